@@ -1,0 +1,40 @@
+# Two commands do everything on a fresh machine with Python >= 3.10 and make:
+#   make demo   set up .venv, run a short experiment on a local Dask cluster, write a report
+#   make test   set up .venv and run the test suite
+# and `make lab` opens JupyterLab on the notebooks.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast lab bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python -m workbench run --algorithm sync_sgd --dataset digits --model mlp \
+		--cpus 2 --batch-size 128 --lr 0.1 --epochs 8 --seed 0 --out runs/demo --no-progress
+	@echo "open runs/demo/report.html"
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/quickstart.ipynb
+
+bench: setup
+	$(BIN)/python -m workbench bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
