@@ -1,0 +1,30 @@
+"""workbench: see how parallel deep-learning training behaves, from a notebook.
+
+    import workbench as wb
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, epochs=5))
+    result.summary["final_test_accuracy"]
+
+`import workbench` stays light: it loads neither Dask, plotly nor ipywidgets; those are
+imported by the functions that need them.
+"""
+from __future__ import annotations
+
+from .config import ALGORITHMS, ConfigError, RunConfig
+
+__version__ = "0.1.0"
+__all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load", "sweep",
+           "make_cluster", "connect", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy attributes keep `import workbench` free of Dask and the UI stack.
+    if name in ("run", "load", "sweep"):
+        from . import api
+        return getattr(api, name)
+    if name == "RunResult":
+        from .results import RunResult
+        return RunResult
+    if name in ("make_cluster", "connect"):
+        from . import cluster
+        return getattr(cluster, name)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

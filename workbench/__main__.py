@@ -1,0 +1,4 @@
+"""`python -m workbench ...`: see workbench.cli."""
+from .cli import main
+
+raise SystemExit(main())

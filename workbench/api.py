@@ -1,0 +1,48 @@
+"""The top-level calls: `run`, `load`, `sweep` (re-exported as `workbench.run` etc.)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import RunConfig
+from .results import OnRecord, RunResult
+
+
+def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
+        should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
+
+    Args:
+        config: a `RunConfig` (or a dict of its fields).
+        cluster: a Dask `Client`, cluster, or scheduler address; default: a local cluster
+            started (or reused) for this session. Ignored for `algorithm="sgd"`.
+        on_record: called with each batch of streamed records (live plots).
+        should_stop: polled by the client; returning True stops the run within a second.
+    """
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_dict(dict(config))
+    if config.algorithm == "sgd":
+        from .reference import train_reference
+        result = train_reference(config, on_record=on_record, should_stop=should_stop)
+    else:
+        from .engine import run as engine_run
+        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+    if config.out:
+        save(result, config.out)
+    return result
+
+
+def save(result: RunResult, directory: str | Path) -> Path:
+    """Write the run directory, with report.html when plotly is installed."""
+    path = result.save(directory)
+    try:
+        from .ui.report import write_report
+    except ImportError:  # the `lab` extra is not installed: the data files are what matter
+        return path
+    write_report(result, path / "report.html")
+    return path
+
+
+def load(directory: str | Path) -> RunResult:
+    """Read a run directory."""
+    return RunResult.load(directory)

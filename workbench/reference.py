@@ -1,0 +1,92 @@
+"""The single-process reference trainer (`algorithm="sgd"`).
+
+Plain minibatch SGD (optionally momentum / Nesterov) over the same global minibatch
+sequence, schedule and metrics as every parallel algorithm. It is the oracle the parallel
+algorithms are tested against, and the "one worker, no Dask" baseline.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .config import RunConfig
+from .data import global_batch, load_dataset
+from .metrics import Evaluator
+from .models import make_model
+from .optim import SGD, make_plan
+from .results import Collector, OnRecord, RunResult, build_result, eval_record, event_record, step_record
+
+FLUSH_S = 0.2  # how often records reach on_record (the live plots redraw a few times a second)
+
+
+def load_for(config: RunConfig):
+    """The dataset and model a config names (shared by every worker and the reference)."""
+    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
+                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
+                        download=config.download)
+    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                       image_shape=data.image_shape)
+    return data, model
+
+
+def train_reference(config: RunConfig, on_record: OnRecord | None = None,
+                    should_stop: Callable[[], bool] | None = None,
+                    trajectory: list | None = None) -> RunResult:
+    """Train with single-process SGD; returns the `RunResult` (status completed/stopped/diverged).
+
+    Args:
+        config: the run; `algorithm` is ignored (this is always plain SGD).
+        on_record: receives batches of records as they are produced.
+        should_stop: polled every step; True ends the run as `stopped`.
+        trajectory: if a list is given, a copy of the parameters after every step is appended
+            (tests compare parallel algorithms against it).
+    """
+    data, model = load_for(config)
+    plan = make_plan(config, data.n_train)
+    params = model.init(config.seed)
+    opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
+    evaluate = Evaluator(model, data)
+    grad = np.empty_like(params)
+    collector = Collector(on_record)
+    pending: list[dict] = []
+    status, t0, last_flush = "completed", time.perf_counter(), time.perf_counter()
+
+    try:
+        for step in range(plan.total_steps):
+            if should_stop is not None and should_stop():
+                status = "stopped"
+                pending.append(event_record(time.perf_counter() - t0, "stopped", message=f"stop requested at step {step}"))
+                break
+            t_start = time.perf_counter()
+            idx = global_batch(data.n_train, plan.batch_size, config.seed, step)
+            lr = plan.schedule(step)
+            loss, _ = model.loss_and_grad(params, data.X_train[idx], data.y_train[idx], grad_out=grad)
+            if not math.isfinite(loss):
+                status = "diverged"
+                pending.append(event_record(time.perf_counter() - t0, "diverged", 0,
+                                            f"loss became {loss} at step {step} with lr {lr:.6g}"))
+                break
+            opt.step(params, grad, lr)
+            t_end = time.perf_counter()
+            if trajectory is not None:
+                trajectory.append(params.copy())
+            pending.append(step_record(0, step, plan.epoch(step + 1), t_end - t0, loss, lr,
+                                       len(idx), t_end - t_start))
+            if plan.is_eval_step(step):
+                pending.append(eval_record(0, step, plan.epoch(step + 1), time.perf_counter() - t0,
+                                           **evaluate(params)))
+            if time.perf_counter() - last_flush > FLUSH_S:
+                collector(pending)
+                pending, last_flush = [], time.perf_counter()
+    except KeyboardInterrupt:
+        status = "stopped"
+        pending.append(event_record(time.perf_counter() - t0, "stopped", message="KeyboardInterrupt"))
+    collector(pending)
+    wall = time.perf_counter() - t0
+    workers = [{"name": "local", "kind": "cpu", "host": "localhost", "share": 1.0}]
+    return build_result(config.to_dict(), collector, status=status, wall_time_s=wall, workers=workers,
+                        extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps},
+                        params=params)
