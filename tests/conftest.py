@@ -1,0 +1,25 @@
+"""Shared fixtures: one real LocalCluster per test module, GPU skipping."""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    from workbench.backend import gpu_count
+    if gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none visible here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real Dask LocalCluster of 2 single-thread worker processes, for one test module."""
+    from workbench.cluster import make_cluster
+    c = make_cluster(cpus=2, gpus=0, quiet=True)
+    yield c
+    cluster = c.cluster
+    c.close()
+    cluster.close()

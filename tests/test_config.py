@@ -1,0 +1,79 @@
+"""RunConfig: defaults, validation messages, YAML round trip."""
+import math
+
+import pytest
+
+from workbench.config import ALGORITHMS, FIELDS, ConfigError, RunConfig
+
+
+def test_defaults_are_valid_and_documented():
+    cfg = RunConfig()
+    assert cfg.algorithm == "sgd" and cfg.dataset == "digits" and cfg.model == "mlp"
+    assert cfg.model_hidden == (128,)
+    assert RunConfig(model="cnn").model_hidden == (16, 32)
+
+
+@pytest.mark.parametrize("changes, field, fragment", [
+    ({"algorithm": "sgdd"}, "algorithm", "one of"),
+    ({"dataset": "imagenet"}, "dataset", "one of"),
+    ({"model": "resnet"}, "model", "one of"),
+    ({"lr": -0.1}, "lr", "a finite number > 0"),
+    ({"lr": math.nan}, "lr", "a finite number > 0"),
+    ({"lr": 0}, "lr", "a finite number > 0"),
+    ({"tau": 0}, "tau", ">= 1"),
+    ({"batch_size": 0}, "batch_size", ">= 1"),
+    ({"algorithm": "sync_sgd", "cpus": 4, "batch_size": 3}, "batch_size", "number of workers (4)"),
+    ({"warmup": "gradual", "warmup_epochs": 6, "epochs": 5}, "warmup_epochs", "at most epochs"),
+    ({"warmup": "gradual", "warmup_epochs": 0}, "warmup_epochs", "> 0"),
+    ({"lr_scaling": "cubic"}, "lr_scaling", "'linear'"),
+    ({"momentum": 1.0}, "momentum", "[0, 1)"),
+    ({"alpha": 1.5}, "alpha", "(0, 1)"),
+    ({"gpus": -1}, "gpus", '"auto"'),
+    ({"gpus": "many"}, "gpus", '"auto"'),
+    ({"hidden": "12,x"}, "hidden", "positive integers"),
+    ({"hidden": [0]}, "hidden", "positive integers"),
+    ({"model": "cnn", "dataset": "synthetic"}, "model", "image dataset"),
+    ({"scheduler": "localhost:8786"}, "scheduler", "tcp://"),
+    ({"batch_size": "abc"}, "batch_size", "integer"),
+    ({"n_classes": 1}, "n_classes", ">= 2"),
+    ({"bogus": 1}, "bogus", "not a RunConfig field"),
+])
+def test_invalid_values_name_field_allowed_and_value(changes, field, fragment):
+    with pytest.raises(ConfigError) as info:
+        RunConfig(**changes)
+    err = info.value
+    assert err.field == field
+    assert str(err).startswith(f"{field}: ")
+    assert fragment in str(err)
+    assert ", got " in str(err)
+
+
+def test_assignment_is_validated_too():
+    cfg = RunConfig()
+    cfg.lr = 0.5
+    assert cfg.lr == 0.5
+    with pytest.raises(ConfigError, match=r"^lr: "):
+        cfg.lr = -1.0
+    assert cfg.lr == 0.5
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, hidden="64,32", lr=0.2, warmup="gradual", warmup_epochs=1)
+    path = tmp_path / "c.yaml"
+    cfg.to_yaml(path)
+    assert RunConfig.from_yaml(path) == cfg
+
+
+def test_dict_keys_may_use_dashes():
+    assert RunConfig.from_dict({"batch-size": 64}).batch_size == 64
+
+
+def test_replace_returns_copy_and_leaves_original():
+    cfg = RunConfig()
+    new = cfg.replace(lr=0.3)
+    assert new.lr == 0.3 and cfg.lr == 0.1
+
+
+def test_every_algorithm_has_a_description():
+    assert "sgd" in ALGORITHMS and all(ALGORITHMS.values())
+    assert "algorithm" in FIELDS and "tau" in FIELDS
