@@ -1,0 +1,137 @@
+"""Clusters: a real LocalCluster's worker environment, and a scheduler and workers
+started by hand with the `dask scheduler` / `dask worker` commands."""
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.backend import GPUUnavailable
+from workbench.cluster import connect, make_cluster, workers_of
+from workbench.config import ConfigError, RunConfig
+from workbench.engine import run
+
+pytestmark = pytest.mark.cluster
+
+
+def _worker_env():
+    import threadpoolctl
+    return {"malloc": os.environ.get("MALLOC_TRIM_THRESHOLD_"), "omp": os.environ.get("OMP_NUM_THREADS"),
+            "kind": os.environ.get("WORKBENCH_WORKER_KIND"),
+            "blas": [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]}
+
+
+def test_local_cluster_workers_have_tuned_environment_and_client_env_is_untouched(client):
+    before = dict(os.environ)
+    envs = client.run(_worker_env)
+    assert len(envs) == 2
+    cores_each = str(max(1, (os.cpu_count() or 1) // 2))
+    for env in envs.values():
+        assert env["malloc"] is None          # Dask's nanny default would be 65536
+        assert env["omp"] == cores_each
+        assert env["kind"] == "cpu"
+    for w in workers_of(client):
+        assert w["address"].startswith("tcp://127.0.0.1:")
+    assert dict(os.environ) == before
+
+
+def test_make_cluster_leaves_client_environ_alone():
+    before = dict(os.environ)
+    c = make_cluster(cpus=1, gpus=0, quiet=True)
+    try:
+        assert dict(os.environ) == before
+    finally:
+        cluster = c.cluster
+        c.close()
+        cluster.close()
+
+
+def test_gpus_without_a_gpu_is_a_clear_error():
+    with pytest.raises(GPUUnavailable, match="gpus: .*pip install"):
+        make_cluster(gpus=1, cpus=0)
+
+
+def test_gpus_auto_falls_back_to_cpu_with_a_note(capsys):
+    c = make_cluster(gpus="auto", cpus=1)
+    try:
+        assert len(c.nthreads()) == 1
+        assert "no GPU" in capsys.readouterr().err
+    finally:
+        cluster = c.cluster
+        c.close()
+        cluster.close()
+
+
+def test_run_asking_more_workers_than_the_cluster_has_fails_before_starting(client):
+    with pytest.raises(ConfigError, match="cpus: at most the 2 CPU worker"):
+        run(RunConfig(algorithm="sync_sgd", cpus=3, steps=2), cluster=client)
+
+
+def test_session_cluster_is_reused_across_runs():
+    from workbench.cluster import close_session, session_client
+    try:
+        a = session_client(1, 0)
+        b = session_client(1, 0)
+        assert a is b
+    finally:
+        close_session()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def hand_started_cluster(tmp_path_factory):
+    """`dask scheduler` and two `dask worker` processes, as a user would start them."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    bindir = Path(sys.executable).parent
+    log = tmp_path_factory.mktemp("dask")
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": ""}
+    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT, env=env)]
+    time.sleep(1.0)
+    for i in range(2):
+        procs.append(subprocess.Popen([str(bindir / "dask"), "worker", address, "--nthreads", "1",
+                                       "--name", f"hand-{i}", "--host", "127.0.0.1", "--no-dashboard"],
+                                      stdout=open(log / f"w{i}.log", "w"), stderr=subprocess.STDOUT, env=env))
+    try:
+        client = None
+        for _ in range(60):
+            try:
+                client = connect(address)
+                break
+            except ConfigError:
+                time.sleep(0.5)
+        assert client is not None, "scheduler did not come up"
+        client.wait_for_workers(2, timeout=60)
+        yield client
+        client.close()
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(20)
+
+
+def test_runs_on_hand_started_scheduler_and_workers(hand_started_cluster):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=20, batch_size=64, lr=0.1)
+    on_shm = run(cfg, cluster=hand_started_cluster)
+    via_dask = run(cfg.replace(comm="dask"), cluster=hand_started_cluster)
+    assert on_shm.status == via_dask.status == "completed"
+    assert {w["name"] for w in on_shm.summary["workers"]} == {"hand-0", "hand-1"}
+    assert np.array_equal(on_shm.params, via_dask.params)
+    ps = run(cfg.replace(algorithm="async_sgd"), cluster=hand_started_cluster)
+    assert ps.status == "completed"
+
+
+def test_connect_to_nothing_is_a_clear_error():
+    with pytest.raises(ConfigError, match="scheduler: a reachable Dask scheduler"):
+        connect(f"tcp://127.0.0.1:{_free_port()}")

@@ -1,0 +1,149 @@
+"""Communication implementations against plain NumPy oracles."""
+import multiprocessing as mp
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from workbench.comm.base import Emulated, ServerCore, ThreadControl, WorkerLost
+from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+from workbench.comm.threads import ThreadGroup, ThreadServer
+
+
+def _shm_worker(name, rank, size, n, rounds, out_q):
+    comm = ShmComm(name, rank, size, n)
+    results = []
+    for r in range(rounds):
+        buf = np.arange(n, dtype=np.float32) * (rank + 1) + r
+        results.append(comm.allreduce(buf[: n - r]).copy())   # varying lengths, up to capacity
+    comm.close()
+    out_q.put((rank, results))
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_shm_allreduce_across_processes_equals_numpy_sum(size):
+    n, rounds = 1001, 5
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_shm_worker, args=(name, r, size, n, rounds, q)) for r in range(size)]
+    try:
+        for p in procs:
+            p.start()
+        got = dict(q.get(timeout=60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(10)
+        unlink_segment(name)
+    for r in range(rounds):
+        expected = sum(np.arange(n, dtype=np.float32) * (k + 1) + r for k in range(size))[: n - r]
+        for rank in range(size):
+            np.testing.assert_array_equal(got[rank][r], expected)
+
+
+def test_shm_allreduce_rejects_buffers_over_capacity():
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(1, 4))
+    try:
+        comm = ShmComm(name, 0, 1, 4)
+        with pytest.raises(ValueError, match="buf: at most 4"):
+            comm.allreduce(np.zeros(5, np.float32))
+        np.testing.assert_array_equal(comm.allreduce(np.ones(4, np.float32)), np.ones(4))
+    finally:
+        unlink_segment(name)
+
+
+def test_shm_wait_notices_an_aborted_run():
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, 8))
+    control = ThreadControl()
+    control.abort("peer gone")
+    try:
+        comm = ShmComm(name, 0, 2, 8, control=control)   # rank 1 never arrives
+        t0 = time.time()
+        with pytest.raises(WorkerLost):
+            comm.allreduce(np.ones(8, np.float32))
+        assert time.time() - t0 < 2.0
+    finally:
+        unlink_segment(name)
+
+
+def test_thread_allreduce_sums_in_rank_order_and_leaves_inputs():
+    import threading
+    group = ThreadGroup(3)
+    bufs = [np.full(5, r + 1, np.float32) for r in range(3)]
+    copies = [b.copy() for b in bufs]
+    out = {}
+    threads = [threading.Thread(target=lambda r=r: out.setdefault(r, group.comm(r).allreduce(bufs[r])))
+               for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    for r in range(3):
+        np.testing.assert_array_equal(out[r], np.full(5, 6.0))
+        np.testing.assert_array_equal(bufs[r], copies[r])
+
+
+def test_server_core_push_is_sgd_and_counts_staleness():
+    x0 = np.arange(4, dtype=np.float32)
+    core = ServerCore(x0, momentum=0.0)
+    g = np.ones(4, np.float32)
+    v1, x1, s1 = core.push(g, 0.5, version=0)
+    v2, x2, s2 = core.push(g, 0.5, version=0)   # computed at version 0, one update landed since
+    np.testing.assert_allclose(x2, x0 - 1.0)
+    assert (v1, s1, v2, s2) == (1, 0, 2, 1)
+    np.testing.assert_array_equal(x0, np.arange(4))   # input untouched
+
+
+def test_server_core_momentum_matches_closed_form():
+    core = ServerCore(np.zeros(1, np.float32), momentum=0.9)
+    g = np.ones(1, np.float32)
+    for _ in range(3):
+        core.push(g, 0.1, core.version)
+    # v: 1, 1.9, 2.71 -> x = -0.1 * (1 + 1.9 + 2.71)
+    np.testing.assert_allclose(core.x, [-0.561], rtol=1e-6)
+
+
+def test_server_core_elastic_step():
+    core = ServerCore(np.zeros(2, np.float32))
+    xw = np.array([1.0, -2.0], np.float32)
+    d = core.elastic(xw, 0.25)
+    np.testing.assert_allclose(d, [0.25, -0.5])
+    np.testing.assert_allclose(core.x, [0.25, -0.5])
+
+
+def test_round_robin_turns_follow_rank_order_and_skip_retired():
+    import threading
+    server = ThreadServer(ServerCore(np.zeros(1, np.float32), size=3))
+    order = []
+    lock = threading.Lock()
+
+    def worker(rank):
+        for _ in range(2):
+            server.elastic(np.ones(1, np.float32), 0.1, rank=rank)
+            with lock:
+                order.append(rank)
+        server.retire(rank)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (2, 1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert order == [0, 1, 2, 0, 1, 2]
+
+
+def test_emulator_adds_latency_and_bandwidth_cost():
+    class Echo:
+        rank, size = 0, 4
+
+        def allreduce(self, buf):
+            return buf
+
+    emu = Emulated(Echo(), latency_ms=5.0, bandwidth_gbps=1.0)
+    buf = np.zeros(250_000, np.float32)                          # 1 MB
+    t0 = time.perf_counter()
+    emu.allreduce(buf)
+    elapsed = time.perf_counter() - t0
+    # ring: 2(P-1)=6 messages of latency + 2(P-1)/P * 1 MB at 125 MB/s = 30 ms + 12 ms
+    assert 0.040 <= elapsed < 0.2

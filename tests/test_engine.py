@@ -1,0 +1,177 @@
+"""The engine: the parallel algorithms against the reference, on threads and on a real
+Dask cluster of worker processes; stop, divergence and lost workers."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from workbench.config import RunConfig
+from workbench.engine import run, run_threads
+from workbench.reference import train_reference
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+
+
+def reference(cfg, steps):
+    traj = []
+    result = train_reference(cfg.replace(algorithm="sgd", steps=steps), trajectory=traj)
+    return result, traj
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_sync_sgd_on_threads_follows_single_process_sgd(workers):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=workers, steps=25, **BASE)
+    ref, _ = reference(cfg, 25)
+    got = run_threads(cfg)
+    assert got.status == "completed"
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
+    # every worker saw the same global loss as the single process, step by step
+    losses = got.steps[got.steps.worker == 0].sort_values("step")["loss"].to_numpy()
+    np.testing.assert_allclose(losses, ref.steps["loss"].to_numpy(), rtol=1e-5)
+
+
+def test_sync_sgd_with_speed_split_still_follows_sgd():
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=40, split="speed", **BASE)
+    ref, _ = reference(cfg, 40)
+    got = run_threads(cfg)
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
+    assert any(e["event"] == "rebalanced" for e in got.events)
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "async_msgd", "hogwild_sgd"])
+def test_async_algorithms_with_one_worker_are_plain_sgd(algorithm):
+    momentum = 0.9 if algorithm == "async_msgd" else 0.0
+    cfg = RunConfig(algorithm=algorithm, cpus=1, steps=20, **{**BASE, "lr": 0.05}, momentum=momentum)
+    ref, _ = reference(cfg, 20)
+    got = run_threads(cfg)
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-6)
+
+
+def test_async_sgd_records_staleness():
+    got = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=60, **BASE))
+    stale = got.steps["staleness"]
+    assert stale.min() >= 0 and stale.max() <= 2 * 60
+    assert got.summary["status"] == "completed"
+
+
+def test_threads_stop_request_ends_run_as_stopped():
+    t_stop = time.time() + 0.5
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, epochs=500, **BASE),
+                      should_stop=lambda: time.time() > t_stop)
+    assert got.status == "stopped"
+    assert len(got.steps) > 0
+
+
+# ---------------------------------------------------------------- on a real Dask cluster
+
+@pytest.mark.cluster
+def test_dask_sync_sgd_follows_reference_and_is_deterministic(client):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=30, **BASE)
+    ref, _ = reference(cfg, 30)
+    a = run(cfg, cluster=client)
+    b = run(cfg, cluster=client)
+    assert a.status == b.status == "completed"
+    assert a.summary["comm"] == "shm"
+    np.testing.assert_allclose(a.params, ref.params, rtol=0, atol=1e-5)
+    assert np.array_equal(a.params, b.params)                       # bitwise repeatable
+    assert a.steps.sort_values(["step", "worker"])["loss"].tolist() == b.steps.sort_values(["step", "worker"])["loss"].tolist()
+    one = run(cfg.replace(cpus=1), cluster=client)
+    np.testing.assert_allclose(one.params, ref.params, rtol=0, atol=1e-5)
+
+
+@pytest.mark.cluster
+def test_dask_portable_allreduce_matches_shared_memory(client):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=10, comm="dask", **BASE)
+    a = run(cfg, cluster=client)
+    b = run(cfg.replace(comm="shm"), cluster=client)
+    assert a.summary["comm"] == "dask"
+    assert np.array_equal(a.params, b.params)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd", "async_msgd", "hogwild_sgd"])
+def test_dask_each_algorithm_reaches_90_percent_on_digits(client, algorithm):
+    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=8, dataset="digits", model="mlp", batch_size=64,
+                    lr=0.1 if algorithm != "async_msgd" else 0.05, seed=0)
+    result = run(cfg, cluster=client)
+    assert result.status == "completed", result.summary.get("errors")
+    assert result.summary["final_test_accuracy"] >= 0.90
+    assert set(result.steps["worker"]) == {0, 1}
+    assert result.summary["samples"] == result.steps["samples"].sum()
+
+
+@pytest.mark.cluster
+def test_dask_stop_request_keeps_records_and_cluster_reusable(client):
+    started = time.time()
+    seen = []
+    result = run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=5000, **BASE), cluster=client,
+                 on_record=lambda recs: seen.extend(recs),
+                 should_stop=lambda: time.time() - started > 2.0)
+    assert result.status == "stopped"
+    assert len(result.steps) > 10 and len(seen) >= len(result.steps)
+    assert result.summary["wall_time_s"] < 2.0 + 2.5   # honoured within about a second
+    again = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
+    assert again.status == "completed"
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
+def test_dask_absurd_lr_diverges_with_step_and_lr(client, algorithm):
+    result = run(RunConfig(algorithm=algorithm, cpus=2, steps=400, momentum=0.0, **{**BASE, "lr": 1e5}),
+                 cluster=client)
+    assert result.status == "diverged"
+    event = [e for e in result.events if e["event"] == "diverged"][0]
+    assert "at step" in event["message"] and "lr 100000" in event["message"]
+
+
+def _kill_rank_1_midrun(client, cfg):
+    from workbench.cluster import workers_of
+    victim = workers_of(client)[1]
+    progress = threading.Event()
+
+    def on_record(records):
+        if sum(r["kind"] == "step" for r in records):
+            progress.set()
+
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("result", run(cfg, cluster=client, on_record=on_record)))
+    t.start()
+    assert progress.wait(60)
+    time.sleep(0.3)
+    os.kill(victim["pid"], signal.SIGKILL)
+    t.join(120)
+    client.wait_for_workers(2, timeout=60)   # the nanny brings a fresh worker back
+    return box["result"], victim
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_dask_async_goes_on_without_a_lost_worker(client, tmp_path):
+    cfg = RunConfig(algorithm="async_sgd", cpus=2, epochs=60, **BASE)
+    result, victim = _kill_rank_1_midrun(client, cfg)
+    assert result.status == "completed"
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert lost and victim["address"] in lost[0]["message"]
+    steps0 = result.steps[result.steps.worker == 0]["step"].max()
+    steps1 = result.steps[result.steps.worker == 1]["step"].max()
+    assert steps0 + 1 == result.summary["total_steps_planned"]   # the survivor finished the run
+    assert steps1 < steps0
+    result.save(tmp_path / "run")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_dask_sync_fails_naming_the_lost_worker_and_keeps_records(client, tmp_path):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=5000, **BASE)
+    result, victim = _kill_rank_1_midrun(client, cfg)
+    assert result.status == "failed"
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert lost and victim["name"] in lost[0]["message"]
+    assert len(result.steps) > 0
+    path = result.save(tmp_path / "run")
+    assert (path / "steps.csv").read_text().count("\n") == len(result.steps) + 1
+    after = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
+    assert after.status == "completed"

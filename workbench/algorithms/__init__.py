@@ -1,0 +1,61 @@
+"""The parallel algorithms: one small module per family, all on the loop in `base`.
+
+`REGISTRY` maps each name of `workbench.ALGORITHMS` (except the single-process `sgd`) to
+an `AlgorithmSpec`: the worker class and what the engine must set up for it before the
+loops start (a collective, a parameter server, shared-memory arrays).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import RunConfig
+from .async_ps import AsyncMSGD, AsyncSGD
+from .base import Algorithm, StepOut, WorkerContext, run_loop
+from .hogwild import HogwildSGD
+from .sync import SyncSGD
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    cls: type[Algorithm]
+    needs_comm: bool = False                      # an allreduce among the workers
+    server: Callable[[RunConfig], dict[str, Any]] | None = None  # ServerCore options, if a server is needed
+    shared: tuple[str, ...] = ()                  # shared arrays, initialised to the initial params
+    same_host: bool = False                       # every worker must be on one host
+    extra: Callable[[RunConfig, int], dict[str, Any]] | None = None  # client-side set-up handed to every worker
+
+    groups: Callable[[RunConfig, int], list[list[int]]] | None = None  # collectives within these rank groups
+
+    def comm_groups(self, config: RunConfig, size: int) -> list[list[int]]:
+        """Rank groups that each get their own collective (default: all workers in one)."""
+        return self.groups(config, size) if self.groups else [list(range(size))]
+
+    def comm_elems(self, n_params: int, size: int) -> int:
+        """Elements of one allreduce buffer: the gradient plus the scalars sync.py packs."""
+        return n_params + 2 + size
+
+
+def _plain_server(config: RunConfig) -> dict[str, Any]:
+    return {"momentum": 0.0, "nesterov": False, "weight_decay": config.weight_decay}
+
+
+def _momentum_server(config: RunConfig) -> dict[str, Any]:
+    return {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+
+
+REGISTRY: dict[str, AlgorithmSpec] = {}
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+register(AlgorithmSpec("sync_sgd", SyncSGD, needs_comm=True))
+register(AlgorithmSpec("async_sgd", AsyncSGD, server=_plain_server))
+register(AlgorithmSpec("async_msgd", AsyncMSGD, server=_momentum_server))
+register(AlgorithmSpec("hogwild_sgd", HogwildSGD, shared=("params",), same_host=True))
+
+__all__ = ["REGISTRY", "AlgorithmSpec", "Algorithm", "StepOut", "WorkerContext", "run_loop", "register"]

@@ -1,0 +1,53 @@
+"""`async_sgd` and `async_msgd`: a parameter server (Downpour SGD, push and fetch every step).
+
+A worker holds a copy of the parameters, computes the gradient of its slice of the
+current global batch at that copy, pushes it, and receives the server's parameters
+after the update. The server applies updates in arrival order (first come, first
+served): `x -= lr * g` for async_sgd; for async_msgd the momentum lives on the server
+(`v = mu v + g; x -= lr v`, PyTorch's form of `v = mu v - lr g; x += v`; equal for a
+constant lr). Staleness, the number of other workers' updates that landed between a
+worker's fetch and its push, is recorded for every step.
+
+With one worker both reduce exactly to the reference trainer (plain or momentum SGD).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..backend import to_numpy
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+
+class AsyncSGD(Algorithm):
+    sync = False
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        self.version, params = ctx.server.pull()
+        self.params = ctx.xp.asarray(params)
+        self.grad = ctx.xp.empty_like(self.params)
+        self.lo, self.hi = ctx.my_slice()
+        self.clock = timed(ctx.xp)
+
+    def step(self, step: int) -> StepOut:
+        ctx = self.ctx
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        X, y = ctx.batch(step, self.lo, self.hi)
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        t1 = self.clock()
+        self.version, params, staleness = ctx.server.push(to_numpy(self.grad), lr, self.version)
+        self.params = ctx.xp.asarray(params)
+        t2 = time.perf_counter()
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
+                       comm_s=t2 - t1, staleness=staleness)
+
+    def eval_params(self) -> Any:
+        return self.ctx.xp.asarray(self.ctx.server.pull()[1])
+
+    eval_name = "server"
+
+
+class AsyncMSGD(AsyncSGD):
+    """Same worker; the server was built with momentum (see `server_options`)."""

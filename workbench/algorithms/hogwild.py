@@ -1,0 +1,48 @@
+"""`hogwild_sgd`: lock-free SGD on one shared parameter buffer (Recht et al. 2011).
+
+All workers on one host map the same shared-memory array. Each computes the gradient of
+its slice of the current global batch at whatever the buffer holds right now (other
+workers may be halfway through writing it: that is the point) and subtracts `lr * g`
+in place, without a lock. There is no staleness counter: reads and writes interleave
+at the level of individual elements.
+
+With one worker this is exactly plain SGD.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+
+class HogwildSGD(Algorithm):
+    sync = False
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        self.shared = ctx.shared["params"].array           # (n,) float32, shared by the host
+        self.grad = np.empty_like(self.shared)
+        self.lo, self.hi = ctx.my_slice()
+        self.clock = timed(ctx.xp)
+
+    def step(self, step: int) -> StepOut:
+        ctx = self.ctx
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        X, y = ctx.batch(step, self.lo, self.hi)
+        params = self.shared if ctx.xp is np else ctx.xp.asarray(self.shared)
+        loss, grad = ctx.model.loss_and_grad(params, X, y)
+        t1 = self.clock()
+        # The unlocked update: a read-modify-write per element, racing the other workers.
+        np.multiply(grad if ctx.xp is np else grad.get(), lr, out=self.grad)
+        np.subtract(self.shared, self.grad, out=self.shared)
+        t2 = time.perf_counter()
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
+
+    def eval_params(self) -> Any:
+        return self.ctx.xp.asarray(self.shared.copy())
+
+    eval_name = "shared"

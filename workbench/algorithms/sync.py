@@ -1,0 +1,112 @@
+"""`sync_sgd`: data-parallel minibatch SGD with one allreduce per step.
+
+Each global batch of B examples is split into contiguous slices, one per worker (equal,
+or sized by each worker's measured speed when `split="speed"`). Worker i computes the
+mean gradient g_i of its n_i examples and contributes (n_i / B) g_i, so the allreduced
+sum is exactly the mean gradient over the whole batch: the same update single-process
+SGD makes on batch B (up to float rounding of the split sums).
+
+The allreduced buffer carries a few scalars after the gradient (one message per step,
+not several): the weighted loss, rank 0's stop flag, and every worker's compute time,
+from which each worker derives the same new shares (deterministically, so every rank
+agrees without another message).
+
+    buffer = [ grad (n) | loss | stop | compute_s[0..P) ]
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..data import split_batch
+from ..optim import SGD
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
+SMOOTHING = 0.5       # weight of the newest speed estimate
+
+
+class SyncSGD(Algorithm):
+    sync = True
+
+    def __init__(self, ctx: WorkerContext, params: Any = None):
+        super().__init__(ctx)
+        xp, n = ctx.xp, ctx.model.n_params
+        c = ctx.config
+        self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
+        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.n = n
+        self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
+        self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
+        self.speed_sum = [0.0] * ctx.size   # samples / compute_s, accumulated since last rebalance
+        self.speed_n = 0
+        self.clock = timed(xp)
+
+    # the parts CGDP and sync_easgd reuse ------------------------------------------------
+    def local_gradient(self, step: int) -> tuple[float, int, float]:
+        """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
+        ctx, n = self.ctx, self.n
+        t0 = self.clock()
+        slices = split_batch(ctx.plan.batch_size, self.shares)
+        lo, hi = slices[ctx.rank]
+        X, y = ctx.batch(step, lo, hi)
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.buf[:n])
+        w = (hi - lo) / ctx.plan.batch_size
+        self.buf[:n] *= w
+        return loss * w, hi - lo, self.clock() - t0
+
+    def pack_scalars(self, loss_w: float, compute_s: float) -> None:
+        ctx, n = self.ctx, self.n
+        self.buf[n:] = 0
+        self.buf[n] = loss_w
+        self.buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
+        self.buf[n + 2 + ctx.rank] = compute_s
+
+    def read_scalars(self, total: Any, samples: int, compute_s: float) -> tuple[float, bool, float]:
+        """(global loss, stop?, my wait_s) from the allreduced buffer; may rebalance."""
+        n = self.n
+        tail = [float(v) for v in (total[n:].get() if hasattr(total, "get") else total[n:])]
+        loss, stop, times = tail[0], tail[1] > 0, tail[2:]
+        wait_s = max(0.0, max(times) - compute_s)  # idle while the slowest worker finishes
+        if self.ctx.config.split == "speed":
+            self._rebalance(times)
+        return loss, stop, wait_s
+
+    def _rebalance(self, times: list[float]) -> None:
+        slices = split_batch(self.ctx.plan.batch_size, self.shares)
+        for r, (lo, hi) in enumerate(slices):
+            self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
+        self.speed_n += 1
+        if self.speed_n == REBALANCE_EVERY:
+            speeds = [s / self.speed_n for s in self.speed_sum]
+            total = sum(speeds)
+            new = [s / total for s in speeds]
+            old_total = sum(self.shares)
+            self.shares = [SMOOTHING * a + (1 - SMOOTHING) * b / old_total for a, b in zip(new, self.shares)]
+            self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
+            if self.ctx.rank == 0:
+                self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
+
+    # -------------------------------------------------------------------------------------
+    def step(self, step: int) -> StepOut:
+        ctx, n = self.ctx, self.n
+        lr = ctx.plan.schedule(step)
+        loss_w, samples, compute_s = self.local_gradient(step)
+        self.pack_scalars(loss_w, compute_s)
+        t1 = time.perf_counter()
+        total = ctx.allreduce(self.buf)
+        comm_total = time.perf_counter() - t1
+        loss, stop, wait_s = self.read_scalars(total, samples, compute_s)
+        out = StepOut(loss=loss, lr=lr, samples=samples, compute_s=compute_s,
+                      wait_s=min(wait_s, comm_total), comm_s=max(0.0, comm_total - wait_s))
+        if stop:
+            out.stop = "stopped"
+        elif not math.isfinite(loss):
+            out.stop = "diverged"
+        else:
+            self.opt.step(self.params, total[:n], lr)
+        return out
+
+    def eval_params(self) -> Any:
+        return self.params

@@ -1,0 +1,208 @@
+"""Dask clusters for training: local CPU workers, dask-cuda GPU workers, or both.
+
+    client = make_cluster(gpus="auto", cpus=2)   # reused by later runs in the session
+    client = connect("tcp://10.0.0.5:8786")      # a cluster started elsewhere
+
+Worker processes get one thread each (the training loop), BLAS threads matching their
+share of the cores, and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
+default (it halved NumPy MLP throughput here). Local clusters bind to 127.0.0.1. The
+client's own `os.environ` is left as it was (starting a LocalCluster copies the
+nanny's environment into it).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from typing import Any
+
+from .backend import GPU_INSTALL_HINT, GPUUnavailable
+from .config import ConfigError
+
+WORKER_KIND_ENV = "WORKBENCH_WORKER_KIND"   # "cpu" | "gpu": set on every worker we start
+_SESSION: dict[str, Any] = {}               # the session's cluster: {"key", "client"}
+
+
+def _blas_env(threads: int) -> dict[str, Any]:
+    n = str(max(1, threads))
+    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+            "MALLOC_TRIM_THRESHOLD_": None}
+
+
+@contextlib.contextmanager
+def _pristine_environ():
+    """Restore the client's os.environ after the nanny copied worker variables into it."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _dashboard() -> str | None:
+    try:
+        import bokeh  # noqa: F401  (the Dask dashboard needs it)
+        return "127.0.0.1:0"
+    except ImportError:
+        return None
+
+
+def _visible_gpus() -> int:
+    from .backend import gpu_count
+    return gpu_count()
+
+
+def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
+                 memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
+    """Start a local cluster and return a `distributed.Client` connected to it.
+
+    Args:
+        gpus: GPU workers (one per device) or "auto" for every visible GPU; "auto" falls
+            back to CPU workers with a one-line note when no GPU (or no dask-cuda/CuPy) is there.
+        cpus: CPU worker processes.
+        threads_per_worker: Dask threads per worker (the training loop needs one).
+        memory_limit: per worker, as Dask takes it.
+        quiet: no note on stderr.
+    Returns:
+        A Client; `client.cluster` is the cluster.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    n_gpus = _resolve_gpus(gpus, quiet)
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 0:
+        raise ConfigError("cpus", "a whole number >= 0", cpus)
+    if n_gpus + cpus < 1:
+        raise ConfigError("cpus", "at least one worker in total (cpus + gpus)", cpus)
+    cores = os.cpu_count() or 1
+    blas = max(1, cores // max(1, n_gpus + cpus))
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(blas),
+                "distributed.scheduler.allowed-failures": 0,
+                "distributed.worker.daemon": False}
+    with dask.config.set(settings), _pristine_environ():
+        if n_gpus == 0:
+            cluster = LocalCluster(n_workers=cpus, threads_per_worker=threads_per_worker, processes=True,
+                                   host="127.0.0.1", dashboard_address=_dashboard(),
+                                   memory_limit=memory_limit, env={WORKER_KIND_ENV: "cpu"})
+        elif cpus == 0:
+            from dask_cuda import LocalCUDACluster
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker,
+                                       host="127.0.0.1", dashboard_address=_dashboard(),
+                                       memory_limit=memory_limit, env={WORKER_KIND_ENV: "gpu"})
+        else:
+            cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit)
+        client = Client(cluster, set_as_default=False)
+    client.wait_for_workers(n_gpus + cpus, timeout=120)
+    return client
+
+
+def _resolve_gpus(gpus: int | str, quiet: bool) -> int:
+    if gpus == "auto":
+        n = _visible_gpus()
+        if n and not _has_dask_cuda():
+            if not quiet:
+                print(f"note: {n} GPU(s) visible but dask-cuda is not installed; using CPU workers "
+                      f"({GPU_INSTALL_HINT})", file=sys.stderr)
+            return 0
+        if n == 0 and not quiet:
+            print("note: no GPU found (or CuPy missing); using CPU workers only", file=sys.stderr)
+        return n
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ConfigError("gpus", 'a whole number >= 0 or "auto"', gpus)
+    if gpus == 0:
+        return 0
+    have = _visible_gpus()
+    if have < gpus:
+        raise GPUUnavailable(f"gpus: at most the {have} visible GPU(s) here; GPU workers need an NVIDIA "
+                             f"GPU, CuPy and dask-cuda ({GPU_INSTALL_HINT}), got {gpus}")
+    if not _has_dask_cuda():
+        raise GPUUnavailable(f"gpus: dask-cuda is needed for GPU workers ({GPU_INSTALL_HINT}), got {gpus}")
+    return gpus
+
+
+def _has_dask_cuda() -> bool:
+    try:
+        import dask_cuda  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any) -> Any:
+    """GPU and CPU workers in one SpecCluster; each knows its kind and device."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers: dict[str, dict] = {}
+    for i in range(n_gpus):
+        workers[f"gpu-{i}"] = {"cls": Nanny, "options": {
+            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
+            "resources": {"GPU": 1}, "env": {WORKER_KIND_ENV: "gpu", "CUDA_VISIBLE_DEVICES": str(i)}}}
+    for i in range(cpus):
+        workers[f"cpu-{i}"] = {"cls": Nanny, "options": {
+            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
+            "env": {WORKER_KIND_ENV: "cpu", "CUDA_VISIBLE_DEVICES": ""}}}
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard()}}
+    return SpecCluster(workers=workers, scheduler=scheduler)
+
+
+def connect(address: str, timeout: float = 10.0) -> Any:
+    """A Client for an existing scheduler (dask-jobqueue, dask-kubernetes, `dask scheduler`)."""
+    from distributed import Client
+
+    from .preflight import check_reachable
+    check_reachable(address, timeout=min(timeout, 5.0))
+    return Client(address, timeout=timeout, set_as_default=False)
+
+
+def session_client(cpus: int, gpus: int | str, scheduler: str | None = None) -> Any:
+    """The session's client: reused while it has the asked-for shape, else replaced."""
+    key = ("connect", scheduler) if scheduler else ("local", cpus, gpus)
+    cached = _SESSION.get("client")
+    if cached is not None and _SESSION.get("key") == key and cached.status == "running":
+        try:
+            alive = len(cached.nthreads())
+        except Exception:
+            alive = -1
+        if scheduler or alive == cpus + (_visible_gpus() if gpus == "auto" else gpus):
+            return cached
+    close_session()
+    client = connect(scheduler) if scheduler else make_cluster(gpus=gpus, cpus=cpus)
+    _SESSION.update(key=key, client=client)
+    return client
+
+
+def close_session() -> None:
+    """Close the session's cluster (started by `session_client`)."""
+    client = _SESSION.pop("client", None)
+    _SESSION.pop("key", None)
+    if client is None:
+        return
+    cluster = getattr(client, "cluster", None)  # None for a connected (not owned) cluster
+    with contextlib.suppress(Exception):
+        client.close()
+    if cluster is not None:
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+def describe_worker(dask_worker: Any) -> dict[str, Any]:
+    """Runs on a worker (via `Client.run`): its kind, host and device."""
+    w = dask_worker
+    kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") else "cpu")
+    return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
+            "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
+            "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None}
+
+
+def workers_of(client: Any) -> list[dict[str, Any]]:
+    """Every worker of the cluster, described, GPU workers first, then by name."""
+    info = client.run(describe_worker)
+    workers = list(info.values())
+    return sorted(workers, key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+
+
+def _natural(name: str) -> tuple:
+    import re
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

@@ -1,0 +1,1 @@
+"""Communication: the interface (base) and its implementations (threads, shm, dask, nccl)."""

@@ -1,0 +1,204 @@
+"""The communication interface every algorithm is written against.
+
+Two roles cover the seed papers' algorithms:
+
+* `Comm`: a collective among the P workers of a run: `allreduce` (elementwise sum in
+  rank order, so results are deterministic) and `barrier`.
+* `Server`: a parameter server / centre variable: `pull`, `push` (apply a gradient),
+  `elastic` (the EASGD exchange), `exchange` (LTFB weight swap). Its logic lives in
+  `ServerCore`; front-ends put it behind a Dask actor, a lock between threads, or shared
+  memory.
+
+`Control` carries the stop and abort requests between the client and the loops. An
+optional network emulator (`Emulated`) adds latency and a bandwidth cap to any of them.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..optim import SGD
+
+
+class WorkerLost(RuntimeError):
+    """A collective cannot complete because a peer is gone (the run was aborted)."""
+
+
+class Comm(Protocol):
+    rank: int
+    size: int
+
+    def allreduce(self, buf: Any) -> Any:
+        """Sum `buf` over all workers (rank order); returns the sum (a new array or a view
+        of a buffer the comm owns, valid until the next call). Never modifies `buf`."""
+
+    def barrier(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Control(Protocol):
+    def stop_requested(self) -> bool: ...
+
+    def request_stop(self, reason: str) -> None: ...
+
+    def aborted(self) -> bool: ...
+
+
+class ServerCore:
+    """The state and the maths of a parameter server / EASGD master, front-end free.
+
+    Not thread-safe by itself: front-ends serialise calls (a lock, the actor's single
+    thread) except where lock-freedom is the point (Hogwild, shared memory).
+    """
+
+    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, size: int = 1):
+        self.x = np.array(params, dtype=params.dtype, copy=True)
+        self.version = 0
+        self.opt = SGD(self.x.shape[0], np, self.x.dtype, momentum, nesterov, weight_decay)
+        self.size = size
+        self.turn = 0          # round-robin EASGD: whose exchange is next
+        self.retired: set[int] = set()  # round-robin: finished workers give up their turns
+        self.mailbox: dict[tuple[Any, int], Any] = {}  # LTFB: (round, trainer) -> what it left
+        self.departed: set[int] = set()  # LTFB: trainers that have ended (they leave nothing more)
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        """Current version and a copy of the parameters."""
+        return self.version, self.x.copy()
+
+    def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
+        """Apply `x -= lr * g` (through the optimiser: momentum lives here); return the new
+        version, fresh parameters and the staleness of `grad` (updates it missed)."""
+        staleness = self.version - version
+        self.opt.step(self.x, grad, lr)
+        self.version += 1
+        return self.version, self.x.copy(), staleness
+
+    def elastic(self, x_worker: np.ndarray, alpha: float) -> np.ndarray:
+        """EASGD: d = alpha (x_i - xc); xc += d; returns d (the worker subtracts it)."""
+        d = alpha * (x_worker - self.x)
+        self.x += d
+        self.version += 1
+        return d
+
+    def centre(self) -> np.ndarray:
+        return self.x.copy()
+
+    def advance_turn(self, retire: int | None = None) -> None:
+        """Round-robin: pass the turn on, skipping workers that have finished."""
+        if retire is not None:
+            self.retired.add(retire)
+        else:
+            self.turn = (self.turn + 1) % self.size
+        for _ in range(self.size):
+            if self.turn not in self.retired or len(self.retired) == self.size:
+                return
+            self.turn = (self.turn + 1) % self.size
+
+
+    def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
+        """LTFB: leave `trainer`'s payload (weights, ...) of round `rnd` for its partner."""
+        self.mailbox[(rnd, trainer)] = payload
+
+    def can_collect(self, rnd: Any, trainer: int) -> bool:
+        """Whether `collect(rnd, trainer)` can answer now (front-ends wait for this)."""
+        return (rnd, trainer) in self.mailbox or trainer in self.departed
+
+    def collect(self, rnd: Any, trainer: int) -> Any:
+        """LTFB: take what `trainer` left for round `rnd`; None if it ended without leaving it."""
+        return self.mailbox.pop((rnd, trainer), None)
+
+    def depart(self, trainer: int) -> None:
+        """LTFB: `trainer` has ended; partners waiting for it get None instead of waiting."""
+        self.departed.add(trainer)
+
+
+class ThreadControl:
+    """Stop/abort flags for workers running as threads in one process."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._abort = threading.Event()
+        self.reason = ""
+
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        self.reason = self.reason or reason
+        self._stop.set()
+
+    def abort(self, reason: str) -> None:
+        self.reason = reason
+        self._abort.set()
+        self._stop.set()
+
+    def aborted(self) -> bool:
+        return self._abort.is_set()
+
+
+class ThrottledControl:
+    """Polls a slow control (a scheduler round trip) at most every `interval` seconds."""
+
+    def __init__(self, control: Any, interval: float = 0.2):
+        self.control, self.interval = control, interval
+        self._next = 0.0
+        self._stop = False
+
+    def stop_requested(self) -> bool:
+        now = time.perf_counter()
+        if not self._stop and now >= self._next:
+            self._next = now + self.interval
+            self._stop = self.control.stop_requested()
+        return self._stop
+
+    def request_stop(self, reason: str) -> None:
+        self._stop = True
+        self.control.request_stop(reason)
+
+    def aborted(self) -> bool:
+        return self.control.aborted()
+
+
+class Emulated:
+    """Network emulator: wraps a Comm or Server proxy, adding latency and a bandwidth cap.
+
+    A message of n bytes costs `latency + 8 n / bandwidth`; an allreduce moves
+    2 (P-1)/P of the buffer in and out per worker (a ring), in 2 (P-1) messages.
+    The delay is spent sleeping, so it shows up as communication time, as on a real
+    slow network.
+    """
+
+    def __init__(self, inner: Any, latency_ms: float, bandwidth_gbps: float):
+        self.inner = inner
+        self.latency = latency_ms / 1e3
+        self.bytes_per_s = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps > 0 else float("inf")
+        self.rank = getattr(inner, "rank", 0)
+        self.size = getattr(inner, "size", 1)
+
+    def delay(self, nbytes: int, messages: int = 1) -> None:
+        time.sleep(messages * self.latency + nbytes / self.bytes_per_s)
+
+    def allreduce(self, buf: Any) -> Any:
+        p = self.size
+        if p > 1:
+            self.delay(int(2 * (p - 1) / p * buf.nbytes), messages=2 * (p - 1))
+        return self.inner.allreduce(buf)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name in ("close", "barrier"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nbytes = sum(getattr(a, "nbytes", 0) for a in args)
+            self.delay(nbytes)                     # request
+            out = attr(*args, **kwargs)
+            back = out if isinstance(out, tuple) else (out,)
+            self.delay(sum(getattr(a, "nbytes", 0) for a in back))  # reply
+            return out
+        return call

@@ -1,0 +1,118 @@
+"""In-process implementations (workers as threads): unit tests run every algorithm
+through these, without Dask, and must get the same maths as the distributed ones."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .base import ServerCore, WorkerLost
+
+ABORT_POLL_S = 0.5
+
+
+class ThreadGroup:
+    """Shared state of P thread workers; `comm(rank)` gives each its `Comm`."""
+
+    def __init__(self, size: int, control: Any = None):
+        self.size = size
+        self.control = control
+        self.slots: list[Any] = [None] * size
+        self.result: Any = None
+        self.barrier_ = threading.Barrier(size)
+
+    def comm(self, rank: int) -> "ThreadComm":
+        return ThreadComm(self, rank)
+
+    def wait(self) -> None:
+        # Time out now and then to notice an aborted run instead of hanging forever.
+        while True:
+            try:
+                self.barrier_.wait(timeout=ABORT_POLL_S)
+                return
+            except threading.BrokenBarrierError:
+                if self.control is not None and self.control.aborted():
+                    raise WorkerLost(getattr(self.control, "reason", "run aborted")) from None
+                if self.barrier_.broken:
+                    self.barrier_.reset()
+
+
+class ThreadComm:
+    def __init__(self, group: ThreadGroup, rank: int):
+        self.group, self.rank, self.size = group, rank, group.size
+
+    def allreduce(self, buf: Any) -> Any:
+        g = self.group
+        g.slots[self.rank] = buf
+        g.wait()
+        if self.rank == 0:  # one thread sums in rank order: deterministic
+            total = g.slots[0].copy()
+            for other in g.slots[1:]:
+                total += other
+            g.result = total
+        g.wait()
+        out = g.result.copy()
+        g.wait()  # nobody overwrites slots/result before everyone has copied
+        return out
+
+    def barrier(self) -> None:
+        self.group.wait()
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadServer:
+    """A `ServerCore` behind a lock (FCFS) with a condition for round-robin turns."""
+
+    def __init__(self, core: ServerCore):
+        self.core = core
+        self.lock = threading.Condition()
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        with self.lock:
+            return self.core.pull()
+
+    def push(self, grad: np.ndarray, lr: float, version: int):
+        with self.lock:
+            return self.core.push(grad, lr, version)
+
+    def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
+        """FCFS under the lock; with `rank`, strictly in rank order (original EASGD)."""
+        with self.lock:
+            if rank is None:
+                return self.core.elastic(x, alpha)
+            while self.core.turn != rank:
+                self.lock.wait(timeout=ABORT_POLL_S)
+            d = self.core.elastic(x, alpha)
+            self.core.advance_turn()
+            self.lock.notify_all()
+            return d
+
+    def retire(self, rank: int) -> None:
+        """Round-robin: a finished worker gives up its turns so the rest are not blocked."""
+        with self.lock:
+            self.core.advance_turn(retire=rank)
+            self.lock.notify_all()
+
+    def centre(self) -> np.ndarray:
+        with self.lock:
+            return self.core.centre()
+
+    def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
+        with self.lock:
+            self.core.deposit(rnd, trainer, payload)
+            self.lock.notify_all()
+
+    def collect(self, rnd: Any, trainer: int) -> Any:
+        """LTFB: wait until `trainer` left its round-`rnd` payload (or ended), then take it."""
+        with self.lock:
+            while not self.core.can_collect(rnd, trainer):
+                self.lock.wait(timeout=ABORT_POLL_S)
+            return self.core.collect(rnd, trainer)
+
+    def depart(self, trainer: int) -> None:
+        with self.lock:
+            self.core.depart(trainer)
+            self.lock.notify_all()

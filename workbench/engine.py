@@ -1,0 +1,503 @@
+"""The engine: run one algorithm on a Dask cluster (or on threads) and gather its records.
+
+`run(config, cluster=None, on_record=None)`:
+1. picks the workers (GPU ones first), checks the run fits them, before anything starts;
+2. sets up what the algorithm needs: shared-memory segments, a parameter-server actor,
+   an allreduce (shared memory on one host, NCCL between GPUs, an actor across hosts);
+3. starts ONE long-lived loop per worker (`client.submit` pinned to that worker; never a
+   task per minibatch: a task round trip costs more than a minibatch here);
+4. streams the loops' records to the client (`Worker.log_event` ->
+   `Client.subscribe_topic`), forwards them to `on_record`, passes stop requests on,
+   watches for lost workers; ends the run as completed / stopped / diverged / failed,
+   keeping everything gathered so far.
+
+`cluster="threads"` runs the same loops as threads of this process with in-process
+communication: the unit tests' way to check every algorithm's maths without Dask.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Callable
+
+import numpy as np
+
+from .algorithms import REGISTRY, AlgorithmSpec, WorkerContext, run_loop
+from .backend import get_xp
+from .comm.base import Emulated, ServerCore, ThreadControl, ThrottledControl, WorkerLost
+from .config import ConfigError, RunConfig
+from .metrics import Evaluator
+from .models import make_model
+from .optim import make_plan
+from .results import Collector, OnRecord, RunResult, build_result, event_record
+
+MONITOR_S = 0.05          # client loop period: drain records, pass stop requests on
+LIVENESS_S = 0.5          # how often the client checks that every worker is still there
+DONE_TIMEOUT_S = 5.0      # after the loops return, wait this long for their last records
+STOP_GRACE_S = 2.0        # after a stop request, loops must have ended within this
+
+
+# ------------------------------------------------------------------------------ worker side
+_DATA_CACHE: dict[tuple, Any] = {}
+
+
+def _dataset(config: RunConfig) -> Any:
+    """The run's dataset, loaded once per process (a warm cluster skips the load)."""
+    from .data import load_dataset
+    key = (config.dataset, config.n_samples, config.n_features, config.n_classes, config.seed,
+           config.data_dir)
+    if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()  # keep one dataset per worker process
+        _DATA_CACHE[key] = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
+                                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
+                                        download=config.download)
+    return _DATA_CACHE[key]
+
+
+def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,
+                  server: Any = None, shared: dict | None = None, control: Any = None,
+                  emit: Callable | None = None, t0_wall: float = 0.0,
+                  extra: dict | None = None) -> WorkerContext:
+    """Everything one worker needs: data on its device, its own model instance, plan, links."""
+    xp = get_xp(kind)
+    data = _dataset(config)
+    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                       image_shape=data.image_shape)
+    plan = make_plan(config, data.n_train)
+    X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
+    if config.latency_ms or config.bandwidth_gbps:
+        comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None
+        server = Emulated(server, config.latency_ms, config.bandwidth_gbps) if server is not None else None
+    ctx = WorkerContext(rank=rank, size=size, kind=kind, xp=xp, config=config, plan=plan, model=model,
+                        X=X, y=y, comm=comm, server=server, shared=shared or {}, control=control,
+                        emit=emit, t0_wall=t0_wall, extra=dict(extra or {}))
+    spec = REGISTRY[config.algorithm]
+    if rank == 0 or spec.cls.evaluates == "trainers":
+        ctx.evaluator = Evaluator(model, data, xp)
+    ctx.extra["dataset"] = data
+    return ctx
+
+
+def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer: Any = None) -> dict:
+    """A Dask task: one worker's whole training loop."""
+    from distributed import get_worker
+
+    from .comm.dask import ActorServerProxy, DaskComm, EventControl
+    from .comm.shm import SharedArray, ShmComm
+
+    worker = get_worker()
+    if worker.address != address:  # rescheduled after its worker died: not ours to run
+        return {"status": "rescheduled", "params": None}
+    config = RunConfig.from_dict(run["config"])
+    size, kind = run["size"], run["kinds"][rank]
+    control = ThrottledControl(EventControl(run["run_id"]))
+    comm = None
+    gi, ranks = _my_group(run["groups"], rank)
+    grank, gsize = ranks.index(rank), len(ranks)
+    if run["comm"] == "shm":
+        comm = ShmComm(run["segments"][f"comm{gi}"], grank, gsize, run["comm_elems"], control=control)
+    elif run["comm"] == "dask":
+        comm = DaskComm(reducer[gi], grank, gsize, control=control)
+    elif run["comm"] == "nccl":
+        from .comm.nccl import NcclComm
+        comm = NcclComm(run["nccl_id"][gi], grank, gsize)
+    shared = {name: SharedArray(seg, run["n_params"]) for name, seg in run["segments"].items()
+              if not name.startswith("comm")}
+    proxy = ActorServerProxy(server, control) if server is not None else None
+
+    def emit(records: list[dict]) -> None:
+        worker.log_event(run["topic"], records)
+
+    extra = dict(run.get("extra") or {}, group=gi, group_ranks=ranks)
+    ctx = build_context(config, rank, size, kind, comm=comm, server=proxy, shared=shared, control=control,
+                        emit=emit, t0_wall=run["t0_wall"], extra=extra)
+    try:
+        return _loop(ctx)
+    finally:
+        for s in shared.values():
+            s.close()
+        if comm is not None:
+            comm.close()
+
+
+def _my_group(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
+    for gi, ranks in enumerate(groups):
+        if rank in ranks:
+            return gi, ranks
+    return -1, [rank]
+
+
+def _loop(ctx: WorkerContext) -> dict:
+    """run_loop, turning failures into records the client keeps."""
+    algo = REGISTRY[ctx.config.algorithm].cls(ctx)
+    try:
+        return run_loop(ctx, algo)
+    except WorkerLost as exc:
+        ctx.event("aborted", str(exc))
+        ctx.flush(done=True)
+        return {"status": "failed", "params": None, "error": str(exc)}
+    except Exception as exc:
+        ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+        ctx.flush(done=True)
+        raise
+
+
+# ------------------------------------------------------------------------------ client side
+def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
+        should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Run `config` on a Dask cluster (default: the session's local one) or on "threads"."""
+    spec = REGISTRY.get(config.algorithm)
+    if spec is None:
+        raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
+    if isinstance(cluster, str) and cluster == "threads":
+        return run_threads(config, on_record=on_record, should_stop=should_stop)
+    client = _client_for(config, cluster)
+    return _DaskRun(config, spec, client, on_record, should_stop).run()
+
+
+def _client_for(config: RunConfig, cluster: Any) -> Any:
+    from distributed import Client
+
+    from .cluster import connect, session_client
+    if cluster is None:
+        return session_client(config.cpus, config.gpus, config.scheduler)
+    if isinstance(cluster, Client):
+        return cluster
+    if isinstance(cluster, str):
+        return connect(cluster)
+    return Client(cluster, set_as_default=False)  # a cluster object
+
+
+def choose_workers(available: list[dict], config: RunConfig) -> list[dict]:
+    """The workers a run uses: `gpus` GPU workers (all for "auto") then `cpus` CPU ones."""
+    gpu = [w for w in available if w["kind"] == "gpu"]
+    cpu = [w for w in available if w["kind"] == "cpu"]
+    n_gpu = len(gpu) if config.gpus == "auto" else config.gpus
+    if n_gpu > len(gpu):
+        raise ConfigError("gpus", f"at most the {len(gpu)} GPU worker(s) of this cluster", config.gpus)
+    if config.cpus > len(cpu):
+        raise ConfigError("cpus", f"at most the {len(cpu)} CPU worker(s) of this cluster", config.cpus)
+    chosen = gpu[:n_gpu] + cpu[:config.cpus]
+    if not chosen:
+        raise ConfigError("cpus", "at least one worker in total (cpus + gpus)", config.cpus)
+    if config.batch_size < len(chosen):
+        raise ConfigError("batch_size", f"at least the number of workers ({len(chosen)})", config.batch_size)
+    return chosen
+
+
+def choose_comm(config: RunConfig, workers: list[dict]) -> str:
+    """shm on one host, NCCL between GPU-only workers (if asked or available), else Dask."""
+    one_host = len({w["host"] for w in workers}) == 1
+    if config.comm == "shm" and not one_host:
+        raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    if config.comm != "auto":
+        return config.comm
+    if all(w["kind"] == "gpu" for w in workers) and _nccl_available():
+        return "nccl"
+    return "shm" if one_host else "dask"
+
+
+def _nccl_available() -> bool:
+    try:
+        from cupy.cuda import nccl  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+class _DaskRun:
+    """One run on a Dask cluster: set-up, loops, monitoring, clean-up."""
+
+    def __init__(self, config: RunConfig, spec: AlgorithmSpec, client: Any, on_record: OnRecord | None,
+                 should_stop: Callable[[], bool] | None):
+        self.config, self.spec, self.client = config, spec, client
+        self.collector = Collector(on_record)
+        self.should_stop = should_stop
+        self.run_id = uuid.uuid4().hex[:12]
+        self.topic = f"workbench-{self.run_id}"
+        self.records: queue.SimpleQueue = queue.SimpleQueue()
+        self.segments: dict[str, str] = {}
+        self.actors: list[Any] = []
+
+    def run(self) -> RunResult:
+        from .comm.dask import EventControl
+
+        config, spec, client = self.config, self.spec, self.client
+        from .cluster import workers_of
+        self.workers = choose_workers(workers_of(client), config)
+        size = len(self.workers)
+        if spec.same_host and len({w["host"] for w in self.workers}) > 1:
+            raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
+                              f"these are on {sorted({w['host'] for w in self.workers})}", config.algorithm)
+        data = _dataset(config)
+        model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                           image_shape=data.image_shape)
+        plan = make_plan(config, data.n_train)  # validates the schedule before anything starts
+        params0 = model.init(config.seed)
+        self.control = EventControl(self.run_id, client=client)
+        comm = choose_comm(config, self.workers) if spec.needs_comm else None
+        groups = spec.comm_groups(config, size)
+        t_setup = time.time()
+        run_info: dict[str, Any] = {
+            "run_id": self.run_id, "topic": self.topic, "config": config.to_dict(), "size": size,
+            "kinds": [w["kind"] for w in self.workers], "comm": comm, "n_params": model.n_params,
+            "segments": {}, "t0_wall": t_setup, "groups": groups, "extra": spec.extra(config, size) if spec.extra else {},
+        }
+        addr0 = self.workers[0]["address"]
+        server = reducer = None
+        try:
+            for gi, ranks in enumerate(groups if comm else []):
+                lead = self.workers[ranks[0]]["address"]
+                if comm == "shm":
+                    from .comm.shm import allreduce_nbytes, create_segment
+                    run_info["comm_elems"] = spec.comm_elems(model.n_params, size)
+                    nbytes = allreduce_nbytes(len(ranks), run_info["comm_elems"])
+                    self.segments[f"comm{gi}"] = client.submit(create_segment, f"wb{self.run_id}c{gi}", nbytes,
+                                                               workers=[addr0], pure=False).result()
+                elif comm == "dask":
+                    from .comm.dask import ReducerActor
+                    reducer = reducer or []
+                    reducer.append(client.submit(ReducerActor, len(ranks), actor=True, workers=[lead],
+                                                 pure=False).result())
+                    self.actors.append(reducer[-1])
+                elif comm == "nccl":
+                    from .comm.nccl import unique_id
+                    run_info.setdefault("nccl_id", []).append(
+                        client.submit(unique_id, workers=[lead], pure=False).result())
+            for name in spec.shared:
+                self.segments[name] = client.submit(_create_shared, f"wb{self.run_id}{name[:1]}", params0,
+                                                    workers=[addr0], pure=False).result()
+            run_info["segments"] = dict(self.segments)
+            if spec.server is not None:
+                from .comm.dask import ServerActor
+                server = client.submit(ServerActor, params0, size=size, **spec.server(config), actor=True,
+                                       workers=[addr0], pure=False).result()
+                self.actors.append(server)
+            client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
+            run_info["t0_wall"] = t0 = time.time()
+            futures = [client.submit(_worker_main, run_info, rank, w["address"], server, reducer,
+                                     workers=[w["address"]], allow_other_workers=False, pure=False,
+                                     key=f"workbench-loop-{self.run_id}-{rank}")
+                       for rank, w in enumerate(self.workers)]
+            status, params, extra = self._monitor(futures, t0)
+        finally:
+            self._cleanup()
+        wall = time.time() - run_info["t0_wall"]
+        extra.update({"comm": comm, "run_id": self.run_id, "setup_s": run_info["t0_wall"] - t_setup,
+                      "total_steps_planned": plan.total_steps, "lr_schedule": plan.schedule_text})
+        return build_result(config.to_dict(), self.collector, status=status, wall_time_s=wall,
+                            workers=[_public(w, rank) for rank, w in enumerate(self.workers)],
+                            extra=extra, params=params)
+
+    # ------------------------------------------------------------------ monitoring
+    def _drain(self, done: set) -> None:
+        batch: list[dict] = []
+        while True:
+            try:
+                records = self.records.get_nowait()
+            except queue.Empty:
+                break
+            for r in records:
+                if r.get("kind") == "done":
+                    done.add(int(r["worker"]))
+                else:
+                    batch.append(r)
+        if batch:
+            self.collector(batch)
+
+    def _monitor(self, futures: list, t0: float) -> tuple[str, Any, dict]:
+        client, spec = self.client, self.spec
+        done: set[int] = set()
+        lost: dict[int, str] = {}
+        stop_asked, next_liveness = False, 0.0
+        addresses = [w["address"] for w in self.workers]
+        stop_deadline = None
+        try:
+            while True:
+                self._drain(done)
+                if not stop_asked and self.should_stop is not None and self.should_stop():
+                    stop_asked, stop_deadline = True, time.time() + STOP_GRACE_S
+                    self.control.request_stop("stop requested")
+                    self.collector([event_record(time.time() - t0, "stop_requested", None, "stop requested by the user")])
+                pending = [i for i, f in enumerate(futures) if not f.done() and i not in lost]
+                if not pending:
+                    break
+                if time.time() >= next_liveness:
+                    next_liveness = time.time() + LIVENESS_S
+                    alive = set(client.nthreads())
+                    for rank, addr in enumerate(addresses):
+                        if rank not in lost and addr not in alive:
+                            lost[rank] = addr
+                            name = self.workers[rank]["name"]
+                            self.collector([event_record(time.time() - t0, "worker_lost", rank,
+                                                         f"worker {rank} ({name}, {addr}) was lost at "
+                                                         f"{time.time() - t0:.1f}s")])
+                            client.cancel(futures[rank])
+                            if spec.cls.sync:
+                                self.control.abort(f"worker {rank} lost")
+                if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
+                    client.cancel(futures)  # loops ignored the stop request: do not hang
+                    break
+                time.sleep(MONITOR_S)
+        except KeyboardInterrupt:
+            stop_asked = True
+            self.control.request_stop("KeyboardInterrupt")
+            self.collector([event_record(time.time() - t0, "stop_requested", None, "KeyboardInterrupt")])
+            deadline = time.time() + STOP_GRACE_S * 3
+            while time.time() < deadline and not all(f.done() for i, f in enumerate(futures) if i not in lost):
+                self._drain(done)
+                time.sleep(MONITOR_S)
+        # Gather what the loops returned; a failed loop still leaves its streamed records.
+        results: dict[int, dict] = {}
+        for rank, f in enumerate(futures):
+            if rank in lost or not f.done():
+                continue
+            try:
+                results[rank] = f.result()
+            except Exception as exc:  # the loop raised; its traceback was streamed as an event
+                results[rank] = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+        expected = {r for r in results if results[r].get("status") != "rescheduled"}
+        deadline = time.time() + DONE_TIMEOUT_S
+        while not expected <= done and time.time() < deadline:
+            time.sleep(MONITOR_S)
+            self._drain(done)
+        self._drain(done)
+        statuses = {r: res.get("status") for r, res in results.items()}
+        if lost and spec.cls.sync:
+            status = "failed"
+        elif "diverged" in statuses.values() or self._any_event("diverged"):
+            status = "diverged"
+        elif stop_asked or "stopped" in statuses.values():
+            status = "stopped"
+        elif "failed" in statuses.values():
+            status = "failed"
+        else:
+            status = "completed"
+        errors = {str(r): res["error"] for r, res in results.items() if res.get("error")}
+        params = results.get(0, {}).get("params")
+        extra: dict[str, Any] = {"lost_workers": {str(r): a for r, a in lost.items()}}
+        if errors:
+            extra["errors"] = errors
+        for res in results.values():
+            extra.update(res.get("summary", {}))
+        return status, params, extra
+
+    def _any_event(self, name: str) -> bool:
+        return any(e.get("event") == name for e in self.collector.rows.get("event", []))
+
+    def _cleanup(self) -> None:
+        from .comm.shm import unlink_segment
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self.topic)
+        addr0 = self.workers[0]["address"] if getattr(self, "workers", None) else None
+        for name in self.segments.values():
+            with contextlib.suppress(Exception):
+                self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=10)
+        self.actors.clear()
+
+
+def _create_shared(name: str, params: np.ndarray) -> str:
+    """Create a shared segment holding a copy of `params` (runs on worker 0)."""
+    from .comm.shm import SharedArray, create_segment
+    seg = create_segment(name, params.nbytes)
+    arr = SharedArray(seg, params.shape[0], params.dtype)
+    arr.array[:] = params
+    return seg
+
+
+def _public(worker: dict, rank: int) -> dict:
+    return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"],
+            "address": worker["address"], "device": worker.get("device")}
+
+
+# ------------------------------------------------------------------------------ threads
+class _LocalArray:
+    """A plain array standing in for a shared-memory one (threads share memory anyway)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def close(self) -> None:
+        pass
+
+
+def run_threads(config: RunConfig, on_record: OnRecord | None = None,
+                should_stop: Callable[[], bool] | None = None, kinds: list[str] | None = None) -> RunResult:
+    """Run the algorithm's loops as threads of this process (no Dask): the same maths,
+    in-process communication. `kinds` lets tests stand CPU workers in for GPU ones."""
+    from .comm.threads import ThreadGroup, ThreadServer
+
+    spec = REGISTRY[config.algorithm]
+    size = config.cpus + (config.gpus if isinstance(config.gpus, int) else 0)
+    kinds = kinds or ["cpu"] * size
+    data = _dataset(config)
+    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                       image_shape=data.image_shape)
+    plan = make_plan(config, data.n_train)
+    params0 = model.init(config.seed)
+    control = ThreadControl()
+    groups = spec.comm_groups(config, size)
+    thread_groups = [ThreadGroup(len(ranks), control) for ranks in groups] if spec.needs_comm else []
+    server = ThreadServer(ServerCore(params0, size=size, **spec.server(config))) if spec.server else None
+    shared = {name: _LocalArray(params0.copy()) for name in spec.shared}
+    collector = Collector(on_record)
+    lock = threading.Lock()
+
+    def emit(records: list[dict]) -> None:
+        with lock:
+            collector([r for r in records if r.get("kind") != "done"])
+
+    t0 = time.time()
+    results: dict[int, dict] = {}
+    extra_setup = spec.extra(config, size) if spec.extra else {}
+
+    def work(rank: int) -> None:
+        gi, ranks = _my_group(groups, rank)
+        comm = thread_groups[gi].comm(ranks.index(rank)) if thread_groups else None
+        ctx = build_context(config, rank, size, kinds[rank], comm=comm, server=server, shared=shared,
+                            control=control, emit=emit, t0_wall=t0,
+                            extra=dict(extra_setup, group=gi, group_ranks=ranks))
+        try:
+            results[rank] = _loop(ctx)
+        except Exception as exc:
+            results[rank] = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+            control.abort(str(exc))
+
+    threads = [threading.Thread(target=work, args=(r,), name=f"workbench-{r}", daemon=True) for r in range(size)]
+    for t in threads:
+        t.start()
+    stop_asked = False
+    try:
+        while any(t.is_alive() for t in threads):
+            if not stop_asked and should_stop is not None and should_stop():
+                stop_asked = True
+                control.request_stop("stop requested")
+            time.sleep(MONITOR_S)
+    except KeyboardInterrupt:
+        stop_asked = True
+        control.request_stop("KeyboardInterrupt")
+        for t in threads:
+            t.join(timeout=STOP_GRACE_S * 3)
+    statuses = [r.get("status") for r in results.values()]
+    if "failed" in statuses:
+        status = "failed"
+    elif "diverged" in statuses:
+        status = "diverged"
+    elif stop_asked or "stopped" in statuses:
+        status = "stopped"
+    else:
+        status = "completed"
+    extra: dict[str, Any] = {"comm": "threads", "total_steps_planned": plan.total_steps,
+                             "lr_schedule": plan.schedule_text}
+    errors = {str(r): res["error"] for r, res in results.items() if res.get("error")}
+    if errors:
+        extra["errors"] = errors
+    for res in results.values():
+        extra.update(res.get("summary", {}))
+    workers = [{"rank": r, "name": f"thread-{r}", "kind": kinds[r], "host": "localhost"} for r in range(size)]
+    return build_result(config.to_dict(), collector, status=status, wall_time_s=time.time() - t0,
+                        workers=workers, extra=extra, params=results.get(0, {}).get("params"))
