@@ -261,9 +261,7 @@ class _DaskRun:
                 elif comm == "dask":
                     from .comm.dask import ReducerActor
                     reducer = reducer or []
-                    reducer.append(client.submit(ReducerActor, len(ranks), actor=True, workers=[lead],
-                                                 pure=False).result())
-                    self.actors.append(reducer[-1])
+                    reducer.append(self._actor(ReducerActor, len(ranks), where=lead))
                 elif comm == "nccl":
                     from .comm.nccl import unique_id
                     run_info.setdefault("nccl_id", []).append(
@@ -274,9 +272,7 @@ class _DaskRun:
             run_info["segments"] = dict(self.segments)
             if spec.server is not None:
                 from .comm.dask import ServerActor
-                server = client.submit(ServerActor, params0, size=size, **spec.server(config), actor=True,
-                                       workers=[addr0], pure=False).result()
-                self.actors.append(server)
+                server = self._actor(ServerActor, params0, size=size, where=addr0, **spec.server(config))
             client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
             run_info["t0_wall"] = t0 = time.time()
             futures = [client.submit(_worker_main, run_info, rank, w["address"], server, reducer,
@@ -292,6 +288,13 @@ class _DaskRun:
         return build_result(config.to_dict(), self.collector, status=status, wall_time_s=wall,
                             workers=[_public(w, rank) for rank, w in enumerate(self.workers)],
                             extra=extra, params=params)
+
+    def _actor(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
+        """Start an actor on one worker; its future is kept until clean-up, since the
+        scheduler forgets an actor (and its state) once nobody holds the future."""
+        future = self.client.submit(cls, *args, **kwargs, actor=True, workers=[where], pure=False)
+        self.actors.append(future)
+        return future.result()
 
     # ------------------------------------------------------------------ monitoring
     def _drain(self, done: set) -> None:

@@ -97,6 +97,19 @@ class WorkerContext:
             return self.comm.allreduce(buf)
         return self.xp.asarray(self.comm.allreduce(to_numpy(buf)))
 
+    def comm_buffer(self, m: int, dtype: Any) -> Any:
+        """A buffer of m elements to fill and allreduce: the comm's own slot when it has
+        one (shared memory: no copy in), else a fresh zeroed array on the device."""
+        if self.xp is np and self.comm is not None:
+            try:
+                buf = self.comm.buffer(m)
+                if buf.dtype == dtype:
+                    buf[...] = 0
+                    return buf
+            except AttributeError:
+                pass
+        return self.xp.zeros(m, dtype=dtype)
+
     # ---------------------------------------------------------------- records
     def record(self, rec: dict) -> None:
         self._pending.append(rec)

@@ -37,7 +37,7 @@ class SyncSGD(Algorithm):
         self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
-        self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
+        self.buf = ctx.comm_buffer(n + 2 + ctx.size, self.params.dtype)
         self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
         self.speed_sum = [0.0] * ctx.size   # samples / compute_s, accumulated since last rebalance
         self.speed_n = 0

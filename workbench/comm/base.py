@@ -183,6 +183,9 @@ class Emulated:
     def delay(self, nbytes: int, messages: int = 1) -> None:
         time.sleep(messages * self.latency + nbytes / self.bytes_per_s)
 
+    def buffer(self, m: int) -> Any:
+        return self.inner.buffer(m)  # AttributeError if the inner comm has none
+
     def allreduce(self, buf: Any) -> Any:
         p = self.size
         if p > 1:

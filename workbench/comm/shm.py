@@ -11,6 +11,7 @@ on weaker memory models this relies on the interpreter's own barriers between by
 """
 from __future__ import annotations
 
+import os
 import time
 from multiprocessing import shared_memory
 from typing import Any
@@ -19,8 +20,8 @@ import numpy as np
 
 from .base import WorkerLost
 
-SPIN = 200                 # busy polls before starting to sleep
-SLEEP_S = 20e-6            # sleep between polls once spinning did not pay
+SPIN = 2000                # polls (yielding the core) before starting to sleep
+SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
 ABORT_POLL_S = 0.5         # how often a blocked wait checks whether the run was aborted
 
 
@@ -81,23 +82,31 @@ class ShmComm:
         self.slots = np.ndarray((size, n), dtype=dtype, buffer=buf, offset=off)        # (P, n)
         self.total = np.ndarray((n,), dtype=dtype, buffer=buf, offset=off + itemsize * n * size)
         self.phase = int(self.flags[rank])
-        self.out = np.empty(n, dtype=dtype)
+
+    def buffer(self, m: int) -> np.ndarray:
+        """This rank's slot as an array of m elements: write the contribution straight
+        into it and `allreduce` skips the copy in."""
+        if m > self.n:
+            raise ValueError(f"buf: at most {self.n} elements for this segment, got {m}")
+        return self.slots[self.rank, :m]
 
     def allreduce(self, buf: Any) -> np.ndarray:
+        """The sum, as a view of the shared total: valid until this rank's next call
+        (no peer can start overwriting it before this rank arrives again)."""
         m = buf.shape[0]
         if m > self.n:
             raise ValueError(f"buf: at most {self.n} elements for this segment, got {m}")
         lo, hi = self.rank * m // self.size, (self.rank + 1) * m // self.size  # my column block
-        self.slots[self.rank, :m] = buf
+        mine = self.slots[self.rank, :m]
+        if not (buf.ctypes.data == mine.ctypes.data and buf.strides == mine.strides):
+            mine[...] = buf
         self._arrive()
         block = self.total[lo:hi]
         np.copyto(block, self.slots[0, lo:hi])
         for r in range(1, self.size):  # rank order: the same sum on every run
             block += self.slots[r, lo:hi]
         self._arrive()
-        out = self.out[:m]
-        np.copyto(out, self.total[:m])
-        return out
+        return self.total[:m]
 
     def barrier(self) -> None:
         self._arrive()
@@ -109,7 +118,9 @@ class ShmComm:
         spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
         while flags.min() < phase:
             spins += 1
-            if spins > SPIN:
+            if spins < SPIN:
+                os.sched_yield()   # a peer is usually microseconds away: stay on the core
+            else:
                 time.sleep(SLEEP_S)
                 if time.perf_counter() > deadline:
                     deadline = time.perf_counter() + ABORT_POLL_S
