@@ -107,7 +107,7 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
         comm = NcclComm(run["nccl_id"][gi], grank, gsize)
     shared = {name: SharedArray(seg, run["n_params"]) for name, seg in run["segments"].items()
               if not name.startswith("comm")}
-    proxy = ActorServerProxy(server, control) if server is not None else None
+    proxy = (run.get("proxy") or ActorServerProxy)(server, control) if server is not None else None
 
     def emit(records: list[dict]) -> None:
         worker.log_event(run["topic"], records)
@@ -273,6 +273,13 @@ class _DaskRun:
             if spec.server is not None:
                 from .comm.dask import ServerActor
                 server = self._actor(ServerActor, params0, size=size, where=addr0, **spec.server(config))
+            if spec.host is not None:
+                hs = spec.host(config, size, model, params0)
+                cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
+                where = cpus[0] if hs.get("prefer") == "cpu" and cpus else addr0
+                server = self._actor(hs["actor"], *hs["args"], where=where, **hs["kwargs"])
+                run_info["proxy"] = hs["proxy"]
+                run_info["host_address"] = where
             client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
             run_info["t0_wall"] = t0 = time.time()
             futures = [client.submit(_worker_main, run_info, rank, w["address"], server, reducer,
@@ -446,6 +453,9 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
     groups = spec.comm_groups(config, size)
     thread_groups = [ThreadGroup(len(ranks), control) for ranks in groups] if spec.needs_comm else []
     server = ThreadServer(ServerCore(params0, size=size, **spec.server(config))) if spec.server else None
+    if spec.host is not None:
+        hs = spec.host(config, size, model, params0)
+        server = hs["thread"](*hs["args"], **hs["kwargs"])
     shared = {name: _LocalArray(params0.copy()) for name in spec.shared}
     collector = Collector(on_record)
     lock = threading.Lock()

@@ -30,8 +30,15 @@ class SGD:
     def step(self, params: Any, grad: Any, lr: float, lo: int = 0, hi: int | None = None) -> None:
         """Apply one update to `params[lo:hi]` from `grad[lo:hi]` (a chunk, or everything)."""
         hi = params.shape[0] if hi is None else hi
+        self.step_chunk(params, grad[lo:hi], lr, lo, hi)
+
+    def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
+        """Update `params[lo:hi]` from the gradient of just that chunk (CGDP's per-chunk update).
+
+        Each element's update depends only on its own gradient and velocity, so updating
+        chunk by chunk is exactly the whole update."""
         x, g = params[lo:hi], self._g[lo:hi]
-        g[...] = grad[lo:hi]
+        g[...] = grad_chunk
         if self.weight_decay:
             g += self.weight_decay * x
         if self.velocity is None:

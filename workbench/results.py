@@ -144,6 +144,16 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
     n_steps = int(steps["step"].max()) + 1 if len(steps) else 0
+    per_worker = []
+    if len(steps):
+        grouped = steps.groupby("worker")[["samples", "compute_s", "comm_s", "wait_s"]].sum()
+        for worker, row in grouped.iterrows():
+            busy_w = row.compute_s + row.comm_s + row.wait_s
+            per_worker.append({"worker": worker, "samples": int(row.samples),
+                               "share": float(row.samples / samples) if samples else 0.0,
+                               "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
+                               "wait_s": float(row.wait_s),
+                               "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
     summary: dict[str, Any] = {
         "status": status,
         "algorithm": config.get("algorithm"),
@@ -159,6 +169,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
         "comm_fraction": (comm_s + wait_s) / busy if busy > 0 else 0.0,
+        "per_worker": per_worker,
         "events": events,
         "versions": versions(),
     }

@@ -27,6 +27,19 @@ REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="sp
 SMOOTHING = 0.5       # weight of the newest speed estimate
 
 
+def rebalance(shares: list[float], speeds: list[float], smoothing: float = SMOOTHING) -> list[float]:
+    """New batch shares moved towards each worker's measured speed (samples/s), so that
+    every worker needs the same time for its slice.
+
+    >>> [round(s, 3) for s in rebalance([0.5, 0.5], [300.0, 100.0], smoothing=1.0)]
+    [0.75, 0.25]
+    >>> [round(s, 3) for s in rebalance([0.5, 0.5], [300.0, 100.0], smoothing=0.5)]
+    [0.625, 0.375]
+    """
+    total_speed, total_share = sum(speeds), sum(shares)
+    return [smoothing * v / total_speed + (1 - smoothing) * s / total_share for v, s in zip(speeds, shares)]
+
+
 class SyncSGD(Algorithm):
     sync = True
 
@@ -79,14 +92,11 @@ class SyncSGD(Algorithm):
             self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
         self.speed_n += 1
         if self.speed_n == REBALANCE_EVERY:
-            speeds = [s / self.speed_n for s in self.speed_sum]
-            total = sum(speeds)
-            new = [s / total for s in speeds]
-            old_total = sum(self.shares)
-            self.shares = [SMOOTHING * a + (1 - SMOOTHING) * b / old_total for a, b in zip(new, self.shares)]
+            self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
             self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
             if self.ctx.rank == 0:
                 self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
+        self.summary = {"final_shares": [round(s, 4) for s in self.shares]}
 
     # -------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOut:

@@ -1,0 +1,294 @@
+"""`cgdp`: CPU-GPU data parallel SGD (Le et al., ICPE'18).
+
+The master weights and the optimiser state live in host memory, with a master on a CPU
+worker. Device workers (GPUs, or CPU workers standing in for them) compute the gradient
+of their slice of each global batch; as the backward pass finishes a chunk of layers, the
+worker ships that chunk's weighted gradient to the master without waiting and goes on
+with the backward pass. When every worker's part of a chunk has arrived, the master sums
+them (in rank order: deterministic) and updates that chunk of the master weights with
+the shared SGD rule: host-side aggregation and update overlap with the devices'
+remaining backward work. Before the next forward pass each worker fetches the fresh
+weights.
+
+The maths is sync_sgd's (and so single-process SGD's on the same global batch): a chunk
+of the update only uses that chunk's gradient and optimiser state.
+
+Chunking: layers are grouped `chunk_layers` at a time in backward order (the paper syncs
+per group of layers). With `chunk_layers="auto"` the master times iterations: it starts
+at one layer per chunk and grows the chunk while an iteration gets faster, then keeps
+the best (the paper's run-time choice). Every worker learns the chunking for the next
+step from its fetch, so all agree.
+
+Records: compute_s is the forward+backward including the non-blocking sends; comm_s the
+fetch (waiting for the last chunk's update and copying weights back); wait_s the part of
+that fetch spent waiting for slower workers.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backend import to_numpy
+from ..data import split_batch
+from ..optim import SGD
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+TUNE_STEPS = 4       # iterations timed per chunk size while auto-tuning (after a warm-up step)
+
+
+def chunk_bounds(groups: list[tuple[int, int]], chunk_layers: int) -> list[tuple[int, int]]:
+    """Flat-vector slices of each chunk, in BACKWARD order (last layers first).
+
+    >>> chunk_bounds([(0, 10), (10, 15), (15, 18)], 2)
+    [(10, 18), (0, 10)]
+    """
+    back = list(reversed(groups))
+    chunks = []
+    for i in range(0, len(back), chunk_layers):
+        part = back[i:i + chunk_layers]
+        chunks.append((min(lo for lo, _ in part), max(hi for _, hi in part)))
+    return chunks
+
+
+class ChunkTuner:
+    """Grow the chunk while iterations get faster; keep the best (the paper's rule)."""
+
+    def __init__(self, setting: int | str, n_layers: int):
+        self.auto = setting == "auto"
+        self.n_layers = n_layers
+        self.current = 1 if self.auto else min(int(setting), n_layers)
+        self.best: tuple[float, int] | None = None
+        self.samples: list[float] = []
+        self.done = not self.auto
+
+    def observe(self, step_s: float) -> int:
+        """Record one iteration's time; returns the chunk size for the next iteration."""
+        if self.done:
+            return self.current
+        self.samples.append(step_s)
+        if len(self.samples) < TUNE_STEPS + 1:
+            return self.current
+        t = float(np.median(self.samples[1:]))  # the first step after a change warms caches
+        self.samples = []
+        if self.best is None or t < self.best[0]:
+            self.best = (t, self.current)
+            if self.current < self.n_layers:
+                self.current += 1
+                return self.current
+        self.current, self.done = self.best[1], True
+        return self.current
+
+
+class ChunkMaster:
+    """Master weights, optimiser and the per-chunk reduction; front-end free."""
+
+    def __init__(self, params: np.ndarray, size: int, groups: list[tuple[int, int]], chunk_layers: int | str,
+                 momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0):
+        self.x = np.array(params, copy=True)
+        self.opt = SGD(self.x.shape[0], np, self.x.dtype, momentum, nesterov, weight_decay)
+        self.size, self.groups = size, [tuple(g) for g in groups]
+        self.tuner = ChunkTuner(chunk_layers, len(self.groups))
+        self.parts: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+        self.step, self.chunks_left, self.loss, self.stop = -1, 0, 0.0, False
+        self.outcome = (0.0, False)   # (loss, stop) of the last completed step
+        self.last_done = time.perf_counter()
+        self.chunk_history: list[int] = []
+
+    def add(self, step: int, rank: int, lo: int, hi: int, grad: np.ndarray, lr: float,
+            loss_w: float = 0.0, stop: bool = False) -> bool:
+        """One worker's weighted chunk; updates that chunk once every worker's part is
+        in. Returns True when this completed the whole step.
+
+        The stop flag rides on the first chunk sent (rank 0's last layers), so it is
+        known before any chunk of the step completes: a stopped step changes nothing."""
+        if step != self.step:  # first chunk of a new step
+            self.step, self.loss, self.stop = step, 0.0, False
+            self.chunks_left = len(chunk_bounds(self.groups, self.tuner.current))
+        parts = self.parts.setdefault((lo, hi), {})
+        parts[rank] = grad
+        self.loss += loss_w
+        self.stop = self.stop or stop
+        if len(parts) < self.size:
+            return False
+        total = parts[0].copy()
+        for r in range(1, self.size):  # rank order: deterministic sums
+            total += parts[r]
+        del self.parts[(lo, hi)]
+        if not self.stop:
+            self.opt.step_chunk(self.x, total, lr, lo, hi)
+        self.chunks_left -= 1
+        if self.chunks_left:
+            return False
+        # A fast worker may start the next step before a slow one fetches this one:
+        # keep this step's outcome apart from the running sums.
+        self.outcome = (float(self.loss), bool(self.stop))
+        now = time.perf_counter()
+        self.chunk_history.append(self.tuner.current)
+        self.tuner.observe(now - self.last_done)
+        self.last_done = now
+        return True
+
+    def result(self) -> tuple[np.ndarray, float, bool, int]:
+        """Fresh weights, the step's global loss, the stop flag, next step's chunk size."""
+        loss, stop = self.outcome
+        return self.x.copy(), loss, stop, self.tuner.current
+
+
+class ThreadChunkMaster:
+    """ChunkMaster for workers that are threads: a lock, and a condition per step."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.core = ChunkMaster(*args, **kwargs)
+        self.cond = threading.Condition()
+        self.completed = -1
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False) -> None:
+        with self.cond:
+            if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop):
+                self.completed = step
+                self.cond.notify_all()
+
+    def fetch(self, step: int):
+        with self.cond:
+            while not self.cond.wait_for(lambda: self.completed >= step, timeout=0.5):
+                pass
+            return self.core.result()
+
+    def wait_sent(self) -> None:
+        pass  # pushes are synchronous here
+
+    def history(self) -> list[int]:
+        return list(self.core.chunk_history)
+
+
+class ChunkMasterActor:
+    """ChunkMaster as a Dask actor: coroutines on the hosting worker's event loop, so
+    chunk sums and updates run while the devices are still in their backward pass."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.core = ChunkMaster(*args, **kwargs)
+        self.completed = -1
+        self._cond: asyncio.Condition | None = None
+
+    def _c(self) -> asyncio.Condition:
+        if self._cond is None:  # made on the worker's loop, at first use
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False) -> None:
+        if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop):
+            cond = self._c()
+            async with cond:
+                self.completed = step
+                cond.notify_all()
+
+    async def fetch(self, step: int):
+        cond = self._c()
+        async with cond:
+            await cond.wait_for(lambda: self.completed >= step)
+        return self.core.result()
+
+    async def history(self) -> list[int]:
+        return list(self.core.chunk_history)
+
+
+class ChunkMasterProxy:
+    """Worker side of ChunkMasterActor: pushes are fire-and-forget (checked before the
+    fetch), fetches block, polling for an aborted run."""
+
+    def __init__(self, actor: Any, control: Any = None):
+        from ..comm.dask import _ActorCall
+        self.caller = _ActorCall(actor, control)
+        self.actor = actor
+        self.sent: list[Any] = []
+
+    def push(self, *args: Any) -> None:
+        self.sent.append(self.actor.push(*args))
+
+    def wait_sent(self) -> None:
+        for fut in self.sent:
+            fut.result()
+        self.sent = []
+
+    def fetch(self, step: int):
+        return self.caller.call("fetch", step)
+
+    def history(self) -> list[int]:
+        return self.caller.call("history")
+
+
+class CGDP(Algorithm):
+    sync = True
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        xp, model = ctx.xp, ctx.model
+        self.master = ctx.server
+        self.params = xp.asarray(model.init(ctx.config.seed))
+        self.grad = xp.empty_like(self.params)
+        self.groups = model.layer_groups()
+        setting = ctx.config.chunk_layers
+        self.chunks = chunk_bounds(self.groups, 1 if setting == "auto" else min(int(setting), len(self.groups)))
+        self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
+        self.clock = timed(xp)
+
+    def step(self, step: int) -> StepOut:
+        ctx = self.ctx
+        lr = ctx.plan.schedule(step)
+        lo_b, hi_b = split_batch(ctx.plan.batch_size, self.shares)[ctx.rank]
+        w = (hi_b - lo_b) / ctx.plan.batch_size
+        X, y = ctx.batch(step, lo_b, hi_b)
+        stop = ctx.rank == 0 and ctx.stop_requested()
+        starts = {lo: hi for lo, hi in self.chunks}
+        first = [True]
+        held: list[tuple[int, int]] = []
+
+        def ready(start: int, _stop: int) -> None:
+            # Layers finish last-first; a chunk goes out as soon as its lowest layer is in.
+            if start not in starts:
+                return
+            if start == 0:          # the final chunk carries the loss, known on return
+                held.append((0, starts[0]))
+                return
+            self.master.push(step, ctx.rank, start, starts[start], to_numpy(self.grad[start:starts[start]]) * w,
+                             lr, 0.0, stop and first[0])
+            first[0] = False
+
+        t0 = self.clock()
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad, on_grad_ready=ready)
+        for lo, hi in held:
+            self.master.push(step, ctx.rank, lo, hi, to_numpy(self.grad[lo:hi]) * w, lr, loss * w, stop and first[0])
+        t1 = self.clock()
+        self.master.wait_sent()
+        params, gloss, gstop, chunking = self.master.fetch(step)
+        t2 = time.perf_counter()
+        self.params = ctx.xp.asarray(params)
+        self.chunks = chunk_bounds(self.groups, chunking)
+        out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1)
+        if gstop:
+            out.stop = "stopped"
+        elif not math.isfinite(gloss):
+            out.stop = "diverged"
+        return out
+
+    def eval_params(self) -> Any:
+        return self.params
+
+    def finish(self) -> Any:
+        if self.ctx.rank == 0:
+            hist = self.master.history()
+            self.summary = {"chunk_layers_used": hist[-1] if hist else None,
+                            "chunk_layers_tried": sorted(set(hist))}
+        return super().finish()
+
+
+def host_spec(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:
+    """What the engine starts for cgdp: the chunk master, on a CPU worker if there is one."""
+    return {"actor": ChunkMasterActor, "thread": ThreadChunkMaster, "proxy": ChunkMasterProxy, "prefer": "cpu",
+            "args": (params0, size, model.layer_groups(), config.chunk_layers),
+            "kwargs": {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}}
