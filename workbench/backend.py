@@ -30,6 +30,15 @@ def cupy_or_none() -> Any:
         return None
 
 
+def nccl() -> Any:
+    """CuPy's NCCL bindings (`cupy.cuda.nccl`); ImportError with the install hint if absent."""
+    try:
+        from cupy.cuda import nccl as module
+    except Exception as exc:
+        raise ImportError(f"NCCL allreduce needs CuPy with NCCL (pip install nvidia-nccl-cu12; {GPU_INSTALL_HINT})") from exc
+    return module
+
+
 def gpu_count() -> int:
     """Number of visible CUDA devices (0 without CuPy or a GPU)."""
     cp = cupy_or_none()

@@ -130,21 +130,39 @@ def _has_dask_cuda() -> bool:
         return False
 
 
-def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any) -> Any:
-    """GPU and CPU workers in one SpecCluster; each knows its kind and device."""
+def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
+                   devices: list[int] | None = None) -> Any:
+    """GPU and CPU workers in one SpecCluster; each knows its kind and device.
+
+    `devices[i]` is GPU worker i's device (default i); repeating a device lets several
+    workers share one GPU (what a one-GPU machine can show: never multi-GPU scaling)."""
     from distributed import Nanny, Scheduler, SpecCluster
 
+    devices = devices or list(range(n_gpus))
     workers: dict[str, dict] = {}
     for i in range(n_gpus):
         workers[f"gpu-{i}"] = {"cls": Nanny, "options": {
             "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
-            "resources": {"GPU": 1}, "env": {WORKER_KIND_ENV: "gpu", "CUDA_VISIBLE_DEVICES": str(i)}}}
+            "resources": {"GPU": 1}, "env": {WORKER_KIND_ENV: "gpu", "CUDA_VISIBLE_DEVICES": str(devices[i])}}}
     for i in range(cpus):
         workers[f"cpu-{i}"] = {"cls": Nanny, "options": {
             "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
             "env": {WORKER_KIND_ENV: "cpu", "CUDA_VISIBLE_DEVICES": ""}}}
     scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard()}}
     return SpecCluster(workers=workers, scheduler=scheduler)
+
+
+def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
+    """A Client whose `gpu_workers` GPU workers all share device 0 (one-GPU machines)."""
+    import dask
+    from distributed import Client
+
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0}
+    with dask.config.set(settings), _pristine_environ():
+        cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers)
+        client = Client(cluster, set_as_default=False)
+    client.wait_for_workers(gpu_workers + cpus, timeout=120)
+    return client
 
 
 def connect(address: str, timeout: float = 10.0) -> Any:

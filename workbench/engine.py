@@ -202,10 +202,11 @@ def choose_comm(config: RunConfig, workers: list[dict]) -> str:
 
 
 def _nccl_available() -> bool:
+    from .backend import nccl
     try:
-        from cupy.cuda import nccl  # noqa: F401
+        nccl()
         return True
-    except Exception:
+    except ImportError:
         return False
 
 

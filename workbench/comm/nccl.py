@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ..backend import get_xp, nccl
+
 
 def unique_id() -> tuple:
     """A fresh NCCL unique id (runs on one worker; plain tuple so it travels anywhere)."""
-    from cupy.cuda import nccl
-    return tuple(nccl.get_unique_id())
+    return tuple(nccl().get_unique_id())
 
 
 def _nccl_dtype(dtype: Any) -> int:
-    from cupy.cuda import nccl
-    import numpy as np
-    return {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64}[np.dtype(dtype)]
+    lib = nccl()
+    return {np.dtype(np.float32): lib.NCCL_FLOAT32, np.dtype(np.float64): lib.NCCL_FLOAT64}[np.dtype(dtype)]
 
 
 class NcclComm:
@@ -29,21 +31,19 @@ class NcclComm:
     device = True
 
     def __init__(self, uid: tuple, rank: int, size: int):
-        import cupy
-        from cupy.cuda import nccl
+        cupy = get_xp("gpu")
         self.cupy, self.rank, self.size = cupy, rank, size
-        self.comm = nccl.NcclCommunicator(size, uid, rank)
+        self.comm = nccl().NcclCommunicator(size, uid, rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.out: Any = None
 
     def allreduce(self, buf: Any) -> Any:
-        from cupy.cuda import nccl
         cp = self.cupy
         if self.out is None or self.out.shape != buf.shape or self.out.dtype != buf.dtype:
             self.out = cp.empty_like(buf)
         cp.cuda.get_current_stream().synchronize()  # the gradient must be complete
         self.comm.allReduce(buf.data.ptr, self.out.data.ptr, buf.size, _nccl_dtype(buf.dtype),
-                            nccl.NCCL_SUM, self.stream.ptr)
+                            nccl().NCCL_SUM, self.stream.ptr)
         self.stream.synchronize()
         return self.out
 

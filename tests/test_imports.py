@@ -1,0 +1,63 @@
+"""Layering: who may import what (STYLE.md), checked on the source and at import time."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "workbench"
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def modules():
+    return [p for p in PKG.rglob("*.py")]
+
+
+@pytest.mark.parametrize("library, allowed", [
+    ("cupy", {"backend.py"}),
+    ("plotly", {"ui"}),
+    ("ipywidgets", {"ui"}),
+    ("distributed", {"cluster.py", "comm", "engine.py"}),
+])
+def test_only_the_allowed_modules_import(library, allowed):
+    offenders = []
+    for path in modules():
+        rel = path.relative_to(PKG)
+        if rel.parts[0] in allowed or str(rel) in allowed:
+            continue
+        if library in imported_modules(path):
+            offenders.append(str(rel))
+    assert not offenders, f"{library} imported by {offenders}"
+
+
+def test_import_workbench_is_light():
+    code = ("import sys, workbench; heavy = [m for m in ('plotly', 'ipywidgets', 'distributed', 'dask', 'cupy', "
+            "'pandas', 'sklearn') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out
+
+
+def test_engine_layer_does_not_import_ui():
+    for path in modules():
+        rel = path.relative_to(PKG)
+        if rel.parts[0] == "ui":
+            continue
+        src = path.read_text()
+        assert "from .ui" not in src.replace("from .ui.report import write_report", "") or rel.name == "api.py", rel
+        assert "from ..ui" not in src, rel
+
+
+def test_registry_matches_the_algorithm_table():
+    from workbench.algorithms import REGISTRY
+    from workbench.config import ALGORITHMS
+    assert set(REGISTRY) == set(ALGORITHMS) - {"sgd"}
