@@ -112,25 +112,33 @@ def test_server_core_elastic_step():
     np.testing.assert_allclose(core.x, [0.25, -0.5])
 
 
+def centre_after(order, alpha=0.5):
+    """The centre after elastic exchanges in `order`, worker r holding x = r + 1 (oracle).
+    Different orders end at different centres, so the centre proves the order."""
+    xc = 0.0
+    for r in order:
+        xc += alpha * ((r + 1) - xc)
+    return xc
+
+
 def test_round_robin_turns_follow_rank_order_and_skip_retired():
     import threading
-    server = ThreadServer(ServerCore(np.zeros(1, np.float32), size=3))
-    order = []
-    lock = threading.Lock()
+    server = ThreadServer(ServerCore(np.zeros(1, np.float64), size=3))
 
-    def worker(rank):
-        for _ in range(2):
-            server.elastic(np.ones(1, np.float32), 0.1, rank=rank)
-            with lock:
-                order.append(rank)
+    def worker(rank, rounds):
+        for _ in range(rounds):
+            server.elastic(np.full(1, rank + 1.0), 0.5, rank=rank)
         server.retire(rank)
 
-    threads = [threading.Thread(target=worker, args=(r,)) for r in (2, 1, 0)]
+    # rank 2 retires after one exchange: the others must not wait for it afterwards
+    threads = [threading.Thread(target=worker, args=(r, 1 if r == 2 else 3)) for r in (2, 1, 0)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
-    assert order == [0, 1, 2, 0, 1, 2]
+    assert not any(t.is_alive() for t in threads)
+    assert server.core.x[0] == pytest.approx(centre_after([0, 1, 2, 0, 1, 0, 1]))
+    assert centre_after([0, 1, 2, 0, 1, 0, 1]) != pytest.approx(centre_after([1, 0, 2, 0, 1, 0, 1]))
 
 
 def test_emulator_adds_latency_and_bandwidth_cost():
@@ -147,3 +155,52 @@ def test_emulator_adds_latency_and_bandwidth_cost():
     elapsed = time.perf_counter() - t0
     # ring: 2(P-1)=6 messages of latency + 2(P-1)/P * 1 MB at 125 MB/s = 30 ms + 12 ms
     assert 0.040 <= elapsed < 0.2
+
+
+def _server(tmp_path, n=4, size=3, momentum=0.0):
+    from workbench.comm.shm import ShmServer, create_server_segment
+    name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", np.zeros(n, np.float32), momentum > 0)
+    lock = str(tmp_path / "server.lock")
+    return name, lambda: ShmServer(name, lock, n, size, momentum=momentum)
+
+
+def test_shm_server_push_momentum_and_staleness_match_server_core(tmp_path):
+    name, make = _server(tmp_path, momentum=0.9)
+    try:
+        a, b = make(), make()       # two clients of one server, as two workers would be
+        core = ServerCore(np.zeros(4, np.float32), momentum=0.9)
+        g = np.arange(4, dtype=np.float32)
+        for client, version in ((a, 0), (b, 0), (a, 2)):
+            got = client.push(g, 0.1, version)
+            want = core.push(g, 0.1, version)
+            assert got[0] == want[0] and got[2] == want[2]
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+        a.close(), b.close()
+    finally:
+        unlink_segment(name)
+
+
+def test_shm_server_round_robin_across_clients(tmp_path):
+    import threading
+    from workbench.comm.shm import ShmServer, create_server_segment
+    name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", np.zeros(1, np.float32), False)
+    lock = str(tmp_path / "server.lock")
+
+    def worker(rank, rounds):
+        server = ShmServer(name, lock, 1, 3)   # each worker its own mapping and lock handle
+        for _ in range(rounds):
+            server.elastic(np.full(1, rank + 1.0, np.float32), 0.5, rank=rank)
+        server.retire(rank)
+        server.close()
+
+    try:
+        threads = [threading.Thread(target=worker, args=(r, 1 if r == 2 else 3)) for r in (2, 0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        final = ShmServer(name, lock, 1, 3).centre()[0]
+        assert final == pytest.approx(centre_after([0, 1, 2, 0, 1, 0, 1]), rel=1e-6)
+    finally:
+        unlink_segment(name)

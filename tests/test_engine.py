@@ -104,6 +104,19 @@ def test_dask_each_algorithm_reaches_90_percent_on_digits(client, algorithm):
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["async_sgd", "async_msgd"])
+def test_dask_parameter_server_as_an_actor(client, algorithm):
+    # comm="dask" forces the portable path: the server is a Dask actor, not shared memory
+    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=8, comm="dask", dataset="digits", model="mlp",
+                    batch_size=64, lr=0.05, seed=0)
+    result = run(cfg, cluster=client)
+    assert result.summary["server"] == "actor"
+    assert result.status == "completed" and result.summary["final_test_accuracy"] >= 0.90
+    on_shm = run(cfg.replace(comm="auto", steps=5), cluster=client)
+    assert on_shm.summary["server"] == "shm"
+
+
+@pytest.mark.cluster
 def test_dask_stop_request_keeps_records_and_cluster_reusable(client):
     started = time.time()
     seen = []

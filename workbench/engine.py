@@ -17,7 +17,9 @@ communication: the unit tests' way to check every algorithm's maths without Dask
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
+import tempfile
 import threading
 import time
 import traceback
@@ -106,8 +108,12 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
         from .comm.nccl import NcclComm
         comm = NcclComm(run["nccl_id"][gi], grank, gsize)
     shared = {name: SharedArray(seg, run["n_params"]) for name, seg in run["segments"].items()
-              if not name.startswith("comm")}
+              if not name.startswith("comm") and name != "server"}
     proxy = (run.get("proxy") or ActorServerProxy)(server, control) if server is not None else None
+    if run.get("server_shm"):
+        from .comm.shm import ShmServer
+        s = run["server_shm"]
+        proxy = ShmServer(s["segment"], s["lock"], run["n_params"], size, control=control, **s["options"])
 
     def emit(records: list[dict]) -> None:
         worker.log_event(run["topic"], records)
@@ -118,6 +124,8 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
     try:
         return _loop(ctx)
     finally:
+        if hasattr(proxy, "close"):
+            proxy.close()
         for s in shared.values():
             s.close()
         if comm is not None:
@@ -250,6 +258,7 @@ class _DaskRun:
         }
         addr0 = self.workers[0]["address"]
         server = reducer = None
+        server_kind = "actor" if spec.host is not None else None
         try:
             for gi, ranks in enumerate(groups if comm else []):
                 lead = self.workers[ranks[0]]["address"]
@@ -272,8 +281,22 @@ class _DaskRun:
                                                     workers=[addr0], pure=False).result()
             run_info["segments"] = dict(self.segments)
             if spec.server is not None:
-                from .comm.dask import ServerActor
-                server = self._actor(ServerActor, params0, size=size, where=addr0, **spec.server(config))
+                options = spec.server(config)
+                one_host = len({w["host"] for w in self.workers}) == 1
+                if one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True):
+                    # One host: a shared-memory server under a file lock, no event-loop round trip.
+                    from .comm.shm import create_server_segment
+                    self.segments["server"] = client.submit(
+                        create_server_segment, f"wb{self.run_id}s", params0, options["momentum"] > 0,
+                        workers=[addr0], pure=False).result()
+                    self.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{self.run_id}.lock")
+                    run_info["server_shm"] = {"segment": self.segments["server"], "lock": self.lock_path,
+                                              "options": options}
+                    server_kind = "shm"
+                else:
+                    from .comm.dask import ServerActor
+                    server = self._actor(ServerActor, params0, size=size, where=addr0, **options)
+                    server_kind = "actor"
             if spec.host is not None:
                 hs = spec.host(config, size, model, params0)
                 cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
@@ -291,7 +314,7 @@ class _DaskRun:
         finally:
             self._cleanup()
         wall = time.time() - run_info["t0_wall"]
-        extra.update({"comm": comm, "run_id": self.run_id, "setup_s": run_info["t0_wall"] - t_setup,
+        extra.update({"comm": comm, "server": server_kind, "run_id": self.run_id, "setup_s": run_info["t0_wall"] - t_setup,
                       "total_steps_planned": plan.total_steps, "lr_schedule": plan.schedule_text})
         return build_result(config.to_dict(), self.collector, status=status, wall_time_s=wall,
                             workers=[_public(w, rank) for rank, w in enumerate(self.workers)],
@@ -408,6 +431,9 @@ class _DaskRun:
         for name in self.segments.values():
             with contextlib.suppress(Exception):
                 self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=10)
+        if getattr(self, "lock_path", None):
+            with contextlib.suppress(Exception):
+                self.client.submit(_remove_file, self.lock_path, workers=[addr0], pure=False).result(timeout=10)
         self.actors.clear()
 
 
@@ -418,6 +444,11 @@ def _create_shared(name: str, params: np.ndarray) -> str:
     arr = SharedArray(seg, params.shape[0], params.dtype)
     arr.array[:] = params
     return seg
+
+
+def _remove_file(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
 
 
 def _public(worker: dict, rank: int) -> dict:

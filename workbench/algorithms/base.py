@@ -136,6 +136,7 @@ class Algorithm:
 
     sync = True          # every worker must reach every step (a lost worker fails the run)
     evaluates = "rank0"  # who evaluates: "rank0" or "trainers" (LTFB)
+    shm_server = True    # its server calls (pull/push/elastic/retire/centre) work on the shared-memory server
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx

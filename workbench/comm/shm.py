@@ -146,3 +146,120 @@ class SharedArray:
         del self.array
         if name not in _OWNED:
             self.shm.close()
+
+
+# ------------------------------------------------------------------ parameter server
+HEADER = 8  # int64 slots before the arrays: version, turn, retired bitmask, size, ...
+
+
+def server_nbytes(n: int, momentum: bool) -> int:
+    """Bytes of a shared parameter-server segment for n float32 parameters."""
+    return 8 * HEADER + 4 * n * (2 if momentum else 1)
+
+
+class ShmServer:
+    """A parameter server / EASGD centre in shared memory, for workers on one host.
+
+    The parameters, the optimiser's velocity and a version counter live in one segment;
+    a kernel file lock (`fcntl.flock`, dropped by the kernel if its holder dies)
+    serialises updates: first come, first served, like the actor, without a round trip
+    through another process's event loop. Round-robin EASGD waits for its turn by
+    polling the shared turn counter. Same methods as `ServerCore`'s front-ends.
+    """
+
+    def __init__(self, segment: str, lock_path: str, n: int, size: int, momentum: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0, control: Any = None):
+        from ..optim import SGD
+
+        self.shm = attach(segment)
+        self.header = np.ndarray((HEADER,), dtype=np.int64, buffer=self.shm.buf, offset=0)
+        self.x = np.ndarray((n,), dtype=np.float32, buffer=self.shm.buf, offset=8 * HEADER)
+        self.opt = SGD(n, np, np.float32, 0.0, nesterov, weight_decay)
+        if momentum > 0:  # the velocity is server state: shared, not per worker
+            self.opt.momentum = momentum
+            self.opt.velocity = np.ndarray((n,), dtype=np.float32, buffer=self.shm.buf, offset=8 * HEADER + 4 * n)
+        self.size, self.control = size, control
+        self.lockfile = open(lock_path, "a+")
+
+    # -- the lock
+    def _acquire(self) -> None:
+        import fcntl
+        fcntl.flock(self.lockfile, fcntl.LOCK_EX)
+
+    def _release(self) -> None:
+        import fcntl
+        fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+
+    # -- the server interface
+    def pull(self) -> tuple[int, np.ndarray]:
+        self._acquire()
+        try:
+            return int(self.header[0]), self.x.copy()
+        finally:
+            self._release()
+
+    def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
+        self._acquire()
+        try:
+            staleness = int(self.header[0]) - version
+            self.opt.step(self.x, grad, lr)
+            self.header[0] += 1
+            return int(self.header[0]), self.x.copy(), staleness
+        finally:
+            self._release()
+
+    def elastic(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
+        deadline = time.perf_counter() + ABORT_POLL_S
+        while True:
+            self._acquire()
+            try:
+                if rank is None or int(self.header[1]) == rank:
+                    d = alpha * (x_worker - self.x)
+                    self.x += d
+                    self.header[0] += 1
+                    if rank is not None:
+                        self._advance_turn()
+                    return d
+            finally:
+                self._release()
+            time.sleep(SLEEP_S)  # not our turn yet (round-robin)
+            if time.perf_counter() > deadline:
+                deadline = time.perf_counter() + ABORT_POLL_S
+                if self.control is not None and self.control.aborted():
+                    raise WorkerLost("elastic exchange aborted: a peer is gone")
+
+    def retire(self, rank: int) -> None:
+        self._acquire()
+        try:
+            self.header[2] |= 1 << rank
+            self._advance_turn(skip_only=True)
+        finally:
+            self._release()
+
+    def _advance_turn(self, skip_only: bool = False) -> None:
+        retired, size = int(self.header[2]), self.size
+        turn = int(self.header[1]) if skip_only else (int(self.header[1]) + 1) % size
+        for _ in range(size):
+            if not retired >> turn & 1 or retired == (1 << size) - 1:
+                break
+            turn = (turn + 1) % size
+        self.header[1] = turn
+
+    def centre(self) -> np.ndarray:
+        return self.pull()[1]
+
+    def close(self) -> None:
+        self.lockfile.close()
+        del self.header, self.x
+        if self.opt.velocity is not None and self.opt.momentum > 0:
+            self.opt.velocity = None
+        if self.shm.name not in _OWNED:
+            self.shm.close()
+
+
+def create_server_segment(name: str, params: np.ndarray, momentum: bool) -> str:
+    """Create and fill a ShmServer segment (runs on one worker of the host)."""
+    seg = create_segment(name, server_nbytes(params.shape[0], momentum))
+    shm = _OWNED[seg]
+    np.ndarray(params.shape, dtype=np.float32, buffer=shm.buf, offset=8 * HEADER)[:] = params
+    return seg
