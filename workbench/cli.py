@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     bench.add_argument("--out", help="also write the table as CSV here")
 
+    rep = sub.add_parser("reproduce", help="run an experiment's notebook with papermill and write its report")
+    rep.add_argument("experiment", help="experiments/<name>.yaml")
+    rep.add_argument("--quick", action="store_true", help="the experiment's quick parameters (about a minute)")
+    rep.add_argument("--out", required=True, help="output directory")
+
     sweep = sub.add_parser("sweep", help="strong or weak scaling sweep over worker counts")
     _add_config_flags(sweep)
     sweep.add_argument("--workers", default="1,2", help="comma-separated worker counts")
@@ -93,6 +98,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "reproduce":
+            from .reproduce import NotebookFailed, reproduce
+            try:
+                outcome = reproduce(args.experiment, args.out, quick=args.quick)
+            except NotebookFailed as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            for c in outcome["checks"]:
+                mark = {True: "held", False: "did NOT hold", None: "not checked"}[c["held"]]
+                print(f"  [{mark}] {c['text']}  ({c['measured']})")
+            print(f"report: {outcome['report']}")
+            return EXIT_OK
     except (ConfigError, ValueError) as exc:
         # Invalid input: one line, no traceback (DESIGN.md's exit code 2 contract).
         print(f"error: {exc}", file=sys.stderr)
