@@ -58,11 +58,11 @@ def test_async_sgd_records_staleness():
 
 
 def test_threads_stop_request_ends_run_as_stopped():
-    t_stop = time.time() + 0.5
+    seen = []
     got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, epochs=500, **BASE),
-                      should_stop=lambda: time.time() > t_stop)
+                      on_record=seen.extend, should_stop=lambda: len(seen) > 20)
     assert got.status == "stopped"
-    assert len(got.steps) > 0
+    assert 0 < len(got.steps) < 500 * 22 * 2
 
 
 # ---------------------------------------------------------------- on a real Dask cluster
@@ -117,15 +117,23 @@ def test_dask_parameter_server_as_an_actor(client, algorithm):
 
 
 @pytest.mark.cluster
-def test_dask_stop_request_keeps_records_and_cluster_reusable(client):
-    started = time.time()
-    seen = []
-    result = run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=5000, **BASE), cluster=client,
-                 on_record=lambda recs: seen.extend(recs),
-                 should_stop=lambda: time.time() - started > 2.0)
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
+def test_dask_stop_request_keeps_records_and_cluster_reusable(client, algorithm):
+    seen, asked = [], {}
+
+    def should_stop():
+        # ask once training has run for a second, and remember when
+        steps = [r for r in seen if r["kind"] == "step"]
+        if steps and max(r["time"] for r in steps) > 1.0:
+            asked.setdefault("at", time.time())
+            return True
+        return False
+
+    result = run(RunConfig(algorithm=algorithm, cpus=2, epochs=5000, **BASE), cluster=client,
+                 on_record=lambda recs: seen.extend(recs), should_stop=should_stop)
     assert result.status == "stopped"
+    assert time.time() - asked["at"] < 2.0          # loops ended within the DESIGN's 2 s
     assert len(result.steps) > 10 and len(seen) >= len(result.steps)
-    assert result.summary["wall_time_s"] < 2.0 + 2.5   # honoured within about a second
     again = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
     assert again.status == "completed"
 
