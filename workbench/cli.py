@@ -139,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+        from .cluster import close_session
+        close_session()  # a CLI run owns its cluster: shut it down before exiting
     s = result.summary
     acc = s.get("final_test_accuracy")
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {s['steps']} steps, "

@@ -154,6 +154,13 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
                                "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
                                "wait_s": float(row.wait_s),
                                "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
+    # Throughput over the training itself: from the first step's start to the last step's
+    # end. Cluster start, data loading and imports on cold workers are `startup_s`.
+    if len(steps):
+        first_start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
+        train_s = max(float(steps["time"].max()) - first_start, 1e-9)
+    else:
+        first_start, train_s = 0.0, 0.0
     summary: dict[str, Any] = {
         "status": status,
         "algorithm": config.get("algorithm"),
@@ -162,7 +169,9 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "steps": n_steps,
         "samples": samples,
         "wall_time_s": wall_time_s,
-        "samples_per_s": samples / wall_time_s if wall_time_s > 0 else 0.0,
+        "startup_s": max(first_start, 0.0),
+        "train_time_s": train_s,
+        "samples_per_s": samples / train_s if train_s > 0 else 0.0,
         "final_train_loss": _num(last_eval["train_loss"]) if last_eval is not None else None,
         "final_test_loss": _num(last_eval["test_loss"]) if last_eval is not None else None,
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
