@@ -310,6 +310,9 @@ class RunConfig(BaseModel):
             raise ConfigError("batch_size", f"at least the number of workers ({workers})", self.batch_size)
         if self.algorithm == "ltfb" and workers is not None and self.trainers > workers:
             raise ConfigError("trainers", f"at most the number of workers ({workers})", self.trainers)
+        if self.algorithm == "ltfb" and workers is not None and workers % self.trainers:
+            raise ConfigError("trainers", f"a divisor of the number of workers ({workers}), so every trainer "
+                              "has as many workers", self.trainers)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
         if self.model == "cnn" and self.dataset not in ("digits", "mnist", "fashion_mnist", "cifar10"):

@@ -12,7 +12,10 @@ from typing import Any, Callable
 from ..config import RunConfig
 from .async_ps import AsyncMSGD, AsyncSGD
 from .base import Algorithm, StepOut, WorkerContext, run_loop
+from .cgdp import CGDP, host_spec as cgdp_host
+from .easgd import EASGD, AsyncEASGD, AsyncMEASGD, HogwildEASGD, SyncEASGD
 from .hogwild import HogwildSGD
+from .ltfb import LTFB, ltfb_extra, trainer_groups
 from .sync import SyncSGD
 
 
@@ -27,6 +30,7 @@ class AlgorithmSpec:
     extra: Callable[[RunConfig, int], dict[str, Any]] | None = None  # client-side set-up handed to every worker
 
     groups: Callable[[RunConfig, int], list[list[int]]] | None = None  # collectives within these rank groups
+    host: Callable[..., dict[str, Any]] | None = None  # (config, size, model, params0) -> a custom server (cgdp's master)
 
     def comm_groups(self, config: RunConfig, size: int) -> list[list[int]]:
         """Rank groups that each get their own collective (default: all workers in one)."""
@@ -57,5 +61,13 @@ register(AlgorithmSpec("sync_sgd", SyncSGD, needs_comm=True))
 register(AlgorithmSpec("async_sgd", AsyncSGD, server=_plain_server))
 register(AlgorithmSpec("async_msgd", AsyncMSGD, server=_momentum_server))
 register(AlgorithmSpec("hogwild_sgd", HogwildSGD, shared=("params",), same_host=True))
+register(AlgorithmSpec("easgd", EASGD, server=_plain_server))
+register(AlgorithmSpec("async_easgd", AsyncEASGD, server=_plain_server))
+register(AlgorithmSpec("async_measgd", AsyncMEASGD, server=_plain_server))
+register(AlgorithmSpec("hogwild_easgd", HogwildEASGD, shared=("centre",), same_host=True))
+register(AlgorithmSpec("sync_easgd", SyncEASGD, needs_comm=True))
+register(AlgorithmSpec("ltfb", LTFB, needs_comm=True, server=_plain_server, extra=ltfb_extra, groups=trainer_groups))
+
+register(AlgorithmSpec("cgdp", CGDP, host=cgdp_host))
 
 __all__ = ["REGISTRY", "AlgorithmSpec", "Algorithm", "StepOut", "WorkerContext", "run_loop", "register"]

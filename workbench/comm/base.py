@@ -99,17 +99,19 @@ class ServerCore:
                 return
             self.turn = (self.turn + 1) % self.size
 
-
-    def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
-        """LTFB: leave `trainer`'s payload (weights, ...) of round `rnd` for its partner."""
-        self.mailbox[(rnd, trainer)] = payload
+    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                meta: dict | None = None) -> None:
+        """LTFB: leave `trainer`'s model of round `rnd` (weights, optimiser state or None,
+        small facts) for its partner. Arrays are separate arguments so that the network
+        emulator charges their bytes."""
+        self.mailbox[(rnd, trainer)] = (params, state, meta)
 
     def can_collect(self, rnd: Any, trainer: int) -> bool:
         """Whether `collect(rnd, trainer)` can answer now (front-ends wait for this)."""
         return (rnd, trainer) in self.mailbox or trainer in self.departed
 
-    def collect(self, rnd: Any, trainer: int) -> Any:
-        """LTFB: take what `trainer` left for round `rnd`; None if it ended without leaving it."""
+    def collect(self, rnd: Any, trainer: int) -> tuple[np.ndarray, np.ndarray | None, dict | None] | None:
+        """LTFB: take (params, state, meta) `trainer` left for round `rnd`; None if it ended without."""
         return self.mailbox.pop((rnd, trainer), None)
 
     def depart(self, trainer: int) -> None:

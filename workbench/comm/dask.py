@@ -59,10 +59,11 @@ class ServerActor:
     async def centre(self) -> np.ndarray:
         return self.core.centre()
 
-    async def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
+    async def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                      meta: dict | None = None) -> None:
         cond = self._cond()
         async with cond:
-            self.core.deposit(rnd, trainer, payload)
+            self.core.deposit(rnd, trainer, params, state, meta)
             cond.notify_all()
 
     async def collect(self, rnd: Any, trainer: int) -> Any:
@@ -139,8 +140,9 @@ class ActorServerProxy(_ActorCall):
     def centre(self) -> np.ndarray:
         return self.call("centre")
 
-    def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
-        return self.call("deposit", rnd, trainer, payload)
+    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                meta: dict | None = None) -> None:
+        return self.call("deposit", rnd, trainer, params, state, meta)
 
     def collect(self, rnd: Any, trainer: int) -> Any:
         return self.call("collect", rnd, trainer)

@@ -100,9 +100,10 @@ class ThreadServer:
         with self.lock:
             return self.core.centre()
 
-    def deposit(self, rnd: Any, trainer: int, payload: Any) -> None:
+    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                meta: dict | None = None) -> None:
         with self.lock:
-            self.core.deposit(rnd, trainer, payload)
+            self.core.deposit(rnd, trainer, params, state, meta)
             self.lock.notify_all()
 
     def collect(self, rnd: Any, trainer: int) -> Any:

@@ -1,0 +1,226 @@
+"""The EASGD family: against plain NumPy loops of its equations (the oracle), on digits,
+determinism, stopping, and on a real Dask cluster."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from workbench.comm.base import ServerCore
+from workbench.comm.threads import ThreadServer
+from workbench.config import RunConfig
+from workbench.data import global_batch, split_batch
+from workbench.engine import run, run_threads
+from workbench.optim import make_plan
+from workbench.reference import load_for
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, seed=1)
+EASGD_FAMILY = ["easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd"]
+
+
+def elastic_reference(cfg: RunConfig, workers: int = 1, delta: float | None = None) -> list[np.ndarray]:
+    """Plain NumPy EASGD on `workers` workers taking turns in rank order at every exchange.
+
+    Worker i takes slice i of global batch t at local step t; every tau steps the exchange
+    d = alpha (x_i - xc); x_i -= d; xc += d. With `delta`, the EAMSGD local step
+    v = delta v; x += v; g = grad(x); x -= lr g; v -= lr g. Returns xc after every exchange.
+    """
+    data, model = load_for(cfg)
+    plan = make_plan(cfg, data.n_train)
+    alpha = cfg.resolved_alpha(workers)
+    slices = split_batch(plan.batch_size, [1.0] * workers)
+    xs = [model.init(cfg.seed) for _ in range(workers)]
+    vs = [np.zeros_like(xs[0]) for _ in range(workers)]
+    xc = model.init(cfg.seed)
+    centres = []
+    for t in range(plan.total_steps):
+        lr = plan.schedule(t)
+        idx = global_batch(data.n_train, plan.batch_size, cfg.seed, t)
+        for i, (lo, hi) in enumerate(slices):
+            X, y = data.X_train[idx[lo:hi]], data.y_train[idx[lo:hi]]
+            if delta is None:
+                _, g = model.loss_and_grad(xs[i], X, y)
+                xs[i] = xs[i] - lr * g
+            else:
+                vs[i] = delta * vs[i]
+                xs[i] = xs[i] + vs[i]
+                _, g = model.loss_and_grad(xs[i], X, y)
+                xs[i] = xs[i] - lr * g
+                vs[i] = vs[i] - lr * g
+        if (t + 1) % cfg.tau == 0:
+            for i in range(workers):
+                d = alpha * (xs[i] - xc)
+                xs[i] = xs[i] - d
+                xc = xc + d
+                centres.append(xc.copy())
+    return centres
+
+
+def sync_reference(cfg: RunConfig, workers: int) -> np.ndarray:
+    """Plain NumPy sync EASGD: all d_i from the same xc, summed in rank order."""
+    data, model = load_for(cfg)
+    plan = make_plan(cfg, data.n_train)
+    alpha = cfg.resolved_alpha(workers)
+    slices = split_batch(plan.batch_size, [1.0] * workers)
+    xs = [model.init(cfg.seed) for _ in range(workers)]
+    xc = model.init(cfg.seed)
+    for t in range(plan.total_steps):
+        idx = global_batch(data.n_train, plan.batch_size, cfg.seed, t)
+        for i, (lo, hi) in enumerate(slices):
+            _, g = model.loss_and_grad(xs[i], data.X_train[idx[lo:hi]], data.y_train[idx[lo:hi]])
+            xs[i] = xs[i] - plan.schedule(t) * g
+        if (t + 1) % cfg.tau == 0:
+            ds = [alpha * (x - xc) for x in xs]
+            total = ds[0].copy()
+            for d in ds[1:]:
+                total += d
+            xs = [x - d for x, d in zip(xs, ds)]
+            xc = xc + total
+    return xc
+
+
+def config(algorithm: str, **kw) -> RunConfig:
+    return RunConfig(algorithm=algorithm, **{**BASE, **kw})
+
+
+# ------------------------------------------------------------------------------ the maths
+@pytest.mark.parametrize("algorithm", ["easgd", "async_easgd", "hogwild_easgd", "sync_easgd"])
+def test_one_worker_follows_the_reference_loop(algorithm):
+    cfg = config(algorithm, cpus=1, steps=23, tau=3, lr=0.1, decay="cosine")
+    got = run_threads(cfg)
+    assert got.status == "completed"
+    assert got.summary["alpha"] == pytest.approx(0.9)          # 0.9 / P
+    np.testing.assert_allclose(got.params, elastic_reference(cfg)[-1], rtol=0, atol=1e-6)
+
+
+def test_async_measgd_one_worker_follows_the_eamsgd_loop():
+    cfg = config("async_measgd", cpus=1, steps=23, tau=3, lr=0.05, momentum=0.9)
+    got = run_threads(cfg)
+    np.testing.assert_allclose(got.params, elastic_reference(cfg, delta=0.9)[-1], rtol=0, atol=1e-6)
+    # the momentum changes the result: the reference without it is elsewhere
+    assert np.abs(got.params - elastic_reference(cfg)[-1]).max() > 1e-3
+
+
+def test_sync_easgd_two_workers_follow_the_reference_loop():
+    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
+    got = run_threads(cfg)
+    np.testing.assert_allclose(got.params, sync_reference(cfg, 2), rtol=0, atol=1e-6)
+
+
+def test_round_robin_easgd_two_workers_take_turns_in_rank_order():
+    # strict turns make the centre's sequence independent of thread timing; rank 0 returns
+    # the centre when it finishes, before or after worker 1's last exchange
+    cfg = config("easgd", cpus=2, steps=24, tau=4, lr=0.1)
+    centres = elastic_reference(cfg, workers=2)
+    got = run_threads(cfg)
+    assert got.summary["alpha"] == pytest.approx(0.45)
+    assert any(np.abs(got.params - c).max() < 1e-6 for c in centres[-2:])
+
+
+def test_thread_server_round_robin_waits_for_the_turn_and_skips_the_retired():
+    server = ThreadServer(ServerCore(np.zeros(3, np.float32), size=3))
+    served = []
+
+    def exchange(rank):
+        server.elastic(np.ones(3, np.float32), 0.5, rank)
+        served.append(rank)
+
+    late = threading.Thread(target=exchange, args=(1,))
+    late.start()
+    time.sleep(0.05)
+    assert served == []                      # rank 1 waits for rank 0
+    exchange(0)
+    late.join(timeout=2)
+    assert served == [0, 1]
+    server.retire(2)                         # rank 2 is done: rank 0 does not wait for it
+    exchange(0)
+    assert served == [0, 1, 0]
+
+
+# ------------------------------------------------------------------------------ training
+ACCURACY_RUNS = {
+    "easgd": dict(lr=0.3, tau=4),
+    "async_easgd": dict(lr=0.3, tau=4),
+    "async_measgd": dict(lr=0.05, tau=4, momentum=0.9),
+    "hogwild_easgd": dict(lr=0.3, tau=4),
+    "sync_easgd": dict(lr=0.3, tau=4),
+}
+
+
+@pytest.mark.parametrize("algorithm", EASGD_FAMILY)
+def test_reaches_90_percent_on_digits(algorithm):
+    got = run_threads(config(algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]))
+    assert got.status == "completed"
+    assert got.summary["final_test_accuracy"] >= 0.90
+    assert set(got.evals["worker"]) == {"centre"}
+
+
+def test_sync_easgd_is_bitwise_deterministic():
+    cfg = config("sync_easgd", cpus=2, steps=40, tau=2, lr=0.2)
+    a, b = run_threads(cfg), run_threads(cfg)
+    assert a.params.tobytes() == b.params.tobytes()
+    key = ["worker", "step"]
+    la, lb = a.steps.sort_values(key)["loss"].to_numpy(), b.steps.sort_values(key)["loss"].to_numpy()
+    assert la.tobytes() == lb.tobytes()
+
+
+def test_sync_easgd_exchange_steps_report_the_global_loss():
+    got = run_threads(config("sync_easgd", cpus=2, steps=12, tau=3, lr=0.1))
+    at_exchange = got.steps[(got.steps.step + 1) % 3 == 0]
+    per_step = at_exchange.groupby("step")["loss"].nunique()
+    assert (per_step == 1).all()             # every worker reports the same batch loss there
+
+
+def test_sync_easgd_with_tau_64_stops_within_a_second():
+    t0, asked = time.time(), []
+
+    def should_stop():
+        if time.time() - t0 > 0.5:
+            if not asked:
+                asked.append(time.time())
+            return True
+        return False
+
+    got = run_threads(config("sync_easgd", cpus=2, epochs=400, tau=64, lr=0.1), should_stop=should_stop)
+    assert got.status == "stopped"
+    assert time.time() - asked[0] < 1.0
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_sync_easgd_divergence_stops_every_worker_as_diverged():
+    got = run_threads(config("sync_easgd", cpus=2, epochs=3, tau=8, lr=1e6))
+    assert got.status == "diverged"
+    assert any(e["event"] == "diverged" for e in got.events)
+    last = got.steps.groupby("worker")["step"].max()
+    assert last.nunique() == 1 and last.iloc[0] < 8   # together, at the first exchange
+
+
+def test_easgd_stop_request_retires_workers_without_hanging():
+    t0 = time.time()
+    got = run_threads(config("easgd", cpus=2, epochs=400, tau=2, lr=0.1), should_stop=lambda: time.time() - t0 > 0.3)
+    assert got.status == "stopped"
+    assert time.time() - t0 < 3
+
+
+# ------------------------------------------------------------------------------ on Dask
+@pytest.mark.cluster
+def test_sync_easgd_on_dask_follows_the_reference_loop(client):
+    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
+    np.testing.assert_allclose(run(cfg, client).params, sync_reference(cfg, 2), rtol=0, atol=1e-5)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["sync_easgd", "async_easgd", "easgd"])
+def test_on_a_dask_cluster(client, algorithm):
+    got = run(config(algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]), client)
+    assert got.status == "completed"
+    assert got.summary["final_test_accuracy"] >= 0.90
+    assert got.summary["comm"] == ("shm" if algorithm == "sync_easgd" else None)
+
+
+@pytest.mark.cluster
+def test_async_easgd_on_dask_runs_briefly(client):
+    got = run(config("async_easgd", cpus=2, steps=30, tau=2, lr=0.1), client)
+    assert got.status == "completed" and got.summary["alpha"] == pytest.approx(0.45)
+    assert got.steps.groupby("worker")["step"].max().tolist() == [29, 29]

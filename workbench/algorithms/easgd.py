@@ -1,0 +1,230 @@
+"""The EASGD family: elastic averaging SGD (Zhang, Choromanska, LeCun 2015; You et al. SC'17).
+
+Every worker i keeps its own parameters x_i and runs plain local SGD steps on its slice of
+each global batch (local step t uses global batch t, as async_sgd does). Every `tau`
+local steps it makes the elastic exchange with the centre variable xc:
+
+    d = alpha (x_i - xc);   x_i -= d;   xc += d          alpha = config.alpha or 0.9 / P
+
+The five members differ only in who holds xc and how the exchange is serialised:
+
+    easgd          a server serves the exchanges strictly in rank order (round-robin): 0, 1, ..., P-1, 0, ...
+    async_easgd    a server serves whichever worker arrives first (FCFS), under its lock
+    async_measgd   async_easgd with Nesterov momentum on the workers (EAMSGD, below)
+    hogwild_easgd  xc in shared memory, updated by every worker without a lock
+    sync_easgd     every worker keeps an identical copy of xc; all exchange at once through
+                   one allreduce of the differences d_i: xc += sum_i d_i (deterministic)
+
+Order within a step: the local SGD step first, then, if (step + 1) % tau == 0, the
+exchange with the post-step x_i. This is the papers' "exchange when t_i mod tau == 0,
+then step" shifted by one step: their exchange at t = 0 is a no-op (x_i == xc), and this
+way the last local steps of a run end in an exchange when the run length is a multiple
+of tau. The centre is what gets evaluated (eval name "centre") and returned.
+
+Local optimiser: plain SGD (`config.momentum` and `nesterov` are ignored, `weight_decay`
+applies), except async_measgd, whose worker update is the EAMSGD one. The paper gives it
+as `v = delta v - lr g(x + delta v); x = x + v`; written with x holding the real iterate:
+
+    v *= delta;  x += v          # move to the look-ahead point
+    g = grad(x)                  # (+ weight_decay * x)
+    x -= lr g;   v -= lr g
+
+delta is `config.momentum` (default 0.9; the EASGD authors' code uses 0.99). The
+elastic exchange acts on x only, v is not touched by it.
+
+With one worker (alpha defaults to 0.9) every member computes the same sequence, which
+tests check against a plain NumPy loop of the equations above.
+
+Stopping and divergence: the asynchronous members stop on their own, like async_sgd.
+sync_easgd decides together, at exchange steps only: rank 0's stop flag and the loss
+travel in the allreduced buffer, so a stop takes effect within tau local steps (64 steps
+of the digits MLP take well under a second); a NaN/inf local loss between exchanges is
+recorded, and the next exchange ends the run as diverged on every worker. Its step
+records hold the worker's own loss, except at exchange steps: the loss of the whole
+global batch, the same on every worker (as in sync_sgd).
+
+    sync_easgd buffer = [ d_i (n) | weighted loss | stop | compute_s since last exchange [0..P) ]
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backend import to_numpy
+from ..optim import SGD
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+
+class ElasticWorker(Algorithm):
+    """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
+
+    sync = False
+    eval_name = "centre"
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c, xp = ctx.config, ctx.xp
+        self.params = xp.asarray(ctx.model.init(c.seed))   # x_i: every worker starts at the centre
+        self.grad = xp.empty_like(self.params)
+        self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, weight_decay=c.weight_decay)
+        self.alpha = c.resolved_alpha(ctx.size)
+        self.tau = c.tau
+        self.lo, self.hi = ctx.my_slice()
+        self.clock = timed(xp)
+        self.summary = {"alpha": self.alpha, "tau": self.tau} if ctx.rank == 0 else {}
+
+    def local_step(self, step: int, lr: float) -> float:
+        """One plain SGD step of x_i on my slice of global batch `step`; returns its loss."""
+        X, y = self.ctx.batch(step, self.lo, self.hi)
+        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        self.opt.step(self.params, self.grad, lr)
+        return loss
+
+    def exchange(self) -> None:
+        """The elastic step with the centre: x_i -= d, xc += d."""
+        raise NotImplementedError
+
+    def step(self, step: int) -> StepOut:
+        lr = self.ctx.plan.schedule(step)
+        t0 = self.clock()
+        loss = self.local_step(step, lr)
+        t1 = self.clock()
+        comm_s = 0.0
+        if (step + 1) % self.tau == 0:
+            self.exchange()
+            comm_s = self.clock() - t1
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=comm_s)
+
+    def eval_params(self) -> Any:
+        return self.ctx.xp.asarray(self.ctx.server.centre())
+
+
+class AsyncEASGD(ElasticWorker):
+    """async_easgd: the server applies each worker's exchange as it arrives (FCFS)."""
+
+    def exchange(self) -> None:
+        d = self.ctx.server.elastic(to_numpy(self.params), self.alpha)   # the server did xc += d
+        self.params -= self.ctx.xp.asarray(d)
+
+
+class EASGD(ElasticWorker):
+    """easgd, the original: the server takes exchanges in strict rank order (round-robin).
+
+    A finished (or failed) worker retires, so the others never wait for its turn."""
+
+    def exchange(self) -> None:
+        d = self.ctx.server.elastic(to_numpy(self.params), self.alpha, self.ctx.rank)
+        self.params -= self.ctx.xp.asarray(d)
+
+    def step(self, step: int) -> StepOut:
+        try:
+            return super().step(step)
+        except BaseException:
+            self._retire()
+            raise
+
+    def _retire(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ctx.server.retire(self.ctx.rank)
+
+    def finish(self) -> np.ndarray | None:
+        self._retire()
+        return super().finish()
+
+
+class AsyncMEASGD(AsyncEASGD):
+    """async_measgd (EAMSGD): async_easgd with Nesterov momentum delta on the workers."""
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        self.delta = ctx.config.momentum
+        self.velocity = ctx.xp.zeros_like(self.params)
+        self.summary = {**self.summary, "delta": self.delta} if ctx.rank == 0 else {}
+
+    def local_step(self, step: int, lr: float) -> float:
+        x, v, g = self.params, self.velocity, self.grad
+        v *= self.delta
+        x += v                                   # x is now the look-ahead point
+        X, y = self.ctx.batch(step, self.lo, self.hi)
+        loss, _ = self.ctx.model.loss_and_grad(x, X, y, grad_out=g)
+        if self.opt.weight_decay:
+            g += self.opt.weight_decay * x
+        g *= lr
+        x -= g
+        v -= g
+        return loss
+
+
+class HogwildEASGD(ElasticWorker):
+    """hogwild_easgd: the centre is a shared-memory array every worker updates without a lock."""
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        self.centre = ctx.shared["centre"].array      # (n,) float32 on the host, shared
+
+    def exchange(self) -> None:
+        x = to_numpy(self.params)
+        d = self.alpha * (x - self.centre)            # reads xc as it is now (others may be writing)
+        np.add(self.centre, d, out=self.centre)       # unlocked read-modify-write, racing the others
+        self.params -= self.ctx.xp.asarray(d)
+
+    def eval_params(self) -> Any:
+        return self.ctx.xp.asarray(self.centre.copy())
+
+
+class SyncEASGD(ElasticWorker):
+    """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies."""
+
+    sync = True
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        n, xp = ctx.model.n_params, ctx.xp
+        self.n = n
+        self.centre = self.params.copy()              # xc: the same on every worker, always
+        self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
+        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.compute_since = 0.0                      # local compute since the last exchange
+        self.finite = True                            # every local loss since then was finite
+
+    def step(self, step: int) -> StepOut:
+        ctx, n = self.ctx, self.n
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        loss = self.local_step(step, lr)
+        t1 = self.clock()
+        self.compute_since += t1 - t0
+        self.finite = self.finite and math.isfinite(loss)
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0)
+        if (step + 1) % self.tau:
+            return out
+        buf = self.buf
+        ctx.xp.subtract(self.params, self.centre, out=buf[:n])
+        buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)
+        buf[n:] = 0
+        buf[n] = loss * self.weight if self.finite else float("nan")
+        buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
+        buf[n + 2 + ctx.rank] = self.compute_since
+        t2 = time.perf_counter()
+        total = ctx.allreduce(buf)
+        comm_total = time.perf_counter() - t2
+        tail = [float(v) for v in to_numpy(total[n:])]
+        loss, stop, times = tail[0], tail[1] > 0, tail[2:]
+        wait_s = min(comm_total, max(0.0, max(times) - self.compute_since))  # idle for the slowest
+        out.loss, out.wait_s, out.comm_s = loss, wait_s, comm_total - wait_s
+        self.compute_since, self.finite = 0.0, True
+        if stop:
+            out.stop = "stopped"
+        elif not math.isfinite(loss):
+            out.stop = "diverged"
+        else:
+            self.params -= buf[:n]                      # x_i -= d_i
+            self.centre += total[:n]                    # xc += sum_i d_i, with the same pre-update xc
+        return out
+
+    def eval_params(self) -> Any:
+        return self.centre

@@ -1,0 +1,351 @@
+"""`ltfb`: Livermore Tournament Fast Batch (Jacobs, Dryden, Pearce, Van Essen, MLHPC'17).
+
+K = `config.trainers` trainers over P workers (P divisible by K); trainer g is the ranks
+[g P/K, (g+1) P/K), and trains as a small `sync_sgd` of its own over its group's
+collective (`ctx.comm`): trainer batch b = batch_size // K, split evenly over its workers,
+gradients allreduced within the group, the config's optimiser (momentum, Nesterov).
+
+Data: `partition(n_train, K, seed)` gives trainer k its disjoint share D_k; a per-trainer
+RNG from (seed, k) takes `tournament_size` examples out of D_k as its tournament set T_k
+and the rest (cut to a length common to all trainers, so all plans agree: at most one
+example per trainer is dropped) as its training set. Each trainer walks its training set
+in its own seeded epoch order (`ctx.batch(..., index=train set)`).
+
+A step is one step of every trainer: one batch of b examples per trainer, and the step
+count, schedule and eval steps come from a plan over the trainer's training set and
+batch b (`make_plan(config, len(train set), b, lr_k)`). So `steps` / `epochs` mean the
+same for every trainer: an epoch is one pass of each trainer over its own training set
+(the population sees the data about once), and the run's samples are K b per step.
+
+Every `round_size` steps (round r = (step + 1) // round_size, from 1):
+  1. pairing: an RNG seeded by (seed, r) shuffles the trainer ids and neighbours become
+     partners (`round_pairs`); every trainer computes the same pairs, so nobody talks
+     about it; with K odd the last one sits the round out;
+  2. the trainers' leaders (group rank 0) deposit their model on the server and collect
+     their partner's (a pairwise rendezvous; `deposit` / `collect`);
+  3. each leader scores both models by accuracy on its OWN T_k and adopts the partner's
+     only if it scores strictly higher; partners may decide differently;
+  4. the leader broadcasts what it holds to its trainer's other workers (a group allreduce).
+A model is its weights and its base lr: an adopted model brings its lr along (so with
+`trainer_lrs` or `lr_spread` the tournament searches over learning rates, and the
+population's lrs collapse onto the ones that win); the optimiser state (momentum) travels
+only with `exchange_state`, otherwise the adopter keeps its own.
+
+Initial weights: trainer k starts from `model.init(seed + k)` (a diverse population;
+trainer 0 from the same weights as every other algorithm).
+
+Records: a tournament row per trainer per round (TOURNAMENT_COLUMNS; `partner` and
+`partner_score` are None when it sat out or its partner had ended; `lr` is the base lr of
+the model it holds after the round; `lineage` the model's history, "t0@r0>t2@r3": born
+in trainer 0, adopted by trainer 2 in round 3, so the survivor's lineage can be drawn);
+eval rows per trainer ("trainer-<k>") at eval steps. Summary (from rank 0, which gathers
+every trainer's final scores through the server): `trainer_final_accuracy`,
+`best_trainer_accuracy`, `median_trainer_accuracy`, `winner` (the trainer whose model has
+the best final test accuracy, a report of the population, not a selection rule),
+`winner_lineage`, `winner_lr`; `final_*` are the winner's, and so are the run's params.
+
+Stop and divergence: a trainer decides inside its group, every step (its leader's stop
+flag and the loss travel in the gradient allreduce, as in sync_sgd). A trainer that ends
+(stop, divergence, the last step or an error) leaves the tournament (`depart`), so a
+partner waiting for it gets nothing and goes on. A trainer whose loss turns NaN/inf ends
+as diverged and asks the whole run to stop: the run ends as diverged, with every other
+trainer stopped at its next step.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backend import to_numpy
+from ..config import ConfigError, RunConfig
+from ..data import partition, split_batch
+from ..optim import SGD, make_plan
+from ..results import eval_record
+from .base import Algorithm, StepOut, WorkerContext, timed
+
+_PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
+_TOUR_SALT = 0x70C5
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def trainer_groups(config: RunConfig, size: int) -> list[list[int]]:
+    """The ranks of each trainer: K contiguous groups of P / K.
+
+    >>> trainer_groups(RunConfig(algorithm="ltfb", cpus=4, trainers=2), 4)
+    [[0, 1], [2, 3]]
+    """
+    per = size // config.trainers
+    return [list(range(g * per, (g + 1) * per)) for g in range(config.trainers)]
+
+
+def trainer_lrs(config: RunConfig) -> list[float]:
+    """Each trainer's base lr: `trainer_lrs`, else lr * lr_spread**(k - (K-1)/2).
+
+    >>> trainer_lrs(RunConfig(algorithm="ltfb", cpus=2, trainers=2, lr=0.1, lr_spread=4.0))
+    [0.05, 0.2]
+    """
+    if config.trainer_lrs is not None:
+        return list(config.trainer_lrs)
+    K = config.trainers
+    return [config.lr * config.lr_spread ** (k - (K - 1) / 2) for k in range(K)]
+
+
+def round_pairs(seed: int, rnd: int, trainers: int) -> list[tuple[int, int]]:
+    """The partners of round `rnd`: a shuffle of the trainer ids from (seed, rnd), paired
+    neighbour by neighbour; with an odd count the last id sits out.
+
+    >>> round_pairs(0, 1, 5)         # trainer 1 sits round 1 out
+    [(2, 0), (4, 3)]
+    >>> round_pairs(0, 2, 5)
+    [(2, 3), (0, 1)]
+    """
+    order = np.random.default_rng([seed, rnd, _PAIR_SALT]).permutation(trainers)
+    return [(int(order[i]), int(order[i + 1])) for i in range(0, trainers - 1, 2)]
+
+
+def partner_of(seed: int, rnd: int, trainers: int, k: int) -> int | None:
+    """Trainer k's partner in round `rnd`, None when it sits out."""
+    for a, b in round_pairs(seed, rnd, trainers):
+        if k in (a, b):
+            return b if k == a else a
+    return None
+
+
+def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(training indices, tournament indices) of each trainer; all 2K sets disjoint.
+
+    >>> sets = trainer_data(10, 2, 2, seed=0)
+    >>> [(len(a), len(b)) for a, b in sets]
+    [(3, 2), (3, 2)]
+    """
+    parts = partition(n_train, trainers, seed)
+    share = min(len(p) for p in parts)
+    m = share - tournament_size                          # one training length for all trainers
+    if m < 1:
+        raise ConfigError("tournament_size", f"less than each trainer's share of the data ({share})", tournament_size)
+    out = []
+    for k, part in enumerate(parts):
+        perm = np.random.default_rng([seed, k, _TOUR_SALT]).permutation(len(part))
+        out.append((np.sort(part[perm[tournament_size:tournament_size + m]]), np.sort(part[perm[:tournament_size]])))
+    return out
+
+
+def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
+    """Client-side checks before any worker starts: the data leaves every trainer a batch."""
+    from ..data import load_dataset
+    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
+                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
+                        download=config.download)
+    share = data.n_train // config.trainers
+    b = config.batch_size // config.trainers
+    if share - config.tournament_size < b:
+        raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
+                          f"must leave at least one batch of {b})", config.tournament_size)
+    return {"trainer_lrs": trainer_lrs(config)}
+
+
+# ------------------------------------------------------------------------------ the worker
+class LTFB(Algorithm):
+    sync = True             # a trainer's workers step together; trainers meet at tournaments
+    evaluates = "trainers"
+    shm_server = False      # the weight exchange needs the actor's mailbox (waits for the partner)
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c, xp = ctx.config, ctx.xp
+        self.K, self.k = c.trainers, int(ctx.extra["group"])
+        self.gsize = ctx.comm.size if ctx.comm is not None else 1
+        self.leader = (ctx.comm.rank if ctx.comm is not None else 0) == 0
+        data = ctx.extra["dataset"]
+        self.train_idx, tour_idx = trainer_data(data.n_train, self.K, c.tournament_size, c.seed)[self.k]
+        self.b = c.batch_size // self.K
+        self.lrs = list(ctx.extra.get("trainer_lrs") or trainer_lrs(c))
+        self.lr_index = self.k                             # which of self.lrs the held model uses
+        ctx.plan = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[self.k])
+        self._schedules = {self.k: ctx.plan.schedule}
+        self.lo, self.hi = split_batch(self.b, [1.0] * self.gsize)[ctx.comm.rank if ctx.comm else 0]
+        self.n = n = ctx.model.n_params
+        self.params = xp.asarray(ctx.model.init(c.seed + self.k))
+        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.buf = xp.zeros(n + 2, dtype=self.params.dtype)          # [ grad | loss | stop ]
+        if self.leader:
+            idx = tour_idx if xp is np else xp.asarray(tour_idx)
+            self.X_tour, self.y_tour = ctx.X[idx], ctx.y[idx]
+        self.lineage = f"t{self.k}@r0"
+        self.clock = timed(xp)
+        self.summary: dict[str, Any] = {}
+        self.scores: dict[str, float] | None = None      # evaluation of the model held now
+        self.departed = False
+
+    # ---------------------------------------------------------------- helpers
+    def schedule(self, step: int) -> float:
+        """The lr at `step` of the model held now (its base lr through the run's schedule)."""
+        j = self.lr_index
+        if j not in self._schedules:
+            c = self.ctx.config
+            self._schedules[j] = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[j]).schedule
+        return self._schedules[j](step)
+
+    def group_allreduce(self, buf: Any) -> Any:
+        return buf if self.gsize == 1 else self.ctx.allreduce(buf)
+
+    def depart(self) -> None:
+        """Leave the tournament (once): partners waiting for this trainer go on without it."""
+        if self.leader and not self.departed:
+            self.departed = True
+            with contextlib.suppress(Exception):
+                self.ctx.server.depart(self.k)
+
+    # ---------------------------------------------------------------- the loop's hooks
+    def step(self, step: int) -> StepOut:
+        try:
+            return self._step(step)
+        except BaseException:
+            self.depart()
+            raise
+
+    def _step(self, step: int) -> StepOut:
+        ctx, n, buf = self.ctx, self.n, self.buf
+        lr = self.schedule(step)
+        self.scores = None                                 # the model is about to change
+        t0 = self.clock()
+        X, y = ctx.batch(step, self.lo, self.hi, batch_size=self.b, index=self.train_idx)
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=buf[:n])
+        w = (self.hi - self.lo) / self.b
+        if w != 1.0:
+            buf[:n] *= w
+        buf[n] = loss * w
+        buf[n + 1] = 1.0 if (self.leader and ctx.stop_requested()) else 0.0
+        t1 = self.clock()
+        total = self.group_allreduce(buf)
+        t2 = time.perf_counter()
+        loss, stop = float(total[n]), float(total[n + 1]) > 0
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
+        if stop:
+            out.stop = "stopped"
+            return out
+        if not math.isfinite(loss):
+            out.stop = "diverged"
+            if self.leader:
+                if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
+                    ctx.event("diverged", f"trainer {self.k}: loss became {loss} at step {step} with lr {lr:.6g}")
+                if ctx.control is not None:
+                    ctx.control.request_stop("diverged")
+            return out
+        self.opt.step(self.params, total[:n], lr)
+        if (step + 1) % ctx.config.round_size == 0:
+            score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)
+            out.compute_s += score_s
+            out.comm_s += comm_s
+        return out
+
+    def tournament(self, step: int, rnd: int) -> tuple[float, float]:
+        """One round: swap with the partner, keep the better on my T_k; returns (score_s, comm_s)."""
+        ctx, xp, n = self.ctx, self.ctx.xp, self.n
+        t0 = time.perf_counter()
+        score_s = 0.0
+        adopted, own, theirs = False, None, None
+        partner = partner_of(ctx.config.seed, rnd, self.K, self.k)
+        got = None
+        if self.leader:
+            if partner is not None:
+                velocity = self.opt.velocity
+                state = to_numpy(velocity).copy() if (ctx.config.exchange_state and velocity is not None) else None
+                ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
+                                   {"lr_index": self.lr_index, "lineage": self.lineage})
+            ts = time.perf_counter()
+            own = ctx.evaluator.accuracy(self.params, self.X_tour, self.y_tour)   # while the partner deposits
+            score_s += time.perf_counter() - ts
+            if partner is not None:
+                got = ctx.server.collect(rnd, partner)                              # None: the partner has ended
+            if got is not None:
+                their_params, their_state, meta = got
+                ts = time.perf_counter()
+                theirs = ctx.evaluator.accuracy(xp.asarray(their_params), self.X_tour, self.y_tour)
+                score_s += time.perf_counter() - ts
+                adopted = theirs > own
+            if adopted:
+                self.params[...] = xp.asarray(their_params)
+                self.lr_index = int(meta["lr_index"])
+                self.lineage = f"{meta['lineage']}>t{self.k}@r{rnd}"
+        if self.gsize > 1:  # the leader's decision (and weights) reach the trainer's other workers
+            bcast = xp.zeros(n + 2, dtype=self.params.dtype)
+            if self.leader:
+                bcast[:n] = self.params
+                bcast[n], bcast[n + 1] = float(adopted), float(self.lr_index)
+            total = ctx.allreduce(bcast)
+            adopted = float(total[n]) > 0
+            if adopted and not self.leader:
+                self.params[...] = total[:n]
+                self.lr_index = int(round(float(total[n + 1])))
+        state_travels = adopted and ctx.config.exchange_state and self.opt.velocity is not None
+        if state_travels:
+            if self.leader:
+                self.opt.velocity[...] = xp.asarray(their_state)
+            if self.gsize > 1:
+                vel = self.opt.velocity if self.leader else xp.zeros_like(self.opt.velocity)
+                self.opt.velocity[...] = ctx.allreduce(vel)
+        if self.leader:
+            ctx.record({"kind": "tournament", "round": rnd, "step": step, "time": ctx.now(), "trainer": self.k,
+                        "partner": partner if got is not None else None, "own_score": own,
+                        "partner_score": theirs, "adopted": bool(adopted), "lr": self.lrs[self.lr_index],
+                        "lineage": self.lineage})
+        return score_s, time.perf_counter() - t0 - score_s
+
+    def eval_params(self) -> Any:
+        return self.params
+
+    def evaluate(self, step: int) -> None:
+        """Every trainer's leader scores its model ("trainer-<k>")."""
+        ctx = self.ctx
+        if self.leader and ctx.evaluator is not None:
+            self.scores = ctx.evaluator(self.params)
+            ctx.record(eval_record(f"trainer-{self.k}", step, ctx.plan.epoch(step + 1), ctx.now(), **self.scores))
+
+    def finish(self) -> np.ndarray | None:
+        """Leaders leave their final scores and weights; rank 0 gathers them into the summary
+        and returns the winner's weights."""
+        ctx = self.ctx
+        if not self.leader:
+            return None
+        scores = self.scores or ctx.evaluator(self.params)  # the last step's evaluation, if any
+        params = to_numpy(self.params).copy()
+        final = {"trainer": self.k, "lr": self.lrs[self.lr_index], "lineage": self.lineage, **scores}
+        try:
+            ctx.server.deposit("final", self.k, params, None, final)
+        finally:
+            self.depart()  # before gathering: a partner may still wait for this trainer
+        if ctx.rank != 0:
+            return None
+        finals = [(params, None, final)] + [ctx.server.collect("final", j) for j in range(self.K) if j != self.k]
+        finals = [f for f in finals if f is not None]
+        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs,
+                        "total_steps_planned": ctx.plan.total_steps}   # the trainers' plan, not the run's
+        return next(p for p, _, meta in finals if meta["trainer"] == self.summary["winner"])
+
+
+def _accuracy(final: dict) -> float:
+    acc = final["test_accuracy"]
+    return acc if math.isfinite(acc) else -1.0
+
+
+def summarise(finals: list[dict]) -> dict[str, Any]:
+    """The population's final scores: best, median, the winner and its lineage."""
+    finals = sorted(finals, key=lambda f: f["trainer"])
+    best = max(finals, key=_accuracy)
+    accs = [float(f["test_accuracy"]) for f in finals]
+    return {
+        "trainer_final_accuracy": {str(f["trainer"]): float(f["test_accuracy"]) for f in finals},
+        "best_trainer_accuracy": max(accs),
+        "median_trainer_accuracy": float(np.median(accs)),
+        "winner": int(best["trainer"]),
+        "winner_lineage": best["lineage"].split(">"),
+        "winner_lr": float(best["lr"]),
+        "final_test_accuracy": float(best["test_accuracy"]),
+        "final_test_loss": float(best["test_loss"]),
+        "final_train_loss": float(best["train_loss"]),
+    }
