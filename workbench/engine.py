@@ -310,12 +310,16 @@ class _DaskRun:
                                      workers=[w["address"]], allow_other_workers=False, pure=False,
                                      key=f"workbench-loop-{self.run_id}-{rank}")
                        for rank, w in enumerate(self.workers)]
+            self.server, self.run_info = server, run_info
             status, params, extra = self._monitor(futures, t0)
         finally:
             self._cleanup()
         wall = time.time() - run_info["t0_wall"]
-        extra.update({"comm": comm, "server": server_kind, "run_id": self.run_id, "setup_s": run_info["t0_wall"] - t_setup,
-                      "total_steps_planned": plan.total_steps, "lr_schedule": plan.schedule_text})
+        extra.update({"comm": comm, "server": server_kind, "run_id": self.run_id,
+                      "setup_s": run_info["t0_wall"] - t_setup})
+        # An algorithm with its own plan (LTFB trainers) has already reported these.
+        extra.setdefault("total_steps_planned", plan.total_steps)
+        extra.setdefault("lr_schedule", plan.schedule_text)
         return build_result(config.to_dict(), self.collector, status=status, wall_time_s=wall,
                             workers=[_public(w, rank) for rank, w in enumerate(self.workers)],
                             extra=extra, params=params)
@@ -373,6 +377,8 @@ class _DaskRun:
                             client.cancel(futures[rank])
                             if spec.cls.sync:
                                 self.control.abort(f"worker {rank} lost")
+                            else:
+                                self._retire(rank, alive)
                 if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                     client.cancel(futures)  # loops ignored the stop request: do not hang
                     break
@@ -420,6 +426,19 @@ class _DaskRun:
             extra.update(res.get("summary", {}))
         return status, params, extra
 
+    def _retire(self, rank: int, alive: set) -> None:
+        """A lost worker of an asynchronous run gives up its round-robin turns, so that
+        the others are not left waiting for it (original EASGD)."""
+        with contextlib.suppress(Exception):
+            if self.server is not None and self.spec.server is not None:
+                self.server.retire(rank).result(timeout=10)
+            elif self.run_info.get("server_shm"):
+                s = self.run_info["server_shm"]
+                survivor = next(w["address"] for w in self.workers if w["address"] in alive)
+                # Client.run, not submit: the survivor's only thread is busy training.
+                self.client.run(_shm_retire, s["segment"], s["lock"], self.run_info["n_params"],
+                                self.run_info["size"], rank, s["options"], workers=[survivor])
+
     def _any_event(self, name: str) -> bool:
         return any(e.get("event") == name for e in self.collector.rows.get("event", []))
 
@@ -444,6 +463,16 @@ def _create_shared(name: str, params: np.ndarray) -> str:
     arr = SharedArray(seg, params.shape[0], params.dtype)
     arr.array[:] = params
     return seg
+
+
+def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
+    """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
+    from .comm.shm import ShmServer
+    server = ShmServer(segment, lock, n, size, **options)
+    try:
+        server.retire(rank)
+    finally:
+        server.close()
 
 
 def _remove_file(path: str) -> None:
