@@ -29,7 +29,8 @@ def _bench_config(args: argparse.Namespace, algorithm: str, steps: int) -> Any:
     hidden = [int(h) for h in str(args.hidden).split(",") if h]
     return RunConfig(algorithm=algorithm, dataset="synthetic", n_samples=max(20000, 8 * args.batch_per_worker * args.cpus),
                      n_features=args.n_features, n_classes=10, hidden=hidden, model="mlp", cpus=args.cpus, gpus=0,
-                     batch_size=args.batch_per_worker * args.cpus, lr=0.01, momentum=0.9 if algorithm == "async_msgd" else 0.0,
+                     batch_size=args.batch_per_worker * args.cpus, lr=0.01,
+                     momentum=0.9 if algorithm in ("async_msgd", "async_measgd") else 0.0, tau=getattr(args, "tau", 1),
                      steps=steps, eval_every=10**9, seed=0)
 
 
@@ -167,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
     from .engine import run
     from .models import make_model
 
-    algorithms = [a for a in str(args.algorithms).split(",") if a]
+    algorithms = list(REGISTRY) if args.algorithms == "all" else [a for a in str(args.algorithms).split(",") if a]
     for a in algorithms:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)

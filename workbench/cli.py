@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("algorithms", help="list the algorithms")
 
     bench = sub.add_parser("bench", help="throughput benchmark: algorithms vs the no-exchange limit vs PyTorch DDP")
-    bench.add_argument("--algorithms", default="sync_sgd,async_sgd,async_msgd,hogwild_sgd")
+    bench.add_argument("--algorithms", default="all", help="comma-separated names, or all")
+    bench.add_argument("--tau", type=int, default=1, help="EASGD family: local steps between exchanges")
     bench.add_argument("--cpus", type=int, default=2)
     bench.add_argument("--batch-per-worker", type=int, default=128)
     bench.add_argument("--hidden", default="512,256")
