@@ -88,13 +88,16 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
         v = verdicts.get(check["id"], {})
         checks.append({"id": check["id"], "text": check["text"], "held": v.get("held"),
                        "measured": v.get("measured", "not measured")})
+    expected_ids = {c["id"] for c in exp.expected_shape}
+    also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
     report = out / "report.html"
-    _write_report(exp, checks, out, report, quick)
+    _write_report(exp, checks, out, report, quick, also)
     return {"report": str(report), "notebook": str(executed), "checks": checks,
             "all_held": all(c["held"] for c in checks)}
 
 
-def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool) -> None:
+def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
+                  also: list[dict] = ()) -> None:
     from .results import RunResult
     from .ui.report import write_comparison_report
 
@@ -110,4 +113,10 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
              f"<h3>What we run</h3><p>{esc(exp.we_run)}{' (quick parameters)' if quick else ''}</p>"
              f"<h3>Expected shape</h3><table border='1' cellpadding='4' style='border-collapse:collapse'>"
              f"<tr><th>check</th><th>measured here</th><th>verdict</th></tr>{rows}</table>")
+    if also:
+        extra = "".join(f"<tr><td>{esc(v['id'])}</td><td>{esc(str(v.get('measured', '')))}</td>"
+                        f"<td>{'yes' if v.get('held') else 'no'}</td></tr>" for v in also)
+        notes += ("<h3>Also measured (not part of the expected shape)</h3>"
+                  "<table border='1' cellpadding='4' style='border-collapse:collapse'>"
+                  f"<tr><th>comparison</th><th>measured here</th><th>as the paper found?</th></tr>{extra}</table>")
     write_comparison_report(results, report, title=exp.title, notes_html=notes)

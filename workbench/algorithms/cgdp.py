@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..backend import to_numpy
-from ..data import split_batch
 from ..optim import SGD
 from .base import Algorithm, StepOut, WorkerContext, timed
+from .sync import SpeedBalancer
 
 TUNE_STEPS = 4       # iterations timed per chunk size while auto-tuning (after a warm-up step)
 
@@ -95,12 +95,13 @@ class ChunkMaster:
         self.tuner = ChunkTuner(chunk_layers, len(self.groups))
         self.parts: dict[tuple[int, int], dict[int, np.ndarray]] = {}
         self.step, self.chunks_left, self.loss, self.stop = -1, 0, 0.0, False
-        self.outcome = (0.0, False)   # (loss, stop) of the last completed step
+        self.outcome = (0.0, False, [0.0] * size)   # (loss, stop, compute times) of the last completed step
+        self.times: dict[int, float] = {}
         self.last_done = time.perf_counter()
         self.chunk_history: list[int] = []
 
     def add(self, step: int, rank: int, lo: int, hi: int, grad: np.ndarray, lr: float,
-            loss_w: float = 0.0, stop: bool = False) -> bool:
+            loss_w: float = 0.0, stop: bool = False, compute_s: float | None = None) -> bool:
         """One worker's weighted chunk; updates that chunk once every worker's part is
         in. Returns True when this completed the whole step.
 
@@ -113,6 +114,8 @@ class ChunkMaster:
         parts[rank] = grad
         self.loss += loss_w
         self.stop = self.stop or stop
+        if compute_s is not None:
+            self.times[rank] = compute_s
         if len(parts) < self.size:
             return False
         total = parts[0].copy()
@@ -126,17 +129,18 @@ class ChunkMaster:
             return False
         # A fast worker may start the next step before a slow one fetches this one:
         # keep this step's outcome apart from the running sums.
-        self.outcome = (float(self.loss), bool(self.stop))
+        self.outcome = (float(self.loss), bool(self.stop), [self.times.get(r, 0.0) for r in range(self.size)])
         now = time.perf_counter()
         self.chunk_history.append(self.tuner.current)
         self.tuner.observe(now - self.last_done)
         self.last_done = now
         return True
 
-    def result(self) -> tuple[np.ndarray, float, bool, int]:
-        """Fresh weights, the step's global loss, the stop flag, next step's chunk size."""
-        loss, stop = self.outcome
-        return self.x.copy(), loss, stop, self.tuner.current
+    def result(self) -> tuple[np.ndarray, float, bool, int, list[float]]:
+        """Fresh weights, the step's global loss, the stop flag, next step's chunk size,
+        every worker's compute time (for speed-based shares)."""
+        loss, stop, times = self.outcome
+        return self.x.copy(), loss, stop, self.tuner.current, times
 
 
 class ThreadChunkMaster:
@@ -147,9 +151,9 @@ class ThreadChunkMaster:
         self.cond = threading.Condition()
         self.completed = -1
 
-    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False) -> None:
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
         with self.cond:
-            if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop):
+            if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
                 self.completed = step
                 self.cond.notify_all()
 
@@ -180,8 +184,8 @@ class ChunkMasterActor:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False) -> None:
-        if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop):
+    async def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
             cond = self._c()
             async with cond:
                 self.completed = step
@@ -234,13 +238,13 @@ class CGDP(Algorithm):
         self.groups = model.layer_groups()
         setting = ctx.config.chunk_layers
         self.chunks = chunk_bounds(self.groups, 1 if setting == "auto" else min(int(setting), len(self.groups)))
-        self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
+        self.balancer = SpeedBalancer(ctx)
         self.clock = timed(xp)
 
     def step(self, step: int) -> StepOut:
         ctx = self.ctx
         lr = ctx.plan.schedule(step)
-        lo_b, hi_b = split_batch(ctx.plan.batch_size, self.shares)[ctx.rank]
+        lo_b, hi_b = self.balancer.slices()[ctx.rank]
         w = (hi_b - lo_b) / ctx.plan.batch_size
         X, y = ctx.batch(step, lo_b, hi_b)
         stop = ctx.rank == 0 and ctx.stop_requested()
@@ -261,12 +265,14 @@ class CGDP(Algorithm):
 
         t0 = self.clock()
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad, on_grad_ready=ready)
-        for lo, hi in held:
-            self.master.push(step, ctx.rank, lo, hi, to_numpy(self.grad[lo:hi]) * w, lr, loss * w, stop and first[0])
         t1 = self.clock()
+        for lo, hi in held:  # the last chunk also reports this worker's compute time
+            self.master.push(step, ctx.rank, lo, hi, to_numpy(self.grad[lo:hi]) * w, lr, loss * w,
+                             stop and first[0], t1 - t0)
         self.master.wait_sent()
-        params, gloss, gstop, chunking = self.master.fetch(step)
+        params, gloss, gstop, chunking, times = self.master.fetch(step)
         t2 = time.perf_counter()
+        self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
         self.chunks = chunk_bounds(self.groups, chunking)
         out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1)
@@ -283,7 +289,7 @@ class CGDP(Algorithm):
         if self.ctx.rank == 0:
             hist = self.master.history()
             self.summary = {"chunk_layers_used": hist[-1] if hist else None,
-                            "chunk_layers_tried": sorted(set(hist))}
+                            "chunk_layers_tried": sorted(set(hist)), **self.balancer.summary()}
         return super().finish()
 
 

@@ -40,6 +40,37 @@ def rebalance(shares: list[float], speeds: list[float], smoothing: float = SMOOT
     return [smoothing * v / total_speed + (1 - smoothing) * s / total_share for v, s in zip(speeds, shares)]
 
 
+class SpeedBalancer:
+    """Batch shares for `split="speed"`: every worker feeds in everyone's compute times
+    (the same numbers on every rank, after a collective), and every REBALANCE_EVERY
+    steps all ranks move the shares the same way, so they agree without a message."""
+
+    def __init__(self, ctx: WorkerContext):
+        self.ctx = ctx
+        self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
+        self.speed_sum = [0.0] * ctx.size   # samples / compute_s, summed since the last change
+        self.speed_n = 0
+
+    def slices(self) -> list[tuple[int, int]]:
+        return split_batch(self.ctx.plan.batch_size, self.shares)
+
+    def observe(self, times: list[float]) -> None:
+        if self.ctx.config.split != "speed":
+            return
+        for r, (lo, hi) in enumerate(self.slices()):
+            self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
+        self.speed_n += 1
+        if self.speed_n == REBALANCE_EVERY:
+            self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
+            self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
+            if self.ctx.rank == 0:
+                self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
+
+    def summary(self) -> dict[str, Any]:
+        total = sum(self.shares)
+        return {"final_shares": [round(s / total, 4) for s in self.shares]}
+
+
 class SyncSGD(Algorithm):
     sync = True
 
@@ -51,9 +82,7 @@ class SyncSGD(Algorithm):
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
         self.buf = ctx.comm_buffer(n + 2 + ctx.size, self.params.dtype)
-        self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
-        self.speed_sum = [0.0] * ctx.size   # samples / compute_s, accumulated since last rebalance
-        self.speed_n = 0
+        self.balancer = SpeedBalancer(ctx)
         self.clock = timed(xp)
 
     # the parts CGDP and sync_easgd reuse ------------------------------------------------
@@ -61,8 +90,7 @@ class SyncSGD(Algorithm):
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
         ctx, n = self.ctx, self.n
         t0 = self.clock()
-        slices = split_batch(ctx.plan.batch_size, self.shares)
-        lo, hi = slices[ctx.rank]
+        lo, hi = self.balancer.slices()[ctx.rank]
         X, y = ctx.batch(step, lo, hi)
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.buf[:n])
         w = (hi - lo) / ctx.plan.batch_size
@@ -82,21 +110,9 @@ class SyncSGD(Algorithm):
         tail = [float(v) for v in (total[n:].get() if hasattr(total, "get") else total[n:])]
         loss, stop, times = tail[0], tail[1] > 0, tail[2:]
         wait_s = max(0.0, max(times) - compute_s)  # idle while the slowest worker finishes
-        if self.ctx.config.split == "speed":
-            self._rebalance(times)
+        self.balancer.observe(times)
+        self.summary = self.balancer.summary()
         return loss, stop, wait_s
-
-    def _rebalance(self, times: list[float]) -> None:
-        slices = split_batch(self.ctx.plan.batch_size, self.shares)
-        for r, (lo, hi) in enumerate(slices):
-            self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
-        self.speed_n += 1
-        if self.speed_n == REBALANCE_EVERY:
-            self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
-            self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
-            if self.ctx.rank == 0:
-                self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
-        self.summary = {"final_shares": [round(s, 4) for s in self.shares]}
 
     # -------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOut:
