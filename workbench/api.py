@@ -46,3 +46,9 @@ def save(result: RunResult, directory: str | Path) -> Path:
 def load(directory: str | Path) -> RunResult:
     """Read a run directory."""
     return RunResult.load(directory)
+
+
+def sweep(config: RunConfig | dict, workers: Any = (1, 2, 4), mode: str = "strong", **kwargs: Any) -> Any:
+    """Strong or weak scaling sweep over worker counts: see `workbench.sweep.sweep`."""
+    from .sweep import sweep as _sweep
+    return _sweep(config, workers=workers, mode=mode, **kwargs)

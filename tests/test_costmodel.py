@@ -1,0 +1,207 @@
+"""The cost model: hand-checked formulas, alpha/beta recovered from synthetic measurements."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench import ConfigError, RunConfig
+from workbench import costmodel as cm
+from workbench.api import run
+from workbench.results import RunResult
+
+ALPHA, BETA = 3e-5, 2.5e-9          # the "true" network of the synthetic measurements
+C0, C1 = 2e-4, 5e-6                 # true compute: 0.2 ms per step + 5 us per sample
+
+
+def synthetic_run(algorithm: str, workers: int, n_params: int, per_worker: int, steps: int = 20,
+                  kind: str = "cpu", comm_s: float | None = None) -> RunResult:
+    """A RunResult whose step records follow the model exactly (no noise)."""
+    n_bytes = n_params * 4
+    if comm_s is None:
+        a, b = cm.exchange_terms(algorithm, workers, n_bytes) or (0.0, 0.0)
+        comm_s = a * ALPHA + b * BETA
+    compute = C0 + C1 * per_worker
+    rows = [{"worker": w, "step": s, "epoch": 0.0, "time": (s + 1) * (compute + comm_s), "loss": 1.0,
+             "lr": 0.1, "samples": per_worker, "compute_s": compute, "comm_s": comm_s, "wait_s": 0.0,
+             "staleness": 0.0} for s in range(steps) for w in range(workers)]
+    summary = {"algorithm": algorithm, "config": {"algorithm": algorithm, "tau": 1, "round_size": 50},
+               "workers": [{"rank": w, "kind": kind} for w in range(workers)], "n_params": n_params,
+               "samples_per_s": 1.0}
+    return RunResult(summary=summary, steps=pd.DataFrame(rows), evals=pd.DataFrame())
+
+
+# ------------------------------------------------------------------------------ formulas
+@pytest.mark.parametrize("p, ring, tree", [
+    (1, 0.0, 0.0),
+    (2, 1e6 * 1e-9 + 2 * 1e-5, 2 * 1 * (1e-5 + 1e-3)),              # 1.02e-3, 2.02e-3
+    (4, 1.5 * 1e6 * 1e-9 + 6 * 1e-5, 2 * 2 * (1e-5 + 1e-3)),        # 1.56e-3, 4.04e-3
+    (8, 1.75 * 1e6 * 1e-9 + 14 * 1e-5, 2 * 3 * (1e-5 + 1e-3)),      # 1.89e-3, 6.06e-3
+    (5, 1.6 * 1e6 * 1e-9 + 8 * 1e-5, 2 * 3 * (1e-5 + 1e-3)),        # tree depth ceil(log2 5) = 3
+])
+def test_ring_and_tree_allreduce_match_hand_computed_values(p, ring, tree):
+    assert cm.ring_allreduce_time(p, 1e6, 1e-5, 1e-9) == pytest.approx(ring, abs=1e-15)
+    assert cm.tree_allreduce_time(p, 1e6, 1e-5, 1e-9) == pytest.approx(tree, abs=1e-15)
+    a, b = cm.allreduce_terms(p, 1e6, "ring")
+    assert a * 1e-5 + b * 1e-9 == pytest.approx(ring, abs=1e-15)
+
+
+def test_exchange_terms_per_algorithm():
+    n = 1000.0
+    assert cm.exchange_terms("sgd", 4, n) is None
+    assert cm.exchange_terms("hogwild_sgd", 4, n) is None
+    assert cm.exchange_terms("sync_sgd", 4, n, allreduce="tree") == (4.0, 4000.0)
+    assert cm.exchange_terms("async_msgd", 4, n) == (2.0, 2000.0)
+    assert cm.exchange_terms("async_easgd", 4, n, tau=4) == (0.5, 500.0)
+    assert cm.exchange_terms("sync_easgd", 4, n, tau=2) == (3.0, 750.0)
+    assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.2, 200.0)
+    assert set(cm.PATTERNS) == set(__import__("workbench").ALGORITHMS)
+
+
+# ------------------------------------------------------------------------------ calibration
+def test_calibration_recovers_alpha_and_beta_from_several_points():
+    runs = [synthetic_run("sync_sgd", p, n, per_worker=64 // p)
+            for p in (2, 4, 8) for n in (100_000, 1_000_000)]
+    cal = cm.calibrate(runs, n_params=None)
+    assert cal.how == "fit"
+    assert cal.alpha == pytest.approx(ALPHA, rel=1e-6)
+    assert cal.beta == pytest.approx(BETA, rel=1e-6)
+    c0, c1 = cal.compute["cpu"]                      # per-worker batches 32, 16, 8: c0 separable
+    assert c0 == pytest.approx(C0, rel=1e-6) and c1 == pytest.approx(C1, rel=1e-6)
+    assert len(cal.points) == 6 and cal.overhead_s == pytest.approx(0.0, abs=1e-9)
+
+
+def test_calibration_mixes_algorithms_through_their_terms():
+    runs = [synthetic_run("async_sgd", 2, 200_000, 32), synthetic_run("sync_sgd", 4, 200_000, 16),
+            synthetic_run("sync_sgd", 8, 50_000, 8)]
+    cal = cm.calibrate(runs)
+    assert (cal.alpha, cal.beta) == (pytest.approx(ALPHA, rel=1e-6), pytest.approx(BETA, rel=1e-6))
+
+
+def test_one_point_keeps_the_default_latency_and_fits_beta():
+    run1 = synthetic_run("sync_sgd", 2, 500_000, 32)
+    cal = cm.calibrate([run1], network="10GbE")
+    assert cal.how == "beta"
+    assert cal.alpha == cm.NETWORKS["10GbE"].alpha
+    a, b = cm.exchange_terms("sync_sgd", 2, 2_000_000)
+    assert a * cal.alpha + b * cal.beta == pytest.approx(a * ALPHA + b * BETA)   # reproduces the point
+
+
+def test_no_messages_keeps_the_network_defaults_and_compute_per_kind():
+    cal = cm.calibrate([synthetic_run("sgd", 1, 1000, 64), synthetic_run("hogwild_sgd", 2, 1000, 32, kind="gpu",
+                                                                          comm_s=1e-4)])
+    assert cal.how == "default" and (cal.alpha, cal.beta) == (cm.NETWORKS["shm"].alpha, cm.NETWORKS["shm"].beta)
+    assert set(cal.compute) == {"cpu", "gpu"}
+    assert cal.compute_s("cpu", 64) == pytest.approx(C0 + C1 * 64)
+    with pytest.raises(ConfigError, match="kind: one of the calibrated worker kinds"):
+        cal.compute_s("tpu", 1)
+
+
+def test_calibrate_rejects_bad_input():
+    with pytest.raises(ConfigError, match="network: one of"):
+        cm.calibrate([synthetic_run("sgd", 1, 10, 8)], network="carrier pigeon")
+    empty = RunResult({"algorithm": "sgd"}, pd.DataFrame(columns=["worker", "samples"]), pd.DataFrame())
+    with pytest.raises(ConfigError, match="results: at least one run with step records"):
+        cm.calibrate([empty], n_params=10)
+
+
+# ------------------------------------------------------------------------------ prediction
+def cal_exact(n_params: int = 1_000_000, overhead: float = 0.0) -> cm.Calibration:
+    return cm.Calibration(compute={"cpu": (C0, C1)}, alpha=ALPHA, beta=BETA, n_params=n_params,
+                          overhead_s=overhead, how="fit")
+
+
+def test_sync_prediction_is_compute_plus_allreduce():
+    cal = cal_exact(overhead=1e-4)
+    table = cm.predict(cal, "sync_sgd", workers=[1, 2, 4, 8], batch_size=256, networks=["measured", "10GbE"])
+    assert list(table.columns) == list(cm.PREDICT_COLUMNS)
+    row = table[(table.network == "measured") & (table.workers == 4)].iloc[0]
+    step = C0 + C1 * 64 + 1e-4 + cm.ring_allreduce_time(4, 4e6, ALPHA, BETA)
+    assert row.step_time_s == pytest.approx(step)
+    assert row.samples_per_s == pytest.approx(256 / step)
+    first = table[(table.network == "measured") & (table.workers == 1)].iloc[0]
+    assert row.speedup == pytest.approx(row.samples_per_s / first.samples_per_s)
+    assert row.efficiency == pytest.approx(row.speedup / 4)
+    # a faster network never predicts less throughput
+    ten = table[table.network == "10GbE"].samples_per_s.to_numpy()
+    nv = cm.predict(cal, "sync_sgd", [1, 2, 4, 8], 256, networks=["NVLink"]).samples_per_s.to_numpy()
+    assert np.all(nv >= ten)
+    tree = cm.predict(cal, "sync_sgd", [8], 256, allreduce="tree").step_time_s.iloc[0]
+    assert tree == pytest.approx(C0 + C1 * 32 + 1e-4 + cm.tree_allreduce_time(8, 4e6, ALPHA, BETA))
+
+
+def test_weak_scaling_grows_the_batch():
+    t = cm.predict(cal_exact(), "sync_sgd", workers=[2, 4, 8], batch_size=64, mode="weak")
+    assert list(t.batch_size) == [64, 128, 256]
+    assert t.compute_s.nunique() == 1                  # each worker keeps 32 samples
+
+
+def test_parameter_server_saturates():
+    cal = cal_exact(n_params=1_000_000)
+    t = cm.predict(cal, "async_sgd", workers=[1, 2, 4, 8, 16, 32, 64], batch_size=1024, mode="weak")
+    exchange = 2 * (ALPHA + 4e6 * BETA)
+    update = 3 * 4e6 / cm.HOST_MEMORY_BYTES_PER_S
+    cap = 1024 / (exchange + update)                   # b per update, one update at a time
+    assert t.samples_per_s.max() == pytest.approx(cap)
+    assert t.bottleneck.iloc[-1] == "server" and t.bottleneck.iloc[0] != "server"
+    assert np.all(np.diff(t.samples_per_s.to_numpy()) >= -1e-9)
+
+
+def test_easgd_exchanges_every_tau_steps():
+    cal = cal_exact()
+    one = cm.step_prediction(cal, "sync_easgd", 4, 256, tau=1)
+    four = cm.step_prediction(cal, "sync_easgd", 4, 256, tau=4)
+    assert four["comm_s"] == pytest.approx(one["comm_s"] / 4)
+    rr = cm.step_prediction(cal, "easgd", 64, 64 * 8, tau=1)
+    assert rr["bottleneck"] == "server"                 # round-robin: 64 exchanges per cycle
+    hog = cm.step_prediction(cal, "hogwild_easgd", 4, 256, network="10GbE")
+    assert hog["bottleneck"] == "one host only"
+
+
+def test_cgdp_overlaps_the_host_path_with_backward():
+    link = cm.Network("test", 0.0, 1e-9)
+    # host path H = 2 n beta + (P + 2) n / host_bw; tiny n: hidden behind backward
+    assert cm.cgdp_step_time(0.03, 1.0, 2, chunks=2, link=link) == pytest.approx(0.03, rel=1e-6)
+    n = 1e7
+    host = 2 * n * 1e-9 + 4 * n / cm.HOST_MEMORY_BYTES_PER_S
+    expected = 0.01 + max(0.02, host / 2) + host / 2
+    assert cm.cgdp_step_time(0.03, n, 2, chunks=2, link=link) == pytest.approx(expected)
+    assert cm.step_prediction(cal_exact(), "cgdp", 2, 64)["samples_per_s"] > 0
+
+
+def test_compare_reports_the_error_on_measured_points():
+    cal = cal_exact()
+    pred = cm.predict(cal, "sync_sgd", [1, 2, 4], 128)
+    table = pred.assign(samples_per_s=pred.samples_per_s * [1.0, 1.1, 0.8])
+    rows, error = cm.compare(cal, table)
+    np.testing.assert_allclose(rows.error, [0.0, 1 / 1.1 - 1, 1 / 0.8 - 1])
+    assert error == pytest.approx(np.mean([0.0, 1 - 1 / 1.1, 0.25]))
+
+
+def test_bad_arguments_name_the_field():
+    cal = cal_exact()
+    with pytest.raises(ConfigError, match="network: one of"):
+        cm.predict(cal, "sync_sgd", networks=["dial-up"])
+    with pytest.raises(ConfigError, match="algorithm: one of"):
+        cm.predict(cal, "adam")
+    with pytest.raises(ConfigError, match="allreduce: one of"):
+        cm.predict(cal, "sync_sgd", allreduce="butterfly")
+    with pytest.raises(ConfigError, match="mode: one of"):
+        cm.predict(cal, "sync_sgd", mode="medium")
+    with pytest.raises(ConfigError, match="workers: a non-empty list"):
+        cm.predict(cal, "sync_sgd", workers=[0])
+
+
+def test_calibration_from_a_real_run():
+    result = run(RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", batch_size=64, epochs=1),
+                 cluster="threads")
+    cal = cm.calibrate([result])
+    assert cal.n_params == result.params.size
+    assert cal.compute["cpu"][1] > 0 and cal.beta > 0
+    assert cal.how in ("beta", "fit")
+    assert 0 < cm.training_throughput(result) < math.inf
+    table = cm.predict(cal, "sync_sgd", [1, 2, 4, 64], 64, networks=["measured", *cm.NETWORKS])
+    assert len(table) == 4 * (1 + len(cm.NETWORKS)) and (table.samples_per_s > 0).all()
+    assert "us/sample" in cal.describe()

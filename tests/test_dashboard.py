@@ -1,0 +1,241 @@
+"""The dashboard without a frontend: controls map onto RunConfig, runs stream, Stop works."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import workbench.api
+from workbench import ConfigError, RunConfig
+from workbench.config import FIELDS
+from workbench.ui import dashboard as D
+from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
+
+# A new value for every control, and the RunConfig value it must produce.
+NEW_VALUES = {
+    "algorithm": ("async_sgd", "async_sgd"),
+    "dataset": ("mnist1d", "mnist1d"),
+    "model": ("softmax", "softmax"),
+    "hidden": ("512, 256", [512, 256]),
+    "n_samples": (2000, 2000),
+    "cpus": (3, 3),
+    "gpus": (1, 1),
+    "latency_ms": (0.5, 0.5),
+    "bandwidth_gbps": (10.0, 10.0),
+    "batch_size": (128, 128),
+    "base_batch": (64, 64),
+    "lr": (0.01, 0.01),
+    "lr_scaling": ("linear", "linear"),
+    "warmup_epochs": (0.5, 0.5),
+    "warmup": ("constant", "constant"),
+    "decay": ("cosine", "cosine"),
+    "momentum": (0.5, 0.5),
+    "nesterov": (True, True),
+    "tau": (8, 8),
+    "alpha": (0.3, 0.3),
+    "trainers": (3, 3),
+    "round_size": (20, 20),
+    "epochs": (7.0, 7.0),
+    "seed": (5, 5),
+}
+ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
+               "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
+
+
+@pytest.fixture
+def dash() -> Dashboard:
+    d = Dashboard(cluster="threads", config=RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits",
+                                                      batch_size=64, epochs=2))
+    yield d
+    d.stop()
+    d.wait(10)
+
+
+def test_every_control_maps_onto_a_config_field(dash):
+    assert set(CONTROL_FIELDS) <= set(FIELDS)
+    assert all(name == field for name, field in CONTROL_FIELDS.items())
+    assert ISSUE_KNOBS <= set(CONTROL_FIELDS)
+    assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
+    for name, (value, expected) in NEW_VALUES.items():
+        before = getattr(dash.config, CONTROL_FIELDS[name])
+        assert before != expected, name
+        dash.controls[name].value = value
+        assert getattr(dash.config, CONTROL_FIELDS[name]) == expected, name
+        assert dash.controls[name].description == name
+    # fields without a control keep the starting config's value
+    assert dash.config.eval_every is None and dash.config.comm == "auto"
+
+
+def test_alpha_zero_means_unset_and_the_config_setter_round_trips(dash):
+    dash.controls["alpha"].value = 0.0
+    assert dash.config.alpha is None
+    cfg = RunConfig(algorithm="sync_easgd", cpus=3, batch_size=96, lr=0.02, tau=4, alpha=0.2, hidden=[32],
+                    dataset="digits")
+    dash.config = cfg
+    assert dash.config == cfg.replace(out=None)
+    assert 96 in dash.controls["batch_size"].options           # a non power of two gets a stop
+    assert not dash.controls["tau"].disabled and dash.controls["trainers"].disabled
+
+
+def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
+    dash.controls["batch_size"].value = 1                    # below the 2 workers
+    expected = "batch_size: at least the number of workers (2), got 1"
+    assert dash.status_text == f"error: {expected}"
+    assert expected in dash.status.value and "Traceback" not in dash.status.value
+    assert dash.run_button.disabled
+    with pytest.raises(ConfigError, match="batch_size"):
+        dash.config
+    assert dash.run() is False and dash.history == []
+    dash.controls["batch_size"].value = 64
+    assert dash.status_text.startswith("ready:") and not dash.run_button.disabled
+    dash.controls["warmup"].value = "gradual"               # warmup without warmup_epochs
+    assert dash.status_text == "error: warmup_epochs: > 0 when warmup is 'gradual', got 0.0"
+
+
+def test_schedule_preview_is_redrawn_when_knobs_change(dash):
+    planned = lambda: {t.name: t for t in dash.preview.data}["planned"]  # noqa: E731
+    assert max(planned().y) == pytest.approx(0.1)
+    dash.controls["lr_scaling"].value = "linear"             # 64 / base_batch 32: lr x 2
+    assert max(planned().y) == pytest.approx(0.2)
+    dash.controls["warmup_epochs"].value = 1.0
+    dash.controls["warmup"].value = "gradual"
+    names = [t.name for t in dash.preview.data]
+    assert "end of warmup" in names
+    assert planned().y[0] == pytest.approx(0.1) and "warmup" in dash.preview.layout.title.text
+
+
+def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
+    dash.controls["algorithm"].value = "sgd"
+    dash.controls["epochs"].value = 400.0                  # far longer than the test waits
+    assert dash.run() is True
+    assert dash.running and dash.stop_button.disabled is False
+    loss = "#1 sgd P=1 B=64: train loss"
+    deadline = time.time() + 20
+    while time.time() < deadline:                           # records reach the plots while it runs
+        names = {t.name: t for t in dash.figures["progress_time"].data}
+        if loss in names and len(names[loss].x) > 5 and dash.status_text.startswith("running"):
+            break
+        time.sleep(0.05)
+    assert dash.running, "the run ended before the test could stop it"
+    assert len({t.name: t for t in dash.figures["progress_time"].data}[loss].x) > 5
+    assert dash.status_text.startswith("running #1 sgd")
+    t0 = time.time()
+    dash.stop()
+    result = dash.wait(10)
+    assert time.time() - t0 < 2.0
+    assert result.status == "stopped" and dash.status_text.startswith("stopped:")
+    assert dash.history == [result] and len(dash.runs_table()) == 1
+    assert "stopped" in dash.runs_html.value
+    assert dash.plot_errors == []
+    assert not dash.running and not dash.run_button.disabled
+
+
+def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
+    assert dash.run() is True
+    result = dash.wait(60)
+    assert result is not None and result.status == "completed", dash.status_text
+    assert dash.status_text.startswith("completed: #1 sync_sgd P=2 B=64")
+    figs = {k: {t.name: t for t in f.data} for k, f in dash.figures.items()}
+    assert {"worker 0", "worker 1", "all workers"} <= set(figs["throughput"])
+    assert list(figs["breakdown"]["compute"].x) == ["worker 0", "worker 1"]
+    assert len(figs["lr"]["worker 1"].x) == len(result.steps.query("worker == 1"))
+    assert len(figs["progress_epoch"]["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(result.evals)
+    assert figs["lineage"] == {} and dash._lineage_box.layout.display == "none"   # ltfb only
+    # a second run is overlaid in the loss plots and resets the per-run ones
+    dash.controls["batch_size"].value = 128
+    assert dash.run() is True
+    dash.wait(60)
+    names = [t.name for t in dash.figures["progress_time"].data]
+    assert any(n.startswith("#1 ") for n in names) and any(n.startswith("#2 ") for n in names)
+    assert len(dash.history) == 2 and dash.plot_errors == []
+
+
+def test_a_failing_run_shows_one_line(dash, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("the cluster is on fire")
+    monkeypatch.setattr(workbench.api, "run", boom)
+    assert dash.run() is True
+    assert dash.wait(10) is None
+    assert dash.status_text == "failed: RuntimeError: the cluster is on fire"
+    assert isinstance(dash.last_error, RuntimeError) and dash.history == []
+    assert not dash.run_button.disabled
+
+
+def test_a_second_run_is_refused_while_one_is_going(dash):
+    dash.controls["algorithm"].value = "sgd"
+    dash.controls["epochs"].value = 400.0
+    assert dash.run() is True
+    assert dash.run() is False and dash.status_text.startswith("busy:")
+    dash.stop()
+    assert dash.wait(10).status == "stopped"
+
+
+def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
+    dash.controls["epochs"].value = 1.0
+    points = []
+    original = dash._on_sweep_result
+
+    def spy(row, result):
+        original(row, result)
+        points.append(len({t.name: t for t in dash.scaling_figure.data}["measured"].x))
+    dash._on_sweep_result = spy
+    assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
+    table = dash.wait(60)
+    assert points == [1, 2]                                 # the figure grew as each run ended
+    assert list(table.workers) == [1, 2] and list(table.status) == ["completed"] * 2
+    names = {t.name for t in dash.scaling_figure.data}
+    assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
+    assert "prediction error" in dash.scaling_figure.layout.title.text
+    assert dash.status_text.startswith("sweep done: 2 run(s)")
+    assert len(dash.history) == 2
+
+
+def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
+    dash.controls["epochs"].value = 1.0
+    assert dash.run() and dash.wait(60) is not None
+    bundle = dash._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert dash.tabs.titles == ("run", "scaling", "runs")
+    # figures nested in containers get their whole state re-sent before they are shown
+    for fig in dash._figure_widgets():
+        assert len(fig._widget_data) == len(fig.data)
+    assert dash.preview._widget_layout["title"]["text"].startswith("lr schedule: ")
+
+
+def test_a_frontend_echo_changes_neither_config_nor_status(dash):
+    dash.controls["algorithm"].value = "sgd"
+    assert dash.run() and dash.wait(30).status == "completed"
+    status = dash.status_text
+    dash.controls["momentum"].value = 0.9000000000000001    # a slider's arithmetic, sent back
+    dash.controls["lr"].value = 0.10000000000000002
+    assert dash.config.momentum == 0.9 and dash.config.lr == 0.1
+    assert dash.status_text == status and status.startswith("completed:")
+
+
+def test_preview_sizes_need_no_data():
+    assert D.preview_n_train(RunConfig(dataset="mnist")) == 60000
+    assert D.preview_n_train(RunConfig(dataset="synthetic", n_samples=1000)) == 800
+    from workbench.data import load_dataset
+    assert D.preview_n_train(RunConfig(dataset="digits")) == load_dataset("digits").n_train
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_run_on_a_dask_cluster_streams_into_the_figures():
+    from workbench.cluster import make_cluster
+    client = make_cluster(gpus=0, cpus=2, quiet=True)
+    try:
+        d = Dashboard(cluster=client, config=RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits",
+                                                       batch_size=64, epochs=2))
+        assert d.run() is True
+        result = d.wait(120)
+        assert result is not None and result.status == "completed", d.status_text
+        figs = {k: {t.name: t for t in f.data} for k, f in d.figures.items()}
+        # a step whose workers' records straddle two flushes is drawn twice (as two points)
+        n_points = len(figs["progress_time"]["#1 sync_sgd P=2 B=64: train loss"].x)
+        assert result.summary["steps"] <= n_points <= 2 * result.summary["steps"]
+        assert {"worker 0", "worker 1"} <= set(figs["throughput"]) and d.plot_errors == []
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()

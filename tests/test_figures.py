@@ -1,0 +1,320 @@
+"""Figures and reports built from recorded runs carry the expected traces."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from workbench import RunConfig
+from workbench.api import run, save
+from workbench.optim import make_plan
+from workbench.results import RunResult
+from workbench.schedules import lr_table
+from workbench.ui import figures as F
+from workbench.ui.report import summary_table, write_comparison_report, write_report
+
+
+@pytest.fixture(scope="module")
+def sync_result() -> RunResult:
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", batch_size=64, epochs=2, eval_every=8)
+    return run(cfg, cluster="threads")
+
+
+@pytest.fixture(scope="module")
+def sgd_result() -> RunResult:
+    return run(RunConfig(algorithm="sgd", dataset="digits", batch_size=64, epochs=2, eval_every=8))
+
+
+def traces(fig) -> dict:
+    return {t.name: t for t in fig.data}
+
+
+def records_of(result: RunResult) -> list[dict]:
+    """The records a run streamed, rebuilt from its tables, in time order."""
+    recs = [{"kind": "step", **r} for r in result.steps.to_dict("records")]
+    recs += [{"kind": "eval", **r} for r in result.evals.to_dict("records")]
+    recs += [{"kind": "tournament", **r} for r in result.tournaments.to_dict("records")]
+    return sorted(recs, key=lambda r: r["time"])
+
+
+def tournament_table() -> pd.DataFrame:
+    """Two LTFB rounds of 4 trainers: round 1 trainer 1 adopts 0's model, round 2 trainer 3 adopts 1's."""
+    rows = []
+    lineage = {k: f"t{k}@r0" for k in range(4)}
+    for rnd, pairs, adopters in ((1, {0: 1, 1: 0, 2: 3, 3: 2}, {1}), (2, {0: 2, 2: 0, 1: 3, 3: 1}, {3})):
+        for trainer in range(4):
+            partner = pairs[trainer]
+            adopted = trainer in adopters
+            if adopted:
+                lineage[trainer] = f"{lineage[partner]}>t{trainer}@r{rnd}"
+            rows.append({"round": rnd, "step": 50 * rnd, "time": float(rnd), "trainer": trainer,
+                         "partner": partner, "own_score": 0.5, "partner_score": 0.6 if adopted else 0.4,
+                         "adopted": adopted, "lr": 0.1, "lineage": lineage[trainer]})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------ progress
+def test_progress_figure_has_one_set_of_traces_per_run(sync_result, sgd_result):
+    fig = F.progress_figure([sync_result, sgd_result], x="time")
+    names = [t.name for t in fig.data]
+    assert names == ["#1 sync_sgd P=2 B=64: train loss", "#1 sync_sgd P=2 B=64: test loss",
+                     "#1 sync_sgd P=2 B=64: test accuracy", "#2 sgd P=1 B=64: train loss",
+                     "#2 sgd P=1 B=64: test loss", "#2 sgd P=1 B=64: test accuracy"]
+    t = traces(fig)
+    steps = sync_result.steps
+    assert len(t["#1 sync_sgd P=2 B=64: train loss"].x) == steps["step"].nunique()
+    assert len(t["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(sync_result.evals) > 2
+    np.testing.assert_allclose(t["#1 sync_sgd P=2 B=64: test accuracy"].y, sync_result.evals["test_accuracy"])
+    # one colour per run
+    assert t["#1 sync_sgd P=2 B=64: train loss"].line.color != t["#2 sgd P=1 B=64: train loss"].line.color
+    assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
+
+
+def test_progress_against_epoch_uses_epochs_and_step_loss(sync_result):
+    fig = F.progress_figure(sync_result, x="epoch")
+    t = traces(fig)
+    np.testing.assert_allclose(t["#1 sync_sgd P=2 B=64: test loss"].x, sync_result.evals["epoch"])
+    # sync workers report the same global loss: the per-step mean is that loss
+    first = sync_result.steps[sync_result.steps["step"] == 0]["loss"].iloc[0]
+    assert t["#1 sync_sgd P=2 B=64: train loss"].y[0] == pytest.approx(first)
+    assert max(t["#1 sync_sgd P=2 B=64: train loss"].x) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="x: one of"):
+        F.progress_figure(sync_result, x="step")
+
+
+def test_ltfb_trainers_get_their_own_accuracy_traces(sync_result):
+    evals = pd.concat([sync_result.evals.assign(worker="trainer-0"),
+                       sync_result.evals.assign(worker="trainer-1")])
+    r = RunResult(summary=sync_result.summary, steps=sync_result.steps, evals=evals)
+    names = [t.name for t in F.progress_figure(r).data]
+    assert "#1 sync_sgd P=2 B=64: test accuracy (trainer-0)" in names
+    assert "#1 sync_sgd P=2 B=64: test accuracy (trainer-1)" in names
+
+
+# ------------------------------------------------------------------------------ per worker
+def test_throughput_figure_conserves_samples(sync_result):
+    fig = F.throughput_figure(sync_result, bins=20)
+    t = traces(fig)
+    assert set(t) == {"worker 0", "worker 1", "all workers"}
+    width = sync_result.steps["time"].max() / 20
+    total = float(np.sum(t["all workers"].y)) * width
+    assert total == pytest.approx(sync_result.steps["samples"].sum())
+    per_worker = float(np.sum(t["worker 1"].y)) * width
+    assert per_worker == pytest.approx(sync_result.steps.query("worker == 1")["samples"].sum())
+
+
+def test_breakdown_figure_totals_per_worker(sync_result):
+    fig = F.breakdown_figure(sync_result)
+    t = traces(fig)
+    assert list(t["compute"].x) == ["worker 0", "worker 1"]
+    for name, col in (("compute", "compute_s"), ("comm", "comm_s"), ("wait", "wait_s")):
+        expected = sync_result.steps.groupby("worker")[col].sum().to_numpy()
+        np.testing.assert_allclose(t[name].y, expected)
+    # one row of shares over time per worker, normalised to percent
+    assert {"worker 0 compute", "worker 0 comm", "worker 0 wait", "worker 1 wait"} <= set(t)
+    assert t["worker 0 compute"].groupnorm == "percent"
+    assert t["worker 0 compute"].xaxis != t["worker 1 compute"].xaxis
+
+
+def test_lr_figure_shows_the_lr_each_worker_used(sync_result):
+    plan = make_plan(RunConfig.from_dict(sync_result.summary["config"]), 1437)
+    fig = F.lr_figure(sync_result, plan=plan)
+    t = traces(fig)
+    w0 = sync_result.steps.query("worker == 0").sort_values("step")
+    assert len(t["worker 0"].x) == len(w0)
+    np.testing.assert_allclose(t["worker 0"].y, w0["lr"])
+    assert "planned" in t
+
+
+def test_schedule_figure_draws_the_planned_schedule():
+    cfg = RunConfig(batch_size=256, base_batch=32, lr=0.05, lr_scaling="linear", warmup="gradual",
+                    warmup_epochs=1, epochs=4)
+    plan = make_plan(cfg, 1437)
+    fig = F.schedule_figure(plan)
+    t = traces(fig)
+    table = lr_table(plan.schedule, plan.total_steps, 400)
+    np.testing.assert_allclose(t["planned"].y, [v for _, v in table])
+    assert list(t["end of warmup"].x) == [plan.warmup_steps] * 2
+    assert "warmup" in fig.layout.title.text
+
+
+def test_lineage_figure_draws_adoptions_as_edges():
+    tours = tournament_table()
+    r = RunResult(summary={"config": {}, "workers": []}, steps=pd.DataFrame(), evals=pd.DataFrame(),
+                  tournaments=tours)
+    t = traces(F.lineage_figure(r))
+    assert len(t["trainers"].x) == len(tours) == 8
+    adopted = list(t["adopted"].x), list(t["adopted"].y)
+    # edges: (round-1, partner) -> (round, trainer), separated by None
+    assert adopted == ([0, 1, None, 1, 2, None], [0, 1, None, 1, 3, None])
+    assert len([x for x in t["kept"].x if x is None]) == 6
+    # trainer 1 holds trainer 0's model after round 1: same colour as trainer 0
+    colors = dict(zip(zip(t["trainers"].x, t["trainers"].y), t["trainers"].marker.color))
+    assert colors[(1, 1)] == colors[(1, 0)] != colors[(1, 2)]
+    assert colors[(2, 3)] == colors[(1, 0)]               # ... and passes it on to trainer 3
+    assert "t0@r0&gt;t1@r1&gt;t3@r2" in "".join(t["trainers"].text).replace(">", "&gt;")
+
+
+@pytest.mark.slow
+def test_lineage_of_a_real_ltfb_run():
+    cfg = RunConfig(algorithm="ltfb", cpus=2, trainers=2, dataset="digits", batch_size=32, round_size=10,
+                    epochs=2, lr_spread=4.0)
+    r = run(cfg, cluster="threads")
+    assert len(r.tournaments), "ltfb recorded no tournaments"
+    figs = F.run_figures(r)
+    t = traces(figs["lineage"])
+    assert len(t["trainers"].x) == len(r.tournaments)
+    n_adopted = int(r.tournaments["adopted"].sum())
+    assert len([x for x in t["adopted"].x if x is None]) == n_adopted
+    names = [tr.name for tr in figs["progress_time"].data]
+    assert any(n.endswith("(trainer-0)") for n in names) and any(n.endswith("(trainer-1)") for n in names)
+
+
+def test_lineage_figure_without_tournaments_is_empty_but_labelled(sync_result):
+    fig = F.lineage_figure(sync_result)
+    assert len(fig.data) == 0
+    assert "no tournaments" in fig.layout.annotations[-1].text
+    assert "lineage" not in F.run_figures(sync_result)
+
+
+def test_scaling_figure_draws_ideal_and_predictions_over_measured():
+    table = pd.DataFrame({"workers": [1, 2, 4], "samples_per_s": [100.0, 180.0, 300.0],
+                          "efficiency": [1.0, 0.9, 0.75], "status": ["completed"] * 3})
+    predicted = pd.DataFrame({"workers": [1, 2, 4, 8] * 2, "network": ["measured"] * 4 + ["10GbE"] * 4,
+                              "samples_per_s": [100, 190, 340, 560, 100, 150, 200, 220],
+                              "efficiency": [1, 0.95, 0.85, 0.7, 1, 0.75, 0.5, 0.27]})
+    fig = F.scaling_figure(table, predicted, error=0.07, mode="strong")
+    t = traces(fig)
+    assert list(t["measured"].y) == [100.0, 180.0, 300.0]
+    assert list(t["ideal"].x) == [1, 2, 4, 8] and list(t["ideal"].y) == [100.0, 200.0, 400.0, 800.0]
+    assert list(t["ideal efficiency"].y) == [1.0] * 4
+    assert list(t["predicted: 10GbE"].y) == [100, 150, 200, 220]
+    assert "predicted: calibrated efficiency" in t
+    assert "7%" in fig.layout.title.text
+    # the scaling figure of a sweep in progress: empty, then updated in place
+    live = F.scaling_figure(table.iloc[:0], live=True)
+    assert len(live.data) == 0
+    F.update_scaling(live, table)
+    assert list(traces(live)["measured"].x) == [1, 2, 4]
+
+
+def test_comparison_figure_from_summaries(sync_result, sgd_result):
+    t = traces(F.comparison_figure([sync_result, sgd_result]))
+    assert list(t["samples/s"].y) == pytest.approx([sync_result.summary["samples_per_s"],
+                                                    sgd_result.summary["samples_per_s"]])
+    shares = np.array([t["compute share"].y, t["comm share"].y, t["wait share"].y])
+    np.testing.assert_allclose(shares.sum(axis=0), 1.0)
+
+
+# ------------------------------------------------------------------------------ live
+def test_live_figures_are_widgets_and_match_static_ones(sync_result):
+    figs = {k: F.live_base(k, n_workers=2) for k in F.FIGURE_KEYS}
+    assert all(isinstance(f, go.FigureWidget) for f in figs.values())
+    state = F.LiveState(label="#1 sync_sgd P=2 B=64", color=F.run_color(0), n_workers=2)
+    F.update_live(figs, records_of(sync_result), state)      # everything in one batch
+    static = F.progress_figure(sync_result, "time")
+    for name in ("#1 sync_sgd P=2 B=64: train loss", "#1 sync_sgd P=2 B=64: test accuracy"):
+        np.testing.assert_allclose(traces(figs["progress_time"])[name].y, traces(static)[name].y)
+    bars = traces(figs["breakdown"])
+    np.testing.assert_allclose(bars["compute"].y, traces(F.breakdown_figure(sync_result))["compute"].y)
+
+
+def test_live_figures_carry_their_whole_state_from_the_start():
+    fig = F.live_base("breakdown", n_workers=3)
+    # the widget's first message already holds the layout (edits before the first view get lost)
+    assert fig._widget_layout["title"]["text"].startswith("where the time goes")
+    assert len(fig._widget_layout["annotations"]) == 4        # subplot titles: totals + 3 workers
+    assert isinstance(F.progress_figure([], live=True), go.FigureWidget)
+
+
+def test_live_updates_append_batch_by_batch(sync_result):
+    figs = {k: F.live_base(k, n_workers=2) for k in F.FIGURE_KEYS}
+    state = F.LiveState(label="run", color="#000", n_workers=2)
+    recs = records_of(sync_result)
+    before = [dict(r) for r in recs]
+    for i in range(0, len(recs), 7):
+        F.update_live(figs, recs[i:i + 7], state)
+    assert recs == before                                   # the batches were not modified
+    lr = traces(figs["lr"])
+    assert len(lr["worker 0"].x) == len(sync_result.steps.query("worker == 0"))
+    acc = traces(figs["progress_epoch"])["run: test accuracy"]
+    np.testing.assert_allclose(acc.y, sync_result.evals["test_accuracy"])
+    n_batches = len(range(0, len(recs), 7))
+    assert 1 < len(traces(figs["throughput"])["all workers"].x) <= n_batches
+    bars = traces(figs["breakdown"])
+    np.testing.assert_allclose(bars["comm"].y, sync_result.steps.groupby("worker")["comm_s"].sum(), rtol=1e-9)
+    assert state.steps_seen == sync_result.steps["step"].max() + 1
+
+
+def test_live_lineage_keeps_colours_across_batches():
+    tours = tournament_table()
+    fig = F.live_base("lineage")
+    state = F.LiveState(label="ltfb", color="#000")
+    recs = [{"kind": "tournament", **r} for r in tours.to_dict("records")]
+    F.update_live({"lineage": fig}, recs[:4], state)
+    F.update_live({"lineage": fig}, recs[4:], state)
+    static = traces(F.lineage_figure(RunResult({}, pd.DataFrame(), pd.DataFrame(), tours)))
+    live = traces(fig)
+    assert list(live["trainers"].marker.color) == list(static["trainers"].marker.color)
+    assert list(live["adopted"].x) == list(static["adopted"].x)
+
+
+def test_extend_series_thins_long_traces_and_keeps_the_last_point():
+    fig = F.live_base("lr")
+    for start in range(0, 5000, 250):
+        steps = list(range(start, start + 250))
+        with fig.batch_update():
+            F.extend_series(fig, [F.Series("worker 0", steps, [s * 0.5 for s in steps])], max_points=100)
+    t = fig.data[0]
+    assert len(t.x) <= 100
+    assert t.x[-1] == 4999 and t.y[-1] == pytest.approx(2499.5)
+    assert list(t.x) == sorted(t.x)
+
+
+def test_figures_do_not_modify_their_inputs(sync_result):
+    steps, evals = sync_result.steps.copy(), sync_result.evals.copy()
+    F.run_figures(sync_result, include_empty=True)
+    pd.testing.assert_frame_equal(sync_result.steps, steps)
+    pd.testing.assert_frame_equal(sync_result.evals, evals)
+
+
+# ------------------------------------------------------------------------------ reports
+def test_run_directory_report_has_plotly_once_and_every_figure(sync_result, tmp_path):
+    path = save(sync_result, tmp_path / "run")          # api.save writes report.html
+    html = (path / "report.html").read_text()
+    assert html.count("* plotly.js v") == 1
+    assert html.count('class="plotly-graph-div"') == 5
+    for key in ("progress_time", "progress_epoch", "throughput", "breakdown", "lr"):
+        assert f'id="fig-{key}"' in html
+    assert "final_test_accuracy" in html and "sync_sgd" in html
+    # figures and reports also accept the run directory
+    assert len(F.progress_figure(path).data) == 3
+    again = write_report(path, tmp_path / "again.html")
+    assert again.read_text().count("* plotly.js v") == 1
+    assert not list(tmp_path.glob("**/.*.tmp"))         # the temporary file was renamed away
+
+
+def test_comparison_report(sync_result, sgd_result, tmp_path):
+    extra = F.scaling_figure(pd.DataFrame({"workers": [1, 2], "samples_per_s": [1.0, 1.5],
+                                           "efficiency": [1.0, 0.75]}))
+    path = write_comparison_report([sync_result, sgd_result], tmp_path / "cmp.html", "sync <vs> sgd",
+                                   notes_html="<p id='notes'>shape only</p>", figures=[extra])
+    html = path.read_text()
+    assert html.count("* plotly.js v") == 1
+    assert html.count('class="plotly-graph-div"') == 4
+    assert "<p id='notes'>shape only</p>" in html and "sync &lt;vs&gt; sgd" in html
+    table = summary_table([sync_result, sgd_result])
+    assert list(table["algorithm"]) == ["sync_sgd", "sgd"] and list(table["workers"]) == [2, 1]
+
+
+def test_import_workbench_loads_no_ui_stack():
+    code = ("import sys, workbench, workbench.api, workbench.costmodel, workbench.sweep; "
+            "bad = [m for m in ('plotly', 'ipywidgets', 'anywidget') if m in sys.modules]; "
+            "assert not bad, bad; "
+            "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

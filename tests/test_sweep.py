@@ -1,0 +1,89 @@
+"""Scaling sweeps: rows, speedup / efficiency maths, weak batches, files, early errors."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from workbench import ConfigError, RunConfig
+from workbench.costmodel import training_throughput
+from workbench.sweep import SWEEP_COLUMNS, add_scaling, sweep, sweep_configs
+
+DIGITS = dict(dataset="digits", epochs=1, seed=0)
+
+
+def test_strong_sweep_rows_and_scaling_maths():
+    seen = []
+    table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1, 2], mode="strong",
+                  cluster="threads", on_result=lambda row, result: seen.append((row, result)))
+    assert list(table.columns) == list(SWEEP_COLUMNS)
+    assert list(table.workers) == [1, 2] and list(table.batch_size) == [64, 64]
+    assert list(table.status) == ["completed", "completed"]
+    sps = table.samples_per_s.to_numpy()
+    assert table.speedup.tolist() == pytest.approx([1.0, sps[1] / sps[0]])
+    assert table.efficiency.tolist() == pytest.approx([1.0, sps[1] / sps[0] / 2])
+    # each row is the run's own numbers; on_result saw each run as it ended
+    assert [row["workers"] for row, _ in seen] == [1, 2]
+    for (row, result), (_, t_row) in zip(seen, table.iterrows()):
+        assert len(result.summary["workers"]) == row["workers"]
+        assert t_row.samples_per_s == pytest.approx(training_throughput(result))
+        assert t_row.final_test_accuracy == result.summary["final_test_accuracy"]
+    # the same global batch on any number of workers: the same trajectory (sync_sgd)
+    assert table.final_test_accuracy.iloc[0] == pytest.approx(table.final_test_accuracy.iloc[1])
+
+
+def test_weak_sweep_grows_the_batch_and_writes_files(tmp_path):
+    out = tmp_path / "sweep"
+    table = sweep(RunConfig(algorithm="sgd", batch_size=32, **DIGITS), workers=[1, 2, 4], mode="weak",
+                  out=out)
+    assert list(table.batch_size) == [32, 64, 128]
+    assert list(table["mode"]) == ["weak"] * 3
+    on_disk = pd.read_csv(out / "sweep.csv")
+    assert list(on_disk.workers) == [1, 2, 4]
+    assert on_disk.efficiency.tolist() == pytest.approx(table.efficiency.tolist())
+    for w in (1, 2, 4):
+        assert (out / f"w{w}" / "summary.json").exists()
+        assert (out / f"w{w}" / "report.html").exists()
+    assert table.run_dir.tolist() == [str(out / f"w{w}") for w in (1, 2, 4)]
+
+
+def test_configs_are_all_checked_before_any_run():
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=2, **DIGITS)
+    calls = []
+    with pytest.raises(ConfigError, match=r"batch_size: at least the number of workers \(4\), got 2"):
+        sweep(cfg, workers=[1, 4], cluster="threads", on_result=lambda *a: calls.append(a))
+    assert calls == []
+    with pytest.raises(ConfigError, match="mode: one of"):
+        sweep_configs(cfg, [1, 2], mode="medium")
+    for bad in ([], [0, 1], ["x"], [True]):
+        with pytest.raises(ConfigError, match="workers: a non-empty list"):
+            sweep_configs(cfg, bad)
+
+
+def test_sweep_configs_vary_the_workers_and_leave_the_input_alone():
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=64, gpus=0, out="somewhere", **DIGITS)
+    configs = sweep_configs(cfg, [1, 2, 4], mode="weak")
+    assert [(c.cpus, c.gpus, c.batch_size, c.out) for c in configs] == [(1, 0, 64, None), (2, 0, 128, None),
+                                                                        (4, 0, 256, None)]
+    assert (cfg.cpus, cfg.batch_size, cfg.out) == (2, 64, "somewhere")
+    gpu = sweep_configs(cfg.replace(cpus=0, gpus=1), [1, 2])
+    assert [(c.cpus, c.gpus) for c in gpu] == [(0, 1), (0, 2)]
+
+
+def test_should_stop_ends_the_sweep_after_the_current_run():
+    runs = []
+    table = sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1, 2, 4],
+                  on_result=lambda row, result: runs.append(row), should_stop=lambda: len(runs) >= 1)
+    assert len(table) == 1 and table.workers.tolist() == [1]
+
+
+def test_add_scaling_against_the_first_row():
+    t = add_scaling(pd.DataFrame({"workers": [2, 4, 8], "samples_per_s": [100.0, 150.0, 400.0]}))
+    assert t.speedup.tolist() == pytest.approx([1.0, 1.5, 4.0])
+    assert t.efficiency.tolist() == pytest.approx([1.0, 0.75, 1.0])
+
+
+def test_workbench_sweep_is_callable_even_after_the_module_is_imported():
+    import workbench.sweep   # sets the package's attribute `sweep` to the module
+    assert callable(workbench.sweep)
+    table = workbench.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1])
+    assert table.workers.tolist() == [1] and table.speedup.tolist() == [1.0]

@@ -1,0 +1,599 @@
+"""A compute + alpha-beta communication cost model of every algorithm, calibrated from runs.
+
+Predicts step time and throughput for more workers than this machine has, and on
+networks the user picks, so the scaling figure can draw predicted curves over the
+measured points. The model (Hockney's alpha-beta, as in Thakur et al. 2005):
+
+    one message of n bytes           alpha + n * beta          (alpha: latency, beta: s/byte)
+    compute of b samples, one worker  c0 + c1 * b               (per worker kind: cpu, gpu)
+    ring allreduce, P workers        2 (P-1)/P n beta + 2 (P-1) alpha
+    tree allreduce, P workers        2 ceil(log2 P) (alpha + n beta)
+
+Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
+
+- `sync_sgd`: compute(b) + allreduce(n);  samples/s = B / step.
+- `async_sgd`, `async_msgd`: a worker pushes its gradient and receives the parameters
+  (2 messages) every step; the server handles the P workers' updates one at a time, so
+  throughput = min(P b / worker_step, b / server_time_per_update): it saturates.
+- `hogwild_sgd`: compute(b) + one pass over the shared parameters (host memory); one host only.
+- EASGD family: an elastic exchange (fetch centre, send the difference: 2 messages)
+  every `tau` local steps. `async_easgd` / `async_measgd`: FCFS server, which saturates
+  like a parameter server; `hogwild_easgd`: no lock, no saturation, one host only;
+  `easgd` (round-robin): the server serves workers in strict rank order, so a cycle of
+  `tau` steps lasts at least P exchanges; `sync_easgd`: compute(b) + allreduce / tau.
+- `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
+  `round_size` steps plus scoring two models on the tournament set.
+- `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
+  sums and updates, fresh weights go back; this overlaps the backward pass:
+  `fwd + max(bwd, (C-1)/C H) + H/C`, with H the whole host path and C chunks
+  (ALGORITHMS.md's reconstruction; forward = 1/3, backward = 2/3 of compute).
+
+Calibration (`calibrate`): compute per sample per worker kind is fitted from step
+records (compute_s against samples: c1 per sample and c0 per step, by least squares
+on the per-size medians; one batch size gives c0 = 0). Communication: each run gives
+one point, mean comm_s per step against that algorithm's per-step terms
+(comm = A alpha + B beta, `exchange_terms`), with n = n_params * 4 bytes. Two or more
+independent points (different worker counts or message sizes) fit alpha and beta by
+least squares; one point keeps the network's documented alpha (`NETWORKS`, default
+"shm") and fits beta; none keeps both defaults. Only algorithms that send messages
+(allreduce, parameter server, elastic exchanges, tournaments) calibrate alpha/beta.
+
+`predict` gives a DataFrame (one row per network and worker count), `compare` the
+prediction error on measured sweep rows. Nothing here imports plotly: the figure is
+`workbench.ui.figures.scaling_figure(table, predicted)`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .config import ALGORITHMS, ConfigError
+
+BYTES_PER_PARAM = 4  # float32
+
+
+@dataclass(frozen=True)
+class Network:
+    """Latency and inverse bandwidth of one link, as an allreduce sees it."""
+
+    name: str
+    alpha: float   # seconds per message (software stack included)
+    beta: float    # seconds per byte (1 / effective bandwidth)
+    note: str = ""
+
+
+# Orders of magnitude, for "what if"; calibrate from a run on the real network to replace them.
+NETWORKS: dict[str, Network] = {
+    "shm": Network("shm", 20e-6, 1 / 2e9,
+                   "this host: shared memory between worker processes; ~20 us per exchange "
+                   "(semaphores, Python), ~2 GB/s copy-and-sum through one core"),
+    "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
+                     "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
+    "100GbE": Network("100GbE", 20e-6, 1 / 11e9,
+                      "100 Gb/s Ethernet over TCP: ~20 us, ~11 GB/s achievable"),
+    "InfiniBand HDR": Network("InfiniBand HDR", 2e-6, 1 / 23e9,
+                              "200 Gb/s HDR with RDMA: ~2 us, ~23 GB/s achievable"),
+    "NVLink": Network("NVLink", 10e-6, 1 / 150e9,
+                      "GPU-GPU NVLink (A100 class) through NCCL: ~10 us per call (kernel launch), "
+                      "~150 GB/s allreduce bus bandwidth"),
+}
+HOST_LINK = Network("PCIe 4.0 x16", 10e-6, 1 / 20e9, "device <-> host copies (CGDP): ~20 GB/s")
+HOST_MEMORY_BYTES_PER_S = 10e9  # one core streaming sum / update over host memory
+MEASURED = "measured"           # the network name of calibrated alpha / beta
+
+# Which communication pattern each algorithm uses (see the module docstring).
+PATTERNS: dict[str, str] = {
+    "sgd": "none",
+    "sync_sgd": "allreduce",
+    "async_sgd": "server",
+    "async_msgd": "server",
+    "hogwild_sgd": "shared",
+    "easgd": "round_robin",
+    "async_easgd": "elastic_server",
+    "async_measgd": "elastic_server",
+    "hogwild_easgd": "elastic_shared",
+    "sync_easgd": "elastic_allreduce",
+    "ltfb": "tournament",
+    "cgdp": "host",
+}
+SAME_HOST = ("hogwild_sgd", "hogwild_easgd")   # shared memory: one host only
+ALLREDUCES = ("ring", "tree")
+
+
+# ------------------------------------------------------------------------------ formulas
+def message_time(n_bytes: float, alpha: float, beta: float) -> float:
+    """Time of one message: alpha + n beta.
+
+    >>> round(message_time(1000, 1e-6, 1e-9), 12)
+    2e-06
+    """
+    return alpha + n_bytes * beta
+
+
+def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha.
+
+    >>> ring_allreduce_time(4, 1e6, 1e-5, 1e-9)  # 1.5e-3 + 6e-5
+    0.00156
+    >>> ring_allreduce_time(1, 1e6, 1e-5, 1e-9)
+    0.0
+    """
+    p = int(workers)
+    return 2 * (p - 1) / p * n_bytes * beta + 2 * (p - 1) * alpha
+
+
+def tree_levels(workers: int) -> int:
+    """Depth of a binary reduction tree over P workers: ceil(log2 P).
+
+    >>> [tree_levels(p) for p in (1, 2, 3, 4, 8, 9)]
+    [0, 1, 2, 2, 3, 4]
+    """
+    return math.ceil(math.log2(int(workers))) if workers > 1 else 0
+
+
+def tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Binary-tree reduce then broadcast: 2 ceil(log2 P) (alpha + n beta).
+
+    >>> round(tree_allreduce_time(4, 1e6, 1e-5, 1e-9), 9)  # 2 * 2 * (1e-5 + 1e-3)
+    0.00404
+    """
+    return 2 * tree_levels(workers) * (alpha + n_bytes * beta)
+
+
+def _check_allreduce(allreduce: str) -> None:
+    if allreduce not in ALLREDUCES:
+        raise ConfigError("allreduce", f"one of {list(ALLREDUCES)}", allreduce)
+
+
+def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tuple[float, float]:
+    """(A, B) with allreduce time = A alpha + B beta.
+
+    >>> allreduce_terms(4, 100.0, "ring")
+    (6.0, 150.0)
+    >>> allreduce_terms(4, 100.0, "tree")
+    (4.0, 400.0)
+    """
+    _check_allreduce(allreduce)
+    p = int(workers)
+    if allreduce == "ring":
+        return 2.0 * (p - 1), 2.0 * (p - 1) / p * n_bytes
+    levels = tree_levels(p)
+    return 2.0 * levels, 2.0 * levels * n_bytes
+
+
+def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
+                   round_size: int = 50, allreduce: str = "ring") -> tuple[float, float] | None:
+    """Per worker step, the communication time as A alpha + B beta: returns (A, B).
+
+    None for algorithms whose exchange is not a network message (sgd, hogwild
+    shared memory, CGDP's host path): those do not calibrate alpha / beta.
+
+    Args:
+        algorithm: an ALGORITHMS name.
+        workers: P.
+        n_bytes: bytes of one parameter vector.
+        tau: EASGD local steps between exchanges.
+        round_size: LTFB steps between tournaments.
+        allreduce: "ring" or "tree".
+    Returns:
+        (A, B), or None.
+
+    >>> exchange_terms("async_sgd", 4, 100.0)
+    (2.0, 200.0)
+    >>> exchange_terms("sync_easgd", 2, 100.0, tau=4)
+    (0.5, 25.0)
+    """
+    pattern = _pattern(algorithm)
+    if pattern == "allreduce":
+        return allreduce_terms(workers, n_bytes, allreduce)
+    if pattern == "elastic_allreduce":
+        a, b = allreduce_terms(workers, n_bytes, allreduce)
+        return a / tau, b / tau
+    if pattern == "server":
+        return 2.0, 2.0 * n_bytes
+    if pattern in ("elastic_server", "round_robin"):
+        return 2.0 / tau, 2.0 * n_bytes / tau
+    if pattern == "tournament":
+        return 2.0 / round_size, 2.0 * n_bytes / round_size
+    return None
+
+
+def _pattern(algorithm: str) -> str:
+    if algorithm not in PATTERNS:
+        raise ConfigError("algorithm", f"one of {sorted(ALGORITHMS)}", algorithm)
+    return PATTERNS[algorithm]
+
+
+# ------------------------------------------------------------------------------ fitting
+def fit_alpha_beta(a_terms: Sequence[float], b_terms: Sequence[float], times: Sequence[float],
+                   default_alpha: float, default_beta: float) -> tuple[float, float, str]:
+    """Least-squares alpha, beta >= 0 with times ~ A alpha + B beta.
+
+    Args:
+        a_terms, b_terms, times: one entry per measured point.
+        default_alpha, default_beta: used where the points cannot determine a value.
+    Returns:
+        (alpha, beta, how): how is "fit" (both fitted), "beta" (alpha kept at its
+        default: the points span one direction only), or "default" (no points).
+
+    >>> fit_alpha_beta([2, 6], [1e6, 3e6 * 0.5], [2 * 1e-5 + 1e6 * 1e-9, 6 * 1e-5 + 1.5e6 * 1e-9], 0, 0)[2]
+    'fit'
+    """
+    A, B, t = (np.asarray(v, dtype=float) for v in (a_terms, b_terms, times))
+    keep = np.isfinite(t) & ((A > 0) | (B > 0))
+    A, B, t = A[keep], B[keep], t[keep]
+    if not len(t):
+        return default_alpha, default_beta, "default"
+    M = np.stack([A, B], axis=1)
+    scale = np.maximum(np.abs(M).max(axis=0), 1e-300)   # columns differ by ~1e6: normalise
+    if len(t) >= 2 and np.linalg.matrix_rank(M / scale, tol=1e-9) == 2:
+        coef, *_ = np.linalg.lstsq(M / scale, t, rcond=None)
+        alpha, beta = coef / scale
+        if alpha >= 0 and beta > 0:
+            return float(alpha), float(beta), "fit"
+        if beta > 0:   # latency not resolvable from these points: clamp it at 0, refit beta
+            return 0.0, _fit_one(B, t), "fit"
+    beta = _fit_one(B, t - A * default_alpha)
+    if beta <= 0:
+        return default_alpha, default_beta, "default"
+    return float(default_alpha), beta, "beta"
+
+
+def _fit_one(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope through the origin: argmin_k |y - k x|."""
+    den = float(np.dot(x, x))
+    return float(np.dot(x, y) / den) if den > 0 else 0.0
+
+
+def fit_compute(samples: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+    """(c0, c1) >= 0 with compute_s ~ c0 + c1 * samples, fitted on per-size medians.
+
+    One distinct batch size gives c0 = 0 (the overhead cannot be told apart).
+
+    >>> [round(v, 9) for v in fit_compute([10, 10, 20, 20], [0.11, 0.11, 0.21, 0.21])]
+    [0.01, 0.01]
+    >>> fit_compute([8, 8], [0.4, 0.4])
+    (0.0, 0.05)
+    """
+    s, c = np.asarray(samples, dtype=float), np.asarray(seconds, dtype=float)
+    keep = (s > 0) & np.isfinite(c)
+    s, c = s[keep], c[keep]
+    if not len(s):
+        return 0.0, 0.0
+    sizes = np.unique(s)
+    med = np.array([np.median(c[s == v]) for v in sizes])
+    if len(sizes) >= 2:
+        c1, c0 = np.polyfit(sizes, med, 1)
+        if c0 >= 0 and c1 > 0:
+            return float(c0), float(c1)
+    return 0.0, _fit_one(sizes, med)
+
+
+# ------------------------------------------------------------------------------ calibration
+@dataclass(frozen=True)
+class Calibration:
+    """What the model learned from measured runs (or its documented defaults)."""
+
+    compute: dict[str, tuple[float, float]]  # worker kind -> (c0 s per step, c1 s per sample)
+    alpha: float                              # s per message
+    beta: float                               # s per byte
+    n_params: int
+    overhead_s: float = 0.0                   # per step, outside compute / comm / wait (median of runs)
+    how: str = "default"                      # "fit" | "beta" | "default" (see fit_alpha_beta)
+    network: str = "shm"                      # where default alpha / beta came from
+    points: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
+
+    @property
+    def n_bytes(self) -> int:
+        """Bytes of one parameter vector (float32)."""
+        return self.n_params * BYTES_PER_PARAM
+
+    def compute_s(self, kind: str, samples: float) -> float:
+        """Seconds for one worker of `kind` to process `samples` (forward + backward)."""
+        if kind not in self.compute:
+            raise ConfigError("kind", f"one of the calibrated worker kinds {sorted(self.compute)}", kind)
+        c0, c1 = self.compute[kind]
+        return c0 + c1 * samples
+
+    def link(self, network: str) -> Network:
+        """The Network for a name: NETWORKS, or "measured" for the calibrated alpha / beta."""
+        if network == MEASURED:
+            return Network(MEASURED, self.alpha, self.beta, f"calibrated ({self.how})")
+        if network not in NETWORKS:
+            raise ConfigError("network", f"one of {[MEASURED, *NETWORKS]}", network)
+        return NETWORKS[network]
+
+    def describe(self) -> str:
+        """One line: compute per sample per kind, alpha, beta and how they were obtained."""
+        kinds = ", ".join(f"{k}: {c1 * 1e6:.3g} us/sample + {c0 * 1e3:.3g} ms/step"
+                          for k, (c0, c1) in self.compute.items())
+        return (f"compute {kinds}; overhead {self.overhead_s * 1e3:.3g} ms/step; "
+                f"alpha {self.alpha * 1e6:.3g} us, beta {self.beta * 1e9:.3g} ns/byte "
+                f"({1 / self.beta / 1e9 if self.beta > 0 else float('inf'):.3g} GB/s), {self.how}; "
+                f"{self.n_params} params")
+
+
+def n_params_of(result: Any) -> int:
+    """The parameter count of a run: summary["n_params"], the final params, or its model."""
+    s = result.summary
+    if s.get("n_params"):
+        return int(s["n_params"])
+    if getattr(result, "params", None) is not None:
+        return int(np.asarray(result.params).size)
+    from .config import RunConfig
+    from .reference import load_for
+    _, model = load_for(RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"}))
+    return int(model.n_params)
+
+
+def training_throughput(result: Any) -> float:
+    """Samples/s over the training span: from the first step's start to the last step's end.
+
+    Leaves out the one-off set-up before the loops' first step (data placement, model
+    build) that a run's wall time includes; evaluations and loop overhead stay in. The
+    same definition as the run summary's samples_per_s, computed from the step records
+    (so it holds for run directories of any age). Falls back to the summary's
+    samples_per_s without step records.
+
+    >>> from workbench.results import RunResult
+    >>> steps = pd.DataFrame({"worker": [0, 0], "time": [2.0, 3.0], "samples": [10, 10],
+    ...                       "compute_s": [1.0, 1.0], "comm_s": [0.0, 0.0], "wait_s": [0.0, 0.0]})
+    >>> training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame()))
+    10.0
+    """
+    steps = result.steps
+    if not len(steps):
+        return float(result.summary.get("samples_per_s") or 0.0)
+    busy = steps["compute_s"] + steps["comm_s"] + steps["wait_s"]
+    first = steps.assign(_start=steps["time"] - busy).groupby("worker")["_start"].first()
+    span = float(steps["time"].max()) - float(first.min())
+    return float(steps["samples"].sum()) / span if span > 0 else 0.0
+
+
+def step_overhead(result: Any) -> float:
+    """Seconds per step outside compute / comm / wait (loop, records, evaluations), >= 0."""
+    steps = result.steps
+    if not len(steps):
+        return 0.0
+    rate = training_throughput(result)
+    if rate <= 0:
+        return 0.0
+    per_worker_steps = len(steps) / steps["worker"].nunique()
+    span = float(steps["samples"].sum()) / rate
+    busy = float((steps["compute_s"] + steps["comm_s"] + steps["wait_s"]).sum()) / len(steps)
+    return max(0.0, span / per_worker_steps - busy)
+
+
+def _worker_kinds(result: Any) -> dict[int, str]:
+    kinds = {}
+    for i, w in enumerate(result.summary.get("workers") or []):
+        kinds[int(w.get("rank", i))] = str(w.get("kind", "cpu"))
+    return kinds
+
+
+def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | None:
+    """One calibration point of a run: algorithm, workers, bytes, (A, B), mean comm_s per step.
+
+    None when the run sent no network messages (see `exchange_terms`) or has no steps.
+    """
+    s, steps = result.summary, result.steps
+    algorithm = s.get("algorithm") or (s.get("config") or {}).get("algorithm")
+    cfg = s.get("config") or {}
+    workers = len(s.get("workers") or []) or int(steps["worker"].nunique() if len(steps) else 1)
+    if not len(steps):
+        return None
+    n = (n_params or n_params_of(result)) * BYTES_PER_PARAM
+    terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
+                           round_size=int(cfg.get("round_size") or 50))
+    if terms is None or terms == (0.0, 0.0):
+        return None
+    return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
+            "comm_s": float(steps["comm_s"].mean())}
+
+
+def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm") -> Calibration:
+    """Fit compute per sample per worker kind, and alpha / beta, from measured runs.
+
+    Args:
+        results: RunResults (or run directories) of the same model, any algorithms and
+            worker counts; runs of other sizes may be mixed if `n_params` is left None.
+        n_params: parameters of the model (default: read from each run).
+        network: whose documented alpha / beta fill in what the runs cannot determine.
+    Returns:
+        A `Calibration`; `how` says whether alpha and beta were fitted.
+    Raises:
+        ConfigError: no run had step records, or an unknown network.
+    """
+    from .results import RunResult
+
+    if network not in NETWORKS:
+        raise ConfigError("network", f"one of {list(NETWORKS)}", network)
+    runs = [r if isinstance(r, RunResult) else RunResult.load(r) for r in results]
+    by_kind: dict[str, tuple[list, list]] = {}
+    points = []
+    sizes = []
+    overheads = []
+    for r in runs:
+        if not len(r.steps):
+            continue
+        overheads.append(step_overhead(r))
+        np_run = n_params or n_params_of(r)
+        sizes.append(np_run)
+        kinds = _worker_kinds(r)
+        kind_col = r.steps["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
+        for kind, df in r.steps.assign(_kind=kind_col).groupby("_kind"):
+            s_list, c_list = by_kind.setdefault(str(kind), ([], []))
+            s_list.extend(df["samples"].tolist())
+            c_list.extend(df["compute_s"].tolist())
+        p = comm_point(r, np_run)
+        if p is not None:
+            points.append(p)
+    if not sizes:
+        raise ConfigError("results", "at least one run with step records", len(runs))
+    compute = {k: fit_compute(s, c) for k, (s, c) in by_kind.items()}
+    table = pd.DataFrame(points, columns=["algorithm", "workers", "n_bytes", "A", "B", "comm_s"])
+    default = NETWORKS[network]
+    alpha, beta, how = fit_alpha_beta(table["A"], table["B"], table["comm_s"], default.alpha, default.beta)
+    return Calibration(compute=compute, alpha=alpha, beta=beta, n_params=int(n_params or sizes[-1]),
+                       overhead_s=float(np.median(overheads)), how=how, network=network, points=table)
+
+
+# ------------------------------------------------------------------------------ prediction
+PREDICT_COLUMNS = ("algorithm", "network", "workers", "batch_size", "compute_s", "comm_s",
+                   "step_time_s", "samples_per_s", "speedup", "efficiency", "bottleneck")
+
+
+def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: int, *,
+                    network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
+                    round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
+                    kind: str = "cpu") -> dict[str, Any]:
+    """Predicted time of one step and throughput of `algorithm` on `workers` workers.
+
+    Args:
+        cal: a Calibration.
+        algorithm: an ALGORITHMS name.
+        workers: P >= 1.
+        batch_size: global batch B (b = B / P per worker; LTFB: B / K per trainer, one worker each).
+        network: a NETWORKS name or "measured".
+        allreduce: "ring" or "tree" (synchronous algorithms).
+        tau, round_size, tournament_size: algorithm knobs.
+        chunks: CGDP update chunks.
+        kind: worker kind whose compute is used.
+    Returns:
+        {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
+        one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
+        includes waiting for a saturated server); samples_per_s of all workers together;
+        bottleneck is "compute", "comm", "server" (saturated), or "one host only"
+        (shared memory asked to span a network).
+    """
+    if isinstance(workers, bool) or int(workers) < 1:
+        raise ConfigError("workers", "whole numbers >= 1", workers)
+    _check_allreduce(allreduce)
+    p, B = int(workers), float(batch_size)
+    link = cal.link(network)
+    a, bb, n = link.alpha, link.beta, float(cal.n_bytes)
+    pattern = _pattern(algorithm)
+    per_worker = B / p                                   # LTFB: one worker per trainer, trainer batch B / K
+    compute = cal.compute_s(kind, per_worker)
+    local = compute + cal.overhead_s                     # a worker's own time per step
+    update = 3 * n / HOST_MEMORY_BYTES_PER_S            # read x and g, write x
+    exchange = 2 * message_time(n, a, bb)                # one push + one pull
+    comm, rate, bottleneck = 0.0, 0.0, None
+    if pattern == "none":
+        rate = B / local if local > 0 else math.inf
+    elif pattern in ("allreduce", "elastic_allreduce"):
+        A, Bt = allreduce_terms(p, n, allreduce)
+        comm = (A * a + Bt * bb) / (tau if pattern == "elastic_allreduce" else 1)
+        rate = B / (local + comm)
+    elif pattern in ("server", "elastic_server"):
+        period = 1 if pattern == "server" else tau
+        comm = exchange / period
+        workers_rate = p * per_worker / (local + comm)
+        server_rate = per_worker * period / (exchange + update)   # one update at a time
+        rate = min(workers_rate, server_rate)
+        bottleneck = "server" if server_rate < workers_rate else None
+    elif pattern == "round_robin":
+        cycle = max(tau * local + exchange + update, p * (exchange + update))
+        rate = p * per_worker * tau / cycle
+        bottleneck = "server" if p * (exchange + update) > tau * local + exchange + update else None
+    elif pattern in ("shared", "elastic_shared"):
+        comm = update / (1 if pattern == "shared" else tau)
+        rate = p * per_worker / (local + comm)
+        if network not in ("shm", MEASURED) and p > 1:
+            bottleneck = "one host only"
+    elif pattern == "tournament":
+        scoring = 2 * cal.compute_s(kind, tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
+        comm = (exchange + scoring) / round_size
+        rate = p * per_worker / (local + comm)
+    elif pattern == "host":
+        rate = B / (cgdp_step_time(compute, n, p, chunks) + cal.overhead_s)
+    step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
+    comm = max(0.0, step - local)
+    if bottleneck is None:
+        bottleneck = "comm" if comm > compute else "compute"
+    return {"compute_s": compute, "comm_s": comm, "step_time_s": step, "samples_per_s": rate,
+            "bottleneck": bottleneck}
+
+
+def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int = 2,
+                   link: Network = HOST_LINK, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S) -> float:
+    """CGDP step: fwd + max(bwd, (C-1)/C H) + H/C, H = device->host, CPU sum+update, host->device.
+
+    Forward is taken as 1/3 and backward 2/3 of `compute_s`; the last chunk's host path
+    cannot overlap (the exposed tail).
+
+    >>> round(cgdp_step_time(0.03, 0.0, 2, chunks=2, link=Network("x", 0.0, 0.0), host_bytes_per_s=1e30), 9)
+    0.03
+    """
+    c = max(1, int(chunks))
+    fwd, bwd = compute_s / 3, 2 * compute_s / 3
+    host = 2 * c * link.alpha + 2 * n_bytes * link.beta + (workers + 2) * n_bytes / host_bytes_per_s
+    return fwd + max(bwd, host * (c - 1) / c) + host / c
+
+
+def predict(cal: Calibration, algorithm: str, workers: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+            batch_size: int = 256, mode: str = "strong", networks: Sequence[str] = (MEASURED,),
+            **knobs: Any) -> pd.DataFrame:
+    """Predicted scaling of `algorithm` for each network and worker count.
+
+    Args:
+        cal: a Calibration.
+        algorithm: an ALGORITHMS name.
+        workers: worker counts (any, beyond this machine's).
+        batch_size: the global batch at workers[0].
+        mode: "strong" (the global batch stays) or "weak" (it grows with the workers:
+            batch_size * P / workers[0]), as `workbench.sweep` does.
+        networks: names from NETWORKS, or "measured" for the calibrated alpha / beta.
+        **knobs: passed to `step_prediction` (allreduce, tau, round_size, chunks, kind, ...).
+    Returns:
+        One row per (network, workers) with PREDICT_COLUMNS; speedup and efficiency are
+        relative to workers[0] on the same network.
+    """
+    if mode not in ("strong", "weak"):
+        raise ConfigError("mode", "one of ['strong', 'weak']", mode)
+    ws = [int(w) for w in workers]
+    if not ws or any(w < 1 for w in ws):
+        raise ConfigError("workers", "a non-empty list of whole numbers >= 1", list(workers))
+    rows = []
+    for network in networks:
+        base = None
+        for w in ws:
+            b = batch_size if mode == "strong" else max(1, round(batch_size * w / ws[0]))
+            row = step_prediction(cal, algorithm, w, b, network=network, **knobs)
+            if base is None:
+                base = row["samples_per_s"]
+            speedup = row["samples_per_s"] / base if base else math.nan
+            rows.append({"algorithm": algorithm, "network": network, "workers": w, "batch_size": b, **row,
+                         "speedup": speedup, "efficiency": speedup * ws[0] / w})
+    return pd.DataFrame(rows, columns=list(PREDICT_COLUMNS))
+
+
+def compare(cal: Calibration, table: pd.DataFrame, algorithm: str | None = None,
+            **knobs: Any) -> tuple[pd.DataFrame, float]:
+    """Prediction error on measured points (a sweep table), with the calibrated network.
+
+    Args:
+        cal: a Calibration.
+        table: rows with workers, batch_size, samples_per_s (and algorithm, unless given).
+        algorithm: the algorithm of every row (default: the table's "algorithm" column).
+        **knobs: passed to `step_prediction`.
+    Returns:
+        (rows with workers, measured, predicted, error = predicted / measured - 1;
+        the mean absolute relative error). `measured` is the table's samples_per_s
+        (a sweep's: throughput over the training span, see `training_throughput`).
+    """
+    rows = []
+    for r in table.to_dict("records"):
+        algo = algorithm or r.get("algorithm")
+        pred = step_prediction(cal, algo, int(r["workers"]), int(r["batch_size"]), network=MEASURED, **knobs)
+        measured = float(r["samples_per_s"])
+        err = pred["samples_per_s"] / measured - 1 if measured > 0 else math.nan
+        rows.append({"workers": int(r["workers"]), "batch_size": int(r["batch_size"]), "measured": measured,
+                     "predicted": pred["samples_per_s"], "error": err})
+    out = pd.DataFrame(rows, columns=["workers", "batch_size", "measured", "predicted", "error"])
+    errors = out["error"].abs().dropna()
+    return out, float(errors.mean()) if len(errors) else math.nan

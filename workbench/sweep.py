@@ -1,0 +1,196 @@
+"""Scaling sweeps: the same run on 1, 2, 4, ... workers, strong or weak.
+
+    import workbench as wb
+    table = wb.sweep(wb.RunConfig(algorithm="sync_sgd", batch_size=256, epochs=1),
+                     workers=[1, 2, 4], mode="strong")
+    table[["workers", "samples_per_s", "speedup", "efficiency"]]
+
+- strong scaling: the global batch stays `batch_size`; each worker gets less of it.
+- weak scaling: the global batch grows with the workers, `batch_size * P / workers[0]`
+  (each worker keeps its share; `lr_scaling` decides what happens to the lr).
+
+Throughput (`samples_per_s`) is the run summary's: samples over the training span, from
+the first step's start to the last step's end, so the one-off set-up of the workers
+(which dominates short runs and does not scale with the workers) stays out; evaluations
+stay in. `wall_samples_per_s` is samples / wall time, set-up included.
+
+Speedup and efficiency are measured in samples/s against the first worker count:
+`speedup = samples_per_s / samples_per_s[0]`, `efficiency = speedup * workers[0] / P`
+(1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
+or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
+
+This module is also callable: `workbench.sweep(...)` works whether the name resolves to
+this module (once something imported it) or to the function.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from .config import ConfigError, RunConfig
+from .results import RunResult, _atomic_write
+
+MODES = ("strong", "weak")
+SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
+                 "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
+                 "wall_samples_per_s", "run_dir")
+OnResult = Callable[[dict, RunResult], None]
+
+
+def worker_field(config: RunConfig) -> str:
+    """The field a sweep varies: "gpus" for GPU-only configs, else "cpus".
+
+    >>> worker_field(RunConfig(cpus=0, gpus=2, algorithm="sync_sgd", batch_size=8))
+    'gpus'
+    >>> worker_field(RunConfig())
+    'cpus'
+    """
+    return "gpus" if config.cpus == 0 and isinstance(config.gpus, int) and config.gpus > 0 else "cpus"
+
+
+def sweep_batch(batch_size: int, workers: int, first: int, mode: str) -> int:
+    """The global batch of a run on `workers` workers.
+
+    >>> [sweep_batch(64, w, 1, "strong") for w in (1, 2, 4)]
+    [64, 64, 64]
+    >>> [sweep_batch(64, w, 1, "weak") for w in (1, 2, 4)]
+    [64, 128, 256]
+    """
+    return batch_size if mode == "strong" else max(1, round(batch_size * workers / first))
+
+
+def _check(workers: Any, mode: Any) -> list[int]:
+    if mode not in MODES:
+        raise ConfigError("mode", f"one of {list(MODES)}", mode)
+    try:
+        ws = [int(w) for w in workers]
+    except (TypeError, ValueError):
+        raise ConfigError("workers", "a non-empty list of whole numbers >= 1", workers) from None
+    if not ws or any(w < 1 for w in ws) or any(isinstance(w, bool) for w in workers):
+        raise ConfigError("workers", "a non-empty list of whole numbers >= 1", workers)
+    return ws
+
+
+def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: str = "strong") -> list[RunConfig]:
+    """One validated config per worker count (all checked before any run starts).
+
+    Args:
+        config: the run to repeat (its `out` is dropped; `sweep` sets one per run).
+        workers: worker counts, in the order to run them.
+        mode: "strong" or "weak".
+    Returns:
+        The configs, in `workers` order.
+    Raises:
+        ConfigError: a bad mode or worker list, or a combination the config rejects
+            (e.g. a batch smaller than the workers), naming the field.
+    """
+    ws = _check(workers, mode)
+    field = worker_field(config)
+    other = "gpus" if field == "cpus" else "cpus"
+    return [config.replace(**{field: w, other: 0, "out": None,
+                              "batch_size": sweep_batch(config.batch_size, w, ws[0], mode)})
+            for w in ws]
+
+
+def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None = None) -> dict[str, Any]:
+    """The sweep row of one finished run (speedup / efficiency filled in by `add_scaling`)."""
+    from .costmodel import training_throughput
+
+    s = result.summary
+    cfg = s.get("config") or {}
+    sps = s["samples_per_s"] if "train_time_s" in s else training_throughput(result)   # older run dirs
+    wall = s.get("wall_time_s") or 0.0
+    return {"workers": workers, "batch_size": cfg.get("batch_size"), "samples_per_s": sps,
+            "speedup": math.nan, "efficiency": math.nan, "comm_fraction": s.get("comm_fraction"),
+            "final_test_accuracy": s.get("final_test_accuracy"), "wall_time_s": s.get("wall_time_s"),
+            "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
+            "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
+            "run_dir": run_dir}
+
+
+def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `table` with speedup and efficiency against its first row.
+
+    >>> t = add_scaling(pd.DataFrame({"workers": [1, 2, 4], "samples_per_s": [100.0, 180.0, 300.0]}))
+    >>> t["speedup"].tolist(), t["efficiency"].tolist()
+    ([1.0, 1.8, 3.0], [1.0, 0.9, 0.75])
+    """
+    out = table.copy()
+    if not len(out):
+        return out
+    w0, s0 = float(out["workers"].iloc[0]), float(out["samples_per_s"].iloc[0] or 0.0)
+    sps = out["samples_per_s"].astype(float)
+    out["speedup"] = sps / s0 if s0 > 0 else math.nan
+    out["efficiency"] = out["speedup"] * w0 / out["workers"].astype(float)
+    return out
+
+
+def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
+          cluster: Any = None, on_result: OnResult | None = None, out: str | Path | None = None,
+          should_stop: Callable[[], bool] | None = None) -> pd.DataFrame:
+    """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
+
+    Args:
+        config: the run (a RunConfig or a dict of its fields).
+        workers: worker counts, e.g. [1, 2, 4]; speedup is against the first.
+        mode: "strong" (fixed global batch) or "weak" (batch_size * P / workers[0]).
+        cluster: passed to `workbench.run` ("threads" runs in-process); default: one
+            local cluster with max(workers) workers, reused by every run.
+        on_result: called after each run with (row so far, RunResult): live figures.
+        out: a folder for the run directories (out/w{P}) and out/sweep.csv, rewritten
+            after every run so a stopped sweep keeps what it measured.
+        should_stop: polled by each run and between runs; True ends the sweep.
+    Returns:
+        One row per finished run with SWEEP_COLUMNS.
+    Raises:
+        ConfigError: a bad argument, before any run starts.
+    """
+    from . import api
+
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_dict(dict(config))
+    configs = sweep_configs(config, workers, mode)
+    ws = _check(workers, mode)
+    if cluster is None and config.algorithm != "sgd":
+        from .cluster import session_client
+        field = worker_field(config)
+        cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
+                                 config.scheduler)
+    # Warm every worker first (imports, data placement): the first run that touches a cold
+    # worker spends ~10 s setting it up inside the other workers' training span (they wait
+    # in the first exchange), which the first measured point would otherwise include.
+    if config.algorithm != "sgd":
+        api.run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster)
+    rows: list[dict] = []
+    table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
+    for w, cfg in zip(ws, configs):
+        if should_stop is not None and should_stop():
+            break
+        run_dir = None if out is None else str(Path(out) / f"w{w}")
+        result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop)
+        rows.append(scaling_row(result, w, mode, run_dir))
+        table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
+        if out is not None:
+            _atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
+        if on_result is not None:
+            on_result(table.iloc[-1].to_dict(), result)
+        if result.status == "stopped":
+            break
+    return table
+
+
+class _CallableModule(types.ModuleType):
+    """`workbench.sweep` names this module once it is imported (Python sets submodules as
+    attributes of their package), which would hide the `sweep` function that
+    `workbench.__getattr__` offers; calling the module calls the function instead."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

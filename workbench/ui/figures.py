@@ -1,0 +1,1057 @@
+"""Figures of runs: pure functions from records / `RunResult`s to plotly figures.
+
+Every figure comes from one code path in two flavours: `live=False` gives a plain
+`go.Figure` (HTML reports, papermill, batch runs) and `live=True` a `go.FigureWidget`
+(the dashboard, which keeps appending to it). Live figures are built as plain ones and
+wrapped at the end (`as_widget`), so a widget's first message carries its whole state.
+
+The numbers of a figure are computed by small `*_series` functions that turn tables
+(DataFrames, or column arrays for live batches) into `Series` (name, x, y, where,
+style); a static figure adds them as traces, the live dashboard hands each new batch of
+records to `update_live`, which appends the batch's series to the traces of the same
+name inside `fig.batch_update()`. So a live plot and the report of the same run show the
+same quantities.
+
+Figures (each accepts one run or several; runs are overlaid, one colour per run):
+
+- `progress_figure`: train loss, test loss and test accuracy against time or epoch;
+- `throughput_figure`: samples/s of each worker (and all together) over time;
+- `breakdown_figure`: where each worker's time goes (compute / comm / wait): totals per
+  worker, and each worker's shares over time;
+- `lr_figure`: the lr each worker actually used, per step;
+- `lineage_figure`: LTFB tournaments: trainer against round, adoptions drawn as edges;
+- `scaling_figure`: throughput and efficiency against workers, the ideal line, and the
+  cost model's predicted curves over the measured points;
+- `schedule_figure`: the lr schedule a config implies, before the run.
+
+Only `workbench.ui` imports plotly; functions never modify the DataFrames they get.
+"""
+from __future__ import annotations
+
+import math
+import os
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")   # one colour per run (plotly's D3 palette)
+COMPONENTS = ("compute_s", "comm_s", "wait_s")  # the time breakdown, as STEP_COLUMNS name it
+COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
+COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
+STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
+LIVE_POINTS = 2000       # points per live trace: bounds the cost of each redraw
+TIME_BINS = 40           # time windows of the static throughput / breakdown figures
+MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
+X_TITLES = {"time": "time (s)", "epoch": "epoch"}
+
+Source = Any  # a RunResult, a run directory (str / Path) or a list of record dicts
+
+
+# ------------------------------------------------------------------------------ inputs
+def records_to_tables(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Split streamed records into (steps, evals, tournaments) tables, without "kind".
+
+    Args:
+        records: flat record dicts as `workbench.results` defines them; other kinds
+            (events) are ignored.
+    Returns:
+        Three DataFrames with the columns of STEP_COLUMNS, EVAL_COLUMNS and
+        TOURNAMENT_COLUMNS (less "kind"); empty ones when no such record came.
+
+    >>> steps, evals, tours = records_to_tables([{"kind": "eval", "worker": "0", "step": 3,
+    ...     "epoch": 1.0, "time": 0.5, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5}])
+    >>> len(steps), len(evals), list(evals.columns)[:3]
+    (0, 1, ['worker', 'step', 'epoch'])
+    """
+    rows: dict[str, list[dict]] = {"step": [], "eval": [], "tournament": []}
+    for r in records:
+        bucket = rows.get(r.get("kind"))
+        if bucket is not None:
+            bucket.append(r)
+    return (pd.DataFrame(rows["step"], columns=list(STEP_COLUMNS)).drop(columns="kind"),
+            pd.DataFrame(rows["eval"], columns=list(EVAL_COLUMNS)).drop(columns="kind"),
+            pd.DataFrame(rows["tournament"], columns=list(TOURNAMENT_COLUMNS)).drop(columns="kind"))
+
+
+def as_result(source: Source) -> RunResult:
+    """A `RunResult` from a result, a run directory or a list of records.
+
+    Args:
+        source: a `RunResult`, a path to a run directory, or a list of record dicts.
+    Returns:
+        The `RunResult` (records get a minimal summary: status "running").
+    Raises:
+        TypeError: for anything else, naming the value.
+    """
+    if isinstance(source, RunResult):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return RunResult.load(source)
+    if isinstance(source, (list, tuple)) and all(isinstance(r, dict) for r in source):
+        steps, evals, tours = records_to_tables(source)
+        return RunResult(summary={"status": "running", "config": {}, "workers": []},
+                         steps=steps, evals=evals, tournaments=tours)
+    raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
+
+
+def _results(sources: Source | Sequence[Source]) -> list[RunResult]:
+    """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
+    if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
+        return [as_result(sources)]
+    if isinstance(sources, (list, tuple)) and sources and all(isinstance(r, dict) for r in sources):
+        return [as_result(sources)]
+    return [as_result(s) for s in sources]
+
+
+def run_label(result: RunResult, index: int | None = None) -> str:
+    """A short name for a run: `#2 sync_sgd P=2 B=64` (the index is 0-based, shown 1-based).
+
+    >>> r = RunResult(summary={"config": {"algorithm": "sgd", "batch_size": 32}, "workers": [{}]},
+    ...               steps=pd.DataFrame(), evals=pd.DataFrame())
+    >>> run_label(r, 0)
+    '#1 sgd P=1 B=32'
+    """
+    s = result.summary
+    cfg = s.get("config") or {}
+    algorithm = s.get("algorithm") or cfg.get("algorithm") or "run"
+    parts = [str(algorithm)]
+    if s.get("workers"):
+        parts.append(f"P={len(s['workers'])}")
+    if cfg.get("batch_size") is not None:
+        parts.append(f"B={cfg['batch_size']}")
+    label = " ".join(parts)
+    return label if index is None else f"#{index + 1} {label}"
+
+
+def run_color(index: int) -> str:
+    """The colour of the `index`-th run (cycles through PALETTE).
+
+    >>> run_color(0), run_color(len(PALETTE))
+    ('#1f77b4', '#1f77b4')
+    """
+    return PALETTE[index % len(PALETTE)]
+
+
+# ------------------------------------------------------------------------------ series
+@dataclass(frozen=True)
+class Series:
+    """One trace's worth of data and where it goes; `name` is its key in live figures.
+
+    `mode="append"` series add points to a live trace of the same name; `"replace"` ones
+    (totals, tables) overwrite it. `text` / `colors` are per-point hover texts and marker
+    colours, kept in step with x and y. `thin=False` keeps every point (edge lists, whose
+    (start, end, None) triples thinning would break).
+    """
+
+    name: str
+    x: Sequence
+    y: Sequence
+    row: int = 1
+    col: int = 1
+    trace: str = "scatter"                         # "scatter" | "bar"
+    style: dict = field(default_factory=dict)      # plotly trace properties (magic underscores)
+    mode: str = "append"                           # "append" | "replace"
+    text: Sequence | None = None
+    colors: Sequence | None = None
+    thin: bool = True
+
+
+def thin(values: Sequence, max_points: int) -> list:
+    """Every k-th value counted back from the last, k chosen so at most `max_points` remain.
+
+    Args:
+        values: a sequence.
+        max_points: how many values at most, >= 2.
+    Returns:
+        A new list; the last value is always kept.
+
+    >>> thin(list(range(10)), 4)
+    [0, 3, 6, 9]
+    >>> thin([1, 2], 5)
+    [1, 2]
+    """
+    values = list(values)
+    n = len(values)
+    if n <= max_points:
+        return values
+    stride = math.ceil((n - 1) / max(1, max_points - 1))
+    return [values[i] for i in range(n - 1, -1, -stride)][::-1]
+
+
+def _array(values: Sequence | None) -> np.ndarray | None:
+    """Numbers as a float array (plotly validates arrays without a per-point loop, and a
+    FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
+    if values is None:
+        return None
+    arr = np.asarray(values)
+    if arr.dtype.kind in "biuf":
+        return arr.astype(float)
+    return arr.astype(object)
+
+
+def _thin_all(max_points: int, *seqs: Sequence | None) -> list:
+    arrays = [_array(s) for s in seqs]
+    n = len(arrays[0])
+    if n <= max_points:
+        return arrays
+    idx = np.asarray(thin(range(n), max_points))
+    return [None if a is None else a[idx] for a in arrays]
+
+
+def _new_trace(s: Series, x: Any, y: Any, text: Any, colors: Any) -> Any:
+    kw: dict[str, Any] = dict(s.style)
+    if text is not None:
+        kw["text"] = list(text)
+    if colors is not None:
+        kw["marker_color"] = list(colors)
+    if s.trace == "bar":
+        return go.Bar(name=s.name, x=x, y=y, **kw)
+    return go.Scatter(name=s.name, x=x, y=y, **kw)
+
+
+def add_series(fig: Any, series: Iterable[Series], max_points: int = STATIC_POINTS) -> Any:
+    """Add each series as a new trace (thinned to `max_points`); returns `fig`."""
+    for s in series:
+        x, y, text, colors = _thin_all(max_points if s.thin else math.inf, s.x, s.y, s.text, s.colors)
+        fig.add_trace(_new_trace(s, x, y, text, colors), row=s.row, col=s.col)
+    return fig
+
+
+def _concat(old: Any, new: Sequence) -> np.ndarray:
+    new = _array(new)
+    if old is None or len(old) == 0:
+        return new
+    old = _array(old)
+    if old.dtype != new.dtype:
+        old, new = old.astype(object), new.astype(object)
+    return np.concatenate([old, new])
+
+
+def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POINTS) -> Any:
+    """Append each series to the trace of the same name (created if missing); returns `fig`.
+
+    Call inside `fig.batch_update()` on a FigureWidget so the frontend redraws once.
+    A trace longer than `max_points` is thinned (older points get sparser), so each
+    redraw costs at most a few thousand points whatever the run's length.
+    """
+    traces = {t.name: t for t in fig.data}
+    for s in series:
+        t = traces.get(s.name)
+        if t is None:
+            add_series(fig, [s], max_points)
+            traces[s.name] = fig.data[-1]
+            continue
+        if s.mode == "replace":
+            x, y, text, colors = s.x, s.y, s.text, s.colors
+        else:
+            x, y = _concat(t.x, s.x), _concat(t.y, s.y)
+            text = None if s.text is None else _concat(t.text, s.text)
+            colors = None if s.colors is None else _concat(t.marker.color, s.colors)
+        x, y, text, colors = _thin_all(max_points if s.thin else math.inf, x, y, text, colors)
+        t.x, t.y = x, y
+        if text is not None:
+            t.text = list(text)
+        if colors is not None:
+            t.marker.color = list(colors)
+    return fig
+
+
+def _empty(fig: Any, text: str) -> Any:
+    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                       font={"color": "#888"})
+    return fig
+
+
+def sync_widget(fig: Any) -> Any:
+    """Make a FigureWidget's next frontend view start from its whole current state.
+
+    A FigureWidget ships edits as "latest value" traits that existing views apply;
+    a view created later starts from the figure's initial state, so edits made before
+    it are lost. plotly re-sends the whole state in `FigureWidget._repr_mimebundle_`,
+    which is not called for a figure shown inside an ipywidgets container (plotly.py
+    #4956, #4998): call this before showing a container of FigureWidgets (the
+    dashboard does, when it is displayed). Plain Figures pass through; returns `fig`.
+    """
+    if isinstance(fig, go.FigureWidget):
+        fig._widget_layout = deepcopy(fig._layout_obj._props)
+        fig._widget_data = deepcopy(fig._data)
+    return fig
+
+
+def as_widget(fig: Any, live: bool = True) -> Any:
+    """`fig` as a FigureWidget (a new one holding its whole state) when `live`, else as is.
+
+    Live figures are built as plain Figures and turned into a widget at the end, so the
+    widget's first message to the frontend already carries every trace and the layout:
+    a FigureWidget edited after creation ships those edits as separate messages, which
+    a frontend that is still loading can miss (the plot then shows empty axes).
+    """
+    if live and not isinstance(fig, go.FigureWidget):
+        return go.FigureWidget(fig)
+    return fig
+
+
+def _base(**subplots: Any) -> Any:
+    """An empty static figure with our template and margins, laid out by make_subplots."""
+    # The template goes in at construction: setting it later first copies plotly's default one.
+    layout = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 40},
+              "legend": {"font": {"size": 10}}}
+    return make_subplots(figure=go.Figure(layout=layout), **subplots)
+
+
+# ------------------------------------------------------------------------------ tables
+Table = Any  # a DataFrame, or a mapping column -> array (the live path's batches: no pandas)
+
+
+def records_to_columns(records: Iterable[dict], kind: str, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """The records of one kind as column arrays (the live path: cheaper than a DataFrame).
+
+    >>> cols = records_to_columns([{"kind": "step", "worker": 0, "loss": 1.5}, {"kind": "eval"}],
+    ...                           "step", ("kind", "worker", "loss"))
+    >>> sorted(cols), cols["loss"].tolist()
+    (['loss', 'worker'], [1.5])
+    """
+    rows = [r for r in records if r.get("kind") == kind]
+    return {c: np.asarray([r.get(c) for r in rows]) for c in columns if c != "kind"}
+
+
+def _col(table: Table, name: str, dtype: Any = None) -> np.ndarray:
+    arr = np.asarray(table[name])
+    return arr if dtype is None else arr.astype(dtype)
+
+
+def _nrows(table: Table) -> int:
+    if isinstance(table, pd.DataFrame):
+        return len(table)
+    return len(next(iter(table.values()))) if len(table) else 0
+
+
+def _key(k: Any) -> Any:
+    return k.item() if isinstance(k, np.generic) else k
+
+
+def _groups(keys: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+    """(key, row indices) per distinct key: keys sorted, rows in their original order.
+
+    >>> [(k, i.tolist()) for k, i in _groups(np.array([1, 0, 1]))]
+    [(0, [1]), (1, [0, 2])]
+    """
+    if len(keys) == 0:
+        return []
+    uniq, inv = np.unique(keys, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1]
+    return [(_key(k), idx) for k, idx in zip(uniq, np.split(order, bounds))]
+
+
+# ------------------------------------------------------------------------------ progress
+def step_progress(steps: Table) -> dict[str, np.ndarray]:
+    """One point per step: sample-weighted mean loss over workers, latest time and epoch.
+
+    >>> p = step_progress({"step": [0, 0, 1], "time": [0.1, 0.2, 0.3], "epoch": [0.5, 0.5, 1.0],
+    ...                    "loss": [1.0, 3.0, 2.0], "samples": [1, 3, 4]})
+    >>> p["loss"].tolist(), p["time"].tolist()
+    ([2.5, 2.0], [0.2, 0.3])
+    """
+    step = _col(steps, "step")
+    uniq, inv = np.unique(step, return_inverse=True)
+    m = len(uniq)
+    loss, samples = _col(steps, "loss", float), _col(steps, "samples", float)
+    ws = np.bincount(inv, samples, minlength=m)
+    wl = np.bincount(inv, loss * samples, minlength=m)
+    mean = np.bincount(inv, loss, minlength=m) / np.bincount(inv, minlength=m)
+    out = {"step": uniq, "loss": np.where(ws > 0, wl / np.where(ws > 0, ws, 1.0), mean)}
+    for c in ("time", "epoch"):
+        latest = np.full(m, -np.inf)
+        np.maximum.at(latest, inv, _col(steps, c, float))
+        out[c] = latest
+    return out
+
+
+def eval_name(label: str, worker: Any, what: str) -> str:
+    """Trace name of an eval series: LTFB trainers get their own, others one per run.
+
+    >>> eval_name("#1 ltfb", "trainer-1", "test accuracy")
+    '#1 ltfb: test accuracy (trainer-1)'
+    >>> eval_name("#1 sgd", "0", "test accuracy")
+    '#1 sgd: test accuracy'
+    """
+    w = str(worker)
+    return f"{label}: {what} ({w})" if w.startswith("trainer") else f"{label}: {what}"
+
+
+def progress_series(steps: Table, evals: Table, x: str, label: str, color: str) -> list[Series]:
+    """Loss (row 1) and test accuracy (row 2) of one run against `x` ("time" | "epoch").
+
+    Args:
+        steps, evals: the run's (or a batch's) step and eval tables.
+        x: the x column, "time" or "epoch".
+        label, color: the run's name prefix and colour.
+    Returns:
+        Series named "<label>: train loss", "<label>: test loss", "<label>: test accuracy"
+        (LTFB trainers: one test series per trainer, "(trainer-k)" appended).
+    """
+    if x not in X_TITLES:
+        raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
+    out: list[Series] = []
+    group = {"legendgroup": label}
+    if _nrows(steps):
+        p = step_progress(steps)
+        out.append(Series(f"{label}: train loss", p[x], p["loss"], row=1,
+                          style={"mode": "lines", "line_color": color, "line_width": 1.5, **group}))
+    if _nrows(evals):
+        t, xs = _col(evals, "time", float), _col(evals, x, float)
+        test_loss, acc = _col(evals, "test_loss", float), _col(evals, "test_accuracy", float)
+        for worker, idx in _groups(_col(evals, "worker").astype(str)):
+            idx = idx[np.argsort(t[idx], kind="stable")]
+            trainer = str(worker).startswith("trainer")
+            out.append(Series(eval_name(label, worker, "test loss"), xs[idx], test_loss[idx], row=1,
+                              style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
+                                     "line_dash": "dot" if trainer else "dash", **group}))
+            out.append(Series(eval_name(label, worker, "test accuracy"), xs[idx], acc[idx], row=2,
+                              style={"mode": "lines+markers", "line_color": color, "marker_size": 6,
+                                     "line_dash": "dot" if trainer else "solid", **group}))
+    return out
+
+
+def _progress_base(x: str) -> Any:
+    fig = _base(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                subplot_titles=("loss", "test accuracy"))
+    fig.update_xaxes(title_text=X_TITLES[x], row=2, col=1)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=2, col=1)
+    fig.update_layout(title=f"loss and test accuracy against {x}", height=520)
+    return fig
+
+
+def progress_figure(results: Source | Sequence[Source], x: str = "time", live: bool = False,
+                    labels: Sequence[str] | None = None) -> Any:
+    """Loss and test accuracy of one or several runs against time or epoch.
+
+    Args:
+        results: a RunResult / run directory / record list, or a list of them (overlaid).
+        x: "time" (seconds since the run started) or "epoch".
+        live: a FigureWidget instead of a Figure.
+        labels: one name per run (default `run_label`).
+    Returns:
+        The figure; row 1 loss (train: line, test: dashed), row 2 test accuracy.
+    """
+    if x not in X_TITLES:
+        raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
+    fig = _progress_base(x)
+    for i, r in enumerate(_results(results)):
+        label = labels[i] if labels else run_label(r, i)
+        add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
+    return as_widget(fig, live)
+
+
+# ------------------------------------------------------------------------------ time windows
+WINDOW_COLUMNS = ("x", "width", "samples", *COMPONENTS)
+Window = dict  # column (WINDOW_COLUMNS) -> array, one entry per time window
+
+
+def _worker_groups(steps: Table) -> list[tuple[Any, np.ndarray]]:
+    return _groups(_col(steps, "worker")) + [("all", np.arange(_nrows(steps)))]
+
+
+def time_bins(steps: Table, bins: int = TIME_BINS) -> dict[Any, Window]:
+    """Per worker (and "all"), sums of samples and step times in equal time windows.
+
+    Args:
+        steps: a step table (worker, time, samples, compute_s, comm_s, wait_s).
+        bins: windows between time 0 and the last step.
+    Returns:
+        worker -> {x (window centre), width (s), samples, compute_s, comm_s, wait_s}
+        arrays; a worker's windows before its first step are left out.
+
+    >>> w = time_bins({"worker": [0, 0], "time": [0.5, 1.0], "samples": [2, 4],
+    ...                "compute_s": [0.4, 0.4], "comm_s": [0.1, 0.1], "wait_s": [0, 0]}, bins=2)
+    >>> w[0]["x"].tolist(), (w[0]["samples"] / w[0]["width"]).tolist()
+    ([0.25, 0.75], [4.0, 8.0])
+    """
+    n = _nrows(steps)
+    if not n:
+        return {}
+    t = _col(steps, "time", float)
+    edges = np.linspace(0.0, max(float(t.max()), 1e-9), bins + 1)
+    centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
+    b = np.clip(np.searchsorted(edges, t, side="left") - 1, 0, bins - 1)
+    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
+    out: dict[Any, Window] = {}
+    for worker, idx in _worker_groups(steps):
+        first = int(b[idx].min())
+        sums = {c: np.bincount(b[idx], v[idx], minlength=bins)[first:] for c, v in values.items()}
+        out[worker] = {"x": centres[first:], "width": widths[first:], **sums}
+    return out
+
+
+def time_windows(steps: Table, last_time: dict) -> dict[Any, Window]:
+    """Per worker (and "all"), sums over the window since that worker's previous batch.
+
+    The live counterpart of `time_bins`: each batch of records gives one window per
+    worker, from the last step time seen before (0 at the start) to the newest one.
+
+    Args:
+        steps: the batch's step table.
+        last_time: worker -> time of the last step already counted; UPDATED in place
+            (it is the live plot's memory, `LiveState.last_time`).
+    Returns:
+        worker -> one-window arrays as `time_bins` gives; workers whose window is
+        empty are left out.
+    """
+    out: dict[Any, Window] = {}
+    if not _nrows(steps):
+        return out
+    t = _col(steps, "time", float)
+    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
+    for worker, idx in _worker_groups(steps):
+        t_end = float(t[idx].max())
+        width = t_end - float(last_time.get(worker, 0.0))
+        if width <= 0:
+            continue
+        last_time[worker] = t_end
+        out[worker] = {"x": np.array([t_end]), "width": np.array([width]),
+                       **{c: np.array([v[idx].sum()]) for c, v in values.items()}}
+    return out
+
+
+def _worker_name(worker: Any) -> str:
+    return "all workers" if worker == "all" else f"worker {worker}"
+
+
+def _rank(worker: Any, default: int) -> int:
+    try:
+        return int(worker)
+    except (TypeError, ValueError):
+        return default
+
+
+def throughput_series(windows: dict[Any, Window]) -> list[Series]:
+    """samples/s of each worker ("worker k") and of all together ("all workers")."""
+    out = []
+    for i, (worker, w) in enumerate(windows.items()):
+        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash"} if worker == "all"
+                 else {"mode": "lines+markers", "marker_size": 4, "line_color": run_color(_rank(worker, i))})
+        out.append(Series(_worker_name(worker), w["x"], w["samples"] / w["width"], style=style))
+    return out
+
+
+def _throughput_base() -> Any:
+    fig = _base(rows=1, cols=1)
+    fig.update_layout(title="throughput per worker", height=360)
+    fig.update_xaxes(title_text="time (s)")
+    fig.update_yaxes(title_text="samples/s", rangemode="tozero")
+    return fig
+
+
+def throughput_figure(result: Source, live: bool = False, bins: int = TIME_BINS) -> Any:
+    """Samples/s of each worker over time (and all workers together, dashed).
+
+    Args:
+        result: one run (RunResult, run directory or records).
+        live: a FigureWidget instead of a Figure.
+        bins: time windows.
+    Returns:
+        The figure: one trace per worker ("worker k") and "all workers".
+    """
+    r = as_result(result)
+    fig = _throughput_base()
+    if not len(r.steps):
+        return as_widget(_empty(fig, "no steps recorded"), live)
+    return as_widget(add_series(fig, throughput_series(time_bins(r.steps, bins))), live)
+
+
+# ------------------------------------------------------------------------------ breakdown
+def breakdown_totals(steps: Table) -> dict[Any, np.ndarray]:
+    """Seconds of (compute, comm, wait) per worker, workers sorted.
+
+    >>> t = breakdown_totals({"worker": [1, 0, 1], "compute_s": [1.0, 2.0, 3.0],
+    ...                       "comm_s": [0.5, 0.0, 0.5], "wait_s": [0.0, 0.25, 0.0]})
+    >>> {k: v.tolist() for k, v in t.items()}
+    {0: [2.0, 0.0, 0.25], 1: [4.0, 1.0, 0.0]}
+    """
+    values = np.stack([_col(steps, c, float) for c in COMPONENTS], axis=1) if _nrows(steps) else None
+    return {w: values[idx].sum(axis=0) for w, idx in _groups(_col(steps, "worker"))}
+
+
+def add_totals(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, np.ndarray]:
+    """Sum of two `breakdown_totals` (a new dict; neither input changes)."""
+    out = {w: v.copy() for w, v in a.items()}
+    for w, v in b.items():
+        out[w] = out[w] + v if w in out else v.copy()
+    return dict(sorted(out.items(), key=lambda kv: (_rank(kv[0], 1 << 30), str(kv[0]))))
+
+
+def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
+                     n_rows: int) -> list[Series]:
+    """Stacked bars of total time per worker (column 1) and, per worker row, the shares
+    of compute / comm / wait over time (column 2, stacked areas normalised to 100%).
+
+    Args:
+        totals: `breakdown_totals` of the run so far (replaces the bars).
+        windows: `time_bins` / `time_windows` output.
+        n_rows: worker rows in the figure (workers 0..n_rows-1 get one each).
+    """
+    out: list[Series] = []
+    names = [_worker_name(w) for w in totals]
+    for k, c in enumerate(COMPONENTS):
+        out.append(Series(COMPONENT_NAMES[c], names, [v[k] for v in totals.values()], row=1, col=1,
+                          trace="bar", mode="replace",
+                          style={"marker_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c]}))
+    for worker, w in windows.items():
+        rank = _rank(worker, -1)
+        if worker == "all" or not 0 <= rank < n_rows:
+            continue
+        keep = sum(w[c] for c in COMPONENTS) > 0
+        if not keep.any():
+            continue
+        for k, c in enumerate(COMPONENTS):
+            style = {"mode": "lines", "stackgroup": f"w{rank}", "line_width": 0.5, "showlegend": False,
+                     "line_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c]}
+            if k == 0:
+                style["groupnorm"] = "percent"
+            out.append(Series(f"worker {rank} {COMPONENT_NAMES[c]}", w["x"][keep], w[c][keep],
+                              row=rank + 1, col=2, style=style))
+    return out
+
+
+def _breakdown_base(n_workers: int) -> Any:
+    n = max(1, min(int(n_workers or 1), MAX_WORKER_ROWS))
+    specs = [[{"rowspan": n}, {}]] + [[None, {}] for _ in range(n - 1)]
+    titles = ["total time per worker"] + [f"worker {k}: share of time" for k in range(n)]
+    fig = _base(rows=n, cols=2, specs=specs, column_widths=[0.35, 0.65], shared_xaxes="columns",
+                subplot_titles=titles, vertical_spacing=min(0.08, 0.3 / n))
+    fig.update_layout(title="where the time goes (compute / comm / wait)", barmode="stack", margin_t=90,
+                      height=max(320, 110 * n + 120))
+    fig.update_yaxes(title_text="seconds", row=1, col=1)
+    for k in range(n):
+        fig.update_yaxes(range=[0, 100], ticksuffix="%", row=k + 1, col=2)
+    fig.update_xaxes(title_text="time (s)", row=n, col=2)
+    return fig
+
+
+def breakdown_figure(result: Source, live: bool = False, bins: int = TIME_BINS) -> Any:
+    """Where each worker's time goes: compute, communication, waiting.
+
+    Args:
+        result: one run.
+        live: a FigureWidget instead of a Figure.
+        bins: time windows of the over-time panels.
+    Returns:
+        The figure: bars "compute", "comm", "wait" (x = worker), and per worker row
+        stacked areas "worker k compute" / "worker k comm" / "worker k wait" in percent.
+    """
+    r = as_result(result)
+    n_workers = r.steps["worker"].nunique() if len(r.steps) else len(r.summary.get("workers", [])) or 1
+    fig = _breakdown_base(n_workers)
+    if not len(r.steps):
+        return as_widget(_empty(fig, "no steps recorded"), live)
+    n = max(1, min(int(n_workers), MAX_WORKER_ROWS))
+    series = breakdown_series(breakdown_totals(r.steps), time_bins(r.steps, bins), n)
+    return as_widget(add_series(fig, series), live)
+
+
+# ------------------------------------------------------------------------------ lr
+def lr_series(steps: Table) -> list[Series]:
+    """The lr each worker used at each of its steps (one series per worker)."""
+    out = []
+    step, lr = _col(steps, "step", float), _col(steps, "lr", float)
+    for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
+        idx = idx[np.argsort(step[idx], kind="stable")]
+        out.append(Series(_worker_name(worker), step[idx], lr[idx],
+                          style={"mode": "lines", "line_color": run_color(_rank(worker, i))}))
+    return out
+
+
+def planned_series(plan: Any, points: int = 400) -> list[Series]:
+    """The planned schedule of an `optim.Plan`, and the end of warmup, as dashed lines."""
+    from ..schedules import lr_table
+
+    table = lr_table(plan.schedule, plan.total_steps, points)
+    steps = [t for t, _ in table]
+    lrs = [v for _, v in table]
+    text = [f"epoch {plan.epoch(t):.2f}" for t in steps]
+    out = [Series("planned", steps, lrs, mode="replace", text=text,
+                  style={"mode": "lines", "line_color": "#888", "line_dash": "dash"})]
+    if plan.warmup_steps:
+        top = max(lrs) if lrs else 0.0
+        out.append(Series("end of warmup", [plan.warmup_steps] * 2, [0.0, top], mode="replace",
+                          style={"mode": "lines", "line_color": "#bbb", "line_dash": "dot"}))
+    return out
+
+
+def _lr_base(title: str = "lr actually used") -> Any:
+    fig = _base(rows=1, cols=1)
+    fig.update_layout(title=title, height=320)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="lr", rangemode="tozero")
+    return fig
+
+
+def lr_figure(result: Source, live: bool = False, plan: Any = None) -> Any:
+    """The lr each worker actually used, per step, optionally over the planned schedule.
+
+    Args:
+        result: one run.
+        live: a FigureWidget instead of a Figure.
+        plan: an `optim.Plan` whose schedule is drawn dashed ("planned").
+    Returns:
+        The figure: one trace per worker ("worker k"), and "planned" when given.
+    """
+    r = as_result(result)
+    fig = _lr_base()
+    if plan is not None:
+        add_series(fig, planned_series(plan))
+    if not len(r.steps) and plan is None:
+        return as_widget(_empty(fig, "no steps recorded"), live)
+    return as_widget(add_series(fig, lr_series(r.steps)), live)
+
+
+def schedule_figure(plan: Any, live: bool = False) -> Any:
+    """The lr schedule a config implies, drawn before the run (the dashboard's preview).
+
+    Args:
+        plan: an `optim.Plan` (`workbench.optim.make_plan(config, n_train)`).
+        live: a FigureWidget instead of a Figure.
+    Returns:
+        The figure: "planned" and, with warmup, "end of warmup"; the title is the
+        schedule in words.
+    """
+    fig = _lr_base(title=plan.schedule_text)
+    return as_widget(add_series(fig, planned_series(plan)), live)
+
+
+# ------------------------------------------------------------------------------ lineage
+def _truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes")
+    return bool(v) and not (isinstance(v, float) and math.isnan(v))
+
+
+def _partner(v: Any) -> int | None:
+    try:
+        p = int(v)
+    except (TypeError, ValueError):
+        return None
+    return p if p >= 0 else None
+
+
+def _score(v: Any) -> str:
+    try:
+        return f"{float(v):.4g}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
+    """LTFB tournaments as a graph: trainer (y) against round (x).
+
+    A kept model is a grey edge from (round - 1, trainer) to (round, trainer); an
+    adopted one a red edge from (round - 1, partner) to (round, trainer). Each node is
+    coloured by the origin of the model the trainer holds after the round: the first
+    part of its lineage ("t0@r0" of "t0@r0>t2@r3", the model born in trainer 0), so a
+    model spreading through the population shows as one colour; hover shows the whole
+    lineage.
+
+    Args:
+        tournaments: tournament table (round, trainer, partner, own_score,
+            partner_score, adopted, lineage, ...).
+        lineages: lineage origin -> colour index; UPDATED in place with new origins,
+            so colours stay fixed across live batches.
+    Returns:
+        Series "kept", "adopted", "trainers" (none for an empty table).
+    """
+    n = _nrows(tournaments)
+    if not n:
+        return []
+    cols = {c: _col(tournaments, c) for c in ("round", "trainer", "partner", "own_score",
+                                              "partner_score", "adopted", "lineage")}
+    order = np.lexsort((cols["trainer"].astype(float), cols["round"].astype(float)))
+    kept_x: list = []
+    kept_y: list = []
+    ad_x: list = []
+    ad_y: list = []
+    node_x, node_y, colors, text = [], [], [], []
+    for i in order:
+        rnd, trainer = int(cols["round"][i]), int(cols["trainer"][i])
+        partner = _partner(cols["partner"][i])
+        adopted = _truthy(cols["adopted"][i]) and partner is not None
+        if adopted:
+            ad_x += [rnd - 1, rnd, None]
+            ad_y += [partner, trainer, None]
+        else:
+            kept_x += [rnd - 1, rnd, None]
+            kept_y += [trainer, trainer, None]
+        lineage = str(cols["lineage"][i])
+        origin = lineage.split(">")[0]
+        if origin not in lineages:
+            lineages[origin] = len(lineages)
+        node_x.append(rnd)
+        node_y.append(trainer)
+        colors.append(run_color(lineages[origin]))
+        text.append(f"trainer {trainer}, round {rnd}<br>lineage {lineage}<br>own {_score(cols['own_score'][i])}, "
+                    f"partner {'-' if partner is None else partner} {_score(cols['partner_score'][i])}"
+                    f"<br>{'adopted' if adopted else 'kept'}")
+    return [
+        Series("kept", kept_x, kept_y, thin=False,
+               style={"mode": "lines", "line_color": "#ccc", "line_width": 1, "hoverinfo": "skip"}),
+        Series("adopted", ad_x, ad_y, thin=False,
+               style={"mode": "lines", "line_color": "#d62728", "line_width": 2.5, "hoverinfo": "skip"}),
+        Series("trainers", node_x, node_y, text=text, colors=colors,
+               style={"mode": "markers", "marker_size": 10, "hoverinfo": "text",
+                      "marker_line_width": 1, "marker_line_color": "#333"}),
+    ]
+
+
+def _lineage_base() -> Any:
+    fig = _base(rows=1, cols=1)
+    fig.update_layout(title="LTFB tournaments: adoptions (red) and lineages (colours)", height=340)
+    fig.update_xaxes(title_text="round")
+    fig.update_yaxes(title_text="trainer", dtick=1)
+    return fig
+
+
+def lineage_figure(result: Source, live: bool = False) -> Any:
+    """The tournament lineage of an LTFB run (an annotated empty figure for other runs).
+
+    Args:
+        result: one run.
+        live: a FigureWidget instead of a Figure.
+    Returns:
+        The figure with traces "kept", "adopted", "trainers" (none without tournaments).
+    """
+    r = as_result(result)
+    fig = _lineage_base()
+    if not len(r.tournaments):
+        return as_widget(_empty(fig, "no tournaments in this run (LTFB only)"), live)
+    return as_widget(add_series(fig, lineage_series(r.tournaments, {})), live)
+
+
+# ------------------------------------------------------------------------------ scaling
+def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
+                   name: str = "measured") -> list[Series]:
+    """Throughput (column 1) and efficiency (column 2) against workers.
+
+    Args:
+        table: a `workbench.sweep.sweep` table (workers, samples_per_s, efficiency).
+        predicted: a `workbench.costmodel.predict` table (workers, network,
+            samples_per_s, efficiency), one curve per network.
+        name: the measured points' name.
+    Returns:
+        Series "<name>", "ideal" (linear from the first measured point; efficiency 1)
+        and "predicted: <network>" ("predicted: calibrated" for the network "measured"),
+        each in both columns (efficiency ones suffixed " efficiency").
+    """
+    out: list[Series] = []
+    measured = table.sort_values("workers", kind="stable") if len(table) else table
+    ws = sorted(set(measured["workers"].tolist() if len(measured) else [])
+                | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
+    if len(measured):
+        w0, s0 = float(measured["workers"].iloc[0]), float(measured["samples_per_s"].iloc[0])
+        ideal = dict(mode="lines", line_color="#999", line_dash="dash", legendgroup="ideal")
+        out.append(Series("ideal", ws, [s0 * w / w0 for w in ws], col=1, mode="replace", style=ideal))
+        out.append(Series("ideal efficiency", ws, [1.0] * len(ws), col=2, mode="replace",
+                          style={**ideal, "showlegend": False}))
+    if predicted is not None and len(predicted):
+        for i, (network, p) in enumerate(predicted.groupby("network", sort=False)):
+            p = p.sort_values("workers", kind="stable")
+            pname = "predicted: calibrated" if network == "measured" else f"predicted: {network}"
+            style = dict(mode="lines", line_dash="dot", line_color=PALETTE[(i + 1) % len(PALETTE)],
+                         legendgroup=pname)
+            out.append(Series(pname, p["workers"].tolist(), p["samples_per_s"].tolist(),
+                              col=1, mode="replace", style=style))
+            out.append(Series(f"{pname} efficiency", p["workers"].tolist(),
+                              p["efficiency"].tolist(), col=2, mode="replace",
+                              style={**style, "showlegend": False}))
+    if len(measured):
+        style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
+        text = [f"{s}" for s in measured.get("status", pd.Series([""] * len(measured))).tolist()]
+        out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
+                          mode="replace", text=text, style=style))
+        out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
+                          col=2, mode="replace", text=text, style={**style, "showlegend": False}))
+    return out
+
+
+def _scaling_base(mode: str = "") -> Any:
+    fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "efficiency"))
+    fig.update_xaxes(title_text="workers", type="log", dtick=math.log10(2))
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", tickformat=".0%", row=1, col=2)
+    fig.update_layout(title=f"{mode + ' ' if mode else ''}scaling", height=380)
+    return fig
+
+
+def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, live: bool = False,
+                   error: float | None = None, mode: str = "") -> Any:
+    """Measured scaling (throughput, efficiency vs workers) with the ideal line and
+    the cost model's predictions drawn over the measured points.
+
+    Args:
+        table: a sweep table (may be empty: the dashboard fills it as runs end).
+        predicted: `costmodel.predict` output, one curve per network.
+        live: a FigureWidget instead of a Figure.
+        error: the model's mean relative error on the measured points, shown in the title.
+        mode: "strong" or "weak", for the title.
+    Returns:
+        The figure (traces as `scaling_series` names them).
+    """
+    fig = _scaling_base(mode)
+    add_series(fig, scaling_series(table, predicted))
+    if error is not None:
+        fig.update_layout(title=f"{fig.layout.title.text}: prediction error on measured points {error:.0%}")
+    return as_widget(fig, live)
+
+
+def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None = None,
+                   error: float | None = None) -> Any:
+    """Redraw a live scaling figure from the sweep table so far (inside batch_update)."""
+    with fig.batch_update():
+        extend_series(fig, scaling_series(table, predicted))
+        if error is not None:
+            base = (fig.layout.title.text or "scaling").split(":")[0]
+            fig.layout.title.text = f"{base}: prediction error on measured points {error:.0%}"
+    return fig
+
+
+# ------------------------------------------------------------------------------ comparison
+def comparison_series(results: Sequence[RunResult], labels: Sequence[str]) -> list[Series]:
+    """Per run: samples/s (column 1) and the shares of compute / comm / wait (column 2)."""
+    out = [Series("samples/s", list(labels), [float(r.summary.get("samples_per_s") or 0.0) for r in results],
+                  col=1, trace="bar", mode="replace",
+                  style={"marker_color": [run_color(i) for i in range(len(results))], "showlegend": False})]
+    shares = []
+    for r in results:
+        tb = r.summary.get("time_breakdown") or {}
+        total = sum(float(tb.get(c) or 0.0) for c in COMPONENTS)
+        shares.append([float(tb.get(c) or 0.0) / total if total > 0 else 0.0 for c in COMPONENTS])
+    for k, c in enumerate(COMPONENTS):
+        out.append(Series(f"{COMPONENT_NAMES[c]} share", list(labels), [sh[k] for sh in shares], col=2,
+                          trace="bar", mode="replace", style={"marker_color": COMPONENT_COLORS[c]}))
+    return out
+
+
+def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = None, live: bool = False) -> Any:
+    """Several runs side by side: throughput, and where the time went (from summaries).
+
+    Args:
+        results: runs (RunResults or run directories).
+        labels: one name per run (default `run_label`).
+        live: a FigureWidget instead of a Figure.
+    Returns:
+        The figure: bars "samples/s" (one per run) and stacked "compute share",
+        "comm share", "wait share".
+    """
+    runs = _results(results)
+    labels = list(labels) if labels else [run_label(r, i) for i, r in enumerate(runs)]
+    fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "share of worker time"))
+    fig.update_layout(title="runs compared", barmode="stack", height=380)
+    fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
+    return as_widget(add_series(fig, comparison_series(runs, labels)), live)
+
+
+# ------------------------------------------------------------------------------ one run, live
+FIGURE_KEYS = ("progress_time", "progress_epoch", "throughput", "breakdown", "lr", "lineage")
+
+
+def run_figures(result: Source, live: bool = False, include_empty: bool = False) -> dict[str, Any]:
+    """Every figure of one run, keyed by FIGURE_KEYS (lineage only for LTFB runs).
+
+    Args:
+        result: one run.
+        live: FigureWidgets instead of Figures.
+        include_empty: keep the lineage figure even without tournaments.
+    """
+    r = as_result(result)
+    figs = {
+        "progress_time": progress_figure(r, "time", live),
+        "progress_epoch": progress_figure(r, "epoch", live),
+        "throughput": throughput_figure(r, live),
+        "breakdown": breakdown_figure(r, live),
+        "lr": lr_figure(r, live),
+    }
+    if include_empty or len(r.tournaments):
+        figs["lineage"] = lineage_figure(r, live)
+    return figs
+
+
+@dataclass
+class LiveState:
+    """What the live figures remember about the run being drawn, between batches."""
+
+    label: str
+    color: str
+    n_workers: int = 1
+    last_time: dict = field(default_factory=dict)        # worker -> last step time counted
+    totals: dict = field(default_factory=dict)           # breakdown_totals so far
+    lineages: dict = field(default_factory=dict)         # lineage id -> colour index
+    steps_seen: int = 0                                  # highest step + 1
+    records: int = 0                                     # records drawn so far
+
+
+def live_base(key: str, n_workers: int = 1) -> Any:
+    """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is."""
+    makers = {
+        "progress_time": lambda: _progress_base("time"),
+        "progress_epoch": lambda: _progress_base("epoch"),
+        "throughput": _throughput_base,
+        "breakdown": lambda: _breakdown_base(n_workers),
+        "lr": _lr_base,
+        "lineage": _lineage_base,
+    }
+    if key not in makers:
+        raise ValueError(f"key: one of {list(makers)}, got {key!r}")
+    return as_widget(makers[key]())
+
+
+def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]]:
+    """The series a batch of records adds to each live figure; moves `state` on.
+
+    Args:
+        records: a batch as `on_record` receives it (not modified).
+        state: the run's LiveState (its windows, totals, lineages move on).
+    Returns:
+        FIGURE_KEYS -> series to pass to `extend_series`.
+    """
+    steps = records_to_columns(records, "step", STEP_COLUMNS)
+    evals = records_to_columns(records, "eval", EVAL_COLUMNS)
+    tours = records_to_columns(records, "tournament", TOURNAMENT_COLUMNS)
+    state.records += len(records)
+    out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
+    if _nrows(steps):
+        state.steps_seen = max(state.steps_seen, int(steps["step"].max()) + 1)
+        state.totals = add_totals(state.totals, breakdown_totals(steps))
+        windows = time_windows(steps, state.last_time)
+        out["throughput"] = throughput_series(windows)
+        out["breakdown"] = breakdown_series(state.totals, windows, max(1, min(state.n_workers, MAX_WORKER_ROWS)))
+        out["lr"] = lr_series(steps)
+    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color)
+    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color)
+    out["lineage"] = lineage_series(tours, state.lineages)
+    return out
+
+
+def update_live(figs: dict[str, Any], records: list[dict], state: LiveState,
+                max_points: int = LIVE_POINTS) -> None:
+    """Append a batch of records to the live figures, one `batch_update` per figure.
+
+    Args:
+        figs: FIGURE_KEYS -> FigureWidget (missing keys are skipped).
+        records: the batch (not modified).
+        state: the run's LiveState.
+        max_points: points kept per trace.
+    """
+    for key, series in live_series(records, state).items():
+        fig = figs.get(key)
+        if fig is None or not series:
+            continue
+        with fig.batch_update():
+            extend_series(fig, series, max_points)

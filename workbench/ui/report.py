@@ -1,0 +1,222 @@
+"""Static, self-contained HTML reports of runs (one file, plotly.js included once).
+
+    write_report(result, "runs/x/report.html")              # one run: what `workbench.api.save` writes
+    write_comparison_report([a, b], "cmp.html", "sync vs async")   # several runs overlaid
+
+The figures are `workbench.ui.figures`' static ones; the page embeds plotly.js in its
+head once and every figure as a div, so it opens offline and can be mailed around.
+Files are written atomically (temp file + rename).
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import plotly.io as pio
+
+from . import figures as F
+from ..results import RunResult
+
+SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
+                  "final_train_loss", "final_test_loss", "final_test_accuracy", "best_test_accuracy",
+                  "comm_fraction")
+_STYLE = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5em auto; max-width: 1200px;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th { background: #f5f5f5; } td.text, th.text { text-align: left; }
+.figure { margin: 1em 0; } .notes { background: #fafafa; padding: 0.5em 1em; border-left: 3px solid #ccc; }
+details { margin: 0.5em 0; } code { font-size: 0.9em; }
+"""
+
+
+# ------------------------------------------------------------------------------ tables
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
+    """The headline numbers of one run (SUMMARY_FIELDS, workers counted) as a flat dict."""
+    s = result.summary
+    cfg = s.get("config") or {}
+    row: dict[str, Any] = {"run": label or F.run_label(result)}
+    for k in SUMMARY_FIELDS:
+        v = s.get(k)
+        row[k] = len(v) if k == "workers" and isinstance(v, list) else v
+    row["batch_size"] = cfg.get("batch_size")
+    row["lr"] = cfg.get("lr")
+    tb = s.get("time_breakdown") or {}
+    for c in F.COMPONENTS:
+        row[c] = tb.get(c)
+    return row
+
+
+def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per run with its headline numbers (the dashboard's runs table, reports).
+
+    Args:
+        results: RunResults.
+        labels: one name per run (default `figures.run_label` with the run's index).
+    Returns:
+        A DataFrame: run, status, algorithm, workers, steps, ..., compute_s, comm_s, wait_s.
+    """
+    return pd.DataFrame([summary_row(r, labels[i] if labels else F.run_label(r, i))
+                         for i, r in enumerate(results)])
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    head = "".join(f'<th class="{"text" if df[c].dtype == object else ""}">{html.escape(str(c))}</th>'
+                   for c in cols)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = "".join(f'<td class="{"text" if isinstance(v, str) else ""}">{html.escape(_fmt(v))}</td>'
+                        for v in row)
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _kv_html(d: dict[str, Any], numbers: bool = False) -> str:
+    """A two-column table; `numbers` shows floats to 4 significant digits, else values as JSON."""
+    def show(v: Any) -> str:
+        if numbers and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return _fmt(v)
+        return v if isinstance(v, str) else json.dumps(v)
+    rows = "".join(f'<tr><th class="text">{html.escape(str(k))}</th>'
+                   f'<td class="text"><code>{html.escape(show(v))}</code></td></tr>' for k, v in d.items())
+    return f"<table>{rows}</table>"
+
+
+def _events_html(result: RunResult) -> str:
+    events = result.events
+    if not events:
+        return "<p>none</p>"
+    df = pd.DataFrame(events)
+    keep = [c for c in ("time", "event", "worker", "message") if c in df.columns]
+    return _table_html(df[keep])
+
+
+# ------------------------------------------------------------------------------ pages
+def figure_div(fig: Any, div_id: str) -> str:
+    """One figure as a div + script, without plotly.js (the page carries it once)."""
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"responsive": True, "displaylogo": False})
+
+
+def page(title: str, sections: Sequence[str]) -> str:
+    """A whole HTML page with plotly.js in its head, once.
+
+    Args:
+        title: the page title and heading.
+        sections: HTML fragments, in order.
+    Returns:
+        The page.
+    """
+    from plotly.offline import get_plotlyjs
+
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"
+            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
+            f"<body><h1>{html.escape(title)}</h1>\n" + "\n".join(sections) + "\n</body></html>\n")
+
+
+def _figures_html(figs: dict[str, Any]) -> list[str]:
+    return [f'<div class="figure">{figure_div(fig, f"fig-{key}")}</div>' for key, fig in figs.items()]
+
+
+def report_html(result: RunResult, title: str | None = None) -> str:
+    """The report page of one run: summary, figures, events, config, versions."""
+    s = result.summary
+    title = title or f"workbench run: {F.run_label(result)} ({s.get('status', '?')})"
+    row = summary_row(result)
+    sections = ["<h2>summary</h2>", _kv_html({k: v for k, v in row.items() if k != "run"}, numbers=True)]
+    if s.get("lr_schedule"):
+        sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
+    sections.append("<h2>figures</h2>")
+    sections += _figures_html(F.run_figures(result))
+    sections += ["<h2>events</h2>", _events_html(result)]
+    if s.get("workers"):
+        sections += ["<h2>workers</h2>", _table_html(pd.DataFrame(s["workers"]))]
+    sections += ["<h2>config</h2>", _kv_html(s.get("config") or {})]
+    if s.get("versions"):
+        sections += ["<details><summary>versions</summary>", _kv_html(s["versions"]), "</details>"]
+    return page(title, sections)
+
+
+def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
+                    labels: Sequence[str] | None = None, figures: Sequence[Any] = ()) -> str:
+    """The page of several runs: notes, summary table, overlaid figures, extra figures."""
+    runs = [F.as_result(r) for r in results]
+    labels = list(labels) if labels else [F.run_label(r, i) for i, r in enumerate(runs)]
+    sections = []
+    if notes_html:
+        sections.append(f'<div class="notes">{notes_html}</div>')  # the caller's own HTML
+    sections += ["<h2>runs</h2>", _table_html(summary_table(runs, labels)), "<h2>figures</h2>"]
+    figs = {"progress_time": F.progress_figure(runs, "time", labels=labels),
+            "progress_epoch": F.progress_figure(runs, "epoch", labels=labels),
+            "comparison": F.comparison_figure(runs, labels)}
+    figs.update({f"extra-{i}": fig for i, fig in enumerate(figures)})
+    sections += _figures_html(figs)
+    sections.append("<h2>configs</h2>")
+    for label, r in zip(labels, runs):
+        sections += [f"<details><summary>{html.escape(label)}</summary>",
+                     _kv_html(r.summary.get("config") or {}), "</details>"]
+    return page(title, sections)
+
+
+def _atomic_write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
+                 title: str | None = None) -> Path:
+    """Write one run's self-contained HTML report (atomically).
+
+    Args:
+        result: a RunResult or a run directory.
+        path: the file to write (e.g. run_dir / "report.html").
+        title: page title (default: the run's label and status).
+    Returns:
+        The path written.
+    """
+    return _atomic_write(Path(path), report_html(F.as_result(result), title))
+
+
+def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,
+                            notes_html: str = "", labels: Sequence[str] | None = None,
+                            figures: Sequence[Any] = ()) -> Path:
+    """Write a report comparing several runs (reproductions, sweeps), atomically.
+
+    Args:
+        results: RunResults or run directories, overlaid one colour each.
+        path: the file to write.
+        title: page title.
+        notes_html: HTML placed first, as given (trusted: the caller's text).
+        labels: one name per run (default `figures.run_label`).
+        figures: extra plotly figures to append (e.g. a scaling figure).
+    Returns:
+        The path written.
+    """
+    return _atomic_write(Path(path), comparison_html(results, title, notes_html, labels, figures))
