@@ -1,0 +1,172 @@
+"""`python -m workbench reproduce`: the experiment files, one reproduction end to end, bad input.
+
+The end-to-end test runs the real command in a subprocess (papermill, a real kernel, a
+local Dask cluster) with the experiment's quick parameters and checks what a reader of
+the report needs: the paper, its numbers, our verdicts and the executed notebook.
+"""
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workbench.reproduce import REQUIRED, load_experiment
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
+REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp"}
+
+
+def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench", "reproduce", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def notebook_parameters(notebook: Path) -> set[str]:
+    from papermill.inspection import inspect_notebook
+    return set(inspect_notebook(str(notebook)))
+
+
+# ------------------------------------------------------------------------------ the experiment files
+def test_every_reproduction_has_an_experiment_file():
+    assert REPRODUCTIONS <= {p.stem for p in EXPERIMENTS}
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_file_is_complete(path):
+    exp = load_experiment(path)   # raises on a missing key, a missing notebook, a bad check
+    data = yaml.safe_load(path.read_text())
+    assert set(REQUIRED) | {"parameters", "quick_parameters"} <= set(data)
+    assert exp.title.strip() and exp.we_run.strip()
+    assert exp.paper.count(",") >= 2 and any(str(y) in exp.paper for y in range(2011, 2020)), \
+        "a full citation: authors, title, venue, year"
+    assert exp.reported and all(isinstance(r, str) and r.strip() for r in exp.reported)
+    ids = [c["id"] for c in exp.expected_shape]
+    assert ids and len(ids) == len(set(ids)), "expected_shape ids are unique"
+    assert all(c["text"].strip() for c in exp.expected_shape)
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_parameters_are_the_notebooks_parameters(path):
+    # papermill injects unknown names silently: a typo would quietly change nothing.
+    pytest.importorskip("papermill")
+    exp = load_experiment(path)
+    known = notebook_parameters(exp.notebook)
+    assert {"quick", "out_dir"} <= known
+    assert set(exp.parameters) <= known, set(exp.parameters) - known
+    assert set(exp.quick_parameters) <= known, set(exp.quick_parameters) - known
+    assert not {"quick", "out_dir"} & (set(exp.parameters) | set(exp.quick_parameters)), \
+        "reproduce sets quick and out_dir itself"
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_notebook_checks_every_expected_shape(path):
+    nbformat = pytest.importorskip("nbformat")
+    exp = load_experiment(path)
+    nb = nbformat.read(exp.notebook, as_version=4)
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for check in exp.expected_shape:
+        assert f'checks.check("{check["id"]}"' in source, f"{exp.notebook.name} never checks {check['id']!r}"
+
+
+# ------------------------------------------------------------------------------ end to end
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
+    out = tmp_path / "out"
+    proc = reproduce("experiments/sc17_easgd.yaml", "--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exp = load_experiment(ROOT / "experiments" / "sc17_easgd.yaml")
+
+    executed = out / "easgd_family.ipynb"
+    assert executed.exists()
+    assert json.loads(executed.read_text())["metadata"]["papermill"]["parameters"]["quick"] is True
+    runs = sorted(p.parent.name for p in (out / "runs").glob("*/summary.json"))
+    assert {"easgd", "sync_easgd", "async_easgd", "hogwild_easgd", "async_measgd"} <= set(runs)
+
+    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert "You, Y., Buluç, A., Demmel, J." in report
+    for number in ("87%", "14%", "5.3x", "91.5%", "4253 KNL cores"):   # the paper's numbers
+        assert number in report, number
+    for check in exp.expected_shape:
+        assert check["id"] in verdicts, f"the notebook did not measure {check['id']}"
+        verdict = "held" if verdicts[check["id"]]["held"] else "did not hold"
+        assert html.escape(check["text"]) in report
+        assert html.escape(verdicts[check["id"]]["measured"]) in report
+        assert f"[{verdict if verdict == 'held' else 'did NOT hold'}] {check['text']}" in proc.stdout
+    assert "did not hold" in report or "held" in report
+    assert "(quick parameters)" in report
+    assert "report: " in proc.stdout and str(out / "report.html") in proc.stdout
+
+
+# ------------------------------------------------------------------------------ bad input: exit 2, one line
+def _one_line_error(proc: subprocess.CompletedProcess, prefix: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_experiment_file_exits_2(tmp_path):
+    proc = reproduce(str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "error: experiment: ")
+    assert "nope.yaml" in proc.stderr
+
+
+def test_experiment_file_without_required_keys_exits_2(tmp_path):
+    bad = tmp_path / "experiments" / "bad.yaml"
+    bad.parent.mkdir()
+    bad.write_text("title: only a title\n")
+    proc = reproduce(str(bad), "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "error: experiment: ")
+    assert "missing" in proc.stderr and "paper" in proc.stderr
+
+
+def _experiment(tmp_path: Path, notebook: str, **changes) -> Path:
+    data = {"title": "t", "paper": "A. Author, \"T\", Venue, 2017.", "notebook": notebook, "reported": ["x"],
+            "we_run": "y", "expected_shape": [{"id": "a", "text": "b"}], "parameters": {}, "quick_parameters": {}}
+    data.update(changes)
+    path = tmp_path / "experiments" / "x.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_experiment_naming_a_missing_notebook_exits_2(tmp_path):
+    proc = reproduce(str(_experiment(tmp_path, "notebooks/missing.ipynb")), "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "error: notebook: ")
+    assert "notebooks/missing.ipynb" in proc.stderr
+
+
+def test_expected_shape_entry_without_an_id_exits_2(tmp_path):
+    nb = tmp_path / "notebooks" / "n.ipynb"
+    nb.parent.mkdir()
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.write(nbformat.v4.new_notebook(), nb)
+    path = _experiment(tmp_path, "notebooks/n.ipynb", expected_shape=[{"text": "no id"}])
+    proc = reproduce(str(path), "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "error: expected_shape: ")
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_notebook_exits_1_and_names_the_cell(tmp_path):
+    pytest.importorskip("papermill")
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.v4 import new_code_cell, new_notebook
+    nb = new_notebook(cells=[new_code_cell("quick = False\nout_dir = 'x'", metadata={"tags": ["parameters"]}),
+                             new_code_cell("raise RuntimeError('boom')")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "notebooks" / "fails.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    out = tmp_path / "out"
+    proc = reproduce(str(_experiment(tmp_path, "notebooks/fails.ipynb")), "--quick", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "fails.ipynb failed in cell" in proc.stderr and "RuntimeError: boom" in proc.stderr
+    assert (out / "fails.ipynb").exists(), "the executed notebook shows where it failed"
