@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .fileio import atomic_write
+
 __all__ = [
     "DATASETS",
     "DataError",
@@ -645,17 +647,6 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _expected_hash(name: str, file: str, path: Path) -> str | None:
     """The hash ``path`` must have: the official one, else the sidecar's, else None."""
     official = EXPECTED_SHA256.get(name, {}).get(file)
@@ -790,7 +781,7 @@ def _read_file(name: str, folder: Path, file: str, parse):
     except _Corrupt as e:
         raise _corrupt_error(file, path, str(e)) from None
     if expected is None:  # placed by hand with no known hash: trust this first, parsed copy
-        _write_atomic(_sidecar(path), f"{digest}  {file}\n")
+        atomic_write(_sidecar(path), f"{digest}  {file}\n")
     return parsed
 
 
@@ -853,7 +844,7 @@ def _fetch(name: str, file: str, folder: Path) -> None:
             problems.append(f"{url}: corrupt or partial ({e})")
             continue
         if not official:
-            _write_atomic(_sidecar(folder / file), f"{digest}  {file}\n")
+            atomic_write(_sidecar(folder / file), f"{digest}  {file}\n")
         os.replace(tmp, folder / file)
         return
     raise DataError(f"download: could not fetch a valid {name} {file} ({'; '.join(problems)}); "

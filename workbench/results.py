@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import pandas as pd
+
+from .fileio import atomic_write
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness")
@@ -107,13 +107,13 @@ class RunResult:
         """Write the run directory (atomically, file by file); returns its path."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        _atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
-        _atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
-        _atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
+        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
+        atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
+        atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
         if len(self.tournaments):
-            _atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
+            atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
         import yaml  # local: results stays light to import
-        _atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
+        atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
         return d
 
     @classmethod
@@ -228,18 +228,6 @@ def _jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
     return str(obj)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def now() -> float:

@@ -33,7 +33,8 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from .config import ConfigError, RunConfig
-from .results import RunResult, _atomic_write
+from .fileio import atomic_write
+from .results import RunResult
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
@@ -176,7 +177,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         rows.append(scaling_row(result, w, mode, run_dir))
         table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         if out is not None:
-            _atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
+            atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
         if on_result is not None:
             on_result(table.iloc[-1].to_dict(), result)
         if result.status == "stopped":

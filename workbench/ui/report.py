@@ -13,7 +13,6 @@ import html
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +20,7 @@ import pandas as pd
 import plotly.io as pio
 
 from . import figures as F
+from ..fileio import atomic_write
 from ..results import RunResult
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
@@ -176,18 +176,6 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     return page(title, sections)
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
@@ -201,7 +189,7 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     Returns:
         The path written.
     """
-    return _atomic_write(Path(path), report_html(F.as_result(result), title))
+    return atomic_write(Path(path), report_html(F.as_result(result), title))
 
 
 def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,
@@ -219,4 +207,4 @@ def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, tit
     Returns:
         The path written.
     """
-    return _atomic_write(Path(path), comparison_html(results, title, notes_html, labels, figures))
+    return atomic_write(Path(path), comparison_html(results, title, notes_html, labels, figures))
