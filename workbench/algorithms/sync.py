@@ -131,7 +131,9 @@ class SyncSGD(Algorithm):
         elif not math.isfinite(loss):
             out.stop = "diverged"
         else:
+            t2 = self.clock()
             self.opt.step(self.params, total[:n], lr)
+            out.compute_s += self.clock() - t2       # the update is compute too
         return out
 
     def eval_params(self) -> Any:
