@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lab bench clean
+.PHONY: setup demo test test-fast test-browser lab bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-browser: setup
+	bash .ci/browser-setup.sh
+	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/quickstart.ipynb

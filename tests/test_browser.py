@@ -1,0 +1,382 @@
+"""The notebook experience in a real browser: JupyterLab + headless Chromium (Playwright).
+
+Plotly FigureWidgets (anywidget) and ipywidgets most often fail by silently not
+rendering; only a browser sees that. These tests
+
+- start JupyterLab on 127.0.0.1 (random port and token, the venv's kernel) in a temp
+  dir holding a copy of notebooks/quickstart.ipynb (`quick = True` injected after its
+  parameters cell), open it in Debian's Chromium, run all cells, find the dashboard,
+  press Run, wait until the live loss plot has drawn data points, press Stop and check
+  the status line says the run stopped (or ended);
+- open a run directory's report.html (from `python -m workbench run`) and check every
+  figure drew;
+- fail on any widget / anywidget load error in the page or the console, on uncaught JS
+  exceptions, and if no plotly plot rendered.
+
+Screenshots go to test-artifacts/browser/ (WORKBENCH_TEST_ARTIFACTS overrides the
+parent dir); their paths are printed. Setup: `bash .ci/browser-setup.sh` (Debian
+chromium, the playwright Python package; never a browser download). Without them the
+tests skip and say so. WORKBENCH_BROWSER_NOTEBOOK points the dashboard test at another
+notebook (it is copied too, never written).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from browser.chromium import Chromium, page_widget_errors, plots, unavailable, wait_for
+from browser.lab import JupyterLab, copy_notebook, kernel_commands
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = Path(os.environ.get("WORKBENCH_BROWSER_NOTEBOOK", REPO / "notebooks" / "quickstart.ipynb"))
+ARTIFACTS = Path(os.environ.get("WORKBENCH_TEST_ARTIFACTS", REPO / "test-artifacts")) / "browser"
+SETUP_LOG = ARTIFACTS / "setup-failed.txt"      # .ci/browser-setup.sh says here why it could not install
+
+OPEN_TIMEOUT = 60       # s: JupyterLab loads, the kernel is idle
+DASHBOARD_TIMEOUT = 90  # s: all cells ran, the dashboard's widgets and plots rendered
+DATA_TIMEOUT = 90       # s: after Run, the loss plot shows points (a local Dask cluster starts first)
+STOP_TIMEOUT = 30       # s: after Stop, the status line says the run ended
+
+LONG_EPOCHS = 300       # typed into the dashboard: a run of some seconds, ended by Stop
+# Live figures every run draws into (by title; a figure not found is not checked).
+RUN_FIGURES = [re.compile(p, re.I) for p in (r"loss and test accuracy", r"throughput", r"where the time goes",
+                                              r"lr actually used")]
+LOSS_TITLE = re.compile(r"loss", re.I)
+STATUS_RE = re.compile(r"^(ready|starting|running|stopping|stopped|completed|diverged|failed|error|busy|sweep)\b")
+ENDED_RE = re.compile(r"^(stopped|completed)\b")
+DASH = "[data-wb-dashboard]"     # the output area holding the dashboard (marked once found)
+
+
+# ------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob("*.png"):
+        old.unlink()
+    return ARTIFACTS
+
+
+@pytest.fixture
+def quickstart() -> Path:
+    """The notebook the dashboard test opens (a copy of it: the original is never written)."""
+    if not NOTEBOOK.exists():
+        shown = NOTEBOOK.relative_to(REPO) if NOTEBOOK.is_relative_to(REPO) else NOTEBOOK
+        pytest.skip(f"{shown} does not exist: the browser test opens the quickstart notebook "
+                    "(the dashboard in three cells)")
+    return NOTEBOOK
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    why = unavailable()
+    if why:
+        if SETUP_LOG.exists():
+            why += f" (.ci/browser-setup.sh: {SETUP_LOG.read_text().strip()})"
+        pytest.skip(f"browser tests need headless Chromium and Playwright: {why}")
+    with Chromium(tmp_path_factory.mktemp("chromium")) as b:
+        yield b
+
+
+@pytest.fixture
+def say(request):
+    """Write a line to the terminal even under -q and output capture."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def _say(text: str) -> None:
+        if reporter is None or capman is None:  # pragma: no cover
+            print(text)
+            return
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(text)
+    return _say
+
+
+def _shot(page, artifacts: Path, name: str, say, **kw) -> Path:
+    path = artifacts / f"{name}.png"
+    page.screenshot(path=str(path), timeout=15_000, **kw)
+    say(f"screenshot: {path}")
+    return path
+
+
+def _shot_whole(page, element, artifacts: Path, name: str, say) -> Path:
+    """A screenshot of all of `element` (JupyterLab scrolls inside a fixed-height panel:
+    the window is made tall enough for a moment)."""
+    size = page.viewport_size
+    height = element.evaluate("e => e.getBoundingClientRect().height")
+    try:
+        page.set_viewport_size({"width": size["width"], "height": int(min(8000, height + 300))})
+        page.wait_for_timeout(500)                  # plotly relayouts on resize
+        element.evaluate("e => e.scrollIntoView({block: 'start'})")
+        return _shot(page, artifacts, name, say)
+    finally:
+        page.set_viewport_size(size)
+
+
+# ------------------------------------------------------------------------------ JupyterLab page helpers
+# The open notebook panel (window.jupyterapp: LabApp.expose_app_in_browser).
+_PANEL = "(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; " \
+         "return w && w.context && w.context.path === NAME ? w : null; })()"
+
+KERNEL_IDLE_JS = "(name) => { const NAME = name; const w = " + _PANEL + "; " \
+                 "const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel; " \
+                 "return !!(k && k.status === 'idle'); }"
+RUN_ALL_JS = "(name) => { const NAME = name; const w = " + _PANEL + "; if (!w) return false; " \
+             "window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }"
+# Per code cell: execution count and error outputs (kernel-side exceptions).
+CELLS_JS = "(name) => { const NAME = name; const w = " + _PANEL + "; if (!w) return null; " \
+           "const cells = w.content.model.cells; const out = []; " \
+           "for (let i = 0; i < cells.length; i++) { const c = cells.get(i); if (c.type !== 'code') continue; " \
+           "const errs = c.outputs.toJSON().filter(o => o.output_type === 'error')" \
+           ".map(o => o.ename + ': ' + o.evalue); out.push({count: c.executionCount, errors: errs}); } " \
+           "return out; }"
+STATUS_JS = "(root) => [...document.querySelectorAll(root + ' .widget-html-content')]" \
+            ".map(e => e.textContent.trim())"
+
+
+def _label(text: str) -> re.Pattern:
+    """A button's exact text (its icon is CSS generated content, which role names would include)."""
+    return re.compile(rf"^\s*{re.escape(text)}\s*$")
+
+
+def _status(page) -> str:
+    texts = page.evaluate(STATUS_JS, DASH)
+    return next((t for t in texts if STATUS_RE.match(t)), "")
+
+
+def _loss_plot(page) -> dict | None:
+    found = [p for p in plots(page, DASH) if LOSS_TITLE.search(p["title"])]
+    timed = [p for p in found if "time" in p["title"]]
+    return (timed or found or [None])[0]
+
+
+def _has_points(plot: dict | None) -> bool:
+    return bool(plot) and (plot["vertices"] >= 2 or plot["markers"] >= 1) and sum(plot["points"]) > 0
+
+
+def _stateless_hint(page) -> str:
+    """Say so if some plotly figures rendered without the state Python gave them."""
+    bare = [i for i, p in enumerate(plots(page, DASH)) if not p["template"]]
+    if not bare:
+        return ""
+    return (f"; {len(bare)} dashboard figure(s) (positions {bare}) rendered as plotly's bare default "
+            "(no template, no title): their FigureWidget state never reached the frontend model "
+            "(edits sent before anywidget finished creating the model are dropped: plotly.py#4933/#4998, "
+            "anywidget#803)")
+
+
+def _check_widget_errors(page, browser, where: str) -> None:
+    text = page.locator(".jp-NotebookPanel").first.inner_text(timeout=10_000)
+    problems = page_widget_errors(text) + browser.log.widget_errors()
+    assert not problems, f"widget errors {where}:\n" + "\n".join(problems[:20]) + \
+        f"\n--- console ---\n{browser.log.dump()}"
+
+
+def _diagnostics(page, browser, lab: JupyterLab, name: str) -> str:
+    parts = []
+    try:
+        parts.append(f"cells: {page.evaluate(CELLS_JS, name)}")
+        parts.append(f"status line: {_status(page)!r}")
+        parts.append(f"plots: {plots(page, DASH) or plots(page)}")
+        outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+        parts.append("outputs:\n" + "\n".join(o[:1500] for o in outputs))
+    except Exception as exc:  # the page may be gone
+        parts.append(f"(page not readable: {exc})")
+    parts.append(f"--- console ---\n{browser.log.dump()}")
+    parts.append(f"--- JupyterLab log ---\n{lab.log_tail(3000)}")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------ tests
+@pytest.mark.timeout(240)
+def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, artifacts, tmp_path, say):
+    t0 = time.monotonic()
+    work = tmp_path / "lab"
+    work.mkdir()
+    nb = copy_notebook(quickstart, work, parameters={"quick": False})   # quick=True is the headless path
+
+    with JupyterLab(work) as lab:
+        page = browser.context.new_page()
+        try:
+            # ---- open the notebook; the kernel starts
+            page.goto(lab.url(f"lab/tree/{nb.name}"), wait_until="domcontentloaded")
+            page.wait_for_function(KERNEL_IDLE_JS, arg=nb.name, timeout=OPEN_TIMEOUT * 1000, polling=250)
+            kernels = kernel_commands(lab)
+            assert kernels and all(Path(k[0]).is_relative_to(sys.prefix) for k in kernels), \
+                f"the notebook's kernel is not the project's Python ({sys.executable}): {kernels}"
+            say(f"JupyterLab open, kernel ({kernels[0][0]}) idle after {time.monotonic() - t0:.1f} s")
+
+            # ---- run all cells; the dashboard renders
+            assert page.evaluate(RUN_ALL_JS, nb.name), "the notebook is not the current JupyterLab widget"
+            run_button = page.locator(".jp-OutputArea-output button", has_text=_label("Run"))
+            idle = {"since": None}
+
+            def button_or_done():
+                if run_button.count() and run_button.first.is_visible():
+                    return "button"
+                cells = page.evaluate(CELLS_JS, nb.name) or []
+                done = cells and all(c["count"] for c in cells) and page.evaluate(KERNEL_IDLE_JS, nb.name)
+                idle["since"] = (idle["since"] or time.monotonic()) if done else None
+                return "done" if done and time.monotonic() - idle["since"] > 30 else None
+            try:
+                found = wait_for(page, button_or_done, DASHBOARD_TIMEOUT, "the dashboard's Run button")
+            except TimeoutError as exc:
+                found = str(exc)
+            if found != "button":
+                raise AssertionError(f"no dashboard Run button rendered ({found}; 'done': every cell ran and "
+                                     f"the kernel is idle):\n" + _diagnostics(page, browser, lab, nb.name))
+            assert run_button.count() == 1, f"{run_button.count()} Run buttons in the notebook's outputs"
+            run_button.evaluate("b => b.closest('.jp-OutputArea-output').setAttribute('data-wb-dashboard', '1')")
+            dash = page.locator(DASH)
+            stop_button = dash.locator("button", has_text=_label("Stop"))
+
+            # every plotly figure of the dashboard has rendered: their number stays put for 3 s
+            seen = {"n": -1, "since": time.monotonic()}
+
+            def plots_settled():
+                n = sum(1 for p in plots(page, DASH) if p["main_svg"] > 0)
+                if n != seen["n"]:
+                    seen.update(n=n, since=time.monotonic())
+                return n > 0 and time.monotonic() - seen["since"] >= 3
+            try:
+                wait_for(page, plots_settled, DASHBOARD_TIMEOUT, "the dashboard's plotly figures to render")
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
+            rendered = plots(page, DASH)
+            assert all(p["template"] for p in rendered), _stateless_hint(page) + f": {rendered}"
+            loss = _loss_plot(page)
+            assert loss and loss["width"] > 0, f"no visible loss plot among the dashboard's figures: {rendered}"
+            wait_for(page, lambda: STATUS_RE.match(_status(page)), 30, "the dashboard's status line")
+            cells = page.evaluate(CELLS_JS, nb.name)
+            assert not any(c["errors"] for c in cells), f"a cell raised: {cells}"
+            _check_widget_errors(page, browser, "after the dashboard loaded")
+            assert not _has_points(loss), f"the loss plot has data before Run: {loss}"
+            say(f"dashboard rendered after {time.monotonic() - t0:.1f} s: {len(rendered)} plotly plots, "
+                f"status {_status(page)!r}")
+            dash.evaluate("e => e.scrollIntoView({block: 'start'})")      # controls, preview, Run / Stop
+            _shot(page, artifacts, "01-dashboard-loaded", say)
+
+            # ---- a longer run, typed into the epochs control, so that Stop has something to stop
+            before = _status(page)
+            epochs = dash.locator(".widget-inline-hbox", has=page.locator("label", has_text=_label("epochs")))
+            epochs.locator("input").fill(str(LONG_EPOCHS))
+            epochs.locator("input").press("Enter")
+            after = wait_for(page, lambda: (lambda s: s if s != before and s.startswith("ready") else None)(
+                _status(page)), 30, f"the status line to follow epochs={LONG_EPOCHS} (it said {before!r})")
+            say(f"epochs set to {LONG_EPOCHS}: {after!r}")
+
+            # ---- Run: the live loss plot gains points
+            run_button.click()
+            t_run = time.monotonic()
+            try:
+                loss = wait_for(page, lambda: (lambda p: p if _has_points(p) else None)(_loss_plot(page)),
+                                DATA_TIMEOUT, "data points in the live loss plot")
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
+            status_running = _status(page)
+            say(f"loss plot has {loss['vertices']} line vertices / {loss['markers']} markers "
+                f"({loss['points']} points in its traces) {time.monotonic() - t_run:.1f} s after Run; "
+                f"status {status_running!r}")
+            loss_el = page.locator(f"{DASH} .js-plotly-plot").filter(has=page.locator(".gtitle", has_text="loss"))
+            loss_el.first.scroll_into_view_if_needed()
+            _shot(page, artifacts, "02-running", say)
+            loss_el.first.screenshot(path=str(artifacts / "02-running-loss-plot.png"), timeout=15_000)
+            say(f"screenshot: {artifacts / '02-running-loss-plot.png'}")
+
+            # ---- Stop: the run ends as stopped (or has already completed)
+            pressed = False
+            if stop_button.is_enabled():
+                try:
+                    stop_button.click(timeout=5_000)
+                    pressed = True
+                except Exception:        # the run ended between the check and the click
+                    pass
+            try:
+                final = wait_for(page, lambda: (lambda s: s if ENDED_RE.match(s) and stop_button.is_disabled()
+                                                else None)(_status(page)),
+                                 STOP_TIMEOUT, "the status line to say the run stopped or completed")
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
+            say(f"{'Stop pressed while running' if pressed else 'the run had ended before Stop'}; "
+                f"status: {final!r}")
+            if pressed and not final.startswith("stopped"):
+                # Stop was accepted by an enabled button: the run must say so, unless it had finished anyway.
+                assert final.startswith("completed"), final
+            assert run_button.is_enabled(), "Run is not enabled again after the run ended"
+            loss_el.first.scroll_into_view_if_needed()
+            _shot(page, artifacts, "03-stopped", say)
+            assert _has_points(_loss_plot(page)), "the loss plot lost its points after the run ended"
+            # every live figure of a run drew its data (not only the loss plot)
+            after_run = plots(page, DASH)
+            empty = [p["title"] for p in after_run
+                     if any(r.search(p["title"]) for r in RUN_FIGURES) and not p["drawn"]]
+            assert not empty, f"live figures left empty after the run: {empty}{_stateless_hint(page)}: {after_run}"
+            _shot_whole(page, dash, artifacts, "03-stopped-dashboard", say)
+            _check_widget_errors(page, browser, "after the run")
+            other = browser.log.errors()
+            if other:
+                say("console errors (not widget-related, not failing):\n  " + "\n  ".join(other[:10]))
+        except BaseException:
+            try:
+                _shot(page, artifacts, "99-failure", say)
+            except Exception:
+                pass
+            raise
+        finally:
+            try:
+                page.close()
+            except Exception:
+                pass
+    say(f"dashboard browser test took {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.timeout(150)
+def test_report_html_figures_draw(browser, artifacts, tmp_path, say):
+    t0 = time.monotonic()
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sgd", "--steps", "30",
+                           "--out", str(run_dir), "--no-progress"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"workbench run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    report = run_dir / "report.html"
+    assert report.is_file(), f"no report.html in {sorted(p.name for p in run_dir.iterdir())}"
+
+    page = browser.context.new_page()
+    mark = browser.log.mark()
+    errors_before = len(browser.log.page_errors)
+    try:
+        page.goto(report.as_uri(), wait_until="load")
+        n_divs = page.locator(".figure").count()
+        assert n_divs > 0, "report.html has no figure divs"
+        page.locator(".main-svg").first.wait_for(state="attached", timeout=30_000)
+
+        def all_drawn():
+            found = plots(page)
+            return found if len(found) >= n_divs and all(p["drawn"] > 0 for p in found) else None
+        try:
+            found = wait_for(page, all_drawn, 30, "every report figure to draw its traces")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {plots(page)}\n--- console ---\n{browser.log.dump()}") from None
+        assert all(p["main_svg"] > 0 and p["traces"] > 0 for p in found), found
+        say(f"report.html: {len(found)} figures drawn: " +
+            "; ".join(f"{p['title'] or '(untitled)'}: {p['traces']} traces, {p['drawn']} shapes" for p in found))
+        errors = browser.log.errors(mark) + browser.log.page_errors[errors_before:]
+        assert not errors, "console errors in report.html:\n" + "\n".join(errors)
+        _shot(page, artifacts, "04-report", say, full_page=True)
+    except BaseException:
+        try:
+            _shot(page, artifacts, "99-report-failure", say)
+        except Exception:
+            pass
+        raise
+    finally:
+        page.close()
+    say(f"report browser test took {time.monotonic() - t0:.1f} s")
