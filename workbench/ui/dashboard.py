@@ -370,6 +370,14 @@ class Dashboard:
         """Whether a run or a sweep is in progress."""
         return self._active is not None and self._active.is_alive()
 
+    def _config_to_start(self) -> RunConfig | None:
+        """The controls' config if nothing is running and it is valid; else None, with
+        the reason in the status line."""
+        if self.running:
+            self._set_status("busy: a run or sweep is in progress; Stop it first", error=True)
+            return None
+        return self._refresh()
+
     def run(self) -> bool:
         """Start a run of the controls' config in the background (the Run button).
 
@@ -377,10 +385,7 @@ class Dashboard:
             True if it started; False if the config is invalid or something is running
             (the status line says why).
         """
-        if self.running:
-            self._set_status("busy: a run or sweep is in progress; Stop it first", error=True)
-            return False
-        cfg = self._refresh()
+        cfg = self._config_to_start()
         if cfg is None:
             return False
         from ..optim import make_plan
@@ -540,10 +545,7 @@ class Dashboard:
         Returns:
             True if it started (the status line says why not).
         """
-        if self.running:
-            self._set_status("busy: a run or sweep is in progress; Stop it first", error=True)
-            return False
-        cfg = self._refresh()
+        cfg = self._config_to_start()
         if cfg is None:
             return False
         from ..sweep import sweep_configs
