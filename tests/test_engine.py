@@ -173,7 +173,7 @@ def _kill_rank_1_midrun(client, cfg):
 @pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
 def test_dask_async_goes_on_without_a_lost_worker(client, tmp_path, algorithm):
     # easgd serves workers in strict turn order: the lost rank's turns must be given up
-    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=60, **BASE)
+    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=400, **BASE)   # long enough to be killed mid-run
     result, victim = _kill_rank_1_midrun(client, cfg)
     assert result.status == "completed"
     lost = [e for e in result.events if e["event"] == "worker_lost"]

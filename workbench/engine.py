@@ -41,6 +41,7 @@ MONITOR_S = 0.05          # client loop period: drain records, pass stop request
 LIVENESS_S = 0.5          # how often the client checks that every worker is still there
 DONE_TIMEOUT_S = 5.0      # after the loops return, wait this long for their last records
 STOP_GRACE_S = 2.0        # after a stop request, loops must have ended within this
+RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -351,6 +352,7 @@ class _DaskRun:
         client, spec = self.client, self.spec
         done: set[int] = set()
         lost: dict[int, str] = {}
+        results: dict[int, dict] = {}
         stop_asked, next_liveness = False, 0.0
         addresses = [w["address"] for w in self.workers]
         stop_deadline = None
@@ -361,6 +363,15 @@ class _DaskRun:
                     stop_asked, stop_deadline = True, time.time() + STOP_GRACE_S
                     self.control.request_stop("stop requested")
                     self.collector([event_record(time.time() - t0, "stop_requested", None, "stop requested by the user")])
+                # Fetch each loop's result as soon as it is there, while its worker is alive:
+                # a result left on a worker that dies later is rescheduled, and waits forever.
+                for i, f in enumerate(futures):
+                    if f.done() and i not in results and i not in lost:
+                        got = self._result(f, i)
+                        if got is None:
+                            self._lost(i, futures, lost, t0)
+                        else:
+                            results[i] = got
                 pending = [i for i, f in enumerate(futures) if not f.done() and i not in lost]
                 if not pending:
                     break
@@ -368,17 +379,8 @@ class _DaskRun:
                     next_liveness = time.time() + LIVENESS_S
                     alive = set(client.nthreads())
                     for rank, addr in enumerate(addresses):
-                        if rank not in lost and addr not in alive:
-                            lost[rank] = addr
-                            name = self.workers[rank]["name"]
-                            self.collector([event_record(time.time() - t0, "worker_lost", rank,
-                                                         f"worker {rank} ({name}, {addr}) was lost at "
-                                                         f"{time.time() - t0:.1f}s")])
-                            client.cancel(futures[rank])
-                            if spec.cls.sync:
-                                self.control.abort(f"worker {rank} lost")
-                            else:
-                                self._retire(rank, alive)
+                        if rank not in lost and rank not in results and addr not in alive:
+                            self._lost(rank, futures, lost, t0, alive)
                 if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                     client.cancel(futures)  # loops ignored the stop request: do not hang
                     break
@@ -392,14 +394,13 @@ class _DaskRun:
                 self._drain(done)
                 time.sleep(MONITOR_S)
         # Gather what the loops returned; a failed loop still leaves its streamed records.
-        results: dict[int, dict] = {}
         for rank, f in enumerate(futures):
-            if rank in lost or not f.done():
-                continue
-            try:
-                results[rank] = f.result()
-            except Exception as exc:  # the loop raised; its traceback was streamed as an event
-                results[rank] = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+            if rank not in lost and rank not in results and f.done():
+                got = self._result(f, rank)
+                if got is None:
+                    self._lost(rank, futures, lost, t0)
+                else:
+                    results[rank] = got
         expected = {r for r in results if results[r].get("status") != "rescheduled"}
         deadline = time.time() + DONE_TIMEOUT_S
         while not expected <= done and time.time() < deadline:
@@ -425,6 +426,30 @@ class _DaskRun:
         for res in results.values():
             extra.update(res.get("summary", {}))
         return status, params, extra
+
+    def _result(self, future: Any, rank: int) -> dict | None:
+        """One loop's returned dict; None when its worker died (the result is unreachable)."""
+        from distributed import KilledWorker
+        try:
+            return future.result(timeout=RESULT_TIMEOUT_S)
+        except (TimeoutError, KilledWorker):
+            return None
+        except Exception as exc:  # the loop raised; its traceback was streamed as an event
+            if self.workers[rank]["address"] not in set(self.client.nthreads()):
+                return None
+            return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+
+    def _lost(self, rank: int, futures: list, lost: dict, t0: float, alive: set | None = None) -> None:
+        """Record a lost worker; sync runs abort their collectives, async ones go on."""
+        addr, name = self.workers[rank]["address"], self.workers[rank]["name"]
+        lost[rank] = addr
+        self.collector([event_record(time.time() - t0, "worker_lost", rank,
+                                     f"worker {rank} ({name}, {addr}) was lost at {time.time() - t0:.1f}s")])
+        self.client.cancel(futures[rank])
+        if self.spec.cls.sync:
+            self.control.abort(f"worker {rank} lost")
+        else:
+            self._retire(rank, alive if alive is not None else set(self.client.nthreads()))
 
     def _retire(self, rank: int, alive: set) -> None:
         """A lost worker of an asynchronous run gives up its round-robin turns, so that
