@@ -24,7 +24,7 @@ class HogwildSGD(Algorithm):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.shared = ctx.shared["params"].array           # (n,) float32, shared by the host
-        self.grad = np.empty_like(self.shared)
+        self.grad = ctx.xp.empty(self.shared.shape, dtype=self.shared.dtype)  # reused every step
         self.lo, self.hi = ctx.my_slice()
         self.clock = timed(ctx.xp)
 
@@ -34,11 +34,12 @@ class HogwildSGD(Algorithm):
         t0 = self.clock()
         X, y = ctx.batch(step, self.lo, self.hi)
         params = self.shared if ctx.xp is np else ctx.xp.asarray(self.shared)
-        loss, grad = ctx.model.loss_and_grad(params, X, y)
+        loss, _ = ctx.model.loss_and_grad(params, X, y, grad_out=self.grad)
         t1 = self.clock()
+        step_ = self.grad if ctx.xp is np else self.grad.get()
+        step_ *= lr
         # The unlocked update: a read-modify-write per element, racing the other workers.
-        np.multiply(grad if ctx.xp is np else grad.get(), lr, out=self.grad)
-        np.subtract(self.shared, self.grad, out=self.shared)
+        np.subtract(self.shared, step_, out=self.shared)
         t2 = time.perf_counter()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
 
