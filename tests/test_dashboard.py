@@ -239,3 +239,117 @@ def test_a_run_on_a_dask_cluster_streams_into_the_figures():
         cluster = client.cluster
         client.close()
         cluster.close()
+
+
+# ------------------------------------------------------------------ figure slots
+# A frontend view is simulated the way plotly's view talks to the kernel: right after
+# its first draw it sets `_js2py_traceDeltas` on the model.
+def _draws(fig) -> None:
+    fig._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": fig._last_trace_edit_id}
+
+
+def _add(name):
+    import plotly.graph_objects as go
+    return lambda fig: fig.add_trace(go.Scatter(x=[1, 2], y=[3, 4], name=name))
+
+
+@pytest.fixture
+def now():
+    return [0.0]
+
+
+def _slot(now, names=()):
+    import plotly.graph_objects as go
+    from workbench.ui import figures as F
+    fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
+    return D.FigureSlot(fig, clock=lambda: now[0])
+
+
+def _names(slot):
+    return [t.name for t in slot.fig.data]
+
+
+def test_a_slot_never_shown_applies_edits_at_once(now):
+    slot = _slot(now)
+    slot.edit(_add("a"))
+    assert _names(slot) == ["a"] and slot.pending == 0
+
+
+def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
+    slot = _slot(now, ["first"])
+    slot.shown()
+    assert len(slot.fig._widget_data) == 1                  # the whole state went out again
+    slot.edit(_add("a"))
+    slot.edit(lambda fig: fig.update_layout(title="t"))
+    assert _names(slot) == ["first"] and slot.pending == 2   # the model may not listen yet
+    _draws(slot.fig)
+    assert slot.viewed and slot.pending == 0
+    assert _names(slot) == ["first", "a"] and slot.fig.layout.title.text == "t"
+    slot.edit(_add("b"))                                     # then edits apply at once
+    assert _names(slot) == ["first", "a", "b"]
+
+
+def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(now):
+    slot = _slot(now)
+    slot.shown()
+    slot.edit(_add("a"))
+    slot.flush()                                             # a run's last flush
+    assert _names(slot) == ["a"]
+    now[0] = D.READY_WAIT_S - 0.1
+    slot.edit(_add("b"))
+    assert _names(slot) == ["a"]
+    now[0] = D.READY_WAIT_S
+    slot.edit(_add("c"))
+    assert _names(slot) == ["a", "b", "c"]                   # in order
+
+
+def test_a_replaced_figure_waits_for_its_own_view(now):
+    import plotly.graph_objects as go
+    from workbench.ui import figures as F
+    slot = _slot(now)
+    slot.shown()
+    _draws(slot.fig)
+    old, new = slot.fig, F.as_widget(go.Figure())
+    slot.replace(new)
+    assert slot.box.children == (new,) and not slot.viewed
+    slot.edit(_add("a"))
+    _draws(old)                                              # the old view reporting changes nothing
+    assert _names(slot) == [] and slot.pending == 1
+    _draws(new)
+    assert _names(slot) == ["a"]
+
+
+def test_figure_widgets_share_one_copy_of_plotlys_module():
+    import plotly.graph_objects as go
+    from workbench.ui import figures as F
+    from workbench.ui import plotly_widget as P
+    a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())
+    loader = P.ensure_loader()
+    assert loader is P.ensure_loader() and loader.comm is not None
+    assert len(loader.bundle) > 1_000_000 and loader.bundle == str(go.FigureWidget._esm)
+    for w in (a, b):                                         # each figure sends a small stub ...
+        esm = w.get_state()["_esm"]
+        assert len(esm) < 5_000 and P.MODULE_KEY in esm      # ... that waits for the loader's key
+    assert loader.get_state()["key"] == P.MODULE_KEY
+    loader.close()                                           # a closed loader is opened again
+    assert P.ensure_loader() is not loader and P.ensure_loader().comm is not None
+
+
+def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
+    dash._repr_mimebundle_()
+    dash.controls["algorithm"].value = "sgd"
+    dash.controls["epochs"].value = 400.0
+    assert dash.run() is True
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and dash._slots["progress_time"].pending == 0:
+            time.sleep(0.05)
+        assert dash._slots["progress_time"].pending > 0
+        assert dash.figures["progress_time"].data == ()         # nothing sent before a view drew
+        _draws(dash.figures["progress_time"])
+        assert len(dash.figures["progress_time"].data) >= 1
+    finally:
+        dash.stop()
+    assert dash.wait(10).status == "stopped"
+    # the run's last flush makes every figure's Python state whole, live or not
+    assert len(dash.figures["progress_epoch"].data) >= 1 and len(dash.figures["lr"].data) >= 1

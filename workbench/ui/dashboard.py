@@ -19,21 +19,25 @@ touched from the training thread.
 
 FigureWidgets inside ipywidgets containers need their whole state re-sent before they
 are first shown (`figures.sync_widget`); the dashboard does that when it is displayed.
+Once shown, a figure's edits wait until its frontend can take them (`FigureSlot`).
 """
 from __future__ import annotations
 
+import functools
 import html
 import math
 import os
 import statistics
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import ipywidgets as widgets
 import pandas as pd
+import plotly.graph_objects as go
 
 from . import figures as F
 from .report import summary_table
@@ -160,6 +164,122 @@ def _workers_of(config: RunConfig) -> int:
     return config.cpus + gpu_count()
 
 
+# ------------------------------------------------------------------------------ figures
+READY_WAIT_S = 30.0   # a shown figure no view reports in for gets its edits after this (no browser)
+_REPORTS = ["_js2py_traceDeltas"]   # plotly's view sets it after its first draw and after each edit
+
+
+class FigureSlot:
+    """A FigureWidget in its own Box, edited only once its frontend model takes edits.
+
+    A FigureWidget's frontend model sets up plotly's code asynchronously (it waits for
+    plotly's module: `plotly_widget`); an edit that arrives before that (traces added
+    or deleted, a relayout) changes the model's traits with nobody listening, so a view
+    drawn later shows the figure without it, and later edits address traces it does
+    not have. So, once the figure has been shown:
+
+    - edits queue until a view reports in: plotly's view draws only after plotly's
+      model code is set up, and reports right after its first draw; queued edits are
+      then applied in order, and later ones at once;
+    - with no report READY_WAIT_S after showing (papermill, no browser), or when
+      forced (a run's last flush), edits apply anyway, so the Python figure is whole.
+
+    Never shown (tests, headless use), edits apply at once. Thread-safe: the flusher
+    edits from its thread while reports arrive on the kernel's.
+    """
+
+    def __init__(self, fig: Any, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self.box = widgets.Box([fig])
+        self._lock = threading.RLock()
+        self._pending: list[Callable[[Any], Any]] = []
+        self._shown = False
+        self._attach(fig)
+
+    @property
+    def fig(self) -> Any:
+        """The current FigureWidget (`replace` changes it)."""
+        return self._fig
+
+    @property
+    def pending(self) -> int:
+        """Edits waiting for the frontend."""
+        return len(self._pending)
+
+    @property
+    def viewed(self) -> bool:
+        """Whether a view has reported in since the figure was shown."""
+        return self._viewed
+
+    def _attach(self, fig: Any) -> None:
+        self._fig = fig
+        self._since = self._clock()            # when its whole state last went out
+        self._viewed = False
+        fig.observe(self._on_report, names=_REPORTS)
+
+    def shown(self) -> None:
+        """The figure is being displayed: send its whole state again (`figures.sync_widget`)
+        and hold later edits until a view reports in."""
+        with self._lock:
+            F.sync_widget(self._fig)
+            self._shown, self._since = True, self._clock()
+
+    def ready(self) -> bool:
+        """Whether an edit made now reaches the frontend's copy of the figure."""
+        return not self._shown or self._viewed or self._clock() - self._since >= READY_WAIT_S
+
+    def edit(self, fn: Callable[[Any], Any]) -> None:
+        """Apply `fn(fig)` (inside one batch_update) now, or once the frontend is ready;
+        edits apply in the order given."""
+        with self._lock:
+            self._pending.append(fn)
+            if self.ready():
+                self._apply()
+
+    def flush(self) -> None:
+        """Apply queued edits now, ready or not (a run's last flush)."""
+        with self._lock:
+            self._apply()
+
+    def replace(self, fig: Any) -> None:
+        """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
+        with self._lock:
+            self._fig.unobserve(self._on_report, names=_REPORTS)
+            self._attach(fig)
+            self.box.children = (fig,)
+
+    def _apply(self) -> None:
+        if not self._pending:
+            return
+        edits, self._pending = self._pending, []
+        with self._fig.batch_update():
+            for fn in edits:
+                fn(self._fig)
+
+    def _on_report(self, change: dict) -> None:
+        if self._viewed or not change.get("new"):
+            return
+        with self._lock:
+            self._viewed = True
+            self._apply()
+
+
+class _Figures(Mapping):
+    """FIGURE_KEYS -> the current FigureWidget of each slot (a repair can change it)."""
+
+    def __init__(self, slots: dict[str, FigureSlot]):
+        self._slots = slots
+
+    def __getitem__(self, key: str) -> Any:
+        return self._slots[key].fig
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+
 # ------------------------------------------------------------------------------ runs
 class _Buffer:
     """Records handed over from the training thread; taking them is atomic."""
@@ -252,12 +372,12 @@ class Dashboard:
         self.status = widgets.HTML(value="")
         self.runs_html = widgets.HTML(value="<i>no runs yet</i>")
 
-        self.figures = {k: F.live_base(k, _workers_of(base) if k == "breakdown" else 1) for k in F.FIGURE_KEYS}
-        self._breakdown_box = widgets.Box([self.figures["breakdown"]])
-        self._lineage_box = widgets.Box([self.figures["lineage"]])    # shown for ltfb only
-        plots = widgets.VBox([self.figures["progress_time"], self.figures["progress_epoch"],
-                              self.figures["throughput"], self._breakdown_box, self.figures["lr"],
-                              self._lineage_box])
+        self._slots = {k: FigureSlot(F.live_base(k, _workers_of(base) if k == "breakdown" else 1))
+                       for k in F.FIGURE_KEYS}
+        self.figures: Mapping[str, Any] = _Figures(self._slots)
+        self._lineage_box = self._slots["lineage"].box    # shown for ltfb only
+        plots = widgets.VBox([self._slots[k].box for k in ("progress_time", "progress_epoch", "throughput",
+                                                           "breakdown", "lr", "lineage")])
 
         cpus = max(1, os.cpu_count() or 1)
         default_ws = ",".join(str(w) for w in POWERS_OF_TWO if w <= cpus) or "1"
@@ -267,32 +387,46 @@ class Dashboard:
         self.sweep_network = widgets.Dropdown(options=list(NETWORKS), value="10GbE", **_desc("network"))
         self.sweep_button = widgets.Button(description="Sweep", button_style="info", icon="line-chart")
         self.sweep_button.on_click(lambda _: self.sweep())
-        self.scaling_figure = F.scaling_figure(pd.DataFrame(columns=["workers", "samples_per_s", "efficiency"]),
-                                               live=True)
+        self._scaling_slot = FigureSlot(F.scaling_figure(
+            pd.DataFrame(columns=["workers", "samples_per_s", "efficiency"]), live=True))
         self.sweep_html = widgets.HTML("")
         scaling = widgets.VBox([
             widgets.HTML("Run the controls' config on each worker count; the figure gains a point as each "
                          "run ends, then the cost model's predictions (calibrated on these runs, and for the "
                          "network picked) are drawn over them."),
             widgets.HBox([self.sweep_workers, self.sweep_mode, self.sweep_network, self.sweep_button]),
-            self.scaling_figure, self.sweep_html])
+            self._scaling_slot.box, self.sweep_html])
 
-        self.preview = None
+        self._preview_slot: FigureSlot | None = None
         self._refresh()                                   # validates, says "ready" or what is wrong
-        self.preview = F.as_widget(self._preview_figure(self._shown_config))
-        run_tab = widgets.VBox([widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")), self.preview])
+        self._preview_slot = FigureSlot(F.as_widget(self._preview_figure(self._shown_config)))
+        run_tab = widgets.VBox([widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
+                                self._preview_slot.box])
         self.tabs = widgets.Tab(children=[run_tab, scaling, self.runs_html])
         self.tabs.titles = ("run", "scaling", "runs")
         bar = widgets.HBox([self.run_button, self.stop_button, self.clear_button, self.progress])
         self.widget = widgets.VBox([self.tabs, bar, self.status, plots])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        for fig in self._figure_widgets():    # see figures.sync_widget: nested FigureWidgets
-            F.sync_widget(fig)                # show stale state unless it is sent again
+        for slot in self._all_slots():        # see figures.sync_widget: nested FigureWidgets
+            slot.shown()                      # show stale state unless it is sent again
         return self.widget._repr_mimebundle_(**kwargs)
 
+    @property
+    def preview(self) -> Any:
+        """The lr-schedule preview FigureWidget."""
+        return None if self._preview_slot is None else self._preview_slot.fig
+
+    @property
+    def scaling_figure(self) -> Any:
+        """The scaling tab's FigureWidget."""
+        return self._scaling_slot.fig
+
+    def _all_slots(self) -> list[FigureSlot]:
+        return [s for s in (self._preview_slot, self._scaling_slot, *self._slots.values()) if s is not None]
+
     def _figure_widgets(self) -> list[Any]:
-        return [self.preview, self.scaling_figure, *self.figures.values()]
+        return [s.fig for s in self._all_slots()]
 
     # ------------------------------------------------------------------ config
     def _values(self) -> dict[str, Any]:
@@ -341,10 +475,11 @@ class Dashboard:
         for name, algorithms in RELEVANT.items():
             self.controls[name].disabled = cfg.algorithm not in algorithms
         self._lineage_box.layout.display = None if cfg.algorithm == "ltfb" else "none"
-        if self.preview is not None:
-            with self.preview.batch_update():
-                F.extend_series(self.preview, F.planned_series(plan))
-                self.preview.layout.title.text = f"lr schedule: {plan.schedule_text}"
+        if self._preview_slot is not None:
+            def redraw(fig: Any, series: list = F.planned_series(plan), title: str = plan.schedule_text) -> None:
+                F.extend_series(fig, series)
+                fig.layout.title.text = f"lr schedule: {title}"
+            self._preview_slot.edit(redraw)
         if not self.running:
             self._set_buttons(False)
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
@@ -442,7 +577,7 @@ class Dashboard:
     def clear(self) -> None:
         """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
         for key in ("progress_time", "progress_epoch"):
-            self.figures[key].data = ()
+            self._slots[key].edit(_clear_traces)
 
     def _set_buttons(self, running: bool) -> None:
         invalid = self._shown_config is None     # the controls describe a bad config
@@ -453,11 +588,12 @@ class Dashboard:
     def _reset_run_figures(self, state: _Run) -> None:
         """Per-run figures start empty; the breakdown gets one row per worker."""
         n = max(1, min(state.live.n_workers, F.MAX_WORKER_ROWS))
-        if len(self.figures["breakdown"].layout.annotations or ()) != n + 1:
-            self.figures["breakdown"] = F.live_base("breakdown", state.live.n_workers)   # synced
-            self._breakdown_box.children = [self.figures["breakdown"]]
+        breakdown = self._slots["breakdown"]
+        breakdown.flush()                     # the layout checked below must be the current one
+        if len(breakdown.fig.layout.annotations or ()) != n + 1:
+            breakdown.replace(F.live_base("breakdown", state.live.n_workers))   # a whole new state
         for key in ("throughput", "breakdown", "lr", "lineage"):
-            self.figures[key].data = ()
+            self._slots[key].edit(_clear_traces)
 
     def _train(self, state: _Run) -> None:
         from .. import api
@@ -474,21 +610,26 @@ class Dashboard:
         while True:
             finished = state.done.wait(interval)
             t = time.perf_counter()
-            self._flush(state)
+            self._flush(state, last=finished)
             interval = max(FLUSH_S, (time.perf_counter() - t) / FLUSH_BUDGET)
             if finished:
                 break
         self._finish(state)
 
-    def _flush(self, state: _Run) -> None:
+    def _flush(self, state: _Run, last: bool = False) -> None:
         cpu = time.thread_time()
         records = state.buffer.take()
-        if records:
-            state.samples += sum(r.get("samples", 0) for r in records if r.get("kind") == "step")
-            try:
-                F.update_live(self.figures, records, state.live)
-            except Exception as exc:  # a plotting bug must not end the run; it is reported
-                self.plot_errors.append(f"{type(exc).__name__}: {exc}")
+        try:
+            if records:
+                state.samples += sum(r.get("samples", 0) for r in records if r.get("kind") == "step")
+                for key, series in F.live_series(records, state.live).items():
+                    if series:
+                        self._slots[key].edit(functools.partial(F.extend_series, series=series))
+            if last:                  # the figures' Python state must be whole when a run ends
+                for slot in self._slots.values():
+                    slot.flush()
+        except Exception as exc:      # a plotting bug must not end the run; it is reported
+            self.plot_errors.append(f"{type(exc).__name__}: {exc}")
         self._show_progress(state)
         state.plot_cpu_s += time.thread_time() - cpu
 
@@ -560,8 +701,10 @@ class Dashboard:
         ws = [c.cpus if c.cpus else c.gpus for c in configs]
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
-        self.scaling_figure.data = ()
-        self.scaling_figure.layout.title.text = f"{mode} scaling: {cfg.algorithm}"
+        def reset(fig: Any, title: str = f"{mode} scaling: {cfg.algorithm}") -> None:
+            fig.data = ()
+            fig.layout.title.text = title
+        self._scaling_slot.edit(reset)
         self._stop.clear()
         self._set_buttons(running=True)
         self._set_status(f"sweep: {cfg.algorithm} on {ws} workers ({mode}) ...")
@@ -578,7 +721,7 @@ class Dashboard:
         self.history.append(result)
         rows = self.sweep_table.to_dict("records") + [row]
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
-        F.update_scaling(self.scaling_figure, self.sweep_table)
+        self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
         self._show_runs()
         self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} workers: "
                          f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
@@ -602,8 +745,10 @@ class Dashboard:
                 _, error = costmodel.compare(cal, table, cfg.algorithm, tau=cfg.tau, round_size=cfg.round_size,
                                              tournament_size=cfg.tournament_size)
                 self.predicted, self.calibration = predicted, cal
-                F.update_scaling(self.scaling_figure, table, predicted, error)
+                self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
+                                                          error=error))
                 message += f"; cost model: {cal.describe()}; prediction error on measured points {error:.0%}"
+            self._scaling_slot.flush()     # the figure's Python state is whole when a sweep ends
             self.sweep_html.value = table.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
             self._set_status(message)
         except BaseException as exc:
@@ -612,6 +757,10 @@ class Dashboard:
             self._set_status(_error_text(exc), error=True)
         finally:
             self._set_buttons(running=False)
+
+
+def _clear_traces(fig: Any) -> None:
+    fig.data = ()
 
 
 def _error_text(exc: BaseException) -> str:

@@ -287,27 +287,6 @@ def sync_widget(fig: Any) -> Any:
     return fig
 
 
-@functools.lru_cache(maxsize=1)
-def _whole_state_widget_class() -> type:
-    """A FigureWidget subclass that opens its comm only once plotly has filled in its state.
-
-    `go.FigureWidget(fig)` opens the widget (from ipywidgets' `Widget.__init__`) with an
-    empty layout and no data, then sends both as separate updates, which a frontend still
-    setting the widget up can drop: the plot stays bare axes (plotly.py #4933/#4998,
-    anywidget #803; 16 of 50 figures in a browser test). Holding `open` back until the
-    constructor is done makes the first message carry everything (0 of 50). Defined on
-    first use: touching `go.FigureWidget` imports ipywidgets, which static reports avoid."""
-
-    class WholeStateFigureWidget(go.FigureWidget):
-        _wb_open_now = False
-
-        def open(self) -> None:
-            if self._wb_open_now:
-                super().open()
-
-    return WholeStateFigureWidget
-
-
 def as_widget(fig: Any, live: bool = True) -> Any:
     """`fig` as a FigureWidget (a new one holding its whole state) when `live`, else as is.
 
@@ -315,10 +294,8 @@ def as_widget(fig: Any, live: bool = True) -> Any:
     widget's first message to the frontend already carries every trace and the layout.
     """
     if live and not isinstance(fig, go.FigureWidget):
-        widget = _whole_state_widget_class()(fig)
-        widget._wb_open_now = True
-        widget.open()
-        return widget
+        from .plotly_widget import whole_state_widget   # imports ipywidgets: live figures only
+        return whole_state_widget(fig)
     return fig
 
 
