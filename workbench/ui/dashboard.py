@@ -265,7 +265,7 @@ class FigureSlot:
 
 
 class _Figures(Mapping):
-    """FIGURE_KEYS -> the current FigureWidget of each slot (a repair can change it)."""
+    """FIGURE_KEYS -> the current FigureWidget of each slot (`FigureSlot.replace` changes it)."""
 
     def __init__(self, slots: dict[str, FigureSlot]):
         self._slots = slots
