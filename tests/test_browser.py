@@ -179,9 +179,6 @@ def _check_widget_errors(page, browser, where: str) -> None:
     problems = page_widget_errors(text) + browser.log.widget_errors()
     assert not problems, f"widget errors {where}:\n" + "\n".join(problems[:20]) + \
         f"\n--- console ---\n{browser.log.dump()}"
-    if browser.log.slow_inits():
-        print(f"note ({where}): anywidget's 2 s model-initialisation timeout fired "
-              f"{browser.log.slow_inits()} time(s); the figures' own render checks decide")
 
 
 def _diagnostics(page, browser, lab: JupyterLab, name: str) -> str:

@@ -48,12 +48,12 @@ WIDGET_ERROR_PATTERNS = [re.compile(p, re.I) for p in (
     r"Error (rendering|creating) (widget|view|model)",
     r"Javascript Error",
 )]
-# anywidget gives a model 2 s to initialise (`AbortSignal.timeout(2000)` in its runtime)
-# and then throws this, even though the widget goes on and renders: on a loaded 2-core
-# machine parsing plotly's 5 MB bundle per FigureWidget can take longer. It is reported,
-# not failed on; a figure that really did not render still fails the test's own checks
-# (no plot, a plot without its state, a plot without data after the run).
-SLOW_INIT = re.compile(r"\[anywidget\] Failed to initialize model\.")
+# anywidget gives a model 2 s to set up (`AbortSignal.timeout(2000)` in its runtime) and
+# then throws "[anywidget] Failed to initialize model."; that model still draws its first
+# state but drops every later message from the kernel, so its plot never changes. It used to fire for plotly figures on a
+# loaded machine (each imported plotly's 5 MB module); `workbench.ui.plotly_widget` makes
+# it impossible for ours, so here it is a failure like any other widget error (an
+# uncaught exception, and "[anywidget] ... fail" in WIDGET_ERROR_PATTERNS).
 
 # Console errors worth failing on even without a pattern: they name the widget stack.
 WIDGET_WORDS = re.compile(r"widget|anywidget|plotly|ipywidgets|jupyter-widgets", re.I)
@@ -95,20 +95,15 @@ class ConsoleLog:
         return [f"{t}: {text} ({url})" for t, text, url in self.messages[since:] if t == "error"]
 
     def widget_errors(self) -> list[str]:
-        """Uncaught JS exceptions, and console errors/warnings that say a widget failed
-        (anywidget's initialisation timeout aside: see SLOW_INIT and `slow_inits`)."""
-        found = [f"uncaught exception: {e}" for e in self.page_errors if not SLOW_INIT.search(e)]
+        """Uncaught JS exceptions (anywidget's set-up timeout among them), and console
+        errors/warnings that say a widget failed."""
+        found = [f"uncaught exception: {e}" for e in self.page_errors]
         for t, text, url in self.messages:
-            if t not in ("error", "warning", "assert") or SLOW_INIT.search(text):
+            if t not in ("error", "warning", "assert"):
                 continue
             if any(p.search(text) for p in WIDGET_ERROR_PATTERNS) or (t == "error" and WIDGET_WORDS.search(text)):
                 found.append(f"console {t}: {text} ({url})")
         return found
-
-    def slow_inits(self) -> int:
-        """How many times anywidget's 2 s model-initialisation timeout fired."""
-        return sum(1 for e in self.page_errors if SLOW_INIT.search(e)) + \
-            sum(1 for _, text, _ in self.messages if SLOW_INIT.search(text))
 
     def dump(self, limit: int = 60) -> str:
         lines = [f"[{t}] {text}" for t, text, _ in self.messages[-limit:]]
