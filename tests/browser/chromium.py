@@ -48,12 +48,13 @@ WIDGET_ERROR_PATTERNS = [re.compile(p, re.I) for p in (
     r"Error (rendering|creating) (widget|view|model)",
     r"Javascript Error",
 )]
-# anywidget gives a model 2 s to set up (`AbortSignal.timeout(2000)` in its runtime) and
-# then throws "[anywidget] Failed to initialize model."; that model still draws its first
-# state but drops every later message from the kernel, so its plot never changes. It used to fire for plotly figures on a
-# loaded machine (each imported plotly's 5 MB module); `workbench.ui.plotly_widget` makes
-# it impossible for ours, so here it is a failure like any other widget error (an
-# uncaught exception, and "[anywidget] ... fail" in WIDGET_ERROR_PATTERNS).
+# anywidget gives a model 2 s to set up (`AbortSignal.timeout(2000)` in its runtime)
+# and then throws "[anywidget] Failed to initialize model."; that model still draws
+# its first state but drops every later message from the kernel, so its plot never
+# changes. It used to fire for plotly figures on a loaded machine (each imported
+# plotly's 5 MB module); `workbench.ui.plotly_widget` makes it impossible for ours,
+# so here it is a failure like any other widget error (an uncaught exception, and
+# "[anywidget] ... fail" in WIDGET_ERROR_PATTERNS).
 
 # Console errors worth failing on even without a pattern: they name the widget stack.
 WIDGET_WORDS = re.compile(r"widget|anywidget|plotly|ipywidgets|jupyter-widgets", re.I)
