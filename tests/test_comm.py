@@ -182,12 +182,10 @@ def test_shm_server_push_momentum_and_staleness_match_server_core(tmp_path):
 
 def test_shm_server_round_robin_across_clients(tmp_path):
     import threading
-    from workbench.comm.shm import ShmServer, create_server_segment
-    name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", np.zeros(1, np.float32), False)
-    lock = str(tmp_path / "server.lock")
+    name, make = _server(tmp_path, n=1, size=3)
 
     def worker(rank, rounds):
-        server = ShmServer(name, lock, 1, 3)   # each worker its own mapping and lock handle
+        server = make()                         # each worker its own mapping and lock handle
         for _ in range(rounds):
             server.elastic(np.full(1, rank + 1.0, np.float32), 0.5, rank=rank)
         server.retire(rank)
@@ -200,7 +198,7 @@ def test_shm_server_round_robin_across_clients(tmp_path):
         for t in threads:
             t.join(10)
         assert not any(t.is_alive() for t in threads)
-        final = ShmServer(name, lock, 1, 3).centre()[0]
+        final = make().centre()[0]
         assert final == pytest.approx(centre_after([0, 1, 2, 0, 1, 0, 1]), rel=1e-6)
     finally:
         unlink_segment(name)
