@@ -37,7 +37,6 @@ from typing import Any, Callable
 
 import ipywidgets as widgets
 import pandas as pd
-import plotly.graph_objects as go
 
 from . import figures as F
 from .report import summary_table

@@ -28,7 +28,6 @@ Only `workbench.ui` imports plotly; functions never modify the DataFrames they g
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 from copy import deepcopy
