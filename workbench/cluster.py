@@ -165,13 +165,74 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     return client
 
 
+CONNECT_TIMEOUT_S = 5.0   # a scheduler answers its first message within this, or it is not one
+
+
 def connect(address: str, timeout: float = 10.0) -> Any:
-    """A Client for an existing scheduler (dask-jobqueue, dask-kubernetes, `dask scheduler`)."""
+    """A Client for an existing scheduler (dask-jobqueue, dask-kubernetes, `dask scheduler`).
+
+    The address is first probed with a bounded handshake (`probe_scheduler`): a server that
+    accepts and never answers would otherwise hang `Client()` for minutes, whatever its
+    `timeout` says."""
     from distributed import Client
 
-    from .preflight import check_reachable
-    check_reachable(address, timeout=min(timeout, 5.0))
+    from .config import check_scheduler_address
+    check_scheduler_address(address)
+    probe_scheduler(address, timeout=min(timeout, CONNECT_TIMEOUT_S))
     return Client(address, timeout=timeout, set_as_default=False)
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S) -> dict:
+    """Connect, ask the scheduler who it is and return its identity, all within `timeout`.
+
+    Raises ConfigError("scheduler", ...) when nothing listens there, when the server
+    stays silent, or when what answers is not a Dask scheduler. Runs in a helper thread
+    with its own event loop, so it works under a running loop (Jupyter) too; a hung
+    attempt is abandoned there (a daemon thread), never waited for.
+    """
+    import asyncio
+    import queue
+    import threading
+
+    from distributed.comm import connect as comm_connect
+
+    async def ask() -> Any:
+        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout), timeout)
+        try:
+            await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), timeout)
+            return await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
+
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+
+    def attempt() -> None:
+        try:
+            answers.put(("ok", asyncio.run(ask())))
+        except BaseException as exc:  # reported to the caller below
+            answers.put(("error", exc))
+
+    threading.Thread(target=attempt, name="workbench-probe-scheduler", daemon=True).start()
+    try:
+        kind, got = answers.get(timeout=timeout + 2.0)
+    except queue.Empty:
+        kind, got = "error", TimeoutError()
+    if kind == "ok" and isinstance(got, dict) and got.get("type") == "Scheduler":
+        return got
+    if kind == "ok":
+        why = "a Dask scheduler; the server there answered something else"
+    elif isinstance(got, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(got):
+        why = f"a Dask scheduler answering within {timeout:g} s (it connected and then stayed silent, or nothing answered)"
+    elif isinstance(got, OSError) or "connect" in str(got).lower():
+        why = f"a reachable Dask scheduler ({_first_line(got)})"
+    else:
+        why = f"a Dask scheduler; the server there spoke another protocol ({type(got).__name__})"
+    raise ConfigError("scheduler", why, address)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
 
 
 def session_client(cpus: int, gpus: int | str, scheduler: str | None = None) -> Any:

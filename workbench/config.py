@@ -9,6 +9,8 @@ worker starts; every error names the field, what is allowed and the value it got
 from __future__ import annotations
 
 import math
+import numbers
+import re
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -35,7 +37,7 @@ ALGORITHMS: dict[str, str] = {
 
 DATASET_NAMES = ("digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
 MODEL_NAMES = ("softmax", "mlp", "cnn")
-SYNC_ALGORITHMS = ("sgd", "sync_sgd", "sync_easgd", "cgdp")
+SYNC_ALGORITHMS = ("sgd", "sync_sgd", "sync_easgd", "cgdp", "ltfb")  # a lost worker fails these runs
 
 
 class ConfigError(ValueError):
@@ -43,7 +45,91 @@ class ConfigError(ValueError):
 
     def __init__(self, field: str, allowed: str, value: Any):
         self.field, self.allowed, self.value = field, allowed, value
-        super().__init__(f"{field}: {allowed}, got {value!r}")
+        super().__init__(f"{field}: {allowed}, got {short_repr(value)}")
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """`repr(value)` cut to about `limit` characters, never walking more of `value` than
+    it shows (a YAML alias bomb expands to billions of elements: a full repr never ends).
+
+    >>> short_repr([[1, 2, 3]] * 1000, limit=30)
+    '[[1, 2, 3], [1, 2, 3], [1, 2, ... (cut)'
+    >>> short_repr("x" * 5)
+    "'xxxxx'"
+    """
+    import reprlib
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 6, 6
+    r.maxstring, r.maxother, r.maxlong = limit, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[:limit] + "... (cut)"
+
+
+# Fields checked by the strict-type validators below (nullable ones accept None too).
+INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
+              "round_size", "tournament_size", "steps", "eval_every", "seed")
+FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
+                "lr_spread", "epochs")
+BOOL_FIELDS = ("download", "nesterov", "exchange_state")
+_INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def strict_int(v: Any, allowed: str = "a whole number") -> Any:
+    """`v` as an int when it is one (or its decimal text); never from a bool or a float.
+
+    >>> strict_int("12"), strict_int(None)
+    (12, None)
+    >>> strict_int(True)
+    Traceback (most recent call last):
+    ...
+    ValueError: a whole number, such as 32 (not true/false, not a decimal like 2.5)
+    """
+    if v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
+        return v if v is None else int(v)
+    if isinstance(v, str) and _INT_TEXT.fullmatch(v) and len(v) <= 40:
+        return int(v)
+    raise ValueError(f"{allowed}, such as 32 (not true/false, not a decimal like 2.5)")
+
+
+def strict_float(v: Any, allowed: str = "a number") -> Any:
+    """`v` as a float when it is a real number (or its text); never from a bool."""
+    if v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)):
+        return v if v is None else float(v)
+    if isinstance(v, str) and len(v) <= 60:
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    raise ValueError(f"{allowed} (not true/false)")
+
+
+SCHEDULER_SCHEMES = ("tcp",)   # what workbench connects to (TLS needs certificates we do not take)
+
+
+def check_scheduler_address(address: Any) -> str:
+    """Raise ConfigError("scheduler", ...) unless `address` looks like tcp://HOST:PORT.
+
+    >>> check_scheduler_address("tcp://127.0.0.1:8786")
+    'tcp://127.0.0.1:8786'
+    >>> check_scheduler_address("tcp://h:99999")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: scheduler: an address like tcp://HOST:PORT with a port in 1-65535, got 'tcp://h:99999'
+    """
+    from urllib.parse import urlsplit
+    if not isinstance(address, str) or len(address) > 300 or any(c.isspace() or ord(c) < 32 for c in address):
+        raise ConfigError("scheduler", "an address like tcp://HOST:PORT", address)
+    url = urlsplit(address)
+    if url.scheme not in SCHEDULER_SCHEMES:
+        raise ConfigError("scheduler", f"an address like tcp://HOST:PORT (scheme {' or '.join(SCHEDULER_SCHEMES)}; "
+                          f"{url.scheme or 'none'}:// is not supported)", address)
+    try:
+        port = url.port
+    except ValueError:
+        port = -1
+    if not url.hostname or port is None or not 1 <= port <= 65535 or url.path not in ("", "/") or url.query:
+        raise ConfigError("scheduler", "an address like tcp://HOST:PORT with a port in 1-65535", address)
+    return address
 
 
 def _allowed(message: str) -> str:
@@ -154,12 +240,11 @@ class RunConfig(BaseModel):
             return None
         if isinstance(v, str):  # "512,256" from the CLI or a widget
             v = [p for p in v.replace(" ", "").split(",") if p]
-        if isinstance(v, int):
+        if isinstance(v, (numbers.Integral, float)) and not isinstance(v, bool):
             v = [v]
-        try:
-            widths = [int(w) for w in v]
-        except (TypeError, ValueError):
-            raise ValueError("comma-separated positive integers") from None
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("comma-separated positive integers")
+        widths = [strict_int(w, "comma-separated positive integers") for w in v]
         if not widths or any(w < 1 for w in widths):
             raise ValueError("comma-separated positive integers")
         return widths
@@ -171,10 +256,9 @@ class RunConfig(BaseModel):
             v = [p for p in v.replace(" ", "").split(",") if p]
         if v is None:
             return v
-        try:
-            lrs = [float(x) for x in v]
-        except (TypeError, ValueError):
-            raise ValueError("comma-separated finite numbers > 0") from None
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("comma-separated finite numbers > 0")
+        lrs = [strict_float(x, "comma-separated finite numbers > 0") for x in v]
         if not lrs or not all(math.isfinite(x) and x > 0 for x in lrs):
             raise ValueError("comma-separated finite numbers > 0")
         return lrs
@@ -194,15 +278,15 @@ class RunConfig(BaseModel):
                 v = int(v)
             except ValueError:
                 raise ValueError('a whole number >= 0 or "auto"') from None
-        if isinstance(v, bool) or (isinstance(v, int) and v < 0):
+        if isinstance(v, (bool, float)) or (isinstance(v, int) and v < 0):
             raise ValueError('a whole number >= 0 or "auto"')
         return v
 
     @field_validator("scheduler")
     @classmethod
     def _scheduler(cls, v: str | None) -> str | None:
-        if v is not None and "://" not in v:
-            raise ValueError("an address like tcp://HOST:PORT")
+        if v is not None:
+            check_scheduler_address(v)
         return v
 
     @field_validator("lr")
@@ -276,6 +360,8 @@ class RunConfig(BaseModel):
                 v = int(v)
             except ValueError:
                 raise ValueError('a whole number >= 1 or "auto"') from None
+        if isinstance(v, (bool, float)):
+            raise ValueError('a whole number >= 1 or "auto"')
         if isinstance(v, int) and v < 1:
             raise ValueError('a whole number >= 1 or "auto"')
         return v
@@ -300,6 +386,28 @@ class RunConfig(BaseModel):
         if v < 0:
             raise ValueError("a whole number >= 0")
         return v
+
+    # Strict types: pydantic's lax mode turns true into 1 and 2.7 into 2 (or 3.0 into 3)
+    # without a word; a config that says `batch_size: true` is a mistake to report.
+    # Strings stay accepted: CLI flags and widgets hand values over as text.
+    @field_validator(*INT_FIELDS, mode="before")
+    @classmethod
+    def _strict_int(cls, v: Any) -> Any:
+        return strict_int(v)
+
+    @field_validator(*FLOAT_FIELDS, mode="before")
+    @classmethod
+    def _strict_float(cls, v: Any) -> Any:
+        return strict_float(v)
+
+    @field_validator(*BOOL_FIELDS, mode="before")
+    @classmethod
+    def _strict_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        raise ValueError("true or false")
 
     @model_validator(mode="after")
     def _combinations(self) -> "RunConfig":

@@ -1,42 +1,287 @@
-"""Every check that can fail before a worker starts (DESIGN.md, Reliability)."""
+"""Every check that can fail before a worker starts (DESIGN.md, Reliability).
+
+`preflight(config)` raises `ConfigError` (exit code 2 in the CLI) for anything known to
+fail once workers run, and returns warnings for settings that run but make the algorithm
+pointless (no elastic exchange ever happens, an lr past the curvature's stability bound).
+Order matters: cheap checks first, the memory estimate before the dataset is loaded (a
+`--n-samples 1000000000000` must not be generated to be refused).
+"""
 from __future__ import annotations
 
-import socket
-from urllib.parse import urlparse
+import math
+import os
+from pathlib import Path
+from typing import Any
 
 from .config import ConfigError, RunConfig
 
+EASGD_FAMILY = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
+MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
+WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
+MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
 
-def preflight(config: RunConfig) -> None:
-    """Raise `ConfigError`/`DataError` for anything that would fail once workers run.
+# (n_train + n_test, n_features, n_classes, image_shape) of the fixed-size datasets
+_FIXED = {"digits": (1797, 64, 10, (1, 8, 8)), "mnist": (70000, 784, 10, (1, 28, 28)),
+          "fashion_mnist": (70000, 784, 10, (1, 28, 28)), "cifar10": (60000, 3072, 10, (3, 32, 32))}
 
-    Loads the dataset (which checks files and checksums), builds the model (which checks
-    the model/dataset pairing) and the schedule (which checks warmup against the run
-    length), checks asked-for GPUs exist and that a given scheduler answers.
+
+def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
+    """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
+
+    Checks the output directory, estimates memory before loading anything, loads the
+    dataset (which checks files and checksums), builds the model (model/dataset pairing)
+    and the schedule (warmup against the run length), checks asked-for GPUs exist, that
+    a given scheduler answers as one, and that emulated exchanges end in reasonable time.
+    A config already checked (the CLI checks, then `api.run` asks again) is not re-checked.
     """
+    key = (config.model_dump_json(), overwrite)
+    if _CHECKED.get("key") == key:
+        return list(_CHECKED["warnings"])
+    if config.out:
+        check_out(config.out, overwrite=overwrite)
+    check_memory(config, workers_memory=None)
     from .optim import make_plan
     from .reference import load_for
 
-    data, _ = load_for(config)
-    per_trainer = config.batch_size
-    make_plan(config, data.n_train, batch_size=per_trainer)
+    data, model = load_for(config)
+    plan = make_plan(config, data.n_train, batch_size=config.batch_size)
     if config.gpus not in (0, "auto"):
         from .backend import GPU_INSTALL_HINT, gpu_count
         have = gpu_count()
         if have < config.gpus:
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
                               f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
-    if config.scheduler:
+    check_emulator(config, model.n_params)
+    if config.scheduler and config.algorithm != "sgd":
         check_reachable(config.scheduler)
+    warnings = run_warnings(config, plan.total_steps, data=data, model=model)
+    _CHECKED.update(key=key, warnings=list(warnings))
+    return warnings
 
 
-def check_reachable(address: str, timeout: float = 3.0) -> None:
-    """Raise ConfigError("scheduler", ...) unless a TCP connection to `address` opens."""
-    url = urlparse(address)
-    if not url.hostname or not url.port:
-        raise ConfigError("scheduler", "an address like tcp://HOST:PORT", address)
+_CHECKED: dict[str, Any] = {}
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Raise ConfigError("scheduler", ...) unless a Dask scheduler answers at `address`
+    within `timeout` (a bounded handshake, not just an open TCP port)."""
+    from .cluster import probe_scheduler
+    from .config import check_scheduler_address
+    check_scheduler_address(address)
+    probe_scheduler(address, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------ output
+def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Raise ConfigError("out", ...) unless a run directory can be written at `out`.
+
+    Allowed: a path that does not exist yet and whose nearest existing parent is a
+    writable directory, or an existing writable directory that is empty, holds no run
+    (no summary.json), or (with `overwrite`) holds one to replace. Never creates anything.
+    """
+    text = os.fspath(out)
+    if not text or "\x00" in text or len(text) > 4096:
+        raise ConfigError("out", "a directory path (no NUL bytes, at most 4096 characters)", text)
+    path = Path(text).expanduser()
     try:
-        with socket.create_connection((url.hostname, url.port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ConfigError("scheduler", f"a reachable Dask scheduler ({exc.strerror or exc})", address) from None
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError("out", f"a path that resolves ({exc.__class__.__name__})", text) from None
+    if resolved.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):
+        raise ConfigError("out", "a directory outside /proc, /sys and /dev", text)
+    if any(len(part.encode(errors="surrogateescape")) > 255 for part in resolved.parts):
+        raise ConfigError("out", "a path whose names are at most 255 bytes each", text)
+    if resolved.exists():
+        if not resolved.is_dir():
+            raise ConfigError("out", "a directory to write the run into (this is an existing file)", text)
+        if not os.access(resolved, os.W_OK | os.X_OK):
+            raise ConfigError("out", "a directory you can write to", text)
+        if (resolved / "summary.json").exists() and not overwrite:
+            raise ConfigError("out", "a directory that does not hold a run already (pass --overwrite, or "
+                              "overwrite=True, to replace that run)", text)
+        return resolved
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError("out", f"a path under a directory ({parent} is a file)", text)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("out", f"a path under a directory you can write to ({parent} is not writable)", text)
+    return resolved
+
+
+# ------------------------------------------------------------------------------ memory
+def dataset_shape(config: RunConfig) -> tuple[int, int, int, tuple[int, int, int] | None]:
+    """(examples, features, classes, image shape) of the config's dataset, without loading it."""
+    if config.dataset in _FIXED:
+        return _FIXED[config.dataset]
+    if config.dataset == "mnist1d":
+        return config.n_samples, 40, 10, None
+    return config.n_samples, config.n_features, config.n_classes, None
+
+
+def memory_estimate(config: RunConfig) -> dict[str, int]:
+    """Bytes one worker needs, roughly: {"data", "params", "activations", "total", "n_params"}.
+
+    data: the whole training and test set as float32 (every worker holds it), plus the
+    float64 draws of the generated datasets while they are made. params: the parameter
+    vector times the copies a run keeps (parameters, gradient, momentum, optimiser scratch,
+    allreduce slots, the server's or centre's copy, the evaluator's). activations: a
+    forward and backward pass over the largest slice of a batch or of the evaluation chunk.
+    """
+    from .models import make_model
+
+    n, f, c, image = dataset_shape(config)
+    generated = config.dataset in ("synthetic", "mnist1d")
+    data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
+    model = make_model(config.model, f, c, hidden=config.model_hidden, image_shape=image)
+    params = model.n_params * 4 * 8
+    widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
+    rows = min(max(config.batch_size, 1024), n)
+    if config.model == "cnn":
+        ch = max(config.model_hidden) if config.model_hidden else 32
+        act = rows * f * ch * 4 * 4
+    else:
+        act = rows * sum(widths) * 4 * 4
+    total = data + params + act + WORKER_OVERHEAD
+    return {"data": data, "params": params, "activations": act, "total": total, "n_params": model.n_params}
+
+
+def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -> dict[str, int]:
+    """Raise ConfigError naming the field to shrink when a worker cannot hold the run.
+
+    `workers_memory`: each worker's memory limit in bytes (0 or None: unknown); default
+    (a local cluster, or the single-process reference) the machine's memory shared out
+    as Dask's automatic limit does. The client process loads the dataset and the model
+    too, so the machine must also hold one more copy.
+    """
+    est = memory_estimate(config)
+    import psutil
+    machine = psutil.virtual_memory()
+    local = config.scheduler is None or config.algorithm == "sgd"
+    n_local = (1 if config.algorithm == "sgd" else (config.n_workers or 1)) if local else 0
+    if workers_memory:
+        per_worker = min(m for m in workers_memory if m) if any(workers_memory) else None
+    elif local and n_local:
+        per_worker = machine.total / max(n_local, 1)
+    else:
+        per_worker = None
+    # the client (and, locally, every worker) on this machine, against what is available
+    need_here = est["total"] * (n_local + 1) - WORKER_OVERHEAD
+    budgets = [(need_here, machine.available, "this machine's available memory")]
+    if per_worker:
+        budgets.append((est["total"], per_worker, "a worker's memory"))
+    for need, have, what in budgets:
+        if need > MEMORY_SHARE * have:
+            field, value = _memory_field(config, est)
+            raise ConfigError(field, f"a size whose run fits in {what} ({_gib(have)}): this one needs about "
+                              f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
+                              f"worker)", value)
+    return est
+
+
+def _memory_field(config: RunConfig, est: dict[str, int]) -> tuple[str, Any]:
+    """The field to blame: what makes the larger share of the estimate."""
+    if config.n_workers and WORKER_OVERHEAD > est["data"] + est["params"] + est["activations"]:
+        return "cpus", config.cpus   # mostly per-process overhead: too many workers
+    if est["params"] >= est["data"]:
+        if config.hidden is not None and config.model != "softmax":
+            return "hidden", config.hidden
+        return ("n_features", config.n_features) if config.dataset == "synthetic" else ("model", config.model)
+    if config.dataset == "synthetic" and config.n_features * 10000 > config.n_samples * 64:
+        return "n_features", config.n_features
+    if config.dataset in ("synthetic", "mnist1d"):
+        return "n_samples", config.n_samples
+    return "dataset", config.dataset
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.0f} MiB"
+
+
+# ------------------------------------------------------------------------------ emulator
+def check_emulator(config: RunConfig, n_params: int) -> None:
+    """Raise ConfigError when the network emulator would make one exchange of the
+    parameters take longer than MAX_EXCHANGE_S (the loops would seem hung)."""
+    if not (config.latency_ms or config.bandwidth_gbps):
+        return
+    nbytes = n_params * 4
+    latency = config.latency_ms / 1e3
+    seconds = 2 * latency + (8 * nbytes / (config.bandwidth_gbps * 1e9) if config.bandwidth_gbps else 0.0)
+    if not math.isfinite(seconds) or seconds > MAX_EXCHANGE_S:
+        if config.bandwidth_gbps and 8 * nbytes / (config.bandwidth_gbps * 1e9) > latency:
+            need = 8 * nbytes / ((MAX_EXCHANGE_S - 2 * latency) * 1e9) if 2 * latency < MAX_EXCHANGE_S else math.inf
+            raise ConfigError("bandwidth_gbps", f"0 (no cap) or at least {need:.3g} Gbit/s, so that one exchange "
+                              f"of the {n_params:,} parameters takes under {MAX_EXCHANGE_S:g} s", config.bandwidth_gbps)
+        raise ConfigError("latency_ms", f"at most {MAX_EXCHANGE_S * 1e3 / 2:g} ms, so that one exchange takes "
+                          f"under {MAX_EXCHANGE_S:g} s", config.latency_ms)
+
+
+# ------------------------------------------------------------------------------ warnings
+def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None) -> list[str]:
+    """Settings that run but make the algorithm pointless; one sentence each."""
+    out: list[str] = []
+    if config.algorithm in EASGD_FAMILY and config.tau > total_steps:
+        out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
+                   f"exchange will ever happen, so the workers train apart and the centre stays at its start")
+    if config.algorithm == "ltfb" and config.round_size >= total_steps and config.trainers > 1:
+        out.append(f"round_size ({config.round_size}) is at least the run's {total_steps} steps: no tournament "
+                   f"will ever happen")
+    if data is not None and model is not None:
+        msg = _stability_warning(config, data, model)
+        if msg:
+            out.append(msg)
+    return out
+
+
+def peak_lr(config: RunConfig) -> float:
+    """The largest lr the schedule reaches: the scaled target (LTFB: its fastest trainer)."""
+    from .schedules import scaled_lr
+    lr = config.lr
+    if config.algorithm == "ltfb":
+        k = config.trainers
+        lr = max(config.trainer_lrs) if config.trainer_lrs else lr * config.lr_spread ** ((k - 1) / 2)
+    return scaled_lr(lr, config.batch_size, config.base_batch, config.lr_scaling)
+
+
+def sharpness(model: Any, params: Any, X: Any, y: Any, iters: int = 12) -> float:
+    """The largest eigenvalue of the loss Hessian at `params`, by power iteration on
+    finite-difference Hessian-vector products (2 gradients per iteration)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal(params.shape[0]).astype(np.float64)
+    v /= np.linalg.norm(v)
+    g1, g2 = np.empty_like(params), np.empty_like(params)
+    lam = 0.0
+    eps = 1e-3 / max(1.0, float(np.linalg.norm(params)) ** 0.5)
+    for _ in range(iters):
+        model.loss_and_grad((params + eps * v).astype(params.dtype), X, y, grad_out=g1)
+        model.loss_and_grad((params - eps * v).astype(params.dtype), X, y, grad_out=g2)
+        hv = (g1.astype(np.float64) - g2) / (2 * eps)
+        norm = float(np.linalg.norm(hv))
+        if not math.isfinite(norm) or norm == 0:
+            return lam
+        lam = float(v @ hv)
+        v = hv / norm
+    return abs(lam)
+
+
+def _stability_warning(config: RunConfig, data: Any, model: Any) -> str | None:
+    """Warn when the peak lr is far past the stability bound of the loss's curvature at
+    the start (lr * sharpness > 2 (1 + momentum) diverges on a quadratic; we warn at 4x
+    that, since curvature changes as training goes and the bound is for full batches)."""
+    if model.n_params > 5_000_000:
+        return None  # too costly to measure here; the run reports a divergence when it happens
+    lr = peak_lr(config)
+    if lr <= max(config.lr, 0.5):
+        return None  # no scaling past a modest rate: not worth the measurement
+    momentum = config.momentum if config.algorithm not in ("async_sgd", "hogwild_sgd") else 0.0
+    rows = min(256, data.n_train)
+    params = model.init(config.seed)
+    lam = sharpness(model, params, data.X_train[:rows], data.y_train[:rows])
+    bound = 2 * (1 + momentum) / lam if lam > 0 else math.inf
+    if lr > 4 * bound:
+        return (f"lr reaches {lr:.3g} (after {config.lr_scaling} scaling), {lr / bound:.0f}x the stability bound "
+                f"{bound:.3g} of the loss's curvature at the start (sharpness {lam:.3g}, momentum {momentum:g}): "
+                f"expect the loss to blow up or training to stall")
+    return None
