@@ -4,12 +4,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import RunConfig
+import time
+import warnings as _warnings
+from collections.abc import Mapping
+
+from .config import ConfigTypeError, RunConfig, check_scheduler_address
+from .preflight import preflight
 from .results import OnRecord, RunResult
 
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None) -> RunResult:
+        should_stop: Callable[[], bool] | None = None, overwrite: bool = False) -> RunResult:
     """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
 
     Args:
@@ -18,23 +23,67 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             started (or reused) for this session. Ignored for `algorithm="sgd"`.
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
+        overwrite: replace a run already saved in `config.out` (otherwise refused).
+    Raises:
+        ConfigError: a value that would fail once workers run (checked before they start:
+            `workbench.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
+            the wrong type, such as `run(None)`.
     """
-    if not isinstance(config, RunConfig):
-        config = RunConfig.from_dict(dict(config))
-    if config.algorithm == "sgd":
-        from .reference import train_reference
-        result = train_reference(config, on_record=on_record, should_stop=should_stop)
-    else:
-        from .engine import run as engine_run
-        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+    config = _checked_args(config, cluster, on_record, should_stop)
+    warnings = preflight(config, overwrite=overwrite)
+    for message in warnings:
+        _warnings.warn(message, RunWarning, stacklevel=2)
+    t0 = time.time()
+    try:
+        if config.algorithm == "sgd":
+            from .reference import train_reference
+            result = train_reference(config, on_record=on_record, should_stop=should_stop)
+        else:
+            from .engine import run as engine_run
+            result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+    except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
+        result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
+    if warnings:
+        result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
+                                    for m in warnings] + list(result.summary.get("events", []))
+        result.summary["warnings"] = list(warnings)
     if config.out:
-        save(result, config.out)
+        save(result, config.out, overwrite=overwrite)
     return result
 
 
-def save(result: RunResult, directory: str | Path) -> Path:
+def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult:
+    """The result of a run stopped before any worker trained: status stopped, no steps."""
+    from .results import Collector, build_result, event_record
+    collector = Collector()
+    collector([event_record(wall, "stop_requested", None, f"{why} before training started")])
+    return build_result(config.to_dict(), collector, status="stopped", wall_time_s=wall, workers=[])
+
+
+class RunWarning(UserWarning):
+    """A run whose settings make its algorithm pointless (it still runs)."""
+
+
+def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -> RunConfig:
+    """`run`'s arguments, type-checked with the one-line messages the CLI prints."""
+    if not isinstance(config, RunConfig):
+        if not isinstance(config, Mapping):
+            raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
+        config = RunConfig.from_dict(dict(config))
+    for name, value in (("on_record", on_record), ("should_stop", should_stop)):
+        if value is not None and not callable(value):
+            raise ConfigTypeError(name, "a function, or None", value)
+    if cluster is not None and not isinstance(cluster, str) and not hasattr(cluster, "scheduler_info") \
+            and not hasattr(cluster, "scheduler_address"):
+        raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
+    if isinstance(cluster, str) and cluster != "threads":
+        check_scheduler_address(cluster)
+    return config
+
+
+def save(result: RunResult, directory: str | Path, overwrite: bool = False) -> Path:
     """Write the run directory, with report.html when plotly is installed."""
-    path = result.save(directory)
+    path = result.save(directory, overwrite=overwrite)
     try:
         from .ui.report import write_report
     except ImportError:  # the `lab` extra is not installed: the data files are what matter

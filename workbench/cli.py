@@ -10,8 +10,12 @@ gathered is still saved).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+import warnings
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train one run and write its run directory")
     _add_config_flags(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace a run already saved in --out (otherwise refused before training)")
 
     sub.add_parser("algorithms", help="list the algorithms")
 
@@ -122,6 +128,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_INVALID
 
 
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGINT, SIGTERM and SIGHUP stop the run as Ctrl-C does: the first one raises
+    KeyboardInterrupt in the main thread (the engine asks the loops to stop and keeps
+    what they gathered, the run directory is written, exit code 1); later ones are
+    noted and ignored, so that nothing interrupts the saving. Off the main thread
+    (signals cannot be caught there) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = {"stopping": False}
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if state["stopping"]:
+            print(f"note: {name} received; already stopping, saving what was gathered", file=sys.stderr)
+            return
+        state["stopping"] = True
+        print(f"note: {name} received; stopping the run and saving what was gathered", file=sys.stderr)
+        raise KeyboardInterrupt(name)
+
+    saved = {}
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            sig = getattr(signal, name)
+            saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
 def _default_out(config: RunConfig) -> str:
     return str(Path("runs") / f"{config.algorithm}-{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
 
@@ -133,15 +175,23 @@ def _run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if config.out is None:
         config = config.replace(out=_default_out(config))
-    preflight(config)  # every check that can fail before a worker starts
+    overwrite = bool(getattr(args, "overwrite", False))
+    for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
+        print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
-    try:
-        result = api.run(config, on_record=progress)
-    finally:
-        if progress is not None:
-            progress.close()
-        from .cluster import close_session
-        close_session()  # a CLI run owns its cluster: shut it down before exiting
+    with stop_on_signals():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", api.RunWarning)  # printed above, once
+                result = api.run(config, on_record=progress, overwrite=overwrite)
+        finally:
+            if progress is not None:
+                progress.close()
+            from .cluster import close_session
+            try:
+                close_session()  # a CLI run owns its cluster: shut it down before exiting
+            except KeyboardInterrupt:  # a signal after the run was saved: nothing is lost
+                pass
     s = result.summary
     acc = s.get("final_test_accuracy")
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {s['steps']} steps, "

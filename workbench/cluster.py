@@ -41,6 +41,14 @@ def _pristine_environ():
         os.environ.update(saved)
 
 
+def _preloads() -> list[str]:
+    """The user's worker preloads plus ours (workers ignore the terminal's Ctrl-C)."""
+    import dask
+    configured = dask.config.get("distributed.worker.preload", default=[]) or []
+    configured = [configured] if isinstance(configured, str) else list(configured)
+    return configured + [m for m in ("workbench.workerinit",) if m not in configured]
+
+
 def _dashboard() -> str | None:
     try:
         import bokeh  # noqa: F401  (the Dask dashboard needs it)
@@ -80,7 +88,8 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
     blas = max(1, cores // max(1, n_gpus + cpus))
     settings = {"distributed.nanny.pre-spawn-environ": _blas_env(blas),
                 "distributed.scheduler.allowed-failures": 0,
-                "distributed.worker.daemon": False}
+                "distributed.worker.daemon": False,
+                "distributed.worker.preload": _preloads()}
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
             cluster = LocalCluster(n_workers=cpus, threads_per_worker=threads_per_worker, processes=True,
@@ -157,7 +166,8 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     import dask
     from distributed import Client
 
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0}
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0,
+                "distributed.worker.preload": _preloads()}
     with dask.config.set(settings), _pristine_environ():
         cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers)
         client = Client(cluster, set_as_default=False)

@@ -48,6 +48,11 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {allowed}, got {short_repr(value)}")
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A value of the wrong type where a config was expected (`wb.run(None)`): both a
+    `ConfigError` and a `TypeError`, with the same one-line message."""
+
+
 def short_repr(value: Any, limit: int = 120) -> str:
     """`repr(value)` cut to about `limit` characters, never walking more of `value` than
     it shows (a YAML alias bomb expands to billions of elements: a full repr never ends).
@@ -429,8 +434,10 @@ class RunConfig(BaseModel):
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
             raise ConfigError("warmup_epochs", f"at most epochs ({self.epochs:g})", self.warmup_epochs)
-        if self.comm == "nccl" and self.cpus > 0 and self.gpus != 0:
-            raise ConfigError("comm", "nccl only when every worker is a GPU (set cpus to 0)", self.comm)
+        if self.comm == "nccl" and self.algorithm != "sgd" and (self.cpus > 0 or self.gpus == 0):
+            raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
+                              "auto, shm or dask for CPU workers", self.comm)
+        _check_scaled_lr(self)
         return self
 
     # ---------------------------------------------------------------- helpers
@@ -478,22 +485,84 @@ class RunConfig(BaseModel):
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         """Validate a dict (keys may use dashes, as CLI flags do)."""
         if not isinstance(data, dict):
-            raise ConfigError("config", "a mapping of field names to values", data)
+            raise ConfigTypeError("config", "a RunConfig or a mapping of field names to values", data)
         return cls(**{str(k).replace("-", "_"): v for k, v in data.items()})
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunConfig":
         """Read and validate a YAML file of field names."""
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError("config", "a readable YAML file", str(path)) from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError("config", f"valid YAML ({exc.__class__.__name__})", str(path)) from exc
-        return cls.from_dict(data)
+        data = read_yaml(path, "config")
+        return cls.from_dict({} if data is None else data)
 
 
 FIELDS: tuple[str, ...] = tuple(RunConfig.model_fields)
+LR_MAX = 1e38   # float32 parameters: lr * grad past ~3.4e38 is inf at the first step
+
+
+def _check_scaled_lr(c: RunConfig) -> None:
+    """`lr` after scaling (and LTFB's spread) must stay a float32 number: name `lr`, not
+    the schedule's internal argument, when it does not."""
+    factor = {"linear": c.batch_size / c.base_batch, "sqrt": math.sqrt(c.batch_size / c.base_batch)}.get(c.lr_scaling, 1.0)
+    peak = c.lr
+    if c.algorithm == "ltfb":
+        try:
+            peak = max(c.trainer_lrs) if c.trainer_lrs else c.lr * c.lr_spread ** ((c.trainers - 1) / 2)
+        except OverflowError:
+            peak = math.inf
+        if not math.isfinite(peak) or peak > LR_MAX:
+            field = "trainer_lrs" if c.trainer_lrs else "lr_spread"
+            raise ConfigError(field, f"values that keep every trainer's lr under {LR_MAX:g}", getattr(c, field))
+    if not math.isfinite(peak * factor) or peak * factor > LR_MAX:
+        raise ConfigError("lr", f"small enough that {c.lr_scaling} scaling to batch {c.batch_size} (x{factor:g}) "
+                          f"keeps it under {LR_MAX:g}", c.lr)
+
+
+# Config files are small, hand-written mappings: anything else is refused before parsing.
+YAML_MAX_BYTES = 1 << 20
+
+
+def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX_BYTES) -> Any:
+    """Parse a small YAML file safely; every failure is one ConfigError naming `field`.
+
+    Refused: anything but a regular file (a FIFO would block, /dev/zero never ends), more
+    than `max_bytes`, text that is not UTF-8, anchors and aliases (a 1 KB alias bomb
+    expands to billions of nodes), and invalid YAML.
+    """
+    import os
+    import stat
+    text_path = os.fspath(path) if isinstance(path, (str, Path)) else path
+    if not isinstance(text_path, str) or "\x00" in text_path:
+        raise ConfigError(field, "a path to a YAML file", text_path)
+    try:
+        st = os.stat(text_path)
+    except OSError as exc:
+        raise ConfigError(field, f"a readable YAML file ({exc.strerror or exc.__class__.__name__})", text_path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(field, "a regular YAML file (not a device, FIFO or directory)", text_path)
+    if st.st_size > max_bytes:
+        raise ConfigError(field, f"a YAML file of at most {max_bytes // 1024} KiB ({st.st_size:,} bytes)", text_path)
+    try:
+        with open(text_path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(field, f"a readable YAML file ({exc.strerror or exc.__class__.__name__})", text_path) from None
+    if len(raw) > max_bytes:
+        raise ConfigError(field, f"a YAML file of at most {max_bytes // 1024} KiB", text_path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, f"UTF-8 text (byte {exc.start} is not)", text_path) from None
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigError(field, "YAML without anchors or aliases (& and *)", text_path)
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(field, f"valid YAML ({exc.__class__.__name__}{where})", text_path) from None
+    except RecursionError:
+        raise ConfigError(field, "YAML nested less deeply", text_path) from None
 
 
 def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:

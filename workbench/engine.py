@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import socket
 import tempfile
 import threading
 import time
@@ -42,6 +43,8 @@ LIVENESS_S = 0.5          # how often the client checks that every worker is sti
 DONE_TIMEOUT_S = 5.0      # after the loops return, wait this long for their last records
 STOP_GRACE_S = 2.0        # after a stop request, loops must have ended within this
 RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
+LIVENESS_TIMEOUT_S = 2.0  # asking the scheduler which workers live; two failures: it is gone
+CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -232,6 +235,7 @@ class _DaskRun:
         self.records: queue.SimpleQueue = queue.SimpleQueue()
         self.segments: dict[str, str] = {}
         self.actors: list[Any] = []
+        self.scheduler_lost, self.scheduler_error, self._alive_failures = False, "", 0
 
     def run(self) -> RunResult:
         from .comm.dask import EventControl
@@ -306,6 +310,7 @@ class _DaskRun:
                 run_info["proxy"] = hs["proxy"]
                 run_info["host_address"] = where
             client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
+            self.control.start_lease()  # loops on an external cluster end when this client goes away
             run_info["t0_wall"] = t0 = time.time()
             futures = [client.submit(_worker_main, run_info, rank, w["address"], server, reducer,
                                      workers=[w["address"]], allow_other_workers=False, pure=False,
@@ -359,6 +364,9 @@ class _DaskRun:
         try:
             while True:
                 self._drain(done)
+                if client.status != "running" and self._alive() is None:  # lost its scheduler
+                    self._scheduler_gone(t0)
+                    break
                 if not stop_asked and self.should_stop is not None and self.should_stop():
                     stop_asked, stop_deadline = True, time.time() + STOP_GRACE_S
                     self.control.request_stop("stop requested")
@@ -377,7 +385,10 @@ class _DaskRun:
                     break
                 if time.time() >= next_liveness:
                     next_liveness = time.time() + LIVENESS_S
-                    alive = set(client.nthreads())
+                    alive = self._alive()
+                    if alive is None:  # the scheduler is gone: nothing more will come
+                        self._scheduler_gone(t0)
+                        break
                     for rank, addr in enumerate(addresses):
                         if rank not in lost and rank not in results and addr not in alive:
                             self._lost(rank, futures, lost, t0, alive)
@@ -395,6 +406,8 @@ class _DaskRun:
                 time.sleep(MONITOR_S)
         # Gather what the loops returned; a failed loop still leaves its streamed records.
         for rank, f in enumerate(futures):
+            if self.scheduler_lost:
+                break
             if rank not in lost and rank not in results and f.done():
                 got = self._result(f, rank)
                 if got is None:
@@ -402,13 +415,13 @@ class _DaskRun:
                 else:
                     results[rank] = got
         expected = {r for r in results if results[r].get("status") != "rescheduled"}
-        deadline = time.time() + DONE_TIMEOUT_S
+        deadline = time.time() + (0 if self.scheduler_lost else DONE_TIMEOUT_S)
         while not expected <= done and time.time() < deadline:
             time.sleep(MONITOR_S)
             self._drain(done)
         self._drain(done)
         statuses = {r: res.get("status") for r, res in results.items()}
-        if lost and spec.cls.sync:
+        if (lost and spec.cls.sync) or self.scheduler_lost:
             status = "failed"
         elif "diverged" in statuses.values() or self._any_event("diverged"):
             status = "diverged"
@@ -435,7 +448,7 @@ class _DaskRun:
         except (TimeoutError, KilledWorker):
             return None
         except Exception as exc:  # the loop raised; its traceback was streamed as an event
-            if self.workers[rank]["address"] not in set(self.client.nthreads()):
+            if self.workers[rank]["address"] not in (self._alive() or set()):
                 return None
             return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -449,7 +462,7 @@ class _DaskRun:
         if self.spec.cls.sync:
             self.control.abort(f"worker {rank} lost")
         else:
-            self._retire(rank, alive if alive is not None else set(self.client.nthreads()))
+            self._retire(rank, alive if alive is not None else (self._alive() or set()))
 
     def _retire(self, rank: int, alive: set) -> None:
         """A lost worker of an asynchronous run gives up its round-robin turns, so that
@@ -467,18 +480,75 @@ class _DaskRun:
     def _any_event(self, name: str) -> bool:
         return any(e.get("event") == name for e in self.collector.rows.get("event", []))
 
+    def _alive(self) -> set | None:
+        """Addresses of the live workers; None once the scheduler is gone (two failed asks
+        in a row, each bounded, or a client that has given up on it)."""
+        try:
+            alive = set(self.client.nthreads(callback_timeout=LIVENESS_TIMEOUT_S))
+            self._alive_failures = 0
+            return alive
+        except Exception as exc:
+            self._alive_failures += 1
+            self.scheduler_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            if self._alive_failures >= 2 or self.client.status in ("closed", "closing", "failed"):
+                return None
+            return set(self.workers[r]["address"] for r in range(len(self.workers)))
+
+    def _scheduler_gone(self, t0: float) -> None:
+        self.scheduler_lost = True
+        self.collector([event_record(time.time() - t0, "scheduler_lost", None,
+                                     f"the scheduler at {self._address()} was lost at {time.time() - t0:.1f}s "
+                                     f"({self.scheduler_error or 'connection closed'}); the run cannot go on")])
+
+    def _address(self) -> str:
+        return str(getattr(self.client, "scheduler", None) and self.client.scheduler.address)
+
     def _cleanup(self) -> None:
+        """Free what the run made, whoever is left: the lease, the topic, shared-memory
+        segments and the lock file. Never waits on a dead worker or a dead scheduler:
+        on this host the client removes segments and lock files itself; a live owner
+        (worker 0) is also asked to drop its mapping, with a short timeout."""
         from .comm.shm import unlink_segment
-        with contextlib.suppress(Exception):
-            self.client.unsubscribe_topic(self.topic)
-        addr0 = self.workers[0]["address"] if getattr(self, "workers", None) else None
+        control = getattr(self, "control", None)
+        if control is not None:
+            control.end_lease()
+        alive: set = set()
+        if not self.scheduler_lost:
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic(self.topic)
+            alive = self._alive() or set()
+        workers = getattr(self, "workers", None) or []
+        addr0 = workers[0]["address"] if workers else None
+        here = socket.gethostname()
+        local = bool(workers) and workers[0]["host"] == here
         for name in self.segments.values():
-            with contextlib.suppress(Exception):
-                self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=10)
-        if getattr(self, "lock_path", None):
-            with contextlib.suppress(Exception):
-                self.client.submit(_remove_file, self.lock_path, workers=[addr0], pure=False).result(timeout=10)
+            if addr0 in alive:
+                with contextlib.suppress(Exception):
+                    self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=CLEANUP_S)
+            if local:
+                _unlink_shm_name(name)
+            elif addr0 not in alive:
+                self._on_survivor(_unlink_shm_name, name, alive, host=workers[0]["host"])
+        lock = getattr(self, "lock_path", None)
+        if lock:
+            if local:
+                _remove_file(lock)
+            else:
+                self._on_survivor(_remove_file, lock, alive, host=workers[0]["host"])
         self.actors.clear()
+
+    def _on_survivor(self, fn: Callable, arg: str, alive: set, host: str) -> None:
+        """Run fn(arg) on a live worker of `host` (Client.run: its thread may be busy)."""
+        survivors = [w["address"] for w in self.workers if w["address"] in alive and w["host"] == host]
+        if survivors:
+            with contextlib.suppress(Exception):
+                self.client.run(fn, arg, workers=survivors[:1], callback_timeout=CLEANUP_S)
+
+
+def _unlink_shm_name(name: str) -> None:
+    """Remove a POSIX shared-memory name (mappings still open elsewhere stay valid)."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        os.unlink(os.path.join("/dev/shm", name.lstrip("/")))
 
 
 def _create_shared(name: str, params: np.ndarray) -> str:

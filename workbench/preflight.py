@@ -34,11 +34,11 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     a given scheduler answers as one, and that emulated exchanges end in reasonable time.
     A config already checked (the CLI checks, then `api.run` asks again) is not re-checked.
     """
-    key = (config.model_dump_json(), overwrite)
+    if config.out:  # never cached: the directory may have changed since
+        check_out(config.out, overwrite=overwrite)
+    key = config.model_dump_json()
     if _CHECKED.get("key") == key:
         return list(_CHECKED["warnings"])
-    if config.out:
-        check_out(config.out, overwrite=overwrite)
     check_memory(config, workers_memory=None)
     from .optim import make_plan
     from .reference import load_for

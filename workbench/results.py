@@ -32,6 +32,7 @@ EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_l
 EVENT_COLUMNS = ("kind", "time", "event", "worker", "message")
 TOURNAMENT_COLUMNS = ("kind", "round", "step", "time", "trainer", "partner", "own_score",
                       "partner_score", "adopted", "lr", "lineage")
+RUN_FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml", "report.html")
 STATUSES = ("running", "completed", "stopped", "diverged", "failed")
 
 # A record is a flat dict whose "kind" says which table it belongs to.
@@ -103,10 +104,23 @@ class RunResult:
     def events(self) -> list[dict]:
         return self.summary.get("events", [])
 
-    def save(self, directory: str | Path) -> Path:
-        """Write the run directory (atomically, file by file); returns its path."""
+    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
+        """Write the run directory (atomically, file by file); returns its path.
+
+        A directory that already holds another run (a summary.json of a different run)
+        is refused with `FileExistsError` unless `overwrite`, which replaces that run
+        whole: every run file the new one does not write (an old tournaments.csv, an old
+        report) is removed, so the directory never mixes two runs. Other files are kept."""
         d = Path(directory)
+        old = d / "summary.json"
+        if old.exists() and not overwrite and not self._same_run(old):
+            raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
+                                  f"--overwrite, to replace it), got {str(d)!r}")
         d.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            for name in RUN_FILES:
+                if name != "tournaments.csv" or not len(self.tournaments):
+                    (d / name).unlink(missing_ok=True)
         atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
         atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
         atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
@@ -115,6 +129,17 @@ class RunResult:
         import yaml  # local: results stays light to import
         atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
         return d
+
+    def _same_run(self, summary_path: Path) -> bool:
+        """Whether `summary_path` is this run's own summary (saving again is fine)."""
+        try:
+            old = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            return False
+        mine = self.summary.get("run_id")
+        if mine is not None:
+            return old.get("run_id") == mine
+        return old == json.loads(json.dumps(_jsonable(self.summary), allow_nan=False))
 
     @classmethod
     def load(cls, directory: str | Path) -> "RunResult":
@@ -183,6 +208,9 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "versions": versions(),
     }
     summary.update(extra or {})
+    if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
+        import uuid
+        summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
 
 

@@ -169,8 +169,17 @@ class DaskComm(_ActorCall):
         pass
 
 
+LEASE_REFRESH_S = 1.0   # the client renews its lease this often (from its own thread)
+LEASE_CHECK_S = 1.0     # a loop reads the lease at most this often
+LEASE_TIMEOUT_S = 5.0   # a lease not renewed for this long means the client is gone
+
+
 class EventControl:
-    """Stop/abort requests as two Dask Events, shared by the client and every loop.
+    """Stop/abort requests as two Dask Events, shared by the client and every loop, and
+    the client's lease: a counter in a Dask Variable that the client renews every
+    LEASE_REFRESH_S. A loop whose client stopped renewing (killed, its machine gone)
+    for LEASE_TIMEOUT_S, by the loop's own clock, sees a stop and an abort: loops on an
+    external cluster end with their client instead of training on for nobody.
 
     Each check is a scheduler round trip; loops wrap this in `ThrottledControl`.
     """
@@ -178,6 +187,63 @@ class EventControl:
     def __init__(self, run_id: str, client: Any = None):
         self.run_id, self.client = run_id, client  # client None: the worker's own
         self._events: dict[str, Any] = {}
+        self._lease_value: Any = None
+        self._lease_seen = time.monotonic()
+        self._lease_next = 0.0
+        self.lease_expired = False
+        self._renewing: Any = None
+
+    def _lease(self) -> Any:
+        from distributed import Variable
+        return Variable(f"workbench-lease-{self.run_id}", client=self.client)
+
+    def start_lease(self) -> None:
+        """Client side: take the lease now, then renew it from a daemon thread until `end_lease`."""
+        import threading
+        var, stop = self._lease(), threading.Event()
+        var.set(0)
+
+        def renew() -> None:
+            count = 0
+            while not stop.wait(LEASE_REFRESH_S):
+                count += 1
+                try:
+                    var.set(count)
+                except Exception:  # scheduler gone: the run's monitor reports that
+                    if stop.is_set():
+                        return
+        thread = threading.Thread(target=renew, name=f"workbench-lease-{self.run_id}", daemon=True)
+        thread.start()
+        self._renewing = (stop, thread, var)
+
+    def end_lease(self) -> None:
+        """Client side: stop renewing and drop the lease's Variable."""
+        if self._renewing is None:
+            return
+        stop, thread, var = self._renewing
+        self._renewing = None
+        stop.set()
+        thread.join(timeout=LEASE_REFRESH_S + 1)
+        try:
+            var.delete()
+        except Exception:
+            pass
+
+    def client_gone(self) -> bool:
+        """Loop side: whether the client's lease lapsed (checked at most every LEASE_CHECK_S)."""
+        now = time.monotonic()
+        if self.lease_expired or now < self._lease_next:
+            return self.lease_expired
+        self._lease_next = now + LEASE_CHECK_S
+        try:
+            value = self._lease().get(timeout=LEASE_CHECK_S)
+        except Exception:  # not set yet, or the scheduler is slow: no news
+            value = self._lease_value
+        if value != self._lease_value:
+            self._lease_value, self._lease_seen = value, now
+        elif now - self._lease_seen > LEASE_TIMEOUT_S:
+            self.lease_expired = True
+        return self.lease_expired
 
     def _event(self, kind: str) -> Any:
         if kind not in self._events:
@@ -186,7 +252,7 @@ class EventControl:
         return self._events[kind]
 
     def stop_requested(self) -> bool:
-        return self._event("stop").is_set()
+        return self._event("stop").is_set() or (self.client is None and self.client_gone())
 
     def request_stop(self, reason: str = "") -> None:
         self._event("stop").set()
@@ -201,5 +267,5 @@ class EventControl:
         if now - getattr(self, "_abort_checked", 0.0) < ABORT_POLL_S / 2:
             return getattr(self, "_abort_value", False)
         self._abort_checked = now
-        self._abort_value = self._event("abort").is_set()
+        self._abort_value = self._event("abort").is_set() or (self.client is None and self.client_gone())
         return self._abort_value
