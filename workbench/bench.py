@@ -161,6 +161,27 @@ if __name__ == "__main__":
 """
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Raise ConfigError for a benchmark argument that cannot work, before any worker starts."""
+    import math
+
+    from .config import ConfigError, RunConfig
+    from .preflight import check_memory
+    if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
+        raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
+    for name, low in (("cpus", 1), ("batch_per_worker", 1), ("tau", 1), ("n_features", 1)):
+        if getattr(args, name) < low:
+            raise ConfigError(name, f"a whole number >= {low}", getattr(args, name))
+    if getattr(args, "out", None):
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise ConfigError("out", "a CSV file path in a writable directory", args.out)
+    cfg = RunConfig(algorithm="sync_sgd", dataset="synthetic", n_samples=max(20000, 8 * args.batch_per_worker * args.cpus),
+                    n_features=args.n_features, hidden=args.hidden, cpus=args.cpus,
+                    batch_size=args.batch_per_worker * args.cpus, steps=10)
+    check_memory(cfg)
+
+
 def main(args: argparse.Namespace) -> int:
     from .algorithms import REGISTRY
     from .cluster import make_cluster, workers_of
@@ -173,6 +194,7 @@ def main(args: argparse.Namespace) -> int:
     for a in algorithms:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
+    check_args(args)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     print(f"benchmark: MLP {args.n_features}-{args.hidden.replace(',', '-')}-10, batch {args.batch_per_worker} per worker, "
           f"{args.cpus} CPU workers, {args.seconds:g} s per measurement; {blas}", flush=True)

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true", help="the experiment's quick parameters (about a minute)")
     rep.add_argument("--out", required=True, help="output directory")
+    rep.add_argument("--notebook", default=None,
+                     help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
 
     sweep = sub.add_parser("sweep", help="strong or weak scaling sweep over worker counts")
     _add_config_flags(sweep)
@@ -108,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reproduce":
             from .reproduce import NotebookFailed, reproduce
             try:
-                outcome = reproduce(args.experiment, args.out, quick=args.quick)
+                outcome = reproduce(args.experiment, args.out, quick=args.quick, notebook=args.notebook)
             except NotebookFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED

@@ -134,6 +134,20 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
             s.close()
         if comm is not None:
             comm.close()
+        if rank == 0 and getattr(control.control, "lease_expired", False):
+            _orphaned(run)
+
+
+def _orphaned(run: dict) -> None:
+    """Worker 0, after its client vanished: free the run's segments and lock file, which
+    the client would have freed (nobody else will)."""
+    from .comm.shm import unlink_segment
+    for name in run.get("segments", {}).values():
+        with contextlib.suppress(Exception):
+            unlink_segment(name)
+        _unlink_shm_name(name)
+    if run.get("server_shm"):
+        _remove_file(run["server_shm"]["lock"])
 
 
 def _my_group(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError
+from .config import ConfigError, read_yaml
 
 class NotebookFailed(RuntimeError):
     """The experiment's notebook raised; the executed notebook shows where."""
@@ -46,35 +46,125 @@ class Experiment:
     quick_parameters: dict[str, Any]
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and check an experiment file; paths are relative to the repository root."""
+MAX_TEXT = 10_000     # characters in one parameter string
+MAX_ITEMS = 1_000     # items in one parameter list
+RESERVED = ("quick", "out_dir")   # set by reproduce itself
+
+
+def load_experiment(path: str | Path, notebook: str | Path | None = None) -> Experiment:
+    """Read and check an experiment file; paths are relative to the repository root.
+
+    An experiment file is data, never code: its `notebook` must lie in the repository's
+    `notebooks/` folder (the folder beside the file's `experiments/` folder), unless the
+    caller names a notebook explicitly; parameter names must be Python identifiers and
+    values plain YAML scalars or lists of them (papermill writes them into the notebook's
+    code, so anything else could run there).
+    """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("experiment", "an experiment YAML file (see experiments/)", str(path))
-    data = yaml.safe_load(p.read_text()) or {}
+    data = read_yaml(p, "experiment")
+    if not isinstance(data, dict):
+        raise ConfigError("experiment", "a YAML mapping with keys " + ", ".join(REQUIRED), str(path))
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ConfigError("experiment", f"a file with keys {list(REQUIRED)} (missing {missing})", str(path))
+    for key in ("title", "paper", "we_run"):
+        if not isinstance(data[key], str):
+            raise ConfigError(key, "text", data[key])
     root = p.resolve().parent.parent
-    nb = (root / data["notebook"]).resolve()
-    if not nb.is_file():
-        raise ConfigError("notebook", "a notebook path relative to the repository root", data["notebook"])
+    nb = _notebook_path(data["notebook"], root) if notebook is None else _explicit_notebook(notebook)
+    if not isinstance(data["reported"], list) or not all(isinstance(r, str) for r in data["reported"]):
+        raise ConfigError("reported", "a list of text lines", data["reported"])
+    if not isinstance(data["expected_shape"], list):
+        raise ConfigError("expected_shape", "a list of entries with `id` and `text`", data["expected_shape"])
     for check in data["expected_shape"]:
-        if not {"id", "text"} <= set(check):
+        if not isinstance(check, dict) or not {"id", "text"} <= set(check):
             raise ConfigError("expected_shape", "entries with `id` and `text`", check)
     return Experiment(path=p, title=data["title"], paper=data["paper"], notebook=nb, reported=list(data["reported"]),
                       we_run=data["we_run"], expected_shape=list(data["expected_shape"]),
-                      parameters=dict(data.get("parameters") or {}), quick_parameters=dict(data.get("quick_parameters") or {}))
+                      parameters=check_parameters(data.get("parameters"), "parameters"),
+                      quick_parameters=check_parameters(data.get("quick_parameters"), "quick_parameters"))
 
 
-def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3") -> dict[str, Any]:
-    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}."""
+def _notebook_path(value: Any, root: Path) -> Path:
+    """The experiment's notebook: a relative path inside root/notebooks, nothing else."""
+    allowed = "a notebook in the repository's notebooks/ folder, like notebooks/NAME.ipynb"
+    if not isinstance(value, str) or "\x00" in value or Path(value).is_absolute() or ".." in Path(value).parts:
+        raise ConfigError("notebook", allowed, value)
+    folder = (root / "notebooks").resolve()
+    nb = (root / value).resolve()
+    if not nb.is_relative_to(folder) or nb.suffix != ".ipynb":
+        raise ConfigError("notebook", allowed, value)
+    if not nb.is_file():
+        raise ConfigError("notebook", f"{allowed} (no such file)", value)
+    return nb
+
+
+def _explicit_notebook(value: str | Path) -> Path:
+    """A notebook the user named on the command line: any .ipynb file they can read."""
+    nb = Path(value).expanduser().resolve()
+    if nb.suffix != ".ipynb" or not nb.is_file():
+        raise ConfigError("notebook", "an existing .ipynb file", str(value))
+    return nb
+
+
+def check_parameters(params: Any, field: str) -> dict[str, Any]:
+    """Notebook parameters: identifier -> plain scalar or list of scalars (a copy).
+
+    >>> check_parameters({"lr": 0.1, "hidden": [128]}, "parameters")
+    {'lr': 0.1, 'hidden': [128]}
+    >>> check_parameters({"x = 1\\nimport os": 1}, "parameters")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: parameters: names that are Python identifiers (not keywords, not quick or out_dir), got 'x = 1\\nimport os'
+    """
+    import keyword
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ConfigError(field, "a mapping of parameter names to values", params)
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if (not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name in RESERVED
+                or name.startswith("__")):
+            raise ConfigError(field, "names that are Python identifiers (not keywords, not quick or out_dir)", name)
+        out[name] = _plain(value, f"{field}.{name}")
+    return out
+
+
+def _plain(value: Any, field: str, depth: int = 0) -> Any:
+    allowed = "a plain YAML scalar (text, number, true/false, null) or a list of them"
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise ConfigError(field, f"text of at most {MAX_TEXT} characters", value)
+        return value
+    if isinstance(value, list) and depth < 2 and len(value) <= MAX_ITEMS:
+        return [_plain(v, field, depth + 1) for v in value]
+    raise ConfigError(field, allowed, value)
+
+
+def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3",
+              notebook: str | Path | None = None) -> dict[str, Any]:
+    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}.
+
+    `notebook` runs that notebook instead of the one the experiment file names (which
+    must lie in the repository's notebooks/ folder)."""
     import papermill
+    from papermill.inspection import inspect_notebook
 
-    exp = load_experiment(path)
+    exp = load_experiment(path, notebook=notebook)
+    params = {**exp.parameters, **(exp.quick_parameters if quick else {})}
+    known = set(inspect_notebook(str(exp.notebook)))
+    unknown = sorted(set(params) - known)
+    if unknown:  # papermill would inject them silently
+        raise ConfigError("parameters", f"names from the notebook's parameters cell ({', '.join(sorted(known))})",
+                          unknown[0])
+    from .preflight import check_out
+    check_out(out, overwrite=True)   # a reproduction's folder is rewritten run by run
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    params = {**exp.parameters, **(exp.quick_parameters if quick else {}), "quick": quick, "out_dir": str(out)}
+    params = {**params, "quick": quick, "out_dir": str(out)}
     executed = out / exp.notebook.name
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
