@@ -214,6 +214,14 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S) -> dict:
         finally:
             comm.abort()
 
+    from urllib.parse import urlsplit
+    url = urlsplit(address)
+    try:  # a plain TCP connection first: refusals and unknown hosts fail fast and say so
+        with socket.create_connection((url.hostname, url.port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError("scheduler", f"a reachable Dask scheduler ({exc.strerror or exc or 'timed out'})",
+                          address) from None
     answers: queue.SimpleQueue = queue.SimpleQueue()
 
     def attempt() -> None:

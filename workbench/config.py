@@ -87,13 +87,13 @@ def strict_int(v: Any, allowed: str = "a whole number") -> Any:
     >>> strict_int(True)
     Traceback (most recent call last):
     ...
-    ValueError: a whole number, such as 32 (not true/false, not a decimal like 2.5)
+    ValueError: a whole number: an integer such as 32 (not true/false, not a decimal like 2.5)
     """
     if v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
         return v if v is None else int(v)
     if isinstance(v, str) and _INT_TEXT.fullmatch(v) and len(v) <= 40:
         return int(v)
-    raise ValueError(f"{allowed}, such as 32 (not true/false, not a decimal like 2.5)")
+    raise ValueError(f"{allowed}: an integer such as 32 (not true/false, not a decimal like 2.5)")
 
 
 def strict_float(v: Any, allowed: str = "a number") -> Any:
