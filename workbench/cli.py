@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
           f"{s['samples_per_s']:.0f} samples/s, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):
-        if event["event"] in ("diverged", "failed", "worker_lost"):
+        if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED

@@ -277,11 +277,34 @@ def close_session() -> None:
     if client is None:
         return
     cluster = getattr(client, "cluster", None)  # None for a connected (not owned) cluster
+    if cluster is not None:  # our workers are going: their shutdown chatter is no news
+        with contextlib.suppress(Exception):
+            client.run(_silence_logs, callback_timeout=2)
     with contextlib.suppress(Exception):
         client.close()
     if cluster is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), _quiet_logs():
             cluster.close()
+
+
+def _silence_logs() -> None:
+    """On a worker about to be closed: a heartbeat racing the scheduler's close would
+    log a traceback that says nothing about the run."""
+    import logging
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """The same for the nannies and scheduler in this process, while the cluster closes."""
+    import logging
+    log = logging.getLogger("distributed")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def describe_worker(dask_worker: Any) -> dict[str, Any]:
