@@ -541,6 +541,8 @@ class _DaskRun:
                     self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=CLEANUP_S)
             if local:
                 _unlink_shm_name(name)
+                if addr0 not in alive and getattr(self.client, "cluster", None) is not None:
+                    _untrack(name)  # its dead creator shared our resource tracker: no "leaked" warning
             elif addr0 not in alive:
                 self._on_survivor(_unlink_shm_name, name, alive, host=workers[0]["host"])
         lock = getattr(self, "lock_path", None)
@@ -557,6 +559,14 @@ class _DaskRun:
         if survivors:
             with contextlib.suppress(Exception):
                 self.client.run(fn, arg, workers=survivors[:1], callback_timeout=CLEANUP_S)
+
+
+def _untrack(name: str) -> None:
+    """Tell this process's resource tracker (which our local workers share) that a
+    segment whose creator died has been freed."""
+    with contextlib.suppress(Exception):
+        from multiprocessing import resource_tracker
+        resource_tracker.unregister("/" + name.lstrip("/"), "shared_memory")
 
 
 def _unlink_shm_name(name: str) -> None:
