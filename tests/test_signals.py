@@ -74,14 +74,14 @@ def _contents(segments: set[str]) -> dict[str, bytes]:
 def wait_for_training(procs_of, timeout: float = 180) -> set[str]:
     """Wait until the run's workers map its segments and the data in them changes
     (gradients in the allreduce slots, the server's parameters: the loops are stepping),
-    then one second more; returns the segment paths."""
+    then three seconds more; returns the segment paths."""
     deadline = time.monotonic() + timeout
     before: dict[str, bytes] = {}
     while time.monotonic() < deadline:
         segs = mapped_segments(procs_of())
         now = _contents(segs)
         if any(seg in before and before[seg] != data for seg, data in now.items()):
-            time.sleep(1.0)
+            time.sleep(3.0)   # records reach the client through the scheduler: let some arrive
             return segs
         before = now
         time.sleep(0.2)

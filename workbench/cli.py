@@ -181,6 +181,8 @@ def _run(args: argparse.Namespace) -> int:
     for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
         print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
+    from .cluster import one_line_logs
+    one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
             with warnings.catch_warnings():

@@ -12,6 +12,7 @@ nanny's environment into it).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -305,6 +306,28 @@ def _quiet_logs():
         yield
     finally:
         log.setLevel(level)
+
+
+class _NoTracebacks(logging.Filter):
+    """Dask's log lines keep their message but lose the traceback: a lost scheduler or a
+    closing cluster is reported by the run itself, in one line (the summary has the rest)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            exc = record.exc_info[1]
+            detail = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc is not None and str(exc) \
+                else type(exc).__name__
+            record.msg, record.args = f"{record.getMessage()} ({detail})", ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def one_line_logs() -> None:
+    """Put `_NoTracebacks` on the handlers Dask's logging writes through (the CLI calls it)."""
+    import distributed  # noqa: F401  (configures its logging)
+    for handler in logging.getLogger("distributed").handlers + logging.getLogger().handlers:
+        if not any(isinstance(f, _NoTracebacks) for f in handler.filters):
+            handler.addFilter(_NoTracebacks())
 
 
 def describe_worker(dask_worker: Any) -> dict[str, Any]:

@@ -388,6 +388,8 @@ class _DaskRun:
                 # Fetch each loop's result as soon as it is there, while its worker is alive:
                 # a result left on a worker that dies later is rescheduled, and waits forever.
                 for i, f in enumerate(futures):
+                    if client.status != "running":
+                        break  # futures of a client without its scheduler are cancelled, not lost
                     if f.done() and i not in results and i not in lost:
                         got = self._result(f, i)
                         if got is None:
@@ -412,7 +414,8 @@ class _DaskRun:
                 time.sleep(MONITOR_S)
         except KeyboardInterrupt:
             stop_asked = True
-            self.control.request_stop("KeyboardInterrupt")
+            with contextlib.suppress(Exception):
+                self.control.request_stop("KeyboardInterrupt")
             self.collector([event_record(time.time() - t0, "stop_requested", None, "KeyboardInterrupt")])
             deadline = time.time() + STOP_GRACE_S * 3
             while time.time() < deadline and not all(f.done() for i, f in enumerate(futures) if i not in lost):
@@ -472,9 +475,11 @@ class _DaskRun:
         lost[rank] = addr
         self.collector([event_record(time.time() - t0, "worker_lost", rank,
                                      f"worker {rank} ({name}, {addr}) was lost at {time.time() - t0:.1f}s")])
-        self.client.cancel(futures[rank])
+        with contextlib.suppress(Exception):
+            self.client.cancel(futures[rank])
         if self.spec.cls.sync:
-            self.control.abort(f"worker {rank} lost")
+            with contextlib.suppress(Exception):  # a scheduler that is gone too cannot pass it on
+                self.control.abort(f"worker {rank} lost")
         else:
             self._retire(rank, alive if alive is not None else (self._alive() or set()))
 
@@ -504,7 +509,7 @@ class _DaskRun:
         except Exception as exc:
             self._alive_failures += 1
             self.scheduler_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-            if self._alive_failures >= 2 or self.client.status in ("closed", "closing", "failed"):
+            if self._alive_failures >= 2 or self.client.status != "running":  # connection dropped too
                 return None
             return set(self.workers[r]["address"] for r in range(len(self.workers)))
 
@@ -525,7 +530,7 @@ class _DaskRun:
         from .comm.shm import unlink_segment
         control = getattr(self, "control", None)
         if control is not None:
-            control.end_lease()
+            control.end_lease(scheduler_alive=not self.scheduler_lost)
         alive: set = set()
         if not self.scheduler_lost:
             with contextlib.suppress(Exception):

@@ -216,13 +216,16 @@ class EventControl:
         thread.start()
         self._renewing = (stop, thread, var)
 
-    def end_lease(self) -> None:
-        """Client side: stop renewing and drop the lease's Variable."""
+    def end_lease(self, scheduler_alive: bool = True) -> None:
+        """Client side: stop renewing and drop the lease's Variable (not waiting on a
+        scheduler that is gone)."""
         if self._renewing is None:
             return
         stop, thread, var = self._renewing
         self._renewing = None
         stop.set()
+        if not scheduler_alive:
+            return
         thread.join(timeout=LEASE_REFRESH_S + 1)
         try:
             var.delete()
