@@ -173,7 +173,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         if should_stop is not None and should_stop():
             break
         run_dir = None if out is None else str(Path(out) / f"w{w}")
-        result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop)
+        result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
+                         overwrite=True)   # w<N> under the sweep's folder: a sweep run again replaces its own
         rows.append(scaling_row(result, w, mode, run_dir))
         table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         if out is not None:
