@@ -401,3 +401,26 @@ def test_reproduce_takes_a_notebook_named_on_the_command_line(tmp_path):
     path = _experiment(tmp_path, notebook="/tmp/evil.ipynb")
     exp = load_experiment(path, notebook=ROOT / "notebooks" / "easgd_family.ipynb")
     assert exp.notebook == (ROOT / "notebooks" / "easgd_family.ipynb").resolve()
+
+
+# ------------------------------------------------------------------------------ workers' own memory
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_memory_is_checked_against_the_workers_own_limit():
+    from workbench.cluster import make_cluster
+    from workbench.engine import run
+    client = make_cluster(cpus=2, gpus=0, memory_limit="400MiB", quiet=True)
+    try:
+        cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="synthetic", n_samples=100_000, n_features=784,
+                        steps=5)
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in a worker's memory \(400 MiB\)"):
+            run(cfg, cluster=client)
+        assert time.monotonic() - t0 < 10
+        assert not client.processing() or not any(client.processing().values())
+        small = run(cfg.replace(n_samples=2000), cluster=client)   # the cluster is fine for what fits
+        assert small.status == "completed"
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()

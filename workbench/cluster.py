@@ -336,7 +336,8 @@ def describe_worker(dask_worker: Any) -> dict[str, Any]:
     kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") else "cpu")
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
-            "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None}
+            "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
+            "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0)}
 
 
 def workers_of(client: Any) -> list[dict[str, Any]]:

@@ -258,6 +258,8 @@ class _DaskRun:
         from .cluster import workers_of
         self.workers = choose_workers(workers_of(client), config)
         size = len(self.workers)
+        from .preflight import check_memory
+        check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
         if spec.same_host and len({w["host"] for w in self.workers}) > 1:
             raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                               f"these are on {sorted({w['host'] for w in self.workers})}", config.algorithm)
