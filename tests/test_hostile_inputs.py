@@ -424,3 +424,10 @@ def test_memory_is_checked_against_the_workers_own_limit():
         cluster = client.cluster
         client.close()
         cluster.close()
+
+
+def test_free_run_dir_never_picks_a_folder_holding_a_run(tmp_path):
+    from workbench.results import free_run_dir
+    assert free_run_dir(tmp_path, "run-1-sgd") == tmp_path / "run-1-sgd"
+    wb.run(RunConfig(steps=2, out=str(tmp_path / "run-1-sgd")))
+    assert free_run_dir(tmp_path, "run-1-sgd") == tmp_path / "run-1-sgd-2"

@@ -153,6 +153,17 @@ class RunResult:
         return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments)
 
 
+def free_run_dir(parent: str | Path, name: str) -> Path:
+    """`parent/name`, or `parent/name-2`, `-3`, ... : the first that holds no run yet (a
+    second session writing into the same folder must not replace the first one's runs)."""
+    parent = Path(parent)
+    path, k = parent / name, 1
+    while (path / "summary.json").exists():
+        k += 1
+        path = parent / f"{name}-{k}"
+    return path
+
+
 def build_result(config: dict[str, Any], collector: Collector, *, status: str, wall_time_s: float,
                  workers: list[dict[str, Any]], extra: dict[str, Any] | None = None,
                  params: Any = None) -> RunResult:

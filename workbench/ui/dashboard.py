@@ -41,6 +41,7 @@ import pandas as pd
 from . import figures as F
 from .report import summary_table
 from ..config import ALGORITHMS, DATASET_NAMES, MODEL_NAMES, ConfigError, RunConfig
+from ..results import free_run_dir
 
 FLUSH_S = 0.25           # live plots redraw at most 4 times a second ...
 FLUSH_BUDGET = 0.03      # ... and spend at most ~3% of wall time redrawing (slow redraws back off)
@@ -526,7 +527,7 @@ class Dashboard:
         index = self._runs_started
         self._runs_started += 1
         if self.out is not None:
-            cfg = cfg.replace(out=str(self.out / f"run-{index + 1}-{cfg.algorithm}"))
+            cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
         state = _Run(index=index, config=cfg, total_steps=make_plan(cfg, preview_n_train(cfg)).total_steps,
                      live=F.LiveState(label=f"#{index + 1} {cfg.algorithm} P={_workers_of(cfg)} B={cfg.batch_size}",
                                       color=F.run_color(index), n_workers=_workers_of(cfg)))
