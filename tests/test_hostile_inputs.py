@@ -142,7 +142,8 @@ def test_error_messages_never_repr_a_huge_value():
     lambda: wb.run(None), lambda: wb.run(42), lambda: wb.run("config.yaml"), lambda: wb.run([("lr", 1)]),
     lambda: wb.run(RunConfig(), on_record=5), lambda: wb.run(RunConfig(), should_stop="no"),
     lambda: wb.run(RunConfig(algorithm="sync_sgd"), cluster=3.5), lambda: RunConfig.from_dict(None),
-], ids=["None", "int", "str", "list", "on_record", "should_stop", "cluster", "from_dict"])
+    lambda: wb.sweep(None), lambda: wb.load(None),
+], ids=["None", "int", "str", "list", "on_record", "should_stop", "cluster", "from_dict", "sweep", "load"])
 def test_api_wrong_types_raise_a_config_type_error(call):
     with pytest.raises(ConfigTypeError) as info:
         call()

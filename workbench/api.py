@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import os
 import time
 import warnings as _warnings
 from collections.abc import Mapping
@@ -94,10 +95,14 @@ def save(result: RunResult, directory: str | Path, overwrite: bool = False) -> P
 
 def load(directory: str | Path) -> RunResult:
     """Read a run directory."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ConfigTypeError("directory", "a run directory path", directory)
     return RunResult.load(directory)
 
 
 def sweep(config: RunConfig | dict, workers: Any = (1, 2, 4), mode: str = "strong", **kwargs: Any) -> Any:
     """Strong or weak scaling sweep over worker counts: see `workbench.sweep.sweep`."""
     from .sweep import sweep as _sweep
+    if not isinstance(config, (RunConfig, Mapping)):
+        raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
     return _sweep(config, workers=workers, mode=mode, **kwargs)
