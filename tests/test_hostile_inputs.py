@@ -412,10 +412,10 @@ def test_memory_is_checked_against_the_workers_own_limit():
     from workbench.engine import run
     client = make_cluster(cpus=2, gpus=0, memory_limit="400MiB", quiet=True)
     try:
-        cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="synthetic", n_samples=100_000, n_features=784,
+        cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="synthetic", n_samples=200_000, n_features=784,
                         steps=5)
         t0 = time.monotonic()
-        with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in a worker's memory \(400 MiB\)"):
+        with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in a worker's memory \(0.4 GiB\)"):
             run(cfg, cluster=client)
         assert time.monotonic() - t0 < 10
         assert not client.processing() or not any(client.processing().values())
