@@ -502,8 +502,8 @@ class _DaskRun:
         return any(e.get("event") == name for e in self.collector.rows.get("event", []))
 
     def _alive(self) -> set | None:
-        """Addresses of the live workers; None once the scheduler is gone (two failed asks
-        in a row, each bounded, or a client that has given up on it)."""
+        """Addresses of the live workers; None once the scheduler is gone (a failed ask
+        while the client's connection is down, or five failed asks in a row, each bounded)."""
         try:
             alive = set(self.client.nthreads(callback_timeout=LIVENESS_TIMEOUT_S))
             self._alive_failures = 0
@@ -511,7 +511,9 @@ class _DaskRun:
         except Exception as exc:
             self._alive_failures += 1
             self.scheduler_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-            if self._alive_failures >= 2 or self.client.status != "running":  # connection dropped too
+            # Gone: the client lost its connection, or the scheduler has not answered for
+            # ~10 s (a loaded machine can delay one answer past the timeout, not five).
+            if self.client.status != "running" or self._alive_failures >= 5:
                 return None
             return set(self.workers[r]["address"] for r in range(len(self.workers)))
 
