@@ -94,7 +94,7 @@ def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
     if resolved.exists():
         if not resolved.is_dir():
             raise ConfigError("out", "a directory to write the run into (this is an existing file)", text)
-        if not os.access(resolved, os.W_OK | os.X_OK):
+        if not os.access(resolved, os.W_OK | os.X_OK) or not _can_create_in(resolved):
             raise ConfigError("out", "a directory you can write to", text)
         if (resolved / "summary.json").exists() and not overwrite:
             raise ConfigError("out", "a directory that does not hold a run already (pass --overwrite, or "
@@ -105,9 +105,20 @@ def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise ConfigError("out", f"a path under a directory ({parent} is a file)", text)
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
         raise ConfigError("out", f"a path under a directory you can write to ({parent} is not writable)", text)
     return resolved
+
+
+def _can_create_in(directory: Path) -> bool:
+    """Whether a file can be made there: also catches a read-only filesystem, which
+    `os.access` does not report to root."""
+    import tempfile
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------------------ memory
