@@ -43,7 +43,7 @@ LIVENESS_S = 0.5          # how often the client checks that every worker is sti
 DONE_TIMEOUT_S = 5.0      # after the loops return, wait this long for their last records
 STOP_GRACE_S = 2.0        # after a stop request, loops must have ended within this
 RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
-LIVENESS_TIMEOUT_S = 2.0  # asking the scheduler which workers live; two failures: it is gone
+LIVENESS_TIMEOUT_S = 2.0  # bound on asking the scheduler which workers live (see _alive)
 CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 
