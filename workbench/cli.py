@@ -126,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:  # Ctrl-C while checking inputs: nothing had started, nothing to save
+        print("stopped: interrupted before the run started", file=sys.stderr)
+        return EXIT_FAILED
     parser.error(f"unknown command {args.command!r}")
     return EXIT_INVALID
 
