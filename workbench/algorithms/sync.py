@@ -50,18 +50,21 @@ class SpeedBalancer:
         self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
         self.speed_sum = [0.0] * ctx.size   # samples / compute_s, summed since the last change
         self.speed_n = 0
+        self.by_speed = ctx.config.split == "speed"
+        self._slices = split_batch(ctx.plan.batch_size, self.shares)   # cut again only when shares move
 
     def slices(self) -> list[tuple[int, int]]:
-        return split_batch(self.ctx.plan.batch_size, self.shares)
+        return self._slices
 
     def observe(self, times: list[float]) -> None:
-        if self.ctx.config.split != "speed":
+        if not self.by_speed:
             return
-        for r, (lo, hi) in enumerate(self.slices()):
+        for r, (lo, hi) in enumerate(self._slices):
             self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
         self.speed_n += 1
         if self.speed_n == REBALANCE_EVERY:
             self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
+            self._slices = split_batch(self.ctx.plan.batch_size, self.shares)
             self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
             if self.ctx.rank == 0:
                 self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
@@ -107,12 +110,16 @@ class SyncSGD(Algorithm):
     def read_scalars(self, total: Any, samples: int, compute_s: float) -> tuple[float, bool, float]:
         """(global loss, stop?, my wait_s) from the allreduced buffer; may rebalance."""
         n = self.n
-        tail = [float(v) for v in (total[n:].get() if hasattr(total, "get") else total[n:])]
+        tail = (total[n:].get() if hasattr(total, "get") else total[n:]).tolist()
         loss, stop, times = tail[0], tail[1] > 0, tail[2:]
         wait_s = max(0.0, max(times) - compute_s)  # idle while the slowest worker finishes
-        self.balancer.observe(times)
-        self.summary = self.balancer.summary()
+        if self.balancer.by_speed:
+            self.balancer.observe(times)
         return loss, stop, wait_s
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.balancer.summary()
 
     # -------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOut:
