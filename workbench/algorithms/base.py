@@ -70,12 +70,12 @@ class StepLog:
         """Every row so far, one array per field (LOG_FIELDS and "epoch")."""
         return self._columns(0, self.n, epoch_of)
 
-    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int = LIVE_ROWS) -> dict[str, list] | None:
+    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None) -> dict[str, list] | None:
         """The rows since the last batch, binned to at most `max_rows` (lists: cheap to
         serialise); None if there are none."""
         if self.n == self.sent:
             return None
-        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), max_rows)
+        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows)
         self.sent = self.n
         return {k: v.tolist() for k, v in cols.items()}
 

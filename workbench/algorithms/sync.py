@@ -7,11 +7,13 @@ sum is exactly the mean gradient over the whole batch: the same update single-pr
 SGD makes on batch B (up to float rounding of the split sums).
 
 The allreduced buffer carries a few scalars after the gradient (one message per step,
-not several): the weighted loss, rank 0's stop flag, and every worker's compute time,
-from which each worker derives the same new shares (deterministically, so every rank
-agrees without another message).
+not several): the weighted loss, rank 0's stop flag, every worker's compute time, from
+which each worker derives the same new shares (deterministically, so every rank agrees
+without another message), and every worker's busy time since the previous exchange
+ended (its step, and anything else it did, such as rank 0's evaluations). A worker's
+`wait_s` is the slowest worker's busy time less its own: idle, not communicating.
 
-    buffer = [ grad (n) | loss | stop | compute_s[0..P) ]
+    buffer = [ grad (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
 """
 from __future__ import annotations
 
@@ -84,9 +86,10 @@ class SyncSGD(Algorithm):
         self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
-        self.buf = ctx.comm_buffer(n + 2 + ctx.size, self.params.dtype)
+        self.buf = ctx.comm_buffer(n + 2 + 2 * ctx.size, self.params.dtype)
         self.balancer = SpeedBalancer(ctx)
         self.clock = timed(xp)
+        self.t_free: float | None = None   # when my last exchange and update ended (perf_counter)
 
     # the parts CGDP and sync_easgd reuse ------------------------------------------------
     def local_gradient(self, step: int) -> tuple[float, int, float]:
@@ -106,13 +109,17 @@ class SyncSGD(Algorithm):
         self.buf[n] = loss_w
         self.buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
         self.buf[n + 2 + ctx.rank] = compute_s
+        # busy since my last exchange ended (step 0: since the start barrier, time 0)
+        since = self.t_free if self.t_free is not None else ctx.t_start
+        self.busy = self.clock() - since if since is not None else compute_s
+        self.buf[n + 2 + ctx.size + ctx.rank] = self.busy
 
     def read_scalars(self, total: Any, samples: int, compute_s: float) -> tuple[float, bool, float]:
         """(global loss, stop?, my wait_s) from the allreduced buffer; may rebalance."""
-        n = self.n
+        n, size = self.n, self.ctx.size
         tail = (total[n:].get() if hasattr(total, "get") else total[n:]).tolist()
-        loss, stop, times = tail[0], tail[1] > 0, tail[2:]
-        wait_s = max(0.0, max(times) - compute_s)  # idle while the slowest worker finishes
+        loss, stop, times, busy = tail[0], tail[1] > 0, tail[2:2 + size], tail[2 + size:]
+        wait_s = max(0.0, max(busy) - self.busy)  # idle while the slowest worker finishes
         if self.balancer.by_speed:
             self.balancer.observe(times)
         return loss, stop, wait_s
@@ -140,7 +147,8 @@ class SyncSGD(Algorithm):
         else:
             t2 = self.clock()
             self.opt.step(self.params, total[:n], lr)
-            out.compute_s += self.clock() - t2       # the update is compute too
+            self.t_free = self.clock()
+            out.compute_s += self.t_free - t2        # the update is compute too
         return out
 
     def eval_params(self) -> Any:
