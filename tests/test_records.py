@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 
 import workbench.engine as engine
-from workbench.algorithms.base import Algorithm, StepLog
+from workbench.algorithms.base import Algorithm
 from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.engine import run, run_threads
 from workbench.optim import make_plan
 from workbench.reference import train_reference
-from workbench.results import LIVE_ROWS, Collector, RunResult, bin_steps, build_result, step_records
+from workbench.results import LIVE_ROWS, Collector, RunResult, StepLog, bin_steps, build_result, step_records
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 
@@ -131,7 +131,6 @@ def _check_live(batches, result):
 
 def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_path, monkeypatch):
     monkeypatch.setattr("workbench.results.LIVE_ROWS", 20)            # bins at test sizes
-    monkeypatch.setattr("workbench.algorithms.base.LIVE_ROWS", 20)
     cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=600, **BASE)
     batches, on_record = _live_checker()
     result = run_threads(cfg, on_record=on_record)

@@ -445,8 +445,8 @@ def verdict(table: pd.DataFrame, size: str, ours: str = "sync_sgd", margin: floa
     """One line: our synchronous efficiency against DDP's, each against its own limit.
 
     >>> t = pd.DataFrame({"what": ["sync_sgd", "PyTorch DDP (gloo)"], "vs_limit": [0.9, 0.6]})
-    >>> verdict(t, "teaching")
-    'teaching: sync_sgd 0.90 of our limit, DDP 0.60 of torch's: +0.30 (target +0.15: met)'
+    >>> print(verdict(t, "teaching"))
+    teaching: sync_sgd 0.90 of our limit, DDP 0.60 of torch's: +0.30 (target +0.15: met)
     """
     by = dict(zip(table["what"], table["vs_limit"]))
     if ours not in by or "PyTorch DDP (gloo)" not in by:

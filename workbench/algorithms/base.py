@@ -27,57 +27,9 @@ from ..backend import synchronize, to_numpy
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..optim import Plan
-from ..results import LIVE_ROWS, LOG_FIELDS, bin_steps, eval_record, event_record
+from ..results import StepLog, eval_record, event_record
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
-
-
-class StepLog:
-    """One worker's step records as rows of a preallocated float64 buffer.
-
-    `add` writes one row (LOG_FIELDS) in under a microsecond; the buffer doubles when
-    full. `live_batch` summarises the rows added since the previous batch (`bin_steps`),
-    `columns` hands over every row.
-
-    >>> log = StepLog(capacity=2)
-    >>> for k in range(3):
-    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0)
-    >>> log.n, log.columns(lambda s: s / 10)["epoch"].tolist()
-    (3, [0.1, 0.2, 0.3])
-    """
-
-    def __init__(self, capacity: int = 4096):
-        self.data = np.empty((max(2, capacity), len(LOG_FIELDS)), dtype=np.float64)   # (rows, fields)
-        self.n = 0       # rows written
-        self.sent = 0    # rows already summarised in a live batch
-
-    def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
-            comm_s: float, wait_s: float, staleness: float) -> None:
-        n = self.n
-        if n == self.data.shape[0]:
-            grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
-            grown[:n] = self.data
-            self.data = grown
-        self.data[n] = (step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
-        self.n = n + 1
-
-    def _columns(self, lo: int, hi: int, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
-        cols = {name: self.data[lo:hi, j].copy() for j, name in enumerate(LOG_FIELDS)}
-        cols["epoch"] = np.asarray(epoch_of(cols["step"] + 1), dtype=np.float64)
-        return cols
-
-    def columns(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
-        """Every row so far, one array per field (LOG_FIELDS and "epoch")."""
-        return self._columns(0, self.n, epoch_of)
-
-    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None) -> dict[str, list] | None:
-        """The rows since the last batch, binned to at most `max_rows` (lists: cheap to
-        serialise); None if there are none."""
-        if self.n == self.sent:
-            return None
-        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows)
-        self.sent = self.n
-        return {k: v.tolist() for k, v in cols.items()}
 
 
 @dataclass(slots=True)
