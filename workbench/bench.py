@@ -2,14 +2,15 @@
 
 For each model size (by default the teaching MLP 64-128-10 at batch 32 per worker, and
 the 535k-parameter MLP 784-512-256-10 at 128 per worker) it measures, on one cluster:
-- the no-exchange limit: every worker computing gradients and updates, never exchanging;
+- the no-exchange limit: every worker computing gradients and updates, never exchanging
+  (measured again right before and right after each entry, and averaged);
 - one parameter exchange: the shared-memory allreduce of the whole parameter vector;
 - each algorithm, through the engine, in steady state (the first 20% of its time dropped);
 - when torch is importable (an optional peer, never a dependency): torch's own
   no-exchange limit (the same MLP trained single-process in as many processes side by
   side), PyTorch DDP (gloo) on the same model and per-worker batch, and gloo's all_reduce
   of the same number of floats.
-Every throughput is divided by its own system's limit, measured right before it (a shared
+Every throughput is divided by its own system's limit, measured around it (a shared
 machine's speed drifts over a minute): absolute CPU numbers compare NumPy's BLAS with
 torch's, not the parallel machinery. A benchmark, not a test.
 
@@ -204,10 +205,11 @@ def _shm_exchange_entry(b: Bench) -> dict:
 def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
     def measure(b: Bench) -> dict:
         from .engine import run
-        here = b.measure_limit()
-        steps = max(50, int(b.args.seconds * here / (b.size.batch_per_worker * b.cpus)))
+        before = b.measure_limit()
+        steps = max(50, int(b.args.seconds * before / (b.size.batch_per_worker * b.cpus)))
         result = run(b.config(algorithm, steps), cluster=b.client)
-        return {"samples_per_s": steady_throughput(result.steps), "limit": here,
+        limit = (before + b.measure_limit()) / 2    # the limit just before and just after the run
+        return {"samples_per_s": steady_throughput(result.steps), "limit": limit,
                 "comm_fraction": result.summary["comm_fraction"], "status": result.status}
     return measure
 
@@ -247,10 +249,13 @@ def _torch_limit_entry(b: Bench) -> dict | None:
 
 
 def _ddp_entry(b: Bench) -> dict | None:
-    limit = b.torch_limit
-    got = _torch(b, "ddp") if limit else None
+    if not b.torch_limit:
+        return None
+    got = _torch(b, "ddp")
+    after = _torch(b, "limit")                      # torch's limit again, just after
     if got is None:
         return None
+    limit = (b.torch_limit + after["samples_per_s"]) / 2 if after else b.torch_limit
     return {"samples_per_s": got["samples_per_s"], "limit": limit}
 
 

@@ -126,6 +126,7 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
     try:
         return _loop(ctx)
     finally:
+        control.close()
         if hasattr(start, "close"):
             start.close()
         if hasattr(proxy, "close"):
