@@ -79,7 +79,7 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
                         X=X, y=y, comm=comm, server=server, shared=shared or {}, control=control,
                         emit=emit, t0_wall=t0_wall, extra=dict(extra or {}), start_barrier=start_barrier)
     spec = REGISTRY[config.algorithm]
-    if rank == 0 or spec.cls.evaluates == "trainers":
+    if rank == 0 or spec.cls.evaluates in ("trainers", "all"):
         ctx.evaluator = Evaluator(model, data, xp)
     ctx.extra["dataset"] = data
     return ctx

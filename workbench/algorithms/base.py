@@ -170,7 +170,7 @@ class Algorithm:
     """Base class: one instance per worker per run."""
 
     sync = True          # every worker must reach every step (a lost worker fails the run)
-    evaluates = "rank0"  # who evaluates: "rank0" or "trainers" (LTFB)
+    evaluates = "rank0"  # who evaluates: "rank0", "all" (every rank a share, same params) or "trainers" (LTFB)
     shm_server = True    # its server calls (pull/push/elastic/retire/centre) work on the shared-memory server
 
     def __init__(self, ctx: WorkerContext):
@@ -190,7 +190,17 @@ class Algorithm:
     def evaluate(self, step: int) -> None:
         """Periodic evaluation; LTFB overrides to evaluate every trainer."""
         ctx = self.ctx
-        if ctx.rank == 0 and ctx.evaluator is not None:
+        if self.evaluates == "all" and ctx.comm is not None and ctx.size > 1 and ctx.evaluator is not None:
+            # Every rank holds the same parameters: each scores its share of the evaluation
+            # sets and one small allreduce sums them, so nobody idles while rank 0 evaluates.
+            part = ctx.evaluator.partial(self.eval_params(), ctx.rank, ctx.size)
+            buf = ctx.xp.zeros(len(part), dtype=np.float32)
+            buf[:] = ctx.xp.asarray(part.astype(np.float32))
+            total = to_numpy(ctx.allreduce(buf))
+            if ctx.rank == 0:
+                scores = ctx.evaluator.from_partials(total.astype(np.float64))
+                ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
+        elif ctx.rank == 0 and ctx.evaluator is not None:
             scores = ctx.evaluator(self.eval_params())
             ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
 

@@ -180,6 +180,7 @@ class SyncEASGD(ElasticWorker):
     """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies."""
 
     sync = True
+    evaluates = "all"    # the centre is the same on every rank: the ranks share each evaluation
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)

@@ -78,6 +78,7 @@ class SpeedBalancer:
 
 class SyncSGD(Algorithm):
     sync = True
+    evaluates = "all"    # identical parameters everywhere: the ranks share each evaluation
 
     def __init__(self, ctx: WorkerContext, params: Any = None):
         super().__init__(ctx)
