@@ -3,7 +3,8 @@ and the committed files are clean (no outputs, no widget state, one `parameters`
 
 Like pytorch/examples, every lesson is also an integration test. Each quick run takes
 about half a minute on 2 CPU cores (a kernel, a local Dask cluster, a handful of short
-runs); they are not marked slow on purpose: CI runs them all.
+runs), so they are marked slow: `make test` (and CI) runs them all, `make test-fast`
+leaves them out.
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def test_no_function_is_defined_in_two_notebooks():
 
 
 # ------------------------------------------------------------------------------ quick runs
+@pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

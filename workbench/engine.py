@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import platforms
 from .algorithms import REGISTRY, AlgorithmSpec, WorkerContext, run_loop
 from .backend import get_xp
 from .comm.base import Emulated, ServerCore, ThreadControl, ThrottledControl, WorkerLost
@@ -203,10 +204,17 @@ def choose_comm(config: RunConfig, workers: list[dict]) -> str:
     one_host = len({w["host"] for w in workers}) == 1
     if config.comm == "shm" and not one_host:
         raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    if config.comm == "shm" and not platforms.shm_supported():
+        raise ConfigError("comm", "shm only where fcntl and POSIX shared memory exist (Linux, macOS); "
+                          "use auto or dask here", config.comm)
     if config.comm != "auto":
         return config.comm
     if all(w["kind"] == "gpu" for w in workers) and _nccl_available():
         return "nccl"
+    if one_host and not platforms.shm_supported():
+        platforms.note_once("no fcntl/POSIX shared memory on this platform: workers exchange through "
+                            "Dask instead of shared memory (same results, slower exchanges)")
+        return "dask"
     return "shm" if one_host else "dask"
 
 
@@ -240,6 +248,9 @@ class _DaskRun:
         from .cluster import workers_of
         self.workers = choose_workers(workers_of(client), config)
         size = len(self.workers)
+        if spec.shared and not platforms.shm_supported():
+            raise ConfigError("algorithm", f"{config.algorithm} shares one buffer in shared memory, which needs "
+                              "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
         if spec.same_host and len({w["host"] for w in self.workers}) > 1:
             raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                               f"these are on {sorted({w['host'] for w in self.workers})}", config.algorithm)
@@ -284,7 +295,8 @@ class _DaskRun:
             if spec.server is not None:
                 options = spec.server(config)
                 one_host = len({w["host"] for w in self.workers}) == 1
-                if one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True):
+                if (one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True)
+                        and platforms.shm_supported()):
                     # One host: a shared-memory server under a file lock, no event-loop round trip.
                     from .comm.shm import create_server_segment
                     self.segments["server"] = client.submit(

@@ -67,8 +67,15 @@ def load_experiment(path: str | Path) -> Experiment:
                       parameters=dict(data.get("parameters") or {}), quick_parameters=dict(data.get("quick_parameters") or {}))
 
 
-def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3") -> dict[str, Any]:
-    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}."""
+def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3",
+              progress: bool = True) -> dict[str, Any]:
+    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}.
+
+    With `progress`, papermill's bar counts the cells and what the notebook prints goes
+    to this process's stderr as it runs (the notebook's log).
+    """
+    import sys
+
     import papermill
 
     exp = load_experiment(path)
@@ -78,7 +85,9 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     executed = out / exp.notebook.name
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
-                                   cwd=str(exp.notebook.parent), progress_bar=False)
+                                   cwd=str(exp.notebook.parent), progress_bar=progress,
+                                   stdout_file=sys.stderr if progress else None,
+                                   stderr_file=sys.stderr if progress else None)
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(f"{exp.notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} "
                              f"(executed notebook: {executed})") from None

@@ -598,7 +598,7 @@ class Dashboard:
         from .. import api
         try:
             state.result = api.run(state.config, cluster=self.cluster, on_record=state.buffer.add,
-                                   should_stop=self._stop.is_set)
+                                   should_stop=self._stop.is_set, progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
         finally:
@@ -730,7 +730,7 @@ class Dashboard:
         from ..sweep import sweep
         try:
             table = sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
-                          should_stop=self._stop.is_set)
+                          should_stop=self._stop.is_set, progress=False)
             self.sweep_table = table
             self._last = table
             message = f"sweep done: {len(table)} run(s)"
@@ -798,7 +798,7 @@ def live_overhead(config: RunConfig, cluster: Any = None, repeats: int = 3) -> d
     plain, live, records, cpu_fraction = [], [], [], []
     dash = Dashboard(cluster=cluster, config=config)
     for _ in range(repeats):
-        plain.append(training_throughput(api.run(config, cluster=cluster)))
+        plain.append(training_throughput(api.run(config, cluster=cluster, progress=False)))
         dash.clear()
         cpu0 = time.process_time()
         if not dash.run():
