@@ -817,7 +817,9 @@ class _Downloader:
         bar = False
         if bars_allowed():
             from tqdm.auto import tqdm
-            bar = tqdm(total=0, desc=self.label, unit="B", unit_scale=True, unit_divisor=1024,
+            # total=1 until pooch sets the real one: a tqdm of total 0 is falsy, and pooch
+            # skips a falsy bar
+            bar = tqdm(total=1, desc=self.label, unit="B", unit_scale=True, unit_divisor=1024,
                        dynamic_ncols=True, leave=True)
         http = pooch.HTTPDownloader(progressbar=bar, timeout=_TIMEOUT_S,
                                     headers={"User-Agent": "workbench-data"})
