@@ -82,6 +82,8 @@ def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
     out = tmp_path / "out"
     proc = reproduce("experiments/sc17_easgd.yaml", "--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Executing" in proc.stderr and "cell/s" in proc.stderr   # papermill's progress bar
+    assert "[notebook] Executing notebook with kernel" in proc.stderr  # and the notebook's log
     exp = load_experiment(ROOT / "experiments" / "sc17_easgd.yaml")
 
     executed = out / "easgd_family.ipynb"

@@ -71,9 +71,11 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
               progress: bool = True) -> dict[str, Any]:
     """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}.
 
-    With `progress`, papermill's bar counts the cells and what the notebook prints goes
-    to this process's stderr as it runs (the notebook's log).
+    With `progress`, papermill's bar counts the cells, and papermill's log (each cell's
+    printed and text output, the notebook's warnings) goes to this process's stderr as
+    the notebook runs.
     """
+    import logging
     import sys
 
     import papermill
@@ -83,14 +85,23 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     out.mkdir(parents=True, exist_ok=True)
     params = {**exp.parameters, **(exp.quick_parameters if quick else {}), "quick": quick, "out_dir": str(out)}
     executed = out / exp.notebook.name
+    log, handler = logging.getLogger("papermill"), None
+    level = log.level
+    if progress and not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[notebook] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
-                                   cwd=str(exp.notebook.parent), progress_bar=progress,
-                                   stdout_file=sys.stderr if progress else None,
-                                   stderr_file=sys.stderr if progress else None)
+                                   cwd=str(exp.notebook.parent), progress_bar=progress, log_output=progress)
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(f"{exp.notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} "
                              f"(executed notebook: {executed})") from None
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+            log.setLevel(level)
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
     checks = []
     for check in exp.expected_shape:
