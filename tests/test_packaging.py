@@ -160,8 +160,8 @@ def test_binder_memory_settings_say_what_they_do():
     start = (ROOT / "binder" / "start").read_text()
     for key in ("target 0.60", "spill  0.70", "pause  0.80", "terminate 0.95"):   # distributed's defaults
         assert key in start
-    import distributed  # noqa: F401  (loads distributed's defaults into dask.config)
     import dask
+    import distributed  # noqa: F401  (loads distributed's defaults into dask.config)
     for name, documented in (("target", 0.6), ("spill", 0.7), ("pause", 0.8), ("terminate", 0.95)):
         assert dask.config.get(f"distributed.worker.memory.{name}") == documented, name
     assert "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET=False" in start

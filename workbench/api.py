@@ -1,8 +1,9 @@
 """The top-level calls: `run`, `load`, `sweep` (re-exported as `workbench.run` etc.)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .config import RunConfig
 from .results import OnRecord, RunResult

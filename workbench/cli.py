@@ -16,8 +16,9 @@ import json
 import sys
 import time
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from . import __version__
 from .config import ALGORITHMS, FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import sys
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
