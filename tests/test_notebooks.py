@@ -117,6 +117,11 @@ def test_notebook_runs_quick_on_a_real_kernel(path, tmp_path):
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    if "wb.run(" in path.read_text():   # wb.run draws its progress bar as a widget in the notebook
+        bars = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                and re.search(r"\d+(\.\d+)?/\d+(\.\d+)? (epochs|steps)", o["data"].get("text/plain", ""))]
+        assert bars, "wb.run showed no progress bar"
     run_dirs = sorted(p.parent for p in (out / "runs").rglob("summary.json"))
     assert run_dirs, "the notebook must save its runs under out_dir/runs/"
     for d in run_dirs:
