@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"parallel-workbench {__version__} (import package workbench)")
     # listed once, in DESCRIPTION's order, rather than again by argparse
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                prog="python -m workbench")
 
     run = sub.add_parser("run", help=COMMANDS["run"], formatter_class=fmt,
                          description="Train one run. Every RunConfig field is a flag; see the groups below.",
@@ -191,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "directory per count, sweep.csv and the scaling figure sweep.html.",
                            epilog=SWEEP_EXAMPLES)
     _add_config_flags(sweep)
-    sweep.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    sweep.add_argument("--workers", default="1,2",
+                       help="comma-separated worker counts, e.g. 1,2,4; speedup and efficiency are against the "
+                            "first (default: 1,2). --out is the sweep's folder: one run directory per count")
     sweep.add_argument("--mode", choices=["strong", "weak"], default="strong",
                        help="strong: the global batch stays fixed; weak: it grows with the workers")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
