@@ -17,6 +17,9 @@ chunks when m < P are fine):
 * all-gather, steps s = 0 .. P-2: rank r sends chunk (r + 1 - s) mod P on and stores the
   chunk (r - s) mod P arriving from its left.
 
+With P = 2 the two ranks instead swap whole buffers in one step: the same bytes as the
+ring (m each way), half the latency.
+
 Each rank sends and receives 2 (P-1) messages of about m / P elements: 2 m (P-1) / P
 elements each way per allreduce, whatever P (the star through one actor moved P m in and
 P m out of the actor's worker).
@@ -24,9 +27,9 @@ P m out of the actor's worker).
 Summation order (deterministic, independent of timing): chunk c is summed starting at rank
 c and going up the ring, ``((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c-1}`` (indices mod P).
 Chunk 0 is exactly the rank-order sum; the others are rank-order sums rotated to start
-at rank c, equal to it to float rounding. For P = 2 every chunk is bitwise the rank-order
-sum (a + b == b + a in IEEE arithmetic), hence bitwise the shared-memory allreduce's
-result. Every rank ends with bitwise the same values: the all-gather copies, it does not
+at rank c, equal to it to float rounding. For P = 2 (the swap) both ranks compute
+x_0 + x_1: bitwise the rank-order sum, hence the shared-memory allreduce's result (and
+`ring_order_sum` agrees, since a + b == b + a in IEEE arithmetic). Every rank ends with bitwise the same values: the all-gather copies, it does not
 add.
 
 Failures never hang: a neighbour whose process dies closes its connection (the reader
@@ -141,7 +144,14 @@ class RingComm:
         self.key = f"{ring}/{rank}"
         self.out: Any = None               # the connection to the right neighbour (opened at first use)
         self.inbox: asyncio.Queue | None = None
-        self.work = np.empty(0, np.float32)
+        # Two working buffers, used in turn. A send only queues a view of the buffer (the
+        # comm layer does not copy it), so a buffer must not change until the neighbour has
+        # it. Within a call that holds: a chunk is only overwritten once its complete sum
+        # has come round the ring, which needed the neighbour to have read what this rank
+        # sent of it. Across calls, call k+2 reuses call k's buffer, and finishing call k+1
+        # needed the right neighbour's part of it, sent after the neighbour had all of call k.
+        self.bufs = [np.empty(0, np.float32), np.empty(0, np.float32)]
+        self.calls = 0
         self.broken = ""                   # why the ring cannot be used any more
         self.sent_bytes = 0                # payload bytes this rank has sent, for the benchmark
 
@@ -149,12 +159,15 @@ class RingComm:
     def allreduce(self, buf: Any) -> np.ndarray:
         """The sum, as a buffer this comm owns: valid until the next call. `buf` is left as it is."""
         buf = np.asarray(buf)
-        if self.work.shape != buf.shape or self.work.dtype != buf.dtype:
-            self.work = np.empty_like(buf)
-        np.copyto(self.work, buf)
-        if self.size > 1:
-            self._run(self._allreduce(self.work))
-        return self.work
+        i = self.calls % 2
+        self.calls += 1
+        if self.bufs[i].shape != buf.shape or self.bufs[i].dtype != buf.dtype:
+            self.bufs[i] = np.empty_like(buf)
+        work = self.bufs[i]
+        np.copyto(work, buf)
+        if self.size == 1:
+            return work
+        return self._run(self._allreduce(work))
 
     def barrier(self) -> None:
         self.allreduce(np.zeros(1, dtype=np.float32))
@@ -171,15 +184,14 @@ class RingComm:
         self.out = None
         self.loop.call_soon_threadsafe(_BOXES.pop, self.key, None)
 
-    def _run(self, coro: Any) -> None:
+    def _run(self, coro: Any) -> Any:
         if self.broken:
             coro.close()
             raise WorkerLost(self.broken)
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         while True:
             try:
-                fut.result(timeout=ABORT_POLL_S)
-                return
+                return fut.result(timeout=ABORT_POLL_S)
             except (TimeoutError, concurrent.futures.TimeoutError):
                 if self.control is not None and self.control.aborted():
                     fut.cancel()
@@ -216,11 +228,19 @@ class RingComm:
             raise WorkerLost(msg.reason)
         return msg["d"]
 
-    async def _allreduce(self, work: np.ndarray) -> None:
+    async def _allreduce(self, work: np.ndarray) -> np.ndarray:
         try:
             if self.out is None:
                 await self._connect()
             p, r = self.size, self.rank
+            if p == 2:                                       # swap whole buffers
+                await self._send(work)
+                other = await self._receive()
+                if not other.flags.writeable:
+                    other = other.copy()
+                # x_0 + x_1 on both ranks; the sum goes into the received array, since
+                # `work` may still be on its way to the neighbour
+                return np.add(work, other, out=other) if r == 0 else np.add(other, work, out=other)
             bounds = chunk_bounds(work.shape[0], p)
             for s in range(p - 1):                           # reduce-scatter
                 lo, hi = bounds[(r - s) % p]
@@ -233,6 +253,7 @@ class RingComm:
                 await self._send(work[lo:hi])
                 lo, hi = bounds[(r - s) % p]
                 work[lo:hi] = await self._receive()
+            return work
         except WorkerLost as exc:
             await self._tell_right(str(exc))
             raise
