@@ -158,3 +158,62 @@ def _wait_for_absent_peer(ring, peers):
     finally:
         comm.close()
     return {"error": None, "seconds": time.time() - t0}
+
+
+# ------------------------------------------------------------------ through the engine
+BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=60, lr=0.1, seed=2)
+
+
+def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
+    from workbench.config import RunConfig
+    from workbench.engine import run
+    from workbench.reference import train_reference
+    cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=30, comm="dask", momentum=0.9, **BASE)
+    ref = train_reference(cfg.replace(algorithm="sgd"))
+    a, b = run(cfg, cluster=client3), run(cfg, cluster=client3)
+    assert a.status == b.status == "completed", a.summary.get("errors")
+    assert a.summary["comm"] == "dask"
+    np.testing.assert_allclose(a.params, ref.params, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(a.steps[a.steps.worker == 0]["loss"], ref.steps["loss"], rtol=1e-5)
+    assert np.array_equal(a.params, b.params)                  # deterministic: bitwise repeatable
+    on_shm = run(cfg.replace(comm="shm"), cluster=client3)
+    np.testing.assert_allclose(a.params, on_shm.params, rtol=0, atol=1e-6)
+    two = run(cfg.replace(cpus=2), cluster=client3)            # P=2: bitwise the shared-memory sum
+    assert np.array_equal(two.params, run(cfg.replace(cpus=2, comm="shm"), cluster=client3).params)
+
+
+@pytest.mark.slow
+def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
+    import threading
+
+    from workbench.cluster import workers_of
+    from workbench.config import RunConfig
+    from workbench.engine import run
+    victim = workers_of(client3)[2]
+    progress, box = threading.Event(), {}
+
+    def on_record(records):
+        if any(r["kind"] == "step" and r["worker"] == 2 for r in records):
+            progress.set()
+
+    cfg = RunConfig(algorithm="sync_sgd", cpus=3, epochs=5000, comm="dask", **BASE)
+    t = threading.Thread(target=lambda: box.setdefault("result", run(cfg, cluster=client3, on_record=on_record)))
+    t.start()
+    assert progress.wait(60)
+    time.sleep(0.3)
+    t_kill = time.time()
+    os.kill(victim["pid"], signal.SIGKILL)
+    t.join(120)
+    assert not t.is_alive()
+    ended = time.time() - t_kill
+    client3.wait_for_workers(3, timeout=180)
+    result = box["result"]
+    assert result.status == "failed"
+    assert any(e["event"] == "worker_lost" and victim["name"] in e["message"] for e in result.events)
+    aborted = [e["message"] for e in result.events if e["event"] == "aborted"]
+    # the survivors' ring saw it first (the run's abort flag, polled, is the slower backstop)
+    named = [m for m in aborted if f"rank 2 ({victim['address']}) is gone" in m]
+    assert len(aborted) == 2 and named, aborted
+    assert all(m in named or "allreduce aborted" in m for m in aborted), aborted
+    assert ended < 30, ended
+    assert len(result.steps) > 0
