@@ -116,6 +116,8 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
         from .comm.shm import ShmServer
         s = run["server_shm"]
         proxy = ShmServer(s["segment"], s["lock"], run["n_params"], size, control=control, **s["options"])
+    if run.get("host_shm"):  # a custom master in shared memory (cgdp on one host)
+        proxy = run["host_shm"]["cls"](rank=rank, size=size, control=control, **run["host_shm"]["kwargs"])
 
     def emit(records: list[dict]) -> None:
         worker.log_event(run["topic"], records)
@@ -301,11 +303,22 @@ class _DaskRun:
                     server_kind = "actor"
             if spec.host is not None:
                 hs = spec.host(config, size, model, params0)
-                cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
-                where = cpus[0] if hs.get("prefer") == "cpu" and cpus else addr0
-                server = self._actor(hs["actor"], *hs["args"], where=where, **hs["kwargs"])
-                run_info["proxy"] = hs["proxy"]
-                run_info["host_address"] = where
+                one_host = len({w["host"] for w in self.workers}) == 1
+                if hs.get("shm") and one_host and config.comm in ("auto", "shm"):
+                    # One host: the master in shared memory, updated by the workers themselves.
+                    sh = hs["shm"]
+                    self.segments["master"] = client.submit(sh["create"], f"wb{self.run_id}m", *sh["args"],
+                                                            workers=[addr0], pure=False).result()
+                    self.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{self.run_id}.lock")
+                    run_info["host_shm"] = {"cls": sh["cls"], "kwargs": {
+                        **sh["kwargs"], "segment": self.segments["master"], "lock_path": self.lock_path}}
+                    server_kind = "shm"
+                else:
+                    cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
+                    where = cpus[0] if hs.get("prefer") == "cpu" and cpus else addr0
+                    server = self._actor(hs["actor"], *hs["args"], where=where, **hs["kwargs"])
+                    run_info["proxy"] = hs["proxy"]
+                    run_info["host_address"] = where
             client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
             run_info["t0_wall"] = t0 = time.time()
             futures = [client.submit(_worker_main, run_info, rank, w["address"], server,
