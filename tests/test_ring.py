@@ -182,6 +182,18 @@ def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
     assert np.array_equal(two.params, run(cfg.replace(cpus=2, comm="shm"), cluster=client3).params)
 
 
+@pytest.mark.parametrize("algorithm, extra", [("sync_easgd", {"tau": 2}), ("ltfb", {"trainers": 1}),
+                                               ("ltfb", {"trainers": 3})])
+def test_every_allreduce_user_runs_over_the_ring(client3, algorithm, extra):
+    """sync_easgd's centre and LTFB's group collectives (one ring of 3, or three of 1)."""
+    from workbench.config import RunConfig
+    from workbench.engine import run
+    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=24, comm="dask", **{**BASE, **extra})
+    ring, shm = run(cfg, cluster=client3), run(cfg.replace(comm="shm"), cluster=client3)
+    assert ring.status == shm.status == "completed", ring.summary.get("errors")
+    np.testing.assert_allclose(ring.params, shm.params, rtol=0, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
     import threading

@@ -229,7 +229,7 @@ class ChunkMasterProxy:
 
 # ------------------------------------------------------------------ the master in shared memory
 # Segment layout: int64 header | int64 arrivals per chunk | float64 outcome | float32 arrays
-H_COMPLETED, H_STOP, H_CHUNKS_DONE, N_HEADER = 0, 1, 2, 8   # header slots
+H_COMPLETED, H_STOP, H_FINAL_DONE, N_HEADER = 0, 1, 2, 8    # header slots
 F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
 
 
@@ -269,18 +269,21 @@ class ShmChunkMaster:
 
     The master weights, the velocity and one slot row per worker live in one segment.
     A worker writes its weighted chunk into its row and counts itself in under a kernel
-    file lock (as `ShmServer`); the worker that completes a chunk sums the rows in rank
+    file lock (as `ShmServer`). The worker that completes a chunk sums the rows in rank
     order and updates that chunk of the master weights, while the others go on with
     their backward pass: the aggregation still overlaps with the remaining backward
-    work, as in the paper, now without a round trip through another process's event
-    loop. The one that completes the last chunk of the step publishes the step's
-    outcome (loss summed in rank order, stop flag, every worker's compute time, the
-    step's duration). Every worker keeps its own `ChunkTuner`, fed the same durations,
-    so all agree on the next step's chunking without a message.
+    work, as in the paper, without a round trip through another process's event loop.
+    The final chunk (the first layers, every worker's last push) has no backward work
+    left to hide behind, so all workers complete it together, each summing and updating
+    its own column block, like the shared-memory allreduce; the last to finish publishes
+    the step's outcome (loss summed in rank order, stop flag, every worker's compute
+    time, the step's duration). Every worker keeps its own `ChunkTuner`, fed the same
+    durations, so all agree on the next step's chunking without a message.
 
-    Why nothing is overwritten too early: a worker's next pushes follow its fetch, and
-    no chunk of step s+1 can complete (changing weights or outcome) before every worker
-    has pushed into it, so after every worker has fetched step s.
+    Why nothing is overwritten too early: a worker pushes its final chunk only after
+    completing any chunk it had to, so the step is whole once every block of the final
+    chunk is done; and a worker's next pushes follow its fetch, so no chunk of step s+1
+    can complete (changing weights or outcome) before every worker has fetched step s.
     """
 
     def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
@@ -298,7 +301,7 @@ class ShmChunkMaster:
         self.opt = SGD(n, np, np.float32, 0.0, nesterov, weight_decay)
         if momentum > 0:  # the velocity is master state: shared, not per worker
             self.opt.momentum, self.opt.velocity = momentum, v["velocity"]
-        self.total = np.empty(n, np.float32)   # scratch for the chunks this worker completes
+        self.total = np.empty(n, np.float32)   # scratch for the sums this worker makes
         self.tuner = ChunkTuner(chunk_layers, len(self.groups))
         self._chunking()
         self.chunk_history: list[int] = []
@@ -315,54 +318,12 @@ class ShmChunkMaster:
         finally:
             fcntl.flock(self.lockfile, fcntl.LOCK_UN)
 
-    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
-        i = self.index[(lo, hi)]
-        self.slots[rank, lo:hi] = grad
-        if compute_s is not None:            # the worker's last chunk carries its loss and time
-            self.loss_w[rank], self.compute_s[rank] = loss_w, compute_s
-        if stop:                             # rank 0's first chunk: before any chunk can complete
-            self.header[H_STOP] = step
-
-        def arrive() -> bool:
-            self.arrivals[i] += 1
-            if self.arrivals[i] < self.size:
-                return False
-            self.arrivals[i] = 0
-            return True
-        if not self._locked(arrive):
-            return
-        total = self.total[lo:hi]            # this worker completes the chunk: rank order, deterministic
-        np.copyto(total, self.slots[0, lo:hi])
-        for r in range(1, self.size):
-            total += self.slots[r, lo:hi]
-        if self.header[H_STOP] != step:      # a stopped step changes nothing
-            self.opt.step_chunk(self.x, total, lr, lo, hi)
-
-        def chunk_done() -> bool:
-            self.header[H_CHUNKS_DONE] += 1
-            if self.header[H_CHUNKS_DONE] < len(self.index):
-                return False
-            self.header[H_CHUNKS_DONE] = 0
-            return True
-        if self._locked(chunk_done):
-            loss = 0.0
-            for r in range(self.size):
-                loss += float(self.loss_w[r])
-            now = time.perf_counter()
-            f = self.floats
-            f[F_LOSS], f[F_STOP] = loss, float(self.header[H_STOP] == step)
-            f[F_STEP_S], f[F_LAST_DONE] = now - f[F_LAST_DONE], now
-            self.times[:] = self.compute_s
-            self.header[H_COMPLETED] = step  # publishes the step (written last)
-
-    def wait_sent(self) -> None:
-        pass  # pushes are complete when they return
-
-    def fetch(self, step: int):
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        """Spin, then sleep, until `ready()`; an aborted run ends the wait."""
         from ..comm.base import WorkerLost
         from ..comm.shm import ABORT_POLL_S, SLEEP_S, SPIN
         spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
-        while self.header[H_COMPLETED] < step:
+        while not ready():
             spins += 1
             if spins < SPIN:
                 os.sched_yield()
@@ -371,7 +332,62 @@ class ShmChunkMaster:
                 if time.perf_counter() > deadline:
                     deadline = time.perf_counter() + ABORT_POLL_S
                     if self.control is not None and self.control.aborted():
-                        raise WorkerLost("cgdp fetch aborted: a peer is gone")
+                        raise WorkerLost("cgdp master aborted: a peer is gone")
+
+    def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
+        """Sum every worker's rows of [lo, hi) in rank order, and update the master there."""
+        total = self.total[lo:hi]
+        np.copyto(total, self.slots[0, lo:hi])
+        for r in range(1, self.size):
+            total += self.slots[r, lo:hi]
+        if self.header[H_STOP] != step:      # a stopped step changes nothing
+            self.opt.step_chunk(self.x, total, lr, lo, hi)
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        i = self.index[(lo, hi)]
+        final = i == len(self.index) - 1
+        self.slots[rank, lo:hi] = grad
+        if compute_s is not None:            # the worker's last chunk carries its loss and time
+            self.loss_w[rank], self.compute_s[rank] = loss_w, compute_s
+        if stop:                             # rank 0's first chunk: before any chunk can complete
+            self.header[H_STOP] = step
+
+        def arrive() -> bool:
+            self.arrivals[i] += 1
+            if final or self.arrivals[i] < self.size:
+                return False
+            self.arrivals[i] = 0             # complete: the next arrival is next step's
+            return True
+        if self._locked(arrive):
+            self._reduce(step, lo, hi, lr)   # this worker completes the chunk
+        if not final:
+            return
+        self._wait(lambda: self.arrivals[i] == self.size)
+        m, r, p = hi - lo, self.rank, self.size
+        self._reduce(step, lo + r * m // p, lo + (r + 1) * m // p, lr)   # my block of the final chunk
+
+        def block_done() -> bool:
+            self.header[H_FINAL_DONE] += 1
+            if self.header[H_FINAL_DONE] < self.size:
+                return False
+            self.header[H_FINAL_DONE] = self.arrivals[i] = 0
+            return True
+        if self._locked(block_done):         # the step is whole: publish it
+            loss = 0.0
+            for q in range(self.size):
+                loss += float(self.loss_w[q])
+            now = time.perf_counter()
+            f = self.floats
+            f[F_LOSS], f[F_STOP] = loss, float(self.header[H_STOP] == step)
+            f[F_STEP_S], f[F_LAST_DONE] = now - f[F_LAST_DONE], now
+            self.times[:] = self.compute_s
+            self.header[H_COMPLETED] = step  # written last
+
+    def wait_sent(self) -> None:
+        pass  # pushes are complete when they return
+
+    def fetch(self, step: int):
+        self._wait(lambda: self.header[H_COMPLETED] >= step)
         f = self.floats
         x, loss, stop, times = self.x.copy(), float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
         used = self.tuner.current
@@ -384,10 +400,10 @@ class ShmChunkMaster:
         return list(self.chunk_history)
 
     def close(self) -> None:
+        from ..comm.shm import _OWNED
         self.lockfile.close()
         del self.header, self.arrivals, self.floats, self.x, self.slots, self.times, self.loss_w, self.compute_s
         self.opt.velocity = None
-        from ..comm.shm import _OWNED
         if self.shm.name not in _OWNED:
             self.shm.close()
 
