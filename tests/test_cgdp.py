@@ -121,10 +121,14 @@ def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps
         for k, (lo, hi) in enumerate(chunks):
             time.sleep(rng.random() * 2e-3)              # arrival orders differ from step to step
             last = k == len(chunks) - 1
-            master.push(step, rank, lo, hi, g[lo:hi], 0.05, 0.25 * (rank + 1) if last else 0.0,
+            grad = g[lo:hi]
+            if rank % 2:                                   # odd ranks write straight into their row
+                master.slot(rank, lo, hi)[:] = grad
+                grad = None
+            master.push(step, rank, lo, hi, grad, 0.05, 0.25 * (rank + 1) if last else 0.0,
                         rank == 0 and step == stop_at and k == 0, 0.001 * (rank + 1) if last else None)
         x, loss, stop, chunking, times = master.fetch(step)
-        seen.append((x, loss, stop, chunking, times))
+        seen.append((x.copy(), loss, stop, chunking, times))
     out_q.put((rank, seen, master.history()))
     master.close()
 

@@ -302,6 +302,7 @@ class ShmChunkMaster:
         if momentum > 0:  # the velocity is master state: shared, not per worker
             self.opt.momentum, self.opt.velocity = momentum, v["velocity"]
         self.total = np.empty(n, np.float32)   # scratch for the sums this worker makes
+        self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
         self.tuner = ChunkTuner(chunk_layers, len(self.groups))
         self._chunking()
         self.chunk_history: list[int] = []
@@ -346,7 +347,8 @@ class ShmChunkMaster:
     def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
         i = self.index[(lo, hi)]
         final = i == len(self.index) - 1
-        self.slots[rank, lo:hi] = grad
+        if grad is not None:                 # None: already written through `slot`
+            self.slots[rank, lo:hi] = grad
         if compute_s is not None:            # the worker's last chunk carries its loss and time
             self.loss_w[rank], self.compute_s[rank] = loss_w, compute_s
         if stop:                             # rank 0's first chunk: before any chunk can complete
@@ -383,13 +385,20 @@ class ShmChunkMaster:
             self.times[:] = self.compute_s
             self.header[H_COMPLETED] = step  # written last
 
+    def slot(self, rank: int, lo: int, hi: int) -> np.ndarray:
+        """Where `rank`'s weighted gradient of [lo, hi) goes: write it there, push None."""
+        return self.slots[rank, lo:hi]
+
     def wait_sent(self) -> None:
         pass  # pushes are complete when they return
 
     def fetch(self, step: int):
+        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch), the
+        step's loss and stop flag, the next step's chunking and every worker's compute time."""
         self._wait(lambda: self.header[H_COMPLETED] >= step)
         f = self.floats
-        x, loss, stop, times = self.x.copy(), float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
+        np.copyto(self.fetched, self.x)
+        x, loss, stop, times = self.fetched, float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
         used = self.tuner.current
         self.chunk_history.append(used)
         if self.tuner.observe(float(f[F_STEP_S])) != used:
@@ -441,7 +450,7 @@ class CGDP(Algorithm):
             if start == 0:          # the final chunk carries the loss, known on return
                 held.append((0, starts[0]))
                 return
-            self.master.push(step, ctx.rank, start, starts[start], to_numpy(self.grad[start:starts[start]]) * w,
+            self.master.push(step, ctx.rank, start, starts[start], self._weighted(start, starts[start], w),
                              lr, 0.0, stop and first[0])
             first[0] = False
 
@@ -449,7 +458,7 @@ class CGDP(Algorithm):
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad, on_grad_ready=ready)
         t1 = self.clock()
         for lo, hi in held:  # the last chunk also reports this worker's compute time
-            self.master.push(step, ctx.rank, lo, hi, to_numpy(self.grad[lo:hi]) * w, lr, loss * w,
+            self.master.push(step, ctx.rank, lo, hi, self._weighted(lo, hi, w), lr, loss * w,
                              stop and first[0], t1 - t0)
         self.master.wait_sent()
         params, gloss, gstop, chunking, times = self.master.fetch(step)
@@ -463,6 +472,15 @@ class CGDP(Algorithm):
         elif not math.isfinite(gloss):
             out.stop = "diverged"
         return out
+
+    def _weighted(self, lo: int, hi: int, w: float) -> np.ndarray | None:
+        """My weighted gradient of [lo, hi) on the host: written straight into a
+        shared-memory master's row (then None is pushed), else a new array."""
+        slot = getattr(self.master, "slot", None)
+        if slot is None:
+            return to_numpy(self.grad[lo:hi]) * w
+        np.multiply(to_numpy(self.grad[lo:hi]), w, out=slot(self.ctx.rank, lo, hi))
+        return None
 
     def eval_params(self) -> Any:
         return self.params
