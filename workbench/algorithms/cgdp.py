@@ -466,7 +466,10 @@ class CGDP(Algorithm):
         self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
         self.chunks = chunk_bounds(self.groups, chunking)
-        out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1)
+        # the part of the fetch spent waiting for the slowest worker's compute (as sync_sgd)
+        wait_s = min(max(0.0, max(times) - (t1 - t0)), t2 - t1)
+        out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s,
+                      wait_s=wait_s)
         if gstop:
             out.stop = "stopped"
         elif not math.isfinite(gloss):
