@@ -174,15 +174,15 @@ class RingComm:
 
     def close(self) -> None:
         """Close the connection to the right neighbour and drop this rank's inbox."""
-        if self.out is not None and not self.broken:
-            try:
+        try:  # the worker (and its loop) may be shutting down: nothing left to tidy then
+            if self.out is not None and not self.broken:
                 asyncio.run_coroutine_threadsafe(self.out.close(), self.loop).result(timeout=5)
-            except Exception:
-                pass
-        elif self.out is not None:
-            self.loop.call_soon_threadsafe(self.out.abort)
+            elif self.out is not None:
+                self.loop.call_soon_threadsafe(self.out.abort)
+            self.loop.call_soon_threadsafe(_BOXES.pop, self.key, None)
+        except Exception:
+            pass
         self.out = None
-        self.loop.call_soon_threadsafe(_BOXES.pop, self.key, None)
 
     def _run(self, coro: Any) -> Any:
         if self.broken:
