@@ -85,6 +85,10 @@ async def _serve(comm: Any, key: str, src: int, src_address: str) -> None:
         box.put_nowait(_Closed(f"rank {src} ({src_address}) is gone: its ring connection closed ({type(exc).__name__})"))
 
 
+async def _close(comm: Any) -> None:
+    await comm.close()   # a tornado coroutine: wrapped, since run_coroutine_threadsafe wants a native one
+
+
 def install(dask_worker: Any) -> None:
     """Register the ring's receiving handler on a worker (via `Client.run`; idempotent)."""
     dask_worker.handlers.setdefault(HANDLER, _serve)
@@ -176,7 +180,7 @@ class RingComm:
         """Close the connection to the right neighbour and drop this rank's inbox."""
         try:  # the worker (and its loop) may be shutting down: nothing left to tidy then
             if self.out is not None and not self.broken:
-                asyncio.run_coroutine_threadsafe(self.out.close(), self.loop).result(timeout=5)
+                asyncio.run_coroutine_threadsafe(_close(self.out), self.loop).result(timeout=5)
             elif self.out is not None:
                 self.loop.call_soon_threadsafe(self.out.abort)
             self.loop.call_soon_threadsafe(_BOXES.pop, self.key, None)
