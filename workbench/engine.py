@@ -105,7 +105,8 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
         comm = ShmComm(run["segments"][f"comm{gi}"], grank, gsize, run["comm_elems"], control=control)
     elif run["comm"] == "dask":
         from .comm.ring import RingComm
-        comm = RingComm(f"{run['run_id']}/{gi}", grank, gsize, [run["addresses"][r] for r in ranks], control=control)
+        comm = RingComm(f"{run['run_id']}/{gi}", grank, gsize, [run["addresses"][r] for r in ranks],
+                        control=control)
     elif run["comm"] == "nccl":
         from .comm.nccl import NcclComm
         comm = NcclComm(run["nccl_id"][gi], grank, gsize)

@@ -29,8 +29,8 @@ c and going up the ring, ``((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c-1}`` (indice
 Chunk 0 is exactly the rank-order sum; the others are rank-order sums rotated to start
 at rank c, equal to it to float rounding. For P = 2 (the swap) both ranks compute
 x_0 + x_1: bitwise the rank-order sum, hence the shared-memory allreduce's result (and
-`ring_order_sum` agrees, since a + b == b + a in IEEE arithmetic). Every rank ends with bitwise the same values: the all-gather copies, it does not
-add.
+`ring_order_sum` agrees, since a + b == b + a in IEEE arithmetic). Every rank ends with
+bitwise the same values: the all-gather copies, it does not add.
 
 Failures never hang: a neighbour whose process dies closes its connection (the reader
 sees it at once), a failed send names the rank it was for, and a rank that gives up
@@ -82,7 +82,8 @@ async def _serve(comm: Any, key: str, src: int, src_address: str) -> None:
                 return
             box.put_nowait(msg)
     except Exception as exc:  # CommClosedError, OSError: the left neighbour is gone or left
-        box.put_nowait(_Closed(f"rank {src} ({src_address}) is gone: its ring connection closed ({type(exc).__name__})"))
+        box.put_nowait(_Closed(f"rank {src} ({src_address}) is gone: "
+                               f"its ring connection closed ({type(exc).__name__})"))
 
 
 async def _close(comm: Any) -> None:
@@ -110,8 +111,10 @@ def ring_order_sum(parts: list[np.ndarray]) -> np.ndarray:
 
     >>> parts = [np.array([1e8, 1.0, 3.0], np.float32), np.array([1.0, -1e8, 1.0], np.float32),
     ...          np.array([-1e8, 1e8, 1.0], np.float32)]
-    >>> ring_order_sum(parts).tolist()   # chunk 1 starts at rank 1: (1 + -1e8) + 1e8 = 0
-    [0.0, 0.0, 5.0]
+    >>> ring_order_sum(parts).tolist()   # element 1 starts at rank 1: (-1e8 + 1e8) + 1 = 1
+    [0.0, 1.0, 5.0]
+    >>> float((parts[0][1] + parts[1][1]) + parts[2][1])   # in rank order 1 is lost in -1e8
+    0.0
     """
     size, m = len(parts), parts[0].shape[0]
     out = np.empty_like(parts[0])
