@@ -88,6 +88,13 @@ def test_chunks_cover_the_buffer():
             assert max(hi - lo for lo, hi in b) - min(hi - lo for lo, hi in b) <= 1
 
 
+def test_doctests():
+    import doctest
+
+    from workbench.comm import ring
+    assert doctest.testmod(ring).failed == 0
+
+
 def _ring_until_lost(ring, rank, size, peers, die_after):
     """Allreduce until the ring breaks; rank `size - 1` kills its own process after a few rounds."""
     from workbench.comm.ring import RingComm
