@@ -317,7 +317,7 @@ class _DaskRun:
             if spec.host is not None:
                 hs = spec.host(config, size, model, params0)
                 one_host = len({w["host"] for w in self.workers}) == 1
-                if hs.get("shm") and one_host and config.comm in ("auto", "shm"):
+                if hs.get("shm") and one_host and config.comm in ("auto", "shm") and platforms.shm_supported():
                     # One host: the master in shared memory, updated by the workers themselves.
                     sh = hs["shm"]
                     self.segments["master"] = client.submit(sh["create"], f"wb{self.run_id}m", *sh["args"],
