@@ -37,6 +37,21 @@ NEW_VALUES = {
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
     "seed": (5, 5),
+    "n_features": (32, 32),
+    "n_classes": (3, 3),
+    "data_dir": ("/tmp/wb-data", "/tmp/wb-data"),
+    "download": (True, True),
+    "scheduler": ("tcp://127.0.0.1:8786", "tcp://127.0.0.1:8786"),
+    "comm": ("dask", "dask"),
+    "weight_decay": (0.001, 0.001),
+    "tournament_size": (64, 64),
+    "trainer_lrs": ("0.1, 0.2,0.3", [0.1, 0.2, 0.3]),
+    "lr_spread": (2.0, 2.0),
+    "exchange_state": (True, True),
+    "chunk_layers": (2, 2),
+    "split": ("speed", "speed"),
+    "steps": (100, 100),
+    "eval_every": (10, 10),
 }
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
@@ -62,19 +77,60 @@ def test_every_control_maps_onto_a_config_field(dash):
         dash.controls[name].value = value
         assert getattr(dash.config, CONTROL_FIELDS[name]) == expected, name
         assert dash.controls[name].description == name
-    # fields without a control keep the starting config's value
-    assert dash.config.eval_every is None and dash.config.comm == "auto"
+    # every field has a control, or is named as left to code, and every control explains itself
+    assert set(CONTROL_FIELDS) | set(D.LEFT_TO_CODE) == set(FIELDS)
+    for name, w in dash.controls.items():
+        assert w.tooltip and w.tooltip.startswith(RunConfig.model_fields[name].description), name
+        assert len(w.tooltip) > 20, name
+    # blank / 0 stand for unset
+    dash.controls["steps"].value = 0
+    dash.controls["trainer_lrs"].value = " "
+    assert dash.config.steps is None and dash.config.trainer_lrs is None
 
 
-def test_alpha_zero_means_unset_and_the_config_setter_round_trips(dash):
-    dash.controls["alpha"].value = 0.0
+def shown(w) -> bool:
+    return w.layout.display != "none"
+
+
+def test_alpha_shows_the_value_the_run_uses_and_the_config_setter_round_trips(dash):
+    alpha = dash.controls["alpha"]
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert dash.config.alpha is None and alpha.auto.value and alpha.slider.disabled
+    assert alpha.slider.value == pytest.approx(0.45)            # 0.9 / 2 workers, what the run will use
+    dash.controls["cpus"].value = 3
+    dash.controls["batch_size"].value = 128
+    assert alpha.slider.value == pytest.approx(0.3)
+    alpha.auto.value = False                                    # unticked: the slider's value is used
+    alpha.slider.value = 0.2
+    assert dash.config.alpha == pytest.approx(0.2)
+    alpha.auto.value = True
     assert dash.config.alpha is None
     cfg = RunConfig(algorithm="sync_easgd", cpus=3, batch_size=96, lr=0.02, tau=4, alpha=0.2, hidden=[32],
                     dataset="digits")
     dash.config = cfg
-    assert dash.config == cfg.replace(out=None)
+    assert dash.config == cfg.replace(out=None) and not alpha.auto.value
     assert 96 in dash.controls["batch_size"].options           # a non power of two gets a stop
-    assert not dash.controls["tau"].disabled and dash.controls["trainers"].disabled
+
+
+def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
+    def visible():
+        return {k for k in ("tau", "alpha", "trainers", "round_size", "trainer_lrs", "chunk_layers", "split",
+                            "n_samples", "n_features", "download", "base_batch", "warmup_epochs")
+                if shown(dash.controls[k])}
+    assert visible() == {"split"}                               # sync_sgd on digits, no scaling, no warmup
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert visible() == {"tau", "alpha"}
+    dash.controls["algorithm"].value = "ltfb"
+    assert visible() == {"trainers", "round_size", "trainer_lrs"}
+    dash.controls["algorithm"].value = "cgdp"
+    dash.controls["dataset"].value = "synthetic"
+    dash.controls["lr_scaling"].value = "linear"
+    assert visible() == {"chunk_layers", "split", "n_samples", "n_features", "base_batch"}
+
+
+def test_the_default_algorithm_is_a_parallel_one():
+    d = Dashboard(cluster="threads")
+    assert d.config.algorithm == "sync_sgd" and d.config.n_workers == 2
 
 
 def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
@@ -109,7 +165,7 @@ def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
     dash.controls["epochs"].value = 400.0                  # far longer than the test waits
     assert dash.run() is True
     assert dash.running and dash.stop_button.disabled is False
-    loss = "#1 sgd P=1 B=64: train loss"
+    loss = "#1 sgd P=1 B=64"
     deadline = time.time() + 20
     while time.time() < deadline:                           # records reach the plots while it runs
         names = {t.name: t for t in dash.figures["progress_time"].data}
@@ -137,7 +193,7 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     assert dash.status_text.startswith("completed: #1 sync_sgd P=2 B=64")
     figs = {k: {t.name: t for t in f.data} for k, f in dash.figures.items()}
     assert {"worker 0", "worker 1", "all workers"} <= set(figs["throughput"])
-    assert list(figs["breakdown"]["compute"].x) == ["worker 0", "worker 1"]
+    assert list(figs["breakdown"]["compute"].y) == ["worker 0", "worker 1"]
     assert len(figs["lr"]["worker 1"].x) == len(result.steps.query("worker == 1"))
     assert len(figs["progress_epoch"]["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(result.evals)
     assert figs["lineage"] == {} and dash._lineage_box.layout.display == "none"   # ltfb only
@@ -148,6 +204,46 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     names = [t.name for t in dash.figures["progress_time"].data]
     assert any(n.startswith("#1 ") for n in names) and any(n.startswith("#2 ") for n in names)
     assert len(dash.history) == 2 and dash.plot_errors == []
+
+
+def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch):
+    """A redraw of 6 figures at 0.1 s of CPU each used to push the next one 0.6 / 3% = 20 s
+    away, and the status line with it (the 6000-step run that sat at "step 1/6000")."""
+    slow = D.F.extend_series
+
+    def costly(fig, series, **kw):
+        t = time.thread_time()
+        while time.thread_time() - t < 0.1:
+            pass
+        return slow(fig, series, **kw)
+    monkeypatch.setattr(D.F, "extend_series", costly)
+    dash.controls["algorithm"].value = "sgd"
+    dash.controls["epochs"].value = 400.0
+    assert dash.run() is True
+    time.sleep(6)
+    running = [(t, text) for t, text in dash.status_log if text.startswith("running")]
+    dash.stop()
+    assert dash.wait(20).status == "stopped"
+    steps = [int(text.split("step ")[1].split("/")[0]) for _, text in running]
+    assert len(set(steps)) >= 8, running                   # the step count moved several times a second ...
+    gaps = [b[0] - a[0] for a, b in zip(running, running[1:])]
+    assert max(gaps) < 1.0, gaps                            # ... never stalling
+    assert dash.last_redraws >= 4, dash.last_redraws        # every figure redrawn at least once a second
+    assert "s left" in running[-1][1] and "samples/s" in running[-1][1]
+
+
+def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
+    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.F.LiveState(label="x", color="#000"))
+    # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
+    for k in range(30):
+        state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
+                           "samples": 32, "compute_s": 0.008, "comm_s": 0.002, "wait_s": 0.0}
+                          for s in range(10 * k, 10 * k + 10) for w in (0, 1)])
+        state.take()
+    steps_per_s, samples_per_s = state.rates()
+    assert steps_per_s == pytest.approx(100, rel=0.01) and samples_per_s == pytest.approx(6400, rel=0.01)
+    assert state.steps_seen == 300 and state.first_time == pytest.approx(12.0)
+    assert state.phase == "running" and state.samples == 300 * 64
 
 
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
@@ -232,7 +328,7 @@ def test_a_run_on_a_dask_cluster_streams_into_the_figures():
         assert result is not None and result.status == "completed", d.status_text
         figs = {k: {t.name: t for t in f.data} for k, f in d.figures.items()}
         # a step whose workers' records straddle two flushes is drawn twice (as two points)
-        n_points = len(figs["progress_time"]["#1 sync_sgd P=2 B=64: train loss"].x)
+        n_points = len(figs["progress_time"]["#1 sync_sgd P=2 B=64"].x)
         assert result.summary["steps"] <= n_points <= 2 * result.summary["steps"]
         assert {"worker 0", "worker 1"} <= set(figs["throughput"]) and d.plot_errors == []
     finally:
