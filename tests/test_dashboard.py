@@ -1,6 +1,7 @@
 """The dashboard without a frontend: controls map onto RunConfig, runs stream, Stop works."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -449,3 +450,69 @@ def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     assert dash.wait(10).status == "stopped"
     # the run's last flush makes every figure's Python state whole, live or not
     assert len(dash.figures["progress_epoch"].data) >= 1 and len(dash.figures["lr"].data) >= 1
+
+
+# ------------------------------------------------------------------ the Dask dashboard, one click away
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_wb_client_is_the_default_client_and_its_link_goes_through_binders_proxy(monkeypatch):
+    import dask
+    from distributed import default_client
+
+    import workbench as wb
+    from workbench.cluster import close_session, dashboard_link
+    try:
+        c = wb.client(cpus=1)
+        assert default_client() is c                        # what dask-labextension's search finds
+        assert wb.client(cpus=1) is c                        # the session's, reused
+        link = dashboard_link(c)
+        assert re.match(r"^http://127\.0\.0\.1:\d+/status$", link), link
+        port = link.split(":")[2].split("/")[0]
+        monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
+        assert dashboard_link(c) == f"/user/ada/proxy/{port}/status"
+        with dask.config.set({"distributed.dashboard.link": "https://lab.example/dask/{port}"}):
+            assert dashboard_link(c) == f"https://lab.example/dask/{port}"   # a configured template wins
+    finally:
+        close_session()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_cli_prints_the_dask_dashboard_link(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
+                           "--steps", "5", "--out", str(tmp_path / "run"), "--no-progress"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^dask dashboard: http://127\.0\.0\.1:\d+/status$", proc.stderr, re.M), proc.stderr
+
+
+def test_runs_table_lists_differing_hyper_parameters_and_links(dash, tmp_path):
+    d = Dashboard(cluster="threads", config=dash.config, out=tmp_path)
+    d.controls["epochs"].value = 1.0
+    assert d.run() and d.wait(60) is not None
+    d.controls["batch_size"].value = 128
+    d.controls["lr_scaling"].value = "linear"
+    assert d.run() and d.wait(60) is not None
+    table = d.runs_table()
+    assert list(table["batch_size"]) == [64, 128] and "lr_scaling" in table.columns
+    assert list(table["lr"]) == pytest.approx([0.1, 0.4])       # the scaled lr: 0.1 * 128 / 32
+    assert list(table["base_lr"]) == [0.1, 0.1] and "seed" not in table.columns   # same in both: left out
+    d.runs_sort.value = "batch_size"
+    d.runs_descending.value = True
+    page = d.runs_html.value
+    assert page.index("#2 sync_sgd") < page.index("#1 sync_sgd")    # sorted, largest batch first
+    assert page.count("report.html") == 2 and "run-2-sync_sgd" in page and "overflow-x:auto" in page
+
+
+def test_cost_model_status_is_sentences():
+    import pandas as pd
+
+    from workbench.costmodel import Calibration
+    cal = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=2e-5, beta=1.06e-10, n_params=9610, how="fit")
+    table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [5.0, 0.3]})
+    text = D.describe_calibration(cal, 0.07, table)
+    assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
+    assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
+    assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())

@@ -77,11 +77,45 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
         v = s.get(k)
         row[k] = len(v) if k == "workers" and isinstance(v, list) else v
     row["batch_size"] = cfg.get("batch_size")
-    row["lr"] = cfg.get("lr")
+    row["lr"] = _scaled_lr(cfg)              # what the schedule scales the base lr to (after warmup)
+    row["base_lr"] = cfg.get("lr")
     tb = s.get("time_breakdown") or {}
     for c in F.COMPONENTS:
         row[c] = tb.get(c)
     return row
+
+
+def _scaled_lr(cfg: dict[str, Any]) -> float | None:
+    """The config's lr scaled to its batch size by its lr_scaling rule (None if it lacks them)."""
+    from ..schedules import scaled_lr
+
+    try:
+        return scaled_lr(cfg["lr"], cfg["batch_size"], cfg.get("base_batch", cfg["batch_size"]),
+                         cfg.get("lr_scaling", "none"))
+    except (KeyError, TypeError, ValueError):
+        return cfg.get("lr")
+
+
+def table_view(df: pd.DataFrame, digits: int = 4) -> Any:
+    """A DataFrame as a notebook shows it whole: every column and the full text of each
+    cell (pandas' own display cuts wide tables to "..." and long strings at 50 characters),
+    floats to `digits` significant digits, no index unless it labels the rows.
+
+    Args:
+        df: the table (not modified).
+        digits: significant digits of floats.
+    Returns:
+        A pandas Styler (the cell's value renders it).
+    """
+    styler = df.style
+    if isinstance(df.index, pd.RangeIndex):            # a pivot table keeps its index: it labels the rows
+        styler = styler.hide(axis="index")
+    styler = styler.format(precision=digits, na_rep="-",
+                                                formatter={c: (lambda v, d=digits: f"{v:.{d}g}")
+                                                           for c in df.columns if df[c].dtype.kind == "f"})
+    return styler.set_table_styles([
+        {"selector": "td, th", "props": "text-align: left; white-space: normal; padding: 2px 8px;"},
+        {"selector": "", "props": "border-collapse: collapse; font-size: 12px;"}])
 
 
 def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> pd.DataFrame:
@@ -91,7 +125,9 @@ def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = N
         results: RunResults.
         labels: one name per run (default `figures.run_label` with the run's index).
     Returns:
-        A DataFrame: run, status, algorithm, workers, steps, ..., compute_s, comm_s, wait_s.
+        A DataFrame: run, status, algorithm, workers, steps, ..., batch_size, lr (scaled
+        by lr_scaling: the rate training reaches after warmup), base_lr (the config's
+        lr), compute_s, comm_s, wait_s.
     """
     return pd.DataFrame([summary_row(r, labels[i] if labels else F.run_label(r, i))
                          for i, r in enumerate(results)])
