@@ -138,6 +138,22 @@ def _desc(name: str, note: str = "") -> dict:
             "layout": widgets.Layout(width=CONTROL_WIDTH)}
 
 
+def _tooltip_on_label(w: Any) -> Any:
+    """ipywidgets 8.1's Dropdown and Text views drop `tooltip` (no title anywhere in their
+    DOM; a browser test saw it): their label then carries it as HTML, still reading as
+    the field's name. Returns `w`."""
+    if isinstance(w, (widgets.Dropdown, widgets.Text)) and w.tooltip and not w.description_allow_html:
+        w.description = f'<span title="{html.escape(w.tooltip)}">{html.escape(w.description)}</span>'
+        w.description_allow_html = True
+    return w
+
+
+def label_of(w: Any) -> str:
+    """A control's label as the page shows it (without `_tooltip_on_label`'s markup)."""
+    import re
+    return html.unescape(re.sub(r"<[^>]+>", "", w.description))
+
+
 class AutoFloat(widgets.HBox):
     """A slider for an optional float whose unset value resolves to something (alpha:
     0.9 / workers): "auto" checked means unset, and the slider then shows, disabled,
@@ -151,10 +167,11 @@ class AutoFloat(widgets.HBox):
                                           readout_format=".3f", description=name, tooltip=tip,
                                           style={"description_width": LABEL_WIDTH},
                                           layout=widgets.Layout(width="270px"))
-        self.auto = widgets.Checkbox(value=value is None, description="auto", indent=False, tooltip=tip,
+        self.auto = widgets.Checkbox(value=value is None, description="auto", indent=False,
+                                     tooltip="unset: 0.9 / workers, shown on the slider",
                                      layout=widgets.Layout(width="64px"))
+        # The tooltip lives on the slider and the box: a Box view's tooltip code wants a description.
         super().__init__([self.slider, self.auto], layout=widgets.Layout(width=CONTROL_WIDTH))
-        self.tooltip = tip
         self.description = name
         self.value = value
         self.slider.disabled = value is None
@@ -605,7 +622,7 @@ class Dashboard:
         self.controls: dict[str, Any] = {}
         groups: dict[str, list] = {g: [] for g in GROUP_TITLES}
         for c in CONTROLS:
-            w = c.make(c.from_field(getattr(base, c.field)))
+            w = _tooltip_on_label(c.make(c.from_field(getattr(base, c.field))))
             w.observe(self._on_change, names="value")
             self.controls[c.field] = w
             groups[c.group].append(w)
@@ -633,7 +650,7 @@ class Dashboard:
                                              description="smoothing", readout_format=".2f",
                                              tooltip="exponential moving average of the train-loss line "
                                                      "(0: raw points only; the raw points stay, faded)",
-                                             style={"description_width": "70px"}, layout=widgets.Layout(width="260px"))
+                                             style={"description_width": "70px"}, layout=widgets.Layout(width="330px"))
         self.smoothing.observe(self._on_smoothing, names="value")
 
         self._slots = {k: FigureSlot(F.live_base(k, _workers_of(base) if k == "breakdown" else 1))
@@ -641,19 +658,15 @@ class Dashboard:
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].fig.layout.height = 460
         for key in ("throughput", "lr"):
-            self._slots[key].fig.layout.height = 320
+            self._slots[key].fig.layout.height = 300
         self.figures: Mapping[str, Any] = _Figures(self._slots)
         self._lineage_box = self._slots["lineage"].box    # shown for ltfb only
-        half = widgets.Layout(width="50%")
-        for key in ("throughput", "lr"):
-            self._slots[key].box.layout = half
         self._plot_boxes = [
             widgets.HBox([widgets.HTML("<small>Loss axis: the figure's linear / log buttons; a legend entry "
                                        "shows or hides its run (double-click: only that run).</small>"),
                           self.smoothing], layout=widgets.Layout(justify_content="space-between")),
-            self._slots["progress_time"].box,
-            widgets.HBox([self._slots["throughput"].box, self._slots["lr"].box]),
-            self._slots["breakdown"].box, self._slots["progress_epoch"].box, self._lineage_box]
+            self._slots["progress_time"].box, self._slots["throughput"].box, self._slots["breakdown"].box,
+            self._slots["lr"].box, self._slots["progress_epoch"].box, self._lineage_box]
         self.plots = widgets.VBox([widgets.HTML(
             "<p style='color:#666'>Live plots appear here when a run starts: loss and test accuracy, "
             "throughput per worker, where each worker's time goes, the lr actually used.</p>")],
@@ -664,10 +677,10 @@ class Dashboard:
         self.sweep_workers = widgets.Text(value=default_ws, description="workers",
                                           tooltip="worker counts, comma-separated: one run each",
                                           style={"description_width": "60px"}, layout=widgets.Layout(width="200px"))
-        self.sweep_mode = widgets.ToggleButtons(options=["strong", "weak"], value="strong", description="mode",
+        self.sweep_mode = widgets.ToggleButtons(options=["strong", "weak"], value="strong",
                                                 tooltips=["strong: the same global batch split over more workers",
                                                           "weak: the same batch per worker (global batch grows)"],
-                                                style={"description_width": "40px", "button_width": "64px"},
+                                                style={"button_width": "64px"},
                                                 layout=widgets.Layout(width="auto"))
         from ..costmodel import NETWORKS
         self.sweep_network = widgets.Dropdown(options=list(NETWORKS), value="10GbE", description="network",
@@ -684,9 +697,10 @@ class Dashboard:
             widgets.HTML("Run the controls' config on each worker count; the figure gains a point as each "
                          "run ends, then the cost model's predictions (calibrated on these runs, and for the "
                          "network picked) are drawn over them."),
-            widgets.HBox([self.sweep_workers, self.sweep_mode, self.sweep_network, self.sweep_button],
-                         layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
+            widgets.HBox([self.sweep_workers, widgets.Label("mode"), self.sweep_mode, self.sweep_network,
+                          self.sweep_button], layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
             self.model_html, self._scaling_slot.box, self.sweep_html], layout=widgets.Layout(width="100%"))
+        self._scaling_slot.box.layout.display = "none"      # no empty axes before the first sweep
 
         self.runs_sort = widgets.Dropdown(options=["run"], value="run", description="sort by",
                                           tooltip="the column to sort the runs by",
@@ -716,7 +730,8 @@ class Dashboard:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         self._displayed = True
         for slot in self._all_slots():        # see figures.sync_widget: nested FigureWidgets
-            if slot is self._scaling_slot or slot is self._preview_slot or self._plots_live():
+            if slot is self._preview_slot or (slot is self._scaling_slot and self._scaling_slot.box.layout.display
+                                              != "none") or (slot in self._slots.values() and self._plots_live()):
                 slot.shown()                  # show stale state unless it is sent again
         return self.widget._repr_mimebundle_(**kwargs)
 
@@ -1045,11 +1060,11 @@ class Dashboard:
             self._show_runs()
             s = r.summary
             acc = s.get("final_test_accuracy")
-            startup = s.get("startup_s")
+            startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
             self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {train_s:.1f} s"
-                             + (f" (after {startup:.1f} s start-up)" if startup is not None else "")
+                             + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                              + f", {s.get('samples_per_s', 0):,.0f} samples/s, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
                              f"comm fraction {s.get('comm_fraction', 0):.2f}",
@@ -1107,6 +1122,10 @@ class Dashboard:
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
         self.model_html.value = ""
+        if self._scaling_slot.box.layout.display == "none":
+            if self._displayed:
+                self._scaling_slot.shown()
+            self._scaling_slot.box.layout.display = None
         def reset(fig: Any, title: str = f"{mode} scaling: {cfg.algorithm}") -> None:
             fig.data = ()
             fig.layout.title.text = title
@@ -1175,22 +1194,25 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
     if sort in df.columns:
         df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last")
     links = df.pop("run_dir") if "run_dir" in df.columns else None
-    head = "".join(f"<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
-                   f"{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"
-                   for c in df.columns)
-    if links is not None:
-        head += "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>files</th>"
+    th = "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
+    heads = [f"{th}{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"
+             for c in df.columns]
+    if links is not None:                  # right after the first column: no scrolling to reach it
+        heads.insert(1, f"{th}files</th>")
+    head = "".join(heads)
     rows = []
     for i, row in enumerate(df.itertuples(index=False)):
-        cells = "".join(f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_cell(v))}</td>" for v in row)
+        cells = [f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_cell(v))}</td>" for v in row]
         if links is not None:
             d = links.iloc[i]
             if isinstance(d, str) and d:
-                cells += (f"<td style='padding:2px 6px;white-space:nowrap'>"
-                          f"<a href='{html.escape(lab_href(d, directory=True))}' target='_blank'>folder</a> · "
-                          f"<a href='{html.escape(lab_href(Path(d) / 'report.html'))}' target='_blank'>report</a></td>")
+                cells.insert(1, f"<td style='padding:2px 6px;white-space:nowrap'>"
+                                f"<a href='{html.escape(lab_href(d, directory=True))}' target='_blank'>folder</a> · "
+                                f"<a href='{html.escape(lab_href(Path(d) / 'report.html'))}' target='_blank'>"
+                                f"report</a></td>")
             else:
-                cells += "<td style='padding:2px 6px'>-</td>"
+                cells.insert(1, "<td style='padding:2px 6px'>-</td>")
+        cells = "".join(cells)
         shade = " style='background:#f6f6f6'" if i % 2 else ""
         rows.append(f"<tr{shade}>{cells}</tr>")
     return (f"<div style='width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"

@@ -54,6 +54,7 @@ STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at 
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
 LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
 MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
+MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
 X_TITLES = {"time": "time (s)", "epoch": "epoch"}
 
@@ -478,9 +479,11 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
             trainer = str(worker).startswith("trainer")
             out.append(Series(eval_name(label, worker, "test loss"), xs[idx], test_loss[idx], row=1,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
+                                     "marker_maxdisplayed": MAX_MARKERS,
                                      "line_dash": "dot" if trainer else "dash", "showlegend": False, **group}))
             out.append(Series(eval_name(label, worker, "test accuracy"), xs[idx], acc[idx], row=2,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 6,
+                                     "marker_maxdisplayed": MAX_MARKERS,
                                      "line_dash": "dot" if trainer else "solid", "showlegend": False, **group}))
     return out
 
@@ -527,7 +530,11 @@ def _progress_base(x: str) -> Any:
     # The loss axis can switch to a log scale (a warm-up spike dominates a linear one).
     buttons = [{"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
                {"label": "loss: log", "method": "relayout", "args": [{"yaxis.type": "log"}]}]
+    if x == "time":
+        fig.update_xaxes(rangemode="tozero")          # t = 0: the first training step
     fig.update_layout(title=f"loss and test accuracy against {x}", height=520, legend_groupclick="togglegroup",
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.14, "yanchor": "top",
+                              "font": {"size": 10}}, margin_b=70,
                       updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "showactive": True,
                                     "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
                                     "pad": {"r": 0, "t": 0}, "font": {"size": 10}}])
@@ -731,7 +738,7 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
 def _throughput_base() -> Any:
     fig = _base(rows=1, cols=1)
     fig.update_layout(title="throughput per worker (smoothed)", height=360, hovermode="x unified")
-    fig.update_xaxes(title_text="time (s)")
+    fig.update_xaxes(title_text="time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="samples/s", rangemode="tozero")
     return fig
 
@@ -823,6 +830,8 @@ def _breakdown_base(n_workers: int) -> Any:
     for k in range(n):
         fig.update_yaxes(range=[0, 100], ticksuffix="%", row=k + 1, col=2)
     fig.update_xaxes(title_text="time (s)", row=n, col=2)
+    for k in range(n):
+        fig.update_xaxes(rangemode="tozero", row=k + 1, col=2)
     return fig
 
 
