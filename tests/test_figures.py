@@ -335,6 +335,7 @@ def test_extend_series_thins_long_traces_and_keeps_the_last_point():
     t = fig.data[0]
     assert len(t.x) <= 100
     assert t.x[-1] == 4999 and t.y[-1] == pytest.approx(2499.5)
+    assert t.x[0] == 0                       # thinned 20 times, the run's start stays in the plot
     assert list(t.x) == sorted(t.x)
 
 

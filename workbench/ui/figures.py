@@ -171,16 +171,24 @@ class Series:
 
 
 def thin(values: Sequence, max_points: int) -> list:
-    """Every k-th value counted back from the last, k chosen so at most `max_points` remain.
+    """Every k-th value counted back from the last, k chosen so at most `max_points` remain,
+    and the first value.
+
+    Keeping the first matters: a live trace is thinned again at every redraw, and
+    counting back from the last alone drops the oldest point each time, so the start
+    of a long run crept out of the plot (the lr plot of a 20,000-step run began at
+    step 13,556).
 
     Args:
         values: a sequence.
         max_points: how many values at most, >= 2.
     Returns:
-        A new list; the last value is always kept.
+        A new list; the first and the last value are always kept.
 
     >>> thin(list(range(10)), 4)
     [0, 3, 6, 9]
+    >>> thin(list(range(11)), 4)
+    [0, 2, 6, 10]
     >>> thin([1, 2], 5)
     [1, 2]
     """
@@ -189,7 +197,10 @@ def thin(values: Sequence, max_points: int) -> list:
     if n <= max_points:
         return values
     stride = math.ceil((n - 1) / max(1, max_points - 1))
-    return [values[i] for i in range(n - 1, -1, -stride)][::-1]
+    idx = list(range(n - 1, -1, -stride))[::-1]
+    if idx[0] != 0:
+        idx = [0] + idx[1:] if len(idx) >= max_points else [0] + idx
+    return [values[i] for i in idx]
 
 
 def _array(values: Sequence | None) -> np.ndarray | None:
