@@ -405,7 +405,9 @@ class FigureSlot:
 
     def __init__(self, fig: Any, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
-        self.box = widgets.Box([fig])
+        # A block box: plotly sizes the figure to its parent's width (a flex box's child has
+        # none of its own, and plotly then falls back to 700 px, wider than the plot column).
+        self.box = widgets.Box([fig], layout=widgets.Layout(display="block", width="100%"))
         self._lock = threading.RLock()
         self._pending: list[Callable[[Any], Any]] = []
         self._shown = False
@@ -535,6 +537,7 @@ class _Run:
     first_seen: float | None = None    # monotonic time the first step arrived here
     clock: collections.deque = field(default_factory=collections.deque)   # (record time, step, samples)
     redraws: int = 0
+    redraw_log: list = field(default_factory=list)       # (start, end) of each timed redraw, monotonic
     plot_cpu_s: float = 0.0            # CPU time the flusher spent drawing this run
     result: Any = None
     error: BaseException | None = None
@@ -599,6 +602,7 @@ class Dashboard:
         self.last_error: BaseException | None = None
         self.last_plot_cpu_s = 0.0              # CPU seconds the last run's live plots took
         self.last_redraws = 0                   # how often the last run's figures were redrawn
+        self.last_redraw_log: list[tuple[float, float]] = []   # ... and when: (start, end), monotonic
         self.status_log: list[tuple[float, str]] = []   # (seconds since Run, status line) of the last run
         self.sweep_table = pd.DataFrame()
         self.status_text = ""
@@ -652,19 +656,25 @@ class Dashboard:
                                                      "(0: raw points only; the raw points stay, faded)",
                                              style={"description_width": "70px"}, layout=widgets.Layout(width="330px"))
         self.smoothing.observe(self._on_smoothing, names="value")
+        self.log_loss = widgets.Checkbox(value=True, description="log loss", indent=False,
+                                         tooltip="the loss axis on a log scale (a warm-up spike flattens a linear one)",
+                                         layout=widgets.Layout(width="100px"))
+        self.log_loss.observe(self._on_log_loss, names="value")
 
         self._slots = {k: FigureSlot(F.live_base(k, _workers_of(base) if k == "breakdown" else 1))
                        for k in F.FIGURE_KEYS}
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].fig.layout.height = 460
+            F.set_loss_scale(self._slots[key].fig, self.log_loss.value)
         for key in ("throughput", "lr"):
             self._slots[key].fig.layout.height = 300
         self.figures: Mapping[str, Any] = _Figures(self._slots)
         self._lineage_box = self._slots["lineage"].box    # shown for ltfb only
         self._plot_boxes = [
-            widgets.HBox([widgets.HTML("<small>Loss axis: the figure's linear / log buttons; a legend entry "
-                                       "shows or hides its run (double-click: only that run).</small>"),
-                          self.smoothing], layout=widgets.Layout(justify_content="space-between")),
+            widgets.HBox([widgets.HTML("<small>A legend entry shows or hides its run (double-click: only "
+                                       "that run); drag to zoom, double-click to reset.</small>",
+                                       layout=widgets.Layout(flex="1 1 auto")),
+                          self.log_loss, self.smoothing], layout=widgets.Layout(align_items="center")),
             self._slots["progress_time"].box, self._slots["throughput"].box, self._slots["breakdown"].box,
             self._slots["lr"].box, self._slots["progress_epoch"].box, self._lineage_box]
         self.plots = widgets.VBox([widgets.HTML(
@@ -716,7 +726,7 @@ class Dashboard:
         self._preview_slot: FigureSlot | None = None
         self._refresh()                                   # validates, says "ready" or what is wrong
         self._preview_slot = FigureSlot(F.as_widget(self._preview_figure(self._shown_config)))
-        self._preview_slot.box.layout = widgets.Layout(width=CONTROL_WIDTH)
+        self._preview_slot.box.layout.width = CONTROL_WIDTH
         controls = widgets.VBox([*sections, self._preview_slot.box],
                                 layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
                                                       overflow="hidden auto", padding="0 8px 0 0"))
@@ -810,7 +820,7 @@ class Dashboard:
         for name, applies in RELEVANT.items():
             self.controls[name].layout.display = None if applies(cfg) else "none"
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, _workers_of(cfg))))
-        self._lineage_box.layout.display = None if cfg.algorithm == "ltfb" else "none"
+        self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
             def redraw(fig: Any, series: list = F.planned_series(plan), title: str = plan.schedule_text) -> None:
                 F.extend_series(fig, series)
@@ -927,6 +937,10 @@ class Dashboard:
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(_clear_traces)
 
+    def _on_log_loss(self, change: dict) -> None:
+        for key in ("progress_time", "progress_epoch"):
+            self._slots[key].edit(functools.partial(F.set_loss_scale, log=bool(change["new"])))
+
     def _on_smoothing(self, change: dict) -> None:
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(functools.partial(F.apply_smoothing, weight=float(change["new"])))
@@ -994,6 +1008,7 @@ class Dashboard:
                 state.done.wait(min(FLUSH_S / 2, max(0.0, next_draw - now)) or FLUSH_S / 2)
                 continue
             cost = self._flush(state)
+            state.redraw_log.append((now, time.monotonic()))
             next_draw = now + min(MAX_REDRAW_S, max(FLUSH_S, cost / FLUSH_BUDGET))
 
     def _flush(self, state: _Run, last: bool = False) -> float:
@@ -1051,6 +1066,7 @@ class Dashboard:
         self._last = state.result
         self.last_plot_cpu_s = state.plot_cpu_s
         self.last_redraws = state.redraws
+        self.last_redraw_log = list(state.redraw_log)
         if state.error is not None:
             self.last_error = state.error
             self._set_status(_error_text(state.error), error=True)
@@ -1125,7 +1141,7 @@ class Dashboard:
         if self._scaling_slot.box.layout.display == "none":
             if self._displayed:
                 self._scaling_slot.shown()
-            self._scaling_slot.box.layout.display = None
+            self._scaling_slot.box.layout.display = "block"
         def reset(fig: Any, title: str = f"{mode} scaling: {cfg.algorithm}") -> None:
             fig.data = ()
             fig.layout.title.text = title

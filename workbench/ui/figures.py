@@ -1242,9 +1242,9 @@ class LiveState:
 
 def live_base(key: str, n_workers: int = 1) -> Any:
     """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is."""
-    makers = {
-        "progress_time": lambda: _progress_base("time"),
-        "progress_epoch": lambda: _progress_base("epoch"),
+    makers = {   # the dashboard has its own log-scale control next to the live progress plots
+        "progress_time": lambda: _progress_base("time").update_layout(updatemenus=[]),
+        "progress_epoch": lambda: _progress_base("epoch").update_layout(updatemenus=[]),
         "throughput": _throughput_base,
         "breakdown": lambda: _breakdown_base(n_workers),
         "lr": _lr_base,
