@@ -388,8 +388,16 @@ def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
     _draws(slot.fig)
     assert slot.viewed and slot.pending == 0
     assert _names(slot) == ["first", "a"] and slot.fig.layout.title.text == "t"
-    slot.edit(_add("b"))                                     # then edits apply at once
-    assert _names(slot) == ["first", "a", "b"]
+    slot.edit(_add("b"))                                     # the view has not said it drew "a" yet
+    assert _names(slot) == ["first", "a"] and slot.pending == 1
+    slot.fig._wb_drawn = slot.fig._last_trace_edit_id        # now it has: "b" goes out at once
+    assert _names(slot) == ["first", "a", "b"] and slot.pending == 0
+    slot.edit(_add("c"))
+    slot.edit(_add("d"))
+    assert _names(slot) == ["first", "a", "b"] and slot.pending == 2
+    now[0] += D.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
+    slot.apply_if_ready()
+    assert _names(slot) == ["first", "a", "b", "c", "d"]
 
 
 def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(now):

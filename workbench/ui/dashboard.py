@@ -381,7 +381,8 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
 
 # ------------------------------------------------------------------------------ figures
 READY_WAIT_S = 30.0   # a shown figure no view reports in for gets its edits after this (no browser)
-_REPORTS = ["_js2py_traceDeltas"]   # plotly's view sets it after its first draw and after each edit
+DRAWN_WAIT_S = 5.0    # a view that has not said it drew the last edit gets the next one after this
+_REPORTS = ["_js2py_traceDeltas"]   # plotly's view sets it after its first draw
 
 
 class FigureSlot:
@@ -398,6 +399,12 @@ class FigureSlot:
       then applied in order, and later ones at once;
     - with no report READY_WAIT_S after showing (papermill, no browser), or when
       forced (a run's last flush), edits apply anyway, so the Python figure is whole.
+
+    - flow control: after that, a figure gets its next edit only once its view says it
+      has drawn the last one (`plotly_widget`'s `_wb_drawn`), or DRAWN_WAIT_S later;
+      edits made meanwhile queue and go out together. A browser slower than the kernel's
+      redraws (a busy machine) then sees fewer, larger updates instead of a growing
+      backlog that delays everything behind it, a Stop click's reply included.
 
     Never shown (tests, headless use), edits apply at once. Thread-safe: the flusher
     edits from its thread while reports arrive on the kernel's.
@@ -432,7 +439,10 @@ class FigureSlot:
         self._fig = fig
         self._since = self._clock()            # when its whole state last went out
         self._viewed = False
+        self._sent_edit, self._sent_at = 0, 0.0   # the last trace edit sent to a view, and when
         fig.observe(self._on_report, names=_REPORTS)
+        if fig.has_trait("_wb_drawn"):
+            fig.observe(self._on_drawn, names=["_wb_drawn"])
 
     def shown(self) -> None:
         """The figure is being displayed: send its whole state again (`figures.sync_widget`)
@@ -442,8 +452,15 @@ class FigureSlot:
             self._shown, self._since = True, self._clock()
 
     def ready(self) -> bool:
-        """Whether an edit made now reaches the frontend's copy of the figure."""
-        return not self._shown or self._viewed or self._clock() - self._since >= READY_WAIT_S
+        """Whether an edit made now reaches the frontend's copy of the figure, and its view
+        has drawn the last one."""
+        if not self._shown:
+            return True
+        now = self._clock()
+        if not self._viewed:
+            return now - self._since >= READY_WAIT_S
+        drawn = getattr(self._fig, "_wb_drawn", None)
+        return drawn is None or drawn >= self._sent_edit or now - self._sent_at >= DRAWN_WAIT_S
 
     def edit(self, fn: Callable[[Any], Any]) -> None:
         """Apply `fn(fig)` (inside one batch_update) now, or once the frontend is ready;
@@ -462,6 +479,8 @@ class FigureSlot:
         """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
         with self._lock:
             self._fig.unobserve(self._on_report, names=_REPORTS)
+            if self._fig.has_trait("_wb_drawn"):
+                self._fig.unobserve(self._on_drawn, names=["_wb_drawn"])
             self._attach(fig)
             self.box.children = (fig,)
 
@@ -469,9 +488,25 @@ class FigureSlot:
         if not self._pending:
             return
         edits, self._pending = self._pending, []
+        before = getattr(self._fig, "_last_trace_edit_id", 0)
         with self._fig.batch_update():
             for fn in edits:
                 fn(self._fig)
+        after = getattr(self._fig, "_last_trace_edit_id", 0)
+        if after != before:                     # traces changed: the view will say when it drew them
+            self._sent_edit, self._sent_at = after, self._clock()
+
+    def apply_if_ready(self) -> None:
+        """Apply queued edits if the view can take them now (the flusher calls it)."""
+        with self._lock:
+            if self._pending and self.ready():
+                self._apply()
+
+    def _on_drawn(self, change: dict) -> None:
+        if self._pending and (change.get("new") or 0) >= self._sent_edit:
+            with self._lock:
+                if self.ready():
+                    self._apply()
 
     def _on_report(self, change: dict) -> None:
         if self._viewed or not change.get("new"):
@@ -1003,6 +1038,8 @@ class Dashboard:
         MAX_REDRAW_S, more often while a redraw costs under FLUSH_BUDGET of a core."""
         next_draw = 0.0
         while not state.done.is_set():
+            for slot in self._slots.values():     # edits held for a view that never said it drew
+                slot.apply_if_ready()
             now = time.monotonic()
             if now < next_draw or not state.pending:
                 state.done.wait(min(FLUSH_S / 2, max(0.0, next_draw - now)) or FLUSH_S / 2)
