@@ -286,6 +286,12 @@ def test_live_figures_are_widgets_and_match_static_ones(sync_result):
     np.testing.assert_allclose(bars["compute"].x, traces(F.breakdown_figure(sync_result))["compute"].x)
 
 
+def test_live_progress_figures_leave_the_log_switch_to_the_dashboard():
+    for key in ("progress_time", "progress_epoch"):
+        assert not F.live_base(key).layout.updatemenus and not F.live_base(key)._widget_layout.get("updatemenus")
+    assert F.progress_figure([]).layout.updatemenus            # static ones keep their buttons
+
+
 def test_live_figures_carry_their_whole_state_from_the_start():
     fig = F.live_base("breakdown", n_workers=3)
     # the widget's first message already holds the layout (edits before the first view get lost)

@@ -689,11 +689,12 @@ class Dashboard:
                                              description="smoothing", readout_format=".2f",
                                              tooltip="exponential moving average of the train-loss line "
                                                      "(0: raw points only; the raw points stay, faded)",
-                                             style={"description_width": "70px"}, layout=widgets.Layout(width="330px"))
+                                             style={"description_width": "70px"},
+                                             layout=widgets.Layout(width="330px", flex="0 0 auto"))
         self.smoothing.observe(self._on_smoothing, names="value")
         self.log_loss = widgets.Checkbox(value=True, description="log loss", indent=False,
                                          tooltip="the loss axis on a log scale (a warm-up spike flattens a linear one)",
-                                         layout=widgets.Layout(width="100px"))
+                                         layout=widgets.Layout(width="100px", flex="0 0 auto"))
         self.log_loss.observe(self._on_log_loss, names="value")
 
         self._slots = {k: FigureSlot(F.live_base(k, _workers_of(base) if k == "breakdown" else 1))

@@ -1240,11 +1240,16 @@ class LiveState:
     t_offset: float | None = None                        # record time of the first step's start
 
 
+def _without_buttons(fig: Any) -> Any:
+    fig.layout.updatemenus = ()          # (update_layout merges lists: it cannot remove them)
+    return fig
+
+
 def live_base(key: str, n_workers: int = 1) -> Any:
     """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is."""
     makers = {   # the dashboard has its own log-scale control next to the live progress plots
-        "progress_time": lambda: _progress_base("time").update_layout(updatemenus=[]),
-        "progress_epoch": lambda: _progress_base("epoch").update_layout(updatemenus=[]),
+        "progress_time": lambda: _without_buttons(_progress_base("time")),
+        "progress_epoch": lambda: _without_buttons(_progress_base("epoch")),
         "throughput": _throughput_base,
         "breakdown": lambda: _breakdown_base(n_workers),
         "lr": _lr_base,
