@@ -7,8 +7,16 @@ import typing
 
 import pytest
 
-from workbench.config import (FIELD_GROUPS, FIELDS, GROUP_TITLES, ConfigError, RunConfig, config_schema,
-                              field_group, field_help)
+from workbench.config import (
+    FIELD_GROUPS,
+    FIELDS,
+    GROUP_TITLES,
+    ConfigError,
+    RunConfig,
+    config_schema,
+    field_group,
+    field_help,
+)
 
 
 @pytest.mark.parametrize("name", FIELDS)

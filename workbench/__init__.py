@@ -5,7 +5,8 @@
     result.summary["final_test_accuracy"]
 
 `import workbench` stays light: it loads neither Dask, plotly nor ipywidgets; those are
-imported by the functions that need them.
+imported by the functions that need them. The distribution is `parallel-workbench`
+(`pip install parallel-workbench`); `__version__` below is the only place the version lives.
 """
 from __future__ import annotations
 

@@ -375,7 +375,7 @@ class RunConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _combinations(self) -> "RunConfig":
+    def _combinations(self) -> RunConfig:
         workers = self.n_workers
         if self.algorithm != "sgd" and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
@@ -424,7 +424,7 @@ class RunConfig(BaseModel):
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""
         return self.alpha if self.alpha is not None else 0.9 / workers
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> RunConfig:
         """A validated copy with some fields changed (the original is untouched)."""
         return RunConfig(**{**self.to_dict(), **changes})
 
@@ -440,14 +440,14 @@ class RunConfig(BaseModel):
         return text
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Validate a dict (keys may use dashes, as CLI flags do)."""
         if not isinstance(data, dict):
             raise ConfigError("config", "a mapping of field names to values", data)
         return cls(**{str(k).replace("-", "_"): v for k, v in data.items()})
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "RunConfig":
+    def from_yaml(cls, path: str | Path) -> RunConfig:
         """Read and validate a YAML file of field names."""
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}

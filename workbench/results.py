@@ -188,8 +188,9 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
 
 def versions() -> dict[str, str]:
     """Versions of the interpreter and the libraries that shape results."""
-    out = {"python": platform.python_version()}
-    for name in ("workbench", "numpy", "dask", "distributed", "pandas", "cupy"):
+    from . import __version__
+    out = {"python": platform.python_version(), "workbench": __version__}  # distribution: parallel-workbench
+    for name in ("numpy", "dask", "distributed", "pandas", "cupy"):
         try:
             from importlib.metadata import version
             out[name] = version(name if name != "cupy" else _cupy_dist())

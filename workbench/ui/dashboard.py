@@ -1012,7 +1012,8 @@ class Dashboard:
             if cfg.algorithm != "sgd":
                 self._set_dask_link(cluster)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set)
+            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
+                                   progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
         finally:
@@ -1212,7 +1213,7 @@ class Dashboard:
         from ..sweep import sweep
         try:
             table = sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
-                          should_stop=self._stop.is_set)
+                          should_stop=self._stop.is_set, progress=False)
             self.sweep_table = table
             self._last = table
             message = f"sweep done: {len(table)} run(s)"
@@ -1321,7 +1322,7 @@ def live_overhead(config: RunConfig, cluster: Any = None, repeats: int = 3) -> d
     plain, live, records, cpu_fraction = [], [], [], []
     dash = Dashboard(cluster=cluster, config=config)
     for _ in range(repeats):
-        plain.append(training_throughput(api.run(config, cluster=cluster)))
+        plain.append(training_throughput(api.run(config, cluster=cluster, progress=False)))
         dash.clear()
         cpu0 = time.process_time()
         if not dash.run():
