@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -397,6 +398,7 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
 
             # ---- Stop: the run ends as stopped (or has already completed)
             pressed = False
+            t_stop = time.monotonic()
             if stop_button.is_enabled():
                 try:
                     stop_button.click(timeout=5_000)
@@ -410,7 +412,7 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             except TimeoutError as exc:
                 raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
             say(f"{'Stop pressed while running' if pressed else 'the run had ended before Stop'}; "
-                f"status: {final!r}")
+                f"{time.monotonic() - t_stop:.1f} s later the status says: {final!r}")
             # a run of LONG_EPOCHS epochs is still training here: Stop ends it, and the status says so
             assert pressed and final.startswith("stopped"), (pressed, final)
             assert run_button.is_enabled(), "Run is not enabled again after the run ended"
@@ -439,7 +441,11 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="runs").first.click()
             table = dash.locator("table").filter(has_text="sync_sgd")
             table.first.wait_for(state="visible", timeout=10_000)
-            assert dash.locator("a", has_text="report").count() >= 1, "the runs table links no report"
+            report_link = dash.locator("a", has_text="report")
+            assert report_link.count() >= 1, "the runs table links no report"
+            href = report_link.first.get_attribute("href")
+            reply = page.request.get(urljoin(page.url, href))        # the JupyterLab session's cookie
+            assert reply.ok and "workbench run" in reply.text(), f"the report link {href} gives {reply.status}"
             _shot(page, artifacts, "04-runs-tab", say)
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="scaling").first.click()
             page.wait_for_timeout(500)
