@@ -115,7 +115,9 @@ def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series
     assert np.mean(t["all workers"].y) == pytest.approx(np.mean(raw), rel=0.1)
     assert abs(float(width) - float(bins["all"]["width"][0])) < 1e-9
     # a run of 2 x 44 steps gets about 5 steps per window: a curve, not 2 points
-    assert len(F.throughput_figure(sync_result).data[0].x) == F.auto_bins(steps) == 44 // F.STEPS_PER_BIN
+    n = len(traces(F.throughput_figure(sync_result))["all workers"].x)
+    assert F.auto_bins(steps) == 44 // F.STEPS_PER_BIN and F.auto_bins(steps) - 1 <= n <= F.auto_bins(steps)
+    # (the first window is left out when the first step ends after it)
     # workers at the same rate stay visible: different widths and dashes
     assert (t["worker 0"].line.width, t["worker 0"].line.dash) != (t["worker 1"].line.width, t["worker 1"].line.dash)
 
