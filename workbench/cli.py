@@ -263,6 +263,10 @@ def _run(args: argparse.Namespace) -> int:
     preflight(config)  # every check that can fail before a worker starts
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     try:
+        if config.algorithm != "sgd":          # the Dask dashboard, one click away (starts the session's cluster)
+            from .cluster import dashboard_link, session_client
+            print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
+                  file=sys.stderr)
         result = api.run(config, on_record=progress, progress=False)  # the CLI draws its own bar
     finally:
         if progress is not None:
