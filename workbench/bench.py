@@ -26,8 +26,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -170,6 +171,63 @@ def exchange_time(name: str, rank: int, size: int, n: int, repeats: int) -> list
         times.append(time.perf_counter() - t0)
     comm.close()
     return times
+
+
+def ring_exchange_time(ring: str, rank: int, size: int, peers: list[str], n: int,
+                       repeats: int) -> tuple[list[float], float]:
+    """Runs on a worker: times of `repeats` ring allreduces (comm="dask") of n float32, and
+    the bytes this rank sent per allreduce."""
+    from .comm.ring import RingComm
+    comm = RingComm(ring, rank, size, peers)
+    buf = np.ones(n, dtype=np.float32)
+    comm.allreduce(buf)                    # opens the connection: not part of the timing
+    times, sent = [], 0
+    for _ in range(repeats):
+        comm.barrier()
+        before = comm.sent_bytes
+        t0 = time.perf_counter()
+        comm.allreduce(buf)
+        times.append(time.perf_counter() - t0)
+        sent = comm.sent_bytes - before
+    comm.close()
+    return times, sent
+
+
+def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int, ...] = (2, 3)) -> list[str]:
+    """The ring allreduce (comm="dask", the several-hosts path, here on one host) beside the
+    shared-memory one, on a cluster of its own with max(ranks) workers: median ms per
+    allreduce (the slowest rank's time) and bytes each worker sends per allreduce."""
+    from .cluster import make_cluster, workers_of
+    from .comm.ring import install
+    from .comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    client = make_cluster(cpus=max(ranks), gpus=0, quiet=True)
+    lines = []
+    try:
+        for p in ranks:
+            peers = [w["address"] for w in workers_of(client)[:p]]
+            client.run(install, workers=peers)
+            for n in sizes:
+                repeats = 200 if n <= 100_000 else 50
+                name = f"wbb{uuid.uuid4().hex[:10]}"
+                client.submit(create_segment, name, allreduce_nbytes(p, n), workers=[peers[0]], pure=False).result()
+                futs = [client.submit(exchange_time, name, r, p, n, repeats, workers=[a], pure=False)
+                        for r, a in enumerate(peers)]
+                shm_ms = float(np.median(np.array(client.gather(futs)).max(axis=0)) * 1e3)
+                client.submit(unlink_segment, name, workers=[peers[0]], pure=False).result()
+                ring = uuid.uuid4().hex
+                futs = [client.submit(ring_exchange_time, ring, r, p, peers, n, repeats, workers=[a], pure=False)
+                        for r, a in enumerate(peers)]
+                got = client.gather(futs)
+                ring_ms = float(np.median(np.array([g[0] for g in got]).max(axis=0)) * 1e3)
+                sent = max(g[1] for g in got)
+                lines.append(f"allreduce of {n:,} float32, {p} workers: shared memory {shm_ms:.3f} ms, "
+                             f"ring (comm=dask) {ring_ms:.3f} ms, {sent:,} B sent per worker "
+                             f"({sent / (4 * n):.2f} of the buffer)")
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+    return lines
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:
@@ -439,6 +497,8 @@ def main(args: argparse.Namespace) -> int:
         print(verdict(table[table["size"] == size.name], size.name))
     print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
+    for line in allreduce_lines():     # the ring allreduce (comm="dask") beside shared memory
+        print(line, flush=True)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.out:

@@ -3,7 +3,7 @@
 `run(config, cluster=None, on_record=None)`:
 1. picks the workers (GPU ones first), checks the run fits them, before anything starts;
 2. sets up what the algorithm needs: shared-memory segments, a parameter-server actor,
-   an allreduce (shared memory on one host, NCCL between GPUs, an actor across hosts);
+   an allreduce (shared memory on one host, NCCL between GPUs, a ring across hosts);
 3. starts ONE long-lived loop per worker (`client.submit` pinned to that worker; never a
    task per minibatch: a task round trip costs more than a minibatch here);
 4. streams the loops' records to the client (`Worker.log_event` ->
@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import platforms
 from .algorithms import REGISTRY, AlgorithmSpec, WorkerContext, run_loop
 from .backend import get_xp
 from .comm.base import Emulated, ServerCore, ThreadControl, ThrottledControl, WorkerLost
@@ -85,11 +86,11 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
     return ctx
 
 
-def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer: Any = None) -> dict:
+def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict:
     """A Dask task: one worker's whole training loop."""
     from distributed import get_worker
 
-    from .comm.dask import ActorServerProxy, DaskComm, EventControl
+    from .comm.dask import ActorServerProxy, EventControl
     from .comm.shm import SharedArray, ShmComm
 
     worker = get_worker()
@@ -104,7 +105,9 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
     if run["comm"] == "shm":
         comm = ShmComm(run["segments"][f"comm{gi}"], grank, gsize, run["comm_elems"], control=control)
     elif run["comm"] == "dask":
-        comm = DaskComm(reducer[gi], grank, gsize, control=control)
+        from .comm.ring import RingComm
+        comm = RingComm(f"{run['run_id']}/{gi}", grank, gsize, [run["addresses"][r] for r in ranks],
+                        control=control)
     elif run["comm"] == "nccl":
         from .comm.nccl import NcclComm
         comm = NcclComm(run["nccl_id"][gi], grank, gsize)
@@ -115,6 +118,8 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None, reducer
         from .comm.shm import ShmServer
         s = run["server_shm"]
         proxy = ShmServer(s["segment"], s["lock"], run["n_params"], size, control=control, **s["options"])
+    if run.get("host_shm"):  # a custom master in shared memory (cgdp on one host)
+        proxy = run["host_shm"]["cls"](rank=rank, size=size, control=control, **run["host_shm"]["kwargs"])
 
     def emit(batch: dict) -> None:
         worker.log_event(run["topic"], batch)   # a few compact batches a second, never one per step
@@ -235,10 +240,17 @@ def choose_comm(config: RunConfig, workers: list[dict]) -> str:
     one_host = len({w["host"] for w in workers}) == 1
     if config.comm == "shm" and not one_host:
         raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    if config.comm == "shm" and not platforms.shm_supported():
+        raise ConfigError("comm", "shm only where fcntl and POSIX shared memory exist (Linux, macOS); "
+                          "use auto or dask here", config.comm)
     if config.comm != "auto":
         return config.comm
     if all(w["kind"] == "gpu" for w in workers) and _nccl_available():
         return "nccl"
+    if one_host and not platforms.shm_supported():
+        platforms.note_once("no fcntl/POSIX shared memory on this platform: workers exchange through "
+                            "Dask instead of shared memory (same maths, slower exchanges)")
+        return "dask"
     return "shm" if one_host else "dask"
 
 
@@ -273,6 +285,9 @@ class _DaskRun:
         from .cluster import workers_of
         self.workers = choose_workers(workers_of(client), config)
         size = len(self.workers)
+        if spec.shared and not platforms.shm_supported():
+            raise ConfigError("algorithm", f"{config.algorithm} shares one buffer in shared memory, which needs "
+                              "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
         if spec.same_host and len({w["host"] for w in self.workers}) > 1:
             raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                               f"these are on {sorted({w['host'] for w in self.workers})}", config.algorithm)
@@ -291,7 +306,7 @@ class _DaskRun:
             "segments": {}, "t0_wall": t_setup, "groups": groups, "extra": spec.extra(config, size) if spec.extra else {},
         }
         addr0 = self.workers[0]["address"]
-        server = reducer = None
+        server = None
         server_kind = "actor" if spec.host is not None else None
         try:
             for gi, ranks in enumerate(groups if comm else []):
@@ -302,10 +317,10 @@ class _DaskRun:
                     nbytes = allreduce_nbytes(len(ranks), run_info["comm_elems"])
                     self.segments[f"comm{gi}"] = client.submit(create_segment, f"wb{self.run_id}c{gi}", nbytes,
                                                                workers=[addr0], pure=False).result()
-                elif comm == "dask":
-                    from .comm.dask import ReducerActor
-                    reducer = reducer or []
-                    reducer.append(self._actor(ReducerActor, len(ranks), where=lead))
+                elif comm == "dask":  # a ring over direct worker-to-worker connections
+                    from .comm.ring import install
+                    run_info["addresses"] = [w["address"] for w in self.workers]
+                    client.run(install, workers=[self.workers[r]["address"] for r in ranks])
                 elif comm == "nccl":
                     from .comm.nccl import unique_id
                     run_info.setdefault("nccl_id", []).append(
@@ -314,7 +329,7 @@ class _DaskRun:
                 self.segments[name] = client.submit(_create_shared, f"wb{self.run_id}{name[:1]}", params0,
                                                     workers=[addr0], pure=False).result()
             run_info["segments"] = dict(self.segments)
-            if len({w["host"] for w in self.workers}) == 1:  # the start barrier in shared memory
+            if len({w["host"] for w in self.workers}) == 1 and platforms.shm_supported():  # start barrier in shm
                 from .comm.barrier import barrier_nbytes
                 from .comm.shm import create_segment
                 self.segments["start"] = client.submit(create_segment, f"wb{self.run_id}b", barrier_nbytes(size),
@@ -323,7 +338,8 @@ class _DaskRun:
             if spec.server is not None:
                 options = spec.server(config)
                 one_host = len({w["host"] for w in self.workers}) == 1
-                if one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True):
+                if (one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True)
+                        and platforms.shm_supported()):
                     # One host: a shared-memory server under a file lock, no event-loop round trip.
                     from .comm.shm import create_server_segment
                     self.segments["server"] = client.submit(
@@ -339,14 +355,25 @@ class _DaskRun:
                     server_kind = "actor"
             if spec.host is not None:
                 hs = spec.host(config, size, model, params0)
-                cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
-                where = cpus[0] if hs.get("prefer") == "cpu" and cpus else addr0
-                server = self._actor(hs["actor"], *hs["args"], where=where, **hs["kwargs"])
-                run_info["proxy"] = hs["proxy"]
-                run_info["host_address"] = where
+                one_host = len({w["host"] for w in self.workers}) == 1
+                if hs.get("shm") and one_host and config.comm in ("auto", "shm") and platforms.shm_supported():
+                    # One host: the master in shared memory, updated by the workers themselves.
+                    sh = hs["shm"]
+                    self.segments["master"] = client.submit(sh["create"], f"wb{self.run_id}m", *sh["args"],
+                                                            workers=[addr0], pure=False).result()
+                    self.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{self.run_id}.lock")
+                    run_info["host_shm"] = {"cls": sh["cls"], "kwargs": {
+                        **sh["kwargs"], "segment": self.segments["master"], "lock_path": self.lock_path}}
+                    server_kind = "shm"
+                else:
+                    cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
+                    where = cpus[0] if hs.get("prefer") == "cpu" and cpus else addr0
+                    server = self._actor(hs["actor"], *hs["args"], where=where, **hs["kwargs"])
+                    run_info["proxy"] = hs["proxy"]
+                    run_info["host_address"] = where
             client.subscribe_topic(self.topic, lambda event: self.records.put(event[1]))
             run_info["t0_wall"] = t0 = time.time()
-            futures = [client.submit(_worker_main, run_info, rank, w["address"], server, reducer,
+            futures = [client.submit(_worker_main, run_info, rank, w["address"], server,
                                      workers=[w["address"]], allow_other_workers=False, pure=False,
                                      key=f"workbench-loop-{self.run_id}-{rank}")
                        for rank, w in enumerate(self.workers)]

@@ -303,7 +303,6 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0
     comm_s = float(steps["comm_s"].sum()) if len(steps) else 0.0
     wait_s = float(steps["wait_s"].sum()) if len(steps) else 0.0
-    busy = compute_s + comm_s + wait_s
     steady = steady_steps(steps)
     steady_busy = float((steady["compute_s"] + steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
     steady_exchange = float((steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
@@ -376,8 +375,9 @@ def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def versions() -> dict[str, str]:
     """Versions of the interpreter and the libraries that shape results."""
-    out = {"python": platform.python_version()}
-    for name in ("workbench", "numpy", "dask", "distributed", "pandas", "cupy"):
+    from . import __version__
+    out = {"python": platform.python_version(), "workbench": __version__}  # distribution: parallel-workbench
+    for name in ("numpy", "dask", "distributed", "pandas", "cupy"):
         try:
             from importlib.metadata import version
             out[name] = version(name if name != "cupy" else _cupy_dist())
