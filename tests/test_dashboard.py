@@ -363,6 +363,7 @@ def now():
 
 def _slot(now, names=()):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
     return D.FigureSlot(fig, clock=lambda: now[0])
@@ -416,6 +417,7 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
 
 def test_a_replaced_figure_waits_for_its_own_view(now):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     slot = _slot(now)
     slot.shown()
@@ -432,6 +434,7 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
 
 def test_figure_widgets_share_one_copy_of_plotlys_module():
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     from workbench.ui import plotly_widget as P
     a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())

@@ -42,19 +42,28 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from ..config import (
+    ALGORITHMS,
+    DATASET_NAMES,
+    FIELD_GROUPS,
+    GROUP_TITLES,
+    MODEL_NAMES,
+    SYNC_ALGORITHMS,
+    ConfigError,
+    RunConfig,
+    field_help,
+)
 from . import figures as F
 from .report import differing_config, summary_table
-from ..config import (ALGORITHMS, DATASET_NAMES, FIELD_GROUPS, GROUP_TITLES, MODEL_NAMES, SYNC_ALGORITHMS,
-                      ConfigError, RunConfig, field_help)
 
 FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
