@@ -533,3 +533,15 @@ def test_cost_model_status_is_sentences():
     assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
     assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
     assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
+
+
+def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, monkeypatch):
+    import jupyter_server.serverapp as serverapp
+    (tmp_path / "lessons" / "runs").mkdir(parents=True)
+    servers = [{"root_dir": "/nowhere", "base_url": "/"}, {"root_dir": str(tmp_path), "base_url": "/user/ada/"}]
+    monkeypatch.setattr(serverapp, "list_running_servers", lambda: iter(servers))
+    monkeypatch.chdir(tmp_path / "lessons")                   # the kernel runs in the notebook's folder
+    run = tmp_path / "lessons" / "runs" / "run 1"
+    assert D.lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
+    assert D.lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
+    assert D.lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root
