@@ -37,7 +37,6 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-
 from browser.chromium import Chromium, page_widget_errors, plots, unavailable, wait_for
 from browser.lab import JupyterLab, copy_notebook, kernel_commands
 

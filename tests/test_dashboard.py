@@ -363,6 +363,7 @@ def now():
 
 def _slot(now, names=()):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
     return D.FigureSlot(fig, clock=lambda: now[0])
@@ -416,6 +417,7 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
 
 def test_a_replaced_figure_waits_for_its_own_view(now):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     slot = _slot(now)
     slot.shown()
@@ -432,6 +434,7 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
 
 def test_figure_widgets_share_one_copy_of_plotlys_module():
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     from workbench.ui import plotly_widget as P
     a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())
@@ -530,3 +533,15 @@ def test_cost_model_status_is_sentences():
     assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
     assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
     assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
+
+
+def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, monkeypatch):
+    import jupyter_server.serverapp as serverapp
+    (tmp_path / "lessons" / "runs").mkdir(parents=True)
+    servers = [{"root_dir": "/nowhere", "base_url": "/"}, {"root_dir": str(tmp_path), "base_url": "/user/ada/"}]
+    monkeypatch.setattr(serverapp, "list_running_servers", lambda: iter(servers))
+    monkeypatch.chdir(tmp_path / "lessons")                   # the kernel runs in the notebook's folder
+    run = tmp_path / "lessons" / "runs" / "run 1"
+    assert D.lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
+    assert D.lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
+    assert D.lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root

@@ -42,19 +42,28 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from ..config import (
+    ALGORITHMS,
+    DATASET_NAMES,
+    FIELD_GROUPS,
+    GROUP_TITLES,
+    MODEL_NAMES,
+    SYNC_ALGORITHMS,
+    ConfigError,
+    RunConfig,
+    field_help,
+)
 from . import figures as F
 from .report import differing_config, summary_table
-from ..config import (ALGORITHMS, DATASET_NAMES, FIELD_GROUPS, GROUP_TITLES, MODEL_NAMES, SYNC_ALGORITHMS,
-                      ConfigError, RunConfig, field_help)
 
 FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
@@ -320,29 +329,43 @@ def _workers_of(config: RunConfig) -> int:
     return config.cpus + gpu_count()
 
 
+def _jupyter_root() -> tuple[Path, str] | None:
+    """(root dir, base URL) of the Jupyter server whose root holds this kernel's working
+    directory (the notebook's folder): the innermost one `list_running_servers` knows."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    cwd = Path.cwd().resolve()
+    best = None
+    try:
+        for info in list_running_servers():
+            root = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+            if cwd.is_relative_to(root) and (best is None or len(root.parts) > len(best[0].parts)):
+                best = (root, info.get("base_url") or "/")
+    except Exception:   # a stale or unreadable server file: no links rather than an error
+        return None
+    return best
+
+
 def lab_href(path: str | os.PathLike, directory: bool = False) -> str:
     """A link to a file (or a folder) that a browser showing this kernel's JupyterLab follows.
 
-    Inside the Jupyter server's root: `<prefix>files/<path>` for a file (served as is:
-    report.html opens as a page) and `<prefix>lab/tree/<path>` for a folder (the file
-    browser). The root is found from the kernel's working directory (the notebook's
-    folder) and JPY_SESSION_NAME (the notebook's path under the root), the prefix from
-    JUPYTERHUB_SERVICE_PREFIX (Binder, JupyterHub) or "/". Elsewhere: a file:// URI.
+    Inside the Jupyter server's root: `<base>files/<path>` for a file (served as is:
+    report.html opens as a page) and `<base>lab/tree/<path>` for a folder (the file
+    browser). The server is the one whose root holds the kernel's working directory;
+    JUPYTERHUB_SERVICE_PREFIX (Binder, JupyterHub) is the base when no server file is
+    found. Elsewhere: a file:// URI.
     """
+    from urllib.parse import quote
+
     p = Path(path).resolve()
-    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-    prefix = prefix if prefix.endswith("/") else prefix + "/"
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    root = None
-    if session and not os.path.isabs(session):
-        cwd = Path.cwd().resolve()
-        depth = len(Path(session).parent.parts)
-        if depth < len(cwd.parts):
-            root = cwd.parents[depth - 1] if depth else cwd
-    if root is not None and p.is_relative_to(root):
-        rel = p.relative_to(root).as_posix()
-        from urllib.parse import quote
-        return f"{prefix}{'lab/tree' if directory else 'files'}/{quote(rel)}"
+    found = _jupyter_root()
+    if found is None and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+        found = (Path.home().resolve(), os.environ["JUPYTERHUB_SERVICE_PREFIX"])
+    if found is not None and p.is_relative_to(found[0]):
+        base = found[1] if found[1].endswith("/") else found[1] + "/"
+        return f"{base}{'lab/tree' if directory else 'files'}/{quote(p.relative_to(found[0]).as_posix())}"
     return p.as_uri()
 
 

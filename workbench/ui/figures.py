@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -310,7 +311,7 @@ def as_widget(fig: Any, live: bool = True) -> Any:
     widget's first message to the frontend already carries every trace and the layout.
     """
     if live and not isinstance(fig, go.FigureWidget):
-        from .plotly_widget import whole_state_widget   # imports ipywidgets: live figures only
+        from .plotly_widget import whole_state_widget  # imports ipywidgets: live figures only
         return whole_state_widget(fig)
     return fig
 

@@ -13,15 +13,16 @@ import html
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.io as pio
 
-from . import figures as F
 from ..fileio import atomic_write
 from ..results import RunResult
+from . import figures as F
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
                   "final_train_loss", "final_test_loss", "final_test_accuracy", "best_test_accuracy",
@@ -228,7 +229,7 @@ def _summary_html(result: RunResult) -> str:
     s = result.summary
     values: dict[str, Any] = {k: s.get(k) for k in SUMMARY_UNITS}
     values["workers"] = len(s["workers"]) if isinstance(s.get("workers"), list) else s.get("workers")
-    values.update((s.get("time_breakdown") or {}))
+    values.update(s.get("time_breakdown") or {})
     rows = []
     for key, (what, unit) in SUMMARY_UNITS.items():
         v = values.get(key)
