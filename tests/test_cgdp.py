@@ -102,3 +102,98 @@ def test_speed_split_reports_shares_and_idle_time(client):
     assert sum(w["share"] for w in per_worker) == pytest.approx(1.0)
     assert all(0.0 <= w["idle_fraction"] <= 1.0 for w in per_worker)
     assert len(got.summary["final_shares"]) == 2
+
+
+# ------------------------------------------------------------------ the master in shared memory
+def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps, stop_at, out_q):
+    """One worker process: pushes its chunks last-first with random pauses, fetches each step."""
+    import random
+    import time
+
+    from workbench.algorithms.cgdp import ShmChunkMaster, chunk_bounds
+    master = ShmChunkMaster(segment, lock, rank, size, groups, chunk_layers, n, momentum=0.9, nesterov=True,
+                            weight_decay=1e-3)
+    rng = random.Random(rank)
+    chunking, seen = master.tuner.current, []
+    for step in range(steps):
+        g = _grad(rank, step, n)
+        chunks = chunk_bounds(groups, chunking)
+        for k, (lo, hi) in enumerate(chunks):
+            time.sleep(rng.random() * 2e-3)              # arrival orders differ from step to step
+            last = k == len(chunks) - 1
+            grad = g[lo:hi]
+            if rank % 2:                                   # odd ranks write straight into their row
+                master.slot(rank, lo, hi)[:] = grad
+                grad = None
+            master.push(step, rank, lo, hi, grad, 0.05, 0.25 * (rank + 1) if last else 0.0,
+                        rank == 0 and step == stop_at and k == 0, 0.001 * (rank + 1) if last else None)
+        x, loss, stop, chunking, times = master.fetch(step)
+        seen.append((x.copy(), loss, stop, chunking, times))
+    out_q.put((rank, seen, master.history()))
+    master.close()
+
+
+def _grad(rank, step, n):
+    return np.random.default_rng(100 * step + rank).standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("size, chunk_layers", [(2, 1), (3, 2), (3, "auto")])
+def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, chunk_layers):
+    import multiprocessing as mp
+    import uuid
+
+    from workbench.algorithms.cgdp import create_master_segment
+    from workbench.comm.shm import unlink_segment
+    groups, n, steps, stop_at = [(0, 40), (40, 48), (48, 90), (90, 95)], 95, 14, 11
+    x0 = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, size, len(groups), True)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_shm_master_worker, args=(seg, str(tmp_path / "m.lock"), r, size, groups,
+                                                          chunk_layers, n, steps, stop_at, q)) for r in range(size)]
+    try:
+        for p in procs:
+            p.start()
+        got = dict((r, (seen, hist)) for r, seen, hist in (q.get(timeout=120) for _ in procs))
+    finally:
+        for p in procs:
+            p.join(10)
+        unlink_segment(seg)
+    # the oracle: the front-end-free ChunkMaster fed the same chunks, in rank order
+    oracle = ChunkMaster(x0, size, groups, chunk_layers, momentum=0.9, nesterov=True, weight_decay=1e-3)
+    chunking = oracle.tuner.current
+    for step in range(steps):
+        oracle.tuner.current = chunking                   # the shm workers' own tuners chose this
+        chunks = chunk_bounds(groups, chunking)
+        for r in range(size):
+            g = _grad(r, step, n)
+            for k, (lo, hi) in enumerate(chunks):
+                last = k == len(chunks) - 1
+                oracle.add(step, r, lo, hi, g[lo:hi], 0.05, 0.25 * (r + 1) if last else 0.0,
+                           r == 0 and step == stop_at and k == 0, 0.001 * (r + 1) if last else None)
+        x, loss, stop, _, times = oracle.result()
+        for r in range(size):
+            gx, gloss, gstop, gchunking, gtimes = got[r][0][step]
+            assert np.array_equal(gx, x), (step, r)       # bitwise: same sums, same order, same update
+            assert gloss == pytest.approx(loss, rel=1e-12) and gstop == stop and gtimes == times
+            assert gchunking == got[0][0][step][3]         # every worker agrees on the next chunking
+        chunking = got[0][0][step][3]
+    assert got[0][0][stop_at][2] and np.array_equal(got[0][0][stop_at][0], got[0][0][stop_at - 1][0])
+    assert all(got[r][1] == got[0][1] for r in range(size))
+    if chunk_layers == "auto":
+        assert len(set(got[0][1])) > 1                    # the tuner really tried several sizes
+
+
+@pytest.mark.cluster
+def test_cgdp_master_in_shared_memory_equals_the_actor_master(client):
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=30, momentum=0.9, weight_decay=1e-4, chunk_layers="auto",
+                    **BASE)
+    ref = train_reference(cfg.replace(algorithm="sgd"))
+    shm = run(cfg, cluster=client)
+    actor = run(cfg.replace(comm="dask"), cluster=client)
+    assert shm.status == actor.status == "completed", shm.summary.get("errors")
+    assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")
+    np.testing.assert_allclose(shm.params, ref.params, rtol=0, atol=1e-5)
+    assert np.array_equal(shm.params, actor.params)
+    np.testing.assert_allclose(shm.steps[shm.steps.worker == 0]["loss"], ref.steps["loss"], rtol=1e-5)
+    assert shm.summary["chunk_layers_used"] >= 1

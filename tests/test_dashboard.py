@@ -1,6 +1,7 @@
 """The dashboard without a frontend: controls map onto RunConfig, runs stream, Stop works."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -37,6 +38,21 @@ NEW_VALUES = {
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
     "seed": (5, 5),
+    "n_features": (32, 32),
+    "n_classes": (3, 3),
+    "data_dir": ("/tmp/wb-data", "/tmp/wb-data"),
+    "download": (True, True),
+    "scheduler": ("tcp://127.0.0.1:8786", "tcp://127.0.0.1:8786"),
+    "comm": ("dask", "dask"),
+    "weight_decay": (0.001, 0.001),
+    "tournament_size": (64, 64),
+    "trainer_lrs": ("0.1, 0.2,0.3", [0.1, 0.2, 0.3]),
+    "lr_spread": (2.0, 2.0),
+    "exchange_state": (True, True),
+    "chunk_layers": (2, 2),
+    "split": ("speed", "speed"),
+    "steps": (100, 100),
+    "eval_every": (10, 10),
 }
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
@@ -61,20 +77,62 @@ def test_every_control_maps_onto_a_config_field(dash):
         assert before != expected, name
         dash.controls[name].value = value
         assert getattr(dash.config, CONTROL_FIELDS[name]) == expected, name
-        assert dash.controls[name].description == name
-    # fields without a control keep the starting config's value
-    assert dash.config.eval_every is None and dash.config.comm == "auto"
+        assert D.label_of(dash.controls[name]) == name
+    # every field has a control, or is named as left to code, and every control explains itself
+    assert set(CONTROL_FIELDS) | set(D.LEFT_TO_CODE) == set(FIELDS)
+    for name, w in dash.controls.items():
+        tip = getattr(w, "slider", w).tooltip                 # alpha: its slider carries it
+        assert tip and tip.startswith(RunConfig.model_fields[name].description), name
+        assert len(tip) > 20, name
+    # blank / 0 stand for unset
+    dash.controls["steps"].value = 0
+    dash.controls["trainer_lrs"].value = " "
+    assert dash.config.steps is None and dash.config.trainer_lrs is None
 
 
-def test_alpha_zero_means_unset_and_the_config_setter_round_trips(dash):
-    dash.controls["alpha"].value = 0.0
+def shown(w) -> bool:
+    return w.layout.display != "none"
+
+
+def test_alpha_shows_the_value_the_run_uses_and_the_config_setter_round_trips(dash):
+    alpha = dash.controls["alpha"]
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert dash.config.alpha is None and alpha.auto.value and alpha.slider.disabled
+    assert alpha.slider.value == pytest.approx(0.45)            # 0.9 / 2 workers, what the run will use
+    dash.controls["cpus"].value = 3
+    dash.controls["batch_size"].value = 128
+    assert alpha.slider.value == pytest.approx(0.3)
+    alpha.auto.value = False                                    # unticked: the slider's value is used
+    alpha.slider.value = 0.2
+    assert dash.config.alpha == pytest.approx(0.2)
+    alpha.auto.value = True
     assert dash.config.alpha is None
     cfg = RunConfig(algorithm="sync_easgd", cpus=3, batch_size=96, lr=0.02, tau=4, alpha=0.2, hidden=[32],
                     dataset="digits")
     dash.config = cfg
-    assert dash.config == cfg.replace(out=None)
+    assert dash.config == cfg.replace(out=None) and not alpha.auto.value
     assert 96 in dash.controls["batch_size"].options           # a non power of two gets a stop
-    assert not dash.controls["tau"].disabled and dash.controls["trainers"].disabled
+
+
+def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
+    def visible():
+        return {k for k in ("tau", "alpha", "trainers", "round_size", "trainer_lrs", "chunk_layers", "split",
+                            "n_samples", "n_features", "download", "base_batch", "warmup_epochs")
+                if shown(dash.controls[k])}
+    assert visible() == {"split"}                               # sync_sgd on digits, no scaling, no warmup
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert visible() == {"tau", "alpha"}
+    dash.controls["algorithm"].value = "ltfb"
+    assert visible() == {"trainers", "round_size", "trainer_lrs"}
+    dash.controls["algorithm"].value = "cgdp"
+    dash.controls["dataset"].value = "synthetic"
+    dash.controls["lr_scaling"].value = "linear"
+    assert visible() == {"chunk_layers", "split", "n_samples", "n_features", "base_batch"}
+
+
+def test_the_default_algorithm_is_a_parallel_one():
+    d = Dashboard(cluster="threads")
+    assert d.config.algorithm == "sync_sgd" and d.config.n_workers == 2
 
 
 def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
@@ -109,7 +167,7 @@ def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
     dash.controls["epochs"].value = 400.0                  # far longer than the test waits
     assert dash.run() is True
     assert dash.running and dash.stop_button.disabled is False
-    loss = "#1 sgd P=1 B=64: train loss"
+    loss = "#1 sgd P=1 B=64"
     deadline = time.time() + 20
     while time.time() < deadline:                           # records reach the plots while it runs
         names = {t.name: t for t in dash.figures["progress_time"].data}
@@ -137,7 +195,7 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     assert dash.status_text.startswith("completed: #1 sync_sgd P=2 B=64")
     figs = {k: {t.name: t for t in f.data} for k, f in dash.figures.items()}
     assert {"worker 0", "worker 1", "all workers"} <= set(figs["throughput"])
-    assert list(figs["breakdown"]["compute"].x) == ["worker 0", "worker 1"]
+    assert list(figs["breakdown"]["compute"].y) == ["worker 0", "worker 1"]
     assert len(figs["lr"]["worker 1"].x) == len(result.steps.query("worker == 1"))
     assert len(figs["progress_epoch"]["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(result.evals)
     assert figs["lineage"] == {} and dash._lineage_box.layout.display == "none"   # ltfb only
@@ -148,6 +206,51 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     names = [t.name for t in dash.figures["progress_time"].data]
     assert any(n.startswith("#1 ") for n in names) and any(n.startswith("#2 ") for n in names)
     assert len(dash.history) == 2 and dash.plot_errors == []
+
+
+def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch):
+    """A redraw of 6 figures at 0.1 s of CPU each used to push the next one 0.6 / 3% = 20 s
+    away, and the status line with it (the 6000-step run that sat at "step 1/6000")."""
+    slow = D.F.extend_series
+
+    def costly(fig, series, **kw):
+        t = time.thread_time()
+        while time.thread_time() - t < 0.1:
+            pass
+        return slow(fig, series, **kw)
+    monkeypatch.setattr(D.F, "extend_series", costly)
+    dash.controls["algorithm"].value = "sgd"
+    dash.controls["epochs"].value = 400.0
+    assert dash.run() is True
+    time.sleep(6)
+    running = [(t, text) for t, text in dash.status_log if text.startswith("running")]
+    dash.stop()
+    assert dash.wait(20).status == "stopped"
+    steps = [int(text.split("step ")[1].split("/")[0]) for _, text in running]
+    assert len(set(steps)) >= 8, running                   # the step count moved several times a second ...
+    gaps = [b[0] - a[0] for a, b in zip(running, running[1:])]
+    assert max(gaps) < 1.0, gaps                            # ... never stalling
+    # the figures: the next redraw starts at most MAX_REDRAW_S after the previous one began
+    # (here every redraw costs more than that, so they follow each other back to back)
+    starts = [a for a, _ in dash.last_redraw_log]
+    assert len(starts) >= 2 and max(b - a for a, b in zip(starts, starts[1:])) <= \
+        max(end - start for start, end in dash.last_redraw_log) + D.MAX_REDRAW_S + 0.3, dash.last_redraw_log
+    assert all(nxt - end <= D.MAX_REDRAW_S + 0.3 for (_, end), nxt in zip(dash.last_redraw_log, starts[1:]))
+    assert "s left" in running[-1][1] and "samples/s" in running[-1][1]
+
+
+def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
+    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.F.LiveState(label="x", color="#000"))
+    # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
+    for k in range(30):
+        state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
+                           "samples": 32, "compute_s": 0.008, "comm_s": 0.002, "wait_s": 0.0}
+                          for s in range(10 * k, 10 * k + 10) for w in (0, 1)])
+        state.take()
+    steps_per_s, samples_per_s = state.rates()
+    assert steps_per_s == pytest.approx(100, rel=0.01) and samples_per_s == pytest.approx(6400, rel=0.01)
+    assert state.steps_seen == 300 and state.first_time == pytest.approx(12.0)
+    assert state.phase == "running" and state.samples == 300 * 64
 
 
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
@@ -232,7 +335,7 @@ def test_a_run_on_a_dask_cluster_streams_into_the_figures():
         assert result is not None and result.status == "completed", d.status_text
         figs = {k: {t.name: t for t in f.data} for k, f in d.figures.items()}
         # a step whose workers' records straddle two flushes is drawn twice (as two points)
-        n_points = len(figs["progress_time"]["#1 sync_sgd P=2 B=64: train loss"].x)
+        n_points = len(figs["progress_time"]["#1 sync_sgd P=2 B=64"].x)
         assert result.summary["steps"] <= n_points <= 2 * result.summary["steps"]
         assert {"worker 0", "worker 1"} <= set(figs["throughput"]) and d.plot_errors == []
     finally:
@@ -260,6 +363,7 @@ def now():
 
 def _slot(now, names=()):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
     return D.FigureSlot(fig, clock=lambda: now[0])
@@ -285,8 +389,16 @@ def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
     _draws(slot.fig)
     assert slot.viewed and slot.pending == 0
     assert _names(slot) == ["first", "a"] and slot.fig.layout.title.text == "t"
-    slot.edit(_add("b"))                                     # then edits apply at once
-    assert _names(slot) == ["first", "a", "b"]
+    slot.edit(_add("b"))                                     # the view has not said it drew "a" yet
+    assert _names(slot) == ["first", "a"] and slot.pending == 1
+    slot.fig._wb_drawn = slot.fig._last_trace_edit_id        # now it has: "b" goes out at once
+    assert _names(slot) == ["first", "a", "b"] and slot.pending == 0
+    slot.edit(_add("c"))
+    slot.edit(_add("d"))
+    assert _names(slot) == ["first", "a", "b"] and slot.pending == 2
+    now[0] += D.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
+    slot.apply_if_ready()
+    assert _names(slot) == ["first", "a", "b", "c", "d"]
 
 
 def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(now):
@@ -305,6 +417,7 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
 
 def test_a_replaced_figure_waits_for_its_own_view(now):
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     slot = _slot(now)
     slot.shown()
@@ -321,6 +434,7 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
 
 def test_figure_widgets_share_one_copy_of_plotlys_module():
     import plotly.graph_objects as go
+
     from workbench.ui import figures as F
     from workbench.ui import plotly_widget as P
     a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())
@@ -353,3 +467,81 @@ def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     assert dash.wait(10).status == "stopped"
     # the run's last flush makes every figure's Python state whole, live or not
     assert len(dash.figures["progress_epoch"].data) >= 1 and len(dash.figures["lr"].data) >= 1
+
+
+# ------------------------------------------------------------------ the Dask dashboard, one click away
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_wb_client_is_the_default_client_and_its_link_goes_through_binders_proxy(monkeypatch):
+    import dask
+    from distributed import default_client
+
+    import workbench as wb
+    from workbench.cluster import close_session, dashboard_link
+    try:
+        c = wb.client(cpus=1)
+        assert default_client() is c                        # what dask-labextension's search finds
+        assert wb.client(cpus=1) is c                        # the session's, reused
+        link = dashboard_link(c)
+        assert re.match(r"^http://127\.0\.0\.1:\d+/status$", link), link
+        port = link.split(":")[2].split("/")[0]
+        monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
+        assert dashboard_link(c) == f"/user/ada/proxy/{port}/status"
+        with dask.config.set({"distributed.dashboard.link": "https://lab.example/dask/{port}"}):
+            assert dashboard_link(c) == f"https://lab.example/dask/{port}"   # a configured template wins
+    finally:
+        close_session()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_cli_prints_the_dask_dashboard_link(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
+                           "--steps", "5", "--out", str(tmp_path / "run"), "--no-progress"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^dask dashboard: http://127\.0\.0\.1:\d+/status$", proc.stderr, re.M), proc.stderr
+
+
+def test_runs_table_lists_differing_hyper_parameters_and_links(dash, tmp_path):
+    d = Dashboard(cluster="threads", config=dash.config, out=tmp_path)
+    d.controls["epochs"].value = 1.0
+    assert d.run() and d.wait(60) is not None
+    d.controls["batch_size"].value = 128
+    d.controls["lr_scaling"].value = "linear"
+    assert d.run() and d.wait(60) is not None
+    table = d.runs_table()
+    assert list(table["batch_size"]) == [64, 128] and "lr_scaling" in table.columns
+    assert list(table["lr"]) == pytest.approx([0.1, 0.4])       # the scaled lr: 0.1 * 128 / 32
+    assert list(table["base_lr"]) == [0.1, 0.1] and "seed" not in table.columns   # same in both: left out
+    d.runs_sort.value = "batch_size"
+    d.runs_descending.value = True
+    page = d.runs_html.value
+    assert page.index("#2 sync_sgd") < page.index("#1 sync_sgd")    # sorted, largest batch first
+    assert page.count("report.html") == 2 and "run-2-sync_sgd" in page and "overflow-x:auto" in page
+
+
+def test_cost_model_status_is_sentences():
+    import pandas as pd
+
+    from workbench.costmodel import Calibration
+    cal = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=2e-5, beta=1.06e-10, n_params=9610, how="fit")
+    table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [5.0, 0.3]})
+    text = D.describe_calibration(cal, 0.07, table)
+    assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
+    assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
+    assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
+
+
+def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, monkeypatch):
+    import jupyter_server.serverapp as serverapp
+    (tmp_path / "lessons" / "runs").mkdir(parents=True)
+    servers = [{"root_dir": "/nowhere", "base_url": "/"}, {"root_dir": str(tmp_path), "base_url": "/user/ada/"}]
+    monkeypatch.setattr(serverapp, "list_running_servers", lambda: iter(servers))
+    monkeypatch.chdir(tmp_path / "lessons")                   # the kernel runs in the notebook's folder
+    run = tmp_path / "lessons" / "runs" / "run 1"
+    assert D.lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
+    assert D.lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
+    assert D.lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root

@@ -628,3 +628,14 @@ def test_files_placed_by_hand_are_parsed_then_recorded(server, unknown_hashes, t
         (tmp_path / "mnist" / f).write_bytes((root / "mnist" / f).read_bytes())
     assert load_dataset("mnist", data_dir=tmp_path).n_test == 10
     assert len(list((tmp_path / "mnist").glob("*.sha256"))) == 4
+
+
+def test_download_shows_a_progress_bar_through_pooch(server, unknown_hashes, monkeypatch, tmp_path, capfd):
+    url, _, _ = server
+    monkeypatch.setenv(data.URL_ENV, url)
+    load_dataset("fashion_mnist", data_dir=tmp_path, download=True)
+    err = capfd.readouterr().err
+    for f in IDX_FILES:   # one bar per file, named after it, run to the end
+        assert f"fashion_mnist/{f}" in err
+    assert "100%" in err
+    assert "SHA256 hash of downloaded file" not in err    # pooch's own log lines stay quiet

@@ -61,16 +61,20 @@ def tournament_table() -> pd.DataFrame:
 def test_progress_figure_has_one_set_of_traces_per_run(sync_result, sgd_result):
     fig = F.progress_figure([sync_result, sgd_result], x="time")
     names = [t.name for t in fig.data]
-    assert names == ["#1 sync_sgd P=2 B=64: train loss", "#1 sync_sgd P=2 B=64: test loss",
-                     "#1 sync_sgd P=2 B=64: test accuracy", "#2 sgd P=1 B=64: train loss",
+    assert names == ["#1 sync_sgd P=2 B=64", "#1 sync_sgd P=2 B=64: test loss",
+                     "#1 sync_sgd P=2 B=64: test accuracy", "#2 sgd P=1 B=64",
                      "#2 sgd P=1 B=64: test loss", "#2 sgd P=1 B=64: test accuracy"]
+    # one legend entry per run (its train loss); its test curves toggle with it
+    assert [t.name for t in fig.data if t.showlegend is not False] == ["#1 sync_sgd P=2 B=64", "#2 sgd P=1 B=64"]
+    assert {t.legendgroup for t in fig.data[:3]} == {"#1 sync_sgd P=2 B=64"}
+    assert fig.data[1].line.dash == "dash" and fig.data[0].line.dash is None
     t = traces(fig)
     steps = sync_result.steps
-    assert len(t["#1 sync_sgd P=2 B=64: train loss"].x) == steps["step"].nunique()
+    assert len(t["#1 sync_sgd P=2 B=64"].x) == steps["step"].nunique()
     assert len(t["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(sync_result.evals) > 2
     np.testing.assert_allclose(t["#1 sync_sgd P=2 B=64: test accuracy"].y, sync_result.evals["test_accuracy"])
     # one colour per run
-    assert t["#1 sync_sgd P=2 B=64: train loss"].line.color != t["#2 sgd P=1 B=64: train loss"].line.color
+    assert t["#1 sync_sgd P=2 B=64"].line.color != t["#2 sgd P=1 B=64"].line.color
     assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
 
 
@@ -80,8 +84,8 @@ def test_progress_against_epoch_uses_epochs_and_step_loss(sync_result):
     np.testing.assert_allclose(t["#1 sync_sgd P=2 B=64: test loss"].x, sync_result.evals["epoch"])
     # sync workers report the same global loss: the per-step mean is that loss
     first = sync_result.steps[sync_result.steps["step"] == 0]["loss"].iloc[0]
-    assert t["#1 sync_sgd P=2 B=64: train loss"].y[0] == pytest.approx(first)
-    assert max(t["#1 sync_sgd P=2 B=64: train loss"].x) == pytest.approx(2.0)
+    assert t["#1 sync_sgd P=2 B=64"].y[0] == pytest.approx(first)
+    assert max(t["#1 sync_sgd P=2 B=64"].x) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="x: one of"):
         F.progress_figure(sync_result, x="step")
 
@@ -96,24 +100,71 @@ def test_ltfb_trainers_get_their_own_accuracy_traces(sync_result):
 
 
 # ------------------------------------------------------------------------------ per worker
-def test_throughput_figure_conserves_samples(sync_result):
+def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series(sync_result):
+    steps = F.align_to_first_step(sync_result).steps          # what the figure draws: t = 0 at the first step
+    bins = F.time_bins(steps, 20)
+    width = steps["time"].max() / 20
+    assert float(np.sum(bins["all"]["samples"])) == pytest.approx(steps["samples"].sum())
+    assert float(np.sum(bins[1]["samples"])) == pytest.approx(steps.query("worker == 1")["samples"].sum())
     fig = F.throughput_figure(sync_result, bins=20)
     t = traces(fig)
     assert set(t) == {"worker 0", "worker 1", "all workers"}
-    width = sync_result.steps["time"].max() / 20
-    total = float(np.sum(t["all workers"].y)) * width
-    assert total == pytest.approx(sync_result.steps["samples"].sum())
-    per_worker = float(np.sum(t["worker 1"].y)) * width
-    assert per_worker == pytest.approx(sync_result.steps.query("worker == 1")["samples"].sum())
+    raw = bins["all"]["samples"] / bins["all"]["width"]
+    np.testing.assert_allclose(t["all workers"].y, F.running_mean(raw, F.SMOOTH_BINS))
+    assert np.std(t["all workers"].y) < np.std(raw)          # smoothed, and still the same mean rate
+    assert np.mean(t["all workers"].y) == pytest.approx(np.mean(raw), rel=0.1)
+    assert abs(float(width) - float(bins["all"]["width"][0])) < 1e-9
+    # a run of 2 x 44 steps gets about 5 steps per window: a curve, not 2 points
+    n = len(traces(F.throughput_figure(sync_result))["all workers"].x)
+    assert F.auto_bins(steps) == 44 // F.STEPS_PER_BIN and F.auto_bins(steps) - 1 <= n <= F.auto_bins(steps)
+    # (the first window is left out when the first step ends after it)
+    # workers at the same rate stay visible: different widths and dashes
+    assert (t["worker 0"].line.width, t["worker 0"].line.dash) != (t["worker 1"].line.width, t["worker 1"].line.dash)
+
+
+def test_time_axes_start_at_the_first_step(sync_result):
+    late = RunResult(summary=sync_result.summary, steps=sync_result.steps.assign(time=sync_result.steps["time"] + 6.0),
+                     evals=sync_result.evals.assign(time=sync_result.evals["time"] + 6.0))
+    fig = F.progress_figure([sync_result, late])
+    first = [min(t.x) for t in fig.data if t.meta == F.TRAIN_ROLE]
+    assert first[0] == pytest.approx(first[1]) and first[1] < 1.0
+    assert min(F.throughput_figure(late).data[0].x) < 1.0
+    assert late.steps["time"].min() > 6.0                  # the input was left alone
+
+
+def test_loss_smoothing_and_log_scale():
+    steps = pd.DataFrame({"worker": 0, "step": range(50), "epoch": np.linspace(0, 1, 50), "time": np.arange(50.0),
+                          "loss": [1.0 + (i % 2) for i in range(50)], "samples": 8, "compute_s": 0.5,
+                          "comm_s": 0.0, "wait_s": 0.0, "lr": 0.1, "staleness": 0.0})
+    r = RunResult(summary={"config": {"algorithm": "sgd"}}, steps=steps, evals=pd.DataFrame(columns=steps.columns))
+    plain = F.progress_figure(r)
+    assert len(plain.data) == 1 and plain.layout.yaxis.type in (None, "linear")
+    fig = F.progress_figure(r, smoothing=0.9, log_loss=True)
+    t = traces(fig)
+    smooth = t["#1 sgd" + F.SMOOTHED]
+    assert fig.layout.yaxis.type == "log" and t["#1 sgd"].opacity < 1
+    assert np.ptp(smooth.y[10:]) < 0.5 * np.ptp(t["#1 sgd"].y)      # the zig-zag between 1 and 2 flattens
+    assert smooth.y[-1] == pytest.approx(1.5, abs=0.1) and smooth.showlegend is False
+    F.apply_smoothing(fig, 0.0)
+    assert len(traces(fig)["#1 sgd" + F.SMOOTHED].y) == 0 and traces(fig)["#1 sgd"].opacity is None
+    # the figure's own buttons switch the loss axis
+    assert [b.args[0]["yaxis.type"] for b in fig.layout.updatemenus[0].buttons] == ["linear", "log"]
+
+
+def test_chunk_means_keep_every_loss_and_the_last_point():
+    x, y = np.arange(1000.0), np.arange(1000.0) % 7
+    cx, cy = F.chunk_means(x, y, 100)
+    assert len(cx) == 100 and cx[-1] == 999.0
+    assert float(np.sum(cy * 10)) == pytest.approx(float(np.sum(y)))
 
 
 def test_breakdown_figure_totals_per_worker(sync_result):
     fig = F.breakdown_figure(sync_result)
     t = traces(fig)
-    assert list(t["compute"].x) == ["worker 0", "worker 1"]
+    assert list(t["compute"].y) == ["worker 0", "worker 1"] and t["compute"].orientation == "h"
     for name, col in (("compute", "compute_s"), ("comm", "comm_s"), ("wait", "wait_s")):
         expected = sync_result.steps.groupby("worker")[col].sum().to_numpy()
-        np.testing.assert_allclose(t[name].y, expected)
+        np.testing.assert_allclose(t[name].x, expected)
     # one row of shares over time per worker, normalised to percent
     assert {"worker 0 compute", "worker 0 comm", "worker 0 wait", "worker 1 wait"} <= set(t)
     assert t["worker 0 compute"].groupnorm == "percent"
@@ -192,6 +243,8 @@ def test_scaling_figure_draws_ideal_and_predictions_over_measured():
     assert list(t["measured"].y) == [100.0, 180.0, 300.0]
     assert list(t["ideal"].x) == [1, 2, 4, 8] and list(t["ideal"].y) == [100.0, 200.0, 400.0, 800.0]
     assert list(t["ideal efficiency"].y) == [1.0] * 4
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"       # throughput: log-log
+    assert len(t["too short to measure (< 2 s)"].x) == 0               # no wall_time_s: nothing flagged
     assert list(t["predicted: 10GbE"].y) == [100, 150, 200, 220]
     assert "predicted: calibrated efficiency" in t
     assert "7%" in fig.layout.title.text
@@ -200,6 +253,18 @@ def test_scaling_figure_draws_ideal_and_predictions_over_measured():
     assert len(live.data) == 0
     F.update_scaling(live, table)
     assert list(traces(live)["measured"].x) == [1, 2, 4]
+
+
+def test_scaling_marks_runs_too_short_to_measure_and_keeps_the_ideal_line_near_the_data():
+    table = pd.DataFrame({"workers": [1, 2], "samples_per_s": [1000.0, 400.0], "efficiency": [1.0, 0.2],
+                          "wall_time_s": [5.0, 0.3], "status": ["completed"] * 2})
+    predicted = pd.DataFrame({"workers": [1, 2, 4, 8, 64], "network": "measured",
+                              "samples_per_s": [1000.0, 1500, 2000, 2500, 3000], "efficiency": [1, .75, .5, .31, .05]})
+    t = traces(F.scaling_figure(table, predicted))
+    short = t["too short to measure (< 2 s)"]
+    assert list(short.x) == [2] and list(short.y) == [400.0] and short.showlegend
+    assert "too short" in t["measured"].text[1] and "too short" not in t["measured"].text[0]
+    assert max(t["ideal"].x) == 8 and max(t["predicted: calibrated"].x) == 64
 
 
 def test_comparison_figure_from_summaries(sync_result, sgd_result):
@@ -217,10 +282,16 @@ def test_live_figures_are_widgets_and_match_static_ones(sync_result):
     state = F.LiveState(label="#1 sync_sgd P=2 B=64", color=F.run_color(0), n_workers=2)
     F.update_live(figs, records_of(sync_result), state)      # everything in one batch
     static = F.progress_figure(sync_result, "time")
-    for name in ("#1 sync_sgd P=2 B=64: train loss", "#1 sync_sgd P=2 B=64: test accuracy"):
+    for name in ("#1 sync_sgd P=2 B=64", "#1 sync_sgd P=2 B=64: test accuracy"):
         np.testing.assert_allclose(traces(figs["progress_time"])[name].y, traces(static)[name].y)
     bars = traces(figs["breakdown"])
-    np.testing.assert_allclose(bars["compute"].y, traces(F.breakdown_figure(sync_result))["compute"].y)
+    np.testing.assert_allclose(bars["compute"].x, traces(F.breakdown_figure(sync_result))["compute"].x)
+
+
+def test_live_progress_figures_leave_the_log_switch_to_the_dashboard():
+    for key in ("progress_time", "progress_epoch"):
+        assert not F.live_base(key).layout.updatemenus and not F.live_base(key)._widget_layout.get("updatemenus")
+    assert F.progress_figure([]).layout.updatemenus            # static ones keep their buttons
 
 
 def test_live_figures_carry_their_whole_state_from_the_start():
@@ -246,7 +317,7 @@ def test_live_updates_append_batch_by_batch(sync_result):
     n_batches = len(range(0, len(recs), 7))
     assert 1 < len(traces(figs["throughput"])["all workers"].x) <= n_batches
     bars = traces(figs["breakdown"])
-    np.testing.assert_allclose(bars["comm"].y, sync_result.steps.groupby("worker")["comm_s"].sum(), rtol=1e-9)
+    np.testing.assert_allclose(bars["comm"].x, sync_result.steps.groupby("worker")["comm_s"].sum(), rtol=1e-9)
     assert state.steps_seen == sync_result.steps["step"].max() + 1
 
 
@@ -272,6 +343,7 @@ def test_extend_series_thins_long_traces_and_keeps_the_last_point():
     t = fig.data[0]
     assert len(t.x) <= 100
     assert t.x[-1] == 4999 and t.y[-1] == pytest.approx(2499.5)
+    assert t.x[0] == 0                       # thinned 20 times, the run's start stays in the plot
     assert list(t.x) == sorted(t.x)
 
 

@@ -3,7 +3,8 @@ and the committed files are clean (no outputs, no widget state, one `parameters`
 
 Like pytorch/examples, every lesson is also an integration test. Each quick run takes
 about half a minute on 2 CPU cores (a kernel, a local Dask cluster, a handful of short
-runs); they are not marked slow on purpose: CI runs them all.
+runs), so they are marked slow: `make test` (and CI) runs them all, `make test-fast`
+leaves them out.
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def test_no_function_is_defined_in_two_notebooks():
 
 
 # ------------------------------------------------------------------------------ quick runs
+@pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -115,6 +117,11 @@ def test_notebook_runs_quick_on_a_real_kernel(path, tmp_path):
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    if "wb.run(" in path.read_text():   # wb.run draws its progress bar as a widget in the notebook
+        bars = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                and re.search(r"\d+(\.\d+)?/\d+(\.\d+)? (epochs|steps)", o["data"].get("text/plain", ""))]
+        assert bars, "wb.run showed no progress bar"
     run_dirs = sorted(p.parent for p in (out / "runs").rglob("summary.json"))
     assert run_dirs, "the notebook must save its runs under out_dir/runs/"
     for d in run_dirs:

@@ -75,12 +75,15 @@ def test_notebook_checks_every_expected_shape(path):
 
 
 # ------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
     out = tmp_path / "out"
     proc = reproduce("experiments/sc17_easgd.yaml", "--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Executing" in proc.stderr and "cell/s" in proc.stderr   # papermill's progress bar
+    assert "[notebook] Executing notebook with kernel" in proc.stderr  # and the notebook's log
     exp = load_experiment(ROOT / "experiments" / "sc17_easgd.yaml")
 
     executed = out / "easgd_family.ipynb"
@@ -154,6 +157,7 @@ def test_expected_shape_entry_without_an_id_exits_2(tmp_path):
     _one_line_error(proc, "error: expected_shape: ")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_failing_notebook_exits_1_and_names_the_cell(tmp_path):
     pytest.importorskip("papermill")

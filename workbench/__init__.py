@@ -5,7 +5,8 @@
     result.summary["final_test_accuracy"]
 
 `import workbench` stays light: it loads neither Dask, plotly nor ipywidgets; those are
-imported by the functions that need them.
+imported by the functions that need them. The distribution is `parallel-workbench`
+(`pip install parallel-workbench`); `__version__` below is the only place the version lives.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .config import ALGORITHMS, ConfigError, RunConfig
 
 __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load", "sweep",
-           "make_cluster", "connect", "__version__"]
+           "make_cluster", "connect", "client", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,7 +25,7 @@ def __getattr__(name: str):
     if name == "RunResult":
         from .results import RunResult
         return RunResult
-    if name in ("make_cluster", "connect"):
+    if name in ("make_cluster", "connect", "client"):
         from . import cluster
         return getattr(cluster, name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -1,13 +1,12 @@
 """The top-level calls: `run`, `load`, `sweep` (re-exported as `workbench.run` etc.)."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable
-
 import os
 import time
 import warnings as _warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from .config import ConfigTypeError, RunConfig, check_scheduler_address
 from .preflight import preflight
@@ -15,7 +14,8 @@ from .results import OnRecord, RunResult
 
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None, overwrite: bool = False) -> RunResult:
+        should_stop: Callable[[], bool] | None = None, progress: bool = True,
+        overwrite: bool = False) -> RunResult:
     """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
 
     Args:
@@ -24,6 +24,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             started (or reused) for this session. Ignored for `algorithm="sgd"`.
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
+        progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
+            widget in a notebook, text in a terminal. False for none.
         overwrite: replace a run already saved in `config.out` (otherwise refused).
     Raises:
         ConfigError: a value that would fail once workers run (checked before they start:
@@ -34,6 +36,13 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     warnings = preflight(config, overwrite=overwrite)
     for message in warnings:
         _warnings.warn(message, RunWarning, stacklevel=2)
+    bar = None
+    if progress:
+        from .progress import RunProgress, bars_allowed, tee
+        if bars_allowed():
+            bar = RunProgress(config)
+            on_record = tee(bar, on_record)
+    result = None
     t0 = time.time()
     try:
         if config.algorithm == "sgd":
@@ -44,6 +53,11 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
+    finally:
+        if bar is not None:
+            bar.close(result.status if result is not None else "failed")
+    from .provenance import git_state
+    result.summary.update(git_state())  # which code produced it: commit and dirty flag, or None
     if warnings:
         result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
                                     for m in warnings] + list(result.summary.get("events", []))
@@ -101,7 +115,8 @@ def load(directory: str | Path) -> RunResult:
 
 
 def sweep(config: RunConfig | dict, workers: Any = (1, 2, 4), mode: str = "strong", **kwargs: Any) -> Any:
-    """Strong or weak scaling sweep over worker counts: see `workbench.sweep.sweep`."""
+    """Strong or weak scaling sweep over worker counts: see `workbench.sweep.sweep`
+    (`progress=False` silences its bar)."""
     from .sweep import sweep as _sweep
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)

@@ -1,7 +1,9 @@
-"""Command line: `python -m workbench run|algorithms|bench|sweep ...`.
+"""Command line: `python -m workbench COMMAND ...` (also installed as `parallel-workbench`).
 
+Commands: run, sweep, reproduce, compare, export, lessons, schema, algorithms, bench.
 Every `RunConfig` field is a flag (underscores become dashes) and a YAML key; flags given
-on the command line override `--config FILE.yaml`, which overrides the defaults.
+on the command line override `--config FILE.yaml`, which overrides the defaults. The
+flags' help comes from the fields' descriptions (`python -m workbench schema`).
 
 Exit codes: 0 the run completed; 2 invalid input (one line `error: <field>: <allowed>, got
 <value>`, no traceback); 1 the run did not complete (stopped, diverged or failed; what was
@@ -17,25 +19,52 @@ import sys
 import threading
 import warnings
 import time
+import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .config import ALGORITHMS, ConfigError, RunConfig
+from . import __version__
+from .config import ALGORITHMS, FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
+def _flag_help(name: str) -> str:
+    """A flag's help: the field's description and its default (argparse-escaped)."""
+    field = RunConfig.model_fields[name]
+    default = "unset" if field.default is None else str(field.default).lower() if isinstance(field.default, bool) \
+        else field.default
+    return f"{field.description} Default: {default}.".replace("%", "%%")
+
+
+def _metavar(name: str) -> str:
+    """`{a,b,c}` for a field with fixed choices, else the field name in capitals."""
+    args = typing.get_args(RunConfig.model_fields[name].annotation)
+    literals = [v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
+    if typing.get_origin(RunConfig.model_fields[name].annotation) is typing.Literal:
+        literals = list(args)
+    if literals and len(literals) == len(args):
+        return "{" + ",".join(map(str, literals)) + "}"
+    if literals:   # a number or "auto"
+        return name.upper() + "|" + "|".join(map(str, literals))
+    return name.upper()
+
+
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per RunConfig field; values stay strings until RunConfig validates them."""
-    p.add_argument("--config", metavar="FILE.yaml", help="read fields from a YAML file first")
-    for name, field in RunConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        helptext = f"default: {field.default!r}"
-        if field.annotation is bool:
-            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
-                           default=argparse.SUPPRESS, help=helptext)
-        else:
-            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=helptext)
+    """One flag per RunConfig field, grouped as the dashboard groups them; values stay
+    strings until RunConfig validates them (so errors keep the one-line form)."""
+    p.add_argument("--config", metavar="FILE.yaml", help="read fields from a YAML file first; flags override it")
+    for group, names in FIELD_GROUPS.items():
+        g = p.add_argument_group(GROUP_TITLES[group])
+        for name in names:
+            flag = "--" + name.replace("_", "-")
+            if RunConfig.model_fields[name].annotation is bool:
+                g.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=_flag_help(name))
+            else:
+                g.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=_metavar(name),
+                               help=_flag_help(name))
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -54,40 +83,131 @@ def _nullable(name: str) -> bool:
     return RunConfig.model_fields[name].default is None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+# Every subcommand with its one-line help: the top-level --help lists them in this order.
+COMMANDS: dict[str, str] = {
+    "run": "train one run and write its run directory (summary.json, CSVs, report.html)",
+    "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
+    "reproduce": "run an experiment's notebook with papermill and write its report",
+    "compare": "one HTML report comparing several run directories",
+    "export": "write run directories as TensorBoard event files",
+    "lessons": "copy the lesson notebooks and experiment files into a folder",
+    "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
+    "algorithms": "list the algorithms with one line each",
+    "bench": "throughput benchmark: algorithms vs the no-exchange limit vs PyTorch DDP",
+}
 
-    run = sub.add_parser("run", help="train one run and write its run directory")
+DESCRIPTION = ("Train neural networks in parallel on Dask CPU workers and Dask-CUDA GPUs, and see how\n"
+               "the algorithms behave: sync/async/Hogwild SGD, the EASGD family, LTFB, CGDP.\n\n"
+               "commands:\n" + "\n".join(f"  {name:<11} {text}" for name, text in COMMANDS.items())
+               + "\n\n`python -m workbench COMMAND --help` explains a command and its flags.")
+
+EXAMPLES = """\
+examples:
+  python -m workbench run --algorithm sync_sgd --cpus 2 --batch-size 128 --epochs 5 --out runs/s
+  python -m workbench run --algorithm async_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/ae
+  python -m workbench run --config experiments/my.yaml --lr 0.2
+  python -m workbench sweep --algorithm sync_sgd --workers 1,2 --mode weak --out runs/sweep
+  python -m workbench reproduce experiments/sc17_easgd.yaml --quick --out runs/sc17
+  python -m workbench compare runs/s runs/ae --out compare.html
+  python -m workbench export --tensorboard runs/s runs/ae --logdir tb && tensorboard --logdir tb
+  python -m workbench lessons ~/workbench-lessons"""
+
+RUN_EXAMPLES = """\
+examples:
+  python -m workbench run --algorithm sync_sgd --dataset digits --cpus 2 --batch-size 128 --lr 0.1 \\
+      --lr-scaling linear --warmup gradual --warmup-epochs 1 --epochs 5 --out runs/sync
+  python -m workbench run --algorithm sync_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/se
+  python -m workbench run --algorithm ltfb --cpus 2 --trainers 2 --lr-spread 4 --out runs/ltfb
+  python -m workbench run --config experiments/my.yaml --lr 0.2     # YAML keys = field names
+  python -m workbench run --algorithm sync_sgd --scheduler tcp://10.0.0.5:8786  # an existing cluster
+
+exit codes: 0 completed; 1 stopped, diverged or failed (what was gathered is saved);
+2 invalid input (one line: error: <field>: <allowed>, got <value>)."""
+
+SWEEP_EXAMPLES = """\
+examples:
+  python -m workbench sweep --algorithm sync_sgd --workers 1,2 --out runs/sweep
+  python -m workbench sweep --algorithm async_easgd --workers 1,2 --mode weak --batch-size 64 --out runs/weak"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
+                                     description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
+    parser.add_argument("--version", action="version",
+                        version=f"parallel-workbench {__version__} (import package workbench)")
+    # listed once, in DESCRIPTION's order, rather than again by argparse
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                prog="python -m workbench")
+
+    run = sub.add_parser("run", help=COMMANDS["run"], formatter_class=fmt,
+                         description="Train one run. Every RunConfig field is a flag; see the groups below.",
+                         epilog=RUN_EXAMPLES)
     _add_config_flags(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a run already saved in --out (otherwise refused before training)")
 
-    sub.add_parser("algorithms", help="list the algorithms")
+    sub.add_parser("algorithms", help=COMMANDS["algorithms"])
+    sub.add_parser("schema", help=COMMANDS["schema"])
 
-    bench = sub.add_parser("bench", help="throughput benchmark: algorithms vs the no-exchange limit vs PyTorch DDP")
+    comp = sub.add_parser("compare", help=COMMANDS["compare"],
+                          description="Overlay the loss/accuracy curves, throughput and time breakdown of "
+                                      "several run directories in one self-contained HTML page.")
+    comp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each with summary.json)")
+    comp.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
+    comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
+    comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
+
+    exp = sub.add_parser("export", help=COMMANDS["export"],
+                         description="Write each run's steps and evaluations as TensorBoard scalars, one "
+                                     "subfolder of --logdir per run (needs the tensorboard extra: "
+                                     "pip install 'parallel-workbench[tensorboard]').")
+    exp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each with summary.json)")
+    exp.add_argument("--tensorboard", action="store_true", required=True,
+                     help="the format to export to (the only one so far)")
+    exp.add_argument("--logdir", required=True, metavar="DIR", help="TensorBoard log folder to write into")
+
+    les = sub.add_parser("lessons", help=COMMANDS["lessons"],
+                         description="Copy notebooks/ and experiments/ (as packaged with this install) into "
+                                     "DIR, ready for `jupyter lab DIR/notebooks` and "
+                                     "`python -m workbench reproduce DIR/experiments/NAME.yaml`.")
+    les.add_argument("dir", metavar="DIR", help="folder to copy into (created; existing files are kept)")
+    les.add_argument("--overwrite", action="store_true", help="replace files that already exist in DIR")
+
+    bench = sub.add_parser("bench", help=COMMANDS["bench"])
     bench.add_argument("--algorithms", default="all", help="comma-separated names, or all")
     bench.add_argument("--tau", type=int, default=1, help="EASGD family: local steps between exchanges")
     bench.add_argument("--cpus", type=int, default=2)
-    bench.add_argument("--batch-per-worker", type=int, default=128)
-    bench.add_argument("--hidden", default="512,256")
-    bench.add_argument("--n-features", type=int, default=784)
+    bench.add_argument("--sizes", default="teaching,535k",
+                       help="model sizes: teaching (MLP 64-128-10, batch 32/worker), 535k (MLP 784-512-256-10, 128/worker)")
+    bench.add_argument("--batch-per-worker", type=int, default=None, help="a custom size instead of --sizes")
+    bench.add_argument("--hidden", default=None, help="a custom size: hidden widths, e.g. 512,256")
+    bench.add_argument("--n-features", type=int, default=None, help="a custom size: input features")
     bench.add_argument("--seconds", type=float, default=4.0, help="measured time per configuration")
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     bench.add_argument("--out", help="also write the table as CSV here")
 
-    rep = sub.add_parser("reproduce", help="run an experiment's notebook with papermill and write its report")
+    rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"])
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true", help="the experiment's quick parameters (about a minute)")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
+    rep.add_argument("--no-progress", action="store_true",
+                     help="no cell progress bar and no notebook log on stderr")
 
-    sweep = sub.add_parser("sweep", help="strong or weak scaling sweep over worker counts")
+    sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
+                           description="Run the config once per worker count; with --out, write one run "
+                                       "directory per count, sweep.csv and the scaling figure sweep.html.",
+                           epilog=SWEEP_EXAMPLES)
     _add_config_flags(sweep)
-    sweep.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    sweep.add_argument("--mode", choices=["strong", "weak"], default="strong")
+    sweep.add_argument("--workers", default="1,2",
+                       help="comma-separated worker counts, e.g. 1,2,4; speedup and efficiency are against the "
+                            "first (default: 1,2). --out is the sweep's folder: one run directory per count")
+    sweep.add_argument("--mode", choices=["strong", "weak"], default="strong",
+                       help="strong: the global batch stays fixed; weak: it grows with the workers")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
@@ -102,6 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "run":
             return _run(args)
+        if args.command == "schema":
+            print(json.dumps(config_schema(), indent=2))
+            return EXIT_OK
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "export":
+            return _export(args)
+        if args.command == "lessons":
+            return _lessons(args)
         if args.command == "bench":
             from .bench import main as bench_main
             return bench_main(args)
@@ -110,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reproduce":
             from .reproduce import NotebookFailed, reproduce
             try:
-                outcome = reproduce(args.experiment, args.out, quick=args.quick, notebook=args.notebook)
+                outcome = reproduce(args.experiment, args.out, quick=args.quick, progress=not args.no_progress,
+                                    notebook=args.notebook)
             except NotebookFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED
@@ -188,9 +318,18 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
+            if config.algorithm != "sgd":      # the Dask dashboard, one click away (starts the session's cluster)
+                from .cluster import dashboard_link, session_client
+                print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
+                      file=sys.stderr)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", api.RunWarning)  # printed above, once
-                result = api.run(config, on_record=progress, overwrite=overwrite)
+                result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
+                                 overwrite=overwrite)
+        except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
+            from .api import _stopped_before_start, save
+            result = _stopped_before_start(config, 0.0, "interrupted")
+            save(result, config.out, overwrite=overwrite)
         finally:
             if progress is not None:
                 progress.close()
@@ -211,25 +350,10 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 
 
-class _progress_bar:
-    """tqdm over global steps, fed from the record stream."""
-
-    def __init__(self, config: RunConfig):
-        from tqdm import tqdm
-        self.bar = tqdm(desc=config.algorithm, unit="step", dynamic_ncols=True)
-        self.seen = 0
-
-    def __call__(self, records: list[dict]) -> None:
-        steps = [r["step"] for r in records if r["kind"] == "step"]
-        if steps and max(steps) + 1 > self.seen:
-            self.bar.update(max(steps) + 1 - self.seen)
-            self.seen = max(steps) + 1
-        losses = [r["loss"] for r in records if r["kind"] == "step"]
-        if losses:
-            self.bar.set_postfix(loss=f"{losses[-1]:.4f}")
-
-    def close(self) -> None:
-        self.bar.close()
+def _progress_bar(config: RunConfig):
+    """The run's bar (epochs or steps, loss, accuracy): workbench.progress.RunProgress."""
+    from .progress import RunProgress
+    return RunProgress(config)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -244,8 +368,74 @@ def _sweep(args: argparse.Namespace) -> int:
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
     preflight(config.replace(cpus=max(workers), gpus=0))
-    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out)
+    progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress)
     print(table.to_string(index=False))
     if config.out:
-        print(json.dumps({"sweep": str(Path(config.out) / "sweep.csv")}))
+        paths = {"sweep": str(Path(config.out) / "sweep.csv")}
+        figure = _sweep_figure(table, config, args.mode, Path(config.out) / "sweep.html")
+        if figure is not None:
+            paths["figure"] = str(figure)
+        print(json.dumps(paths))
+    return EXIT_OK
+
+
+def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path | None:
+    """The sweep's scaling figure, its runs overlaid, as one HTML page beside sweep.csv."""
+    try:
+        from .ui import figures as F
+        from .ui.report import write_comparison_report
+    except ImportError as exc:  # no plotly (the lab extra): the CSV is what matters
+        print(f"note: no sweep.html ({exc}); pip install 'parallel-workbench[lab]' for figures", file=sys.stderr)
+        return None
+    runs = [d for d in table["run_dir"] if isinstance(d, str) and (Path(d) / "summary.json").exists()]
+    labels = [f"{w} worker{'s' if w != 1 else ''}" for w, d in zip(table["workers"], table["run_dir"]) if d in runs]
+    return write_comparison_report(runs, path, title=f"{mode} scaling of {config.algorithm} on {config.dataset}",
+                                   labels=labels, figures=[F.scaling_figure(table, mode=mode)])
+
+
+def _run_dirs(paths: Sequence[str]) -> list[Path]:
+    """The given run directories, each checked for a summary.json (exit 2 otherwise)."""
+    dirs = [Path(p) for p in paths]
+    for d in dirs:
+        if not (d / "summary.json").is_file():
+            raise ConfigError("RUN_DIR", "a run directory holding summary.json", str(d))
+    return dirs
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """`compare RUN_DIR... --out report.html`: ui.report's comparison page from the shell."""
+    dirs = _run_dirs(args.runs)
+    labels = None
+    if args.labels:
+        labels = [p.strip() for p in args.labels.split(",")]
+        if len(labels) != len(dirs):
+            raise ConfigError("labels", f"one name per run ({len(dirs)} names)", args.labels)
+    try:
+        from .ui.report import write_comparison_report
+    except ImportError as exc:
+        raise ImportError(f"compare needs plotly: pip install 'parallel-workbench[lab]' ({exc})") from None
+    from .results import RunResult
+    results = [RunResult.load(d) for d in dirs]
+    title = args.title or f"comparison of {len(dirs)} runs"
+    path = write_comparison_report(results, args.out, title=title, labels=labels)
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    """`export --tensorboard RUN_DIR... --logdir DIR`: scalars TensorBoard can open."""
+    from .export import export_tensorboard
+    dirs = _run_dirs(args.runs)
+    for d, written in zip(dirs, export_tensorboard(dirs, args.logdir)):
+        print(f"{d} -> {written}")
+    print(f"view with: tensorboard --logdir {args.logdir}")
+    return EXIT_OK
+
+
+def _lessons(args: argparse.Namespace) -> int:
+    """`lessons DIR`: copy the packaged notebooks and experiments out."""
+    from .lessons import copy_lessons
+    copied = copy_lessons(args.dir, overwrite=args.overwrite)
+    print(f"copied {len(copied)} files into {args.dir}: jupyter lab {Path(args.dir) / 'notebooks'}")
     return EXIT_OK

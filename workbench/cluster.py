@@ -350,3 +350,66 @@ def workers_of(client: Any) -> list[dict[str, Any]]:
 def _natural(name: str) -> tuple:
     import re
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+# ------------------------------------------------------------------------------ the session's client, for people
+DEFAULT_LINK = "{scheme}://{host}:{port}/status"      # distributed's own dashboard link template
+PROXY_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"   # through jupyter-server-proxy
+
+
+def session_warm(cpus: int, gpus: int | str, scheduler: str | None = None) -> bool:
+    """Whether `session_client` with these arguments would reuse the running cluster
+    (no start-up to wait for)."""
+    key = ("connect", scheduler) if scheduler else ("local", cpus, gpus)
+    cached = _SESSION.get("client")
+    return cached is not None and _SESSION.get("key") == key and cached.status == "running"
+
+
+def current_client() -> Any:
+    """The session's client if one is running, else None (starts nothing)."""
+    cached = _SESSION.get("client")
+    return cached if cached is not None and cached.status == "running" else None
+
+
+def client(cpus: int = 2, gpus: int | str = 0, scheduler: str | None = None) -> Any:
+    """The session's Dask client (`workbench.client()`), started if needed, registered as
+    Dask's default client.
+
+    The default client is what dask-labextension's dashboard search and
+    `distributed.default_client()` find, so the JupyterLab Dask panes follow this
+    session's cluster; `workbench.run` without `cluster=` uses the same one.
+
+    Args:
+        cpus, gpus, scheduler: as RunConfig's fields of those names.
+    Returns:
+        A running `distributed.Client` (`.dashboard_link` is its Dask dashboard;
+        `dashboard_link(client)` gives it through Binder's proxy where that applies).
+    """
+    from distributed.client import ensure_default_client
+
+    c = session_client(cpus, gpus, scheduler)
+    ensure_default_client(c)
+    return c
+
+
+def dashboard_link(obj: Any) -> str | None:
+    """The Dask dashboard URL of a Client or cluster (None without one, or without bokeh).
+
+    `distributed.dashboard.link` (a template) shapes it; on JupyterHub / Binder, where
+    the browser reaches the dashboard's port only through jupyter-server-proxy, a
+    template left at Dask's default is replaced by `<service prefix>proxy/<port>/status`
+    (binder/start sets the same through DASK_DISTRIBUTED__DASHBOARD__LINK).
+    """
+    import dask
+
+    link = getattr(obj, "dashboard_link", None)
+    if not link:
+        return None
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX")
+    if prefix and dask.config.get("distributed.dashboard.link") == DEFAULT_LINK:
+        from urllib.parse import urlparse
+        port = urlparse(link).port
+        if port:
+            return PROXY_LINK.format(JUPYTERHUB_SERVICE_PREFIX=prefix if prefix.endswith("/") else prefix + "/",
+                                     port=port)
+    return link

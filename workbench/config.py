@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # Names and one-line descriptions of every algorithm. The engine's registry must match
 # this table (a test checks it); it lives here so that validating a config never has to
@@ -154,55 +154,128 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
     # --- what to train
-    algorithm: str = "sgd"                 # see ALGORITHMS
-    dataset: str = "digits"                # digits | mnist1d | synthetic | mnist | fashion_mnist | cifar10
-    model: str = "mlp"                     # softmax | mlp | cnn
-    hidden: list[int] | None = None        # MLP widths (default 128), or CNN channels (default 16,32)
-    n_samples: int = 10000                 # synthetic / mnist1d: number of examples
-    n_features: int = 64                   # synthetic: input width
-    n_classes: int = 10                    # synthetic: number of classes
-    data_dir: str | None = None            # dataset cache (default $WORKBENCH_DATA or ~/.cache/workbench)
-    download: bool = False                 # fetch MNIST / Fashion-MNIST / CIFAR-10 if not cached
+    algorithm: str = Field("sgd", description=(
+        "Parallel training algorithm, one of the names `python -m workbench algorithms` lists "
+        "(sgd, sync_sgd, async_sgd, async_msgd, hogwild_sgd, easgd, async_easgd, async_measgd, "
+        "hogwild_easgd, sync_easgd, ltfb, cgdp); sgd is the single-process reference."))
+    dataset: str = Field("digits", description=(
+        "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
+        "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
+        "with download=true, then cached)."))
+    model: str = Field("mlp", description=(
+        "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
+        "(small convolutional net; image datasets only)."))
+    hidden: list[int] | None = Field(None, description=(
+        "Layer widths as comma-separated positive integers, e.g. 512,256: the MLP's hidden "
+        "layers (unset: 128) or the CNN's channels per conv layer (unset: 16,32)."))
+    n_samples: int = Field(10000, description=(
+        "Number of examples generated for the synthetic and mnist1d datasets (>= 10; 20% are "
+        "held out for testing). Ignored by the other datasets."))
+    n_features: int = Field(64, description=(
+        "Input width of the synthetic dataset (>= 1). Ignored by the other datasets."))
+    n_classes: int = Field(10, description=(
+        "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    data_dir: str | None = Field(None, description=(
+        "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
+        "~/.cache/workbench."))
+    download: bool = Field(False, description=(
+        "Allow fetching MNIST, Fashion-MNIST or CIFAR-10 (about 11-163 MB, checksum verified) when "
+        "they are not in the cache; without it a missing file is an error."))
 
     # --- where to train
-    cpus: int = 2                          # CPU workers
-    gpus: Union[int, Literal["auto"]] = 0  # GPU workers: a count, or "auto" for every visible GPU
-    scheduler: str | None = None           # tcp://host:port of an existing Dask cluster
-    comm: Literal["auto", "shm", "dask", "nccl"] = "auto"  # allreduce implementation
-    latency_ms: float = 0.0                # network emulator: added latency per message
-    bandwidth_gbps: float = 0.0            # network emulator: bandwidth cap (0 = none)
+    cpus: int = Field(2, description=(
+        "Number of CPU workers (whole number >= 0); each is one Dask worker process. cpus + gpus "
+        "is the number of workers P."))
+    gpus: Union[int, Literal["auto"]] = Field(0, description=(
+        "Number of GPU workers (whole number >= 0), or auto for one per visible GPU; needs the "
+        "gpu extra (CuPy and dask-cuda)."))
+    scheduler: str | None = Field(None, description=(
+        "Address tcp://HOST:PORT of an existing Dask scheduler to run on; unset: start (or "
+        "reuse) a local cluster on 127.0.0.1."))
+    comm: Literal["auto", "shm", "dask", "nccl"] = Field("auto", description=(
+        "How workers exchange arrays: shm (shared memory, one host), dask (through Dask, any "
+        "hosts), nccl (GPU workers only), or auto (nccl between GPU-only workers when "
+        "available, else shm on one host, else dask)."))
+    latency_ms: float = Field(0.0, description=(
+        "Network emulator: milliseconds of latency added to every message (>= 0; 0 = off), to "
+        "see what a slow network does to each algorithm."))
+    bandwidth_gbps: float = Field(0.0, description=(
+        "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
 
     # --- optimisation
-    batch_size: int = 32                   # GLOBAL batch: summed over all workers
-    lr: float = 0.1                        # base learning rate, for base_batch samples
-    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
-    base_batch: int = 32                   # batch size that lr was tuned for
-    warmup: Literal["none", "gradual", "constant"] = "none"
-    warmup_epochs: float = 0.0
-    decay: Literal["none", "step", "cosine"] = "none"
-    momentum: float = 0.9                  # heavy ball (Goyal et al.'s 0.9); async_measgd: worker delta;
-                                           # async_sgd / hogwild_sgd apply plain updates and ignore it
-    nesterov: bool = False
-    weight_decay: float = 0.0              # L2 penalty added to the gradient
+    batch_size: int = Field(32, description=(
+        "GLOBAL minibatch size in examples, summed over all workers (whole number >= 1 and at "
+        "least the number of workers); each worker computes its slice."))
+    lr: float = Field(0.1, description=(
+        "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
+        "to batch_size and warmup ramps up to that scaled rate."))
+    lr_scaling: Literal["none", "linear", "sqrt"] = Field("none", description=(
+        "How the learning rate grows with the batch: none (lr as given), linear "
+        "(lr * batch_size / base_batch, Goyal et al.) or sqrt (lr * sqrt(batch_size / base_batch))."))
+    base_batch: int = Field(32, description=(
+        "Batch size (whole number >= 1) that lr was tuned for; the reference of lr_scaling."))
+    warmup: Literal["none", "gradual", "constant"] = Field("none", description=(
+        "Learning-rate warmup: none, gradual (rise linearly from lr to the scaled rate over "
+        "warmup_epochs) or constant (lr for warmup_epochs, then jump to the scaled rate)."))
+    warmup_epochs: float = Field(0.0, description=(
+        "Length of the warmup in epochs (>= 0, may be fractional; > 0 when warmup is not none, "
+        "at most epochs)."))
+    decay: Literal["none", "step", "cosine"] = Field("none", description=(
+        "Learning-rate decay after warmup: none (constant), step (x0.1 at a third and two thirds "
+        "of the remaining steps) or cosine (half a cosine down to 0 at the last step)."))
+    momentum: float = Field(0.9, description=(
+        "Heavy-ball momentum coefficient in [0, 1) (0.9 as in Goyal et al.; 0 = plain SGD). "
+        "async_msgd keeps it on the server, async_measgd uses it as the workers' delta; "
+        "async_sgd and hogwild_sgd apply plain updates and ignore it."))
+    nesterov: bool = Field(False, description=(
+        "Use Nesterov momentum instead of heavy ball."))
+    weight_decay: float = Field(0.0, description=(
+        "L2 penalty coefficient (>= 0) added to the gradient as weight_decay * params; 0 = off."))
 
     # --- algorithm knobs
-    tau: int = 1                           # EASGD: local steps between elastic exchanges
-    alpha: float | None = None             # EASGD elastic coefficient; default 0.9 / workers
-    trainers: int = 2                      # LTFB: number of trainers K
-    round_size: int = 50                   # LTFB: local steps between tournaments
-    tournament_size: int = 256             # LTFB: examples in each trainer's tournament set
-    trainer_lrs: list[float] | None = None  # LTFB: one base lr per trainer
-    lr_spread: float = 1.0                 # LTFB: trainer k gets lr * lr_spread**(k - (K-1)/2)
-    exchange_state: bool = False           # LTFB: optimiser state travels with the weights
-    chunk_layers: Union[int, Literal["auto"]] = "auto"  # CGDP: layers per update chunk
-    split: Literal["equal", "speed"] = "equal"  # sync: how the global batch is shared out
+    tau: int = Field(1, description=(
+        "EASGD family: local SGD steps between elastic exchanges with the centre (whole number "
+        ">= 1; 1 = exchange every step, as You et al.)."))
+    alpha: float | None = Field(None, description=(
+        "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
+        "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
+    trainers: int = Field(2, description=(
+        "LTFB: number of trainers K (whole number >= 1, a divisor of the number of workers); "
+        "each trainer spans workers / K workers."))
+    round_size: int = Field(50, description=(
+        "LTFB: local steps each trainer takes between tournaments (whole number >= 1)."))
+    tournament_size: int = Field(256, description=(
+        "LTFB: examples in each trainer's own held-out tournament set (whole number >= 1)."))
+    trainer_lrs: list[float] | None = Field(None, description=(
+        "LTFB: one base lr per trainer as comma-separated numbers > 0 (exactly trainers values); "
+        "unset: derived from lr and lr_spread."))
+    lr_spread: float = Field(1.0, description=(
+        "LTFB: spread of the trainers' learning rates (>= 1): trainer k gets "
+        "lr * lr_spread**(k - (K-1)/2); 1 = every trainer uses lr."))
+    exchange_state: bool = Field(False, description=(
+        "LTFB: whether the optimiser state (momentum) travels with the weights a trainer adopts."))
+    chunk_layers: Union[int, Literal["auto"]] = Field("auto", description=(
+        "CGDP: layers per update chunk, a whole number >= 1, or auto to choose it by timing "
+        "iterations at the start of the run."))
+    split: Literal["equal", "speed"] = Field("equal", description=(
+        "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
+        "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
 
     # --- how long, how often, reproducibility
-    epochs: float = 5.0
-    steps: int | None = None               # if set, overrides epochs
-    eval_every: int | None = None          # steps between evaluations (default: once per epoch)
-    seed: int = 0
-    out: str | None = None                 # run directory to write
+    epochs: float = Field(5.0, description=(
+        "Length of training in passes over the training set (finite, > 0; may be fractional)."))
+    steps: int | None = Field(None, description=(
+        "Length of training in global optimiser steps (whole number >= 1); if set, overrides "
+        "epochs."))
+    eval_every: int | None = Field(None, description=(
+        "Global steps between evaluations on the test set (whole number >= 1); unset: once per "
+        "epoch."))
+    seed: int = Field(0, description=(
+        "Random seed (whole number >= 0) for initial weights and the minibatch order; the same "
+        "seed gives the same data order whatever the number of workers."))
+    out: str | None = Field(None, description=(
+        "Run directory to write (summary.json, steps.csv, evals.csv, config.yaml, report.html); "
+        "unset: not saved (the CLI picks runs/<algorithm>-<dataset>-<time>)."))
 
     # ---------------------------------------------------------------- validation
     def __init__(self, **data: Any):
@@ -415,7 +488,7 @@ class RunConfig(BaseModel):
         raise ValueError("true or false")
 
     @model_validator(mode="after")
-    def _combinations(self) -> "RunConfig":
+    def _combinations(self) -> RunConfig:
         workers = self.n_workers
         if self.algorithm != "sgd" and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
@@ -466,7 +539,7 @@ class RunConfig(BaseModel):
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""
         return self.alpha if self.alpha is not None else 0.9 / workers
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> RunConfig:
         """A validated copy with some fields changed (the original is untouched)."""
         return RunConfig(**{**self.to_dict(), **changes})
 
@@ -482,14 +555,14 @@ class RunConfig(BaseModel):
         return text
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Validate a dict (keys may use dashes, as CLI flags do)."""
         if not isinstance(data, dict):
             raise ConfigTypeError("config", "a RunConfig or a mapping of field names to values", data)
         return cls(**{str(k).replace("-", "_"): v for k, v in data.items()})
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "RunConfig":
+    def from_yaml(cls, path: str | Path) -> RunConfig:
         """Read and validate a YAML file of field names."""
         data = read_yaml(path, "config")
         return cls.from_dict({} if data is None else data)
@@ -563,6 +636,71 @@ def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX
         raise ConfigError(field, f"valid YAML ({exc.__class__.__name__}{where})", text_path) from None
     except RecursionError:
         raise ConfigError(field, "YAML nested less deeply", text_path) from None
+
+# The fields in the groups the `# ---` comments above mark. The CLI's help and the
+# dashboard's control panel both lay the knobs out this way (keys match the dashboard's).
+GROUP_TITLES: dict[str, str] = {
+    "what": "what to train",
+    "where": "where to train",
+    "optimisation": "optimisation",
+    "algorithm": "algorithm knobs",
+    "length": "how long, how often, reproducibility",
+}
+FIELD_GROUPS: dict[str, tuple[str, ...]] = {
+    "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
+             "data_dir", "download"),
+    "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
+    "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
+                     "decay", "momentum", "nesterov", "weight_decay"),
+    "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
+                  "lr_spread", "exchange_state", "chunk_layers", "split"),
+    "length": ("epochs", "steps", "eval_every", "seed", "out"),
+}
+
+
+def field_group(name: str) -> str:
+    """The group key (a key of `GROUP_TITLES`) of a RunConfig field.
+
+    >>> field_group("tau"), GROUP_TITLES[field_group("lr")]
+    ('algorithm', 'optimisation')
+    """
+    for group, names in FIELD_GROUPS.items():
+        if name in names:
+            return group
+    raise ConfigError("field", f"a RunConfig field (known: {', '.join(FIELDS)})", name)
+
+
+def field_help(name: str) -> str:
+    """The description of a RunConfig field: what it means, its unit and allowed values.
+
+    >>> field_help("batch_size").split(" (")[0]
+    'GLOBAL minibatch size in examples, summed over all workers'
+    """
+    if name not in RunConfig.model_fields:
+        raise ConfigError("field", f"a RunConfig field (known: {', '.join(FIELDS)})", name)
+    return RunConfig.model_fields[name].description or ""
+
+
+def config_schema() -> dict[str, Any]:
+    """RunConfig's JSON schema, each property also carrying its `group` (a GROUP_TITLES key).
+
+    The descriptions are the fields' own, so the schema, `--help` and the dashboard's
+    tooltips say the same thing.
+    """
+    schema = RunConfig.model_json_schema()
+    for name, prop in schema["properties"].items():
+        prop["group"] = field_group(name)
+    schema["groups"] = {g: {"title": GROUP_TITLES[g], "fields": list(names)} for g, names in FIELD_GROUPS.items()}
+    return schema
+
+
+def _check_groups() -> None:
+    grouped = [n for names in FIELD_GROUPS.values() for n in names]
+    if sorted(grouped) != sorted(FIELDS) or len(set(grouped)) != len(grouped):
+        raise RuntimeError("FIELD_GROUPS must list every RunConfig field exactly once")
+
+
+_check_groups()
 
 
 def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:

@@ -25,13 +25,11 @@ import codecs
 import functools
 import gzip
 import hashlib
-import http.client
 import os
 import pickle
+import re
 import tarfile
-import tempfile
-import urllib.error
-import urllib.request
+import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -410,7 +408,8 @@ def load_dataset(
 
     Downloads happen only with ``download=True`` and only for missing files: from
     ``URLS[name]`` in order, or from ``$WORKBENCH_DATA_URL/<name>/<file>`` when that is
-    set. Each file streams into a temporary file beside its target, is checked, then
+    set. Each file streams through pooch (with a progress bar in the process that asked,
+    never in a Dask worker) into a temporary file beside its target, is checked, then
     renamed into place, so an interrupted download never leaves a partial file. Checks:
     where ``EXPECTED_SHA256`` knows the official hash (all official files today), the
     file must match it, on download and on every load. Where it holds None, the file
@@ -785,35 +784,101 @@ def _read_file(name: str, folder: Path, file: str, parse):
     return parsed
 
 
-def _download(url: str, dest: Path) -> tuple[Path, str]:
-    """Stream ``url`` into a temp file beside ``dest``; return it and its sha256."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp_path = Path(tmp)
-    h = hashlib.sha256()
-    received = 0
+class _CappedWriter:
+    """A binary file that counts what is written and refuses to grow past the cap
+    (a runaway server), handed to pooch's downloader in place of a path."""
+
+    def __init__(self, f):
+        self.f, self.received = f, 0
+
+    def write(self, chunk: bytes) -> int:
+        self.received += len(chunk)
+        if self.received > _MAX_DOWNLOAD_BYTES:
+            raise _Corrupt(f"more than {_MAX_DOWNLOAD_BYTES} bytes")
+        return self.f.write(chunk)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class _Downloader:
+    """pooch's HTTP downloader with our timeout, user agent, size cap and a progress bar
+    (tqdm.auto: a widget in a notebook; none inside a Dask worker)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.received = 0
+
+    def __call__(self, url: str, output_file: str, pooch_obj, check_only: bool = False):
+        import pooch
+
+        from .progress import bars_allowed
+
+        bar = False
+        if bars_allowed():
+            from tqdm.auto import tqdm
+            # total=1 until pooch sets the real one: a tqdm of total 0 is falsy, and pooch
+            # skips a falsy bar
+            bar = tqdm(total=1, desc=self.label, unit="B", unit_scale=True, unit_divisor=1024,
+                       dynamic_ncols=True, leave=True)
+        http = pooch.HTTPDownloader(progressbar=bar, timeout=_TIMEOUT_S,
+                                    headers={"User-Agent": "workbench-data"})
+        try:
+            with open(output_file, "w+b") as raw:
+                out = _CappedWriter(raw)
+                try:
+                    return http(url, out, pooch_obj, check_only=check_only)
+                finally:
+                    self.received = out.received
+        finally:
+            if bar is not False:
+                bar.close()  # pooch closes it after a whole file; this covers a failed one
+
+
+_INCOMPLETE = re.compile(r"IncompleteRead\((\d+) bytes read, (\d+) more expected\)")
+
+
+def _download(url: str, dest: Path, known_hash: str | None) -> tuple[Path, str]:
+    """Fetch ``url`` through pooch into a temp file beside ``dest``; return it and its sha256.
+
+    pooch streams into its own temporary file, checks ``known_hash`` and only then moves
+    the file to our temp name (removing it on any failure); the caller renames it into
+    place once it has passed every check.
+    """
+    import logging
+
+    import pooch
+    import requests
+
+    tmp_name = f".{dest.name}.{uuid.uuid4().hex[:8]}.part"
+    downloader = _Downloader(f"{dest.parent.name}/{dest.name}")
+    log = pooch.get_logger()
+    level = log.level
+    log.setLevel(logging.WARNING)  # its "Downloading..." and "SHA256 hash..." lines: the bar says enough
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": "workbench-data"})
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=_TIMEOUT_S) as resp:
-            length = resp.headers.get("Content-Length")
-            while chunk := resp.read(1 << 20):
-                received += len(chunk)
-                if received > _MAX_DOWNLOAD_BYTES:
-                    raise _Corrupt(f"more than {_MAX_DOWNLOAD_BYTES} bytes")
-                h.update(chunk)
-                out.write(chunk)
-        if length is not None and length.isdigit() and received != int(length):
-            raise _Corrupt(f"partial: {received} of {length} bytes")
-        return tmp_path, h.hexdigest()
-    except http.client.IncompleteRead as e:
-        tmp_path.unlink(missing_ok=True)
-        raise _Corrupt(f"partial: connection closed after {received + len(e.partial)} bytes") from None
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
+        path = pooch.retrieve(url, known_hash=f"sha256:{known_hash}" if known_hash else None, fname=tmp_name,
+                              path=dest.parent, downloader=downloader, progressbar=False)
+    except ValueError as e:  # pooch: the hash did not match (the file is already removed)
+        if "hash" in str(e).lower():
+            raise _Corrupt("sha256 mismatch") from None
         raise
+    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError) as e:
+        m = _INCOMPLETE.search(str(e))
+        if m:
+            got, more = int(m.group(1)), int(m.group(2))
+            raise _Corrupt(f"partial: {got} of {got + more} bytes") from None
+        if isinstance(e, requests.exceptions.ChunkedEncodingError):
+            raise _Corrupt(f"partial: connection closed after {downloader.received} bytes") from None
+        raise
+    finally:
+        log.setLevel(level)
+    return Path(path), _sha256(Path(path))
 
 
 def _fetch(name: str, file: str, folder: Path) -> None:
     """Download one file into ``folder``, checked, then renamed into place."""
+    import requests
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -824,19 +889,18 @@ def _fetch(name: str, file: str, folder: Path) -> None:
     problems = []
     for url in urls:
         try:
-            tmp, digest = _download(url, folder / file)
+            tmp, digest = _download(url, folder / file, official.lower() if official else None)
         except _Corrupt as e:
             problems.append(f"{url}: corrupt or partial ({e})")
             continue
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-            if isinstance(e, urllib.error.HTTPError):
-                problems.append(f"{url}: HTTP {e.code} {e.reason}")
-            else:
-                problems.append(f"{url}: {getattr(e, 'reason', None) or e}")
+        except requests.exceptions.HTTPError as e:
+            r = e.response
+            problems.append(f"{url}: HTTP {r.status_code} {r.reason}" if r is not None else f"{url}: {e}")
+            continue
+        except (requests.exceptions.RequestException, OSError) as e:
+            problems.append(f"{url}: {e}")
             continue
         try:
-            if official and digest != official.lower():
-                raise _Corrupt("sha256 mismatch")
             if not official:
                 _parser(name, file)(tmp)
         except _Corrupt as e:

@@ -145,11 +145,17 @@ def _plain(value: Any, field: str, depth: int = 0) -> Any:
 
 
 def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3",
-              notebook: str | Path | None = None) -> dict[str, Any]:
+              progress: bool = True, notebook: str | Path | None = None) -> dict[str, Any]:
     """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}.
 
-    `notebook` runs that notebook instead of the one the experiment file names (which
-    must lie in the repository's notebooks/ folder)."""
+    With `progress`, papermill's bar counts the cells, and papermill's log (each cell's
+    printed and text output, the notebook's warnings) goes to this process's stderr as
+    the notebook runs. `notebook` runs that notebook instead of the one the experiment
+    file names (which must lie in the repository's notebooks/ folder).
+    """
+    import logging
+    import sys
+
     import papermill
     from papermill.inspection import inspect_notebook
 
@@ -166,12 +172,23 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     out.mkdir(parents=True, exist_ok=True)
     params = {**params, "quick": quick, "out_dir": str(out)}
     executed = out / exp.notebook.name
+    log, handler = logging.getLogger("papermill"), None
+    level = log.level
+    if progress and not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[notebook] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
-                                   cwd=str(exp.notebook.parent), progress_bar=False)
+                                   cwd=str(exp.notebook.parent), progress_bar=progress, log_output=progress)
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(f"{exp.notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} "
                              f"(executed notebook: {executed})") from None
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+            log.setLevel(level)
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
     checks = []
     for check in exp.expected_shape:

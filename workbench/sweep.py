@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import sys
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -133,7 +134,7 @@ def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
 
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: OnResult | None = None, out: str | Path | None = None,
-          should_stop: Callable[[], bool] | None = None) -> pd.DataFrame:
+          should_stop: Callable[[], bool] | None = None, progress: bool = True) -> pd.DataFrame:
     """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
 
     Args:
@@ -146,6 +147,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         out: a folder for the run directories (out/w{P}) and out/sweep.csv, rewritten
             after every run so a stopped sweep keeps what it measured.
         should_stop: polled by each run and between runs; True ends the sweep.
+        progress: draw a bar over the runs (a widget in a notebook, text in a terminal)
+            and one for the run in progress; False for none.
     Returns:
         One row per finished run with SWEEP_COLUMNS.
     Raises:
@@ -166,23 +169,34 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # worker spends ~10 s setting it up inside the other workers' training span (they wait
     # in the first exchange), which the first measured point would otherwise include.
     if config.algorithm != "sgd":
-        api.run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster)
+        api.run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    for w, cfg in zip(ws, configs):
-        if should_stop is not None and should_stop():
-            break
-        run_dir = None if out is None else str(Path(out) / f"w{w}")
-        result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
-                         overwrite=True)   # w<N> under the sweep's folder: a sweep run again replaces its own
-        rows.append(scaling_row(result, w, mode, run_dir))
-        table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
-        if out is not None:
-            atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
-        if on_result is not None:
-            on_result(table.iloc[-1].to_dict(), result)
-        if result.status == "stopped":
-            break
+    from .progress import bars_allowed, sweep_bar
+    bar = sweep_bar(len(ws), f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
+    try:
+        for w, cfg in zip(ws, configs):
+            if should_stop is not None and should_stop():
+                break
+            if bar is not None:
+                bar.set_postfix_str(f"{worker_field(config)}={w}")
+            run_dir = None if out is None else str(Path(out) / f"w{w}")
+            result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
+                             progress=bar is not None, overwrite=True)  # w<N> under the sweep's folder: a
+                                                                        # sweep run again replaces its own
+            if bar is not None:
+                bar.update(1)
+            rows.append(scaling_row(result, w, mode, run_dir))
+            table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
+            if out is not None:
+                atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
+            if on_result is not None:
+                on_result(table.iloc[-1].to_dict(), result)
+            if result.status == "stopped":
+                break
+    finally:
+        if bar is not None:
+            bar.close()
     return table
 
 

@@ -129,7 +129,7 @@ class Chromium:
         self._pw = None
         self.context = None
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         from playwright.sync_api import sync_playwright
 
         try:

@@ -75,7 +75,7 @@ class JupyterLab:
         self._log = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "JupyterLab":
+    def start(self) -> JupyterLab:
         for sub in ("config", "data", "runtime", "settings", "workspaces", "ipython"):
             (self.state / sub).mkdir(parents=True, exist_ok=True)
         for name, settings in USER_SETTINGS.items():
@@ -178,7 +178,7 @@ class JupyterLab:
                 self._log.close()
                 self._log = None
 
-    def __enter__(self) -> "JupyterLab":
+    def __enter__(self) -> JupyterLab:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -226,6 +228,196 @@ class ChunkMasterProxy:
         return self.caller.call("history")
 
 
+# ------------------------------------------------------------------ the master in shared memory
+# Segment layout: int64 header | int64 arrivals per chunk | float64 outcome | float32 arrays
+H_COMPLETED, H_STOP, H_FINAL_DONE, N_HEADER = 0, 1, 2, 8    # header slots
+F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
+
+
+def master_nbytes(n: int, size: int, n_layers: int, momentum: bool) -> int:
+    """Bytes of a shared-memory chunk master: n parameters, P workers."""
+    return 8 * (N_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 4 * n * (1 + int(momentum) + size)
+
+
+def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: bool) -> str:
+    """Create and fill a ShmChunkMaster segment (runs on one worker of the host)."""
+    from ..comm.shm import _OWNED, create_segment
+    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum))
+    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum)
+    views["x"][:] = params
+    views["header"][[H_COMPLETED, H_STOP]] = -1
+    views["floats"][F_LAST_DONE] = time.perf_counter()   # CLOCK_MONOTONIC: one clock for the host
+    return seg
+
+
+def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: bool) -> dict[str, np.ndarray]:
+    off = 0
+
+    def take(shape: tuple, dtype: Any) -> np.ndarray:
+        nonlocal off
+        a = np.ndarray(shape, dtype=dtype, buffer=buf, offset=off)
+        off += a.nbytes
+        return a
+    v = {"header": take((N_HEADER,), np.int64), "arrivals": take((n_layers,), np.int64),
+         "floats": take((N_FLOATS + 3 * size,), np.float64), "x": take((n,), np.float32)}
+    v["velocity"] = take((n,), np.float32) if momentum else None
+    v["slots"] = take((size, n), np.float32)                     # (P, n): each worker's weighted chunks
+    return v
+
+
+class ShmChunkMaster:
+    """ChunkMaster in shared memory, for workers on one host: no master process at all.
+
+    The master weights, the velocity and one slot row per worker live in one segment.
+    A worker writes its weighted chunk into its row and counts itself in under a kernel
+    file lock (as `ShmServer`). The worker that completes a chunk sums the rows in rank
+    order and updates that chunk of the master weights, while the others go on with
+    their backward pass: the aggregation still overlaps with the remaining backward
+    work, as in the paper, without a round trip through another process's event loop.
+    The final chunk (the first layers, every worker's last push) has no backward work
+    left to hide behind, so all workers complete it together, each summing and updating
+    its own column block, like the shared-memory allreduce; the last to finish publishes
+    the step's outcome (loss summed in rank order, stop flag, every worker's compute
+    time, the step's duration). Every worker keeps its own `ChunkTuner`, fed the same
+    durations, so all agree on the next step's chunking without a message.
+
+    Why nothing is overwritten too early: a worker pushes its final chunk only after
+    completing any chunk it had to, so the step is whole once every block of the final
+    chunk is done; and a worker's next pushes follow its fetch, so no chunk of step s+1
+    can complete (changing weights or outcome) before every worker has fetched step s.
+    """
+
+    def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
+                 chunk_layers: int | str, n: int, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, control: Any = None):
+        from ..comm.shm import attach
+        self.shm = attach(segment)
+        self.rank, self.size, self.control = rank, size, control
+        self.groups = [tuple(g) for g in groups]
+        v = _master_views(self.shm.buf, n, size, len(self.groups), momentum > 0)
+        self.header, self.arrivals, self.floats = v["header"], v["arrivals"], v["floats"]
+        self.x, self.slots = v["x"], v["slots"]
+        self.times, self.loss_w, self.compute_s = (self.floats[N_FLOATS + k * size:N_FLOATS + (k + 1) * size]
+                                                   for k in range(3))
+        self.opt = SGD(n, np, np.float32, 0.0, nesterov, weight_decay)
+        if momentum > 0:  # the velocity is master state: shared, not per worker
+            self.opt.momentum, self.opt.velocity = momentum, v["velocity"]
+        self.total = np.empty(n, np.float32)   # scratch for the sums this worker makes
+        self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
+        self.tuner = ChunkTuner(chunk_layers, len(self.groups))
+        self._chunking()
+        self.chunk_history: list[int] = []
+        self.lockfile = open(lock_path, "a+")
+
+    def _chunking(self) -> None:
+        self.index = {c: i for i, c in enumerate(chunk_bounds(self.groups, self.tuner.current))}
+
+    def _locked(self, fn: Callable[[], Any]) -> Any:
+        import fcntl
+        fcntl.flock(self.lockfile, fcntl.LOCK_EX)
+        try:
+            return fn()
+        finally:
+            fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        """Spin, then sleep, until `ready()`; an aborted run ends the wait."""
+        from ..comm.base import WorkerLost
+        from ..comm.shm import ABORT_POLL_S, SLEEP_S, SPIN
+        spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
+        while not ready():
+            spins += 1
+            if spins < SPIN:
+                os.sched_yield()
+            else:
+                time.sleep(SLEEP_S)
+                if time.perf_counter() > deadline:
+                    deadline = time.perf_counter() + ABORT_POLL_S
+                    if self.control is not None and self.control.aborted():
+                        raise WorkerLost("cgdp master aborted: a peer is gone")
+
+    def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
+        """Sum every worker's rows of [lo, hi) in rank order, and update the master there."""
+        total = self.total[lo:hi]
+        np.copyto(total, self.slots[0, lo:hi])
+        for r in range(1, self.size):
+            total += self.slots[r, lo:hi]
+        if self.header[H_STOP] != step:      # a stopped step changes nothing
+            self.opt.step_chunk(self.x, total, lr, lo, hi)
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        i = self.index[(lo, hi)]
+        final = i == len(self.index) - 1
+        if grad is not None:                 # None: already written through `slot`
+            self.slots[rank, lo:hi] = grad
+        if compute_s is not None:            # the worker's last chunk carries its loss and time
+            self.loss_w[rank], self.compute_s[rank] = loss_w, compute_s
+        if stop:                             # rank 0's first chunk: before any chunk can complete
+            self.header[H_STOP] = step
+
+        def arrive() -> bool:
+            self.arrivals[i] += 1
+            if final or self.arrivals[i] < self.size:
+                return False
+            self.arrivals[i] = 0             # complete: the next arrival is next step's
+            return True
+        if self._locked(arrive):
+            self._reduce(step, lo, hi, lr)   # this worker completes the chunk
+        if not final:
+            return
+        self._wait(lambda: self.arrivals[i] == self.size)
+        m, r, p = hi - lo, self.rank, self.size
+        self._reduce(step, lo + r * m // p, lo + (r + 1) * m // p, lr)   # my block of the final chunk
+
+        def block_done() -> bool:
+            self.header[H_FINAL_DONE] += 1
+            if self.header[H_FINAL_DONE] < self.size:
+                return False
+            self.header[H_FINAL_DONE] = self.arrivals[i] = 0
+            return True
+        if self._locked(block_done):         # the step is whole: publish it
+            loss = 0.0
+            for q in range(self.size):
+                loss += float(self.loss_w[q])
+            now = time.perf_counter()
+            f = self.floats
+            f[F_LOSS], f[F_STOP] = loss, float(self.header[H_STOP] == step)
+            f[F_STEP_S], f[F_LAST_DONE] = now - f[F_LAST_DONE], now
+            self.times[:] = self.compute_s
+            self.header[H_COMPLETED] = step  # written last
+
+    def slot(self, rank: int, lo: int, hi: int) -> np.ndarray:
+        """Where `rank`'s weighted gradient of [lo, hi) goes: write it there, push None."""
+        return self.slots[rank, lo:hi]
+
+    def wait_sent(self) -> None:
+        pass  # pushes are complete when they return
+
+    def fetch(self, step: int):
+        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch), the
+        step's loss and stop flag, the next step's chunking and every worker's compute time."""
+        self._wait(lambda: self.header[H_COMPLETED] >= step)
+        f = self.floats
+        np.copyto(self.fetched, self.x)
+        x, loss, stop, times = self.fetched, float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
+        used = self.tuner.current
+        self.chunk_history.append(used)
+        if self.tuner.observe(float(f[F_STEP_S])) != used:
+            self._chunking()
+        return x, loss, stop, self.tuner.current, times
+
+    def history(self) -> list[int]:
+        return list(self.chunk_history)
+
+    def close(self) -> None:
+        from ..comm.shm import _OWNED
+        self.lockfile.close()
+        del self.header, self.arrivals, self.floats, self.x, self.slots, self.times, self.loss_w, self.compute_s
+        self.opt.velocity = None
+        if self.shm.name not in _OWNED:
+            self.shm.close()
+
+
 class CGDP(Algorithm):
     sync = True
 
@@ -259,7 +451,7 @@ class CGDP(Algorithm):
             if start == 0:          # the final chunk carries the loss, known on return
                 held.append((0, starts[0]))
                 return
-            self.master.push(step, ctx.rank, start, starts[start], to_numpy(self.grad[start:starts[start]]) * w,
+            self.master.push(step, ctx.rank, start, starts[start], self._weighted(start, starts[start], w),
                              lr, 0.0, stop and first[0])
             first[0] = False
 
@@ -267,7 +459,7 @@ class CGDP(Algorithm):
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad, on_grad_ready=ready)
         t1 = self.clock()
         for lo, hi in held:  # the last chunk also reports this worker's compute time
-            self.master.push(step, ctx.rank, lo, hi, to_numpy(self.grad[lo:hi]) * w, lr, loss * w,
+            self.master.push(step, ctx.rank, lo, hi, self._weighted(lo, hi, w), lr, loss * w,
                              stop and first[0], t1 - t0)
         self.master.wait_sent()
         params, gloss, gstop, chunking, times = self.master.fetch(step)
@@ -275,12 +467,24 @@ class CGDP(Algorithm):
         self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
         self.chunks = chunk_bounds(self.groups, chunking)
-        out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1)
+        # the part of the fetch spent waiting for the slowest worker's compute (as sync_sgd)
+        wait_s = min(max(0.0, max(times) - (t1 - t0)), t2 - t1)
+        out = StepOut(loss=gloss, lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s,
+                      wait_s=wait_s)
         if gstop:
             out.stop = "stopped"
         elif not math.isfinite(gloss):
             out.stop = "diverged"
         return out
+
+    def _weighted(self, lo: int, hi: int, w: float) -> np.ndarray | None:
+        """My weighted gradient of [lo, hi) on the host: written straight into a
+        shared-memory master's row (then None is pushed), else a new array."""
+        slot = getattr(self.master, "slot", None)
+        if slot is None:
+            return to_numpy(self.grad[lo:hi]) * w
+        np.multiply(to_numpy(self.grad[lo:hi]), w, out=slot(self.ctx.rank, lo, hi))
+        return None
 
     def eval_params(self) -> Any:
         return self.params
@@ -294,7 +498,13 @@ class CGDP(Algorithm):
 
 
 def host_spec(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:
-    """What the engine starts for cgdp: the chunk master, on a CPU worker if there is one."""
+    """What the engine starts for cgdp: the chunk master, in shared memory when every
+    worker is on one host, else an actor on a CPU worker if there is one."""
+    opt = {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+    groups = model.layer_groups()
     return {"actor": ChunkMasterActor, "thread": ThreadChunkMaster, "proxy": ChunkMasterProxy, "prefer": "cpu",
-            "args": (params0, size, model.layer_groups(), config.chunk_layers),
-            "kwargs": {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}}
+            "args": (params0, size, groups, config.chunk_layers), "kwargs": opt,
+            # every worker on one host: the master in shared memory instead of an actor
+            "shm": {"create": create_master_segment, "args": (params0, size, len(groups), config.momentum > 0),
+                    "cls": ShmChunkMaster,
+                    "kwargs": {"groups": groups, "chunk_layers": config.chunk_layers, "n": params0.shape[0], **opt}}}

@@ -1,11 +1,11 @@
-"""Dask implementations: parameter server and portable allreduce as actors, and the
-run control as Dask Events.
+"""Dask implementations: the parameter server as an actor, and the run control as Dask
+Events. (The portable allreduce is a ring over the workers' own connections: `ring`.)
 
 Actor calls go worker-to-worker (under a millisecond here), never through the
 scheduler's batched streams (8-25 ms). The actor methods are coroutines: they run on the
 hosting worker's event loop, which stays free while that worker's own training loop
-occupies its thread, and they can wait for each other (round-robin turns, allreduce
-arrivals) without blocking it.
+occupies its thread, and they can wait for each other (round-robin turns, LTFB
+partners) without blocking it.
 """
 from __future__ import annotations
 
@@ -79,33 +79,6 @@ class ServerActor:
             cond.notify_all()
 
 
-class ReducerActor:
-    """Portable allreduce for workers on several hosts: each rank sends its buffer, the
-    actor sums in rank order once all have arrived and every caller gets the sum."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.rounds: dict[int, dict] = {}
-
-    async def allreduce(self, rnd: int, rank: int, buf: np.ndarray) -> np.ndarray:
-        state = self.rounds.setdefault(rnd, {"parts": {}, "event": asyncio.Event(), "left": self.size})
-        state["parts"][rank] = buf
-        if len(state["parts"]) == self.size:
-            parts = state["parts"]
-            total = parts[0].copy()
-            for r in range(1, self.size):
-                total += parts[r]
-            state["total"] = total
-            state["event"].set()
-        else:
-            await state["event"].wait()
-        total = state["total"]
-        state["left"] -= 1
-        if state["left"] == 0:
-            del self.rounds[rnd]
-        return total
-
-
 class _ActorCall:
     """Blocking calls on an actor from a worker thread, timed out to notice aborts."""
 
@@ -117,7 +90,7 @@ class _ActorCall:
         while True:
             try:
                 return fut.result(timeout=ABORT_POLL_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 if self.control is not None and self.control.aborted():
                     raise WorkerLost(f"{method} aborted: a peer is gone") from None
 
@@ -149,24 +122,6 @@ class ActorServerProxy(_ActorCall):
 
     def depart(self, trainer: int) -> None:
         return self.call("depart", trainer)
-
-
-class DaskComm(_ActorCall):
-    """The worker-side `Comm` over a `ReducerActor` (any hosts; one copy per call)."""
-
-    def __init__(self, actor: Any, rank: int, size: int, control: Any = None):
-        super().__init__(actor, control)
-        self.rank, self.size, self.round = rank, size, 0
-
-    def allreduce(self, buf: Any) -> np.ndarray:
-        self.round += 1
-        return self.call("allreduce", self.round, self.rank, np.asarray(buf))
-
-    def barrier(self) -> None:
-        self.allreduce(np.zeros(1, dtype=np.float32))
-
-    def close(self) -> None:
-        pass
 
 
 LEASE_REFRESH_S = 1.0   # the client renews its lease this often (from its own thread)

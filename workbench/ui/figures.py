@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,8 +48,14 @@ COMPONENTS = ("compute_s", "comm_s", "wait_s")  # the time breakdown, as STEP_CO
 COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
 COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
 STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
-LIVE_POINTS = 2000       # points per live trace: bounds the cost of each redraw
-TIME_BINS = 40           # time windows of the static throughput / breakdown figures
+LIVE_POINTS = 600        # points per live trace: bounds the cost of each redraw (kernel and browser)
+BATCH_POINTS = 100       # a live batch adds at most this many loss points (means of consecutive steps)
+TIME_BINS = 40           # time windows of the static throughput / breakdown figures (at most)
+STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
+SMOOTH_BINS = 3          # throughput: running mean over this many windows
+LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
+MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
+MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
 X_TITLES = {"time": "time (s)", "epoch": "epoch"}
 
@@ -165,16 +172,24 @@ class Series:
 
 
 def thin(values: Sequence, max_points: int) -> list:
-    """Every k-th value counted back from the last, k chosen so at most `max_points` remain.
+    """Every k-th value counted back from the last, k chosen so at most `max_points` remain,
+    and the first value.
+
+    Keeping the first matters: a live trace is thinned again at every redraw, and
+    counting back from the last alone drops the oldest point each time, so the start
+    of a long run crept out of the plot (the lr plot of a 20,000-step run began at
+    step 13,556).
 
     Args:
         values: a sequence.
         max_points: how many values at most, >= 2.
     Returns:
-        A new list; the last value is always kept.
+        A new list; the first and the last value are always kept.
 
     >>> thin(list(range(10)), 4)
     [0, 3, 6, 9]
+    >>> thin(list(range(11)), 4)
+    [0, 2, 6, 10]
     >>> thin([1, 2], 5)
     [1, 2]
     """
@@ -183,7 +198,10 @@ def thin(values: Sequence, max_points: int) -> list:
     if n <= max_points:
         return values
     stride = math.ceil((n - 1) / max(1, max_points - 1))
-    return [values[i] for i in range(n - 1, -1, -stride)][::-1]
+    idx = list(range(n - 1, -1, -stride))[::-1]
+    if idx[0] != 0:
+        idx = [0] + idx[1:] if len(idx) >= max_points else [0] + idx
+    return [values[i] for i in idx]
 
 
 def _array(values: Sequence | None) -> np.ndarray | None:
@@ -293,7 +311,7 @@ def as_widget(fig: Any, live: bool = True) -> Any:
     widget's first message to the frontend already carries every trace and the layout.
     """
     if live and not isinstance(fig, go.FigureWidget):
-        from .plotly_widget import whole_state_widget   # imports ipywidgets: live figures only
+        from .plotly_widget import whole_state_widget  # imports ipywidgets: live figures only
         return whole_state_widget(fig)
     return fig
 
@@ -375,6 +393,51 @@ def step_progress(steps: Table) -> dict[str, np.ndarray]:
     return out
 
 
+def chunk_means(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most `max_points` points: means of y over runs of consecutive points, each placed
+    at its run's last x (so the newest point stays where it was). The live view's
+    decimation: a batch of 5,000 steps adds 100 points that still carry every loss.
+
+    >>> x, y = chunk_means(np.arange(6.0), np.array([1.0, 3, 5, 7, 9, 11]), 3)
+    >>> x.tolist(), y.tolist()
+    ([1.0, 3.0, 5.0], [2.0, 6.0, 10.0])
+    """
+    n = len(x)
+    if n <= max_points:
+        return np.asarray(x, float), np.asarray(y, float)
+    size = math.ceil(n / max_points)
+    ends = np.arange(n - 1, -1, -size)[::-1]          # chunks counted back from the last point
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    sums = np.add.reduceat(np.asarray(y, float), starts)
+    return np.asarray(x, float)[ends], sums / (ends - starts + 1)
+
+
+def ema(values: Sequence, weight: float) -> np.ndarray:
+    """Exponential moving average with TensorBoard's weight (0 = none, 0.99 = very smooth),
+    debiased so that the first value is not pulled towards 0.
+
+    >>> [round(float(v), 3) for v in ema([1.0, 1.0, 4.0], 0.5)]
+    [1.0, 1.0, 2.714]
+    >>> ema([2.0, 4.0], 0.0).tolist()
+    [2.0, 4.0]
+    """
+    y = np.asarray(values, float)
+    if weight <= 0 or len(y) == 0:
+        return y.copy()
+    if not weight < 1:
+        raise ValueError(f"weight: a number in [0, 1), got {weight!r}")
+    out = np.empty_like(y)
+    acc, norm = 0.0, 0.0
+    for i, v in enumerate(y):
+        if not math.isfinite(v):
+            out[i] = v
+            continue
+        acc = weight * acc + (1 - weight) * v
+        norm = weight * norm + (1 - weight)
+        out[i] = acc / norm
+    return out
+
+
 def eval_name(label: str, worker: Any, what: str) -> str:
     """Trace name of an eval series: LTFB trainers get their own, others one per run.
 
@@ -387,15 +450,25 @@ def eval_name(label: str, worker: Any, what: str) -> str:
     return f"{label}: {what} ({w})" if w.startswith("trainer") else f"{label}: {what}"
 
 
-def progress_series(steps: Table, evals: Table, x: str, label: str, color: str) -> list[Series]:
+TRAIN_ROLE = "train loss"        # `meta` of a run's train-loss trace (smoothing finds it by this)
+SMOOTHED = " (smoothed)"         # suffix of its smoothed companion trace
+
+
+def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
+                    max_points: int | None = None) -> list[Series]:
     """Loss (row 1) and test accuracy (row 2) of one run against `x` ("time" | "epoch").
+
+    One legend entry per run: its train loss (solid) is named `label`; its test loss
+    (dashed) and test accuracy share its legend group, so clicking the run's entry
+    shows or hides all three.
 
     Args:
         steps, evals: the run's (or a batch's) step and eval tables.
         x: the x column, "time" or "epoch".
-        label, color: the run's name prefix and colour.
+        label, color: the run's name and colour.
+        max_points: at most this many train-loss points (`chunk_means`); None keeps one per step.
     Returns:
-        Series named "<label>: train loss", "<label>: test loss", "<label>: test accuracy"
+        Series named "<label>" (train loss), "<label>: test loss", "<label>: test accuracy"
         (LTFB trainers: one test series per trainer, "(trainer-k)" appended).
     """
     if x not in X_TITLES:
@@ -404,8 +477,12 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str) 
     group = {"legendgroup": label}
     if _nrows(steps):
         p = step_progress(steps)
-        out.append(Series(f"{label}: train loss", p[x], p["loss"], row=1,
-                          style={"mode": "lines", "line_color": color, "line_width": 1.5, **group}))
+        xs, ys = p[x], p["loss"]
+        if max_points is not None:
+            xs, ys = chunk_means(xs, ys, max_points)
+        out.append(Series(label, xs, ys, row=1,
+                          style={"mode": "lines", "line_color": color, "line_width": 1.5, "meta": TRAIN_ROLE,
+                                 "hovertemplate": "train loss %{y:.4g}<extra>" + label + "</extra>", **group}))
     if _nrows(evals):
         t, xs = _col(evals, "time", float), _col(evals, x, float)
         test_loss, acc = _col(evals, "test_loss", float), _col(evals, "test_accuracy", float)
@@ -414,41 +491,114 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str) 
             trainer = str(worker).startswith("trainer")
             out.append(Series(eval_name(label, worker, "test loss"), xs[idx], test_loss[idx], row=1,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
-                                     "line_dash": "dot" if trainer else "dash", **group}))
+                                     "marker_maxdisplayed": MAX_MARKERS,
+                                     "line_dash": "dot" if trainer else "dash", "showlegend": False, **group}))
             out.append(Series(eval_name(label, worker, "test accuracy"), xs[idx], acc[idx], row=2,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 6,
-                                     "line_dash": "dot" if trainer else "solid", **group}))
+                                     "marker_maxdisplayed": MAX_MARKERS,
+                                     "line_dash": "dot" if trainer else "solid", "showlegend": False, **group}))
     return out
 
 
-def _progress_base(x: str) -> Any:
-    fig = _base(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                subplot_titles=("loss", "test accuracy"))
-    fig.update_xaxes(title_text=X_TITLES[x], row=2, col=1)
-    fig.update_yaxes(title_text="loss", row=1, col=1)
-    fig.update_yaxes(title_text="accuracy", row=2, col=1)
-    fig.update_layout(title=f"loss and test accuracy against {x}", height=520)
+def apply_smoothing(fig: Any, weight: float) -> Any:
+    """Draw each run's train loss smoothed (`ema` with `weight`) over its raw points, which
+    fade; weight 0 removes the smoothed lines. Works on static and live progress figures
+    (call inside `batch_update` on a live one); returns `fig`."""
+    traces = {t.name: t for t in fig.data}
+    for t in list(fig.data):
+        if t.meta != TRAIN_ROLE:
+            continue
+        twin = traces.get(t.name + SMOOTHED)
+        if weight <= 0 or t.y is None or not len(t.y):
+            t.opacity = None
+            if twin is not None:
+                twin.x, twin.y = [], []
+            continue
+        x, y = np.asarray(t.x, float), ema(t.y, weight)
+        t.opacity = 0.3
+        if twin is None:
+            fig.add_trace(go.Scatter(name=t.name + SMOOTHED, x=x, y=y, mode="lines", showlegend=False,
+                                     line={"color": t.line.color, "width": 2}, legendgroup=t.legendgroup,
+                                     hovertemplate="smoothed %{y:.4g}<extra>" + t.name + "</extra>",
+                                     xaxis=t.xaxis, yaxis=t.yaxis))
+            traces[t.name + SMOOTHED] = fig.data[-1]
+        else:
+            twin.x, twin.y = x, y
     return fig
 
 
+def set_loss_scale(fig: Any, log: bool) -> Any:
+    """The loss axis (row 1 of a progress figure) on a log or a linear scale; returns `fig`."""
+    fig.layout.yaxis.type = "log" if log else "linear"
+    return fig
+
+
+def _progress_base(x: str) -> Any:
+    fig = _base(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
+                subplot_titles=("loss (solid: train, dashed: test)", "test accuracy"))
+    fig.update_xaxes(title_text=X_TITLES[x], row=2, col=1)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=2, col=1)
+    # The loss axis can switch to a log scale (a warm-up spike dominates a linear one).
+    buttons = [{"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+               {"label": "loss: log", "method": "relayout", "args": [{"yaxis.type": "log"}]}]
+    if x == "time":
+        fig.update_xaxes(rangemode="tozero")          # t = 0: the first training step
+    fig.update_layout(title=f"loss and test accuracy against {x}", height=520, legend_groupclick="togglegroup",
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.14, "yanchor": "top",
+                              "font": {"size": 10}}, margin_b=70,
+                      updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "showactive": True,
+                                    "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
+                                    "pad": {"r": 0, "t": 0}, "font": {"size": 10}}])
+    return fig
+
+
+def align_to_first_step(result: RunResult) -> RunResult:
+    """The run with t = 0 at its first training step (a copy; the input is not changed).
+
+    Records put t = 0 at the first step already; older run directories, and runs whose
+    clock started before the cluster or the data were ready, had start-up in their time
+    axis, which squashed every other run of a comparison into its first fraction.
+    """
+    steps = result.steps
+    if not len(steps):
+        return result
+    starts = steps["time"] - steps[list(COMPONENTS)].sum(axis=1)
+    t0 = float(starts.min())
+    if not (math.isfinite(t0) and t0 > 0):
+        return result
+    evals = result.evals.assign(time=(result.evals["time"] - t0).clip(lower=0.0)) if len(result.evals) else result.evals
+    tours = result.tournaments
+    if len(tours) and "time" in tours:
+        tours = tours.assign(time=tours["time"] - t0)
+    return RunResult(summary=result.summary, steps=steps.assign(time=steps["time"] - t0), evals=evals,
+                     tournaments=tours, params=result.params)
+
+
 def progress_figure(results: Source | Sequence[Source], x: str = "time", live: bool = False,
-                    labels: Sequence[str] | None = None) -> Any:
+                    labels: Sequence[str] | None = None, smoothing: float = 0.0, log_loss: bool = False) -> Any:
     """Loss and test accuracy of one or several runs against time or epoch.
 
     Args:
         results: a RunResult / run directory / record list, or a list of them (overlaid).
-        x: "time" (seconds since the run started) or "epoch".
+        x: "time" (seconds since each run's first step) or "epoch".
         live: a FigureWidget instead of a Figure.
         labels: one name per run (default `run_label`).
+        smoothing: `ema` weight for the train loss (0: raw only).
+        log_loss: the loss axis on a log scale (buttons in the figure switch it too).
     Returns:
-        The figure; row 1 loss (train: line, test: dashed), row 2 test accuracy.
+        The figure; row 1 loss (train: line, test: dashed), row 2 test accuracy; one
+        legend entry per run.
     """
     if x not in X_TITLES:
         raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
     fig = _progress_base(x)
     for i, r in enumerate(_results(results)):
         label = labels[i] if labels else run_label(r, i)
+        r = align_to_first_step(r)
         add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
+    apply_smoothing(fig, smoothing)
+    set_loss_scale(fig, log_loss)
     return as_widget(fig, live)
 
 
@@ -461,12 +611,24 @@ def _worker_groups(steps: Table) -> list[tuple[Any, np.ndarray]]:
     return _groups(_col(steps, "worker")) + [("all", np.arange(_nrows(steps)))]
 
 
-def time_bins(steps: Table, bins: int = TIME_BINS) -> dict[Any, Window]:
+def auto_bins(steps: Table) -> int:
+    """Time windows for a static figure: about STEPS_PER_BIN steps per worker in each,
+    between 2 and TIME_BINS.
+
+    >>> auto_bins({"worker": [0] * 1000}), auto_bins({"worker": [0, 1] * 20}), auto_bins({"worker": [0]})
+    (40, 4, 2)
+    """
+    n = _nrows(steps)
+    workers = max(1, len(np.unique(_col(steps, "worker")))) if n else 1
+    return int(min(TIME_BINS, max(2, n // workers // STEPS_PER_BIN)))
+
+
+def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
     """Per worker (and "all"), sums of samples and step times in equal time windows.
 
     Args:
         steps: a step table (worker, time, samples, compute_s, comm_s, wait_s).
-        bins: windows between time 0 and the last step.
+        bins: windows between time 0 and the last step (default `auto_bins`).
     Returns:
         worker -> {x (window centre), width (s), samples, compute_s, comm_s, wait_s}
         arrays; a worker's windows before its first step are left out.
@@ -479,6 +641,7 @@ def time_bins(steps: Table, bins: int = TIME_BINS) -> dict[Any, Window]:
     n = _nrows(steps)
     if not n:
         return {}
+    bins = auto_bins(steps) if bins is None else int(bins)
     t = _col(steps, "time", float)
     edges = np.linspace(0.0, max(float(t.max()), 1e-9), bins + 1)
     centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
@@ -533,35 +696,77 @@ def _rank(worker: Any, default: int) -> int:
         return default
 
 
-def throughput_series(windows: dict[Any, Window]) -> list[Series]:
-    """samples/s of each worker ("worker k") and of all together ("all workers")."""
+def running_mean(y: np.ndarray, k: int = SMOOTH_BINS) -> np.ndarray:
+    """Centred running mean over `k` values (fewer at the ends).
+
+    >>> running_mean(np.array([0.0, 3.0, 0.0, 3.0]), 3).tolist()
+    [1.5, 1.0, 2.0, 1.5]
+    """
+    y = np.asarray(y, float)
+    if k <= 1 or len(y) < 2:
+        return y.copy()
+    kernel = np.ones(k)
+    return np.convolve(y, kernel, "same") / np.convolve(np.ones(len(y)), kernel, "same")
+
+
+def worker_style(rank: int) -> dict:
+    """Line style of worker `rank`: colour, and width and dash that differ by rank, so
+    workers running at the same rate (every sync run) draw visibly on top of each other."""
+    dashes = ("solid", "dash", "dot", "dashdot")
+    return {"line_color": run_color(rank), "line_width": max(1.5, 4.0 - 1.25 * (rank % 3)),
+            "line_dash": dashes[rank % len(dashes)], "opacity": 0.9}
+
+
+def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
+                      previous: dict | None = None, weight: float = LIVE_SMOOTHING) -> list[Series]:
+    """samples/s of each worker ("worker k") and of all together ("all workers"), smoothed.
+
+    Args:
+        windows: `time_bins` / `time_windows` output.
+        smooth: static figures: running mean over this many windows.
+        previous: live figures: worker -> last smoothed rate, UPDATED in place; each new
+            window's rate is averaged into it with `weight` (so a live line does not jump
+            with every batch).
+    """
     out = []
     for i, (worker, w) in enumerate(windows.items()):
-        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash"} if worker == "all"
-                 else {"mode": "lines+markers", "marker_size": 4, "line_color": run_color(_rank(worker, i))})
-        out.append(Series(_worker_name(worker), w["x"], w["samples"] / w["width"], style=style))
+        rate = w["samples"] / w["width"]
+        if previous is not None:
+            smoothed = []
+            for v in rate:
+                last = previous.get(worker)
+                previous[worker] = v if last is None else weight * last + (1 - weight) * v
+                smoothed.append(previous[worker])
+            rate = np.asarray(smoothed)
+        else:
+            rate = running_mean(rate, smooth)
+        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash", "line_width": 1.5} if worker == "all"
+                 else {"mode": "lines", **worker_style(_rank(worker, i))})
+        out.append(Series(_worker_name(worker), w["x"], rate, style={
+            **style, "hovertemplate": "%{y:,.0f} samples/s<extra>" + _worker_name(worker) + "</extra>"}))
     return out
 
 
 def _throughput_base() -> Any:
     fig = _base(rows=1, cols=1)
-    fig.update_layout(title="throughput per worker", height=360)
-    fig.update_xaxes(title_text="time (s)")
+    fig.update_layout(title="throughput per worker (smoothed)", height=360, hovermode="x unified")
+    fig.update_xaxes(title_text="time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="samples/s", rangemode="tozero")
     return fig
 
 
-def throughput_figure(result: Source, live: bool = False, bins: int = TIME_BINS) -> Any:
-    """Samples/s of each worker over time (and all workers together, dashed).
+def throughput_figure(result: Source, live: bool = False, bins: int | None = None) -> Any:
+    """Samples/s of each worker over time (and all workers together, dashed), smoothed
+    over SMOOTH_BINS time windows.
 
     Args:
         result: one run (RunResult, run directory or records).
         live: a FigureWidget instead of a Figure.
-        bins: time windows.
+        bins: time windows (default `auto_bins`).
     Returns:
         The figure: one trace per worker ("worker k") and "all workers".
     """
-    r = as_result(result)
+    r = align_to_first_step(as_result(result))
     fig = _throughput_base()
     if not len(r.steps):
         return as_widget(_empty(fig, "no steps recorded"), live)
@@ -591,7 +796,7 @@ def add_totals(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, 
 
 def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
                      n_rows: int) -> list[Series]:
-    """Stacked bars of total time per worker (column 1) and, per worker row, the shares
+    """Stacked horizontal bars of total time per worker (column 1) and, per worker row, the shares
     of compute / comm / wait over time (column 2, stacked areas normalised to 100%).
 
     Args:
@@ -601,10 +806,12 @@ def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
     """
     out: list[Series] = []
     names = [_worker_name(w) for w in totals]
-    for k, c in enumerate(COMPONENTS):
-        out.append(Series(COMPONENT_NAMES[c], names, [v[k] for v in totals.values()], row=1, col=1,
+    for k, c in enumerate(COMPONENTS):    # one horizontal bar per worker: none hides another
+        out.append(Series(COMPONENT_NAMES[c], [v[k] for v in totals.values()], names, row=1, col=1,
                           trace="bar", mode="replace",
-                          style={"marker_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c]}))
+                          style={"marker_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c],
+                                 "orientation": "h",
+                                 "hovertemplate": "%{y}: %{x:.3g} s " + COMPONENT_NAMES[c] + "<extra></extra>"}))
     for worker, w in windows.items():
         rank = _rank(worker, -1)
         if worker == "all" or not 0 <= rank < n_rows:
@@ -630,25 +837,28 @@ def _breakdown_base(n_workers: int) -> Any:
                 subplot_titles=titles, vertical_spacing=min(0.08, 0.3 / n))
     fig.update_layout(title="where the time goes (compute / comm / wait)", barmode="stack", margin_t=90,
                       height=max(320, 110 * n + 120))
-    fig.update_yaxes(title_text="seconds", row=1, col=1)
+    fig.update_xaxes(title_text="seconds", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)        # worker 0 on top, as the rows on the right
     for k in range(n):
         fig.update_yaxes(range=[0, 100], ticksuffix="%", row=k + 1, col=2)
     fig.update_xaxes(title_text="time (s)", row=n, col=2)
+    for k in range(n):
+        fig.update_xaxes(rangemode="tozero", row=k + 1, col=2)
     return fig
 
 
-def breakdown_figure(result: Source, live: bool = False, bins: int = TIME_BINS) -> Any:
+def breakdown_figure(result: Source, live: bool = False, bins: int | None = None) -> Any:
     """Where each worker's time goes: compute, communication, waiting.
 
     Args:
         result: one run.
         live: a FigureWidget instead of a Figure.
-        bins: time windows of the over-time panels.
+        bins: time windows of the over-time panels (default `auto_bins`).
     Returns:
-        The figure: bars "compute", "comm", "wait" (x = worker), and per worker row
+        The figure: horizontal bars "compute", "comm", "wait" (y = worker), and per worker row
         stacked areas "worker k compute" / "worker k comm" / "worker k wait" in percent.
     """
-    r = as_result(result)
+    r = align_to_first_step(as_result(result))
     n_workers = r.steps["worker"].nunique() if len(r.steps) else len(r.summary.get("workers", [])) or 1
     fig = _breakdown_base(n_workers)
     if not len(r.steps):
@@ -666,7 +876,7 @@ def lr_series(steps: Table) -> list[Series]:
     for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
         idx = idx[np.argsort(step[idx], kind="stable")]
         out.append(Series(_worker_name(worker), step[idx], lr[idx],
-                          style={"mode": "lines", "line_color": run_color(_rank(worker, i))}))
+                          style={"mode": "lines", **worker_style(_rank(worker, i))}))
     return out
 
 
@@ -835,24 +1045,42 @@ def lineage_figure(result: Source, live: bool = False) -> Any:
 
 
 # ------------------------------------------------------------------------------ scaling
+def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
+    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
+    the first steps' imports and allocations weigh on a run of a fraction of a second).
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
+    [True, False]
+    """
+    for column in ("train_time_s", "wall_time_s"):
+        if column in table:
+            return pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s
+    return np.zeros(len(table), dtype=bool)
+
+
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    name: str = "measured") -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
 
     Args:
-        table: a `workbench.sweep.sweep` table (workers, samples_per_s, efficiency).
+        table: a `workbench.sweep.sweep` table (workers, samples_per_s, efficiency;
+            wall_time_s marks runs `too_short` to measure).
         predicted: a `workbench.costmodel.predict` table (workers, network,
             samples_per_s, efficiency), one curve per network.
         name: the measured points' name.
     Returns:
-        Series "<name>", "ideal" (linear from the first measured point; efficiency 1)
-        and "predicted: <network>" ("predicted: calibrated" for the network "measured"),
-        each in both columns (efficiency ones suffixed " efficiency").
+        Series "<name>", "ideal" (linear from the first measured point, over the
+        measured workers and the predicted ones up to 4x the largest measured count;
+        efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
+        network "measured") and "too short to measure" (rings over such points), each
+        in both columns (efficiency ones suffixed " efficiency").
     """
     out: list[Series] = []
     measured = table.sort_values("workers", kind="stable") if len(table) else table
-    ws = sorted(set(measured["workers"].tolist() if len(measured) else [])
-                | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
+    mws = measured["workers"].astype(float).tolist() if len(measured) else []
+    ws = sorted(set(mws) | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
+    if mws:       # the ideal line stays near the data: a line to 64 workers dwarfs 2 measured points
+        ws = [w for w in ws if w <= 4 * max(mws)] or ws
     if len(measured):
         w0, s0 = float(measured["workers"].iloc[0]), float(measured["samples_per_s"].iloc[0])
         ideal = dict(mode="lines", line_color="#999", line_dash="dash", legendgroup="ideal")
@@ -871,28 +1099,43 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                               p["efficiency"].tolist(), col=2, mode="replace",
                               style={**style, "showlegend": False}))
     if len(measured):
+        short = too_short(measured)
+        secs = pd.to_numeric(measured.get("wall_time_s", pd.Series([np.nan] * len(measured))),
+                             errors="coerce").tolist()
+        status = measured.get("status", pd.Series([""] * len(measured))).tolist()
+        text = [f"{st}, {s:.2g} s" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
+                for st, s, sh in zip(status, secs, short)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
-        text = [f"{s}" for s in measured.get("status", pd.Series([""] * len(measured))).tolist()]
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
         out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
                           col=2, mode="replace", text=text, style={**style, "showlegend": False}))
+        warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
+                    marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
+        label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
+        sw = measured["workers"][short].tolist()
+        out.append(Series(label, sw, measured["samples_per_s"][short].tolist(), col=1, mode="replace",
+                          style={**warn, "showlegend": bool(short.any())}))
+        out.append(Series(f"{label} efficiency", sw, measured["efficiency"][short].tolist(), col=2,
+                          mode="replace", style={**warn, "showlegend": False}))
     return out
 
 
 def _scaling_base(mode: str = "") -> Any:
-    fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "efficiency"))
+    fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s, log-log)", "efficiency"))
     fig.update_xaxes(title_text="workers", type="log", dtick=math.log10(2))
-    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", tickformat=".0%", row=1, col=2)
-    fig.update_layout(title=f"{mode + ' ' if mode else ''}scaling", height=380)
+    fig.update_layout(title=f"{mode + ' ' if mode else ''}scaling", height=400, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.2, "font": {"size": 10}})
     return fig
 
 
 def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, live: bool = False,
                    error: float | None = None, mode: str = "") -> Any:
     """Measured scaling (throughput, efficiency vs workers) with the ideal line and
-    the cost model's predictions drawn over the measured points.
+    the cost model's predictions drawn over the measured points; throughput on log-log
+    axes, runs too short to measure ringed.
 
     Args:
         table: a sweep table (may be empty: the dashboard fills it as runs end).
@@ -994,13 +1237,20 @@ class LiveState:
     lineages: dict = field(default_factory=dict)         # lineage id -> colour index
     steps_seen: int = 0                                  # highest step + 1
     records: int = 0                                     # records drawn so far
+    rates: dict = field(default_factory=dict)            # worker -> smoothed samples/s
+    t_offset: float | None = None                        # record time of the first step's start
+
+
+def _without_buttons(fig: Any) -> Any:
+    fig.layout.updatemenus = ()          # (update_layout merges lists: it cannot remove them)
+    return fig
 
 
 def live_base(key: str, n_workers: int = 1) -> Any:
     """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is."""
-    makers = {
-        "progress_time": lambda: _progress_base("time"),
-        "progress_epoch": lambda: _progress_base("epoch"),
+    makers = {   # the dashboard has its own log-scale control next to the live progress plots
+        "progress_time": lambda: _without_buttons(_progress_base("time")),
+        "progress_epoch": lambda: _without_buttons(_progress_base("epoch")),
         "throughput": _throughput_base,
         "breakdown": lambda: _breakdown_base(n_workers),
         "lr": _lr_base,
@@ -1025,15 +1275,23 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
     tours = records_to_columns(records, "tournament", TOURNAMENT_COLUMNS)
     state.records += len(records)
     out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
+    if _nrows(steps) and state.t_offset is None:     # t = 0 at the first step, whatever the records' clock
+        starts = _col(steps, "time", float) - sum(_col(steps, c, float) for c in COMPONENTS)
+        state.t_offset = max(0.0, float(starts.min()))
+    if state.t_offset:
+        if _nrows(steps):
+            steps = {**steps, "time": _col(steps, "time", float) - state.t_offset}
+        if _nrows(evals):
+            evals = {**evals, "time": np.maximum(_col(evals, "time", float) - state.t_offset, 0.0)}
     if _nrows(steps):
         state.steps_seen = max(state.steps_seen, int(steps["step"].max()) + 1)
         state.totals = add_totals(state.totals, breakdown_totals(steps))
         windows = time_windows(steps, state.last_time)
-        out["throughput"] = throughput_series(windows)
+        out["throughput"] = throughput_series(windows, previous=state.rates)
         out["breakdown"] = breakdown_series(state.totals, windows, max(1, min(state.n_workers, MAX_WORKER_ROWS)))
         out["lr"] = lr_series(steps)
-    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color)
-    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color)
+    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color, BATCH_POINTS)
+    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color, BATCH_POINTS)
     out["lineage"] = lineage_series(tours, state.lineages)
     return out
 

@@ -12,7 +12,9 @@ both cores of the machine busy.
 Here each figure's `_esm` is a stub of a few hundred bytes whose `initialize` returns
 at once, so anywidget's limit is always met. The stub waits for plotly's module, which
 one hidden `PlotlyModuleLoader` widget per kernel imports from a string trait, then
-hands `initialize` and `render` over to plotly's own code. A view is drawn only after
+hands `initialize` and `render` over to plotly's own code, with the figure's model
+wrapped so that plotly's per-edit replies (computed defaults the kernel never reads) stay
+in the browser. A view is drawn only after
 plotly's model code is set up; edits sent before that are not applied to the model's
 copy of the figure, which is why the dashboard holds edits until a view has reported
 in (`dashboard.FigureSlot`). On a page reload the browser recreates every model,
@@ -64,6 +66,35 @@ function plotlyModule() {
   });
 }
 
+// After every edit plotly's view sends back the defaults it computed (a layout delta and
+// trace deltas), which plotly.py folds into the Python figure. The dashboard reads none of
+// them back, and with every live figure redrawn each second they queued on the kernel's
+// main thread ahead of a Stop click (22-31 s late on a busy 2-core machine). So they stay
+// here, except the first trace deltas (the kernel's sign that a view has drawn), and each
+// later one becomes a number: _wb_drawn, the trace edit the view has drawn, with which the
+// dashboard sends a figure its next edit only once the last one is on screen
+// (dashboard.FigureSlot). A user's zoom or pan (_js2py_relayout, _js2py_restyle) still goes.
+function quiet(model) {
+  let reported = false;
+  return new Proxy(model, {
+    get(target, prop) {
+      if (prop === "set") {
+        return (key, value, ...rest) => {
+          if (key === "_js2py_layoutDelta") return;
+          if (key === "_js2py_traceDeltas") {
+            if (value && value.trace_edit_id != null) target.set("_wb_drawn", value.trace_edit_id);
+            if (reported) return;
+            reported = true;
+          }
+          return target.set(key, value, ...rest);
+        };
+      }
+      const value = target[prop];
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
 export default () => {
   let inner = null;
   let ready = null;
@@ -73,7 +104,7 @@ export default () => {
     initialize(ctx) {
       ready = plotlyModule().then((mod) => {
         inner = mod.default();
-        return inner.initialize(ctx);
+        return inner.initialize({ ...ctx, model: quiet(ctx.model) });
       });
     },
     async render(ctx) {
@@ -124,6 +155,7 @@ class WholeStateFigureWidget(go.FigureWidget):
 
     _esm = _FIGURE_ESM % {"key": MODULE_KEY, "wait_ms": WAIT_MS}
     _wb_open_now = False
+    _wb_drawn = traitlets.Int(0).tag(sync=True)     # the last trace edit a view has drawn (set by the view)
 
     def open(self) -> None:
         if self._wb_open_now:

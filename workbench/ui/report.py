@@ -13,19 +13,41 @@ import html
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.io as pio
 
-from . import figures as F
 from ..fileio import atomic_write
 from ..results import RunResult
+from . import figures as F
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
                   "final_train_loss", "final_test_loss", "final_test_accuracy", "best_test_accuracy",
                   "comm_fraction")
+# The report's summary: key -> (what it is, unit); fractions are shown as percentages.
+SUMMARY_UNITS: dict[str, tuple[str, str]] = {
+    "status": ("how the run ended", ""),
+    "algorithm": ("algorithm", ""),
+    "workers": ("workers", "processes"),
+    "steps": ("steps", "global steps"),
+    "samples": ("samples trained on", "examples"),
+    "startup_s": ("start-up (cluster, data, workers' first imports)", "s"),
+    "train_time_s": ("training time, first step to last", "s"),
+    "wall_time_s": ("wall time of the run", "s"),
+    "samples_per_s": ("throughput over the training time", "samples/s"),
+    "final_train_loss": ("final train loss", "cross-entropy"),
+    "final_test_loss": ("final test loss", "cross-entropy"),
+    "final_test_accuracy": ("final test accuracy", "%"),
+    "best_test_accuracy": ("best test accuracy", "%"),
+    "comm_fraction": ("communication + waiting, share of worker time", "%"),
+    "compute_s": ("compute, summed over workers", "worker-s"),
+    "comm_s": ("communication, summed over workers", "worker-s"),
+    "wait_s": ("waiting, summed over workers", "worker-s"),
+}
+DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml")
 _STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
@@ -56,11 +78,45 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
         v = s.get(k)
         row[k] = len(v) if k == "workers" and isinstance(v, list) else v
     row["batch_size"] = cfg.get("batch_size")
-    row["lr"] = cfg.get("lr")
+    row["lr"] = _scaled_lr(cfg)              # what the schedule scales the base lr to (after warmup)
+    row["base_lr"] = cfg.get("lr")
     tb = s.get("time_breakdown") or {}
     for c in F.COMPONENTS:
         row[c] = tb.get(c)
     return row
+
+
+def _scaled_lr(cfg: dict[str, Any]) -> float | None:
+    """The config's lr scaled to its batch size by its lr_scaling rule (None if it lacks them)."""
+    from ..schedules import scaled_lr
+
+    try:
+        return scaled_lr(cfg["lr"], cfg["batch_size"], cfg.get("base_batch", cfg["batch_size"]),
+                         cfg.get("lr_scaling", "none"))
+    except (KeyError, TypeError, ValueError):
+        return cfg.get("lr")
+
+
+def table_view(df: pd.DataFrame, digits: int = 4) -> Any:
+    """A DataFrame as a notebook shows it whole: every column and the full text of each
+    cell (pandas' own display cuts wide tables to "..." and long strings at 50 characters),
+    floats to `digits` significant digits, no index unless it labels the rows.
+
+    Args:
+        df: the table (not modified).
+        digits: significant digits of floats.
+    Returns:
+        A pandas Styler (the cell's value renders it).
+    """
+    styler = df.style
+    if isinstance(df.index, pd.RangeIndex):            # a pivot table keeps its index: it labels the rows
+        styler = styler.hide(axis="index")
+    styler = styler.format(precision=digits, na_rep="-",
+                                                formatter={c: (lambda v, d=digits: f"{v:.{d}g}")
+                                                           for c in df.columns if df[c].dtype.kind == "f"})
+    return styler.set_table_styles([
+        {"selector": "td, th", "props": "text-align: left; white-space: normal; padding: 2px 8px;"},
+        {"selector": "", "props": "border-collapse: collapse; font-size: 12px;"}])
 
 
 def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> pd.DataFrame:
@@ -70,10 +126,42 @@ def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = N
         results: RunResults.
         labels: one name per run (default `figures.run_label` with the run's index).
     Returns:
-        A DataFrame: run, status, algorithm, workers, steps, ..., compute_s, comm_s, wait_s.
+        A DataFrame: run, status, algorithm, workers, steps, ..., batch_size, lr (scaled
+        by lr_scaling: the rate training reaches after warmup), base_lr (the config's
+        lr), compute_s, comm_s, wait_s.
     """
     return pd.DataFrame([summary_row(r, labels[i] if labels else F.run_label(r, i))
                          for i, r in enumerate(results)])
+
+
+def differing_config(configs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The config fields whose values differ between runs, one row per run (the
+    hyper-parameters a runs table needs); none for a single run.
+
+    >>> differing_config([{"lr": 0.1, "seed": 0}, {"lr": 0.2, "seed": 0}]).to_dict("list")
+    {'lr': [0.1, 0.2]}
+    """
+    if len(configs) < 2:
+        return pd.DataFrame(index=range(len(configs)))
+    keys = list(dict.fromkeys(k for c in configs for k in c))
+    cols = {}
+    for k in keys:
+        shown = [json.dumps(c.get(k), sort_keys=True, default=str) for c in configs]
+        if len(set(shown)) > 1:
+            cols[k] = [c.get(k) if not isinstance(c.get(k), (list, dict)) else json.dumps(c.get(k)) for c in configs]
+    return pd.DataFrame(cols, index=range(len(configs)))
+
+
+def config_changes(config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Fields of a run's config that differ from RunConfig's defaults: name -> (value, default).
+
+    >>> config_changes({"algorithm": "sync_sgd", "lr": 0.1})
+    {'algorithm': ('sync_sgd', 'sgd')}
+    """
+    from ..config import RunConfig
+
+    defaults = RunConfig().to_dict()
+    return {k: (v, defaults.get(k)) for k, v in config.items() if k not in defaults or defaults[k] != v}
 
 
 def _table_html(df: pd.DataFrame) -> str:
@@ -136,20 +224,77 @@ def _figures_html(figs: dict[str, Any]) -> list[str]:
     return [f'<div class="figure">{figure_div(fig, f"fig-{key}")}</div>' for key, fig in figs.items()]
 
 
-def report_html(result: RunResult, title: str | None = None) -> str:
-    """The report page of one run: summary, figures, events, config, versions."""
+def _summary_html(result: RunResult) -> str:
+    """The headline numbers with what they are and their units."""
+    s = result.summary
+    values: dict[str, Any] = {k: s.get(k) for k in SUMMARY_UNITS}
+    values["workers"] = len(s["workers"]) if isinstance(s.get("workers"), list) else s.get("workers")
+    values.update(s.get("time_breakdown") or {})
+    rows = []
+    for key, (what, unit) in SUMMARY_UNITS.items():
+        v = values.get(key)
+        if v is None:
+            continue
+        if unit == "%" and isinstance(v, (int, float)):
+            shown = f"{100 * v:.2f}"
+        elif isinstance(v, float):
+            shown = f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        elif isinstance(v, int):
+            shown = f"{v:,}"
+        else:
+            shown = str(v)
+        rows.append(f'<tr><th class="text">{html.escape(what)}</th><td>{html.escape(shown)}</td>'
+                    f'<td class="text">{html.escape(unit)}</td><td class="text"><code>{key}</code></td></tr>')
+    head = '<tr><th class="text">quantity</th><th>value</th><th class="text">unit</th><th class="text">key</th></tr>'
+    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _config_html(config: dict[str, Any]) -> str:
+    """What differs from RunConfig's defaults; the whole config folded below."""
+    changes = config_changes(config)
+    if changes:
+        rows = "".join(f'<tr><th class="text">{html.escape(k)}</th><td class="text"><code>'
+                       f'{html.escape(json.dumps(v))}</code></td><td class="text"><code>{html.escape(json.dumps(d))}'
+                       f'</code></td></tr>' for k, (v, d) in changes.items())
+        diff = ('<table><thead><tr><th class="text">field</th><th class="text">this run</th>'
+                f'<th class="text">default</th></tr></thead><tbody>{rows}</tbody></table>')
+    else:
+        diff = "<p>every field at its default</p>"
+    return diff + "<details><summary>full config</summary>" + _kv_html(config) + "</details>"
+
+
+def _files_html(data_href: str | None, present: Sequence[str] = DATA_FILES) -> str:
+    if data_href is None:
+        return ""
+    base = data_href.rstrip("/") + "/" if data_href else ""
+    links = " · ".join(f'<a href="{html.escape(base + name)}">{name}</a>' for name in present)
+    return f'<p class="files">data: {links}</p>'
+
+
+def report_html(result: RunResult, title: str | None = None, data_href: str | None = None,
+                files: Sequence[str] = DATA_FILES) -> str:
+    """The report page of one run: summary with units, figures, events, workers, what
+    differs from the default config (the whole config folded), versions.
+
+    Args:
+        result: the run.
+        title: page title (default: the run's label and status).
+        data_href: the run directory relative to the page ("" when the page is in it),
+            for links to its steps.csv / evals.csv; None: no links.
+        files: which of the run directory's files to link.
+    """
     s = result.summary
     title = title or f"workbench run: {F.run_label(result)} ({s.get('status', '?')})"
-    row = summary_row(result)
-    sections = ["<h2>summary</h2>", _kv_html({k: v for k, v in row.items() if k != "run"}, numbers=True)]
+    sections = [_files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
     if s.get("lr_schedule"):
         sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
-    sections.append("<h2>figures</h2>")
+    sections.append("<h2>figures</h2><p>Time axes start at the first training step; start-up is in the "
+                    "summary above.</p>")
     sections += _figures_html(F.run_figures(result))
     sections += ["<h2>events</h2>", _events_html(result)]
     if s.get("workers"):
         sections += ["<h2>workers</h2>", _table_html(pd.DataFrame(s["workers"]))]
-    sections += ["<h2>config</h2>", _kv_html(s.get("config") or {})]
+    sections += ["<h2>config: what differs from the defaults</h2>", _config_html(s.get("config") or {})]
     if s.get("versions"):
         sections += ["<details><summary>versions</summary>", _kv_html(s["versions"]), "</details>"]
     return page(title, sections)
@@ -163,7 +308,11 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     sections = []
     if notes_html:
         sections.append(f'<div class="notes">{notes_html}</div>')  # the caller's own HTML
-    sections += ["<h2>runs</h2>", _table_html(summary_table(runs, labels)), "<h2>figures</h2>"]
+    table = summary_table(runs, labels)
+    diff = differing_config([r.summary.get("config") or {} for r in runs])
+    diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
+    table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
+    sections += ["<h2>runs</h2>", '<div style="overflow-x:auto">' + _table_html(table) + "</div>", "<h2>figures</h2>"]
     figs = {"progress_time": F.progress_figure(runs, "time", labels=labels),
             "progress_epoch": F.progress_figure(runs, "epoch", labels=labels),
             "comparison": F.comparison_figure(runs, labels)}
@@ -189,7 +338,14 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     Returns:
         The path written.
     """
-    return atomic_write(Path(path), report_html(F.as_result(result), title))
+    path = Path(path)
+    run_dir = Path(result) if isinstance(result, (str, os.PathLike)) else path.parent
+    present = [name for name in DATA_FILES if (run_dir / name).is_file()]
+    href = None
+    if present:
+        rel = os.path.relpath(run_dir.resolve(), path.parent.resolve())
+        href = "" if rel == "." else Path(rel).as_posix()
+    return atomic_write(path, report_html(F.as_result(result), title, data_href=href, files=present))
 
 
 def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,

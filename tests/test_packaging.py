@@ -1,0 +1,168 @@
+"""Packaging: a distribution name of its own, one version, license and citation files,
+consistent extras, lessons inside the wheel (a real non-editable install, slow), lint."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+import workbench
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
+EXTRAS = {k: [Requirement(r) for r in v] for k, v in PROJECT["optional-dependencies"].items()}
+
+
+def test_distribution_name_is_its_own_and_the_import_package_stays_workbench():
+    assert PROJECT["name"] == "parallel-workbench"
+    assert PROJECT["scripts"] == {"parallel-workbench": "workbench.cli:main"}   # no clashing `workbench` script
+    assert (ROOT / "workbench" / "__init__.py").exists()
+
+
+def test_one_source_for_the_version():
+    assert "version" not in PROJECT and PROJECT["dynamic"] == ["version"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "workbench.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", workbench.__version__)
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["version"] == workbench.__version__
+    assert f"## [{workbench.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_license_and_citation():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License") and "the workbench authors" in text
+    assert "Neither the name of the copyright holder" in text
+    assert PROJECT["license"] == "BSD-3-Clause" and PROJECT["license-files"] == ["LICENSE"]
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "BSD-3-Clause"
+    titles = " | ".join(r["title"] for r in cff["references"])
+    for needle in ("Knights Landing", "Scalable Parallel Training", "Involving CPUs", "Large Minibatch SGD"):
+        assert needle in titles
+    families = {a["family-names"] for r in cff["references"] for a in r["authors"]}
+    assert {"You", "Buluç", "Demmel", "Jacobs", "Le", "Goyal"} <= families
+
+
+def test_classifiers_urls_and_python_floor():
+    assert PROJECT["requires-python"] == ">=3.11"      # dask-cuda 26.x, and tomllib in the tests
+    assert sys.version_info >= (3, 11)
+    assert "Typing :: Typed" in PROJECT["classifiers"]
+    assert {"Homepage", "Source", "Issues", "Changelog", "Binder"} <= set(PROJECT["urls"])
+    assert (ROOT / "workbench" / "py.typed").exists()
+
+
+def test_gpu_extras_agree():
+    names = {k: {r.name for r in v} for k, v in EXTRAS.items()}
+    assert {"dask-cuda", "cupy-cuda12x", "nvidia-nccl-cu12"} <= names["gpu"]
+    assert {"dask-cuda", "cupy-cuda13x", "nvidia-nccl-cu13"} <= names["gpu-cu13"]
+    cuda = {k: next(r for r in EXTRAS[k] if r.name == "dask-cuda") for k in ("gpu", "gpu-cu13")}
+    assert cuda["gpu"].extras == {"cu12"} and cuda["gpu-cu13"].extras == {"cu13"}
+    assert str(cuda["gpu"].specifier) == str(cuda["gpu-cu13"].specifier)
+
+
+def test_private_api_users_are_capped():
+    lab = {r.name: r.specifier for r in EXTRAS["lab"]}
+    for name in ("plotly", "anywidget"):
+        assert any(s.operator == "<" for s in lab[name]), name
+    import anywidget
+    import plotly
+    assert plotly.__version__ in lab["plotly"] and anywidget.__version__ in lab["anywidget"]  # tested versions
+
+
+def test_threadpoolctl_is_a_test_dependency_only():
+    runtime = {Requirement(r).name for r in PROJECT["dependencies"]}
+    assert "threadpoolctl" not in runtime and "threadpoolctl" in {r.name for r in EXTRAS["test"]}
+    users = [p for p in (ROOT / "workbench").rglob("*.py") if "threadpoolctl" in p.read_text()]
+    assert users == []
+
+
+def test_package_list_names_every_package_in_the_tree():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "workbench").rglob("__init__.py")}
+    lessons = {"workbench._lessons.notebooks", "workbench._lessons.experiments"}
+    assert listed == found | lessons
+    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"workbench._lessons.notebooks": "notebooks",
+                                                              "workbench._lessons.experiments": "experiments"}
+
+
+def test_ruff_is_clean():
+    """The README's test path lints too (ruff's configuration is in pyproject.toml)."""
+    ruff = shutil.which("ruff", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if ruff is None:
+        pytest.skip("ruff is not installed (it is in the test extra)")
+    proc = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", str(ROOT)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_plain_install_carries_the_lessons(tmp_path):
+    """Build the wheel, install it (not editable, no source tree on the path) into a fresh
+    venv that sees this environment's packages, and copy the lessons out of it."""
+    wheels = tmp_path / "wheels"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(ROOT)],
+                           capture_output=True, text=True)   # pyproject's build backend (setuptools >= 77)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    (wheel,) = wheels.glob("parallel_workbench-*.whl")
+    assert workbench.__version__ in wheel.name
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=True)
+    py = env_dir / "bin" / "python"
+    # the shared dev environment has an editable workbench: the new venv must not see it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    inst = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+                          capture_output=True, text=True, env=env)
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = subprocess.run([str(py), "-c", "import workbench, sys; print(workbench.__file__)"],
+                           capture_output=True, text=True, cwd=work, env=env)
+    assert where.returncode == 0 and str(env_dir) in where.stdout, where.stdout + where.stderr
+    version = subprocess.run([str(env_dir / "bin" / "parallel-workbench"), "--version"], capture_output=True,
+                             text=True, cwd=work, env=env)
+    assert version.stdout.strip().startswith(f"parallel-workbench {workbench.__version__}")
+    dest = work / "lessons"
+    proc = subprocess.run([str(py), "-m", "workbench", "lessons", str(dest)], capture_output=True, text=True,
+                          cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for part, pattern in (("notebooks", "*.ipynb"), ("experiments", "*.yaml")):
+        expected = sorted(p.name for p in (ROOT / part).glob(pattern))
+        assert sorted(p.name for p in (dest / part).glob(pattern)) == expected
+    assert (dest / "experiments" / "gpu_check.sh").exists()
+
+
+def test_binder_builds_and_is_linked():
+    env = yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())
+    deps = [d for d in env["dependencies"] if isinstance(d, str)]
+    backend = Requirement(PYPROJECT["build-system"]["requires"][0])
+    setuptools = next(d for d in deps if d.startswith("setuptools"))
+    floor = re.search(r">=\s*([\d.]+)", setuptools).group(1)
+    assert backend.name == "setuptools" and backend.specifier.contains(floor)   # the no-isolation build works
+    assert "--no-build-isolation" in (ROOT / "binder" / "postBuild").read_text()
+    url = PROJECT["urls"]["Binder"]
+    assert url.startswith("https://mybinder.org/v2/gh/") and url.endswith("?urlpath=lab/tree/notebooks/quickstart.ipynb")
+    assert (ROOT / "notebooks" / "quickstart.ipynb").exists()
+    readme = (ROOT / "README.md").read_text()
+    assert f"[![Binder](https://mybinder.org/badge_logo.svg)]({url})" in readme
+
+
+def test_binder_memory_settings_say_what_they_do():
+    start = (ROOT / "binder" / "start").read_text()
+    for key in ("target 0.60", "spill  0.70", "pause  0.80", "terminate 0.95"):   # distributed's defaults
+        assert key in start
+    import dask
+    import distributed  # noqa: F401  (loads distributed's defaults into dask.config)
+    for name, documented in (("target", 0.6), ("spill", 0.7), ("pause", 0.8), ("terminate", 0.95)):
+        assert dask.config.get(f"distributed.worker.memory.{name}") == documented, name
+    assert "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET=False" in start
+    assert "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False" in start

@@ -1,0 +1,85 @@
+"""Progress on long work: wb.run and wb.sweep draw a bar by default and none with
+progress=False; the bar follows the records; bars never appear in child processes."""
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+import workbench as wb
+from workbench.progress import RunProgress, bars_allowed, tee
+
+QUICK = dict(algorithm="sgd", dataset="digits", eval_every=5)
+
+
+def _child_allowed(q):
+    q.put(bars_allowed())
+
+
+def test_bars_only_in_the_top_level_process():
+    assert bars_allowed()
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_allowed, args=(q,))
+    p.start()
+    allowed = q.get(timeout=60)
+    p.join(60)
+    assert allowed is False
+
+
+def _records(step, epoch, loss, acc=None):
+    out = [{"kind": "step", "worker": 0, "step": step, "epoch": epoch, "loss": loss}]
+    if acc is not None:
+        out.append({"kind": "eval", "worker": "0", "step": step, "epoch": epoch, "test_accuracy": acc})
+    return out
+
+
+def test_bar_counts_epochs_and_shows_loss_and_accuracy():
+    bar = RunProgress(wb.RunConfig(epochs=2.0))
+    bar(_records(0, 0.25, 2.0))
+    assert bar.bar.n == pytest.approx(0.25) and bar.bar.total == 2.0
+    bar(_records(3, 1.0, 1.5, acc=0.5) + _records(2, 0.75, 1.6))   # out of order: the furthest counts
+    assert bar.bar.n == pytest.approx(1.0)
+    assert bar.postfix == {"loss": "1.6000", "acc": "0.500"}
+    bar(_records(9, 2.5, 1.0))                                      # never past the total
+    assert bar.bar.n == pytest.approx(2.0)
+    bar.close("stopped")
+    assert bar.postfix["status"] == "stopped"
+
+
+def test_bar_counts_steps_when_the_config_sets_them():
+    bar = RunProgress(wb.RunConfig(steps=40))
+    bar(_records(9, 0.1, 1.0))
+    assert (bar.bar.n, bar.bar.total, bar.bar.unit) == (10, 40, "step")
+    bar.close()
+
+
+def test_tee_calls_each_callback():
+    seen = []
+    fn = tee(seen.append, None, lambda r: seen.append(len(r)))
+    fn([1, 2])
+    assert seen == [[1, 2], 2]
+    assert tee(None) is None
+
+
+def test_run_draws_a_bar_by_default_and_none_when_asked(capfd):
+    wb.run(wb.RunConfig(steps=20, **QUICK))
+    err = capfd.readouterr().err
+    assert "sgd:" in err and "20/20 steps" in err and "loss=" in err
+    wb.run(wb.RunConfig(steps=20, **QUICK), progress=False)
+    assert capfd.readouterr().err == ""
+
+
+def test_run_bar_keeps_the_callers_callback():
+    seen = []
+    result = wb.run(wb.RunConfig(steps=10, **QUICK), on_record=seen.extend)
+    assert len([r for r in seen if r["kind"] == "step"]) == len(result.steps) == 10
+
+
+def test_sweep_draws_one_bar_over_the_runs(capfd):
+    table = wb.sweep(wb.RunConfig(steps=10, **QUICK), workers=[1, 2], mode="weak")
+    err = capfd.readouterr().err
+    assert len(table) == 2
+    assert "weak sweep of sgd" in err and "2/2" in err
+    wb.sweep(wb.RunConfig(steps=10, **QUICK), workers=[1, 2], mode="weak", progress=False)
+    assert capfd.readouterr().err == ""

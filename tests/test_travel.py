@@ -1,0 +1,165 @@
+"""Runs that travel: compare run directories from the shell, export to TensorBoard (read
+back with TensorBoard's own reader), the CLI sweep's figure, the git commit in
+summary.json, and the lessons copied out of the package."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench.provenance import git_state
+
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, env=ENV,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two short single-process runs (different lr), saved as run directories."""
+    root = tmp_path_factory.mktemp("runs")
+    dirs = []
+    for lr in (0.1, 0.3):
+        out = root / f"lr{lr}"
+        wb.run(wb.RunConfig(algorithm="sgd", dataset="digits", steps=30, eval_every=10, lr=lr, out=str(out)),
+               progress=False)
+        dirs.append(out)
+    return dirs
+
+
+def test_compare_writes_one_report_of_every_run(two_runs, tmp_path):
+    out = tmp_path / "cmp.html"
+    proc = run_cli("compare", *map(str, two_runs), "--out", str(out), "--labels", "slow,fast")
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "plotly" in page
+    assert "slow" in page and "fast" in page and "comparison of 2 runs" in page
+    assert page.count('class="figure"') >= 3          # progress (time, epoch) and comparison
+
+
+@pytest.mark.parametrize("args, field", [
+    (["nowhere"], "RUN_DIR"),
+    (["{a}", "{b}", "--labels", "only-one"], "labels"),
+])
+def test_compare_bad_input_exits_2_with_one_line(two_runs, tmp_path, args, field):
+    args = [a.format(a=two_runs[0], b=two_runs[1]) for a in args]
+    proc = run_cli("compare", *args, "--out", str(tmp_path / "x.html"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {field}: ") and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_tensorboard_export_reads_back_with_tensorboards_own_reader(two_runs, tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra (tensorboardX) is not installed")
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                                 reason="TensorBoard is not installed (pip install tensorboard)")
+    logdir = tmp_path / "tb"
+    proc = run_cli("export", "--tensorboard", *map(str, two_runs), "--logdir", str(logdir))
+    assert proc.returncode == 0, proc.stderr
+    for run_dir in two_runs:
+        folder = logdir / run_dir.name
+        acc = ea_mod.EventAccumulator(str(folder), size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert {"train/loss", "train/lr", "eval/test_accuracy", "time/compute_s"} <= tags
+        steps = pd.read_csv(run_dir / "steps.csv")
+        evals = pd.read_csv(run_dir / "evals.csv")
+        loss = acc.Scalars("train/loss")
+        assert [e.step for e in loss] == steps["step"].tolist()
+        assert [e.value for e in loss] == pytest.approx(steps["loss"].tolist(), rel=1e-6)
+        acc_events = acc.Scalars("eval/test_accuracy")
+        assert [e.step for e in acc_events] == evals["step"].tolist()
+        assert [e.value for e in acc_events] == pytest.approx(evals["test_accuracy"].tolist(), rel=1e-6)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert acc.Scalars("train/lr")[0].value == pytest.approx(summary["config"]["lr"])
+        # wall times are the run's own: in order, spanning the training
+        walls = [e.wall_time for e in loss]
+        assert walls == sorted(walls) and walls[-1] - walls[0] == pytest.approx(
+            steps["time"].iloc[-1] - steps["time"].iloc[0], abs=1e-3)
+
+
+def test_tensorboard_export_never_mixes_two_exports(two_runs, tmp_path):
+    pytest.importorskip("tensorboardX")
+    from workbench.export import export_tensorboard
+    first = export_tensorboard(two_runs[:1], tmp_path)
+    second = export_tensorboard(two_runs[:1], tmp_path)
+    assert first[0] != second[0] and second[0].name == f"{two_runs[0].name}-2"
+
+
+def test_summary_records_the_git_commit_of_the_code(two_runs):
+    summary = json.loads((two_runs[0] / "summary.json").read_text())
+    assert "git_commit" in summary and "git_dirty" in summary
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(wb.__file__).parent, capture_output=True,
+                          text=True)
+    if head.returncode == 0:
+        assert summary["git_commit"] == head.stdout.strip() and isinstance(summary["git_dirty"], bool)
+    else:
+        assert summary["git_commit"] is None and summary["git_dirty"] is None
+
+
+def test_git_state_clean_dirty_and_outside_a_checkout(tmp_path, monkeypatch):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "f.txt").write_text("a\n")
+    subprocess.run([*git, "add", "f.txt"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], cwd=repo, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert git_state(repo) == {"git_commit": sha, "git_dirty": False}
+    (repo / "new.txt").write_text("untracked files do not count\n")
+    assert git_state(repo / "f.txt")["git_dirty"] is False
+    (repo / "f.txt").write_text("b\n")
+    assert git_state(repo) == {"git_commit": sha, "git_dirty": True}
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))   # never look above tmp_path
+    assert git_state(outside) == {"git_commit": None, "git_dirty": None}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))            # no git at all: None, no error
+    assert git_state(repo) == {"git_commit": None, "git_dirty": None}
+
+
+def test_cli_sweep_writes_its_scaling_figure_beside_the_csv(tmp_path):
+    out = tmp_path / "sweep"
+    proc = run_cli("sweep", "--algorithm", "sgd", "--steps", "20", "--workers", "1,2", "--mode", "weak",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    paths = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert paths == {"sweep": str(out / "sweep.csv"), "figure": str(out / "sweep.html")}
+    page = (out / "sweep.html").read_text()
+    assert "weak scaling of sgd on digits" in page
+    assert "efficiency" in page and "1 worker" in page and "2 workers" in page
+
+
+def test_lessons_copies_notebooks_and_experiments_and_keeps_edits(tmp_path):
+    dest = tmp_path / "lessons"
+    proc = run_cli("lessons", str(dest))
+    assert proc.returncode == 0, proc.stderr
+    for part, pattern in (("notebooks", "*.ipynb"), ("experiments", "*.yaml")):
+        src = sorted(p.name for p in (ROOT / part).glob(pattern))
+        assert sorted(p.name for p in (dest / part).glob(pattern)) == src and src
+        for name in src:
+            assert (dest / part / name).read_bytes() == (ROOT / part / name).read_bytes()
+    edited = dest / "notebooks" / "quickstart.ipynb"
+    edited.write_text("{}")
+    assert run_cli("lessons", str(dest)).returncode == 0
+    assert edited.read_text() == "{}"                       # a second copy keeps your edits
+    assert run_cli("lessons", str(dest), "--overwrite").returncode == 0
+    assert edited.read_bytes() == (ROOT / "notebooks" / "quickstart.ipynb").read_bytes()
+    # the copied experiment resolves its notebook inside the copy
+    from workbench.reproduce import load_experiment
+    exp = load_experiment(dest / "experiments" / "sc17_easgd.yaml")
+    assert exp.notebook == (dest / "notebooks" / "easgd_family.ipynb").resolve()

@@ -1,0 +1,100 @@
+"""Progress bars for long work: a widget in a notebook, text in a terminal (`tqdm.auto`).
+
+Bars live in the process that drives the work (the notebook kernel, the CLI), never in
+Dask worker processes: a worker's stderr is the worker's log, and a bar there is noise.
+`wb.run` and `wb.sweep` draw one by default (`progress=False` silences them); dataset
+downloads draw one through pooch.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .config import RunConfig
+
+__all__ = ["bars_allowed", "RunProgress", "tee"]
+
+
+def bars_allowed() -> bool:
+    """Whether this process may draw a bar: only a top-level process, never a child
+    such as a Dask worker (which multiprocessing starts from the nanny).
+
+    >>> bars_allowed()
+    True
+    """
+    return multiprocessing.parent_process() is None
+
+
+def _tqdm() -> Any:
+    from tqdm.auto import tqdm  # a widget under Jupyter (ipywidgets), text elsewhere
+    return tqdm
+
+
+class RunProgress:
+    """One run's bar, fed from the record stream (`on_record`).
+
+    Counts epochs (the records' `epoch`, reached by any worker) or, when the config sets
+    `steps`, global steps; shows the last loss and, once evaluated, the test accuracy.
+    """
+
+    def __init__(self, config: RunConfig, desc: str | None = None, leave: bool = True):
+        tqdm = _tqdm()
+        self.by_steps = config.steps is not None
+        total = config.steps if self.by_steps else config.epochs
+        unit = "step" if self.by_steps else "epoch"
+        fmt = ("{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} steps [{elapsed}<{remaining}{postfix}]"
+               if self.by_steps else
+               "{desc}: {percentage:3.0f}%|{bar}| {n:.2f}/{total:g} epochs [{elapsed}<{remaining}{postfix}]")
+        self.bar = tqdm(total=total, desc=desc or config.algorithm, unit=unit, leave=leave,
+                        bar_format=fmt, dynamic_ncols=True)
+        self.done = 0.0
+        self.postfix: dict[str, str] = {}
+
+    def __call__(self, records: Iterable[dict]) -> None:
+        reached, loss = self.done, None
+        for r in records:
+            kind = r.get("kind")
+            if kind == "step":
+                reached = max(reached, float(r["step"] + 1 if self.by_steps else r["epoch"]))
+                loss = r["loss"]
+            elif kind == "eval" and r.get("test_accuracy") is not None:
+                self.postfix["acc"] = f"{r['test_accuracy']:.3f}"
+        if loss is not None:
+            self.postfix["loss"] = f"{loss:.4f}"
+        if reached > self.done:
+            self.bar.update(min(reached, self.bar.total) - self.done)
+            self.done = min(reached, self.bar.total)
+        if self.postfix:
+            self.bar.set_postfix(self.postfix, refresh=False)
+
+    def close(self, status: str | None = None) -> None:
+        if status is not None and status != "completed":
+            self.postfix["status"] = status
+            self.bar.set_postfix(self.postfix, refresh=False)
+        self.bar.close()
+
+
+def tee(*callbacks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One callback calling each given one in turn (None entries skipped; None if none).
+
+    >>> seen = []
+    >>> tee(seen.append, None, lambda r: seen.append(len(r)))(["a"])
+    >>> seen
+    [['a'], 1]
+    """
+    fns = [f for f in callbacks if f is not None]
+    if not fns:
+        return None
+    if len(fns) == 1:
+        return fns[0]
+
+    def call(records: Any) -> None:
+        for f in fns:
+            f(records)
+    return call
+
+
+def sweep_bar(total: int, desc: str) -> Any:
+    """The bar of a sweep: one tick per finished run."""
+    return _tqdm()(total=total, desc=desc, unit="run", dynamic_ncols=True)
