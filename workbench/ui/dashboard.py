@@ -295,7 +295,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("exchange_state", _check, applies=_is("ltfb")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_is("cgdp")),
     _c("split", _dropdown(["equal", "speed"]), applies=lambda c: c.algorithm in SYNC_ALGORITHMS and c.algorithm != "sgd"
-       and c.algorithm != "sync_easgd"),
+       and c.algorithm not in ("sync_easgd", "ltfb")),  # ltfb splits each trainer's batch evenly
     # how long
     _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
     _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
