@@ -52,6 +52,11 @@ def test_parameter_server_uses_the_actor(client, no_shm):
     assert r.status == "completed" and r.summary["server"] == "actor"
 
 
+def test_cgdp_master_is_the_actor(client, no_shm):
+    r = engine_run(RunConfig(algorithm="cgdp", **BASE), cluster=client)
+    assert r.status == "completed" and r.summary["server"] == "actor" and r.summary["comm"] is None
+
+
 def test_what_needs_shared_memory_fails_early_naming_the_field(client, no_shm):
     with pytest.raises(ConfigError, match=r"^comm: shm only where fcntl and POSIX shared memory exist"):
         engine_run(RunConfig(algorithm="sync_sgd", comm="shm", **BASE), cluster=client)

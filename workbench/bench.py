@@ -1,22 +1,33 @@
 """`python -m workbench bench`: throughput of the algorithms against their limits, in one run.
 
-On one cluster, for the same model and per-worker batch, it measures:
-- the no-exchange limit: every worker computing gradients and updates, never exchanging;
+For each model size (by default the teaching MLP 64-128-10 at batch 32 per worker, and
+the 535k-parameter MLP 784-512-256-10 at 128 per worker) it measures, on one cluster:
+- the no-exchange limit: every worker computing gradients and updates, never exchanging
+  (measured again right before and right after each entry, and averaged);
 - one parameter exchange: the shared-memory allreduce of the whole parameter vector;
 - each algorithm, through the engine, in steady state (the first 20% of its time dropped);
-- PyTorch DDP (gloo) on the same model and batch, when torch is importable (an optional
-  peer, never a dependency).
-Every number is printed with its ratio to the limit, measured again right before each
-entry (a shared machine's speed drifts over a minute), because absolute CPU numbers say
-little across machines; `vs_ddp` divides two such ratios. A benchmark, not a test.
+- when torch is importable (an optional peer, never a dependency): torch's own
+  no-exchange limit (the same MLP trained single-process in as many processes side by
+  side), PyTorch DDP (gloo) on the same model and per-worker batch, and gloo's all_reduce
+  of the same number of floats.
+Every throughput is divided by its own system's limit, measured around it (a shared
+machine's speed drifts over a minute): absolute CPU numbers compare NumPy's BLAS with
+torch's, not the parallel machinery. A benchmark, not a test.
+
+The measurements are a list of `Entry`s (`entries()`), one row each; a new exchange or
+peer is one more entry.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,21 +35,100 @@ import pandas as pd
 
 STEADY_FROM = 0.2   # drop this share of a run's time: start-up is not throughput
 
+# name -> (n_features, hidden, batch per worker)
+SIZES: dict[str, tuple[int, str, int]] = {
+    "teaching": (64, "128", 32),          # digits-sized MLP: what lessons and Binder run
+    "535k": (784, "512,256", 128),        # MLP 784-512-256-10, 535,818 parameters
+}
 
-def _bench_config(args: argparse.Namespace, algorithm: str, steps: int) -> Any:
+
+@dataclass
+class Size:
+    """One model size of the benchmark."""
+
+    name: str
+    n_features: int
+    hidden: str
+    batch_per_worker: int
+
+    @property
+    def widths(self) -> list[int]:
+        return [int(h) for h in str(self.hidden).split(",") if h]
+
+    def label(self) -> str:
+        return f"MLP {self.n_features}-{'-'.join(map(str, self.widths))}-10, batch {self.batch_per_worker}/worker"
+
+
+@dataclass
+class Bench:
+    """What every entry can use: the cluster, its workers, the size, the options."""
+
+    client: Any
+    workers: list[dict]
+    size: Size
+    args: argparse.Namespace
+    n_params: int = 0
+    limit: float = float("nan")     # our limit, as last measured
+    torch_limit: float | None = None  # torch's own limit (the same model, no exchange)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cpus(self) -> int:
+        return len(self.workers)
+
+    def config(self, algorithm: str, steps: int) -> Any:
+        return _bench_config(self.args, algorithm, steps, self.size)
+
+    def measure_limit(self) -> float:
+        """The same workers, the same work, no exchange: measured again before every
+        entry, so that each ratio compares two measurements seconds apart."""
+        cfg = self.config("sync_sgd", 10)
+        futs = [self.client.submit(compute_only, cfg.to_dict(), self.args.seconds / 2, workers=[w["address"]],
+                                   pure=False) for w in self.workers]
+        self.limit = sum(p["samples"] / p["seconds"] for p in self.client.gather(futs))
+        return self.limit
+
+
+@dataclass
+class Entry:
+    """One row of the table: `measure(bench)` returns its columns (samples_per_s and
+    limit, or exchange_ms), or None to leave the row out (an optional peer missing)."""
+
+    what: str
+    measure: Callable[[Bench], dict | None]
+
+
+def _bench_config(args: argparse.Namespace, algorithm: str, steps: int, size: Size | None = None) -> Any:
     from .config import RunConfig
-    hidden = [int(h) for h in str(args.hidden).split(",") if h]
-    return RunConfig(algorithm=algorithm, dataset="synthetic", n_samples=max(20000, 8 * args.batch_per_worker * args.cpus),
-                     n_features=args.n_features, n_classes=10, hidden=hidden, model="mlp", cpus=args.cpus, gpus=0,
-                     batch_size=args.batch_per_worker * args.cpus, lr=0.01,
-                     momentum=0.9 if algorithm in ("async_msgd", "async_measgd") else 0.0, tau=getattr(args, "tau", 1),
-                     steps=steps, eval_every=10**9, seed=0)
+    size = size or _sizes(args)[0]
+    return RunConfig(algorithm=algorithm, dataset="synthetic",
+                     n_samples=max(20000, 8 * size.batch_per_worker * args.cpus),
+                     n_features=size.n_features, n_classes=10, hidden=size.widths, model="mlp", cpus=args.cpus, gpus=0,
+                     batch_size=size.batch_per_worker * args.cpus, lr=0.01,
+                     momentum=0.9 if algorithm in ("async_msgd", "async_measgd") else 0.0,
+                     tau=getattr(args, "tau", 1), steps=steps, eval_every=10**9, seed=0)
 
 
+def _sizes(args: argparse.Namespace) -> list[Size]:
+    """The sizes to measure: a custom one when any of --n-features/--hidden/--batch-per-worker
+    is given, else those named by --sizes."""
+    custom = [getattr(args, k, None) for k in ("n_features", "hidden", "batch_per_worker")]
+    if any(v is not None for v in custom):
+        nf, hidden, b = (v if v is not None else d for v, d in zip(custom, SIZES["535k"]))
+        return [Size("custom", int(nf), str(hidden), int(b))]
+    from .config import ConfigError
+    names = [s for s in str(getattr(args, "sizes", "teaching,535k")).split(",") if s]
+    for s in names:
+        if s not in SIZES:
+            raise ConfigError("sizes", f"comma-separated names from {sorted(SIZES)}", s)
+    return [Size(s, *SIZES[s]) for s in names]
+
+
+# ------------------------------------------------------------------------------ on the workers
 def compute_only(config_dict: dict, seconds: float) -> dict:
     """Runs on a worker: gradient + update on its slice, no exchange, for `seconds`."""
     from .config import RunConfig
-    from .data import global_batch
+    from .data import _epoch_order, steps_per_epoch
     from .engine import _dataset
     from .models import make_model
     from .optim import SGD
@@ -50,10 +140,12 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
     grad = np.empty_like(params)
     opt = SGD(model.n_params, np, params.dtype)
     b = cfg.batch_size // cfg.cpus
+    spe = steps_per_epoch(data.n_train, cfg.batch_size)
     samples, step, t0 = 0, 0, time.perf_counter()
     t_start = None
     while True:
-        idx = global_batch(data.n_train, cfg.batch_size, cfg.seed, step)[:b]
+        epoch, k = divmod(step, spe)   # the worker loop's own slicing of the global batch
+        idx = _epoch_order(data.n_train, cfg.seed, epoch)[k * cfg.batch_size:k * cfg.batch_size + b]
         model.loss_and_grad(params, data.X_train[idx], data.y_train[idx], grad_out=grad)
         opt.step(params, grad, 0.01)
         step += 1
@@ -148,28 +240,176 @@ def steady_throughput(steps: pd.DataFrame) -> float:
     return float(window["samples"].sum() / max(t_end - t_start, 1e-9))
 
 
-def torch_ddp(args: argparse.Namespace, seconds: float) -> float | None:
-    """PyTorch DDP (gloo) on the same MLP and per-worker batch; None without torch."""
+# ------------------------------------------------------------------------------ our entries
+def _limit_entry(b: Bench) -> dict:
+    limit = b.measure_limit()
+    return {"samples_per_s": limit, "limit": limit, "comm_fraction": 0.0}
+
+
+def _shm_exchange_entry(b: Bench) -> dict:
+    from .comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    name = f"wbb{uuid.uuid4().hex[:10]}"
+    addr0 = b.workers[0]["address"]
+    b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, b.n_params), workers=[addr0], pure=False).result()
+    try:
+        futs = [b.client.submit(exchange_time, name, r, b.cpus, b.n_params, 200, workers=[w["address"]], pure=False)
+                for r, w in enumerate(b.workers)]
+        times = np.array(b.client.gather(futs))
+    finally:
+        b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
+    return {"exchange_ms": float(np.median(times.max(axis=0)) * 1e3)}
+
+
+def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
+    def measure(b: Bench) -> dict:
+        from .engine import run
+        before = b.measure_limit()
+        steps = max(50, int(b.args.seconds * before / (b.size.batch_per_worker * b.cpus)))
+        result = run(b.config(algorithm, steps), cluster=b.client)
+        limit = (before + b.measure_limit()) / 2    # the limit just before and just after the run
+        return {"samples_per_s": steady_throughput(result.steps), "limit": limit,
+                "comm_fraction": result.summary["comm_fraction"], "status": result.status}
+    return measure
+
+
+# ------------------------------------------------------------------------------ the torch peer
+def torch_available() -> bool:
     try:
         import torch  # noqa: F401
     except ImportError:
+        return False
+    return True
+
+
+def _torch(b: Bench, mode: str) -> dict | None:
+    """Run the torch peer in `mode` ("limit", "ddp" or "allreduce") in a fresh process
+    (it spawns one process per worker); None (with a note) if it failed."""
+    spec = {"mode": mode, "world": b.cpus, "n_features": b.size.n_features, "hidden": b.size.widths,
+            "batch": b.size.batch_per_worker, "seconds": b.args.seconds, "n_floats": b.n_params,
+            "port": _free_port()}
+    threads = max(1, (os.cpu_count() or 1) // b.cpus)   # the same share of the cores as our workers
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench import torch_main; torch_main({json.dumps(spec)!r})"],
+                          capture_output=True, text=True, env=env, timeout=b.args.seconds * 10 + 180)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        b.notes.append(f"PyTorch {mode} failed: {proc.stderr.strip()[-300:]}")
         return None
-    import subprocess
-    import tempfile
-    hidden = [int(h) for h in str(args.hidden).split(",") if h]
-    tmp = tempfile.mkdtemp(prefix="workbench-ddp-")
-    out, script = os.path.join(tmp, "rate.txt"), os.path.join(tmp, "ddp.py")
-    code = _DDP_SCRIPT.format(n_features=args.n_features, hidden=hidden, batch=args.batch_per_worker,
-                              world=args.cpus, seconds=seconds, out=out, port=_free_port())
-    with open(script, "w") as f:  # torch's spawn re-imports __main__: it must be a file
-        f.write(code)
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // args.cpus))}
-    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=seconds * 10 + 120)
-    if proc.returncode != 0 or not os.path.exists(out):
-        print(f"note: PyTorch DDP peer failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+    return json.loads(lines[-1])
+
+
+def _torch_limit_entry(b: Bench) -> dict | None:
+    got = _torch(b, "limit")
+    if got is None:
         return None
+    b.torch_limit = got["samples_per_s"]
+    return {"samples_per_s": got["samples_per_s"], "limit": got["samples_per_s"]}
+
+
+def _ddp_entry(b: Bench) -> dict | None:
+    if not b.torch_limit:
+        return None
+    got = _torch(b, "ddp")
+    after = _torch(b, "limit")                      # torch's limit again, just after
+    if got is None:
+        return None
+    limit = (b.torch_limit + after["samples_per_s"]) / 2 if after else b.torch_limit
+    return {"samples_per_s": got["samples_per_s"], "limit": limit}
+
+
+def _gloo_entry(b: Bench) -> dict | None:
+    got = _torch(b, "allreduce")
+    return None if got is None else {"exchange_ms": got["exchange_ms"]}
+
+
+def torch_main(spec_json: str) -> None:
+    """Entry point of the torch peer's process: prints one JSON line with the result."""
+    import torch.multiprocessing as mp
+    spec = json.loads(spec_json)
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"workbench-torch-{uuid.uuid4().hex[:10]}.json")
+    mp.spawn(_torch_worker, args=(spec, out), nprocs=spec["world"])
     with open(out) as f:
-        return float(f.read())
+        print(f.read())
+    os.remove(out)
+
+
+def _torch_worker(rank: int, spec: dict, out: str) -> None:
+    """One torch process: the MLP with torch's own data handling; "limit" trains with no
+    exchange (processes only meet to start and stop together), "ddp" wraps the model in
+    DistributedDataParallel (gloo), "allreduce" times gloo's all_reduce of n floats."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["port"]))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo", rank=rank, world_size=spec["world"])
+    try:
+        if spec["mode"] == "allreduce":
+            buf = torch.ones(spec["n_floats"])
+            times = []
+            for _ in range(200):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(buf)
+                times.append(time.perf_counter() - t0)
+            t = torch.tensor(times)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)       # the slowest rank, per repeat
+            if rank == 0:
+                _write(out, {"exchange_ms": float(t.median()) * 1e3})
+            return
+        torch.manual_seed(rank)
+        widths = [spec["n_features"], *spec["hidden"], 10]
+        layers: list[Any] = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers[:-1])
+        if spec["mode"] == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        batch, chunks, seconds = spec["batch"], 20, spec["seconds"]
+        X = torch.randn(chunks * batch, spec["n_features"])
+        y = torch.randint(0, 10, (chunks * batch,))
+
+        def train(iterations: int, start: int = 0) -> None:
+            for i in range(start, start + iterations):
+                lo = (i % chunks) * batch
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(X[lo:lo + batch]), y[lo:lo + batch])
+                loss.backward()
+                opt.step()
+
+        # DDP's ranks must run the same number of steps (a rank that stops early leaves the
+        # others in an allreduce): time 20 steps, agree on the slowest, then run a fixed
+        # count. Without DDP, as our limit: each process trains for the same time.
+        train(5)
+        dist.barrier()
+        t0 = time.perf_counter()
+        train(20, 5)
+        per_step = torch.tensor([(time.perf_counter() - t0) / 20])
+        dist.all_reduce(per_step, op=dist.ReduceOp.MAX)
+        steps = max(20, int(seconds * (1 - STEADY_FROM) / float(per_step.item())))
+        dist.barrier()
+        t0 = time.perf_counter()
+        if spec["mode"] == "ddp":
+            train(steps, 25)
+            done = steps
+        else:
+            done = 0
+            while time.perf_counter() - t0 < seconds * (1 - STEADY_FROM):
+                train(10, 25 + done)
+                done += 10
+        rate = torch.tensor([done * batch / (time.perf_counter() - t0)])
+        dist.all_reduce(rate)                               # sum over the processes
+        if rank == 0:
+            _write(out, {"samples_per_s": float(rate.item())})
+    finally:
+        dist.destroy_process_group()
+
+
+def _write(path: str, obj: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f)
 
 
 def _free_port() -> int:
@@ -179,49 +419,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_DDP_SCRIPT = """
-import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
-from torch.nn.parallel import DistributedDataParallel as DDP
+# ------------------------------------------------------------------------------ the table
+def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
+    """The benchmark's rows, in order; the torch peer's only when torch is importable."""
+    out = [Entry("no-exchange limit", _limit_entry),
+           Entry("allreduce, shared memory (ours)", _shm_exchange_entry)]
+    out += [Entry(a, _algorithm_entry(a)) for a in algorithms]
+    if not args.no_torch and torch_available():
+        out += [Entry("PyTorch no-exchange limit", _torch_limit_entry),
+                Entry("PyTorch DDP (gloo)", _ddp_entry),
+                Entry("all_reduce, gloo (PyTorch)", _gloo_entry)]
+    return out
 
-def work(rank):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{port}")
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo", rank=rank, world_size={world})
-    torch.manual_seed(rank)
-    widths = [{n_features}] + {hidden} + [10]
-    layers = []
-    for a, b in zip(widths[:-1], widths[1:]):
-        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    model = DDP(torch.nn.Sequential(*layers[:-1]))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    X = torch.randn(20 * {batch}, {n_features}); y = torch.randint(0, 10, (20 * {batch},))
-    t0 = time.perf_counter(); t_start = None; samples = 0; i = 0
-    while True:
-        lo = (i % 20) * {batch}
-        opt.zero_grad(); loss = torch.nn.functional.cross_entropy(model(X[lo:lo + {batch}]), y[lo:lo + {batch}])
-        loss.backward(); opt.step(); i += 1
-        now = time.perf_counter()
-        flag = torch.tensor([1.0 if now - t0 > {seconds} else 0.0]); dist.all_reduce(flag)
-        if t_start is None and now - t0 > 0.2 * {seconds}:
-            t_start, samples = now, 0
-        elif t_start is not None:
-            samples += {batch}
-        if flag.item() > 0:
-            break
-    rate = torch.tensor([samples / (now - t_start)]); dist.all_reduce(rate)
-    if rank == 0:
-        open("{out}", "w").write(str(rate.item()))
-    dist.destroy_process_group()
 
-if __name__ == "__main__":
-    mp.spawn(work, nprocs={world})
-"""
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if not np.isfinite(v):
+            return ""
+        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+    return str(v)
 
 
 def main(args: argparse.Namespace) -> int:
     from .algorithms import REGISTRY
     from .cluster import make_cluster, workers_of
-    from .comm.shm import allreduce_nbytes, create_segment, unlink_segment
     from .config import ConfigError
     from .engine import run
     from .models import make_model
@@ -230,70 +451,71 @@ def main(args: argparse.Namespace) -> int:
     for a in algorithms:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
+    sizes = _sizes(args)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    print(f"benchmark: MLP {args.n_features}-{args.hidden.replace(',', '-')}-10, batch {args.batch_per_worker} per worker, "
-          f"{args.cpus} CPU workers, {args.seconds:g} s per measurement; {blas}", flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement; {blas}; "
+          f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
     client = make_cluster(cpus=args.cpus, gpus=0, quiet=True)
-    rows: list[dict] = []
+    tables: list[pd.DataFrame] = []
+    notes: list[str] = []
     try:
         workers = workers_of(client)[: args.cpus]
-        cfg0 = _bench_config(args, "sync_sgd", 10)
-        n_params = make_model("mlp", args.n_features, 10, hidden=cfg0.model_hidden).n_params
-        def measure_limit() -> float:
-            """The same workers, the same work, no exchange: measured again before every
-            entry, so that each ratio compares two measurements taken minutes apart at most
-            (a shared machine's speed drifts)."""
-            futs = [client.submit(compute_only, cfg0.to_dict(), args.seconds / 2, workers=[w["address"]], pure=False)
-                    for w in workers]
-            return sum(p["samples"] / p["seconds"] for p in client.gather(futs))
-
-        limit = measure_limit()
-        rows.append({"what": "no-exchange limit", "samples_per_s": limit, "comm_fraction": 0.0, "limit": limit})
-        # One exchange of the whole parameter vector.
-        name = f"wbb{uuid.uuid4().hex[:10]}"
-        client.submit(create_segment, name, allreduce_nbytes(len(workers), n_params),
-                      workers=[workers[0]["address"]], pure=False).result()
-        futs = [client.submit(exchange_time, name, r, len(workers), n_params, 200, workers=[w["address"]], pure=False)
-                for r, w in enumerate(workers)]
-        times = np.array(client.gather(futs))
-        client.submit(unlink_segment, name, workers=[workers[0]["address"]], pure=False).result()
-        exchange_ms = float(np.median(times.max(axis=0)) * 1e3)
-        # A warm cluster: how long from run() to the first step record.
+        # A warm cluster: how long from run() to the first training step (the first run
+        # on fresh workers imports and loads data; the second is what a session sees).
+        run(_bench_config(args, "sync_sgd", 3, sizes[0]), cluster=client)
         t0 = time.perf_counter()
-        warm = run(_bench_config(args, "sync_sgd", 3), cluster=client)
+        warm = run(_bench_config(args, "sync_sgd", 3, sizes[0]), cluster=client)
         warm_run_s = time.perf_counter() - t0
-        first_step_s = warm.summary["setup_s"] + float(warm.steps["time"].min())
-        # Each algorithm, long enough for args.seconds at the limit's pace.
-        steps = max(50, int(args.seconds * limit / (args.batch_per_worker * args.cpus)))
-        for a in algorithms:
-            here = measure_limit()
-            result = run(_bench_config(args, a, steps), cluster=client)
-            rows.append({"what": a, "samples_per_s": steady_throughput(result.steps),
-                         "comm_fraction": result.summary["comm_fraction"], "status": result.status, "limit": here})
-        ddp = None
-        if not args.no_torch:
-            here = measure_limit()
-            ddp = torch_ddp(args, args.seconds)
-            if ddp is not None:
-                rows.append({"what": "PyTorch DDP (gloo)", "samples_per_s": ddp, "comm_fraction": float("nan"),
-                             "limit": here})
+        for size in sizes:
+            print(f"\n{size.name}: {size.label()}", flush=True)
+            b = Bench(client, workers, size, args)
+            b.n_params = make_model("mlp", size.n_features, 10, hidden=size.widths).n_params
+            rows = []
+            for entry in entries(args, algorithms):
+                got = entry.measure(b)
+                if got is not None:
+                    rows.append({"size": size.name, "what": entry.what, **got})
+                    print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
+            table = pd.DataFrame(rows)
+            for col in ("samples_per_s", "limit", "comm_fraction", "exchange_ms"):
+                if col not in table:
+                    table[col] = float("nan")
+            table["vs_limit"] = table["samples_per_s"] / table["limit"]
+            tables.append(table)
+            notes += b.notes
     finally:
         cluster = client.cluster
         client.close()
         cluster.close()
-    table = pd.DataFrame(rows)
-    table["vs_limit"] = table["samples_per_s"] / table["limit"]
-    if ddp is not None:
-        # DDP's own ratio to its limit, against each entry's: robust to drift between them
-        ddp_ratio = float(table.loc[table["what"] == "PyTorch DDP (gloo)", "vs_limit"].iloc[0])
-        table["vs_ddp"] = table["vs_limit"] / ddp_ratio
-    print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"))
-    print(f"one exchange of {n_params:,} float32 (shared-memory allreduce, {len(workers)} workers): "
-          f"{exchange_ms:.3f} ms median")
-    print(f"warm cluster: first step {first_step_s:.3f} s after run() was called "
+    table = pd.concat(tables, ignore_index=True)
+    cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "comm_fraction", "exchange_ms"]
+    cols += [c for c in table.columns if c not in cols]
+    print()
+    print(table[cols].to_string(index=False, na_rep="", float_format=_fmt))
+    for size in sizes:
+        print(verdict(table[table["size"] == size.name], size.name))
+    print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
-    for line in allreduce_lines():
+    for line in allreduce_lines():     # the ring allreduce (comm="dask") beside shared memory
         print(line, flush=True)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.out:
-        table.assign(exchange_ms=exchange_ms, first_step_s=first_step_s).to_csv(args.out, index=False)
+        table[cols].assign(startup_s=warm.summary["startup_s"]).to_csv(args.out, index=False)
     return 0
+
+
+def verdict(table: pd.DataFrame, size: str, ours: str = "sync_sgd", margin: float = 0.15) -> str:
+    """One line: our synchronous efficiency against DDP's, each against its own limit.
+
+    >>> t = pd.DataFrame({"what": ["sync_sgd", "PyTorch DDP (gloo)"], "vs_limit": [0.9, 0.6]})
+    >>> print(verdict(t, "teaching"))
+    teaching: sync_sgd 0.90 of our limit, DDP 0.60 of torch's: +0.30 (target +0.15: met)
+    """
+    by = dict(zip(table["what"], table["vs_limit"]))
+    if ours not in by or "PyTorch DDP (gloo)" not in by:
+        return f"{size}: no DDP comparison (torch not importable, or {ours} not measured)"
+    d = by[ours] - by["PyTorch DDP (gloo)"]
+    return (f"{size}: {ours} {by[ours]:.2f} of our limit, DDP {by['PyTorch DDP (gloo)']:.2f} of torch's: "
+            f"{d:+.2f} (target +{margin:.2f}: {'met' if d >= margin else 'NOT met'})")

@@ -65,7 +65,7 @@ def _dataset(config: RunConfig) -> Any:
 def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,
                   server: Any = None, shared: dict | None = None, control: Any = None,
                   emit: Callable | None = None, t0_wall: float = 0.0,
-                  extra: dict | None = None) -> WorkerContext:
+                  extra: dict | None = None, start_barrier: Callable | None = None) -> WorkerContext:
     """Everything one worker needs: data on its device, its own model instance, plan, links."""
     xp = get_xp(kind)
     data = _dataset(config)
@@ -78,9 +78,9 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
         server = Emulated(server, config.latency_ms, config.bandwidth_gbps) if server is not None else None
     ctx = WorkerContext(rank=rank, size=size, kind=kind, xp=xp, config=config, plan=plan, model=model,
                         X=X, y=y, comm=comm, server=server, shared=shared or {}, control=control,
-                        emit=emit, t0_wall=t0_wall, extra=dict(extra or {}))
+                        emit=emit, t0_wall=t0_wall, extra=dict(extra or {}), start_barrier=start_barrier)
     spec = REGISTRY[config.algorithm]
-    if rank == 0 or spec.cls.evaluates == "trainers":
+    if rank == 0 or spec.cls.evaluates in ("trainers", "all"):
         ctx.evaluator = Evaluator(model, data, xp)
     ctx.extra["dataset"] = data
     return ctx
@@ -121,21 +121,50 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
     if run.get("host_shm"):  # a custom master in shared memory (cgdp on one host)
         proxy = run["host_shm"]["cls"](rank=rank, size=size, control=control, **run["host_shm"]["kwargs"])
 
-    def emit(records: list[dict]) -> None:
-        worker.log_event(run["topic"], records)
+    def emit(batch: dict) -> None:
+        worker.log_event(run["topic"], batch)   # a few compact batches a second, never one per step
 
+    start = _start_barrier(run, rank, size, control, comm)
     extra = dict(run.get("extra") or {}, group=gi, group_ranks=ranks)
     ctx = build_context(config, rank, size, kind, comm=comm, server=proxy, shared=shared, control=control,
-                        emit=emit, t0_wall=run["t0_wall"], extra=extra)
+                        emit=emit, t0_wall=run["t0_wall"], extra=extra, start_barrier=start)
     try:
         return _loop(ctx)
     finally:
+        control.close()
+        if hasattr(start, "close"):
+            start.close()
         if hasattr(proxy, "close"):
             proxy.close()
         for s in shared.values():
             s.close()
         if comm is not None:
             comm.close()
+
+
+class _StartThenComm:
+    """A start barrier followed by the collective's own (several hosts: the event barrier
+    leaves a scheduler round trip of skew, which the first allreduce would book as wait)."""
+
+    def __init__(self, barrier: Any, comm: Any):
+        self.barrier, self.comm = barrier, comm
+
+    def __call__(self) -> list[int]:
+        missing = self.barrier()
+        if not missing and self.comm is not None:
+            self.comm.barrier()
+        return missing
+
+    def close(self) -> None:
+        self.barrier.close()
+
+
+def _start_barrier(run: dict, rank: int, size: int, control: Any, comm: Any) -> Any:
+    """This worker's start barrier: shared memory on one host, Dask events across hosts."""
+    from .comm.barrier import EventStartBarrier, ShmStartBarrier
+    if run.get("start_segment"):
+        return ShmStartBarrier(run["start_segment"], rank, size, control=control)
+    return _StartThenComm(EventStartBarrier(run["run_id"], rank, size, control=control), comm)
 
 
 def _my_group(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
@@ -153,10 +182,12 @@ def _loop(ctx: WorkerContext) -> dict:
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
         ctx.flush(done=True)
-        return {"status": "failed", "params": None, "error": str(exc)}
+        return {"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
+                "started": ctx.started_wall}
     except Exception as exc:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
+        exc.workbench_steps = ctx.step_columns()   # travels with the exception: nothing logged is lost
         raise
 
 
@@ -169,8 +200,9 @@ def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = Non
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
     if isinstance(cluster, str) and cluster == "threads":
         return run_threads(config, on_record=on_record, should_stop=should_stop)
+    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     client = _client_for(config, cluster)
-    return _DaskRun(config, spec, client, on_record, should_stop).run()
+    return _DaskRun(config, spec, client, on_record, should_stop, t_called=t_called).run()
 
 
 def _client_for(config: RunConfig, cluster: Any) -> Any:
@@ -217,7 +249,7 @@ def choose_comm(config: RunConfig, workers: list[dict]) -> str:
         return "nccl"
     if one_host and not platforms.shm_supported():
         platforms.note_once("no fcntl/POSIX shared memory on this platform: workers exchange through "
-                            "Dask instead of shared memory (same results, slower exchanges)")
+                            "Dask instead of shared memory (same maths, slower exchanges)")
         return "dask"
     return "shm" if one_host else "dask"
 
@@ -235,8 +267,9 @@ class _DaskRun:
     """One run on a Dask cluster: set-up, loops, monitoring, clean-up."""
 
     def __init__(self, config: RunConfig, spec: AlgorithmSpec, client: Any, on_record: OnRecord | None,
-                 should_stop: Callable[[], bool] | None):
+                 should_stop: Callable[[], bool] | None, t_called: float | None = None):
         self.config, self.spec, self.client = config, spec, client
+        self.t_called = time.time() if t_called is None else t_called
         self.collector = Collector(on_record)
         self.should_stop = should_stop
         self.run_id = uuid.uuid4().hex[:12]
@@ -296,6 +329,12 @@ class _DaskRun:
                 self.segments[name] = client.submit(_create_shared, f"wb{self.run_id}{name[:1]}", params0,
                                                     workers=[addr0], pure=False).result()
             run_info["segments"] = dict(self.segments)
+            if len({w["host"] for w in self.workers}) == 1 and platforms.shm_supported():  # start barrier in shm
+                from .comm.barrier import barrier_nbytes
+                from .comm.shm import create_segment
+                self.segments["start"] = client.submit(create_segment, f"wb{self.run_id}b", barrier_nbytes(size),
+                                                       workers=[addr0], pure=False).result()
+                run_info["start_segment"] = self.segments["start"]
             if spec.server is not None:
                 options = spec.server(config)
                 one_host = len({w["host"] for w in self.workers}) == 1
@@ -317,7 +356,7 @@ class _DaskRun:
             if spec.host is not None:
                 hs = spec.host(config, size, model, params0)
                 one_host = len({w["host"] for w in self.workers}) == 1
-                if hs.get("shm") and one_host and config.comm in ("auto", "shm"):
+                if hs.get("shm") and one_host and config.comm in ("auto", "shm") and platforms.shm_supported():
                     # One host: the master in shared memory, updated by the workers themselves.
                     sh = hs["shm"]
                     self.segments["master"] = client.submit(sh["create"], f"wb{self.run_id}m", *sh["args"],
@@ -342,9 +381,13 @@ class _DaskRun:
             status, params, extra = self._monitor(futures, t0)
         finally:
             self._cleanup()
-        wall = time.time() - run_info["t0_wall"]
+        end = time.time()
+        wall = end - run_info["t0_wall"]
+        t_zero = self.collector.t_zero()
         extra.update({"comm": comm, "server": server_kind, "run_id": self.run_id,
-                      "setup_s": run_info["t0_wall"] - t_setup})
+                      "setup_s": run_info["t0_wall"] - t_setup,
+                      # from run() to the first training step: never booked as compute, comm or wait
+                      "startup_s": (t_zero if t_zero is not None else end) - self.t_called})
         # An algorithm with its own plan (LTFB trainers) has already reported these.
         extra.setdefault("total_steps_planned", plan.total_steps)
         extra.setdefault("lr_schedule", plan.schedule_text)
@@ -361,19 +404,19 @@ class _DaskRun:
 
     # ------------------------------------------------------------------ monitoring
     def _drain(self, done: set) -> None:
-        batch: list[dict] = []
         while True:
             try:
-                records = self.records.get_nowait()
+                batch = self.records.get_nowait()
             except queue.Empty:
                 break
-            for r in records:
-                if r.get("kind") == "done":
-                    done.add(int(r["worker"]))
-                else:
-                    batch.append(r)
-        if batch:
-            self.collector(batch)
+            self.collector.add_live(batch)
+            if batch.get("done"):
+                done.add(int(batch["rank"]))
+
+    def _now(self) -> float:
+        """The client's clock for its own events: seconds since the run's first step."""
+        t_zero = self.collector.t_zero()
+        return time.time() - t_zero if t_zero is not None else 0.0
 
     def _monitor(self, futures: list, t0: float) -> tuple[str, Any, dict]:
         client, spec = self.client, self.spec
@@ -389,7 +432,7 @@ class _DaskRun:
                 if not stop_asked and self.should_stop is not None and self.should_stop():
                     stop_asked, stop_deadline = True, time.time() + STOP_GRACE_S
                     self.control.request_stop("stop requested")
-                    self.collector([event_record(time.time() - t0, "stop_requested", None, "stop requested by the user")])
+                    self.collector([event_record(self._now(), "stop_requested", None, "stop requested by the user")])
                 # Fetch each loop's result as soon as it is there, while its worker is alive:
                 # a result left on a worker that dies later is rescheduled, and waits forever.
                 for i, f in enumerate(futures):
@@ -415,7 +458,7 @@ class _DaskRun:
         except KeyboardInterrupt:
             stop_asked = True
             self.control.request_stop("KeyboardInterrupt")
-            self.collector([event_record(time.time() - t0, "stop_requested", None, "KeyboardInterrupt")])
+            self.collector([event_record(self._now(), "stop_requested", None, "KeyboardInterrupt")])
             deadline = time.time() + STOP_GRACE_S * 3
             while time.time() < deadline and not all(f.done() for i, f in enumerate(futures) if i not in lost):
                 self._drain(done)
@@ -434,6 +477,11 @@ class _DaskRun:
             time.sleep(MONITOR_S)
             self._drain(done)
         self._drain(done)
+        for rank, res in results.items():   # every step of each loop that returned
+            if res.get("steps") is not None:
+                self.collector.add_steps(rank, res["steps"])
+            if res.get("started") is not None:
+                self.collector.started.setdefault(rank, res["started"])
         statuses = {r: res.get("status") for r, res in results.items()}
         if lost and spec.cls.sync:
             status = "failed"
@@ -464,19 +512,32 @@ class _DaskRun:
         except Exception as exc:  # the loop raised; its traceback was streamed as an event
             if self.workers[rank]["address"] not in set(self.client.nthreads()):
                 return None
-            return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+            return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                    "steps": getattr(exc, "workbench_steps", None)}
 
     def _lost(self, rank: int, futures: list, lost: dict, t0: float, alive: set | None = None) -> None:
         """Record a lost worker; sync runs abort their collectives, async ones go on."""
         addr, name = self.workers[rank]["address"], self.workers[rank]["name"]
         lost[rank] = addr
-        self.collector([event_record(time.time() - t0, "worker_lost", rank,
-                                     f"worker {rank} ({name}, {addr}) was lost at {time.time() - t0:.1f}s")])
+        self.collector([event_record(self._now(), "worker_lost", rank,
+                                     f"worker {rank} ({name}, {addr}) was lost at {self._now():.1f}s")])
         self.client.cancel(futures[rank])
         if self.spec.cls.sync:
             self.control.abort(f"worker {rank} lost")
         else:
-            self._retire(rank, alive if alive is not None else set(self.client.nthreads()))
+            alive = alive if alive is not None else set(self.client.nthreads())
+            self._release_start(rank, alive)
+            self._retire(rank, alive)
+
+    def _release_start(self, rank: int, alive: set) -> None:
+        """A lost worker of an asynchronous run no longer holds the others at the start."""
+        if "start" not in self.segments:
+            return
+        from .comm.barrier import release_shm_barrier
+        with contextlib.suppress(Exception):
+            survivor = next(w["address"] for w in self.workers if w["address"] in alive)
+            self.client.run(release_shm_barrier, self.segments["start"], rank, len(self.workers),
+                            workers=[survivor])
 
     def _retire(self, rank: int, alive: set) -> None:
         """A lost worker of an asynchronous run gives up its round-robin turns, so that
@@ -552,6 +613,7 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
                 should_stop: Callable[[], bool] | None = None, kinds: list[str] | None = None) -> RunResult:
     """Run the algorithm's loops as threads of this process (no Dask): the same maths,
     in-process communication. `kinds` lets tests stand CPU workers in for GPU ones."""
+    from .comm.barrier import ThreadStartBarrier
     from .comm.threads import ThreadGroup, ThreadServer
 
     spec = REGISTRY[config.algorithm]
@@ -573,24 +635,26 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
     collector = Collector(on_record)
     lock = threading.Lock()
 
-    def emit(records: list[dict]) -> None:
+    def emit(batch: dict) -> None:
         with lock:
-            collector([r for r in records if r.get("kind") != "done"])
+            collector.add_live(batch)
 
     t0 = time.time()
     results: dict[int, dict] = {}
     extra_setup = spec.extra(config, size) if spec.extra else {}
+    start = ThreadStartBarrier(size, control)
 
     def work(rank: int) -> None:
         gi, ranks = _my_group(groups, rank)
         comm = thread_groups[gi].comm(ranks.index(rank)) if thread_groups else None
         ctx = build_context(config, rank, size, kinds[rank], comm=comm, server=server, shared=shared,
                             control=control, emit=emit, t0_wall=t0,
-                            extra=dict(extra_setup, group=gi, group_ranks=ranks))
+                            extra=dict(extra_setup, group=gi, group_ranks=ranks), start_barrier=start.for_rank(rank))
         try:
             results[rank] = _loop(ctx)
         except Exception as exc:
-            results[rank] = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"}
+            results[rank] = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                             "steps": getattr(exc, "workbench_steps", None)}
             control.abort(str(exc))
 
     threads = [threading.Thread(target=work, args=(r,), name=f"workbench-{r}", daemon=True) for r in range(size)]
@@ -622,8 +686,12 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
     errors = {str(r): res["error"] for r, res in results.items() if res.get("error")}
     if errors:
         extra["errors"] = errors
-    for res in results.values():
+    for rank, res in results.items():
         extra.update(res.get("summary", {}))
+        if res.get("steps") is not None:
+            collector.add_steps(rank, res["steps"])
+    t_zero = collector.t_zero()
+    extra["startup_s"] = (t_zero if t_zero is not None else time.time()) - t0
     workers = [{"rank": r, "name": f"thread-{r}", "kind": kinds[r], "host": "localhost"} for r in range(size)]
     return build_result(config.to_dict(), collector, status=status, wall_time_s=time.time() - t0,
                         workers=workers, extra=extra, params=results.get(0, {}).get("params"))

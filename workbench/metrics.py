@@ -28,6 +28,37 @@ class Evaluator:
         test_loss, test_acc = self._score(params, self.X_test, self.y_test)
         return {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": test_acc}
 
+    def partial(self, params: Any, rank: int, size: int) -> np.ndarray:
+        """This rank's share of an evaluation that `size` ranks holding the same `params`
+        split between them: (train loss sum, train n, test loss sum, test correct, test n)
+        over rows rank*n//size : (rank+1)*n//size of each set. Summed over the ranks,
+        `from_partials` turns them into what `__call__` returns.
+
+        >>> from workbench.models import make_model
+        >>> from workbench.data import load_dataset
+        >>> d = load_dataset("digits"); m = make_model("mlp", d.n_features, d.n_classes)
+        >>> ev = Evaluator(m, d); p = m.init(0)
+        >>> whole, split = ev(p), Evaluator.from_partials(ev.partial(p, 0, 2) + ev.partial(p, 1, 2))
+        >>> all(abs(whole[k] - split[k]) < 1e-6 * max(1.0, abs(whole[k])) for k in whole)   # float32 sums
+        True
+        """
+        out = np.zeros(5)
+        for i, (X, y) in enumerate(((self.X_train, self.y_train), (self.X_test, self.y_test))):
+            n = X.shape[0]
+            lo, hi = rank * n // size, (rank + 1) * n // size
+            mean_loss, acc = self._score(params, X[lo:hi], y[lo:hi]) if hi > lo else (0.0, 0.0)
+            if i == 0:
+                out[0:2] = mean_loss * (hi - lo), hi - lo
+            else:
+                out[2:5] = mean_loss * (hi - lo), round(acc * (hi - lo)), hi - lo
+        return out
+
+    @staticmethod
+    def from_partials(total: Any) -> dict[str, float]:
+        """`train_loss`, `test_loss`, `test_accuracy` from the summed `partial`s."""
+        t = [float(v) for v in total]
+        return {"train_loss": t[0] / t[1], "test_loss": t[2] / t[4], "test_accuracy": t[3] / t[4]}
+
     def accuracy(self, params: Any, X: Any, y: Any) -> float:
         """Accuracy of `params` on (X, y): LTFB's tournament score."""
         return self._score(params, X, y)[1]

@@ -17,9 +17,9 @@ from .data import global_batch, load_dataset
 from .metrics import Evaluator
 from .models import make_model
 from .optim import SGD, make_plan
-from .results import Collector, OnRecord, RunResult, build_result, eval_record, event_record, step_record
+from .results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
 
-FLUSH_S = 0.2  # how often records reach on_record (the live plots redraw a few times a second)
+FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
 
 
 def load_for(config: RunConfig):
@@ -44,6 +44,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         trajectory: if a list is given, a copy of the parameters after every step is appended
             (tests compare parallel algorithms against it).
     """
+    t_called = time.time()
     data, model = load_for(config)
     plan = make_plan(config, data.n_train)
     params = model.init(config.seed)
@@ -51,8 +52,14 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
     evaluate = Evaluator(model, data)
     grad = np.empty_like(params)
     collector = Collector(on_record)
+    log = StepLog()     # step records as rows of a NumPy buffer; live batches are binned summaries
     pending: list[dict] = []
     status, t0, last_flush = "completed", time.perf_counter(), time.perf_counter()
+    started = time.time()   # time 0: the first training step
+
+    def flush() -> None:
+        collector.add_live({"rank": 0, "started": started, "steps": log.live_batch(plan.epoch),
+                            "records": pending})
 
     try:
         for step in range(plan.total_steps):
@@ -73,20 +80,21 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
             t_end = time.perf_counter()
             if trajectory is not None:
                 trajectory.append(params.copy())
-            pending.append(step_record(0, step, plan.epoch(step + 1), t_end - t0, loss, lr,
-                                       len(idx), t_end - t_start))
+            log.add(step, t_end - t0, loss, lr, len(idx), t_end - t_start, 0.0, 0.0, 0.0)
             if plan.is_eval_step(step):
                 pending.append(eval_record(0, step, plan.epoch(step + 1), time.perf_counter() - t0,
                                            **evaluate(params)))
             if time.perf_counter() - last_flush > FLUSH_S:
-                collector(pending)
+                flush()
                 pending, last_flush = [], time.perf_counter()
     except KeyboardInterrupt:
         status = "stopped"
         pending.append(event_record(time.perf_counter() - t0, "stopped", message="KeyboardInterrupt"))
-    collector(pending)
+    flush()
+    collector.add_steps(0, log.columns(plan.epoch))
     wall = time.perf_counter() - t0
     workers = [{"name": "local", "kind": "cpu", "host": "localhost", "share": 1.0}]
     return build_result(config.to_dict(), collector, status=status, wall_time_s=wall, workers=workers,
-                        extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps},
+                        extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps,
+                               "startup_s": started - t_called},
                         params=params)

@@ -1,7 +1,12 @@
 """Run results: the record format, `RunResult`, and the run directory.
 
-A run streams flat records with fixed keys (dask-ml style history entries); the client
-gathers them into a `RunResult`. A run directory is the unit everyone shares:
+A run produces flat records with fixed keys (dask-ml style history entries); the client
+gathers them into a `RunResult`. Step records are the bulk (one per worker per step,
+thousands a second at teaching sizes): a worker keeps them in NumPy columns and hands
+them over whole when its loop ends, and streams only a compact, binned summary while it
+runs (`LIVE_ROWS` rows at most per batch; sums of samples and seconds are kept, so live
+totals and rates are exact). The client expands those batches into the same record
+dicts for `on_record`. A run directory is the unit everyone shares:
 
     summary.json   status, config, workers, totals, final metrics, time breakdown, events
     steps.csv      one row per worker step        (STEP_COLUMNS)
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import pandas as pd
 
 from .fileio import atomic_write
@@ -37,6 +43,10 @@ STATUSES = ("running", "completed", "stopped", "diverged", "failed")
 # A record is a flat dict whose "kind" says which table it belongs to.
 Record = dict[str, Any]
 OnRecord = Callable[[list[Record]], None]
+
+# The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
+LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness")
+LIVE_ROWS = 200     # step rows per live batch at most: enough for a plot, cheap to send and draw
 
 
 def step_record(worker: int, step: int, epoch: float, t: float, loss: float, lr: float,
@@ -61,16 +71,120 @@ def event_record(t: float, event: str, worker: Any = None, message: str = "") ->
             "message": message}
 
 
-class Collector:
-    """Gathers streamed records into tables; thread-safe enough for one writer.
+def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict[str, np.ndarray]:
+    """At most `max_rows` rows summarising consecutive step rows of one worker.
 
-    Also forwards every batch to `on_record` (the dashboard's live plots), so the
-    training loop never knows who is watching.
+    Each bin keeps the sums of `samples`, `compute_s`, `comm_s` and `wait_s` (so totals
+    and rates over time stay exact), the means of `loss` and `staleness`, and the last
+    row's `step`, `epoch`, `time` and `lr`. Up to `max_rows` rows come back unchanged.
+
+    >>> cols = {"step": np.arange(4.0), "time": np.arange(1.0, 5.0), "loss": np.array([4.0, 2.0, 3.0, 1.0]),
+    ...         "samples": np.full(4, 8.0)}
+    >>> {k: v.tolist() for k, v in bin_steps(cols, 2).items()}
+    {'step': [1.0, 3.0], 'time': [2.0, 4.0], 'loss': [3.0, 2.0], 'samples': [16.0, 16.0]}
+    """
+    n = len(columns["step"])
+    if n <= max_rows:
+        return dict(columns)
+    starts = (np.arange(max_rows) * n) // max_rows                # (bins,) first row of each bin
+    last = np.append(starts[1:], n) - 1
+    counts = np.diff(np.append(starts, n))
+    out = {}
+    for name, col in columns.items():
+        if name in ("samples", "compute_s", "comm_s", "wait_s"):
+            out[name] = np.add.reduceat(col, starts)
+        elif name in ("loss", "staleness"):
+            out[name] = np.add.reduceat(col, starts) / counts
+        else:
+            out[name] = col[last]
+    return out
+
+
+class StepLog:
+    """One worker's step records as rows of a preallocated float64 buffer.
+
+    `add` writes one row (LOG_FIELDS) in under a microsecond; the buffer doubles when
+    full. `live_batch` summarises the rows added since the previous batch (`bin_steps`),
+    `columns` hands over every row.
+
+    >>> log = StepLog(capacity=2)
+    >>> for k in range(3):
+    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0)
+    >>> log.n, log.columns(lambda s: s / 10)["epoch"].tolist()
+    (3, [0.1, 0.2, 0.3])
+    """
+
+    def __init__(self, capacity: int = 4096):
+        self.data = np.empty((max(2, capacity), len(LOG_FIELDS)), dtype=np.float64)   # (rows, fields)
+        self.n = 0       # rows written
+        self.sent = 0    # rows already summarised in a live batch
+
+    def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
+            comm_s: float, wait_s: float, staleness: float) -> None:
+        n = self.n
+        if n == self.data.shape[0]:
+            grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
+            grown[:n] = self.data
+            self.data = grown
+        self.data[n] = (step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
+        self.n = n + 1
+
+    def _columns(self, lo: int, hi: int, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
+        cols = {name: self.data[lo:hi, j].copy() for j, name in enumerate(LOG_FIELDS)}
+        cols["epoch"] = np.asarray(epoch_of(cols["step"] + 1), dtype=np.float64)
+        return cols
+
+    def columns(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
+        """Every row so far, one array per field (LOG_FIELDS and "epoch")."""
+        return self._columns(0, self.n, epoch_of)
+
+    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None) -> dict[str, list] | None:
+        """The rows since the last batch, binned to at most `max_rows` (lists: cheap to
+        serialise); None if there are none."""
+        if self.n == self.sent:
+            return None
+        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows)
+        self.sent = self.n
+        return {k: v.tolist() for k, v in cols.items()}
+
+
+def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
+    """Step record dicts (the keys of STEP_COLUMNS) from one worker's columns.
+
+    >>> step_records(1, {"step": [0.0], "epoch": [0.5], "time": [0.1], "loss": [2.0], "lr": [0.1],
+    ...                  "samples": [32.0], "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0],
+    ...                  "staleness": [0.0]})[0]["samples"]
+    32
+    """
+    names = STEP_COLUMNS[2:]
+    lists = [np.asarray(columns[c]).tolist() for c in names]
+    out = []
+    for values in zip(*lists):
+        rec = {"kind": "step", "worker": worker, **dict(zip(names, values))}
+        rec["step"], rec["samples"] = int(rec["step"]), int(rec["samples"])
+        out.append(rec)
+    return out
+
+
+class Collector:
+    """Gathers a run's records into tables; thread-safe enough for one writer.
+
+    Records come three ways: as record dicts (`__call__`: evals, events, the reference
+    trainer's steps), as a worker's live batch (`add_live`: binned step columns plus its
+    rare records), and as a worker's whole step columns when its loop ends (`add_steps`).
+    Every batch is forwarded to `on_record` (the dashboard's live plots, the CLI's progress
+    bar) as record dicts, so the training loop never knows who is watching. The step
+    table holds every step of every worker whose loop returned; a worker whose loop never
+    did (its process died) is represented by the binned rows it streamed.
     """
 
     def __init__(self, on_record: OnRecord | None = None):
         self.rows: dict[str, list[Record]] = {"step": [], "eval": [], "event": [], "tournament": []}
         self.on_record = on_record
+        self.whole: dict[int, dict[str, np.ndarray]] = {}   # worker -> every step (its loop's result)
+        self.live: dict[int, list[dict[str, np.ndarray]]] = {}  # worker -> binned step columns streamed
+        self.started: dict[int, float] = {}                  # worker -> wall clock of its first step
+        self.live_rows = 0                                   # step rows forwarded live
 
     def __call__(self, records: Iterable[Record]) -> None:
         batch = list(records)
@@ -79,10 +193,59 @@ class Collector:
         if self.on_record is not None and batch:
             self.on_record(batch)
 
+    def add_live(self, payload: dict[str, Any]) -> None:
+        """A worker's live batch: {"rank", "started" (wall clock of its step 0, or None),
+        "steps" (binned LOG_FIELDS + epoch columns, or None), "records" (other dicts)}.
+        ("rank", not "worker": the scheduler stamps its own "worker" key, an address, on
+        every dict logged through it.)"""
+        worker = int(payload["rank"])
+        if payload.get("started") is not None:
+            self.started.setdefault(worker, float(payload["started"]))
+        records = list(payload.get("records") or [])
+        for r in records:
+            self.rows.setdefault(r["kind"], []).append(r)
+        steps = payload.get("steps")
+        step_recs: list[Record] = []
+        if steps is not None and len(steps["step"]):
+            cols = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
+            self.live.setdefault(worker, []).append(cols)
+            step_recs = step_records(worker, cols)
+            self.live_rows += len(step_recs)
+        batch = step_recs + records
+        if self.on_record is not None and batch:
+            self.on_record(batch)
+
+    def add_steps(self, worker: int, columns: dict[str, np.ndarray]) -> None:
+        """Every step of one worker (its loop's result): these rows replace the live ones."""
+        self.whole[int(worker)] = columns
+
+    def t_zero(self) -> float | None:
+        """Wall clock of the run's first training step (None before any worker started)."""
+        return min(self.started.values()) if self.started else None
+
     def table(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        if kind == "step" and (self.whole or self.live):
+            return self._steps(columns)
         rows = self.rows.get(kind, [])
         df = pd.DataFrame(rows, columns=list(columns))
         return df.drop(columns="kind")
+
+    def _steps(self, columns: tuple[str, ...]) -> pd.DataFrame:
+        """Whole columns where a loop returned them, else the binned rows it streamed;
+        in order of time (then worker, then step)."""
+        names = [c for c in columns if c != "kind"]
+        frames = [pd.DataFrame(self.rows["step"], columns=list(columns)).drop(columns="kind")] if self.rows["step"] else []
+        parts = dict(self.whole)
+        for worker, batches in self.live.items():
+            if worker not in parts:
+                parts[worker] = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+        for worker, cols in sorted(parts.items()):
+            n = len(cols["step"])
+            frame = {c: cols[c] for c in names if c != "worker"}
+            frames.append(pd.DataFrame({"worker": np.full(n, worker, dtype=np.int64), **frame}, columns=names))
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=names)
+        df = df.astype({"worker": "int64", "step": "int64", "samples": "int64"})
+        return df.sort_values(["time", "worker", "step"], kind="stable").reset_index(drop=True)
 
 
 @dataclass
@@ -140,7 +303,9 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0
     comm_s = float(steps["comm_s"].sum()) if len(steps) else 0.0
     wait_s = float(steps["wait_s"].sum()) if len(steps) else 0.0
-    busy = compute_s + comm_s + wait_s
+    steady = steady_steps(steps)
+    steady_busy = float((steady["compute_s"] + steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
+    steady_exchange = float((steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
     n_steps = int(steps["step"].max()) + 1 if len(steps) else 0
@@ -177,13 +342,35 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
-        "comm_fraction": (comm_s + wait_s) / busy if busy > 0 else 0.0,
+        "comm_fraction": steady_exchange / steady_busy if steady_busy > 0 else 0.0,   # over steady state
         "per_worker": per_worker,
         "events": events,
         "versions": versions(),
     }
     summary.update(extra or {})
     return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+
+
+STEADY_FROM = 0.1   # steady state: after each worker's first step and the first 10% of training time
+
+
+def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The step rows of the steady state: without each worker's first step (lazy set-up:
+    first touches of buffers, a peer still arriving) and the first STEADY_FROM of the
+    training time. All rows when that would leave none (very short runs).
+
+    >>> df = pd.DataFrame({"worker": [0, 0, 0, 0], "step": [0, 1, 2, 3], "time": [1.0, 2.0, 3.0, 4.0],
+    ...                    "compute_s": [1.0] * 4, "comm_s": [0.0] * 4, "wait_s": [0.0] * 4})
+    >>> steady_steps(df)["step"].tolist()
+    [1, 2, 3]
+    """
+    if not len(steps):
+        return steps
+    start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
+    cut = start + STEADY_FROM * (float(steps["time"].max()) - start)
+    first = steps["step"] == steps.groupby("worker")["step"].transform("min")
+    keep = ~first & (steps["time"] > cut)
+    return steps[keep] if keep.any() else steps
 
 
 def versions() -> dict[str, str]:

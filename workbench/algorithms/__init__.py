@@ -38,7 +38,7 @@ class AlgorithmSpec:
 
     def comm_elems(self, n_params: int, size: int) -> int:
         """Elements of one allreduce buffer: the gradient plus the scalars sync.py packs."""
-        return n_params + 2 + size
+        return n_params + 2 + 2 * size
 
 
 def _plain_server(config: RunConfig) -> dict[str, Any]:

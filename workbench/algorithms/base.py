@@ -5,6 +5,14 @@ An algorithm is a small class with `step(step) -> StepOut`, `eval_params()` and
 `ctx.server` (a parameter server / centre variable) and `ctx.shared` (shared-memory
 arrays), never through Dask. The loop around it is the same for all: stop requests,
 divergence, timing, records, periodic evaluation.
+
+At teaching sizes a step takes ~0.15 ms, so the loop's own bookkeeping must cost
+microseconds: a step's record is one row written into a preallocated NumPy buffer
+(`StepLog`, grown by doubling), not a dict; a few times a second the rows since the
+last batch leave the worker as one compact, binned batch (at most `LIVE_ROWS` rows,
+enough for the live plots); the whole log goes back with the loop's result. Clocks
+start at the run's first training step: every worker waits at a start barrier, and
+`time` 0 is the moment they pass it, so set-up is never booked as compute or waiting.
 """
 from __future__ import annotations
 
@@ -17,14 +25,14 @@ import numpy as np
 
 from ..backend import synchronize, to_numpy
 from ..config import RunConfig
-from ..data import global_batch, split_batch
+from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..optim import Plan
-from ..results import eval_record, event_record, step_record
+from ..results import StepLog, eval_record, event_record
 
-FLUSH_S = 0.2  # records leave the worker a few times a second
+FLUSH_S = 0.25  # live batches leave the worker a few times a second
 
 
-@dataclass
+@dataclass(slots=True)
 class StepOut:
     """What one step reports; `stop` ends the loop ("stopped" or "diverged")."""
 
@@ -56,11 +64,16 @@ class WorkerContext:
     server: Any = None           # Server proxy
     shared: dict[str, Any] = field(default_factory=dict)  # name -> SharedArray
     control: Any = None          # stop/abort requests
-    emit: Callable[[list[dict]], None] | None = None
-    t0_wall: float = 0.0         # the run's start, wall clock (time.time())
+    emit: Callable[[dict], None] | None = None   # sends one live batch to the client
+    t0_wall: float = 0.0         # when the engine started the loops, wall clock (time.time())
     extra: dict[str, Any] = field(default_factory=dict)   # per-algorithm setup (tournament sets, ...)
+    start_barrier: Callable[[], None] | None = None   # every worker of the run passes it together
+    steps: StepLog = field(default_factory=StepLog)
+    t_start: float | None = None       # perf_counter at the first training step: time 0
+    started_wall: float | None = None  # the same moment, wall clock (the client aligns its own events)
     _pending: list[dict] = field(default_factory=list)
-    _last_flush: float = 0.0
+    _next_flush: float = 0.0
+    _spe: dict[tuple[int, int], int] = field(default_factory=dict)   # (N, B) -> steps per epoch
 
     # ---------------------------------------------------------------- data
     def batch(self, step: int, lo: int, hi: int, batch_size: int | None = None,
@@ -69,7 +82,14 @@ class WorkerContext:
 
         `index` maps batch positions into a subset (LTFB trainers' partitions)."""
         n = self.X.shape[0] if index is None else len(index)
-        idx = global_batch(n, batch_size or self.plan.batch_size, self.config.seed, step)[lo:hi]
+        b = batch_size or self.plan.batch_size
+        spe = self._spe.get((n, b))
+        if spe is None:  # checked once per (N, B); then each step is a slice of the cached epoch order
+            spe = self._spe[(n, b)] = steps_per_epoch(n, b)
+        if not 0 <= lo <= hi <= b:
+            raise ValueError(f"lo, hi: 0 <= lo <= hi <= {b}, got {lo}, {hi}")
+        epoch, k = divmod(step, spe)
+        idx = _epoch_order(n, self.config.seed, epoch)[k * b + lo:k * b + hi]   # == global_batch(...)[lo:hi]
         if index is not None:
             idx = index[idx]
         if self.xp is not np:
@@ -82,9 +102,18 @@ class WorkerContext:
         return split_batch(batch_size or self.plan.batch_size, shares)[self.rank]
 
     # ---------------------------------------------------------------- clocks
+    def start(self) -> None:
+        """Wait for every worker at the start barrier, then start the clock: time 0 is
+        the first training step, the same moment on every worker (to the barrier's skew)."""
+        missing = self.start_barrier() if self.start_barrier is not None else []
+        self.t_start, self.started_wall = time.perf_counter(), time.time()
+        if missing:
+            self.event("start_timeout", f"worker(s) {missing} had not started; began without them")
+        self.flush(force=True)  # tells the client when training started
+
     def now(self) -> float:
-        """Seconds since the run started (wall clock, shared by all workers on a host)."""
-        return time.time() - self.t0_wall
+        """Seconds since the run's first training step (0 before it)."""
+        return time.perf_counter() - self.t_start if self.t_start is not None else 0.0
 
     def sync_device(self) -> None:
         synchronize(self.xp)
@@ -112,20 +141,26 @@ class WorkerContext:
 
     # ---------------------------------------------------------------- records
     def record(self, rec: dict) -> None:
+        """Keep a record other than a step's (eval, event, tournament): sent with the next batch."""
         self._pending.append(rec)
-        if time.perf_counter() - self._last_flush > FLUSH_S:
+        if time.perf_counter() >= self._next_flush:
             self.flush()
 
     def event(self, event: str, message: str) -> None:
         self.record(event_record(self.now(), event, self.rank, message))
 
-    def flush(self, done: bool = False) -> None:
-        if done:
-            self._pending.append({"kind": "done", "worker": self.rank})
-        if self.emit is not None and self._pending:
-            self.emit(self._pending)
+    def flush(self, done: bool = False, force: bool = False) -> None:
+        """Send one live batch: the binned steps since the last one and the pending records."""
+        steps = self.steps.live_batch(self.plan.epoch)
+        if self.emit is not None and (force or done or steps is not None or self._pending):
+            self.emit({"kind": "live", "rank": self.rank, "started": self.started_wall, "steps": steps,
+                       "records": self._pending, "done": done})
         self._pending = []
-        self._last_flush = time.perf_counter()
+        self._next_flush = time.perf_counter() + FLUSH_S
+
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """Every step this worker logged (LOG_FIELDS and epoch): its loop's result carries them."""
+        return self.steps.columns(self.plan.epoch)
 
     def stop_requested(self) -> bool:
         return self.control is not None and self.control.stop_requested()
@@ -135,7 +170,7 @@ class Algorithm:
     """Base class: one instance per worker per run."""
 
     sync = True          # every worker must reach every step (a lost worker fails the run)
-    evaluates = "rank0"  # who evaluates: "rank0" or "trainers" (LTFB)
+    evaluates = "rank0"  # who evaluates: "rank0", "all" (every rank a share, same params) or "trainers" (LTFB)
     shm_server = True    # its server calls (pull/push/elastic/retire/centre) work on the shared-memory server
 
     def __init__(self, ctx: WorkerContext):
@@ -155,7 +190,17 @@ class Algorithm:
     def evaluate(self, step: int) -> None:
         """Periodic evaluation; LTFB overrides to evaluate every trainer."""
         ctx = self.ctx
-        if ctx.rank == 0 and ctx.evaluator is not None:
+        if self.evaluates == "all" and ctx.comm is not None and ctx.size > 1 and ctx.evaluator is not None:
+            # Every rank holds the same parameters: each scores its share of the evaluation
+            # sets and one small allreduce sums them, so nobody idles while rank 0 evaluates.
+            part = ctx.evaluator.partial(self.eval_params(), ctx.rank, ctx.size)
+            buf = ctx.xp.zeros(len(part), dtype=np.float32)
+            buf[:] = ctx.xp.asarray(part.astype(np.float32))
+            total = to_numpy(ctx.allreduce(buf))
+            if ctx.rank == 0:
+                scores = ctx.evaluator.from_partials(total.astype(np.float64))
+                ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
+        elif ctx.rank == 0 and ctx.evaluator is not None:
             scores = ctx.evaluator(self.eval_params())
             ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
 
@@ -163,25 +208,31 @@ class Algorithm:
 
 
 def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
-    """Drive `algo` for the planned steps; returns {"status", "params" (rank 0)}."""
+    """Drive `algo` for the planned steps; returns {"status", "params" (rank 0), "steps"
+    (every step's record, as columns), "started" (wall clock of step 0), ...}."""
     plan, status = ctx.plan, "completed"
     step = -1
+    log, sync = ctx.steps, algo.sync
+    clock = time.perf_counter
+    ctx.start()
+    t0 = ctx.t_start
     for step in range(plan.total_steps):
-        if not algo.sync and ctx.stop_requested():
+        if not sync and ctx.stop_requested():
             status = "stopped"
             break
         out = algo.step(step)
         if out.stop:
             status = out.stop
-            if out.stop == "diverged" and (ctx.rank == 0 or not algo.sync):
+            if out.stop == "diverged" and (ctx.rank == 0 or not sync):
                 ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
             if out.stop == "stopped" and ctx.rank == 0:
                 ctx.event("stopped", f"stop requested; ended at step {step}")
             break
-        ctx.record(step_record(ctx.rank, step, plan.epoch(step + 1), ctx.now(), float(out.loss),
-                               float(out.lr), int(out.samples), out.compute_s, out.comm_s, out.wait_s,
-                               float(out.staleness)))
-        if not algo.sync and not math.isfinite(out.loss):  # asynchronous: this worker saw it first
+        now = clock()
+        loss = float(out.loss)
+        log.add(step, now - t0, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
+                float(out.staleness))
+        if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
             # (synchronous algorithms decide together and set out.stop; sync_easgd's local
             # steps between exchanges may see a NaN that the next exchange reports to all)
             status = "diverged"
@@ -191,13 +242,20 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             break
         if plan.is_eval_step(step):
             algo.evaluate(step)
+        if now >= ctx._next_flush:
+            ctx.flush()
     params = algo.finish()
     ctx.flush(done=True)
-    return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {})}
+    return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
+            "steps": ctx.step_columns(), "started": ctx.started_wall}
 
 
 def timed(xp: Any) -> Callable[[], float]:
-    """A clock that first waits for queued device work (CuPy is asynchronous)."""
+    """A clock that first waits for queued device work (CuPy is asynchronous); on NumPy
+    plain `time.perf_counter`."""
+    if xp is np:
+        return time.perf_counter
+
     def clock() -> float:
         synchronize(xp)
         return time.perf_counter()

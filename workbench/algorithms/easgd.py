@@ -180,6 +180,7 @@ class SyncEASGD(ElasticWorker):
     """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies."""
 
     sync = True
+    evaluates = "all"    # the centre is the same on every rank: the ranks share each evaluation
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
@@ -189,6 +190,7 @@ class SyncEASGD(ElasticWorker):
         self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.compute_since = 0.0                      # local compute since the last exchange
+        self.t_free: float | None = None              # when the last exchange ended (perf_counter)
         self.finite = True                            # every local loss since then was finite
 
     def step(self, step: int) -> StepOut:
@@ -208,13 +210,18 @@ class SyncEASGD(ElasticWorker):
         buf[n:] = 0
         buf[n] = loss * self.weight if self.finite else float("nan")
         buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
-        buf[n + 2 + ctx.rank] = self.compute_since
+        # busy since the last exchange ended (its local steps, evaluations, ...; the first:
+        # since time 0): the slowest worker's busy time less mine is my idle time
+        since = self.t_free if self.t_free is not None else ctx.t_start
+        busy = self.clock() - since if since is not None else self.compute_since
+        buf[n + 2 + ctx.rank] = busy
         t2 = time.perf_counter()
         total = ctx.allreduce(buf)
         comm_total = time.perf_counter() - t2
-        tail = [float(v) for v in to_numpy(total[n:])]
+        self.t_free = time.perf_counter()
+        tail = to_numpy(total[n:]).tolist()
         loss, stop, times = tail[0], tail[1] > 0, tail[2:]
-        wait_s = min(comm_total, max(0.0, max(times) - self.compute_since))  # idle for the slowest
+        wait_s = min(comm_total, max(0.0, max(times) - busy))  # idle for the slowest
         out.loss, out.wait_s, out.comm_s = loss, wait_s, comm_total - wait_s
         self.compute_since, self.finite = 0.0, True
         if stop:

@@ -7,11 +7,13 @@ sum is exactly the mean gradient over the whole batch: the same update single-pr
 SGD makes on batch B (up to float rounding of the split sums).
 
 The allreduced buffer carries a few scalars after the gradient (one message per step,
-not several): the weighted loss, rank 0's stop flag, and every worker's compute time,
-from which each worker derives the same new shares (deterministically, so every rank
-agrees without another message).
+not several): the weighted loss, rank 0's stop flag, every worker's compute time, from
+which each worker derives the same new shares (deterministically, so every rank agrees
+without another message), and every worker's busy time since the previous exchange
+ended (its step, and anything else it did, such as rank 0's evaluations). A worker's
+`wait_s` is the slowest worker's busy time less its own: idle, not communicating.
 
-    buffer = [ grad (n) | loss | stop | compute_s[0..P) ]
+    buffer = [ grad (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
 """
 from __future__ import annotations
 
@@ -50,18 +52,21 @@ class SpeedBalancer:
         self.shares = list(ctx.extra.get("shares") or [1.0] * ctx.size)
         self.speed_sum = [0.0] * ctx.size   # samples / compute_s, summed since the last change
         self.speed_n = 0
+        self.by_speed = ctx.config.split == "speed"
+        self._slices = split_batch(ctx.plan.batch_size, self.shares)   # cut again only when shares move
 
     def slices(self) -> list[tuple[int, int]]:
-        return split_batch(self.ctx.plan.batch_size, self.shares)
+        return self._slices
 
     def observe(self, times: list[float]) -> None:
-        if self.ctx.config.split != "speed":
+        if not self.by_speed:
             return
-        for r, (lo, hi) in enumerate(self.slices()):
+        for r, (lo, hi) in enumerate(self._slices):
             self.speed_sum[r] += (hi - lo) / max(times[r], 1e-9)
         self.speed_n += 1
         if self.speed_n == REBALANCE_EVERY:
             self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
+            self._slices = split_batch(self.ctx.plan.batch_size, self.shares)
             self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
             if self.ctx.rank == 0:
                 self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
@@ -73,6 +78,7 @@ class SpeedBalancer:
 
 class SyncSGD(Algorithm):
     sync = True
+    evaluates = "all"    # identical parameters everywhere: the ranks share each evaluation
 
     def __init__(self, ctx: WorkerContext, params: Any = None):
         super().__init__(ctx)
@@ -81,9 +87,10 @@ class SyncSGD(Algorithm):
         self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
-        self.buf = ctx.comm_buffer(n + 2 + ctx.size, self.params.dtype)
+        self.buf = ctx.comm_buffer(n + 2 + 2 * ctx.size, self.params.dtype)
         self.balancer = SpeedBalancer(ctx)
         self.clock = timed(xp)
+        self.t_free: float | None = None   # when my last exchange and update ended (perf_counter)
 
     # the parts CGDP and sync_easgd reuse ------------------------------------------------
     def local_gradient(self, step: int) -> tuple[float, int, float]:
@@ -103,16 +110,24 @@ class SyncSGD(Algorithm):
         self.buf[n] = loss_w
         self.buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
         self.buf[n + 2 + ctx.rank] = compute_s
+        # busy since my last exchange ended (step 0: since the start barrier, time 0)
+        since = self.t_free if self.t_free is not None else ctx.t_start
+        self.busy = self.clock() - since if since is not None else compute_s
+        self.buf[n + 2 + ctx.size + ctx.rank] = self.busy
 
     def read_scalars(self, total: Any, samples: int, compute_s: float) -> tuple[float, bool, float]:
         """(global loss, stop?, my wait_s) from the allreduced buffer; may rebalance."""
-        n = self.n
-        tail = [float(v) for v in (total[n:].get() if hasattr(total, "get") else total[n:])]
-        loss, stop, times = tail[0], tail[1] > 0, tail[2:]
-        wait_s = max(0.0, max(times) - compute_s)  # idle while the slowest worker finishes
-        self.balancer.observe(times)
-        self.summary = self.balancer.summary()
+        n, size = self.n, self.ctx.size
+        tail = (total[n:].get() if hasattr(total, "get") else total[n:]).tolist()
+        loss, stop, times, busy = tail[0], tail[1] > 0, tail[2:2 + size], tail[2 + size:]
+        wait_s = max(0.0, max(busy) - self.busy)  # idle while the slowest worker finishes
+        if self.balancer.by_speed:
+            self.balancer.observe(times)
         return loss, stop, wait_s
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.balancer.summary()
 
     # -------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOut:
@@ -133,7 +148,8 @@ class SyncSGD(Algorithm):
         else:
             t2 = self.clock()
             self.opt.step(self.params, total[:n], lr)
-            out.compute_s += self.clock() - t2       # the update is compute too
+            self.t_free = self.clock()
+            out.compute_s += self.t_free - t2        # the update is compute too
         return out
 
     def eval_params(self) -> Any:

@@ -144,19 +144,41 @@ class ThreadControl:
 
 
 class ThrottledControl:
-    """Polls a slow control (a scheduler round trip) at most every `interval` seconds."""
+    """Polls a slow control (a scheduler round trip) every `interval` seconds.
 
-    def __init__(self, control: Any, interval: float = 0.2):
-        self.control, self.interval = control, interval
+    The first poll runs in the caller's thread; later ones on a daemon thread, so the
+    training loop only reads a flag: a round trip (0.5 ms idle, tens of ms on a busy
+    machine) never stalls a step, and never stalls a synchronous run's other workers."""
+
+    def __init__(self, control: Any, interval: float = 0.2, background: bool = True):
+        self.control, self.interval, self.background = control, interval, background
         self._next = 0.0
         self._stop = False
+        self._poller: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def stop_requested(self) -> bool:
+        if self._stop:
+            return True
+        if self._poller is not None:
+            return self._stop
         now = time.perf_counter()
-        if not self._stop and now >= self._next:
+        if now >= self._next:
             self._next = now + self.interval
             self._stop = self.control.stop_requested()
+            if self.background and not self._stop:
+                self._poller = threading.Thread(target=self._poll, name="workbench-stop-poll", daemon=True)
+                self._poller.start()
         return self._stop
+
+    def _poll(self) -> None:
+        while not self._closed.wait(self.interval):
+            try:
+                if self.control.stop_requested():
+                    self._stop = True
+                    return
+            except Exception:  # the client or scheduler is going away: the run ends anyway
+                return
 
     def request_stop(self, reason: str) -> None:
         self._stop = True
@@ -164,6 +186,10 @@ class ThrottledControl:
 
     def aborted(self) -> bool:
         return self.control.aborted()
+
+    def close(self) -> None:
+        """End the background poll (the loop is over)."""
+        self._closed.set()
 
 
 class Emulated:

@@ -90,7 +90,7 @@ class _ActorCall:
         while True:
             try:
                 return fut.result(timeout=ABORT_POLL_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 if self.control is not None and self.control.aborted():
                     raise WorkerLost(f"{method} aborted: a peer is gone") from None
 

@@ -1,0 +1,25 @@
+"""`make demo` (python -m workbench.demo): 1 worker then 2, the speed-up, the run directories."""
+import json
+
+import pytest
+
+from workbench.demo import demo_config, main
+
+
+def test_demo_config_is_a_valid_parallel_run():
+    cfg = demo_config(cpus=2)
+    assert cfg.algorithm == "sync_sgd" and cfg.batch_size % 2 == 0
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_demo_writes_both_runs_and_prints_the_speedup(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "demo"), "--epochs", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "speed-up, 2 workers over 1:" in out
+    two = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    one = json.loads((tmp_path / "demo" / "one-worker" / "summary.json").read_text())
+    assert [w["rank"] for w in two["workers"]] == [0, 1] and len(one["workers"]) == 1
+    assert (tmp_path / "demo" / "report.html").exists()
+    speedup = two["samples_per_s"] / one["samples_per_s"]
+    assert f"{speedup:.2f}x" in out

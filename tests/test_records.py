@@ -1,0 +1,210 @@
+"""Step records: kept whole on the workers, streamed live in bounded binned batches, and
+honest clocks (time 0 at the first training step, set-up apart, waiting booked as wait)."""
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench.engine as engine
+from workbench.algorithms.base import Algorithm
+from workbench.config import RunConfig
+from workbench.data import load_dataset, split_batch, steps_per_epoch
+from workbench.engine import run, run_threads
+from workbench.optim import make_plan
+from workbench.reference import train_reference
+from workbench.results import LIVE_ROWS, Collector, RunResult, StepLog, bin_steps, build_result, step_records
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+
+
+# ------------------------------------------------------------------------------ the log
+def test_step_log_grows_by_doubling_and_keeps_every_row():
+    log = StepLog(capacity=4)
+    for k in range(1000):
+        log.add(k, 0.001 * k, 1.0 / (k + 1), 0.1, 32, 1e-4, 2e-5, 0.0, float(k % 3))
+    assert log.data.shape[0] == 1024 and log.n == 1000
+    cols = log.columns(lambda s: s / 100)
+    assert cols["step"].tolist() == list(range(1000))
+    np.testing.assert_allclose(cols["loss"], 1.0 / np.arange(1, 1001))
+    np.testing.assert_allclose(cols["epoch"], np.arange(1, 1001) / 100)
+
+
+def test_live_batches_are_bounded_and_keep_sums():
+    log = StepLog()
+    rng = np.random.default_rng(0)
+    rows = rng.random((1234, 9))
+    for k, r in enumerate(rows):
+        log.add(k, *r[1:])
+    first = log.live_batch(lambda s: s / 10)
+    assert len(first["step"]) == LIVE_ROWS
+    assert first["step"][-1] == 1233 and log.live_batch(lambda s: s) is None   # nothing new since
+    for j, name in enumerate(("samples", "compute_s", "comm_s", "wait_s"), start=4):
+        assert sum(first[name]) == pytest.approx(rows[:, j].sum())
+    assert np.mean(first["loss"]) == pytest.approx(rows[:, 2].mean(), rel=0.05)   # bins of ~equal size
+    for k in range(1234, 1300):
+        log.add(k, *rows[0, 1:])
+    second = log.live_batch(lambda s: s)
+    assert second["step"] == list(range(1234, 1300))       # a small batch goes unbinned
+
+
+def test_bin_steps_does_not_modify_its_input():
+    cols = {"step": np.arange(500.0), "samples": np.ones(500), "time": np.arange(500.0)}
+    before = {k: v.copy() for k, v in cols.items()}
+    bin_steps(cols, 7)
+    for k in cols:
+        np.testing.assert_array_equal(cols[k], before[k])
+
+
+def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
+    seen = []
+    c = Collector(seen.extend)
+    whole = {"step": np.arange(10.0), "epoch": np.arange(1, 11) / 5, "time": np.arange(10.0) * 0.1,
+             "loss": np.ones(10), "lr": np.full(10, 0.1), "samples": np.full(10, 8.0), "compute_s": np.full(10, 0.01),
+             "comm_s": np.zeros(10), "wait_s": np.zeros(10), "staleness": np.zeros(10)}
+    for rank in (0, 1):
+        c.add_live({"rank": rank, "started": 100.0 + rank, "steps": {k: bin_steps(whole, 3)[k].tolist() for k in whole},
+                    "records": [], "done": True})
+    assert len(seen) == 6 and {r["worker"] for r in seen} == {0, 1}
+    assert c.t_zero() == 100.0
+    c.add_steps(0, whole)                 # worker 1's loop never returned (lost): its binned rows stay
+    steps = c.table("step", ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
+                             "compute_s", "comm_s", "wait_s", "staleness"))
+    assert (steps.worker == 0).sum() == 10 and (steps.worker == 1).sum() == 3
+    assert steps.groupby("worker")["samples"].sum().tolist() == [80, 80]
+    assert steps["time"].is_monotonic_increasing
+    assert steps.dtypes["step"] == np.int64 and steps.dtypes["samples"] == np.int64
+
+
+def test_step_records_have_the_record_keys():
+    rec = step_records(2, {"step": [4.0], "epoch": [0.5], "time": [0.1], "loss": [2.0], "lr": [0.1], "samples": [32.0],
+                           "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0], "staleness": [1.0]})[0]
+    assert list(rec) == ["kind", "worker", "step", "epoch", "time", "loss", "lr", "samples", "compute_s", "comm_s",
+                         "wait_s", "staleness"]
+    assert rec["step"] == 4 and isinstance(rec["step"], int) and rec["worker"] == 2
+
+
+# ------------------------------------------------------------------------------ every step, same values
+def _check_every_step(result, cfg, tmp_path):
+    """One row per worker per step, with the values the per-step dicts used to carry."""
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    plan = make_plan(cfg, data.n_train)
+    steps = result.steps
+    workers = cfg.cpus
+    assert len(steps) == workers * cfg.steps
+    for w in range(workers):
+        mine = steps[steps.worker == w].sort_values("step")
+        assert mine["step"].tolist() == list(range(cfg.steps))
+        lo, hi = split_batch(cfg.batch_size, [1.0] * workers)[w]
+        assert (mine["samples"] == hi - lo).all()
+        np.testing.assert_allclose(mine["lr"], [plan.schedule(s) for s in range(cfg.steps)])
+        np.testing.assert_allclose(mine["epoch"], (np.arange(cfg.steps) + 1) / steps_per_epoch(data.n_train, cfg.batch_size))
+        assert (mine[["compute_s", "comm_s", "wait_s"]] >= 0).all().all()
+        assert mine["time"].is_monotonic_increasing and mine["time"].iloc[0] >= 0
+    ref = train_reference(cfg.replace(algorithm="sgd"))
+    for w in range(workers):   # every worker reports the global loss: the single process's
+        np.testing.assert_allclose(steps[steps.worker == w].sort_values("step")["loss"], ref.steps["loss"], rtol=1e-4)
+    path = result.save(tmp_path / "run")
+    again = pd.read_csv(path / "steps.csv")
+    assert list(again.columns) == list(ref.steps.columns)
+    pd.testing.assert_frame_equal(again, steps, check_dtype=False)
+
+
+def _live_checker():
+    batches = []
+
+    def on_record(records):
+        batches.append(records)
+    return batches, on_record
+
+
+def _check_live(batches, result):
+    live = [r for b in batches for r in b if r["kind"] == "step"]
+    for b in batches:
+        for w in {r["worker"] for r in b if r["kind"] == "step"}:
+            assert sum(1 for r in b if r["kind"] == "step" and r["worker"] == w) <= LIVE_ROWS
+    assert sum(r["samples"] for r in live) == result.steps["samples"].sum()
+    for w, total in result.steps.groupby("worker")["compute_s"].sum().items():
+        assert sum(r["compute_s"] for r in live if r["worker"] == w) == pytest.approx(total)
+    return live
+
+
+def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_path, monkeypatch):
+    monkeypatch.setattr("workbench.results.LIVE_ROWS", 20)            # bins at test sizes
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=600, **BASE)
+    batches, on_record = _live_checker()
+    result = run_threads(cfg, on_record=on_record)
+    assert result.status == "completed"
+    _check_every_step(result, cfg, tmp_path)
+    live = _check_live(batches, result)
+    assert len(live) < len(result.steps)      # decimated
+    # the live rows keep to their limit per batch
+    per_batch = [sum(1 for r in b if r["kind"] == "step" and r["worker"] == 0) for b in batches]
+    assert max(per_batch) <= 20
+
+
+@pytest.mark.cluster
+def test_dask_steps_csv_holds_every_step_and_the_live_stream_is_bounded(client, tmp_path):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=3000, **BASE)
+    batches, on_record = _live_checker()
+    result = run(cfg, cluster=client, on_record=on_record)
+    assert result.status == "completed"
+    _check_every_step(result, cfg, tmp_path)
+    live = _check_live(batches, result)
+    assert len(live) < len(result.steps)      # 3000 steps of ~1 ms: several binned batches
+    assert result.summary["startup_s"] > 0 and result.steps["time"].min() >= 0
+
+
+# ------------------------------------------------------------------------------ honest clocks
+def _slow_setup(monkeypatch, rank: int, seconds: float):
+    """Worker `rank` takes `seconds` longer to set up than the others (threads run)."""
+    real = engine._loop
+
+    def loop(ctx):
+        if ctx.rank == rank:
+            time.sleep(seconds)
+        return real(ctx)
+    monkeypatch.setattr(engine, "_loop", loop)
+
+
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "hogwild_sgd"])
+def test_a_slow_worker_set_up_is_start_up_not_waiting(monkeypatch, algorithm):
+    _slow_setup(monkeypatch, 1, 0.6)
+    result = run_threads(RunConfig(algorithm=algorithm, cpus=2, steps=30, **BASE))
+    steps = result.steps
+    assert result.status == "completed"
+    assert result.summary["startup_s"] >= 0.6
+    assert steps["time"].min() >= 0 and steps["time"].min() < 0.3     # step 0 starts at time 0
+    first = steps[steps.step == 0]
+    assert (first[["comm_s", "wait_s"]].sum(axis=1) < 0.3).all()   # the 0.6 s is nobody's comm or wait
+    assert result.summary["time_breakdown"]["wait_s"] + result.summary["time_breakdown"]["comm_s"] < 0.3
+    assert result.summary["train_time_s"] < result.summary["wall_time_s"] - 0.5
+
+
+def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
+    real = Algorithm.evaluate
+
+    def slow_evaluate(self, step):
+        real(self, step)
+        if self.ctx.rank == 0:
+            time.sleep(0.05)
+    monkeypatch.setattr(Algorithm, "evaluate", slow_evaluate)
+    result = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, **BASE))
+    w1 = result.steps[result.steps.worker == 1].set_index("step")
+    after_eval = w1.loc[[s for s in range(2, 20, 2)]]          # the steps right after rank 0 evaluated
+    assert (after_eval["wait_s"] > 0.04).all()
+    assert (after_eval["comm_s"] < 0.02).all()
+
+
+def test_comm_fraction_is_over_the_steady_state():
+    n = 50
+    steps = pd.DataFrame({"worker": [0] * n, "step": range(n), "epoch": 0.0, "time": np.arange(1, n + 1) * 0.01,
+                          "loss": 1.0, "lr": 0.1, "samples": 8, "compute_s": 0.009, "comm_s": 0.001,
+                          "wait_s": 0.0, "staleness": 0.0})
+    steps.loc[0, ["comm_s", "time"]] = [5.0, 5.01]          # a first step that waited on a peer's set-up
+    steps.loc[1:, "time"] += 5.0
+    c = Collector()
+    c.add_steps(0, {k: steps[k].to_numpy(dtype=float) for k in steps if k != "worker"})
+    result = build_result({}, c, status="completed", wall_time_s=6.0, workers=[])
+    assert result.summary["comm_fraction"] == pytest.approx(0.1)
+    assert isinstance(result, RunResult)
