@@ -34,7 +34,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urljoin
 
 import pytest
 from browser.chromium import Chromium, page_widget_errors, plots, unavailable, wait_for
@@ -443,7 +442,8 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             report_link = dash.locator("a", has_text="report")
             assert report_link.count() >= 1, "the runs table links no report"
             href = report_link.first.get_attribute("href")
-            reply = page.request.get(urljoin(page.url, href))        # the JupyterLab session's cookie
+            assert href.startswith("/files/"), href                 # served by this JupyterLab, not file://
+            reply = page.request.get(lab.url(href.lstrip("/")))
             assert reply.ok and "workbench run" in reply.text(), f"the report link {href} gives {reply.status}"
             _shot(page, artifacts, "04-runs-tab", say)
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="scaling").first.click()

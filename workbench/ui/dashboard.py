@@ -731,10 +731,10 @@ class Dashboard:
         self.figures: Mapping[str, Any] = _Figures(self._slots)
         self._lineage_box = self._slots["lineage"].box    # shown for ltfb only
         self._plot_boxes = [
-            widgets.HBox([widgets.HTML("<small>A legend entry shows or hides its run (double-click: only "
-                                       "that run); drag to zoom, double-click to reset.</small>",
-                                       layout=widgets.Layout(flex="1 1 auto")),
-                          self.log_loss, self.smoothing], layout=widgets.Layout(align_items="center")),
+            widgets.HBox([self.log_loss, self.smoothing,
+                          widgets.HTML("<small>A legend entry shows or hides its run (double-click: only "
+                                       "that run); drag to zoom, double-click to reset.</small>")],
+                         layout=widgets.Layout(align_items="center", flex_flow="row wrap")),
             self._slots["progress_time"].box, self._slots["throughput"].box, self._slots["breakdown"].box,
             self._slots["lr"].box, self._slots["progress_epoch"].box, self._lineage_box]
         self.plots = widgets.VBox([widgets.HTML(
