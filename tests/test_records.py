@@ -72,7 +72,7 @@ def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
                              "compute_s", "comm_s", "wait_s", "staleness"))
     assert (steps.worker == 0).sum() == 10 and (steps.worker == 1).sum() == 3
     assert steps.groupby("worker")["samples"].sum().tolist() == [80, 80]
-    assert steps["time"].is_monotonic_increasing
+    assert steps["step"].is_monotonic_increasing
     assert steps.dtypes["step"] == np.int64 and steps.dtypes["samples"] == np.int64
 
 

@@ -233,7 +233,8 @@ class Collector:
 
     def _steps(self, columns: tuple[str, ...]) -> pd.DataFrame:
         """Whole columns where a loop returned them, else the binned rows it streamed;
-        in order of time (then worker, then step)."""
+        in order of step, then worker (deterministic: a synchronous run's steps.csv is the
+        same file every time)."""
         names = [c for c in columns if c != "kind"]
         frames = [pd.DataFrame(self.rows["step"], columns=list(columns)).drop(columns="kind")] if self.rows["step"] else []
         parts = dict(self.whole)
@@ -246,7 +247,7 @@ class Collector:
             frames.append(pd.DataFrame({"worker": np.full(n, worker, dtype=np.int64), **frame}, columns=names))
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=names)
         df = df.astype({"worker": "int64", "step": "int64", "samples": "int64"})
-        return df.sort_values(["time", "worker", "step"], kind="stable").reset_index(drop=True)
+        return df.sort_values(["step", "worker", "time"], kind="stable").reset_index(drop=True)
 
 
 @dataclass
