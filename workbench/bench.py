@@ -289,8 +289,12 @@ def _torch(b: Bench, mode: str) -> dict | None:
             "port": _free_port()}
     threads = max(1, (os.cpu_count() or 1) // b.cpus)   # the same share of the cores as our workers
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench import torch_main; torch_main({json.dumps(spec)!r})"],
-                          capture_output=True, text=True, env=env, timeout=b.args.seconds * 10 + 180)
+    try:
+        proc = subprocess.run([sys.executable, "-c", f"from workbench.bench import torch_main; torch_main({json.dumps(spec)!r})"],
+                              capture_output=True, text=True, env=env, timeout=b.args.seconds * 10 + 180)
+    except subprocess.TimeoutExpired:
+        b.notes.append(f"PyTorch {mode} did not finish within {b.args.seconds * 10 + 180:.0f} s; left out")
+        return None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         b.notes.append(f"PyTorch {mode} failed: {proc.stderr.strip()[-300:]}")
