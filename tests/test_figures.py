@@ -145,6 +145,12 @@ def test_loss_smoothing_and_log_scale():
     assert fig.layout.yaxis.type == "log" and t["#1 sgd"].opacity < 1
     assert np.ptp(smooth.y[10:]) < 0.5 * np.ptp(t["#1 sgd"].y)      # the zig-zag between 1 and 2 flattens
     assert smooth.y[-1] == pytest.approx(1.5, abs=0.1) and smooth.showlegend is False
+    # on a log axis the smoothing averages logarithms: 1 and 100 alternating give ~10, not ~50
+    zigzag = steps.assign(loss=[1.0 if i % 2 else 100.0 for i in range(50)])
+    r2 = RunResult(summary=r.summary, steps=zigzag, evals=r.evals)
+    geo = traces(F.progress_figure(r2, smoothing=0.9, log_loss=True))["#1 sgd" + F.SMOOTHED].y[-1]
+    lin = traces(F.progress_figure(r2, smoothing=0.9))["#1 sgd" + F.SMOOTHED].y[-1]
+    assert geo == pytest.approx(10.0, rel=0.3) and lin == pytest.approx(50.5, rel=0.1)
     F.apply_smoothing(fig, 0.0)
     assert len(traces(fig)["#1 sgd" + F.SMOOTHED].y) == 0 and traces(fig)["#1 sgd"].opacity is None
     # the figure's own buttons switch the loss axis

@@ -998,8 +998,10 @@ class Dashboard:
             self._slots[key].edit(_clear_traces)
 
     def _on_log_loss(self, change: dict) -> None:
+        weight = float(self.smoothing.value)
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(functools.partial(F.set_loss_scale, log=bool(change["new"])))
+            self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))   # log or linear mean
 
     def _on_smoothing(self, change: dict) -> None:
         for key in ("progress_time", "progress_epoch"):

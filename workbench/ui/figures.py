@@ -502,8 +502,11 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
 
 def apply_smoothing(fig: Any, weight: float) -> Any:
     """Draw each run's train loss smoothed (`ema` with `weight`) over its raw points, which
-    fade; weight 0 removes the smoothed lines. Works on static and live progress figures
-    (call inside `batch_update` on a live one); returns `fig`."""
+    fade; weight 0 removes the smoothed lines. On a log loss axis the average is taken of
+    the logarithms (a geometric mean), so early large losses do not hold the line above
+    the data. Works on static and live progress figures (call inside `batch_update` on a
+    live one); returns `fig`."""
+    log = fig.layout.yaxis.type == "log"
     traces = {t.name: t for t in fig.data}
     for t in list(fig.data):
         if t.meta != TRAIN_ROLE:
@@ -514,7 +517,13 @@ def apply_smoothing(fig: Any, weight: float) -> Any:
             if twin is not None:
                 twin.x, twin.y = [], []
             continue
-        x, y = np.asarray(t.x, float), ema(t.y, weight)
+        raw = np.asarray(t.y, float)
+        if log:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                y = np.exp(ema(np.log(np.where(raw > 0, raw, np.nan)), weight))
+        else:
+            y = ema(raw, weight)
+        x = np.asarray(t.x, float)
         t.opacity = 0.3
         if twin is None:
             fig.add_trace(go.Scatter(name=t.name + SMOOTHED, x=x, y=y, mode="lines", showlegend=False,
@@ -597,8 +606,8 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
         label = labels[i] if labels else run_label(r, i)
         r = align_to_first_step(r)
         add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
-    apply_smoothing(fig, smoothing)
     set_loss_scale(fig, log_loss)
+    apply_smoothing(fig, smoothing)
     return as_widget(fig, live)
 
 
