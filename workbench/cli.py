@@ -17,9 +17,9 @@ import json
 import signal
 import sys
 import threading
-import warnings
 import time
 import typing
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

@@ -151,7 +151,8 @@ def _orphaned(run: dict) -> None:
     """Worker 0, after its client vanished: free the run's segments and lock file, which
     the client would have freed (nobody else will)."""
     from .comm.shm import unlink_segment
-    for name in run.get("segments", {}).values():
+    names = list(run.get("segments", {}).values()) + ([run["start_segment"]] if run.get("start_segment") else [])
+    for name in names:
         with contextlib.suppress(Exception):
             unlink_segment(name)
         _unlink_shm_name(name)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import ConfigError, read_yaml
+
 
 class NotebookFailed(RuntimeError):
     """The experiment's notebook raised; the executed notebook shows where."""

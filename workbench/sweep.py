@@ -154,8 +154,13 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     Raises:
         ConfigError: a bad argument, before any run starts.
     """
-    from . import api
+    from collections.abc import Mapping
 
+    from . import api
+    from .config import ConfigTypeError
+
+    if not isinstance(config, (RunConfig, Mapping)):
+        raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
     if not isinstance(config, RunConfig):
         config = RunConfig.from_dict(dict(config))
     configs = sweep_configs(config, workers, mode)
