@@ -8,8 +8,19 @@ import pytest
 
 from workbench import schedules
 from workbench.schedules import (
-    DECAYS, SCALING_RULES, WARMUPS, constant, constant_warmup, cosine_decay, describe,
-    gradual_warmup, join, lr_table, make_schedule, scaled_lr, step_decay,
+    DECAYS,
+    SCALING_RULES,
+    WARMUPS,
+    constant,
+    constant_warmup,
+    cosine_decay,
+    describe,
+    gradual_warmup,
+    join,
+    lr_table,
+    make_schedule,
+    scaled_lr,
+    step_decay,
 )
 
 approx = pytest.approx

@@ -18,7 +18,7 @@ class GPUUnavailable(ImportError):
     """GPUs were asked for but CuPy, dask-cuda or a device is missing."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cupy_or_none() -> Any:
     """The cupy module if it imports and sees a device, else None."""
     try:

@@ -45,8 +45,9 @@ prediction error on measured sweep rows. Nothing here imports plotly: the figure
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Integral
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

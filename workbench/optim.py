@@ -6,8 +6,9 @@ steps of elastic averaging, so "reduces to plain SGD" can be tested exactly.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import schedules
 from .config import RunConfig

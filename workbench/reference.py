@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
 
 import numpy as np
 

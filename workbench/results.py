@@ -23,9 +23,10 @@ import json
 import math
 import platform
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -306,7 +307,7 @@ class RunResult:
         return old == json.loads(json.dumps(_jsonable(self.summary), allow_nan=False))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "RunResult":
+    def load(cls, directory: str | Path) -> RunResult:
         """Read a run directory written by `save`."""
         d = Path(directory)
         summary = json.loads((d / "summary.json").read_text())

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 __all__ = [
     "Schedule", "SCALING_RULES", "WARMUPS", "DECAYS", "scaled_lr", "constant",

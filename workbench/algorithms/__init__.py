@@ -6,13 +6,15 @@ loops start (a collective, a parameter server, shared-memory arrays).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from ..config import RunConfig
 from .async_ps import AsyncMSGD, AsyncSGD
 from .base import Algorithm, StepOut, WorkerContext, run_loop
-from .cgdp import CGDP, host_spec as cgdp_host
+from .cgdp import CGDP
+from .cgdp import host_spec as cgdp_host
 from .easgd import EASGD, AsyncEASGD, AsyncMEASGD, HogwildEASGD, SyncEASGD
 from .hogwild import HogwildSGD
 from .ltfb import LTFB, ltfb_extra, trainer_groups

@@ -22,7 +22,7 @@ class ThreadGroup:
         self.result: Any = None
         self.barrier_ = threading.Barrier(size)
 
-    def comm(self, rank: int) -> "ThreadComm":
+    def comm(self, rank: int) -> ThreadComm:
         return ThreadComm(self, rank)
 
     def wait(self) -> None:

@@ -62,9 +62,9 @@ from ..config import (
     RunConfig,
     field_help,
 )
+from ..results import free_run_dir
 from . import figures as F
 from .report import differing_config, summary_table
-from ..results import free_run_dir
 
 FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
