@@ -14,12 +14,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="module")
-def client():
-    """A real Dask LocalCluster of 2 single-thread worker processes, for one test module."""
+def local_client(cpus: int):
+    """A real Dask LocalCluster of `cpus` single-thread worker processes; closed on exit."""
     from workbench.cluster import make_cluster
-    c = make_cluster(cpus=2, gpus=0, quiet=True)
+    c = make_cluster(cpus=cpus, gpus=0, quiet=True)
     yield c
     cluster = c.cluster
     c.close()
     cluster.close()
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real Dask LocalCluster of 2 single-thread worker processes, for one test module."""
+    yield from local_client(2)

@@ -6,6 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
+from conftest import local_client
 
 from workbench.comm.base import WorkerLost
 from workbench.comm.ring import chunk_bounds, install, ring_order_sum
@@ -16,12 +17,7 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def client3():
     """A real LocalCluster of 3 single-thread worker processes."""
-    from workbench.cluster import make_cluster
-    c = make_cluster(cpus=3, gpus=0, quiet=True)
-    yield c
-    cluster = c.cluster
-    c.close()
-    cluster.close()
+    yield from local_client(3)
 
 
 def contribution(rank: int, rnd: int, m: int) -> np.ndarray:

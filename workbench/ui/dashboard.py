@@ -64,7 +64,7 @@ from ..config import (
 )
 from ..results import free_run_dir
 from . import figures as F
-from .report import differing_config, summary_table
+from .report import differing_config, format_cell, summary_table
 
 FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
@@ -1283,7 +1283,7 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
     head = "".join(heads)
     rows = []
     for i, row in enumerate(df.itertuples(index=False)):
-        cells = [f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_cell(v))}</td>" for v in row]
+        cells = [f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(format_cell(v))}</td>" for v in row]
         if links is not None:
             d = links.iloc[i]
             if isinstance(d, str) and d:
@@ -1298,14 +1298,6 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
         rows.append(f"<tr{shade}>{cells}</tr>")
     return (f"<div style='width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"
             f"min-width:100%'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
-
-
-def _cell(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def _clear_traces(fig: Any) -> None:

@@ -61,7 +61,8 @@ details { margin: 0.5em 0; } code { font-size: 0.9em; }
 
 
 # ------------------------------------------------------------------------------ tables
-def _fmt(v: Any) -> str:
+def format_cell(v: Any) -> str:
+    """A table cell's text: "-" for missing values, 4 significant digits for floats."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, float):
@@ -170,7 +171,7 @@ def _table_html(df: pd.DataFrame) -> str:
                    for c in cols)
     body = []
     for row in df.itertuples(index=False):
-        cells = "".join(f'<td class="{"text" if isinstance(v, str) else ""}">{html.escape(_fmt(v))}</td>'
+        cells = "".join(f'<td class="{"text" if isinstance(v, str) else ""}">{html.escape(format_cell(v))}</td>'
                         for v in row)
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -180,7 +181,7 @@ def _kv_html(d: dict[str, Any], numbers: bool = False) -> str:
     """A two-column table; `numbers` shows floats to 4 significant digits, else values as JSON."""
     def show(v: Any) -> str:
         if numbers and isinstance(v, (int, float)) and not isinstance(v, bool):
-            return _fmt(v)
+            return format_cell(v)
         return v if isinstance(v, str) else json.dumps(v)
     rows = "".join(f'<tr><th class="text">{html.escape(str(k))}</th>'
                    f'<td class="text"><code>{html.escape(show(v))}</code></td></tr>' for k, v in d.items())
