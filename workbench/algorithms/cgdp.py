@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -322,19 +321,8 @@ class ShmChunkMaster:
 
     def _wait(self, ready: Callable[[], bool]) -> None:
         """Spin, then sleep, until `ready()`; an aborted run ends the wait."""
-        from ..comm.base import WorkerLost
-        from ..comm.shm import ABORT_POLL_S, SLEEP_S, SPIN
-        spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
-        while not ready():
-            spins += 1
-            if spins < SPIN:
-                os.sched_yield()
-            else:
-                time.sleep(SLEEP_S)
-                if time.perf_counter() > deadline:
-                    deadline = time.perf_counter() + ABORT_POLL_S
-                    if self.control is not None and self.control.aborted():
-                        raise WorkerLost("cgdp master aborted: a peer is gone")
+        from ..comm.shm import wait_until
+        wait_until(ready, self.control, "cgdp master")
 
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
         """Sum every worker's rows of [lo, hi) in rank order, and update the master there."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -23,6 +24,24 @@ from .base import WorkerLost
 SPIN = 2000                # polls (yielding the core) before starting to sleep
 SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
 ABORT_POLL_S = 0.5         # how often a blocked wait checks whether the run was aborted
+
+
+def wait_until(ready: Callable[[], bool], control: Any, what: str) -> None:
+    """Spin (yielding the core), then sleep, until `ready()`: a peer is usually
+    microseconds away, but on an oversubscribed machine it may be descheduled. Every
+    ABORT_POLL_S of sleeping, an aborted run (`control.aborted()`) ends the wait with
+    WorkerLost naming `what`."""
+    spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
+    while not ready():
+        spins += 1
+        if spins < SPIN:
+            os.sched_yield()
+        else:
+            time.sleep(SLEEP_S)
+            if time.perf_counter() > deadline:
+                deadline = time.perf_counter() + ABORT_POLL_S
+                if control is not None and control.aborted():
+                    raise WorkerLost(f"{what} aborted: a peer is gone")
 
 
 def create_segment(name: str, nbytes: int) -> str:
@@ -115,17 +134,8 @@ class ShmComm:
         self.phase += 1
         self.flags[self.rank] = self.phase
         flags, phase = self.flags, self.phase
-        spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
-        while flags.min() < phase:
-            spins += 1
-            if spins < SPIN:
-                os.sched_yield()   # a peer is usually microseconds away: stay on the core
-            else:
-                time.sleep(SLEEP_S)
-                if time.perf_counter() > deadline:
-                    deadline = time.perf_counter() + ABORT_POLL_S
-                    if self.control is not None and self.control.aborted():
-                        raise WorkerLost("allreduce aborted: a peer is gone")
+        if flags.min() < phase:
+            wait_until(lambda: flags.min() >= phase, self.control, "allreduce")
 
     def close(self) -> None:
         del self.flags, self.slots, self.total
