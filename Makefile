@@ -23,7 +23,7 @@ setup: $(STAMP)
 
 # The same sync_sgd run on 1 worker, then 2: samples/s of each and the speed-up (workbench/demo.py)
 demo: setup
-	$(BIN)/python -m workbench.demo --out runs/demo
+	$(BIN)/python -m workbench.apps.demo --out runs/demo
 	@echo "open runs/demo/report.html"
 
 # the suite includes tests/test_packaging.py::test_ruff_is_clean (the linter, configured in pyproject.toml)

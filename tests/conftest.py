@@ -5,7 +5,7 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    from workbench.backend import gpu_count
+    from workbench.maths.backend import gpu_count
     if gpu_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (none visible here)")
@@ -16,7 +16,7 @@ def pytest_collection_modifyitems(config, items):
 
 def local_client(cpus: int):
     """A real Dask LocalCluster of `cpus` single-thread worker processes; closed on exit."""
-    from workbench.cluster import make_cluster
+    from workbench.execution.cluster import make_cluster
     c = make_cluster(cpus=cpus, gpus=0, quiet=True)
     yield c
     cluster = c.cluster

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.cgdp import ChunkMaster, ChunkTuner, chunk_bounds
+from workbench.algorithms.reference import train_reference
 from workbench.algorithms.sync import rebalance
 from workbench.config import RunConfig
-from workbench.engine import run, run_threads
-from workbench.reference import train_reference
+from workbench.execution.engine import run, run_threads
 
 BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=64, lr=0.1, seed=1)
 

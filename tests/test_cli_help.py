@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import workbench
-from workbench import cli
+from workbench.apps import cli
 from workbench.config import FIELD_GROUPS, FIELDS, GROUP_TITLES, config_schema, field_help
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "COLUMNS": "100"}

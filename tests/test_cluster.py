@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.backend import GPUUnavailable
-from workbench.cluster import connect, make_cluster, workers_of
 from workbench.config import ConfigError, RunConfig
-from workbench.engine import run
+from workbench.execution.cluster import connect, make_cluster, workers_of
+from workbench.execution.engine import run
+from workbench.maths.backend import GPUUnavailable
 
 pytestmark = pytest.mark.cluster
 
@@ -72,7 +72,7 @@ def test_run_asking_more_workers_than_the_cluster_has_fails_before_starting(clie
 
 
 def test_session_cluster_is_reused_across_runs():
-    from workbench.cluster import close_session, session_client
+    from workbench.execution.cluster import close_session, session_client
     try:
         a = session_client(1, 0)
         b = session_client(1, 0)

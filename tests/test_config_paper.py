@@ -3,9 +3,9 @@ any worker starts, naming the field, what is allowed and the value."""
 import pytest
 
 from workbench.algorithms import REGISTRY
+from workbench.algorithms.reference import load_for
 from workbench.config import ConfigError, RunConfig
-from workbench.engine import run_threads
-from workbench.reference import load_for
+from workbench.execution.engine import run_threads
 
 
 @pytest.mark.parametrize("changes, field, fragment", [

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from workbench import ConfigError, RunConfig
-from workbench import costmodel as cm
+from workbench.analysis import costmodel as cm
 from workbench.api import run
 from workbench.results import RunResult
 

@@ -325,7 +325,7 @@ def test_preview_sizes_need_no_data():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_a_run_on_a_dask_cluster_streams_into_the_figures():
-    from workbench.cluster import make_cluster
+    from workbench.execution.cluster import make_cluster
     client = make_cluster(gpus=0, cpus=2, quiet=True)
     try:
         d = Dashboard(cluster=client, config=RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits",
@@ -477,7 +477,7 @@ def test_wb_client_is_the_default_client_and_its_link_goes_through_binders_proxy
     from distributed import default_client
 
     import workbench as wb
-    from workbench.cluster import close_session, dashboard_link
+    from workbench.execution.cluster import close_session, dashboard_link
     try:
         c = wb.client(cpus=1)
         assert default_client() is c                        # what dask-labextension's search finds
@@ -526,7 +526,7 @@ def test_runs_table_lists_differing_hyper_parameters_and_links(dash, tmp_path):
 def test_cost_model_status_is_sentences():
     import pandas as pd
 
-    from workbench.costmodel import Calibration
+    from workbench.analysis.costmodel import Calibration
     cal = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=2e-5, beta=1.06e-10, n_params=9610, how="fit")
     table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [5.0, 0.3]})
     text = D.describe_calibration(cal, 0.07, table)

@@ -1,9 +1,9 @@
-"""`make demo` (python -m workbench.demo): 1 worker then 2, the speed-up, the run directories."""
+"""`make demo` (python -m workbench.apps.demo): 1 worker then 2, the speed-up, the run directories."""
 import json
 
 import pytest
 
-from workbench.demo import demo_config, main
+from workbench.apps.demo import demo_config, main
 
 
 def test_demo_config_is_a_valid_parallel_run():

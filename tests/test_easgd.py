@@ -6,13 +6,13 @@ import time
 import numpy as np
 import pytest
 
+from workbench.algorithms.reference import load_for
 from workbench.comm.base import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch, split_batch
-from workbench.engine import run, run_threads
-from workbench.optim import make_plan
-from workbench.reference import load_for
+from workbench.execution.engine import run, run_threads
+from workbench.maths.optim import make_plan
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, seed=1)
 EASGD_FAMILY = ["easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd"]

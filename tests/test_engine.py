@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
+from workbench.algorithms.reference import train_reference
 from workbench.config import RunConfig
-from workbench.engine import run, run_threads
-from workbench.reference import train_reference
+from workbench.execution.engine import run, run_threads
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 
@@ -153,7 +153,7 @@ def test_dask_absurd_lr_diverges_with_step_and_lr(client, algorithm):
 
 
 def _kill_rank_1_midrun(client, cfg):
-    from workbench.cluster import workers_of
+    from workbench.execution.cluster import workers_of
     victim = workers_of(client)[1]
     progress = threading.Event()
 

@@ -4,7 +4,7 @@ import pytest
 
 from workbench.algorithms.base import WorkerContext
 from workbench.config import ConfigError, RunConfig
-from workbench.engine import choose_comm, choose_workers
+from workbench.execution.engine import choose_comm, choose_workers
 
 
 def w(name, kind, host="h1"):

@@ -11,9 +11,9 @@ import pytest
 
 from workbench import RunConfig
 from workbench.api import run, save
-from workbench.optim import make_plan
+from workbench.maths.optim import make_plan
+from workbench.maths.schedules import lr_table
 from workbench.results import RunResult
-from workbench.schedules import lr_table
 from workbench.ui import figures as F
 from workbench.ui.report import summary_table, write_comparison_report, write_report
 
@@ -390,7 +390,7 @@ def test_comparison_report(sync_result, sgd_result, tmp_path):
 
 
 def test_import_workbench_loads_no_ui_stack():
-    code = ("import sys, workbench, workbench.api, workbench.costmodel, workbench.sweep; "
+    code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep; "
             "bad = [m for m in ('plotly', 'ipywidgets', 'anywidget') if m in sys.modules]; "
             "assert not bad, bad; "
             "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")

@@ -5,15 +5,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_gpu_check_passes():
-    from workbench.gpucheck import main
+    from workbench.execution.gpucheck import main
     assert main() == 0
 
 
 def test_cupy_model_gradient_matches_numpy():
     import numpy as np
 
-    from workbench.backend import get_xp, to_numpy
-    from workbench.models import make_model
+    from workbench.maths.backend import get_xp, to_numpy
+    from workbench.maths.models import make_model
     cp = get_xp("gpu")
     model = make_model("mlp", 20, 5, hidden=(16,))
     params = model.init(0)

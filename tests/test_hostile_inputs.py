@@ -231,7 +231,7 @@ def test_a_server_that_is_not_a_scheduler_is_a_bounded_one_line_error(mode):
 
 
 def test_connect_to_a_silent_server_returns_within_its_timeout():
-    from workbench.cluster import connect
+    from workbench.execution.cluster import connect
     server = _Server("silent")
     t0 = time.monotonic()
     try:
@@ -398,7 +398,7 @@ def test_reproduce_alias_bomb_and_special_files(tmp_path):
 
 
 def test_reproduce_takes_a_notebook_named_on_the_command_line(tmp_path):
-    from workbench.reproduce import load_experiment
+    from workbench.apps.reproduce import load_experiment
     path = _experiment(tmp_path, notebook="/tmp/evil.ipynb")
     exp = load_experiment(path, notebook=ROOT / "notebooks" / "easgd_family.ipynb")
     assert exp.notebook == (ROOT / "notebooks" / "easgd_family.ipynb").resolve()
@@ -408,8 +408,8 @@ def test_reproduce_takes_a_notebook_named_on_the_command_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_memory_is_checked_against_the_workers_own_limit():
-    from workbench.cluster import make_cluster
-    from workbench.engine import run
+    from workbench.execution.cluster import make_cluster
+    from workbench.execution.engine import run
     client = make_cluster(cpus=2, gpus=0, memory_limit="400MiB", quiet=True)
     try:
         cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="synthetic", n_samples=200_000, n_features=784,

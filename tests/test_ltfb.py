@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.ltfb import round_pairs, trainer_data, trainer_lrs
+from workbench.algorithms.reference import load_for
 from workbench.comm.base import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch
-from workbench.engine import run, run_threads
-from workbench.optim import SGD, make_plan
-from workbench.reference import load_for
+from workbench.execution.engine import run, run_threads
+from workbench.maths.optim import SGD, make_plan
 
 BASE = dict(algorithm="ltfb", dataset="digits", model="mlp", batch_size=64, seed=2)
 

@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from workbench import models
-from workbench.models import CNN, MLP, MODELS, Layer, SoftmaxRegression, make_model
+from workbench.maths import models
+from workbench.maths.models import CNN, MLP, MODELS, Layer, SoftmaxRegression, make_model
 
 # Tiny models for exhaustive gradient checks: (name, n_features, n_classes, hidden, image_shape).
 TINY = {

@@ -25,7 +25,7 @@ EXTRAS = {k: [Requirement(r) for r in v] for k, v in PROJECT["optional-dependenc
 
 def test_distribution_name_is_its_own_and_the_import_package_stays_workbench():
     assert PROJECT["name"] == "parallel-workbench"
-    assert PROJECT["scripts"] == {"parallel-workbench": "workbench.cli:main"}   # no clashing `workbench` script
+    assert PROJECT["scripts"] == {"parallel-workbench": "workbench.apps.cli:main"}   # no clashing `workbench` script
     assert (ROOT / "workbench" / "__init__.py").exists()
 
 

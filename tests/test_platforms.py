@@ -6,9 +6,10 @@ import warnings
 
 import pytest
 
-from workbench import ConfigError, RunConfig, platforms
-from workbench.engine import run as engine_run
-from workbench.progress import bars_allowed
+from workbench import ConfigError, RunConfig
+from workbench.apps.progress import bars_allowed
+from workbench.execution import platforms
+from workbench.execution.engine import run as engine_run
 
 pytestmark = pytest.mark.cluster
 

@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import workbench.engine as engine
+import workbench.execution.engine as engine
 from workbench.algorithms.base import Algorithm
+from workbench.algorithms.reference import train_reference
 from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
-from workbench.engine import run, run_threads
-from workbench.optim import make_plan
-from workbench.reference import train_reference
+from workbench.execution.engine import run, run_threads
+from workbench.maths.optim import make_plan
 from workbench.results import LIVE_ROWS, Collector, RunResult, StepLog, bin_steps, build_result, step_records
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)

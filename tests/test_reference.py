@@ -1,9 +1,9 @@
 """The single-process reference trainer: the oracle every parallel run is checked against."""
 import numpy as np
 
+from workbench.algorithms.reference import load_for, train_reference
 from workbench.config import RunConfig
 from workbench.data import global_batch
-from workbench.reference import load_for, train_reference
 
 
 def plain_loop(cfg: RunConfig, steps: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench.reproduce import REQUIRED, load_experiment
+from workbench.apps.reproduce import REQUIRED, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))

@@ -43,7 +43,7 @@ def _ring_rounds(ring, rank, size, peers, lengths):
 
 
 def _peers(client, size):
-    from workbench.cluster import workers_of
+    from workbench.execution.cluster import workers_of
     peers = [w["address"] for w in workers_of(client)[:size]]
     client.run(install, workers=peers)
     return peers
@@ -110,7 +110,7 @@ def _ring_until_lost(ring, rank, size, peers, die_after):
 
 def test_a_killed_peer_ends_the_ring_with_worker_lost_naming_it():
     """The peer's process dies mid-run: the others end at once, naming it, without an abort flag."""
-    from workbench.cluster import make_cluster
+    from workbench.execution.cluster import make_cluster
     client = make_cluster(cpus=3, gpus=0, quiet=True)   # own cluster: one worker dies
     try:
         peers = _peers(client, 3)
@@ -131,7 +131,7 @@ def test_a_killed_peer_ends_the_ring_with_worker_lost_naming_it():
 
 def test_an_aborted_run_ends_a_waiting_rank():
     """A peer that never arrives (alive, elsewhere busy): the run's abort flag ends the wait."""
-    from workbench.cluster import make_cluster, workers_of
+    from workbench.execution.cluster import make_cluster, workers_of
     client = make_cluster(cpus=2, gpus=0, quiet=True)
     try:
         peers = _peers(client, 2)
@@ -168,9 +168,9 @@ BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=60, lr=0.
 
 
 def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
+    from workbench.algorithms.reference import train_reference
     from workbench.config import RunConfig
-    from workbench.engine import run
-    from workbench.reference import train_reference
+    from workbench.execution.engine import run
     cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=30, comm="dask", momentum=0.9, **BASE)
     ref = train_reference(cfg.replace(algorithm="sgd"))
     a, b = run(cfg, cluster=client3), run(cfg, cluster=client3)
@@ -190,7 +190,7 @@ def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
 def test_every_allreduce_user_runs_over_the_ring(client3, algorithm, extra):
     """sync_easgd's centre and LTFB's group collectives (one ring of 3, or three of 1)."""
     from workbench.config import RunConfig
-    from workbench.engine import run
+    from workbench.execution.engine import run
     cfg = RunConfig(algorithm=algorithm, cpus=3, steps=24, comm="dask", **{**BASE, **extra})
     ring, shm = run(cfg, cluster=client3), run(cfg.replace(comm="shm"), cluster=client3)
     assert ring.status == shm.status == "completed", ring.summary.get("errors")
@@ -201,9 +201,9 @@ def test_every_allreduce_user_runs_over_the_ring(client3, algorithm, extra):
 def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
     import threading
 
-    from workbench.cluster import workers_of
     from workbench.config import RunConfig
-    from workbench.engine import run
+    from workbench.execution.cluster import workers_of
+    from workbench.execution.engine import run
     victim = workers_of(client3)[2]
     progress, box = threading.Event(), {}
 

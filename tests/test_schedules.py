@@ -1,4 +1,4 @@
-"""Tests for workbench.schedules: tables of expected values plus endpoints."""
+"""Tests for workbench.maths.schedules: tables of expected values plus endpoints."""
 
 import inspect
 import itertools
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from workbench import schedules
-from workbench.schedules import (
+from workbench.maths import schedules
+from workbench.maths.schedules import (
     DECAYS,
     SCALING_RULES,
     WARMUPS,

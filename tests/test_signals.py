@@ -222,7 +222,7 @@ def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
 
 
 def test_a_worker_given_sigterm_alone_still_exits(client):
-    from workbench.cluster import workers_of
+    from workbench.execution.cluster import workers_of
     victim = workers_of(client)[1]
     t0 = time.monotonic()
     os.kill(victim["pid"], signal.SIGTERM)
@@ -246,8 +246,8 @@ def test_sigterm_in_an_async_run_removes_the_lock_file(tmp_path):
 
 
 def test_losing_rank_0_of_an_async_run_leaves_nothing_and_costs_no_waiting(client, tmp_path):
-    from workbench.cluster import workers_of
-    from workbench.engine import run
+    from workbench.execution.cluster import workers_of
+    from workbench.execution.engine import run
     victim = workers_of(client)[0]
     started = threading.Event()
 

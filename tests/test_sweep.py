@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from workbench import ConfigError, RunConfig
-from workbench.costmodel import training_throughput
-from workbench.sweep import SWEEP_COLUMNS, add_scaling, sweep, sweep_configs
+from workbench.analysis.costmodel import training_throughput
+from workbench.analysis.sweep import SWEEP_COLUMNS, add_scaling, sweep, sweep_configs
 
 DIGITS = dict(dataset="digits", epochs=1, seed=0)
 
@@ -83,7 +83,7 @@ def test_add_scaling_against_the_first_row():
 
 
 def test_workbench_sweep_is_callable_even_after_the_module_is_imported():
-    import workbench.sweep  # sets the package's attribute `sweep` to the module
-    assert callable(workbench.sweep)
-    table = workbench.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1])
+    import workbench.analysis.sweep  # sets the package's attribute `sweep` to the module
+    assert callable(workbench.analysis.sweep)
+    table = workbench.analysis.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1])
     assert table.workers.tolist() == [1] and table.speedup.tolist() == [1.0]

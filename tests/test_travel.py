@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import workbench as wb
-from workbench.provenance import git_state
+from workbench.util.provenance import git_state
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_tensorboard_export_reads_back_with_tensorboards_own_reader(two_runs, tm
 
 def test_tensorboard_export_never_mixes_two_exports(two_runs, tmp_path):
     pytest.importorskip("tensorboardX")
-    from workbench.export import export_tensorboard
+    from workbench.apps.export import export_tensorboard
     first = export_tensorboard(two_runs[:1], tmp_path)
     second = export_tensorboard(two_runs[:1], tmp_path)
     assert first[0] != second[0] and second[0].name == f"{two_runs[0].name}-2"
@@ -160,6 +160,6 @@ def test_lessons_copies_notebooks_and_experiments_and_keeps_edits(tmp_path):
     assert run_cli("lessons", str(dest), "--overwrite").returncode == 0
     assert edited.read_bytes() == (ROOT / "notebooks" / "quickstart.ipynb").read_bytes()
     # the copied experiment resolves its notebook inside the copy
-    from workbench.reproduce import load_experiment
+    from workbench.apps.reproduce import load_experiment
     exp = load_experiment(dest / "experiments" / "sc17_easgd.yaml")
     assert exp.notebook == (dest / "notebooks" / "easgd_family.ipynb").resolve()

@@ -26,6 +26,6 @@ def __getattr__(name: str):
         from .results import RunResult
         return RunResult
     if name in ("make_cluster", "connect", "client"):
-        from . import cluster
+        from .execution import cluster
         return getattr(cluster, name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

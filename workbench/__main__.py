@@ -1,4 +1,4 @@
-"""`python -m workbench ...`: see workbench.cli."""
-from .cli import main
+"""`python -m workbench ...`: see workbench.apps.cli."""
+from .apps.cli import main
 
 raise SystemExit(main())

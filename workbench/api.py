@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigTypeError, RunConfig, check_scheduler_address
-from .preflight import preflight
+from .execution.preflight import preflight
 from .results import OnRecord, RunResult
 
 
@@ -29,7 +29,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         overwrite: replace a run already saved in `config.out` (otherwise refused).
     Raises:
         ConfigError: a value that would fail once workers run (checked before they start:
-            `workbench.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
+            `workbench.execution.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
             the wrong type, such as `run(None)`.
     """
     config = _checked_args(config, cluster, on_record, should_stop)
@@ -38,7 +38,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         _warnings.warn(message, RunWarning, stacklevel=2)
     bar = None
     if progress:
-        from .progress import RunProgress, bars_allowed, tee
+        from .apps.progress import RunProgress, bars_allowed, tee
         if bars_allowed():
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
@@ -46,17 +46,17 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     t0 = time.time()
     try:
         if config.algorithm == "sgd":
-            from .reference import train_reference
+            from .algorithms.reference import train_reference
             result = train_reference(config, on_record=on_record, should_stop=should_stop)
         else:
-            from .engine import run as engine_run
+            from .execution.engine import run as engine_run
             result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
     finally:
         if bar is not None:
             bar.close(result.status if result is not None else "failed")
-    from .provenance import git_state
+    from .util.provenance import git_state
     result.summary.update(git_state())  # which code produced it: commit and dirty flag, or None
     if warnings:
         result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
@@ -115,9 +115,9 @@ def load(directory: str | Path) -> RunResult:
 
 
 def sweep(config: RunConfig | dict, workers: Any = (1, 2, 4), mode: str = "strong", **kwargs: Any) -> Any:
-    """Strong or weak scaling sweep over worker counts: see `workbench.sweep.sweep`
+    """Strong or weak scaling sweep over worker counts: see `workbench.analysis.sweep.sweep`
     (`progress=False` silences its bar)."""
-    from .sweep import sweep as _sweep
+    from .analysis.sweep import sweep as _sweep
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
     return _sweep(config, workers=workers, mode=mode, **kwargs)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fileio import atomic_write
+from .util.fileio import atomic_write
 
 __all__ = [
     "DATASETS",
@@ -812,7 +812,7 @@ class _Downloader:
     def __call__(self, url: str, output_file: str, pooch_obj, check_only: bool = False):
         import pooch
 
-        from .progress import bars_allowed
+        from .apps.progress import bars_allowed
 
         bar = False
         if bars_allowed():

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .fileio import atomic_write
+from .util.fileio import atomic_write
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness")

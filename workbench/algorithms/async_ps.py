@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..backend import to_numpy
+from ..maths.backend import to_numpy
 from .base import Algorithm, StepOut, WorkerContext, timed
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import synchronize, to_numpy
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
-from ..optim import Plan
+from ..maths.backend import synchronize, to_numpy
+from ..maths.optim import Plan
 from ..results import StepLog, eval_record, event_record
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second

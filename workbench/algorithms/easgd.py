@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import to_numpy
-from ..optim import SGD
+from ..maths.backend import to_numpy
+from ..maths.optim import SGD
 from .base import Algorithm, StepOut, WorkerContext, timed
 
 

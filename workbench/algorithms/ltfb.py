@@ -60,10 +60,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import to_numpy
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
-from ..optim import SGD, make_plan
+from ..maths.backend import to_numpy
+from ..maths.optim import SGD, make_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, WorkerContext, timed
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from ..data import split_batch
-from ..optim import SGD
+from ..maths.optim import SGD
 from .base import Algorithm, StepOut, WorkerContext, timed
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..optim import SGD
+from ..maths.optim import SGD
 
 
 class WorkerLost(RuntimeError):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, nccl
+from ..maths.backend import get_xp, nccl
 
 
 def unique_id() -> tuple:

@@ -179,7 +179,7 @@ class ShmServer:
 
     def __init__(self, segment: str, lock_path: str, n: int, size: int, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0, control: Any = None):
-        from ..optim import SGD
+        from ..maths.optim import SGD
 
         self.shm = attach(segment)
         self.header = np.ndarray((HEADER,), dtype=np.int64, buffer=self.shm.buf, offset=0)

@@ -326,7 +326,7 @@ def preview_n_train(config: RunConfig) -> int:
 def _workers_of(config: RunConfig) -> int:
     if config.n_workers is not None:
         return config.n_workers
-    from ..backend import gpu_count
+    from ..maths.backend import gpu_count
     return config.cpus + gpu_count()
 
 
@@ -752,7 +752,7 @@ class Dashboard:
                                                           "weak: the same batch per worker (global batch grows)"],
                                                 style={"button_width": "64px"},
                                                 layout=widgets.Layout(width="auto"))
-        from ..costmodel import NETWORKS
+        from ..analysis.costmodel import NETWORKS
         self.sweep_network = widgets.Dropdown(options=list(NETWORKS), value="10GbE", description="network",
                                               tooltip="a network to predict for, besides the calibrated one",
                                               style={"description_width": "60px"}, layout=widgets.Layout(width="200px"))
@@ -869,7 +869,7 @@ class Dashboard:
             cfg = self.config
             if cfg == self._shown_config:
                 return cfg
-            from ..optim import make_plan
+            from ..maths.optim import make_plan
             plan = make_plan(cfg, preview_n_train(cfg))
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self._shown_config = None
@@ -895,7 +895,7 @@ class Dashboard:
     @staticmethod
     def _preview_figure(cfg: RunConfig | None) -> Any:
         """The schedule preview as a static figure (the widget is made from it once)."""
-        from ..optim import make_plan
+        from ..maths.optim import make_plan
         fig = F.schedule_figure(make_plan(cfg, preview_n_train(cfg))) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
         return fig.update_layout(height=240, margin={"t": 50, "b": 30, "l": 50, "r": 10}, title=title,
@@ -907,7 +907,7 @@ class Dashboard:
         self.status.value = f'<span style="color:{color}">{html.escape(text, quote=False)}</span>'
 
     def _set_dask_link(self, client: Any) -> None:
-        from ..cluster import dashboard_link
+        from ..execution.cluster import dashboard_link
         link = dashboard_link(client) if client is not None and not isinstance(client, str) else None
         if link and link != self.dask_link:
             self.dask_link = link
@@ -939,7 +939,7 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..optim import make_plan
+        from ..maths.optim import make_plan
         index = self._runs_started
         self._runs_started += 1
         if self.out is not None:
@@ -1031,7 +1031,7 @@ class Dashboard:
             if cfg.algorithm == "sgd":
                 state.phase = "starting: loading data"
             elif cluster is None:
-                from ..cluster import client, session_warm
+                from ..execution.cluster import client, session_warm
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
@@ -1190,7 +1190,7 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..sweep import sweep_configs
+        from ..analysis.sweep import sweep_configs
         ws = workers if workers is not None else [p for p in self.sweep_workers.value.replace(" ", "").split(",") if p]
         mode = mode or self.sweep_mode.value
         network = network or self.sweep_network.value
@@ -1222,21 +1222,21 @@ class Dashboard:
 
     def _on_sweep_result(self, row: dict, result: Any) -> None:
         """Called by the sweep after each run: one more point on the scaling figure."""
-        from ..sweep import SWEEP_COLUMNS, add_scaling
+        from ..analysis.sweep import SWEEP_COLUMNS, add_scaling
         self._sweep_results.append(result)
         self.history.append(result)
         rows = self.sweep_table.to_dict("records") + [row]
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
-        from ..cluster import current_client
+        from ..execution.cluster import current_client
         self._set_dask_link(self.cluster if self.cluster is not None else current_client())
         self._show_runs()
         self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} workers: "
                          f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
-        from .. import costmodel
-        from ..sweep import sweep
+        from ..analysis import costmodel
+        from ..analysis.sweep import sweep
         try:
             table = sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
                           should_stop=self._stop.is_set, progress=False)
@@ -1335,7 +1335,7 @@ def live_overhead(config: RunConfig, cluster: Any = None, repeats: int = 3) -> d
         records drawn per live run}.
     """
     from .. import api
-    from ..costmodel import training_throughput
+    from ..analysis.costmodel import training_throughput
 
     plain, live, records, cpu_fraction = [], [], [], []
     dash = Dashboard(cluster=cluster, config=config)

@@ -891,7 +891,7 @@ def lr_series(steps: Table) -> list[Series]:
 
 def planned_series(plan: Any, points: int = 400) -> list[Series]:
     """The planned schedule of an `optim.Plan`, and the end of warmup, as dashed lines."""
-    from ..schedules import lr_table
+    from ..maths.schedules import lr_table
 
     table = lr_table(plan.schedule, plan.total_steps, points)
     steps = [t for t, _ in table]
@@ -937,7 +937,7 @@ def schedule_figure(plan: Any, live: bool = False) -> Any:
     """The lr schedule a config implies, drawn before the run (the dashboard's preview).
 
     Args:
-        plan: an `optim.Plan` (`workbench.optim.make_plan(config, n_train)`).
+        plan: an `optim.Plan` (`workbench.maths.optim.make_plan(config, n_train)`).
         live: a FigureWidget instead of a Figure.
     Returns:
         The figure: "planned" and, with warmup, "end of warmup"; the title is the
@@ -1072,9 +1072,9 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
     """Throughput (column 1) and efficiency (column 2) against workers.
 
     Args:
-        table: a `workbench.sweep.sweep` table (workers, samples_per_s, efficiency;
+        table: a `workbench.analysis.sweep.sweep` table (workers, samples_per_s, efficiency;
             wall_time_s marks runs `too_short` to measure).
-        predicted: a `workbench.costmodel.predict` table (workers, network,
+        predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
             samples_per_s, efficiency), one curve per network.
         name: the measured points' name.
     Returns:

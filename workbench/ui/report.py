@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 import plotly.io as pio
 
-from ..fileio import atomic_write
 from ..results import RunResult
+from ..util.fileio import atomic_write
 from . import figures as F
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
@@ -89,7 +89,7 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
 
 def _scaled_lr(cfg: dict[str, Any]) -> float | None:
     """The config's lr scaled to its batch size by its lr_scaling rule (None if it lacks them)."""
-    from ..schedules import scaled_lr
+    from ..maths.schedules import scaled_lr
 
     try:
         return scaled_lr(cfg["lr"], cfg["batch_size"], cfg.get("base_batch", cfg["batch_size"]),

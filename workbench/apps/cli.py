@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .config import ALGORITHMS, FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
+from .. import __version__
+from ..config import ALGORITHMS, FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
-            from .bench import main as bench_main
+            from ..analysis.bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
@@ -304,8 +304,8 @@ def _default_out(config: RunConfig) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import api
-    from .preflight import preflight
+    from .. import api
+    from ..execution.preflight import preflight
 
     config = config_from_args(args)
     if config.out is None:
@@ -314,12 +314,12 @@ def _run(args: argparse.Namespace) -> int:
     for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
         print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
-    from .cluster import one_line_logs
+    from ..execution.cluster import one_line_logs
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
             if config.algorithm != "sgd":      # the Dask dashboard, one click away (starts the session's cluster)
-                from .cluster import dashboard_link, session_client
+                from ..execution.cluster import dashboard_link, session_client
                 print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
                       file=sys.stderr)
             with warnings.catch_warnings():
@@ -327,13 +327,13 @@ def _run(args: argparse.Namespace) -> int:
                 result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
                                  overwrite=overwrite)
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
-            from .api import _stopped_before_start, save
+            from ..api import _stopped_before_start, save
             result = _stopped_before_start(config, 0.0, "interrupted")
             save(result, config.out, overwrite=overwrite)
         finally:
             if progress is not None:
                 progress.close()
-            from .cluster import close_session
+            from ..execution.cluster import close_session
             try:
                 close_session()  # a CLI run owns its cluster: shut it down before exiting
             except KeyboardInterrupt:  # a signal after the run was saved: nothing is lost
@@ -351,14 +351,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(config: RunConfig):
-    """The run's bar (epochs or steps, loss, accuracy): workbench.progress.RunProgress."""
+    """The run's bar (epochs or steps, loss, accuracy): workbench.apps.progress.RunProgress."""
     from .progress import RunProgress
     return RunProgress(config)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from . import api
-    from .preflight import preflight
+    from .. import api
+    from ..execution.preflight import preflight
 
     config = config_from_args(args)
     try:
@@ -383,8 +383,8 @@ def _sweep(args: argparse.Namespace) -> int:
 def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path | None:
     """The sweep's scaling figure, its runs overlaid, as one HTML page beside sweep.csv."""
     try:
-        from .ui import figures as F
-        from .ui.report import write_comparison_report
+        from ..ui import figures as F
+        from ..ui.report import write_comparison_report
     except ImportError as exc:  # no plotly (the lab extra): the CSV is what matters
         print(f"note: no sweep.html ({exc}); pip install 'parallel-workbench[lab]' for figures", file=sys.stderr)
         return None
@@ -412,10 +412,10 @@ def _compare(args: argparse.Namespace) -> int:
         if len(labels) != len(dirs):
             raise ConfigError("labels", f"one name per run ({len(dirs)} names)", args.labels)
     try:
-        from .ui.report import write_comparison_report
+        from ..ui.report import write_comparison_report
     except ImportError as exc:
         raise ImportError(f"compare needs plotly: pip install 'parallel-workbench[lab]' ({exc})") from None
-    from .results import RunResult
+    from ..results import RunResult
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .results import RunResult
+from ..results import RunResult
 
 __all__ = ["export_tensorboard"]
 

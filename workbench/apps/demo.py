@@ -1,4 +1,4 @@
-"""`python -m workbench.demo`: what the workbench is for, in about a minute.
+"""`python -m workbench.apps.demo`: what the workbench is for, in about a minute.
 
 The same synchronous data-parallel run (sync_sgd, one global batch split across the
 workers) on 1 worker and then on 2, on one local Dask cluster of single-core workers,
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import RunConfig
+from ..config import RunConfig
 
 DEMO = dict(algorithm="sync_sgd", dataset="synthetic", n_samples=20000, n_features=256, n_classes=10,
             hidden=[512, 256], model="mlp", batch_size=256, lr=0.05, momentum=0.9, epochs=4.0, seed=0)
@@ -29,10 +29,10 @@ def demo_config(**changes: object) -> RunConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from . import api
-    from .cluster import make_cluster
+    from .. import api
+    from ..execution.cluster import make_cluster
 
-    parser = argparse.ArgumentParser(prog="python -m workbench.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
     parser.add_argument("--epochs", type=float, default=DEMO["epochs"])
     args = parser.parse_args(argv)

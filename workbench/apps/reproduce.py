@@ -12,7 +12,7 @@ Experiment file keys:
     expected_shape (list of {id, text}), parameters (dict), quick_parameters (dict)
 
 The notebook contract: a `parameters`-tagged cell with `quick` and `out_dir`; at the end
-it writes `out_dir/shape.json` = [{"id", "held", "measured"}] (see `workbench.shape`).
+it writes `out_dir/shape.json` = [{"id", "held", "measured"}] (see `workbench.analysis.shape`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, read_yaml
+from ..config import ConfigError, read_yaml
 
 
 class NotebookFailed(RuntimeError):
@@ -165,7 +165,7 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     if unknown:  # papermill would inject them silently
         raise ConfigError("parameters", f"names from the notebook's parameters cell ({', '.join(sorted(known))})",
                           unknown[0])
-    from .preflight import check_out
+    from ..execution.preflight import check_out
     check_out(out, overwrite=True)   # a reproduction's folder is rewritten run by run
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -204,8 +204,8 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
 
 def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
                   also: list[dict] = ()) -> None:
-    from .results import RunResult
-    from .ui.report import write_comparison_report
+    from ..results import RunResult
+    from ..ui.report import write_comparison_report
 
     runs = sorted((out / "runs").glob("*/summary.json")) if (out / "runs").exists() else []
     results = [RunResult.load(p.parent) for p in runs]

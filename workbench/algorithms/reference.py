@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .config import RunConfig
-from .data import global_batch, load_dataset
-from .metrics import Evaluator
-from .models import make_model
-from .optim import SGD, make_plan
-from .results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
+from ..config import RunConfig
+from ..data import global_batch, load_dataset
+from ..maths.metrics import Evaluator
+from ..maths.models import make_model
+from ..maths.optim import SGD, make_plan
+from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
 

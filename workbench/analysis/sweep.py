@@ -19,7 +19,7 @@ Speedup and efficiency are measured in samples/s against the first worker count:
 (1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
 or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
 
-This module is also callable: `workbench.sweep(...)` works whether the name resolves to
+This module is also callable: `workbench.analysis.sweep(...)` works whether the name resolves to
 this module (once something imported it) or to the function.
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 
 import pandas as pd
 
-from .config import ConfigError, RunConfig
-from .fileio import atomic_write
-from .results import RunResult
+from ..config import ConfigError, RunConfig
+from ..results import RunResult
+from ..util.fileio import atomic_write
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
@@ -156,8 +156,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     """
     from collections.abc import Mapping
 
-    from . import api
-    from .config import ConfigTypeError
+    from .. import api
+    from ..config import ConfigTypeError
 
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
@@ -166,7 +166,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     configs = sweep_configs(config, workers, mode)
     ws = _check(workers, mode)
     if cluster is None and config.algorithm != "sgd":
-        from .cluster import session_client
+        from ..execution.cluster import session_client
         field = worker_field(config)
         cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
                                  config.scheduler)
@@ -177,7 +177,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         api.run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    from .progress import bars_allowed, sweep_bar
+    from ..apps.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws), f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
     try:
         for w, cfg in zip(ws, configs):
@@ -206,7 +206,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
 
 
 class _CallableModule(types.ModuleType):
-    """`workbench.sweep` names this module once it is imported (Python sets submodules as
+    """`workbench.analysis.sweep` names this module once it is imported (Python sets submodules as
     attributes of their package), which would hide the `sweep` function that
     `workbench.__getattr__` offers; calling the module calls the function instead."""
 

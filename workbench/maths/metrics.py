@@ -34,7 +34,7 @@ class Evaluator:
         over rows rank*n//size : (rank+1)*n//size of each set. Summed over the ranks,
         `from_partials` turns them into what `__call__` returns.
 
-        >>> from workbench.models import make_model
+        >>> from workbench.maths.models import make_model
         >>> from workbench.data import load_dataset
         >>> d = load_dataset("digits"); m = make_model("mlp", d.n_features, d.n_classes)
         >>> ev = Evaluator(m, d); p = m.init(0)

@@ -1,4 +1,4 @@
-"""`python -m workbench.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
+"""`python -m workbench.execution.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
 
 Checks, and prints one short table:
 1. a plain CuPy training loop (the limit a CuPy worker is compared with);
@@ -21,11 +21,11 @@ import pandas as pd
 
 def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     """Samples/s of the same model and batch in a bare CuPy loop (no Dask, no records)."""
-    from .backend import get_xp
-    from .data import global_batch
+    from ..data import global_batch
+    from ..maths.backend import get_xp
+    from ..maths.models import make_model
+    from ..maths.optim import SGD
     from .engine import _dataset
-    from .models import make_model
-    from .optim import SGD
 
     cp = get_xp("gpu")
     data = _dataset(cfg)
@@ -53,11 +53,11 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
 
 
 def main() -> int:
-    from .bench import steady_throughput
+    from ..algorithms.reference import train_reference
+    from ..analysis.bench import steady_throughput
+    from ..config import RunConfig
     from .cluster import make_cluster, shared_gpu_cluster
-    from .config import RunConfig
     from .engine import run
-    from .reference import train_reference
 
     base = RunConfig(dataset="synthetic", n_samples=60000, n_features=784, hidden=[512, 256], model="mlp",
                      batch_size=512, lr=0.05, momentum=0.0, steps=400, eval_every=10**9, seed=0, cpus=0, gpus=1)

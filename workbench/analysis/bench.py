@@ -99,7 +99,7 @@ class Entry:
 
 
 def _bench_config(args: argparse.Namespace, algorithm: str, steps: int, size: Size | None = None) -> Any:
-    from .config import RunConfig
+    from ..config import RunConfig
     size = size or _sizes(args)[0]
     return RunConfig(algorithm=algorithm, dataset="synthetic",
                      n_samples=max(20000, 8 * size.batch_per_worker * args.cpus),
@@ -116,7 +116,7 @@ def _sizes(args: argparse.Namespace) -> list[Size]:
     if any(v is not None for v in custom):
         nf, hidden, b = (v if v is not None else d for v, d in zip(custom, SIZES["535k"]))
         return [Size("custom", int(nf), str(hidden), int(b))]
-    from .config import ConfigError
+    from ..config import ConfigError
     names = [s for s in str(getattr(args, "sizes", "teaching,535k")).split(",") if s]
     for s in names:
         if s not in SIZES:
@@ -127,11 +127,11 @@ def _sizes(args: argparse.Namespace) -> list[Size]:
 # ------------------------------------------------------------------------------ on the workers
 def compute_only(config_dict: dict, seconds: float) -> dict:
     """Runs on a worker: gradient + update on its slice, no exchange, for `seconds`."""
-    from .config import RunConfig
-    from .data import _epoch_order, steps_per_epoch
-    from .engine import _dataset
-    from .models import make_model
-    from .optim import SGD
+    from ..config import RunConfig
+    from ..data import _epoch_order, steps_per_epoch
+    from ..execution.engine import _dataset
+    from ..maths.models import make_model
+    from ..maths.optim import SGD
 
     cfg = RunConfig.from_dict(config_dict)
     data = _dataset(cfg)
@@ -160,7 +160,7 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
 
 def exchange_time(name: str, rank: int, size: int, n: int, repeats: int) -> list[float]:
     """Runs on a worker: times of `repeats` shared-memory allreduces of n float32."""
-    from .comm.shm import ShmComm
+    from ..comm.shm import ShmComm
     comm = ShmComm(name, rank, size, n)
     buf = np.ones(n, dtype=np.float32)
     times = []
@@ -177,7 +177,7 @@ def ring_exchange_time(ring: str, rank: int, size: int, peers: list[str], n: int
                        repeats: int) -> tuple[list[float], float]:
     """Runs on a worker: times of `repeats` ring allreduces (comm="dask") of n float32, and
     the bytes this rank sent per allreduce."""
-    from .comm.ring import RingComm
+    from ..comm.ring import RingComm
     comm = RingComm(ring, rank, size, peers)
     buf = np.ones(n, dtype=np.float32)
     comm.allreduce(buf)                    # opens the connection: not part of the timing
@@ -197,9 +197,9 @@ def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int
     """The ring allreduce (comm="dask", the several-hosts path, here on one host) beside the
     shared-memory one, on a cluster of its own with max(ranks) workers: median ms per
     allreduce (the slowest rank's time) and bytes each worker sends per allreduce."""
-    from .cluster import make_cluster, workers_of
-    from .comm.ring import install
-    from .comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    from ..comm.ring import install
+    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    from ..execution.cluster import make_cluster, workers_of
     client = make_cluster(cpus=max(ranks), gpus=0, quiet=True)
     lines = []
     try:
@@ -247,7 +247,7 @@ def _limit_entry(b: Bench) -> dict:
 
 
 def _shm_exchange_entry(b: Bench) -> dict:
-    from .comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     name = f"wbb{uuid.uuid4().hex[:10]}"
     addr0 = b.workers[0]["address"]
     b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, b.n_params), workers=[addr0], pure=False).result()
@@ -262,7 +262,7 @@ def _shm_exchange_entry(b: Bench) -> dict:
 
 def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
     def measure(b: Bench) -> dict:
-        from .engine import run
+        from ..execution.engine import run
         before = b.measure_limit()
         steps = max(50, int(b.args.seconds * before / (b.size.batch_per_worker * b.cpus)))
         result = run(b.config(algorithm, steps), cluster=b.client)
@@ -290,7 +290,7 @@ def _torch(b: Bench, mode: str) -> dict | None:
     threads = max(1, (os.cpu_count() or 1) // b.cpus)   # the same share of the cores as our workers
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     try:
-        proc = subprocess.run([sys.executable, "-c", f"from workbench.bench import torch_main; torch_main({json.dumps(spec)!r})"],
+        proc = subprocess.run([sys.executable, "-c", f"from workbench.analysis.bench import torch_main; torch_main({json.dumps(spec)!r})"],
                               capture_output=True, text=True, env=env, timeout=b.args.seconds * 10 + 180)
     except subprocess.TimeoutExpired:
         b.notes.append(f"PyTorch {mode} did not finish within {b.args.seconds * 10 + 180:.0f} s; left out")
@@ -449,8 +449,8 @@ def check_args(args: argparse.Namespace) -> list[Size]:
     cannot work (before any worker starts)."""
     import math
 
-    from .config import ConfigError, RunConfig
-    from .preflight import check_memory
+    from ..config import ConfigError, RunConfig
+    from ..execution.preflight import check_memory
     if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
         raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
     for name in ("cpus", "batch_per_worker", "tau", "n_features"):
@@ -471,11 +471,11 @@ def check_args(args: argparse.Namespace) -> list[Size]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .algorithms import REGISTRY
-    from .cluster import make_cluster, workers_of
-    from .config import ConfigError
-    from .engine import run
-    from .models import make_model
+    from ..algorithms import REGISTRY
+    from ..config import ConfigError
+    from ..execution.cluster import make_cluster, workers_of
+    from ..execution.engine import run
+    from ..maths.models import make_model
 
     algorithms = list(REGISTRY) if args.algorithms == "all" else [a for a in str(args.algorithms).split(",") if a]
     for a in algorithms:

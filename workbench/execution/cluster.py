@@ -18,8 +18,8 @@ import socket
 import sys
 from typing import Any
 
-from .backend import GPU_INSTALL_HINT, GPUUnavailable
-from .config import ConfigError
+from ..config import ConfigError
+from ..maths.backend import GPU_INSTALL_HINT, GPUUnavailable
 
 WORKER_KIND_ENV = "WORKBENCH_WORKER_KIND"   # "cpu" | "gpu": set on every worker we start
 _SESSION: dict[str, Any] = {}               # the session's cluster: {"key", "client"}
@@ -47,7 +47,7 @@ def _preloads() -> list[str]:
     import dask
     configured = dask.config.get("distributed.worker.preload", default=[]) or []
     configured = [configured] if isinstance(configured, str) else list(configured)
-    return configured + [m for m in ("workbench.workerinit",) if m not in configured]
+    return configured + [m for m in ("workbench.execution.workerinit",) if m not in configured]
 
 
 def _dashboard() -> str | None:
@@ -59,7 +59,7 @@ def _dashboard() -> str | None:
 
 
 def _visible_gpus() -> int:
-    from .backend import gpu_count
+    from ..maths.backend import gpu_count
     return gpu_count()
 
 
@@ -187,7 +187,7 @@ def connect(address: str, timeout: float = 10.0) -> Any:
     `timeout` says."""
     from distributed import Client
 
-    from .config import check_scheduler_address
+    from ..config import check_scheduler_address
     check_scheduler_address(address)
     probe_scheduler(address, timeout=min(timeout, CONNECT_TIMEOUT_S))
     return Client(address, timeout=timeout, set_as_default=False)

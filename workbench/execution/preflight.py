@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig
 
 EASGD_FAMILY = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
@@ -40,13 +40,13 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     if _CHECKED.get("key") == key:
         return list(_CHECKED["warnings"])
     check_memory(config, workers_memory=None)
-    from .optim import make_plan
-    from .reference import load_for
+    from ..algorithms.reference import load_for
+    from ..maths.optim import make_plan
 
     data, model = load_for(config)
     plan = make_plan(config, data.n_train, batch_size=config.batch_size)
     if config.gpus not in (0, "auto"):
-        from .backend import GPU_INSTALL_HINT, gpu_count
+        from ..maths.backend import GPU_INSTALL_HINT, gpu_count
         have = gpu_count()
         if have < config.gpus:
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
@@ -65,8 +65,8 @@ _CHECKED: dict[str, Any] = {}
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """Raise ConfigError("scheduler", ...) unless a Dask scheduler answers at `address`
     within `timeout` (a bounded handshake, not just an open TCP port)."""
+    from ..config import check_scheduler_address
     from .cluster import probe_scheduler
-    from .config import check_scheduler_address
     check_scheduler_address(address)
     probe_scheduler(address, timeout=timeout)
 
@@ -140,7 +140,7 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
-    from .models import make_model
+    from ..maths.models import make_model
 
     n, f, c, image = dataset_shape(config)
     generated = config.dataset in ("synthetic", "mnist1d")
@@ -247,7 +247,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
 
 def peak_lr(config: RunConfig) -> float:
     """The largest lr the schedule reaches: the scaled target (LTFB: its fastest trainer)."""
-    from .schedules import scaled_lr
+    from ..maths.schedules import scaled_lr
     lr = config.lr
     if config.algorithm == "ltfb":
         k = config.trainers

@@ -11,7 +11,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .config import RunConfig
+from ..config import RunConfig
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
 

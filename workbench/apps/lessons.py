@@ -21,7 +21,7 @@ PATTERNS = {"notebooks": ("*.ipynb",), "experiments": ("*.yaml", "*.sh")}
 def lessons_source() -> Path:
     """The folder holding `notebooks/` and `experiments/`: the installed package's
     `_lessons`, or, in a source checkout, the repository root."""
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]   # the workbench package (this file is in workbench/apps)
     for root in (pkg / "_lessons", pkg.parent):
         if all((root / part).is_dir() and any((root / part).glob(PATTERNS[part][0])) for part in PARTS):
             return root

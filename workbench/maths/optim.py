@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import RunConfig
 from . import schedules
-from .config import RunConfig
 
 
 class SGD:
@@ -94,7 +94,7 @@ def make_plan(config: RunConfig, n_train: int, batch_size: int | None = None,
     `batch_size`/`lr` override the config's (LTFB trainers each see their own batch
     and base lr); the schedule is always in global steps of `batch_size` samples.
     """
-    from .data import steps_per_epoch
+    from ..data import steps_per_epoch
 
     b = batch_size or config.batch_size
     spe = steps_per_epoch(n_train, b)

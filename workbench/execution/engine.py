@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithms import REGISTRY, AlgorithmSpec, WorkerContext, run_loop
+from ..comm.base import Emulated, ServerCore, ThreadControl, ThrottledControl, WorkerLost
+from ..config import ConfigError, RunConfig
+from ..maths.backend import get_xp
+from ..maths.metrics import Evaluator
+from ..maths.models import make_model
+from ..maths.optim import make_plan
+from ..results import Collector, OnRecord, RunResult, build_result, event_record
 from . import platforms
-from .algorithms import REGISTRY, AlgorithmSpec, WorkerContext, run_loop
-from .backend import get_xp
-from .comm.base import Emulated, ServerCore, ThreadControl, ThrottledControl, WorkerLost
-from .config import ConfigError, RunConfig
-from .metrics import Evaluator
-from .models import make_model
-from .optim import make_plan
-from .results import Collector, OnRecord, RunResult, build_result, event_record
 
 MONITOR_S = 0.05          # client loop period: drain records, pass stop requests on
 LIVENESS_S = 0.5          # how often the client checks that every worker is still there
@@ -55,7 +55,7 @@ _DATA_CACHE: dict[tuple, Any] = {}
 
 def _dataset(config: RunConfig) -> Any:
     """The run's dataset, loaded once per process (a warm cluster skips the load)."""
-    from .data import load_dataset
+    from ..data import load_dataset
     key = (config.dataset, config.n_samples, config.n_features, config.n_classes, config.seed,
            config.data_dir)
     if key not in _DATA_CACHE:
@@ -94,8 +94,8 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
     """A Dask task: one worker's whole training loop."""
     from distributed import get_worker
 
-    from .comm.dask import ActorServerProxy, EventControl
-    from .comm.shm import SharedArray, ShmComm
+    from ..comm.dask import ActorServerProxy, EventControl
+    from ..comm.shm import SharedArray, ShmComm
 
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
@@ -109,17 +109,17 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
     if run["comm"] == "shm":
         comm = ShmComm(run["segments"][f"comm{gi}"], grank, gsize, run["comm_elems"], control=control)
     elif run["comm"] == "dask":
-        from .comm.ring import RingComm
+        from ..comm.ring import RingComm
         comm = RingComm(f"{run['run_id']}/{gi}", grank, gsize, [run["addresses"][r] for r in ranks],
                         control=control)
     elif run["comm"] == "nccl":
-        from .comm.nccl import NcclComm
+        from ..comm.nccl import NcclComm
         comm = NcclComm(run["nccl_id"][gi], grank, gsize)
     shared = {name: SharedArray(seg, run["n_params"]) for name, seg in run["segments"].items()
               if not name.startswith("comm") and name != "server"}
     proxy = (run.get("proxy") or ActorServerProxy)(server, control) if server is not None else None
     if run.get("server_shm"):
-        from .comm.shm import ShmServer
+        from ..comm.shm import ShmServer
         s = run["server_shm"]
         proxy = ShmServer(s["segment"], s["lock"], run["n_params"], size, control=control, **s["options"])
     if run.get("host_shm"):  # a custom master in shared memory (cgdp on one host)
@@ -151,7 +151,7 @@ def _worker_main(run: dict, rank: int, address: str, server: Any = None) -> dict
 def _orphaned(run: dict) -> None:
     """Worker 0, after its client vanished: free the run's segments and lock file, which
     the client would have freed (nobody else will)."""
-    from .comm.shm import unlink_segment
+    from ..comm.shm import unlink_segment
     names = list(run.get("segments", {}).values()) + ([run["start_segment"]] if run.get("start_segment") else [])
     for name in names:
         with contextlib.suppress(Exception):
@@ -180,7 +180,7 @@ class _StartThenComm:
 
 def _start_barrier(run: dict, rank: int, size: int, control: Any, comm: Any) -> Any:
     """This worker's start barrier: shared memory on one host, Dask events across hosts."""
-    from .comm.barrier import EventStartBarrier, ShmStartBarrier
+    from ..comm.barrier import EventStartBarrier, ShmStartBarrier
     if run.get("start_segment"):
         return ShmStartBarrier(run["start_segment"], rank, size, control=control)
     return _StartThenComm(EventStartBarrier(run["run_id"], rank, size, control=control), comm)
@@ -274,7 +274,7 @@ def choose_comm(config: RunConfig, workers: list[dict]) -> str:
 
 
 def _nccl_available() -> bool:
-    from .backend import nccl
+    from ..maths.backend import nccl
     try:
         nccl()
         return True
@@ -299,7 +299,7 @@ class _DaskRun:
         self.scheduler_lost, self.scheduler_error, self._alive_failures = False, "", 0
 
     def run(self) -> RunResult:
-        from .comm.dask import EventControl
+        from ..comm.dask import EventControl
 
         config, spec, client = self.config, self.spec, self.client
         from .cluster import workers_of
@@ -334,17 +334,17 @@ class _DaskRun:
             for gi, ranks in enumerate(groups if comm else []):
                 lead = self.workers[ranks[0]]["address"]
                 if comm == "shm":
-                    from .comm.shm import allreduce_nbytes, create_segment
+                    from ..comm.shm import allreduce_nbytes, create_segment
                     run_info["comm_elems"] = spec.comm_elems(model.n_params, size)
                     nbytes = allreduce_nbytes(len(ranks), run_info["comm_elems"])
                     self.segments[f"comm{gi}"] = client.submit(create_segment, f"wb{self.run_id}c{gi}", nbytes,
                                                                workers=[addr0], pure=False).result()
                 elif comm == "dask":  # a ring over direct worker-to-worker connections
-                    from .comm.ring import install
+                    from ..comm.ring import install
                     run_info["addresses"] = [w["address"] for w in self.workers]
                     client.run(install, workers=[self.workers[r]["address"] for r in ranks])
                 elif comm == "nccl":
-                    from .comm.nccl import unique_id
+                    from ..comm.nccl import unique_id
                     run_info.setdefault("nccl_id", []).append(
                         client.submit(unique_id, workers=[lead], pure=False).result())
             for name in spec.shared:
@@ -352,8 +352,8 @@ class _DaskRun:
                                                     workers=[addr0], pure=False).result()
             run_info["segments"] = dict(self.segments)
             if len({w["host"] for w in self.workers}) == 1 and platforms.shm_supported():  # start barrier in shm
-                from .comm.barrier import barrier_nbytes
-                from .comm.shm import create_segment
+                from ..comm.barrier import barrier_nbytes
+                from ..comm.shm import create_segment
                 self.segments["start"] = client.submit(create_segment, f"wb{self.run_id}b", barrier_nbytes(size),
                                                        workers=[addr0], pure=False).result()
                 run_info["start_segment"] = self.segments["start"]
@@ -363,7 +363,7 @@ class _DaskRun:
                 if (one_host and config.comm in ("auto", "shm") and getattr(spec.cls, "shm_server", True)
                         and platforms.shm_supported()):
                     # One host: a shared-memory server under a file lock, no event-loop round trip.
-                    from .comm.shm import create_server_segment
+                    from ..comm.shm import create_server_segment
                     self.segments["server"] = client.submit(
                         create_server_segment, f"wb{self.run_id}s", params0, options["momentum"] > 0,
                         workers=[addr0], pure=False).result()
@@ -372,7 +372,7 @@ class _DaskRun:
                                               "options": options}
                     server_kind = "shm"
                 else:
-                    from .comm.dask import ServerActor
+                    from ..comm.dask import ServerActor
                     server = self._actor(ServerActor, params0, size=size, where=addr0, **options)
                     server_kind = "actor"
             if spec.host is not None:
@@ -569,7 +569,7 @@ class _DaskRun:
         """A lost worker of an asynchronous run no longer holds the others at the start."""
         if "start" not in self.segments:
             return
-        from .comm.barrier import release_shm_barrier
+        from ..comm.barrier import release_shm_barrier
         with contextlib.suppress(Exception):
             survivor = next(w["address"] for w in self.workers if w["address"] in alive)
             self.client.run(release_shm_barrier, self.segments["start"], rank, len(self.workers),
@@ -621,7 +621,7 @@ class _DaskRun:
         segments and the lock file. Never waits on a dead worker or a dead scheduler:
         on this host the client removes segments and lock files itself; a live owner
         (worker 0) is also asked to drop its mapping, with a short timeout."""
-        from .comm.shm import unlink_segment
+        from ..comm.shm import unlink_segment
         control = getattr(self, "control", None)
         if control is not None:
             control.end_lease(scheduler_alive=not self.scheduler_lost)
@@ -676,7 +676,7 @@ def _unlink_shm_name(name: str) -> None:
 
 def _create_shared(name: str, params: np.ndarray) -> str:
     """Create a shared segment holding a copy of `params` (runs on worker 0)."""
-    from .comm.shm import SharedArray, create_segment
+    from ..comm.shm import SharedArray, create_segment
     seg = create_segment(name, params.nbytes)
     arr = SharedArray(seg, params.shape[0], params.dtype)
     arr.array[:] = params
@@ -685,7 +685,7 @@ def _create_shared(name: str, params: np.ndarray) -> str:
 
 def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
     """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
-    from .comm.shm import ShmServer
+    from ..comm.shm import ShmServer
     server = ShmServer(segment, lock, n, size, **options)
     try:
         server.retire(rank)
@@ -718,8 +718,8 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
                 should_stop: Callable[[], bool] | None = None, kinds: list[str] | None = None) -> RunResult:
     """Run the algorithm's loops as threads of this process (no Dask): the same maths,
     in-process communication. `kinds` lets tests stand CPU workers in for GPU ones."""
-    from .comm.barrier import ThreadStartBarrier
-    from .comm.threads import ThreadGroup, ThreadServer
+    from ..comm.barrier import ThreadStartBarrier
+    from ..comm.threads import ThreadGroup, ThreadServer
 
     spec = REGISTRY[config.algorithm]
     size = config.cpus + (config.gpus if isinstance(config.gpus, int) else 0)

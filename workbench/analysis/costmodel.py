@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import ALGORITHMS, ConfigError
+from ..config import ALGORITHMS, ConfigError
 
 BYTES_PER_PARAM = 4  # float32
 
@@ -325,8 +325,8 @@ def n_params_of(result: Any) -> int:
         return int(s["n_params"])
     if getattr(result, "params", None) is not None:
         return int(np.asarray(result.params).size)
-    from .config import RunConfig
-    from .reference import load_for
+    from ..algorithms.reference import load_for
+    from ..config import RunConfig
     _, model = load_for(RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"}))
     return int(model.n_params)
 
@@ -409,7 +409,7 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
     Raises:
         ConfigError: no run had step records, or an unknown network.
     """
-    from .results import RunResult
+    from ..results import RunResult
 
     if network not in NETWORKS:
         raise ConfigError("network", f"one of {list(NETWORKS)}", network)
@@ -547,7 +547,7 @@ def predict(cal: Calibration, algorithm: str, workers: Sequence[int] = (1, 2, 4,
         workers: worker counts (any, beyond this machine's).
         batch_size: the global batch at workers[0].
         mode: "strong" (the global batch stays) or "weak" (it grows with the workers:
-            batch_size * P / workers[0]), as `workbench.sweep` does.
+            batch_size * P / workers[0]), as `workbench.analysis.sweep` does.
         networks: names from NETWORKS, or "measured" for the calibrated alpha / beta.
         **knobs: passed to `step_prediction` (allreduce, tau, round_size, chunks, kind, ...).
     Returns:
