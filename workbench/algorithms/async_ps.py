@@ -12,11 +12,10 @@ With one worker both reduce exactly to the reference trainer (plain or momentum 
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..maths.backend import to_numpy
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 
 
 class AsyncSGD(Algorithm):
@@ -28,7 +27,7 @@ class AsyncSGD(Algorithm):
         self.params = ctx.xp.asarray(params)
         self.grad = ctx.xp.empty_like(self.params)
         self.lo, self.hi = ctx.my_slice()
-        self.clock = timed(ctx.xp)
+        self.clock = ctx.clock
 
     def step(self, step: int) -> StepOut:
         ctx = self.ctx
@@ -39,7 +38,7 @@ class AsyncSGD(Algorithm):
         t1 = self.clock()
         self.version, params, staleness = ctx.server.push(to_numpy(self.grad), lr, self.version)
         self.params = ctx.xp.asarray(params)
-        t2 = time.perf_counter()
+        t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
                        comm_s=t2 - t1, staleness=staleness)
 

@@ -69,6 +69,8 @@ class WorkerContext:
     t0_wall: float = 0.0         # when the engine started the loops, wall clock (time.time())
     extra: dict[str, Any] = field(default_factory=dict)   # per-algorithm setup (tournament sets, ...)
     start_barrier: Callable[[], None] | None = None   # every worker of the run passes it together
+    timer: Callable[[], float] = time.perf_counter    # every time the loop and the algorithms book reads
+    #   this clock: real seconds here; a transport may hand in a virtual clock (the simulator does)
     steps: StepLog = field(default_factory=StepLog)
     t_start: float | None = None       # perf_counter at the first training step: time 0
     started_wall: float | None = None  # the same moment, wall clock (the client aligns its own events)
@@ -107,14 +109,21 @@ class WorkerContext:
         """Wait for every worker at the start barrier, then start the clock: time 0 is
         the first training step, the same moment on every worker (to the barrier's skew)."""
         missing = self.start_barrier() if self.start_barrier is not None else []
-        self.t_start, self.started_wall = time.perf_counter(), time.time()
+        self.t_start, self.started_wall = self.timer(), time.time()
         if missing:
             self.event("start_timeout", f"worker(s) {missing} had not started; began without them")
         self.flush(force=True)  # tells the client when training started
 
     def now(self) -> float:
         """Seconds since the run's first training step (0 before it)."""
-        return time.perf_counter() - self.t_start if self.t_start is not None else 0.0
+        return self.timer() - self.t_start if self.t_start is not None else 0.0
+
+    def clock(self) -> float:
+        """`timer()` after the device's queued work is done (CuPy is asynchronous): read
+        it around compute. Around host-side exchanges `timer()` alone is enough."""
+        if self.xp is not np:
+            synchronize(self.xp)
+        return self.timer()
 
     def sync_device(self) -> None:
         synchronize(self.xp)
@@ -214,7 +223,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     plan, status = ctx.plan, "completed"
     step = -1
     log, sync = ctx.steps, algo.sync
-    clock = time.perf_counter
+    clock = ctx.timer
     ctx.start()
     t0 = ctx.t_start
     for step in range(plan.total_steps):
@@ -250,14 +259,3 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
             "steps": ctx.step_columns(), "started": ctx.started_wall}
 
-
-def timed(xp: Any) -> Callable[[], float]:
-    """A clock that first waits for queued device work (CuPy is asynchronous); on NumPy
-    plain `time.perf_counter`."""
-    if xp is np:
-        return time.perf_counter
-
-    def clock() -> float:
-        synchronize(xp)
-        return time.perf_counter()
-    return clock

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 from .sync import SpeedBalancer
 
 TUNE_STEPS = 4       # iterations timed per chunk size while auto-tuning (after a warm-up step)
@@ -419,7 +419,7 @@ class CGDP(Algorithm):
         setting = ctx.config.chunk_layers
         self.chunks = chunk_bounds(self.groups, 1 if setting == "auto" else min(int(setting), len(self.groups)))
         self.balancer = SpeedBalancer(ctx)
-        self.clock = timed(xp)
+        self.clock = ctx.clock
 
     def step(self, step: int) -> StepOut:
         ctx = self.ctx
@@ -451,7 +451,7 @@ class CGDP(Algorithm):
                              stop and first[0], t1 - t0)
         self.master.wait_sent()
         params, gloss, gstop, chunking, times = self.master.fetch(step)
-        t2 = time.perf_counter()
+        t2 = self.ctx.timer()
         self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
         self.chunks = chunk_bounds(self.groups, chunking)

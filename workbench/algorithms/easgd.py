@@ -49,14 +49,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from typing import Any
 
 import numpy as np
 
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 
 
 class ElasticWorker(Algorithm):
@@ -74,7 +73,7 @@ class ElasticWorker(Algorithm):
         self.alpha = c.resolved_alpha(ctx.size)
         self.tau = c.tau
         self.lo, self.hi = ctx.my_slice()
-        self.clock = timed(xp)
+        self.clock = ctx.clock
         self.summary = {"alpha": self.alpha, "tau": self.tau} if ctx.rank == 0 else {}
 
     def local_step(self, step: int, lr: float) -> float:
@@ -190,7 +189,7 @@ class SyncEASGD(ElasticWorker):
         self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.compute_since = 0.0                      # local compute since the last exchange
-        self.t_free: float | None = None              # when the last exchange ended (perf_counter)
+        self.t_free: float | None = None              # when the last exchange ended (ctx.timer)
         self.finite = True                            # every local loss since then was finite
 
     def step(self, step: int) -> StepOut:
@@ -215,10 +214,10 @@ class SyncEASGD(ElasticWorker):
         since = self.t_free if self.t_free is not None else ctx.t_start
         busy = self.clock() - since if since is not None else self.compute_since
         buf[n + 2 + ctx.rank] = busy
-        t2 = time.perf_counter()
+        t2 = self.ctx.timer()
         total = ctx.allreduce(buf)
-        comm_total = time.perf_counter() - t2
-        self.t_free = time.perf_counter()
+        comm_total = self.ctx.timer() - t2
+        self.t_free = self.ctx.timer()
         tail = to_numpy(total[n:]).tolist()
         loss, stop, times = tail[0], tail[1] > 0, tail[2:]
         wait_s = min(comm_total, max(0.0, max(times) - busy))  # idle for the slowest

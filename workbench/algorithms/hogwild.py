@@ -10,12 +10,11 @@ With one worker this is exactly plain SGD.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 
 
 class HogwildSGD(Algorithm):
@@ -26,7 +25,7 @@ class HogwildSGD(Algorithm):
         self.shared = ctx.shared["params"].array           # (n,) float32, shared by the host
         self.grad = ctx.xp.empty(self.shared.shape, dtype=self.shared.dtype)  # reused every step
         self.lo, self.hi = ctx.my_slice()
-        self.clock = timed(ctx.xp)
+        self.clock = ctx.clock
 
     def step(self, step: int) -> StepOut:
         ctx = self.ctx
@@ -40,7 +39,7 @@ class HogwildSGD(Algorithm):
         step_ *= lr
         # The unlocked update: a read-modify-write per element, racing the other workers.
         np.subtract(self.shared, step_, out=self.shared)
-        t2 = time.perf_counter()
+        t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
 
     def eval_params(self) -> Any:

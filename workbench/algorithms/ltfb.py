@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -65,7 +64,7 @@ from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD, make_plan
 from ..results import eval_record
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5
@@ -176,7 +175,7 @@ class LTFB(Algorithm):
             idx = tour_idx if xp is np else xp.asarray(tour_idx)
             self.X_tour, self.y_tour = ctx.X[idx], ctx.y[idx]
         self.lineage = f"t{self.k}@r0"
-        self.clock = timed(xp)
+        self.clock = ctx.clock
         self.summary: dict[str, Any] = {}
         self.scores: dict[str, float] | None = None      # evaluation of the model held now
         self.departed = False
@@ -222,7 +221,7 @@ class LTFB(Algorithm):
         buf[n + 1] = 1.0 if (self.leader and ctx.stop_requested()) else 0.0
         t1 = self.clock()
         total = self.group_allreduce(buf)
-        t2 = time.perf_counter()
+        t2 = self.ctx.timer()
         loss, stop = float(total[n]), float(total[n + 1]) > 0
         out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
         if stop:
@@ -246,7 +245,7 @@ class LTFB(Algorithm):
     def tournament(self, step: int, rnd: int) -> tuple[float, float]:
         """One round: swap with the partner, keep the better on my T_k; returns (score_s, comm_s)."""
         ctx, xp, n = self.ctx, self.ctx.xp, self.n
-        t0 = time.perf_counter()
+        t0 = self.ctx.timer()
         score_s = 0.0
         adopted, own, theirs = False, None, None
         partner = partner_of(ctx.config.seed, rnd, self.K, self.k)
@@ -257,16 +256,16 @@ class LTFB(Algorithm):
                 state = to_numpy(velocity).copy() if (ctx.config.exchange_state and velocity is not None) else None
                 ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
                                    {"lr_index": self.lr_index, "lineage": self.lineage})
-            ts = time.perf_counter()
+            ts = self.ctx.timer()
             own = ctx.evaluator.accuracy(self.params, self.X_tour, self.y_tour)   # while the partner deposits
-            score_s += time.perf_counter() - ts
+            score_s += self.ctx.timer() - ts
             if partner is not None:
                 got = ctx.server.collect(rnd, partner)                              # None: the partner has ended
             if got is not None:
                 their_params, their_state, meta = got
-                ts = time.perf_counter()
+                ts = self.ctx.timer()
                 theirs = ctx.evaluator.accuracy(xp.asarray(their_params), self.X_tour, self.y_tour)
-                score_s += time.perf_counter() - ts
+                score_s += self.ctx.timer() - ts
                 adopted = theirs > own
             if adopted:
                 self.params[...] = xp.asarray(their_params)
@@ -294,7 +293,7 @@ class LTFB(Algorithm):
                         "partner": partner if got is not None else None, "own_score": own,
                         "partner_score": theirs, "adopted": bool(adopted), "lr": self.lrs[self.lr_index],
                         "lineage": self.lineage})
-        return score_s, time.perf_counter() - t0 - score_s
+        return score_s, self.ctx.timer() - t0 - score_s
 
     def eval_params(self) -> Any:
         return self.params

@@ -18,12 +18,11 @@ ended (its step, and anything else it did, such as rank 0's evaluations). A work
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from ..data import split_batch
 from ..maths.optim import SGD
-from .base import Algorithm, StepOut, WorkerContext, timed
+from .base import Algorithm, StepOut, WorkerContext
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
@@ -89,8 +88,8 @@ class SyncSGD(Algorithm):
         self.n = n
         self.buf = ctx.comm_buffer(n + 2 + 2 * ctx.size, self.params.dtype)
         self.balancer = SpeedBalancer(ctx)
-        self.clock = timed(xp)
-        self.t_free: float | None = None   # when my last exchange and update ended (perf_counter)
+        self.clock = ctx.clock
+        self.t_free: float | None = None   # when my last exchange and update ended (ctx.timer)
 
     # the parts CGDP and sync_easgd reuse ------------------------------------------------
     def local_gradient(self, step: int) -> tuple[float, int, float]:
@@ -135,9 +134,9 @@ class SyncSGD(Algorithm):
         lr = ctx.plan.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)
         self.pack_scalars(loss_w, compute_s)
-        t1 = time.perf_counter()
+        t1 = self.ctx.timer()
         total = ctx.allreduce(self.buf)
-        comm_total = time.perf_counter() - t1
+        comm_total = self.ctx.timer() - t1
         loss, stop, wait_s = self.read_scalars(total, samples, compute_s)
         out = StepOut(loss=loss, lr=lr, samples=samples, compute_s=compute_s,
                       wait_s=min(wait_s, comm_total), comm_s=max(0.0, comm_total - wait_s))
