@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from workbench.algorithms.cgdp import ChunkMaster, ChunkTuner, chunk_bounds
 from workbench.algorithms.reference import train_reference
 from workbench.algorithms.sync import rebalance
+from workbench.comm.roles import ChunkMaster, ChunkTuner, chunk_bounds
 from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
 
@@ -110,11 +110,12 @@ def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps
     import random
     import time
 
-    from workbench.algorithms.cgdp import ShmChunkMaster, chunk_bounds
+    from workbench.comm.roles import chunk_bounds
+    from workbench.comm.shm import ShmChunkMaster
     master = ShmChunkMaster(segment, lock, rank, size, groups, chunk_layers, n, momentum=0.9, nesterov=True,
                             weight_decay=1e-3)
     rng = random.Random(rank)
-    chunking, seen = master.tuner.current, []
+    chunking, seen = master.core.tuner.current, []
     for step in range(steps):
         g = _grad(rank, step, n)
         chunks = chunk_bounds(groups, chunking)
@@ -142,8 +143,7 @@ def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, ch
     import multiprocessing as mp
     import uuid
 
-    from workbench.algorithms.cgdp import create_master_segment
-    from workbench.comm.shm import unlink_segment
+    from workbench.comm.shm import create_master_segment, unlink_segment
     groups, n, steps, stop_at = [(0, 40), (40, 48), (48, 90), (90, 95)], 95, 14, 11
     x0 = np.random.default_rng(7).standard_normal(n).astype(np.float32)
     seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, size, len(groups), True)

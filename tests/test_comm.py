@@ -6,7 +6,8 @@ import uuid
 import numpy as np
 import pytest
 
-from workbench.comm.base import Emulated, ServerCore, ThreadControl, WorkerLost
+from workbench.comm.base import Emulated, ThreadControl, WorkerLost
+from workbench.comm.roles import ServerCore
 from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
 from workbench.comm.threads import ThreadGroup, ThreadServer
 

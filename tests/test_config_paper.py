@@ -40,5 +40,5 @@ def test_alpha_defaults_to_point_nine_over_workers():
 
 def test_the_papers_algorithms_are_registered():
     assert {"easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd", "ltfb"} <= set(REGISTRY)
-    assert REGISTRY["hogwild_easgd"].same_host and REGISTRY["sync_easgd"].needs_comm
-    assert REGISTRY["sync_easgd"].cls.sync and not REGISTRY["async_easgd"].cls.sync
+    assert not REGISTRY["hogwild_easgd"].spans_hosts and REGISTRY["sync_easgd"].needs.collective
+    assert REGISTRY["sync_easgd"].sync and not REGISTRY["async_easgd"].sync

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.reference import load_for
-from workbench.comm.base import ServerCore
+from workbench.comm.roles import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch, split_batch

@@ -342,7 +342,7 @@ def test_is_sync_matches_the_engine_for_every_algorithm():
     from workbench.algorithms import REGISTRY
     for name, spec in REGISTRY.items():
         cfg = RunConfig(algorithm=name, cpus=2, batch_size=32)
-        assert cfg.is_sync == spec.cls.sync, name
+        assert cfg.is_sync == spec.sync, name
     assert RunConfig(algorithm="ltfb", cpus=2).is_sync
 
 

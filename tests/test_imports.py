@@ -27,7 +27,7 @@ def modules():
     ("cupy", {"maths/backend.py"}),
     ("plotly", {"ui"}),
     ("ipywidgets", {"ui"}),
-    ("distributed", {"execution/cluster.py", "comm", "execution/engine.py"}),
+    ("distributed", {"execution/cluster.py", "comm", "execution/engine.py", "execution/transports/dask.py"}),
 ])
 def test_only_the_allowed_modules_import(library, allowed):
     offenders = []

@@ -8,7 +8,7 @@ import pytest
 
 from workbench.algorithms.ltfb import round_pairs, trainer_data, trainer_lrs
 from workbench.algorithms.reference import load_for
-from workbench.comm.base import ServerCore
+from workbench.comm.roles import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch

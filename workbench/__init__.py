@@ -10,7 +10,7 @@ imported by the functions that need them. The distribution is `parallel-workbenc
 """
 from __future__ import annotations
 
-from .config import ALGORITHMS, ConfigError, RunConfig
+from .config import ConfigError, RunConfig
 
 __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load", "sweep",
@@ -19,6 +19,9 @@ __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load",
 
 def __getattr__(name: str):
     # Lazy attributes keep `import workbench` free of Dask and the UI stack.
+    if name == "ALGORITHMS":  # name -> one-line summary, from the algorithm registry
+        from .algorithms.registry import summaries
+        return summaries()
     if name in ("run", "load", "sweep"):
         from . import api
         return getattr(api, name)

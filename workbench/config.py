@@ -17,27 +17,28 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# Names and one-line descriptions of every algorithm. The engine's registry must match
-# this table (a test checks it); it lives here so that validating a config never has to
-# import the engine or Dask.
-ALGORITHMS: dict[str, str] = {
-    "sgd": "single-process minibatch SGD (momentum/Nesterov): the reference every parallel run is checked against",
-    "sync_sgd": "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies the same update",
-    "async_sgd": "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness recorded",
-    "async_msgd": "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v",
-    "hogwild_sgd": "lock-free updates of one shared-memory parameter buffer by all workers on one host (Recht et al.)",
-    "easgd": "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
-    "async_easgd": "elastic averaging with a parameter server serving whichever worker arrives first, every tau steps",
-    "async_measgd": "async_easgd with Nesterov momentum on the workers (EAMSGD)",
-    "hogwild_easgd": "async_easgd with the lock on the centre update removed (centre in shared memory)",
-    "sync_easgd": "all workers every tau steps: allreduce of the elastic differences; deterministic",
-    "ltfb": "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
-    "cgdp": "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by chunk",
-}
+# The algorithms are declared in their own modules (`workbench.algorithms.registry`);
+# `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read from there on
+# first use (module `__getattr__` below), so that `import workbench` stays light.
 
 DATASET_NAMES = ("digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
 MODEL_NAMES = ("softmax", "mlp", "cnn")
-SYNC_ALGORITHMS = ("sgd", "sync_sgd", "sync_easgd", "cgdp", "ltfb")  # a lost worker fails these runs
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
+        from .algorithms.registry import summaries
+        return summaries()
+    if name == "SYNC_ALGORITHMS":   # a lost worker fails these runs
+        from .algorithms.registry import sync_names
+        return sync_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _algorithm_spec(name: str) -> Any:
+    """The registry's entry for `name`, None when there is none."""
+    from .algorithms.registry import specs
+    return specs().get(name)
 
 
 class ConfigError(ValueError):
@@ -155,9 +156,8 @@ class RunConfig(BaseModel):
 
     # --- what to train
     algorithm: str = Field("sgd", description=(
-        "Parallel training algorithm, one of the names `python -m workbench algorithms` lists "
-        "(sgd, sync_sgd, async_sgd, async_msgd, hogwild_sgd, easgd, async_easgd, async_measgd, "
-        "hogwild_easgd, sync_easgd, ltfb, cgdp); sgd is the single-process reference."))
+        "Parallel training algorithm, one of the names `python -m workbench algorithms` lists; "
+        "sgd is the single-process reference."))
     dataset: str = Field("digits", description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
@@ -293,8 +293,9 @@ class RunConfig(BaseModel):
     @field_validator("algorithm")
     @classmethod
     def _algorithm(cls, v: str) -> str:
-        if v not in ALGORITHMS:
-            raise ValueError(f"one of {sorted(ALGORITHMS)}")
+        if _algorithm_spec(v) is None:
+            from .algorithms.registry import specs
+            raise ValueError(f"one of {sorted(specs())}")
         return v
 
     @field_validator("dataset")
@@ -533,7 +534,7 @@ class RunConfig(BaseModel):
     @property
     def is_sync(self) -> bool:
         """Whether every worker must reach every step (a lost worker fails the run)."""
-        return self.algorithm in SYNC_ALGORITHMS
+        return _algorithm_spec(self.algorithm).sync
 
     def resolved_alpha(self, workers: int) -> float:
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""

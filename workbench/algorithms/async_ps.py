@@ -16,11 +16,10 @@ from typing import Any
 
 from ..maths.backend import to_numpy
 from .base import Algorithm, StepOut, WorkerContext
+from .registry import AlgorithmSpec, Needs, register
 
 
 class AsyncSGD(Algorithm):
-    sync = False
-
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.version, params = ctx.server.pull()
@@ -49,4 +48,23 @@ class AsyncSGD(Algorithm):
 
 
 class AsyncMSGD(AsyncSGD):
-    """Same worker; the server was built with momentum (see `server_options`)."""
+    """Same worker; the server was built with momentum (`momentum_options`)."""
+
+
+def plain_options(config: Any) -> dict[str, Any]:
+    """The parameter server's update for async_sgd: plain SGD (weight decay applies)."""
+    return {"momentum": 0.0, "nesterov": False, "weight_decay": config.weight_decay}
+
+
+def momentum_options(config: Any) -> dict[str, Any]:
+    """async_msgd: the server keeps the momentum (and Nesterov, weight decay)."""
+    return {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+
+
+register(AlgorithmSpec(
+    "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
+    "recorded", AsyncSGD, sync=False, evaluates="rank0",
+    needs=Needs(server="parameter_server", server_options=plain_options), pattern="server"))
+register(AlgorithmSpec(
+    "async_msgd", "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v", AsyncMSGD, sync=False,
+    needs=Needs(server="parameter_server", server_options=momentum_options), pattern="server"))

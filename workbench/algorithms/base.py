@@ -177,14 +177,26 @@ class WorkerContext:
 
 
 class Algorithm:
-    """Base class: one instance per worker per run."""
+    """Base class: one instance per worker per run.
 
-    sync = True          # every worker must reach every step (a lost worker fails the run)
-    evaluates = "rank0"  # who evaluates: "rank0", "all" (every rank a share, same params) or "trainers" (LTFB)
-    shm_server = True    # its server calls (pull/push/elastic/retire/centre) work on the shared-memory server
+    What the algorithm is and needs (sync or not, who evaluates, its server role, ...) is
+    declared once, in its module, by `registry.register(AlgorithmSpec(...))`, which binds
+    the class's `spec`; `sync` and `evaluates` read it."""
+
+    spec: Any = None     # the AlgorithmSpec, bound by `register`
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
+
+    @property
+    def sync(self) -> bool:
+        """Every worker must reach every step (a lost worker fails the run)."""
+        return self.spec.sync
+
+    @property
+    def evaluates(self) -> str:
+        """Who evaluates: "rank0", "all" (every rank a share, same params) or "trainers" (LTFB)."""
+        return self.spec.evaluates
 
     def step(self, step: int) -> StepOut:
         raise NotImplementedError
@@ -215,6 +227,89 @@ class Algorithm:
             ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
 
     eval_name = "0"
+
+
+# ------------------------------------------------------------------------------ synchronous steps
+def tail_length(size: int) -> int:
+    """Scalars a synchronous step packs after its vector: loss, stop, P compute times, P busy times.
+
+    >>> tail_length(2)
+    6
+    """
+    return 2 + 2 * size
+
+
+@dataclass(slots=True)
+class Tally:
+    """What every worker of a synchronous step learns from the reduced tail."""
+
+    loss: float           # the global batch's loss (sum of the weighted slice losses)
+    stop: bool            # the leader asked to stop
+    times: list[float]    # every worker's compute time this step (speed-based shares)
+    comm_s: float         # my exchange time less my wait
+    wait_s: float         # idle while the slowest worker finished its part
+
+
+class SyncTail:
+    """The packed tail of a synchronous step's allreduced buffer, and its reading.
+
+        buffer = [ vector (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
+
+    Every worker writes its weighted loss, the leader's stop flag, its compute time and
+    its busy time since its previous exchange ended (its step, and anything else, such as
+    rank 0's evaluations) into its own slots; after the sum, every worker reads the same
+    global loss, stop flag and compute times, and derives its wait: the slowest worker's
+    busy time less its own (idle, not communicating). `rank`/`size` are within the
+    collective's group (LTFB trainers)."""
+
+    __slots__ = ("ctx", "n", "rank", "size", "t_free", "busy")
+
+    def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
+        self.ctx, self.n = ctx, n
+        self.rank = ctx.rank if rank is None else rank
+        self.size = ctx.size if size is None else size
+        self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
+        self.busy = 0.0
+
+    def pack(self, buf: Any, loss_w: float, compute_s: float, stop: bool) -> None:
+        """Write my scalars into buf[n:] (zeroing the others' slots)."""
+        n, p, r = self.n, self.size, self.rank
+        buf[n:n + tail_length(p)] = 0
+        buf[n] = loss_w
+        buf[n + 1] = 1.0 if stop else 0.0
+        buf[n + 2 + r] = compute_s
+        since = self.t_free if self.t_free is not None else self.ctx.t_start   # step 0: since time 0
+        self.busy = self.ctx.clock() - since if since is not None else compute_s
+        buf[n + 2 + p + r] = self.busy
+
+    def read(self, total: Any, comm_total: float) -> Tally:
+        """The reduced tail, with my exchange time `comm_total` split into comm and wait."""
+        n, p = self.n, self.size
+        tail = to_numpy(total[n:n + tail_length(p)]).tolist()
+        wait = min(comm_total, max(0.0, max(tail[2 + p:]) - self.busy))
+        return Tally(tail[0], tail[1] > 0, tail[2:2 + p], comm_total - wait, wait)
+
+    def freed(self) -> None:
+        """My exchange (and update) ended now: my next busy time counts from here."""
+        self.t_free = self.ctx.clock()
+
+
+def settle(out: StepOut, loss: float, stop: bool) -> bool:
+    """The decision every worker of a synchronous step makes together, from the same
+    reduced numbers: stopped (the leader asked), diverged (the global loss is NaN/inf),
+    else the update applies. Sets `out.loss` and `out.stop`; True when the update applies.
+
+    >>> out = StepOut(); settle(out, float("nan"), False), out.stop
+    (False, 'diverged')
+    >>> out = StepOut(); settle(out, 0.5, True), out.stop
+    (False, 'stopped')
+    """
+    out.loss = loss
+    if stop:
+        out.stop = "stopped"
+    elif not math.isfinite(loss):
+        out.stop = "diverged"
+    return out.stop is None
 
 
 def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:

@@ -43,7 +43,7 @@ recorded, and the next exchange ends the run as diverged on every worker. Its st
 records hold the worker's own loss, except at exchange steps: the loss of the whole
 global batch, the same on every worker (as in sync_sgd).
 
-    sync_easgd buffer = [ d_i (n) | weighted loss | stop | compute_s since last exchange [0..P) ]
+    sync_easgd buffer = [ d_i (n) | weighted loss | stop | compute_s[0..P) | busy_s[0..P) ]   (base.SyncTail)
 """
 from __future__ import annotations
 
@@ -55,13 +55,13 @@ import numpy as np
 
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD
-from .base import Algorithm, StepOut, WorkerContext
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .registry import AlgorithmSpec, Needs, register
 
 
 class ElasticWorker(Algorithm):
     """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
 
-    sync = False
     eval_name = "centre"
 
     def __init__(self, ctx: WorkerContext):
@@ -178,18 +178,15 @@ class HogwildEASGD(ElasticWorker):
 class SyncEASGD(ElasticWorker):
     """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies."""
 
-    sync = True
-    evaluates = "all"    # the centre is the same on every rank: the ranks share each evaluation
-
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         n, xp = ctx.model.n_params, ctx.xp
         self.n = n
         self.centre = self.params.copy()              # xc: the same on every worker, always
-        self.buf = xp.zeros(n + 2 + ctx.size, dtype=self.params.dtype)
+        self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
+        self.tail = SyncTail(ctx, n)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.compute_since = 0.0                      # local compute since the last exchange
-        self.t_free: float | None = None              # when the last exchange ended (ctx.timer)
         self.finite = True                            # every local loss since then was finite
 
     def step(self, step: int) -> StepOut:
@@ -206,31 +203,38 @@ class SyncEASGD(ElasticWorker):
         buf = self.buf
         ctx.xp.subtract(self.params, self.centre, out=buf[:n])
         buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)
-        buf[n:] = 0
-        buf[n] = loss * self.weight if self.finite else float("nan")
-        buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
-        # busy since the last exchange ended (its local steps, evaluations, ...; the first:
-        # since time 0): the slowest worker's busy time less mine is my idle time
-        since = self.t_free if self.t_free is not None else ctx.t_start
-        busy = self.clock() - since if since is not None else self.compute_since
-        buf[n + 2 + ctx.rank] = busy
-        t2 = self.ctx.timer()
-        total = ctx.allreduce(buf)
-        comm_total = self.ctx.timer() - t2
-        self.t_free = self.ctx.timer()
-        tail = to_numpy(total[n:]).tolist()
-        loss, stop, times = tail[0], tail[1] > 0, tail[2:]
-        wait_s = min(comm_total, max(0.0, max(times) - busy))  # idle for the slowest
-        out.loss, out.wait_s, out.comm_s = loss, wait_s, comm_total - wait_s
+        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                       stop=ctx.rank == 0 and ctx.stop_requested())
+        t2 = ctx.timer()
+        total = ctx.allreduce(buf)                     # sum_i d_i, and the tail
+        got = self.tail.read(total, ctx.timer() - t2)
+        self.tail.freed()
+        out.comm_s, out.wait_s = got.comm_s, got.wait_s
         self.compute_since, self.finite = 0.0, True
-        if stop:
-            out.stop = "stopped"
-        elif not math.isfinite(loss):
-            out.stop = "diverged"
-        else:
+        if settle(out, got.loss, got.stop):            # the global batch's loss, the same everywhere
             self.params -= buf[:n]                      # x_i -= d_i
             self.centre += total[:n]                    # xc += sum_i d_i, with the same pre-update xc
         return out
 
     def eval_params(self) -> Any:
         return self.centre
+
+
+EASGD_KNOBS = ("tau", "alpha")
+register(AlgorithmSpec(
+    "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
+    EASGD, sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin"))
+register(AlgorithmSpec(
+    "async_easgd", "elastic averaging with a parameter server serving whichever worker arrives first, every tau steps",
+    AsyncEASGD, sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"))
+register(AlgorithmSpec(
+    "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", AsyncMEASGD, sync=False,
+    needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"))
+register(AlgorithmSpec(
+    "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
+    HogwildEASGD, sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS, pattern="elastic_shared",
+    spans_hosts=False))
+register(AlgorithmSpec(
+    "sync_easgd", "all workers every tau steps: allreduce of the elastic differences; deterministic", SyncEASGD,
+    sync=True, evaluates="all",   # the centre is the same on every rank: the ranks share each evaluation
+    needs=Needs(collective=True), knobs=EASGD_KNOBS, pattern="elastic_allreduce"))

@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 
 from .base import Algorithm, StepOut, WorkerContext
+from .registry import AlgorithmSpec, Needs, register
 
 
 class HogwildSGD(Algorithm):
-    sync = False
-
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.shared = ctx.shared["params"].array           # (n,) float32, shared by the host
@@ -46,3 +45,8 @@ class HogwildSGD(Algorithm):
         return self.ctx.xp.asarray(self.shared.copy())
 
     eval_name = "shared"
+
+
+register(AlgorithmSpec(
+    "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host (Recht et al.)",
+    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False))

@@ -64,7 +64,8 @@ from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD, make_plan
 from ..results import eval_record
-from .base import Algorithm, StepOut, WorkerContext
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .registry import AlgorithmSpec, Needs, register
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5
@@ -149,10 +150,6 @@ def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the worker
 class LTFB(Algorithm):
-    sync = True             # a trainer's workers step together; trainers meet at tournaments
-    evaluates = "trainers"
-    shm_server = False      # the weight exchange needs the actor's mailbox (waits for the partner)
-
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
@@ -170,7 +167,9 @@ class LTFB(Algorithm):
         self.n = n = ctx.model.n_params
         self.params = xp.asarray(ctx.model.init(c.seed + self.k))
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
-        self.buf = xp.zeros(n + 2, dtype=self.params.dtype)          # [ grad | loss | stop ]
+        grank = ctx.comm.rank if ctx.comm is not None else 0
+        self.buf = xp.zeros(n + tail_length(self.gsize), dtype=self.params.dtype)   # [ grad | tail ]
+        self.tail = SyncTail(ctx, n, rank=grank, size=self.gsize)                   # within the trainer
         if self.leader:
             idx = tour_idx if xp is np else xp.asarray(tour_idx)
             self.X_tour, self.y_tour = ctx.X[idx], ctx.y[idx]
@@ -217,25 +216,21 @@ class LTFB(Algorithm):
         w = (self.hi - self.lo) / self.b
         if w != 1.0:
             buf[:n] *= w
-        buf[n] = loss * w
-        buf[n + 1] = 1.0 if (self.leader and ctx.stop_requested()) else 0.0
         t1 = self.clock()
+        self.tail.pack(buf, loss * w, t1 - t0, stop=self.leader and ctx.stop_requested())
+        t2 = ctx.timer()
         total = self.group_allreduce(buf)
-        t2 = self.ctx.timer()
-        loss, stop = float(total[n]), float(total[n + 1]) > 0
-        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
-        if stop:
-            out.stop = "stopped"
-            return out
-        if not math.isfinite(loss):
-            out.stop = "diverged"
-            if self.leader:
+        got = self.tail.read(total, ctx.timer() - t2)
+        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s)
+        if not settle(out, got.loss, got.stop):
+            if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
-                    ctx.event("diverged", f"trainer {self.k}: loss became {loss} at step {step} with lr {lr:.6g}")
+                    ctx.event("diverged", f"trainer {self.k}: loss became {out.loss} at step {step} with lr {lr:.6g}")
                 if ctx.control is not None:
                     ctx.control.request_stop("diverged")
             return out
         self.opt.step(self.params, total[:n], lr)
+        self.tail.freed()
         if (step + 1) % ctx.config.round_size == 0:
             score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)
             out.compute_s += score_s
@@ -348,3 +343,12 @@ def summarise(finals: list[dict]) -> dict[str, Any]:
         "final_test_loss": float(best["test_loss"]),
         "final_train_loss": float(best["train_loss"]),
     }
+
+
+register(AlgorithmSpec(
+    "ltfb", "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
+    LTFB, sync=True,        # a trainer's workers step together; trainers meet at tournaments
+    evaluates="trainers",
+    needs=Needs(collective=True, groups=trainer_groups, server="tournament", setup=ltfb_extra),
+    knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
+    pattern="tournament"))

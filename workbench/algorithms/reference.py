@@ -18,6 +18,7 @@ from ..maths.metrics import Evaluator
 from ..maths.models import make_model
 from ..maths.optim import SGD, make_plan
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
+from .registry import AlgorithmSpec, register
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
 
@@ -98,3 +99,8 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
                         extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps,
                                "startup_s": started - t_called},
                         params=params)
+
+
+register(AlgorithmSpec(
+    "sgd", "single-process minibatch SGD (momentum/Nesterov): the reference every parallel run is checked against",
+    None, sync=True, pattern="none", spans_hosts=False))

@@ -7,22 +7,22 @@ sum is exactly the mean gradient over the whole batch: the same update single-pr
 SGD makes on batch B (up to float rounding of the split sums).
 
 The allreduced buffer carries a few scalars after the gradient (one message per step,
-not several): the weighted loss, rank 0's stop flag, every worker's compute time, from
-which each worker derives the same new shares (deterministically, so every rank agrees
-without another message), and every worker's busy time since the previous exchange
-ended (its step, and anything else it did, such as rank 0's evaluations). A worker's
-`wait_s` is the slowest worker's busy time less its own: idle, not communicating.
+not several; `base.SyncTail`): the weighted loss, rank 0's stop flag, every worker's
+compute time, from which each worker derives the same new shares (deterministically, so
+every rank agrees without another message), and every worker's busy time since the
+previous exchange ended. A worker's `wait_s` is the slowest worker's busy time less its
+own: idle, not communicating.
 
     buffer = [ grad (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..data import split_batch
 from ..maths.optim import SGD
-from .base import Algorithm, StepOut, WorkerContext
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .registry import AlgorithmSpec, Needs, register
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
@@ -76,9 +76,6 @@ class SpeedBalancer:
 
 
 class SyncSGD(Algorithm):
-    sync = True
-    evaluates = "all"    # identical parameters everywhere: the ranks share each evaluation
-
     def __init__(self, ctx: WorkerContext, params: Any = None):
         super().__init__(ctx)
         xp, n = ctx.xp, ctx.model.n_params
@@ -86,12 +83,11 @@ class SyncSGD(Algorithm):
         self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
-        self.buf = ctx.comm_buffer(n + 2 + 2 * ctx.size, self.params.dtype)
+        self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
+        self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
-        self.t_free: float | None = None   # when my last exchange and update ended (ctx.timer)
 
-    # the parts CGDP and sync_easgd reuse ------------------------------------------------
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
         ctx, n = self.ctx, self.n
@@ -103,53 +99,33 @@ class SyncSGD(Algorithm):
         self.buf[:n] *= w
         return loss * w, hi - lo, self.clock() - t0
 
-    def pack_scalars(self, loss_w: float, compute_s: float) -> None:
-        ctx, n = self.ctx, self.n
-        self.buf[n:] = 0
-        self.buf[n] = loss_w
-        self.buf[n + 1] = 1.0 if (ctx.rank == 0 and ctx.stop_requested()) else 0.0
-        self.buf[n + 2 + ctx.rank] = compute_s
-        # busy since my last exchange ended (step 0: since the start barrier, time 0)
-        since = self.t_free if self.t_free is not None else ctx.t_start
-        self.busy = self.clock() - since if since is not None else compute_s
-        self.buf[n + 2 + ctx.size + ctx.rank] = self.busy
-
-    def read_scalars(self, total: Any, samples: int, compute_s: float) -> tuple[float, bool, float]:
-        """(global loss, stop?, my wait_s) from the allreduced buffer; may rebalance."""
-        n, size = self.n, self.ctx.size
-        tail = (total[n:].get() if hasattr(total, "get") else total[n:]).tolist()
-        loss, stop, times, busy = tail[0], tail[1] > 0, tail[2:2 + size], tail[2 + size:]
-        wait_s = max(0.0, max(busy) - self.busy)  # idle while the slowest worker finishes
-        if self.balancer.by_speed:
-            self.balancer.observe(times)
-        return loss, stop, wait_s
-
     @property
     def summary(self) -> dict[str, Any]:
         return self.balancer.summary()
 
-    # -------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n
         lr = ctx.plan.schedule(step)
-        loss_w, samples, compute_s = self.local_gradient(step)
-        self.pack_scalars(loss_w, compute_s)
-        t1 = self.ctx.timer()
-        total = ctx.allreduce(self.buf)
-        comm_total = self.ctx.timer() - t1
-        loss, stop, wait_s = self.read_scalars(total, samples, compute_s)
-        out = StepOut(loss=loss, lr=lr, samples=samples, compute_s=compute_s,
-                      wait_s=min(wait_s, comm_total), comm_s=max(0.0, comm_total - wait_s))
-        if stop:
-            out.stop = "stopped"
-        elif not math.isfinite(loss):
-            out.stop = "diverged"
-        else:
+        loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
+        self.tail.pack(self.buf, loss_w, compute_s, stop=ctx.rank == 0 and ctx.stop_requested())
+        t1 = ctx.timer()
+        total = ctx.allreduce(self.buf)                                      # sum_i (n_i / B) g_i = g
+        got = self.tail.read(total, ctx.timer() - t1)
+        self.balancer.observe(got.times)
+        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s)
+        if settle(out, got.loss, got.stop):
             t2 = self.clock()
-            self.opt.step(self.params, total[:n], lr)
-            self.t_free = self.clock()
-            out.compute_s += self.t_free - t2        # the update is compute too
+            self.opt.step(self.params, total[:n], lr)                        # x -= lr g (momentum, ...)
+            self.tail.freed()
+            out.compute_s += self.tail.t_free - t2        # the update is compute too
         return out
 
     def eval_params(self) -> Any:
         return self.params
+
+
+register(AlgorithmSpec(
+    "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
+    "the same update", SyncSGD, sync=True,
+    evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
+    needs=Needs(collective=True), knobs=("split",), pattern="allreduce"))

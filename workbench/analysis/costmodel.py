@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ALGORITHMS, ConfigError
+from ..algorithms.registry import specs
+from ..config import ConfigError
 
 BYTES_PER_PARAM = 4  # float32
 
@@ -86,22 +87,11 @@ HOST_LINK = Network("PCIe 4.0 x16", 10e-6, 1 / 20e9, "device <-> host copies (CG
 HOST_MEMORY_BYTES_PER_S = 10e9  # one core streaming sum / update over host memory
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
-# Which communication pattern each algorithm uses (see the module docstring).
-PATTERNS: dict[str, str] = {
-    "sgd": "none",
-    "sync_sgd": "allreduce",
-    "async_sgd": "server",
-    "async_msgd": "server",
-    "hogwild_sgd": "shared",
-    "easgd": "round_robin",
-    "async_easgd": "elastic_server",
-    "async_measgd": "elastic_server",
-    "hogwild_easgd": "elastic_shared",
-    "sync_easgd": "elastic_allreduce",
-    "ltfb": "tournament",
-    "cgdp": "host",
-}
-SAME_HOST = ("hogwild_sgd", "hogwild_easgd")   # shared memory: one host only
+# Which communication pattern each algorithm uses (see the module docstring): declared
+# by each algorithm in its own module (`workbench.algorithms.registry`).
+PATTERNS: dict[str, str] = {name: spec.pattern for name, spec in specs().items()}
+SAME_HOST = tuple(name for name, spec in specs().items()            # shared memory: one host only
+                  if not spec.spans_hosts and not spec.single_process)
 ALLREDUCES = ("ring", "tree")
 
 
@@ -205,7 +195,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
 
 def _pattern(algorithm: str) -> str:
     if algorithm not in PATTERNS:
-        raise ConfigError("algorithm", f"one of {sorted(ALGORITHMS)}", algorithm)
+        raise ConfigError("algorithm", f"one of {sorted(PATTERNS)}", algorithm)
     return PATTERNS[algorithm]
 
 

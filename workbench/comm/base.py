@@ -4,10 +4,10 @@ Two roles cover the seed papers' algorithms:
 
 * `Comm`: a collective among the P workers of a run: `allreduce` (elementwise sum in
   rank order, so results are deterministic) and `barrier`.
-* `Server`: a parameter server / centre variable: `pull`, `push` (apply a gradient),
-  `elastic` (the EASGD exchange), `exchange` (LTFB weight swap). Its logic lives in
-  `ServerCore`; front-ends put it behind a Dask actor, a lock between threads, or shared
-  memory.
+* a server role (`roles`): a parameter server (`pull`, `push`), the EASGD centre
+  (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`) or
+  cgdp's master (`push`, `fetch`). Each role's maths lives in one core in `roles`;
+  front-ends put it behind a lock between threads, a Dask actor, or shared memory.
 
 `Control` carries the stop and abort requests between the client and the loops. An
 optional network emulator (`Emulated`) adds latency and a bandwidth cap to any of them.
@@ -17,10 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any, Protocol
-
-import numpy as np
-
-from ..maths.optim import SGD
 
 
 class WorkerLost(RuntimeError):
@@ -46,77 +42,6 @@ class Control(Protocol):
     def request_stop(self, reason: str) -> None: ...
 
     def aborted(self) -> bool: ...
-
-
-class ServerCore:
-    """The state and the maths of a parameter server / EASGD master, front-end free.
-
-    Not thread-safe by itself: front-ends serialise calls (a lock, the actor's single
-    thread) except where lock-freedom is the point (Hogwild, shared memory).
-    """
-
-    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, size: int = 1):
-        self.x = np.array(params, dtype=params.dtype, copy=True)
-        self.version = 0
-        self.opt = SGD(self.x.shape[0], np, self.x.dtype, momentum, nesterov, weight_decay)
-        self.size = size
-        self.turn = 0          # round-robin EASGD: whose exchange is next
-        self.retired: set[int] = set()  # round-robin: finished workers give up their turns
-        self.mailbox: dict[tuple[Any, int], Any] = {}  # LTFB: (round, trainer) -> what it left
-        self.departed: set[int] = set()  # LTFB: trainers that have ended (they leave nothing more)
-
-    def pull(self) -> tuple[int, np.ndarray]:
-        """Current version and a copy of the parameters."""
-        return self.version, self.x.copy()
-
-    def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
-        """Apply `x -= lr * g` (through the optimiser: momentum lives here); return the new
-        version, fresh parameters and the staleness of `grad` (updates it missed)."""
-        staleness = self.version - version
-        self.opt.step(self.x, grad, lr)
-        self.version += 1
-        return self.version, self.x.copy(), staleness
-
-    def elastic(self, x_worker: np.ndarray, alpha: float) -> np.ndarray:
-        """EASGD: d = alpha (x_i - xc); xc += d; returns d (the worker subtracts it)."""
-        d = alpha * (x_worker - self.x)
-        self.x += d
-        self.version += 1
-        return d
-
-    def centre(self) -> np.ndarray:
-        return self.x.copy()
-
-    def advance_turn(self, retire: int | None = None) -> None:
-        """Round-robin: pass the turn on, skipping workers that have finished."""
-        if retire is not None:
-            self.retired.add(retire)
-        else:
-            self.turn = (self.turn + 1) % self.size
-        for _ in range(self.size):
-            if self.turn not in self.retired or len(self.retired) == self.size:
-                return
-            self.turn = (self.turn + 1) % self.size
-
-    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
-                meta: dict | None = None) -> None:
-        """LTFB: leave `trainer`'s model of round `rnd` (weights, optimiser state or None,
-        small facts) for its partner. Arrays are separate arguments so that the network
-        emulator charges their bytes."""
-        self.mailbox[(rnd, trainer)] = (params, state, meta)
-
-    def can_collect(self, rnd: Any, trainer: int) -> bool:
-        """Whether `collect(rnd, trainer)` can answer now (front-ends wait for this)."""
-        return (rnd, trainer) in self.mailbox or trainer in self.departed
-
-    def collect(self, rnd: Any, trainer: int) -> tuple[np.ndarray, np.ndarray | None, dict | None] | None:
-        """LTFB: take (params, state, meta) `trainer` left for round `rnd`; None if it ended without."""
-        return self.mailbox.pop((rnd, trainer), None)
-
-    def depart(self, trainer: int) -> None:
-        """LTFB: `trainer` has ended; partners waiting for it get None instead of waiting."""
-        self.departed.add(trainer)
 
 
 class ThreadControl:

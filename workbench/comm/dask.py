@@ -1,5 +1,5 @@
-"""Dask implementations: the parameter server as an actor, and the run control as Dask
-Events. (The portable allreduce is a ring over the workers' own connections: `ring`.)
+"""Dask front-ends: the server roles' cores (`roles`) as actors, and the run control as
+Dask Events. (The portable allreduce is a ring over the workers' own connections: `ring`.)
 
 Actor calls go worker-to-worker (under a millisecond here), never through the
 scheduler's batched streams (8-25 ms). The actor methods are coroutines: they run on the
@@ -15,17 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from .base import ServerCore, WorkerLost
+from .base import WorkerLost
+from .roles import ChunkMaster, make_core
 
 ABORT_POLL_S = 0.5
 
 
 class ServerActor:
-    """A `ServerCore` as a Dask actor: FCFS by the event loop, round-robin by a condition."""
+    """A server role's core (`roles.make_core`) as a Dask actor: FCFS by the event loop,
+    round-robin turns and LTFB partners by a condition."""
 
-    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, size: int = 1):
-        self.core = ServerCore(params, momentum, nesterov, weight_decay, size)
+    def __init__(self, role: str, options: dict, params: np.ndarray, size: int = 1):
+        self.core = make_core(role, options, params, size)
         self._turn: asyncio.Condition | None = None
 
     def _cond(self) -> asyncio.Condition:
@@ -41,12 +42,11 @@ class ServerActor:
 
     async def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
         if rank is None:
-            return self.core.elastic(x, alpha)
+            return self.core.exchange(x, alpha)
         cond = self._cond()
         async with cond:
-            await cond.wait_for(lambda: self.core.turn == rank)
-            d = self.core.elastic(x, alpha)
-            self.core.advance_turn()
+            await cond.wait_for(lambda: self.core.my_turn(rank))
+            d = self.core.exchange(x, alpha, rank)
             cond.notify_all()
             return d
 
@@ -79,7 +79,7 @@ class ServerActor:
             cond.notify_all()
 
 
-class _ActorCall:
+class ActorCall:
     """Blocking calls on an actor from a worker thread, timed out to notice aborts."""
 
     def __init__(self, actor: Any, control: Any = None):
@@ -95,8 +95,8 @@ class _ActorCall:
                     raise WorkerLost(f"{method} aborted: a peer is gone") from None
 
 
-class ActorServerProxy(_ActorCall):
-    """The worker-side `Server` for a `ServerActor`."""
+class ActorServerProxy(ActorCall):
+    """The worker-side server for a `ServerActor`."""
 
     def pull(self):
         return self.call("pull")
@@ -122,6 +122,61 @@ class ActorServerProxy(_ActorCall):
 
     def depart(self, trainer: int) -> None:
         return self.call("depart", trainer)
+
+
+class ChunkMasterActor:
+    """cgdp's master (`roles.ChunkMaster`) as a Dask actor: coroutines on the hosting
+    worker's event loop, so chunk sums and updates run while the devices are still in
+    their backward pass."""
+
+    def __init__(self, **kwargs: Any):
+        self.core = ChunkMaster(**kwargs)
+        self.completed = -1
+        self._cond: asyncio.Condition | None = None
+
+    def _c(self) -> asyncio.Condition:
+        if self._cond is None:  # made on the worker's loop, at first use
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
+            cond = self._c()
+            async with cond:
+                self.completed = step
+                cond.notify_all()
+
+    async def fetch(self, step: int):
+        cond = self._c()
+        async with cond:
+            await cond.wait_for(lambda: self.completed >= step)
+        return self.core.result()
+
+    async def history(self) -> list[int]:
+        return list(self.core.chunk_history)
+
+
+class ChunkMasterProxy(ActorCall):
+    """Worker side of ChunkMasterActor: pushes are fire-and-forget (checked before the
+    fetch), fetches block, polling for an aborted run."""
+
+    def __init__(self, actor: Any, control: Any = None):
+        super().__init__(actor, control)
+        self.sent: list[Any] = []
+
+    def push(self, *args: Any) -> None:
+        self.sent.append(self.actor.push(*args))
+
+    def wait_sent(self) -> None:
+        for fut in self.sent:
+            fut.result()
+        self.sent = []
+
+    def fetch(self, step: int):
+        return self.call("fetch", step)
+
+    def history(self) -> list[int]:
+        return self.call("history")
 
 
 LEASE_REFRESH_S = 1.0   # the client renews its lease this often (from its own thread)

@@ -159,110 +159,83 @@ class SharedArray:
 
 
 # ------------------------------------------------------------------ parameter server
-HEADER = 8  # int64 slots before the arrays: version, turn, retired bitmask, size, ...
+HEADER = 8              # int64 slots before the arrays (roles.ParameterServer uses the first few)
+MAX_RANKS = 1024        # int8 "retired" flags, one per rank
 
 
 def server_nbytes(n: int, momentum: bool) -> int:
     """Bytes of a shared parameter-server segment for n float32 parameters."""
-    return 8 * HEADER + 4 * n * (2 if momentum else 1)
+    return 8 * HEADER + MAX_RANKS + 4 * n * (2 if momentum else 1)
+
+
+def _server_views(buf: Any, n: int, size: int, momentum: bool) -> dict[str, Any]:
+    from .roles import N_HEADER
+    x_at = 8 * HEADER + MAX_RANKS
+    return {"header": np.ndarray((N_HEADER,), dtype=np.int64, buffer=buf, offset=0),
+            "retired": np.ndarray((size,), dtype=np.int8, buffer=buf, offset=8 * HEADER),
+            "x": np.ndarray((n,), dtype=np.float32, buffer=buf, offset=x_at),
+            "velocity": np.ndarray((n,), dtype=np.float32, buffer=buf, offset=x_at + 4 * n) if momentum else None}
 
 
 class ShmServer:
-    """A parameter server / EASGD centre in shared memory, for workers on one host.
+    """The `parameter_server` / `elastic_centre` role in shared memory, for workers on one host.
 
-    The parameters, the optimiser's velocity and a version counter live in one segment;
-    a kernel file lock (`fcntl.flock`, dropped by the kernel if its holder dies)
-    serialises updates: first come, first served, like the actor, without a round trip
-    through another process's event loop. Round-robin EASGD waits for its turn by
-    polling the shared turn counter. Same methods as `ServerCore`'s front-ends.
+    The role's core (`roles.ParameterServer`) runs in every worker on state arrays that
+    are views of one segment (parameters, velocity, version, turn, retired flags); a
+    kernel file lock (`fcntl.flock`, dropped by the kernel if its holder dies) serialises
+    the calls: first come, first served, like the actor, without a round trip through
+    another process's event loop. Round-robin EASGD waits for its turn by polling.
     """
 
     def __init__(self, segment: str, lock_path: str, n: int, size: int, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0, control: Any = None):
-        from ..maths.optim import SGD
+        from .roles import ParameterServer
 
+        if size > MAX_RANKS:
+            raise ValueError(f"size: at most {MAX_RANKS} workers share a server segment, got {size}")
         self.shm = attach(segment)
-        self.header = np.ndarray((HEADER,), dtype=np.int64, buffer=self.shm.buf, offset=0)
-        self.x = np.ndarray((n,), dtype=np.float32, buffer=self.shm.buf, offset=8 * HEADER)
-        self.opt = SGD(n, np, np.float32, 0.0, nesterov, weight_decay)
-        if momentum > 0:  # the velocity is server state: shared, not per worker
-            self.opt.momentum = momentum
-            self.opt.velocity = np.ndarray((n,), dtype=np.float32, buffer=self.shm.buf, offset=8 * HEADER + 4 * n)
-        self.size, self.control = size, control
+        self.core = ParameterServer(None, size, momentum, nesterov, weight_decay,
+                                    state=_server_views(self.shm.buf, n, size, momentum > 0))
+        self.control = control
         self.lockfile = open(lock_path, "a+")
 
-    # -- the lock
-    def _acquire(self) -> None:
+    def _locked(self, fn: Callable[[], Any]) -> Any:
         import fcntl
         fcntl.flock(self.lockfile, fcntl.LOCK_EX)
-
-    def _release(self) -> None:
-        import fcntl
-        fcntl.flock(self.lockfile, fcntl.LOCK_UN)
-
-    # -- the server interface
-    def pull(self) -> tuple[int, np.ndarray]:
-        self._acquire()
         try:
-            return int(self.header[0]), self.x.copy()
+            return fn()
         finally:
-            self._release()
+            fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        return self._locked(self.core.pull)
 
     def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
-        self._acquire()
-        try:
-            staleness = int(self.header[0]) - version
-            self.opt.step(self.x, grad, lr)
-            self.header[0] += 1
-            return int(self.header[0]), self.x.copy(), staleness
-        finally:
-            self._release()
+        return self._locked(lambda: self.core.push(grad, lr, version))
 
     def elastic(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
+        core, missed = self.core, object()
+
+        def attempt() -> Any:
+            return core.exchange(x_worker, alpha, rank) if core.my_turn(rank) else missed
         deadline = time.perf_counter() + ABORT_POLL_S
-        while True:
-            self._acquire()
-            try:
-                if rank is None or int(self.header[1]) == rank:
-                    d = alpha * (x_worker - self.x)
-                    self.x += d
-                    self.header[0] += 1
-                    if rank is not None:
-                        self._advance_turn()
-                    return d
-            finally:
-                self._release()
+        while (d := self._locked(attempt)) is missed:
             time.sleep(SLEEP_S)  # not our turn yet (round-robin)
             if time.perf_counter() > deadline:
                 deadline = time.perf_counter() + ABORT_POLL_S
                 if self.control is not None and self.control.aborted():
                     raise WorkerLost("elastic exchange aborted: a peer is gone")
+        return d
 
     def retire(self, rank: int) -> None:
-        self._acquire()
-        try:
-            self.header[2] |= 1 << rank
-            self._advance_turn(skip_only=True)
-        finally:
-            self._release()
-
-    def _advance_turn(self, skip_only: bool = False) -> None:
-        retired, size = int(self.header[2]), self.size
-        turn = int(self.header[1]) if skip_only else (int(self.header[1]) + 1) % size
-        for _ in range(size):
-            if not retired >> turn & 1 or retired == (1 << size) - 1:
-                break
-            turn = (turn + 1) % size
-        self.header[1] = turn
+        self._locked(lambda: self.core.advance_turn(retire=rank))
 
     def centre(self) -> np.ndarray:
         return self.pull()[1]
 
     def close(self) -> None:
         self.lockfile.close()
-        del self.header, self.x
-        if self.opt.velocity is not None and self.opt.momentum > 0:
-            self.opt.velocity = None
+        self.core = None
         if self.shm.name not in _OWNED:
             self.shm.close()
 
@@ -270,6 +243,168 @@ class ShmServer:
 def create_server_segment(name: str, params: np.ndarray, momentum: bool) -> str:
     """Create and fill a ShmServer segment (runs on one worker of the host)."""
     seg = create_segment(name, server_nbytes(params.shape[0], momentum))
-    shm = _OWNED[seg]
-    np.ndarray(params.shape, dtype=np.float32, buffer=shm.buf, offset=8 * HEADER)[:] = params
+    _server_views(_OWNED[seg].buf, params.shape[0], 0, momentum)["x"][:] = params
     return seg
+
+
+# ------------------------------------------------------------------ cgdp's master
+# Segment layout: int64 header | int64 arrivals per chunk | float64 outcome | float32 arrays
+M_COMPLETED, M_STOP, M_FINAL_DONE, M_HEADER = 0, 1, 2, 8          # header slots
+F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
+
+
+def master_nbytes(n: int, size: int, n_layers: int, momentum: bool) -> int:
+    """Bytes of a shared-memory chunk master: n parameters, P workers."""
+    return 8 * (M_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 4 * n * (1 + int(momentum) + size)
+
+
+def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: bool) -> str:
+    """Create and fill a ShmChunkMaster segment (runs on one worker of the host)."""
+    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum))
+    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum)
+    views["x"][:] = params
+    views["header"][[M_COMPLETED, M_STOP]] = -1
+    views["floats"][F_LAST_DONE] = time.perf_counter()   # CLOCK_MONOTONIC: one clock for the host
+    return seg
+
+
+def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: bool) -> dict[str, Any]:
+    off = 0
+
+    def take(shape: tuple, dtype: Any) -> np.ndarray:
+        nonlocal off
+        a = np.ndarray(shape, dtype=dtype, buffer=buf, offset=off)
+        off += a.nbytes
+        return a
+    v = {"header": take((M_HEADER,), np.int64), "arrivals": take((n_layers,), np.int64),
+         "floats": take((N_FLOATS + 3 * size,), np.float64), "x": take((n,), np.float32)}
+    v["velocity"] = take((n,), np.float32) if momentum else None
+    v["slots"] = take((size, n), np.float32)                     # (P, n): each worker's weighted chunks
+    return v
+
+
+class ShmChunkMaster:
+    """The `cgdp_master` role in shared memory, for workers on one host: no master process.
+
+    The master weights, the velocity and one slot row per worker live in one segment;
+    every worker holds a `roles.ChunkMaster` core over those arrays. A worker writes its
+    weighted chunk into its row and counts itself in under a kernel file lock (as
+    `ShmServer`). The worker that completes a chunk has the core sum the rows in rank
+    order and update that chunk, while the others go on with their backward pass: the
+    aggregation still overlaps with the remaining backward work, as in the paper. The
+    final chunk (the first layers, every worker's last push) has no backward work left to
+    hide behind, so all workers complete it together, each reducing its own column block,
+    like the shared-memory allreduce; the last to finish publishes the step's outcome
+    (loss summed in rank order, stop flag, compute times, the step's duration by `clock`).
+    Every worker's core keeps its own `ChunkTuner`, fed the same durations, so all agree on
+    the next step's chunking without a message.
+
+    Why nothing is overwritten too early: a worker pushes its final chunk only after
+    completing any chunk it had to, so the step is whole once every block of the final
+    chunk is done; and a worker's next pushes follow its fetch, so no chunk of step s+1
+    can complete (changing weights or outcome) before every worker has fetched step s.
+    """
+
+    def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
+                 chunk_layers: int | str, n: int, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, control: Any = None, clock: Callable[[], float] = time.perf_counter):
+        from .roles import ChunkMaster
+        self.shm = attach(segment)
+        self.rank, self.size, self.control, self.clock = rank, size, control, clock
+        v = _master_views(self.shm.buf, n, size, len(groups), momentum > 0)
+        self.header, self.arrivals, self.floats, self.slots = v["header"], v["arrivals"], v["floats"], v["slots"]
+        self.times, self.loss_w, self.compute_s = (self.floats[N_FLOATS + k * size:N_FLOATS + (k + 1) * size]
+                                                   for k in range(3))
+        self.core = ChunkMaster(None, size, groups, chunk_layers, momentum, nesterov, weight_decay, clock=clock,
+                                state={"x": v["x"], "velocity": v["velocity"]})
+        self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
+        self._chunking()
+        self.lockfile = open(lock_path, "a+")
+
+    def _chunking(self) -> None:
+        from .roles import chunk_bounds
+        self.index = {c: i for i, c in enumerate(chunk_bounds(self.core.groups, self.core.tuner.current))}
+
+    def _locked(self, fn: Callable[[], Any]) -> Any:
+        import fcntl
+        fcntl.flock(self.lockfile, fcntl.LOCK_EX)
+        try:
+            return fn()
+        finally:
+            fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+
+    def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
+        """Every worker's rows of [lo, hi), summed in rank order, update the master there."""
+        self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr,
+                               stopped=self.header[M_STOP] == step)
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        i = self.index[(lo, hi)]
+        final = i == len(self.index) - 1
+        if grad is not None:                 # None: already written through `slot`
+            self.slots[rank, lo:hi] = grad
+        if compute_s is not None:            # the worker's last chunk carries its loss and time
+            self.loss_w[rank], self.compute_s[rank] = loss_w, compute_s
+        if stop:                             # rank 0's first chunk: before any chunk can complete
+            self.header[M_STOP] = step
+
+        def arrive() -> bool:
+            self.arrivals[i] += 1
+            if final or self.arrivals[i] < self.size:
+                return False
+            self.arrivals[i] = 0             # complete: the next arrival is next step's
+            return True
+        if self._locked(arrive):
+            self._reduce(step, lo, hi, lr)   # this worker completes the chunk
+        if not final:
+            return
+        wait_until(lambda: self.arrivals[i] == self.size, self.control, "cgdp master")
+        m, r, p = hi - lo, self.rank, self.size
+        self._reduce(step, lo + r * m // p, lo + (r + 1) * m // p, lr)   # my block of the final chunk
+
+        def block_done() -> bool:
+            self.header[M_FINAL_DONE] += 1
+            if self.header[M_FINAL_DONE] < self.size:
+                return False
+            self.header[M_FINAL_DONE] = self.arrivals[i] = 0
+            return True
+        if self._locked(block_done):         # the step is whole: publish it
+            loss = 0.0
+            for q in range(self.size):       # rank order
+                loss += float(self.loss_w[q])
+            now = self.clock()
+            f = self.floats
+            f[F_LOSS], f[F_STOP] = loss, float(self.header[M_STOP] == step)
+            f[F_STEP_S], f[F_LAST_DONE] = now - f[F_LAST_DONE], now
+            self.times[:] = self.compute_s
+            self.header[M_COMPLETED] = step  # written last
+
+    def slot(self, rank: int, lo: int, hi: int) -> np.ndarray:
+        """Where `rank`'s weighted gradient of [lo, hi) goes: write it there, push None."""
+        return self.slots[rank, lo:hi]
+
+    def wait_sent(self) -> None:
+        pass  # pushes are complete when they return
+
+    def fetch(self, step: int):
+        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch), the
+        step's loss and stop flag, the next step's chunking and every worker's compute time."""
+        wait_until(lambda: self.header[M_COMPLETED] >= step, self.control, "cgdp master")
+        f, core = self.floats, self.core
+        np.copyto(self.fetched, core.x)
+        x, loss, stop, times = self.fetched, float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
+        used = core.tuner.current
+        core.chunk_history.append(used)
+        if core.tuner.observe(float(f[F_STEP_S])) != used:
+            self._chunking()
+        return x, loss, stop, core.tuner.current, times
+
+    def history(self) -> list[int]:
+        return list(self.core.chunk_history)
+
+    def close(self) -> None:
+        self.lockfile.close()
+        del self.header, self.arrivals, self.floats, self.slots, self.times, self.loss_w, self.compute_s
+        self.core = None
+        if self.shm.name not in _OWNED:
+            self.shm.close()

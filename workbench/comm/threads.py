@@ -1,5 +1,6 @@
-"""In-process implementations (workers as threads): unit tests run every algorithm
-through these, without Dask, and must get the same maths as the distributed ones."""
+"""In-process front-ends (workers as threads): a collective, and the server roles' cores
+(`roles`) behind a lock. The thread transport runs every algorithm through these, and
+gets the same maths as the distributed front-ends."""
 from __future__ import annotations
 
 import threading
@@ -7,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import ServerCore, WorkerLost
+from .base import WorkerLost
+from .roles import ChunkMaster, ServerCore
 
 ABORT_POLL_S = 0.5
 
@@ -64,7 +66,8 @@ class ThreadComm:
 
 
 class ThreadServer:
-    """A `ServerCore` behind a lock (FCFS) with a condition for round-robin turns."""
+    """A server role's core (`roles.ServerCore`) behind a lock (FCFS), with a condition
+    for round-robin turns and LTFB partners."""
 
     def __init__(self, core: ServerCore):
         self.core = core
@@ -81,12 +84,9 @@ class ThreadServer:
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
         """FCFS under the lock; with `rank`, strictly in rank order (original EASGD)."""
         with self.lock:
-            if rank is None:
-                return self.core.elastic(x, alpha)
-            while self.core.turn != rank:
+            while not self.core.my_turn(rank):
                 self.lock.wait(timeout=ABORT_POLL_S)
-            d = self.core.elastic(x, alpha)
-            self.core.advance_turn()
+            d = self.core.exchange(x, alpha, rank)
             self.lock.notify_all()
             return d
 
@@ -117,3 +117,31 @@ class ThreadServer:
         with self.lock:
             self.core.depart(trainer)
             self.lock.notify_all()
+
+
+class ThreadChunkMaster:
+    """cgdp's master (`roles.ChunkMaster`) for workers that are threads: a lock, and a
+    condition per step."""
+
+    def __init__(self, core: ChunkMaster):
+        self.core = core
+        self.cond = threading.Condition()
+        self.completed = -1
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        with self.cond:
+            if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
+                self.completed = step
+                self.cond.notify_all()
+
+    def fetch(self, step: int):
+        with self.cond:
+            while not self.cond.wait_for(lambda: self.completed >= step, timeout=ABORT_POLL_S):
+                pass
+            return self.core.result()
+
+    def wait_sent(self) -> None:
+        pass  # pushes are synchronous here
+
+    def history(self) -> list[int]:
+        return list(self.core.chunk_history)

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig
 
-EASGD_FAMILY = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
 WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
 MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
@@ -232,7 +231,8 @@ def check_emulator(config: RunConfig, n_params: int) -> None:
 def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None) -> list[str]:
     """Settings that run but make the algorithm pointless; one sentence each."""
     out: list[str] = []
-    if config.algorithm in EASGD_FAMILY and config.tau > total_steps:
+    from ..algorithms.registry import with_knob
+    if config.algorithm in with_knob("tau") and config.tau > total_steps:
         out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                    f"exchange will ever happen, so the workers train apart and the centre stays at its start")
     if config.algorithm == "ltfb" and config.round_size >= total_steps and config.trainers > 1:

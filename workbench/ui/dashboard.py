@@ -57,7 +57,6 @@ from ..config import (
     FIELD_GROUPS,
     GROUP_TITLES,
     MODEL_NAMES,
-    SYNC_ALGORITHMS,
     ConfigError,
     RunConfig,
     field_help,
@@ -73,7 +72,6 @@ RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's ow
 DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm (sgd is the reference)
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
-EASGD_FAMILY = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
 DOWNLOADED = ("mnist", "fashion_mnist", "cifar10")
 KNOWN_N_TRAIN = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000}  # official splits
 # RunConfig fields with no control, and why.
@@ -241,7 +239,10 @@ def _check(name: str) -> Callable[[Any], Any]:
     return lambda v: widgets.Checkbox(value=v, indent=False, **_desc(name))
 
 
-def _is(*algorithms: str) -> Callable[[RunConfig], bool]:
+def _knob(field: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that declare `field` among their knobs (the registry)."""
+    from ..algorithms.registry import with_knob
+    algorithms = with_knob(field)
     return lambda c: c.algorithm in algorithms
 
 
@@ -283,19 +284,18 @@ CONTROLS: tuple[Control, ...] = (
     _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
     # algorithm knobs
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
-       applies=_is(*EASGD_FAMILY)),
-    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_is(*EASGD_FAMILY)),
+       applies=_knob("tau")),
+    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
     _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
-       applies=_is("ltfb")),
-    _c("round_size", _int(1, 10**6), applies=_is("ltfb")),
-    _c("tournament_size", _int(1, 10**6), applies=_is("ltfb")),
+       applies=_knob("trainers")),
+    _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
+    _c("tournament_size", _int(1, 10**6), applies=_knob("tournament_size")),
     _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=_is("ltfb")),
-    _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_is("ltfb")),
-    _c("exchange_state", _check, applies=_is("ltfb")),
-    _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_is("cgdp")),
-    _c("split", _dropdown(["equal", "speed"]), applies=lambda c: c.algorithm in SYNC_ALGORITHMS and c.algorithm != "sgd"
-       and c.algorithm not in ("sync_easgd", "ltfb")),  # ltfb splits each trainer's batch evenly
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=_knob("trainer_lrs")),
+    _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
+    _c("exchange_state", _check, applies=_knob("exchange_state")),
+    _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
+    _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
     # how long
     _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
     _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),

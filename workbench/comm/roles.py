@@ -1,0 +1,302 @@
+"""The server roles' maths, each written once, front-end free.
+
+An algorithm that needs a server declares a role (`AlgorithmSpec.needs.server`); the
+transport puts the role's core behind a front-end that only serialises calls and moves
+bytes: a lock between threads (`threads.ThreadServer`, `threads.ThreadChunkMaster`), a
+Dask actor (`dask.ServerActor`, `dask.ChunkMasterActor`), or shared memory between the
+processes of one host (`shm.ShmServer`, `shm.ShmChunkMaster`, whose state arrays are
+views of a segment that the cores below update in place).
+
+* `ParameterServer`: the `parameter_server` role (pull; push applies the shared SGD rule
+  with momentum / Nesterov / weight decay and counts staleness) and the `elastic_centre`
+  role (the EASGD exchange, FCFS or in round-robin turns that skip retired workers).
+* `TournamentMailbox`: the `tournament` role (LTFB partners deposit and collect models;
+  a departed trainer leaves nothing to wait for).
+* `ChunkMaster`: the `cgdp_master` role (CGDP's host-side master: per-chunk sums in rank
+  order, per-chunk updates, the step's outcome, the run-time chunk size `ChunkTuner`);
+  it times iterations with the clock it is given, so a virtual clock can drive it.
+
+Cores are not thread-safe by themselves: front-ends serialise calls.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..maths.optim import SGD
+
+H_VERSION, H_TURN, N_HEADER = 0, 1, 2   # ParameterServer's int64 header slots
+
+
+# ------------------------------------------------------------------------------ parameter server / centre
+def server_state(params: np.ndarray, size: int, momentum: bool) -> dict[str, Any]:
+    """Fresh state arrays of a ParameterServer (a shared-memory front-end maps its own)."""
+    return {"x": np.array(params, copy=True), "velocity": np.zeros_like(params) if momentum else None,
+            "header": np.zeros(N_HEADER, np.int64), "retired": np.zeros(size, np.int8)}
+
+
+class ParameterServer:
+    """Parameters (or the EASGD centre) updated by pushed gradients or elastic exchanges.
+
+    State: `x`, the optimiser's velocity (momentum lives here, not on the workers), a
+    version counter (updates applied: staleness = version at push - version at pull), the
+    round-robin turn and which workers retired. `state` hands in those arrays (views of a
+    shared segment); by default they are fresh copies.
+    """
+
+    def __init__(self, params: np.ndarray | None, size: int = 1, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, *, state: dict[str, Any] | None = None):
+        state = state or server_state(params, size, momentum > 0)
+        self.x, self.header, self.retired = state["x"], state["header"], state["retired"]
+        self.size = size
+        self.opt = SGD(self.x.shape[0], np, self.x.dtype, 0.0, nesterov, weight_decay)
+        if momentum > 0:
+            self.opt.momentum, self.opt.velocity = momentum, state["velocity"]
+
+    @property
+    def version(self) -> int:
+        return int(self.header[H_VERSION])
+
+    @property
+    def turn(self) -> int:
+        return int(self.header[H_TURN])
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        """Current version and a copy of the parameters."""
+        return self.version, self.x.copy()
+
+    def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
+        """Apply `x -= lr g` through the optimiser (momentum, Nesterov, weight decay);
+        returns the new version, fresh parameters and the staleness of `grad`."""
+        staleness = self.version - version
+        self.opt.step(self.x, grad, lr)
+        self.header[H_VERSION] += 1
+        return self.version, self.x.copy(), staleness
+
+    def elastic(self, x_worker: np.ndarray, alpha: float) -> np.ndarray:
+        """EASGD: d = alpha (x_i - xc); xc += d; returns d (the worker subtracts it)."""
+        d = alpha * (x_worker - self.x)
+        self.x += d
+        self.header[H_VERSION] += 1
+        return d
+
+    def centre(self) -> np.ndarray:
+        return self.x.copy()
+
+    def my_turn(self, rank: int | None) -> bool:
+        """Whether an exchange of `rank` may go now (None: FCFS, always)."""
+        return rank is None or self.turn == rank
+
+    def exchange(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
+        """The elastic exchange once `my_turn(rank)`; round-robin passes the turn on."""
+        d = self.elastic(x_worker, alpha)
+        if rank is not None:
+            self.advance_turn()
+        return d
+
+    def advance_turn(self, retire: int | None = None) -> None:
+        """Round-robin: pass the turn on (or retire `retire`), skipping retired workers."""
+        if retire is not None:
+            self.retired[retire] = 1
+            turn = self.turn
+        else:
+            turn = (self.turn + 1) % self.size
+        if not self.retired.all():
+            while self.retired[turn]:
+                turn = (turn + 1) % self.size
+        self.header[H_TURN] = turn
+
+
+# ------------------------------------------------------------------------------ tournament
+class TournamentMailbox:
+    """LTFB's exchange: trainers leave their model for a round, partners take it."""
+
+    def __init__(self) -> None:
+        self.mailbox: dict[tuple[Any, int], Any] = {}   # (round, trainer) -> what it left
+        self.departed: set[int] = set()                # trainers that have ended
+
+    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                meta: dict | None = None) -> None:
+        """Leave `trainer`'s model of round `rnd` (weights, optimiser state or None, small
+        facts). Arrays are separate arguments so that the network emulator charges their bytes."""
+        self.mailbox[(rnd, trainer)] = (params, state, meta)
+
+    def can_collect(self, rnd: Any, trainer: int) -> bool:
+        """Whether `collect(rnd, trainer)` can answer now (front-ends wait for this)."""
+        return (rnd, trainer) in self.mailbox or trainer in self.departed
+
+    def collect(self, rnd: Any, trainer: int) -> tuple[np.ndarray, np.ndarray | None, dict | None] | None:
+        """Take (params, state, meta) `trainer` left for round `rnd`; None if it ended without."""
+        return self.mailbox.pop((rnd, trainer), None)
+
+    def depart(self, trainer: int) -> None:
+        """`trainer` has ended; partners waiting for it get None instead of waiting."""
+        self.departed.add(trainer)
+
+
+class ServerCore(ParameterServer, TournamentMailbox):
+    """Every role but cgdp's in one in-process object: what the thread and actor
+    front-ends serve (an algorithm only calls the methods of its own role)."""
+
+    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, size: int = 1):
+        ParameterServer.__init__(self, params, size, momentum, nesterov, weight_decay)
+        TournamentMailbox.__init__(self)
+
+
+# ------------------------------------------------------------------------------ cgdp master
+TUNE_STEPS = 4       # iterations timed per chunk size while auto-tuning (after a warm-up step)
+
+
+def chunk_bounds(groups: Sequence[tuple[int, int]], chunk_layers: int) -> list[tuple[int, int]]:
+    """Flat-vector slices of each chunk, in BACKWARD order (last layers first).
+
+    >>> chunk_bounds([(0, 10), (10, 15), (15, 18)], 2)
+    [(10, 18), (0, 10)]
+    """
+    back = list(reversed(groups))
+    chunks = []
+    for i in range(0, len(back), chunk_layers):
+        part = back[i:i + chunk_layers]
+        chunks.append((min(lo for lo, _ in part), max(hi for _, hi in part)))
+    return chunks
+
+
+class ChunkTuner:
+    """Grow the chunk while iterations get faster; keep the best (the paper's rule).
+
+    >>> t = ChunkTuner("auto", 3)
+    >>> [t.observe(s) for s in [9, 1, 1, 1, 1] + [9, 2, 2, 2, 2]]   # 2 layers per chunk is slower
+    [1, 1, 1, 1, 2, 2, 2, 2, 2, 1]
+    """
+
+    def __init__(self, setting: int | str, n_layers: int):
+        self.auto = setting == "auto"
+        self.n_layers = n_layers
+        self.current = 1 if self.auto else min(int(setting), n_layers)
+        self.best: tuple[float, int] | None = None
+        self.samples: list[float] = []
+        self.done = not self.auto
+
+    def observe(self, step_s: float) -> int:
+        """Record one iteration's time; returns the chunk size for the next iteration."""
+        if self.done:
+            return self.current
+        self.samples.append(step_s)
+        if len(self.samples) < TUNE_STEPS + 1:
+            return self.current
+        t = float(np.median(self.samples[1:]))  # the first step after a change warms caches
+        self.samples = []
+        if self.best is None or t < self.best[0]:
+            self.best = (t, self.current)
+            if self.current < self.n_layers:
+                self.current += 1
+                return self.current
+        self.current, self.done = self.best[1], True
+        return self.current
+
+
+def sum_in_rank_order(parts: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """out = parts[0] + parts[1] + ... in rank order (deterministic sums); returns out."""
+    np.copyto(out, parts[0])
+    for part in parts[1:]:
+        out += part
+    return out
+
+
+class ChunkMaster:
+    """CGDP's master: master weights, optimiser and the per-chunk reduction.
+
+    `add` takes one worker's weighted chunk; once every worker's part of a chunk is in,
+    it sums them in rank order and updates that chunk of the master weights (a stopped
+    step changes nothing); once every chunk of the step is done, the step's outcome
+    (global loss, stop flag, every worker's compute time) is published and the tuner
+    sees the iteration's duration by `clock`. `state` hands in `x` and the velocity
+    (views of a shared segment); by default they are fresh copies.
+    """
+
+    def __init__(self, params: np.ndarray | None, size: int, groups: list[tuple[int, int]], chunk_layers: int | str,
+                 momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0, *,
+                 clock: Callable[[], float] = time.perf_counter, state: dict[str, Any] | None = None):
+        state = state or {"x": np.array(params, copy=True),
+                          "velocity": np.zeros_like(params) if momentum > 0 else None}
+        self.x = state["x"]
+        self.opt = SGD(self.x.shape[0], np, self.x.dtype, 0.0, nesterov, weight_decay)
+        if momentum > 0:  # the velocity is master state: shared by the workers, not theirs
+            self.opt.momentum, self.opt.velocity = momentum, state["velocity"]
+        self.size, self.groups = size, [tuple(g) for g in groups]
+        self.tuner = ChunkTuner(chunk_layers, len(self.groups))
+        self.clock = clock
+        self.parts: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+        self.step, self.chunks_left, self.loss, self.stop = -1, 0, 0.0, False
+        self.outcome = (0.0, False, [0.0] * size)   # (loss, stop, compute times) of the last completed step
+        self.times: dict[int, float] = {}
+        self.last_done = clock()
+        self.chunk_history: list[int] = []
+        self._total = np.empty_like(self.x)
+
+    def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float, stopped: bool) -> None:
+        """Sum every worker's part of [lo, hi) in rank order and update the master there
+        (unless the step was stopped)."""
+        total = sum_in_rank_order(parts, self._total[lo:hi])
+        if not stopped:
+            self.opt.step_chunk(self.x, total, lr, lo, hi)
+
+    def add(self, step: int, rank: int, lo: int, hi: int, grad: np.ndarray, lr: float,
+            loss_w: float = 0.0, stop: bool = False, compute_s: float | None = None) -> bool:
+        """One worker's weighted chunk; True when this completed the whole step.
+
+        The stop flag rides on the first chunk sent (rank 0's last layers), so it is
+        known before any chunk of the step completes: a stopped step changes nothing."""
+        if step != self.step:  # first chunk of a new step
+            self.step, self.loss, self.stop = step, 0.0, False
+            self.chunks_left = len(chunk_bounds(self.groups, self.tuner.current))
+        parts = self.parts.setdefault((lo, hi), {})
+        parts[rank] = grad
+        self.loss += loss_w
+        self.stop = self.stop or stop
+        if compute_s is not None:
+            self.times[rank] = compute_s
+        if len(parts) < self.size:
+            return False
+        del self.parts[(lo, hi)]
+        self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr, self.stop)
+        self.chunks_left -= 1
+        if self.chunks_left:
+            return False
+        # A fast worker may start the next step before a slow one fetches this one:
+        # keep this step's outcome apart from the running sums.
+        self.outcome = (float(self.loss), bool(self.stop), [self.times.get(r, 0.0) for r in range(self.size)])
+        self.step_done(self.clock())
+        return True
+
+    def step_done(self, now: float) -> int:
+        """A step completed at `now`: the tuner sees its duration; returns the next chunking."""
+        self.chunk_history.append(self.tuner.current)
+        step_s, self.last_done = now - self.last_done, now
+        return self.tuner.observe(step_s)
+
+    def result(self) -> tuple[np.ndarray, float, bool, int, list[float]]:
+        """Fresh weights, the step's global loss, the stop flag, next step's chunk size,
+        every worker's compute time (for speed-based shares)."""
+        loss, stop, times = self.outcome
+        return self.x.copy(), loss, stop, self.tuner.current, times
+
+
+def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:
+    """ChunkMaster's arguments for a run (every front-end builds its core from these)."""
+    return {"params": params0, "size": size, "groups": model.layer_groups(), "chunk_layers": config.chunk_layers,
+            "momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+
+
+def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int, config: Any = None,
+              model: Any = None, clock: Callable[[], float] = time.perf_counter) -> Any:
+    """An in-process core for `role` (what the thread and actor front-ends hold)."""
+    if role == "cgdp_master":
+        return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
+    if role in ("parameter_server", "elastic_centre", "tournament"):
+        return ServerCore(params0, size=size, **options)
+    raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, cgdp_master, got {role!r}")

@@ -1,0 +1,189 @@
+"""The transport interface: how a run's workers are started and linked to each other.
+
+The engine has one run path (`engine.execute`): it builds the run's typed set-up
+(`RunSetup`), asks a transport to provide what the algorithm declared it needs
+(`AlgorithmSpec.needs`), starts the loops through it, watches them with one monitor and
+decides the status with one rule (`engine.decide_status`). A transport is one builder:
+
+    class MyTransport(Transport):
+        name = "mine"
+        def choose(self, config) -> list[dict]          # the workers: name, kind, host (+ address, ...)
+        def prepare(self, setup) -> None                # client side, before any loop: the needs
+        def start(self, setup, sink) -> None            # one loop per worker: engine.worker_main(...)
+        def poll(self) -> Progress                      # loops that returned, workers lost, transport gone
+        def pending(self) -> set[int]                   # ranks still running
+        def request_stop(self, reason), abort(self, reason)
+        def release(self, rank) -> None                 # a lost worker of an async run: nobody waits for it
+        def finish(self) -> Progress                    # after the monitor: the results left to fetch
+        def close(self) -> None                         # free what prepare made, whoever is left
+
+Per worker, a transport hands `engine.worker_main` one `WorkerLinks`: the collective of
+the worker's rank group (`comm`: `allreduce`, `barrier`, `close`), the front-end of the
+declared server role (`server`; the role's maths is its core in `workbench.comm.roles`),
+the shared arrays (`shared[name].array`), the stop/abort `control`, the `start_barrier`
+(returns the ranks that never arrived) and the clock (`timer`: every time the loop and
+the algorithms book is read from it, so a simulated transport hands in a virtual clock).
+Live record batches go to `sink` (any thread); a loop's returned dict (see
+`algorithms.base.run_loop`) comes back through `poll`/`finish`.
+
+Transports here: `threads` (in-process; the unit tests' way through the real engine path,
+with fault injection) and `dask` (worker processes on one or several hosts, linked by
+shared memory on one host, NCCL between GPUs or a ring over Dask's own connections, with
+server roles in shared memory or as Dask actors).
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...config import ConfigError, RunConfig
+
+
+@dataclass
+class RunSetup:
+    """Everything decided on the client before any loop starts (one run)."""
+
+    config: RunConfig
+    spec: Any                    # the AlgorithmSpec
+    run_id: str
+    workers: list[dict]          # chosen workers in rank order: name, kind, host (+ address, memory_limit, ...)
+    groups: list[list[int]]      # ranks of each collective (one group unless the algorithm declares several)
+    n_params: int
+    params0: np.ndarray          # the initial parameters (for shared arrays and server roles)
+    model: Any                   # the model (cgdp's master needs its layer groups)
+    extra: dict[str, Any]        # the algorithm's own set-up (needs.setup), handed to every worker as ctx.extra
+    total_steps: int
+    schedule_text: str
+    t0_wall: float = 0.0         # when the loops were started (wall clock)
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    @property
+    def kinds(self) -> list[str]:
+        return [w["kind"] for w in self.workers]
+
+    @property
+    def hosts(self) -> set[str]:
+        return {w["host"] for w in self.workers}
+
+    def group_of(self, rank: int) -> tuple[int, list[int]]:
+        """(group index, the group's ranks) of `rank` ((-1, [rank]) outside every group)."""
+        for gi, ranks in enumerate(self.groups):
+            if rank in ranks:
+                return gi, ranks
+        return -1, [rank]
+
+
+@dataclass
+class WorkerLinks:
+    """What a transport hands one worker's loop."""
+
+    comm: Any = None                                   # the collective of the worker's rank group
+    server: Any = None                                 # the server role's front-end
+    shared: dict[str, Any] = field(default_factory=dict)   # name -> object with `.array`
+    control: Any = None                                # stop / abort
+    start_barrier: Callable[[], list[int]] | None = None
+    timer: Callable[[], float] = time.perf_counter     # the clock every booked time is read from
+    closers: list[Callable[[], None]] = field(default_factory=list)   # run (last first) when the loop ends
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception:   # one link failing to close must not keep the others open
+                pass
+
+
+@dataclass
+class Progress:
+    """What a transport reports to the monitor since its last report."""
+
+    results: dict[int, dict] = field(default_factory=dict)   # rank -> the dict its loop returned
+    lost: dict[int, str] = field(default_factory=dict)       # rank -> who ("name, address") vanished
+    gone: str | None = None      # the transport itself is gone (e.g. "the scheduler at tcp://..."): the run ends
+    why: str = ""                # ... and why
+
+
+class Transport(ABC):
+    """One way to start and link a run's workers (see the module docstring)."""
+
+    name = "transport"
+
+    @abstractmethod
+    def choose(self, config: RunConfig) -> list[dict]:
+        """The run's workers in rank order (dicts with at least name, kind, host)."""
+
+    def check(self, setup: RunSetup) -> None:
+        """Refuse, with a ConfigError, a set-up this transport cannot serve (before anything starts)."""
+        return None
+
+    @abstractmethod
+    def prepare(self, setup: RunSetup) -> None:
+        """Client side, before any loop: build what `setup.spec.needs` declares."""
+
+    @abstractmethod
+    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
+        """Start one loop per worker; live batches go to `sink`."""
+
+    @abstractmethod
+    def poll(self) -> Progress:
+        """Loops that returned, workers lost, since the last poll."""
+
+    @abstractmethod
+    def pending(self) -> set[int]:
+        """Ranks whose loops have neither returned nor been lost."""
+
+    @abstractmethod
+    def request_stop(self, reason: str) -> None: ...
+
+    @abstractmethod
+    def abort(self, reason: str) -> None:
+        """End every wait on a peer (a synchronous run lost a worker)."""
+
+    def release(self, rank: int) -> None:
+        """A lost worker of an asynchronous run: nobody may wait for it (start, turns)."""
+        return None
+
+    def finish(self) -> Progress:
+        """After the monitor: the results of loops that ended but were not reported."""
+        return Progress()
+
+    def cancel(self) -> None:
+        """Loops ignored a stop request: stop waiting for them."""
+        return None
+
+    def close(self) -> None:
+        """Free what `prepare` made."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Summary entries of this transport (comm, server)."""
+        return {}
+
+    def public(self, worker: dict, rank: int) -> dict:
+        """A worker as summary.json lists it."""
+        return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"]}
+
+
+def choose_workers(available: list[dict], config: RunConfig) -> list[dict]:
+    """The workers a run uses: `gpus` GPU workers (all for "auto") then `cpus` CPU ones."""
+    gpu = [w for w in available if w["kind"] == "gpu"]
+    cpu = [w for w in available if w["kind"] == "cpu"]
+    n_gpu = len(gpu) if config.gpus == "auto" else config.gpus
+    if n_gpu > len(gpu):
+        raise ConfigError("gpus", f"at most the {len(gpu)} GPU worker(s) of this cluster", config.gpus)
+    if config.cpus > len(cpu):
+        raise ConfigError("cpus", f"at most the {len(cpu)} CPU worker(s) of this cluster", config.cpus)
+    chosen = gpu[:n_gpu] + cpu[:config.cpus]
+    if not chosen:
+        raise ConfigError("cpus", "at least one worker in total (cpus + gpus)", config.cpus)
+    if config.batch_size < len(chosen):
+        raise ConfigError("batch_size", f"at least the number of workers ({len(chosen)})", config.batch_size)
+    return chosen

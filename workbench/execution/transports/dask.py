@@ -1,0 +1,550 @@
+"""The Dask transport: one long-lived loop per Dask worker process, on one or several hosts.
+
+Client side (`DaskTransport`): picks the workers (GPU ones first), builds what the
+algorithm declared it needs, then submits ONE task per worker (`client.submit` pinned to
+it; never a task per minibatch: a task round trip costs more than a minibatch here).
+Records stream back through `Worker.log_event` -> `Client.subscribe_topic`; stop and
+abort travel as Dask Events (`comm.dask.EventControl`, with the client's lease so loops
+on an external cluster end with their client).
+
+What it provides for the declared needs:
+* collective: shared memory on one host (`comm.shm.ShmComm`), NCCL between GPU-only
+  workers (`comm.nccl`), else a ring over the workers' own connections (`comm.ring`);
+* server role: in shared memory on one host (`comm.shm.ShmServer` / `ShmChunkMaster`,
+  the workers update the role's core themselves under a file lock), else the core as a
+  Dask actor (`comm.dask.ServerActor` / `ChunkMasterActor`; cgdp's on a CPU worker);
+  LTFB's mailbox is always an actor (a partner waits for the other's deposit);
+* shared arrays: shared-memory segments (one host only);
+* start barrier: shared memory on one host, Dask events across hosts.
+
+Worker side: `worker_task` opens those links from the picklable `DaskPlan` and runs
+`engine.worker_main`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...config import ConfigError, RunConfig
+from .. import platforms
+from .base import Progress, RunSetup, Transport, WorkerLinks, choose_workers
+
+LIVENESS_S = 0.5          # how often the client checks that every worker is still there
+RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
+LIVENESS_TIMEOUT_S = 2.0  # bound on asking the scheduler which workers live (see _alive)
+CLEANUP_S = 2.0           # each clean-up call on a live worker
+
+
+@dataclass
+class DaskPlan:
+    """What every loop needs to open its links (travels with the task)."""
+
+    run_id: str
+    topic: str
+    config: dict
+    kinds: list[str]
+    groups: list[list[int]]
+    n_params: int
+    extra: dict
+    t0_wall: float = 0.0
+    comm: str | None = None                 # "shm" | "dask" | "nccl" | None
+    comm_elems: int = 0
+    addresses: list[str] = field(default_factory=list)
+    nccl_ids: list[tuple] = field(default_factory=list)
+    segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
+    start_segment: str | None = None
+    server: str | None = None               # "shm" | "shm_master" | "actor" | "actor_master"
+    server_options: dict = field(default_factory=dict)
+    server_segment: str | None = None
+    lock_path: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.kinds)
+
+
+def choose_comm(config: RunConfig, workers: list[dict]) -> str:
+    """shm on one host, NCCL between GPU-only workers (if asked or available), else Dask."""
+    one_host = len({w["host"] for w in workers}) == 1
+    if config.comm == "shm" and not one_host:
+        raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    if config.comm == "shm" and not platforms.shm_supported():
+        raise ConfigError("comm", "shm only where fcntl and POSIX shared memory exist (Linux, macOS); "
+                          "use auto or dask here", config.comm)
+    if config.comm != "auto":
+        return config.comm
+    if all(w["kind"] == "gpu" for w in workers) and _nccl_available():
+        return "nccl"
+    if one_host and not platforms.shm_supported():
+        platforms.note_once("no fcntl/POSIX shared memory on this platform: workers exchange through "
+                            "Dask instead of shared memory (same maths, slower exchanges)")
+        return "dask"
+    return "shm" if one_host else "dask"
+
+
+def _nccl_available() -> bool:
+    from ...maths.backend import nccl
+    try:
+        nccl()
+        return True
+    except ImportError:
+        return False
+
+
+class DaskTransport(Transport):
+    name = "dask"
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.segments: dict[str, str] = {}
+        self.actors: list[Any] = []
+        self.futures: list[Any] = []
+        self.actor: Any = None
+        self.lock_path: str | None = None
+        self.control: Any = None
+        self.results: set[int] = set()
+        self.lost: set[int] = set()
+        self.gone = False
+        self.scheduler_error, self._alive_failures, self._next_liveness = "", 0, 0.0
+        self.plan: DaskPlan | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def choose(self, config: RunConfig) -> list[dict]:
+        from ..cluster import workers_of
+        self.workers = choose_workers(workers_of(self.client), config)
+        return self.workers
+
+    def check(self, setup: RunSetup) -> None:
+        config, spec = setup.config, setup.spec
+        if spec.needs.shared and not platforms.shm_supported():
+            raise ConfigError("algorithm", f"{config.algorithm} shares one buffer in shared memory, which needs "
+                              "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
+        from ..preflight import check_memory
+        check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
+
+    def _on(self, fn: Callable, *args: Any, where: str) -> Any:
+        return self.client.submit(fn, *args, workers=[where], pure=False).result()
+
+    def prepare(self, setup: RunSetup) -> None:
+        from ...comm.dask import EventControl
+        client, config, spec, needs = self.client, setup.config, setup.spec, setup.spec.needs
+        run_id, size = setup.run_id, setup.size
+        self.control = EventControl(run_id, client=client)
+        one_host = len(setup.hosts) == 1
+        shm_ok = one_host and platforms.shm_supported()
+        addr0 = self.workers[0]["address"]
+        plan = DaskPlan(run_id=run_id, topic=f"workbench-{run_id}", config=config.to_dict(), kinds=setup.kinds,
+                        groups=setup.groups, n_params=setup.n_params, extra=setup.extra)
+        self.plan = plan
+        plan.comm = choose_comm(config, self.workers) if needs.collective else None
+        from ...comm.shm import create_segment
+        for gi, ranks in enumerate(setup.groups if plan.comm else []):
+            lead = self.workers[ranks[0]]["address"]
+            if plan.comm == "shm":
+                from ...comm.shm import allreduce_nbytes
+                plan.comm_elems = spec.comm_elems(setup.n_params, size)
+                self.segments[f"comm{gi}"] = self._on(create_segment, f"wb{run_id}c{gi}",
+                                                      allreduce_nbytes(len(ranks), plan.comm_elems), where=addr0)
+            elif plan.comm == "dask":  # a ring over direct worker-to-worker connections
+                from ...comm.ring import install
+                plan.addresses = [w["address"] for w in self.workers]
+                client.run(install, workers=[self.workers[r]["address"] for r in ranks])
+            elif plan.comm == "nccl":
+                from ...comm.nccl import unique_id
+                plan.nccl_ids.append(self._on(unique_id, where=lead))
+        for name in needs.shared:
+            self.segments[name] = self._on(_create_shared, f"wb{run_id}{name[:1]}", setup.params0, where=addr0)
+        if shm_ok:   # the start barrier in shared memory
+            from ...comm.barrier import barrier_nbytes
+            plan.start_segment = self.segments["start"] = self._on(create_segment, f"wb{run_id}b",
+                                                                   barrier_nbytes(size), where=addr0)
+        plan.segments = {k: v for k, v in self.segments.items() if k.startswith("comm") or k in needs.shared}
+        role = needs.server
+        if role is not None:
+            options = needs.options(config)
+            plan.server_options = options
+            in_shm = shm_ok and config.comm in ("auto", "shm") and role != "tournament"
+            if in_shm:
+                self.lock_path = plan.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{run_id}.lock")
+            if role == "cgdp_master" and in_shm:   # the master in shared memory, updated by the workers
+                from ...comm.roles import chunk_master_args
+                from ...comm.shm import create_master_segment
+                args = chunk_master_args(config, size, setup.model, setup.params0)
+                plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
+                plan.server_segment = self.segments["server"] = self._on(
+                    create_master_segment, f"wb{run_id}m", setup.params0, size, len(args["groups"]),
+                    config.momentum > 0, where=addr0)
+                plan.server = "shm_master"
+            elif role == "cgdp_master":            # an actor, on a CPU worker if there is one
+                from ...comm.dask import ChunkMasterActor
+                from ...comm.roles import chunk_master_args
+                cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
+                self.actor = self._actor(ChunkMasterActor, where=cpus[0] if cpus else addr0,
+                                         **chunk_master_args(config, size, setup.model, setup.params0))
+                plan.server = "actor_master"
+            elif in_shm:   # one host: a shared-memory server under a file lock, no event-loop round trip
+                from ...comm.shm import create_server_segment
+                plan.server_segment = self.segments["server"] = self._on(
+                    create_server_segment, f"wb{run_id}s", setup.params0, options.get("momentum", 0.0) > 0,
+                    where=addr0)
+                plan.server = "shm"
+            else:
+                from ...comm.dask import ServerActor
+                self.actor = self._actor(ServerActor, role, options, setup.params0, size, where=addr0)
+                plan.server = "actor"
+
+    def _actor(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
+        """Start an actor on one worker; its future is kept until clean-up, since the
+        scheduler forgets an actor (and its state) once nobody holds the future."""
+        future = self.client.submit(cls, *args, **kwargs, actor=True, workers=[where], pure=False)
+        self.actors.append(future)
+        return future.result()
+
+    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
+        plan = self.plan
+        self.client.subscribe_topic(plan.topic, lambda event: sink(event[1]))
+        self.control.start_lease()  # loops on an external cluster end when this client goes away
+        plan.t0_wall = setup.t0_wall
+        self.futures = [self.client.submit(worker_task, plan, rank, w["address"], self.actor,
+                                           workers=[w["address"]], allow_other_workers=False, pure=False,
+                                           key=f"workbench-loop-{plan.run_id}-{rank}")
+                        for rank, w in enumerate(self.workers)]
+
+    # ------------------------------------------------------------------ monitoring
+    def _describe(self, rank: int) -> str:
+        return f"{self.workers[rank]['name']}, {self.workers[rank]['address']}"
+
+    def poll(self) -> Progress:
+        out = Progress()
+        client = self.client
+        if client.status != "running" and self._alive() is None:   # lost its scheduler
+            return self._gone(out)
+        # Fetch each loop's result as soon as it is there, while its worker is alive:
+        # a result left on a worker that dies later is rescheduled, and waits forever.
+        for rank, f in enumerate(self.futures):
+            if client.status != "running":
+                break  # futures of a client without its scheduler are cancelled, not lost
+            if f.done() and rank not in self.results and rank not in self.lost:
+                self._take(rank, f, out)
+        if time.time() >= self._next_liveness and self.pending():
+            self._next_liveness = time.time() + LIVENESS_S
+            alive = self._alive()
+            if alive is None:   # the scheduler is gone: nothing more will come
+                return self._gone(out)
+            for rank, w in enumerate(self.workers):
+                if rank not in self.lost and rank not in self.results and w["address"] not in alive:
+                    self._lose(rank, out)
+        return out
+
+    def _gone(self, out: Progress) -> Progress:
+        self.gone = True
+        out.gone = f"the scheduler at {self._address()}"
+        out.why = self.scheduler_error or "connection closed"
+        return out
+
+    def _take(self, rank: int, future: Any, out: Progress) -> None:
+        got = self._result(future, rank)
+        if got is None:
+            self._lose(rank, out)
+        else:
+            self.results.add(rank)
+            out.results[rank] = got
+
+    def _lose(self, rank: int, out: Progress) -> None:
+        self.lost.add(rank)
+        out.lost[rank] = self._describe(rank)
+        with contextlib.suppress(Exception):
+            self.client.cancel(self.futures[rank])
+
+    def _result(self, future: Any, rank: int) -> dict | None:
+        """One loop's returned dict; None when its worker died (the result is unreachable)."""
+        from distributed import KilledWorker
+        try:
+            return future.result(timeout=RESULT_TIMEOUT_S)
+        except (TimeoutError, KilledWorker):
+            return None
+        except Exception as exc:  # the loop raised; its traceback was streamed as an event
+            if self.workers[rank]["address"] not in (self._alive() or set()):
+                return None
+            return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                    "steps": getattr(exc, "workbench_steps", None)}
+
+    def pending(self) -> set[int]:
+        return {r for r, f in enumerate(self.futures)
+                if r not in self.lost and r not in self.results and not f.done()} if not self.gone else set()
+
+    def finish(self) -> Progress:
+        """The loops that ended but were not fetched yet (none once the scheduler is gone)."""
+        out = Progress()
+        for rank, f in enumerate(self.futures):
+            if self.gone:
+                break
+            if rank not in self.lost and rank not in self.results and f.done():
+                self._take(rank, f, out)
+        return out
+
+    def request_stop(self, reason: str) -> None:
+        self.control.request_stop(reason)
+
+    def abort(self, reason: str) -> None:
+        with contextlib.suppress(Exception):  # a scheduler that is gone too cannot pass it on
+            self.control.abort(reason)
+
+    def cancel(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.cancel(self.futures)
+
+    def release(self, rank: int) -> None:
+        """A lost worker of an asynchronous run no longer holds the others at the start,
+        and gives up its round-robin turns (original EASGD)."""
+        alive = self._alive() or set()
+        survivors = [w["address"] for w in self.workers if w["address"] in alive]
+        if not survivors:
+            return
+        plan = self.plan
+        with contextlib.suppress(Exception):
+            if plan.start_segment:
+                from ...comm.barrier import release_shm_barrier
+                self.client.run(release_shm_barrier, plan.start_segment, rank, plan.size, workers=survivors[:1])
+        with contextlib.suppress(Exception):
+            if plan.server == "actor" and self.actor is not None:
+                self.actor.retire(rank).result(timeout=10)
+            elif plan.server == "shm":
+                # Client.run, not submit: the survivor's only thread is busy training.
+                self.client.run(_shm_retire, plan.server_segment, plan.lock_path, plan.n_params, plan.size, rank,
+                                plan.server_options, workers=survivors[:1])
+
+    def _alive(self) -> set | None:
+        """Addresses of the live workers; None once the scheduler is gone (a failed ask
+        while the client's connection is down, or five failed asks in a row, each bounded)."""
+        try:
+            alive = set(self.client.nthreads(callback_timeout=LIVENESS_TIMEOUT_S))
+            self._alive_failures = 0
+            return alive
+        except Exception as exc:
+            self._alive_failures += 1
+            self.scheduler_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            # Gone: the client lost its connection, or the scheduler has not answered for
+            # ~10 s (a loaded machine can delay one answer past the timeout, not five).
+            if self.client.status != "running" or self._alive_failures >= 5:
+                return None
+            return {w["address"] for w in self.workers}
+
+    def _address(self) -> str:
+        return str(getattr(self.client, "scheduler", None) and self.client.scheduler.address)
+
+    def describe(self) -> dict[str, Any]:
+        plan = self.plan
+        server = None
+        if plan is not None and plan.server:
+            server = "shm" if plan.server.startswith("shm") else "actor"
+        return {"comm": plan.comm if plan else None, "server": server}
+
+    def public(self, worker: dict, rank: int) -> dict:
+        return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"],
+                "address": worker["address"], "device": worker.get("device")}
+
+    # ------------------------------------------------------------------ clean-up
+    def close(self) -> None:
+        """Free what the run made, whoever is left: the lease, the topic, shared-memory
+        segments and the lock file. Never waits on a dead worker or a dead scheduler:
+        on this host the client removes segments and lock files itself; a live owner
+        (worker 0) is also asked to drop its mapping, with a short timeout."""
+        from ...comm.shm import unlink_segment
+        if self.control is not None:
+            self.control.end_lease(scheduler_alive=not self.gone)
+        alive: set = set()
+        if not self.gone:
+            if self.plan is not None:
+                with contextlib.suppress(Exception):
+                    self.client.unsubscribe_topic(self.plan.topic)
+            alive = self._alive() or set()
+        workers = getattr(self, "workers", None) or []
+        addr0 = workers[0]["address"] if workers else None
+        local = bool(workers) and workers[0]["host"] == socket.gethostname()
+        for name in self.segments.values():
+            if addr0 in alive:
+                with contextlib.suppress(Exception):
+                    self.client.submit(unlink_segment, name, workers=[addr0], pure=False).result(timeout=CLEANUP_S)
+            if local:
+                unlink_shm_name(name)
+                if addr0 not in alive and getattr(self.client, "cluster", None) is not None:
+                    _untrack(name)  # its dead creator shared our resource tracker: no "leaked" warning
+            elif addr0 not in alive:
+                self._on_survivor(unlink_shm_name, name, alive, host=workers[0]["host"])
+        if self.lock_path:
+            if local:
+                remove_file(self.lock_path)
+            else:
+                self._on_survivor(remove_file, self.lock_path, alive, host=workers[0]["host"])
+        self.actors.clear()
+        self.actor = None
+
+    def _on_survivor(self, fn: Callable, arg: str, alive: set, host: str) -> None:
+        """Run fn(arg) on a live worker of `host` (Client.run: its thread may be busy)."""
+        survivors = [w["address"] for w in self.workers if w["address"] in alive and w["host"] == host]
+        if survivors:
+            with contextlib.suppress(Exception):
+                self.client.run(fn, arg, workers=survivors[:1], callback_timeout=CLEANUP_S)
+
+
+# ------------------------------------------------------------------------------ worker side
+def worker_task(plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
+    """A Dask task: one worker's whole training loop."""
+    from distributed import get_worker
+
+    from .. import engine
+    worker = get_worker()
+    if worker.address != address:  # rescheduled after its worker died: not ours to run
+        return {"status": "rescheduled", "params": None}
+    links = open_links(plan, rank, actor)
+
+    def sink(batch: dict) -> None:
+        worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
+
+    try:
+        return engine.worker_main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra,
+                                  plan.t0_wall, links, sink)
+    finally:
+        links.close()
+        if rank == 0 and getattr(links.control.control, "lease_expired", False):
+            _orphaned(plan)
+
+
+def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
+    """This worker's links, from the plan (runs on the worker)."""
+    from ...comm.base import ThrottledControl
+    from ...comm.dask import EventControl
+    from ...comm.shm import SharedArray
+    size = plan.size
+    control = ThrottledControl(EventControl(plan.run_id))
+    links = WorkerLinks(control=control)
+    links.closers.append(control.close)
+    gi, ranks = _group_of(plan.groups, rank)
+    grank, gsize = ranks.index(rank), len(ranks)
+    if plan.comm == "shm":
+        from ...comm.shm import ShmComm
+        links.comm = ShmComm(plan.segments[f"comm{gi}"], grank, gsize, plan.comm_elems, control=control)
+    elif plan.comm == "dask":
+        from ...comm.ring import RingComm
+        links.comm = RingComm(f"{plan.run_id}/{gi}", grank, gsize, [plan.addresses[r] for r in ranks],
+                              control=control)
+    elif plan.comm == "nccl":
+        from ...comm.nccl import NcclComm
+        links.comm = NcclComm(plan.nccl_ids[gi], grank, gsize)
+    if links.comm is not None:
+        links.closers.append(links.comm.close)
+    links.shared = {name: SharedArray(seg, plan.n_params) for name, seg in plan.segments.items()
+                    if not name.startswith("comm")}
+    links.closers += [s.close for s in links.shared.values()]
+    if plan.server == "actor":
+        from ...comm.dask import ActorServerProxy
+        links.server = ActorServerProxy(actor, control)
+    elif plan.server == "actor_master":
+        from ...comm.dask import ChunkMasterProxy
+        links.server = ChunkMasterProxy(actor, control)
+    elif plan.server == "shm":
+        from ...comm.shm import ShmServer
+        links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,
+                                 **plan.server_options)
+    elif plan.server == "shm_master":
+        from ...comm.shm import ShmChunkMaster
+        links.server = ShmChunkMaster(plan.server_segment, plan.lock_path, rank, size, n=plan.n_params,
+                                      control=control, **plan.server_options)
+    if hasattr(links.server, "close"):
+        links.closers.append(links.server.close)
+    links.start_barrier = _start_barrier(plan, rank, control, links.comm)
+    if hasattr(links.start_barrier, "close"):
+        links.closers.append(links.start_barrier.close)
+    return links
+
+
+def _group_of(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
+    for gi, ranks in enumerate(groups):
+        if rank in ranks:
+            return gi, ranks
+    return -1, [rank]
+
+
+class _StartThenComm:
+    """A start barrier followed by the collective's own (several hosts: the event barrier
+    leaves a scheduler round trip of skew, which the first allreduce would book as wait)."""
+
+    def __init__(self, barrier: Any, comm: Any):
+        self.barrier, self.comm = barrier, comm
+
+    def __call__(self) -> list[int]:
+        missing = self.barrier()
+        if not missing and self.comm is not None:
+            self.comm.barrier()
+        return missing
+
+    def close(self) -> None:
+        self.barrier.close()
+
+
+def _start_barrier(plan: DaskPlan, rank: int, control: Any, comm: Any) -> Any:
+    """This worker's start barrier: shared memory on one host, Dask events across hosts."""
+    from ...comm.barrier import EventStartBarrier, ShmStartBarrier
+    if plan.start_segment:
+        return ShmStartBarrier(plan.start_segment, rank, plan.size, control=control)
+    return _StartThenComm(EventStartBarrier(plan.run_id, rank, plan.size, control=control), comm)
+
+
+def _orphaned(plan: DaskPlan) -> None:
+    """Worker 0, after its client vanished: free the run's segments and lock file, which
+    the client would have freed (nobody else will)."""
+    from ...comm.shm import unlink_segment
+    names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s]
+    for name in names:
+        with contextlib.suppress(Exception):
+            unlink_segment(name)
+        unlink_shm_name(name)
+    if plan.lock_path:
+        remove_file(plan.lock_path)
+
+
+def _untrack(name: str) -> None:
+    """Tell this process's resource tracker (which our local workers share) that a
+    segment whose creator died has been freed."""
+    with contextlib.suppress(Exception):
+        from multiprocessing import resource_tracker
+        resource_tracker.unregister("/" + name.lstrip("/"), "shared_memory")
+
+
+def unlink_shm_name(name: str) -> None:
+    """Remove a POSIX shared-memory name (mappings still open elsewhere stay valid)."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        os.unlink(os.path.join("/dev/shm", name.lstrip("/")))
+
+
+def _create_shared(name: str, params: np.ndarray) -> str:
+    """Create a shared segment holding a copy of `params` (runs on worker 0)."""
+    from ...comm.shm import SharedArray, create_segment
+    seg = create_segment(name, params.nbytes)
+    arr = SharedArray(seg, params.shape[0], params.dtype)
+    arr.array[:] = params
+    return seg
+
+
+def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
+    """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
+    from ...comm.shm import ShmServer
+    server = ShmServer(segment, lock, n, size, **options)
+    try:
+        server.retire(rank)
+    finally:
+        server.close()
+
+
+def remove_file(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)

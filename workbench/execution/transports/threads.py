@@ -1,0 +1,147 @@
+"""The thread transport: every worker a thread of this process, on the engine's one run path.
+
+Collectives are `comm.threads.ThreadGroup`s (one per rank group), a server role is its
+core (`comm.roles`) behind a lock, shared arrays are plain arrays (threads share memory
+anyway). Unit tests check every algorithm's maths this way, through the same set-up,
+monitor and status rule as a Dask run.
+
+Fault injection (tests; the same rules as a real lost worker): `ThreadTransport(fail={rank:
+step})` makes worker `rank` vanish when it reaches `step`, as a killed process would: its
+loop returns nothing and its records since the last live batch are gone.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...comm.barrier import ThreadStartBarrier
+from ...comm.base import ThreadControl
+from ...comm.roles import make_core
+from ...comm.threads import ThreadChunkMaster, ThreadGroup, ThreadServer
+from ...config import RunConfig
+from .base import Progress, RunSetup, Transport, WorkerLinks
+
+
+class Vanished(BaseException):
+    """Raised inside a worker thread to make it vanish like a killed process (fault injection)."""
+
+
+class _LocalArray:
+    """A plain array standing in for a shared-memory one."""
+
+    def __init__(self, array: Any):
+        self.array = array
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadTransport(Transport):
+    name = "threads"
+
+    def __init__(self, kinds: list[str] | None = None, fail: dict[int, int] | None = None):
+        self.kinds = kinds           # let tests stand CPU workers in for GPU ones
+        self.fail = dict(fail or {})
+        self.control = ThreadControl()
+        self.threads: list[threading.Thread] = []
+        self.results: dict[int, dict] = {}
+        self.reported: set[int] = set()
+        self.vanished: set[int] = set()
+        self.lock = threading.Lock()
+
+    def choose(self, config: RunConfig) -> list[dict]:
+        size = config.cpus + (config.gpus if isinstance(config.gpus, int) else 0)
+        kinds = self.kinds or ["cpu"] * size
+        return [{"name": f"thread-{r}", "kind": kinds[r], "host": "localhost"} for r in range(size)]
+
+    def prepare(self, setup: RunSetup) -> None:
+        spec, size = setup.spec, setup.size
+        needs = spec.needs
+        self.groups = [ThreadGroup(len(ranks), self.control) for ranks in setup.groups] if needs.collective else []
+        self.server: Any = None
+        if needs.server == "cgdp_master":
+            self.server = ThreadChunkMaster(make_core(needs.server, needs.options(setup.config), setup.params0, size,
+                                                      setup.config, setup.model))
+        elif needs.server is not None:
+            self.server = ThreadServer(make_core(needs.server, needs.options(setup.config), setup.params0, size))
+        self.shared = {name: _LocalArray(setup.params0.copy()) for name in needs.shared}
+        self.start_barrier = ThreadStartBarrier(size, self.control)
+
+    def links(self, setup: RunSetup, rank: int) -> WorkerLinks:
+        gi, ranks = setup.group_of(rank)
+        comm = self.groups[gi].comm(ranks.index(rank)) if self.groups else None
+        return WorkerLinks(comm=comm, server=self.server, shared=self.shared, control=self.control,
+                           start_barrier=self.start_barrier.for_rank(rank))
+
+    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
+        from .. import engine
+
+        def work(rank: int) -> None:
+            links = self.links(setup, rank)
+            vanish = _vanish_at(self.fail[rank]) if rank in self.fail else None
+            try:
+                result = engine.worker_main(setup.config, rank, setup.kinds, setup.groups, setup.extra,
+                                            setup.t0_wall, links, sink, vanish_at=vanish)
+            except Vanished:
+                with self.lock:
+                    self.vanished.add(rank)
+                return
+            except Exception as exc:   # set-up failed before the loop could report it
+                result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                          "steps": getattr(exc, "workbench_steps", None)}
+            with self.lock:
+                self.results[rank] = result
+
+        self.threads = [threading.Thread(target=work, args=(r,), name=f"workbench-{r}", daemon=True)
+                        for r in range(setup.size)]
+        for t in self.threads:
+            t.start()
+
+    def poll(self) -> Progress:
+        out = Progress()
+        with self.lock:
+            for rank, res in self.results.items():
+                if rank not in self.reported:
+                    out.results[rank] = res
+                    self.reported.add(rank)
+            for rank in self.vanished:
+                if rank not in self.reported:
+                    out.lost[rank] = f"thread-{rank}"
+                    self.reported.add(rank)
+        return out
+
+    def pending(self) -> set[int]:
+        with self.lock:
+            return {r for r, t in enumerate(self.threads) if r not in self.reported}
+
+    def request_stop(self, reason: str) -> None:
+        self.control.request_stop(reason)
+
+    def abort(self, reason: str) -> None:
+        self.control.abort(reason)
+
+    def release(self, rank: int) -> None:
+        with self.start_barrier.cond:      # a vanished thread no longer holds the others at the start
+            self.start_barrier.arrived.add(rank)
+            self.start_barrier.cond.notify_all()
+        if isinstance(self.server, ThreadServer):
+            self.server.retire(rank)       # nor their round-robin turns
+
+    def finish(self) -> Progress:
+        for t in self.threads:
+            t.join(timeout=5.0)
+        return self.poll()
+
+    def cancel(self) -> None:
+        self.control.abort("loops ignored the stop request")
+
+    def describe(self) -> dict[str, Any]:
+        return {"comm": "threads"}
+
+
+def _vanish_at(step: int) -> Callable[[int], None]:
+    def check(current: int) -> None:
+        if current >= step:
+            raise Vanished(f"vanished at step {current}")
+    return check
