@@ -1,0 +1,138 @@
+"""One test per failure scenario (a lost worker in a synchronous run, divergence, a stop),
+each run on the thread transport and on a real Dask cluster: the engine's one run path
+and one status rule must give the same status, the same events and the same saved
+records on both."""
+import os
+import signal
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from workbench.config import RunConfig
+from workbench.execution.engine import run, run_threads
+from workbench.results import RunResult
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+# summary keys only one transport has: where its workers ran and how they were linked
+TRANSPORT_KEYS = {"run_id", "comm", "server", "setup_s", "startup_s"}
+STEP_COLUMNS = ["step", "worker", "loss", "lr", "samples"]
+
+
+def saved(result, path):
+    """Save, load back, and check nothing was lost on the way."""
+    back = RunResult.load(result.save(path))
+    assert back.status == result.status
+    assert len(back.steps) == len(result.steps) > 0
+    assert [e["event"] for e in back.events] == [e["event"] for e in result.events]
+    return back
+
+
+def event_names(result):
+    return sorted({e["event"] for e in result.events})
+
+
+def same_summary_keys(a, b):
+    assert set(a.summary) - TRANSPORT_KEYS == set(b.summary) - TRANSPORT_KEYS
+
+
+def steps_of(result):
+    return result.steps[STEP_COLUMNS].sort_values(["worker", "step"]).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------ divergence
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "sync_easgd"])
+def test_divergence_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm):
+    cfg = RunConfig(algorithm=algorithm, cpus=2, steps=300, momentum=0.0, tau=2, **{**BASE, "lr": 1e5})
+    threads, dask = run_threads(cfg), run(cfg, cluster=client)
+    for result in (threads, dask):
+        assert result.status == "diverged"
+        assert result.steps["step"].max() + 1 < 300
+    diverged = [[e["message"] for e in r.events if e["event"] == "diverged"] for r in (threads, dask)]
+    assert diverged[0] == diverged[1] and "at step" in diverged[0][0]
+    assert event_names(threads) == event_names(dask)
+    # synchronous and deterministic: the same steps, bitwise, whoever carried the sums
+    pd.testing.assert_frame_equal(steps_of(threads), steps_of(dask))
+    same_summary_keys(threads, dask)
+    pd.testing.assert_frame_equal(steps_of(saved(threads, tmp_path / "t")), steps_of(saved(dask, tmp_path / "d")))
+
+
+# ------------------------------------------------------------------------------ stop
+def _stop_after(step):
+    """should_stop and on_record: stop once worker 0 has reported `step`."""
+    seen = threading.Event()
+
+    def on_record(records):
+        if any(r["kind"] == "step" and r["worker"] == 0 and r["step"] >= step for r in records):
+            seen.set()
+    return seen.is_set, on_record
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
+def test_a_stop_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm):
+    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=2000, **BASE)
+    results = []
+    for where in ("threads", client):
+        should_stop, on_record = _stop_after(20)
+        t0 = time.time()
+        results.append(run(cfg, cluster=where, on_record=on_record, should_stop=should_stop))
+        assert time.time() - t0 < 60
+    threads, dask = results
+    for result in results:
+        assert result.status == "stopped"
+        assert 20 <= result.steps["step"].max() < result.summary["total_steps_planned"] - 1
+        assert "stop_requested" in event_names(result)
+    assert event_names(threads) == event_names(dask)
+    same_summary_keys(threads, dask)
+    saved(threads, tmp_path / "t")
+    saved(dask, tmp_path / "d")
+
+
+# ------------------------------------------------------------------------------ a lost worker
+def _check_lost(result):
+    assert result.status == "failed"
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and str(lost[0]["worker"]) == "1" and "worker 1 (" in lost[0]["message"]
+    assert set(result.summary["lost_workers"]) == {"1"}
+    survivor = result.steps[result.steps.worker == 0]
+    assert len(survivor) > 0 and survivor["step"].max() + 1 < result.summary["total_steps_planned"]
+
+
+def test_a_lost_worker_fails_a_sync_run_on_threads(tmp_path):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=2000, **BASE)
+    result = run_threads(cfg, fail={1: 30})
+    _check_lost(result)
+    w1 = result.steps[result.steps.worker == 1]
+    assert w1.empty or w1["step"].max() < 30           # it vanished before reporting step 30
+    assert "aborted" in event_names(result)              # the survivor's collective gave up
+    saved(result, tmp_path / "run")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
+    from workbench.execution.cluster import workers_of
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=2000, **BASE)
+    threads = run_threads(cfg, fail={1: 30})
+    victim = workers_of(client)[1]
+    progress = threading.Event()
+
+    def on_record(records):
+        if any(r["kind"] == "step" and r["worker"] == 1 and r["step"] >= 30 for r in records):
+            progress.set()
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("result", run(cfg, cluster=client, on_record=on_record)))
+    t.start()
+    assert progress.wait(60)
+    os.kill(victim["pid"], signal.SIGKILL)
+    t.join(240)
+    client.wait_for_workers(2, timeout=180)   # the nanny brings a fresh worker back
+    dask = box["result"]
+    for result in (threads, dask):
+        _check_lost(result)
+    assert event_names(threads) == event_names(dask)
+    same_summary_keys(threads, dask)
+    saved(dask, tmp_path / "run")
