@@ -1,0 +1,119 @@
+"""The algorithm registry (one declaration per algorithm) and what reads it; the server
+roles' cores; the packed tail of synchronous steps."""
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.algorithms.base import StepOut, SyncTail, settle, tail_length
+from workbench.algorithms.registry import SERVER_ROLES, AlgorithmSpec, Needs, specs, with_knob
+from workbench.comm.roles import ChunkMaster, ParameterServer, chunk_bounds, server_state
+from workbench.config import FIELDS, RunConfig
+
+
+def test_every_declaration_is_complete_and_its_knobs_are_config_fields():
+    for name, spec in specs().items():
+        assert spec.name == name and spec.summary and "\n" not in spec.summary
+        assert set(spec.knobs) <= set(FIELDS), name
+        assert spec.needs.server is None or spec.needs.server in SERVER_ROLES
+        if spec.cls is not None:
+            assert spec.cls.spec is spec                    # the worker class reads its declaration
+    assert list(wb.ALGORITHMS) == list(specs())
+    assert wb.ALGORITHMS["ltfb"] == specs()["ltfb"].summary
+
+
+def test_readers_follow_the_registry():
+    from workbench.analysis import costmodel
+    from workbench.config import SYNC_ALGORITHMS
+    assert costmodel.PATTERNS == {n: s.pattern for n, s in specs().items()}
+    assert set(costmodel.SAME_HOST) == {"hogwild_sgd", "hogwild_easgd"}
+    assert set(SYNC_ALGORITHMS) == {"sgd", "sync_sgd", "sync_easgd", "ltfb", "cgdp"}
+    assert with_knob("tau") == ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
+    assert RunConfig(algorithm="ltfb", cpus=2).is_sync and not RunConfig(algorithm="easgd", cpus=2).is_sync
+
+
+def test_dashboard_shows_a_knob_exactly_for_the_algorithms_declaring_it():
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.dashboard import RELEVANT
+    for knob in ("tau", "alpha", "round_size", "chunk_layers", "split"):
+        shown = {n for n in specs() if n != "sgd" and RELEVANT[knob](RunConfig(algorithm=n, cpus=2, trainers=2))}
+        assert shown == set(with_knob(knob)), knob
+
+
+def test_a_bad_declaration_is_refused_with_the_field_and_the_allowed_values():
+    with pytest.raises(ValueError, match="pattern: one of"):
+        AlgorithmSpec("x", "x", None, sync=True, pattern="telepathy")
+    with pytest.raises(ValueError, match="needs.server: one of"):
+        AlgorithmSpec("x", "x", None, sync=True, needs=Needs(server="oracle"))
+
+
+def test_an_unknown_algorithm_names_the_registered_ones():
+    with pytest.raises(wb.ConfigError, match="algorithm: one of .*'cgdp'"):
+        RunConfig(algorithm="downpour")
+
+
+# ------------------------------------------------------------------------------ role cores
+def test_parameter_server_on_handed_in_state_updates_those_arrays():
+    """A shared-memory front-end hands in views of its segment: the core must update them in place."""
+    x0 = np.arange(3, dtype=np.float32)
+    state = server_state(x0, size=3, momentum=True)
+    core = ParameterServer(None, 3, momentum=0.9, state=state)
+    core.push(np.ones(3, np.float32), 0.1, 0)
+    core.push(np.ones(3, np.float32), 0.1, 0)
+    np.testing.assert_allclose(state["x"], x0 - 0.1 * (1 + 1.9), rtol=1e-6)   # v: 1, then 0.9 + 1
+    assert state["header"][0] == 2 and core.version == 2
+    core.advance_turn(retire=0)            # turn 0 retired: the turn moves on to 1
+    assert core.turn == 1 and state["retired"].tolist() == [1, 0, 0]
+    assert not core.my_turn(2) and core.my_turn(1) and core.my_turn(None)
+
+
+def test_chunk_master_tunes_on_the_clock_it_is_given():
+    """A virtual clock drives the chunk tuner: 2 layers per chunk is made slower, so 1 wins."""
+    now = [0.0]
+    groups = [(0, 2), (2, 4), (4, 6)]
+    master = ChunkMaster(np.zeros(6, np.float32), 1, groups, "auto", clock=lambda: now[0])
+    g = np.ones(6, np.float32)
+    for step in range(12):
+        chunks = chunk_bounds(groups, master.tuner.current)
+        now[0] += 1.0 if master.tuner.current == 1 else 3.0
+        for lo, hi in chunks:
+            master.add(step, 0, lo, hi, g[lo:hi], 0.1, compute_s=0.0 if (lo, hi) == chunks[-1] else None)
+    assert master.tuner.done and master.tuner.current == 1
+    assert set(master.chunk_history) == {1, 2}
+    np.testing.assert_allclose(master.x, -0.1 * 12, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ the synchronous tail
+class _Ctx:
+    """Just what SyncTail reads from a WorkerContext, with a clock the test moves."""
+
+    def __init__(self, rank, size, now):
+        self.rank, self.size, self.t_start, self.now = rank, size, 0.0, now
+
+    def clock(self):
+        return self.now[0]
+
+
+def test_sync_tail_sums_to_the_global_loss_and_splits_wait_from_comm():
+    n, size, now = 3, 2, [0.0]
+    bufs = []
+    for rank, (busy, loss_w) in enumerate([(0.010, 0.25), (0.030, 0.5)]):   # rank 1 is the slow one
+        tail = SyncTail(_Ctx(rank, size, now), n)
+        buf = np.zeros(n + tail_length(size))
+        now[0] = busy
+        tail.pack(buf, loss_w, compute_s=busy / 2, stop=rank == 0)
+        bufs.append((tail, buf))
+    total = bufs[0][1] + bufs[1][1]
+    fast = bufs[0][0].read(total, comm_total=0.025)      # rank 0 waited ~20 ms of its 25 ms exchange
+    assert fast.loss == pytest.approx(0.75) and fast.stop and fast.times == [0.005, 0.015]
+    assert fast.wait_s == pytest.approx(0.020) and fast.comm_s == pytest.approx(0.005)
+    slow = bufs[1][0].read(total, comm_total=0.004)
+    assert slow.wait_s == 0.0 and slow.comm_s == pytest.approx(0.004)
+
+
+def test_settle_is_the_one_stopped_diverged_rule():
+    out = StepOut()
+    assert settle(out, 0.3, False) and out.stop is None and out.loss == 0.3
+    out = StepOut()
+    assert not settle(out, float("inf"), False) and out.stop == "diverged"
+    out = StepOut()
+    assert not settle(out, float("nan"), True) and out.stop == "stopped"     # a stop wins over a NaN
