@@ -129,7 +129,7 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
     """Runs on a worker: gradient + update on its slice, no exchange, for `seconds`."""
     from ..config import RunConfig
     from ..data import _epoch_order, steps_per_epoch
-    from ..execution.engine import _dataset
+    from ..execution.engine import run_dataset as _dataset
     from ..maths.models import make_model
     from ..maths.optim import SGD
 

@@ -81,10 +81,9 @@ class ShmStartBarrier:
         return []
 
     def close(self) -> None:
-        from .shm import _OWNED
+        from .shm import detach
         del self.flags
-        if self.shm.name not in _OWNED:
-            self.shm.close()
+        detach(self.shm)
 
 
 def release_shm_barrier(segment: str, rank: int, size: int) -> None:

@@ -79,6 +79,13 @@ def attach(name: str) -> shared_memory.SharedMemory:
 _OWNED: dict[str, shared_memory.SharedMemory] = {}
 
 
+def detach(shm: shared_memory.SharedMemory) -> None:
+    """Drop this process's mapping of a segment, unless this process created it (the
+    creator keeps it until `unlink_segment`). Views into it must be gone first."""
+    if shm.name not in _OWNED:
+        shm.close()
+
+
 def allreduce_nbytes(size: int, n: int, dtype: Any = np.float32) -> int:
     """Bytes of the segment an allreduce of `n` elements among `size` workers needs."""
     itemsize = np.dtype(dtype).itemsize
@@ -139,8 +146,7 @@ class ShmComm:
 
     def close(self) -> None:
         del self.flags, self.slots, self.total
-        if self.shm.name not in _OWNED:
-            self.shm.close()
+        detach(self.shm)
 
 
 class SharedArray:
@@ -152,10 +158,8 @@ class SharedArray:
         self.array = np.ndarray((n,), dtype=dtype, buffer=self.shm.buf, offset=0)
 
     def close(self) -> None:
-        name = self.shm.name
         del self.array
-        if name not in _OWNED:
-            self.shm.close()
+        detach(self.shm)
 
 
 # ------------------------------------------------------------------ parameter server
@@ -236,8 +240,7 @@ class ShmServer:
     def close(self) -> None:
         self.lockfile.close()
         self.core = None
-        if self.shm.name not in _OWNED:
-            self.shm.close()
+        detach(self.shm)
 
 
 def create_server_segment(name: str, params: np.ndarray, momentum: bool) -> str:
@@ -406,5 +409,4 @@ class ShmChunkMaster:
         self.lockfile.close()
         del self.header, self.arrivals, self.floats, self.slots, self.times, self.loss_w, self.compute_s
         self.core = None
-        if self.shm.name not in _OWNED:
-            self.shm.close()
+        detach(self.shm)

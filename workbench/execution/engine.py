@@ -51,7 +51,7 @@ __all__ = ["run", "run_threads", "execute", "decide_status", "worker_main", "bui
 _DATA_CACHE: dict[tuple, Any] = {}
 
 
-def _dataset(config: RunConfig) -> Any:
+def run_dataset(config: RunConfig) -> Any:
     """The run's dataset, loaded once per process (a warm cluster skips the load)."""
     from ..data import load_dataset
     key = (config.dataset, config.n_samples, config.n_features, config.n_classes, config.seed,
@@ -70,7 +70,7 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
                   start_barrier: Callable | None = None, timer: Callable[[], float] | None = None) -> WorkerContext:
     """Everything one worker needs: data on its device, its own model instance, plan, links."""
     xp = get_xp(kind)
-    data = _dataset(config)
+    data = run_dataset(config)
     model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
                        image_shape=data.image_shape)
     plan = make_plan(config, data.n_train)
@@ -219,7 +219,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if not spec.spans_hosts and len({w["host"] for w in workers}) > 1:
         raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                           f"these are on {sorted({w['host'] for w in workers})}", config.algorithm)
-    data = _dataset(config)
+    data = run_dataset(config)
     model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
                        image_shape=data.image_shape)
     plan = make_plan(config, data.n_train)  # validates the schedule before anything starts

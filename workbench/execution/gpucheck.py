@@ -25,7 +25,7 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     from ..maths.backend import get_xp
     from ..maths.models import make_model
     from ..maths.optim import SGD
-    from .engine import _dataset
+    from .engine import run_dataset as _dataset
 
     cp = get_xp("gpu")
     data = _dataset(cfg)
