@@ -262,36 +262,39 @@ class SyncTail:
     busy time less its own (idle, not communicating). `rank`/`size` are within the
     collective's group (LTFB trainers)."""
 
-    __slots__ = ("ctx", "n", "rank", "size", "t_free", "busy")
+    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy")
 
     def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
         self.ctx, self.n = ctx, n
         self.rank = ctx.rank if rank is None else rank
         self.size = ctx.size if size is None else size
+        self.end = n + tail_length(self.size)
+        self.clock = ctx.clock
         self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
         self.busy = 0.0
 
     def pack(self, buf: Any, loss_w: float, compute_s: float, stop: bool) -> None:
         """Write my scalars into buf[n:] (zeroing the others' slots)."""
         n, p, r = self.n, self.size, self.rank
-        buf[n:n + tail_length(p)] = 0
+        buf[n:self.end] = 0
         buf[n] = loss_w
         buf[n + 1] = 1.0 if stop else 0.0
         buf[n + 2 + r] = compute_s
         since = self.t_free if self.t_free is not None else self.ctx.t_start   # step 0: since time 0
-        self.busy = self.ctx.clock() - since if since is not None else compute_s
-        buf[n + 2 + p + r] = self.busy
+        self.busy = busy = self.clock() - since if since is not None else compute_s
+        buf[n + 2 + p + r] = busy
 
     def read(self, total: Any, comm_total: float) -> Tally:
         """The reduced tail, with my exchange time `comm_total` split into comm and wait."""
         n, p = self.n, self.size
-        tail = to_numpy(total[n:n + tail_length(p)]).tolist()
+        tail = total[n:self.end]
+        tail = (tail if isinstance(tail, np.ndarray) else to_numpy(tail)).tolist()
         wait = min(comm_total, max(0.0, max(tail[2 + p:]) - self.busy))
         return Tally(tail[0], tail[1] > 0, tail[2:2 + p], comm_total - wait, wait)
 
     def freed(self) -> None:
         """My exchange (and update) ended now: my next busy time counts from here."""
-        self.t_free = self.ctx.clock()
+        self.t_free = self.clock()
 
 
 def settle(out: StepOut, loss: float, stop: bool) -> bool:

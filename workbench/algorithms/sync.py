@@ -111,7 +111,8 @@ class SyncSGD(Algorithm):
         t1 = ctx.timer()
         total = ctx.allreduce(self.buf)                                      # sum_i (n_i / B) g_i = g
         got = self.tail.read(total, ctx.timer() - t1)
-        self.balancer.observe(got.times)
+        if self.balancer.by_speed:
+            self.balancer.observe(got.times)
         out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
