@@ -36,7 +36,7 @@ from ..maths.metrics import Evaluator
 from ..maths.models import make_model
 from ..maths.optim import make_plan
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
-from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers
+from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
 MONITOR_S = 0.05          # client loop period: drain records, pass stop requests on
@@ -97,7 +97,7 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
 
     `vanish_at` (fault injection, thread transport): called with each step; raising from
     it makes the worker vanish as a killed process would."""
-    gi, ranks = _group_of(groups, rank)
+    gi, ranks = group_of(groups, rank)
     ctx = build_context(config, rank, len(kinds), kinds[rank], comm=links.comm, server=links.server,
                         shared=links.shared, control=links.control, emit=sink, t0_wall=t0_wall,
                         extra=dict(extra, group=gi, group_ranks=ranks), start_barrier=links.start_barrier,
@@ -105,13 +105,6 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
     if vanish_at is not None:
         ctx.extra["vanish_at"] = vanish_at
     return _loop(ctx)
-
-
-def _group_of(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
-    for gi, ranks in enumerate(groups):
-        if rank in ranks:
-            return gi, ranks
-    return -1, [rank]
 
 
 def _loop(ctx: WorkerContext) -> dict:

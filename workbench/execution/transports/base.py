@@ -74,11 +74,19 @@ class RunSetup:
         return {w["host"] for w in self.workers}
 
     def group_of(self, rank: int) -> tuple[int, list[int]]:
-        """(group index, the group's ranks) of `rank` ((-1, [rank]) outside every group)."""
-        for gi, ranks in enumerate(self.groups):
-            if rank in ranks:
-                return gi, ranks
-        return -1, [rank]
+        return group_of(self.groups, rank)
+
+
+def group_of(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
+    """(group index, the group's ranks) of `rank`; (-1, [rank]) outside every group.
+
+    >>> group_of([[0, 1], [2, 3]], 2)
+    (1, [2, 3])
+    """
+    for gi, ranks in enumerate(groups):
+        if rank in ranks:
+            return gi, ranks
+    return -1, [rank]
 
 
 @dataclass

@@ -35,7 +35,7 @@ import numpy as np
 
 from ...config import ConfigError, RunConfig
 from .. import platforms
-from .base import Progress, RunSetup, Transport, WorkerLinks, choose_workers
+from .base import Progress, RunSetup, Transport, WorkerLinks, choose_workers, group_of
 
 LIVENESS_S = 0.5          # how often the client checks that every worker is still there
 RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
@@ -428,7 +428,7 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
     control = ThrottledControl(EventControl(plan.run_id))
     links = WorkerLinks(control=control)
     links.closers.append(control.close)
-    gi, ranks = _group_of(plan.groups, rank)
+    gi, ranks = group_of(plan.groups, rank)
     grank, gsize = ranks.index(rank), len(ranks)
     if plan.comm == "shm":
         from ...comm.shm import ShmComm
@@ -465,13 +465,6 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
     if hasattr(links.start_barrier, "close"):
         links.closers.append(links.start_barrier.close)
     return links
-
-
-def _group_of(groups: list[list[int]], rank: int) -> tuple[int, list[int]]:
-    for gi, ranks in enumerate(groups):
-        if rank in ranks:
-            return gi, ranks
-    return -1, [rank]
 
 
 class _StartThenComm:
