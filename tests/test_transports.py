@@ -1,0 +1,56 @@
+"""A transport is one builder on the engine's one path: what it hands each worker (here,
+its clock) is what the run books, and the path's checks run before it builds anything."""
+import itertools
+
+import numpy as np
+import pytest
+
+from workbench.config import ConfigError, RunConfig
+from workbench.execution.engine import execute
+from workbench.execution.transports.threads import ThreadTransport
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+
+
+class TickingThreads(ThreadTransport):
+    """Threads whose workers read a clock that advances exactly 1 ms per reading."""
+
+    def links(self, setup, rank):
+        links = super().links(setup, rank)
+        ticks = itertools.count()
+        links.timer = lambda: next(ticks) * 1e-3
+        return links
+
+
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd", "cgdp"])
+def test_every_booked_time_comes_from_the_transports_clock(algorithm):
+    result = execute(RunConfig(algorithm=algorithm, cpus=1, steps=40, **BASE), TickingThreads())
+    assert result.status == "completed" and len(result.steps) == 40
+    for column in ("time", "compute_s", "comm_s", "wait_s"):
+        ms = result.steps[column].to_numpy() * 1e3
+        np.testing.assert_allclose(ms, np.round(ms), atol=1e-6, err_msg=column)   # whole ticks only
+    assert (result.steps["compute_s"] > 0).all()
+    assert np.all(np.diff(result.steps.sort_values("step")["time"].to_numpy()) > 0)
+
+
+class TwoHosts(ThreadTransport):
+    """Threads that claim to sit on two hosts; records whether it was asked to build anything."""
+
+    prepared = False
+
+    def choose(self, config):
+        workers = super().choose(config)
+        workers[1]["host"] = "elsewhere"
+        return workers
+
+    def prepare(self, setup):
+        self.prepared = True
+        super().prepare(setup)
+
+
+def test_a_one_host_algorithm_is_refused_across_hosts_before_the_transport_builds_anything():
+    transport = TwoHosts()
+    with pytest.raises(ConfigError, match="hogwild_sgd needs every worker on one host"):
+        execute(RunConfig(algorithm="hogwild_sgd", cpus=2, steps=5, **BASE), transport)
+    assert not transport.prepared
+    assert execute(RunConfig(algorithm="async_sgd", cpus=2, steps=5, **BASE), TwoHosts()).status == "completed"
