@@ -29,6 +29,7 @@ from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan
 from ..results import StepLog, eval_record, event_record
+from .registry import tail_length
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
 
@@ -230,15 +231,6 @@ class Algorithm:
 
 
 # ------------------------------------------------------------------------------ synchronous steps
-def tail_length(size: int) -> int:
-    """Scalars a synchronous step packs after its vector: loss, stop, P compute times, P busy times.
-
-    >>> tail_length(2)
-    6
-    """
-    return 2 + 2 * size
-
-
 @dataclass(slots=True)
 class Tally:
     """What every worker of a synchronous step learns from the reduced tail."""

@@ -12,8 +12,8 @@ Everything that used to keep its own list reads this one: config validation
 transports, the cost model (`costmodel.PATTERNS`), the dashboard (which knobs apply),
 `bench` and `python -m workbench algorithms`.
 
-This module imports nothing heavy; `specs()` imports the algorithm modules (which
-register themselves) on first use.
+This module imports nothing of the workbench (config reads it lazily without a cycle);
+`specs()` imports the algorithm modules (which register themselves) on first use.
 """
 from __future__ import annotations
 
@@ -85,9 +85,18 @@ class AlgorithmSpec:
         return self.cls is None
 
     def comm_elems(self, n_params: int, size: int) -> int:
-        """Elements of one allreduce buffer: the parameters plus the packed tail (`sync_tail`)."""
-        from .base import tail_length
+        """Elements of one allreduce buffer: the parameters plus the packed tail (`base.SyncTail`)."""
         return n_params + tail_length(size)
+
+
+def tail_length(size: int) -> int:
+    """Scalars a synchronous step packs after its vector (`base.SyncTail`): loss, stop,
+    P compute times, P busy times.
+
+    >>> tail_length(2)
+    6
+    """
+    return 2 + 2 * size
 
 
 _SPECS: dict[str, AlgorithmSpec] = {}

@@ -227,7 +227,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
-        transport.start(setup, monitor.records.put)
+        transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
     finally:
         transport.close()

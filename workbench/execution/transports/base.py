@@ -9,7 +9,7 @@ decides the status with one rule (`engine.decide_status`). A transport is one bu
         name = "mine"
         def choose(self, config) -> list[dict]          # the workers: name, kind, host (+ address, ...)
         def prepare(self, setup) -> None                # client side, before any loop: the needs
-        def start(self, setup, sink) -> None            # one loop per worker: engine.worker_main(...)
+        def start(self, setup, sink, main) -> None      # one loop per worker: main(...) = engine.worker_main
         def poll(self) -> Progress                      # loops that returned, workers lost, transport gone
         def pending(self) -> set[int]                   # ranks still running
         def request_stop(self, reason), abort(self, reason)
@@ -17,7 +17,7 @@ decides the status with one rule (`engine.decide_status`). A transport is one bu
         def finish(self) -> Progress                    # after the monitor: the results left to fetch
         def close(self) -> None                         # free what prepare made, whoever is left
 
-Per worker, a transport hands `engine.worker_main` one `WorkerLinks`: the collective of
+Per worker, a transport hands `main` (the engine's `worker_main`) one `WorkerLinks`: the collective of
 the worker's rank group (`comm`: `allreduce`, `barrier`, `close`), the front-end of the
 declared server role (`server`; the role's maths is its core in `workbench.comm.roles`),
 the shared arrays (`shared[name].array`), the stop/abort `control`, the `start_barrier`
@@ -137,8 +137,10 @@ class Transport(ABC):
         """Client side, before any loop: build what `setup.spec.needs` declares."""
 
     @abstractmethod
-    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
-        """Start one loop per worker; live batches go to `sink`."""
+    def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
+        """Start one loop per worker: `main(config, rank, kinds, groups, extra, t0_wall, links,
+        sink)` (the engine's `worker_main`; transports never import the engine); live batches
+        go to `sink`."""
 
     @abstractmethod
     def poll(self) -> Progress:

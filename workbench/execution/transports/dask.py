@@ -17,8 +17,8 @@ What it provides for the declared needs:
 * shared arrays: shared-memory segments (one host only);
 * start barrier: shared memory on one host, Dask events across hosts.
 
-Worker side: `worker_task` opens those links from the picklable `DaskPlan` and runs
-`engine.worker_main`.
+Worker side: `worker_task` opens those links from the picklable `DaskPlan` and runs the
+engine's `worker_main` (handed in: transports never import the engine).
 """
 from __future__ import annotations
 
@@ -208,12 +208,12 @@ class DaskTransport(Transport):
         self.actors.append(future)
         return future.result()
 
-    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
+    def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
         plan = self.plan
         self.client.subscribe_topic(plan.topic, lambda event: sink(event[1]))
         self.control.start_lease()  # loops on an external cluster end when this client goes away
         plan.t0_wall = setup.t0_wall
-        self.futures = [self.client.submit(worker_task, plan, rank, w["address"], self.actor,
+        self.futures = [self.client.submit(worker_task, main, plan, rank, w["address"], self.actor,
                                            workers=[w["address"]], allow_other_workers=False, pure=False,
                                            key=f"workbench-loop-{plan.run_id}-{rank}")
                         for rank, w in enumerate(self.workers)]
@@ -397,11 +397,10 @@ class DaskTransport(Transport):
 
 
 # ------------------------------------------------------------------------------ worker side
-def worker_task(plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
-    """A Dask task: one worker's whole training loop."""
+def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
+    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`)."""
     from distributed import get_worker
 
-    from .. import engine
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
         return {"status": "rescheduled", "params": None}
@@ -411,8 +410,8 @@ def worker_task(plan: DaskPlan, rank: int, address: str, actor: Any = None) -> d
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
     try:
-        return engine.worker_main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra,
-                                  plan.t0_wall, links, sink)
+        return main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall,
+                    links, sink)
     finally:
         links.close()
         if rank == 0 and getattr(links.control.control, "lease_expired", False):

@@ -74,15 +74,13 @@ class ThreadTransport(Transport):
         return WorkerLinks(comm=comm, server=self.server, shared=self.shared, control=self.control,
                            start_barrier=self.start_barrier.for_rank(rank))
 
-    def start(self, setup: RunSetup, sink: Callable[[dict], None]) -> None:
-        from .. import engine
-
+    def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
         def work(rank: int) -> None:
             links = self.links(setup, rank)
             vanish = _vanish_at(self.fail[rank]) if rank in self.fail else None
             try:
-                result = engine.worker_main(setup.config, rank, setup.kinds, setup.groups, setup.extra,
-                                            setup.t0_wall, links, sink, vanish_at=vanish)
+                result = main(setup.config, rank, setup.kinds, setup.groups, setup.extra, setup.t0_wall, links,
+                              sink, vanish_at=vanish)
             except Vanished:
                 with self.lock:
                     self.vanished.add(rank)
