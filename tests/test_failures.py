@@ -136,3 +136,18 @@ def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
     assert event_names(threads) == event_names(dask)
     same_summary_keys(threads, dask)
     saved(dask, tmp_path / "run")
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
+def test_a_lost_worker_of_an_async_run_on_threads_leaves_the_others_going(tmp_path, algorithm):
+    """The rule test_engine checks on Dask (test_dask_async_goes_on_without_a_lost_worker),
+    here on threads: the survivor finishes the run, the lost worker is recorded."""
+    cfg = RunConfig(algorithm=algorithm, cpus=2, steps=200, **BASE)
+    result = run_threads(cfg, fail={1: 30})
+    assert result.status == "completed"
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and str(lost[0]["worker"]) == "1"
+    assert result.steps[result.steps.worker == 0]["step"].max() + 1 == result.summary["total_steps_planned"]
+    w1 = result.steps[result.steps.worker == 1]
+    assert w1.empty or w1["step"].max() < 30           # what it had not sent yet went with it
+    saved(result, tmp_path / "run")

@@ -136,6 +136,12 @@ class ThreadStartBarrier:
     def for_rank(self, rank: int) -> Any:
         return lambda: self.wait(rank)
 
+    def release(self, rank: int) -> None:
+        """Count `rank` as arrived without it (a lost worker must not hold the others)."""
+        with self.cond:
+            self.arrived.add(rank)
+            self.cond.notify_all()
+
     def wait(self, rank: int) -> list[int]:
         deadline = time.perf_counter() + self.timeout
         with self.cond:

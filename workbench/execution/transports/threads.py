@@ -120,9 +120,7 @@ class ThreadTransport(Transport):
         self.control.abort(reason)
 
     def release(self, rank: int) -> None:
-        with self.start_barrier.cond:      # a vanished thread no longer holds the others at the start
-            self.start_barrier.arrived.add(rank)
-            self.start_barrier.cond.notify_all()
+        self.start_barrier.release(rank)   # a vanished thread no longer holds the others at the start
         if isinstance(self.server, ThreadServer):
             self.server.retire(rank)       # nor their round-robin turns
 
