@@ -1235,10 +1235,10 @@ class Dashboard:
                          f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
+        from .. import api
         from ..analysis import costmodel
-        from ..analysis.sweep import sweep
         try:
-            table = sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
+            table = api.sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
                           should_stop=self._stop.is_set, progress=False)
             self.sweep_table = table
             self._last = table
