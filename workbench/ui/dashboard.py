@@ -314,7 +314,8 @@ def preview_n_train(config: RunConfig) -> int:
     Digits is loaded (bundled, cached); generated sets use load_dataset's split rule;
     downloadable sets their official sizes.
     """
-    from ..data import _n_test, load_dataset
+    from ..data import load_dataset
+    from ..data.generators import _n_test
 
     if config.dataset == "digits":
         return load_dataset("digits").n_train
