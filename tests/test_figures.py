@@ -390,7 +390,8 @@ def test_comparison_report(sync_result, sgd_result, tmp_path):
 
 
 def test_import_workbench_loads_no_ui_stack():
-    code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep; "
+    code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep, "
+            "workbench.analysis.figdata; "
             "bad = [m for m in ('plotly', 'ipywidgets', 'anywidget') if m in sys.modules]; "
             "assert not bad, bad; "
             "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")
