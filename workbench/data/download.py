@@ -278,7 +278,7 @@ class _Downloader:
     def __call__(self, url: str, output_file: str, pooch_obj, check_only: bool = False):
         import pooch
 
-        from ..apps.progress import bars_allowed
+        from ..util.bars import bars_allowed
 
         bar = False
         if bars_allowed():
