@@ -1,4 +1,4 @@
-"""Layering: who may import what (STYLE.md), checked on the source and at import time."""
+"""Layering: who may import what (docs/architecture.md, "Layers"), checked on the source and at import time."""
 import ast
 import subprocess
 import sys
