@@ -100,7 +100,8 @@ def test_dask_each_algorithm_reaches_90_percent_on_digits(client, algorithm):
     assert result.status == "completed", result.summary.get("errors")
     assert result.summary["final_test_accuracy"] >= 0.90
     assert set(result.steps["worker"]) == {0, 1}
-    assert result.summary["samples"] == result.steps["samples"].sum()
+    # every worker ran every planned step on its half of the global batch (n_train 1437 / 64: 22 steps an epoch)
+    assert result.summary["samples"] == 8 * 22 * 64
 
 
 @pytest.mark.cluster
