@@ -1,9 +1,10 @@
 """Scaling sweeps: the same run on 1, 2, 4, ... workers, strong or weak.
 
-    import workbench as wb
-    table = wb.sweep(wb.RunConfig(algorithm="sync_sgd", batch_size=256, epochs=1),
-                     workers=[1, 2, 4], mode="strong")
-    table[["workers", "samples_per_s", "speedup", "efficiency"]]
+>>> import workbench as wb
+>>> table = wb.sweep(wb.RunConfig(algorithm="sync_sgd", batch_size=256, steps=3),
+...                  workers=[1, 2], mode="strong", cluster="threads", progress=False)
+>>> table["workers"].tolist(), table["batch_size"].tolist(), table["speedup"].tolist()[0]
+([1, 2], [256, 256], 1.0)
 
 - strong scaling: the global batch stays `batch_size`; each worker gets less of it.
 - weak scaling: the global batch grows with the workers, `batch_size * P / workers[0]`

@@ -1,8 +1,14 @@
 """The interactive dashboard: a control for every knob, Run / Stop, live plots, scaling sweeps.
 
-    from workbench.ui import Dashboard
-    dash = Dashboard()          # the cell's value shows it
-    dash.run(); dash.wait()     # the same without a frontend (papermill, tests)
+In a notebook, `Dashboard()` as a cell's value shows it. Without a frontend (papermill,
+tests) the same object runs from code:
+
+>>> import workbench as wb
+>>> dash = Dashboard(cluster="threads", config=wb.RunConfig(algorithm="sync_sgd", steps=3))
+>>> dash.run()
+True
+>>> dash.wait(60).status
+'completed'
 
 The only ipywidgets code of workbench. Every control is named after, and maps onto,
 the `RunConfig` field of the same name (`CONTROL_FIELDS`), carries that field's
