@@ -1,11 +1,16 @@
 """Doctest collection of the workbench package (`--doctest-modules`, see pyproject.toml).
 
+Test infrastructure, not part of the library (pytest loads it when it collects this
+folder). It sits here rather than at the repository root: a root conftest.py would be the
+module `conftest` that the tests' `from conftest import ...` (tests/conftest.py) must
+find, also inside Dask worker processes, which unpickle test functions.
+
 Collecting a module's doctests imports the module. A module whose top-level imports
 need an optional extra that is not installed here (plotly/ipywidgets of the `lab`
 extra, Dask on the GPU host, CuPy, torch) is left out of doctest collection instead of
-failing it; the session header names each module left out and the missing package, so
-nothing is skipped silently. Tests under tests/ are untouched: they skip with their
-own reasons.
+failing it; the end of the session names each module left out and the package it
+lacks, so nothing is skipped silently. Tests under tests/ are untouched: they skip with
+their own reasons.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent / "workbench"
+PACKAGE = Path(__file__).resolve().parent
 LEFT_OUT: dict[str, str] = {}      # module path -> the missing package
 
 
@@ -45,7 +50,7 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     path = Path(collection_path)
     if path.name == "__main__.py" and PACKAGE in path.parents:
         return True                 # importing it runs the CLI
-    if path.suffix != ".py" or PACKAGE not in path.parents:
+    if path.suffix != ".py" or PACKAGE not in path.parents or path.name == "conftest.py":
         return None
     missing = _missing_top_level_import(path)
     if missing is None:
