@@ -1,5 +1,6 @@
 """Layering: who may import what (docs/architecture.md, "Layers"), checked on the source and at import time."""
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -87,14 +88,24 @@ def _lazy_reexports(tree: ast.Module) -> set[int]:
             for n in ast.walk(f)}
 
 
-def workbench_imports(name: str) -> set[str]:
+def _function_bodies(tree: ast.Module) -> set[int]:
+    """Nodes that run only when a function is called (lazy imports live there)."""
+    return {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            for n in ast.walk(f) if n is not f}
+
+
+@functools.cache
+def workbench_imports(name: str, eager_only: bool = False) -> frozenset[str]:
     """The workbench modules `name` imports anywhere in its source (module level, inside
-    functions, under TYPE_CHECKING): a lazy import is still a dependency."""
+    functions, under TYPE_CHECKING): a lazy import is still a dependency. `eager_only`:
+    only the imports that run when the module itself is imported."""
     path = MODULES[name]
     is_pkg = path.name == "__init__.py"
     base = name.split(".") if is_pkg else name.split(".")[:-1]
     tree = ast.parse(path.read_text())
     skip = _lazy_reexports(tree) if is_pkg else set()
+    if eager_only:
+        skip |= _function_bodies(tree)
     out = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -117,11 +128,21 @@ def workbench_imports(name: str) -> set[str]:
                 sub = f"{target}.{alias.name}"
                 out.add(sub if sub in MODULES else target)
     out.discard(name)
-    return out
+    return frozenset(out)
 
 
-def import_graph() -> dict[str, set[str]]:
-    return {name: workbench_imports(name) for name in MODULES}
+# Lazy imports kept on purpose against the layers, each with its reason. Each must stay
+# lazy (inside a function: never run while the module is being imported).
+LAZY_EDGES: dict[tuple[str, str], str] = {}
+
+
+def import_graph(eager_only: bool = False, allowed: bool = True) -> dict[str, set[str]]:
+    """Module -> the workbench modules it imports; `allowed=False` leaves out LAZY_EDGES."""
+    graph = {name: set(workbench_imports(name, eager_only)) for name in MODULES}
+    if not allowed:
+        for module, target in LAZY_EDGES:
+            graph.get(module, set()).discard(target)
+    return graph
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -153,11 +174,26 @@ def test_the_cycle_finder_finds_cycles():
     assert "workbench.analysis.sweep" in graph["workbench.api"]                  # a lazy import counts
     assert "workbench.api" in graph["workbench.apps.cli"]                        # `from .. import api`
     assert "workbench.data.order" in graph["workbench.data"]                     # a package's re-export
+    eager = import_graph(eager_only=True)
+    assert "workbench.analysis.sweep" not in eager["workbench.api"]              # ... but not at import time
+    assert "workbench.config" in eager["workbench.api"]
 
 
 def test_no_import_cycle_among_the_modules():
-    cycle = find_cycle(import_graph())
+    cycle = find_cycle(import_graph(allowed=False))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_import_cycle_at_import_time_even_through_the_allowed_lazy_edges():
+    cycle = find_cycle(import_graph(eager_only=True))
+    assert cycle is None, "import-time cycle: " + " -> ".join(cycle)
+
+
+def test_the_allowed_lazy_edges_exist_and_are_lazy():
+    full, eager = import_graph(), import_graph(eager_only=True)
+    for module, target in LAZY_EDGES:
+        assert target in full[module], f"{module} no longer imports {target}: drop it from LAZY_EDGES"
+        assert target not in eager[module], f"{module} imports {target} at import time: it must stay lazy"
 
 
 # Layers, lowest first: a module may import its own layer and the ones below it. The
@@ -190,7 +226,7 @@ def layer_of(module: str) -> int:
 
 def test_every_import_points_down_the_layers():
     upward = []
-    for module, targets in import_graph().items():
+    for module, targets in import_graph(allowed=False).items():
         for target in targets:
             if layer_of(target) > layer_of(module) and (module, target) not in UPWARD:
                 upward.append(f"{module} -> {target}")
@@ -208,7 +244,7 @@ def test_the_upward_exceptions_are_still_needed():
     ("data", {"util"}),                               # datasets and the minibatch order stand alone
 ])
 def test_low_subpackages_import_only_what_is_below_them(package, below):
-    for module, targets in import_graph().items():
+    for module, targets in import_graph(allowed=False).items():
         if module.split(".")[1:2] != [package]:
             continue
         outside = {t.split(".")[1] for t in targets if "." in t and t.split(".")[1] != package}
