@@ -296,7 +296,7 @@ def test_synthetic_sizes_scale(n_samples, n_features, n_classes):
 def test_synthetic_is_deterministic_in_seed_and_chunking(monkeypatch):
     a = load_dataset("synthetic", n_samples=300, n_features=8, n_classes=4, seed=11)
     data.clear_cache()
-    monkeypatch.setattr(data, "_CHUNK_ROWS", 7)  # many chunks: the data must not change
+    monkeypatch.setattr(data.generators, "_CHUNK_ROWS", 7)  # many chunks: the data must not change
     b = load_dataset("synthetic", n_samples=300, n_features=8, n_classes=4, seed=11)
     np.testing.assert_array_equal(a.X_train, b.X_train)
     np.testing.assert_array_equal(a.y_train, b.y_train)
@@ -314,7 +314,7 @@ def test_synthetic_labels_come_from_the_inputs():
 
 
 def test_synthetic_is_generated_in_chunks_without_big_temporaries(monkeypatch):
-    monkeypatch.setattr(data, "_CHUNK_ROWS", 4096)
+    monkeypatch.setattr(data.generators, "_CHUNK_ROWS", 4096)
     tracemalloc.start()
     try:
         ds = load_dataset("synthetic", n_samples=50_000, n_features=200, n_classes=10)
@@ -342,7 +342,7 @@ def test_mnist1d_shape_classes_and_determinism(monkeypatch):
     assert np.all(np.bincount(np.concatenate([ds.y_train, ds.y_test])) == 100)  # balanced
     assert abs(float(ds.X_train.std()) - 1.0) < 1e-3
     data.clear_cache()
-    monkeypatch.setattr(data, "_CHUNK_ROWS", 33)
+    monkeypatch.setattr(data.generators, "_CHUNK_ROWS", 33)
     again = load_dataset("mnist1d", n_samples=1000, seed=4)
     np.testing.assert_array_equal(ds.X_train, again.X_train)
     np.testing.assert_array_equal(ds.y_test, again.y_test)

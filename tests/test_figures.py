@@ -277,8 +277,12 @@ def test_comparison_figure_from_summaries(sync_result, sgd_result):
     t = traces(F.comparison_figure([sync_result, sgd_result]))
     assert list(t["samples/s"].y) == pytest.approx([sync_result.summary["samples_per_s"],
                                                     sgd_result.summary["samples_per_s"]])
-    shares = np.array([t["compute share"].y, t["comm share"].y, t["wait share"].y])
-    np.testing.assert_allclose(shares.sum(axis=0), 1.0)
+    # each share is that component's part of the run's step time, from the step table
+    for i, r in enumerate([sync_result, sgd_result]):
+        sums = r.steps[["compute_s", "comm_s", "wait_s"]].sum()
+        for name, column in (("compute share", "compute_s"), ("comm share", "comm_s"), ("wait share", "wait_s")):
+            assert t[name].y[i] == pytest.approx(sums[column] / sums.sum()), (name, i)
+    assert t["comm share"].y[0] > 0 and t["comm share"].y[1] == 0     # sync_sgd exchanges, sgd does not
 
 
 # ------------------------------------------------------------------------------ live
@@ -390,7 +394,8 @@ def test_comparison_report(sync_result, sgd_result, tmp_path):
 
 
 def test_import_workbench_loads_no_ui_stack():
-    code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep; "
+    code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep, "
+            "workbench.analysis.figdata; "
             "bad = [m for m in ('plotly', 'ipywidgets', 'anywidget') if m in sys.modules]; "
             "assert not bad, bad; "
             "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")

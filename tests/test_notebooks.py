@@ -81,7 +81,7 @@ def test_notebook_closes_the_session_cluster_last(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_defines_no_functions_beyond_tiny_local_ones(path):
-    # Notebooks are thin (STYLE.md): logic lives in the package. A local one-liner is fine;
+    # Notebooks are thin (docs/contributing.md, "Add a notebook"): logic lives in the package. A local one-liner is fine;
     # anything bigger, or a function defined in two notebooks, belongs in workbench.
     nb = nbformat.read(path, as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")

@@ -6,7 +6,8 @@ import pytest
 
 from workbench import ConfigError, RunConfig
 from workbench.analysis.costmodel import training_throughput
-from workbench.analysis.sweep import SWEEP_COLUMNS, add_scaling, sweep, sweep_configs
+from workbench.analysis.sweep import SWEEP_COLUMNS, add_scaling, sweep_configs
+from workbench.api import sweep
 
 DIGITS = dict(dataset="digits", epochs=1, seed=0)
 
@@ -82,8 +83,16 @@ def test_add_scaling_against_the_first_row():
     assert t.efficiency.tolist() == pytest.approx([1.0, 0.75, 1.0])
 
 
-def test_workbench_sweep_is_callable_even_after_the_module_is_imported():
-    import workbench.analysis.sweep  # sets the package's attribute `sweep` to the module
-    assert callable(workbench.analysis.sweep)
-    table = workbench.analysis.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1])
+def test_wb_sweep_stays_the_function_after_the_analysis_module_is_imported():
+    import subprocess
+    import sys
+
+    # in a fresh interpreter: importing the analysis module first must not shadow wb.sweep
+    code = ("import workbench as wb, workbench.analysis.sweep as m, workbench.api as api; "
+            "import types; print(wb.sweep is api.sweep, isinstance(wb.sweep, types.FunctionType), "
+            "hasattr(m, 'sweep'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"]
+    import workbench as wb
+    table = wb.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1], progress=False)
     assert table.workers.tolist() == [1] and table.speedup.tolist() == [1.0]

@@ -1,8 +1,12 @@
 """workbench: see how parallel deep-learning training behaves, from a notebook.
 
-    import workbench as wb
-    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, epochs=5))
-    result.summary["final_test_accuracy"]
+`wb.run(config)` trains on a local Dask cluster started (or reused) for the session;
+`cluster="threads"` runs the same loops as threads of this process, as here:
+
+>>> import workbench as wb
+>>> r = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=5), cluster="threads", progress=False)
+>>> r.status, r.summary["steps"], len(r.summary["workers"])
+('completed', 5, 2)
 
 `import workbench` stays light: it loads neither Dask, plotly nor ipywidgets; those are
 imported by the functions that need them. The distribution is `parallel-workbench`

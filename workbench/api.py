@@ -1,10 +1,15 @@
-"""The top-level calls: `run`, `load`, `sweep` (re-exported as `workbench.run` etc.)."""
+"""The top-level calls: `run`, `load`, `save`, `sweep` (re-exported as `workbench.run` etc.).
+
+The entry point above every layer: it checks the config (`execution.preflight`), hands the
+run to the engine (or to the single-process reference for `sgd`), adds the progress bar and
+writes the run directory. `sweep` repeats `run` over worker counts.
+"""
 from __future__ import annotations
 
 import os
 import time
 import warnings as _warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +119,79 @@ def load(directory: str | Path) -> RunResult:
     return RunResult.load(directory)
 
 
-def sweep(config: RunConfig | dict, workers: Any = (1, 2, 4), mode: str = "strong", **kwargs: Any) -> Any:
-    """Strong or weak scaling sweep over worker counts: see `workbench.analysis.sweep.sweep`
-    (`progress=False` silences its bar)."""
-    from .analysis.sweep import sweep as _sweep
+def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
+          cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
+          out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
+          progress: bool = True) -> Any:
+    """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
+
+    Strong scaling keeps the global batch; weak scaling grows it with the workers. The
+    configs, rows and the speedup/efficiency maths are `workbench.analysis.sweep`'s; this
+    function runs the points (it sits above `run`, so the analysis module never imports it).
+
+    Args:
+        config: the run (a RunConfig or a dict of its fields).
+        workers: worker counts, e.g. [1, 2, 4]; speedup is against the first.
+        mode: "strong" (fixed global batch) or "weak" (batch_size * P / workers[0]).
+        cluster: passed to `run` ("threads" runs in-process); default: one local
+            cluster with max(workers) workers, reused by every run.
+        on_result: called after each run with (row so far, RunResult): live figures.
+        out: a folder for the run directories (out/w{P}) and out/sweep.csv, rewritten
+            after every run so a stopped sweep keeps what it measured.
+        should_stop: polled by each run and between runs; True ends the sweep.
+        progress: draw a bar over the runs (a widget in a notebook, text in a terminal)
+            and one for the run in progress; False for none.
+    Returns:
+        A pandas DataFrame, one row per finished run, with `SWEEP_COLUMNS`.
+    Raises:
+        ConfigError: a bad argument, before any run starts.
+    """
+    import pandas as pd
+
+    from .analysis.sweep import SWEEP_COLUMNS, add_scaling, scaling_row, sweep_configs, worker_field
+    from .util.fileio import atomic_write
+
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
-    return _sweep(config, workers=workers, mode=mode, **kwargs)
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_dict(dict(config))
+    configs = sweep_configs(config, workers, mode)
+    ws = [int(w) for w in workers]
+    if cluster is None and config.algorithm != "sgd":
+        from .execution.cluster import session_client
+        field = worker_field(config)
+        cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
+                                 config.scheduler)
+    # Warm every worker first (imports, data placement): the first run that touches a cold
+    # worker spends ~10 s setting it up inside the other workers' training span (they wait
+    # in the first exchange), which the first measured point would otherwise include.
+    if config.algorithm != "sgd":
+        run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
+    rows: list[dict] = []
+    table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
+    from .apps.progress import bars_allowed, sweep_bar
+    bar = sweep_bar(len(ws), f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
+    try:
+        for w, cfg in zip(ws, configs):
+            if should_stop is not None and should_stop():
+                break
+            if bar is not None:
+                bar.set_postfix_str(f"{worker_field(config)}={w}")
+            run_dir = None if out is None else str(Path(out) / f"w{w}")
+            result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
+                         progress=bar is not None, overwrite=True)  # w<N> under the sweep's folder: a
+                                                                    # sweep run again replaces its own
+            if bar is not None:
+                bar.update(1)
+            rows.append(scaling_row(result, w, mode, run_dir))
+            table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
+            if out is not None:
+                atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
+            if on_result is not None:
+                on_result(table.iloc[-1].to_dict(), result)
+            if result.status == "stopped":
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return table

@@ -26,7 +26,7 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
   sums and updates, fresh weights go back; this overlaps the backward pass:
   `fwd + max(bwd, (C-1)/C H) + H/C`, with H the whole host path and C chunks
-  (ALGORITHMS.md's reconstruction; forward = 1/3, backward = 2/3 of compute).
+  (our reconstruction, docs/algorithms.md; forward = 1/3, backward = 2/3 of compute).
 
 Calibration (`calibrate`): compute per sample per worker kind is fitted from step
 records (compute_s against samples: c1 per sample and c0 per step, by least squares

@@ -1,9 +1,10 @@
 """Scaling sweeps: the same run on 1, 2, 4, ... workers, strong or weak.
 
-    import workbench as wb
-    table = wb.sweep(wb.RunConfig(algorithm="sync_sgd", batch_size=256, epochs=1),
-                     workers=[1, 2, 4], mode="strong")
-    table[["workers", "samples_per_s", "speedup", "efficiency"]]
+>>> import workbench as wb
+>>> table = wb.sweep(wb.RunConfig(algorithm="sync_sgd", batch_size=256, steps=3),
+...                  workers=[1, 2], mode="strong", cluster="threads", progress=False)
+>>> table["workers"].tolist(), table["batch_size"].tolist(), table["speedup"].tolist()[0]
+([1, 2], [256, 256], 1.0)
 
 - strong scaling: the global batch stays `batch_size`; each worker gets less of it.
 - weak scaling: the global batch grows with the workers, `batch_size * P / workers[0]`
@@ -19,23 +20,20 @@ Speedup and efficiency are measured in samples/s against the first worker count:
 (1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
 or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
 
-This module is also callable: `workbench.analysis.sweep(...)` works whether the name resolves to
-this module (once something imported it) or to the function.
+This module holds the sweep's maths (the configs of each point, one row per run, speedup
+and efficiency); running the points is `workbench.sweep` (`workbench.api.sweep`), which
+sits above the runs it starts, so this module never imports the entry point.
 """
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
 from ..results import RunResult
-from ..util.fileio import atomic_write
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
@@ -130,88 +128,3 @@ def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
     out["speedup"] = sps / s0 if s0 > 0 else math.nan
     out["efficiency"] = out["speedup"] * w0 / out["workers"].astype(float)
     return out
-
-
-def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
-          cluster: Any = None, on_result: OnResult | None = None, out: str | Path | None = None,
-          should_stop: Callable[[], bool] | None = None, progress: bool = True) -> pd.DataFrame:
-    """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
-
-    Args:
-        config: the run (a RunConfig or a dict of its fields).
-        workers: worker counts, e.g. [1, 2, 4]; speedup is against the first.
-        mode: "strong" (fixed global batch) or "weak" (batch_size * P / workers[0]).
-        cluster: passed to `workbench.run` ("threads" runs in-process); default: one
-            local cluster with max(workers) workers, reused by every run.
-        on_result: called after each run with (row so far, RunResult): live figures.
-        out: a folder for the run directories (out/w{P}) and out/sweep.csv, rewritten
-            after every run so a stopped sweep keeps what it measured.
-        should_stop: polled by each run and between runs; True ends the sweep.
-        progress: draw a bar over the runs (a widget in a notebook, text in a terminal)
-            and one for the run in progress; False for none.
-    Returns:
-        One row per finished run with SWEEP_COLUMNS.
-    Raises:
-        ConfigError: a bad argument, before any run starts.
-    """
-    from collections.abc import Mapping
-
-    from .. import api
-    from ..config import ConfigTypeError
-
-    if not isinstance(config, (RunConfig, Mapping)):
-        raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
-    if not isinstance(config, RunConfig):
-        config = RunConfig.from_dict(dict(config))
-    configs = sweep_configs(config, workers, mode)
-    ws = _check(workers, mode)
-    if cluster is None and config.algorithm != "sgd":
-        from ..execution.cluster import session_client
-        field = worker_field(config)
-        cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
-                                 config.scheduler)
-    # Warm every worker first (imports, data placement): the first run that touches a cold
-    # worker spends ~10 s setting it up inside the other workers' training span (they wait
-    # in the first exchange), which the first measured point would otherwise include.
-    if config.algorithm != "sgd":
-        api.run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
-    rows: list[dict] = []
-    table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    from ..apps.progress import bars_allowed, sweep_bar
-    bar = sweep_bar(len(ws), f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
-    try:
-        for w, cfg in zip(ws, configs):
-            if should_stop is not None and should_stop():
-                break
-            if bar is not None:
-                bar.set_postfix_str(f"{worker_field(config)}={w}")
-            run_dir = None if out is None else str(Path(out) / f"w{w}")
-            result = api.run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
-                             progress=bar is not None, overwrite=True)  # w<N> under the sweep's folder: a
-                                                                        # sweep run again replaces its own
-            if bar is not None:
-                bar.update(1)
-            rows.append(scaling_row(result, w, mode, run_dir))
-            table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
-            if out is not None:
-                atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
-            if on_result is not None:
-                on_result(table.iloc[-1].to_dict(), result)
-            if result.status == "stopped":
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-    return table
-
-
-class _CallableModule(types.ModuleType):
-    """`workbench.analysis.sweep` names this module once it is imported (Python sets submodules as
-    attributes of their package), which would hide the `sweep` function that
-    `workbench.__getattr__` offers; calling the module calls the function instead."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"report: {outcome['report']}")
             return EXIT_OK
     except (ConfigError, ValueError) as exc:
-        # Invalid input: one line, no traceback (DESIGN.md's exit code 2 contract).
+        # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ImportError as exc:

@@ -7,23 +7,13 @@ downloads draw one through pooch.
 """
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import RunConfig
+from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
-
-
-def bars_allowed() -> bool:
-    """Whether this process may draw a bar: only a top-level process, never a child
-    such as a Dask worker (which multiprocessing starts from the nanny).
-
-    >>> bars_allowed()
-    True
-    """
-    return multiprocessing.parent_process() is None
 
 
 def _tqdm() -> Any:

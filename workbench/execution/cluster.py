@@ -1,7 +1,8 @@
 """Dask clusters for training: local CPU workers, dask-cuda GPU workers, or both.
 
-    client = make_cluster(gpus="auto", cpus=2)   # reused by later runs in the session
-    client = connect("tcp://10.0.0.5:8786")      # a cluster started elsewhere
+`make_cluster(gpus="auto", cpus=2)` starts the session's cluster (later runs reuse it);
+`connect("tcp://HOST:8786")` joins one started elsewhere (`dask scheduler` / `dask worker`,
+dask-jobqueue, dask-kubernetes).
 
 Worker processes get one thread each (the training loop), BLAS threads matching their
 share of the cores, and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by

@@ -1,4 +1,4 @@
-"""Every check that can fail before a worker starts (DESIGN.md, Reliability).
+"""Every check that can fail before a worker starts (docs/architecture.md, step 1 of a run).
 
 `preflight(config)` raises `ConfigError` (exit code 2 in the CLI) for anything known to
 fail once workers run, and returns warnings for settings that run but make the algorithm

@@ -6,9 +6,14 @@ flat vector, so averaging, allreduce and shipping chunks between devices are pla
 array operations. The code is NumPy/CuPy agnostic: the array module `xp` is taken from
 `params`, so the same model runs on a CPU worker (NumPy) and on a GPU worker (CuPy).
 
-    model = make_model("mlp", 784, 10, hidden=(512, 256))
-    params = model.init(seed=0)                     # (535818,) float32, NumPy
-    loss, grad = model.loss_and_grad(params, X, y)  # grad: (535818,), same dtype and device
+>>> model = make_model("mlp", 784, 10, hidden=(512, 256))
+>>> params = model.init(seed=0)
+>>> params.shape, params.dtype
+((535818,), dtype('float32'))
+>>> X, y = np.zeros((4, 784), np.float32), np.array([0, 1, 2, 3])
+>>> loss, grad = model.loss_and_grad(params, X, y)
+>>> grad.shape == params.shape and grad.dtype == params.dtype
+True
 
 Each layer's weight and bias lie next to each other (W then b), so the gradient of one
 layer is one contiguous slice; `loss_and_grad(..., on_grad_ready=cb)` calls `cb(start,

@@ -3,8 +3,8 @@
 The only part of workbench that imports plotly (`figures`, `report`) and ipywidgets
 (`dashboard`). Names are loaded on first use, so `import workbench.ui` stays cheap:
 
-    from workbench.ui import Dashboard
-    Dashboard()                        # a notebook cell's value: controls, Run/Stop, live plots
+`Dashboard()` as a notebook cell's value shows the controls, Run/Stop and live plots
+(`workbench.ui.dashboard` runs one from code).
 """
 from __future__ import annotations
 

@@ -1,8 +1,14 @@
 """The interactive dashboard: a control for every knob, Run / Stop, live plots, scaling sweeps.
 
-    from workbench.ui import Dashboard
-    dash = Dashboard()          # the cell's value shows it
-    dash.run(); dash.wait()     # the same without a frontend (papermill, tests)
+In a notebook, `Dashboard()` as a cell's value shows it. Without a frontend (papermill,
+tests) the same object runs from code:
+
+>>> import workbench as wb
+>>> dash = Dashboard(cluster="threads", config=wb.RunConfig(algorithm="sync_sgd", steps=3))
+>>> dash.run()
+True
+>>> dash.wait(60).status
+'completed'
 
 The only ipywidgets code of workbench. Every control is named after, and maps onto,
 the `RunConfig` field of the same name (`CONTROL_FIELDS`), carries that field's
@@ -314,7 +320,8 @@ def preview_n_train(config: RunConfig) -> int:
     Digits is loaded (bundled, cached); generated sets use load_dataset's split rule;
     downloadable sets their official sizes.
     """
-    from ..data import _n_test, load_dataset
+    from ..data import load_dataset
+    from ..data.generators import _n_test
 
     if config.dataset == "digits":
         return load_dataset("digits").n_train
@@ -1235,10 +1242,10 @@ class Dashboard:
                          f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
+        from .. import api
         from ..analysis import costmodel
-        from ..analysis.sweep import sweep
         try:
-            table = sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
+            table = api.sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
                           should_stop=self._stop.is_set, progress=False)
             self.sweep_table = table
             self._last = table

@@ -7,7 +7,9 @@ wrapped at the end (`as_widget`), so a widget's first message carries its whole 
 
 The numbers of a figure are computed by small `*_series` functions that turn tables
 (DataFrames, or column arrays for live batches) into `Series` (name, x, y, where,
-style); a static figure adds them as traces, the live dashboard hands each new batch of
+style); they live in `workbench.analysis.figdata` (NumPy and pandas only) and are
+re-exported here. This module holds only the plotly side: a static figure adds the
+series as traces, the live dashboard hands each new batch of
 records to `update_live`, which appends the batch's series to the traces of the same
 name inside `fig.batch_update()`. So a live plot and the report of the same run show the
 same quantities.
@@ -29,10 +31,8 @@ Only `workbench.ui` imports plotly; functions never modify the DataFrames they g
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Sequence
 from copy import deepcopy
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,188 +40,37 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
-
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")   # one colour per run (plotly's D3 palette)
-COMPONENTS = ("compute_s", "comm_s", "wait_s")  # the time breakdown, as STEP_COLUMNS name it
-COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
-COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
-STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
-LIVE_POINTS = 600        # points per live trace: bounds the cost of each redraw (kernel and browser)
-BATCH_POINTS = 100       # a live batch adds at most this many loss points (means of consecutive steps)
-TIME_BINS = 40           # time windows of the static throughput / breakdown figures (at most)
-STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
-SMOOTH_BINS = 3          # throughput: running mean over this many windows
-LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
-MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
-MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
-MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
-X_TITLES = {"time": "time (s)", "epoch": "epoch"}
-
-Source = Any  # a RunResult, a run directory (str / Path) or a list of record dicts
-
-
-# ------------------------------------------------------------------------------ inputs
-def records_to_tables(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Split streamed records into (steps, evals, tournaments) tables, without "kind".
-
-    Args:
-        records: flat record dicts as `workbench.results` defines them; other kinds
-            (events) are ignored.
-    Returns:
-        Three DataFrames with the columns of STEP_COLUMNS, EVAL_COLUMNS and
-        TOURNAMENT_COLUMNS (less "kind"); empty ones when no such record came.
-
-    >>> steps, evals, tours = records_to_tables([{"kind": "eval", "worker": "0", "step": 3,
-    ...     "epoch": 1.0, "time": 0.5, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5}])
-    >>> len(steps), len(evals), list(evals.columns)[:3]
-    (0, 1, ['worker', 'step', 'epoch'])
-    """
-    rows: dict[str, list[dict]] = {"step": [], "eval": [], "tournament": []}
-    for r in records:
-        bucket = rows.get(r.get("kind"))
-        if bucket is not None:
-            bucket.append(r)
-    return (pd.DataFrame(rows["step"], columns=list(STEP_COLUMNS)).drop(columns="kind"),
-            pd.DataFrame(rows["eval"], columns=list(EVAL_COLUMNS)).drop(columns="kind"),
-            pd.DataFrame(rows["tournament"], columns=list(TOURNAMENT_COLUMNS)).drop(columns="kind"))
-
-
-def as_result(source: Source) -> RunResult:
-    """A `RunResult` from a result, a run directory or a list of records.
-
-    Args:
-        source: a `RunResult`, a path to a run directory, or a list of record dicts.
-    Returns:
-        The `RunResult` (records get a minimal summary: status "running").
-    Raises:
-        TypeError: for anything else, naming the value.
-    """
-    if isinstance(source, RunResult):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        return RunResult.load(source)
-    if isinstance(source, (list, tuple)) and all(isinstance(r, dict) for r in source):
-        steps, evals, tours = records_to_tables(source)
-        return RunResult(summary={"status": "running", "config": {}, "workers": []},
-                         steps=steps, evals=evals, tournaments=tours)
-    raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
-
-
-def _results(sources: Source | Sequence[Source]) -> list[RunResult]:
-    """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
-    if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
-        return [as_result(sources)]
-    if isinstance(sources, (list, tuple)) and sources and all(isinstance(r, dict) for r in sources):
-        return [as_result(sources)]
-    return [as_result(s) for s in sources]
-
-
-def run_label(result: RunResult, index: int | None = None) -> str:
-    """A short name for a run: `#2 sync_sgd P=2 B=64` (the index is 0-based, shown 1-based).
-
-    >>> r = RunResult(summary={"config": {"algorithm": "sgd", "batch_size": 32}, "workers": [{}]},
-    ...               steps=pd.DataFrame(), evals=pd.DataFrame())
-    >>> run_label(r, 0)
-    '#1 sgd P=1 B=32'
-    """
-    s = result.summary
-    cfg = s.get("config") or {}
-    algorithm = s.get("algorithm") or cfg.get("algorithm") or "run"
-    parts = [str(algorithm)]
-    if s.get("workers"):
-        parts.append(f"P={len(s['workers'])}")
-    if cfg.get("batch_size") is not None:
-        parts.append(f"B={cfg['batch_size']}")
-    label = " ".join(parts)
-    return label if index is None else f"#{index + 1} {label}"
-
-
-def run_color(index: int) -> str:
-    """The colour of the `index`-th run (cycles through PALETTE).
-
-    >>> run_color(0), run_color(len(PALETTE))
-    ('#1f77b4', '#1f77b4')
-    """
-    return PALETTE[index % len(PALETTE)]
-
-
-# ------------------------------------------------------------------------------ series
-@dataclass(frozen=True)
-class Series:
-    """One trace's worth of data and where it goes; `name` is its key in live figures.
-
-    `mode="append"` series add points to a live trace of the same name; `"replace"` ones
-    (totals, tables) overwrite it. `text` / `colors` are per-point hover texts and marker
-    colours, kept in step with x and y. `thin=False` keeps every point (edge lists, whose
-    (start, end, None) triples thinning would break).
-    """
-
-    name: str
-    x: Sequence
-    y: Sequence
-    row: int = 1
-    col: int = 1
-    trace: str = "scatter"                         # "scatter" | "bar"
-    style: dict = field(default_factory=dict)      # plotly trace properties (magic underscores)
-    mode: str = "append"                           # "append" | "replace"
-    text: Sequence | None = None
-    colors: Sequence | None = None
-    thin: bool = True
-
-
-def thin(values: Sequence, max_points: int) -> list:
-    """Every k-th value counted back from the last, k chosen so at most `max_points` remain,
-    and the first value.
-
-    Keeping the first matters: a live trace is thinned again at every redraw, and
-    counting back from the last alone drops the oldest point each time, so the start
-    of a long run crept out of the plot (the lr plot of a 20,000-step run began at
-    step 13,556).
-
-    Args:
-        values: a sequence.
-        max_points: how many values at most, >= 2.
-    Returns:
-        A new list; the first and the last value are always kept.
-
-    >>> thin(list(range(10)), 4)
-    [0, 3, 6, 9]
-    >>> thin(list(range(11)), 4)
-    [0, 2, 6, 10]
-    >>> thin([1, 2], 5)
-    [1, 2]
-    """
-    values = list(values)
-    n = len(values)
-    if n <= max_points:
-        return values
-    stride = math.ceil((n - 1) / max(1, max_points - 1))
-    idx = list(range(n - 1, -1, -stride))[::-1]
-    if idx[0] != 0:
-        idx = [0] + idx[1:] if len(idx) >= max_points else [0] + idx
-    return [values[i] for i in idx]
-
-
-def _array(values: Sequence | None) -> np.ndarray | None:
-    """Numbers as a float array (plotly validates arrays without a per-point loop, and a
-    FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
-    if values is None:
-        return None
-    arr = np.asarray(values)
-    if arr.dtype.kind in "biuf":
-        return arr.astype(float)
-    return arr.astype(object)
-
-
-def _thin_all(max_points: int, *seqs: Sequence | None) -> list:
-    arrays = [_array(s) for s in seqs]
-    n = len(arrays[0])
-    if n <= max_points:
-        return arrays
-    idx = np.asarray(thin(range(n), max_points))
-    return [None if a is None else a[idx] for a in arrays]
+from ..analysis.figdata import *  # noqa: F403  (the series maths, re-exported: F.thin, F.Series, ...)
+from ..analysis.figdata import (
+    LIVE_POINTS,
+    MAX_WORKER_ROWS,
+    SMOOTHED,
+    STATIC_POINTS,
+    TRAIN_ROLE,
+    X_TITLES,
+    LiveState,
+    Series,
+    Source,
+    _array,
+    _results,
+    _thin_all,
+    align_to_first_step,
+    as_result,
+    breakdown_series,
+    breakdown_totals,
+    comparison_series,
+    ema,
+    lineage_series,
+    live_series,
+    lr_series,
+    planned_series,
+    progress_series,
+    run_color,
+    run_label,
+    scaling_series,
+    throughput_series,
+    time_bins,
+)
 
 
 def _new_trace(s: Series, x: Any, y: Any, text: Any, colors: Any) -> Any:
@@ -324,182 +173,6 @@ def _base(**subplots: Any) -> Any:
     return make_subplots(figure=go.Figure(layout=layout), **subplots)
 
 
-# ------------------------------------------------------------------------------ tables
-Table = Any  # a DataFrame, or a mapping column -> array (the live path's batches: no pandas)
-
-
-def records_to_columns(records: Iterable[dict], kind: str, columns: Sequence[str]) -> dict[str, np.ndarray]:
-    """The records of one kind as column arrays (the live path: cheaper than a DataFrame).
-
-    >>> cols = records_to_columns([{"kind": "step", "worker": 0, "loss": 1.5}, {"kind": "eval"}],
-    ...                           "step", ("kind", "worker", "loss"))
-    >>> sorted(cols), cols["loss"].tolist()
-    (['loss', 'worker'], [1.5])
-    """
-    rows = [r for r in records if r.get("kind") == kind]
-    return {c: np.asarray([r.get(c) for r in rows]) for c in columns if c != "kind"}
-
-
-def _col(table: Table, name: str, dtype: Any = None) -> np.ndarray:
-    arr = np.asarray(table[name])
-    return arr if dtype is None else arr.astype(dtype)
-
-
-def _nrows(table: Table) -> int:
-    if isinstance(table, pd.DataFrame):
-        return len(table)
-    return len(next(iter(table.values()))) if len(table) else 0
-
-
-def _key(k: Any) -> Any:
-    return k.item() if isinstance(k, np.generic) else k
-
-
-def _groups(keys: np.ndarray) -> list[tuple[Any, np.ndarray]]:
-    """(key, row indices) per distinct key: keys sorted, rows in their original order.
-
-    >>> [(k, i.tolist()) for k, i in _groups(np.array([1, 0, 1]))]
-    [(0, [1]), (1, [0, 2])]
-    """
-    if len(keys) == 0:
-        return []
-    uniq, inv = np.unique(keys, return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1]
-    return [(_key(k), idx) for k, idx in zip(uniq, np.split(order, bounds))]
-
-
-# ------------------------------------------------------------------------------ progress
-def step_progress(steps: Table) -> dict[str, np.ndarray]:
-    """One point per step: sample-weighted mean loss over workers, latest time and epoch.
-
-    >>> p = step_progress({"step": [0, 0, 1], "time": [0.1, 0.2, 0.3], "epoch": [0.5, 0.5, 1.0],
-    ...                    "loss": [1.0, 3.0, 2.0], "samples": [1, 3, 4]})
-    >>> p["loss"].tolist(), p["time"].tolist()
-    ([2.5, 2.0], [0.2, 0.3])
-    """
-    step = _col(steps, "step")
-    uniq, inv = np.unique(step, return_inverse=True)
-    m = len(uniq)
-    loss, samples = _col(steps, "loss", float), _col(steps, "samples", float)
-    ws = np.bincount(inv, samples, minlength=m)
-    wl = np.bincount(inv, loss * samples, minlength=m)
-    mean = np.bincount(inv, loss, minlength=m) / np.bincount(inv, minlength=m)
-    out = {"step": uniq, "loss": np.where(ws > 0, wl / np.where(ws > 0, ws, 1.0), mean)}
-    for c in ("time", "epoch"):
-        latest = np.full(m, -np.inf)
-        np.maximum.at(latest, inv, _col(steps, c, float))
-        out[c] = latest
-    return out
-
-
-def chunk_means(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most `max_points` points: means of y over runs of consecutive points, each placed
-    at its run's last x (so the newest point stays where it was). The live view's
-    decimation: a batch of 5,000 steps adds 100 points that still carry every loss.
-
-    >>> x, y = chunk_means(np.arange(6.0), np.array([1.0, 3, 5, 7, 9, 11]), 3)
-    >>> x.tolist(), y.tolist()
-    ([1.0, 3.0, 5.0], [2.0, 6.0, 10.0])
-    """
-    n = len(x)
-    if n <= max_points:
-        return np.asarray(x, float), np.asarray(y, float)
-    size = math.ceil(n / max_points)
-    ends = np.arange(n - 1, -1, -size)[::-1]          # chunks counted back from the last point
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    sums = np.add.reduceat(np.asarray(y, float), starts)
-    return np.asarray(x, float)[ends], sums / (ends - starts + 1)
-
-
-def ema(values: Sequence, weight: float) -> np.ndarray:
-    """Exponential moving average with TensorBoard's weight (0 = none, 0.99 = very smooth),
-    debiased so that the first value is not pulled towards 0.
-
-    >>> [round(float(v), 3) for v in ema([1.0, 1.0, 4.0], 0.5)]
-    [1.0, 1.0, 2.714]
-    >>> ema([2.0, 4.0], 0.0).tolist()
-    [2.0, 4.0]
-    """
-    y = np.asarray(values, float)
-    if weight <= 0 or len(y) == 0:
-        return y.copy()
-    if not weight < 1:
-        raise ValueError(f"weight: a number in [0, 1), got {weight!r}")
-    out = np.empty_like(y)
-    acc, norm = 0.0, 0.0
-    for i, v in enumerate(y):
-        if not math.isfinite(v):
-            out[i] = v
-            continue
-        acc = weight * acc + (1 - weight) * v
-        norm = weight * norm + (1 - weight)
-        out[i] = acc / norm
-    return out
-
-
-def eval_name(label: str, worker: Any, what: str) -> str:
-    """Trace name of an eval series: LTFB trainers get their own, others one per run.
-
-    >>> eval_name("#1 ltfb", "trainer-1", "test accuracy")
-    '#1 ltfb: test accuracy (trainer-1)'
-    >>> eval_name("#1 sgd", "0", "test accuracy")
-    '#1 sgd: test accuracy'
-    """
-    w = str(worker)
-    return f"{label}: {what} ({w})" if w.startswith("trainer") else f"{label}: {what}"
-
-
-TRAIN_ROLE = "train loss"        # `meta` of a run's train-loss trace (smoothing finds it by this)
-SMOOTHED = " (smoothed)"         # suffix of its smoothed companion trace
-
-
-def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
-                    max_points: int | None = None) -> list[Series]:
-    """Loss (row 1) and test accuracy (row 2) of one run against `x` ("time" | "epoch").
-
-    One legend entry per run: its train loss (solid) is named `label`; its test loss
-    (dashed) and test accuracy share its legend group, so clicking the run's entry
-    shows or hides all three.
-
-    Args:
-        steps, evals: the run's (or a batch's) step and eval tables.
-        x: the x column, "time" or "epoch".
-        label, color: the run's name and colour.
-        max_points: at most this many train-loss points (`chunk_means`); None keeps one per step.
-    Returns:
-        Series named "<label>" (train loss), "<label>: test loss", "<label>: test accuracy"
-        (LTFB trainers: one test series per trainer, "(trainer-k)" appended).
-    """
-    if x not in X_TITLES:
-        raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
-    out: list[Series] = []
-    group = {"legendgroup": label}
-    if _nrows(steps):
-        p = step_progress(steps)
-        xs, ys = p[x], p["loss"]
-        if max_points is not None:
-            xs, ys = chunk_means(xs, ys, max_points)
-        out.append(Series(label, xs, ys, row=1,
-                          style={"mode": "lines", "line_color": color, "line_width": 1.5, "meta": TRAIN_ROLE,
-                                 "hovertemplate": "train loss %{y:.4g}<extra>" + label + "</extra>", **group}))
-    if _nrows(evals):
-        t, xs = _col(evals, "time", float), _col(evals, x, float)
-        test_loss, acc = _col(evals, "test_loss", float), _col(evals, "test_accuracy", float)
-        for worker, idx in _groups(_col(evals, "worker").astype(str)):
-            idx = idx[np.argsort(t[idx], kind="stable")]
-            trainer = str(worker).startswith("trainer")
-            out.append(Series(eval_name(label, worker, "test loss"), xs[idx], test_loss[idx], row=1,
-                              style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
-                                     "marker_maxdisplayed": MAX_MARKERS,
-                                     "line_dash": "dot" if trainer else "dash", "showlegend": False, **group}))
-            out.append(Series(eval_name(label, worker, "test accuracy"), xs[idx], acc[idx], row=2,
-                              style={"mode": "lines+markers", "line_color": color, "marker_size": 6,
-                                     "marker_maxdisplayed": MAX_MARKERS,
-                                     "line_dash": "dot" if trainer else "solid", "showlegend": False, **group}))
-    return out
-
-
 def apply_smoothing(fig: Any, weight: float) -> Any:
     """Draw each run's train loss smoothed (`ema` with `weight`) over its raw points, which
     fade; weight 0 removes the smoothed lines. On a log loss axis the average is taken of
@@ -562,28 +235,6 @@ def _progress_base(x: str) -> Any:
     return fig
 
 
-def align_to_first_step(result: RunResult) -> RunResult:
-    """The run with t = 0 at its first training step (a copy; the input is not changed).
-
-    Records put t = 0 at the first step already; older run directories, and runs whose
-    clock started before the cluster or the data were ready, had start-up in their time
-    axis, which squashed every other run of a comparison into its first fraction.
-    """
-    steps = result.steps
-    if not len(steps):
-        return result
-    starts = steps["time"] - steps[list(COMPONENTS)].sum(axis=1)
-    t0 = float(starts.min())
-    if not (math.isfinite(t0) and t0 > 0):
-        return result
-    evals = result.evals.assign(time=(result.evals["time"] - t0).clip(lower=0.0)) if len(result.evals) else result.evals
-    tours = result.tournaments
-    if len(tours) and "time" in tours:
-        tours = tours.assign(time=tours["time"] - t0)
-    return RunResult(summary=result.summary, steps=steps.assign(time=steps["time"] - t0), evals=evals,
-                     tournaments=tours, params=result.params)
-
-
 def progress_figure(results: Source | Sequence[Source], x: str = "time", live: bool = False,
                     labels: Sequence[str] | None = None, smoothing: float = 0.0, log_loss: bool = False) -> Any:
     """Loss and test accuracy of one or several runs against time or epoch.
@@ -611,151 +262,6 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
     return as_widget(fig, live)
 
 
-# ------------------------------------------------------------------------------ time windows
-WINDOW_COLUMNS = ("x", "width", "samples", *COMPONENTS)
-Window = dict  # column (WINDOW_COLUMNS) -> array, one entry per time window
-
-
-def _worker_groups(steps: Table) -> list[tuple[Any, np.ndarray]]:
-    return _groups(_col(steps, "worker")) + [("all", np.arange(_nrows(steps)))]
-
-
-def auto_bins(steps: Table) -> int:
-    """Time windows for a static figure: about STEPS_PER_BIN steps per worker in each,
-    between 2 and TIME_BINS.
-
-    >>> auto_bins({"worker": [0] * 1000}), auto_bins({"worker": [0, 1] * 20}), auto_bins({"worker": [0]})
-    (40, 4, 2)
-    """
-    n = _nrows(steps)
-    workers = max(1, len(np.unique(_col(steps, "worker")))) if n else 1
-    return int(min(TIME_BINS, max(2, n // workers // STEPS_PER_BIN)))
-
-
-def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
-    """Per worker (and "all"), sums of samples and step times in equal time windows.
-
-    Args:
-        steps: a step table (worker, time, samples, compute_s, comm_s, wait_s).
-        bins: windows between time 0 and the last step (default `auto_bins`).
-    Returns:
-        worker -> {x (window centre), width (s), samples, compute_s, comm_s, wait_s}
-        arrays; a worker's windows before its first step are left out.
-
-    >>> w = time_bins({"worker": [0, 0], "time": [0.5, 1.0], "samples": [2, 4],
-    ...                "compute_s": [0.4, 0.4], "comm_s": [0.1, 0.1], "wait_s": [0, 0]}, bins=2)
-    >>> w[0]["x"].tolist(), (w[0]["samples"] / w[0]["width"]).tolist()
-    ([0.25, 0.75], [4.0, 8.0])
-    """
-    n = _nrows(steps)
-    if not n:
-        return {}
-    bins = auto_bins(steps) if bins is None else int(bins)
-    t = _col(steps, "time", float)
-    edges = np.linspace(0.0, max(float(t.max()), 1e-9), bins + 1)
-    centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
-    b = np.clip(np.searchsorted(edges, t, side="left") - 1, 0, bins - 1)
-    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
-    out: dict[Any, Window] = {}
-    for worker, idx in _worker_groups(steps):
-        first = int(b[idx].min())
-        sums = {c: np.bincount(b[idx], v[idx], minlength=bins)[first:] for c, v in values.items()}
-        out[worker] = {"x": centres[first:], "width": widths[first:], **sums}
-    return out
-
-
-def time_windows(steps: Table, last_time: dict) -> dict[Any, Window]:
-    """Per worker (and "all"), sums over the window since that worker's previous batch.
-
-    The live counterpart of `time_bins`: each batch of records gives one window per
-    worker, from the last step time seen before (0 at the start) to the newest one.
-
-    Args:
-        steps: the batch's step table.
-        last_time: worker -> time of the last step already counted; UPDATED in place
-            (it is the live plot's memory, `LiveState.last_time`).
-    Returns:
-        worker -> one-window arrays as `time_bins` gives; workers whose window is
-        empty are left out.
-    """
-    out: dict[Any, Window] = {}
-    if not _nrows(steps):
-        return out
-    t = _col(steps, "time", float)
-    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
-    for worker, idx in _worker_groups(steps):
-        t_end = float(t[idx].max())
-        width = t_end - float(last_time.get(worker, 0.0))
-        if width <= 0:
-            continue
-        last_time[worker] = t_end
-        out[worker] = {"x": np.array([t_end]), "width": np.array([width]),
-                       **{c: np.array([v[idx].sum()]) for c, v in values.items()}}
-    return out
-
-
-def _worker_name(worker: Any) -> str:
-    return "all workers" if worker == "all" else f"worker {worker}"
-
-
-def _rank(worker: Any, default: int) -> int:
-    try:
-        return int(worker)
-    except (TypeError, ValueError):
-        return default
-
-
-def running_mean(y: np.ndarray, k: int = SMOOTH_BINS) -> np.ndarray:
-    """Centred running mean over `k` values (fewer at the ends).
-
-    >>> running_mean(np.array([0.0, 3.0, 0.0, 3.0]), 3).tolist()
-    [1.5, 1.0, 2.0, 1.5]
-    """
-    y = np.asarray(y, float)
-    if k <= 1 or len(y) < 2:
-        return y.copy()
-    kernel = np.ones(k)
-    return np.convolve(y, kernel, "same") / np.convolve(np.ones(len(y)), kernel, "same")
-
-
-def worker_style(rank: int) -> dict:
-    """Line style of worker `rank`: colour, and width and dash that differ by rank, so
-    workers running at the same rate (every sync run) draw visibly on top of each other."""
-    dashes = ("solid", "dash", "dot", "dashdot")
-    return {"line_color": run_color(rank), "line_width": max(1.5, 4.0 - 1.25 * (rank % 3)),
-            "line_dash": dashes[rank % len(dashes)], "opacity": 0.9}
-
-
-def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
-                      previous: dict | None = None, weight: float = LIVE_SMOOTHING) -> list[Series]:
-    """samples/s of each worker ("worker k") and of all together ("all workers"), smoothed.
-
-    Args:
-        windows: `time_bins` / `time_windows` output.
-        smooth: static figures: running mean over this many windows.
-        previous: live figures: worker -> last smoothed rate, UPDATED in place; each new
-            window's rate is averaged into it with `weight` (so a live line does not jump
-            with every batch).
-    """
-    out = []
-    for i, (worker, w) in enumerate(windows.items()):
-        rate = w["samples"] / w["width"]
-        if previous is not None:
-            smoothed = []
-            for v in rate:
-                last = previous.get(worker)
-                previous[worker] = v if last is None else weight * last + (1 - weight) * v
-                smoothed.append(previous[worker])
-            rate = np.asarray(smoothed)
-        else:
-            rate = running_mean(rate, smooth)
-        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash", "line_width": 1.5} if worker == "all"
-                 else {"mode": "lines", **worker_style(_rank(worker, i))})
-        out.append(Series(_worker_name(worker), w["x"], rate, style={
-            **style, "hovertemplate": "%{y:,.0f} samples/s<extra>" + _worker_name(worker) + "</extra>"}))
-    return out
-
-
 def _throughput_base() -> Any:
     fig = _base(rows=1, cols=1)
     fig.update_layout(title="throughput per worker (smoothed)", height=360, hovermode="x unified")
@@ -780,62 +286,6 @@ def throughput_figure(result: Source, live: bool = False, bins: int | None = Non
     if not len(r.steps):
         return as_widget(_empty(fig, "no steps recorded"), live)
     return as_widget(add_series(fig, throughput_series(time_bins(r.steps, bins))), live)
-
-
-# ------------------------------------------------------------------------------ breakdown
-def breakdown_totals(steps: Table) -> dict[Any, np.ndarray]:
-    """Seconds of (compute, comm, wait) per worker, workers sorted.
-
-    >>> t = breakdown_totals({"worker": [1, 0, 1], "compute_s": [1.0, 2.0, 3.0],
-    ...                       "comm_s": [0.5, 0.0, 0.5], "wait_s": [0.0, 0.25, 0.0]})
-    >>> {k: v.tolist() for k, v in t.items()}
-    {0: [2.0, 0.0, 0.25], 1: [4.0, 1.0, 0.0]}
-    """
-    values = np.stack([_col(steps, c, float) for c in COMPONENTS], axis=1) if _nrows(steps) else None
-    return {w: values[idx].sum(axis=0) for w, idx in _groups(_col(steps, "worker"))}
-
-
-def add_totals(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, np.ndarray]:
-    """Sum of two `breakdown_totals` (a new dict; neither input changes)."""
-    out = {w: v.copy() for w, v in a.items()}
-    for w, v in b.items():
-        out[w] = out[w] + v if w in out else v.copy()
-    return dict(sorted(out.items(), key=lambda kv: (_rank(kv[0], 1 << 30), str(kv[0]))))
-
-
-def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
-                     n_rows: int) -> list[Series]:
-    """Stacked horizontal bars of total time per worker (column 1) and, per worker row, the shares
-    of compute / comm / wait over time (column 2, stacked areas normalised to 100%).
-
-    Args:
-        totals: `breakdown_totals` of the run so far (replaces the bars).
-        windows: `time_bins` / `time_windows` output.
-        n_rows: worker rows in the figure (workers 0..n_rows-1 get one each).
-    """
-    out: list[Series] = []
-    names = [_worker_name(w) for w in totals]
-    for k, c in enumerate(COMPONENTS):    # one horizontal bar per worker: none hides another
-        out.append(Series(COMPONENT_NAMES[c], [v[k] for v in totals.values()], names, row=1, col=1,
-                          trace="bar", mode="replace",
-                          style={"marker_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c],
-                                 "orientation": "h",
-                                 "hovertemplate": "%{y}: %{x:.3g} s " + COMPONENT_NAMES[c] + "<extra></extra>"}))
-    for worker, w in windows.items():
-        rank = _rank(worker, -1)
-        if worker == "all" or not 0 <= rank < n_rows:
-            continue
-        keep = sum(w[c] for c in COMPONENTS) > 0
-        if not keep.any():
-            continue
-        for k, c in enumerate(COMPONENTS):
-            style = {"mode": "lines", "stackgroup": f"w{rank}", "line_width": 0.5, "showlegend": False,
-                     "line_color": COMPONENT_COLORS[c], "legendgroup": COMPONENT_NAMES[c]}
-            if k == 0:
-                style["groupnorm"] = "percent"
-            out.append(Series(f"worker {rank} {COMPONENT_NAMES[c]}", w["x"][keep], w[c][keep],
-                              row=rank + 1, col=2, style=style))
-    return out
 
 
 def _breakdown_base(n_workers: int) -> Any:
@@ -875,35 +325,6 @@ def breakdown_figure(result: Source, live: bool = False, bins: int | None = None
     n = max(1, min(int(n_workers), MAX_WORKER_ROWS))
     series = breakdown_series(breakdown_totals(r.steps), time_bins(r.steps, bins), n)
     return as_widget(add_series(fig, series), live)
-
-
-# ------------------------------------------------------------------------------ lr
-def lr_series(steps: Table) -> list[Series]:
-    """The lr each worker used at each of its steps (one series per worker)."""
-    out = []
-    step, lr = _col(steps, "step", float), _col(steps, "lr", float)
-    for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
-        idx = idx[np.argsort(step[idx], kind="stable")]
-        out.append(Series(_worker_name(worker), step[idx], lr[idx],
-                          style={"mode": "lines", **worker_style(_rank(worker, i))}))
-    return out
-
-
-def planned_series(plan: Any, points: int = 400) -> list[Series]:
-    """The planned schedule of an `optim.Plan`, and the end of warmup, as dashed lines."""
-    from ..maths.schedules import lr_table
-
-    table = lr_table(plan.schedule, plan.total_steps, points)
-    steps = [t for t, _ in table]
-    lrs = [v for _, v in table]
-    text = [f"epoch {plan.epoch(t):.2f}" for t in steps]
-    out = [Series("planned", steps, lrs, mode="replace", text=text,
-                  style={"mode": "lines", "line_color": "#888", "line_dash": "dash"})]
-    if plan.warmup_steps:
-        top = max(lrs) if lrs else 0.0
-        out.append(Series("end of warmup", [plan.warmup_steps] * 2, [0.0, top], mode="replace",
-                          style={"mode": "lines", "line_color": "#bbb", "line_dash": "dot"}))
-    return out
 
 
 def _lr_base(title: str = "lr actually used") -> Any:
@@ -947,88 +368,6 @@ def schedule_figure(plan: Any, live: bool = False) -> Any:
     return as_widget(add_series(fig, planned_series(plan)), live)
 
 
-# ------------------------------------------------------------------------------ lineage
-def _truthy(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1", "yes")
-    return bool(v) and not (isinstance(v, float) and math.isnan(v))
-
-
-def _partner(v: Any) -> int | None:
-    try:
-        p = int(v)
-    except (TypeError, ValueError):
-        return None
-    return p if p >= 0 else None
-
-
-def _score(v: Any) -> str:
-    try:
-        return f"{float(v):.4g}"
-    except (TypeError, ValueError):
-        return "-"
-
-
-def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
-    """LTFB tournaments as a graph: trainer (y) against round (x).
-
-    A kept model is a grey edge from (round - 1, trainer) to (round, trainer); an
-    adopted one a red edge from (round - 1, partner) to (round, trainer). Each node is
-    coloured by the origin of the model the trainer holds after the round: the first
-    part of its lineage ("t0@r0" of "t0@r0>t2@r3", the model born in trainer 0), so a
-    model spreading through the population shows as one colour; hover shows the whole
-    lineage.
-
-    Args:
-        tournaments: tournament table (round, trainer, partner, own_score,
-            partner_score, adopted, lineage, ...).
-        lineages: lineage origin -> colour index; UPDATED in place with new origins,
-            so colours stay fixed across live batches.
-    Returns:
-        Series "kept", "adopted", "trainers" (none for an empty table).
-    """
-    n = _nrows(tournaments)
-    if not n:
-        return []
-    cols = {c: _col(tournaments, c) for c in ("round", "trainer", "partner", "own_score",
-                                              "partner_score", "adopted", "lineage")}
-    order = np.lexsort((cols["trainer"].astype(float), cols["round"].astype(float)))
-    kept_x: list = []
-    kept_y: list = []
-    ad_x: list = []
-    ad_y: list = []
-    node_x, node_y, colors, text = [], [], [], []
-    for i in order:
-        rnd, trainer = int(cols["round"][i]), int(cols["trainer"][i])
-        partner = _partner(cols["partner"][i])
-        adopted = _truthy(cols["adopted"][i]) and partner is not None
-        if adopted:
-            ad_x += [rnd - 1, rnd, None]
-            ad_y += [partner, trainer, None]
-        else:
-            kept_x += [rnd - 1, rnd, None]
-            kept_y += [trainer, trainer, None]
-        lineage = str(cols["lineage"][i])
-        origin = lineage.split(">")[0]
-        if origin not in lineages:
-            lineages[origin] = len(lineages)
-        node_x.append(rnd)
-        node_y.append(trainer)
-        colors.append(run_color(lineages[origin]))
-        text.append(f"trainer {trainer}, round {rnd}<br>lineage {lineage}<br>own {_score(cols['own_score'][i])}, "
-                    f"partner {'-' if partner is None else partner} {_score(cols['partner_score'][i])}"
-                    f"<br>{'adopted' if adopted else 'kept'}")
-    return [
-        Series("kept", kept_x, kept_y, thin=False,
-               style={"mode": "lines", "line_color": "#ccc", "line_width": 1, "hoverinfo": "skip"}),
-        Series("adopted", ad_x, ad_y, thin=False,
-               style={"mode": "lines", "line_color": "#d62728", "line_width": 2.5, "hoverinfo": "skip"}),
-        Series("trainers", node_x, node_y, text=text, colors=colors,
-               style={"mode": "markers", "marker_size": 10, "hoverinfo": "text",
-                      "marker_line_width": 1, "marker_line_color": "#333"}),
-    ]
-
-
 def _lineage_base() -> Any:
     fig = _base(rows=1, cols=1)
     fig.update_layout(title="LTFB tournaments: adoptions (red) and lineages (colours)", height=340)
@@ -1051,83 +390,6 @@ def lineage_figure(result: Source, live: bool = False) -> Any:
     if not len(r.tournaments):
         return as_widget(_empty(fig, "no tournaments in this run (LTFB only)"), live)
     return as_widget(add_series(fig, lineage_series(r.tournaments, {})), live)
-
-
-# ------------------------------------------------------------------------------ scaling
-def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
-    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
-    the first steps' imports and allocations weigh on a run of a fraction of a second).
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
-    [True, False]
-    """
-    for column in ("train_time_s", "wall_time_s"):
-        if column in table:
-            return pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s
-    return np.zeros(len(table), dtype=bool)
-
-
-def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
-                   name: str = "measured") -> list[Series]:
-    """Throughput (column 1) and efficiency (column 2) against workers.
-
-    Args:
-        table: a `workbench.analysis.sweep.sweep` table (workers, samples_per_s, efficiency;
-            wall_time_s marks runs `too_short` to measure).
-        predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
-            samples_per_s, efficiency), one curve per network.
-        name: the measured points' name.
-    Returns:
-        Series "<name>", "ideal" (linear from the first measured point, over the
-        measured workers and the predicted ones up to 4x the largest measured count;
-        efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
-        network "measured") and "too short to measure" (rings over such points), each
-        in both columns (efficiency ones suffixed " efficiency").
-    """
-    out: list[Series] = []
-    measured = table.sort_values("workers", kind="stable") if len(table) else table
-    mws = measured["workers"].astype(float).tolist() if len(measured) else []
-    ws = sorted(set(mws) | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
-    if mws:       # the ideal line stays near the data: a line to 64 workers dwarfs 2 measured points
-        ws = [w for w in ws if w <= 4 * max(mws)] or ws
-    if len(measured):
-        w0, s0 = float(measured["workers"].iloc[0]), float(measured["samples_per_s"].iloc[0])
-        ideal = dict(mode="lines", line_color="#999", line_dash="dash", legendgroup="ideal")
-        out.append(Series("ideal", ws, [s0 * w / w0 for w in ws], col=1, mode="replace", style=ideal))
-        out.append(Series("ideal efficiency", ws, [1.0] * len(ws), col=2, mode="replace",
-                          style={**ideal, "showlegend": False}))
-    if predicted is not None and len(predicted):
-        for i, (network, p) in enumerate(predicted.groupby("network", sort=False)):
-            p = p.sort_values("workers", kind="stable")
-            pname = "predicted: calibrated" if network == "measured" else f"predicted: {network}"
-            style = dict(mode="lines", line_dash="dot", line_color=PALETTE[(i + 1) % len(PALETTE)],
-                         legendgroup=pname)
-            out.append(Series(pname, p["workers"].tolist(), p["samples_per_s"].tolist(),
-                              col=1, mode="replace", style=style))
-            out.append(Series(f"{pname} efficiency", p["workers"].tolist(),
-                              p["efficiency"].tolist(), col=2, mode="replace",
-                              style={**style, "showlegend": False}))
-    if len(measured):
-        short = too_short(measured)
-        secs = pd.to_numeric(measured.get("wall_time_s", pd.Series([np.nan] * len(measured))),
-                             errors="coerce").tolist()
-        status = measured.get("status", pd.Series([""] * len(measured))).tolist()
-        text = [f"{st}, {s:.2g} s" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
-                for st, s, sh in zip(status, secs, short)]
-        style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
-        out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
-                          mode="replace", text=text, style=style))
-        out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text, style={**style, "showlegend": False}))
-        warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
-                    marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
-        label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
-        sw = measured["workers"][short].tolist()
-        out.append(Series(label, sw, measured["samples_per_s"][short].tolist(), col=1, mode="replace",
-                          style={**warn, "showlegend": bool(short.any())}))
-        out.append(Series(f"{label} efficiency", sw, measured["efficiency"][short].tolist(), col=2,
-                          mode="replace", style={**warn, "showlegend": False}))
-    return out
 
 
 def _scaling_base(mode: str = "") -> Any:
@@ -1173,23 +435,6 @@ def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None
     return fig
 
 
-# ------------------------------------------------------------------------------ comparison
-def comparison_series(results: Sequence[RunResult], labels: Sequence[str]) -> list[Series]:
-    """Per run: samples/s (column 1) and the shares of compute / comm / wait (column 2)."""
-    out = [Series("samples/s", list(labels), [float(r.summary.get("samples_per_s") or 0.0) for r in results],
-                  col=1, trace="bar", mode="replace",
-                  style={"marker_color": [run_color(i) for i in range(len(results))], "showlegend": False})]
-    shares = []
-    for r in results:
-        tb = r.summary.get("time_breakdown") or {}
-        total = sum(float(tb.get(c) or 0.0) for c in COMPONENTS)
-        shares.append([float(tb.get(c) or 0.0) / total if total > 0 else 0.0 for c in COMPONENTS])
-    for k, c in enumerate(COMPONENTS):
-        out.append(Series(f"{COMPONENT_NAMES[c]} share", list(labels), [sh[k] for sh in shares], col=2,
-                          trace="bar", mode="replace", style={"marker_color": COMPONENT_COLORS[c]}))
-    return out
-
-
 def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = None, live: bool = False) -> Any:
     """Several runs side by side: throughput, and where the time went (from summaries).
 
@@ -1207,10 +452,6 @@ def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = 
     fig.update_layout(title="runs compared", barmode="stack", height=380)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
     return as_widget(add_series(fig, comparison_series(runs, labels)), live)
-
-
-# ------------------------------------------------------------------------------ one run, live
-FIGURE_KEYS = ("progress_time", "progress_epoch", "throughput", "breakdown", "lr", "lineage")
 
 
 def run_figures(result: Source, live: bool = False, include_empty: bool = False) -> dict[str, Any]:
@@ -1234,22 +475,6 @@ def run_figures(result: Source, live: bool = False, include_empty: bool = False)
     return figs
 
 
-@dataclass
-class LiveState:
-    """What the live figures remember about the run being drawn, between batches."""
-
-    label: str
-    color: str
-    n_workers: int = 1
-    last_time: dict = field(default_factory=dict)        # worker -> last step time counted
-    totals: dict = field(default_factory=dict)           # breakdown_totals so far
-    lineages: dict = field(default_factory=dict)         # lineage id -> colour index
-    steps_seen: int = 0                                  # highest step + 1
-    records: int = 0                                     # records drawn so far
-    rates: dict = field(default_factory=dict)            # worker -> smoothed samples/s
-    t_offset: float | None = None                        # record time of the first step's start
-
-
 def _without_buttons(fig: Any) -> Any:
     fig.layout.updatemenus = ()          # (update_layout merges lists: it cannot remove them)
     return fig
@@ -1268,41 +493,6 @@ def live_base(key: str, n_workers: int = 1) -> Any:
     if key not in makers:
         raise ValueError(f"key: one of {list(makers)}, got {key!r}")
     return as_widget(makers[key]())
-
-
-def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]]:
-    """The series a batch of records adds to each live figure; moves `state` on.
-
-    Args:
-        records: a batch as `on_record` receives it (not modified).
-        state: the run's LiveState (its windows, totals, lineages move on).
-    Returns:
-        FIGURE_KEYS -> series to pass to `extend_series`.
-    """
-    steps = records_to_columns(records, "step", STEP_COLUMNS)
-    evals = records_to_columns(records, "eval", EVAL_COLUMNS)
-    tours = records_to_columns(records, "tournament", TOURNAMENT_COLUMNS)
-    state.records += len(records)
-    out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
-    if _nrows(steps) and state.t_offset is None:     # t = 0 at the first step, whatever the records' clock
-        starts = _col(steps, "time", float) - sum(_col(steps, c, float) for c in COMPONENTS)
-        state.t_offset = max(0.0, float(starts.min()))
-    if state.t_offset:
-        if _nrows(steps):
-            steps = {**steps, "time": _col(steps, "time", float) - state.t_offset}
-        if _nrows(evals):
-            evals = {**evals, "time": np.maximum(_col(evals, "time", float) - state.t_offset, 0.0)}
-    if _nrows(steps):
-        state.steps_seen = max(state.steps_seen, int(steps["step"].max()) + 1)
-        state.totals = add_totals(state.totals, breakdown_totals(steps))
-        windows = time_windows(steps, state.last_time)
-        out["throughput"] = throughput_series(windows, previous=state.rates)
-        out["breakdown"] = breakdown_series(state.totals, windows, max(1, min(state.n_workers, MAX_WORKER_ROWS)))
-        out["lr"] = lr_series(steps)
-    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color, BATCH_POINTS)
-    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color, BATCH_POINTS)
-    out["lineage"] = lineage_series(tours, state.lineages)
-    return out
 
 
 def update_live(figs: dict[str, Any], records: list[dict], state: LiveState,

@@ -1,7 +1,12 @@
 """Static, self-contained HTML reports of runs (one file, plotly.js included once).
 
-    write_report(result, "runs/x/report.html")              # one run: what `workbench.api.save` writes
-    write_comparison_report([a, b], "cmp.html", "sync vs async")   # several runs overlaid
+>>> import tempfile, workbench as wb
+>>> result = wb.run(wb.RunConfig(algorithm="sgd", steps=3), progress=False)
+>>> path = write_report(result, tempfile.mkdtemp() + "/report.html")   # what `workbench.api.save` writes
+>>> path.read_text().count("plotly.js v") >= 1 and path.name
+'report.html'
+
+`write_comparison_report([a, b], path, title)` draws several runs overlaid.
 
 The figures are `workbench.ui.figures`' static ones; the page embeds plotly.js in its
 head once and every figure as a div, so it opens offline and can be mailed around.

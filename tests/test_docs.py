@@ -1,0 +1,77 @@
+"""The documentation in docs/: it exists, what it names exists, and nothing cites
+documents that are not in the repository."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import workbench as wb
+from workbench.config import RunConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = {name: ROOT / "docs" / f"{name}.md" for name in ("architecture", "algorithms", "contributing")}
+OUTSIDE = re.compile(r"\b(DESIGN|ALGORITHMS|STYLE)\.md\b")
+
+
+def _text(name: str) -> str:
+    return DOCS[name].read_text()
+
+
+def test_no_file_cites_documents_outside_the_repository():
+    offenders = []
+    for pattern in ("workbench/**/*.py", "tests/**/*.py", "*.md", "docs/*.md", "notebooks/*.ipynb",
+                    "experiments/*", "Makefile", "pyproject.toml"):
+        for path in ROOT.glob(pattern):
+            if path.is_file() and path.name != "CHANGELOG.md" and path != Path(__file__):
+                offenders += [f"{path.relative_to(ROOT)}:{i}" for i, line in
+                              enumerate(path.read_text(errors="replace").splitlines(), 1) if OUTSIDE.search(line)]
+    assert not offenders, f"cite docs/ instead: {offenders}"
+
+
+def test_the_readme_and_the_docs_link_to_files_that_exist():
+    for path in [ROOT / "README.md", *DOCS.values()]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
+            if "{" in target:       # a placeholder filled in elsewhere (the Binder badge)
+                continue
+            assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"docs/{name}.md" in readme for name in DOCS)
+
+
+def _named_paths(text: str) -> set[str]:
+    """Backticked paths in a doc: `algorithms/easgd.py`, `tests/test_data.py`, `experiments/`."""
+    return {m for m in re.findall(r"`([\w./-]+(?:\.py|\.sh|/))`", text) if "/" in m}
+
+
+@pytest.mark.parametrize("name", list(DOCS))
+def test_every_path_a_doc_names_exists(name):
+    missing = []
+    generated = {"test-artifacts/browser/", "runs/"}     # written by the tests and by runs
+    for p in _named_paths(_text(name)) - generated:
+        if not any((base / p).exists() for base in (ROOT, ROOT / "workbench")):
+            missing.append(p)
+    assert not missing, f"docs/{name}.md names {sorted(missing)}, not in the repository"
+
+
+def test_every_algorithm_has_its_section_and_every_knob_is_a_config_field():
+    text = _text("algorithms")
+    for algorithm in wb.ALGORITHMS:
+        assert f"`{algorithm}`" in text, f"docs/algorithms.md does not describe {algorithm}"
+    knobs = set()
+    for line in re.findall(r"Knobs: (.*?)(?:\.\s|\n\S|$)", text, re.S):
+        knobs |= set(re.findall(r"`(\w+)`", line))
+    fields = set(RunConfig.model_fields)
+    assert knobs, "no Knobs: lines found"
+    assert knobs <= fields, f"knobs that are not RunConfig fields: {sorted(knobs - fields)}"
+    table = set(re.findall(r"^\|(?! symbol)[^|]+\|[^|]+\| (`\w+`(?:, `\w+`)*)", text, re.M))
+    named = {f for row in table for f in re.findall(r"`(\w+)`", row)}
+    assert named <= fields, f"notation table names {sorted(named - fields)}"
+
+
+def test_the_architecture_names_every_subpackage():
+    text = _text("architecture")
+    packages = sorted(p.parent.name for p in (ROOT / "workbench").glob("*/__init__.py"))
+    for package in packages:
+        assert f"{package}/" in text, f"docs/architecture.md does not place workbench/{package}/"

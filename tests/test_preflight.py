@@ -1,0 +1,142 @@
+"""Each check made before a worker starts (`execution.preflight`): it passes a good value,
+and fails a bad one with one `ConfigError` naming the field, the value and what is allowed."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from workbench import ConfigError, RunConfig
+from workbench.execution import preflight as P
+from workbench.maths.backend import gpu_count
+
+SMALL = dict(algorithm="sync_sgd", dataset="digits", batch_size=64, epochs=1)
+
+
+def refused(call, field: str, value_text: str, allowed: str) -> ConfigError:
+    """`call()` raises a ConfigError for `field`, whose one line names the value and what is allowed."""
+    with pytest.raises(ConfigError) as info:
+        call()
+    err = info.value
+    message = str(err)
+    assert err.field == field, message
+    assert message.startswith(f"{field}: ") and "\n" not in message, message
+    assert message.endswith(f"got {value_text}"), message
+    assert allowed in err.allowed, message
+    return err
+
+
+# ------------------------------------------------------------------------------ out
+def test_out_passes_a_new_directory_and_its_own_run_again(tmp_path):
+    assert P.check_out(tmp_path / "new" / "run") == tmp_path / "new" / "run"
+    assert not (tmp_path / "new").exists()                       # checking creates nothing
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text("{}")
+    assert P.check_out(tmp_path / "done", overwrite=True) == tmp_path / "done"
+
+
+def test_out_fails_each_way_with_field_value_and_allowed(tmp_path):
+    refused(lambda: P.check_out(str(tmp_path) + "/a\x00b"), "out", repr(str(tmp_path) + "/a\x00b"), "no NUL bytes")
+    refused(lambda: P.check_out("/proc/workbench"), "out", "'/proc/workbench'", "outside /proc")
+    long = str(tmp_path / ("x" * 300))
+    with pytest.raises(ConfigError, match=r"^out: a path whose names are at most 255 bytes each, got '/"):
+        P.check_out(long)                       # (the value is shortened in the message)
+    (tmp_path / "file").write_text("")
+    refused(lambda: P.check_out(tmp_path / "file"), "out", repr(str(tmp_path / "file")), "this is an existing file")
+    refused(lambda: P.check_out(tmp_path / "file" / "run"), "out", repr(str(tmp_path / "file" / "run")),
+            "is a file")
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text("{}")
+    refused(lambda: P.check_out(tmp_path / "done"), "out", repr(str(tmp_path / "done")), "--overwrite")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_out_fails_under_a_read_only_directory(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        refused(lambda: P.check_out(ro / "run"), "out", repr(str(ro / "run")), "not writable")
+    finally:
+        ro.chmod(0o700)
+
+
+# ------------------------------------------------------------------------------ memory
+def test_memory_passes_a_small_run_and_estimates_its_parts():
+    est = P.check_memory(RunConfig(**SMALL), workers_memory=[4 << 30, 4 << 30])
+    assert est["n_params"] == 64 * 128 + 128 + 128 * 10 + 10     # the default MLP 64-128-10 on digits
+    assert est["total"] == est["data"] + est["params"] + est["activations"] + P.WORKER_OVERHEAD
+    assert est["data"] == 1797 * 65 * 4                            # every example, float32, with its label
+
+
+@pytest.mark.parametrize("changes, field, value", [
+    (dict(), "cpus", "2"),                                                         # overhead dominates
+    (dict(dataset="synthetic", n_features=200_000, n_samples=100_000), "n_features", "200000"),
+    (dict(hidden=[20_000, 20_000]), "hidden", "[20000, 20000]"),
+    (dict(dataset="synthetic", n_samples=10**9), "n_samples", "1000000000"),
+])
+def test_memory_fails_naming_the_field_to_shrink(changes, field, value):
+    cfg = RunConfig(**{**SMALL, **changes})
+    t0 = time.perf_counter()
+    err = refused(lambda: P.check_memory(cfg, workers_memory=[100 << 20] if not changes else None),
+                  field, value, "a size whose run fits in")
+    assert "parameters" in err.allowed
+    assert time.perf_counter() - t0 < 5        # estimated, never generated
+
+
+# ------------------------------------------------------------------------------ emulator
+def test_emulator_passes_no_emulation_and_a_plausible_network():
+    P.check_emulator(RunConfig(**SMALL), 10_000)
+    P.check_emulator(RunConfig(**SMALL, latency_ms=1.0, bandwidth_gbps=1.0), 10_000)
+
+
+def test_emulator_fails_a_crawling_link_and_a_huge_latency():
+    refused(lambda: P.check_emulator(RunConfig(**SMALL, bandwidth_gbps=1e-6), 10_000),
+            "bandwidth_gbps", "1e-06", "0 (no cap) or at least")
+    refused(lambda: P.check_emulator(RunConfig(**SMALL, latency_ms=40_000.0), 10_000),
+            "latency_ms", "40000.0", "at most 30000 ms")
+
+
+# ------------------------------------------------------------------------------ scheduler
+def test_scheduler_address_must_parse_and_answer():
+    refused(lambda: P.check_reachable("nonsense", timeout=1), "scheduler", "'nonsense'", "tcp://HOST:PORT")
+    t0 = time.perf_counter()
+    refused(lambda: P.check_reachable("tcp://127.0.0.1:9", timeout=1), "scheduler", "'tcp://127.0.0.1:9'",
+            "a reachable Dask scheduler")
+    assert time.perf_counter() - t0 < 10
+
+
+# ------------------------------------------------------------------------------ the whole preflight
+def test_preflight_passes_a_good_config_without_warnings():
+    assert P.preflight(RunConfig(**SMALL)) == []
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="a GPU is visible here")
+def test_preflight_fails_gpus_that_are_not_there():
+    refused(lambda: P.preflight(RunConfig(**SMALL, gpus=1)), "gpus", "1", "at most the 0 visible GPU(s)")
+
+
+def test_preflight_fails_a_model_that_does_not_fit_the_dataset():
+    refused(lambda: P.preflight(RunConfig(**{**SMALL, "dataset": "synthetic"}, model="cnn")), "model", "'cnn'",
+            "only with an image dataset")
+
+
+def test_preflight_checks_out_every_time_even_for_a_config_it_already_passed(tmp_path):
+    cfg = RunConfig(**SMALL, out=str(tmp_path / "run"))
+    assert P.preflight(cfg) == []
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text("{}")           # another run landed there meanwhile
+    refused(lambda: P.preflight(cfg), "out", repr(str(tmp_path / "run")), "--overwrite")
+    assert P.preflight(cfg, overwrite=True) == []
+
+
+# ------------------------------------------------------------------------------ warnings
+def test_warnings_for_settings_that_make_the_algorithm_pointless():
+    assert P.run_warnings(RunConfig(algorithm="sync_easgd", tau=10), 10) == []
+    [tau] = P.run_warnings(RunConfig(algorithm="sync_easgd", tau=11), 10)
+    assert tau.startswith("tau (11) is longer than the run (10 steps")
+    assert P.run_warnings(RunConfig(algorithm="sync_sgd", tau=11), 10) == []          # tau means nothing there
+    [rounds] = P.run_warnings(RunConfig(algorithm="ltfb", round_size=10), 10)
+    assert rounds.startswith("round_size (10) is at least the run's 10 steps")
+    assert P.run_warnings(RunConfig(algorithm="ltfb", round_size=9), 10) == []

@@ -1,0 +1,102 @@
+"""The run directory: save -> load gives back every file, column, dtype and summary key,
+and saving what was loaded writes the same bytes."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench.results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
+
+# The summary keys README.md promises (summary.json "has at least"), and the workers' keys.
+SUMMARY_KEYS = {"status", "config", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
+                "final_train_loss", "final_test_loss", "final_test_accuracy", "time_breakdown",
+                "comm_fraction", "events", "versions", "git_commit", "git_dirty"}
+DTYPES = {
+    "steps": {"worker": "int64", "step": "int64", "epoch": "float64", "time": "float64", "loss": "float64",
+              "lr": "float64", "samples": "int64", "compute_s": "float64", "comm_s": "float64",
+              "wait_s": "float64", "staleness": "float64"},
+    "evals": {"step": "int64", "epoch": "float64", "time": "float64", "train_loss": "float64",
+              "test_loss": "float64", "test_accuracy": "float64"},
+    "tournaments": {"round": "int64", "step": "int64", "time": "float64", "trainer": "int64",
+                    "own_score": "float64", "partner_score": "float64", "adopted": "bool", "lr": "float64"},
+}
+FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """An LTFB run (it writes every file a run directory can hold), saved by wb.run."""
+    out = tmp_path_factory.mktemp("rundir") / "run"
+    cfg = wb.RunConfig(algorithm="ltfb", cpus=2, trainers=2, round_size=5, tournament_size=64, dataset="digits",
+                       batch_size=32, steps=20, eval_every=10, seed=0, out=str(out))
+    return wb.run(cfg, cluster="threads", progress=False), out
+
+
+def _strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"summary.json holds {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_file_is_written_and_nothing_else(saved):
+    result, out = saved
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "report.html"])   # no temp files left
+    assert all((out / f).stat().st_size > 0 for f in FILES)
+
+
+def test_tables_come_back_with_their_columns_dtypes_and_values(saved):
+    result, out = saved
+    loaded = wb.load(out)
+    for name, columns in (("steps", STEP_COLUMNS), ("evals", EVAL_COLUMNS), ("tournaments", TOURNAMENT_COLUMNS)):
+        mine, back = getattr(result, name), getattr(loaded, name)
+        assert len(back) > 0, name
+        assert list(back.columns) == list(columns[1:]), name
+        assert {c: str(back[c].dtype) for c in DTYPES[name]} == DTYPES[name], name
+        pd.testing.assert_frame_equal(back, mine, check_dtype=False, check_exact=True)   # floats exact through CSV
+    assert loaded.evals["worker"].tolist() == result.evals["worker"].astype(str).tolist()     # "trainer-0", ...
+    assert set(loaded.evals["worker"]) == {"trainer-0", "trainer-1"}
+    assert loaded.tournaments["lineage"].str.startswith("t").all()
+
+
+def test_the_summary_comes_back_whole_and_as_strict_json(saved):
+    result, out = saved
+    on_disk = _strict_json((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(on_disk)
+    assert on_disk == json.loads(json.dumps(result.summary, default=str))
+    assert wb.load(out).summary == on_disk
+    assert set(on_disk["time_breakdown"]) == {"compute_s", "comm_s", "wait_s"}
+    assert [w["kind"] for w in on_disk["workers"]] == ["cpu", "cpu"]
+    assert on_disk["status"] == "completed" and on_disk["steps"] == 20
+    assert on_disk["samples"] == result.steps["samples"].sum() == 20 * 32
+
+
+def test_config_yaml_loads_back_into_the_same_config(saved):
+    result, out = saved
+    again = wb.RunConfig.from_yaml(out / "config.yaml")
+    assert again == wb.RunConfig.from_dict(result.summary["config"])
+    assert again.algorithm == "ltfb" and again.trainers == 2 and again.out == str(out)
+
+
+def test_saving_what_was_loaded_writes_the_same_bytes(saved, tmp_path):
+    _, out = saved
+    copy = wb.load(out).save(tmp_path / "copy")
+    for name in FILES:
+        assert (copy / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_non_finite_numbers_are_saved_as_null_and_a_run_without_tournaments_writes_no_tournaments_file(tmp_path):
+    steps = pd.DataFrame({c: [0] for c in STEP_COLUMNS[1:]}).astype(float)
+    result = RunResult(summary={"status": "diverged", "config": {}, "workers": [], "final_train_loss": math.nan,
+                                "samples_per_s": np.float32(np.inf), "per_worker": [{"share": np.float64(1.0)}]},
+                       steps=steps, evals=pd.DataFrame(columns=list(EVAL_COLUMNS[1:])))
+    path = result.save(tmp_path / "run")
+    on_disk = _strict_json((path / "summary.json").read_text())
+    assert on_disk["final_train_loss"] is None and on_disk["samples_per_s"] is None
+    assert on_disk["per_worker"] == [{"share": 1.0}]
+    assert not (path / "tournaments.csv").exists()
+    assert len(RunResult.load(path).tournaments) == 0
