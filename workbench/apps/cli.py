@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import ALGORITHMS, FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
+from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -216,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "algorithms":
+            from ..config import ALGORITHMS  # loads the algorithm modules (numpy, pandas): only here
             width = max(map(len, ALGORITHMS))
             for name, text in ALGORITHMS.items():
                 print(f"{name:<{width}}  {text}")
