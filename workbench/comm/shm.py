@@ -44,6 +44,16 @@ def wait_until(ready: Callable[[], bool], control: Any, what: str) -> None:
                     raise WorkerLost(f"{what} aborted: a peer is gone")
 
 
+
+def with_flock(lockfile: Any, fn: Callable[[], Any]) -> Any:
+    """`fn()` while holding an exclusive lock on `lockfile` (one host's processes take turns)."""
+    import fcntl
+    fcntl.flock(lockfile, fcntl.LOCK_EX)
+    try:
+        return fn()
+    finally:
+        fcntl.flock(lockfile, fcntl.LOCK_UN)
+
 def create_segment(name: str, nbytes: int) -> str:
     """Create a zeroed shared-memory segment (kept alive by this process); returns its name."""
     shm = shared_memory.SharedMemory(name=name, create=True, size=max(nbytes, 8))
@@ -204,12 +214,7 @@ class ShmServer:
         self.lockfile = open(lock_path, "a+")
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
-        import fcntl
-        fcntl.flock(self.lockfile, fcntl.LOCK_EX)
-        try:
-            return fn()
-        finally:
-            fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+        return with_flock(self.lockfile, fn)
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self._locked(self.core.pull)
@@ -329,12 +334,7 @@ class ShmChunkMaster:
         self.index = {c: i for i, c in enumerate(chunk_bounds(self.core.groups, self.core.tuner.current))}
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
-        import fcntl
-        fcntl.flock(self.lockfile, fcntl.LOCK_EX)
-        try:
-            return fn()
-        finally:
-            fcntl.flock(self.lockfile, fcntl.LOCK_UN)
+        return with_flock(self.lockfile, fn)
 
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
         """Every worker's rows of [lo, hi), summed in rank order, update the master there."""
