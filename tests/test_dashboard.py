@@ -8,7 +8,7 @@ import pytest
 
 import workbench.api
 from workbench import ConfigError, RunConfig
-from workbench.config import FIELDS
+from workbench.config import FIELDS, SIM_FIELDS
 from workbench.ui import dashboard as D
 from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
 
@@ -53,7 +53,15 @@ NEW_VALUES = {
     "split": ("speed", "speed"),
     "steps": (100, 100),
     "eval_every": (10, 10),
+    "simulate": (True, True),
+    "device": ("a100", "a100"),
+    "cpu_device": ("power8", "power8"),
+    "network": ("pcie3", "pcie3"),
+    "timing_model": ("resnet50", "resnet50"),
+    "jitter": (0.2, 0.2),
+    "fail_worker": ("1@2.5", "1@2.5"),
 }
+NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
 
@@ -72,6 +80,7 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert ISSUE_KNOBS <= set(CONTROL_FIELDS)
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
+        dash.controls["simulate"].value = name in NEEDS_SIMULATE
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value

@@ -25,6 +25,68 @@ DATASET_NAMES = ("digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "ci
 MODEL_NAMES = ("softmax", "mlp", "cnn")
 
 
+# The simulated cluster's named profiles. Their data and sources live in
+# `workbench.sim.profiles`, which checks on import that it defines exactly these names;
+# they are listed here so that validating a config never imports the simulator.
+SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
+SIM_CPU_DEVICES = ("knl", "power8", "xeon")
+SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
+SIM_DEFAULT_DEVICE = "v100"
+# costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
+SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
+SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
+MAX_VIRTUAL_WORKERS = 1024
+SIM_FIELDS = ("device", "cpu_device", "network", "timing_model", "jitter", "fail_worker")   # need simulate
+
+
+def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
+    """The entry of `names` that `value` spells, ignoring case, spaces, dashes and
+    underscores; else ConfigError naming `field` and listing `names`.
+
+    >>> match_name("network", "infiniband-hdr", SIM_NETWORKS), match_name("timing_model", "ResNet50", SIM_TIMING_MODELS)
+    ('InfiniBand HDR', 'resnet50')
+    >>> match_name("device", "tpu", SIM_DEVICES)
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, knl, power8, xeon, got 'tpu'
+    """
+    def key(s: str) -> str:
+        return re.sub(r"[\s_-]+", "", s).lower()
+    if isinstance(value, str) and len(value) <= 100:
+        for name in names:
+            if key(name) == key(value):
+                return name
+    raise ConfigError(field, "one of " + ", ".join(names), value)
+
+
+_FAILURE = re.compile(r"\s*([0-9]+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*")
+
+
+def parse_failures(text: str) -> dict[int, float]:
+    """`fail_worker` text, RANK@SECONDS[,RANK@SECONDS...], as {rank: virtual seconds}.
+
+    >>> parse_failures("3@12.5, 0@40")
+    {3: 12.5, 0: 40.0}
+    >>> parse_failures("3@soon")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: fail_worker: RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40), got '3@soon'
+    """
+    allowed = "RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40)"
+    if not isinstance(text, str) or len(text) > 100_000:
+        raise ConfigError("fail_worker", allowed, text)
+    out: dict[int, float] = {}
+    for part in text.split(","):
+        m = _FAILURE.fullmatch(part)
+        if m is None or not math.isfinite(float(m.group(2))):
+            raise ConfigError("fail_worker", allowed, text)
+        rank = int(m.group(1))
+        if rank in out:
+            raise ConfigError("fail_worker", f"each rank at most once (rank {rank} is listed twice)", text)
+        out[rank] = float(m.group(2))
+    return out
+
+
 def __getattr__(name: str) -> Any:
     if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
         from .algorithms.registry import summaries
@@ -75,8 +137,8 @@ def short_repr(value: Any, limit: int = 120) -> str:
 INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
               "round_size", "tournament_size", "steps", "eval_every", "seed")
 FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
-                "lr_spread", "epochs")
-BOOL_FIELDS = ("download", "nesterov", "exchange_state")
+                "lr_spread", "epochs", "jitter")
+BOOL_FIELDS = ("download", "nesterov", "exchange_state", "simulate")
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
@@ -201,6 +263,34 @@ class RunConfig(BaseModel):
         "see what a slow network does to each algorithm."))
     bandwidth_gbps: float = Field(0.0, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
+
+    # --- simulation
+    simulate: bool = Field(False, description=(
+        "Run on the simulated cluster: cpus and gpus become counts of virtual workers (1 to 1024 in "
+        "total, mixed allowed) that run the real algorithm in this process on a virtual clock; "
+        "compute and messages are charged by the device and network models, so times are "
+        "virtual seconds and the run is deterministic."))
+    device: str | None = Field(None, description=(
+        "Simulation: profile of the virtual GPU workers, one of " + ", ".join(SIM_DEVICES) +
+        " (k80 is one GK210 die; knl, power8 and xeon make them CPU nodes); unset: v100 when "
+        "gpus >= 1."))
+    cpu_device: str = Field("local", description=(
+        "Simulation: profile of the virtual CPU workers: local (this machine's core, calibrated "
+        "by timing the model at start) or one of " + ", ".join(SIM_CPU_DEVICES) + "."))
+    network: str | None = Field(None, description=(
+        "Simulation: network model between the virtual workers, one of " + ", ".join(SIM_NETWORKS) +
+        " (case, spaces and dashes ignored); unset: shm between CPU workers of this host, else "
+        "InfiniBand HDR."))
+    timing_model: str | None = Field(None, description=(
+        "Simulation: charge compute time as if the model were this published network (" +
+        ", ".join(SIM_TIMING_MODELS) + ") while the maths trains the configured model; unset: the "
+        "configured model's own FLOPs."))
+    jitter: float = Field(0.0, description=(
+        "Simulation: seeded stragglers, the coefficient of variation of every compute charge "
+        "(>= 0 and < 1; 0 = every step of a device costs the same)."))
+    fail_worker: str | None = Field(None, description=(
+        "Simulation: kill virtual workers at virtual times, RANK@SECONDS, separated by commas for "
+        "several (e.g. 3@12.5,7@40); ranks run from 0 to cpus + gpus - 1."))
 
     # --- optimisation
     batch_size: int = Field(32, description=(
@@ -368,6 +458,41 @@ class RunConfig(BaseModel):
             check_scheduler_address(v)
         return v
 
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device(cls, v: Any) -> str | None:
+        return None if v is None else match_name("device", v, SIM_DEVICES)
+
+    @field_validator("cpu_device", mode="before")
+    @classmethod
+    def _cpu_device(cls, v: Any) -> str:
+        return match_name("cpu_device", v, ("local", *SIM_CPU_DEVICES))
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, v: Any) -> str | None:
+        return None if v is None else match_name("network", v, SIM_NETWORKS)
+
+    @field_validator("timing_model", mode="before")
+    @classmethod
+    def _timing_model(cls, v: Any) -> str | None:
+        return None if v is None else match_name("timing_model", v, SIM_TIMING_MODELS)
+
+    @field_validator("jitter")
+    @classmethod
+    def _jitter(cls, v: float) -> float:
+        if not (0.0 <= v < 1.0):
+            raise ValueError("a number >= 0 and < 1 (the coefficient of variation of compute times)")
+        return v
+
+    @field_validator("fail_worker", mode="before")
+    @classmethod
+    def _fail_worker(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return None
+        # one spelling, exact: repr round-trips a float
+        return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v).items())
+
     @field_validator("lr")
     @classmethod
     def _lr(cls, v: float) -> float:
@@ -490,6 +615,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
         if self.algorithm != "sgd" and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
@@ -535,6 +661,18 @@ class RunConfig(BaseModel):
     def is_sync(self) -> bool:
         """Whether every worker must reach every step (a lost worker fails the run)."""
         return _algorithm_spec(self.algorithm).sync
+
+    @property
+    def resolved_device(self) -> str | None:
+        """The virtual GPU workers' profile: `device`, or v100 when simulating GPU workers."""
+        if self.device is not None or not self.simulate or not self.gpus:
+            return self.device
+        return SIM_DEFAULT_DEVICE
+
+    @property
+    def failures(self) -> dict[int, float]:
+        """`fail_worker` as {rank: virtual seconds at which that worker dies}; {} when unset."""
+        return {} if self.fail_worker is None else parse_failures(self.fail_worker)
 
     def resolved_alpha(self, workers: int) -> float:
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""
@@ -591,6 +729,29 @@ def _check_scaled_lr(c: RunConfig) -> None:
                           f"keeps it under {LR_MAX:g}", c.lr)
 
 
+def _check_simulation(c: RunConfig) -> None:
+    """The simulation fields: only with simulate, and within the virtual cluster."""
+    if not c.simulate:
+        defaults = {"cpu_device": "local", "jitter": 0.0}
+        for name in SIM_FIELDS:
+            if getattr(c, name) != defaults.get(name):
+                raise ConfigError(name, "only with simulate (a knob of the simulated cluster; add --simulate)",
+                                  getattr(c, name))
+        return
+    if c.gpus == "auto":
+        raise ConfigError("gpus", "a whole number >= 0 with simulate (virtual GPUs are counted, not detected)",
+                          c.gpus)
+    total = c.cpus + c.gpus
+    if not 1 <= total <= MAX_VIRTUAL_WORKERS:
+        field = "gpus" if c.gpus > c.cpus else "cpus"
+        raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
+                          f"(cpus + gpus = {c.cpus} + {c.gpus})", getattr(c, field))
+    ghosts = sorted(r for r in c.failures if r >= total)
+    if ghosts:
+        raise ConfigError("fail_worker", f"ranks of existing workers, 0 to {total - 1} (cpus + gpus = {total}); "
+                          f"rank {ghosts[0]} does not exist", c.fail_worker)
+
+
 # Config files are small, hand-written mappings: anything else is refused before parsing.
 YAML_MAX_BYTES = 1 << 20
 
@@ -643,6 +804,7 @@ def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX
 GROUP_TITLES: dict[str, str] = {
     "what": "what to train",
     "where": "where to train",
+    "simulation": "simulated cluster",
     "optimisation": "optimisation",
     "algorithm": "algorithm knobs",
     "length": "how long, how often, reproducibility",
@@ -651,6 +813,7 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
              "data_dir", "download"),
     "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
+    "simulation": ("simulate", "device", "cpu_device", "network", "timing_model", "jitter", "fail_worker"),
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",

@@ -62,7 +62,12 @@ from ..config import (
     DATASET_NAMES,
     FIELD_GROUPS,
     GROUP_TITLES,
+    MAX_VIRTUAL_WORKERS,
     MODEL_NAMES,
+    SIM_CPU_DEVICES,
+    SIM_DEVICES,
+    SIM_NETWORKS,
+    SIM_TIMING_MODELS,
     ConfigError,
     RunConfig,
     field_help,
@@ -245,6 +250,21 @@ def _check(name: str) -> Callable[[Any], Any]:
     return lambda v: widgets.Checkbox(value=v, indent=False, **_desc(name))
 
 
+DEFAULT = "default"
+
+
+def _default_is_none(v: str) -> str | None:
+    return None if v == DEFAULT else v
+
+
+def _none_is_default(v: str | None) -> str:
+    return DEFAULT if v is None else v
+
+
+def _simulated(c: RunConfig) -> bool:
+    return c.simulate
+
+
 def _knob(field: str) -> Callable[[RunConfig], bool]:
     """Shown for the algorithms that declare `field` among their knobs (the registry)."""
     from ..algorithms.registry import with_knob
@@ -265,13 +285,25 @@ CONTROLS: tuple[Control, ...] = (
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
     # where to train
-    _c("cpus", _int(0, 256)),
-    _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(17)])),
+    _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
+    _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024)])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.algorithm != "sgd"),
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: c.algorithm != "sgd"),
     _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
     _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
+    # simulated cluster ("default" stands for unset: the simulator picks)
+    _c("simulate", _check),
+    _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
+       applies=_simulated),
+    _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
+    _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
+       applies=_simulated),
+    _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
+       from_field=_none_is_default, applies=_simulated),
+    _c("jitter", _float(0, 0.99, 0.05), to_field=_tidy, applies=_simulated),
+    _c("fail_worker", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. 3@12.5", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=_simulated),
     # optimisation
     _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=_sorted_options(POWERS_OF_TWO, v),
                                                                  value=v, **_desc(n))),
