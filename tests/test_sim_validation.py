@@ -22,12 +22,10 @@ import pytest
 from test_easgd import elastic_reference, sync_reference  # the EASGD oracles (tests/ is on sys.path)
 
 from workbench.algorithms.reference import train_reference
-from workbench.analysis.costmodel import Calibration, step_prediction
 from workbench.api import run
 from workbench.config import RunConfig
-from workbench.execution.engine import run_dataset, run_threads
-from workbench.maths.models import make_model
-from workbench.sim.costs import make_costs
+from workbench.execution.engine import run_threads
+from workbench.sim.validate import simulator_vs_cost_model
 
 CPU = "power8"   # a named profile: the same virtual times in every process
 
@@ -92,61 +90,31 @@ def test_simulated_round_robin_easgd_takes_turns_like_its_reference(workers):
 
 
 # ------------------------------------------------------------------------------ simulator vs cost model
-def _costs(config: RunConfig):
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    return make_costs(config, model, ["cpu"] * config.cpus, data)
+def test_simulator_and_cost_model_agree_on_throughput():
+    # AlexNet timing on 10GbE, 16 rows a worker: the exchange is a real share of the step.
+    # Synchronous: the same ring formula, equal but for the few floats (loss, flags) the
+    # simulated allreduce also carries: 1e-5. Servers at 16 workers are saturated: both
+    # say one update per (2 n beta + update); the simulator overlaps the 2 alpha of each
+    # round trip with the next request (1e-4 here), and its run starts unsaturated (the
+    # first of 40 exchanges): 1%.
+    table = simulator_vs_cost_model(AGREE)
+    for row in table.to_dict("records"):
+        rel = 1e-5 if row["algorithm"].startswith("sync") else 0.01
+        assert row["simulated"] == pytest.approx(row["cost_model"], rel=rel), row
+        if row["workers"] > 1:
+            assert row["comm_share"] > 0.2, row        # the exchange matters in what is compared
 
 
-def _calibration_of(config: RunConfig, b: int) -> tuple[Calibration, float]:
-    """The cost model's Calibration holding the simulator's own constants: compute
-    c0 + c1 b of the device (compute-bound here, so linear), its alpha and beta."""
-    costs = _costs(config)
-    dev = costs.devices[0]
-    c1 = costs.train_flops / (dev.peak_flops * dev.efficiency)
-    c0 = dev.step_overhead_s + costs.update(0)
-    assert dev.compute_s(costs.train_flops * b, costs.weight_bytes) == pytest.approx(c1 * b, rel=1e-12)
-    cal = Calibration(compute={"cpu": (c0, c1)}, alpha=costs.network.alpha, beta=costs.network.beta,
-                      n_params=costs.timing.n_params)
-    return cal, costs.host_update()
-
-
-AGREE = [("sync_sgd", 1, {}), ("sync_sgd", 16, {}), ("sync_sgd", 64, {}),
-         ("sync_easgd", 16, {"tau": 4}),
-         ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4})]
-
-
-@pytest.mark.parametrize("algorithm,workers,knobs", AGREE, ids=[f"{a}-{p}" for a, p, _ in AGREE])
-def test_simulator_and_cost_model_agree_on_throughput(algorithm, workers, knobs):
-    # AlexNet timing on 10GbE: the exchange is a real share of the step. Synchronous:
-    # the same ring formula, equal but for the few floats (loss, flags) the simulated
-    # allreduce also carries: 1e-5. Servers at 16 workers are saturated:
-    # both say one update per (2 n beta + update); the simulator leaves the 2 alpha of
-    # each round trip out of the server's busy time (they overlap the next request),
-    # 1e-4 of it here, and its run starts unsaturated (the first of 40 exchanges): 1%.
-    b = 16
-    config = sim(algorithm, cpus=workers, batch_size=b * workers, steps=40 * knobs.get("tau", 1), network="10GbE",
-                 timing_model="alexnet", **knobs)
-    cal, _ = _calibration_of(config, b)
-    pred = step_prediction(cal, algorithm, workers, b * workers, tau=knobs.get("tau", 1))
-    got = run(config).summary["samples_per_s"]
-    rel = 1e-5 if algorithm.startswith("sync") else 0.01
-    assert got == pytest.approx(pred["samples_per_s"], rel=rel)
-    if algorithm != "sync_sgd" or workers > 1:
-        assert pred["comm_s"] > 0.2 * pred["step_time_s"]     # the exchange matters in what is compared
+AGREE = (("sync_sgd", 1, {}), ("sync_sgd", 16, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}),
+         ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4}))
 
 
 def test_an_unsaturated_server_costs_its_update_in_the_simulator_only():
     # One worker: the cost model's round trip is 2 (alpha + n beta); the simulator's reply
     # also waits for the server's update (3 passes over the parameters in host memory).
     # The difference per step is exactly that update: the cost model leaves it out.
-    b = 16
-    config = sim("async_sgd", cpus=1, batch_size=b, steps=30, network="10GbE", timing_model="alexnet")
-    cal, update = _calibration_of(config, b)
-    pred = step_prediction(cal, "async_sgd", 1, b)
-    got = run(config).summary["samples_per_s"]
-    assert b / got - b / pred["samples_per_s"] == pytest.approx(update, rel=1e-6)
+    row = simulator_vs_cost_model([("async_sgd", 1, {})], per_worker=16).iloc[0]
+    assert 16 / row["simulated"] - 16 / row["cost_model"] == pytest.approx(row["server_update_s"], rel=1e-6)
 
 
 # ------------------------------------------------------------------------------ pinned runs

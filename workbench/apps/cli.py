@@ -187,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seconds", type=float, default=4.0, help="measured time per configuration")
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     bench.add_argument("--out", help="also write the table as CSV here")
+    bench.add_argument("--simulated", action="store_true",
+                       help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
+                            "against single-process sgd, and the memory of 1024 virtual workers")
+    bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
+    bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"])
     rep.add_argument("experiment", help="experiments/<name>.yaml")
@@ -233,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
+            if args.simulated:
+                from ..sim.bench import main as sim_bench_main
+                return sim_bench_main(args)
             from ..analysis.bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":

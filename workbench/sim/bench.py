@@ -1,0 +1,161 @@
+"""`python -m workbench bench --simulated`: what simulating P workers costs, in one run.
+
+Issue 11's speed targets, each a ratio measured here, side by side on this machine:
+
+* a `--workers`-worker (default 64) simulated `sync_sgd` epoch against single-process
+  `sgd` over the same global batches (target <= 1.5x): the simulation does the same
+  maths in P slices, plus the per-worker Python of the loop and the virtual clock;
+* the asynchronous algorithms (`async_sgd`, `hogwild_sgd`, `easgd`) over the same epoch,
+  against the same `sgd` (target <= 2x);
+* the peak memory (RSS) of a process running `--memory-workers` (default 1024) virtual
+  workers of the digits MLP (target <= 1.5 GB), measured in a fresh subprocess.
+
+Times are each loop's own (the simulation's `sim_wall_s`; `sgd`'s training time),
+without the imports, data loading and result building that both share; each is the
+best of `--repeats`, interleaved (a shared machine's speed drifts). The bare maths (the
+global batch's `loss_and_grad` and update in a tight loop, nothing recorded) is shown
+too, as the floor both sit on. OPENBLAS settings are printed as found: a global batch's
+BLAS calls may use several threads where a worker's small slices do not. A benchmark,
+not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ..config import RunConfig
+
+ASYNC = ("async_sgd", "hogwild_sgd", "easgd")
+TARGETS = {"sync": 1.5, "async": 2.0, "memory_gb": 1.5}
+
+
+def epoch_config(algorithm: str, workers: int, per_worker: int = 16, steps: int = 40) -> RunConfig:
+    """One epoch of `steps` global batches of `per_worker * workers` rows of a synthetic
+    digits-sized set (64 features, 10 classes), the teaching MLP 64-128-10."""
+    batch = per_worker * workers
+    simulate = algorithm != "sgd"
+    return RunConfig(algorithm=algorithm, dataset="synthetic", n_samples=batch * steps * 5 // 4, n_features=64,
+                     n_classes=10, model="mlp", hidden=[128], cpus=workers if simulate else 1, batch_size=batch,
+                     lr=0.05, seed=0, epochs=1, eval_every=10**9, simulate=simulate,
+                     cpu_device="power8" if simulate else "local", tau=4 if algorithm == "easgd" else 1)
+
+
+def loop_seconds(config: RunConfig) -> float:
+    """Seconds of one run's own loop: the simulation (sim_wall_s), or sgd's training."""
+    if config.simulate:
+        from .run import run_simulated
+        return float(run_simulated(config).summary["sim_wall_s"])
+    from ..algorithms.reference import train_reference
+    return float(train_reference(config).summary["train_time_s"])
+
+
+def maths_seconds(config: RunConfig, slices: int = 1) -> float:
+    """The bare maths over the same global batches, nothing recorded: `loss_and_grad` and
+    the update, on the whole global batch (`slices=1`: sgd's maths), or on each of
+    `slices` equal slices with a replica each (what P workers compute between them)."""
+    import numpy as np
+
+    from ..algorithms.reference import load_for
+    from ..data import global_batch
+    from ..maths.optim import SGD, make_plan
+    data, model = load_for(config)
+    plan = make_plan(config, data.n_train)
+    replicas = [model.init(config.seed) for _ in range(slices)]
+    grad = np.empty_like(replicas[0])
+    opt = SGD(model.n_params, np, grad.dtype)
+    b = plan.batch_size // slices
+    t0 = time.perf_counter()
+    for step in range(plan.total_steps):
+        idx = global_batch(data.n_train, plan.batch_size, config.seed, step)
+        for k, params in enumerate(replicas):
+            rows = idx[k * b:(k + 1) * b]
+            model.loss_and_grad(params, data.X_train[rows], data.y_train[rows], grad_out=grad)
+            opt.step(params, grad, config.lr)
+    return time.perf_counter() - t0
+
+
+def memory_main(spec_json: str) -> None:
+    """In a fresh process: run the simulated cluster of `spec["workers"]` workers and
+    print one JSON line with the peak RSS (ru_maxrss) before and after."""
+    import resource
+    spec = json.loads(spec_json)
+    from ..execution.engine import run_dataset
+    from .run import run_simulated
+    config = RunConfig(algorithm=spec["algorithm"], dataset="digits", model="mlp", cpus=spec["workers"],
+                       batch_size=spec["workers"], steps=spec["steps"], lr=0.05, seed=0, eval_every=10**9,
+                       simulate=True, cpu_device="power8")
+    run_dataset(config)                                  # the data and imports: the baseline
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    result = run_simulated(config)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"status": result.summary["status"], "base_bytes": base, "peak_bytes": peak,
+                      "seconds": time.perf_counter() - t0}))
+
+
+def measure_memory(algorithm: str, workers: int, steps: int = 3) -> dict[str, Any]:
+    spec = json.dumps({"algorithm": algorithm, "workers": workers, "steps": steps})
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.sim.bench import memory_main; memory_main({spec!r})"],
+                          capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the memory run failed: {proc.stderr.strip()[-400:]}")
+    return json.loads(lines[-1])
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    workers = int(getattr(args, "workers", None) or 64)
+    repeats = int(getattr(args, "repeats", None) or 3)
+    mem_workers = int(getattr(args, "memory_workers", None) or 1024)
+    if not 1 <= workers <= 1024:
+        raise ConfigError("workers", "a whole number of virtual workers in [1, 1024]", workers)
+    if not 1 <= mem_workers <= 1024:
+        raise ConfigError("memory_workers", "a whole number of virtual workers in [1, 1024]", mem_workers)
+    if repeats < 1:
+        raise ConfigError("repeats", "a whole number >= 1", repeats)
+    blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                                       "OMP_NUM_THREADS")}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"simulated-cluster benchmark: {workers} workers x 16 rows, 40 global batches (one epoch), best of "
+          f"{repeats}; {blas}; load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+    names = ("sgd", "sync_sgd", *ASYNC)
+    configs = {a: epoch_config(a, workers) for a in names}
+    for a in names:                       # warm: imports, the data set, first-call workspaces
+        loop_seconds(configs[a])
+    best: dict[str, float] = {a: float("inf") for a in names}
+    maths = {1: float("inf"), workers: float("inf")}
+    for _ in range(repeats):              # interleaved: every entry sees the same drift
+        for k in maths:
+            maths[k] = min(maths[k], maths_seconds(configs["sgd"], k))
+        for a in names:
+            best[a] = min(best[a], loop_seconds(configs[a]))
+    sgd = best["sgd"]
+    print(f"  bare maths, global batch (loss_and_grad + update):   {maths[1]:.3f} s")
+    print(f"  bare maths, {workers} slices of it, a replica each:       {maths[workers]:.3f} s "
+          f"(what the simulated workers compute between them)")
+    print(f"  sgd, single process:                                  {sgd:.3f} s")
+    ok = True
+    for a in names[1:]:
+        target = TARGETS["sync"] if a == "sync_sgd" else TARGETS["async"]
+        ratio = best[a] / sgd
+        ok &= ratio <= target
+        print(f"  {a:>11}, {workers} simulated workers: {best[a]:.3f} s = {ratio:.2f}x sgd "
+              f"(target <= {target:g}x: {'met' if ratio <= target else 'NOT met'}); "
+              f"{best[a] / maths[workers]:.2f}x the sliced maths", flush=True)
+    for a in ("sync_sgd", "async_sgd"):
+        m = measure_memory(a, mem_workers)
+        gb = m["peak_bytes"] / 1e9
+        ok &= gb <= TARGETS["memory_gb"]
+        print(f"  memory, {mem_workers} simulated workers of the digits MLP ({a}, 3 steps): peak RSS {gb:.2f} GB "
+              f"({m['base_bytes'] / 1e9:.2f} GB before the workers started; "
+              f"{(m['peak_bytes'] - m['base_bytes']) / mem_workers / 1e3:.0f} kB per worker; {m['seconds']:.1f} s; "
+              f"target <= {TARGETS['memory_gb']:g} GB: {'met' if gb <= TARGETS['memory_gb'] else 'NOT met'})",
+              flush=True)
+    print("all targets met" if ok else "some targets NOT met")
+    return 0

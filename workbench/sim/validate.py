@@ -1,0 +1,114 @@
+"""Does the simulated cluster predict this machine? Real runs against simulated ones.
+
+`real_vs_simulated(client, config)` runs `config` for real on a Dask cluster of worker
+processes (the engine, as `workbench.run(..., cluster=client)` does) and then simulated
+with this machine's calibrated core (`cpu_device="local"`, timed right then) and the
+shared-memory link (`network="shm"`, what real CPU workers here use), for each worker
+count, and tabulates the samples/s of both and the error. `simulator_vs_cost_model`
+puts the simulator beside `costmodel.step_prediction` fed with the simulator's own
+constants (device, link), where the two describe the same exchange.
+
+What the simulator leaves out, and so where a real run is slower than predicted: the
+loop's own Python per step (records, slicing the batch: ~0.1-0.3 ms here), and other
+processes on the machine (a busy shared box; in a real 2-worker run on 2 cores the
+client's monitor shares the cores with the workers). Compute-heavy steps (the 535k MLP
+at 128 rows a worker: ~5-10 ms a step) make the first small; the second is reported
+(the load average) beside each row.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..config import RunConfig
+
+# The 535k-parameter MLP (784-512-256-10) of `bench`, 128 rows a worker: compute-bound steps.
+HEAVY = dict(dataset="synthetic", n_samples=20000, n_features=784, n_classes=10, model="mlp", hidden=[512, 256],
+             lr=0.01, seed=0, eval_every=10**9)
+PER_WORKER = 128
+
+
+def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
+    steps = result.steps
+    return {"workers": workers, "run": kind, "samples_per_s": float(result.summary["samples_per_s"]),
+            "compute_ms": float(np.median(steps["compute_s"])) * 1e3,
+            "comm_ms": float(np.median(steps["comm_s"])) * 1e3}
+
+
+def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
+                      steps: int = 150, per_worker: int = PER_WORKER) -> pd.DataFrame:
+    """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
+
+    Args:
+        client: a Dask client whose cluster has at least max(workers) worker processes.
+        config: the run (default: `HEAVY`, sync_sgd); cpus and batch_size are set per row.
+        workers: worker counts.
+        steps: steps of each run.
+        per_worker: rows of the global batch per worker.
+    """
+    from ..execution.engine import run as run_engine
+    from . import profiles
+    from .run import run_simulated
+    base = config or RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY)
+    rows = []
+    for p in workers:
+        cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
+        run_engine(cfg.replace(steps=5), cluster=client)                     # warm workers: imports, data
+        real = run_engine(cfg, cluster=client)
+        profiles._LOCAL.clear()                                             # time this core now, next to the real run
+        sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"))
+        r, s = _row("real", p, real), _row("simulated", p, sim)
+        rows.append({"workers": p, "real_samples_per_s": r["samples_per_s"], "sim_samples_per_s": s["samples_per_s"],
+                     "error": s["samples_per_s"] / r["samples_per_s"] - 1,
+                     "real_compute_ms": r["compute_ms"], "sim_compute_ms": s["compute_ms"],
+                     "real_comm_ms": r["comm_ms"], "sim_comm_ms": s["comm_ms"],
+                     "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+                     "status": real.summary["status"]})
+    return pd.DataFrame(rows)
+
+
+def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
+        ("sync_sgd", 4, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}), ("async_sgd", 1, {}),
+        ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4})),
+        per_worker: int = 16, network: str = "10GbE", timing_model: str = "alexnet",
+        cpu_device: str = "power8") -> pd.DataFrame:
+    """Simulated samples/s beside `costmodel.step_prediction` with the same constants:
+    the device's compute (c0 + c1 b, compute-bound under `timing_model`) and the network's
+    alpha and beta. One row per (algorithm, workers, knobs); `difference` = simulated /
+    cost model - 1.
+
+    Where they differ, and why: an unsaturated parameter server's reply waits for the
+    server's update in the simulator (`server_update_s` per round trip), which the cost
+    model's round trip (2 messages) leaves out; a saturated one differs by the 2 alpha of
+    each round trip the simulator overlaps with the next request."""
+    from ..analysis.costmodel import Calibration, step_prediction
+    from ..execution.engine import run_dataset
+    from ..maths.models import make_model
+    from .costs import make_costs
+    from .run import run_simulated
+    rows = []
+    for algorithm, p, knobs in cases:
+        tau = int(knobs.get("tau", 1))
+        cfg = RunConfig(algorithm=algorithm, dataset="digits", model="mlp", cpus=p, batch_size=per_worker * p,
+                        steps=40 * tau, seed=0, lr=0.01, simulate=True, cpu_device=cpu_device, network=network,
+                        timing_model=timing_model, eval_every=10**9, **knobs)
+        data = run_dataset(cfg)
+        model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
+        costs = make_costs(cfg, model, ["cpu"] * p, data)
+        dev = costs.devices[0]
+        assert abs(dev.compute_s(costs.train_flops * per_worker, costs.weight_bytes)
+                   - costs.train_flops * per_worker / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"
+        cal = Calibration(compute={"cpu": (dev.step_overhead_s + costs.update(0),
+                                           costs.train_flops / (dev.peak_flops * dev.efficiency))},
+                          alpha=costs.network.alpha, beta=costs.network.beta, n_params=costs.timing.n_params)
+        pred = step_prediction(cal, algorithm, p, per_worker * p, tau=tau)
+        got = run_simulated(cfg).summary["samples_per_s"]
+        rows.append({"algorithm": algorithm, "workers": p, "tau": tau, "simulated": got,
+                     "cost_model": pred["samples_per_s"], "difference": got / pred["samples_per_s"] - 1,
+                     "bottleneck": pred["bottleneck"], "comm_share": pred["comm_s"] / pred["step_time_s"],
+                     "server_update_s": costs.host_update()})
+    return pd.DataFrame(rows)
