@@ -189,6 +189,7 @@ LAYERS = [
     {"algorithms"},
     {"execution"},
     {"analysis"},
+    {"sim"},
     {"api", "apps", "ui", "__main__"},
 ]
 # The upward imports kept on purpose, each with its reason:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigTypeError, RunConfig, check_scheduler_address
+from .config import ConfigError, ConfigTypeError, RunConfig, check_scheduler_address
 from .execution.preflight import preflight
 from .results import OnRecord, RunResult
 
@@ -50,7 +50,13 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     result = None
     t0 = time.time()
     try:
-        if config.algorithm == "sgd":
+        if config.simulate:
+            if cluster is not None:
+                raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
+                                  type(cluster).__name__)
+            from .sim.run import run_simulated
+            result = run_simulated(config, on_record=on_record, should_stop=should_stop)
+        elif config.algorithm == "sgd":
             from .algorithms.reference import train_reference
             result = train_reference(config, on_record=on_record, should_stop=should_stop)
         else:

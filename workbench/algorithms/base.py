@@ -342,7 +342,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             break
         if plan.is_eval_step(step):
             algo.evaluate(step)
-        if now >= ctx._next_flush:
+        if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
             ctx.flush()
     params = algo.finish()
     ctx.flush(done=True)

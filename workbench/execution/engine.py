@@ -102,6 +102,8 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
                         shared=links.shared, control=links.control, emit=sink, t0_wall=t0_wall,
                         extra=dict(extra, group=gi, group_ranks=ranks), start_barrier=links.start_barrier,
                         timer=links.timer)
+    if links.adapt is not None:
+        links.adapt(ctx)
     if vanish_at is not None:
         ctx.extra["vanish_at"] = vanish_at
     return _loop(ctx)
@@ -139,6 +141,9 @@ def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = Non
     if REGISTRY.get(config.algorithm) is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
+    if config.simulate:   # the simulator sits above the engine: workbench.run dispatches to it
+        raise ConfigError("simulate", "false here: simulated runs go through workbench.run "
+                          "(workbench.sim.run.run_simulated)", config.simulate)
     if isinstance(cluster, str) and cluster == "threads":
         from .transports.threads import ThreadTransport
         transport: Transport = ThreadTransport()
@@ -240,7 +245,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)
-    return build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=end - setup.t0_wall,
+    return build_result(config.to_dict(), monitor.collector, status=status,
+                        wall_time_s=transport.wall_time(end - setup.t0_wall),
                         workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                         extra=extra, params=params)
 

@@ -44,7 +44,7 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
 
     data, model = load_for(config)
     plan = make_plan(config, data.n_train, batch_size=config.batch_size)
-    if config.gpus not in (0, "auto"):
+    if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
         from ..maths.backend import GPU_INSTALL_HINT, gpu_count
         have = gpu_count()
         if have < config.gpus:
@@ -168,6 +168,17 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
     est = memory_estimate(config)
     import psutil
     machine = psutil.virtual_memory()
+    if config.simulate:
+        # One process: the dataset once, each virtual worker its parameter copies and a
+        # batch slice's activations (its model's work buffers).
+        workers = config.n_workers or 1
+        per_worker = est["params"] + est["activations"] // max(1, min(workers, 16))
+        need = est["data"] + workers * per_worker + WORKER_OVERHEAD
+        if need > MEMORY_SHARE * machine.available:
+            field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
+            raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
+                              f"more than this machine's available memory ({_gib(machine.available)}) allows", value)
+        return est
     local = config.scheduler is None or config.algorithm == "sgd"
     n_local = (1 if config.algorithm == "sgd" else (config.n_workers or 1)) if local else 0
     if workers_memory:

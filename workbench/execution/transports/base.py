@@ -21,13 +21,15 @@ Per worker, a transport hands `main` (the engine's `worker_main`) one `WorkerLin
 the worker's rank group (`comm`: `allreduce`, `barrier`, `close`), the front-end of the
 declared server role (`server`; the role's maths is its core in `workbench.comm.roles`),
 the shared arrays (`shared[name].array`), the stop/abort `control`, the `start_barrier`
-(returns the ranks that never arrived) and the clock (`timer`: every time the loop and
-the algorithms book is read from it, so a simulated transport hands in a virtual clock).
+(returns the ranks that never arrived), the clock (`timer`: every time the loop and
+the algorithms book is read from it, so a simulated transport hands in a virtual clock)
+and `adapt`, called with the worker's built context (the simulator wraps its model).
 Live record batches go to `sink` (any thread); a loop's returned dict (see
 `algorithms.base.run_loop`) comes back through `poll`/`finish`.
 
 Transports here: `threads` (in-process; the unit tests' way through the real engine path,
-with fault injection) and `dask` (worker processes on one or several hosts, linked by
+with fault injection), `sim` (`workbench.sim`: up to 1024 virtual workers on a virtual
+clock, in this process) and `dask` (worker processes on one or several hosts, linked by
 shared memory on one host, NCCL between GPUs or a ring over Dask's own connections, with
 server roles in shared memory or as Dask actors).
 """
@@ -100,6 +102,8 @@ class WorkerLinks:
     start_barrier: Callable[[], list[int]] | None = None
     timer: Callable[[], float] = time.perf_counter     # the clock every booked time is read from
     closers: list[Callable[[], None]] = field(default_factory=list)   # run (last first) when the loop ends
+    adapt: Callable[[Any], None] | None = None         # called with the built WorkerContext (the simulator
+    #   wraps its model so that compute charges virtual time)
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -176,6 +180,10 @@ class Transport(ABC):
     def describe(self) -> dict[str, Any]:
         """Summary entries of this transport (comm, server)."""
         return {}
+
+    def wall_time(self, real_s: float) -> float:
+        """The run's duration as its records count time (the simulator: virtual seconds)."""
+        return real_s
 
     def public(self, worker: dict, rank: int) -> dict:
         """A worker as summary.json lists it."""

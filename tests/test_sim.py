@@ -1,0 +1,165 @@
+"""The simulated cluster (workbench.sim): real maths, virtual time, determinism, faults.
+
+Oracles: single-process SGD (`train_reference`) for the synchronous algorithms, the cost
+formulas (`sim.costs`, `costmodel`) for the virtual step times, a second identical run
+for determinism, and the engine's status rule for faults.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.algorithms.reference import train_reference
+from workbench.analysis.costmodel import ring_allreduce_time
+from workbench.api import run
+from workbench.config import ConfigError, RunConfig
+from workbench.execution.engine import run_dataset
+from workbench.maths.models import make_model
+from workbench.sim.clock import Scheduler
+from workbench.sim.costs import make_costs
+
+# A named CPU profile: the same virtual times in every process (the "local" profile is
+# calibrated by timing this machine, so it differs from one process to the next).
+CPU = "power8"
+
+
+def sim(algorithm: str, cpus: int = 4, **kw) -> RunConfig:
+    base = dict(algorithm=algorithm, cpus=cpus, batch_size=16 * max(cpus, 1), steps=24, seed=3, lr=0.05,
+                simulate=True, cpu_device=CPU, eval_every=8)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def costs_of(config: RunConfig):
+    data = run_dataset(config)
+    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                       image_shape=data.image_shape)
+    kinds = ["gpu"] * (config.gpus if isinstance(config.gpus, int) else 0) + ["cpu"] * config.cpus
+    return make_costs(config, model, kinds, data), model
+
+
+# ------------------------------------------------------------------------------ the clock
+def test_scheduler_runs_workers_in_virtual_time_order():
+    sched, log = Scheduler(), []
+
+    def worker(delays):
+        def body(proc):
+            for d in delays:
+                proc.charge(d)
+                log.append((round(proc.now(), 9), proc.name))
+        return body
+
+    sched.spawn(worker([3.0, 3.0]), "slow")
+    sched.spawn(worker([1.0, 1.0, 1.0, 4.0]), "fast")
+    sched.run()
+    assert [t for t, _ in log] == sorted(t for t, _ in log)
+    # a tie goes to the worker already running (no switch is needed to keep time order)
+    assert log == [(1.0, "fast"), (2.0, "fast"), (3.0, "fast"), (3.0, "slow"), (6.0, "slow"), (7.0, "fast")]
+
+
+# ------------------------------------------------------------------------------ maths
+@pytest.mark.parametrize("workers", [1, 3, 8])
+def test_simulated_sync_sgd_follows_single_process_sgd(workers):
+    config = sim("sync_sgd", cpus=workers, batch_size=48, momentum=0.9)
+    ref = train_reference(config.replace(algorithm="sgd", simulate=False, cpu_device="local"))
+    res = run(config)
+    assert res.summary["status"] == "completed"
+    np.testing.assert_allclose(res.params, ref.params, rtol=0, atol=2e-6)
+    mine = res.steps[res.steps.worker == 0].loss.to_numpy()
+    np.testing.assert_allclose(mine, ref.steps.loss.to_numpy()[:len(mine)], rtol=1e-5)
+
+
+def test_simulated_cgdp_has_sync_sgds_trajectory():
+    config = sim("cgdp", cpus=0, gpus=3, batch_size=48, device="p100", network="pcie3", momentum=0.9)
+    res = run(config)
+    ref = train_reference(RunConfig(**{**config.to_dict(), "algorithm": "sgd", "simulate": False, "gpus": 0,
+                                       "cpus": 1, "device": None, "network": None, "cpu_device": "local"}))
+    assert res.summary["status"] == "completed"
+    np.testing.assert_allclose(res.params, ref.params, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "hogwild_sgd", "easgd", "async_easgd", "ltfb", "sync_easgd"])
+def test_the_same_seed_gives_bitwise_the_same_run(algorithm):
+    extra = {"trainers": 2, "round_size": 6} if algorithm == "ltfb" else {}
+    config = sim(algorithm, jitter=0.3, **extra)
+    a, b = run(config), run(config)
+    assert a.summary["status"] == "completed"
+    assert a.steps.equals(b.steps)
+    assert a.evals.equals(b.evals)
+    np.testing.assert_array_equal(a.params, b.params)
+
+
+def test_async_staleness_comes_from_the_timing():
+    # Equal devices, no jitter: the P workers push in lock step, so between a worker's
+    # fetch and its next push the other P-1 pushes land (after the first round).
+    res = run(sim("async_sgd", cpus=4, steps=12))
+    late = res.steps[res.steps.step >= 2]
+    assert late.staleness.mean() == pytest.approx(3.0, abs=0.1)
+    # Stragglers: staleness spreads out, and differs from the lock-step value.
+    jit = run(sim("async_sgd", cpus=4, steps=12, jitter=0.5))
+    assert jit.steps.staleness.nunique() > 2
+
+
+# ------------------------------------------------------------------------------ virtual time
+def test_sync_step_time_is_compute_plus_the_ring_allreduce():
+    config = sim("sync_sgd", cpus=4, network="10GbE", eval_every=1000)   # (an evaluation's small exchange costs time)
+    costs, model = costs_of(config)
+    res = run(config)
+    step_s = costs.compute(0, 16) + ring_allreduce_time(4, costs.nbytes(model.n_params + 2 + 2 * 4),
+                                                       costs.network.alpha, costs.network.beta)
+    times = res.steps[res.steps.worker == 0].time.to_numpy()
+    np.testing.assert_allclose(np.diff(times), step_s, rtol=1e-9)
+    # the run ends with the last step and the final evaluation's small exchange
+    assert times[-1] < res.summary["wall_time_s"] < times[-1] + 2 * step_s
+    assert res.summary["simulated"] is True and res.summary["network"] == "10GbE"
+    assert res.summary["sim_wall_s"] > 0
+
+
+def test_timing_model_charges_the_published_network():
+    small = run(sim("sync_sgd", cpus=2, gpus=0, network="10GbE", steps=4))
+    alex = run(sim("sync_sgd", cpus=2, gpus=0, network="10GbE", steps=4, timing_model="alexnet"))
+    # AlexNet: ~61M parameters and ~1 GFLOP per sample against the digits MLP's ~10k.
+    assert alex.summary["wall_time_s"] > 1000 * small.summary["wall_time_s"]
+    np.testing.assert_array_equal(alex.params, small.params)   # the maths is the configured model's
+    assert alex.summary["timing_model"] == "alexnet"
+
+
+def test_parameter_server_serialises_requests():
+    # One server: every push takes the gradient in, updates, sends the parameters out,
+    # one request at a time, so throughput is capped at one push per server time
+    # whatever P is (the SC'17 point about the original EASGD's master).
+    config = sim("async_sgd", cpus=16, network="10GbE", timing_model="alexnet", steps=6)
+    costs, _ = costs_of(config)
+    per_push = 2 * costs.vector_bytes * costs.network.beta + costs.host_update()
+    few = run(config.replace(cpus=2, batch_size=32))
+    many = run(config)
+    cap = 16 / per_push                      # samples per second at one push per server time
+    assert many.summary["samples_per_s"] <= cap * 1.001
+    assert many.summary["samples_per_s"] > 0.9 * cap                  # saturated
+    assert many.summary["samples_per_s"] < 1.2 * few.summary["samples_per_s"]
+
+
+# ------------------------------------------------------------------------------ faults
+def test_a_killed_worker_fails_a_synchronous_run_cleanly():
+    config = sim("sync_sgd", cpus=4, fail_worker="2@0.0005", steps=200)
+    res = run(config)
+    assert res.summary["status"] == "failed"
+    assert "2" in res.summary["lost_workers"]
+    assert len(res.steps) > 0                      # what was computed before is kept
+    assert res.steps.time.max() <= 0.0005 + 1e-3
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
+def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
+    res = run(sim(algorithm, cpus=4, fail_worker="1@0.0003", steps=60))
+    assert res.summary["status"] == "completed"
+    steps = res.steps
+    assert steps[steps.worker == 0].step.max() == 59
+    # the dead worker's records since its last live batch died with it (as a killed process's)
+    assert len(steps[steps.worker == 1]) < 60
+    assert res.summary["lost_workers"] == {"1": "virtual worker 1"}
+
+
+def test_simulate_refuses_a_cluster():
+    with pytest.raises(ConfigError, match="simulate"):
+        run(sim("sync_sgd"), cluster="threads")

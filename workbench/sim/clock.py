@@ -1,0 +1,166 @@
+"""Virtual time: greenlet workers switched in virtual-time order by one driver.
+
+Each virtual worker runs in its own greenlet (`VProc`) with its own clock `t`. Work it
+does is *charged* (`charge(dt)`), not measured; reading its clock (`now()`) adds the
+charge and, when another event is due earlier, yields to the driver until every event
+before that moment has happened. Operations between workers (`sleep_until`, `block` /
+`wake`, `at`) go through the driver's one heap, ordered by (virtual time, sequence
+number), so the interleaving, and every result, depends only on virtual times: the
+same inputs give the same run, bit for bit.
+
+    sched = Scheduler()
+    p = sched.spawn(work, name="0")      # work(proc) runs in a greenlet
+    sched.run()                          # until every greenlet has ended
+
+Deadlock (every live worker blocked, nothing scheduled) ends in `sched.deadlock(...)`,
+which throws `WorkerLost` into the blocked workers (a synchronous peer is gone).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from greenlet import greenlet
+
+from ..comm.base import WorkerLost
+
+
+class Killed(BaseException):
+    """Thrown into a virtual worker to make it vanish (like a killed process): not an
+    Exception, so the loop's handlers do not turn it into a record."""
+
+
+class VProc:
+    """One virtual worker: a greenlet and its clock."""
+
+    __slots__ = ("sched", "name", "glet", "t", "pending", "blocked", "done", "wake_value")
+
+    def __init__(self, sched: Scheduler, name: str, fn: Callable[[VProc], Any]):
+        self.sched, self.name = sched, name
+        self.glet = greenlet(lambda *_: fn(self), parent=sched.driver)
+        self.t = 0.0              # virtual seconds
+        self.pending = 0.0        # charged, not yet added to t
+        self.blocked = False      # waiting for another worker (not in the heap)
+        self.done = False
+        self.wake_value: Any = None
+
+    def charge(self, dt: float) -> None:
+        """Book `dt` virtual seconds of this worker's own work (added at the next `now`)."""
+        self.pending += dt
+
+    def now(self) -> float:
+        """This worker's virtual time, after every event due before it has happened."""
+        if self.pending:
+            self.t += self.pending
+            self.pending = 0.0
+            if self.sched.earlier_than(self.t):
+                self.sleep_until(self.t)
+        return self.t
+
+    def sleep_until(self, t: float) -> Any:
+        """Yield until virtual time `t` (>= now); returns what a `wake` handed in."""
+        self.sched.schedule(max(t, self.t), self)
+        return self._switch()
+
+    def block(self) -> Any:
+        """Yield until another worker (or an event) calls `wake(self, t, value)`."""
+        self.blocked = True
+        return self._switch()
+
+    def _switch(self) -> Any:
+        return self.sched.driver.switch()
+
+
+class Scheduler:
+    """The driver: one heap of (virtual time, sequence, worker or callback)."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, Any]] = []
+        self.seq = itertools.count()
+        self.procs: list[VProc] = []
+        self.driver: greenlet | None = None
+        self.now = 0.0
+        self.errors: dict[str, BaseException] = {}
+        self.on_deadlock: Callable[[list[VProc]], None] | None = None
+        self.between: Callable[[], None] | None = None    # called between events (stop / abort requests)
+
+    def spawn(self, fn: Callable[[VProc], Any], name: str) -> VProc:
+        if self.driver is None:
+            self.driver = greenlet.getcurrent()
+        p = VProc(self, name, fn)
+        self.procs.append(p)
+        self.schedule(0.0, p)
+        return p
+
+    def schedule(self, t: float, what: VProc | Callable[[], None]) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), what))
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Run `fn` (in the driver) at virtual time `t`: deliveries that need no worker."""
+        self.schedule(t, fn)
+
+    def wake(self, proc: VProc, t: float, value: Any = None) -> None:
+        """Resume a blocked worker at virtual time `t` with `value` (returned by its `block`)."""
+        proc.blocked = False
+        proc.wake_value = value
+        proc.t = max(proc.t, t)
+        self.schedule(proc.t, proc)
+
+    def earlier_than(self, t: float) -> bool:
+        return bool(self.heap) and self.heap[0][0] < t
+
+    def run(self) -> None:
+        """Switch workers in virtual-time order until every one has ended."""
+        self.driver = greenlet.getcurrent()
+        for p in self.procs:
+            p.glet.parent = self.driver
+        while True:
+            if self.between is not None:
+                self.between()
+            if not self.heap:
+                stuck = [p for p in self.procs if not p.done and p.blocked]
+                if not stuck:
+                    return
+                if self.on_deadlock is not None:
+                    self.on_deadlock(stuck)
+                for p in stuck:   # nobody will ever wake them: their peers are gone
+                    p.blocked = False
+                    self._resume(p, throw=WorkerLost(f"{p.name}: a peer it waits for is gone (virtual "
+                                                     f"time {self.now:.4g} s)"))
+                continue
+            t, _, what = heapq.heappop(self.heap)
+            self.now = t
+            if isinstance(what, VProc):
+                if what.done or what.blocked:
+                    continue
+                what.t = max(what.t, t)
+                value, what.wake_value = what.wake_value, None
+                self._resume(what, value=value)
+            else:
+                what()
+
+    def _resume(self, p: VProc, value: Any = None, throw: BaseException | None = None) -> None:
+        try:
+            if throw is not None:
+                p.glet.throw(throw)
+            else:
+                p.glet.switch(value)
+        except BaseException as exc:   # noqa: BLE001 - the transport decides what it means
+            self.errors[p.name] = exc
+            p.done = True
+        if p.glet.dead:
+            p.done = True
+
+    def kill(self, proc: VProc, t: float, on_killed: Callable[[VProc], None] | None = None) -> None:
+        """Make `proc` vanish at virtual time `t`, whatever it is doing then (computing,
+        waiting for a peer); `on_killed(proc)` runs in the driver right after."""
+        def now() -> None:
+            if proc.done:
+                return
+            proc.blocked = False
+            self._resume(proc, throw=Killed(f"{proc.name} was killed at {t:g} s (virtual)"))
+            if on_killed is not None:
+                on_killed(proc)
+        self.at(t, now)

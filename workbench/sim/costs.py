@@ -1,0 +1,143 @@
+"""What each simulated operation costs, in virtual seconds.
+
+One `SimCosts` per run, from the config and the model:
+
+* compute (`compute`): a `loss_and_grad` over `samples` rows charges the device's time
+  for 3x the forward FLOPs (forward, and a backward of twice the forward) of the
+  *timing* model (a named published network, or the configured model itself), the
+  weights' traffic through memory (roofline), the device's per-step overhead, and the
+  optimiser update (three passes over the parameters); with `jitter` the charge is
+  scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
+* bytes (`nbytes`): a message of `m` floats of the configured model stands for the
+  timing model's parameter vector (scaled by `m / n_params`), plus any tail beyond it
+  (loss, flags, timings); small messages (evaluation partials) are their own size;
+* communication: one message is alpha + n beta on the run's network; an allreduce is
+  the cost model's ring (or tree) formula, so simulator and cost model agree by
+  construction where both apply; a server's update is three passes over the
+  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`);
+* cgdp's backward pass (`backward_done`): which share of the backward time has passed
+  once the layers holding a given share of the parameters (counted from the output
+  layer) have their gradients, interpolated over the timing model's layers, so a
+  parameter-heavy top (AlexNet's, VGG's fully connected layers) is ready early.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..config import SIM_DEFAULT_DEVICE
+
+BYTES = 4           # float32
+
+
+def default_network(config: Any) -> str:
+    """The network when the config names none: this host's shared memory between CPU
+    workers calibrated on this machine (what a real run here uses), else InfiniBand HDR.
+
+    >>> from workbench.config import RunConfig
+    >>> default_network(RunConfig(algorithm="sync_sgd", cpus=2))
+    'shm'
+    """
+    if getattr(config, "network", None):
+        return config.network
+    local_only = (config.gpus in (0, "auto")) and getattr(config, "cpu_device", "local") == "local"
+    return "shm" if local_only else "InfiniBand HDR"
+
+
+@dataclass
+class SimCosts:
+    devices: list[Any]          # per rank: a sim.profiles.Device
+    timing: Any                 # sim.profiles.TimingModel charged for compute and bytes
+    n_params: int               # the configured model's (the maths')
+    network: Network
+    jitter: float = 0.0
+    seed: int = 0
+    allreduce: str = "ring"
+    rngs: list[np.random.Generator] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
+        tm = self.timing
+        self.train_flops = 3.0 * tm.fwd_flops                      # per sample
+        self.weight_bytes = 3.0 * tm.n_params * BYTES              # weights read twice, gradient written once
+        self.vector_bytes = tm.n_params * BYTES
+        # cumulative (params, backward flops) over the timing model's layers, output layer first
+        params = np.array([p for _, p, _ in reversed(tm.layers)], dtype=float)
+        flops = np.array([f for _, _, f in reversed(tm.layers)], dtype=float)
+        self._cum_params = np.concatenate([[0.0], np.cumsum(params) / params.sum()])
+        self._cum_flops = np.concatenate([[0.0], np.cumsum(flops) / flops.sum()])
+
+    # ---------------------------------------------------------------- compute
+    def compute(self, rank: int, samples: int) -> float:
+        """Virtual seconds of one loss_and_grad over `samples` rows plus the update, on `rank`."""
+        dev = self.devices[rank]
+        t = (dev.compute_s(self.train_flops * samples, self.weight_bytes) + dev.step_overhead_s
+             + self.update(rank))
+        if self.jitter:
+            k = 1.0 / self.jitter ** 2
+            t *= float(self.rngs[rank].gamma(k, 1.0 / k))
+        return t
+
+    def update(self, rank: int) -> float:
+        """The optimiser's update on the worker: three passes over the parameters."""
+        return 3.0 * self.vector_bytes / self.devices[rank].mem_bw
+
+    def forward_share(self) -> float:
+        """Share of compute before the backward pass starts (forward = 1/3 of the FLOPs)."""
+        return 1.0 / 3.0
+
+    def backward_done(self, param_share: float) -> float:
+        """Share of the backward pass done when the layers holding `param_share` of the
+        parameters (from the output layer down) have their gradients.
+
+        >>> from types import SimpleNamespace as N
+        >>> c = SimCosts([], N(n_params=100, fwd_flops=10.0, layers=(("conv", 10, 9.0), ("fc", 90, 1.0))), 100,
+        ...              Network("x", 0.0, 0.0))
+        >>> round(c.backward_done(0.9), 6), round(c.backward_done(1.0), 6)   # fc: 90% of params, 10% of flops
+        (0.1, 1.0)
+        """
+        return float(np.interp(param_share, self._cum_params, self._cum_flops))
+
+    # ---------------------------------------------------------------- bytes and messages
+    def nbytes(self, m: int) -> float:
+        """Bytes on the wire for a message of `m` floats of the configured model."""
+        if m >= self.n_params:
+            return self.vector_bytes + (m - self.n_params) * BYTES
+        return m * BYTES
+
+    def share_bytes(self, lo: int, hi: int) -> float:
+        """Bytes of the slice [lo, hi) of the parameter vector, as the timing model's."""
+        return self.vector_bytes * (hi - lo) / self.n_params
+
+    def message(self, n_bytes: float) -> float:
+        return self.network.alpha + n_bytes * self.network.beta
+
+    def allreduce_s(self, workers: int, m: int) -> float:
+        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
+        return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta) if workers > 1 else 0.0
+
+    def host_update(self, m: int | None = None) -> float:
+        """A server applying one update (or elastic exchange) over `m` floats (default all)."""
+        n_bytes = self.vector_bytes if m is None else self.nbytes(m)
+        return 3.0 * n_bytes / HOST_MEMORY_BYTES_PER_S
+
+
+def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> SimCosts:
+    """The run's costs: per-rank devices, the timing model, the network."""
+    from . import profiles
+    timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
+    devices = []
+    for kind in kinds:
+        name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
+        if name == "local":
+            if data is None:
+                raise ValueError("the local profile is calibrated on the run's data")
+            params = model.init(config.seed)
+            devices.append(profiles.local_device(model, data.X_train, data.y_train, params))
+        else:
+            devices.append(profiles.DEVICES[name])
+    return SimCosts(devices, timing, model.n_params, profiles.network_named(default_network(config)),
+                    jitter=config.jitter, seed=config.seed)

@@ -1,0 +1,24 @@
+"""`run_simulated`: one run on the simulated cluster (what `workbench.run` calls for `simulate=True`)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..algorithms import REGISTRY
+from ..config import ConfigError, RunConfig
+from ..execution.engine import execute
+from ..results import OnRecord, RunResult
+from .transport import SimTransport
+
+
+def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Run `config` (with `simulate=True`) on virtual workers through the engine's one run path."""
+    if not config.simulate:
+        raise ConfigError("simulate", "true for a simulated run", config.simulate)
+    spec = REGISTRY.get(config.algorithm)
+    if spec is None or spec.cls is None:
+        raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
+                          "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
+    t_called = time.time()
+    return execute(config, SimTransport(), on_record=on_record, should_stop=should_stop, t_called=t_called)

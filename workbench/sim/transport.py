@@ -1,0 +1,460 @@
+"""The simulated cluster as a transport: virtual workers linked by virtual-time front-ends.
+
+`SimTransport` builds, for the run's P virtual workers (1-1024, GPU then CPU ranks), the
+same links a real transport builds (a collective per rank group, the declared server
+role around its core from `comm.roles`, shared arrays, stop control), but every
+front-end charges virtual time (`sim.costs`) and takes effect in virtual-time order
+(`sim.clock`). Loops run in greenlets on one driver thread, so the engine's monitor
+sees live batches and results exactly as from the thread transport.
+
+Where each algorithm's time goes:
+
+* collectives (sync_sgd, sync_easgd, LTFB trainers, shared evaluations): everyone
+  waits for the last arrival; the reduced sum is ready `allreduce_s` later;
+* server roles (async_sgd/msgd, the EASGD centre, LTFB's mailbox): request over the
+  network, service serialised at the server in arrival order (first come, first
+  served; round-robin turns wait for the turn), reply over the network; the core's
+  operation happens at its service start, so pushes, elastic exchanges and deposits
+  land in virtual-time order and staleness is what the timing makes it;
+* shared arrays (Hogwild): written when the writer's clock reaches the write;
+* cgdp: per-worker device->host link; chunks leave during the backward pass at the
+  moment their layers' gradients are ready, the master (host memory speed) sums
+  and updates each, the fetch waits for the last one and copies the weights back.
+
+Faults: `fail_worker` kills a virtual worker at a virtual time; a synchronous run's
+peers then wait forever, which the driver turns into `WorkerLost` for each (the run
+fails cleanly, as a real one does); an asynchronous one goes on (round-robin turns
+skip the dead worker).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..comm.base import ThreadControl, WorkerLost
+from ..comm.roles import make_core
+from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ..execution.transports.base import Progress, RunSetup, Transport, WorkerLinks
+from .clock import Killed, Scheduler, VProc
+from .costs import SimCosts, default_network, make_costs
+
+MAX_WORKERS = 1024
+
+
+# ------------------------------------------------------------------------------ collectives
+class SimGroup:
+    """One rank group's collective: arrivals, the sum in rank order, the release."""
+
+    def __init__(self, size: int, costs: SimCosts, sched: Scheduler):
+        self.size, self.costs, self.sched = size, costs, sched
+        self._reset()
+
+    def _reset(self) -> None:
+        self.slots: list[Any] = [None] * self.size
+        self.procs: list[VProc | None] = [None] * self.size
+        self.count = 0
+        self.t_last = 0.0
+
+    def arrive(self, index: int, proc: VProc, buf: Any) -> Any:
+        t = proc.now()
+        self.slots[index], self.procs[index] = buf, proc
+        self.count += 1
+        self.t_last = max(self.t_last, t)
+        if self.count < self.size:
+            return proc.block()
+        total = None
+        if buf is not None:
+            total = np.array(self.slots[0], copy=True)
+            for other in self.slots[1:]:
+                total += other
+            total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
+        done = self.t_last + self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        procs = self.procs
+        self._reset()
+        for p in procs:
+            if p is not proc and p is not None:
+                self.sched.wake(p, done, total)
+        proc.sleep_until(done)
+        return total
+
+
+class SimComm:
+    device = False
+
+    def __init__(self, group: SimGroup, index: int, proc: VProc):
+        self.group, self.rank, self.size, self.proc = group, index, group.size, proc
+
+    def allreduce(self, buf: Any) -> Any:
+        return self.group.arrive(self.rank, self.proc, buf)
+
+    def barrier(self) -> None:
+        self.group.arrive(self.rank, self.proc, None)
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------ server roles
+class SimServerState:
+    """A server role's core, its service queue and the workers waiting on its state."""
+
+    def __init__(self, core: Any, costs: SimCosts, sched: Scheduler):
+        self.core, self.costs, self.sched = core, costs, sched
+        self.free = 0.0                      # the server is busy until then
+        self.waiting: list[VProc] = []       # blocked until the state changes (turns, deposits)
+
+    def serve(self, proc: VProc, in_bytes: float, out_bytes: float | Callable[[], float], service_s: float,
+              op: Callable[[], Any], ready: Callable[[], bool] | None = None) -> Any:
+        """A request sent at the worker's now. The server's link and core are one queue,
+        first come first served (after `ready()`, e.g. a round-robin turn): it takes the
+        request's bytes in, applies `op` once they are in, works `service_s`, sends the
+        reply's bytes; the reply lands one latency later."""
+        net = self.costs.network
+        proc.sleep_until(proc.now() + net.alpha)
+        while ready is not None and not ready():
+            self.waiting.append(proc)
+            proc.block()
+        start = max(proc.t, self.free)
+        applied = start + in_bytes * net.beta
+        n_out = out_bytes() if callable(out_bytes) else out_bytes
+        self.free = done = applied + service_s + n_out * net.beta   # reserved in arrival order: FCFS
+        proc.sleep_until(applied)
+        result = op()
+        self._changed(proc.t)
+        proc.sleep_until(done + net.alpha)
+        return result
+
+    def _changed(self, t: float) -> None:
+        waiting, self.waiting = self.waiting, []
+        for p in waiting:
+            if not p.done:
+                self.sched.wake(p, t)
+
+
+class SimServer:
+    """The front-end one worker sees (ThreadServer's interface), on virtual time."""
+
+    def __init__(self, state: SimServerState, proc: VProc):
+        self.s, self.proc = state, proc
+        self.costs = state.costs
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        c = self.costs
+        return self.s.serve(self.proc, 0, c.vector_bytes, c.vector_bytes / _host_bw(), self.s.core.pull)
+
+    def push(self, grad: np.ndarray, lr: float, version: int):
+        c = self.costs
+        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad)),
+                            lambda: self.s.core.push(grad, lr, version))
+
+    def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
+        c, core = self.costs, self.s.core
+        return self.s.serve(self.proc, c.nbytes(len(x)), c.nbytes(len(x)), c.host_update(len(x)),
+                            lambda: core.exchange(x, alpha, rank), ready=lambda: core.my_turn(rank))
+
+    def retire(self, rank: int) -> None:
+        self.s.core.advance_turn(retire=rank)
+        self.s._changed(self.proc.now())
+
+    def centre(self) -> np.ndarray:
+        c = self.costs
+        return self.s.serve(self.proc, 0, c.vector_bytes, c.vector_bytes / _host_bw(), self.s.core.centre)
+
+    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
+                meta: dict | None = None) -> None:
+        n = self.costs.nbytes(len(params)) + (self.costs.nbytes(len(state)) if state is not None else 0)
+        self.s.serve(self.proc, n, 0, 0.0, lambda: self.s.core.deposit(rnd, trainer, params, state, meta))
+
+    def collect(self, rnd: Any, trainer: int) -> Any:
+        core, c = self.s.core, self.costs
+
+        def payload() -> float:   # what the partner left (nothing when it has ended)
+            got = core.mailbox.get((rnd, trainer))
+            if got is None:
+                return 0.0
+            params, state = got[0], got[1]
+            return c.nbytes(len(params)) + (c.nbytes(len(state)) if state is not None else 0)
+        return self.s.serve(self.proc, 0, payload, 0.0, lambda: core.collect(rnd, trainer),
+                            ready=lambda: core.can_collect(rnd, trainer))
+
+    def depart(self, trainer: int) -> None:
+        self.s.core.depart(trainer)
+        self.s._changed(self.proc.now())
+
+
+def _host_bw() -> float:
+    from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S
+    return HOST_MEMORY_BYTES_PER_S
+
+
+# ------------------------------------------------------------------------------ cgdp's master
+class SimChunkMasterState:
+    """cgdp's host-side master: parts arrive over each worker's link, the master sums
+    and updates at host memory speed, one part at a time."""
+
+    def __init__(self, setup: RunSetup, costs: SimCosts, sched: Scheduler):
+        self.costs, self.sched = costs, sched
+        self.clock_now = 0.0
+        needs = setup.spec.needs
+        self.core = make_core(needs.server, needs.options(setup.config), setup.params0, setup.size, setup.config,
+                              setup.model, clock=lambda: self.clock_now)
+        self.free = 0.0                               # master busy until
+        self.up = [0.0] * setup.size                  # device->host link of each worker busy until
+        self.down = [0.0] * setup.size
+        self.completed = -1
+        self.completed_at: dict[int, float] = {}
+        self.waiting: dict[int, list[VProc]] = {}
+
+    def send(self, proc: VProc, rank: int, step: int, args: tuple) -> None:
+        lo, hi = args[2], args[3]
+        n_bytes = self.costs.share_bytes(lo, hi)
+        start = max(proc.now(), self.up[rank])
+        arrive = self.up[rank] = start + self.costs.message(n_bytes)
+        self.sched.at(arrive, lambda: self._deliver(arrive, step, args, n_bytes))
+
+    def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
+        start = max(arrive, self.free)
+        # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
+        # charged with each part's share, so a chunk is updated when its last part is in
+        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / _host_bw()
+        if self.core.add(*args):
+            self.completed = step
+            self.completed_at[step] = self.free
+            for p in self.waiting.pop(step, []):
+                self.sched.wake(p, self.free)
+
+    def fetch(self, proc: VProc, rank: int, step: int) -> Any:
+        proc.now()
+        if self.completed < step:
+            self.waiting.setdefault(step, []).append(proc)
+            proc.block()
+        t = max(proc.t, self.completed_at.get(step, proc.t), self.down[rank])
+        self.down[rank] = t + self.costs.message(self.costs.vector_bytes)
+        proc.sleep_until(self.down[rank])
+        return self.core.result()
+
+
+class SimChunkMaster:
+    def __init__(self, state: SimChunkMasterState, proc: VProc, rank: int):
+        self.s, self.proc, self.rank = state, proc, rank
+
+    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+        self.s.send(self.proc, rank, step, (step, rank, lo, hi, np.array(grad, copy=True), lr, loss_w, stop,
+                                            compute_s))
+
+    def fetch(self, step: int):
+        return self.s.fetch(self.proc, self.rank, step)
+
+    def wait_sent(self) -> None:
+        self.proc.sleep_until(max(self.proc.now(), self.s.up[self.rank]))
+
+    def history(self) -> list[int]:
+        return list(self.s.core.chunk_history)
+
+
+# ------------------------------------------------------------------------------ compute
+class SimModel:
+    """A worker's model whose `loss_and_grad` charges virtual compute time (the maths is
+    the model's own); with `on_grad_ready` the layers' gradients become ready at their
+    moments of the backward pass (cgdp's chunks leave then)."""
+
+    def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int):
+        self._model, self._proc, self._costs, self._rank = model, proc, costs, rank
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def loss_and_grad(self, params: Any, X: Any, y: Any, grad_out: Any = None, on_grad_ready: Any = None):
+        proc, costs = self._proc, self._costs
+        total = costs.compute(self._rank, len(X))
+        if on_grad_ready is None:
+            out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
+            proc.charge(total)
+            return out
+        t0 = proc.now()
+        fwd = total * costs.forward_share()
+        n, done = self._model.n_params, [0]
+
+        def ready(start: int, stop: int) -> None:
+            done[0] += stop - start
+            t_ready = t0 + fwd + (total - fwd) * costs.backward_done(done[0] / n)
+            proc.charge(max(0.0, t_ready - proc.t - proc.pending))
+            proc.now()
+            on_grad_ready(start, stop)
+
+        out = self._model.loss_and_grad(params, X, y, grad_out=grad_out, on_grad_ready=ready)
+        proc.charge(max(0.0, t0 + total - proc.t - proc.pending))
+        return out
+
+
+class _LocalArray:
+    def __init__(self, array: Any):
+        self.array = array
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------ the transport
+class SimTransport(Transport):
+    name = "sim"
+
+    def __init__(self) -> None:
+        self.control = ThreadControl()
+        self.results: dict[int, dict] = {}
+        self.reported: set[int] = set()
+        self.vanished: set[int] = set()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.size = 0
+        self.cancelled = False
+        self.sim_wall_s = 0.0
+        self.makespan = 0.0
+        self.costs: SimCosts | None = None
+
+    def choose(self, config: RunConfig) -> list[dict]:
+        gpus = config.gpus if isinstance(config.gpus, int) else 0
+        size = gpus + config.cpus
+        if not 1 <= size <= MAX_WORKERS:
+            raise ConfigError("cpus", f"1 to {MAX_WORKERS} virtual workers in total (cpus + gpus)", size)
+        return ([{"name": f"sim-gpu-{i}", "kind": "gpu", "host": "sim"} for i in range(gpus)]
+                + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
+
+    def prepare(self, setup: RunSetup) -> None:
+        from ..execution.engine import run_dataset
+        self.setup, self.size = setup, setup.size
+        self.costs = make_costs(setup.config, setup.model, setup.kinds, run_dataset(setup.config))
+
+    def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
+        self.thread = threading.Thread(target=self._drive, args=(setup, sink, main), name="workbench-sim",
+                                       daemon=True)
+        self.thread.start()
+
+    def _drive(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
+        t0 = time.perf_counter()
+        sched = Scheduler()
+        costs, needs, size = self.costs, setup.spec.needs, setup.size
+        groups = [SimGroup(len(ranks), costs, sched) for ranks in setup.groups] if needs.collective else []
+        server_state: Any = None
+        if needs.server == "cgdp_master":
+            server_state = SimChunkMasterState(setup, costs, sched)
+        elif needs.server is not None:
+            server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
+                                          costs, sched)
+        shared = {name: _LocalArray(setup.params0.copy()) for name in needs.shared}
+        self.server_state = server_state
+        cpu_kinds = ["cpu"] * size      # the maths runs on this machine's NumPy whatever the virtual device
+
+        def work(rank: int) -> Callable[[VProc], None]:
+            def body(proc: VProc) -> None:
+                gi, ranks = setup.group_of(rank)
+                comm = SimComm(groups[gi], ranks.index(rank), proc) if groups and gi >= 0 else None
+                if isinstance(server_state, SimChunkMasterState):
+                    server: Any = SimChunkMaster(server_state, proc, rank)
+                elif server_state is not None:
+                    server = SimServer(server_state, proc)
+                else:
+                    server = None
+                links = WorkerLinks(comm=comm, server=server, shared=shared, control=self.control,
+                                    start_barrier=lambda: [], timer=proc.now,
+                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank)))
+                try:
+                    result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
+                                  sink)
+                except Killed:
+                    with self.lock:
+                        self.vanished.add(rank)
+                    return
+                except Exception as exc:   # set-up failed before the loop could report it
+                    result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                              "steps": getattr(exc, "workbench_steps", None)}
+                self.makespan = max(self.makespan, proc.t)
+                with self.lock:
+                    self.results[rank] = result
+            return body
+
+        procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
+        for rank, at in (setup.config.failures or {}).items():
+            sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
+        sched.between = self._between(sched)
+        try:
+            sched.run()
+        finally:
+            self.sim_wall_s = time.perf_counter() - t0
+            with self.lock:
+                for name, exc in sched.errors.items():   # a greenlet ended by something the body did not catch
+                    rank = int(name.split()[-1])
+                    if rank not in self.results and rank not in self.vanished:
+                        self.results[rank] = {"status": "failed", "params": None,
+                                              "error": f"{type(exc).__name__}: {exc}"}
+
+    def _killed(self, rank: int, proc: VProc) -> None:
+        self.makespan = max(self.makespan, proc.t)
+        state = self.server_state
+        if isinstance(state, SimServerState):   # an asynchronous run's round-robin turns skip it
+            state.core.advance_turn(retire=rank)
+            state._changed(proc.sched.now)
+
+    def _between(self, sched: Scheduler) -> Callable[[], None]:
+        def check() -> None:
+            if self.cancelled:   # the monitor gave up on a stop request: end every loop now
+                self.cancelled = False
+                for p in sched.procs:
+                    if not p.done:
+                        p.blocked = False
+                        sched._resume(p, throw=WorkerLost("run cancelled"))
+        return check
+
+    def poll(self) -> Progress:
+        out = Progress()
+        with self.lock:
+            for rank, res in self.results.items():
+                if rank not in self.reported:
+                    out.results[rank] = res
+                    self.reported.add(rank)
+            for rank in self.vanished:
+                if rank not in self.reported:
+                    out.lost[rank] = f"virtual worker {rank}"
+                    self.reported.add(rank)
+        return out
+
+    def pending(self) -> set[int]:
+        with self.lock:
+            return {r for r in range(self.size) if r not in self.reported}
+
+    def request_stop(self, reason: str) -> None:
+        self.control.request_stop(reason)
+
+    def abort(self, reason: str) -> None:
+        # A lost or failed worker of a synchronous run: its peers block for it in virtual
+        # time and the driver ends them with WorkerLost (deterministically); nothing to do.
+        return None
+
+    def finish(self) -> Progress:
+        if self.thread is not None:
+            self.thread.join(timeout=30.0)
+        return self.poll()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def wall_time(self, real_s: float) -> float:
+        return self.makespan
+
+    def describe(self) -> dict[str, Any]:
+        c = self.setup.config
+        return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
+                "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
+                "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
+                "network": default_network(c), "timing_model": c.timing_model or c.model,
+                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
+
+    def public(self, worker: dict, rank: int) -> dict:
+        out = super().public(worker, rank)
+        if self.costs is not None:
+            out["device"] = self.costs.devices[rank].name
+        return out
