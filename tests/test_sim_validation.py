@@ -142,3 +142,30 @@ def test_a_pinned_run_is_unchanged(algorithm):
     cols = ["worker", "step", "time", "staleness", "compute_s", "comm_s", "wait_s"]
     assert hashlib.sha256(got.steps[cols].to_numpy(dtype=float).tobytes()).hexdigest()[:16] == timeline
     assert float(np.abs(got.params).sum()) == pytest.approx(abs_sum, rel=1e-5)
+
+
+# ------------------------------------------------------------------------------ this machine
+# The bound. Simulated and real runs share the compute model only through the calibration
+# of this core (the fastest of repeated timings, taken right before: the core's own
+# speed). What a real run adds that the simulator does not charge: the loop's own Python
+# per step (~0.1-0.3 ms against ~5-10 ms steps of this model: under 5%), the Dask
+# client's monitor sharing the 2 cores with 2 workers (it polls records: up to ~1/3 of a
+# core), and scheduling noise (a real step is a mean, the calibration a best case). So
+# the simulator may be optimistic, by up to ~1.6x, and should not be pessimistic by more
+# than timing noise (0.8x). A machine already busier than its cores (load average above
+# the core count) slows the real runs by whatever else runs there: no bound on the
+# simulator can hold then, and the test says so and skips.
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_simulated_runs_predict_this_machines_real_runs(client):
+    import os
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        pytest.skip(f"load average {load:.1f} on {os.cpu_count()} cores: real runs would measure the other processes")
+    from workbench.sim.validate import real_vs_simulated
+    table = real_vs_simulated(client, workers=(1, 2), steps=150)
+    print(table.round(3).to_string())
+    assert (table["status"] == "completed").all()
+    ratio = table["sim_samples_per_s"] / table["real_samples_per_s"]
+    assert ((ratio > 0.8) & (ratio < 1.6)).all(), table.to_string()

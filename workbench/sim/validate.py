@@ -40,7 +40,7 @@ def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
 
 
 def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
-                      steps: int = 150, per_worker: int = PER_WORKER) -> pd.DataFrame:
+                      steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None) -> pd.DataFrame:
     """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
 
     Args:
@@ -49,6 +49,8 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         workers: worker counts.
         steps: steps of each run.
         per_worker: rows of the global batch per worker.
+        keep: if a list is given, the real runs' RunResults are appended to it (e.g. to
+            calibrate the cost model's link on them: `costmodel.calibrate(keep)`).
     """
     from ..execution.engine import run as run_engine
     from . import profiles
@@ -59,6 +61,8 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
         run_engine(cfg.replace(steps=5), cluster=client)                     # warm workers: imports, data
         real = run_engine(cfg, cluster=client)
+        if keep is not None:
+            keep.append(real)
         profiles._LOCAL.clear()                                             # time this core now, next to the real run
         sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"))
         r, s = _row("real", p, real), _row("simulated", p, sim)
