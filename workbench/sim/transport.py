@@ -41,6 +41,7 @@ from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ..execution.transports.base import Progress, RunSetup, Transport, WorkerLinks
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
+from .profiles import _one_blas_thread
 
 MAX_WORKERS = 1024
 
@@ -414,7 +415,13 @@ class SimTransport(Transport):
             sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
         sched.between = self._between(sched)
         try:
-            sched.run()
+            # One BLAS thread while the workers compute, as each real worker process has
+            # (make_cluster) and as the local profile was timed: a virtual CPU worker is
+            # one core. Also a matter of speed: a worker's matmuls are small, and on a
+            # busy machine a second BLAS thread makes one of 160 rows (a worker's share of
+            # an evaluation) take milliseconds instead of microseconds, waiting for a core.
+            with _one_blas_thread():
+                sched.run()
         finally:
             self.sim_wall_s = time.perf_counter() - t0
             with self.lock:
