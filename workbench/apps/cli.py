@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "against single-process sgd, and the memory of 1024 virtual workers")
     bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
+    bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"])
     rep.add_argument("experiment", help="experiments/<name>.yaml")

@@ -10,13 +10,17 @@ Issue 11's speed targets, each a ratio measured here, side by side on this machi
 * the peak memory (RSS) of a process running `--memory-workers` (default 1024) virtual
   workers of the digits MLP (target <= 1.5 GB), measured in a fresh subprocess.
 
-Times are each loop's own (the simulation's `sim_wall_s`; `sgd`'s training time),
-without the imports, data loading and result building that both share; each is the
-best of `--repeats`, interleaved (a shared machine's speed drifts). The bare maths (the
-global batch's `loss_and_grad` and update in a tight loop, nothing recorded) is shown
-too, as the floor both sit on. OPENBLAS settings are printed as found: a global batch's
-BLAS calls may use several threads where a worker's small slices do not. A benchmark,
-not a test.
+Times are each loop's own (the simulation's `sim_wall_s`; `sgd`'s training time), the
+best of `--repeats`, interleaved (a shared machine's speed drifts), with the process's
+CPU time of the whole call beside them (a busy machine inflates it far less). `sgd` is
+timed twice: with the BLAS threads as found (OPENBLAS_* as set here), and with one BLAS
+thread, as the simulated workers compute (each a core, like a real worker process). On a
+busy 2-core box the two differ by an order of magnitude: a second BLAS thread waits for
+a core on every matmul big enough to be split. The bare maths (`loss_and_grad` and
+update in a tight loop, nothing recorded) is shown too: on the global batch, and on P
+slices of it, each on its own replica (the floor under any simulation of P workers:
+per call, NumPy's and the model's Python cost as much as a 16-row matmul).
+A benchmark, not a test.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import time
 from typing import Any
 
 from ..config import RunConfig
+from .profiles import _one_blas_thread
 
 ASYNC = ("async_sgd", "hogwild_sgd", "easgd")
 TARGETS = {"sync": 1.5, "async": 2.0, "memory_gb": 1.5}
@@ -118,44 +123,58 @@ def main(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     workers = int(getattr(args, "workers", None) or 64)
     repeats = int(getattr(args, "repeats", None) or 3)
+    rows = int(getattr(args, "rows_per_worker", None) or 16)
     mem_workers = int(getattr(args, "memory_workers", None) or 1024)
     if not 1 <= workers <= 1024:
         raise ConfigError("workers", "a whole number of virtual workers in [1, 1024]", workers)
     if not 1 <= mem_workers <= 1024:
         raise ConfigError("memory_workers", "a whole number of virtual workers in [1, 1024]", mem_workers)
+    if rows < 1:
+        raise ConfigError("rows_per_worker", "a whole number >= 1", rows)
     if repeats < 1:
         raise ConfigError("repeats", "a whole number >= 1", repeats)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                                                        "OMP_NUM_THREADS")}
+    import numpy  # noqa: F401  (loads the BLAS, so that threadpoolctl sees it)
     try:
         from threadpoolctl import threadpool_info
-        blas["threads"] = ",".join(f"{i['internal_api']}:{i['num_threads']}" for i in threadpool_info()
+        blas["threads"] = ",".join(f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info()
                                    if i.get("user_api") == "blas")
     except ImportError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"simulated-cluster benchmark: {workers} workers x 16 rows, 40 global batches (one epoch), best of "
+    print(f"simulated-cluster benchmark: {workers} workers x {rows} rows, 40 global batches (one epoch), best of "
           f"{repeats}; {blas}; load average {load:.2f} on {os.cpu_count()} cores", flush=True)
     names = ("sgd", "sync_sgd", *ASYNC)
-    configs = {a: epoch_config(a, workers) for a in names}
+    configs = {a: epoch_config(a, workers, rows) for a in names}
     for a in names:                       # warm: imports, the data set, first-call workspaces
         loop_seconds(configs[a])
     inf = (float("inf"), float("inf"))
     best: dict[str, tuple[float, float]] = {a: inf for a in names}
     maths = {1: inf, workers: inf}
+    sgd1 = inf
     for _ in range(repeats):              # interleaved: every entry sees the same drift
         for k in maths:
-            got = maths_seconds(configs["sgd"], k)
+            if k == 1:
+                got = maths_seconds(configs["sgd"], k)
+            else:
+                with _one_blas_thread():  # as the simulation computes them
+                    got = maths_seconds(configs["sgd"], k)
             maths[k] = (min(maths[k][0], got[0]), min(maths[k][1], got[1]))
         for a in names:
             got = loop_seconds(configs[a])
             best[a] = (min(best[a][0], got[0]), min(best[a][1], got[1]))
+        with _one_blas_thread():          # sgd as a real worker process runs it
+            got = loop_seconds(configs["sgd"])
+        sgd1 = (min(sgd1[0], got[0]), min(sgd1[1], got[1]))
     sgd = best["sgd"]
     print("  seconds: wall (the loop; best of the repeats) | CPU (the whole call; best)")
     print(f"  bare maths, global batch (loss_and_grad + update): {maths[1][0]:7.3f} | {maths[1][1]:7.3f}")
     print(f"  bare maths, {workers} slices of it, a replica each:    {maths[workers][0]:7.3f} | "
-          f"{maths[workers][1]:7.3f}   (what the simulated workers compute between them)")
+          f"{maths[workers][1]:7.3f}   (what the simulated workers compute between them, one BLAS thread)")
     print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}")
+    print(f"  sgd, single process, one BLAS thread:             {sgd1[0]:7.3f} | {sgd1[1]:7.3f}   "
+          f"(the simulated workers compute on one, as real worker processes do)")
     ok = True
     for a in names[1:]:
         target = TARGETS["sync"] if a == "sync_sgd" else TARGETS["async"]
@@ -163,8 +182,8 @@ def main(args: argparse.Namespace) -> int:
         ok &= ratio <= target
         print(f"  {a:>11}, {workers} simulated workers:     {best[a][0]:7.3f} | {best[a][1]:7.3f}   "
               f"wall {ratio:.2f}x sgd (target <= {target:g}x: {'met' if ratio <= target else 'NOT met'}), "
-              f"CPU {best[a][1] / sgd[1]:.2f}x sgd; wall {best[a][0] / maths[workers][0]:.2f}x the sliced maths",
-              flush=True)
+              f"CPU {best[a][1] / sgd[1]:.2f}x; wall {best[a][0] / sgd1[0]:.2f}x sgd on one BLAS thread; "
+              f"wall {best[a][0] / maths[workers][0]:.2f}x the sliced maths", flush=True)
     for a in ("sync_sgd", "async_sgd"):
         m = measure_memory(a, mem_workers)
         gb = m["peak_bytes"] / 1e9
