@@ -169,3 +169,20 @@ def test_simulated_runs_predict_this_machines_real_runs(client):
     assert (table["status"] == "completed").all()
     ratio = table["sim_samples_per_s"] / table["real_samples_per_s"]
     assert ((ratio > 0.8) & (ratio < 1.6)).all(), table.to_string()
+
+
+def test_pinned_round_robin_runs_at_scale_and_with_a_worker_killed_in_its_wait():
+    # Round-robin turns take the fast path of SimServerState._changed (one lookup per
+    # change). 64 workers with stragglers: the whole timeline. Worker 5 killed at 0.3 ms
+    # while it waits for its turn: its clock, and so the run's end, are what the slow path
+    # gave (the records a killed worker leaves depend on when its live batches were sent,
+    # a wall-clock matter, so only the end and the centre are pinned there).
+    base = dict(algorithm="easgd", steps=12, seed=5, lr=0.05, simulate=True, cpu_device=CPU, eval_every=4,
+                jitter=0.4, tau=3)
+    got = run(RunConfig(cpus=64, batch_size=256, **base))
+    cols = ["worker", "step", "time", "staleness", "compute_s", "comm_s", "wait_s"]
+    assert hashlib.sha256(got.steps[cols].to_numpy(dtype=float).tobytes()).hexdigest()[:16] == "f6b2349f2537597a"
+    killed = run(RunConfig(cpus=16, batch_size=64, fail_worker="5@0.0003", **base))
+    assert killed.summary["lost_workers"] == {"5": "virtual worker 5"}
+    assert killed.summary["wall_time_s"] == 0.0010035887376051659
+    assert float(np.abs(killed.params).sum()) == pytest.approx(1275.5888671875, rel=1e-5)

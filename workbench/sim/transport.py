@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -106,20 +107,38 @@ class SimServerState:
     def __init__(self, core: Any, costs: SimCosts, sched: Scheduler):
         self.core, self.costs, self.sched = core, costs, sched
         self.free = 0.0                      # the server is busy until then
-        # blocked until the state changes (turns, deposits), with the condition each waits for
+        # blocked until the state changes (deposits), with the condition each waits for
         self.waiting: list[tuple[VProc, Callable[[], bool]]] = []
+        # blocked for a round-robin turn: rank -> (proc, how many changes had happened then)
+        self.turns: dict[int, tuple[VProc, int]] = {}
+        self.changes = 0
+        self.last_change = 0.0
 
     def serve(self, proc: VProc, in_bytes: float, out_bytes: float | Callable[[], float], service_s: float,
-              op: Callable[[], Any], ready: Callable[[], bool] | None = None) -> Any:
+              op: Callable[[], Any], ready: Callable[[], bool] | None = None, turn: int | None = None) -> Any:
         """A request sent at the worker's now. The server's link and core are one queue,
-        first come first served (after `ready()`, e.g. a round-robin turn): it takes the
-        request's bytes in, applies `op` once they are in, works `service_s`, sends the
-        reply's bytes; the reply lands one latency later."""
+        first come first served (after `ready()`, e.g. a round-robin turn: `turn` is then
+        the rank, and `ready()` is `core.turn == turn`): it takes the request's bytes in,
+        applies `op` once they are in, works `service_s`, sends the reply's bytes; the
+        reply lands one latency later."""
         net = self.costs.network
         proc.sleep_until(proc.now() + net.alpha)
         while ready is not None and not ready():
-            self.waiting.append((proc, ready))
-            proc.block()
+            if turn is None:
+                if self.turns:
+                    raise RuntimeError("a server state's waiters are all round-robin turns or none are")
+                self.waiting.append((proc, ready))
+                proc.block()
+                continue
+            if self.waiting:
+                raise RuntimeError("a server state's waiters are all round-robin turns or none are")
+            self.turns[turn] = (proc, self.changes)
+            try:
+                proc.block()
+            except BaseException:          # killed or cancelled while waiting for its turn
+                self.turns.pop(turn, None)
+                proc.t = max(proc.t, self.last_change)   # every change so far woke it (see _changed)
+                raise
         start = max(proc.t, self.free)
         applied = start + in_bytes * net.beta
         n_out = out_bytes() if callable(out_bytes) else out_bytes
@@ -140,7 +159,19 @@ class SimServerState:
         switches only into those whose condition holds; the others are re-queued as
         their own loop would have done. Their wake-ups were consecutive entries of the
         heap at `t`, so nothing else could run between them, and the order of every
-        check, resume and re-queue is unchanged."""
+        check, resume and re-queue is unchanged.
+
+        Round-robin turns go further (P checks per change, P^2 per cycle, at 1024
+        workers a million per cycle): only the waiter whose rank has the turn can find
+        its condition true, and the state does not change while the re-checks run (a
+        resumed worker yields before its exchange), so one dictionary lookup finds it.
+        The others' re-checks changed nothing but their clocks (each change's time, at
+        most the current one: changes happen at the current virtual time, in order), which
+        is applied when they leave the wait: resumed here, or killed."""
+        self.last_change = t
+        if self.turns:
+            self.sched.schedule(t, partial(self._recheck_turn, t, self.changes))
+        self.changes += 1
         waiting, self.waiting = self.waiting, []
         batch = []
         for p, ready in waiting:
@@ -155,6 +186,19 @@ class SimServerState:
                 batch.append((p, ready))
         if batch:
             self.sched.schedule(t, lambda: self._recheck(t, batch))
+
+    def _recheck_turn(self, t: float, change: int) -> None:
+        entry = self.turns.get(self.core.turn)
+        if entry is None or entry[1] > change:    # nobody's turn, or it waits since after that change
+            return
+        p = entry[0]
+        del self.turns[self.core.turn]
+        if p.done:
+            return
+        p.blocked = False
+        p.wake_value = None
+        p.t = max(p.t, self.last_change)
+        self.sched._resume(p)                     # its loop re-checks (true) and is served
 
     def _recheck(self, t: float, batch: list[tuple[VProc, Callable[[], bool]]]) -> None:
         for p, ready in batch:
@@ -187,7 +231,7 @@ class SimServer:
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
         c, core = self.costs, self.s.core
         return self.s.serve(self.proc, c.nbytes(len(x)), c.nbytes(len(x)), c.host_update(len(x)),
-                            lambda: core.exchange(x, alpha, rank), ready=lambda: core.my_turn(rank))
+                            lambda: core.exchange(x, alpha, rank), ready=lambda: core.my_turn(rank), turn=rank)
 
     def retire(self, rank: int) -> None:
         self.s.core.advance_turn(retire=rank)
