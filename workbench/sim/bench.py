@@ -135,13 +135,6 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("repeats", "a whole number >= 1", repeats)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                                                        "OMP_NUM_THREADS")}
-    import numpy  # noqa: F401  (loads the BLAS, so that threadpoolctl sees it)
-    try:
-        from threadpoolctl import threadpool_info
-        blas["threads"] = ",".join(f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info()
-                                   if i.get("user_api") == "blas")
-    except ImportError:
-        pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"simulated-cluster benchmark: {workers} workers x {rows} rows, 40 global batches (one epoch), best of "
           f"{repeats}; {blas}; load average {load:.2f} on {os.cpu_count()} cores", flush=True)
