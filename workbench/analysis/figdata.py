@@ -776,15 +776,22 @@ def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
 
     >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
     [True, False]
+
+    Simulated runs never are: virtual time has no start-up noise to drown in.
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
+    [False, True]
     """
+    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
+                 else np.zeros(len(table), dtype=bool))
     for column in ("train_time_s", "wall_time_s"):
         if column in table:
-            return pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s
+            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
     return np.zeros(len(table), dtype=bool)
 
 
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
-                   name: str = "measured") -> list[Series]:
+                   name: str | None = None) -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
 
     Args:
@@ -792,7 +799,8 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
             wall_time_s marks runs `too_short` to measure).
         predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
             samples_per_s, efficiency), one curve per network.
-        name: the measured points' name.
+        name: the measured points' name (default "measured", or "simulated" when every
+            row of the table is a simulated run).
     Returns:
         Series "<name>", "ideal" (linear from the first measured point, over the
         measured workers and the predicted ones up to 4x the largest measured count;
@@ -801,6 +809,9 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         in both columns (efficiency ones suffixed " efficiency").
     """
     out: list[Series] = []
+    if name is None:
+        sim = table["simulated"].fillna(False).astype(bool) if "simulated" in table and len(table) else None
+        name = "simulated" if sim is not None and sim.all() else "measured"
     measured = table.sort_values("workers", kind="stable") if len(table) else table
     mws = measured["workers"].astype(float).tolist() if len(measured) else []
     ws = sorted(set(mws) | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
@@ -828,7 +839,8 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         secs = pd.to_numeric(measured.get("wall_time_s", pd.Series([np.nan] * len(measured))),
                              errors="coerce").tolist()
         status = measured.get("status", pd.Series([""] * len(measured))).tolist()
-        text = [f"{st}, {s:.2g} s" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
+        unit = " virtual s" if name == "simulated" else " s"
+        text = [f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
                 for st, s, sh in zip(status, secs, short)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,

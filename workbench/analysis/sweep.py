@@ -20,6 +20,11 @@ Speedup and efficiency are measured in samples/s against the first worker count:
 (1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
 or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
 
+On the simulated cluster (`sweep(..., simulate=True)`, CLI `sweep --simulate`) each point
+is a simulated run with `cpus` or `gpus` virtual workers (up to 1024): throughput and
+times are in virtual seconds (`simulated` is True in every row) and `sim_wall_s` is what
+simulating the point took.
+
 This module holds the sweep's maths (the configs of each point, one row per run, speedup
 and efficiency); running the points is `workbench.sweep` (`workbench.api.sweep`), which
 sits above the runs it starts, so this module never imports the entry point.
@@ -38,7 +43,7 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -110,7 +115,7 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "final_test_accuracy": s.get("final_test_accuracy"), "wall_time_s": s.get("wall_time_s"),
             "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
-            "run_dir": run_dir}
+            "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s")}
 
 
 def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
