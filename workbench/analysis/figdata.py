@@ -37,6 +37,7 @@ __all__ = [
     "MIN_MEASURE_S",
     "MAX_MARKERS",
     "MAX_WORKER_ROWS",
+    "MAX_WORKER_TRACES",
     "X_TITLES",
     "Source",
     "records_to_tables",
@@ -92,6 +93,9 @@ LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its 
 MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
 MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
+# Per-worker lines (throughput, lr) for the first 16 workers only: a simulated run of 1024
+# workers would otherwise draw 1024 traces; "all workers" still counts every worker.
+MAX_WORKER_TRACES = 16
 X_TITLES = {"time": "time (s)", "epoch": "epoch"}
 
 Source = Any  # a RunResult, a run directory (str / Path) or a list of record dicts
@@ -585,6 +589,8 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
     """
     out = []
     for i, (worker, w) in enumerate(windows.items()):
+        if worker != "all" and _rank(worker, i) >= MAX_WORKER_TRACES:
+            continue
         rate = w["samples"] / w["width"]
         if previous is not None:
             smoothed = []
@@ -660,10 +666,13 @@ def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
 
 # ------------------------------------------------------------------------------ lr
 def lr_series(steps: Table) -> list[Series]:
-    """The lr each worker used at each of its steps (one series per worker)."""
+    """The lr each worker used at each of its steps (one series per worker, the first
+    MAX_WORKER_TRACES workers)."""
     out = []
     step, lr = _col(steps, "step", float), _col(steps, "lr", float)
     for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
+        if _rank(worker, i) >= MAX_WORKER_TRACES:
+            continue
         idx = idx[np.argsort(step[idx], kind="stable")]
         out.append(Series(_worker_name(worker), step[idx], lr[idx],
                           style={"mode": "lines", **worker_style(_rank(worker, i))}))

@@ -714,6 +714,7 @@ class Dashboard:
         self._displayed = False                          # the dashboard has been shown in a frontend
         self._shown_config: RunConfig | None = None     # the config the preview and status show
         self._sweep_results: list[Any] = []
+        self._progress_kinds: set[bool] = set()         # simulated or not, of the runs in the progress plots
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
         self._build()
@@ -1033,6 +1034,7 @@ class Dashboard:
 
     def clear(self) -> None:
         """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
+        self._progress_kinds = set()
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(_clear_traces)
 
@@ -1061,20 +1063,32 @@ class Dashboard:
             breakdown.replace(F.live_base("breakdown", state.live.n_workers))   # a whole new state
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self._slots[key].edit(_clear_traces)
+        # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
+        # runs' curves, so they say "virtual for simulated runs" once both kinds are drawn.
+        simulated = state.config.simulate
+        self._progress_kinds.add(simulated)
+        overlaid = "mixed" if len(self._progress_kinds) > 1 else simulated
+        for key in ("throughput", "breakdown"):
+            self._slots[key].edit(functools.partial(F.mark_virtual, virtual=simulated))
+        for key in ("progress_time", "progress_epoch"):
+            self._slots[key].edit(functools.partial(F.mark_virtual, virtual=overlaid))
 
     def _train(self, state: _Run) -> None:
         from .. import api
         try:
             cluster = self.cluster
             cfg = state.config
-            if cfg.algorithm == "sgd":
+            if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
+                cluster = None
+                state.phase = f"starting: a simulated cluster of {_workers_of(cfg)} virtual worker(s)"
+            elif cfg.algorithm == "sgd":
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd":
+            if cfg.algorithm != "sgd" and not cfg.simulate:
                 self._set_dask_link(cluster)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
             state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
@@ -1153,13 +1167,25 @@ class Dashboard:
             train_s = max(0.0, state.last_time - state.first_time)
             startup = state.first_seen - state.t0
             parts = [f"running {state.live.label}: step {state.steps_seen}/{state.total_steps} ({done:.0%})",
-                     f"epoch {state.epoch:.2f}", f"{train_s:.1f} s"]
+                     f"epoch {state.epoch:.2f}"]
             rates = state.rates()
-            if rates is not None:
-                steps_per_s, samples_per_s = rates
-                parts.append(f"{samples_per_s:,.0f} samples/s")
-                if steps_per_s > 0:
-                    parts.append(f"~{max(0, state.total_steps - state.steps_seen) / steps_per_s:,.0f} s left")
+            left = max(0, state.total_steps - state.steps_seen)
+            if state.config.simulate:
+                # the records' clock is virtual: the rate is the simulated cluster's, the
+                # time left is the simulation's own (steps per wall second since the first)
+                parts.append(f"{train_s:.3g} virtual s")
+                if train_s > 0:    # over the whole run so far: virtual spans are too short for a window
+                    parts.append(f"{state.samples / train_s:,.0f} samples per virtual s")
+                wall = time.monotonic() - state.first_seen
+                if wall > 0.5 and state.steps_seen:
+                    parts.append(f"~{left * wall / state.steps_seen:,.0f} s left to simulate")
+            else:
+                parts.append(f"{train_s:.1f} s")
+                if rates is not None:
+                    steps_per_s, samples_per_s = rates
+                    parts.append(f"{samples_per_s:,.0f} samples/s")
+                    if steps_per_s > 0:
+                        parts.append(f"~{left / steps_per_s:,.0f} s left")
             parts.append(f"start-up {startup:.1f} s")
             text = ", ".join(parts) + stopping + note
         self.status_log.append((round(since_run, 2), text))
@@ -1183,9 +1209,14 @@ class Dashboard:
             startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
-            self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {train_s:.1f} s"
+            if s.get("simulated"):
+                took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
+                rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
+            else:
+                took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+            self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
-                             + f", {s.get('samples_per_s', 0):,.0f} samples/s, "
+                             + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
                              f"comm fraction {s.get('comm_fraction', 0):.2f}",
                              error=s["status"] in ("failed", "diverged"))
@@ -1267,18 +1298,22 @@ class Dashboard:
         rows = self.sweep_table.to_dict("records") + [row]
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
-        from ..execution.cluster import current_client
-        self._set_dask_link(self.cluster if self.cluster is not None else current_client())
+        if not row.get("simulated"):
+            from ..execution.cluster import current_client
+            self._set_dask_link(self.cluster if self.cluster is not None else current_client())
         self._show_runs()
-        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} workers: "
-                         f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
+        unit = "samples per virtual s" if row.get("simulated") else "samples/s"
+        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} "
+                         f"{'virtual ' if row.get('simulated') else ''}workers: "
+                         f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
         from .. import api
         from ..analysis import costmodel
         try:
-            table = api.sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
-                          should_stop=self._stop.is_set, progress=False)
+            table = api.sweep(cfg, ws, mode, cluster=None if cfg.simulate else self.cluster,
+                              on_result=self._on_sweep_result, should_stop=self._stop.is_set, progress=False,
+                              simulate=cfg.simulate)
             self.sweep_table = table
             self._last = table
             message = f"sweep done: {len(table)} run(s)"

@@ -357,7 +357,8 @@ def throughput_figure(result: Source, live: bool = False, bins: int | None = Non
         live: a FigureWidget instead of a Figure.
         bins: time windows (default `auto_bins`).
     Returns:
-        The figure: one trace per worker ("worker k") and "all workers".
+        The figure: one trace per worker ("worker k", the first MAX_WORKER_TRACES) and
+        "all workers".
     """
     r = align_to_first_step(as_result(result))
     fig = mark_virtual(_throughput_base(), simulated_of([r]))
