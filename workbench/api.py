@@ -162,10 +162,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
 
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
-    if not isinstance(config, RunConfig):
-        config = RunConfig.from_dict(dict(config))
     if not isinstance(simulate, bool):
         raise ConfigTypeError("simulate", "True or False", simulate)
+    if not isinstance(config, RunConfig):   # a dict may hold simulation fields (device=...) for simulate=True
+        config = RunConfig.from_dict({**config, "simulate": True} if simulate else dict(config))
     simulated = simulate or config.simulate
     if simulated:
         _check_simulated_sweep(config, cluster)

@@ -560,10 +560,15 @@ def running_mean(y: np.ndarray, k: int = SMOOTH_BINS) -> np.ndarray:
 
     >>> running_mean(np.array([0.0, 3.0, 0.0, 3.0]), 3).tolist()
     [1.5, 1.0, 2.0, 1.5]
+    >>> running_mean(np.array([1.0, 3.0, 5.0]), 5).tolist()      # shorter than the window: as long as y
+    [2.0, 3.0, 4.0]
     """
     y = np.asarray(y, float)
     if k <= 1 or len(y) < 2:
         return y.copy()
+    # np.convolve's "same" output is as long as the longer input: keep the window within y
+    # (and odd, so it stays centred)
+    k = min(k, len(y) if len(y) % 2 else len(y) - 1)
     kernel = np.ones(k)
     return np.convolve(y, kernel, "same") / np.convolve(np.ones(len(y)), kernel, "same")
 
