@@ -66,6 +66,7 @@ from ..config import (
     MODEL_NAMES,
     SIM_CPU_DEVICES,
     SIM_DEVICES,
+    SIM_FIELDS,
     SIM_NETWORKS,
     SIM_TIMING_MODELS,
     ConfigError,
@@ -875,7 +876,13 @@ class Dashboard:
 
     # ------------------------------------------------------------------ config
     def _values(self) -> dict[str, Any]:
-        return {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        if not values.get("simulate"):
+            # The simulated cluster's knobs are valid only with it (RunConfig refuses them
+            # otherwise): off, they take their defaults; their controls keep what was set
+            # for when the toggle goes on again.
+            values.update({name: RunConfig.model_fields[name].default for name in SIM_FIELDS})
+        return values
 
     @property
     def config(self) -> RunConfig:
