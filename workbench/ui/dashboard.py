@@ -716,6 +716,7 @@ class Dashboard:
         self._shown_config: RunConfig | None = None     # the config the preview and status show
         self._sweep_results: list[Any] = []
         self._progress_kinds: set[bool] = set()         # simulated or not, of the runs in the progress plots
+        self._time_axes: dict[str, bool | str] = {}     # live figure -> what its time axis says (mark_virtual)
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
         self._build()
@@ -1067,7 +1068,9 @@ class Dashboard:
         breakdown = self._slots["breakdown"]
         breakdown.flush()                     # the layout checked below must be the current one
         if len(breakdown.fig.layout.annotations or ()) != n + 1:
-            breakdown.replace(F.live_base("breakdown", state.live.n_workers))   # a whole new state
+            breakdown.replace(F.live_base("breakdown", state.live.n_workers,   # a whole new state
+                                          simulated=state.config.simulate))
+            self._time_axes["breakdown"] = state.config.simulate
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self._slots[key].edit(_clear_traces)
         # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
@@ -1075,10 +1078,10 @@ class Dashboard:
         simulated = state.config.simulate
         self._progress_kinds.add(simulated)
         overlaid = "mixed" if len(self._progress_kinds) > 1 else simulated
-        for key in ("throughput", "breakdown"):
-            self._slots[key].edit(functools.partial(F.mark_virtual, virtual=simulated))
-        for key in ("progress_time", "progress_epoch"):
-            self._slots[key].edit(functools.partial(F.mark_virtual, virtual=overlaid))
+        for key, virtual in (("throughput", simulated), ("breakdown", simulated), ("progress_time", overlaid)):
+            if self._time_axes.get(key, False) != virtual:     # an edit only when the clock changes
+                self._time_axes[key] = virtual
+                self._slots[key].edit(functools.partial(F.mark_virtual, virtual=virtual))
 
     def _train(self, state: _Run) -> None:
         from .. import api
