@@ -936,8 +936,9 @@ class Dashboard:
             self._preview_slot.edit(redraw)
         if not self.running:
             self._set_buttons(False)
+            where = f", on {_workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples")
+                             f"of {cfg.batch_size} samples{where}")
         return cfg
 
     @staticmethod
