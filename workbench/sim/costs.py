@@ -4,7 +4,8 @@ One `SimCosts` per run, from the config and the model:
 
 * compute (`compute`): a `loss_and_grad` over `samples` rows charges the device's time
   for 3x the forward FLOPs (forward, and a backward of twice the forward) of the
-  *timing* model (a named published network, or the configured model itself), the
+  *timing* model (a named published network, or the configured model itself; a
+  published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
   optimiser update (three passes over the parameters); with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
@@ -28,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..config import SIM_DEFAULT_DEVICE
 
 BYTES = 4           # float32
-DEFAULT_GPU = "v100"
 
 
 def default_network(config: Any) -> str:
@@ -61,7 +62,8 @@ class SimCosts:
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
         tm = self.timing
-        self.train_flops = 3.0 * tm.fwd_flops                      # per sample
+        self.train_flops = tm.charged_train_flops                  # per sample: 3x forward, over the network's
+        #   speed factor (cuDNN's fast convolutions do fewer multiplications than the direct count)
         self.weight_bytes = 3.0 * tm.n_params * BYTES              # weights read twice, gradient written once
         self.vector_bytes = tm.n_params * BYTES
         # cumulative (params, backward flops) over the timing model's layers, output layer first
@@ -131,7 +133,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> S
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
     devices = []
     for kind in kinds:
-        name = (config.device or DEFAULT_GPU) if kind == "gpu" else config.cpu_device
+        name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
         if name == "local":
             if data is None:
                 raise ValueError("the local profile is calibrated on the run's data")

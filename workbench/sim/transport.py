@@ -37,7 +37,7 @@ import numpy as np
 
 from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
-from ..config import ConfigError, RunConfig
+from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ..execution.transports.base import Progress, RunSetup, Transport, WorkerLinks
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
@@ -308,6 +308,7 @@ class SimTransport(Transport):
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
         self.vanished: set[int] = set()
+        self.killed_at: dict[int, float] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.size = 0
@@ -393,6 +394,7 @@ class SimTransport(Transport):
                                               "error": f"{type(exc).__name__}: {exc}"}
 
     def _killed(self, rank: int, proc: VProc) -> None:
+        self.killed_at[rank] = proc.sched.now
         self.makespan = max(self.makespan, proc.t)
         state = self.server_state
         if isinstance(state, SimServerState):   # an asynchronous run's round-robin turns skip it
@@ -419,6 +421,8 @@ class SimTransport(Transport):
             for rank in self.vanished:
                 if rank not in self.reported:
                     out.lost[rank] = f"virtual worker {rank}"
+                    if rank in self.killed_at:
+                        out.lost_at[rank] = self.killed_at[rank]
                     self.reported.add(rank)
         return out
 
@@ -448,7 +452,7 @@ class SimTransport(Transport):
     def describe(self) -> dict[str, Any]:
         c = self.setup.config
         return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
-                "device": (c.device or "v100") if any(k == "gpu" for k in self.setup.kinds) else None,
+                "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
                 "network": default_network(c), "timing_model": c.timing_model or c.model,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
