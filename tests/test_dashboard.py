@@ -635,3 +635,4 @@ def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     assert "throughput (samples per virtual second, log-log)" in titles
     assert dash.status_text.startswith("sweep done: 4 run(s)")
     assert all(r.summary["simulated"] for r in dash.history)
+    assert "They were simulated" in dash.model_html.value and "lasted under" not in dash.model_html.value

@@ -421,6 +421,9 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
     n = len(table)
     ws = ", ".join(str(int(w)) for w in table["workers"]) if n else "-"
     parts = [f"The cost model was fitted on {n} run{'s' if n != 1 else ''} (on {ws} workers)."]
+    if n and F.table_simulated(table) is True:
+        parts.append("They were simulated: it was fitted to their virtual times, so it restates what the "
+                     "simulated device and network profiles imply (not a measurement of this machine).")
     for kind, (c0, c1) in cal.compute.items():
         parts.append(f"A {kind.upper()} worker computes one sample in {c1 * 1e6:.3g} µs, plus "
                      f"{c0 * 1e3:.3g} ms per step.")
