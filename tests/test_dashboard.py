@@ -636,3 +636,36 @@ def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     assert dash.status_text.startswith("sweep done: 4 run(s)")
     assert all(r.summary["simulated"] for r in dash.history)
     assert "They were simulated" in dash.model_html.value and "lasted under" not in dash.model_html.value
+
+
+@pytest.mark.slow
+def test_a_1024_worker_simulated_run_fits_in_binders_memory(no_dask):
+    """Binder gives a notebook 1-2 GB: a 1024-virtual-worker digits-MLP run through the
+    dashboard (records, live plots, result) must leave room for the kernel itself. Measured
+    here (peak RSS over the run, sampled every 20 ms): about +470 MiB for 30 steps, +620 MiB
+    for 100 (sync_sgd), +380 MiB for 100 steps of async_sgd; the bound is 1 GiB."""
+    import threading
+
+    import psutil
+    proc = psutil.Process()
+    dash = Dashboard(config=RunConfig(algorithm="sync_sgd", dataset="digits", simulate=True, cpus=1024,
+                                      cpu_device="power8", batch_size=1024, steps=10))
+    base, peak, done = proc.memory_info().rss, [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            done.wait(0.02)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        assert dash.run() is True
+        result = dash.wait(300)
+    finally:
+        done.set()
+        sampler.join()
+    assert result is not None and result.status == "completed", dash.status_text
+    assert len(result.summary["workers"]) == 1024 and result.summary["simulated"]
+    grew = (peak[0] - base) / 2**20
+    assert grew < 1024, f"a 1024-worker simulated run took {grew:.0f} MiB more than the process had"
+    assert len({t.name for t in dash.figures["throughput"].data}) == 17     # 16 workers' lines + "all workers"
