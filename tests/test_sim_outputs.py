@@ -61,6 +61,15 @@ def test_a_simulated_sweep_varies_gpus_for_a_gpu_config(no_dask):
     assert list(table.workers) == [2, 4] and table.simulated.all()
 
 
+def test_a_simulated_sweep_of_cgdp_varies_its_gpus_and_keeps_the_cpu_master(no_dask):
+    cfg = RunConfig(**{**SIM, "algorithm": "cgdp", "cpus": 1, "gpus": 2, "device": "p100", "steps": 4})
+    seen = []
+    table = wb.sweep(cfg, workers=[2, 4], progress=False, on_result=lambda row, result: seen.append(result))
+    assert list(table.workers) == [2, 4] and list(table.status) == ["completed"] * 2
+    kinds = [[w["kind"] for w in r.summary["workers"]] for r in seen]
+    assert kinds == [["gpu"] * 2 + ["cpu"], ["gpu"] * 4 + ["cpu"]]
+
+
 def test_config_simulate_alone_makes_a_simulated_sweep(no_dask):
     table = wb.sweep(RunConfig(**{**SIM, "steps": 3}), workers=[1, 2], progress=False)
     assert table.simulated.all()

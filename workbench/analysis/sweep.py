@@ -18,7 +18,8 @@ stay in. `wall_samples_per_s` is samples / wall time, set-up included.
 Speedup and efficiency are measured in samples/s against the first worker count:
 `speedup = samples_per_s / samples_per_s[0]`, `efficiency = speedup * workers[0] / P`
 (1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
-or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
+or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`), or, simulated,
+for GPU workers beside CPU ones (its `cpus` kept: cgdp's CPU master).
 
 On the simulated cluster (`sweep(..., simulate=True)`, CLI `sweep --simulate`) each point
 is a simulated run with `cpus` or `gpus` virtual workers (up to 1024): throughput and
@@ -48,14 +49,18 @@ OnResult = Callable[[dict, RunResult], None]
 
 
 def worker_field(config: RunConfig) -> str:
-    """The field a sweep varies: "gpus" for GPU-only configs, else "cpus".
+    """The field a sweep varies: "gpus" for GPU-only configs, else "cpus"; a simulated
+    config with both (virtual GPUs and a CPU master, as cgdp's) varies its GPUs.
 
     >>> worker_field(RunConfig(cpus=0, gpus=2, algorithm="sync_sgd", batch_size=8))
     'gpus'
     >>> worker_field(RunConfig())
     'cpus'
+    >>> worker_field(RunConfig(cpus=1, gpus=4, algorithm="cgdp", simulate=True, batch_size=8))
+    'gpus'
     """
-    return "gpus" if config.cpus == 0 and isinstance(config.gpus, int) and config.gpus > 0 else "cpus"
+    gpus = config.gpus if isinstance(config.gpus, int) else 0
+    return "gpus" if gpus > 0 and (config.cpus == 0 or config.simulate) else "cpus"
 
 
 def sweep_batch(batch_size: int, workers: int, first: int, mode: str) -> int:
@@ -97,7 +102,8 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
     ws = _check(workers, mode)
     field = worker_field(config)
     other = "gpus" if field == "cpus" else "cpus"
-    return [config.replace(**{field: w, other: 0, "out": None,
+    keep = config.simulate and field == "gpus"          # a simulated CPU master stays as it is
+    return [config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
                               "batch_size": sweep_batch(config.batch_size, w, ws[0], mode)})
             for w in ws]
 
