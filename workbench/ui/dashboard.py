@@ -1274,7 +1274,7 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..analysis.sweep import sweep_configs
+        from ..analysis.sweep import sweep_configs, worker_field
         ws = workers if workers is not None else [p for p in self.sweep_workers.value.replace(" ", "").split(",") if p]
         mode = mode or self.sweep_mode.value
         network = network or self.sweep_network.value
@@ -1283,7 +1283,7 @@ class Dashboard:
         except (ConfigError, ValueError) as exc:
             self._set_status(f"error: {exc}", error=True)
             return False
-        ws = [c.cpus if c.cpus else c.gpus for c in configs]
+        ws = [getattr(c, worker_field(cfg)) for c in configs]
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
         self.model_html.value = ""
