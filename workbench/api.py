@@ -172,9 +172,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         config = config.replace(simulate=True)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
-    if simulated:
-        pass   # every point makes its own virtual cluster: nothing to start or warm
-    elif cluster is None and config.algorithm != "sgd":
+    if cluster is None and config.algorithm != "sgd" and not simulated:   # simulated: each point its own
         from .execution.cluster import session_client
         field = worker_field(config)
         cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,

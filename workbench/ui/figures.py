@@ -34,6 +34,7 @@ Only `workbench.ui` imports plotly; functions never modify the DataFrames they g
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Sequence
 from copy import deepcopy
@@ -198,20 +199,12 @@ def mark_virtual(fig: Any, virtual: bool | str = True) -> Any:
     def axis(ax: Any) -> None:
         ax.title.text = convert(ax.title.text, whole=True)
 
-    with fig.batch_update() if isinstance(fig, go.FigureWidget) else _nothing():
+    with fig.batch_update() if isinstance(fig, go.FigureWidget) else contextlib.nullcontext():
         fig.for_each_xaxis(axis)
         fig.for_each_yaxis(axis)
         for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s, log-log)"
             a.text = convert(a.text, whole=False)
     return fig
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def sync_widget(fig: Any) -> Any:
