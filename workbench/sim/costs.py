@@ -96,7 +96,7 @@ class SimCosts:
         parameters (from the output layer down) have their gradients.
 
         >>> from types import SimpleNamespace as N
-        >>> c = SimCosts([], N(n_params=100, fwd_flops=10.0, layers=(("conv", 10, 9.0), ("fc", 90, 1.0))), 100,
+        >>> c = SimCosts([], N(n_params=100, fwd_flops=10.0, charged_train_flops=30.0, layers=(("conv", 10, 9.0), ("fc", 90, 1.0))), 100,
         ...              Network("x", 0.0, 0.0))
         >>> round(c.backward_done(0.9), 6), round(c.backward_done(1.0), 6)   # fc: 90% of params, 10% of flops
         (0.1, 1.0)
