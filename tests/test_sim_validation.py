@@ -114,7 +114,7 @@ def test_an_unsaturated_server_costs_its_update_in_the_simulator_only():
     # also waits for the server's update (3 passes over the parameters in host memory).
     # The difference per step is exactly that update: the cost model leaves it out.
     # (64 rows: the step is long enough that one worker does not saturate the server.)
-    row = simulator_vs_cost_model([("async_sgd", 1, {})], per_worker=64).iloc[0]
+    row = simulator_vs_cost_model([("async_sgd", 1, {"rows": 64})]).iloc[0]
     assert row["bottleneck"] != "server"
     assert 64 / row["simulated"] - 64 / row["cost_model"] == pytest.approx(row["server_update_s"], rel=1e-6)
 

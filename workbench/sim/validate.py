@@ -76,14 +76,14 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
 
 
 def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
-        ("sync_sgd", 4, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}), ("async_sgd", 1, {}),
+        ("sync_sgd", 4, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}), ("async_sgd", 1, {"rows": 64}),
         ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4})),
         per_worker: int = 16, network: str = "10GbE", timing_model: str = "alexnet",
         cpu_device: str = "power8") -> pd.DataFrame:
     """Simulated samples/s beside `costmodel.step_prediction` with the same constants:
     the device's compute (c0 + c1 b, compute-bound under `timing_model`) and the network's
-    alpha and beta. One row per (algorithm, workers, knobs); `difference` = simulated /
-    cost model - 1.
+    alpha and beta. One row per (algorithm, workers, knobs); knobs are config fields, and
+    `rows` (rows per worker, default `per_worker`); `difference` = simulated / cost model - 1.
 
     Where they differ, and why: an unsaturated parameter server's reply waits for the
     server's update in the simulator (`server_update_s` per round trip), which the cost
@@ -96,22 +96,24 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
     from .run import run_simulated
     rows = []
     for algorithm, p, knobs in cases:
+        knobs = dict(knobs)
+        b = int(knobs.pop("rows", per_worker))
         tau = int(knobs.get("tau", 1))
-        cfg = RunConfig(algorithm=algorithm, dataset="digits", model="mlp", cpus=p, batch_size=per_worker * p,
+        cfg = RunConfig(algorithm=algorithm, dataset="digits", model="mlp", cpus=p, batch_size=b * p,
                         steps=40 * tau, seed=0, lr=0.01, simulate=True, cpu_device=cpu_device, network=network,
                         timing_model=timing_model, eval_every=10**9, **knobs)
         data = run_dataset(cfg)
         model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
         costs = make_costs(cfg, model, ["cpu"] * p, data)
         dev = costs.devices[0]
-        assert abs(dev.compute_s(costs.train_flops * per_worker, costs.weight_bytes)
-                   - costs.train_flops * per_worker / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"
+        assert abs(dev.compute_s(costs.train_flops * b, costs.weight_bytes)
+                   - costs.train_flops * b / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"
         cal = Calibration(compute={"cpu": (dev.step_overhead_s + costs.update(0),
                                            costs.train_flops / (dev.peak_flops * dev.efficiency))},
                           alpha=costs.network.alpha, beta=costs.network.beta, n_params=costs.timing.n_params)
-        pred = step_prediction(cal, algorithm, p, per_worker * p, tau=tau)
+        pred = step_prediction(cal, algorithm, p, b * p, tau=tau)
         got = run_simulated(cfg).summary["samples_per_s"]
-        rows.append({"algorithm": algorithm, "workers": p, "tau": tau, "simulated": got,
+        rows.append({"algorithm": algorithm, "workers": p, "rows_per_worker": b, "tau": tau, "simulated": got,
                      "cost_model": pred["samples_per_s"], "difference": got / pred["samples_per_s"] - 1,
                      "bottleneck": pred["bottleneck"], "comm_share": pred["comm_s"] / pred["step_time_s"],
                      "server_update_s": costs.host_update()})
