@@ -320,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if config.algorithm != "sgd":      # the Dask dashboard, one click away (starts the session's cluster)
+            if config.algorithm != "sgd" and not config.simulate:   # the Dask dashboard, one click away
                 from ..execution.cluster import dashboard_link, session_client
                 print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
                       file=sys.stderr)

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..config import SIM_DEFAULT_DEVICE
 
 BYTES = 4           # float32
-DEFAULT_GPU = "v100"
 
 
 def default_network(config: Any) -> str:
@@ -131,7 +131,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> S
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
     devices = []
     for kind in kinds:
-        name = (config.device or DEFAULT_GPU) if kind == "gpu" else config.cpu_device
+        name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
         if name == "local":
             if data is None:
                 raise ValueError("the local profile is calibrated on the run's data")

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
-from ..config import ConfigError, RunConfig
+from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ..execution.transports.base import Progress, RunSetup, Transport, WorkerLinks
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
@@ -448,7 +448,7 @@ class SimTransport(Transport):
     def describe(self) -> dict[str, Any]:
         c = self.setup.config
         return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
-                "device": (c.device or "v100") if any(k == "gpu" for k in self.setup.kinds) else None,
+                "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
                 "network": default_network(c), "timing_model": c.timing_model or c.model,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
