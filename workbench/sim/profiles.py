@@ -1,73 +1,455 @@
-"""PROVISIONAL device, timing-model and link profiles (replaced by the documented ones on branch `prof`)."""
+"""What the simulated cluster charges: named devices, published networks' FLOPs, links.
+
+Pure data and pure functions (NumPy and the standard library only at import):
+
+* `DEVICES`: roofline profiles of GPUs and CPU nodes with their vendor peaks and the
+  fraction of peak that dense FP32 training reaches on them (`Device.efficiency`,
+  derived from published training throughputs where one exists, else stated as
+  assumed); `local_device` calibrates this machine's core by timing the model.
+* `TIMING_MODELS`: AlexNet, VGG-16, GoogLeNet, ResNet-50/152 as parameter counts and
+  forward FLOPs per layer (or stage), so a run can be charged as if it trained one of
+  them (`--timing-model`) while its maths trains the configured model; `model_flops`
+  describes our own models the same way.
+* `LINKS`: host-device and GPU-GPU links as `costmodel.Network`s; `network_named`
+  finds a name among them and `costmodel.NETWORKS`.
+
+Conventions: a multiply-add counts as 2 FLOPs (the literature usually quotes
+multiply-adds and calls them FLOPs: ResNet-50's "4.1 GFLOPs" are 8.2 GFLOP here).
+Only convolutions and fully connected layers are counted (bias adds, activations,
+pooling, normalisation and the loss are a few percent and memory bound). Training
+costs 3x the forward pass per sample: the backward pass computes the gradients with
+respect to the activations and to the weights, each as costly as the forward pass.
+Throughputs per device are FP32 (no tensor cores, no mixed precision), as our workers
+compute in float32.
+
+The names are also listed in `workbench.config` (SIM_DEVICES, SIM_NETWORKS,
+SIM_TIMING_MODELS), where validating a config reads them without importing this
+module; this module checks on import that both agree.
+"""
 from __future__ import annotations
 
+import math
+import pickle
+import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.costmodel import NETWORKS, Network
-from ..config import ConfigError
+import numpy as np
+
+from ..config import (
+    SIM_CPU_DEVICES,
+    SIM_DEVICES,
+    SIM_GPU_DEVICES,
+    SIM_NETWORKS,
+    SIM_TIMING_MODELS,
+    match_name,
+)
+
+DEVICE_NAMES: tuple[str, ...] = SIM_DEVICES
+NETWORK_NAMES: tuple[str, ...] = SIM_NETWORKS
+TIMING_MODEL_NAMES: tuple[str, ...] = SIM_TIMING_MODELS
+TRAIN_FLOPS_FACTOR = 3   # forward + backward (activations) + backward (weights)
+BYTES_PER_PARAM = 4      # float32
 
 
+# ------------------------------------------------------------------------------ devices
 @dataclass(frozen=True)
 class Device:
+    """A roofline model of one worker's device.
+
+    >>> d = Device("toy", "gpu", peak_flops=10e12, mem_bw=1e12, efficiency=0.5, step_overhead_s=1e-4, source="")
+    >>> d.compute_s(5e12)              # compute bound: 5e12 / (10e12 * 0.5)
+    1.0
+    >>> d.compute_s(1e9, 4e12)         # memory bound: 4e12 bytes / 1e12 bytes/s
+    4.0
+    """
+
     name: str
-    kind: str
-    peak_flops: float
-    mem_bw: float
-    efficiency: float
-    step_overhead_s: float
-    source: str = ""
+    kind: str                 # "gpu" or "cpu"
+    peak_flops: float         # FP32 FLOP/s, vendor peak (boost clock where the vendor quotes it)
+    mem_bw: float             # bytes/s of the device's own memory
+    efficiency: float         # fraction of peak_flops that dense FP32 training sustains
+    step_overhead_s: float    # per loss_and_grad call: kernel launches, Python, framework
+    source: str               # where the numbers come from
+    calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, median seconds) it measured
+
+    @property
+    def rate(self) -> float:
+        """Sustained FLOP/s of dense training: peak_flops * efficiency."""
+        return self.peak_flops * self.efficiency
 
     def compute_s(self, flops: float, bytes_moved: float = 0.0) -> float:
-        return max(flops / (self.peak_flops * self.efficiency), bytes_moved / self.mem_bw)
+        """Seconds for `flops` FLOPs touching `bytes_moved` bytes: the roofline
+        max(flops / (peak * efficiency), bytes / mem_bw). The per-call
+        `step_overhead_s` is the caller's to add (once per loss_and_grad)."""
+        return max(flops / self.rate, bytes_moved / self.mem_bw)
 
 
-DEVICES = {"k80": Device("k80", "gpu", 4.37e12, 240e9, 0.5, 3e-4), "p100": Device("p100", "gpu", 10.6e12, 732e9, 0.5, 2e-4),
-           "v100": Device("v100", "gpu", 15.7e12, 900e9, 0.5, 1e-4),
-           "power8": Device("power8", "cpu", 0.5e12, 230e9, 0.5, 1e-4)}
+def _resnet50_efficiency(images_per_s: float, peak_flops: float) -> float:
+    """Fraction of peak that a published ResNet-50 training throughput implies."""
+    return images_per_s * TRAIN_FLOPS_FACTOR * _RESNET50_FWD_FLOPS / peak_flops
 
 
+_RESNET50_FWD_FLOPS = 2 * 4.09e9   # torchvision resnet50: 4.09 G multiply-adds per 224x224 image
+_TF_BENCH = ("TensorFlow benchmarks (tensorflow.org/performance/benchmarks, May 2017, tf_cnn_benchmarks, "
+             "synthetic ImageNet, batch 64)")
+_DLE = "NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5 README (pytorch-21.03 container)"
+
+DEVICES: dict[str, Device] = {d.name: d for d in (
+    Device("k80", "gpu", 4.37e12, 240e9, round(_resnet50_efficiency(51.9, 4.37e12), 2), 100e-6,
+           "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with GPU Boost and 480 GB/s for the board of two "
+           "GK210 dies; one die (one 'GPU' to CUDA, as You et al. SC'17 count them) is 2496 cores x 2 x 875 MHz "
+           f"= 4.37 TFLOP/s and 240 GB/s. Efficiency: ResNet-50 at 51.9 images/s on one K80 GPU, {_TF_BENCH}."),
+    Device("p100", "gpu", 10.6e12, 732e9, round(_resnet50_efficiency(219, 10.6e12), 2), 100e-6,
+           "NVIDIA Tesla P100 for NVLink-optimised servers (SXM2) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2 "
+           f"(the GPUs of the S822LC 'Minsky'). Efficiency: ResNet-50 at 219 images/s on one DGX-1 P100, {_TF_BENCH}."),
+    Device("v100", "gpu", 15.7e12, 900e9, round(_resnet50_efficiency(367, 15.7e12), 2), 100e-6,
+           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2. Efficiency: ResNet-50 v1.5 FP32 "
+           f"training at 367 images/s on one V100 16GB, {_DLE}."),
+    Device("a100", "gpu", 19.5e12, 1555e9, round(_resnet50_efficiency(367, 15.7e12), 2), 100e-6,
+           "NVIDIA A100 SXM4 40GB datasheet: 19.5 TFLOP/s FP32 (without TF32 tensor cores), 1555 GB/s HBM2. "
+           "Efficiency assumed as the V100's (no published plain-FP32 training throughput: NVIDIA's A100 "
+           "numbers use TF32, 938 images/s on ResNet-50 v1.5)."),
+    Device("h100", "gpu", 67e12, 3.35e12, 0.5, 100e-6,
+           "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32 (without tensor cores), 3.35 TB/s HBM3. Efficiency "
+           "assumed 0.5 (no published plain-FP32 training throughput; a little under the V100's)."),
+    Device("knl", "cpu", 6.09e12, 450e9, 0.3, 50e-6,
+           "Intel Xeon Phi 7250 (Knights Landing) node: 68 cores x 1.4 GHz x 64 FP32 FLOP/cycle (two AVX-512 "
+           "FMA units) = 6.09 TFLOP/s; MCDRAM in flat mode ~450 GB/s (STREAM triad; Intel quotes > 400 GB/s). "
+           "Efficiency assumed 0.3 (Intel-optimised Caffe sustained ~2 TFLOP/s on convolutions; plain "
+           "frameworks far less). One worker is the whole node, as in You et al. SC'17."),
+    Device("power8", "cpu", 915e9, 230e9, 0.5, 20e-6,
+           "IBM Power System S822LC for HPC ('Minsky', 8335-GTB; IBM Redpaper REDP-5405), the host of Le et al. "
+           "ICPE'18 (CGDP): two 10-core POWER8 at 2.86 GHz, 16 FP32 FLOP/cycle per core (two VSX units, 4-wide "
+           "FMA) = 915 GFLOP/s; ~115 GB/s sustained per socket through 4 Centaur buffers, 230 GB/s both. One "
+           "worker is the whole 2-socket host (CGDP's CPU master). Efficiency assumed 0.5 (ESSL SGEMM)."),
+    Device("xeon", "cpu", 147e9, 5.1e9, 0.5, 20e-6,
+           "One core of an Intel Xeon Platinum 8380 (Ice Lake SP, 40 cores): 2.3 GHz x 64 FP32 FLOP/cycle (two "
+           "AVX-512 FMA units) = 147 GFLOP/s; its share of 8 channels of DDR4-3200 (204.8 GB/s / 40 cores = "
+           "5.1 GB/s). Efficiency assumed 0.5 (oneDNN on large layers reaches more, small layers less)."),
+)}
+
+
+def device_named(name: str, field: str = "device") -> Device:
+    """The DEVICES entry for `name` (case and dashes ignored); ConfigError listing them otherwise.
+
+    >>> device_named("V100").peak_flops
+    15700000000000.0
+    """
+    return DEVICES[match_name(field, name, DEVICE_NAMES)]
+
+
+# ------------------------------------------------------------------------------ timing models
 @dataclass(frozen=True)
 class TimingModel:
+    """A network as the simulator charges it: parameters (the bytes every exchange
+    moves) and forward FLOPs per sample, in total and per layer in forward order."""
+
     name: str
     n_params: int
-    fwd_flops: float
-    layers: tuple
+    fwd_flops: float                                   # per sample, multiply-add = 2 FLOPs
+    layers: tuple[tuple[str, int, float], ...]         # (name, params, forward FLOPs per sample)
     source: str = ""
 
+    @property
+    def train_flops(self) -> float:
+        """FLOPs of one training sample: 3x the forward pass."""
+        return TRAIN_FLOPS_FACTOR * self.fwd_flops
 
-TIMING_MODELS = {"alexnet": TimingModel("alexnet", 61_000_000, 1.45e9,
-                                        (("conv", 2_300_000, 1.3e9), ("fc", 58_700_000, 0.15e9)))}
-LINKS = {"pcie3": Network("pcie3", 10e-6, 1 / 12e9)}
-_LOCAL: dict = {}
+    @property
+    def n_bytes(self) -> int:
+        """Bytes of the float32 parameter (and gradient) vector."""
+        return BYTES_PER_PARAM * self.n_params
 
 
-def network_named(name: str) -> Network:
-    if name in NETWORKS:
-        return NETWORKS[name]
-    if name in LINKS:
-        return LINKS[name]
-    raise ConfigError("network", f"one of {[*NETWORKS, *LINKS]}", name)
+Layer = tuple[str, int, float]
+
+
+def _conv(name: str, c_in: int, c_out: int, k: int, out_hw: int, groups: int = 1, bias: bool = True,
+          bn: bool = False) -> Layer:
+    """A k x k convolution producing out_hw x out_hw x c_out (batch norm: 2 params per channel)."""
+    weights = k * k * (c_in // groups) * c_out
+    return name, weights + c_out * bias + 2 * c_out * bn, 2.0 * weights * out_hw * out_hw
+
+
+def _fc(name: str, n_in: int, n_out: int) -> Layer:
+    return name, n_in * n_out + n_out, 2.0 * n_in * n_out
+
+
+def _stage(name: str, parts: list[Layer]) -> Layer:
+    return name, sum(p for _, p, _ in parts), sum(f for _, _, f in parts)
+
+
+def _alexnet() -> tuple[Layer, ...]:
+    # Krizhevsky et al. 2012 (two towers: conv2, conv4, conv5 in 2 groups), 227x227 input
+    return (_conv("conv1", 3, 96, 11, 55), _conv("conv2", 96, 256, 5, 27, groups=2),
+            _conv("conv3", 256, 384, 3, 13), _conv("conv4", 384, 384, 3, 13, groups=2),
+            _conv("conv5", 384, 256, 3, 13, groups=2),
+            _fc("fc6", 256 * 6 * 6, 4096), _fc("fc7", 4096, 4096), _fc("fc8", 4096, 1000))
+
+
+def _vgg16() -> tuple[Layer, ...]:
+    # Simonyan & Zisserman 2015, configuration D: 3x3 convolutions, padding 1, 224x224 input
+    layers, c_in, hw = [], 3, 224
+    for block, (width, n) in enumerate(((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)), start=1):
+        for i in range(1, n + 1):
+            layers.append(_conv(f"conv{block}_{i}", c_in, width, 3, hw))
+            c_in = width
+        hw //= 2
+    return (*layers, _fc("fc6", 512 * 7 * 7, 4096), _fc("fc7", 4096, 4096), _fc("fc8", 4096, 1000))
+
+
+def _googlenet() -> tuple[Layer, ...]:
+    # Szegedy et al. 2015, Table 1 as printed (params in K, multiply-adds in M), per row
+    rows = (("conv1", 2.7, 34), ("conv2", 112, 360), ("inception3a", 159, 128), ("inception3b", 380, 304),
+            ("inception4a", 364, 73), ("inception4b", 437, 88), ("inception4c", 463, 100),
+            ("inception4d", 580, 119), ("inception4e", 840, 170), ("inception5a", 1072, 54),
+            ("inception5b", 1388, 71), ("fc", 1000, 1))
+    return tuple((name, round(k * 1e3), 2.0 * m * 1e6) for name, k, m in rows)
+
+
+def _resnet(blocks: tuple[int, int, int, int]) -> tuple[Layer, ...]:
+    # He et al. 2016 bottleneck ResNet as torchvision builds it (v1.5: the stride sits on the
+    # 3x3 convolution), 224x224 input; convolutions without bias, each followed by batch norm
+    stages = [_stage("stem", [_conv("conv1", 3, 64, 7, 112, bias=False, bn=True)])]
+    c_in, hw_in = 64, 56
+    for s, (n, width) in enumerate(zip(blocks, (64, 128, 256, 512)), start=1):
+        parts = []
+        for b in range(n):
+            stride = 2 if (b == 0 and s > 1) else 1
+            hw = hw_in // stride
+            parts += [_conv("a", c_in, width, 1, hw_in, bias=False, bn=True),
+                      _conv("b", width, width, 3, hw, bias=False, bn=True),
+                      _conv("c", width, 4 * width, 1, hw, bias=False, bn=True)]
+            if b == 0:
+                parts.append(_conv("down", c_in, 4 * width, 1, hw, bias=False, bn=True))
+            c_in, hw_in = 4 * width, hw
+        stages.append(_stage(f"layer{s}", parts))
+    return (*stages, _fc("fc", 2048, 1000))
+
+
+TIMING_MODELS: dict[str, TimingModel] = {m.name: m for m in (
+    TimingModel("alexnet", 61_000_000, 2 * 0.72e9, _alexnet(),
+                "Krizhevsky et al. 2012 (two-tower AlexNet, 227x227): ~61 M parameters (60,965,224 in Caffe's "
+                "bvlc_alexnet), ~0.72 G multiply-adds per image; layers computed from the architecture."),
+    TimingModel("vgg16", 138_357_544, 2 * 15.47e9, _vgg16(),
+                "Simonyan & Zisserman 2015, configuration D: 138 M parameters; 15.47 G multiply-adds per "
+                "224x224 image (torchvision model docs); per layer from the architecture."),
+    TimingModel("googlenet", 6_800_000, 2 * 1.5e9, _googlenet(),
+                "Szegedy et al. 2015 (Inception v1): ~6.8 M parameters and 1.5 G multiply-adds per image; per "
+                "row of the paper's Table 1 (auxiliary classifiers excluded, as in inference)."),
+    TimingModel("resnet50", 25_557_032, _RESNET50_FWD_FLOPS, _resnet((3, 4, 6, 3)),
+                "He et al. 2016 as torchvision builds it (v1.5): 25,557,032 parameters, 4.09 G multiply-adds "
+                "per 224x224 image (torchvision model docs; the paper's v1 quotes 3.8 G); per stage."),
+    TimingModel("resnet152", 60_192_808, 2 * 11.51e9, _resnet((3, 8, 36, 3)),
+                "He et al. 2016 as torchvision builds it (v1.5): 60,192,808 parameters, 11.51 G multiply-adds "
+                "per 224x224 image (torchvision model docs; the paper's v1 quotes 11.3 G); per stage."),
+)}
+
+
+def timing_model_named(name: str) -> TimingModel:
+    """The TIMING_MODELS entry for `name` (case and dashes ignored); ConfigError otherwise."""
+    return TIMING_MODELS[match_name("timing_model", name, TIMING_MODEL_NAMES)]
 
 
 def model_flops(model: Any) -> TimingModel:
-    layers = tuple((f"g{s}", e - s, 2.0 * (e - s)) for s, e in model.layer_groups())
-    return TimingModel(model.name, model.n_params, sum(f for _, _, f in layers), layers)
+    """One of our models (workbench.maths.models: MLP, SoftmaxRegression, CNN) as a
+    TimingModel: parameters and forward FLOPs per sample of each layer, in forward order.
+
+    Read from the model's own layer shapes, so it is exact for what `loss_and_grad`
+    multiplies (a 3x3 convolution with padding 1 keeps its input's size; each 2x2
+    pooling halves it, rounding down).
+
+    >>> from workbench.maths.models import make_model
+    >>> tm = model_flops(make_model("mlp", 64, 10, hidden=(128,)))
+    >>> tm.name, tm.n_params, tm.fwd_flops
+    ('mlp 64-128-10', 9610, 18944.0)
+    """
+    from ..maths.models import CNN, MLP
+    if not isinstance(model, (CNN, MLP)):
+        raise TypeError(f"model: an MLP, SoftmaxRegression or CNN of workbench.maths.models, got {type(model).__name__}")
+    shapes = {layer.name: layer.shape for layer in model.layers}
+    if isinstance(model, CNN):
+        c, h, w = model.image_shape
+        layers = []
+        for group, (hh, ww) in (("conv1", (h, w)), ("conv2", (h // 2, w // 2))):
+            k1, k2, c_in, c_out = shapes[f"{group}.W"]
+            weights = k1 * k2 * c_in * c_out
+            layers.append((group, weights + c_out, 2.0 * weights * hh * ww))
+        n_in, n_out = shapes["fc.W"]
+        layers.append(_fc("fc", n_in, n_out))
+    else:   # MLP, and SoftmaxRegression (one fc layer)
+        groups = [name[:-2] for name in shapes if name.endswith(".W")]
+        layers = [_fc(g, *shapes[f"{g}.W"]) for g in groups]
+    name = model.describe().split(" (")[0]
+    return TimingModel(name, sum(p for _, p, _ in layers), sum(f for _, _, f in layers), tuple(layers),
+                       "counted from the model's layer shapes")
+
+
+# ------------------------------------------------------------------------------ this machine
+CALIBRATION_TARGET_S = 0.02   # the largest batch timed takes about this long per call
+CALIBRATION_REPEATS = 5       # timings per batch size (their median is used)
+_LOCAL: dict[tuple, Device] = {}      # (architecture, dtype) -> calibrated Device
+_LOCAL_MEM_BW: list[float] = []       # measured once per process
+
+
+@contextmanager
+def _one_blas_thread():
+    """One BLAS thread while timing: a virtual CPU worker is one core."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:      # a dependency of scikit-learn, so normally present
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _median_s(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _copy_bandwidth() -> float:
+    """Bytes/s of one core copying 32 MB (read + write counted), median of 5."""
+    if not _LOCAL_MEM_BW:
+        src = np.ones(1 << 23, np.float32)       # 32 MB: more than most caches hold
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        _LOCAL_MEM_BW.append(2 * src.nbytes / _median_s(lambda: np.copyto(dst, src), 5))
+    return _LOCAL_MEM_BW[0]
+
+
+def fit_overhead_rate(flops: list[float], seconds: list[float]) -> tuple[float, float]:
+    """Least squares seconds = overhead + flops / rate: (overhead >= 0, rate > 0).
+
+    A negative intercept (noise) refits through the origin; one point, or a slope that
+    is not positive, gives overhead 0 and the largest point's rate.
+
+    >>> overhead, rate = fit_overhead_rate([1e6, 2e6, 4e6], [0.0011, 0.0021, 0.0041])
+    >>> round(overhead * 1e6, 6), round(rate / 1e9, 6)       # 100 us + FLOPs / 1 GFLOP/s
+    (100.0, 1.0)
+    """
+    f, t = np.asarray(flops, float), np.asarray(seconds, float)
+    if len(f) >= 2 and np.ptp(f) > 0:
+        slope, intercept = np.polyfit(f, t, 1)
+        if slope > 0 and intercept >= 0:
+            return float(intercept), float(1 / slope)
+        slope = float(f @ t / (f @ f))
+        if slope > 0:
+            return 0.0, 1 / slope
+    i = int(np.argmax(f))
+    return 0.0, float(f[i] / max(t[i], 1e-12))
 
 
 def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
-    key = (model.name, model.n_params)
-    if key not in _LOCAL:
-        fl = model_flops(model).fwd_flops * 3
-        ts = {}
-        for b in (16, 128):
-            xs, ys = X[:b], y[:b]
-            model.loss_and_grad(params, xs, ys)
-            t0 = time.perf_counter()
-            for _ in range(20):
-                model.loss_and_grad(params, xs, ys)
-            ts[b] = (time.perf_counter() - t0) / 20
-        rate = fl * (128 - 16) / max(ts[128] - ts[16], 1e-9)
-        _LOCAL[key] = Device("local", "cpu", rate, 10e9, 1.0, max(ts[16] - fl * 16 / rate, 1e-6))
-    return _LOCAL[key]
+    """This machine's core as a Device, calibrated by timing `model.loss_and_grad`.
+
+    Batches of a geometric range up to one that takes about CALIBRATION_TARGET_S are
+    tried, then three of them (largest, a quarter, a sixteenth) are timed
+    CALIBRATION_REPEATS times each, with one BLAS thread; their medians fit seconds =
+    overhead + training FLOPs (3x `model_flops`' forward) / rate. Memory bandwidth is
+    a 32 MB copy. Cached per architecture: later calls are free. Takes well under a
+    second (a copy of the model is timed, so the caller's buffers are untouched).
+    """
+    if not isinstance(params, np.ndarray):   # a GPU array would need synchronising to time; CPU workers only
+        raise TypeError(f"params: a NumPy vector (local_device times this machine's CPU), got {type(params).__name__}")
+    key = (model.describe(), str(params.dtype))
+    if key in _LOCAL:
+        return _LOCAL[key]
+    tm = model_flops(model)
+    m = pickle.loads(pickle.dumps(model))       # fresh workspaces (Model.__getstate__ drops them)
+    n = int(X.shape[0])
+
+    def step(b: int):
+        return lambda: m.loss_and_grad(params, X[:b], y[:b])
+
+    with _one_blas_thread():
+        b, limit = 1, min(n, 1024)
+        while 2 * b <= limit:
+            step(b)()                            # first call: allocates the workspace
+            if _median_s(step(b), 1) >= CALIBRATION_TARGET_S:
+                break
+            b *= 2
+        sizes = sorted({max(1, b // 16), max(1, b // 4), b})
+        medians = []
+        for size in sizes:
+            step(size)()
+            medians.append(_median_s(step(size), CALIBRATION_REPEATS))
+    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], medians)
+    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, medians))
+    device = Device("local", "cpu", rate, _copy_bandwidth(), 1.0, overhead,
+                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (medians of "
+                    f"{CALIBRATION_REPEATS}), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                    tuple(zip(sizes, medians)))
+    _LOCAL[key] = device
+    return device
+
+
+# ------------------------------------------------------------------------------ links
+# name -> (alpha s, bandwidth bytes/s, note); built into costmodel.Network on first use
+# (costmodel imports pandas, which this module must not load at import).
+_LINK_DATA: dict[str, tuple[float, float, str]] = {
+    "pcie3": (10e-6, 12e9, "PCIe 3.0 x16 host <-> device: 15.75 GB/s per direction on paper, ~12 GB/s achieved "
+                           "by pinned cudaMemcpy; ~10 us per copy (launch and DMA set-up)"),
+    "pcie4": (10e-6, 24e9, "PCIe 4.0 x16 host <-> device: 31.5 GB/s per direction on paper, ~24 GB/s achieved "
+                           "pinned; ~10 us per copy"),
+    "nvlink1": (10e-6, 35e9, "NVLink 1.0 as the S822LC 'Minsky' wires its P100s (REDP-5405): 2 links of 20 GB/s "
+                             "per direction between each GPU and its POWER8 and between the GPU pair, 40 GB/s per "
+                             "direction on paper; assumed ~35 GB/s achieved (~87%, as NVLink copies typically "
+                             "reach) and ~10 us per transfer"),
+    "nvlink2": (10e-6, 130e9, "NVLink 2.0 among 8 V100s (DGX-1V hybrid cube mesh, 6 links x 25 GB/s per direction "
+                              "per GPU): NCCL allreduce bus bandwidth ~130 GB/s (nccl-tests on DGX-1V); ~10 us "
+                              "per call (kernel launch)"),
+}
+
+
+def _links() -> dict[str, Any]:
+    from ..analysis.costmodel import Network
+    return {name: Network(name, alpha, 1 / bandwidth, note) for name, (alpha, bandwidth, note) in _LINK_DATA.items()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LINKS":     # name -> costmodel.Network, built on first use (see _LINK_DATA)
+        links = globals()["LINKS"] = _links()
+        return links
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def network_named(name: str) -> Any:
+    """The costmodel.Network called `name`, from costmodel.NETWORKS or LINKS (case,
+    spaces and dashes ignored); ConfigError("network", ...) listing them otherwise.
+
+    >>> network_named("nvlink1").beta == 1 / 35e9
+    True
+    """
+    from ..analysis.costmodel import NETWORKS
+    canonical = match_name("network", name, NETWORK_NAMES)
+    return NETWORKS[canonical] if canonical in NETWORKS else __getattr__("LINKS")[canonical]
+
+
+def _check_names() -> None:
+    """This module's data and config's name lists must agree (config validates with those)."""
+    problems = []
+    if tuple(DEVICES) != SIM_DEVICES:
+        problems.append(f"DEVICES {tuple(DEVICES)} != config.SIM_DEVICES {SIM_DEVICES}")
+    kinds = {d.name: d.kind for d in DEVICES.values()}
+    if any(kinds.get(n) != "gpu" for n in SIM_GPU_DEVICES) or any(kinds.get(n) != "cpu" for n in SIM_CPU_DEVICES):
+        problems.append("device kinds disagree with config.SIM_GPU_DEVICES / SIM_CPU_DEVICES")
+    if tuple(TIMING_MODELS) != SIM_TIMING_MODELS:
+        problems.append(f"TIMING_MODELS {tuple(TIMING_MODELS)} != config.SIM_TIMING_MODELS")
+    if tuple(_LINK_DATA) != SIM_NETWORKS[-len(_LINK_DATA):]:
+        problems.append(f"LINKS {tuple(_LINK_DATA)} are not the last of config.SIM_NETWORKS")
+    if any(not (math.isfinite(d.rate) and d.rate > 0 and 0 < d.efficiency <= 1) for d in DEVICES.values()):
+        problems.append("every device needs a finite rate and an efficiency in (0, 1]")
+    if problems:
+        raise RuntimeError("workbench.sim.profiles: " + "; ".join(problems))
+
+
+_check_names()
