@@ -16,6 +16,41 @@ from typing import Any
 COLUMNS = ["id", "text", "paper", "measured", "verdict"]
 
 
+def _evals(result: Any) -> Any:
+    ev = result.evals
+    return ev[ev["test_accuracy"].notna()].sort_values("time", kind="stable")
+
+
+def accuracy_at(result: Any, t: float) -> float | None:
+    """The test accuracy of the last evaluation at or before time `t` (the run's own
+    seconds: virtual ones for a simulated run); None before the first evaluation.
+    Several evaluations at one time (LTFB's trainers): the best.
+
+    >>> import pandas as pd; from types import SimpleNamespace as R
+    >>> r = R(evals=pd.DataFrame({"time": [1.0, 2.0, 3.0], "test_accuracy": [0.5, 0.7, 0.9]}))
+    >>> accuracy_at(r, 2.5), accuracy_at(r, 3.0), accuracy_at(r, 0.5)
+    (0.7, 0.9, None)
+    """
+    ev = _evals(result)
+    ev = ev[ev["time"] <= t]
+    if ev.empty:
+        return None
+    return float(ev[ev["time"] == ev["time"].iloc[-1]]["test_accuracy"].max())
+
+
+def time_to_accuracy(result: Any, target: float) -> float | None:
+    """The time of the first evaluation reaching `target` test accuracy; None if none did.
+
+    >>> import pandas as pd; from types import SimpleNamespace as R
+    >>> r = R(evals=pd.DataFrame({"time": [1.0, 2.0, 3.0], "test_accuracy": [0.5, 0.7, 0.9]}))
+    >>> time_to_accuracy(r, 0.7), time_to_accuracy(r, 0.95)
+    (2.0, None)
+    """
+    ev = _evals(result)
+    hit = ev[ev["test_accuracy"] >= target]
+    return None if hit.empty else float(hit["time"].iloc[0])
+
+
 def verdict_word(held: bool | None) -> str:
     """How a verdict reads in the tables.
 
