@@ -19,7 +19,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
-REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp"}
+REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -106,6 +106,31 @@ def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
     assert "did not hold" in report or "held" in report
     assert "(quick parameters)" in report
     assert "report: " in proc.stdout and str(out / "report.html") in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["sc17_sim", "icpe_sim"])
+def test_a_simulated_reproduction_sets_the_papers_numbers_beside_ours(name, tmp_path):
+    # The reproductions at the papers' scale run on the simulated cluster (no Dask cluster);
+    # their report's table has, for every expected shape, the paper's number and ours.
+    out = tmp_path / "out"
+    proc = reproduce(f"experiments/{name}.yaml", "--quick", "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    assert all(c.get("paper") for c in exp.expected_shape), "every shape carries the paper's number"
+    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
+    report = (out / "report.html").read_text(encoding="utf-8")
+    table = report[report.index("Expected shape: paper vs simulated"):]
+    table = table[:table.index("</table>")]
+    for check in exp.expected_shape:
+        row = table[table.index(f"<code>{check['id']}</code>"):]
+        row = row[:row.index("</tr>")]
+        assert html.escape(str(check["paper"])) in row and html.escape(verdicts[check["id"]]["measured"]) in row
+        assert ("held" if verdicts[check["id"]]["held"] else "did not hold") in row
+        assert f"paper: {check['paper']}" in proc.stdout
+    summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")]
+    assert summaries and all(s["simulated"] and s["time_unit"] == "virtual seconds" for s in summaries)
 
 
 # ------------------------------------------------------------------------------ bad input: exit 2, one line
