@@ -85,7 +85,8 @@ def test_the_same_seed_gives_bitwise_the_same_run(algorithm):
     a, b = run(config), run(config)
     assert a.summary["status"] == "completed"
     assert a.steps.equals(b.steps)
-    assert a.evals.equals(b.evals)
+    assert a.evals.equals(b.evals)          # in time order, however the live batches arrived
+    assert a.tournaments.equals(b.tournaments)
     np.testing.assert_array_equal(a.params, b.params)
 
 
@@ -158,6 +159,8 @@ def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
     # the dead worker's records since its last live batch died with it (as a killed process's)
     assert len(steps[steps.worker == 1]) < 60
     assert res.summary["lost_workers"] == {"1": "virtual worker 1"}
+    lost = [e for e in res.summary["events"] if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["time"] == pytest.approx(0.0003)     # virtual seconds, not wall
 
 
 def test_simulate_refuses_a_cluster():

@@ -3,7 +3,6 @@ this machine's calibration, links and names."""
 from __future__ import annotations
 
 import math
-import statistics
 import subprocess
 import sys
 import time
@@ -60,6 +59,19 @@ def test_devices_train_resnet50_at_their_published_speed(name, images_per_s):
     batch = 64
     step = d.step_overhead_s + d.compute_s(batch * rn50.train_flops)
     assert batch / step == pytest.approx(images_per_s, rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["alexnet", "vgg16", "resnet152", "resnet50"])
+@pytest.mark.parametrize("gpu", ["k80", "p100"])
+def test_speed_factors_bring_other_networks_to_their_published_speed(name, gpu):
+    # TensorFlow benchmarks (2017) on one GPU: charged at the device's ResNet-50 efficiency
+    # and the network's speed factor, each comes within 10% (without it VGG-16 is 2.6x slow)
+    d, tm = P.DEVICES[gpu], P.TIMING_MODELS[name]
+    published = P.TF_BENCH_IMAGES_PER_S[name][("k80", "p100").index(gpu)]
+    assert 1 / d.compute_s(tm.charged_train_flops) == pytest.approx(published, rel=0.10)
+    assert tm.charged_train_flops == tm.train_flops / tm.speed_factor
+    if name == "vgg16":
+        assert 1 / d.compute_s(tm.train_flops) < published / 2
 
 
 def test_device_named_ignores_case_and_lists_the_known_ones():
@@ -165,23 +177,32 @@ def test_local_device_is_calibrated_quickly_and_cached(mlp_batch):
     assert model._work == {}                             # the caller's model was not used to time
 
 
-def test_local_fit_predicts_the_measured_times(mlp_batch):
-    model, X, y, params = mlp_batch
+def _fit_errors(model, X, y, params) -> list[float]:
+    """Calibrate afresh; predicted / measured for each calibration point and for a batch
+    the calibration did not time, timed afresh (one BLAS thread, as calibrated)."""
+    P._LOCAL.clear()
     d = P.local_device(model, X, y, params)
     per_sample = P.model_flops(model).train_flops
-    for batch, seconds in d.calibration:                 # the fit through its own points
-        assert d.step_overhead_s + d.compute_s(batch * per_sample) == pytest.approx(seconds, rel=0.5)
-    # and a batch it did not time, timed afresh
+    ratios = [(d.step_overhead_s + d.compute_s(b * per_sample)) / t for b, t in d.calibration]
     batch = (d.calibration[-2][0] + d.calibration[-1][0]) // 2
-    times = []
-    with P._one_blas_thread():                           # one core, as calibrated (threads on a busy box cost 50x)
+    with P._one_blas_thread():                # threads on a busy 2-core box made this call 50x slower
         model.loss_and_grad(params, X[:batch], y[:batch])
+        times = []
         for _ in range(7):
             t0 = time.perf_counter()
             model.loss_and_grad(params, X[:batch], y[:batch])
             times.append(time.perf_counter() - t0)
-    predicted = d.step_overhead_s + d.compute_s(batch * per_sample)
-    assert predicted / 3 < statistics.median(times) < 3 * predicted
+    return ratios + [(d.step_overhead_s + d.compute_s(batch * per_sample)) / min(times)]
+
+
+def test_local_fit_predicts_the_measured_times(mlp_batch):
+    # Timings on a shared machine: a load spike during one calibration can skew it, so
+    # the fit gets three chances to predict every time within a factor of 1.5.
+    for _ in range(3):
+        ratios = _fit_errors(*mlp_batch)
+        if all(1 / 1.5 < r < 1.5 for r in ratios):
+            break
+    assert all(1 / 1.5 < r < 1.5 for r in ratios), ratios
 
 
 def test_local_device_refuses_a_non_numpy_vector(mlp_batch):
@@ -196,8 +217,12 @@ def test_fit_overhead_rate_recovers_a_known_line_and_survives_noise():
     overhead, rate = P.fit_overhead_rate([1e6, 2e6, 4e6], [0.9e-3, 2.1e-3, 4.0e-3])   # intercept < 0: through 0
     assert overhead == 0.0 and rate == pytest.approx(1e9, rel=0.05)
     assert P.fit_overhead_rate([2e6], [1e-3]) == (0.0, 2e9)
-    # slower for less work (noise): no negative rate, the best line through the origin
-    assert P.fit_overhead_rate([1e6, 2e6], [2e-3, 1e-3]) == (0.0, pytest.approx(1.25e9))
+    # slower for less work (noise): no negative rate, the best line through the origin in
+    # relative terms: slope = sum(f/t) / sum((f/t)^2) = 2.5e9 / 4.25e18
+    assert P.fit_overhead_rate([1e6, 2e6], [2e-3, 1e-3]) == (0.0, pytest.approx(4.25e18 / 2.5e9))
+    # relative errors: a small batch counts as much as a big one
+    overhead, rate = P.fit_overhead_rate([1e6, 1e7, 1e8], [1.1e-3, 1e-2, 1e-1])
+    assert overhead == pytest.approx(1e-4, rel=0.2)
 
 
 # ------------------------------------------------------------------ links and names

@@ -335,7 +335,11 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     """Assemble the `RunResult` and its summary from gathered records."""
     steps = collector.table("step", STEP_COLUMNS)
     evals = collector.table("eval", EVAL_COLUMNS)
+    if len(evals):   # in time order, whatever order the workers' live batches arrived in
+        evals = evals.sort_values(["time", "worker"], kind="stable").reset_index(drop=True)
     tournaments = collector.table("tournament", TOURNAMENT_COLUMNS)
+    if len(tournaments):
+        tournaments = tournaments.sort_values(["time", "trainer"], kind="stable").reset_index(drop=True)
     events = collector.table("event", EVENT_COLUMNS).to_dict("records")
     samples = int(steps["samples"].sum()) if len(steps) else 0
     compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0

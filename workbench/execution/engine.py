@@ -288,7 +288,7 @@ class _Monitor:
                 self.transport.abort(f"worker {rank} failed")   # its peers must not wait for it
         for rank, who in progress.lost.items():
             self.lost[rank] = who
-            now = self.now()
+            now = progress.lost_at.get(rank, self.now())
             self.collector([event_record(now, "worker_lost", rank, f"worker {rank} ({who}) was lost at {now:.1f}s")])
             if sync:
                 self.transport.abort(f"worker {rank} lost")

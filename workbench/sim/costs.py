@@ -4,7 +4,8 @@ One `SimCosts` per run, from the config and the model:
 
 * compute (`compute`): a `loss_and_grad` over `samples` rows charges the device's time
   for 3x the forward FLOPs (forward, and a backward of twice the forward) of the
-  *timing* model (a named published network, or the configured model itself), the
+  *timing* model (a named published network, or the configured model itself; a
+  published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
   optimiser update (three passes over the parameters); with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
@@ -65,7 +66,8 @@ class SimCosts:
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
         tm = self.timing
-        self.train_flops = 3.0 * tm.fwd_flops                      # per sample
+        self.train_flops = tm.charged_train_flops                  # per sample: 3x forward, over the network's
+        #   speed factor (cuDNN's fast convolutions do fewer multiplications than the direct count)
         self.weight_bytes = 3.0 * tm.n_params * BYTES              # weights read twice, gradient written once
         self.vector_bytes = tm.n_params * BYTES
         # cumulative (params, backward flops) over the timing model's layers, output layer first

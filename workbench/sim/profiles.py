@@ -9,7 +9,10 @@ Pure data and pure functions (NumPy and the standard library only at import):
 * `TIMING_MODELS`: AlexNet, VGG-16, GoogLeNet, ResNet-50/152 as parameter counts and
   forward FLOPs per layer (or stage), so a run can be charged as if it trained one of
   them (`--timing-model`) while its maths trains the configured model; `model_flops`
-  describes our own models the same way.
+  describes our own models the same way. One efficiency per device is ResNet-50's; a
+  network that cuDNN trains faster than its FLOPs say (Winograd/FFT convolutions: VGG-16
+  2.6x, AlexNet 2.3x, from the same published benchmarks) carries a `speed_factor`, and
+  `charged_train_flops` is what to charge at the device's rate.
 * `LINKS`: host-device and GPU-GPU links as `costmodel.Network`s; `network_named`
   finds a name among them and `costmodel.NETWORKS`.
 
@@ -30,7 +33,6 @@ from __future__ import annotations
 
 import math
 import pickle
-import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,7 +75,7 @@ class Device:
     efficiency: float         # fraction of peak_flops that dense FP32 training sustains
     step_overhead_s: float    # per loss_and_grad call: kernel launches, Python, framework
     source: str               # where the numbers come from
-    calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, median seconds) it measured
+    calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, seconds) it measured
 
     @property
     def rate(self) -> float:
@@ -152,11 +154,21 @@ class TimingModel:
     fwd_flops: float                                   # per sample, multiply-add = 2 FLOPs
     layers: tuple[tuple[str, int, float], ...]         # (name, params, forward FLOPs per sample)
     source: str = ""
+    # Measured training speed over what its FLOPs predict at a device's efficiency (which
+    # is ResNet-50's): cuDNN trains VGG's 3x3 convolutions by Winograd and AlexNet's large
+    # kernels by FFT, with fewer multiplications than the direct count (SPEED_FACTORS).
+    speed_factor: float = 1.0
 
     @property
     def train_flops(self) -> float:
         """FLOPs of one training sample: 3x the forward pass."""
         return TRAIN_FLOPS_FACTOR * self.fwd_flops
+
+    @property
+    def charged_train_flops(self) -> float:
+        """Direct-count FLOPs per training sample to charge at a device's rate so that the
+        published throughputs come out: train_flops / speed_factor."""
+        return self.train_flops / self.speed_factor
 
     @property
     def n_bytes(self) -> int:
@@ -230,22 +242,42 @@ def _resnet(blocks: tuple[int, int, int, int]) -> tuple[Layer, ...]:
     return (*stages, _fc("fc", 2048, 1000))
 
 
+# Published training throughputs, images/s on one GPU (TensorFlow benchmarks, May 2017,
+# synthetic data; batch 64, AlexNet 512): (K80 die, P100). A network's speed factor is
+# the efficiency its throughput implies over the one ResNet-50's implies on the same
+# GPU, averaged over both: where one number per device would misjudge it.
+TF_BENCH_IMAGES_PER_S = {"resnet50": (51.9, 219), "resnet152": (20.0, 91.8), "alexnet": (656, 2987),
+                         "vgg16": (35.4, 154)}
+
+
+def _speed_factor(name: str, fwd_flops: float) -> float:
+    # efficiency ratio on one GPU: (images * flops / peak) / (ref * resnet50 flops / peak)
+    ratios = [images * fwd_flops / (ref * _RESNET50_FWD_FLOPS)
+              for images, ref in zip(TF_BENCH_IMAGES_PER_S[name], TF_BENCH_IMAGES_PER_S["resnet50"])]
+    return round(sum(ratios) / len(ratios), 2)
+
+
 TIMING_MODELS: dict[str, TimingModel] = {m.name: m for m in (
     TimingModel("alexnet", 61_000_000, 2 * 0.72e9, _alexnet(),
                 "Krizhevsky et al. 2012 (two-tower AlexNet, 227x227): ~61 M parameters (60,965,224 in Caffe's "
-                "bvlc_alexnet), ~0.72 G multiply-adds per image; layers computed from the architecture."),
+                "bvlc_alexnet), ~0.72 G multiply-adds per image; layers computed from the architecture. Speed "
+                "factor from TF_BENCH_IMAGES_PER_S (their AlexNet is the one-tower variant, batch 512).",
+                _speed_factor("alexnet", 2 * 0.72e9)),
     TimingModel("vgg16", 138_357_544, 2 * 15.47e9, _vgg16(),
                 "Simonyan & Zisserman 2015, configuration D: 138 M parameters; 15.47 G multiply-adds per "
-                "224x224 image (torchvision model docs); per layer from the architecture."),
+                "224x224 image (torchvision model docs); per layer from the architecture. Speed factor from "
+                "TF_BENCH_IMAGES_PER_S.", _speed_factor("vgg16", 2 * 15.47e9)),
     TimingModel("googlenet", 6_800_000, 2 * 1.5e9, _googlenet(),
                 "Szegedy et al. 2015 (Inception v1): ~6.8 M parameters and 1.5 G multiply-adds per image; per "
-                "row of the paper's Table 1 (auxiliary classifiers excluded, as in inference)."),
+                "row of the paper's Table 1 (auxiliary classifiers excluded, as in inference). No published "
+                "throughput to derive a speed factor from: 1."),
     TimingModel("resnet50", 25_557_032, _RESNET50_FWD_FLOPS, _resnet((3, 4, 6, 3)),
                 "He et al. 2016 as torchvision builds it (v1.5): 25,557,032 parameters, 4.09 G multiply-adds "
                 "per 224x224 image (torchvision model docs; the paper's v1 quotes 3.8 G); per stage."),
     TimingModel("resnet152", 60_192_808, 2 * 11.51e9, _resnet((3, 8, 36, 3)),
                 "He et al. 2016 as torchvision builds it (v1.5): 60,192,808 parameters, 11.51 G multiply-adds "
-                "per 224x224 image (torchvision model docs; the paper's v1 quotes 11.3 G); per stage."),
+                "per 224x224 image (torchvision model docs; the paper's v1 quotes 11.3 G); per stage. Speed factor "
+                "from TF_BENCH_IMAGES_PER_S.", _speed_factor("resnet152", 2 * 11.51e9)),
 )}
 
 
@@ -289,8 +321,9 @@ def model_flops(model: Any) -> TimingModel:
 
 
 # ------------------------------------------------------------------------------ this machine
-CALIBRATION_TARGET_S = 0.02   # the largest batch timed takes about this long per call
-CALIBRATION_REPEATS = 5       # timings per batch size (their median is used)
+CALIBRATION_TARGET_S = 0.005  # the largest batch timed takes about this long per call (see local_device)
+CALIBRATION_REPEATS = 9       # timings per batch size (the fastest is used) ...
+CALIBRATION_BUDGET_S = 0.3    # ... fewer (at least 2) where the sizes' timings would take longer
 _LOCAL: dict[tuple, Device] = {}      # (architecture, dtype) -> calibrated Device
 _LOCAL_MEM_BW: list[float] = []       # measured once per process
 
@@ -307,41 +340,46 @@ def _one_blas_thread():
         yield
 
 
-def _median_s(fn, repeats: int) -> float:
-    times = []
+def _best_s(fn, repeats: int) -> float:
+    """The fastest of `repeats` timed calls. On a shared machine other processes only
+    ever add time, so the minimum is the steadiest estimate of what one undisturbed
+    core takes (the median of 5 moved 2x between runs at a load of 7 on 2 cores)."""
+    best = math.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _copy_bandwidth() -> float:
-    """Bytes/s of one core copying 32 MB (read + write counted), median of 5."""
+    """Bytes/s of one core copying 32 MB (read + write counted), the fastest of 5."""
     if not _LOCAL_MEM_BW:
         src = np.ones(1 << 23, np.float32)       # 32 MB: more than most caches hold
         dst = np.empty_like(src)
         np.copyto(dst, src)
-        _LOCAL_MEM_BW.append(2 * src.nbytes / _median_s(lambda: np.copyto(dst, src), 5))
+        _LOCAL_MEM_BW.append(2 * src.nbytes / _best_s(lambda: np.copyto(dst, src), 5))
     return _LOCAL_MEM_BW[0]
 
 
 def fit_overhead_rate(flops: list[float], seconds: list[float]) -> tuple[float, float]:
     """Least squares seconds = overhead + flops / rate: (overhead >= 0, rate > 0).
 
-    A negative intercept (noise) refits through the origin; one point, or a slope that
-    is not positive, gives overhead 0 and the largest point's rate.
+    Errors count relative to each time (weights 1/seconds), so a batch of 64 is fitted
+    as well as one of 1024 rather than lost in its milliseconds. A negative intercept
+    (noise) refits through the origin; one point, or a slope that is not positive,
+    gives overhead 0 and the largest point's rate.
 
     >>> overhead, rate = fit_overhead_rate([1e6, 2e6, 4e6], [0.0011, 0.0021, 0.0041])
     >>> round(overhead * 1e6, 6), round(rate / 1e9, 6)       # 100 us + FLOPs / 1 GFLOP/s
     (100.0, 1.0)
     """
     f, t = np.asarray(flops, float), np.asarray(seconds, float)
-    if len(f) >= 2 and np.ptp(f) > 0:
-        slope, intercept = np.polyfit(f, t, 1)
+    if len(f) >= 2 and np.ptp(f) > 0 and np.all(t > 0):
+        slope, intercept = np.polyfit(f, t, 1, w=1 / t)     # polyfit weighs residuals by w
         if slope > 0 and intercept >= 0:
             return float(intercept), float(1 / slope)
-        slope = float(f @ t / (f @ f))
+        slope = float(np.sum(f / t) / np.sum((f / t) ** 2))  # min sum((slope f - t) / t)^2
         if slope > 0:
             return 0.0, 1 / slope
     i = int(np.argmax(f))
@@ -352,8 +390,9 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
     """This machine's core as a Device, calibrated by timing `model.loss_and_grad`.
 
     Batches of a geometric range up to one that takes about CALIBRATION_TARGET_S are
-    tried, then three of them (largest, a quarter, a sixteenth) are timed
-    CALIBRATION_REPEATS times each, with one BLAS thread; their medians fit seconds =
+    tried (short calls: on a busy machine a call of a few ms often runs undisturbed, one
+    of 20 ms almost never), then three of them (largest, a quarter, a sixteenth) are
+    timed CALIBRATION_REPEATS times each, with one BLAS thread; their fastest times fit seconds =
     overhead + training FLOPs (3x `model_flops`' forward) / rate. Memory bandwidth is
     a 32 MB copy. Cached per architecture: later calls are free. Takes well under a
     second (a copy of the model is timed, so the caller's buffers are untouched).
@@ -374,20 +413,21 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
         b, limit = 1, min(n, 1024)
         while 2 * b <= limit:
             step(b)()                            # first call: allocates the workspace
-            if _median_s(step(b), 1) >= CALIBRATION_TARGET_S:
+            if b >= 4 and _best_s(step(b), 2) >= CALIBRATION_TARGET_S:
                 break
             b *= 2
         sizes = sorted({max(1, b // 16), max(1, b // 4), b})
-        medians = []
+        best = []
         for size in sizes:
-            step(size)()
-            medians.append(_median_s(step(size), CALIBRATION_REPEATS))
-    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], medians)
-    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, medians))
+            t = _best_s(step(size), 1)           # warm (workspace) and a first estimate
+            repeats = max(2, min(CALIBRATION_REPEATS, int(CALIBRATION_BUDGET_S / len(sizes) / max(t, 1e-9))))
+            best.append(min(t, _best_s(step(size), repeats)))
+    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
+    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
     device = Device("local", "cpu", rate, _copy_bandwidth(), 1.0, overhead,
-                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (medians of "
-                    f"{CALIBRATION_REPEATS}), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
-                    tuple(zip(sizes, medians)))
+                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (fastest of "
+                    f"up to {CALIBRATION_REPEATS}), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                    tuple(zip(sizes, best)))
     _LOCAL[key] = device
     return device
 

@@ -309,6 +309,7 @@ class SimTransport(Transport):
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
         self.vanished: set[int] = set()
+        self.killed_at: dict[int, float] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.size = 0
@@ -394,6 +395,7 @@ class SimTransport(Transport):
                                               "error": f"{type(exc).__name__}: {exc}"}
 
     def _killed(self, rank: int, proc: VProc) -> None:
+        self.killed_at[rank] = proc.sched.now
         self.makespan = max(self.makespan, proc.t)
         state = self.server_state
         if isinstance(state, SimServerState):   # an asynchronous run's round-robin turns skip it
@@ -420,6 +422,8 @@ class SimTransport(Transport):
             for rank in self.vanished:
                 if rank not in self.reported:
                     out.lost[rank] = f"virtual worker {rank}"
+                    if rank in self.killed_at:
+                        out.lost_at[rank] = self.killed_at[rank]
                     self.reported.add(rank)
         return out
 

@@ -119,6 +119,8 @@ class Progress:
 
     results: dict[int, dict] = field(default_factory=dict)   # rank -> the dict its loop returned
     lost: dict[int, str] = field(default_factory=dict)       # rank -> who ("name, address") vanished
+    lost_at: dict[int, float] = field(default_factory=dict)  # rank -> when, in the records' time, where the
+    #   transport knows it (the simulator: the virtual second of the kill); else the monitor's clock
     gone: str | None = None      # the transport itself is gone (e.g. "the scheduler at tcp://..."): the run ends
     why: str = ""                # ... and why
 
