@@ -13,6 +13,11 @@ rendering; only a browser sees that. These tests
   rises at least three times before Stop is pressed; press Stop and check the status
   line says the run stopped (or ended), that every live figure drew, and that the runs
   tab lists the run with links;
+- tick the dashboard's "simulated cluster" toggle (simulate, cpu_device power8, 32 virtual
+  workers typed into cpus), press Run and check that the live loss plot grows and the
+  status line moves in virtual seconds while the simulation goes, that no Dask cluster
+  started, that the time axes say "time (virtual seconds)"; then sweep 1,2,4,8 simulated
+  workers from the scaling tab and check its figure (samples per virtual second, every point);
 - open a run directory's report.html (from `python -m workbench run`) and check every
   figure drew;
 - fail on any widget / anywidget load error in the page or the console, on uncaught JS
@@ -34,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from browser.chromium import Chromium, page_widget_errors, plots, unavailable, wait_for
@@ -58,6 +64,11 @@ STOP_TIMEOUT = 30       # s: after Stop, the status line says the run ended
 DRAW_TIMEOUT = 30       # s: after that, every live figure shows the run's data
 
 LONG_EPOCHS = 3000      # typed into the dashboard: a run of minutes, ended by Stop
+SIM_WORKERS = 32        # virtual workers typed into cpus (the default batch of 32: one sample each)
+SIM_EPOCHS = 30         # ~1300 steps: a simulation of several seconds here, long enough to watch it move
+SIM_SWEEP = "1,2,4,8"   # the simulated sweep's worker counts
+SIM_TIMEOUT = 180       # s: a simulated run (or the sweep) ends
+SCALING_TITLE = re.compile(r"^(strong|weak) scaling")
 # Live figures every run draws into (by title; a figure not found is not checked).
 RUN_FIGURES = [re.compile(p, re.I) for p in (r"loss and test accuracy", r"throughput", r"where the time goes",
                                               r"lr actually used")]
@@ -244,6 +255,54 @@ def _diagnostics(page, browser, lab: JupyterLab, name: str) -> str:
     return "\n".join(parts)
 
 
+def _open_dashboard(page, browser, lab: JupyterLab, nb: Path, say, t0: float):
+    """Open `nb` in JupyterLab, run all its cells, wait for the dashboard's figures to
+    render; returns (the dashboard's output area, its Run button) as locators."""
+    # ---- open the notebook; the kernel starts
+    page.goto(lab.url(f"lab/tree/{nb.name}"), wait_until="domcontentloaded")
+    page.wait_for_function(KERNEL_IDLE_JS, arg=nb.name, timeout=OPEN_TIMEOUT * 1000, polling=250)
+    kernels = kernel_commands(lab)
+    assert kernels and all(Path(k[0]).parent.resolve().is_relative_to(Path(sys.prefix).resolve()) for k in kernels), \
+        f"the notebook's kernel is not the project's Python ({sys.executable}): {kernels}"
+    say(f"JupyterLab open, kernel ({kernels[0][0]}) idle after {time.monotonic() - t0:.1f} s")
+
+    # ---- run all cells; the dashboard renders
+    assert page.evaluate(RUN_ALL_JS, nb.name), "the notebook is not the current JupyterLab widget"
+    run_button = page.locator(".jp-OutputArea-output button", has_text=_label("Run"))
+    idle = {"since": None}
+
+    def button_or_done():
+        if run_button.count() and run_button.first.is_visible():
+            return "button"
+        cells = page.evaluate(CELLS_JS, nb.name) or []
+        done = cells and all(c["count"] for c in cells) and page.evaluate(KERNEL_IDLE_JS, nb.name)
+        idle["since"] = (idle["since"] or time.monotonic()) if done else None
+        return "done" if done and time.monotonic() - idle["since"] > 30 else None
+    try:
+        found = wait_for(page, button_or_done, DASHBOARD_TIMEOUT, "the dashboard's Run button")
+    except TimeoutError as exc:
+        found = str(exc)
+    if found != "button":
+        raise AssertionError(f"no dashboard Run button rendered ({found}; 'done': every cell ran and "
+                             f"the kernel is idle):\n" + _diagnostics(page, browser, lab, nb.name))
+    assert run_button.count() == 1, f"{run_button.count()} Run buttons in the notebook's outputs"
+    run_button.evaluate("b => b.closest('.jp-OutputArea-output').setAttribute('data-wb-dashboard', '1')")
+
+    # every plotly figure of the dashboard has rendered: their number stays put for 3 s
+    seen = {"n": -1, "since": time.monotonic()}
+
+    def plots_settled():
+        n = sum(1 for p in plots(page, DASH) if p["main_svg"] > 0)
+        if n != seen["n"]:
+            seen.update(n=n, since=time.monotonic())
+        return n > 0 and time.monotonic() - seen["since"] >= 3
+    try:
+        wait_for(page, plots_settled, DASHBOARD_TIMEOUT, "the dashboard's plotly figures to render")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
+    return page.locator(DASH), run_button
+
+
 # ------------------------------------------------------------------------------ tests
 @pytest.mark.timeout(420)
 def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, artifacts, tmp_path, say,
@@ -257,50 +316,8 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
         page = browser.context.new_page()
         page.set_viewport_size(VIEWPORT)
         try:
-            # ---- open the notebook; the kernel starts
-            page.goto(lab.url(f"lab/tree/{nb.name}"), wait_until="domcontentloaded")
-            page.wait_for_function(KERNEL_IDLE_JS, arg=nb.name, timeout=OPEN_TIMEOUT * 1000, polling=250)
-            kernels = kernel_commands(lab)
-            assert kernels and all(Path(k[0]).parent.resolve().is_relative_to(Path(sys.prefix).resolve()) for k in kernels), \
-                f"the notebook's kernel is not the project's Python ({sys.executable}): {kernels}"
-            say(f"JupyterLab open, kernel ({kernels[0][0]}) idle after {time.monotonic() - t0:.1f} s")
-
-            # ---- run all cells; the dashboard renders
-            assert page.evaluate(RUN_ALL_JS, nb.name), "the notebook is not the current JupyterLab widget"
-            run_button = page.locator(".jp-OutputArea-output button", has_text=_label("Run"))
-            idle = {"since": None}
-
-            def button_or_done():
-                if run_button.count() and run_button.first.is_visible():
-                    return "button"
-                cells = page.evaluate(CELLS_JS, nb.name) or []
-                done = cells and all(c["count"] for c in cells) and page.evaluate(KERNEL_IDLE_JS, nb.name)
-                idle["since"] = (idle["since"] or time.monotonic()) if done else None
-                return "done" if done and time.monotonic() - idle["since"] > 30 else None
-            try:
-                found = wait_for(page, button_or_done, DASHBOARD_TIMEOUT, "the dashboard's Run button")
-            except TimeoutError as exc:
-                found = str(exc)
-            if found != "button":
-                raise AssertionError(f"no dashboard Run button rendered ({found}; 'done': every cell ran and "
-                                     f"the kernel is idle):\n" + _diagnostics(page, browser, lab, nb.name))
-            assert run_button.count() == 1, f"{run_button.count()} Run buttons in the notebook's outputs"
-            run_button.evaluate("b => b.closest('.jp-OutputArea-output').setAttribute('data-wb-dashboard', '1')")
-            dash = page.locator(DASH)
+            dash, run_button = _open_dashboard(page, browser, lab, nb, say, t0)
             stop_button = dash.locator("button", has_text=_label("Stop"))
-
-            # every plotly figure of the dashboard has rendered: their number stays put for 3 s
-            seen = {"n": -1, "since": time.monotonic()}
-
-            def plots_settled():
-                n = sum(1 for p in plots(page, DASH) if p["main_svg"] > 0)
-                if n != seen["n"]:
-                    seen.update(n=n, since=time.monotonic())
-                return n > 0 and time.monotonic() - seen["since"] >= 3
-            try:
-                wait_for(page, plots_settled, DASHBOARD_TIMEOUT, "the dashboard's plotly figures to render")
-            except TimeoutError as exc:
-                raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
             rendered = plots(page, DASH)
             assert all(p["template"] for p in rendered), _stateless_hint(page) + f": {rendered}"
             # before the first run: no empty placeholder axes, only the planned lr schedule
@@ -465,6 +482,109 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             except Exception:
                 pass
     say(f"dashboard browser test took {time.monotonic() - t0:.1f} s")
+
+
+def _control(page, dash, name: str):
+    """A labelled control of the dashboard (its label reads `name`)."""
+    return dash.locator(".widget-inline-hbox", has=page.locator("label", has_text=_label(name))).first
+
+
+def _type(page, dash, name: str, value: Any) -> None:
+    box = _control(page, dash, name).locator("input")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+AXIS_TITLES_JS = "(root) => [...document.querySelectorAll(root + ' .js-plotly-plot')].map(gd => ({" \
+                 "title: (gd.querySelector('.gtitle') || {}).textContent || '', " \
+                 "axes: [...gd.querySelectorAll('.g-xtitle, .g-x2title, .g-ytitle, .annotation-text')]" \
+                 ".map(e => e.textContent)}))"
+
+
+@pytest.mark.timeout(420)
+def test_a_simulated_cluster_runs_and_sweeps_from_the_dashboard(quickstart, browser, artifacts, tmp_path, say):
+    """The "simulated cluster" toggle: SIM_WORKERS virtual workers typed in, Run; the live
+    loss plot grows and the status line moves, in virtual seconds, while the simulation
+    goes; no Dask cluster starts; then a simulated sweep in the scaling tab."""
+    t0 = time.monotonic()
+    work = tmp_path / "lab"
+    work.mkdir()
+    nb = copy_notebook(quickstart, work, parameters={"quick": False})
+    with JupyterLab(work) as lab:
+        page = browser.context.new_page()
+        page.set_viewport_size(VIEWPORT)
+        try:
+            dash, run_button = _open_dashboard(page, browser, lab, nb, say, t0)
+            # ---- the toggle, then its knobs, as a user sets them
+            dash.get_by_role("checkbox", name="simulate", exact=True).check()
+            wait_for(page, lambda: "simulated workers" in _status(page), 30, "the status line to say simulated")
+            _control(page, dash, "cpu_device").locator("select").select_option("power8")
+            _type(page, dash, "cpus", SIM_WORKERS)
+            _type(page, dash, "epochs", SIM_EPOCHS)
+            ready = wait_for(page, lambda: (lambda s: s if s.startswith("ready") and
+                                            f"on {SIM_WORKERS} simulated workers" in s else None)(_status(page)),
+                             30, f"the status line to follow cpus={SIM_WORKERS}")
+            say(f"simulated cluster set: {ready!r}")
+            _shot(page, artifacts, "07-simulated-ready", say)
+
+            # ---- Run: live points and a moving status line before the simulation ends
+            assert page.evaluate(WATCH_STATUS_JS, DASH), "cannot find the status line to watch"
+            run_button.click()
+            t_run = time.monotonic()
+            wait_for(page, lambda: _has_points(_loss_plot(page)), DATA_TIMEOUT, "data points in the live loss plot")
+            assert page.evaluate(WATCH_LOSS_JS, DASH), "cannot watch the loss plot's redraws"
+            final = wait_for(page, lambda: (lambda s: s if ENDED_RE.match(s) or s.startswith(("failed", "error"))
+                                            else None)(_status(page)), SIM_TIMEOUT, "the simulated run to end")
+            log, loss_log = page.evaluate("() => window.__wbStatus"), page.evaluate("() => window.__wbLoss")
+            t_end = next(t for t, text in log if ENDED_RE.match(text) or text.startswith(("failed", "error")))
+            running = [text for t, text in log if text.startswith("running")]
+            grew = [b for a, b in zip(loss_log, loss_log[1:]) if b[1] > a[1] and b[0] < t_end]
+            say(f"simulated run ended {time.monotonic() - t_run:.1f} s after Run: {final!r}; while it ran the "
+                f"status changed {len(running)} times (last {running[-1] if running else '-'!r}), the loss plot "
+                f"grew {len(grew)} times")
+            assert final.startswith("completed") and "virtual s (simulated in" in final, final
+            assert running and all("virtual s" in text for text in running if STEP_RE.search(text)), running
+            assert len({STEP_RE.search(t).group(1) for t in running if STEP_RE.search(t)}) >= 2, running
+            assert len(grew) >= 1, f"the loss plot did not grow while the run went: {loss_log}"
+            assert dash.locator("a", has_text="Dask dashboard").count() == 0, "a simulated run started Dask"
+            titles = {p["title"]: p["axes"] for p in page.evaluate(AXIS_TITLES_JS, DASH)}
+            timed = [axes for title, axes in titles.items() if "against time" in title or "throughput" in title]
+            assert timed and all("time (virtual seconds)" in axes for axes in timed), titles
+            loss_el = page.locator(f"{DASH} .js-plotly-plot").filter(has=page.locator(".gtitle", has_text="loss"))
+            loss_el.first.scroll_into_view_if_needed()
+            _shot(page, artifacts, "08-simulated-run", say)
+            _check_widget_errors(page, browser, "after the simulated run")
+
+            # ---- the scaling tab: a simulated sweep, one more point as each run ends
+            _type(page, dash, "epochs", 2)
+            dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="scaling").first.click()
+            workers = _control(page, dash, "workers").locator("input")
+            workers.fill(SIM_SWEEP)
+            workers.press("Enter")
+            dash.locator("button", has_text=_label("Sweep")).click()
+            done = wait_for(page, lambda: (lambda s: s if s.startswith(("sweep done", "failed", "error"))
+                                           else None)(_status(page)), SIM_TIMEOUT, "the simulated sweep to end")
+            n_points = len(SIM_SWEEP.split(","))
+            assert done.startswith(f"sweep done: {n_points} run(s)"), done
+            scaling = [p for p in page.evaluate(AXIS_TITLES_JS, DASH) if SCALING_TITLE.match(p["title"])]
+            assert scaling and any("samples per virtual second" in a for a in scaling[0]["axes"]), scaling
+            found = [p for p in plots(page, DASH) if SCALING_TITLE.match(p["title"])]
+            assert found and n_points in found[0]["points"], found       # the "simulated" trace: every point
+            say(f"simulated sweep: {done!r}")
+            _shot(page, artifacts, "09-simulated-sweep", say)
+            _check_widget_errors(page, browser, "after the simulated sweep")
+        except BaseException:
+            try:
+                _shot(page, artifacts, "99-simulated-failure", say)
+            except Exception:
+                pass
+            raise
+        finally:
+            try:
+                page.close()
+            except Exception:
+                pass
+    say(f"simulated dashboard browser test took {time.monotonic() - t0:.1f} s")
 
 
 @pytest.mark.timeout(150)

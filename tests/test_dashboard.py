@@ -556,3 +556,116 @@ def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, 
     assert D.lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
     assert D.lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
     assert D.lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root
+
+
+# ------------------------------------------------------------------ simulated cluster
+@pytest.fixture
+def no_dask(monkeypatch):
+    from workbench.execution import cluster
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a simulated run must not start a Dask cluster")
+    for name in ("session_client", "client"):
+        monkeypatch.setattr(cluster, name, refuse)
+
+
+def _simulated(dash: Dashboard, **values) -> None:
+    """Switch the 'simulated cluster' toggle on and set its controls, as a user would."""
+    dash.controls["simulate"].value = True
+    for name, value in values.items():
+        dash.controls[name].value = value
+    assert dash.config.simulate and not dash.status_text.startswith("error"), dash.status_text
+
+
+def test_the_simulated_cluster_toggle_runs_a_simulated_run_with_live_plots(dash, no_dask):
+    # the controls reach 1024 virtual workers (checked, not run: that is the memory test's)
+    _simulated(dash, cpus=1024, batch_size=1024)
+    assert dash.config.cpus == 1024 and dash.run_button.disabled is False
+    _simulated(dash, cpus=48, batch_size=256, cpu_device="power8", network="10GbE", timing_model="alexnet",
+               steps=300)
+    assert dash.run() is True
+    label = "#1 sync_sgd P=48 B=256"
+    deadline, live = time.time() + 60, None
+    while time.time() < deadline and dash.running:     # records reach the plots while it simulates
+        names = {t.name: t for t in dash.figures["progress_time"].data}
+        if label in names and len(names[label].x) > 3 and dash.status_text.startswith("running"):
+            live = (len(names[label].x), dash.status_text)
+            break
+        time.sleep(0.05)
+    assert live is not None, "no live points before the simulated run ended"
+    assert "virtual s" in live[1] and "samples per virtual s" in live[1]
+    result = dash.wait(120)
+    assert result is not None and result.status == "completed", dash.status_text
+    s = result.summary
+    assert s["simulated"] and (s["cpu_device"], s["network"], s["timing_model"]) == ("power8", "10GbE", "alexnet")
+    assert dash.status_text.startswith(f"completed: {label}, 300 steps in ") and "virtual s (simulated in" in \
+        dash.status_text
+    figs = {k: {t.name: t for t in f.data} for k, f in dash.figures.items()}
+    assert len(figs["progress_time"][label].x) > live[0]                 # it went on growing
+    assert dash.figures["progress_time"].layout.xaxis2.title.text == "time (virtual seconds)"
+    assert dash.figures["throughput"].layout.xaxis.title.text == "time (virtual seconds)"
+    assert dash.figures["breakdown"].layout.xaxis.title.text == "virtual seconds"
+    assert set(figs["throughput"]) == {f"worker {k}" for k in range(16)} | {"all workers"}
+    assert len(figs["breakdown"]["compute"].y) == 48 and dash.plot_errors == []
+    # a real run after it: the per-run axes are back in seconds, the overlaid ones say whose is virtual
+    dash.controls["simulate"].value = False
+    dash.controls["steps"].value = 5
+    dash.controls["cpus"].value = 2
+    assert dash.run() is True and dash.wait(60).status == "completed"
+    assert dash.figures["throughput"].layout.xaxis.title.text == "time (s)"
+    assert dash.figures["progress_time"].layout.xaxis2.title.text == "time (s) (virtual for simulated runs)"
+
+
+def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
+    _simulated(dash, cpu_device="power8", steps=10)
+    points = []
+    original = dash._on_sweep_result
+
+    def spy(row, result):
+        original(row, result)
+        points.append(len({t.name: t for t in dash.scaling_figure.data}["simulated"].x))
+    dash._on_sweep_result = spy
+    assert dash.sweep(workers=[1, 2, 4, 8], mode="strong") is True
+    table = dash.wait(120)
+    assert points == [1, 2, 3, 4]                                       # one more point as each run ended
+    assert table.simulated.all() and list(table.status) == ["completed"] * 4
+    names = {t.name: t for t in dash.scaling_figure.data}
+    assert "measured" not in names and len(names["too short to measure (< 2 s)"].x) == 0
+    titles = [a.text for a in dash.scaling_figure.layout.annotations]
+    assert "throughput (samples per virtual second, log-log)" in titles
+    assert dash.status_text.startswith("sweep done: 4 run(s)")
+    assert all(r.summary["simulated"] for r in dash.history)
+    assert "They were simulated" in dash.model_html.value and "lasted under" not in dash.model_html.value
+
+
+@pytest.mark.slow
+def test_a_1024_worker_simulated_run_fits_in_binders_memory(no_dask):
+    """Binder gives a notebook 1-2 GB: a 1024-virtual-worker digits-MLP run through the
+    dashboard (records, live plots, result) must leave room for the kernel itself. Measured
+    here (peak RSS over the run, sampled every 20 ms): about +470 MiB for 30 steps, +620 MiB
+    for 100 (sync_sgd), +380 MiB for 100 steps of async_sgd; the bound is 1 GiB."""
+    import threading
+
+    import psutil
+    proc = psutil.Process()
+    dash = Dashboard(config=RunConfig(algorithm="sync_sgd", dataset="digits", simulate=True, cpus=1024,
+                                      cpu_device="power8", batch_size=1024, steps=10))
+    base, peak, done = proc.memory_info().rss, [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            done.wait(0.02)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        assert dash.run() is True
+        result = dash.wait(300)
+    finally:
+        done.set()
+        sampler.join()
+    assert result is not None and result.status == "completed", dash.status_text
+    assert len(result.summary["workers"]) == 1024 and result.summary["simulated"]
+    grew = (peak[0] - base) / 2**20
+    assert grew < 1024, f"a 1024-worker simulated run took {grew:.0f} MiB more than the process had"
+    assert len({t.name for t in dash.figures["throughput"].data}) == 17     # 16 workers' lines + "all workers"

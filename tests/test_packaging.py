@@ -82,7 +82,10 @@ def test_threadpoolctl_is_a_test_dependency_only():
     runtime = {Requirement(r).name for r in PROJECT["dependencies"]}
     assert "threadpoolctl" not in runtime and "threadpoolctl" in {r.name for r in EXTRAS["test"]}
     users = [p for p in (ROOT / "workbench").rglob("*.py") if "threadpoolctl" in p.read_text()]
-    assert users == []
+    # the one user takes it if present (scikit-learn brings it) and times without it otherwise:
+    # the simulator's calibration of this machine's core pins one BLAS thread while it times
+    assert users == [ROOT / "workbench" / "sim" / "profiles.py"]
+    assert "except ImportError" in users[0].read_text()
 
 
 def test_package_list_names_every_package_in_the_tree():

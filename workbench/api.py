@@ -128,7 +128,7 @@ def load(directory: str | Path) -> RunResult:
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
-          progress: bool = True) -> Any:
+          progress: bool = True, simulate: bool = False) -> Any:
     """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
 
     Strong scaling keeps the global batch; weak scaling grows it with the workers. The
@@ -147,6 +147,9 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         should_stop: polled by each run and between runs; True ends the sweep.
         progress: draw a bar over the runs (a widget in a notebook, text in a terminal)
             and one for the run in progress; False for none.
+        simulate: run every point on the simulated cluster (also when `config.simulate`):
+            `cpus` or `gpus` count virtual workers (up to 1024), no Dask cluster starts,
+            and throughput is in samples per *virtual* second.
     Returns:
         A pandas DataFrame, one row per finished run, with `SWEEP_COLUMNS`.
     Raises:
@@ -159,11 +162,17 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
 
     if not isinstance(config, (RunConfig, Mapping)):
         raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
-    if not isinstance(config, RunConfig):
-        config = RunConfig.from_dict(dict(config))
+    if not isinstance(simulate, bool):
+        raise ConfigTypeError("simulate", "True or False", simulate)
+    if not isinstance(config, RunConfig):   # a dict may hold simulation fields (device=...) for simulate=True
+        config = RunConfig.from_dict({**config, "simulate": True} if simulate else dict(config))
+    simulated = simulate or config.simulate
+    if simulated:
+        _check_simulated_sweep(config, cluster)
+        config = config.replace(simulate=True)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
-    if cluster is None and config.algorithm != "sgd":
+    if cluster is None and config.algorithm != "sgd" and not simulated:   # simulated: each point its own
         from .execution.cluster import session_client
         field = worker_field(config)
         cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
@@ -171,7 +180,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # Warm every worker first (imports, data placement): the first run that touches a cold
     # worker spends ~10 s setting it up inside the other workers' training span (they wait
     # in the first exchange), which the first measured point would otherwise include.
-    if config.algorithm != "sgd":
+    # (Virtual time has no cold workers: a simulated sweep skips it.)
+    if config.algorithm != "sgd" and not simulated:
         run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
@@ -201,3 +211,13 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         if bar is not None:
             bar.close()
     return table
+
+
+def _check_simulated_sweep(config: RunConfig, cluster: Any) -> None:
+    """A simulated sweep's arguments, before any point runs."""
+    if cluster is not None:
+        raise ConfigError("cluster", "None with simulate (each point runs on its own virtual cluster, in this "
+                          "process)", cluster if isinstance(cluster, str) else type(cluster).__name__)
+    if config.algorithm == "sgd":
+        raise ConfigError("algorithm", "a parallel algorithm with simulate (sgd is the single-process reference; "
+                          "sweep sync_sgd instead, which computes the same updates)", config.algorithm)

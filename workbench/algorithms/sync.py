@@ -101,7 +101,8 @@ class SyncSGD(Algorithm):
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.balancer.summary()
+        # every rank holds the same shares: rank 0 reports them (P lists of P would grow as P^2)
+        return self.balancer.summary() if self.ctx.rank == 0 else {}
 
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n

@@ -37,6 +37,7 @@ __all__ = [
     "MIN_MEASURE_S",
     "MAX_MARKERS",
     "MAX_WORKER_ROWS",
+    "MAX_WORKER_TRACES",
     "X_TITLES",
     "Source",
     "records_to_tables",
@@ -92,6 +93,9 @@ LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its 
 MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
 MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
+# Per-worker lines (throughput, lr) for the first 16 workers only: a simulated run of 1024
+# workers would otherwise draw 1024 traces; "all workers" still counts every worker.
+MAX_WORKER_TRACES = 16
 X_TITLES = {"time": "time (s)", "epoch": "epoch"}
 
 Source = Any  # a RunResult, a run directory (str / Path) or a list of record dicts
@@ -556,10 +560,15 @@ def running_mean(y: np.ndarray, k: int = SMOOTH_BINS) -> np.ndarray:
 
     >>> running_mean(np.array([0.0, 3.0, 0.0, 3.0]), 3).tolist()
     [1.5, 1.0, 2.0, 1.5]
+    >>> running_mean(np.array([1.0, 3.0, 5.0]), 5).tolist()      # shorter than the window: as long as y
+    [2.0, 3.0, 4.0]
     """
     y = np.asarray(y, float)
     if k <= 1 or len(y) < 2:
         return y.copy()
+    # np.convolve's "same" output is as long as the longer input: keep the window within y
+    # (and odd, so it stays centred)
+    k = min(k, len(y) if len(y) % 2 else len(y) - 1)
     kernel = np.ones(k)
     return np.convolve(y, kernel, "same") / np.convolve(np.ones(len(y)), kernel, "same")
 
@@ -585,6 +594,8 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
     """
     out = []
     for i, (worker, w) in enumerate(windows.items()):
+        if worker != "all" and _rank(worker, i) >= MAX_WORKER_TRACES:
+            continue
         rate = w["samples"] / w["width"]
         if previous is not None:
             smoothed = []
@@ -660,10 +671,13 @@ def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
 
 # ------------------------------------------------------------------------------ lr
 def lr_series(steps: Table) -> list[Series]:
-    """The lr each worker used at each of its steps (one series per worker)."""
+    """The lr each worker used at each of its steps (one series per worker, the first
+    MAX_WORKER_TRACES workers)."""
     out = []
     step, lr = _col(steps, "step", float), _col(steps, "lr", float)
     for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
+        if _rank(worker, i) >= MAX_WORKER_TRACES:
+            continue
         idx = idx[np.argsort(step[idx], kind="stable")]
         out.append(Series(_worker_name(worker), step[idx], lr[idx],
                           style={"mode": "lines", **worker_style(_rank(worker, i))}))
@@ -776,15 +790,22 @@ def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
 
     >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
     [True, False]
+
+    Simulated runs never are: virtual time has no start-up noise to drown in.
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
+    [False, True]
     """
+    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
+                 else np.zeros(len(table), dtype=bool))
     for column in ("train_time_s", "wall_time_s"):
         if column in table:
-            return pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s
+            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
     return np.zeros(len(table), dtype=bool)
 
 
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
-                   name: str = "measured") -> list[Series]:
+                   name: str | None = None) -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
 
     Args:
@@ -792,7 +813,8 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
             wall_time_s marks runs `too_short` to measure).
         predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
             samples_per_s, efficiency), one curve per network.
-        name: the measured points' name.
+        name: the measured points' name (default "measured", or "simulated" when every
+            row of the table is a simulated run).
     Returns:
         Series "<name>", "ideal" (linear from the first measured point, over the
         measured workers and the predicted ones up to 4x the largest measured count;
@@ -801,6 +823,9 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         in both columns (efficiency ones suffixed " efficiency").
     """
     out: list[Series] = []
+    if name is None:
+        sim = table["simulated"].fillna(False).astype(bool) if "simulated" in table and len(table) else None
+        name = "simulated" if sim is not None and sim.all() else "measured"
     measured = table.sort_values("workers", kind="stable") if len(table) else table
     mws = measured["workers"].astype(float).tolist() if len(measured) else []
     ws = sorted(set(mws) | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
@@ -828,7 +853,8 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         secs = pd.to_numeric(measured.get("wall_time_s", pd.Series([np.nan] * len(measured))),
                              errors="coerce").tolist()
         status = measured.get("status", pd.Series([""] * len(measured))).tolist()
-        text = [f"{st}, {s:.2g} s" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
+        unit = " virtual s" if name == "simulated" else " s"
+        text = [f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
                 for st, s, sh in zip(status, secs, short)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,

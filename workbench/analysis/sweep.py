@@ -18,7 +18,13 @@ stay in. `wall_samples_per_s` is samples / wall time, set-up included.
 Speedup and efficiency are measured in samples/s against the first worker count:
 `speedup = samples_per_s / samples_per_s[0]`, `efficiency = speedup * workers[0] / P`
 (1.0 is perfect scaling, in both modes). The sweep varies `cpus` (and sets `gpus=0`),
-or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`).
+or `gpus` when the config asks for GPU workers only (`cpus=0`, `gpus >= 1`), or, simulated,
+for GPU workers beside CPU ones (its `cpus` kept: cgdp's CPU master).
+
+On the simulated cluster (`sweep(..., simulate=True)`, CLI `sweep --simulate`) each point
+is a simulated run with `cpus` or `gpus` virtual workers (up to 1024): throughput and
+times are in virtual seconds (`simulated` is True in every row) and `sim_wall_s` is what
+simulating the point took.
 
 This module holds the sweep's maths (the configs of each point, one row per run, speedup
 and efficiency); running the points is `workbench.sweep` (`workbench.api.sweep`), which
@@ -38,19 +44,23 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s")
 OnResult = Callable[[dict, RunResult], None]
 
 
 def worker_field(config: RunConfig) -> str:
-    """The field a sweep varies: "gpus" for GPU-only configs, else "cpus".
+    """The field a sweep varies: "gpus" for GPU-only configs, else "cpus"; a simulated
+    config with both (virtual GPUs and a CPU master, as cgdp's) varies its GPUs.
 
     >>> worker_field(RunConfig(cpus=0, gpus=2, algorithm="sync_sgd", batch_size=8))
     'gpus'
     >>> worker_field(RunConfig())
     'cpus'
+    >>> worker_field(RunConfig(cpus=1, gpus=4, algorithm="cgdp", simulate=True, batch_size=8))
+    'gpus'
     """
-    return "gpus" if config.cpus == 0 and isinstance(config.gpus, int) and config.gpus > 0 else "cpus"
+    gpus = config.gpus if isinstance(config.gpus, int) else 0
+    return "gpus" if gpus > 0 and (config.cpus == 0 or config.simulate) else "cpus"
 
 
 def sweep_batch(batch_size: int, workers: int, first: int, mode: str) -> int:
@@ -92,7 +102,8 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
     ws = _check(workers, mode)
     field = worker_field(config)
     other = "gpus" if field == "cpus" else "cpus"
-    return [config.replace(**{field: w, other: 0, "out": None,
+    keep = config.simulate and field == "gpus"          # a simulated CPU master stays as it is
+    return [config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
                               "batch_size": sweep_batch(config.batch_size, w, ws[0], mode)})
             for w in ws]
 
@@ -110,7 +121,7 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "final_test_accuracy": s.get("final_test_accuracy"), "wall_time_s": s.get("wall_time_s"),
             "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
-            "run_dir": run_dir}
+            "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s")}
 
 
 def add_scaling(table: pd.DataFrame) -> pd.DataFrame:

@@ -127,7 +127,9 @@ exit codes: 0 completed; 1 stopped, diverged or failed (what was gathered is sav
 SWEEP_EXAMPLES = """\
 examples:
   python -m workbench sweep --algorithm sync_sgd --workers 1,2 --out runs/sweep
-  python -m workbench sweep --algorithm async_easgd --workers 1,2 --mode weak --batch-size 64 --out runs/weak"""
+  python -m workbench sweep --algorithm async_easgd --workers 1,2 --mode weak --batch-size 64 --out runs/weak
+  python -m workbench sweep --simulate --algorithm sync_sgd --cpus 0 --gpus 1 --device k80 \\
+      --workers 1,2,4,8,16,32,64,128,256 --mode weak --batch-size 4 --steps 20 --out runs/sim-sweep"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,9 +371,14 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    preflight(config.replace(cpus=max(workers), gpus=0))
+    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
+        from ..analysis.sweep import sweep_configs
+        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
+    else:
+        preflight(config.replace(cpus=max(workers), gpus=0))
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
-    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress)
+    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
+                      simulate=config.simulate)
     print(table.to_string(index=False))
     if config.out:
         paths = {"sweep": str(Path(config.out) / "sweep.csv")}

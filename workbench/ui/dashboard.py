@@ -66,6 +66,7 @@ from ..config import (
     MODEL_NAMES,
     SIM_CPU_DEVICES,
     SIM_DEVICES,
+    SIM_FIELDS,
     SIM_NETWORKS,
     SIM_TIMING_MODELS,
     ConfigError,
@@ -420,6 +421,9 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
     n = len(table)
     ws = ", ".join(str(int(w)) for w in table["workers"]) if n else "-"
     parts = [f"The cost model was fitted on {n} run{'s' if n != 1 else ''} (on {ws} workers)."]
+    if n and F.table_simulated(table) is True:
+        parts.append("They were simulated: it was fitted to their virtual times, so it restates what the "
+                     "simulated device and network profiles imply (not a measurement of this machine).")
     for kind, (c0, c1) in cal.compute.items():
         parts.append(f"A {kind.upper()} worker computes one sample in {c1 * 1e6:.3g} µs, plus "
                      f"{c0 * 1e3:.3g} ms per step.")
@@ -714,6 +718,8 @@ class Dashboard:
         self._displayed = False                          # the dashboard has been shown in a frontend
         self._shown_config: RunConfig | None = None     # the config the preview and status show
         self._sweep_results: list[Any] = []
+        self._progress_kinds: set[bool] = set()         # simulated or not, of the runs in the progress plots
+        self._time_axes: dict[str, bool | str] = {}     # live figure -> what its time axis says (mark_virtual)
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
         self._build()
@@ -874,7 +880,13 @@ class Dashboard:
 
     # ------------------------------------------------------------------ config
     def _values(self) -> dict[str, Any]:
-        return {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        if not values.get("simulate"):
+            # The simulated cluster's knobs are valid only with it (RunConfig refuses them
+            # otherwise): off, they take their defaults; their controls keep what was set
+            # for when the toggle goes on again.
+            values.update({name: RunConfig.model_fields[name].default for name in SIM_FIELDS})
+        return values
 
     @property
     def config(self) -> RunConfig:
@@ -927,8 +939,9 @@ class Dashboard:
             self._preview_slot.edit(redraw)
         if not self.running:
             self._set_buttons(False)
+            where = f", on {_workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples")
+                             f"of {cfg.batch_size} samples{where}")
         return cfg
 
     @staticmethod
@@ -1033,6 +1046,7 @@ class Dashboard:
 
     def clear(self) -> None:
         """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
+        self._progress_kinds = set()
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(_clear_traces)
 
@@ -1058,23 +1072,37 @@ class Dashboard:
         breakdown = self._slots["breakdown"]
         breakdown.flush()                     # the layout checked below must be the current one
         if len(breakdown.fig.layout.annotations or ()) != n + 1:
-            breakdown.replace(F.live_base("breakdown", state.live.n_workers))   # a whole new state
+            breakdown.replace(F.live_base("breakdown", state.live.n_workers,   # a whole new state
+                                          simulated=state.config.simulate))
+            self._time_axes["breakdown"] = state.config.simulate
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self._slots[key].edit(_clear_traces)
+        # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
+        # runs' curves, so they say "virtual for simulated runs" once both kinds are drawn.
+        simulated = state.config.simulate
+        self._progress_kinds.add(simulated)
+        overlaid = "mixed" if len(self._progress_kinds) > 1 else simulated
+        for key, virtual in (("throughput", simulated), ("breakdown", simulated), ("progress_time", overlaid)):
+            if self._time_axes.get(key, False) != virtual:     # an edit only when the clock changes
+                self._time_axes[key] = virtual
+                self._slots[key].edit(functools.partial(F.mark_virtual, virtual=virtual))
 
     def _train(self, state: _Run) -> None:
         from .. import api
         try:
             cluster = self.cluster
             cfg = state.config
-            if cfg.algorithm == "sgd":
+            if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
+                cluster = None
+                state.phase = f"starting: a simulated cluster of {_workers_of(cfg)} virtual worker(s)"
+            elif cfg.algorithm == "sgd":
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd":
+            if cfg.algorithm != "sgd" and not cfg.simulate:
                 self._set_dask_link(cluster)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
             state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
@@ -1153,13 +1181,25 @@ class Dashboard:
             train_s = max(0.0, state.last_time - state.first_time)
             startup = state.first_seen - state.t0
             parts = [f"running {state.live.label}: step {state.steps_seen}/{state.total_steps} ({done:.0%})",
-                     f"epoch {state.epoch:.2f}", f"{train_s:.1f} s"]
+                     f"epoch {state.epoch:.2f}"]
             rates = state.rates()
-            if rates is not None:
-                steps_per_s, samples_per_s = rates
-                parts.append(f"{samples_per_s:,.0f} samples/s")
-                if steps_per_s > 0:
-                    parts.append(f"~{max(0, state.total_steps - state.steps_seen) / steps_per_s:,.0f} s left")
+            left = max(0, state.total_steps - state.steps_seen)
+            if state.config.simulate:
+                # the records' clock is virtual: the rate is the simulated cluster's, the
+                # time left is the simulation's own (steps per wall second since the first)
+                parts.append(f"{train_s:.3g} virtual s")
+                if train_s > 0:    # over the whole run so far: virtual spans are too short for a window
+                    parts.append(f"{state.samples / train_s:,.0f} samples per virtual s")
+                wall = time.monotonic() - state.first_seen
+                if wall > 0.5 and state.steps_seen:
+                    parts.append(f"~{left * wall / state.steps_seen:,.0f} s left to simulate")
+            else:
+                parts.append(f"{train_s:.1f} s")
+                if rates is not None:
+                    steps_per_s, samples_per_s = rates
+                    parts.append(f"{samples_per_s:,.0f} samples/s")
+                    if steps_per_s > 0:
+                        parts.append(f"~{left / steps_per_s:,.0f} s left")
             parts.append(f"start-up {startup:.1f} s")
             text = ", ".join(parts) + stopping + note
         self.status_log.append((round(since_run, 2), text))
@@ -1183,9 +1223,14 @@ class Dashboard:
             startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
-            self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {train_s:.1f} s"
+            if s.get("simulated"):
+                took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
+                rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
+            else:
+                took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+            self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
-                             + f", {s.get('samples_per_s', 0):,.0f} samples/s, "
+                             + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
                              f"comm fraction {s.get('comm_fraction', 0):.2f}",
                              error=s["status"] in ("failed", "diverged"))
@@ -1229,7 +1274,7 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..analysis.sweep import sweep_configs
+        from ..analysis.sweep import sweep_configs, worker_field
         ws = workers if workers is not None else [p for p in self.sweep_workers.value.replace(" ", "").split(",") if p]
         mode = mode or self.sweep_mode.value
         network = network or self.sweep_network.value
@@ -1238,7 +1283,7 @@ class Dashboard:
         except (ConfigError, ValueError) as exc:
             self._set_status(f"error: {exc}", error=True)
             return False
-        ws = [c.cpus if c.cpus else c.gpus for c in configs]
+        ws = [getattr(c, worker_field(cfg)) for c in configs]
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
         self.model_html.value = ""
@@ -1267,18 +1312,22 @@ class Dashboard:
         rows = self.sweep_table.to_dict("records") + [row]
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
-        from ..execution.cluster import current_client
-        self._set_dask_link(self.cluster if self.cluster is not None else current_client())
+        if not row.get("simulated"):
+            from ..execution.cluster import current_client
+            self._set_dask_link(self.cluster if self.cluster is not None else current_client())
         self._show_runs()
-        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} workers: "
-                         f"{row['samples_per_s']:,.0f} samples/s ({row['status']})")
+        unit = "samples per virtual s" if row.get("simulated") else "samples/s"
+        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} "
+                         f"{'virtual ' if row.get('simulated') else ''}workers: "
+                         f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
         from .. import api
         from ..analysis import costmodel
         try:
-            table = api.sweep(cfg, ws, mode, cluster=self.cluster, on_result=self._on_sweep_result,
-                          should_stop=self._stop.is_set, progress=False)
+            table = api.sweep(cfg, ws, mode, cluster=None if cfg.simulate else self.cluster,
+                              on_result=self._on_sweep_result, should_stop=self._stop.is_set, progress=False,
+                              simulate=cfg.simulate)
             self.sweep_table = table
             self._last = table
             message = f"sweep done: {len(table)} run(s)"

@@ -26,10 +26,15 @@ Figures (each accepts one run or several; runs are overlaid, one colour per run)
   cost model's predicted curves over the measured points;
 - `schedule_figure`: the lr schedule a config implies, before the run.
 
+Runs on the simulated cluster (summary `simulated: true`) are timed in virtual seconds:
+every figure of such a run says so on its time axes and rates (`mark_virtual`), so a
+simulated curve is never read as a measured one.
+
 Only `workbench.ui` imports plotly; functions never modify the DataFrames they get.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Sequence
 from copy import deepcopy
@@ -134,6 +139,71 @@ def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POI
 def _empty(fig: Any, text: str) -> Any:
     fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
                        font={"color": "#888"})
+    return fig
+
+
+# Axis and subplot titles of real runs -> those of a simulated run's (whose clock is virtual).
+VIRTUAL_TITLES = {"time (s)": "time (virtual seconds)", "seconds": "virtual seconds",
+                  "samples/s": "samples per virtual second"}
+MIXED_SUFFIX = " (virtual for simulated runs)"
+
+
+def simulated_of(results: Sequence[Any]) -> bool | str:
+    """Whether runs were simulated: True (all), False (none) or "mixed".
+
+    >>> from workbench.results import RunResult
+    >>> sim = RunResult(summary={"simulated": True}, steps=pd.DataFrame(), evals=pd.DataFrame())
+    >>> real = RunResult(summary={}, steps=pd.DataFrame(), evals=pd.DataFrame())
+    >>> simulated_of([sim]), simulated_of([real]), simulated_of([sim, real])
+    (True, False, 'mixed')
+    """
+    flags = {bool((getattr(r, "summary", None) or {}).get("simulated")) for r in results}
+    return "mixed" if len(flags) > 1 else flags == {True}
+
+
+def mark_virtual(fig: Any, virtual: bool | str = True) -> Any:
+    """Title the time axes (and rates) of `fig` in virtual seconds, or back in seconds.
+
+    Args:
+        fig: any of this module's figures (static or live).
+        virtual: True (a simulated run), False (a real one), "mixed" (runs of both
+            overlaid: the titles say the time is virtual for the simulated ones).
+    Returns:
+        `fig`, its axis titles and subplot titles rewritten (`VIRTUAL_TITLES`).
+
+    >>> fig = mark_virtual(throughput_figure([]))
+    >>> fig.layout.xaxis.title.text, fig.layout.yaxis.title.text
+    ('time (virtual seconds)', 'samples per virtual second')
+    >>> mark_virtual(fig, False).layout.xaxis.title.text
+    'time (s)'
+    """
+    def to_real(text: str) -> str:
+        text = text.replace(MIXED_SUFFIX, "")
+        for real, sim in VIRTUAL_TITLES.items():
+            text = text.replace(sim, real)
+        return text
+
+    def convert(text: str | None, whole: bool) -> str | None:
+        if not text:
+            return text
+        text = to_real(text)
+        if not virtual:
+            return text
+        if virtual == "mixed":
+            return text + MIXED_SUFFIX if (text in VIRTUAL_TITLES if whole else
+                                           any(k in text for k in VIRTUAL_TITLES)) else text
+        if whole:
+            return VIRTUAL_TITLES.get(text, text)
+        return text.replace("samples/s", VIRTUAL_TITLES["samples/s"])
+
+    def axis(ax: Any) -> None:
+        ax.title.text = convert(ax.title.text, whole=True)
+
+    with fig.batch_update() if isinstance(fig, go.FigureWidget) else contextlib.nullcontext():
+        fig.for_each_xaxis(axis)
+        fig.for_each_yaxis(axis)
+        for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s, log-log)"
+            a.text = convert(a.text, whole=False)
     return fig
 
 
@@ -257,6 +327,7 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
         label = labels[i] if labels else run_label(r, i)
         r = align_to_first_step(r)
         add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
+    mark_virtual(fig, simulated_of(_results(results)))
     set_loss_scale(fig, log_loss)
     apply_smoothing(fig, smoothing)
     return as_widget(fig, live)
@@ -279,10 +350,11 @@ def throughput_figure(result: Source, live: bool = False, bins: int | None = Non
         live: a FigureWidget instead of a Figure.
         bins: time windows (default `auto_bins`).
     Returns:
-        The figure: one trace per worker ("worker k") and "all workers".
+        The figure: one trace per worker ("worker k", the first MAX_WORKER_TRACES) and
+        "all workers".
     """
     r = align_to_first_step(as_result(result))
-    fig = _throughput_base()
+    fig = mark_virtual(_throughput_base(), simulated_of([r]))
     if not len(r.steps):
         return as_widget(_empty(fig, "no steps recorded"), live)
     return as_widget(add_series(fig, throughput_series(time_bins(r.steps, bins))), live)
@@ -319,7 +391,7 @@ def breakdown_figure(result: Source, live: bool = False, bins: int | None = None
     """
     r = align_to_first_step(as_result(result))
     n_workers = r.steps["worker"].nunique() if len(r.steps) else len(r.summary.get("workers", [])) or 1
-    fig = _breakdown_base(n_workers)
+    fig = mark_virtual(_breakdown_base(n_workers), simulated_of([r]))
     if not len(r.steps):
         return as_widget(_empty(fig, "no steps recorded"), live)
     n = max(1, min(int(n_workers), MAX_WORKER_ROWS))
@@ -417,17 +489,26 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
     Returns:
         The figure (traces as `scaling_series` names them).
     """
-    fig = _scaling_base(mode)
+    fig = mark_virtual(_scaling_base(mode), table_simulated(table))
     add_series(fig, scaling_series(table, predicted))
     if error is not None:
         fig.update_layout(title=f"{fig.layout.title.text}: prediction error on measured points {error:.0%}")
     return as_widget(fig, live)
 
 
+def table_simulated(table: pd.DataFrame) -> bool | str:
+    """Whether a sweep table's runs were simulated: True, False or "mixed" (`simulated_of`)."""
+    if "simulated" not in table or not len(table):
+        return False
+    flags = {bool(v) for v in table["simulated"].fillna(False)}
+    return "mixed" if len(flags) > 1 else flags == {True}
+
+
 def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    error: float | None = None) -> Any:
     """Redraw a live scaling figure from the sweep table so far (inside batch_update)."""
     with fig.batch_update():
+        mark_virtual(fig, table_simulated(table))
         extend_series(fig, scaling_series(table, predicted))
         if error is not None:
             base = (fig.layout.title.text or "scaling").split(":")[0]
@@ -451,6 +532,7 @@ def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = 
     fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "share of worker time"))
     fig.update_layout(title="runs compared", barmode="stack", height=380)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
+    mark_virtual(fig, simulated_of(runs))
     return as_widget(add_series(fig, comparison_series(runs, labels)), live)
 
 
@@ -480,8 +562,9 @@ def _without_buttons(fig: Any) -> Any:
     return fig
 
 
-def live_base(key: str, n_workers: int = 1) -> Any:
-    """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is."""
+def live_base(key: str, n_workers: int = 1, simulated: bool = False) -> Any:
+    """An empty FigureWidget for one of FIGURE_KEYS, laid out as the static figure is
+    (time axes in virtual seconds for a `simulated` run)."""
     makers = {   # the dashboard has its own log-scale control next to the live progress plots
         "progress_time": lambda: _without_buttons(_progress_base("time")),
         "progress_epoch": lambda: _without_buttons(_progress_base("epoch")),
@@ -492,7 +575,7 @@ def live_base(key: str, n_workers: int = 1) -> Any:
     }
     if key not in makers:
         raise ValueError(f"key: one of {list(makers)}, got {key!r}")
-    return as_widget(makers[key]())
+    return as_widget(mark_virtual(makers[key](), simulated))
 
 
 def update_live(figs: dict[str, Any], records: list[dict], state: LiveState,

@@ -51,7 +51,12 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "compute_s": ("compute, summed over workers", "worker-s"),
     "comm_s": ("communication, summed over workers", "worker-s"),
     "wait_s": ("waiting, summed over workers", "worker-s"),
+    "sim_wall_s": ("what simulating the run took (wall clock)", "s"),
 }
+# Quantities timed by a simulated run's virtual clock (the rest, start-up and the
+# simulation's own time, are wall-clock seconds even then).
+VIRTUAL_KEYS = ("train_time_s", "wall_time_s", "samples_per_s", "compute_s", "comm_s", "wait_s")
+VIRTUAL_UNITS = {"s": "virtual s", "worker-s": "virtual worker-s", "samples/s": "samples per virtual s"}
 DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml")
 _STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5em auto; max-width: 1200px;
@@ -230,8 +235,37 @@ def _figures_html(figs: dict[str, Any]) -> list[str]:
     return [f'<div class="figure">{figure_div(fig, f"fig-{key}")}</div>' for key, fig in figs.items()]
 
 
+def simulated_html(summary: dict[str, Any]) -> str:
+    """A simulated run's header line: what cluster it simulated, in which clock; "" for a real run.
+
+    >>> line = simulated_html({"simulated": True, "workers": [{}] * 8, "device": "k80", "cpu_device": None,
+    ...                        "network": "10GbE", "timing_model": "alexnet", "jitter": 0.0, "sim_wall_s": 1.5})
+    >>> "8 virtual workers, device k80 (GPU workers), network 10GbE, timing model alexnet" in line
+    True
+    >>> simulated_html({})
+    ''
+    """
+    if not summary.get("simulated"):
+        return ""
+    workers = summary.get("workers")
+    n = len(workers) if isinstance(workers, list) else workers
+    parts = [f"{n} virtual worker{'' if n == 1 else 's'}" if n else "virtual workers"]
+    if summary.get("device"):
+        parts.append(f"device {summary['device']} (GPU workers)")
+    if summary.get("cpu_device"):
+        parts.append(f"CPU workers {summary['cpu_device']}")
+    parts.append(f"network {summary.get('network') or 'default'}")
+    parts.append(f"timing model {summary.get('timing_model') or 'the trained model'}")
+    if summary.get("jitter"):
+        parts.append(f"jitter {summary['jitter']:g}")
+    wall = summary.get("sim_wall_s")
+    took = f"; simulating it took {wall:.3g} s of wall time (sim_wall_s)" if isinstance(wall, (int, float)) else ""
+    return (f'<p class="notes simulated"><b>simulated</b>: {html.escape(", ".join(parts))}. Times and '
+            f"throughput are in virtual seconds{html.escape(took)}.</p>")
+
+
 def _summary_html(result: RunResult) -> str:
-    """The headline numbers with what they are and their units."""
+    """The headline numbers with what they are and their units (virtual ones for a simulated run)."""
     s = result.summary
     values: dict[str, Any] = {k: s.get(k) for k in SUMMARY_UNITS}
     values["workers"] = len(s["workers"]) if isinstance(s.get("workers"), list) else s.get("workers")
@@ -241,6 +275,8 @@ def _summary_html(result: RunResult) -> str:
         v = values.get(key)
         if v is None:
             continue
+        if s.get("simulated") and key in VIRTUAL_KEYS:
+            unit = VIRTUAL_UNITS.get(unit, unit)
         if unit == "%" and isinstance(v, (int, float)):
             shown = f"{100 * v:.2f}"
         elif isinstance(v, float):
@@ -291,7 +327,7 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
     """
     s = result.summary
     title = title or f"workbench run: {F.run_label(result)} ({s.get('status', '?')})"
-    sections = [_files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
+    sections = [simulated_html(s), _files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
     if s.get("lr_schedule"):
         sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
     sections.append("<h2>figures</h2><p>Time axes start at the first training step; start-up is in the "
@@ -314,6 +350,13 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     sections = []
     if notes_html:
         sections.append(f'<div class="notes">{notes_html}</div>')  # the caller's own HTML
+    # each simulated cluster once (a sweep's points differ only in their worker counts)
+    shown = {}
+    for r in runs:
+        if r.summary.get("simulated"):
+            key = tuple(r.summary.get(k) for k in ("device", "cpu_device", "network", "timing_model", "jitter"))
+            shown.setdefault(key, simulated_html({**r.summary, "workers": None, "sim_wall_s": None}))
+    sections += list(shown.values())
     table = summary_table(runs, labels)
     diff = differing_config([r.summary.get("config") or {} for r in runs])
     diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])

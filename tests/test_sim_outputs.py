@@ -1,0 +1,220 @@
+"""Simulated runs' outputs: sweeps (API and CLI), figures and reports in virtual seconds, live records."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench import ConfigError, RunConfig
+from workbench.apps.cli import main as cli_main
+from workbench.config import ConfigTypeError
+
+# Named profiles: the same virtual times in every process (cpu_device="local" is calibrated).
+SIM = dict(algorithm="sync_sgd", dataset="digits", simulate=True, cpu_device="power8", batch_size=64, steps=12,
+           seed=0)
+
+
+@pytest.fixture
+def no_dask(monkeypatch):
+    """Fail the test if anything starts or asks for a Dask cluster."""
+    from workbench.execution import cluster
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a simulated sweep must not start a Dask cluster")
+    for name in ("session_client", "client"):
+        monkeypatch.setattr(cluster, name, refuse)
+
+
+# ------------------------------------------------------------------------------ sweeps
+def test_a_simulated_sweep_runs_every_point_on_virtual_workers(no_dask, tmp_path):
+    seen = []
+    table = wb.sweep(RunConfig(**SIM), workers=[1, 2, 4, 8], simulate=True, out=tmp_path / "sw", progress=False,
+                     on_result=lambda row, result: seen.append(result))
+    assert list(table.workers) == [1, 2, 4, 8] and list(table.status) == ["completed"] * 4
+    assert table.simulated.tolist() == [True] * 4 and (table.sim_wall_s > 0).all()
+    for w, result in zip([1, 2, 4, 8], seen):
+        s = result.summary
+        assert s["simulated"] and s["cpu_device"] == "power8" and len(s["workers"]) == w
+        assert s["config"]["cpus"] == w and s["config"]["gpus"] == 0
+    # each point is the simulated run of its config, bit for bit (deterministic virtual time)
+    alone = wb.run(RunConfig(**{**SIM, "cpus": 4, "gpus": 0}), progress=False)
+    row = table.set_index("workers").loc[4]
+    assert row.samples_per_s == alone.summary["samples_per_s"]
+    assert row.final_test_accuracy == alone.summary["final_test_accuracy"]
+    # sync SGD on the same global batch is the same trajectory on any number of workers
+    assert table.final_test_accuracy.nunique() == 1
+    # speedup/efficiency are the sweep maths on the virtual throughputs
+    sps = table.samples_per_s.to_numpy()
+    assert table.speedup.tolist() == pytest.approx((sps / sps[0]).tolist())
+    assert table.efficiency.tolist() == pytest.approx((sps / sps[0] / [1, 2, 4, 8]).tolist())
+    saved = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    assert saved.simulated.tolist() == [True] * 4
+    assert (tmp_path / "sw" / "w8" / "summary.json").is_file()
+
+
+def test_a_simulated_sweep_varies_gpus_for_a_gpu_config(no_dask):
+    table = wb.sweep(RunConfig(**{**SIM, "cpus": 0, "gpus": 1, "device": "k80", "steps": 4}), workers=[2, 4],
+                     progress=False, simulate=True)
+    assert list(table.workers) == [2, 4] and table.simulated.all()
+
+
+def test_a_simulated_sweep_of_cgdp_varies_its_gpus_and_keeps_the_cpu_master(no_dask):
+    cfg = RunConfig(**{**SIM, "algorithm": "cgdp", "cpus": 1, "gpus": 2, "device": "p100", "steps": 4})
+    seen = []
+    table = wb.sweep(cfg, workers=[2, 4], progress=False, on_result=lambda row, result: seen.append(result))
+    assert list(table.workers) == [2, 4] and list(table.status) == ["completed"] * 2
+    kinds = [[w["kind"] for w in r.summary["workers"]] for r in seen]
+    assert kinds == [["gpu"] * 2 + ["cpu"], ["gpu"] * 4 + ["cpu"]]
+
+
+def test_config_simulate_alone_makes_a_simulated_sweep(no_dask):
+    table = wb.sweep(RunConfig(**{**SIM, "steps": 3}), workers=[1, 2], progress=False)
+    assert table.simulated.all()
+
+
+def test_bad_simulated_sweeps_fail_before_any_point_runs(no_dask):
+    calls = []
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", batch_size=64, steps=3)
+    with pytest.raises(ConfigError, match=r"^cluster: None with simulate .*got 'threads'$"):
+        wb.sweep(cfg, workers=[1, 2], simulate=True, cluster="threads", on_result=lambda *a: calls.append(a))
+    with pytest.raises(ConfigError, match="at most 1024 virtual workers"):
+        wb.sweep(cfg.replace(batch_size=4096), workers=[1, 2048], simulate=True,
+                 on_result=lambda *a: calls.append(a))
+    with pytest.raises(ConfigError, match="^algorithm: a parallel algorithm with simulate"):
+        wb.sweep(cfg.replace(algorithm="sgd"), workers=[1, 2], simulate=True, on_result=lambda *a: calls.append(a))
+    with pytest.raises(ConfigTypeError, match="simulate"):
+        wb.sweep(cfg, workers=[1, 2], simulate="yes")
+    assert calls == []
+
+
+def test_a_dict_config_may_carry_simulation_fields(no_dask):
+    table = wb.sweep({**SIM, "simulate": False, "device": "p100", "cpus": 0, "gpus": 1, "steps": 3},
+                     workers=[1, 2], simulate=True, progress=False)
+    assert table.simulated.all() and list(table.workers) == [1, 2]
+
+
+def test_cli_simulated_sweep_writes_csv_and_a_labelled_figure(no_dask, tmp_path, capsys):
+    out = tmp_path / "cli"
+    code = cli_main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--cpus", "0", "--gpus", "1",
+                     "--device", "k80", "--network", "10GbE", "--timing-model", "alexnet", "--workers", "1,2,4,8",
+                     "--mode", "weak", "--batch-size", "8", "--steps", "6", "--no-progress", "--out", str(out)])
+    assert code == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert table.workers.tolist() == [1, 2, 4, 8] and table.batch_size.tolist() == [8, 16, 32, 64]
+    assert table.simulated.all()
+    page = (out / "sweep.html").read_text()
+    assert "<b>simulated</b>: virtual workers, device k80 (GPU workers), network 10GbE, timing model alexnet" in page
+    assert "samples per virtual second" in page and "time (virtual seconds)" in page
+    assert "too short to measure (&lt;" not in page.split("scaling")[0]   # virtual runs are never "too short"
+
+
+def test_cli_simulated_sweep_rejects_too_many_workers(capsys):
+    code = cli_main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2048", "--batch-size",
+                     "4096", "--no-progress"])
+    assert code == 2
+    assert "at most 1024 virtual workers" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ figures and reports
+@pytest.fixture(scope="module")
+def sim_result():
+    return wb.run(RunConfig(**{**SIM, "cpus": 4, "network": "10GbE", "timing_model": "alexnet"}), progress=False)
+
+
+@pytest.fixture(scope="module")
+def real_result():
+    return wb.run(RunConfig(algorithm="sgd", dataset="digits", batch_size=64, steps=12), progress=False)
+
+
+def _titles(fig) -> list[str]:
+    out = []
+    fig.for_each_xaxis(lambda a: out.append(a.title.text))
+    fig.for_each_yaxis(lambda a: out.append(a.title.text))
+    return [t for t in out if t] + [a.text for a in fig.layout.annotations]
+
+
+def test_every_time_axis_of_a_simulated_run_says_virtual_seconds(sim_result, real_result):
+    from workbench.ui import figures as F
+
+    sim, real = F.run_figures(sim_result), F.run_figures(real_result)
+    for key in ("progress_time", "throughput", "breakdown"):
+        sim_titles, real_titles = _titles(sim[key]), _titles(real[key])
+        assert any("virtual seconds" in t for t in sim_titles), (key, sim_titles)
+        assert not any(t in ("time (s)", "seconds") for t in sim_titles), (key, sim_titles)
+        assert not any("virtual" in t for t in real_titles), (key, real_titles)
+    assert "samples per virtual second" in _titles(sim["throughput"])
+    assert "epoch" in _titles(sim["progress_epoch"]) and "step" in _titles(sim["lr"])
+    # overlaid runs of both kinds: the axis says which clock is whose
+    mixed = _titles(F.progress_figure([sim_result, real_result], "time"))
+    assert "time (s) (virtual for simulated runs)" in mixed
+    assert "throughput (samples per virtual second)" in _titles(F.comparison_figure([sim_result]))
+    # live figures of a simulated run are laid out the same way
+    assert "time (virtual seconds)" in _titles(F.live_base("progress_time", simulated=True))
+    assert "time (s)" in _titles(F.mark_virtual(F.live_base("throughput", simulated=True), False))
+
+
+def test_a_simulated_sweeps_scaling_figure_is_in_virtual_seconds():
+    from workbench.ui import figures as F
+
+    table = pd.DataFrame({"workers": [1, 2], "samples_per_s": [10.0, 19.0], "efficiency": [1.0, 0.95],
+                          "wall_time_s": [0.01, 0.01], "status": ["completed"] * 2, "simulated": [True, True]})
+    fig = F.scaling_figure(table)
+    names = {t.name: t for t in fig.data}
+    assert "simulated" in names and "measured" not in names
+    assert len(names["too short to measure (< 2 s)"].x) == 0       # virtual time is exact
+    assert "throughput (samples per virtual second, log-log)" in _titles(fig)
+    real = F.scaling_figure(table.assign(simulated=False))
+    assert "measured" in {t.name for t in real.data} and "throughput (samples/s, log-log)" in _titles(real)
+
+
+def test_the_report_header_says_what_was_simulated(sim_result, real_result):
+    from workbench.ui.report import report_html
+
+    page = report_html(sim_result)
+    header = page.split("<h2>summary</h2>")[0]
+    s = sim_result.summary
+    assert "<b>simulated</b>: 4 virtual workers, CPU workers power8, network 10GbE, timing model alexnet" in header
+    assert f"simulating it took {s['sim_wall_s']:.3g} s of wall time (sim_wall_s)" in header
+    assert "virtual seconds" in header
+    summary = page.split("<h2>summary</h2>")[1].split("<h2>")[0]
+    assert "samples per virtual s" in summary and "<code>sim_wall_s</code>" in summary
+    assert "<b>simulated</b>" not in report_html(real_result)
+
+
+def test_a_1024_worker_runs_figures_draw_at_most_16_worker_lines():
+    from workbench.analysis.figdata import MAX_WORKER_TRACES, lr_series, throughput_series, time_bins
+
+    steps = pd.DataFrame({"worker": list(range(1024)) * 2, "step": [0] * 1024 + [1] * 1024,
+                          "time": [1.0] * 1024 + [2.0] * 1024, "samples": 1, "lr": 0.1,
+                          "compute_s": 0.5, "comm_s": 0.5, "wait_s": 0.0})
+    names = [s.name for s in throughput_series(time_bins(steps, 2))]
+    assert names == [f"worker {k}" for k in range(MAX_WORKER_TRACES)] + ["all workers"]
+    all_workers = throughput_series(time_bins(steps, 2))[-1]
+    assert list(all_workers.y) == [1024.0, 1024.0]      # every worker counted in "all": 1024 samples per s
+    assert len(lr_series(steps)) == MAX_WORKER_TRACES
+
+
+# ------------------------------------------------------------------------------ live records
+def test_a_simulated_runs_live_batches_reach_on_record_while_it_runs():
+    """The driver thread runs the virtual workers; their loops flush live batches every
+    FLUSH_S of *wall* time, so on_record sees the run as it goes, not all at the end."""
+    arrivals: list[tuple[float, float]] = []     # (wall time seen, newest virtual step time in the batch)
+    main = threading.get_ident()
+    threads = set()
+
+    def on_record(batch):
+        threads.add(threading.get_ident())
+        times = [r["time"] for r in batch if r.get("kind") == "step"]
+        if times:
+            arrivals.append((time.perf_counter(), max(times)))
+    cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": 250})
+    result = wb.run(cfg, on_record=on_record, progress=False)
+    end = time.perf_counter()
+    assert result.status == "completed" and result.summary["sim_wall_s"] > 1.0, result.summary["sim_wall_s"]
+    early = [(t, v) for t, v in arrivals if t < end - 0.5]
+    assert len({round(t, 1) for t, _ in early}) >= 2, arrivals[:5]      # several flushes, not one at the end
+    assert max(v for _, v in early) < result.steps.time.max()            # they held part of the run
+    assert threads == {main}                                             # delivered on the caller's thread
