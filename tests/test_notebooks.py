@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
-           "cpu_gpu", "scaling_costmodel"}
+           "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe"}
+# Runs a notebook shows failing on purpose: (notebook, run folder prefix) -> the statuses allowed.
+# SC'17: Async MSGD (server-side momentum 0.9, 4-16 stale workers) blows up where Async MEASGD does
+# not; the paper's "Async MEASGD is more stable than Async MSGD".
+EXPECTED_STATUS = {("sim_sc17", "async_msgd-"): {"completed", "diverged"}}
 QUICK_SECONDS = 60  # the target for one quick run on 2 CPU cores (reported, not asserted: CI machines vary)
 
 
@@ -126,7 +130,9 @@ def test_notebook_runs_quick_on_a_real_kernel(path, tmp_path):
     assert run_dirs, "the notebook must save its runs under out_dir/runs/"
     for d in run_dirs:
         summary = json.loads((d / "summary.json").read_text())
-        assert summary["status"] == "completed", (d.name, summary["status"], summary.get("events"))
+        allowed = next((v for (nb, prefix), v in EXPECTED_STATUS.items()
+                        if nb == path.stem and d.name.startswith(prefix)), {"completed"})
+        assert summary["status"] in allowed, (d.name, summary["status"], summary.get("events"))
         assert (d / "steps.csv").exists() and (d / "config.yaml").exists()
 
     for experiment in _experiments_by_notebook().get(path.stem, []):

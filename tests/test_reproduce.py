@@ -19,7 +19,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
-REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp"}
+REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -108,6 +108,31 @@ def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
     assert "report: " in proc.stdout and str(out / "report.html") in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["sc17_sim", "icpe_sim"])
+def test_a_simulated_reproduction_sets_the_papers_numbers_beside_ours(name, tmp_path):
+    # The reproductions at the papers' scale run on the simulated cluster (no Dask cluster);
+    # their report's table has, for every expected shape, the paper's number and ours.
+    out = tmp_path / "out"
+    proc = reproduce(f"experiments/{name}.yaml", "--quick", "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    assert all(c.get("paper") for c in exp.expected_shape), "every shape carries the paper's number"
+    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
+    report = (out / "report.html").read_text(encoding="utf-8")
+    table = report[report.index("Expected shape: paper vs simulated"):]
+    table = table[:table.index("</table>")]
+    for check in exp.expected_shape:
+        row = table[table.index(f"<code>{check['id']}</code>"):]
+        row = row[:row.index("</tr>")]
+        assert html.escape(str(check["paper"])) in row and html.escape(verdicts[check["id"]]["measured"]) in row
+        assert ("held" if verdicts[check["id"]]["held"] else "did not hold") in row
+        assert f"paper: {check['paper']}" in proc.stdout
+    summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")]
+    assert summaries and all(s["simulated"] and s["time_unit"] == "virtual seconds" for s in summaries)
+
+
 # ------------------------------------------------------------------------------ bad input: exit 2, one line
 def _one_line_error(proc: subprocess.CompletedProcess, prefix: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
@@ -174,3 +199,58 @@ def test_a_failing_notebook_exits_1_and_names_the_cell(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "fails.ipynb failed in cell" in proc.stderr and "RuntimeError: boom" in proc.stderr
     assert (out / "fails.ipynb").exists(), "the executed notebook shows where it failed"
+
+
+# ------------------------------------------------------------------------------ paper vs simulated
+def test_report_sets_the_papers_numbers_beside_ours(tmp_path):
+    # An expected shape may carry the paper's number; the notebook's verdict carries ours; the
+    # report's table joins them by id (a shape not measured reads so; the paper column is text).
+    from workbench.analysis.shape import ShapeChecks, paper_vs_measured
+    from workbench.apps.reproduce import _write_report
+    nbformat = pytest.importorskip("nbformat")
+    nb = tmp_path / "notebooks" / "n.ipynb"
+    nb.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), nb)
+    path = _experiment(tmp_path, "notebooks/n.ipynb", expected_shape=[
+        {"id": "comm_share", "text": "original EASGD mostly communicates", "paper": "87% <b>"},
+        {"id": "speedup", "text": "sync several times faster", "paper": "5.3x"},
+        {"id": "words_only", "text": "a shape the paper gave in words"}])
+    exp = load_experiment(path)
+    checks = ShapeChecks()
+    checks.check("comm_share", True, "91.2%")
+    checks.check("speedup", False, "2.4x (needed >= 3x)")
+    checks.check("extra", True, "measured beyond the shape")
+    rows = paper_vs_measured(exp.expected_shape, checks.verdicts)
+    assert [(r["paper"], r["measured"], r["verdict"]) for r in rows] == [
+        ("87% <b>", "91.2%", "held"), ("5.3x", "2.4x (needed >= 3x)", "did not hold"),
+        ("", "not measured", "not checked")]
+
+    report = tmp_path / "report.html"
+    _write_report(exp, rows, tmp_path, report, quick=False)
+    text = report.read_text(encoding="utf-8")
+    assert "paper vs measured here" in text
+    table = text[text.index("class='paper-vs'"):]
+    table = table[:table.index("</table>")]
+    cells = [c.split("</td>")[0] for c in table.split("<td")[1:]]
+    cells = [c[c.index(">") + 1:] for c in cells]
+    assert cells[:5] == ["<code>comm_share</code>", "original EASGD mostly communicates", "87% &lt;b&gt;", "91.2%",
+                         "held"]
+    assert cells[5:10] == ["<code>speedup</code>", "sync several times faster", "5.3x", "2.4x (needed &gt;= 3x)",
+                           "did not hold"]
+    assert cells[12:15] == ["", "not measured", "not checked"]
+
+    # the notebook's own view: the same rows, then what was measured beyond the shape
+    df = checks.table(experiment=path)
+    assert list(df.columns) == ["id", "text", "paper", "measured", "verdict"]
+    assert df["paper"].tolist() == ["87% <b>", "5.3x", "", ""]
+    assert df["id"].tolist() == ["comm_share", "speedup", "words_only", "extra"]
+
+
+def test_a_paper_number_that_is_not_text_exits_2(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = tmp_path / "notebooks" / "n.ipynb"
+    nb.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), nb)
+    path = _experiment(tmp_path, "notebooks/n.ipynb", expected_shape=[{"id": "a", "text": "b", "paper": [87]}])
+    proc = reproduce(str(path), "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "error: expected_shape.paper: ")

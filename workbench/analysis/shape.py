@@ -1,9 +1,84 @@
-"""Verdicts on a reproduction's expected shape, written by the experiment notebooks."""
+"""Verdicts on a reproduction's expected shape, written by the experiment notebooks, and
+the "paper vs simulated" table that sets them beside the papers' numbers.
+
+An experiment file's `expected_shape` entries may carry `paper` (the paper's number for
+that shape, as text, e.g. "87%"); a notebook's verdict carries `measured` (ours). The
+table joins the two by shape id; `reproduce` puts it in report.html and the notebook
+shows it (`ShapeChecks.table(experiment=...)`).
+"""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+COLUMNS = ["id", "text", "paper", "measured", "verdict"]
+
+
+def _evals(result: Any) -> Any:
+    ev = result.evals
+    return ev[ev["test_accuracy"].notna()].sort_values("time", kind="stable")
+
+
+def accuracy_at(result: Any, t: float) -> float | None:
+    """The test accuracy of the last evaluation at or before time `t` (the run's own
+    seconds: virtual ones for a simulated run); None before the first evaluation.
+    Several evaluations at one time (LTFB's trainers): the best.
+
+    >>> import pandas as pd; from types import SimpleNamespace as R
+    >>> r = R(evals=pd.DataFrame({"time": [1.0, 2.0, 3.0], "test_accuracy": [0.5, 0.7, 0.9]}))
+    >>> accuracy_at(r, 2.5), accuracy_at(r, 3.0), accuracy_at(r, 0.5)
+    (0.7, 0.9, None)
+    """
+    ev = _evals(result)
+    ev = ev[ev["time"] <= t]
+    if ev.empty:
+        return None
+    return float(ev[ev["time"] == ev["time"].iloc[-1]]["test_accuracy"].max())
+
+
+def time_to_accuracy(result: Any, target: float) -> float | None:
+    """The time of the first evaluation reaching `target` test accuracy; None if none did.
+
+    >>> import pandas as pd; from types import SimpleNamespace as R
+    >>> r = R(evals=pd.DataFrame({"time": [1.0, 2.0, 3.0], "test_accuracy": [0.5, 0.7, 0.9]}))
+    >>> time_to_accuracy(r, 0.7), time_to_accuracy(r, 0.95)
+    (2.0, None)
+    """
+    ev = _evals(result)
+    hit = ev[ev["test_accuracy"] >= target]
+    return None if hit.empty else float(hit["time"].iloc[0])
+
+
+def verdict_word(held: bool | None) -> str:
+    """How a verdict reads in the tables.
+
+    >>> verdict_word(True), verdict_word(False), verdict_word(None)
+    ('held', 'did not hold', 'not checked')
+    """
+    return "held" if held else ("did not hold" if held is False else "not checked")
+
+
+def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]]) -> list[dict]:
+    """One row per expected shape: id, text, the paper's number, ours, the verdict.
+
+    A shape the notebook did not measure reads "not measured" / "not checked"; one
+    without a paper number has paper "" (the paper reported it in words).
+
+    >>> rows = paper_vs_measured([{"id": "comm", "text": "mostly comm", "paper": "87%"}, {"id": "x", "text": "t"}],
+    ...                          [{"id": "comm", "held": True, "measured": "91%"}])
+    >>> [(r["id"], r["paper"], r["measured"], r["verdict"]) for r in rows]
+    [('comm', '87%', '91%', 'held'), ('x', '', 'not measured', 'not checked')]
+    """
+    by_id = {v["id"]: v for v in verdicts}
+    rows = []
+    for check in expected_shape:
+        v = by_id.get(check["id"], {})
+        rows.append({"id": check["id"], "text": check["text"], "paper": str(check.get("paper", "")),
+                     "measured": str(v.get("measured", "not measured")), "held": v.get("held"),
+                     "verdict": verdict_word(v.get("held"))})
+    return rows
 
 
 class ShapeChecks:
@@ -30,7 +105,21 @@ class ShapeChecks:
         path.write_text(json.dumps(self.verdicts, indent=2))
         return path
 
-    def table(self) -> Any:
-        """The verdicts as a pandas DataFrame (for the notebook to show)."""
+    def table(self, experiment: str | Path | None = None) -> Any:
+        """The verdicts as a pandas DataFrame (for the notebook to show).
+
+        With `experiment` (an experiment file), the "paper vs simulated" table: one row
+        per expected shape with the paper's number beside ours (`paper_vs_measured`),
+        then any verdict measured beyond the expected shape (paper "").
+        """
         import pandas as pd
-        return pd.DataFrame(self.verdicts, columns=["id", "held", "measured"])
+        if experiment is None:
+            return pd.DataFrame(self.verdicts, columns=["id", "held", "measured"])
+        from ..apps.reproduce import load_experiment
+        expected = load_experiment(experiment).expected_shape
+        rows = paper_vs_measured(expected, self.verdicts)
+        ids = {c["id"] for c in expected}
+        rows += [{"id": v["id"], "text": "(measured, not part of the expected shape)", "paper": "",
+                  "measured": v["measured"], "verdict": verdict_word(v["held"])}
+                 for v in self.verdicts if v["id"] not in ids]
+        return pd.DataFrame(rows, columns=COLUMNS)

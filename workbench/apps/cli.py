@@ -258,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_FAILED
             for c in outcome["checks"]:
                 mark = {True: "held", False: "did NOT hold", None: "not checked"}[c["held"]]
-                print(f"  [{mark}] {c['text']}  ({c['measured']})")
+                paper = f"; paper: {c['paper']}" if c.get("paper") else ""
+                print(f"  [{mark}] {c['text']}  ({c['measured']}{paper})")
             print(f"report: {outcome['report']}")
             return EXIT_OK
     except (ConfigError, ValueError) as exc:

@@ -9,7 +9,11 @@ shape held.
 
 Experiment file keys:
     title, paper, notebook, reported (list of str), we_run (str),
-    expected_shape (list of {id, text}), parameters (dict), quick_parameters (dict)
+    expected_shape (list of {id, text, paper?}), parameters (dict), quick_parameters (dict)
+
+An expected shape's optional `paper` is the paper's number for it, as text ("87%",
+"5.3x"); the report's "paper vs simulated" table (`analysis.shape.paper_vs_measured`)
+sets it beside the notebook's `measured`.
 
 The notebook contract: a `parameters`-tagged cell with `quick` and `out_dir`; at the end
 it writes `out_dir/shape.json` = [{"id", "held", "measured"}] (see `workbench.analysis.shape`).
@@ -78,6 +82,8 @@ def load_experiment(path: str | Path, notebook: str | Path | None = None) -> Exp
     for check in data["expected_shape"]:
         if not isinstance(check, dict) or not {"id", "text"} <= set(check):
             raise ConfigError("expected_shape", "entries with `id` and `text`", check)
+        if "paper" in check and not isinstance(check["paper"], (str, int, float)):
+            raise ConfigError("expected_shape.paper", "the paper's number as text, like \"87%\"", check["paper"])
     return Experiment(path=p, title=data["title"], paper=data["paper"], notebook=nb, reported=list(data["reported"]),
                       we_run=data["we_run"], expected_shape=list(data["expected_shape"]),
                       parameters=check_parameters(data.get("parameters"), "parameters"),
@@ -188,12 +194,9 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
         if handler is not None:
             log.removeHandler(handler)
             log.setLevel(level)
+    from ..analysis.shape import paper_vs_measured
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
-    checks = []
-    for check in exp.expected_shape:
-        v = verdicts.get(check["id"], {})
-        checks.append({"id": check["id"], "text": check["text"], "held": v.get("held"),
-                       "measured": v.get("measured", "not measured")})
+    checks = paper_vs_measured(exp.expected_shape, verdicts.values())
     expected_ids = {c["id"] for c in exp.expected_shape}
     also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
     report = out / "report.html"
@@ -210,15 +213,19 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
     runs = sorted((out / "runs").glob("*/summary.json")) if (out / "runs").exists() else []
     results = [RunResult.load(p.parent) for p in runs]
     esc = html.escape
+    simulated = any(r.summary.get("simulated") for r in results)
     rows = "".join(
-        f"<tr><td>{esc(c['text'])}</td><td>{esc(str(c['measured']))}</td>"
-        f"<td style='font-weight:bold;color:{'#1a7f37' if c['held'] else '#cf222e'}'>"
-        f"{'held' if c['held'] else ('did not hold' if c['held'] is False else 'not checked')}</td></tr>" for c in checks)
+        f"<tr><td><code>{esc(c['id'])}</code></td><td>{esc(c['text'])}</td><td>{esc(c['paper'])}</td>"
+        f"<td>{esc(c['measured'])}</td>"
+        f"<td style='font-weight:bold;color:{'#1a7f37' if c['held'] else '#cf222e'}'>{c['verdict']}</td></tr>"
+        for c in checks)
+    ours = "simulated" if simulated else "measured here"
     notes = (f"<p><b>Paper:</b> {esc(exp.paper)}</p>"
              f"<h3>What the paper reported</h3><ul>{''.join(f'<li>{esc(r)}</li>' for r in exp.reported)}</ul>"
              f"<h3>What we run</h3><p>{esc(exp.we_run)}{' (quick parameters)' if quick else ''}</p>"
-             f"<h3>Expected shape</h3><table border='1' cellpadding='4' style='border-collapse:collapse'>"
-             f"<tr><th>check</th><th>measured here</th><th>verdict</th></tr>{rows}</table>")
+             f"<h3>Expected shape: paper vs {ours}</h3>"
+             f"<table class='paper-vs' border='1' cellpadding='4' style='border-collapse:collapse'>"
+             f"<tr><th>shape</th><th>check</th><th>paper</th><th>{ours}</th><th>verdict</th></tr>{rows}</table>")
     if also:
         extra = "".join(f"<tr><td>{esc(v['id'])}</td><td>{esc(str(v.get('measured', '')))}</td>"
                         f"<td>{'yes' if v.get('held') else 'no'}</td></tr>" for v in also)

@@ -15,7 +15,10 @@ One `SimCosts` per run, from the config and the model:
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
   construction where both apply; a server's update is three passes over the
-  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`);
+  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`: one server
+  process streams through one core); cgdp's master sums and updates with the host's
+  threads at `master_bw`, the `cpu_device` profile's memory bandwidth when the run names
+  one (Le et al.'s master runs on every core of the S822LC: `power8`), else that one core;
 * cgdp's backward pass (`backward_done`): which share of the backward time has passed
   once the layers holding a given share of the parameters (counted from the output
   layer) have their gradients, interpolated over the timing model's layers, so a
@@ -57,6 +60,7 @@ class SimCosts:
     jitter: float = 0.0
     seed: int = 0
     allreduce: str = "ring"
+    master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
     rngs: list[np.random.Generator] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -141,5 +145,6 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> S
             devices.append(profiles.local_device(model, data.X_train, data.y_train, params))
         else:
             devices.append(profiles.DEVICES[name])
+    master = profiles.DEVICES[config.cpu_device].mem_bw if config.cpu_device != "local" else HOST_MEMORY_BYTES_PER_S
     return SimCosts(devices, timing, model.n_params, profiles.network_named(default_network(config)),
-                    jitter=config.jitter, seed=config.seed)
+                    jitter=config.jitter, seed=config.seed, master_bw=master)

@@ -271,7 +271,8 @@ def _host_bw() -> float:
 # ------------------------------------------------------------------------------ cgdp's master
 class SimChunkMasterState:
     """cgdp's host-side master: parts arrive over each worker's link, the master sums
-    and updates at host memory speed, one part at a time."""
+    and updates at the host's memory speed (`costs.master_bw`, the cpu_device profile's
+    when named), one part at a time."""
 
     def __init__(self, setup: RunSetup, costs: SimCosts, sched: Scheduler):
         self.costs, self.sched = costs, sched
@@ -297,7 +298,7 @@ class SimChunkMasterState:
         start = max(arrive, self.free)
         # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
         # charged with each part's share, so a chunk is updated when its last part is in
-        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / _host_bw()
+        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / self.costs.master_bw
         if self.core.add(*args):
             self.completed = step
             self.completed_at[step] = self.free
