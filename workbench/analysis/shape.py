@@ -115,8 +115,10 @@ class ShapeChecks:
         import pandas as pd
         if experiment is None:
             return pd.DataFrame(self.verdicts, columns=["id", "held", "measured"])
-        from ..apps.reproduce import load_experiment
-        expected = load_experiment(experiment).expected_shape
+        from ..config import read_yaml  # the file's expected shape only (`reproduce` checks the whole file)
+        data = read_yaml(experiment, "experiment")
+        expected = [c for c in (data.get("expected_shape") or []) if isinstance(c, dict) and "id" in c] \
+            if isinstance(data, dict) else []
         rows = paper_vs_measured(expected, self.verdicts)
         ids = {c["id"] for c in expected}
         rows += [{"id": v["id"], "text": "(measured, not part of the expected shape)", "paper": "",
