@@ -132,6 +132,9 @@ def _loop(ctx: WorkerContext) -> dict:
         ctx.flush(done=True)
         exc.workbench_steps = ctx.step_columns()   # travels with the exception: nothing logged is lost
         raise
+    except BaseException as exc:   # the worker vanishes (fault injection, a simulated kill): its log travels
+        exc.workbench_steps = ctx.step_columns()   # too, for a transport that can keep it (the simulator does)
+        raise
 
 
 # ------------------------------------------------------------------------------ client side
@@ -330,7 +333,7 @@ class _Monitor:
                 self.take(transport.poll())
                 time.sleep(MONITOR_S)
         self.take(transport.finish())   # loops that ended but were not reported yet
-        expected = {r for r, res in self.results.items() if res.get("status") != "rescheduled"}
+        expected = {r for r, res in self.results.items() if res.get("status") not in ("rescheduled", "lost")}
         deadline = time.time() + (0 if self.gone else DONE_TIMEOUT_S)
         while not expected <= self.done and time.time() < deadline:
             time.sleep(MONITOR_S)

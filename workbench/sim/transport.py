@@ -386,6 +386,7 @@ class SimTransport(Transport):
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
         self.vanished: set[int] = set()
+        self.reported_lost: set[int] = set()
         self.killed_at: dict[int, float] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -444,9 +445,15 @@ class SimTransport(Transport):
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
                                   sink)
-                except Killed:
+                except Killed as exc:
+                    # Lost, as a real worker is; but nothing here depends on when live batches
+                    # happened to leave (wall time), so its whole log up to the kill is kept:
+                    # a run with a kill is as deterministic as one without.
+                    steps = getattr(exc, "workbench_steps", None)
                     with self.lock:
                         self.vanished.add(rank)
+                        if steps is not None:
+                            self.results[rank] = {"status": "lost", "params": None, "steps": steps}
                     return
                 except Exception as exc:   # set-up failed before the loop could report it
                     result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
@@ -503,10 +510,11 @@ class SimTransport(Transport):
                     out.results[rank] = res
                     self.reported.add(rank)
             for rank in self.vanished:
-                if rank not in self.reported:
+                if rank not in self.reported_lost:
                     out.lost[rank] = f"virtual worker {rank}"
                     if rank in self.killed_at:
                         out.lost_at[rank] = self.killed_at[rank]
+                    self.reported_lost.add(rank)
                     self.reported.add(rank)
         return out
 
