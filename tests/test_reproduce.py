@@ -19,7 +19,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
-REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp"}
+REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "goyal_sim", "ltfb_sim"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
