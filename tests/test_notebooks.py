@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
-           "cpu_gpu", "scaling_costmodel"}
+           "cpu_gpu", "scaling_costmodel", "sim_goyal", "sim_ltfb"}
 QUICK_SECONDS = 60  # the target for one quick run on 2 CPU cores (reported, not asserted: CI machines vary)
 
 
