@@ -22,15 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
-<<<<<<< HEAD
-           "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe"}
+           "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe", "sim_goyal", "sim_ltfb", "sim_validation"}
 # Runs a notebook shows failing on purpose: (notebook, run folder prefix) -> the statuses allowed.
 # SC'17: Async MSGD (server-side momentum 0.9, 4-16 stale workers) blows up where Async MEASGD does
 # not; the paper's "Async MEASGD is more stable than Async MSGD".
 EXPECTED_STATUS = {("sim_sc17", "async_msgd-"): {"completed", "diverged"}}
-=======
-           "cpu_gpu", "scaling_costmodel", "sim_goyal", "sim_ltfb"}
->>>>>>> repro2
 QUICK_SECONDS = 60  # the target for one quick run on 2 CPU cores (reported, not asserted: CI machines vary)
 
 
