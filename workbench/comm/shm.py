@@ -47,12 +47,21 @@ def wait_until(ready: Callable[[], bool], control: Any, what: str) -> None:
 
 def with_flock(lockfile: Any, fn: Callable[[], Any]) -> Any:
     """`fn()` while holding an exclusive lock on `lockfile` (one host's processes take turns)."""
-    import fcntl
-    fcntl.flock(lockfile, fcntl.LOCK_EX)
+    fd = lockfile.fileno()
+    _flock(fd, _LOCK_EX)
     try:
         return fn()
     finally:
-        fcntl.flock(lockfile, fcntl.LOCK_UN)
+        _flock(fd, _LOCK_UN)
+
+
+try:   # POSIX only; the shared-memory paths are offered only where it exists (platforms.shm_supported)
+    from fcntl import LOCK_EX as _LOCK_EX
+    from fcntl import LOCK_UN as _LOCK_UN
+    from fcntl import flock as _flock
+except ImportError:  # pragma: no cover - Windows
+    _LOCK_EX = _LOCK_UN = 0
+    _flock = None
 
 def create_segment(name: str, nbytes: int) -> str:
     """Create a zeroed shared-memory segment (kept alive by this process); returns its name."""
@@ -230,7 +239,19 @@ class ShmServer:
         return self._locked(self.core.pull)
 
     def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
-        return self._locked(lambda: self.core.push(grad, lr, version))
+        core = self.core
+        if not core.plain:
+            return self._locked(lambda: core.push(grad, lr, version))
+        # Plain SGD: `lr g` is computed before the lock (in this worker's own scratch), so
+        # the lock is held only for `x -= lr g` and the copy back. A shorter hold is fewer
+        # peers blocked, and fewer holders descheduled mid-update on a busy machine.
+        step = core.scaled(grad, lr)
+        fd = self.lockfile.fileno()
+        _flock(fd, _LOCK_EX)
+        try:
+            return core.push_scaled(step, version)
+        finally:
+            _flock(fd, _LOCK_UN)
 
     def elastic(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
         core, missed = self.core, object()
