@@ -165,17 +165,18 @@ def _server(tmp_path, n=4, size=3, momentum=0.0):
     return name, lambda: ShmServer(name, lock, n, size, momentum=momentum)
 
 
-def test_shm_server_push_momentum_and_staleness_match_server_core(tmp_path):
-    name, make = _server(tmp_path, momentum=0.9)
+@pytest.mark.parametrize("momentum", [0.0, 0.9])   # 0: the plain update, lr*g computed before the lock
+def test_shm_server_push_momentum_and_staleness_match_server_core(tmp_path, momentum):
+    name, make = _server(tmp_path, momentum=momentum)
     try:
         a, b = make(), make()       # two clients of one server, as two workers would be
-        core = ServerCore(np.zeros(4, np.float32), momentum=0.9)
-        g = np.arange(4, dtype=np.float32)
-        for client, version in ((a, 0), (b, 0), (a, 2)):
+        core = ServerCore(np.zeros(4, np.float32), momentum=momentum)
+        for k, (client, version) in enumerate(((a, 0), (b, 0), (a, 2))):
+            g = np.arange(4, dtype=np.float32) / (k + 3)
             got = client.push(g, 0.1, version)
             want = core.push(g, 0.1, version)
             assert got[0] == want[0] and got[2] == want[2]
-            np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+            np.testing.assert_array_equal(got[1], want[1])   # the same operations: the same bits
         a.close(), b.close()
     finally:
         unlink_segment(name)

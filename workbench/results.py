@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ OnRecord = Callable[[list[Record]], None]
 # The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
 LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness")
 LIVE_ROWS = 200     # step rows per live batch at most: enough for a plot, cheap to send and draw
+_pack_row = struct.Struct(f"@{len(LOG_FIELDS)}d").pack_into   # one StepLog row, native float64s
+_ROW_BYTES = 8 * len(LOG_FIELDS)
 
 
 def step_record(worker: int, step: int, epoch: float, t: float, loss: float, lr: float,
@@ -117,9 +120,13 @@ class StepLog:
     """
 
     def __init__(self, capacity: int = 4096):
-        self.data = np.empty((max(2, capacity), len(LOG_FIELDS)), dtype=np.float64)   # (rows, fields)
+        self._set_data(np.empty((max(2, capacity), len(LOG_FIELDS)), dtype=np.float64))   # (rows, fields)
         self.n = 0       # rows written
         self.sent = 0    # rows already summarised in a live batch
+
+    def _set_data(self, data: np.ndarray) -> None:
+        self.data = data
+        self._bytes = memoryview(data).cast("B")   # `add` packs a row straight into these bytes
 
     def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
             comm_s: float, wait_s: float, staleness: float) -> None:
@@ -127,9 +134,17 @@ class StepLog:
         if n == self.data.shape[0]:
             grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
             grown[:n] = self.data
-            self.data = grown
-        self.data[n] = (step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
+            self._set_data(grown)
+        # One C call writes the row: ~0.2 us, where assigning a tuple to data[n] costs ~0.7.
+        _pack_row(self._bytes, n * _ROW_BYTES, step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
         self.n = n + 1
+
+    def __getstate__(self) -> dict:
+        return {"data": self.data, "n": self.n, "sent": self.sent}
+
+    def __setstate__(self, state: dict) -> None:
+        self._set_data(state["data"])
+        self.n, self.sent = state["n"], state["sent"]
 
     def _columns(self, lo: int, hi: int, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
         cols = {name: self.data[lo:hi, j].copy() for j, name in enumerate(LOG_FIELDS)}

@@ -84,19 +84,21 @@ class SyncSGD(Algorithm):
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
         self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
+        self.grad = self.buf[:n]          # views cut once: the step runs thousands of times a second
         self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
-        ctx, n = self.ctx, self.n
+        ctx = self.ctx
         t0 = self.clock()
         lo, hi = self.balancer.slices()[ctx.rank]
         X, y = ctx.batch(step, lo, hi)
-        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.buf[:n])
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
         w = (hi - lo) / ctx.plan.batch_size
-        self.buf[:n] *= w
+        if w != 1.0:                      # one worker: scaling by 1 changes nothing
+            self.grad *= w
         return loss * w, hi - lo, self.clock() - t0
 
     @property
@@ -105,21 +107,22 @@ class SyncSGD(Algorithm):
         return self.balancer.summary() if self.ctx.rank == 0 else {}
 
     def step(self, step: int) -> StepOut:
-        ctx, n = self.ctx, self.n
+        ctx, tail = self.ctx, self.tail
         lr = ctx.plan.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
-        self.tail.pack(self.buf, loss_w, compute_s, stop=ctx.rank == 0 and ctx.stop_requested())
-        t1 = ctx.timer()
+        tail.pack(self.buf, loss_w, compute_s, stop=ctx.rank == 0 and ctx.stop_requested())
+        timer = ctx.timer
+        t1 = timer()
         total = ctx.allreduce(self.buf)                                      # sum_i (n_i / B) g_i = g
-        got = self.tail.read(total, ctx.timer() - t1)
+        got = tail.read(total, timer() - t1)
         if self.balancer.by_speed:
             self.balancer.observe(got.times)
         out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
-            self.opt.step(self.params, total[:n], lr)                        # x -= lr g (momentum, ...)
-            self.tail.freed()
-            out.compute_s += self.tail.t_free - t2        # the update is compute too
+            self.opt.step(self.params, total[:self.n], lr)                  # x -= lr g (momentum, ...)
+            tail.freed()
+            out.compute_s += tail.t_free - t2             # the update is compute too
         return out
 
     def eval_params(self) -> Any:

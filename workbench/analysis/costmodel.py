@@ -72,7 +72,7 @@ class Network:
 NETWORKS: dict[str, Network] = {
     "shm": Network("shm", 20e-6, 1 / 2e9,
                    "this host: shared memory between worker processes; ~20 us per exchange "
-                   "(semaphores, Python), ~2 GB/s copy-and-sum through one core"),
+                   "(two flag barriers polled from Python), ~2 GB/s copy-and-sum through one core"),
     "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
                      "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
     "100GbE": Network("100GbE", 20e-6, 1 / 11e9,

@@ -76,6 +76,25 @@ class ParameterServer:
         self.header[H_VERSION] += 1
         return self.version, self.x.copy(), staleness
 
+    @property
+    def plain(self) -> bool:
+        """The update is `x -= lr g` alone (no momentum, no weight decay): `lr g` needs no
+        server state, so a front-end may compute it before taking its lock (`scaled`)."""
+        return self.opt.velocity is None and not self.opt.weight_decay
+
+    def scaled(self, grad: np.ndarray, lr: float) -> np.ndarray:
+        """`lr g` in this core's scratch buffer, the first half of a plain update (the
+        optimiser's own operation, so `push_scaled` then gives exactly `push`'s result)."""
+        np.multiply(grad, lr, out=self.opt._g)
+        return self.opt._g
+
+    def push_scaled(self, step: np.ndarray, version: int) -> tuple[int, np.ndarray, int]:
+        """`push` of a plain update whose `lr g` (`scaled`) was computed beforehand."""
+        staleness = self.version - version
+        self.x -= step
+        self.header[H_VERSION] += 1
+        return self.version, self.x.copy(), staleness
+
     def elastic(self, x_worker: np.ndarray, alpha: float) -> np.ndarray:
         """EASGD: d = alpha (x_i - xc); xc += d; returns d (the worker subtracts it)."""
         d = alpha * (x_worker - self.x)
