@@ -210,7 +210,7 @@ def test_a_simulated_runs_live_batches_reach_on_record_while_it_runs():
         times = [r["time"] for r in batch if r.get("kind") == "step"]
         if times:
             arrivals.append((time.perf_counter(), max(times)))
-    cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": 250})
+    cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": 800})   # a few wall seconds, even idle
     result = wb.run(cfg, on_record=on_record, progress=False)
     end = time.perf_counter()
     assert result.status == "completed" and result.summary["sim_wall_s"] > 1.0, result.summary["sim_wall_s"]
