@@ -169,3 +169,17 @@ def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
 def test_simulate_refuses_a_cluster():
     with pytest.raises(ConfigError, match="simulate"):
         run(sim("sync_sgd"), cluster="threads")
+
+
+def test_a_measured_link_replaces_the_named_network():
+    from workbench.analysis.costmodel import Network
+    from workbench.sim.run import run_simulated
+    config = sim("sync_sgd", cpus=4, network="10GbE", eval_every=1000)
+    link = Network("measured", 5e-6, 1 / 14e9)
+    costs, model = costs_of(config)
+    res = run_simulated(config, link=link)
+    step_s = costs.compute(0, 16) + ring_allreduce_time(4, costs.nbytes(model.n_params + 2 + 2 * 4), link.alpha,
+                                                       link.beta)
+    times = res.steps[res.steps.worker == 0].time.to_numpy()
+    np.testing.assert_allclose(np.diff(times), step_s, rtol=1e-9)
+    assert res.summary["network"].startswith("measured (alpha 5 us, 14 GB/s")

@@ -131,8 +131,10 @@ class SimCosts:
         return 3.0 * n_bytes / HOST_MEMORY_BYTES_PER_S
 
 
-def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> SimCosts:
-    """The run's costs: per-rank devices, the timing model, the network."""
+def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link: Network | None = None) -> SimCosts:
+    """The run's costs: per-rank devices, the timing model, the network (`link`, when
+    given, replaces the named one: e.g. alpha / beta calibrated on this machine's real runs,
+    `costmodel.calibrate(...).link("measured")`)."""
     from . import profiles
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
     devices = []
@@ -146,5 +148,6 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None) -> S
         else:
             devices.append(profiles.DEVICES[name])
     master = profiles.DEVICES[config.cpu_device].mem_bw if config.cpu_device != "local" else HOST_MEMORY_BYTES_PER_S
-    return SimCosts(devices, timing, model.n_params, profiles.network_named(default_network(config)),
+    network = link if link is not None else profiles.network_named(default_network(config))
+    return SimCosts(devices, timing, model.n_params, network,
                     jitter=config.jitter, seed=config.seed, master_bw=master)

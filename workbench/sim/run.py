@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..algorithms import REGISTRY
 from ..config import ConfigError, RunConfig
@@ -12,8 +13,11 @@ from .transport import SimTransport
 
 
 def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` (with `simulate=True`) on virtual workers through the engine's one run path."""
+                  should_stop: Callable[[], bool] | None = None, link: Any = None) -> RunResult:
+    """Run `config` (with `simulate=True`) on virtual workers through the engine's one run path.
+
+    `link` (a `costmodel.Network`) replaces the config's named network: e.g. this machine's
+    link calibrated on real runs, `costmodel.calibrate(results).link("measured")`."""
     if not config.simulate:
         raise ConfigError("simulate", "true for a simulated run", config.simulate)
     spec = REGISTRY.get(config.algorithm)
@@ -21,4 +25,4 @@ def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
         raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
                           "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
     t_called = time.time()
-    return execute(config, SimTransport(), on_record=on_record, should_stop=should_stop, t_called=t_called)
+    return execute(config, SimTransport(link=link), on_record=on_record, should_stop=should_stop, t_called=t_called)

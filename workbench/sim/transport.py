@@ -381,7 +381,8 @@ class _LocalArray:
 class SimTransport(Transport):
     name = "sim"
 
-    def __init__(self) -> None:
+    def __init__(self, link: Any = None) -> None:
+        self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.control = ThreadControl()
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
@@ -407,7 +408,7 @@ class SimTransport(Transport):
     def prepare(self, setup: RunSetup) -> None:
         from ..execution.engine import run_dataset
         self.setup, self.size = setup, setup.size
-        self.costs = make_costs(setup.config, setup.model, setup.kinds, run_dataset(setup.config))
+        self.costs = make_costs(setup.config, setup.model, setup.kinds, run_dataset(setup.config), link=self.link)
 
     def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
         self.thread = threading.Thread(target=self._drive, args=(setup, sink, main), name="workbench-sim",
@@ -546,7 +547,9 @@ class SimTransport(Transport):
         return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
                 "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
-                "network": default_network(c), "timing_model": c.timing_model or c.model,
+                "network": default_network(c) if self.link is None else
+                f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
+                "timing_model": c.timing_model or c.model,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
 
     def public(self, worker: dict, rank: int) -> dict:

@@ -2,9 +2,9 @@
 
 `real_vs_simulated(client, config)` runs `config` for real on a Dask cluster of worker
 processes (the engine, as `workbench.run(..., cluster=client)` does) and then simulated
-with this machine's calibrated core (`cpu_device="local"`, timed right then) and the
-shared-memory link (`network="shm"`, what real CPU workers here use), for each worker
-count, and tabulates the samples/s of both and the error. `simulator_vs_cost_model`
+with this machine's calibrated core (`cpu_device="local"`, timed right then) and its
+measured link (alpha / beta fitted on the real runs' exchanges by `costmodel.calibrate`;
+or the documented shared-memory constants), for each worker count, and tabulates the samples/s of both and the error. `simulator_vs_cost_model`
 puts the simulator beside `costmodel.step_prediction` fed with the simulator's own
 constants (device, link), where the two describe the same exchange.
 
@@ -40,7 +40,8 @@ def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
 
 
 def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
-                      steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None) -> pd.DataFrame:
+                      steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None,
+                      measured_link: bool = True) -> pd.DataFrame:
     """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
 
     Args:
@@ -49,27 +50,36 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         workers: worker counts.
         steps: steps of each run.
         per_worker: rows of the global batch per worker.
-        keep: if a list is given, the real runs' RunResults are appended to it (e.g. to
-            calibrate the cost model's link on them: `costmodel.calibrate(keep)`).
+        keep: if a list is given, the real runs' RunResults are appended to it.
+        measured_link: simulate over the link measured on the real runs (alpha / beta fitted
+            by `costmodel.calibrate`); False: the documented shm constants.
     """
+    from ..analysis.costmodel import calibrate
     from ..execution.engine import run as run_engine
     from . import profiles
     from .run import run_simulated
     base = config or RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY)
-    rows = []
+    reals = {}
     for p in workers:
         cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
         run_engine(cfg.replace(steps=5), cluster=client)                     # warm workers: imports, data
-        real = run_engine(cfg, cluster=client)
+        reals[p] = run_engine(cfg, cluster=client)
         if keep is not None:
-            keep.append(real)
+            keep.append(reals[p])
+    # this machine's link, measured: alpha / beta fitted on the real runs' exchanges (the
+    # documented shm constants fill in what one size cannot determine)
+    link = calibrate(list(reals.values()), network="shm").link("measured") if measured_link else None
+    rows = []
+    for p, real in reals.items():
+        cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
         profiles._LOCAL.clear()                                             # time this core now, next to the real run
-        sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"))
+        sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"), link=link)
         r, s = _row("real", p, real), _row("simulated", p, sim)
         rows.append({"workers": p, "real_samples_per_s": r["samples_per_s"], "sim_samples_per_s": s["samples_per_s"],
                      "error": s["samples_per_s"] / r["samples_per_s"] - 1,
                      "real_compute_ms": r["compute_ms"], "sim_compute_ms": s["compute_ms"],
                      "real_comm_ms": r["comm_ms"], "sim_comm_ms": s["comm_ms"],
+                     "link": sim.summary["network"],
                      "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
                      "status": real.summary["status"]})
     return pd.DataFrame(rows)
