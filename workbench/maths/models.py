@@ -121,6 +121,7 @@ class Model:
         self.n_params = 0
         self._init_std: dict[str, float] = {}   # layer name -> init std (0 for biases)
         self._groups: list[tuple[int, int]] = []
+        self._spans: list[tuple[str, int, int, tuple[int, ...]]] = []   # (name, start, stop, shape) per layer
         self._work: dict[tuple, _Workspace] = {}
 
     def _build(self, groups: list[tuple[str, tuple[int, ...], int, float]]) -> None:
@@ -163,7 +164,10 @@ class Model:
         """
         if params.ndim != 1 or params.shape[0] != self.n_params:
             raise ValueError(f"params: a flat vector of shape ({self.n_params},), got shape {tuple(params.shape)}")
-        return {l.name: params[l.start:l.stop].reshape(l.shape) for l in self.layers}
+        spans = self._spans
+        if len(spans) != len(self.layers):   # cut once: this runs twice per step (params, grad)
+            spans = self._spans = [(l.name, l.start, l.stop, l.shape) for l in self.layers]
+        return {name: params[a:b].reshape(shape) for name, a, b, shape in spans}
 
     def layer_groups(self) -> list[tuple[int, int]]:
         """(start, stop) of each layer's W+b slice of the flat vector, in forward order."""
