@@ -83,7 +83,6 @@ class Scheduler:
         self.driver: greenlet | None = None
         self.now = 0.0
         self.errors: dict[str, BaseException] = {}
-        self.on_deadlock: Callable[[list[VProc]], None] | None = None
         self.between: Callable[[], None] | None = None    # called between events (stop / abort requests)
 
     def spawn(self, fn: Callable[[VProc], Any], name: str) -> VProc:
@@ -123,8 +122,6 @@ class Scheduler:
                 stuck = [p for p in self.procs if not p.done and p.blocked]
                 if not stuck:
                     return
-                if self.on_deadlock is not None:
-                    self.on_deadlock(stuck)
                 for p in stuck:   # nobody will ever wake them: their peers are gone
                     p.blocked = False
                     self._resume(p, throw=WorkerLost(f"{p.name}: a peer it waits for is gone (virtual "

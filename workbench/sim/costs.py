@@ -125,6 +125,10 @@ class SimCosts:
         fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
         return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta) if workers > 1 else 0.0
 
+    def host_copy(self) -> float:
+        """A server copying out its parameter vector (a pull): one pass through host memory."""
+        return self.vector_bytes / HOST_MEMORY_BYTES_PER_S
+
     def host_update(self, m: int | None = None) -> float:
         """A server applying one update (or elastic exchange) over `m` floats (default all)."""
         n_bytes = self.vector_bytes if m is None else self.nbytes(m)

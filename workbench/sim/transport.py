@@ -39,7 +39,7 @@ import numpy as np
 from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
 from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ..execution.transports.base import Progress, RunSetup, Transport, WorkerLinks
+from ..execution.transports.base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
 from .profiles import _one_blas_thread
@@ -221,7 +221,7 @@ class SimServer:
 
     def pull(self) -> tuple[int, np.ndarray]:
         c = self.costs
-        return self.s.serve(self.proc, 0, c.vector_bytes, c.vector_bytes / _host_bw(), self.s.core.pull)
+        return self.s.serve(self.proc, 0, c.vector_bytes, c.host_copy(), self.s.core.pull)
 
     def push(self, grad: np.ndarray, lr: float, version: int):
         c = self.costs
@@ -239,7 +239,7 @@ class SimServer:
 
     def centre(self) -> np.ndarray:
         c = self.costs
-        return self.s.serve(self.proc, 0, c.vector_bytes, c.vector_bytes / _host_bw(), self.s.core.centre)
+        return self.s.serve(self.proc, 0, c.vector_bytes, c.host_copy(), self.s.core.centre)
 
     def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
                 meta: dict | None = None) -> None:
@@ -261,11 +261,6 @@ class SimServer:
     def depart(self, trainer: int) -> None:
         self.s.core.depart(trainer)
         self.s._changed(self.proc.now())
-
-
-def _host_bw() -> float:
-    from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S
-    return HOST_MEMORY_BYTES_PER_S
 
 
 # ------------------------------------------------------------------------------ cgdp's master
@@ -369,14 +364,6 @@ class SimModel:
         return out
 
 
-class _LocalArray:
-    def __init__(self, array: Any):
-        self.array = array
-
-    def close(self) -> None:
-        pass
-
-
 # ------------------------------------------------------------------------------ the transport
 class SimTransport(Transport):
     name = "sim"
@@ -426,7 +413,7 @@ class SimTransport(Transport):
         elif needs.server is not None:
             server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
                                           costs, sched)
-        shared = {name: _LocalArray(setup.params0.copy()) for name in needs.shared}
+        shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
         cpu_kinds = ["cpu"] * size      # the maths runs on this machine's NumPy whatever the virtual device
 

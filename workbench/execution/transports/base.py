@@ -113,6 +113,16 @@ class WorkerLinks:
                 pass
 
 
+class LocalArray:
+    """A plain array standing in for a shared-memory one (workers in one process)."""
+
+    def __init__(self, array: Any):
+        self.array = array
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class Progress:
     """What a transport reports to the monitor since its last report."""

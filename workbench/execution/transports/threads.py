@@ -20,21 +20,11 @@ from ...comm.base import ThreadControl
 from ...comm.roles import make_core
 from ...comm.threads import ThreadChunkMaster, ThreadGroup, ThreadServer
 from ...config import RunConfig
-from .base import Progress, RunSetup, Transport, WorkerLinks
+from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
 
 
 class Vanished(BaseException):
     """Raised inside a worker thread to make it vanish like a killed process (fault injection)."""
-
-
-class _LocalArray:
-    """A plain array standing in for a shared-memory one."""
-
-    def __init__(self, array: Any):
-        self.array = array
-
-    def close(self) -> None:
-        pass
 
 
 class ThreadTransport(Transport):
@@ -65,7 +55,7 @@ class ThreadTransport(Transport):
                                                       setup.config, setup.model))
         elif needs.server is not None:
             self.server = ThreadServer(make_core(needs.server, needs.options(setup.config), setup.params0, size))
-        self.shared = {name: _LocalArray(setup.params0.copy()) for name in needs.shared}
+        self.shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.start_barrier = ThreadStartBarrier(size, self.control)
 
     def links(self, setup: RunSetup, rank: int) -> WorkerLinks:
