@@ -125,10 +125,10 @@ def _sizes(args: argparse.Namespace) -> list[Size]:
 
 
 # ------------------------------------------------------------------------------ on the workers
-def compute_only(config_dict: dict, seconds: float) -> dict:
-    """Runs on a worker: gradient + update on its slice, no exchange, for `seconds`."""
+def _worker_setup(config_dict: dict) -> tuple:
+    """What the bare loops below share with the engine's workers: the run's dataset (the
+    worker's cached copy), its model, initial parameters and optimiser."""
     from ..config import RunConfig
-    from ..data import _epoch_order, steps_per_epoch
     from ..execution.engine import run_dataset as _dataset
     from ..maths.models import make_model
     from ..maths.optim import SGD
@@ -137,8 +137,16 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
     data = _dataset(cfg)
     model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
     params = model.init(cfg.seed)
+    opt = SGD(model.n_params, np, params.dtype, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    return cfg, data, model, params, opt
+
+
+def compute_only(config_dict: dict, seconds: float) -> dict:
+    """Runs on a worker: gradient + update on its slice, no exchange, for `seconds`."""
+    from ..data import _epoch_order, steps_per_epoch
+
+    cfg, data, model, params, opt = _worker_setup(config_dict)
     grad = np.empty_like(params)
-    opt = SGD(model.n_params, np, params.dtype)
     b = cfg.batch_size // cfg.cpus
     spe = steps_per_epoch(data.n_train, cfg.batch_size)
     samples, step, t0 = 0, 0, time.perf_counter()
@@ -156,6 +164,56 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
             samples += b
         if now - t0 > seconds:
             return {"samples": samples, "seconds": now - t_start}
+
+
+def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_steps: int | None = None) -> dict:
+    """The synchronous step at its barest: slice, gradient straight into this rank's
+    shared-memory slot, allreduce, update; no records, no timers, no live batches, no
+    stop requests. The same maths as `sync_sgd` over shared memory (equal slices of the
+    global batch, each weighted by its share), so its throughput is the ceiling the
+    engine's loop can reach on this machine: `sync_sgd` against it is the loop's own
+    overhead, and it against the no-exchange limit is the exchange's and the barrier's.
+
+    Rank 0 decides when to stop (after `seconds`, or after `max_steps`) and tells the
+    others through the allreduced buffer, so every rank runs the same steps. Returns
+    steady-state samples and seconds, the steps run, and the final parameters."""
+    from ..comm.shm import ShmComm
+    from ..data import _epoch_order, split_batch, steps_per_epoch
+    from ..maths.optim import make_plan
+
+    cfg, data, model, params, opt = _worker_setup(config_dict)
+    schedule = make_plan(cfg, data.n_train).schedule
+    n, size, B = model.n_params, cfg.cpus, cfg.batch_size
+    comm = ShmComm(segment, rank, size, n + 1)
+    buf = comm.buffer(n + 1)
+    grad = buf[:n]
+    lo, hi = split_batch(B, [1.0] * size)[rank]
+    w = (hi - lo) / B
+    spe = steps_per_epoch(data.n_train, B)
+    samples, step, t0, t_start = 0, 0, time.perf_counter(), None
+    comm.barrier()
+    try:
+        while True:
+            epoch, k = divmod(step, spe)
+            idx = _epoch_order(data.n_train, cfg.seed, epoch)[k * B + lo:k * B + hi]
+            model.loss_and_grad(params, data.X_train[idx], data.y_train[idx], grad_out=grad)
+            if w != 1.0:
+                grad *= w
+            now = time.perf_counter()
+            buf[n] = rank == 0 and (now - t0 > seconds or (max_steps is not None and step + 1 >= max_steps))
+            total = comm.allreduce(buf)
+            opt.step(params, total[:n], schedule(step))
+            step += 1
+            if t_start is None and now - t0 > STEADY_FROM * seconds:
+                t_start, samples = time.perf_counter(), 0
+            elif t_start is not None:
+                samples += hi - lo
+            if total[n] > 0:
+                end = time.perf_counter()
+                return {"samples": samples, "seconds": end - (t_start if t_start is not None else t0),
+                        "steps": step, "params": params}
+    finally:
+        comm.close()
 
 
 def exchange_time(name: str, rank: int, size: int, n: int, repeats: int) -> list[float]:
@@ -258,6 +316,57 @@ def _shm_exchange_entry(b: Bench) -> dict:
     finally:
         b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
     return {"exchange_ms": float(np.median(times.max(axis=0)) * 1e3)}
+
+
+def _bare_sync_entry(b: Bench) -> dict:
+    """The barest synchronous loop on the same Dask workers (`bare_sync`)."""
+    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    before = b.measure_limit()
+    name = f"wbb{uuid.uuid4().hex[:10]}"
+    addr0 = b.workers[0]["address"]
+    cfg = b.config("sync_sgd", 10).to_dict()
+    b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, b.n_params + 1), workers=[addr0], pure=False).result()
+    try:
+        futs = [b.client.submit(bare_sync, cfg, b.args.seconds, name, r, workers=[w["address"]], pure=False)
+                for r, w in enumerate(b.workers)]
+        got = b.client.gather(futs)
+    finally:
+        b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
+    limit = (before + b.measure_limit()) / 2
+    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": limit}
+
+
+def plain_processes(fn: Callable, args: list[tuple], blas_threads: int = 1) -> list[Any]:
+    """fn(*a) for each a in `args`, each in a fresh process of its own (no Dask), with
+    BLAS limited as a workbench cluster limits its workers'; their results, in order."""
+    import concurrent.futures
+    import multiprocessing
+
+    from ..execution.cluster import _blas_env, _pristine_environ
+    with _pristine_environ():
+        os.environ.update({k: v for k, v in _blas_env(blas_threads).items() if v is not None})
+        ctx = multiprocessing.get_context("spawn")     # the children read the BLAS limits as they start
+        with concurrent.futures.ProcessPoolExecutor(len(args), mp_context=ctx) as pool:
+            return list(pool.map(fn, *zip(*args)))
+
+
+def _plain_entry(b: Bench) -> dict:
+    """The same bare synchronous loop and no-exchange limit in plain processes, outside
+    Dask: what the worker processes' own background work (event loop, heartbeats,
+    monitors) costs the loop."""
+    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    cfg = b.config("sync_sgd", 10).to_dict()
+    blas = max(1, (os.cpu_count() or 1) // b.cpus)
+    half = b.args.seconds / 2
+    before = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
+    name = f"wbb{uuid.uuid4().hex[:10]}"
+    create_segment(name, allreduce_nbytes(b.cpus, b.n_params + 1))
+    try:
+        got = plain_processes(bare_sync, [(cfg, b.args.seconds, name, r) for r in range(b.cpus)], blas)
+    finally:
+        unlink_segment(name)
+    after = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
+    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": (before + after) / 2}
 
 
 def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
@@ -427,7 +536,9 @@ def _free_port() -> int:
 def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
     """The benchmark's rows, in order; the torch peer's only when torch is importable."""
     out = [Entry("no-exchange limit", _limit_entry),
-           Entry("allreduce, shared memory (ours)", _shm_exchange_entry)]
+           Entry("allreduce, shared memory (ours)", _shm_exchange_entry),
+           Entry("bare sync loop (no engine)", _bare_sync_entry),
+           Entry("bare sync loop, plain processes (no Dask)", _plain_entry)]
     out += [Entry(a, _algorithm_entry(a)) for a in algorithms]
     if not args.no_torch and torch_available():
         out += [Entry("PyTorch no-exchange limit", _torch_limit_entry),

@@ -1,0 +1,30 @@
+"""`python -m workbench bench`'s measuring loops do the maths they claim (speed itself is
+shown by the benchmark, not by tests)."""
+import uuid
+from argparse import Namespace
+
+import numpy as np
+
+from workbench.algorithms.reference import train_reference
+from workbench.analysis.bench import _bench_config, bare_sync, plain_processes
+from workbench.comm.shm import allreduce_nbytes, create_segment, unlink_segment
+from workbench.config import RunConfig
+from workbench.maths.models import make_model
+
+
+def test_bare_sync_loop_trains_what_single_process_sgd_trains():
+    # The bench's ceiling loop must do sync_sgd's maths, or its throughput is no ceiling:
+    # 2 plain processes, 7 steps, against the single-process reference after 7 steps.
+    cfg = _bench_config(Namespace(cpus=2, tau=1), "sync_sgd", 7)
+    n = make_model("mlp", cfg.n_features, 10, hidden=cfg.model_hidden).n_params
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, n + 1))
+    try:
+        got = plain_processes(bare_sync, [(cfg.to_dict(), 60.0, name, r, 7) for r in range(2)])
+    finally:
+        unlink_segment(name)
+    trajectory: list = []
+    train_reference(RunConfig.from_dict({**cfg.to_dict(), "algorithm": "sgd"}), trajectory=trajectory)
+    assert [g["steps"] for g in got] == [7, 7]
+    np.testing.assert_array_equal(got[0]["params"], got[1]["params"])   # every rank: the same update
+    np.testing.assert_allclose(got[0]["params"], trajectory[6], rtol=1e-5, atol=1e-7)
+    assert not np.allclose(got[0]["params"], trajectory[5], rtol=1e-5, atol=1e-7)   # 7 steps, not 6
