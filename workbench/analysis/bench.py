@@ -469,6 +469,7 @@ def _torch_worker(rank: int, spec: dict, out: str) -> None:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)       # the slowest rank, per repeat
             if rank == 0:
                 _write(out, {"exchange_ms": float(t.median()) * 1e3})
+            dist.barrier()
             return
         torch.manual_seed(rank)
         widths = [spec["n_features"], *spec["hidden"], 10]
@@ -516,6 +517,7 @@ def _torch_worker(rank: int, spec: dict, out: str) -> None:
         dist.all_reduce(rate)                               # sum over the processes
         if rank == 0:
             _write(out, {"samples_per_s": float(rate.item())})
+        dist.barrier()       # nobody tears gloo down while a peer is still in its last call
     finally:
         dist.destroy_process_group()
 
