@@ -5,6 +5,9 @@ the 535k-parameter MLP 784-512-256-10 at 128 per worker) it measures, on one clu
 - the no-exchange limit: every worker computing gradients and updates, never exchanging
   (measured again right before and right after each entry, and averaged);
 - one parameter exchange: the shared-memory allreduce of the whole parameter vector;
+- the barest synchronous loop (`bare_sync`), on the same workers and in plain processes
+  outside Dask: the ceiling on this machine, so that sync_sgd against it shows the
+  engine's own overhead, and it against the limit the exchange's and the barrier's;
 - each algorithm, through the engine, in steady state (the first 20% of its time dropped);
 - when torch is importable (an optional peer, never a dependency): torch's own
   no-exchange limit (the same MLP trained single-process in as many processes side by
