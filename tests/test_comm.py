@@ -43,6 +43,47 @@ def test_shm_allreduce_across_processes_equals_numpy_sum(size):
             np.testing.assert_array_equal(got[rank][r], expected)
 
 
+def _shm_pair_worker(name, rank, n, rounds, out_q):
+    comm = ShmComm(name, rank, 2, n)
+    rng = np.random.default_rng(rank)
+    bad = []
+    for r in range(rounds):
+        m = n - (r % 7)                        # lengths vary between calls
+        buf = comm.buffer(m) if r % 2 else np.empty(m, dtype=np.float32)
+        buf[:] = np.arange(m, dtype=np.float32) * (rank + 1) + r
+        if rng.random() < 0.05:                # skew: one rank late, either way round
+            time.sleep(rng.random() * 2e-4)
+        got = comm.allreduce(buf)
+        if rng.random() < 0.3:                 # the other rank may already be writing its next slot
+            time.sleep(rng.random() * 1e-4)
+        if not np.array_equal(got, np.arange(m, dtype=np.float32) * 3 + 2 * r):
+            bad.append(r)
+        if r % 50 == 0:
+            comm.barrier()                     # barriers between calls keep the sets in step
+    comm.close()
+    out_q.put((rank, bad))
+
+
+def test_shm_pair_allreduce_reuses_its_slot_sets_safely():
+    # Two workers take the one-meeting path over two alternating slot sets: a rank that
+    # is slow to read call k's set must never see the other rank's call k+2 in it. Many
+    # calls with random delays on both sides, each result checked exactly.
+    n, rounds = 257, 3000
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, n))
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_shm_pair_worker, args=(name, r, n, rounds, q)) for r in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        got = dict(q.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(10)
+        unlink_segment(name)
+    assert got == {0: [], 1: []}
+
+
 def test_shm_allreduce_rejects_buffers_over_capacity():
     name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(1, 4))
     try:
