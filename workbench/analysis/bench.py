@@ -260,7 +260,7 @@ def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int
     allreduce (the slowest rank's time) and bytes each worker sends per allreduce."""
     from ..comm.ring import install
     from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
-    from ..execution.cluster import make_cluster, workers_of
+    from ..execution.cluster import close_client, make_cluster, workers_of
     client = make_cluster(cpus=max(ranks), gpus=0, quiet=True)
     lines = []
     try:
@@ -285,9 +285,7 @@ def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int
                              f"ring (comm=dask) {ring_ms:.3f} ms, {sent:,} B sent per worker "
                              f"({sent / (4 * n):.2f} of the buffer)")
     finally:
-        cluster = client.cluster
-        client.close()
-        cluster.close()
+        close_client(client)
     return lines
 
 
@@ -569,7 +567,7 @@ def check_args(args: argparse.Namespace) -> list[Size]:
     from ..execution.preflight import check_memory
     if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
         raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
-    for name in ("cpus", "batch_per_worker", "tau", "n_features"):
+    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ConfigError(name, "a whole number >= 1", value)
@@ -589,7 +587,7 @@ def check_args(args: argparse.Namespace) -> list[Size]:
 def main(args: argparse.Namespace) -> int:
     from ..algorithms import REGISTRY
     from ..config import ConfigError
-    from ..execution.cluster import make_cluster, workers_of
+    from ..execution.cluster import close_client, make_cluster, workers_of
     from ..execution.engine import run
     from ..maths.models import make_model
 
@@ -598,9 +596,10 @@ def main(args: argparse.Namespace) -> int:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
     sizes = check_args(args)
+    rounds = int(getattr(args, "rounds", 1) or 1)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement; {blas}; "
+    print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement, {rounds} round(s); {blas}; "
           f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
     client = make_cluster(cpus=args.cpus, gpus=0, quiet=True)
     tables: list[pd.DataFrame] = []
@@ -618,24 +617,25 @@ def main(args: argparse.Namespace) -> int:
             b = Bench(client, workers, size, args)
             b.n_params = make_model("mlp", size.n_features, 10, hidden=size.widths).n_params
             rows = []
-            for entry in entries(args, algorithms):
-                got = entry.measure(b)
-                if got is not None:
-                    rows.append({"size": size.name, "what": entry.what, **got})
-                    print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
+            for k in range(rounds):          # every row once per round: drifts hit all rows alike
+                for entry in entries(args, algorithms):
+                    got = entry.measure(b)
+                    if got is not None:
+                        rows.append({"size": size.name, "what": entry.what, "round": k, **got})
+                        print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
             table = pd.DataFrame(rows)
             for col in ("samples_per_s", "limit", "comm_fraction", "exchange_ms"):
                 if col not in table:
                     table[col] = float("nan")
             table["vs_limit"] = table["samples_per_s"] / table["limit"]
-            tables.append(table)
+            tables.append(combine_rounds(table))
             notes += b.notes
     finally:
-        cluster = client.cluster
-        client.close()
-        cluster.close()
+        close_client(client)
     table = pd.concat(tables, ignore_index=True)
-    cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "comm_fraction", "exchange_ms"]
+    cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "vs_limit_min", "vs_limit_max", "comm_fraction",
+            "exchange_ms"]
+    cols = [c for c in cols if c in table.columns]
     cols += [c for c in table.columns if c not in cols]
     print()
     print(table[cols].to_string(index=False, na_rep="", float_format=_fmt))
@@ -650,6 +650,32 @@ def main(args: argparse.Namespace) -> int:
     if args.out:
         table[cols].assign(startup_s=warm.summary["startup_s"]).to_csv(args.out, index=False)
     return 0
+
+
+def combine_rounds(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured thing: the median over the rounds of every number (the ratio
+    is the median of the rounds' ratios, not a ratio of medians), with the ratio's range
+    when there was more than one round.
+
+    >>> t = pd.DataFrame({"size": ["s"] * 4, "what": ["a", "b", "a", "b"], "round": [0, 0, 1, 1],
+    ...                   "samples_per_s": [1.0, 2.0, 3.0, 4.0], "limit": [4.0] * 4, "status": ["completed"] * 4})
+    >>> t["vs_limit"] = t["samples_per_s"] / t["limit"]
+    >>> combine_rounds(t)[["what", "samples_per_s", "vs_limit", "vs_limit_min", "vs_limit_max", "status"]]
+      what  samples_per_s  vs_limit  vs_limit_min  vs_limit_max     status
+    0    a            2.0      0.50          0.25          0.75  completed
+    1    b            3.0      0.75          0.50          1.00  completed
+    """
+    if "round" not in table or table["round"].nunique() <= 1:
+        return table.drop(columns="round", errors="ignore")
+    numeric = [c for c in table.columns if c not in ("size", "what", "round") and pd.api.types.is_numeric_dtype(table[c])]
+    others = [c for c in table.columns if c not in ("size", "what", "round") and c not in numeric]
+    by = table.groupby(["size", "what"], sort=False)
+    out = by[numeric].median()
+    out["vs_limit_min"] = by["vs_limit"].min()
+    out["vs_limit_max"] = by["vs_limit"].max()
+    for c in others:       # e.g. status: the worst one seen
+        out[c] = by[c].agg(lambda v: next((x for x in v if x != "completed"), v.iloc[0]))
+    return out.reset_index()
 
 
 def verdict(table: pd.DataFrame, size: str, ours: str = "sync_sgd", margin: float = 0.15) -> str:

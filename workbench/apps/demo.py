@@ -30,7 +30,7 @@ def demo_config(**changes: object) -> RunConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
-    from ..execution.cluster import make_cluster
+    from ..execution.cluster import close_client, make_cluster
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -54,9 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, test accuracy "
                   f"{'n/a' if acc is None else f'{acc:.3f}'}", flush=True)
     finally:
-        cluster = client.cluster
-        client.close()
-        cluster.close()
+        close_client(client)
     speedup = results[2]["samples_per_s"] / results[1]["samples_per_s"] if results[1]["samples_per_s"] else float("nan")
     print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%})")
     print(f"report: {out / 'report.html'}  (1 worker: {out / 'one-worker' / 'report.html'})")

@@ -292,6 +292,12 @@ def close_session() -> None:
     """Close the session's cluster (started by `session_client`)."""
     client = _SESSION.pop("client", None)
     _SESSION.pop("key", None)
+    close_client(client)
+
+
+def close_client(client: Any) -> None:
+    """Close a client and, when it owns one (`make_cluster`), its cluster, without the
+    shutdown chatter of workers whose heartbeat races the scheduler's close."""
     if client is None:
         return
     cluster = getattr(client, "cluster", None)  # None for a connected (not owned) cluster
