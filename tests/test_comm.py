@@ -8,7 +8,7 @@ import pytest
 
 from workbench.comm.base import Emulated, ThreadControl, WorkerLost
 from workbench.comm.roles import ServerCore
-from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+from workbench.comm.shm import PAIR_MAX, ShmComm, allreduce_nbytes, create_segment, pair_path, unlink_segment
 from workbench.comm.threads import ThreadGroup, ThreadServer
 
 
@@ -22,9 +22,9 @@ def _shm_worker(name, rank, size, n, rounds, out_q):
     out_q.put((rank, results))
 
 
-@pytest.mark.parametrize("size", [2, 3])
-def test_shm_allreduce_across_processes_equals_numpy_sum(size):
-    n, rounds = 1001, 5
+@pytest.mark.parametrize("size, n", [(2, 1001), (3, 1001), (2, PAIR_MAX + 3)])   # pair path, general, general
+def test_shm_allreduce_across_processes_equals_numpy_sum(size, n):
+    rounds = 5
     name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -69,6 +69,7 @@ def test_shm_pair_allreduce_reuses_its_slot_sets_safely():
     # is slow to read call k's set must never see the other rank's call k+2 in it. Many
     # calls with random delays on both sides, each result checked exactly.
     n, rounds = 257, 3000
+    assert pair_path(2, n)
     name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, n))
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -4,7 +4,7 @@ Segments are created once per run by one worker (`create_segment`) and attached 
 by the others. The allreduce is a two-phase reduce-scatter/all-gather over a (P, n)
 slot array: each worker writes its buffer into its row, then sums its own column block
 across rows in rank order (deterministic), then everyone copies the whole sum; a pair of
-workers takes a one-meeting path over two alternating slot sets (`ShmComm`).
+workers with a small buffer takes a one-meeting path over two alternating slot sets (`ShmComm`).
 
 Synchronisation uses one int64 flag per worker (its phase counter) and spin-then-sleep
 waits. The writes a flag publishes are ordered before it on x86-64 (total store order);
@@ -106,10 +106,19 @@ def detach(shm: shared_memory.SharedMemory) -> None:
         shm.close()
 
 
+PAIR_MAX = 16384   # elements: the largest capacity for which two workers take the one-meeting path
+
+
+def pair_path(size: int, n: int) -> bool:
+    """Whether an allreduce of capacity n among `size` workers takes the pair path
+    (decided from the segment's shape, so every rank decides alike)."""
+    return size == 2 and n <= PAIR_MAX
+
+
 def allreduce_nbytes(size: int, n: int, dtype: Any = np.float32) -> int:
     """Bytes of the segment an allreduce of `n` elements among `size` workers needs."""
     itemsize = np.dtype(dtype).itemsize
-    arrays = 4 if size == 2 else size + 1     # a pair: two sets of two slots; else P slots and the total
+    arrays = 4 if pair_path(size, n) else size + 1   # a pair: two sets of two slots; else P slots and the total
     return 64 + 8 * size + itemsize * n * arrays
 
 
@@ -118,16 +127,19 @@ class ShmComm:
 
     `n` is the capacity: any buffer of up to n elements can be reduced.
 
-    Two workers (the 2-core laptop, Binder, a lab machine) take a shorter path than the
-    general one: two sets of slots used in turn, each worker writes its buffer into its
-    slot of this call's set, meets the other once, and adds the two slots itself (in rank
-    order: both get bitwise the same sum, and the same as the general path's). One
-    meeting per call instead of two, and no shared total to write and read back: 9-10 us
-    against 19-22 us per allreduce of 9,610 floats here, 49-68 against 130-138 us for
-    100k. Reusing a set is safe: a worker writes set s again two calls later, which it
-    reaches only after the other has arrived at the call in between, i.e. after the other
-    finished reading set s. With more workers, every one summing every slot would move
-    (P-1) n elements per worker per call, so they keep the reduce-scatter/all-gather."""
+    Two workers with a small capacity (up to PAIR_MAX elements: the teaching models that
+    the 2-core laptop, Binder and lab machines run) take a shorter path: two sets of slots
+    used in turn, each worker writes its buffer into its slot of this call's set, meets the
+    other once, and adds the two slots itself (in rank order: both get bitwise the same sum,
+    and the same as the general path's). One meeting per call instead of two, and no shared
+    total. In `bench` at the teaching size (9,610 floats) the exchange took 0.008-0.015 ms
+    (4 runs) against 0.009-0.024 ms, median 0.020, with two meetings (5 runs). For larger buffers each worker reading the
+    whole of the other's slot costs more than it saves (536k floats, the update's read
+    included: ~390 against ~270 us in a tight loop), so they keep the general path. Reusing a
+    set is safe: a worker writes set s again two calls later, which it reaches only after
+    the other has arrived at the call in between, i.e. after the other finished reading set
+    s. With more workers, every one summing every slot would move (P-1) n elements per
+    worker per call, so they keep the reduce-scatter/all-gather too."""
 
     def __init__(self, name: str, rank: int, size: int, n: int, control: Any = None,
                  dtype: Any = np.float32):
@@ -140,7 +152,7 @@ class ShmComm:
         self._flag_view = memoryview(self.flags)    # exported by NumPy, not by the segment
         off = 64 + 8 * size
         itemsize = np.dtype(dtype).itemsize
-        self.pair = size == 2
+        self.pair = pair_path(size, n)
         if self.pair:
             self.slots = np.ndarray((2, size, n), dtype=dtype, buffer=buf, offset=off)   # (set, rank, n)
             self.total = None
