@@ -172,8 +172,9 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
 def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_steps: int | None = None) -> dict:
     """The synchronous step at its barest: slice, gradient straight into the buffer the
     shared-memory allreduce hands out (as sync_sgd does), allreduce, update; no records,
-    no timers, no live batches, no stop requests. The same maths as `sync_sgd` over shared memory (equal slices of the
-    global batch, each weighted by its share), so its throughput is the ceiling the
+    no timers, no live batches, no stop requests. The same maths as `sync_sgd` over
+    shared memory (equal slices of the global batch, each weighted by its share), so its
+    throughput is the ceiling the
     engine's loop can reach on this machine: `sync_sgd` against it is the loop's own
     overhead, and it against the no-exchange limit is the exchange's and the barrier's.
 
