@@ -23,13 +23,14 @@ peer is one more entry.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,9 +175,9 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
     shared-memory allreduce hands out (as sync_sgd does), allreduce, update; no records,
     no timers, no live batches, no stop requests. The same maths as `sync_sgd` over
     shared memory (equal slices of the global batch, each weighted by its share), so its
-    throughput is the ceiling the
-    engine's loop can reach on this machine: `sync_sgd` against it is the loop's own
-    overhead, and it against the no-exchange limit is the exchange's and the barrier's.
+    throughput is the ceiling the engine's loop can reach on this machine: `sync_sgd`
+    against it is the loop's own overhead, and it against the no-exchange limit is the
+    exchange's and the barrier's.
 
     Rank 0 decides when to stop (after `seconds`, or after `max_steps`) and tells the
     others through the allreduced buffer, so every rank runs the same steps. Returns
@@ -306,34 +307,36 @@ def _limit_entry(b: Bench) -> dict:
     return {"samples_per_s": limit, "limit": limit, "comm_fraction": 0.0}
 
 
-def _shm_exchange_entry(b: Bench) -> dict:
+@contextlib.contextmanager
+def _allreduce_segment(b: Bench, n: int) -> Iterator[str]:
+    """A shared-memory allreduce segment for n elements among the bench's workers, made on
+    (and removed from) the first worker's host; yields its name."""
     from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     name = f"wbb{uuid.uuid4().hex[:10]}"
     addr0 = b.workers[0]["address"]
-    b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, b.n_params), workers=[addr0], pure=False).result()
+    b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, n), workers=[addr0], pure=False).result()
     try:
+        yield name
+    finally:
+        b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
+
+
+def _shm_exchange_entry(b: Bench) -> dict:
+    with _allreduce_segment(b, b.n_params) as name:
         futs = [b.client.submit(exchange_time, name, r, b.cpus, b.n_params, 200, workers=[w["address"]], pure=False)
                 for r, w in enumerate(b.workers)]
         times = np.array(b.client.gather(futs))
-    finally:
-        b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
     return {"exchange_ms": float(np.median(times.max(axis=0)) * 1e3)}
 
 
 def _bare_sync_entry(b: Bench) -> dict:
     """The barest synchronous loop on the same Dask workers (`bare_sync`)."""
-    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     before = b.measure_limit()
-    name = f"wbb{uuid.uuid4().hex[:10]}"
-    addr0 = b.workers[0]["address"]
     cfg = b.config("sync_sgd", 10).to_dict()
-    b.client.submit(create_segment, name, allreduce_nbytes(b.cpus, b.n_params + 1), workers=[addr0], pure=False).result()
-    try:
+    with _allreduce_segment(b, b.n_params + 1) as name:
         futs = [b.client.submit(bare_sync, cfg, b.args.seconds, name, r, workers=[w["address"]], pure=False)
                 for r, w in enumerate(b.workers)]
         got = b.client.gather(futs)
-    finally:
-        b.client.submit(unlink_segment, name, workers=[addr0], pure=False).result()
     limit = (before + b.measure_limit()) / 2
     return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": limit}
 
@@ -597,7 +600,7 @@ def main(args: argparse.Namespace) -> int:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
     sizes = check_args(args)
-    rounds = int(getattr(args, "rounds", 1) or 1)
+    rounds = int(getattr(args, "rounds", 1))
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement, {rounds} round(s); {blas}; "
@@ -618,11 +621,11 @@ def main(args: argparse.Namespace) -> int:
             b = Bench(client, workers, size, args)
             b.n_params = make_model("mlp", size.n_features, 10, hidden=size.widths).n_params
             rows = []
-            for k in range(rounds):          # every row once per round: drifts hit all rows alike
+            for rnd in range(rounds):        # every row once per round: drifts hit all rows alike
                 for entry in entries(args, algorithms):
                     got = entry.measure(b)
                     if got is not None:
-                        rows.append({"size": size.name, "what": entry.what, "round": k, **got})
+                        rows.append({"size": size.name, "what": entry.what, "round": rnd, **got})
                         print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
             table = pd.DataFrame(rows)
             for col in ("samples_per_s", "limit", "comm_fraction", "exchange_ms"):

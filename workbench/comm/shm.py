@@ -133,13 +133,14 @@ class ShmComm:
     other once, and adds the two slots itself (in rank order: both get bitwise the same sum,
     and the same as the general path's). One meeting per call instead of two, and no shared
     total. In `bench` at the teaching size (9,610 floats) the exchange took 0.008-0.015 ms
-    (4 runs) against 0.009-0.024 ms, median 0.020, with two meetings (5 runs). For larger buffers each worker reading the
-    whole of the other's slot costs more than it saves (536k floats, the update's read
-    included: ~390 against ~270 us in a tight loop), so they keep the general path. Reusing a
-    set is safe: a worker writes set s again two calls later, which it reaches only after
-    the other has arrived at the call in between, i.e. after the other finished reading set
-    s. With more workers, every one summing every slot would move (P-1) n elements per
-    worker per call, so they keep the reduce-scatter/all-gather too."""
+    (4 runs) against 0.009-0.024 ms, median 0.020, with two meetings (5 runs). For larger
+    buffers each worker reading the whole of the other's slot costs more than it saves
+    (536k floats, the update's read included: ~390 against ~270 us in a tight loop), so
+    they keep the general path. Reusing a set is safe: a worker writes set s again two
+    calls later, which it reaches only after the other has arrived at the call in between,
+    i.e. after the other finished reading set s. With more workers, every one summing every
+    slot would move (P-1) n elements per worker per call, so they keep the
+    reduce-scatter/all-gather too."""
 
     def __init__(self, name: str, rank: int, size: int, n: int, control: Any = None,
                  dtype: Any = np.float32):
@@ -170,13 +171,14 @@ class ShmComm:
 
         General path: (my slot's first m, my column block in every row in rank order, my
         block of the total, the total's first m). Pair: (a private buffer of m for
-        `buffer`, per set the two slots' first m, a private array of m for the sum)."""
+        `buffer`, per set (my slot, rank 0's, rank 1's) first m, a private array of m for
+        the sum)."""
         views = self._views.get(m)
         if views is None:
             if m > self.n:
                 raise ValueError(f"buf: at most {self.n} elements for this segment, got {m}")
             if self.pair:
-                views = (np.zeros(m, dtype=self.dtype), [(s[0, :m], s[1, :m]) for s in self.slots],
+                views = (np.zeros(m, dtype=self.dtype), [(s[self.rank, :m], s[0, :m], s[1, :m]) for s in self.slots],
                          np.empty(m, dtype=self.dtype))
             else:
                 lo, hi = self.rank * m // self.size, (self.rank + 1) * m // self.size  # my column block
@@ -198,9 +200,9 @@ class ShmComm:
         m = buf.shape[0]
         if self.pair:
             _, sets, out = self._views_for(m)
-            first, second = sets[self._set]
+            mine, first, second = sets[self._set]
             self._set ^= 1
-            np.copyto(second if self.rank else first, buf)
+            np.copyto(mine, buf)
             self._arrive()
             return np.add(first, second, out=out)
         mine, rows, block, total = self._views_for(m)
