@@ -16,15 +16,24 @@ def pytest_collection_modifyitems(config, items):
 
 def local_client(cpus: int):
     """A real Dask LocalCluster of `cpus` single-thread worker processes; closed on exit."""
-    from workbench.execution.cluster import make_cluster
+    from workbench.execution.cluster import close_client, make_cluster
     c = make_cluster(cpus=cpus, gpus=0, quiet=True)
     yield c
-    cluster = c.cluster
-    c.close()
-    cluster.close()
+    close_client(c)
 
 
 @pytest.fixture(scope="module")
 def client():
     """A real Dask LocalCluster of 2 single-thread worker processes, for one test module."""
     yield from local_client(2)
+
+
+@pytest.fixture
+def no_dask(monkeypatch):
+    """Fail the test if anything starts or asks for a Dask cluster (simulated runs must not)."""
+    from workbench.execution import cluster
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a simulated run must not start a Dask cluster")
+    for name in ("session_client", "client"):
+        monkeypatch.setattr(cluster, name, refuse)

@@ -31,6 +31,7 @@ notebook (it is copied too, never written).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -165,6 +166,21 @@ def _shot(page, artifacts: Path, name: str, say, **kw) -> Path:
     page.screenshot(path=str(path), timeout=15_000, **kw)
     say(f"screenshot: {path}")
     return path
+
+
+@contextlib.contextmanager
+def _shot_on_failure(page, artifacts: Path, name: str, say):
+    """Around a test's work on `page`: a screenshot `name` if it fails (the failure is
+    re-raised, not a failed screenshot), and the page closed either way."""
+    try:
+        yield page
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _shot(page, artifacts, name, say)
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            page.close()
 
 
 def _shot_whole(page, element, artifacts: Path, name: str, say) -> Path:
@@ -315,7 +331,7 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
     with JupyterLab(work) as lab:
         page = browser.context.new_page()
         page.set_viewport_size(VIEWPORT)
-        try:
+        with _shot_on_failure(page, artifacts, "99-failure", say):
             dash, run_button = _open_dashboard(page, browser, lab, nb, say, t0)
             stop_button = dash.locator("button", has_text=_label("Stop"))
             rendered = plots(page, DASH)
@@ -470,17 +486,6 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             other = browser.log.errors()
             if other:
                 say("console errors (not widget-related, not failing):\n  " + "\n  ".join(other[:10]))
-        except BaseException:
-            try:
-                _shot(page, artifacts, "99-failure", say)
-            except Exception:
-                pass
-            raise
-        finally:
-            try:
-                page.close()
-            except Exception:
-                pass
     say(f"dashboard browser test took {time.monotonic() - t0:.1f} s")
 
 
@@ -513,7 +518,7 @@ def test_a_simulated_cluster_runs_and_sweeps_from_the_dashboard(quickstart, brow
     with JupyterLab(work) as lab:
         page = browser.context.new_page()
         page.set_viewport_size(VIEWPORT)
-        try:
+        with _shot_on_failure(page, artifacts, "99-simulated-failure", say):
             dash, run_button = _open_dashboard(page, browser, lab, nb, say, t0)
             # ---- the toggle, then its knobs, as a user sets them
             dash.get_by_role("checkbox", name="simulate", exact=True).check()
@@ -573,17 +578,6 @@ def test_a_simulated_cluster_runs_and_sweeps_from_the_dashboard(quickstart, brow
             say(f"simulated sweep: {done!r}")
             _shot(page, artifacts, "09-simulated-sweep", say)
             _check_widget_errors(page, browser, "after the simulated sweep")
-        except BaseException:
-            try:
-                _shot(page, artifacts, "99-simulated-failure", say)
-            except Exception:
-                pass
-            raise
-        finally:
-            try:
-                page.close()
-            except Exception:
-                pass
     say(f"simulated dashboard browser test took {time.monotonic() - t0:.1f} s")
 
 
@@ -601,7 +595,7 @@ def test_report_html_figures_draw(browser, artifacts, tmp_path, say):
     page = browser.context.new_page()
     mark = browser.log.mark()
     errors_before = len(browser.log.page_errors)
-    try:
+    with _shot_on_failure(page, artifacts, "99-report-failure", say):
         page.goto(report.as_uri(), wait_until="load")
         n_divs = page.locator(".figure").count()
         assert n_divs > 0, "report.html has no figure divs"
@@ -622,12 +616,4 @@ def test_report_html_figures_draw(browser, artifacts, tmp_path, say):
         assert page.locator("a", has_text="steps.csv").count() == 1, "report.html links no steps.csv"
         assert "start-up" in page.locator("body").inner_text()
         _shot(page, artifacts, "06-report", say, full_page=True)
-    except BaseException:
-        try:
-            _shot(page, artifacts, "99-report-failure", say)
-        except Exception:
-            pass
-        raise
-    finally:
-        page.close()
     say(f"report browser test took {time.monotonic() - t0:.1f} s")

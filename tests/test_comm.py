@@ -12,6 +12,21 @@ from workbench.comm.shm import PAIR_MAX, ShmComm, allreduce_nbytes, create_segme
 from workbench.comm.threads import ThreadGroup, ThreadServer
 
 
+def _spawned(target, args: list[tuple], timeout: float) -> dict:
+    """target(*a, queue) in a fresh process per a; each puts (rank, result) on the queue.
+    Returns {rank: result}."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, q)) for a in args]
+    try:
+        for p in procs:
+            p.start()
+        return dict(q.get(timeout=timeout) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(10)
+
+
 def _shm_worker(name, rank, size, n, rounds, out_q):
     comm = ShmComm(name, rank, size, n)
     results = []
@@ -26,16 +41,9 @@ def _shm_worker(name, rank, size, n, rounds, out_q):
 def test_shm_allreduce_across_processes_equals_numpy_sum(size, n):
     rounds = 5
     name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_shm_worker, args=(name, r, size, n, rounds, q)) for r in range(size)]
     try:
-        for p in procs:
-            p.start()
-        got = dict(q.get(timeout=60) for _ in procs)
+        got = _spawned(_shm_worker, [(name, r, size, n, rounds) for r in range(size)], timeout=60)
     finally:
-        for p in procs:
-            p.join(10)
         unlink_segment(name)
     for r in range(rounds):
         expected = sum(np.arange(n, dtype=np.float32) * (k + 1) + r for k in range(size))[: n - r]
@@ -71,16 +79,9 @@ def test_shm_pair_allreduce_reuses_its_slot_sets_safely():
     n, rounds = 257, 3000
     assert pair_path(2, n)
     name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, n))
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_shm_pair_worker, args=(name, r, n, rounds, q)) for r in range(2)]
     try:
-        for p in procs:
-            p.start()
-        got = dict(q.get(timeout=120) for _ in procs)
+        got = _spawned(_shm_pair_worker, [(name, r, n, rounds) for r in range(2)], timeout=120)
     finally:
-        for p in procs:
-            p.join(10)
         unlink_segment(name)
     assert got == {0: [], 1: []}
 

@@ -284,15 +284,22 @@ def test_a_second_run_is_refused_while_one_is_going(dash):
     assert dash.wait(10).status == "stopped"
 
 
-def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
-    dash.controls["epochs"].value = 1.0
-    points = []
+def _points_after_each_run(dash, trace: str) -> list[int]:
+    """A list that gains, as each sweep run ends, the number of points the scaling
+    figure's `trace` shows right then."""
+    points: list[int] = []
     original = dash._on_sweep_result
 
     def spy(row, result):
         original(row, result)
-        points.append(len({t.name: t for t in dash.scaling_figure.data}["measured"].x))
+        points.append(len({t.name: t for t in dash.scaling_figure.data}[trace].x))
     dash._on_sweep_result = spy
+    return points
+
+
+def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
+    dash.controls["epochs"].value = 1.0
+    points = _points_after_each_run(dash, "measured")
     assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
     table = dash.wait(60)
     assert points == [1, 2]                                 # the figure grew as each run ended
@@ -559,16 +566,6 @@ def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, 
 
 
 # ------------------------------------------------------------------ simulated cluster
-@pytest.fixture
-def no_dask(monkeypatch):
-    from workbench.execution import cluster
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a simulated run must not start a Dask cluster")
-    for name in ("session_client", "client"):
-        monkeypatch.setattr(cluster, name, refuse)
-
-
 def _simulated(dash: Dashboard, **values) -> None:
     """Switch the 'simulated cluster' toggle on and set its controls, as a user would."""
     dash.controls["simulate"].value = True
@@ -618,13 +615,7 @@ def test_the_simulated_cluster_toggle_runs_a_simulated_run_with_live_plots(dash,
 
 def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     _simulated(dash, cpu_device="power8", steps=10)
-    points = []
-    original = dash._on_sweep_result
-
-    def spy(row, result):
-        original(row, result)
-        points.append(len({t.name: t for t in dash.scaling_figure.data}["simulated"].x))
-    dash._on_sweep_result = spy
+    points = _points_after_each_run(dash, "simulated")
     assert dash.sweep(workers=[1, 2, 4, 8], mode="strong") is True
     table = dash.wait(120)
     assert points == [1, 2, 3, 4]                                       # one more point as each run ended

@@ -17,17 +17,6 @@ SIM = dict(algorithm="sync_sgd", dataset="digits", simulate=True, cpu_device="po
            seed=0)
 
 
-@pytest.fixture
-def no_dask(monkeypatch):
-    """Fail the test if anything starts or asks for a Dask cluster."""
-    from workbench.execution import cluster
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a simulated sweep must not start a Dask cluster")
-    for name in ("session_client", "client"):
-        monkeypatch.setattr(cluster, name, refuse)
-
-
 # ------------------------------------------------------------------------------ sweeps
 def test_a_simulated_sweep_runs_every_point_on_virtual_workers(no_dask, tmp_path):
     seen = []
