@@ -16,8 +16,9 @@ from ..config import RunConfig
 from ..data import global_batch, load_dataset
 from ..maths.metrics import Evaluator
 from ..maths.models import make_model
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import SGD
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
+from .base import run_plan
 from .registry import AlgorithmSpec, register
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
@@ -47,7 +48,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
     """
     t_called = time.time()
     data, model = load_for(config)
-    plan = make_plan(config, data.n_train)
+    plan = run_plan(config, data.n_train)
     params = model.init(config.seed)
     opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
     evaluate = Evaluator(model, data)

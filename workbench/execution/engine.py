@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, WorkerContext, run_loop
+from ..algorithms.base import run_plan
 from ..comm.base import Emulated, WorkerLost
 from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..maths.models import make_model
-from ..maths.optim import make_plan
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
@@ -73,7 +73,7 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
     data = run_dataset(config)
     model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
                        image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)
+    plan = run_plan(config, data.n_train)
     X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
     if config.latency_ms or config.bandwidth_gbps:
         comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None
@@ -223,7 +223,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     data = run_dataset(config)
     model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
                        image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)  # validates the schedule before anything starts
+    plan = run_plan(config, data.n_train)  # validates the schedule before anything starts
     setup = RunSetup(config=config, spec=spec, run_id=uuid.uuid4().hex[:12], workers=workers,
                      groups=spec.needs.rank_groups(config, size), n_params=model.n_params,
                      params0=model.init(config.seed), model=model, extra={},
@@ -245,7 +245,6 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     extra.update({"run_id": setup.run_id, "setup_s": setup.t0_wall - t_setup,
                   # from run() to the first training step: never booked as compute, comm or wait
                   "startup_s": (t_zero if t_zero is not None else end) - t_called})
-    # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)
     return build_result(config.to_dict(), monitor.collector, status=status,

@@ -39,11 +39,11 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     if _CHECKED.get("key") == key:
         return list(_CHECKED["warnings"])
     check_memory(config, workers_memory=None)
+    from ..algorithms.base import run_plan
     from ..algorithms.reference import load_for
-    from ..maths.optim import make_plan
 
     data, model = load_for(config)
-    plan = make_plan(config, data.n_train, batch_size=config.batch_size)
+    plan = run_plan(config, data.n_train)
     if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
         from ..maths.backend import GPU_INSTALL_HINT, gpu_count
         have = gpu_count()

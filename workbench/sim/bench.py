@@ -71,11 +71,12 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
     `slices` equal slices with a replica each (what P workers compute between them)."""
     import numpy as np
 
+    from ..algorithms.base import run_plan
     from ..algorithms.reference import load_for
     from ..data import global_batch
-    from ..maths.optim import SGD, make_plan
+    from ..maths.optim import SGD
     data, model = load_for(config)
-    plan = make_plan(config, data.n_train)
+    plan = run_plan(config, data.n_train)
     replicas = [model.init(config.seed) for _ in range(slices)]
     grad = np.empty_like(replicas[0])
     opt = SGD(model.n_params, np, grad.dtype)

@@ -273,6 +273,7 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
     return lambda c: c.algorithm in algorithms
 
 
+GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
@@ -287,7 +288,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
     # where to train
     _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
-    _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024)])),
+    _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.algorithm != "sgd"),
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: c.algorithm != "sgd"),
@@ -347,6 +348,60 @@ CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # contro
 RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
 
 
+@dataclass(frozen=True)
+class Dependent:
+    """A field that another field's value makes required: when `trigger` changes and
+    `needed(values)` holds, the dashboard sets `field` to `default(values)` (the control
+    then shows, with a value that passes validation, instead of an error and a hidden box)."""
+
+    field: str
+    triggers: tuple[str, ...]
+    needed: Callable[[dict], bool]
+    default: Callable[[dict], Any]
+
+
+def _warmup_default(v: dict) -> float:
+    """One epoch of warmup, or half the run when it is shorter (validation wants
+    0 < warmup_epochs <= epochs)."""
+    return _tidy(min(1.0, float(v["epochs"]) / 2))
+
+
+def _raw(values: dict) -> RunConfig:
+    """The controls' values as an unvalidated RunConfig (for rules that read a half-valid one)."""
+    return RunConfig.model_construct(**{**RunConfig().model_dump(), **values})
+
+
+def _workers_raw(values: dict) -> int:
+    cfg = _raw(values)
+    if cfg.gpus == "auto":
+        from ..maths.backend import gpu_count
+        return int(cfg.cpus) + gpu_count()
+    return int(cfg.cpus) + int(cfg.gpus)
+
+
+def _batch_default(v: dict) -> int:
+    """The smallest power of two that gives every worker a sample, or the worker count
+    itself when that power of two is more than the training set holds."""
+    workers = _workers_raw(v)
+    power = next((b for b in POWERS_OF_TWO if b >= workers), workers)
+    try:
+        n_train = preview_n_train(_raw(v))
+    except Exception:          # an unknown size: the power of two, and validation says the rest
+        return power
+    return power if power <= n_train else workers
+
+
+DEPENDENTS: tuple[Dependent, ...] = (
+    Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
+        0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
+    # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
+    Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # more workers than the global batch has samples: a batch that gives each one
+    Dependent("batch_size", ("cpus", "gpus", "algorithm"),
+              lambda v: v["algorithm"] != "sgd" and v["batch_size"] < _workers_raw(v), _batch_default),
+)
+
+
 def preview_n_train(config: RunConfig) -> int:
     """Training-set size for the schedule preview, without generating the data.
 
@@ -361,6 +416,13 @@ def preview_n_train(config: RunConfig) -> int:
     if config.dataset in KNOWN_N_TRAIN:
         return KNOWN_N_TRAIN[config.dataset]
     return config.n_samples - _n_test(config.n_samples, 0.2)
+
+
+def planned(config: RunConfig) -> Any:
+    """The run's plan (`algorithms.base.run_plan`) on the preview's training-set size: the
+    step count the status line and the progress bar count to."""
+    from ..algorithms.base import run_plan
+    return run_plan(config, preview_n_train(config))
 
 
 def _workers_of(config: RunConfig) -> int:
@@ -908,28 +970,73 @@ class Dashboard:
         self._refresh()
 
     def _on_change(self, change: dict) -> None:
-        if not self._syncing:
-            self._refresh()
+        if self._syncing:
+            return
+        changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        if changed is not None:
+            self._fill_dependents(changed)
+        self._refresh()
+
+    def _fill_dependents(self, changed: str) -> None:
+        """Give the fields that `changed`'s new value makes required a value that passes
+        validation (`DEPENDENTS`), without a refresh per field."""
+        rules = [d for d in DEPENDENTS if changed in d.triggers]
+        if not rules:
+            return
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        self._syncing = True
+        try:
+            for d in rules:
+                if d.needed(values):
+                    c = next(c for c in CONTROLS if c.field == d.field)
+                    values[d.field] = d.default(values)
+                    w, value = self.controls[d.field], c.from_field(values[d.field])
+                    if isinstance(w, widgets.SelectionSlider) and value not in w.options:
+                        w.options = _sorted_options(tuple(w.options), value)
+                    w.value = value
+        finally:
+            self._syncing = False
+
+    def _show_relevant(self) -> None:
+        """Show the controls that apply to what the controls say now, valid or not (a
+        control that would fix an invalid combination must be on the page)."""
+        values = {**self._base.model_dump(), **self._values()}
+        raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
+        for name, applies in RELEVANT.items():
+            try:
+                show = applies(raw)
+            except Exception:         # a half-typed value: keep the control visible
+                show = True
+            self.controls[name].layout.display = None if show else "none"
+        # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
+        gpus = self.controls["gpus"]
+        options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]
+        if [v for _, v in gpus._options_full] != [v for _, v in options]:
+            was, self._syncing = self._syncing, True
+            try:
+                value = gpus.value
+                gpus.options = options
+                gpus.value = value if value != "auto" or not values.get("simulate") else 0
+            finally:
+                self._syncing = was
 
     def _refresh(self) -> RunConfig | None:
         """Validate the controls; redraw the schedule preview; say what is wrong, if anything.
 
         Leaves the status line alone when the config did not change (a frontend echoing
         a control's value back must not hide the last run's result)."""
+        self._show_relevant()
         try:
             cfg = self.config
             if cfg == self._shown_config:
                 return cfg
-            from ..maths.optim import make_plan
-            plan = make_plan(cfg, preview_n_train(cfg))
+            plan = planned(cfg)
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self._shown_config = None
             self._set_status(f"error: {exc}", error=True)
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
-        for name, applies in RELEVANT.items():
-            self.controls[name].layout.display = None if applies(cfg) else "none"
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, _workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
@@ -947,8 +1054,7 @@ class Dashboard:
     @staticmethod
     def _preview_figure(cfg: RunConfig | None) -> Any:
         """The schedule preview as a static figure (the widget is made from it once)."""
-        from ..maths.optim import make_plan
-        fig = F.schedule_figure(make_plan(cfg, preview_n_train(cfg))) if cfg is not None else F._lr_base()
+        fig = F.schedule_figure(planned(cfg)) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
         return fig.update_layout(height=240, margin={"t": 50, "b": 30, "l": 50, "r": 10}, title=title,
                                  title_font_size=11, showlegend=False)
@@ -991,12 +1097,11 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..maths.optim import make_plan
         index = self._runs_started
         self._runs_started += 1
         if self.out is not None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
-        state = _Run(index=index, config=cfg, total_steps=make_plan(cfg, preview_n_train(cfg)).total_steps,
+        state = _Run(index=index, config=cfg, total_steps=planned(cfg).total_steps,
                      live=F.LiveState(label=f"#{index + 1} {cfg.algorithm} P={_workers_of(cfg)} B={cfg.batch_size}",
                                       color=F.run_color(index), n_workers=_workers_of(cfg)))
         self._show_plots()
