@@ -185,6 +185,7 @@ LAYERS = [
     {"workbench", "util", "config", "algorithms.registry"},
     {"results", "data"},
     {"maths"},
+    {"problem"},
     {"comm"},
     {"algorithms"},
     {"execution"},
