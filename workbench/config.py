@@ -29,14 +29,16 @@ MODEL_NAMES = ("softmax", "mlp", "cnn")
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
 SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
-SIM_CPU_DEVICES = ("knl", "power8", "xeon")
+SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
+SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
 SIM_DEFAULT_DEVICE = "v100"
 # costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
 SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
 MAX_VIRTUAL_WORKERS = 1024
-SIM_FIELDS = ("device", "cpu_device", "network", "timing_model", "jitter", "fail_worker")   # need simulate
+SIM_FIELDS = ("device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+              "fail_worker")   # need simulate
 
 
 def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
@@ -274,9 +276,15 @@ class RunConfig(BaseModel):
         "Simulation: profile of the virtual GPU workers, one of " + ", ".join(SIM_DEVICES) +
         " (k80 is one GK210 die; knl, power8 and xeon make them CPU nodes); unset: v100 when "
         "gpus >= 1."))
-    cpu_device: str = Field("local", description=(
-        "Simulation: profile of the virtual CPU workers: local (this machine's core, calibrated "
-        "by timing the model at start) or one of " + ", ".join(SIM_CPU_DEVICES) + "."))
+    cpu_device: str = Field(SIM_DEFAULT_CPU_DEVICE, description=(
+        "Simulation: profile of the virtual CPU workers, one of " + ", ".join(SIM_CPU_DEVICES) +
+        " (fixed, named profiles: core is one measured NumPy core, the default), or local: this "
+        "machine's core, timed once per machine and model and cached, its numbers written into "
+        "the run's summary (the only way wall clock time enters a simulation)."))
+    calibration: str | None = Field(None, description=(
+        "Simulation with cpu_device local: a calibration file to use instead of timing this "
+        "machine (the JSON a local run caches, or that run's summary.json), so a run replays "
+        "bitwise; it must be of this machine and this model. Unset: this machine's cached one."))
     network: str | None = Field(None, description=(
         "Simulation: network model between the virtual workers, one of " + ", ".join(SIM_NETWORKS) +
         " (case, spaces and dashes ignored); unset: shm between CPU workers of this host, else "
@@ -531,7 +539,11 @@ class RunConfig(BaseModel):
     @field_validator("cpu_device", mode="before")
     @classmethod
     def _cpu_device(cls, v: Any) -> str:
-        return match_name("cpu_device", v, ("local", *SIM_CPU_DEVICES))
+        allowed = (*SIM_CPU_DEVICES, "local")
+        if isinstance(v, str) and v.strip().lower() in SIM_GPU_DEVICES:
+            raise ConfigError("cpu_device", "a CPU profile, one of " + ", ".join(allowed) + f" ({v} is a GPU "
+                              "profile: ask for GPU workers with gpus and device)", v)
+        return match_name("cpu_device", v, allowed)
 
     @field_validator("network", mode="before")
     @classmethod
@@ -678,6 +690,16 @@ class RunConfig(BaseModel):
             return v.strip().lower() == "true"
         raise ValueError("true or false")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _simulated_gpus_alone(cls, data: Any) -> Any:
+        # In a simulation `gpus=N` alone means N GPU workers: the CPU workers' default (2,
+        # this machine's cores in a real run) would add two compute workers nobody asked for.
+        if isinstance(data, dict) and "cpus" not in data and str(data.get("simulate")).lower() == "true" \
+                and str(data.get("gpus", 0)).strip() not in ("0", "auto", "None", ""):
+            data = {**data, "cpus": 0}
+        return data
+
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
@@ -797,9 +819,9 @@ def _check_scaled_lr(c: RunConfig) -> None:
 def _check_simulation(c: RunConfig) -> None:
     """The simulation fields: only with simulate, and within the virtual cluster."""
     if not c.simulate:
-        defaults = {"cpu_device": "local", "jitter": 0.0}
+        defaults = {"cpu_device": (SIM_DEFAULT_CPU_DEVICE, "local"), "jitter": (0.0,)}   # local: a real run's
         for name in SIM_FIELDS:
-            if getattr(c, name) != defaults.get(name):
+            if getattr(c, name) not in defaults.get(name, (None,)):
                 raise ConfigError(name, "only with simulate (a knob of the simulated cluster; add --simulate)",
                                   getattr(c, name))
         return
@@ -807,6 +829,12 @@ def _check_simulation(c: RunConfig) -> None:
         raise ConfigError("gpus", "a whole number >= 0 with simulate (virtual GPUs are counted, not detected)",
                           c.gpus)
     total = c.cpus + c.gpus
+    if c.device is not None and c.gpus == 0:
+        raise ConfigError("device", "the GPU workers' profile, only with gpus >= 1 (CPU workers take "
+                          "cpu_device)", c.device)
+    if c.calibration is not None and c.cpu_device != "local":
+        raise ConfigError("calibration", "a calibration file only with cpu_device local (the named profiles "
+                          "are fixed)", c.calibration)
     if not 1 <= total <= MAX_VIRTUAL_WORKERS:
         field = "gpus" if c.gpus > c.cpus else "cpus"
         raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
@@ -878,7 +906,8 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
              "data_dir", "download"),
     "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
-    "simulation": ("simulate", "device", "cpu_device", "network", "timing_model", "jitter", "fail_worker"),
+    "simulation": ("simulate", "device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+                   "fail_worker"),
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",

@@ -392,6 +392,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "algorithm": config.get("algorithm"),
         "config": config,
         "workers": workers,
+        "workers_by_kind": workers_by_kind(workers),
         "steps": n_steps,
         "samples": samples,
         "wall_time_s": wall_time_s,
@@ -413,6 +414,23 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+
+
+def workers_by_kind(workers: list[dict]) -> str:
+    """The compute workers counted by kind and device, GPUs first: what the summary, the
+    CLI's status line and the report header say a run ran on.
+
+    >>> workers_by_kind([{"kind": "gpu", "device": "k80"}] * 8 + [{"kind": "cpu", "device": "core"}] * 2)
+    '8 GPU (k80) + 2 CPU (core)'
+    >>> workers_by_kind([{"kind": "cpu"}])
+    '1 CPU'
+    """
+    counts: dict[tuple[str, str | None], int] = {}
+    for w in workers:
+        key = (str(w.get("kind", "cpu")), w.get("device"))
+        counts[key] = counts.get(key, 0) + 1
+    order = sorted(counts, key=lambda k: (k[0] != "gpu", k[0], str(k[1])))
+    return " + ".join(f"{counts[k]} {k[0].upper()}" + (f" ({k[1]})" if k[1] else "") for k in order) or "none"
 
 
 STEADY_FROM = 0.1   # steady state: after each worker's first step and the first 10% of training time
