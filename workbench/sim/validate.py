@@ -131,8 +131,7 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
                         steps=40 * tau, seed=0, lr=0.01, simulate=True, cpu_device=cpu_device, network=network,
                         timing_model=timing_model, eval_every=10**9, **knobs)
         problem = Problem.from_config(cfg)
-        data, model = problem.data, problem.model
-        costs = make_costs(cfg, model, ["cpu"] * p, data)
+        costs = make_costs(cfg, problem.model, ["cpu"] * p, problem.data)
         dev = costs.devices[0]
         assert abs(dev.compute_s(costs.train_flops * b, costs.weight_bytes)
                    - costs.train_flops * b / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"
