@@ -135,7 +135,7 @@ def test_time_axes_start_at_the_first_step(sync_result):
 def test_loss_smoothing_and_log_scale():
     steps = pd.DataFrame({"worker": 0, "step": range(50), "epoch": np.linspace(0, 1, 50), "time": np.arange(50.0),
                           "loss": [1.0 + (i % 2) for i in range(50)], "samples": 8, "compute_s": 0.5,
-                          "comm_s": 0.0, "wait_s": 0.0, "lr": 0.1, "staleness": 0.0})
+                          "comm_s": 0.0, "wait_s": 0.0, "lr": 0.1, "staleness": 0.0, "bytes_sent": 0.0})
     r = RunResult(summary={"config": {"algorithm": "sgd"}}, steps=steps, evals=pd.DataFrame(columns=steps.columns))
     plain = F.progress_figure(r)
     assert len(plain.data) == 1 and plain.layout.yaxis.type in (None, "linear")

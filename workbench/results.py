@@ -36,7 +36,7 @@ from . import measure
 from .util.fileio import atomic_write
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
-                "compute_s", "comm_s", "wait_s", "staleness")
+                "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
 EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
 EVENT_COLUMNS = ("kind", "time", "event", "worker", "message")
 TOURNAMENT_COLUMNS = ("kind", "round", "step", "time", "trainer", "partner", "own_score",
@@ -49,7 +49,10 @@ Record = dict[str, Any]
 OnRecord = Callable[[list[Record]], None]
 
 # The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
-LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness")
+LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
+# bytes_sent: bytes this worker put on the wire in the step's exchanges, counted as the algorithm's
+#   exchange sends them (a ring allreduce or allgather, a message to a server; `comm.base`), not as
+#   this machine's transport happens to move them; NaN where an algorithm does not count them.
 LIVE_ROWS = 200     # step rows per live batch at most: enough for a plot, cheap to send and draw
 _pack_row = struct.Struct(f"@{len(LOG_FIELDS)}d").pack_into   # one StepLog row, native float64s
 _ROW_BYTES = 8 * len(LOG_FIELDS)
@@ -57,11 +60,11 @@ _ROW_BYTES = 8 * len(LOG_FIELDS)
 
 def step_record(worker: int, step: int, epoch: float, t: float, loss: float, lr: float,
                 samples: int, compute_s: float, comm_s: float = 0.0, wait_s: float = 0.0,
-                staleness: float = 0.0) -> Record:
+                staleness: float = 0.0, bytes_sent: float = 0.0) -> Record:
     """One worker step (all keys of STEP_COLUMNS)."""
     return {"kind": "step", "worker": worker, "step": step, "epoch": epoch, "time": t,
             "loss": loss, "lr": lr, "samples": samples, "compute_s": compute_s,
-            "comm_s": comm_s, "wait_s": wait_s, "staleness": staleness}
+            "comm_s": comm_s, "wait_s": wait_s, "staleness": staleness, "bytes_sent": bytes_sent}
 
 
 def eval_record(worker: int | str, step: int, epoch: float, t: float, train_loss: float,
@@ -80,7 +83,7 @@ def event_record(t: float, event: str, worker: Any = None, message: str = "") ->
 def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict[str, np.ndarray]:
     """At most `max_rows` rows summarising consecutive step rows of one worker.
 
-    Each bin keeps the sums of `samples`, `compute_s`, `comm_s` and `wait_s` (so totals
+    Each bin keeps the sums of `samples`, `compute_s`, `comm_s`, `wait_s` and `bytes_sent` (so totals
     and rates over time stay exact), the means of `loss` and `staleness`, and the last
     row's `step`, `epoch`, `time` and `lr`. Up to `max_rows` rows come back unchanged.
 
@@ -97,7 +100,7 @@ def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict
     counts = np.diff(np.append(starts, n))
     out = {}
     for name, col in columns.items():
-        if name in ("samples", "compute_s", "comm_s", "wait_s"):
+        if name in ("samples", "compute_s", "comm_s", "wait_s", "bytes_sent"):
             out[name] = np.add.reduceat(col, starts)
         elif name in ("loss", "staleness"):
             out[name] = np.add.reduceat(col, starts) / counts
@@ -115,7 +118,7 @@ class StepLog:
 
     >>> log = StepLog(capacity=2)
     >>> for k in range(3):
-    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0)
+    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0, 0.0)
     >>> log.n, log.columns(lambda s: s / 10)["epoch"].tolist()
     (3, [0.1, 0.2, 0.3])
     """
@@ -130,14 +133,15 @@ class StepLog:
         self._bytes = memoryview(data).cast("B")   # `add` packs a row straight into these bytes
 
     def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
-            comm_s: float, wait_s: float, staleness: float) -> None:
+            comm_s: float, wait_s: float, staleness: float, bytes_sent: float = 0.0) -> None:
         n = self.n
         if n == self.data.shape[0]:
             grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
             grown[:n] = self.data
             self._set_data(grown)
         # One C call writes the row: ~0.2 us, where assigning a tuple to data[n] costs ~0.7.
-        _pack_row(self._bytes, n * _ROW_BYTES, step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
+        _pack_row(self._bytes, n * _ROW_BYTES, step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness,
+                  bytes_sent)
         self.n = n + 1
 
     def __getstate__(self) -> dict:
@@ -171,7 +175,7 @@ def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
 
     >>> step_records(1, {"step": [0.0], "epoch": [0.5], "time": [0.1], "loss": [2.0], "lr": [0.1],
     ...                  "samples": [32.0], "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0],
-    ...                  "staleness": [0.0]})[0]["samples"]
+    ...                  "staleness": [0.0], "bytes_sent": [0.0]})[0]["samples"]
     32
     """
     names = STEP_COLUMNS[2:]
@@ -385,6 +389,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "algorithm": config.get("algorithm"),
         "config": config,
         "workers": workers,
+        "workers_by_kind": workers_by_kind(workers),
         "steps": n_steps,
         "samples": samples,
         **times,
@@ -405,6 +410,23 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+
+
+def workers_by_kind(workers: list[dict]) -> str:
+    """The compute workers counted by kind and device, GPUs first: what the summary, the
+    CLI's status line and the report header say a run ran on.
+
+    >>> workers_by_kind([{"kind": "gpu", "device": "k80"}] * 8 + [{"kind": "cpu", "device": "core"}] * 2)
+    '8 GPU (k80) + 2 CPU (core)'
+    >>> workers_by_kind([{"kind": "cpu"}])
+    '1 CPU'
+    """
+    counts: dict[tuple[str, str | None], int] = {}
+    for w in workers:
+        key = (str(w.get("kind", "cpu")), w.get("device"))
+        counts[key] = counts.get(key, 0) + 1
+    order = sorted(counts, key=lambda k: (k[0] != "gpu", k[0], str(k[1])))
+    return " + ".join(f"{counts[k]} {k[0].upper()}" + (f" ({k[1]})" if k[1] else "") for k in order) or "none"
 
 
 def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
