@@ -5,9 +5,10 @@ import pytest
 
 import workbench as wb
 from workbench import RunConfig
-from workbench.algorithms.base import run_plan
 from workbench.data import load_dataset
 from workbench.execution.preflight import run_warnings
+from workbench.problem import run_plan
+from workbench.ui.dashboard import Dashboard
 
 # A tiny run of each algorithm: 2 workers (LTFB: 2 trainers of one), digits, one epoch.
 EXTRA = {"ltfb": {"trainers": 2, "round_size": 5, "tournament_size": 100}}
@@ -30,8 +31,8 @@ def test_a_completed_run_takes_the_planned_steps(algorithm):
     assert s["steps"] == planned == s["total_steps_planned"], (s["steps"], planned)
     assert int(result.steps["step"].max()) + 1 == planned
     # the dashboard counts to the same number
-    from workbench.ui.dashboard import planned as dashboard_planned
-    assert dashboard_planned(cfg).total_steps == planned
+    d = Dashboard(cluster="threads", config=cfg)
+    assert d.status_text.startswith(f"ready: {algorithm} on digits, {planned} steps"), d.status_text
 
 
 def test_ltfb_plans_over_a_trainers_data_and_batch():

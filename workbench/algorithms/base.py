@@ -27,37 +27,9 @@ import numpy as np
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
-from ..maths.optim import Plan, make_plan
+from ..maths.optim import Plan
 from ..results import StepLog, eval_record, event_record
 from .registry import tail_length
-
-
-def run_plan(config: RunConfig, n_train: int, lr: float | None = None) -> Plan:
-    """The plan of a run of `config` on a training set of `n_train`: its steps, schedule and
-    eval steps as the run will take them. The one place the planned step count comes
-    from: the engine, the workers, preflight's warnings, progress bars and the dashboard
-    read it. An algorithm whose steps walk something else than the whole training set in
-    global batches says so on its declaration (`AlgorithmSpec.plan_shape`).
-
-    Args:
-        config: the run.
-        n_train: the training set's size.
-        lr: a base lr instead of the config's (LTFB trainers each hold their own).
-
-    >>> run_plan(RunConfig(algorithm="sync_sgd", batch_size=100, epochs=2), 1000).total_steps
-    20
-    >>> run_plan(RunConfig(algorithm="ltfb", cpus=2, trainers=2, batch_size=100, epochs=2,
-    ...                    tournament_size=100), 1000).total_steps   # 400 examples per trainer, batch 50
-    16
-    """
-    from .registry import specs
-    spec = specs().get(config.algorithm)
-    if spec is None or spec.plan_shape is None:
-        return make_plan(config, n_train, lr=lr)
-    examples, batch = spec.plan_shape(config, n_train)
-    return make_plan(config, examples, batch_size=batch, lr=lr)
-
-
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
 
@@ -73,6 +45,7 @@ class StepOut:
     comm_s: float = 0.0
     wait_s: float = 0.0
     staleness: float = 0.0
+    bytes_sent: float = float("nan")   # bytes this worker sent (`comm.base` counts); NaN: not counted
     stop: str | None = None
 
 
@@ -359,7 +332,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         now = clock()
         loss = float(out.loss)
         log.add(step, now - t0, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
-                float(out.staleness))
+                float(out.staleness), out.bytes_sent)
         if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
             # (synchronous algorithms decide together and set out.stop; sync_easgd's local
             # steps between exchanges may see a NaN that the next exchange reports to all)

@@ -13,7 +13,7 @@ in its own seeded epoch order (`ctx.batch(..., index=train set)`).
 
 A step is one step of every trainer: one batch of b examples per trainer, and the step
 count, schedule and eval steps come from a plan over the trainer's training set and
-batch b (`base.run_plan`, from the declaration's `plan_shape`). So `steps` / `epochs` mean the
+batch b (`problem.run_plan`, from the declaration's `plan_shape`). So `steps` / `epochs` mean the
 same for every trainer: an epoch is one pass of each trainer over its own training set
 (the population sees the data about once), and the run's samples are K b per step.
 
@@ -59,12 +59,14 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import SGD
+from ..problem import run_plan
 from ..results import eval_record
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, run_plan, settle, tail_length
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .registry import AlgorithmSpec, Needs, register
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
@@ -147,11 +149,8 @@ def trainer_plan_shape(config: RunConfig, n_train: int) -> tuple[int, int]:
 
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
     """Client-side checks before any worker starts: the data leaves every trainer a batch."""
-    from ..data import load_dataset
-    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                        download=config.download)
-    share = data.n_train // config.trainers
+    from ..problem import Problem
+    share = Problem.from_config(config).shape.n_train // config.trainers
     b = config.batch_size // config.trainers
     if share - config.tournament_size < b:
         raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
@@ -233,7 +232,8 @@ class LTFB(Algorithm):
         t2 = ctx.timer()
         total = self.group_allreduce(buf)
         got = self.tail.read(total, ctx.timer() - t2)
-        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s)
+        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s,
+                      bytes_sent=ring_allreduce_bytes(self.gsize, buf.nbytes))
         if not settle(out, got.loss, got.stop):
             if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
@@ -247,6 +247,7 @@ class LTFB(Algorithm):
             score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)
             out.compute_s += score_s
             out.comm_s += comm_s
+            out.bytes_sent += self.tournament_bytes
         return out
 
     def tournament(self, step: int, rnd: int) -> tuple[float, float]:
@@ -257,10 +258,12 @@ class LTFB(Algorithm):
         adopted, own, theirs = False, None, None
         partner = partner_of(ctx.config.seed, rnd, self.K, self.k)
         got = None
+        self.tournament_bytes = 0.0
         if self.leader:
             if partner is not None:
                 velocity = self.opt.velocity
                 state = to_numpy(velocity).copy() if (ctx.config.exchange_state and velocity is not None) else None
+                self.tournament_bytes += self.params.nbytes + (state.nbytes if state is not None else 0)
                 ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
                                    {"lr_index": self.lr_index, "lineage": self.lineage})
             ts = self.ctx.timer()
@@ -284,6 +287,7 @@ class LTFB(Algorithm):
                 bcast[:n] = self.params
                 bcast[n], bcast[n + 1] = float(adopted), float(self.lr_index)
             total = ctx.allreduce(bcast)
+            self.tournament_bytes += ring_allreduce_bytes(self.gsize, bcast.nbytes)
             adopted = float(total[n]) > 0
             if adopted and not self.leader:
                 self.params[...] = total[:n]
@@ -295,6 +299,7 @@ class LTFB(Algorithm):
             if self.gsize > 1:
                 vel = self.opt.velocity if self.leader else xp.zeros_like(self.opt.velocity)
                 self.opt.velocity[...] = ctx.allreduce(vel)
+                self.tournament_bytes += ring_allreduce_bytes(self.gsize, vel.nbytes)
         if self.leader:
             ctx.record({"kind": "tournament", "round": rnd, "step": step, "time": ctx.now(), "trainer": self.k,
                         "partner": partner if got is not None else None, "own_score": own,
