@@ -60,6 +60,15 @@ NEW_VALUES = {
     "timing_model": ("resnet50", "resnet50"),
     "jitter": (0.2, 0.2),
     "fail_worker": ("1@2.5", "1@2.5"),
+    "calibration": ("/tmp/cal.json", "/tmp/cal.json"),
+    "post_local_epoch": (2.5, 2.5),
+    "outer_lr": (0.5, 0.5),
+    "outer_momentum": (0.5, 0.5),
+    "compression": ("topk", "topk"),
+    "compression_ratio": (0.1, 0.1),
+    "compression_rank": (2, 2),
+    "compression_levels": (4, 4),
+    "error_feedback": (False, False),
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
@@ -81,6 +90,11 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
         dash.controls["simulate"].value = name in NEEDS_SIMULATE
+        dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        if name.startswith("compression") or name == "error_feedback":
+            dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+        dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
+                                              "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value

@@ -275,6 +275,17 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
 
 
 GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
+def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that compress their gradients (sync_sgd, or those that
+    declare `compression` among their knobs) and, given `kinds`, only with one of them."""
+    def applies(c: RunConfig) -> bool:
+        from ..algorithms.registry import with_knob
+        if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
+            return False
+        return not kinds or c.compression in kinds
+    return applies
+
+
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
@@ -300,6 +311,9 @@ CONTROLS: tuple[Control, ...] = (
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
+    _c("calibration", lambda n: lambda v: widgets.Text(value=v, placeholder="this machine's cached one", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.simulate and c.cpu_device == "local"),
     _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
@@ -337,6 +351,17 @@ CONTROLS: tuple[Control, ...] = (
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
+    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
+    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
+    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
+       to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
+       applies=_compressing()),
+    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
+       applies=_compressing("topk", "randomk")),
+    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
+    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
+    _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
     # how long
     _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
     _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
