@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import measure
 from .util.fileio import atomic_write
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
@@ -364,9 +365,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0
     comm_s = float(steps["comm_s"].sum()) if len(steps) else 0.0
     wait_s = float(steps["wait_s"].sum()) if len(steps) else 0.0
-    steady = steady_steps(steps)
-    steady_busy = float((steady["compute_s"] + steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
-    steady_exchange = float((steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
+    steady = measure.steady(steps)   # the one definition of steady state, its throughput and shares
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
     n_steps = int(steps["step"].max()) + 1 if len(steps) else 0
@@ -380,13 +379,11 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
                                "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
                                "wait_s": float(row.wait_s),
                                "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
-    # Throughput over the training itself: from the first step's start to the last step's
-    # end. Cluster start, data loading and imports on cold workers are `startup_s`.
-    if len(steps):
-        first_start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
-        train_s = max(float(steps["time"].max()) - first_start, 1e-9)
-    else:
-        first_start, train_s = 0.0, 0.0
+    # The run's time identities (measure.timing): wall = start-up + training + teardown.
+    # Cluster start, data loading and imports on cold workers are start-up, never training.
+    extra = dict(extra or {})
+    startup = extra.pop("startup_s", None)
+    times = measure.timing(called=0.0, first_step_wall=startup, ended=wall_time_s, train_s=measure.train_time(steps))
     summary: dict[str, Any] = {
         "status": status,
         "algorithm": config.get("algorithm"),
@@ -395,21 +392,20 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "workers_by_kind": workers_by_kind(workers),
         "steps": n_steps,
         "samples": samples,
-        "wall_time_s": wall_time_s,
-        "startup_s": max(first_start, 0.0),
-        "train_time_s": train_s,
-        "samples_per_s": samples / train_s if train_s > 0 else 0.0,
+        **times,
+        "samples_per_s": steady.samples_per_s,     # steady throughput (measure.steady)
+        "steady": steady.to_dict(),
         "final_train_loss": _num(last_eval["train_loss"]) if last_eval is not None else None,
         "final_test_loss": _num(last_eval["test_loss"]) if last_eval is not None else None,
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
-        "comm_fraction": steady_exchange / steady_busy if steady_busy > 0 else 0.0,   # over steady state
+        "comm_fraction": steady.comm_fraction,   # over the steady state
         "per_worker": per_worker,
         "events": events,
         "versions": versions(),
     }
-    summary.update(extra or {})
+    summary.update(extra)
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
@@ -433,26 +429,9 @@ def workers_by_kind(workers: list[dict]) -> str:
     return " + ".join(f"{counts[k]} {k[0].upper()}" + (f" ({k[1]})" if k[1] else "") for k in order) or "none"
 
 
-STEADY_FROM = 0.1   # steady state: after each worker's first step and the first 10% of training time
-
-
 def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """The step rows of the steady state: without each worker's first step (lazy set-up:
-    first touches of buffers, a peer still arriving) and the first STEADY_FROM of the
-    training time. All rows when that would leave none (very short runs).
-
-    >>> df = pd.DataFrame({"worker": [0, 0, 0, 0], "step": [0, 1, 2, 3], "time": [1.0, 2.0, 3.0, 4.0],
-    ...                    "compute_s": [1.0] * 4, "comm_s": [0.0] * 4, "wait_s": [0.0] * 4})
-    >>> steady_steps(df)["step"].tolist()
-    [1, 2, 3]
-    """
-    if not len(steps):
-        return steps
-    start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
-    cut = start + STEADY_FROM * (float(steps["time"].max()) - start)
-    first = steps["step"] == steps.groupby("worker")["step"].transform("min")
-    keep = ~first & (steps["time"] > cut)
-    return steps[keep] if keep.any() else steps
+    """The steady rows of `steps`: `workbench.measure.steady_steps` (kept here for old imports)."""
+    return measure.steady_steps(steps)
 
 
 def versions() -> dict[str, str]:

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import measure
 from ..algorithms.registry import specs
 from ..config import ConfigError
 
@@ -362,34 +363,29 @@ def n_params_of(result: Any) -> int:
         return int(s["n_params"])
     if getattr(result, "params", None) is not None:
         return int(np.asarray(result.params).size)
-    from ..algorithms.reference import load_for
     from ..config import RunConfig
-    _, model = load_for(RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"}))
-    return int(model.n_params)
+    from ..problem import Problem
+    config = RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"})
+    return int(Problem.from_config(config).model.n_params)   # its size: no data loaded
 
 
 def training_throughput(result: Any) -> float:
-    """Samples/s over the training span: from the first step's start to the last step's end.
+    """Steady samples/s of a run (`workbench.measure.steady`: warm-up excluded by its rule).
 
-    Leaves out the one-off set-up before the loops' first step (data placement, model
-    build) that a run's wall time includes; evaluations and loop overhead stay in. The
-    same definition as the run summary's samples_per_s, computed from the step records
+    The same number as the run summary's samples_per_s, computed from the step records
     (so it holds for run directories of any age). Falls back to the summary's
     samples_per_s without step records.
 
     >>> from workbench.results import RunResult
-    >>> steps = pd.DataFrame({"worker": [0, 0], "time": [2.0, 3.0], "samples": [10, 10],
-    ...                       "compute_s": [1.0, 1.0], "comm_s": [0.0, 0.0], "wait_s": [0.0, 0.0]})
-    >>> training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame()))
-    10.0
+    >>> steps = pd.DataFrame({"worker": 0, "step": range(40), "time": [0.1 * (k + 1) for k in range(40)],
+    ...                       "samples": 10, "compute_s": 0.1, "comm_s": 0.0, "wait_s": 0.0})
+    >>> round(training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame())), 6)
+    100.0
     """
     steps = result.steps
     if not len(steps):
         return float(result.summary.get("samples_per_s") or 0.0)
-    busy = steps["compute_s"] + steps["comm_s"] + steps["wait_s"]
-    first = steps.assign(_start=steps["time"] - busy).groupby("worker")["_start"].first()
-    span = float(steps["time"].max()) - float(first.min())
-    return float(steps["samples"].sum()) / span if span > 0 else 0.0
+    return measure.steady_throughput(steps)
 
 
 def step_overhead(result: Any) -> float:
@@ -400,6 +396,7 @@ def step_overhead(result: Any) -> float:
     rate = training_throughput(result)
     if rate <= 0:
         return 0.0
+    steps = measure.steady_steps(steps)
     per_worker_steps = len(steps) / steps["worker"].nunique()
     span = float(steps["samples"].sum()) / rate
     busy = float((steps["compute_s"] + steps["comm_s"] + steps["wait_s"]).sum()) / len(steps)
@@ -418,7 +415,7 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
 
     None when the run sent no network messages (see `exchange_terms`) or has no steps.
     """
-    s, steps = result.summary, result.steps
+    s, steps = result.summary, measure.steady_steps(result.steps)   # warm-up is not the link's cost
     algorithm = s.get("algorithm") or (s.get("config") or {}).get("algorithm")
     cfg = s.get("config") or {}
     workers = len(s.get("workers") or []) or int(steps["worker"].nunique() if len(steps) else 1)
@@ -475,8 +472,9 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
         np_run = n_params or n_params_of(r)
         sizes.append(np_run)
         kinds = _worker_kinds(r)
-        kind_col = r.steps["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
-        for kind, df in r.steps.assign(_kind=kind_col).groupby("_kind"):
+        steady = measure.steady_steps(r.steps)   # fit the steady state: warm-up is not compute speed
+        kind_col = steady["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
+        for kind, df in steady.assign(_kind=kind_col).groupby("_kind"):
             s_list, c_list = by_kind.setdefault(str(kind), ([], []))
             s_list.extend(df["samples"].tolist())
             c_list.extend(df["compute_s"].tolist())
