@@ -148,12 +148,12 @@ def test_compression_is_a_sync_sgd_knob_and_dgc_refuses_nesterov():
 def test_recorded_bytes_are_the_cost_models(kind):
     """One definition: what a step records as sent is the cost model's beta term for the
     same exchange, plus the packed tail (loss, stop, timings) riding along."""
-    from workbench.algorithms.reference import load_for
     from workbench.analysis.costmodel import compressed_terms
     from workbench.comm.base import ring_allgather_bytes, ring_allreduce_bytes
+    from workbench.problem import Problem
     cfg = config(cpus=3, steps=3, compression=kind, compression_ratio=0.05, compression_rank=2)
     got = run_threads(cfg)
-    model = load_for(cfg)[1]
+    model = Problem.from_config(cfg).model
     shapes = [tuple(layer.shape) for layer in model.layers]
     _, beta_bytes = compressed_terms(3, 4 * model.n_params, kind, compression_ratio=0.05, compression_rank=2,
                                      compression_levels=16, layer_shapes=shapes)

@@ -437,9 +437,9 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
 
 def _layer_shapes(cfg: dict[str, Any]) -> list[tuple[int, ...]]:
     """The layer shapes of a run's model (PowerSGD's exchange depends on them)."""
-    from ..algorithms.reference import load_for
     from ..config import RunConfig
-    _, model = load_for(RunConfig.from_dict({k: v for k, v in cfg.items() if k != "out"}))
+    from ..problem import Problem
+    model = Problem.from_config(RunConfig.from_dict({k: v for k, v in cfg.items() if k != "out"})).model
     return [tuple(layer.shape) for layer in model.layers]
 
 
