@@ -332,8 +332,9 @@ class RunConfig(BaseModel):
 
     # --- algorithm knobs
     tau: int = Field(1, description=(
-        "EASGD family: local SGD steps between elastic exchanges with the centre (whole number "
-        ">= 1; 1 = exchange every step, as You et al.)."))
+        "Local steps between exchanges (whole number >= 1): the EASGD family's elastic exchanges with the "
+        "centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
+        "Lin et al.) and diloco's outer steps (H in Douillard et al.)."))
     alpha: float | None = Field(None, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
@@ -358,6 +359,70 @@ class RunConfig(BaseModel):
     split: Literal["equal", "speed"] = Field("equal", description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
+    # communication-efficient training (algorithms/local.py, maths/compress.py): one block
+    post_local_epoch: float = Field(1.0, description=(
+        "post_local_sgd: the epoch (>= 0, may be fractional) from which workers average their "
+        "parameters every tau steps; before it they average after every step, as sync_sgd (Lin et al. "
+        "switch at the first learning-rate decay)."))
+    outer_lr: float = Field(0.7, description=(
+        "diloco: learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
+        "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging)."))
+    outer_momentum: float = Field(0.9, description=(
+        "diloco: Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.)."))
+    compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field("none", description=(
+        "sync_sgd: how each worker compresses its gradient before the exchange: none, topk (the "
+        "compression_ratio largest entries, with Deep Gradient Compression's momentum correction), randomk "
+        "(compression_ratio of the entries, the same random ones on every worker), sign (scaled signs, "
+        "one bit each), qsgd (stochastic quantisation to compression_levels levels) or powersgd (rank "
+        "compression_rank approximation of each layer's matrix)."))
+    compression_ratio: float = Field(0.01, description=(
+        "sync_sgd with compression topk or randomk: share of the gradient's entries each worker sends, "
+        "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd)."))
+    compression_rank: int = Field(4, description=(
+        "sync_sgd with compression powersgd: rank of each layer's approximation (whole number >= 1; at "
+        "the layer's smaller dimension or above the approximation is exact)."))
+    compression_levels: int = Field(16, description=(
+        "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
+        "s; 1 keeps only signs and the norm)."))
+    error_feedback: bool = Field(True, description=(
+        "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
+        "to the next gradient (error feedback), or drop it for good (false)."))
+
+    @field_validator("compression_rank", "compression_levels", mode="before")
+    @classmethod
+    def _commeff_int(cls, v: Any) -> Any:
+        v = strict_int(v)
+        if v < 1:
+            raise ValueError("a whole number >= 1")
+        return v
+
+    @field_validator("post_local_epoch", "outer_lr", "outer_momentum", "compression_ratio", mode="before")
+    @classmethod
+    def _commeff_float(cls, v: Any, info: Any) -> Any:
+        allowed = {"post_local_epoch": "a finite number >= 0", "outer_lr": "a finite number > 0",
+                   "outer_momentum": "a number >= 0 and < 1", "compression_ratio": "a number > 0 and <= 1"}
+        v = strict_float(v, allowed[info.field_name])
+        ok = {"post_local_epoch": math.isfinite(v) and v >= 0, "outer_lr": math.isfinite(v) and 0 < v <= LR_MAX,
+              "outer_momentum": 0 <= v < 1, "compression_ratio": 0 < v <= 1}[info.field_name]
+        if not ok:
+            raise ValueError(allowed[info.field_name])
+        return v
+
+    @field_validator("error_feedback", mode="before")
+    @classmethod
+    def _commeff_bool(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        if not isinstance(v, bool):
+            raise ValueError("true or false")
+        return v
+
+    @model_validator(mode="after")
+    def _commeff_combinations(self) -> RunConfig:
+        if self.compression != "none" and self.algorithm != "sync_sgd":
+            raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
+                              f"allreduce; {self.algorithm} has none)", self.compression)
+        return self
 
     # --- how long, how often, reproducibility
     epochs: float = Field(5.0, description=(
@@ -846,7 +911,9 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "split"),
+                  "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
+                  "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
+                  "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),
 }
 
