@@ -185,6 +185,7 @@ LAYERS = [
     {"workbench", "util", "config", "algorithms.registry"},
     {"results", "measure", "data"},
     {"maths"},
+    {"problem"},
     {"comm"},
     {"algorithms"},
     {"sim"},                                  # the simulator's clock, costs and profiles (its transport: execution)

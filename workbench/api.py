@@ -20,7 +20,7 @@ from .results import OnRecord, RunResult
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
         should_stop: Callable[[], bool] | None = None, progress: bool = True,
-        overwrite: bool = False) -> RunResult:
+        overwrite: bool = False, checked: Sequence[str] | None = None) -> RunResult:
     """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
 
     Args:
@@ -34,15 +34,21 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
             widget in a notebook, text in a terminal. False for none.
         overwrite: replace a run already saved in `config.out` (otherwise refused).
+        checked: the warnings of the `preflight(config, overwrite)` the caller has just run
+            (the CLI checks before it starts a cluster, and prints them itself); they are
+            recorded, not warned again, and the checks are not repeated. None: check here.
     Raises:
         ConfigError: a value that would fail once workers run (checked before they start:
             `workbench.execution.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
             the wrong type, such as `run(None)`.
     """
     config = _checked_args(config, cluster, on_record, should_stop)
-    warnings = preflight(config, overwrite=overwrite)
-    for message in warnings:
-        _warnings.warn(message, RunWarning, stacklevel=2)
+    if checked is None:
+        warnings = preflight(config, overwrite=overwrite)
+        for message in warnings:
+            _warnings.warn(message, RunWarning, stacklevel=2)
+    else:
+        warnings = list(checked)
     bar = None
     if progress:
         from .apps.progress import RunProgress, bars_allowed, tee

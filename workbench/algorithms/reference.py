@@ -13,24 +13,14 @@ from collections.abc import Callable
 import numpy as np
 
 from ..config import RunConfig
-from ..data import global_batch, load_dataset
+from ..data import global_batch
 from ..maths.metrics import Evaluator
-from ..maths.models import make_model
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import SGD
+from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
 from .registry import AlgorithmSpec, register
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
-
-
-def load_for(config: RunConfig):
-    """The dataset and model a config names (shared by every worker and the reference)."""
-    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                        download=config.download)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    return data, model
 
 
 def train_reference(config: RunConfig, on_record: OnRecord | None = None,
@@ -46,9 +36,9 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
             (tests compare parallel algorithms against it).
     """
     t_called = time.time()
-    data, model = load_for(config)
-    plan = make_plan(config, data.n_train)
-    params = model.init(config.seed)
+    problem = Problem.from_config(config)
+    data, model, plan = problem.data, problem.new_model(), problem.plan
+    params = problem.initial_params()
     opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
     evaluate = Evaluator(model, data)
     grad = np.empty_like(params)

@@ -280,10 +280,10 @@ def n_params_of(result: Any) -> int:
         return int(s["n_params"])
     if getattr(result, "params", None) is not None:
         return int(np.asarray(result.params).size)
-    from ..algorithms.reference import load_for
     from ..config import RunConfig
-    _, model = load_for(RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"}))
-    return int(model.n_params)
+    from ..problem import Problem
+    config = RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"})
+    return int(Problem.from_config(config).model.n_params)   # its size: no data loaded
 
 
 def training_throughput(result: Any) -> float:

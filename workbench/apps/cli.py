@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 import typing
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -327,7 +326,8 @@ def _run(args: argparse.Namespace) -> int:
     if config.out is None:
         config = config.replace(out=_default_out(config))
     overwrite = bool(getattr(args, "overwrite", False))
-    for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
+    checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
+    for message in checked:
         print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     from ..execution.cluster import one_line_logs
@@ -341,10 +341,8 @@ def _run(args: argparse.Namespace) -> int:
             if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
                 from ..execution.cluster import dashboard_link
                 print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", api.RunWarning)  # printed above, once
-                result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
-                                 overwrite=overwrite)
+            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
+                             overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
             result = _stopped_before_start(config, 0.0, "interrupted")

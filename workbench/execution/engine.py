@@ -33,8 +33,7 @@ from ..comm.base import Emulated, WorkerLost
 from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
-from ..maths.models import make_model
-from ..maths.optim import make_plan
+from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
@@ -48,32 +47,15 @@ __all__ = ["run", "run_threads", "execute", "decide_status", "worker_main", "bui
 
 
 # ------------------------------------------------------------------------------ worker side
-_DATA_CACHE: dict[tuple, Any] = {}
-
-
-def run_dataset(config: RunConfig) -> Any:
-    """The run's dataset, loaded once per process (a warm cluster skips the load)."""
-    from ..data import load_dataset
-    key = (config.dataset, config.n_samples, config.n_features, config.n_classes, config.seed,
-           config.data_dir)
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()  # keep one dataset per worker process
-        _DATA_CACHE[key] = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                                        download=config.download)
-    return _DATA_CACHE[key]
-
-
 def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,
                   server: Any = None, shared: dict | None = None, control: Any = None,
                   emit: Callable | None = None, t0_wall: float = 0.0, extra: dict | None = None,
                   start_barrier: Callable | None = None, timer: Callable[[], float] | None = None) -> WorkerContext:
     """Everything one worker needs: data on its device, its own model instance, plan, links."""
     xp = get_xp(kind)
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)
+    problem = Problem.from_config(config)   # built once per process: a warm worker skips the load
+    data, plan = problem.data, problem.plan
+    model = problem.new_model()             # this worker's own instance (its work buffers)
     X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
     if config.latency_ms or config.bandwidth_gbps:
         comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None
@@ -238,14 +220,13 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if not spec.spans_hosts and len({w["host"] for w in workers}) > 1:
         raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                           f"these are on {sorted({w['host'] for w in workers})}", config.algorithm)
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)  # validates the schedule before anything starts
+    problem = Problem.from_config(config)
+    plan, model = problem.plan, problem.model   # the plan validates the schedule before anything starts
+    problem.load()                              # loads (and checks) the data on the client
     setup = RunSetup(config=config, spec=spec, run_id=uuid.uuid4().hex[:12], workers=workers,
                      groups=spec.needs.rank_groups(config, size), n_params=model.n_params,
-                     params0=model.init(config.seed), model=model, extra={},
-                     total_steps=plan.total_steps, schedule_text=plan.schedule_text, data=data)
+                     params0=problem.params0, model=model, extra={},
+                     total_steps=plan.total_steps, schedule_text=plan.schedule_text)
     transport.check(setup)
     setup.extra = spec.needs.setup(config, size) if spec.needs.setup else {}
     monitor = _Monitor(setup, transport, Collector(on_record), should_stop)

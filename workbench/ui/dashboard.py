@@ -73,6 +73,8 @@ from ..config import (
     RunConfig,
     field_help,
 )
+from ..data import DATASETS
+from ..problem import Problem
 from ..results import free_run_dir
 from . import figures as F
 from .report import differing_config, format_cell, summary_table
@@ -84,8 +86,7 @@ RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's ow
 DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm (sgd is the reference)
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
-DOWNLOADED = ("mnist", "fashion_mnist", "cifar10")
-KNOWN_N_TRAIN = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000}  # official splits
+DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
 LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
                 "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
@@ -349,19 +350,8 @@ RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
 
 
 def preview_n_train(config: RunConfig) -> int:
-    """Training-set size for the schedule preview, without generating the data.
-
-    Digits is loaded (bundled, cached); generated sets use load_dataset's split rule;
-    downloadable sets their official sizes.
-    """
-    from ..data import load_dataset
-    from ..data.generators import _n_test
-
-    if config.dataset == "digits":
-        return load_dataset("digits").n_train
-    if config.dataset in KNOWN_N_TRAIN:
-        return KNOWN_N_TRAIN[config.dataset]
-    return config.n_samples - _n_test(config.n_samples, 0.2)
+    """Training-set size for the schedule preview, from the dataset's entry (nothing loaded)."""
+    return Problem.from_config(config).shape.n_train
 
 
 def _workers_of(config: RunConfig) -> int:
@@ -921,8 +911,7 @@ class Dashboard:
             cfg = self.config
             if cfg == self._shown_config:
                 return cfg
-            from ..maths.optim import make_plan
-            plan = make_plan(cfg, preview_n_train(cfg))
+            plan = Problem.from_config(cfg).plan   # the run's own plan, built once (preflight reuses it)
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self._shown_config = None
             self._set_status(f"error: {exc}", error=True)
@@ -948,8 +937,7 @@ class Dashboard:
     @staticmethod
     def _preview_figure(cfg: RunConfig | None) -> Any:
         """The schedule preview as a static figure (the widget is made from it once)."""
-        from ..maths.optim import make_plan
-        fig = F.schedule_figure(make_plan(cfg, preview_n_train(cfg))) if cfg is not None else F._lr_base()
+        fig = F.schedule_figure(Problem.from_config(cfg).plan) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
         return fig.update_layout(height=240, margin={"t": 50, "b": 30, "l": 50, "r": 10}, title=title,
                                  title_font_size=11, showlegend=False)
@@ -992,12 +980,11 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..maths.optim import make_plan
         index = self._runs_started
         self._runs_started += 1
         if self.out is not None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
-        state = _Run(index=index, config=cfg, total_steps=make_plan(cfg, preview_n_train(cfg)).total_steps,
+        state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
                      live=F.LiveState(label=f"#{index + 1} {cfg.algorithm} P={_workers_of(cfg)} B={cfg.batch_size}",
                                       color=F.run_color(index), n_workers=_workers_of(cfg)))
         self._show_plots()

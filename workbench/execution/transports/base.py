@@ -62,7 +62,6 @@ class RunSetup:
     total_steps: int
     schedule_text: str
     t0_wall: float = 0.0         # when the loops were started (wall clock)
-    data: Any = None             # the run's dataset (the simulator calibrates `local` on it)
 
     @property
     def size(self) -> int:

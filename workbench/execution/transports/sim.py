@@ -393,8 +393,10 @@ class SimTransport(Transport):
                 + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
 
     def prepare(self, setup: RunSetup) -> None:
+        from ...problem import Problem
         self.setup, self.size = setup, setup.size
-        self.costs = make_costs(setup.config, setup.model, setup.kinds, setup.data, link=self.link)
+        self.costs = make_costs(setup.config, setup.model, setup.kinds, Problem.from_config(setup.config).data,
+                                link=self.link)
 
     def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
         self.thread = threading.Thread(target=self._drive, args=(setup, sink, main), name="workbench-sim",
