@@ -61,38 +61,21 @@ import pandas as pd
 
 from .. import measure
 from ..algorithms.registry import specs
+from ..comm.network import (  # noqa: F401 - the network model's names, re-exported where they were
+    HOST_LINK,
+    HOST_MEMORY_BYTES_PER_S,
+    NETWORKS,
+    Network,
+    message_time,
+    ring_allreduce_time,
+    tree_allreduce_time,
+    tree_levels,
+)
 from ..config import ConfigError
 
 BYTES_PER_PARAM = 4  # float32
 
 
-@dataclass(frozen=True)
-class Network:
-    """Latency and inverse bandwidth of one link, as an allreduce sees it."""
-
-    name: str
-    alpha: float   # seconds per message (software stack included)
-    beta: float    # seconds per byte (1 / effective bandwidth)
-    note: str = ""
-
-
-# Orders of magnitude, for "what if"; calibrate from a run on the real network to replace them.
-NETWORKS: dict[str, Network] = {
-    "shm": Network("shm", 20e-6, 1 / 2e9,
-                   "this host: shared memory between worker processes; ~20 us per exchange "
-                   "(two flag barriers polled from Python), ~2 GB/s copy-and-sum through one core"),
-    "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
-                     "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
-    "100GbE": Network("100GbE", 20e-6, 1 / 11e9,
-                      "100 Gb/s Ethernet over TCP: ~20 us, ~11 GB/s achievable"),
-    "InfiniBand HDR": Network("InfiniBand HDR", 2e-6, 1 / 23e9,
-                              "200 Gb/s HDR with RDMA: ~2 us, ~23 GB/s achievable"),
-    "NVLink": Network("NVLink", 10e-6, 1 / 150e9,
-                      "GPU-GPU NVLink (A100 class) through NCCL: ~10 us per call (kernel launch), "
-                      "~150 GB/s allreduce bus bandwidth"),
-}
-HOST_LINK = Network("PCIe 4.0 x16", 10e-6, 1 / 20e9, "device <-> host copies (CGDP): ~20 GB/s")
-HOST_MEMORY_BYTES_PER_S = 10e9  # one core streaming sum / update over host memory
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
 # Which communication pattern each algorithm uses (see the module docstring): declared
@@ -104,45 +87,6 @@ ALLREDUCES = ("ring", "tree")
 
 
 # ------------------------------------------------------------------------------ formulas
-def message_time(n_bytes: float, alpha: float, beta: float) -> float:
-    """Time of one message: alpha + n beta.
-
-    >>> round(message_time(1000, 1e-6, 1e-9), 12)
-    2e-06
-    """
-    return alpha + n_bytes * beta
-
-
-def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha.
-
-    >>> ring_allreduce_time(4, 1e6, 1e-5, 1e-9)  # 1.5e-3 + 6e-5
-    0.00156
-    >>> ring_allreduce_time(1, 1e6, 1e-5, 1e-9)
-    0.0
-    """
-    p = int(workers)
-    return 2 * (p - 1) / p * n_bytes * beta + 2 * (p - 1) * alpha
-
-
-def tree_levels(workers: int) -> int:
-    """Depth of a binary reduction tree over P workers: ceil(log2 P).
-
-    >>> [tree_levels(p) for p in (1, 2, 3, 4, 8, 9)]
-    [0, 1, 2, 2, 3, 4]
-    """
-    return math.ceil(math.log2(int(workers))) if workers > 1 else 0
-
-
-def tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Binary-tree reduce then broadcast: 2 ceil(log2 P) (alpha + n beta).
-
-    >>> round(tree_allreduce_time(4, 1e6, 1e-5, 1e-9), 9)  # 2 * 2 * (1e-5 + 1e-3)
-    0.00404
-    """
-    return 2 * tree_levels(workers) * (alpha + n_bytes * beta)
-
-
 def _check_allreduce(allreduce: str) -> None:
     if allreduce not in ALLREDUCES:
         raise ConfigError("allreduce", f"one of {list(ALLREDUCES)}", allreduce)

@@ -15,7 +15,7 @@ One `SimCosts` per run, from the config and the model:
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
   construction where both apply; a server's update is three passes over the
-  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`: one server
+  parameters through host memory (`comm.network.HOST_MEMORY_BYTES_PER_S`: one server
   process streams through one core); cgdp's master sums and updates with the host's
   threads at `master_bw`, the `cpu_device` profile's memory bandwidth when the run names
   one (Le et al.'s master runs on every core of the S822LC: `power8`), else that one core;
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..comm.network import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 
 BYTES = 4           # float32

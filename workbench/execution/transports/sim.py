@@ -1,4 +1,4 @@
-"""The simulated cluster as a transport: virtual workers linked by virtual-time front-ends.
+"""The simulated cluster as a transport (`workbench.sim`): virtual workers linked by virtual-time front-ends.
 
 `SimTransport` builds, for the run's P virtual workers (1-1024, GPU then CPU ranks), the
 same links a real transport builds (a collective per rank group, the declared server
@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.base import ThreadControl, WorkerLost
-from ..comm.roles import make_core
-from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ..execution.transports.base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
-from .clock import Killed, Scheduler, VProc
-from .costs import SimCosts, default_network, make_costs
-from .profiles import _one_blas_thread
+from ...comm.base import ThreadControl, WorkerLost
+from ...comm.roles import make_core
+from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ...sim.clock import Killed, Scheduler, VProc
+from ...sim.costs import SimCosts, default_network, make_costs
+from ...sim.profiles import _one_blas_thread
+from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
 
 MAX_WORKERS = 1024
 
@@ -401,7 +401,7 @@ class SimTransport(Transport):
                 + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
 
     def prepare(self, setup: RunSetup) -> None:
-        from ..problem import Problem
+        from ...problem import Problem
         self.setup, self.size = setup, setup.size
         self.costs = make_costs(setup.config, setup.model, setup.kinds, Problem.from_config(setup.config).data,
                                 link=self.link)
