@@ -129,21 +129,39 @@ def _loop(ctx: WorkerContext) -> dict:
 
 
 # ------------------------------------------------------------------------------ client side
-def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` on a Dask cluster (default: the session's local one) or on "threads"."""
-    if REGISTRY.get(config.algorithm) is None:
+def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
+    """The one choice of transport for a run (`workbench.run`, the CLI and the dashboard use it).
+
+    `simulate=True`: the simulated cluster (its own virtual workers: no `cluster`);
+    `cluster="threads"`: every worker a thread of this process; otherwise Dask on `cluster`
+    (a Client, a cluster object or a scheduler address), by default the session's local
+    cluster, started or reused here. A `Transport` passed as `cluster` is returned as it is."""
+    if isinstance(cluster, Transport):
+        return cluster
+    spec = REGISTRY.get(config.algorithm)
+    if config.simulate:
+        if cluster is not None:
+            raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
+                              type(cluster).__name__)
+        if spec is None or spec.cls is None:
+            raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
+                              "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
+        from .transports.sim import SimTransport
+        return SimTransport()
+    if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
-    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
-    if config.simulate:   # the simulator sits above the engine: workbench.run dispatches to it
-        raise ConfigError("simulate", "false here: simulated runs go through workbench.run "
-                          "(workbench.sim.run.run_simulated)", config.simulate)
     if isinstance(cluster, str) and cluster == "threads":
         from .transports.threads import ThreadTransport
-        transport: Transport = ThreadTransport()
-    else:
-        from .transports.dask import DaskTransport
-        transport = DaskTransport(_client_for(config, cluster))
+        return ThreadTransport()
+    from .transports.dask import DaskTransport
+    return DaskTransport(_client_for(config, cluster))
+
+
+def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
+        should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Run `config` on the transport `transport_for(config, cluster)` picks."""
+    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
+    transport = transport_for(config, cluster)
     return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called)
 
 

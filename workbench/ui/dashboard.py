@@ -89,7 +89,8 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
+                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -1090,10 +1091,12 @@ class Dashboard:
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd" and not cfg.simulate:
-                self._set_dask_link(cluster)
+            from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
+            transport = transport_for(cfg, cluster) if cfg.algorithm != "sgd" or cfg.simulate else None
+            if getattr(transport, "name", None) == "dask":
+                self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
+            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                    progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
