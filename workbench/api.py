@@ -25,8 +25,10 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
 
     Args:
         config: a `RunConfig` (or a dict of its fields).
-        cluster: a Dask `Client`, cluster, or scheduler address; default: a local cluster
-            started (or reused) for this session. Ignored for `algorithm="sgd"`.
+        cluster: a Dask `Client`, cluster, or scheduler address; "threads"; or a transport
+            `execution.engine.transport_for` chose. Default: a local cluster started (or
+            reused) for this session, or the simulated one for `simulate=True`. Ignored for
+            `algorithm="sgd"`.
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
@@ -56,16 +58,10 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     result = None
     t0 = time.time()
     try:
-        if config.simulate:
-            if cluster is not None:
-                raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
-                                  type(cluster).__name__)
-            from .sim.run import run_simulated
-            result = run_simulated(config, on_record=on_record, should_stop=should_stop)
-        elif config.algorithm == "sgd":
+        if config.algorithm == "sgd" and not config.simulate:
             from .algorithms.reference import train_reference
             result = train_reference(config, on_record=on_record, should_stop=should_stop)
-        else:
+        else:   # the simulated cluster, threads or Dask: engine.transport_for chooses
             from .execution.engine import run as engine_run
             result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
@@ -106,7 +102,7 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
         if value is not None and not callable(value):
             raise ConfigTypeError(name, "a function, or None", value)
     if cluster is not None and not isinstance(cluster, str) and not hasattr(cluster, "scheduler_info") \
-            and not hasattr(cluster, "scheduler_address"):
+            and not hasattr(cluster, "scheduler_address") and not hasattr(cluster, "start"):   # start: a Transport
         raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
     if isinstance(cluster, str) and cluster != "threads":
         check_scheduler_address(cluster)

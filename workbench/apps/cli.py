@@ -334,11 +334,14 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if config.algorithm != "sgd" and not config.simulate:   # the Dask dashboard, one click away
-                from ..execution.cluster import dashboard_link, session_client
-                print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
-                      file=sys.stderr)
-            result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
+            transport = None
+            if config.algorithm != "sgd" or config.simulate:
+                from ..execution.engine import transport_for
+                transport = transport_for(config)
+            if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
+                from ..execution.cluster import dashboard_link
+                print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
+            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
                              overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
@@ -363,6 +366,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    from ..measure import notes
+    for line in notes(s):
+        print(f"  note: {line}")
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

@@ -57,6 +57,7 @@ import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from .. import measure
 from ..config import (
     ALGORITHMS,
     DATASET_NAMES,
@@ -88,7 +89,8 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
+                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -1215,10 +1217,12 @@ class Dashboard:
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd" and not cfg.simulate:
-                self._set_dask_link(cluster)
+            from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
+            transport = transport_for(cfg, cluster) if cfg.algorithm != "sgd" or cfg.simulate else None
+            if getattr(transport, "name", None) == "dask":
+                self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
+            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                    progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
@@ -1333,7 +1337,7 @@ class Dashboard:
             self._show_runs()
             s = r.summary
             acc = s.get("final_test_accuracy")
-            startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
+            startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
             if s.get("simulated"):
@@ -1345,7 +1349,8 @@ class Dashboard:
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                              + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
-                             f"comm fraction {s.get('comm_fraction', 0):.2f}",
+                             f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                             + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
                              error=s["status"] in ("failed", "diverged"))
         self._set_buttons(running=False)
 
