@@ -93,6 +93,7 @@ def test_every_control_maps_onto_a_config_field(dash):
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+            dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
         dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
                                               "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
         before = dash.config.to_dict()
