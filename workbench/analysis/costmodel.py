@@ -21,6 +21,9 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   like a parameter server; `hogwild_easgd`: no lock, no saturation, one host only;
   `easgd` (round-robin): the server serves workers in strict rank order, so a cycle of
   `tau` steps lasts at least P exchanges; `sync_easgd`: compute(b) + allreduce / tau.
+- `sync_sgd` with `compression`: the payload of `maths.compress.payload` (top-k pairs, sign
+  bits, QSGD levels: an allgather, (P-1)(alpha + b beta); random-k values, PowerSGD's two
+  factor rounds: allreduces of b).
 - `local_sgd`, `diloco` (`local_allreduce`): compute(b) + allreduce(n) / tau, the parameters
   (diloco: their change) averaged every tau steps; `post_local_sgd` (`post_local_allreduce`):
   every step for the share `sync_share` of the run before its switch, then every tau:
@@ -105,9 +108,30 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tu
     return 2.0 * levels, 2.0 * levels * n_bytes
 
 
+def compressed_terms(workers: int, n_bytes: float, compression: str, *, compression_ratio: float = 0.01,
+                     compression_levels: int = 16, compression_rank: int = 4,
+                     layer_shapes: list[tuple[int, ...]] | None = None,
+                     allreduce: str = "ring") -> tuple[float, float]:
+    """(A, B) of sync_sgd's compressed exchange (`maths.compress.payload`): an allgather
+    of the payloads, (P - 1) (alpha + b beta), or allreduces of them (PowerSGD: two).
+
+    >>> compressed_terms(4, 4000.0, "topk", compression_ratio=0.01)   # 10 pairs of 8 bytes, 3 hops
+    (3.0, 240.0)
+    """
+    from ..maths.compress import payload
+    b, gather, rounds = payload(compression, int(n_bytes // BYTES_PER_PARAM), ratio=compression_ratio,
+                                levels=compression_levels, rank=compression_rank, shapes=layer_shapes)
+    p = int(workers)
+    if gather:
+        return float(p - 1), float(p - 1) * b
+    a, bb = allreduce_terms(p, b, allreduce)
+    return a * rounds, bb
+
+
 def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
                    round_size: int = 50, allreduce: str = "ring",
-                   sync_share: float = 0.0) -> tuple[float, float] | None:
+                   sync_share: float = 0.0, compression: str = "none",
+                   **compression_knobs: Any) -> tuple[float, float] | None:
     """Per worker step, the communication time as A alpha + B beta: returns (A, B).
 
     None for algorithms whose exchange is not a network message (sgd, hogwild
@@ -121,6 +145,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         round_size: LTFB steps between tournaments.
         allreduce: "ring" or "tree".
         sync_share: post_local_sgd's share of steps before its switch (averaging every step).
+        compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
     Returns:
         (A, B), or None.
 
@@ -132,6 +157,8 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     (1.25, 62.5)
     """
     pattern = _pattern(algorithm)
+    if pattern == "allreduce" and compression != "none":
+        return compressed_terms(workers, n_bytes, compression, allreduce=allreduce, **compression_knobs)
     if pattern == "allreduce":
         return allreduce_terms(workers, n_bytes, allreduce)
     if pattern in ("elastic_allreduce", "local_allreduce", "post_local_allreduce"):
@@ -340,12 +367,24 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
         return None
     n = (n_params or n_params_of(result)) * BYTES_PER_PARAM
     share = (s.get("switch_step") or 0) / s["steps"] if s.get("steps") else 0.0   # post_local_sgd's sync phase
+    knobs = {k: cfg[k] for k in ("compression_ratio", "compression_levels", "compression_rank") if k in cfg}
+    if cfg.get("compression", "none") == "powersgd":
+        knobs["layer_shapes"] = _layer_shapes(cfg)
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
-                           round_size=int(cfg.get("round_size") or 50), sync_share=share)
+                           round_size=int(cfg.get("round_size") or 50), sync_share=share,
+                           compression=cfg.get("compression") or "none", **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
             "comm_s": float(steps["comm_s"].mean())}
+
+
+def _layer_shapes(cfg: dict[str, Any]) -> list[tuple[int, ...]]:
+    """The layer shapes of a run's model (PowerSGD's exchange depends on them)."""
+    from ..config import RunConfig
+    from ..problem import Problem
+    model = Problem.from_config(RunConfig.from_dict({k: v for k, v in cfg.items() if k != "out"})).model
+    return [tuple(layer.shape) for layer in model.layers]
 
 
 def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm") -> Calibration:
@@ -404,7 +443,8 @@ PREDICT_COLUMNS = ("algorithm", "network", "workers", "batch_size", "compute_s",
 def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: int, *,
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
-                    kind: str = "cpu", sync_share: float = 0.0) -> dict[str, Any]:
+                    kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
+                    **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -418,6 +458,8 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.
         sync_share: post_local_sgd's share of the run before its switch.
+        compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`:
+            compression_ratio, compression_levels, compression_rank, layer_shapes).
     Returns:
         {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
         one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
@@ -441,8 +483,9 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     if pattern == "none":
         rate = B / local if local > 0 else math.inf
     elif pattern in ("allreduce", "elastic_allreduce", "local_allreduce", "post_local_allreduce"):
-        A, Bt = allreduce_terms(p, n, allreduce)
-        comm = (A * a + Bt * bb) * (1.0 if pattern == "allreduce" else exchanges_per_step(pattern, tau, sync_share))
+        A, Bt = exchange_terms(algorithm, p, n, tau=tau, allreduce=allreduce, sync_share=sync_share,
+                               compression=compression, **compression_knobs)
+        comm = A * a + Bt * bb
         rate = B / (local + comm)
     elif pattern in ("server", "elastic_server"):
         period = 1 if pattern == "server" else tau

@@ -127,6 +127,18 @@ class SimCosts:
         fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
         return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta) if workers > 1 else 0.0
 
+    def compressed_s(self, workers: int, payload_bytes: float, gather: bool) -> float:
+        """A compressed exchange: `payload_bytes` stand for a share of the configured model's
+        vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
+        (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula)."""
+        if workers <= 1:
+            return 0.0
+        b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
+        if gather:
+            return (workers - 1) * (self.network.alpha + b * self.network.beta)
+        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
+        return fn(workers, b, self.network.alpha, self.network.beta)
+
     def host_copy(self) -> float:
         """A server copying out its parameter vector (a pull): one pass through host memory."""
         return self.vector_bytes / HOST_MEMORY_BYTES_PER_S

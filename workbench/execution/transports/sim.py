@@ -61,7 +61,7 @@ class SimGroup:
         self.count = 0
         self.t_last = 0.0
 
-    def arrive(self, index: int, proc: VProc, buf: Any) -> Any:
+    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None) -> Any:
         t = proc.now()
         self.slots[index], self.procs[index] = buf, proc
         self.count += 1
@@ -74,7 +74,9 @@ class SimGroup:
             for other in self.slots[1:]:
                 total += other
             total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
-        done = self.t_last + self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        if cost_s is None:
+            cost_s = self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        done = self.t_last + cost_s
         procs = self.procs
         self._reset()
         for p in procs:
@@ -92,6 +94,12 @@ class SimComm:
 
     def allreduce(self, buf: Any) -> Any:
         return self.group.arrive(self.rank, self.proc, buf)
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """A compressed exchange's sum, charged as a ring allgather of the payloads or an
+        allreduce of `payload_bytes` (`SimCosts.compressed_s`)."""
+        cost = self.group.costs.compressed_s(self.size, payload_bytes, gather)
+        return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
 
     def barrier(self) -> None:
         self.group.arrive(self.rank, self.proc, None)
