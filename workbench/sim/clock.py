@@ -26,7 +26,6 @@ from greenlet import greenlet
 
 from ..comm.base import WorkerLost
 
-
 _LAST = 1 << 62   # sequence numbers of `at_end_of` events: after every ordinary event of their time
 
 

@@ -89,8 +89,7 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
-                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
