@@ -68,7 +68,8 @@ def test_defaults_unchanged_by_descriptions():
         "scheduler": None, "comm": "auto", "latency_ms": 0.0, "bandwidth_gbps": 0.0, "simulate": False, "device": None,
         "cpu_device": "local", "network": None, "timing_model": None, "jitter": 0.0, "fail_worker": None, "batch_size": 32,
         "lr": 0.1, "lr_scaling": "none", "base_batch": 32, "warmup": "none", "warmup_epochs": 0.0,
-        "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "tau": 1, "alpha": None,
+        "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "optimizer": "sgd",
+            "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "tau": 1, "alpha": None,
         "trainers": 2, "round_size": 50, "tournament_size": 256, "trainer_lrs": None, "lr_spread": 1.0,
         "exchange_state": False, "chunk_layers": "auto", "split": "equal", "epochs": 5.0, "steps": None,
         "eval_every": None, "seed": 0, "out": None}

@@ -16,7 +16,7 @@ from ..config import RunConfig
 from ..data import global_batch, load_dataset
 from ..maths.metrics import Evaluator
 from ..maths.models import make_model
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import make_optimizer, make_plan
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
 from .registry import AlgorithmSpec, register
 
@@ -49,7 +49,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
     data, model = load_for(config)
     plan = make_plan(config, data.n_train)
     params = model.init(config.seed)
-    opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
+    opt = make_optimizer(config, model.layout(), np, params.dtype)
     evaluate = Evaluator(model, data)
     grad = np.empty_like(params)
     collector = Collector(on_record)

@@ -135,13 +135,13 @@ def _worker_setup(config_dict: dict) -> tuple:
     from ..config import RunConfig
     from ..execution.engine import run_dataset as _dataset
     from ..maths.models import make_model
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
 
     cfg = RunConfig.from_dict(config_dict)
     data = _dataset(cfg)
     model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
     params = model.init(cfg.seed)
-    opt = SGD(model.n_params, np, params.dtype, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    opt = make_optimizer(cfg, model.layout(), np, params.dtype)
     return cfg, data, model, params, opt
 
 

@@ -24,7 +24,7 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     from ..data import global_batch
     from ..maths.backend import get_xp
     from ..maths.models import make_model
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
     from .engine import run_dataset as _dataset
 
     cp = get_xp("gpu")
@@ -33,7 +33,7 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     X, y = cp.asarray(data.X_train), cp.asarray(data.y_train)
     params = cp.asarray(model.init(0))
     grad = cp.empty_like(params)
-    opt = SGD(model.n_params, cp, params.dtype)
+    opt = make_optimizer(cfg, model.layout(), cp, params.dtype, momentum=0.0, nesterov=False)
     step, samples, t0 = 0, 0, None
     start = time.perf_counter()
     while True:

@@ -73,12 +73,12 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
 
     from ..algorithms.reference import load_for
     from ..data import global_batch
-    from ..maths.optim import SGD, make_plan
+    from ..maths.optim import make_optimizer, make_plan
     data, model = load_for(config)
     plan = make_plan(config, data.n_train)
     replicas = [model.init(config.seed) for _ in range(slices)]
     grad = np.empty_like(replicas[0])
-    opt = SGD(model.n_params, np, grad.dtype)
+    opt = make_optimizer(config, model.layout(), np, grad.dtype, momentum=0.0, nesterov=False)
     b = plan.batch_size // slices
     t0, c0 = time.perf_counter(), time.process_time()
     for step in range(plan.total_steps):

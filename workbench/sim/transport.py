@@ -273,7 +273,7 @@ class SimChunkMasterState:
         self.costs, self.sched = costs, sched
         self.clock_now = 0.0
         needs = setup.spec.needs
-        self.core = make_core(needs.server, needs.options(setup.config), setup.params0, setup.size, setup.config,
+        self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, setup.size, setup.config,
                               setup.model, clock=lambda: self.clock_now)
         self.free = 0.0                               # master busy until
         self.up = [0.0] * setup.size                  # device->host link of each worker busy until
@@ -411,7 +411,7 @@ class SimTransport(Transport):
         if needs.server == "cgdp_master":
             server_state = SimChunkMasterState(setup, costs, sched)
         elif needs.server is not None:
-            server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
+            server_state = SimServerState(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size),
                                           costs, sched)
         shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
