@@ -135,7 +135,7 @@ def test_time_axes_start_at_the_first_step(sync_result):
 def test_loss_smoothing_and_log_scale():
     steps = pd.DataFrame({"worker": 0, "step": range(50), "epoch": np.linspace(0, 1, 50), "time": np.arange(50.0),
                           "loss": [1.0 + (i % 2) for i in range(50)], "samples": 8, "compute_s": 0.5,
-                          "comm_s": 0.0, "wait_s": 0.0, "lr": 0.1, "staleness": 0.0})
+                          "comm_s": 0.0, "wait_s": 0.0, "lr": 0.1, "staleness": 0.0, "bytes_sent": 0.0})
     r = RunResult(summary={"config": {"algorithm": "sgd"}}, steps=steps, evals=pd.DataFrame(columns=steps.columns))
     plain = F.progress_figure(r)
     assert len(plain.data) == 1 and plain.layout.yaxis.type in (None, "linear")
@@ -277,9 +277,11 @@ def test_comparison_figure_from_summaries(sync_result, sgd_result):
     t = traces(F.comparison_figure([sync_result, sgd_result]))
     assert list(t["samples/s"].y) == pytest.approx([sync_result.summary["samples_per_s"],
                                                     sgd_result.summary["samples_per_s"]])
-    # each share is that component's part of the run's step time, from the step table
+    # each share is that component's part of the steady steps' time (workbench.measure's window)
+    from workbench.measure import steady_weights
     for i, r in enumerate([sync_result, sgd_result]):
-        sums = r.steps[["compute_s", "comm_s", "wait_s"]].sum()
+        part = steady_weights(r.steps)[0]
+        sums = r.steps[["compute_s", "comm_s", "wait_s"]].mul(part, axis=0).sum()
         for name, column in (("compute share", "compute_s"), ("comm share", "comm_s"), ("wait share", "wait_s")):
             assert t[name].y[i] == pytest.approx(sums[column] / sums.sum()), (name, i)
     assert t["comm share"].y[0] > 0 and t["comm share"].y[1] == 0     # sync_sgd exchanges, sgd does not

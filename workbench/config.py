@@ -29,14 +29,16 @@ MODEL_NAMES = ("softmax", "mlp", "cnn")
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
 SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
-SIM_CPU_DEVICES = ("knl", "power8", "xeon")
+SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
+SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
 SIM_DEFAULT_DEVICE = "v100"
 # costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
 SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
 MAX_VIRTUAL_WORKERS = 1024
-SIM_FIELDS = ("device", "cpu_device", "network", "timing_model", "jitter", "fail_worker")   # need simulate
+SIM_FIELDS = ("device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+              "fail_worker")   # need simulate
 
 
 def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
@@ -274,9 +276,15 @@ class RunConfig(BaseModel):
         "Simulation: profile of the virtual GPU workers, one of " + ", ".join(SIM_DEVICES) +
         " (k80 is one GK210 die; knl, power8 and xeon make them CPU nodes); unset: v100 when "
         "gpus >= 1."))
-    cpu_device: str = Field("local", description=(
-        "Simulation: profile of the virtual CPU workers: local (this machine's core, calibrated "
-        "by timing the model at start) or one of " + ", ".join(SIM_CPU_DEVICES) + "."))
+    cpu_device: str = Field(SIM_DEFAULT_CPU_DEVICE, description=(
+        "Simulation: profile of the virtual CPU workers, one of " + ", ".join(SIM_CPU_DEVICES) +
+        " (fixed, named profiles: core is one measured NumPy core, the default), or local: this "
+        "machine's core, timed once per machine and model and cached, its numbers written into "
+        "the run's summary (the only way wall clock time enters a simulation)."))
+    calibration: str | None = Field(None, description=(
+        "Simulation with cpu_device local: a calibration file to use instead of timing this "
+        "machine (the JSON a local run caches, or that run's summary.json), so a run replays "
+        "bitwise; it must be of this machine and this model. Unset: this machine's cached one."))
     network: str | None = Field(None, description=(
         "Simulation: network model between the virtual workers, one of " + ", ".join(SIM_NETWORKS) +
         " (case, spaces and dashes ignored); unset: shm between CPU workers of this host, else "
@@ -343,8 +351,9 @@ class RunConfig(BaseModel):
 
     # --- algorithm knobs
     tau: int = Field(1, description=(
-        "EASGD family: local SGD steps between elastic exchanges with the centre (whole number "
-        ">= 1; 1 = exchange every step, as You et al.)."))
+        "Local steps between exchanges (whole number >= 1): the EASGD family's elastic exchanges with the "
+        "centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
+        "Lin et al.) and diloco's outer steps (H in Douillard et al.)."))
     alpha: float | None = Field(None, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
@@ -369,6 +378,70 @@ class RunConfig(BaseModel):
     split: Literal["equal", "speed"] = Field("equal", description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
+    # communication-efficient training (algorithms/local.py, maths/compress.py): one block
+    post_local_epoch: float = Field(1.0, description=(
+        "post_local_sgd: the epoch (>= 0, may be fractional) from which workers average their "
+        "parameters every tau steps; before it they average after every step, as sync_sgd (Lin et al. "
+        "switch at the first learning-rate decay)."))
+    outer_lr: float = Field(0.7, description=(
+        "diloco: learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
+        "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging)."))
+    outer_momentum: float = Field(0.9, description=(
+        "diloco: Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.)."))
+    compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field("none", description=(
+        "sync_sgd: how each worker compresses its gradient before the exchange: none, topk (the "
+        "compression_ratio largest entries, with Deep Gradient Compression's momentum correction), randomk "
+        "(compression_ratio of the entries, the same random ones on every worker), sign (scaled signs, "
+        "one bit each), qsgd (stochastic quantisation to compression_levels levels) or powersgd (rank "
+        "compression_rank approximation of each layer's matrix)."))
+    compression_ratio: float = Field(0.01, description=(
+        "sync_sgd with compression topk or randomk: share of the gradient's entries each worker sends, "
+        "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd)."))
+    compression_rank: int = Field(4, description=(
+        "sync_sgd with compression powersgd: rank of each layer's approximation (whole number >= 1; at "
+        "the layer's smaller dimension or above the approximation is exact)."))
+    compression_levels: int = Field(16, description=(
+        "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
+        "s; 1 keeps only signs and the norm)."))
+    error_feedback: bool = Field(True, description=(
+        "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
+        "to the next gradient (error feedback), or drop it for good (false)."))
+
+    @field_validator("compression_rank", "compression_levels", mode="before")
+    @classmethod
+    def _commeff_int(cls, v: Any) -> Any:
+        v = strict_int(v)
+        if v < 1:
+            raise ValueError("a whole number >= 1")
+        return v
+
+    @field_validator("post_local_epoch", "outer_lr", "outer_momentum", "compression_ratio", mode="before")
+    @classmethod
+    def _commeff_float(cls, v: Any, info: Any) -> Any:
+        allowed = {"post_local_epoch": "a finite number >= 0", "outer_lr": "a finite number > 0",
+                   "outer_momentum": "a number >= 0 and < 1", "compression_ratio": "a number > 0 and <= 1"}
+        v = strict_float(v, allowed[info.field_name])
+        ok = {"post_local_epoch": math.isfinite(v) and v >= 0, "outer_lr": math.isfinite(v) and 0 < v <= LR_MAX,
+              "outer_momentum": 0 <= v < 1, "compression_ratio": 0 < v <= 1}[info.field_name]
+        if not ok:
+            raise ValueError(allowed[info.field_name])
+        return v
+
+    @field_validator("error_feedback", mode="before")
+    @classmethod
+    def _commeff_bool(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        if not isinstance(v, bool):
+            raise ValueError("true or false")
+        return v
+
+    @model_validator(mode="after")
+    def _commeff_combinations(self) -> RunConfig:
+        if self.compression != "none" and self.algorithm != "sync_sgd":
+            raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
+                              f"allreduce; {self.algorithm} has none)", self.compression)
+        return self
 
     # --- how long, how often, reproducibility
     epochs: float = Field(5.0, description=(
@@ -485,7 +558,11 @@ class RunConfig(BaseModel):
     @field_validator("cpu_device", mode="before")
     @classmethod
     def _cpu_device(cls, v: Any) -> str:
-        return match_name("cpu_device", v, ("local", *SIM_CPU_DEVICES))
+        allowed = (*SIM_CPU_DEVICES, "local")
+        if isinstance(v, str) and v.strip().lower() in SIM_GPU_DEVICES:
+            raise ConfigError("cpu_device", "a CPU profile, one of " + ", ".join(allowed) + f" ({v} is a GPU "
+                              "profile: ask for GPU workers with gpus and device)", v)
+        return match_name("cpu_device", v, allowed)
 
     @field_validator("network", mode="before")
     @classmethod
@@ -646,6 +723,16 @@ class RunConfig(BaseModel):
             return v.strip().lower() == "true"
         raise ValueError("true or false")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _simulated_gpus_alone(cls, data: Any) -> Any:
+        # In a simulation `gpus=N` alone means N GPU workers: the CPU workers' default (2,
+        # this machine's cores in a real run) would add two compute workers nobody asked for.
+        if isinstance(data, dict) and "cpus" not in data and str(data.get("simulate")).lower() == "true" \
+                and str(data.get("gpus", 0)).strip() not in ("0", "auto", "None", ""):
+            data = {**data, "cpus": 0}
+        return data
+
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
@@ -792,9 +879,9 @@ def _check_optimizer(c: RunConfig) -> None:
 def _check_simulation(c: RunConfig) -> None:
     """The simulation fields: only with simulate, and within the virtual cluster."""
     if not c.simulate:
-        defaults = {"cpu_device": "local", "jitter": 0.0}
+        defaults = {"cpu_device": (SIM_DEFAULT_CPU_DEVICE, "local"), "jitter": (0.0,)}   # local: a real run's
         for name in SIM_FIELDS:
-            if getattr(c, name) != defaults.get(name):
+            if getattr(c, name) not in defaults.get(name, (None,)):
                 raise ConfigError(name, "only with simulate (a knob of the simulated cluster; add --simulate)",
                                   getattr(c, name))
         return
@@ -802,6 +889,12 @@ def _check_simulation(c: RunConfig) -> None:
         raise ConfigError("gpus", "a whole number >= 0 with simulate (virtual GPUs are counted, not detected)",
                           c.gpus)
     total = c.cpus + c.gpus
+    if c.device is not None and c.gpus == 0:
+        raise ConfigError("device", "the GPU workers' profile, only with gpus >= 1 (CPU workers take "
+                          "cpu_device)", c.device)
+    if c.calibration is not None and c.cpu_device != "local":
+        raise ConfigError("calibration", "a calibration file only with cpu_device local (the named profiles "
+                          "are fixed)", c.calibration)
     if not 1 <= total <= MAX_VIRTUAL_WORKERS:
         field = "gpus" if c.gpus > c.cpus else "cpus"
         raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
@@ -873,12 +966,15 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
              "data_dir", "download"),
     "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
-    "simulation": ("simulate", "device", "cpu_device", "network", "timing_model", "jitter", "fail_worker"),
+    "simulation": ("simulate", "device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+                   "fail_worker"),
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
                      "trust_coefficient"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "split"),
+                  "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
+                  "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
+                  "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),
 }
 

@@ -40,7 +40,7 @@ class AsyncSGD(Algorithm):
         self.params = ctx.xp.asarray(params)
         t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
-                       comm_s=t2 - t1, staleness=staleness)
+                       comm_s=t2 - t1, staleness=staleness, bytes_sent=self.grad.nbytes)   # the push
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.ctx.server.pull()[1])

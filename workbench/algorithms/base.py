@@ -45,6 +45,7 @@ class StepOut:
     comm_s: float = 0.0
     wait_s: float = 0.0
     staleness: float = 0.0
+    bytes_sent: float = float("nan")   # bytes this worker sent (`comm.base` counts); NaN: not counted
     stop: str | None = None
 
 
@@ -331,7 +332,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         now = clock()
         loss = float(out.loss)
         log.add(step, now - t0, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
-                float(out.staleness))
+                float(out.staleness), out.bytes_sent)
         if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
             # (synchronous algorithms decide together and set out.stop; sync_easgd's local
             # steps between exchanges may see a NaN that the next exchange reports to all)

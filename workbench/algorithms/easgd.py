@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
@@ -66,6 +67,7 @@ class ElasticWorker(Algorithm):
     """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
 
     eval_name = "centre"
+    over_network = True     # the exchange is a message (hogwild_easgd: a write to shared memory)
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
@@ -96,11 +98,13 @@ class ElasticWorker(Algorithm):
         t0 = self.clock()
         loss = self.local_step(step, lr)
         t1 = self.clock()
-        comm_s = 0.0
+        comm_s, sent = 0.0, 0.0
         if (step + 1) % self.tau == 0:
             self.exchange()
             comm_s = self.clock() - t1
-        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=comm_s)
+            sent = self.params.nbytes if self.over_network else 0.0   # x_i to the centre's server
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=comm_s,
+                       bytes_sent=sent)
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.ctx.server.centre())
@@ -165,6 +169,8 @@ class AsyncMEASGD(AsyncEASGD):
 class HogwildEASGD(ElasticWorker):
     """hogwild_easgd: the centre is a shared-memory array every worker updates without a lock."""
 
+    over_network = False
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.centre = ctx.shared["centre"].array      # (n,) float32 on the host, shared
@@ -190,6 +196,7 @@ class SyncEASGD(ElasticWorker):
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per exchange
         self.compute_since = 0.0                      # local compute since the last exchange
         self.finite = True                            # every local loss since then was finite
 
@@ -201,9 +208,10 @@ class SyncEASGD(ElasticWorker):
         t1 = self.clock()
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
-        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0)
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)
         if (step + 1) % self.tau:
             return out
+        out.bytes_sent = self.bytes_sent
         buf = self.buf
         ctx.xp.subtract(self.params, self.centre, out=buf[:n])
         buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
@@ -221,7 +222,8 @@ class LTFB(Algorithm):
         t2 = ctx.timer()
         total = self.group_allreduce(buf)
         got = self.tail.read(total, ctx.timer() - t2)
-        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s)
+        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s,
+                      bytes_sent=ring_allreduce_bytes(self.gsize, buf.nbytes))
         if not settle(out, got.loss, got.stop):
             if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
@@ -235,6 +237,7 @@ class LTFB(Algorithm):
             score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)
             out.compute_s += score_s
             out.comm_s += comm_s
+            out.bytes_sent += self.tournament_bytes
         return out
 
     def tournament(self, step: int, rnd: int) -> tuple[float, float]:
@@ -245,10 +248,12 @@ class LTFB(Algorithm):
         adopted, own, theirs = False, None, None
         partner = partner_of(ctx.config.seed, rnd, self.K, self.k)
         got = None
+        self.tournament_bytes = 0.0
         if self.leader:
             if partner is not None:
                 kept = self.opt.export_state() if ctx.config.exchange_state else None   # velocity, moments
                 state = to_numpy(kept).copy() if kept is not None else None
+                self.tournament_bytes += self.params.nbytes + (state.nbytes if state is not None else 0)
                 ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
                                    {"lr_index": self.lr_index, "lineage": self.lineage})
             ts = self.ctx.timer()
@@ -272,6 +277,7 @@ class LTFB(Algorithm):
                 bcast[:n] = self.params
                 bcast[n], bcast[n + 1] = float(adopted), float(self.lr_index)
             total = ctx.allreduce(bcast)
+            self.tournament_bytes += ring_allreduce_bytes(self.gsize, bcast.nbytes)
             adopted = float(total[n]) > 0
             if adopted and not self.leader:
                 self.params[...] = total[:n]
@@ -284,6 +290,7 @@ class LTFB(Algorithm):
                 for arr in self.opt.state.values():
                     part = arr.astype(self.params.dtype) if self.leader else xp.zeros(arr.shape, self.params.dtype)
                     arr[...] = ctx.allreduce(part).astype(arr.dtype)
+                    self.tournament_bytes += ring_allreduce_bytes(self.gsize, part.nbytes)
         if self.leader:
             ctx.record({"kind": "tournament", "round": rnd, "step": step, "time": ctx.now(), "trainer": self.k,
                         "partner": partner if got is not None else None, "own_score": own,

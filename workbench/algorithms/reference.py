@@ -93,7 +93,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         pending.append(event_record(time.perf_counter() - t0, "stopped", message="KeyboardInterrupt"))
     flush()
     collector.add_steps(0, log.columns(plan.epoch))
-    wall = time.perf_counter() - t0
+    wall = time.time() - t_called   # start-up + training + teardown (measure.timing)
     workers = [{"name": "local", "kind": "cpu", "host": "localhost", "share": 1.0}]
     return build_result(config.to_dict(), collector, status=status, wall_time_s=wall, workers=workers,
                         extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps,

@@ -30,7 +30,7 @@ SERVER_ROLES = {
 }
 # The cost model's communication patterns (see `workbench.analysis.costmodel`).
 PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_server", "elastic_shared",
-            "elastic_allreduce", "tournament", "host")
+            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce")
 EVALUATORS = ("rank0", "all", "trainers")
 
 
@@ -107,7 +107,7 @@ def tail_length(size: int) -> int:
 _SPECS: dict[str, AlgorithmSpec] = {}
 _ORDERED: dict[str, AlgorithmSpec] | None = None
 # The modules that declare algorithms, in the order `python -m workbench algorithms` lists them.
-MODULES = ("reference", "sync", "async_ps", "hogwild", "easgd", "ltfb", "cgdp")
+MODULES = ("reference", "sync", "async_ps", "hogwild", "easgd", "ltfb", "cgdp", "local")
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:

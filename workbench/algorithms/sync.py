@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
@@ -88,6 +89,7 @@ class SyncSGD(Algorithm):
         self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
+        self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
@@ -117,7 +119,8 @@ class SyncSGD(Algorithm):
         got = tail.read(total, timer() - t1)
         if self.balancer.by_speed:
             self.balancer.observe(got.times)
-        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s)
+        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s,
+                      bytes_sent=self.bytes_sent)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
             self.opt.step(self.params, total[:self.n], lr)                  # x -= lr g (momentum, ...)

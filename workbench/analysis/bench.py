@@ -8,7 +8,7 @@ the 535k-parameter MLP 784-512-256-10 at 128 per worker) it measures, on one clu
 - the barest synchronous loop (`bare_sync`), on the same workers and in plain processes
   outside Dask: the ceiling on this machine, so that sync_sgd against it shows the
   engine's own overhead, and it against the limit the exchange's and the barrier's;
-- each algorithm, through the engine, in steady state (the first 20% of its time dropped);
+- each algorithm, through the engine, in steady state (`workbench.measure`'s rule);
 - when torch is importable (an optional peer, never a dependency): torch's own
   no-exchange limit (the same MLP trained single-process in as many processes side by
   side), PyTorch DDP (gloo) on the same model and per-worker batch, and gloo's all_reduce
@@ -37,7 +37,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-STEADY_FROM = 0.2   # drop this share of a run's time: start-up is not throughput
+from .. import measure
+
+# Warm-up is left out by the one rule of `workbench.measure` (records: `steady`; the bare
+# loops below, which keep none: `measure.warm`).
+STEADY_FROM = measure.WARMUP_FRACTION
 
 # name -> (n_features, hidden, batch per worker)
 SIZES: dict[str, tuple[int, str, int]] = {
@@ -162,7 +166,7 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
         opt.step(params, grad, 0.01)
         step += 1
         now = time.perf_counter()
-        if t_start is None and now - t0 > STEADY_FROM * seconds:
+        if t_start is None and measure.warm(step, now - t0, seconds):
             t_start, samples = now, 0
         elif t_start is not None:
             samples += b
@@ -209,7 +213,7 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
             total = comm.allreduce(buf)
             opt.step(params, total[:n], schedule(step))
             step += 1
-            if t_start is None and now - t0 > STEADY_FROM * seconds:
+            if t_start is None and measure.warm(step, now - t0, seconds):
                 t_start, samples = time.perf_counter(), 0
             elif t_start is not None:
                 samples += hi - lo
@@ -292,13 +296,8 @@ def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:
-    """Samples per second over the part of the run after start-up."""
-    if steps.empty:
-        return 0.0
-    t_end = steps["time"].max()
-    t_start = steps["time"].min() + STEADY_FROM * (t_end - steps["time"].min())
-    window = steps[steps["time"] > t_start]
-    return float(window["samples"].sum() / max(t_end - t_start, 1e-9))
+    """Steady samples per second of a run's step records (`workbench.measure.steady`)."""
+    return measure.steady_throughput(steps)
 
 
 # ------------------------------------------------------------------------------ our entries

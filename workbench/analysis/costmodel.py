@@ -21,6 +21,10 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   like a parameter server; `hogwild_easgd`: no lock, no saturation, one host only;
   `easgd` (round-robin): the server serves workers in strict rank order, so a cycle of
   `tau` steps lasts at least P exchanges; `sync_easgd`: compute(b) + allreduce / tau.
+- `local_sgd`, `diloco` (`local_allreduce`): compute(b) + allreduce(n) / tau, the parameters
+  (diloco: their change) averaged every tau steps; `post_local_sgd` (`post_local_allreduce`):
+  every step for the share `sync_share` of the run before its switch, then every tau:
+  compute(b) + (s + (1 - s) / tau) allreduce(n).
 - `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
   `round_size` steps plus scoring two models on the tournament set.
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
@@ -52,6 +56,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import measure
 from ..algorithms.registry import specs
 from ..config import ConfigError
 
@@ -157,7 +162,8 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tu
 
 
 def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
-                   round_size: int = 50, allreduce: str = "ring") -> tuple[float, float] | None:
+                   round_size: int = 50, allreduce: str = "ring",
+                   sync_share: float = 0.0) -> tuple[float, float] | None:
     """Per worker step, the communication time as A alpha + B beta: returns (A, B).
 
     None for algorithms whose exchange is not a network message (sgd, hogwild
@@ -170,6 +176,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         tau: EASGD local steps between exchanges.
         round_size: LTFB steps between tournaments.
         allreduce: "ring" or "tree".
+        sync_share: post_local_sgd's share of steps before its switch (averaging every step).
     Returns:
         (A, B), or None.
 
@@ -177,13 +184,16 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     (2.0, 200.0)
     >>> exchange_terms("sync_easgd", 2, 100.0, tau=4)
     (0.5, 25.0)
+    >>> exchange_terms("post_local_sgd", 2, 100.0, tau=4, sync_share=0.5)   # (0.5 + 0.5 / 4) x (2, 100)
+    (1.25, 62.5)
     """
     pattern = _pattern(algorithm)
     if pattern == "allreduce":
         return allreduce_terms(workers, n_bytes, allreduce)
-    if pattern == "elastic_allreduce":
+    if pattern in ("elastic_allreduce", "local_allreduce", "post_local_allreduce"):
         a, b = allreduce_terms(workers, n_bytes, allreduce)
-        return a / tau, b / tau
+        k = exchanges_per_step(pattern, tau, sync_share)
+        return a * k, b * k
     if pattern == "server":
         return 2.0, 2.0 * n_bytes
     if pattern in ("elastic_server", "round_robin"):
@@ -191,6 +201,17 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     if pattern == "tournament":
         return 2.0 / round_size, 2.0 * n_bytes / round_size
     return None
+
+
+def exchanges_per_step(pattern: str, tau: int, sync_share: float = 0.0) -> float:
+    """Allreduces per step of the periodic-averaging patterns: 1 / tau; post-local SGD
+    averages every step for the share `sync_share` of the run, then every tau.
+
+    >>> exchanges_per_step("local_allreduce", 4), exchanges_per_step("post_local_allreduce", 4, 0.5)
+    (0.25, 0.625)
+    """
+    s = min(1.0, max(0.0, float(sync_share))) if pattern == "post_local_allreduce" else 0.0
+    return s + (1.0 - s) / max(1, int(tau))
 
 
 def _pattern(algorithm: str) -> str:
@@ -322,27 +343,22 @@ def n_params_of(result: Any) -> int:
 
 
 def training_throughput(result: Any) -> float:
-    """Samples/s over the training span: from the first step's start to the last step's end.
+    """Steady samples/s of a run (`workbench.measure.steady`: warm-up excluded by its rule).
 
-    Leaves out the one-off set-up before the loops' first step (data placement, model
-    build) that a run's wall time includes; evaluations and loop overhead stay in. The
-    same definition as the run summary's samples_per_s, computed from the step records
+    The same number as the run summary's samples_per_s, computed from the step records
     (so it holds for run directories of any age). Falls back to the summary's
     samples_per_s without step records.
 
     >>> from workbench.results import RunResult
-    >>> steps = pd.DataFrame({"worker": [0, 0], "time": [2.0, 3.0], "samples": [10, 10],
-    ...                       "compute_s": [1.0, 1.0], "comm_s": [0.0, 0.0], "wait_s": [0.0, 0.0]})
-    >>> training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame()))
-    10.0
+    >>> steps = pd.DataFrame({"worker": 0, "step": range(40), "time": [0.1 * (k + 1) for k in range(40)],
+    ...                       "samples": 10, "compute_s": 0.1, "comm_s": 0.0, "wait_s": 0.0})
+    >>> round(training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame())), 6)
+    100.0
     """
     steps = result.steps
     if not len(steps):
         return float(result.summary.get("samples_per_s") or 0.0)
-    busy = steps["compute_s"] + steps["comm_s"] + steps["wait_s"]
-    first = steps.assign(_start=steps["time"] - busy).groupby("worker")["_start"].first()
-    span = float(steps["time"].max()) - float(first.min())
-    return float(steps["samples"].sum()) / span if span > 0 else 0.0
+    return measure.steady_throughput(steps)
 
 
 def step_overhead(result: Any) -> float:
@@ -353,6 +369,7 @@ def step_overhead(result: Any) -> float:
     rate = training_throughput(result)
     if rate <= 0:
         return 0.0
+    steps = measure.steady_steps(steps)
     per_worker_steps = len(steps) / steps["worker"].nunique()
     span = float(steps["samples"].sum()) / rate
     busy = float((steps["compute_s"] + steps["comm_s"] + steps["wait_s"]).sum()) / len(steps)
@@ -371,15 +388,16 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
 
     None when the run sent no network messages (see `exchange_terms`) or has no steps.
     """
-    s, steps = result.summary, result.steps
+    s, steps = result.summary, measure.steady_steps(result.steps)   # warm-up is not the link's cost
     algorithm = s.get("algorithm") or (s.get("config") or {}).get("algorithm")
     cfg = s.get("config") or {}
     workers = len(s.get("workers") or []) or int(steps["worker"].nunique() if len(steps) else 1)
     if not len(steps):
         return None
     n = (n_params or n_params_of(result)) * BYTES_PER_PARAM
+    share = (s.get("switch_step") or 0) / s["steps"] if s.get("steps") else 0.0   # post_local_sgd's sync phase
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
-                           round_size=int(cfg.get("round_size") or 50))
+                           round_size=int(cfg.get("round_size") or 50), sync_share=share)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
@@ -415,8 +433,9 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
         np_run = n_params or n_params_of(r)
         sizes.append(np_run)
         kinds = _worker_kinds(r)
-        kind_col = r.steps["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
-        for kind, df in r.steps.assign(_kind=kind_col).groupby("_kind"):
+        steady = measure.steady_steps(r.steps)   # fit the steady state: warm-up is not compute speed
+        kind_col = steady["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
+        for kind, df in steady.assign(_kind=kind_col).groupby("_kind"):
             s_list, c_list = by_kind.setdefault(str(kind), ([], []))
             s_list.extend(df["samples"].tolist())
             c_list.extend(df["compute_s"].tolist())
@@ -441,7 +460,7 @@ PREDICT_COLUMNS = ("algorithm", "network", "workers", "batch_size", "compute_s",
 def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: int, *,
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
-                    kind: str = "cpu") -> dict[str, Any]:
+                    kind: str = "cpu", sync_share: float = 0.0) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -454,6 +473,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         tau, round_size, tournament_size: algorithm knobs.
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.
+        sync_share: post_local_sgd's share of the run before its switch.
     Returns:
         {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
         one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
@@ -476,9 +496,9 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     comm, rate, bottleneck = 0.0, 0.0, None
     if pattern == "none":
         rate = B / local if local > 0 else math.inf
-    elif pattern in ("allreduce", "elastic_allreduce"):
+    elif pattern in ("allreduce", "elastic_allreduce", "local_allreduce", "post_local_allreduce"):
         A, Bt = allreduce_terms(p, n, allreduce)
-        comm = (A * a + Bt * bb) / (tau if pattern == "elastic_allreduce" else 1)
+        comm = (A * a + Bt * bb) * (1.0 if pattern == "allreduce" else exchanges_per_step(pattern, tau, sync_share))
         rate = B / (local + comm)
     elif pattern in ("server", "elastic_server"):
         period = 1 if pattern == "server" else tau

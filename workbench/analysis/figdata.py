@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import measure
 from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
 
 __all__ = [
@@ -449,8 +450,7 @@ def align_to_first_step(result: RunResult) -> RunResult:
     steps = result.steps
     if not len(steps):
         return result
-    starts = steps["time"] - steps[list(COMPONENTS)].sum(axis=1)
-    t0 = float(starts.min())
+    t0 = float(measure.step_starts(steps).min())
     if not (math.isfinite(t0) and t0 > 0):
         return result
     evals = result.evals.assign(time=(result.evals["time"] - t0).clip(lower=0.0)) if len(result.evals) else result.evals
@@ -874,15 +874,15 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
 
 # ------------------------------------------------------------------------------ comparison
 def comparison_series(results: Sequence[RunResult], labels: Sequence[str]) -> list[Series]:
-    """Per run: samples/s (column 1) and the shares of compute / comm / wait (column 2)."""
+    """Per run: steady samples/s (column 1) and the steady shares of compute / comm / wait
+    (column 2), both `workbench.measure.steady`'s."""
     out = [Series("samples/s", list(labels), [float(r.summary.get("samples_per_s") or 0.0) for r in results],
                   col=1, trace="bar", mode="replace",
                   style={"marker_color": [run_color(i) for i in range(len(results))], "showlegend": False})]
     shares = []
     for r in results:
-        tb = r.summary.get("time_breakdown") or {}
-        total = sum(float(tb.get(c) or 0.0) for c in COMPONENTS)
-        shares.append([float(tb.get(c) or 0.0) / total if total > 0 else 0.0 for c in COMPONENTS])
+        st = measure.steady(r.steps) if len(r.steps) else None
+        shares.append([st.compute_share, st.comm_share, st.wait_share] if st is not None else [0.0] * 3)
     for k, c in enumerate(COMPONENTS):
         out.append(Series(f"{COMPONENT_NAMES[c]} share", list(labels), [sh[k] for sh in shares], col=2,
                           trace="bar", mode="replace", style={"marker_color": COMPONENT_COLORS[c]}))

@@ -10,10 +10,12 @@
 - weak scaling: the global batch grows with the workers, `batch_size * P / workers[0]`
   (each worker keeps its share; `lr_scaling` decides what happens to the lr).
 
-Throughput (`samples_per_s`) is the run summary's: samples over the training span, from
-the first step's start to the last step's end, so the one-off set-up of the workers
-(which dominates short runs and does not scale with the workers) stays out; evaluations
-stay in. `wall_samples_per_s` is samples / wall time, set-up included.
+Throughput (`samples_per_s`) is the run summary's steady throughput (`workbench.measure`:
+each worker's first steps and the first tenth of the training span left out, by one rule
+for every algorithm), so the one-off set-up of the workers (which dominates short runs and
+does not scale with the workers) stays out; evaluations stay in. `steady_reached` says
+whether the run was long enough for that rule. `wall_samples_per_s` is samples / wall
+time, set-up included.
 
 Speedup and efficiency are measured in samples/s against the first worker count:
 `speedup = samples_per_s / samples_per_s[0]`, `efficiency = speedup * workers[0] / P`
@@ -44,7 +46,7 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -114,14 +116,15 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
 
     s = result.summary
     cfg = s.get("config") or {}
-    sps = s["samples_per_s"] if "train_time_s" in s else training_throughput(result)   # older run dirs
+    sps = s["samples_per_s"] if "steady" in s else training_throughput(result)   # older run dirs
     wall = s.get("wall_time_s") or 0.0
     return {"workers": workers, "batch_size": cfg.get("batch_size"), "samples_per_s": sps,
             "speedup": math.nan, "efficiency": math.nan, "comm_fraction": s.get("comm_fraction"),
             "final_test_accuracy": s.get("final_test_accuracy"), "wall_time_s": s.get("wall_time_s"),
             "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
-            "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s")}
+            "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
+            "steady_reached": bool((s.get("steady") or {}).get("reached", False))}
 
 
 def add_scaling(table: pd.DataFrame) -> pd.DataFrame:

@@ -365,7 +365,10 @@ def _run(args: argparse.Namespace) -> int:
                 pass
     s = result.summary
     acc = s.get("final_test_accuracy")
-    print(f"{s['status']}: {config.algorithm} on {config.dataset}, {s['steps']} steps, "
+    on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
+    roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
+    print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
+          f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):

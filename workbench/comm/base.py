@@ -19,6 +19,30 @@ import time
 from typing import Any, Protocol
 
 
+# ------------------------------------------------------------------------------ bytes on the wire
+# What one worker sends in an exchange, as the exchange's algorithm sends it: the numbers the
+# step records' `bytes_sent` hold and the cost model's beta terms multiply. (On one host the
+# shared-memory transport moves these bytes through memory; the count is the algorithm's.)
+def ring_allreduce_bytes(size: int, n_bytes: float) -> float:
+    """Bytes each worker sends in a ring allreduce (reduce-scatter + allgather) of `n_bytes`.
+
+    >>> ring_allreduce_bytes(4, 1000), ring_allreduce_bytes(1, 1000)
+    (1500.0, 0.0)
+    """
+    p = int(size)
+    return 2.0 * (p - 1) / p * n_bytes if p > 1 else 0.0
+
+
+def ring_allgather_bytes(size: int, n_bytes: float) -> float:
+    """Bytes each worker sends in a ring allgather of one `n_bytes` payload per worker: it
+    passes on P - 1 payloads (its own and P - 2 others').
+
+    >>> ring_allgather_bytes(4, 100), ring_allgather_bytes(1, 100)
+    (300.0, 0.0)
+    """
+    return float(int(size) - 1) * n_bytes
+
+
 class WorkerLost(RuntimeError):
     """A collective cannot complete because a peer is gone (the run was aborted)."""
 

@@ -242,14 +242,17 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     end = time.time()
     t_zero = monitor.collector.t_zero()
     extra.update(transport.describe())
+    startup = (t_zero if t_zero is not None else end) - t_called
     extra.update({"run_id": setup.run_id, "setup_s": setup.t0_wall - t_setup,
                   # from run() to the first training step: never booked as compute, comm or wait
-                  "startup_s": (t_zero if t_zero is not None else end) - t_called})
+                  "startup_s": startup})
+    if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
+        extra.update({"startup_s": 0.0, "sim_startup_s": startup})
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)
     return build_result(config.to_dict(), monitor.collector, status=status,
-                        wall_time_s=transport.wall_time(end - setup.t0_wall),
+                        wall_time_s=transport.wall_time(end - t_called),
                         workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                         extra=extra, params=params)
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
-from ..config import SIM_DEFAULT_DEVICE
+from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 
 BYTES = 4           # float32
 
@@ -47,7 +47,8 @@ def default_network(config: Any) -> str:
     """
     if getattr(config, "network", None):
         return config.network
-    local_only = (config.gpus in (0, "auto")) and getattr(config, "cpu_device", "local") == "local"
+    one_core_each = getattr(config, "cpu_device", SIM_DEFAULT_CPU_DEVICE) in ("local", SIM_DEFAULT_CPU_DEVICE)
+    local_only = (config.gpus in (0, "auto")) and one_core_each
     return "shm" if local_only else "InfiniBand HDR"
 
 
@@ -62,6 +63,7 @@ class SimCosts:
     allreduce: str = "ring"
     master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
     rngs: list[np.random.Generator] = field(default_factory=list)
+    calibration: dict | None = None             # the local profile's record (cpu_device local), for the summary
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -141,17 +143,21 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     `costmodel.calibrate(...).link("measured")`)."""
     from . import profiles
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
-    devices = []
+    devices, record = [], None
     for kind in kinds:
         name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
-        if name == "local":
-            if data is None:
-                raise ValueError("the local profile is calibrated on the run's data")
-            params = model.init(config.seed)
-            devices.append(profiles.local_device(model, data.X_train, data.y_train, params))
+        if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded
+            if record is None:
+                if data is None:
+                    raise ValueError("the local profile is calibrated on the run's data")
+                local, record = profiles.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
+                                                       config.calibration)
+            devices.append(local)
         else:
             devices.append(profiles.DEVICES[name])
-    master = profiles.DEVICES[config.cpu_device].mem_bw if config.cpu_device != "local" else HOST_MEMORY_BYTES_PER_S
+    # cgdp's master: the named host's memory; this machine's (local) or the default core: one core streaming
+    one_core = config.cpu_device in ("local", SIM_DEFAULT_CPU_DEVICE)
+    master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
     return SimCosts(devices, timing, model.n_params, network,
-                    jitter=config.jitter, seed=config.seed, master_bw=master)
+                    jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record)

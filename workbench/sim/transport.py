@@ -529,11 +529,26 @@ class SimTransport(Transport):
     def wall_time(self, real_s: float) -> float:
         return self.makespan
 
+    def roles(self) -> list[dict[str, Any]]:
+        """The host-side role the algorithm declares (a parameter server, the elastic
+        centre, LTFB's mailbox, cgdp's master): served by the virtual host, not a compute
+        worker (it computes no gradients and takes no share of a batch)."""
+        server = self.setup.spec.needs.server
+        if server is None:
+            return []
+        c = self.setup.config
+        if server == "cgdp_master":
+            where = f"host memory at {self.costs.master_bw / 1e9:.3g} GB/s ({c.cpu_device} profile)"
+        else:
+            where = "one host core over the network"
+        return [{"role": server.replace("_", " "), "host": "sim-host", "runs_on": where}]
+
     def describe(self) -> dict[str, Any]:
         c = self.setup.config
-        return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
+        return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds", "roles": self.roles(),
                 "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
+                "calibration": self.costs.calibration if self.costs is not None else None,
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,

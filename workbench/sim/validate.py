@@ -56,7 +56,6 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     """
     from ..analysis.costmodel import calibrate
     from ..execution.engine import run as run_engine
-    from . import profiles
     from .run import run_simulated
     base = config or RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY)
     reals = {}
@@ -72,8 +71,9 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     rows = []
     for p, real in reals.items():
         cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
-        profiles._LOCAL.clear()                                             # time this core now, next to the real run
-        sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"), link=link)
+        sim_cfg = cfg.replace(simulate=True, cpu_device="local", network="shm")
+        sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
+        sim = run_simulated(sim_cfg, link=link)
         r, s = _row("real", p, real), _row("simulated", p, sim)
         rows.append({"workers": p, "real_samples_per_s": r["samples_per_s"], "sim_samples_per_s": s["samples_per_s"],
                      "error": s["samples_per_s"] / r["samples_per_s"] - 1,
@@ -83,6 +83,27 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                      "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
                      "status": real.summary["status"]})
     return pd.DataFrame(rows)
+
+
+def _time_this_core_now(config: RunConfig) -> str:
+    """A fresh calibration of this core for `config`'s model (not the cached one: the
+    machine's state now, beside the real run), as a file the run can be given."""
+    import json
+    import tempfile
+
+    from ..execution.engine import run_dataset
+    from ..maths.models import make_model
+    from . import profiles
+    data = run_dataset(config)
+    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
+                       image_shape=data.image_shape)
+    params = model.init(config.seed)
+    profiles._LOCAL.clear()
+    device = profiles.local_device(model, data.X_train, data.y_train, params)
+    fd, path = tempfile.mkstemp(prefix="workbench-calibration-", suffix=".json")
+    with open(fd, "w", encoding="utf-8") as f:
+        json.dump(profiles.calibration_record(device, model, str(params.dtype)), f)
+    return path
 
 
 def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (

@@ -326,7 +326,9 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
         files: which of the run directory's files to link.
     """
     s = result.summary
-    title = title or f"workbench run: {F.run_label(result)} ({s.get('status', '?')})"
+    on = f" on {s['workers_by_kind']}" if s.get("workers_by_kind") else ""
+    roles = "".join(f" + {r['role']} ({r.get('host', 'host')})" for r in s.get("roles") or [])
+    title = title or f"workbench run: {F.run_label(result)}{on}{roles} ({s.get('status', '?')})"
     sections = [simulated_html(s), _files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
     if s.get("lr_schedule"):
         sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
