@@ -225,7 +225,7 @@ class SimServer:
 
     def push(self, grad: np.ndarray, lr: float, version: int):
         c = self.costs
-        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad)),
+        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad), self.s.core.opt.passes),
                             lambda: self.s.core.push(grad, lr, version))
 
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
@@ -291,9 +291,10 @@ class SimChunkMasterState:
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
         start = max(arrive, self.free)
-        # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
+        # add the part into the chunk's sum (one pass); the chunk's update (update_passes) is
         # charged with each part's share, so a chunk is updated when its last part is in
-        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / self.costs.master_bw
+        passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
+        self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
         if self.core.add(*args):
             self.completed = step
             self.completed_at[step] = self.free
