@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.local import switch_step
-from workbench.algorithms.reference import load_for, train_reference
+from workbench.algorithms.reference import train_reference
 from workbench.config import ConfigError, RunConfig
 from workbench.data import global_batch, split_batch
 from workbench.execution.engine import run_threads
 from workbench.maths.optim import SGD, make_plan
+from workbench.problem import Problem
 
 BASE = dict(dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1, lr=0.1)
 # float32 sums taken in another order (parameters averaged vs gradients averaged): agreement
@@ -25,7 +26,7 @@ def local_reference(cfg: RunConfig, workers: int, outer: bool = False) -> np.nda
     its own SGD (momentum as configured); every tau steps (and at the last step) the
     weighted average of x_i (local SGD), or the outer Nesterov step on the averaged change
     x - x_i (DiLoCo) after which every worker restarts from the outer x."""
-    data, model = load_for(cfg)
+    data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     plan = make_plan(cfg, data.n_train)
     slices = split_batch(plan.batch_size, [1.0] * workers)
     weights = [(hi - lo) / plan.batch_size for lo, hi in slices]
@@ -119,7 +120,7 @@ def test_post_local_switch_step_and_summary():
     assert switch_step(1.0, 45) == 45 and switch_step(1 / 3, 3) == 1
     cfg = config("post_local_sgd", cpus=2, steps=20, tau=5, post_local_epoch=0.3)
     got = run_threads(cfg)
-    spe = make_plan(cfg, load_for(cfg)[0].n_train).steps_per_epoch
+    spe = make_plan(cfg, Problem.from_config(cfg).data.n_train).steps_per_epoch
     assert got.summary["switch_step"] == switch_step(0.3, spe)
     averages = (got.steps[got.steps.worker == 0].bytes_sent > 0).sum()
     s = got.summary["switch_step"]

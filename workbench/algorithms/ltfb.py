@@ -137,11 +137,8 @@ def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -
 
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
     """Client-side checks before any worker starts: the data leaves every trainer a batch."""
-    from ..data import load_dataset
-    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                        download=config.download)
-    share = data.n_train // config.trainers
+    from ..problem import Problem
+    share = Problem.from_config(config).shape.n_train // config.trainers
     b = config.batch_size // config.trainers
     if share - config.tournament_size < b:
         raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "

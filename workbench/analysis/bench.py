@@ -137,14 +137,12 @@ def _worker_setup(config_dict: dict) -> tuple:
     """What the bare loops below share with the engine's workers: the run's dataset (the
     worker's cached copy), its model, initial parameters and optimiser."""
     from ..config import RunConfig
-    from ..execution.engine import run_dataset as _dataset
-    from ..maths.models import make_model
     from ..maths.optim import make_optimizer
+    from ..problem import Problem
 
     cfg = RunConfig.from_dict(config_dict)
-    data = _dataset(cfg)
-    model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
-    params = model.init(cfg.seed)
+    problem = Problem.from_config(cfg)
+    data, model, params = problem.data, problem.new_model(), problem.initial_params()
     opt = make_optimizer(cfg, model.layout(), np, params.dtype)
     return cfg, data, model, params, opt
 
@@ -188,10 +186,10 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
     steady-state samples and seconds, the steps run, and the final parameters."""
     from ..comm.shm import ShmComm
     from ..data import _epoch_order, split_batch, steps_per_epoch
-    from ..maths.optim import make_plan
+    from ..problem import Problem
 
     cfg, data, model, params, opt = _worker_setup(config_dict)
-    schedule = make_plan(cfg, data.n_train).schedule
+    schedule = Problem.from_config(cfg).plan.schedule
     n, size, B = model.n_params, cfg.cpus, cfg.batch_size
     comm = ShmComm(segment, rank, size, n + 1)
     buf = comm.buffer(n + 1)

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 import typing
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -336,21 +335,23 @@ def _run(args: argparse.Namespace) -> int:
     if config.out is None:
         config = config.replace(out=_default_out(config))
     overwrite = bool(getattr(args, "overwrite", False))
-    for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
+    checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
+    for message in checked:
         print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     from ..execution.cluster import one_line_logs
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if config.algorithm != "sgd" and not config.simulate:   # the Dask dashboard, one click away
-                from ..execution.cluster import dashboard_link, session_client
-                print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
-                      file=sys.stderr)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", api.RunWarning)  # printed above, once
-                result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
-                                 overwrite=overwrite)
+            transport = None
+            if config.algorithm != "sgd" or config.simulate:
+                from ..execution.engine import transport_for
+                transport = transport_for(config)
+            if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
+                from ..execution.cluster import dashboard_link
+                print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
+            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
+                             overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
             result = _stopped_before_start(config, 0.0, "interrupted")
@@ -374,6 +375,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    from ..measure import notes
+    for line in notes(s):
+        print(f"  note: {line}")
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

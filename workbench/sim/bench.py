@@ -71,12 +71,12 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
     `slices` equal slices with a replica each (what P workers compute between them)."""
     import numpy as np
 
-    from ..algorithms.reference import load_for
     from ..data import global_batch
-    from ..maths.optim import make_optimizer, make_plan
-    data, model = load_for(config)
-    plan = make_plan(config, data.n_train)
-    replicas = [model.init(config.seed) for _ in range(slices)]
+    from ..maths.optim import make_optimizer
+    from ..problem import Problem
+    problem = Problem.from_config(config)
+    data, model, plan = problem.data, problem.new_model(), problem.plan
+    replicas = [problem.initial_params() for _ in range(slices)]
     grad = np.empty_like(replicas[0])
     opt = make_optimizer(config, model.layout(), np, grad.dtype, momentum=0.0, nesterov=False)
     b = plan.batch_size // slices
@@ -95,12 +95,12 @@ def memory_main(spec_json: str) -> None:
     print one JSON line with the peak RSS (ru_maxrss) before and after."""
     import resource
     spec = json.loads(spec_json)
-    from ..execution.engine import run_dataset
+    from ..problem import Problem
     from .run import run_simulated
     config = RunConfig(algorithm=spec["algorithm"], dataset="digits", model="mlp", cpus=spec["workers"],
                        batch_size=spec["workers"], steps=spec["steps"], lr=0.05, seed=0, eval_every=10**9,
                        simulate=True, cpu_device="power8")
-    run_dataset(config)                                  # the data and imports: the baseline
+    Problem.from_config(config).load()                   # the data and imports: the baseline
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
     result = run_simulated(config)

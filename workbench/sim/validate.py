@@ -91,13 +91,10 @@ def _time_this_core_now(config: RunConfig) -> str:
     import json
     import tempfile
 
-    from ..execution.engine import run_dataset
-    from ..maths.models import make_model
+    from ..problem import Problem
     from . import profiles
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    params = model.init(config.seed)
+    problem = Problem.from_config(config)
+    data, model, params = problem.data, problem.new_model(), problem.initial_params()
     profiles._LOCAL.clear()
     device = profiles.local_device(model, data.X_train, data.y_train, params)
     fd, path = tempfile.mkstemp(prefix="workbench-calibration-", suffix=".json")
@@ -110,19 +107,19 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
         ("sync_sgd", 4, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}), ("async_sgd", 1, {"rows": 64}),
         ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4})),
         per_worker: int = 16, network: str = "10GbE", timing_model: str = "alexnet",
-        cpu_device: str = "power8") -> pd.DataFrame:
+        cpu_device: str = "power8", model: str = "mlp") -> pd.DataFrame:
     """Simulated samples/s beside `costmodel.step_prediction` with the same constants:
     the device's compute (c0 + c1 b, compute-bound under `timing_model`) and the network's
     alpha and beta. One row per (algorithm, workers, knobs); knobs are config fields, and
     `rows` (rows per worker, default `per_worker`); `difference` = simulated / cost model - 1.
+    `model`: the model trained on digits (its FLOPs are the timing model's either way).
 
     Where they differ, and why: an unsaturated parameter server's reply waits for the
     server's update in the simulator (`server_update_s` per round trip), which the cost
     model's round trip (2 messages) leaves out; a saturated one differs by the 2 alpha of
     each round trip the simulator overlaps with the next request."""
     from ..analysis.costmodel import Calibration, step_prediction
-    from ..execution.engine import run_dataset
-    from ..maths.models import make_model
+    from ..problem import Problem
     from .costs import make_costs
     from .run import run_simulated
     rows = []
@@ -130,12 +127,11 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
         knobs = dict(knobs)
         b = int(knobs.pop("rows", per_worker))
         tau = int(knobs.get("tau", 1))
-        cfg = RunConfig(algorithm=algorithm, dataset="digits", model="mlp", cpus=p, batch_size=b * p,
+        cfg = RunConfig(algorithm=algorithm, dataset="digits", model=model, cpus=p, batch_size=b * p,
                         steps=40 * tau, seed=0, lr=0.01, simulate=True, cpu_device=cpu_device, network=network,
                         timing_model=timing_model, eval_every=10**9, **knobs)
-        data = run_dataset(cfg)
-        model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
-        costs = make_costs(cfg, model, ["cpu"] * p, data)
+        problem = Problem.from_config(cfg)
+        costs = make_costs(cfg, problem.model, ["cpu"] * p, problem.data)
         dev = costs.devices[0]
         assert abs(dev.compute_s(costs.train_flops * b, costs.weight_bytes)
                    - costs.train_flops * b / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"

@@ -57,6 +57,7 @@ import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from .. import measure
 from ..config import (
     ALGORITHMS,
     DATASET_NAMES,
@@ -73,6 +74,8 @@ from ..config import (
     RunConfig,
     field_help,
 )
+from ..data import DATASETS
+from ..problem import Problem
 from ..results import free_run_dir
 from . import figures as F
 from .report import differing_config, format_cell, summary_table
@@ -84,10 +87,10 @@ RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's ow
 DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm (sgd is the reference)
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
-DOWNLOADED = ("mnist", "fashion_mnist", "cifar10")
-KNOWN_N_TRAIN = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000}  # official splits
+DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
+                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -365,19 +368,8 @@ RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
 
 
 def preview_n_train(config: RunConfig) -> int:
-    """Training-set size for the schedule preview, without generating the data.
-
-    Digits is loaded (bundled, cached); generated sets use load_dataset's split rule;
-    downloadable sets their official sizes.
-    """
-    from ..data import load_dataset
-    from ..data.generators import _n_test
-
-    if config.dataset == "digits":
-        return load_dataset("digits").n_train
-    if config.dataset in KNOWN_N_TRAIN:
-        return KNOWN_N_TRAIN[config.dataset]
-    return config.n_samples - _n_test(config.n_samples, 0.2)
+    """Training-set size for the schedule preview, from the dataset's entry (nothing loaded)."""
+    return Problem.from_config(config).shape.n_train
 
 
 def _workers_of(config: RunConfig) -> int:
@@ -937,8 +929,7 @@ class Dashboard:
             cfg = self.config
             if cfg == self._shown_config:
                 return cfg
-            from ..maths.optim import make_plan
-            plan = make_plan(cfg, preview_n_train(cfg))
+            plan = Problem.from_config(cfg).plan   # the run's own plan, built once (preflight reuses it)
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self._shown_config = None
             self._set_status(f"error: {exc}", error=True)
@@ -964,8 +955,7 @@ class Dashboard:
     @staticmethod
     def _preview_figure(cfg: RunConfig | None) -> Any:
         """The schedule preview as a static figure (the widget is made from it once)."""
-        from ..maths.optim import make_plan
-        fig = F.schedule_figure(make_plan(cfg, preview_n_train(cfg))) if cfg is not None else F._lr_base()
+        fig = F.schedule_figure(Problem.from_config(cfg).plan) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
         return fig.update_layout(height=240, margin={"t": 50, "b": 30, "l": 50, "r": 10}, title=title,
                                  title_font_size=11, showlegend=False)
@@ -1008,12 +998,11 @@ class Dashboard:
         cfg = self._config_to_start()
         if cfg is None:
             return False
-        from ..maths.optim import make_plan
         index = self._runs_started
         self._runs_started += 1
         if self.out is not None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
-        state = _Run(index=index, config=cfg, total_steps=make_plan(cfg, preview_n_train(cfg)).total_steps,
+        state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
                      live=F.LiveState(label=f"#{index + 1} {cfg.algorithm} P={_workers_of(cfg)} B={cfg.batch_size}",
                                       color=F.run_color(index), n_workers=_workers_of(cfg)))
         self._show_plots()
@@ -1119,10 +1108,12 @@ class Dashboard:
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd" and not cfg.simulate:
-                self._set_dask_link(cluster)
+            from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
+            transport = transport_for(cfg, cluster) if cfg.algorithm != "sgd" or cfg.simulate else None
+            if getattr(transport, "name", None) == "dask":
+                self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
+            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                    progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
@@ -1237,7 +1228,7 @@ class Dashboard:
             self._show_runs()
             s = r.summary
             acc = s.get("final_test_accuracy")
-            startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
+            startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
             if s.get("simulated"):
@@ -1249,7 +1240,8 @@ class Dashboard:
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                              + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
-                             f"comm fraction {s.get('comm_fraction', 0):.2f}",
+                             f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                             + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
                              error=s["status"] in ("failed", "diverged"))
         self._set_buttons(running=False)
 
