@@ -450,13 +450,13 @@ def test_parallel_algorithms_follow_single_process_training_with_the_same_rule(a
 
 
 def test_elastic_local_steps_use_the_rule_without_momentum():
-    from workbench.algorithms.reference import load_for
     from workbench.data import global_batch
     from workbench.execution.engine import run_threads
+    from workbench.problem import Problem
     cfg = RunConfig(algorithm="async_easgd", cpus=1, optimizer="lamb", tau=3, **ALGO_BASE, **RULE_KNOBS["lamb"])
     got = run_threads(cfg)
-    data, model = load_for(cfg)
-    plan = make_plan(cfg, data.n_train)
+    problem = Problem.from_config(cfg)
+    data, model, plan = problem.data, problem.new_model(), problem.plan
     x, xc = model.init(cfg.seed), model.init(cfg.seed)
     opt = make_optimizer(cfg, model.layout(), np, x.dtype, momentum=0.0)
     for t in range(plan.total_steps):
