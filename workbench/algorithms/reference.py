@@ -18,6 +18,7 @@ from ..maths.metrics import Evaluator
 from ..maths.optim import SGD
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
+from ..util import machine
 from .registry import AlgorithmSpec, register
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
@@ -52,6 +53,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         collector.add_live({"rank": 0, "started": started, "steps": log.live_batch(plan.epoch),
                             "records": pending})
 
+    before, usage = machine.snapshot(), machine.LoopUsage()
     try:
         for step in range(plan.total_steps):
             if should_stop is not None and should_stop():
@@ -82,12 +84,14 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         status = "stopped"
         pending.append(event_record(time.perf_counter() - t0, "stopped", message="KeyboardInterrupt"))
     flush()
-    collector.add_steps(0, log.columns(plan.epoch))
+    columns = log.columns(plan.epoch)
+    collector.add_steps(0, columns)
+    state = machine.summarise(before, machine.snapshot(), [usage.stop(float(columns["compute_s"].sum()), "cpu", 0)])
     wall = time.time() - t_called   # start-up + training + teardown (measure.timing)
     workers = [{"name": "local", "kind": "cpu", "host": "localhost", "share": 1.0}]
     return build_result(config.to_dict(), collector, status=status, wall_time_s=wall, workers=workers,
                         extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps,
-                               "startup_s": started - t_called},
+                               "startup_s": started - t_called, "machine": state, "machine_note": state["note"]},
                         params=params)
 
 

@@ -366,6 +366,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    from ..measure import notes
+    for line in notes(s):
+        print(f"  note: {line}")
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

@@ -35,6 +35,8 @@ from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
+from ..util import machine
+from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
@@ -102,13 +104,20 @@ def _loop(ctx: WorkerContext) -> dict:
             vanish(k)
             return step(k)
         algo.step = dying
+    usage = LoopUsage()   # the loop's wall and CPU clocks: the machine's state is part of the result
+
+    def used(res: dict) -> dict:
+        booked = res.get("steps") or {}
+        res["usage"] = usage.stop(float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0,
+                                  ctx.kind, ctx.rank)
+        return res
     try:
-        return run_loop(ctx, algo)
+        return used(run_loop(ctx, algo))
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
         ctx.flush(done=True)
-        return {"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
-                "started": ctx.started_wall}
+        return used({"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
+                     "started": ctx.started_wall})
     except Exception as exc:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
@@ -234,8 +243,10 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
+        before = machine.snapshot()
         transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
+        after = machine.snapshot()
     finally:
         transport.close()
     end = time.time()
@@ -247,6 +258,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                   "startup_s": startup})
     if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
         extra.update({"startup_s": 0.0, "sim_startup_s": startup})
+    else:   # virtual time does not depend on the machine; real time does
+        state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")])
+        extra.update({"machine": state, "machine_note": state["note"]})
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)

@@ -57,6 +57,7 @@ import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from .. import measure
 from ..config import (
     ALGORITHMS,
     DATASET_NAMES,
@@ -1210,7 +1211,7 @@ class Dashboard:
             self._show_runs()
             s = r.summary
             acc = s.get("final_test_accuracy")
-            startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
+            startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
             if s.get("simulated"):
@@ -1222,7 +1223,8 @@ class Dashboard:
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                              + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
-                             f"comm fraction {s.get('comm_fraction', 0):.2f}",
+                             f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                             + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
                              error=s["status"] in ("failed", "diverged"))
         self._set_buttons(running=False)
 
