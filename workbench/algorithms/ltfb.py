@@ -13,7 +13,7 @@ in its own seeded epoch order (`ctx.batch(..., index=train set)`).
 
 A step is one step of every trainer: one batch of b examples per trainer, and the step
 count, schedule and eval steps come from a plan over the trainer's training set and
-batch b (`make_plan(config, len(train set), b, lr_k)`). So `steps` / `epochs` mean the
+batch b (`problem.run_plan`, from the declaration's `plan_shape`). So `steps` / `epochs` mean the
 same for every trainer: an epoch is one pass of each trainer over its own training set
 (the population sees the data about once), and the run's samples are K b per step.
 
@@ -63,7 +63,8 @@ from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import SGD
+from ..problem import run_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .registry import AlgorithmSpec, Needs, register
@@ -135,6 +136,17 @@ def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -
     return out
 
 
+def trainer_plan_shape(config: RunConfig, n_train: int) -> tuple[int, int]:
+    """(examples, batch) a trainer's steps walk: its training set (`trainer_data`: the
+    smallest share less the tournament set) and the trainer batch.
+
+    >>> trainer_plan_shape(RunConfig(algorithm="ltfb", cpus=2, trainers=2, batch_size=64,
+    ...                              tournament_size=10), 101)
+    (40, 32)
+    """
+    return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
+
+
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
     """Client-side checks before any worker starts: the data leaves every trainer a batch."""
     from ..problem import Problem
@@ -159,7 +171,8 @@ class LTFB(Algorithm):
         self.b = c.batch_size // self.K
         self.lrs = list(ctx.extra.get("trainer_lrs") or trainer_lrs(c))
         self.lr_index = self.k                             # which of self.lrs the held model uses
-        ctx.plan = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[self.k])
+        ctx.plan = run_plan(c, data.n_train, lr=self.lrs[self.k])
+        assert (ctx.plan.n_train, ctx.plan.batch_size) == (len(self.train_idx), self.b)   # one shape, declared
         self._schedules = {self.k: ctx.plan.schedule}
         self.lo, self.hi = split_batch(self.b, [1.0] * self.gsize)[ctx.comm.rank if ctx.comm else 0]
         self.n = n = ctx.model.n_params
@@ -183,7 +196,7 @@ class LTFB(Algorithm):
         j = self.lr_index
         if j not in self._schedules:
             c = self.ctx.config
-            self._schedules[j] = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[j]).schedule
+            self._schedules[j] = run_plan(c, self.ctx.extra["dataset"].n_train, lr=self.lrs[j]).schedule
         return self._schedules[j](step)
 
     def group_allreduce(self, buf: Any) -> Any:
@@ -321,8 +334,7 @@ class LTFB(Algorithm):
             return None
         finals = [(params, None, final)] + [ctx.server.collect("final", j) for j in range(self.K) if j != self.k]
         finals = [f for f in finals if f is not None]
-        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs,
-                        "total_steps_planned": ctx.plan.total_steps}   # the trainers' plan, not the run's
+        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs}
         return next(p for p, _, meta in finals if meta["trainer"] == self.summary["winner"])
 
 
@@ -355,4 +367,4 @@ register(AlgorithmSpec(
     evaluates="trainers",
     needs=Needs(collective=True, groups=trainer_groups, server="tournament", setup=ltfb_extra),
     knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-    pattern="tournament"))
+    pattern="tournament", plan_shape=trainer_plan_shape))

@@ -71,6 +71,10 @@ class AlgorithmSpec:
     knobs: tuple[str, ...] = ()  # RunConfig fields that only matter to this algorithm (and its family)
     pattern: str = "none"        # cost-model communication pattern (PATTERNS)
     spans_hosts: bool = True     # False: shared memory, every worker on one host
+    # (config, n_train) -> (examples, batch) that the run's steps walk, when not the whole
+    # training set and the global batch (LTFB: a trainer's training set and batch); the
+    # plan of every run comes from it (`base.run_plan`)
+    plan_shape: Callable[[Any, int], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
