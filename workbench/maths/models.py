@@ -169,6 +169,15 @@ class Model:
             spans = self._spans = [(l.name, l.start, l.stop, l.shape) for l in self.layers]
         return {name: params[a:b].reshape(shape) for name, a, b, shape in spans}
 
+    def layout(self) -> tuple[tuple[int, int, bool], ...]:
+        """(start, stop, is a weight) of each layer's view, in flat order: what the
+        layer-wise update rules (`maths.optim`) take norms over; biases are 1-D.
+
+        >>> MLP(4, 3, hidden=(2,)).layout()
+        ((0, 8, True), (8, 10, False), (10, 16, True), (16, 19, False))
+        """
+        return tuple((layer.start, layer.stop, len(layer.shape) > 1) for layer in self.layers)
+
     def layer_groups(self) -> list[tuple[int, int]]:
         """(start, stop) of each layer's W+b slice of the flat vector, in forward order."""
         return list(self._groups)

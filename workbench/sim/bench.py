@@ -72,13 +72,13 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
     import numpy as np
 
     from ..data import global_batch
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
     from ..problem import Problem
     problem = Problem.from_config(config)
     data, model, plan = problem.data, problem.new_model(), problem.plan
     replicas = [problem.initial_params() for _ in range(slices)]
     grad = np.empty_like(replicas[0])
-    opt = SGD(model.n_params, np, grad.dtype)
+    opt = make_optimizer(config, model.layout(), np, grad.dtype, momentum=0.0, nesterov=False)
     b = plan.batch_size // slices
     t0, c0 = time.perf_counter(), time.process_time()
     for step in range(plan.total_steps):

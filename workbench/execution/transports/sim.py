@@ -233,7 +233,7 @@ class SimServer:
 
     def push(self, grad: np.ndarray, lr: float, version: int):
         c = self.costs
-        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad)),
+        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad), self.s.core.opt.passes),
                             lambda: self.s.core.push(grad, lr, version))
 
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
@@ -281,7 +281,7 @@ class SimChunkMasterState:
         self.costs, self.sched = costs, sched
         self.clock_now = 0.0
         needs = setup.spec.needs
-        self.core = make_core(needs.server, needs.options(setup.config), setup.params0, setup.size, setup.config,
+        self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, setup.size, setup.config,
                               setup.model, clock=lambda: self.clock_now)
         self.free = 0.0                               # master busy until
         self.up = [0.0] * setup.size                  # device->host link of each worker busy until
@@ -299,9 +299,10 @@ class SimChunkMasterState:
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
         start = max(arrive, self.free)
-        # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
+        # add the part into the chunk's sum (one pass); the chunk's update (update_passes) is
         # charged with each part's share, so a chunk is updated when its last part is in
-        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / self.costs.master_bw
+        passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
+        self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
         if self.core.add(*args):
             self.completed = step
             self.completed_at[step] = self.free
@@ -485,7 +486,7 @@ class SimTransport(Transport):
         if needs.server == "cgdp_master":
             server_state = SimChunkMasterState(setup, costs, sched)
         elif needs.server is not None:
-            server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
+            server_state = SimServerState(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size),
                                           costs, sched)
         shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
