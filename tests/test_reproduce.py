@@ -20,7 +20,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim", "goyal_sim",
-                  "ltfb_sim"}
+                  "ltfb_sim", "communication_efficient"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -89,8 +89,7 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
-                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -276,6 +275,30 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
     return lambda c: c.algorithm in algorithms
 
 
+def _rule(field: str) -> Callable[[RunConfig], bool]:
+    """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
+    from ..config import OPTIMIZER_KNOBS
+    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field] and _takes_optimizer(c)
+
+
+def _takes_optimizer(c: RunConfig) -> bool:
+    """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
+    from ..algorithms.registry import specs
+    return specs()[c.algorithm].takes_optimizer
+
+
+GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
+def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that compress their gradients (sync_sgd, or those that
+    declare `compression` among their knobs) and, given `kinds`, only with one of them."""
+    def applies(c: RunConfig) -> bool:
+        from ..algorithms.registry import with_knob
+        if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
+            return False
+        return not kinds or c.compression in kinds
+    return applies
+
+
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
@@ -290,7 +313,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
     # where to train
     _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
-    _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024)])),
+    _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.algorithm != "sgd"),
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: c.algorithm != "sgd"),
@@ -301,6 +324,9 @@ CONTROLS: tuple[Control, ...] = (
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
+    _c("calibration", lambda n: lambda v: widgets.Text(value=v, placeholder="this machine's cached one", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.simulate and c.cpu_device == "local"),
     _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
@@ -320,10 +346,15 @@ CONTROLS: tuple[Control, ...] = (
     _c("warmup", _dropdown(["none", "gradual", "constant"])),
     _c("warmup_epochs", _float(0, 10000, 0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
     _c("decay", _dropdown(["none", "step", "cosine"])),
+    _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
     _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy),
-    _c("nesterov", _check),
+       to_field=_tidy, applies=_rule("momentum")),
+    _c("nesterov", _check, applies=_rule("nesterov")),
     _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
+    _c("beta1", _float(0, 0.9999, 0.01), to_field=_tidy, applies=_rule("beta1")),
+    _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
+    _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
+    _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
     # algorithm knobs
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
@@ -338,6 +369,17 @@ CONTROLS: tuple[Control, ...] = (
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
+    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
+    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
+    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
+       to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
+       applies=_compressing()),
+    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
+       applies=_compressing("topk", "randomk")),
+    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
+    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
+    _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
     # how long
     _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
     _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
@@ -348,6 +390,60 @@ CONTROLS: tuple[Control, ...] = (
 )
 CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field
 RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """A field that another field's value makes required: when `trigger` changes and
+    `needed(values)` holds, the dashboard sets `field` to `default(values)` (the control
+    then shows, with a value that passes validation, instead of an error and a hidden box)."""
+
+    field: str
+    triggers: tuple[str, ...]
+    needed: Callable[[dict], bool]
+    default: Callable[[dict], Any]
+
+
+def _warmup_default(v: dict) -> float:
+    """One epoch of warmup, or half the run when it is shorter (validation wants
+    0 < warmup_epochs <= epochs)."""
+    return _tidy(min(1.0, float(v["epochs"]) / 2))
+
+
+def _raw(values: dict) -> RunConfig:
+    """The controls' values as an unvalidated RunConfig (for rules that read a half-valid one)."""
+    return RunConfig.model_construct(**{**RunConfig().model_dump(), **values})
+
+
+def _workers_raw(values: dict) -> int:
+    cfg = _raw(values)
+    if cfg.gpus == "auto":
+        from ..maths.backend import gpu_count
+        return int(cfg.cpus) + gpu_count()
+    return int(cfg.cpus) + int(cfg.gpus)
+
+
+def _batch_default(v: dict) -> int:
+    """The smallest power of two that gives every worker a sample, or the worker count
+    itself when that power of two is more than the training set holds."""
+    workers = _workers_raw(v)
+    power = next((b for b in POWERS_OF_TWO if b >= workers), workers)
+    try:
+        n_train = preview_n_train(_raw(v))
+    except Exception:          # an unknown size: the power of two, and validation says the rest
+        return power
+    return power if power <= n_train else workers
+
+
+DEPENDENTS: tuple[Dependent, ...] = (
+    Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
+        0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
+    # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
+    Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # more workers than the global batch has samples: a batch that gives each one
+    Dependent("batch_size", ("cpus", "gpus", "algorithm"),
+              lambda v: v["algorithm"] != "sgd" and v["batch_size"] < _workers_raw(v), _batch_default),
+)
 
 
 def preview_n_train(config: RunConfig) -> int:
@@ -900,14 +996,62 @@ class Dashboard:
         self._refresh()
 
     def _on_change(self, change: dict) -> None:
-        if not self._syncing:
-            self._refresh()
+        if self._syncing:
+            return
+        changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        if changed is not None:
+            self._fill_dependents(changed)
+        self._refresh()
+
+    def _fill_dependents(self, changed: str) -> None:
+        """Give the fields that `changed`'s new value makes required a value that passes
+        validation (`DEPENDENTS`), without a refresh per field."""
+        rules = [d for d in DEPENDENTS if changed in d.triggers]
+        if not rules:
+            return
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        self._syncing = True
+        try:
+            for d in rules:
+                if d.needed(values):
+                    c = next(c for c in CONTROLS if c.field == d.field)
+                    values[d.field] = d.default(values)
+                    w, value = self.controls[d.field], c.from_field(values[d.field])
+                    if isinstance(w, widgets.SelectionSlider) and value not in w.options:
+                        w.options = _sorted_options(tuple(w.options), value)
+                    w.value = value
+        finally:
+            self._syncing = False
+
+    def _show_relevant(self) -> None:
+        """Show the controls that apply to what the controls say now, valid or not (a
+        control that would fix an invalid combination must be on the page)."""
+        values = {**self._base.model_dump(), **self._values()}
+        raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
+        for name, applies in RELEVANT.items():
+            try:
+                show = applies(raw)
+            except Exception:         # a half-typed value: keep the control visible
+                show = True
+            self.controls[name].layout.display = None if show else "none"
+        # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
+        gpus = self.controls["gpus"]
+        options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]
+        if [v for _, v in gpus._options_full] != [v for _, v in options]:
+            was, self._syncing = self._syncing, True
+            try:
+                value = gpus.value
+                gpus.options = options
+                gpus.value = value if value != "auto" or not values.get("simulate") else 0
+            finally:
+                self._syncing = was
 
     def _refresh(self) -> RunConfig | None:
         """Validate the controls; redraw the schedule preview; say what is wrong, if anything.
 
         Leaves the status line alone when the config did not change (a frontend echoing
         a control's value back must not hide the last run's result)."""
+        self._show_relevant()
         try:
             cfg = self.config
             if cfg == self._shown_config:
@@ -919,8 +1063,6 @@ class Dashboard:
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
-        for name, applies in RELEVANT.items():
-            self.controls[name].layout.display = None if applies(cfg) else "none"
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, _workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
@@ -1329,9 +1471,10 @@ class Dashboard:
                 pred_ws = sorted({ws[0], *[w for w in POWERS_OF_TWO if ws[0] <= w <= top]})
                 predicted = costmodel.predict(cal, cfg.algorithm, pred_ws, cfg.batch_size, mode,
                                               networks=[costmodel.MEASURED, network], tau=cfg.tau,
-                                              round_size=cfg.round_size, tournament_size=cfg.tournament_size)
+                                              round_size=cfg.round_size, tournament_size=cfg.tournament_size,
+                                              optimizer=cfg.optimizer)
                 _, error = costmodel.compare(cal, table, cfg.algorithm, tau=cfg.tau, round_size=cfg.round_size,
-                                             tournament_size=cfg.tournament_size)
+                                             tournament_size=cfg.tournament_size, optimizer=cfg.optimizer)
                 self.predicted, self.calibration = predicted, cal
                 self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
                                                           error=error))
