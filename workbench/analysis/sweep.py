@@ -234,7 +234,8 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
     cal = costmodel.calibrate(list(results))
     top = max(64, 8 * max(workers))
     pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
-    knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size}
+    knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
+             "optimizer": config.optimizer}
     predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
                                   networks=[costmodel.MEASURED, network], **knobs)
     _, error = costmodel.compare(cal, table, config.algorithm, **knobs)
