@@ -3,9 +3,9 @@ any worker starts, naming the field, what is allowed and the value."""
 import pytest
 
 from workbench.algorithms import REGISTRY
-from workbench.algorithms.reference import load_for
 from workbench.config import ConfigError, RunConfig
 from workbench.execution.engine import run_threads
+from workbench.problem import Problem
 
 
 @pytest.mark.parametrize("changes, field, fragment", [
@@ -26,7 +26,7 @@ def test_bad_combinations_name_the_field(changes, field, fragment):
 
 def test_ltfb_tournament_set_too_big_fails_before_workers_start():
     cfg = RunConfig(algorithm="ltfb", dataset="digits", cpus=2, trainers=2, batch_size=64, steps=2, round_size=1)
-    limit = load_for(cfg)[0].n_train // 2 - 32            # each trainer's share minus one batch of 64 / 2
+    limit = Problem.from_config(cfg).data.n_train // 2 - 32            # each trainer's share minus one batch of 64 / 2
     with pytest.raises(ConfigError) as err:
         run_threads(cfg.replace(tournament_size=limit + 1))
     assert err.value.field == "tournament_size" and f"at most {limit}" in str(err.value)

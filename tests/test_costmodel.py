@@ -26,7 +26,7 @@ def synthetic_run(algorithm: str, workers: int, n_params: int, per_worker: int, 
     compute = C0 + C1 * per_worker
     rows = [{"worker": w, "step": s, "epoch": 0.0, "time": (s + 1) * (compute + comm_s), "loss": 1.0,
              "lr": 0.1, "samples": per_worker, "compute_s": compute, "comm_s": comm_s, "wait_s": 0.0,
-             "staleness": 0.0} for s in range(steps) for w in range(workers)]
+             "staleness": 0.0, "bytes_sent": 0.0} for s in range(steps) for w in range(workers)]
     summary = {"algorithm": algorithm, "config": {"algorithm": algorithm, "tau": 1, "round_size": 50},
                "workers": [{"rank": w, "kind": kind} for w in range(workers)], "n_params": n_params,
                "samples_per_s": 1.0}

@@ -10,6 +10,7 @@ import workbench.api
 from workbench import ConfigError, RunConfig
 from workbench.config import FIELDS, SIM_FIELDS
 from workbench.ui import dashboard as D
+from workbench.ui import plotly_widget as PW
 from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
 
 # A new value for every control, and the RunConfig value it must produce.
@@ -60,8 +61,24 @@ NEW_VALUES = {
     "timing_model": ("resnet50", "resnet50"),
     "jitter": (0.2, 0.2),
     "fail_worker": ("1@2.5", "1@2.5"),
+    "optimizer": ("lars", "lars"),
+    "beta1": (0.8, 0.8),
+    "beta2": (0.99, 0.99),
+    "eps": (1e-6, 1e-6),
+    "trust_coefficient": (0.02, 0.02),
+    "calibration": ("/tmp/cal.json", "/tmp/cal.json"),
+    "post_local_epoch": (2.5, 2.5),
+    "outer_lr": (0.5, 0.5),
+    "outer_momentum": (0.5, 0.5),
+    "compression": ("topk", "topk"),
+    "compression_ratio": (0.1, 0.1),
+    "compression_rank": (2, 2),
+    "compression_levels": (4, 4),
+    "error_feedback": (False, False),
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
+# valid only with this update rule (and momentum, nesterov at their defaults for it)
+NEEDS_OPTIMIZER = {"optimizer": "sgd", "beta1": "adamw", "beta2": "lamb", "eps": "adamw", "trust_coefficient": "lars"}
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
 
@@ -81,6 +98,16 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
         dash.controls["simulate"].value = name in NEEDS_SIMULATE
+        if name in NEEDS_OPTIMIZER:    # the knobs of one rule are refused under another: back to defaults first
+            for knob in ("nesterov", "momentum", "beta1", "beta2", "eps", "trust_coefficient"):
+                dash.controls[knob].value = RunConfig.model_fields[knob].default
+            dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
+        dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        if name.startswith("compression") or name == "error_feedback":
+            dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+            dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
+        dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
+                                              "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value
@@ -157,8 +184,110 @@ def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
     assert dash.run() is False and dash.history == []
     dash.controls["batch_size"].value = 64
     assert dash.status_text.startswith("ready:") and not dash.run_button.disabled
-    dash.controls["warmup"].value = "gradual"               # warmup without warmup_epochs
-    assert dash.status_text == "error: warmup_epochs: > 0 when warmup is 'gradual', got 0.0"
+    dash.controls["warmup"].value = "gradual"
+    dash.controls["warmup_epochs"].value = 5.0              # longer than the 2 epochs
+    assert dash.status_text == "error: warmup_epochs: at most epochs (2), got 5.0"
+    assert shown(dash.controls["warmup_epochs"])             # the control that fixes it is on the page
+
+
+def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
+    assert not shown(dash.controls["warmup_epochs"]) and dash.config.warmup_epochs == 0
+    for mode in ("gradual", "constant"):
+        dash.controls["warmup"].value = "none"
+        dash.controls["warmup_epochs"].value = 0.0
+        dash.controls["warmup"].value = mode
+        assert shown(dash.controls["warmup_epochs"]), mode
+        assert dash.status_text.startswith("ready:") and not dash.run_button.disabled, dash.status_text
+        assert dash.config.warmup == mode and dash.config.warmup_epochs == 1.0   # one of the 2 epochs
+    dash.controls["warmup"].value = "none"
+    dash.controls["warmup_epochs"].value = 0.0
+    dash.controls["epochs"].value = 0.5                       # a short run: half of it
+    dash.controls["warmup"].value = "gradual"
+    assert dash.config.warmup_epochs == 0.25 and dash.status_text.startswith("ready:")
+    dash.controls["warmup_epochs"].value = 0.1                # a value set by hand is kept
+    dash.controls["decay"].value = "cosine"
+    assert dash.config.warmup_epochs == 0.1
+
+
+def _choices(w) -> list | None:
+    """Every value a choice control offers (None for a free-entry control)."""
+    import ipywidgets as widgets
+    if isinstance(w, (widgets.Dropdown, widgets.ToggleButtons, widgets.SelectionSlider)):
+        return [v for _, v in w._options_full]
+    if isinstance(w, widgets.Checkbox):
+        return [True, False]
+    return None
+
+
+def _candidates(w) -> list:
+    """Values to try on a control while repairing: its choices, or a few small numbers."""
+    import ipywidgets as widgets
+    opts = _choices(w)
+    if opts is not None:
+        return opts
+    if isinstance(w, (widgets.BoundedIntText, widgets.IntSlider)):
+        return sorted({max(w.min, v) for v in (0, 1, 2, 4)} - {w.value})
+    return []
+
+
+def _ready(d) -> bool:
+    return d.status_text.startswith("ready:") and not d.run_button.disabled
+
+
+def _repair(d, keep: str, depth: int = 3) -> bool:
+    """Reach a runnable state by changing visible controls other than `keep` (which must
+    stay visible): each round tries the controls the error names first, then the others,
+    and takes the first change that runs, or else leads to an error not seen yet."""
+    def ok() -> bool:
+        return _ready(d) and shown(d.controls[keep])
+    seen: set[str] = set()
+    for _ in range(depth):
+        if ok():
+            return True
+        seen.add(d.status_text)
+        visible = [n for n in d.controls if n != keep and shown(d.controls[n])]
+        named = [n for n in visible if re.search(rf"\b{n}\b", d.status_text)]
+        novel = None                   # the first change that leads somewhere new
+        for name in named + [n for n in visible if n not in named]:
+            w = d.controls[name]
+            old = w.value
+            for v in _candidates(w):
+                w.value = v
+                if ok():
+                    return True
+                if novel is None and d.status_text not in seen and shown(d.controls[keep]):
+                    novel = (w, v)
+            w.value = old
+        if novel is None:
+            return False
+        novel[0].value = novel[1]
+    return ok()
+
+
+@pytest.mark.slow
+def test_every_choice_of_every_control_reaches_a_runnable_state_with_visible_controls():
+    """From the default dashboard, each allowed choice of each choice control (with and
+    without the simulated cluster) is runnable at once, or after changing controls that
+    are on the page (never a hidden one, never by undoing the choice)."""
+    start = RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", batch_size=32, epochs=1)
+    d = Dashboard(cluster="threads", config=start)
+    walked = at_once = 0
+    for simulate in (False, True):
+        base = start.replace(simulate=simulate)
+        for name in CONTROL_FIELDS:
+            d.config = base
+            for value in _choices(d.controls[name]) or []:
+                d.config = base
+                w = d.controls[name]
+                if not shown(w):
+                    continue
+                w.value = value
+                walked += 1
+                at_once += _ready(d)
+                assert _repair(d, keep=name), (simulate, name, value, d.status_text)
+                assert w.value == value
+                assert "Traceback" not in d.status.value
+    assert walked > 150 and at_once > 0.9 * walked, (walked, at_once)
 
 
 def test_schedule_preview_is_redrawn_when_knobs_change(dash):
@@ -251,7 +380,7 @@ def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch)
 
 
 def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
-    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.F.LiveState(label="x", color="#000"))
+    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.figdata.LiveState(label="x", color="#000"))
     # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
     for k in range(30):
         state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
@@ -384,7 +513,7 @@ def _slot(now, names=()):
 
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
-    return D.FigureSlot(fig, clock=lambda: now[0])
+    return PW.FigureSlot(fig, clock=lambda: now[0])
 
 
 def _names(slot):
@@ -414,7 +543,7 @@ def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
     slot.edit(_add("c"))
     slot.edit(_add("d"))
     assert _names(slot) == ["first", "a", "b"] and slot.pending == 2
-    now[0] += D.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
+    now[0] += PW.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
     slot.apply_if_ready()
     assert _names(slot) == ["first", "a", "b", "c", "d"]
 
@@ -425,10 +554,10 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
     slot.edit(_add("a"))
     slot.flush()                                             # a run's last flush
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S - 0.1
+    now[0] = PW.READY_WAIT_S - 0.1
     slot.edit(_add("b"))
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S
+    now[0] = PW.READY_WAIT_S
     slot.edit(_add("c"))
     assert _names(slot) == ["a", "b", "c"]                   # in order
 
@@ -660,3 +789,10 @@ def test_a_1024_worker_simulated_run_fits_in_binders_memory(no_dask):
     grew = (peak[0] - base) / 2**20
     assert grew < 1024, f"a 1024-worker simulated run took {grew:.0f} MiB more than the process had"
     assert len({t.name for t in dash.figures["throughput"].data}) == 17     # 16 workers' lines + "all workers"
+
+
+def test_a_sweep_that_cannot_run_every_point_is_refused_before_any_point(dash):
+    dash.controls["batch_size"].value = 64
+    assert dash.sweep(workers=[1, 2, 4, 8, 16, 32, 64], mode="weak") is False
+    assert dash.status_text.startswith("error: batch_size: at most the training set size (1438)")
+    assert "32 workers" in dash.status_text and not dash.running

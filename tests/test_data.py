@@ -91,7 +91,7 @@ def test_datasets_are_read_only_and_cached():
 
 def test_dataset_registry_names():
     assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10"]
-    assert all(isinstance(v, str) and v for v in DATASETS.values())
+    assert all(isinstance(v.summary, str) and v.summary for v in DATASETS.values())
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,13 @@ import time
 import numpy as np
 import pytest
 
-from workbench.algorithms.reference import load_for
 from workbench.comm.roles import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch, split_batch
 from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import make_plan
+from workbench.problem import Problem
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, seed=1)
 EASGD_FAMILY = ["easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd"]
@@ -25,7 +25,7 @@ def elastic_reference(cfg: RunConfig, workers: int = 1, delta: float | None = No
     d = alpha (x_i - xc); x_i -= d; xc += d. With `delta`, the EAMSGD local step
     v = delta v; x += v; g = grad(x); x -= lr g; v -= lr g. Returns xc after every exchange.
     """
-    data, model = load_for(cfg)
+    data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     plan = make_plan(cfg, data.n_train)
     alpha = cfg.resolved_alpha(workers)
     slices = split_batch(plan.batch_size, [1.0] * workers)
@@ -58,7 +58,7 @@ def elastic_reference(cfg: RunConfig, workers: int = 1, delta: float | None = No
 
 def sync_reference(cfg: RunConfig, workers: int) -> np.ndarray:
     """Plain NumPy sync EASGD: all d_i from the same xc, summed in rank order."""
-    data, model = load_for(cfg)
+    data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     plan = make_plan(cfg, data.n_train)
     alpha = cfg.resolved_alpha(workers)
     slices = split_batch(plan.batch_size, [1.0] * workers)

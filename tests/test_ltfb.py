@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.ltfb import round_pairs, trainer_data, trainer_lrs
-from workbench.algorithms.reference import load_for
 from workbench.comm.roles import ServerCore
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch
 from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import SGD, make_plan
+from workbench.problem import Problem
 
 BASE = dict(algorithm="ltfb", dataset="digits", model="mlp", batch_size=64, seed=2)
 
@@ -112,7 +112,7 @@ def test_one_trainer_over_two_workers_is_sync_sgd_on_its_share():
     # K = 1: no partner ever; the trainer is sync SGD over its training set (D_0 minus T_0)
     cfg = config(cpus=2, trainers=1, steps=30, lr=0.05, momentum=0.9, round_size=10, tournament_size=200)
     got = run_threads(cfg)
-    data, model = load_for(cfg)
+    data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     train, _ = trainer_data(data.n_train, 1, cfg.tournament_size, cfg.seed)[0]
     plan = make_plan(cfg, len(train))
     x = model.init(cfg.seed)

@@ -63,7 +63,7 @@ def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
     c = Collector(seen.extend)
     whole = {"step": np.arange(10.0), "epoch": np.arange(1, 11) / 5, "time": np.arange(10.0) * 0.1,
              "loss": np.ones(10), "lr": np.full(10, 0.1), "samples": np.full(10, 8.0), "compute_s": np.full(10, 0.01),
-             "comm_s": np.zeros(10), "wait_s": np.zeros(10), "staleness": np.zeros(10)}
+             "comm_s": np.zeros(10), "wait_s": np.zeros(10), "staleness": np.zeros(10), "bytes_sent": np.zeros(10)}
     for rank in (0, 1):
         c.add_live({"rank": rank, "started": 100.0 + rank, "steps": {k: bin_steps(whole, 3)[k].tolist() for k in whole},
                     "records": [], "done": True})
@@ -71,7 +71,7 @@ def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
     assert c.t_zero() == 100.0
     c.add_steps(0, whole)                 # worker 1's loop never returned (lost): its binned rows stay
     steps = c.table("step", ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
-                             "compute_s", "comm_s", "wait_s", "staleness"))
+                             "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent"))
     assert (steps.worker == 0).sum() == 10 and (steps.worker == 1).sum() == 3
     assert steps.groupby("worker")["samples"].sum().tolist() == [80, 80]
     assert steps["step"].is_monotonic_increasing
@@ -80,9 +80,9 @@ def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
 
 def test_step_records_have_the_record_keys():
     rec = step_records(2, {"step": [4.0], "epoch": [0.5], "time": [0.1], "loss": [2.0], "lr": [0.1], "samples": [32.0],
-                           "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0], "staleness": [1.0]})[0]
+                           "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0], "staleness": [1.0], "bytes_sent": [0.0]})[0]
     assert list(rec) == ["kind", "worker", "step", "epoch", "time", "loss", "lr", "samples", "compute_s", "comm_s",
-                         "wait_s", "staleness"]
+                         "wait_s", "staleness", "bytes_sent"]
     assert rec["step"] == 4 and isinstance(rec["step"], int) and rec["worker"] == 2
 
 
@@ -217,7 +217,7 @@ def test_comm_fraction_is_over_the_steady_state():
     n = 50
     steps = pd.DataFrame({"worker": [0] * n, "step": range(n), "epoch": 0.0, "time": np.arange(1, n + 1) * 0.01,
                           "loss": 1.0, "lr": 0.1, "samples": 8, "compute_s": 0.009, "comm_s": 0.001,
-                          "wait_s": 0.0, "staleness": 0.0})
+                          "wait_s": 0.0, "staleness": 0.0, "bytes_sent": 0.0})
     steps.loc[0, ["comm_s", "time"]] = [5.0, 5.01]          # a first step that waited on a peer's set-up
     steps.loc[1:, "time"] += 5.0
     c = Collector()

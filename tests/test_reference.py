@@ -1,14 +1,15 @@
 """The single-process reference trainer: the oracle every parallel run is checked against."""
 import numpy as np
 
-from workbench.algorithms.reference import load_for, train_reference
+from workbench.algorithms.reference import train_reference
 from workbench.config import RunConfig
 from workbench.data import global_batch
+from workbench.problem import Problem
 
 
 def plain_loop(cfg: RunConfig, steps: int) -> np.ndarray:
     """An independent, deliberately naive SGD/momentum loop (the oracle)."""
-    data, model = load_for(cfg)
+    data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     x = model.init(cfg.seed).astype(np.float64)
     v = np.zeros_like(x)
     for t in range(steps):

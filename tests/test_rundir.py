@@ -19,7 +19,7 @@ SUMMARY_KEYS = {"status", "config", "workers", "steps", "samples", "wall_time_s"
 DTYPES = {
     "steps": {"worker": "int64", "step": "int64", "epoch": "float64", "time": "float64", "loss": "float64",
               "lr": "float64", "samples": "int64", "compute_s": "float64", "comm_s": "float64",
-              "wait_s": "float64", "staleness": "float64"},
+              "wait_s": "float64", "staleness": "float64", "bytes_sent": "float64"},
     "evals": {"step": "int64", "epoch": "float64", "time": "float64", "train_loss": "float64",
               "test_loss": "float64", "test_accuracy": "float64"},
     "tournaments": {"round": "int64", "step": "int64", "time": "float64", "trainer": "int64",

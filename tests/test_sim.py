@@ -13,8 +13,7 @@ from workbench.algorithms.reference import train_reference
 from workbench.analysis.costmodel import ring_allreduce_time
 from workbench.api import run
 from workbench.config import ConfigError, RunConfig
-from workbench.execution.engine import run_dataset
-from workbench.maths.models import make_model
+from workbench.problem import Problem
 from workbench.sim.clock import Scheduler
 from workbench.sim.costs import make_costs
 
@@ -31,9 +30,8 @@ def sim(algorithm: str, cpus: int = 4, **kw) -> RunConfig:
 
 
 def costs_of(config: RunConfig):
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
+    problem = Problem.from_config(config)
+    data, model = problem.data, problem.model
     kinds = ["gpu"] * (config.gpus if isinstance(config.gpus, int) else 0) + ["cpu"] * config.cpus
     return make_costs(config, model, kinds, data), model
 

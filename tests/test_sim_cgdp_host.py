@@ -24,10 +24,9 @@ def _config(**kw) -> RunConfig:
 
 
 def _costs(config: RunConfig):
-    from workbench.execution.engine import run_dataset
-    from workbench.maths.models import make_model
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden)
+    from workbench.problem import Problem
+    problem = Problem.from_config(config)
+    data, model = problem.data, problem.model
     return make_costs(config, model, ["gpu"] * config.gpus, data)
 
 

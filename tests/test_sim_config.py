@@ -24,7 +24,7 @@ SIM = dict(simulate=True, algorithm="sync_sgd")
 def test_defaults_are_a_real_run():
     c = RunConfig()
     assert (c.simulate, c.device, c.cpu_device, c.network, c.timing_model, c.jitter, c.fail_worker) == \
-        (False, None, "local", None, None, 0.0, None)
+        (False, None, "core", None, None, 0.0, None)
     assert c.failures == {} and c.resolved_device is None
 
 
@@ -74,8 +74,9 @@ def test_worker_count_limits():
 
 @pytest.mark.parametrize("kwargs, message", [
     # unknown names, listing what is known
-    (dict(SIM, device="tpu"), "device: one of k80, p100, v100, a100, h100, knl, power8, xeon, got 'tpu'"),
-    (dict(SIM, cpu_device="v100"), "cpu_device: one of local, knl, power8, xeon, got 'v100'"),
+    (dict(SIM, device="tpu"), "device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'"),
+    (dict(SIM, cpu_device="v100"), "cpu_device: a CPU profile, one of core, knl, power8, xeon, local (v100 is a GPU "
+                                  "profile: ask for GPU workers with gpus and device), got 'v100'"),
     (dict(SIM, network="carrier pigeon"),
      "network: one of shm, 10GbE, 100GbE, InfiniBand HDR, NVLink, pcie3, pcie4, nvlink1, nvlink2, got 'carrier pigeon'"),
     (dict(SIM, timing_model="gpt3"),
@@ -122,7 +123,8 @@ def test_simulation_knobs_need_simulate(field, value):
         RunConfig(algorithm="sync_sgd", **{field: value})
     assert str(info.value) == (f"{field}: only with simulate (a knob of the simulated cluster; add --simulate), "
                                f"got {value!r}")
-    c = RunConfig(**SIM, **{field: value})            # the same value is fine once simulating ...
+    gpus = {"gpus": 1} if field == "device" else {}    # device: the GPU workers' profile
+    c = RunConfig(**SIM, **gpus, **{field: value})    # the same value is fine once simulating ...
     with pytest.raises(ConfigError, match=f"^{field}: only with simulate"):
         c.simulate = False                             # ... and switching it off is refused
     assert RunConfig(algorithm="sync_sgd", cpu_device="local").cpu_device == "local"   # the default is no knob
@@ -137,8 +139,8 @@ def run_cli(*args):
 
 
 def test_cli_help_shows_the_simulation_group_and_bad_flags_give_one_line():
-    assert FIELD_GROUPS["simulation"] == ("simulate", "device", "cpu_device", "network", "timing_model", "jitter",
-                                          "fail_worker")
+    assert FIELD_GROUPS["simulation"] == ("simulate", "device", "cpu_device", "calibration", "network",
+                                          "timing_model", "jitter", "fail_worker")
     proc = run_cli("run", "--help")
     assert proc.returncode == 0, proc.stderr
     section = proc.stdout.split(f"\n{GROUP_TITLES['simulation']}:\n")[1].split("\n\n")[0]
@@ -146,11 +148,11 @@ def test_cli_help_shows_the_simulation_group_and_bad_flags_give_one_line():
     for flag in ("--simulate, --no-simulate", "--device DEVICE", "--cpu-device CPU_DEVICE", "--network NETWORK",
                  "--timing-model TIMING_MODEL", "--jitter JITTER", "--fail-worker FAIL_WORKER"):
         assert flag in flat, flag
-    assert "1 to 1024" in flat and "InfiniBand HDR" in flat and "Default: local." in flat
+    assert "1 to 1024" in flat and "InfiniBand HDR" in flat and "Default: core." in flat
     proc = run_cli("run", "--simulate", "--gpus", "2048", "--algorithm", "sync_sgd", "--steps", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: gpus: at least 1 and at most 1024 virtual workers with simulate "
-                                   "(cpus + gpus = 2 + 2048), got 2048")
+                                   "(cpus + gpus = 0 + 2048), got 2048")
     proc = run_cli("run", "--timing-model", "vgg16", "--steps", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: timing_model: only with simulate (a knob of the simulated cluster; "

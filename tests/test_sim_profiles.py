@@ -35,8 +35,8 @@ def test_every_device_is_complete_and_consistent(name):
     d = P.DEVICES[name]
     assert d.name == name and d.kind == ("gpu" if name in config.SIM_GPU_DEVICES else "cpu")
     assert 0 < d.efficiency <= 1 and d.peak_flops > 0 and d.mem_bw > 0 and 0 <= d.step_overhead_s < 1e-2
-    assert any(doc in d.source for doc in ("datasheet", "Intel", "IBM"))       # the vendor's numbers ...
-    assert "assumed" in d.source or "images/s" in d.source                     # ... and where efficiency comes from
+    assert any(doc in d.source for doc in ("datasheet", "Intel", "IBM", "measured"))   # the vendor's numbers ...
+    assert "assumed" in d.source or "images/s" in d.source or "measured" in d.source                    # ... and where efficiency comes from
     assert d.compute_s(d.rate) == pytest.approx(1.0)
 
 
@@ -76,7 +76,7 @@ def test_speed_factors_bring_other_networks_to_their_published_speed(name, gpu):
 
 def test_device_named_ignores_case_and_lists_the_known_ones():
     assert P.device_named("V100") is P.DEVICES["v100"]
-    with pytest.raises(ConfigError, match=r"^device: one of k80, p100, v100, a100, h100, knl, power8, xeon, got 'tpu'$"):
+    with pytest.raises(ConfigError, match=r"^device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'$"):
         P.device_named("tpu")
 
 

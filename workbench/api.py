@@ -20,27 +20,35 @@ from .results import OnRecord, RunResult
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
         should_stop: Callable[[], bool] | None = None, progress: bool = True,
-        overwrite: bool = False) -> RunResult:
+        overwrite: bool = False, checked: Sequence[str] | None = None) -> RunResult:
     """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
 
     Args:
         config: a `RunConfig` (or a dict of its fields).
-        cluster: a Dask `Client`, cluster, or scheduler address; default: a local cluster
-            started (or reused) for this session. Ignored for `algorithm="sgd"`.
+        cluster: a Dask `Client`, cluster, or scheduler address; "threads"; or a transport
+            `execution.engine.transport_for` chose. Default: a local cluster started (or
+            reused) for this session, or the simulated one for `simulate=True`. Ignored for
+            `algorithm="sgd"`.
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
             widget in a notebook, text in a terminal. False for none.
         overwrite: replace a run already saved in `config.out` (otherwise refused).
+        checked: the warnings of the `preflight(config, overwrite)` the caller has just run
+            (the CLI checks before it starts a cluster, and prints them itself); they are
+            recorded, not warned again, and the checks are not repeated. None: check here.
     Raises:
         ConfigError: a value that would fail once workers run (checked before they start:
             `workbench.execution.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
             the wrong type, such as `run(None)`.
     """
     config = _checked_args(config, cluster, on_record, should_stop)
-    warnings = preflight(config, overwrite=overwrite)
-    for message in warnings:
-        _warnings.warn(message, RunWarning, stacklevel=2)
+    if checked is None:
+        warnings = preflight(config, overwrite=overwrite)
+        for message in warnings:
+            _warnings.warn(message, RunWarning, stacklevel=2)
+    else:
+        warnings = list(checked)
     bar = None
     if progress:
         from .apps.progress import RunProgress, bars_allowed, tee
@@ -50,16 +58,10 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     result = None
     t0 = time.time()
     try:
-        if config.simulate:
-            if cluster is not None:
-                raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
-                                  type(cluster).__name__)
-            from .sim.run import run_simulated
-            result = run_simulated(config, on_record=on_record, should_stop=should_stop)
-        elif config.algorithm == "sgd":
+        if config.algorithm == "sgd" and not config.simulate:
             from .algorithms.reference import train_reference
             result = train_reference(config, on_record=on_record, should_stop=should_stop)
-        else:
+        else:   # the simulated cluster, threads or Dask: engine.transport_for chooses
             from .execution.engine import run as engine_run
             result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
@@ -100,7 +102,7 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
         if value is not None and not callable(value):
             raise ConfigTypeError(name, "a function, or None", value)
     if cluster is not None and not isinstance(cluster, str) and not hasattr(cluster, "scheduler_info") \
-            and not hasattr(cluster, "scheduler_address"):
+            and not hasattr(cluster, "scheduler_address") and not hasattr(cluster, "start"):   # start: a Transport
         raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
     if isinstance(cluster, str) and cluster != "threads":
         check_scheduler_address(cluster)

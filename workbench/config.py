@@ -29,14 +29,16 @@ MODEL_NAMES = ("softmax", "mlp", "cnn")
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
 SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
-SIM_CPU_DEVICES = ("knl", "power8", "xeon")
+SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
+SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
 SIM_DEFAULT_DEVICE = "v100"
 # costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
 SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
 MAX_VIRTUAL_WORKERS = 1024
-SIM_FIELDS = ("device", "cpu_device", "network", "timing_model", "jitter", "fail_worker")   # need simulate
+SIM_FIELDS = ("device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+              "fail_worker")   # need simulate
 
 
 def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
@@ -137,7 +139,7 @@ def short_repr(value: Any, limit: int = 120) -> str:
 INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
               "round_size", "tournament_size", "steps", "eval_every", "seed")
 FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
-                "lr_spread", "epochs", "jitter")
+                "lr_spread", "epochs", "jitter", "beta1", "beta2", "eps", "trust_coefficient")
 BOOL_FIELDS = ("download", "nesterov", "exchange_state", "simulate")
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
@@ -274,9 +276,15 @@ class RunConfig(BaseModel):
         "Simulation: profile of the virtual GPU workers, one of " + ", ".join(SIM_DEVICES) +
         " (k80 is one GK210 die; knl, power8 and xeon make them CPU nodes); unset: v100 when "
         "gpus >= 1."))
-    cpu_device: str = Field("local", description=(
-        "Simulation: profile of the virtual CPU workers: local (this machine's core, calibrated "
-        "by timing the model at start) or one of " + ", ".join(SIM_CPU_DEVICES) + "."))
+    cpu_device: str = Field(SIM_DEFAULT_CPU_DEVICE, description=(
+        "Simulation: profile of the virtual CPU workers, one of " + ", ".join(SIM_CPU_DEVICES) +
+        " (fixed, named profiles: core is one measured NumPy core, the default), or local: this "
+        "machine's core, timed once per machine and model and cached, its numbers written into "
+        "the run's summary (the only way wall clock time enters a simulation)."))
+    calibration: str | None = Field(None, description=(
+        "Simulation with cpu_device local: a calibration file to use instead of timing this "
+        "machine (the JSON a local run caches, or that run's summary.json), so a run replays "
+        "bitwise; it must be of this machine and this model. Unset: this machine's cached one."))
     network: str | None = Field(None, description=(
         "Simulation: network model between the virtual workers, one of " + ", ".join(SIM_NETWORKS) +
         " (case, spaces and dashes ignored); unset: shm between CPU workers of this host, else "
@@ -320,12 +328,32 @@ class RunConfig(BaseModel):
     nesterov: bool = Field(False, description=(
         "Use Nesterov momentum instead of heavy ball."))
     weight_decay: float = Field(0.0, description=(
-        "L2 penalty coefficient (>= 0) added to the gradient as weight_decay * params; 0 = off."))
+        "Weight decay coefficient (>= 0; 0 = off): sgd adds weight_decay * params to the gradient "
+        "(every parameter); adamw and lamb decay the weights decoupled from the gradient, lars adds it "
+        "inside its layer-wise rate; those three leave biases undecayed (papers: lars 5e-4, lamb 0.01)."))
+    # --- the optimiser (maths/optim.py): which update rule, and the knobs of each
+    optimizer: Literal["sgd", "adamw", "lars", "lamb"] = Field("sgd", description=(
+        "Update rule: sgd (momentum / Nesterov), adamw (Adam with decoupled weight decay), lars "
+        "(layer-wise rate trust_coefficient * ||w|| / ||g||, with momentum; You et al. 2017) or lamb "
+        "(Adam with the layer-wise ratio ||w|| / ||update||; You et al. 2019). hogwild_sgd and "
+        "async_measgd have their own update and take sgd only."))
+    beta1: float = Field(0.9, description=(
+        "adamw, lamb: decay of the first moment (mean of gradients), in [0, 1) (papers: 0.9)."))
+    beta2: float = Field(0.999, description=(
+        "adamw, lamb: decay of the second moment (mean of squared gradients), in [0, 1) (0.999; "
+        "LAMB's BERT runs also 0.999)."))
+    eps: float = Field(1e-8, description=(
+        "adamw, lamb: added to sqrt of the second moment; lars: added to the layer-wise rate's "
+        "denominator (finite, > 0; 1e-8; LAMB's BERT runs use 1e-6)."))
+    trust_coefficient: float = Field(0.001, description=(
+        "lars: trust coefficient eta of the layer-wise rate eta * ||w|| / (||g|| + weight_decay * ||w||), "
+        "finite and > 0 (0.001 in You et al.; the global lr is then large, e.g. 2 to 30)."))
 
     # --- algorithm knobs
     tau: int = Field(1, description=(
-        "EASGD family: local SGD steps between elastic exchanges with the centre (whole number "
-        ">= 1; 1 = exchange every step, as You et al.)."))
+        "Local steps between exchanges (whole number >= 1): the EASGD family's elastic exchanges with the "
+        "centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
+        "Lin et al.) and diloco's outer steps (H in Douillard et al.)."))
     alpha: float | None = Field(None, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
@@ -350,6 +378,73 @@ class RunConfig(BaseModel):
     split: Literal["equal", "speed"] = Field("equal", description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
+    # communication-efficient training (algorithms/local.py, maths/compress.py): one block
+    post_local_epoch: float = Field(1.0, description=(
+        "post_local_sgd: the epoch (>= 0, may be fractional) from which workers average their "
+        "parameters every tau steps; before it they average after every step, as sync_sgd (Lin et al. "
+        "switch at the first learning-rate decay)."))
+    outer_lr: float = Field(0.7, description=(
+        "diloco: learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
+        "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging)."))
+    outer_momentum: float = Field(0.9, description=(
+        "diloco: Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.)."))
+    compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field("none", description=(
+        "sync_sgd: how each worker compresses its gradient before the exchange: none, topk (the "
+        "compression_ratio largest entries, with Deep Gradient Compression's momentum correction), randomk "
+        "(compression_ratio of the entries, the same random ones on every worker), sign (scaled signs, "
+        "one bit each), qsgd (stochastic quantisation to compression_levels levels) or powersgd (rank "
+        "compression_rank approximation of each layer's matrix)."))
+    compression_ratio: float = Field(0.01, description=(
+        "sync_sgd with compression topk or randomk: share of the gradient's entries each worker sends, "
+        "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd)."))
+    compression_rank: int = Field(4, description=(
+        "sync_sgd with compression powersgd: rank of each layer's approximation (whole number >= 1; at "
+        "the layer's smaller dimension or above the approximation is exact)."))
+    compression_levels: int = Field(16, description=(
+        "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
+        "s; 1 keeps only signs and the norm)."))
+    error_feedback: bool = Field(True, description=(
+        "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
+        "to the next gradient (error feedback), or drop it for good (false)."))
+
+    @field_validator("compression_rank", "compression_levels", mode="before")
+    @classmethod
+    def _commeff_int(cls, v: Any) -> Any:
+        v = strict_int(v)
+        if v < 1:
+            raise ValueError("a whole number >= 1")
+        return v
+
+    @field_validator("post_local_epoch", "outer_lr", "outer_momentum", "compression_ratio", mode="before")
+    @classmethod
+    def _commeff_float(cls, v: Any, info: Any) -> Any:
+        allowed = {"post_local_epoch": "a finite number >= 0", "outer_lr": "a finite number > 0",
+                   "outer_momentum": "a number >= 0 and < 1", "compression_ratio": "a number > 0 and <= 1"}
+        v = strict_float(v, allowed[info.field_name])
+        ok = {"post_local_epoch": math.isfinite(v) and v >= 0, "outer_lr": math.isfinite(v) and 0 < v <= LR_MAX,
+              "outer_momentum": 0 <= v < 1, "compression_ratio": 0 < v <= 1}[info.field_name]
+        if not ok:
+            raise ValueError(allowed[info.field_name])
+        return v
+
+    @field_validator("error_feedback", mode="before")
+    @classmethod
+    def _commeff_bool(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        if not isinstance(v, bool):
+            raise ValueError("true or false")
+        return v
+
+    @model_validator(mode="after")
+    def _commeff_combinations(self) -> RunConfig:
+        if self.compression != "none" and self.algorithm != "sync_sgd":
+            raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
+                              f"allreduce; {self.algorithm} has none)", self.compression)
+        if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov:
+            raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "
+                              "Compression's momentum correction is heavy ball)", self.nesterov)
+        return self
 
     # --- how long, how often, reproducibility
     epochs: float = Field(5.0, description=(
@@ -466,7 +561,11 @@ class RunConfig(BaseModel):
     @field_validator("cpu_device", mode="before")
     @classmethod
     def _cpu_device(cls, v: Any) -> str:
-        return match_name("cpu_device", v, ("local", *SIM_CPU_DEVICES))
+        allowed = (*SIM_CPU_DEVICES, "local")
+        if isinstance(v, str) and v.strip().lower() in SIM_GPU_DEVICES:
+            raise ConfigError("cpu_device", "a CPU profile, one of " + ", ".join(allowed) + f" ({v} is a GPU "
+                              "profile: ask for GPU workers with gpus and device)", v)
+        return match_name("cpu_device", v, allowed)
 
     @field_validator("network", mode="before")
     @classmethod
@@ -533,6 +632,20 @@ class RunConfig(BaseModel):
     def _momentum(cls, v: float) -> float:
         if not (0.0 <= v < 1.0):
             raise ValueError("a number in [0, 1)")
+        return v
+
+    @field_validator("beta1", "beta2")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not (0.0 <= v < 1.0):
+            raise ValueError("a number in [0, 1)")
+        return v
+
+    @field_validator("eps", "trust_coefficient")
+    @classmethod
+    def _positive_float(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError("a finite number > 0")
         return v
 
     @field_validator("weight_decay", "warmup_epochs", "latency_ms", "bandwidth_gbps")
@@ -613,6 +726,16 @@ class RunConfig(BaseModel):
             return v.strip().lower() == "true"
         raise ValueError("true or false")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _simulated_gpus_alone(cls, data: Any) -> Any:
+        # In a simulation `gpus=N` alone means N GPU workers: the CPU workers' default (2,
+        # this machine's cores in a real run) would add two compute workers nobody asked for.
+        if isinstance(data, dict) and "cpus" not in data and str(data.get("simulate")).lower() == "true" \
+                and str(data.get("gpus", 0)).strip() not in ("0", "auto", "None", ""):
+            data = {**data, "cpus": 0}
+        return data
+
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
@@ -637,6 +760,7 @@ class RunConfig(BaseModel):
         if self.comm == "nccl" and self.algorithm != "sgd" and (self.cpus > 0 or self.gpus == 0):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
+        _check_optimizer(self)
         _check_scaled_lr(self)
         return self
 
@@ -729,12 +853,38 @@ def _check_scaled_lr(c: RunConfig) -> None:
                           f"keeps it under {LR_MAX:g}", c.lr)
 
 
+# Which optimiser knobs apply to which rule (`momentum` and `nesterov`: sgd's; lars has
+# momentum too). A knob that does not apply is refused when it differs from its default,
+# as the simulation knobs are without simulate: a value that would be silently ignored
+# is a mistake to report, not to warn about.
+OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
+    "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
+    "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
+}
+
+def _check_optimizer(c: RunConfig) -> None:
+    """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,
+    a rule other than sgd only for algorithms that use the shared rule."""
+    for name, rules in OPTIMIZER_KNOBS.items():
+        default = type(c).model_fields[name].default
+        if c.optimizer not in rules and getattr(c, name) != default:
+            raise ConfigError(name, f"only with optimizer {' or '.join(rules)} (optimizer is {c.optimizer}; "
+                              f"leave it at {default})", getattr(c, name))
+    if c.nesterov and c.momentum == 0:
+        raise ConfigError("nesterov", "false when momentum is 0 (Nesterov momentum needs momentum > 0)", c.nesterov)
+    if c.optimizer != "sgd":
+        spec = _algorithm_spec(c.algorithm)
+        if spec is not None and not getattr(spec, "takes_optimizer", True):
+            raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
+                              "lamb apply to the other algorithms)", c.optimizer)
+
+
 def _check_simulation(c: RunConfig) -> None:
     """The simulation fields: only with simulate, and within the virtual cluster."""
     if not c.simulate:
-        defaults = {"cpu_device": "local", "jitter": 0.0}
+        defaults = {"cpu_device": (SIM_DEFAULT_CPU_DEVICE, "local"), "jitter": (0.0,)}   # local: a real run's
         for name in SIM_FIELDS:
-            if getattr(c, name) != defaults.get(name):
+            if getattr(c, name) not in defaults.get(name, (None,)):
                 raise ConfigError(name, "only with simulate (a knob of the simulated cluster; add --simulate)",
                                   getattr(c, name))
         return
@@ -742,6 +892,12 @@ def _check_simulation(c: RunConfig) -> None:
         raise ConfigError("gpus", "a whole number >= 0 with simulate (virtual GPUs are counted, not detected)",
                           c.gpus)
     total = c.cpus + c.gpus
+    if c.device is not None and c.gpus == 0:
+        raise ConfigError("device", "the GPU workers' profile, only with gpus >= 1 (CPU workers take "
+                          "cpu_device)", c.device)
+    if c.calibration is not None and c.cpu_device != "local":
+        raise ConfigError("calibration", "a calibration file only with cpu_device local (the named profiles "
+                          "are fixed)", c.calibration)
     if not 1 <= total <= MAX_VIRTUAL_WORKERS:
         field = "gpus" if c.gpus > c.cpus else "cpus"
         raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
@@ -813,11 +969,15 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
              "data_dir", "download"),
     "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
-    "simulation": ("simulate", "device", "cpu_device", "network", "timing_model", "jitter", "fail_worker"),
+    "simulation": ("simulate", "device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+                   "fail_worker"),
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
-                     "decay", "momentum", "nesterov", "weight_decay"),
+                     "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
+                     "trust_coefficient"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "split"),
+                  "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
+                  "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
+                  "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),
 }
 

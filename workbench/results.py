@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import measure
 from .util.fileio import atomic_write
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
-                "compute_s", "comm_s", "wait_s", "staleness")
+                "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
 EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
 EVENT_COLUMNS = ("kind", "time", "event", "worker", "message")
 TOURNAMENT_COLUMNS = ("kind", "round", "step", "time", "trainer", "partner", "own_score",
@@ -48,7 +49,10 @@ Record = dict[str, Any]
 OnRecord = Callable[[list[Record]], None]
 
 # The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
-LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness")
+LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
+# bytes_sent: bytes this worker put on the wire in the step's exchanges, counted as the algorithm's
+#   exchange sends them (a ring allreduce or allgather, a message to a server; `comm.base`), not as
+#   this machine's transport happens to move them; NaN where an algorithm does not count them.
 LIVE_ROWS = 200     # step rows per live batch at most: enough for a plot, cheap to send and draw
 _pack_row = struct.Struct(f"@{len(LOG_FIELDS)}d").pack_into   # one StepLog row, native float64s
 _ROW_BYTES = 8 * len(LOG_FIELDS)
@@ -56,11 +60,11 @@ _ROW_BYTES = 8 * len(LOG_FIELDS)
 
 def step_record(worker: int, step: int, epoch: float, t: float, loss: float, lr: float,
                 samples: int, compute_s: float, comm_s: float = 0.0, wait_s: float = 0.0,
-                staleness: float = 0.0) -> Record:
+                staleness: float = 0.0, bytes_sent: float = 0.0) -> Record:
     """One worker step (all keys of STEP_COLUMNS)."""
     return {"kind": "step", "worker": worker, "step": step, "epoch": epoch, "time": t,
             "loss": loss, "lr": lr, "samples": samples, "compute_s": compute_s,
-            "comm_s": comm_s, "wait_s": wait_s, "staleness": staleness}
+            "comm_s": comm_s, "wait_s": wait_s, "staleness": staleness, "bytes_sent": bytes_sent}
 
 
 def eval_record(worker: int | str, step: int, epoch: float, t: float, train_loss: float,
@@ -79,7 +83,7 @@ def event_record(t: float, event: str, worker: Any = None, message: str = "") ->
 def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict[str, np.ndarray]:
     """At most `max_rows` rows summarising consecutive step rows of one worker.
 
-    Each bin keeps the sums of `samples`, `compute_s`, `comm_s` and `wait_s` (so totals
+    Each bin keeps the sums of `samples`, `compute_s`, `comm_s`, `wait_s` and `bytes_sent` (so totals
     and rates over time stay exact), the means of `loss` and `staleness`, and the last
     row's `step`, `epoch`, `time` and `lr`. Up to `max_rows` rows come back unchanged.
 
@@ -96,7 +100,7 @@ def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict
     counts = np.diff(np.append(starts, n))
     out = {}
     for name, col in columns.items():
-        if name in ("samples", "compute_s", "comm_s", "wait_s"):
+        if name in ("samples", "compute_s", "comm_s", "wait_s", "bytes_sent"):
             out[name] = np.add.reduceat(col, starts)
         elif name in ("loss", "staleness"):
             out[name] = np.add.reduceat(col, starts) / counts
@@ -114,7 +118,7 @@ class StepLog:
 
     >>> log = StepLog(capacity=2)
     >>> for k in range(3):
-    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0)
+    ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0, 0.0)
     >>> log.n, log.columns(lambda s: s / 10)["epoch"].tolist()
     (3, [0.1, 0.2, 0.3])
     """
@@ -129,14 +133,15 @@ class StepLog:
         self._bytes = memoryview(data).cast("B")   # `add` packs a row straight into these bytes
 
     def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
-            comm_s: float, wait_s: float, staleness: float) -> None:
+            comm_s: float, wait_s: float, staleness: float, bytes_sent: float = 0.0) -> None:
         n = self.n
         if n == self.data.shape[0]:
             grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
             grown[:n] = self.data
             self._set_data(grown)
         # One C call writes the row: ~0.2 us, where assigning a tuple to data[n] costs ~0.7.
-        _pack_row(self._bytes, n * _ROW_BYTES, step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness)
+        _pack_row(self._bytes, n * _ROW_BYTES, step, t, loss, lr, samples, compute_s, comm_s, wait_s, staleness,
+                  bytes_sent)
         self.n = n + 1
 
     def __getstate__(self) -> dict:
@@ -170,7 +175,7 @@ def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
 
     >>> step_records(1, {"step": [0.0], "epoch": [0.5], "time": [0.1], "loss": [2.0], "lr": [0.1],
     ...                  "samples": [32.0], "compute_s": [0.01], "comm_s": [0.0], "wait_s": [0.0],
-    ...                  "staleness": [0.0]})[0]["samples"]
+    ...                  "staleness": [0.0], "bytes_sent": [0.0]})[0]["samples"]
     32
     """
     names = STEP_COLUMNS[2:]
@@ -360,9 +365,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0
     comm_s = float(steps["comm_s"].sum()) if len(steps) else 0.0
     wait_s = float(steps["wait_s"].sum()) if len(steps) else 0.0
-    steady = steady_steps(steps)
-    steady_busy = float((steady["compute_s"] + steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
-    steady_exchange = float((steady["comm_s"] + steady["wait_s"]).sum()) if len(steady) else 0.0
+    steady = measure.steady(steps)   # the one definition of steady state, its throughput and shares
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
     n_steps = int(steps["step"].max()) + 1 if len(steps) else 0
@@ -376,61 +379,59 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
                                "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
                                "wait_s": float(row.wait_s),
                                "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
-    # Throughput over the training itself: from the first step's start to the last step's
-    # end. Cluster start, data loading and imports on cold workers are `startup_s`.
-    if len(steps):
-        first_start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
-        train_s = max(float(steps["time"].max()) - first_start, 1e-9)
-    else:
-        first_start, train_s = 0.0, 0.0
+    # The run's time identities (measure.timing): wall = start-up + training + teardown.
+    # Cluster start, data loading and imports on cold workers are start-up, never training.
+    extra = dict(extra or {})
+    startup = extra.pop("startup_s", None)
+    times = measure.timing(called=0.0, first_step_wall=startup, ended=wall_time_s, train_s=measure.train_time(steps))
     summary: dict[str, Any] = {
         "status": status,
         "algorithm": config.get("algorithm"),
         "config": config,
         "workers": workers,
+        "workers_by_kind": workers_by_kind(workers),
         "steps": n_steps,
         "samples": samples,
-        "wall_time_s": wall_time_s,
-        "startup_s": max(first_start, 0.0),
-        "train_time_s": train_s,
-        "samples_per_s": samples / train_s if train_s > 0 else 0.0,
+        **times,
+        "samples_per_s": steady.samples_per_s,     # steady throughput (measure.steady)
+        "steady": steady.to_dict(),
         "final_train_loss": _num(last_eval["train_loss"]) if last_eval is not None else None,
         "final_test_loss": _num(last_eval["test_loss"]) if last_eval is not None else None,
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
-        "comm_fraction": steady_exchange / steady_busy if steady_busy > 0 else 0.0,   # over steady state
+        "comm_fraction": steady.comm_fraction,   # over the steady state
         "per_worker": per_worker,
         "events": events,
         "versions": versions(),
     }
-    summary.update(extra or {})
+    summary.update(extra)
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
 
 
-STEADY_FROM = 0.1   # steady state: after each worker's first step and the first 10% of training time
+def workers_by_kind(workers: list[dict]) -> str:
+    """The compute workers counted by kind and device, GPUs first: what the summary, the
+    CLI's status line and the report header say a run ran on.
+
+    >>> workers_by_kind([{"kind": "gpu", "device": "k80"}] * 8 + [{"kind": "cpu", "device": "core"}] * 2)
+    '8 GPU (k80) + 2 CPU (core)'
+    >>> workers_by_kind([{"kind": "cpu"}])
+    '1 CPU'
+    """
+    counts: dict[tuple[str, str | None], int] = {}
+    for w in workers:
+        key = (str(w.get("kind", "cpu")), w.get("device"))
+        counts[key] = counts.get(key, 0) + 1
+    order = sorted(counts, key=lambda k: (k[0] != "gpu", k[0], str(k[1])))
+    return " + ".join(f"{counts[k]} {k[0].upper()}" + (f" ({k[1]})" if k[1] else "") for k in order) or "none"
 
 
 def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """The step rows of the steady state: without each worker's first step (lazy set-up:
-    first touches of buffers, a peer still arriving) and the first STEADY_FROM of the
-    training time. All rows when that would leave none (very short runs).
-
-    >>> df = pd.DataFrame({"worker": [0, 0, 0, 0], "step": [0, 1, 2, 3], "time": [1.0, 2.0, 3.0, 4.0],
-    ...                    "compute_s": [1.0] * 4, "comm_s": [0.0] * 4, "wait_s": [0.0] * 4})
-    >>> steady_steps(df)["step"].tolist()
-    [1, 2, 3]
-    """
-    if not len(steps):
-        return steps
-    start = float((steps["time"] - steps["compute_s"] - steps["comm_s"] - steps["wait_s"]).min())
-    cut = start + STEADY_FROM * (float(steps["time"].max()) - start)
-    first = steps["step"] == steps.groupby("worker")["step"].transform("min")
-    keep = ~first & (steps["time"] > cut)
-    return steps[keep] if keep.any() else steps
+    """The steady rows of `steps`: `workbench.measure.steady_steps` (kept here for old imports)."""
+    return measure.steady_steps(steps)
 
 
 def versions() -> dict[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..maths.backend import to_numpy
+from ..maths.optim import OptimizerSettings
 from .base import Algorithm, StepOut, WorkerContext
 from .registry import AlgorithmSpec, Needs, register
 
@@ -39,7 +40,7 @@ class AsyncSGD(Algorithm):
         self.params = ctx.xp.asarray(params)
         t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
-                       comm_s=t2 - t1, staleness=staleness)
+                       comm_s=t2 - t1, staleness=staleness, bytes_sent=self.grad.nbytes)   # the push
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.ctx.server.pull()[1])
@@ -52,13 +53,15 @@ class AsyncMSGD(AsyncSGD):
 
 
 def plain_options(config: Any) -> dict[str, Any]:
-    """The parameter server's update for async_sgd: plain SGD (weight decay applies)."""
-    return {"momentum": 0.0, "nesterov": False, "weight_decay": config.weight_decay}
+    """The parameter server's update for async_sgd: the config's rule without momentum
+    (plain SGD, or adamw / lars / lamb; weight decay applies)."""
+    return {"optimizer": OptimizerSettings.of(config, momentum=0.0, nesterov=False)}
 
 
 def momentum_options(config: Any) -> dict[str, Any]:
-    """async_msgd: the server keeps the momentum (and Nesterov, weight decay)."""
-    return {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+    """async_msgd: the server keeps the momentum (and Nesterov, weight decay; or the
+    moments of adamw / lamb, lars's velocity)."""
+    return {"optimizer": OptimizerSettings.of(config)}
 
 
 register(AlgorithmSpec(

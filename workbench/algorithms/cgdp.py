@@ -85,7 +85,8 @@ class CGDP(Algorithm):
         self.chunks = chunk_bounds(self.groups, chunking)
         # the part of the fetch spent waiting for the slowest worker's compute (as sync_sgd)
         wait_s = min(max(0.0, max(times) - (t1 - t0)), t2 - t1)
-        out = StepOut(lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s, wait_s=wait_s)
+        out = StepOut(lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s, wait_s=wait_s,
+                      bytes_sent=self.grad.nbytes)   # every chunk of my gradient, to the host's master
         settle(out, gloss, gstop)     # the master applied the update unless the step was stopped
         return out
 

@@ -21,9 +21,12 @@ then step" shifted by one step: their exchange at t = 0 is a no-op (x_i == xc), 
 way the last local steps of a run end in an exchange when the run length is a multiple
 of tau. The centre is what gets evaluated (eval name "centre") and returned.
 
-Local optimiser: plain SGD (`config.momentum` and `nesterov` are ignored, `weight_decay`
-applies), except async_measgd, whose worker update is the EAMSGD one. The paper gives it
-as `v = delta v - lr g(x + delta v); x = x + v`; written with x holding the real iterate:
+Local optimiser: `config.optimizer` without momentum (plain SGD by default; adamw, lars
+and lamb keep their own state on each worker; `config.momentum` and `nesterov` are
+ignored, `weight_decay` applies). The centre's move is the elastic one, not an optimiser
+step. The exception is async_measgd (optimizer sgd only), whose worker update is the
+EAMSGD one. The paper gives it as `v = delta v - lr g(x + delta v); x = x + v`; written
+with x holding the real iterate:
 
     v *= delta;  x += v          # move to the look-ahead point
     g = grad(x)                  # (+ weight_decay * x)
@@ -53,8 +56,9 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .registry import AlgorithmSpec, Needs, register
 
@@ -63,13 +67,15 @@ class ElasticWorker(Algorithm):
     """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
 
     eval_name = "centre"
+    over_network = True     # the exchange is a message (hogwild_easgd: a write to shared memory)
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
         self.params = xp.asarray(ctx.model.init(c.seed))   # x_i: every worker starts at the centre
         self.grad = xp.empty_like(self.params)
-        self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, weight_decay=c.weight_decay)
+        # local steps ignore momentum (the elastic force plays its part): sgd is plain
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype, momentum=0.0, nesterov=False)
         self.alpha = c.resolved_alpha(ctx.size)
         self.tau = c.tau
         self.lo, self.hi = ctx.my_slice()
@@ -92,11 +98,13 @@ class ElasticWorker(Algorithm):
         t0 = self.clock()
         loss = self.local_step(step, lr)
         t1 = self.clock()
-        comm_s = 0.0
+        comm_s, sent = 0.0, 0.0
         if (step + 1) % self.tau == 0:
             self.exchange()
             comm_s = self.clock() - t1
-        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=comm_s)
+            sent = self.params.nbytes if self.over_network else 0.0   # x_i to the centre's server
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=comm_s,
+                       bytes_sent=sent)
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.ctx.server.centre())
@@ -161,6 +169,8 @@ class AsyncMEASGD(AsyncEASGD):
 class HogwildEASGD(ElasticWorker):
     """hogwild_easgd: the centre is a shared-memory array every worker updates without a lock."""
 
+    over_network = False
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.centre = ctx.shared["centre"].array      # (n,) float32 on the host, shared
@@ -186,6 +196,7 @@ class SyncEASGD(ElasticWorker):
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per exchange
         self.compute_since = 0.0                      # local compute since the last exchange
         self.finite = True                            # every local loss since then was finite
 
@@ -197,9 +208,10 @@ class SyncEASGD(ElasticWorker):
         t1 = self.clock()
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
-        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0)
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)
         if (step + 1) % self.tau:
             return out
+        out.bytes_sent = self.bytes_sent
         buf = self.buf
         ctx.xp.subtract(self.params, self.centre, out=buf[:n])
         buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)
@@ -229,7 +241,8 @@ register(AlgorithmSpec(
     AsyncEASGD, sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"))
 register(AlgorithmSpec(
     "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", AsyncMEASGD, sync=False,
-    needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"))
+    needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server",
+    takes_optimizer=False))   # its worker update is EAMSGD's own
 register(AlgorithmSpec(
     "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
     HogwildEASGD, sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS, pattern="elastic_shared",

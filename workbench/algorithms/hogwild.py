@@ -39,7 +39,8 @@ class HogwildSGD(Algorithm):
         # The unlocked update: a read-modify-write per element, racing the other workers.
         np.subtract(self.shared, step_, out=self.shared)
         t2 = self.ctx.timer()
-        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1)
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1,
+                       bytes_sent=0.0)   # shared memory on one host: nothing crosses a network
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.shared.copy())
@@ -49,4 +50,5 @@ class HogwildSGD(Algorithm):
 
 register(AlgorithmSpec(
     "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host (Recht et al.)",
-    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False))
+    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False,
+    takes_optimizer=False))   # the lock-free x -= lr g is the algorithm

@@ -13,7 +13,7 @@ in its own seeded epoch order (`ctx.batch(..., index=train set)`).
 
 A step is one step of every trainer: one batch of b examples per trainer, and the step
 count, schedule and eval steps come from a plan over the trainer's training set and
-batch b (`make_plan(config, len(train set), b, lr_k)`). So `steps` / `epochs` mean the
+batch b (`problem.run_plan`, from the declaration's `plan_shape`). So `steps` / `epochs` mean the
 same for every trainer: an epoch is one pass of each trainer over its own training set
 (the population sees the data about once), and the run's samples are K b per step.
 
@@ -28,8 +28,8 @@ Every `round_size` steps (round r = (step + 1) // round_size, from 1):
   4. the leader broadcasts what it holds to its trainer's other workers (a group allreduce).
 A model is its weights and its base lr: an adopted model brings its lr along (so with
 `trainer_lrs` or `lr_spread` the tournament searches over learning rates, and the
-population's lrs collapse onto the ones that win); the optimiser state (momentum) travels
-only with `exchange_state`, otherwise the adopter keeps its own.
+population's lrs collapse onto the ones that win); the optimiser state (momentum, or the
+moments of adamw / lamb) travels only with `exchange_state`, otherwise the adopter keeps its own.
 
 Initial weights: trainer k starts from `model.init(seed + k)` (a diverse population;
 trainer 0 from the same weights as every other algorithm).
@@ -59,10 +59,12 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import make_optimizer
+from ..problem import run_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .registry import AlgorithmSpec, Needs, register
@@ -134,13 +136,21 @@ def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -
     return out
 
 
+def trainer_plan_shape(config: RunConfig, n_train: int) -> tuple[int, int]:
+    """(examples, batch) a trainer's steps walk: its training set (`trainer_data`: the
+    smallest share less the tournament set) and the trainer batch.
+
+    >>> trainer_plan_shape(RunConfig(algorithm="ltfb", cpus=2, trainers=2, batch_size=64,
+    ...                              tournament_size=10), 101)
+    (40, 32)
+    """
+    return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
+
+
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
     """Client-side checks before any worker starts: the data leaves every trainer a batch."""
-    from ..data import load_dataset
-    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                        download=config.download)
-    share = data.n_train // config.trainers
+    from ..problem import Problem
+    share = Problem.from_config(config).shape.n_train // config.trainers
     b = config.batch_size // config.trainers
     if share - config.tournament_size < b:
         raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
@@ -161,12 +171,13 @@ class LTFB(Algorithm):
         self.b = c.batch_size // self.K
         self.lrs = list(ctx.extra.get("trainer_lrs") or trainer_lrs(c))
         self.lr_index = self.k                             # which of self.lrs the held model uses
-        ctx.plan = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[self.k])
+        ctx.plan = run_plan(c, data.n_train, lr=self.lrs[self.k])
+        assert (ctx.plan.n_train, ctx.plan.batch_size) == (len(self.train_idx), self.b)   # one shape, declared
         self._schedules = {self.k: ctx.plan.schedule}
         self.lo, self.hi = split_batch(self.b, [1.0] * self.gsize)[ctx.comm.rank if ctx.comm else 0]
         self.n = n = ctx.model.n_params
         self.params = xp.asarray(ctx.model.init(c.seed + self.k))
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         grank = ctx.comm.rank if ctx.comm is not None else 0
         self.buf = xp.zeros(n + tail_length(self.gsize), dtype=self.params.dtype)   # [ grad | tail ]
         self.tail = SyncTail(ctx, n, rank=grank, size=self.gsize)                   # within the trainer
@@ -185,7 +196,7 @@ class LTFB(Algorithm):
         j = self.lr_index
         if j not in self._schedules:
             c = self.ctx.config
-            self._schedules[j] = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[j]).schedule
+            self._schedules[j] = run_plan(c, self.ctx.extra["dataset"].n_train, lr=self.lrs[j]).schedule
         return self._schedules[j](step)
 
     def group_allreduce(self, buf: Any) -> Any:
@@ -221,7 +232,8 @@ class LTFB(Algorithm):
         t2 = ctx.timer()
         total = self.group_allreduce(buf)
         got = self.tail.read(total, ctx.timer() - t2)
-        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s)
+        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s,
+                      bytes_sent=ring_allreduce_bytes(self.gsize, buf.nbytes))
         if not settle(out, got.loss, got.stop):
             if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
@@ -235,6 +247,7 @@ class LTFB(Algorithm):
             score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)
             out.compute_s += score_s
             out.comm_s += comm_s
+            out.bytes_sent += self.tournament_bytes
         return out
 
     def tournament(self, step: int, rnd: int) -> tuple[float, float]:
@@ -245,10 +258,12 @@ class LTFB(Algorithm):
         adopted, own, theirs = False, None, None
         partner = partner_of(ctx.config.seed, rnd, self.K, self.k)
         got = None
+        self.tournament_bytes = 0.0
         if self.leader:
             if partner is not None:
-                velocity = self.opt.velocity
-                state = to_numpy(velocity).copy() if (ctx.config.exchange_state and velocity is not None) else None
+                kept = self.opt.export_state() if ctx.config.exchange_state else None   # velocity, moments
+                state = to_numpy(kept).copy() if kept is not None else None
+                self.tournament_bytes += self.params.nbytes + (state.nbytes if state is not None else 0)
                 ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
                                    {"lr_index": self.lr_index, "lineage": self.lineage})
             ts = self.ctx.timer()
@@ -272,17 +287,20 @@ class LTFB(Algorithm):
                 bcast[:n] = self.params
                 bcast[n], bcast[n + 1] = float(adopted), float(self.lr_index)
             total = ctx.allreduce(bcast)
+            self.tournament_bytes += ring_allreduce_bytes(self.gsize, bcast.nbytes)
             adopted = float(total[n]) > 0
             if adopted and not self.leader:
                 self.params[...] = total[:n]
                 self.lr_index = int(round(float(total[n + 1])))
-        state_travels = adopted and ctx.config.exchange_state and self.opt.velocity is not None
+        state_travels = adopted and ctx.config.exchange_state and bool(self.opt.state)
         if state_travels:
             if self.leader:
-                self.opt.velocity[...] = xp.asarray(their_state)
-            if self.gsize > 1:
-                vel = self.opt.velocity if self.leader else xp.zeros_like(self.opt.velocity)
-                self.opt.velocity[...] = ctx.allreduce(vel)
+                self.opt.import_state(xp.asarray(their_state))
+            if self.gsize > 1:   # one array at a time: no message is longer than the parameters
+                for arr in self.opt.state.values():
+                    part = arr.astype(self.params.dtype) if self.leader else xp.zeros(arr.shape, self.params.dtype)
+                    arr[...] = ctx.allreduce(part).astype(arr.dtype)
+                    self.tournament_bytes += ring_allreduce_bytes(self.gsize, part.nbytes)
         if self.leader:
             ctx.record({"kind": "tournament", "round": rnd, "step": step, "time": ctx.now(), "trainer": self.k,
                         "partner": partner if got is not None else None, "own_score": own,
@@ -317,8 +335,7 @@ class LTFB(Algorithm):
             return None
         finals = [(params, None, final)] + [ctx.server.collect("final", j) for j in range(self.K) if j != self.k]
         finals = [f for f in finals if f is not None]
-        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs,
-                        "total_steps_planned": ctx.plan.total_steps}   # the trainers' plan, not the run's
+        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs}
         return next(p for p, _, meta in finals if meta["trainer"] == self.summary["winner"])
 
 
@@ -351,4 +368,4 @@ register(AlgorithmSpec(
     evaluates="trainers",
     needs=Needs(collective=True, groups=trainer_groups, server="tournament", setup=ltfb_extra),
     knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-    pattern="tournament"))
+    pattern="tournament", plan_shape=trainer_plan_shape))

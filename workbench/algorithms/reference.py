@@ -13,24 +13,15 @@ from collections.abc import Callable
 import numpy as np
 
 from ..config import RunConfig
-from ..data import global_batch, load_dataset
+from ..data import global_batch
 from ..maths.metrics import Evaluator
-from ..maths.models import make_model
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import make_optimizer
+from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
+from ..util import machine
 from .registry import AlgorithmSpec, register
 
 FLUSH_S = 0.25  # how often records reach on_record (the live plots redraw a few times a second)
-
-
-def load_for(config: RunConfig):
-    """The dataset and model a config names (shared by every worker and the reference)."""
-    data = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                        download=config.download)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    return data, model
 
 
 def train_reference(config: RunConfig, on_record: OnRecord | None = None,
@@ -46,10 +37,10 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
             (tests compare parallel algorithms against it).
     """
     t_called = time.time()
-    data, model = load_for(config)
-    plan = make_plan(config, data.n_train)
-    params = model.init(config.seed)
-    opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
+    problem = Problem.from_config(config)
+    data, model, plan = problem.data, problem.new_model(), problem.plan
+    params = problem.initial_params()
+    opt = make_optimizer(config, model.layout(), np, params.dtype)
     evaluate = Evaluator(model, data)
     grad = np.empty_like(params)
     collector = Collector(on_record)
@@ -62,6 +53,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         collector.add_live({"rank": 0, "started": started, "steps": log.live_batch(plan.epoch),
                             "records": pending})
 
+    before, usage = machine.snapshot(), machine.LoopUsage()
     try:
         for step in range(plan.total_steps):
             if should_stop is not None and should_stop():
@@ -92,12 +84,14 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
         status = "stopped"
         pending.append(event_record(time.perf_counter() - t0, "stopped", message="KeyboardInterrupt"))
     flush()
-    collector.add_steps(0, log.columns(plan.epoch))
-    wall = time.perf_counter() - t0
+    columns = log.columns(plan.epoch)
+    collector.add_steps(0, columns)
+    state = machine.summarise(before, machine.snapshot(), [usage.stop(float(columns["compute_s"].sum()), "cpu", 0)])
+    wall = time.time() - t_called   # start-up + training + teardown (measure.timing)
     workers = [{"name": "local", "kind": "cpu", "host": "localhost", "share": 1.0}]
     return build_result(config.to_dict(), collector, status=status, wall_time_s=wall, workers=workers,
                         extra={"lr_schedule": plan.schedule_text, "total_steps_planned": plan.total_steps,
-                               "startup_s": started - t_called},
+                               "startup_s": started - t_called, "machine": state, "machine_note": state["note"]},
                         params=params)
 
 

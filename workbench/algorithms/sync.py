@@ -14,14 +14,19 @@ previous exchange ended. A worker's `wait_s` is the slowest worker's busy time l
 own: idle, not communicating.
 
     buffer = [ grad (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
+
+With `compression` other than none, the exchange is `algorithms/compressed.py`'s
+(compressed gradients, error feedback, DGC's momentum correction, PowerSGD).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .compressed import CompressedExchange
 from .registry import AlgorithmSpec, Needs, register
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
@@ -81,13 +86,15 @@ class SyncSGD(Algorithm):
         xp, n = ctx.xp, ctx.model.n_params
         c = ctx.config
         self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         self.n = n
         self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
         self.grad = self.buf[:n]          # views cut once: the step runs thousands of times a second
         self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
+        self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
+        self.compressed = CompressedExchange(self) if c.compression != "none" else None
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
@@ -107,6 +114,8 @@ class SyncSGD(Algorithm):
         return self.balancer.summary() if self.ctx.rank == 0 else {}
 
     def step(self, step: int) -> StepOut:
+        if self.compressed is not None:           # compression: algorithms/compressed.py
+            return self.compressed.step(step)
         ctx, tail = self.ctx, self.tail
         lr = ctx.plan.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
@@ -117,7 +126,8 @@ class SyncSGD(Algorithm):
         got = tail.read(total, timer() - t1)
         if self.balancer.by_speed:
             self.balancer.observe(got.times)
-        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s)
+        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s,
+                      bytes_sent=self.bytes_sent)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
             self.opt.step(self.params, total[:self.n], lr)                  # x -= lr g (momentum, ...)
@@ -133,4 +143,5 @@ register(AlgorithmSpec(
     "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
     "the same update", SyncSGD, sync=True,
     evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
-    needs=Needs(collective=True), knobs=("split",), pattern="allreduce"))
+    needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
+                                         "compression_levels", "error_feedback"), pattern="allreduce"))

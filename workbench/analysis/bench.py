@@ -8,7 +8,7 @@ the 535k-parameter MLP 784-512-256-10 at 128 per worker) it measures, on one clu
 - the barest synchronous loop (`bare_sync`), on the same workers and in plain processes
   outside Dask: the ceiling on this machine, so that sync_sgd against it shows the
   engine's own overhead, and it against the limit the exchange's and the barrier's;
-- each algorithm, through the engine, in steady state (the first 20% of its time dropped);
+- each algorithm, through the engine, in steady state (`workbench.measure`'s rule);
 - when torch is importable (an optional peer, never a dependency): torch's own
   no-exchange limit (the same MLP trained single-process in as many processes side by
   side), PyTorch DDP (gloo) on the same model and per-worker batch, and gloo's all_reduce
@@ -37,7 +37,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-STEADY_FROM = 0.2   # drop this share of a run's time: start-up is not throughput
+from .. import measure
+
+# Warm-up is left out by the one rule of `workbench.measure` (records: `steady`; the bare
+# loops below, which keep none: `measure.warm`).
+STEADY_FROM = measure.WARMUP_FRACTION
 
 # name -> (n_features, hidden, batch per worker)
 SIZES: dict[str, tuple[int, str, int]] = {
@@ -133,15 +137,13 @@ def _worker_setup(config_dict: dict) -> tuple:
     """What the bare loops below share with the engine's workers: the run's dataset (the
     worker's cached copy), its model, initial parameters and optimiser."""
     from ..config import RunConfig
-    from ..execution.engine import run_dataset as _dataset
-    from ..maths.models import make_model
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
+    from ..problem import Problem
 
     cfg = RunConfig.from_dict(config_dict)
-    data = _dataset(cfg)
-    model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
-    params = model.init(cfg.seed)
-    opt = SGD(model.n_params, np, params.dtype, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    problem = Problem.from_config(cfg)
+    data, model, params = problem.data, problem.new_model(), problem.initial_params()
+    opt = make_optimizer(cfg, model.layout(), np, params.dtype)
     return cfg, data, model, params, opt
 
 
@@ -162,7 +164,7 @@ def compute_only(config_dict: dict, seconds: float) -> dict:
         opt.step(params, grad, 0.01)
         step += 1
         now = time.perf_counter()
-        if t_start is None and now - t0 > STEADY_FROM * seconds:
+        if t_start is None and measure.warm(step, now - t0, seconds):
             t_start, samples = now, 0
         elif t_start is not None:
             samples += b
@@ -184,10 +186,10 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
     steady-state samples and seconds, the steps run, and the final parameters."""
     from ..comm.shm import ShmComm
     from ..data import _epoch_order, split_batch, steps_per_epoch
-    from ..maths.optim import make_plan
+    from ..problem import Problem
 
     cfg, data, model, params, opt = _worker_setup(config_dict)
-    schedule = make_plan(cfg, data.n_train).schedule
+    schedule = Problem.from_config(cfg).plan.schedule
     n, size, B = model.n_params, cfg.cpus, cfg.batch_size
     comm = ShmComm(segment, rank, size, n + 1)
     buf = comm.buffer(n + 1)
@@ -209,7 +211,7 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
             total = comm.allreduce(buf)
             opt.step(params, total[:n], schedule(step))
             step += 1
-            if t_start is None and now - t0 > STEADY_FROM * seconds:
+            if t_start is None and measure.warm(step, now - t0, seconds):
                 t_start, samples = time.perf_counter(), 0
             elif t_start is not None:
                 samples += hi - lo
@@ -292,13 +294,8 @@ def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:
-    """Samples per second over the part of the run after start-up."""
-    if steps.empty:
-        return 0.0
-    t_end = steps["time"].max()
-    t_start = steps["time"].min() + STEADY_FROM * (t_end - steps["time"].min())
-    window = steps[steps["time"] > t_start]
-    return float(window["samples"].sum() / max(t_end - t_start, 1e-9))
+    """Steady samples per second of a run's step records (`workbench.measure.steady`)."""
+    return measure.steady_throughput(steps)
 
 
 # ------------------------------------------------------------------------------ our entries

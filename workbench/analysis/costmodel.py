@@ -21,6 +21,13 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   like a parameter server; `hogwild_easgd`: no lock, no saturation, one host only;
   `easgd` (round-robin): the server serves workers in strict rank order, so a cycle of
   `tau` steps lasts at least P exchanges; `sync_easgd`: compute(b) + allreduce / tau.
+- `sync_sgd` with `compression`: the payload of `maths.compress.payload` (top-k pairs, sign
+  bits, QSGD levels: an allgather, (P-1)(alpha + b beta); random-k values, PowerSGD's two
+  factor rounds: allreduces of b).
+- `local_sgd`, `diloco` (`local_allreduce`): compute(b) + allreduce(n) / tau, the parameters
+  (diloco: their change) averaged every tau steps; `post_local_sgd` (`post_local_allreduce`):
+  every step for the share `sync_share` of the run before its switch, then every tau:
+  compute(b) + (s + (1 - s) / tau) allreduce(n).
 - `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
   `round_size` steps plus scoring two models on the tournament set.
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
@@ -52,39 +59,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import measure
 from ..algorithms.registry import specs
+from ..comm.network import (  # noqa: F401 - the network model's names, re-exported where they were
+    HOST_LINK,
+    HOST_MEMORY_BYTES_PER_S,
+    NETWORKS,
+    Network,
+    message_time,
+    ring_allreduce_time,
+    tree_allreduce_time,
+    tree_levels,
+)
 from ..config import ConfigError
+from ..maths.optim import update_passes
 
 BYTES_PER_PARAM = 4  # float32
 
 
-@dataclass(frozen=True)
-class Network:
-    """Latency and inverse bandwidth of one link, as an allreduce sees it."""
-
-    name: str
-    alpha: float   # seconds per message (software stack included)
-    beta: float    # seconds per byte (1 / effective bandwidth)
-    note: str = ""
-
-
-# Orders of magnitude, for "what if"; calibrate from a run on the real network to replace them.
-NETWORKS: dict[str, Network] = {
-    "shm": Network("shm", 20e-6, 1 / 2e9,
-                   "this host: shared memory between worker processes; ~20 us per exchange "
-                   "(two flag barriers polled from Python), ~2 GB/s copy-and-sum through one core"),
-    "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
-                     "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
-    "100GbE": Network("100GbE", 20e-6, 1 / 11e9,
-                      "100 Gb/s Ethernet over TCP: ~20 us, ~11 GB/s achievable"),
-    "InfiniBand HDR": Network("InfiniBand HDR", 2e-6, 1 / 23e9,
-                              "200 Gb/s HDR with RDMA: ~2 us, ~23 GB/s achievable"),
-    "NVLink": Network("NVLink", 10e-6, 1 / 150e9,
-                      "GPU-GPU NVLink (A100 class) through NCCL: ~10 us per call (kernel launch), "
-                      "~150 GB/s allreduce bus bandwidth"),
-}
-HOST_LINK = Network("PCIe 4.0 x16", 10e-6, 1 / 20e9, "device <-> host copies (CGDP): ~20 GB/s")
-HOST_MEMORY_BYTES_PER_S = 10e9  # one core streaming sum / update over host memory
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
 # Which communication pattern each algorithm uses (see the module docstring): declared
@@ -96,45 +88,6 @@ ALLREDUCES = ("ring", "tree")
 
 
 # ------------------------------------------------------------------------------ formulas
-def message_time(n_bytes: float, alpha: float, beta: float) -> float:
-    """Time of one message: alpha + n beta.
-
-    >>> round(message_time(1000, 1e-6, 1e-9), 12)
-    2e-06
-    """
-    return alpha + n_bytes * beta
-
-
-def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha.
-
-    >>> ring_allreduce_time(4, 1e6, 1e-5, 1e-9)  # 1.5e-3 + 6e-5
-    0.00156
-    >>> ring_allreduce_time(1, 1e6, 1e-5, 1e-9)
-    0.0
-    """
-    p = int(workers)
-    return 2 * (p - 1) / p * n_bytes * beta + 2 * (p - 1) * alpha
-
-
-def tree_levels(workers: int) -> int:
-    """Depth of a binary reduction tree over P workers: ceil(log2 P).
-
-    >>> [tree_levels(p) for p in (1, 2, 3, 4, 8, 9)]
-    [0, 1, 2, 2, 3, 4]
-    """
-    return math.ceil(math.log2(int(workers))) if workers > 1 else 0
-
-
-def tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Binary-tree reduce then broadcast: 2 ceil(log2 P) (alpha + n beta).
-
-    >>> round(tree_allreduce_time(4, 1e6, 1e-5, 1e-9), 9)  # 2 * 2 * (1e-5 + 1e-3)
-    0.00404
-    """
-    return 2 * tree_levels(workers) * (alpha + n_bytes * beta)
-
-
 def _check_allreduce(allreduce: str) -> None:
     if allreduce not in ALLREDUCES:
         raise ConfigError("allreduce", f"one of {list(ALLREDUCES)}", allreduce)
@@ -156,8 +109,30 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tu
     return 2.0 * levels, 2.0 * levels * n_bytes
 
 
+def compressed_terms(workers: int, n_bytes: float, compression: str, *, compression_ratio: float = 0.01,
+                     compression_levels: int = 16, compression_rank: int = 4,
+                     layer_shapes: list[tuple[int, ...]] | None = None,
+                     allreduce: str = "ring") -> tuple[float, float]:
+    """(A, B) of sync_sgd's compressed exchange (`maths.compress.payload`): an allgather
+    of the payloads, (P - 1) (alpha + b beta), or allreduces of them (PowerSGD: two).
+
+    >>> compressed_terms(4, 4000.0, "topk", compression_ratio=0.01)   # 10 pairs of 8 bytes, 3 hops
+    (3.0, 240.0)
+    """
+    from ..maths.compress import payload
+    b, gather, rounds = payload(compression, int(n_bytes // BYTES_PER_PARAM), ratio=compression_ratio,
+                                levels=compression_levels, rank=compression_rank, shapes=layer_shapes)
+    p = int(workers)
+    if gather:
+        return float(p - 1), float(p - 1) * b
+    a, bb = allreduce_terms(p, b, allreduce)
+    return a * rounds, bb
+
+
 def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
-                   round_size: int = 50, allreduce: str = "ring") -> tuple[float, float] | None:
+                   round_size: int = 50, allreduce: str = "ring",
+                   sync_share: float = 0.0, compression: str = "none",
+                   **compression_knobs: Any) -> tuple[float, float] | None:
     """Per worker step, the communication time as A alpha + B beta: returns (A, B).
 
     None for algorithms whose exchange is not a network message (sgd, hogwild
@@ -170,6 +145,8 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         tau: EASGD local steps between exchanges.
         round_size: LTFB steps between tournaments.
         allreduce: "ring" or "tree".
+        sync_share: post_local_sgd's share of steps before its switch (averaging every step).
+        compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
     Returns:
         (A, B), or None.
 
@@ -177,13 +154,18 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     (2.0, 200.0)
     >>> exchange_terms("sync_easgd", 2, 100.0, tau=4)
     (0.5, 25.0)
+    >>> exchange_terms("post_local_sgd", 2, 100.0, tau=4, sync_share=0.5)   # (0.5 + 0.5 / 4) x (2, 100)
+    (1.25, 62.5)
     """
     pattern = _pattern(algorithm)
+    if pattern == "allreduce" and compression != "none":
+        return compressed_terms(workers, n_bytes, compression, allreduce=allreduce, **compression_knobs)
     if pattern == "allreduce":
         return allreduce_terms(workers, n_bytes, allreduce)
-    if pattern == "elastic_allreduce":
+    if pattern in ("elastic_allreduce", "local_allreduce", "post_local_allreduce"):
         a, b = allreduce_terms(workers, n_bytes, allreduce)
-        return a / tau, b / tau
+        k = exchanges_per_step(pattern, tau, sync_share)
+        return a * k, b * k
     if pattern == "server":
         return 2.0, 2.0 * n_bytes
     if pattern in ("elastic_server", "round_robin"):
@@ -191,6 +173,17 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     if pattern == "tournament":
         return 2.0 / round_size, 2.0 * n_bytes / round_size
     return None
+
+
+def exchanges_per_step(pattern: str, tau: int, sync_share: float = 0.0) -> float:
+    """Allreduces per step of the periodic-averaging patterns: 1 / tau; post-local SGD
+    averages every step for the share `sync_share` of the run, then every tau.
+
+    >>> exchanges_per_step("local_allreduce", 4), exchanges_per_step("post_local_allreduce", 4, 0.5)
+    (0.25, 0.625)
+    """
+    s = min(1.0, max(0.0, float(sync_share))) if pattern == "post_local_allreduce" else 0.0
+    return s + (1.0 - s) / max(1, int(tau))
 
 
 def _pattern(algorithm: str) -> str:
@@ -315,34 +308,29 @@ def n_params_of(result: Any) -> int:
         return int(s["n_params"])
     if getattr(result, "params", None) is not None:
         return int(np.asarray(result.params).size)
-    from ..algorithms.reference import load_for
     from ..config import RunConfig
-    _, model = load_for(RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"}))
-    return int(model.n_params)
+    from ..problem import Problem
+    config = RunConfig.from_dict({k: v for k, v in s["config"].items() if k != "out"})
+    return int(Problem.from_config(config).model.n_params)   # its size: no data loaded
 
 
 def training_throughput(result: Any) -> float:
-    """Samples/s over the training span: from the first step's start to the last step's end.
+    """Steady samples/s of a run (`workbench.measure.steady`: warm-up excluded by its rule).
 
-    Leaves out the one-off set-up before the loops' first step (data placement, model
-    build) that a run's wall time includes; evaluations and loop overhead stay in. The
-    same definition as the run summary's samples_per_s, computed from the step records
+    The same number as the run summary's samples_per_s, computed from the step records
     (so it holds for run directories of any age). Falls back to the summary's
     samples_per_s without step records.
 
     >>> from workbench.results import RunResult
-    >>> steps = pd.DataFrame({"worker": [0, 0], "time": [2.0, 3.0], "samples": [10, 10],
-    ...                       "compute_s": [1.0, 1.0], "comm_s": [0.0, 0.0], "wait_s": [0.0, 0.0]})
-    >>> training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame()))
-    10.0
+    >>> steps = pd.DataFrame({"worker": 0, "step": range(40), "time": [0.1 * (k + 1) for k in range(40)],
+    ...                       "samples": 10, "compute_s": 0.1, "comm_s": 0.0, "wait_s": 0.0})
+    >>> round(training_throughput(RunResult({"samples_per_s": 1.0}, steps, pd.DataFrame())), 6)
+    100.0
     """
     steps = result.steps
     if not len(steps):
         return float(result.summary.get("samples_per_s") or 0.0)
-    busy = steps["compute_s"] + steps["comm_s"] + steps["wait_s"]
-    first = steps.assign(_start=steps["time"] - busy).groupby("worker")["_start"].first()
-    span = float(steps["time"].max()) - float(first.min())
-    return float(steps["samples"].sum()) / span if span > 0 else 0.0
+    return measure.steady_throughput(steps)
 
 
 def step_overhead(result: Any) -> float:
@@ -353,6 +341,7 @@ def step_overhead(result: Any) -> float:
     rate = training_throughput(result)
     if rate <= 0:
         return 0.0
+    steps = measure.steady_steps(steps)
     per_worker_steps = len(steps) / steps["worker"].nunique()
     span = float(steps["samples"].sum()) / rate
     busy = float((steps["compute_s"] + steps["comm_s"] + steps["wait_s"]).sum()) / len(steps)
@@ -371,19 +360,32 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
 
     None when the run sent no network messages (see `exchange_terms`) or has no steps.
     """
-    s, steps = result.summary, result.steps
+    s, steps = result.summary, measure.steady_steps(result.steps)   # warm-up is not the link's cost
     algorithm = s.get("algorithm") or (s.get("config") or {}).get("algorithm")
     cfg = s.get("config") or {}
     workers = len(s.get("workers") or []) or int(steps["worker"].nunique() if len(steps) else 1)
     if not len(steps):
         return None
     n = (n_params or n_params_of(result)) * BYTES_PER_PARAM
+    share = (s.get("switch_step") or 0) / s["steps"] if s.get("steps") else 0.0   # post_local_sgd's sync phase
+    knobs = {k: cfg[k] for k in ("compression_ratio", "compression_levels", "compression_rank") if k in cfg}
+    if cfg.get("compression", "none") == "powersgd":
+        knobs["layer_shapes"] = _layer_shapes(cfg)
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
-                           round_size=int(cfg.get("round_size") or 50))
+                           round_size=int(cfg.get("round_size") or 50), sync_share=share,
+                           compression=cfg.get("compression") or "none", **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
             "comm_s": float(steps["comm_s"].mean())}
+
+
+def _layer_shapes(cfg: dict[str, Any]) -> list[tuple[int, ...]]:
+    """The layer shapes of a run's model (PowerSGD's exchange depends on them)."""
+    from ..config import RunConfig
+    from ..problem import Problem
+    model = Problem.from_config(RunConfig.from_dict({k: v for k, v in cfg.items() if k != "out"})).model
+    return [tuple(layer.shape) for layer in model.layers]
 
 
 def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm") -> Calibration:
@@ -415,8 +417,9 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
         np_run = n_params or n_params_of(r)
         sizes.append(np_run)
         kinds = _worker_kinds(r)
-        kind_col = r.steps["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
-        for kind, df in r.steps.assign(_kind=kind_col).groupby("_kind"):
+        steady = measure.steady_steps(r.steps)   # fit the steady state: warm-up is not compute speed
+        kind_col = steady["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
+        for kind, df in steady.assign(_kind=kind_col).groupby("_kind"):
             s_list, c_list = by_kind.setdefault(str(kind), ([], []))
             s_list.extend(df["samples"].tolist())
             c_list.extend(df["compute_s"].tolist())
@@ -441,7 +444,8 @@ PREDICT_COLUMNS = ("algorithm", "network", "workers", "batch_size", "compute_s",
 def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: int, *,
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
-                    kind: str = "cpu") -> dict[str, Any]:
+                    kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
+                    optimizer: str = "sgd", **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -454,6 +458,12 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         tau, round_size, tournament_size: algorithm knobs.
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.
+        sync_share: post_local_sgd's share of the run before its switch.
+        compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`:
+            compression_ratio, compression_levels, compression_rank, layer_shapes).
+        optimizer: the update rule (`maths.optim.UPDATE_PASSES`): a server's update streams
+            its passes through host memory; a worker's update adds its passes beyond sgd's
+            three to the calibrated compute (which is taken as measured with sgd).
     Returns:
         {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
         one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
@@ -471,14 +481,18 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     per_worker = B / p                                   # LTFB: one worker per trainer, trainer batch B / K
     compute = cal.compute_s(kind, per_worker)
     local = compute + cal.overhead_s                     # a worker's own time per step
-    update = 3 * n / HOST_MEMORY_BYTES_PER_S            # read x and g, write x
+    passes = update_passes(optimizer)                   # sgd: read x and g, write x
+    update = passes * n / HOST_MEMORY_BYTES_PER_S
+    if pattern not in ("server", "shared"):              # the workers apply the rule themselves
+        local += (passes - update_passes("sgd")) * n / HOST_MEMORY_BYTES_PER_S
     exchange = 2 * message_time(n, a, bb)                # one push + one pull
     comm, rate, bottleneck = 0.0, 0.0, None
     if pattern == "none":
         rate = B / local if local > 0 else math.inf
-    elif pattern in ("allreduce", "elastic_allreduce"):
-        A, Bt = allreduce_terms(p, n, allreduce)
-        comm = (A * a + Bt * bb) / (tau if pattern == "elastic_allreduce" else 1)
+    elif pattern in ("allreduce", "elastic_allreduce", "local_allreduce", "post_local_allreduce"):
+        A, Bt = exchange_terms(algorithm, p, n, tau=tau, allreduce=allreduce, sync_share=sync_share,
+                               compression=compression, **compression_knobs)
+        comm = A * a + Bt * bb
         rate = B / (local + comm)
     elif pattern in ("server", "elastic_server"):
         period = 1 if pattern == "server" else tau
@@ -501,7 +515,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         comm = (exchange + scoring) / round_size
         rate = p * per_worker / (local + comm)
     elif pattern == "host":
-        rate = B / (cgdp_step_time(compute, n, p, chunks) + cal.overhead_s)
+        rate = B / (cgdp_step_time(compute, n, p, chunks, update_passes=passes) + cal.overhead_s)
     step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
     comm = max(0.0, step - local)
     if bottleneck is None:
@@ -511,7 +525,8 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
 
 
 def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int = 2,
-                   link: Network = HOST_LINK, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S) -> float:
+                   link: Network = HOST_LINK, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S,
+                   update_passes: int = 3) -> float:
     """CGDP step: fwd + max(bwd, (C-1)/C H) + H/C, H = device->host, CPU sum+update, host->device.
 
     Forward is taken as 1/3 and backward 2/3 of `compute_s`; the last chunk's host path
@@ -522,7 +537,9 @@ def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int =
     """
     c = max(1, int(chunks))
     fwd, bwd = compute_s / 3, 2 * compute_s / 3
-    host = 2 * c * link.alpha + 2 * n_bytes * link.beta + (workers + 2) * n_bytes / host_bytes_per_s
+    # the host sums the P parts and updates (sgd: what the "+ 2" counted; a costlier rule adds its extra passes)
+    host = (2 * c * link.alpha + 2 * n_bytes * link.beta
+            + (workers + 2 + (update_passes - 3)) * n_bytes / host_bytes_per_s)
     return fwd + max(bwd, host * (c - 1) / c) + host / c
 
 

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 import typing
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from .. import __version__
 from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_SHAPE = 3   # reproduce: the notebook ran, but an expected shape did not hold (or was not measured)
 
 
 def _flag_help(name: str) -> str:
@@ -132,8 +132,17 @@ examples:
       --workers 1,2,4,8,16,32,64,128,256 --mode weak --batch-size 4 --steps 20 --out runs/sim-sweep"""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, except that a flag's help never wraps inside a hyphenated word
+    ("layer-wise", "1e-8"): the help says a field's description exactly."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _HelpFormatter
     parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
                                      description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
     parser.add_argument("--version", action="version",
@@ -199,9 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
     bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
 
-    rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"])
+    rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
+                         epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
+                                "3 the notebook ran but an expected shape did not hold (or was not measured)")
     rep.add_argument("experiment", help="experiments/<name>.yaml")
-    rep.add_argument("--quick", action="store_true", help="the experiment's quick parameters (about a minute)")
+    rep.add_argument("--quick", action="store_true",
+                     help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
+                          "names read 'not reproduced in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
@@ -260,10 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED
             for c in outcome["checks"]:
-                mark = {True: "held", False: "did NOT hold", None: "not checked"}[c["held"]]
+                mark = {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
                 paper = f"; paper: {c['paper']}" if c.get("paper") else ""
-                print(f"  [{mark}] {c['text']}  ({c['measured']}{paper})")
+                margin = f"; margin {c['margin']}" if c.get("margin") else ""
+                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{paper})")
             print(f"report: {outcome['report']}")
+            if outcome["failed"]:
+                print(f"error: expected shape did not hold: {', '.join(outcome['failed'])} "
+                      f"(exit {EXIT_SHAPE})", file=sys.stderr)
+                return EXIT_SHAPE
             return EXIT_OK
     except (ConfigError, ValueError) as exc:
         # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
@@ -327,21 +345,23 @@ def _run(args: argparse.Namespace) -> int:
     if config.out is None:
         config = config.replace(out=_default_out(config))
     overwrite = bool(getattr(args, "overwrite", False))
-    for message in preflight(config, overwrite=overwrite):  # every check that can fail before a worker starts
+    checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
+    for message in checked:
         print(f"warning: {message}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     from ..execution.cluster import one_line_logs
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if config.algorithm != "sgd" and not config.simulate:   # the Dask dashboard, one click away
-                from ..execution.cluster import dashboard_link, session_client
-                print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
-                      file=sys.stderr)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", api.RunWarning)  # printed above, once
-                result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
-                                 overwrite=overwrite)
+            transport = None
+            if config.algorithm != "sgd" or config.simulate:
+                from ..execution.engine import transport_for
+                transport = transport_for(config)
+            if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
+                from ..execution.cluster import dashboard_link
+                print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
+            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
+                             overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
             result = _stopped_before_start(config, 0.0, "interrupted")
@@ -356,12 +376,18 @@ def _run(args: argparse.Namespace) -> int:
                 pass
     s = result.summary
     acc = s.get("final_test_accuracy")
-    print(f"{s['status']}: {config.algorithm} on {config.dataset}, {s['steps']} steps, "
+    on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
+    roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
+    print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
+          f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    from ..measure import notes
+    for line in notes(s):
+        print(f"  note: {line}")
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

@@ -19,6 +19,30 @@ import time
 from typing import Any, Protocol
 
 
+# ------------------------------------------------------------------------------ bytes on the wire
+# What one worker sends in an exchange, as the exchange's algorithm sends it: the numbers the
+# step records' `bytes_sent` hold and the cost model's beta terms multiply. (On one host the
+# shared-memory transport moves these bytes through memory; the count is the algorithm's.)
+def ring_allreduce_bytes(size: int, n_bytes: float) -> float:
+    """Bytes each worker sends in a ring allreduce (reduce-scatter + allgather) of `n_bytes`.
+
+    >>> ring_allreduce_bytes(4, 1000), ring_allreduce_bytes(1, 1000)
+    (1500.0, 0.0)
+    """
+    p = int(size)
+    return 2.0 * (p - 1) / p * n_bytes if p > 1 else 0.0
+
+
+def ring_allgather_bytes(size: int, n_bytes: float) -> float:
+    """Bytes each worker sends in a ring allgather of one `n_bytes` payload per worker: it
+    passes on P - 1 payloads (its own and P - 2 others').
+
+    >>> ring_allgather_bytes(4, 100), ring_allgather_bytes(1, 100)
+    (300.0, 0.0)
+    """
+    return float(int(size) - 1) * n_bytes
+
+
 class WorkerLost(RuntimeError):
     """A collective cannot complete because a peer is gone (the run was aborted)."""
 
@@ -34,6 +58,22 @@ class Comm(Protocol):
     def barrier(self) -> None: ...
 
     def close(self) -> None: ...
+
+    # Optional: `compressed_sum(buf, payload_bytes, gather)`, the same sum as `allreduce(buf)`
+    # for an exchange of compressed gradients that stands for part of the parameter vector:
+    # with `gather`, each worker's `buf` decodes a payload of `payload_bytes` that every worker
+    # gathers (top-k pairs, sign bits, QSGD levels); without, `buf` itself is allreduced (random-k
+    # values, PowerSGD's factors). Comms that charge time (the simulator, `Emulated`) charge a
+    # ring allgather of the payloads, or an allreduce of `payload_bytes` (the simulator scales
+    # both as it scales the parameter vector to a timing model's); the others have none, and
+    # `compressed_sum` below carries it as their allreduce (the same sum).
+
+
+def compressed_sum(comm: Any, buf: Any, payload_bytes: float, gather: bool) -> Any:
+    """The sum over workers of `buf` in a compressed exchange (see `Comm`): the comm's own
+    `compressed_sum` where it has one (it charges the exchange's bytes), else its allreduce."""
+    fn = getattr(comm, "compressed_sum", None)
+    return fn(buf, payload_bytes, gather) if fn is not None else comm.allreduce(buf)
 
 
 class Control(Protocol):
@@ -144,6 +184,16 @@ class Emulated:
         if p > 1:
             self.delay(int(2 * (p - 1) / p * buf.nbytes), messages=2 * (p - 1))
         return self.inner.allreduce(buf)
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """A ring allgather of the payloads (P - 1 messages) or a ring allreduce of
+        `payload_bytes`, carried by the inner comm."""
+        p = self.size
+        if p > 1 and gather:
+            self.delay(int(ring_allgather_bytes(p, payload_bytes)), messages=p - 1)
+        elif p > 1:
+            self.delay(int(ring_allreduce_bytes(p, payload_bytes)), messages=2 * (p - 1))
+        return compressed_sum(self.inner, buf, payload_bytes, gather)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import DATASETS, DataError, Dataset, _check_fraction, _check_int
+from .dataset import DATASETS, DataError, Dataset, DatasetInfo, Shape, _check_fraction, _check_int
 from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, cache_dir
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
@@ -46,9 +46,12 @@ __all__ = [
     "URL_ENV",
     "DataError",
     "Dataset",
+    "DatasetInfo",
+    "Shape",
     "batch_order",
     "cache_dir",
     "clear_cache",
+    "dataset_shape",
     "global_batch",
     "load_dataset",
     "partition",
@@ -136,6 +139,18 @@ def load_dataset(
         return _cached(name, n_samples=n_samples, n_features=n_features, n_classes=n_classes,
                        seed=seed, test_fraction=test_fraction)
     return _cached(name, folder=str(folder.absolute() / name), download=bool(download))
+
+
+def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
+                  test_fraction: float = 0.2) -> Shape:
+    """The `Shape` `load_dataset` with these arguments returns, without loading anything.
+
+    >>> dataset_shape("cifar10").n_train
+    50000
+    """
+    if not isinstance(name, str) or name not in DATASETS:
+        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
+    return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction)
 
 
 def clear_cache() -> None:

@@ -11,15 +11,78 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-DATASETS: dict[str, str] = {
-    "digits": "scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, offline)",
-    "mnist1d": "generated 1-D digit-like curves, 40 features, 10 classes (offline)",
-    "synthetic": "random teacher-MLP labels on Gaussian inputs; "
-                 "n_samples, n_features, n_classes scale freely",
-    "mnist": "MNIST handwritten digits, 60k/10k 28x28 grey images (download=True to fetch)",
-    "fashion_mnist": "Fashion-MNIST clothing, 60k/10k 28x28 grey images (download=True to fetch)",
-    "cifar10": "CIFAR-10 objects, 50k/10k 32x32 colour images (download=True to fetch)",
+
+@dataclass(frozen=True)
+class Shape:
+    """What a dataset is, known before it is loaded: its split sizes, width, classes, images."""
+
+    n_train: int
+    n_test: int
+    n_features: int
+    n_classes: int
+    image_shape: tuple[int, int, int] | None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """One entry of `DATASETS`: the facts about a dataset that hold before it is loaded.
+
+    A field left None is sized by the run's arguments (`n_samples`, `n_features`,
+    `n_classes`); `official_train` is the size of a fixed official training split
+    (the real datasets), else the split rule (`_n_test`) decides.
+    """
+
+    summary: str                                   # one line, shown by the CLI and the dashboard
+    n_examples: int | None = None                  # train + test; None: `n_samples`
+    n_features: int | None = None                  # None: `n_features` (synthetic)
+    n_classes: int | None = 10                     # None: `n_classes` (synthetic)
+    image_shape: tuple[int, int, int] | None = None  # (C, H, W) when each row is an image
+    official_train: int | None = None              # a fixed official training split
+    download: bool = False                         # fetched (download=True), not bundled or generated
+
+    @property
+    def generated(self) -> bool:
+        """Made here from a seed, sized by `n_samples` (mnist1d, synthetic)."""
+        return self.n_examples is None
+
+    def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
+              test_fraction: float = 0.2) -> Shape:
+        """The dataset's `Shape` for these arguments (those it ignores are ignored), without loading it.
+
+        >>> DATASETS["digits"].shape()
+        Shape(n_train=1438, n_test=359, n_features=64, n_classes=10, image_shape=(1, 8, 8))
+        >>> DATASETS["synthetic"].shape(n_samples=100, n_features=5, n_classes=3).n_train
+        80
+        """
+        n = self.n_examples if self.n_examples is not None else n_samples
+        n_test = n - self.official_train if self.official_train is not None else _n_test(n, test_fraction)
+        return Shape(n - n_test, n_test, self.n_features if self.n_features is not None else n_features,
+                     self.n_classes if self.n_classes is not None else n_classes, self.image_shape)
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    "digits": DatasetInfo("scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, offline)",
+                          n_examples=1797, n_features=64, image_shape=(1, 8, 8)),
+    "mnist1d": DatasetInfo("generated 1-D digit-like curves, 40 features, 10 classes (offline)", n_features=40),
+    "synthetic": DatasetInfo("random teacher-MLP labels on Gaussian inputs; "
+                             "n_samples, n_features, n_classes scale freely", n_classes=None),
+    "mnist": DatasetInfo("MNIST handwritten digits, 60k/10k 28x28 grey images (download=True to fetch)",
+                         n_examples=70000, n_features=784, image_shape=(1, 28, 28), official_train=60000,
+                         download=True),
+    "fashion_mnist": DatasetInfo("Fashion-MNIST clothing, 60k/10k 28x28 grey images (download=True to fetch)",
+                                 n_examples=70000, n_features=784, image_shape=(1, 28, 28), official_train=60000,
+                                 download=True),
+    "cifar10": DatasetInfo("CIFAR-10 objects, 50k/10k 32x32 colour images (download=True to fetch)",
+                           n_examples=60000, n_features=3072, image_shape=(3, 32, 32), official_train=50000,
+                           download=True),
 }
+
+
+def _n_test(n_samples: int, test_fraction: float) -> int:
+    """Test rows of a split of `n_samples` (the generated sets' and digits' rule)."""
+    return min(max(round(n_samples * test_fraction), 1), n_samples - 1)
+
+
 class DataError(ValueError):
     """A bad dataset argument or a missing/corrupt data file; says field, allowed, got."""
 

@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from .dataset import Dataset, _centre, make_dataset
+from .dataset import Dataset, _centre, _n_test, make_dataset
 from .order import _largest_remainder
 
 _SPLIT_SEED = 0  # digits' train/test split: fixed, so test sets compare across run seeds
@@ -25,10 +25,6 @@ _LABEL_NOISE = 0.1  # Gumbel scale on the synthetic teacher's unit-std logits
 _MNIST1D_TEMPLATE_SEED = 1998  # the ten class templates are the same for every run seed
 _MNIST1D_TEMPLATE_LEN = 12
 _MNIST1D_LEN = 40
-
-
-def _n_test(n_samples: int, test_fraction: float) -> int:
-    return min(max(round(n_samples * test_fraction), 1), n_samples - 1)
 
 
 def _stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -33,9 +33,10 @@ from ..comm.base import Emulated, WorkerLost
 from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
-from ..maths.models import make_model
-from ..maths.optim import make_plan
+from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
+from ..util import machine
+from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
@@ -48,32 +49,15 @@ __all__ = ["run", "run_threads", "execute", "decide_status", "worker_main", "bui
 
 
 # ------------------------------------------------------------------------------ worker side
-_DATA_CACHE: dict[tuple, Any] = {}
-
-
-def run_dataset(config: RunConfig) -> Any:
-    """The run's dataset, loaded once per process (a warm cluster skips the load)."""
-    from ..data import load_dataset
-    key = (config.dataset, config.n_samples, config.n_features, config.n_classes, config.seed,
-           config.data_dir)
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()  # keep one dataset per worker process
-        _DATA_CACHE[key] = load_dataset(config.dataset, n_samples=config.n_samples, n_features=config.n_features,
-                                        n_classes=config.n_classes, seed=config.seed, data_dir=config.data_dir,
-                                        download=config.download)
-    return _DATA_CACHE[key]
-
-
 def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,
                   server: Any = None, shared: dict | None = None, control: Any = None,
                   emit: Callable | None = None, t0_wall: float = 0.0, extra: dict | None = None,
                   start_barrier: Callable | None = None, timer: Callable[[], float] | None = None) -> WorkerContext:
     """Everything one worker needs: data on its device, its own model instance, plan, links."""
     xp = get_xp(kind)
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)
+    problem = Problem.from_config(config)   # built once per process: a warm worker skips the load
+    data, plan = problem.data, problem.plan
+    model = problem.new_model()             # this worker's own instance (its work buffers)
     X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
     if config.latency_ms or config.bandwidth_gbps:
         comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None
@@ -120,13 +104,20 @@ def _loop(ctx: WorkerContext) -> dict:
             vanish(k)
             return step(k)
         algo.step = dying
+    usage = LoopUsage()   # the loop's wall and CPU clocks: the machine's state is part of the result
+
+    def used(res: dict) -> dict:
+        booked = res.get("steps") or {}
+        res["usage"] = usage.stop(float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0,
+                                  ctx.kind, ctx.rank)
+        return res
     try:
-        return run_loop(ctx, algo)
+        return used(run_loop(ctx, algo))
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
         ctx.flush(done=True)
-        return {"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
-                "started": ctx.started_wall}
+        return used({"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
+                     "started": ctx.started_wall})
     except Exception as exc:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
@@ -138,21 +129,39 @@ def _loop(ctx: WorkerContext) -> dict:
 
 
 # ------------------------------------------------------------------------------ client side
-def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` on a Dask cluster (default: the session's local one) or on "threads"."""
-    if REGISTRY.get(config.algorithm) is None:
+def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
+    """The one choice of transport for a run (`workbench.run`, the CLI and the dashboard use it).
+
+    `simulate=True`: the simulated cluster (its own virtual workers: no `cluster`);
+    `cluster="threads"`: every worker a thread of this process; otherwise Dask on `cluster`
+    (a Client, a cluster object or a scheduler address), by default the session's local
+    cluster, started or reused here. A `Transport` passed as `cluster` is returned as it is."""
+    if isinstance(cluster, Transport):
+        return cluster
+    spec = REGISTRY.get(config.algorithm)
+    if config.simulate:
+        if cluster is not None:
+            raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
+                              type(cluster).__name__)
+        if spec is None or spec.cls is None:
+            raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
+                              "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
+        from .transports.sim import SimTransport
+        return SimTransport()
+    if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
-    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
-    if config.simulate:   # the simulator sits above the engine: workbench.run dispatches to it
-        raise ConfigError("simulate", "false here: simulated runs go through workbench.run "
-                          "(workbench.sim.run.run_simulated)", config.simulate)
     if isinstance(cluster, str) and cluster == "threads":
         from .transports.threads import ThreadTransport
-        transport: Transport = ThreadTransport()
-    else:
-        from .transports.dask import DaskTransport
-        transport = DaskTransport(_client_for(config, cluster))
+        return ThreadTransport()
+    from .transports.dask import DaskTransport
+    return DaskTransport(_client_for(config, cluster))
+
+
+def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
+        should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Run `config` on the transport `transport_for(config, cluster)` picks."""
+    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
+    transport = transport_for(config, cluster)
     return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called)
 
 
@@ -220,13 +229,12 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if not spec.spans_hosts and len({w["host"] for w in workers}) > 1:
         raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                           f"these are on {sorted({w['host'] for w in workers})}", config.algorithm)
-    data = run_dataset(config)
-    model = make_model(config.model, data.n_features, data.n_classes, hidden=config.model_hidden,
-                       image_shape=data.image_shape)
-    plan = make_plan(config, data.n_train)  # validates the schedule before anything starts
+    problem = Problem.from_config(config)
+    plan, model = problem.plan, problem.model   # the plan validates the schedule before anything starts
+    problem.load()                              # loads (and checks) the data on the client
     setup = RunSetup(config=config, spec=spec, run_id=uuid.uuid4().hex[:12], workers=workers,
                      groups=spec.needs.rank_groups(config, size), n_params=model.n_params,
-                     params0=model.init(config.seed), model=model, extra={},
+                     params0=problem.params0, model=model, extra={},
                      total_steps=plan.total_steps, schedule_text=plan.schedule_text)
     transport.check(setup)
     setup.extra = spec.needs.setup(config, size) if spec.needs.setup else {}
@@ -235,21 +243,29 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
+        before = machine.snapshot()
         transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
+        after = machine.snapshot()
     finally:
         transport.close()
     end = time.time()
     t_zero = monitor.collector.t_zero()
     extra.update(transport.describe())
+    startup = (t_zero if t_zero is not None else end) - t_called
     extra.update({"run_id": setup.run_id, "setup_s": setup.t0_wall - t_setup,
                   # from run() to the first training step: never booked as compute, comm or wait
-                  "startup_s": (t_zero if t_zero is not None else end) - t_called})
+                  "startup_s": startup})
+    if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
+        extra.update({"startup_s": 0.0, "sim_startup_s": startup})
+    else:   # virtual time does not depend on the machine; real time does
+        state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")])
+        extra.update({"machine": state, "machine_note": state["note"]})
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)
     return build_result(config.to_dict(), monitor.collector, status=status,
-                        wall_time_s=transport.wall_time(end - setup.t0_wall),
+                        wall_time_s=transport.wall_time(end - t_called),
                         workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                         extra=extra, params=params)
 

@@ -23,17 +23,16 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     """Samples/s of the same model and batch in a bare CuPy loop (no Dask, no records)."""
     from ..data import global_batch
     from ..maths.backend import get_xp
-    from ..maths.models import make_model
-    from ..maths.optim import SGD
-    from .engine import run_dataset as _dataset
+    from ..maths.optim import make_optimizer
+    from ..problem import Problem
 
     cp = get_xp("gpu")
-    data = _dataset(cfg)
-    model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
+    problem = Problem.from_config(cfg)
+    data, model = problem.data, problem.new_model()
     X, y = cp.asarray(data.X_train), cp.asarray(data.y_train)
-    params = cp.asarray(model.init(0))
+    params = problem.initial_params(cp)
     grad = cp.empty_like(params)
-    opt = SGD(model.n_params, cp, params.dtype)
+    opt = make_optimizer(cfg, model.layout(), cp, params.dtype, momentum=0.0, nesterov=False)
     step, samples, t0 = 0, 0, None
     start = time.perf_counter()
     while True:

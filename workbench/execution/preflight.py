@@ -19,9 +19,6 @@ MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to th
 WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
 MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
 
-# (n_train + n_test, n_features, n_classes, image_shape) of the fixed-size datasets
-_FIXED = {"digits": (1797, 64, 10, (1, 8, 8)), "mnist": (70000, 784, 10, (1, 28, 28)),
-          "fashion_mnist": (70000, 784, 10, (1, 28, 28)), "cifar10": (60000, 3072, 10, (3, 32, 32))}
 
 
 def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
@@ -31,19 +28,15 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     dataset (which checks files and checksums), builds the model (model/dataset pairing)
     and the schedule (warmup against the run length), checks asked-for GPUs exist, that
     a given scheduler answers as one, and that emulated exchanges end in reasonable time.
-    A config already checked (the CLI checks, then `api.run` asks again) is not re-checked.
+    Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
     """
-    if config.out:  # never cached: the directory may have changed since
+    if config.out:
         check_out(config.out, overwrite=overwrite)
-    key = config.model_dump_json()
-    if _CHECKED.get("key") == key:
-        return list(_CHECKED["warnings"])
-    check_memory(config, workers_memory=None)
-    from ..algorithms.reference import load_for
-    from ..maths.optim import make_plan
+    check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
+    from ..problem import Problem
 
-    data, model = load_for(config)
-    plan = make_plan(config, data.n_train, batch_size=config.batch_size)
+    problem = Problem.from_config(config)
+    data, model, plan = problem.data, problem.model, problem.plan   # loads and checks the data; the schedule
     if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
         from ..maths.backend import GPU_INSTALL_HINT, gpu_count
         have = gpu_count()
@@ -53,12 +46,7 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     check_emulator(config, model.n_params)
     if config.scheduler and config.algorithm != "sgd":
         check_reachable(config.scheduler)
-    warnings = run_warnings(config, plan.total_steps, data=data, model=model)
-    _CHECKED.update(key=key, warnings=list(warnings))
-    return warnings
-
-
-_CHECKED: dict[str, Any] = {}
+    return run_warnings(config, plan.total_steps, data=data, model=model)
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -121,15 +109,6 @@ def _can_create_in(directory: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------ memory
-def dataset_shape(config: RunConfig) -> tuple[int, int, int, tuple[int, int, int] | None]:
-    """(examples, features, classes, image shape) of the config's dataset, without loading it."""
-    if config.dataset in _FIXED:
-        return _FIXED[config.dataset]
-    if config.dataset == "mnist1d":
-        return config.n_samples, 40, 10, None
-    return config.n_samples, config.n_features, config.n_classes, None
-
-
 def memory_estimate(config: RunConfig) -> dict[str, int]:
     """Bytes one worker needs, roughly: {"data", "params", "activations", "total", "n_params"}.
 
@@ -139,12 +118,14 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
-    from ..maths.models import make_model
+    from ..data import DATASETS
+    from ..problem import Problem
 
-    n, f, c, image = dataset_shape(config)
-    generated = config.dataset in ("synthetic", "mnist1d")
+    problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
+    shape, model = problem.shape, problem.model
+    n, f, c = shape.n_train + shape.n_test, shape.n_features, shape.n_classes
+    generated = DATASETS[config.dataset].generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
-    model = make_model(config.model, f, c, hidden=config.model_hidden, image_shape=image)
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)

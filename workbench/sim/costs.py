@@ -7,15 +7,17 @@ One `SimCosts` per run, from the config and the model:
   *timing* model (a named published network, or the configured model itself; a
   published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
-  optimiser update (three passes over the parameters); with `jitter` the charge is
+  optimiser update (`update_passes` over the parameters: 3 for sgd, 7 for adamw and lars,
+  11 for lamb, `maths.optim.UPDATE_PASSES`); with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
 * bytes (`nbytes`): a message of `m` floats of the configured model stands for the
   timing model's parameter vector (scaled by `m / n_params`), plus any tail beyond it
   (loss, flags, timings); small messages (evaluation partials) are their own size;
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
-  construction where both apply; a server's update is three passes over the
-  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`: one server
+  construction where both apply; a server's update is its rule's passes over the
+  parameters through host memory (`Optimizer.passes`; an elastic exchange three;
+  `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
   process streams through one core); cgdp's master sums and updates with the host's
   threads at `master_bw`, the `cpu_device` profile's memory bandwidth when the run names
   one (Le et al.'s master runs on every core of the S822LC: `power8`), else that one core;
@@ -31,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
-from ..config import SIM_DEFAULT_DEVICE
+from ..comm.network import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
+from ..maths.optim import update_passes
 
 BYTES = 4           # float32
 
@@ -47,7 +50,8 @@ def default_network(config: Any) -> str:
     """
     if getattr(config, "network", None):
         return config.network
-    local_only = (config.gpus in (0, "auto")) and getattr(config, "cpu_device", "local") == "local"
+    one_core_each = getattr(config, "cpu_device", SIM_DEFAULT_CPU_DEVICE) in ("local", SIM_DEFAULT_CPU_DEVICE)
+    local_only = (config.gpus in (0, "auto")) and one_core_each
     return "shm" if local_only else "InfiniBand HDR"
 
 
@@ -61,7 +65,11 @@ class SimCosts:
     seed: int = 0
     allreduce: str = "ring"
     master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
+    # passes over the parameters of a worker's optimiser update (maths.optim.update_passes of the
+    # config's rule and momentum; a server's or cgdp master's update is charged by its own rule)
+    update_passes: float = 3.0
     rngs: list[np.random.Generator] = field(default_factory=list)
+    calibration: dict | None = None             # the local profile's record (cpu_device local), for the summary
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -88,8 +96,8 @@ class SimCosts:
         return t
 
     def update(self, rank: int) -> float:
-        """The optimiser's update on the worker: three passes over the parameters."""
-        return 3.0 * self.vector_bytes / self.devices[rank].mem_bw
+        """The optimiser's update on the worker: `update_passes` over the parameters."""
+        return self.update_passes * self.vector_bytes / self.devices[rank].mem_bw
 
     def forward_share(self) -> float:
         """Share of compute before the backward pass starts (forward = 1/3 of the FLOPs)."""
@@ -125,14 +133,27 @@ class SimCosts:
         fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
         return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta) if workers > 1 else 0.0
 
+    def compressed_s(self, workers: int, payload_bytes: float, gather: bool) -> float:
+        """A compressed exchange: `payload_bytes` stand for a share of the configured model's
+        vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
+        (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula)."""
+        if workers <= 1:
+            return 0.0
+        b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
+        if gather:
+            return (workers - 1) * (self.network.alpha + b * self.network.beta)
+        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
+        return fn(workers, b, self.network.alpha, self.network.beta)
+
     def host_copy(self) -> float:
         """A server copying out its parameter vector (a pull): one pass through host memory."""
         return self.vector_bytes / HOST_MEMORY_BYTES_PER_S
 
-    def host_update(self, m: int | None = None) -> float:
-        """A server applying one update (or elastic exchange) over `m` floats (default all)."""
+    def host_update(self, m: int | None = None, passes: float = 3.0) -> float:
+        """A server applying an elastic exchange (three passes) or `passes` over `m` floats
+        (default all)."""
         n_bytes = self.vector_bytes if m is None else self.nbytes(m)
-        return 3.0 * n_bytes / HOST_MEMORY_BYTES_PER_S
+        return passes * n_bytes / HOST_MEMORY_BYTES_PER_S
 
 
 def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link: Network | None = None) -> SimCosts:
@@ -141,17 +162,22 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     `costmodel.calibrate(...).link("measured")`)."""
     from . import profiles
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
-    devices = []
+    devices, record = [], None
     for kind in kinds:
         name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
-        if name == "local":
-            if data is None:
-                raise ValueError("the local profile is calibrated on the run's data")
-            params = model.init(config.seed)
-            devices.append(profiles.local_device(model, data.X_train, data.y_train, params))
+        if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded
+            if record is None:
+                if data is None:
+                    raise ValueError("the local profile is calibrated on the run's data")
+                local, record = profiles.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
+                                                       config.calibration)
+            devices.append(local)
         else:
             devices.append(profiles.DEVICES[name])
-    master = profiles.DEVICES[config.cpu_device].mem_bw if config.cpu_device != "local" else HOST_MEMORY_BYTES_PER_S
+    # cgdp's master: the named host's memory; this machine's (local) or the default core: one core streaming
+    one_core = config.cpu_device in ("local", SIM_DEFAULT_CPU_DEVICE)
+    master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
     return SimCosts(devices, timing, model.n_params, network,
-                    jitter=config.jitter, seed=config.seed, master_bw=master)
+                    jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
+                    update_passes=update_passes(config.optimizer, config.momentum))

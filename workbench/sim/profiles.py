@@ -46,6 +46,7 @@ from ..config import (
     SIM_GPU_DEVICES,
     SIM_NETWORKS,
     SIM_TIMING_MODELS,
+    ConfigError,
     match_name,
 )
 
@@ -117,6 +118,13 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("h100", "gpu", 67e12, 3.35e12, 0.5, 100e-6,
            "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32 (without tensor cores), 3.35 TB/s HBM3. Efficiency "
            "assumed 0.5 (no published plain-FP32 training throughput; a little under the V100's)."),
+    Device("core", "cpu", 65e9, 23e9, 1.0, 120e-6,
+           "One core running our NumPy models (OpenBLAS, float32, one BLAS thread), as `local_device` measured "
+           "an AMD EPYC core of a 2-vCPU cloud VM on 2026-12-01: loss_and_grad of the MLPs 64-128-10 and "
+           "64-512-256-10 on digits at batches 32-1024 fitted as 117-131 us + FLOPs / 60-77 GFLOP/s; 23 GB/s "
+           "copying 32 MB. Rounded to 120 us + FLOPs / 65 GFLOP/s (the measured rate is the sustained one: "
+           "efficiency 1). The default for CPU workers: fixed, so a run never depends on the machine that "
+           "simulates it (cpu_device local times this machine instead)."),
     Device("knl", "cpu", 6.09e12, 450e9, 0.3, 50e-6,
            "Intel Xeon Phi 7250 (Knights Landing) node: 68 cores x 1.4 GHz x 64 FP32 FLOP/cycle (two AVX-512 "
            "FMA units) = 6.09 TFLOP/s; MCDRAM in flat mode ~450 GB/s (STREAM triad; Intel quotes > 400 GB/s). "
@@ -432,9 +440,103 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
     return device
 
 
+# ------------------------------------------------------------------------------ calibration files
+CALIBRATION_KIND = "workbench simulated-cluster calibration"
+
+
+def machine_identity() -> dict[str, Any]:
+    """What a calibration is of: this machine's CPU model, architecture and core count."""
+    import os
+    import platform
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu or "unknown", "arch": platform.machine(), "cores": os.cpu_count()}
+
+
+def calibration_record(device: Device, model: Any, dtype: str) -> dict[str, Any]:
+    """A calibrated `local` Device as plain JSON data, with what it is of (machine, model,
+    dtype): what the cache file holds and the run's summary records (`calibration`)."""
+    import datetime
+    return {"kind": CALIBRATION_KIND, "machine": machine_identity(), "model": model.describe(), "dtype": dtype,
+            "rate_flops": device.peak_flops * device.efficiency, "mem_bw": device.mem_bw,
+            "step_overhead_s": device.step_overhead_s, "timed": [list(t) for t in device.calibration],
+            "source": device.source,
+            "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+
+
+def device_from_record(record: dict[str, Any], origin: str) -> Device:
+    """The `local` Device a calibration record describes (bitwise its numbers: JSON keeps floats exact)."""
+    return Device("local", "cpu", float(record["rate_flops"]), float(record["mem_bw"]), 1.0,
+                  float(record["step_overhead_s"]), f"{record.get('source', '')} [{origin}]",
+                  tuple((int(b), float(t)) for b, t in record.get("timed", ())))
+
+
+def read_calibration(path: str, model: Any, dtype: str) -> tuple[Device, dict[str, Any]]:
+    """The `local` Device and record of a calibration file (or of a run's summary.json, its
+    `calibration`), refused with one ConfigError naming what differs when it is of another
+    machine, model or dtype."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("calibration", f"a readable calibration JSON file ({type(exc).__name__})", path) from None
+    if isinstance(data, dict) and data.get("kind") != CALIBRATION_KIND and isinstance(data.get("calibration"), dict):
+        data = data["calibration"]                      # a run's summary.json
+    needed = ("machine", "model", "dtype", "rate_flops", "mem_bw", "step_overhead_s")
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND or any(k not in data for k in needed):
+        raise ConfigError("calibration", "a calibration file written by a cpu_device=local run (or its "
+                          "summary.json)", path)
+    here = {"machine": machine_identity(), "model": model.describe(), "dtype": dtype}
+    differ = [f"{k} {data[k]!r} (this run: {here[k]!r})" for k in ("machine", "model", "dtype") if data[k] != here[k]]
+    if differ:
+        raise ConfigError("calibration", "a calibration of this machine and model; the file's " + "; ".join(differ),
+                          path)
+    return device_from_record(data, f"from {path}"), data
+
+
+def calibration_cache_path(model: Any, dtype: str) -> Any:
+    """This machine's cached calibration for `model`: a file under the cache folder
+    (`$WORKBENCH_DATA`, else ~/.cache/workbench), sim-calibration/<hash>.json."""
+    import hashlib
+    import json
+
+    from ..data.download import cache_dir
+    key = json.dumps([machine_identity(), model.describe(), dtype], sort_keys=True)
+    return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | None = None) -> tuple[Device, dict]:
+    """The `local` Device and its record: from `calibration` (a file) when given, else this
+    machine's cached calibration, timed (`local_device`) and cached on first use. A cached
+    file that cannot be read is timed again and rewritten."""
+    import json
+
+    from ..util.fileio import atomic_write
+    dtype = str(params.dtype)
+    if calibration is not None:
+        return read_calibration(calibration, model, dtype)
+    path = calibration_cache_path(model, dtype)
+    if path.exists():
+        try:
+            return read_calibration(str(path), model, dtype)
+        except ConfigError:
+            pass                                           # unreadable: time again
+    device = local_device(model, X, y, params)
+    record = calibration_record(device, model, dtype)
+    try:
+        atomic_write(path, json.dumps(record, indent=1))
+    except OSError:                                        # a read-only home: the summary still has it
+        pass
+    return device_from_record(record, f"cached in {path}"), record
+
+
 # ------------------------------------------------------------------------------ links
-# name -> (alpha s, bandwidth bytes/s, note); built into costmodel.Network on first use
-# (costmodel imports pandas, which this module must not load at import).
+# name -> (alpha s, bandwidth bytes/s, note); built into comm.network.Network on first use.
 _LINK_DATA: dict[str, tuple[float, float, str]] = {
     "pcie3": (10e-6, 12e9, "PCIe 3.0 x16 host <-> device: 15.75 GB/s per direction on paper, ~12 GB/s achieved "
                            "by pinned cudaMemcpy; ~10 us per copy (launch and DMA set-up)"),
@@ -451,7 +553,7 @@ _LINK_DATA: dict[str, tuple[float, float, str]] = {
 
 
 def _links() -> dict[str, Any]:
-    from ..analysis.costmodel import Network
+    from ..comm.network import Network
     return {name: Network(name, alpha, 1 / bandwidth, note) for name, (alpha, bandwidth, note) in _LINK_DATA.items()}
 
 
@@ -469,7 +571,7 @@ def network_named(name: str) -> Any:
     >>> network_named("nvlink1").beta == 1 / 35e9
     True
     """
-    from ..analysis.costmodel import NETWORKS
+    from ..comm.network import NETWORKS
     canonical = match_name("network", name, NETWORK_NAMES)
     return NETWORKS[canonical] if canonical in NETWORKS else __getattr__("LINKS")[canonical]
 

@@ -56,7 +56,6 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     """
     from ..analysis.costmodel import calibrate
     from ..execution.engine import run as run_engine
-    from . import profiles
     from .run import run_simulated
     base = config or RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY)
     reals = {}
@@ -72,8 +71,9 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     rows = []
     for p, real in reals.items():
         cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
-        profiles._LOCAL.clear()                                             # time this core now, next to the real run
-        sim = run_simulated(cfg.replace(simulate=True, cpu_device="local", network="shm"), link=link)
+        sim_cfg = cfg.replace(simulate=True, cpu_device="local", network="shm")
+        sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
+        sim = run_simulated(sim_cfg, link=link)
         r, s = _row("real", p, real), _row("simulated", p, sim)
         rows.append({"workers": p, "real_samples_per_s": r["samples_per_s"], "sim_samples_per_s": s["samples_per_s"],
                      "error": s["samples_per_s"] / r["samples_per_s"] - 1,
@@ -85,23 +85,41 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     return pd.DataFrame(rows)
 
 
+def _time_this_core_now(config: RunConfig) -> str:
+    """A fresh calibration of this core for `config`'s model (not the cached one: the
+    machine's state now, beside the real run), as a file the run can be given."""
+    import json
+    import tempfile
+
+    from ..problem import Problem
+    from . import profiles
+    problem = Problem.from_config(config)
+    data, model, params = problem.data, problem.new_model(), problem.initial_params()
+    profiles._LOCAL.clear()
+    device = profiles.local_device(model, data.X_train, data.y_train, params)
+    fd, path = tempfile.mkstemp(prefix="workbench-calibration-", suffix=".json")
+    with open(fd, "w", encoding="utf-8") as f:
+        json.dump(profiles.calibration_record(device, model, str(params.dtype)), f)
+    return path
+
+
 def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
         ("sync_sgd", 4, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}), ("async_sgd", 1, {"rows": 64}),
         ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4})),
         per_worker: int = 16, network: str = "10GbE", timing_model: str = "alexnet",
-        cpu_device: str = "power8") -> pd.DataFrame:
+        cpu_device: str = "power8", model: str = "mlp") -> pd.DataFrame:
     """Simulated samples/s beside `costmodel.step_prediction` with the same constants:
     the device's compute (c0 + c1 b, compute-bound under `timing_model`) and the network's
     alpha and beta. One row per (algorithm, workers, knobs); knobs are config fields, and
     `rows` (rows per worker, default `per_worker`); `difference` = simulated / cost model - 1.
+    `model`: the model trained on digits (its FLOPs are the timing model's either way).
 
     Where they differ, and why: an unsaturated parameter server's reply waits for the
     server's update in the simulator (`server_update_s` per round trip), which the cost
     model's round trip (2 messages) leaves out; a saturated one differs by the 2 alpha of
     each round trip the simulator overlaps with the next request."""
     from ..analysis.costmodel import Calibration, step_prediction
-    from ..execution.engine import run_dataset
-    from ..maths.models import make_model
+    from ..problem import Problem
     from .costs import make_costs
     from .run import run_simulated
     rows = []
@@ -109,12 +127,11 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
         knobs = dict(knobs)
         b = int(knobs.pop("rows", per_worker))
         tau = int(knobs.get("tau", 1))
-        cfg = RunConfig(algorithm=algorithm, dataset="digits", model="mlp", cpus=p, batch_size=b * p,
+        cfg = RunConfig(algorithm=algorithm, dataset="digits", model=model, cpus=p, batch_size=b * p,
                         steps=40 * tau, seed=0, lr=0.01, simulate=True, cpu_device=cpu_device, network=network,
                         timing_model=timing_model, eval_every=10**9, **knobs)
-        data = run_dataset(cfg)
-        model = make_model(cfg.model, data.n_features, data.n_classes, hidden=cfg.model_hidden)
-        costs = make_costs(cfg, model, ["cpu"] * p, data)
+        problem = Problem.from_config(cfg)
+        costs = make_costs(cfg, problem.model, ["cpu"] * p, problem.data)
         dev = costs.devices[0]
         assert abs(dev.compute_s(costs.train_flops * b, costs.weight_bytes)
                    - costs.train_flops * b / (dev.peak_flops * dev.efficiency)) < 1e-12, "not compute-bound"

@@ -1,4 +1,4 @@
-"""The simulated cluster as a transport: virtual workers linked by virtual-time front-ends.
+"""The simulated cluster as a transport (`workbench.sim`): virtual workers linked by virtual-time front-ends.
 
 `SimTransport` builds, for the run's P virtual workers (1-1024, GPU then CPU ranks), the
 same links a real transport builds (a collective per rank group, the declared server
@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.base import ThreadControl, WorkerLost
-from ..comm.roles import make_core
-from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ..execution.transports.base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
-from .clock import Killed, Scheduler, VProc
-from .costs import SimCosts, default_network, make_costs
-from .profiles import _one_blas_thread
+from ...comm.base import ThreadControl, WorkerLost
+from ...comm.roles import make_core
+from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ...sim.clock import Killed, Scheduler, VProc
+from ...sim.costs import SimCosts, default_network, make_costs
+from ...sim.profiles import _one_blas_thread
+from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
 
 MAX_WORKERS = 1024
 
@@ -61,7 +61,7 @@ class SimGroup:
         self.count = 0
         self.t_last = 0.0
 
-    def arrive(self, index: int, proc: VProc, buf: Any) -> Any:
+    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None) -> Any:
         t = proc.now()
         self.slots[index], self.procs[index] = buf, proc
         self.count += 1
@@ -74,7 +74,9 @@ class SimGroup:
             for other in self.slots[1:]:
                 total += other
             total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
-        done = self.t_last + self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        if cost_s is None:
+            cost_s = self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        done = self.t_last + cost_s
         procs = self.procs
         self._reset()
         for p in procs:
@@ -92,6 +94,12 @@ class SimComm:
 
     def allreduce(self, buf: Any) -> Any:
         return self.group.arrive(self.rank, self.proc, buf)
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """A compressed exchange's sum, charged as a ring allgather of the payloads or an
+        allreduce of `payload_bytes` (`SimCosts.compressed_s`)."""
+        cost = self.group.costs.compressed_s(self.size, payload_bytes, gather)
+        return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
 
     def barrier(self) -> None:
         self.group.arrive(self.rank, self.proc, None)
@@ -225,7 +233,7 @@ class SimServer:
 
     def push(self, grad: np.ndarray, lr: float, version: int):
         c = self.costs
-        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad)),
+        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad), self.s.core.opt.passes),
                             lambda: self.s.core.push(grad, lr, version))
 
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
@@ -273,7 +281,7 @@ class SimChunkMasterState:
         self.costs, self.sched = costs, sched
         self.clock_now = 0.0
         needs = setup.spec.needs
-        self.core = make_core(needs.server, needs.options(setup.config), setup.params0, setup.size, setup.config,
+        self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, setup.size, setup.config,
                               setup.model, clock=lambda: self.clock_now)
         self.free = 0.0                               # master busy until
         self.up = [0.0] * setup.size                  # device->host link of each worker busy until
@@ -291,9 +299,10 @@ class SimChunkMasterState:
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
         start = max(arrive, self.free)
-        # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
+        # add the part into the chunk's sum (one pass); the chunk's update (update_passes) is
         # charged with each part's share, so a chunk is updated when its last part is in
-        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / self.costs.master_bw
+        passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
+        self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
         if self.core.add(*args):
             self.completed = step
             self.completed_at[step] = self.free
@@ -330,13 +339,74 @@ class SimChunkMaster:
 
 
 # ------------------------------------------------------------------------------ compute
+class ComputePool:
+    """The `loss_and_grad` calls of the virtual workers at one virtual instant, computed together.
+
+    A worker's call hands in a copy of its parameters and blocks; once every event at
+    that instant has run (`Scheduler.at_end_of` the caller's virtual time, an event in
+    the heap, so no other worker's clock passes it meanwhile), the calls are computed in one pass
+    per group of the same batch shape (`MLP.loss_and_grad_stacked`: identical parameters,
+    as sync_sgd's or cgdp's replicas, broadcast; different ones, as asynchronous workers',
+    stacked), and the workers resume in the order they asked. Bitwise the same run as
+    computing each call on the spot: the maths is bitwise the same per slice, the
+    parameters are copied when asked, and a worker's compute is charged virtual time
+    (> 0), so whatever it does next happens after that instant, as before.
+    Models without a stacked pass (the CNN) are computed call by call, at the same point."""
+
+    def __init__(self, sched: Scheduler):
+        self.sched = sched
+        self.instants: dict[float, list[tuple[VProc, Any, np.ndarray, Any, Any, Any]]] = {}
+
+    def submit(self, proc: VProc, model: Any, params: Any, X: Any, y: Any, grad_out: Any) -> tuple[float, Any]:
+        t = proc.t
+        calls = self.instants.get(t)
+        if calls is None:
+            calls = self.instants[t] = []
+            self.sched.at_end_of(t, partial(self.flush, t))
+        calls.append((proc, model, np.array(params, copy=True), X, y, grad_out))
+        return proc.block()
+
+    def flush(self, t: float) -> None:
+        calls = self.instants.pop(t)
+        groups: dict[tuple, list[int]] = {}
+        for i, (_, model, params, X, _, _) in enumerate(calls):
+            key = (type(model), model.describe(), X.shape, params.dtype.str) \
+                if hasattr(model, "loss_and_grad_stacked") else ("one", i)
+            groups.setdefault(key, []).append(i)
+        out: list[Any] = [None] * len(calls)
+        for members in groups.values():
+            if len(members) == 1:
+                i = members[0]
+                _, model, params, X, y, grad_out = calls[i]
+                out[i] = model.loss_and_grad(params, X, y, grad_out=grad_out)
+                continue
+            model = calls[members[0]][1]
+            first = calls[members[0]][2]
+            same = all(np.array_equal(calls[i][2], first) for i in members[1:])
+            params = first if same else np.stack([calls[i][2] for i in members])
+            X = np.stack([np.asarray(calls[i][3], dtype=first.dtype) for i in members])
+            y = np.stack([calls[i][4] for i in members])
+            grads = np.empty((len(members), first.shape[0]), first.dtype)
+            losses = model.loss_and_grad_stacked(params, X, y, grads)
+            for k, i in enumerate(members):
+                grad_out = calls[i][5]
+                if grad_out is None:
+                    grad_out = grads[k].copy()
+                else:
+                    grad_out[...] = grads[k]
+                out[i] = (float(losses[k]), grad_out)
+        for (proc, *_), result in zip(calls, out):
+            if not proc.done:
+                self.sched.wake(proc, t, result)
+
+
 class SimModel:
     """A worker's model whose `loss_and_grad` charges virtual compute time (the maths is
     the model's own); with `on_grad_ready` the layers' gradients become ready at their
     moments of the backward pass (cgdp's chunks leave then)."""
 
-    def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int):
-        self._model, self._proc, self._costs, self._rank = model, proc, costs, rank
+    def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None = None):
+        self._model, self._proc, self._costs, self._rank, self._pool = model, proc, costs, rank, pool
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
@@ -345,7 +415,10 @@ class SimModel:
         proc, costs = self._proc, self._costs
         total = costs.compute(self._rank, len(X))
         if on_grad_ready is None:
-            out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
+            if self._pool is not None and isinstance(params, np.ndarray):
+                out = self._pool.submit(proc, self._model, params, X, y, grad_out)
+            else:
+                out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
             proc.charge(total)
             return out
         t0 = proc.now()
@@ -368,8 +441,9 @@ class SimModel:
 class SimTransport(Transport):
     name = "sim"
 
-    def __init__(self, link: Any = None) -> None:
+    def __init__(self, link: Any = None, batch_compute: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
+        self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
         self.control = ThreadControl()
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
@@ -393,9 +467,10 @@ class SimTransport(Transport):
                 + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
 
     def prepare(self, setup: RunSetup) -> None:
-        from ..execution.engine import run_dataset
+        from ...problem import Problem
         self.setup, self.size = setup, setup.size
-        self.costs = make_costs(setup.config, setup.model, setup.kinds, run_dataset(setup.config), link=self.link)
+        self.costs = make_costs(setup.config, setup.model, setup.kinds, Problem.from_config(setup.config).data,
+                                link=self.link)
 
     def start(self, setup: RunSetup, sink: Callable[[dict], None], main: Callable[..., dict]) -> None:
         self.thread = threading.Thread(target=self._drive, args=(setup, sink, main), name="workbench-sim",
@@ -411,11 +486,12 @@ class SimTransport(Transport):
         if needs.server == "cgdp_master":
             server_state = SimChunkMasterState(setup, costs, sched)
         elif needs.server is not None:
-            server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
+            server_state = SimServerState(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size),
                                           costs, sched)
         shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
         cpu_kinds = ["cpu"] * size      # the maths runs on this machine's NumPy whatever the virtual device
+        pool = ComputePool(sched) if self.batch_compute else None
 
         def work(rank: int) -> Callable[[VProc], None]:
             def body(proc: VProc) -> None:
@@ -429,7 +505,7 @@ class SimTransport(Transport):
                     server = None
                 links = WorkerLinks(comm=comm, server=server, shared=shared, control=self.control,
                                     start_barrier=lambda: [], timer=proc.now,
-                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank)))
+                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank, pool)))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
                                   sink)
@@ -529,11 +605,26 @@ class SimTransport(Transport):
     def wall_time(self, real_s: float) -> float:
         return self.makespan
 
+    def roles(self) -> list[dict[str, Any]]:
+        """The host-side role the algorithm declares (a parameter server, the elastic
+        centre, LTFB's mailbox, cgdp's master): served by the virtual host, not a compute
+        worker (it computes no gradients and takes no share of a batch)."""
+        server = self.setup.spec.needs.server
+        if server is None:
+            return []
+        c = self.setup.config
+        if server == "cgdp_master":
+            where = f"host memory at {self.costs.master_bw / 1e9:.3g} GB/s ({c.cpu_device} profile)"
+        else:
+            where = "one host core over the network"
+        return [{"role": server.replace("_", " "), "host": "sim-host", "runs_on": where}]
+
     def describe(self) -> dict[str, Any]:
         c = self.setup.config
-        return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds",
+        return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds", "roles": self.roles(),
                 "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
+                "calibration": self.costs.calibration if self.costs is not None else None,
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import measure
+from ..analysis.sweep import MIN_MEASURE_S, too_short
 from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
 
 __all__ = [
@@ -34,7 +36,6 @@ __all__ = [
     "STEPS_PER_BIN",
     "SMOOTH_BINS",
     "LIVE_SMOOTHING",
-    "MIN_MEASURE_S",
     "MAX_MARKERS",
     "MAX_WORKER_ROWS",
     "MAX_WORKER_TRACES",
@@ -46,6 +47,9 @@ __all__ = [
     "run_color",
     "Series",
     "thin",
+    "thin_all",
+    "as_array",
+    "results_of",
     "Table",
     "records_to_columns",
     "step_progress",
@@ -70,7 +74,6 @@ __all__ = [
     "lr_series",
     "planned_series",
     "lineage_series",
-    "too_short",
     "scaling_series",
     "comparison_series",
     "FIGURE_KEYS",
@@ -90,7 +93,6 @@ TIME_BINS = 40           # time windows of the static throughput / breakdown fig
 STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
 LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
-MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
 MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
 # Per-worker lines (throughput, lr) for the first 16 workers only: a simulated run of 1024
@@ -148,7 +150,7 @@ def as_result(source: Source) -> RunResult:
     raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
 
 
-def _results(sources: Source | Sequence[Source]) -> list[RunResult]:
+def results_of(sources: Source | Sequence[Source]) -> list[RunResult]:
     """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
     if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
         return [as_result(sources)]
@@ -243,7 +245,7 @@ def thin(values: Sequence, max_points: int) -> list:
     return [values[i] for i in idx]
 
 
-def _array(values: Sequence | None) -> np.ndarray | None:
+def as_array(values: Sequence | None) -> np.ndarray | None:
     """Numbers as a float array (plotly validates arrays without a per-point loop, and a
     FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
     if values is None:
@@ -254,8 +256,8 @@ def _array(values: Sequence | None) -> np.ndarray | None:
     return arr.astype(object)
 
 
-def _thin_all(max_points: int, *seqs: Sequence | None) -> list:
-    arrays = [_array(s) for s in seqs]
+def thin_all(max_points: int, *seqs: Sequence | None) -> list:
+    arrays = [as_array(s) for s in seqs]
     n = len(arrays[0])
     if n <= max_points:
         return arrays
@@ -449,8 +451,7 @@ def align_to_first_step(result: RunResult) -> RunResult:
     steps = result.steps
     if not len(steps):
         return result
-    starts = steps["time"] - steps[list(COMPONENTS)].sum(axis=1)
-    t0 = float(starts.min())
+    t0 = float(measure.step_starts(steps).min())
     if not (math.isfinite(t0) and t0 > 0):
         return result
     evals = result.evals.assign(time=(result.evals["time"] - t0).clip(lower=0.0)) if len(result.evals) else result.evals
@@ -784,26 +785,6 @@ def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
 
 
 # ------------------------------------------------------------------------------ scaling
-def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
-    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
-    the first steps' imports and allocations weigh on a run of a fraction of a second).
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
-    [True, False]
-
-    Simulated runs never are: virtual time has no start-up noise to drown in.
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
-    [False, True]
-    """
-    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
-                 else np.zeros(len(table), dtype=bool))
-    for column in ("train_time_s", "wall_time_s"):
-        if column in table:
-            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
-    return np.zeros(len(table), dtype=bool)
-
-
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    name: str | None = None) -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
@@ -819,8 +800,10 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         Series "<name>", "ideal" (linear from the first measured point, over the
         measured workers and the predicted ones up to 4x the largest measured count;
         efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
-        network "measured") and "too short to measure" (rings over such points), each
-        in both columns (efficiency ones suffixed " efficiency").
+        network "measured"), "too short to measure" (rings over such points) and
+        BUSY_LABEL (crosses over points measured while other processes used a noticeable
+        share of the cores; their hover text carries the sentence), each in both columns
+        (efficiency ones suffixed " efficiency").
     """
     out: list[Series] = []
     if name is None:
@@ -854,8 +837,11 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                              errors="coerce").tolist()
         status = measured.get("status", pd.Series([""] * len(measured))).tolist()
         unit = " virtual s" if name == "simulated" else " s"
-        text = [f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
-                for st, s, sh in zip(status, secs, short)]
+        busy = machine_busy(measured)
+        notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
+        text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
+                + (f"<br>{n}" if isinstance(n, str) and n else "")
+                for st, s, sh, n in zip(status, secs, short, notes)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
@@ -869,20 +855,43 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                           style={**warn, "showlegend": bool(short.any())}))
         out.append(Series(f"{label} efficiency", sw, measured["efficiency"][short].tolist(), col=2,
                           mode="replace", style={**warn, "showlegend": False}))
+        shared = dict(mode="markers", marker_symbol="x-thin-open", marker_size=18, marker_line_width=2.5,
+                      marker_color="#c0392b", legendgroup="busy", hoverinfo="skip")
+        label = BUSY_LABEL
+        bw = measured["workers"][busy].tolist()
+        out.append(Series(label, bw, measured["samples_per_s"][busy].tolist(), col=1, mode="replace",
+                          style={**shared, "showlegend": bool(busy.any())}))
+        out.append(Series(f"{label} efficiency", bw, measured["efficiency"][busy].tolist(), col=2,
+                          mode="replace", style={**shared, "showlegend": False}))
     return out
+
+
+BUSY_LABEL = "other processes busy: measures the machine"
+
+
+def machine_busy(table: pd.DataFrame) -> pd.Series:
+    """Which sweep rows ran while other processes took a noticeable share of the cores
+    (their `machine_note`, `workbench.util.machine.note`).
+
+    >>> machine_busy(pd.DataFrame({"machine_note": [None, "other processes used 1.6 of 2 cores ..."]})).tolist()
+    [False, True]
+    """
+    if "machine_note" not in table:
+        return pd.Series(False, index=table.index)
+    return table["machine_note"].map(lambda n: isinstance(n, str) and bool(n))
 
 
 # ------------------------------------------------------------------------------ comparison
 def comparison_series(results: Sequence[RunResult], labels: Sequence[str]) -> list[Series]:
-    """Per run: samples/s (column 1) and the shares of compute / comm / wait (column 2)."""
+    """Per run: steady samples/s (column 1) and the steady shares of compute / comm / wait
+    (column 2), both `workbench.measure.steady`'s."""
     out = [Series("samples/s", list(labels), [float(r.summary.get("samples_per_s") or 0.0) for r in results],
                   col=1, trace="bar", mode="replace",
                   style={"marker_color": [run_color(i) for i in range(len(results))], "showlegend": False})]
     shares = []
     for r in results:
-        tb = r.summary.get("time_breakdown") or {}
-        total = sum(float(tb.get(c) or 0.0) for c in COMPONENTS)
-        shares.append([float(tb.get(c) or 0.0) / total if total > 0 else 0.0 for c in COMPONENTS])
+        st = measure.steady(r.steps) if len(r.steps) else None
+        shares.append([st.compute_share, st.comm_share, st.wait_share] if st is not None else [0.0] * 3)
     for k, c in enumerate(COMPONENTS):
         out.append(Series(f"{COMPONENT_NAMES[c]} share", list(labels), [sh[k] for sh in shares], col=2,
                           trace="bar", mode="replace", style={"marker_color": COMPONENT_COLORS[c]}))

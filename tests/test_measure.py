@@ -1,0 +1,129 @@
+"""The one measurement (workbench.measure): steady state, its throughput, shares, and the
+time identities of every run, checked against plain-loop oracles and on real runs."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench import measure
+from workbench.algorithms import REGISTRY
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+
+
+def rows(worker: int, compute: np.ndarray, samples: int = 8, offset: float = 0.0, comm: float = 0.0) -> pd.DataFrame:
+    """One sequential worker's step rows: each step starts when the previous one ended."""
+    length = compute + comm
+    return pd.DataFrame({"worker": worker, "step": np.arange(len(compute)), "time": offset + np.cumsum(length),
+                         "samples": samples, "compute_s": compute, "comm_s": comm, "wait_s": 0.0})
+
+
+def test_the_warm_up_of_the_first_steps_is_left_out():
+    # sgd's shape: steps 0 and 1 take 0.11 s and 0.44 s, then 120 us
+    compute = np.r_[0.11, 0.44, np.full(20000, 120e-6)]
+    s = measure.steady(rows(0, compute, samples=32))
+    assert s.reached
+    assert s.samples_per_s == pytest.approx(32 / 120e-6, rel=1e-9)      # the plain loop's rate, exactly
+    assert s.compute_share == pytest.approx(1.0)
+
+
+def test_a_run_too_short_for_the_time_rule_still_drops_the_warm_up_steps():
+    compute = np.r_[0.11, 0.44, np.full(5, 0.01)]
+    s = measure.steady(rows(0, compute))
+    assert not s.reached
+    assert s.start_s == pytest.approx(0.11 + 0.44 + 0.01)   # after steps 0, 1, 2
+    assert s.samples_per_s == pytest.approx(8 / 0.01)
+
+
+@pytest.mark.parametrize("cut_fraction", [0.1, 0.137])
+def test_one_worker_rate_is_exact_wherever_the_window_opens(monkeypatch, cut_fraction):
+    monkeypatch.setattr(measure, "WARMUP_FRACTION", cut_fraction)   # opens mid-step for 0.137
+    s = measure.steady(rows(0, np.full(100, 0.01), samples=4))
+    assert s.samples_per_s == pytest.approx(400.0, rel=1e-9)
+
+
+def test_many_asynchronous_workers_add_up_with_nothing_lost_at_the_opening():
+    # 8 workers for 5 s, steps of different lengths, phase-shifted: the aggregate rate is the sum
+    lengths = [0.010 + 0.001 * w for w in range(8)]
+    df = pd.concat([rows(w, np.full(int((5.0 - 0.003 * w) / d), d), samples=16, offset=0.003 * w)
+                    for w, d in enumerate(lengths)])
+    expected = sum(16 / d for d in lengths)
+    assert measure.steady(df).samples_per_s == pytest.approx(expected, rel=0.01)
+
+
+def test_shares_are_of_the_booked_time_and_sum_to_one():
+    df = rows(0, np.full(50, 0.006), comm=0.002).assign(wait_s=0.002, time=lambda d: d["time"] + 0.002 * (d.index + 1))
+    s = measure.steady(df)
+    assert (s.compute_share, s.comm_share, s.wait_share) == pytest.approx((0.6, 0.2, 0.2))
+    assert s.comm_fraction == pytest.approx(0.4)
+
+
+def test_the_input_is_not_changed():
+    df = rows(0, np.full(30, 0.01))
+    before = df.copy()
+    measure.steady(df), measure.steady_steps(df), measure.training_span(df)
+    pd.testing.assert_frame_equal(df, before)
+
+
+def test_live_steady_agrees_with_steady_on_the_same_rows():
+    df = rows(0, np.r_[0.2, np.full(200, 0.01)])
+    live = measure.LiveSteady()
+    live.add([{"kind": "step", **r} for r in df.to_dict("records")])
+    assert live.rate() == pytest.approx(measure.steady(df).samples_per_s)
+
+
+@pytest.mark.parametrize("called, first, ended, train", [(0.0, 2.0, 10.0, 7.0), (5.0, 4.0, 9.0, 1.0),
+                                                         (0.0, 3.0, 3.5, 2.0), (0.0, None, 1.0, 0.0)])
+def test_timing_identities_hold_even_on_disagreeing_clocks(called, first, ended, train):
+    t = measure.timing(called=called, first_step_wall=first, ended=ended, train_s=train)
+    assert t["wall_time_s"] == pytest.approx(t["startup_s"] + t["train_time_s"] + t["teardown_s"])
+    assert min(t.values()) >= 0
+
+
+# ------------------------------------------------------------------------------ real runs
+def check_identities(result) -> None:
+    s = result.summary
+    assert s["wall_time_s"] == pytest.approx(s["startup_s"] + s["train_time_s"] + s["teardown_s"], abs=1e-9)
+    for key in ("startup_s", "train_time_s", "teardown_s"):
+        assert s[key] >= 0, (key, s[key])
+    assert s["train_time_s"] == pytest.approx(measure.train_time(result.steps))
+    st = measure.steady(result.steps)
+    assert s["samples_per_s"] == pytest.approx(st.samples_per_s)
+    assert s["comm_fraction"] == pytest.approx(st.comm_fraction)
+    assert s["steady"]["reached"] == st.reached
+
+
+@pytest.mark.parametrize("algorithm", sorted(set(REGISTRY) | {"sgd"}))
+def test_every_algorithm_on_threads_obeys_the_time_identities(algorithm):
+    extra = {"round_size": 10} if algorithm == "ltfb" else {}
+    result = wb.run(wb.RunConfig(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=40, **BASE, **extra),
+                    cluster="threads", progress=False)
+    assert result.status == "completed"
+    check_identities(result)
+
+
+def test_a_simulated_run_obeys_the_time_identities_in_virtual_seconds():
+    result = wb.run(wb.RunConfig(algorithm="async_sgd", cpus=8, simulate=True, steps=40, **BASE), progress=False)
+    check_identities(result)
+    assert result.summary["startup_s"] == 0.0 and result.summary["sim_startup_s"] >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_dask_run_obeys_the_time_identities(client):
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=200, **BASE), cluster=client, progress=False)
+    check_identities(result)
+    assert result.summary["startup_s"] > 0
+
+
+def test_every_consumer_reads_the_same_steady_throughput(tmp_path):
+    from workbench.analysis import bench, costmodel, sweep
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=60, **BASE), cluster="threads", progress=False)
+    expected = result.summary["samples_per_s"]
+    assert costmodel.training_throughput(result) == pytest.approx(expected)
+    assert bench.steady_throughput(result.steps) == pytest.approx(expected)
+    assert sweep.scaling_row(result, 2, "strong")["samples_per_s"] == pytest.approx(expected)
+    loaded = wb.load(result.save(tmp_path / "run"))
+    assert measure.steady(loaded.steps).samples_per_s == pytest.approx(expected, rel=1e-9)

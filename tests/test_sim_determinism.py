@@ -1,0 +1,191 @@
+"""The simulated cluster is deterministic by default and runs exactly the workers asked for.
+
+* The same config twice gives bitwise the same steps, evaluations and parameters, for
+  every registered algorithm, with CPU workers (the fixed default profile) and without.
+* No wall-clock measurement enters virtual time unless `cpu_device="local"` asks for it;
+  then this machine is timed once per model, cached, written into the summary, and a run
+  replays bitwise from that summary or the cached file; a file of another model or
+  machine is refused with one line naming what differs.
+* `--gpus N` alone in a simulation is N GPU workers (no CPU compute workers); every
+  README `--simulate` command runs the workers it says.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from workbench.algorithms import REGISTRY
+from workbench.config import ConfigError, RunConfig
+from workbench.sim import profiles
+from workbench.sim.run import run_simulated
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SMALL = dict(dataset="digits", model="mlp", hidden=[16], batch_size=16, steps=6, eval_every=3, seed=4, lr=0.05,
+             simulate=True)
+
+
+def _same(a, b) -> None:
+    assert a.summary["status"] == b.summary["status"]
+    assert a.steps.equals(b.steps), "steps differ"
+    assert a.evals.equals(b.evals), "evals differ"
+    assert (a.params is None) == (b.params is None)
+    if a.params is not None:
+        assert a.params.tobytes() == b.params.tobytes(), "parameters differ"
+
+
+def _no_timing(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("this machine was timed without cpu_device=local")
+    monkeypatch.setattr(profiles, "local_device", refuse)
+
+
+@pytest.mark.parametrize("workers", [dict(cpus=2), dict(gpus=2)], ids=["cpu-workers", "gpu-workers"])
+@pytest.mark.parametrize("algorithm", sorted(REGISTRY))
+def test_the_same_config_twice_is_bitwise_the_same_run(algorithm, workers, monkeypatch):
+    _no_timing(monkeypatch)
+    config = RunConfig(algorithm=algorithm, **SMALL, **workers)
+    first, second = run_simulated(config), run_simulated(config)
+    assert first.summary["status"] == "completed", first.summary.get("events")
+    assert len(first.steps) > 0
+    _same(first, second)
+    assert first.summary.get("calibration") is None      # nothing was measured
+
+
+def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    profiles._LOCAL.clear()
+    config = RunConfig(algorithm="async_sgd", cpus=3, cpu_device="local", **SMALL)
+    first = run_simulated(config)
+    record = first.summary["calibration"]
+    assert record["kind"] == profiles.CALIBRATION_KIND and record["model"] == "mlp 64-16-10 (1,210 params)"
+    cached = list((tmp_path / "cache" / "sim-calibration").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text()) == record
+    _no_timing(monkeypatch)                                # from here on nothing may be timed
+    profiles._LOCAL.clear()
+    _same(first, run_simulated(config))                    # the cached file
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(first.summary, default=str))
+    _same(first, run_simulated(config.replace(calibration=str(summary))))    # the run's own summary
+    _same(first, run_simulated(config.replace(calibration=str(cached[0]))))  # the calibration file
+
+
+def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)
+    record = run_simulated(config).summary["calibration"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**record, "model": "mlp 64-512-10 (38,410 params)"}))
+    with pytest.raises(ConfigError) as err:
+        run_simulated(config.replace(calibration=str(other)))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("calibration: ") and "model 'mlp 64-512-10" in message
+    assert "this run: 'mlp 64-16-10 (1,210 params)'" in message
+    other.write_text(json.dumps({**record, "machine": {**record["machine"], "cpu": "Some Other CPU"}}))
+    with pytest.raises(ConfigError, match=r"^calibration: .*machine .*Some Other CPU"):
+        run_simulated(config.replace(calibration=str(other)))
+    other.write_text("{}")
+    with pytest.raises(ConfigError, match="^calibration: a calibration file written by"):
+        run_simulated(config.replace(calibration=str(other)))
+    with pytest.raises(ConfigError, match="^calibration: .*only with cpu_device local"):
+        RunConfig(algorithm="sync_sgd", cpus=2, calibration=str(other), **SMALL)
+
+
+def test_gpus_alone_are_gpu_workers_only():
+    c = RunConfig(algorithm="easgd", gpus=8, **{**SMALL, "batch_size": 64})
+    assert (c.cpus, c.gpus) == (0, 8)
+    assert RunConfig(algorithm="easgd", gpus=8, cpus=2, **{**SMALL, "batch_size": 64}).cpus == 2   # when asked
+    assert RunConfig(algorithm="easgd", gpus=8, batch_size=64).cpus == 2      # a real run: unchanged
+    assert RunConfig.from_dict({"algorithm": "easgd", "gpus": "8", "simulate": "true", "batch_size": 64}).cpus == 0
+    assert RunConfig(algorithm="easgd", **SMALL).cpus == 2                    # no gpus: the default CPU workers
+    assert c.replace(steps=3).cpus == 0                                       # stable under replace
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(cpus=2, cpu_device="v100"), "cpu_device: a CPU profile, one of core, knl, power8, xeon, local (v100 is a "
+                                      "GPU profile: ask for GPU workers with gpus and device), got 'v100'"),
+    (dict(cpus=2, device="v100"), "device: the GPU workers' profile, only with gpus >= 1 (CPU workers take "
+                                  "cpu_device), got 'v100'"),
+])
+def test_cpu_workers_with_a_gpu_profile_is_one_line(fields, message):
+    with pytest.raises(ConfigError) as err:
+        RunConfig(algorithm="sync_sgd", **{**SMALL, **fields})
+    assert str(err.value) == message
+
+
+def test_the_summary_names_workers_by_kind_and_the_host_roles():
+    s = run_simulated(RunConfig(algorithm="async_sgd", gpus=3, cpus=1, **SMALL)).summary
+    assert s["workers_by_kind"] == "3 GPU (v100) + 1 CPU (core)"
+    assert s["roles"] == [{"role": "parameter server", "host": "sim-host", "runs_on": "one host core over the network"}]
+    assert run_simulated(RunConfig(algorithm="sync_sgd", gpus=2, **SMALL)).summary["roles"] == []
+
+
+# ------------------------------------------------------------------ README commands
+def readme_simulate_commands() -> list[list[str]]:
+    """Every `python -m workbench run|sweep --simulate ...` command of the README, as argv."""
+    text = README.read_text().replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("python -m workbench ") and "--simulate" in line:
+            commands.append(shlex.split(line.split(" #")[0])[3:])
+    return commands
+
+
+def _budget(argv: list[str], out: Path) -> list[str]:
+    """The command with a short budget: 3 steps (sweeps: 2), its out in a temporary folder."""
+    argv = list(argv)
+    for flag in ("--epochs", "--steps", "--out"):
+        while flag in argv:
+            i = argv.index(flag)
+            del argv[i:i + 2]
+    return argv + ["--steps", "2" if argv[0] == "sweep" else "3", "--out", str(out), "--no-progress"]
+
+
+def _asked(argv: list[str]) -> dict[str, int]:
+    def flag(name: str) -> int | None:
+        return int(argv[argv.index(name) + 1]) if name in argv else None
+    gpus = flag("--gpus") or 0
+    cpus = flag("--cpus")
+    return {"gpu": gpus, "cpu": cpus if cpus is not None else (0 if gpus else 2)}
+
+
+def test_the_readme_has_simulate_commands():
+    cmds = readme_simulate_commands()
+    assert {c[0] for c in cmds} == {"run", "sweep"} and len(cmds) >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", readme_simulate_commands(), ids=lambda a: " ".join(a[:4]))
+def test_each_readme_simulate_command_runs_the_workers_it_says(argv, tmp_path):
+    from workbench.apps.cli import main
+    out = tmp_path / "out"
+    assert main(_budget(argv, out)) in (0, 1)            # 1: a command that kills a worker may end failed
+    if argv[0] == "run":
+        summary = json.loads((out / "summary.json").read_text())
+        kinds = [w["kind"] for w in summary["workers"]]
+        asked = _asked(argv)
+        assert (kinds.count("gpu"), kinds.count("cpu")) == (asked["gpu"], asked["cpu"]), summary["workers_by_kind"]
+    else:
+        points = [int(w) for w in argv[argv.index("--workers") + 1].split(",")]
+        runs = sorted(p for p in out.rglob("summary.json"))
+        got = sorted(len(json.loads(p.read_text())["workers"]) for p in runs)
+        assert got == sorted(points)
+        assert all(re.fullmatch(r"\d+ CPU \(core\)", json.loads(p.read_text())["workers_by_kind"]) for p in runs)
+
+
+# ------------------------------------------------------------------ batched compute
+@pytest.mark.parametrize("workers", [dict(cpus=4), dict(gpus=2, cpus=2, jitter=0.3)], ids=["same-device", "mixed"])
+@pytest.mark.parametrize("algorithm", sorted(REGISTRY))
+def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
+    # The workers of one virtual instant compute together (ComputePool): the same run, bit for bit.
+    from workbench.execution.engine import execute
+    from workbench.execution.transports.sim import SimTransport
+    config = RunConfig(algorithm=algorithm, **SMALL, **workers)
+    batched = execute(config, SimTransport())
+    one_by_one = execute(config, SimTransport(batch_compute=False))
+    assert batched.summary["status"] == "completed", batched.summary.get("events")
+    _same(batched, one_by_one)

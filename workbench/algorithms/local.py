@@ -1,0 +1,196 @@
+"""Local SGD, post-local SGD and DiLoCo: workers step on their own, then average.
+
+Every worker i keeps its own parameters x_i and runs local optimiser steps on its slice
+of each global batch (local step t uses global batch t, as the EASGD family does: the
+data order depends on the seed only). Every H = `tau` local steps the workers meet in
+one allreduce. H reuses the EASGD family's knob: it is the same axis (local steps
+between exchanges), and one name lets a sweep put the families side by side.
+
+    local_sgd (Lin, Stich, Patel, Jaggi, ICLR 2020: "Don't use large mini-batches, use local SGD"):
+        H local steps of the shared update rule (maths.optim.make_optimizer: `config.optimizer`,
+        momentum, Nesterov, weight decay as configured; each worker keeps its own optimiser state,
+        its momentum buffer as in the paper), then
+            x_i <- sum_j w_j x_j                      w_j = n_j / B, the share of the batch
+    post_local_sgd (same paper, section 3): average after every step (= sync_sgd) until epoch
+        `post_local_epoch`, then every H steps (the paper switches at the first lr decay)
+    diloco (Douillard et al., arXiv 2311.08105, Algorithm 1): from the outer parameters x,
+        H inner steps give x_i; the outer gradient is the averaged parameter change
+            Delta = sum_j w_j (x - x_j)
+            v = mu v + Delta;  x -= lr_out (Delta + mu v)   (Nesterov, PyTorch's form; mu = outer_momentum)
+        and every worker restarts from the new x (its inner optimiser state kept).
+        Inner optimiser: the shared rule (`config.optimizer`, maths.optim.make_optimizer: sgd
+        with momentum / Nesterov as configured, or adamw / lars / lamb, each worker keeping its
+        own state); the paper uses AdamW (lr 4e-4): `optimizer: adamw`.
+
+With sgd, the weights w_j make H = 1 exactly the maths of sync_sgd: averaging parameters that each
+moved by -lr v_j, with v_j = mu v_j + g_j, moves the average by -lr sum_j w_j v_j, and the
+weighted velocities follow sync_sgd's recurrence (everything is linear in g). In float32
+the sums are taken in another order, so the two agree to rounding, not bitwise (tests
+check 1e-5). With one worker, diloco with lr_out = 1 and mu = 0 is its inner optimiser
+(x - (x - x_1) = x_1, again to rounding).
+
+The last step of a run always ends in an average (the returned model is an average),
+whatever H. Between averages the workers' parameters differ: what is evaluated is the
+last average (eval name "average"), the same on every rank, so the ranks share each
+evaluation. Stopping and divergence are decided together at averaging steps, as in
+sync_easgd: a stop takes effect within H steps, and a NaN/inf local loss between
+averages ends the run at the next one.
+
+    buffer = [ w_i x_i  or  w_i (x - x_i)  (n) | weighted loss | stop | compute_s[0..P) | busy_s[0..P) ]
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..comm.base import ring_allreduce_bytes
+from ..maths.optim import OptimizerSettings, make_optimizer
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .registry import AlgorithmSpec, Needs, register
+
+
+class LocalSGD(Algorithm):
+    """local_sgd: H local steps, then the weighted average of the parameters."""
+
+    eval_name = "average"
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
+        self.n = n
+        self.params = xp.asarray(ctx.model.init(c.seed))        # x_i; every worker starts at the same point
+        self.average = self.params.copy()                       # the last average (what is evaluated)
+        self.grad = xp.empty_like(self.params)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
+        self.tau = c.tau
+        self.lo, self.hi = ctx.my_slice()
+        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
+        self.tail = SyncTail(ctx, n)
+        self.clock = ctx.clock
+        self.bytes_per_average = ring_allreduce_bytes(ctx.size, self.buf.nbytes)
+        self.compute_since = 0.0
+        self.finite = True
+        self.averages = 0
+        self.summary = {"tau": self.tau} if ctx.rank == 0 else {}
+
+    # ---------------------------------------------------------------- when to average
+    def averages_after(self, step: int) -> bool:
+        """Average after this (0-based) step? Every tau steps, and after the last one."""
+        return (step + 1) % self.tau == 0 or step + 1 == self.ctx.plan.total_steps
+
+    # ---------------------------------------------------------------- the exchange
+    def contribution(self, out: Any) -> None:
+        """Write what this worker adds to the allreduce into out[:n]: w_i x_i."""
+        self.ctx.xp.multiply(self.params, self.weight, out=out)
+
+    def apply(self, total: Any) -> None:
+        """The allreduced sum arrived: x_i <- sum_j w_j x_j on every worker."""
+        self.params[...] = total
+        self.average[...] = total
+
+    def local_step(self, step: int, lr: float) -> float:
+        X, y = self.ctx.batch(step, self.lo, self.hi)
+        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        self.opt.step(self.params, self.grad, lr)
+        return loss
+
+    def step(self, step: int) -> StepOut:
+        ctx, n = self.ctx, self.n
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        loss = self.local_step(step, lr)
+        t1 = self.clock()
+        self.compute_since += t1 - t0
+        self.finite = self.finite and math.isfinite(loss)
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)
+        if not self.averages_after(step):
+            return out
+        buf = self.buf
+        self.contribution(buf[:n])
+        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                       stop=ctx.rank == 0 and ctx.stop_requested())
+        t2 = ctx.timer()
+        total = ctx.allreduce(buf)
+        got = self.tail.read(total, ctx.timer() - t2)
+        out.comm_s, out.wait_s, out.bytes_sent = got.comm_s, got.wait_s, self.bytes_per_average
+        self.compute_since, self.finite = 0.0, True
+        if settle(out, got.loss, got.stop):           # the global batch's loss, the same everywhere
+            t3 = self.clock()
+            self.apply(total[:n])
+            self.averages += 1
+            out.compute_s += self.clock() - t3
+        self.tail.freed()
+        return out
+
+    def eval_params(self) -> Any:
+        return self.average
+
+    def finish(self) -> Any:
+        if self.ctx.rank == 0:
+            self.summary = {**self.summary, "averages": self.averages}
+        return super().finish()
+
+
+class PostLocalSGD(LocalSGD):
+    """post_local_sgd: every step (sync_sgd's maths) before `post_local_epoch`, then every tau."""
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        self.switch = switch_step(ctx.config.post_local_epoch, ctx.plan.steps_per_epoch)
+        if ctx.rank == 0:
+            self.summary = {**self.summary, "switch_step": self.switch}
+
+    def averages_after(self, step: int) -> bool:
+        if step < self.switch:
+            return True
+        return (step + 1 - self.switch) % self.tau == 0 or step + 1 == self.ctx.plan.total_steps
+
+
+def switch_step(epoch: float, steps_per_epoch: int) -> int:
+    """The first step of post-local SGD's local phase: ceil(epoch * steps per epoch).
+
+    >>> switch_step(1.0, 45), switch_step(0.5, 45), switch_step(0.0, 45)
+    (45, 23, 0)
+    """
+    return math.ceil(epoch * steps_per_epoch - 1e-9)
+
+
+class DiLoCo(LocalSGD):
+    """diloco: H inner steps, then an outer Nesterov step on the averaged parameter change."""
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c = ctx.config
+        outer = OptimizerSettings("sgd", momentum=c.outer_momentum, nesterov=True)   # the paper's outer rule
+        self.outer = make_optimizer(outer, self.n, ctx.xp, self.params.dtype)
+        self.outer_lr = c.outer_lr
+        self.delta = ctx.xp.empty_like(self.params)
+        if ctx.rank == 0:
+            self.summary = {**self.summary, "outer_lr": c.outer_lr, "outer_momentum": c.outer_momentum,
+                            "inner_optimizer": c.optimizer}
+
+    def contribution(self, out: Any) -> None:
+        xp = self.ctx.xp
+        xp.subtract(self.average, self.params, out=out)      # x - x_i: this worker's outer gradient
+        out *= self.weight
+
+    def apply(self, total: Any) -> None:
+        self.delta[...] = total                               # Delta = sum_j w_j (x - x_j)
+        self.outer.step(self.average, self.delta, self.outer_lr)   # x -= lr_out (Delta + mu v): Nesterov
+        self.params[...] = self.average                       # every worker restarts from the new x
+
+
+LOCAL_KNOBS = ("tau",)
+register(AlgorithmSpec(
+    "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "
+    "parameters", LocalSGD, sync=True, evaluates="all", needs=Needs(collective=True), knobs=LOCAL_KNOBS,
+    pattern="local_allreduce"))
+register(AlgorithmSpec(
+    "post_local_sgd", "post-local SGD (Lin et al.): sync_sgd until post_local_epoch, then local SGD averaging "
+    "every tau steps", PostLocalSGD, sync=True, evaluates="all", needs=Needs(collective=True),
+    knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce"))
+register(AlgorithmSpec(
+    "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
+    "parameter change", DiLoCo, sync=True, evaluates="all", needs=Needs(collective=True),
+    knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce"))

@@ -1,0 +1,316 @@
+"""One measurement: a step's start, the training span, steady state, its throughput and shares.
+
+Every number the workbench shows about speed is computed here, from the step records
+(`results.STEP_COLUMNS`), and read from here by every consumer: the run summary, the
+dashboard's status line and figures, the progress bar, sweeps, the cost model, the
+benchmark, the demo, reports and lessons.
+
+A step record's `time` is the moment the step ended; its `compute_s`, `comm_s` and
+`wait_s` are the parts of the step the worker booked. So a step **started** at
+``time - compute_s - comm_s - wait_s`` (`step_starts`), and the **training span** runs
+from the earliest step start to the latest step end (`training_span`).
+
+**Steady state** (the rule, `steady_window`): the steady window opens at the later of
+
+1. the end of the last warm-up step, a warm-up step being one of a worker's first
+   ``WARMUP_STEPS`` (3) steps: lazy set-up (BLAS thread pools, first touches of buffers
+   and pages, a peer still arriving) lands there; single-process `sgd` took 0.11 s and
+   0.44 s for its steps 0 and 1 against ~120 us later, and
+2. the end of the first ``WARMUP_FRACTION`` (10%) of the training span,
+
+and closes when the first worker is done (the drain at the end of an asynchronous run,
+fewer workers running, is not its steady state). The steady state is **reached** when at
+least ``MIN_STEADY_STEPS`` (10) steps per worker end inside it. When it is not reached (a
+very short run) the window opens after the warm-up steps only and closes at the last
+step (or, if no step ends after the warm-up, spans the whole training);
+`Steady.reached` is then False and the summary says so.
+
+**Steady throughput** is the samples of the steps inside the window over its length (all
+workers together; a step across an edge counts for its part inside). The **shares** are
+each component's part of those steps' booked time:
+``compute_share + comm_share + wait_share == 1`` and ``comm_fraction = comm_share +
+wait_share`` (the time a worker spent not computing).
+
+The same rule holds for every algorithm, every transport and the simulated cluster (whose
+records carry virtual seconds).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+COMPONENTS = ("compute_s", "comm_s", "wait_s")   # the booked parts of a step, as STEP_COLUMNS name them
+WARMUP_STEPS = 3          # each worker's first steps: lazy set-up, never steady
+WARMUP_FRACTION = 0.1     # ... and the first tenth of the training span
+MIN_STEADY_STEPS = 10     # steady rows per worker needed for the steady state to count as reached
+RULE = (f"steady window: after each worker's first {WARMUP_STEPS} steps and the first {WARMUP_FRACTION:.0%} of "
+        f"the training span, until the first worker is done; reached with at least {MIN_STEADY_STEPS} steps "
+        f"per worker inside")
+
+
+def step_starts(steps: pd.DataFrame) -> pd.Series:
+    """When each step row started: its end (`time`) less the time it booked.
+
+    >>> step_starts(pd.DataFrame({"time": [1.0, 2.5], "compute_s": [0.5, 1.0], "comm_s": [0.25, 0.0],
+    ...                           "wait_s": [0.0, 0.5]})).tolist()
+    [0.25, 1.0]
+    """
+    busy = sum(steps[c].astype(float) for c in COMPONENTS if c in steps)
+    return steps["time"].astype(float) - busy
+
+
+def training_span(steps: pd.DataFrame) -> tuple[float, float]:
+    """(first step's start, last step's end) on the records' clock; (0, 0) without rows.
+
+    >>> training_span(pd.DataFrame({"time": [1.0, 2.5], "compute_s": [0.5, 1.0], "comm_s": [0.0, 0.0],
+    ...                             "wait_s": [0.0, 0.0]}))
+    (0.5, 2.5)
+    """
+    if not len(steps):
+        return 0.0, 0.0
+    return float(step_starts(steps).min()), float(steps["time"].max())
+
+
+def train_time(steps: pd.DataFrame) -> float:
+    """Seconds from the first step's start to the last step's end (0 without rows)."""
+    first, last = training_span(steps)
+    return max(last - first, 0.0)
+
+
+def _worker_ids(steps: pd.DataFrame) -> pd.Series:
+    return steps["worker"] if "worker" in steps else pd.Series(0, index=steps.index)
+
+
+def steady_window(steps: pd.DataFrame) -> tuple[float, float, bool]:
+    """(open, close, reached): the steady window on the records' clock, by the module's rule.
+
+    It opens at the later of the end of the last warm-up step (any worker's first
+    `WARMUP_STEPS`) and the first `WARMUP_FRACTION` of the training span; it closes when
+    the first worker is done (the earliest of the workers' last step ends: after it fewer
+    workers run, the drain of an asynchronous run is not its steady state). Workers with
+    too few steps to have a steady state of their own (lost early) do not close it.
+    Not reached (fewer than `MIN_STEADY_STEPS` steps per worker inside it): it opens after
+    the warm-up steps only and closes at the last step's end, or, when no step ends after
+    the warm-up, spans the whole training.
+
+    >>> n = 40
+    >>> df = pd.DataFrame({"worker": 0, "step": range(n), "time": np.arange(1, n + 1) * 1.0,
+    ...                    "compute_s": 1.0, "comm_s": 0.0, "wait_s": 0.0})
+    >>> steady_window(df)                          # 10% of 40 s: from 4 s on
+    (4.0, 40.0, True)
+    >>> steady_window(df.head(8))                  # too short: after steps 0-2 only
+    (3.0, 8.0, False)
+    """
+    if not len(steps):
+        return 0.0, 0.0, False
+    workers = _worker_ids(steps)
+    step = steps["step"].astype(float)
+    warm = step - step.groupby(workers).transform("min") < WARMUP_STEPS
+    starts, ends = step_starts(steps), steps["time"].astype(float)
+    first, last = float(starts.min()), float(ends.max())
+    warm_end = float(ends[warm].max()) if warm.any() else first
+    opening = max(warm_end, first + WARMUP_FRACTION * (last - first))
+    counts = ends.groupby(workers).size()
+    long_enough = counts[counts >= WARMUP_STEPS + MIN_STEADY_STEPS].index
+    closing = float(ends.groupby(workers).max().loc[long_enough].min()) if len(long_enough) else last
+    inside = ((ends > opening) & (ends <= closing)).sum()
+    if closing > opening and inside >= MIN_STEADY_STEPS * workers.nunique():
+        return opening, closing, True
+    return (warm_end if warm_end < last else first), last, False
+
+
+def steady_weights(steps: pd.DataFrame) -> tuple[np.ndarray, float, float, bool]:
+    """(each row's part inside the steady window, open, close, reached): 1 for a step inside,
+    0 outside, the part inside for a step across the opening or the closing."""
+    opening, closing, reached = steady_window(steps)
+    if not len(steps):
+        return np.zeros(0), opening, closing, reached
+    starts, ends = step_starts(steps).to_numpy(), steps["time"].astype(float).to_numpy()
+    length = ends - starts
+    overlap = np.minimum(ends, closing) - np.maximum(starts, opening)
+    part = np.where(length > 0, np.clip(overlap / np.where(length > 0, length, 1.0), 0.0, 1.0),
+                    ((ends > opening) & (ends <= closing)).astype(float))
+    return part, opening, closing, reached
+
+
+def steady_mask(steps: pd.DataFrame) -> tuple[pd.Series, bool]:
+    """(which rows lie mostly inside the steady window, whether the steady state was reached).
+
+    A worker's first steps are counted from its own lowest `step` (asynchronous workers
+    number their own steps), so binned live rows are judged by their last step.
+    """
+    part, _, _, reached = steady_weights(steps)
+    return pd.Series(part >= 0.5, index=steps.index), reached
+
+
+def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `steps` mostly inside the steady window (the input is not changed)."""
+    mask, _ = steady_mask(steps)
+    return steps[mask]
+
+
+@dataclass(frozen=True)
+class Steady:
+    """The steady state of a run: window, rows, throughput and where the time went."""
+    reached: bool           # enough steady rows by the rule (else: a short run, warm-up steps only dropped)
+    start_s: float          # the steady window on the records' clock
+    end_s: float
+    steps: int              # rows ending in the window (one per worker per step)
+    samples: float          # samples inside the window (a row across its opening counts pro rata)
+    samples_per_s: float    # steady throughput, all workers together
+    compute_share: float    # of the steady rows' booked time
+    comm_share: float
+    wait_share: float
+    comm_fraction: float    # comm_share + wait_share
+    rule: str = RULE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def steady(steps: pd.DataFrame) -> Steady:
+    """The steady state of `steps` by the module's rule (zeros without rows).
+
+    Throughput counts the samples of the steps inside the window; a step across its opening
+    or closing counts for its part inside (so one worker's rate is exact, and many
+    asynchronous workers' steps straddling the edges are not lost). Shares weigh the
+    steps the same way.
+
+    >>> compute = np.r_[0.11, 0.44, np.full(38, 0.009)]      # sgd-like warm-up in steps 0 and 1
+    >>> df = pd.DataFrame({"worker": 0, "step": range(40), "time": np.cumsum(compute + 0.001), "samples": 8,
+    ...                    "compute_s": compute, "comm_s": 0.001, "wait_s": 0.0})
+    >>> s = steady(df)
+    >>> s.reached, round(s.samples_per_s), round(s.compute_share, 3), round(s.comm_fraction, 3)
+    (True, 800, 0.9, 0.1)
+    """
+    if not len(steps):
+        return Steady(False, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    part, start, end, reached = steady_weights(steps)
+    samples = float((steps["samples"].astype(float).to_numpy() * part).sum())
+    booked = {c: float((steps[c].astype(float).to_numpy() * part).sum()) for c in COMPONENTS}
+    total = sum(booked.values())
+    share = {c: (v / total if total > 0 else 0.0) for c, v in booked.items()}
+    return Steady(reached=reached, start_s=start, end_s=end, steps=int((part >= 0.5).sum()), samples=samples,
+                  samples_per_s=samples / (end - start) if end > start else 0.0,
+                  compute_share=share["compute_s"], comm_share=share["comm_s"], wait_share=share["wait_s"],
+                  comm_fraction=share["comm_s"] + share["wait_s"])
+
+
+def steady_note(steady_state: dict[str, Any] | Steady | None) -> str | None:
+    """The sentence for a run too short for a steady state (None when it was reached).
+
+    >>> steady_note({"reached": False, "steps": 12})
+    'too short for a steady state (12 steps after warm-up): its throughput includes start-up effects'
+    >>> steady_note({"reached": True}) is None
+    True
+    """
+    if steady_state is None:
+        return None
+    d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
+    if d.get("reached", True):
+        return None
+    return (f"too short for a steady state ({d.get('steps', 0)} steps after warm-up): its throughput includes "
+            f"start-up effects")
+
+
+def notes(summary: dict[str, Any]) -> list[str]:
+    """The sentences a run's numbers come with (CLI, status line, reports): a steady state
+    not reached, a machine other processes were using (`summary["machine_note"]`).
+
+    >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
+    ['other processes used 1.6 of 2 cores ...']
+    """
+    return [n for n in (steady_note(summary.get("steady")), summary.get("machine_note")) if n]
+
+
+def steady_throughput(steps: pd.DataFrame) -> float:
+    """Steady samples/s of `steps` (`steady(steps).samples_per_s`)."""
+    return steady(steps).samples_per_s
+
+
+def timing(*, called: float, first_step_wall: float | None, ended: float, train_s: float) -> dict[str, float]:
+    """The run's time identities, all in seconds on one clock (wall clock, or virtual):
+
+    ``startup_s`` from the call to the first step's start (cluster, data, workers' set-up),
+    ``train_time_s`` from the first step's start to the last step's end (`train_time`),
+    ``teardown_s`` from there to the end (last records, closing), and
+    ``wall_time_s = startup_s + train_time_s + teardown_s`` exactly, each part >= 0.
+
+    Workers stamp their first step on their own clock; where it disagrees with the caller's
+    (another host), a negative remainder is clipped to 0 and the sum still holds.
+
+    >>> timing(called=10.0, first_step_wall=12.0, ended=20.0, train_s=7.5)
+    {'startup_s': 2.0, 'train_time_s': 7.5, 'teardown_s': 0.5, 'wall_time_s': 10.0}
+    >>> timing(called=10.0, first_step_wall=None, ended=11.0, train_s=0.0)    # no step ran
+    {'startup_s': 1.0, 'train_time_s': 0.0, 'teardown_s': 0.0, 'wall_time_s': 1.0}
+    """
+    first = ended if first_step_wall is None else min(max(first_step_wall, called), ended)
+    startup = first - called
+    train = max(float(train_s), 0.0)
+    teardown = max(ended - first - train, 0.0)
+    return {"startup_s": startup, "train_time_s": train, "teardown_s": teardown,
+            "wall_time_s": startup + train + teardown}
+
+
+def warm(step: int, elapsed_s: float, planned_s: float) -> bool:
+    """For a loop that keeps no records (the benchmark's bare loops): whether it is past
+    warm-up by the same rule, having run `step` steps for `elapsed_s` of `planned_s`.
+
+    >>> warm(2, 5.0, 10.0), warm(3, 0.5, 10.0), warm(3, 1.0, 10.0)
+    (False, False, True)
+    """
+    return step >= WARMUP_STEPS and elapsed_s >= WARMUP_FRACTION * planned_s
+
+
+class LiveSteady:
+    """The steady rate of a run while it runs, from the live step records (dicts), by the
+    same rule as `steady` (binned live rows are judged by their last step).
+
+    Feed it every record batch (`add`); `rate()` is the steady samples/s so far (None
+    until the steady state is reached), `startup_s(pressed, arrived)` estimates start-up
+    from when the first records arrived, less how long the run had already gone on.
+
+    >>> live = LiveSteady()
+    >>> live.add([{"kind": "step", "worker": 0, "step": k, "time": (k + 1) * 0.01, "samples": 8,
+    ...            "compute_s": 0.01, "comm_s": 0.0, "wait_s": 0.0} for k in range(40)])
+    >>> round(live.rate())
+    800
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[float, ...]] = []
+        self._frame: pd.DataFrame | None = None
+        self.newest_time: float | None = None   # the newest record's time at the first batch
+
+    def add(self, records: list[dict]) -> None:
+        for r in records:
+            if r.get("kind") != "step":
+                continue
+            self._rows.append((float(r.get("worker") or 0), float(r["step"]), float(r["time"]),
+                               float(r.get("samples") or 0), float(r.get("compute_s") or 0.0),
+                               float(r.get("comm_s") or 0.0), float(r.get("wait_s") or 0.0)))
+            self._frame = None
+        if self._rows and self.newest_time is None:
+            self.newest_time = max(row[2] for row in self._rows)
+
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            self._frame = pd.DataFrame(self._rows, columns=["worker", "step", "time", "samples", *COMPONENTS])
+        return self._frame
+
+    def rate(self) -> float | None:
+        """Steady samples/s so far; None before the steady state is reached."""
+        if not self._rows:
+            return None
+        s = steady(self.frame())
+        return s.samples_per_s if s.reached else None
+
+    def startup_s(self, pressed: float, arrived: float) -> float | None:
+        """Start-up estimated live: the first batch `arrived` (a monotonic time) carried rows
+        up to `newest_time` into the run, so step 0 began that long before it arrived."""
+        if self.newest_time is None:
+            return None
+        return max(arrived - self.newest_time - pressed, 0.0)
