@@ -10,6 +10,7 @@ import workbench.api
 from workbench import ConfigError, RunConfig
 from workbench.config import FIELDS, SIM_FIELDS
 from workbench.ui import dashboard as D
+from workbench.ui import plotly_widget as PW
 from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
 
 # A new value for every control, and the RunConfig value it must produce.
@@ -60,6 +61,11 @@ NEW_VALUES = {
     "timing_model": ("resnet50", "resnet50"),
     "jitter": (0.2, 0.2),
     "fail_worker": ("1@2.5", "1@2.5"),
+    "optimizer": ("lars", "lars"),
+    "beta1": (0.8, 0.8),
+    "beta2": (0.99, 0.99),
+    "eps": (1e-6, 1e-6),
+    "trust_coefficient": (0.02, 0.02),
     "calibration": ("/tmp/cal.json", "/tmp/cal.json"),
     "post_local_epoch": (2.5, 2.5),
     "outer_lr": (0.5, 0.5),
@@ -71,6 +77,8 @@ NEW_VALUES = {
     "error_feedback": (False, False),
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
+# valid only with this update rule (and momentum, nesterov at their defaults for it)
+NEEDS_OPTIMIZER = {"optimizer": "sgd", "beta1": "adamw", "beta2": "lamb", "eps": "adamw", "trust_coefficient": "lars"}
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
 
@@ -90,6 +98,10 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
         dash.controls["simulate"].value = name in NEEDS_SIMULATE
+        if name in NEEDS_OPTIMIZER:    # the knobs of one rule are refused under another: back to defaults first
+            for knob in ("nesterov", "momentum", "beta1", "beta2", "eps", "trust_coefficient"):
+                dash.controls[knob].value = RunConfig.model_fields[knob].default
+            dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
@@ -368,7 +380,7 @@ def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch)
 
 
 def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
-    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.F.LiveState(label="x", color="#000"))
+    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.figdata.LiveState(label="x", color="#000"))
     # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
     for k in range(30):
         state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
@@ -501,7 +513,7 @@ def _slot(now, names=()):
 
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
-    return D.FigureSlot(fig, clock=lambda: now[0])
+    return PW.FigureSlot(fig, clock=lambda: now[0])
 
 
 def _names(slot):
@@ -531,7 +543,7 @@ def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
     slot.edit(_add("c"))
     slot.edit(_add("d"))
     assert _names(slot) == ["first", "a", "b"] and slot.pending == 2
-    now[0] += D.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
+    now[0] += PW.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
     slot.apply_if_ready()
     assert _names(slot) == ["first", "a", "b", "c", "d"]
 
@@ -542,10 +554,10 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
     slot.edit(_add("a"))
     slot.flush()                                             # a run's last flush
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S - 0.1
+    now[0] = PW.READY_WAIT_S - 0.1
     slot.edit(_add("b"))
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S
+    now[0] = PW.READY_WAIT_S
     slot.edit(_add("c"))
     assert _names(slot) == ["a", "b", "c"]                   # in order
 

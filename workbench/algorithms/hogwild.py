@@ -50,4 +50,5 @@ class HogwildSGD(Algorithm):
 
 register(AlgorithmSpec(
     "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host (Recht et al.)",
-    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False))
+    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False,
+    takes_optimizer=False))   # the lock-free x -= lr g is the algorithm

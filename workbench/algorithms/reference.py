@@ -15,7 +15,7 @@ import numpy as np
 from ..config import RunConfig
 from ..data import global_batch
 from ..maths.metrics import Evaluator
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, StepLog, build_result, eval_record, event_record
 from ..util import machine
@@ -40,7 +40,7 @@ def train_reference(config: RunConfig, on_record: OnRecord | None = None,
     problem = Problem.from_config(config)
     data, model, plan = problem.data, problem.new_model(), problem.plan
     params = problem.initial_params()
-    opt = SGD(model.n_params, np, params.dtype, config.momentum, config.nesterov, config.weight_decay)
+    opt = make_optimizer(config, model.layout(), np, params.dtype)
     evaluate = Evaluator(model, data)
     grad = np.empty_like(params)
     collector = Collector(on_record)

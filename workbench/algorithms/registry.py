@@ -55,9 +55,13 @@ class Needs:
         """
         return self.groups(config, size) if self.groups else [list(range(size))]
 
-    def options(self, config: Any) -> dict[str, Any]:
-        """The server role's options for this config ({} without any)."""
-        return self.server_options(config) if self.server_options else {}
+    def options(self, config: Any, model: Any = None) -> dict[str, Any]:
+        """The server role's options for this config ({} without any); an update rule
+        among them (`optimizer`) gets the model's layer layout (`layout`) beside it."""
+        options = self.server_options(config) if self.server_options else {}
+        if "optimizer" in options and model is not None:
+            options = {**options, "layout": model.layout()}
+        return options
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class AlgorithmSpec:
     knobs: tuple[str, ...] = ()  # RunConfig fields that only matter to this algorithm (and its family)
     pattern: str = "none"        # cost-model communication pattern (PATTERNS)
     spans_hosts: bool = True     # False: shared memory, every worker on one host
+    takes_optimizer: bool = True  # False: its update is its own (config.optimizer must be sgd)
     # (config, n_train) -> (examples, batch) that the run's steps walk, when not the whole
     # training set and the global batch (LTFB: a trainer's training set and batch); the
     # plan of every run comes from it (`base.run_plan`)
