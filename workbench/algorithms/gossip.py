@@ -5,7 +5,7 @@ undirected graph (`topology`: ring, torus, exponential or complete), through the
 communication interface's peer-to-peer exchange (`comm.base.neighbour_exchange`). Each
 step, on its slice of global batch t:
 
-    y_i = x_i - lr * (the shared SGD rule's step on g_i(x_i))      local step (momentum as configured)
+    y_i = x_i - lr * (the configured rule's step on g_i(x_i))      local step (`optimizer`, momentum, ...)
     x_i = sum_j W_ij y_j       j in {i} + N(i), every tau steps    gossip (one message to each neighbour)
 
 W is symmetric and doubly stochastic: Metropolis-Hastings weights W_ij = 1 / (1 +
@@ -46,7 +46,7 @@ import numpy as np
 
 from ..comm.base import neighbour_exchange, ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .registry import AlgorithmSpec, Needs, register
 
@@ -129,7 +129,7 @@ class DPSGD(Algorithm):
         self.params = xp.asarray(ctx.model.init(c.seed))
         self.average = self.params.copy()
         self.grad = xp.empty_like(self.params)
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # the configured rule
         self.tau = c.tau
         self.lo, self.hi = ctx.my_slice()
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
