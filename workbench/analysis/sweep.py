@@ -125,7 +125,7 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
             raise ConfigError("batch_size", f"at most the training set size ({n_train}) {where} "
                               f"has batch_size {c.batch_size})", c.batch_size)
         try:
-            Problem.from_config(c).plan
+            _ = Problem.from_config(c).plan      # builds (and so checks) the schedule
         except ConfigError as exc:
             raise ConfigError(exc.field, f"{exc.allowed} {where})", exc.value) from None
         except ValueError as exc:
