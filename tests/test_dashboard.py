@@ -10,6 +10,7 @@ import workbench.api
 from workbench import ConfigError, RunConfig
 from workbench.config import FIELDS, SIM_FIELDS
 from workbench.ui import dashboard as D
+from workbench.ui import plotly_widget as PW
 from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
 
 # A new value for every control, and the RunConfig value it must produce.
@@ -379,7 +380,7 @@ def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch)
 
 
 def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
-    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.F.LiveState(label="x", color="#000"))
+    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.figdata.LiveState(label="x", color="#000"))
     # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
     for k in range(30):
         state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
@@ -512,7 +513,7 @@ def _slot(now, names=()):
 
     from workbench.ui import figures as F
     fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
-    return D.FigureSlot(fig, clock=lambda: now[0])
+    return PW.FigureSlot(fig, clock=lambda: now[0])
 
 
 def _names(slot):
@@ -542,7 +543,7 @@ def test_a_shown_slot_holds_edits_until_a_view_reports_in(now):
     slot.edit(_add("c"))
     slot.edit(_add("d"))
     assert _names(slot) == ["first", "a", "b"] and slot.pending == 2
-    now[0] += D.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
+    now[0] += PW.DRAWN_WAIT_S                                 # a view that never says so gets them anyway
     slot.apply_if_ready()
     assert _names(slot) == ["first", "a", "b", "c", "d"]
 
@@ -553,10 +554,10 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
     slot.edit(_add("a"))
     slot.flush()                                             # a run's last flush
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S - 0.1
+    now[0] = PW.READY_WAIT_S - 0.1
     slot.edit(_add("b"))
     assert _names(slot) == ["a"]
-    now[0] = D.READY_WAIT_S
+    now[0] = PW.READY_WAIT_S
     slot.edit(_add("c"))
     assert _names(slot) == ["a", "b", "c"]                   # in order
 

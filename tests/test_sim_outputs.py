@@ -174,7 +174,7 @@ def test_the_report_header_says_what_was_simulated(sim_result, real_result):
 
 
 def test_a_1024_worker_runs_figures_draw_at_most_16_worker_lines():
-    from workbench.analysis.figdata import MAX_WORKER_TRACES, lr_series, throughput_series, time_bins
+    from workbench.ui.figdata import MAX_WORKER_TRACES, lr_series, throughput_series, time_bins
 
     steps = pd.DataFrame({"worker": list(range(1024)) * 2, "step": [0] * 1024 + [1] * 1024,
                           "time": [1.0] * 1024 + [2.0] * 1024, "samples": 1, "lr": 0.1,

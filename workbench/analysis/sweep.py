@@ -39,6 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
@@ -147,6 +148,101 @@ def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
+
+
+def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
+    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
+    the first steps' imports and allocations weigh on a run of a fraction of a second).
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
+    [True, False]
+
+    Simulated runs never are: virtual time has no start-up noise to drown in.
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
+    [False, True]
+    """
+    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
+                 else np.zeros(len(table), dtype=bool))
+    for column in ("train_time_s", "wall_time_s"):
+        if column in table:
+            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
+    return np.zeros(len(table), dtype=bool)
+
+
+def table_simulated(table: pd.DataFrame) -> bool | str:
+    """Whether a sweep table's runs were simulated: True, False or "mixed" (`simulated_of`)."""
+    if "simulated" not in table or not len(table):
+        return False
+    flags = {bool(v) for v in table["simulated"].fillna(False)}
+    return "mixed" if len(flags) > 1 else flags == {True}
+
+
+def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> str:
+    """The cost model's state in sentences (the scaling tab), as HTML.
+
+    Args:
+        cal: a `costmodel.Calibration`.
+        error: mean relative error of its predictions on the measured points.
+        table: the sweep table it was fitted on.
+    """
+    n = len(table)
+    ws = ", ".join(str(int(w)) for w in table["workers"]) if n else "-"
+    parts = [f"The cost model was fitted on {n} run{'s' if n != 1 else ''} (on {ws} workers)."]
+    if n and table_simulated(table) is True:
+        parts.append("They were simulated: it was fitted to their virtual times, so it restates what the "
+                     "simulated device and network profiles imply (not a measurement of this machine).")
+    for kind, (c0, c1) in cal.compute.items():
+        parts.append(f"A {kind.upper()} worker computes one sample in {c1 * 1e6:.3g} µs, plus "
+                     f"{c0 * 1e3:.3g} ms per step.")
+    if cal.overhead_s:
+        parts.append(f"Each step also spends {cal.overhead_s * 1e3:.3g} ms outside compute and communication.")
+    bw = f"{1 / cal.beta / 1e9:.3g} GB/s" if cal.beta > 0 else "unlimited bandwidth"
+    how = {"fit": "both fitted to the measured communication times",
+           "beta": "the bandwidth fitted to the measured communication times, the latency kept at its "
+                   f"default for {cal.network} (the runs could not tell the two apart)",
+           "default": f"both the defaults for {cal.network}: the runs measured no communication"}.get(cal.how, cal.how)
+    parts.append(f"A message costs {cal.alpha * 1e6:.3g} µs of latency (alpha) and {cal.beta * 1e9:.3g} ns "
+                 f"per byte (beta, {bw}): {how}. The model has {cal.n_params:,} parameters of 4 bytes.")
+    if error is not None and math.isfinite(error):
+        parts.append(f"On the measured points its predictions are off by {error:.0%} on average.")
+    short = int(too_short(table).sum()) if n else 0
+    if short:
+        parts.append(f"<b>{short} of {n} runs lasted under {MIN_MEASURE_S:g} s</b> (ringed in the figure): "
+                     "start-up and the first steps weigh on them, so their throughput is not a measurement. "
+                     "Run more epochs before reading their efficiency.")
+    return " ".join(parts)
+
+
+def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: RunConfig, workers: Sequence[int],
+                   mode: str, network: str) -> tuple[Any, pd.DataFrame, float]:
+    """Calibrate the cost model on a sweep's runs and predict its curves (the scaling tab).
+
+    Args:
+        results: the sweep's RunResults.
+        table: its table (`sweep`), to measure the predictions' error on.
+        config: the swept config (algorithm, batch and the algorithm's own knobs).
+        workers: the worker counts swept; predictions go from the first to max(64, 8 x the largest)
+            in powers of two.
+        mode: "strong" or "weak".
+        network: a `costmodel.NETWORKS` name to predict for besides the calibrated one.
+    Returns:
+        (calibration, predicted table, mean relative error on the measured points).
+    """
+    from . import costmodel
+
+    cal = costmodel.calibrate(list(results))
+    top = max(64, 8 * max(workers))
+    pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
+    knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
+             "optimizer": config.optimizer}
+    predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
+                                  networks=[costmodel.MEASURED, network], **knobs)
+    _, error = costmodel.compare(cal, table, config.algorithm, **knobs)
+    return cal, predicted, error
+
+
 ROUNDS = 3   # a real sweep's default: the points measured interleaved, 1, 2, 1, 2, 1, 2
 
 
@@ -200,4 +296,3 @@ def combine_rounds(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
                                     f"{r['rounds']} rounds overlaps {first['workers']} worker(s) "
                                     f"{first['samples_per_s_lo']:,.0f}-{first['samples_per_s_hi']:,.0f}") if overlap else ""
     return add_scaling(pd.DataFrame(out, columns=list(SWEEP_COLUMNS)))
-

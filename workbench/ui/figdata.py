@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
+from ..analysis.sweep import MIN_MEASURE_S, too_short
 from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "STEPS_PER_BIN",
     "SMOOTH_BINS",
     "LIVE_SMOOTHING",
-    "MIN_MEASURE_S",
     "MAX_MARKERS",
     "MAX_WORKER_ROWS",
     "MAX_WORKER_TRACES",
@@ -47,6 +47,9 @@ __all__ = [
     "run_color",
     "Series",
     "thin",
+    "thin_all",
+    "as_array",
+    "results_of",
     "Table",
     "records_to_columns",
     "step_progress",
@@ -71,7 +74,6 @@ __all__ = [
     "lr_series",
     "planned_series",
     "lineage_series",
-    "too_short",
     "scaling_series",
     "comparison_series",
     "FIGURE_KEYS",
@@ -91,7 +93,6 @@ TIME_BINS = 40           # time windows of the static throughput / breakdown fig
 STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
 LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
-MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
 MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
 # Per-worker lines (throughput, lr) for the first 16 workers only: a simulated run of 1024
@@ -149,7 +150,7 @@ def as_result(source: Source) -> RunResult:
     raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
 
 
-def _results(sources: Source | Sequence[Source]) -> list[RunResult]:
+def results_of(sources: Source | Sequence[Source]) -> list[RunResult]:
     """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
     if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
         return [as_result(sources)]
@@ -244,7 +245,7 @@ def thin(values: Sequence, max_points: int) -> list:
     return [values[i] for i in idx]
 
 
-def _array(values: Sequence | None) -> np.ndarray | None:
+def as_array(values: Sequence | None) -> np.ndarray | None:
     """Numbers as a float array (plotly validates arrays without a per-point loop, and a
     FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
     if values is None:
@@ -255,8 +256,8 @@ def _array(values: Sequence | None) -> np.ndarray | None:
     return arr.astype(object)
 
 
-def _thin_all(max_points: int, *seqs: Sequence | None) -> list:
-    arrays = [_array(s) for s in seqs]
+def thin_all(max_points: int, *seqs: Sequence | None) -> list:
+    arrays = [as_array(s) for s in seqs]
     n = len(arrays[0])
     if n <= max_points:
         return arrays
@@ -784,26 +785,6 @@ def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
 
 
 # ------------------------------------------------------------------------------ scaling
-def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
-    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
-    the first steps' imports and allocations weigh on a run of a fraction of a second).
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
-    [True, False]
-
-    Simulated runs never are: virtual time has no start-up noise to drown in.
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
-    [False, True]
-    """
-    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
-                 else np.zeros(len(table), dtype=bool))
-    for column in ("train_time_s", "wall_time_s"):
-        if column in table:
-            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
-    return np.zeros(len(table), dtype=bool)
-
-
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    name: str | None = None) -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
@@ -858,14 +839,21 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         unit = " virtual s" if name == "simulated" else " s"
         busy = machine_busy(measured)
         notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
+        unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
         text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
-                + (f"<br>{n}" if isinstance(n, str) and n else "")
-                for st, s, sh, n in zip(status, secs, short, notes)]
+                + "".join(f"<br>{n}" for n in (n, u) if isinstance(n, str) and n)
+                for st, s, sh, n, u in zip(status, secs, short, notes, unresolved)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
+        if "samples_per_s_lo" in measured and (pd.to_numeric(measured.get("rounds"), errors="coerce") > 1).any():
+            med = measured["samples_per_s"].astype(float)   # interleaved rounds: the range as error bars
+            style["error_y"] = dict(type="data", symmetric=False, visible=True,
+                                    array=(measured["samples_per_s_hi"].astype(float) - med).tolist(),
+                                    arrayminus=(med - measured["samples_per_s_lo"].astype(float)).tolist())
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
         out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text, style={**style, "showlegend": False}))
+                          col=2, mode="replace", text=text,
+                          style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
         warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
                     marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
         label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
