@@ -532,3 +532,11 @@ def test_the_cost_model_charges_each_rule_its_update_passes():
     one_sgd = step_prediction(cal, "sgd", 1, 256)["step_time_s"]
     one_lamb = step_prediction(cal, "sgd", 1, 256, optimizer="lamb")["step_time_s"]
     assert one_lamb - one_sgd == pytest.approx(8 * cal.n_bytes / HOST_MEMORY_BYTES_PER_S, rel=1e-9)
+
+
+def test_the_sgd_curvature_warning_is_not_raised_for_the_normalised_rules(recwarn):
+    import workbench as wb
+    wb.run(RunConfig(algorithm="sgd", optimizer="lars", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
+    assert not [w for w in recwarn if issubclass(w.category, wb.api.RunWarning)]
+    with pytest.warns(wb.api.RunWarning, match="stability bound"):   # the same lr under sgd does warn
+        wb.run(RunConfig(algorithm="sgd", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))

@@ -104,13 +104,35 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
         ConfigError: a bad mode or worker list, or a combination the config rejects
             (e.g. a batch smaller than the workers), naming the field.
     """
+    from ..problem import Problem
+
     ws = _check(workers, mode)
     field = worker_field(config)
     other = "gpus" if field == "cpus" else "cpus"
     keep = config.simulate and field == "gpus"          # a simulated CPU master stays as it is
-    return [config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
-                              "batch_size": sweep_batch(config.batch_size, w, ws[0], mode)})
-            for w in ws]
+    out = []
+    for w in ws:
+        where = f"at every point of the {mode} sweep (the point on {w} workers"
+        batch = sweep_batch(config.batch_size, w, ws[0], mode)
+        try:
+            c = config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
+                                  "batch_size": batch})
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"{exc.allowed} {where})", exc.value) from None
+        # the run's plan from the dataset's entry (nothing loaded): a batch larger than the
+        # training set, or a schedule longer than the run, fails here, before the first point
+        n_train = Problem.from_config(c).shape.n_train
+        if c.batch_size > n_train:
+            raise ConfigError("batch_size", f"at most the training set size ({n_train}) {where} "
+                              f"has batch_size {c.batch_size})", c.batch_size)
+        try:
+            _ = Problem.from_config(c).plan      # builds (and so checks) the schedule
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"{exc.allowed} {where})", exc.value) from None
+        except ValueError as exc:
+            raise ConfigError("workers", f"points whose run can be planned {where}: {exc})", w) from None
+        out.append(c)
+    return out
 
 
 def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None = None) -> dict[str, Any]:

@@ -831,6 +831,7 @@ class Dashboard:
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
         self.model_html.value = ""
+        self.sweep_html.value = ""           # the table under the figure is this sweep's, from its first point
         if self._scaling_slot.box.layout.display == "none":
             if self._displayed:
                 self._scaling_slot.shown()
@@ -858,6 +859,7 @@ class Dashboard:
         rows.sort(key=lambda r: r["workers"])
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
+        self.sweep_html.value = runs_html(self.sweep_table, "workers", False)
         if not row.get("simulated"):
             from ..execution.cluster import current_client
             self._set_dask_link(self.cluster if self.cluster is not None else current_client())
