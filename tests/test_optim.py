@@ -540,3 +540,23 @@ def test_the_sgd_curvature_warning_is_not_raised_for_the_normalised_rules(recwar
     assert not [w for w in recwarn if issubclass(w.category, wb.api.RunWarning)]
     with pytest.warns(wb.api.RunWarning, match="stability bound"):   # the same lr under sgd does warn
         wb.run(RunConfig(algorithm="sgd", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
+
+
+# ---------------------------------------------------------------- on a real Dask cluster
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm, optimizer", [("cgdp", "lamb"), ("async_msgd", "adamw")])
+def test_dask_shared_memory_and_actor_roles_keep_the_rules_state(client, algorithm, optimizer):
+    # the role's moments live in the shared segment (shm) or the actor: both follow the reference
+    from workbench.algorithms.reference import train_reference
+    from workbench.execution.engine import run
+    cpus = 2 if algorithm == "cgdp" else 1
+    chunks = 1 if algorithm == "cgdp" else "auto"
+    cfg = RunConfig(algorithm=algorithm, cpus=cpus, optimizer=optimizer, chunk_layers=chunks, **ALGO_BASE,
+                    **RULE_KNOBS[optimizer])
+    ref = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto"))
+    shm, actor = run(cfg, cluster=client), run(cfg.replace(comm="dask"), cluster=client)
+    assert shm.status == actor.status == "completed", (shm.summary.get("errors"), actor.summary.get("errors"))
+    assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")
+    np.testing.assert_allclose(shm.params, ref.params, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(actor.params, ref.params, rtol=0, atol=2e-5)
