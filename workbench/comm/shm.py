@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..util.private import PrivateDirError, forget_segment, open_private, record_segment, sweep_stale
 from .base import WorkerLost
 
 SPIN = 2000                # polls (yielding the core) before starting to sleep
@@ -64,11 +65,23 @@ except ImportError:  # pragma: no cover - Windows
     _LOCK_EX = _LOCK_UN = 0
     _flock = None
 
+SWEEP_EVERY_S = 10.0       # a process sweeps dead runs' leftovers at most this often
+_last_sweep = [-SWEEP_EVERY_S]
+
+
 def create_segment(name: str, nbytes: int) -> str:
-    """Create a zeroed shared-memory segment (kept alive by this process); returns its name."""
+    """Create a zeroed shared-memory segment (kept alive by this process); returns its name.
+
+    Created exclusively, mode 0600 (Python's SharedMemory), and recorded in this user's
+    private directory with this process's pid; first, the leftovers of runs whose creator
+    is gone are swept (`util.private.sweep_stale`)."""
+    if time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
+        _last_sweep[0] = time.monotonic()
+        sweep_stale()
     shm = shared_memory.SharedMemory(name=name, create=True, size=max(nbytes, 8))
     np.frombuffer(shm.buf, dtype=np.uint8)[:] = 0
     _OWNED[name] = shm
+    record_segment(shm.name)
     return shm.name
 
 
@@ -81,6 +94,7 @@ def unlink_segment(name: str) -> None:
             shm.unlink()
         except FileNotFoundError:
             pass
+        forget_segment(name)
 
 
 def attach(name: str) -> shared_memory.SharedMemory:
@@ -93,7 +107,12 @@ def attach(name: str) -> shared_memory.SharedMemory:
     is harmless."""
     if name in _OWNED:
         return _OWNED[name]
-    return shared_memory.SharedMemory(name=name)
+    shm = shared_memory.SharedMemory(name=name)
+    owner = os.fstat(shm._fd).st_uid if getattr(shm, "_fd", -1) >= 0 else os.getuid()
+    if owner != os.getuid():   # a segment planted under our name by another user: never use it
+        shm.close()
+        raise PrivateDirError(f"shared-memory segment {name}: one created by uid {os.getuid()}, got uid {owner}")
+    return shm
 
 
 _OWNED: dict[str, shared_memory.SharedMemory] = {}
@@ -307,7 +326,7 @@ class ShmServer:
         self.core = ParameterServer(None, size, momentum, nesterov, weight_decay, optimizer=optimizer, layout=layout,
                                     state=_server_views(self.shm.buf, n, size, spec))
         self.control = control
-        self.lockfile = open(lock_path, "a+")
+        self.lockfile = open_private(lock_path)
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
         return with_flock(self.lockfile, fn)
@@ -442,7 +461,7 @@ class ShmChunkMaster:
                                 optimizer=optimizer, layout=layout, state={"x": v["x"], **v["state"]})
         self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
         self._chunking()
-        self.lockfile = open(lock_path, "a+")
+        self.lockfile = open_private(lock_path)
 
     def _chunking(self) -> None:
         from .roles import chunk_bounds

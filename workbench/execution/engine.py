@@ -34,7 +34,7 @@ from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
-from ..results import Collector, OnRecord, RunResult, build_result, event_record
+from ..results import Collector, OnRecord, RunResult, StepLog, build_result, event_record
 from ..util import machine
 from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
@@ -67,6 +67,7 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
                         emit=emit, t0_wall=t0_wall, extra=dict(extra or {}), start_barrier=start_barrier)
     if timer is not None:
         ctx.timer = timer
+    ctx.steps = StepLog(capacity=min(4096, plan.total_steps + 1))   # its rows: one a step (it grows if need be)
     spec = REGISTRY[config.algorithm]
     if rank == 0 or spec.evaluates in ("trainers", "all"):
         ctx.evaluator = Evaluator(model, data, xp)
