@@ -334,6 +334,7 @@ def test_shm_server_keeps_lambs_moments_in_the_segment(tmp_path):
     name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, role_state_spec(n, optimizer=s, layout=layout))
     try:
         lock = str(tmp_path / "server.lock")
+        open(lock, "x").close()     # made by the run's creator (util.private.create_lock); the workers open it
         a, b = (ShmServer(name, lock, n, 2, optimizer=s, layout=layout) for _ in range(2))
         core = ServerCore(x0, size=2, optimizer=s, layout=layout)
         for k, g in enumerate(grads):          # two clients of one server: the moments must be shared
@@ -359,6 +360,7 @@ def test_shm_chunk_master_final_chunk_is_split_at_layer_bounds(tmp_path):
     seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, 2, len(groups),
                                 role_state_spec(n, optimizer=s, layout=layout))
     lock, got = str(tmp_path / "m.lock"), {}
+    open(lock, "x").close()         # made by the run's creator; the workers open it
 
     def worker(rank):
         m = ShmChunkMaster(seg, lock, rank, 2, groups, 2, n, optimizer=s, layout=layout)
