@@ -50,7 +50,7 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
     >>> match_name("device", "tpu", SIM_DEVICES)
     Traceback (most recent call last):
     ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, knl, power8, xeon, got 'tpu'
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'
     """
     def key(s: str) -> str:
         return re.sub(r"[\s_-]+", "", s).lower()
