@@ -431,13 +431,13 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     points = _points_after_each_run(dash, "measured")
     assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
     table = dash.wait(60)
-    assert points == [1, 2]                                 # the figure grew as each run ended
+    assert points == [1, 2, 2, 2, 2, 2]     # the figure grew as each run ended (3 interleaved rounds: 1, 2, 1, 2, 1, 2)
     assert list(table.workers) == [1, 2] and list(table.status) == ["completed"] * 2
     names = {t.name for t in dash.scaling_figure.data}
     assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
     assert "prediction error" in dash.scaling_figure.layout.title.text
     assert dash.status_text.startswith("sweep done: 2 run(s)")
-    assert len(dash.history) == 2
+    assert len(dash.history) == 6
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):

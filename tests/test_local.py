@@ -88,11 +88,12 @@ def test_local_sgd_follows_the_reference_loop(algorithm, kw):
     assert np.abs(got.params - sync.params).max() > 1e-3
 
 
-def test_diloco_one_worker_outer_lr_1_no_momentum_is_its_inner_optimiser():
-    cfg = config("diloco", cpus=1, steps=20, tau=4, momentum=0.9, outer_lr=1.0, outer_momentum=0.0)
+@pytest.mark.parametrize("inner", [dict(momentum=0.9), dict(optimizer="adamw", lr=0.003, weight_decay=0.01)])
+def test_diloco_one_worker_outer_lr_1_no_momentum_is_its_inner_optimiser(inner):
+    cfg = config("diloco", cpus=1, steps=20, tau=4, outer_lr=1.0, outer_momentum=0.0, **inner)
     got = run_threads(cfg)
-    inner = train_reference(config("sgd", steps=20, momentum=0.9))
-    np.testing.assert_allclose(got.params, inner.params, rtol=0, atol=ATOL)
+    reference = train_reference(config("sgd", steps=20, **inner))
+    np.testing.assert_allclose(got.params, reference.params, rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize("kw", [dict(outer_lr=0.7, outer_momentum=0.9, momentum=0.0),

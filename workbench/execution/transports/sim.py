@@ -61,22 +61,30 @@ class SimGroup:
         self.procs: list[VProc | None] = [None] * self.size
         self.count = 0
         self.t_last = 0.0
+        self.cost_s = 0.0
 
-    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None) -> Any:
+    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None, gather: bool = False) -> Any:
+        """Wait for the group; the sum of the buffers (`gather`: every worker's buffer, a
+        tuple of copies) is ready `cost_s` after the last arrival (the longest any arrival
+        asked for; default the allreduce's)."""
         t = proc.now()
         self.slots[index], self.procs[index] = buf, proc
         self.count += 1
         self.t_last = max(self.t_last, t)
+        if cost_s is not None:
+            self.cost_s = max(self.cost_s, cost_s)
         if self.count < self.size:
             return proc.block()
         total = None
-        if buf is not None:
+        if gather:
+            total = tuple(self.slots)         # each arrival handed in its own copy
+        elif buf is not None:
             total = np.array(self.slots[0], copy=True)
             for other in self.slots[1:]:
                 total += other
             total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
-        if cost_s is None:
-            cost_s = self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        cost_s = self.cost_s if self.cost_s > 0 or cost_s is not None else \
+            self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
         done = self.t_last + cost_s
         procs = self.procs
         self._reset()
@@ -95,6 +103,15 @@ class SimComm:
 
     def allreduce(self, buf: Any) -> Any:
         return self.group.arrive(self.rank, self.proc, buf)
+
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
+        """Point-to-point: my vector to each peer and theirs to me, charged as len(peers)
+        messages of the vector, one after the other (one link per worker), once everyone
+        of the group has arrived (D-PSGD's exchanges are synchronous)."""
+        c = self.group.costs
+        cost = len(peers) * c.message(c.nbytes(len(vec))) if self.size > 1 else 0.0
+        every = self.group.arrive(self.rank, self.proc, np.array(vec, copy=True), cost_s=cost, gather=True)
+        return {j: every[j] for j in peers}
 
     def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
         """A compressed exchange's sum, charged as a ring allgather of the payloads or an
