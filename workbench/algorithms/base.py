@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.base import compressed_sum
+from ..comm.base import StopWait, compressed_sum
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
@@ -338,7 +338,11 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         if not sync and ctx.stop_requested():
             status = "stopped"
             break
-        out = algo.step(step)
+        try:
+            out = algo.step(step)
+        except StopWait:          # a wait on a turn or partner ended on the stop request
+            status = "stopped"
+            break
         if out.stop:
             status = out.stop
             if out.stop == "diverged" and (ctx.rank == 0 or not sync):
