@@ -15,7 +15,7 @@ DIGITS = dict(dataset="digits", epochs=1, seed=0)
 def test_strong_sweep_rows_and_scaling_maths():
     seen = []
     table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1, 2], mode="strong",
-                  cluster="threads", on_result=lambda row, result: seen.append((row, result)))
+                  cluster="threads", on_result=lambda row, result: seen.append((row, result)), rounds=1)
     assert list(table.columns) == list(SWEEP_COLUMNS)
     assert list(table.workers) == [1, 2] and list(table.batch_size) == [64, 64]
     assert list(table.status) == ["completed", "completed"]
@@ -32,10 +32,34 @@ def test_strong_sweep_rows_and_scaling_maths():
     assert table.final_test_accuracy.iloc[0] == pytest.approx(table.final_test_accuracy.iloc[1])
 
 
+def test_points_are_measured_interleaved_and_reported_as_median_and_range(tmp_path):
+    order = []
+    table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, steps=30, dataset="digits", seed=0), workers=[1, 2],
+                  cluster="threads", rounds=3, out=tmp_path / "sw", progress=False,
+                  on_result=lambda row, result: order.append((len(result.summary["workers"]), result)))
+    assert [w for w, _ in order] == [1, 2, 1, 2, 1, 2]                   # interleaved
+    assert list(table.workers) == [1, 2] and list(table.rounds) == [3, 3]
+    for w in (1, 2):
+        rates = sorted(r.summary["samples_per_s"] for n, r in order if n == w)
+        row = table[table.workers == w].iloc[0]
+        assert (row.samples_per_s_lo, row.samples_per_s, row.samples_per_s_hi) == pytest.approx(tuple(rates))
+        assert (tmp_path / "sw" / f"w{w}" / "summary.json").exists() and (tmp_path / "sw" / f"w{w}-r3").exists()
+    two = table.iloc[1]
+    overlap = two.samples_per_s_lo <= table.iloc[0].samples_per_s_hi and table.iloc[0].samples_per_s_lo <= two.samples_per_s_hi
+    assert two.resolved == (not overlap)
+    assert two.resolution_note.startswith("not resolved on this machine now") == overlap
+    assert table.speedup.iloc[1] == pytest.approx(two.samples_per_s / table.iloc[0].samples_per_s)
+
+
+def test_rounds_must_be_a_whole_number():
+    with pytest.raises(ConfigError, match="rounds: a whole number of rounds >= 1, got 0"):
+        sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1], cluster="threads", rounds=0)
+
+
 def test_weak_sweep_grows_the_batch_and_writes_files(tmp_path):
     out = tmp_path / "sweep"
     table = sweep(RunConfig(algorithm="sgd", batch_size=32, **DIGITS), workers=[1, 2, 4], mode="weak",
-                  out=out)
+                  out=out, rounds=1)
     assert list(table.batch_size) == [32, 64, 128]
     assert list(table["mode"]) == ["weak"] * 3
     on_disk = pd.read_csv(out / "sweep.csv")

@@ -30,7 +30,7 @@ SERVER_ROLES = {
 }
 # The cost model's communication patterns (see `workbench.analysis.costmodel`).
 PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_server", "elastic_shared",
-            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce")
+            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip")
 EVALUATORS = ("rank0", "all", "trainers")
 
 
@@ -44,6 +44,8 @@ class Needs:
     server_options: Callable[[Any], dict[str, Any]] | None = None  # config -> the role's options
     shared: tuple[str, ...] = ()  # shared arrays (`ctx.shared[name]`), initialised to the initial params
     setup: Callable[[Any, int], dict[str, Any]] | None = None   # client-side set-up (config, P) -> ctx.extra
+    elems: Callable[[int, int], int] | None = None   # (n_params, P) -> the largest allreduce, when more than
+    #   the parameters plus the tail (dpsgd's peer exchange carried by the allreduce: P n)
 
     def rank_groups(self, config: Any, size: int) -> list[list[int]]:
         """Rank groups that each get their own collective (default: all workers in one).
@@ -94,8 +96,10 @@ class AlgorithmSpec:
         return self.cls is None
 
     def comm_elems(self, n_params: int, size: int) -> int:
-        """Elements of one allreduce buffer: the parameters plus the packed tail (`base.SyncTail`)."""
-        return n_params + tail_length(size)
+        """Elements of the largest allreduce buffer: the parameters plus the packed tail
+        (`base.SyncTail`), unless the declaration says more (`Needs.elems`)."""
+        base = n_params + tail_length(size)
+        return max(base, self.needs.elems(n_params, size)) if self.needs.elems else base
 
 
 def tail_length(size: int) -> int:
@@ -111,7 +115,7 @@ def tail_length(size: int) -> int:
 _SPECS: dict[str, AlgorithmSpec] = {}
 _ORDERED: dict[str, AlgorithmSpec] | None = None
 # The modules that declare algorithms, in the order `python -m workbench algorithms` lists them.
-MODULES = ("reference", "sync", "async_ps", "hogwild", "easgd", "ltfb", "cgdp", "local")
+MODULES = ("reference", "sync", "async_ps", "hogwild", "easgd", "ltfb", "cgdp", "local", "gossip")
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:

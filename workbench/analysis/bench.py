@@ -379,7 +379,9 @@ def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
         result = run(b.config(algorithm, steps), cluster=b.client)
         limit = (before + b.measure_limit()) / 2    # the limit just before and just after the run
         return {"samples_per_s": steady_throughput(result.steps), "limit": limit,
-                "comm_fraction": result.summary["comm_fraction"], "status": result.status}
+                "comm_fraction": result.summary["comm_fraction"],
+                "bytes_per_step": float(result.steps["bytes_sent"].mean()),   # per worker, as the records count
+                "status": result.status}
     return measure
 
 
@@ -635,7 +637,7 @@ def main(args: argparse.Namespace) -> int:
         close_client(client)
     table = pd.concat(tables, ignore_index=True)
     cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "vs_limit_min", "vs_limit_max", "comm_fraction",
-            "exchange_ms"]
+            "bytes_per_step", "exchange_ms"]
     cols = [c for c in cols if c in table.columns]
     cols += [c for c in table.columns if c not in cols]
     print()

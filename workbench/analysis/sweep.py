@@ -48,7 +48,8 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "rounds", "samples_per_s_lo",
+                 "samples_per_s_hi", "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -262,3 +263,58 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
                                   networks=[costmodel.MEASURED, network], **knobs)
     _, error = costmodel.compare(cal, table, config.algorithm, **knobs)
     return cal, predicted, error
+
+
+ROUNDS = 3   # a real sweep's default: the points measured interleaved, 1, 2, 1, 2, 1, 2
+
+
+def combine_rounds(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per worker count from interleaved rounds (`scaling_row`s with a `round`).
+
+    `samples_per_s` is the median over the rounds (the lower middle one of an even count),
+    `samples_per_s_lo` / `_hi` the lowest
+    and highest, `spread` (hi - lo) / median; the row's other columns are the median
+    round's. A point is **resolved** when its range and the first point's do not overlap
+    (the effect it shows is wider than the spread); otherwise `resolution_note` says, in
+    words, that it is not resolved on this machine now. One round measures no spread:
+    `resolved` is then None, unless every row is simulated (deterministic: exact).
+    Speedup and efficiency (`add_scaling`) are of the medians.
+
+    >>> rows = [{"workers": w, "samples_per_s": v, "round": r, "status": "completed"}
+    ...         for r, (a, b) in enumerate([(100, 180), (110, 120), (90, 170)]) for w, v in ((1, a), (2, b))]
+    >>> t = combine_rounds(rows)
+    >>> t[["workers", "samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "resolved"]].values.tolist()
+    [[1, 100.0, 90.0, 110.0, True], [2, 170.0, 120.0, 180.0, True]]
+    >>> rows[3]["samples_per_s"] = 105       # round 1's 2-worker run as slow as a lone worker
+    >>> combine_rounds(rows)["resolution_note"].iloc[1]
+    'not resolved on this machine now: 2 workers 105-180 samples/s over 3 rounds overlaps 1 worker(s) 90-110'
+    """
+    import statistics
+
+    by_w: dict[int, list[dict]] = {}
+    for row in rows:
+        by_w.setdefault(int(row["workers"]), []).append(row)
+    out = []
+    for group in by_w.values():
+        values = [float(r["samples_per_s"] or 0.0) for r in group]
+        med = float(statistics.median_low(values))   # one measured run's: the lower middle one of an even count
+        pick = min(group, key=lambda r: abs(float(r["samples_per_s"] or 0.0) - med))
+        lo, hi = min(values), max(values)
+        out.append({**{k: v for k, v in pick.items() if k != "round"}, "samples_per_s": med, "rounds": len(group),
+                    "samples_per_s_lo": lo, "samples_per_s_hi": hi, "spread": (hi - lo) / med if med > 0 else math.nan})
+    simulated = all(bool(r.get("simulated")) for r in out)
+    first = out[0] if out else None
+    for r in out:
+        if r["rounds"] < 2 or (first is not None and first["rounds"] < 2):
+            r["resolved"] = True if simulated else None
+            r["resolution_note"] = "" if simulated else "one round: no spread measured"
+        elif r is first:
+            r["resolved"], r["resolution_note"] = True, ""
+        else:
+            overlap = r["samples_per_s_lo"] <= first["samples_per_s_hi"] and first["samples_per_s_lo"] <= r["samples_per_s_hi"]
+            r["resolved"] = not overlap
+            r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} workers "
+                                    f"{r['samples_per_s_lo']:,.0f}-{r['samples_per_s_hi']:,.0f} samples/s over "
+                                    f"{r['rounds']} rounds overlaps {first['workers']} worker(s) "
+                                    f"{first['samples_per_s_lo']:,.0f}-{first['samples_per_s_hi']:,.0f}") if overlap else ""
+    return add_scaling(pd.DataFrame(out, columns=list(SWEEP_COLUMNS)))

@@ -879,7 +879,9 @@ class Dashboard:
         from ..analysis.sweep import SWEEP_COLUMNS, add_scaling
         self._sweep_results.append(result)
         self.history.append(result)
-        rows = self.sweep_table.to_dict("records") + [row]
+        # a later round's row (the median so far) replaces that worker count's point
+        rows = [r for r in self.sweep_table.to_dict("records") if r["workers"] != row["workers"]] + [row]
+        rows.sort(key=lambda r: r["workers"])
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
         self.sweep_html.value = runs_html(self.sweep_table, "workers", False)
@@ -888,7 +890,7 @@ class Dashboard:
             self._set_dask_link(self.cluster if self.cluster is not None else current_client())
         self._show_runs()
         unit = "samples per virtual s" if row.get("simulated") else "samples/s"
-        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} "
+        self._set_status(f"sweep: {len(self._sweep_results)} run(s) done, last on {row['workers']} "
                          f"{'virtual ' if row.get('simulated') else ''}workers: "
                          f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 

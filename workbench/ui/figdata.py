@@ -902,14 +902,21 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         unit = " virtual s" if name == "simulated" else " s"
         busy = machine_busy(measured)
         notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
+        unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
         text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
-                + (f"<br>{n}" if isinstance(n, str) and n else "")
-                for st, s, sh, n in zip(status, secs, short, notes)]
+                + "".join(f"<br>{n}" for n in (n, u) if isinstance(n, str) and n)
+                for st, s, sh, n, u in zip(status, secs, short, notes, unresolved)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
+        if "samples_per_s_lo" in measured and (pd.to_numeric(measured.get("rounds"), errors="coerce") > 1).any():
+            med = measured["samples_per_s"].astype(float)   # interleaved rounds: the range as error bars
+            style["error_y"] = dict(type="data", symmetric=False, visible=True,
+                                    array=(measured["samples_per_s_hi"].astype(float) - med).tolist(),
+                                    arrayminus=(med - measured["samples_per_s_lo"].astype(float)).tolist())
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
         out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text, style={**style, "showlegend": False}))
+                          col=2, mode="replace", text=text,
+                          style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
         warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
                     marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
         label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
