@@ -50,6 +50,23 @@ class WorkerLost(RuntimeError):
     """A collective cannot complete because a peer is gone (the run was aborted)."""
 
 
+class StopWait(Exception):
+    """A wait on a server role (an elastic turn, a tournament partner) ended because the
+    run was asked to stop: the worker's loop ends as `stopped` (algorithms.base.run_loop)."""
+
+
+def check_wait(control: Any, what: str, on_stop: bool = True) -> None:
+    """Called now and then from inside a blocking wait: WorkerLost when the run was
+    aborted (a peer of a synchronous run is gone), StopWait when a stop was asked and
+    `on_stop` (waits whose end the peers do not decide together: turns, partners)."""
+    if control is None:
+        return
+    if control.aborted():
+        raise WorkerLost(f"{what} aborted: a peer is gone")
+    if on_stop and control.stop_requested():
+        raise StopWait(f"{what}: stop requested")
+
+
 class Comm(Protocol):
     rank: int
     size: int

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..util.private import PrivateDirError, forget_segment, open_private, record_segment, sweep_stale
-from .base import WorkerLost
+from .base import WorkerLost, check_wait
 
 SPIN = 2000                # polls (yielding the core) before starting to sleep
 SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
@@ -327,6 +327,7 @@ class ShmServer:
                                     state=_server_views(self.shm.buf, n, size, spec))
         self.control = control
         self.lockfile = open_private(lock_path)
+        _SERVERS[segment] = self
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
         return with_flock(self.lockfile, fn)
@@ -359,8 +360,7 @@ class ShmServer:
             time.sleep(SLEEP_S)  # not our turn yet (round-robin)
             if time.perf_counter() > deadline:
                 deadline = time.perf_counter() + ABORT_POLL_S
-                if self.control is not None and self.control.aborted():
-                    raise WorkerLost("elastic exchange aborted: a peer is gone")
+                check_wait(self.control, "elastic exchange")   # aborted, or a stop asked: never spin for good
         return d
 
     def retire(self, rank: int) -> None:
@@ -370,9 +370,20 @@ class ShmServer:
         return self.pull()[1]
 
     def close(self) -> None:
+        if _SERVERS.get(self.shm.name) is self:
+            del _SERVERS[self.shm.name]
         self.lockfile.close()
         self.core = None
         detach(self.shm)
+
+
+_SERVERS: dict[str, ShmServer] = {}   # this process's live servers by segment (a lost peer is retired through one)
+
+
+def live_server(segment: str) -> ShmServer | None:
+    """This process's open ShmServer on `segment`, if any: retiring a lost rank through it
+    needs no new attach (the dead creator's segment name may be gone already)."""
+    return _SERVERS.get(segment)
 
 
 def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:

@@ -533,7 +533,11 @@ def _create_shared(name: str, params: np.ndarray) -> str:
 
 def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
     """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
-    from ...comm.shm import ShmServer
+    from ...comm.shm import ShmServer, live_server
+    server = live_server(segment)
+    if server is not None:     # this worker's own (its creator may be dead, its name unlinked)
+        server.retire(rank)
+        return
     server = ShmServer(segment, lock, n, size, **options)
     try:
         server.retire(rank)

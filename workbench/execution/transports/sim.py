@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ...algorithms.base import FLUSH_S
 from ...comm.base import ThreadControl, WorkerLost
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
@@ -522,7 +523,7 @@ class SimTransport(Transport):
                     server = None
                 links = WorkerLinks(comm=comm, server=server, shared=shared, control=self.control,
                                     start_barrier=lambda: [], timer=proc.now,
-                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank, pool)))
+                                    adapt=lambda ctx: self._adapt(ctx, proc, costs, rank, pool))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
                                   sink)
@@ -564,6 +565,20 @@ class SimTransport(Transport):
                     if rank not in self.results and rank not in self.vanished:
                         self.results[rank] = {"status": "failed", "params": None,
                                               "error": f"{type(exc).__name__}: {exc}"}
+
+    def _adapt(self, ctx: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None) -> None:
+        """A virtual worker's context: its model charges virtual time (and computes in the
+        pool); its live batches leave every FLUSH_S x P/16 of wall time, so the run sends a
+        few dozen a second in all whatever P (1024 workers flushing 4 times a second each
+        cost more than their steps, in the driver and in the monitor that drains them)."""
+        ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
+        interval = FLUSH_S * max(1.0, self.size / 16)
+        flush = ctx.flush
+
+        def paced(done: bool = False, force: bool = False) -> None:
+            flush(done=done, force=force)
+            ctx._next_flush = time.perf_counter() + interval
+        ctx.flush = paced
 
     def _killed(self, rank: int, proc: VProc) -> None:
         self.killed_at[rank] = proc.sched.now
