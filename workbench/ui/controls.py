@@ -226,7 +226,7 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
 def _rule(field: str) -> Callable[[RunConfig], bool]:
     """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
     from ..config import OPTIMIZER_KNOBS
-    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field] and _takes_optimizer(c)
+    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field]   # (async_measgd's delta is momentum: shown)
 
 
 def _takes_optimizer(c: RunConfig) -> bool:
