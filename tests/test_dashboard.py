@@ -70,6 +70,7 @@ NEW_VALUES = {
     "post_local_epoch": (2.5, 2.5),
     "outer_lr": (0.5, 0.5),
     "outer_momentum": (0.5, 0.5),
+    "topology": ("torus", "torus"),
     "compression": ("topk", "topk"),
     "compression_ratio": (0.1, 0.1),
     "compression_rank": (2, 2),

@@ -156,3 +156,15 @@ def test_on_dask_follows_the_reference_loop(client, algorithm):
     got = run(cfg, client)
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, local_reference(cfg, 2, outer=algorithm == "diloco"), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("algorithm", ["local_sgd", "diloco", "dpsgd"])
+def test_stop_and_divergence_are_decided_together(algorithm):
+    import time
+    t0 = time.time()
+    got = run_threads(config(algorithm, cpus=2, epochs=400, tau=8), should_stop=lambda: time.time() - t0 > 0.3)
+    assert got.status == "stopped" and time.time() - t0 < 5
+    assert got.steps.groupby("worker")["step"].max().nunique() == 1      # every worker ended at the same step
+    bad = run_threads(config(algorithm, cpus=2, steps=200, tau=4, lr=1e6, momentum=0.0))
+    assert bad.status == "diverged"
+    assert any(e["event"] == "diverged" for e in bad.summary["events"])

@@ -562,3 +562,18 @@ def test_dask_shared_memory_and_actor_roles_keep_the_rules_state(client, algorit
     assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")
     np.testing.assert_allclose(shm.params, ref.params, rtol=0, atol=2e-5)
     np.testing.assert_allclose(actor.params, ref.params, rtol=0, atol=2e-5)
+
+
+def test_the_dashboard_shows_each_optimiser_knob_only_for_its_rule():
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.controls import CONTROLS
+    applies = {c.field: c.applies for c in CONTROLS}
+    shown = {name: {n for n in ("momentum", "nesterov", "beta1", "beta2", "eps", "trust_coefficient")
+                    if applies[n](RunConfig(algorithm="sync_sgd", cpus=2, optimizer=name))}
+             for name in ("sgd", "adamw", "lars", "lamb")}
+    assert shown == {"sgd": {"momentum", "nesterov"}, "adamw": {"beta1", "beta2", "eps"},
+                     "lars": {"momentum", "eps", "trust_coefficient"}, "lamb": {"beta1", "beta2", "eps"}}
+    assert applies["optimizer"](RunConfig(algorithm="sync_sgd", cpus=2))
+    assert not applies["optimizer"](RunConfig(algorithm="hogwild_sgd", cpus=2))   # its update is its own
+    assert applies["momentum"](RunConfig(algorithm="async_measgd", cpus=2))       # its delta
+    assert applies["weight_decay"] is None                                          # every rule's

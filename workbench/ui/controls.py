@@ -226,7 +226,7 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
 def _rule(field: str) -> Callable[[RunConfig], bool]:
     """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
     from ..config import OPTIMIZER_KNOBS
-    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field] and _takes_optimizer(c)
+    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field]   # (async_measgd's delta is momentum: shown)
 
 
 def _takes_optimizer(c: RunConfig) -> bool:
@@ -321,6 +321,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
     _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
        to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("topology", _dropdown(["ring", "torus", "exponential", "complete"]), applies=_knob("topology")),
     _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
        applies=_compressing()),
     _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,

@@ -41,6 +41,7 @@ until its frontend can take them (`FigureSlot`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import html
 import math
@@ -668,8 +669,32 @@ class Dashboard:
                 break
             self._show_progress(state)
         drawer.join()
+        self._flush(state)
+        self._redraw_whole(state)
         self._flush(state, last=True)
         self._finish(state)
+
+    def _redraw_whole(self, state: _Run) -> None:
+        """Redraw the run's loss, accuracy and lr traces from its complete records (every
+        step, not the live batches), decimated by the same extremes-keeping rule: when a
+        run ends its curves are the run directory's."""
+        result = state.result
+        if result is None or not len(result.steps):
+            return
+        try:
+            whole = figdata.align_to_first_step(result)
+            for key, x in (("progress_time", "time"), ("progress_epoch", "epoch")):
+                series = [dataclasses.replace(s, mode="replace") for s in
+                          figdata.progress_series(whole.steps, whole.evals, x, state.live.label, state.live.color)]
+                self._slots[key].edit(functools.partial(F.extend_series, series=series))
+            lr = [dataclasses.replace(s, mode="replace") for s in figdata.lr_series(whole.steps)]
+            self._slots["lr"].edit(functools.partial(F.extend_series, series=lr))
+            weight = float(self.smoothing.value)
+            if weight > 0:
+                for key in ("progress_time", "progress_epoch"):
+                    self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))
+        except Exception as exc:      # a plotting bug must not lose the run; it is reported
+            self.plot_errors.append(f"{type(exc).__name__}: {exc}")
 
     def _draw_loop(self, state: _Run) -> None:
         """Redraw the live figures with the records taken so far: at least every
