@@ -435,3 +435,23 @@ def test_free_run_dir_never_picks_a_folder_holding_a_run(tmp_path):
     assert free_run_dir(tmp_path, "run-1-sgd") == tmp_path / "run-1-sgd"
     wb.run(RunConfig(steps=2, out=str(tmp_path / "run-1-sgd")))
     assert free_run_dir(tmp_path, "run-1-sgd") == tmp_path / "run-1-sgd-2"
+
+
+# ------------------------------------------------------------------------------ issue 29's cases
+def test_epochs_too_large_to_count_is_one_line():
+    line = one_line_error(cli("run", "--epochs", "1e308"), "epochs")
+    assert "at most 1,000,000" in line and "1e308" in line
+
+
+def test_duplicate_yaml_keys_are_refused_naming_the_key(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("algorithm: sgd\nlr: 0.1\nsteps: 3\nlr: 10\n")      # PyYAML alone keeps lr: 10 silently
+    line = one_line_error(cli("run", "--config", str(path)), "config")
+    assert "'lr' is given twice, line 4" in line
+
+
+def test_ltfb_with_more_trainers_than_the_data_holds_names_trainers():
+    with pytest.raises(ConfigError) as info:
+        wb.run(RunConfig(algorithm="ltfb", simulate=True, cpus=1024, trainers=1024, batch_size=1024, steps=3),
+               progress=False)
+    assert info.value.field == "trainers" and "at most 1 for 1438 training examples" in str(info.value)

@@ -321,3 +321,31 @@ def test_a_paper_number_that_is_not_text_exits_2(tmp_path):
     path = _experiment(tmp_path, "notebooks/n.ipynb", expected_shape=[{"id": "a", "text": "b", "paper": [87]}])
     proc = reproduce(str(path), "--out", str(tmp_path / "out"))
     _one_line_error(proc, "error: expected_shape.paper: ")
+
+
+# ------------------------------------------------------------------------------ never overwrite what it did not write
+def test_reproduce_into_the_notebooks_folder_refuses_to_overwrite_the_lesson():
+    lesson = ROOT / "notebooks" / "easgd_family.ipynb"
+    before = lesson.read_bytes()
+    proc = reproduce("experiments/sc17_easgd.yaml", "--quick", "--out", str(ROOT / "notebooks"))
+    _one_line_error(proc, "error: out: ")
+    assert "is the lesson notebook" in proc.stderr
+    assert lesson.read_bytes() == before and not (ROOT / "notebooks" / ".workbench-reproduce").exists()
+
+
+def test_reproduce_rewrites_only_the_files_it_wrote(tmp_path):
+    from workbench.apps.reproduce import _claim_files
+    from workbench.config import ConfigError
+    source = ROOT / "notebooks" / "easgd_family.ipynb"
+    names = [source.name, "report.html", "shape.json"]
+    out = tmp_path / "out"
+    _claim_files(out, names, source)
+    for name in names:
+        (out / name).write_text("ours")
+    _claim_files(out, names, source)                  # a second reproduction into its own folder: fine
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "report.html").write_text("someone's report")
+    with pytest.raises(ConfigError, match="report.html exists: move it"):
+        _claim_files(other, names, source)
+    assert (other / "report.html").read_text() == "someone's report"

@@ -320,7 +320,8 @@ class RunConfig(BaseModel):
         "at most epochs)."))
     decay: Literal["none", "step", "cosine"] = Field("none", description=(
         "Learning-rate decay after warmup: none (constant), step (x0.1 at a third and two thirds "
-        "of the remaining steps) or cosine (half a cosine down to 0 at the last step)."))
+        "of the steps after warmup) or cosine (half a cosine down to 0, reached one step after the "
+        "last: the last step's lr is just above 0)."))
     momentum: float = Field(0.9, description=(
         "Heavy-ball momentum coefficient in [0, 1) (0.9 as in Goyal et al.; 0 = plain SGD). "
         "async_msgd keeps it on the server, async_measgd uses it as the workers' delta; "
@@ -691,8 +692,8 @@ class RunConfig(BaseModel):
     @field_validator("epochs")
     @classmethod
     def _epochs(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError("a finite number > 0")
+        if not (math.isfinite(v) and 0 < v <= MAX_EPOCHS):   # 1e308 epochs overflowed the step count
+            raise ValueError(f"a finite number > 0 and at most {MAX_EPOCHS:,.0f}")
         return v
 
     @field_validator("steps", "eval_every")
@@ -917,6 +918,34 @@ def _check_simulation(c: RunConfig) -> None:
 YAML_MAX_BYTES = 1 << 20
 
 
+MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int):
+        self.key, self.line = key, line
+
+
+def _unique_key_loader() -> Any:
+    """A yaml.SafeLoader that refuses a mapping giving one key twice (PyYAML keeps the
+    last silently: `lr: 0.1` then `lr: 10` would run with 10)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    seen.add(key)
+                except TypeError:   # an unhashable key: construct_mapping itself says so
+                    pass
+            return super().construct_mapping(node, deep=deep)
+    return UniqueKeyLoader
+
+
 def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX_BYTES) -> Any:
     """Parse a small YAML file safely; every failure is one ConfigError naming `field`.
 
@@ -952,7 +981,10 @@ def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise ConfigError(field, "YAML without anchors or aliases (& and *)", text_path)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())   # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as dup:
+        raise ConfigError(field, f"YAML with each key once ({dup.key!r} is given twice, line {dup.line})",
+                          text_path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

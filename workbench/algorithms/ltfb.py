@@ -144,14 +144,35 @@ def trainer_plan_shape(config: RunConfig, n_train: int) -> tuple[int, int]:
     ...                              tournament_size=10), 101)
     (40, 32)
     """
+    _check_trainers(config, n_train)
     return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
+
+
+def _check_trainers(config: RunConfig, n_train: int) -> None:
+    """When a trainer's share cannot hold even one batch, no tournament size fixes it
+    (1024 trainers said "tournament_size: at most 0"): name `trainers`, with the most
+    that fit."""
+    share, b = n_train // config.trainers, config.batch_size // config.trainers
+    if share - b >= 1 and share - config.tournament_size >= 1:
+        return
+    if share - b >= 1:
+        raise ConfigError("tournament_size", f"less than each trainer's share of the data ({share})",
+                          config.tournament_size)
+    fits = [t for t in range(config.trainers, 0, -1)
+            if n_train // t - config.tournament_size >= max(1, config.batch_size // t)]
+    allowed = (f"at most {fits[0]} for {n_train} training examples (each trainer's share must hold a batch of "
+               f"batch_size / trainers and its tournament set of {config.tournament_size})" if fits else
+               "fewer, or a larger dataset: no trainer count leaves each one a batch and a tournament set")
+    raise ConfigError("trainers", allowed, config.trainers)
 
 
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
     """Client-side checks before any worker starts: the data leaves every trainer a batch."""
     from ..problem import Problem
-    share = Problem.from_config(config).shape.n_train // config.trainers
+    n_train = Problem.from_config(config).shape.n_train
+    share = n_train // config.trainers
     b = config.batch_size // config.trainers
+    _check_trainers(config, n_train)
     if share - config.tournament_size < b:
         raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
                           f"must leave at least one batch of {b})", config.tournament_size)

@@ -199,9 +199,9 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     from ..execution.preflight import check_out
     check_out(out, overwrite=True)   # a reproduction's folder is rewritten run by run
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    params = {**params, "quick": quick, "out_dir": str(out)}
     executed = out / exp.notebook.name
+    _claim_files(out, [exp.notebook.name, "report.html", "shape.json"], exp.notebook)
+    params = {**params, "quick": quick, "out_dir": str(out)}
     log, handler = logging.getLogger("papermill"), None
     level = log.level
     if progress and not log.handlers:
@@ -235,6 +235,31 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
               or (c["held"] is None and not (quick and c["id"] in exp.quick_skips))]
     return {"report": str(report), "notebook": str(executed), "checks": checks,
             "all_held": not failed, "failed": failed}
+
+
+MANIFEST = ".workbench-reproduce"   # in --out: the files reproduce wrote there (it may rewrite only those)
+
+
+def _claim_files(out: Path, names: list[str], source: Path) -> None:
+    """Refuse an --out where reproduce would overwrite a file it did not write (the
+    lesson notebook itself when --out is the notebooks folder, any other file of the same
+    name); else note `names` as reproduce's own in out's manifest."""
+    manifest = out / MANIFEST
+    try:
+        own = set(json.loads(manifest.read_text())) if manifest.is_file() else set()
+    except (OSError, ValueError):
+        own = set()
+    for name in names:
+        path = out / name
+        if path.resolve() == source.resolve():
+            raise ConfigError("out", f"a folder other than the notebook's own ({path} is the lesson notebook, which "
+                              "the executed copy would overwrite)", str(out))
+        if (path.exists() or path.is_symlink()) and name not in own:
+            raise ConfigError("out", f"a folder without files of reproduce's names that it did not write ({path} "
+                              "exists: move it, or choose another --out)", str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    from ..util.fileio import atomic_write
+    atomic_write(manifest, json.dumps(sorted(own | set(names))))
 
 
 def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
