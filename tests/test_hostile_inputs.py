@@ -455,3 +455,15 @@ def test_ltfb_with_more_trainers_than_the_data_holds_names_trainers():
         wb.run(RunConfig(algorithm="ltfb", simulate=True, cpus=1024, trainers=1024, batch_size=1024, steps=3),
                progress=False)
     assert info.value.field == "trainers" and "at most 1 for 1438 training examples" in str(info.value)
+
+
+def test_the_dask_dashboard_line_waits_for_training(capsys):
+    # An input the engine refuses on an external cluster exits 2 with its one line only:
+    # the dashboard link is printed when the first records arrive, not before the checks.
+    from workbench.apps.cli import _first_record_says
+    seen = []
+    on_record = _first_record_says("dask dashboard: http://x/status", seen.append)
+    assert capsys.readouterr().err == ""
+    on_record([{"kind": "step"}])
+    on_record([{"kind": "step"}])
+    assert capsys.readouterr().err == "dask dashboard: http://x/status\n" and len(seen) == 2

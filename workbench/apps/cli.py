@@ -340,6 +340,20 @@ def stop_on_signals():
             signal.signal(sig, old)
 
 
+def _first_record_says(line: str, then: Any) -> Any:
+    """An on_record that prints `line` to stderr when the first records arrive (training
+    has started: an input refused before that is the only line printed), then calls `then`."""
+    said = []
+
+    def on_record(records: Any) -> None:
+        if not said:
+            said.append(True)
+            print(line, file=sys.stderr)
+        if then is not None:
+            then(records)
+    return on_record
+
+
 def _default_out(config: RunConfig) -> str:
     return str(Path("runs") / f"{config.algorithm}-{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
 
@@ -364,10 +378,11 @@ def _run(args: argparse.Namespace) -> int:
             if config.algorithm != "sgd" or config.simulate:
                 from ..execution.engine import transport_for
                 transport = transport_for(config)
+            on_record = progress
             if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
                 from ..execution.cluster import dashboard_link
-                print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
-            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
+                on_record = _first_record_says(f"dask dashboard: {dashboard_link(transport.client)}", progress)
+            result = api.run(config, cluster=transport, on_record=on_record, progress=False,  # the CLI's own bar
                              overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
