@@ -288,7 +288,7 @@ class Calibration:
     beta: float                               # s per byte
     n_params: int
     overhead_s: float = 0.0                   # per step, outside compute / comm / wait (median of runs)
-    how: str = "default"                      # "fit" | "beta" | "default" (see fit_alpha_beta)
+    how: str = "default"                      # "fit" | "beta" | "default" (fit_alpha_beta) | "benchmark" (linkfit)
     network: str = "shm"                      # where default alpha / beta came from
     points: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
@@ -410,7 +410,8 @@ def _layer_shapes(cfg: dict[str, Any]) -> list[tuple[int, ...]]:
     return [tuple(layer.shape) for layer in model.layers]
 
 
-def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm") -> Calibration:
+def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm",
+              link: Any = None) -> Calibration:
     """Fit compute per sample per worker kind, and alpha / beta, from measured runs.
 
     Args:
@@ -418,6 +419,9 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
             worker counts; runs of other sizes may be mixed if `n_params` is left None.
         n_params: parameters of the model (default: read from each run).
         network: whose documented alpha / beta fill in what the runs cannot determine.
+        link: a `workbench.analysis.linkfit.LinkFit` (the exchange timed alone, at several
+            sizes, bounded by physics): its alpha / beta replace the ones fitted from the
+            runs' comm times, which mix in waiting (`how` is then "benchmark").
     Returns:
         A `Calibration`; `how` says whether alpha and beta were fitted.
     Raises:
@@ -454,6 +458,8 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
     table = pd.DataFrame(points, columns=["algorithm", "workers", "n_bytes", "A", "B", "comm_s"])
     default = NETWORKS[network]
     alpha, beta, how = fit_alpha_beta(table["A"], table["B"], table["comm_s"], default.alpha, default.beta)
+    if link is not None:
+        alpha, beta, how = float(link.alpha), float(link.beta), "benchmark"
     return Calibration(compute=compute, alpha=alpha, beta=beta, n_params=int(n_params or sizes[-1]),
                        overhead_s=float(np.median(overheads)), how=how, network=network, points=table)
 
