@@ -68,7 +68,7 @@ def test_nothing_below_ui_imports_ui():
 def test_registry_matches_the_algorithm_table():
     from workbench.algorithms import REGISTRY
     from workbench.config import ALGORITHMS
-    assert set(REGISTRY) == set(ALGORITHMS) - {"sgd"}
+    assert set(REGISTRY) == set(ALGORITHMS)
 
 
 # ------------------------------------------------------------------ the module graph (static, on the AST)

@@ -26,7 +26,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     Args:
         config: a `RunConfig` (or a dict of its fields).
         cluster: a Dask `Client`, cluster, or scheduler address; default: a local cluster
-            started (or reused) for this session. Ignored for `algorithm="sgd"`.
+            started (or reused) for this session. Ignored by an algorithm that runs in this
+            process (`AlgorithmSpec.in_process`: sgd).
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
@@ -62,9 +63,6 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
                                   type(cluster).__name__)
             from .sim.run import run_simulated
             result = run_simulated(config, on_record=on_record, should_stop=should_stop)
-        elif config.algorithm == "sgd":
-            from .algorithms.reference import train_reference
-            result = train_reference(config, on_record=on_record, should_stop=should_stop)
         else:
             from .execution.engine import run as engine_run
             result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
@@ -90,6 +88,12 @@ def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult
     collector = Collector()
     collector([event_record(wall, "stop_requested", None, f"{why} before training started")])
     return build_result(config.to_dict(), collector, status="stopped", wall_time_s=wall, workers=[])
+
+
+def _spec(config: RunConfig) -> Any:
+    """The declaration of the config's algorithm (`algorithms.registry.AlgorithmSpec`)."""
+    from .algorithms.registry import specs
+    return specs()[config.algorithm]
 
 
 class RunWarning(UserWarning):
@@ -178,7 +182,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         config = config.replace(simulate=True)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
-    if cluster is None and config.algorithm != "sgd" and not simulated:   # simulated: each point its own
+    in_process = _spec(config).in_process   # sgd: no cluster to start or warm
+    if cluster is None and not in_process and not simulated:   # simulated: each point its own
         from .execution.cluster import session_client
         field = worker_field(config)
         cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
@@ -187,7 +192,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # worker spends ~10 s setting it up inside the other workers' training span (they wait
     # in the first exchange), which the first measured point would otherwise include.
     # (Virtual time has no cold workers: a simulated sweep skips it.)
-    if config.algorithm != "sgd" and not simulated:
+    if not in_process and not simulated:
         run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
@@ -224,6 +229,8 @@ def _check_simulated_sweep(config: RunConfig, cluster: Any) -> None:
     if cluster is not None:
         raise ConfigError("cluster", "None with simulate (each point runs on its own virtual cluster, in this "
                           "process)", cluster if isinstance(cluster, str) else type(cluster).__name__)
-    if config.algorithm == "sgd":
-        raise ConfigError("algorithm", "a parallel algorithm with simulate (sgd is the single-process reference; "
-                          "sweep sync_sgd instead, which computes the same updates)", config.algorithm)
+    fixed = _spec(config).workers
+    if fixed is not None:
+        raise ConfigError("algorithm", f"an algorithm whose worker count the sweep can vary with simulate "
+                          f"({config.algorithm} runs on {fixed} worker; sweep sync_sgd instead, which computes "
+                          "the same updates)", config.algorithm)

@@ -704,9 +704,10 @@ class RunConfig(BaseModel):
     def _combinations(self) -> RunConfig:
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
-        if self.algorithm != "sgd" and workers is not None and workers < 1:
+        fixed = _algorithm_spec(self.algorithm).workers is not None   # its worker count is its own (sgd: 1)
+        if not fixed and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
-        if workers is not None and self.algorithm != "sgd" and self.batch_size < workers:
+        if workers is not None and not fixed and self.batch_size < workers:
             raise ConfigError("batch_size", f"at least the number of workers ({workers})", self.batch_size)
         if self.algorithm == "ltfb" and workers is not None and self.trainers > workers:
             raise ConfigError("trainers", f"at most the number of workers ({workers})", self.trainers)
@@ -721,7 +722,7 @@ class RunConfig(BaseModel):
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
             raise ConfigError("warmup_epochs", f"at most epochs ({self.epochs:g})", self.warmup_epochs)
-        if self.comm == "nccl" and self.algorithm != "sgd" and (self.cpus > 0 or self.gpus == 0):
+        if self.comm == "nccl" and not fixed and (self.cpus > 0 or self.gpus == 0):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
         _check_scaled_lr(self)
@@ -738,8 +739,9 @@ class RunConfig(BaseModel):
     @property
     def n_workers(self) -> int | None:
         """Workers the run asks for; None while `gpus="auto"` is unresolved."""
-        if self.algorithm == "sgd":
-            return 1
+        fixed = _algorithm_spec(self.algorithm).workers
+        if fixed is not None:
+            return fixed
         if self.gpus == "auto":
             return None
         return self.cpus + self.gpus

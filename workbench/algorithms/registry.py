@@ -64,13 +64,16 @@ class AlgorithmSpec:
 
     name: str
     summary: str                 # one line: `wb.ALGORITHMS[name]`, `python -m workbench algorithms`
-    cls: type | None             # the worker class (None: single-process, `reference.train_reference`)
+    cls: type                    # the worker class (`base.Algorithm`), one instance per worker
     sync: bool                   # every worker reaches every step: a lost worker fails the run
     evaluates: str = "rank0"     # "rank0"; "all" (every rank a share, same params); "trainers" (LTFB)
     needs: Needs = field(default_factory=Needs)
     knobs: tuple[str, ...] = ()  # RunConfig fields that only matter to this algorithm (and its family)
     pattern: str = "none"        # cost-model communication pattern (PATTERNS)
     spans_hosts: bool = True     # False: shared memory, every worker on one host
+    workers: int | None = None   # exactly this many workers whatever cpus / gpus say (sgd: 1); None: cpus + gpus
+    in_process: bool = False     # runs on the thread transport in this process whatever `cluster` says: no
+    #                              cluster is started, no scheduler asked (sgd)
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
@@ -79,10 +82,8 @@ class AlgorithmSpec:
             raise ValueError(f"evaluates: one of {list(EVALUATORS)}, got {self.evaluates!r}")
         if self.needs.server is not None and self.needs.server not in SERVER_ROLES:
             raise ValueError(f"needs.server: one of {sorted(SERVER_ROLES)}, got {self.needs.server!r}")
-
-    @property
-    def single_process(self) -> bool:
-        return self.cls is None
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers: None or at least 1, got {self.workers!r}")
 
     def comm_elems(self, n_params: int, size: int) -> int:
         """Elements of one allreduce buffer: the parameters plus the packed tail (`base.SyncTail`)."""
@@ -111,8 +112,7 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
     if spec.name in _SPECS and _SPECS[spec.name] is not spec:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     _SPECS[spec.name] = spec
-    if spec.cls is not None:
-        spec.cls.spec = spec
+    spec.cls.spec = spec
     return spec
 
 
@@ -125,7 +125,7 @@ def specs() -> dict[str, AlgorithmSpec]:
             importlib.import_module(f"{__package__}.{module}")
 
         def where(item: tuple[int, AlgorithmSpec]) -> tuple[int, int]:
-            module = item[1].cls.__module__.rsplit(".", 1)[-1] if item[1].cls else "reference"
+            module = item[1].cls.__module__.rsplit(".", 1)[-1]
             return (MODULES.index(module) if module in MODULES else len(MODULES), item[0])
         _ORDERED = {s.name: s for _, s in sorted(enumerate(_SPECS.values()), key=where)}
     return _ORDERED

@@ -96,7 +96,7 @@ MEASURED = "measured"           # the network name of calibrated alpha / beta
 # by each algorithm in its own module (`workbench.algorithms.registry`).
 PATTERNS: dict[str, str] = {name: spec.pattern for name, spec in specs().items()}
 SAME_HOST = tuple(name for name, spec in specs().items()            # shared memory: one host only
-                  if not spec.spans_hosts and not spec.single_process)
+                  if not spec.spans_hosts)
 ALLREDUCES = ("ring", "tree")
 
 

@@ -320,6 +320,7 @@ def _default_out(config: RunConfig) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from .. import api
+    from ..algorithms.registry import specs
     from ..execution.preflight import preflight
 
     config = config_from_args(args)
@@ -334,7 +335,7 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if config.algorithm != "sgd" and not config.simulate:   # the Dask dashboard, one click away
+            if not specs()[config.algorithm].in_process and not config.simulate:   # the Dask dashboard link
                 from ..execution.cluster import dashboard_link, session_client
                 print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
                       file=sys.stderr)

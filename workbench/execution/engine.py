@@ -122,14 +122,18 @@ def _loop(ctx: WorkerContext) -> dict:
 # ------------------------------------------------------------------------------ client side
 def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
         should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` on a Dask cluster (default: the session's local one) or on "threads"."""
-    if REGISTRY.get(config.algorithm) is None:
+    """Run `config` on a Dask cluster (default: the session's local one) or on "threads".
+
+    An algorithm declared `in_process` (sgd) always runs on the thread transport: `cluster`
+    is ignored and none is started."""
+    spec = REGISTRY.get(config.algorithm)
+    if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     if config.simulate:   # the simulator sits above the engine: workbench.run dispatches to it
         raise ConfigError("simulate", "false here: simulated runs go through workbench.run "
                           "(workbench.sim.run.run_simulated)", config.simulate)
-    if isinstance(cluster, str) and cluster == "threads":
+    if spec.in_process or (isinstance(cluster, str) and cluster == "threads"):
         from .transports.threads import ThreadTransport
         transport: Transport = ThreadTransport()
     else:
@@ -198,6 +202,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     t_called = time.time() if t_called is None else t_called
     spec = REGISTRY[config.algorithm]
     workers = transport.choose(config)
+    if spec.workers is not None:   # declared (sgd: one); GPU workers come first
+        workers = workers[:spec.workers]
     size = len(workers)
     if not spec.spans_hosts and len({w["host"] for w in workers}) > 1:
         raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "

@@ -52,7 +52,6 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
 
 
 def main() -> int:
-    from ..algorithms.reference import train_reference
     from ..analysis.bench import steady_throughput
     from ..config import RunConfig
     from .cluster import make_cluster, shared_gpu_cluster
@@ -64,7 +63,7 @@ def main() -> int:
     limit = plain_cupy_loop(base)
     rows.append({"check": "plain CuPy loop (limit)", "workers": "1 gpu", "samples_per_s": limit, "max_abs_diff": None, "status": "ok"})
     short = base.replace(steps=30)
-    ref = train_reference(short.replace(algorithm="sgd"))
+    ref = run(short.replace(algorithm="sgd"))   # one CPU worker in this process: the reference
 
     one = make_cluster(gpus=1, cpus=0, quiet=True)
     try:

@@ -21,8 +21,7 @@ def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
     if not config.simulate:
         raise ConfigError("simulate", "true for a simulated run", config.simulate)
     spec = REGISTRY.get(config.algorithm)
-    if spec is None or spec.cls is None:
-        raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
-                          "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
+    if spec is None:
+        raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
     t_called = time.time()
     return execute(config, SimTransport(link=link), on_record=on_record, should_stop=should_stop, t_called=t_called)

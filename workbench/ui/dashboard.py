@@ -290,10 +290,10 @@ CONTROLS: tuple[Control, ...] = (
     _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
     _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024)])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.algorithm != "sgd"),
-    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: c.algorithm != "sgd"),
-    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
-    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not _in_process(c)),
+    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not _in_process(c)),
+    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not _in_process(c)),
+    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not _in_process(c)),
     # simulated cluster ("default" stands for unset: the simulator picks)
     _c("simulate", _check),
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
@@ -346,6 +346,12 @@ CONTROLS: tuple[Control, ...] = (
 )
 CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field
 RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
+
+
+def _in_process(config: RunConfig) -> bool:
+    """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
+    from ..algorithms.registry import specs
+    return specs()[config.algorithm].in_process
 
 
 def preview_n_train(config: RunConfig) -> int:
@@ -1082,14 +1088,14 @@ class Dashboard:
             if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
                 cluster = None
                 state.phase = f"starting: a simulated cluster of {_workers_of(cfg)} virtual worker(s)"
-            elif cfg.algorithm == "sgd":
+            elif _in_process(cfg):
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if cfg.algorithm != "sgd" and not cfg.simulate:
+            if not _in_process(cfg) and not cfg.simulate:
                 self._set_dask_link(cluster)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
             state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
