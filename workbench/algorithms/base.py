@@ -182,13 +182,16 @@ class Algorithm:
     """Base class: one instance per worker per run.
 
     What the algorithm is and needs (sync or not, who evaluates, its server role, ...) is
-    declared once, in its module, by `registry.register(AlgorithmSpec(...))`, which binds
-    the class's `spec`; `sync` and `evaluates` read it."""
+    declared once, in `registry`'s table, naming this class; loading it binds the class's
+    `spec`, which `sync` and `evaluates` read."""
 
-    spec: Any = None     # the AlgorithmSpec, bound by `register`
+    spec: Any = None     # the AlgorithmSpec, bound when the registry loads the class
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
+        if "spec" not in type(self).__dict__:   # built directly, not through `AlgorithmSpec.cls`
+            from .registry import spec_of
+            type(self).spec = spec_of(type(self))
 
     @property
     def sync(self) -> bool:

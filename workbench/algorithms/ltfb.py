@@ -66,7 +66,7 @@ from ..maths.backend import to_numpy
 from ..maths.optim import SGD, make_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
+from .registry import trainer_lrs  # each trainer's base lr: a fact on LTFB's declaration
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5
@@ -81,18 +81,6 @@ def trainer_groups(config: RunConfig, size: int) -> list[list[int]]:
     """
     per = size // config.trainers
     return [list(range(g * per, (g + 1) * per)) for g in range(config.trainers)]
-
-
-def trainer_lrs(config: RunConfig) -> list[float]:
-    """Each trainer's base lr: `trainer_lrs`, else lr * lr_spread**(k - (K-1)/2).
-
-    >>> trainer_lrs(RunConfig(algorithm="ltfb", cpus=2, trainers=2, lr=0.1, lr_spread=4.0))
-    [0.05, 0.2]
-    """
-    if config.trainer_lrs is not None:
-        return list(config.trainer_lrs)
-    K = config.trainers
-    return [config.lr * config.lr_spread ** (k - (K - 1) / 2) for k in range(K)]
 
 
 def round_pairs(seed: int, rnd: int, trainers: int) -> list[tuple[int, int]]:
@@ -347,12 +335,3 @@ def summarise(finals: list[dict]) -> dict[str, Any]:
         "final_test_loss": float(best["test_loss"]),
         "final_train_loss": float(best["train_loss"]),
     }
-
-
-register(AlgorithmSpec(
-    "ltfb", "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
-    LTFB, sync=True,        # a trainer's workers step together; trainers meet at tournaments
-    evaluates="trainers",
-    needs=Needs(collective=True, groups=trainer_groups, server="tournament", setup=ltfb_extra),
-    knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-    pattern="tournament"))

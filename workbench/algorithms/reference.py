@@ -13,7 +13,6 @@ from typing import Any
 
 from ..maths.optim import SGD
 from .base import Algorithm, StepOut, WorkerContext, settle
-from .registry import AlgorithmSpec, register
 
 
 class PlainSGD(Algorithm):
@@ -41,8 +40,3 @@ class PlainSGD(Algorithm):
 
     def eval_params(self) -> Any:
         return self.params
-
-
-register(AlgorithmSpec(
-    "sgd", "single-process minibatch SGD (momentum/Nesterov): the reference every parallel run is checked against",
-    PlainSGD, sync=True, pattern="none", workers=1, in_process=True))

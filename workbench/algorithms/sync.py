@@ -23,7 +23,6 @@ from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import SGD
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
@@ -130,10 +129,3 @@ class SyncSGD(Algorithm):
 
     def eval_params(self) -> Any:
         return self.params
-
-
-register(AlgorithmSpec(
-    "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
-    "the same update", SyncSGD, sync=True,
-    evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
-    needs=Needs(collective=True), knobs=("split",), pattern="allreduce"))

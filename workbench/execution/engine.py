@@ -216,7 +216,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                      params0=problem.params0, model=model, extra={},
                      total_steps=plan.total_steps, schedule_text=plan.schedule_text)
     transport.check(setup)
-    setup.extra = spec.needs.setup(config, size) if spec.needs.setup else {}
+    setup.extra = spec.needs.client_setup(config, size)
     monitor = _Monitor(setup, transport, Collector(on_record), should_stop)
     t_setup = time.time()
     try:

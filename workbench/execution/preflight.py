@@ -242,10 +242,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
 def peak_lr(config: RunConfig) -> float:
     """The largest lr the schedule reaches: the scaled target (LTFB: its fastest trainer)."""
     from ..maths.schedules import scaled_lr
-    lr = config.lr
-    if config.algorithm == "ltfb":
-        k = config.trainers
-        lr = max(config.trainer_lrs) if config.trainer_lrs else lr * config.lr_spread ** ((k - 1) / 2)
+    lr = specs()[config.algorithm].peak_lr(config)   # the algorithm's own fact (LTFB: its fastest trainer)
     return scaled_lr(lr, config.batch_size, config.base_batch, config.lr_scaling)
 
 
