@@ -60,6 +60,15 @@ NEW_VALUES = {
     "timing_model": ("resnet50", "resnet50"),
     "jitter": (0.2, 0.2),
     "fail_worker": ("1@2.5", "1@2.5"),
+    "calibration": ("/tmp/cal.json", "/tmp/cal.json"),
+    "post_local_epoch": (2.5, 2.5),
+    "outer_lr": (0.5, 0.5),
+    "outer_momentum": (0.5, 0.5),
+    "compression": ("topk", "topk"),
+    "compression_ratio": (0.1, 0.1),
+    "compression_rank": (2, 2),
+    "compression_levels": (4, 4),
+    "error_feedback": (False, False),
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
@@ -81,6 +90,11 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
         dash.controls["simulate"].value = name in NEEDS_SIMULATE
+        dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        if name.startswith("compression") or name == "error_feedback":
+            dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+        dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
+                                              "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value
@@ -157,8 +171,110 @@ def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
     assert dash.run() is False and dash.history == []
     dash.controls["batch_size"].value = 64
     assert dash.status_text.startswith("ready:") and not dash.run_button.disabled
-    dash.controls["warmup"].value = "gradual"               # warmup without warmup_epochs
-    assert dash.status_text == "error: warmup_epochs: > 0 when warmup is 'gradual', got 0.0"
+    dash.controls["warmup"].value = "gradual"
+    dash.controls["warmup_epochs"].value = 5.0              # longer than the 2 epochs
+    assert dash.status_text == "error: warmup_epochs: at most epochs (2), got 5.0"
+    assert shown(dash.controls["warmup_epochs"])             # the control that fixes it is on the page
+
+
+def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
+    assert not shown(dash.controls["warmup_epochs"]) and dash.config.warmup_epochs == 0
+    for mode in ("gradual", "constant"):
+        dash.controls["warmup"].value = "none"
+        dash.controls["warmup_epochs"].value = 0.0
+        dash.controls["warmup"].value = mode
+        assert shown(dash.controls["warmup_epochs"]), mode
+        assert dash.status_text.startswith("ready:") and not dash.run_button.disabled, dash.status_text
+        assert dash.config.warmup == mode and dash.config.warmup_epochs == 1.0   # one of the 2 epochs
+    dash.controls["warmup"].value = "none"
+    dash.controls["warmup_epochs"].value = 0.0
+    dash.controls["epochs"].value = 0.5                       # a short run: half of it
+    dash.controls["warmup"].value = "gradual"
+    assert dash.config.warmup_epochs == 0.25 and dash.status_text.startswith("ready:")
+    dash.controls["warmup_epochs"].value = 0.1                # a value set by hand is kept
+    dash.controls["decay"].value = "cosine"
+    assert dash.config.warmup_epochs == 0.1
+
+
+def _choices(w) -> list | None:
+    """Every value a choice control offers (None for a free-entry control)."""
+    import ipywidgets as widgets
+    if isinstance(w, (widgets.Dropdown, widgets.ToggleButtons, widgets.SelectionSlider)):
+        return [v for _, v in w._options_full]
+    if isinstance(w, widgets.Checkbox):
+        return [True, False]
+    return None
+
+
+def _candidates(w) -> list:
+    """Values to try on a control while repairing: its choices, or a few small numbers."""
+    import ipywidgets as widgets
+    opts = _choices(w)
+    if opts is not None:
+        return opts
+    if isinstance(w, (widgets.BoundedIntText, widgets.IntSlider)):
+        return sorted({max(w.min, v) for v in (0, 1, 2, 4)} - {w.value})
+    return []
+
+
+def _ready(d) -> bool:
+    return d.status_text.startswith("ready:") and not d.run_button.disabled
+
+
+def _repair(d, keep: str, depth: int = 3) -> bool:
+    """Reach a runnable state by changing visible controls other than `keep` (which must
+    stay visible): each round tries the controls the error names first, then the others,
+    and takes the first change that runs, or else leads to an error not seen yet."""
+    def ok() -> bool:
+        return _ready(d) and shown(d.controls[keep])
+    seen: set[str] = set()
+    for _ in range(depth):
+        if ok():
+            return True
+        seen.add(d.status_text)
+        visible = [n for n in d.controls if n != keep and shown(d.controls[n])]
+        named = [n for n in visible if re.search(rf"\b{n}\b", d.status_text)]
+        novel = None                   # the first change that leads somewhere new
+        for name in named + [n for n in visible if n not in named]:
+            w = d.controls[name]
+            old = w.value
+            for v in _candidates(w):
+                w.value = v
+                if ok():
+                    return True
+                if novel is None and d.status_text not in seen and shown(d.controls[keep]):
+                    novel = (w, v)
+            w.value = old
+        if novel is None:
+            return False
+        novel[0].value = novel[1]
+    return ok()
+
+
+@pytest.mark.slow
+def test_every_choice_of_every_control_reaches_a_runnable_state_with_visible_controls():
+    """From the default dashboard, each allowed choice of each choice control (with and
+    without the simulated cluster) is runnable at once, or after changing controls that
+    are on the page (never a hidden one, never by undoing the choice)."""
+    start = RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", batch_size=32, epochs=1)
+    d = Dashboard(cluster="threads", config=start)
+    walked = at_once = 0
+    for simulate in (False, True):
+        base = start.replace(simulate=simulate)
+        for name in CONTROL_FIELDS:
+            d.config = base
+            for value in _choices(d.controls[name]) or []:
+                d.config = base
+                w = d.controls[name]
+                if not shown(w):
+                    continue
+                w.value = value
+                walked += 1
+                at_once += _ready(d)
+                assert _repair(d, keep=name), (simulate, name, value, d.status_text)
+                assert w.value == value
+                assert "Traceback" not in d.status.value
+    assert walked > 150 and at_once > 0.9 * walked, (walked, at_once)
 
 
 def test_schedule_preview_is_redrawn_when_knobs_change(dash):

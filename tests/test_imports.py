@@ -188,9 +188,10 @@ LAYERS = [
     {"problem"},
     {"comm"},
     {"algorithms"},
+    {"sim"},                                  # the simulator's clock, costs and profiles (its transport: execution)
     {"execution"},
     {"analysis"},
-    {"sim"},
+    {"sim.run", "sim.bench", "sim.validate"},  # what runs simulations: above the engine
     {"api", "apps", "ui", "__main__"},
 ]
 # The upward imports kept on purpose, each with its reason:
@@ -221,6 +222,24 @@ def test_every_import_points_down_the_layers():
 def test_the_upward_exceptions_are_still_needed():
     graph = import_graph()
     assert all(target in graph[module] for module, target in UPWARD)
+
+
+def test_transports_never_import_the_engine():
+    # the engine hands them worker_main; a transport that reads the engine closes a cycle
+    graph = import_graph()
+    offenders = [m for m in graph if m.startswith("workbench.execution.transports")
+                 and "workbench.execution.engine" in graph[m]]
+    assert not offenders, offenders
+    assert "workbench.execution.transports.sim" in graph                       # the simulator is one of them
+
+
+def test_the_network_model_has_one_home():
+    # costmodel and the simulator charge the same alpha-beta formulas, from comm.network
+    from workbench.analysis import costmodel
+    from workbench.comm import network
+    from workbench.sim import costs
+    assert costmodel.NETWORKS is network.NETWORKS and costmodel.Network is network.Network
+    assert costs.ring_allreduce_time is network.ring_allreduce_time is costmodel.ring_allreduce_time
 
 
 @pytest.mark.parametrize("package, below", [

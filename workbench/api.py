@@ -25,9 +25,10 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
 
     Args:
         config: a `RunConfig` (or a dict of its fields).
-        cluster: a Dask `Client`, cluster, or scheduler address; default: a local cluster
-            started (or reused) for this session. Ignored by an algorithm that runs in this
-            process (`AlgorithmSpec.in_process`: sgd).
+        cluster: a Dask `Client`, cluster, or scheduler address; "threads"; or a transport
+            `execution.engine.transport_for` chose. Default: a local cluster started (or
+            reused) for this session, or the simulated one for `simulate=True`. Ignored by an
+            algorithm that runs in this process (`AlgorithmSpec.in_process`: sgd).
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
@@ -57,15 +58,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     result = None
     t0 = time.time()
     try:
-        if config.simulate:
-            if cluster is not None:
-                raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
-                                  type(cluster).__name__)
-            from .sim.run import run_simulated
-            result = run_simulated(config, on_record=on_record, should_stop=should_stop)
-        else:
-            from .execution.engine import run as engine_run
-            result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+        from .execution.engine import run as engine_run  # engine.transport_for: simulated, threads or Dask
+        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
     finally:
@@ -110,7 +104,7 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
         if value is not None and not callable(value):
             raise ConfigTypeError(name, "a function, or None", value)
     if cluster is not None and not isinstance(cluster, str) and not hasattr(cluster, "scheduler_info") \
-            and not hasattr(cluster, "scheduler_address"):
+            and not hasattr(cluster, "scheduler_address") and not hasattr(cluster, "start"):   # start: a Transport
         raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
     if isinstance(cluster, str) and cluster != "threads":
         check_scheduler_address(cluster)
@@ -231,6 +225,6 @@ def _check_simulated_sweep(config: RunConfig, cluster: Any) -> None:
                           "process)", cluster if isinstance(cluster, str) else type(cluster).__name__)
     fixed = _spec(config).workers
     if fixed is not None:
-        raise ConfigError("algorithm", f"an algorithm whose worker count the sweep can vary with simulate "
-                          f"({config.algorithm} runs on {fixed} worker; sweep sync_sgd instead, which computes "
-                          "the same updates)", config.algorithm)
+        raise ConfigError("algorithm", f"a parallel algorithm with simulate ({config.algorithm} runs on {fixed} "
+                          "worker whatever the sweep varies; sweep sync_sgd instead, which computes the same "
+                          "updates)", config.algorithm)

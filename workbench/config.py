@@ -427,6 +427,9 @@ class RunConfig(BaseModel):
         if self.compression != "none" and self.algorithm != "sync_sgd":
             raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
                               f"allreduce; {self.algorithm} has none)", self.compression)
+        if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov:
+            raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "
+                              "Compression's momentum correction is heavy ball)", self.nesterov)
         return self
 
     # --- how long, how often, reproducibility

@@ -46,8 +46,9 @@ COMPONENTS = ("compute_s", "comm_s", "wait_s")   # the booked parts of a step, a
 WARMUP_STEPS = 3          # each worker's first steps: lazy set-up, never steady
 WARMUP_FRACTION = 0.1     # ... and the first tenth of the training span
 MIN_STEADY_STEPS = 10     # steady rows per worker needed for the steady state to count as reached
-RULE = (f"steady state: each worker's steps after its first {WARMUP_STEPS} that start after the first "
-        f"{WARMUP_FRACTION:.0%} of the training span, with at least {MIN_STEADY_STEPS} such steps per worker")
+RULE = (f"steady window: after each worker's first {WARMUP_STEPS} steps and the first {WARMUP_FRACTION:.0%} of "
+        f"the training span, until the first worker is done; reached with at least {MIN_STEADY_STEPS} steps "
+        f"per worker inside")
 
 
 def step_starts(steps: pd.DataFrame) -> pd.Series:
@@ -196,6 +197,33 @@ def steady(steps: pd.DataFrame) -> Steady:
                   samples_per_s=samples / (end - start) if end > start else 0.0,
                   compute_share=share["compute_s"], comm_share=share["comm_s"], wait_share=share["wait_s"],
                   comm_fraction=share["comm_s"] + share["wait_s"])
+
+
+def steady_note(steady_state: dict[str, Any] | Steady | None) -> str | None:
+    """The sentence for a run too short for a steady state (None when it was reached).
+
+    >>> steady_note({"reached": False, "steps": 12})
+    'too short for a steady state (12 steps after warm-up): its throughput includes start-up effects'
+    >>> steady_note({"reached": True}) is None
+    True
+    """
+    if steady_state is None:
+        return None
+    d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
+    if d.get("reached", True):
+        return None
+    return (f"too short for a steady state ({d.get('steps', 0)} steps after warm-up): its throughput includes "
+            f"start-up effects")
+
+
+def notes(summary: dict[str, Any]) -> list[str]:
+    """The sentences a run's numbers come with (CLI, status line, reports): a steady state
+    not reached, a machine other processes were using (`summary["machine_note"]`).
+
+    >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
+    ['other processes used 1.6 of 2 cores ...']
+    """
+    return [n for n in (steady_note(summary.get("steady")), summary.get("machine_note")) if n]
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:

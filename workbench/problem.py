@@ -32,7 +32,7 @@ from .data import DataError, Dataset, Shape, dataset_shape, load_dataset
 from .maths.models import Model, make_model
 from .maths.optim import Plan, make_plan
 
-__all__ = ["Problem", "build_counts"]
+__all__ = ["Problem", "build_counts", "run_plan"]
 
 _CACHE_SIZE = 4           # problems kept per process (the data itself sits in `data`'s own cache)
 _IGNORED = {"out"}        # config fields that change where a run is saved, not what it trains
@@ -40,6 +40,32 @@ _cache: OrderedDict[str, Problem] = OrderedDict()
 _lock = threading.Lock()
 # How many times each part was built in this process (tests and docs/architecture.md count them).
 _BUILDS = {"problem": 0, "data": 0, "model": 0, "plan": 0, "params0": 0}
+
+
+def run_plan(config: RunConfig, n_train: int, lr: float | None = None) -> Plan:
+    """The plan of a run of `config` on a training set of `n_train`: its steps, schedule and
+    eval steps as the run will take them. The one place the planned step count comes
+    from: the engine, the workers, preflight's warnings, progress bars and the dashboard
+    read it (through `Problem.plan`). An algorithm whose steps walk something else than the whole training set in
+    global batches says so on its declaration (`AlgorithmSpec.plan_shape`).
+
+    Args:
+        config: the run.
+        n_train: the training set's size.
+        lr: a base lr instead of the config's (LTFB trainers each hold their own).
+
+    >>> run_plan(RunConfig(algorithm="sync_sgd", batch_size=100, epochs=2), 1000).total_steps
+    20
+    >>> run_plan(RunConfig(algorithm="ltfb", cpus=2, trainers=2, batch_size=100, epochs=2,
+    ...                    tournament_size=100), 1000).total_steps   # 400 examples per trainer, batch 50
+    16
+    """
+    from .algorithms.registry import specs
+    spec = specs().get(config.algorithm)
+    if spec is None or spec.plan_shape is None:
+        return make_plan(config, n_train, lr=lr)
+    examples, batch = spec.plan_shape(config, n_train)
+    return make_plan(config, examples, batch_size=batch, lr=lr)
 
 
 def build_counts() -> dict[str, int]:
@@ -115,7 +141,7 @@ class Problem:
     @cached_property
     def plan(self) -> Plan:
         """Steps, warmup, schedule and eval steps (validates the schedule against the run's length)."""
-        plan = make_plan(self.config, self.shape.n_train)
+        plan = run_plan(self.config, self.shape.n_train)
         _BUILDS["plan"] += 1
         return plan
 

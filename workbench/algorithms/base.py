@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.base import compressed_sum
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
@@ -137,6 +138,12 @@ class WorkerContext:
         if self.xp is np or getattr(self.comm, "device", False):
             return self.comm.allreduce(buf)
         return self.xp.asarray(self.comm.allreduce(to_numpy(buf)))
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """`comm.base.compressed_sum` through ctx.comm (staged through the host as `allreduce`)."""
+        if self.xp is np or getattr(self.comm, "device", False):
+            return compressed_sum(self.comm, buf, payload_bytes, gather)
+        return self.xp.asarray(compressed_sum(self.comm, to_numpy(buf), payload_bytes, gather))
 
     def comm_buffer(self, m: int, dtype: Any) -> Any:
         """A buffer of m elements to fill and allreduce: the comm's own slot when it has

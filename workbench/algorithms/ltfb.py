@@ -13,7 +13,7 @@ in its own seeded epoch order (`ctx.batch(..., index=train set)`).
 
 A step is one step of every trainer: one batch of b examples per trainer, and the step
 count, schedule and eval steps come from a plan over the trainer's training set and
-batch b (`make_plan(config, len(train set), b, lr_k)`). So `steps` / `epochs` mean the
+batch b (`problem.run_plan`, from the declaration's `plan_shape`). So `steps` / `epochs` mean the
 same for every trainer: an epoch is one pass of each trainer over its own training set
 (the population sees the data about once), and the run's samples are K b per step.
 
@@ -63,10 +63,11 @@ from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD, make_plan
+from ..maths.optim import SGD
+from ..problem import run_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import trainer_lrs  # each trainer's base lr: a fact on LTFB's declaration
+from .registry import trainer_lrs  # facts on LTFB's declaration
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5
@@ -147,7 +148,8 @@ class LTFB(Algorithm):
         self.b = c.batch_size // self.K
         self.lrs = list(ctx.extra.get("trainer_lrs") or trainer_lrs(c))
         self.lr_index = self.k                             # which of self.lrs the held model uses
-        ctx.plan = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[self.k])
+        ctx.plan = run_plan(c, data.n_train, lr=self.lrs[self.k])
+        assert (ctx.plan.n_train, ctx.plan.batch_size) == (len(self.train_idx), self.b)   # one shape, declared
         self._schedules = {self.k: ctx.plan.schedule}
         self.lo, self.hi = split_batch(self.b, [1.0] * self.gsize)[ctx.comm.rank if ctx.comm else 0]
         self.n = n = ctx.model.n_params
@@ -171,7 +173,7 @@ class LTFB(Algorithm):
         j = self.lr_index
         if j not in self._schedules:
             c = self.ctx.config
-            self._schedules[j] = make_plan(c, len(self.train_idx), batch_size=self.b, lr=self.lrs[j]).schedule
+            self._schedules[j] = run_plan(c, self.ctx.extra["dataset"].n_train, lr=self.lrs[j]).schedule
         return self._schedules[j](step)
 
     def group_allreduce(self, buf: Any) -> Any:
@@ -309,8 +311,7 @@ class LTFB(Algorithm):
             return None
         finals = [(params, None, final)] + [ctx.server.collect("final", j) for j in range(self.K) if j != self.k]
         finals = [f for f in finals if f is not None]
-        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs,
-                        "total_steps_planned": ctx.plan.total_steps}   # the trainers' plan, not the run's
+        self.summary = {**summarise([meta for _, _, meta in finals]), "trainer_lrs": self.lrs}
         return next(p for p, _, meta in finals if meta["trainer"] == self.summary["winner"])
 
 

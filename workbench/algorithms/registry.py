@@ -107,6 +107,10 @@ class AlgorithmSpec:
     check: Callable[[Any], tuple[str, str, Any] | None] = _no_check
     # config -> the largest base lr any worker starts from, before lr scaling (LTFB: its fastest trainer)
     peak_lr: Callable[[Any], float] = _config_lr
+    # (config, n_train) -> (examples, batch) that the run's steps walk, when not the whole
+    # training set and the global batch (LTFB: a trainer's training set and batch); the
+    # plan of every run comes from it (`problem.run_plan`)
+    plan_shape: Callable[[Any, int], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
@@ -219,6 +223,17 @@ def trainer_lrs(config: Any) -> list[float]:
     return [config.lr * config.lr_spread ** (k - (K - 1) / 2) for k in range(K)]
 
 
+def trainer_plan_shape(config: Any, n_train: int) -> tuple[int, int]:
+    """LTFB: (examples, batch) a trainer's steps walk: its training set (`ltfb.trainer_data`:
+    the smallest share less the tournament set) and the trainer batch.
+
+    >>> from types import SimpleNamespace as C
+    >>> trainer_plan_shape(C(trainers=2, batch_size=64, tournament_size=10), 101)
+    (40, 32)
+    """
+    return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
+
+
 def _ltfb_peak_lr(config: Any) -> float:
     """The fastest trainer's base lr (inf when the spread overflows)."""
     if config.trainer_lrs:
@@ -256,7 +271,8 @@ for _spec in (
         "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
         "the same update", "sync:SyncSGD", sync=True,
         evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
-        needs=Needs(collective=True), knobs=("split",), pattern="allreduce"),
+        needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
+                                             "compression_levels", "error_feedback"), pattern="allreduce"),
     AlgorithmSpec(
         "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
         "recorded", "async_ps:AsyncSGD", sync=False, evaluates="rank0",
@@ -294,7 +310,7 @@ for _spec in (
         evaluates="trainers",
         needs=Needs(collective=True, groups="ltfb:trainer_groups", server="tournament", setup="ltfb:ltfb_extra"),
         knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-        pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr),
+        pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape),
     AlgorithmSpec(
         "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by "
         "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "split"),

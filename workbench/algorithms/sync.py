@@ -14,6 +14,9 @@ previous exchange ended. A worker's `wait_s` is the slowest worker's busy time l
 own: idle, not communicating.
 
     buffer = [ grad (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
+
+With `compression` other than none, the exchange is `algorithms/compressed.py`'s
+(compressed gradients, error feedback, DGC's momentum correction, PowerSGD).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import SGD
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .compressed import CompressedExchange
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
@@ -89,6 +93,7 @@ class SyncSGD(Algorithm):
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
+        self.compressed = CompressedExchange(self) if c.compression != "none" else None
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
@@ -108,6 +113,8 @@ class SyncSGD(Algorithm):
         return self.balancer.summary() if self.ctx.rank == 0 else {}
 
     def step(self, step: int) -> StepOut:
+        if self.compressed is not None:           # compression: algorithms/compressed.py
+            return self.compressed.step(step)
         ctx, tail = self.ctx, self.tail
         lr = ctx.plan.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i

@@ -819,8 +819,10 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         Series "<name>", "ideal" (linear from the first measured point, over the
         measured workers and the predicted ones up to 4x the largest measured count;
         efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
-        network "measured") and "too short to measure" (rings over such points), each
-        in both columns (efficiency ones suffixed " efficiency").
+        network "measured"), "too short to measure" (rings over such points) and
+        BUSY_LABEL (crosses over points measured while other processes used a noticeable
+        share of the cores; their hover text carries the sentence), each in both columns
+        (efficiency ones suffixed " efficiency").
     """
     out: list[Series] = []
     if name is None:
@@ -854,8 +856,11 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                              errors="coerce").tolist()
         status = measured.get("status", pd.Series([""] * len(measured))).tolist()
         unit = " virtual s" if name == "simulated" else " s"
-        text = [f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}"
-                for st, s, sh in zip(status, secs, short)]
+        busy = machine_busy(measured)
+        notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
+        text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
+                + (f"<br>{n}" if isinstance(n, str) and n else "")
+                for st, s, sh, n in zip(status, secs, short, notes)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
@@ -869,7 +874,30 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                           style={**warn, "showlegend": bool(short.any())}))
         out.append(Series(f"{label} efficiency", sw, measured["efficiency"][short].tolist(), col=2,
                           mode="replace", style={**warn, "showlegend": False}))
+        shared = dict(mode="markers", marker_symbol="x-thin-open", marker_size=18, marker_line_width=2.5,
+                      marker_color="#c0392b", legendgroup="busy", hoverinfo="skip")
+        label = BUSY_LABEL
+        bw = measured["workers"][busy].tolist()
+        out.append(Series(label, bw, measured["samples_per_s"][busy].tolist(), col=1, mode="replace",
+                          style={**shared, "showlegend": bool(busy.any())}))
+        out.append(Series(f"{label} efficiency", bw, measured["efficiency"][busy].tolist(), col=2,
+                          mode="replace", style={**shared, "showlegend": False}))
     return out
+
+
+BUSY_LABEL = "other processes busy: measures the machine"
+
+
+def machine_busy(table: pd.DataFrame) -> pd.Series:
+    """Which sweep rows ran while other processes took a noticeable share of the cores
+    (their `machine_note`, `workbench.util.machine.note`).
+
+    >>> machine_busy(pd.DataFrame({"machine_note": [None, "other processes used 1.6 of 2 cores ..."]})).tolist()
+    [False, True]
+    """
+    if "machine_note" not in table:
+        return pd.Series(False, index=table.index)
+    return table["machine_note"].map(lambda n: isinstance(n, str) and bool(n))
 
 
 # ------------------------------------------------------------------------------ comparison

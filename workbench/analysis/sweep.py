@@ -14,7 +14,8 @@ Throughput (`samples_per_s`) is the run summary's steady throughput (`workbench.
 each worker's first steps and the first tenth of the training span left out, by one rule
 for every algorithm), so the one-off set-up of the workers (which dominates short runs and
 does not scale with the workers) stays out; evaluations stay in. `steady_reached` says
-whether the run was long enough for that rule. `wall_samples_per_s` is samples / wall
+whether the run was long enough for that rule; `other_cores` and `machine_note` say how
+many cores other processes took during the point (`workbench.util.machine`). `wall_samples_per_s` is samples / wall
 time, set-up included.
 
 Speedup and efficiency are measured in samples/s against the first worker count:
@@ -46,7 +47,7 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -124,7 +125,8 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
-            "steady_reached": bool((s.get("steady") or {}).get("reached", False))}
+            "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
+            "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note")}
 
 
 def add_scaling(table: pd.DataFrame) -> pd.DataFrame:

@@ -320,7 +320,6 @@ def _default_out(config: RunConfig) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from .. import api
-    from ..algorithms.registry import specs
     from ..execution.preflight import preflight
 
     config = config_from_args(args)
@@ -335,11 +334,12 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            if not specs()[config.algorithm].in_process and not config.simulate:   # the Dask dashboard link
-                from ..execution.cluster import dashboard_link, session_client
-                print(f"dask dashboard: {dashboard_link(session_client(config.cpus, config.gpus, config.scheduler))}",
-                      file=sys.stderr)
-            result = api.run(config, on_record=progress, progress=False,  # the CLI draws its own bar
+            from ..execution.engine import transport_for
+            transport = transport_for(config)   # sgd: the thread transport (in this process, no cluster)
+            if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
+                from ..execution.cluster import dashboard_link
+                print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
+            result = api.run(config, cluster=transport, on_record=progress, progress=False,  # the CLI's own bar
                              overwrite=overwrite, checked=checked)          # checked above: not again
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
@@ -364,6 +364,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    from ..measure import notes
+    for line in notes(s):
+        print(f"  note: {line}")
     print(f"run directory: {config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

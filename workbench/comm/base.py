@@ -59,6 +59,22 @@ class Comm(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: `compressed_sum(buf, payload_bytes, gather)`, the same sum as `allreduce(buf)`
+    # for an exchange of compressed gradients that stands for part of the parameter vector:
+    # with `gather`, each worker's `buf` decodes a payload of `payload_bytes` that every worker
+    # gathers (top-k pairs, sign bits, QSGD levels); without, `buf` itself is allreduced (random-k
+    # values, PowerSGD's factors). Comms that charge time (the simulator, `Emulated`) charge a
+    # ring allgather of the payloads, or an allreduce of `payload_bytes` (the simulator scales
+    # both as it scales the parameter vector to a timing model's); the others have none, and
+    # `compressed_sum` below carries it as their allreduce (the same sum).
+
+
+def compressed_sum(comm: Any, buf: Any, payload_bytes: float, gather: bool) -> Any:
+    """The sum over workers of `buf` in a compressed exchange (see `Comm`): the comm's own
+    `compressed_sum` where it has one (it charges the exchange's bytes), else its allreduce."""
+    fn = getattr(comm, "compressed_sum", None)
+    return fn(buf, payload_bytes, gather) if fn is not None else comm.allreduce(buf)
+
 
 class Control(Protocol):
     def stop_requested(self) -> bool: ...
@@ -168,6 +184,16 @@ class Emulated:
         if p > 1:
             self.delay(int(2 * (p - 1) / p * buf.nbytes), messages=2 * (p - 1))
         return self.inner.allreduce(buf)
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """A ring allgather of the payloads (P - 1 messages) or a ring allreduce of
+        `payload_bytes`, carried by the inner comm."""
+        p = self.size
+        if p > 1 and gather:
+            self.delay(int(ring_allgather_bytes(p, payload_bytes)), messages=p - 1)
+        elif p > 1:
+            self.delay(int(ring_allreduce_bytes(p, payload_bytes)), messages=2 * (p - 1))
+        return compressed_sum(self.inner, buf, payload_bytes, gather)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)

@@ -35,6 +35,8 @@ from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record
+from ..util import machine
+from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
@@ -102,13 +104,20 @@ def _loop(ctx: WorkerContext) -> dict:
             vanish(k)
             return step(k)
         algo.step = dying
+    usage = LoopUsage()   # the loop's wall and CPU clocks: the machine's state is part of the result
+
+    def used(res: dict) -> dict:
+        booked = res.get("steps") or {}
+        res["usage"] = usage.stop(float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0,
+                                  ctx.kind, ctx.rank)
+        return res
     try:
-        return run_loop(ctx, algo)
+        return used(run_loop(ctx, algo))
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
         ctx.flush(done=True)
-        return {"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
-                "started": ctx.started_wall}
+        return used({"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
+                     "started": ctx.started_wall})
     except Exception as exc:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
@@ -120,25 +129,40 @@ def _loop(ctx: WorkerContext) -> dict:
 
 
 # ------------------------------------------------------------------------------ client side
-def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` on a Dask cluster (default: the session's local one) or on "threads".
+def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
+    """The one choice of transport for a run (`workbench.run`, the CLI and the dashboard use it).
 
-    An algorithm declared `in_process` (sgd) always runs on the thread transport: `cluster`
-    is ignored and none is started."""
+    `simulate=True`: the simulated cluster (its own virtual workers: no `cluster`);
+    `cluster="threads"`: every worker a thread of this process; otherwise Dask on `cluster`
+    (a Client, a cluster object or a scheduler address), by default the session's local
+    cluster, started or reused here. A `Transport` passed as `cluster` is returned as it is.
+    An algorithm declared `in_process` (sgd) runs on the thread transport whatever `cluster`
+    says (none is started), unless simulated."""
+    if isinstance(cluster, Transport):
+        return cluster
     spec = REGISTRY.get(config.algorithm)
+    if config.simulate:
+        if cluster is not None:
+            raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
+                              type(cluster).__name__)
+        if spec is None:
+            raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
+        from .transports.sim import SimTransport
+        return SimTransport()
     if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
-    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
-    if config.simulate:   # the simulator sits above the engine: workbench.run dispatches to it
-        raise ConfigError("simulate", "false here: simulated runs go through workbench.run "
-                          "(workbench.sim.run.run_simulated)", config.simulate)
     if spec.in_process or (isinstance(cluster, str) and cluster == "threads"):
         from .transports.threads import ThreadTransport
-        transport: Transport = ThreadTransport()
-    else:
-        from .transports.dask import DaskTransport
-        transport = DaskTransport(_client_for(config, cluster))
+        return ThreadTransport()
+    from .transports.dask import DaskTransport
+    return DaskTransport(_client_for(config, cluster))
+
+
+def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
+        should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Run `config` on the transport `transport_for(config, cluster)` picks."""
+    t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
+    transport = transport_for(config, cluster)
     return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called)
 
 
@@ -222,8 +246,10 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
+        before = machine.snapshot()
         transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
+        after = machine.snapshot()
     finally:
         transport.close()
     end = time.time()
@@ -235,6 +261,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                   "startup_s": startup})
     if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
         extra.update({"startup_s": 0.0, "sim_startup_s": startup})
+    else:   # virtual time does not depend on the machine; real time does
+        state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")])
+        extra.update({"machine": state, "machine_note": state["note"]})
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)

@@ -15,7 +15,7 @@ One `SimCosts` per run, from the config and the model:
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
   construction where both apply; a server's update is three passes over the
-  parameters through host memory (`costmodel.HOST_MEMORY_BYTES_PER_S`: one server
+  parameters through host memory (`comm.network.HOST_MEMORY_BYTES_PER_S`: one server
   process streams through one core); cgdp's master sums and updates with the host's
   threads at `master_bw`, the `cpu_device` profile's memory bandwidth when the run names
   one (Le et al.'s master runs on every core of the S822LC: `power8`), else that one core;
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.costmodel import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..comm.network import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 
 BYTES = 4           # float32
@@ -126,6 +126,18 @@ class SimCosts:
     def allreduce_s(self, workers: int, m: int) -> float:
         fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
         return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta) if workers > 1 else 0.0
+
+    def compressed_s(self, workers: int, payload_bytes: float, gather: bool) -> float:
+        """A compressed exchange: `payload_bytes` stand for a share of the configured model's
+        vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
+        (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula)."""
+        if workers <= 1:
+            return 0.0
+        b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
+        if gather:
+            return (workers - 1) * (self.network.alpha + b * self.network.beta)
+        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
+        return fn(workers, b, self.network.alpha, self.network.beta)
 
     def host_copy(self) -> float:
         """A server copying out its parameter vector (a pull): one pass through host memory."""

@@ -536,8 +536,7 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
 
 
 # ------------------------------------------------------------------------------ links
-# name -> (alpha s, bandwidth bytes/s, note); built into costmodel.Network on first use
-# (costmodel imports pandas, which this module must not load at import).
+# name -> (alpha s, bandwidth bytes/s, note); built into comm.network.Network on first use.
 _LINK_DATA: dict[str, tuple[float, float, str]] = {
     "pcie3": (10e-6, 12e9, "PCIe 3.0 x16 host <-> device: 15.75 GB/s per direction on paper, ~12 GB/s achieved "
                            "by pinned cudaMemcpy; ~10 us per copy (launch and DMA set-up)"),
@@ -554,7 +553,7 @@ _LINK_DATA: dict[str, tuple[float, float, str]] = {
 
 
 def _links() -> dict[str, Any]:
-    from ..analysis.costmodel import Network
+    from ..comm.network import Network
     return {name: Network(name, alpha, 1 / bandwidth, note) for name, (alpha, bandwidth, note) in _LINK_DATA.items()}
 
 
@@ -572,7 +571,7 @@ def network_named(name: str) -> Any:
     >>> network_named("nvlink1").beta == 1 / 35e9
     True
     """
-    from ..analysis.costmodel import NETWORKS
+    from ..comm.network import NETWORKS
     canonical = match_name("network", name, NETWORK_NAMES)
     return NETWORKS[canonical] if canonical in NETWORKS else __getattr__("LINKS")[canonical]
 

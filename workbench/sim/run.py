@@ -1,15 +1,13 @@
-"""`run_simulated`: one run on the simulated cluster (what `workbench.run` calls for `simulate=True`)."""
+"""`run_simulated`: one run on the simulated cluster, optionally over a given link (validation)."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..algorithms import REGISTRY
 from ..config import ConfigError, RunConfig
-from ..execution.engine import execute
+from ..execution.engine import execute, transport_for
 from ..results import OnRecord, RunResult
-from .transport import SimTransport
 
 
 def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
@@ -20,8 +18,7 @@ def run_simulated(config: RunConfig, on_record: OnRecord | None = None,
     link calibrated on real runs, `costmodel.calibrate(results).link("measured")`."""
     if not config.simulate:
         raise ConfigError("simulate", "true for a simulated run", config.simulate)
-    spec = REGISTRY.get(config.algorithm)
-    if spec is None:
-        raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
     t_called = time.time()
-    return execute(config, SimTransport(link=link), on_record=on_record, should_stop=should_stop, t_called=t_called)
+    transport = transport_for(config)
+    transport.link = link
+    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called)

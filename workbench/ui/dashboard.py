@@ -57,6 +57,7 @@ import ipywidgets as widgets
 import pandas as pd
 import traitlets
 
+from .. import measure
 from ..config import (
     ALGORITHMS,
     DATASET_NAMES,
@@ -88,7 +89,8 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
+                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -274,6 +276,18 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
     return lambda c: c.algorithm in algorithms
 
 
+GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
+def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that compress their gradients (sync_sgd, or those that
+    declare `compression` among their knobs) and, given `kinds`, only with one of them."""
+    def applies(c: RunConfig) -> bool:
+        from ..algorithms.registry import with_knob
+        if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
+            return False
+        return not kinds or c.compression in kinds
+    return applies
+
+
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
@@ -288,7 +302,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
     # where to train
     _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
-    _c("gpus", _dropdown([("auto", "auto")] + [(str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024)])),
+    _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not _in_process(c)),
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not _in_process(c)),
@@ -299,6 +313,9 @@ CONTROLS: tuple[Control, ...] = (
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
+    _c("calibration", lambda n: lambda v: widgets.Text(value=v, placeholder="this machine's cached one", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.simulate and c.cpu_device == "local"),
     _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
        applies=_simulated),
     _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
@@ -336,6 +353,17 @@ CONTROLS: tuple[Control, ...] = (
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
+    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
+    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
+    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
+       to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
+       applies=_compressing()),
+    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
+       applies=_compressing("topk", "randomk")),
+    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
+    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
+    _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
     # how long
     _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
     _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
@@ -351,7 +379,62 @@ RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
 def _in_process(config: RunConfig) -> bool:
     """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
     from ..algorithms.registry import specs
-    return specs()[config.algorithm].in_process
+    spec = specs().get(config.algorithm)
+    return spec is not None and spec.in_process
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """A field that another field's value makes required: when `trigger` changes and
+    `needed(values)` holds, the dashboard sets `field` to `default(values)` (the control
+    then shows, with a value that passes validation, instead of an error and a hidden box)."""
+
+    field: str
+    triggers: tuple[str, ...]
+    needed: Callable[[dict], bool]
+    default: Callable[[dict], Any]
+
+
+def _warmup_default(v: dict) -> float:
+    """One epoch of warmup, or half the run when it is shorter (validation wants
+    0 < warmup_epochs <= epochs)."""
+    return _tidy(min(1.0, float(v["epochs"]) / 2))
+
+
+def _raw(values: dict) -> RunConfig:
+    """The controls' values as an unvalidated RunConfig (for rules that read a half-valid one)."""
+    return RunConfig.model_construct(**{**RunConfig().model_dump(), **values})
+
+
+def _workers_raw(values: dict) -> int:
+    cfg = _raw(values)
+    if cfg.gpus == "auto":
+        from ..maths.backend import gpu_count
+        return int(cfg.cpus) + gpu_count()
+    return int(cfg.cpus) + int(cfg.gpus)
+
+
+def _batch_default(v: dict) -> int:
+    """The smallest power of two that gives every worker a sample, or the worker count
+    itself when that power of two is more than the training set holds."""
+    workers = _workers_raw(v)
+    power = next((b for b in POWERS_OF_TWO if b >= workers), workers)
+    try:
+        n_train = preview_n_train(_raw(v))
+    except Exception:          # an unknown size: the power of two, and validation says the rest
+        return power
+    return power if power <= n_train else workers
+
+
+DEPENDENTS: tuple[Dependent, ...] = (
+    Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
+        0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
+    # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
+    Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # more workers than the global batch has samples: a batch that gives each one
+    Dependent("batch_size", ("cpus", "gpus", "algorithm"),
+              lambda v: not _in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
+)
 
 
 def preview_n_train(config: RunConfig) -> int:
@@ -904,14 +987,62 @@ class Dashboard:
         self._refresh()
 
     def _on_change(self, change: dict) -> None:
-        if not self._syncing:
-            self._refresh()
+        if self._syncing:
+            return
+        changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        if changed is not None:
+            self._fill_dependents(changed)
+        self._refresh()
+
+    def _fill_dependents(self, changed: str) -> None:
+        """Give the fields that `changed`'s new value makes required a value that passes
+        validation (`DEPENDENTS`), without a refresh per field."""
+        rules = [d for d in DEPENDENTS if changed in d.triggers]
+        if not rules:
+            return
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        self._syncing = True
+        try:
+            for d in rules:
+                if d.needed(values):
+                    c = next(c for c in CONTROLS if c.field == d.field)
+                    values[d.field] = d.default(values)
+                    w, value = self.controls[d.field], c.from_field(values[d.field])
+                    if isinstance(w, widgets.SelectionSlider) and value not in w.options:
+                        w.options = _sorted_options(tuple(w.options), value)
+                    w.value = value
+        finally:
+            self._syncing = False
+
+    def _show_relevant(self) -> None:
+        """Show the controls that apply to what the controls say now, valid or not (a
+        control that would fix an invalid combination must be on the page)."""
+        values = {**self._base.model_dump(), **self._values()}
+        raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
+        for name, applies in RELEVANT.items():
+            try:
+                show = applies(raw)
+            except Exception:         # a half-typed value: keep the control visible
+                show = True
+            self.controls[name].layout.display = None if show else "none"
+        # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
+        gpus = self.controls["gpus"]
+        options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]
+        if [v for _, v in gpus._options_full] != [v for _, v in options]:
+            was, self._syncing = self._syncing, True
+            try:
+                value = gpus.value
+                gpus.options = options
+                gpus.value = value if value != "auto" or not values.get("simulate") else 0
+            finally:
+                self._syncing = was
 
     def _refresh(self) -> RunConfig | None:
         """Validate the controls; redraw the schedule preview; say what is wrong, if anything.
 
         Leaves the status line alone when the config did not change (a frontend echoing
         a control's value back must not hide the last run's result)."""
+        self._show_relevant()
         try:
             cfg = self.config
             if cfg == self._shown_config:
@@ -923,8 +1054,6 @@ class Dashboard:
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
-        for name, applies in RELEVANT.items():
-            self.controls[name].layout.display = None if applies(cfg) else "none"
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, _workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
@@ -1095,10 +1224,12 @@ class Dashboard:
                 if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
-            if not _in_process(cfg) and not cfg.simulate:
-                self._set_dask_link(cluster)
+            from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
+            transport = transport_for(cfg, cluster)   # sgd: threads, in this process
+            if getattr(transport, "name", None) == "dask":
+                self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=cluster, on_record=state.buffer.add, should_stop=self._stop.is_set,
+            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                    progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
@@ -1213,7 +1344,7 @@ class Dashboard:
             self._show_runs()
             s = r.summary
             acc = s.get("final_test_accuracy")
-            startup = state.first_seen - state.t0 if state.first_seen is not None else s.get("startup_s")
+            startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
             train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
             self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
             if s.get("simulated"):
@@ -1225,7 +1356,8 @@ class Dashboard:
                              + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                              + f", {rate}, "
                              f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
-                             f"comm fraction {s.get('comm_fraction', 0):.2f}",
+                             f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                             + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
                              error=s["status"] in ("failed", "diverged"))
         self._set_buttons(running=False)
 

@@ -430,7 +430,7 @@ def schedule_figure(plan: Any, live: bool = False) -> Any:
     """The lr schedule a config implies, drawn before the run (the dashboard's preview).
 
     Args:
-        plan: an `optim.Plan` (`workbench.maths.optim.make_plan(config, n_train)`).
+        plan: an `optim.Plan` (`workbench.algorithms.base.run_plan(config, n_train)`).
         live: a FigureWidget instead of a Figure.
     Returns:
         The figure: "planned" and, with warmup, "end of warmup"; the title is the

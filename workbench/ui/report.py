@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import plotly.io as pio
 
+from .. import measure
 from ..results import RunResult
 from ..util.fileio import atomic_write
 from . import figures as F
@@ -42,7 +43,8 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "startup_s": ("start-up (cluster, data, workers' first imports)", "s"),
     "train_time_s": ("training time, first step to last", "s"),
     "wall_time_s": ("wall time of the run", "s"),
-    "samples_per_s": ("throughput over the training time", "samples/s"),
+    "teardown_s": ("teardown, last step to the result (wall = start-up + training + teardown)", "s"),
+    "samples_per_s": ("steady throughput (warm-up excluded: docs/architecture.md, One measurement)", "samples/s"),
     "final_train_loss": ("final train loss", "cross-entropy"),
     "final_test_loss": ("final test loss", "cross-entropy"),
     "final_test_accuracy": ("final test accuracy", "%"),
@@ -53,9 +55,10 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "wait_s": ("waiting, summed over workers", "worker-s"),
     "sim_wall_s": ("what simulating the run took (wall clock)", "s"),
 }
-# Quantities timed by a simulated run's virtual clock (the rest, start-up and the
-# simulation's own time, are wall-clock seconds even then).
-VIRTUAL_KEYS = ("train_time_s", "wall_time_s", "samples_per_s", "compute_s", "comm_s", "wait_s")
+# Quantities timed by a simulated run's virtual clock (the simulation's own time,
+# sim_wall_s and sim_startup_s, is wall-clock seconds even then).
+VIRTUAL_KEYS = ("startup_s", "train_time_s", "teardown_s", "wall_time_s", "samples_per_s", "compute_s", "comm_s",
+                "wait_s")
 VIRTUAL_UNITS = {"s": "virtual s", "worker-s": "virtual worker-s", "samples/s": "samples per virtual s"}
 DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml")
 _STYLE = """
@@ -288,7 +291,8 @@ def _summary_html(result: RunResult) -> str:
         rows.append(f'<tr><th class="text">{html.escape(what)}</th><td>{html.escape(shown)}</td>'
                     f'<td class="text">{html.escape(unit)}</td><td class="text"><code>{key}</code></td></tr>')
     head = '<tr><th class="text">quantity</th><th>value</th><th class="text">unit</th><th class="text">key</th></tr>'
-    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+    notes = "".join(f'<p class="notes machine">{html.escape(n)}</p>' for n in measure.notes(s))
+    return f"{notes}<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _config_html(config: dict[str, Any]) -> str:

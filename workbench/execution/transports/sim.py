@@ -1,4 +1,4 @@
-"""The simulated cluster as a transport: virtual workers linked by virtual-time front-ends.
+"""The simulated cluster as a transport (`workbench.sim`): virtual workers linked by virtual-time front-ends.
 
 `SimTransport` builds, for the run's P virtual workers (1-1024, GPU then CPU ranks), the
 same links a real transport builds (a collective per rank group, the declared server
@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.base import ThreadControl, WorkerLost
-from ..comm.roles import make_core
-from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ..execution.transports.base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
-from .clock import Killed, Scheduler, VProc
-from .costs import SimCosts, default_network, make_costs
-from .profiles import _one_blas_thread
+from ...comm.base import ThreadControl, WorkerLost
+from ...comm.roles import make_core
+from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ...sim.clock import Killed, Scheduler, VProc
+from ...sim.costs import SimCosts, default_network, make_costs
+from ...sim.profiles import _one_blas_thread
+from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
 
 MAX_WORKERS = 1024
 
@@ -61,7 +61,7 @@ class SimGroup:
         self.count = 0
         self.t_last = 0.0
 
-    def arrive(self, index: int, proc: VProc, buf: Any) -> Any:
+    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None) -> Any:
         t = proc.now()
         self.slots[index], self.procs[index] = buf, proc
         self.count += 1
@@ -74,7 +74,9 @@ class SimGroup:
             for other in self.slots[1:]:
                 total += other
             total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
-        done = self.t_last + self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        if cost_s is None:
+            cost_s = self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        done = self.t_last + cost_s
         procs = self.procs
         self._reset()
         for p in procs:
@@ -92,6 +94,12 @@ class SimComm:
 
     def allreduce(self, buf: Any) -> Any:
         return self.group.arrive(self.rank, self.proc, buf)
+
+    def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
+        """A compressed exchange's sum, charged as a ring allgather of the payloads or an
+        allreduce of `payload_bytes` (`SimCosts.compressed_s`)."""
+        cost = self.group.costs.compressed_s(self.size, payload_bytes, gather)
+        return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
 
     def barrier(self) -> None:
         self.group.arrive(self.rank, self.proc, None)
@@ -393,7 +401,7 @@ class SimTransport(Transport):
                 + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
 
     def prepare(self, setup: RunSetup) -> None:
-        from ..problem import Problem
+        from ...problem import Problem
         self.setup, self.size = setup, setup.size
         self.costs = make_costs(setup.config, setup.model, setup.kinds, Problem.from_config(setup.config).data,
                                 link=self.link)

@@ -1,0 +1,85 @@
+"""The machine's state in a run's result (workbench.util.machine): parsing, accounting, the sentence."""
+from __future__ import annotations
+
+import pytest
+
+import workbench as wb
+from workbench.util import machine
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+
+
+def test_proc_stat_is_read_as_busy_idle_and_steal(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    #               user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 20 30 400 50 5 5 40 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    monkeypatch.setattr(machine.os, "sysconf", lambda name: 10)
+    assert machine.cpu_times(str(stat)) == {"busy": 16.0, "idle": 45.0, "steal": 4.0}
+    assert machine.cpu_times(str(tmp_path / "absent")) is None
+
+
+def snap(t, busy, steal=0.0, own=0.0, load=0.5, cores=2, pid=1):
+    return {"time": t, "load": load, "cpu": {"busy": busy, "idle": 0.0, "steal": steal},
+            "process_cpu_s": own, "pid": pid, "cores": cores}
+
+
+def test_our_processes_are_counted_once_and_the_rest_is_other_processes():
+    loops = [{"rank": 0, "pid": 7, "process_cpu_s": 3.0}, {"rank": 1, "pid": 7, "process_cpu_s": 3.0},
+             {"rank": 2, "pid": 1, "process_cpu_s": 9.0}]       # pid 1 is this process: in `own` already
+    s = machine.summarise(snap(0, 0), snap(10, 12.0, own=2.0), loops)
+    assert s["our_cores"] == pytest.approx(0.5)       # (2 + 3) / 10
+    assert s["other_cores"] == pytest.approx(0.7)     # (12 - 5) / 10
+    assert s["busy_cores"] == pytest.approx(1.2)
+
+
+def test_no_proc_stat_leaves_the_split_unknown_but_keeps_the_load():
+    before, after = snap(0, 0), snap(10, 0)
+    before["cpu"] = after["cpu"] = None
+    s = machine.summarise(before, after, [])
+    assert s["other_cores"] is None and s["load_before"] == 0.5 and s["note"] is None
+
+
+@pytest.mark.parametrize("others, steal, says", [
+    (1.6, 0.0, "other processes used 1.6 of 2 cores"),
+    (0.2, 0.0, "other processes used 0.2 of 2 cores"),        # exactly the threshold: 10% of 2 cores
+    (0.19, 0.0, None),
+    (0.0, 0.5, "the hypervisor took 0.5 of 2 cores (steal)"),
+    (0.9, 0.5, "other processes used 0.9 of 2 cores and the hypervisor took 0.5 of 2 cores (steal)"),
+])
+def test_the_sentence_appears_from_a_tenth_of_the_cores(others, steal, says):
+    got = machine.note({"cores": 2, "other_cores": others, "steal_cores": steal})
+    if says is None:
+        assert got is None
+    else:
+        assert got.startswith(says) and got.endswith("its throughput measures the machine, not the algorithm")
+
+
+def test_the_threshold_scales_with_the_cores():
+    assert machine.note({"cores": 16, "other_cores": 1.0, "steal_cores": 0.0}) is None   # 1 of 16: < 10%
+    assert machine.note({"cores": 16, "other_cores": 1.6, "steal_cores": 0.0}) is not None
+
+
+def test_summarise_does_not_change_its_inputs():
+    loops = [{"rank": 1, "pid": 7, "process_cpu_s": 1.0}, {"rank": 0, "pid": 8, "process_cpu_s": 1.0}]
+    before, after = snap(0, 0), snap(1, 1)
+    copies = [dict(x) for x in loops], dict(before), dict(after)
+    machine.summarise(before, after, loops)
+    assert (loops, before, after) == copies
+
+
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "sgd"])
+def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm):
+    cfg = wb.RunConfig(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=60, **BASE)
+    s = wb.run(cfg, cluster="threads", progress=False).summary
+    m = s["machine"]
+    assert m["cores"] >= 1 and m["load_before"] is not None and m["wall_s"] > 0
+    assert [w["rank"] for w in m["workers"]] == list(range(cfg.cpus or 1))
+    for w in m["workers"]:
+        assert 0 <= w["cpu_s"] <= w["wall_s"] * 1.05 + 0.01      # one thread: CPU time within its wall time
+        assert w["stalled_s"] >= 0 and w["compute_s"] > 0
+    assert s["machine_note"] == machine.note(m)
+
+
+def test_a_simulated_run_depends_on_no_machine():
+    s = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=4, simulate=True, steps=20, **BASE), progress=False).summary
+    assert "machine" not in s and s.get("machine_note") is None

@@ -1,0 +1,80 @@
+"""The network model: links as latency and inverse bandwidth, and the collectives' alpha-beta times.
+
+Hockney's alpha-beta model (as in Thakur et al. 2005): one message of n bytes takes
+alpha + n beta; a ring allreduce of P workers 2 (P-1)/P n beta + 2 (P-1) alpha; a
+binary-tree one 2 ceil(log2 P) (alpha + n beta). Pure data and pure functions, low in
+the layers, so that the cost model (`analysis.costmodel`) and the simulated cluster
+(`sim.costs`, the simulator's transport) charge the same formulas from one definition.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Network:
+    """Latency and inverse bandwidth of one link, as an allreduce sees it."""
+
+    name: str
+    alpha: float   # seconds per message (software stack included)
+    beta: float    # seconds per byte (1 / effective bandwidth)
+    note: str = ""
+
+
+# Orders of magnitude, for "what if"; calibrate from a run on the real network to replace them.
+NETWORKS: dict[str, Network] = {
+    "shm": Network("shm", 20e-6, 1 / 2e9,
+                   "this host: shared memory between worker processes; ~20 us per exchange "
+                   "(two flag barriers polled from Python), ~2 GB/s copy-and-sum through one core"),
+    "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
+                     "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
+    "100GbE": Network("100GbE", 20e-6, 1 / 11e9,
+                      "100 Gb/s Ethernet over TCP: ~20 us, ~11 GB/s achievable"),
+    "InfiniBand HDR": Network("InfiniBand HDR", 2e-6, 1 / 23e9,
+                              "200 Gb/s HDR with RDMA: ~2 us, ~23 GB/s achievable"),
+    "NVLink": Network("NVLink", 10e-6, 1 / 150e9,
+                      "GPU-GPU NVLink (A100 class) through NCCL: ~10 us per call (kernel launch), "
+                      "~150 GB/s allreduce bus bandwidth"),
+}
+HOST_LINK = Network("PCIe 4.0 x16", 10e-6, 1 / 20e9, "device <-> host copies (CGDP): ~20 GB/s")
+HOST_MEMORY_BYTES_PER_S = 10e9  # one core streaming sum / update over host memory
+
+
+def message_time(n_bytes: float, alpha: float, beta: float) -> float:
+    """Time of one message: alpha + n beta.
+
+    >>> round(message_time(1000, 1e-6, 1e-9), 12)
+    2e-06
+    """
+    return alpha + n_bytes * beta
+
+
+def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha.
+
+    >>> ring_allreduce_time(4, 1e6, 1e-5, 1e-9)  # 1.5e-3 + 6e-5
+    0.00156
+    >>> ring_allreduce_time(1, 1e6, 1e-5, 1e-9)
+    0.0
+    """
+    p = int(workers)
+    return 2 * (p - 1) / p * n_bytes * beta + 2 * (p - 1) * alpha
+
+
+def tree_levels(workers: int) -> int:
+    """Depth of a binary reduction tree over P workers: ceil(log2 P).
+
+    >>> [tree_levels(p) for p in (1, 2, 3, 4, 8, 9)]
+    [0, 1, 2, 2, 3, 4]
+    """
+    return math.ceil(math.log2(int(workers))) if workers > 1 else 0
+
+
+def tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Binary-tree reduce then broadcast: 2 ceil(log2 P) (alpha + n beta).
+
+    >>> round(tree_allreduce_time(4, 1e6, 1e-5, 1e-9), 9)  # 2 * 2 * (1e-5 + 1e-3)
+    0.00404
+    """
+    return 2 * tree_levels(workers) * (alpha + n_bytes * beta)
