@@ -125,7 +125,7 @@ def test_cnn_through_the_benchmarks():
 
 @pytest.mark.gpu
 def test_cnn_through_the_gpu_check_plain_loop():
-    from workbench.execution.gpucheck import plain_cupy_loop
+    from workbench.apps.gpucheck import plain_cupy_loop
     assert plain_cupy_loop(cnn(batch_size=64), seconds=0.5) > 0
 
 

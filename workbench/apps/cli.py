@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.simulated:
                 from ..sim.bench import main as sim_bench_main
                 return sim_bench_main(args)
-            from ..analysis.bench import main as bench_main
+            from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
