@@ -102,6 +102,12 @@ class WorkerContext:
             idx = self.xp.asarray(idx)
         return self.X[idx], self.y[idx]
 
+    def initial_params(self) -> Any:
+        """A fresh, writable copy of the run's initial parameters on this worker's device
+        (`Problem.params0`: built once per process, `model.init(seed)`)."""
+        from ..problem import Problem
+        return Problem.from_config(self.config).initial_params(self.xp)
+
     def my_slice(self, shares: list[float] | None = None, batch_size: int | None = None) -> tuple[int, int]:
         """This worker's rows of each global batch: equal shares unless given."""
         shares = shares or [1.0] * self.size

@@ -40,7 +40,7 @@ class CGDP(Algorithm):
         super().__init__(ctx)
         xp, model = ctx.xp, ctx.model
         self.master = ctx.server
-        self.params = xp.asarray(model.init(ctx.config.seed))
+        self.params = ctx.initial_params()
         self.grad = xp.empty_like(self.params)
         self.groups = model.layer_groups()
         setting = ctx.config.chunk_layers

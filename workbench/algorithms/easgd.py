@@ -68,7 +68,7 @@ class ElasticWorker(Algorithm):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
-        self.params = xp.asarray(ctx.model.init(c.seed))   # x_i: every worker starts at the centre
+        self.params = ctx.initial_params()   # x_i: every worker starts at the centre
         self.grad = xp.empty_like(self.params)
         self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, weight_decay=c.weight_decay)
         self.alpha = c.resolved_alpha(ctx.size)

@@ -56,7 +56,7 @@ class LocalSGD(Algorithm):
         super().__init__(ctx)
         c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
         self.n = n
-        self.params = xp.asarray(ctx.model.init(c.seed))        # x_i; every worker starts at the same point
+        self.params = ctx.initial_params()        # x_i; every worker starts at the same point
         self.average = self.params.copy()                       # the last average (what is evaluated)
         self.grad = xp.empty_like(self.params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)

@@ -21,7 +21,7 @@ class PlainSGD(Algorithm):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
-        self.params = xp.asarray(ctx.model.init(c.seed))
+        self.params = ctx.initial_params()
         self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.grad = xp.empty_like(self.params)
         self.clock = ctx.clock

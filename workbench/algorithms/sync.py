@@ -84,7 +84,7 @@ class SyncSGD(Algorithm):
         super().__init__(ctx)
         xp, n = ctx.xp, ctx.model.n_params
         c = ctx.config
-        self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
+        self.params = ctx.initial_params() if params is None else xp.asarray(params)
         self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
         self.n = n
         self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
