@@ -60,6 +60,11 @@ NEW_VALUES = {
     "timing_model": ("resnet50", "resnet50"),
     "jitter": (0.2, 0.2),
     "fail_worker": ("1@2.5", "1@2.5"),
+    "optimizer": ("lars", "lars"),
+    "beta1": (0.8, 0.8),
+    "beta2": (0.99, 0.99),
+    "eps": (1e-6, 1e-6),
+    "trust_coefficient": (0.02, 0.02),
     "calibration": ("/tmp/cal.json", "/tmp/cal.json"),
     "post_local_epoch": (2.5, 2.5),
     "outer_lr": (0.5, 0.5),
@@ -71,6 +76,8 @@ NEW_VALUES = {
     "error_feedback": (False, False),
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
+# valid only with this update rule (and momentum, nesterov at their defaults for it)
+NEEDS_OPTIMIZER = {"optimizer": "sgd", "beta1": "adamw", "beta2": "lamb", "eps": "adamw", "trust_coefficient": "lars"}
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
 
@@ -90,9 +97,14 @@ def test_every_control_maps_onto_a_config_field(dash):
     assert set(NEW_VALUES) == set(CONTROL_FIELDS)       # a new control needs a row here
     for name, (value, expected) in NEW_VALUES.items():
         dash.controls["simulate"].value = name in NEEDS_SIMULATE
+        if name in NEEDS_OPTIMIZER:    # the knobs of one rule are refused under another: back to defaults first
+            for knob in ("nesterov", "momentum", "beta1", "beta2", "eps", "trust_coefficient"):
+                dash.controls[knob].value = RunConfig.model_fields[knob].default
+            dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+            dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
         dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
                                               "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
         before = dash.config.to_dict()

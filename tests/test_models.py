@@ -366,3 +366,24 @@ def test_sgd_learns_a_separable_problem(name):
         params -= 0.05 * grad
     assert (model.predict(params, X) == y).mean() > 0.97
     assert model.loss(params, X, y) < 0.1
+
+
+@pytest.mark.parametrize("hidden", [(), (16,), (32, 8)])
+@pytest.mark.parametrize("shared", [False, True], ids=["stacked-params", "shared-params"])
+@pytest.mark.parametrize("K, B", [(1, 1), (5, 3), (4, 32)])
+def test_loss_and_grad_stacked_is_bitwise_k_calls(hidden, shared, K, B):
+    # The oracle: K plain loss_and_grad calls; the simulator relies on bitwise equality.
+    model = make_model("softmax" if not hidden else "mlp", 12, 5, **({"hidden": hidden} if hidden else {}))
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((K, B, 12)).astype(np.float32)
+    y = rng.integers(0, 5, (K, B))
+    params = np.stack([model.init(s) + np.float32(0.01) * s for s in range(K)])
+    given = params[0] if shared else params
+    before = given.copy()
+    grads = np.empty((K, model.n_params), np.float32)
+    losses = model.loss_and_grad_stacked(given, X, y, grads)
+    assert np.array_equal(given, before)                     # inputs untouched
+    for k in range(K):
+        loss, grad = model.loss_and_grad(params[0] if shared else params[k], X[k], y[k])
+        assert float(losses[k]) == loss
+        assert grad.tobytes() == grads[k].tobytes()

@@ -20,7 +20,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim", "goyal_sim",
-                  "ltfb_sim"}
+                  "ltfb_sim", "communication_efficient"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -72,7 +72,36 @@ def test_notebook_checks_every_expected_shape(path):
     nb = nbformat.read(exp.notebook, as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     for check in exp.expected_shape:
-        assert f'checks.check("{check["id"]}"' in source, f"{exp.notebook.name} never checks {check['id']!r}"
+        assert (f'checks.check("{check["id"]}"' in source or f'checks.compare("{check["id"]}"' in source), \
+            f"{exp.notebook.name} never checks {check['id']!r}"
+
+
+SIMULATED = sorted(p.stem for p in EXPERIMENTS if p.stem.endswith("_sim"))
+# Shapes our simulation does not reproduce, at quick and full settings alike (measured: at one
+# lr for every algorithm, plain async/Hogwild SGD stay ahead of their EASGD versions; each at
+# its best lr is measured beside the shape). `reproduce` says so and exits 3.
+NOT_REPRODUCED = {"sc17_sim": {"async_easgd_beats_async_sgd", "hogwild_easgd_beats_hogwild_sgd"}}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", SIMULATED)
+def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
+    # Simulated reproductions are deterministic: in quick mode every expected shape holds, or
+    # the experiment file's quick_skips says why quick mode does not reproduce it. Exit 0.
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    out = tmp_path / "out"
+    proc = reproduce(f"experiments/{name}.yaml", "--quick", "--out", str(out), "--no-progress", timeout=900)
+    failing = NOT_REPRODUCED.get(name, set())
+    assert proc.returncode == (3 if failing else 0), (proc.stdout[-3000:], proc.stderr[-2000:])
+    if failing:
+        assert f"error: expected shape did not hold: {', '.join(sorted(failing))}" in proc.stderr
+    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
+    for check in exp.expected_shape:
+        if check["id"] in exp.quick_skips:
+            assert "[not reproduced in quick mode]" in proc.stdout and exp.quick_skips[check["id"]] in proc.stdout
+        else:
+            assert verdicts[check["id"]]["held"] == (check["id"] not in failing), (check["id"], verdicts[check["id"]])
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -82,7 +111,7 @@ def test_notebook_checks_every_expected_shape(path):
 def test_reproduce_runs_an_experiment_end_to_end(tmp_path):
     out = tmp_path / "out"
     proc = reproduce("experiments/sc17_easgd.yaml", "--quick", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]      # 3: a shape did not hold (on a busy machine)
     assert "Executing" in proc.stderr and "cell/s" in proc.stderr   # papermill's progress bar
     assert "[notebook] Executing notebook with kernel" in proc.stderr  # and the notebook's log
     exp = load_experiment(ROOT / "experiments" / "sc17_easgd.yaml")
@@ -117,7 +146,7 @@ def test_a_simulated_reproduction_sets_the_papers_numbers_beside_ours(name, tmp_
     # their report's table has, for every expected shape, the paper's number and ours.
     out = tmp_path / "out"
     proc = reproduce(f"experiments/{name}.yaml", "--quick", "--out", str(out), "--no-progress")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == (3 if name in NOT_REPRODUCED else 0), proc.stderr[-3000:]
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     assert all(c.get("paper") for c in exp.expected_shape), "every shape carries the paper's number"
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
@@ -202,6 +231,43 @@ def test_a_failing_notebook_exits_1_and_names_the_cell(tmp_path):
     assert (out / "fails.ipynb").exists(), "the executed notebook shows where it failed"
 
 
+def _verdict_notebook(tmp_path: Path, verdicts: str) -> str:
+    """A notebook that only writes the given shape.json verdicts (Python source of a list)."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.v4 import new_code_cell, new_notebook
+    nb = new_notebook(cells=[new_code_cell("quick = False\nout_dir = 'x'", metadata={"tags": ["parameters"]}),
+                             new_code_cell("import json, pathlib\n"
+                                           f"pathlib.Path(out_dir, 'shape.json').write_text(json.dumps({verdicts}))")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "notebooks" / "verdicts.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, path)
+    return "notebooks/verdicts.ipynb"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_shape_that_does_not_hold_exits_3_and_quick_skips_say_why(tmp_path):
+    pytest.importorskip("papermill")
+    verdicts = ('[{"id": "a", "held": True, "measured": "2x"}, {"id": "b", "held": False, "measured": "1.003x", '
+                '"value": 1.003, "threshold": 1.0, "margin": 0.02, "above": True, "spread": "seeds 0-2"}]')
+    shapes = [{"id": "a", "text": "held"}, {"id": "b", "text": "inside the spread"}, {"id": "c", "text": "unmeasured"}]
+    nb = _verdict_notebook(tmp_path, verdicts)
+    path = _experiment(tmp_path, nb, expected_shape=shapes)
+    proc = reproduce(str(path), "--out", str(tmp_path / "full"), "--no-progress")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "error: expected shape did not hold: b, c (exit 3)" in proc.stderr
+    assert "margin > 1 + 0.02 (spread: seeds 0-2)" in proc.stdout
+    # quick mode: the skipped shapes say why and do not fail; every other one still must hold
+    path = _experiment(tmp_path, nb, expected_shape=shapes, quick_skips={"b": "too few steps", "c": "needs 8k steps"})
+    proc = reproduce(str(path), "--quick", "--out", str(tmp_path / "quick"), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[not reproduced in quick mode] inside the spread  (1.003x (quick mode: too few steps)" in proc.stdout
+    proc = reproduce(str(_experiment(tmp_path, nb, expected_shape=shapes, quick_skips={"z": "?"})), "--quick",
+                     "--out", str(tmp_path / "bad"))
+    _one_line_error(proc, "error: quick_skips: ")
+
+
 # ------------------------------------------------------------------------------ paper vs simulated
 def test_report_sets_the_papers_numbers_beside_ours(tmp_path):
     # An expected shape may carry the paper's number; the notebook's verdict carries ours; the
@@ -234,15 +300,15 @@ def test_report_sets_the_papers_numbers_beside_ours(tmp_path):
     table = table[:table.index("</table>")]
     cells = [c.split("</td>")[0] for c in table.split("<td")[1:]]
     cells = [c[c.index(">") + 1:] for c in cells]
-    assert cells[:5] == ["<code>comm_share</code>", "original EASGD mostly communicates", "87% &lt;b&gt;", "91.2%",
-                         "held"]
-    assert cells[5:10] == ["<code>speedup</code>", "sync several times faster", "5.3x", "2.4x (needed &gt;= 3x)",
-                           "did not hold"]
-    assert cells[12:15] == ["", "not measured", "not checked"]
+    assert cells[:6] == ["<code>comm_share</code>", "original EASGD mostly communicates", "87% &lt;b&gt;", "91.2%",
+                         "", "held"]
+    assert cells[6:12] == ["<code>speedup</code>", "sync several times faster", "5.3x", "2.4x (needed &gt;= 3x)",
+                           "", "did not hold"]
+    assert cells[14:18] == ["", "not measured", "", "not checked"]
 
     # the notebook's own view: the same rows, then what was measured beyond the shape
     df = checks.table(experiment=path)
-    assert list(df.columns) == ["id", "text", "paper", "measured", "verdict"]
+    assert list(df.columns) == ["id", "text", "paper", "measured", "margin", "verdict"]
     assert df["paper"].tolist() == ["87% <b>", "5.3x", "", ""]
     assert df["id"].tolist() == ["comm_share", "speedup", "words_only", "extra"]
 

@@ -175,3 +175,17 @@ def test_each_readme_simulate_command_runs_the_workers_it_says(argv, tmp_path):
         got = sorted(len(json.loads(p.read_text())["workers"]) for p in runs)
         assert got == sorted(points)
         assert all(re.fullmatch(r"\d+ CPU \(core\)", json.loads(p.read_text())["workers_by_kind"]) for p in runs)
+
+
+# ------------------------------------------------------------------ batched compute
+@pytest.mark.parametrize("workers", [dict(cpus=4), dict(gpus=2, cpus=2, jitter=0.3)], ids=["same-device", "mixed"])
+@pytest.mark.parametrize("algorithm", sorted(REGISTRY))
+def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
+    # The workers of one virtual instant compute together (ComputePool): the same run, bit for bit.
+    from workbench.execution.engine import execute
+    from workbench.execution.transports.sim import SimTransport
+    config = RunConfig(algorithm=algorithm, **SMALL, **workers)
+    batched = execute(config, SimTransport())
+    one_by_one = execute(config, SimTransport(batch_compute=False))
+    assert batched.summary["status"] == "completed", batched.summary.get("events")
+    _same(batched, one_by_one)

@@ -144,7 +144,7 @@ def short_repr(value: Any, limit: int = 120) -> str:
 INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
               "round_size", "tournament_size", "steps", "eval_every", "seed")
 FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
-                "lr_spread", "epochs", "jitter")
+                "lr_spread", "epochs", "jitter", "beta1", "beta2", "eps", "trust_coefficient")
 BOOL_FIELDS = ("download", "nesterov", "exchange_state", "simulate")
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
@@ -333,7 +333,26 @@ class RunConfig(BaseModel):
     nesterov: bool = Field(False, description=(
         "Use Nesterov momentum instead of heavy ball."))
     weight_decay: float = Field(0.0, description=(
-        "L2 penalty coefficient (>= 0) added to the gradient as weight_decay * params; 0 = off."))
+        "Weight decay coefficient (>= 0; 0 = off): sgd adds weight_decay * params to the gradient "
+        "(every parameter); adamw and lamb decay the weights decoupled from the gradient, lars adds it "
+        "inside its layer-wise rate; those three leave biases undecayed (papers: lars 5e-4, lamb 0.01)."))
+    # --- the optimiser (maths/optim.py): which update rule, and the knobs of each
+    optimizer: Literal["sgd", "adamw", "lars", "lamb"] = Field("sgd", description=(
+        "Update rule: sgd (momentum / Nesterov), adamw (Adam with decoupled weight decay), lars "
+        "(layer-wise rate trust_coefficient * ||w|| / ||g||, with momentum; You et al. 2017) or lamb "
+        "(Adam with the layer-wise ratio ||w|| / ||update||; You et al. 2019). hogwild_sgd and "
+        "async_measgd have their own update and take sgd only."))
+    beta1: float = Field(0.9, description=(
+        "adamw, lamb: decay of the first moment (mean of gradients), in [0, 1) (papers: 0.9)."))
+    beta2: float = Field(0.999, description=(
+        "adamw, lamb: decay of the second moment (mean of squared gradients), in [0, 1) (0.999; "
+        "LAMB's BERT runs also 0.999)."))
+    eps: float = Field(1e-8, description=(
+        "adamw, lamb: added to sqrt of the second moment; lars: added to the layer-wise rate's "
+        "denominator (finite, > 0; 1e-8; LAMB's BERT runs use 1e-6)."))
+    trust_coefficient: float = Field(0.001, description=(
+        "lars: trust coefficient eta of the layer-wise rate eta * ||w|| / (||g|| + weight_decay * ||w||), "
+        "finite and > 0 (0.001 in You et al.; the global lr is then large, e.g. 2 to 30)."))
 
     # --- algorithm knobs
     tau: int = Field(1, description=(
@@ -620,6 +639,20 @@ class RunConfig(BaseModel):
             raise ValueError("a number in [0, 1)")
         return v
 
+    @field_validator("beta1", "beta2")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not (0.0 <= v < 1.0):
+            raise ValueError("a number in [0, 1)")
+        return v
+
+    @field_validator("eps", "trust_coefficient")
+    @classmethod
+    def _positive_float(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError("a finite number > 0")
+        return v
+
     @field_validator("weight_decay", "warmup_epochs", "latency_ms", "bandwidth_gbps")
     @classmethod
     def _non_negative(cls, v: float) -> float:
@@ -732,6 +765,7 @@ class RunConfig(BaseModel):
         if self.comm == "nccl" and not fixed and (self.cpus > 0 or self.gpus == 0):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
+        _check_optimizer(self)
         _check_scaled_lr(self, spec.peak_lr(self))
         return self
 
@@ -813,6 +847,32 @@ def _check_scaled_lr(c: RunConfig, peak: float) -> None:
     if not math.isfinite(peak * factor) or peak * factor > LR_MAX:
         raise ConfigError("lr", f"small enough that {c.lr_scaling} scaling to batch {c.batch_size} (x{factor:g}) "
                           f"keeps it under {LR_MAX:g}", c.lr)
+
+
+# Which optimiser knobs apply to which rule (`momentum` and `nesterov`: sgd's; lars has
+# momentum too). A knob that does not apply is refused when it differs from its default,
+# as the simulation knobs are without simulate: a value that would be silently ignored
+# is a mistake to report, not to warn about.
+OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
+    "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
+    "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
+}
+
+def _check_optimizer(c: RunConfig) -> None:
+    """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,
+    a rule other than sgd only for algorithms that use the shared rule."""
+    for name, rules in OPTIMIZER_KNOBS.items():
+        default = type(c).model_fields[name].default
+        if c.optimizer not in rules and getattr(c, name) != default:
+            raise ConfigError(name, f"only with optimizer {' or '.join(rules)} (optimizer is {c.optimizer}; "
+                              f"leave it at {default})", getattr(c, name))
+    if c.nesterov and c.momentum == 0:
+        raise ConfigError("nesterov", "false when momentum is 0 (Nesterov momentum needs momentum > 0)", c.nesterov)
+    if c.optimizer != "sgd":
+        spec = _algorithm_spec(c.algorithm)
+        if spec is not None and not getattr(spec, "takes_optimizer", True):
+            raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
+                              "lamb apply to the other algorithms)", c.optimizer)
 
 
 def _check_simulation(c: RunConfig) -> None:
@@ -908,7 +968,8 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "simulation": ("simulate", "device", "cpu_device", "calibration", "network", "timing_model", "jitter",
                    "fail_worker"),
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
-                     "decay", "momentum", "nesterov", "weight_decay"),
+                     "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
+                     "trust_coefficient"),
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
                   "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
                   "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..maths.backend import to_numpy
+from ..maths.optim import OptimizerSettings
 from .base import Algorithm, StepOut, WorkerContext
 
 
@@ -51,10 +52,12 @@ class AsyncMSGD(AsyncSGD):
 
 
 def plain_options(config: Any) -> dict[str, Any]:
-    """The parameter server's update for async_sgd: plain SGD (weight decay applies)."""
-    return {"momentum": 0.0, "nesterov": False, "weight_decay": config.weight_decay}
+    """The parameter server's update for async_sgd: the config's rule without momentum
+    (plain SGD, or adamw / lars / lamb; weight decay applies)."""
+    return {"optimizer": OptimizerSettings.of(config, momentum=0.0, nesterov=False)}
 
 
 def momentum_options(config: Any) -> dict[str, Any]:
-    """async_msgd: the server keeps the momentum (and Nesterov, weight decay)."""
-    return {"momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+    """async_msgd: the server keeps the momentum (and Nesterov, weight decay; or the
+    moments of adamw / lamb, lars's velocity)."""
+    return {"optimizer": OptimizerSettings.of(config)}

@@ -21,9 +21,12 @@ then step" shifted by one step: their exchange at t = 0 is a no-op (x_i == xc), 
 way the last local steps of a run end in an exchange when the run length is a multiple
 of tau. The centre is what gets evaluated (eval name "centre") and returned.
 
-Local optimiser: plain SGD (`config.momentum` and `nesterov` are ignored, `weight_decay`
-applies), except async_measgd, whose worker update is the EAMSGD one. The paper gives it
-as `v = delta v - lr g(x + delta v); x = x + v`; written with x holding the real iterate:
+Local optimiser: `config.optimizer` without momentum (plain SGD by default; adamw, lars
+and lamb keep their own state on each worker; `config.momentum` and `nesterov` are
+ignored, `weight_decay` applies). The centre's move is the elastic one, not an optimiser
+step. The exception is async_measgd (optimizer sgd only), whose worker update is the
+EAMSGD one. The paper gives it as `v = delta v - lr g(x + delta v); x = x + v`; written
+with x holding the real iterate:
 
     v *= delta;  x += v          # move to the look-ahead point
     g = grad(x)                  # (+ weight_decay * x)
@@ -55,7 +58,7 @@ import numpy as np
 
 from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
@@ -70,7 +73,8 @@ class ElasticWorker(Algorithm):
         c, xp = ctx.config, ctx.xp
         self.params = ctx.initial_params()   # x_i: every worker starts at the centre
         self.grad = xp.empty_like(self.params)
-        self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, weight_decay=c.weight_decay)
+        # local steps ignore momentum (the elastic force plays its part): sgd is plain
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype, momentum=0.0, nesterov=False)
         self.alpha = c.resolved_alpha(ctx.size)
         self.tau = c.tau
         self.lo, self.hi = ctx.my_slice()

@@ -7,8 +7,9 @@ one allreduce. H reuses the EASGD family's knob: it is the same axis (local step
 between exchanges), and one name lets a sweep put the families side by side.
 
     local_sgd (Lin, Stich, Patel, Jaggi, ICLR 2020: "Don't use large mini-batches, use local SGD"):
-        H local steps of the shared update rule (maths.optim.SGD: momentum, Nesterov, weight
-        decay as configured; each worker keeps its own momentum buffer, as in the paper), then
+        H local steps of the shared update rule (maths.optim.make_optimizer: `config.optimizer`,
+        momentum, Nesterov, weight decay as configured; each worker keeps its own optimiser state,
+        its momentum buffer as in the paper), then
             x_i <- sum_j w_j x_j                      w_j = n_j / B, the share of the batch
     post_local_sgd (same paper, section 3): average after every step (= sync_sgd) until epoch
         `post_local_epoch`, then every H steps (the paper switches at the first lr decay)
@@ -17,11 +18,11 @@ between exchanges), and one name lets a sweep put the families side by side.
             Delta = sum_j w_j (x - x_j)
             v = mu v + Delta;  x -= lr_out (Delta + mu v)   (Nesterov, PyTorch's form; mu = outer_momentum)
         and every worker restarts from the new x (its inner optimiser state kept).
-        Inner optimiser: the shared SGD rule (momentum / Nesterov as configured); the paper uses
-        AdamW (lr 4e-4), which the optimiser knob (issue 26) will bring; until it lands on main
-        this is SGD, and the docs say so.
+        Inner optimiser: the shared rule (`config.optimizer`, maths.optim.make_optimizer: sgd
+        with momentum / Nesterov as configured, or adamw / lars / lamb, each worker keeping its
+        own state); the paper uses AdamW (lr 4e-4): `optimizer: adamw`.
 
-The weights w_j make H = 1 exactly the maths of sync_sgd: averaging parameters that each
+With sgd, the weights w_j make H = 1 exactly the maths of sync_sgd: averaging parameters that each
 moved by -lr v_j, with v_j = mu v_j + g_j, moves the average by -lr sum_j w_j v_j, and the
 weighted velocities follow sync_sgd's recurrence (everything is linear in g). In float32
 the sums are taken in another order, so the two agree to rounding, not bitwise (tests
@@ -43,7 +44,7 @@ import math
 from typing import Any
 
 from ..comm.base import ring_allreduce_bytes
-from ..maths.optim import SGD
+from ..maths.optim import OptimizerSettings, make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
@@ -59,7 +60,7 @@ class LocalSGD(Algorithm):
         self.params = ctx.initial_params()        # x_i; every worker starts at the same point
         self.average = self.params.copy()                       # the last average (what is evaluated)
         self.grad = xp.empty_like(self.params)
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         self.tau = c.tau
         self.lo, self.hi = ctx.my_slice()
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
@@ -160,12 +161,13 @@ class DiLoCo(LocalSGD):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c = ctx.config
-        self.outer = SGD(self.n, ctx.xp, self.params.dtype, momentum=c.outer_momentum, nesterov=True)
+        outer = OptimizerSettings("sgd", momentum=c.outer_momentum, nesterov=True)   # the paper's outer rule
+        self.outer = make_optimizer(outer, self.n, ctx.xp, self.params.dtype)
         self.outer_lr = c.outer_lr
         self.delta = ctx.xp.empty_like(self.params)
         if ctx.rank == 0:
             self.summary = {**self.summary, "outer_lr": c.outer_lr, "outer_momentum": c.outer_momentum,
-                            "inner_optimizer": "sgd"}
+                            "inner_optimizer": c.optimizer}
 
     def contribution(self, out: Any) -> None:
         xp = self.ctx.xp

@@ -28,8 +28,8 @@ Every `round_size` steps (round r = (step + 1) // round_size, from 1):
   4. the leader broadcasts what it holds to its trainer's other workers (a group allreduce).
 A model is its weights and its base lr: an adopted model brings its lr along (so with
 `trainer_lrs` or `lr_spread` the tournament searches over learning rates, and the
-population's lrs collapse onto the ones that win); the optimiser state (momentum) travels
-only with `exchange_state`, otherwise the adopter keeps its own.
+population's lrs collapse onto the ones that win); the optimiser state (momentum, or the
+moments of adamw / lamb) travels only with `exchange_state`, otherwise the adopter keeps its own.
 
 Initial weights: trainer k starts from `model.init(seed + k)` (a diverse population;
 trainer 0 from the same weights as every other algorithm).
@@ -63,7 +63,7 @@ from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from ..problem import run_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
@@ -154,7 +154,7 @@ class LTFB(Algorithm):
         self.lo, self.hi = split_batch(self.b, [1.0] * self.gsize)[ctx.comm.rank if ctx.comm else 0]
         self.n = n = ctx.model.n_params
         self.params = xp.asarray(ctx.model.init(c.seed + self.k))
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         grank = ctx.comm.rank if ctx.comm is not None else 0
         self.buf = xp.zeros(n + tail_length(self.gsize), dtype=self.params.dtype)   # [ grad | tail ]
         self.tail = SyncTail(ctx, n, rank=grank, size=self.gsize)                   # within the trainer
@@ -238,8 +238,8 @@ class LTFB(Algorithm):
         self.tournament_bytes = 0.0
         if self.leader:
             if partner is not None:
-                velocity = self.opt.velocity
-                state = to_numpy(velocity).copy() if (ctx.config.exchange_state and velocity is not None) else None
+                kept = self.opt.export_state() if ctx.config.exchange_state else None   # velocity, moments
+                state = to_numpy(kept).copy() if kept is not None else None
                 self.tournament_bytes += self.params.nbytes + (state.nbytes if state is not None else 0)
                 ctx.server.deposit(rnd, self.k, to_numpy(self.params).copy(), state,
                                    {"lr_index": self.lr_index, "lineage": self.lineage})
@@ -269,14 +269,15 @@ class LTFB(Algorithm):
             if adopted and not self.leader:
                 self.params[...] = total[:n]
                 self.lr_index = int(round(float(total[n + 1])))
-        state_travels = adopted and ctx.config.exchange_state and self.opt.velocity is not None
+        state_travels = adopted and ctx.config.exchange_state and bool(self.opt.state)
         if state_travels:
             if self.leader:
-                self.opt.velocity[...] = xp.asarray(their_state)
-            if self.gsize > 1:
-                vel = self.opt.velocity if self.leader else xp.zeros_like(self.opt.velocity)
-                self.opt.velocity[...] = ctx.allreduce(vel)
-                self.tournament_bytes += ring_allreduce_bytes(self.gsize, vel.nbytes)
+                self.opt.import_state(xp.asarray(their_state))
+            if self.gsize > 1:   # one array at a time: no message is longer than the parameters
+                for arr in self.opt.state.values():
+                    part = arr.astype(self.params.dtype) if self.leader else xp.zeros(arr.shape, self.params.dtype)
+                    arr[...] = ctx.allreduce(part).astype(arr.dtype)
+                    self.tournament_bytes += ring_allreduce_bytes(self.gsize, part.nbytes)
         if self.leader:
             ctx.record({"kind": "tournament", "round": rnd, "step": step, "time": ctx.now(), "trainer": self.k,
                         "partner": partner if got is not None else None, "own_score": own,

@@ -1,8 +1,8 @@
 """`sgd`: plain minibatch SGD on one worker, the reference every parallel algorithm is checked against.
 
-Plain minibatch SGD (optionally momentum / Nesterov / weight decay, the shared rule
-`maths.optim.SGD`) over the same global minibatch sequence, schedule and metrics as every
-parallel algorithm, on the same loop (`base.run_loop`) and records. Its declaration says it
+Plain minibatch SGD (optionally momentum / Nesterov / weight decay, or the configured
+`optimizer`: the shared rule, `maths.optim.make_optimizer`) over the same global minibatch
+sequence, schedule and metrics as every parallel algorithm, on the same loop (`base.run_loop`) and records. Its declaration says it
 runs on exactly one worker, in this process (the thread transport): no cluster starts for
 it, whatever `cpus`, `gpus` or `cluster` say. `tests/test_reference.py` checks it against a
 deliberately naive loop written apart from the package.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, WorkerContext, settle
 
 
@@ -22,7 +22,7 @@ class PlainSGD(Algorithm):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
         self.params = ctx.initial_params()
-        self.opt = SGD(ctx.model.n_params, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # the config's rule
         self.grad = xp.empty_like(self.params)
         self.clock = ctx.clock
 

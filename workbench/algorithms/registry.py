@@ -69,9 +69,13 @@ class Needs:
         """
         return _load(self.groups)(config, size) if self.groups else [list(range(size))]
 
-    def options(self, config: Any) -> dict[str, Any]:
-        """The server role's options for this config ({} without any)."""
-        return _load(self.server_options)(config) if self.server_options else {}
+    def options(self, config: Any, model: Any = None) -> dict[str, Any]:
+        """The server role's options for this config ({} without any); an update rule
+        among them (`optimizer`) gets the model's layer layout (`layout`) beside it."""
+        options = _load(self.server_options)(config) if self.server_options else {}
+        if "optimizer" in options and model is not None:
+            options = {**options, "layout": model.layout()}
+        return options
 
     def client_setup(self, config: Any, size: int) -> dict[str, Any]:
         """The algorithm's own client-side set-up, handed to every worker as `ctx.extra` ({} without any)."""
@@ -107,6 +111,7 @@ class AlgorithmSpec:
     check: Callable[[Any], tuple[str, str, Any] | None] = _no_check
     # config -> the largest base lr any worker starts from, before lr scaling (LTFB: its fastest trainer)
     peak_lr: Callable[[Any], float] = _config_lr
+    takes_optimizer: bool = True  # False: its update is its own (config.optimizer must be sgd)
     # (config, n_train) -> (examples, batch) that the run's steps walk, when not the whole
     # training set and the global batch (LTFB: a trainer's training set and batch); the
     # plan of every run comes from it (`problem.run_plan`)
@@ -284,7 +289,7 @@ for _spec in (
     AlgorithmSpec(
         "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host "
         "(Recht et al.)", "hogwild:HogwildSGD", sync=False, needs=Needs(shared=("params",)), pattern="shared",
-        spans_hosts=False),
+        spans_hosts=False, takes_optimizer=False),   # the lock-free x -= lr g is the algorithm
     AlgorithmSpec(
         "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
         "easgd:EASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin"),
@@ -294,7 +299,8 @@ for _spec in (
         pattern="elastic_server"),
     AlgorithmSpec(
         "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", "easgd:AsyncMEASGD",
-        sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"),
+        sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server",
+        takes_optimizer=False),   # its worker update is EAMSGD's own
     AlgorithmSpec(
         "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
         "easgd:HogwildEASGD", sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS,

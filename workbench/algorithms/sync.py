@@ -24,7 +24,7 @@ from typing import Any
 
 from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
-from ..maths.optim import SGD
+from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .compressed import CompressedExchange
 
@@ -85,7 +85,7 @@ class SyncSGD(Algorithm):
         xp, n = ctx.xp, ctx.model.n_params
         c = ctx.config
         self.params = ctx.initial_params() if params is None else xp.asarray(params)
-        self.opt = SGD(n, xp, self.params.dtype, c.momentum, c.nesterov, c.weight_decay)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         self.n = n
         self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
         self.grad = self.buf[:n]          # views cut once: the step runs thousands of times a second

@@ -136,13 +136,13 @@ def _worker_setup(config_dict: dict) -> tuple:
     """What the bare loops below share with the engine's workers: the run's dataset (the
     worker's cached copy), its model, initial parameters and optimiser."""
     from ..config import RunConfig
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
     from ..problem import Problem
 
     cfg = RunConfig.from_dict(config_dict)
     problem = Problem.from_config(cfg)
     data, model, params = problem.data, problem.new_model(), problem.initial_params()
-    opt = SGD(model.n_params, np, params.dtype, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    opt = make_optimizer(cfg, model.layout(), np, params.dtype)
     return cfg, data, model, params, opt
 
 

@@ -72,6 +72,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     tree_levels,
 )
 from ..config import ConfigError
+from ..maths.optim import update_passes
 
 BYTES_PER_PARAM = 4  # float32
 
@@ -431,7 +432,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
                     kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
-                    **compression_knobs: Any) -> dict[str, Any]:
+                    optimizer: str = "sgd", **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -447,6 +448,9 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         sync_share: post_local_sgd's share of the run before its switch.
         compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`:
             compression_ratio, compression_levels, compression_rank, layer_shapes).
+        optimizer: the update rule (`maths.optim.UPDATE_PASSES`): a server's update streams
+            its passes through host memory; a worker's update adds its passes beyond sgd's
+            three to the calibrated compute (which is taken as measured with sgd).
     Returns:
         {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
         one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
@@ -464,9 +468,14 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     per_worker = B / p                                   # LTFB: one worker per trainer, trainer batch B / K
     compute = cal.compute_s(kind, per_worker)
     local = compute + cal.overhead_s                     # a worker's own time per step
+    passes = update_passes(optimizer)                   # sgd: read x and g, write x
+    update = passes * n / HOST_MEMORY_BYTES_PER_S
+    if pattern not in ("server", "shared"):              # the workers apply the rule themselves
+        local += (passes - update_passes("sgd")) * n / HOST_MEMORY_BYTES_PER_S
     case = _Step(workers=p, n_bytes=n, tau=tau, round_size=round_size, allreduce=allreduce, sync_share=sync_share,
                  compression=compression, knobs=compression_knobs, batch=B, alpha=a, beta=bb, compute=compute,
-                 local=local, network=network, cal=cal, kind=kind, tournament_size=tournament_size, chunks=chunks)
+                 local=local, update=update, passes=passes, network=network, cal=cal, kind=kind,
+                 tournament_size=tournament_size, chunks=chunks)
     rate, bottleneck = PATTERN_MODELS[pattern][1](case)
     step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
     comm = max(0.0, step - local)
@@ -499,15 +508,12 @@ class _Step:
     kind: str = "cpu"
     tournament_size: int = 256
     chunks: int = 2
+    update: float = 0.0           # one update of the parameters in host memory (the rule's passes)
+    passes: float = 3.0           # the update rule's passes over the parameters (sgd: read x and g, write x)
 
     @property
     def per_worker(self) -> float:
         return self.batch / self.workers
-
-    @property
-    def update(self) -> float:
-        """One update of the parameters in host memory: read x and g, write x."""
-        return 3 * self.n_bytes / HOST_MEMORY_BYTES_PER_S
 
     @property
     def exchange(self) -> float:
@@ -590,7 +596,8 @@ def _tournament_rate(s: _Step) -> Rate:
 
 
 def _host_rate(s: _Step) -> Rate:
-    return s.batch / (cgdp_step_time(s.compute, s.n_bytes, s.workers, s.chunks) + s.cal.overhead_s), None
+    return s.batch / (cgdp_step_time(s.compute, s.n_bytes, s.workers, s.chunks, update_passes=s.passes)
+                      + s.cal.overhead_s), None
 
 
 def _every_step(s: _Step) -> int:
@@ -621,7 +628,8 @@ PATTERN_MODELS: dict[str, tuple[Callable[[_Step], tuple[float, float] | None], C
 
 
 def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int = 2,
-                   link: Network = HOST_LINK, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S) -> float:
+                   link: Network = HOST_LINK, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S,
+                   update_passes: int = 3) -> float:
     """CGDP step: fwd + max(bwd, (C-1)/C H) + H/C, H = device->host, CPU sum+update, host->device.
 
     Forward is taken as 1/3 and backward 2/3 of `compute_s`; the last chunk's host path
@@ -632,7 +640,9 @@ def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int =
     """
     c = max(1, int(chunks))
     fwd, bwd = compute_s / 3, 2 * compute_s / 3
-    host = 2 * c * link.alpha + 2 * n_bytes * link.beta + (workers + 2) * n_bytes / host_bytes_per_s
+    # the host sums the P parts and updates (sgd: what the "+ 2" counted; a costlier rule adds its extra passes)
+    host = (2 * c * link.alpha + 2 * n_bytes * link.beta
+            + (workers + 2 + (update_passes - 3)) * n_bytes / host_bytes_per_s)
     return fwd + max(bwd, host * (c - 1) / c) + host / c
 
 

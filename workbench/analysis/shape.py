@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ["id", "text", "paper", "measured", "verdict"]
+COLUMNS = ["id", "text", "paper", "measured", "margin", "verdict"]
 
 
 def _evals(result: Any) -> Any:
@@ -60,6 +60,20 @@ def verdict_word(held: bool | None) -> str:
     return "held" if held else ("did not hold" if held is False else "not checked")
 
 
+def margin_text(verdict: dict[str, Any]) -> str:
+    """How far an effect had to clear its threshold, as text ("" for an exact check).
+
+    >>> margin_text({"threshold": 1.0, "margin": 0.02, "above": True, "spread": "seeds 0-4"})
+    '> 1 + 0.02 (spread: seeds 0-4)'
+    """
+    if "margin" not in verdict:
+        return ""
+    sign = ">" if verdict.get("above", True) else "<"
+    op = "+" if verdict.get("above", True) else "-"
+    spread = f" (spread: {verdict['spread']})" if verdict.get("spread") else ""
+    return f"{sign} {verdict['threshold']:g} {op} {verdict['margin']:g}{spread}"
+
+
 def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]]) -> list[dict]:
     """One row per expected shape: id, text, the paper's number, ours, the verdict.
 
@@ -77,7 +91,7 @@ def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterab
         v = by_id.get(check["id"], {})
         rows.append({"id": check["id"], "text": check["text"], "paper": str(check.get("paper", "")),
                      "measured": str(v.get("measured", "not measured")), "held": v.get("held"),
-                     "verdict": verdict_word(v.get("held"))})
+                     "verdict": verdict_word(v.get("held")), "margin": margin_text(v)})
     return rows
 
 
@@ -95,9 +109,33 @@ class ShapeChecks:
         self.verdicts: list[dict[str, Any]] = []
 
     def check(self, id: str, held: bool, measured: str) -> bool:
-        """Record whether the expected shape `id` held, with what was measured."""
+        """Record whether the expected shape `id` held, with what was measured (an exact
+        shape: the same trajectory, a flag; an effect with a size goes through `compare`)."""
         self.verdicts.append({"id": id, "held": bool(held), "measured": str(measured)})
         return bool(held)
+
+    def compare(self, id: str, value: float, threshold: float, margin: float, *, above: bool = True,
+                measured: str | None = None, spread: str = "") -> bool:
+        """Record an effect's verdict: it holds only when `value` clears `threshold` by more
+        than `margin`, the run-to-run spread of that value (over seeds; stated in shape.json
+        with `spread`, how it was measured). An effect inside the spread "did not hold":
+        the run cannot tell it from noise.
+
+        >>> checks = ShapeChecks()
+        >>> checks.compare("gain", 1.003, 1.0, margin=0.02, measured="1.003x")      # inside the spread
+        False
+        >>> checks.compare("gap", 4.0, 1.0, margin=0.5, above=True), checks.verdicts[-1]["margin"]
+        (True, 0.5)
+        >>> checks.compare("error", 0.2, 1.0, margin=0.5, above=False)              # below 1 - 0.5
+        True
+        """
+        if not (margin >= 0):
+            raise ValueError(f"margin: the run-to-run spread, >= 0, got {margin=}")
+        held = bool(value > threshold + margin) if above else bool(value < threshold - margin)
+        self.verdicts.append({"id": id, "held": held, "measured": str(measured if measured is not None else value),
+                              "value": float(value), "threshold": float(threshold), "margin": float(margin),
+                              "above": bool(above), "spread": str(spread)})
+        return held
 
     def write(self, out_dir: str | Path) -> Path:
         path = Path(out_dir) / "shape.json"
@@ -122,6 +160,6 @@ class ShapeChecks:
         rows = paper_vs_measured(expected, self.verdicts)
         ids = {c["id"] for c in expected}
         rows += [{"id": v["id"], "text": "(measured, not part of the expected shape)", "paper": "",
-                  "measured": v["measured"], "verdict": verdict_word(v["held"])}
+                  "measured": v["measured"], "margin": margin_text(v), "verdict": verdict_word(v["held"])}
                  for v in self.verdicts if v["id"] not in ids]
         return pd.DataFrame(rows, columns=COLUMNS)

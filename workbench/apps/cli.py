@@ -27,6 +27,7 @@ from .. import __version__
 from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_SHAPE = 3   # reproduce: the notebook ran, but an expected shape did not hold (or was not measured)
 
 
 def _flag_help(name: str) -> str:
@@ -131,8 +132,17 @@ examples:
       --workers 1,2,4,8,16,32,64,128,256 --mode weak --batch-size 4 --steps 20 --out runs/sim-sweep"""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, except that a flag's help never wraps inside a hyphenated word
+    ("layer-wise", "1e-8"): the help says a field's description exactly."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _HelpFormatter
     parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
                                      description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
     parser.add_argument("--version", action="version",
@@ -198,9 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
     bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
 
-    rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"])
+    rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
+                         epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
+                                "3 the notebook ran but an expected shape did not hold (or was not measured)")
     rep.add_argument("experiment", help="experiments/<name>.yaml")
-    rep.add_argument("--quick", action="store_true", help="the experiment's quick parameters (about a minute)")
+    rep.add_argument("--quick", action="store_true",
+                     help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
+                          "names read 'not reproduced in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
@@ -259,10 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED
             for c in outcome["checks"]:
-                mark = {True: "held", False: "did NOT hold", None: "not checked"}[c["held"]]
+                mark = {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
                 paper = f"; paper: {c['paper']}" if c.get("paper") else ""
-                print(f"  [{mark}] {c['text']}  ({c['measured']}{paper})")
+                margin = f"; margin {c['margin']}" if c.get("margin") else ""
+                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{paper})")
             print(f"report: {outcome['report']}")
+            if outcome["failed"]:
+                print(f"error: expected shape did not hold: {', '.join(outcome['failed'])} "
+                      f"(exit {EXIT_SHAPE})", file=sys.stderr)
+                return EXIT_SHAPE
             return EXIT_OK
     except (ConfigError, ValueError) as exc:
         # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").

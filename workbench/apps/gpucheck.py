@@ -23,7 +23,7 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     """Samples/s of the same model and batch in a bare CuPy loop (no Dask, no records)."""
     from ..data import global_batch
     from ..maths.backend import get_xp
-    from ..maths.optim import SGD
+    from ..maths.optim import make_optimizer
     from ..problem import Problem
 
     cp = get_xp("gpu")
@@ -32,7 +32,7 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
     X, y = cp.asarray(data.X_train), cp.asarray(data.y_train)
     params = problem.initial_params(cp)
     grad = cp.empty_like(params)
-    opt = SGD(model.n_params, cp, params.dtype)
+    opt = make_optimizer(cfg, model.layout(), cp, params.dtype, momentum=0.0, nesterov=False)
     step, samples, t0 = 0, 0, None
     start = time.perf_counter()
     while True:

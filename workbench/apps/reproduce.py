@@ -9,7 +9,15 @@ shape held.
 
 Experiment file keys:
     title, paper, notebook, reported (list of str), we_run (str),
-    expected_shape (list of {id, text, paper?}), parameters (dict), quick_parameters (dict)
+    expected_shape (list of {id, text, paper?}), parameters (dict), quick_parameters (dict),
+    quick_skips (dict: shape id -> why quick mode does not reproduce it)
+
+Verdicts fail loudly: `reproduce` returns `failed`, the shapes that did not hold or were
+not measured, and the CLI exits with EXIT_SHAPE (3) when there is any (0 when every shape
+held; 1 when the notebook itself failed; 2 for bad input). Quick mode checks every shape
+too, except those `quick_skips` names: their verdict reads "not reproduced in quick mode"
+with the reason, and they do not fail the run. An effect's verdict carries its margin
+(`analysis.shape.ShapeChecks.compare`): it holds only beyond the run-to-run spread.
 
 An expected shape's optional `paper` is the paper's number for it, as text ("87%",
 "5.3x"); the report's "paper vs simulated" table (`analysis.shape.paper_vs_measured`)
@@ -47,6 +55,7 @@ class Experiment:
     expected_shape: list[dict[str, str]]
     parameters: dict[str, Any]
     quick_parameters: dict[str, Any]
+    quick_skips: dict[str, str]
 
 
 MAX_TEXT = 10_000     # characters in one parameter string
@@ -87,7 +96,23 @@ def load_experiment(path: str | Path, notebook: str | Path | None = None) -> Exp
     return Experiment(path=p, title=data["title"], paper=data["paper"], notebook=nb, reported=list(data["reported"]),
                       we_run=data["we_run"], expected_shape=list(data["expected_shape"]),
                       parameters=check_parameters(data.get("parameters"), "parameters"),
-                      quick_parameters=check_parameters(data.get("quick_parameters"), "quick_parameters"))
+                      quick_parameters=check_parameters(data.get("quick_parameters"), "quick_parameters"),
+                      quick_skips=_quick_skips(data.get("quick_skips"), data["expected_shape"]))
+
+
+def _quick_skips(value: Any, expected: list[dict]) -> dict[str, str]:
+    """The shapes quick mode does not reproduce: id -> why (ids of the expected shape)."""
+    if value is None:
+        return {}
+    ids = {c["id"] for c in expected}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                              for k, v in value.items()):
+        raise ConfigError("quick_skips", "a mapping of expected-shape ids to the reason quick mode does not "
+                          "reproduce them", value)
+    unknown = sorted(set(value) - ids)
+    if unknown:
+        raise ConfigError("quick_skips", f"ids of the expected shape ({', '.join(sorted(ids))})", unknown[0])
+    return dict(value)
 
 
 def _notebook_path(value: Any, root: Path) -> Path:
@@ -197,12 +222,19 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     from ..analysis.shape import paper_vs_measured
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
     checks = paper_vs_measured(exp.expected_shape, verdicts.values())
+    if quick:
+        for c in checks:
+            if c["id"] in exp.quick_skips:   # what quick mode changes, said instead of a verdict
+                c.update(held=None, verdict="not reproduced in quick mode",
+                         measured=f"{c['measured']} (quick mode: {exp.quick_skips[c['id']]})")
     expected_ids = {c["id"] for c in exp.expected_shape}
     also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
     report = out / "report.html"
     _write_report(exp, checks, out, report, quick, also)
+    failed = [c["id"] for c in checks if c["held"] is False
+              or (c["held"] is None and not (quick and c["id"] in exp.quick_skips))]
     return {"report": str(report), "notebook": str(executed), "checks": checks,
-            "all_held": all(c["held"] for c in checks)}
+            "all_held": not failed, "failed": failed}
 
 
 def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
@@ -217,7 +249,8 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
     rows = "".join(
         f"<tr><td><code>{esc(c['id'])}</code></td><td>{esc(c['text'])}</td><td>{esc(c['paper'])}</td>"
         f"<td>{esc(c['measured'])}</td>"
-        f"<td style='font-weight:bold;color:{'#1a7f37' if c['held'] else '#cf222e'}'>{c['verdict']}</td></tr>"
+        f"<td>{esc(c.get('margin', ''))}</td>"
+        f"<td style='font-weight:bold;color:{_colour(c['held'])}'>{esc(c['verdict'])}</td></tr>"
         for c in checks)
     ours = "simulated" if simulated else "measured here"
     notes = (f"<p><b>Paper:</b> {esc(exp.paper)}</p>"
@@ -225,7 +258,8 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
              f"<h3>What we run</h3><p>{esc(exp.we_run)}{' (quick parameters)' if quick else ''}</p>"
              f"<h3>Expected shape: paper vs {ours}</h3>"
              f"<table class='paper-vs' border='1' cellpadding='4' style='border-collapse:collapse'>"
-             f"<tr><th>shape</th><th>check</th><th>paper</th><th>{ours}</th><th>verdict</th></tr>{rows}</table>")
+             f"<tr><th>shape</th><th>check</th><th>paper</th><th>{ours}</th><th>margin</th><th>verdict</th></tr>"
+             f"{rows}</table>")
     if also:
         extra = "".join(f"<tr><td>{esc(v['id'])}</td><td>{esc(str(v.get('measured', '')))}</td>"
                         f"<td>{'yes' if v.get('held') else 'no'}</td></tr>" for v in also)
@@ -233,3 +267,7 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
                   "<table border='1' cellpadding='4' style='border-collapse:collapse'>"
                   f"<tr><th>comparison</th><th>measured here</th><th>as the paper found?</th></tr>{extra}</table>")
     write_comparison_report(results, report, title=exp.title, notes_html=notes)
+
+
+def _colour(held: bool | None) -> str:
+    return "#1a7f37" if held else ("#cf222e" if held is False else "#9a6700")

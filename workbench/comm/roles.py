@@ -26,9 +26,34 @@ from typing import Any
 
 import numpy as np
 
-from ..maths.optim import SGD
+from ..maths.optim import Optimizer, OptimizerSettings, make_optimizer, state_spec, whole_layout
 
 H_VERSION, H_TURN, N_HEADER = 0, 1, 2   # ParameterServer's int64 header slots
+
+
+# ------------------------------------------------------------------------------ the update rule of a role
+def role_optimizer(n: int, dtype: Any, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+                   optimizer: OptimizerSettings | None = None, layout: Any = None,
+                   state: dict[str, Any] | None = None) -> Optimizer:
+    """A role's update rule: `optimizer` (settings from the config, with the model's
+    `layout`), or plain SGD from momentum / nesterov / weight_decay; its state arrays
+    are those `state` holds (views of a shared segment), else fresh."""
+    settings = optimizer or OptimizerSettings("sgd", momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+    if layout is None:
+        if settings.optimizer != "sgd":
+            raise ValueError(f"layout: the model's layer layout for the {settings.optimizer} update, got None")
+        layout = whole_layout(n)
+    given = {k: v for k, v in (state or {}).items() if v is not None}
+    return make_optimizer(settings, layout, np, dtype, state=given)
+
+
+def role_state_spec(n: int, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+                    optimizer: OptimizerSettings | None = None, layout: Any = None,
+                    **_: Any) -> list[tuple[str, tuple[int, ...], str]]:
+    """The optimiser state arrays a role with these options keeps (a shared-memory
+    front-end allots them in its segment)."""
+    settings = optimizer or OptimizerSettings("sgd", momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+    return state_spec(settings, layout if layout is not None else whole_layout(n))
 
 
 # ------------------------------------------------------------------------------ parameter server / centre
@@ -41,20 +66,21 @@ def server_state(params: np.ndarray, size: int, momentum: bool) -> dict[str, Any
 class ParameterServer:
     """Parameters (or the EASGD centre) updated by pushed gradients or elastic exchanges.
 
-    State: `x`, the optimiser's velocity (momentum lives here, not on the workers), a
-    version counter (updates applied: staleness = version at push - version at pull), the
+    State: `x`, the optimiser's state (momentum, Adam's moments: they live here, not on
+    the workers; the rule is `optimizer` with `layout`, else SGD), a version counter (updates applied: staleness = version at push - version at pull), the
     round-robin turn and which workers retired. `state` hands in those arrays (views of a
     shared segment); by default they are fresh copies.
     """
 
     def __init__(self, params: np.ndarray | None, size: int = 1, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, *, state: dict[str, Any] | None = None):
+                 weight_decay: float = 0.0, *, optimizer: OptimizerSettings | None = None, layout: Any = None,
+                 state: dict[str, Any] | None = None):
         state = state or server_state(params, size, momentum > 0)
         self.x, self.header, self.retired = state["x"], state["header"], state["retired"]
         self.size = size
-        self.opt = SGD(self.x.shape[0], np, self.x.dtype, 0.0, nesterov, weight_decay)
-        if momentum > 0:
-            self.opt.momentum, self.opt.velocity = momentum, state["velocity"]
+        opt_state = {k: v for k, v in state.items() if k not in ("x", "header", "retired")}
+        self.opt = role_optimizer(self.x.shape[0], self.x.dtype, momentum, nesterov, weight_decay, optimizer, layout,
+                                  opt_state)
 
     @property
     def version(self) -> int:
@@ -80,7 +106,7 @@ class ParameterServer:
     def plain(self) -> bool:
         """The update is `x -= lr g` alone (no momentum, no weight decay): `lr g` needs no
         server state, so a front-end may compute it before taking its lock (`scaled`)."""
-        return self.opt.velocity is None and not self.opt.weight_decay
+        return self.opt.name == "sgd" and self.opt.velocity is None and not self.opt.weight_decay
 
     def scaled(self, grad: np.ndarray, lr: float) -> np.ndarray:
         """`lr g` in this core's scratch buffer, the first half of a plain update (the
@@ -161,8 +187,10 @@ class ServerCore(ParameterServer, TournamentMailbox):
     front-ends serve (an algorithm only calls the methods of its own role)."""
 
     def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, size: int = 1):
-        ParameterServer.__init__(self, params, size, momentum, nesterov, weight_decay)
+                 weight_decay: float = 0.0, size: int = 1, optimizer: OptimizerSettings | None = None,
+                 layout: Any = None):
+        ParameterServer.__init__(self, params, size, momentum, nesterov, weight_decay, optimizer=optimizer,
+                                 layout=layout)
         TournamentMailbox.__init__(self)
 
 
@@ -239,13 +267,13 @@ class ChunkMaster:
 
     def __init__(self, params: np.ndarray | None, size: int, groups: list[tuple[int, int]], chunk_layers: int | str,
                  momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0, *,
+                 optimizer: OptimizerSettings | None = None, layout: Any = None,
                  clock: Callable[[], float] = time.perf_counter, state: dict[str, Any] | None = None):
-        state = state or {"x": np.array(params, copy=True),
-                          "velocity": np.zeros_like(params) if momentum > 0 else None}
+        state = state or {"x": np.array(params, copy=True)}
         self.x = state["x"]
-        self.opt = SGD(self.x.shape[0], np, self.x.dtype, 0.0, nesterov, weight_decay)
-        if momentum > 0:  # the velocity is master state: shared by the workers, not theirs
-            self.opt.momentum, self.opt.velocity = momentum, state["velocity"]
+        # the optimiser state is master state: shared by the workers, not theirs
+        self.opt = role_optimizer(self.x.shape[0], self.x.dtype, momentum, nesterov, weight_decay, optimizer, layout,
+                                  {k: v for k, v in state.items() if k != "x"})
         self.size, self.groups = size, [tuple(g) for g in groups]
         self.tuner = ChunkTuner(chunk_layers, len(self.groups))
         self.clock = clock
@@ -308,7 +336,7 @@ class ChunkMaster:
 def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:
     """ChunkMaster's arguments for a run (every front-end builds its core from these)."""
     return {"params": params0, "size": size, "groups": model.layer_groups(), "chunk_layers": config.chunk_layers,
-            "momentum": config.momentum, "nesterov": config.nesterov, "weight_decay": config.weight_decay}
+            "optimizer": OptimizerSettings.of(config), "layout": model.layout()}
 
 
 def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int, config: Any = None,
@@ -317,5 +345,7 @@ def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int
     if role == "cgdp_master":
         return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
     if role in ("parameter_server", "elastic_centre", "tournament"):
+        if "optimizer" in options and "layout" not in options and model is not None:
+            options = {**options, "layout": model.layout()}
         return ServerCore(params0, size=size, **options)
     raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, cgdp_master, got {role!r}")

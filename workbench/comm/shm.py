@@ -248,18 +248,41 @@ HEADER = 8              # int64 slots before the arrays (roles.ParameterServer u
 MAX_RANKS = 1024        # int8 "retired" flags, one per rank
 
 
-def server_nbytes(n: int, momentum: bool) -> int:
-    """Bytes of a shared parameter-server segment for n float32 parameters."""
-    return 8 * HEADER + MAX_RANKS + 4 * n * (2 if momentum else 1)
+def _opt_spec(n: int, momentum: Any) -> list[tuple[str, tuple[int, ...], str]]:
+    """The optimiser state arrays of a segment: `momentum` is a bool (a velocity or none,
+    plain SGD) or already the role's `roles.role_state_spec`."""
+    if isinstance(momentum, (bool, int, float, np.bool_)):
+        return [("velocity", (n,), "float")] if momentum else []
+    return list(momentum)
 
 
-def _server_views(buf: Any, n: int, size: int, momentum: bool) -> dict[str, Any]:
+def _spec_nbytes(spec: list[tuple[str, tuple[int, ...], str]]) -> int:
+    return sum(8 * -(-int(np.prod(shape)) * (4 if kind == "float" else 8) // 8) for _, shape, kind in spec)
+
+
+def _take_state(buf: Any, off: int, spec: list[tuple[str, tuple[int, ...], str]]) -> dict[str, Any]:
+    """Views of the state arrays from byte `off` on, each starting on an 8-byte boundary."""
+    out = {}
+    for name, shape, kind in spec:
+        dtype = np.float32 if kind == "float" else np.int64
+        out[name] = np.ndarray(shape, dtype=dtype, buffer=buf, offset=off)
+        off += 8 * -(-out[name].nbytes // 8)
+    return out
+
+
+def server_nbytes(n: int, momentum: Any) -> int:
+    """Bytes of a shared parameter-server segment for n float32 parameters (`momentum`:
+    as `_opt_spec` reads it)."""
+    return 8 * HEADER + MAX_RANKS + 8 * -(-4 * n // 8) + _spec_nbytes(_opt_spec(n, momentum))
+
+
+def _server_views(buf: Any, n: int, size: int, momentum: Any) -> dict[str, Any]:
     from .roles import N_HEADER
     x_at = 8 * HEADER + MAX_RANKS
     return {"header": np.ndarray((N_HEADER,), dtype=np.int64, buffer=buf, offset=0),
             "retired": np.ndarray((size,), dtype=np.int8, buffer=buf, offset=8 * HEADER),
             "x": np.ndarray((n,), dtype=np.float32, buffer=buf, offset=x_at),
-            "velocity": np.ndarray((n,), dtype=np.float32, buffer=buf, offset=x_at + 4 * n) if momentum else None}
+            **_take_state(buf, x_at + 8 * -(-4 * n // 8), _opt_spec(n, momentum))}
 
 
 class ShmServer:
@@ -273,14 +296,16 @@ class ShmServer:
     """
 
     def __init__(self, segment: str, lock_path: str, n: int, size: int, momentum: float = 0.0,
-                 nesterov: bool = False, weight_decay: float = 0.0, control: Any = None):
-        from .roles import ParameterServer
+                 nesterov: bool = False, weight_decay: float = 0.0, control: Any = None,
+                 optimizer: Any = None, layout: Any = None):
+        from .roles import ParameterServer, role_state_spec
 
         if size > MAX_RANKS:
             raise ValueError(f"size: at most {MAX_RANKS} workers share a server segment, got {size}")
         self.shm = attach(segment)
-        self.core = ParameterServer(None, size, momentum, nesterov, weight_decay,
-                                    state=_server_views(self.shm.buf, n, size, momentum > 0))
+        spec = role_state_spec(n, momentum, nesterov, weight_decay, optimizer, layout)
+        self.core = ParameterServer(None, size, momentum, nesterov, weight_decay, optimizer=optimizer, layout=layout,
+                                    state=_server_views(self.shm.buf, n, size, spec))
         self.control = control
         self.lockfile = open(lock_path, "a+")
 
@@ -331,8 +356,9 @@ class ShmServer:
         detach(self.shm)
 
 
-def create_server_segment(name: str, params: np.ndarray, momentum: bool) -> str:
-    """Create and fill a ShmServer segment (runs on one worker of the host)."""
+def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:
+    """Create and fill a ShmServer segment (runs on one worker of the host); `momentum`:
+    a velocity or not (plain SGD), or the role's `roles.role_state_spec`."""
     seg = create_segment(name, server_nbytes(params.shape[0], momentum))
     _server_views(_OWNED[seg].buf, params.shape[0], 0, momentum)["x"][:] = params
     return seg
@@ -344,12 +370,14 @@ M_COMPLETED, M_STOP, M_FINAL_DONE, M_HEADER = 0, 1, 2, 8          # header slots
 F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
 
 
-def master_nbytes(n: int, size: int, n_layers: int, momentum: bool) -> int:
-    """Bytes of a shared-memory chunk master: n parameters, P workers."""
-    return 8 * (M_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 4 * n * (1 + int(momentum) + size)
+def master_nbytes(n: int, size: int, n_layers: int, momentum: Any) -> int:
+    """Bytes of a shared-memory chunk master: n parameters, P workers (`momentum`: as
+    `_opt_spec` reads it)."""
+    return (8 * (M_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 8 * -(-4 * n // 8)
+            + _spec_nbytes(_opt_spec(n, momentum)) + 4 * n * size)
 
 
-def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: bool) -> str:
+def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: Any) -> str:
     """Create and fill a ShmChunkMaster segment (runs on one worker of the host)."""
     seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum))
     views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum)
@@ -359,7 +387,7 @@ def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: in
     return seg
 
 
-def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: bool) -> dict[str, Any]:
+def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any) -> dict[str, Any]:
     off = 0
 
     def take(shape: tuple, dtype: Any) -> np.ndarray:
@@ -369,7 +397,9 @@ def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: bool) ->
         return a
     v = {"header": take((M_HEADER,), np.int64), "arrivals": take((n_layers,), np.int64),
          "floats": take((N_FLOATS + 3 * size,), np.float64), "x": take((n,), np.float32)}
-    v["velocity"] = take((n,), np.float32) if momentum else None
+    off = 8 * -(-off // 8)
+    v["state"] = _take_state(buf, off, _opt_spec(n, momentum))
+    off += _spec_nbytes(_opt_spec(n, momentum))
     v["slots"] = take((size, n), np.float32)                     # (P, n): each worker's weighted chunks
     return v
 
@@ -398,16 +428,18 @@ class ShmChunkMaster:
 
     def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
                  chunk_layers: int | str, n: int, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, control: Any = None, clock: Callable[[], float] = time.perf_counter):
-        from .roles import ChunkMaster
+                 weight_decay: float = 0.0, control: Any = None, clock: Callable[[], float] = time.perf_counter,
+                 optimizer: Any = None, layout: Any = None):
+        from .roles import ChunkMaster, role_state_spec
         self.shm = attach(segment)
         self.rank, self.size, self.control, self.clock = rank, size, control, clock
-        v = _master_views(self.shm.buf, n, size, len(groups), momentum > 0)
+        spec = role_state_spec(n, momentum, nesterov, weight_decay, optimizer, layout)
+        v = _master_views(self.shm.buf, n, size, len(groups), spec)
         self.header, self.arrivals, self.floats, self.slots = v["header"], v["arrivals"], v["floats"], v["slots"]
         self.times, self.loss_w, self.compute_s = (self.floats[N_FLOATS + k * size:N_FLOATS + (k + 1) * size]
                                                    for k in range(3))
         self.core = ChunkMaster(None, size, groups, chunk_layers, momentum, nesterov, weight_decay, clock=clock,
-                                state={"x": v["x"], "velocity": v["velocity"]})
+                                optimizer=optimizer, layout=layout, state={"x": v["x"], **v["state"]})
         self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
         self._chunking()
         self.lockfile = open(lock_path, "a+")
@@ -445,8 +477,9 @@ class ShmChunkMaster:
         if not final:
             return
         wait_until(lambda: self.arrivals[i] == self.size, self.control, "cgdp master")
-        m, r, p = hi - lo, self.rank, self.size
-        self._reduce(step, lo + r * m // p, lo + (r + 1) * m // p, lr)   # my block of the final chunk
+        a, b = self.core.opt.blocks(lo, hi, self.size)[self.rank]   # whole layers for a layer-wise rule
+        if b > a:
+            self._reduce(step, a, b, lr)                               # my block of the final chunk
 
         def block_done() -> bool:
             self.header[M_FINAL_DONE] += 1

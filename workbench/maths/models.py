@@ -169,6 +169,15 @@ class Model:
             spans = self._spans = [(l.name, l.start, l.stop, l.shape) for l in self.layers]
         return {name: params[a:b].reshape(shape) for name, a, b, shape in spans}
 
+    def layout(self) -> tuple[tuple[int, int, bool], ...]:
+        """(start, stop, is a weight) of each layer's view, in flat order: what the
+        layer-wise update rules (`maths.optim`) take norms over; biases are 1-D.
+
+        >>> MLP(4, 3, hidden=(2,)).layout()
+        ((0, 8, True), (8, 10, False), (10, 16, True), (16, 19, False))
+        """
+        return tuple((layer.start, layer.stop, len(layer.shape) > 1) for layer in self.layers)
+
     def layer_groups(self) -> list[tuple[int, int]]:
         """(start, stop) of each layer's W+b slice of the flat vector, in forward order."""
         return list(self._groups)
@@ -353,6 +362,66 @@ class MLP(Model):
                 xp.matmul(dz, P[f"fc{i + 1}.W"].T, out=dh)
                 dh *= h_in > 0                                  # ReLU'
                 dz = dh
+
+
+    def loss_and_grad_stacked(self, params: Array, X: Array, y: Array, grad_out: Array) -> Array:
+        """K independent `loss_and_grad` calls in one pass, for K slices of B rows each.
+
+        The simulated cluster computes the virtual workers that are ready at the same
+        virtual instant this way: one batched matmul per layer over the K slices instead of K
+        Python-level calls. On NumPy every number is bitwise what K `loss_and_grad` calls give
+        (each slice is the same BLAS call on the same operands, each reduction runs over the
+        same elements in the same order; `tests/test_models.py` checks it).
+
+        Args:
+            params: (K, n_params) one parameter vector per slice, or (n_params,) shared by all.
+            X: (K, B, n_features) inputs, params' dtype.
+            y: (K, B) integer labels.
+            grad_out: (K, n_params) array the K gradients are written into.
+        Returns:
+            (K,) the mean loss of each slice, params' dtype.
+        """
+        xp = get_array_module(X)
+        K, B = int(X.shape[0]), int(X.shape[1])
+        ws = self._workspace(xp, ("stacked", K, B), X.dtype, keep=True)
+
+        def views(v: Array) -> dict[str, Array]:
+            if v.ndim == 1:
+                return self.views(v)
+            return {lay.name: v[:, lay.start:lay.stop].reshape(K, *lay.shape) for lay in self.layers}
+
+        P, G, last = views(params), views(grad_out), len(self._groups) - 1
+        h = X
+        for i in range(last + 1):                                   # forward, as _forward
+            W, bias = P[f"fc{i + 1}.W"], P[f"fc{i + 1}.b"]
+            z = ws.empty(f"h{i}", (K, B, W.shape[-1]))              # (K, B, fan_out)
+            xp.matmul(h, W, out=z)
+            z += bias if bias.ndim == 1 else bias[:, None, :]
+            if i < last:
+                xp.maximum(z, 0, out=z)
+            h = z
+        z = h                                                       # softmax cross-entropy, per row
+        k_idx, rows = xp.arange(K)[:, None], xp.arange(B)[None, :]
+        z -= z.max(axis=2, keepdims=True)
+        zy = z[k_idx, rows, y]                                      # (K, B)
+        xp.exp(z, out=z)
+        s = z.sum(axis=2, keepdims=True)
+        losses = xp.mean(xp.log(s[..., 0]) - zy, axis=1)            # (K,)
+        z /= s
+        z[k_idx, rows, y] -= 1
+        z *= 1.0 / B
+        dz = z
+        for i in reversed(range(last + 1)):                         # backward, as _backward
+            h_in = X if i == 0 else ws.arrays[f"h{i - 1}"]          # (K, B, fan_in)
+            xp.matmul(h_in.transpose(0, 2, 1), dz, out=G[f"fc{i + 1}.W"])
+            xp.sum(dz, axis=1, out=G[f"fc{i + 1}.b"])
+            if i > 0:
+                W = P[f"fc{i + 1}.W"]
+                dh = ws.empty(f"dh{i - 1}", h_in.shape)
+                xp.matmul(dz, W.T if W.ndim == 2 else W.transpose(0, 2, 1), out=dh)
+                dh *= h_in > 0
+                dz = dh
+        return losses
 
 
 class SoftmaxRegression(MLP):

@@ -1,41 +1,222 @@
-"""The SGD update every algorithm shares, and the plan of a run (steps, schedule, evals).
+"""The update rules every algorithm shares, and the plan of a run (steps, schedule, evals).
 
-One update rule for the reference trainer, sync workers, parameter servers and local
-steps of elastic averaging, so "reduces to plain SGD" can be tested exactly.
+One home for the optimiser: the reference trainer, sync workers, parameter servers, the
+EASGD family's local steps, LTFB's trainers and cgdp's host master all build theirs with
+`make_optimizer(config, layout, xp, dtype)`, so "reduces to plain SGD" can be tested
+exactly and a new rule reaches every algorithm at once.
+
+`config.optimizer` picks the rule (x the flat parameters, g the gradient, lr the
+scheduled rate, wd = weight_decay; per layer l with weights w_l):
+
+    sgd    PyTorch's SGD: g += wd x; v = mu v + g; x -= lr (g + mu v if nesterov else v)
+    adamw  Loshchilov & Hutter: m, v moments with bias correction,
+           x -= lr (m^ / (sqrt(v^) + eps) + wd x)                  (decoupled decay)
+    lars   You, Gitman, Ginsburg (arXiv 1708.03888, Algorithm 1): local rate
+           lam_l = eta ||w_l|| / (||g_l|| + wd ||w_l|| + eps);
+           v_l = mu v_l + lr lam_l (g_l + wd w_l);  w_l -= v_l
+    lamb   You et al. (arXiv 1904.00962, Algorithm 2): Adam's r = m^ / (sqrt(v^) + eps),
+           u_l = r_l + wd w_l;  w_l -= lr (||w_l|| / ||u_l||) u_l
+
+The layer-wise rules act on the model's layers (`layout_of(model)`: one segment per
+weight and per bias of the flat vector); as in the papers, 1-D segments (biases) take
+no weight decay and no layer-wise ratio under adamw, lars and lamb (their ratio is 1).
+A ratio whose norms are 0 is 1 (the layer is left to the global rate). sgd keeps
+PyTorch's convention of decaying every parameter.
+
+Chunked updates (cgdp's host master updates one group of layers at a time) equal the
+whole update exactly when every chunk holds whole segments: the adaptive rules refuse
+a chunk that cuts a segment (`Optimizer.blocks` cuts a range at segment bounds).
+Everything is written against `xp` (NumPy or CuPy); updates are in place and never
+touch the gradient.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..config import RunConfig
 from . import schedules
 
+# One segment of the flat parameter vector: (start, stop, layer-wise: weight decay and
+# the trust ratio apply). A model's layout is one per weight / bias, in flat order.
+Layout = tuple[tuple[int, int, bool], ...]
 
-class SGD:
-    """Minibatch SGD with optional heavy-ball or Nesterov momentum and L2 weight decay.
 
-    PyTorch's convention: `g += wd * x; v = mu * v + g; x -= lr * (g + mu * v if nesterov else v)`.
-    With mu = 0 this is `x -= lr * g`. Updates `params` in place (that is its purpose) and
-    never touches `grad`.
+def layout_of(model: Any) -> Layout:
+    """The segments of `model`'s flat vector: its layers' views, weights (ndim >= 2)
+    layer-wise, biases not.
+
+    >>> from workbench.maths.models import make_model
+    >>> layout_of(make_model("mlp", 4, 3, hidden=(2,)))
+    ((0, 8, True), (8, 10, False), (10, 16, True), (16, 19, False))
     """
+    return model.layout()
 
-    def __init__(self, n_params: int, xp: Any, dtype: Any, momentum: float = 0.0,
-                 nesterov: bool = False, weight_decay: float = 0.0):
-        self.momentum, self.nesterov, self.weight_decay = momentum, nesterov, weight_decay
-        self.xp = xp
-        self.velocity = xp.zeros(n_params, dtype=dtype) if momentum > 0 else None
-        # Scratch buffers: on the hot path every update is in place, no temporaries
-        # (a 535k-parameter update otherwise allocates 2 MB per arithmetic step).
-        self._g = xp.empty(n_params, dtype=dtype)
-        self._h = xp.empty(n_params, dtype=dtype) if (weight_decay or nesterov) else None
+
+def whole_layout(n: int) -> Layout:
+    """One layer-wise segment over all `n` parameters (for a rule that needs no layers)."""
+    return ((0, int(n), True),)
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The rule and its hyper-parameters, as the config gives them (small, picklable:
+    parameter servers on other processes receive it)."""
+
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    trust_coefficient: float = 0.001
+
+    @classmethod
+    def of(cls, config: Any, **overrides: Any) -> OptimizerSettings:
+        """The settings of a RunConfig (or of settings), with some overridden (an
+        algorithm whose local steps ignore momentum passes momentum=0)."""
+        values = {f.name: getattr(config, f.name) for f in fields(cls)}
+        return cls(**{**values, **overrides})
+
+
+# Passes over the parameter vector one update streams through memory (reads + writes of
+# n floats), what the cost model and the simulator charge per rule. sgd: x and g in, x out
+# (the long-standing figure; a velocity's read and write are not charged, so momentum runs
+# are slightly under-charged, as before); lars: sgd's plus reading x and g again for the
+# norms and writing and reading the scaled gradient; adamw: x, g, m, v in, m, v, x out;
+# lamb: adamw's plus writing and reading the update u and the norms of x and u.
+UPDATE_PASSES = {"sgd": 3, "adamw": 7, "lars": 7, "lamb": 11}
+
+
+def update_passes(optimizer: str = "sgd", momentum: float = 0.0) -> int:
+    """Passes over the parameters of one update of `optimizer` (see UPDATE_PASSES;
+    `momentum` is not charged, for any rule).
+
+    >>> update_passes("sgd"), update_passes("lars"), update_passes("lamb")
+    (3, 7, 11)
+    """
+    return UPDATE_PASSES[optimizer]
+
+
+def _norm(xp: Any, a: Any) -> float:
+    """Euclidean norm of a 1-D slice (float32 dot, one number back to the host)."""
+    return math.sqrt(max(float(xp.dot(a, a)), 0.0))
+
+
+class Optimizer:
+    """What every rule offers: `step` (the whole vector or a slice of it), `step_chunk`
+    (a slice from the gradient of just that slice), its state arrays (`state`: name ->
+    array, which shared-memory servers map onto their segment) and `blocks` (how a range
+    may be cut into chunks that update exactly as the whole)."""
+
+    name = "optimizer"
+    layerwise_chunks = False        # chunks must hold whole segments
+
+    def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
+                 state: dict[str, Any] | None = None):
+        self.settings, self.layout, self.xp, self.dtype = settings, tuple(layout), xp, dtype
+        self.n = self.layout[-1][1] if self.layout else 0
+        self.weight_decay = settings.weight_decay
+        given = state or {}
+        self.state: dict[str, Any] = {}
+        for key, shape, kind in self.state_spec(settings, self.n, len(self.layout)):
+            arr = given.get(key)
+            if arr is None:
+                arr = xp.zeros(shape, dtype=dtype if kind == "float" else "int64")
+            self.state[key] = arr
+        self._starts = {a: i for i, (a, _, _) in enumerate(self.layout)}
+        self._stops = {b: i for i, (_, b, _) in enumerate(self.layout)}
+
+    @staticmethod
+    def state_spec(settings: OptimizerSettings, n: int, n_segments: int) -> list[tuple[str, tuple[int, ...], str]]:
+        """(name, shape, "float" | "int") of each state array the rule keeps."""
+        return []
 
     def step(self, params: Any, grad: Any, lr: float, lo: int = 0, hi: int | None = None) -> None:
         """Apply one update to `params[lo:hi]` from `grad[lo:hi]` (a chunk, or everything)."""
         hi = params.shape[0] if hi is None else hi
         self.step_chunk(params, grad[lo:hi], lr, lo, hi)
+
+    def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
+        raise NotImplementedError
+
+    def segments(self, lo: int, hi: int) -> list[tuple[int, int, int, bool]]:
+        """(index, start, stop, layer-wise) of the layout's segments that make up [lo, hi);
+        ValueError unless [lo, hi) holds whole ones."""
+        i, j = self._starts.get(lo), self._stops.get(hi)
+        if i is None or j is None or j < i:
+            raise ValueError(f"chunk: whole layers for the {self.name} update (per-layer norms), got [{lo}, {hi}) "
+                             f"which cuts a layer; layer bounds {[a for a, _, _ in self.layout] + [self.n]}")
+        return [(k, *self.layout[k]) for k in range(i, j + 1)]
+
+    def blocks(self, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+        """[lo, hi) cut into `parts` consecutive blocks (some may be empty) that each
+        update exactly as their share of the whole: even cuts for an elementwise rule,
+        cuts at segment bounds (by size) for a layer-wise one.
+
+        >>> SGD(10, __import__("numpy"), "float32").blocks(0, 10, 3)
+        [(0, 3), (3, 6), (6, 10)]
+        """
+        m = hi - lo
+        even = [(lo + r * m // parts, lo + (r + 1) * m // parts) for r in range(parts)]
+        if not self.layerwise_chunks:
+            return even
+        bounds = [a for _, a, _, _ in self.segments(lo, hi)] + [hi]
+        snap = [lo] + [min(bounds, key=lambda b, e=e: (abs(b - e), b)) for _, e in even[:-1]] + [hi]
+        for r in range(1, len(snap)):           # keep them ordered
+            snap[r] = max(snap[r], snap[r - 1])
+        return [(snap[r], snap[r + 1]) for r in range(parts)]
+
+    @property
+    def passes(self) -> int:
+        """Passes over the parameters one update of this rule streams through memory
+        (what the simulator charges a server or cgdp's master for it)."""
+        return update_passes(self.settings.optimizer, self.settings.momentum)
+
+    # LTFB's exchange_state: the state travels as one float vector
+    def export_state(self) -> Any:
+        """Every state array in one float vector (None when the rule keeps none)."""
+        if not self.state:
+            return None
+        xp = self.xp
+        return xp.concatenate([a.reshape(-1).astype(self.dtype) for a in self.state.values()])
+
+    def import_state(self, vec: Any) -> None:
+        """Load what `export_state` gave (from the same rule and layout)."""
+        off = 0
+        for a in self.state.values():
+            k = a.size
+            a[...] = self.xp.asarray(vec[off:off + k]).reshape(a.shape).astype(a.dtype)
+            off += k
+
+
+class SGD(Optimizer):
+    """Minibatch SGD with optional heavy-ball or Nesterov momentum and L2 weight decay.
+
+    PyTorch's convention: `g += wd * x; v = mu * v + g; x -= lr * (g + mu * v if nesterov else v)`.
+    With mu = 0 this is `x -= lr * g`. Updates `params` in place (that is its purpose) and
+    never touches `grad`. Elementwise: any chunking updates exactly as the whole.
+    """
+
+    name = "sgd"
+
+    def __init__(self, n_params: int, xp: Any, dtype: Any, momentum: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0, state: dict[str, Any] | None = None):
+        settings = OptimizerSettings("sgd", momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+        super().__init__(settings, whole_layout(n_params), xp, dtype, state)
+        self.momentum, self.nesterov = momentum, nesterov
+        self.velocity = self.state.get("velocity")
+        # Scratch buffers: on the hot path every update is in place, no temporaries
+        # (a 535k-parameter update otherwise allocates 2 MB per arithmetic step).
+        self._g = xp.empty(n_params, dtype=dtype)
+        self._h = xp.empty(n_params, dtype=dtype) if (weight_decay or nesterov) else None
+
+    @staticmethod
+    def state_spec(settings: OptimizerSettings, n: int, n_segments: int) -> list[tuple[str, tuple[int, ...], str]]:
+        return [("velocity", (n,), "float")] if settings.momentum > 0 else []
 
     def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
         """Update `params[lo:hi]` from the gradient of just that chunk (CGDP's per-chunk update).
@@ -63,6 +244,167 @@ class SGD:
         else:
             mul(v, lr, out=g)
         x -= g
+
+
+class _Moments(Optimizer):
+    """Adam's moments with bias correction, counted per segment (so chunks may arrive in
+    any order and a shared-memory master keeps one count per layer)."""
+
+    layerwise_chunks = True
+
+    def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
+                 state: dict[str, Any] | None = None):
+        super().__init__(settings, layout, xp, dtype, state)
+        self.m, self.v, self.count = self.state["m"], self.state["v"], self.state["count"]
+        self._r = xp.empty(self.n, dtype=dtype)       # scratch: the update direction
+        self._t = xp.empty(self.n, dtype=dtype)
+
+    @staticmethod
+    def state_spec(settings: OptimizerSettings, n: int, n_segments: int) -> list[tuple[str, tuple[int, ...], str]]:
+        return [("m", (n,), "float"), ("v", (n,), "float"), ("count", (n_segments,), "int")]
+
+    def direction(self, a: int, b: int, g: Any, i: int) -> Any:
+        """Update the moments of [a, b) from its gradient `g`; returns r = m^ / (sqrt(v^) + eps)
+        (a view of scratch)."""
+        xp, s = self.xp, self.settings
+        self.count[i] += 1
+        t = int(self.count[i])
+        m, v, r, tmp = self.m[a:b], self.v[a:b], self._r[a:b], self._t[a:b]
+        m *= s.beta1
+        xp.multiply(g, 1.0 - s.beta1, out=tmp)
+        m += tmp                                       # m = b1 m + (1 - b1) g
+        v *= s.beta2
+        xp.multiply(g, g, out=tmp)
+        tmp *= 1.0 - s.beta2
+        v += tmp                                       # v = b2 v + (1 - b2) g^2
+        xp.sqrt(v, out=tmp)
+        tmp *= 1.0 / math.sqrt(1.0 - s.beta2 ** t)
+        tmp += s.eps                                   # sqrt(v^) + eps
+        xp.divide(m, tmp, out=r)
+        r *= 1.0 / (1.0 - s.beta1 ** t)                # m^ / (sqrt(v^) + eps)
+        return r
+
+
+class AdamW(_Moments):
+    """AdamW (Loshchilov & Hutter, arXiv 1711.05101), as torch.optim.AdamW computes it:
+    `x *= 1 - lr wd` (weights only), then `x -= lr m^ / (sqrt(v^) + eps)`."""
+
+    name = "adamw"
+
+    def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
+        for i, a, b, adapt in self.segments(lo, hi):
+            x = params[a:b]
+            r = self.direction(a, b, grad_chunk[a - lo:b - lo], i)
+            if adapt and self.weight_decay:
+                x *= 1.0 - lr * self.weight_decay      # decoupled decay
+            r *= lr
+            x -= r
+
+
+class LAMB(_Moments):
+    """LAMB (You et al., arXiv 1904.00962, Algorithm 2, with bias correction, phi(z) = z):
+    u = m^ / (sqrt(v^) + eps) + wd w; w -= lr (||w|| / ||u||) u per weight; biases take the
+    plain Adam step (no decay, ratio 1)."""
+
+    name = "lamb"
+
+    def trust_ratio(self, w_norm: float, u_norm: float) -> float:
+        """||w|| / ||u||, or 1 when either is 0."""
+        return w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+
+    def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
+        xp = self.xp
+        for i, a, b, adapt in self.segments(lo, hi):
+            x = params[a:b]
+            u = self.direction(a, b, grad_chunk[a - lo:b - lo], i)
+            ratio = 1.0
+            if adapt:
+                if self.weight_decay:
+                    tmp = self._t[a:b]
+                    xp.multiply(x, self.weight_decay, out=tmp)
+                    u += tmp                           # u = r + wd w
+                ratio = self.trust_ratio(_norm(xp, x), _norm(xp, u))
+            u *= lr * ratio
+            x -= u
+
+
+class LARS(Optimizer):
+    """LARS (You, Gitman, Ginsburg, arXiv 1708.03888, Algorithm 1) with the global rate
+    inside the velocity, as the algorithm box has it: lam = eta ||w|| / (||g|| + wd ||w|| + eps),
+    v = mu v + lr lam (g + wd w), w -= v. Biases: lam = 1, no decay (momentum SGD)."""
+
+    name = "lars"
+    layerwise_chunks = True
+
+    def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
+                 state: dict[str, Any] | None = None):
+        super().__init__(settings, layout, xp, dtype, state)
+        self.velocity = self.state.get("velocity")
+        self._g = xp.empty(self.n, dtype=dtype)
+
+    @staticmethod
+    def state_spec(settings: OptimizerSettings, n: int, n_segments: int) -> list[tuple[str, tuple[int, ...], str]]:
+        return [("velocity", (n,), "float")] if settings.momentum > 0 else []
+
+    def local_rate(self, w_norm: float, g_norm: float) -> float:
+        """eta ||w|| / (||g|| + wd ||w|| + eps), or 1 when either norm is 0."""
+        s = self.settings
+        if w_norm > 0 and g_norm > 0:
+            return s.trust_coefficient * w_norm / (g_norm + s.weight_decay * w_norm + s.eps)
+        return 1.0
+
+    def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
+        xp, mu = self.xp, self.settings.momentum
+        for _, a, b, adapt in self.segments(lo, hi):
+            x, g, d = params[a:b], grad_chunk[a - lo:b - lo], self._g[a:b]
+            rate = 1.0
+            if adapt:
+                rate = self.local_rate(_norm(xp, x), _norm(xp, g))
+                if self.weight_decay:
+                    xp.multiply(x, self.weight_decay, out=d)
+                    d += g                             # g + wd w
+                    g = d
+            xp.multiply(g, lr * rate, out=d)           # lr lam (g + wd w)
+            if self.velocity is not None:
+                v = self.velocity[a:b]
+                v *= mu
+                v += d
+                x -= v
+            else:
+                x -= d
+
+
+RULES: dict[str, type[Optimizer]] = {"sgd": SGD, "adamw": AdamW, "lars": LARS, "lamb": LAMB}
+
+
+def state_spec(settings: OptimizerSettings, layout: Layout) -> list[tuple[str, tuple[int, ...], str]]:
+    """The state arrays `make_optimizer(settings, layout, ...)` keeps: (name, shape, "float"|"int")."""
+    n = layout[-1][1] if layout else 0
+    return RULES[settings.optimizer].state_spec(settings, n, len(layout))
+
+
+def make_optimizer(config: Any, layout: Layout | Sequence[tuple[int, int, bool]] | int, xp: Any, dtype: Any, *,
+                   state: dict[str, Any] | None = None, **overrides: Any) -> Optimizer:
+    """The update rule of `config` (a RunConfig or OptimizerSettings) over `layout`.
+
+    Args:
+        config: what `optimizer` and its knobs say; `overrides` replace some of them
+            (e.g. momentum=0.0 for local steps that ignore momentum).
+        layout: `layout_of(model)`, or a parameter count (one segment: sgd, adamw only).
+        xp, dtype: the array module (NumPy or CuPy) and float type of the parameters.
+        state: existing state arrays to update in place (a shared-memory segment's views).
+    Returns:
+        An `Optimizer`; its `step(params, grad, lr)` updates `params` in place.
+    """
+    settings = OptimizerSettings.of(config, **overrides)
+    if isinstance(layout, int):
+        layout = whole_layout(layout)
+    layout = tuple((int(a), int(b), bool(w)) for a, b, w in layout)
+    if settings.optimizer == "sgd":
+        return SGD(layout[-1][1], xp, dtype, settings.momentum, settings.nesterov, settings.weight_decay, state=state)
+    if settings.optimizer not in RULES:
+        raise ValueError(f"optimizer: one of {sorted(RULES)}, got {settings.optimizer!r}")
+    return RULES[settings.optimizer](settings, layout, xp, dtype, state)
 
 
 @dataclass(frozen=True)

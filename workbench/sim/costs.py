@@ -7,15 +7,17 @@ One `SimCosts` per run, from the config and the model:
   *timing* model (a named published network, or the configured model itself; a
   published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
-  optimiser update (three passes over the parameters); with `jitter` the charge is
+  optimiser update (`update_passes` over the parameters: 3 for sgd, 7 for adamw and lars,
+  11 for lamb, `maths.optim.UPDATE_PASSES`); with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
 * bytes (`nbytes`): a message of `m` floats of the configured model stands for the
   timing model's parameter vector (scaled by `m / n_params`), plus any tail beyond it
   (loss, flags, timings); small messages (evaluation partials) are their own size;
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
-  construction where both apply; a server's update is three passes over the
-  parameters through host memory (`comm.network.HOST_MEMORY_BYTES_PER_S`: one server
+  construction where both apply; a server's update is its rule's passes over the
+  parameters through host memory (`Optimizer.passes`; an elastic exchange three;
+  `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
   process streams through one core); cgdp's master sums and updates with the host's
   threads at `master_bw`, the `cpu_device` profile's memory bandwidth when the run names
   one (Le et al.'s master runs on every core of the S822LC: `power8`), else that one core;
@@ -33,6 +35,7 @@ import numpy as np
 
 from ..comm.network import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
+from ..maths.optim import update_passes
 
 BYTES = 4           # float32
 
@@ -62,6 +65,9 @@ class SimCosts:
     seed: int = 0
     allreduce: str = "ring"
     master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
+    # passes over the parameters of a worker's optimiser update (maths.optim.update_passes of the
+    # config's rule and momentum; a server's or cgdp master's update is charged by its own rule)
+    update_passes: float = 3.0
     rngs: list[np.random.Generator] = field(default_factory=list)
     calibration: dict | None = None             # the local profile's record (cpu_device local), for the summary
 
@@ -90,8 +96,8 @@ class SimCosts:
         return t
 
     def update(self, rank: int) -> float:
-        """The optimiser's update on the worker: three passes over the parameters."""
-        return 3.0 * self.vector_bytes / self.devices[rank].mem_bw
+        """The optimiser's update on the worker: `update_passes` over the parameters."""
+        return self.update_passes * self.vector_bytes / self.devices[rank].mem_bw
 
     def forward_share(self) -> float:
         """Share of compute before the backward pass starts (forward = 1/3 of the FLOPs)."""
@@ -143,10 +149,11 @@ class SimCosts:
         """A server copying out its parameter vector (a pull): one pass through host memory."""
         return self.vector_bytes / HOST_MEMORY_BYTES_PER_S
 
-    def host_update(self, m: int | None = None) -> float:
-        """A server applying one update (or elastic exchange) over `m` floats (default all)."""
+    def host_update(self, m: int | None = None, passes: float = 3.0) -> float:
+        """A server applying an elastic exchange (three passes) or `passes` over `m` floats
+        (default all)."""
         n_bytes = self.vector_bytes if m is None else self.nbytes(m)
-        return 3.0 * n_bytes / HOST_MEMORY_BYTES_PER_S
+        return passes * n_bytes / HOST_MEMORY_BYTES_PER_S
 
 
 def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link: Network | None = None) -> SimCosts:
@@ -172,4 +179,5 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
     return SimCosts(devices, timing, model.n_params, network,
-                    jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record)
+                    jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
+                    update_passes=update_passes(config.optimizer, config.momentum))

@@ -89,8 +89,7 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
-                "calibration": "a file to replay a cpu_device=local simulation from: `Dashboard(config=RunConfig(...))`"}
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -276,6 +275,18 @@ def _knob(field: str) -> Callable[[RunConfig], bool]:
     return lambda c: c.algorithm in algorithms
 
 
+def _rule(field: str) -> Callable[[RunConfig], bool]:
+    """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
+    from ..config import OPTIMIZER_KNOBS
+    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field] and _takes_optimizer(c)
+
+
+def _takes_optimizer(c: RunConfig) -> bool:
+    """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
+    from ..algorithms.registry import specs
+    return specs()[c.algorithm].takes_optimizer
+
+
 GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
 def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
     """Shown for the algorithms that compress their gradients (sync_sgd, or those that
@@ -335,10 +346,15 @@ CONTROLS: tuple[Control, ...] = (
     _c("warmup", _dropdown(["none", "gradual", "constant"])),
     _c("warmup_epochs", _float(0, 10000, 0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
     _c("decay", _dropdown(["none", "step", "cosine"])),
+    _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
     _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy),
-    _c("nesterov", _check),
+       to_field=_tidy, applies=_rule("momentum")),
+    _c("nesterov", _check, applies=_rule("nesterov")),
     _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
+    _c("beta1", _float(0, 0.9999, 0.01), to_field=_tidy, applies=_rule("beta1")),
+    _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
+    _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
+    _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
     # algorithm knobs
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
@@ -1462,9 +1478,10 @@ class Dashboard:
                 pred_ws = sorted({ws[0], *[w for w in POWERS_OF_TWO if ws[0] <= w <= top]})
                 predicted = costmodel.predict(cal, cfg.algorithm, pred_ws, cfg.batch_size, mode,
                                               networks=[costmodel.MEASURED, network], tau=cfg.tau,
-                                              round_size=cfg.round_size, tournament_size=cfg.tournament_size)
+                                              round_size=cfg.round_size, tournament_size=cfg.tournament_size,
+                                              optimizer=cfg.optimizer)
                 _, error = costmodel.compare(cal, table, cfg.algorithm, tau=cfg.tau, round_size=cfg.round_size,
-                                             tournament_size=cfg.tournament_size)
+                                             tournament_size=cfg.tournament_size, optimizer=cfg.optimizer)
                 self.predicted, self.calibration = predicted, cal
                 self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
                                                           error=error))

@@ -169,19 +169,19 @@ class DaskTransport(Transport):
         plan.segments = {k: v for k, v in self.segments.items() if k.startswith("comm") or k in needs.shared}
         role = needs.server
         if role is not None:
-            options = needs.options(config)
+            options = needs.options(config, setup.model)
             plan.server_options = options
             in_shm = shm_ok and config.comm in ("auto", "shm") and role != "tournament"
             if in_shm:
                 self.lock_path = plan.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{run_id}.lock")
             if role == "cgdp_master" and in_shm:   # the master in shared memory, updated by the workers
-                from ...comm.roles import chunk_master_args
+                from ...comm.roles import chunk_master_args, role_state_spec
                 from ...comm.shm import create_master_segment
                 args = chunk_master_args(config, size, setup.model, setup.params0)
                 plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
                 plan.server_segment = self.segments["server"] = self._on(
                     create_master_segment, f"wb{run_id}m", setup.params0, size, len(args["groups"]),
-                    config.momentum > 0, where=addr0)
+                    role_state_spec(setup.n_params, **plan.server_options), where=addr0)
                 plan.server = "shm_master"
             elif role == "cgdp_master":            # an actor, on a CPU worker if there is one
                 from ...comm.dask import ChunkMasterActor
@@ -191,9 +191,10 @@ class DaskTransport(Transport):
                                          **chunk_master_args(config, size, setup.model, setup.params0))
                 plan.server = "actor_master"
             elif in_shm:   # one host: a shared-memory server under a file lock, no event-loop round trip
+                from ...comm.roles import role_state_spec
                 from ...comm.shm import create_server_segment
                 plan.server_segment = self.segments["server"] = self._on(
-                    create_server_segment, f"wb{run_id}s", setup.params0, options.get("momentum", 0.0) > 0,
+                    create_server_segment, f"wb{run_id}s", setup.params0, role_state_spec(setup.n_params, **options),
                     where=addr0)
                 plan.server = "shm"
             else:

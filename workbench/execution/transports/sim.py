@@ -233,7 +233,7 @@ class SimServer:
 
     def push(self, grad: np.ndarray, lr: float, version: int):
         c = self.costs
-        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad)),
+        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad), self.s.core.opt.passes),
                             lambda: self.s.core.push(grad, lr, version))
 
     def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
@@ -281,7 +281,7 @@ class SimChunkMasterState:
         self.costs, self.sched = costs, sched
         self.clock_now = 0.0
         needs = setup.spec.needs
-        self.core = make_core(needs.server, needs.options(setup.config), setup.params0, setup.size, setup.config,
+        self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, setup.size, setup.config,
                               setup.model, clock=lambda: self.clock_now)
         self.free = 0.0                               # master busy until
         self.up = [0.0] * setup.size                  # device->host link of each worker busy until
@@ -299,9 +299,10 @@ class SimChunkMasterState:
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
         start = max(arrive, self.free)
-        # add the part into the chunk's sum (one pass); the chunk's update (three passes) is
+        # add the part into the chunk's sum (one pass); the chunk's update (update_passes) is
         # charged with each part's share, so a chunk is updated when its last part is in
-        self.free = self.clock_now = start + (1.0 + 3.0 / len(self.up)) * n_bytes / self.costs.master_bw
+        passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
+        self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
         if self.core.add(*args):
             self.completed = step
             self.completed_at[step] = self.free
@@ -338,13 +339,74 @@ class SimChunkMaster:
 
 
 # ------------------------------------------------------------------------------ compute
+class ComputePool:
+    """The `loss_and_grad` calls of the virtual workers at one virtual instant, computed together.
+
+    A worker's call hands in a copy of its parameters and blocks; once every event at
+    that instant has run (`Scheduler.at_end_of` the caller's virtual time, an event in
+    the heap, so no other worker's clock passes it meanwhile), the calls are computed in one pass
+    per group of the same batch shape (`MLP.loss_and_grad_stacked`: identical parameters,
+    as sync_sgd's or cgdp's replicas, broadcast; different ones, as asynchronous workers',
+    stacked), and the workers resume in the order they asked. Bitwise the same run as
+    computing each call on the spot: the maths is bitwise the same per slice, the
+    parameters are copied when asked, and a worker's compute is charged virtual time
+    (> 0), so whatever it does next happens after that instant, as before.
+    Models without a stacked pass (the CNN) are computed call by call, at the same point."""
+
+    def __init__(self, sched: Scheduler):
+        self.sched = sched
+        self.instants: dict[float, list[tuple[VProc, Any, np.ndarray, Any, Any, Any]]] = {}
+
+    def submit(self, proc: VProc, model: Any, params: Any, X: Any, y: Any, grad_out: Any) -> tuple[float, Any]:
+        t = proc.t
+        calls = self.instants.get(t)
+        if calls is None:
+            calls = self.instants[t] = []
+            self.sched.at_end_of(t, partial(self.flush, t))
+        calls.append((proc, model, np.array(params, copy=True), X, y, grad_out))
+        return proc.block()
+
+    def flush(self, t: float) -> None:
+        calls = self.instants.pop(t)
+        groups: dict[tuple, list[int]] = {}
+        for i, (_, model, params, X, _, _) in enumerate(calls):
+            key = (type(model), model.describe(), X.shape, params.dtype.str) \
+                if hasattr(model, "loss_and_grad_stacked") else ("one", i)
+            groups.setdefault(key, []).append(i)
+        out: list[Any] = [None] * len(calls)
+        for members in groups.values():
+            if len(members) == 1:
+                i = members[0]
+                _, model, params, X, y, grad_out = calls[i]
+                out[i] = model.loss_and_grad(params, X, y, grad_out=grad_out)
+                continue
+            model = calls[members[0]][1]
+            first = calls[members[0]][2]
+            same = all(np.array_equal(calls[i][2], first) for i in members[1:])
+            params = first if same else np.stack([calls[i][2] for i in members])
+            X = np.stack([np.asarray(calls[i][3], dtype=first.dtype) for i in members])
+            y = np.stack([calls[i][4] for i in members])
+            grads = np.empty((len(members), first.shape[0]), first.dtype)
+            losses = model.loss_and_grad_stacked(params, X, y, grads)
+            for k, i in enumerate(members):
+                grad_out = calls[i][5]
+                if grad_out is None:
+                    grad_out = grads[k].copy()
+                else:
+                    grad_out[...] = grads[k]
+                out[i] = (float(losses[k]), grad_out)
+        for (proc, *_), result in zip(calls, out):
+            if not proc.done:
+                self.sched.wake(proc, t, result)
+
+
 class SimModel:
     """A worker's model whose `loss_and_grad` charges virtual compute time (the maths is
     the model's own); with `on_grad_ready` the layers' gradients become ready at their
     moments of the backward pass (cgdp's chunks leave then)."""
 
-    def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int):
-        self._model, self._proc, self._costs, self._rank = model, proc, costs, rank
+    def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None = None):
+        self._model, self._proc, self._costs, self._rank, self._pool = model, proc, costs, rank, pool
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
@@ -353,7 +415,10 @@ class SimModel:
         proc, costs = self._proc, self._costs
         total = costs.compute(self._rank, len(X))
         if on_grad_ready is None:
-            out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
+            if self._pool is not None and isinstance(params, np.ndarray):
+                out = self._pool.submit(proc, self._model, params, X, y, grad_out)
+            else:
+                out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
             proc.charge(total)
             return out
         t0 = proc.now()
@@ -376,8 +441,9 @@ class SimModel:
 class SimTransport(Transport):
     name = "sim"
 
-    def __init__(self, link: Any = None) -> None:
+    def __init__(self, link: Any = None, batch_compute: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
+        self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
         self.control = ThreadControl()
         self.results: dict[int, dict] = {}
         self.reported: set[int] = set()
@@ -420,11 +486,12 @@ class SimTransport(Transport):
         if needs.server == "cgdp_master":
             server_state = SimChunkMasterState(setup, costs, sched)
         elif needs.server is not None:
-            server_state = SimServerState(make_core(needs.server, needs.options(setup.config), setup.params0, size),
+            server_state = SimServerState(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size),
                                           costs, sched)
         shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
         cpu_kinds = ["cpu"] * size      # the maths runs on this machine's NumPy whatever the virtual device
+        pool = ComputePool(sched) if self.batch_compute else None
 
         def work(rank: int) -> Callable[[VProc], None]:
             def body(proc: VProc) -> None:
@@ -438,7 +505,7 @@ class SimTransport(Transport):
                     server = None
                 links = WorkerLinks(comm=comm, server=server, shared=shared, control=self.control,
                                     start_barrier=lambda: [], timer=proc.now,
-                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank)))
+                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank, pool)))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
                                   sink)

@@ -51,10 +51,10 @@ class ThreadTransport(Transport):
         self.groups = [ThreadGroup(len(ranks), self.control) for ranks in setup.groups] if needs.collective else []
         self.server: Any = None
         if needs.server == "cgdp_master":
-            self.server = ThreadChunkMaster(make_core(needs.server, needs.options(setup.config), setup.params0, size,
+            self.server = ThreadChunkMaster(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size,
                                                       setup.config, setup.model))
         elif needs.server is not None:
-            self.server = ThreadServer(make_core(needs.server, needs.options(setup.config), setup.params0, size))
+            self.server = ThreadServer(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size))
         self.shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.start_barrier = ThreadStartBarrier(size, self.control)
 
