@@ -771,6 +771,11 @@ class RunConfig(BaseModel):
 
     # ---------------------------------------------------------------- helpers
     @property
+    def data_shape(self) -> Any:
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
+        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+
+    @property
     def model_hidden(self) -> tuple[int, ...]:
         """`hidden`, or the model's default widths."""
         if self.hidden is not None:

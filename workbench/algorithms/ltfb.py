@@ -125,13 +125,8 @@ def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -
 
 
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
-    """Client-side checks before any worker starts: the data leaves every trainer a batch."""
-    from ..problem import Problem
-    share = Problem.from_config(config).shape.n_train // config.trainers
-    b = config.batch_size // config.trainers
-    if share - config.tournament_size < b:
-        raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
-                          f"must leave at least one batch of {b})", config.tournament_size)
+    """Client-side set-up: each trainer's base lr (the data's share per trainer is checked
+    with the config: `registry._ltfb_check`)."""
     return {"trainer_lrs": trainer_lrs(config)}
 
 

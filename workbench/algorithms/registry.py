@@ -250,13 +250,19 @@ def _ltfb_peak_lr(config: Any) -> float:
 
 
 def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
-    """LTFB's trainers: at most the workers and a divisor of them, every trainer's lr a float32 number."""
+    """LTFB's trainers: at most the workers and a divisor of them, each trainer's share of the
+    data leaving a batch besides its tournament set, every trainer's lr a float32 number."""
     workers = config.n_workers
     if workers is not None and config.trainers > workers:
         return "trainers", f"at most the number of workers ({workers})", config.trainers
     if workers is not None and workers % config.trainers:
         return ("trainers", f"a divisor of the number of workers ({workers}), so every trainer has as many "
                 "workers", config.trainers)
+    share = config.data_shape.n_train // config.trainers      # the dataset's entry: nothing loaded
+    b = config.batch_size // config.trainers
+    if share - config.tournament_size < b:
+        return ("tournament_size", f"at most {share - b} (each trainer's {share} training examples must leave at "
+                f"least one batch of {b})", config.tournament_size)
     peak = _ltfb_peak_lr(config)
     if not math.isfinite(peak) or peak > LR_MAX:
         name = "trainer_lrs" if config.trainer_lrs else "lr_spread"
