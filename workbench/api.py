@@ -1,8 +1,8 @@
 """The top-level calls: `run`, `load`, `save`, `sweep` (re-exported as `workbench.run` etc.).
 
 The entry point above every layer: it checks the config (`execution.preflight`), hands the
-run to the engine (or to the single-process reference for `sgd`), adds the progress bar and
-writes the run directory. `sweep` repeats `run` over worker counts.
+run to the engine (every algorithm, `sgd` included, on the transport `engine.transport_for`
+picks), adds the progress bar and writes the run directory. `sweep` repeats `run` over worker counts.
 """
 from __future__ import annotations
 

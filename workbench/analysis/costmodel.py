@@ -80,7 +80,7 @@ BYTES_PER_PARAM = 4  # float32
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
 # Which communication pattern each algorithm uses (see the module docstring): declared
-# by each algorithm in its own module (`workbench.algorithms.registry`).
+# on each algorithm's declaration (`workbench.algorithms.registry`).
 PATTERNS: dict[str, str] = {name: spec.pattern for name, spec in specs().items()}
 SAME_HOST = tuple(name for name, spec in specs().items()            # shared memory: one host only
                   if not spec.spans_hosts)
