@@ -234,12 +234,12 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                           f"these are on {sorted({w['host'] for w in workers})}", config.algorithm)
     problem = Problem.from_config(config)
     plan, model = problem.plan, problem.model   # the plan validates the schedule before anything starts
-    problem.load()                              # loads (and checks) the data on the client
     setup = RunSetup(config=config, spec=spec, run_id=uuid.uuid4().hex[:12], workers=workers,
                      groups=spec.needs.rank_groups(config, size), n_params=model.n_params,
                      params0=problem.params0, model=model, extra={},
                      total_steps=plan.total_steps, schedule_text=plan.schedule_text)
-    transport.check(setup)
+    transport.check(setup)    # the workers' memory, from the dataset's entry: before the data is made
+    problem.load()            # loads (and checks) the data on the client
     setup.extra = spec.needs.client_setup(config, size)
     monitor = _Monitor(setup, transport, Collector(on_record), should_stop)
     t_setup = time.time()
