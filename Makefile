@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The same sync_sgd run on 1 worker, then 2: samples/s of each and the speed-up (workbench/apps/demo.py)
+# The same sync_sgd run on 1 worker and 2, interleaved 3 rounds: the medians, their range and the speed-up (workbench/apps/demo.py)
 demo: setup
 	$(BIN)/python -m workbench.apps.demo --out runs/demo
 	@echo "open runs/demo/report.html"

@@ -20,6 +20,31 @@ def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers):
     np.testing.assert_allclose(got.steps[got.steps.worker == 0]["loss"], ref.steps["loss"], rtol=1e-5)
 
 
+@pytest.mark.parametrize("chunk_layers", [1, 3])
+def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, chunk_layers):
+    # Arrival order at the master must not matter (it sums in rank order, a fast worker's
+    # next step is kept apart): shake it with random delays around every push and fetch.
+    import random
+    import time
+
+    from workbench.comm.threads import ThreadChunkMaster
+    rng = random.Random(7)
+    push, fetch = ThreadChunkMaster.push, ThreadChunkMaster.fetch
+
+    def late(fn):
+        def call(*args, **kwargs):
+            time.sleep(rng.random() * 0.003)
+            return fn(*args, **kwargs)
+        return call
+    monkeypatch.setattr(ThreadChunkMaster, "push", late(push))
+    monkeypatch.setattr(ThreadChunkMaster, "fetch", late(fetch))
+    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, **BASE)
+    ref = run_threads(cfg.replace(algorithm="sgd"))
+    got = run_threads(cfg)
+    assert got.status == "completed", got.summary.get("errors")
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
+
+
 def test_cgdp_with_momentum_and_speed_shares_follows_sgd():
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=25, momentum=0.9, nesterov=True, weight_decay=1e-4,
                     split="speed", **BASE)
@@ -157,6 +182,7 @@ def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, ch
     seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, size, len(groups), True)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    (tmp_path / "m.lock").touch()   # made by the run's creator; the workers open it
     procs = [ctx.Process(target=_shm_master_worker, args=(seg, str(tmp_path / "m.lock"), r, size, groups,
                                                           chunk_layers, n, steps, stop_at, q)) for r in range(size)]
     try:

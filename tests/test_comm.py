@@ -106,7 +106,7 @@ def test_shm_wait_notices_an_aborted_run():
         t0 = time.time()
         with pytest.raises(WorkerLost):
             comm.allreduce(np.ones(8, np.float32))
-        assert time.time() - t0 < 2.0
+        assert time.time() - t0 < 30    # a hang guard, not a timing claim (it notices within ABORT_POLL_S)
     finally:
         unlink_segment(name)
 
@@ -198,13 +198,14 @@ def test_emulator_adds_latency_and_bandwidth_cost():
     emu.allreduce(buf)
     elapsed = time.perf_counter() - t0
     # ring: 2(P-1)=6 messages of latency + 2(P-1)/P * 1 MB at 125 MB/s = 30 ms + 12 ms
-    assert 0.040 <= elapsed < 0.2
+    assert elapsed >= 0.040            # at least the emulated cost (no upper bound: a busy machine only adds)
 
 
 def _server(tmp_path, n=4, size=3, momentum=0.0):
     from workbench.comm.shm import ShmServer, create_server_segment
     name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", np.zeros(n, np.float32), momentum > 0)
     lock = str(tmp_path / "server.lock")
+    open(lock, "x").close()     # made by the run's creator (util.private.create_lock); the workers open it
     return name, lambda: ShmServer(name, lock, n, size, momentum=momentum)
 
 

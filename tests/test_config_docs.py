@@ -73,6 +73,7 @@ def test_defaults_unchanged_by_descriptions():
         "trainers": 2, "round_size": 50, "tournament_size": 256, "trainer_lrs": None, "lr_spread": 1.0,
         "exchange_state": False, "chunk_layers": "auto", "split": "equal",
         "post_local_epoch": 1.0, "outer_lr": 0.7, "outer_momentum": 0.9, "compression": "none",
-        "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "error_feedback": True,
+        "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "topology": "ring",
+        "error_feedback": True,
         "epochs": 5.0, "steps": None,
         "eval_every": None, "seed": 0, "out": None}

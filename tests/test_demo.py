@@ -14,12 +14,15 @@ def test_demo_config_is_a_valid_parallel_run():
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_demo_writes_both_runs_and_prints_the_speedup(tmp_path, capsys):
-    assert main(["--out", str(tmp_path / "demo"), "--epochs", "0.3"]) == 0
+    import statistics
+    assert main(["--out", str(tmp_path / "demo"), "--epochs", "0.3", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
-    assert "speed-up, 2 workers over 1:" in out
+    assert "speed-up, 2 workers over 1:" in out and "medians over 3 interleaved round(s)" in out
     two = json.loads((tmp_path / "demo" / "summary.json").read_text())
     one = json.loads((tmp_path / "demo" / "one-worker" / "summary.json").read_text())
     assert [w["rank"] for w in two["workers"]] == [0, 1] and len(one["workers"]) == 1
     assert (tmp_path / "demo" / "report.html").exists()
-    speedup = two["samples_per_s"] / one["samples_per_s"]
-    assert f"{speedup:.2f}x" in out
+    dirs = [tmp_path / "demo"] + [tmp_path / "demo" / f"round-{k}" for k in (2, 3)]
+    rate = {w: statistics.median_low(json.loads(((d / "one-worker") if w == 1 else d).joinpath("summary.json")
+                                                .read_text())["samples_per_s"] for d in dirs) for w in (1, 2)}
+    assert f"{rate[2] / rate[1]:.2f}x" in out

@@ -14,6 +14,7 @@ from workbench.api import run, save
 from workbench.maths.optim import make_plan
 from workbench.maths.schedules import lr_table
 from workbench.results import RunResult
+from workbench.ui import figdata as FD
 from workbench.ui import figures as F
 from workbench.ui.report import summary_table, write_comparison_report, write_report
 
@@ -101,8 +102,8 @@ def test_ltfb_trainers_get_their_own_accuracy_traces(sync_result):
 
 # ------------------------------------------------------------------------------ per worker
 def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series(sync_result):
-    steps = F.align_to_first_step(sync_result).steps          # what the figure draws: t = 0 at the first step
-    bins = F.time_bins(steps, 20)
+    steps = FD.align_to_first_step(sync_result).steps          # what the figure draws: t = 0 at the first step
+    bins = FD.time_bins(steps, 20)
     width = steps["time"].max() / 20
     assert float(np.sum(bins["all"]["samples"])) == pytest.approx(steps["samples"].sum())
     assert float(np.sum(bins[1]["samples"])) == pytest.approx(steps.query("worker == 1")["samples"].sum())
@@ -110,13 +111,13 @@ def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series
     t = traces(fig)
     assert set(t) == {"worker 0", "worker 1", "all workers"}
     raw = bins["all"]["samples"] / bins["all"]["width"]
-    np.testing.assert_allclose(t["all workers"].y, F.running_mean(raw, F.SMOOTH_BINS))
+    np.testing.assert_allclose(t["all workers"].y, FD.running_mean(raw, FD.SMOOTH_BINS))
     assert np.std(t["all workers"].y) < np.std(raw)          # smoothed, and still the same mean rate
     assert np.mean(t["all workers"].y) == pytest.approx(np.mean(raw), rel=0.1)
     assert abs(float(width) - float(bins["all"]["width"][0])) < 1e-9
     # a run of 2 x 44 steps gets about 5 steps per window: a curve, not 2 points
     n = len(traces(F.throughput_figure(sync_result))["all workers"].x)
-    assert F.auto_bins(steps) == 44 // F.STEPS_PER_BIN and F.auto_bins(steps) - 1 <= n <= F.auto_bins(steps)
+    assert FD.auto_bins(steps) == 44 // FD.STEPS_PER_BIN and FD.auto_bins(steps) - 1 <= n <= FD.auto_bins(steps)
     # (the first window is left out when the first step ends after it)
     # workers at the same rate stay visible: different widths and dashes
     assert (t["worker 0"].line.width, t["worker 0"].line.dash) != (t["worker 1"].line.width, t["worker 1"].line.dash)
@@ -126,7 +127,7 @@ def test_time_axes_start_at_the_first_step(sync_result):
     late = RunResult(summary=sync_result.summary, steps=sync_result.steps.assign(time=sync_result.steps["time"] + 6.0),
                      evals=sync_result.evals.assign(time=sync_result.evals["time"] + 6.0))
     fig = F.progress_figure([sync_result, late])
-    first = [min(t.x) for t in fig.data if t.meta == F.TRAIN_ROLE]
+    first = [min(t.x) for t in fig.data if t.meta == FD.TRAIN_ROLE]
     assert first[0] == pytest.approx(first[1]) and first[1] < 1.0
     assert min(F.throughput_figure(late).data[0].x) < 1.0
     assert late.steps["time"].min() > 6.0                  # the input was left alone
@@ -141,25 +142,25 @@ def test_loss_smoothing_and_log_scale():
     assert len(plain.data) == 1 and plain.layout.yaxis.type in (None, "linear")
     fig = F.progress_figure(r, smoothing=0.9, log_loss=True)
     t = traces(fig)
-    smooth = t["#1 sgd" + F.SMOOTHED]
+    smooth = t["#1 sgd" + FD.SMOOTHED]
     assert fig.layout.yaxis.type == "log" and t["#1 sgd"].opacity < 1
     assert np.ptp(smooth.y[10:]) < 0.5 * np.ptp(t["#1 sgd"].y)      # the zig-zag between 1 and 2 flattens
     assert smooth.y[-1] == pytest.approx(1.5, abs=0.1) and smooth.showlegend is False
     # on a log axis the smoothing averages logarithms: 1 and 100 alternating give ~10, not ~50
     zigzag = steps.assign(loss=[1.0 if i % 2 else 100.0 for i in range(50)])
     r2 = RunResult(summary=r.summary, steps=zigzag, evals=r.evals)
-    geo = traces(F.progress_figure(r2, smoothing=0.9, log_loss=True))["#1 sgd" + F.SMOOTHED].y[-1]
-    lin = traces(F.progress_figure(r2, smoothing=0.9))["#1 sgd" + F.SMOOTHED].y[-1]
+    geo = traces(F.progress_figure(r2, smoothing=0.9, log_loss=True))["#1 sgd" + FD.SMOOTHED].y[-1]
+    lin = traces(F.progress_figure(r2, smoothing=0.9))["#1 sgd" + FD.SMOOTHED].y[-1]
     assert geo == pytest.approx(10.0, rel=0.3) and lin == pytest.approx(50.5, rel=0.1)
     F.apply_smoothing(fig, 0.0)
-    assert len(traces(fig)["#1 sgd" + F.SMOOTHED].y) == 0 and traces(fig)["#1 sgd"].opacity is None
+    assert len(traces(fig)["#1 sgd" + FD.SMOOTHED].y) == 0 and traces(fig)["#1 sgd"].opacity is None
     # the figure's own buttons switch the loss axis
     assert [b.args[0]["yaxis.type"] for b in fig.layout.updatemenus[0].buttons] == ["linear", "log"]
 
 
 def test_chunk_means_keep_every_loss_and_the_last_point():
     x, y = np.arange(1000.0), np.arange(1000.0) % 7
-    cx, cy = F.chunk_means(x, y, 100)
+    cx, cy = FD.chunk_means(x, y, 100)
     assert len(cx) == 100 and cx[-1] == 999.0
     assert float(np.sum(cy * 10)) == pytest.approx(float(np.sum(y)))
 
@@ -289,9 +290,9 @@ def test_comparison_figure_from_summaries(sync_result, sgd_result):
 
 # ------------------------------------------------------------------------------ live
 def test_live_figures_are_widgets_and_match_static_ones(sync_result):
-    figs = {k: F.live_base(k, n_workers=2) for k in F.FIGURE_KEYS}
+    figs = {k: F.live_base(k, n_workers=2) for k in FD.FIGURE_KEYS}
     assert all(isinstance(f, go.FigureWidget) for f in figs.values())
-    state = F.LiveState(label="#1 sync_sgd P=2 B=64", color=F.run_color(0), n_workers=2)
+    state = FD.LiveState(label="#1 sync_sgd P=2 B=64", color=FD.run_color(0), n_workers=2)
     F.update_live(figs, records_of(sync_result), state)      # everything in one batch
     static = F.progress_figure(sync_result, "time")
     for name in ("#1 sync_sgd P=2 B=64", "#1 sync_sgd P=2 B=64: test accuracy"):
@@ -315,8 +316,8 @@ def test_live_figures_carry_their_whole_state_from_the_start():
 
 
 def test_live_updates_append_batch_by_batch(sync_result):
-    figs = {k: F.live_base(k, n_workers=2) for k in F.FIGURE_KEYS}
-    state = F.LiveState(label="run", color="#000", n_workers=2)
+    figs = {k: F.live_base(k, n_workers=2) for k in FD.FIGURE_KEYS}
+    state = FD.LiveState(label="run", color="#000", n_workers=2)
     recs = records_of(sync_result)
     before = [dict(r) for r in recs]
     for i in range(0, len(recs), 7):
@@ -336,7 +337,7 @@ def test_live_updates_append_batch_by_batch(sync_result):
 def test_live_lineage_keeps_colours_across_batches():
     tours = tournament_table()
     fig = F.live_base("lineage")
-    state = F.LiveState(label="ltfb", color="#000")
+    state = FD.LiveState(label="ltfb", color="#000")
     recs = [{"kind": "tournament", **r} for r in tours.to_dict("records")]
     F.update_live({"lineage": fig}, recs[:4], state)
     F.update_live({"lineage": fig}, recs[4:], state)
@@ -351,7 +352,7 @@ def test_extend_series_thins_long_traces_and_keeps_the_last_point():
     for start in range(0, 5000, 250):
         steps = list(range(start, start + 250))
         with fig.batch_update():
-            F.extend_series(fig, [F.Series("worker 0", steps, [s * 0.5 for s in steps])], max_points=100)
+            F.extend_series(fig, [FD.Series("worker 0", steps, [s * 0.5 for s in steps])], max_points=100)
     t = fig.data[0]
     assert len(t.x) <= 100
     assert t.x[-1] == 4999 and t.y[-1] == pytest.approx(2499.5)
@@ -397,7 +398,7 @@ def test_comparison_report(sync_result, sgd_result, tmp_path):
 
 def test_import_workbench_loads_no_ui_stack():
     code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep, "
-            "workbench.analysis.figdata; "
+            "workbench.ui.figdata; "
             "bad = [m for m in ('plotly', 'ipywidgets', 'anywidget') if m in sys.modules]; "
             "assert not bad, bad; "
             "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")

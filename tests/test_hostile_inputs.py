@@ -55,7 +55,7 @@ def test_alias_bomb_is_refused_at_once(tmp_path):
     assert path.stat().st_size < 1024
     proc = cli("run", "--config", str(path))
     assert "anchors or aliases" in one_line_error(proc, "config")
-    assert proc.seconds < 20
+    assert proc.seconds < 60                 # a hang guard: expanding the bomb would take hours
 
 
 def test_alias_bomb_given_as_a_value_gives_a_short_message():
@@ -64,7 +64,7 @@ def test_alias_bomb_given_as_a_value_gives_a_short_message():
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as info:
         RunConfig(hidden=bomb)
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 30        # a hang guard: 9**9 elements would take minutes
     assert info.value.field == "hidden" and len(str(info.value)) < 400
 
 
@@ -227,7 +227,7 @@ def test_a_server_that_is_not_a_scheduler_is_a_bounded_one_line_error(mode):
         server.close()
     line = one_line_error(proc, "scheduler")
     assert "Dask scheduler" in line
-    assert proc.seconds < 20, proc.seconds   # the probe gives up after 5 s (plus start-up)
+    assert proc.seconds < 60, proc.seconds   # a hang guard: the probe gives up after 5 s (plus start-up)
 
 
 def test_connect_to_a_silent_server_returns_within_its_timeout():
@@ -239,7 +239,7 @@ def test_connect_to_a_silent_server_returns_within_its_timeout():
             connect(f"tcp://127.0.0.1:{server.port}", timeout=2)
     finally:
         server.close()
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 30        # a hang guard around the 2 s timeout
 
 
 # ------------------------------------------------------------------------------ output
@@ -414,13 +414,16 @@ def test_memory_is_checked_against_the_workers_own_limit():
     try:
         cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="synthetic", n_samples=200_000, n_features=784,
                         steps=5)
-        t0 = time.monotonic()
+        def transitions():
+            return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
+        before = transitions()
         with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in a worker's memory \(0.4 GiB\)"):
             run(cfg, cluster=client)
-        assert time.monotonic() - t0 < 10
+        assert transitions() == before          # refused before any task (no data generated on a worker)
         assert not client.processing() or not any(client.processing().values())
         small = run(cfg.replace(n_samples=2000), cluster=client)   # the cluster is fine for what fits
         assert small.status == "completed"
+        assert transitions() > before           # the counter does see a run's tasks
     finally:
         cluster = client.cluster
         client.close()

@@ -87,11 +87,12 @@ def test_local_sgd_follows_the_reference_loop(algorithm, kw):
     assert np.abs(got.params - sync.params).max() > 1e-3
 
 
-def test_diloco_one_worker_outer_lr_1_no_momentum_is_its_inner_optimiser():
-    cfg = config("diloco", cpus=1, steps=20, tau=4, momentum=0.9, outer_lr=1.0, outer_momentum=0.0)
+@pytest.mark.parametrize("inner", [dict(momentum=0.9), dict(optimizer="adamw", lr=0.003, weight_decay=0.01)])
+def test_diloco_one_worker_outer_lr_1_no_momentum_is_its_inner_optimiser(inner):
+    cfg = config("diloco", cpus=1, steps=20, tau=4, outer_lr=1.0, outer_momentum=0.0, **inner)
     got = run_threads(cfg)
-    inner = run_threads(config("sgd", steps=20, momentum=0.9))
-    np.testing.assert_allclose(got.params, inner.params, rtol=0, atol=ATOL)
+    reference = run_threads(config("sgd", steps=20, **inner))
+    np.testing.assert_allclose(got.params, reference.params, rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize("kw", [dict(outer_lr=0.7, outer_momentum=0.9, momentum=0.0),
@@ -154,3 +155,15 @@ def test_on_dask_follows_the_reference_loop(client, algorithm):
     got = run(cfg, client)
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, local_reference(cfg, 2, outer=algorithm == "diloco"), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("algorithm", ["local_sgd", "diloco", "dpsgd"])
+def test_stop_and_divergence_are_decided_together(algorithm):
+    import time
+    t0 = time.time()
+    got = run_threads(config(algorithm, cpus=2, epochs=400, tau=8), should_stop=lambda: time.time() - t0 > 0.3)
+    assert got.status == "stopped" and time.time() - t0 < 5
+    assert got.steps.groupby("worker")["step"].max().nunique() == 1      # every worker ended at the same step
+    bad = run_threads(config(algorithm, cpus=2, steps=200, tau=4, lr=1e6, momentum=0.0))
+    assert bad.status == "diverged"
+    assert any(e["event"] == "diverged" for e in bad.summary["events"])

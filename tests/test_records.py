@@ -13,8 +13,10 @@ from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import make_plan
 from workbench.results import LIVE_ROWS, Collector, RunResult, StepLog, bin_steps, build_result, step_records
+from workbench.sim.run import run_simulated
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
+EXACT_STEPS = 500   # steps over which a parallel run's loss is held to the single process's (see _check_every_step)
 
 
 # ------------------------------------------------------------------------------ the log
@@ -101,8 +103,16 @@ def _check_every_step(result, cfg, tmp_path):
         assert (mine[["compute_s", "comm_s", "wait_s"]] >= 0).all().all()
         assert mine["time"].is_monotonic_increasing and mine["time"].iloc[0] >= 0
     ref = run_threads(cfg.replace(algorithm="sgd"))
-    for w in range(workers):   # every worker reports the global loss: the single process's
-        np.testing.assert_allclose(steps[steps.worker == w].sort_values("step")["loss"], ref.steps["loss"], rtol=1e-4)
+    losses = [steps[steps.worker == w].sort_values("step")["loss"].to_numpy() for w in range(workers)]
+    for w in range(1, workers):   # every worker reports the same global loss, bitwise (one reduced tail)
+        np.testing.assert_array_equal(losses[w], losses[0])
+    # ... and it is the single process's. Summing two half-batch gradients instead of one
+    # batch's differs in the last float32 bits, and training amplifies that: measured on
+    # threads and on Dask (seed 3), the loss differs from the reference by at most 1.3e-6
+    # (relative) over the first 500 steps, 6.6e-6 by step 2000 and 4.9e-5 by step 3000
+    # (where the loss is small). So the first EXACT_STEPS are held to 1e-5, 8x that
+    # drift; later steps are a different float trajectory of the same maths, not a check.
+    np.testing.assert_allclose(losses[0][:EXACT_STEPS], ref.steps["loss"].to_numpy()[:EXACT_STEPS], rtol=1e-5)
     path = result.save(tmp_path / "run")
     again = pd.read_csv(path / "steps.csv")
     assert list(again.columns) == list(ref.steps.columns)
@@ -149,8 +159,8 @@ def test_dask_steps_csv_holds_every_step_and_the_live_stream_is_bounded(client, 
     result = run(cfg, cluster=client, on_record=on_record)
     assert result.status == "completed"
     _check_every_step(result, cfg, tmp_path)
-    live = _check_live(batches, result)
-    assert len(live) < len(result.steps)      # 3000 steps of ~1 ms: several binned batches
+    _check_live(batches, result)   # bounded per batch, sums kept; whether a batch was binned depends on
+    # the machine's speed (3000 steps of ~1 ms are binned when idle), so the binning is checked on threads
     assert result.summary["startup_s"] > 0 and result.steps["time"].min() >= 0
 
 
@@ -168,31 +178,38 @@ def _slow_setup(monkeypatch, rank: int, seconds: float):
 
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "hogwild_sgd"])
 def test_a_slow_worker_set_up_is_start_up_not_waiting(monkeypatch, algorithm):
-    _slow_setup(monkeypatch, 1, 0.6)
+    delay = 1.5    # wall-clock set-up time; the bounds below are half of it, so a busy machine's slower steps fit
+    _slow_setup(monkeypatch, 1, delay)
     result = run_threads(RunConfig(algorithm=algorithm, cpus=2, steps=30, **BASE))
     steps = result.steps
     assert result.status == "completed"
-    assert result.summary["startup_s"] >= 0.6
-    assert steps["time"].min() >= 0 and steps["time"].min() < 0.3     # step 0 starts at time 0
+    assert result.summary["startup_s"] >= delay
+    assert steps["time"].min() >= 0 and steps["time"].min() < delay / 2     # step 0 starts at time 0
     first = steps[steps.step == 0]
-    assert (first[["comm_s", "wait_s"]].sum(axis=1) < 0.3).all()   # the 0.6 s is nobody's comm or wait
-    assert result.summary["time_breakdown"]["wait_s"] + result.summary["time_breakdown"]["comm_s"] < 0.3
-    assert result.summary["train_time_s"] < result.summary["wall_time_s"] - 0.5
+    assert (first[["comm_s", "wait_s"]].sum(axis=1) < delay / 2).all()   # the delay is nobody's comm or wait
+    assert result.summary["time_breakdown"]["wait_s"] + result.summary["time_breakdown"]["comm_s"] < delay / 2
+    assert result.summary["train_time_s"] < result.summary["wall_time_s"] - delay / 2
 
 
 def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
+    # On the simulated cluster (the engine's run path, the real SyncTail booking) rank 0's
+    # evaluation is charged 50 ms of virtual time: no wall clock, so no load, decides it.
     real = Algorithm.evaluate
 
     def slow_evaluate(self, step):
         real(self, step)
         if self.ctx.rank == 0:
-            time.sleep(0.05)
+            self.ctx.model._proc.charge(0.05)
     monkeypatch.setattr(Algorithm, "evaluate", slow_evaluate)
-    result = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, **BASE))
-    w1 = result.steps[result.steps.worker == 1].set_index("step")
-    after_eval = w1.loc[[s for s in range(2, 20, 2)]]          # the steps right after rank 0 evaluated
-    assert (after_eval["wait_s"] > 0.04).all()
-    assert (after_eval["comm_s"] < 0.02).all()
+    result = run_simulated(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, simulate=True, **BASE))
+    assert result.status == "completed"
+    w0, w1 = (result.steps[result.steps.worker == w].set_index("step") for w in (0, 1))
+    after = [s for s in range(2, 20, 2)]                       # the steps right after rank 0 evaluated
+    others = [s for s in range(1, 20, 2)]
+    # the busy times travel in the float32 tail of the reduced buffer: 1e-6 relative, 1e-8 s absolute
+    np.testing.assert_allclose(w1.loc[after, "wait_s"], 0.05, rtol=1e-6)        # the evaluation is their wait
+    np.testing.assert_allclose(w1.loc[after, "comm_s"], w1.loc[others, "comm_s"].iloc[0], atol=1e-8)  # not comm
+    assert (w1.loc[others, "wait_s"] < 1e-9).all() and (w0["wait_s"] < 1e-6).all()   # rank 0 never waits
 
 
 def test_comm_fraction_is_over_the_steady_state():

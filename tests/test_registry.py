@@ -27,9 +27,9 @@ def test_readers_follow_the_registry():
     assert costmodel.PATTERNS == {n: s.pattern for n, s in specs().items()}
     assert set(costmodel.SAME_HOST) == {"hogwild_sgd", "hogwild_easgd"}
     assert set(SYNC_ALGORITHMS) == {"sgd", "sync_sgd", "sync_easgd", "ltfb", "cgdp", "local_sgd", "post_local_sgd",
-                                    "diloco"}
+                                    "diloco", "dpsgd"}
     assert with_knob("tau") == ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd", "local_sgd",
-                                "post_local_sgd", "diloco")
+                                "post_local_sgd", "diloco", "dpsgd")
     assert RunConfig(algorithm="ltfb", cpus=2).is_sync and not RunConfig(algorithm="easgd", cpus=2).is_sync
 
 

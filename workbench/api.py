@@ -132,8 +132,15 @@ def load(directory: str | Path) -> RunResult:
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
-          progress: bool = True, simulate: bool = False) -> Any:
-    """Run `config` once per worker count and tabulate throughput, speedup and efficiency.
+          progress: bool = True, simulate: bool = False, rounds: int | None = None) -> Any:
+    """Run `config` at each worker count and tabulate throughput, speedup and efficiency.
+
+    The points are measured interleaved, `rounds` times (1, 2, 1, 2, 1, 2 for workers
+    [1, 2] and 3 rounds): a shared machine's speed drifts, and interleaving spreads the
+    drift over every point instead of biasing one. Each row is the median over the rounds
+    with the range (`samples_per_s_lo` / `_hi`, `spread`); a point whose range overlaps the
+    first point's is marked not resolved, in words (`resolution_note`;
+    `workbench.analysis.sweep.combine_rounds`).
 
     Strong scaling keeps the global batch; weak scaling grows it with the workers. The
     configs, rows and the speedup/efficiency maths are `workbench.analysis.sweep`'s; this
@@ -154,14 +161,17 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         simulate: run every point on the simulated cluster (also when `config.simulate`):
             `cpus` or `gpus` count virtual workers (up to 1024), no Dask cluster starts,
             and throughput is in samples per *virtual* second.
+        rounds: how many times each point runs, interleaved (default 3; 1 simulated:
+            virtual time is deterministic). `out` holds round 1 as out/w{P} and the others
+            as out/w{P}-r{k}.
     Returns:
-        A pandas DataFrame, one row per finished run, with `SWEEP_COLUMNS`.
+        A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     Raises:
         ConfigError: a bad argument, before any run starts.
     """
     import pandas as pd
 
-    from .analysis.sweep import SWEEP_COLUMNS, add_scaling, scaling_row, sweep_configs, worker_field
+    from .analysis.sweep import ROUNDS, SWEEP_COLUMNS, combine_rounds, scaling_row, sweep_configs, worker_field
     from .util.fileio import atomic_write
 
     if not isinstance(config, (RunConfig, Mapping)):
@@ -174,6 +184,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     if simulated:
         _check_simulated_sweep(config, cluster)
         config = config.replace(simulate=True)
+    if rounds is None:
+        rounds = 1 if simulated else ROUNDS
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigTypeError("rounds", "a whole number of rounds >= 1", rounds)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
     in_process = _spec(config).in_process   # sgd: no cluster to start or warm
@@ -191,26 +205,31 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
     from .apps.progress import bars_allowed, sweep_bar
-    bar = sweep_bar(len(ws), f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
+    bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
+    stopped = False
     try:
-        for w, cfg in zip(ws, configs):
-            if should_stop is not None and should_stop():
-                break
-            if bar is not None:
-                bar.set_postfix_str(f"{worker_field(config)}={w}")
-            run_dir = None if out is None else str(Path(out) / f"w{w}")
-            result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
-                         progress=bar is not None, overwrite=True)  # w<N> under the sweep's folder: a
-                                                                    # sweep run again replaces its own
-            if bar is not None:
-                bar.update(1)
-            rows.append(scaling_row(result, w, mode, run_dir))
-            table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
-            if out is not None:
-                atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
-            if on_result is not None:
-                on_result(table.iloc[-1].to_dict(), result)
-            if result.status == "stopped":
+        for k in range(rounds):
+            for w, cfg in zip(ws, configs):
+                if stopped or (should_stop is not None and should_stop()):
+                    stopped = True
+                    break
+                if bar is not None:
+                    bar.set_postfix_str(f"{worker_field(config)}={w}" + (f", round {k + 1}/{rounds}" if rounds > 1
+                                                                          else ""))
+                run_dir = None if out is None else str(Path(out) / (f"w{w}" if k == 0 else f"w{w}-r{k + 1}"))
+                result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
+                             progress=bar is not None, overwrite=True)  # under the sweep's folder: a
+                                                                        # sweep run again replaces its own
+                if bar is not None:
+                    bar.update(1)
+                rows.append({**scaling_row(result, w, mode, run_dir), "round": k})
+                table = combine_rounds(rows)
+                if out is not None:
+                    atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
+                if on_result is not None:
+                    on_result(table[table["workers"] == w].iloc[0].to_dict(), result)
+                stopped = result.status == "stopped"
+            if stopped:
                 break
     finally:
         if bar is not None:

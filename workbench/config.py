@@ -55,7 +55,7 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
     >>> match_name("device", "tpu", SIM_DEVICES)
     Traceback (most recent call last):
     ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, knl, power8, xeon, got 'tpu'
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'
     """
     def key(s: str) -> str:
         return re.sub(r"[\s_-]+", "", s).lower()
@@ -408,6 +408,10 @@ class RunConfig(BaseModel):
     compression_levels: int = Field(16, description=(
         "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
         "s; 1 keeps only signs and the norm)."))
+    topology: Literal["ring", "torus", "exponential", "complete"] = Field("ring", description=(
+        "dpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
+        "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
+        "averaging)."))
     error_feedback: bool = Field(True, description=(
         "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
         "to the next gradient (error feedback), or drop it for good (false)."))
@@ -446,7 +450,8 @@ class RunConfig(BaseModel):
         if self.compression != "none" and self.algorithm != "sync_sgd":
             raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
                               f"allreduce; {self.algorithm} has none)", self.compression)
-        if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov:
+        if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov \
+                and self.optimizer == "sgd":
             raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "
                               "Compression's momentum correction is heavy ball)", self.nesterov)
         return self
@@ -978,7 +983,7 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
                   "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
                   "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
-                  "error_feedback"),
+                  "topology", "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),
 }
 

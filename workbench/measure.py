@@ -287,7 +287,7 @@ class LiveSteady:
 
     def add(self, records: list[dict]) -> None:
         for r in records:
-            if r.get("kind") != "step":
+            if r.get("kind") != "step" or r.get("time") is None or r.get("step") is None:
                 continue
             self._rows.append((float(r.get("worker") or 0), float(r["step"]), float(r["time"]),
                                float(r.get("samples") or 0), float(r.get("compute_s") or 0.0),

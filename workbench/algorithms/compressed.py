@@ -22,11 +22,11 @@ crosses the wire, and what `bytes_sent` counts per worker and step:
 The packed tail (loss, stop, timings: `base.SyncTail`) rides in the (first) exchange and
 is counted in the bytes.
 
-Momentum: topk with error feedback and momentum > 0 uses Deep Gradient Compression's
-momentum correction (`maths.compress.dgc_step`): the velocity lives on each worker, weight
-decay is added to the gradient there, and the summed top-k is applied with plain SGD.
-Nesterov is refused with it (DGC defines heavy ball only). Every other case applies the
-sum with the shared SGD rule (momentum, Nesterov, weight decay as configured), as sync_sgd.
+Momentum: topk with error feedback, optimizer sgd and momentum > 0 uses Deep Gradient
+Compression's momentum correction (`maths.compress.dgc_step`): the velocity lives on each
+worker, weight decay is added to the gradient there, and the summed top-k is applied with
+plain SGD. Nesterov is refused with it (DGC defines heavy ball only). Every other case
+applies the sum with the configured rule (`optimizer`, momentum, weight decay), as sync_sgd.
 
 Exact cases (tests): topk at compression_ratio 1 is sync_sgd (with momentum too: DGC's
 masking clears the local velocity that was fully sent, so its u is w g and the summed
@@ -57,7 +57,7 @@ class CompressedExchange:
         xp, dtype = ctx.xp, algo.params.dtype
         self.ratio, self.levels, self.rank_r = c.compression_ratio, c.compression_levels, c.compression_rank
         self.memory = xp.zeros(self.n, dtype=dtype) if c.error_feedback else None
-        self.dgc = self.kind == "topk" and c.error_feedback and c.momentum > 0
+        self.dgc = self.kind == "topk" and c.error_feedback and c.momentum > 0 and c.optimizer == "sgd"
         self.velocity = xp.zeros(self.n, dtype=dtype) if self.dgc else None
         self.rng = np.random.default_rng([c.seed, ctx.rank, 0xC0DE])      # QSGD's rounding: each worker its own
         self.tail_bytes = tail_length(ctx.size) * algo.buf.itemsize

@@ -36,7 +36,7 @@ SERVER_ROLES = {
 }
 # The cost model's communication patterns (see `workbench.analysis.costmodel`).
 PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_server", "elastic_shared",
-            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce")
+            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip")
 EVALUATORS = ("rank0", "all", "trainers")
 
 Hook = Callable[..., Any] | str   # a function, or "module:function" of this package, imported on first use
@@ -60,6 +60,8 @@ class Needs:
     server_options: Hook | None = None  # config -> the role's options
     shared: tuple[str, ...] = ()  # shared arrays (`ctx.shared[name]`), initialised to the initial params
     setup: Hook | None = None    # client-side set-up (config, P) -> ctx.extra
+    elems: Callable[[int, int], int] | None = None   # (n_params, P) -> the largest allreduce, when more than
+    #   the parameters plus the tail (dpsgd's peer exchange carried by the allreduce: P n)
 
     def rank_groups(self, config: Any, size: int) -> list[list[int]]:
         """Rank groups that each get their own collective (default: all workers in one).
@@ -143,8 +145,10 @@ class AlgorithmSpec:
         return f"{__package__}.{self.impl.partition(':')[0]}" in __import__("sys").modules
 
     def comm_elems(self, n_params: int, size: int) -> int:
-        """Elements of one allreduce buffer: the parameters plus the packed tail (`base.SyncTail`)."""
-        return n_params + tail_length(size)
+        """Elements of the largest allreduce buffer: the parameters plus the packed tail
+        (`base.SyncTail`), unless the declaration says more (`Needs.elems`)."""
+        base = n_params + tail_length(size)
+        return max(base, self.needs.elems(n_params, size)) if self.needs.elems else base
 
 
 def tail_length(size: int) -> int:
@@ -270,6 +274,11 @@ def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _gossip_elems(n_params: int, size: int) -> int:
+    """D-PSGD: the peer exchange carried by the allreduce in its generic form, P n elements."""
+    return size * n_params
+
+
 # ------------------------------------------------------------------------------ the declarations
 EASGD_KNOBS = ("tau", "alpha")
 LOCAL_KNOBS = ("tau",)
@@ -339,6 +348,11 @@ for _spec in (
         "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
         "parameter change", "local:DiLoCo", sync=True, evaluates="all", needs=Needs(collective=True),
         knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce"),
+    AlgorithmSpec(
+        "dpsgd", "decentralised D-PSGD (Lian et al.): a local step, then gossip averaging with the neighbours in a "
+        "ring, torus, exponential or complete graph", "gossip:DPSGD", sync=True, evaluates="rank0",
+        needs=Needs(collective=True, elems=_gossip_elems),   # the peer exchange's generic form: (P, n)
+        knobs=("tau", "topology"), pattern="gossip"),
 ):
     register(_spec)
 del _spec

@@ -45,6 +45,22 @@ def rebalance(shares: list[float], speeds: list[float], smoothing: float = SMOOT
     return [smoothing * v / total_speed + (1 - smoothing) * s / total_share for v, s in zip(speeds, shares)]
 
 
+_CUTS: dict[tuple, list[tuple[int, int]]] = {}
+
+
+def _cut(batch_size: int, shares: list[float]) -> list[tuple[int, int]]:
+    """`split_batch`, shared by the ranks of this process that cut the same batch the same
+    way (every rank holds every rank's slice: P ranks of a simulated cluster would hold P^2
+    tuples, ~120 MB at 1024). Read-only for callers; a few cuts are kept."""
+    key = (batch_size, tuple(shares))
+    cut = _CUTS.get(key)
+    if cut is None:
+        if len(_CUTS) >= 8:
+            _CUTS.pop(next(iter(_CUTS)))
+        cut = _CUTS[key] = split_batch(batch_size, shares)
+    return cut
+
+
 class SpeedBalancer:
     """Batch shares for `split="speed"`: every worker feeds in everyone's compute times
     (the same numbers on every rank, after a collective), and every REBALANCE_EVERY
@@ -56,7 +72,7 @@ class SpeedBalancer:
         self.speed_sum = [0.0] * ctx.size   # samples / compute_s, summed since the last change
         self.speed_n = 0
         self.by_speed = ctx.config.split == "speed"
-        self._slices = split_batch(ctx.plan.batch_size, self.shares)   # cut again only when shares move
+        self._slices = _cut(ctx.plan.batch_size, self.shares)   # cut again only when shares move
 
     def slices(self) -> list[tuple[int, int]]:
         return self._slices
@@ -69,7 +85,7 @@ class SpeedBalancer:
         self.speed_n += 1
         if self.speed_n == REBALANCE_EVERY:
             self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
-            self._slices = split_batch(self.ctx.plan.batch_size, self.shares)
+            self._slices = _cut(self.ctx.plan.batch_size, self.shares)
             self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
             if self.ctx.rank == 0:
                 self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))

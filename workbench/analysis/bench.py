@@ -378,7 +378,9 @@ def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
         result = run(b.config(algorithm, steps), cluster=b.client)
         limit = (before + b.measure_limit()) / 2    # the limit just before and just after the run
         return {"samples_per_s": steady_throughput(result.steps), "limit": limit,
-                "comm_fraction": result.summary["comm_fraction"], "status": result.status}
+                "comm_fraction": result.summary["comm_fraction"],
+                "bytes_per_step": float(result.steps["bytes_sent"].mean()),   # per worker, as the records count
+                "status": result.status}
     return measure
 
 

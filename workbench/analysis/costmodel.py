@@ -24,6 +24,8 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
 - `sync_sgd` with `compression`: the payload of `maths.compress.payload` (top-k pairs, sign
   bits, QSGD levels: an allgather, (P-1)(alpha + b beta); random-k values, PowerSGD's two
   factor rounds: allreduces of b).
+- `dpsgd` (`gossip`): one message of the parameters to each of d neighbours every tau steps,
+  d (alpha + n beta) / tau, plus its agreement allreduce every 32 steps.
 - `local_sgd`, `diloco` (`local_allreduce`): compute(b) + allreduce(n) / tau, the parameters
   (diloco: their change) averaged every tau steps; `post_local_sgd` (`post_local_allreduce`):
   every step for the share `sync_share` of the run before its switch, then every tau:
@@ -129,9 +131,25 @@ def compressed_terms(workers: int, n_bytes: float, compression: str, *, compress
     return a * rounds, bb
 
 
+def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: int = 1,
+                 allreduce: str = "ring") -> tuple[float, float]:
+    """(A, B) of dpsgd per step: one message to each of the d neighbours every tau steps,
+    d (alpha + n beta) / tau (the largest degree: the exchange waits for everyone), plus
+    the agreement allreduce every `gossip.CHECK_EVERY` steps.
+
+    >>> a, b = gossip_terms(8, 100.0, "ring"); round(a, 4), round(b, 4)   # 2 + 14/32, 200 + 175/32
+    (2.4375, 205.4688)
+    """
+    from ..algorithms.gossip import CHECK_EVERY, neighbours
+    p = int(workers)
+    d = max(len(neighbours(topology, p, r)) for r in range(p)) if p > 1 else 0
+    a, b = allreduce_terms(p, n_bytes, allreduce)
+    return d / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
+
+
 def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
                    round_size: int = 50, allreduce: str = "ring",
-                   sync_share: float = 0.0, compression: str = "none",
+                   sync_share: float = 0.0, compression: str = "none", topology: str = "ring",
                    **compression_knobs: Any) -> tuple[float, float] | None:
     """Per worker step, the communication time as A alpha + B beta: returns (A, B).
 
@@ -147,6 +165,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         allreduce: "ring" or "tree".
         sync_share: post_local_sgd's share of steps before its switch (averaging every step).
         compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
+        topology: dpsgd's graph (`gossip_terms`).
     Returns:
         (A, B), or None.
 
@@ -158,7 +177,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     (1.25, 62.5)
     """
     step = _Step(workers=workers, n_bytes=n_bytes, tau=tau, round_size=round_size, allreduce=allreduce,
-                 sync_share=sync_share, compression=compression, knobs=compression_knobs)
+                 sync_share=sync_share, compression=compression, topology=topology, knobs=compression_knobs)
     return PATTERN_MODELS[_pattern(algorithm)][0](step)
 
 
@@ -360,7 +379,8 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
         knobs["layer_shapes"] = _layer_shapes(cfg)
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), sync_share=share,
-                           compression=cfg.get("compression") or "none", **knobs)
+                           compression=cfg.get("compression") or "none", topology=cfg.get("topology") or "ring",
+                           **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
@@ -432,7 +452,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
                     kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
-                    optimizer: str = "sgd", **compression_knobs: Any) -> dict[str, Any]:
+                    topology: str = "ring", optimizer: str = "sgd", **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -474,7 +494,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         local += (passes - update_passes("sgd")) * n / HOST_MEMORY_BYTES_PER_S
     case = _Step(workers=p, n_bytes=n, tau=tau, round_size=round_size, allreduce=allreduce, sync_share=sync_share,
                  compression=compression, knobs=compression_knobs, batch=B, alpha=a, beta=bb, compute=compute,
-                 local=local, update=update, passes=passes, network=network, cal=cal, kind=kind,
+                 local=local, update=update, passes=passes, network=network, cal=cal, kind=kind, topology=topology,
                  tournament_size=tournament_size, chunks=chunks)
     rate, bottleneck = PATTERN_MODELS[pattern][1](case)
     step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
@@ -497,6 +517,7 @@ class _Step:
     allreduce: str = "ring"
     sync_share: float = 0.0
     compression: str = "none"
+    topology: str = "ring"
     knobs: dict[str, Any] = field(default_factory=dict)
     batch: float = 0.0            # the global batch B (a prediction only, from here down)
     alpha: float = 0.0
@@ -545,6 +566,10 @@ def _server_terms(s: _Step) -> tuple[float, float]:
 
 def _every_tau_terms(s: _Step) -> tuple[float, float]:
     return 2.0 / s.tau, 2.0 * s.n_bytes / s.tau
+
+
+def _gossip_terms(s: _Step) -> tuple[float, float]:
+    return gossip_terms(s.workers, s.n_bytes, s.topology, tau=s.tau, allreduce=s.allreduce)
 
 
 def _tournament_terms(s: _Step) -> tuple[float, float]:
@@ -622,6 +647,7 @@ PATTERN_MODELS: dict[str, tuple[Callable[[_Step], tuple[float, float] | None], C
     "round_robin": (_every_tau_terms, _round_robin_rate),
     "shared": (_no_terms, _shared_rate(_every_step)),
     "elastic_shared": (_no_terms, _shared_rate(_every_tau)),
+    "gossip": (_gossip_terms, _allreduce_rate(_gossip_terms)),
     "tournament": (_tournament_terms, _tournament_rate),
     "host": (_no_terms, _host_rate),
 }

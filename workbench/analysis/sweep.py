@@ -39,6 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
@@ -47,7 +48,8 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "rounds", "samples_per_s_lo",
+                 "samples_per_s_hi", "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -102,13 +104,35 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
         ConfigError: a bad mode or worker list, or a combination the config rejects
             (e.g. a batch smaller than the workers), naming the field.
     """
+    from ..problem import Problem
+
     ws = _check(workers, mode)
     field = worker_field(config)
     other = "gpus" if field == "cpus" else "cpus"
     keep = config.simulate and field == "gpus"          # a simulated CPU master stays as it is
-    return [config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
-                              "batch_size": sweep_batch(config.batch_size, w, ws[0], mode)})
-            for w in ws]
+    out = []
+    for w in ws:
+        where = f"at every point of the {mode} sweep (the point on {w} workers"
+        batch = sweep_batch(config.batch_size, w, ws[0], mode)
+        try:
+            c = config.replace(**{field: w, other: getattr(config, other) if keep else 0, "out": None,
+                                  "batch_size": batch})
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"{exc.allowed} {where})", exc.value) from None
+        # the run's plan from the dataset's entry (nothing loaded): a batch larger than the
+        # training set, or a schedule longer than the run, fails here, before the first point
+        n_train = Problem.from_config(c).shape.n_train
+        if c.batch_size > n_train:
+            raise ConfigError("batch_size", f"at most the training set size ({n_train}) {where} "
+                              f"has batch_size {c.batch_size})", c.batch_size)
+        try:
+            _ = Problem.from_config(c).plan      # builds (and so checks) the schedule
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"{exc.allowed} {where})", exc.value) from None
+        except ValueError as exc:
+            raise ConfigError("workers", f"points whose run can be planned {where}: {exc})", w) from None
+        out.append(c)
+    return out
 
 
 def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None = None) -> dict[str, Any]:
@@ -144,3 +168,153 @@ def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
     out["speedup"] = sps / s0 if s0 > 0 else math.nan
     out["efficiency"] = out["speedup"] * w0 / out["workers"].astype(float)
     return out
+
+
+MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
+
+
+def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
+    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
+    the first steps' imports and allocations weigh on a run of a fraction of a second).
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
+    [True, False]
+
+    Simulated runs never are: virtual time has no start-up noise to drown in.
+
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
+    [False, True]
+    """
+    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
+                 else np.zeros(len(table), dtype=bool))
+    for column in ("train_time_s", "wall_time_s"):
+        if column in table:
+            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
+    return np.zeros(len(table), dtype=bool)
+
+
+def table_simulated(table: pd.DataFrame) -> bool | str:
+    """Whether a sweep table's runs were simulated: True, False or "mixed" (`simulated_of`)."""
+    if "simulated" not in table or not len(table):
+        return False
+    flags = {bool(v) for v in table["simulated"].fillna(False)}
+    return "mixed" if len(flags) > 1 else flags == {True}
+
+
+def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> str:
+    """The cost model's state in sentences (the scaling tab), as HTML.
+
+    Args:
+        cal: a `costmodel.Calibration`.
+        error: mean relative error of its predictions on the measured points.
+        table: the sweep table it was fitted on.
+    """
+    n = len(table)
+    ws = ", ".join(str(int(w)) for w in table["workers"]) if n else "-"
+    parts = [f"The cost model was fitted on {n} run{'s' if n != 1 else ''} (on {ws} workers)."]
+    if n and table_simulated(table) is True:
+        parts.append("They were simulated: it was fitted to their virtual times, so it restates what the "
+                     "simulated device and network profiles imply (not a measurement of this machine).")
+    for kind, (c0, c1) in cal.compute.items():
+        parts.append(f"A {kind.upper()} worker computes one sample in {c1 * 1e6:.3g} µs, plus "
+                     f"{c0 * 1e3:.3g} ms per step.")
+    if cal.overhead_s:
+        parts.append(f"Each step also spends {cal.overhead_s * 1e3:.3g} ms outside compute and communication.")
+    bw = f"{1 / cal.beta / 1e9:.3g} GB/s" if cal.beta > 0 else "unlimited bandwidth"
+    how = {"fit": "both fitted to the measured communication times",
+           "beta": "the bandwidth fitted to the measured communication times, the latency kept at its "
+                   f"default for {cal.network} (the runs could not tell the two apart)",
+           "default": f"both the defaults for {cal.network}: the runs measured no communication"}.get(cal.how, cal.how)
+    parts.append(f"A message costs {cal.alpha * 1e6:.3g} µs of latency (alpha) and {cal.beta * 1e9:.3g} ns "
+                 f"per byte (beta, {bw}): {how}. The model has {cal.n_params:,} parameters of 4 bytes.")
+    if error is not None and math.isfinite(error):
+        parts.append(f"On the measured points its predictions are off by {error:.0%} on average.")
+    short = int(too_short(table).sum()) if n else 0
+    if short:
+        parts.append(f"<b>{short} of {n} runs lasted under {MIN_MEASURE_S:g} s</b> (ringed in the figure): "
+                     "start-up and the first steps weigh on them, so their throughput is not a measurement. "
+                     "Run more epochs before reading their efficiency.")
+    return " ".join(parts)
+
+
+def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: RunConfig, workers: Sequence[int],
+                   mode: str, network: str) -> tuple[Any, pd.DataFrame, float]:
+    """Calibrate the cost model on a sweep's runs and predict its curves (the scaling tab).
+
+    Args:
+        results: the sweep's RunResults.
+        table: its table (`sweep`), to measure the predictions' error on.
+        config: the swept config (algorithm, batch and the algorithm's own knobs).
+        workers: the worker counts swept; predictions go from the first to max(64, 8 x the largest)
+            in powers of two.
+        mode: "strong" or "weak".
+        network: a `costmodel.NETWORKS` name to predict for besides the calibrated one.
+    Returns:
+        (calibration, predicted table, mean relative error on the measured points).
+    """
+    from . import costmodel
+
+    cal = costmodel.calibrate(list(results))
+    top = max(64, 8 * max(workers))
+    pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
+    knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
+             "optimizer": config.optimizer}
+    predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
+                                  networks=[costmodel.MEASURED, network], **knobs)
+    _, error = costmodel.compare(cal, table, config.algorithm, **knobs)
+    return cal, predicted, error
+
+
+ROUNDS = 3   # a real sweep's default: the points measured interleaved, 1, 2, 1, 2, 1, 2
+
+
+def combine_rounds(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per worker count from interleaved rounds (`scaling_row`s with a `round`).
+
+    `samples_per_s` is the median over the rounds (the lower middle one of an even count),
+    `samples_per_s_lo` / `_hi` the lowest
+    and highest, `spread` (hi - lo) / median; the row's other columns are the median
+    round's. A point is **resolved** when its range and the first point's do not overlap
+    (the effect it shows is wider than the spread); otherwise `resolution_note` says, in
+    words, that it is not resolved on this machine now. One round measures no spread:
+    `resolved` is then None, unless every row is simulated (deterministic: exact).
+    Speedup and efficiency (`add_scaling`) are of the medians.
+
+    >>> rows = [{"workers": w, "samples_per_s": v, "round": r, "status": "completed"}
+    ...         for r, (a, b) in enumerate([(100, 180), (110, 120), (90, 170)]) for w, v in ((1, a), (2, b))]
+    >>> t = combine_rounds(rows)
+    >>> t[["workers", "samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "resolved"]].values.tolist()
+    [[1, 100.0, 90.0, 110.0, True], [2, 170.0, 120.0, 180.0, True]]
+    >>> rows[3]["samples_per_s"] = 105       # round 1's 2-worker run as slow as a lone worker
+    >>> combine_rounds(rows)["resolution_note"].iloc[1]
+    'not resolved on this machine now: 2 workers 105-180 samples/s over 3 rounds overlaps 1 worker(s) 90-110'
+    """
+    import statistics
+
+    by_w: dict[int, list[dict]] = {}
+    for row in rows:
+        by_w.setdefault(int(row["workers"]), []).append(row)
+    out = []
+    for group in by_w.values():
+        values = [float(r["samples_per_s"] or 0.0) for r in group]
+        med = float(statistics.median_low(values))   # one measured run's: the lower middle one of an even count
+        pick = min(group, key=lambda r: abs(float(r["samples_per_s"] or 0.0) - med))
+        lo, hi = min(values), max(values)
+        out.append({**{k: v for k, v in pick.items() if k != "round"}, "samples_per_s": med, "rounds": len(group),
+                    "samples_per_s_lo": lo, "samples_per_s_hi": hi, "spread": (hi - lo) / med if med > 0 else math.nan})
+    simulated = all(bool(r.get("simulated")) for r in out)
+    first = out[0] if out else None
+    for r in out:
+        if r["rounds"] < 2 or (first is not None and first["rounds"] < 2):
+            r["resolved"] = True if simulated else None
+            r["resolution_note"] = "" if simulated else "one round: no spread measured"
+        elif r is first:
+            r["resolved"], r["resolution_note"] = True, ""
+        else:
+            overlap = r["samples_per_s_lo"] <= first["samples_per_s_hi"] and first["samples_per_s_lo"] <= r["samples_per_s_hi"]
+            r["resolved"] = not overlap
+            r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} workers "
+                                    f"{r['samples_per_s_lo']:,.0f}-{r['samples_per_s_hi']:,.0f} samples/s over "
+                                    f"{r['rounds']} rounds overlaps {first['workers']} worker(s) "
+                                    f"{first['samples_per_s_lo']:,.0f}-{first['samples_per_s_hi']:,.0f}") if overlap else ""
+    return add_scaling(pd.DataFrame(out, columns=list(SWEEP_COLUMNS)))

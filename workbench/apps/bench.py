@@ -132,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
         close_client(client)
     table = pd.concat(tables, ignore_index=True)
     cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "vs_limit_min", "vs_limit_max", "comm_fraction",
-            "exchange_ms"]
+            "bytes_per_step", "exchange_ms"]
     cols = [c for c in cols if c in table.columns]
     cols += [c for c in table.columns if c not in cols]
     print()

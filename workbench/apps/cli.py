@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "first (default: 1,2). --out is the sweep's folder: one run directory per count")
     sweep.add_argument("--mode", choices=["strong", "weak"], default="strong",
                        help="strong: the global batch stays fixed; weak: it grows with the workers")
+    sweep.add_argument("--rounds", type=int, default=None,
+                       help="measure the points interleaved this many times (1, 2, 1, 2, ...) and report the median "
+                            "and range of each (default 3; 1 with --simulate: virtual time is deterministic)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -413,9 +416,15 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         preflight(config.replace(cpus=max(workers), gpus=0))
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
     table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
-                      simulate=config.simulate)
+                      simulate=config.simulate, rounds=args.rounds)
     print(table.to_string(index=False))
+    for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
+        for note in (row.get("resolution_note"), row.get("machine_note")):
+            if isinstance(note, str) and note and note != "one round: no spread measured":
+                print(f"  note ({row['workers']} workers): {note}")
     if config.out:
         paths = {"sweep": str(Path(config.out) / "sweep.csv")}
         figure = _sweep_figure(table, config, args.mode, Path(config.out) / "sweep.html")

@@ -7,13 +7,16 @@ downloads draw one through pooch.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import RunConfig
+from ..measure import LiveSteady
 from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
+RATE_EVERY_S = 1.0   # the bar's steady rate is recomputed at most this often
 
 
 def _tqdm() -> Any:
@@ -25,7 +28,9 @@ class RunProgress:
     """One run's bar, fed from the record stream (`on_record`).
 
     Counts epochs (the records' `epoch`, reached by any worker) or, when the config sets
-    `steps`, global steps; shows the last loss and, once evaluated, the test accuracy.
+    `steps`, global steps; shows the last loss, once evaluated the test accuracy, and once
+    the steady state is reached the steady samples/s so far (`workbench.measure.LiveSteady`:
+    the summary's definition, warm-up excluded), recomputed at most once a second.
     """
 
     def __init__(self, config: RunConfig, desc: str | None = None, leave: bool = True):
@@ -40,8 +45,11 @@ class RunProgress:
                         bar_format=fmt, dynamic_ncols=True)
         self.done = 0.0
         self.postfix: dict[str, str] = {}
+        self.steady = LiveSteady()
+        self._rate_at = 0.0
 
     def __call__(self, records: Iterable[dict]) -> None:
+        records = list(records)
         reached, loss = self.done, None
         for r in records:
             kind = r.get("kind")
@@ -52,6 +60,13 @@ class RunProgress:
                 self.postfix["acc"] = f"{r['test_accuracy']:.3f}"
         if loss is not None:
             self.postfix["loss"] = f"{loss:.4f}"
+            self.steady.add(records)
+            now = time.monotonic()
+            if now - self._rate_at >= RATE_EVERY_S:
+                self._rate_at = now
+                rate = self.steady.rate()
+                if rate is not None:
+                    self.postfix["samples/s"] = f"{rate:,.0f}"
         if reached > self.done:
             self.bar.update(min(reached, self.bar.total) - self.done)
             self.done = min(reached, self.bar.total)

@@ -3,7 +3,10 @@
 Two roles cover the seed papers' algorithms:
 
 * `Comm`: a collective among the P workers of a run: `allreduce` (elementwise sum in
-  rank order, so results are deterministic) and `barrier`.
+  rank order, so results are deterministic) and `barrier`; on top of it, for every
+  transport at once, `neighbour_exchange` (gossip's peer-to-peer exchange) and
+  `compressed_sum` (compressed gradients), which a comm that charges time implements
+  natively.
 * a server role (`roles`): a parameter server (`pull`, `push`), the EASGD centre
   (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`) or
   cgdp's master (`push`, `fetch`). Each role's maths lives in one core in `roles`;
@@ -47,6 +50,23 @@ class WorkerLost(RuntimeError):
     """A collective cannot complete because a peer is gone (the run was aborted)."""
 
 
+class StopWait(Exception):
+    """A wait on a server role (an elastic turn, a tournament partner) ended because the
+    run was asked to stop: the worker's loop ends as `stopped` (algorithms.base.run_loop)."""
+
+
+def check_wait(control: Any, what: str, on_stop: bool = True) -> None:
+    """Called now and then from inside a blocking wait: WorkerLost when the run was
+    aborted (a peer of a synchronous run is gone), StopWait when a stop was asked and
+    `on_stop` (waits whose end the peers do not decide together: turns, partners)."""
+    if control is None:
+        return
+    if control.aborted():
+        raise WorkerLost(f"{what} aborted: a peer is gone")
+    if on_stop and control.stop_requested():
+        raise StopWait(f"{what}: stop requested")
+
+
 class Comm(Protocol):
     rank: int
     size: int
@@ -67,6 +87,29 @@ class Comm(Protocol):
     # ring allgather of the payloads, or an allreduce of `payload_bytes` (the simulator scales
     # both as it scales the parameter vector to a timing model's); the others have none, and
     # `compressed_sum` below carries it as their allreduce (the same sum).
+
+
+def neighbour_exchange(comm: Any, vec: Any, peers: list[int]) -> dict[int, Any]:
+    """Peer-to-peer: send `vec` to each rank in `peers` and return what each of them sent
+    (every worker of the group calls it at the same point, each with its own peers, and
+    the peer relation is symmetric: gossip over an undirected graph).
+
+    The comm's own `neighbour_exchange` where it has one (the simulator: point-to-point
+    messages on the virtual clock; `Emulated`: their delay). Otherwise it is carried by
+    the one collective every transport has: an allreduce in which each worker fills its
+    own slot of a (P, n) buffer, i.e. an allgather. The values are right on threads,
+    shared memory, the Dask ring and NCCL alike; the bytes moved are P n floats instead of
+    the exchange's len(peers) n, which the step records do not count (they count the
+    exchange's own messages)."""
+    fn = getattr(comm, "neighbour_exchange", None)
+    if fn is not None:
+        return fn(vec, peers)
+    import numpy as np
+    n, p = vec.shape[0], comm.size
+    slots = np.zeros(p * n, dtype=vec.dtype)
+    slots[comm.rank * n:(comm.rank + 1) * n] = vec
+    every = comm.allreduce(slots)
+    return {j: np.array(every[j * n:(j + 1) * n], copy=True) for j in peers}
 
 
 def compressed_sum(comm: Any, buf: Any, payload_bytes: float, gather: bool) -> Any:
@@ -184,6 +227,12 @@ class Emulated:
         if p > 1:
             self.delay(int(2 * (p - 1) / p * buf.nbytes), messages=2 * (p - 1))
         return self.inner.allreduce(buf)
+
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
+        """One message of the vector to each peer, carried by the inner comm."""
+        if peers:
+            self.delay(len(peers) * vec.nbytes, messages=len(peers))
+        return neighbour_exchange(self.inner, vec, peers)
 
     def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
         """A ring allgather of the payloads (P - 1 messages) or a ring allreduce of

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import WorkerLost
+from .base import check_wait
 from .roles import ChunkMaster, make_core
 
 ABORT_POLL_S = 0.5
@@ -85,14 +85,15 @@ class ActorCall:
     def __init__(self, actor: Any, control: Any = None):
         self.actor, self.control = actor, control
 
+    WAITS = ("elastic", "collect")   # calls that wait for a turn or a partner: they end on a stop too
+
     def call(self, method: str, *args: Any) -> Any:
         fut = getattr(self.actor, method)(*args)
         while True:
             try:
                 return fut.result(timeout=ABORT_POLL_S)
             except TimeoutError:
-                if self.control is not None and self.control.aborted():
-                    raise WorkerLost(f"{method} aborted: a peer is gone") from None
+                check_wait(self.control, method, on_stop=method in self.WAITS)
 
 
 class ActorServerProxy(ActorCall):

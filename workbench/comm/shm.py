@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import WorkerLost
+from ..util.private import PrivateDirError, forget_segment, open_private, record_segment, sweep_stale
+from .base import WorkerLost, check_wait
 
 SPIN = 2000                # polls (yielding the core) before starting to sleep
 SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
@@ -64,11 +65,23 @@ except ImportError:  # pragma: no cover - Windows
     _LOCK_EX = _LOCK_UN = 0
     _flock = None
 
+SWEEP_EVERY_S = 10.0       # a process sweeps dead runs' leftovers at most this often
+_last_sweep = [-SWEEP_EVERY_S]
+
+
 def create_segment(name: str, nbytes: int) -> str:
-    """Create a zeroed shared-memory segment (kept alive by this process); returns its name."""
+    """Create a zeroed shared-memory segment (kept alive by this process); returns its name.
+
+    Created exclusively, mode 0600 (Python's SharedMemory), and recorded in this user's
+    private directory with this process's pid; first, the leftovers of runs whose creator
+    is gone are swept (`util.private.sweep_stale`)."""
+    if time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
+        _last_sweep[0] = time.monotonic()
+        sweep_stale()
     shm = shared_memory.SharedMemory(name=name, create=True, size=max(nbytes, 8))
     np.frombuffer(shm.buf, dtype=np.uint8)[:] = 0
     _OWNED[name] = shm
+    record_segment(shm.name)
     return shm.name
 
 
@@ -81,6 +94,7 @@ def unlink_segment(name: str) -> None:
             shm.unlink()
         except FileNotFoundError:
             pass
+        forget_segment(name)
 
 
 def attach(name: str) -> shared_memory.SharedMemory:
@@ -93,7 +107,12 @@ def attach(name: str) -> shared_memory.SharedMemory:
     is harmless."""
     if name in _OWNED:
         return _OWNED[name]
-    return shared_memory.SharedMemory(name=name)
+    shm = shared_memory.SharedMemory(name=name)
+    owner = os.fstat(shm._fd).st_uid if getattr(shm, "_fd", -1) >= 0 else os.getuid()
+    if owner != os.getuid():   # a segment planted under our name by another user: never use it
+        shm.close()
+        raise PrivateDirError(f"shared-memory segment {name}: one created by uid {os.getuid()}, got uid {owner}")
+    return shm
 
 
 _OWNED: dict[str, shared_memory.SharedMemory] = {}
@@ -307,7 +326,8 @@ class ShmServer:
         self.core = ParameterServer(None, size, momentum, nesterov, weight_decay, optimizer=optimizer, layout=layout,
                                     state=_server_views(self.shm.buf, n, size, spec))
         self.control = control
-        self.lockfile = open(lock_path, "a+")
+        self.lockfile = open_private(lock_path)
+        _SERVERS[segment] = self
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
         return with_flock(self.lockfile, fn)
@@ -340,8 +360,7 @@ class ShmServer:
             time.sleep(SLEEP_S)  # not our turn yet (round-robin)
             if time.perf_counter() > deadline:
                 deadline = time.perf_counter() + ABORT_POLL_S
-                if self.control is not None and self.control.aborted():
-                    raise WorkerLost("elastic exchange aborted: a peer is gone")
+                check_wait(self.control, "elastic exchange")   # aborted, or a stop asked: never spin for good
         return d
 
     def retire(self, rank: int) -> None:
@@ -351,9 +370,20 @@ class ShmServer:
         return self.pull()[1]
 
     def close(self) -> None:
+        if _SERVERS.get(self.shm.name) is self:
+            del _SERVERS[self.shm.name]
         self.lockfile.close()
         self.core = None
         detach(self.shm)
+
+
+_SERVERS: dict[str, ShmServer] = {}   # this process's live servers by segment (a lost peer is retired through one)
+
+
+def live_server(segment: str) -> ShmServer | None:
+    """This process's open ShmServer on `segment`, if any: retiring a lost rank through it
+    needs no new attach (the dead creator's segment name may be gone already)."""
+    return _SERVERS.get(segment)
 
 
 def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:
@@ -442,7 +472,7 @@ class ShmChunkMaster:
                                 optimizer=optimizer, layout=layout, state={"x": v["x"], **v["state"]})
         self.fetched = np.empty(n, np.float32)  # this worker's copy of the fresh weights
         self._chunking()
-        self.lockfile = open(lock_path, "a+")
+        self.lockfile = open_private(lock_path)
 
     def _chunking(self) -> None:
         from .roles import chunk_bounds

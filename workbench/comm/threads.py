@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import WorkerLost
+from .base import WorkerLost, check_wait
 from .roles import ChunkMaster, ServerCore
 
 ABORT_POLL_S = 0.5
@@ -69,8 +69,9 @@ class ThreadServer:
     """A server role's core (`roles.ServerCore`) behind a lock (FCFS), with a condition
     for round-robin turns and LTFB partners."""
 
-    def __init__(self, core: ServerCore):
+    def __init__(self, core: ServerCore, control: Any = None):
         self.core = core
+        self.control = control
         self.lock = threading.Condition()
 
     def pull(self) -> tuple[int, np.ndarray]:
@@ -85,7 +86,8 @@ class ThreadServer:
         """FCFS under the lock; with `rank`, strictly in rank order (original EASGD)."""
         with self.lock:
             while not self.core.my_turn(rank):
-                self.lock.wait(timeout=ABORT_POLL_S)
+                if not self.lock.wait(timeout=ABORT_POLL_S):
+                    check_wait(self.control, "elastic turn")
             d = self.core.exchange(x, alpha, rank)
             self.lock.notify_all()
             return d
@@ -110,7 +112,8 @@ class ThreadServer:
         """LTFB: wait until `trainer` left its round-`rnd` payload (or ended), then take it."""
         with self.lock:
             while not self.core.can_collect(rnd, trainer):
-                self.lock.wait(timeout=ABORT_POLL_S)
+                if not self.lock.wait(timeout=ABORT_POLL_S):
+                    check_wait(self.control, "tournament partner")
             return self.core.collect(rnd, trainer)
 
     def depart(self, trainer: int) -> None:
@@ -123,8 +126,9 @@ class ThreadChunkMaster:
     """cgdp's master (`roles.ChunkMaster`) for workers that are threads: a lock, and a
     condition per step."""
 
-    def __init__(self, core: ChunkMaster):
+    def __init__(self, core: ChunkMaster, control: Any = None):
         self.core = core
+        self.control = control
         self.cond = threading.Condition()
         self.completed = -1
 
@@ -137,7 +141,7 @@ class ThreadChunkMaster:
     def fetch(self, step: int):
         with self.cond:
             while not self.cond.wait_for(lambda: self.completed >= step, timeout=ABORT_POLL_S):
-                pass
+                check_wait(self.control, "chunk master fetch", on_stop=False)   # a sync step: stops ride on it
             return self.core.result()
 
     def wait_sent(self) -> None:

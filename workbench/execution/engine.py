@@ -34,7 +34,7 @@ from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
-from ..results import Collector, OnRecord, RunResult, build_result, event_record
+from ..results import Collector, OnRecord, RunResult, StepLog, build_result, event_record
 from ..util import machine
 from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
@@ -67,6 +67,7 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
                         emit=emit, t0_wall=t0_wall, extra=dict(extra or {}), start_barrier=start_barrier)
     if timer is not None:
         ctx.timer = timer
+    ctx.steps = StepLog(capacity=min(4096, plan.total_steps + 1))   # its rows: one a step (it grows if need be)
     spec = REGISTRY[config.algorithm]
     if rank == 0 or spec.evaluates in ("trainers", "all"):
         ctx.evaluator = Evaluator(model, data, xp)
@@ -192,10 +193,12 @@ def _client_for(config: RunConfig, cluster: Any) -> Any:
 
 
 def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | None], diverged_event: bool,
-                  stop_asked: bool) -> str:
+                  stop_asked: bool, size: int | None = None) -> str:
     """The one status rule, for every transport, in this order:
 
-    failed when a synchronous run lost a worker (or the transport itself is gone);
+    failed when a synchronous run lost a worker, when every one of the run's `size`
+    workers was lost (an asynchronous run too: nothing finished), or when the transport
+    itself is gone;
     diverged when any loop (or event) says so; stopped when a stop was asked or a loop
     stopped; failed when a loop failed; else completed.
 
@@ -208,8 +211,11 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     >>> decide_status(sync=True, lost={}, gone=False, statuses=["failed", "diverged"], diverged_event=False,
     ...               stop_asked=False)
     'diverged'
+    >>> decide_status(sync=False, lost={0: "w0", 1: "w1"}, gone=False, statuses=[], diverged_event=False,
+    ...               stop_asked=False, size=2)
+    'failed'
     """
-    if (lost and sync) or gone:
+    if (lost and sync) or gone or (size is not None and len(lost) >= size):
         return "failed"
     if "diverged" in statuses or diverged_event:
         return "diverged"
@@ -267,10 +273,18 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra.setdefault("lr_schedule", plan.schedule_text)
-    return build_result(config.to_dict(), monitor.collector, status=status,
-                        wall_time_s=transport.wall_time(end - t_called),
-                        workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
-                        extra=extra, params=params)
+    result = build_result(config.to_dict(), monitor.collector, status=status,
+                          wall_time_s=transport.wall_time(end - t_called),
+                          workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
+                          extra=extra, params=params)
+    if monitor.lost:   # how much of the plan ran, said where a batch script and the report look
+        s = result.summary
+        s["plan_steps_run"] = f"{s['steps']:,} of {s['total_steps_planned']:,}"
+        s["events"].append({"kind": "event", "time": s["events"][-1]["time"] if s["events"] else 0.0,
+                            "event": "incomplete", "worker": None,
+                            "message": f"{len(monitor.lost)} of {size} workers lost; {s['steps']:,} of the plan's "
+                                       f"{s['total_steps_planned']:,} steps ran"})
+    return result
 
 
 class _Monitor:
@@ -299,7 +313,9 @@ class _Monitor:
     def now(self) -> float:
         """The client's clock for its own events: seconds since the run's first step."""
         t_zero = self.collector.t_zero()
-        return time.time() - t_zero if t_zero is not None else 0.0
+        if t_zero is None:   # no worker's first step has reached us yet: since the loops started
+            t_zero = getattr(self.setup, "t0_wall", None) or time.time()
+        return max(0.0, time.time() - t_zero)
 
     def take(self, progress: Any) -> None:
         """A transport's report: results kept, lost workers recorded and acted on."""
@@ -367,7 +383,7 @@ class _Monitor:
                                statuses=[res.get("status") for res in self.results.values()],
                                diverged_event=any(e.get("event") == "diverged"
                                                   for e in self.collector.rows.get("event", [])),
-                               stop_asked=self.stop_asked)
+                               stop_asked=self.stop_asked, size=self.setup.size)
         errors = {str(r): res["error"] for r, res in self.results.items() if res.get("error")}
         extra: dict[str, Any] = {"lost_workers": dict(sorted((str(r), a) for r, a in self.lost.items()))}
         if errors:

@@ -271,9 +271,12 @@ def sharpness(model: Any, params: Any, X: Any, y: Any, iters: int = 12) -> float
 def _stability_warning(config: RunConfig, data: Any, model: Any) -> str | None:
     """Warn when the peak lr is far past the stability bound of the loss's curvature at
     the start (lr * sharpness > 2 (1 + momentum) diverges on a quadratic; we warn at 4x
-    that, since curvature changes as training goes and the bound is for full batches)."""
+    that, since curvature changes as training goes and the bound is for full batches).
+    sgd only: the other rules' steps are not lr * g."""
     if model.n_params > 5_000_000:
         return None  # too costly to measure here; the run reports a divergence when it happens
+    if config.optimizer != "sgd":
+        return None  # adamw, lars, lamb normalise their steps: lr * sharpness bounds nothing there
     lr = peak_lr(config)
     if lr <= max(config.lr, 0.5):
         return None  # no scaling past a modest rate: not worth the measurement

@@ -80,6 +80,9 @@ class Layer:
         return self.start + self.size
 
 
+_INITS: dict[tuple, np.ndarray] = {}   # Model.init's last few vectors (architecture, seed) -> a private copy
+
+
 class _Workspace:
     """Scratch arrays for one (batch size, xp, dtype); allocated on first use, then reused."""
 
@@ -146,12 +149,19 @@ class Model:
         Returns:
             (n_params,) float32 NumPy array (move it to the GPU with `cupy.asarray`).
         """
+        key = (type(self).__name__, self._arch(), self.n_params, seed)
+        cached = _INITS.get(key)
+        if cached is not None:        # the same vector again (a simulated cluster's 1024 replicas): a copy
+            return cached.copy()
         rng = np.random.default_rng(seed)
         params = np.zeros(self.n_params, np.float32)
         for layer in self.layers:
             std = self._init_std[layer.name]
             if std:
                 params[layer.start:layer.stop] = rng.standard_normal(layer.size, dtype=np.float32) * np.float32(std)
+        if len(_INITS) >= 4:
+            _INITS.pop(next(iter(_INITS)))
+        _INITS[key] = params.copy()
         return params
 
     def views(self, params: Array) -> dict[str, Array]:

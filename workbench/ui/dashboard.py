@@ -41,6 +41,7 @@ until its frontend can take them (`FigureSlot`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import html
 import math
@@ -48,37 +49,47 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
-import traitlets
 
 from .. import measure
+from ..analysis.sweep import describe_calibration  # noqa: F401 - the scaling tab's sentences
 from ..config import (
-    ALGORITHMS,
-    DATASET_NAMES,
-    FIELD_GROUPS,
     GROUP_TITLES,
-    MAX_VIRTUAL_WORKERS,
-    MODEL_NAMES,
-    SIM_CPU_DEVICES,
-    SIM_DEVICES,
     SIM_FIELDS,
-    SIM_NETWORKS,
-    SIM_TIMING_MODELS,
     ConfigError,
     RunConfig,
-    field_help,
 )
-from ..data import DATASETS
 from ..problem import Problem
 from ..results import free_run_dir
+from . import figdata
 from . import figures as F
-from .report import differing_config, format_cell, summary_table
+from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
+    CONTROL_FIELDS,
+    CONTROL_WIDTH,
+    CONTROLS,
+    DEPENDENTS,
+    GPU_COUNTS,
+    LEFT_TO_CODE,
+    POWERS_OF_TWO,
+    RELEVANT,
+    AutoFloat,
+    Control,
+    Dependent,
+    in_process,
+    label_of,
+    preview_n_train,
+    sorted_options,
+    tooltip_on_label,
+    workers_of,
+)
+from .plotly_widget import Figures, FigureSlot
+from .report import differing_config, lab_href, runs_html, summary_table  # noqa: F401 - the runs tab's table and links
 
 FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
@@ -86,612 +97,6 @@ FLUSH_BUDGET = 0.03      # ... and more often only while drawing costs under ~3%
 RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's own clock
 DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm (sgd is the reference)
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
-POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
-DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
-# RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
-LABEL_WIDTH = "118px"
-CONTROL_WIDTH = "340px"
-
-
-# ------------------------------------------------------------------------------ controls
-def _same(v: Any) -> Any:
-    return v
-
-
-def _tidy(v: float) -> float:
-    """A float widget's value to 12 significant digits: a frontend's slider arithmetic
-    (0.9 -> 0.9000000000000001) must not change the config.
-
-    >>> _tidy(0.9000000000000001)
-    0.9
-    """
-    return float(f"{float(v):.12g}")
-
-
-def _sorted_options(options: tuple, value: Any) -> list:
-    return sorted(set(options) | {value})
-
-
-def _blank_is_none(v: str) -> str | None:
-    return v.strip() or None
-
-
-def _none_is_blank(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, (list, tuple)):
-        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
-    return str(v)
-
-
-def _zero_is_none(v: int) -> int | None:
-    return int(v) or None
-
-
-def _none_is_zero(v: int | None) -> int:
-    return 0 if v is None else v
-
-
-@dataclass(frozen=True)
-class Control:
-    """One widget and how its value maps onto the RunConfig field of the same name.
-
-    `applies(config)` says whether the knob matters for that config; the dashboard hides
-    it otherwise (its value still goes into the config)."""
-
-    field: str
-    make: Callable[[Any], Any]                 # current field value -> widget
-    to_field: Callable[[Any], Any] = _same     # widget value -> RunConfig value
-    from_field: Callable[[Any], Any] = _same   # RunConfig value -> widget value
-    applies: Callable[[RunConfig], bool] | None = None
-
-    @property
-    def group(self) -> str:
-        return next(g for g, names in FIELD_GROUPS.items() if self.field in names)
-
-
-UNSET_ZERO = " Here 0 means unset."     # said by the tooltips of number boxes that stand in for None
-
-
-def _desc(name: str, note: str = "") -> dict:
-    """Label (the field's name), tooltip (its description) and size of a control."""
-    return {"description": name, "tooltip": field_help(name) + note, "style": {"description_width": LABEL_WIDTH},
-            "layout": widgets.Layout(width=CONTROL_WIDTH)}
-
-
-def _tooltip_on_label(w: Any) -> Any:
-    """ipywidgets 8.1's Dropdown and Text views drop `tooltip` (no title anywhere in their
-    DOM; a browser test saw it): their label then carries it as HTML, still reading as
-    the field's name. Returns `w`."""
-    if isinstance(w, (widgets.Dropdown, widgets.Text)) and w.tooltip and not w.description_allow_html:
-        w.description = f'<span title="{html.escape(w.tooltip)}">{html.escape(w.description)}</span>'
-        w.description_allow_html = True
-    return w
-
-
-def label_of(w: Any) -> str:
-    """A control's label as the page shows it (without `_tooltip_on_label`'s markup)."""
-    import re
-    return html.unescape(re.sub(r"<[^>]+>", "", w.description))
-
-
-class AutoFloat(widgets.HBox):
-    """A slider for an optional float whose unset value resolves to something (alpha:
-    0.9 / workers): "auto" checked means unset, and the slider then shows, disabled,
-    the value the run will use (`show_resolved`). `value` is None or the float."""
-
-    value = traitlets.Any(None, allow_none=True)
-
-    def __init__(self, name: str, value: float | None, lo: float, hi: float, step: float):
-        tip = field_help(name)
-        self.slider = widgets.FloatSlider(value=value if value is not None else lo, min=lo, max=hi, step=step,
-                                          readout_format=".3f", description=name, tooltip=tip,
-                                          style={"description_width": LABEL_WIDTH},
-                                          layout=widgets.Layout(width="270px"))
-        self.auto = widgets.Checkbox(value=value is None, description="auto", indent=False,
-                                     tooltip="unset: 0.9 / workers, shown on the slider",
-                                     layout=widgets.Layout(width="64px"))
-        # The tooltip lives on the slider and the box: a Box view's tooltip code wants a description.
-        super().__init__([self.slider, self.auto], layout=widgets.Layout(width=CONTROL_WIDTH))
-        self.description = name
-        self.value = value
-        self.slider.disabled = value is None
-        self._busy = False
-        self.slider.observe(self._from_parts, names="value")
-        self.auto.observe(self._from_parts, names="value")
-        self.observe(self._to_parts, names="value")
-
-    def show_resolved(self, value: float) -> None:
-        """While unset: show the value the run will use."""
-        if self.value is None:
-            self._busy = True
-            try:
-                self.slider.value = min(max(value, self.slider.min), self.slider.max)
-            finally:
-                self._busy = False
-
-    def _from_parts(self, change: dict) -> None:
-        if self._busy:
-            return
-        self.slider.disabled = self.auto.value
-        self.value = None if self.auto.value else _tidy(self.slider.value)
-
-    def _to_parts(self, change: dict) -> None:
-        v = change["new"]
-        self._busy = True
-        try:
-            self.auto.value = v is None
-            self.slider.disabled = v is None
-            if v is not None:
-                self.slider.value = v
-        finally:
-            self._busy = False
-
-
-def _dropdown(options: Any) -> Callable[[Any], Any]:
-    return lambda name: lambda v: widgets.Dropdown(options=options, value=v, **_desc(name))
-
-
-def _c(name: str, make: Callable[[str], Callable[[Any], Any]], **kw: Any) -> Control:
-    return Control(name, make(name), **kw)
-
-
-def _text(name: str) -> Callable[[Any], Any]:
-    return lambda v: widgets.Text(value=v, placeholder="default", **_desc(name))
-
-
-def _int(lo: int, hi: int) -> Callable[[str], Callable[[Any], Any]]:
-    return lambda name: lambda v: widgets.BoundedIntText(value=v, min=lo, max=hi, **_desc(name))
-
-
-def _float(lo: float, hi: float, step: float) -> Callable[[str], Callable[[Any], Any]]:
-    return lambda name: lambda v: widgets.BoundedFloatText(value=v, min=lo, max=hi, step=step, **_desc(name))
-
-
-def _check(name: str) -> Callable[[Any], Any]:
-    return lambda v: widgets.Checkbox(value=v, indent=False, **_desc(name))
-
-
-DEFAULT = "default"
-
-
-def _default_is_none(v: str) -> str | None:
-    return None if v == DEFAULT else v
-
-
-def _none_is_default(v: str | None) -> str:
-    return DEFAULT if v is None else v
-
-
-def _simulated(c: RunConfig) -> bool:
-    return c.simulate
-
-
-def _knob(field: str) -> Callable[[RunConfig], bool]:
-    """Shown for the algorithms that declare `field` among their knobs (the registry)."""
-    from ..algorithms.registry import with_knob
-    algorithms = with_knob(field)
-    return lambda c: c.algorithm in algorithms
-
-
-def _rule(field: str) -> Callable[[RunConfig], bool]:
-    """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
-    from ..config import OPTIMIZER_KNOBS
-    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field] and _takes_optimizer(c)
-
-
-def _takes_optimizer(c: RunConfig) -> bool:
-    """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
-    from ..algorithms.registry import specs
-    return specs()[c.algorithm].takes_optimizer
-
-
-GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
-def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
-    """Shown for the algorithms that compress their gradients (sync_sgd, or those that
-    declare `compression` among their knobs) and, given `kinds`, only with one of them."""
-    def applies(c: RunConfig) -> bool:
-        from ..algorithms.registry import with_knob
-        if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
-            return False
-        return not kinds or c.compression in kinds
-    return applies
-
-
-CONTROLS: tuple[Control, ...] = (
-    # what to train
-    _c("algorithm", _dropdown(list(ALGORITHMS))),
-    _c("dataset", _dropdown(list(DATASET_NAMES))),
-    _c("model", _dropdown(list(MODEL_NAMES))),
-    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model != "softmax"),
-    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
-    _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
-    _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
-    _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
-       applies=lambda c: c.dataset in DOWNLOADED),
-    _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
-    # where to train
-    _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
-    _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
-    _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not _in_process(c)),
-    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not _in_process(c)),
-    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not _in_process(c)),
-    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not _in_process(c)),
-    # simulated cluster ("default" stands for unset: the simulator picks)
-    _c("simulate", _check),
-    _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
-       applies=_simulated),
-    _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
-    _c("calibration", lambda n: lambda v: widgets.Text(value=v, placeholder="this machine's cached one", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank,
-       applies=lambda c: c.simulate and c.cpu_device == "local"),
-    _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
-       applies=_simulated),
-    _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
-       from_field=_none_is_default, applies=_simulated),
-    _c("jitter", _float(0, 0.99, 0.05), to_field=_tidy, applies=_simulated),
-    _c("fail_worker", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. 3@12.5", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=_simulated),
-    # optimisation
-    _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=_sorted_options(POWERS_OF_TWO, v),
-                                                                 value=v, **_desc(n))),
-    _c("lr", lambda n: lambda v: widgets.FloatLogSlider(value=v, base=10, min=-5, max=1, step=0.05,
-                                                        readout_format=".3g", **_desc(n)), to_field=_tidy),
-    _c("lr_scaling", _dropdown(["none", "linear", "sqrt"])),
-    _c("base_batch", lambda n: lambda v: widgets.SelectionSlider(options=_sorted_options(POWERS_OF_TWO, v),
-                                                                 value=v, **_desc(n)),
-       applies=lambda c: c.lr_scaling != "none"),
-    _c("warmup", _dropdown(["none", "gradual", "constant"])),
-    _c("warmup_epochs", _float(0, 10000, 0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
-    _c("decay", _dropdown(["none", "step", "cosine"])),
-    _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
-    _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy, applies=_rule("momentum")),
-    _c("nesterov", _check, applies=_rule("nesterov")),
-    _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
-    _c("beta1", _float(0, 0.9999, 0.01), to_field=_tidy, applies=_rule("beta1")),
-    _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
-    _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
-    _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
-    # algorithm knobs
-    _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
-       applies=_knob("tau")),
-    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
-    _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
-       applies=_knob("trainers")),
-    _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
-    _c("tournament_size", _int(1, 10**6), applies=_knob("tournament_size")),
-    _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=_knob("trainer_lrs")),
-    _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
-    _c("exchange_state", _check, applies=_knob("exchange_state")),
-    _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
-    _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
-    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
-    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
-    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy, applies=_knob("outer_momentum")),
-    _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
-       applies=_compressing()),
-    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
-       applies=_compressing("topk", "randomk")),
-    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
-    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
-    _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
-    # how long
-    _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
-    _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
-       to_field=_zero_is_none, from_field=_none_is_zero),
-    _c("eval_every", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
-       to_field=_zero_is_none, from_field=_none_is_zero),
-    _c("seed", _int(0, 2**31 - 1)),
-)
-CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field
-RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
-
-
-def _in_process(config: RunConfig) -> bool:
-    """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
-    from ..algorithms.registry import specs
-    spec = specs().get(config.algorithm)
-    return spec is not None and spec.in_process
-
-
-@dataclass(frozen=True)
-class Dependent:
-    """A field that another field's value makes required: when `trigger` changes and
-    `needed(values)` holds, the dashboard sets `field` to `default(values)` (the control
-    then shows, with a value that passes validation, instead of an error and a hidden box)."""
-
-    field: str
-    triggers: tuple[str, ...]
-    needed: Callable[[dict], bool]
-    default: Callable[[dict], Any]
-
-
-def _warmup_default(v: dict) -> float:
-    """One epoch of warmup, or half the run when it is shorter (validation wants
-    0 < warmup_epochs <= epochs)."""
-    return _tidy(min(1.0, float(v["epochs"]) / 2))
-
-
-def _raw(values: dict) -> RunConfig:
-    """The controls' values as an unvalidated RunConfig (for rules that read a half-valid one)."""
-    return RunConfig.model_construct(**{**RunConfig().model_dump(), **values})
-
-
-def _workers_raw(values: dict) -> int:
-    cfg = _raw(values)
-    if cfg.gpus == "auto":
-        from ..maths.backend import gpu_count
-        return int(cfg.cpus) + gpu_count()
-    return int(cfg.cpus) + int(cfg.gpus)
-
-
-def _batch_default(v: dict) -> int:
-    """The smallest power of two that gives every worker a sample, or the worker count
-    itself when that power of two is more than the training set holds."""
-    workers = _workers_raw(v)
-    power = next((b for b in POWERS_OF_TWO if b >= workers), workers)
-    try:
-        n_train = preview_n_train(_raw(v))
-    except Exception:          # an unknown size: the power of two, and validation says the rest
-        return power
-    return power if power <= n_train else workers
-
-
-DEPENDENTS: tuple[Dependent, ...] = (
-    Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
-        0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
-    # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
-    Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
-    # more workers than the global batch has samples: a batch that gives each one
-    Dependent("batch_size", ("cpus", "gpus", "algorithm"),
-              lambda v: not _in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
-)
-
-
-def preview_n_train(config: RunConfig) -> int:
-    """Training-set size for the schedule preview, from the dataset's entry (nothing loaded)."""
-    return Problem.from_config(config).shape.n_train
-
-
-def _workers_of(config: RunConfig) -> int:
-    if config.n_workers is not None:
-        return config.n_workers
-    from ..maths.backend import gpu_count
-    return config.cpus + gpu_count()
-
-
-def _jupyter_root() -> tuple[Path, str] | None:
-    """(root dir, base URL) of the Jupyter server whose root holds this kernel's working
-    directory (the notebook's folder): the innermost one `list_running_servers` knows."""
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return None
-    cwd = Path.cwd().resolve()
-    best = None
-    try:
-        for info in list_running_servers():
-            root = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
-            if cwd.is_relative_to(root) and (best is None or len(root.parts) > len(best[0].parts)):
-                best = (root, info.get("base_url") or "/")
-    except Exception:   # a stale or unreadable server file: no links rather than an error
-        return None
-    return best
-
-
-def lab_href(path: str | os.PathLike, directory: bool = False) -> str:
-    """A link to a file (or a folder) that a browser showing this kernel's JupyterLab follows.
-
-    Inside the Jupyter server's root: `<base>files/<path>` for a file (served as is:
-    report.html opens as a page) and `<base>lab/tree/<path>` for a folder (the file
-    browser). The server is the one whose root holds the kernel's working directory;
-    JUPYTERHUB_SERVICE_PREFIX (Binder, JupyterHub) is the base when no server file is
-    found. Elsewhere: a file:// URI.
-    """
-    from urllib.parse import quote
-
-    p = Path(path).resolve()
-    found = _jupyter_root()
-    if found is None and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
-        found = (Path.home().resolve(), os.environ["JUPYTERHUB_SERVICE_PREFIX"])
-    if found is not None and p.is_relative_to(found[0]):
-        base = found[1] if found[1].endswith("/") else found[1] + "/"
-        return f"{base}{'lab/tree' if directory else 'files'}/{quote(p.relative_to(found[0]).as_posix())}"
-    return p.as_uri()
-
-
-def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> str:
-    """The cost model's state in sentences (the scaling tab), as HTML.
-
-    Args:
-        cal: a `costmodel.Calibration`.
-        error: mean relative error of its predictions on the measured points.
-        table: the sweep table it was fitted on.
-    """
-    n = len(table)
-    ws = ", ".join(str(int(w)) for w in table["workers"]) if n else "-"
-    parts = [f"The cost model was fitted on {n} run{'s' if n != 1 else ''} (on {ws} workers)."]
-    if n and F.table_simulated(table) is True:
-        parts.append("They were simulated: it was fitted to their virtual times, so it restates what the "
-                     "simulated device and network profiles imply (not a measurement of this machine).")
-    for kind, (c0, c1) in cal.compute.items():
-        parts.append(f"A {kind.upper()} worker computes one sample in {c1 * 1e6:.3g} µs, plus "
-                     f"{c0 * 1e3:.3g} ms per step.")
-    if cal.overhead_s:
-        parts.append(f"Each step also spends {cal.overhead_s * 1e3:.3g} ms outside compute and communication.")
-    bw = f"{1 / cal.beta / 1e9:.3g} GB/s" if cal.beta > 0 else "unlimited bandwidth"
-    how = {"fit": "both fitted to the measured communication times",
-           "beta": "the bandwidth fitted to the measured communication times, the latency kept at its "
-                   f"default for {cal.network} (the runs could not tell the two apart)",
-           "default": f"both the defaults for {cal.network}: the runs measured no communication"}.get(cal.how, cal.how)
-    parts.append(f"A message costs {cal.alpha * 1e6:.3g} µs of latency (alpha) and {cal.beta * 1e9:.3g} ns "
-                 f"per byte (beta, {bw}): {how}. The model has {cal.n_params:,} parameters of 4 bytes.")
-    if error is not None and math.isfinite(error):
-        parts.append(f"On the measured points its predictions are off by {error:.0%} on average.")
-    short = int(F.too_short(table).sum()) if n else 0
-    if short:
-        parts.append(f"<b>{short} of {n} runs lasted under {F.MIN_MEASURE_S:g} s</b> (ringed in the figure): "
-                     "start-up and the first steps weigh on them, so their throughput is not a measurement. "
-                     "Run more epochs before reading their efficiency.")
-    return " ".join(parts)
-
-
-# ------------------------------------------------------------------------------ figures
-READY_WAIT_S = 30.0   # a shown figure no view reports in for gets its edits after this (no browser)
-DRAWN_WAIT_S = 5.0    # a view that has not said it drew the last edit gets the next one after this
-_REPORTS = ["_js2py_traceDeltas"]   # plotly's view sets it after its first draw
-
-
-class FigureSlot:
-    """A FigureWidget in its own Box, edited only once its frontend model takes edits.
-
-    A FigureWidget's frontend model sets up plotly's code asynchronously (it waits for
-    plotly's module: `plotly_widget`); an edit that arrives before that (traces added
-    or deleted, a relayout) changes the model's traits with nobody listening, so a view
-    drawn later shows the figure without it, and later edits address traces it does
-    not have. So, once the figure has been shown:
-
-    - edits queue until a view reports in: plotly's view draws only after plotly's
-      model code is set up, and reports right after its first draw; queued edits are
-      then applied in order, and later ones at once;
-    - with no report READY_WAIT_S after showing (papermill, no browser), or when
-      forced (a run's last flush), edits apply anyway, so the Python figure is whole.
-
-    - flow control: after that, a figure gets its next edit only once its view says it
-      has drawn the last one (`plotly_widget`'s `_wb_drawn`), or DRAWN_WAIT_S later;
-      edits made meanwhile queue and go out together. A browser slower than the kernel's
-      redraws (a busy machine) then sees fewer, larger updates instead of a growing
-      backlog that delays everything behind it, a Stop click's reply included.
-
-    Never shown (tests, headless use), edits apply at once. Thread-safe: the flusher
-    edits from its thread while reports arrive on the kernel's.
-    """
-
-    def __init__(self, fig: Any, clock: Callable[[], float] = time.monotonic):
-        self._clock = clock
-        # A block box: plotly sizes the figure to its parent's width (a flex box's child has
-        # none of its own, and plotly then falls back to 700 px, wider than the plot column).
-        self.box = widgets.Box([fig], layout=widgets.Layout(display="block", width="100%"))
-        self._lock = threading.RLock()
-        self._pending: list[Callable[[Any], Any]] = []
-        self._shown = False
-        self._attach(fig)
-
-    @property
-    def fig(self) -> Any:
-        """The current FigureWidget (`replace` changes it)."""
-        return self._fig
-
-    @property
-    def pending(self) -> int:
-        """Edits waiting for the frontend."""
-        return len(self._pending)
-
-    @property
-    def viewed(self) -> bool:
-        """Whether a view has reported in since the figure was shown."""
-        return self._viewed
-
-    def _attach(self, fig: Any) -> None:
-        self._fig = fig
-        self._since = self._clock()            # when its whole state last went out
-        self._viewed = False
-        self._sent_edit, self._sent_at = 0, 0.0   # the last trace edit sent to a view, and when
-        fig.observe(self._on_report, names=_REPORTS)
-        if fig.has_trait("_wb_drawn"):
-            fig.observe(self._on_drawn, names=["_wb_drawn"])
-
-    def shown(self) -> None:
-        """The figure is being displayed: send its whole state again (`figures.sync_widget`)
-        and hold later edits until a view reports in."""
-        with self._lock:
-            F.sync_widget(self._fig)
-            self._shown, self._since = True, self._clock()
-
-    def ready(self) -> bool:
-        """Whether an edit made now reaches the frontend's copy of the figure, and its view
-        has drawn the last one."""
-        if not self._shown:
-            return True
-        now = self._clock()
-        if not self._viewed:
-            return now - self._since >= READY_WAIT_S
-        drawn = getattr(self._fig, "_wb_drawn", None)
-        return drawn is None or drawn >= self._sent_edit or now - self._sent_at >= DRAWN_WAIT_S
-
-    def edit(self, fn: Callable[[Any], Any]) -> None:
-        """Apply `fn(fig)` (inside one batch_update) now, or once the frontend is ready;
-        edits apply in the order given."""
-        with self._lock:
-            self._pending.append(fn)
-            if self.ready():
-                self._apply()
-
-    def flush(self) -> None:
-        """Apply queued edits now, ready or not (a run's last flush)."""
-        with self._lock:
-            self._apply()
-
-    def replace(self, fig: Any) -> None:
-        """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
-        with self._lock:
-            self._fig.unobserve(self._on_report, names=_REPORTS)
-            if self._fig.has_trait("_wb_drawn"):
-                self._fig.unobserve(self._on_drawn, names=["_wb_drawn"])
-            self._attach(fig)
-            self.box.children = (fig,)
-
-    def _apply(self) -> None:
-        if not self._pending:
-            return
-        edits, self._pending = self._pending, []
-        before = getattr(self._fig, "_last_trace_edit_id", 0)
-        with self._fig.batch_update():
-            for fn in edits:
-                fn(self._fig)
-        after = getattr(self._fig, "_last_trace_edit_id", 0)
-        if after != before:                     # traces changed: the view will say when it drew them
-            self._sent_edit, self._sent_at = after, self._clock()
-
-    def apply_if_ready(self) -> None:
-        """Apply queued edits if the view can take them now (the flusher calls it)."""
-        with self._lock:
-            if self._pending and self.ready():
-                self._apply()
-
-    def _on_drawn(self, change: dict) -> None:
-        if self._pending and (change.get("new") or 0) >= self._sent_edit:
-            with self._lock:
-                if self.ready():
-                    self._apply()
-
-    def _on_report(self, change: dict) -> None:
-        if self._viewed or not change.get("new"):
-            return
-        with self._lock:
-            self._viewed = True
-            self._apply()
-
-
-class _Figures(Mapping):
-    """FIGURE_KEYS -> the current FigureWidget of each slot (`FigureSlot.replace` changes it)."""
-
-    def __init__(self, slots: dict[str, FigureSlot]):
-        self._slots = slots
-
-    def __getitem__(self, key: str) -> Any:
-        return self._slots[key].fig
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._slots)
-
-    def __len__(self) -> int:
-        return len(self._slots)
 
 
 # ------------------------------------------------------------------------------ runs
@@ -719,7 +124,7 @@ class _Run:
     index: int
     config: RunConfig
     total_steps: int
-    live: F.LiveState
+    live: figdata.LiveState
     buffer: _Buffer = field(default_factory=_Buffer)
     done: threading.Event = field(default_factory=threading.Event)
     t0: float = field(default_factory=time.monotonic)   # Run pressed
@@ -756,7 +161,7 @@ class _Run:
                 self.steps_seen = step + 1
             self.epoch = max(self.epoch, float(r.get("epoch", 0.0) or 0.0))
             if self.first_time is None:
-                busy = sum(float(r.get(c, 0.0) or 0.0) for c in F.COMPONENTS)
+                busy = sum(float(r.get(c, 0.0) or 0.0) for c in figdata.COMPONENTS)
                 self.first_time, self.first_seen = t - busy, time.monotonic()
                 self.phase = "running"
             if t >= self.last_time:
@@ -825,7 +230,7 @@ class Dashboard:
         self.controls: dict[str, Any] = {}
         groups: dict[str, list] = {g: [] for g in GROUP_TITLES}
         for c in CONTROLS:
-            w = _tooltip_on_label(c.make(c.from_field(getattr(base, c.field))))
+            w = tooltip_on_label(c.make(c.from_field(getattr(base, c.field))))
             w.observe(self._on_change, names="value")
             self.controls[c.field] = w
             groups[c.group].append(w)
@@ -861,14 +266,14 @@ class Dashboard:
                                          layout=widgets.Layout(width="100px", flex="0 0 auto"))
         self.log_loss.observe(self._on_log_loss, names="value")
 
-        self._slots = {k: FigureSlot(F.live_base(k, _workers_of(base) if k == "breakdown" else 1))
-                       for k in F.FIGURE_KEYS}
+        self._slots = {k: FigureSlot(F.live_base(k, workers_of(base) if k == "breakdown" else 1))
+                       for k in figdata.FIGURE_KEYS}
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].fig.layout.height = 460
             F.set_loss_scale(self._slots[key].fig, self.log_loss.value)
         for key in ("throughput", "lr"):
             self._slots[key].fig.layout.height = 300
-        self.figures: Mapping[str, Any] = _Figures(self._slots)
+        self.figures: Mapping[str, Any] = Figures(self._slots)
         self._lineage_box = self._slots["lineage"].box    # shown for ltfb only
         self._plot_boxes = [
             widgets.HBox([self.log_loss, self.smoothing,
@@ -996,7 +401,7 @@ class Dashboard:
             for c in CONTROLS:
                 w, value = self.controls[c.field], c.from_field(getattr(config, c.field))
                 if isinstance(w, widgets.SelectionSlider) and value not in w.options:
-                    w.options = _sorted_options(tuple(w.options), value)
+                    w.options = sorted_options(tuple(w.options), value)
                 w.value = value
         finally:
             self._syncing = False
@@ -1025,7 +430,7 @@ class Dashboard:
                     values[d.field] = d.default(values)
                     w, value = self.controls[d.field], c.from_field(values[d.field])
                     if isinstance(w, widgets.SelectionSlider) and value not in w.options:
-                        w.options = _sorted_options(tuple(w.options), value)
+                        w.options = sorted_options(tuple(w.options), value)
                     w.value = value
         finally:
             self._syncing = False
@@ -1070,16 +475,16 @@ class Dashboard:
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
-        self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, _workers_of(cfg))))
+        self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
-            def redraw(fig: Any, series: list = F.planned_series(plan), title: str = plan.schedule_text) -> None:
+            def redraw(fig: Any, series: list = figdata.planned_series(plan), title: str = plan.schedule_text) -> None:
                 F.extend_series(fig, series)
                 fig.layout.title.text = f"lr schedule: {title}"
             self._preview_slot.edit(redraw)
         if not self.running:
             self._set_buttons(False)
-            where = f", on {_workers_of(cfg)} simulated workers" if cfg.simulate else ""
+            where = f", on {workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
                              f"of {cfg.batch_size} samples{where}")
         return cfg
@@ -1135,8 +540,8 @@ class Dashboard:
         if self.out is not None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
         state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
-                     live=F.LiveState(label=f"#{index + 1} {cfg.algorithm} P={_workers_of(cfg)} B={cfg.batch_size}",
-                                      color=F.run_color(index), n_workers=_workers_of(cfg)))
+                     live=figdata.LiveState(label=f"#{index + 1} {cfg.algorithm} P={workers_of(cfg)} B={cfg.batch_size}",
+                                      color=figdata.run_color(index), n_workers=workers_of(cfg)))
         self._show_plots()
         self._reset_run_figures(state)
         self._stop.clear()
@@ -1206,7 +611,7 @@ class Dashboard:
 
     def _reset_run_figures(self, state: _Run) -> None:
         """Per-run figures start empty; the breakdown gets one row per worker."""
-        n = max(1, min(state.live.n_workers, F.MAX_WORKER_ROWS))
+        n = max(1, min(state.live.n_workers, figdata.MAX_WORKER_ROWS))
         breakdown = self._slots["breakdown"]
         breakdown.flush()                     # the layout checked below must be the current one
         if len(breakdown.fig.layout.annotations or ()) != n + 1:
@@ -1232,8 +637,8 @@ class Dashboard:
             cfg = state.config
             if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
                 cluster = None
-                state.phase = f"starting: a simulated cluster of {_workers_of(cfg)} virtual worker(s)"
-            elif _in_process(cfg):
+                state.phase = f"starting: a simulated cluster of {workers_of(cfg)} virtual worker(s)"
+            elif in_process(cfg):
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
@@ -1244,7 +649,7 @@ class Dashboard:
             transport = transport_for(cfg, cluster)   # sgd: threads, in this process
             if getattr(transport, "name", None) == "dask":
                 self._set_dask_link(transport.client)
-                state.phase = f"starting: placing data on {_workers_of(cfg)} worker(s) and starting their loops"
+                state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
             state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                    progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
@@ -1265,8 +670,32 @@ class Dashboard:
                 break
             self._show_progress(state)
         drawer.join()
+        self._flush(state)
+        self._redraw_whole(state)
         self._flush(state, last=True)
         self._finish(state)
+
+    def _redraw_whole(self, state: _Run) -> None:
+        """Redraw the run's loss, accuracy and lr traces from its complete records (every
+        step, not the live batches), decimated by the same extremes-keeping rule: when a
+        run ends its curves are the run directory's."""
+        result = state.result
+        if result is None or not len(result.steps):
+            return
+        try:
+            whole = figdata.align_to_first_step(result)
+            for key, x in (("progress_time", "time"), ("progress_epoch", "epoch")):
+                series = [dataclasses.replace(s, mode="replace") for s in
+                          figdata.progress_series(whole.steps, whole.evals, x, state.live.label, state.live.color)]
+                self._slots[key].edit(functools.partial(F.extend_series, series=series))
+            lr = [dataclasses.replace(s, mode="replace") for s in figdata.lr_series(whole.steps)]
+            self._slots["lr"].edit(functools.partial(F.extend_series, series=lr))
+            weight = float(self.smoothing.value)
+            if weight > 0:
+                for key in ("progress_time", "progress_epoch"):
+                    self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))
+        except Exception as exc:      # a plotting bug must not lose the run; it is reported
+            self.plot_errors.append(f"{type(exc).__name__}: {exc}")
 
     def _draw_loop(self, state: _Run) -> None:
         """Redraw the live figures with the records taken so far: at least every
@@ -1290,7 +719,7 @@ class Dashboard:
             records, state.pending = state.pending, []
         try:
             if records:
-                for key, series in F.live_series(records, state.live).items():
+                for key, series in figdata.live_series(records, state.live).items():
                     if series:
                         self._slots[key].edit(functools.partial(F.extend_series, series=series))
                 weight = float(self.smoothing.value)
@@ -1428,6 +857,7 @@ class Dashboard:
         self.sweep_table = pd.DataFrame()
         self._sweep_results = []
         self.model_html.value = ""
+        self.sweep_html.value = ""           # the table under the figure is this sweep's, from its first point
         if self._scaling_slot.box.layout.display == "none":
             if self._displayed:
                 self._scaling_slot.shown()
@@ -1450,21 +880,23 @@ class Dashboard:
         from ..analysis.sweep import SWEEP_COLUMNS, add_scaling
         self._sweep_results.append(result)
         self.history.append(result)
-        rows = self.sweep_table.to_dict("records") + [row]
+        # a later round's row (the median so far) replaces that worker count's point
+        rows = [r for r in self.sweep_table.to_dict("records") if r["workers"] != row["workers"]] + [row]
+        rows.sort(key=lambda r: r["workers"])
         self.sweep_table = add_scaling(pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)))
         self._scaling_slot.edit(functools.partial(F.update_scaling, table=self.sweep_table))
+        self.sweep_html.value = runs_html(self.sweep_table, "workers", False)
         if not row.get("simulated"):
             from ..execution.cluster import current_client
             self._set_dask_link(self.cluster if self.cluster is not None else current_client())
         self._show_runs()
         unit = "samples per virtual s" if row.get("simulated") else "samples/s"
-        self._set_status(f"sweep: {len(rows)} run(s) done, last on {row['workers']} "
+        self._set_status(f"sweep: {len(self._sweep_results)} run(s) done, last on {row['workers']} "
                          f"{'virtual ' if row.get('simulated') else ''}workers: "
                          f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
         from .. import api
-        from ..analysis import costmodel
         try:
             table = api.sweep(cfg, ws, mode, cluster=None if cfg.simulate else self.cluster,
                               on_result=self._on_sweep_result, should_stop=self._stop.is_set, progress=False,
@@ -1473,15 +905,8 @@ class Dashboard:
             self._last = table
             message = f"sweep done: {len(table)} run(s)"
             if len(table) and self._sweep_results:
-                cal = costmodel.calibrate(self._sweep_results)
-                top = max(64, 8 * max(ws))
-                pred_ws = sorted({ws[0], *[w for w in POWERS_OF_TWO if ws[0] <= w <= top]})
-                predicted = costmodel.predict(cal, cfg.algorithm, pred_ws, cfg.batch_size, mode,
-                                              networks=[costmodel.MEASURED, network], tau=cfg.tau,
-                                              round_size=cfg.round_size, tournament_size=cfg.tournament_size,
-                                              optimizer=cfg.optimizer)
-                _, error = costmodel.compare(cal, table, cfg.algorithm, tau=cfg.tau, round_size=cfg.round_size,
-                                             tournament_size=cfg.tournament_size, optimizer=cfg.optimizer)
+                from ..analysis.sweep import fit_cost_model
+                cal, predicted, error = fit_cost_model(self._sweep_results, table, cfg, ws, mode, network)
                 self.predicted, self.calibration = predicted, cal
                 self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
                                                           error=error))
@@ -1496,38 +921,6 @@ class Dashboard:
             self._set_status(_error_text(exc), error=True)
         finally:
             self._set_buttons(running=False)
-
-
-def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) -> str:
-    """A full-width, horizontally scrollable HTML table of runs, sorted by `sort`; a
-    `run_dir` column becomes links to the run's folder and its report.html."""
-    df = table.copy()
-    if sort in df.columns:
-        df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last")
-    links = df.pop("run_dir") if "run_dir" in df.columns else None
-    th = "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
-    heads = [f"{th}{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"
-             for c in df.columns]
-    if links is not None:                  # right after the first column: no scrolling to reach it
-        heads.insert(1, f"{th}files</th>")
-    head = "".join(heads)
-    rows = []
-    for i, row in enumerate(df.itertuples(index=False)):
-        cells = [f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(format_cell(v))}</td>" for v in row]
-        if links is not None:
-            d = links.iloc[i]
-            if isinstance(d, str) and d:
-                cells.insert(1, f"<td style='padding:2px 6px;white-space:nowrap'>"
-                                f"<a href='{html.escape(lab_href(d, directory=True))}' target='_blank'>folder</a> · "
-                                f"<a href='{html.escape(lab_href(Path(d) / 'report.html'))}' target='_blank'>"
-                                f"report</a></td>")
-            else:
-                cells.insert(1, "<td style='padding:2px 6px'>-</td>")
-        cells = "".join(cells)
-        shade = " style='background:#f6f6f6'" if i % 2 else ""
-        rows.append(f"<tr{shade}>{cells}</tr>")
-    return (f"<div style='width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"
-            f"min-width:100%'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _clear_traces(fig: Any) -> None:

@@ -7,9 +7,8 @@ wrapped at the end (`as_widget`), so a widget's first message carries its whole 
 
 The numbers of a figure are computed by small `*_series` functions that turn tables
 (DataFrames, or column arrays for live batches) into `Series` (name, x, y, where,
-style); they live in `workbench.analysis.figdata` (NumPy and pandas only) and are
-re-exported here. This module holds only the plotly side: a static figure adds the
-series as traces, the live dashboard hands each new batch of
+style); they live in `workbench.ui.figdata` (NumPy and pandas only), beside this module.
+This module holds only the plotly side: a static figure adds the series as traces, the live dashboard hands each new batch of
 records to `update_live`, which appends the batch's series to the traces of the same
 name inside `fig.batch_update()`. So a live plot and the report of the same run show the
 same quantities.
@@ -45,8 +44,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.figdata import *  # noqa: F403  (the series maths, re-exported: F.thin, F.Series, ...)
-from ..analysis.figdata import (
+from ..analysis.sweep import table_simulated
+from .figdata import (
     LIVE_POINTS,
     MAX_WORKER_ROWS,
     SMOOTHED,
@@ -56,23 +55,24 @@ from ..analysis.figdata import (
     LiveState,
     Series,
     Source,
-    _array,
-    _results,
-    _thin_all,
     align_to_first_step,
+    as_array,
     as_result,
     breakdown_series,
     breakdown_totals,
     comparison_series,
+    decimate_all,
     ema,
     lineage_series,
     live_series,
     lr_series,
     planned_series,
     progress_series,
+    results_of,
     run_color,
     run_label,
     scaling_series,
+    thin_all,
     throughput_series,
     time_bins,
 )
@@ -89,19 +89,29 @@ def _new_trace(s: Series, x: Any, y: Any, text: Any, colors: Any) -> Any:
     return go.Scatter(name=s.name, x=x, y=y, **kw)
 
 
+def _decimated(s: Series, max_points: float, *seqs: Any) -> list:
+    """A line's points in x order, cut to at most about `max_points` by a rule that keeps
+    each bin's lowest and highest value (`figdata.extremes`); bars are only thinned."""
+    if not s.thin:
+        return thin_all(math.inf, *seqs)
+    if s.trace == "bar":
+        return thin_all(max_points, *seqs)
+    return decimate_all(max_points, *seqs)
+
+
 def add_series(fig: Any, series: Iterable[Series], max_points: int = STATIC_POINTS) -> Any:
     """Add each series as a new trace (thinned to `max_points`); returns `fig`."""
     for s in series:
-        x, y, text, colors = _thin_all(max_points if s.thin else math.inf, s.x, s.y, s.text, s.colors)
+        x, y, text, colors = _decimated(s, max_points, s.x, s.y, s.text, s.colors)
         fig.add_trace(_new_trace(s, x, y, text, colors), row=s.row, col=s.col)
     return fig
 
 
 def _concat(old: Any, new: Sequence) -> np.ndarray:
-    new = _array(new)
+    new = as_array(new)
     if old is None or len(old) == 0:
         return new
-    old = _array(old)
+    old = as_array(old)
     if old.dtype != new.dtype:
         old, new = old.astype(object), new.astype(object)
     return np.concatenate([old, new])
@@ -111,8 +121,10 @@ def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POI
     """Append each series to the trace of the same name (created if missing); returns `fig`.
 
     Call inside `fig.batch_update()` on a FigureWidget so the frontend redraws once.
-    A trace longer than `max_points` is thinned (older points get sparser), so each
-    redraw costs at most a few thousand points whatever the run's length.
+    A trace longer than `max_points` is decimated by x bins that keep each bin's lowest and
+    highest point (`figdata.extremes`: no spike lost, no gap wider than two bins, stable
+    when a trace is decimated again at every redraw), so each redraw costs at most a few
+    thousand points whatever the run's length.
     """
     traces = {t.name: t for t in fig.data}
     for s in series:
@@ -127,7 +139,7 @@ def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POI
             x, y = _concat(t.x, s.x), _concat(t.y, s.y)
             text = None if s.text is None else _concat(t.text, s.text)
             colors = None if s.colors is None else _concat(t.marker.color, s.colors)
-        x, y, text, colors = _thin_all(max_points if s.thin else math.inf, x, y, text, colors)
+        x, y, text, colors = _decimated(s, max_points, x, y, text, colors)
         t.x, t.y = x, y
         if text is not None:
             t.text = list(text)
@@ -323,11 +335,11 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
     if x not in X_TITLES:
         raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
     fig = _progress_base(x)
-    for i, r in enumerate(_results(results)):
+    for i, r in enumerate(results_of(results)):
         label = labels[i] if labels else run_label(r, i)
         r = align_to_first_step(r)
         add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
-    mark_virtual(fig, simulated_of(_results(results)))
+    mark_virtual(fig, simulated_of(results_of(results)))
     set_loss_scale(fig, log_loss)
     apply_smoothing(fig, smoothing)
     return as_widget(fig, live)
@@ -496,14 +508,6 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
     return as_widget(fig, live)
 
 
-def table_simulated(table: pd.DataFrame) -> bool | str:
-    """Whether a sweep table's runs were simulated: True, False or "mixed" (`simulated_of`)."""
-    if "simulated" not in table or not len(table):
-        return False
-    flags = {bool(v) for v in table["simulated"].fillna(False)}
-    return "mixed" if len(flags) > 1 else flags == {True}
-
-
 def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    error: float | None = None) -> Any:
     """Redraw a live scaling figure from the sweep table so far (inside batch_update)."""
@@ -527,7 +531,7 @@ def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = 
         The figure: bars "samples/s" (one per run) and stacked "compute share",
         "comm share", "wait share".
     """
-    runs = _results(results)
+    runs = results_of(results)
     labels = list(labels) if labels else [run_label(r, i) for i, r in enumerate(runs)]
     fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "share of worker time"))
     fig.update_layout(title="runs compared", barmode="stack", height=380)

@@ -17,15 +17,19 @@ wrapped so that plotly's per-edit replies (computed defaults the kernel never re
 in the browser. A view is drawn only after
 plotly's model code is set up; edits sent before that are not applied to the model's
 copy of the figure, which is why the dashboard holds edits until a view has reported
-in (`dashboard.FigureSlot`). On a page reload the browser recreates every model,
+in (`FigureSlot`, below). On a page reload the browser recreates every model,
 the loader included, from the kernel. Only `figures.as_widget` makes these widgets.
 """
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from copy import deepcopy
 from typing import Any
 
 import anywidget
+import ipywidgets as widgets
 import plotly
 import plotly.graph_objects as go
 import traitlets
@@ -73,7 +77,7 @@ function plotlyModule() {
 // here, except the first trace deltas (the kernel's sign that a view has drawn), and each
 // later one becomes a number: _wb_drawn, the trace edit the view has drawn, with which the
 // dashboard sends a figure its next edit only once the last one is on screen
-// (dashboard.FigureSlot). A user's zoom or pan (_js2py_relayout, _js2py_restyle) still goes.
+// (FigureSlot, below). A user's zoom or pan (_js2py_relayout, _js2py_restyle) still goes.
 function quiet(model) {
   let reported = false;
   return new Proxy(model, {
@@ -169,3 +173,172 @@ def whole_state_widget(fig: Any) -> WholeStateFigureWidget:
     widget._wb_open_now = True
     widget.open()
     return widget
+
+
+def sync_widget(fig: Any) -> Any:
+    """Make a FigureWidget's next frontend view start from its whole current state.
+
+    A FigureWidget ships edits as "latest value" traits that existing views apply;
+    a view created later starts from the figure's initial state, so edits made before
+    it are lost. plotly re-sends the whole state in `FigureWidget._repr_mimebundle_`,
+    which is not called for a figure shown inside an ipywidgets container (plotly.py
+    #4956, #4998): call this before showing a container of FigureWidgets (the
+    dashboard does, when it is displayed). Plain Figures pass through; returns `fig`.
+    """
+    if isinstance(fig, go.FigureWidget):
+        fig._widget_layout = deepcopy(fig._layout_obj._props)
+        fig._widget_data = deepcopy(fig._data)
+    return fig
+
+
+# ------------------------------------------------------------------------------ a figure on a page
+READY_WAIT_S = 30.0   # a shown figure no view reports in for gets its edits after this (no browser)
+DRAWN_WAIT_S = 5.0    # a view that has not said it drew the last edit gets the next one after this
+_REPORTS = ["_js2py_traceDeltas"]   # plotly's view sets it after its first draw
+
+
+class FigureSlot:
+    """A FigureWidget in its own Box, edited only once its frontend model takes edits.
+
+    A FigureWidget's frontend model sets up plotly's code asynchronously (it waits for
+    plotly's module: `plotly_widget`); an edit that arrives before that (traces added
+    or deleted, a relayout) changes the model's traits with nobody listening, so a view
+    drawn later shows the figure without it, and later edits address traces it does
+    not have. So, once the figure has been shown:
+
+    - edits queue until a view reports in: plotly's view draws only after plotly's
+      model code is set up, and reports right after its first draw; queued edits are
+      then applied in order, and later ones at once;
+    - with no report READY_WAIT_S after showing (papermill, no browser), or when
+      forced (a run's last flush), edits apply anyway, so the Python figure is whole.
+
+    - flow control: after that, a figure gets its next edit only once its view says it
+      has drawn the last one (`plotly_widget`'s `_wb_drawn`), or DRAWN_WAIT_S later;
+      edits made meanwhile queue and go out together. A browser slower than the kernel's
+      redraws (a busy machine) then sees fewer, larger updates instead of a growing
+      backlog that delays everything behind it, a Stop click's reply included.
+
+    Never shown (tests, headless use), edits apply at once. Thread-safe: the flusher
+    edits from its thread while reports arrive on the kernel's.
+    """
+
+    def __init__(self, fig: Any, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        # A block box: plotly sizes the figure to its parent's width (a flex box's child has
+        # none of its own, and plotly then falls back to 700 px, wider than the plot column).
+        self.box = widgets.Box([fig], layout=widgets.Layout(display="block", width="100%"))
+        self._lock = threading.RLock()
+        self._pending: list[Callable[[Any], Any]] = []
+        self._shown = False
+        self._attach(fig)
+
+    @property
+    def fig(self) -> Any:
+        """The current FigureWidget (`replace` changes it)."""
+        return self._fig
+
+    @property
+    def pending(self) -> int:
+        """Edits waiting for the frontend."""
+        return len(self._pending)
+
+    @property
+    def viewed(self) -> bool:
+        """Whether a view has reported in since the figure was shown."""
+        return self._viewed
+
+    def _attach(self, fig: Any) -> None:
+        self._fig = fig
+        self._since = self._clock()            # when its whole state last went out
+        self._viewed = False
+        self._sent_edit, self._sent_at = 0, 0.0   # the last trace edit sent to a view, and when
+        fig.observe(self._on_report, names=_REPORTS)
+        if fig.has_trait("_wb_drawn"):
+            fig.observe(self._on_drawn, names=["_wb_drawn"])
+
+    def shown(self) -> None:
+        """The figure is being displayed: send its whole state again (`sync_widget`)
+        and hold later edits until a view reports in."""
+        with self._lock:
+            sync_widget(self._fig)
+            self._shown, self._since = True, self._clock()
+
+    def ready(self) -> bool:
+        """Whether an edit made now reaches the frontend's copy of the figure, and its view
+        has drawn the last one."""
+        if not self._shown:
+            return True
+        now = self._clock()
+        if not self._viewed:
+            return now - self._since >= READY_WAIT_S
+        drawn = getattr(self._fig, "_wb_drawn", None)
+        return drawn is None or drawn >= self._sent_edit or now - self._sent_at >= DRAWN_WAIT_S
+
+    def edit(self, fn: Callable[[Any], Any]) -> None:
+        """Apply `fn(fig)` (inside one batch_update) now, or once the frontend is ready;
+        edits apply in the order given."""
+        with self._lock:
+            self._pending.append(fn)
+            if self.ready():
+                self._apply()
+
+    def flush(self) -> None:
+        """Apply queued edits now, ready or not (a run's last flush)."""
+        with self._lock:
+            self._apply()
+
+    def replace(self, fig: Any) -> None:
+        """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
+        with self._lock:
+            self._fig.unobserve(self._on_report, names=_REPORTS)
+            if self._fig.has_trait("_wb_drawn"):
+                self._fig.unobserve(self._on_drawn, names=["_wb_drawn"])
+            self._attach(fig)
+            self.box.children = (fig,)
+
+    def _apply(self) -> None:
+        if not self._pending:
+            return
+        edits, self._pending = self._pending, []
+        before = getattr(self._fig, "_last_trace_edit_id", 0)
+        with self._fig.batch_update():
+            for fn in edits:
+                fn(self._fig)
+        after = getattr(self._fig, "_last_trace_edit_id", 0)
+        if after != before:                     # traces changed: the view will say when it drew them
+            self._sent_edit, self._sent_at = after, self._clock()
+
+    def apply_if_ready(self) -> None:
+        """Apply queued edits if the view can take them now (the flusher calls it)."""
+        with self._lock:
+            if self._pending and self.ready():
+                self._apply()
+
+    def _on_drawn(self, change: dict) -> None:
+        if self._pending and (change.get("new") or 0) >= self._sent_edit:
+            with self._lock:
+                if self.ready():
+                    self._apply()
+
+    def _on_report(self, change: dict) -> None:
+        if self._viewed or not change.get("new"):
+            return
+        with self._lock:
+            self._viewed = True
+            self._apply()
+
+
+class Figures(Mapping):
+    """FIGURE_KEYS -> the current FigureWidget of each slot (`FigureSlot.replace` changes it)."""
+
+    def __init__(self, slots: dict[str, FigureSlot]):
+        self._slots = slots
+
+    def __getitem__(self, key: str) -> Any:
+        return self._slots[key].fig
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)

@@ -28,6 +28,7 @@ import plotly.io as pio
 from .. import measure
 from ..results import RunResult
 from ..util.fileio import atomic_write
+from . import figdata
 from . import figures as F
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
@@ -87,7 +88,7 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
     """The headline numbers of one run (SUMMARY_FIELDS, workers counted) as a flat dict."""
     s = result.summary
     cfg = s.get("config") or {}
-    row: dict[str, Any] = {"run": label or F.run_label(result)}
+    row: dict[str, Any] = {"run": label or figdata.run_label(result)}
     for k in SUMMARY_FIELDS:
         v = s.get(k)
         row[k] = len(v) if k == "workers" and isinstance(v, list) else v
@@ -95,7 +96,7 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
     row["lr"] = _scaled_lr(cfg)              # what the schedule scales the base lr to (after warmup)
     row["base_lr"] = cfg.get("lr")
     tb = s.get("time_breakdown") or {}
-    for c in F.COMPONENTS:
+    for c in figdata.COMPONENTS:
         row[c] = tb.get(c)
     return row
 
@@ -144,7 +145,7 @@ def summary_table(results: Sequence[RunResult], labels: Sequence[str] | None = N
         by lr_scaling: the rate training reaches after warmup), base_lr (the config's
         lr), compute_s, comm_s, wait_s.
     """
-    return pd.DataFrame([summary_row(r, labels[i] if labels else F.run_label(r, i))
+    return pd.DataFrame([summary_row(r, labels[i] if labels else figdata.run_label(r, i))
                          for i, r in enumerate(results)])
 
 
@@ -332,7 +333,7 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
     s = result.summary
     on = f" on {s['workers_by_kind']}" if s.get("workers_by_kind") else ""
     roles = "".join(f" + {r['role']} ({r.get('host', 'host')})" for r in s.get("roles") or [])
-    title = title or f"workbench run: {F.run_label(result)}{on}{roles} ({s.get('status', '?')})"
+    title = title or f"workbench run: {figdata.run_label(result)}{on}{roles} ({s.get('status', '?')})"
     sections = [simulated_html(s), _files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
     if s.get("lr_schedule"):
         sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
@@ -351,8 +352,8 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
 def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
                     labels: Sequence[str] | None = None, figures: Sequence[Any] = ()) -> str:
     """The page of several runs: notes, summary table, overlaid figures, extra figures."""
-    runs = [F.as_result(r) for r in results]
-    labels = list(labels) if labels else [F.run_label(r, i) for i, r in enumerate(runs)]
+    runs = [figdata.as_result(r) for r in results]
+    labels = list(labels) if labels else [figdata.run_label(r, i) for i, r in enumerate(runs)]
     sections = []
     if notes_html:
         sections.append(f'<div class="notes">{notes_html}</div>')  # the caller's own HTML
@@ -400,7 +401,7 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     if present:
         rel = os.path.relpath(run_dir.resolve(), path.parent.resolve())
         href = "" if rel == "." else Path(rel).as_posix()
-    return atomic_write(path, report_html(F.as_result(result), title, data_href=href, files=present))
+    return atomic_write(path, report_html(figdata.as_result(result), title, data_href=href, files=present))
 
 
 def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,
@@ -419,3 +420,76 @@ def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, tit
         The path written.
     """
     return atomic_write(Path(path), comparison_html(results, title, notes_html, labels, figures))
+
+
+# ------------------------------------------------------------------------------ runs tables with links
+def _jupyter_root() -> tuple[Path, str] | None:
+    """(root dir, base URL) of the Jupyter server whose root holds this kernel's working
+    directory (the notebook's folder): the innermost one `list_running_servers` knows."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    cwd = Path.cwd().resolve()
+    best = None
+    try:
+        for info in list_running_servers():
+            root = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+            if cwd.is_relative_to(root) and (best is None or len(root.parts) > len(best[0].parts)):
+                best = (root, info.get("base_url") or "/")
+    except Exception:   # a stale or unreadable server file: no links rather than an error
+        return None
+    return best
+
+
+def lab_href(path: str | os.PathLike, directory: bool = False) -> str:
+    """A link to a file (or a folder) that a browser showing this kernel's JupyterLab follows.
+
+    Inside the Jupyter server's root: `<base>files/<path>` for a file (served as is:
+    report.html opens as a page) and `<base>lab/tree/<path>` for a folder (the file
+    browser). The server is the one whose root holds the kernel's working directory;
+    JUPYTERHUB_SERVICE_PREFIX (Binder, JupyterHub) is the base when no server file is
+    found. Elsewhere: a file:// URI.
+    """
+    from urllib.parse import quote
+
+    p = Path(path).resolve()
+    found = _jupyter_root()
+    if found is None and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+        found = (Path.home().resolve(), os.environ["JUPYTERHUB_SERVICE_PREFIX"])
+    if found is not None and p.is_relative_to(found[0]):
+        base = found[1] if found[1].endswith("/") else found[1] + "/"
+        return f"{base}{'lab/tree' if directory else 'files'}/{quote(p.relative_to(found[0]).as_posix())}"
+    return p.as_uri()
+
+
+def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) -> str:
+    """A full-width, horizontally scrollable HTML table of runs, sorted by `sort`; a
+    `run_dir` column becomes links to the run's folder and its report.html."""
+    df = table.copy()
+    if sort in df.columns:
+        df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last")
+    links = df.pop("run_dir") if "run_dir" in df.columns else None
+    th = "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
+    heads = [f"{th}{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"
+             for c in df.columns]
+    if links is not None:                  # right after the first column: no scrolling to reach it
+        heads.insert(1, f"{th}files</th>")
+    head = "".join(heads)
+    rows = []
+    for i, row in enumerate(df.itertuples(index=False)):
+        cells = [f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(format_cell(v))}</td>" for v in row]
+        if links is not None:
+            d = links.iloc[i]
+            if isinstance(d, str) and d:
+                cells.insert(1, f"<td style='padding:2px 6px;white-space:nowrap'>"
+                                f"<a href='{html.escape(lab_href(d, directory=True))}' target='_blank'>folder</a> · "
+                                f"<a href='{html.escape(lab_href(Path(d) / 'report.html'))}' target='_blank'>"
+                                f"report</a></td>")
+            else:
+                cells.insert(1, "<td style='padding:2px 6px'>-</td>")
+        cells = "".join(cells)
+        shade = " style='background:#f6f6f6'" if i % 2 else ""
+        rows.append(f"<tr{shade}>{cells}</tr>")
+    return (f"<div style='width:100%;overflow-x:auto'><table style='border-collapse:collapse;font-size:12px;"
+            f"min-width:100%'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,8 +171,9 @@ class DaskTransport(Transport):
             options = needs.options(config, setup.model)
             plan.server_options = options
             in_shm = shm_ok and config.comm in ("auto", "shm") and role != "tournament"
-            if in_shm:
-                self.lock_path = plan.lock_path = os.path.join(tempfile.gettempdir(), f"workbench-{run_id}.lock")
+            if in_shm:   # created by worker 0, in its user's private directory (util.private)
+                from ...util.private import create_lock
+                self.lock_path = plan.lock_path = self._on(create_lock, run_id, where=addr0)
             if role == "cgdp_master" and in_shm:   # the master in shared memory, updated by the workers
                 from ...comm.roles import chunk_master_args, role_state_spec
                 from ...comm.shm import create_master_segment
@@ -514,9 +514,12 @@ def _untrack(name: str) -> None:
 
 
 def unlink_shm_name(name: str) -> None:
-    """Remove a POSIX shared-memory name (mappings still open elsewhere stay valid)."""
+    """Remove a POSIX shared-memory name (mappings still open elsewhere stay valid) and
+    its record in this user's private directory."""
+    from ...util.private import forget_segment
     with contextlib.suppress(FileNotFoundError, OSError):
         os.unlink(os.path.join("/dev/shm", name.lstrip("/")))
+    forget_segment(name)
 
 
 def _create_shared(name: str, params: np.ndarray) -> str:
@@ -530,7 +533,11 @@ def _create_shared(name: str, params: np.ndarray) -> str:
 
 def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
     """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
-    from ...comm.shm import ShmServer
+    from ...comm.shm import ShmServer, live_server
+    server = live_server(segment)
+    if server is not None:     # this worker's own (its creator may be dead, its name unlinked)
+        server.retire(rank)
+        return
     server = ShmServer(segment, lock, n, size, **options)
     try:
         server.retire(rank)

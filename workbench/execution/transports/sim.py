@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ...algorithms.base import FLUSH_S
 from ...comm.base import ThreadControl, WorkerLost
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
@@ -60,22 +61,30 @@ class SimGroup:
         self.procs: list[VProc | None] = [None] * self.size
         self.count = 0
         self.t_last = 0.0
+        self.cost_s = 0.0
 
-    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None) -> Any:
+    def arrive(self, index: int, proc: VProc, buf: Any, cost_s: float | None = None, gather: bool = False) -> Any:
+        """Wait for the group; the sum of the buffers (`gather`: every worker's buffer, a
+        tuple of copies) is ready `cost_s` after the last arrival (the longest any arrival
+        asked for; default the allreduce's)."""
         t = proc.now()
         self.slots[index], self.procs[index] = buf, proc
         self.count += 1
         self.t_last = max(self.t_last, t)
+        if cost_s is not None:
+            self.cost_s = max(self.cost_s, cost_s)
         if self.count < self.size:
             return proc.block()
         total = None
-        if buf is not None:
+        if gather:
+            total = tuple(self.slots)         # each arrival handed in its own copy
+        elif buf is not None:
             total = np.array(self.slots[0], copy=True)
             for other in self.slots[1:]:
                 total += other
             total.flags.writeable = False     # one result for everyone: read-only, never aliased by a buffer
-        if cost_s is None:
-            cost_s = self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
+        cost_s = self.cost_s if self.cost_s > 0 or cost_s is not None else \
+            self.costs.allreduce_s(self.size, 0 if buf is None else len(buf))
         done = self.t_last + cost_s
         procs = self.procs
         self._reset()
@@ -94,6 +103,15 @@ class SimComm:
 
     def allreduce(self, buf: Any) -> Any:
         return self.group.arrive(self.rank, self.proc, buf)
+
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
+        """Point-to-point: my vector to each peer and theirs to me, charged as len(peers)
+        messages of the vector, one after the other (one link per worker), once everyone
+        of the group has arrived (D-PSGD's exchanges are synchronous)."""
+        c = self.group.costs
+        cost = len(peers) * c.message(c.nbytes(len(vec))) if self.size > 1 else 0.0
+        every = self.group.arrive(self.rank, self.proc, np.array(vec, copy=True), cost_s=cost, gather=True)
+        return {j: every[j] for j in peers}
 
     def compressed_sum(self, buf: Any, payload_bytes: float, gather: bool) -> Any:
         """A compressed exchange's sum, charged as a ring allgather of the payloads or an
@@ -505,7 +523,7 @@ class SimTransport(Transport):
                     server = None
                 links = WorkerLinks(comm=comm, server=server, shared=shared, control=self.control,
                                     start_barrier=lambda: [], timer=proc.now,
-                                    adapt=lambda ctx: setattr(ctx, "model", SimModel(ctx.model, proc, costs, rank, pool)))
+                                    adapt=lambda ctx: self._adapt(ctx, proc, costs, rank, pool))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
                                   sink)
@@ -547,6 +565,20 @@ class SimTransport(Transport):
                     if rank not in self.results and rank not in self.vanished:
                         self.results[rank] = {"status": "failed", "params": None,
                                               "error": f"{type(exc).__name__}: {exc}"}
+
+    def _adapt(self, ctx: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None) -> None:
+        """A virtual worker's context: its model charges virtual time (and computes in the
+        pool); its live batches leave every FLUSH_S x P/16 of wall time, so the run sends a
+        few dozen a second in all whatever P (1024 workers flushing 4 times a second each
+        cost more than their steps, in the driver and in the monitor that drains them)."""
+        ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
+        interval = FLUSH_S * max(1.0, self.size / 16)
+        flush = ctx.flush
+
+        def paced(done: bool = False, force: bool = False) -> None:
+            flush(done=done, force=force)
+            ctx._next_flush = time.perf_counter() + interval
+        ctx.flush = paced
 
     def _killed(self, rank: int, proc: VProc) -> None:
         self.killed_at[rank] = proc.sched.now

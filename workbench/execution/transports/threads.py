@@ -52,9 +52,10 @@ class ThreadTransport(Transport):
         self.server: Any = None
         if needs.server == "cgdp_master":
             self.server = ThreadChunkMaster(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size,
-                                                      setup.config, setup.model))
+                                                      setup.config, setup.model), control=self.control)
         elif needs.server is not None:
-            self.server = ThreadServer(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, size))
+            self.server = ThreadServer(make_core(needs.server, needs.options(setup.config, setup.model), setup.params0,
+                                                 size), control=self.control)
         self.shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.start_barrier = ThreadStartBarrier(size, self.control)
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
+from ..analysis.sweep import MIN_MEASURE_S, too_short
 from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "STEPS_PER_BIN",
     "SMOOTH_BINS",
     "LIVE_SMOOTHING",
-    "MIN_MEASURE_S",
     "MAX_MARKERS",
     "MAX_WORKER_ROWS",
     "MAX_WORKER_TRACES",
@@ -47,6 +47,11 @@ __all__ = [
     "run_color",
     "Series",
     "thin",
+    "thin_all",
+    "extremes",
+    "decimate_all",
+    "as_array",
+    "results_of",
     "Table",
     "records_to_columns",
     "step_progress",
@@ -71,7 +76,6 @@ __all__ = [
     "lr_series",
     "planned_series",
     "lineage_series",
-    "too_short",
     "scaling_series",
     "comparison_series",
     "FIGURE_KEYS",
@@ -91,7 +95,6 @@ TIME_BINS = 40           # time windows of the static throughput / breakdown fig
 STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
 LIVE_SMOOTHING = 0.6     # live throughput: weight of the previous value in its moving average
-MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
 MAX_MARKERS = 30         # markers drawn per eval trace (300 evaluations would draw a dotted bar)
 MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first 8 workers
 # Per-worker lines (throughput, lr) for the first 16 workers only: a simulated run of 1024
@@ -149,7 +152,7 @@ def as_result(source: Source) -> RunResult:
     raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
 
 
-def _results(sources: Source | Sequence[Source]) -> list[RunResult]:
+def results_of(sources: Source | Sequence[Source]) -> list[RunResult]:
     """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
     if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
         return [as_result(sources)]
@@ -244,7 +247,7 @@ def thin(values: Sequence, max_points: int) -> list:
     return [values[i] for i in idx]
 
 
-def _array(values: Sequence | None) -> np.ndarray | None:
+def as_array(values: Sequence | None) -> np.ndarray | None:
     """Numbers as a float array (plotly validates arrays without a per-point loop, and a
     FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
     if values is None:
@@ -255,8 +258,69 @@ def _array(values: Sequence | None) -> np.ndarray | None:
     return arr.astype(object)
 
 
-def _thin_all(max_points: int, *seqs: Sequence | None) -> list:
-    arrays = [_array(s) for s in seqs]
+def extremes(x: Sequence, y: Sequence, max_points: int) -> np.ndarray:
+    """Indices of at most about `max_points` points that keep a line's shape: the x range is
+    cut into `max_points // 2` equal bins and each bin keeps its lowest and its highest y
+    (in x order), so no spike and no dip is lost; the first and last points are kept.
+
+    Stable under repetition, which a live trace needs (it is decimated again at every
+    redraw): decimating decimated points keeps the same extremes, and a continuous series
+    never has a gap wider than two bins (2 / (max_points // 2) of its x range). Points
+    whose x or y is not finite (NaN: a missing value) are kept as they are only when few.
+    Args:
+        x, y: numbers of the same length, x in increasing order.
+        max_points: about how many points to keep, >= 4.
+    Returns:
+        Sorted indices into x and y.
+
+    >>> x = np.arange(10.0); y = np.array([0, 9, 1, 1, 1, 1, 1, 1, -5, 0.0])
+    >>> extremes(x, y, 4).tolist()     # two bins, x < 4.5 and the rest: each keeps its min and max
+    [0, 1, 5, 8, 9]
+    >>> extremes(x, y, 100).tolist() == list(range(10))
+    True
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n <= max_points:
+        return np.arange(n)
+    bins = max(1, max_points // 2)
+    lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+    width = (hi - lo) / bins if hi > lo else 1.0
+    b = np.clip(((x - lo) / width).astype(np.int64, copy=False) if hi > lo else np.zeros(n, np.int64), 0, bins - 1)
+    yy = np.where(np.isfinite(y), y, np.nan)
+    keep = np.zeros(n, dtype=bool)
+    keep[[0, n - 1]] = True
+    # per bin (x is sorted, so each bin is one run of rows), the first row of its min and of its max
+    for values in (yy, -yy):
+        filled = np.where(np.isnan(values), np.inf, values)
+        order = np.lexsort((filled, b))                     # by bin, then by value
+        first = np.r_[True, b[order][1:] != b[order][:-1]]
+        keep[order[first]] = True
+    keep |= ~np.isfinite(y) & (np.count_nonzero(~np.isfinite(y)) <= max_points // 10)
+    return np.flatnonzero(keep)
+
+
+def decimate_all(max_points: float, *seqs: Sequence | None) -> list:
+    """`seqs` (x, y, then per-point extras or None) sorted by x and cut to the points
+    `extremes` keeps; as arrays. Non-numeric x (categories) are only cut by `thin_all`."""
+    arrays = [as_array(s) for s in seqs]
+    x = arrays[0]
+    if x.dtype.kind != "f" or len(x) <= max_points:
+        if x.dtype.kind == "f" and len(x) > 1 and np.any(np.diff(x) < 0):
+            order = np.argsort(x, kind="stable")
+            return [None if a is None else a[order] for a in arrays]
+        return thin_all(max_points, *arrays) if x.dtype.kind != "f" else arrays
+    order = np.argsort(x, kind="stable")
+    arrays = [None if a is None else a[order] for a in arrays]
+    y = arrays[1]
+    if y.dtype.kind != "f":
+        return thin_all(max_points, *arrays)
+    idx = extremes(arrays[0], y, int(max_points))
+    return [None if a is None else a[idx] for a in arrays]
+
+
+def thin_all(max_points: int, *seqs: Sequence | None) -> list:
+    arrays = [as_array(s) for s in seqs]
     n = len(arrays[0])
     if n <= max_points:
         return arrays
@@ -784,26 +848,6 @@ def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
 
 
 # ------------------------------------------------------------------------------ scaling
-def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
-    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
-    the first steps' imports and allocations weigh on a run of a fraction of a second).
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
-    [True, False]
-
-    Simulated runs never are: virtual time has no start-up noise to drown in.
-
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
-    [False, True]
-    """
-    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
-                 else np.zeros(len(table), dtype=bool))
-    for column in ("train_time_s", "wall_time_s"):
-        if column in table:
-            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
-    return np.zeros(len(table), dtype=bool)
-
-
 def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    name: str | None = None) -> list[Series]:
     """Throughput (column 1) and efficiency (column 2) against workers.
@@ -858,14 +902,21 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         unit = " virtual s" if name == "simulated" else " s"
         busy = machine_busy(measured)
         notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
+        unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
         text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
-                + (f"<br>{n}" if isinstance(n, str) and n else "")
-                for st, s, sh, n in zip(status, secs, short, notes)]
+                + "".join(f"<br>{n}" for n in (n, u) if isinstance(n, str) and n)
+                for st, s, sh, n, u in zip(status, secs, short, notes, unresolved)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
+        if "samples_per_s_lo" in measured and (pd.to_numeric(measured.get("rounds"), errors="coerce") > 1).any():
+            med = measured["samples_per_s"].astype(float)   # interleaved rounds: the range as error bars
+            style["error_y"] = dict(type="data", symmetric=False, visible=True,
+                                    array=(measured["samples_per_s_hi"].astype(float) - med).tolist(),
+                                    arrayminus=(med - measured["samples_per_s_lo"].astype(float)).tolist())
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
         out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text, style={**style, "showlegend": False}))
+                          col=2, mode="replace", text=text,
+                          style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
         warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
                     marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
         label = f"too short to measure (< {MIN_MEASURE_S:g} s)"

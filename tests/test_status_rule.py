@@ -1,0 +1,81 @@
+"""One status rule that tells the truth: a run whose every worker was lost failed; an
+asynchronous run that lost some says how much of the plan ran; a lost worker's event
+carries when it was lost; waits on turns and partners end on a stop and on a lost peer."""
+import re
+import threading
+
+import pytest
+
+from workbench.comm.roles import ServerCore
+from workbench.config import RunConfig
+from workbench.execution.engine import run_threads
+
+BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.05, seed=0)
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "hogwild_sgd", "easgd", "sync_sgd"])
+def test_a_run_that_lost_every_worker_failed(algorithm):
+    result = run_threads(RunConfig(algorithm=algorithm, cpus=2, steps=200, **BASE), fail={0: 20, 1: 25})
+    assert result.status == "failed", result.events
+    if algorithm != "sync_sgd":   # (a synchronous run aborts when the first goes: the other is not lost)
+        assert set(result.summary["lost_workers"]) == {"0", "1"}
+    assert result.summary["plan_steps_run"].endswith("of 200")
+
+
+def test_an_async_run_that_lost_some_says_how_much_of_the_plan_ran():
+    result = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=200, **BASE), fail={1: 30})
+    assert result.status == "completed"
+    assert result.summary["plan_steps_run"] == f"{result.summary['steps']:,} of 200"
+    note = [e for e in result.events if e["event"] == "incomplete"]
+    assert len(note) == 1 and note[0]["message"] == f"1 of 2 workers lost; {result.summary['steps']:,} of the " \
+                                                     "plan's 200 steps ran"
+
+
+def test_a_lost_workers_event_carries_when_it_was_lost():
+    result = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=400, **BASE), fail={1: 200})
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert len(lost) == 1
+    said = float(re.search(r"lost at ([0-9.]+)s", lost[0]["message"]).group(1))
+    assert lost[0]["time"] > 0 and said == pytest.approx(lost[0]["time"], abs=0.051)
+    assert lost[0]["time"] <= result.summary["wall_time_s"]
+
+
+@pytest.mark.slow
+def test_a_simulated_async_run_that_lost_every_worker_failed():
+    from workbench.sim.run import run_simulated
+    cfg = RunConfig(algorithm="async_easgd", cpus=2, steps=200, simulate=True, fail_worker="0@0.001,1@0.002", **BASE)
+    result = run_simulated(cfg)
+    assert result.status == "failed"
+    lost = [e for e in result.events if e["event"] == "worker_lost"]
+    assert sorted(e["time"] for e in lost) == pytest.approx([0.001, 0.002])   # virtual seconds: when it was lost
+
+
+def _never_my_turn(monkeypatch, rank):
+    real = ServerCore.my_turn
+
+    def my_turn(self, r):
+        return False if r == rank else real(self, r)
+    monkeypatch.setattr(ServerCore, "my_turn", my_turn)
+
+
+def test_a_stop_ends_a_wait_for_a_turn_that_never_comes(monkeypatch):
+    # easgd's round-robin: worker 1 waits for a turn that never comes (the hang of a lost
+    # worker 0 whose turns nobody gave up); the stop request must still end the run.
+    _never_my_turn(monkeypatch, 1)
+    asked = threading.Event()
+
+    def should_stop():
+        return asked.is_set()
+    timer = threading.Timer(1.0, asked.set)
+    timer.start()
+    result = run_threads(RunConfig(algorithm="easgd", cpus=2, epochs=400, tau=2, **BASE), should_stop=should_stop)
+    timer.cancel()
+    assert result.status == "stopped", result.summary.get("errors")
+    assert not result.summary.get("errors")            # ended as stopped, not as a failure
+
+
+def test_an_abort_ends_the_chunk_masters_fetch(monkeypatch):
+    # cgdp (synchronous): a lost worker aborts the run; the others' fetch must notice.
+    result = run_threads(RunConfig(algorithm="cgdp", cpus=3, epochs=200, **BASE), fail={2: 10})
+    assert result.status == "failed"
+    assert "worker_lost" in {e["event"] for e in result.events}

@@ -1,0 +1,204 @@
+"""Decentralised gossip: D-PSGD (Lian et al., NeurIPS 2017) over a graph with a mixing matrix.
+
+No allreduce and no server: worker i talks only to its neighbours N(i) in a fixed
+undirected graph (`topology`: ring, torus, exponential or complete), through the
+communication interface's peer-to-peer exchange (`comm.base.neighbour_exchange`). Each
+step, on its slice of global batch t:
+
+    y_i = x_i - lr * (the configured rule's step on g_i(x_i))      local step (`optimizer`, momentum, ...)
+    x_i = sum_j W_ij y_j       j in {i} + N(i), every tau steps    gossip (one message to each neighbour)
+
+W is symmetric and doubly stochastic: Metropolis-Hastings weights W_ij = 1 / (1 +
+max(d_i, d_j)) on the edges and the rest on the diagonal, which on the regular graphs
+here (ring, torus, exponential graph of a power of 2, complete) is 1 / (d + 1) for each
+of a worker and its neighbours. This is the "adapt then combine" order (the local step
+before the averaging); Lian et al.'s Algorithm 1 averages first and applies the gradient
+taken before the averaging ("combine then adapt"). Both converge at the same rate; we
+take ATC so that on the complete graph (W = 1/P everywhere) D-PSGD is exactly
+synchronous parameter averaging, local_sgd's maths (tests check it).
+
+Graphs (P workers, ranks 0..P-1):
+
+    ring         i +- 1 (mod P)                            degree 2
+    torus        a rows x b columns (a the largest divisor of P at most sqrt P), up/down/left/right
+    exponential  i +- 2^k (mod P) for 2^k < P               degree ~ 2 log2 P (Assran et al.'s
+                 graph made undirected)
+    complete     everyone                                   degree P - 1
+
+Agreement: workers stop and decide divergence together, as synchronous runs do, every
+CHECK_EVERY steps, at evaluation steps and at the last step, by one small allreduce that
+also carries x_i / P and ||x_i||^2 / P: the average x_bar (what is evaluated and
+returned) and the consensus distance (1/P) sum_i ||x_i - x_bar||^2, recorded in the
+summary at every check (`consensus_distance`: [step, value] pairs). A real decentralised
+system has no such allreduce; it is counted in the bytes, and amortised over CHECK_EVERY
+steps it adds ~1/32 of an allreduce per step.
+
+AD-PSGD (Lian et al., ICML 2018: asynchronous pairwise averaging) is not here: it needs
+an asynchronous peer exchange (a worker averaging with a neighbour that is busy
+computing), which the interface does not offer yet.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..comm.base import neighbour_exchange, ring_allreduce_bytes
+from ..maths.backend import to_numpy
+from ..maths.optim import make_optimizer
+from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+
+TOPOLOGIES = ("ring", "torus", "exponential", "complete")
+CHECK_EVERY = 32      # steps between the agreement allreduces (stop, divergence, consensus)
+
+
+def torus_shape(size: int) -> tuple[int, int]:
+    """(rows, columns) of the torus on P workers: rows the largest divisor <= sqrt P.
+
+    >>> torus_shape(16), torus_shape(12), torus_shape(7)
+    ((4, 4), (3, 4), (1, 7))
+    """
+    a = int(math.isqrt(size))
+    while size % a:
+        a -= 1
+    return a, size // a
+
+
+def neighbours(topology: str, size: int, rank: int) -> list[int]:
+    """The ranks rank `rank` exchanges with, sorted, never itself.
+
+    >>> neighbours("ring", 8, 0), neighbours("torus", 16, 5), neighbours("exponential", 8, 0)
+    ([1, 7], [1, 4, 6, 9], [1, 2, 4, 6, 7])
+    >>> neighbours("ring", 2, 0), neighbours("complete", 4, 2), neighbours("ring", 1, 0)
+    ([1], [0, 1, 3], [])
+    """
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology: one of {list(TOPOLOGIES)}, got {topology!r}")
+    p, i = size, rank
+    if topology == "complete":
+        out = set(range(p))
+    elif topology == "ring":
+        out = {(i - 1) % p, (i + 1) % p}
+    elif topology == "torus":
+        a, b = torus_shape(p)
+        r, c = divmod(i, b)
+        out = {((r - 1) % a) * b + c, ((r + 1) % a) * b + c, r * b + (c - 1) % b, r * b + (c + 1) % b}
+    else:
+        out, k = set(), 1
+        while k < p:
+            out |= {(i + k) % p, (i - k) % p}
+            k *= 2
+    out.discard(i)
+    return sorted(out)
+
+
+def mixing_row(topology: str, size: int, rank: int) -> dict[int, float]:
+    """Row `rank` of the Metropolis-Hastings mixing matrix: {rank: W_ii, j: W_ij for j in N(i)}.
+
+    >>> mixing_row("ring", 8, 0)
+    {1: 0.3333333333333333, 7: 0.3333333333333333, 0: 0.33333333333333337}
+    >>> sum(mixing_row("exponential", 6, 1).values())
+    1.0
+    """
+    mine = neighbours(topology, size, rank)
+    row = {j: 1.0 / (1 + max(len(mine), len(neighbours(topology, size, j)))) for j in mine}
+    row[rank] = 1.0 - sum(row.values())
+    return row
+
+
+def mixing_matrix(topology: str, size: int) -> np.ndarray:
+    """The whole P x P mixing matrix (symmetric, doubly stochastic), for tests and lessons."""
+    W = np.zeros((size, size))
+    for i in range(size):
+        for j, w in mixing_row(topology, size, i).items():
+            W[i, j] = w
+    return W
+
+
+class DPSGD(Algorithm):
+    """dpsgd: a local SGD step, then averaging with the neighbours every tau steps."""
+
+    eval_name = "average"
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
+        self.n = n
+        self.params = xp.asarray(ctx.model.init(c.seed))
+        self.average = self.params.copy()
+        self.grad = xp.empty_like(self.params)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # the configured rule
+        self.tau = c.tau
+        self.lo, self.hi = ctx.my_slice()
+        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.row = mixing_row(c.topology, ctx.size, ctx.rank)
+        self.peers = [j for j in sorted(self.row) if j != ctx.rank]
+        self.buf = xp.zeros(n + 1 + tail_length(ctx.size), dtype=self.params.dtype)
+        self.tail = SyncTail(ctx, n + 1)
+        self.clock = ctx.clock
+        self.gossip_bytes = len(self.peers) * self.params.nbytes       # one message to each neighbour
+        self.check_bytes = ring_allreduce_bytes(ctx.size, self.buf.nbytes)
+        self.compute_since, self.finite = 0.0, True
+        self.consensus: list[list[float]] = []
+        self.summary = {"topology": c.topology, "degree": len(self.peers), "tau": self.tau} if ctx.rank == 0 else {}
+
+    def checks_after(self, step: int) -> bool:
+        plan = self.ctx.plan
+        return (step + 1) % CHECK_EVERY == 0 or plan.is_eval_step(step) or step + 1 == plan.total_steps
+
+    def gossip(self) -> None:
+        """x_i = sum_j W_ij x_j over myself and my neighbours (their post-step parameters)."""
+        got = neighbour_exchange(self.ctx.comm, to_numpy(self.params), self.peers)   # host staging, as allreduce
+        xp = self.ctx.xp
+        mixed = self.row[self.ctx.rank] * self.params
+        for j in self.peers:                                 # in rank order: deterministic
+            mixed += self.row[j] * xp.asarray(got[j])
+        self.params[...] = mixed
+
+    def step(self, step: int) -> StepOut:
+        ctx, n = self.ctx, self.n
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        X, y = ctx.batch(step, self.lo, self.hi)
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        self.opt.step(self.params, self.grad, lr)
+        t1 = self.clock()
+        self.compute_since += t1 - t0
+        self.finite = self.finite and math.isfinite(loss)
+        out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)
+        if (step + 1) % self.tau == 0 and ctx.size > 1:
+            self.gossip()
+            out.bytes_sent += self.gossip_bytes
+            out.comm_s = self.clock() - t1
+        if not self.checks_after(step):
+            return out
+        buf, xp = self.buf, ctx.xp
+        p = ctx.size
+        xp.multiply(self.params, 1.0 / p, out=buf[:n])
+        buf[n] = float(xp.dot(self.params, self.params)) / p
+        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                       stop=ctx.rank == 0 and ctx.stop_requested())
+        t2 = ctx.timer()
+        total = ctx.allreduce(buf)
+        got = self.tail.read(total, ctx.timer() - t2)
+        out.comm_s += got.comm_s
+        out.wait_s = got.wait_s
+        out.bytes_sent += self.check_bytes
+        self.compute_since, self.finite = 0.0, True
+        if settle(out, got.loss, got.stop):
+            self.average[...] = total[:n]
+            if ctx.rank == 0:
+                mean_sq = float(total[n])
+                xbar_sq = float(xp.dot(self.average, self.average))
+                self.consensus.append([step, max(0.0, mean_sq - xbar_sq)])
+        self.tail.freed()
+        return out
+
+    def eval_params(self) -> Any:
+        return self.average
+
+    def finish(self) -> Any:
+        if self.ctx.rank == 0:
+            self.summary = {**self.summary, "consensus_distance": self.consensus}
+        return super().finish()

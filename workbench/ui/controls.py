@@ -1,0 +1,415 @@
+"""The dashboard's control table: one widget per `RunConfig` field, and how its value maps
+onto the field (`CONTROLS`, `CONTROL_FIELDS`: control name -> field, the identity).
+
+Each control is named after its field, carries the field's description as its tooltip
+(`config.field_help`), sits in the field's group (`config.FIELD_GROUPS`) and says when it
+applies (`Control.applies`); a field that another field's value makes required gets a
+default that passes validation when that value is chosen (`DEPENDENTS`). The widgets are
+made by `dashboard.Dashboard`; nothing here holds state.
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from ..config import (
+    ALGORITHMS,
+    DATASET_NAMES,
+    FIELD_GROUPS,
+    MAX_VIRTUAL_WORKERS,
+    MODEL_NAMES,
+    SIM_CPU_DEVICES,
+    SIM_DEVICES,
+    SIM_NETWORKS,
+    SIM_TIMING_MODELS,
+    RunConfig,
+    field_help,
+)
+from ..data import DATASETS
+from ..problem import Problem
+
+POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
+DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
+# RunConfig fields with no control, and why.
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>"}
+LABEL_WIDTH = "118px"
+CONTROL_WIDTH = "340px"
+
+
+# ------------------------------------------------------------------------------ controls
+def _same(v: Any) -> Any:
+    return v
+
+
+def _tidy(v: float) -> float:
+    """A float widget's value to 12 significant digits: a frontend's slider arithmetic
+    (0.9 -> 0.9000000000000001) must not change the config.
+
+    >>> _tidy(0.9000000000000001)
+    0.9
+    """
+    return float(f"{float(v):.12g}")
+
+
+def sorted_options(options: tuple, value: Any) -> list:
+    return sorted(set(options) | {value})
+
+
+def _blank_is_none(v: str) -> str | None:
+    return v.strip() or None
+
+
+def _none_is_blank(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (list, tuple)):
+        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+    return str(v)
+
+
+def _zero_is_none(v: int) -> int | None:
+    return int(v) or None
+
+
+def _none_is_zero(v: int | None) -> int:
+    return 0 if v is None else v
+
+
+@dataclass(frozen=True)
+class Control:
+    """One widget and how its value maps onto the RunConfig field of the same name.
+
+    `applies(config)` says whether the knob matters for that config; the dashboard hides
+    it otherwise (its value still goes into the config)."""
+
+    field: str
+    make: Callable[[Any], Any]                 # current field value -> widget
+    to_field: Callable[[Any], Any] = _same     # widget value -> RunConfig value
+    from_field: Callable[[Any], Any] = _same   # RunConfig value -> widget value
+    applies: Callable[[RunConfig], bool] | None = None
+
+    @property
+    def group(self) -> str:
+        return next(g for g, names in FIELD_GROUPS.items() if self.field in names)
+
+
+UNSET_ZERO = " Here 0 means unset."     # said by the tooltips of number boxes that stand in for None
+
+
+def _desc(name: str, note: str = "") -> dict:
+    """Label (the field's name), tooltip (its description) and size of a control."""
+    return {"description": name, "tooltip": field_help(name) + note, "style": {"description_width": LABEL_WIDTH},
+            "layout": widgets.Layout(width=CONTROL_WIDTH)}
+
+
+def tooltip_on_label(w: Any) -> Any:
+    """ipywidgets 8.1's Dropdown and Text views drop `tooltip` (no title anywhere in their
+    DOM; a browser test saw it): their label then carries it as HTML, still reading as
+    the field's name. Returns `w`."""
+    if isinstance(w, (widgets.Dropdown, widgets.Text)) and w.tooltip and not w.description_allow_html:
+        w.description = f'<span title="{html.escape(w.tooltip)}">{html.escape(w.description)}</span>'
+        w.description_allow_html = True
+    return w
+
+
+def label_of(w: Any) -> str:
+    """A control's label as the page shows it (without `tooltip_on_label`'s markup)."""
+    import re
+    return html.unescape(re.sub(r"<[^>]+>", "", w.description))
+
+
+class AutoFloat(widgets.HBox):
+    """A slider for an optional float whose unset value resolves to something (alpha:
+    0.9 / workers): "auto" checked means unset, and the slider then shows, disabled,
+    the value the run will use (`show_resolved`). `value` is None or the float."""
+
+    value = traitlets.Any(None, allow_none=True)
+
+    def __init__(self, name: str, value: float | None, lo: float, hi: float, step: float):
+        tip = field_help(name)
+        self.slider = widgets.FloatSlider(value=value if value is not None else lo, min=lo, max=hi, step=step,
+                                          readout_format=".3f", description=name, tooltip=tip,
+                                          style={"description_width": LABEL_WIDTH},
+                                          layout=widgets.Layout(width="270px"))
+        self.auto = widgets.Checkbox(value=value is None, description="auto", indent=False,
+                                     tooltip="unset: 0.9 / workers, shown on the slider",
+                                     layout=widgets.Layout(width="64px"))
+        # The tooltip lives on the slider and the box: a Box view's tooltip code wants a description.
+        super().__init__([self.slider, self.auto], layout=widgets.Layout(width=CONTROL_WIDTH))
+        self.description = name
+        self.value = value
+        self.slider.disabled = value is None
+        self._busy = False
+        self.slider.observe(self._from_parts, names="value")
+        self.auto.observe(self._from_parts, names="value")
+        self.observe(self._to_parts, names="value")
+
+    def show_resolved(self, value: float) -> None:
+        """While unset: show the value the run will use."""
+        if self.value is None:
+            self._busy = True
+            try:
+                self.slider.value = min(max(value, self.slider.min), self.slider.max)
+            finally:
+                self._busy = False
+
+    def _from_parts(self, change: dict) -> None:
+        if self._busy:
+            return
+        self.slider.disabled = self.auto.value
+        self.value = None if self.auto.value else _tidy(self.slider.value)
+
+    def _to_parts(self, change: dict) -> None:
+        v = change["new"]
+        self._busy = True
+        try:
+            self.auto.value = v is None
+            self.slider.disabled = v is None
+            if v is not None:
+                self.slider.value = v
+        finally:
+            self._busy = False
+
+
+def _dropdown(options: Any) -> Callable[[Any], Any]:
+    return lambda name: lambda v: widgets.Dropdown(options=options, value=v, **_desc(name))
+
+
+def _c(name: str, make: Callable[[str], Callable[[Any], Any]], **kw: Any) -> Control:
+    return Control(name, make(name), **kw)
+
+
+def _text(name: str) -> Callable[[Any], Any]:
+    return lambda v: widgets.Text(value=v, placeholder="default", **_desc(name))
+
+
+def _int(lo: int, hi: int) -> Callable[[str], Callable[[Any], Any]]:
+    return lambda name: lambda v: widgets.BoundedIntText(value=v, min=lo, max=hi, **_desc(name))
+
+
+def _float(lo: float, hi: float, step: float) -> Callable[[str], Callable[[Any], Any]]:
+    return lambda name: lambda v: widgets.BoundedFloatText(value=v, min=lo, max=hi, step=step, **_desc(name))
+
+
+def _check(name: str) -> Callable[[Any], Any]:
+    return lambda v: widgets.Checkbox(value=v, indent=False, **_desc(name))
+
+
+DEFAULT = "default"
+
+
+def _default_is_none(v: str) -> str | None:
+    return None if v == DEFAULT else v
+
+
+def _none_is_default(v: str | None) -> str:
+    return DEFAULT if v is None else v
+
+
+def _simulated(c: RunConfig) -> bool:
+    return c.simulate
+
+
+def _knob(field: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that declare `field` among their knobs (the registry)."""
+    from ..algorithms.registry import with_knob
+    algorithms = with_knob(field)
+    return lambda c: c.algorithm in algorithms
+
+
+def _rule(field: str) -> Callable[[RunConfig], bool]:
+    """Shown for the update rules the optimiser knob `field` belongs to (config.OPTIMIZER_KNOBS)."""
+    from ..config import OPTIMIZER_KNOBS
+    return lambda c: c.optimizer in OPTIMIZER_KNOBS[field]   # (async_measgd's delta is momentum: shown)
+
+
+def _takes_optimizer(c: RunConfig) -> bool:
+    """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
+    from ..algorithms.registry import specs
+    return specs()[c.algorithm].takes_optimizer
+
+
+GPU_COUNTS = tuple((str(i), i) for i in (*range(17), 32, 64, 128, 256, 512, 1024))
+def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
+    """Shown for the algorithms that compress their gradients (sync_sgd, or those that
+    declare `compression` among their knobs) and, given `kinds`, only with one of them."""
+    def applies(c: RunConfig) -> bool:
+        from ..algorithms.registry import with_knob
+        if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
+            return False
+        return not kinds or c.compression in kinds
+    return applies
+
+
+CONTROLS: tuple[Control, ...] = (
+    # what to train
+    _c("algorithm", _dropdown(list(ALGORITHMS))),
+    _c("dataset", _dropdown(list(DATASET_NAMES))),
+    _c("model", _dropdown(list(MODEL_NAMES))),
+    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model != "softmax"),
+    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
+    _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
+    _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
+    _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.dataset in DOWNLOADED),
+    _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
+    # where to train
+    _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
+    _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
+    _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not in_process(c)),
+    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not in_process(c)),
+    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    # simulated cluster ("default" stands for unset: the simulator picks)
+    _c("simulate", _check),
+    _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
+       applies=_simulated),
+    _c("cpu_device", _dropdown(["local", *SIM_CPU_DEVICES]), applies=_simulated),
+    _c("calibration", lambda n: lambda v: widgets.Text(value=v, placeholder="this machine's cached one", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.simulate and c.cpu_device == "local"),
+    _c("network", _dropdown([DEFAULT, *SIM_NETWORKS]), to_field=_default_is_none, from_field=_none_is_default,
+       applies=_simulated),
+    _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
+       from_field=_none_is_default, applies=_simulated),
+    _c("jitter", _float(0, 0.99, 0.05), to_field=_tidy, applies=_simulated),
+    _c("fail_worker", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. 3@12.5", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=_simulated),
+    # optimisation
+    _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
+                                                                 value=v, **_desc(n))),
+    _c("lr", lambda n: lambda v: widgets.FloatLogSlider(value=v, base=10, min=-5, max=1, step=0.05,
+                                                        readout_format=".3g", **_desc(n)), to_field=_tidy),
+    _c("lr_scaling", _dropdown(["none", "linear", "sqrt"])),
+    _c("base_batch", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
+                                                                 value=v, **_desc(n)),
+       applies=lambda c: c.lr_scaling != "none"),
+    _c("warmup", _dropdown(["none", "gradual", "constant"])),
+    _c("warmup_epochs", _float(0, 10000, 0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
+    _c("decay", _dropdown(["none", "step", "cosine"])),
+    _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
+    _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
+       to_field=_tidy, applies=_rule("momentum")),
+    _c("nesterov", _check, applies=_rule("nesterov")),
+    _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
+    _c("beta1", _float(0, 0.9999, 0.01), to_field=_tidy, applies=_rule("beta1")),
+    _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
+    _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
+    _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
+    # algorithm knobs
+    _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
+       applies=_knob("tau")),
+    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
+    _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
+       applies=_knob("trainers")),
+    _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
+    _c("tournament_size", _int(1, 10**6), applies=_knob("tournament_size")),
+    _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=_knob("trainer_lrs")),
+    _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
+    _c("exchange_state", _check, applies=_knob("exchange_state")),
+    _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
+    _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
+    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
+    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
+    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
+       to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("topology", _dropdown(["ring", "torus", "exponential", "complete"]), applies=_knob("topology")),
+    _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
+       applies=_compressing()),
+    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
+       applies=_compressing("topk", "randomk")),
+    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
+    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
+    _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
+    # how long
+    _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
+    _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
+       to_field=_zero_is_none, from_field=_none_is_zero),
+    _c("eval_every", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
+       to_field=_zero_is_none, from_field=_none_is_zero),
+    _c("seed", _int(0, 2**31 - 1)),
+)
+CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field
+RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """A field that another field's value makes required: when `trigger` changes and
+    `needed(values)` holds, the dashboard sets `field` to `default(values)` (the control
+    then shows, with a value that passes validation, instead of an error and a hidden box)."""
+
+    field: str
+    triggers: tuple[str, ...]
+    needed: Callable[[dict], bool]
+    default: Callable[[dict], Any]
+
+
+def _warmup_default(v: dict) -> float:
+    """One epoch of warmup, or half the run when it is shorter (validation wants
+    0 < warmup_epochs <= epochs)."""
+    return _tidy(min(1.0, float(v["epochs"]) / 2))
+
+
+def _raw(values: dict) -> RunConfig:
+    """The controls' values as an unvalidated RunConfig (for rules that read a half-valid one)."""
+    return RunConfig.model_construct(**{**RunConfig().model_dump(), **values})
+
+
+def _workers_raw(values: dict) -> int:
+    cfg = _raw(values)
+    if cfg.gpus == "auto":
+        from ..maths.backend import gpu_count
+        return int(cfg.cpus) + gpu_count()
+    return int(cfg.cpus) + int(cfg.gpus)
+
+
+def _batch_default(v: dict) -> int:
+    """The smallest power of two that gives every worker a sample, or the worker count
+    itself when that power of two is more than the training set holds."""
+    workers = _workers_raw(v)
+    power = next((b for b in POWERS_OF_TWO if b >= workers), workers)
+    try:
+        n_train = preview_n_train(_raw(v))
+    except Exception:          # an unknown size: the power of two, and validation says the rest
+        return power
+    return power if power <= n_train else workers
+
+
+DEPENDENTS: tuple[Dependent, ...] = (
+    Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
+        0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
+    # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
+    Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # more workers than the global batch has samples: a batch that gives each one
+    Dependent("batch_size", ("cpus", "gpus", "algorithm"),
+              lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
+)
+
+
+def in_process(config: RunConfig) -> bool:
+    """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
+    from ..algorithms.registry import specs
+    spec = specs().get(config.algorithm)
+    return spec is not None and spec.in_process
+
+
+def preview_n_train(config: RunConfig) -> int:
+    """Training-set size for the schedule preview, from the dataset's entry (nothing loaded)."""
+    return Problem.from_config(config).shape.n_train
+
+
+def workers_of(config: RunConfig) -> int:
+    """The workers a run of `config` has (cpus + gpus, detected GPUs for "auto")."""
+    if config.n_workers is not None:
+        return config.n_workers
+    from ..maths.backend import gpu_count
+    return config.cpus + gpu_count()
