@@ -49,6 +49,13 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             _warnings.warn(message, RunWarning, stacklevel=2)
     else:
         warnings = list(checked)
+    claimed = None
+    if config.out:   # claimed before training: a second run given the same folder gets out-2, never a clash
+        from .results import claim_run_dir
+        claimed = claim_run_dir(config.out, overwrite=overwrite)
+        if claimed != Path(config.out):
+            warnings.append(f"out: {config.out} was claimed by another run; this run is written to {claimed}")
+            config = config.replace(out=str(claimed))
     bar = None
     if progress:
         from .apps.progress import RunProgress, bars_allowed, tee
@@ -62,6 +69,11 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
+    except BaseException:
+        if claimed is not None:
+            from .results import release_claim
+            release_claim(claimed)
+        raise
     finally:
         if bar is not None:
             bar.close(result.status if result is not None else "failed")
@@ -112,13 +124,27 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
 
 
 def save(result: RunResult, directory: str | Path, overwrite: bool = False) -> Path:
-    """Write the run directory, with report.html when plotly is installed."""
-    path = result.save(directory, overwrite=overwrite)
+    """Write the run directory (data files, then summary.json: the commit), then
+    report.html when plotly is installed. A write error (disk full, quota) raises
+    `RunDirError` with one line; the files written before it are kept."""
+    from .results import RunDirError
+    try:
+        path = result.save(directory, overwrite=overwrite)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise RunDirError(f"out: could not write the run directory {directory} ({exc.strerror or exc}: "
+                          f"{exc.filename or directory}); what was written is kept, marked uncommitted "
+                          "(no summary.json)") from None
     try:
         from .ui.report import write_report
     except ImportError:  # the `lab` extra is not installed: the data files are what matter
         return path
-    write_report(result, path / "report.html")
+    try:
+        write_report(result, path / "report.html")
+    except OSError as exc:
+        raise RunDirError(f"out: the run is saved in {path}, but report.html could not be written "
+                          f"({exc.strerror or exc}); `python -m workbench compare {path}` can render it later") from None
     return path
 
 
