@@ -797,3 +797,12 @@ def test_a_sweep_that_cannot_run_every_point_is_refused_before_any_point(dash):
     assert dash.sweep(workers=[1, 2, 4, 8, 16, 32, 64], mode="weak") is False
     assert dash.status_text.startswith("error: batch_size: at most the training set size (1438)")
     assert "32 workers" in dash.status_text and not dash.running
+
+
+def test_the_runs_table_sorts_run_numbers_as_numbers():
+    import pandas as pd
+    table = pd.DataFrame({"run": [f"#{k}" for k in (1, 2, 10, 11)], "algorithm": ["a", "b", "c", "d"]})
+    page = D.runs_html(table, "run", descending=False)
+    assert [page.index(f">#{k}<") for k in (1, 2, 10, 11)] == sorted(page.index(f">#{k}<") for k in (1, 2, 10, 11))
+    page = D.runs_html(table, "run", descending=True)
+    assert page.index(">#11<") < page.index(">#10<") < page.index(">#2<") < page.index(">#1<")

@@ -83,3 +83,22 @@ def test_sweep_draws_one_bar_over_the_runs(capfd):
     assert "weak sweep of sgd" in err and "6/6" in err      # 2 points, 3 interleaved rounds by default
     wb.sweep(wb.RunConfig(steps=10, **QUICK), workers=[1, 2], mode="weak", progress=False)
     assert capfd.readouterr().err == ""
+
+
+def test_a_widget_bar_leaves_a_finished_text_line_for_executed_notebooks(monkeypatch, capsys):
+    """Under a kernel tqdm.auto draws a widget, which an executed notebook (papermill, no
+    widget frontend) saves frozen at "0%": closing it prints the finished state as text."""
+    from tqdm.notebook import tqdm_notebook
+
+    import workbench.apps.progress as P
+    monkeypatch.setattr(P, "_tqdm", lambda: lambda **kw: tqdm_notebook(display=False, **kw))
+    bar = RunProgress(wb.RunConfig(epochs=3.0))
+    bar(_records(10, 3.0, 0.25, acc=0.9))
+    bar.close()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "100%" in line and "3.00/3 epochs" in line and "loss=0.2500" in line and "acc=0.900" in line
+    monkeypatch.undo()
+    text = RunProgress(wb.RunConfig(epochs=3.0))            # a text bar (a terminal) prints no extra line
+    text(_records(10, 3.0, 0.25))
+    text.close()
+    assert capsys.readouterr().out == ""

@@ -189,3 +189,20 @@ def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
     one_by_one = execute(config, SimTransport(batch_compute=False))
     assert batched.summary["status"] == "completed", batched.summary.get("events")
     _same(batched, one_by_one)
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "sync_easgd"])
+def test_batched_compute_that_switches_itself_off_and_on_is_still_the_same_run(algorithm):
+    # async workers' instants hold one call each: after ComputePool.PROBE flushes the pool
+    # steps aside for BYPASS calls, then probes again; the run stays bitwise the same.
+    from workbench.execution.engine import execute
+    from workbench.execution.transports.sim import ComputePool, SimTransport
+    config = RunConfig(algorithm=algorithm, **{**SMALL, "steps": 60, "eval_every": 20}, cpus=4, jitter=0.2)
+    assert 4 * 60 > ComputePool.PROBE + ComputePool.BYPASS // 8
+    original = ComputePool.BYPASS
+    try:
+        ComputePool.BYPASS = 32                           # switch back and forth within the run
+        batched = execute(config, SimTransport())
+    finally:
+        ComputePool.BYPASS = original
+    _same(batched, execute(config, SimTransport(batch_compute=False)))

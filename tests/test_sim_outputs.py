@@ -170,7 +170,11 @@ def test_the_report_header_says_what_was_simulated(sim_result, real_result):
     assert "virtual seconds" in header
     summary = page.split("<h2>summary</h2>")[1].split("<h2>")[0]
     assert "samples per virtual s" in summary and "<code>sim_wall_s</code>" in summary
+    assert "virtual time of the run" in summary and "wall time of the run" not in summary
+    assert "virtual workers" in summary and "processes" not in summary
     assert "<b>simulated</b>" not in report_html(real_result)
+    real = report_html(real_result).split("<h2>summary</h2>")[1]
+    assert "wall time of the run" in real and "processes" in real
 
 
 def test_a_1024_worker_runs_figures_draw_at_most_16_worker_lines():

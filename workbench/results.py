@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import struct
 import time
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from . import measure
-from .util.fileio import atomic_write
+from .util.fileio import RunDirError, atomic_write  # noqa: F401  (RunDirError: re-exported)
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -306,13 +307,16 @@ class RunResult:
             for name in RUN_FILES:
                 if name != "tournaments.csv" or not len(self.tournaments):
                     (d / name).unlink(missing_ok=True)
-        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
+        # summary.json is the commit marker: written last, once the data files are safe, so a
+        # full disk or a signal mid-save leaves a directory that says it is uncommitted.
         atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
         atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
         if len(self.tournaments):
             atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
         import yaml  # local: results stays light to import
         atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
+        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
+        (d / CLAIM).unlink(missing_ok=True)
         return d
 
     def _same_run(self, summary_path: Path) -> bool:
@@ -328,14 +332,112 @@ class RunResult:
 
     @classmethod
     def load(cls, directory: str | Path) -> RunResult:
-        """Read a run directory written by `save`."""
+        """Read a run directory written by `save`; `UncommittedRunError` for one without
+        its summary.json (a run still writing, or one stopped mid-save)."""
         d = Path(directory)
-        summary = json.loads((d / "summary.json").read_text())
-        steps = pd.read_csv(d / "steps.csv")
-        evals = pd.read_csv(d / "evals.csv", dtype={"worker": str})
+        if d.is_dir() and not (d / "summary.json").exists():
+            raise UncommittedRunError(uncommitted_message(d))
+        summary = _read_run_file(d, "summary.json", lambda p: json.loads(p.read_text()))
+        if not isinstance(summary, dict):
+            raise _broken(d, "summary.json", f"holds a JSON object (this one holds a {type(summary).__name__})")
+        steps = _read_run_file(d, "steps.csv", pd.read_csv)
+        evals = _read_run_file(d, "evals.csv", lambda p: pd.read_csv(p, dtype={"worker": str}))
+        for name, table, columns in (("steps.csv", steps, STEP_COLUMNS), ("evals.csv", evals, EVAL_COLUMNS)):
+            missing = [c for c in columns if c != "kind" and c not in table.columns]
+            if missing:
+                raise _broken(d, name, f"has the columns {', '.join(missing)} (missing)")
+            numeric = [c for c in table.columns if c in ("step", "time", "loss", "samples", "compute_s")
+                       and len(table) and not pd.api.types.is_numeric_dtype(table[c])]
+            if numeric:
+                raise _broken(d, name, f"holds numbers in {', '.join(numeric)}")
         tpath = d / "tournaments.csv"
-        tournaments = pd.read_csv(tpath) if tpath.exists() else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:]))
+        tournaments = (_read_run_file(d, "tournaments.csv", pd.read_csv) if tpath.exists()
+                       else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
         return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments)
+
+
+def _broken(d: Path, name: str, what: str) -> Exception:
+    from .config import ConfigError
+    return ConfigError("RUN_DIR", f"a run directory whose {name} {what}", str(d))
+
+
+def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
+    """One file of a run directory, or a one-line ConfigError naming it: missing, not a
+    regular file (a FIFO would block the reader for good), or unreadable."""
+    path = d / name
+    if not path.exists():
+        raise _broken(d, name, "exists (it is missing)")
+    if not path.is_file():
+        raise _broken(d, name, "is a regular file (it is not)")
+    try:
+        return read(path)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise _broken(d, name, f"can be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") \
+            from None
+
+
+CLAIM = ".workbench-claim"   # in a run directory from its claim until summary.json is written
+
+
+class UncommittedRunError(FileNotFoundError):
+    """A run directory without its summary.json: claimed by a run that has not finished
+    writing it (still running, or stopped mid-save)."""
+
+
+def uncommitted_message(d: Path) -> str:
+    """What an uncommitted run directory holds, in one line."""
+    claim = d / CLAIM
+    who = ""
+    if claim.exists():
+        try:
+            who = f", claimed by process {int(claim.read_text().strip())}"
+        except (OSError, ValueError):
+            who = ", claimed"
+    kept = sorted(p.name for p in d.iterdir() if p.name in RUN_FILES)
+    return (f"{d}: an uncommitted run directory (no summary.json{who}: a run still writing, or one stopped "
+            f"mid-save); it holds {', '.join(kept) if kept else 'no run files'}")
+
+
+def claim_run_dir(out: str | Path, overwrite: bool = False) -> Path:
+    """Claim `out` for one run, atomically, before it trains; returns the directory claimed.
+
+    A new directory is made with `os.mkdir` (exactly one caller succeeds); an existing one
+    that holds no run is claimed by creating its CLAIM marker exclusively. If either is
+    taken (another run claimed it first, or it holds a run and `overwrite` is not set),
+    the first free sibling `out-2`, `out-3`, ... is claimed instead, so two runs given the
+    same directory (or the same default name in the same second) never collide. The
+    marker stays until `RunResult.save` has written summary.json (the commit)."""
+    base = Path(out)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    path, k = base, 1
+    while True:
+        try:
+            os.mkdir(path)
+            usable = True
+        except FileExistsError:
+            usable = path.is_dir() and ((overwrite and k == 1) or not (path / "summary.json").exists())
+        if usable:
+            try:
+                fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                pass     # another run's claim: try the next sibling
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                return path
+        k += 1
+        path = base.parent / f"{base.name}-{k}"
+
+
+def release_claim(path: str | Path) -> None:
+    """A claimed directory whose run ended before saving: drop the claim, and the
+    directory if nothing else is in it."""
+    d = Path(path)
+    (d / CLAIM).unlink(missing_ok=True)
+    try:
+        d.rmdir()
+    except OSError:
+        pass
 
 
 def free_run_dir(parent: str | Path, name: str) -> Path:

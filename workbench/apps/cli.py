@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
+from ..util.fileio import RunDirError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 EXIT_SHAPE = 3   # reproduce: the notebook ran, but an expected shape did not hold (or was not measured)
@@ -263,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.simulated:
                 from ..sim.bench import main as sim_bench_main
                 return sim_bench_main(args)
-            from ..analysis.bench import main as bench_main
+            from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
@@ -286,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"(exit {EXIT_SHAPE})", file=sys.stderr)
                 return EXIT_SHAPE
             return EXIT_OK
+    except RunDirError as exc:   # the disk filled up (or a quota): what could be kept was kept
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except (ConfigError, ValueError) as exc:
         # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
         print(f"error: {exc}", file=sys.stderr)
@@ -356,10 +360,8 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            transport = None
-            if config.algorithm != "sgd" or config.simulate:
-                from ..execution.engine import transport_for
-                transport = transport_for(config)
+            from ..execution.engine import transport_for
+            transport = transport_for(config)   # sgd: the thread transport (in this process, no cluster)
             if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
                 from ..execution.cluster import dashboard_link
                 print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)
@@ -391,7 +393,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..measure import notes
     for line in notes(s):
         print(f"  note: {line}")
-    print(f"run directory: {config.out}")
+    print(f"run directory: {(s.get('config') or {}).get('out') or config.out}")
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 
 
@@ -452,8 +454,11 @@ def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path 
 
 def _run_dirs(paths: Sequence[str]) -> list[Path]:
     """The given run directories, each checked for a summary.json (exit 2 otherwise)."""
+    from ..results import uncommitted_message
     dirs = [Path(p) for p in paths]
     for d in dirs:
+        if d.is_dir() and not (d / "summary.json").exists():
+            raise ConfigError("RUN_DIR", f"a committed run directory ({uncommitted_message(d)})", str(d))
         if not (d / "summary.json").is_file():
             raise ConfigError("RUN_DIR", "a run directory holding summary.json", str(d))
     return dirs

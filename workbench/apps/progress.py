@@ -77,7 +77,25 @@ class RunProgress:
         if status is not None and status != "completed":
             self.postfix["status"] = status
             self.bar.set_postfix(self.postfix, refresh=False)
+        line = self.final_line() if _is_widget_bar(self.bar) else None
         self.bar.close()
+        if line is not None:
+            # A widget bar is saved by an executed notebook (papermill, nbclient: no widget
+            # frontend) as its text at creation, "0%| 0.00/3 epochs": a finished text line
+            # stays below it, so the saved notebook says how the run ended.
+            print(line, flush=True)
+
+    def final_line(self) -> str:
+        """The bar as one line of text (its state now)."""
+        return str(self.bar)
+
+
+def _is_widget_bar(bar: Any) -> bool:
+    try:
+        from tqdm.notebook import tqdm_notebook
+    except ImportError:      # no ipywidgets: tqdm.auto drew text
+        return False
+    return isinstance(bar, tqdm_notebook)
 
 
 def tee(*callbacks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:

@@ -41,6 +41,7 @@ until its frontend can take them (`FigureSlot`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import html
 import math
@@ -80,6 +81,7 @@ from .controls import (  # noqa: F401 - the control table, as the dashboard has 
     AutoFloat,
     Control,
     Dependent,
+    in_process,
     label_of,
     preview_n_train,
     sorted_options,
@@ -636,7 +638,7 @@ class Dashboard:
             if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
                 cluster = None
                 state.phase = f"starting: a simulated cluster of {workers_of(cfg)} virtual worker(s)"
-            elif cfg.algorithm == "sgd":
+            elif in_process(cfg):
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
@@ -644,7 +646,7 @@ class Dashboard:
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
             from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
-            transport = transport_for(cfg, cluster) if cfg.algorithm != "sgd" or cfg.simulate else None
+            transport = transport_for(cfg, cluster)   # sgd: threads, in this process
             if getattr(transport, "name", None) == "dask":
                 self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
@@ -668,8 +670,32 @@ class Dashboard:
                 break
             self._show_progress(state)
         drawer.join()
+        self._flush(state)
+        self._redraw_whole(state)
         self._flush(state, last=True)
         self._finish(state)
+
+    def _redraw_whole(self, state: _Run) -> None:
+        """Redraw the run's loss, accuracy and lr traces from its complete records (every
+        step, not the live batches), decimated by the same extremes-keeping rule: when a
+        run ends its curves are the run directory's."""
+        result = state.result
+        if result is None or not len(result.steps):
+            return
+        try:
+            whole = figdata.align_to_first_step(result)
+            for key, x in (("progress_time", "time"), ("progress_epoch", "epoch")):
+                series = [dataclasses.replace(s, mode="replace") for s in
+                          figdata.progress_series(whole.steps, whole.evals, x, state.live.label, state.live.color)]
+                self._slots[key].edit(functools.partial(F.extend_series, series=series))
+            lr = [dataclasses.replace(s, mode="replace") for s in figdata.lr_series(whole.steps)]
+            self._slots["lr"].edit(functools.partial(F.extend_series, series=lr))
+            weight = float(self.smoothing.value)
+            if weight > 0:
+                for key in ("progress_time", "progress_epoch"):
+                    self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))
+        except Exception as exc:      # a plotting bug must not lose the run; it is reported
+            self.plot_errors.append(f"{type(exc).__name__}: {exc}")
 
     def _draw_loop(self, state: _Run) -> None:
         """Redraw the live figures with the records taken so far: at least every

@@ -48,6 +48,8 @@ __all__ = [
     "Series",
     "thin",
     "thin_all",
+    "extremes",
+    "decimate_all",
     "as_array",
     "results_of",
     "Table",
@@ -254,6 +256,67 @@ def as_array(values: Sequence | None) -> np.ndarray | None:
     if arr.dtype.kind in "biuf":
         return arr.astype(float)
     return arr.astype(object)
+
+
+def extremes(x: Sequence, y: Sequence, max_points: int) -> np.ndarray:
+    """Indices of at most about `max_points` points that keep a line's shape: the x range is
+    cut into `max_points // 2` equal bins and each bin keeps its lowest and its highest y
+    (in x order), so no spike and no dip is lost; the first and last points are kept.
+
+    Stable under repetition, which a live trace needs (it is decimated again at every
+    redraw): decimating decimated points keeps the same extremes, and a continuous series
+    never has a gap wider than two bins (2 / (max_points // 2) of its x range). Points
+    whose x or y is not finite (NaN: a missing value) are kept as they are only when few.
+    Args:
+        x, y: numbers of the same length, x in increasing order.
+        max_points: about how many points to keep, >= 4.
+    Returns:
+        Sorted indices into x and y.
+
+    >>> x = np.arange(10.0); y = np.array([0, 9, 1, 1, 1, 1, 1, 1, -5, 0.0])
+    >>> extremes(x, y, 4).tolist()     # two bins, x < 4.5 and the rest: each keeps its min and max
+    [0, 1, 5, 8, 9]
+    >>> extremes(x, y, 100).tolist() == list(range(10))
+    True
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n <= max_points:
+        return np.arange(n)
+    bins = max(1, max_points // 2)
+    lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+    width = (hi - lo) / bins if hi > lo else 1.0
+    b = np.clip(((x - lo) / width).astype(np.int64, copy=False) if hi > lo else np.zeros(n, np.int64), 0, bins - 1)
+    yy = np.where(np.isfinite(y), y, np.nan)
+    keep = np.zeros(n, dtype=bool)
+    keep[[0, n - 1]] = True
+    # per bin (x is sorted, so each bin is one run of rows), the first row of its min and of its max
+    for values in (yy, -yy):
+        filled = np.where(np.isnan(values), np.inf, values)
+        order = np.lexsort((filled, b))                     # by bin, then by value
+        first = np.r_[True, b[order][1:] != b[order][:-1]]
+        keep[order[first]] = True
+    keep |= ~np.isfinite(y) & (np.count_nonzero(~np.isfinite(y)) <= max_points // 10)
+    return np.flatnonzero(keep)
+
+
+def decimate_all(max_points: float, *seqs: Sequence | None) -> list:
+    """`seqs` (x, y, then per-point extras or None) sorted by x and cut to the points
+    `extremes` keeps; as arrays. Non-numeric x (categories) are only cut by `thin_all`."""
+    arrays = [as_array(s) for s in seqs]
+    x = arrays[0]
+    if x.dtype.kind != "f" or len(x) <= max_points:
+        if x.dtype.kind == "f" and len(x) > 1 and np.any(np.diff(x) < 0):
+            order = np.argsort(x, kind="stable")
+            return [None if a is None else a[order] for a in arrays]
+        return thin_all(max_points, *arrays) if x.dtype.kind != "f" else arrays
+    order = np.argsort(x, kind="stable")
+    arrays = [None if a is None else a[order] for a in arrays]
+    y = arrays[1]
+    if y.dtype.kind != "f":
+        return thin_all(max_points, *arrays)
+    idx = extremes(arrays[0], y, int(max_points))
+    return [None if a is None else a[idx] for a in arrays]
 
 
 def thin_all(max_points: int, *seqs: Sequence | None) -> list:

@@ -61,6 +61,7 @@ from .figdata import (
     breakdown_series,
     breakdown_totals,
     comparison_series,
+    decimate_all,
     ema,
     lineage_series,
     live_series,
@@ -88,10 +89,20 @@ def _new_trace(s: Series, x: Any, y: Any, text: Any, colors: Any) -> Any:
     return go.Scatter(name=s.name, x=x, y=y, **kw)
 
 
+def _decimated(s: Series, max_points: float, *seqs: Any) -> list:
+    """A line's points in x order, cut to at most about `max_points` by a rule that keeps
+    each bin's lowest and highest value (`figdata.extremes`); bars are only thinned."""
+    if not s.thin:
+        return thin_all(math.inf, *seqs)
+    if s.trace == "bar":
+        return thin_all(max_points, *seqs)
+    return decimate_all(max_points, *seqs)
+
+
 def add_series(fig: Any, series: Iterable[Series], max_points: int = STATIC_POINTS) -> Any:
     """Add each series as a new trace (thinned to `max_points`); returns `fig`."""
     for s in series:
-        x, y, text, colors = thin_all(max_points if s.thin else math.inf, s.x, s.y, s.text, s.colors)
+        x, y, text, colors = _decimated(s, max_points, s.x, s.y, s.text, s.colors)
         fig.add_trace(_new_trace(s, x, y, text, colors), row=s.row, col=s.col)
     return fig
 
@@ -110,8 +121,10 @@ def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POI
     """Append each series to the trace of the same name (created if missing); returns `fig`.
 
     Call inside `fig.batch_update()` on a FigureWidget so the frontend redraws once.
-    A trace longer than `max_points` is thinned (older points get sparser), so each
-    redraw costs at most a few thousand points whatever the run's length.
+    A trace longer than `max_points` is decimated by x bins that keep each bin's lowest and
+    highest point (`figdata.extremes`: no spike lost, no gap wider than two bins, stable
+    when a trace is decimated again at every redraw), so each redraw costs at most a few
+    thousand points whatever the run's length.
     """
     traces = {t.name: t for t in fig.data}
     for s in series:
@@ -126,7 +139,7 @@ def extend_series(fig: Any, series: Iterable[Series], max_points: int = LIVE_POI
             x, y = _concat(t.x, s.x), _concat(t.y, s.y)
             text = None if s.text is None else _concat(t.text, s.text)
             colors = None if s.colors is None else _concat(t.marker.color, s.colors)
-        x, y, text, colors = thin_all(max_points if s.thin else math.inf, x, y, text, colors)
+        x, y, text, colors = _decimated(s, max_points, x, y, text, colors)
         t.x, t.y = x, y
         if text is not None:
             t.text = list(text)

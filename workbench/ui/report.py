@@ -61,12 +61,15 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
 VIRTUAL_KEYS = ("startup_s", "train_time_s", "teardown_s", "wall_time_s", "samples_per_s", "compute_s", "comm_s",
                 "wait_s")
 VIRTUAL_UNITS = {"s": "virtual s", "worker-s": "virtual worker-s", "samples/s": "samples per virtual s"}
+# What a simulated run's quantities are: its time is virtual and its workers are virtual ones.
+VIRTUAL_WHAT = {"wall_time_s": ("virtual time of the run", "virtual s"), "workers": ("virtual workers", "virtual workers")}
 DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml")
 _STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; display: block; max-width: 100%;
+        overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f5f5f5; } td.text, th.text { text-align: left; }
 .figure { margin: 1em 0; } .notes { background: #fafafa; padding: 0.5em 1em; border-left: 3px solid #ccc; }
@@ -281,6 +284,8 @@ def _summary_html(result: RunResult) -> str:
             continue
         if s.get("simulated") and key in VIRTUAL_KEYS:
             unit = VIRTUAL_UNITS.get(unit, unit)
+        if s.get("simulated") and key in VIRTUAL_WHAT:
+            what, unit = VIRTUAL_WHAT[key]
         if unit == "%" and isinstance(v, (int, float)):
             shown = f"{100 * v:.2f}"
         elif isinstance(v, float):
@@ -463,12 +468,27 @@ def lab_href(path: str | os.PathLike, directory: bool = False) -> str:
     return p.as_uri()
 
 
+def _numeric_key(column: pd.Series) -> pd.Series:
+    """Sort numbers as numbers: a text column whose every value is a number, or a run
+    number such as "#12", sorts by that number (#2 before #10); others as they are.
+
+    >>> _numeric_key(pd.Series(["#10", "#2", "#1"])).tolist()
+    [10, 2, 1]
+    >>> _numeric_key(pd.Series(["sgd", "ltfb"])).tolist()
+    ['sgd', 'ltfb']
+    """
+    if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+        return column
+    numbers = pd.to_numeric(column.astype(str).str.lstrip("#"), errors="coerce")
+    return numbers if numbers.notna().sum() == column.notna().sum() else column
+
+
 def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) -> str:
     """A full-width, horizontally scrollable HTML table of runs, sorted by `sort`; a
     `run_dir` column becomes links to the run's folder and its report.html."""
     df = table.copy()
     if sort in df.columns:
-        df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last")
+        df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last", key=_numeric_key)
     links = df.pop("run_dir") if "run_dir" in df.columns else None
     th = "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
     heads = [f"{th}{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"

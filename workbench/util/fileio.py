@@ -34,3 +34,8 @@ def current_umask() -> int:
     mask = os.umask(0o022)  # elsewhere: set and restore (not atomic, but only here)
     os.umask(mask)
     return mask
+
+
+class RunDirError(OSError):
+    """The run directory could not be written (disk full, quota, permissions): its
+    message is the one line the CLI prints (exit 1); what was written before is kept."""

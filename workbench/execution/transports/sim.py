@@ -371,9 +371,23 @@ class ComputePool:
     (> 0), so whatever it does next happens after that instant, as before.
     Models without a stacked pass (the CNN) are computed call by call, at the same point."""
 
+    PROBE = 64      # flushes over which the calls per instant are counted ...
+    BYPASS = 512    # ... and calls computed on the spot when they averaged under 1.5 (nothing to batch)
+
     def __init__(self, sched: Scheduler):
         self.sched = sched
         self.instants: dict[float, list[tuple[VProc, Any, np.ndarray, Any, Any, Any]]] = {}
+        self.flushes = self.pooled = self.bypass = 0
+
+    def wanted(self) -> bool:
+        """Whether the next call should wait for its instant's others. Where instants hold
+        one call each (asynchronous workers at staggered times) the wait only costs, so
+        after PROBE such flushes BYPASS calls are computed on the spot (either way the
+        same numbers: this only decides how fast they come)."""
+        if self.bypass:
+            self.bypass -= 1
+            return False
+        return True
 
     def submit(self, proc: VProc, model: Any, params: Any, X: Any, y: Any, grad_out: Any) -> tuple[float, Any]:
         t = proc.t
@@ -386,6 +400,12 @@ class ComputePool:
 
     def flush(self, t: float) -> None:
         calls = self.instants.pop(t)
+        self.flushes += 1
+        self.pooled += len(calls)
+        if self.flushes == self.PROBE:
+            if self.pooled < 1.5 * self.flushes:
+                self.bypass = self.BYPASS
+            self.flushes = self.pooled = 0
         groups: dict[tuple, list[int]] = {}
         for i, (_, model, params, X, _, _) in enumerate(calls):
             key = (type(model), model.describe(), X.shape, params.dtype.str) \
@@ -433,7 +453,7 @@ class SimModel:
         proc, costs = self._proc, self._costs
         total = costs.compute(self._rank, len(X))
         if on_grad_ready is None:
-            if self._pool is not None and isinstance(params, np.ndarray):
+            if self._pool is not None and isinstance(params, np.ndarray) and self._pool.wanted():
                 out = self._pool.submit(proc, self._model, params, X, y, grad_out)
             else:
                 out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
