@@ -17,4 +17,4 @@ if [ -d "$WHEELS" ]; then
     dask distributed dask-cuda pydantic pyyaml tqdm threadpoolctl
 fi
 "$VENV/bin/python" -c "import cupy, dask_cuda; print('cupy', cupy.__version__, '| dask-cuda', dask_cuda.__version__, '| GPUs', cupy.cuda.runtime.getDeviceCount())"
-PYTHONPATH=$PWD "$VENV/bin/python" -m workbench.gpucheck
+PYTHONPATH=$PWD "$VENV/bin/python" -m workbench.apps.gpucheck

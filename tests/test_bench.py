@@ -5,10 +5,10 @@ from argparse import Namespace
 
 import numpy as np
 
-from workbench.algorithms.reference import train_reference
 from workbench.analysis.bench import _bench_config, bare_sync, plain_processes
 from workbench.comm.shm import allreduce_nbytes, create_segment, unlink_segment
 from workbench.config import RunConfig
+from workbench.execution.engine import run_threads
 from workbench.maths.models import make_model
 
 
@@ -22,9 +22,9 @@ def test_bare_sync_loop_trains_what_single_process_sgd_trains():
         got = plain_processes(bare_sync, [(cfg.to_dict(), 60.0, name, r, 7) for r in range(2)])
     finally:
         unlink_segment(name)
-    trajectory: list = []
-    train_reference(RunConfig.from_dict({**cfg.to_dict(), "algorithm": "sgd"}), trajectory=trajectory)
+    sgd = RunConfig.from_dict({**cfg.to_dict(), "algorithm": "sgd"})
+    after7, after6 = run_threads(sgd.replace(steps=7)).params, run_threads(sgd.replace(steps=6)).params
     assert [g["steps"] for g in got] == [7, 7]
     np.testing.assert_array_equal(got[0]["params"], got[1]["params"])   # every rank: the same update
-    np.testing.assert_allclose(got[0]["params"], trajectory[6], rtol=1e-5, atol=1e-7)
-    assert not np.allclose(got[0]["params"], trajectory[5], rtol=1e-5, atol=1e-7)   # 7 steps, not 6
+    np.testing.assert_allclose(got[0]["params"], after7, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(got[0]["params"], after6, rtol=1e-5, atol=1e-7)   # 7 steps, not 6

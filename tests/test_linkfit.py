@@ -40,6 +40,18 @@ def test_a_bandwidth_below_memcpy_over_the_factor_is_held_at_the_bound():
     assert free.bandwidth_gbps == pytest.approx(0.022, rel=1e-6)
 
 
+def test_calibrate_takes_the_benchmarked_link_over_the_runs_comm_times():
+    import workbench as wb
+    from workbench.analysis.costmodel import calibrate
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=40, dataset="digits", batch_size=64),
+                    cluster="threads", progress=False)
+    f = linkfit.fit_link(timings(noise=0.02))
+    cal = calibrate([result], link=f)
+    assert (cal.alpha, cal.beta, cal.how) == (f.alpha, f.beta, "benchmark")
+    assert cal.link("measured").beta == f.beta
+    assert calibrate([result]).how != "benchmark"
+
+
 def test_one_size_cannot_separate_alpha_from_beta():
     t = timings()
     with pytest.raises(ValueError, match="table: exchange timings at 2 or more sizes, got 1"):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.local import switch_step
-from workbench.algorithms.reference import train_reference
 from workbench.config import ConfigError, RunConfig
 from workbench.data import global_batch, split_batch
 from workbench.execution.engine import run_threads
@@ -92,7 +91,7 @@ def test_local_sgd_follows_the_reference_loop(algorithm, kw):
 def test_diloco_one_worker_outer_lr_1_no_momentum_is_its_inner_optimiser(inner):
     cfg = config("diloco", cpus=1, steps=20, tau=4, outer_lr=1.0, outer_momentum=0.0, **inner)
     got = run_threads(cfg)
-    reference = train_reference(config("sgd", steps=20, **inner))
+    reference = run_threads(config("sgd", steps=20, **inner))
     np.testing.assert_allclose(got.params, reference.params, rtol=0, atol=ATOL)
 
 

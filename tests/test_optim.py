@@ -438,12 +438,11 @@ RULE_KNOBS = {"adamw": dict(lr=0.003, weight_decay=0.01), "lars": dict(lr=2.0, w
     ("async_msgd", 1, "adamw", {}), ("async_sgd", 1, "lars", {"momentum": 0.0}),
 ])
 def test_parallel_algorithms_follow_single_process_training_with_the_same_rule(algorithm, cpus, optimizer, extra):
-    from workbench.algorithms.reference import train_reference
     from workbench.execution.engine import run_threads
     cfg = RunConfig(algorithm=algorithm, cpus=cpus, optimizer=optimizer, **ALGO_BASE, **RULE_KNOBS[optimizer],
                     **extra)
-    ref = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto"))
-    plain = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto", optimizer="sgd", weight_decay=0.0,
+    ref = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto"))
+    plain = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto", optimizer="sgd", weight_decay=0.0,
                                         lr=0.1))
     got = run_threads(cfg)
     assert got.status == "completed"
@@ -550,13 +549,12 @@ def test_the_sgd_curvature_warning_is_not_raised_for_the_normalised_rules(recwar
 @pytest.mark.parametrize("algorithm, optimizer", [("cgdp", "lamb"), ("async_msgd", "adamw")])
 def test_dask_shared_memory_and_actor_roles_keep_the_rules_state(client, algorithm, optimizer):
     # the role's moments live in the shared segment (shm) or the actor: both follow the reference
-    from workbench.algorithms.reference import train_reference
-    from workbench.execution.engine import run
+    from workbench.execution.engine import run, run_threads
     cpus = 2 if algorithm == "cgdp" else 1
     chunks = 1 if algorithm == "cgdp" else "auto"
     cfg = RunConfig(algorithm=algorithm, cpus=cpus, optimizer=optimizer, chunk_layers=chunks, **ALGO_BASE,
                     **RULE_KNOBS[optimizer])
-    ref = train_reference(cfg.replace(algorithm="sgd", chunk_layers="auto"))
+    ref = run_threads(cfg.replace(algorithm="sgd", chunk_layers="auto"))
     shm, actor = run(cfg, cluster=client), run(cfg.replace(comm="dask"), cluster=client)
     assert shm.status == actor.status == "completed", (shm.summary.get("errors"), actor.summary.get("errors"))
     assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")

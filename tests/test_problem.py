@@ -80,9 +80,8 @@ def test_a_dataset_disagreeing_with_its_entry_is_refused(monkeypatch):
 
 # ------------------------------------------------------------------ a cnn through each former copy
 def test_cnn_through_the_engine_on_threads_and_the_reference():
-    from workbench.algorithms.reference import train_reference
     from workbench.execution.engine import run_threads
-    ref = train_reference(cnn())
+    ref = run_threads(cnn())
     got = run_threads(cnn(algorithm="sync_sgd", cpus=2))
     assert ref.status == got.status == "completed"
     np.testing.assert_allclose(got.params, ref.params, rtol=1e-4, atol=1e-6)   # float32 sums in two orders
@@ -126,7 +125,7 @@ def test_cnn_through_the_benchmarks():
 
 @pytest.mark.gpu
 def test_cnn_through_the_gpu_check_plain_loop():
-    from workbench.execution.gpucheck import plain_cupy_loop
+    from workbench.apps.gpucheck import plain_cupy_loop
     assert plain_cupy_loop(cnn(batch_size=64), seconds=0.5) > 0
 
 

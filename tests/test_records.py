@@ -8,7 +8,6 @@ import pytest
 
 import workbench.execution.engine as engine
 from workbench.algorithms.base import Algorithm
-from workbench.algorithms.reference import train_reference
 from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads
@@ -103,7 +102,7 @@ def _check_every_step(result, cfg, tmp_path):
         np.testing.assert_allclose(mine["epoch"], (np.arange(cfg.steps) + 1) / steps_per_epoch(data.n_train, cfg.batch_size))
         assert (mine[["compute_s", "comm_s", "wait_s"]] >= 0).all().all()
         assert mine["time"].is_monotonic_increasing and mine["time"].iloc[0] >= 0
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     losses = [steps[steps.worker == w].sort_values("step")["loss"].to_numpy() for w in range(workers)]
     for w in range(1, workers):   # every worker reports the same global loss, bitwise (one reduced tail)
         np.testing.assert_array_equal(losses[w], losses[0])

@@ -119,3 +119,26 @@ def test_settle_is_the_one_stopped_diverged_rule():
     assert not settle(out, float("inf"), False) and out.stop == "diverged"
     out = StepOut()
     assert not settle(out, float("nan"), True) and out.stop == "stopped"     # a stop wins over a NaN
+
+
+def test_ltfbs_peak_lr_and_trainer_rules_live_on_its_declaration():
+    from workbench.algorithms.registry import trainer_lrs
+    from workbench.execution.preflight import peak_lr
+    from workbench.maths.schedules import scaled_lr
+    spec = specs()["ltfb"]
+    cfg = RunConfig(algorithm="ltfb", cpus=4, trainers=4, lr=0.1, lr_spread=2.0, batch_size=256, base_batch=32,
+                    lr_scaling="linear")
+    assert spec.peak_lr(cfg) == pytest.approx(max(trainer_lrs(cfg))) == pytest.approx(0.1 * 2.0 ** 1.5)
+    assert peak_lr(cfg) == pytest.approx(scaled_lr(max(trainer_lrs(cfg)), 256, 32, "linear"))
+    assert specs()["sync_sgd"].peak_lr(cfg) == 0.1 and specs()["sync_sgd"].check(cfg) is None
+    assert spec.check(cfg) is None
+    assert spec.check(cfg.model_copy(update={"trainers": 3}))[0] == "trainers"   # 3 does not divide 4
+    with pytest.raises(wb.ConfigError, match="^lr_spread: values that keep every trainer's lr under"):
+        RunConfig(algorithm="ltfb", cpus=4, trainers=4, lr_spread=1e300)
+
+
+def test_a_worker_class_knows_its_declaration_however_it_was_built():
+    from workbench.algorithms.async_ps import AsyncMSGD, AsyncSGD
+    from workbench.algorithms.registry import spec_of
+    assert spec_of(AsyncMSGD) is specs()["async_msgd"] and spec_of(AsyncSGD) is specs()["async_sgd"]
+    assert specs()["async_msgd"].cls is AsyncMSGD and AsyncMSGD.spec is specs()["async_msgd"]

@@ -168,11 +168,10 @@ BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=60, lr=0.
 
 
 def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
-    from workbench.algorithms.reference import train_reference
     from workbench.config import RunConfig
-    from workbench.execution.engine import run
+    from workbench.execution.engine import run, run_threads
     cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=30, comm="dask", momentum=0.9, **BASE)
-    ref = train_reference(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd"))
     a, b = run(cfg, cluster=client3), run(cfg, cluster=client3)
     assert a.status == b.status == "completed", a.summary.get("errors")
     assert a.summary["comm"] == "dask"

@@ -1,6 +1,6 @@
 """The simulated cluster (workbench.sim): real maths, virtual time, determinism, faults.
 
-Oracles: single-process SGD (`train_reference`) for the synchronous algorithms, the cost
+Oracles: single-process SGD (`sgd` on one worker) for the synchronous algorithms, the cost
 formulas (`sim.costs`, `costmodel`) for the virtual step times, a second identical run
 for determinism, and the engine's status rule for faults.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.algorithms.reference import train_reference
 from workbench.analysis.costmodel import ring_allreduce_time
 from workbench.api import run
 from workbench.config import ConfigError, RunConfig
+from workbench.execution.engine import run_threads
 from workbench.problem import Problem
 from workbench.sim.clock import Scheduler
 from workbench.sim.costs import make_costs
@@ -59,7 +59,7 @@ def test_scheduler_runs_workers_in_virtual_time_order():
 @pytest.mark.parametrize("workers", [1, 3, 8])
 def test_simulated_sync_sgd_follows_single_process_sgd(workers):
     config = sim("sync_sgd", cpus=workers, batch_size=48, momentum=0.9)
-    ref = train_reference(config.replace(algorithm="sgd", simulate=False, cpu_device="local"))
+    ref = run_threads(config.replace(algorithm="sgd", simulate=False, cpu_device="local"))
     res = run(config)
     assert res.summary["status"] == "completed"
     np.testing.assert_allclose(res.params, ref.params, rtol=0, atol=2e-6)
@@ -70,7 +70,7 @@ def test_simulated_sync_sgd_follows_single_process_sgd(workers):
 def test_simulated_cgdp_has_sync_sgds_trajectory():
     config = sim("cgdp", cpus=0, gpus=3, batch_size=48, device="p100", network="pcie3", momentum=0.9)
     res = run(config)
-    ref = train_reference(RunConfig(**{**config.to_dict(), "algorithm": "sgd", "simulate": False, "gpus": 0,
+    ref = run_threads(RunConfig(**{**config.to_dict(), "algorithm": "sgd", "simulate": False, "gpus": 0,
                                        "cpus": 1, "device": None, "network": None, "cpu_device": "local"}))
     assert res.summary["status"] == "completed"
     np.testing.assert_allclose(res.params, ref.params, rtol=0, atol=2e-6)

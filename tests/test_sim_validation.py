@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from test_easgd import elastic_reference, sync_reference  # the EASGD oracles (tests/ is on sys.path)
 
-from workbench.algorithms.reference import train_reference
 from workbench.api import run
 from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
@@ -47,7 +46,7 @@ def real(config: RunConfig) -> RunConfig:
 @pytest.mark.parametrize("workers", [16, 64])
 def test_simulated_sync_sgd_follows_sgd_at_scale(workers):
     config = sim("sync_sgd", cpus=workers, batch_size=2 * workers, momentum=0.9, jitter=0.5)
-    ref = train_reference(real(config).replace(algorithm="sgd"))
+    ref = run_threads(real(config).replace(algorithm="sgd"))
     got = run(config)
     assert got.summary["status"] == "completed"
     # stragglers change the virtual times, never the maths of a synchronous algorithm
@@ -73,7 +72,7 @@ def test_simulated_cgdp_follows_sgd_at_scale(workers):
     config = sim("cgdp", cpus=0, gpus=workers, batch_size=4 * workers, device="p100", network="pcie3",
                  momentum=0.9)
     got = run(config)
-    ref = train_reference(real(config).replace(algorithm="sgd", gpus=0, cpus=1))
+    ref = run_threads(real(config).replace(algorithm="sgd", gpus=0, cpus=1))
     assert got.summary["status"] == "completed"
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=2e-6)
 

@@ -1,8 +1,8 @@
 """The top-level calls: `run`, `load`, `save`, `sweep` (re-exported as `workbench.run` etc.).
 
 The entry point above every layer: it checks the config (`execution.preflight`), hands the
-run to the engine (or to the single-process reference for `sgd`), adds the progress bar and
-writes the run directory. `sweep` repeats `run` over worker counts.
+run to the engine (every algorithm, `sgd` included, on the transport `engine.transport_for`
+picks), adds the progress bar and writes the run directory. `sweep` repeats `run` over worker counts.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         config: a `RunConfig` (or a dict of its fields).
         cluster: a Dask `Client`, cluster, or scheduler address; "threads"; or a transport
             `execution.engine.transport_for` chose. Default: a local cluster started (or
-            reused) for this session, or the simulated one for `simulate=True`. Ignored for
-            `algorithm="sgd"`.
+            reused) for this session, or the simulated one for `simulate=True`. Ignored by an
+            algorithm that runs in this process (`AlgorithmSpec.in_process`: sgd).
         on_record: called with each batch of streamed records (live plots).
         should_stop: polled by the client; returning True stops the run within a second.
         progress: draw a progress bar (epochs or steps, last loss, test accuracy): a
@@ -65,12 +65,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     result = None
     t0 = time.time()
     try:
-        if config.algorithm == "sgd" and not config.simulate:
-            from .algorithms.reference import train_reference
-            result = train_reference(config, on_record=on_record, should_stop=should_stop)
-        else:   # the simulated cluster, threads or Dask: engine.transport_for chooses
-            from .execution.engine import run as engine_run
-            result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+        from .execution.engine import run as engine_run  # engine.transport_for: simulated, threads or Dask
+        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
     except BaseException:
@@ -98,6 +94,12 @@ def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult
     collector = Collector()
     collector([event_record(wall, "stop_requested", None, f"{why} before training started")])
     return build_result(config.to_dict(), collector, status="stopped", wall_time_s=wall, workers=[])
+
+
+def _spec(config: RunConfig) -> Any:
+    """The declaration of the config's algorithm (`algorithms.registry.AlgorithmSpec`)."""
+    from .algorithms.registry import specs
+    return specs()[config.algorithm]
 
 
 class RunWarning(UserWarning):
@@ -214,7 +216,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         raise ConfigTypeError("rounds", "a whole number of rounds >= 1", rounds)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
-    if cluster is None and config.algorithm != "sgd" and not simulated:   # simulated: each point its own
+    in_process = _spec(config).in_process   # sgd: no cluster to start or warm
+    if cluster is None and not in_process and not simulated:   # simulated: each point its own
         from .execution.cluster import session_client
         field = worker_field(config)
         cluster = session_client(max(ws) if field == "cpus" else 0, max(ws) if field == "gpus" else 0,
@@ -223,7 +226,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # worker spends ~10 s setting it up inside the other workers' training span (they wait
     # in the first exchange), which the first measured point would otherwise include.
     # (Virtual time has no cold workers: a simulated sweep skips it.)
-    if config.algorithm != "sgd" and not simulated:
+    if not in_process and not simulated:
         run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
@@ -265,6 +268,8 @@ def _check_simulated_sweep(config: RunConfig, cluster: Any) -> None:
     if cluster is not None:
         raise ConfigError("cluster", "None with simulate (each point runs on its own virtual cluster, in this "
                           "process)", cluster if isinstance(cluster, str) else type(cluster).__name__)
-    if config.algorithm == "sgd":
-        raise ConfigError("algorithm", "a parallel algorithm with simulate (sgd is the single-process reference; "
-                          "sweep sync_sgd instead, which computes the same updates)", config.algorithm)
+    fixed = _spec(config).workers
+    if fixed is not None:
+        raise ConfigError("algorithm", f"a parallel algorithm with simulate ({config.algorithm} runs on {fixed} "
+                          "worker whatever the sweep varies; sweep sync_sgd instead, which computes the same "
+                          "updates)", config.algorithm)

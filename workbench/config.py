@@ -17,11 +17,16 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# The algorithms are declared in their own modules (`workbench.algorithms.registry`);
-# `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read from there on
-# first use (module `__getattr__` below), so that `import workbench` stays light.
+from .algorithms.registry import LR_MAX
+from .data.dataset import DATASETS
 
-DATASET_NAMES = ("digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10")
+# The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
+# algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
+# from there on first use (module `__getattr__` below). The datasets are `data.DATASETS`'s
+# entries (sizes, image shape, downloaded or not), read without loading any data.
+
+DATASET_NAMES = tuple(DATASETS)
+IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_shape is not None)
 MODEL_NAMES = ("softmax", "mlp", "cnn")
 
 
@@ -745,31 +750,36 @@ class RunConfig(BaseModel):
     def _combinations(self) -> RunConfig:
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
-        if self.algorithm != "sgd" and workers is not None and workers < 1:
+        spec = _algorithm_spec(self.algorithm)
+        fixed = spec.workers is not None   # its worker count is its own (sgd: 1)
+        if not fixed and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
-        if workers is not None and self.algorithm != "sgd" and self.batch_size < workers:
+        if workers is not None and not fixed and self.batch_size < workers:
             raise ConfigError("batch_size", f"at least the number of workers ({workers})", self.batch_size)
-        if self.algorithm == "ltfb" and workers is not None and self.trainers > workers:
-            raise ConfigError("trainers", f"at most the number of workers ({workers})", self.trainers)
-        if self.algorithm == "ltfb" and workers is not None and workers % self.trainers:
-            raise ConfigError("trainers", f"a divisor of the number of workers ({workers}), so every trainer "
-                              "has as many workers", self.trainers)
+        broken = spec.check(self)    # the algorithm's own rules for its knobs (LTFB: its trainers)
+        if broken is not None:
+            raise ConfigError(*broken)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
-        if self.model == "cnn" and self.dataset not in ("digits", "mnist", "fashion_mnist", "cifar10"):
-            raise ConfigError("model", "cnn only with an image dataset (digits, mnist, fashion_mnist, cifar10)", self.model)
+        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+            raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
             raise ConfigError("warmup_epochs", f"at most epochs ({self.epochs:g})", self.warmup_epochs)
-        if self.comm == "nccl" and self.algorithm != "sgd" and (self.cpus > 0 or self.gpus == 0):
+        if self.comm == "nccl" and not fixed and (self.cpus > 0 or self.gpus == 0):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
         _check_optimizer(self)
-        _check_scaled_lr(self)
+        _check_scaled_lr(self, spec.peak_lr(self))
         return self
 
     # ---------------------------------------------------------------- helpers
+    @property
+    def data_shape(self) -> Any:
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
+        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+
     @property
     def model_hidden(self) -> tuple[int, ...]:
         """`hidden`, or the model's default widths."""
@@ -780,8 +790,9 @@ class RunConfig(BaseModel):
     @property
     def n_workers(self) -> int | None:
         """Workers the run asks for; None while `gpus="auto"` is unresolved."""
-        if self.algorithm == "sgd":
-            return 1
+        fixed = _algorithm_spec(self.algorithm).workers
+        if fixed is not None:
+            return fixed
         if self.gpus == "auto":
             return None
         return self.cpus + self.gpus
@@ -837,22 +848,12 @@ class RunConfig(BaseModel):
 
 
 FIELDS: tuple[str, ...] = tuple(RunConfig.model_fields)
-LR_MAX = 1e38   # float32 parameters: lr * grad past ~3.4e38 is inf at the first step
 
 
-def _check_scaled_lr(c: RunConfig) -> None:
-    """`lr` after scaling (and LTFB's spread) must stay a float32 number: name `lr`, not
-    the schedule's internal argument, when it does not."""
+def _check_scaled_lr(c: RunConfig, peak: float) -> None:
+    """`lr` after scaling must stay a float32 number: name `lr`, not the schedule's internal
+    argument, when it does not. `peak`: the largest base lr (`AlgorithmSpec.peak_lr`)."""
     factor = {"linear": c.batch_size / c.base_batch, "sqrt": math.sqrt(c.batch_size / c.base_batch)}.get(c.lr_scaling, 1.0)
-    peak = c.lr
-    if c.algorithm == "ltfb":
-        try:
-            peak = max(c.trainer_lrs) if c.trainer_lrs else c.lr * c.lr_spread ** ((c.trainers - 1) / 2)
-        except OverflowError:
-            peak = math.inf
-        if not math.isfinite(peak) or peak > LR_MAX:
-            field = "trainer_lrs" if c.trainer_lrs else "lr_spread"
-            raise ConfigError(field, f"values that keep every trainer's lr under {LR_MAX:g}", getattr(c, field))
     if not math.isfinite(peak * factor) or peak * factor > LR_MAX:
         raise ConfigError("lr", f"small enough that {c.lr_scaling} scaling to batch {c.batch_size} (x{factor:g}) "
                           f"keeps it under {LR_MAX:g}", c.lr)

@@ -17,7 +17,6 @@ from typing import Any
 from ..maths.backend import to_numpy
 from ..maths.optim import OptimizerSettings
 from .base import Algorithm, StepOut, WorkerContext
-from .registry import AlgorithmSpec, Needs, register
 
 
 class AsyncSGD(Algorithm):
@@ -62,12 +61,3 @@ def momentum_options(config: Any) -> dict[str, Any]:
     """async_msgd: the server keeps the momentum (and Nesterov, weight decay; or the
     moments of adamw / lamb, lars's velocity)."""
     return {"optimizer": OptimizerSettings.of(config)}
-
-
-register(AlgorithmSpec(
-    "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
-    "recorded", AsyncSGD, sync=False, evaluates="rank0",
-    needs=Needs(server="parameter_server", server_options=plain_options), pattern="server"))
-register(AlgorithmSpec(
-    "async_msgd", "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v", AsyncMSGD, sync=False,
-    needs=Needs(server="parameter_server", server_options=momentum_options), pattern="server"))

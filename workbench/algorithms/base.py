@@ -102,6 +102,12 @@ class WorkerContext:
             idx = self.xp.asarray(idx)
         return self.X[idx], self.y[idx]
 
+    def initial_params(self) -> Any:
+        """A fresh, writable copy of the run's initial parameters on this worker's device
+        (`Problem.params0`: built once per process, `model.init(seed)`)."""
+        from ..problem import Problem
+        return Problem.from_config(self.config).initial_params(self.xp)
+
     def my_slice(self, shares: list[float] | None = None, batch_size: int | None = None) -> tuple[int, int]:
         """This worker's rows of each global batch: equal shares unless given."""
         shares = shares or [1.0] * self.size
@@ -189,13 +195,16 @@ class Algorithm:
     """Base class: one instance per worker per run.
 
     What the algorithm is and needs (sync or not, who evaluates, its server role, ...) is
-    declared once, in its module, by `registry.register(AlgorithmSpec(...))`, which binds
-    the class's `spec`; `sync` and `evaluates` read it."""
+    declared once, in `registry`'s table, naming this class; loading it binds the class's
+    `spec`, which `sync` and `evaluates` read."""
 
-    spec: Any = None     # the AlgorithmSpec, bound by `register`
+    spec: Any = None     # the AlgorithmSpec, bound when the registry loads the class
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
+        if "spec" not in type(self).__dict__:   # built directly, not through `AlgorithmSpec.cls`
+            from .registry import spec_of
+            type(self).spec = spec_of(type(self))
 
     @property
     def sync(self) -> bool:

@@ -32,7 +32,6 @@ import numpy as np
 from ..comm.roles import chunk_bounds
 from ..maths.backend import to_numpy
 from .base import Algorithm, StepOut, WorkerContext, settle
-from .registry import AlgorithmSpec, Needs, register
 from .sync import SpeedBalancer
 
 
@@ -41,7 +40,7 @@ class CGDP(Algorithm):
         super().__init__(ctx)
         xp, model = ctx.xp, ctx.model
         self.master = ctx.server
-        self.params = xp.asarray(model.init(ctx.config.seed))
+        self.params = ctx.initial_params()
         self.grad = xp.empty_like(self.params)
         self.groups = model.layer_groups()
         setting = ctx.config.chunk_layers
@@ -108,8 +107,3 @@ class CGDP(Algorithm):
             self.summary = {"chunk_layers_used": hist[-1] if hist else None,
                             "chunk_layers_tried": sorted(set(hist)), **self.balancer.summary()}
         return super().finish()
-
-
-register(AlgorithmSpec(
-    "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by chunk",
-    CGDP, sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "split"), pattern="host"))

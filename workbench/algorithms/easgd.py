@@ -60,7 +60,6 @@ from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
 
 
 class ElasticWorker(Algorithm):
@@ -72,7 +71,7 @@ class ElasticWorker(Algorithm):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp
-        self.params = xp.asarray(ctx.model.init(c.seed))   # x_i: every worker starts at the centre
+        self.params = ctx.initial_params()   # x_i: every worker starts at the centre
         self.grad = xp.empty_like(self.params)
         # local steps ignore momentum (the elastic force plays its part): sgd is plain
         self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype, momentum=0.0, nesterov=False)
@@ -230,24 +229,3 @@ class SyncEASGD(ElasticWorker):
 
     def eval_params(self) -> Any:
         return self.centre
-
-
-EASGD_KNOBS = ("tau", "alpha")
-register(AlgorithmSpec(
-    "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
-    EASGD, sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin"))
-register(AlgorithmSpec(
-    "async_easgd", "elastic averaging with a parameter server serving whichever worker arrives first, every tau steps",
-    AsyncEASGD, sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server"))
-register(AlgorithmSpec(
-    "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", AsyncMEASGD, sync=False,
-    needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server",
-    takes_optimizer=False))   # its worker update is EAMSGD's own
-register(AlgorithmSpec(
-    "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
-    HogwildEASGD, sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS, pattern="elastic_shared",
-    spans_hosts=False))
-register(AlgorithmSpec(
-    "sync_easgd", "all workers every tau steps: allreduce of the elastic differences; deterministic", SyncEASGD,
-    sync=True, evaluates="all",   # the centre is the same on every rank: the ranks share each evaluation
-    needs=Needs(collective=True), knobs=EASGD_KNOBS, pattern="elastic_allreduce"))

@@ -48,7 +48,6 @@ from ..comm.base import neighbour_exchange, ring_allreduce_bytes
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
 
 TOPOLOGIES = ("ring", "torus", "exponential", "complete")
 CHECK_EVERY = 32      # steps between the agreement allreduces (stop, divergence, consensus)
@@ -203,10 +202,3 @@ class DPSGD(Algorithm):
         if self.ctx.rank == 0:
             self.summary = {**self.summary, "consensus_distance": self.consensus}
         return super().finish()
-
-
-register(AlgorithmSpec(
-    "dpsgd", "decentralised D-PSGD (Lian et al.): a local step, then gossip averaging with the neighbours in a "
-    "ring, torus, exponential or complete graph", DPSGD, sync=True, evaluates="rank0",
-    needs=Needs(collective=True, elems=lambda n, p: p * n),   # the peer exchange's generic form: (P, n)
-    knobs=("tau", "topology"), pattern="gossip"))

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from .base import Algorithm, StepOut, WorkerContext
-from .registry import AlgorithmSpec, Needs, register
 
 
 class HogwildSGD(Algorithm):
@@ -46,9 +45,3 @@ class HogwildSGD(Algorithm):
         return self.ctx.xp.asarray(self.shared.copy())
 
     eval_name = "shared"
-
-
-register(AlgorithmSpec(
-    "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host (Recht et al.)",
-    HogwildSGD, sync=False, needs=Needs(shared=("params",)), pattern="shared", spans_hosts=False,
-    takes_optimizer=False))   # the lock-free x -= lr g is the algorithm

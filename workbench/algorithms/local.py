@@ -46,7 +46,6 @@ from typing import Any
 from ..comm.base import ring_allreduce_bytes
 from ..maths.optim import OptimizerSettings, make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
 
 
 class LocalSGD(Algorithm):
@@ -58,7 +57,7 @@ class LocalSGD(Algorithm):
         super().__init__(ctx)
         c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
         self.n = n
-        self.params = xp.asarray(ctx.model.init(c.seed))        # x_i; every worker starts at the same point
+        self.params = ctx.initial_params()        # x_i; every worker starts at the same point
         self.average = self.params.copy()                       # the last average (what is evaluated)
         self.grad = xp.empty_like(self.params)
         self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
@@ -179,18 +178,3 @@ class DiLoCo(LocalSGD):
         self.delta[...] = total                               # Delta = sum_j w_j (x - x_j)
         self.outer.step(self.average, self.delta, self.outer_lr)   # x -= lr_out (Delta + mu v): Nesterov
         self.params[...] = self.average                       # every worker restarts from the new x
-
-
-LOCAL_KNOBS = ("tau",)
-register(AlgorithmSpec(
-    "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "
-    "parameters", LocalSGD, sync=True, evaluates="all", needs=Needs(collective=True), knobs=LOCAL_KNOBS,
-    pattern="local_allreduce"))
-register(AlgorithmSpec(
-    "post_local_sgd", "post-local SGD (Lin et al.): sync_sgd until post_local_epoch, then local SGD averaging "
-    "every tau steps", PostLocalSGD, sync=True, evaluates="all", needs=Needs(collective=True),
-    knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce"))
-register(AlgorithmSpec(
-    "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
-    "parameter change", DiLoCo, sync=True, evaluates="all", needs=Needs(collective=True),
-    knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce"))

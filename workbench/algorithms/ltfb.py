@@ -67,7 +67,7 @@ from ..maths.optim import make_optimizer
 from ..problem import run_plan
 from ..results import eval_record
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
-from .registry import AlgorithmSpec, Needs, register
+from .registry import trainer_lrs  # facts on LTFB's declaration
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5
@@ -82,18 +82,6 @@ def trainer_groups(config: RunConfig, size: int) -> list[list[int]]:
     """
     per = size // config.trainers
     return [list(range(g * per, (g + 1) * per)) for g in range(config.trainers)]
-
-
-def trainer_lrs(config: RunConfig) -> list[float]:
-    """Each trainer's base lr: `trainer_lrs`, else lr * lr_spread**(k - (K-1)/2).
-
-    >>> trainer_lrs(RunConfig(algorithm="ltfb", cpus=2, trainers=2, lr=0.1, lr_spread=4.0))
-    [0.05, 0.2]
-    """
-    if config.trainer_lrs is not None:
-        return list(config.trainer_lrs)
-    K = config.trainers
-    return [config.lr * config.lr_spread ** (k - (K - 1) / 2) for k in range(K)]
 
 
 def round_pairs(seed: int, rnd: int, trainers: int) -> list[tuple[int, int]]:
@@ -136,25 +124,9 @@ def trainer_data(n_train: int, trainers: int, tournament_size: int, seed: int) -
     return out
 
 
-def trainer_plan_shape(config: RunConfig, n_train: int) -> tuple[int, int]:
-    """(examples, batch) a trainer's steps walk: its training set (`trainer_data`: the
-    smallest share less the tournament set) and the trainer batch.
-
-    >>> trainer_plan_shape(RunConfig(algorithm="ltfb", cpus=2, trainers=2, batch_size=64,
-    ...                              tournament_size=10), 101)
-    (40, 32)
-    """
-    return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
-
-
 def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
-    """Client-side checks before any worker starts: the data leaves every trainer a batch."""
-    from ..problem import Problem
-    share = Problem.from_config(config).shape.n_train // config.trainers
-    b = config.batch_size // config.trainers
-    if share - config.tournament_size < b:
-        raise ConfigError("tournament_size", f"at most {share - b} (each trainer's {share} training examples "
-                          f"must leave at least one batch of {b})", config.tournament_size)
+    """Client-side set-up: each trainer's base lr (the data's share per trainer is checked
+    with the config: `registry._ltfb_check`)."""
     return {"trainer_lrs": trainer_lrs(config)}
 
 
@@ -360,12 +332,3 @@ def summarise(finals: list[dict]) -> dict[str, Any]:
         "final_test_loss": float(best["test_loss"]),
         "final_train_loss": float(best["train_loss"]),
     }
-
-
-register(AlgorithmSpec(
-    "ltfb", "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
-    LTFB, sync=True,        # a trainer's workers step together; trainers meet at tournaments
-    evaluates="trainers",
-    needs=Needs(collective=True, groups=trainer_groups, server="tournament", setup=ltfb_extra),
-    knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-    pattern="tournament", plan_shape=trainer_plan_shape))

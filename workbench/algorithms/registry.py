@@ -1,22 +1,28 @@
-"""The algorithm registry: what each algorithm is and what a run of it needs.
+"""The algorithm registry: what each algorithm is and what a run of it needs, declared once.
 
-Every algorithm declares itself once, in its own module, as an `AlgorithmSpec` passed to
-`register(...)`: its name and one-line summary, whether its workers step together
-(`sync`), who evaluates, what the transport must set up before the loops start
-(`Needs`: a collective, rank groups, a server role, shared arrays, extra client-side
-set-up), its knobs (`RunConfig` field names), its communication pattern for the cost
-model and whether it can span hosts.
+Every algorithm is declared once, in the table at the bottom of this module, as an
+`AlgorithmSpec`: its name and one-line summary, its worker class (named, loaded on first
+use), whether its workers step together (`sync`), who evaluates, what the transport must
+set up before the loops start (`Needs`: a collective, rank groups, a server role, shared
+arrays, extra client-side set-up), its knobs (`RunConfig` field names), its communication
+pattern for the cost model, whether it can span hosts, how many workers it runs on and
+where, and the facts about its own knobs (`check`, `peak_lr`).
 
 Everything that used to keep its own list reads this one: config validation
-(`config.ALGORITHMS`, `config.SYNC_ALGORITHMS`, read lazily), the engine and its
-transports, the cost model (`costmodel.PATTERNS`), the dashboard (which knobs apply),
-`bench` and `python -m workbench algorithms`.
+(`config.ALGORITHMS`, `config.SYNC_ALGORITHMS`, the algorithm's `check`), the engine and
+its transports, preflight, the cost model (`costmodel.PATTERNS`), the dashboard (which
+knobs apply), `bench` and `python -m workbench algorithms`.
 
-This module imports nothing of the workbench (config reads it lazily without a cycle);
-`specs()` imports the algorithm modules (which register themselves) on first use.
+This module imports nothing of the workbench, and reading it imports no algorithm module:
+a worker class (and a `Needs` hook named as ``"module:function"``) is imported when a run
+first needs it. So `RunConfig(algorithm="sync_sgd")` loads neither the algorithms nor
+pandas. A module may still declare an algorithm itself with `register(...)` at import
+(list it in `MODULES`; `specs()` then imports it); the table is the usual place.
 """
 from __future__ import annotations
 
+import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,17 +39,27 @@ PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_ser
             "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip")
 EVALUATORS = ("rank0", "all", "trainers")
 
+Hook = Callable[..., Any] | str   # a function, or "module:function" of this package, imported on first use
+
+
+def _load(ref: Any) -> Any:
+    """A `Hook` or a class named ``"module:attr"`` (a module of this package) -> the object."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
 
 @dataclass(frozen=True)
 class Needs:
     """What a transport must provide before an algorithm's loops start."""
 
     collective: bool = False     # an allreduce (`ctx.comm`) among the workers of each rank group
-    groups: Callable[[Any, int], list[list[int]]] | None = None   # (config, P) -> rank groups; default one group
+    groups: Hook | None = None   # (config, P) -> rank groups; default one group
     server: str | None = None    # a server role (SERVER_ROLES), reached as `ctx.server`
-    server_options: Callable[[Any], dict[str, Any]] | None = None  # config -> the role's options
+    server_options: Hook | None = None  # config -> the role's options
     shared: tuple[str, ...] = ()  # shared arrays (`ctx.shared[name]`), initialised to the initial params
-    setup: Callable[[Any, int], dict[str, Any]] | None = None   # client-side set-up (config, P) -> ctx.extra
+    setup: Hook | None = None    # client-side set-up (config, P) -> ctx.extra
     elems: Callable[[int, int], int] | None = None   # (n_params, P) -> the largest allreduce, when more than
     #   the parameters plus the tail (dpsgd's peer exchange carried by the allreduce: P n)
 
@@ -53,34 +69,54 @@ class Needs:
         >>> Needs(collective=True).rank_groups(None, 3)
         [[0, 1, 2]]
         """
-        return self.groups(config, size) if self.groups else [list(range(size))]
+        return _load(self.groups)(config, size) if self.groups else [list(range(size))]
 
     def options(self, config: Any, model: Any = None) -> dict[str, Any]:
         """The server role's options for this config ({} without any); an update rule
         among them (`optimizer`) gets the model's layer layout (`layout`) beside it."""
-        options = self.server_options(config) if self.server_options else {}
+        options = _load(self.server_options)(config) if self.server_options else {}
         if "optimizer" in options and model is not None:
             options = {**options, "layout": model.layout()}
         return options
 
+    def client_setup(self, config: Any, size: int) -> dict[str, Any]:
+        """The algorithm's own client-side set-up, handed to every worker as `ctx.extra` ({} without any)."""
+        return _load(self.setup)(config, size) if self.setup else {}
+
+
+def _no_check(config: Any) -> tuple[str, str, Any] | None:
+    return None
+
+
+def _config_lr(config: Any) -> float:
+    return config.lr
+
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """One algorithm, declared in its own module."""
+    """One algorithm, declared once (the table below)."""
 
     name: str
     summary: str                 # one line: `wb.ALGORITHMS[name]`, `python -m workbench algorithms`
-    cls: type | None             # the worker class (None: single-process, `reference.train_reference`)
+    impl: Any                    # the worker class (`base.Algorithm`), or "module:Class", loaded on first use
     sync: bool                   # every worker reaches every step: a lost worker fails the run
     evaluates: str = "rank0"     # "rank0"; "all" (every rank a share, same params); "trainers" (LTFB)
     needs: Needs = field(default_factory=Needs)
     knobs: tuple[str, ...] = ()  # RunConfig fields that only matter to this algorithm (and its family)
     pattern: str = "none"        # cost-model communication pattern (PATTERNS)
     spans_hosts: bool = True     # False: shared memory, every worker on one host
+    workers: int | None = None   # exactly this many workers whatever cpus / gpus say (sgd: 1); None: cpus + gpus
+    in_process: bool = False     # runs on the thread transport in this process whatever `cluster` says: no
+    #                              cluster is started, no scheduler asked (sgd)
+    # config -> the first rule of this algorithm's own knobs the config breaks, as (field, what is
+    # allowed, value), or None; `RunConfig` raises it as a ConfigError (no workbench import here)
+    check: Callable[[Any], tuple[str, str, Any] | None] = _no_check
+    # config -> the largest base lr any worker starts from, before lr scaling (LTFB: its fastest trainer)
+    peak_lr: Callable[[Any], float] = _config_lr
     takes_optimizer: bool = True  # False: its update is its own (config.optimizer must be sgd)
     # (config, n_train) -> (examples, batch) that the run's steps walk, when not the whole
     # training set and the global batch (LTFB: a trainer's training set and batch); the
-    # plan of every run comes from it (`base.run_plan`)
+    # plan of every run comes from it (`problem.run_plan`)
     plan_shape: Callable[[Any, int], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
@@ -90,10 +126,23 @@ class AlgorithmSpec:
             raise ValueError(f"evaluates: one of {list(EVALUATORS)}, got {self.evaluates!r}")
         if self.needs.server is not None and self.needs.server not in SERVER_ROLES:
             raise ValueError(f"needs.server: one of {sorted(SERVER_ROLES)}, got {self.needs.server!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers: None or at least 1, got {self.workers!r}")
 
     @property
-    def single_process(self) -> bool:
-        return self.cls is None
+    def cls(self) -> type:
+        """The worker class (imports its module on first use) whose `spec` is this declaration."""
+        cls = _load(self.impl)
+        if cls.__dict__.get("spec") is not self:
+            cls.spec = self
+        return cls
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the worker class's module is imported already (the registry never imports it itself)."""
+        if not isinstance(self.impl, str):
+            return True
+        return f"{__package__}.{self.impl.partition(':')[0]}" in __import__("sys").modules
 
     def comm_elems(self, n_params: int, size: int) -> int:
         """Elements of the largest allreduce buffer: the parameters plus the packed tail
@@ -114,34 +163,37 @@ def tail_length(size: int) -> int:
 
 _SPECS: dict[str, AlgorithmSpec] = {}
 _ORDERED: dict[str, AlgorithmSpec] | None = None
-# The modules that declare algorithms, in the order `python -m workbench algorithms` lists them.
-MODULES = ("reference", "sync", "async_ps", "hogwild", "easgd", "ltfb", "cgdp", "local", "gossip")
+# Modules that declare algorithms themselves, at import (`register`); `specs()` imports them.
+MODULES: tuple[str, ...] = ()
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:
-    """Add `spec` (called once, by the algorithm's own module, at import); binds the
-    worker class to it, so `Algorithm.sync` / `.evaluates` read the declaration."""
+    """Add `spec` (the table below; or a module listed in MODULES, at its import)."""
     if spec.name in _SPECS and _SPECS[spec.name] is not spec:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     _SPECS[spec.name] = spec
-    if spec.cls is not None:
-        spec.cls.spec = spec
+    if not isinstance(spec.impl, str):
+        spec.impl.spec = spec
     return spec
 
 
 def specs() -> dict[str, AlgorithmSpec]:
-    """Every registered algorithm, name -> spec (imports the algorithm modules once)."""
+    """Every declared algorithm, name -> spec, in the order `python -m workbench algorithms` lists them."""
     global _ORDERED
     if _ORDERED is None or len(_ORDERED) != len(_SPECS):
-        import importlib
         for module in MODULES:
             importlib.import_module(f"{__package__}.{module}")
-
-        def where(item: tuple[int, AlgorithmSpec]) -> tuple[int, int]:
-            module = item[1].cls.__module__.rsplit(".", 1)[-1] if item[1].cls else "reference"
-            return (MODULES.index(module) if module in MODULES else len(MODULES), item[0])
-        _ORDERED = {s.name: s for _, s in sorted(enumerate(_SPECS.values()), key=where)}
+        _ORDERED = dict(_SPECS)
     return _ORDERED
+
+
+def spec_of(cls: type) -> AlgorithmSpec:
+    """The declaration whose worker class is `cls` (a class built outside the engine asks this)."""
+    where = f"{cls.__module__.rpartition('.')[2]}:{cls.__qualname__}"
+    for spec in specs().values():
+        if spec.impl is cls or spec.impl == where:
+            return spec
+    raise LookupError(f"{cls.__qualname__}: no algorithm declares it")
 
 
 def summaries() -> dict[str, str]:
@@ -161,3 +213,146 @@ def with_knob(knob: str) -> tuple[str, ...]:
     ('ltfb',)
     """
     return tuple(name for name, spec in specs().items() if knob in spec.knobs)
+
+
+# ------------------------------------------------------------------------------ facts of LTFB's knobs
+LR_MAX = 1e38   # float32 parameters: lr * grad past ~3.4e38 is inf at the first step
+
+
+def trainer_lrs(config: Any) -> list[float]:
+    """LTFB: each trainer's base lr: `trainer_lrs`, else lr * lr_spread**(k - (K-1)/2).
+
+    >>> from types import SimpleNamespace as C
+    >>> trainer_lrs(C(trainer_lrs=None, trainers=2, lr=0.1, lr_spread=4.0))
+    [0.05, 0.2]
+    """
+    if config.trainer_lrs is not None:
+        return list(config.trainer_lrs)
+    K = config.trainers
+    return [config.lr * config.lr_spread ** (k - (K - 1) / 2) for k in range(K)]
+
+
+def trainer_plan_shape(config: Any, n_train: int) -> tuple[int, int]:
+    """LTFB: (examples, batch) a trainer's steps walk: its training set (`ltfb.trainer_data`:
+    the smallest share less the tournament set) and the trainer batch.
+
+    >>> from types import SimpleNamespace as C
+    >>> trainer_plan_shape(C(trainers=2, batch_size=64, tournament_size=10), 101)
+    (40, 32)
+    """
+    return n_train // config.trainers - config.tournament_size, config.batch_size // config.trainers
+
+
+def _ltfb_peak_lr(config: Any) -> float:
+    """The fastest trainer's base lr (inf when the spread overflows)."""
+    if config.trainer_lrs:
+        return max(config.trainer_lrs)
+    try:
+        return config.lr * config.lr_spread ** ((config.trainers - 1) / 2)
+    except OverflowError:
+        return math.inf
+
+
+def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
+    """LTFB's trainers: at most the workers and a divisor of them, each trainer's share of the
+    data leaving a batch besides its tournament set, every trainer's lr a float32 number."""
+    workers = config.n_workers
+    if workers is not None and config.trainers > workers:
+        return "trainers", f"at most the number of workers ({workers})", config.trainers
+    if workers is not None and workers % config.trainers:
+        return ("trainers", f"a divisor of the number of workers ({workers}), so every trainer has as many "
+                "workers", config.trainers)
+    share = config.data_shape.n_train // config.trainers      # the dataset's entry: nothing loaded
+    b = config.batch_size // config.trainers
+    if share - config.tournament_size < b:
+        return ("tournament_size", f"at most {share - b} (each trainer's {share} training examples must leave at "
+                f"least one batch of {b})", config.tournament_size)
+    peak = _ltfb_peak_lr(config)
+    if not math.isfinite(peak) or peak > LR_MAX:
+        name = "trainer_lrs" if config.trainer_lrs else "lr_spread"
+        return name, f"values that keep every trainer's lr under {LR_MAX:g}", getattr(config, name)
+    return None
+
+
+def _gossip_elems(n_params: int, size: int) -> int:
+    """D-PSGD: the peer exchange carried by the allreduce in its generic form, P n elements."""
+    return size * n_params
+
+
+# ------------------------------------------------------------------------------ the declarations
+EASGD_KNOBS = ("tau", "alpha")
+LOCAL_KNOBS = ("tau",)
+
+for _spec in (
+    AlgorithmSpec(
+        "sgd", "single-process minibatch SGD (momentum/Nesterov): the reference every parallel run is checked "
+        "against", "reference:PlainSGD", sync=True, pattern="none", workers=1, in_process=True),
+    AlgorithmSpec(
+        "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
+        "the same update", "sync:SyncSGD", sync=True,
+        evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
+        needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
+                                             "compression_levels", "error_feedback"), pattern="allreduce"),
+    AlgorithmSpec(
+        "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
+        "recorded", "async_ps:AsyncSGD", sync=False, evaluates="rank0",
+        needs=Needs(server="parameter_server", server_options="async_ps:plain_options"), pattern="server"),
+    AlgorithmSpec(
+        "async_msgd", "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v", "async_ps:AsyncMSGD",
+        sync=False, needs=Needs(server="parameter_server", server_options="async_ps:momentum_options"),
+        pattern="server"),
+    AlgorithmSpec(
+        "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host "
+        "(Recht et al.)", "hogwild:HogwildSGD", sync=False, needs=Needs(shared=("params",)), pattern="shared",
+        spans_hosts=False, takes_optimizer=False),   # the lock-free x -= lr g is the algorithm
+    AlgorithmSpec(
+        "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
+        "easgd:EASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin"),
+    AlgorithmSpec(
+        "async_easgd", "elastic averaging with a parameter server serving whichever worker arrives first, every "
+        "tau steps", "easgd:AsyncEASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS,
+        pattern="elastic_server"),
+    AlgorithmSpec(
+        "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", "easgd:AsyncMEASGD",
+        sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server",
+        takes_optimizer=False),   # its worker update is EAMSGD's own
+    AlgorithmSpec(
+        "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
+        "easgd:HogwildEASGD", sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS,
+        pattern="elastic_shared", spans_hosts=False),
+    AlgorithmSpec(
+        "sync_easgd", "all workers every tau steps: allreduce of the elastic differences; deterministic",
+        "easgd:SyncEASGD", sync=True,
+        evaluates="all",    # the centre is the same on every rank: the ranks share each evaluation
+        needs=Needs(collective=True), knobs=EASGD_KNOBS, pattern="elastic_allreduce"),
+    AlgorithmSpec(
+        "ltfb", "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
+        "ltfb:LTFB", sync=True,        # a trainer's workers step together; trainers meet at tournaments
+        evaluates="trainers",
+        needs=Needs(collective=True, groups="ltfb:trainer_groups", server="tournament", setup="ltfb:ltfb_extra"),
+        knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
+        pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape),
+    AlgorithmSpec(
+        "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by "
+        "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "split"),
+        pattern="host"),
+    AlgorithmSpec(
+        "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "
+        "parameters", "local:LocalSGD", sync=True, evaluates="all", needs=Needs(collective=True),
+        knobs=LOCAL_KNOBS, pattern="local_allreduce"),
+    AlgorithmSpec(
+        "post_local_sgd", "post-local SGD (Lin et al.): sync_sgd until post_local_epoch, then local SGD averaging "
+        "every tau steps", "local:PostLocalSGD", sync=True, evaluates="all", needs=Needs(collective=True),
+        knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce"),
+    AlgorithmSpec(
+        "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
+        "parameter change", "local:DiLoCo", sync=True, evaluates="all", needs=Needs(collective=True),
+        knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce"),
+    AlgorithmSpec(
+        "dpsgd", "decentralised D-PSGD (Lian et al.): a local step, then gossip averaging with the neighbours in a "
+        "ring, torus, exponential or complete graph", "gossip:DPSGD", sync=True, evaluates="rank0",
+        needs=Needs(collective=True, elems=_gossip_elems),   # the peer exchange's generic form: (P, n)
+        knobs=("tau", "topology"), pattern="gossip"),
+):
+    register(_spec)
+del _spec

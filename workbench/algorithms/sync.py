@@ -27,7 +27,6 @@ from ..data import split_batch
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
 from .compressed import CompressedExchange
-from .registry import AlgorithmSpec, Needs, register
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
@@ -101,7 +100,7 @@ class SyncSGD(Algorithm):
         super().__init__(ctx)
         xp, n = ctx.xp, ctx.model.n_params
         c = ctx.config
-        self.params = xp.asarray(ctx.model.init(c.seed) if params is None else params)
+        self.params = ctx.initial_params() if params is None else xp.asarray(params)
         self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
         self.n = n
         self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)
@@ -153,11 +152,3 @@ class SyncSGD(Algorithm):
 
     def eval_params(self) -> Any:
         return self.params
-
-
-register(AlgorithmSpec(
-    "sync_sgd", "data-parallel SGD: the global batch is split, gradients are allreduced, every worker applies "
-    "the same update", SyncSGD, sync=True,
-    evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
-    needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
-                                         "compression_levels", "error_feedback"), pattern="allreduce"))

@@ -54,7 +54,7 @@ prediction error on measured sweep rows. Nothing here imports plotly: the figure
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,10 +82,10 @@ BYTES_PER_PARAM = 4  # float32
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
 # Which communication pattern each algorithm uses (see the module docstring): declared
-# by each algorithm in its own module (`workbench.algorithms.registry`).
+# on each algorithm's declaration (`workbench.algorithms.registry`).
 PATTERNS: dict[str, str] = {name: spec.pattern for name, spec in specs().items()}
 SAME_HOST = tuple(name for name, spec in specs().items()            # shared memory: one host only
-                  if not spec.spans_hosts and not spec.single_process)
+                  if not spec.spans_hosts)
 ALLREDUCES = ("ring", "tree")
 
 
@@ -176,24 +176,9 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     >>> exchange_terms("post_local_sgd", 2, 100.0, tau=4, sync_share=0.5)   # (0.5 + 0.5 / 4) x (2, 100)
     (1.25, 62.5)
     """
-    pattern = _pattern(algorithm)
-    if pattern == "allreduce" and compression != "none":
-        return compressed_terms(workers, n_bytes, compression, allreduce=allreduce, **compression_knobs)
-    if pattern == "allreduce":
-        return allreduce_terms(workers, n_bytes, allreduce)
-    if pattern in ("elastic_allreduce", "local_allreduce", "post_local_allreduce"):
-        a, b = allreduce_terms(workers, n_bytes, allreduce)
-        k = exchanges_per_step(pattern, tau, sync_share)
-        return a * k, b * k
-    if pattern == "server":
-        return 2.0, 2.0 * n_bytes
-    if pattern in ("elastic_server", "round_robin"):
-        return 2.0 / tau, 2.0 * n_bytes / tau
-    if pattern == "gossip":
-        return gossip_terms(workers, n_bytes, topology, tau=tau, allreduce=allreduce)
-    if pattern == "tournament":
-        return 2.0 / round_size, 2.0 * n_bytes / round_size
-    return None
+    step = _Step(workers=workers, n_bytes=n_bytes, tau=tau, round_size=round_size, allreduce=allreduce,
+                 sync_share=sync_share, compression=compression, topology=topology, knobs=compression_knobs)
+    return PATTERN_MODELS[_pattern(algorithm)][0](step)
 
 
 def exchanges_per_step(pattern: str, tau: int, sync_share: float = 0.0) -> float:
@@ -288,7 +273,7 @@ class Calibration:
     beta: float                               # s per byte
     n_params: int
     overhead_s: float = 0.0                   # per step, outside compute / comm / wait (median of runs)
-    how: str = "default"                      # "fit" | "beta" | "default" (see fit_alpha_beta)
+    how: str = "default"                      # "fit" | "beta" | "default" (fit_alpha_beta) | "benchmark" (linkfit)
     network: str = "shm"                      # where default alpha / beta came from
     points: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
@@ -410,7 +395,8 @@ def _layer_shapes(cfg: dict[str, Any]) -> list[tuple[int, ...]]:
     return [tuple(layer.shape) for layer in model.layers]
 
 
-def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm") -> Calibration:
+def calibrate(results: Iterable[Any], n_params: int | None = None, network: str = "shm",
+              link: Any = None) -> Calibration:
     """Fit compute per sample per worker kind, and alpha / beta, from measured runs.
 
     Args:
@@ -418,6 +404,9 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
             worker counts; runs of other sizes may be mixed if `n_params` is left None.
         n_params: parameters of the model (default: read from each run).
         network: whose documented alpha / beta fill in what the runs cannot determine.
+        link: a `workbench.analysis.linkfit.LinkFit` (the exchange timed alone, at several
+            sizes, bounded by physics): its alpha / beta replace the ones fitted from the
+            runs' comm times, which mix in waiting (`how` is then "benchmark").
     Returns:
         A `Calibration`; `how` says whether alpha and beta were fitted.
     Raises:
@@ -454,6 +443,8 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
     table = pd.DataFrame(points, columns=["algorithm", "workers", "n_bytes", "A", "B", "comm_s"])
     default = NETWORKS[network]
     alpha, beta, how = fit_alpha_beta(table["A"], table["B"], table["comm_s"], default.alpha, default.beta)
+    if link is not None:
+        alpha, beta, how = float(link.alpha), float(link.beta), "benchmark"
     return Calibration(compute=compute, alpha=alpha, beta=beta, n_params=int(n_params or sizes[-1]),
                        overhead_s=float(np.median(overheads)), how=how, network=network, points=table)
 
@@ -507,43 +498,165 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     update = passes * n / HOST_MEMORY_BYTES_PER_S
     if pattern not in ("server", "shared"):              # the workers apply the rule themselves
         local += (passes - update_passes("sgd")) * n / HOST_MEMORY_BYTES_PER_S
-    exchange = 2 * message_time(n, a, bb)                # one push + one pull
-    comm, rate, bottleneck = 0.0, 0.0, None
-    if pattern == "none":
-        rate = B / local if local > 0 else math.inf
-    elif pattern in ("allreduce", "elastic_allreduce", "local_allreduce", "post_local_allreduce", "gossip"):
-        A, Bt = exchange_terms(algorithm, p, n, tau=tau, allreduce=allreduce, sync_share=sync_share,
-                               compression=compression, topology=topology, **compression_knobs)
-        comm = A * a + Bt * bb
-        rate = B / (local + comm)
-    elif pattern in ("server", "elastic_server"):
-        period = 1 if pattern == "server" else tau
-        comm = exchange / period
-        workers_rate = p * per_worker / (local + comm)
-        server_rate = per_worker * period / (exchange + update)   # one update at a time
-        rate = min(workers_rate, server_rate)
-        bottleneck = "server" if server_rate < workers_rate else None
-    elif pattern == "round_robin":
-        cycle = max(tau * local + exchange + update, p * (exchange + update))
-        rate = p * per_worker * tau / cycle
-        bottleneck = "server" if p * (exchange + update) > tau * local + exchange + update else None
-    elif pattern in ("shared", "elastic_shared"):
-        comm = update / (1 if pattern == "shared" else tau)
-        rate = p * per_worker / (local + comm)
-        if network not in ("shm", MEASURED) and p > 1:
-            bottleneck = "one host only"
-    elif pattern == "tournament":
-        scoring = 2 * cal.compute_s(kind, tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
-        comm = (exchange + scoring) / round_size
-        rate = p * per_worker / (local + comm)
-    elif pattern == "host":
-        rate = B / (cgdp_step_time(compute, n, p, chunks, update_passes=passes) + cal.overhead_s)
+    case = _Step(workers=p, n_bytes=n, tau=tau, round_size=round_size, allreduce=allreduce, sync_share=sync_share,
+                 compression=compression, knobs=compression_knobs, batch=B, alpha=a, beta=bb, compute=compute,
+                 local=local, update=update, passes=passes, network=network, cal=cal, kind=kind, topology=topology,
+                 tournament_size=tournament_size, chunks=chunks)
+    rate, bottleneck = PATTERN_MODELS[pattern][1](case)
     step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
     comm = max(0.0, step - local)
     if bottleneck is None:
         bottleneck = "comm" if comm > compute else "compute"
     return {"compute_s": compute, "comm_s": comm, "step_time_s": step, "samples_per_s": rate,
             "bottleneck": bottleneck}
+
+
+# ------------------------------------------------------------------------------ the patterns, one table
+@dataclass(frozen=True)
+class _Step:
+    """What a pattern's two functions read: the exchange (terms) and, for a prediction, the step's times."""
+
+    workers: int
+    n_bytes: float
+    tau: int = 1
+    round_size: int = 50
+    allreduce: str = "ring"
+    sync_share: float = 0.0
+    compression: str = "none"
+    topology: str = "ring"
+    knobs: dict[str, Any] = field(default_factory=dict)
+    batch: float = 0.0            # the global batch B (a prediction only, from here down)
+    alpha: float = 0.0
+    beta: float = 0.0
+    compute: float = 0.0          # a worker's compute per step
+    local: float = 0.0            # ... plus the calibrated per-step overhead
+    network: str = MEASURED
+    cal: Any = None
+    kind: str = "cpu"
+    tournament_size: int = 256
+    chunks: int = 2
+    update: float = 0.0           # one update of the parameters in host memory (the rule's passes)
+    passes: float = 3.0           # the update rule's passes over the parameters (sgd: read x and g, write x)
+
+    @property
+    def per_worker(self) -> float:
+        return self.batch / self.workers
+
+    @property
+    def exchange(self) -> float:
+        """One push and one pull of the parameters."""
+        return 2 * message_time(self.n_bytes, self.alpha, self.beta)
+
+
+def _no_terms(s: _Step) -> None:
+    return None   # not a network message (sgd, shared memory, cgdp's host path)
+
+
+def _allreduce_terms(s: _Step) -> tuple[float, float]:
+    if s.compression != "none":
+        return compressed_terms(s.workers, s.n_bytes, s.compression, allreduce=s.allreduce, **s.knobs)
+    return allreduce_terms(s.workers, s.n_bytes, s.allreduce)
+
+
+def _periodic_terms(pattern: str) -> Callable[[_Step], tuple[float, float]]:
+    def terms(s: _Step) -> tuple[float, float]:
+        a, b = allreduce_terms(s.workers, s.n_bytes, s.allreduce)
+        k = exchanges_per_step(pattern, s.tau, s.sync_share)
+        return a * k, b * k
+    return terms
+
+
+def _server_terms(s: _Step) -> tuple[float, float]:
+    return 2.0, 2.0 * s.n_bytes
+
+
+def _every_tau_terms(s: _Step) -> tuple[float, float]:
+    return 2.0 / s.tau, 2.0 * s.n_bytes / s.tau
+
+
+def _gossip_terms(s: _Step) -> tuple[float, float]:
+    return gossip_terms(s.workers, s.n_bytes, s.topology, tau=s.tau, allreduce=s.allreduce)
+
+
+def _tournament_terms(s: _Step) -> tuple[float, float]:
+    return 2.0 / s.round_size, 2.0 * s.n_bytes / s.round_size
+
+
+Rate = tuple[float, "str | None"]   # (samples/s of all workers, bottleneck or None)
+
+
+def _alone_rate(s: _Step) -> Rate:
+    return (s.batch / s.local if s.local > 0 else math.inf), None
+
+
+def _allreduce_rate(terms: Callable[[_Step], tuple[float, float]]) -> Callable[[_Step], Rate]:
+    def rate(s: _Step) -> Rate:
+        A, B = terms(s)
+        comm = A * s.alpha + B * s.beta
+        return s.batch / (s.local + comm), None
+    return rate
+
+
+def _server_rate(period_of: Callable[[_Step], int]) -> Callable[[_Step], Rate]:
+    def rate(s: _Step) -> Rate:
+        period = period_of(s)
+        workers_rate = s.workers * s.per_worker / (s.local + s.exchange / period)
+        server_rate = s.per_worker * period / (s.exchange + s.update)   # one update at a time
+        return min(workers_rate, server_rate), ("server" if server_rate < workers_rate else None)
+    return rate
+
+
+def _round_robin_rate(s: _Step) -> Rate:
+    exchange, update = s.exchange, s.update
+    cycle = max(s.tau * s.local + exchange + update, s.workers * (exchange + update))
+    busy = s.workers * (exchange + update) > s.tau * s.local + exchange + update
+    return s.workers * s.per_worker * s.tau / cycle, ("server" if busy else None)
+
+
+def _shared_rate(period_of: Callable[[_Step], int]) -> Callable[[_Step], Rate]:
+    def rate(s: _Step) -> Rate:
+        comm = s.update / period_of(s)
+        far = s.network not in ("shm", MEASURED) and s.workers > 1
+        return s.workers * s.per_worker / (s.local + comm), ("one host only" if far else None)
+    return rate
+
+
+def _tournament_rate(s: _Step) -> Rate:
+    scoring = 2 * s.cal.compute_s(s.kind, s.tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
+    return s.workers * s.per_worker / (s.local + (s.exchange + scoring) / s.round_size), None
+
+
+def _host_rate(s: _Step) -> Rate:
+    return s.batch / (cgdp_step_time(s.compute, s.n_bytes, s.workers, s.chunks, update_passes=s.passes)
+                      + s.cal.overhead_s), None
+
+
+def _every_step(s: _Step) -> int:
+    return 1
+
+
+def _every_tau(s: _Step) -> int:
+    return s.tau
+
+
+# Each communication pattern (`registry.PATTERNS`): its exchange per worker step as
+# A alpha + B beta (None: no network message), and its predicted throughput.
+PATTERN_MODELS: dict[str, tuple[Callable[[_Step], tuple[float, float] | None], Callable[[_Step], Rate]]] = {
+    "none": (_no_terms, _alone_rate),
+    "allreduce": (_allreduce_terms, _allreduce_rate(_allreduce_terms)),
+    "elastic_allreduce": (_periodic_terms("elastic_allreduce"), _allreduce_rate(_periodic_terms("elastic_allreduce"))),
+    "local_allreduce": (_periodic_terms("local_allreduce"), _allreduce_rate(_periodic_terms("local_allreduce"))),
+    "post_local_allreduce": (_periodic_terms("post_local_allreduce"),
+                             _allreduce_rate(_periodic_terms("post_local_allreduce"))),
+    "server": (_server_terms, _server_rate(_every_step)),
+    "elastic_server": (_every_tau_terms, _server_rate(_every_tau)),
+    "round_robin": (_every_tau_terms, _round_robin_rate),
+    "shared": (_no_terms, _shared_rate(_every_step)),
+    "elastic_shared": (_no_terms, _shared_rate(_every_tau)),
+    "gossip": (_gossip_terms, _allreduce_rate(_gossip_terms)),
+    "tournament": (_tournament_terms, _tournament_rate),
+    "host": (_no_terms, _host_rate),
+}
 
 
 def cgdp_step_time(compute_s: float, n_bytes: float, workers: int, chunks: int = 2,

@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.simulated:
                 from ..sim.bench import main as sim_bench_main
                 return sim_bench_main(args)
-            from ..analysis.bench import main as bench_main
+            from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
@@ -360,10 +360,8 @@ def _run(args: argparse.Namespace) -> int:
     one_line_logs()  # Dask's own log lines, without their tracebacks
     with stop_on_signals():
         try:
-            transport = None
-            if config.algorithm != "sgd" or config.simulate:
-                from ..execution.engine import transport_for
-                transport = transport_for(config)
+            from ..execution.engine import transport_for
+            transport = transport_for(config)   # sgd: the thread transport (in this process, no cluster)
             if transport is not None and transport.name == "dask":   # the Dask dashboard, one click away
                 from ..execution.cluster import dashboard_link
                 print(f"dask dashboard: {dashboard_link(transport.client)}", file=sys.stderr)

@@ -136,7 +136,9 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
     `simulate=True`: the simulated cluster (its own virtual workers: no `cluster`);
     `cluster="threads"`: every worker a thread of this process; otherwise Dask on `cluster`
     (a Client, a cluster object or a scheduler address), by default the session's local
-    cluster, started or reused here. A `Transport` passed as `cluster` is returned as it is."""
+    cluster, started or reused here. A `Transport` passed as `cluster` is returned as it is.
+    An algorithm declared `in_process` (sgd) runs on the thread transport whatever `cluster`
+    says (none is started), unless simulated."""
     if isinstance(cluster, Transport):
         return cluster
     spec = REGISTRY.get(config.algorithm)
@@ -144,14 +146,13 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
         if cluster is not None:
             raise ConfigError("simulate", "no cluster with a simulated run (it makes its own virtual one)",
                               type(cluster).__name__)
-        if spec is None or spec.cls is None:
-            raise ConfigError("algorithm", "a parallel algorithm on the simulated cluster (sgd is the single-process "
-                              "reference; sync_sgd on 1 virtual worker computes the same updates)", config.algorithm)
+        if spec is None:
+            raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
         from .transports.sim import SimTransport
         return SimTransport()
     if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
-    if isinstance(cluster, str) and cluster == "threads":
+    if spec.in_process or (isinstance(cluster, str) and cluster == "threads"):
         from .transports.threads import ThreadTransport
         return ThreadTransport()
     from .transports.dask import DaskTransport
@@ -231,19 +232,21 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     t_called = time.time() if t_called is None else t_called
     spec = REGISTRY[config.algorithm]
     workers = transport.choose(config)
+    if spec.workers is not None:   # declared (sgd: one); GPU workers come first
+        workers = workers[:spec.workers]
     size = len(workers)
     if not spec.spans_hosts and len({w["host"] for w in workers}) > 1:
         raise ConfigError("algorithm", f"{config.algorithm} needs every worker on one host (shared memory); "
                           f"these are on {sorted({w['host'] for w in workers})}", config.algorithm)
     problem = Problem.from_config(config)
     plan, model = problem.plan, problem.model   # the plan validates the schedule before anything starts
-    problem.load()                              # loads (and checks) the data on the client
     setup = RunSetup(config=config, spec=spec, run_id=uuid.uuid4().hex[:12], workers=workers,
                      groups=spec.needs.rank_groups(config, size), n_params=model.n_params,
                      params0=problem.params0, model=model, extra={},
                      total_steps=plan.total_steps, schedule_text=plan.schedule_text)
-    transport.check(setup)
-    setup.extra = spec.needs.setup(config, size) if spec.needs.setup else {}
+    transport.check(setup)    # the workers' memory, from the dataset's entry: before the data is made
+    problem.load()            # loads (and checks) the data on the client
+    setup.extra = spec.needs.client_setup(config, size)
     monitor = _Monitor(setup, transport, Collector(on_record), should_stop)
     t_setup = time.time()
     try:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..algorithms.registry import specs
 from ..config import ConfigError, RunConfig
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
@@ -44,7 +45,8 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
                               f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
     check_emulator(config, model.n_params)
-    if config.scheduler and config.algorithm != "sgd":
+    spec = specs()[config.algorithm]
+    if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
     return run_warnings(config, plan.total_steps, data=data, model=model)
 
@@ -160,8 +162,8 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
             raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
                               f"more than this machine's available memory ({_gib(machine.available)}) allows", value)
         return est
-    local = config.scheduler is None or config.algorithm == "sgd"
-    n_local = (1 if config.algorithm == "sgd" else (config.n_workers or 1)) if local else 0
+    local = config.scheduler is None or specs()[config.algorithm].in_process
+    n_local = (config.n_workers or 1) if local else 0
     if workers_memory:
         per_worker = min(m for m in workers_memory if m) if any(workers_memory) else None
     elif local and n_local:
@@ -240,10 +242,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
 def peak_lr(config: RunConfig) -> float:
     """The largest lr the schedule reaches: the scaled target (LTFB: its fastest trainer)."""
     from ..maths.schedules import scaled_lr
-    lr = config.lr
-    if config.algorithm == "ltfb":
-        k = config.trainers
-        lr = max(config.trainer_lrs) if config.trainer_lrs else lr * config.lr_spread ** ((k - 1) / 2)
+    lr = specs()[config.algorithm].peak_lr(config)   # the algorithm's own fact (LTFB: its fastest trainer)
     return scaled_lr(lr, config.batch_size, config.base_batch, config.lr_scaling)
 
 

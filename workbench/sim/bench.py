@@ -43,7 +43,7 @@ def epoch_config(algorithm: str, workers: int, per_worker: int = 16, steps: int 
     """One epoch of `steps` global batches of `per_worker * workers` rows of a synthetic
     digits-sized set (64 features, 10 classes), the teaching MLP 64-128-10."""
     batch = per_worker * workers
-    simulate = algorithm != "sgd"
+    simulate = algorithm != "sgd"   # the baseline, sgd on one worker, runs for real
     return RunConfig(algorithm=algorithm, dataset="synthetic", n_samples=batch * steps * 5 // 4, n_features=64,
                      n_classes=10, model="mlp", hidden=[128], cpus=workers if simulate else 1, batch_size=batch,
                      lr=0.05, seed=0, epochs=1, eval_every=10**9, simulate=simulate,
@@ -60,8 +60,8 @@ def loop_seconds(config: RunConfig) -> tuple[float, float]:
         from .run import run_simulated
         wall = float(run_simulated(config).summary["sim_wall_s"])
     else:
-        from ..algorithms.reference import train_reference
-        wall = float(train_reference(config).summary["train_time_s"])
+        from ..execution.engine import run_threads
+        wall = float(run_threads(config).summary["train_time_s"])
     return wall, time.process_time() - c0
 
 

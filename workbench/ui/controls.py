@@ -263,10 +263,10 @@ CONTROLS: tuple[Control, ...] = (
     _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
     _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
-       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.algorithm != "sgd"),
-    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: c.algorithm != "sgd"),
-    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
-    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: c.algorithm != "sgd"),
+       to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not in_process(c)),
+    _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not in_process(c)),
+    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
     # simulated cluster ("default" stands for unset: the simulator picks)
     _c("simulate", _check),
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
@@ -391,8 +391,15 @@ DEPENDENTS: tuple[Dependent, ...] = (
     Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
     # more workers than the global batch has samples: a batch that gives each one
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
-              lambda v: v["algorithm"] != "sgd" and v["batch_size"] < _workers_raw(v), _batch_default),
+              lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
 )
+
+
+def in_process(config: RunConfig) -> bool:
+    """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
+    from ..algorithms.registry import specs
+    spec = specs().get(config.algorithm)
+    return spec is not None and spec.in_process
 
 
 def preview_n_train(config: RunConfig) -> int:

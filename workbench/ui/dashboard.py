@@ -80,6 +80,7 @@ from .controls import (  # noqa: F401 - the control table, as the dashboard has 
     AutoFloat,
     Control,
     Dependent,
+    in_process,
     label_of,
     preview_n_train,
     sorted_options,
@@ -616,7 +617,7 @@ class Dashboard:
             if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
                 cluster = None
                 state.phase = f"starting: a simulated cluster of {workers_of(cfg)} virtual worker(s)"
-            elif cfg.algorithm == "sgd":
+            elif in_process(cfg):
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, session_warm
@@ -624,7 +625,7 @@ class Dashboard:
                     state.phase = "starting: a local Dask cluster (the session's first run)"
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
             from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
-            transport = transport_for(cfg, cluster) if cfg.algorithm != "sgd" or cfg.simulate else None
+            transport = transport_for(cfg, cluster)   # sgd: threads, in this process
             if getattr(transport, "name", None) == "dask":
                 self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"

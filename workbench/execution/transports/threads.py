@@ -41,7 +41,7 @@ class ThreadTransport(Transport):
         self.lock = threading.Lock()
 
     def choose(self, config: RunConfig) -> list[dict]:
-        size = config.cpus + (config.gpus if isinstance(config.gpus, int) else 0)
+        size = config.n_workers if config.n_workers is not None else config.cpus
         kinds = self.kinds or ["cpu"] * size
         return [{"name": f"thread-{r}", "kind": kinds[r], "host": "localhost"} for r in range(size)]
 

@@ -1,4 +1,4 @@
-"""`python -m workbench.execution.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
+"""`python -m workbench.apps.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
 
 Checks, and prints one short table:
 1. a plain CuPy training loop (the limit a CuPy worker is compared with);
@@ -52,11 +52,10 @@ def plain_cupy_loop(cfg, seconds: float = 3.0) -> float:
 
 
 def main() -> int:
-    from ..algorithms.reference import train_reference
     from ..analysis.bench import steady_throughput
     from ..config import RunConfig
-    from .cluster import make_cluster, shared_gpu_cluster
-    from .engine import run
+    from ..execution.cluster import make_cluster, shared_gpu_cluster
+    from ..execution.engine import run
 
     base = RunConfig(dataset="synthetic", n_samples=60000, n_features=784, hidden=[512, 256], model="mlp",
                      batch_size=512, lr=0.05, momentum=0.0, steps=400, eval_every=10**9, seed=0, cpus=0, gpus=1)
@@ -64,7 +63,7 @@ def main() -> int:
     limit = plain_cupy_loop(base)
     rows.append({"check": "plain CuPy loop (limit)", "workers": "1 gpu", "samples_per_s": limit, "max_abs_diff": None, "status": "ok"})
     short = base.replace(steps=30)
-    ref = train_reference(short.replace(algorithm="sgd"))
+    ref = run(short.replace(algorithm="sgd"))   # one CPU worker in this process: the reference
 
     one = make_cluster(gpus=1, cpus=0, quiet=True)
     try:

@@ -1,0 +1,152 @@
+"""`python -m workbench bench`: the benchmark's command (arguments, sizes and rounds, the printout).
+
+The measurements and the table's maths are `workbench.analysis.bench`'s (see its docstring
+for what is measured and against what); the torch peer's rows are
+`workbench.analysis.torchpeer`'s, present only when torch is importable.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.bench import (
+    Bench,
+    Entry,
+    Size,
+    _algorithm_entry,
+    _bare_sync_entry,
+    _bench_config,
+    _limit_entry,
+    _plain_entry,
+    _shm_exchange_entry,
+    _sizes,
+    allreduce_lines,
+    combine_rounds,
+    verdict,
+)
+from ..analysis.torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_available
+
+
+# ------------------------------------------------------------------------------ the table
+def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
+    """The benchmark's rows, in order; the torch peer's only when torch is importable."""
+    out = [Entry("no-exchange limit", _limit_entry),
+           Entry("allreduce, shared memory (ours)", _shm_exchange_entry),
+           Entry("bare sync loop (no engine)", _bare_sync_entry),
+           Entry("bare sync loop, plain processes (no Dask)", _plain_entry)]
+    out += [Entry(a, _algorithm_entry(a)) for a in algorithms]
+    if not args.no_torch and torch_available():
+        out += [Entry("PyTorch no-exchange limit", _torch_limit_entry),
+                Entry("PyTorch DDP (gloo)", _ddp_entry),
+                Entry("all_reduce, gloo (PyTorch)", _gloo_entry)]
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if not np.isfinite(v):
+            return ""
+        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+    return str(v)
+
+
+def check_args(args: argparse.Namespace) -> list[Size]:
+    """The sizes to measure, after raising ConfigError for any benchmark argument that
+    cannot work (before any worker starts)."""
+    import math
+
+    from ..config import ConfigError, RunConfig
+    from ..execution.preflight import check_memory
+    if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
+        raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
+    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ConfigError(name, "a whole number >= 1", value)
+    if getattr(args, "out", None):
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise ConfigError("out", "a CSV file path in a writable directory", args.out)
+    sizes = _sizes(args)
+    for size in sizes:
+        cfg = RunConfig(algorithm="sync_sgd", dataset="synthetic", n_samples=max(20000, 8 * size.batch_per_worker * args.cpus),
+                        n_features=size.n_features, hidden=size.hidden, cpus=args.cpus,
+                        batch_size=size.batch_per_worker * args.cpus, steps=10)
+        check_memory(cfg)
+    return sizes
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..algorithms import REGISTRY
+    from ..config import ConfigError
+    from ..execution.cluster import close_client, make_cluster, workers_of
+    from ..execution.engine import run
+    from ..maths.models import make_model
+
+    algorithms = list(REGISTRY) if args.algorithms == "all" else [a for a in str(args.algorithms).split(",") if a]
+    for a in algorithms:
+        if a not in REGISTRY:
+            raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
+    sizes = check_args(args)
+    rounds = int(getattr(args, "rounds", 1))
+    blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement, {rounds} round(s); {blas}; "
+          f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+    client = make_cluster(cpus=args.cpus, gpus=0, quiet=True)
+    tables: list[pd.DataFrame] = []
+    notes: list[str] = []
+    try:
+        workers = workers_of(client)[: args.cpus]
+        # A warm cluster: how long from run() to the first training step (the first run
+        # on fresh workers imports and loads data; the second is what a session sees).
+        run(_bench_config(args, "sync_sgd", 3, sizes[0]), cluster=client)
+        t0 = time.perf_counter()
+        warm = run(_bench_config(args, "sync_sgd", 3, sizes[0]), cluster=client)
+        warm_run_s = time.perf_counter() - t0
+        for size in sizes:
+            print(f"\n{size.name}: {size.label()}", flush=True)
+            b = Bench(client, workers, size, args)
+            b.n_params = make_model("mlp", size.n_features, 10, hidden=size.widths).n_params
+            rows = []
+            for rnd in range(rounds):        # every row once per round: drifts hit all rows alike
+                for entry in entries(args, algorithms):
+                    got = entry.measure(b)
+                    if got is not None:
+                        rows.append({"size": size.name, "what": entry.what, "round": rnd, **got})
+                        print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
+            table = pd.DataFrame(rows)
+            for col in ("samples_per_s", "limit", "comm_fraction", "exchange_ms"):
+                if col not in table:
+                    table[col] = float("nan")
+            table["vs_limit"] = table["samples_per_s"] / table["limit"]
+            tables.append(combine_rounds(table))
+            notes += b.notes
+    finally:
+        close_client(client)
+    table = pd.concat(tables, ignore_index=True)
+    cols = ["size", "what", "samples_per_s", "limit", "vs_limit", "vs_limit_min", "vs_limit_max", "comm_fraction",
+            "bytes_per_step", "exchange_ms"]
+    cols = [c for c in cols if c in table.columns]
+    cols += [c for c in table.columns if c not in cols]
+    print()
+    print(table[cols].to_string(index=False, na_rep="", float_format=_fmt))
+    for size in sizes:
+        print(verdict(table[table["size"] == size.name], size.name))
+    print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
+          f"(whole 3-step run {warm_run_s:.2f} s)")
+    for line in allreduce_lines():     # the ring allreduce (comm="dask") beside shared memory
+        print(line, flush=True)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.out:
+        table[cols].assign(startup_s=warm.summary["startup_s"]).to_csv(args.out, index=False)
+    return 0
+
+
