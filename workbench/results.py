@@ -189,6 +189,73 @@ def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
     return out
 
 
+class RunTally:
+    """What a run's record stream has shown so far: the one accumulator behind every
+    progress display (the progress bar, the dashboard's status line, the live figures'
+    `LiveState`). Feed it each `on_record` batch (`add`).
+
+    `steps_seen` is the highest step + 1, `epoch` the furthest epoch, `samples` the samples
+    of the step records, `first_start` the record clock of the first step's start (its
+    end less its booked compute, comm and wait: `measure.step_starts`'s rule), `last_time`
+    the newest step's end; `rates()` gives steps/s and samples/s over the last `window_s`
+    of the records' own clock.
+
+    >>> t = RunTally(window_s=10.0)
+    >>> t.add([{"kind": "step", "worker": 0, "step": k, "epoch": (k + 1) / 4, "time": 0.5 + k, "samples": 8,
+    ...         "compute_s": 0.5, "comm_s": 0.0, "wait_s": 0.0} for k in range(4)])
+    >>> t.steps_seen, t.epoch, t.samples, t.first_start, t.last_time
+    (4, 1.0, 32, 0.0, 3.5)
+    >>> t.add([{"kind": "step", "worker": 0, "step": 4, "epoch": 1.25, "time": 4.5, "samples": 8}])
+    >>> t.rates()
+    (1.0, 8.0)
+    """
+
+    def __init__(self, window_s: float = 10.0):
+        self.window_s = window_s
+        self.steps_seen = 0
+        self.epoch = 0.0
+        self.samples = 0
+        self.first_start: float | None = None
+        self.last_time = 0.0
+        self.loss: float | None = None          # the newest step's loss
+        self.test_accuracy: float | None = None  # the newest evaluation's
+        self._clock: list[tuple[float, int, int]] = []   # (record time, steps seen, samples) per batch
+
+    def add(self, records: Iterable[Record]) -> None:
+        newest = None
+        for r in records:
+            kind = r.get("kind")
+            if kind == "eval" and r.get("test_accuracy") is not None:
+                self.test_accuracy = float(r["test_accuracy"])
+                continue
+            if kind != "step":
+                continue
+            self.samples += int(r.get("samples") or 0)
+            step, t = int(r.get("step", 0)), float(r.get("time", 0.0))
+            self.steps_seen = max(self.steps_seen, step + 1)
+            self.epoch = max(self.epoch, float(r.get("epoch") or 0.0))
+            if r.get("loss") is not None:
+                self.loss = float(r["loss"])
+            if self.first_start is None:
+                self.first_start = t - sum(float(r.get(c) or 0.0) for c in measure.COMPONENTS)
+            if t >= self.last_time:
+                self.last_time, newest = t, t
+        if newest is not None:
+            self._clock.append((newest, self.steps_seen, self.samples))
+            while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
+                self._clock.pop(0)
+
+    def rates(self) -> tuple[float, float] | None:
+        """(steps/s, samples/s) over the last `window_s` of the records' clock; None before
+        two batches a tenth of a second apart have arrived."""
+        if len(self._clock) < 2:
+            return None
+        (t0, s0, n0), (t1, s1, n1) = self._clock[0], self._clock[-1]
+        if t1 - t0 < 0.1:
+            return None
+        return (s1 - s0) / (t1 - t0), (n1 - n0) / (t1 - t0)
+
+
 class Collector:
     """Gathers a run's records into tables; thread-safe enough for one writer.
 

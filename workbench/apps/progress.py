@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..measure import LiveSteady
+from ..results import RunTally
 from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
@@ -45,19 +46,19 @@ class RunProgress:
                         bar_format=fmt, dynamic_ncols=True)
         self.done = 0.0
         self.postfix: dict[str, str] = {}
+        self.tally = RunTally()
         self.steady = LiveSteady()
         self._rate_at = 0.0
 
     def __call__(self, records: Iterable[dict]) -> None:
         records = list(records)
-        reached, loss = self.done, None
-        for r in records:
-            kind = r.get("kind")
-            if kind == "step":
-                reached = max(reached, float(r["step"] + 1 if self.by_steps else r["epoch"]))
-                loss = r["loss"]
-            elif kind == "eval" and r.get("test_accuracy") is not None:
-                self.postfix["acc"] = f"{r['test_accuracy']:.3f}"
+        t = self.tally
+        acc_before = t.test_accuracy
+        t.add(records)                 # the accumulator the dashboard's status line reads too
+        reached = max(self.done, float(t.steps_seen if self.by_steps else t.epoch))
+        if t.test_accuracy is not None and t.test_accuracy is not acc_before:
+            self.postfix["acc"] = f"{t.test_accuracy:.3f}"
+        loss = t.loss if any(r.get("kind") == "step" for r in records) else None
         if loss is not None:
             self.postfix["loss"] = f"{loss:.4f}"
             self.steady.add(records)

@@ -40,7 +40,6 @@ until its frontend can take them (`FigureSlot`).
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import html
@@ -66,7 +65,7 @@ from ..config import (
     RunConfig,
 )
 from ..problem import Problem
-from ..results import free_run_dir
+from ..results import RunTally, free_run_dir
 from . import figdata
 from . import figures as F
 from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
@@ -131,13 +130,8 @@ class _Run:
     phase: str = "starting"            # "starting: <what>" until the first step, then "running"
     pending: list = field(default_factory=list)          # records taken, not drawn yet
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
-    samples: int = 0
-    steps_seen: int = 0                # highest step + 1
-    epoch: float = 0.0
-    first_time: float | None = None    # record clock of the first step's start
-    last_time: float = 0.0             # record clock of the newest step
+    tally: RunTally = field(default_factory=lambda: RunTally(window_s=RATE_WINDOW_S))   # steps, epoch, samples, rate
     first_seen: float | None = None    # monotonic time the first step arrived here
-    clock: collections.deque = field(default_factory=collections.deque)   # (record time, step, samples)
     redraws: int = 0
     redraw_log: list = field(default_factory=list)       # (start, end) of each timed redraw, monotonic
     plot_cpu_s: float = 0.0            # CPU time the flusher spent drawing this run
@@ -145,41 +139,26 @@ class _Run:
     error: BaseException | None = None
 
     def take(self) -> None:
-        """Move the buffer's records to `pending`, counting steps, samples and their clock."""
+        """Move the buffer's records to `pending` and count them (`results.RunTally`)."""
         records = self.buffer.take()
         if not records:
             return
         with self.lock:
             self.pending.extend(records)
-        newest = None
-        for r in records:
-            if r.get("kind") != "step":
-                continue
-            self.samples += r.get("samples", 0) or 0
-            step, t = r.get("step", 0), float(r.get("time", 0.0))
-            if step + 1 > self.steps_seen:
-                self.steps_seen = step + 1
-            self.epoch = max(self.epoch, float(r.get("epoch", 0.0) or 0.0))
-            if self.first_time is None:
-                busy = sum(float(r.get(c, 0.0) or 0.0) for c in figdata.COMPONENTS)
-                self.first_time, self.first_seen = t - busy, time.monotonic()
-                self.phase = "running"
-            if t >= self.last_time:
-                self.last_time, newest = t, t
-        if newest is not None:
-            self.clock.append((newest, self.steps_seen, self.samples))
-            while len(self.clock) > 2 and newest - self.clock[1][0] >= RATE_WINDOW_S:
-                self.clock.popleft()
+        self.tally.add(records)
+        if self.first_seen is None and self.tally.first_start is not None:
+            self.first_seen, self.phase = time.monotonic(), "running"
 
     def rates(self) -> tuple[float, float] | None:
-        """(steps/s, samples/s) over the last RATE_WINDOW_S of the run's clock; None
-        before two points a tenth of a second apart have arrived."""
-        if len(self.clock) < 2:
-            return None
-        (t0, s0, n0), (t1, s1, n1) = self.clock[0], self.clock[-1]
-        if t1 - t0 < 0.1:
-            return None
-        return (s1 - s0) / (t1 - t0), (n1 - n0) / (t1 - t0)
+        """(steps/s, samples/s) over the last RATE_WINDOW_S of the run's clock (`RunTally.rates`)."""
+        return self.tally.rates()
+
+    # the tally's counts, under the names the status line reads
+    steps_seen = property(lambda self: self.tally.steps_seen)
+    epoch = property(lambda self: self.tally.epoch)
+    samples = property(lambda self: self.tally.samples)
+    first_time = property(lambda self: self.tally.first_start)
+    last_time = property(lambda self: self.tally.last_time)
 
 
 class Dashboard:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from .. import measure
 from ..analysis.sweep import MIN_MEASURE_S, too_short
-from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
+from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult, RunTally
 
 __all__ = [
     "PALETTE",
@@ -982,10 +982,15 @@ class LiveState:
     last_time: dict = field(default_factory=dict)        # worker -> last step time counted
     totals: dict = field(default_factory=dict)           # breakdown_totals so far
     lineages: dict = field(default_factory=dict)         # lineage id -> colour index
-    steps_seen: int = 0                                  # highest step + 1
+    tally: RunTally = field(default_factory=RunTally)    # steps seen, epoch, samples (results.RunTally)
     records: int = 0                                     # records drawn so far
     rates: dict = field(default_factory=dict)            # worker -> smoothed samples/s
     t_offset: float | None = None                        # record time of the first step's start
+
+    @property
+    def steps_seen(self) -> int:
+        """Highest step + 1 drawn so far."""
+        return self.tally.steps_seen
 
 
 def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]]:
@@ -1001,6 +1006,7 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
     evals = records_to_columns(records, "eval", EVAL_COLUMNS)
     tours = records_to_columns(records, "tournament", TOURNAMENT_COLUMNS)
     state.records += len(records)
+    state.tally.add(records)
     out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
     if _nrows(steps) and state.t_offset is None:     # t = 0 at the first step, whatever the records' clock
         starts = _col(steps, "time", float) - sum(_col(steps, c, float) for c in COMPONENTS)
@@ -1011,7 +1017,6 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
         if _nrows(evals):
             evals = {**evals, "time": np.maximum(_col(evals, "time", float) - state.t_offset, 0.0)}
     if _nrows(steps):
-        state.steps_seen = max(state.steps_seen, int(steps["step"].max()) + 1)
         state.totals = add_totals(state.totals, breakdown_totals(steps))
         windows = time_windows(steps, state.last_time)
         out["throughput"] = throughput_series(windows, previous=state.rates)
