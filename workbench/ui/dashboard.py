@@ -34,7 +34,7 @@ Before the first step a run shows its start-up as its own phase ("starting: clus
 "starting: placing data ..."); its curves start at the first step (t = 0).
 
 FigureWidgets inside ipywidgets containers need their whole state re-sent before they
-are first shown (`figures.sync_widget`); the dashboard does that when it is displayed
+are first shown (`plotly_widget.sync_widget`); the dashboard does that when it is displayed
 and when the live plots appear at the first run. Once shown, a figure's edits wait
 until its frontend can take them (`FigureSlot`).
 """
@@ -323,7 +323,7 @@ class Dashboard:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         self._displayed = True
-        for slot in self._all_slots():        # see figures.sync_widget: nested FigureWidgets
+        for slot in self._all_slots():        # see plotly_widget.sync_widget: nested FigureWidgets
             if slot is self._preview_slot or (slot is self._scaling_slot and self._scaling_slot.box.layout.display
                                               != "none") or (slot in self._slots.values() and self._plots_live()):
                 slot.shown()                  # show stale state unless it is sent again

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Sequence
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -216,22 +215,6 @@ def mark_virtual(fig: Any, virtual: bool | str = True) -> Any:
         fig.for_each_yaxis(axis)
         for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s, log-log)"
             a.text = convert(a.text, whole=False)
-    return fig
-
-
-def sync_widget(fig: Any) -> Any:
-    """Make a FigureWidget's next frontend view start from its whole current state.
-
-    A FigureWidget ships edits as "latest value" traits that existing views apply;
-    a view created later starts from the figure's initial state, so edits made before
-    it are lost. plotly re-sends the whole state in `FigureWidget._repr_mimebundle_`,
-    which is not called for a figure shown inside an ipywidgets container (plotly.py
-    #4956, #4998): call this before showing a container of FigureWidgets (the
-    dashboard does, when it is displayed). Plain Figures pass through; returns `fig`.
-    """
-    if isinstance(fig, go.FigureWidget):
-        fig._widget_layout = deepcopy(fig._layout_obj._props)
-        fig._widget_data = deepcopy(fig._data)
     return fig
 
 
