@@ -387,3 +387,15 @@ def test_loss_and_grad_stacked_is_bitwise_k_calls(hidden, shared, K, B):
         loss, grad = model.loss_and_grad(params[0] if shared else params[k], X[k], y[k])
         assert float(losses[k]) == loss
         assert grad.tobytes() == grads[k].tobytes()
+
+
+def test_default_widths_have_one_home():
+    """make_model, the model classes and RunConfig agree on the unset widths (config.DEFAULT_HIDDEN)."""
+    from workbench.config import DEFAULT_HIDDEN, RunConfig
+    from workbench.maths.models import CNN
+    cnn = make_model("cnn", 64, 10, image_shape=(1, 8, 8))
+    assert cnn.describe() == CNN(64, 10, image_shape=(1, 8, 8)).describe()
+    assert cnn.describe() == make_model("cnn", 64, 10, hidden=DEFAULT_HIDDEN["cnn"], image_shape=(1, 8, 8)).describe()
+    assert make_model("mlp", 64, 10).describe() == MLP(64, 10).describe() == "mlp 64-128-10 (9,610 params)"
+    assert RunConfig(model="cnn", dataset="digits").model_hidden == DEFAULT_HIDDEN["cnn"] == (16, 32)
+    assert RunConfig(model="mlp").model_hidden == DEFAULT_HIDDEN["mlp"]

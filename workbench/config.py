@@ -141,6 +141,8 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 
 # Fields checked by the strict-type validators below (nullable ones accept None too).
+# The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
+DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
 INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
               "round_size", "tournament_size", "steps", "eval_every", "seed")
 FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
@@ -786,7 +788,7 @@ class RunConfig(BaseModel):
         """`hidden`, or the model's default widths."""
         if self.hidden is not None:
             return tuple(self.hidden)
-        return (16, 32) if self.model == "cnn" else (128,)
+        return DEFAULT_HIDDEN.get(self.model, DEFAULT_HIDDEN["mlp"])
 
     @property
     def n_workers(self) -> int | None:

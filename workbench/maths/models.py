@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from ..config import DEFAULT_HIDDEN
+
 MODELS: dict[str, str] = {
     "softmax": "softmax regression: one linear layer, n_features -> n_classes",
     "mlp": "multilayer perceptron: ReLU hidden layers of widths `hidden`, then a linear output",
@@ -341,7 +343,7 @@ class MLP(Model):
 
     name = "mlp"
 
-    def __init__(self, n_features: int, n_classes: int, hidden: tuple[int, ...] = (128,)):
+    def __init__(self, n_features: int, n_classes: int, hidden: tuple[int, ...] = DEFAULT_HIDDEN["mlp"]):
         super().__init__(n_features, n_classes)
         self.hidden = _widths(hidden, "one or more positive integers (layer widths)", minimum=1)
         self._build(_dense_groups((self.n_features, *self.hidden, self.n_classes)))
@@ -457,7 +459,7 @@ class CNN(Model):
 
     name = "cnn"
 
-    def __init__(self, n_features: int, n_classes: int, hidden: tuple[int, ...] = (32,),
+    def __init__(self, n_features: int, n_classes: int, hidden: tuple[int, ...] = DEFAULT_HIDDEN["cnn"],
                  image_shape: tuple[int, int, int] | None = None):
         super().__init__(n_features, n_classes)
         if image_shape is None:
@@ -617,7 +619,7 @@ def _widths(values: Any, allowed: str, minimum: int, field: str = "hidden") -> t
     return tuple(int(v) for v in out)
 
 
-def make_model(name: str, n_features: int, n_classes: int, hidden: tuple[int, ...] = (128,),
+def make_model(name: str, n_features: int, n_classes: int, hidden: tuple[int, ...] | None = None,
                image_shape: tuple[int, int, int] | None = None) -> Model:
     """Build a model by name.
 
@@ -626,7 +628,7 @@ def make_model(name: str, n_features: int, n_classes: int, hidden: tuple[int, ..
         n_features: input width (C*H*W for the CNN).
         n_classes: number of classes (>= 2).
         hidden: MLP layer widths, or CNN channels (c1,) or (c1, c2), c2 defaulting to 2*c1;
-            ignored by softmax.
+            ignored by softmax; unset: the model's `config.DEFAULT_HIDDEN`.
         image_shape: (C, H, W) of the dataset's images; required by the CNN only.
     Returns:
         The model (its parameters come from `model.init(seed)`).
@@ -638,6 +640,7 @@ def make_model(name: str, n_features: int, n_classes: int, hidden: tuple[int, ..
         raise ValueError(f"model: one of {list(MODELS)}, got {name!r}")
     if name == "softmax":
         return SoftmaxRegression(n_features, n_classes)
+    hidden = DEFAULT_HIDDEN.get(name, ()) if hidden is None else hidden
     if name == "mlp":
         return MLP(n_features, n_classes, hidden)
     return CNN(n_features, n_classes, hidden, image_shape)
