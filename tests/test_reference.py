@@ -57,13 +57,19 @@ def test_absurd_lr_diverges_with_step_and_lr_kept():
 
 
 def test_stop_request_keeps_records():
-    calls = {"n": 0}
+    # Stop once the first live records have arrived and the monitor has asked ten times. The
+    # plan (2,000 epochs, 88,000 steps, about a minute here) is far longer than the stop takes,
+    # so a fast idle machine cannot finish it first (50 epochs once did, on CI).
+    seen = {"records": 0, "calls": 0}
+
+    def on_record(batch):
+        seen["records"] += 1
 
     def should_stop():
-        calls["n"] += 1
-        return calls["n"] > 10
+        seen["calls"] += 1
+        return seen["records"] > 0 and seen["calls"] > 10
 
-    result = run_threads(RunConfig(epochs=50), should_stop=should_stop)
+    result = run_threads(RunConfig(epochs=2000), on_record=on_record, should_stop=should_stop)
     assert result.status == "stopped"
     planned = result.summary["total_steps_planned"]
     assert 0 < len(result.steps) < planned                   # stopped early, every step so far kept
