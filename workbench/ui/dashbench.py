@@ -1,4 +1,4 @@
-"""The dashboard's own costs, measured: `python -m workbench.apps.dashbench [--what ...]`.
+"""The dashboard's own costs, measured: `python -m workbench.ui.dashbench [--what ...]`.
 
 Prints, for the machine it runs on (with its load average, since a shared machine
 distorts every number): how long Stop takes from the call to the run's end and to the
