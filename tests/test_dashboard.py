@@ -440,6 +440,25 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
     assert saved.summary["status"] == "stopped"
 
 
+def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
+    """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
+    own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
+    from workbench.execution.transports.sim import SimTransport
+    from workbench.results import workers_by_kind
+    dash.controls["simulate"].value = True
+    dash.controls["gpus"].value = 8
+    cfg = dash.config
+    assert (cfg.cpus, cfg.gpus) == (0, 8) and dash.controls["cpus"].layout.display != "none"
+    assert workers_by_kind(SimTransport().choose(cfg)) == "8 GPU"
+    assert "on 8 simulated workers" in dash.status_text
+    dash.controls["cpus"].value = 2                             # asked for: kept
+    assert workers_by_kind(SimTransport().choose(dash.config)) == "8 GPU + 2 CPU"
+    assert "on 10 simulated workers" in dash.status_text
+    dash.controls["simulate"].value = False                     # a real run: cpus is the user's
+    dash.controls["gpus"].value = 0
+    assert dash.config.cpus == 2
+
+
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("the cluster is on fire")

@@ -389,6 +389,11 @@ DEPENDENTS: tuple[Dependent, ...] = (
         0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
     # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
     Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # simulated GPUs chosen while cpus is at its default: the GPUs alone, as the config's own rule
+    # (`RunConfig(simulate=True, gpus=8)` is 8 GPU workers); the default 2 CPU workers would add
+    # two compute workers nobody asked for. A cpus typed afterwards is kept.
+    Dependent("cpus", ("gpus", "simulate"), lambda v: bool(v["simulate"]) and isinstance(v["gpus"], int)
+              and v["gpus"] >= 1 and v["cpus"] == RunConfig.model_fields["cpus"].default, lambda v: 0),
     # more workers than the global batch has samples: a batch that gives each one
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
               lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),

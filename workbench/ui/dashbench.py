@@ -96,17 +96,18 @@ def sim_overhead(config: wb.RunConfig, label: str, rounds: int = 2) -> dict:
     """`sim_wall_s` of the same simulated run without a dashboard (`workbench.run`) and in
     one (live figures, status line), interleaved `rounds` times; medians and their ratio."""
     import statistics
-    plain, shown = [], []
+    plain, shown, cpu = [], [], []   # cpu: CPU seconds the dashboard's drawing took
     for _ in range(rounds):
         plain.append(wb.run(config, progress=False).summary["sim_wall_s"])
         d = _dashboard(config, None)
         assert d.run(), d.status_text
         r = d.wait()
         shown.append(r.summary["sim_wall_s"])
+        cpu.append(d.last_plot_cpu_s)
     a, b = statistics.median(plain), statistics.median(shown)
     print(f"sim   {label:40s} sim_wall_s alone {a:6.2f} s {plain}, in the dashboard {b:6.2f} s {shown}: "
-          f"x{b / a:.3f}")
-    return {"alone_s": plain, "dashboard_s": shown, "ratio": b / a}
+          f"x{b / a:.3f}; drawing took {statistics.median(cpu):.2f} s of CPU")
+    return {"alone_s": plain, "dashboard_s": shown, "ratio": b / a, "plot_cpu_s": cpu}
 
 
 def main(argv: list[str] | None = None) -> None:
