@@ -35,6 +35,7 @@ NEW_VALUES = {
     "nesterov": (True, True),
     "tau": (8, 8),
     "alpha": (0.3, 0.3),
+    "elastic_sync": ("tree_host", "tree_host"),
     "trainers": (3, 3),
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
@@ -104,6 +105,9 @@ def test_every_control_maps_onto_a_config_field(dash):
                 dash.controls[knob].value = RunConfig.model_fields[knob].default
             dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
+        if name == "elastic_sync":
+            dash.controls["algorithm"].value = "sync_easgd"    # the only algorithm with the knob
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
@@ -497,13 +501,15 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     points = _points_after_each_run(dash, "measured")
     assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
     table = dash.wait(60)
-    assert points == [1, 2, 2, 2, 2, 2]     # the figure grew as each run ended (3 interleaved rounds: 1, 2, 1, 2, 1, 2)
+    # the figure grew as each run ended: 3 interleaved rounds (1, 2, 1, 2, 1, 2) at least, then more
+    # rounds of the points not yet known to +-5% (`measure.Repeats`: how many depends on the machine)
+    assert points[:6] == [1, 2, 2, 2, 2, 2] and set(points[6:]) <= {2}, points
     assert list(table.workers) == [1, 2] and list(table.status) == ["completed"] * 2
     names = {t.name for t in dash.scaling_figure.data}
     assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
     assert "prediction error" in dash.scaling_figure.layout.title.text
     assert dash.status_text.startswith("sweep done: 2 run(s)")
-    assert len(dash.history) == 6
+    assert len(dash.history) == len(points) >= 6                  # every round's run, each one drawn
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):

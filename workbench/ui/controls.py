@@ -307,6 +307,8 @@ CONTROLS: tuple[Control, ...] = (
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
     Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
+    _c("elastic_sync", _dropdown(["ring", "tree_host", "tree_device", "tree_device_overlap"]),
+       applies=lambda c: c.algorithm == "sync_easgd"),   # SC'17's chain: sync_easgd's only (config refuses it elsewhere)
     _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
        applies=_knob("trainers")),
     _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
