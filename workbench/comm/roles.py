@@ -2,10 +2,14 @@
 
 An algorithm that needs a server declares a role (`AlgorithmSpec.needs.server`); the
 transport puts the role's core behind a front-end that only serialises calls and moves
-bytes: a lock between threads (`threads.ThreadServer`, `threads.ThreadChunkMaster`), a
-Dask actor (`dask.ServerActor`, `dask.ChunkMasterActor`), or shared memory between the
-processes of one host (`shm.ShmServer`, `shm.ShmChunkMaster`, whose state arrays are
-views of a segment that the cores below update in place).
+bytes. Each core below states its operations once, as a table (`OPS`, of
+`base.RoleOp`: what a call waits for, whether it changes what others wait for, the
+arrays it moves, the memory passes it costs the server), and one generic front-end per
+transport serves any core from its table (`base.ServerRole`): a lock between threads
+(`threads.ThreadServer`), a Dask actor (`dask.ServerActor`), shared memory between the
+processes of one host (`shm.ShmServer`, whose state arrays are views of a segment that
+the core updates in place), the simulator's virtual clock (`SimServer`). cgdp's master has
+its own front-ends (`ThreadChunkMaster`, `ChunkMasterActor`, `ShmChunkMaster`).
 
 * `ParameterServer`: the `parameter_server` role (pull; push applies the shared SGD rule
   with momentum / Nesterov / weight decay and counts staleness) and the `elastic_centre`
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..maths.optim import Optimizer, OptimizerSettings, make_optimizer, state_spec, whole_layout
+from .base import RoleOp
 
 H_VERSION, H_TURN, N_HEADER = 0, 1, 2   # ParameterServer's int64 header slots
 
@@ -63,6 +68,14 @@ def server_state(params: np.ndarray, size: int, momentum: bool) -> dict[str, Any
             "header": np.zeros(N_HEADER, np.int64), "retired": np.zeros(size, np.int8)}
 
 
+def _whole(core: Any, *_: Any, **__: Any) -> tuple[int, ...]:
+    return (core.x.shape[0],)
+
+
+def _copy_out(core: Any, *_: Any, **__: Any) -> tuple[float, int | None]:
+    return 1.0, None                   # one pass through the vector
+
+
 class ParameterServer:
     """Parameters (or the EASGD centre) updated by pushed gradients or elastic exchanges.
 
@@ -81,6 +94,21 @@ class ParameterServer:
         opt_state = {k: v for k, v in state.items() if k not in ("x", "header", "retired")}
         self.opt = role_optimizer(self.x.shape[0], self.x.dtype, momentum, nesterov, weight_decay, optimizer, layout,
                                   opt_state)
+
+    ROLE = "parameter_server"   # and "elastic_centre": one core, the algorithm calls its own ops
+    OPS = {op.name: op for op in (
+        RoleOp("pull", "pull", sizes_out=_whole, work=_copy_out),
+        RoleOp("push", "push", sizes_in=lambda grad, *_, **__: (len(grad),), sizes_out=_whole,
+               work=lambda core, grad, *_, **__: (core.opt.passes, len(grad))),
+        # FCFS without a rank; with one, strictly in rank order (original EASGD)
+        RoleOp("elastic", "exchange", ready=lambda core, x, alpha, rank=None: core.my_turn(rank),
+               turn=lambda x, alpha, rank=None: rank, changes=True,
+               sizes_in=lambda x, *_, **__: (len(x),), sizes_out=lambda core, x, *_, **__: (len(x),),
+               work=lambda core, x, *_, **__: (3.0, len(x)), what="elastic turn"),
+        # round-robin: a finished (or lost) worker gives up its turns so the rest are not blocked
+        RoleOp("retire", "retire", changes=True, notice=True),
+        RoleOp("centre", "centre", sizes_out=_whole, work=_copy_out),
+    )}
 
     @property
     def version(self) -> int:
@@ -142,6 +170,10 @@ class ParameterServer:
             self.advance_turn()
         return d
 
+    def retire(self, rank: int) -> None:
+        """Round-robin: `rank` has ended; its turns are skipped from now on."""
+        self.advance_turn(retire=rank)
+
     def advance_turn(self, retire: int | None = None) -> None:
         """Round-robin: pass the turn on (or retire `retire`), skipping retired workers."""
         if retire is not None:
@@ -156,12 +188,30 @@ class ParameterServer:
 
 
 # ------------------------------------------------------------------------------ tournament
+def _left(params: Any, state: Any) -> tuple[int, ...]:
+    return (len(params),) + ((len(state),) if state is not None else ())
+
+
 class TournamentMailbox:
     """LTFB's exchange: trainers leave their model for a round, partners take it."""
 
     def __init__(self) -> None:
         self.mailbox: dict[tuple[Any, int], Any] = {}   # (round, trainer) -> what it left
         self.departed: set[int] = set()                # trainers that have ended
+
+    ROLE = "tournament"
+    OPS = {op.name: op for op in (
+        RoleOp("deposit", "deposit", changes=True,
+               sizes_in=lambda rnd, trainer, params, state=None, meta=None: _left(params, state)),
+        RoleOp("collect", "collect", ready=lambda core, rnd, trainer: core.can_collect(rnd, trainer),
+               sizes_out=lambda core, rnd, trainer: core.left_sizes(rnd, trainer), what="tournament partner"),
+        RoleOp("depart", "depart", changes=True, notice=True),
+    )}
+
+    def left_sizes(self, rnd: Any, trainer: int) -> tuple[int, ...]:
+        """The arrays `collect(rnd, trainer)` would answer with (none when it ended without)."""
+        got = self.mailbox.get((rnd, trainer))
+        return () if got is None else _left(got[0], got[1])
 
     def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
                 meta: dict | None = None) -> None:
@@ -180,18 +230,6 @@ class TournamentMailbox:
     def depart(self, trainer: int) -> None:
         """`trainer` has ended; partners waiting for it get None instead of waiting."""
         self.departed.add(trainer)
-
-
-class ServerCore(ParameterServer, TournamentMailbox):
-    """Every role but cgdp's in one in-process object: what the thread and actor
-    front-ends serve (an algorithm only calls the methods of its own role)."""
-
-    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, size: int = 1, optimizer: OptimizerSettings | None = None,
-                 layout: Any = None):
-        ParameterServer.__init__(self, params, size, momentum, nesterov, weight_decay, optimizer=optimizer,
-                                 layout=layout)
-        TournamentMailbox.__init__(self)
 
 
 # ------------------------------------------------------------------------------ cgdp master
@@ -339,13 +377,24 @@ def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -
             "optimizer": OptimizerSettings.of(config), "layout": model.layout()}
 
 
+def role_core(role: str) -> type:
+    """The core class that serves `role` (its `OPS` are the role's operations)."""
+    cores = {"parameter_server": ParameterServer, "elastic_centre": ParameterServer,
+             "tournament": TournamentMailbox, "cgdp_master": ChunkMaster}
+    if role not in cores:
+        raise ValueError(f"role: one of {', '.join(cores)}, got {role!r}")
+    return cores[role]
+
+
 def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int, config: Any = None,
               model: Any = None, clock: Callable[[], float] = time.perf_counter) -> Any:
     """An in-process core for `role` (what the thread and actor front-ends hold)."""
     if role == "cgdp_master":
         return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
-    if role in ("parameter_server", "elastic_centre", "tournament"):
+    if role == "tournament":
+        return TournamentMailbox()
+    if role in ("parameter_server", "elastic_centre"):
         if "optimizer" in options and "layout" not in options and model is not None:
             options = {**options, "layout": model.layout()}
-        return ServerCore(params0, size=size, **options)
+        return ParameterServer(params0, size, **options)
     raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, cgdp_master, got {role!r}")
