@@ -16,6 +16,8 @@ its own front-ends (`ThreadChunkMaster`, `ChunkMasterActor`, `ShmChunkMaster`).
   role (the EASGD exchange, FCFS or in round-robin turns that skip retired workers).
 * `TournamentMailbox`: the `tournament` role (LTFB partners deposit and collect models;
   a departed trainer leaves nothing to wait for).
+* `ModelTable`: the `pairwise` role (AD-PSGD: every worker's model, and the atomic
+  average of two of them).
 * `ChunkMaster`: the `cgdp_master` role (CGDP's host-side master: per-chunk sums in rank
   order, per-chunk updates, the step's outcome, the run-time chunk size `ChunkTuner`);
   it times iterations with the clock it is given, so a virtual clock can drive it.
@@ -232,6 +234,56 @@ class TournamentMailbox:
         self.departed.add(trainer)
 
 
+# ------------------------------------------------------------------------------ AD-PSGD's models
+class ModelTable:
+    """AD-PSGD's exchange (Lian et al., ICML 2018): every worker's model, one row each.
+
+    A worker never waits for a peer: it averages its row with a neighbour's in one atomic
+    operation (`average`: both rows become their mean, then its own local update is
+    applied to its row) and goes on from what its row is then. Rows start at the initial
+    parameters. `log` keeps the (rank, peer, step) of every average in the order they
+    happened: the pairing sequence that a plain reference loop replays (tests).
+    """
+
+    def __init__(self, params: np.ndarray, size: int):
+        self.x = np.tile(np.asarray(params), (size, 1))      # (P, n)
+        self.size = size
+        self.log: list[tuple[int, int, int]] = []
+
+    ROLE = "pairwise"
+    OPS = {op.name: op for op in (
+        # x_i, x_j <- (x_i + x_j) / 2; x_i -= update: the worker's update in, its new row out
+        RoleOp("average", "average", sizes_in=lambda rank, peer, update, step=-1: (len(update),),
+               sizes_out=lambda core, rank, peer, update, step=-1: (len(update),),
+               work=lambda core, rank, peer, update, step=-1: (5.0, len(update))),  # read 3 rows, write 2
+        RoleOp("model", "model", sizes_out=lambda core, rank: (core.x.shape[1],),
+               work=lambda core, rank: (1.0, core.x.shape[1])),
+        # the workers' mean and their consensus distance (what rank 0 evaluates)
+        RoleOp("mean", "mean", sizes_out=lambda core: (core.x.shape[1],),
+               work=lambda core: (float(core.size), core.x.shape[1])),
+    )}
+
+    def average(self, rank: int, peer: int, update: np.ndarray, step: int = -1) -> np.ndarray:
+        """Atomically: rows `rank` and `peer` become their mean, then row `rank` -= `update`
+        (its local step, taken at the model it last had); returns a copy of row `rank`."""
+        x = self.x
+        if peer != rank:
+            x[rank] += x[peer]
+            x[rank] *= 0.5
+            x[peer] = x[rank]
+        x[rank] -= update
+        self.log.append((rank, peer, step))
+        return x[rank].copy()
+
+    def model(self, rank: int) -> np.ndarray:
+        return self.x[rank].copy()
+
+    def mean(self) -> tuple[np.ndarray, float]:
+        """The workers' average x_bar and the consensus distance (1/P) sum_i ||x_i - x_bar||^2."""
+        xbar = self.x.mean(axis=0, dtype=np.float64)
+        return xbar.astype(self.x.dtype), float(((self.x - xbar) ** 2).sum() / self.size)
+
+
 # ------------------------------------------------------------------------------ cgdp master
 TUNE_STEPS = 4       # iterations timed per chunk size while auto-tuning (after a warm-up step)
 
@@ -380,7 +432,7 @@ def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -
 def role_core(role: str) -> type:
     """The core class that serves `role` (its `OPS` are the role's operations)."""
     cores = {"parameter_server": ParameterServer, "elastic_centre": ParameterServer,
-             "tournament": TournamentMailbox, "cgdp_master": ChunkMaster}
+             "tournament": TournamentMailbox, "pairwise": ModelTable, "cgdp_master": ChunkMaster}
     if role not in cores:
         raise ValueError(f"role: one of {', '.join(cores)}, got {role!r}")
     return cores[role]
@@ -393,8 +445,10 @@ def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int
         return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
     if role == "tournament":
         return TournamentMailbox()
+    if role == "pairwise":
+        return ModelTable(params0, size)
     if role in ("parameter_server", "elastic_centre"):
         if "optimizer" in options and "layout" not in options and model is not None:
             options = {**options, "layout": model.layout()}
         return ParameterServer(params0, size, **options)
-    raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, cgdp_master, got {role!r}")
+    raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, pairwise, cgdp_master, got {role!r}")
