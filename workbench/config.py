@@ -365,6 +365,13 @@ class RunConfig(BaseModel):
     alpha: float | None = Field(None, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
+    elastic_sync: Literal["ring", "tree_host", "tree_device", "tree_device_overlap"] = Field("ring", description=(
+        "sync_easgd: how the elastic exchange travels, SC'17's chain (You et al., Table 3): ring (the "
+        "transport's allreduce, the centre on each worker's device), tree_host (a binary-tree reduction with "
+        "the centre on the host: every exchange copies the vector to the host and back and the host "
+        "updates the centre), tree_device (the tree, the centre kept on the devices), tree_device_overlap "
+        "(also the exchange's vector overlapping the next local step). The maths is the same for all four; "
+        "the simulator charges each; real transports run their own collective and overlap nothing."))
     trainers: int = Field(2, description=(
         "LTFB: number of trainers K (whole number >= 1, a divisor of the number of workers); "
         "each trainer spans workers / K workers."))
@@ -453,6 +460,9 @@ class RunConfig(BaseModel):
         if self.compression != "none" and self.algorithm != "sync_sgd":
             raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
                               f"allreduce; {self.algorithm} has none)", self.compression)
+        if self.elastic_sync != "ring" and self.algorithm != "sync_easgd":
+            raise ConfigError("elastic_sync", f"ring unless algorithm is sync_easgd (the knob is SC'17's chain of "
+                              f"Sync EASGD; {self.algorithm} has no elastic allreduce)", self.elastic_sync)
         if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov \
                 and self.optimizer == "sgd":
             raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "
@@ -1014,7 +1024,7 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
                      "trust_coefficient"),
-    "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
+    "algorithm": ("tau", "alpha", "elastic_sync", "trainers", "round_size", "tournament_size", "trainer_lrs",
                   "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
                   "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
                   "topology", "error_feedback"),

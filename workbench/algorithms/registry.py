@@ -332,7 +332,7 @@ for _spec in (
         "sync_easgd", "all workers every tau steps: allreduce of the elastic differences; deterministic",
         "easgd:SyncEASGD", sync=True,
         evaluates="all",    # the centre is the same on every rank: the ranks share each evaluation
-        needs=Needs(collective=True), knobs=EASGD_KNOBS, pattern="elastic_allreduce"),
+        needs=Needs(collective=True), knobs=EASGD_KNOBS + ("elastic_sync",), pattern="elastic_allreduce"),
     AlgorithmSpec(
         "ltfb", "Livermore Tournament Fast Batch: K trainers train apart and swap weights in pairwise tournaments",
         "ltfb:LTFB", sync=True,        # a trainer's workers step together; trainers meet at tournaments

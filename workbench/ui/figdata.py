@@ -31,7 +31,6 @@ __all__ = [
     "COMPONENT_COLORS",
     "STATIC_POINTS",
     "LIVE_POINTS",
-    "BATCH_POINTS",
     "TIME_BINS",
     "STEPS_PER_BIN",
     "SMOOTH_BINS",
@@ -90,7 +89,6 @@ COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
 COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
 STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
 LIVE_POINTS = 600        # points per live trace: bounds the cost of each redraw (kernel and browser)
-BATCH_POINTS = 100       # a live batch adds at most this many loss points (means of consecutive steps)
 TIME_BINS = 40           # time windows of the static throughput / breakdown figures (at most)
 STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
@@ -1022,7 +1020,9 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
         out["throughput"] = throughput_series(windows, previous=state.rates)
         out["breakdown"] = breakdown_series(state.totals, windows, max(1, min(state.n_workers, MAX_WORKER_ROWS)))
         out["lr"] = lr_series(steps)
-    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color, BATCH_POINTS)
-    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color, BATCH_POINTS)
+    # One loss point per step block the workers streamed (`results.live_width`: blocks fixed by
+    # the plan, so the points are the same however the batches were cut), not re-binned per batch.
+    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color)
+    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color)
     out["lineage"] = lineage_series(tours, state.lineages)
     return out

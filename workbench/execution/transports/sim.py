@@ -54,6 +54,7 @@ class SimGroup:
 
     def __init__(self, size: int, costs: SimCosts, sched: Scheduler):
         self.size, self.costs, self.sched = size, costs, sched
+        self.side: SimPosted | None = None     # sync_easgd's overlapped sums (SimComm.elastic_start)
         self._reset()
 
     def _reset(self) -> None:
@@ -95,6 +96,66 @@ class SimGroup:
         return total
 
 
+class _Posted:
+    """One overlapped sum in flight: its total and when it is in, once every worker posted."""
+
+    __slots__ = ("total", "done", "waiters")
+
+    def __init__(self) -> None:
+        self.total: Any = None
+        self.done = 0.0
+        self.waiters: list[VProc] = []
+
+    def wait_on(self, proc: VProc) -> Any:
+        if self.total is None:
+            self.waiters.append(proc)
+            proc.block()
+        proc.sleep_until(max(proc.now(), self.done))
+        return self.total
+
+
+class _Handle:
+    __slots__ = ("posted", "proc")
+
+    def __init__(self, posted: _Posted, proc: VProc):
+        self.posted, self.proc = posted, proc
+
+    def wait(self) -> Any:
+        return self.posted.wait_on(self.proc)
+
+
+class SimPosted:
+    """A group's non-blocking sums (sync_easgd's overlapped exchange): a worker posts its
+    buffer and goes on; the sum (rank order) is in `cost_s` after the last post."""
+
+    def __init__(self, size: int, costs: SimCosts, sched: Scheduler):
+        self.size, self.costs, self.sched = size, costs, sched
+        self.round: _Posted | None = None
+        self.slots: list[Any] = [None] * size
+        self.count, self.t_last, self.cost_s = 0, 0.0, 0.0
+
+    def post(self, index: int, proc: VProc, buf: Any, cost_s: float) -> _Handle:
+        t = proc.now()
+        if self.round is None:
+            self.round = _Posted()
+        rnd = self.round
+        self.slots[index] = buf
+        self.count += 1
+        self.t_last, self.cost_s = max(self.t_last, t), max(self.cost_s, cost_s)
+        if self.count == self.size:
+            total = np.array(self.slots[0], copy=True)
+            for other in self.slots[1:]:
+                total += other
+            total.flags.writeable = False
+            rnd.total, rnd.done = total, self.t_last + self.cost_s
+            for p in rnd.waiters:
+                if not p.done:
+                    self.sched.wake(p, rnd.done)
+            self.round, self.slots = None, [None] * self.size
+            self.count, self.t_last, self.cost_s = 0, 0.0, 0.0
+        return _Handle(rnd, proc)
+
+
 class SimComm:
     device = False
 
@@ -118,6 +179,22 @@ class SimComm:
         allreduce of `payload_bytes` (`SimCosts.compressed_s`)."""
         cost = self.group.costs.compressed_s(self.size, payload_bytes, gather)
         return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
+
+    def elastic_sum(self, buf: Any, host: bool = False) -> Any:
+        """sync_easgd's exchange along SC'17's chain (`SimCosts.elastic_s`): a tree, and
+        with `host` the copies to and from the host and the host's update of the centre."""
+        cost = self.group.costs.elastic_s(self.size, len(buf), host)
+        return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
+
+    def elastic_start(self, buf: Any) -> Any:
+        """The exchange's vector through the tree without waiting: returns a handle whose
+        `wait()` gives the sum once it is in (`elastic_s`'s time after the last worker
+        started it); meanwhile this worker computes on. A second channel of the group, so
+        the blocking collectives in between (the tail, evaluations) are not mixed in."""
+        side = self.group.side
+        if side is None:
+            side = self.group.side = SimPosted(self.size, self.group.costs, self.group.sched)
+        return side.post(self.rank, self.proc, buf, self.group.costs.elastic_s(self.size, len(buf), False))
 
     def barrier(self) -> None:
         self.group.arrive(self.rank, self.proc, None)
