@@ -80,7 +80,9 @@ SIMULATED = sorted(p.stem for p in EXPERIMENTS if p.stem.endswith("_sim"))
 # Shapes our simulation does not reproduce, at quick and full settings alike (measured: at one
 # lr for every algorithm, plain async/Hogwild SGD stay ahead of their EASGD versions; each at
 # its best lr is measured beside the shape). `reproduce` says so and exits 3.
-NOT_REPRODUCED = {"sc17_sim": {"async_easgd_beats_async_sgd", "hogwild_easgd_beats_hogwild_sgd"}}
+NOT_REPRODUCED = {"sc17_sim": {"async_easgd_beats_async_sgd", "hogwild_easgd_beats_hogwild_sgd"},
+                  # VGG-16's TDP communicates 10% of its step here: hiding all of it gives at most 1.11x, not 1.21x
+                  "icpe_sim": {"cgdp_speedup_vgg16"}}
 
 
 @pytest.mark.slow
