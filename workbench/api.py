@@ -226,13 +226,15 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # worker spends ~10 s setting it up inside the other workers' training span (they wait
     # in the first exchange), which the first measured point would otherwise include.
     # (Virtual time has no cold workers: a simulated sweep skips it.)
+    stopped = False
     if not in_process and not simulated:
-        run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False)
+        warm = run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False,
+                   should_stop=should_stop)
+        stopped = warm.status == "stopped"
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
     from .apps.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
-    stopped = False
     try:
         for k in range(rounds):
             for w, cfg in zip(ws, configs):
@@ -260,6 +262,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     finally:
         if bar is not None:
             bar.close()
+    if out is not None and not rows:   # stopped before the first point finished: the table says so, empty
+        atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
     return table
 
 
