@@ -342,7 +342,7 @@ for _spec in (
         pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape),
     AlgorithmSpec(
         "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by "
-        "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "split"),
+        "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "weight_return", "split"),
         pattern="host"),
     AlgorithmSpec(
         "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "

@@ -19,7 +19,9 @@ Where each algorithm's time goes:
 * shared arrays (Hogwild): written when the writer's clock reaches the write;
 * cgdp: per-worker device->host link; chunks leave during the backward pass at the
   moment their layers' gradients are ready, the master (host memory speed) sums
-  and updates each, the fetch waits for the last one and copies the weights back.
+  and updates each, and each updated chunk goes back over every worker's
+  host->device link at once (`weight_return` chunks; whole: the whole vector after
+  the last one); the fetch waits for the last copy to land.
 
 Faults: `fail_worker` kills a virtual worker at a virtual time; a synchronous run's
 peers then wait forever, which the driver turns into `WorkerLost` for each (the run
@@ -366,12 +368,35 @@ class SimChunkMasterState:
         self.completed = -1
         self.completed_at: dict[int, float] = {}
         self.waiting: dict[int, list[VProc]] = {}
+        self.chunked = setup.config.weight_return == "chunks"
+        self.traces: dict[int, list[dict[str, Any]]] = {}
+
+    TRACE_KEEP = 3    # steps whose transfers and updates are kept (the last but one complete one is reported)
+
+    def _trace(self, step: int, what: str, rank: int | None, lo: int, hi: int, t0: float, t1: float) -> None:
+        """One interval of a step's timeline (`timeline()`): a copy or the master's work on [lo, hi)."""
+        self.traces.setdefault(step, []).append({"what": what, "rank": rank, "lo": lo, "hi": hi, "start": t0,
+                                                 "end": t1})
+        while len(self.traces) > self.TRACE_KEEP:
+            del self.traces[min(self.traces)]
+
+    def timeline(self) -> dict[str, Any] | None:
+        """The last but one completed step's intervals (virtual seconds): each worker's chunk copies to
+        the host ("d2h"), the master's sum and update of each part ("update"), the copies back
+        ("h2d"); for the per-iteration figure (`ui.figures.cgdp_timeline_figure`)."""
+        done = sorted(s for s in self.traces if s <= self.completed)
+        if not done:
+            return None
+        step = done[-2] if len(done) > 1 else done[-1]   # one with a next step, whose forward pass shows
+        return {"step": step, "weight_return": "chunks" if self.chunked else "whole",
+                "intervals": [dict(e) for e in self.traces[step]]}
 
     def send(self, proc: VProc, rank: int, step: int, args: tuple) -> None:
         lo, hi = args[2], args[3]
         n_bytes = self.costs.share_bytes(lo, hi)
         start = max(proc.now(), self.up[rank])
         arrive = self.up[rank] = start + self.costs.message(n_bytes)
+        self._trace(step, "d2h", rank, lo, hi, start, arrive)
         self.sched.at(arrive, lambda: self._deliver(arrive, step, args, n_bytes))
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
@@ -380,19 +405,38 @@ class SimChunkMasterState:
         # charged with each part's share, so a chunk is updated when its last part is in
         passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
         self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
-        if self.core.add(*args):
+        lo, hi = args[2], args[3]
+        self._trace(step, "update", args[1], lo, hi, start, self.free)
+        whole = self.core.add(*args)
+        if self.chunked and (lo, hi) not in self.core.parts:
+            # this part completed its chunk: the fresh weights of [lo, hi) leave for every
+            # device at once, each over its own host->device link, in the order chunks complete
+            chunk_bytes = self.costs.share_bytes(lo, hi)
+            for r in range(len(self.down)):
+                t0 = max(self.free, self.down[r])
+                self.down[r] = t0 + self.costs.message(chunk_bytes)
+                self._trace(step, "h2d", r, lo, hi, t0, self.down[r])
+        if whole:
             self.completed = step
             self.completed_at[step] = self.free
             for p in self.waiting.pop(step, []):
                 self.sched.wake(p, self.free)
 
     def fetch(self, proc: VProc, rank: int, step: int) -> Any:
+        """The next forward pass's weights. `weight_return` chunks: every chunk went back
+        as soon as it was updated (`_deliver`), lowest layers last, so the forward pass,
+        which needs the lowest layers first, waits for the last copy to land and for no
+        other; whole: the whole vector is copied once every chunk is updated."""
         proc.now()
         if self.completed < step:
             self.waiting.setdefault(step, []).append(proc)
             proc.block()
+        if self.chunked:
+            proc.sleep_until(max(proc.t, self.down[rank]))
+            return self.core.result()
         t = max(proc.t, self.completed_at.get(step, proc.t), self.down[rank])
         self.down[rank] = t + self.costs.message(self.costs.vector_bytes)
+        self._trace(step, "h2d", rank, 0, self.costs.n_params, t, self.down[rank])
         proc.sleep_until(self.down[rank])
         return self.core.result()
 
@@ -714,7 +758,9 @@ class SimTransport(Transport):
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
-                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
+                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4),
+                **({"cgdp_timeline": self.server_state.timeline()}
+                   if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}
 
     def public(self, worker: dict, rank: int) -> dict:
         out = super().public(worker, rank)
