@@ -52,6 +52,7 @@ NEW_VALUES = {
     "lr_spread": (2.0, 2.0),
     "exchange_state": (True, True),
     "chunk_layers": (2, 2),
+    "weight_return": ("whole", "whole"),
     "split": ("speed", "speed"),
     "steps": (100, 100),
     "eval_every": (10, 10),
@@ -106,8 +107,9 @@ def test_every_control_maps_onto_a_config_field(dash):
             dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
         dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
-        if name == "elastic_sync":
-            dash.controls["algorithm"].value = "sync_easgd"    # the only algorithm with the knob
+        dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
+        if name in ("elastic_sync", "weight_return"):
+            dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
@@ -171,6 +173,9 @@ def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
     dash.controls["dataset"].value = "synthetic"
     dash.controls["lr_scaling"].value = "linear"
     assert visible() == {"chunk_layers", "split", "n_samples", "n_features", "base_batch"}
+    assert shown(dash.controls["weight_return"]) and not shown(dash.controls["elastic_sync"])
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert shown(dash.controls["elastic_sync"]) and not shown(dash.controls["weight_return"])
 
 
 def test_the_default_algorithm_is_a_parallel_one():

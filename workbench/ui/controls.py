@@ -318,6 +318,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
+    _c("weight_return", _dropdown(["chunks", "whole"]), applies=_knob("weight_return")),   # cgdp's host master
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
     _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
     _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
