@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from workbench.comm.roles import ServerCore
+from workbench.comm.roles import ParameterServer
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch, split_batch
@@ -118,7 +118,7 @@ def test_round_robin_easgd_two_workers_take_turns_in_rank_order():
 
 
 def test_thread_server_round_robin_waits_for_the_turn_and_skips_the_retired():
-    server = ThreadServer(ServerCore(np.zeros(3, np.float32), size=3))
+    server = ThreadServer(ParameterServer(np.zeros(3, np.float32), size=3))
     served = []
 
     def exchange(rank):
@@ -224,3 +224,65 @@ def test_async_easgd_on_dask_runs_briefly(client):
     got = run(config("async_easgd", cpus=2, steps=30, tau=2, lr=0.1), client)
     assert got.status == "completed" and got.summary["alpha"] == pytest.approx(0.45)
     assert got.steps.groupby("worker")["step"].max().tolist() == [29, 29]
+
+
+# ------------------------------------------------------------------------------ SC'17's chain (elastic_sync)
+CHAIN = ["ring", "tree_host", "tree_device", "tree_device_overlap"]
+
+
+@pytest.mark.parametrize("path", CHAIN[1:])
+def test_sc17_chain_follows_the_reference_loop_on_threads(path):
+    # the knob moves the centre and the exchange's timing, never the numbers
+    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1, elastic_sync=path)
+    got = run_threads(cfg)
+    assert got.summary["elastic_sync"] == path
+    np.testing.assert_allclose(got.params, sync_reference(cfg, 2), rtol=0, atol=1e-6)
+    assert got.params.tobytes() == run_threads(cfg.replace(elastic_sync="ring")).params.tobytes()
+
+
+def _sim_chain(path: str, **kw) -> object:
+    cfg = RunConfig(**{**dict(algorithm="sync_easgd", dataset="digits", model="mlp", hidden=[16], batch_size=4 * 64,
+                              lr=0.1, tau=2, steps=24, eval_every=6, seed=0, simulate=True, gpus=4, cpus=0,
+                              device="k80", timing_model="alexnet", network="pcie3", elastic_sync=path), **kw})
+    return run(cfg)
+
+
+def test_sc17_chain_is_the_same_run_simulated_and_each_step_is_faster():
+    runs = {p: _sim_chain(p) for p in CHAIN}
+    ref = runs["ring"]
+    key = ["worker", "step"]
+    for p, r in runs.items():
+        assert r.status == "completed"
+        assert r.params.tobytes() == ref.params.tobytes(), p        # bit for bit, every path
+        assert (r.steps.sort_values(key)["loss"].to_numpy().tobytes()
+                == ref.steps.sort_values(key)["loss"].to_numpy().tobytes()), p
+        np.testing.assert_array_equal(r.evals["test_accuracy"].to_numpy(), ref.evals["test_accuracy"].to_numpy())
+    span = {p: r.summary["wall_time_s"] for p, r in runs.items()}
+    # AlexNet on 4 K80s over PCIe 3: the host copies and update cost (tree_host slowest), and the overlap
+    # hides part of the tree (a local step's compute, ~0.1 s, against a ~0.08 s tree)
+    assert span["tree_host"] > span["tree_device"] > span["tree_device_overlap"]
+    steady = {p: r.summary["steady"]["comm_share"] for p, r in runs.items()}
+    assert steady["tree_device_overlap"] < 0.5 * steady["tree_device"]
+
+
+def test_sc17_chain_charges_what_the_cost_formula_says():
+    # 4 GPUs, tau 2: tree_device's exchange is the binary tree, 2 ceil(log2 4) (alpha + |W| beta),
+    # tree_host's adds two PCIe copies and three passes through host memory (sim.costs.SimCosts.elastic_s)
+    from workbench.comm.network import HOST_MEMORY_BYTES_PER_S
+    from workbench.sim.profiles import TIMING_MODELS, network_named
+    net, w = network_named("pcie3"), TIMING_MODELS["alexnet"].n_params * 4
+    tree = 4 * (net.alpha + w * net.beta)
+    host = tree + 2 * (net.alpha + w * net.beta) + 3 * w / HOST_MEMORY_BYTES_PER_S
+    for path, expect in (("tree_device", tree), ("tree_host", host)):
+        r = _sim_chain(path, eval_every=None)
+        ex = r.steps[(r.steps.step >= 3) & ((r.steps.step + 1) % 2 == 0)]
+        comm = (ex["comm_s"] + ex["wait_s"]).groupby(ex["step"]).max()
+        assert comm.median() == pytest.approx(expect, rel=0.02), path   # + the tail's few floats
+
+
+def test_elastic_sync_is_refused_for_other_algorithms():
+    from workbench.config import ConfigError
+    with pytest.raises(ConfigError, match="elastic_sync"):
+        RunConfig(algorithm="async_easgd", elastic_sync="tree_host")
+    with pytest.raises(Exception, match="elastic_sync"):
+        RunConfig(algorithm="sync_easgd", elastic_sync="star")

@@ -365,6 +365,13 @@ class RunConfig(BaseModel):
     alpha: float | None = Field(None, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
+    elastic_sync: Literal["ring", "tree_host", "tree_device", "tree_device_overlap"] = Field("ring", description=(
+        "sync_easgd: how the elastic exchange travels, SC'17's chain (You et al., Table 3): ring (the "
+        "transport's allreduce, the centre on each worker's device), tree_host (a binary-tree reduction with "
+        "the centre on the host: every exchange copies the vector to the host and back and the host "
+        "updates the centre), tree_device (the tree, the centre kept on the devices), tree_device_overlap "
+        "(also the exchange's vector overlapping the next local step). The maths is the same for all four; "
+        "the simulator charges each; real transports run their own collective and overlap nothing."))
     trainers: int = Field(2, description=(
         "LTFB: number of trainers K (whole number >= 1, a divisor of the number of workers); "
         "each trainer spans workers / K workers."))
@@ -383,6 +390,11 @@ class RunConfig(BaseModel):
     chunk_layers: Union[int, Literal["auto"]] = Field("auto", description=(
         "CGDP: layers per update chunk, a whole number >= 1, or auto to choose it by timing "
         "iterations at the start of the run."))
+    weight_return: Literal["chunks", "whole"] = Field("chunks", description=(
+        "CGDP: how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
+        "updated it, while the devices finish the backward pass; the next forward pass waits only for "
+        "the chunk updated last, as Le et al.) or whole (the whole vector once every chunk is updated: "
+        "the earlier implementation, kept for comparison)."))
     split: Literal["equal", "speed"] = Field("equal", description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
@@ -412,7 +424,7 @@ class RunConfig(BaseModel):
         "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
         "s; 1 keeps only signs and the norm)."))
     topology: Literal["ring", "torus", "exponential", "complete"] = Field("ring", description=(
-        "dpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
+        "dpsgd and adpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
         "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
         "averaging)."))
     error_feedback: bool = Field(True, description=(
@@ -453,6 +465,12 @@ class RunConfig(BaseModel):
         if self.compression != "none" and self.algorithm != "sync_sgd":
             raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
                               f"allreduce; {self.algorithm} has none)", self.compression)
+        if self.weight_return != "chunks" and self.algorithm != "cgdp":
+            raise ConfigError("weight_return", f"chunks unless algorithm is cgdp (the knob is how cgdp's host "
+                              f"master returns weights; {self.algorithm} has none)", self.weight_return)
+        if self.elastic_sync != "ring" and self.algorithm != "sync_easgd":
+            raise ConfigError("elastic_sync", f"ring unless algorithm is sync_easgd (the knob is SC'17's chain of "
+                              f"Sync EASGD; {self.algorithm} has no elastic allreduce)", self.elastic_sync)
         if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov \
                 and self.optimizer == "sgd":
             raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "
@@ -1014,8 +1032,8 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
                      "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
                      "trust_coefficient"),
-    "algorithm": ("tau", "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
+    "algorithm": ("tau", "alpha", "elastic_sync", "trainers", "round_size", "tournament_size", "trainer_lrs",
+                  "lr_spread", "exchange_state", "chunk_layers", "weight_return", "split", "post_local_epoch", "outer_lr",
                   "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
                   "topology", "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),

@@ -4,7 +4,7 @@ A run produces flat records with fixed keys (dask-ml style history entries); the
 gathers them into a `RunResult`. Step records are the bulk (one per worker per step,
 thousands a second at teaching sizes): a worker keeps them in NumPy columns and hands
 them over whole when its loop ends, and streams only a compact, binned summary while it
-runs (`LIVE_ROWS` rows at most per batch; sums of samples and seconds are kept, so live
+runs (in blocks of steps fixed by the plan, `LIVE_ROWS` of them over a run; sums of samples and seconds are kept, so live
 totals and rates are exact). The client expands those batches into the same record
 dicts for `on_record`. A run directory is the unit everyone shares:
 
@@ -81,22 +81,56 @@ def event_record(t: float, event: str, worker: Any = None, message: str = "") ->
             "message": message}
 
 
-def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS) -> dict[str, np.ndarray]:
-    """At most `max_rows` rows summarising consecutive step rows of one worker.
+def live_width(total_steps: int) -> int:
+    """Steps per live bin for a run of `total_steps`: at most `LIVE_ROWS` bins over the
+    whole run, so a live trace's points are never more than 1% of the run apart (or one
+    step, for runs of up to 200 steps), however its batches are cut.
+
+    >>> live_width(150), live_width(540), live_width(100_000)
+    (1, 3, 500)
+    """
+    return max(1, math.ceil(int(total_steps) / LIVE_ROWS))
+
+
+def bin_steps(columns: dict[str, np.ndarray], max_rows: int = LIVE_ROWS,
+              width: int | None = None) -> dict[str, np.ndarray]:
+    """At most about `max_rows` rows summarising consecutive step rows of one worker.
 
     Each bin keeps the sums of `samples`, `compute_s`, `comm_s`, `wait_s` and `bytes_sent` (so totals
     and rates over time stay exact), the means of `loss` and `staleness`, and the last
-    row's `step`, `epoch`, `time` and `lr`. Up to `max_rows` rows come back unchanged.
+    row's `step`, `epoch`, `time` and `lr`.
+
+    Without `width`, the rows are cut into `max_rows` bins of about equal count (up to
+    `max_rows` rows come back unchanged). With `width`, bins are fixed blocks of steps
+    (`step // width`), the same whichever rows a batch happens to hold: a live batch cut
+    anywhere only splits one block in two, so the points a run streams do not depend on
+    when its batches leave the worker (`live_width` picks the width from the plan). A batch
+    spanning more than `max_rows + 1` blocks (a run longer than its plan) doubles the width
+    until it fits.
 
     >>> cols = {"step": np.arange(4.0), "time": np.arange(1.0, 5.0), "loss": np.array([4.0, 2.0, 3.0, 1.0]),
     ...         "samples": np.full(4, 8.0)}
     >>> {k: v.tolist() for k, v in bin_steps(cols, 2).items()}
     {'step': [1.0, 3.0], 'time': [2.0, 4.0], 'loss': [3.0, 2.0], 'samples': [16.0, 16.0]}
+    >>> tail = {k: v[1:] for k, v in cols.items()}          # steps 1..3 in blocks of 2: {1}, {2, 3}
+    >>> bin_steps(tail, width=2)["step"].tolist(), bin_steps(tail, width=2)["loss"].tolist()
+    ([1.0, 3.0], [2.0, 2.0])
     """
     n = len(columns["step"])
-    if n <= max_rows:
-        return dict(columns)
-    starts = (np.arange(max_rows) * n) // max_rows                # (bins,) first row of each bin
+    if width is None:
+        if n <= max_rows:
+            return dict(columns)
+        starts = (np.arange(max_rows) * n) // max_rows                # (bins,) first row of each bin
+    else:
+        step = np.asarray(columns["step"], dtype=np.int64)
+        while True:
+            block = step // width
+            starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])   # (bins,) first row of each block
+            if len(starts) <= max_rows + 1:
+                break
+            width *= 2
+        if len(starts) == n:
+            return dict(columns)
     last = np.append(starts[1:], n) - 1
     counts = np.diff(np.append(starts, n))
     out = {}
@@ -161,12 +195,14 @@ class StepLog:
         """Every row so far, one array per field (LOG_FIELDS and "epoch")."""
         return self._columns(0, self.n, epoch_of)
 
-    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None) -> dict[str, list] | None:
-        """The rows since the last batch, binned to at most `max_rows` (lists: cheap to
-        serialise); None if there are none."""
+    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None,
+                   width: int | None = None) -> dict[str, list] | None:
+        """The rows since the last batch, binned to at most `max_rows` (or in blocks of
+        `width` steps: `bin_steps`) as lists (cheap to serialise); None if there are none."""
         if self.n == self.sent:
             return None
-        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows)
+        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows,
+                         width)
         self.sent = self.n
         return {k: v.tolist() for k, v in cols.items()}
 

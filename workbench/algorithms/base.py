@@ -9,8 +9,9 @@ divergence, timing, records, periodic evaluation.
 At teaching sizes a step takes ~0.15 ms, so the loop's own bookkeeping must cost
 microseconds: a step's record is one row written into a preallocated NumPy buffer
 (`StepLog`, grown by doubling), not a dict; a few times a second the rows since the
-last batch leave the worker as one compact, binned batch (at most `LIVE_ROWS` rows,
-enough for the live plots); the whole log goes back with the loop's result. Clocks
+last batch leave the worker as one compact, binned batch (blocks of steps fixed by the
+plan, `LIVE_ROWS` blocks over the whole run: enough for the live plots, and the same
+points however the batches are cut); the whole log goes back with the loop's result. Clocks
 start at the run's first training step: every worker waits at a start barrier, and
 `time` 0 is the moment they pass it, so set-up is never booked as compute or waiting.
 """
@@ -29,7 +30,7 @@ from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan
-from ..results import StepLog, eval_record, event_record
+from ..results import StepLog, eval_record, event_record, live_width
 from .registry import tail_length
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
@@ -176,7 +177,7 @@ class WorkerContext:
 
     def flush(self, done: bool = False, force: bool = False) -> None:
         """Send one live batch: the binned steps since the last one and the pending records."""
-        steps = self.steps.live_batch(self.plan.epoch)
+        steps = self.steps.live_batch(self.plan.epoch, width=live_width(self.plan.total_steps))
         if self.emit is not None and (force or done or steps is not None or self._pending):
             self.emit({"kind": "live", "rank": self.rank, "started": self.started_wall, "steps": steps,
                        "records": self._pending, "done": done})

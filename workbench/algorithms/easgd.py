@@ -185,19 +185,66 @@ class HogwildEASGD(ElasticWorker):
 
 
 class SyncEASGD(ElasticWorker):
-    """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies."""
+    """sync_easgd: every tau steps all workers allreduce their d_i; identical centre copies.
+
+    `config.elastic_sync` picks SC'17's chain (You et al., Table 3), one step at a time;
+    the numbers computed are the same in all four, bit for bit (the same sums in rank
+    order), only where the centre lives and when the vector travels differ:
+
+        ring                 one allreduce of [d_i | tail]; the centre on the device (the default)
+        tree_host            the same buffer through a binary-tree reduction; the centre
+                             lives on the host (NumPy), so every exchange copies d_i to the
+                             host, the host adds the sum to the centre and it comes back
+        tree_device          the tree; the centre kept on the devices (no host copies)
+        tree_device_overlap  the tree; the tail (loss, stop, times) is allreduced at once
+                             and decides the step as always, the vector's sum is started and
+                             waited for only before the next exchange (or an evaluation),
+                             so it travels while the next local steps compute. That keeps
+                             the maths: x_i -= d_i needs only my own d_i, and the centre is
+                             next read at the next exchange.
+
+    What the simulator charges for each is `SimComm.elastic_sum` / `elastic_start`
+    (`sim.costs.SimCosts.elastic_s`); comms without them (threads, shared memory, Dask,
+    NCCL) run their own allreduce, blocking, so there the four differ in nothing but the
+    centre's home."""
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         n, xp = ctx.model.n_params, ctx.xp
         self.n = n
-        self.centre = self.params.copy()              # xc: the same on every worker, always
+        self.path = ctx.config.elastic_sync
+        self.on_host = self.path == "tree_host"
+        self.tree = self.path != "ring"
+        self.overlap = self.path == "tree_device_overlap"
+        # xc: the same on every worker, always (on the host for tree_host)
+        self.centre = to_numpy(self.params).copy() if self.on_host else self.params.copy()
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n)
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per exchange
         self.compute_since = 0.0                      # local compute since the last exchange
         self.finite = True                            # every local loss since then was finite
+        self.pending: Any = None                      # the overlapped vector sum in flight
+        if ctx.rank == 0:
+            self.summary = {**self.summary, "elastic_sync": self.path}
+
+    def _sum(self, buf: Any) -> Any:
+        """The blocking exchange: the comm's charged elastic sum where it has one."""
+        fn = getattr(self.ctx.comm, "elastic_sum", None)
+        if fn is not None and self.tree:
+            return fn(buf, host=self.on_host)
+        return self.ctx.allreduce(buf)
+
+    def _land(self) -> float:
+        """Wait for the overlapped vector sum, if one is in flight, and add it to the
+        centre; returns the seconds spent waiting (what the overlap did not hide)."""
+        if self.pending is None:
+            return 0.0
+        t = self.ctx.timer()
+        got = self.pending.wait()
+        self.pending = None
+        self.centre += got
+        return self.ctx.timer() - t
 
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n
@@ -211,21 +258,48 @@ class SyncEASGD(ElasticWorker):
         if (step + 1) % self.tau:
             return out
         out.bytes_sent = self.bytes_sent
+        exposed = self._land()                         # the previous exchange's sum (overlap only)
         buf = self.buf
-        ctx.xp.subtract(self.params, self.centre, out=buf[:n])
+        centre = ctx.xp.asarray(self.centre) if self.on_host else self.centre   # host -> device copy
+        ctx.xp.subtract(self.params, centre, out=buf[:n])
         buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)
         self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
                        stop=ctx.rank == 0 and ctx.stop_requested())
         t2 = ctx.timer()
-        total = ctx.allreduce(buf)                     # sum_i d_i, and the tail
-        got = self.tail.read(total, ctx.timer() - t2)
+        if self.overlap:
+            total = self._sum(buf[n:])                 # the tail now: it decides this step
+            got = self.tail.read(_Shifted(total, n), ctx.timer() - t2)
+        else:
+            total = self._sum(buf)                     # sum_i d_i, and the tail
+            got = self.tail.read(total, ctx.timer() - t2)
         self.tail.freed()
-        out.comm_s, out.wait_s = got.comm_s, got.wait_s
+        out.comm_s, out.wait_s = got.comm_s + exposed, got.wait_s
         self.compute_since, self.finite = 0.0, True
         if settle(out, got.loss, got.stop):            # the global batch's loss, the same everywhere
             self.params -= buf[:n]                      # x_i -= d_i
-            self.centre += total[:n]                    # xc += sum_i d_i, with the same pre-update xc
+            start = getattr(ctx.comm, "elastic_start", None) if self.overlap else None
+            if self.overlap and start is not None:      # xc += sum_i d_i, landed before the next exchange
+                self.pending = start(buf[:n].copy())
+            elif self.overlap:                          # no non-blocking collective here: at once
+                self.centre += ctx.allreduce(buf[:n])
+            elif self.on_host:
+                self.centre += to_numpy(total[:n])      # the host updates the centre
+            else:
+                self.centre += total[:n]                # xc += sum_i d_i, with the same pre-update xc
         return out
 
     def eval_params(self) -> Any:
-        return self.centre
+        self._land()
+        return self.ctx.xp.asarray(self.centre) if self.on_host else self.centre
+
+
+class _Shifted:
+    """The reduced tail alone, indexed as if it sat after an n-vector (what SyncTail reads)."""
+
+    __slots__ = ("tail", "n")
+
+    def __init__(self, tail: Any, n: int):
+        self.tail, self.n = tail, n
+
+    def __getitem__(self, key: slice) -> Any:
+        return self.tail[key.start - self.n:key.stop - self.n]

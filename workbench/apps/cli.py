@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int, default=None,
                        help="measure the points interleaved this many times (1, 2, 1, 2, ...) and report the median "
                             "and range of each (default 3; 1 with --simulate: virtual time is deterministic)")
+    sweep.add_argument("--max-rounds", type=int, default=None,
+                       help="then repeat each point whose rate is not yet known to +-5%% up to this many rounds, "
+                            "still interleaved; one still outside says 'not resolved' with its spread "
+                            "(default max(--rounds, 8); --rounds with --simulate)")
+    sweep.add_argument("--budget-s", type=float, default=None,
+                       help="also stop repeating after this many seconds (checked between rounds; default: no "
+                            "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -308,12 +315,19 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @contextlib.contextmanager
-def stop_on_signals():
+def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = "the run"):
     """SIGINT, SIGTERM and SIGHUP stop the run as Ctrl-C does: the first one raises
     KeyboardInterrupt in the main thread (the engine asks the loops to stop and keeps
     what they gathered, the run directory is written, exit code 1); later ones are
     noted and ignored, so that nothing interrupts the saving. Off the main thread
-    (signals cannot be caught there) this does nothing."""
+    (signals cannot be caught there) this does nothing.
+
+    Args:
+        on_signal: called with the first signal's name instead of raising (the sweep
+            sets its stop flag, which the run in progress polls: nothing is interrupted
+            between two bytecodes of a save).
+        what: what the note on stderr says is stopping.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -325,7 +339,10 @@ def stop_on_signals():
             print(f"note: {name} received; already stopping, saving what was gathered", file=sys.stderr)
             return
         state["stopping"] = True
-        print(f"note: {name} received; stopping the run and saving what was gathered", file=sys.stderr)
+        print(f"note: {name} received; stopping {what} and saving what was gathered", file=sys.stderr, flush=True)
+        if on_signal is not None:
+            on_signal(name)
+            return
         raise KeyboardInterrupt(name)
 
     saved = {}
@@ -419,6 +436,15 @@ def _progress_bar(config: RunConfig):
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    """`sweep`: the points run one after another; SIGINT, SIGTERM or SIGHUP stops the point
+    in progress (saved as `stopped`), keeps every finished point, writes the table of the
+    points that ran (sweep.csv, sweep.html) and exits 1."""
+    signalled: list[str] = []
+    with stop_on_signals(signalled.append, what="the sweep's current point"):
+        return _sweep_points(args, signalled)
+
+
+def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     from .. import api
     from ..execution.preflight import preflight
 
@@ -437,8 +463,13 @@ def _sweep(args: argparse.Namespace) -> int:
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
+    if args.max_rounds is not None and args.max_rounds < max(args.rounds or 1, 1):
+        raise ConfigError("max_rounds", f"a whole number of rounds >= rounds ({args.rounds or 1})", args.max_rounds)
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ConfigError("budget_s", "seconds > 0", args.budget_s)
     table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
-                      simulate=config.simulate, rounds=args.rounds)
+                      simulate=config.simulate, rounds=args.rounds, max_rounds=args.max_rounds,
+                      budget_s=args.budget_s, should_stop=lambda: bool(signalled))
     print(table.to_string(index=False))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("machine_note")):
@@ -446,10 +477,17 @@ def _sweep(args: argparse.Namespace) -> int:
                 print(f"  note ({row['workers']} workers): {note}")
     if config.out:
         paths = {"sweep": str(Path(config.out) / "sweep.csv")}
-        figure = _sweep_figure(table, config, args.mode, Path(config.out) / "sweep.html")
+        figure = _sweep_figure(table, config, args.mode, Path(config.out) / "sweep.html") if len(table) else None
         if figure is not None:
             paths["figure"] = str(figure)
         print(json.dumps(paths))
+    if signalled:
+        stopped = [int(w) for w, st in zip(table["workers"], table["status"]) if st != "completed"]
+        print(f"stopped: {signalled[0]} received; {len(table)} of {len(workers)} worker counts in the table"
+              f"{f' ({stopped} stopped part-way)' if stopped else ''}"
+              f"{f', every run that ran saved under {config.out}' if config.out else ''} (exit {EXIT_FAILED})",
+              file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

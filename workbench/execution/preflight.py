@@ -46,6 +46,8 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
                               f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
     check_emulator(config, model.n_params)
     spec = specs()[config.algorithm]
+    if config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: this host's
+        check_shm(config, model)                                                     # /dev/shm holds its segments
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
     return run_warnings(config, plan.total_steps, data=data, model=model)
@@ -157,6 +159,11 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
         workers = config.n_workers or 1
         per_worker = est["params"] + est["activations"] // max(1, min(workers, 16))
         need = est["data"] + workers * per_worker + WORKER_OVERHEAD
+        for _, have, what in limit_budgets(need, need):
+            if need > MEMORY_SHARE * have:
+                field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
+                raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
+                                  f"more than {what} ({_gib(have)}) allows", value)
         if need > MEMORY_SHARE * machine.available:
             field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
             raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
@@ -175,18 +182,146 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
     budgets = [(need_here, machine.available, "this machine's available memory")]
     if per_worker:
         budgets.append((est["total"], per_worker, "a worker's memory"))
-    for need, have, what in budgets:
-        if need > MEMORY_SHARE * have:
-            field, value = _memory_field(config, est)
-            raise ConfigError(field, f"a size whose run fits in {what} ({_gib(have)}): this one needs about "
-                              f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
-                              f"worker)", value)
+    budgets += limit_budgets(est["total"], need_here if local else est["total"])
+    over = [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
+            if need > MEMORY_SHARE * have]
+    if over:   # the tightest limit is the one to name
+        _, need, have, what = max(over, key=lambda o: o[0])
+        per_process = "ulimit -v" in what   # more or fewer workers change nothing there
+        field, value = _memory_field(config, est, per_process=per_process)
+        raise ConfigError(field, f"a size whose run fits in {what} ({_gib(have)}): this one needs about "
+                          f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
+                          f"worker)", value)
     return est
 
 
-def _memory_field(config: RunConfig, est: dict[str, int]) -> tuple[str, Any]:
-    """The field to blame: what makes the larger share of the estimate."""
-    if config.n_workers and WORKER_OVERHEAD > est["data"] + est["params"] + est["activations"]:
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (`ulimit -v`, RLIMIT_AS; the local
+    workers inherit it), or None when unlimited or unknown."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError, AttributeError):   # Windows: no resource module
+        return None
+    return None if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else int(soft)
+
+
+CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",                        # cgroup v2
+                      "/sys/fs/cgroup/memory/memory.limit_in_bytes")       # cgroup v1
+
+
+def cgroup_memory_limit() -> int | None:
+    """The memory limit of this process's cgroup in bytes (a container's `--memory`, a
+    batch job's allocation: the client and the local workers share it), or None when there
+    is none. v1's "no limit" is a huge number (above the machine's memory): None too."""
+    import psutil
+    for name in CGROUP_LIMIT_FILES:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if not text or text == "max":
+            return None
+        try:
+            limit = int(text)
+        except ValueError:
+            return None
+        return limit if 0 < limit < psutil.virtual_memory().total else None
+    return None
+
+
+def limit_budgets(per_process: int, together: int) -> list[tuple[int, int, str]]:
+    """(need, limit, what) for the limits this process lives under: the address-space
+    limit binds each process (`per_process`: one worker's or the client's need), the
+    cgroup's limit all of them on this machine together (`together`). Read through
+    `address_space_limit()` and `cgroup_memory_limit()` (tests monkeypatch them)."""
+    out = []
+    rlimit = address_space_limit()
+    if rlimit is not None:
+        out.append((per_process, rlimit, "the address-space limit of one process (ulimit -v)"))
+    cgroup = cgroup_memory_limit()
+    if cgroup is not None:
+        out.append((together, cgroup, "this cgroup's memory limit (memory.max), shared by the client and the local "
+                                      "workers"))
+    return out
+
+
+# ------------------------------------------------------------------------------ shared memory
+SHM_DIR = "/dev/shm"    # where POSIX shared-memory segments live on Linux
+
+
+def shm_free() -> int | None:
+    """Free bytes in /dev/shm (a tmpfs; Docker's default is 64 MiB), or None where there is
+    none to measure (macOS keeps segments elsewhere)."""
+    import shutil
+    try:
+        return shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return None
+
+
+def shm_need(config: RunConfig, model: Any) -> dict[str, int]:
+    """Bytes of the shared-memory segments a run on one host creates, by part: the
+    collective of each rank group, the shared arrays, the server role or cgdp's chunk
+    master, the start barrier (what `execution.transports.dask.DaskTransport.prepare`
+    creates when the workers share a host; `comm` "dask" or "nccl" needs no collective
+    segment and puts the server role in an actor)."""
+    from ..comm.barrier import barrier_nbytes
+    from ..comm.roles import role_state_spec
+    from ..comm.shm import allreduce_nbytes, master_nbytes, server_nbytes
+
+    spec = specs()[config.algorithm]
+    needs, size, n = spec.needs, config.n_workers or 1, model.n_params
+    shm_comm = config.comm in ("auto", "shm")   # auto between GPU workers may pick NCCL (which uses /dev/shm too)
+    out = {"collective": 0, "shared": 0, "server": 0, "barrier": barrier_nbytes(size)}
+    if needs.collective and shm_comm:
+        elems = spec.comm_elems(n, size)
+        out["collective"] = sum(allreduce_nbytes(len(ranks), elems) for ranks in needs.rank_groups(config, size))
+    out["shared"] = 4 * n * len(needs.shared)
+    role = needs.server
+    if role is not None and role != "tournament" and config.comm in ("auto", "shm"):
+        state = role_state_spec(n, **needs.options(config, model))
+        out["server"] = (master_nbytes(n, size, len(model.layout()), state) if role == "cgdp_master"
+                         else server_nbytes(n, state))
+    return out
+
+
+def check_shm(config: RunConfig, model: Any, free: int | None = None) -> dict[str, int]:
+    """Raise ConfigError when the run's shared-memory segments (`shm_need`) do not fit in
+    /dev/shm's free space (`free`, default `shm_free()`): a worker writing past a full
+    tmpfs dies of SIGBUS. Blames `comm` when the Dask exchange (no collective segment, the
+    server in an actor) would fit, else the field that sizes the model."""
+    from . import platforms
+    need = shm_need(config, model)
+    if not platforms.shm_supported():
+        return need
+    free = shm_free() if free is None else free
+    total = sum(need.values())
+    if free is None or total <= free:
+        return need
+    parts = ", ".join(f"{k} {_gib(v)}" for k, v in need.items() if v)
+    where = f"the {_gib(free)} free in {SHM_DIR}"
+    unavoidable = need["shared"] + need["barrier"]
+    if unavoidable <= free and config.comm in ("auto", "shm"):
+        raise ConfigError("comm", f"dask (no shared-memory collective or server) or a larger {SHM_DIR} (docker run "
+                          f"--shm-size): this run's segments need {_gib(total)} ({parts}), more than {where}",
+                          config.comm)
+    field, value = _model_field(config)
+    raise ConfigError(field, f"a model whose shared-memory segments fit {where}, or a larger {SHM_DIR} (docker run "
+                      f"--shm-size): this one needs {_gib(total)} ({parts})", value)
+
+
+def _model_field(config: RunConfig) -> tuple[str, Any]:
+    """The field that sizes the parameter vector."""
+    if config.hidden is not None and config.model != "softmax":
+        return "hidden", config.hidden
+    return ("n_features", config.n_features) if config.dataset == "synthetic" else ("model", config.model)
+
+
+def _memory_field(config: RunConfig, est: dict[str, int], per_process: bool = False) -> tuple[str, Any]:
+    """The field to blame: what makes the larger share of the estimate (`per_process`: a
+    limit on each process, which the number of workers does not change)."""
+    if not per_process and config.n_workers and WORKER_OVERHEAD > est["data"] + est["params"] + est["activations"]:
         return "cpus", config.cpus   # mostly per-process overhead: too many workers
     if est["params"] >= est["data"]:
         if config.hidden is not None and config.model != "softmax":

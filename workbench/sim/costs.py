@@ -145,6 +145,28 @@ class SimCosts:
         fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
         return fn(workers, b, self.network.alpha, self.network.beta)
 
+    def elastic_s(self, workers: int, m: int, host: bool) -> float:
+        """Sync EASGD's exchange of `m` floats as SC'17's chain charges it: a binary-tree
+        reduction and broadcast, 2 ceil(log2 P) (alpha + n beta) (You et al.: log P
+        (alpha + |W| beta) in place of the round-robin master's P (alpha + |W| beta)); with
+        the centre on the host (`host`, their first step) also the copy of the vector to
+        the host and of the centre back (two messages) and the host's update of the centre
+        (three passes through host memory), which keeping the weights on the devices removes.
+
+        >>> from types import SimpleNamespace as N
+        >>> c = SimCosts([], N(n_params=100, fwd_flops=1.0, charged_train_flops=3.0, layers=(("fc", 100, 1.0),)), 100,
+        ...              Network("x", 1e-6, 1e-9))
+        >>> round(c.elastic_s(8, 100, host=False), 9)     # 6 (1 us + 400 ns)
+        8.4e-06
+        """
+        if workers <= 1:
+            return 0.0
+        n_bytes = self.nbytes(m)
+        t = tree_allreduce_time(workers, n_bytes, self.network.alpha, self.network.beta)
+        if host:
+            t += 2 * self.message(n_bytes) + self.host_update(m)
+        return t
+
     def host_copy(self) -> float:
         """A server copying out its parameter vector (a pull): one pass through host memory."""
         return self.vector_bytes / HOST_MEMORY_BYTES_PER_S

@@ -26,8 +26,8 @@ line (step, epoch, samples/s and an ETA from the rate over the last RATE_WINDOW_
 the run's own clock), and redraws the live FigureWidgets when due: at least every
 MAX_REDRAW_S, more often only while drawing costs under FLUSH_BUDGET of a core (CPU
 time, which other processes on a busy machine do not inflate). Each redraw costs about
-the same however long the run: a batch adds at most `figures.BATCH_POINTS` loss points
-and a trace keeps at most `figures.LIVE_POINTS`. Widgets are never touched from the
+the same however long the run: workers stream at most `results.LIVE_ROWS` step blocks
+each over a whole run, and a trace keeps at most `figures.LIVE_POINTS`. Widgets are never touched from the
 training thread.
 
 Before the first step a run shows its start-up as its own phase ("starting: cluster",

@@ -31,7 +31,6 @@ __all__ = [
     "COMPONENT_COLORS",
     "STATIC_POINTS",
     "LIVE_POINTS",
-    "BATCH_POINTS",
     "TIME_BINS",
     "STEPS_PER_BIN",
     "SMOOTH_BINS",
@@ -90,7 +89,6 @@ COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
 COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
 STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
 LIVE_POINTS = 600        # points per live trace: bounds the cost of each redraw (kernel and browser)
-BATCH_POINTS = 100       # a live batch adds at most this many loss points (means of consecutive steps)
 TIME_BINS = 40           # time windows of the static throughput / breakdown figures (at most)
 STEPS_PER_BIN = 5        # ... each holding about this many steps per worker at least
 SMOOTH_BINS = 3          # throughput: running mean over this many windows
@@ -1022,7 +1020,49 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
         out["throughput"] = throughput_series(windows, previous=state.rates)
         out["breakdown"] = breakdown_series(state.totals, windows, max(1, min(state.n_workers, MAX_WORKER_ROWS)))
         out["lr"] = lr_series(steps)
-    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color, BATCH_POINTS)
-    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color, BATCH_POINTS)
+    # One loss point per step block the workers streamed (`results.live_width`: blocks fixed by
+    # the plan, so the points are the same however the batches were cut), not re-binned per batch.
+    out["progress_time"] = progress_series(steps, evals, "time", state.label, state.color)
+    out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color)
     out["lineage"] = lineage_series(tours, state.lineages)
     return out
+
+
+# ------------------------------------------------------------------------------ cgdp's per-iteration timeline
+def cgdp_timeline_rows(result: Any, worker: int = 0) -> list[dict[str, Any]]:
+    """One cgdp iteration of a simulated run as timeline rows (lane, what, start, end, in
+    virtual seconds): `worker`'s compute (forward, then backward: a third and two thirds of
+    its booked compute) and its wait for the weights, from its step records; its chunks'
+    copies to the host, the host master's sum and update of every part, and the copies
+    back, from the simulator's trace (`summary["cgdp_timeline"]`, the last completed step).
+    The step's fetch and the next step's compute are included, so the overlap of the next
+    forward pass with the copies back is visible. [] when the run has no trace.
+
+    >>> cgdp_timeline_rows(type("R", (), {"summary": {}, "steps": None})())
+    []
+    """
+    trace = (result.summary or {}).get("cgdp_timeline")
+    if not trace or result.steps is None:
+        return []
+    step = trace["step"]
+    rows: list[dict[str, Any]] = []
+    steps = result.steps[result.steps["worker"] == worker].set_index("step")
+    for k in (step, step + 1):
+        if k not in steps.index:
+            continue
+        r = steps.loc[k]
+        end = float(r["time"])
+        fetch0 = end - float(r["comm_s"]) - float(r["wait_s"])
+        c0 = fetch0 - float(r["compute_s"])
+        fwd = c0 + float(r["compute_s"]) / 3.0
+        rows += [{"lane": f"device {worker}: compute", "what": f"forward (step {k})", "start": c0, "end": fwd},
+                 {"lane": f"device {worker}: compute", "what": f"backward (step {k})", "start": fwd, "end": fetch0}]
+        if k == step:
+            rows.append({"lane": f"device {worker}: compute", "what": "waiting for weights", "start": fetch0, "end": end})
+    lanes = {"d2h": f"device {worker} -> host", "h2d": f"host -> device {worker}", "update": "host: sum and update"}
+    for e in trace["intervals"]:
+        if e["what"] != "update" and e["rank"] != worker:
+            continue
+        what = f"[{e['lo']}, {e['hi']})" + (f" from {e['rank']}" if e["what"] == "update" else "")
+        rows.append({"lane": lanes[e["what"]], "what": what, "start": float(e["start"]), "end": float(e["end"])})
+    return rows

@@ -1,0 +1,152 @@
+"""Preflight knows /dev/shm, `ulimit -v` and the cgroup's memory limit (issue 29,
+deliverable 6): a run whose shared-memory segments exceed /dev/shm's free space, or whose
+memory estimate exceeds a limit the processes live under, is refused with one line
+(`error: <field>: <what is allowed>, got <value>`, exit 2) before any worker starts.
+
+The measured free space and limits are monkeypatched (deterministic on any machine); one
+test sets a real `ulimit -v` on a real CLI process.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.apps.cli import main
+from workbench.config import ConfigError, RunConfig
+from workbench.execution import preflight as P
+from workbench.problem import Problem
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+BIG = ["--dataset", "digits", "--cpus", "2", "--hidden", "4096,4096", "--epochs", "1", "--no-progress"]
+
+
+@pytest.fixture
+def no_limits(monkeypatch):
+    """This machine's own limits out of the way: each test sets the one it checks."""
+    monkeypatch.setattr(P, "address_space_limit", lambda: None)
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: None)
+    monkeypatch.setattr(P, "shm_free", lambda: 1 << 50)
+
+
+def _model(config):
+    return Problem.from_config(config).model
+
+
+def test_the_shm_need_is_the_segments_the_transport_creates():
+    """sync_sgd on 2 workers: one allreduce segment of n + tail floats in the pair layout
+    (4 slots) or P slots and the total; hogwild: one shared copy of the parameters."""
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096))
+    n = _model(cfg).n_params
+    need = P.shm_need(cfg, _model(cfg))
+    assert 3 * 4 * n <= need["collective"] <= 4 * 4 * n + 4096   # 3 or 4 arrays of n float32, plus the header
+    assert need["shared"] == need["server"] == 0
+    hog = RunConfig(algorithm="hogwild_sgd", dataset="digits", cpus=2, hidden=(4096, 4096))
+    assert P.shm_need(hog, _model(hog))["shared"] == 4 * n
+    assert P.shm_need(cfg.replace(comm="dask"), _model(cfg))["collective"] == 0
+
+
+def test_a_small_dev_shm_is_refused_before_any_worker_starts(monkeypatch, capsys, no_limits, tmp_path):
+    """Docker's default 64 MiB /dev/shm against a 205 MB allreduce segment: `comm` is the
+    field (the Dask exchange needs no segment), one line, exit 2, no run directory."""
+    monkeypatch.setattr(P, "shm_free", lambda: 64 * MIB)
+    started = []
+    import workbench.execution.cluster as cluster
+    monkeypatch.setattr(cluster, "session_client", lambda *a, **k: started.append(a))
+    out = tmp_path / "run"
+    assert main(["run", "--algorithm", "sync_sgd", *BIG, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: comm: dask (no shared-memory collective or server) or a larger /dev/shm")
+    assert "the 64 MiB free in /dev/shm" in err[0] and err[0].endswith("got 'auto'")
+    assert not started and not out.exists()
+
+
+def test_shared_arrays_that_do_not_fit_blame_the_model(monkeypatch, no_limits):
+    """Hogwild's shared parameters live in /dev/shm whatever `comm` says: `hidden` is the field."""
+    monkeypatch.setattr(P, "shm_free", lambda: 64 * MIB)
+    cfg = RunConfig(algorithm="hogwild_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1)
+    with pytest.raises(ConfigError) as e:
+        P.preflight(cfg)
+    assert e.value.field == "hidden" and "64 MiB free in /dev/shm" in str(e.value)
+    P.preflight(cfg.replace(hidden=(256,)))                            # a model that fits runs
+    monkeypatch.setattr(P, "shm_free", lambda: 1 << 40)
+    P.preflight(cfg)                                                   # and a /dev/shm that fits
+
+
+def test_comm_dask_needs_no_collective_segment(monkeypatch, no_limits):
+    monkeypatch.setattr(P, "shm_free", lambda: 64 * MIB)
+    P.preflight(RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1,
+                          comm="dask"))
+
+
+def test_no_shm_check_for_an_external_cluster_or_a_simulation(monkeypatch, no_limits):
+    """Another host's /dev/shm is not this one's; a simulated run maps no segment."""
+    monkeypatch.setattr(P, "shm_free", lambda: 0)
+    P.preflight(RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1,
+                          simulate=True))
+
+
+def test_ulimit_v_bounds_each_process(monkeypatch, no_limits):
+    """The address-space limit binds one process: a model too large for it names `hidden`
+    (never `cpus`: fewer workers do not help) and the limit, in the one-line format."""
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), epochs=1)
+    est = P.memory_estimate(cfg)["total"]
+    monkeypatch.setattr(P, "address_space_limit", lambda: int(est / P.MEMORY_SHARE) - MIB)
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg)
+    assert e.value.field == "hidden" and "ulimit -v" in str(e.value)
+    monkeypatch.setattr(P, "address_space_limit", lambda: int(est / P.MEMORY_SHARE) + MIB)
+    P.check_memory(cfg)   # just under the limit: runs
+
+
+def test_the_cgroup_limit_bounds_the_client_and_the_local_workers_together(monkeypatch, no_limits):
+    """Two local workers and the client share one cgroup: a limit that holds one copy of
+    the run but not three (less one process's overhead) is refused; one worker less fits."""
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), epochs=1)
+    est = P.memory_estimate(cfg)["total"]
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: int(2.0 * est / P.MEMORY_SHARE))
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg)
+    assert "cgroup's memory limit" in str(e.value)
+    P.check_memory(cfg.replace(cpus=1))   # client + 1 worker: 2 copies less the overhead < 2
+
+
+def test_the_limits_are_read_from_the_system(monkeypatch, tmp_path):
+    """RLIMIT_AS as `ulimit -v` sets it; memory.max's "max" is no limit, a number is one."""
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (123 * MIB, resource.RLIM_INFINITY))
+    assert P.address_space_limit() == 123 * MIB
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY,) * 2)
+    assert P.address_space_limit() is None
+    f = tmp_path / "memory.max"
+    monkeypatch.setattr(P, "CGROUP_LIMIT_FILES", (str(f),))
+    f.write_text("max\n")
+    assert P.cgroup_memory_limit() is None
+    f.write_text(f"{512 * MIB}\n")
+    assert P.cgroup_memory_limit() == 512 * MIB
+    f.unlink()
+    assert P.cgroup_memory_limit() is None
+
+
+def test_a_real_ulimit_v_is_refused_with_one_line(tmp_path):
+    """`ulimit -v` of 1.5 GiB on a real CLI process, a run needing ~2.5 GiB per process."""
+    cgroup = P.cgroup_memory_limit()
+    if cgroup is not None and cgroup < 16 << 30:
+        pytest.skip(f"this cgroup's own limit ({cgroup >> 20} MiB) is tighter than the ulimit: it would be named")
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1536 * MIB, resource.RLIM_INFINITY))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--dataset", "digits",
+                           "--cpus", "2", "--hidden", "8192,8192", "--epochs", "1", "--no-progress",
+                           "--out", str(tmp_path / "r")], capture_output=True, text=True, env=env, preexec_fn=limit,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: hidden: a size whose run fits in the address-space "
+                                                   "limit of one process (ulimit -v) (1.5 GiB)"), lines
+    assert lines[0].endswith("got [8192, 8192]")

@@ -1,0 +1,106 @@
+"""`sweep` stops like `run` (issue 29, deliverable 7): SIGINT, SIGTERM or SIGHUP to the CLI
+ends the point in progress as `stopped`, keeps every finished point with its rows, writes
+the table of the points that ran and exits 1.
+
+Real signals to a real `python -m workbench sweep` process. Event-driven: the signal is
+sent when the second point's first live records arrive (a line on stderr), and that point's
+plan is far longer than any reaction (88,000 steps), so neither a fast nor a slow machine
+changes what is tested. The plan of the second point is lengthened by a shim around
+`workbench.api.run` in the child process (the CLI itself is unchanged): a sweep's points all
+share one plan, and the first one must finish.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
+LONG_EPOCHS = 4000   # digits, batch 64: 22 steps an epoch, 88,000 steps
+
+SHIM = f"""
+import sys
+import workbench.api as api
+from workbench.apps import cli
+
+real_run = api.run
+
+def run(config, **kw):
+    if config.out and config.out.endswith("w2"):
+        config = config.replace(epochs={LONG_EPOCHS})
+        then, said = kw.get("on_record"), []
+        def on_record(records):
+            if not said:
+                said.append(True)
+                print("shim: training " + config.out, file=sys.stderr, flush=True)
+            if then is not None:
+                then(records)
+        kw["on_record"] = on_record
+    return real_run(config, **kw)
+
+api.run = run
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+pytestmark = pytest.mark.slow
+
+
+def _lines(stream, q: queue.Queue) -> None:
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, sig):
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
+                             "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
+                             "--workers", "1,2", "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
+    err = []
+    try:
+        while True:   # the event: the second point's first live records
+            line = q.get(timeout=300)   # a hang guard, not a speed assumption
+            assert line is not None, "the sweep ended before its second point trained:\n" + "".join(err)
+            err.append(line)
+            if line.startswith("shim: training"):
+                break
+        proc.send_signal(getattr(signal, sig))
+        stdout = proc.stdout.read()   # to its end: the process exited or closed it
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    while (line := q.get(timeout=30)) is not None:
+        err.append(line)
+    stderr = "".join(err)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    assert f"note: {sig} received; stopping the sweep's current point" in stderr
+    assert f"stopped: {sig} received; 2 of 2 worker counts in the table ([2] stopped part-way)" in stderr
+
+    first = json.loads((out / "w1" / "summary.json").read_text())
+    second = json.loads((out / "w2" / "summary.json").read_text())
+    assert first["status"] == "completed" and first["steps"] == 22   # one epoch of digits at batch 64
+    assert second["status"] == "stopped" and 0 < second["steps"] < 22 * LONG_EPOCHS
+    for d, s in ((out / "w1", first), (out / "w2", second)):   # every step of each run kept
+        assert len(pd.read_csv(d / "steps.csv")["step"].unique()) == s["steps"]
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["workers"].tolist() == [1, 2]
+    assert table["status"].tolist() == ["completed", "stopped"]
+    assert table["steps"].tolist() == [first["steps"], second["steps"]]
+    assert json.loads(stdout.strip().splitlines()[-1])["sweep"] == str(out / "sweep.csv")
