@@ -424,7 +424,7 @@ class RunConfig(BaseModel):
         "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
         "s; 1 keeps only signs and the norm)."))
     topology: Literal["ring", "torus", "exponential", "complete"] = Field("ring", description=(
-        "dpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
+        "dpsgd and adpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
         "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
         "averaging)."))
     error_feedback: bool = Field(True, description=(
