@@ -305,7 +305,7 @@ def test_schedule_preview_is_redrawn_when_knobs_change(dash):
 
 def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0                  # far longer than the test waits
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: no machine ends it before the stop
     assert dash.run() is True
     assert dash.running and dash.stop_button.disabled is False
     loss = "#1 sgd P=1 B=64"
@@ -361,7 +361,7 @@ def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch)
         return slow(fig, series, **kw)
     monkeypatch.setattr(D.F, "extend_series", costly)
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 20000.0  # longer than the test: it must still run at 6 s
+    dash.controls["epochs"].value = 1e5      # 2.2M steps: longer than the test on any machine
     assert dash.run() is True
     time.sleep(6)
     running = [(t, text) for t, text in dash.status_log if text.startswith("running")]
@@ -394,6 +394,52 @@ def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
     assert state.phase == "running" and state.samples == 300 * 64
 
 
+def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:
+    """Wait until the running run's first live records reached the dashboard (the guard
+    is only against a hang: the plans below are far longer than any machine's reaction)."""
+    state, deadline = dash._current, time.time() + guard_s
+    while state.tally.steps_seen == 0 and not state.done.is_set() and time.time() < deadline:
+        time.sleep(0.01)
+    assert state.tally.steps_seen > 0 and not state.done.is_set(), dash.status_text
+
+
+@pytest.mark.slow
+def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp_path, monkeypatch):
+    """Stop, pressed once the first steps are drawn, ends a simulated run as "stopped" with
+    every step it ran saved; the simulation ran off the kernel's main thread (which took
+    the records' batches and changed a control meanwhile)."""
+    import threading
+
+    import workbench as wb
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True, cpus=8,
+                    batch_size=64, epochs=1e5, seed=0)          # 2.2M steps: no machine ends it first
+    d = Dashboard(cluster="threads", config=cfg, out=tmp_path)
+    threads: set[str] = set()                                   # where the records' batches were handed over
+    add = D._Buffer.add
+
+    def watched(self, records):
+        threads.add(threading.current_thread().name)
+        add(self, records)
+    monkeypatch.setattr(D._Buffer, "add", watched)
+    assert d.run() is True
+    state = d._current
+    try:
+        _first_records(d)
+        d.controls["lr"].value = 0.2                             # the main thread is free while it runs
+        assert d.running and d.controls["lr"].value == 0.2
+    finally:
+        d.stop()
+    result = d.wait(120)
+    assert result is not None and result.status == "stopped", d.status_text
+    assert d.status_text.startswith("stopped:")
+    assert threading.main_thread().name not in threads and threads, threads
+    steps = result.summary["steps"]
+    assert 0 < steps < state.total_steps
+    saved = wb.load(next(tmp_path.glob("run-*")))
+    assert len(saved.steps) == len(result.steps) == steps * 8    # every step of every worker, kept
+    assert saved.summary["status"] == "stopped"
+
+
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("the cluster is on fire")
@@ -407,7 +453,7 @@ def test_a_failing_run_shows_one_line(dash, monkeypatch):
 
 def test_a_second_run_is_refused_while_one_is_going(dash):
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: still running at the second click
     assert dash.run() is True
     assert dash.run() is False and dash.status_text.startswith("busy:")
     dash.stop()
@@ -600,7 +646,7 @@ def test_figure_widgets_share_one_copy_of_plotlys_module():
 def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     dash._repr_mimebundle_()
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: still running when stopped
     assert dash.run() is True
     try:
         deadline = time.time() + 20

@@ -127,3 +127,33 @@ def test_every_consumer_reads_the_same_steady_throughput(tmp_path):
     assert sweep.scaling_row(result, 2, "strong")["samples_per_s"] == pytest.approx(expected)
     loaded = wb.load(result.save(tmp_path / "run"))
     assert measure.steady(loaded.steps).samples_per_s == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------ a scaling point, repeated
+def test_repeats_interleave_what_is_left_and_stop_on_the_time_budget():
+    # Injected rates and clock: the rounds never depend on the machine's speed.
+    from workbench.measure import Repeats, relative_spread
+    now = [0.0]
+    rep = Repeats([1, 2, 4], min_rounds=3, max_rounds=20, budget_s=14.0, clock=lambda: now[0])
+    rates = {1: [100, 100, 100], 2: [180, 100, 260] * 10, 4: [300, 310, 305]}
+    seen = []
+    while todo := rep.next_round():
+        seen.append(list(todo))
+        for p in todo:
+            rep.add(p, rates[p][rep.rounds(p)])
+        now[0] += 4.0                                   # each round takes 4 s
+    assert seen == [[1, 2, 4]] * 3 + [[2]]             # after 3 rounds only the unsettled point, then 16 s >= 14 s
+    assert rep.known(1) and rep.known(4) and not rep.known(2) and rep.out_of == "14 s"
+    assert rep.note(2) == f"not resolved: +-{relative_spread([180, 100, 260, 180]):.0%} over 4 rounds (target +-5%; budget: 14 s)"
+    assert rep.note(1) == ""
+    # a failed run (no rate) never makes a point known; a stopped point says how far it got
+    rep = Repeats([1], min_rounds=3, max_rounds=3)
+    assert rep.next_round() == [1]
+    rep.add(1, None)
+    assert rep.note(1) == "not resolved: 1 of 3 rounds measured (stopped)"
+    for _ in range(2):
+        rep.next_round()
+        rep.add(1, None)
+    assert rep.next_round() == [] and not rep.known(1) and rep.note(1).startswith("not resolved: no rate measured")
+    with pytest.raises(ValueError, match="max_rounds: a whole number >= rounds"):
+        Repeats([1], min_rounds=3, max_rounds=2)

@@ -72,15 +72,18 @@ def test_notebook_checks_every_expected_shape(path):
     nb = nbformat.read(exp.notebook, as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     for check in exp.expected_shape:
-        assert (f'checks.check("{check["id"]}"' in source or f'checks.compare("{check["id"]}"' in source), \
-            f"{exp.notebook.name} never checks {check['id']!r}"
+        # every expected shape states its margin: how far it held or failed by (`by` in shape.json)
+        assert f'checks.compare("{check["id"]}"' in source, \
+            f"{exp.notebook.name} never checks {check['id']!r} with checks.compare (value, threshold, margin)"
 
 
 SIMULATED = sorted(p.stem for p in EXPERIMENTS if p.stem.endswith("_sim"))
-# Shapes our simulation does not reproduce, at quick and full settings alike (measured: at one
-# lr for every algorithm, plain async/Hogwild SGD stay ahead of their EASGD versions; each at
-# its best lr is measured beside the shape). `reproduce` says so and exits 3.
-NOT_REPRODUCED = {"sc17_sim": {"async_easgd_beats_async_sgd", "hogwild_easgd_beats_hogwild_sgd"}}
+# Shapes our simulation does not reproduce in quick mode (`reproduce` says so and exits 3).
+# sc17_sim's two "EASGD ahead of SGD" shapes compare tuned methods, hold at 4 and 16 GPUs
+# after quick's 2 epochs, fail at 4 GPUs after the full run's 10 (1.3 and 0.3 points), and so
+# are in its quick_skips; the full run exits 3 for them. icpe_sim's VGG-16 size: its TDP
+# communicates 10% of its step here, so hiding all of it gives at most 1.11x, not 1.21x.
+NOT_REPRODUCED: dict[str, set[str]] = {"icpe_sim": {"cgdp_speedup_vgg16"}}
 
 
 @pytest.mark.slow
@@ -98,10 +101,14 @@ def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
         assert f"error: expected shape did not hold: {', '.join(sorted(failing))}" in proc.stderr
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
     for check in exp.expected_shape:
+        v = verdicts[check["id"]]
+        # the margin: how far it held (by > 0) or failed (by <= 0), against a stated spread
+        assert {"value", "threshold", "margin", "by", "spread"} <= set(v) and v["spread"], v
+        assert v["held"] == (v["by"] >= 0 if v.get("inclusive") else v["by"] > 0), v
         if check["id"] in exp.quick_skips:
             assert "[not reproduced in quick mode]" in proc.stdout and exp.quick_skips[check["id"]] in proc.stdout
         else:
-            assert verdicts[check["id"]]["held"] == (check["id"] not in failing), (check["id"], verdicts[check["id"]])
+            assert v["held"] == (check["id"] not in failing), (check["id"], v)
 
 
 # ------------------------------------------------------------------------------ end to end

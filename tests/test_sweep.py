@@ -35,7 +35,7 @@ def test_strong_sweep_rows_and_scaling_maths():
 def test_points_are_measured_interleaved_and_reported_as_median_and_range(tmp_path):
     order = []
     table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, steps=30, dataset="digits", seed=0), workers=[1, 2],
-                  cluster="threads", rounds=3, out=tmp_path / "sw", progress=False,
+                  cluster="threads", rounds=3, max_rounds=3, out=tmp_path / "sw", progress=False,
                   on_result=lambda row, result: order.append((len(result.summary["workers"]), result)))
     assert [w for w, _ in order] == [1, 2, 1, 2, 1, 2]                   # interleaved
     assert list(table.workers) == [1, 2] and list(table.rounds) == [3, 3]
@@ -46,9 +46,49 @@ def test_points_are_measured_interleaved_and_reported_as_median_and_range(tmp_pa
         assert (tmp_path / "sw" / f"w{w}" / "summary.json").exists() and (tmp_path / "sw" / f"w{w}-r3").exists()
     two = table.iloc[1]
     overlap = two.samples_per_s_lo <= table.iloc[0].samples_per_s_hi and table.iloc[0].samples_per_s_lo <= two.samples_per_s_hi
-    assert two.resolved == (not overlap)
-    assert two.resolution_note.startswith("not resolved on this machine now") == overlap
+    known = table.spread.iloc[0] <= 0.05 and two.spread <= 0.05       # both rates known to +-5% (measure.Repeats)
+    assert two.resolved == (known and not overlap)
+    assert two.resolution_note.startswith("not resolved on this machine now") == (not two.resolved)
     assert table.speedup.iloc[1] == pytest.approx(two.samples_per_s / table.iloc[0].samples_per_s)
+
+
+def _injected_rates(monkeypatch, rates):
+    """Each run's samples/s taken from `rates[workers]` in turn (the runs themselves are real
+    but tiny): the rounds a sweep takes then never depend on the machine's speed."""
+    import workbench.analysis.sweep as sweep_mod
+    real = getattr(sweep_mod.scaling_row, "real", sweep_mod.scaling_row)
+    feeds = {w: iter(v) for w, v in rates.items()}
+
+    def row(result, workers, *args, **kwargs):
+        return {**real(result, workers, *args, **kwargs), "samples_per_s": float(next(feeds[workers]))}
+    row.real = real
+    monkeypatch.setattr(sweep_mod, "scaling_row", row)
+
+
+def test_a_point_repeats_until_known_to_5_percent_or_the_budget_runs_out(monkeypatch):
+    # 1 worker settles in the first 3 rounds (+-1%); 2 workers keep varying, run again alone
+    # (interleaving what is left) and stop at max_rounds, saying it is not resolved and by how much.
+    _injected_rates(monkeypatch, {1: [100, 101, 99], 2: [150, 200, 120, 180, 160]})
+    order = []
+    table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, steps=3, dataset="digits", seed=0), workers=[1, 2],
+                  cluster="threads", rounds=3, max_rounds=5, progress=False,
+                  on_result=lambda row, result: order.append(row["workers"]))
+    assert order == [1, 2, 1, 2, 1, 2, 2, 2]
+    one, two = table.iloc[0], table.iloc[1]
+    # spread: half the interquartile range over the median (numpy's linear quartiles)
+    assert (one.rounds, one.samples_per_s, one.spread, one.resolved) == (3, 100.0, pytest.approx(0.5 / 100), True)
+    assert (two.rounds, two.samples_per_s, two.resolved) == (5, 160.0, False)
+    assert two.spread == pytest.approx((180 - 150) / 2 / 160)
+    assert two.resolution_note == ("not resolved on this machine now: 2 workers +-9% over 5 rounds "
+                                   "(target +-5%; budget: 5 rounds)")
+    # once the second point settles (a fourth round outvotes the 200: +-3.9%), the sweep stops
+    _injected_rates(monkeypatch, {1: [100, 101, 99], 2: [150, 200, 160, 160, 161]})
+    table = sweep(RunConfig(algorithm="sync_sgd", batch_size=64, steps=3, dataset="digits", seed=0), workers=[1, 2],
+                  cluster="threads", rounds=3, max_rounds=8, progress=False)
+    assert table.rounds.tolist() == [3, 4] and table.resolved.tolist() == [True, True]
+    with pytest.raises(ConfigError, match=r"max_rounds: a whole number of rounds >= rounds \(3\), got 2"):
+        sweep(RunConfig(algorithm="sync_sgd", batch_size=64, **DIGITS), workers=[1], cluster="threads", rounds=3,
+              max_rounds=2)
 
 
 def test_rounds_must_be_a_whole_number():

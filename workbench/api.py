@@ -158,14 +158,18 @@ def load(directory: str | Path) -> RunResult:
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
-          progress: bool = True, simulate: bool = False, rounds: int | None = None) -> Any:
+          progress: bool = True, simulate: bool = False, rounds: int | None = None,
+          max_rounds: int | None = None, budget_s: float | None = None) -> Any:
     """Run `config` at each worker count and tabulate throughput, speedup and efficiency.
 
-    The points are measured interleaved, `rounds` times (1, 2, 1, 2, 1, 2 for workers
-    [1, 2] and 3 rounds): a shared machine's speed drifts, and interleaving spreads the
-    drift over every point instead of biasing one. Each row is the median over the rounds
-    with the range (`samples_per_s_lo` / `_hi`, `spread`); a point whose range overlaps the
-    first point's is marked not resolved, in words (`resolution_note`;
+    The points are measured interleaved, at least `rounds` times (1, 2, 1, 2, 1, 2 for
+    workers [1, 2] and 3 rounds): a shared machine's speed drifts, and interleaving spreads
+    the drift over every point instead of biasing one. Then each point whose rounds are not
+    yet within +-5% of their median runs again, still interleaved, until they are or the
+    budget runs out (`max_rounds` rounds, `budget_s` seconds; `workbench.measure.Repeats`).
+    Each row is the median over its rounds with the range (`samples_per_s_lo` / `_hi`,
+    `spread`); a point not known to +-5%, or whose range overlaps the first point's, is
+    marked not resolved, in words, with its spread (`resolution_note`;
     `workbench.analysis.sweep.combine_rounds`).
 
     Strong scaling keeps the global batch; weak scaling grows it with the workers. The
@@ -187,9 +191,13 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         simulate: run every point on the simulated cluster (also when `config.simulate`):
             `cpus` or `gpus` count virtual workers (up to 1024), no Dask cluster starts,
             and throughput is in samples per *virtual* second.
-        rounds: how many times each point runs, interleaved (default 3; 1 simulated:
-            virtual time is deterministic). `out` holds round 1 as out/w{P} and the others
-            as out/w{P}-r{k}.
+        rounds: how many times each point runs at least, interleaved (default 3; 1
+            simulated: virtual time is deterministic). `out` holds round 1 as out/w{P} and
+            the others as out/w{P}-r{k}.
+        max_rounds: the most rounds a point runs while its rate is not known to +-5%
+            (default `measure.MAX_ROUNDS`, 8; at least `rounds`; simulated: `rounds`).
+        budget_s: also stop repeating once this many seconds have passed since the first
+            round (checked between rounds); None: no time cap beyond `max_rounds`.
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     Raises:
@@ -197,7 +205,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     """
     import pandas as pd
 
-    from .analysis.sweep import ROUNDS, SWEEP_COLUMNS, combine_rounds, scaling_row, sweep_configs, worker_field
+    from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, sweep_configs, worker_field
+    from .measure import MAX_ROUNDS, ROUNDS, Repeats
     from .util.fileio import atomic_write
 
     if not isinstance(config, (RunConfig, Mapping)):
@@ -214,6 +223,14 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         rounds = 1 if simulated else ROUNDS
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigTypeError("rounds", "a whole number of rounds >= 1", rounds)
+    if max_rounds is None:
+        max_rounds = rounds if simulated else max(rounds, MAX_ROUNDS)
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < rounds:
+        raise ConfigTypeError("max_rounds", f"a whole number of rounds >= rounds ({rounds})", max_rounds)
+    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, (int, float))
+                                 or not budget_s > 0):
+        raise ConfigTypeError("budget_s", "seconds > 0, or None for no time cap", budget_s)
+    repeats = Repeats([int(w) for w in workers], min_rounds=rounds, max_rounds=max_rounds, budget_s=budget_s)
     configs = sweep_configs(config, workers, mode)
     ws = [int(w) for w in workers]
     in_process = _spec(config).in_process   # sgd: no cluster to start or warm
@@ -236,14 +253,18 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     from .apps.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
     try:
-        for k in range(rounds):
-            for w, cfg in zip(ws, configs):
+        while todo := repeats.next_round():
+            k = repeats.round - 1
+            if bar is not None and k >= rounds:   # a repeat beyond the first rounds: the bar grows
+                bar.total += len(todo)
+                bar.refresh()
+            for w in todo:
+                cfg = configs[ws.index(w)]
                 if stopped or (should_stop is not None and should_stop()):
                     stopped = True
                     break
                 if bar is not None:
-                    bar.set_postfix_str(f"{worker_field(config)}={w}" + (f", round {k + 1}/{rounds}" if rounds > 1
-                                                                          else ""))
+                    bar.set_postfix_str(f"{worker_field(config)}={w}" + (f", round {k + 1}" if rounds > 1 else ""))
                 run_dir = None if out is None else str(Path(out) / (f"w{w}" if k == 0 else f"w{w}-r{k + 1}"))
                 result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
                              progress=bar is not None, overwrite=True)  # under the sweep's folder: a
@@ -251,7 +272,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                 if bar is not None:
                     bar.update(1)
                 rows.append({**scaling_row(result, w, mode, run_dir), "round": k})
-                table = combine_rounds(rows)
+                repeats.add(w, rows[-1]["samples_per_s"] if result.status == "completed" else None)
+                table = combine_rounds(rows, repeats)
                 if out is not None:
                     atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
                 if on_result is not None:
@@ -259,6 +281,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                 stopped = result.status == "stopped"
             if stopped:
                 break
+        if rows and repeats.out_of:   # the budget ran out after the last run: its notes say so
+            table = combine_rounds(rows, repeats)
+            if out is not None:
+                atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
     finally:
         if bar is not None:
             bar.close()

@@ -314,3 +314,124 @@ class LiveSteady:
         if self.newest_time is None:
             return None
         return max(arrived - self.newest_time - pressed, 0.0)
+
+
+# ------------------------------------------------------------------ a scaling point, repeated
+ROUNDS = 3              # interleaved rounds every real scaling point runs at least
+MAX_ROUNDS = 8          # ... and at most: the budget, after which an unsettled point says so
+TARGET_SPREAD = 0.05    # a point is known when its rounds' spread (below) is within +-5% of their median
+
+
+def median_rate(values: list[float]) -> float:
+    """The median of a point's rounds: the lower middle one of an even count (one measured run's).
+
+    >>> median_rate([3.0, 1.0, 2.0]), median_rate([1.0, 2.0, 3.0, 4.0])
+    (2.0, 2.0)
+    """
+    import statistics
+    return float(statistics.median_low([float(v) for v in values]))
+
+
+def relative_spread(values: list[float]) -> float:
+    """The "+-" of "a point's rate is known to +-5%": half the interquartile range of its
+    rounds over their median (the middle half of the rounds lies about that far either side).
+    Quartiles, not the extremes, so that one round disturbed by another process is outvoted
+    by repeating, which is what repeating a point is for; the full range (lo, hi) is still
+    reported and drawn. NaN for no rounds or a median <= 0.
+
+    >>> relative_spread([100.0, 104.0, 97.0]), relative_spread([100.0])
+    (0.0175, 0.0)
+    >>> round(relative_spread([150.0, 200.0, 160.0, 160.0]), 4)    # the 200 outvoted
+    0.0391
+    """
+    if not values:
+        return float("nan")
+    med = median_rate(values)
+    q25, q75 = np.percentile(np.asarray(values, dtype=float), [25, 75])
+    return float((q75 - q25) / 2 / med) if med > 0 else float("nan")
+
+
+class Repeats:
+    """Interleaved rounds of the points of a scaling measurement, each point repeated until its
+    rate is known to +-`target` (`relative_spread`) or the budget runs out.
+
+    Every point runs in each of the first `min_rounds` rounds (1, 2, 1, 2, 1, 2); after that a
+    round runs only the points not yet known, still interleaved. The budget is `max_rounds`
+    rounds and, when given, `budget_s` seconds of `clock` from the first `next_round` (checked
+    between rounds: a started round is finished). A point still outside +-target when the
+    budget runs out is **not resolved**, and `note` says so with its spread. A rate measured
+    as 0 or missing (a failed run) never becomes known.
+
+    >>> rates = {1: iter([100, 101, 99]), 2: iter([150, 200, 120, 180, 160, 170])}
+    >>> rep = Repeats([1, 2], max_rounds=5)
+    >>> while todo := rep.next_round():
+    ...     for p in todo:
+    ...         rep.add(p, next(rates[p]))
+    >>> rep.rounds(1), rep.known(1), rep.rounds(2), rep.known(2)
+    (3, True, 5, False)
+    >>> rep.note(2)
+    'not resolved: +-9% over 5 rounds (target +-5%; budget: 5 rounds)'
+    """
+
+    def __init__(self, points: list[Any], *, min_rounds: int = ROUNDS, max_rounds: int = MAX_ROUNDS,
+                 budget_s: float | None = None, target: float = TARGET_SPREAD, clock: Any = None) -> None:
+        if isinstance(min_rounds, bool) or not isinstance(min_rounds, int) or min_rounds < 1:
+            raise ValueError(f"rounds: a whole number of rounds >= 1, got {min_rounds!r}")
+        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < min_rounds:
+            raise ValueError(f"max_rounds: a whole number >= rounds ({min_rounds}), got {max_rounds!r}")
+        if budget_s is not None and not (budget_s > 0):
+            raise ValueError(f"budget_s: seconds > 0 or None, got {budget_s!r}")
+        if not (target > 0):
+            raise ValueError(f"target: a relative spread > 0, got {target!r}")
+        import time
+        self.points = list(points)
+        self.min_rounds, self.max_rounds, self.budget_s, self.target = min_rounds, max_rounds, budget_s, target
+        self.clock = clock or time.monotonic
+        self.values: dict[Any, list[float]] = {p: [] for p in self.points}
+        self.round = 0                     # rounds started
+        self.started: float | None = None
+        self.out_of: str | None = None     # which budget ran out
+
+    def add(self, point: Any, value: float | None) -> None:
+        """Record one round's rate of `point` (None or NaN: the run measured none)."""
+        v = float("nan") if value is None else float(value)
+        self.values[point].append(v if v == v else 0.0)
+
+    def rounds(self, point: Any) -> int:
+        return len(self.values[point])
+
+    def spread(self, point: Any) -> float:
+        return relative_spread(self.values[point])
+
+    def known(self, point: Any) -> bool:
+        """At least `min_rounds` rounds, a positive median and a `relative_spread` within +-target."""
+        vals = self.values[point]
+        return len(vals) >= self.min_rounds and median_rate(vals) > 0 and self.spread(point) <= self.target
+
+    def next_round(self) -> list[Any]:
+        """The points to run in the next round, in order; [] when every point is known or the
+        budget has run out (then `out_of` says which)."""
+        if self.started is None:
+            self.started = self.clock()
+        if self.round < self.min_rounds:
+            todo = list(self.points)
+        else:
+            todo = [p for p in self.points if not self.known(p)]
+            if todo and self.round >= self.max_rounds:
+                self.out_of, todo = f"{self.max_rounds} rounds", []
+            elif todo and self.budget_s is not None and self.clock() - self.started >= self.budget_s:
+                self.out_of, todo = f"{self.budget_s:g} s", []
+        if todo:
+            self.round += 1
+        return todo
+
+    def note(self, point: Any) -> str:
+        """"" for a known point; otherwise the sentence saying it is not resolved, with its spread."""
+        if self.known(point):
+            return ""
+        n, spread = self.rounds(point), self.spread(point)
+        if n < self.min_rounds:
+            return f"not resolved: {n} of {self.min_rounds} rounds measured (stopped)"
+        budget = f"; budget: {self.out_of}" if self.out_of else ""
+        told = f"+-{spread:.0%}" if spread == spread else "no rate measured"
+        return f"not resolved: {told} over {n} rounds (target +-{self.target:.0%}{budget})"

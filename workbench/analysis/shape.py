@@ -65,13 +65,16 @@ def margin_text(verdict: dict[str, Any]) -> str:
 
     >>> margin_text({"threshold": 1.0, "margin": 0.02, "above": True, "spread": "seeds 0-4"})
     '> 1 + 0.02 (spread: seeds 0-4)'
+    >>> margin_text({"threshold": 0.25, "margin": 0.0, "above": False, "by": -0.031})
+    '< 0.25 - 0; failed by 0.031'
     """
     if "margin" not in verdict:
         return ""
-    sign = ">" if verdict.get("above", True) else "<"
+    sign = (">" if verdict.get("above", True) else "<") + ("=" if verdict.get("inclusive") else "")
     op = "+" if verdict.get("above", True) else "-"
     spread = f" (spread: {verdict['spread']})" if verdict.get("spread") else ""
-    return f"{sign} {verdict['threshold']:g} {op} {verdict['margin']:g}{spread}"
+    by = f"; {'held' if verdict['by'] > 0 else 'failed'} by {abs(verdict['by']):.3g}" if "by" in verdict else ""
+    return f"{sign} {verdict['threshold']:g} {op} {verdict['margin']:g}{spread}{by}"
 
 
 def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]]) -> list[dict]:
@@ -114,12 +117,18 @@ class ShapeChecks:
         self.verdicts.append({"id": id, "held": bool(held), "measured": str(measured)})
         return bool(held)
 
-    def compare(self, id: str, value: float, threshold: float, margin: float, *, above: bool = True,
-                measured: str | None = None, spread: str = "") -> bool:
+    def compare(self, id: str, value: float | None, threshold: float, margin: float, *, above: bool = True,
+                inclusive: bool = False, measured: str | None = None, spread: str = "") -> bool:
         """Record an effect's verdict: it holds only when `value` clears `threshold` by more
         than `margin`, the run-to-run spread of that value (over seeds; stated in shape.json
-        with `spread`, how it was measured). An effect inside the spread "did not hold":
-        the run cannot tell it from noise.
+        with `spread`, how it was measured; 0 with `spread` saying why where none was
+        measured). An effect inside the spread "did not hold": the run cannot tell it from
+        noise. shape.json gets `by`: how far the value cleared threshold and margin
+        (positive: held by that much) or fell short of them (negative), in `value`'s units.
+        A check of several conditions passes the one closest to failing, or their ratios to
+        their limits (threshold 1). `inclusive`: a value exactly at the limit holds too (for
+        ">=" shapes and exact ones: a difference of 0 at threshold 0). None (not measured)
+        never holds.
 
         >>> checks = ShapeChecks()
         >>> checks.compare("gain", 1.003, 1.0, margin=0.02, measured="1.003x")      # inside the spread
@@ -128,13 +137,21 @@ class ShapeChecks:
         (True, 0.5)
         >>> checks.compare("error", 0.2, 1.0, margin=0.5, above=False)              # below 1 - 0.5
         True
+        >>> round(checks.verdicts[-1]["by"], 3), round(checks.verdicts[0]["by"], 3)
+        (0.3, -0.017)
+        >>> checks.compare("none", None, 1.0, margin=0.0)                          # not measured: fails
+        False
+        >>> checks.compare("same", 0.0, 0.0, margin=0.0, above=False), checks.compare("same", 0.0, 0.0, 0.0, inclusive=True)
+        (False, True)
         """
         if not (margin >= 0):
             raise ValueError(f"margin: the run-to-run spread, >= 0, got {margin=}")
-        held = bool(value > threshold + margin) if above else bool(value < threshold - margin)
+        value = float(value) if value is not None else float("nan")
+        by = value - threshold - margin if above else threshold - margin - value
+        held = bool(by >= 0) if inclusive else bool(by > 0)      # NaN holds neither way
         self.verdicts.append({"id": id, "held": held, "measured": str(measured if measured is not None else value),
-                              "value": float(value), "threshold": float(threshold), "margin": float(margin),
-                              "above": bool(above), "spread": str(spread)})
+                              "value": value, "threshold": float(threshold), "margin": float(margin),
+                              "above": bool(above), "inclusive": bool(inclusive), "spread": str(spread), "by": float(by)})
         return held
 
     def write(self, out_dir: str | Path) -> Path:

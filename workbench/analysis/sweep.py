@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
+from ..measure import MAX_ROUNDS, ROUNDS  # noqa: F401  (the sweep's defaults, re-exported: one definition)
 from ..results import RunResult
 
 MODES = ("strong", "weak")
@@ -265,31 +266,38 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
     return cal, predicted, error
 
 
-ROUNDS = 3   # a real sweep's default: the points measured interleaved, 1, 2, 1, 2, 1, 2
+# ROUNDS (3) and MAX_ROUNDS (8), the interleaved rounds of a real sweep's points: `measure`'s
 
 
-def combine_rounds(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.DataFrame:
     """One row per worker count from interleaved rounds (`scaling_row`s with a `round`).
 
-    `samples_per_s` is the median over the rounds (the lower middle one of an even count),
-    `samples_per_s_lo` / `_hi` the lowest
-    and highest, `spread` (hi - lo) / median; the row's other columns are the median
-    round's. A point is **resolved** when its range and the first point's do not overlap
-    (the effect it shows is wider than the spread); otherwise `resolution_note` says, in
-    words, that it is not resolved on this machine now. One round measures no spread:
-    `resolved` is then None, unless every row is simulated (deterministic: exact).
+    `samples_per_s` is the median over the rounds (`measure.median_rate`: the lower middle
+    one of an even count), `samples_per_s_lo` / `_hi` the lowest and highest, `spread` how
+    far the rounds lie from the median, relative to it (`measure.relative_spread`, the +-
+    of "known to +-5%"); the row's other columns are the median round's. A point is
+    **resolved** when its rate is known to +-`measure.TARGET_SPREAD` (5%) and its range and
+    the first point's do not overlap (the effect it shows is wider than the spread);
+    otherwise `resolution_note` says, in words, that it is not resolved on this machine now,
+    and why. One round measures no spread: `resolved` is then None, unless every row is
+    simulated (deterministic: exact). How many rounds a point gets is `measure.Repeats`'s
+    (`repeats`: the one that ran these rows; a spent budget goes into the note).
     Speedup and efficiency (`add_scaling`) are of the medians.
 
     >>> rows = [{"workers": w, "samples_per_s": v, "round": r, "status": "completed"}
-    ...         for r, (a, b) in enumerate([(100, 180), (110, 120), (90, 170)]) for w, v in ((1, a), (2, b))]
+    ...         for r, (a, b) in enumerate([(100, 180), (102, 175), (98, 178)]) for w, v in ((1, a), (2, b))]
     >>> t = combine_rounds(rows)
     >>> t[["workers", "samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "resolved"]].values.tolist()
-    [[1, 100.0, 90.0, 110.0, True], [2, 170.0, 120.0, 180.0, True]]
+    [[1, 100.0, 98.0, 102.0, True], [2, 178.0, 175.0, 180.0, True]]
     >>> rows[3]["samples_per_s"] = 105       # round 1's 2-worker run as slow as a lone worker
     >>> combine_rounds(rows)["resolution_note"].iloc[1]
-    'not resolved on this machine now: 2 workers 105-180 samples/s over 3 rounds overlaps 1 worker(s) 90-110'
+    'not resolved on this machine now: 2 workers +-11% over 3 rounds (target +-5%)'
+    >>> rows[3]["samples_per_s"] = 101       # ... tight, but inside the lone worker's range
+    >>> rows[1]["samples_per_s"] = rows[5]["samples_per_s"] = 100
+    >>> combine_rounds(rows)["resolution_note"].iloc[1]
+    'not resolved on this machine now: 2 workers 100-101 samples/s over 3 rounds overlaps 1 worker(s) 98-102'
     """
-    import statistics
+    from ..measure import TARGET_SPREAD, median_rate, relative_spread
 
     by_w: dict[int, list[dict]] = {}
     for row in rows:
@@ -297,17 +305,24 @@ def combine_rounds(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     out = []
     for group in by_w.values():
         values = [float(r["samples_per_s"] or 0.0) for r in group]
-        med = float(statistics.median_low(values))   # one measured run's: the lower middle one of an even count
+        med = median_rate(values)
         pick = min(group, key=lambda r: abs(float(r["samples_per_s"] or 0.0) - med))
-        lo, hi = min(values), max(values)
         out.append({**{k: v for k, v in pick.items() if k != "round"}, "samples_per_s": med, "rounds": len(group),
-                    "samples_per_s_lo": lo, "samples_per_s_hi": hi, "spread": (hi - lo) / med if med > 0 else math.nan})
+                    "samples_per_s_lo": min(values), "samples_per_s_hi": max(values),
+                    "spread": relative_spread(values)})
     simulated = all(bool(r.get("simulated")) for r in out)
     first = out[0] if out else None
     for r in out:
+        known = r["spread"] <= TARGET_SPREAD   # NaN (no rate): not known
         if r["rounds"] < 2 or (first is not None and first["rounds"] < 2):
             r["resolved"] = True if simulated else None
             r["resolution_note"] = "" if simulated else "one round: no spread measured"
+        elif not known:
+            r["resolved"] = False
+            told = f"+-{r['spread']:.0%}" if r["spread"] == r["spread"] else "no rate measured"
+            r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} workers {told} over "
+                                    f"{r['rounds']} rounds (target +-{TARGET_SPREAD:.0%}"
+                                    + (f"; budget: {repeats.out_of})" if getattr(repeats, "out_of", None) else ")"))
         elif r is first:
             r["resolved"], r["resolution_note"] = True, ""
         else:

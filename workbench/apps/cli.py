@@ -235,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int, default=None,
                        help="measure the points interleaved this many times (1, 2, 1, 2, ...) and report the median "
                             "and range of each (default 3; 1 with --simulate: virtual time is deterministic)")
+    sweep.add_argument("--max-rounds", type=int, default=None,
+                       help="then repeat each point whose rate is not yet known to +-5%% up to this many rounds, "
+                            "still interleaved; one still outside says 'not resolved' with its spread "
+                            "(default max(--rounds, 8); --rounds with --simulate)")
+    sweep.add_argument("--budget-s", type=float, default=None,
+                       help="also stop repeating after this many seconds (checked between rounds; default: no "
+                            "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -456,8 +463,13 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
+    if args.max_rounds is not None and args.max_rounds < max(args.rounds or 1, 1):
+        raise ConfigError("max_rounds", f"a whole number of rounds >= rounds ({args.rounds or 1})", args.max_rounds)
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ConfigError("budget_s", "seconds > 0", args.budget_s)
     table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
-                      simulate=config.simulate, rounds=args.rounds, should_stop=lambda: bool(signalled))
+                      simulate=config.simulate, rounds=args.rounds, max_rounds=args.max_rounds,
+                      budget_s=args.budget_s, should_stop=lambda: bool(signalled))
     print(table.to_string(index=False))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("machine_note")):

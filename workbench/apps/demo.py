@@ -2,8 +2,10 @@
 
 The same synchronous data-parallel run (sync_sgd, one global batch split across the
 workers) on 1 worker and on 2, interleaved for 3 rounds (1, 2, 1, 2, 1, 2) on one local
-Dask cluster of single-core workers, and the speed-up of the medians, with their range:
-a busy machine's speed drifts, and the demo says when the range is wider than the effect. The model is sized so that a step's compute (an MLP
+Dask cluster of single-core workers, then again for each worker count whose rate is not
+yet known to +-5% (up to `--max-rounds`; `measure.Repeats`, the sweep's rule), and the
+speed-up of the medians, with their range: a busy machine's speed drifts, and the demo
+says when a rate is not resolved or the range is wider than the effect. The model is sized so that a step's compute (an MLP
 256-512-256-10 on 128 examples per worker) outweighs one exchange of its 265k
 parameters, which is what makes a second worker pay off on a 2-core machine; a
 digits-sized model would spend as long exchanging as computing.
@@ -31,35 +33,45 @@ def demo_config(**changes: object) -> RunConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
-    from ..analysis.sweep import ROUNDS, combine_rounds, scaling_row
+    from ..analysis.sweep import combine_rounds, scaling_row
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import notes
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, notes
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
     parser.add_argument("--epochs", type=float, default=DEMO["epochs"])
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="interleaved rounds (1, 2, 1, 2, ...): the speed-up is the medians', with their range")
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help=f"repeat a worker count not yet known to +-5%% up to this many rounds (default "
+                             f"max(--rounds, {MAX_ROUNDS}))")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds: a whole number >= 1, got {args.rounds}")
+    max_rounds = max(args.rounds, MAX_ROUNDS) if args.max_rounds is None else args.max_rounds
+    if max_rounds < args.rounds:
+        parser.error(f"--max-rounds: a whole number >= --rounds ({args.rounds}), got {max_rounds}")
+    repeats = Repeats([1, 2], min_rounds=args.rounds, max_rounds=max_rounds)
     out = Path(args.out)
     print("starting a local Dask cluster of 2 single-core workers ...", flush=True)
     client = make_cluster(cpus=2, gpus=0, quiet=True)
     rows, statuses = [], []
     try:
         api.run(demo_config(cpus=2, steps=2), cluster=client)          # warm both workers up
-        for k in range(args.rounds):
+        while todo := repeats.next_round():
+            k = repeats.round - 1
             base = out if k == 0 else out / f"round-{k + 1}"
-            for workers, directory in ((1, base / "one-worker"), (2, base)):
+            for workers in todo:
+                directory = base / "one-worker" if workers == 1 else base
                 cfg = demo_config(cpus=workers, epochs=args.epochs, out=str(directory))
-                print(f"round {k + 1}/{args.rounds}: training {cfg.algorithm} on {workers} worker(s): MLP "
+                print(f"round {k + 1}: training {cfg.algorithm} on {workers} worker(s): MLP "
                       f"{cfg.n_features}-{'-'.join(map(str, cfg.hidden))}-{cfg.n_classes}, global batch "
                       f"{cfg.batch_size}, {cfg.epochs:g} epochs ...", flush=True)
                 r = api.run(cfg, cluster=client, overwrite=True)
                 s = r.summary
                 statuses.append(s["status"])
                 rows.append({**scaling_row(r, workers, "strong", str(directory)), "round": k})
+                repeats.add(workers, rows[-1]["samples_per_s"] if s["status"] == "completed" else None)
                 acc = s.get("final_test_accuracy")
                 print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady), {s['train_time_s']:.1f} s "
                       f"training (+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, "
@@ -68,15 +80,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  note: {note}", flush=True)
     finally:
         close_client(client)
-    table = combine_rounds(rows)
+    table = combine_rounds(rows, repeats)
     one, two = table.iloc[0], table.iloc[1]
     speedup = float(two["speedup"])
-    print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%}); medians over "
-          f"{args.rounds} interleaved round(s): 1 worker {one['samples_per_s']:,.0f} samples/s "
-          f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}), 2 workers {two['samples_per_s']:,.0f} "
-          f"({two['samples_per_s_lo']:,.0f}-{two['samples_per_s_hi']:,.0f})")
-    if two["resolution_note"]:
-        print(f"note: {two['resolution_note']}")
+    print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%}); medians of "
+          f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "
+          f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}, +-{one['spread']:.0%}), 2 workers "
+          f"{two['samples_per_s']:,.0f} over {two['rounds']} ({two['samples_per_s_lo']:,.0f}-"
+          f"{two['samples_per_s_hi']:,.0f}, +-{two['spread']:.0%})")
+    for note in dict.fromkeys(n for n in (one["resolution_note"], two["resolution_note"]) if n):
+        print(f"note: {note}")
     print(f"report: {out / 'report.html'}  (1 worker: {out / 'one-worker' / 'report.html'})")
     return 0 if all(st == "completed" for st in statuses) else 1
 

@@ -24,7 +24,9 @@ An expected shape's optional `paper` is the paper's number for it, as text ("87%
 sets it beside the notebook's `measured`.
 
 The notebook contract: a `parameters`-tagged cell with `quick` and `out_dir`; at the end
-it writes `out_dir/shape.json` = [{"id", "held", "measured"}] (see `workbench.analysis.shape`).
+it writes `out_dir/shape.json` = [{"id", "held", "measured", "value", "threshold", "margin", "by",
+"spread", ...}] (see `workbench.analysis.shape`: every expected shape goes through `compare`,
+so each verdict says how far it held or failed).
 """
 from __future__ import annotations
 
