@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.comm.base import Emulated, ThreadControl, WorkerLost
-from workbench.comm.roles import ServerCore
+from workbench.comm.roles import ParameterServer
 from workbench.comm.shm import PAIR_MAX, ShmComm, allreduce_nbytes, create_segment, pair_path, unlink_segment
 from workbench.comm.threads import ThreadGroup, ThreadServer
 
@@ -130,7 +130,7 @@ def test_thread_allreduce_sums_in_rank_order_and_leaves_inputs():
 
 def test_server_core_push_is_sgd_and_counts_staleness():
     x0 = np.arange(4, dtype=np.float32)
-    core = ServerCore(x0, momentum=0.0)
+    core = ParameterServer(x0, momentum=0.0)
     g = np.ones(4, np.float32)
     v1, x1, s1 = core.push(g, 0.5, version=0)
     v2, x2, s2 = core.push(g, 0.5, version=0)   # computed at version 0, one update landed since
@@ -140,7 +140,7 @@ def test_server_core_push_is_sgd_and_counts_staleness():
 
 
 def test_server_core_momentum_matches_closed_form():
-    core = ServerCore(np.zeros(1, np.float32), momentum=0.9)
+    core = ParameterServer(np.zeros(1, np.float32), momentum=0.9)
     g = np.ones(1, np.float32)
     for _ in range(3):
         core.push(g, 0.1, core.version)
@@ -149,7 +149,7 @@ def test_server_core_momentum_matches_closed_form():
 
 
 def test_server_core_elastic_step():
-    core = ServerCore(np.zeros(2, np.float32))
+    core = ParameterServer(np.zeros(2, np.float32))
     xw = np.array([1.0, -2.0], np.float32)
     d = core.elastic(xw, 0.25)
     np.testing.assert_allclose(d, [0.25, -0.5])
@@ -167,7 +167,7 @@ def centre_after(order, alpha=0.5):
 
 def test_round_robin_turns_follow_rank_order_and_skip_retired():
     import threading
-    server = ThreadServer(ServerCore(np.zeros(1, np.float64), size=3))
+    server = ThreadServer(ParameterServer(np.zeros(1, np.float64), size=3))
 
     def worker(rank, rounds):
         for _ in range(rounds):
@@ -214,7 +214,7 @@ def test_shm_server_push_momentum_and_staleness_match_server_core(tmp_path, mome
     name, make = _server(tmp_path, momentum=momentum)
     try:
         a, b = make(), make()       # two clients of one server, as two workers would be
-        core = ServerCore(np.zeros(4, np.float32), momentum=momentum)
+        core = ParameterServer(np.zeros(4, np.float32), momentum=momentum)
         for k, (client, version) in enumerate(((a, 0), (b, 0), (a, 2))):
             g = np.arange(4, dtype=np.float32) / (k + 3)
             got = client.push(g, 0.1, version)
@@ -248,3 +248,57 @@ def test_shm_server_round_robin_across_clients(tmp_path):
         assert final == pytest.approx(centre_after([0, 1, 2, 0, 1, 0, 1]), rel=1e-6)
     finally:
         unlink_segment(name)
+
+
+# ------------------------------------------------------------------------------ the ServerRole protocol
+ROLE_ARGS = {   # one call of each op, on a core of 4 parameters and 2 workers
+    "pull": (), "push": (np.ones(4, np.float32), 0.1, 0), "elastic": (np.ones(4, np.float32), 0.5),
+    "retire": (1,), "centre": (), "deposit": (0, 1, np.ones(4, np.float32), np.ones(8, np.float32)),
+    "collect": (0, 1), "depart": (1,), "average": (0, 1, np.ones(4, np.float32), 0), "model": (1,), "mean": (),
+}
+
+
+@pytest.mark.parametrize("role", ["parameter_server", "tournament", "pairwise"])
+def test_each_role_states_its_ops_and_their_sizes_are_the_arrays_that_travel(role):
+    """Every op of a core's table names a method of the core, and what the table says
+    travels is what the call takes and answers (the simulator charges these sizes)."""
+    from workbench.comm.base import serve_now
+    from workbench.comm.roles import make_core, role_core
+    core = make_core(role, {}, np.zeros(4, np.float32), 2)
+    assert isinstance(core, role_core(role))
+    for name, op in type(core).OPS.items():
+        args = ROLE_ARGS[name]
+        assert callable(getattr(core, op.method))
+        if op.ready is not None:
+            assert op.ready(core, *args)         # the deposit above came first / FCFS elastic
+        out_sizes = op.sizes_out(core, *args)
+        got = serve_now(core, op, args)
+        sent = [len(a) for a in args if isinstance(a, np.ndarray)]
+        assert list(op.sizes_in(*args)) == sent, name
+        answered = [len(a) for a in (got if isinstance(got, tuple) else (got,)) if isinstance(a, np.ndarray)]
+        assert list(out_sizes) == answered, name
+        assert op.notice <= op.changes              # an announcement is always a state change
+
+
+def test_thread_server_serves_only_its_role_ops():
+    from workbench.comm.roles import TournamentMailbox
+    server = ThreadServer(TournamentMailbox())
+    server.deposit(0, 1, np.ones(2, np.float32))
+    assert server.collect(0, 1)[0].tolist() == [1.0, 1.0]
+    with pytest.raises(AttributeError, match="pull"):
+        server.pull()                              # the mailbox is not a parameter server
+
+
+def test_reports_hand_each_result_and_loss_to_the_monitor_once():
+    from workbench.execution.transports.base import Reports
+    reports = Reports(lambda rank: f"w{rank}")
+    reports.returned(0, {"status": "completed"})
+    reports.vanish(1, steps=["kept"])               # lost with its records (the simulator's kill)
+    reports.vanish(2)
+    reports.lost_at[1] = 3.5
+    first = reports.poll()
+    assert set(first.results) == {0, 1} and first.results[1]["status"] == "lost"
+    assert first.lost == {1: "w1", 2: "w2"} and first.lost_at == {1: 3.5}
+    assert reports.pending(4) == {3}
+    again = reports.poll()
+    assert not again.results and not again.lost

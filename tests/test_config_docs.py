@@ -71,7 +71,7 @@ def test_defaults_unchanged_by_descriptions():
         "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "optimizer": "sgd",
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "tau": 1, "alpha": None, "elastic_sync": "ring",
         "trainers": 2, "round_size": 50, "tournament_size": 256, "trainer_lrs": None, "lr_spread": 1.0,
-        "exchange_state": False, "chunk_layers": "auto", "split": "equal",
+        "exchange_state": False, "chunk_layers": "auto", "weight_return": "chunks", "split": "equal",
         "post_local_epoch": 1.0, "outer_lr": 0.7, "outer_momentum": 0.9, "compression": "none",
         "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "topology": "ring",
         "error_feedback": True,

@@ -35,6 +35,7 @@ NEW_VALUES = {
     "nesterov": (True, True),
     "tau": (8, 8),
     "alpha": (0.3, 0.3),
+    "elastic_sync": ("tree_host", "tree_host"),
     "trainers": (3, 3),
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
@@ -51,6 +52,7 @@ NEW_VALUES = {
     "lr_spread": (2.0, 2.0),
     "exchange_state": (True, True),
     "chunk_layers": (2, 2),
+    "weight_return": ("whole", "whole"),
     "split": ("speed", "speed"),
     "steps": (100, 100),
     "eval_every": (10, 10),
@@ -104,6 +106,10 @@ def test_every_control_maps_onto_a_config_field(dash):
                 dash.controls[knob].value = RunConfig.model_fields[knob].default
             dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
+        dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
+        if name in ("elastic_sync", "weight_return"):
+            dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
@@ -167,6 +173,9 @@ def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
     dash.controls["dataset"].value = "synthetic"
     dash.controls["lr_scaling"].value = "linear"
     assert visible() == {"chunk_layers", "split", "n_samples", "n_features", "base_batch"}
+    assert shown(dash.controls["weight_return"]) and not shown(dash.controls["elastic_sync"])
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert shown(dash.controls["elastic_sync"]) and not shown(dash.controls["weight_return"])
 
 
 def test_the_default_algorithm_is_a_parallel_one():
@@ -305,7 +314,7 @@ def test_schedule_preview_is_redrawn_when_knobs_change(dash):
 
 def test_a_reference_run_streams_into_the_figures_and_stop_ends_it(dash):
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0                  # far longer than the test waits
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: no machine ends it before the stop
     assert dash.run() is True
     assert dash.running and dash.stop_button.disabled is False
     loss = "#1 sgd P=1 B=64"
@@ -361,7 +370,7 @@ def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch)
         return slow(fig, series, **kw)
     monkeypatch.setattr(D.F, "extend_series", costly)
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 20000.0  # longer than the test: it must still run at 6 s
+    dash.controls["epochs"].value = 1e5      # 2.2M steps: longer than the test on any machine
     assert dash.run() is True
     time.sleep(6)
     running = [(t, text) for t, text in dash.status_log if text.startswith("running")]
@@ -394,6 +403,71 @@ def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
     assert state.phase == "running" and state.samples == 300 * 64
 
 
+def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:
+    """Wait until the running run's first live records reached the dashboard (the guard
+    is only against a hang: the plans below are far longer than any machine's reaction)."""
+    state, deadline = dash._current, time.time() + guard_s
+    while state.tally.steps_seen == 0 and not state.done.is_set() and time.time() < deadline:
+        time.sleep(0.01)
+    assert state.tally.steps_seen > 0 and not state.done.is_set(), dash.status_text
+
+
+@pytest.mark.slow
+def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp_path, monkeypatch):
+    """Stop, pressed once the first steps are drawn, ends a simulated run as "stopped" with
+    every step it ran saved; the simulation ran off the kernel's main thread (which took
+    the records' batches and changed a control meanwhile)."""
+    import threading
+
+    import workbench as wb
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True, cpus=8,
+                    batch_size=64, epochs=1e5, seed=0)          # 2.2M steps: no machine ends it first
+    d = Dashboard(cluster="threads", config=cfg, out=tmp_path)
+    threads: set[str] = set()                                   # where the records' batches were handed over
+    add = D._Buffer.add
+
+    def watched(self, records):
+        threads.add(threading.current_thread().name)
+        add(self, records)
+    monkeypatch.setattr(D._Buffer, "add", watched)
+    assert d.run() is True
+    state = d._current
+    try:
+        _first_records(d)
+        d.controls["lr"].value = 0.2                             # the main thread is free while it runs
+        assert d.running and d.controls["lr"].value == 0.2
+    finally:
+        d.stop()
+    result = d.wait(120)
+    assert result is not None and result.status == "stopped", d.status_text
+    assert d.status_text.startswith("stopped:")
+    assert threading.main_thread().name not in threads and threads, threads
+    steps = result.summary["steps"]
+    assert 0 < steps < state.total_steps
+    saved = wb.load(next(tmp_path.glob("run-*")))
+    assert len(saved.steps) == len(result.steps) == steps * 8    # every step of every worker, kept
+    assert saved.summary["status"] == "stopped"
+
+
+def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
+    """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
+    own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
+    from workbench.execution.transports.sim import SimTransport
+    from workbench.results import workers_by_kind
+    dash.controls["simulate"].value = True
+    dash.controls["gpus"].value = 8
+    cfg = dash.config
+    assert (cfg.cpus, cfg.gpus) == (0, 8) and dash.controls["cpus"].layout.display != "none"
+    assert workers_by_kind(SimTransport().choose(cfg)) == "8 GPU"
+    assert "on 8 simulated workers" in dash.status_text
+    dash.controls["cpus"].value = 2                             # asked for: kept
+    assert workers_by_kind(SimTransport().choose(dash.config)) == "8 GPU + 2 CPU"
+    assert "on 10 simulated workers" in dash.status_text
+    dash.controls["simulate"].value = False                     # a real run: cpus is the user's
+    dash.controls["gpus"].value = 0
+    assert dash.config.cpus == 2
+
+
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("the cluster is on fire")
@@ -407,7 +481,7 @@ def test_a_failing_run_shows_one_line(dash, monkeypatch):
 
 def test_a_second_run_is_refused_while_one_is_going(dash):
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: still running at the second click
     assert dash.run() is True
     assert dash.run() is False and dash.status_text.startswith("busy:")
     dash.stop()
@@ -432,13 +506,15 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     points = _points_after_each_run(dash, "measured")
     assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
     table = dash.wait(60)
-    assert points == [1, 2, 2, 2, 2, 2]     # the figure grew as each run ended (3 interleaved rounds: 1, 2, 1, 2, 1, 2)
+    # the figure grew as each run ended: 3 interleaved rounds (1, 2, 1, 2, 1, 2) at least, then more
+    # rounds of the points not yet known to +-5% (`measure.Repeats`: how many depends on the machine)
+    assert points[:6] == [1, 2, 2, 2, 2, 2] and set(points[6:]) <= {2}, points
     assert list(table.workers) == [1, 2] and list(table.status) == ["completed"] * 2
     names = {t.name for t in dash.scaling_figure.data}
     assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
     assert "prediction error" in dash.scaling_figure.layout.title.text
     assert dash.status_text.startswith("sweep done: 2 run(s)")
-    assert len(dash.history) == 6
+    assert len(dash.history) == len(points) >= 6                  # every round's run, each one drawn
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
@@ -600,7 +676,7 @@ def test_figure_widgets_share_one_copy_of_plotlys_module():
 def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     dash._repr_mimebundle_()
     dash.controls["algorithm"].value = "sgd"
-    dash.controls["epochs"].value = 400.0
+    dash.controls["epochs"].value = 1e5                    # 2.2M steps: still running when stopped
     assert dash.run() is True
     try:
         deadline = time.time() + 20

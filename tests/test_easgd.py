@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from workbench.comm.roles import ServerCore
+from workbench.comm.roles import ParameterServer
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch, split_batch
@@ -118,7 +118,7 @@ def test_round_robin_easgd_two_workers_take_turns_in_rank_order():
 
 
 def test_thread_server_round_robin_waits_for_the_turn_and_skips_the_retired():
-    server = ThreadServer(ServerCore(np.zeros(3, np.float32), size=3))
+    server = ThreadServer(ParameterServer(np.zeros(3, np.float32), size=3))
     served = []
 
     def exchange(rank):

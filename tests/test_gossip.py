@@ -120,3 +120,84 @@ def test_dpsgd_on_dask_follows_the_reference_loop(client):
     got = run(cfg, client)
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, gossip_reference(cfg, 2), rtol=0, atol=ATOL)
+
+
+# ------------------------------------------------------------------------------ adpsgd (AD-PSGD)
+def adpsgd_reference(cfg: RunConfig, workers: int, log: list[tuple[int, int, int]]) -> np.ndarray:
+    """Plain NumPy AD-PSGD replaying the pairing sequence `log` ((rank, peer, step) in the
+    order the averages happened): worker i's gradient at the model it last had, then
+    x_i, x_j <- (x_i + x_j) / 2 and x_i -= u, u its SGD step (with momentum: its own
+    velocity); returns every worker's model (P, n)."""
+    problem = Problem.from_config(cfg)
+    data, model = problem.data, problem.model
+    plan = make_plan(cfg, data.n_train)
+    slices = split_batch(plan.batch_size, [1.0] * workers)
+    X = np.stack([model.init(cfg.seed)] * workers)
+    seen = [X[i].copy() for i in range(workers)]      # x_hat_i
+    opts = [SGD(model.n_params, np, np.float32, cfg.momentum) for _ in range(workers)]
+    for rank, peer, t in log:
+        idx = global_batch(data.n_train, plan.batch_size, cfg.seed, t)
+        lo, hi = slices[rank]
+        _, g = model.loss_and_grad(seen[rank], data.X_train[idx[lo:hi]], data.y_train[idx[lo:hi]])
+        stepped = seen[rank].copy()
+        opts[rank].step(stepped, g, plan.schedule(t))
+        mid = 0.5 * (X[rank] + X[peer])
+        X[rank], X[peer] = mid, mid
+        X[rank] = X[rank] - (seen[rank] - stepped)
+        seen[rank] = X[rank].copy()
+    return X
+
+
+def run_adpsgd(cfg: RunConfig, transport):
+    from workbench.execution.engine import execute
+    result = execute(cfg, transport)
+    core = transport.server.core if hasattr(transport, "server") else transport.server_state.core
+    return result, core
+
+
+def check_pairings(cfg: RunConfig, workers: int, log: list[tuple[int, int, int]], steps: int) -> None:
+    """Every worker averaged once per step, in step order, with the neighbours its own
+    random stream names (so the reference replays the run's real sequence)."""
+    from workbench.algorithms.gossip import pairing_rng
+    for rank in range(workers):
+        mine = [(peer, t) for r, peer, t in log if r == rank]
+        assert [t for _, t in mine] == list(range(steps))
+        peers, rng = neighbours(cfg.topology, workers, rank), pairing_rng(cfg.seed, rank)
+        assert [p for p, _ in mine] == [peers[int(rng.integers(len(peers)))] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("topology", ["ring", "complete"])
+def test_adpsgd_on_threads_follows_the_reference_loop_of_its_pairing_sequence(topology):
+    from workbench.execution.transports.threads import ThreadTransport
+    cfg = config("adpsgd", cpus=3, steps=15, topology=topology)
+    got, core = run_adpsgd(cfg, ThreadTransport())
+    assert got.status == "completed"
+    check_pairings(cfg, 3, core.log, 15)
+    # every row of the table, not only the mean: float32 in the same order, atol for the
+    # worker's u = x_hat - (x_hat - lr g) rounding (one ulp of x per step)
+    np.testing.assert_allclose(core.x, adpsgd_reference(cfg, 3, core.log), rtol=0, atol=ATOL)
+    assert got.summary["consensus_distance"][-1][1] > 0     # workers that average pairwise disagree
+    n = got.params.size
+    np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * n)   # update in, row back
+
+
+def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic():
+    from workbench.execution.transports.sim import SimTransport
+    cfg = config("adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
+    got, core = run_adpsgd(cfg, SimTransport())
+    again, core2 = run_adpsgd(cfg, SimTransport())
+    assert got.status == again.status == "completed"
+    check_pairings(cfg, 4, core.log, 12)
+    assert core.log == core2.log and np.array_equal(core.x, core2.x)   # virtual time decides the order
+    np.testing.assert_allclose(core.x, adpsgd_reference(cfg, 4, core.log), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * got.params.size)
+    # asynchronous on one virtual clock: the workers' averages interleave step by step
+    assert {r for r, _, _ in core.log[:4]} == {0, 1, 2, 3}
+
+
+def test_adpsgd_with_one_worker_is_plain_sgd():
+    kw = dict(cpus=1, steps=20, momentum=0.9)
+    got = run_threads(config("adpsgd", **kw))
+    ref = run_threads(config("sgd", **kw))
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=ATOL)
+    assert (got.steps.bytes_sent == 0).all()

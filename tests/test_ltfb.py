@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.algorithms.ltfb import round_pairs, trainer_data, trainer_lrs
-from workbench.comm.roles import ServerCore
+from workbench.comm.roles import TournamentMailbox
 from workbench.comm.threads import ThreadServer
 from workbench.config import RunConfig
 from workbench.data import global_batch
@@ -59,7 +59,7 @@ def test_trainer_lrs_spread_geometrically_around_lr():
 
 
 def test_server_collect_waits_for_the_partner_or_its_departure():
-    server = ThreadServer(ServerCore(np.zeros(2, np.float32), size=2))
+    server = ThreadServer(TournamentMailbox())
     got = []
     waiter = threading.Thread(target=lambda: got.append(server.collect(1, 0)))
     waiter.start()

@@ -327,7 +327,7 @@ def test_chunk_master_with_lamb_equals_the_whole_update_on_the_summed_gradient()
 def test_shm_server_keeps_lambs_moments_in_the_segment(tmp_path):
     import uuid
 
-    from workbench.comm.roles import ServerCore, role_state_spec
+    from workbench.comm.roles import ParameterServer, role_state_spec
     from workbench.comm.shm import ShmServer, create_server_segment, unlink_segment
     n, s, layout = MODEL.n_params, OptimizerSettings("lamb", weight_decay=0.01), MODEL.layout()
     x0, grads = _params_and_grads(4, dtype=np.float32)
@@ -336,7 +336,7 @@ def test_shm_server_keeps_lambs_moments_in_the_segment(tmp_path):
         lock = str(tmp_path / "server.lock")
         open(lock, "x").close()     # made by the run's creator (util.private.create_lock); the workers open it
         a, b = (ShmServer(name, lock, n, 2, optimizer=s, layout=layout) for _ in range(2))
-        core = ServerCore(x0, size=2, optimizer=s, layout=layout)
+        core = ParameterServer(x0, size=2, optimizer=s, layout=layout)
         for k, g in enumerate(grads):          # two clients of one server: the moments must be shared
             got = (a if k % 2 else b).push(g, 0.01, k)
             want = core.push(g, 0.01, k)

@@ -78,11 +78,12 @@ def test_notebook_checks_every_expected_shape(path):
 
 
 SIMULATED = sorted(p.stem for p in EXPERIMENTS if p.stem.endswith("_sim"))
-# Shapes our simulation does not reproduce in quick mode (`reproduce` says so and exits 3). None
-# now: sc17_sim's two "EASGD ahead of SGD" shapes compare tuned methods, hold at 4 and 16 GPUs
+# Shapes our simulation does not reproduce in quick mode (`reproduce` says so and exits 3).
+# sc17_sim's two "EASGD ahead of SGD" shapes compare tuned methods, hold at 4 and 16 GPUs
 # after quick's 2 epochs, fail at 4 GPUs after the full run's 10 (1.3 and 0.3 points), and so
-# are in its quick_skips; the full run exits 3 for them.
-NOT_REPRODUCED: dict[str, set[str]] = {}
+# are in its quick_skips; the full run exits 3 for them. icpe_sim's VGG-16 size: its TDP
+# communicates 10% of its step here, so hiding all of it gives at most 1.11x, not 1.21x.
+NOT_REPRODUCED: dict[str, set[str]] = {"icpe_sim": {"cgdp_speedup_vgg16"}}
 
 
 @pytest.mark.slow

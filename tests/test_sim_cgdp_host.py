@@ -53,3 +53,42 @@ def test_a_faster_host_shortens_the_step_by_the_masters_time(host):
     else:
         assert gap <= 0
     assert slow.summary["wall_time_s"] / steps >= one_core          # the master bounds the step
+
+
+# ------------------------------------------------------------------------------ the weights' way back (issue 25)
+def test_chunk_by_chunk_return_is_the_same_run_sooner():
+    # Le et al.: each chunk's fresh weights go back as soon as the host has updated it, so the
+    # next forward pass waits only for the chunk updated last; the maths is untouched
+    chunks, whole = run(_config(weight_return="chunks")), run(_config(weight_return="whole"))
+    assert chunks.summary["status"] == whole.summary["status"] == "completed"
+    assert chunks.params.tobytes() == whole.params.tobytes()
+    key = ["worker", "step"]
+    assert (chunks.steps.sort_values(key)["loss"].to_numpy().tobytes()
+            == whole.steps.sort_values(key)["loss"].to_numpy().tobytes())
+    assert chunks.summary["wall_time_s"] < whole.summary["wall_time_s"]
+
+
+def test_the_timeline_shows_the_copies_back_overlapping_the_backward_pass():
+    from workbench.ui.figdata import cgdp_timeline_rows
+    for mode in ("chunks", "whole"):
+        r = run(_config(weight_return=mode, chunk_layers=1))
+        trace = r.summary["cgdp_timeline"]
+        assert trace["weight_return"] == mode and trace["step"] < r.summary["steps"] - 1
+        rows = cgdp_timeline_rows(r)
+        back = [x for x in rows if x["lane"] == "host -> device 0"]
+        bwd_end = next(x["end"] for x in rows if x["what"] == f"backward (step {trace['step']})")
+        nxt = next(x["start"] for x in rows if x["what"] == f"forward (step {trace['step'] + 1})")
+        # the next forward pass starts when the last copy back has landed
+        assert nxt == pytest.approx(max(x["end"] for x in back), rel=1e-9, abs=1e-12)
+        if mode == "chunks":   # one copy per chunk, the first of them while the device is still in backward
+            assert len(back) == 3 and min(x["start"] for x in back) < bwd_end
+        else:                  # one copy of everything, after the backward pass and every update
+            assert len(back) == 1 and back[0]["start"] >= bwd_end
+            updates = [x for x in rows if x["lane"] == "host: sum and update"]
+            assert back[0]["start"] >= max(x["end"] for x in updates) - 1e-12
+
+
+def test_weight_return_is_refused_for_other_algorithms():
+    from workbench.config import ConfigError
+    with pytest.raises(ConfigError, match="weight_return"):
+        RunConfig(algorithm="sync_sgd", weight_return="whole")

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from workbench.comm.roles import ServerCore
+from workbench.comm.roles import ParameterServer
 from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
 
@@ -51,11 +51,11 @@ def test_a_simulated_async_run_that_lost_every_worker_failed():
 
 
 def _never_my_turn(monkeypatch, rank):
-    real = ServerCore.my_turn
+    real = ParameterServer.my_turn
 
     def my_turn(self, r):
         return False if r == rank else real(self, r)
-    monkeypatch.setattr(ServerCore, "my_turn", my_turn)
+    monkeypatch.setattr(ParameterServer, "my_turn", my_turn)
 
 
 def test_a_stop_ends_a_wait_for_a_turn_that_never_comes(monkeypatch):

@@ -390,6 +390,11 @@ class RunConfig(BaseModel):
     chunk_layers: Union[int, Literal["auto"]] = Field("auto", description=(
         "CGDP: layers per update chunk, a whole number >= 1, or auto to choose it by timing "
         "iterations at the start of the run."))
+    weight_return: Literal["chunks", "whole"] = Field("chunks", description=(
+        "CGDP: how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
+        "updated it, while the devices finish the backward pass; the next forward pass waits only for "
+        "the chunk updated last, as Le et al.) or whole (the whole vector once every chunk is updated: "
+        "the earlier implementation, kept for comparison)."))
     split: Literal["equal", "speed"] = Field("equal", description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
@@ -419,7 +424,7 @@ class RunConfig(BaseModel):
         "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
         "s; 1 keeps only signs and the norm)."))
     topology: Literal["ring", "torus", "exponential", "complete"] = Field("ring", description=(
-        "dpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
+        "dpsgd and adpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
         "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
         "averaging)."))
     error_feedback: bool = Field(True, description=(
@@ -460,6 +465,9 @@ class RunConfig(BaseModel):
         if self.compression != "none" and self.algorithm != "sync_sgd":
             raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
                               f"allreduce; {self.algorithm} has none)", self.compression)
+        if self.weight_return != "chunks" and self.algorithm != "cgdp":
+            raise ConfigError("weight_return", f"chunks unless algorithm is cgdp (the knob is how cgdp's host "
+                              f"master returns weights; {self.algorithm} has none)", self.weight_return)
         if self.elastic_sync != "ring" and self.algorithm != "sync_easgd":
             raise ConfigError("elastic_sync", f"ring unless algorithm is sync_easgd (the knob is SC'17's chain of "
                               f"Sync EASGD; {self.algorithm} has no elastic allreduce)", self.elastic_sync)
@@ -1025,7 +1033,7 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
                      "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
                      "trust_coefficient"),
     "algorithm": ("tau", "alpha", "elastic_sync", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "split", "post_local_epoch", "outer_lr",
+                  "lr_spread", "exchange_state", "chunk_layers", "weight_return", "split", "post_local_epoch", "outer_lr",
                   "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
                   "topology", "error_feedback"),
     "length": ("epochs", "steps", "eval_every", "seed", "out"),

@@ -33,9 +33,25 @@ summary at every check (`consensus_distance`: [step, value] pairs). A real decen
 system has no such allreduce; it is counted in the bytes, and amortised over CHECK_EVERY
 steps it adds ~1/32 of an allreduce per step.
 
-AD-PSGD (Lian et al., ICML 2018: asynchronous pairwise averaging) is not here: it needs
-an asynchronous peer exchange (a worker averaging with a neighbour that is busy
-computing), which the interface does not offer yet.
+adpsgd, AD-PSGD (Lian, Zhang, Zhang, Liu, ICML 2018, Algorithm 1): asynchronous. Every
+worker, on its slice of global batch t, at the model it last had (x_hat_i, possibly stale:
+a neighbour may have averaged into its row since):
+
+    g = g_i(x_hat_i);  u = lr * (the configured rule's step on g)       local step, its own optimiser state
+    x_i, x_j <- (x_i + x_j) / 2;  x_i -= u     j a uniformly random neighbour, atomically
+    x_hat_i <- x_i
+
+Nobody waits for anybody: the neighbour may be computing when its model is averaged
+into (its next update lands on the averaged row). The models live in the `pairwise`
+server role (`comm.roles.ModelTable`, one row per worker) and the atomic average is one
+call on it; the paper applies the gradient just after the average, a separate step of the
+same worker, which here is the same atomic call (no other worker can average with x_i in
+between). The table serialises the averages (one lock, one queue on the virtual clock),
+the simplest atomicity; the paper's implementation locks per pair, so that disjoint pairs
+average at once. What is evaluated (and returned) is the workers' mean, read by rank 0,
+with the consensus distance beside it in the summary. Each average moves the worker's
+update in and its new model out (2 n floats: `bytes_sent`, the exchange with the peer in
+both directions). With one worker adpsgd is plain SGD with the configured rule.
 """
 from __future__ import annotations
 
@@ -48,6 +64,8 @@ from ..comm.base import neighbour_exchange, ring_allreduce_bytes
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+
+PAIRING_SEED = 0xAD   # the neighbour choices' stream, beside the seed and the rank
 
 TOPOLOGIES = ("ring", "torus", "exponential", "complete")
 CHECK_EVERY = 32      # steps between the agreement allreduces (stop, divergence, consensus)
@@ -202,3 +220,58 @@ class DPSGD(Algorithm):
         if self.ctx.rank == 0:
             self.summary = {**self.summary, "consensus_distance": self.consensus}
         return super().finish()
+
+
+def pairing_rng(seed: int, rank: int) -> np.random.Generator:
+    """Rank `rank`'s stream of random neighbours (a reference loop replays it)."""
+    return np.random.default_rng([int(seed), int(rank), PAIRING_SEED])
+
+
+class ADPSGD(Algorithm):
+    """adpsgd: a local step at the model I last had, then an atomic average with one random neighbour."""
+
+    eval_name = "average"
+
+    def __init__(self, ctx: WorkerContext):
+        super().__init__(ctx)
+        c, xp = ctx.config, ctx.xp
+        self.params = ctx.initial_params()                  # x_hat_i: every row starts here
+        self.grad = xp.empty_like(self.params)
+        self.work = xp.empty_like(self.params)
+        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # my own state
+        self.lo, self.hi = ctx.my_slice()
+        self.peers = neighbours(c.topology, ctx.size, ctx.rank)
+        self.rng = pairing_rng(c.seed, ctx.rank)
+        self.clock = ctx.clock
+        self.exchange_bytes = 2 * self.params.nbytes        # my update in, my averaged row back
+        self.consensus: list[list[float]] = []
+        self.last_step = -1
+        self.summary = {"topology": c.topology, "degree": len(self.peers)} if ctx.rank == 0 else {}
+
+    def step(self, step: int) -> StepOut:
+        ctx, xp = self.ctx, self.ctx.xp
+        lr = ctx.plan.schedule(step)
+        t0 = self.clock()
+        X, y = ctx.batch(step, self.lo, self.hi)
+        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        self.work[...] = self.params
+        self.opt.step(self.work, self.grad, lr)
+        update = to_numpy(self.params - self.work)          # u = x_hat - (x_hat after the local step)
+        peer = self.peers[int(self.rng.integers(len(self.peers)))] if self.peers else ctx.rank
+        t1 = self.clock()
+        self.params = xp.asarray(ctx.server.average(ctx.rank, peer, update, step))
+        self.last_step = step
+        return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
+                       comm_s=self.ctx.timer() - t1, bytes_sent=self.exchange_bytes if self.peers else 0.0)
+
+    def eval_params(self) -> Any:
+        xbar, distance = self.ctx.server.mean()
+        if not self.consensus or self.consensus[-1][0] != self.last_step:   # (finish reads it again)
+            self.consensus.append([self.last_step, distance])
+        return self.ctx.xp.asarray(xbar)
+
+    def finish(self) -> Any:
+        out = super().finish()
+        if self.ctx.rank == 0:
+            self.summary = {**self.summary, "consensus_distance": self.consensus}
+        return out

@@ -33,10 +33,11 @@ SERVER_ROLES = {
     "elastic_centre": "the EASGD centre variable: elastic exchanges FCFS, or in round-robin turns with retirement",
     "tournament": "LTFB's mailbox: trainers deposit their model, partners collect it (or learn it departed)",
     "cgdp_master": "CGDP's host-side master: per-chunk sums and updates, chunk size tuned at run time",
+    "pairwise": "AD-PSGD's models, one row per worker: a worker averages its row with a neighbour's atomically",
 }
 # The cost model's communication patterns (see `workbench.analysis.costmodel`).
 PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_server", "elastic_shared",
-            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip")
+            "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip", "pairwise")
 EVALUATORS = ("rank0", "all", "trainers")
 
 Hook = Callable[..., Any] | str   # a function, or "module:function" of this package, imported on first use
@@ -341,7 +342,7 @@ for _spec in (
         pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape),
     AlgorithmSpec(
         "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by "
-        "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "split"),
+        "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "weight_return", "split"),
         pattern="host"),
     AlgorithmSpec(
         "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "
@@ -360,6 +361,10 @@ for _spec in (
         "ring, torus, exponential or complete graph", "gossip:DPSGD", sync=True, evaluates="rank0",
         needs=Needs(collective=True, elems=_gossip_elems),   # the peer exchange's generic form: (P, n)
         knobs=("tau", "topology"), pattern="gossip"),
+    AlgorithmSpec(
+        "adpsgd", "asynchronous decentralised AD-PSGD (Lian et al. 2018): after each local step a worker averages "
+        "its model with one random neighbour's, atomically, waiting for nobody", "gossip:ADPSGD", sync=False,
+        evaluates="rank0", needs=Needs(server="pairwise"), knobs=("topology",), pattern="pairwise"),
 ):
     register(_spec)
 del _spec

@@ -593,6 +593,11 @@ def _gossip_terms(s: _Step) -> tuple[float, float]:
     return gossip_terms(s.workers, s.n_bytes, s.topology, tau=s.tau, allreduce=s.allreduce)
 
 
+def _pairwise_terms(s: _Step) -> tuple[float, float]:
+    """adpsgd: the worker's update to the model table and its averaged row back, every step."""
+    return (2.0, 2.0 * s.n_bytes) if s.workers > 1 else (0.0, 0.0)
+
+
 def _tournament_terms(s: _Step) -> tuple[float, float]:
     return 2.0 / s.round_size, 2.0 * s.n_bytes / s.round_size
 
@@ -669,6 +674,8 @@ PATTERN_MODELS: dict[str, tuple[Callable[[_Step], tuple[float, float] | None], C
     "shared": (_no_terms, _shared_rate(_every_step)),
     "elastic_shared": (_no_terms, _shared_rate(_every_tau)),
     "gossip": (_gossip_terms, _allreduce_rate(_gossip_terms)),
+    # the table serialises the atomic averages, as a server does (see algorithms/gossip.py)
+    "pairwise": (_pairwise_terms, _server_rate(_every_step)),
     "tournament": (_tournament_terms, _tournament_rate),
     "host": (_no_terms, _host_rate),
 }

@@ -8,9 +8,14 @@ Two roles cover the seed papers' algorithms:
   `compressed_sum` (compressed gradients), which a comm that charges time implements
   natively.
 * a server role (`roles`): a parameter server (`pull`, `push`), the EASGD centre
-  (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`) or
-  cgdp's master (`push`, `fetch`). Each role's maths lives in one core in `roles`;
-  front-ends put it behind a lock between threads, a Dask actor, or shared memory.
+  (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`),
+  AD-PSGD's table of models (`average`, `model`) or cgdp's master (`push`, `fetch`). Each
+  role's maths lives in one core in `roles`, and each core states its operations once
+  (`ServerRole`: a table of `RoleOp`s saying what each waits for, whether it changes what
+  others wait for, what it moves); one generic front-end per transport serves any core
+  from that table (`serve(op, *args)`, the ops also as methods: `RoleFrontEnd`): a lock
+  between threads, a Dask actor, shared memory, the simulator's virtual clock. (cgdp's
+  chunk master keeps its own front-ends: its calls are per chunk, not a request/reply.)
 
 `Control` carries the stop and abort requests between the client and the loops. An
 optional network emulator (`Emulated`) adds latency and a bandwidth cap to any of them.
@@ -19,7 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 
 # ------------------------------------------------------------------------------ bytes on the wire
@@ -65,6 +72,85 @@ def check_wait(control: Any, what: str, on_stop: bool = True) -> None:
         raise WorkerLost(f"{what} aborted: a peer is gone")
     if on_stop and control.stop_requested():
         raise StopWait(f"{what}: stop requested")
+
+
+# ------------------------------------------------------------------------------ server roles
+def _no_arrays(*args: Any) -> tuple[int, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class RoleOp:
+    """One operation of a server role, with what every front-end needs to serve it.
+
+    Sizes are the lengths of the arrays that travel (each converted to bytes by the
+    front-end that charges them: the simulator scales a parameter vector to its timing
+    model's, the network emulator counts real bytes), so the bytes in and out are stated
+    here once and each transport prices them its own way.
+    """
+
+    name: str                 # what the algorithm calls (`server.pull()`)
+    method: str               # the core's method that does it (same arguments)
+    ready: Callable[..., bool] | None = None   # `ready(core, *args)`: the call may be served now;
+    #   None: served at once (first come, first served). Front-ends wait for it.
+    turn: Callable[..., int | None] | None = None   # `turn(*args)`: the rank whose round-robin
+    #   turn `ready` waits for (None: no turn); the simulator's fast path for turns
+    changes: bool = False     # serving it may make another call's `ready` true: waiters re-check
+    notice: bool = False      # a one-way announcement (a worker retired or departed): no reply, and
+    #   on the virtual clock it takes effect at once, free
+    sizes_in: Callable[..., tuple[int, ...]] = _no_arrays        # `sizes_in(*args)`: arrays sent
+    sizes_out: Callable[..., tuple[int, ...]] = _no_arrays       # `sizes_out(core, *args)`: arrays
+    #   in the reply, as they are when the call is served (before the op runs)
+    work: Callable[..., tuple[float, int | None]] | None = None  # `work(core, *args)`: (passes,
+    #   floats or None for the whole vector) the server's memory goes through; None: no work
+    what: str = ""            # the wait, as an error message names it
+
+    @property
+    def waits(self) -> bool:
+        """Whether a call can wait (for a turn, a partner): such waits end on a stop too."""
+        return self.ready is not None
+
+
+class ServerRole(Protocol):
+    """A server role's core: its maths (`roles`), and the table of its operations.
+
+    Cores are not thread-safe; a front-end serialises calls to `serve`."""
+
+    ROLE: ClassVar[str]
+    OPS: ClassVar[Mapping[str, RoleOp]]
+
+
+def role_op(core: Any, name: str) -> RoleOp:
+    """The operation `name` of `core`'s role; a clear error for one it does not have."""
+    ops = type(core).OPS
+    if name not in ops:
+        raise AttributeError(f"op: one of {', '.join(ops)} (the {type(core).ROLE} role), got {name!r}")
+    return ops[name]
+
+
+def serve_now(core: Any, op: RoleOp, args: tuple, kwargs: dict | None = None) -> Any:
+    """Run `op` on `core` (the caller holds whatever serialises the core's calls)."""
+    return getattr(core, op.method)(*args, **(kwargs or {}))
+
+
+class RoleFrontEnd:
+    """A front-end's role operations as methods: `server.pull()` is `server.serve("pull")`.
+
+    Subclasses set `ops` (the core's table) and implement `serve(name, *args)`."""
+
+    ops: Mapping[str, RoleOp] = {}
+
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        ops = type(self).__dict__.get("ops") or self.__dict__.get("ops") or {}
+        if name in ops:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return self.serve(name, *args, **kwargs)
+            call.__name__ = name
+            return call
+        raise AttributeError(f"{type(self).__name__} has no {name!r} (role ops: {', '.join(ops) or 'none'})")
 
 
 class Comm(Protocol):

@@ -15,15 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from .base import check_wait
+from .base import RoleFrontEnd, check_wait, role_op, serve_now
 from .roles import ChunkMaster, make_core
 
 ABORT_POLL_S = 0.5
 
 
 class ServerActor:
-    """A server role's core (`roles.make_core`) as a Dask actor: FCFS by the event loop,
-    round-robin turns and LTFB partners by a condition."""
+    """Any server role's core (`roles.make_core`) as a Dask actor, served from the core's
+    table of operations (`base.RoleOp`): first come, first served by the event loop; a call
+    that waits (a round-robin turn, an LTFB partner) waits on a condition, which a call
+    that changes state notifies."""
 
     def __init__(self, role: str, options: dict, params: np.ndarray, size: int = 1):
         self.core = make_core(role, options, params, size)
@@ -34,49 +36,19 @@ class ServerActor:
             self._turn = asyncio.Condition()
         return self._turn
 
-    async def pull(self) -> tuple[int, np.ndarray]:
-        return self.core.pull()
-
-    async def push(self, grad: np.ndarray, lr: float, version: int):
-        return self.core.push(grad, lr, version)
-
-    async def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
-        if rank is None:
-            return self.core.exchange(x, alpha)
+    async def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        core = self.core
+        op = role_op(core, name)
+        if op.ready is None and not op.changes:
+            return serve_now(core, op, args, kwargs)
         cond = self._cond()
         async with cond:
-            await cond.wait_for(lambda: self.core.my_turn(rank))
-            d = self.core.exchange(x, alpha, rank)
-            cond.notify_all()
-            return d
-
-    async def retire(self, rank: int) -> None:
-        cond = self._cond()
-        async with cond:
-            self.core.advance_turn(retire=rank)
-            cond.notify_all()
-
-    async def centre(self) -> np.ndarray:
-        return self.core.centre()
-
-    async def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
-                      meta: dict | None = None) -> None:
-        cond = self._cond()
-        async with cond:
-            self.core.deposit(rnd, trainer, params, state, meta)
-            cond.notify_all()
-
-    async def collect(self, rnd: Any, trainer: int) -> Any:
-        cond = self._cond()
-        async with cond:
-            await cond.wait_for(lambda: self.core.can_collect(rnd, trainer))
-            return self.core.collect(rnd, trainer)
-
-    async def depart(self, trainer: int) -> None:
-        cond = self._cond()
-        async with cond:
-            self.core.depart(trainer)
-            cond.notify_all()
+            if op.ready is not None:
+                await cond.wait_for(lambda: op.ready(core, *args, **kwargs))
+            out = serve_now(core, op, args, kwargs)
+            if op.changes:
+                cond.notify_all()
+            return out
 
 
 class ActorCall:
@@ -85,44 +57,30 @@ class ActorCall:
     def __init__(self, actor: Any, control: Any = None):
         self.actor, self.control = actor, control
 
-    WAITS = ("elastic", "collect")   # calls that wait for a turn or a partner: they end on a stop too
-
     def call(self, method: str, *args: Any) -> Any:
-        fut = getattr(self.actor, method)(*args)
+        """A call that ends only with its answer or an abort (cgdp's fetch: a sync step)."""
+        return self.wait(getattr(self.actor, method)(*args), method, on_stop=False)
+
+    def wait(self, fut: Any, what: str, on_stop: bool) -> Any:
+        """The call's result; waits that end on a stop too (turns, partners): `on_stop`."""
         while True:
             try:
                 return fut.result(timeout=ABORT_POLL_S)
             except TimeoutError:
-                check_wait(self.control, method, on_stop=method in self.WAITS)
+                check_wait(self.control, what, on_stop=on_stop)
 
 
-class ActorServerProxy(ActorCall):
-    """The worker-side server for a `ServerActor`."""
+class ActorServerProxy(RoleFrontEnd, ActorCall):
+    """The worker-side server for a `ServerActor`: the role's ops as methods (`ops`: the
+    table of the core the actor holds, handed over by the transport)."""
 
-    def pull(self):
-        return self.call("pull")
+    def __init__(self, actor: Any, control: Any = None, ops: Any = None):
+        ActorCall.__init__(self, actor, control)
+        self.ops = ops if ops is not None else {}
 
-    def push(self, grad: np.ndarray, lr: float, version: int):
-        return self.call("push", grad, lr, version)
-
-    def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None):
-        return self.call("elastic", x, alpha, rank)
-
-    def retire(self, rank: int) -> None:
-        return self.call("retire", rank)
-
-    def centre(self) -> np.ndarray:
-        return self.call("centre")
-
-    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
-                meta: dict | None = None) -> None:
-        return self.call("deposit", rnd, trainer, params, state, meta)
-
-    def collect(self, rnd: Any, trainer: int) -> Any:
-        return self.call("collect", rnd, trainer)
-
-    def depart(self, trainer: int) -> None:
-        return self.call("depart", trainer)
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        op = self.ops.get(name)
+        return self.wait(self.actor.serve(name, *args, **kwargs), name, on_stop=op is not None and op.waits)
 
 
 class ChunkMasterActor:

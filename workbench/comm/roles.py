@@ -2,16 +2,22 @@
 
 An algorithm that needs a server declares a role (`AlgorithmSpec.needs.server`); the
 transport puts the role's core behind a front-end that only serialises calls and moves
-bytes: a lock between threads (`threads.ThreadServer`, `threads.ThreadChunkMaster`), a
-Dask actor (`dask.ServerActor`, `dask.ChunkMasterActor`), or shared memory between the
-processes of one host (`shm.ShmServer`, `shm.ShmChunkMaster`, whose state arrays are
-views of a segment that the cores below update in place).
+bytes. Each core below states its operations once, as a table (`OPS`, of
+`base.RoleOp`: what a call waits for, whether it changes what others wait for, the
+arrays it moves, the memory passes it costs the server), and one generic front-end per
+transport serves any core from its table (`base.ServerRole`): a lock between threads
+(`threads.ThreadServer`), a Dask actor (`dask.ServerActor`), shared memory between the
+processes of one host (`shm.ShmServer`, whose state arrays are views of a segment that
+the core updates in place), the simulator's virtual clock (`SimServer`). cgdp's master has
+its own front-ends (`ThreadChunkMaster`, `ChunkMasterActor`, `ShmChunkMaster`).
 
 * `ParameterServer`: the `parameter_server` role (pull; push applies the shared SGD rule
   with momentum / Nesterov / weight decay and counts staleness) and the `elastic_centre`
   role (the EASGD exchange, FCFS or in round-robin turns that skip retired workers).
 * `TournamentMailbox`: the `tournament` role (LTFB partners deposit and collect models;
   a departed trainer leaves nothing to wait for).
+* `ModelTable`: the `pairwise` role (AD-PSGD: every worker's model, and the atomic
+  average of two of them).
 * `ChunkMaster`: the `cgdp_master` role (CGDP's host-side master: per-chunk sums in rank
   order, per-chunk updates, the step's outcome, the run-time chunk size `ChunkTuner`);
   it times iterations with the clock it is given, so a virtual clock can drive it.
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..maths.optim import Optimizer, OptimizerSettings, make_optimizer, state_spec, whole_layout
+from .base import RoleOp
 
 H_VERSION, H_TURN, N_HEADER = 0, 1, 2   # ParameterServer's int64 header slots
 
@@ -63,6 +70,14 @@ def server_state(params: np.ndarray, size: int, momentum: bool) -> dict[str, Any
             "header": np.zeros(N_HEADER, np.int64), "retired": np.zeros(size, np.int8)}
 
 
+def _whole(core: Any, *_: Any, **__: Any) -> tuple[int, ...]:
+    return (core.x.shape[0],)
+
+
+def _copy_out(core: Any, *_: Any, **__: Any) -> tuple[float, int | None]:
+    return 1.0, None                   # one pass through the vector
+
+
 class ParameterServer:
     """Parameters (or the EASGD centre) updated by pushed gradients or elastic exchanges.
 
@@ -81,6 +96,21 @@ class ParameterServer:
         opt_state = {k: v for k, v in state.items() if k not in ("x", "header", "retired")}
         self.opt = role_optimizer(self.x.shape[0], self.x.dtype, momentum, nesterov, weight_decay, optimizer, layout,
                                   opt_state)
+
+    ROLE = "parameter_server"   # and "elastic_centre": one core, the algorithm calls its own ops
+    OPS = {op.name: op for op in (
+        RoleOp("pull", "pull", sizes_out=_whole, work=_copy_out),
+        RoleOp("push", "push", sizes_in=lambda grad, *_, **__: (len(grad),), sizes_out=_whole,
+               work=lambda core, grad, *_, **__: (core.opt.passes, len(grad))),
+        # FCFS without a rank; with one, strictly in rank order (original EASGD)
+        RoleOp("elastic", "exchange", ready=lambda core, x, alpha, rank=None: core.my_turn(rank),
+               turn=lambda x, alpha, rank=None: rank, changes=True,
+               sizes_in=lambda x, *_, **__: (len(x),), sizes_out=lambda core, x, *_, **__: (len(x),),
+               work=lambda core, x, *_, **__: (3.0, len(x)), what="elastic turn"),
+        # round-robin: a finished (or lost) worker gives up its turns so the rest are not blocked
+        RoleOp("retire", "retire", changes=True, notice=True),
+        RoleOp("centre", "centre", sizes_out=_whole, work=_copy_out),
+    )}
 
     @property
     def version(self) -> int:
@@ -142,6 +172,10 @@ class ParameterServer:
             self.advance_turn()
         return d
 
+    def retire(self, rank: int) -> None:
+        """Round-robin: `rank` has ended; its turns are skipped from now on."""
+        self.advance_turn(retire=rank)
+
     def advance_turn(self, retire: int | None = None) -> None:
         """Round-robin: pass the turn on (or retire `retire`), skipping retired workers."""
         if retire is not None:
@@ -156,12 +190,30 @@ class ParameterServer:
 
 
 # ------------------------------------------------------------------------------ tournament
+def _left(params: Any, state: Any) -> tuple[int, ...]:
+    return (len(params),) + ((len(state),) if state is not None else ())
+
+
 class TournamentMailbox:
     """LTFB's exchange: trainers leave their model for a round, partners take it."""
 
     def __init__(self) -> None:
         self.mailbox: dict[tuple[Any, int], Any] = {}   # (round, trainer) -> what it left
         self.departed: set[int] = set()                # trainers that have ended
+
+    ROLE = "tournament"
+    OPS = {op.name: op for op in (
+        RoleOp("deposit", "deposit", changes=True,
+               sizes_in=lambda rnd, trainer, params, state=None, meta=None: _left(params, state)),
+        RoleOp("collect", "collect", ready=lambda core, rnd, trainer: core.can_collect(rnd, trainer),
+               sizes_out=lambda core, rnd, trainer: core.left_sizes(rnd, trainer), what="tournament partner"),
+        RoleOp("depart", "depart", changes=True, notice=True),
+    )}
+
+    def left_sizes(self, rnd: Any, trainer: int) -> tuple[int, ...]:
+        """The arrays `collect(rnd, trainer)` would answer with (none when it ended without)."""
+        got = self.mailbox.get((rnd, trainer))
+        return () if got is None else _left(got[0], got[1])
 
     def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
                 meta: dict | None = None) -> None:
@@ -182,16 +234,54 @@ class TournamentMailbox:
         self.departed.add(trainer)
 
 
-class ServerCore(ParameterServer, TournamentMailbox):
-    """Every role but cgdp's in one in-process object: what the thread and actor
-    front-ends serve (an algorithm only calls the methods of its own role)."""
+# ------------------------------------------------------------------------------ AD-PSGD's models
+class ModelTable:
+    """AD-PSGD's exchange (Lian et al., ICML 2018): every worker's model, one row each.
 
-    def __init__(self, params: np.ndarray, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0, size: int = 1, optimizer: OptimizerSettings | None = None,
-                 layout: Any = None):
-        ParameterServer.__init__(self, params, size, momentum, nesterov, weight_decay, optimizer=optimizer,
-                                 layout=layout)
-        TournamentMailbox.__init__(self)
+    A worker never waits for a peer: it averages its row with a neighbour's in one atomic
+    operation (`average`: both rows become their mean, then its own local update is
+    applied to its row) and goes on from what its row is then. Rows start at the initial
+    parameters. `log` keeps the (rank, peer, step) of every average in the order they
+    happened: the pairing sequence that a plain reference loop replays (tests).
+    """
+
+    def __init__(self, params: np.ndarray, size: int):
+        self.x = np.tile(np.asarray(params), (size, 1))      # (P, n)
+        self.size = size
+        self.log: list[tuple[int, int, int]] = []
+
+    ROLE = "pairwise"
+    OPS = {op.name: op for op in (
+        # x_i, x_j <- (x_i + x_j) / 2; x_i -= update: the worker's update in, its new row out
+        RoleOp("average", "average", sizes_in=lambda rank, peer, update, step=-1: (len(update),),
+               sizes_out=lambda core, rank, peer, update, step=-1: (len(update),),
+               work=lambda core, rank, peer, update, step=-1: (5.0, len(update))),  # read 3 rows, write 2
+        RoleOp("model", "model", sizes_out=lambda core, rank: (core.x.shape[1],),
+               work=lambda core, rank: (1.0, core.x.shape[1])),
+        # the workers' mean and their consensus distance (what rank 0 evaluates)
+        RoleOp("mean", "mean", sizes_out=lambda core: (core.x.shape[1],),
+               work=lambda core: (float(core.size), core.x.shape[1])),
+    )}
+
+    def average(self, rank: int, peer: int, update: np.ndarray, step: int = -1) -> np.ndarray:
+        """Atomically: rows `rank` and `peer` become their mean, then row `rank` -= `update`
+        (its local step, taken at the model it last had); returns a copy of row `rank`."""
+        x = self.x
+        if peer != rank:
+            x[rank] += x[peer]
+            x[rank] *= 0.5
+            x[peer] = x[rank]
+        x[rank] -= update
+        self.log.append((rank, peer, step))
+        return x[rank].copy()
+
+    def model(self, rank: int) -> np.ndarray:
+        return self.x[rank].copy()
+
+    def mean(self) -> tuple[np.ndarray, float]:
+        """The workers' average x_bar and the consensus distance (1/P) sum_i ||x_i - x_bar||^2."""
+        xbar = self.x.mean(axis=0, dtype=np.float64)
+        return xbar.astype(self.x.dtype), float(((self.x - xbar) ** 2).sum() / self.size)
 
 
 # ------------------------------------------------------------------------------ cgdp master
@@ -339,13 +429,26 @@ def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -
             "optimizer": OptimizerSettings.of(config), "layout": model.layout()}
 
 
+def role_core(role: str) -> type:
+    """The core class that serves `role` (its `OPS` are the role's operations)."""
+    cores = {"parameter_server": ParameterServer, "elastic_centre": ParameterServer,
+             "tournament": TournamentMailbox, "pairwise": ModelTable, "cgdp_master": ChunkMaster}
+    if role not in cores:
+        raise ValueError(f"role: one of {', '.join(cores)}, got {role!r}")
+    return cores[role]
+
+
 def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int, config: Any = None,
               model: Any = None, clock: Callable[[], float] = time.perf_counter) -> Any:
     """An in-process core for `role` (what the thread and actor front-ends hold)."""
     if role == "cgdp_master":
         return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
-    if role in ("parameter_server", "elastic_centre", "tournament"):
+    if role == "tournament":
+        return TournamentMailbox()
+    if role == "pairwise":
+        return ModelTable(params0, size)
+    if role in ("parameter_server", "elastic_centre"):
         if "optimizer" in options and "layout" not in options and model is not None:
             options = {**options, "layout": model.layout()}
-        return ServerCore(params0, size=size, **options)
-    raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, cgdp_master, got {role!r}")
+        return ParameterServer(params0, size, **options)
+    raise ValueError(f"role: one of parameter_server, elastic_centre, tournament, pairwise, cgdp_master, got {role!r}")

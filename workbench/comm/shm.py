@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..util.private import PrivateDirError, forget_segment, open_private, record_segment, sweep_stale
-from .base import WorkerLost, check_wait
+from .base import RoleFrontEnd, WorkerLost, check_wait, role_op, serve_now
 
 SPIN = 2000                # polls (yielding the core) before starting to sleep
 SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
@@ -304,7 +304,7 @@ def _server_views(buf: Any, n: int, size: int, momentum: Any) -> dict[str, Any]:
             **_take_state(buf, x_at + 8 * -(-4 * n // 8), _opt_spec(n, momentum))}
 
 
-class ShmServer:
+class ShmServer(RoleFrontEnd):
     """The `parameter_server` / `elastic_centre` role in shared memory, for workers on one host.
 
     The role's core (`roles.ParameterServer`) runs in every worker on state arrays that
@@ -325,6 +325,7 @@ class ShmServer:
         spec = role_state_spec(n, momentum, nesterov, weight_decay, optimizer, layout)
         self.core = ParameterServer(None, size, momentum, nesterov, weight_decay, optimizer=optimizer, layout=layout,
                                     state=_server_views(self.shm.buf, n, size, spec))
+        self.ops = type(self.core).OPS
         self.control = control
         self.lockfile = open_private(lock_path)
         _SERVERS[segment] = self
@@ -332,16 +333,33 @@ class ShmServer:
     def _locked(self, fn: Callable[[], Any]) -> Any:
         return with_flock(self.lockfile, fn)
 
-    def pull(self) -> tuple[int, np.ndarray]:
-        return self._locked(self.core.pull)
-
-    def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Any op of the core's table (`base.RoleOp`) under the file lock; one that waits
+        (a round-robin turn) tries under the lock and sleeps between tries (no condition
+        spans processes)."""
         core = self.core
-        if not core.plain:
-            return self._locked(lambda: core.push(grad, lr, version))
+        op = role_op(core, name)
+        if name == "push" and core.plain:
+            return self._push_plain(*args, **kwargs)
+        if op.ready is None:
+            return self._locked(lambda: serve_now(core, op, args, kwargs))
+        missed = object()
+
+        def attempt() -> Any:
+            return serve_now(core, op, args, kwargs) if op.ready(core, *args, **kwargs) else missed
+        deadline = time.perf_counter() + ABORT_POLL_S
+        while (out := self._locked(attempt)) is missed:
+            time.sleep(SLEEP_S)  # not our turn yet (round-robin)
+            if time.perf_counter() > deadline:
+                deadline = time.perf_counter() + ABORT_POLL_S
+                check_wait(self.control, op.what)   # aborted, or a stop asked: never spin for good
+        return out
+
+    def _push_plain(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
         # Plain SGD: `lr g` is computed before the lock (in this worker's own scratch), so
         # the lock is held only for `x -= lr g` and the copy back. A shorter hold is fewer
         # peers blocked, and fewer holders descheduled mid-update on a busy machine.
+        core = self.core
         step = core.scaled(grad, lr)
         fd = self.lockfile.fileno()
         _flock(fd, _LOCK_EX)
@@ -349,25 +367,6 @@ class ShmServer:
             return core.push_scaled(step, version)
         finally:
             _flock(fd, _LOCK_UN)
-
-    def elastic(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
-        core, missed = self.core, object()
-
-        def attempt() -> Any:
-            return core.exchange(x_worker, alpha, rank) if core.my_turn(rank) else missed
-        deadline = time.perf_counter() + ABORT_POLL_S
-        while (d := self._locked(attempt)) is missed:
-            time.sleep(SLEEP_S)  # not our turn yet (round-robin)
-            if time.perf_counter() > deadline:
-                deadline = time.perf_counter() + ABORT_POLL_S
-                check_wait(self.control, "elastic exchange")   # aborted, or a stop asked: never spin for good
-        return d
-
-    def retire(self, rank: int) -> None:
-        self._locked(lambda: self.core.advance_turn(retire=rank))
-
-    def centre(self) -> np.ndarray:
-        return self.pull()[1]
 
     def close(self) -> None:
         if _SERVERS.get(self.shm.name) is self:

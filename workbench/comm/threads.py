@@ -1,15 +1,13 @@
-"""In-process front-ends (workers as threads): a collective, and the server roles' cores
-(`roles`) behind a lock. The thread transport runs every algorithm through these, and
+"""In-process front-ends (workers as threads): a collective, and any server role's core
+(`roles`) behind a lock, served from the core's table of operations. The thread transport runs every algorithm through these, and
 gets the same maths as the distributed front-ends."""
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-import numpy as np
-
-from .base import WorkerLost, check_wait
-from .roles import ChunkMaster, ServerCore
+from .base import RoleFrontEnd, WorkerLost, check_wait, role_op, serve_now
+from .roles import ChunkMaster
 
 ABORT_POLL_S = 0.5
 
@@ -65,61 +63,28 @@ class ThreadComm:
         pass
 
 
-class ThreadServer:
-    """A server role's core (`roles.ServerCore`) behind a lock (FCFS), with a condition
-    for round-robin turns and LTFB partners."""
+class ThreadServer(RoleFrontEnd):
+    """Any server role's core behind a lock, served from its table of operations
+    (`base.RoleOp`): first come, first served; a call that waits (a round-robin turn, an
+    LTFB partner) waits on the lock's condition, and one that changes state wakes them."""
 
-    def __init__(self, core: ServerCore, control: Any = None):
+    def __init__(self, core: Any, control: Any = None):
         self.core = core
+        self.ops = type(core).OPS
         self.control = control
         self.lock = threading.Condition()
 
-    def pull(self) -> tuple[int, np.ndarray]:
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        op = role_op(self.core, name)
         with self.lock:
-            return self.core.pull()
-
-    def push(self, grad: np.ndarray, lr: float, version: int):
-        with self.lock:
-            return self.core.push(grad, lr, version)
-
-    def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
-        """FCFS under the lock; with `rank`, strictly in rank order (original EASGD)."""
-        with self.lock:
-            while not self.core.my_turn(rank):
-                if not self.lock.wait(timeout=ABORT_POLL_S):
-                    check_wait(self.control, "elastic turn")
-            d = self.core.exchange(x, alpha, rank)
-            self.lock.notify_all()
-            return d
-
-    def retire(self, rank: int) -> None:
-        """Round-robin: a finished worker gives up its turns so the rest are not blocked."""
-        with self.lock:
-            self.core.advance_turn(retire=rank)
-            self.lock.notify_all()
-
-    def centre(self) -> np.ndarray:
-        with self.lock:
-            return self.core.centre()
-
-    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
-                meta: dict | None = None) -> None:
-        with self.lock:
-            self.core.deposit(rnd, trainer, params, state, meta)
-            self.lock.notify_all()
-
-    def collect(self, rnd: Any, trainer: int) -> Any:
-        """LTFB: wait until `trainer` left its round-`rnd` payload (or ended), then take it."""
-        with self.lock:
-            while not self.core.can_collect(rnd, trainer):
-                if not self.lock.wait(timeout=ABORT_POLL_S):
-                    check_wait(self.control, "tournament partner")
-            return self.core.collect(rnd, trainer)
-
-    def depart(self, trainer: int) -> None:
-        with self.lock:
-            self.core.depart(trainer)
-            self.lock.notify_all()
+            if op.ready is not None:
+                while not op.ready(self.core, *args, **kwargs):
+                    if not self.lock.wait(timeout=ABORT_POLL_S):
+                        check_wait(self.control, op.what)
+            out = serve_now(self.core, op, args, kwargs)
+            if op.changes:
+                self.lock.notify_all()
+            return out
 
 
 class ThreadChunkMaster:

@@ -1026,3 +1026,43 @@ def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]
     out["progress_epoch"] = progress_series(steps, evals, "epoch", state.label, state.color)
     out["lineage"] = lineage_series(tours, state.lineages)
     return out
+
+
+# ------------------------------------------------------------------------------ cgdp's per-iteration timeline
+def cgdp_timeline_rows(result: Any, worker: int = 0) -> list[dict[str, Any]]:
+    """One cgdp iteration of a simulated run as timeline rows (lane, what, start, end, in
+    virtual seconds): `worker`'s compute (forward, then backward: a third and two thirds of
+    its booked compute) and its wait for the weights, from its step records; its chunks'
+    copies to the host, the host master's sum and update of every part, and the copies
+    back, from the simulator's trace (`summary["cgdp_timeline"]`, the last completed step).
+    The step's fetch and the next step's compute are included, so the overlap of the next
+    forward pass with the copies back is visible. [] when the run has no trace.
+
+    >>> cgdp_timeline_rows(type("R", (), {"summary": {}, "steps": None})())
+    []
+    """
+    trace = (result.summary or {}).get("cgdp_timeline")
+    if not trace or result.steps is None:
+        return []
+    step = trace["step"]
+    rows: list[dict[str, Any]] = []
+    steps = result.steps[result.steps["worker"] == worker].set_index("step")
+    for k in (step, step + 1):
+        if k not in steps.index:
+            continue
+        r = steps.loc[k]
+        end = float(r["time"])
+        fetch0 = end - float(r["comm_s"]) - float(r["wait_s"])
+        c0 = fetch0 - float(r["compute_s"])
+        fwd = c0 + float(r["compute_s"]) / 3.0
+        rows += [{"lane": f"device {worker}: compute", "what": f"forward (step {k})", "start": c0, "end": fwd},
+                 {"lane": f"device {worker}: compute", "what": f"backward (step {k})", "start": fwd, "end": fetch0}]
+        if k == step:
+            rows.append({"lane": f"device {worker}: compute", "what": "waiting for weights", "start": fetch0, "end": end})
+    lanes = {"d2h": f"device {worker} -> host", "h2d": f"host -> device {worker}", "update": "host: sum and update"}
+    for e in trace["intervals"]:
+        if e["what"] != "update" and e["rank"] != worker:
+            continue
+        what = f"[{e['lo']}, {e['hi']})" + (f" from {e['rank']}" if e["what"] == "update" else "")
+        rows.append({"lane": lanes[e["what"]], "what": what, "start": float(e["start"]), "end": float(e["end"])})
+    return rows

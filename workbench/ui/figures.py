@@ -581,3 +581,31 @@ def update_live(figs: dict[str, Any], records: list[dict], state: LiveState,
             continue
         with fig.batch_update():
             extend_series(fig, series, max_points)
+
+
+def cgdp_timeline_figure(result: Source, worker: int = 0, title: str | None = None) -> Any:
+    """One cgdp iteration of a simulated run on a time line (`figdata.cgdp_timeline_rows`):
+    a device's forward and backward passes, its chunk copies to the host, the host's sum
+    and update of each part, the copies back and the next forward pass, in virtual
+    seconds. With `weight_return` chunks the copies back overlap the backward pass and the
+    next forward waits only for the chunk updated last."""
+    from .figdata import cgdp_timeline_rows
+    res = as_result(result)
+    rows = cgdp_timeline_rows(res, worker)
+    fig = go.Figure()
+    colours = {"forward": "#4c78a8", "backward": "#72b7b2", "waiting": "#bab0ac"}
+    lanes = [f"device {worker}: compute", f"device {worker} -> host", "host: sum and update", f"host -> device {worker}"]
+    for row in rows:
+        key = next((k for k in colours if row["what"].startswith(k)), None)
+        colour = colours.get(key, {"device": "#f58518", "host:": "#e45756"}.get(row["lane"].split()[0], "#54a24b"))
+        if row["lane"].startswith("host ->"):
+            colour = "#54a24b"
+        fig.add_bar(y=[row["lane"]], x=[row["end"] - row["start"]], base=[row["start"]], orientation="h",
+                    marker_color=colour, marker_line_color="white", marker_line_width=1, showlegend=False,
+                    hovertemplate=f"{row['what']}<br>%{{base:.4f}} to %{{x:.4f}} s later<extra></extra>")
+    mode = (res.summary or {}).get("cgdp_timeline", {}) or {}
+    fig.update_layout(barmode="overlay", title=title or f"cgdp: one iteration (weights returned "
+                      f"{'chunk by chunk' if mode.get('weight_return') == 'chunks' else 'whole'})",
+                      xaxis_title="virtual seconds", height=320,
+                      yaxis={"categoryorder": "array", "categoryarray": list(reversed(lanes))})
+    return fig

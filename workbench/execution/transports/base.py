@@ -35,6 +35,7 @@ server roles in shared memory or as Dask actors).
 """
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -133,6 +134,60 @@ class Progress:
     #   transport knows it (the simulator: the virtual second of the kill); else the monitor's clock
     gone: str | None = None      # the transport itself is gone (e.g. "the scheduler at tcp://..."): the run ends
     why: str = ""                # ... and why
+
+
+class Reports:
+    """What the loops of an in-process transport (threads, the simulator) returned or
+    lost, each reported to the monitor once: the "reported / pending" bookkeeping of
+    `Transport.poll` and `Transport.pending`, in one place. Loops write from their own
+    threads; the monitor reads."""
+
+    def __init__(self, describe: Callable[[int], str]):
+        self.describe = describe        # rank -> who it was, as the lost-worker event names it
+        self.lock = threading.Lock()
+        self.results: dict[int, dict] = {}
+        self.vanished: set[int] = set()
+        self.lost_at: dict[int, float] = {}     # rank -> when it was lost, where the transport knows
+        self.reported: set[int] = set()
+        self.reported_lost: set[int] = set()
+
+    def returned(self, rank: int, result: dict) -> None:
+        """`rank`'s loop returned (or a lost one's records were kept: the simulator's)."""
+        with self.lock:
+            self.results[rank] = result
+
+    def vanish(self, rank: int, steps: Any = None) -> None:
+        """`rank` vanished as a killed process does; `steps`: its records, where kept."""
+        with self.lock:
+            self.vanished.add(rank)
+            if steps is not None:
+                self.results[rank] = {"status": "lost", "params": None, "steps": steps}
+
+    def known(self, rank: int) -> bool:
+        with self.lock:
+            return rank in self.results or rank in self.vanished
+
+    def poll(self) -> Progress:
+        """Results and losses since the last poll (a lost rank with kept records: both)."""
+        out = Progress()
+        with self.lock:
+            for rank, res in self.results.items():
+                if rank not in self.reported:
+                    out.results[rank] = res
+                    self.reported.add(rank)
+            for rank in self.vanished:
+                if rank not in self.reported_lost:
+                    out.lost[rank] = self.describe(rank)
+                    if rank in self.lost_at:
+                        out.lost_at[rank] = self.lost_at[rank]
+                    self.reported_lost.add(rank)
+                    self.reported.add(rank)
+        return out
+
+    def pending(self, size: int) -> set[int]:
+        """Ranks of `size` whose loops have neither been reported returned nor lost."""
+        with self.lock:
+            return {r for r in range(size) if r not in self.reported}
 
 
 class Transport(ABC):

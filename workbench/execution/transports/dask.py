@@ -61,6 +61,7 @@ class DaskPlan:
     segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
     start_segment: str | None = None
     server: str | None = None               # "shm" | "shm_master" | "actor" | "actor_master"
+    role: str | None = None                 # the declared server role (its core's ops: roles.role_core)
     server_options: dict = field(default_factory=dict)
     server_segment: str | None = None
     lock_path: str | None = None
@@ -166,11 +167,11 @@ class DaskTransport(Transport):
             plan.start_segment = self.segments["start"] = self._on(create_segment, f"wb{run_id}b",
                                                                    barrier_nbytes(size), where=addr0)
         plan.segments = {k: v for k, v in self.segments.items() if k.startswith("comm") or k in needs.shared}
-        role = needs.server
+        role = plan.role = needs.server
         if role is not None:
             options = needs.options(config, setup.model)
             plan.server_options = options
-            in_shm = shm_ok and config.comm in ("auto", "shm") and role != "tournament"
+            in_shm = shm_ok and config.comm in ("auto", "shm") and role not in ("tournament", "pairwise")
             if in_shm:   # created by worker 0, in its user's private directory (util.private)
                 from ...util.private import create_lock
                 self.lock_path = plan.lock_path = self._on(create_lock, run_id, where=addr0)
@@ -316,8 +317,9 @@ class DaskTransport(Transport):
                 from ...comm.barrier import release_shm_barrier
                 self.client.run(release_shm_barrier, plan.start_segment, rank, plan.size, workers=survivors[:1])
         with contextlib.suppress(Exception):
-            if plan.server == "actor" and self.actor is not None:
-                self.actor.retire(rank).result(timeout=10)
+            from ...comm.roles import role_core
+            if plan.server == "actor" and self.actor is not None and "retire" in role_core(plan.role).OPS:
+                self.actor.serve("retire", rank).result(timeout=10)
             elif plan.server == "shm":
                 # Client.run, not submit: the survivor's only thread is busy training.
                 self.client.run(_shm_retire, plan.server_segment, plan.lock_path, plan.n_params, plan.size, rank,
@@ -447,7 +449,8 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
     links.closers += [s.close for s in links.shared.values()]
     if plan.server == "actor":
         from ...comm.dask import ActorServerProxy
-        links.server = ActorServerProxy(actor, control)
+        from ...comm.roles import role_core
+        links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
     elif plan.server == "actor_master":
         from ...comm.dask import ChunkMasterProxy
         links.server = ChunkMasterProxy(actor, control)

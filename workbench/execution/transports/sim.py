@@ -19,7 +19,9 @@ Where each algorithm's time goes:
 * shared arrays (Hogwild): written when the writer's clock reaches the write;
 * cgdp: per-worker device->host link; chunks leave during the backward pass at the
   moment their layers' gradients are ready, the master (host memory speed) sums
-  and updates each, the fetch waits for the last one and copies the weights back.
+  and updates each, and each updated chunk goes back over every worker's
+  host->device link at once (`weight_return` chunks; whole: the whole vector after
+  the last one); the fetch waits for the last copy to land.
 
 Faults: `fail_worker` kills a virtual worker at a virtual time; a synchronous run's
 peers then wait forever, which the driver turns into `WorkerLost` for each (the run
@@ -37,13 +39,13 @@ from typing import Any
 import numpy as np
 
 from ...algorithms.base import FLUSH_S
-from ...comm.base import ThreadControl, WorkerLost
+from ...comm.base import RoleFrontEnd, ThreadControl, WorkerLost, role_op, serve_now
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
 from ...sim.profiles import _one_blas_thread
-from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
+from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
 
 MAX_WORKERS = 1024
 
@@ -315,55 +317,37 @@ class SimServerState:
                 self.waiting.append((p, ready))
 
 
-class SimServer:
-    """The front-end one worker sees (ThreadServer's interface), on virtual time."""
+class SimServer(RoleFrontEnd):
+    """The front-end one worker sees (ThreadServer's interface), on virtual time: any
+    role's core, served from its table of operations (`comm.base.RoleOp`). A call is a
+    request over the network carrying the op's arrays in, served in arrival order once its
+    `ready` holds (a turn or a partner), costing the server the op's memory passes, with
+    a reply of the op's arrays out; a notice (retire, depart) takes effect at once."""
 
     def __init__(self, state: SimServerState, proc: VProc):
         self.s, self.proc = state, proc
         self.costs = state.costs
+        self.ops = type(state.core).OPS
 
-    def pull(self) -> tuple[int, np.ndarray]:
-        c = self.costs
-        return self.s.serve(self.proc, 0, c.vector_bytes, c.host_copy(), self.s.core.pull)
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        s, c, core = self.s, self.costs, self.s.core
+        op = role_op(core, name)
+        if op.notice:
+            out = serve_now(core, op, args, kwargs)
+            s._changed(self.proc.now())
+            return out
+        in_bytes = sum(c.nbytes(m) for m in op.sizes_in(*args, **kwargs))
 
-    def push(self, grad: np.ndarray, lr: float, version: int):
-        c = self.costs
-        return self.s.serve(self.proc, c.nbytes(len(grad)), c.vector_bytes, c.host_update(len(grad), self.s.core.opt.passes),
-                            lambda: self.s.core.push(grad, lr, version))
-
-    def elastic(self, x: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
-        c, core = self.costs, self.s.core
-        return self.s.serve(self.proc, c.nbytes(len(x)), c.nbytes(len(x)), c.host_update(len(x)),
-                            lambda: core.exchange(x, alpha, rank), ready=lambda: core.my_turn(rank), turn=rank)
-
-    def retire(self, rank: int) -> None:
-        self.s.core.advance_turn(retire=rank)
-        self.s._changed(self.proc.now())
-
-    def centre(self) -> np.ndarray:
-        c = self.costs
-        return self.s.serve(self.proc, 0, c.vector_bytes, c.host_copy(), self.s.core.centre)
-
-    def deposit(self, rnd: Any, trainer: int, params: np.ndarray, state: np.ndarray | None = None,
-                meta: dict | None = None) -> None:
-        n = self.costs.nbytes(len(params)) + (self.costs.nbytes(len(state)) if state is not None else 0)
-        self.s.serve(self.proc, n, 0, 0.0, lambda: self.s.core.deposit(rnd, trainer, params, state, meta))
-
-    def collect(self, rnd: Any, trainer: int) -> Any:
-        core, c = self.s.core, self.costs
-
-        def payload() -> float:   # what the partner left (nothing when it has ended)
-            got = core.mailbox.get((rnd, trainer))
-            if got is None:
-                return 0.0
-            params, state = got[0], got[1]
-            return c.nbytes(len(params)) + (c.nbytes(len(state)) if state is not None else 0)
-        return self.s.serve(self.proc, 0, payload, 0.0, lambda: core.collect(rnd, trainer),
-                            ready=lambda: core.can_collect(rnd, trainer))
-
-    def depart(self, trainer: int) -> None:
-        self.s.core.depart(trainer)
-        self.s._changed(self.proc.now())
+        def out_bytes() -> float:   # the reply as it is when served (a partner's deposit, say)
+            return sum(c.nbytes(m) for m in op.sizes_out(core, *args, **kwargs))
+        service_s = 0.0
+        if op.work is not None:
+            passes, floats = op.work(core, *args, **kwargs)
+            service_s = c.host_update(floats, passes)
+        ready = (lambda: op.ready(core, *args, **kwargs)) if op.ready is not None else None
+        turn = op.turn(*args, **kwargs) if op.turn is not None else None
+        return s.serve(self.proc, in_bytes, out_bytes, service_s, lambda: serve_now(core, op, args, kwargs),
+                       ready=ready, turn=turn)
 
 
 # ------------------------------------------------------------------------------ cgdp's master
@@ -384,12 +368,35 @@ class SimChunkMasterState:
         self.completed = -1
         self.completed_at: dict[int, float] = {}
         self.waiting: dict[int, list[VProc]] = {}
+        self.chunked = setup.config.weight_return == "chunks"
+        self.traces: dict[int, list[dict[str, Any]]] = {}
+
+    TRACE_KEEP = 3    # steps whose transfers and updates are kept (the last but one complete one is reported)
+
+    def _trace(self, step: int, what: str, rank: int | None, lo: int, hi: int, t0: float, t1: float) -> None:
+        """One interval of a step's timeline (`timeline()`): a copy or the master's work on [lo, hi)."""
+        self.traces.setdefault(step, []).append({"what": what, "rank": rank, "lo": lo, "hi": hi, "start": t0,
+                                                 "end": t1})
+        while len(self.traces) > self.TRACE_KEEP:
+            del self.traces[min(self.traces)]
+
+    def timeline(self) -> dict[str, Any] | None:
+        """The last but one completed step's intervals (virtual seconds): each worker's chunk copies to
+        the host ("d2h"), the master's sum and update of each part ("update"), the copies back
+        ("h2d"); for the per-iteration figure (`ui.figures.cgdp_timeline_figure`)."""
+        done = sorted(s for s in self.traces if s <= self.completed)
+        if not done:
+            return None
+        step = done[-2] if len(done) > 1 else done[-1]   # one with a next step, whose forward pass shows
+        return {"step": step, "weight_return": "chunks" if self.chunked else "whole",
+                "intervals": [dict(e) for e in self.traces[step]]}
 
     def send(self, proc: VProc, rank: int, step: int, args: tuple) -> None:
         lo, hi = args[2], args[3]
         n_bytes = self.costs.share_bytes(lo, hi)
         start = max(proc.now(), self.up[rank])
         arrive = self.up[rank] = start + self.costs.message(n_bytes)
+        self._trace(step, "d2h", rank, lo, hi, start, arrive)
         self.sched.at(arrive, lambda: self._deliver(arrive, step, args, n_bytes))
 
     def _deliver(self, arrive: float, step: int, args: tuple, n_bytes: float) -> None:
@@ -398,19 +405,38 @@ class SimChunkMasterState:
         # charged with each part's share, so a chunk is updated when its last part is in
         passes = 1.0 + self.core.opt.passes / len(self.up)   # the master's own rule
         self.free = self.clock_now = start + passes * n_bytes / self.costs.master_bw
-        if self.core.add(*args):
+        lo, hi = args[2], args[3]
+        self._trace(step, "update", args[1], lo, hi, start, self.free)
+        whole = self.core.add(*args)
+        if self.chunked and (lo, hi) not in self.core.parts:
+            # this part completed its chunk: the fresh weights of [lo, hi) leave for every
+            # device at once, each over its own host->device link, in the order chunks complete
+            chunk_bytes = self.costs.share_bytes(lo, hi)
+            for r in range(len(self.down)):
+                t0 = max(self.free, self.down[r])
+                self.down[r] = t0 + self.costs.message(chunk_bytes)
+                self._trace(step, "h2d", r, lo, hi, t0, self.down[r])
+        if whole:
             self.completed = step
             self.completed_at[step] = self.free
             for p in self.waiting.pop(step, []):
                 self.sched.wake(p, self.free)
 
     def fetch(self, proc: VProc, rank: int, step: int) -> Any:
+        """The next forward pass's weights. `weight_return` chunks: every chunk went back
+        as soon as it was updated (`_deliver`), lowest layers last, so the forward pass,
+        which needs the lowest layers first, waits for the last copy to land and for no
+        other; whole: the whole vector is copied once every chunk is updated."""
         proc.now()
         if self.completed < step:
             self.waiting.setdefault(step, []).append(proc)
             proc.block()
+        if self.chunked:
+            proc.sleep_until(max(proc.t, self.down[rank]))
+            return self.core.result()
         t = max(proc.t, self.completed_at.get(step, proc.t), self.down[rank])
         self.down[rank] = t + self.costs.message(self.costs.vector_bytes)
+        self._trace(step, "h2d", rank, 0, self.costs.n_params, t, self.down[rank])
         proc.sleep_until(self.down[rank])
         return self.core.result()
 
@@ -434,6 +460,13 @@ class SimChunkMaster:
 
 
 # ------------------------------------------------------------------------------ compute
+def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two float arrays of one shape and dtype hold the same bits (-0.0 is not 0.0,
+    a NaN equals its own bits): compared as unsigned integers of the same width."""
+    kind = f"u{a.dtype.itemsize}"
+    return bool((a.view(kind) == b.view(kind)).all())
+
+
 class ComputePool:
     """The `loss_and_grad` calls of the virtual workers at one virtual instant, computed together.
 
@@ -472,7 +505,16 @@ class ComputePool:
         if calls is None:
             calls = self.instants[t] = []
             self.sched.at_end_of(t, partial(self.flush, t))
-        calls.append((proc, model, np.array(params, copy=True), X, y, grad_out))
+        # the parameters as of now: a copy, or the instant's first copy when bitwise equal to it
+        # (sync_sgd's, cgdp's replicas: one 3 us comparison instead of a copy, and flush
+        # then knows they are the same without comparing again)
+        first = calls[0][2] if calls else None
+        if first is not None and first.shape == params.shape and first.dtype == params.dtype \
+                and params.dtype.kind == "f" and _bitwise_equal(params, first):
+            mine = first
+        else:
+            mine = np.array(params, copy=True)
+        calls.append((proc, model, mine, X, y, grad_out))
         return proc.block()
 
     def flush(self, t: float) -> None:
@@ -497,7 +539,7 @@ class ComputePool:
                 continue
             model = calls[members[0]][1]
             first = calls[members[0]][2]
-            same = all(np.array_equal(calls[i][2], first) for i in members[1:])
+            same = all(calls[i][2] is first for i in members[1:])     # shared when equal (submit)
             params = first if same else np.stack([calls[i][2] for i in members])
             X = np.stack([np.asarray(calls[i][3], dtype=first.dtype) for i in members])
             y = np.stack([calls[i][4] for i in members])
@@ -560,12 +602,7 @@ class SimTransport(Transport):
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
         self.control = ThreadControl()
-        self.results: dict[int, dict] = {}
-        self.reported: set[int] = set()
-        self.vanished: set[int] = set()
-        self.reported_lost: set[int] = set()
-        self.killed_at: dict[int, float] = {}
-        self.lock = threading.Lock()
+        self.reports = Reports(lambda rank: f"virtual worker {rank}")
         self.thread: threading.Thread | None = None
         self.size = 0
         self.cancelled = False
@@ -628,18 +665,13 @@ class SimTransport(Transport):
                     # Lost, as a real worker is; but nothing here depends on when live batches
                     # happened to leave (wall time), so its whole log up to the kill is kept:
                     # a run with a kill is as deterministic as one without.
-                    steps = getattr(exc, "workbench_steps", None)
-                    with self.lock:
-                        self.vanished.add(rank)
-                        if steps is not None:
-                            self.results[rank] = {"status": "lost", "params": None, "steps": steps}
+                    self.reports.vanish(rank, getattr(exc, "workbench_steps", None))
                     return
                 except Exception as exc:   # set-up failed before the loop could report it
                     result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
                               "steps": getattr(exc, "workbench_steps", None)}
                 self.makespan = max(self.makespan, proc.t)
-                with self.lock:
-                    self.results[rank] = result
+                self.reports.returned(rank, result)
             return body
 
         procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
@@ -656,12 +688,11 @@ class SimTransport(Transport):
                 sched.run()
         finally:
             self.sim_wall_s = time.perf_counter() - t0
-            with self.lock:
-                for name, exc in sched.errors.items():   # a greenlet ended by something the body did not catch
-                    rank = int(name.split()[-1])
-                    if rank not in self.results and rank not in self.vanished:
-                        self.results[rank] = {"status": "failed", "params": None,
-                                              "error": f"{type(exc).__name__}: {exc}"}
+            for name, exc in sched.errors.items():   # a greenlet ended by something the body did not catch
+                rank = int(name.split()[-1])
+                if not self.reports.known(rank):
+                    self.reports.returned(rank, {"status": "failed", "params": None,
+                                                 "error": f"{type(exc).__name__}: {exc}"})
 
     def _adapt(self, ctx: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None) -> None:
         """A virtual worker's context: its model charges virtual time (and computes in the
@@ -678,11 +709,11 @@ class SimTransport(Transport):
         ctx.flush = paced
 
     def _killed(self, rank: int, proc: VProc) -> None:
-        self.killed_at[rank] = proc.sched.now
+        self.reports.lost_at[rank] = proc.sched.now
         self.makespan = max(self.makespan, proc.t)
         state = self.server_state
-        if isinstance(state, SimServerState):   # an asynchronous run's round-robin turns skip it
-            state.core.advance_turn(retire=rank)
+        if isinstance(state, SimServerState) and "retire" in type(state.core).OPS:
+            state.core.retire(rank)              # an asynchronous run's round-robin turns skip it
             state._changed(proc.sched.now)
 
     def _between(self, sched: Scheduler) -> Callable[[], None]:
@@ -696,24 +727,10 @@ class SimTransport(Transport):
         return check
 
     def poll(self) -> Progress:
-        out = Progress()
-        with self.lock:
-            for rank, res in self.results.items():
-                if rank not in self.reported:
-                    out.results[rank] = res
-                    self.reported.add(rank)
-            for rank in self.vanished:
-                if rank not in self.reported_lost:
-                    out.lost[rank] = f"virtual worker {rank}"
-                    if rank in self.killed_at:
-                        out.lost_at[rank] = self.killed_at[rank]
-                    self.reported_lost.add(rank)
-                    self.reported.add(rank)
-        return out
+        return self.reports.poll()
 
     def pending(self) -> set[int]:
-        with self.lock:
-            return {r for r in range(self.size) if r not in self.reported}
+        return self.reports.pending(self.size)
 
     def request_stop(self, reason: str) -> None:
         self.control.request_stop(reason)
@@ -757,7 +774,9 @@ class SimTransport(Transport):
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
-                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4)}
+                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4),
+                **({"cgdp_timeline": self.server_state.timeline()}
+                   if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}
 
     def public(self, worker: dict, rank: int) -> dict:
         out = super().public(worker, rank)

@@ -20,7 +20,7 @@ from ...comm.base import ThreadControl
 from ...comm.roles import make_core
 from ...comm.threads import ThreadChunkMaster, ThreadGroup, ThreadServer
 from ...config import RunConfig
-from .base import LocalArray, Progress, RunSetup, Transport, WorkerLinks
+from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
 
 
 class Vanished(BaseException):
@@ -35,10 +35,7 @@ class ThreadTransport(Transport):
         self.fail = dict(fail or {})
         self.control = ThreadControl()
         self.threads: list[threading.Thread] = []
-        self.results: dict[int, dict] = {}
-        self.reported: set[int] = set()
-        self.vanished: set[int] = set()
-        self.lock = threading.Lock()
+        self.reports = Reports(lambda rank: f"thread-{rank}")
 
     def choose(self, config: RunConfig) -> list[dict]:
         size = config.n_workers if config.n_workers is not None else config.cpus
@@ -73,14 +70,12 @@ class ThreadTransport(Transport):
                 result = main(setup.config, rank, setup.kinds, setup.groups, setup.extra, setup.t0_wall, links,
                               sink, vanish_at=vanish)
             except Vanished:
-                with self.lock:
-                    self.vanished.add(rank)
+                self.reports.vanish(rank)
                 return
             except Exception as exc:   # set-up failed before the loop could report it
                 result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
                           "steps": getattr(exc, "workbench_steps", None)}
-            with self.lock:
-                self.results[rank] = result
+            self.reports.returned(rank, result)
 
         self.threads = [threading.Thread(target=work, args=(r,), name=f"workbench-{r}", daemon=True)
                         for r in range(setup.size)]
@@ -88,21 +83,10 @@ class ThreadTransport(Transport):
             t.start()
 
     def poll(self) -> Progress:
-        out = Progress()
-        with self.lock:
-            for rank, res in self.results.items():
-                if rank not in self.reported:
-                    out.results[rank] = res
-                    self.reported.add(rank)
-            for rank in self.vanished:
-                if rank not in self.reported:
-                    out.lost[rank] = f"thread-{rank}"
-                    self.reported.add(rank)
-        return out
+        return self.reports.poll()
 
     def pending(self) -> set[int]:
-        with self.lock:
-            return {r for r, t in enumerate(self.threads) if r not in self.reported}
+        return self.reports.pending(len(self.threads))
 
     def request_stop(self, reason: str) -> None:
         self.control.request_stop(reason)
@@ -112,7 +96,7 @@ class ThreadTransport(Transport):
 
     def release(self, rank: int) -> None:
         self.start_barrier.release(rank)   # a vanished thread no longer holds the others at the start
-        if isinstance(self.server, ThreadServer):
+        if isinstance(self.server, ThreadServer) and "retire" in self.server.ops:
             self.server.retire(rank)       # nor their round-robin turns
 
     def finish(self) -> Progress:

@@ -1,0 +1,149 @@
+"""The dashboard's own costs, measured: `python -m workbench.ui.dashbench [--what ...]`.
+
+Prints, for the machine it runs on (with its load average, since a shared machine
+distorts every number): how long Stop takes from the call to the run's end and to the
+"stopped" status line, for a real run (the in-process threads transport) and a
+simulated one; how long the default quickstart run takes; and the kernel's RSS before
+a run, after it, and after the dashboard has let go of it. Timings belong here, not in
+tests (tests stop runs by events and assert no durations).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+
+import workbench as wb
+
+
+def _rss_mb() -> float:
+    import psutil
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _load() -> str:
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return "load unknown"
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
+
+
+def _dashboard(config: wb.RunConfig, cluster: str | None = "threads"):
+    from workbench.ui.dashboard import Dashboard
+    return Dashboard(cluster=cluster, config=config)
+
+
+def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "threads") -> dict:
+    """Start `config` from a dashboard, press Stop once its first steps are drawn, and time
+    the run's end (the training call returned) and the "stopped" status line."""
+    d = _dashboard(config, cluster)
+    assert d.run(), d.status_text
+    state = d._current
+    while state.tally.steps_seen == 0 and not state.done.is_set():   # the first live records
+        time.sleep(0.01)
+    t = time.perf_counter()
+    d.stop()
+    state.done.wait()
+    ended = time.perf_counter() - t
+    result = d.wait()
+    shown = time.perf_counter() - t
+    status = result.summary["status"] if result is not None else f"failed: {d.last_error}"
+    row = {"run": label, "status": status, "steps": result.summary["steps"] if result is not None else None,
+           "planned": state.total_steps, "to_end_s": ended, "to_stopped_s": shown, "text": d.status_text}
+    print(f"stop  {label:40s} {status:9s} run ended {ended:5.2f} s, status '{status}' {shown:5.2f} s after Stop "
+          f"({row['steps']} of {row['planned']} steps)")
+    return row
+
+
+def quickstart(cluster: str | None = None) -> dict:
+    """The default dashboard config (what the quickstart notebook runs: on the session's
+    local Dask cluster), from Run to the final status line; the cluster is started (and
+    warmed by one short run) first, as a user's first click would find it after the
+    notebook's set-up."""
+    from workbench.ui.dashboard import Dashboard
+    d = Dashboard(cluster=cluster)
+    base = d.config
+    d.config = base.replace(steps=5)
+    assert d.run(), d.status_text
+    d.wait()                                  # the cluster up, the data placed once
+    d.config = base
+    before = _rss_mb()
+    t = time.perf_counter()
+    assert d.run(), d.status_text
+    result = d.wait()
+    took = time.perf_counter() - t
+    s = result.summary
+    after = _rss_mb()
+    print(f"quickstart {d.config.algorithm} {d.config.model} on {d.config.dataset}, {d.config.epochs:g} epochs: "
+          f"{took:.2f} s from Run to the final status, "
+          f"training {s.get('wall_time_s', 0):.2f} s, {s['steps']} steps, test accuracy "
+          f"{s.get('final_test_accuracy', 0):.3f}; RSS {before:.0f} -> {after:.0f} MB")
+    return {"took_s": took, "steps": s["steps"], "rss_before_mb": before, "rss_after_mb": after}
+
+
+def memory(config: wb.RunConfig, label: str) -> dict:
+    """RSS before a dashboard run of `config`, right after it, and after a collection."""
+    warm = _dashboard(config.replace(cpus=min(8, config.cpus), batch_size=min(8, config.batch_size), steps=2), "threads")
+    assert warm.run(), warm.status_text
+    warm.wait()                              # imports and first-use caches are not the run's
+    del warm
+    d = _dashboard(config, "threads")
+    gc.collect()
+    before = _rss_mb()
+    assert d.run(), d.status_text
+    d.wait()
+    after = _rss_mb()
+    gc.collect()
+    settled = _rss_mb()
+    print(f"rss   {label:40s} before {before:6.0f} MB, after {after:6.0f} MB, after gc {settled:6.0f} MB "
+          f"(+{settled - before:.0f} MB)")
+    return {"before_mb": before, "after_mb": after, "settled_mb": settled}
+
+
+def sim_overhead(config: wb.RunConfig, label: str, rounds: int = 2) -> dict:
+    """`sim_wall_s` of the same simulated run without a dashboard (`workbench.run`) and in
+    one (live figures, status line), interleaved `rounds` times; medians and their ratio."""
+    import statistics
+    plain, shown, cpu = [], [], []   # cpu: CPU seconds the dashboard's drawing took
+    for _ in range(rounds):
+        plain.append(wb.run(config, progress=False).summary["sim_wall_s"])
+        d = _dashboard(config, None)
+        assert d.run(), d.status_text
+        r = d.wait()
+        shown.append(r.summary["sim_wall_s"])
+        cpu.append(d.last_plot_cpu_s)
+    a, b = statistics.median(plain), statistics.median(shown)
+    print(f"sim   {label:40s} sim_wall_s alone {a:6.2f} s {plain}, in the dashboard {b:6.2f} s {shown}: "
+          f"x{b / a:.3f}; drawing took {statistics.median(cpu):.2f} s of CPU")
+    return {"alone_s": plain, "dashboard_s": shown, "ratio": b / a, "plot_cpu_s": cpu}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--what", default="stop,quickstart,memory,sim",
+                   help="comma list of stop, quickstart, memory, sim")
+    p.add_argument("--sim-workers", type=int, default=256, help="virtual workers of the simulated runs")
+    args = p.parse_args(argv)
+    what = set(args.what.split(","))
+    print(_load())
+    long_real = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", cpus=2, batch_size=32,
+                             epochs=2000, seed=0)
+    long_sim = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True,
+                            cpus=args.sim_workers, batch_size=args.sim_workers, epochs=2000, seed=0)
+    if "stop" in what:
+        stop_latency(long_real, "real: sync_sgd, 2 threads workers")
+        stop_latency(long_real, "real: sync_sgd, 2 Dask workers", cluster=None)
+        stop_latency(long_sim, f"simulated: sync_sgd, {args.sim_workers} virtual workers", cluster=None)
+    if "quickstart" in what:
+        quickstart()
+    if "memory" in what:
+        memory(long_sim.replace(steps=20), f"simulated: {args.sim_workers} workers, 20 steps")
+    if "sim" in what:
+        sim_overhead(long_sim.replace(steps=100), f"simulated: {args.sim_workers} workers, 100 steps")
+    print(_load())
+
+
+if __name__ == "__main__":
+    main()
