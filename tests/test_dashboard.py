@@ -358,35 +358,45 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     assert len(dash.history) == 2 and dash.plot_errors == []
 
 
-def test_slow_drawing_never_freezes_the_status_or_the_figures(dash, monkeypatch):
-    """A redraw of 6 figures at 0.1 s of CPU each used to push the next one 0.6 / 3% = 20 s
-    away, and the status line with it (the 6000-step run that sat at "step 1/6000")."""
-    slow = D.F.extend_series
+def test_a_redraw_that_never_returns_does_not_freeze_the_status(dash, monkeypatch):
+    """The status line is not held up by drawing: with a redraw stuck until the test lets it
+    go, the step count in the status still moves, with a rate. (A redraw of 6 figures at 0.1 s
+    each once pushed the next one 20 s away, and the status line with it: the 6000-step run
+    that sat at "step 1/6000".) Event-driven: no durations asserted; how often it redraws is
+    the benchmark's business (`ui/dashbench.py`)."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    draw = D.F.extend_series
 
-    def costly(fig, series, **kw):
-        t = time.thread_time()
-        while time.thread_time() - t < 0.1:
-            pass
-        return slow(fig, series, **kw)
-    monkeypatch.setattr(D.F, "extend_series", costly)
+    def stuck(fig, series, **kw):
+        if threading.current_thread().name == "workbench-dashboard-draw":   # the live redraws
+            entered.set()
+            release.wait(120)                               # a hang guard only
+        return draw(fig, series, **kw)
+    monkeypatch.setattr(D.F, "extend_series", stuck)
     dash.controls["algorithm"].value = "sgd"
     dash.controls["epochs"].value = 1e5      # 2.2M steps: longer than the test on any machine
     assert dash.run() is True
-    time.sleep(6)
-    running = [(t, text) for t, text in dash.status_log if text.startswith("running")]
-    dash.stop()
-    assert dash.wait(20).status == "stopped"
-    steps = [int(text.split("step ")[1].split("/")[0]) for _, text in running]
-    assert len(set(steps)) >= 8, running                   # the step count moved several times a second ...
-    gaps = [b[0] - a[0] for a, b in zip(running, running[1:])]
-    assert max(gaps) < 1.0, gaps                            # ... never stalling
-    # the figures: the next redraw starts at most MAX_REDRAW_S after the previous one began
-    # (here every redraw costs more than that, so they follow each other back to back)
-    starts = [a for a, _ in dash.last_redraw_log]
-    assert len(starts) >= 2 and max(b - a for a, b in zip(starts, starts[1:])) <= \
-        max(end - start for start, end in dash.last_redraw_log) + D.MAX_REDRAW_S + 0.3, dash.last_redraw_log
-    assert all(nxt - end <= D.MAX_REDRAW_S + 0.3 for (_, end), nxt in zip(dash.last_redraw_log, starts[1:]))
-    assert "s left" in running[-1][1] and "samples/s" in running[-1][1]
+
+    def moved_since(n0: int) -> list[str]:
+        return [text for _, text in dash.status_log[n0:] if text.startswith("running")]
+    try:
+        assert entered.wait(120), dash.status_text           # a redraw has begun, and is stuck
+        n0, deadline = len(dash.status_log), time.time() + 120
+        while time.time() < deadline:
+            lines = moved_since(n0)
+            if len({ln.split("step ")[1].split("/")[0] for ln in lines}) >= 3 and "samples/s" in lines[-1]:
+                break
+            time.sleep(0.05)
+        lines = moved_since(n0)
+        steps = {int(ln.split("step ")[1].split("/")[0].replace(",", "")) for ln in lines}
+        assert len(steps) >= 3 and not release.is_set(), lines   # moved while the redraw was stuck
+        assert "samples/s" in lines[-1] and "s left" in lines[-1], lines[-1]
+    finally:
+        release.set()
+        dash.stop()
+    assert dash.wait(60).status == "stopped"
+    assert dash.last_redraws >= 1
 
 
 def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
