@@ -277,6 +277,39 @@ def apply_smoothing(fig: Any, weight: float) -> Any:
 def set_loss_scale(fig: Any, log: bool) -> Any:
     """The loss axis (row 1 of a progress figure) on a log or a linear scale; returns `fig`."""
     fig.layout.yaxis.type = "log" if log else "linear"
+    return log_decades(fig, "y")
+
+
+def log_decades(fig: Any, axis: str = "y") -> Any:
+    """A log axis that spans a decade or more labels decades only (1, 10, 100 ...; the 2 ... 9
+    between them are unlabelled minor ticks), where plotly's own ticks label 2 and 5 of every
+    decade; a narrower one keeps plotly's ticks (a decade tick alone would label nothing).
+    A linear axis gets its automatic ticks back. Returns `fig`.
+
+    Args:
+        fig: a figure; `axis` names its axis as traces do ("y", "y2", "x").
+
+    >>> import plotly.graph_objects as go
+    >>> fig = go.Figure(go.Scatter(x=[1, 2], y=[3.0, 3000.0])).update_yaxes(type="log")
+    >>> log_decades(fig).layout.yaxis.dtick, fig.layout.yaxis.minor.showgrid
+    (1, True)
+    >>> log_decades(go.Figure(go.Scatter(x=[1, 2], y=[3.0, 9.0])).update_yaxes(type="log")).layout.yaxis.dtick is None
+    True
+    """
+    letter = axis[0]
+    key = f"{letter}axis{axis[1:]}"
+    ax = fig.layout[key]
+    values = [np.asarray(getattr(t, letter), dtype=float) for t in fig.data
+              if getattr(t, letter) is not None and (getattr(t, f"{letter}axis", None) or letter) == axis
+              and np.asarray(getattr(t, letter)).dtype.kind in "biuf"]
+    v = np.concatenate(values) if values else np.empty(0)
+    v = v[np.isfinite(v) & (v > 0)]
+    wide = ax.type == "log" and len(v) and np.log10(v.max()) - np.log10(v.min()) >= 1.0
+    if wide:
+        ax.update(dtick=1, minor={"dtick": "D1", "ticks": "inside", "ticklen": 3, "showgrid": True,
+                                  "gridcolor": "rgba(0,0,0,0.04)"})
+    else:
+        ax.update(dtick=None, minor=None)
     return fig
 
 
@@ -359,10 +392,14 @@ def _breakdown_base(n_workers: int) -> Any:
     n = max(1, min(int(n_workers or 1), MAX_WORKER_ROWS))
     specs = [[{"rowspan": n}, {}]] + [[None, {}] for _ in range(n - 1)]
     titles = ["total time per worker"] + [f"worker {k}: share of time" for k in range(n)]
+    height = max(340, 130 * n + 140)
+    # ~32 px between two workers' panels (the plot area is the height less ~170 px of margins), so a
+    # panel's title never sits on the panel above's axis; at most 0.3 of the plot in all
+    spacing = min(0.3 / n, 32 / (height - 170)) if n > 1 else 0.0
     fig = _base(rows=n, cols=2, specs=specs, column_widths=[0.35, 0.65], shared_xaxes="columns",
-                subplot_titles=titles, vertical_spacing=min(0.08, 0.3 / n))
+                subplot_titles=titles, vertical_spacing=spacing)
     fig.update_layout(title="where the time goes (compute / comm / wait)", barmode="stack", margin_t=90,
-                      height=max(320, 110 * n + 120))
+                      height=height)
     fig.update_xaxes(title_text="seconds", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=1)        # worker 0 on top, as the rows on the right
     for k in range(n):
@@ -486,6 +523,7 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
     """
     fig = mark_virtual(_scaling_base(mode), table_simulated(table))
     add_series(fig, scaling_series(table, predicted))
+    log_decades(fig, "y")
     if error is not None:
         fig.update_layout(title=f"{fig.layout.title.text}: prediction error on measured points {error:.0%}")
     return as_widget(fig, live)
@@ -497,6 +535,7 @@ def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None
     with fig.batch_update():
         mark_virtual(fig, table_simulated(table))
         extend_series(fig, scaling_series(table, predicted))
+        log_decades(fig, "y")
         if error is not None:
             base = (fig.layout.title.text or "scaling").split(":")[0]
             fig.layout.title.text = f"{base}: prediction error on measured points {error:.0%}"
