@@ -14,7 +14,7 @@ VENV=${WB_GPU_VENV:-/tmp/workbench-gpu}
 python3 -m venv --system-site-packages "$VENV"
 if [ -d "$WHEELS" ]; then
   "$VENV/bin/pip" install --quiet --no-index --find-links "$WHEELS" \
-    dask distributed dask-cuda pydantic pyyaml tqdm threadpoolctl
+    dask distributed dask-cuda pydantic pyyaml tqdm threadpoolctl cryptography
 fi
 "$VENV/bin/python" -c "import cupy, dask_cuda; print('cupy', cupy.__version__, '| dask-cuda', dask_cuda.__version__, '| GPUs', cupy.cuda.runtime.getDeviceCount())"
 PYTHONPATH=$PWD "$VENV/bin/python" -m workbench.apps.gpucheck

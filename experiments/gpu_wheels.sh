@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip download --quiet --dest wheels --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
-  "dask-cuda[cu13]" dask distributed pydantic pyyaml tqdm threadpoolctl
+  "dask-cuda[cu13]" dask distributed pydantic pyyaml tqdm threadpoolctl cryptography
 ls wheels | wc -l

@@ -35,7 +35,7 @@ def test_local_cluster_workers_have_tuned_environment_and_client_env_is_untouche
         assert env["omp"] == cores_each
         assert env["kind"] == "cpu"
     for w in workers_of(client):
-        assert w["address"].startswith("tcp://127.0.0.1:")
+        assert w["address"].startswith("tls://127.0.0.1:")   # loopback, and authenticated (test_cluster_tls)
     assert dict(os.environ) == before
 
 

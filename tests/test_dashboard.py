@@ -35,6 +35,7 @@ NEW_VALUES = {
     "nesterov": (True, True),
     "tau": (8, 8),
     "alpha": (0.3, 0.3),
+    "elastic_sync": ("tree_host", "tree_host"),
     "trainers": (3, 3),
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
@@ -51,6 +52,7 @@ NEW_VALUES = {
     "lr_spread": (2.0, 2.0),
     "exchange_state": (True, True),
     "chunk_layers": (2, 2),
+    "weight_return": ("whole", "whole"),
     "split": ("speed", "speed"),
     "steps": (100, 100),
     "eval_every": (10, 10),
@@ -104,6 +106,10 @@ def test_every_control_maps_onto_a_config_field(dash):
                 dash.controls[knob].value = RunConfig.model_fields[knob].default
             dash.controls["optimizer"].value = NEEDS_OPTIMIZER[name]
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
+        dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
+        dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
+        if name in ("elastic_sync", "weight_return"):
+            dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
@@ -167,6 +173,9 @@ def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
     dash.controls["dataset"].value = "synthetic"
     dash.controls["lr_scaling"].value = "linear"
     assert visible() == {"chunk_layers", "split", "n_samples", "n_features", "base_batch"}
+    assert shown(dash.controls["weight_return"]) and not shown(dash.controls["elastic_sync"])
+    dash.controls["algorithm"].value = "sync_easgd"
+    assert shown(dash.controls["elastic_sync"]) and not shown(dash.controls["weight_return"])
 
 
 def test_the_default_algorithm_is_a_parallel_one():
@@ -440,6 +449,25 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
     assert saved.summary["status"] == "stopped"
 
 
+def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
+    """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
+    own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
+    from workbench.execution.transports.sim import SimTransport
+    from workbench.results import workers_by_kind
+    dash.controls["simulate"].value = True
+    dash.controls["gpus"].value = 8
+    cfg = dash.config
+    assert (cfg.cpus, cfg.gpus) == (0, 8) and dash.controls["cpus"].layout.display != "none"
+    assert workers_by_kind(SimTransport().choose(cfg)) == "8 GPU"
+    assert "on 8 simulated workers" in dash.status_text
+    dash.controls["cpus"].value = 2                             # asked for: kept
+    assert workers_by_kind(SimTransport().choose(dash.config)) == "8 GPU + 2 CPU"
+    assert "on 10 simulated workers" in dash.status_text
+    dash.controls["simulate"].value = False                     # a real run: cpus is the user's
+    dash.controls["gpus"].value = 0
+    assert dash.config.cpus == 2
+
+
 def test_a_failing_run_shows_one_line(dash, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("the cluster is on fire")
@@ -478,13 +506,15 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     points = _points_after_each_run(dash, "measured")
     assert dash.sweep(workers=[1, 2], mode="strong", network="InfiniBand HDR") is True
     table = dash.wait(60)
-    assert points == [1, 2, 2, 2, 2, 2]     # the figure grew as each run ended (3 interleaved rounds: 1, 2, 1, 2, 1, 2)
+    # the figure grew as each run ended: 3 interleaved rounds (1, 2, 1, 2, 1, 2) at least, then more
+    # rounds of the points not yet known to +-5% (`measure.Repeats`: how many depends on the machine)
+    assert points[:6] == [1, 2, 2, 2, 2, 2] and set(points[6:]) <= {2}, points
     assert list(table.workers) == [1, 2] and list(table.status) == ["completed"] * 2
     names = {t.name for t in dash.scaling_figure.data}
     assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
     assert "prediction error" in dash.scaling_figure.layout.title.text
     assert dash.status_text.startswith("sweep done: 2 run(s)")
-    assert len(dash.history) == 6
+    assert len(dash.history) == len(points) >= 6                  # every round's run, each one drawn
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):

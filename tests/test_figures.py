@@ -404,3 +404,20 @@ def test_import_workbench_loads_no_ui_stack():
             "import workbench.ui.report; assert 'ipywidgets' not in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_log_axes_label_decades_only_when_they_span_one():
+    wide = pd.DataFrame({"workers": [1, 8, 64], "samples_per_s": [20.0, 150.0, 900.0],
+                         "efficiency": [1.0, 0.94, 0.7], "status": ["completed"] * 3})
+    fig = F.scaling_figure(wide)                   # 20 .. 1280 (the ideal line): two decades
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
+    assert fig.layout.yaxis.minor.dtick == "D1"    # 2 ... 9 marked, not labelled
+    narrow = wide.assign(workers=[1, 2, 3], samples_per_s=[100.0, 180.0, 250.0])
+    assert F.scaling_figure(narrow).layout.yaxis.dtick is None   # < a decade: plotly's own labels
+    live = F.scaling_figure(narrow.iloc[:0], live=True)
+    F.update_scaling(live, wide)
+    assert live.layout.yaxis.dtick == 1
+    prog = F.live_base("progress_time", 1)
+    F.extend_series(prog, [FD.Series("run", np.arange(50.0), np.geomspace(2.0, 0.01, 50))])
+    assert F.set_loss_scale(prog, True).layout.yaxis.dtick == 1
+    assert F.set_loss_scale(prog, False).layout.yaxis.dtick is None

@@ -443,6 +443,25 @@ def test_epochs_too_large_to_count_is_one_line():
     assert "at most 1,000,000" in line and "1e308" in line
 
 
+def test_a_vanishing_jitter_is_one_line():
+    """`--jitter 1e-300` overflowed the gamma's shape 1/jitter**2: a ZeroDivisionError in every
+    virtual worker (176 lines). Now refused before the run; the smallest allowed jitter
+    charges within a few parts per million of the jitter-free cost."""
+    line = one_line_error(cli("run", "--simulate", "--algorithm", "async_sgd", "--cpus", "4", "--jitter", "1e-300"),
+                          "jitter")
+    assert "0, or a number >= 1e-06 and < 1" in line and "1e-300" in line
+    from workbench.config import JITTER_MIN
+    from workbench.problem import Problem
+    from workbench.sim.costs import make_costs
+    cfg = RunConfig(algorithm="async_sgd", dataset="digits", cpus=4, simulate=True)
+    model = Problem.from_config(cfg).model
+    plain = make_costs(cfg, model, ["cpu"] * 4)
+    tiny = make_costs(cfg.replace(jitter=JITTER_MIN), model, ["cpu"] * 4)
+    charges = [tiny.compute(r, 16) / plain.compute(r, 16) for r in range(4) for _ in range(50)]
+    assert all(abs(c - 1) < 10 * JITTER_MIN for c in charges)   # a gamma of sd 1e-6: 10 sd never reached here
+    assert any(c != 1 for c in charges)                           # but jitter it is
+
+
 def test_duplicate_yaml_keys_are_refused_naming_the_key(tmp_path):
     path = tmp_path / "dup.yaml"
     path.write_text("algorithm: sgd\nlr: 0.1\nsteps: 3\nlr: 10\n")      # PyYAML alone keeps lr: 10 silently

@@ -74,3 +74,24 @@ def test_the_benchmark_times_the_shared_memory_allreduce_at_three_sizes(client):
     f = linkfit.fit_link(table, memcpy_bps=memcpy)
     assert f.bandwidth_gbps >= memcpy / linkfit.MEMCPY_FACTOR / 1e9 * (1 - 1e-9) and f.alpha >= 0
     assert len(f.held_out) == 3
+
+
+def test_benchmark_link_fits_the_benchmark_bounded_by_memcpy_and_calibrate_keeps_how_sure(monkeypatch):
+    # The benchmark's timings injected (never the machine's speed): benchmark_link fits them
+    # under the memcpy bound, and calibrate carries the fit's uncertainty and held-out error.
+    import workbench as wb
+    from workbench.analysis.costmodel import calibrate
+    slow = timings(beta=1 / 0.022e9)
+    monkeypatch.setattr(linkfit, "exchange_benchmark", lambda client, sizes, repeats: slow)
+    f = linkfit.benchmark_link(object(), memcpy_bps=5e9)
+    assert f.bounded.startswith("bandwidth >= memcpy / 8") and f.bandwidth_gbps == pytest.approx(5 / 8)
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=20, dataset="digits", batch_size=64),
+                    cluster="threads", progress=False)
+    cal = calibrate([result], link=f)
+    assert cal.how == "benchmark" and cal.link_fit == f.summary()
+    assert cal.link_fit["held_out_error"] == pytest.approx(f.held_out_error) and f.held_out_error > 0.25
+    text = cal.describe()
+    assert "benchmarked: 0.625 +-" in text and "held-out error" in text and "bound: bandwidth >= memcpy / 8" in text
+    assert calibrate([result]).link_fit is None
+    with pytest.raises(wb.ConfigError, match="^link: a linkfit.LinkFit"):
+        calibrate([result], link="benchmark")

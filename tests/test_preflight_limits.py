@@ -150,3 +150,30 @@ def test_a_real_ulimit_v_is_refused_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: hidden: a size whose run fits in the address-space "
                                                    "limit of one process (ulimit -v) (1.5 GiB)"), lines
     assert lines[0].endswith("got [8192, 8192]")
+
+
+def test_an_external_cluster_is_checked_against_its_own_hosts_dev_shm(monkeypatch, no_limits):
+    """`--scheduler` on one host: /dev/shm is measured on worker 0 (a task there), before
+    the segments are made; this machine's own /dev/shm does not count."""
+    from types import SimpleNamespace
+
+    from workbench.algorithms.registry import specs
+    from workbench.execution.transports.dask import DaskTransport
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1,
+                    scheduler="tcp://10.0.0.5:8786")
+    transport = object.__new__(DaskTransport)
+    transport.workers = [{"address": f"tcp://10.0.0.5:{p}", "host": "10.0.0.5", "memory_limit": 1 << 40}
+                         for p in (4001, 4002)]
+    asked = []
+
+    def on(fn, *args, where):
+        asked.append((fn, where))
+        return 64 * MIB
+    transport._on = on
+    setup = SimpleNamespace(config=cfg, spec=specs()["sync_sgd"], model=_model(cfg), hosts={"10.0.0.5"})
+    with pytest.raises(ConfigError) as e:
+        transport.check(setup)
+    assert e.value.field == "comm" and "64 MiB free in /dev/shm on 10.0.0.5" in str(e.value)
+    assert asked == [(P.shm_free, "tcp://10.0.0.5:4001")]   # measured there, by worker 0
+    transport._on = lambda fn, *args, where: 1 << 40
+    transport.check(setup)   # room there: no error, whatever this machine has

@@ -91,9 +91,10 @@ def test_worker_count_limits():
     (dict(SIM, gpus="auto"),
      "gpus: a whole number >= 0 with simulate (virtual GPUs are counted, not detected), got 'auto'"),
     # stragglers and failures
-    (dict(SIM, jitter=1.0), "jitter: a number >= 0 and < 1 (the coefficient of variation of compute times), got 1.0"),
-    (dict(SIM, jitter=-0.1), "jitter: a number >= 0 and < 1"),
-    (dict(SIM, jitter="nan"), "jitter: a number >= 0 and < 1"),
+    (dict(SIM, jitter=1.0), "jitter: 0, or a number >= 1e-06 and < 1 (the coefficient of variation of compute times), got 1.0"),
+    (dict(SIM, jitter=-0.1), "jitter: 0, or a number >= 1e-06 and < 1"),
+    (dict(SIM, jitter="nan"), "jitter: 0, or a number >= 1e-06 and < 1"),
+    (dict(SIM, jitter=1e-300), "jitter: 0, or a number >= 1e-06 and < 1"),
     (dict(SIM, jitter=True), "jitter: a number (not true/false)"),
     (dict(SIM, fail_worker="3"), "fail_worker: RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40), got '3'"),
     (dict(SIM, fail_worker="1@-2"), "fail_worker: RANK@SECONDS, separated by commas"),

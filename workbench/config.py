@@ -42,6 +42,7 @@ SIM_DEFAULT_DEVICE = "v100"
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
 SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
 MAX_VIRTUAL_WORKERS = 1024
+JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
 SIM_FIELDS = ("device", "cpu_device", "calibration", "network", "timing_model", "jitter",
               "fail_worker")   # need simulate
 
@@ -302,7 +303,7 @@ class RunConfig(BaseModel):
         "configured model's own FLOPs."))
     jitter: float = Field(0.0, description=(
         "Simulation: seeded stragglers, the coefficient of variation of every compute charge "
-        "(>= 0 and < 1; 0 = every step of a device costs the same)."))
+        "(0, or >= 1e-06 and < 1; 0 = every step of a device costs the same)."))
     fail_worker: str | None = Field(None, description=(
         "Simulation: kill virtual workers at virtual times, RANK@SECONDS, separated by commas for "
         "several (e.g. 3@12.5,7@40); ranks run from 0 to cpus + gpus - 1."))
@@ -611,8 +612,12 @@ class RunConfig(BaseModel):
     @field_validator("jitter")
     @classmethod
     def _jitter(cls, v: float) -> float:
-        if not (0.0 <= v < 1.0):
-            raise ValueError("a number >= 0 and < 1 (the coefficient of variation of compute times)")
+        # The charge's gamma has shape 1/jitter**2: below JITTER_MIN that overflows (1e-300
+        # was a ZeroDivisionError in every virtual worker), and 1e-6 already moves a
+        # charge by about a part in a million.
+        if not (v == 0.0 or JITTER_MIN <= v < 1.0):
+            raise ValueError(f"0, or a number >= {JITTER_MIN:g} and < 1 (the coefficient of variation of compute "
+                             "times)")
         return v
 
     @field_validator("fail_worker", mode="before")

@@ -183,8 +183,10 @@ class SyncEASGD(ElasticWorker):
         tree_device          the tree; the centre kept on the devices (no host copies)
         tree_device_overlap  the tree; the tail (loss, stop, times) is allreduced at once
                              and decides the step as always, the vector's sum is started and
-                             waited for only before the next exchange (or an evaluation),
-                             so it travels while the next local steps compute. That keeps
+                             waited for only before the next exchange, so it travels
+                             while the next local steps compute (at an evaluation step and
+                             the last step it is waited for at once: the centre is read
+                             then, and the wait is that step's comm_s). That keeps
                              the maths: x_i -= d_i needs only my own d_i, and the centre is
                              next read at the next exchange.
 
@@ -261,6 +263,8 @@ class SyncEASGD(ElasticWorker):
             start = getattr(ctx.comm, "elastic_start", None) if self.overlap else None
             if self.overlap and start is not None:      # xc += sum_i d_i, landed before the next exchange
                 self.pending = start(buf[:n].copy())
+                if ctx.plan.is_eval_step(step) or step + 1 >= ctx.plan.total_steps:
+                    out.comm_s += self._land()          # the centre is read now: book the wait in this step
             elif self.overlap:                          # no non-blocking collective here: at once
                 self.centre += ctx.allreduce(buf[:n])
             elif self.on_host:

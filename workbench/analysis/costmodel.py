@@ -73,7 +73,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     tree_allreduce_time,
     tree_levels,
 )
-from ..config import ConfigError
+from ..config import ConfigError, ConfigTypeError
 from ..maths.optim import update_passes
 
 BYTES_PER_PARAM = 4  # float32
@@ -276,6 +276,9 @@ class Calibration:
     how: str = "default"                      # "fit" | "beta" | "default" (fit_alpha_beta) | "benchmark" (linkfit)
     network: str = "shm"                      # where default alpha / beta came from
     points: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
+    # how="benchmark": the link fit's parameters with their standard errors, the bound that bound
+    # and the held-out error (`linkfit.LinkFit.summary()`): how sure the link is
+    link_fit: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def n_bytes(self) -> int:
@@ -301,9 +304,15 @@ class Calibration:
         """One line: compute per sample per kind, alpha, beta and how they were obtained."""
         kinds = ", ".join(f"{k}: {c1 * 1e6:.3g} us/sample + {c0 * 1e3:.3g} ms/step"
                           for k, (c0, c1) in self.compute.items())
+        link = ""
+        if self.link_fit:
+            f = self.link_fit
+            link = (f" (benchmarked: {f['bandwidth_gbps']:.3g} +- {f['bandwidth_se_gbps']:.2g} GB/s, alpha "
+                    f"{f['alpha_us']:.3g} +- {f['alpha_se_us']:.2g} us, held-out error "
+                    f"{f['held_out_error']:.0%}" + (f", bound: {f['bounded']}" if f.get("bounded") else "") + ")")
         return (f"compute {kinds}; overhead {self.overhead_s * 1e3:.3g} ms/step; "
                 f"alpha {self.alpha * 1e6:.3g} us, beta {self.beta * 1e9:.3g} ns/byte "
-                f"({1 / self.beta / 1e9 if self.beta > 0 else float('inf'):.3g} GB/s), {self.how}; "
+                f"({1 / self.beta / 1e9 if self.beta > 0 else float('inf'):.3g} GB/s), {self.how}{link}; "
                 f"{self.n_params} params")
 
 
@@ -405,8 +414,10 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
         n_params: parameters of the model (default: read from each run).
         network: whose documented alpha / beta fill in what the runs cannot determine.
         link: a `workbench.analysis.linkfit.LinkFit` (the exchange timed alone, at several
-            sizes, bounded by physics): its alpha / beta replace the ones fitted from the
-            runs' comm times, which mix in waiting (`how` is then "benchmark").
+            sizes, bounded by physics; `linkfit.benchmark_link(client)` measures one): its
+            alpha / beta replace the ones fitted from the runs' comm times, which mix in
+            waiting (`how` is then "benchmark", and `link_fit` keeps the fit's standard
+            errors and held-out error).
     Returns:
         A `Calibration`; `how` says whether alpha and beta were fitted.
     Raises:
@@ -443,10 +454,14 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
     table = pd.DataFrame(points, columns=["algorithm", "workers", "n_bytes", "A", "B", "comm_s"])
     default = NETWORKS[network]
     alpha, beta, how = fit_alpha_beta(table["A"], table["B"], table["comm_s"], default.alpha, default.beta)
+    link_fit = None
     if link is not None:
-        alpha, beta, how = float(link.alpha), float(link.beta), "benchmark"
+        if not all(hasattr(link, k) for k in ("alpha", "beta", "summary")):
+            raise ConfigTypeError("link", "a linkfit.LinkFit (linkfit.benchmark_link or fit_link) or None", link)
+        alpha, beta, how, link_fit = float(link.alpha), float(link.beta), "benchmark", link.summary()
     return Calibration(compute=compute, alpha=alpha, beta=beta, n_params=int(n_params or sizes[-1]),
-                       overhead_s=float(np.median(overheads)), how=how, network=network, points=table)
+                       overhead_s=float(np.median(overheads)), how=how, network=network, points=table,
+                       link_fit=link_fit)
 
 
 # ------------------------------------------------------------------------------ prediction

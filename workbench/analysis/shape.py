@@ -9,6 +9,7 @@ shows it (`ShapeChecks.table(experiment=...)`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,31 @@ def time_to_accuracy(result: Any, target: float) -> float | None:
     ev = _evals(result)
     hit = ev[ev["test_accuracy"] >= target]
     return None if hit.empty else float(hit["time"].iloc[0])
+
+
+def leads_at_common_time(pairs: Iterable[tuple[Any, Any, Any, str]]) -> tuple[float, str, list]:
+    """For pairs (label, run a, run b, note): a's test accuracy minus b's at the time both
+    runs reached (the earlier of their last evaluations). Returns the smallest lead (NaN when
+    a run has no evaluation by then: not ahead), the pairs as text, and the labels where a
+    is not ahead.
+
+    >>> import pandas as pd; from types import SimpleNamespace as R
+    >>> a = R(evals=pd.DataFrame({"time": [1.0, 2.0], "test_accuracy": [0.5, 0.8]}))
+    >>> b = R(evals=pd.DataFrame({"time": [1.0, 3.0], "test_accuracy": [0.6, 0.9]}))
+    >>> lead, text, behind = leads_at_common_time([(4, a, b, ""), (8, b, a, " (tuned)")])
+    >>> round(lead, 3), text, behind
+    (-0.2, '4: 0.8 vs 0.6 at 2 s; 8 (tuned): 0.6 vs 0.8 at 2 s', [8])
+    """
+    leads, parts, behind = [], [], []
+    for label, ra, rb, note in pairs:
+        t = min(float(ra.evals["time"].max()), float(rb.evals["time"].max()))
+        a, b = accuracy_at(ra, t), accuracy_at(rb, t)
+        leads.append(math.nan if a is None or b is None else a - b)
+        if not leads[-1] > 0:
+            behind.append(label)
+        parts.append(f"{label}{note}: {a if a is None else round(a, 3)} vs {b if b is None else round(b, 3)} at {t:.0f} s")
+    lead = math.nan if not leads or any(x != x for x in leads) else min(leads)
+    return lead, "; ".join(parts), behind
 
 
 def verdict_word(held: bool | None) -> str:

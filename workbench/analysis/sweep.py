@@ -239,7 +239,7 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
 
 
 def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: RunConfig, workers: Sequence[int],
-                   mode: str, network: str) -> tuple[Any, pd.DataFrame, float]:
+                   mode: str, network: str, link: Any = None) -> tuple[Any, pd.DataFrame, float]:
     """Calibrate the cost model on a sweep's runs and predict its curves (the scaling tab).
 
     Args:
@@ -250,12 +250,14 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
             in powers of two.
         mode: "strong" or "weak".
         network: a `costmodel.NETWORKS` name to predict for besides the calibrated one.
+        link: a `linkfit.LinkFit` (`linkfit.benchmark_link(client)`): the calibrated link is
+            then the benchmarked one, with its uncertainty (`costmodel.calibrate(link=)`).
     Returns:
         (calibration, predicted table, mean relative error on the measured points).
     """
     from . import costmodel
 
-    cal = costmodel.calibrate(list(results))
+    cal = costmodel.calibrate(list(results), link=link)
     top = max(64, 8 * max(workers))
     pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
     knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,

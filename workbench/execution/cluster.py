@@ -7,9 +7,15 @@ dask-jobqueue, dask-kubernetes).
 Worker processes get one thread each (the training loop), BLAS threads matching their
 share of the cores, and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
 default (it halved NumPy MLP throughput here), and Dask's own background work in each
-worker slowed down (`QUIET_WORKERS`). Local clusters bind to 127.0.0.1. The
-client's own `os.environ` is left as it was (starting a LocalCluster copies the
-nanny's environment into it).
+worker slowed down (`QUIET_WORKERS`). The client's own `os.environ` is left as it was
+(starting a LocalCluster copies the nanny's environment into it).
+
+Local clusters bind to 127.0.0.1 and speak TLS with mutual authentication (`local_security`):
+binding to loopback does not keep out the host's other users, a certificate does. The
+credentials are a key pair made for this cluster that lives only in this process and its
+workers' memory (Dask's `Security.temporary()`), so nobody else can connect to the
+scheduler or the workers and run code as you. A cluster given by address (`connect`) is
+secured, or not, by whoever started it: see Dask's TLS documentation.
 """
 from __future__ import annotations
 
@@ -80,6 +86,26 @@ def _visible_gpus() -> int:
     return gpu_count()
 
 
+TLS_INSTALL_HINT = "pip install cryptography (a dependency of parallel-workbench)"
+
+
+def local_security() -> Any:
+    """TLS credentials for a cluster this process starts: a self-signed key pair, in memory
+    only (`distributed.Security.temporary()`), required of every client, scheduler and
+    worker (mutual TLS, `require_encryption`). Without it, another user of the host could
+    connect to the cluster's 127.0.0.1 ports and run code on its workers as you.
+
+    Raises:
+        ImportError: `cryptography` (which makes the key pair) is missing, with the install command.
+    """
+    from distributed import Security
+    try:
+        import cryptography  # noqa: F401  (Security.temporary's key maker)
+    except ImportError:
+        raise ImportError(f"the local cluster's TLS credentials need cryptography: {TLS_INSTALL_HINT}") from None
+    return Security.temporary()
+
+
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
                  memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
@@ -108,19 +134,20 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
+    security = local_security()
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
             cluster = LocalCluster(n_workers=cpus, threads_per_worker=threads_per_worker, processes=True,
-                                   host="127.0.0.1", dashboard_address=_dashboard(),
+                                   host="127.0.0.1", dashboard_address=_dashboard(), security=security,
                                    memory_limit=memory_limit, env={WORKER_KIND_ENV: "cpu"})
         elif cpus == 0:
             from dask_cuda import LocalCUDACluster
             cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker,
-                                       host="127.0.0.1", dashboard_address=_dashboard(),
+                                       host="127.0.0.1", dashboard_address=_dashboard(), security=security,
                                        memory_limit=memory_limit, env={WORKER_KIND_ENV: "gpu"})
         else:
-            cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit)
-        client = Client(cluster, set_as_default=False)
+            cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit, security=security)
+        client = Client(cluster, set_as_default=False, security=security)
     client.wait_for_workers(n_gpus + cpus, timeout=120)
     return client
 
@@ -158,7 +185,7 @@ def _has_dask_cuda() -> bool:
 
 
 def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
-                   devices: list[int] | None = None) -> Any:
+                   devices: list[int] | None = None, security: Any = None) -> Any:
     """GPU and CPU workers in one SpecCluster; each knows its kind and device.
 
     `devices[i]` is GPU worker i's device (default i); repeating a device lets several
@@ -166,17 +193,19 @@ def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
     from distributed import Nanny, Scheduler, SpecCluster
 
     devices = devices or list(range(n_gpus))
+    security = security if security is not None else local_security()
+    tls = {"security": security, "protocol": "tls://"}
     workers: dict[str, dict] = {}
     for i in range(n_gpus):
         workers[f"gpu-{i}"] = {"cls": Nanny, "options": {
-            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
+            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit, **tls,
             "resources": {"GPU": 1}, "env": {WORKER_KIND_ENV: "gpu", "CUDA_VISIBLE_DEVICES": str(devices[i])}}}
     for i in range(cpus):
         workers[f"cpu-{i}"] = {"cls": Nanny, "options": {
-            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit,
+            "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit, **tls,
             "env": {WORKER_KIND_ENV: "cpu", "CUDA_VISIBLE_DEVICES": ""}}}
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard()}}
-    return SpecCluster(workers=workers, scheduler=scheduler)
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard(), **tls}}
+    return SpecCluster(workers=workers, scheduler=scheduler, security=security)
 
 
 def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
@@ -187,8 +216,8 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
     with dask.config.set(settings), _pristine_environ():
-        cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers)
-        client = Client(cluster, set_as_default=False)
+        cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers, security=local_security())
+        client = Client(cluster, set_as_default=False, security=cluster.security)
     client.wait_for_workers(gpu_workers + cpus, timeout=120)
     return client
 

@@ -286,11 +286,12 @@ def shm_need(config: RunConfig, model: Any) -> dict[str, int]:
     return out
 
 
-def check_shm(config: RunConfig, model: Any, free: int | None = None) -> dict[str, int]:
+def check_shm(config: RunConfig, model: Any, free: int | None = None, host: str | None = None) -> dict[str, int]:
     """Raise ConfigError when the run's shared-memory segments (`shm_need`) do not fit in
-    /dev/shm's free space (`free`, default `shm_free()`): a worker writing past a full
-    tmpfs dies of SIGBUS. Blames `comm` when the Dask exchange (no collective segment, the
-    server in an actor) would fit, else the field that sizes the model."""
+    /dev/shm's free space (`free`, default `shm_free()`; `host`: where it was measured, when
+    not here): a worker writing past a full tmpfs dies of SIGBUS. Blames `comm` when the
+    Dask exchange (no collective segment, the server in an actor) would fit, else the field
+    that sizes the model."""
     from . import platforms
     need = shm_need(config, model)
     if not platforms.shm_supported():
@@ -300,7 +301,7 @@ def check_shm(config: RunConfig, model: Any, free: int | None = None) -> dict[st
     if free is None or total <= free:
         return need
     parts = ", ".join(f"{k} {_gib(v)}" for k, v in need.items() if v)
-    where = f"the {_gib(free)} free in {SHM_DIR}"
+    where = f"the {_gib(free)} free in {SHM_DIR}" + (f" on {host}" if host else "")
     unavoidable = need["shared"] + need["barrier"]
     if unavoidable <= free and config.comm in ("auto", "shm"):
         raise ConfigError("comm", f"dask (no shared-memory collective or server) or a larger {SHM_DIR} (docker run "

@@ -16,7 +16,9 @@ CPU time of the whole call beside them (a busy machine inflates it far less). `s
 timed twice: with the BLAS threads as found (OPENBLAS_* as set here), and with one BLAS
 thread, as the simulated workers compute (each a core, like a real worker process). On a
 busy 2-core box the two differ by an order of magnitude: a second BLAS thread waits for
-a core on every matmul big enough to be split. The bare maths (`loss_and_grad` and
+a core on every matmul big enough to be split. The ratios against the targets are
+against the faster of the two (a slowed baseline would flatter the simulation); the
+other is printed beside them. The bare maths (`loss_and_grad` and
 update in a tight loop, nothing recorded) is shown too: on the global batch, and on P
 slices of it, each on its own replica (the floor under any simulation of P workers:
 per call, NumPy's and the model's Python cost as much as a 16-row matmul).
@@ -168,14 +170,20 @@ def main(args: argparse.Namespace) -> int:
     print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}")
     print(f"  sgd, single process, one BLAS thread:             {sgd1[0]:7.3f} | {sgd1[1]:7.3f}   "
           f"(the simulated workers compute on one, as real worker processes do)")
+    # The targets are against sgd's wall time in its faster set-up: on a busy 2-core box a
+    # second BLAS thread makes sgd several times slower, and a ratio against that slowed
+    # baseline would flatter the simulation.
+    fast, fast_name = (sgd1, "sgd on one BLAS thread") if sgd1[0] < sgd[0] else (sgd, "sgd as found")
+    print(f"  ratios against the faster sgd: {fast_name} ({fast[0]:.3f} s wall, {fast[1]:.3f} s CPU)")
     ok = True
     for a in names[1:]:
         target = TARGETS["sync"] if a == "sync_sgd" else TARGETS["async"]
-        ratio = best[a][0] / sgd[0]
+        ratio = best[a][0] / fast[0]
         ok &= ratio <= target
         print(f"  {a:>11}, {workers} simulated workers:     {best[a][0]:7.3f} | {best[a][1]:7.3f}   "
               f"wall {ratio:.2f}x sgd (target <= {target:g}x: {'met' if ratio <= target else 'NOT met'}), "
-              f"CPU {best[a][1] / sgd[1]:.2f}x; wall {best[a][0] / sgd1[0]:.2f}x sgd on one BLAS thread; "
+              f"CPU {best[a][1] / fast[1]:.2f}x; wall {best[a][0] / sgd[0]:.2f}x sgd as found, "
+              f"{best[a][0] / sgd1[0]:.2f}x sgd on one BLAS thread; "
               f"wall {best[a][0] / maths[workers][0]:.2f}x the sliced maths", flush=True)
     for a in ("sync_sgd", "async_sgd"):
         m = measure_memory(a, mem_workers)

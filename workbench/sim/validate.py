@@ -3,8 +3,9 @@
 `real_vs_simulated(client, config)` runs `config` for real on a Dask cluster of worker
 processes (the engine, as `workbench.run(..., cluster=client)` does) and then simulated
 with this machine's calibrated core (`cpu_device="local"`, timed right then) and its
-measured link (alpha / beta fitted on the real runs' exchanges by `costmodel.calibrate`;
-or the documented shared-memory constants), for each worker count, and tabulates the samples/s of both and the error. `simulator_vs_cost_model`
+measured link (the exchange micro-benchmark, `linkfit.benchmark_link`, fed to
+`costmodel.calibrate(link=)`; or alpha / beta fitted on the real runs' exchanges; or the
+documented shared-memory constants), for each worker count, and tabulates the samples/s of both and the error. `simulator_vs_cost_model`
 puts the simulator beside `costmodel.step_prediction` fed with the simulator's own
 constants (device, link), where the two describe the same exchange.
 
@@ -41,7 +42,7 @@ def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
 
 def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
                       steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None,
-                      measured_link: bool = True) -> pd.DataFrame:
+                      measured_link: bool | str = "benchmark") -> pd.DataFrame:
     """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
 
     Args:
@@ -51,8 +52,12 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         steps: steps of each run.
         per_worker: rows of the global batch per worker.
         keep: if a list is given, the real runs' RunResults are appended to it.
-        measured_link: simulate over the link measured on the real runs (alpha / beta fitted
-            by `costmodel.calibrate`); False: the documented shm constants.
+        measured_link: "benchmark" (default): simulate over this machine's link measured by
+            the exchange micro-benchmark (`linkfit.benchmark_link`: 3 sizes, bounded by
+            memcpy / 8) and calibrated with the real runs (`costmodel.calibrate(link=)`);
+            the row's `link_held_out_error` says how well one alpha-beta line fits it.
+            True: alpha / beta fitted on the real runs' comm times (which mix in waiting);
+            False: the documented shm constants.
     """
     from ..analysis.costmodel import calibrate
     from ..execution.engine import run as run_engine
@@ -67,7 +72,11 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
             keep.append(reals[p])
     # this machine's link, measured: alpha / beta fitted on the real runs' exchanges (the
     # documented shm constants fill in what one size cannot determine)
-    link = calibrate(list(reals.values()), network="shm").link("measured") if measured_link else None
+    fit = None
+    if measured_link == "benchmark":
+        from ..analysis.linkfit import benchmark_link
+        fit = benchmark_link(client)
+    link = calibrate(list(reals.values()), network="shm", link=fit).link("measured") if measured_link else None
     rows = []
     for p, real in reals.items():
         cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
@@ -80,6 +89,7 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                      "real_compute_ms": r["compute_ms"], "sim_compute_ms": s["compute_ms"],
                      "real_comm_ms": r["comm_ms"], "sim_comm_ms": s["comm_ms"],
                      "link": sim.summary["network"],
+                     "link_held_out_error": fit.held_out_error if fit is not None else float("nan"),
                      "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
                      "status": real.summary["status"]})
     return pd.DataFrame(rows)

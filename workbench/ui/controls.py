@@ -307,6 +307,8 @@ CONTROLS: tuple[Control, ...] = (
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
     Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
+    _c("elastic_sync", _dropdown(["ring", "tree_host", "tree_device", "tree_device_overlap"]),
+       applies=lambda c: c.algorithm == "sync_easgd"),   # SC'17's chain: sync_easgd's only (config refuses it elsewhere)
     _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
        applies=_knob("trainers")),
     _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
@@ -316,6 +318,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
+    _c("weight_return", _dropdown(["chunks", "whole"]), applies=_knob("weight_return")),   # cgdp's host master
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
     _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
     _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
@@ -389,6 +392,11 @@ DEPENDENTS: tuple[Dependent, ...] = (
         0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
     # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
     Dependent("gpus", ("simulate",), lambda v: bool(v["simulate"]) and v["gpus"] == "auto", lambda v: 0),
+    # simulated GPUs chosen while cpus is at its default: the GPUs alone, as the config's own rule
+    # (`RunConfig(simulate=True, gpus=8)` is 8 GPU workers); the default 2 CPU workers would add
+    # two compute workers nobody asked for. A cpus typed afterwards is kept.
+    Dependent("cpus", ("gpus", "simulate"), lambda v: bool(v["simulate"]) and isinstance(v["gpus"], int)
+              and v["gpus"] >= 1 and v["cpus"] == RunConfig.model_fields["cpus"].default, lambda v: 0),
     # more workers than the global batch has samples: a batch that gives each one
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
               lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),

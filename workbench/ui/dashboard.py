@@ -95,6 +95,9 @@ MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second 
 FLUSH_BUDGET = 0.03      # ... and more often only while drawing costs under ~3% of a core (CPU time)
 RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's own clock
 DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm (sgd is the reference)
+# The first run a new user sees: long enough (5-15 s on 2 cores) for a curve in every panel;
+# the RunConfig defaults alone (softmax, 5 epochs: 220 steps) were over in 0.1 s.
+DEFAULT_RUN = {"algorithm": DEFAULT_ALGORITHM, "model": "mlp", "hidden": [512, 256], "epochs": 40.0}
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 
 
@@ -177,7 +180,7 @@ class Dashboard:
     def __init__(self, cluster: Any = None, config: RunConfig | None = None, out: str | os.PathLike | None = None):
         self.cluster = cluster
         self.out = None if out is None else Path(out)
-        self._base = (config or RunConfig(algorithm=DEFAULT_ALGORITHM)).replace(out=None)
+        self._base = (config or RunConfig(**DEFAULT_RUN)).replace(out=None)
         self.history: list[Any] = []            # RunResults of this session, in order
         self.plot_errors: list[str] = []        # live-plot failures (shown in the status line too)
         self.last_error: BaseException | None = None

@@ -277,6 +277,39 @@ def apply_smoothing(fig: Any, weight: float) -> Any:
 def set_loss_scale(fig: Any, log: bool) -> Any:
     """The loss axis (row 1 of a progress figure) on a log or a linear scale; returns `fig`."""
     fig.layout.yaxis.type = "log" if log else "linear"
+    return log_decades(fig, "y")
+
+
+def log_decades(fig: Any, axis: str = "y") -> Any:
+    """A log axis that spans a decade or more labels decades only (1, 10, 100 ...; the 2 ... 9
+    between them are unlabelled minor ticks), where plotly's own ticks label 2 and 5 of every
+    decade; a narrower one keeps plotly's ticks (a decade tick alone would label nothing).
+    A linear axis gets its automatic ticks back. Returns `fig`.
+
+    Args:
+        fig: a figure; `axis` names its axis as traces do ("y", "y2", "x").
+
+    >>> import plotly.graph_objects as go
+    >>> fig = go.Figure(go.Scatter(x=[1, 2], y=[3.0, 3000.0])).update_yaxes(type="log")
+    >>> log_decades(fig).layout.yaxis.dtick, fig.layout.yaxis.minor.showgrid
+    (1, True)
+    >>> log_decades(go.Figure(go.Scatter(x=[1, 2], y=[3.0, 9.0])).update_yaxes(type="log")).layout.yaxis.dtick is None
+    True
+    """
+    letter = axis[0]
+    key = f"{letter}axis{axis[1:]}"
+    ax = fig.layout[key]
+    values = [np.asarray(getattr(t, letter), dtype=float) for t in fig.data
+              if getattr(t, letter) is not None and (getattr(t, f"{letter}axis", None) or letter) == axis
+              and np.asarray(getattr(t, letter)).dtype.kind in "biuf"]
+    v = np.concatenate(values) if values else np.empty(0)
+    v = v[np.isfinite(v) & (v > 0)]
+    wide = ax.type == "log" and len(v) and np.log10(v.max()) - np.log10(v.min()) >= 1.0
+    if wide:
+        ax.update(dtick=1, minor={"dtick": "D1", "ticks": "inside", "ticklen": 3, "showgrid": True,
+                                  "gridcolor": "rgba(0,0,0,0.04)"})
+    else:
+        ax.update(dtick=None, minor=None)
     return fig
 
 
@@ -486,6 +519,7 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
     """
     fig = mark_virtual(_scaling_base(mode), table_simulated(table))
     add_series(fig, scaling_series(table, predicted))
+    log_decades(fig, "y")
     if error is not None:
         fig.update_layout(title=f"{fig.layout.title.text}: prediction error on measured points {error:.0%}")
     return as_widget(fig, live)
@@ -497,6 +531,7 @@ def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None
     with fig.batch_update():
         mark_virtual(fig, table_simulated(table))
         extend_series(fig, scaling_series(table, predicted))
+        log_decades(fig, "y")
         if error is not None:
             base = (fig.layout.title.text or "scaling").split(":")[0]
             fig.layout.title.text = f"{base}: prediction error on measured points {error:.0%}"

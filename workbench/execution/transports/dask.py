@@ -127,8 +127,12 @@ class DaskTransport(Transport):
         if spec.needs.shared and not platforms.shm_supported():
             raise ConfigError("algorithm", f"{config.algorithm} shares one buffer in shared memory, which needs "
                               "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
-        from ..preflight import check_memory
+        from ..preflight import check_memory, check_shm, shm_free
         check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
+        if config.scheduler is not None and len(setup.hosts) == 1:   # an external cluster on one host: its
+            w0 = self.workers[0]                                       # /dev/shm, measured there (preflight
+            check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # checked a local
+                      host=w0.get("host"))                                                 # cluster's)
 
     def _on(self, fn: Callable, *args: Any, where: str) -> Any:
         return self.client.submit(fn, *args, workers=[where], pure=False).result()
