@@ -392,10 +392,14 @@ def _breakdown_base(n_workers: int) -> Any:
     n = max(1, min(int(n_workers or 1), MAX_WORKER_ROWS))
     specs = [[{"rowspan": n}, {}]] + [[None, {}] for _ in range(n - 1)]
     titles = ["total time per worker"] + [f"worker {k}: share of time" for k in range(n)]
+    height = max(340, 130 * n + 140)
+    # ~32 px between two workers' panels (the plot area is the height less ~170 px of margins), so a
+    # panel's title never sits on the panel above's axis; at most 0.3 of the plot in all
+    spacing = min(0.3 / n, 32 / (height - 170)) if n > 1 else 0.0
     fig = _base(rows=n, cols=2, specs=specs, column_widths=[0.35, 0.65], shared_xaxes="columns",
-                subplot_titles=titles, vertical_spacing=min(0.08, 0.3 / n))
+                subplot_titles=titles, vertical_spacing=spacing)
     fig.update_layout(title="where the time goes (compute / comm / wait)", barmode="stack", margin_t=90,
-                      height=max(320, 110 * n + 120))
+                      height=height)
     fig.update_xaxes(title_text="seconds", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=1)        # worker 0 on top, as the rows on the right
     for k in range(n):

@@ -488,6 +488,7 @@ class ComputePool:
         self.sched = sched
         self.instants: dict[float, list[tuple[VProc, Any, np.ndarray, Any, Any, Any]]] = {}
         self.flushes = self.pooled = self.bypass = 0
+        self.arch: dict[int, tuple | None] = {}   # id(model) -> (type, describe()): built once per worker
 
     def wanted(self) -> bool:
         """Whether the next call should wait for its instant's others. Where instants hold
@@ -527,8 +528,11 @@ class ComputePool:
             self.flushes = self.pooled = 0
         groups: dict[tuple, list[int]] = {}
         for i, (_, model, params, X, _, _) in enumerate(calls):
-            key = (type(model), model.describe(), X.shape, params.dtype.str) \
-                if hasattr(model, "loss_and_grad_stacked") else ("one", i)
+            arch = self.arch.get(id(model))   # the workers' models live as long as the run (and the pool)
+            if arch is None:
+                arch = self.arch[id(model)] = (type(model), model.describe()) \
+                    if hasattr(model, "loss_and_grad_stacked") else None
+            key = (*arch, X.shape, params.dtype.str) if arch is not None else ("one", i)
             groups.setdefault(key, []).append(i)
         out: list[Any] = [None] * len(calls)
         for members in groups.values():
