@@ -79,6 +79,16 @@ def test_shared_arrays_that_do_not_fit_blame_the_model(monkeypatch, no_limits):
     P.preflight(cfg)                                                   # and a /dev/shm that fits
 
 
+def test_a_run_on_threads_maps_no_shared_memory(monkeypatch, no_limits):
+    """The thread transport exchanges in this process's memory: /dev/shm is not asked."""
+    monkeypatch.setattr(P, "shm_free", lambda: 4096)   # the barrier fits, a 4,874-parameter allreduce not
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(64,), steps=3)
+    with pytest.raises(ConfigError, match="comm: dask"):
+        P.preflight(cfg)
+    import workbench as wb
+    assert wb.run(cfg, cluster="threads", progress=False).status == "completed"
+
+
 def test_comm_dask_needs_no_collective_segment(monkeypatch, no_limits):
     monkeypatch.setattr(P, "shm_free", lambda: 64 * MIB)
     P.preflight(RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1,

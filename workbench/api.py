@@ -44,7 +44,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     """
     config = _checked_args(config, cluster, on_record, should_stop)
     if checked is None:
-        warnings = preflight(config, overwrite=overwrite)
+        threads = cluster == "threads" or getattr(cluster, "name", None) == "threads"   # no shared memory there
+        warnings = preflight(config, overwrite=overwrite, shm=not threads)
         for message in warnings:
             _warnings.warn(message, RunWarning, stacklevel=2)
     else:

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from ..comm.base import StopWait, compressed_sum
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
-from ..maths.optim import Plan
+from ..maths.optim import Plan, make_optimizer
 from ..results import StepLog, eval_record, event_record, live_width
 from .registry import tail_length
 
@@ -246,6 +246,48 @@ class Algorithm:
             ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
 
     eval_name = "0"
+
+
+class LocalStep(NamedTuple):
+    """What one timed local step gives back (times on the algorithm's clock)."""
+
+    lr: float
+    loss: float
+    t0: float
+    t1: float
+
+
+class LocalWorker(Algorithm):
+    """The prelude shared by the families whose workers keep their own parameters x_i and
+    step them on their slice of each global batch (the EASGD family, local SGD / DiLoCo,
+    D-PSGD, AD-PSGD): x_i from the run's initial parameters, a gradient buffer, the
+    configured update rule with its own state (`rule`: overrides such as EASGD's
+    momentum=0), my rows of each global batch and their share of it, the clock; and the
+    local step itself, timed."""
+
+    def __init__(self, ctx: WorkerContext, **rule: Any):
+        super().__init__(ctx)
+        xp = ctx.xp
+        self.params = ctx.initial_params()          # x_i: every worker starts at the same point
+        self.grad = xp.empty_like(self.params)
+        self.opt = make_optimizer(ctx.config, ctx.model.layout(), xp, self.params.dtype, **rule)
+        self.lo, self.hi = ctx.my_slice()
+        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.clock = ctx.clock
+
+    def local_step(self, step: int, lr: float) -> float:
+        """One step of the rule on x_i at my slice of global batch `step`; returns its loss."""
+        X, y = self.ctx.batch(step, self.lo, self.hi)
+        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        self.opt.step(self.params, self.grad, lr)
+        return loss
+
+    def timed_local_step(self, step: int) -> LocalStep:
+        """The scheduled lr, then `local_step` between two readings of the clock."""
+        lr = self.ctx.plan.schedule(step)
+        t0 = self.clock()
+        loss = self.local_step(step, lr)
+        return LocalStep(lr, loss, t0, self.clock())
 
 
 # ------------------------------------------------------------------------------ synchronous steps

@@ -58,45 +58,30 @@ import numpy as np
 
 from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from ..maths.optim import make_optimizer
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
-class ElasticWorker(Algorithm):
+class ElasticWorker(LocalWorker):
     """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
 
     eval_name = "centre"
     over_network = True     # the exchange is a message (hogwild_easgd: a write to shared memory)
 
     def __init__(self, ctx: WorkerContext):
-        super().__init__(ctx)
-        c, xp = ctx.config, ctx.xp
-        self.params = ctx.initial_params()   # x_i: every worker starts at the centre
-        self.grad = xp.empty_like(self.params)
-        # local steps ignore momentum (the elastic force plays its part): sgd is plain
-        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype, momentum=0.0, nesterov=False)
+        # x_i starts at the centre; local steps ignore momentum (the elastic force plays its
+        # part): sgd is plain (`LocalWorker`: x_i, its rule, my slice, the clock)
+        super().__init__(ctx, momentum=0.0, nesterov=False)
+        c = ctx.config
         self.alpha = c.resolved_alpha(ctx.size)
         self.tau = c.tau
-        self.lo, self.hi = ctx.my_slice()
-        self.clock = ctx.clock
         self.summary = {"alpha": self.alpha, "tau": self.tau} if ctx.rank == 0 else {}
-
-    def local_step(self, step: int, lr: float) -> float:
-        """One plain SGD step of x_i on my slice of global batch `step`; returns its loss."""
-        X, y = self.ctx.batch(step, self.lo, self.hi)
-        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
-        self.opt.step(self.params, self.grad, lr)
-        return loss
 
     def exchange(self) -> None:
         """The elastic step with the centre: x_i -= d, xc += d."""
         raise NotImplementedError
 
     def step(self, step: int) -> StepOut:
-        lr = self.ctx.plan.schedule(step)
-        t0 = self.clock()
-        loss = self.local_step(step, lr)
-        t1 = self.clock()
+        lr, loss, t0, t1 = self.timed_local_step(step)
         comm_s, sent = 0.0, 0.0
         if (step + 1) % self.tau == 0:
             self.exchange()
@@ -222,7 +207,6 @@ class SyncEASGD(ElasticWorker):
         self.centre = to_numpy(self.params).copy() if self.on_host else self.params.copy()
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n)
-        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per exchange
         self.compute_since = 0.0                      # local compute since the last exchange
         self.finite = True                            # every local loss since then was finite
@@ -250,10 +234,7 @@ class SyncEASGD(ElasticWorker):
 
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n
-        lr = ctx.plan.schedule(step)
-        t0 = self.clock()
-        loss = self.local_step(step, lr)
-        t1 = self.clock()
+        lr, loss, t0, t1 = self.timed_local_step(step)
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
         out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)

@@ -62,8 +62,7 @@ import numpy as np
 
 from ..comm.base import neighbour_exchange, ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from ..maths.optim import make_optimizer
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 PAIRING_SEED = 0xAD   # the neighbour choices' stream, beside the seed and the rank
 
@@ -134,27 +133,21 @@ def mixing_matrix(topology: str, size: int) -> np.ndarray:
     return W
 
 
-class DPSGD(Algorithm):
+class DPSGD(LocalWorker):
     """dpsgd: a local SGD step, then averaging with the neighbours every tau steps."""
 
     eval_name = "average"
 
     def __init__(self, ctx: WorkerContext):
-        super().__init__(ctx)
+        super().__init__(ctx)                        # x_i, the configured rule, my slice, the clock
         c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
         self.n = n
-        self.params = xp.asarray(ctx.model.init(c.seed))
         self.average = self.params.copy()
-        self.grad = xp.empty_like(self.params)
-        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # the configured rule
         self.tau = c.tau
-        self.lo, self.hi = ctx.my_slice()
-        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.row = mixing_row(c.topology, ctx.size, ctx.rank)
         self.peers = [j for j in sorted(self.row) if j != ctx.rank]
         self.buf = xp.zeros(n + 1 + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n + 1)
-        self.clock = ctx.clock
         self.gossip_bytes = len(self.peers) * self.params.nbytes       # one message to each neighbour
         self.check_bytes = ring_allreduce_bytes(ctx.size, self.buf.nbytes)
         self.compute_since, self.finite = 0.0, True
@@ -176,12 +169,7 @@ class DPSGD(Algorithm):
 
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n
-        lr = ctx.plan.schedule(step)
-        t0 = self.clock()
-        X, y = ctx.batch(step, self.lo, self.hi)
-        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
-        self.opt.step(self.params, self.grad, lr)
-        t1 = self.clock()
+        lr, loss, t0, t1 = self.timed_local_step(step)
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
         out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)
@@ -227,35 +215,33 @@ def pairing_rng(seed: int, rank: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(rank), PAIRING_SEED])
 
 
-class ADPSGD(Algorithm):
+class ADPSGD(LocalWorker):
     """adpsgd: a local step at the model I last had, then an atomic average with one random neighbour."""
 
     eval_name = "average"
 
     def __init__(self, ctx: WorkerContext):
-        super().__init__(ctx)
-        c, xp = ctx.config, ctx.xp
-        self.params = ctx.initial_params()                  # x_hat_i: every row starts here
-        self.grad = xp.empty_like(self.params)
-        self.work = xp.empty_like(self.params)
-        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)   # my own state
-        self.lo, self.hi = ctx.my_slice()
+        super().__init__(ctx)           # x_hat_i (every row starts there), my own rule's state, my slice
+        c = ctx.config
+        self.work = ctx.xp.empty_like(self.params)
         self.peers = neighbours(c.topology, ctx.size, ctx.rank)
         self.rng = pairing_rng(c.seed, ctx.rank)
-        self.clock = ctx.clock
         self.exchange_bytes = 2 * self.params.nbytes        # my update in, my averaged row back
         self.consensus: list[list[float]] = []
         self.last_step = -1
         self.summary = {"topology": c.topology, "degree": len(self.peers)} if ctx.rank == 0 else {}
 
-    def step(self, step: int) -> StepOut:
-        ctx, xp = self.ctx, self.ctx.xp
-        lr = ctx.plan.schedule(step)
-        t0 = self.clock()
-        X, y = ctx.batch(step, self.lo, self.hi)
-        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+    def local_step(self, step: int, lr: float) -> float:
+        """The rule's step taken on a copy of x_hat: `work` = x_hat after it (x_hat is kept)."""
+        X, y = self.ctx.batch(step, self.lo, self.hi)
+        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
         self.work[...] = self.params
         self.opt.step(self.work, self.grad, lr)
+        return loss
+
+    def step(self, step: int) -> StepOut:
+        ctx, xp = self.ctx, self.ctx.xp
+        lr, loss, t0, _ = self.timed_local_step(step)
         update = to_numpy(self.params - self.work)          # u = x_hat - (x_hat after the local step)
         peer = self.peers[int(self.rng.integers(len(self.peers)))] if self.peers else ctx.rank
         t1 = self.clock()

@@ -45,28 +45,22 @@ from typing import Any
 
 from ..comm.base import ring_allreduce_bytes
 from ..maths.optim import OptimizerSettings, make_optimizer
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
-class LocalSGD(Algorithm):
+class LocalSGD(LocalWorker):
     """local_sgd: H local steps, then the weighted average of the parameters."""
 
     eval_name = "average"
 
     def __init__(self, ctx: WorkerContext):
-        super().__init__(ctx)
-        c, xp, n = ctx.config, ctx.xp, ctx.model.n_params
+        super().__init__(ctx)                        # x_i, its rule, my slice, the clock (`LocalWorker`)
+        n, xp = ctx.model.n_params, ctx.xp
         self.n = n
-        self.params = ctx.initial_params()        # x_i; every worker starts at the same point
         self.average = self.params.copy()                       # the last average (what is evaluated)
-        self.grad = xp.empty_like(self.params)
-        self.opt = make_optimizer(c, ctx.model.layout(), xp, self.params.dtype)
-        self.tau = c.tau
-        self.lo, self.hi = ctx.my_slice()
-        self.weight = (self.hi - self.lo) / ctx.plan.batch_size
+        self.tau = ctx.config.tau
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
         self.tail = SyncTail(ctx, n)
-        self.clock = ctx.clock
         self.bytes_per_average = ring_allreduce_bytes(ctx.size, self.buf.nbytes)
         self.compute_since = 0.0
         self.finite = True
@@ -88,18 +82,9 @@ class LocalSGD(Algorithm):
         self.params[...] = total
         self.average[...] = total
 
-    def local_step(self, step: int, lr: float) -> float:
-        X, y = self.ctx.batch(step, self.lo, self.hi)
-        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
-        self.opt.step(self.params, self.grad, lr)
-        return loss
-
     def step(self, step: int) -> StepOut:
         ctx, n = self.ctx, self.n
-        lr = ctx.plan.schedule(step)
-        t0 = self.clock()
-        loss = self.local_step(step, lr)
-        t1 = self.clock()
+        lr, loss, t0, t1 = self.timed_local_step(step)
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
         out = StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, bytes_sent=0.0)

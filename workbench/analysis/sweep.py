@@ -322,7 +322,8 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
         elif not known:
             r["resolved"] = False
             told = f"+-{r['spread']:.0%}" if r["spread"] == r["spread"] else "no rate measured"
-            r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} workers {told} over "
+            r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} worker"
+                                    f"{'' if r['workers'] == 1 else 's'} {told} over "
                                     f"{r['rounds']} rounds (target +-{TARGET_SPREAD:.0%}"
                                     + (f"; budget: {repeats.out_of})" if getattr(repeats, "out_of", None) else ")"))
         elif r is first:

@@ -136,19 +136,26 @@ def serve_now(core: Any, op: RoleOp, args: tuple, kwargs: dict | None = None) ->
 class RoleFrontEnd:
     """A front-end's role operations as methods: `server.pull()` is `server.serve("pull")`.
 
-    Subclasses set `ops` (the core's table) and implement `serve(name, *args)`."""
+    Subclasses set `ops` (the core's table) and implement `serve(name, *args)`; one may
+    also specialise `bind(name)`, the callable a method name stands for (built on first
+    use and kept on the instance, so later calls are plain attribute reads)."""
 
     ops: Mapping[str, RoleOp] = {}
 
     def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    def bind(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.serve(name, *args, **kwargs)
+        return call
+
     def __getattr__(self, name: str) -> Any:
-        ops = type(self).__dict__.get("ops") or self.__dict__.get("ops") or {}
+        ops = self.__dict__.get("ops") or type(self).__dict__.get("ops") or {}
         if name in ops:
-            def call(*args: Any, **kwargs: Any) -> Any:
-                return self.serve(name, *args, **kwargs)
+            call = self.bind(name)
             call.__name__ = name
+            self.__dict__[name] = call
             return call
         raise AttributeError(f"{type(self).__name__} has no {name!r} (role ops: {', '.join(ops) or 'none'})")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .base import RoleFrontEnd, WorkerLost, check_wait, role_op, serve_now
+from .base import RoleFrontEnd, WorkerLost, check_wait, role_op
 from .roles import ChunkMaster
 
 ABORT_POLL_S = 0.5
@@ -75,16 +75,31 @@ class ThreadServer(RoleFrontEnd):
         self.lock = threading.Condition()
 
     def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, name)(*args, **kwargs)
+
+    def bind(self, name: str) -> Any:
+        """The op's call, built once from its table entry: the core's method under the
+        lock, after waiting for `ready` if it has one, waking the waiters if it `changes`."""
         op = role_op(self.core, name)
-        with self.lock:
-            if op.ready is not None:
-                while not op.ready(self.core, *args, **kwargs):
-                    if not self.lock.wait(timeout=ABORT_POLL_S):
-                        check_wait(self.control, op.what)
-            out = serve_now(self.core, op, args, kwargs)
-            if op.changes:
-                self.lock.notify_all()
-            return out
+        core, lock, control = self.core, self.lock, self.control
+        method, ready, changes, what = getattr(core, op.method), op.ready, op.changes, op.what
+        if ready is None and not changes:    # most calls: pull, push, centre
+            def call(*args: Any, **kwargs: Any) -> Any:
+                with lock:
+                    return method(*args, **kwargs)
+            return call
+
+        def waiting_call(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                if ready is not None:
+                    while not ready(core, *args, **kwargs):
+                        if not lock.wait(timeout=ABORT_POLL_S):
+                            check_wait(control, what)
+                out = method(*args, **kwargs)
+                if changes:
+                    lock.notify_all()
+                return out
+        return waiting_call
 
 
 class ThreadChunkMaster:

@@ -22,7 +22,7 @@ MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
 
 
 
-def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
+def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> list[str]:
     """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
 
     Checks the output directory, estimates memory before loading anything, loads the
@@ -30,6 +30,8 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
     and the schedule (warmup against the run length), checks asked-for GPUs exist, that
     a given scheduler answers as one, and that emulated exchanges end in reasonable time.
     Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
+    `shm=False`: the run maps no shared memory here (the thread transport), so this
+    machine's /dev/shm is not checked.
     """
     if config.out:
         check_out(config.out, overwrite=overwrite)
@@ -46,7 +48,7 @@ def preflight(config: RunConfig, overwrite: bool = False) -> list[str]:
                               f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
     check_emulator(config, model.n_params)
     spec = specs()[config.algorithm]
-    if config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: this host's
+    if shm and config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: here
         check_shm(config, model)                                                     # /dev/shm holds its segments
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...algorithms.base import FLUSH_S
-from ...comm.base import RoleFrontEnd, ThreadControl, WorkerLost, role_op, serve_now
+from ...comm.base import RoleFrontEnd, ThreadControl, WorkerLost, role_op
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ...sim.clock import Killed, Scheduler, VProc
@@ -330,24 +330,39 @@ class SimServer(RoleFrontEnd):
         self.ops = type(state.core).OPS
 
     def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        s, c, core = self.s, self.costs, self.s.core
-        op = role_op(core, name)
-        if op.notice:
-            out = serve_now(core, op, args, kwargs)
-            s._changed(self.proc.now())
-            return out
-        in_bytes = sum(c.nbytes(m) for m in op.sizes_in(*args, **kwargs))
+        return getattr(self, name)(*args, **kwargs)
 
-        def out_bytes() -> float:   # the reply as it is when served (a partner's deposit, say)
-            return sum(c.nbytes(m) for m in op.sizes_out(core, *args, **kwargs))
-        service_s = 0.0
-        if op.work is not None:
-            passes, floats = op.work(core, *args, **kwargs)
-            service_s = c.host_update(floats, passes)
-        ready = (lambda: op.ready(core, *args, **kwargs)) if op.ready is not None else None
-        turn = op.turn(*args, **kwargs) if op.turn is not None else None
-        return s.serve(self.proc, in_bytes, out_bytes, service_s, lambda: serve_now(core, op, args, kwargs),
-                       ready=ready, turn=turn)
+    def bind(self, name: str) -> Any:
+        """The op's call, built once from its table entry (`RoleFrontEnd.bind`)."""
+        s, c, core, proc = self.s, self.costs, self.s.core, self.proc
+        op = role_op(core, name)
+        method, nbytes = getattr(core, op.method), c.nbytes
+        if op.notice:
+            def notice(*args: Any, **kwargs: Any) -> Any:
+                out = method(*args, **kwargs)
+                s._changed(proc.now())
+                return out
+            return notice
+        sizes_in, sizes_out, work, ready, turn = op.sizes_in, op.sizes_out, op.work, op.ready, op.turn
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            in_bytes = 0
+            for m in sizes_in(*args, **kwargs):
+                in_bytes += nbytes(m)
+
+            def out_bytes() -> float:   # the reply as it is when served (a partner's deposit, say)
+                total = 0
+                for m in sizes_out(core, *args, **kwargs):
+                    total += nbytes(m)
+                return total
+            service_s = 0.0
+            if work is not None:
+                passes, floats = work(core, *args, **kwargs)
+                service_s = c.host_update(floats, passes)
+            return s.serve(proc, in_bytes, out_bytes, service_s, lambda: method(*args, **kwargs),
+                           ready=(lambda: ready(core, *args, **kwargs)) if ready is not None else None,
+                           turn=turn(*args, **kwargs) if turn is not None else None)
+        return call
 
 
 # ------------------------------------------------------------------------------ cgdp's master
