@@ -202,7 +202,9 @@ class SyncEASGD(ElasticWorker):
         self.path = ctx.config.elastic_sync
         self.on_host = self.path == "tree_host"
         self.tree = self.path != "ring"
-        self.overlap = self.path == "tree_device_overlap"
+        # a comm without a non-blocking elastic sum (threads, shared memory, Dask, NCCL) runs
+        # the one blocking allreduce of [d_i | tail], so every second of it is booked as comm
+        self.overlap = self.path == "tree_device_overlap" and hasattr(ctx.comm, "elastic_start")
         # xc: the same on every worker, always (on the host for tree_host)
         self.centre = to_numpy(self.params).copy() if self.on_host else self.params.copy()
         self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
@@ -260,13 +262,10 @@ class SyncEASGD(ElasticWorker):
         self.compute_since, self.finite = 0.0, True
         if settle(out, got.loss, got.stop):            # the global batch's loss, the same everywhere
             self.params -= buf[:n]                      # x_i -= d_i
-            start = getattr(ctx.comm, "elastic_start", None) if self.overlap else None
-            if self.overlap and start is not None:      # xc += sum_i d_i, landed before the next exchange
-                self.pending = start(buf[:n].copy())
+            if self.overlap:                            # xc += sum_i d_i, landed before the next exchange
+                self.pending = ctx.comm.elastic_start(buf[:n].copy())
                 if ctx.plan.is_eval_step(step) or step + 1 >= ctx.plan.total_steps:
                     out.comm_s += self._land()          # the centre is read now: book the wait in this step
-            elif self.overlap:                          # no non-blocking collective here: at once
-                self.centre += ctx.allreduce(buf[:n])
             elif self.on_host:
                 self.centre += to_numpy(total[:n])      # the host updates the centre
             else:
