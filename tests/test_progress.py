@@ -102,3 +102,15 @@ def test_a_widget_bar_leaves_a_finished_text_line_for_executed_notebooks(monkeyp
     text(_records(10, 3.0, 0.25))
     text.close()
     assert capsys.readouterr().out == ""
+
+
+def test_a_runs_bar_ends_on_the_summarys_samples_per_s(capfd, monkeypatch):
+    # The live estimate is recomputed at most once a second, so on a short run it can be
+    # the rate of the first batches; the bar's last word must be the number the summary,
+    # the CLI line and the report give (one definition). A live estimate that is never the
+    # summary's makes the difference visible.
+    from workbench.measure import LiveSteady
+    monkeypatch.setattr(LiveSteady, "rate", lambda self: 1.0)
+    result = wb.run(wb.RunConfig(steps=30, **QUICK))
+    last = capfd.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert f"samples/s={result.summary['samples_per_s']:,.0f}" in last, last

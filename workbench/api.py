@@ -77,7 +77,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         raise
     finally:
         if bar is not None:
-            bar.close(result.status if result is not None else "failed")
+            bar.close(result.status if result is not None else "failed",
+                      result.summary.get("samples_per_s") if result is not None else None)
     from .util.provenance import git_state
     result.summary.update(git_state())  # which code produced it: commit and dirty flag, or None
     if warnings:

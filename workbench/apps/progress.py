@@ -74,7 +74,12 @@ class RunProgress:
         if self.postfix:
             self.bar.set_postfix(self.postfix, refresh=False)
 
-    def close(self, status: str | None = None) -> None:
+    def close(self, status: str | None = None, samples_per_s: float | None = None) -> None:
+        """End the bar. `samples_per_s`: the run's summary rate (steady, from every step record),
+        shown in place of the live estimate, so the bar's last word is the run's own number."""
+        if samples_per_s is not None and samples_per_s == samples_per_s:
+            self.postfix["samples/s"] = f"{samples_per_s:,.0f}"
+            self.bar.set_postfix(self.postfix, refresh=False)
         if status is not None and status != "completed":
             self.postfix["status"] = status
             self.bar.set_postfix(self.postfix, refresh=False)
