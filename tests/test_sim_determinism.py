@@ -191,18 +191,23 @@ def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
     _same(batched, one_by_one)
 
 
-@pytest.mark.parametrize("algorithm", ["async_sgd", "sync_easgd"])
-def test_batched_compute_that_switches_itself_off_and_on_is_still_the_same_run(algorithm):
-    # async workers' instants hold one call each: after ComputePool.PROBE flushes the pool
-    # steps aside for BYPASS calls, then probes again; the run stays bitwise the same.
+@pytest.mark.parametrize("algorithm", ["async_sgd", "easgd", "hogwild_sgd"])
+def test_asynchronous_workers_whose_computes_overlap_are_batched_and_the_run_is_the_same(algorithm, monkeypatch):
+    # Asynchronous workers start their computes at staggered virtual times; a call is
+    # computed when its result is first needed (the end of some worker's compute), with
+    # every call started before then: pooled calls per computation > 1, bitwise the same run.
     from workbench.execution.engine import execute
     from workbench.execution.transports.sim import ComputePool, SimTransport
-    config = RunConfig(algorithm=algorithm, **{**SMALL, "steps": 60, "eval_every": 20}, cpus=4, jitter=0.2)
-    assert 4 * 60 > ComputePool.PROBE + ComputePool.BYPASS // 8
-    original = ComputePool.BYPASS
-    try:
-        ComputePool.BYPASS = 32                           # switch back and forth within the run
-        batched = execute(config, SimTransport())
-    finally:
-        ComputePool.BYPASS = original
+    sizes: list[int] = []
+    flush = ComputePool.flush
+
+    def counted(self):
+        sizes.append(len(self.calls))
+        flush(self)
+    monkeypatch.setattr(ComputePool, "flush", counted)
+    config = RunConfig(algorithm=algorithm, **{**SMALL, "steps": 60, "eval_every": 20, "batch_size": 64}, cpus=8,
+                       jitter=0.2)
+    batched = execute(config, SimTransport())
+    assert batched.summary["status"] == "completed"
+    assert sum(sizes) == 8 * 60 and max(sizes) > 1         # every step's call, some computed together
     _same(batched, execute(config, SimTransport(batch_compute=False)))
