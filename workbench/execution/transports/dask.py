@@ -12,7 +12,7 @@ What it provides for the declared needs:
   workers (`comm.nccl`), else a ring over the workers' own connections (`comm.ring`);
 * server role: in shared memory on one host (`comm.shm.ShmServer` / `ShmChunkMaster`,
   the workers update the role's core themselves under a file lock), else the core as a
-  Dask actor (`comm.dask.ServerActor` / `ChunkMasterActor`; cgdp's on a CPU worker);
+  Dask actor (`comm.dask.ServerActor`; cgdp's on a CPU worker, behind `ChunkMasterProxy`);
   LTFB's mailbox is always an actor (a partner waits for the other's deposit);
 * shared arrays: shared-memory segments (one host only);
 * start barrier: shared memory on one host, Dask events across hosts.
@@ -186,14 +186,17 @@ class DaskTransport(Transport):
                 plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
                 plan.server_segment = self.segments["server"] = self._on(
                     create_master_segment, f"wb{run_id}m", setup.params0, size, len(args["groups"]),
-                    role_state_spec(setup.n_params, **plan.server_options), where=addr0)
+                    role_state_spec(setup.n_params, **plan.server_options),
+                    plan.server_options["weight_return"] == "chunks", where=addr0)
                 plan.server = "shm_master"
-            elif role == "cgdp_master":            # an actor, on a CPU worker if there is one
-                from ...comm.dask import ChunkMasterActor
+            elif role == "cgdp_master":            # the generic actor, on a CPU worker if there is one
+                from ...comm.dask import ServerActor
                 from ...comm.roles import chunk_master_args
                 cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
-                self.actor = self._actor(ChunkMasterActor, where=cpus[0] if cpus else addr0,
-                                         **chunk_master_args(config, size, setup.model, setup.params0))
+                args = chunk_master_args(config, size, setup.model, setup.params0)
+                plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
+                self.actor = self._actor(ServerActor, role, plan.server_options, setup.params0, size,
+                                         where=cpus[0] if cpus else addr0)
                 plan.server = "actor_master"
             elif in_shm:   # one host: a shared-memory server under a file lock, no event-loop round trip
                 from ...comm.roles import role_state_spec
@@ -457,7 +460,7 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
         links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
     elif plan.server == "actor_master":
         from ...comm.dask import ChunkMasterProxy
-        links.server = ChunkMasterProxy(actor, control)
+        links.server = ChunkMasterProxy(actor, control, plan.server_options["weight_return"])
     elif plan.server == "shm":
         from ...comm.shm import ShmServer
         links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,
