@@ -234,6 +234,27 @@ class ShmComm:
         self._arrive()
         return total
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, np.ndarray]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`) through the same slots
+        as the allreduce: this rank writes its vector into its own slot, meets the others,
+        and copies only its peers' slots (len(peers) n floats read, nothing summed). The
+        general path then meets once more, so no slot is rewritten before every peer has
+        read it; a pair uses its alternating slot sets (one meeting, as its allreduce)."""
+        m = vec.shape[0]
+        if m > self.n:
+            raise ValueError(f"vec: at most {self.n} elements for this segment, got {m}")
+        if self.pair:
+            s = self._set
+            self._set ^= 1
+            np.copyto(self.slots[s, self.rank, :m], vec)
+            self._arrive()
+            return {j: self.slots[s, j, :m].copy() for j in peers}
+        np.copyto(self.slots[self.rank, :m], vec)
+        self._arrive()
+        got = {j: self.slots[j, :m].copy() for j in peers}
+        self._arrive()
+        return got
+
     def barrier(self) -> None:
         self._arrive()
 
