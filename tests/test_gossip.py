@@ -371,6 +371,57 @@ def test_adpsgd_on_threads_follows_the_reference_loop_of_its_pairing_sequence(to
     np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * n)   # update in, row back
 
 
+class ShmTableThreads:
+    """The thread transport with AD-PSGD's table in shared memory: every worker its own
+    `ShmModelTable` front-end (its own lock-file handle, so the kernel lock separates them
+    as it separates processes) over one segment; `server` reads the table after the run."""
+
+    def __new__(cls):
+        import uuid
+
+        from workbench.comm.shm import ShmModelTable, create_table_segment
+        from workbench.execution.transports.threads import ThreadTransport
+        from workbench.util.private import create_lock
+
+        class Transport(ThreadTransport):
+            def prepare(self, setup):
+                super().prepare(setup)
+                self.segment = create_table_segment(f"wbt{uuid.uuid4().hex[:10]}", setup.params0, setup.size)
+                self.lock = create_lock(uuid.uuid4().hex[:10])
+                self.server = ShmModelTable(self.segment, self.lock, setup.n_params, setup.size)
+                self.opened = []
+
+            def links(self, setup, rank):
+                links = super().links(setup, rank)
+                links.server = ShmModelTable(self.segment, self.lock, setup.n_params, setup.size, self.control)
+                self.opened.append(links.server)
+                return links
+        return Transport()
+
+
+def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop():
+    import os
+
+    from workbench.comm.shm import unlink_segment
+    cfg = config("adpsgd", cpus=3, steps=15, topology="ring")
+    transport = ShmTableThreads()
+    try:
+        got, core = run_adpsgd(cfg, transport)
+        assert got.status == "completed", got.summary.get("errors")
+        assert len(transport.opened) == 3 and type(transport.opened[0]).__name__ == "ShmModelTable"
+        log = list(core.log)                       # read back from the segment
+        assert core.log.count == len(log) == 3 * 15
+        check_pairings(cfg, 3, log, 15)
+        np.testing.assert_allclose(core.x, adpsgd_reference(cfg, 3, log), rtol=0, atol=ATOL)
+        np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * got.params.size)
+    finally:
+        for server in [transport.server, *transport.opened]:
+            if server.core is not None:
+                server.close()
+        unlink_segment(transport.segment)
+        os.remove(transport.lock)
+
+
 def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic():
     from workbench.execution.transports.sim import SimTransport
     cfg = config("adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
@@ -394,15 +445,17 @@ def test_adpsgd_with_one_worker_is_plain_sgd():
 
 
 @pytest.mark.cluster
-def test_adpsgd_on_dask_runs_through_the_actor_table_and_learns(client):
-    # The Dask path serves the pairwise table from an actor, so the pairing order (decided by
-    # arrival) is not read back here; the replay oracle runs on threads and the simulator
-    # above. This checks the real actor front-end: every step of both workers ran, each step
-    # moved one update in and one row back, the workers disagree, and the mean model learnt.
+def test_adpsgd_on_dask_runs_through_the_shared_memory_table_and_learns(client):
+    # On one host the pairwise table is in shared memory (comm.shm.ShmModelTable), served by
+    # the worker processes themselves; the pairing order (decided by arrival) is not read back
+    # here: the replay oracle of that front-end runs on threads above. This checks the real
+    # processes: every step of both workers ran, each step moved one update in and one row
+    # back, the workers disagree, and the mean model learnt.
     from workbench.execution.engine import run
     cfg = config("adpsgd", cpus=2, steps=40, topology="ring", eval_every=20)
     got = run(cfg, client)
     assert got.status == "completed", got.summary.get("errors")
+    assert got.summary["server"] == "shm"
     assert sorted(got.steps.groupby("worker").size().tolist()) == [40, 40]
     np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * got.params.size)
     assert got.summary["consensus_distance"][-1][1] > 0

@@ -414,6 +414,83 @@ def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:
     return seg
 
 
+# ------------------------------------------------------------------ AD-PSGD's table of models
+LOG_CAP = 65536   # averages whose (rank, peer, step) the shared log keeps (the first ones; 1.5 MiB)
+
+
+def table_nbytes(n: int, size: int) -> int:
+    """Bytes of a shared `pairwise` table: a header, P rows of n float32, the log."""
+    return 8 * HEADER + 8 * -(-4 * n * size // 8) + 8 * 3 * LOG_CAP
+
+
+def _table_views(buf: Any, n: int, size: int) -> dict[str, Any]:
+    rows_at = 8 * HEADER
+    return {"header": np.ndarray((HEADER,), dtype=np.int64, buffer=buf, offset=0),
+            "x": np.ndarray((size, n), dtype=np.float32, buffer=buf, offset=rows_at),
+            "log": np.ndarray((LOG_CAP, 3), dtype=np.int64, buffer=buf, offset=rows_at + 8 * -(-4 * n * size // 8))}
+
+
+class SharedLog:
+    """The table's log of averages in a segment: `append` under the table's lock; reads
+    as the list of (rank, peer, step) it kept (the first LOG_CAP; `count` counts all)."""
+
+    def __init__(self, header: np.ndarray, rows: np.ndarray):
+        self.header, self.rows = header, rows
+
+    @property
+    def count(self) -> int:
+        return int(self.header[0])
+
+    def append(self, entry: tuple[int, int, int]) -> None:
+        k = int(self.header[0])
+        if k < LOG_CAP:
+            self.rows[k] = entry
+        self.header[0] = k + 1
+
+    def __len__(self) -> int:
+        return min(self.count, LOG_CAP)
+
+    def __iter__(self):
+        return iter([tuple(int(v) for v in row) for row in self.rows[:len(self)]])
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == list(other)
+
+
+def create_table_segment(name: str, params: np.ndarray, size: int) -> str:
+    """Create a shared `pairwise` table with every row at `params` (runs on one worker)."""
+    seg = create_segment(name, table_nbytes(params.shape[0], size))
+    _table_views(_OWNED[seg].buf, params.shape[0], size)["x"][:] = params
+    return seg
+
+
+class ShmModelTable(RoleFrontEnd):
+    """The `pairwise` role (AD-PSGD's `roles.ModelTable`) in shared memory, for workers on
+    one host: the P rows and the log live in one segment, every worker holds a core over
+    those views, and the host's kernel file lock (as `ShmServer`) makes each call atomic:
+    an average reads and writes two rows with no other worker in between. Like the other
+    front-ends it serialises all averages (one lock), the stated simplification of
+    `algorithms.gossip`."""
+
+    def __init__(self, segment: str, lock_path: str, n: int, size: int, control: Any = None):
+        from .roles import ModelTable
+        self.shm = attach(segment)
+        v = _table_views(self.shm.buf, n, size)
+        self.core = ModelTable(None, size, x=v["x"], log=SharedLog(v["header"], v["log"]))
+        self.ops = type(self.core).OPS
+        self.control = control
+        self.lockfile = open_private(lock_path)
+
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        op = role_op(self.core, name)
+        return with_flock(self.lockfile, lambda: serve_now(self.core, op, args, kwargs))
+
+    def close(self) -> None:
+        self.lockfile.close()
+        self.core = None
+        detach(self.shm)
+
+
 # ------------------------------------------------------------------ cgdp's master
 # Segment layout: int64 header | int64 arrivals per chunk | float64 outcome | float32 arrays
 M_COMPLETED, M_STOP, M_FINAL_DONE, M_HEADER = 0, 1, 2, 8          # header slots
