@@ -245,10 +245,12 @@ class ModelTable:
     happened: the pairing sequence that a plain reference loop replays (tests).
     """
 
-    def __init__(self, params: np.ndarray, size: int):
-        self.x = np.tile(np.asarray(params), (size, 1))      # (P, n)
+    def __init__(self, params: np.ndarray | None, size: int, x: np.ndarray | None = None, log: Any = None):
+        # `x` and `log` hand in the rows and the log (a shared-memory front-end's views: the
+        # rows of a segment, `shm.SharedLog`); by default a fresh table of `params` and a list
+        self.x = x if x is not None else np.tile(np.asarray(params), (size, 1))      # (P, n)
         self.size = size
-        self.log: list[tuple[int, int, int]] = []
+        self.log: Any = log if log is not None else []
 
     ROLE = "pairwise"
     OPS = {op.name: op for op in (

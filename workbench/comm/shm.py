@@ -234,6 +234,27 @@ class ShmComm:
         self._arrive()
         return total
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, np.ndarray]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`) through the same slots
+        as the allreduce: this rank writes its vector into its own slot, meets the others,
+        and copies only its peers' slots (len(peers) n floats read, nothing summed). The
+        general path then meets once more, so no slot is rewritten before every peer has
+        read it; a pair uses its alternating slot sets (one meeting, as its allreduce)."""
+        m = vec.shape[0]
+        if m > self.n:
+            raise ValueError(f"vec: at most {self.n} elements for this segment, got {m}")
+        if self.pair:
+            s = self._set
+            self._set ^= 1
+            np.copyto(self.slots[s, self.rank, :m], vec)
+            self._arrive()
+            return {j: self.slots[s, j, :m].copy() for j in peers}
+        np.copyto(self.slots[self.rank, :m], vec)
+        self._arrive()
+        got = {j: self.slots[j, :m].copy() for j in peers}
+        self._arrive()
+        return got
+
     def barrier(self) -> None:
         self._arrive()
 
@@ -391,6 +412,83 @@ def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:
     seg = create_segment(name, server_nbytes(params.shape[0], momentum))
     _server_views(_OWNED[seg].buf, params.shape[0], 0, momentum)["x"][:] = params
     return seg
+
+
+# ------------------------------------------------------------------ AD-PSGD's table of models
+LOG_CAP = 65536   # averages whose (rank, peer, step) the shared log keeps (the first ones; 1.5 MiB)
+
+
+def table_nbytes(n: int, size: int) -> int:
+    """Bytes of a shared `pairwise` table: a header, P rows of n float32, the log."""
+    return 8 * HEADER + 8 * -(-4 * n * size // 8) + 8 * 3 * LOG_CAP
+
+
+def _table_views(buf: Any, n: int, size: int) -> dict[str, Any]:
+    rows_at = 8 * HEADER
+    return {"header": np.ndarray((HEADER,), dtype=np.int64, buffer=buf, offset=0),
+            "x": np.ndarray((size, n), dtype=np.float32, buffer=buf, offset=rows_at),
+            "log": np.ndarray((LOG_CAP, 3), dtype=np.int64, buffer=buf, offset=rows_at + 8 * -(-4 * n * size // 8))}
+
+
+class SharedLog:
+    """The table's log of averages in a segment: `append` under the table's lock; reads
+    as the list of (rank, peer, step) it kept (the first LOG_CAP; `count` counts all)."""
+
+    def __init__(self, header: np.ndarray, rows: np.ndarray):
+        self.header, self.rows = header, rows
+
+    @property
+    def count(self) -> int:
+        return int(self.header[0])
+
+    def append(self, entry: tuple[int, int, int]) -> None:
+        k = int(self.header[0])
+        if k < LOG_CAP:
+            self.rows[k] = entry
+        self.header[0] = k + 1
+
+    def __len__(self) -> int:
+        return min(self.count, LOG_CAP)
+
+    def __iter__(self):
+        return iter([tuple(int(v) for v in row) for row in self.rows[:len(self)]])
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == list(other)
+
+
+def create_table_segment(name: str, params: np.ndarray, size: int) -> str:
+    """Create a shared `pairwise` table with every row at `params` (runs on one worker)."""
+    seg = create_segment(name, table_nbytes(params.shape[0], size))
+    _table_views(_OWNED[seg].buf, params.shape[0], size)["x"][:] = params
+    return seg
+
+
+class ShmModelTable(RoleFrontEnd):
+    """The `pairwise` role (AD-PSGD's `roles.ModelTable`) in shared memory, for workers on
+    one host: the P rows and the log live in one segment, every worker holds a core over
+    those views, and the host's kernel file lock (as `ShmServer`) makes each call atomic:
+    an average reads and writes two rows with no other worker in between. Like the other
+    front-ends it serialises all averages (one lock), the stated simplification of
+    `algorithms.gossip`."""
+
+    def __init__(self, segment: str, lock_path: str, n: int, size: int, control: Any = None):
+        from .roles import ModelTable
+        self.shm = attach(segment)
+        v = _table_views(self.shm.buf, n, size)
+        self.core = ModelTable(None, size, x=v["x"], log=SharedLog(v["header"], v["log"]))
+        self.ops = type(self.core).OPS
+        self.control = control
+        self.lockfile = open_private(lock_path)
+
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        op = role_op(self.core, name)
+        return with_flock(self.lockfile, lambda: serve_now(self.core, op, args, kwargs))
+
+    def close(self) -> None:
+        self.lockfile.close()
+        self.core = None
+        detach(self.shm)
 
 
 # ------------------------------------------------------------------ cgdp's master

@@ -56,6 +56,18 @@ class ThreadComm:
         g.wait()  # nobody overwrites slots/result before everyone has copied
         return out
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`): each worker puts its
+        own vector in its slot, meets the others once, then copies only its peers' slots
+        (len(peers) n floats read, not P n); a second meeting keeps every slot until all
+        have read theirs."""
+        g = self.group
+        g.slots[self.rank] = vec        # the caller's array, unchanged while it waits here
+        g.wait()
+        got = {j: g.slots[j].copy() for j in peers}
+        g.wait()
+        return got
+
     def barrier(self) -> None:
         self.group.wait()
 
