@@ -493,8 +493,9 @@ class RunConfig(BaseModel):
     weight_return: Literal["chunks", "whole"] = Field("chunks", json_schema_extra={"group": "algorithm"}, description=(
         "CGDP: how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
         "updated it, while the devices finish the backward pass; the next forward pass waits only for "
-        "the chunk updated last, as Le et al.) or whole (the whole vector once every chunk is updated: "
-        "the earlier implementation, kept for comparison)."))
+        "the chunk updated last, as Le et al.; on threads, shared memory, the Dask actor and the "
+        "simulator) or whole (the whole vector once every chunk is updated: the earlier implementation, "
+        "kept for comparison)."))
     split: Literal["equal", "speed"] = Field("equal", json_schema_extra={"group": "algorithm"}, description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))

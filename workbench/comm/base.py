@@ -15,7 +15,8 @@ Two roles cover the seed papers' algorithms:
   others wait for, what it moves); one generic front-end per transport serves any core
   from that table (`serve(op, *args)`, the ops also as methods: `RoleFrontEnd`): a lock
   between threads, a Dask actor, shared memory, the simulator's virtual clock. (cgdp's
-  chunk master keeps its own front-ends: its calls are per chunk, not a request/reply.)
+  chunk master is served from its table on threads and Dask; in shared memory, where the
+  workers reduce the chunks themselves, and on the virtual clock, it has its own.)
 
 `Control` carries the stop and abort requests between the client and the loops. An
 optional network emulator (`Emulated`) adds latency and a bandwidth cap to any of them.

@@ -497,24 +497,26 @@ M_COMPLETED, M_STOP, M_FINAL_DONE, M_HEADER = 0, 1, 2, 8          # header slots
 F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
 
 
-def master_nbytes(n: int, size: int, n_layers: int, momentum: Any) -> int:
+def master_nbytes(n: int, size: int, n_layers: int, momentum: Any, chunked: bool = False) -> int:
     """Bytes of a shared-memory chunk master: n parameters, P workers (`momentum`: as
-    `_opt_spec` reads it)."""
+    `_opt_spec` reads it; `chunked`: with two weight buffers per worker, for the per-chunk
+    weight return)."""
     return (8 * (M_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 8 * -(-4 * n // 8)
-            + _spec_nbytes(_opt_spec(n, momentum)) + 4 * n * size)
+            + _spec_nbytes(_opt_spec(n, momentum)) + 4 * n * size * (3 if chunked else 1))
 
 
-def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: Any) -> str:
+def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: Any,
+                          chunked: bool = False) -> str:
     """Create and fill a ShmChunkMaster segment (runs on one worker of the host)."""
-    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum))
-    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum)
+    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum, chunked))
+    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum, chunked)
     views["x"][:] = params
     views["header"][[M_COMPLETED, M_STOP]] = -1
     views["floats"][F_LAST_DONE] = time.perf_counter()   # CLOCK_MONOTONIC: one clock for the host
     return seg
 
 
-def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any) -> dict[str, Any]:
+def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any, chunked: bool = False) -> dict[str, Any]:
     off = 0
 
     def take(shape: tuple, dtype: Any) -> np.ndarray:
@@ -528,6 +530,8 @@ def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any) -> 
     v["state"] = _take_state(buf, off, _opt_spec(n, momentum))
     off += _spec_nbytes(_opt_spec(n, momentum))
     v["slots"] = take((size, n), np.float32)                     # (P, n): each worker's weighted chunks
+    if chunked:                                                  # (2, P, n): each worker's fresh weights,
+        v["boxes"] = take((2, size, n), np.float32)              # two buffers used in turn (step parity)
     return v
 
 
@@ -551,18 +555,28 @@ class ShmChunkMaster:
     completing any chunk it had to, so the step is whole once every block of the final
     chunk is done; and a worker's next pushes follow its fetch, so no chunk of step s+1
     can complete (changing weights or outcome) before every worker has fetched step s.
+
+    `weight_return` chunks: the segment also holds two weight buffers per worker, used in
+    turn (the step's parity; a worker still reads this step's weights of a chunk after
+    pushing it). The worker that completes a chunk copies its fresh weights into every
+    worker's buffer at once, while the others go on with their backward pass; each
+    worker copies its own block of the final chunk into every buffer. The fetch then
+    hands over this worker's buffer (a view of the segment) without copying; whole:
+    the fetch copies the whole vector once the step is complete.
     """
 
     def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
                  chunk_layers: int | str, n: int, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, control: Any = None, clock: Callable[[], float] = time.perf_counter,
-                 optimizer: Any = None, layout: Any = None):
+                 optimizer: Any = None, layout: Any = None, weight_return: str = "whole"):
         from .roles import ChunkMaster, role_state_spec
         self.shm = attach(segment)
         self.rank, self.size, self.control, self.clock = rank, size, control, clock
         spec = role_state_spec(n, momentum, nesterov, weight_decay, optimizer, layout)
-        v = _master_views(self.shm.buf, n, size, len(groups), spec)
+        self.chunked = weight_return == "chunks"
+        v = _master_views(self.shm.buf, n, size, len(groups), spec, self.chunked)
         self.header, self.arrivals, self.floats, self.slots = v["header"], v["arrivals"], v["floats"], v["slots"]
+        self.boxes = v.get("boxes")
         self.times, self.loss_w, self.compute_s = (self.floats[N_FLOATS + k * size:N_FLOATS + (k + 1) * size]
                                                    for k in range(3))
         self.core = ChunkMaster(None, size, groups, chunk_layers, momentum, nesterov, weight_decay, clock=clock,
@@ -579,9 +593,14 @@ class ShmChunkMaster:
         return with_flock(self.lockfile, fn)
 
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
-        """Every worker's rows of [lo, hi), summed in rank order, update the master there."""
+        """Every worker's rows of [lo, hi), summed in rank order, update the master there;
+        with the per-chunk return, the fresh [lo, hi) goes into every worker's buffer."""
         self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr,
                                stopped=self.header[M_STOP] == step)
+        if self.chunked:
+            fresh, boxes = self.core.x[lo:hi], self.boxes[step % 2]
+            for r in range(self.size):
+                np.copyto(boxes[r, lo:hi], fresh)
 
     def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
         i = self.index[(lo, hi)]
@@ -632,13 +651,17 @@ class ShmChunkMaster:
     def wait_sent(self) -> None:
         pass  # pushes are complete when they return
 
-    def fetch(self, step: int):
-        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch), the
+    def fetch(self, step: int, rank: int | None = None):
+        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch but one), the
         step's loss and stop flag, the next step's chunking and every worker's compute time."""
         wait_until(lambda: self.header[M_COMPLETED] >= step, self.control, "cgdp master")
         f, core = self.floats, self.core
-        np.copyto(self.fetched, core.x)
-        x, loss, stop, times = self.fetched, float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
+        if self.chunked:                     # every chunk is in my buffer already
+            x = self.boxes[step % 2, self.rank]
+        else:
+            np.copyto(self.fetched, core.x)
+            x = self.fetched
+        loss, stop, times = float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
         used = core.tuner.current
         core.chunk_history.append(used)
         if core.tuner.observe(float(f[F_STEP_S])) != used:
@@ -650,6 +673,6 @@ class ShmChunkMaster:
 
     def close(self) -> None:
         self.lockfile.close()
-        del self.header, self.arrivals, self.floats, self.slots, self.times, self.loss_w, self.compute_s
+        del self.header, self.arrivals, self.floats, self.slots, self.boxes, self.times, self.loss_w, self.compute_s
         self.core = None
         detach(self.shm)

@@ -13,7 +13,7 @@ What it provides for the declared needs:
 * server role: in shared memory on one host (`comm.shm.ShmServer` / `ShmChunkMaster` /
   `ShmModelTable`,
   the workers update the role's core themselves under a file lock), else the core as a
-  Dask actor (`comm.dask.ServerActor` / `ChunkMasterActor`; cgdp's on a CPU worker);
+  Dask actor (`comm.dask.ServerActor`; cgdp's on a CPU worker, behind `ChunkMasterProxy`);
   LTFB's mailbox is always an actor (a partner waits for the other's deposit);
 * shared arrays: shared-memory segments (one host only);
 * start barrier: shared memory on one host, Dask events across hosts.
@@ -187,14 +187,17 @@ class DaskTransport(Transport):
                 plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
                 plan.server_segment = self.segments["server"] = self._on(
                     create_master_segment, f"wb{run_id}m", setup.params0, size, len(args["groups"]),
-                    role_state_spec(setup.n_params, **plan.server_options), where=addr0)
+                    role_state_spec(setup.n_params, **plan.server_options),
+                    plan.server_options["weight_return"] == "chunks", where=addr0)
                 plan.server = "shm_master"
-            elif role == "cgdp_master":            # an actor, on a CPU worker if there is one
-                from ...comm.dask import ChunkMasterActor
+            elif role == "cgdp_master":            # the generic actor, on a CPU worker if there is one
+                from ...comm.dask import ServerActor
                 from ...comm.roles import chunk_master_args
                 cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
-                self.actor = self._actor(ChunkMasterActor, where=cpus[0] if cpus else addr0,
-                                         **chunk_master_args(config, size, setup.model, setup.params0))
+                args = chunk_master_args(config, size, setup.model, setup.params0)
+                plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
+                self.actor = self._actor(ServerActor, role, plan.server_options, setup.params0, size,
+                                         where=cpus[0] if cpus else addr0)
                 plan.server = "actor_master"
             elif role == "pairwise" and in_shm:    # AD-PSGD's table of models: rows and log in a segment
                 from ...comm.shm import create_table_segment
@@ -463,7 +466,7 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
         links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
     elif plan.server == "actor_master":
         from ...comm.dask import ChunkMasterProxy
-        links.server = ChunkMasterProxy(actor, control)
+        links.server = ChunkMasterProxy(actor, control, plan.server_options["weight_return"])
     elif plan.server == "shm":
         from ...comm.shm import ShmServer
         links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,

@@ -464,7 +464,7 @@ class SimChunkMaster:
         self.s.send(self.proc, rank, step, (step, rank, lo, hi, np.array(grad, copy=True), lr, loss_w, stop,
                                             compute_s))
 
-    def fetch(self, step: int):
+    def fetch(self, step: int, rank: int | None = None):
         return self.s.fetch(self.proc, self.rank, step)
 
     def wait_sent(self) -> None:
