@@ -177,6 +177,8 @@ class Dashboard:
     `sweep(workers, mode)`, `history`, `runs_table()`, `status_text`.
     """
 
+    sim_in_child = True     # simulated runs in a child process (`simproc`); False: on a thread of the kernel
+
     def __init__(self, cluster: Any = None, config: RunConfig | None = None, out: str | os.PathLike | None = None):
         self.cluster = cluster
         self.out = None if out is None else Path(out)
@@ -204,6 +206,7 @@ class Dashboard:
         self._time_axes: dict[str, bool | str] = {}     # live figure -> what its time axis says (mark_virtual)
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
+        self._sim_warmed = False                        # the simulation's fork server started (simproc.warm)
         self._build()
 
     # ------------------------------------------------------------------ widgets
@@ -457,6 +460,10 @@ class Dashboard:
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
+        if cfg.simulate and self.sim_in_child and not self._sim_warmed:   # ready before Run is pressed
+            from . import simproc
+            self._sim_warmed = True
+            simproc.warm()
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
@@ -617,7 +624,7 @@ class Dashboard:
         try:
             cluster = self.cluster
             cfg = state.config
-            if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
+            if cfg.simulate:      # its own virtual cluster, in a child process: no Dask cluster
                 cluster = None
                 state.phase = f"starting: a simulated cluster of {workers_of(cfg)} virtual worker(s)"
             elif in_process(cfg):
@@ -632,8 +639,13 @@ class Dashboard:
             if getattr(transport, "name", None) == "dask":
                 self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
-                                   progress=False)  # its own plots
+            from . import simproc
+            if cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
+                from .simproc import run_in_process
+                state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set)
+            else:
+                state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add,
+                                       should_stop=self._stop.is_set, progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
         finally:
