@@ -79,6 +79,17 @@ def test_progress_figure_has_one_set_of_traces_per_run(sync_result, sgd_result):
     assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
 
 
+def test_the_accuracy_axis_fits_its_values_inside_0_to_1(sync_result):
+    """sim_icpe's accuracy axis ran from -0.5 to 1 (plotly's autorange of a flat trace)."""
+    fig = F.progress_figure(sync_result, x="epoch")
+    acc = sync_result.evals["test_accuracy"]
+    lo, hi = fig.layout.yaxis2.range
+    assert 0.0 <= lo <= acc.min() and acc.max() <= hi <= 1.0
+    assert hi - lo <= (acc.max() - acc.min()) * 1.1 + 0.04 + 1e-12     # padded by 5% a side (at least 0.02)
+    flat = F.fit_fraction_axis(go.Figure(go.Scatter(x=[0, 1], y=[1.0, 1.0], yaxis="y2")))
+    assert tuple(flat.layout.yaxis2.range) == (0.98, 1.0)
+
+
 def test_progress_against_epoch_uses_epochs_and_step_loss(sync_result):
     fig = F.progress_figure(sync_result, x="epoch")
     t = traces(fig)

@@ -358,7 +358,32 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
     mark_virtual(fig, simulated_of(results_of(results)))
     set_loss_scale(fig, log_loss)
     apply_smoothing(fig, smoothing)
+    fit_fraction_axis(fig, "y2")
     return as_widget(fig, live)
+
+
+def fit_fraction_axis(fig: Any, axis: str = "y2", pad: float = 0.05) -> Any:
+    """An accuracy axis spans its traces' values padded by `pad` of their spread (at least
+    0.02), clipped to [0, 1]: plotly's autorange of one value, or of a flat trace, gave
+    -0.5..1.5 (sim_icpe's accuracy axis ran from -0.5 to 1). No values: left to plotly.
+
+    >>> import plotly.graph_objects as go
+    >>> fig = go.Figure(go.Scatter(x=[1, 2], y=[0.9, 0.9], yaxis="y2"))
+    >>> tuple(round(v, 3) for v in fit_fraction_axis(fig).layout.yaxis2.range)
+    (0.88, 0.92)
+    >>> tuple(fit_fraction_axis(go.Figure(go.Scatter(x=[1, 2], y=[0.0, 1.0], yaxis="y2"))).layout.yaxis2.range)
+    (0.0, 1.0)
+    """
+    values = [np.asarray(t.y, dtype=float) for t in fig.data
+              if t.y is not None and (getattr(t, "yaxis", None) or "y") == axis and len(t.y)]
+    v = np.concatenate(values) if values else np.empty(0)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return fig
+    margin = max(0.02, pad * float(v.max() - v.min()))
+    fig.update_layout({f"yaxis{axis[1:]}": {"range": [max(0.0, float(v.min()) - margin),
+                                                      min(1.0, float(v.max()) + margin)]}})
+    return fig
 
 
 def _throughput_base() -> Any:
