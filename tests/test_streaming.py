@@ -166,3 +166,39 @@ def test_threads_run_without_a_directory_keeps_its_steps_in_memory(no_dask):
     result = run_threads(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=30))
     assert result.store is not None and not result.store.streaming
     assert result.steps["step"].tolist() == sorted(list(range(30)) * 2)
+
+
+def test_on_record_receives_column_batches_with_a_dict_view(no_dask):
+    """Issue 23 item 2: the live stream stays columnar from the workers to the consumers;
+    `.records()` (and iterating) gives the dicts, and every accumulator reads both alike."""
+    from workbench.results import RecordBatch, RunTally
+    from workbench.ui import figdata as FD
+
+    batches = []
+    wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=40), cluster="threads", progress=False,
+           on_record=batches.append)
+    assert batches and all(isinstance(b, RecordBatch) for b in batches)
+    with_steps = [b for b in batches if b.n_steps]
+    assert with_steps and any(b.others for b in batches)               # evaluations and events ride along
+    b = with_steps[0]
+    assert list(b.steps) == list(STEP_COLUMNS[1:]) and all(isinstance(v, np.ndarray) for v in b.steps.values())
+    recs = b.records()
+    assert len(recs) == len(b) and list(recs[0]) == list(STEP_COLUMNS)
+    assert [r["loss"] for r in recs if r["kind"] == "step"] == b.steps["loss"].tolist()
+    assert list(b) == recs
+    tallies = RunTally(), RunTally()
+    states = FD.LiveState(label="run", color="#000"), FD.LiveState(label="run", color="#000")
+    for batch in batches:
+        tallies[0].add(batch)
+        tallies[1].add(batch.records())
+        by_columns, by_dicts = FD.live_series(batch, states[0]), FD.live_series(batch.records(), states[1])
+        assert by_columns.keys() == by_dicts.keys()
+        for key in by_columns:
+            assert len(by_columns[key]) == len(by_dicts[key]), key
+            for s1, s2 in zip(by_columns[key], by_dicts[key]):
+                assert s1.name == s2.name
+                np.testing.assert_array_equal(np.asarray(s1.x), np.asarray(s2.x))
+                np.testing.assert_array_equal(np.asarray(s1.y), np.asarray(s2.y))
+    fields = ("steps_seen", "epoch", "samples", "first_start", "last_time", "loss", "test_accuracy", "_clock")
+    assert [getattr(tallies[0], f) for f in fields] == [getattr(tallies[1], f) for f in fields]
+    assert tallies[0].steps_seen == 40

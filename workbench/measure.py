@@ -365,7 +365,17 @@ class LiveSteady:
         self._frame: pd.DataFrame | None = None
         self.newest_time: float | None = None   # the newest record's time at the first batch
 
-    def add(self, records: list[dict]) -> None:
+    def add(self, records: Any) -> None:
+        """A batch: record dicts, or a columnar `results.RecordBatch` (its `steps` columns)."""
+        steps = getattr(records, "steps", None)
+        if isinstance(steps, dict):   # columnar: no dict per row
+            if steps:
+                n = len(steps["step"])
+                cols = [np.asarray(steps[c], dtype=float) if c in steps else np.zeros(n)
+                        for c in ("worker", "step", "time", "samples", *COMPONENTS)]
+                self._rows.extend(zip(*(c.tolist() for c in cols)))
+                self._frame = None
+            records = getattr(records, "others", ())
         for r in records:
             if r.get("kind") != "step" or r.get("time") is None or r.get("step") is None:
                 continue

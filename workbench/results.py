@@ -48,7 +48,7 @@ STATUSES = ("running", "completed", "stopped", "diverged", "failed")
 
 # A record is a flat dict whose "kind" says which table it belongs to.
 Record = dict[str, Any]
-OnRecord = Callable[[list[Record]], None]
+OnRecord = Callable[[Any], None]   # called with a RecordBatch (iterating it gives record dicts)
 
 # The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
 LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -243,13 +243,26 @@ def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
     ...                  "staleness": [0.0], "bytes_sent": [0.0]})[0]["samples"]
     32
     """
-    names = STEP_COLUMNS[2:]
+    names = [c for c in STEP_COLUMNS[2:] if c in columns]   # every one, from a worker's columns
     lists = [np.asarray(columns[c]).tolist() for c in names]
+    ints = [c for c in ("step", "samples") if c in names]
     out = []
     for values in zip(*lists):
         rec = {"kind": "step", "worker": worker, **dict(zip(names, values))}
-        rec["step"], rec["samples"] = int(rec["step"]), int(rec["samples"])
+        for c in ints:
+            rec[c] = int(rec[c])
         out.append(rec)
+    return out
+
+
+def live_columns(worker: int, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One worker's (binned) step columns as a `RecordBatch`'s steps: STEP_COLUMNS less
+    kind, worker, step and samples as whole numbers."""
+    n = len(columns["step"])
+    out: dict[str, np.ndarray] = {"worker": np.full(n, int(worker), dtype=np.int64)}
+    for name in STEP_COLUMNS[2:]:
+        col = np.asarray(columns[name])
+        out[name] = col.astype(np.int64) if name in ("step", "samples") else col
     return out
 
 
@@ -272,6 +285,35 @@ class RecordBatch:
     def __init__(self, steps: dict[str, np.ndarray] | None = None, others: Iterable[Record] = ()):
         self.steps = steps if steps is not None and len(steps.get("step", ())) else {}
         self.others = list(others)
+
+    @classmethod
+    def join(cls, batches: Iterable[Any]) -> RecordBatch:
+        """One batch of several (RecordBatches or lists of record dicts), in order."""
+        steps: list[dict[str, np.ndarray]] = []
+        others: list[Record] = []
+        for b in batches:
+            if not isinstance(b, RecordBatch):
+                b = cls.of(b)
+            if b.steps:
+                steps.append(b.steps)
+            others.extend(b.others)
+        if not steps:
+            return cls(None, others)
+        names = [k for k in steps[0] if all(k in s for s in steps)]
+        return cls({k: np.concatenate([np.asarray(s[k]) for s in steps]) for k in names}, others)
+
+    @classmethod
+    def of(cls, records: Iterable[Record]) -> RecordBatch:
+        """A batch from record dicts (a RecordBatch comes back as it is)."""
+        if isinstance(records, RecordBatch):
+            return records
+        records = list(records)
+        steps = [r for r in records if r.get("kind") == "step"]
+        cols = None
+        if steps:
+            names = [c for c in STEP_COLUMNS[1:] if c in steps[0]]
+            cols = {c: np.asarray([r.get(c) for r in steps]) for c in names}
+        return cls(cols, [r for r in records if r.get("kind") != "step"])
 
     @property
     def n_steps(self) -> int:
@@ -353,6 +395,9 @@ class RunTally:
         self._clock: list[tuple[float, int, int]] = []   # (record time, steps seen, samples) per batch
 
     def add(self, records: Iterable[Record]) -> None:
+        if isinstance(records, RecordBatch):
+            self._add_batch(records)
+            return
         newest = None
         for r in records:
             kind = r.get("kind")
@@ -372,6 +417,30 @@ class RunTally:
             if t >= self.last_time:
                 self.last_time, newest = t, t
         if newest is not None:
+            self._clock.append((newest, self.steps_seen, self.samples))
+            while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
+                self._clock.pop(0)
+
+    def _add_batch(self, batch: RecordBatch) -> None:
+        """`add` for a columnar batch: the same counts, without a dict per row."""
+        for r in batch.others:
+            if r.get("kind") == "eval" and r.get("test_accuracy") is not None:
+                self.test_accuracy = float(r["test_accuracy"])
+        s = batch.steps
+        if not s:
+            return
+        self.samples += int(np.asarray(s["samples"]).astype(np.int64).sum()) if "samples" in s else 0
+        self.steps_seen = max(self.steps_seen, int(np.max(s["step"])) + 1)
+        if "epoch" in s:
+            self.epoch = max(self.epoch, float(np.nanmax(np.asarray(s["epoch"], dtype=float))))
+        if "loss" in s:
+            self.loss = float(np.asarray(s["loss"])[-1])
+        t = np.asarray(s["time"], dtype=float)
+        if self.first_start is None:
+            self.first_start = float(t[0]) - sum(float(np.asarray(s[c])[0]) for c in measure.COMPONENTS if c in s)
+        newest = float(t.max())
+        if newest >= self.last_time:
+            self.last_time = newest
             self._clock.append((newest, self.steps_seen, self.samples))
             while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
                 self._clock.pop(0)
@@ -627,6 +696,48 @@ def _frame(rows: np.ndarray) -> pd.DataFrame:
     return df.astype({c: "int64" for c in _INT_COLUMNS})
 
 
+class EvalTable:
+    """A run's evaluation records, kept compact: one float64 row per evaluation and the
+    worker's name as a code (a dict per evaluation costs ~0.7 KB; a long run evaluating
+    every epoch makes hundreds of thousands).
+
+    >>> t = EvalTable()
+    >>> t.add(eval_record(0, 9, 1.0, 0.5, 0.3, 0.4, 0.9)); t.add(eval_record("centre", 19, 2.0, 1.0, 0.2, 0.3, None))
+    >>> t.frame()[["worker", "step", "test_accuracy"]].values.tolist()
+    [['0', 9, 0.9], ['centre', 19, nan]]
+    """
+
+    NUMBERS = ("step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
+
+    def __init__(self) -> None:
+        self.data = np.empty((64, len(self.NUMBERS)), dtype=np.float64)
+        self.who: list[str] = []             # code -> worker name
+        self._code: dict[str, int] = {}
+        self.codes = np.empty(64, dtype=np.int32)
+        self.n = 0
+
+    def add(self, rec: Record) -> None:
+        if self.n == len(self.codes):
+            self.data = np.concatenate([self.data, np.empty_like(self.data)])
+            self.codes = np.concatenate([self.codes, np.empty_like(self.codes)])
+        worker = str(rec.get("worker"))
+        code = self._code.get(worker)
+        if code is None:
+            code = self._code[worker] = len(self.who)
+            self.who.append(worker)
+        self.codes[self.n] = code
+        self.data[self.n] = [math.nan if rec.get(k) is None else float(rec[k]) for k in self.NUMBERS]
+        self.n += 1
+
+    def frame(self) -> pd.DataFrame:
+        """The evaluations as evals.csv holds them (EVAL_COLUMNS less kind)."""
+        names = np.array(self.who, dtype=object)
+        cols: dict[str, Any] = {"worker": names[self.codes[:self.n]] if self.n else np.array([], dtype=object)}
+        cols.update({k: self.data[:self.n, j] for j, k in enumerate(self.NUMBERS)})
+        df = pd.DataFrame(cols, columns=list(EVAL_COLUMNS[1:]))
+        return df.astype({"step": "int64"})
+
+
 class Collector:
     """Gathers a run's records; thread-safe enough for one writer.
 
@@ -644,7 +755,8 @@ class Collector:
 
     def __init__(self, on_record: OnRecord | None = None, *, width: int | None = None, size: int | None = None,
                  directory: str | Path | None = None):
-        self.rows: dict[str, list[Record]] = {"eval": [], "event": [], "tournament": []}
+        self.rows: dict[str, list[Record]] = {"event": [], "tournament": []}
+        self.evals = EvalTable()
         self.on_record = on_record
         self.width = width
         self.store = StepStore(directory, size)
@@ -656,14 +768,18 @@ class Collector:
         steps = [r for r in batch if r.get("kind") == "step"]
         for r in batch:
             if r.get("kind") != "step":
-                self.rows.setdefault(r["kind"], []).append(r)
+                self._keep(r)
         by_worker: dict[int, list[Record]] = {}
         for r in steps:
             by_worker.setdefault(int(r["worker"]), []).append(r)
+        parts = []
         for worker, recs in by_worker.items():
-            self.store.add(worker, {f: np.array([float(r.get(f, 0.0)) for r in recs]) for f in ROW_FIELDS})
+            cols = {f: np.array([float(r.get(f, 0.0)) for r in recs]) for f in ROW_FIELDS}
+            self.store.add(worker, cols)
+            parts.append(live_columns(worker, cols))
         if self.on_record is not None and batch:
-            self.on_record(batch)
+            steps = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else None
+            self.on_record(RecordBatch(steps, [r for r in batch if r.get("kind") != "step"]))
 
     def add_live(self, payload: dict[str, Any]) -> None:
         """A worker's live batch: {"rank", "started" (wall clock of its step 0, or None),
@@ -675,19 +791,25 @@ class Collector:
             self.started.setdefault(worker, float(payload["started"]))
         records = list(payload.get("records") or [])
         for r in records:
-            self.rows.setdefault(r["kind"], []).append(r)
+            self._keep(r)
         rows = payload.get("rows")
-        step_recs: list[Record] = []
+        live = None
         if rows is not None and int(rows["n"]):
             cols = unpack_rows(rows)
             self.store.add(worker, cols)
-            step_recs = step_records(worker, bin_steps(cols, width=self.width))
-            self.live_rows += len(step_recs)
+            live = live_columns(worker, bin_steps(cols, width=self.width))
+            self.live_rows += len(live["step"])
         if payload.get("done"):
             self.store.complete(worker)
-        batch = step_recs + records
+        batch = RecordBatch(live, records)
         if self.on_record is not None and batch:
             self.on_record(batch)
+
+    def _keep(self, r: Record) -> None:
+        if r["kind"] == "eval":
+            self.evals.add(r)
+        else:
+            self.rows.setdefault(r["kind"], []).append(r)
 
     def add_steps(self, worker: int, columns: dict[str, np.ndarray] | None, complete: bool = True) -> None:
         """The rows `worker`'s loop still held when it ended (after every batch it sent);
@@ -706,6 +828,8 @@ class Collector:
         if kind == "step":
             self.store.write(force=True)
             return self.store.frame()[[c for c in columns if c != "kind"]]
+        if kind == "eval":
+            return self.evals.frame()[[c for c in columns if c != "kind"]]
         rows = self.rows.get(kind, [])
         df = pd.DataFrame(rows, columns=list(columns))
         return df.drop(columns="kind")
