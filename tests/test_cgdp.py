@@ -10,36 +10,44 @@ from workbench.execution.engine import run, run_threads
 BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=64, lr=0.1, seed=1)
 
 
-@pytest.mark.parametrize("workers, chunk_layers", [(1, 1), (2, 1), (2, 2), (3, 3), (2, "auto")])
-def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers):
-    cfg = RunConfig(algorithm="cgdp", cpus=workers, steps=25, chunk_layers=chunk_layers, **BASE)
-    ref = run_threads(cfg.replace(algorithm="sgd"))
+@pytest.mark.parametrize("workers, chunk_layers, weight_return",
+                         [(1, 1, "chunks"), (2, 1, "chunks"), (2, 2, "chunks"), (3, 3, "chunks"), (2, "auto", "chunks"),
+                          (2, 1, "whole"), (3, "auto", "whole")])
+def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers, weight_return):
+    cfg = RunConfig(algorithm="cgdp", cpus=workers, steps=25, chunk_layers=chunk_layers, weight_return=weight_return,
+                    **BASE)
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
     np.testing.assert_allclose(got.steps[got.steps.worker == 0]["loss"], ref.steps["loss"], rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_layers", [1, 3])
-def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, chunk_layers):
+@pytest.mark.parametrize("chunk_layers, weight_return", [(1, "chunks"), (3, "chunks"), (1, "whole")])
+def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, chunk_layers, weight_return):
     # Arrival order at the master must not matter (it sums in rank order, a fast worker's
-    # next step is kept apart): shake it with random delays around every push and fetch.
+    # next step is kept apart, the chunks come back into the buffer of the step's parity):
+    # shake it with random delays around every push and fetch.
     import random
     import time
 
     from workbench.comm.threads import ThreadChunkMaster
     rng = random.Random(7)
-    push, fetch = ThreadChunkMaster.push, ThreadChunkMaster.fetch
+    bind = ThreadChunkMaster.bind
 
-    def late(fn):
+    def late(self, name):
+        fn = bind(self, name)
+        if name not in ("push", "fetch"):
+            return fn
+
         def call(*args, **kwargs):
             time.sleep(rng.random() * 0.003)
             return fn(*args, **kwargs)
         return call
-    monkeypatch.setattr(ThreadChunkMaster, "push", late(push))
-    monkeypatch.setattr(ThreadChunkMaster, "fetch", late(fetch))
-    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, **BASE)
-    ref = run_threads(cfg.replace(algorithm="sgd"))
+    monkeypatch.setattr(ThreadChunkMaster, "bind", late)
+    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, weight_return=weight_return,
+                    **BASE)
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -48,7 +56,7 @@ def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, 
 def test_cgdp_with_momentum_and_speed_shares_follows_sgd():
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=25, momentum=0.9, nesterov=True, weight_decay=1e-4,
                     split="speed", **BASE)
-    ref = run_threads(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
     assert any(e["event"] == "rebalanced" for e in got.events)      # shares really moved
@@ -116,7 +124,7 @@ def test_rebalance_moves_work_until_every_worker_takes_the_same_time():
 @pytest.mark.cluster
 def test_cgdp_on_dask_follows_sgd_and_learns_digits(client):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=20, **BASE)
-    ref = run_threads(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run(cfg, cluster=client)
     assert got.status == "completed"
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -138,7 +146,8 @@ def test_speed_split_reports_shares_and_idle_time(client):
 
 
 # ------------------------------------------------------------------ the master in shared memory
-def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps, stop_at, out_q):
+def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps, stop_at, out_q,
+                       weight_return="whole"):
     """One worker process: pushes its chunks last-first with random pauses, fetches each step."""
     import random
     import time
@@ -146,7 +155,7 @@ def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps
     from workbench.comm.roles import chunk_bounds
     from workbench.comm.shm import ShmChunkMaster
     master = ShmChunkMaster(segment, lock, rank, size, groups, chunk_layers, n, momentum=0.9, nesterov=True,
-                            weight_decay=1e-3)
+                            weight_decay=1e-3, weight_return=weight_return)
     rng = random.Random(rank)
     chunking, seen = master.core.tuner.current, []
     for step in range(steps):
@@ -161,8 +170,9 @@ def _shm_master_worker(segment, lock, rank, size, groups, chunk_layers, n, steps
                 grad = None
             master.push(step, rank, lo, hi, grad, 0.05, 0.25 * (rank + 1) if last else 0.0,
                         rank == 0 and step == stop_at and k == 0, 0.001 * (rank + 1) if last else None)
-        x, loss, stop, chunking, times = master.fetch(step)
+        x, loss, stop, chunking, times = master.fetch(step, rank)
         seen.append((x.copy(), loss, stop, chunking, times))
+        del x                                              # a view of the segment (chunks): gone before close
     out_q.put((rank, seen, master.history()))
     master.close()
 
@@ -171,20 +181,23 @@ def _grad(rank, step, n):
     return np.random.default_rng(100 * step + rank).standard_normal(n).astype(np.float32)
 
 
-@pytest.mark.parametrize("size, chunk_layers", [(2, 1), (3, 2), (3, "auto")])
-def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, chunk_layers):
+@pytest.mark.parametrize("size, chunk_layers, weight_return",
+                         [(2, 1, "whole"), (3, 2, "chunks"), (3, "auto", "whole"), (2, 1, "chunks")])
+def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, chunk_layers, weight_return):
     import multiprocessing as mp
     import uuid
 
     from workbench.comm.shm import create_master_segment, unlink_segment
     groups, n, steps, stop_at = [(0, 40), (40, 48), (48, 90), (90, 95)], 95, 14, 11
     x0 = np.random.default_rng(7).standard_normal(n).astype(np.float32)
-    seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, size, len(groups), True)
+    seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, size, len(groups), True,
+                                weight_return == "chunks")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     (tmp_path / "m.lock").touch()   # made by the run's creator; the workers open it
     procs = [ctx.Process(target=_shm_master_worker, args=(seg, str(tmp_path / "m.lock"), r, size, groups,
-                                                          chunk_layers, n, steps, stop_at, q)) for r in range(size)]
+                                                          chunk_layers, n, steps, stop_at, q, weight_return))
+             for r in range(size)]
     try:
         for p in procs:
             p.start()
@@ -222,12 +235,98 @@ def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, ch
 def test_cgdp_master_in_shared_memory_equals_the_actor_master(client):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=30, momentum=0.9, weight_decay=1e-4, chunk_layers="auto",
                     **BASE)
-    ref = run_threads(cfg.replace(algorithm="sgd"))
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     shm = run(cfg, cluster=client)
     actor = run(cfg.replace(comm="dask"), cluster=client)
     assert shm.status == actor.status == "completed", shm.summary.get("errors")
     assert (shm.summary["server"], actor.summary["server"]) == ("shm", "actor")
     np.testing.assert_allclose(shm.params, ref.params, rtol=0, atol=1e-5)
     assert np.array_equal(shm.params, actor.params)
+    whole = run(cfg.replace(comm="dask", weight_return="whole"), cluster=client)   # the same maths, returned whole
+    assert whole.status == "completed" and np.array_equal(whole.params, actor.params)
     np.testing.assert_allclose(shm.steps[shm.steps.worker == 0]["loss"], ref.steps["loss"], rtol=1e-5)
     assert shm.summary["chunk_layers_used"] >= 1
+
+
+# ------------------------------------------------------------------ the per-chunk weight return
+GROUPS = [(0, 40), (40, 48), (48, 90), (90, 95)]
+
+
+def _two_worker_grads(step, n=95):
+    return [np.random.default_rng(10 * step + r).standard_normal(n).astype(np.float32) for r in range(2)]
+
+
+def test_thread_master_returns_each_chunk_as_soon_as_it_is_updated():
+    from workbench.comm.threads import ThreadChunkMaster
+    x0 = np.random.default_rng(3).standard_normal(95).astype(np.float32)
+    master = ThreadChunkMaster(ChunkMaster(x0, 2, GROUPS, 1, momentum=0.9, weight_return="chunks"))
+    oracle = ChunkMaster(x0, 2, GROUPS, 1, momentum=0.9)
+    chunks = chunk_bounds(GROUPS, 1)                 # last layers first
+    for step in range(2):
+        g = _two_worker_grads(step)
+        before = [master.boxes[r][(step + 1) % 2].copy() for r in range(2)]   # the buffer in use now
+        for k, (lo, hi) in enumerate(chunks):
+            for r in range(2):
+                master.push(step, r, lo, hi, g[r][lo:hi] * 0.5, 0.1, 0.5 if lo == 0 else 0.0, False,
+                            0.001 if lo == 0 else None)
+                oracle.add(step, r, lo, hi, g[r][lo:hi] * 0.5, 0.1, 0.5 if lo == 0 else 0.0, False,
+                           0.001 if lo == 0 else None)
+            # the chunk just completed is back in both workers' next-step buffers, before the step is done
+            for r in range(2):
+                assert np.array_equal(master.boxes[r][step % 2][lo:hi], oracle.x[lo:hi]), (step, k, r)
+                assert np.array_equal(master.boxes[r][(step + 1) % 2], before[r])   # never the one in use
+            assert master.core.completed == (step if k == len(chunks) - 1 else step - 1)
+        for r in range(2):
+            x, loss, stop, chunking, times = master.fetch(step, r)
+            assert x is master.boxes[r][step % 2] and np.array_equal(x, oracle.x)
+            assert (loss, stop, chunking, times) == oracle.outcome()
+
+
+def test_actor_master_answers_a_chunk_once_it_is_updated_and_not_before():
+    import asyncio
+
+    from workbench.comm.dask import ServerActor
+    x0 = np.random.default_rng(4).standard_normal(95).astype(np.float32)
+    options = {"groups": GROUPS, "chunk_layers": 1, "weight_return": "chunks"}
+    actor = ServerActor("cgdp_master", options, x0, 2)
+    oracle = ChunkMaster(x0, 2, GROUPS, 1)
+    (lo, hi), *rest = chunk_bounds(GROUPS, 1)
+    g = _two_worker_grads(0)
+
+    async def go():
+        asked = asyncio.ensure_future(actor.serve("chunk", 0, lo, hi))      # asked for before it is updated
+        await actor.serve("push", 0, 0, lo, hi, g[0][lo:hi], 0.1)
+        await asyncio.sleep(0)
+        assert not asked.done()                                             # one part in: not yet
+        await actor.serve("push", 0, 1, lo, hi, g[1][lo:hi], 0.1)
+        got = await asyncio.wait_for(asked, 5)
+        assert actor.core.completed == -1                                   # the step is far from done
+        return got
+    got = asyncio.run(go())
+    for r in range(2):
+        oracle.add(0, r, lo, hi, g[r][lo:hi], 0.1)
+    assert np.array_equal(got, oracle.x[lo:hi])
+
+
+def test_the_chunk_masters_table_names_its_methods_and_the_arrays_that_travel():
+    from workbench.comm.base import serve_now
+    from workbench.comm.roles import make_core, role_core
+    core = make_core("cgdp_master", {"groups": [(0, 3), (3, 5)], "chunk_layers": 1}, np.zeros(5, np.float32), 1)
+    assert isinstance(core, role_core("cgdp_master")) and core.weight_return == "whole"
+    ops = type(core).OPS
+    calls = [("push", (0, 0, 3, 5, np.ones(2, np.float32), 0.1)), ("chunk", (0, 3, 5)),
+             ("push", (0, 0, 0, 3, np.ones(3, np.float32), 0.1, 0.5, False, 0.01)), ("fetch", (0,)),
+             ("outcome", (0,)), ("history", ())]
+    assert {name for name, _ in calls} == set(ops)
+    for name, args in calls:
+        op = ops[name]
+        if op.ready is not None:
+            assert op.ready(core, *args), name
+        out_sizes = op.sizes_out(core, *args)
+        got = serve_now(core, op, args)
+        assert list(op.sizes_in(*args)) == [len(a) for a in args if isinstance(a, np.ndarray)], name
+        answered = [len(a) for a in (got if isinstance(got, tuple) else (got,)) if isinstance(a, np.ndarray)]
+        assert list(out_sizes) == answered, name
+    assert not ops["chunk"].ready(core, 1, 3, 5) and not ops["fetch"].ready(core, 1)   # next step: not yet
+    with pytest.raises(ValueError, match="weight_return"):
+        ChunkMaster(np.zeros(5, np.float32), 1, [(0, 5)], 1, weight_return="halves")

@@ -34,20 +34,189 @@ def test_mixing_matrices_are_symmetric_doubly_stochastic_over_the_graph(topology
     assert sorted(np.abs(np.linalg.eigvalsh(W)))[-2] < 1 - 1e-9
 
 
-def test_neighbour_exchange_on_threads_hands_each_worker_its_peers_vectors():
+def on_threads(size, work):
+    """work(rank) on `size` threads; their results by rank (a failure in any is raised)."""
     import threading
-    group, got = ThreadGroup(4), {}
+    got, errors = {}, []
 
-    def work(rank):
-        comm = group.comm(rank)
-        got[rank] = neighbour_exchange(comm, np.full(3, float(rank), np.float32), neighbours("ring", 4, rank))
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(4)]
+    def run(rank):
+        try:
+            got[rank] = work(rank)
+        except BaseException as exc:   # noqa: BLE001 - handed to the test's thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(size)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=10)
-    assert {r: sorted(v) for r, v in got.items()} == {0: [1, 3], 1: [0, 2], 2: [1, 3], 3: [0, 2]}
-    assert all((vec == j).all() for r in got for j, vec in got[r].items())
+        t.join(timeout=30)
+    if errors:
+        raise errors[0]
+    assert sorted(got) == list(range(size)), "a worker did not finish"
+    return got
+
+
+# a symmetric graph that is not a ring (a star plus an edge): rank 0 talks to all, 1-2 to each other
+STAR = {0: [1, 2, 3], 1: [0, 2], 2: [0, 1], 3: [0]}
+
+
+def vector(rank, call, n=5):
+    return np.arange(n, dtype=np.float32) + 100 * rank + 10_000 * call
+
+
+def exchange_rounds(comm, rank, peers, rounds=3, n=5):
+    """Exchanges interleaved with allreduces (they share slots): what each exchange returned."""
+    out = []
+    for call in range(rounds):
+        out.append(neighbour_exchange(comm, vector(rank, call, n), peers))
+        total = comm.allreduce(np.full(n, float(rank + 1), np.float32))
+        assert np.allclose(total, sum(range(1, comm.size + 1)))
+    return out
+
+
+def check_rounds(got, graph, rounds=3):
+    for rank, calls in got.items():
+        assert len(calls) == rounds
+        for call, vecs in enumerate(calls):
+            assert sorted(vecs) == graph[rank]            # exactly my peers' vectors, nobody else's
+            for j, vec in vecs.items():
+                np.testing.assert_array_equal(vec, vector(j, call))
+
+
+class CountingAllreduce:
+    """A comm whose allreduce counts its calls (the exchange must not use it)."""
+
+    def __init__(self, comm):
+        self.comm, self.calls = comm, 0
+        self.rank, self.size = comm.rank, comm.size
+
+    def allreduce(self, buf):
+        self.calls += 1
+        return self.comm.allreduce(buf)
+
+    def neighbour_exchange(self, vec, peers):
+        return self.comm.neighbour_exchange(vec, peers)
+
+
+@pytest.mark.parametrize("graph", [STAR, {r: neighbours("ring", 4, r) for r in range(4)}])
+def test_neighbour_exchange_on_threads_hands_each_worker_only_its_peers_vectors(graph):
+    group = ThreadGroup(4)
+    comms = [CountingAllreduce(group.comm(r)) for r in range(4)]
+    got = on_threads(4, lambda r: exchange_rounds(comms[r], r, graph[r]))
+    check_rounds(got, graph)
+    assert all(c.calls == 3 for c in comms)     # only the test's own allreduces: the exchange is no allreduce
+
+
+@pytest.mark.parametrize("size", [2, 4])    # 2: the pair path's alternating slot sets; 4: the general path
+def test_neighbour_exchange_in_shared_memory_reads_only_the_peers_slots(size):
+    import uuid
+
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+    n = 5
+    graph = STAR if size == 4 else {0: [1], 1: [0]}
+    seg = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
+    comms = [CountingAllreduce(ShmComm(seg, r, size, n)) for r in range(size)]
+    try:
+        got = on_threads(size, lambda r: exchange_rounds(comms[r], r, graph[r], n=n))
+    finally:
+        for c in comms:
+            c.comm.close()
+        unlink_segment(seg)
+    check_rounds(got, graph)
+    assert all(c.calls == 3 for c in comms)
+
+
+class FakeNccl:
+    """CuPy's NCCL module and communicators, in host memory, for the exchange's logic:
+    sends and receives must be posted inside one group (real NCCL would deadlock two
+    peers sending to each other otherwise); each receive completes at the group's end."""
+
+    NCCL_FLOAT32, NCCL_FLOAT64, NCCL_SUM = 7, 8, 0
+
+    def __init__(self, size):
+        import queue
+        import threading
+        self.boxes = {(i, j): queue.Queue() for i in range(size) for j in range(size)}
+        self.local = threading.local()
+        self.sent = [[] for _ in range(size)]          # (peer, count) of every send, per rank
+
+    def groupStart(self):   # noqa: N802 - CuPy's names
+        assert getattr(self.local, "posted", None) is None, "nested group"
+        self.local.posted = []
+
+    def groupEnd(self):     # noqa: N802
+        import ctypes
+        for ptr, nbytes, box in self.local.posted:
+            ctypes.memmove(ptr, box.get(timeout=10), nbytes)
+        self.local.posted = None
+
+    def communicator(self, rank):
+        lib = self
+
+        class Comm:
+            def send(self, ptr, count, dtype, peer, stream):
+                import ctypes
+                assert lib.local.posted is not None, "send outside a group"
+                nbytes = count * (4 if dtype == lib.NCCL_FLOAT32 else 8)
+                lib.boxes[(rank, peer)].put(ctypes.string_at(ptr, nbytes))
+                lib.sent[rank].append((peer, count))
+
+            def recv(self, ptr, count, dtype, peer, stream):
+                assert lib.local.posted is not None, "recv outside a group"
+                lib.local.posted.append((ptr, count * (4 if dtype == lib.NCCL_FLOAT32 else 8), lib.boxes[(peer, rank)]))
+
+            def allReduce(self, *args):   # noqa: N802
+                raise AssertionError("the peer exchange must not allreduce")
+        return Comm()
+
+
+class HostStream:
+    ptr = 0
+
+    def synchronize(self):
+        pass
+
+
+def test_nccl_neighbour_exchange_is_one_group_of_sends_and_receives_to_the_peers():
+    """The NCCL exchange's logic on the CPU (no GPU here): a fake communicator in host memory."""
+    from workbench.comm.nccl import NcclComm
+    lib = FakeNccl(4)
+    comms = [NcclComm(None, r, 4, parts=(np, lib, lib.communicator(r), HostStream())) for r in range(4)]
+
+    def work(rank):
+        return [comms[rank].neighbour_exchange(vector(rank, call), STAR[rank]) for call in range(3)]
+    check_rounds(on_threads(4, work), STAR)
+    for rank in range(4):                     # d sends of n floats a call, to the peers only: d n floats
+        assert lib.sent[rank] == [(j, 5) for _ in range(3) for j in STAR[rank]]
+
+
+@pytest.mark.gpu
+def test_nccl_neighbour_exchange_on_gpus():
+    """Two GPUs (one rank each, NCCL wants one device per rank): the real grouped send/recv."""
+    import threading
+
+    from workbench.comm.nccl import NcclComm, unique_id
+    from workbench.maths.backend import get_xp, gpu_count
+    if gpu_count() < 2:
+        pytest.skip("needs two GPUs (NCCL runs one rank per device)")
+    cp, uid = get_xp("gpu"), unique_id()
+    comms = {}
+
+    def make(rank):
+        with cp.cuda.Device(rank):
+            comms[rank] = NcclComm(uid, rank, 2)
+    threads = [threading.Thread(target=make, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    def work(rank):
+        with cp.cuda.Device(rank):
+            got = comms[rank].neighbour_exchange(cp.asarray(vector(rank, 0)), [1 - rank])
+            return [{j: cp.asnumpy(v) for j, v in got.items()}]
+    check_rounds(on_threads(2, work), {0: [1], 1: [0]}, rounds=1)
+    for c in comms.values():
+        c.close()
 
 
 def gossip_reference(cfg: RunConfig, workers: int) -> np.ndarray:
@@ -98,6 +267,27 @@ def test_bytes_sent_are_one_vector_per_neighbour_per_gossip():
     sent = got.steps[got.steps.worker == 0].bytes_sent.to_numpy()
     np.testing.assert_allclose(sent[:-1], 2 * 4 * n)      # the last step also carries the agreement allreduce
     assert sent[-1] > 2 * 4 * n
+
+
+@pytest.mark.parametrize("topology, tau", [("ring", 1), ("torus", 2), ("exponential", 1)])
+def test_recorded_gossip_bytes_are_the_cost_models(topology, tau):
+    """One definition: over one agreement period (CHECK_EVERY steps) the bytes a worker
+    records are the cost model's beta term for dpsgd (d n floats per gossip, the agreement
+    allreduce once), plus the packed tail riding on that allreduce."""
+    from workbench.algorithms.gossip import CHECK_EVERY
+    from workbench.algorithms.registry import tail_length
+    from workbench.analysis.costmodel import gossip_terms
+    from workbench.comm.base import ring_allreduce_bytes
+    p = 4
+    got = run_threads(config(cpus=p, steps=CHECK_EVERY, topology=topology, tau=tau, eval_every=CHECK_EVERY))
+    n = got.params.size
+    _, beta_bytes = gossip_terms(p, 4 * n, topology, tau=tau)
+    tail = 4 * (1 + tail_length(p))          # ||x||^2 / P and the tail, beside the n parameters
+    per_step = beta_bytes + ring_allreduce_bytes(p, tail) / CHECK_EVERY
+    for w in range(p):
+        sent = got.steps[got.steps.worker == w].bytes_sent.to_numpy()
+        assert len(sent) == CHECK_EVERY
+        np.testing.assert_allclose(sent.sum() / CHECK_EVERY, per_step, rtol=1e-12)
 
 
 def test_on_a_high_latency_network_gossip_beats_allreduce_in_time():
@@ -181,6 +371,57 @@ def test_adpsgd_on_threads_follows_the_reference_loop_of_its_pairing_sequence(to
     np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * n)   # update in, row back
 
 
+class ShmTableThreads:
+    """The thread transport with AD-PSGD's table in shared memory: every worker its own
+    `ShmModelTable` front-end (its own lock-file handle, so the kernel lock separates them
+    as it separates processes) over one segment; `server` reads the table after the run."""
+
+    def __new__(cls):
+        import uuid
+
+        from workbench.comm.shm import ShmModelTable, create_table_segment
+        from workbench.execution.transports.threads import ThreadTransport
+        from workbench.util.private import create_lock
+
+        class Transport(ThreadTransport):
+            def prepare(self, setup):
+                super().prepare(setup)
+                self.segment = create_table_segment(f"wbt{uuid.uuid4().hex[:10]}", setup.params0, setup.size)
+                self.lock = create_lock(uuid.uuid4().hex[:10])
+                self.server = ShmModelTable(self.segment, self.lock, setup.n_params, setup.size)
+                self.opened = []
+
+            def links(self, setup, rank):
+                links = super().links(setup, rank)
+                links.server = ShmModelTable(self.segment, self.lock, setup.n_params, setup.size, self.control)
+                self.opened.append(links.server)
+                return links
+        return Transport()
+
+
+def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop():
+    import os
+
+    from workbench.comm.shm import unlink_segment
+    cfg = config("adpsgd", cpus=3, steps=15, topology="ring")
+    transport = ShmTableThreads()
+    try:
+        got, core = run_adpsgd(cfg, transport)
+        assert got.status == "completed", got.summary.get("errors")
+        assert len(transport.opened) == 3 and type(transport.opened[0]).__name__ == "ShmModelTable"
+        log = list(core.log)                       # read back from the segment
+        assert core.log.count == len(log) == 3 * 15
+        check_pairings(cfg, 3, log, 15)
+        np.testing.assert_allclose(core.x, adpsgd_reference(cfg, 3, log), rtol=0, atol=ATOL)
+        np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * got.params.size)
+    finally:
+        for server in [transport.server, *transport.opened]:
+            if server.core is not None:
+                server.close()
+        unlink_segment(transport.segment)
+        os.remove(transport.lock)
+
+
 def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic():
     from workbench.execution.transports.sim import SimTransport
     cfg = config("adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
@@ -204,15 +445,17 @@ def test_adpsgd_with_one_worker_is_plain_sgd():
 
 
 @pytest.mark.cluster
-def test_adpsgd_on_dask_runs_through_the_actor_table_and_learns(client):
-    # The Dask path serves the pairwise table from an actor, so the pairing order (decided by
-    # arrival) is not read back here; the replay oracle runs on threads and the simulator
-    # above. This checks the real actor front-end: every step of both workers ran, each step
-    # moved one update in and one row back, the workers disagree, and the mean model learnt.
+def test_adpsgd_on_dask_runs_through_the_shared_memory_table_and_learns(client):
+    # On one host the pairwise table is in shared memory (comm.shm.ShmModelTable), served by
+    # the worker processes themselves; the pairing order (decided by arrival) is not read back
+    # here: the replay oracle of that front-end runs on threads above. This checks the real
+    # processes: every step of both workers ran, each step moved one update in and one row
+    # back, the workers disagree, and the mean model learnt.
     from workbench.execution.engine import run
     cfg = config("adpsgd", cpus=2, steps=40, topology="ring", eval_every=20)
     got = run(cfg, client)
     assert got.status == "completed", got.summary.get("errors")
+    assert got.summary["server"] == "shm"
     assert sorted(got.steps.groupby("worker").size().tolist()) == [40, 40]
     np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), 2 * 4 * got.params.size)
     assert got.summary["consensus_distance"][-1][1] > 0

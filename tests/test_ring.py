@@ -231,3 +231,51 @@ def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
     assert all(m in named or "allreduce aborted" in m for m in aborted), aborted
     assert ended < 30, ended
     assert len(result.steps) > 0
+
+
+# ------------------------------------------------------------------ gossip's peer exchange
+PATH3 = {0: [1, 2], 1: [0], 2: [0]}     # symmetric, and not the ring's left/right: 1 and 2 never talk
+
+
+def _exchange_rounds(ring, rank, size, peers, graph, rounds, n):
+    from workbench.comm.base import neighbour_exchange
+    from workbench.comm.ring import RingComm
+    comm = RingComm(ring, rank, size, peers)
+    out = []
+    try:
+        for call in range(rounds):
+            vec = np.arange(n, dtype=np.float32) + 100 * rank + 10_000 * call
+            got = neighbour_exchange(comm, vec, graph[rank])
+            vec[:] = -1                                     # the caller may reuse its array at once
+            out.append(got)
+            comm.allreduce(np.ones(3, np.float32))          # the ring's own connections in between
+        return out, comm.sent_bytes
+    finally:
+        comm.close()
+
+
+@pytest.mark.slow
+def test_the_ring_transports_peer_exchange_is_point_to_point_and_dpsgd_follows_the_numpy_loop(client3):
+    """Each rank gets exactly its peers' vectors over direct connections and sends d n floats
+    a call (plus the allreduces' own chunks); then dpsgd over comm="dask" against X <- W X."""
+    from test_gossip import gossip_reference
+
+    from workbench.config import RunConfig
+    from workbench.execution.engine import run
+    peers, rounds, n = _peers(client3, 3), 3, 1000
+    ring = uuid.uuid4().hex
+    futs = [client3.submit(_exchange_rounds, ring, r, 3, peers, PATH3, rounds, n, workers=[a], pure=False)
+            for r, a in enumerate(peers)]
+    got = client3.gather(futs, errors="raise")
+    for rank, (calls, sent) in enumerate(got):
+        for call, vecs in enumerate(calls):
+            assert sorted(vecs) == PATH3[rank]
+            for j, vec in vecs.items():
+                np.testing.assert_array_equal(vec, np.arange(n, dtype=np.float32) + 100 * j + 10_000 * call)
+        allreduce_bytes = rounds * 4 * 2 * (3 - 1)     # 2 (P-1) chunks of 1 float (3 floats, P = 3)
+        assert sent == rounds * len(PATH3[rank]) * 4 * n + allreduce_bytes
+    cfg = RunConfig(algorithm="dpsgd", cpus=3, steps=12, comm="dask", topology="ring", momentum=0.0,
+                    dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1, lr=0.1)
+    res = run(cfg, cluster=client3)
+    assert res.status == "completed" and res.summary["comm"] == "dask", res.summary.get("errors")
+    np.testing.assert_allclose(res.params, gossip_reference(cfg, 3), rtol=0, atol=2e-5)

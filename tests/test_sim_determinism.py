@@ -41,6 +41,7 @@ def _no_timing(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("this machine was timed without cpu_device=local")
     monkeypatch.setattr(profiles, "local_device", refuse)
+    monkeypatch.setattr(profiles, "co_run_device", refuse)
 
 
 @pytest.mark.parametrize("workers", [dict(cpus=2), dict(gpus=2)], ids=["cpu-workers", "gpu-workers"])
@@ -71,6 +72,40 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
     summary.write_text(json.dumps(first.summary, default=str))
     _same(first, run_simulated(config.replace(calibration=str(summary))))    # the run's own summary
     _same(first, run_simulated(config.replace(calibration=str(cached[0]))))  # the calibration file
+
+
+def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_replayed(tmp_path, monkeypatch):
+    # Two local CPU workers compute at once in a synchronous step: the core is timed again
+    # while another process computes the same model (co_run), that timing is what the two
+    # workers are charged, it joins the cached record, and the run replays from its summary.
+    # A calibration file without it (written before co-run timing) keeps the one-core numbers.
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)          # the calibrated machine's cores, whatever CI has
+    profiles._LOCAL.clear()
+    config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)
+    first = run_simulated(config)
+    record = first.summary["calibration"]
+    together = record["co_run"]["2"]
+    assert together["source"].startswith("this machine, one of 2 cores computing at once")
+    assert [b for b, _ in together["timed"]] == [b for b, _ in record["timed"]]       # the same batch sizes
+    one_core = {k: v for k, v in record.items() if k != "co_run"}
+    old = tmp_path / "before-co-run.json"
+    old.write_text(json.dumps(one_core))
+    _no_timing(monkeypatch)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(first.summary, default=str))
+    _same(first, run_simulated(config.replace(calibration=str(summary))))
+    # what each worker is charged: the co-run fit with the record, the one-core fit with the old file
+    from workbench.problem import Problem
+    from workbench.sim.costs import make_costs
+    problem = Problem.from_config(config)
+    charged = make_costs(config, problem.new_model(), ["cpu", "cpu"], problem.data).devices
+    assert [(d.step_overhead_s, d.rate) for d in charged] == [(together["step_overhead_s"],
+                                                                together["rate_flops"])] * 2
+    old_config = config.replace(calibration=str(old))
+    charged = make_costs(old_config, problem.new_model(), ["cpu", "cpu"], problem.data).devices
+    assert [(d.step_overhead_s, d.rate) for d in charged] == [(record["step_overhead_s"], record["rate_flops"])] * 2
+    assert run_simulated(old_config).summary["status"] == "completed"
 
 
 def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_path, monkeypatch):
@@ -191,18 +226,23 @@ def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
     _same(batched, one_by_one)
 
 
-@pytest.mark.parametrize("algorithm", ["async_sgd", "sync_easgd"])
-def test_batched_compute_that_switches_itself_off_and_on_is_still_the_same_run(algorithm):
-    # async workers' instants hold one call each: after ComputePool.PROBE flushes the pool
-    # steps aside for BYPASS calls, then probes again; the run stays bitwise the same.
+@pytest.mark.parametrize("algorithm", ["async_sgd", "easgd", "hogwild_sgd"])
+def test_asynchronous_workers_whose_computes_overlap_are_batched_and_the_run_is_the_same(algorithm, monkeypatch):
+    # Asynchronous workers start their computes at staggered virtual times; a call is
+    # computed when its result is first needed (the end of some worker's compute), with
+    # every call started before then: pooled calls per computation > 1, bitwise the same run.
     from workbench.execution.engine import execute
     from workbench.execution.transports.sim import ComputePool, SimTransport
-    config = RunConfig(algorithm=algorithm, **{**SMALL, "steps": 60, "eval_every": 20}, cpus=4, jitter=0.2)
-    assert 4 * 60 > ComputePool.PROBE + ComputePool.BYPASS // 8
-    original = ComputePool.BYPASS
-    try:
-        ComputePool.BYPASS = 32                           # switch back and forth within the run
-        batched = execute(config, SimTransport())
-    finally:
-        ComputePool.BYPASS = original
+    sizes: list[int] = []
+    flush = ComputePool.flush
+
+    def counted(self):
+        sizes.append(len(self.calls))
+        flush(self)
+    monkeypatch.setattr(ComputePool, "flush", counted)
+    config = RunConfig(algorithm=algorithm, **{**SMALL, "steps": 60, "eval_every": 20, "batch_size": 64}, cpus=8,
+                       jitter=0.2)
+    batched = execute(config, SimTransport())
+    assert batched.summary["status"] == "completed"
+    assert sum(sizes) == 8 * 60 and max(sizes) > 1         # every step's call, some computed together
     _same(batched, execute(config, SimTransport(batch_compute=False)))

@@ -11,11 +11,22 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from .algorithms.registry import LR_MAX
 from .data.dataset import DATASETS
@@ -141,14 +152,8 @@ def short_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "... (cut)"
 
 
-# Fields checked by the strict-type validators below (nullable ones accept None too).
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
 DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
-INT_FIELDS = ("n_samples", "n_features", "n_classes", "cpus", "batch_size", "base_batch", "tau", "trainers",
-              "round_size", "tournament_size", "steps", "eval_every", "seed")
-FLOAT_FIELDS = ("latency_ms", "bandwidth_gbps", "lr", "warmup_epochs", "momentum", "weight_decay", "alpha",
-                "lr_spread", "epochs", "jitter", "beta1", "beta2", "eps", "trust_coefficient")
-BOOL_FIELDS = ("download", "nesterov", "exchange_state", "simulate")
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
@@ -179,6 +184,87 @@ def strict_float(v: Any, allowed: str = "a number") -> Any:
         except ValueError:
             pass
     raise ValueError(f"{allowed} (not true/false)")
+
+
+def strict_bool(v: Any) -> bool:
+    """`v` when it is a bool, or true/false text (any case); never from 1, 0 or other text."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ValueError("true or false")
+
+
+def _wrong_type(parse: Any) -> Any:
+    """A before-validator running `parse`, its refusal raised as a `wrong_type` error (its
+    own text; a field whose `Allowed` says `says_type` puts its allowed text first)."""
+    def check(v: Any) -> Any:
+        try:
+            return parse(v)
+        except ValueError as exc:
+            raise PydanticCustomError("wrong_type", str(exc)) from None
+    return BeforeValidator(check)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """A field's allowed values in words: the `<what is allowed>` of its one-line error
+    when a value breaks the bounds its `Field(ge=..., lt=...)` states (or a check beside
+    them). `says_type`: a value of the wrong type says this text too, "<text> (not true/false)"
+    (the communication-efficient knobs' wording; the others say "a number" or "a whole number")."""
+
+    text: str
+    says_type: bool = False
+
+
+# Strict parsing. Pydantic's lax mode turns true into 1 and 2.7 into 2 (or 3.0 into 3)
+# without a word; a config that says `batch_size: true` is a mistake to report. Text stays
+# accepted: CLI flags and widgets hand values over as strings. (Written after a field's
+# Field(...) bounds so that the JSON schema states them as minimum / maximum.)
+WHOLE = _wrong_type(strict_int)
+NUMBER = _wrong_type(strict_float)
+Flag = Annotated[bool, _wrong_type(strict_bool)]
+# The ranges several fields share (each field's own are written at the field).
+WholeFrom0 = Annotated[int, Field(ge=0), WHOLE, Allowed("a whole number >= 0")]
+WholeFrom1 = Annotated[int, Field(ge=1), WHOLE, Allowed("a whole number >= 1")]
+WholeFrom1OrUnset = Annotated[int | None, Field(ge=1), WHOLE, Allowed("a whole number >= 1, or unset")]
+FinitePositive = Annotated[float, Field(gt=0, allow_inf_nan=False), NUMBER, Allowed("a finite number > 0")]
+FiniteFrom0 = Annotated[float, Field(ge=0, allow_inf_nan=False), NUMBER, Allowed("a finite number >= 0")]
+FractionBelow1 = Annotated[float, Field(ge=0, lt=1), NUMBER, Allowed("a number in [0, 1)")]
+# pydantic's error types for a value outside a field's bounds: reported with its `Allowed`
+_OUT_OF_BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number",
+                  "outside_allowed")
+JITTER_ALLOWED = f"0, or a number >= {JITTER_MIN:g} and < 1 (the coefficient of variation of compute times)"
+MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
+
+
+def _no_vanishing_jitter(v: float) -> float:
+    # The charge's gamma has shape 1/jitter**2: below JITTER_MIN that overflows (1e-300
+    # was a ZeroDivisionError in every virtual worker), and 1e-6 already moves a
+    # charge by about a part in a million.
+    if 0 < v < JITTER_MIN:
+        raise PydanticCustomError("outside_allowed", JITTER_ALLOWED)
+    return v
+
+
+def _field_allowed(field: str) -> Allowed | None:
+    """The `Allowed` marker on RunConfig's `field`, None when it has none."""
+    info = RunConfig.model_fields.get(field)
+    return next((m for m in (info.metadata if info else ()) if isinstance(m, Allowed)), None)
+
+
+# The groups the `# ---` comments in RunConfig mark; each field states its own
+# (`json_schema_extra={"group": ...}`) and FIELD_GROUPS is read from the fields. The CLI's
+# help and the dashboard's control panel both lay the knobs out this way (keys match the
+# dashboard's).
+GROUP_TITLES: dict[str, str] = {
+    "what": "what to train",
+    "where": "where to train",
+    "simulation": "simulated cluster",
+    "optimisation": "optimisation",
+    "algorithm": "algorithm knobs",
+    "length": "how long, how often, reproducibility",
+}
 
 
 SCHEDULER_SCHEMES = ("tcp",)   # what workbench connects to (TLS needs certificates we do not take)
@@ -227,239 +313,233 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
     # --- what to train
-    algorithm: str = Field("sgd", description=(
+    algorithm: str = Field("sgd", json_schema_extra={"group": "what"}, description=(
         "Parallel training algorithm, one of the names `python -m workbench algorithms` lists; "
         "sgd is the single-process reference."))
-    dataset: str = Field("digits", description=(
+    dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
         "with download=true, then cached)."))
-    model: str = Field("mlp", description=(
+    model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
         "(small convolutional net; image datasets only)."))
-    hidden: list[int] | None = Field(None, description=(
+    hidden: list[int] | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Layer widths as comma-separated positive integers, e.g. 512,256: the MLP's hidden "
         "layers (unset: 128) or the CNN's channels per conv layer (unset: 16,32)."))
-    n_samples: int = Field(10000, description=(
+    n_samples: Annotated[int, Field(ge=10), WHOLE, Allowed("a whole number >= 10")] = Field(
+        10000, json_schema_extra={"group": "what"}, description=(
         "Number of examples generated for the synthetic and mnist1d datasets (>= 10; 20% are "
         "held out for testing). Ignored by the other datasets."))
-    n_features: int = Field(64, description=(
+    n_features: WholeFrom1 = Field(64, json_schema_extra={"group": "what"}, description=(
         "Input width of the synthetic dataset (>= 1). Ignored by the other datasets."))
-    n_classes: int = Field(10, description=(
+    n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
+        10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
-    data_dir: str | None = Field(None, description=(
+    data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
-    download: bool = Field(False, description=(
+    download: Flag = Field(False, json_schema_extra={"group": "what"}, description=(
         "Allow fetching MNIST, Fashion-MNIST or CIFAR-10 (about 11-163 MB, checksum verified) when "
         "they are not in the cache; without it a missing file is an error."))
 
     # --- where to train
-    cpus: int = Field(2, description=(
+    cpus: WholeFrom0 = Field(2, json_schema_extra={"group": "where"}, description=(
         "Number of CPU workers (whole number >= 0); each is one Dask worker process. cpus + gpus "
         "is the number of workers P."))
-    gpus: Union[int, Literal["auto"]] = Field(0, description=(
+    gpus: Union[int, Literal["auto"]] = Field(0, json_schema_extra={"group": "where"}, description=(
         "Number of GPU workers (whole number >= 0), or auto for one per visible GPU; needs the "
         "gpu extra (CuPy and dask-cuda)."))
-    scheduler: str | None = Field(None, description=(
+    scheduler: str | None = Field(None, json_schema_extra={"group": "where"}, description=(
         "Address tcp://HOST:PORT of an existing Dask scheduler to run on; unset: start (or "
         "reuse) a local cluster on 127.0.0.1."))
-    comm: Literal["auto", "shm", "dask", "nccl"] = Field("auto", description=(
+    comm: Literal["auto", "shm", "dask", "nccl"] = Field("auto", json_schema_extra={"group": "where"}, description=(
         "How workers exchange arrays: shm (shared memory, one host), dask (through Dask, any "
         "hosts), nccl (GPU workers only), or auto (nccl between GPU-only workers when "
         "available, else shm on one host, else dask)."))
-    latency_ms: float = Field(0.0, description=(
+    latency_ms: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: milliseconds of latency added to every message (>= 0; 0 = off), to "
         "see what a slow network does to each algorithm."))
-    bandwidth_gbps: float = Field(0.0, description=(
+    bandwidth_gbps: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
 
     # --- simulation
-    simulate: bool = Field(False, description=(
+    simulate: Flag = Field(False, json_schema_extra={"group": "simulation"}, description=(
         "Run on the simulated cluster: cpus and gpus become counts of virtual workers (1 to 1024 in "
         "total, mixed allowed) that run the real algorithm in this process on a virtual clock; "
         "compute and messages are charged by the device and network models, so times are "
         "virtual seconds and the run is deterministic."))
-    device: str | None = Field(None, description=(
+    device: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: profile of the virtual GPU workers, one of " + ", ".join(SIM_DEVICES) +
         " (k80 is one GK210 die; knl, power8 and xeon make them CPU nodes); unset: v100 when "
         "gpus >= 1."))
-    cpu_device: str = Field(SIM_DEFAULT_CPU_DEVICE, description=(
+    cpu_device: str = Field(SIM_DEFAULT_CPU_DEVICE, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: profile of the virtual CPU workers, one of " + ", ".join(SIM_CPU_DEVICES) +
         " (fixed, named profiles: core is one measured NumPy core, the default), or local: this "
         "machine's core, timed once per machine and model and cached, its numbers written into "
         "the run's summary (the only way wall clock time enters a simulation)."))
-    calibration: str | None = Field(None, description=(
+    calibration: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation with cpu_device local: a calibration file to use instead of timing this "
         "machine (the JSON a local run caches, or that run's summary.json), so a run replays "
         "bitwise; it must be of this machine and this model. Unset: this machine's cached one."))
-    network: str | None = Field(None, description=(
+    network: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: network model between the virtual workers, one of " + ", ".join(SIM_NETWORKS) +
         " (case, spaces and dashes ignored); unset: shm between CPU workers of this host, else "
         "InfiniBand HDR."))
-    timing_model: str | None = Field(None, description=(
+    timing_model: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: charge compute time as if the model were this published network (" +
         ", ".join(SIM_TIMING_MODELS) + ") while the maths trains the configured model; unset: the "
         "configured model's own FLOPs."))
-    jitter: float = Field(0.0, description=(
+    jitter: Annotated[float, Field(ge=0, lt=1), NUMBER,
+                      AfterValidator(_no_vanishing_jitter), Allowed(JITTER_ALLOWED)] = Field(
+        0.0, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: seeded stragglers, the coefficient of variation of every compute charge "
         "(0, or >= 1e-06 and < 1; 0 = every step of a device costs the same)."))
-    fail_worker: str | None = Field(None, description=(
+    fail_worker: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: kill virtual workers at virtual times, RANK@SECONDS, separated by commas for "
         "several (e.g. 3@12.5,7@40); ranks run from 0 to cpus + gpus - 1."))
 
     # --- optimisation
-    batch_size: int = Field(32, description=(
+    batch_size: WholeFrom1 = Field(32, json_schema_extra={"group": "optimisation"}, description=(
         "GLOBAL minibatch size in examples, summed over all workers (whole number >= 1 and at "
         "least the number of workers); each worker computes its slice."))
-    lr: float = Field(0.1, description=(
+    lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
         "to batch_size and warmup ramps up to that scaled rate."))
-    lr_scaling: Literal["none", "linear", "sqrt"] = Field("none", description=(
+    lr_scaling: Literal["none", "linear", "sqrt"] = Field(
+        "none", json_schema_extra={"group": "optimisation"}, description=(
         "How the learning rate grows with the batch: none (lr as given), linear "
         "(lr * batch_size / base_batch, Goyal et al.) or sqrt (lr * sqrt(batch_size / base_batch))."))
-    base_batch: int = Field(32, description=(
+    base_batch: WholeFrom1 = Field(32, json_schema_extra={"group": "optimisation"}, description=(
         "Batch size (whole number >= 1) that lr was tuned for; the reference of lr_scaling."))
-    warmup: Literal["none", "gradual", "constant"] = Field("none", description=(
+    warmup: Literal["none", "gradual", "constant"] = Field(
+        "none", json_schema_extra={"group": "optimisation"}, description=(
         "Learning-rate warmup: none, gradual (rise linearly from lr to the scaled rate over "
         "warmup_epochs) or constant (lr for warmup_epochs, then jump to the scaled rate)."))
-    warmup_epochs: float = Field(0.0, description=(
+    warmup_epochs: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "optimisation"}, description=(
         "Length of the warmup in epochs (>= 0, may be fractional; > 0 when warmup is not none, "
         "at most epochs)."))
-    decay: Literal["none", "step", "cosine"] = Field("none", description=(
+    decay: Literal["none", "step", "cosine"] = Field("none", json_schema_extra={"group": "optimisation"}, description=(
         "Learning-rate decay after warmup: none (constant), step (x0.1 at a third and two thirds "
         "of the steps after warmup) or cosine (half a cosine down to 0, reached one step after the "
         "last: the last step's lr is just above 0)."))
-    momentum: float = Field(0.9, description=(
+    momentum: FractionBelow1 = Field(0.9, json_schema_extra={"group": "optimisation"}, description=(
         "Heavy-ball momentum coefficient in [0, 1) (0.9 as in Goyal et al.; 0 = plain SGD). "
         "async_msgd keeps it on the server, async_measgd uses it as the workers' delta; "
         "async_sgd and hogwild_sgd apply plain updates and ignore it."))
-    nesterov: bool = Field(False, description=(
+    nesterov: Flag = Field(False, json_schema_extra={"group": "optimisation"}, description=(
         "Use Nesterov momentum instead of heavy ball."))
-    weight_decay: float = Field(0.0, description=(
+    weight_decay: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "optimisation"}, description=(
         "Weight decay coefficient (>= 0; 0 = off): sgd adds weight_decay * params to the gradient "
         "(every parameter); adamw and lamb decay the weights decoupled from the gradient, lars adds it "
         "inside its layer-wise rate; those three leave biases undecayed (papers: lars 5e-4, lamb 0.01)."))
     # --- the optimiser (maths/optim.py): which update rule, and the knobs of each
-    optimizer: Literal["sgd", "adamw", "lars", "lamb"] = Field("sgd", description=(
+    optimizer: Literal["sgd", "adamw", "lars", "lamb"] = Field(
+        "sgd", json_schema_extra={"group": "optimisation"}, description=(
         "Update rule: sgd (momentum / Nesterov), adamw (Adam with decoupled weight decay), lars "
         "(layer-wise rate trust_coefficient * ||w|| / ||g||, with momentum; You et al. 2017) or lamb "
         "(Adam with the layer-wise ratio ||w|| / ||update||; You et al. 2019). hogwild_sgd and "
         "async_measgd have their own update and take sgd only."))
-    beta1: float = Field(0.9, description=(
+    beta1: FractionBelow1 = Field(0.9, json_schema_extra={"group": "optimisation"}, description=(
         "adamw, lamb: decay of the first moment (mean of gradients), in [0, 1) (papers: 0.9)."))
-    beta2: float = Field(0.999, description=(
+    beta2: FractionBelow1 = Field(0.999, json_schema_extra={"group": "optimisation"}, description=(
         "adamw, lamb: decay of the second moment (mean of squared gradients), in [0, 1) (0.999; "
         "LAMB's BERT runs also 0.999)."))
-    eps: float = Field(1e-8, description=(
+    eps: FinitePositive = Field(1e-8, json_schema_extra={"group": "optimisation"}, description=(
         "adamw, lamb: added to sqrt of the second moment; lars: added to the layer-wise rate's "
         "denominator (finite, > 0; 1e-8; LAMB's BERT runs use 1e-6)."))
-    trust_coefficient: float = Field(0.001, description=(
+    trust_coefficient: FinitePositive = Field(0.001, json_schema_extra={"group": "optimisation"}, description=(
         "lars: trust coefficient eta of the layer-wise rate eta * ||w|| / (||g|| + weight_decay * ||w||), "
         "finite and > 0 (0.001 in You et al.; the global lr is then large, e.g. 2 to 30)."))
 
     # --- algorithm knobs
-    tau: int = Field(1, description=(
+    tau: WholeFrom1 = Field(1, json_schema_extra={"group": "algorithm"}, description=(
         "Local steps between exchanges (whole number >= 1): the EASGD family's elastic exchanges with the "
         "centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
         "Lin et al.) and diloco's outer steps (H in Douillard et al.)."))
-    alpha: float | None = Field(None, description=(
+    alpha: Annotated[float | None, Field(gt=0, lt=1), NUMBER,
+                     Allowed("a number in (0, 1), or unset for 0.9 / workers")] = Field(
+        None, json_schema_extra={"group": "algorithm"}, description=(
         "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
         "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
-    elastic_sync: Literal["ring", "tree_host", "tree_device", "tree_device_overlap"] = Field("ring", description=(
+    elastic_sync: Literal["ring", "tree_host", "tree_device", "tree_device_overlap"] = Field(
+        "ring", json_schema_extra={"group": "algorithm"}, description=(
         "sync_easgd: how the elastic exchange travels, SC'17's chain (You et al., Table 3): ring (the "
         "transport's allreduce, the centre on each worker's device), tree_host (a binary-tree reduction with "
         "the centre on the host: every exchange copies the vector to the host and back and the host "
         "updates the centre), tree_device (the tree, the centre kept on the devices), tree_device_overlap "
         "(also the exchange's vector overlapping the next local step). The maths is the same for all four; "
         "the simulator charges each; real transports run their own collective and overlap nothing."))
-    trainers: int = Field(2, description=(
+    trainers: WholeFrom1 = Field(2, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: number of trainers K (whole number >= 1, a divisor of the number of workers); "
         "each trainer spans workers / K workers."))
-    round_size: int = Field(50, description=(
+    round_size: WholeFrom1 = Field(50, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: local steps each trainer takes between tournaments (whole number >= 1)."))
-    tournament_size: int = Field(256, description=(
+    tournament_size: WholeFrom1 = Field(256, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: examples in each trainer's own held-out tournament set (whole number >= 1)."))
-    trainer_lrs: list[float] | None = Field(None, description=(
+    trainer_lrs: list[float] | None = Field(None, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: one base lr per trainer as comma-separated numbers > 0 (exactly trainers values); "
         "unset: derived from lr and lr_spread."))
-    lr_spread: float = Field(1.0, description=(
+    lr_spread: Annotated[float, Field(ge=1, allow_inf_nan=False), NUMBER,
+                         Allowed("a finite number >= 1 (1 means every trainer uses lr)")] = Field(
+        1.0, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: spread of the trainers' learning rates (>= 1): trainer k gets "
         "lr * lr_spread**(k - (K-1)/2); 1 = every trainer uses lr."))
-    exchange_state: bool = Field(False, description=(
+    exchange_state: Flag = Field(False, json_schema_extra={"group": "algorithm"}, description=(
         "LTFB: whether the optimiser state (momentum) travels with the weights a trainer adopts."))
-    chunk_layers: Union[int, Literal["auto"]] = Field("auto", description=(
+    chunk_layers: Union[int, Literal["auto"]] = Field("auto", json_schema_extra={"group": "algorithm"}, description=(
         "CGDP: layers per update chunk, a whole number >= 1, or auto to choose it by timing "
         "iterations at the start of the run."))
-    weight_return: Literal["chunks", "whole"] = Field("chunks", description=(
+    weight_return: Literal["chunks", "whole"] = Field("chunks", json_schema_extra={"group": "algorithm"}, description=(
         "CGDP: how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
         "updated it, while the devices finish the backward pass; the next forward pass waits only for "
-        "the chunk updated last, as Le et al.) or whole (the whole vector once every chunk is updated: "
-        "the earlier implementation, kept for comparison)."))
-    split: Literal["equal", "speed"] = Field("equal", description=(
+        "the chunk updated last, as Le et al.; on threads, shared memory, the Dask actor and the "
+        "simulator) or whole (the whole vector once every chunk is updated: the earlier implementation, "
+        "kept for comparison)."))
+    split: Literal["equal", "speed"] = Field("equal", json_schema_extra={"group": "algorithm"}, description=(
         "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
         "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
     # communication-efficient training (algorithms/local.py, maths/compress.py): one block
-    post_local_epoch: float = Field(1.0, description=(
+    post_local_epoch: Annotated[float, Field(ge=0, allow_inf_nan=False), NUMBER,
+                                Allowed("a finite number >= 0", says_type=True)] = Field(
+        1.0, json_schema_extra={"group": "algorithm"}, description=(
         "post_local_sgd: the epoch (>= 0, may be fractional) from which workers average their "
         "parameters every tau steps; before it they average after every step, as sync_sgd (Lin et al. "
         "switch at the first learning-rate decay)."))
-    outer_lr: float = Field(0.7, description=(
+    outer_lr: Annotated[float, Field(gt=0, le=LR_MAX, allow_inf_nan=False), NUMBER,
+                        Allowed("a finite number > 0", says_type=True)] = Field(
+        0.7, json_schema_extra={"group": "algorithm"}, description=(
         "diloco: learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
         "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging)."))
-    outer_momentum: float = Field(0.9, description=(
+    outer_momentum: Annotated[float, Field(ge=0, lt=1), NUMBER,
+                              Allowed("a number >= 0 and < 1", says_type=True)] = Field(
+        0.9, json_schema_extra={"group": "algorithm"}, description=(
         "diloco: Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.)."))
-    compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field("none", description=(
+    compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field(
+        "none", json_schema_extra={"group": "algorithm"}, description=(
         "sync_sgd: how each worker compresses its gradient before the exchange: none, topk (the "
         "compression_ratio largest entries, with Deep Gradient Compression's momentum correction), randomk "
         "(compression_ratio of the entries, the same random ones on every worker), sign (scaled signs, "
         "one bit each), qsgd (stochastic quantisation to compression_levels levels) or powersgd (rank "
         "compression_rank approximation of each layer's matrix)."))
-    compression_ratio: float = Field(0.01, description=(
+    compression_ratio: Annotated[float, Field(gt=0, le=1), NUMBER,
+                                 Allowed("a number > 0 and <= 1", says_type=True)] = Field(
+        0.01, json_schema_extra={"group": "algorithm"}, description=(
         "sync_sgd with compression topk or randomk: share of the gradient's entries each worker sends, "
         "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd)."))
-    compression_rank: int = Field(4, description=(
+    compression_rank: WholeFrom1 = Field(4, json_schema_extra={"group": "algorithm"}, description=(
         "sync_sgd with compression powersgd: rank of each layer's approximation (whole number >= 1; at "
         "the layer's smaller dimension or above the approximation is exact)."))
-    compression_levels: int = Field(16, description=(
+    compression_levels: WholeFrom1 = Field(16, json_schema_extra={"group": "algorithm"}, description=(
         "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
         "s; 1 keeps only signs and the norm)."))
-    topology: Literal["ring", "torus", "exponential", "complete"] = Field("ring", description=(
+    topology: Literal["ring", "torus", "exponential", "complete"] = Field(
+        "ring", json_schema_extra={"group": "algorithm"}, description=(
         "dpsgd and adpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
         "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
         "averaging)."))
-    error_feedback: bool = Field(True, description=(
+    error_feedback: Flag = Field(True, json_schema_extra={"group": "algorithm"}, description=(
         "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
         "to the next gradient (error feedback), or drop it for good (false)."))
-
-    @field_validator("compression_rank", "compression_levels", mode="before")
-    @classmethod
-    def _commeff_int(cls, v: Any) -> Any:
-        v = strict_int(v)
-        if v < 1:
-            raise ValueError("a whole number >= 1")
-        return v
-
-    @field_validator("post_local_epoch", "outer_lr", "outer_momentum", "compression_ratio", mode="before")
-    @classmethod
-    def _commeff_float(cls, v: Any, info: Any) -> Any:
-        allowed = {"post_local_epoch": "a finite number >= 0", "outer_lr": "a finite number > 0",
-                   "outer_momentum": "a number >= 0 and < 1", "compression_ratio": "a number > 0 and <= 1"}
-        v = strict_float(v, allowed[info.field_name])
-        ok = {"post_local_epoch": math.isfinite(v) and v >= 0, "outer_lr": math.isfinite(v) and 0 < v <= LR_MAX,
-              "outer_momentum": 0 <= v < 1, "compression_ratio": 0 < v <= 1}[info.field_name]
-        if not ok:
-            raise ValueError(allowed[info.field_name])
-        return v
-
-    @field_validator("error_feedback", mode="before")
-    @classmethod
-    def _commeff_bool(cls, v: Any) -> Any:
-        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-            return v.strip().lower() == "true"
-        if not isinstance(v, bool):
-            raise ValueError("true or false")
-        return v
 
     @model_validator(mode="after")
     def _commeff_combinations(self) -> RunConfig:
@@ -479,18 +559,20 @@ class RunConfig(BaseModel):
         return self
 
     # --- how long, how often, reproducibility
-    epochs: float = Field(5.0, description=(
+    epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS, allow_inf_nan=False), NUMBER,
+                      Allowed(f"a finite number > 0 and at most {MAX_EPOCHS:,.0f}")] = Field(
+        5.0, json_schema_extra={"group": "length"}, description=(
         "Length of training in passes over the training set (finite, > 0; may be fractional)."))
-    steps: int | None = Field(None, description=(
+    steps: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "length"}, description=(
         "Length of training in global optimiser steps (whole number >= 1); if set, overrides "
         "epochs."))
-    eval_every: int | None = Field(None, description=(
+    eval_every: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "length"}, description=(
         "Global steps between evaluations on the test set (whole number >= 1); unset: once per "
         "epoch."))
-    seed: int = Field(0, description=(
+    seed: WholeFrom0 = Field(0, json_schema_extra={"group": "length"}, description=(
         "Random seed (whole number >= 0) for initial weights and the minibatch order; the same "
         "seed gives the same data order whatever the number of workers."))
-    out: str | None = Field(None, description=(
+    out: str | None = Field(None, json_schema_extra={"group": "length"}, description=(
         "Run directory to write (summary.json, steps.csv, evals.csv, config.yaml, report.html); "
         "unset: not saved (the CLI picks runs/<algorithm>-<dataset>-<time>)."))
 
@@ -559,13 +641,6 @@ class RunConfig(BaseModel):
             raise ValueError("comma-separated finite numbers > 0")
         return lrs
 
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("a whole number >= 0")
-        return v
-
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
@@ -609,17 +684,6 @@ class RunConfig(BaseModel):
     def _timing_model(cls, v: Any) -> str | None:
         return None if v is None else match_name("timing_model", v, SIM_TIMING_MODELS)
 
-    @field_validator("jitter")
-    @classmethod
-    def _jitter(cls, v: float) -> float:
-        # The charge's gamma has shape 1/jitter**2: below JITTER_MIN that overflows (1e-300
-        # was a ZeroDivisionError in every virtual worker), and 1e-6 already moves a
-        # charge by about a part in a million.
-        if not (v == 0.0 or JITTER_MIN <= v < 1.0):
-            raise ValueError(f"0, or a number >= {JITTER_MIN:g} and < 1 (the coefficient of variation of compute "
-                             "times)")
-        return v
-
     @field_validator("fail_worker", mode="before")
     @classmethod
     def _fail_worker(cls, v: Any) -> Any:
@@ -627,83 +691,6 @@ class RunConfig(BaseModel):
             return None
         # one spelling, exact: repr round-trips a float
         return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v).items())
-
-    @field_validator("lr")
-    @classmethod
-    def _lr(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError("a finite number > 0")
-        return v
-
-    @field_validator("batch_size", "base_batch", "tau", "round_size", "tournament_size", "trainers")
-    @classmethod
-    def _positive_int(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("a whole number >= 1")
-        return v
-
-    @field_validator("n_samples")
-    @classmethod
-    def _n_samples(cls, v: int) -> int:
-        if v < 10:
-            raise ValueError("a whole number >= 10")
-        return v
-
-    @field_validator("n_features")
-    @classmethod
-    def _n_features(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("a whole number >= 1")
-        return v
-
-    @field_validator("n_classes")
-    @classmethod
-    def _n_classes(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError("a whole number >= 2")
-        return v
-
-    @field_validator("momentum")
-    @classmethod
-    def _momentum(cls, v: float) -> float:
-        if not (0.0 <= v < 1.0):
-            raise ValueError("a number in [0, 1)")
-        return v
-
-    @field_validator("beta1", "beta2")
-    @classmethod
-    def _beta(cls, v: float) -> float:
-        if not (0.0 <= v < 1.0):
-            raise ValueError("a number in [0, 1)")
-        return v
-
-    @field_validator("eps", "trust_coefficient")
-    @classmethod
-    def _positive_float(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError("a finite number > 0")
-        return v
-
-    @field_validator("weight_decay", "warmup_epochs", "latency_ms", "bandwidth_gbps")
-    @classmethod
-    def _non_negative(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError("a finite number >= 0")
-        return v
-
-    @field_validator("alpha")
-    @classmethod
-    def _alpha(cls, v: float | None) -> float | None:
-        if v is not None and not (0.0 < v < 1.0):
-            raise ValueError("a number in (0, 1), or unset for 0.9 / workers")
-        return v
-
-    @field_validator("lr_spread")
-    @classmethod
-    def _lr_spread(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 1.0):
-            raise ValueError("a finite number >= 1 (1 means every trainer uses lr)")
-        return v
 
     @field_validator("chunk_layers", mode="before")
     @classmethod
@@ -718,49 +705,6 @@ class RunConfig(BaseModel):
         if isinstance(v, int) and v < 1:
             raise ValueError('a whole number >= 1 or "auto"')
         return v
-
-    @field_validator("epochs")
-    @classmethod
-    def _epochs(cls, v: float) -> float:
-        if not (math.isfinite(v) and 0 < v <= MAX_EPOCHS):   # 1e308 epochs overflowed the step count
-            raise ValueError(f"a finite number > 0 and at most {MAX_EPOCHS:,.0f}")
-        return v
-
-    @field_validator("steps", "eval_every")
-    @classmethod
-    def _optional_positive(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("a whole number >= 1, or unset")
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("a whole number >= 0")
-        return v
-
-    # Strict types: pydantic's lax mode turns true into 1 and 2.7 into 2 (or 3.0 into 3)
-    # without a word; a config that says `batch_size: true` is a mistake to report.
-    # Strings stay accepted: CLI flags and widgets hand values over as text.
-    @field_validator(*INT_FIELDS, mode="before")
-    @classmethod
-    def _strict_int(cls, v: Any) -> Any:
-        return strict_int(v)
-
-    @field_validator(*FLOAT_FIELDS, mode="before")
-    @classmethod
-    def _strict_float(cls, v: Any) -> Any:
-        return strict_float(v)
-
-    @field_validator(*BOOL_FIELDS, mode="before")
-    @classmethod
-    def _strict_bool(cls, v: Any) -> Any:
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-            return v.strip().lower() == "true"
-        raise ValueError("true or false")
 
     @model_validator(mode="before")
     @classmethod
@@ -944,9 +888,6 @@ def _check_simulation(c: RunConfig) -> None:
 YAML_MAX_BYTES = 1 << 20
 
 
-MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
-
-
 class _DuplicateKey(Exception):
     def __init__(self, key: Any, line: int):
         self.key, self.line = key, line
@@ -1018,31 +959,19 @@ def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX
     except RecursionError:
         raise ConfigError(field, "YAML nested less deeply", text_path) from None
 
-# The fields in the groups the `# ---` comments above mark. The CLI's help and the
-# dashboard's control panel both lay the knobs out this way (keys match the dashboard's).
-GROUP_TITLES: dict[str, str] = {
-    "what": "what to train",
-    "where": "where to train",
-    "simulation": "simulated cluster",
-    "optimisation": "optimisation",
-    "algorithm": "algorithm knobs",
-    "length": "how long, how often, reproducibility",
-}
-FIELD_GROUPS: dict[str, tuple[str, ...]] = {
-    "what": ("algorithm", "dataset", "model", "hidden", "n_samples", "n_features", "n_classes",
-             "data_dir", "download"),
-    "where": ("cpus", "gpus", "scheduler", "comm", "latency_ms", "bandwidth_gbps"),
-    "simulation": ("simulate", "device", "cpu_device", "calibration", "network", "timing_model", "jitter",
-                   "fail_worker"),
-    "optimisation": ("batch_size", "lr", "lr_scaling", "base_batch", "warmup", "warmup_epochs",
-                     "decay", "momentum", "nesterov", "weight_decay", "optimizer", "beta1", "beta2", "eps",
-                     "trust_coefficient"),
-    "algorithm": ("tau", "alpha", "elastic_sync", "trainers", "round_size", "tournament_size", "trainer_lrs",
-                  "lr_spread", "exchange_state", "chunk_layers", "weight_return", "split", "post_local_epoch", "outer_lr",
-                  "outer_momentum", "compression", "compression_ratio", "compression_rank", "compression_levels",
-                  "topology", "error_feedback"),
-    "length": ("epochs", "steps", "eval_every", "seed", "out"),
-}
+def _groups_of_fields() -> dict[str, tuple[str, ...]]:
+    """{group: its fields in declaration order}, read from each field's `json_schema_extra`."""
+    groups: dict[str, list[str]] = {g: [] for g in GROUP_TITLES}
+    for name, info in RunConfig.model_fields.items():
+        group = (info.json_schema_extra or {}).get("group") if isinstance(info.json_schema_extra, dict) else None
+        if group not in groups:
+            raise RuntimeError(f"RunConfig.{name}: json_schema_extra must name its group, one of "
+                               f"{', '.join(GROUP_TITLES)} (got {group!r})")
+        groups[group].append(name)
+    return {g: tuple(names) for g, names in groups.items()}
+
+
+FIELD_GROUPS: dict[str, tuple[str, ...]] = _groups_of_fields()
 
 
 def field_group(name: str) -> str:
@@ -1074,20 +1003,9 @@ def config_schema() -> dict[str, Any]:
     The descriptions are the fields' own, so the schema, `--help` and the dashboard's
     tooltips say the same thing.
     """
-    schema = RunConfig.model_json_schema()
-    for name, prop in schema["properties"].items():
-        prop["group"] = field_group(name)
+    schema = RunConfig.model_json_schema()   # each property carries its group (json_schema_extra)
     schema["groups"] = {g: {"title": GROUP_TITLES[g], "fields": list(names)} for g, names in FIELD_GROUPS.items()}
     return schema
-
-
-def _check_groups() -> None:
-    grouped = [n for names in FIELD_GROUPS.values() for n in names]
-    if sorted(grouped) != sorted(FIELDS) or len(set(grouped)) != len(grouped):
-        raise RuntimeError("FIELD_GROUPS must list every RunConfig field exactly once")
-
-
-_check_groups()
 
 
 def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:
@@ -1102,8 +1020,13 @@ def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:
         return ctx_err
     field = loc[0] if loc else "config"
     value = data.get(field, err.get("input"))
+    marker = _field_allowed(field)
     if err["type"] == "literal_error":
         allowed = "one of " + err["ctx"]["expected"]
+    elif marker is not None and err["type"] in _OUT_OF_BOUNDS:
+        allowed = marker.text
+    elif marker is not None and marker.says_type and err["type"] == "wrong_type":
+        allowed = f"{marker.text} (not true/false)"
     else:
         allowed = _allowed(err["msg"])
     return ConfigError(field, allowed, value)

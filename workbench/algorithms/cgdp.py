@@ -7,8 +7,14 @@ worker ships that chunk's weighted gradient to the master without waiting and go
 with the backward pass. When every worker's part of a chunk has arrived, the master sums
 them (in rank order: deterministic) and updates that chunk of the master weights with
 the shared SGD rule: host-side aggregation and update overlap with the devices'
-remaining backward work. Before the next forward pass each worker fetches the fresh
-weights.
+remaining backward work. The fresh weights go back to the devices as `weight_return`
+says: `chunks` (the paper's), each chunk's as soon as the master has updated it, while the
+devices are still in their backward pass, so the next forward pass waits only for the
+chunk updated last: the first layers, the ones it needs first (on threads and in shared
+memory the worker that completes a chunk copies it into every worker's next-step buffer;
+on a Dask actor each push asks for its chunk back at once, and the reply travels during
+the backward pass; the simulator charges each copy on each host->device link); `whole`,
+the whole vector is fetched once every chunk is updated.
 
 The maths is sync_sgd's (and so single-process SGD's on the same global batch): a chunk
 of the update only uses that chunk's gradient and optimiser state.
@@ -20,8 +26,8 @@ the best (the paper's run-time choice). Every worker learns the chunking for the
 step from its fetch, so all agree.
 
 Records: compute_s is the forward+backward including the non-blocking sends; comm_s the
-fetch (waiting for the last chunk's update and copying weights back); wait_s the part of
-that fetch spent waiting for slower workers.
+fetch (waiting for the last chunk's update and for the weights still on their way back);
+wait_s the part of that fetch spent waiting for slower workers.
 """
 from __future__ import annotations
 
@@ -77,7 +83,7 @@ class CGDP(Algorithm):
             self.master.push(step, ctx.rank, lo, hi, self._weighted(lo, hi, w), lr, loss * w,
                              stop and first[0], t1 - t0)
         self.master.wait_sent()
-        params, gloss, gstop, chunking, times = self.master.fetch(step)
+        params, gloss, gstop, chunking, times = self.master.fetch(step, ctx.rank)
         t2 = self.ctx.timer()
         self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
@@ -102,6 +108,9 @@ class CGDP(Algorithm):
         return self.params
 
     def finish(self) -> Any:
+        # with the per-chunk return the weights may be the master's buffer (a view of a
+        # shared segment that closes with the run): keep a copy of my own
+        self.params = self.params.copy()
         if self.ctx.rank == 0:
             hist = self.master.history()
             self.summary = {"chunk_layers_used": hist[-1] if hist else None,

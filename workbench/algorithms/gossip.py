@@ -160,7 +160,9 @@ class DPSGD(LocalWorker):
 
     def gossip(self) -> None:
         """x_i = sum_j W_ij x_j over myself and my neighbours (their post-step parameters)."""
-        got = neighbour_exchange(self.ctx.comm, to_numpy(self.params), self.peers)   # host staging, as allreduce
+        comm = self.ctx.comm       # NCCL exchanges device arrays; the others host ones (staged, as allreduce)
+        vec = self.params if getattr(comm, "device", False) else to_numpy(self.params)
+        got = neighbour_exchange(comm, vec, self.peers)
         xp = self.ctx.xp
         mixed = self.row[self.ctx.rank] * self.params
         for j in self.peers:                                 # in rank order: deterministic

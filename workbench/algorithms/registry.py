@@ -62,7 +62,7 @@ class Needs:
     shared: tuple[str, ...] = ()  # shared arrays (`ctx.shared[name]`), initialised to the initial params
     setup: Hook | None = None    # client-side set-up (config, P) -> ctx.extra
     elems: Callable[[int, int], int] | None = None   # (n_params, P) -> the largest allreduce, when more than
-    #   the parameters plus the tail (dpsgd's peer exchange carried by the allreduce: P n)
+    #   the parameters plus the tail
 
     def rank_groups(self, config: Any, size: int) -> list[list[int]]:
         """Rank groups that each get their own collective (default: all workers in one).
@@ -283,8 +283,9 @@ def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
 
 
 def _gossip_elems(n_params: int, size: int) -> int:
-    """D-PSGD: the peer exchange carried by the allreduce in its generic form, P n elements."""
-    return size * n_params
+    """D-PSGD's agreement allreduce: x_i / P, ||x_i||^2 / P, then the tail (the peer
+    exchange itself needs only n: it uses the collective's slots, `comm.base`)."""
+    return n_params + 1 + tail_length(size)
 
 
 # ------------------------------------------------------------------------------ the declarations
@@ -359,7 +360,7 @@ for _spec in (
     AlgorithmSpec(
         "dpsgd", "decentralised D-PSGD (Lian et al.): a local step, then gossip averaging with the neighbours in a "
         "ring, torus, exponential or complete graph", "gossip:DPSGD", sync=True, evaluates="rank0",
-        needs=Needs(collective=True, elems=_gossip_elems),   # the peer exchange's generic form: (P, n)
+        needs=Needs(collective=True, elems=_gossip_elems),
         knobs=("tau", "topology"), pattern="gossip"),
     AlgorithmSpec(
         "adpsgd", "asynchronous decentralised AD-PSGD (Lian et al. 2018): after each local step a worker averages "

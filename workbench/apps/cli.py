@@ -208,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
     bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
+    bench.add_argument("--sim-vs-real", action="store_true",
+                       help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
+                            "validate): the table, with the load and whether each is within +-15%%")
+    bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -271,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.simulated:
                 from ..sim.bench import main as sim_bench_main
                 return sim_bench_main(args)
+            if args.sim_vs_real:
+                from ..sim.validate import main as sim_vs_real_main
+                return sim_vs_real_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":

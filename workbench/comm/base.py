@@ -3,10 +3,10 @@
 Two roles cover the seed papers' algorithms:
 
 * `Comm`: a collective among the P workers of a run: `allreduce` (elementwise sum in
-  rank order, so results are deterministic) and `barrier`; on top of it, for every
-  transport at once, `neighbour_exchange` (gossip's peer-to-peer exchange) and
-  `compressed_sum` (compressed gradients), which a comm that charges time implements
-  natively.
+  rank order, so results are deterministic) and `barrier`; `neighbour_exchange` (gossip's
+  peer-to-peer exchange: every comm has its own, moving only the peers' vectors) and
+  `compressed_sum` (compressed gradients, which a comm that charges time implements
+  natively), each called through the one function of the same name below.
 * a server role (`roles`): a parameter server (`pull`, `push`), the EASGD centre
   (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`),
   AD-PSGD's table of models (`average`, `model`) or cgdp's master (`push`, `fetch`). Each
@@ -15,7 +15,8 @@ Two roles cover the seed papers' algorithms:
   others wait for, what it moves); one generic front-end per transport serves any core
   from that table (`serve(op, *args)`, the ops also as methods: `RoleFrontEnd`): a lock
   between threads, a Dask actor, shared memory, the simulator's virtual clock. (cgdp's
-  chunk master keeps its own front-ends: its calls are per chunk, not a request/reply.)
+  chunk master is served from its table on threads and Dask; in shared memory, where the
+  workers reduce the chunks themselves, and on the virtual clock, it has its own.)
 
 `Control` carries the stop and abort requests between the client and the loops. An
 optional network emulator (`Emulated`) adds latency and a bandwidth cap to any of them.
@@ -187,13 +188,20 @@ def neighbour_exchange(comm: Any, vec: Any, peers: list[int]) -> dict[int, Any]:
     (every worker of the group calls it at the same point, each with its own peers, and
     the peer relation is symmetric: gossip over an undirected graph).
 
-    The comm's own `neighbour_exchange` where it has one (the simulator: point-to-point
-    messages on the virtual clock; `Emulated`: their delay). Otherwise it is carried by
-    the one collective every transport has: an allreduce in which each worker fills its
-    own slot of a (P, n) buffer, i.e. an allgather. The values are right on threads,
-    shared memory, the Dask ring and NCCL alike; the bytes moved are P n floats instead of
-    the exchange's len(peers) n, which the step records do not count (they count the
-    exchange's own messages)."""
+    Each transport's comm does it as gossip does, moving len(peers) vectors per worker
+    and nothing else (what a step's `bytes_sent` counts, and the cost model's `gossip`
+    pattern charges):
+
+    * threads (`threads.ThreadComm`) and shared memory (`shm.ShmComm`): each worker writes
+      its own slot, meets the others, and reads only its peers' slots;
+    * the Dask ring across hosts (`ring.RingComm`): a direct connection to each peer, one
+      message each way per peer;
+    * NCCL (`nccl.NcclComm`): one grouped set of ncclSend / ncclRecv, a pair per peer;
+    * the simulator: point-to-point messages on the virtual clock; `Emulated`: their delay.
+
+    A comm without its own (a third party's) falls back to the one collective every comm
+    has: an allreduce in which each worker fills its own slot of a (P, n) buffer, i.e. an
+    allgather: the right values, but P n floats moved instead of len(peers) n."""
     fn = getattr(comm, "neighbour_exchange", None)
     if fn is not None:
         return fn(vec, peers)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .base import RoleFrontEnd, check_wait, role_op, serve_now
-from .roles import ChunkMaster, make_core
+from .roles import make_core
 
 ABORT_POLL_S = 0.5
 
@@ -83,59 +83,50 @@ class ActorServerProxy(RoleFrontEnd, ActorCall):
         return self.wait(self.actor.serve(name, *args, **kwargs), name, on_stop=op is not None and op.waits)
 
 
-class ChunkMasterActor:
-    """cgdp's master (`roles.ChunkMaster`) as a Dask actor: coroutines on the hosting
-    worker's event loop, so chunk sums and updates run while the devices are still in
-    their backward pass."""
-
-    def __init__(self, **kwargs: Any):
-        self.core = ChunkMaster(**kwargs)
-        self.completed = -1
-        self._cond: asyncio.Condition | None = None
-
-    def _c(self) -> asyncio.Condition:
-        if self._cond is None:  # made on the worker's loop, at first use
-            self._cond = asyncio.Condition()
-        return self._cond
-
-    async def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
-        if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
-            cond = self._c()
-            async with cond:
-                self.completed = step
-                cond.notify_all()
-
-    async def fetch(self, step: int):
-        cond = self._c()
-        async with cond:
-            await cond.wait_for(lambda: self.completed >= step)
-        return self.core.result()
-
-    async def history(self) -> list[int]:
-        return list(self.core.chunk_history)
-
-
 class ChunkMasterProxy(ActorCall):
-    """Worker side of ChunkMasterActor: pushes are fire-and-forget (checked before the
-    fetch), fetches block, polling for an aborted run."""
+    """Worker side of cgdp's master, a `ServerActor` holding a `roles.ChunkMaster` (on a CPU
+    worker if there is one, so chunk sums and updates run while the devices are still in
+    their backward pass). Pushes are fire-and-forget (checked before the fetch). With
+    `weight_return` chunks, each push of a chunk also asks for that chunk's fresh weights
+    at once (`chunk`, which the actor answers as soon as the chunk is updated), so the
+    copies back travel while this worker is still in its backward pass, and the fetch
+    only gathers them and the step's outcome; whole: the fetch waits for the step and
+    brings the whole vector."""
 
-    def __init__(self, actor: Any, control: Any = None):
+    def __init__(self, actor: Any, control: Any = None, weight_return: str = "whole"):
         super().__init__(actor, control)
         self.sent: list[Any] = []
+        self.chunked = weight_return == "chunks"
+        self.coming: list[tuple[int, int, Any]] = []
+        self.boxes: list[np.ndarray] = []
 
-    def push(self, *args: Any) -> None:
-        self.sent.append(self.actor.push(*args))
+    def push(self, step, rank, lo, hi, *rest: Any) -> None:
+        self.sent.append(self.actor.serve("push", step, rank, lo, hi, *rest))
+        if self.chunked:
+            self.coming.append((lo, hi, self.actor.serve("chunk", step, lo, hi)))
 
     def wait_sent(self) -> None:
         for fut in self.sent:
             fut.result()
         self.sent = []
 
-    def fetch(self, step: int):
-        return self.call("fetch", step)
+    def fetch(self, step: int, rank: int | None = None):
+        if not self.chunked:
+            return self.wait(self.actor.serve("fetch", step), "chunk master fetch", on_stop=False)
+        outcome = self.actor.serve("outcome", step)
+        coming, self.coming = self.coming, []
+        if not self.boxes:                        # two buffers, used in turn (the step's parity)
+            n = max(hi for _, hi, _ in coming)
+            self.boxes = [np.empty(n, np.float32), np.empty(n, np.float32)]
+        box = self.boxes[step % 2]
+        for lo, hi, fut in coming:                # already here but for the last ones
+            box[lo:hi] = self.wait(fut, "chunk master chunk", on_stop=False)
+        loss, stop, chunking, times = self.wait(outcome, "chunk master fetch", on_stop=False)
+        return box, loss, stop, chunking, times
 
     def history(self) -> list[int]:
-        return self.call("history")
+        return self.call("serve", "history")
+
 
 
 LEASE_REFRESH_S = 1.0   # the client renews its lease this often (from its own thread)

@@ -32,6 +32,12 @@ x_0 + x_1: bitwise the rank-order sum, hence the shared-memory allreduce's resul
 `ring_order_sum` agrees, since a + b == b + a in IEEE arithmetic). Every rank ends with
 bitwise the same values: the all-gather copies, it does not add.
 
+Gossip's peer-to-peer exchange (`neighbour_exchange`, dpsgd) goes over the same kind of
+direct connections, one per (rank, peer) pair, opened at its first use: rank r sends its
+vector to each peer j (key "ring/j<r", so the receiver has one in-order inbox per sender)
+and takes one message from each of its peers' inboxes. Each rank sends d n floats a call
+(d = len(peers)), the exchange's own messages and nothing else.
+
 Failures never hang: a neighbour whose process dies closes its connection (the reader
 sees it at once), a failed send names the rank it was for, and a rank that gives up
 forwards the reason to its right neighbour, so the whole ring ends with `WorkerLost`
@@ -161,6 +167,12 @@ class RingComm:
         self.calls = 0
         self.broken = ""                   # why the ring cannot be used any more
         self.sent_bytes = 0                # payload bytes this rank has sent, for the benchmark
+        # the peer exchange: a connection per peer, and two send buffers used in turn (as
+        # `bufs`: call k+2 reuses call k's, and ending call k+1 needed every peer's message of
+        # k+1, which that peer sent after it had this rank's message of call k)
+        self.peer_out: dict[int, Any] = {}
+        self.xbufs = [np.empty(0, np.float32), np.empty(0, np.float32)]
+        self.xcalls = 0
 
     # ------------------------------------------------------------------ the thread's side
     def allreduce(self, buf: Any) -> np.ndarray:
@@ -176,20 +188,37 @@ class RingComm:
             return work
         return self._run(self._allreduce(work))
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, np.ndarray]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`): `vec` to each rank in
+        `peers` over a direct connection, and what each of them sent (copies)."""
+        vec = np.asarray(vec)
+        i = self.xcalls % 2
+        self.xcalls += 1
+        if self.xbufs[i].shape != vec.shape or self.xbufs[i].dtype != vec.dtype:
+            self.xbufs[i] = np.empty_like(vec)
+        work = self.xbufs[i]
+        np.copyto(work, vec)
+        if not peers:
+            return {}
+        return self._run(self._exchange(work, list(peers)))
+
     def barrier(self) -> None:
         self.allreduce(np.zeros(1, dtype=np.float32))
 
     def close(self) -> None:
-        """Close the connection to the right neighbour and drop this rank's inbox."""
+        """Close the connections to the right neighbour and the peers, and drop this rank's inboxes."""
         try:  # the worker (and its loop) may be shutting down: nothing left to tidy then
-            if self.out is not None and not self.broken:
-                asyncio.run_coroutine_threadsafe(_close(self.out), self.loop).result(timeout=5)
-            elif self.out is not None:
-                self.loop.call_soon_threadsafe(self.out.abort)
-            self.loop.call_soon_threadsafe(_BOXES.pop, self.key, None)
+            for conn in [self.out, *self.peer_out.values()]:
+                if conn is not None and not self.broken:
+                    asyncio.run_coroutine_threadsafe(_close(conn), self.loop).result(timeout=5)
+                elif conn is not None:
+                    self.loop.call_soon_threadsafe(conn.abort)
+            for key in [self.key, *(self._peer_key(self.rank, j) for j in self.peer_out)]:
+                self.loop.call_soon_threadsafe(_BOXES.pop, key, None)
         except Exception:
             pass
         self.out = None
+        self.peer_out = {}
 
     def _run(self, coro: Any) -> Any:
         if self.broken:
@@ -267,6 +296,39 @@ class RingComm:
         except asyncio.CancelledError:
             await self._tell_right("allreduce aborted: a peer is gone")
             raise
+
+    def _peer_key(self, dst: int, src: int) -> str:
+        """The inbox on rank `dst` for the exchange's messages from rank `src`."""
+        return f"{self.ring}/{dst}<{src}"
+
+    async def _exchange(self, work: np.ndarray, peers: list[int]) -> dict[int, np.ndarray]:
+        from distributed.comm import connect
+        from distributed.protocol import to_serialize
+        for j in peers:
+            if j in self.peer_out:
+                continue
+            address = self.peers[j]
+            try:
+                conn = await connect(address, timeout=CONNECT_TIMEOUT_S, **self.worker.connection_args)
+                await conn.write({"op": HANDLER, "key": self._peer_key(j, self.rank), "src": self.rank,
+                                  "src_address": self.peers[self.rank], "reply": False})
+            except Exception as exc:
+                raise WorkerLost(f"rank {j} ({address}) is unreachable: {type(exc).__name__}: {exc}") from None
+            self.peer_out[j] = conn
+        for j in peers:                                     # every send first: nobody waits to send
+            try:
+                await self.peer_out[j].write({"d": to_serialize(work)})
+            except Exception as exc:
+                raise WorkerLost(f"rank {j} ({self.peers[j]}) is gone: sending to it failed "
+                                 f"({type(exc).__name__})") from None
+            self.sent_bytes += work.nbytes
+        got = {}
+        for j in peers:
+            msg = await _box(self._peer_key(self.rank, j)).get()
+            if isinstance(msg, _Closed):
+                raise WorkerLost(msg.reason)
+            got[j] = np.array(msg["d"], copy=True)
+        return got
 
     async def _tell_right(self, reason: str) -> None:
         """Pass the reason on, so that the rest of the ring ends with it too (best effort)."""

@@ -8,8 +8,11 @@ arrays it moves, the memory passes it costs the server), and one generic front-e
 transport serves any core from its table (`base.ServerRole`): a lock between threads
 (`threads.ThreadServer`), a Dask actor (`dask.ServerActor`), shared memory between the
 processes of one host (`shm.ShmServer`, whose state arrays are views of a segment that
-the core updates in place), the simulator's virtual clock (`SimServer`). cgdp's master has
-its own front-ends (`ThreadChunkMaster`, `ChunkMasterActor`, `ShmChunkMaster`).
+the core updates in place), the simulator's virtual clock (`SimServer`). cgdp's master states its table too and
+is served by the generic front-ends on threads and Dask (`ThreadChunkMaster` adds the
+per-chunk weight return on threads); in shared memory (`ShmChunkMaster`, no master
+process: the workers reduce the chunks themselves) and on the virtual clock
+(`SimChunkMasterState`, per-link transfers) it keeps front-ends of its own.
 
 * `ParameterServer`: the `parameter_server` role (pull; push applies the shared SGD rule
   with momentum / Nesterov / weight decay and counts staleness) and the `elastic_centre`
@@ -245,10 +248,12 @@ class ModelTable:
     happened: the pairing sequence that a plain reference loop replays (tests).
     """
 
-    def __init__(self, params: np.ndarray, size: int):
-        self.x = np.tile(np.asarray(params), (size, 1))      # (P, n)
+    def __init__(self, params: np.ndarray | None, size: int, x: np.ndarray | None = None, log: Any = None):
+        # `x` and `log` hand in the rows and the log (a shared-memory front-end's views: the
+        # rows of a segment, `shm.SharedLog`); by default a fresh table of `params` and a list
+        self.x = x if x is not None else np.tile(np.asarray(params), (size, 1))      # (P, n)
         self.size = size
-        self.log: list[tuple[int, int, int]] = []
+        self.log: Any = log if log is not None else []
 
     ROLE = "pairwise"
     OPS = {op.name: op for op in (
@@ -344,6 +349,10 @@ def sum_in_rank_order(parts: Sequence[np.ndarray], out: np.ndarray) -> np.ndarra
     return out
 
 
+def _step_done(core: ChunkMaster, step: int, *_: Any) -> bool:
+    return core.completed >= step
+
+
 class ChunkMaster:
     """CGDP's master: master weights, optimiser and the per-chunk reduction.
 
@@ -353,12 +362,38 @@ class ChunkMaster:
     (global loss, stop flag, every worker's compute time) is published and the tuner
     sees the iteration's duration by `clock`. `state` hands in `x` and the velocity
     (views of a shared segment); by default they are fresh copies.
+
+    `weight_return` says how the front-ends hand the fresh weights back (the core's maths
+    is the same either way): `chunks`, each chunk's as soon as it is updated (`chunk` waits
+    for one chunk; `done_chunk` names the chunk the last `add` completed), or `whole`, the
+    whole vector once the step is complete (`fetch`).
     """
+
+    ROLE = "cgdp_master"
+    # push: one worker's weighted chunk (completes a chunk, then the step: waiters re-check);
+    # fetch: the whole fresh vector and the step's outcome, once the step is complete;
+    # outcome: the outcome alone (the weights came back chunk by chunk);
+    # chunk: the fresh weights of one chunk, once it is updated (the per-chunk return)
+    OPS = {op.name: op for op in (
+        RoleOp("push", "add", changes=True, sizes_in=lambda step, rank, lo, hi, *_: (hi - lo,),
+               work=lambda core, step, rank, lo, hi, *_: (1.0 + core.opt.passes / core.size, hi - lo)),
+        RoleOp("fetch", "result", ready=_step_done, sizes_out=lambda core, *_: (core.x.shape[0],),
+               what="chunk master fetch"),
+        RoleOp("outcome", "outcome", ready=_step_done, what="chunk master fetch"),
+        RoleOp("chunk", "chunk_weights", ready=lambda core, step, lo, hi: core.chunk_ready(step, lo, hi),
+               sizes_out=lambda core, step, lo, hi: (hi - lo,), work=lambda core, step, lo, hi: (1.0, hi - lo),
+               what="chunk master chunk"),
+        RoleOp("history", "history"),
+    )}
 
     def __init__(self, params: np.ndarray | None, size: int, groups: list[tuple[int, int]], chunk_layers: int | str,
                  momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0, *,
                  optimizer: OptimizerSettings | None = None, layout: Any = None,
-                 clock: Callable[[], float] = time.perf_counter, state: dict[str, Any] | None = None):
+                 clock: Callable[[], float] = time.perf_counter, state: dict[str, Any] | None = None,
+                 weight_return: str = "whole"):
+        if weight_return not in ("chunks", "whole"):
+            raise ValueError(f"weight_return: chunks or whole, got {weight_return!r}")
+        self.weight_return = weight_return
         state = state or {"x": np.array(params, copy=True)}
         self.x = state["x"]
         # the optimiser state is master state: shared by the workers, not theirs
@@ -369,11 +404,14 @@ class ChunkMaster:
         self.clock = clock
         self.parts: dict[tuple[int, int], dict[int, np.ndarray]] = {}
         self.step, self.chunks_left, self.loss, self.stop = -1, 0, 0.0, False
-        self.outcome = (0.0, False, [0.0] * size)   # (loss, stop, compute times) of the last completed step
+        self.last_outcome = (0.0, False, [0.0] * size)   # (loss, stop, compute times) of the last completed step
         self.times: dict[int, float] = {}
         self.last_done = clock()
         self.chunk_history: list[int] = []
         self._total = np.empty_like(self.x)
+        self.completed = -1                                 # the last step whose every chunk is updated
+        self.updated: dict[tuple[int, int], int] = {}      # chunk -> the last step it was updated for
+        self.done_chunk: tuple[int, int] | None = None      # the chunk the last `add` completed
 
     def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float, stopped: bool) -> None:
         """Sum every worker's part of [lo, hi) in rank order and update the master there
@@ -391,6 +429,7 @@ class ChunkMaster:
         if step != self.step:  # first chunk of a new step
             self.step, self.loss, self.stop = step, 0.0, False
             self.chunks_left = len(chunk_bounds(self.groups, self.tuner.current))
+        self.done_chunk = None
         parts = self.parts.setdefault((lo, hi), {})
         parts[rank] = grad
         self.loss += loss_w
@@ -401,12 +440,15 @@ class ChunkMaster:
             return False
         del self.parts[(lo, hi)]
         self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr, self.stop)
+        self.updated[(lo, hi)] = step
+        self.done_chunk = (lo, hi)
         self.chunks_left -= 1
         if self.chunks_left:
             return False
         # A fast worker may start the next step before a slow one fetches this one:
         # keep this step's outcome apart from the running sums.
-        self.outcome = (float(self.loss), bool(self.stop), [self.times.get(r, 0.0) for r in range(self.size)])
+        self.last_outcome = (float(self.loss), bool(self.stop), [self.times.get(r, 0.0) for r in range(self.size)])
+        self.completed = step
         self.step_done(self.clock())
         return True
 
@@ -416,17 +458,35 @@ class ChunkMaster:
         step_s, self.last_done = now - self.last_done, now
         return self.tuner.observe(step_s)
 
-    def result(self) -> tuple[np.ndarray, float, bool, int, list[float]]:
+    def result(self, step: int | None = None, rank: int | None = None) -> tuple[np.ndarray, float, bool, int, list[float]]:
         """Fresh weights, the step's global loss, the stop flag, next step's chunk size,
-        every worker's compute time (for speed-based shares)."""
-        loss, stop, times = self.outcome
+        every worker's compute time (for speed-based shares): the last completed step's."""
+        loss, stop, times = self.last_outcome
         return self.x.copy(), loss, stop, self.tuner.current, times
+
+    def outcome(self, step: int | None = None) -> tuple[float, bool, int, list[float]]:
+        """`result` without the weights (they came back chunk by chunk)."""
+        loss, stop, times = self.last_outcome
+        return loss, stop, self.tuner.current, list(times)
+
+    def chunk_ready(self, step: int, lo: int, hi: int) -> bool:
+        """Whether [lo, hi) holds step `step`'s fresh weights (the chunk, or the whole step, is done)."""
+        return self.updated.get((lo, hi), -1) >= step or self.completed >= step
+
+    def chunk_weights(self, step: int, lo: int, hi: int) -> np.ndarray:
+        """A copy of the fresh weights of [lo, hi) (once `chunk_ready`)."""
+        return self.x[lo:hi].copy()
+
+    def history(self) -> list[int]:
+        """The chunk size (layers) each completed step used."""
+        return list(self.chunk_history)
 
 
 def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:
     """ChunkMaster's arguments for a run (every front-end builds its core from these)."""
     return {"params": params0, "size": size, "groups": model.layer_groups(), "chunk_layers": config.chunk_layers,
-            "optimizer": OptimizerSettings.of(config), "layout": model.layout()}
+            "optimizer": OptimizerSettings.of(config), "layout": model.layout(),
+            "weight_return": getattr(config, "weight_return", "whole")}
 
 
 def role_core(role: str) -> type:
@@ -441,8 +501,10 @@ def role_core(role: str) -> type:
 def make_core(role: str, options: dict[str, Any], params0: np.ndarray, size: int, config: Any = None,
               model: Any = None, clock: Callable[[], float] = time.perf_counter) -> Any:
     """An in-process core for `role` (what the thread and actor front-ends hold)."""
-    if role == "cgdp_master":
-        return ChunkMaster(**chunk_master_args(config, size, model, params0), clock=clock)
+    if role == "cgdp_master":   # from the run's config, or from `chunk_master_args` less params and size
+        args = chunk_master_args(config, size, model, params0) if config is not None else \
+            {"params": params0, "size": size, **options}
+        return ChunkMaster(**args, clock=clock)
     if role == "tournament":
         return TournamentMailbox()
     if role == "pairwise":

@@ -234,6 +234,27 @@ class ShmComm:
         self._arrive()
         return total
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, np.ndarray]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`) through the same slots
+        as the allreduce: this rank writes its vector into its own slot, meets the others,
+        and copies only its peers' slots (len(peers) n floats read, nothing summed). The
+        general path then meets once more, so no slot is rewritten before every peer has
+        read it; a pair uses its alternating slot sets (one meeting, as its allreduce)."""
+        m = vec.shape[0]
+        if m > self.n:
+            raise ValueError(f"vec: at most {self.n} elements for this segment, got {m}")
+        if self.pair:
+            s = self._set
+            self._set ^= 1
+            np.copyto(self.slots[s, self.rank, :m], vec)
+            self._arrive()
+            return {j: self.slots[s, j, :m].copy() for j in peers}
+        np.copyto(self.slots[self.rank, :m], vec)
+        self._arrive()
+        got = {j: self.slots[j, :m].copy() for j in peers}
+        self._arrive()
+        return got
+
     def barrier(self) -> None:
         self._arrive()
 
@@ -393,30 +414,109 @@ def create_server_segment(name: str, params: np.ndarray, momentum: Any) -> str:
     return seg
 
 
+# ------------------------------------------------------------------ AD-PSGD's table of models
+LOG_CAP = 65536   # averages whose (rank, peer, step) the shared log keeps (the first ones; 1.5 MiB)
+
+
+def table_nbytes(n: int, size: int) -> int:
+    """Bytes of a shared `pairwise` table: a header, P rows of n float32, the log."""
+    return 8 * HEADER + 8 * -(-4 * n * size // 8) + 8 * 3 * LOG_CAP
+
+
+def _table_views(buf: Any, n: int, size: int) -> dict[str, Any]:
+    rows_at = 8 * HEADER
+    return {"header": np.ndarray((HEADER,), dtype=np.int64, buffer=buf, offset=0),
+            "x": np.ndarray((size, n), dtype=np.float32, buffer=buf, offset=rows_at),
+            "log": np.ndarray((LOG_CAP, 3), dtype=np.int64, buffer=buf, offset=rows_at + 8 * -(-4 * n * size // 8))}
+
+
+class SharedLog:
+    """The table's log of averages in a segment: `append` under the table's lock; reads
+    as the list of (rank, peer, step) it kept (the first LOG_CAP; `count` counts all)."""
+
+    def __init__(self, header: np.ndarray, rows: np.ndarray):
+        self.header, self.rows = header, rows
+
+    @property
+    def count(self) -> int:
+        return int(self.header[0])
+
+    def append(self, entry: tuple[int, int, int]) -> None:
+        k = int(self.header[0])
+        if k < LOG_CAP:
+            self.rows[k] = entry
+        self.header[0] = k + 1
+
+    def __len__(self) -> int:
+        return min(self.count, LOG_CAP)
+
+    def __iter__(self):
+        return iter([tuple(int(v) for v in row) for row in self.rows[:len(self)]])
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == list(other)
+
+
+def create_table_segment(name: str, params: np.ndarray, size: int) -> str:
+    """Create a shared `pairwise` table with every row at `params` (runs on one worker)."""
+    seg = create_segment(name, table_nbytes(params.shape[0], size))
+    _table_views(_OWNED[seg].buf, params.shape[0], size)["x"][:] = params
+    return seg
+
+
+class ShmModelTable(RoleFrontEnd):
+    """The `pairwise` role (AD-PSGD's `roles.ModelTable`) in shared memory, for workers on
+    one host: the P rows and the log live in one segment, every worker holds a core over
+    those views, and the host's kernel file lock (as `ShmServer`) makes each call atomic:
+    an average reads and writes two rows with no other worker in between. Like the other
+    front-ends it serialises all averages (one lock), the stated simplification of
+    `algorithms.gossip`."""
+
+    def __init__(self, segment: str, lock_path: str, n: int, size: int, control: Any = None):
+        from .roles import ModelTable
+        self.shm = attach(segment)
+        v = _table_views(self.shm.buf, n, size)
+        self.core = ModelTable(None, size, x=v["x"], log=SharedLog(v["header"], v["log"]))
+        self.ops = type(self.core).OPS
+        self.control = control
+        self.lockfile = open_private(lock_path)
+
+    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        op = role_op(self.core, name)
+        return with_flock(self.lockfile, lambda: serve_now(self.core, op, args, kwargs))
+
+    def close(self) -> None:
+        self.lockfile.close()
+        self.core = None
+        detach(self.shm)
+
+
 # ------------------------------------------------------------------ cgdp's master
 # Segment layout: int64 header | int64 arrivals per chunk | float64 outcome | float32 arrays
 M_COMPLETED, M_STOP, M_FINAL_DONE, M_HEADER = 0, 1, 2, 8          # header slots
 F_LAST_DONE, F_STEP_S, F_LOSS, F_STOP, N_FLOATS = 0, 1, 2, 3, 4   # then times[P], loss_w[P], compute_s[P]
 
 
-def master_nbytes(n: int, size: int, n_layers: int, momentum: Any) -> int:
+def master_nbytes(n: int, size: int, n_layers: int, momentum: Any, chunked: bool = False) -> int:
     """Bytes of a shared-memory chunk master: n parameters, P workers (`momentum`: as
-    `_opt_spec` reads it)."""
+    `_opt_spec` reads it; `chunked`: with two weight buffers per worker, for the per-chunk
+    weight return)."""
     return (8 * (M_HEADER + n_layers) + 8 * (N_FLOATS + 3 * size) + 8 * -(-4 * n // 8)
-            + _spec_nbytes(_opt_spec(n, momentum)) + 4 * n * size)
+            + _spec_nbytes(_opt_spec(n, momentum)) + 4 * n * size * (3 if chunked else 1))
 
 
-def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: Any) -> str:
+def create_master_segment(name: str, params: np.ndarray, size: int, n_layers: int, momentum: Any,
+                          chunked: bool = False) -> str:
     """Create and fill a ShmChunkMaster segment (runs on one worker of the host)."""
-    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum))
-    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum)
+    seg = create_segment(name, master_nbytes(params.shape[0], size, n_layers, momentum, chunked))
+    views = _master_views(_OWNED[seg].buf, params.shape[0], size, n_layers, momentum, chunked)
     views["x"][:] = params
     views["header"][[M_COMPLETED, M_STOP]] = -1
     views["floats"][F_LAST_DONE] = time.perf_counter()   # CLOCK_MONOTONIC: one clock for the host
     return seg
 
 
-def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any) -> dict[str, Any]:
+def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any, chunked: bool = False) -> dict[str, Any]:
     off = 0
 
     def take(shape: tuple, dtype: Any) -> np.ndarray:
@@ -430,6 +530,8 @@ def _master_views(buf: Any, n: int, size: int, n_layers: int, momentum: Any) -> 
     v["state"] = _take_state(buf, off, _opt_spec(n, momentum))
     off += _spec_nbytes(_opt_spec(n, momentum))
     v["slots"] = take((size, n), np.float32)                     # (P, n): each worker's weighted chunks
+    if chunked:                                                  # (2, P, n): each worker's fresh weights,
+        v["boxes"] = take((2, size, n), np.float32)              # two buffers used in turn (step parity)
     return v
 
 
@@ -453,18 +555,28 @@ class ShmChunkMaster:
     completing any chunk it had to, so the step is whole once every block of the final
     chunk is done; and a worker's next pushes follow its fetch, so no chunk of step s+1
     can complete (changing weights or outcome) before every worker has fetched step s.
+
+    `weight_return` chunks: the segment also holds two weight buffers per worker, used in
+    turn (the step's parity; a worker still reads this step's weights of a chunk after
+    pushing it). The worker that completes a chunk copies its fresh weights into every
+    worker's buffer at once, while the others go on with their backward pass; each
+    worker copies its own block of the final chunk into every buffer. The fetch then
+    hands over this worker's buffer (a view of the segment) without copying; whole:
+    the fetch copies the whole vector once the step is complete.
     """
 
     def __init__(self, segment: str, lock_path: str, rank: int, size: int, groups: list[tuple[int, int]],
                  chunk_layers: int | str, n: int, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, control: Any = None, clock: Callable[[], float] = time.perf_counter,
-                 optimizer: Any = None, layout: Any = None):
+                 optimizer: Any = None, layout: Any = None, weight_return: str = "whole"):
         from .roles import ChunkMaster, role_state_spec
         self.shm = attach(segment)
         self.rank, self.size, self.control, self.clock = rank, size, control, clock
         spec = role_state_spec(n, momentum, nesterov, weight_decay, optimizer, layout)
-        v = _master_views(self.shm.buf, n, size, len(groups), spec)
+        self.chunked = weight_return == "chunks"
+        v = _master_views(self.shm.buf, n, size, len(groups), spec, self.chunked)
         self.header, self.arrivals, self.floats, self.slots = v["header"], v["arrivals"], v["floats"], v["slots"]
+        self.boxes = v.get("boxes")
         self.times, self.loss_w, self.compute_s = (self.floats[N_FLOATS + k * size:N_FLOATS + (k + 1) * size]
                                                    for k in range(3))
         self.core = ChunkMaster(None, size, groups, chunk_layers, momentum, nesterov, weight_decay, clock=clock,
@@ -481,9 +593,14 @@ class ShmChunkMaster:
         return with_flock(self.lockfile, fn)
 
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
-        """Every worker's rows of [lo, hi), summed in rank order, update the master there."""
+        """Every worker's rows of [lo, hi), summed in rank order, update the master there;
+        with the per-chunk return, the fresh [lo, hi) goes into every worker's buffer."""
         self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr,
                                stopped=self.header[M_STOP] == step)
+        if self.chunked:
+            fresh, boxes = self.core.x[lo:hi], self.boxes[step % 2]
+            for r in range(self.size):
+                np.copyto(boxes[r, lo:hi], fresh)
 
     def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
         i = self.index[(lo, hi)]
@@ -534,13 +651,17 @@ class ShmChunkMaster:
     def wait_sent(self) -> None:
         pass  # pushes are complete when they return
 
-    def fetch(self, step: int):
-        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch), the
+    def fetch(self, step: int, rank: int | None = None):
+        """The fresh weights (in a buffer of this worker's, overwritten by the next fetch but one), the
         step's loss and stop flag, the next step's chunking and every worker's compute time."""
         wait_until(lambda: self.header[M_COMPLETED] >= step, self.control, "cgdp master")
         f, core = self.floats, self.core
-        np.copyto(self.fetched, core.x)
-        x, loss, stop, times = self.fetched, float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
+        if self.chunked:                     # every chunk is in my buffer already
+            x = self.boxes[step % 2, self.rank]
+        else:
+            np.copyto(self.fetched, core.x)
+            x = self.fetched
+        loss, stop, times = float(f[F_LOSS]), bool(f[F_STOP]), [float(t) for t in self.times]
         used = core.tuner.current
         core.chunk_history.append(used)
         if core.tuner.observe(float(f[F_STEP_S])) != used:
@@ -552,6 +673,6 @@ class ShmChunkMaster:
 
     def close(self) -> None:
         self.lockfile.close()
-        del self.header, self.arrivals, self.floats, self.slots, self.times, self.loss_w, self.compute_s
+        del self.header, self.arrivals, self.floats, self.slots, self.boxes, self.times, self.loss_w, self.compute_s
         self.core = None
         detach(self.shm)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
+
 from .base import RoleFrontEnd, WorkerLost, check_wait, role_op
 from .roles import ChunkMaster
 
@@ -56,6 +58,18 @@ class ThreadComm:
         g.wait()  # nobody overwrites slots/result before everyone has copied
         return out
 
+    def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
+        """Gossip's peer-to-peer exchange (`base.neighbour_exchange`): each worker puts its
+        own vector in its slot, meets the others once, then copies only its peers' slots
+        (len(peers) n floats read, not P n); a second meeting keeps every slot until all
+        have read theirs."""
+        g = self.group
+        g.slots[self.rank] = vec        # the caller's array, unchanged while it waits here
+        g.wait()
+        got = {j: g.slots[j].copy() for j in peers}
+        g.wait()
+        return got
+
     def barrier(self) -> None:
         self.group.wait()
 
@@ -102,30 +116,57 @@ class ThreadServer(RoleFrontEnd):
         return waiting_call
 
 
-class ThreadChunkMaster:
-    """cgdp's master (`roles.ChunkMaster`) for workers that are threads: a lock, and a
-    condition per step."""
+class ThreadChunkMaster(ThreadServer):
+    """cgdp's master (`roles.ChunkMaster`) for workers that are threads: the generic
+    front-end over the core's table (push, fetch, outcome, history), plus the per-chunk
+    weight return (`weight_return` chunks): the thread whose push completes a chunk copies
+    that chunk's fresh weights into every worker's buffer for the next step, outside the
+    lock, while the other threads go on with their backward pass; a worker's fetch then
+    waits for the step's outcome (which comes with the last chunk, the first layers: the
+    ones the next forward pass needs first) and for the copies, and takes its buffer as
+    it is. Two buffers per worker, used in turn (the step's parity): the worker still
+    reads this step's weights of a chunk (its input gradient) after it has pushed it, so
+    the fresh ones must not land in the array it is computing with."""
 
     def __init__(self, core: ChunkMaster, control: Any = None):
-        self.core = core
-        self.control = control
-        self.cond = threading.Condition()
-        self.completed = -1
+        super().__init__(core, control)
+        self.chunked = core.weight_return == "chunks"
+        if self.chunked:
+            n = core.x.shape[0]
+            self.boxes = [[np.empty(n, core.x.dtype), np.empty(n, core.x.dtype)] for _ in range(core.size)]
+            self.copying = 0                           # chunk copies under way (outside the lock)
 
-    def push(self, step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
-        with self.cond:
-            if self.core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s):
-                self.completed = step
-                self.cond.notify_all()
+    def bind(self, name: str) -> Any:
+        if not self.chunked or name not in ("push", "fetch"):
+            return super().bind(name)
+        core, lock, control, boxes = self.core, self.lock, self.control, self.boxes
+        if name == "push":
+            def push(step, rank, lo, hi, grad, lr, loss_w=0.0, stop=False, compute_s=None) -> None:
+                with lock:
+                    core.add(step, rank, lo, hi, grad, lr, loss_w, stop, compute_s)
+                    done = core.done_chunk
+                    if done is None:
+                        return
+                    self.copying += 1
+                a, b = done        # nobody writes x[a:b] before every worker has fetched this step
+                fresh = core.x[a:b]
+                for box in boxes:
+                    np.copyto(box[step % 2][a:b], fresh)
+                with lock:
+                    self.copying -= 1
+                    lock.notify_all()
+            return push
 
-    def fetch(self, step: int):
-        with self.cond:
-            while not self.cond.wait_for(lambda: self.completed >= step, timeout=ABORT_POLL_S):
-                check_wait(self.control, "chunk master fetch", on_stop=False)   # a sync step: stops ride on it
-            return self.core.result()
+        def fetch(step: int, rank: int | None = None):
+            if rank is None:
+                raise ValueError("rank: the fetching worker's rank (weight_return chunks), got None")
+            with lock:
+                while not (core.completed >= step and self.copying == 0):
+                    if not lock.wait(timeout=ABORT_POLL_S):
+                        check_wait(control, "chunk master fetch", on_stop=False)   # a sync step: stops ride on it
+                loss, stop, chunking, times = core.outcome(step)
+            return boxes[rank][step % 2], loss, stop, chunking, times
+        return fetch
 
     def wait_sent(self) -> None:
         pass  # pushes are synchronous here
-
-    def history(self) -> list[int]:
-        return list(self.core.chunk_history)

@@ -270,7 +270,7 @@ def shm_need(config: RunConfig, model: Any) -> dict[str, int]:
     segment and puts the server role in an actor)."""
     from ..comm.barrier import barrier_nbytes
     from ..comm.roles import role_state_spec
-    from ..comm.shm import allreduce_nbytes, master_nbytes, server_nbytes
+    from ..comm.shm import allreduce_nbytes, master_nbytes, server_nbytes, table_nbytes
 
     spec = specs()[config.algorithm]
     needs, size, n = spec.needs, config.n_workers or 1, model.n_params
@@ -284,7 +284,7 @@ def shm_need(config: RunConfig, model: Any) -> dict[str, int]:
     if role is not None and role != "tournament" and config.comm in ("auto", "shm"):
         state = role_state_spec(n, **needs.options(config, model))
         out["server"] = (master_nbytes(n, size, len(model.layout()), state) if role == "cgdp_master"
-                         else server_nbytes(n, state))
+                         else table_nbytes(n, size) if role == "pairwise" else server_nbytes(n, state))
     return out
 
 

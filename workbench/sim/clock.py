@@ -26,8 +26,6 @@ from greenlet import greenlet
 
 from ..comm.base import WorkerLost
 
-_LAST = 1 << 62   # sequence numbers of `at_end_of` events: after every ordinary event of their time
-
 
 class Killed(BaseException):
     """Thrown into a virtual worker to make it vanish (like a killed process): not an
@@ -101,13 +99,6 @@ class Scheduler:
     def at(self, t: float, fn: Callable[[], None]) -> None:
         """Run `fn` (in the driver) at virtual time `t`: deliveries that need no worker."""
         self.schedule(t, fn)
-
-    def at_end_of(self, t: float, fn: Callable[[], None]) -> None:
-        """Run `fn` (in the driver) at virtual time `t`, after every event of time `t`,
-        including those scheduled later (the transport's batched compute: the workers that
-        asked at this instant, together). Being in the heap, it holds back a worker whose
-        clock passes `t` (`earlier_than`), as a waiting worker would."""
-        heapq.heappush(self.heap, (t, _LAST + next(self.seq), fn))
 
     def wake(self, proc: VProc, t: float, value: Any = None) -> None:
         """Resume a blocked worker at virtual time `t` with `value` (returned by its `block`)."""

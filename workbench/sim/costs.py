@@ -198,8 +198,10 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
             if record is None:
                 if data is None:
                     raise ValueError("the local profile is calibrated on the run's data")
+                # the host's local CPU workers compute at once (a synchronous step): the core
+                # timed with as many others computing beside it (profiles.co_run_device)
                 local, record = profiles.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
-                                                       config.calibration)
+                                                       config.calibration, cpu_workers=kinds.count("cpu"))
             devices.append(local)
         else:
             devices.append(profiles.DEVICES[name])

@@ -440,6 +440,87 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
     return device
 
 
+# ------------------------------------------------------------------------------ cores computing together
+CO_RUN_LIMIT_S = 120.0   # a helper process computes at most this long (it ends itself if never stopped)
+
+
+def _co_run_helper(path: str) -> None:
+    """In a helper process: compute `loss_and_grad` of the pickled (model, X, y, params)
+    over and over on one BLAS thread, saying "ready" after the first call, until stopped
+    (or CO_RUN_LIMIT_S). What another worker process of this host does meanwhile."""
+    import sys
+    with open(path, "rb") as f:
+        model, X, y, params = pickle.load(f)
+    end = time.perf_counter() + CO_RUN_LIMIT_S
+    with _one_blas_thread():
+        model.loss_and_grad(params, X, y)
+        print("ready", flush=True)
+        while time.perf_counter() < end:
+            model.loss_and_grad(params, X, y)
+    sys.stdout.close()
+
+
+def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: Device) -> Device:
+    """This machine's core timed as `local_device` times it, while `cores - 1` other
+    processes compute the same model's `loss_and_grad` at once, each on its own core:
+    what each of `cores` worker processes of one host takes when they share its caches
+    and memory bandwidth (a synchronous step's workers compute at the same time). The
+    batch sizes are `alone`'s (the same fit, seconds = overhead + FLOPs / rate). A helper
+    that cannot start (no `sys.executable`) raises RuntimeError."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    tm = model_flops(model)
+    sizes = [b for b, _ in alone.calibration] or [min(int(X.shape[0]), 64)]
+    m = pickle.loads(pickle.dumps(model))
+    big = max(sizes)
+    fd, path = tempfile.mkstemp(prefix="workbench-corun-", suffix=".pkl")
+    helpers: list[subprocess.Popen] = []
+    try:
+        with open(fd, "wb") as f:
+            pickle.dump((model, np.ascontiguousarray(X[:big]), np.ascontiguousarray(y[:big]), params), f)
+        code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({path!r})"
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        for _ in range(cores - 1):
+            helpers.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, env=env, text=True))
+        for h in helpers:
+            if h.stdout is None or h.stdout.readline().strip() != "ready":
+                raise RuntimeError("a co-run helper process did not start")
+        best = []
+        with _one_blas_thread():
+            for size in sizes:
+                def step(b: int = size):
+                    return m.loss_and_grad(params, X[:b], y[:b])
+                t = _best_s(step, 1)
+                repeats = max(2, min(CALIBRATION_REPEATS, int(CALIBRATION_BUDGET_S / len(sizes) / max(t, 1e-9))))
+                best.append(min(t, _best_s(step, repeats)))
+    finally:
+        for h in helpers:
+            h.kill()
+            h.wait()
+        os.unlink(path)
+    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
+    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
+    return Device("local", "cpu", rate, alone.mem_bw, 1.0, overhead,
+                  f"this machine, one of {cores} cores computing at once: loss_and_grad of {tm.name} timed at batch "
+                  f"{measured} while {cores - 1} other process(es) computed the same, fitted as "
+                  f"{overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s", tuple(zip(sizes, best)))
+
+
+def co_run_cores(record: dict[str, Any], cpu_workers: int) -> int:
+    """How many of this host's cores compute at once for `cpu_workers` local CPU workers:
+    one per worker, up to the calibrated machine's cores (more workers than cores share
+    cores in a real run; the simulation gives each its own, as a cluster of such hosts would).
+
+    >>> co_run_cores({"machine": {"cores": 2}}, 1), co_run_cores({"machine": {"cores": 2}}, 8)
+    (1, 2)
+    """
+    cores = int(record.get("machine", {}).get("cores") or 1)
+    return max(1, min(cpu_workers, cores))
+
+
 # ------------------------------------------------------------------------------ calibration files
 CALIBRATION_KIND = "workbench simulated-cluster calibration"
 
@@ -510,29 +591,59 @@ def calibration_cache_path(model: Any, dtype: str) -> Any:
     return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
-def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | None = None) -> tuple[Device, dict]:
+def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | None = None,
+                  cpu_workers: int = 1) -> tuple[Device, dict]:
     """The `local` Device and its record: from `calibration` (a file) when given, else this
     machine's cached calibration, timed (`local_device`) and cached on first use. A cached
-    file that cannot be read is timed again and rewritten."""
+    file that cannot be read is timed again and rewritten.
+
+    With `cpu_workers` > 1 the Device is the core timed while the others compute too
+    (`co_run_device`, for `co_run_cores` cores: the record's `co_run[k]`), timed once and
+    added to the cached record when it has none; a given file without it keeps its
+    one-core numbers (a run from before co-run timing replays as it ran)."""
     import json
 
     from ..util.fileio import atomic_write
     dtype = str(params.dtype)
     if calibration is not None:
-        return read_calibration(calibration, model, dtype)
+        device, record = read_calibration(calibration, model, dtype)
+        return _co_run_of(record, cpu_workers) or device, record
     path = calibration_cache_path(model, dtype)
+    device = record = None
     if path.exists():
         try:
-            return read_calibration(str(path), model, dtype)
+            device, record = read_calibration(str(path), model, dtype)
         except ConfigError:
             pass                                           # unreadable: time again
-    device = local_device(model, X, y, params)
-    record = calibration_record(device, model, dtype)
-    try:
-        atomic_write(path, json.dumps(record, indent=1))
-    except OSError:                                        # a read-only home: the summary still has it
-        pass
-    return device_from_record(record, f"cached in {path}"), record
+    changed = record is None
+    if record is None:
+        alone = local_device(model, X, y, params)
+        record = calibration_record(alone, model, dtype)
+        device = device_from_record(record, f"cached in {path}")
+    k = co_run_cores(record, cpu_workers)
+    if k > 1 and _co_run_of(record, cpu_workers) is None:
+        together = co_run_device(model, X, y, params, k, device)
+        record = {**record, "co_run": {**record.get("co_run", {}), str(k): {
+            "rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
+            "timed": [list(t) for t in together.calibration], "source": together.source}}}
+        changed = True
+    if changed:
+        try:
+            atomic_write(path, json.dumps(record, indent=1))
+        except OSError:                                    # a read-only home: the summary still has it
+            pass
+    return _co_run_of(record, cpu_workers) or device_from_record(record, f"cached in {path}"), record
+
+
+def _co_run_of(record: dict[str, Any], cpu_workers: int) -> Device | None:
+    """The record's Device for `cpu_workers` computing at once (None: one core, or not timed)."""
+    k = co_run_cores(record, cpu_workers)
+    entry = record.get("co_run", {}).get(str(k)) if k > 1 else None
+    if entry is None:
+        return None
+    return Device("local", "cpu", float(entry["rate_flops"]), float(record["mem_bw"]), 1.0,
+                  float(entry["step_overhead_s"]), str(entry.get("source", "")),
+                  tuple((int(b), float(t)) for b, t in entry.get("timed", ())))
 
 
 # ------------------------------------------------------------------------------ links

@@ -97,7 +97,9 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
 
 def _time_this_core_now(config: RunConfig) -> str:
     """A fresh calibration of this core for `config`'s model (not the cached one: the
-    machine's state now, beside the real run), as a file the run can be given."""
+    machine's state now, beside the real run), with the co-run timing for its CPU workers
+    (`profiles.co_run_device`: the core while the others compute too), as a file the run
+    can be given."""
     import json
     import tempfile
 
@@ -107,10 +109,61 @@ def _time_this_core_now(config: RunConfig) -> str:
     data, model, params = problem.data, problem.new_model(), problem.initial_params()
     profiles._LOCAL.clear()
     device = profiles.local_device(model, data.X_train, data.y_train, params)
+    record = profiles.calibration_record(device, model, str(params.dtype))
+    k = profiles.co_run_cores(record, config.cpus)
+    if k > 1:
+        together = profiles.co_run_device(model, data.X_train, data.y_train, params, k, device)
+        record["co_run"] = {str(k): {"rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
+                                     "timed": [list(t) for t in together.calibration], "source": together.source}}
     fd, path = tempfile.mkstemp(prefix="workbench-calibration-", suffix=".json")
     with open(fd, "w", encoding="utf-8") as f:
-        json.dump(profiles.calibration_record(device, model, str(params.dtype)), f)
+        json.dump(record, f)
     return path
+
+
+QUIET_LOAD = 0.3   # a machine whose load average stays under this (per core) is quiet enough to judge +-15%
+TOLERANCE = 0.15   # issue 24's bar for simulated vs real samples/s
+
+
+def main(args: Any) -> int:
+    """`python -m workbench bench --sim-vs-real`: the table of `real_vs_simulated` for 1 and 2
+    workers on a local Dask cluster of 2 worker processes, with the date, the machine's load
+    before and after, and whether each row is within +-15% (and whether the machine was
+    quiet enough for that verdict to mean anything)."""
+    import datetime
+
+    from ..config import ConfigError
+    from ..execution.cluster import close_session, session_client
+    steps = int(getattr(args, "steps", None) or 150)
+    if steps < 10:
+        raise ConfigError("steps", "a whole number >= 10 (steps of each real and simulated run)", steps)
+    cores = os.cpu_count() or 1
+    load0 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    when = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
+    print(f"simulated vs real, sync_sgd on the 535k MLP (784-512-256-10), {PER_WORKER} rows a worker, {steps} steps; "
+          f"{when}; {cores} cores; load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} "
+          f"(1 / 5 / 15 min)", flush=True)
+    client = session_client(2, 0)
+    try:
+        table = real_vs_simulated(client, RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY), workers=(1, 2),
+                                  steps=steps)
+    finally:
+        close_session()
+    load1 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    quiet = max(load0[0], load0[1], load1[0]) < QUIET_LOAD * cores
+    cols = ["workers", "real_samples_per_s", "sim_samples_per_s", "error", "real_compute_ms", "sim_compute_ms",
+            "real_comm_ms", "sim_comm_ms", "load_average"]
+    print(table[cols].round(3).to_string(index=False))
+    for _, row in table.iterrows():
+        ok = abs(row["error"]) <= TOLERANCE
+        print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real "
+              f"({'within' if ok else 'OUTSIDE'} +-{TOLERANCE:.0%})")
+    print(f"  link: {table['link'].iloc[0]}")
+    print(f"load average after {load1[0]:.2f}; the machine was "
+          + (f"quiet (load under {QUIET_LOAD} a core): the errors above are this machine's" if quiet else
+             f"NOT quiet (load over {QUIET_LOAD} a core before or during): other work shared the cores, so "
+             "the real runs were slowed by it and the errors above do not judge the simulator"))
+    return 0
 
 
 def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (

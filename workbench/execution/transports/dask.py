@@ -10,9 +10,10 @@ on an external cluster end with their client).
 What it provides for the declared needs:
 * collective: shared memory on one host (`comm.shm.ShmComm`), NCCL between GPU-only
   workers (`comm.nccl`), else a ring over the workers' own connections (`comm.ring`);
-* server role: in shared memory on one host (`comm.shm.ShmServer` / `ShmChunkMaster`,
+* server role: in shared memory on one host (`comm.shm.ShmServer` / `ShmChunkMaster` /
+  `ShmModelTable`,
   the workers update the role's core themselves under a file lock), else the core as a
-  Dask actor (`comm.dask.ServerActor` / `ChunkMasterActor`; cgdp's on a CPU worker);
+  Dask actor (`comm.dask.ServerActor`; cgdp's on a CPU worker, behind `ChunkMasterProxy`);
   LTFB's mailbox is always an actor (a partner waits for the other's deposit);
 * shared arrays: shared-memory segments (one host only);
 * start barrier: shared memory on one host, Dask events across hosts.
@@ -60,7 +61,7 @@ class DaskPlan:
     nccl_ids: list[tuple] = field(default_factory=list)
     segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
     start_segment: str | None = None
-    server: str | None = None               # "shm" | "shm_master" | "actor" | "actor_master"
+    server: str | None = None               # "shm" | "shm_master" | "shm_table" | "actor" | "actor_master"
     role: str | None = None                 # the declared server role (its core's ops: roles.role_core)
     server_options: dict = field(default_factory=dict)
     server_segment: str | None = None
@@ -175,7 +176,7 @@ class DaskTransport(Transport):
         if role is not None:
             options = needs.options(config, setup.model)
             plan.server_options = options
-            in_shm = shm_ok and config.comm in ("auto", "shm") and role not in ("tournament", "pairwise")
+            in_shm = shm_ok and config.comm in ("auto", "shm") and role != "tournament"
             if in_shm:   # created by worker 0, in its user's private directory (util.private)
                 from ...util.private import create_lock
                 self.lock_path = plan.lock_path = self._on(create_lock, run_id, where=addr0)
@@ -186,15 +187,23 @@ class DaskTransport(Transport):
                 plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
                 plan.server_segment = self.segments["server"] = self._on(
                     create_master_segment, f"wb{run_id}m", setup.params0, size, len(args["groups"]),
-                    role_state_spec(setup.n_params, **plan.server_options), where=addr0)
+                    role_state_spec(setup.n_params, **plan.server_options),
+                    plan.server_options["weight_return"] == "chunks", where=addr0)
                 plan.server = "shm_master"
-            elif role == "cgdp_master":            # an actor, on a CPU worker if there is one
-                from ...comm.dask import ChunkMasterActor
+            elif role == "cgdp_master":            # the generic actor, on a CPU worker if there is one
+                from ...comm.dask import ServerActor
                 from ...comm.roles import chunk_master_args
                 cpus = [w["address"] for w in self.workers if w["kind"] == "cpu"]
-                self.actor = self._actor(ChunkMasterActor, where=cpus[0] if cpus else addr0,
-                                         **chunk_master_args(config, size, setup.model, setup.params0))
+                args = chunk_master_args(config, size, setup.model, setup.params0)
+                plan.server_options = {k: v for k, v in args.items() if k not in ("params", "size")}
+                self.actor = self._actor(ServerActor, role, plan.server_options, setup.params0, size,
+                                         where=cpus[0] if cpus else addr0)
                 plan.server = "actor_master"
+            elif role == "pairwise" and in_shm:    # AD-PSGD's table of models: rows and log in a segment
+                from ...comm.shm import create_table_segment
+                plan.server_segment = self.segments["server"] = self._on(
+                    create_table_segment, f"wb{run_id}t", setup.params0, size, where=addr0)
+                plan.server = "shm_table"
             elif in_shm:   # one host: a shared-memory server under a file lock, no event-loop round trip
                 from ...comm.roles import role_state_spec
                 from ...comm.shm import create_server_segment
@@ -457,11 +466,14 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
         links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
     elif plan.server == "actor_master":
         from ...comm.dask import ChunkMasterProxy
-        links.server = ChunkMasterProxy(actor, control)
+        links.server = ChunkMasterProxy(actor, control, plan.server_options["weight_return"])
     elif plan.server == "shm":
         from ...comm.shm import ShmServer
         links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,
                                  **plan.server_options)
+    elif plan.server == "shm_table":
+        from ...comm.shm import ShmModelTable
+        links.server = ShmModelTable(plan.server_segment, plan.lock_path, plan.n_params, size, control=control)
     elif plan.server == "shm_master":
         from ...comm.shm import ShmChunkMaster
         links.server = ShmChunkMaster(plan.server_segment, plan.lock_path, rank, size, n=plan.n_params,

@@ -464,7 +464,7 @@ class SimChunkMaster:
         self.s.send(self.proc, rank, step, (step, rank, lo, hi, np.array(grad, copy=True), lr, loss_w, stop,
                                             compute_s))
 
-    def fetch(self, step: int):
+    def fetch(self, step: int, rank: int | None = None):
         return self.s.fetch(self.proc, self.rank, step)
 
     def wait_sent(self) -> None:
@@ -477,109 +477,143 @@ class SimChunkMaster:
 # ------------------------------------------------------------------------------ compute
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two float arrays of one shape and dtype hold the same bits (-0.0 is not 0.0,
-    a NaN equals its own bits): compared as unsigned integers of the same width."""
+    a NaN equals its own bits): compared as unsigned integers, 8 bytes at a time where the
+    length allows, after a look at the first few (different parameters differ there: the
+    asynchronous workers' comparisons end at once)."""
+    head = min(8, a.shape[0])
     kind = f"u{a.dtype.itemsize}"
+    if not (a[:head].view(kind) == b[:head].view(kind)).all():
+        return False
+    if a.nbytes % 8 == 0 and a.flags.c_contiguous and b.flags.c_contiguous:
+        kind = "u8"
     return bool((a.view(kind) == b.view(kind)).all())
 
 
+class _Call:
+    """One pooled `loss_and_grad`: its operands (the parameters as of the call) and, once
+    the pool has computed it, its result or the exception it raised."""
+
+    __slots__ = ("model", "params", "X", "y", "grad_out", "result", "error")
+
+    def __init__(self, model: Any, params: np.ndarray, X: Any, y: Any, grad_out: Any):
+        self.model, self.params, self.X, self.y, self.grad_out = model, params, X, y, grad_out
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class ComputePool:
-    """The `loss_and_grad` calls of the virtual workers at one virtual instant, computed together.
+    """The virtual workers' `loss_and_grad` calls, computed together when one is needed.
 
-    A worker's call hands in a copy of its parameters and blocks; once every event at
-    that instant has run (`Scheduler.at_end_of` the caller's virtual time, an event in
-    the heap, so no other worker's clock passes it meanwhile), the calls are computed in one pass
-    per group of the same batch shape (`MLP.loss_and_grad_stacked`: identical parameters,
-    as sync_sgd's or cgdp's replicas, broadcast; different ones, as asynchronous workers',
-    stacked), and the workers resume in the order they asked. Bitwise the same run as
-    computing each call on the spot: the maths is bitwise the same per slice, the
-    parameters are copied when asked, and a worker's compute is charged virtual time
-    (> 0), so whatever it does next happens after that instant, as before.
-    Models without a stacked pass (the CNN) are computed call by call, at the same point."""
+    A call's result is needed at the end of its compute, `total` virtual seconds after it
+    starts, not at its start. So a worker's call hands in its operands (a copy of its
+    parameters, or the pool's first one when bitwise equal: sync_sgd's and cgdp's replicas)
+    and its clock goes on to the compute's end (`charge` + `now`: the call's virtual time, as
+    on the spot); meanwhile the other workers run up to that moment, and those that start a
+    compute add theirs to the pool. When the first of them resumes, or at once where
+    nothing is due before the compute's end, every pooled call is computed, in one pass per
+    group of the same model and batch shape (`MLP.loss_and_grad_stacked`: identical
+    parameters broadcast, different ones stacked). Workers ready at the same virtual
+    instant (a synchronous step) and asynchronous workers whose computes overlap in virtual
+    time (async_sgd, Hogwild, the EASGD family: staggered starts, each compute spanning
+    the others') are batched alike.
 
-    PROBE = 64      # flushes over which the calls per instant are counted ...
-    BYPASS = 512    # ... and calls computed on the spot when they averaged under 1.5 (nothing to batch)
+    Bitwise the same run as computing each call on the spot (`SimTransport(batch_compute=False)`):
+    the stacked maths is bitwise K plain calls (`tests/test_models.py`), the operands are
+    fixed when the call is made (the parameters copied; the batch is the worker's own
+    gather), and nothing else can see a result before its worker has it: the worker is
+    suspended from its call to the compute's end, and the event order (its clock reaching
+    the compute's end, in the heap's order) is the same as on the spot. Models without a
+    stacked pass (the CNN) are computed call by call, at the same point."""
+
+    MAX_STACK = 256   # calls of different parameters per stacked pass (bounds the stacked copies' memory)
 
     def __init__(self, sched: Scheduler):
         self.sched = sched
-        self.instants: dict[float, list[tuple[VProc, Any, np.ndarray, Any, Any, Any]]] = {}
-        self.flushes = self.pooled = self.bypass = 0
+        self.calls: list[_Call] = []
+        self.flushes = self.pooled = 0
         self.arch: dict[int, tuple | None] = {}   # id(model) -> (type, describe()): built once per worker
 
-    def wanted(self) -> bool:
-        """Whether the next call should wait for its instant's others. Where instants hold
-        one call each (asynchronous workers at staggered times) the wait only costs, so
-        after PROBE such flushes BYPASS calls are computed on the spot (either way the
-        same numbers: this only decides how fast they come)."""
-        if self.bypass:
-            self.bypass -= 1
-            return False
-        return True
-
-    def submit(self, proc: VProc, model: Any, params: Any, X: Any, y: Any, grad_out: Any) -> tuple[float, Any]:
-        t = proc.t
-        calls = self.instants.get(t)
-        if calls is None:
-            calls = self.instants[t] = []
-            self.sched.at_end_of(t, partial(self.flush, t))
-        # the parameters as of now: a copy, or the instant's first copy when bitwise equal to it
-        # (sync_sgd's, cgdp's replicas: one 3 us comparison instead of a copy, and flush
-        # then knows they are the same without comparing again)
-        first = calls[0][2] if calls else None
+    def submit(self, proc: VProc, model: Any, params: np.ndarray, X: Any, y: Any, grad_out: Any,
+               total: float) -> tuple[float, Any]:
+        """`model.loss_and_grad(params, X, y, grad_out)` for `proc`, charged `total` virtual seconds."""
+        calls = self.calls
+        first = calls[0].params if calls else None
         if first is not None and first.shape == params.shape and first.dtype == params.dtype \
                 and params.dtype.kind == "f" and _bitwise_equal(params, first):
             mine = first
         else:
             mine = np.array(params, copy=True)
-        calls.append((proc, model, mine, X, y, grad_out))
-        return proc.block()
+        call = _Call(model, mine, X, y, grad_out)
+        calls.append(call)
+        proc.charge(total)
+        proc.now()                      # to the compute's end; others compute (and pool) meanwhile
+        if call.result is None and call.error is None:
+            self.flush()
+        if call.error is not None:
+            raise call.error
+        return call.result
 
-    def flush(self, t: float) -> None:
-        calls = self.instants.pop(t)
+    def flush(self) -> None:
+        """Compute every pooled call (one pass per group), results into their calls."""
+        calls, self.calls = self.calls, []
         self.flushes += 1
         self.pooled += len(calls)
-        if self.flushes == self.PROBE:
-            if self.pooled < 1.5 * self.flushes:
-                self.bypass = self.BYPASS
-            self.flushes = self.pooled = 0
-        groups: dict[tuple, list[int]] = {}
-        for i, (_, model, params, X, _, _) in enumerate(calls):
+        groups: dict[tuple, list[_Call]] = {}
+        for i, call in enumerate(calls):
+            model = call.model
             arch = self.arch.get(id(model))   # the workers' models live as long as the run (and the pool)
             if arch is None:
                 arch = self.arch[id(model)] = (type(model), model.describe()) \
-                    if hasattr(model, "loss_and_grad_stacked") else None
-            key = (*arch, X.shape, params.dtype.str) if arch is not None else ("one", i)
-            groups.setdefault(key, []).append(i)
-        out: list[Any] = [None] * len(calls)
+                    if hasattr(model, "loss_and_grad_stacked") else ("one",)
+            key = (*arch, call.X.shape, call.params.dtype.str) if arch[0] != "one" else ("one", i)
+            groups.setdefault(key, []).append(call)
         for members in groups.values():
-            if len(members) == 1:
-                i = members[0]
-                _, model, params, X, y, grad_out = calls[i]
-                out[i] = model.loss_and_grad(params, X, y, grad_out=grad_out)
+            first = members[0].params
+            if len(members) > 1 and all(c.params is first for c in members[1:]):
+                self._stacked(members, first)                    # shared parameters: one pass
                 continue
-            model = calls[members[0]][1]
-            first = calls[members[0]][2]
-            same = all(calls[i][2] is first for i in members[1:])     # shared when equal (submit)
-            params = first if same else np.stack([calls[i][2] for i in members])
-            X = np.stack([np.asarray(calls[i][3], dtype=first.dtype) for i in members])
-            y = np.stack([calls[i][4] for i in members])
-            grads = np.empty((len(members), first.shape[0]), first.dtype)
-            losses = model.loss_and_grad_stacked(params, X, y, grads)
-            for k, i in enumerate(members):
-                grad_out = calls[i][5]
-                if grad_out is None:
-                    grad_out = grads[k].copy()
+            for lo in range(0, len(members), self.MAX_STACK):
+                part = members[lo:lo + self.MAX_STACK]
+                if len(part) == 1:
+                    self._one(part[0])
                 else:
-                    grad_out[...] = grads[k]
-                out[i] = (float(losses[k]), grad_out)
-        for (proc, *_), result in zip(calls, out):
-            if not proc.done:
-                self.sched.wake(proc, t, result)
+                    self._stacked(part, None)
+
+    @staticmethod
+    def _one(call: _Call) -> None:
+        try:
+            call.result = call.model.loss_and_grad(call.params, call.X, call.y, grad_out=call.grad_out)
+        except Exception as exc:        # raised in its own worker, as on the spot
+            call.error = exc
+
+    def _stacked(self, members: list[_Call], shared: np.ndarray | None) -> None:
+        first = members[0].params
+        try:
+            params = shared if shared is not None else np.stack([c.params for c in members])
+            X = np.stack([c.X for c in members])
+            if X.dtype != first.dtype:
+                X = X.astype(first.dtype)        # as loss_and_grad casts each batch (elementwise: the same values)
+            y = np.stack([c.y for c in members])
+            grads = np.empty((len(members), first.shape[0]), first.dtype)
+            losses = members[0].model.loss_and_grad_stacked(params, X, y, grads)
+        except Exception:               # a bad operand: each call on its own, so its worker gets its error
+            for c in members:
+                self._one(c)
+            return
+        for k, c in enumerate(members):
+            grad_out = c.grad_out
+            if grad_out is None:
+                grad_out = grads[k].copy()
+            else:
+                grad_out[...] = grads[k]
+            c.result = (float(losses[k]), grad_out)
 
 
 class SimModel:
     """A worker's model whose `loss_and_grad` charges virtual compute time (the maths is
-    the model's own); with `on_grad_ready` the layers' gradients become ready at their
-    moments of the backward pass (cgdp's chunks leave then)."""
+    the model's own, computed in the pool or on the spot); its clock is at the compute's
+    end when the call returns. With `on_grad_ready` the layers' gradients become ready at
+    their moments of the backward pass (cgdp's chunks leave then)."""
 
     def __init__(self, model: Any, proc: VProc, costs: SimCosts, rank: int, pool: ComputePool | None = None):
         self._model, self._proc, self._costs, self._rank, self._pool = model, proc, costs, rank, pool
@@ -591,11 +625,11 @@ class SimModel:
         proc, costs = self._proc, self._costs
         total = costs.compute(self._rank, len(X))
         if on_grad_ready is None:
-            if self._pool is not None and isinstance(params, np.ndarray) and self._pool.wanted():
-                out = self._pool.submit(proc, self._model, params, X, y, grad_out)
-            else:
-                out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
+            if self._pool is not None and isinstance(params, np.ndarray):
+                return self._pool.submit(proc, self._model, params, X, y, grad_out, total)
+            out = self._model.loss_and_grad(params, X, y, grad_out=grad_out)
             proc.charge(total)
+            proc.now()
             return out
         t0 = proc.now()
         fwd = total * costs.forward_share()
