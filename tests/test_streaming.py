@@ -202,3 +202,16 @@ def test_on_record_receives_column_batches_with_a_dict_view(no_dask):
     fields = ("steps_seen", "epoch", "samples", "first_start", "last_time", "loss", "test_accuracy", "_clock")
     assert [getattr(tallies[0], f) for f in fields] == [getattr(tallies[1], f) for f in fields]
     assert tallies[0].steps_seen == 40
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_dask_runs_streamed_steps_csv_is_the_file_the_old_path_wrote(client, tmp_path, monkeypatch):
+    """Rows packed as bytes through Worker.log_event, merged on the client: the same file."""
+    spy = _Spy(monkeypatch)
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=80, out=str(out)), cluster=client,
+                    progress=False)
+    assert result.status == "completed"
+    assert (out / "steps.csv").read_text() == spy.old_csv()
+    assert len(wb.load(out).steps) == 160

@@ -20,6 +20,7 @@ Files are written atomically (temp file + rename) and hold no pickles.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -435,7 +436,7 @@ class RunTally:
             self.epoch = max(self.epoch, float(np.nanmax(np.asarray(s["epoch"], dtype=float))))
         if "loss" in s:
             self.loss = float(np.asarray(s["loss"])[-1])
-        t = np.asarray(s["time"], dtype=float)
+        t = np.asarray(s["time"], dtype=float) if "time" in s else np.zeros(len(s["step"]))
         if self.first_start is None:
             self.first_start = float(t[0]) - sum(float(np.asarray(s[c])[0]) for c in measure.COMPONENTS if c in s)
         newest = float(t.max())
@@ -1166,16 +1167,27 @@ def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the interpreter and the libraries that shape results."""
+    """Versions of the interpreter and the libraries that shape results (looked up once
+    per process: finding cupy's distribution reads every installed package's metadata,
+    seconds on a busy machine, and a stop's save must not wait for it)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
+    from importlib.util import find_spec
+
     from . import __version__
     out = {"python": platform.python_version(), "workbench": __version__}  # distribution: parallel-workbench
     for name in ("numpy", "dask", "distributed", "pandas", "cupy"):
+        if name == "cupy" and find_spec("cupy") is None:   # not installed: no need to look through them all
+            continue
         try:
             from importlib.metadata import version
             out[name] = version(name if name != "cupy" else _cupy_dist())
         except Exception:  # not installed: leave it out
             continue
-    return out
+    return tuple(out.items())
 
 
 def _cupy_dist() -> str:

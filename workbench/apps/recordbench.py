@@ -9,6 +9,7 @@ steps.csv holding every step the summary counts.
 
     python -m workbench.apps.recordbench --seconds 120
     python -m workbench.apps.recordbench --seconds 120 --pythonpath /path/to/another/checkout   # compare
+    python -m workbench.apps.recordbench --synthetic 2000000   # the record path alone, in this process
 
 It prints numbers, nothing is asserted: timings belong here, not in tests.
 """
@@ -57,14 +58,62 @@ def _steps_written(out: Path) -> int | None:
     return spool.stat().st_size // 8 if spool.exists() else None
 
 
+def synthetic(rows: int, every: int, workers: int = 2, batch: int = 2000) -> int:
+    """The record path alone, in this process: `rows` step rows of `workers` synchronous
+    workers fed to a `Collector` streaming to a temporary run directory in live batches of
+    `batch` rows, RSS printed every `every` rows; then the summary and the commit timed
+    (what a stop costs after the loops end)."""
+    import numpy as np
+
+    from ..results import ROW_FIELDS, Collector, build_result, pack_rows
+    out = Path(tempfile.mkdtemp(prefix="recordbench-")) / "run"
+    out.mkdir()
+    collector = Collector(size=workers, width=max(1, rows // workers // 200), directory=out)
+    rng = np.random.default_rng(0)
+    per = batch // workers
+    t0 = time.time()
+    print(f"{'rows':>10} {'RSS MB':>8} {'s':>7} {'load':>5}")
+    done = 0
+    next_print = 0
+    while done < rows:
+        lo = done // workers
+        for w in range(workers):
+            cols = {f: rng.random(per) for f in ROW_FIELDS}
+            cols["step"] = np.arange(lo, lo + per, dtype=float)
+            cols["samples"] = np.full(per, 32.0)
+            cols["time"] = (cols["step"] + 1) * 1e-3 + 1e-5 * w
+            collector.add_live({"rank": w, "started": t0, "rows": pack_rows(cols), "records": []})
+        done += per * workers
+        if done >= next_print:
+            print(f"{done:10,} {_rss_mb(os.getpid()):8.0f} {time.time() - t0:7.1f} {os.getloadavg()[0]:5.1f}",
+                  flush=True)
+            next_print += every
+    for w in range(workers):
+        collector.add_live({"rank": w, "started": t0, "rows": None, "records": [], "done": True})
+    t1 = time.time()
+    result = build_result({}, collector, status="stopped", wall_time_s=time.time() - t0, workers=[])
+    t2 = time.time()
+    result.save(out)
+    t3 = time.time()
+    print(f"summary (close + totals + steady over {rows:,} rows): {t2 - t1:.2f} s; commit: {t3 - t2:.2f} s; "
+          f"RSS {_rss_mb(os.getpid()):.0f} MB; steady samples/s {result.summary['samples_per_s']:,.0f}; "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"run directory: {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=120.0, help="train this long before the signal")
     ap.add_argument("--every", type=float, default=10.0, help="seconds between memory samples")
     ap.add_argument("--signal", default="INT", choices=["INT", "TERM"])
     ap.add_argument("--pythonpath", default=None, help="the checkout to run (default: this one)")
+    ap.add_argument("--synthetic", type=int, default=None, metavar="ROWS",
+                    help="measure the record path alone: feed ROWS synthetic step rows to a collector here")
     ap.add_argument("run_args", nargs="*", help="arguments for `workbench run` (default: a long sgd run)")
     args = ap.parse_args(argv)
+    if args.synthetic:
+        return synthetic(args.synthetic, max(1, args.synthetic // 10))
     run_args = args.run_args or ["--algorithm", "sgd", "--dataset", "digits", "--model", "softmax",
                                  "--batch-size", "32", "--epochs", "1000000"]
     out = Path(tempfile.mkdtemp(prefix="recordbench-")) / "run"
