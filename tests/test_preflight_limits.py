@@ -187,3 +187,37 @@ def test_an_external_cluster_is_checked_against_its_own_hosts_dev_shm(monkeypatc
     assert asked == [(P.shm_free, "tcp://10.0.0.5:4001")]   # measured there, by worker 0
     transport._on = lambda fn, *args, where: 1 << 40
     transport.check(setup)   # room there: no error, whatever this machine has
+
+
+def test_a_client_handed_to_run_is_checked_on_its_workers_host(monkeypatch, no_limits):
+    """wb.run(cfg, cluster=client) with no `scheduler` field: this machine's /dev/shm is not
+    the workers' (the Client may reach another host), so preflight does not measure it here
+    and the transport measures it on worker 0; a cluster the workbench starts is measured
+    here (before it starts)."""
+    from types import SimpleNamespace
+
+    from workbench.algorithms.registry import specs
+    from workbench.api import _shm_is_here
+    from workbench.execution.transports.dask import DaskTransport
+    from workbench.execution.transports.threads import ThreadTransport
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1)
+    assert cfg.scheduler is None
+    transport = object.__new__(DaskTransport)
+    assert _shm_is_here(None) and _shm_is_here(transport)
+    assert not _shm_is_here(SimpleNamespace(scheduler_info=dict)) and not _shm_is_here("tcp://10.0.0.5:8786")
+    assert not _shm_is_here("threads") and not _shm_is_here(ThreadTransport())
+    transport.workers = [{"address": f"tcp://10.0.0.7:{p}", "host": "10.0.0.7", "memory_limit": 1 << 40}
+                         for p in (4001, 4002)]
+    asked = []
+
+    def on(fn, *args, where):
+        asked.append(where)
+        return 64 * MIB
+    transport._on = on
+    setup = SimpleNamespace(config=cfg, spec=specs()["sync_sgd"], model=_model(cfg), hosts={"10.0.0.7"})
+    with pytest.raises(ConfigError, match="64 MiB free in /dev/shm on 10.0.0.7"):
+        transport.check(setup)
+    assert asked == ["tcp://10.0.0.7:4001"]
+    two_hosts = SimpleNamespace(config=cfg, spec=specs()["sync_sgd"], model=_model(cfg), hosts={"a", "b"})
+    transport.check(two_hosts)   # no segments across hosts: nothing measured
+    assert asked == ["tcp://10.0.0.7:4001"]

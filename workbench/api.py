@@ -52,8 +52,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     """
     config = _checked_args(config, cluster, on_record, should_stop)
     if checked is None:
-        threads = cluster == "threads" or getattr(cluster, "name", None) == "threads"   # no shared memory there
-        warnings = preflight(config, overwrite=overwrite, shm=not threads)
+        warnings = preflight(config, overwrite=overwrite, shm=_shm_is_here(cluster))
         for message in warnings:
             _warnings.warn(message, RunWarning, stacklevel=2)
     else:
@@ -114,6 +113,18 @@ def _spec(config: RunConfig) -> Any:
 
 class RunWarning(UserWarning):
     """A run whose settings make its algorithm pointless (it still runs)."""
+
+
+def _shm_is_here(cluster: Any) -> bool:
+    """Whether the run's shared-memory segments would be in this machine's /dev/shm, so that
+    preflight measures it here: a cluster the workbench starts (None, or the transport
+    `transport_for` chose for one). Not on threads (no segments), and not for a Client, a
+    cluster or an address the user hands over, which may be on another host: the Dask
+    transport measures /dev/shm on the workers' host instead (`DaskTransport.check`)."""
+    if cluster is None:
+        return True
+    from .execution.transports.base import Transport
+    return isinstance(cluster, Transport) and getattr(cluster, "name", None) != "threads"
 
 
 def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -> RunConfig:

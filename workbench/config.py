@@ -267,11 +267,11 @@ GROUP_TITLES: dict[str, str] = {
 }
 
 
-SCHEDULER_SCHEMES = ("tcp",)   # what workbench connects to (TLS needs certificates we do not take)
+SCHEDULER_SCHEMES = ("tcp", "tls")   # tls: with the user's Dask TLS settings (execution.cluster.scheduler_security)
 
 
 def check_scheduler_address(address: Any) -> str:
-    """Raise ConfigError("scheduler", ...) unless `address` looks like tcp://HOST:PORT.
+    """Raise ConfigError("scheduler", ...) unless `address` looks like tcp://HOST:PORT (or tls://).
 
     >>> check_scheduler_address("tcp://127.0.0.1:8786")
     'tcp://127.0.0.1:8786'
@@ -350,8 +350,9 @@ class RunConfig(BaseModel):
         "Number of GPU workers (whole number >= 0), or auto for one per visible GPU; needs the "
         "gpu extra (CuPy and dask-cuda)."))
     scheduler: str | None = Field(None, json_schema_extra={"group": "where"}, description=(
-        "Address tcp://HOST:PORT of an existing Dask scheduler to run on; unset: start (or "
-        "reuse) a local cluster on 127.0.0.1."))
+        "Address tcp://HOST:PORT of an existing Dask scheduler to run on (tls://HOST:PORT with Dask's TLS "
+        "settings, distributed.comm.tls.*, in your Dask config); unset: start (or reuse) a local cluster on "
+        "127.0.0.1."))
     comm: Literal["auto", "shm", "dask", "nccl"] = Field("auto", json_schema_extra={"group": "where"}, description=(
         "How workers exchange arrays: shm (shared memory, one host), dask (through Dask, any "
         "hosts), nccl (GPU workers only), or auto (nccl between GPU-only workers when "

@@ -1,7 +1,7 @@
 """Dask clusters for training: local CPU workers, dask-cuda GPU workers, or both.
 
 `make_cluster(gpus="auto", cpus=2)` starts the session's cluster (later runs reuse it);
-`connect("tcp://HOST:8786")` joins one started elsewhere (`dask scheduler` / `dask worker`,
+`connect("tcp://HOST:8786")` (or tls://) joins one started elsewhere (`dask scheduler` / `dask worker`,
 dask-jobqueue, dask-kubernetes).
 
 Worker processes get one thread each (the training loop), BLAS threads matching their
@@ -15,7 +15,8 @@ binding to loopback does not keep out the host's other users, a certificate does
 credentials are a key pair made for this cluster that lives only in this process and its
 workers' memory (Dask's `Security.temporary()`), so nobody else can connect to the
 scheduler or the workers and run code as you. A cluster given by address (`connect`) is
-secured, or not, by whoever started it: see Dask's TLS documentation.
+secured, or not, by whoever started it: a tls:// one is reached with the user's Dask TLS
+settings (`scheduler_security`: `distributed.comm.tls.*`), see Dask's TLS documentation.
 """
 from __future__ import annotations
 
@@ -225,36 +226,60 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
 CONNECT_TIMEOUT_S = 5.0   # a scheduler answers its first message within this, or it is not one
 
 
-def connect(address: str, timeout: float = 10.0) -> Any:
+def connect(address: str, timeout: float = 10.0, security: Any = None) -> Any:
     """A Client for an existing scheduler (dask-jobqueue, dask-kubernetes, `dask scheduler`).
 
     The address is first probed with a bounded handshake (`probe_scheduler`): a server that
     accepts and never answers would otherwise hang `Client()` for minutes, whatever its
-    `timeout` says."""
+    `timeout` says. `security`: a `distributed.Security` for a tls:// scheduler; None: the
+    user's Dask TLS settings (`scheduler_security`)."""
     from distributed import Client
 
     from ..config import check_scheduler_address
     check_scheduler_address(address)
-    probe_scheduler(address, timeout=min(timeout, CONNECT_TIMEOUT_S))
-    return Client(address, timeout=timeout, set_as_default=False)
+    security = scheduler_security(address, security)
+    probe_scheduler(address, timeout=min(timeout, CONNECT_TIMEOUT_S), security=security)
+    return Client(address, timeout=timeout, set_as_default=False, security=security)
 
 
-def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S) -> dict:
+TLS_SETTINGS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert")
+
+
+def scheduler_security(address: str, security: Any = None) -> Any:
+    """The `distributed.Security` a connection to `address` uses: `security` when given,
+    else the one Dask's own settings make (`Security()` reads `distributed.comm.tls.*`:
+    ca-file, client.cert, client.key, from ~/.config/dask/*.yaml or the
+    DASK_DISTRIBUTED__COMM__TLS__... variables). A tls:// address without a CA and a client
+    certificate is a ConfigError naming the settings (Dask's TLS is mutual: the scheduler
+    checks the client's certificate, the client the scheduler's)."""
+    from distributed import Security
+    security = Security() if security is None else security
+    if address.startswith("tls://") and not (security.tls_ca_file and security.tls_client_cert):
+        raise ConfigError("scheduler", "tls:// only with Dask's TLS settings for the client: "
+                          f"{TLS_SETTINGS[0]}, {TLS_SETTINGS[1]} and distributed.comm.tls.client.key in Dask's "
+                          "config (or wb.run(cfg, cluster=Client(address, security=...)))", address)
+    return security
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: Any = None) -> dict:
     """Connect, ask the scheduler who it is and return its identity, all within `timeout`.
 
     Raises ConfigError("scheduler", ...) when nothing listens there, when the server
     stays silent, or when what answers is not a Dask scheduler. Runs in a helper thread
     with its own event loop, so it works under a running loop (Jupyter) too; a hung
-    attempt is abandoned there (a daemon thread), never waited for.
+    attempt is abandoned there (a daemon thread), never waited for. A tls:// address is
+    spoken with `security` (default: `scheduler_security`, the user's Dask TLS settings).
     """
     import asyncio
     import queue
     import threading
 
     from distributed.comm import connect as comm_connect
+    security = scheduler_security(address, security)
+    tls_args = security.get_connection_args("client") if address.startswith("tls://") else {}
 
     async def ask() -> Any:
-        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout), timeout)
+        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout, **tls_args), timeout)
         try:
             await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), timeout)
             return await asyncio.wait_for(comm.read(), timeout)

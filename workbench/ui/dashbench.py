@@ -13,6 +13,7 @@ import argparse
 import gc
 import os
 import time
+from typing import Any
 
 import workbench as wb
 
@@ -102,22 +103,43 @@ def memory(config: wb.RunConfig, label: str) -> dict:
     return {"before_mb": before, "after_mb": after, "settled_mb": settled}
 
 
-def sim_overhead(config: wb.RunConfig, label: str, rounds: int = 2) -> dict:
-    """`sim_wall_s` of the same simulated run without a dashboard (`workbench.run`) and in
-    one (live figures, status line), interleaved `rounds` times; medians and their ratio."""
+def _status_gaps(d: Any) -> float:
+    """The longest wall-time gap (s) between two status lines while the run was running."""
+    times = [t for t, text in d.status_log if text.startswith("running")]
+    return max((b - a for a, b in zip(times, times[1:])), default=float("nan"))
+
+
+def sim_overhead(config: wb.RunConfig, label: str, rounds: int = 2, modes: tuple[str, ...] = ("child", "thread")) -> dict:
+    """`sim_wall_s` of the same simulated run without a dashboard (`workbench.run`, as the
+    CLI runs it) and in one (live figures, status line), interleaved `rounds` times;
+    medians and their ratio. Modes: "child" (the dashboard's way: the simulation in a
+    child process, `ui.simproc`) and "thread" (on a thread of the kernel, as before).
+    Also the wall time from Run to the final status and the longest gap between two
+    status lines while running (the status must move at least once a second)."""
     import statistics
-    plain, shown, cpu = [], [], []   # cpu: CPU seconds the dashboard's drawing took
+    plain: list[float] = []
+    shown: dict[str, list] = {m: [] for m in modes}
     for _ in range(rounds):
         plain.append(wb.run(config, progress=False).summary["sim_wall_s"])
-        d = _dashboard(config, None)
-        assert d.run(), d.status_text
-        r = d.wait()
-        shown.append(r.summary["sim_wall_s"])
-        cpu.append(d.last_plot_cpu_s)
-    a, b = statistics.median(plain), statistics.median(shown)
-    print(f"sim   {label:40s} sim_wall_s alone {a:6.2f} s {plain}, in the dashboard {b:6.2f} s {shown}: "
-          f"x{b / a:.3f}; drawing took {statistics.median(cpu):.2f} s of CPU")
-    return {"alone_s": plain, "dashboard_s": shown, "ratio": b / a, "plot_cpu_s": cpu}
+        for mode in modes:
+            d = _dashboard(config, None)
+            d.sim_in_child = mode == "child"
+            t = time.perf_counter()
+            assert d.run(), d.status_text
+            r = d.wait()
+            assert r is not None, d.status_text
+            shown[mode].append({"sim_wall_s": r.summary["sim_wall_s"], "run_to_end_s": time.perf_counter() - t,
+                                "plot_cpu_s": d.last_plot_cpu_s, "status_gap_s": _status_gaps(d)})
+    a = statistics.median(plain)
+    rows = {"alone_s": plain}
+    for mode in modes:
+        med = {k: statistics.median(x[k] for x in shown[mode]) for k in shown[mode][0]}
+        rows[mode] = {**med, "ratio": med["sim_wall_s"] / a, "rounds": shown[mode]}
+        print(f"sim   {label:40s} {mode:6s}: sim_wall_s alone {a:6.2f} s {plain}, in the dashboard "
+              f"{med['sim_wall_s']:6.2f} s: x{med['sim_wall_s'] / a:.3f}; Run to the final status "
+              f"{med['run_to_end_s']:6.2f} s; drawing {med['plot_cpu_s']:.2f} s of CPU; longest status gap "
+              f"{med['status_gap_s']:.2f} s")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -125,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--what", default="stop,quickstart,memory,sim",
                    help="comma list of stop, quickstart, memory, sim")
     p.add_argument("--sim-workers", type=int, default=256, help="virtual workers of the simulated runs")
+    p.add_argument("--sim-steps", type=int, default=100, help="steps of the simulated overhead runs")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the simulated overhead runs")
+    p.add_argument("--modes", default="child,thread", help="where the dashboard simulates: child, thread")
     args = p.parse_args(argv)
     what = set(args.what.split(","))
     print(_load())
@@ -141,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     if "memory" in what:
         memory(long_sim.replace(steps=20), f"simulated: {args.sim_workers} workers, 20 steps")
     if "sim" in what:
-        sim_overhead(long_sim.replace(steps=100), f"simulated: {args.sim_workers} workers, 100 steps")
+        sim_overhead(long_sim.replace(steps=args.sim_steps), f"simulated: {args.sim_workers} workers, "
+                     f"{args.sim_steps} steps", rounds=args.rounds, modes=tuple(args.modes.split(",")))
     print(_load())
 
 

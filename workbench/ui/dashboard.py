@@ -179,6 +179,8 @@ class Dashboard:
     `sweep(workers, mode)`, `history`, `runs_table()`, `status_text`.
     """
 
+    sim_in_child = True     # simulated runs in a child process (`simproc`); False: on a thread of the kernel
+
     def __init__(self, cluster: Any = None, config: RunConfig | None = None, out: str | os.PathLike | None = None):
         self.cluster = cluster
         self.out = None if out is None else Path(out)
@@ -206,6 +208,7 @@ class Dashboard:
         self._time_axes: dict[str, bool | str] = {}     # live figure -> what its time axis says (mark_virtual)
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
+        self._sim_warmed = False                        # the simulation's fork server started (simproc.warm)
         self._build()
 
     # ------------------------------------------------------------------ widgets
@@ -459,6 +462,10 @@ class Dashboard:
             self._set_buttons(self.running)
             return None
         self._shown_config = cfg
+        if cfg.simulate and self.sim_in_child and not self._sim_warmed:   # ready before Run is pressed
+            from . import simproc
+            self._sim_warmed = True
+            simproc.warm()
         self.controls["alpha"].show_resolved(cfg.resolved_alpha(max(1, workers_of(cfg))))
         self._lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self._preview_slot is not None:
@@ -619,7 +626,7 @@ class Dashboard:
         try:
             cluster = self.cluster
             cfg = state.config
-            if cfg.simulate:      # its own virtual cluster, in this process: no Dask cluster
+            if cfg.simulate:      # its own virtual cluster, in a child process: no Dask cluster
                 cluster = None
                 state.phase = f"starting: a simulated cluster of {workers_of(cfg)} virtual worker(s)"
             elif in_process(cfg):
@@ -634,8 +641,13 @@ class Dashboard:
             if getattr(transport, "name", None) == "dask":
                 self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
-            state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add, should_stop=self._stop.is_set,
-                                   progress=False)  # its own plots
+            from . import simproc
+            if cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
+                from .simproc import run_in_process
+                state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set)
+            else:
+                state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add,
+                                       should_stop=self._stop.is_set, progress=False)  # its own plots
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
         finally:
@@ -891,7 +903,9 @@ class Dashboard:
             message = f"sweep done: {len(table)} run(s)"
             if len(table) and self._sweep_results:
                 from ..analysis.sweep import fit_cost_model
-                cal, predicted, error = fit_cost_model(self._sweep_results, table, cfg, ws, mode, network)
+                link, link_note = self._benchmarked_link(cfg, ws)
+                cal, predicted, error = fit_cost_model(self._sweep_results, table, cfg, ws, mode, network, link=link)
+                message += link_note
                 self.predicted, self.calibration = predicted, cal
                 self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
                                                           error=error))
@@ -906,6 +920,26 @@ class Dashboard:
             self._set_status(_error_text(exc), error=True)
         finally:
             self._set_buttons(running=False)
+
+
+    def _benchmarked_link(self, cfg: RunConfig, ws: list[int]) -> tuple[Any, str]:
+        """The link the cost model calibrates with: benchmarked on the sweep's own Dask
+        cluster (`linkfit.benchmark_link`: the exchange timed alone at 3 sizes, bounded by
+        memcpy / 8, with its uncertainty), as the scaling lesson and sim_validation do; None
+        (the link fitted from the runs' own comm times) for a simulated sweep, one worker,
+        threads, or no Dask client. Returns (LinkFit or None, a clause for the status)."""
+        if cfg.simulate or max(ws) < 2 or self._stop.is_set():
+            return None, ""
+        from ..execution.cluster import current_client
+        client = self.cluster if self.cluster is not None else current_client()
+        if not (hasattr(client, "scheduler_info") and hasattr(client, "submit")):
+            return None, "; link fitted from the runs (no Dask client to benchmark it on)"
+        self._set_status("sweep done: timing this machine's link for the cost model (a few seconds) ...")
+        try:
+            from ..analysis.linkfit import benchmark_link
+            return benchmark_link(client), "; link benchmarked on the sweep's cluster"
+        except (ValueError, OSError) as exc:      # fewer than 2 workers, no shared memory: say so, fit from the runs
+            return None, f"; link fitted from the runs (benchmark not possible: {exc})"
 
 
 def _clear_traces(fig: Any) -> None:

@@ -130,10 +130,10 @@ class DaskTransport(Transport):
                               "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
         from ..preflight import check_memory, check_shm, shm_free
         check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
-        if config.scheduler is not None and len(setup.hosts) == 1:   # an external cluster on one host: its
-            w0 = self.workers[0]                                       # /dev/shm, measured there (preflight
-            check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # checked a local
-                      host=w0.get("host"))                                                 # cluster's)
+        if len(setup.hosts) == 1:   # the segments go in the workers' host's /dev/shm: measured there, by
+            w0 = self.workers[0]     # worker 0 (an external --scheduler, a Client the user handed to
+            check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # wb.run, or ours:
+                      host=w0.get("host"))                                                 # preflight's too)
 
     def _on(self, fn: Callable, *args: Any, where: str) -> Any:
         return self.client.submit(fn, *args, workers=[where], pure=False).result()
