@@ -459,8 +459,9 @@ class RunTally:
 
 STEP_TABLE = STEP_COLUMNS[1:]            # steps.csv's columns (worker, step, epoch, time, ...)
 _INT_COLUMNS = ("worker", "step", "samples")
-MERGE_ROWS = 1 << 18   # rows held back at most to write steps.csv in (step, worker) order (see StepStore)
+MERGE_ROWS = 1 << 16   # rows held back at most to write steps.csv in (step, worker) order (see StepStore)
 WRITE_S = 0.25         # the store writes what it may at most this often (and at the end)
+WRITE_ROWS = 1 << 14   # ... and at most this many rows a call before the end (the monitor stays responsive)
 SPOOL = ".steps-spool"  # in a run directory while it is written: the step columns as raw float64
 
 
@@ -544,7 +545,7 @@ class StepStore:
                 limit = min((self.last_step.get(w, -math.inf) for w in running), default=math.inf)
             if limit > -math.inf:
                 self._release(limit)
-        self._flush_unwritten()
+        self._flush_unwritten(None if final else WRITE_ROWS)
 
     def _release(self, limit: float) -> None:
         out = []
@@ -566,9 +567,14 @@ class StepStore:
         self.rows += len(rows)
         self.unwritten.append(rows)
 
-    def _flush_unwritten(self) -> None:
-        while self.unwritten:
+    def _flush_unwritten(self, most: int | None = None) -> None:
+        budget = math.inf if most is None else most
+        while self.unwritten and budget > 0:
             rows = self.unwritten[0]
+            if len(rows) > budget:        # the rest at the next call
+                rows, self.unwritten[0] = rows[:int(budget)], rows[int(budget):]
+                self.unwritten.insert(0, rows)
+            budget -= len(rows)
             if not self.streaming or self.error is not None:
                 self.memory.append(rows)
             else:
