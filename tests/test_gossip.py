@@ -276,18 +276,27 @@ def test_recorded_gossip_bytes_are_the_cost_models(topology, tau):
     allreduce once), plus the packed tail riding on that allreduce."""
     from workbench.algorithms.gossip import CHECK_EVERY
     from workbench.algorithms.registry import tail_length
-    from workbench.analysis.costmodel import gossip_terms
+    from workbench.analysis.costmodel import exchange_terms
     from workbench.comm.base import ring_allreduce_bytes
     p = 4
     got = run_threads(config(cpus=p, steps=CHECK_EVERY, topology=topology, tau=tau, eval_every=CHECK_EVERY))
     n = got.params.size
-    _, beta_bytes = gossip_terms(p, 4 * n, topology, tau=tau)
+    _, beta_bytes = exchange_terms("dpsgd", p, 4 * n, topology=topology, tau=tau)
     tail = 4 * (1 + tail_length(p))          # ||x||^2 / P and the tail, beside the n parameters
     per_step = beta_bytes + ring_allreduce_bytes(p, tail) / CHECK_EVERY
     for w in range(p):
         sent = got.steps[got.steps.worker == w].bytes_sent.to_numpy()
         assert len(sent) == CHECK_EVERY
         np.testing.assert_allclose(sent.sum() / CHECK_EVERY, per_step, rtol=1e-12)
+
+
+def test_recorded_pairwise_bytes_are_the_cost_models():
+    """adpsgd: what each step records is the cost model's beta term for its `pairwise` pattern."""
+    from workbench.analysis.costmodel import exchange_terms
+    got = run_threads(config("adpsgd", cpus=3, steps=4, topology="ring"))
+    _, beta_bytes = exchange_terms("adpsgd", 3, 4 * got.params.size)
+    np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), beta_bytes, rtol=1e-12)
+    assert len(got.steps) == 3 * 4
 
 
 def test_on_a_high_latency_network_gossip_beats_allreduce_in_time():

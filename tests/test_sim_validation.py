@@ -185,3 +185,15 @@ def test_pinned_round_robin_runs_at_scale_and_with_a_worker_killed_in_its_wait()
     assert killed.summary["lost_workers"] == {"5": "virtual worker 5"}
     assert killed.summary["wall_time_s"] == 0.0010035887376051659
     assert float(np.abs(killed.params).sum()) == pytest.approx(1275.5888671875, rel=1e-5)
+
+
+def test_sim_vs_real_refuses_too_few_steps_in_one_line_before_any_worker_starts(capsys, monkeypatch):
+    from workbench.apps.cli import main
+    from workbench.execution import cluster
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(cluster, "session_client", no_cluster)
+    assert main(["bench", "--sim-vs-real", "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: steps: a whole number >= 10 (steps of each real and simulated run), got 3"]

@@ -77,13 +77,114 @@ def leads_at_common_time(pairs: Iterable[tuple[Any, Any, Any, str]]) -> tuple[fl
     return lead, "; ".join(parts), behind
 
 
-def verdict_word(held: bool | None) -> str:
-    """How a verdict reads in the tables.
+def verdict_word(held: bool | None, resolved: bool | None = None) -> str:
+    """How a verdict reads in the tables ("not resolved": the effect was inside the spread
+    over seeds, so the runs cannot tell it from noise).
 
-    >>> verdict_word(True), verdict_word(False), verdict_word(None)
-    ('held', 'did not hold', 'not checked')
+    >>> verdict_word(True), verdict_word(False), verdict_word(None), verdict_word(False, resolved=False)
+    ('held', 'did not hold', 'not checked', 'not resolved')
     """
+    if held is False and resolved is False:
+        return "not resolved"
     return "held" if held else ("did not hold" if held is False else "not checked")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _seed_list(seeds: list[int]) -> str:
+    """Seeds as text.
+
+    >>> _seed_list([0, 1, 2]), _seed_list([3, 7])
+    ('0-2', '3, 7')
+    """
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def combine_seeds(per_seed: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One verdict per shape from the same notebook run once per seed (seed -> its verdicts).
+
+    The rule ("held needs a margin beyond the run-to-run spread, measured over seeds"): for
+    an effect (`compare`), each seed's distance from the threshold is d = by + margin (in the
+    value's units, positive on the side the shape expects); the spread is half the range of
+    d over the seeds (the median is known to +-spread); the verdict holds when the median d
+    exceeds both the notebook's stated margin and that spread (`by` = median d -
+    max(margin, spread); `inclusive`: at 0 too). With 2 seeds that is: both seeds beyond
+    the margin. An effect whose median d lies within the spread of 0 (the seeds cannot say
+    on which side of the threshold it is) is "not resolved" (`resolved` False): it does not
+    hold, and its text says so; one beyond it on the wrong side "did not hold". `value` is the median value,
+    `values` each seed's; `spread` says over which seeds and how wide, `spread_note` keeps
+    the notebook's own note; `measured` is the first seed's text plus the range. A verdict
+    missing from a seed was not measured there: it does not hold. One seed: the verdicts as
+    they are, with `seeds`.
+
+    >>> a = {"id": "gain", "held": True, "measured": "1.1x", "value": 1.1, "threshold": 1.0, "margin": 0.02,
+    ...      "above": True, "inclusive": False, "spread": "one seed", "by": 0.08}
+    >>> b = dict(a, value=1.3, by=0.28); c = dict(a, value=0.98, by=-0.04)
+    >>> v = combine_seeds({0: [a], 1: [b], 2: [c]})[0]
+    >>> v["held"], v["resolved"], round(v["value"], 2), round(v["seed_spread"], 2), round(v["by"], 2)
+    (False, False, 1.1, 0.16, -0.06)
+    >>> v["spread"]
+    'over seeds 0-2: +-0.16 (0.98 to 1.3)'
+    >>> v = combine_seeds({0: [a], 1: [dict(a, value=1.12, by=0.1)]})[0]
+    >>> v["held"], v["resolved"], round(v["by"], 3), v["values"]
+    (True, True, 0.09, [1.1, 1.12])
+    >>> v = combine_seeds({0: [dict(a, value=0.9, by=-0.12)], 1: [dict(a, value=0.9, by=-0.12)]})[0]
+    >>> v["held"], v["resolved"], v["measured"]        # beyond the spread, on the wrong side
+    (False, True, '1.1x (seed 0); over seeds 0, 1: +-0 (0.9 to 0.9)')
+    """
+    seeds = list(per_seed)
+    if len(seeds) == 1:
+        return [dict(v, seeds=seeds) for v in per_seed[seeds[0]]]
+    ids: list[str] = []
+    for vs in per_seed.values():
+        ids += [v["id"] for v in vs if v["id"] not in ids]
+    out = []
+    for id in ids:
+        got = {s: next((v for v in per_seed[s] if v["id"] == id), None) for s in seeds}
+        first = next(v for v in got.values() if v is not None)
+        missing = [s for s, v in got.items() if v is None]
+        v = dict(first, seeds=seeds)
+        if missing:
+            v.update(held=False, measured=f"{first.get('measured', '')}; not measured for seed(s) {_seed_list(missing)}")
+            out.append(v)
+            continue
+        runs = [got[s] for s in seeds]
+        if not all("by" in r for r in runs):        # a bare check(): it holds for every seed or not at all
+            v.update(held=all(r["held"] for r in runs),
+                     measured=f"{first['measured']} (seed {seeds[0]}); held for seeds "
+                              f"{_seed_list([s for s in seeds if got[s]['held']]) or 'none'} of {_seed_list(seeds)}")
+            out.append(v)
+            continue
+        margin = float(first["margin"])
+        d = [float(r["by"]) + margin for r in runs]
+        values = [float(r["value"]) for r in runs]
+        if any(x != x for x in d):                  # NaN: a seed did not measure it
+            v.update(held=False, by=float("nan"), values=values, resolved=None,
+                     measured=f"{first['measured']}; not measured for every seed (values {values})")
+            out.append(v)
+            continue
+        spread, med = (max(d) - min(d)) / 2, _median(d)
+        by = med - max(margin, spread)
+        inclusive = bool(first.get("inclusive"))
+        held = bool(by >= 0) if inclusive else bool(by > 0)
+        # resolved: the median lies beyond the spread on one side (held or failed); inside it, undecided
+        resolved = bool(abs(med) >= spread) if inclusive else bool(abs(med) > spread)
+        text = f"over seeds {_seed_list(seeds)}: +-{spread:.3g} ({min(values):.4g} to {max(values):.4g})"
+        measured = f"{first['measured']} (seed {seeds[0]}); {text}"
+        if not resolved:
+            measured = (f"not resolved: the effect ({med:.3g} beyond the threshold, median over seeds) is inside "
+                        f"the spread over seeds ({spread:.3g}); {measured}")
+        v.update(held=held, resolved=resolved, value=_median(values), values=values, by=float(by),
+                 by_seed=[float(r["by"]) for r in runs], seed_spread=float(spread), spread=text,
+                 spread_note=str(first.get("spread", "")), measured=measured)
+        out.append(v)
+    return out
 
 
 def margin_text(verdict: dict[str, Any]) -> str:
@@ -120,7 +221,7 @@ def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterab
         v = by_id.get(check["id"], {})
         rows.append({"id": check["id"], "text": check["text"], "paper": str(check.get("paper", "")),
                      "measured": str(v.get("measured", "not measured")), "held": v.get("held"),
-                     "verdict": verdict_word(v.get("held")), "margin": margin_text(v)})
+                     "verdict": verdict_word(v.get("held"), v.get("resolved")), "margin": margin_text(v)})
     return rows
 
 
@@ -203,6 +304,6 @@ class ShapeChecks:
         rows = paper_vs_measured(expected, self.verdicts)
         ids = {c["id"] for c in expected}
         rows += [{"id": v["id"], "text": "(measured, not part of the expected shape)", "paper": "",
-                  "measured": v["measured"], "margin": margin_text(v), "verdict": verdict_word(v["held"])}
+                  "measured": v["measured"], "margin": margin_text(v), "verdict": verdict_word(v["held"], v.get("resolved"))}
                  for v in self.verdicts if v["id"] not in ids]
         return pd.DataFrame(rows, columns=COLUMNS)

@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
     rep.add_argument("--no-progress", action="store_true",
                      help="no cell progress bar and no notebook log on stderr")
+    rep.add_argument("--seeds", default=None,
+                     help="comma-separated seeds, e.g. 0,1,2: run the notebook once per seed (default: the file's "
+                          "seeds, quick_seeds with --quick); a verdict holds only beyond the range over them")
 
     sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
                            description="Run the config once per worker count; with --out, write one run "
@@ -286,12 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .reproduce import NotebookFailed, reproduce
             try:
                 outcome = reproduce(args.experiment, args.out, quick=args.quick, progress=not args.no_progress,
-                                    notebook=args.notebook)
+                                    notebook=args.notebook, seeds=_seed_flag(args.seeds))
             except NotebookFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED
             for c in outcome["checks"]:
-                mark = {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
+                mark = c["verdict"] if c["verdict"] == "not resolved" else \
+                    {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
                 paper = f"; paper: {c['paper']}" if c.get("paper") else ""
                 margin = f"; margin {c['margin']}" if c.get("margin") else ""
                 print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{paper})")
@@ -560,3 +564,17 @@ def _lessons(args: argparse.Namespace) -> int:
     copied = copy_lessons(args.dir, overwrite=args.overwrite)
     print(f"copied {len(copied)} files into {args.dir}: jupyter lab {Path(args.dir) / 'notebooks'}")
     return EXIT_OK
+
+
+def _seed_flag(text: str | None) -> list[int] | None:
+    """`reproduce --seeds 0,1,2` as a list (None: the experiment file's seeds).
+
+    >>> _seed_flag("0,1,2"), _seed_flag(None)
+    ([0, 1, 2], None)
+    """
+    if text is None:
+        return None
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError("seeds", "comma-separated whole numbers >= 0, e.g. 0,1,2", text) from None

@@ -31,11 +31,50 @@ def demo_config(**changes: object) -> RunConfig:
     return RunConfig(**{**DEMO, **changes})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def compare_workers(config: RunConfig, client: object, repeats: object, out: str | Path,
+                    echo: bool = True) -> tuple[object, list[str]]:
+    """The demo's measurement, for any config: `config` on each worker count `repeats`
+    (a `measure.Repeats`) asks for, round after round, on `client`; round 1's runs to
+    `out` (the 1-worker one to out/one-worker), later rounds' to out/round-K. Returns
+    (`analysis.sweep.combine_rounds`'s table: medians, ranges, spreads, resolution notes;
+    every run's status)."""
     from .. import api
     from ..analysis.sweep import combine_rounds, scaling_row
+    from ..measure import notes
+
+    out = Path(out)
+    rows, statuses = [], []
+    while todo := repeats.next_round():
+        k = repeats.round - 1
+        base = out if k == 0 else out / f"round-{k + 1}"
+        for workers in todo:
+            directory = base / "one-worker" if workers == 1 else base
+            cfg = config.replace(cpus=workers, out=str(directory))
+            if echo:
+                shape = "-".join(map(str, [cfg.n_features, *cfg.hidden, cfg.n_classes])) if cfg.n_features else \
+                    f"{'-'.join(map(str, cfg.hidden))} hidden, on {cfg.dataset}"
+                length = f"{cfg.epochs:g} epochs" if cfg.steps is None else f"{cfg.steps} steps"
+                print(f"round {k + 1}: training {cfg.algorithm} on {workers} worker(s): {cfg.model.upper()} {shape}, "
+                      f"global batch {cfg.batch_size}, {length} ...", flush=True)
+            r = api.run(cfg, cluster=client, overwrite=True, progress=echo)
+            s = r.summary
+            statuses.append(s["status"])
+            rows.append({**scaling_row(r, workers, "strong", str(directory)), "round": k})
+            repeats.add(workers, rows[-1]["samples_per_s"] if s["status"] == "completed" else None)
+            if echo:
+                acc = s.get("final_test_accuracy")
+                print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady), {s['train_time_s']:.1f} s "
+                      f"training (+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, "
+                      f"test accuracy {'n/a' if acc is None else f'{acc:.3f}'}", flush=True)
+                for note in notes(s):
+                    print(f"  note: {note}", flush=True)
+    return combine_rounds(rows, repeats), statuses
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .. import api
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, notes
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -55,32 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     print("starting a local Dask cluster of 2 single-core workers ...", flush=True)
     client = make_cluster(cpus=2, gpus=0, quiet=True)
-    rows, statuses = [], []
     try:
         api.run(demo_config(cpus=2, steps=2), cluster=client)          # warm both workers up
-        while todo := repeats.next_round():
-            k = repeats.round - 1
-            base = out if k == 0 else out / f"round-{k + 1}"
-            for workers in todo:
-                directory = base / "one-worker" if workers == 1 else base
-                cfg = demo_config(cpus=workers, epochs=args.epochs, out=str(directory))
-                print(f"round {k + 1}: training {cfg.algorithm} on {workers} worker(s): MLP "
-                      f"{cfg.n_features}-{'-'.join(map(str, cfg.hidden))}-{cfg.n_classes}, global batch "
-                      f"{cfg.batch_size}, {cfg.epochs:g} epochs ...", flush=True)
-                r = api.run(cfg, cluster=client, overwrite=True)
-                s = r.summary
-                statuses.append(s["status"])
-                rows.append({**scaling_row(r, workers, "strong", str(directory)), "round": k})
-                repeats.add(workers, rows[-1]["samples_per_s"] if s["status"] == "completed" else None)
-                acc = s.get("final_test_accuracy")
-                print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady), {s['train_time_s']:.1f} s "
-                      f"training (+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, "
-                      f"test accuracy {'n/a' if acc is None else f'{acc:.3f}'}", flush=True)
-                for note in notes(s):
-                    print(f"  note: {note}", flush=True)
+        table, statuses = compare_workers(demo_config(epochs=args.epochs), client, repeats, out)
     finally:
         close_client(client)
-    table = combine_rounds(rows, repeats)
     one, two = table.iloc[0], table.iloc[1]
     speedup = float(two["speedup"])
     print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%}); medians of "

@@ -10,7 +10,8 @@ shape held.
 Experiment file keys:
     title, paper, notebook, reported (list of str), we_run (str),
     expected_shape (list of {id, text, paper?}), parameters (dict), quick_parameters (dict),
-    quick_skips (dict: shape id -> why quick mode does not reproduce it)
+    quick_skips (dict: shape id -> why quick mode does not reproduce it),
+    seeds, quick_seeds (lists of seeds: the notebook runs once per seed)
 
 Verdicts fail loudly: `reproduce` returns `failed`, the shapes that did not hold or were
 not measured, and the CLI exits with EXIT_SHAPE (3) when there is any (0 when every shape
@@ -18,6 +19,14 @@ held; 1 when the notebook itself failed; 2 for bad input). Quick mode checks eve
 too, except those `quick_skips` names: their verdict reads "not reproduced in quick mode"
 with the reason, and they do not fail the run. An effect's verdict carries its margin
 (`analysis.shape.ShapeChecks.compare`): it holds only beyond the run-to-run spread.
+
+The run-to-run spread is measured over seeds: the notebook runs once per seed of the
+file's `seeds` (`quick_seeds` in quick mode; `--seeds` overrides both), the first into
+DIR (its runs, figures and report), each other into DIR/seeds/seed-N/, every seed's own
+verdicts in DIR/seeds/seed-N/shape.json; DIR/shape.json is their combination
+(`analysis.shape.combine_seeds`): a verdict holds only when its median distance from the
+threshold exceeds both the notebook's margin and the range over the seeds, and one inside
+that range reads "not resolved" (and fails, exit 3).
 
 An expected shape's optional `paper` is the paper's number for it, as text ("87%",
 "5.3x"); the report's "paper vs simulated" table (`analysis.shape.paper_vs_measured`)
@@ -58,6 +67,8 @@ class Experiment:
     parameters: dict[str, Any]
     quick_parameters: dict[str, Any]
     quick_skips: dict[str, str]
+    seeds: list[int]
+    quick_seeds: list[int]
 
 
 MAX_TEXT = 10_000     # characters in one parameter string
@@ -99,7 +110,35 @@ def load_experiment(path: str | Path, notebook: str | Path | None = None) -> Exp
                       we_run=data["we_run"], expected_shape=list(data["expected_shape"]),
                       parameters=check_parameters(data.get("parameters"), "parameters"),
                       quick_parameters=check_parameters(data.get("quick_parameters"), "quick_parameters"),
-                      quick_skips=_quick_skips(data.get("quick_skips"), data["expected_shape"]))
+                      quick_skips=_quick_skips(data.get("quick_skips"), data["expected_shape"]),
+                      **_seeds(data))
+
+
+def _seeds(data: dict) -> dict[str, list[int]]:
+    """`seeds` and `quick_seeds`: lists of distinct integers >= 0 (default: the parameters'
+    seed, or 0; quick_seeds defaults to seeds)."""
+    default = [(data.get("parameters") or {}).get("seed", 0)] if isinstance(data.get("parameters"), dict) else [0]
+    out = {}
+    for key, fallback in (("seeds", default), ("quick_seeds", None)):
+        value = data.get(key, fallback if fallback is not None else out["seeds"])
+        out[key] = check_seeds(value, key)
+    return out
+
+
+def check_seeds(value: Any, field: str = "seeds") -> list[int]:
+    """A list of distinct seeds (integers >= 0), at least one.
+
+    >>> check_seeds([0, 1, 2])
+    [0, 1, 2]
+    >>> check_seeds([0, 0])
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: seeds: a list of distinct integers >= 0, at least one, got [0, 0]
+    """
+    if (not isinstance(value, list) or not value or len(set(map(repr, value))) != len(value)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)):
+        raise ConfigError(field, "a list of distinct integers >= 0, at least one", value)
+    return list(value)
 
 
 def _quick_skips(value: Any, expected: list[dict]) -> dict[str, str]:
@@ -177,18 +216,19 @@ def _plain(value: Any, field: str, depth: int = 0) -> Any:
 
 
 def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3",
-              progress: bool = True, notebook: str | Path | None = None) -> dict[str, Any]:
-    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held"}.
+              progress: bool = True, notebook: str | Path | None = None,
+              seeds: list[int] | None = None) -> dict[str, Any]:
+    """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held",
+    "failed", "seeds"}.
 
     With `progress`, papermill's bar counts the cells, and papermill's log (each cell's
     printed and text output, the notebook's warnings) goes to this process's stderr as
     the notebook runs. `notebook` runs that notebook instead of the one the experiment
-    file names (which must lie in the repository's notebooks/ folder).
+    file names (which must lie in the repository's notebooks/ folder). `seeds`: run the
+    notebook once per seed (default: the file's `seeds`, `quick_seeds` in quick mode).
     """
-    import logging
     import sys
 
-    import papermill
     from papermill.inspection import inspect_notebook
 
     exp = load_experiment(path, notebook=notebook)
@@ -198,12 +238,54 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     if unknown:  # papermill would inject them silently
         raise ConfigError("parameters", f"names from the notebook's parameters cell ({', '.join(sorted(known))})",
                           unknown[0])
+    seeds = check_seeds(list(seeds), "seeds") if seeds is not None else (exp.quick_seeds if quick else exp.seeds)
+    if len(seeds) > 1 and "seed" not in known:
+        raise ConfigError("seeds", f"one seed: the notebook {exp.notebook.name} has no `seed` parameter", seeds)
     from ..execution.preflight import check_out
     check_out(out, overwrite=True)   # a reproduction's folder is rewritten run by run
     out = Path(out).resolve()
     executed = out / exp.notebook.name
-    _claim_files(out, [exp.notebook.name, "report.html", "shape.json"], exp.notebook)
-    params = {**params, "quick": quick, "out_dir": str(out)}
+    _claim_files(out, [exp.notebook.name, "report.html", "shape.json", "seeds"], exp.notebook)
+    per_seed: dict[int, list[dict]] = {}
+    for i, seed in enumerate(seeds):
+        where = out if i == 0 else out / "seeds" / f"seed-{seed}"
+        seed_params = {**params, "seed": seed} if "seed" in known else dict(params)
+        if progress and len(seeds) > 1:
+            print(f"[reproduce] seed {seed} ({i + 1} of {len(seeds)}) -> {where}", file=sys.stderr)
+        per_seed[seed] = _execute(exp, where, {**seed_params, "quick": quick, "out_dir": str(where)}, kernel, progress)
+        own = out / "seeds" / f"seed-{seed}" / "shape.json"     # every seed's own verdicts, kept
+        own.parent.mkdir(parents=True, exist_ok=True)
+        own.write_text(json.dumps(per_seed[seed], indent=2))
+    from ..analysis.shape import combine_seeds, paper_vs_measured
+    combined = combine_seeds(per_seed)
+    (out / "shape.json").write_text(json.dumps(combined, indent=2))
+    verdicts = {v["id"]: v for v in combined}
+    checks = paper_vs_measured(exp.expected_shape, verdicts.values())
+    if quick:
+        for c in checks:
+            if c["id"] in exp.quick_skips:   # what quick mode changes, said instead of a verdict
+                c.update(held=None, verdict="not reproduced in quick mode",
+                         measured=f"{c['measured']} (quick mode: {exp.quick_skips[c['id']]})")
+    expected_ids = {c["id"] for c in exp.expected_shape}
+    also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
+    report = out / "report.html"
+    _write_report(exp, checks, out, report, quick, also, seeds)
+    failed = [c["id"] for c in checks if c["held"] is False
+              or (c["held"] is None and not (quick and c["id"] in exp.quick_skips))]
+    return {"report": str(report), "notebook": str(executed), "checks": checks,
+            "all_held": not failed, "failed": failed, "seeds": seeds}
+
+
+def _execute(exp: Experiment, where: Path, params: dict[str, Any], kernel: str, progress: bool) -> list[dict]:
+    """Run the experiment's notebook once into `where` (papermill); its verdicts (shape.json)."""
+    import logging
+    import sys
+
+    import papermill
+
+    executed = where / exp.notebook.name
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "shape.json").unlink(missing_ok=True)      # a notebook that writes none must not pass on a stale one
     log, handler = logging.getLogger("papermill"), None
     level = log.level
     if progress and not log.handlers:
@@ -221,22 +303,10 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
         if handler is not None:
             log.removeHandler(handler)
             log.setLevel(level)
-    from ..analysis.shape import paper_vs_measured
-    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
-    checks = paper_vs_measured(exp.expected_shape, verdicts.values())
-    if quick:
-        for c in checks:
-            if c["id"] in exp.quick_skips:   # what quick mode changes, said instead of a verdict
-                c.update(held=None, verdict="not reproduced in quick mode",
-                         measured=f"{c['measured']} (quick mode: {exp.quick_skips[c['id']]})")
-    expected_ids = {c["id"] for c in exp.expected_shape}
-    also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
-    report = out / "report.html"
-    _write_report(exp, checks, out, report, quick, also)
-    failed = [c["id"] for c in checks if c["held"] is False
-              or (c["held"] is None and not (quick and c["id"] in exp.quick_skips))]
-    return {"report": str(report), "notebook": str(executed), "checks": checks,
-            "all_held": not failed, "failed": failed}
+    shape = where / "shape.json"
+    if not shape.is_file():
+        raise NotebookFailed(f"{exp.notebook.name} ran but wrote no shape.json (executed notebook: {executed})")
+    return json.loads(shape.read_text())
 
 
 MANIFEST = ".workbench-reproduce"   # in --out: the files reproduce wrote there (it may rewrite only those)
@@ -265,7 +335,7 @@ def _claim_files(out: Path, names: list[str], source: Path) -> None:
 
 
 def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
-                  also: list[dict] = ()) -> None:
+                  also: list[dict] = (), seeds: list[int] = ()) -> None:
     from ..results import RunResult
     from ..ui.report import write_comparison_report
 
@@ -283,7 +353,12 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
     notes = (f"<p><b>Paper:</b> {esc(exp.paper)}</p>"
              f"<h3>What the paper reported</h3><ul>{''.join(f'<li>{esc(r)}</li>' for r in exp.reported)}</ul>"
              f"<h3>What we run</h3><p>{esc(exp.we_run)}{' (quick parameters)' if quick else ''}</p>"
-             f"<h3>Expected shape: paper vs {ours}</h3>"
+             + (f"<p><b>Seeds:</b> {esc(', '.join(map(str, seeds)))}: the notebook ran once per seed; figures and "
+                f"runs are seed {seeds[0]}'s, and a verdict holds only when its median distance from the threshold "
+                "exceeds both its margin and the range over the seeds (else: not resolved).</p>"
+                if len(seeds) > 1 else "<p><b>Seeds:</b> one: the spread over seeds is not measured.</p>"
+                if seeds else "")
+             + f"<h3>Expected shape: paper vs {ours}</h3>"
              f"<table class='paper-vs' border='1' cellpadding='4' style='border-collapse:collapse'>"
              f"<tr><th>shape</th><th>check</th><th>paper</th><th>{ours}</th><th>margin</th><th>verdict</th></tr>"
              f"{rows}</table>")

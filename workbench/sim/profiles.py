@@ -481,7 +481,8 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
         with open(fd, "wb") as f:
             pickle.dump((model, np.ascontiguousarray(X[:big]), np.ascontiguousarray(y[:big]), params), f)
         code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({path!r})"
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join(p for p in sys.path if p))   # this process's workbench
         for _ in range(cores - 1):
             helpers.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                             stderr=subprocess.DEVNULL, env=env, text=True))

@@ -900,7 +900,9 @@ class Dashboard:
             message = f"sweep done: {len(table)} run(s)"
             if len(table) and self._sweep_results:
                 from ..analysis.sweep import fit_cost_model
-                cal, predicted, error = fit_cost_model(self._sweep_results, table, cfg, ws, mode, network)
+                link, link_note = self._benchmarked_link(cfg, ws)
+                cal, predicted, error = fit_cost_model(self._sweep_results, table, cfg, ws, mode, network, link=link)
+                message += link_note
                 self.predicted, self.calibration = predicted, cal
                 self._scaling_slot.edit(functools.partial(F.update_scaling, table=table, predicted=predicted,
                                                           error=error))
@@ -915,6 +917,26 @@ class Dashboard:
             self._set_status(_error_text(exc), error=True)
         finally:
             self._set_buttons(running=False)
+
+
+    def _benchmarked_link(self, cfg: RunConfig, ws: list[int]) -> tuple[Any, str]:
+        """The link the cost model calibrates with: benchmarked on the sweep's own Dask
+        cluster (`linkfit.benchmark_link`: the exchange timed alone at 3 sizes, bounded by
+        memcpy / 8, with its uncertainty), as the scaling lesson and sim_validation do; None
+        (the link fitted from the runs' own comm times) for a simulated sweep, one worker,
+        threads, or no Dask client. Returns (LinkFit or None, a clause for the status)."""
+        if cfg.simulate or max(ws) < 2 or self._stop.is_set():
+            return None, ""
+        from ..execution.cluster import current_client
+        client = self.cluster if self.cluster is not None else current_client()
+        if not (hasattr(client, "scheduler_info") and hasattr(client, "submit")):
+            return None, "; link fitted from the runs (no Dask client to benchmark it on)"
+        self._set_status("sweep done: timing this machine's link for the cost model (a few seconds) ...")
+        try:
+            from ..analysis.linkfit import benchmark_link
+            return benchmark_link(client), "; link benchmarked on the sweep's cluster"
+        except (ValueError, OSError) as exc:      # fewer than 2 workers, no shared memory: say so, fit from the runs
+            return None, f"; link fitted from the runs (benchmark not possible: {exc})"
 
 
 def _clear_traces(fig: Any) -> None:
