@@ -164,8 +164,21 @@ def test_recorded_bytes_are_the_cost_models(kind):
 
 @pytest.mark.cluster
 def test_compressed_sync_sgd_on_dask_is_exact_at_full_ratio(client):
+    """Top-k at ratio 1 (8n bytes: more than a shared-memory slot holds) is carried as the
+    dense allreduce, and counted as one; at 5% the payloads are allgathered through the
+    slots, bitwise the thread transport's rank-order decoding (1e-6: as the line above)."""
+    from workbench.comm.base import ring_allreduce_bytes
     from workbench.execution.engine import run
-    got = run(config(cpus=2, steps=12, momentum=0.0, compression="topk", compression_ratio=1.0), client)
+    from workbench.problem import Problem
+    cfg = config(cpus=2, steps=12, momentum=0.0, compression="topk", compression_ratio=1.0)
+    got = run(cfg, client)
     sync = run_threads(config(cpus=2, steps=12, momentum=0.0))
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, sync.params, rtol=0, atol=1e-6)
+    n = Problem.from_config(cfg).model.n_params
+    assert (got.steps.bytes_sent == ring_allreduce_bytes(2, 4 * (n + 2 + 2 * 2))).all()
+    sparse = cfg.replace(compression_ratio=0.05)
+    got, ref = run(sparse, client), run_threads(sparse)
+    assert got.status == "completed" and got.summary["comm"] == "shm"
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got.steps.bytes_sent.to_numpy(), ref.steps.bytes_sent.to_numpy())

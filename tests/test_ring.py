@@ -279,3 +279,47 @@ def test_the_ring_transports_peer_exchange_is_point_to_point_and_dpsgd_follows_t
     res = run(cfg, cluster=client3)
     assert res.status == "completed" and res.summary["comm"] == "dask", res.summary.get("errors")
     np.testing.assert_allclose(res.params, gossip_reference(cfg, 3), rtol=0, atol=2e-5)
+
+
+# ------------------------------------------------------------------ compressed gradients' allgather
+def _gather_rounds(ring, rank, size, peers, rounds, m):
+    from workbench.comm.ring import RingComm
+    comm = RingComm(ring, rank, size, peers)
+    out = []
+    try:
+        for call in range(rounds):
+            mine = np.random.default_rng([rank, call]).integers(0, 256, m).astype(np.uint8)
+            out.append([np.array(x, copy=True) for x in comm.allgather(mine)])
+            mine[:] = 0                                     # the caller may reuse its array at once
+            comm.allreduce(np.ones(3, np.float32))          # the same connection in between
+        return out, comm.sent_bytes
+    finally:
+        comm.close()
+
+
+@pytest.mark.slow
+def test_the_ring_allgathers_byte_payloads_and_compressed_sync_sgd_equals_threads(client3):
+    """Every rank gets every rank's payload and sends (P - 1) m bytes a call (plus the
+    allreduces' chunks); then top-k sync_sgd over comm="dask", whose payloads travel so,
+    against the thread transport's (the same decoding and rank-order sums: 1e-6 covers
+    the evaluations' and data's identical float32 paths, as the shm test above)."""
+    from workbench.comm.base import ring_allgather_bytes
+    from workbench.config import RunConfig
+    from workbench.execution.engine import run, run_threads
+    peers, rounds, m = _peers(client3, 3), 3, 101
+    ring = uuid.uuid4().hex
+    futs = [client3.submit(_gather_rounds, ring, r, 3, peers, rounds, m, workers=[a], pure=False)
+            for r, a in enumerate(peers)]
+    got = client3.gather(futs, errors="raise")
+    for calls, sent in got:
+        for call, parts in enumerate(calls):
+            for j, part in enumerate(parts):
+                np.testing.assert_array_equal(part, np.random.default_rng([j, call]).integers(0, 256, m))
+        assert sent == rounds * ring_allgather_bytes(3, m) + rounds * 4 * 2 * (3 - 1)
+    cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=6, comm="dask", compression="topk",
+                    compression_ratio=0.05, **BASE)
+    res = run(cfg, cluster=client3)
+    assert res.status == "completed" and res.summary["comm"] == "dask", res.summary.get("errors")
+    ref = run_threads(cfg)
+    np.testing.assert_allclose(res.params, ref.params, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(res.steps.bytes_sent.to_numpy(), ref.steps.bytes_sent.to_numpy())

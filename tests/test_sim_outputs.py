@@ -205,9 +205,10 @@ def test_a_simulated_runs_live_batches_reach_on_record_while_it_runs():
             arrivals.append((time.perf_counter(), max(times)))
     cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": 800})   # a few wall seconds, even idle
     result = wb.run(cfg, on_record=on_record, progress=False)
-    end = time.perf_counter()
     assert result.status == "completed" and result.summary["sim_wall_s"] > 1.0, result.summary["sim_wall_s"]
-    early = [(t, v) for t, v in arrivals if t < end - 0.5]
-    assert len({round(t, 1) for t, _ in early}) >= 2, arrivals[:5]      # several flushes, not one at the end
-    assert max(v for _, v in early) < result.steps.time.max()            # they held part of the run
+    # batches that held part of the run (by their content, not by when the caller got back: on a
+    # loaded machine the run's saving after its last batch can take longer than any fixed margin)
+    early = [(t, v) for t, v in arrivals if v < result.steps.time.max()]
+    assert len(early) >= 2, arrivals[:5]                                 # several flushes, not one at the end
+    assert arrivals[-1][0] - early[0][0] > 0.2, arrivals[:5]             # the first came while the run went on
     assert threads == {main}                                             # delivered on the caller's thread

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..comm.base import StopWait, compressed_sum
+from ..comm.base import StopWait, compressed_sum, gathered_sum
 from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
@@ -151,6 +151,13 @@ class WorkerContext:
         if self.xp is np or getattr(self.comm, "device", False):
             return compressed_sum(self.comm, buf, payload_bytes, gather)
         return self.xp.asarray(compressed_sum(self.comm, to_numpy(buf), payload_bytes, gather))
+
+    def gathered_sum(self, buf: Any, payload: Any, decode: Any) -> Any:
+        """`comm.base.gathered_sum` through ctx.comm (buffer and payload staged through the
+        host as `allreduce`, and decoded there)."""
+        if self.xp is np or getattr(self.comm, "device", False):
+            return gathered_sum(self.comm, buf, payload, decode)
+        return self.xp.asarray(gathered_sum(self.comm, to_numpy(buf), to_numpy(payload), decode))
 
     def comm_buffer(self, m: int, dtype: Any) -> Any:
         """A buffer of m elements to fill and allreduce: the comm's own slot when it has

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.base import ring_allgather_bytes, ring_allreduce_bytes
+from ..comm.base import can_allgather, ring_allgather_bytes, ring_allreduce_bytes
 from ..maths import compress as C
 from .base import StepOut, SyncTail, settle, tail_length
 
@@ -77,16 +77,17 @@ class CompressedExchange:
         t0 = algo.clock()
         if self.kind == "powersgd":
             return self._powersgd_step(step, lr, loss_w, samples, compute_s, t0)
+        wire: dict = {}
         if self.dgc:
             g = algo.grad
             if algo.opt.weight_decay:                                   # sum_i w_i wd x = wd x
                 lo, hi = algo.balancer.slices()[ctx.rank]
                 g += (algo.opt.weight_decay * (hi - lo) / ctx.plan.batch_size) * algo.params
-            sent, self.payload = C.dgc_step(g, self.velocity, self.memory, ctx.config.momentum, self.ratio)
+            sent, self.payload = C.dgc_step(g, self.velocity, self.memory, ctx.config.momentum, self.ratio, wire)
         else:
             sent, self.payload = C.with_error_feedback(self.kind, algo.grad, self.memory, ratio=self.ratio,
                                                        levels=self.levels, seed=ctx.config.seed, step=step,
-                                                       rng=self.rng)
+                                                       rng=self.rng, wire=wire)
         stop = ctx.rank == 0 and ctx.stop_requested()
         if self.kind == "randomk":
             idx = C.random_indices(n, self.k, ctx.config.seed, step)
@@ -105,10 +106,16 @@ class CompressedExchange:
             compute_s += algo.clock() - t0
             algo.tail.pack(algo.buf, loss_w, compute_s, stop)
             t1 = ctx.timer()
-            full = ctx.compressed_sum(algo.buf, self.payload + self.tail_bytes, gather=True)   # sum_i sent_i
+            sent_bytes = ring_allgather_bytes(ctx.size, self.payload + self.tail_bytes)
+            if self._gathers(sent):                                     # a real allgather of the payloads
+                payload = self._encode(sent, wire)
+                full = ctx.gathered_sum(algo.buf, payload, self._decode)   # sum_i sent_i, rank order
+            else:
+                full = ctx.compressed_sum(algo.buf, self.payload + self.tail_bytes, gather=True)
+                if getattr(ctx.comm, "compressed_sum", None) is None:   # carried as a dense allreduce
+                    sent_bytes = ring_allreduce_bytes(ctx.size, algo.buf.nbytes)
             got = algo.tail.read(full, ctx.timer() - t1)
             total, tail = full[:n], algo.tail
-            sent_bytes = ring_allgather_bytes(ctx.size, self.payload + self.tail_bytes)
         out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s,
                       bytes_sent=sent_bytes)
         if settle(out, got.loss, got.stop):
@@ -117,6 +124,25 @@ class CompressedExchange:
             tail.freed()
             out.compute_s += tail.t_free - t2
         return out
+
+    # ---------------------------------------------------------------- the gathered payloads
+    def _gathers(self, sent: Any) -> bool:
+        """Whether this step's payloads travel as bytes through the comm's own allgather
+        (`comm.base.can_allgather`): float32 vectors (the wire format's values) on a comm
+        that has one, with room for the payload. Else the comm's `compressed_sum`."""
+        return sent.dtype == np.float32 and can_allgather(self.ctx.comm, self.payload + self.tail_bytes)
+
+    def _encode(self, sent: Any, wire: dict) -> Any:
+        """This worker's payload: the compressor's encoding of `sent`, then the packed tail's floats."""
+        xp, n = self.ctx.xp, self.n
+        body = C.encode(self.kind, sent, wire, levels=self.levels)
+        return xp.concatenate([body, xp.ascontiguousarray(self.algo.buf[n:]).view(np.uint8)])
+
+    def _decode(self, part: Any) -> Any:
+        """Any worker's payload back into the layout of `algo.buf` (vector, then tail)."""
+        xp, n = (np if isinstance(part, np.ndarray) else self.ctx.xp), self.n
+        body = C.decode(self.kind, part[:self.payload], n, levels=self.levels)
+        return xp.concatenate([body, xp.ascontiguousarray(part[self.payload:]).view(np.float32)])
 
     def _apply(self, total: Any, lr: float) -> None:
         algo = self.algo

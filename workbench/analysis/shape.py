@@ -176,6 +176,9 @@ def combine_seeds(per_seed: dict[int, list[dict[str, Any]]]) -> list[dict[str, A
         # resolved: the median lies beyond the spread on one side (held or failed); inside it, undecided
         resolved = bool(abs(med) >= spread) if inclusive else bool(abs(med) > spread)
         text = f"over seeds {_seed_list(seeds)}: +-{spread:.3g} ({min(values):.4g} to {max(values):.4g})"
+        if len({float(r["threshold"]) for r in runs}) > 1:      # a threshold measured per seed (another run's value)
+            text = (f"over seeds {_seed_list(seeds)}: +-{spread:.3g} (distance from each seed's threshold "
+                    f"{min(d):.4g} to {max(d):.4g}; values {min(values):.4g} to {max(values):.4g})")
         measured = f"{first['measured']} (seed {seeds[0]}); {text}"
         if not resolved:
             measured = (f"not resolved: the effect ({med:.3g} beyond the threshold, median over seeds) is inside "
@@ -194,13 +197,16 @@ def margin_text(verdict: dict[str, Any]) -> str:
     '> 1 + 0.02 (spread: seeds 0-4)'
     >>> margin_text({"threshold": 0.25, "margin": 0.0, "above": False, "by": -0.031})
     '< 0.25 - 0; failed by 0.031'
+    >>> margin_text({"threshold": 0.0, "margin": 0.0, "above": False, "inclusive": True, "by": 0.0})
+    '<= 0 - 0; held by 0'
     """
     if "margin" not in verdict:
         return ""
     sign = (">" if verdict.get("above", True) else "<") + ("=" if verdict.get("inclusive") else "")
     op = "+" if verdict.get("above", True) else "-"
     spread = f" (spread: {verdict['spread']})" if verdict.get("spread") else ""
-    by = f"; {'held' if verdict['by'] > 0 else 'failed'} by {abs(verdict['by']):.3g}" if "by" in verdict else ""
+    held = "by" in verdict and (verdict["by"] >= 0 if verdict.get("inclusive") else verdict["by"] > 0)
+    by = f"; {'held' if held else 'failed'} by {abs(verdict['by']):.3g}" if "by" in verdict else ""
     return f"{sign} {verdict['threshold']:g} {op} {verdict['margin']:g}{spread}{by}"
 
 

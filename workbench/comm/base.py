@@ -6,7 +6,9 @@ Two roles cover the seed papers' algorithms:
   rank order, so results are deterministic) and `barrier`; `neighbour_exchange` (gossip's
   peer-to-peer exchange: every comm has its own, moving only the peers' vectors) and
   `compressed_sum` (compressed gradients, which a comm that charges time implements
-  natively), each called through the one function of the same name below.
+  natively), each called through the one function of the same name below; and
+  `allgather` of byte payloads (compressed gradients that are gathered), called through
+  `gathered_sum`.
 * a server role (`roles`): a parameter server (`pull`, `push`), the EASGD centre
   (`elastic`, `retire`, `centre`), LTFB's mailbox (`deposit`, `collect`, `depart`),
   AD-PSGD's table of models (`average`, `model`) or cgdp's master (`push`, `fetch`). Each
@@ -181,6 +183,10 @@ class Comm(Protocol):
     # ring allgather of the payloads, or an allreduce of `payload_bytes` (the simulator scales
     # both as it scales the parameter vector to a timing model's); the others have none, and
     # `compressed_sum` below carries it as their allreduce (the same sum).
+    #
+    # Optional: `allgather(payload)`: every worker's uint8 payload (all of one length), as a
+    # list in rank order (this worker's own included); `allgather_limit` (optional) the most
+    # bytes a payload may have. `gathered_sum` below uses it, else `compressed_sum`.
 
 
 def neighbour_exchange(comm: Any, vec: Any, peers: list[int]) -> dict[int, Any]:
@@ -218,6 +224,53 @@ def compressed_sum(comm: Any, buf: Any, payload_bytes: float, gather: bool) -> A
     `compressed_sum` where it has one (it charges the exchange's bytes), else its allreduce."""
     fn = getattr(comm, "compressed_sum", None)
     return fn(buf, payload_bytes, gather) if fn is not None else comm.allreduce(buf)
+
+
+def can_allgather(comm: Any, nbytes: int) -> bool:
+    """Whether `comm` has its own `allgather(payload)` of byte payloads of `nbytes` (its
+    optional `allgather_limit` says the most bytes a payload may have: shared memory's
+    slots). `Emulated` asks the comm it wraps."""
+    if isinstance(comm, Emulated):
+        return can_allgather(comm.inner, nbytes)
+    if getattr(comm, "allgather", None) is None:
+        return False
+    limit = getattr(comm, "allgather_limit", None)
+    return limit is None or nbytes <= limit
+
+
+def gathered_sum(comm: Any, buf: Any, payload: Any, decode: Callable[[Any], Any]) -> Any:
+    """The sum over workers of `buf` in a compressed exchange whose payloads are gathered
+    (top-k, sign, QSGD): `payload` is this worker's encoded `buf` (a uint8 array, the same
+    length on every worker), `decode` turns any worker's payload back into its `buf`.
+
+    Where the comm has its own `allgather` (`can_allgather`), the payloads are really
+    allgathered, so each worker receives the others' P - 1 payloads and nothing else
+    (the bytes `ring_allgather_bytes` counts), and each decodes all P (its own too) and
+    sums them in rank order: bitwise the thread transport's allreduce of the decoded
+    vectors, which sums in rank order too (but for the sign of zeros). `decode` must
+    return a fresh array. Each transport's comm does it so:
+
+    * threads (`threads.ThreadComm`) and shared memory (`shm.ShmComm`): each worker
+      writes its payload into its own slot, meets the others, reads theirs, and meets
+      again (or, for a shared-memory pair, alternates slot sets) before a slot is reused;
+    * the Dask ring across hosts (`ring.RingComm`): a ring allgather over its connection
+      to the right neighbour, P - 1 payloads sent by each worker;
+    * NCCL (`nccl.NcclComm`): one ncclAllGather of the byte buffers;
+    * `Emulated`: the allgather's delay, then the inner comm's.
+
+    A comm without one (the simulator, which charges the allgather on the virtual
+    clock; a third party's) carries it as `compressed_sum`: an allreduce of the decoded
+    vectors, the same sum."""
+    if not can_allgather(comm, int(payload.nbytes)):
+        return compressed_sum(comm, buf, payload.nbytes, True)
+    total = None
+    for part in comm.allgather(payload):  # rank order; its own decoded too (shared memory's
+        vec = decode(part)                 # allgather reuses the slot `buf` may be)
+        if total is None:
+            total = vec
+        else:
+            total += vec
+    return total
 
 
 class Control(Protocol):
@@ -344,6 +397,14 @@ class Emulated:
         elif p > 1:
             self.delay(int(ring_allreduce_bytes(p, payload_bytes)), messages=2 * (p - 1))
         return compressed_sum(self.inner, buf, payload_bytes, gather)
+
+    def allgather(self, payload: Any) -> list[Any]:
+        """A ring allgather's delay (P - 1 messages of the payload), carried by the inner
+        comm's allgather (`gathered_sum` calls it only where the inner comm has one)."""
+        p = self.size
+        if p > 1:
+            self.delay(int(ring_allgather_bytes(p, payload.nbytes)), messages=p - 1)
+        return self.inner.allgather(payload)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)

@@ -4,7 +4,8 @@ The RAFT pattern: one worker makes an NCCL unique id, the client hands it to eve
 loop, and each loop builds its communicator with its rank. Buffers stay on the device
 (`device = True` tells the worker loop not to stage them through the host).
 
-Two exchanges: the sum-allreduce, and gossip's peer-to-peer exchange
+Three exchanges: the sum-allreduce, the allgather of compressed gradients' byte payloads
+(`allgather`: one ncclAllGather), and gossip's peer-to-peer exchange
 (`neighbour_exchange`): one grouped set of ncclSend / ncclRecv, one pair per peer, so
 each worker sends its vector to its d peers and nothing else (d n floats; NCCL needs the
 sends and receives of one worker posted in one group, or two peers sending to each other
@@ -92,6 +93,19 @@ class NcclComm:
             lib.groupEnd()
         self.stream.synchronize()
         return got
+
+    def allgather(self, payload: Any) -> list[Any]:
+        """Every worker's byte payload in rank order (`base.gathered_sum`): one
+        ncclAllGather of the uint8 buffers into a device array of P payloads; returns
+        views of it, one per rank (valid until the next call)."""
+        cp, lib = self.cupy, self.lib
+        send = cp.ascontiguousarray(cp.asarray(payload, dtype=cp.uint8))
+        m = send.size
+        recv = cp.empty(self.size * m, dtype=cp.uint8)
+        self._inputs_ready()
+        self.comm.allGather(_ptr(send), _ptr(recv), m, lib.NCCL_UINT8, self.stream.ptr)
+        self.stream.synchronize()
+        return [recv[j * m:(j + 1) * m] for j in range(self.size)]
 
     def barrier(self) -> None:
         self.allreduce(self.cupy.zeros(1, dtype=self.cupy.float32))

@@ -202,6 +202,15 @@ class RingComm:
             return {}
         return self._run(self._exchange(work, list(peers)))
 
+    def allgather(self, payload: Any) -> list[np.ndarray]:
+        """Every worker's byte payload in rank order (`base.gathered_sum`): a ring allgather
+        over the connection to the right neighbour, P - 1 steps, each passing on the payload
+        received in the step before (each worker sends P - 1 payloads: `ring_allgather_bytes`)."""
+        work = np.array(payload, dtype=np.uint8, copy=True)    # in flight while the caller goes on
+        if self.size == 1:
+            return [work]
+        return self._run(self._allgather(work))
+
     def barrier(self) -> None:
         self.allreduce(np.zeros(1, dtype=np.float32))
 
@@ -295,6 +304,25 @@ class RingComm:
             raise
         except asyncio.CancelledError:
             await self._tell_right("allreduce aborted: a peer is gone")
+            raise
+
+    async def _allgather(self, work: np.ndarray) -> list[np.ndarray]:
+        try:
+            if self.out is None:
+                await self._connect()
+            p, r = self.size, self.rank
+            parts: list[Any] = [None] * p
+            parts[r] = cur = work
+            for s in range(p - 1):               # step s: pass on rank r - s's, get rank r - s - 1's
+                await self._send(cur)
+                cur = np.array(await self._receive(), dtype=np.uint8, copy=True)
+                parts[(r - s - 1) % p] = cur
+            return parts
+        except WorkerLost as exc:
+            await self._tell_right(str(exc))
+            raise
+        except asyncio.CancelledError:
+            await self._tell_right("allgather aborted: a peer is gone")
             raise
 
     def _peer_key(self, dst: int, src: int) -> str:

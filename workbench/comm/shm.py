@@ -255,6 +255,35 @@ class ShmComm:
         self._arrive()
         return got
 
+    @property
+    def allgather_limit(self) -> int:
+        """The most bytes of one payload `allgather` carries: one slot (capacity n elements)."""
+        return self.n * self.dtype.itemsize
+
+    def allgather(self, payload: Any) -> list[np.ndarray]:
+        """Every worker's byte payload in rank order (`base.gathered_sum`), through the same
+        slots as the allreduce seen as bytes: this rank writes its payload into its own
+        slot, meets the others, and copies the P - 1 others' (nothing summed). The general
+        path meets once more before a slot is reused; a pair alternates its slot sets, as
+        its allreduce does (one meeting)."""
+        payload = np.ascontiguousarray(payload, dtype=np.uint8)
+        m = payload.shape[0]
+        if m > self.allgather_limit:
+            raise ValueError(f"payload: at most {self.allgather_limit} bytes for this segment, got {m}")
+        if self.pair:
+            s = self._set
+            self._set ^= 1
+            slots = self.slots[s]
+        else:
+            slots = self.slots
+        mine = slots[self.rank].view(np.uint8)
+        mine[:m] = payload
+        self._arrive()
+        got = [payload if j == self.rank else slots[j].view(np.uint8)[:m].copy() for j in range(self.size)]
+        if not self.pair:
+            self._arrive()
+        return got
+
     def barrier(self) -> None:
         self._arrive()
 

@@ -70,6 +70,17 @@ class ThreadComm:
         g.wait()
         return got
 
+    def allgather(self, payload: Any) -> list[Any]:
+        """Every worker's payload in rank order (`base.gathered_sum`): each puts its own in
+        its slot, meets the others, copies the P - 1 others' payloads, and meets again so
+        no slot is rewritten before all have read it. Never sums anything."""
+        g = self.group
+        g.slots[self.rank] = payload
+        g.wait()
+        got = [payload if j == self.rank else g.slots[j].copy() for j in range(self.size)]
+        g.wait()
+        return got
+
     def barrier(self) -> None:
         self.group.wait()
 

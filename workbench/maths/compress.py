@@ -57,17 +57,21 @@ def k_of(n: int, ratio: float) -> int:
     return max(1, min(n, math.ceil(ratio * n - 1e-9)))
 
 
-def topk(p: Any, ratio: float) -> tuple[Any, int]:
-    """The k largest |p_j| (ties: the lower index first is not guaranteed); returns (sent, bytes)."""
+def topk(p: Any, ratio: float, wire: dict | None = None) -> tuple[Any, int]:
+    """The k largest |p_j| (ties: the lower index first is not guaranteed); returns (sent, bytes).
+    With `wire` (a dict), the chosen positions are left in wire["idx"] for `encode`."""
     xp = _xp(p)
     n = p.shape[0]
     k = k_of(n, ratio)
     sent = xp.zeros_like(p)
     if k == n:
         sent[...] = p
+        idx = xp.arange(n)
     else:
         idx = xp.argpartition(xp.abs(p), n - k)[n - k:]
         sent[idx] = p[idx]
+    if wire is not None:
+        wire["idx"] = idx
     return sent, k * (INDEX_BYTES + FLOAT_BYTES)
 
 
@@ -108,13 +112,21 @@ def sign(p: Any) -> tuple[Any, int]:
     return sent, math.ceil(n / 8) + FLOAT_BYTES
 
 
-def qsgd(p: Any, levels: int, rng: np.random.Generator) -> tuple[Any, int]:
-    """QSGD's stochastic quantisation to `levels` levels per sign (unbiased); returns (sent, bytes)."""
+def qsgd(p: Any, levels: int, rng: np.random.Generator, wire: dict | None = None) -> tuple[Any, int]:
+    """QSGD's stochastic quantisation to `levels` levels per sign (unbiased); returns (sent, bytes).
+
+    The reconstruction uses the float32 unit ||p||_2 / s that the wire carries, so a
+    receiver decodes bitwise the sender's `sent` (`decode`); the rounding probabilities
+    use the exact norm (the unit's rounding, 6e-8 relative, is below float32's resolution
+    of `sent`). With `wire` (a dict), the signed levels are left in wire["xi"] and the
+    unit in wire["unit"] for `encode`."""
     xp = _xp(p)
     n = p.shape[0]
     norm = float(xp.sqrt(xp.sum(p.astype(np.float64) ** 2)))
     nbytes = FLOAT_BYTES + math.ceil(n * (1 + math.ceil(math.log2(levels + 1))) / 8)
     if norm == 0.0:
+        if wire is not None:
+            wire["xi"], wire["unit"] = xp.zeros(n, dtype=np.int32), np.float32(0.0)
         return xp.zeros_like(p), nbytes
     scaled = xp.abs(p).astype(np.float64) * (levels / norm)        # in [0, s]
     low = xp.floor(scaled)
@@ -122,21 +134,26 @@ def qsgd(p: Any, levels: int, rng: np.random.Generator) -> tuple[Any, int]:
     if xp is not np:
         u = xp.asarray(u)
     xi = low + (u < scaled - low)                                  # up with probability scaled - low
-    sent = (xp.sign(p) * xi * (norm / levels)).astype(p.dtype)
+    unit = np.float32(norm / levels)
+    signed = xp.sign(p) * xi                                       # integers in [-s, s]
+    sent = (signed * float(unit)).astype(p.dtype)
+    if wire is not None:
+        wire["xi"], wire["unit"] = signed.astype(np.int32), unit
     return sent, nbytes
 
 
 def compress(kind: str, p: Any, *, ratio: float = 0.01, levels: int = 16, seed: int = 0, step: int = 0,
-             rng: np.random.Generator | None = None) -> tuple[Any, int]:
-    """One worker's compressor by name (not powersgd: see the module docstring)."""
+             rng: np.random.Generator | None = None, wire: dict | None = None) -> tuple[Any, int]:
+    """One worker's compressor by name (not powersgd: see the module docstring). `wire`
+    (a dict) collects what `encode` needs beyond `sent` (top-k's positions, QSGD's levels)."""
     if kind == "topk":
-        return topk(p, ratio)
+        return topk(p, ratio, wire)
     if kind == "randomk":
         return randomk(p, ratio, seed, step)
     if kind == "sign":
         return sign(p)
     if kind == "qsgd":
-        return qsgd(p, levels, rng if rng is not None else np.random.default_rng([seed, step]))
+        return qsgd(p, levels, rng if rng is not None else np.random.default_rng([seed, step]), wire)
     raise ValueError(f"compression: one of {[c for c in COMPRESSIONS if c not in ('none', 'powersgd')]}, "
                      f"got {kind!r}")
 
@@ -160,7 +177,8 @@ def with_error_feedback(kind: str, grad_w: Any, memory: Any | None, **kw: Any) -
     return sent, nbytes
 
 
-def dgc_step(grad_w: Any, velocity: Any, memory: Any, momentum: float, ratio: float) -> tuple[Any, int]:
+def dgc_step(grad_w: Any, velocity: Any, memory: Any, momentum: float, ratio: float,
+             wire: dict | None = None) -> tuple[Any, int]:
     """Deep Gradient Compression's momentum correction and factor masking (one worker).
 
         u = mu u + w g;   v = v + u;   sent = top-k(v);   v[sent] = 0;   u[sent] = 0
@@ -175,11 +193,74 @@ def dgc_step(grad_w: Any, velocity: Any, memory: Any, momentum: float, ratio: fl
     velocity *= momentum
     velocity += grad_w
     memory += velocity
-    sent, nbytes = topk(memory, ratio)
+    sent, nbytes = topk(memory, ratio, wire)
     mask = sent != 0
     memory[mask] = 0
     velocity[mask] = 0
     return sent, nbytes
+
+
+# ------------------------------------------------------------------------------ the wire format
+def _level_bits(levels: int) -> int:
+    return 1 + math.ceil(math.log2(levels + 1))       # a sign bit and the level
+
+
+def encode(kind: str, sent: Any, wire: dict, *, levels: int = 16) -> Any:
+    """The payload a worker sends for `sent` (topk, sign, qsgd): a uint8 array of exactly
+    the bytes `payload` counts, which `decode` turns back into `sent` (bitwise, but for
+    the sign of zeros). `wire` is what the compressor left (`compress(..., wire=)`).
+
+        topk   k int32 positions, then their k float32 values
+        sign   the float32 scale, then one bit per entry (1: +scale)
+        qsgd   the float32 unit ||p||_2 / s, then per entry a sign bit and the level's bits
+
+    >>> sent, nbytes = topk(np.array([0.1, -3.0, 2.0, 0.5], np.float32), 0.5, w := {})
+    >>> b = encode("topk", sent, w); b.nbytes == nbytes, decode("topk", b, 4).tolist()
+    (True, [0.0, -3.0, 2.0, 0.0])
+    """
+    xp = _xp(sent)
+    if kind == "topk":
+        idx = xp.asarray(wire["idx"]).astype(np.int32)
+        vals = xp.ascontiguousarray(sent[idx])
+        return xp.concatenate([idx.view(np.uint8), vals.astype(np.float32).view(np.uint8)])
+    if kind == "sign":
+        n = sent.shape[0]
+        scale = xp.abs(sent[:1]).astype(np.float32)
+        bits = xp.packbits(~xp.signbit(sent))
+        return xp.concatenate([scale.view(np.uint8), bits[:math.ceil(n / 8)]])
+    if kind == "qsgd":
+        b = _level_bits(levels) - 1
+        xi = xp.asarray(wire["xi"]).astype(np.int64)
+        code = (xi < 0).astype(np.int64) << b | xp.abs(xi)
+        bits = ((code[:, None] >> xp.arange(b, -1, -1)) & 1).astype(np.uint8)
+        unit = xp.asarray(np.array([wire["unit"]], dtype=np.float32))
+        return xp.concatenate([unit.view(np.uint8), xp.packbits(bits.reshape(-1))])
+    raise ValueError(f"compression: one of ['topk', 'sign', 'qsgd'] (an allgathered payload), got {kind!r}")
+
+
+def decode(kind: str, data: Any, n: int, *, levels: int = 16) -> Any:
+    """The dense float32 vector of n entries a payload from `encode` stands for."""
+    xp = _xp(data)
+    data = xp.ascontiguousarray(data)
+    if kind == "topk":
+        k = data.shape[0] // (INDEX_BYTES + FLOAT_BYTES)
+        idx = data[:INDEX_BYTES * k].view(np.int32)
+        out = xp.zeros(n, dtype=np.float32)
+        out[idx] = data[INDEX_BYTES * k:].view(np.float32)
+        return out
+    if kind == "sign":
+        scale = data[:FLOAT_BYTES].view(np.float32)[0]
+        bits = xp.unpackbits(data[FLOAT_BYTES:])[:n].astype(bool)
+        return xp.where(bits, scale, -scale).astype(np.float32)
+    if kind == "qsgd":
+        b = _level_bits(levels) - 1
+        unit = float(data[:FLOAT_BYTES].view(np.float32)[0])
+        bits = xp.unpackbits(data[FLOAT_BYTES:])[:n * (b + 1)].reshape(n, b + 1).astype(np.int64)
+        code = (bits << xp.arange(b, -1, -1)).sum(axis=1)
+        level = (code & ((1 << b) - 1)).astype(np.float64)
+        signed = xp.where(code >> b, -level, level)
+        return (signed * unit).astype(np.float32)
+    raise ValueError(f"compression: one of ['topk', 'sign', 'qsgd'] (an allgathered payload), got {kind!r}")
 
 
 # ------------------------------------------------------------------------------ PowerSGD's pieces
