@@ -62,6 +62,7 @@ OPEN_TIMEOUT = 60       # s: JupyterLab loads, the kernel is idle
 DASHBOARD_TIMEOUT = 90  # s: all cells ran, the dashboard's widgets and plots rendered
 DATA_TIMEOUT = 90       # s: after Run, the loss plot shows points (a local Dask cluster starts first)
 STOP_TIMEOUT = 30       # s: after Stop, the status line says the run ended
+STOP_WITHIN_S = 1.0     # s: from the click on Stop to "stopped" in the page (the tooltip's promise)
 DRAW_TIMEOUT = 30       # s: after that, every live figure shows the run's data
 
 LONG_EPOCHS = 3000      # typed into the dashboard: a run of minutes, ended by Stop
@@ -363,6 +364,22 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                 _status(page)), 30, f"the status line to follow epochs={LONG_EPOCHS} (it said {before!r})")
             say(f"epochs set to {LONG_EPOCHS}: {after!r}")
 
+            # ---- warmup (issue 23 item 1): choosing gradual shows warmup_epochs with a default
+            # that validates, and Run stays enabled; the long run below warms up gradually
+            warmup_epochs = _control(page, dash, "warmup_epochs")
+            assert not warmup_epochs.is_visible(), "warmup_epochs is shown while warmup is none"
+            _control(page, dash, "warmup").locator("select").select_option("gradual")
+            warmup_epochs.wait_for(state="visible", timeout=10_000)
+            def warmed():      # the default arrives from the kernel with the control (the status keeps its text)
+                value = float(warmup_epochs.locator("input").input_value() or 0)
+                return (value, _status(page)) if value > 0 else None
+            value, shown = wait_for(page, warmed, 30, "warmup_epochs to get a default")
+            say(f"warmup gradual: warmup_epochs shown with {value:g}; {shown!r}")
+            assert shown.startswith("ready") and value > 0, (shown, value)
+            assert run_button.is_enabled(), "Run is disabled after choosing a gradual warmup"
+            warmup_epochs.scroll_into_view_if_needed()
+            _shot(page, artifacts, "01-warmup-chosen", say)
+
             # ---- Run (both cores busy): start-up is its own phase, then the view moves
             assert _status(page).startswith("ready: sync_sgd"), f"not the parallel default: {_status(page)!r}"
             assert page.evaluate(WATCH_STATUS_JS, DASH), "cannot find the status line to watch"
@@ -430,6 +447,9 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             # ---- Stop: the run ends as stopped (or has already completed)
             pressed = False
             t_stop = time.monotonic()
+            with contextlib.suppress(Exception):
+                stop_button.evaluate("b => { b.addEventListener('click', () => { window.__wbStopClick = "
+                                     "performance.now(); }, {capture: true}); return true; }")
             if stop_button.is_enabled():
                 try:
                     stop_button.click(timeout=5_000)
@@ -446,6 +466,15 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                 f"{time.monotonic() - t_stop:.1f} s later the status says: {final!r}")
             # a run of LONG_EPOCHS epochs is still training here: Stop ends it, and the status says so
             assert pressed and final.startswith("stopped"), (pressed, final)
+            # ... within a second of the click (issue 23 item 7), both cores busy: timed in the
+            # page, from the click event to the status line's change (its MutationObserver)
+            # NOT asserted yet: measured and printed only, since this session's machine (load 13-27
+            # on 2 cores) never let the test reach this point with the assertion in place; the
+            # next session asserts `latency <= STOP_WITHIN_S` once it has seen it pass.
+            latency = _stop_latency(page)
+            say(f"Stop: click to {final.split(':')[0]!r} in the page: "
+                f"{'not measured' if latency is None else f'{latency:.2f} s'} ({BUSY_PROCESSES} busy processes; "
+                f"the promise is {STOP_WITHIN_S:g} s)")
             assert run_button.is_enabled(), "Run is not enabled again after the run ended"
             loss_el.first.scroll_into_view_if_needed()
             _shot(page, artifacts, "03-stopped", say)
@@ -468,6 +497,17 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                                      f"--- console ---\n{browser.log.dump()}") from None
             say(f"every live figure drew its data {time.monotonic() - t_end:.1f} s after the status said so")
             _shot_whole(page, dash, artifacts, "03-stopped-dashboard", say)
+            # ---- every figure fits its column at 1400x900 beside the file browser (issue 23 item 9):
+            # nothing between a figure and the dashboard's output area scrolls sideways, and no
+            # figure reaches past that area's right edge
+            # NOT asserted yet (printed only, not seen to run on this session's machine)
+            with contextlib.suppress(Exception):
+                fits = page.evaluate(FIT_JS, DASH)
+                wide = [f for f in fits if f["overflow"] > 1 or f["right"] > f["area_right"] + 1]
+                say(f"figure fit at {VIEWPORT['width']} px, file browser open "
+                    f"{page.evaluate(FILE_BROWSER_OPEN_JS)}: " +
+                    "; ".join(f"{f['title'] or '(untitled)'}: {f['width']:.0f} px, overflow {f['overflow']:.0f} px"
+                              for f in fits) + f"; wider than their column: {wide or 'none'}")
             # ---- the runs tab: the run, with links to its folder and report
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="runs").first.click()
             table = dash.locator("table").filter(has_text="sync_sgd")
@@ -489,6 +529,17 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
     say(f"dashboard browser test took {time.monotonic() - t0:.1f} s")
 
 
+def _stop_latency(page) -> float | None:
+    """Seconds from the click on Stop (its listener's timestamp) to the first status line
+    after it saying stopped or completed (the status MutationObserver's), both in the page."""
+    with contextlib.suppress(Exception):
+        clicked = page.evaluate("() => window.__wbStopClick")
+        log = page.evaluate("() => window.__wbStatus")
+        shown_at = next(t for t, text in log if t >= clicked and ENDED_RE.match(text))
+        return (shown_at - clicked) / 1000
+    return None
+
+
 def _control(page, dash, name: str):
     """A labelled control of the dashboard (its label reads `name`)."""
     return dash.locator(".widget-inline-hbox", has=page.locator("label", has_text=_label(name))).first
@@ -498,6 +549,23 @@ def _type(page, dash, name: str, value: Any) -> None:
     box = _control(page, dash, name).locator("input")
     box.fill(str(value))
     box.press("Enter")
+
+
+# Each visible dashboard figure: its width, how far it reaches right, and the most any
+# element between it and the dashboard's output area scrolls sideways.
+FIT_JS = """(root) => { const area = document.querySelector(root); const edge = area.getBoundingClientRect().right;
+  return [...area.querySelectorAll('.js-plotly-plot')].filter(g => g.offsetParent !== null).map(g => {
+    let overflow = 0;
+    for (let p = g.parentElement; p && p !== area.parentElement; p = p.parentElement) {
+      const style = getComputedStyle(p);
+      if (style.overflowX !== 'visible' || p === area) overflow = Math.max(overflow, p.scrollWidth - p.clientWidth);
+    }
+    const r = g.getBoundingClientRect();
+    return {title: (g.querySelector('.gtitle') || {}).textContent || '', width: r.width, right: r.right,
+            area_right: edge, overflow: overflow};
+  }); }"""
+FILE_BROWSER_OPEN_JS = "() => { const fb = document.querySelector('.jp-FileBrowser'); " \
+                       "return !!(fb && fb.offsetParent !== null && fb.getBoundingClientRect().width > 100); }"
 
 
 AXIS_TITLES_JS = "(root) => [...document.querySelectorAll(root + ' .js-plotly-plot')].map(gd => ({" \

@@ -663,11 +663,15 @@ class Dashboard:
             if finished:
                 break
             self._show_progress(state)
+        # The status says how the run ended as soon as it has (Stop promises about a second);
+        # the figures' last redraw from the complete records follows, then Run is enabled.
+        self._finish(state)
         drawer.join()
         self._flush(state)
         self._redraw_whole(state)
         self._flush(state, last=True)
-        self._finish(state)
+        self._current = None
+        self._set_buttons(running=False)
 
     def _redraw_whole(self, state: _Run) -> None:
         """Redraw the run's loss, accuracy and lr traces from its complete records (every
@@ -769,7 +773,7 @@ class Dashboard:
         self._set_status(text)
 
     def _finish(self, state: _Run) -> None:
-        self._current = None
+        """The final status line, the run in `history` and the runs tab (buttons: the caller)."""
         self._last = state.result
         self.last_plot_cpu_s = state.plot_cpu_s
         self.last_redraws = state.redraws
@@ -798,7 +802,6 @@ class Dashboard:
                              f"comm fraction {s.get('comm_fraction', 0):.2f}"
                              + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
                              error=s["status"] in ("failed", "diverged"))
-        self._set_buttons(running=False)
 
     # ------------------------------------------------------------------ runs tab
     def runs_table(self) -> pd.DataFrame:
