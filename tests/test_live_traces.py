@@ -9,7 +9,7 @@ import pytest
 
 import workbench as wb
 from workbench import RunConfig, measure
-from workbench.results import LOG_FIELDS, STEP_COLUMNS, Collector, StepLog, live_width
+from workbench.results import LOG_FIELDS, STEP_COLUMNS, Collector, StepLog, live_width, pack_rows
 from workbench.ui import figdata as FD
 from workbench.ui import figures as F
 
@@ -100,7 +100,7 @@ def test_live_traces_end_at_the_last_step_and_have_no_wide_gap_however_batches_a
     assert width == 3 and width <= 0.01 * n            # blocks of at most 1% of the run
     logs = {rank: StepLog() for rank in rows}
     live = _Live()
-    collector = Collector(live)
+    collector = Collector(live, width=width, size=2)
     epoch_of = lambda s: np.asarray(s) / 100          # noqa: E731 (100 steps an epoch)
     cut = {"whole run in one batch": {r: [n] for r in rows},
            "every 7 steps": {r: list(range(7, n, 7)) + [n] for r in rows},
@@ -110,11 +110,11 @@ def test_live_traces_end_at_the_last_step_and_have_no_wide_gap_however_batches_a
         for rank in rows:
             logs[rank].add(*rows[rank][k])
             if k + 1 in cut[rank]:
-                steps = logs[rank].live_batch(epoch_of, width=width)
-                collector.add_live({"rank": rank, "started": 0.0, "steps": steps, "records": []})
+                rows_sent = pack_rows(logs[rank].take(epoch_of))
+                collector.add_live({"rank": rank, "started": 0.0, "rows": rows_sent, "records": []})
                 done[rank] = k + 1
     assert done == {0: n, 1: n}
-    for rank in rows:                                # the loops' results: every row, as a run's steps.csv
+    for rank in rows:                                # the loops' results: nothing left unsent
         collector.add_steps(rank, logs[rank].columns(epoch_of))
     steps = collector.table("step", STEP_COLUMNS)
     _check(live, steps, width)

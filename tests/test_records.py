@@ -12,7 +12,17 @@ from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import make_plan
-from workbench.results import LIVE_ROWS, Collector, RunResult, StepLog, bin_steps, build_result, step_records
+from workbench.results import (
+    LIVE_ROWS,
+    STEP_COLUMNS,
+    Collector,
+    RunResult,
+    StepLog,
+    bin_steps,
+    build_result,
+    pack_rows,
+    step_records,
+)
 from workbench.sim.run import run_simulated
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
@@ -31,22 +41,28 @@ def test_step_log_grows_by_doubling_and_keeps_every_row():
     np.testing.assert_allclose(cols["epoch"], np.arange(1, 1001) / 100)
 
 
-def test_live_batches_are_bounded_and_keep_sums():
+def test_live_batches_carry_every_row_and_the_live_view_is_bounded_and_keeps_sums():
     log = StepLog()
     rng = np.random.default_rng(0)
     rows = rng.random((1234, 9))
+    rows[:, 4] = rng.integers(1, 64, 1234)       # samples: whole numbers
     for k, r in enumerate(rows):
         log.add(k, *r[1:])
-    first = log.live_batch(lambda s: s / 10)
-    assert len(first["step"]) == LIVE_ROWS
-    assert first["step"][-1] == 1233 and log.live_batch(lambda s: s) is None   # nothing new since
+    seen = []
+    c = Collector(seen.extend, size=1)
+    c.add_live({"rank": 0, "started": 0.0, "rows": pack_rows(log.take(lambda s: s / 10)), "records": []})
+    assert log.n == 0 and log.take(lambda s: s) is None and log.taken == 1234   # the worker forgets them
+    assert len(seen) == LIVE_ROWS and seen[-1]["step"] == 1233                 # the live view: binned
     for j, name in enumerate(("samples", "compute_s", "comm_s", "wait_s"), start=4):
-        assert sum(first[name]) == pytest.approx(rows[:, j].sum())
-    assert np.mean(first["loss"]) == pytest.approx(rows[:, 2].mean(), rel=0.05)   # bins of ~equal size
+        assert sum(r[name] for r in seen) == pytest.approx(rows[:, j].sum())
+    assert np.mean([r["loss"] for r in seen]) == pytest.approx(rows[:, 2].mean(), rel=0.05)   # bins of ~equal size
     for k in range(1234, 1300):
         log.add(k, *rows[0, 1:])
-    second = log.live_batch(lambda s: s)
-    assert second["step"] == list(range(1234, 1300))       # a small batch goes unbinned
+    c.add_live({"rank": 0, "started": 0.0, "rows": pack_rows(log.take(lambda s: s)), "records": [], "done": True})
+    assert [r["step"] for r in seen[LIVE_ROWS:]] == list(range(1234, 1300))   # a small batch goes unbinned
+    steps = c.table("step", STEP_COLUMNS)                                       # ... and the store has every row
+    assert steps["step"].tolist() == list(range(1300))
+    np.testing.assert_array_equal(steps["loss"].to_numpy()[:1234], rows[:, 2])   # exactly: raw float64 bytes
 
 
 def test_bin_steps_does_not_modify_its_input():
@@ -57,22 +73,23 @@ def test_bin_steps_does_not_modify_its_input():
         np.testing.assert_array_equal(cols[k], before[k])
 
 
-def test_collector_prefers_whole_columns_and_falls_back_to_live_rows():
+def test_collector_keeps_every_streamed_row_once_and_a_loops_leftover_rows():
     seen = []
-    c = Collector(seen.extend)
+    c = Collector(seen.extend, width=4, size=2)
     whole = {"step": np.arange(10.0), "epoch": np.arange(1, 11) / 5, "time": np.arange(10.0) * 0.1,
              "loss": np.ones(10), "lr": np.full(10, 0.1), "samples": np.full(10, 8.0), "compute_s": np.full(10, 0.01),
              "comm_s": np.zeros(10), "wait_s": np.zeros(10), "staleness": np.zeros(10), "bytes_sent": np.zeros(10)}
+    part = lambda lo, hi: {k: v[lo:hi] for k, v in whole.items()}   # noqa: E731
     for rank in (0, 1):
-        c.add_live({"rank": rank, "started": 100.0 + rank, "steps": {k: bin_steps(whole, 3)[k].tolist() for k in whole},
-                    "records": [], "done": True})
-    assert len(seen) == 6 and {r["worker"] for r in seen} == {0, 1}
+        c.add_live({"rank": rank, "started": 100.0 + rank, "rows": pack_rows(part(0, 6)), "records": []})
+    assert len(seen) == 4 and {r["worker"] for r in seen} == {0, 1}      # blocks of 4 steps: {0-3}, {4, 5}
     assert c.t_zero() == 100.0
-    c.add_steps(0, whole)                 # worker 1's loop never returned (lost): its binned rows stay
-    steps = c.table("step", ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
-                             "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent"))
-    assert (steps.worker == 0).sum() == 10 and (steps.worker == 1).sum() == 3
-    assert steps.groupby("worker")["samples"].sum().tolist() == [80, 80]
+    c.add_live({"rank": 0, "started": 100.0, "rows": pack_rows(part(6, 9)), "records": [], "done": True})
+    c.add_steps(0, part(9, 10))   # the rows its loop still held
+    c.add_steps(1, None)          # worker 1 was lost: the rows it streamed stay
+    steps = c.table("step", STEP_COLUMNS)
+    assert (steps.worker == 0).sum() == 10 and (steps.worker == 1).sum() == 6
+    assert steps.groupby("worker")["samples"].sum().tolist() == [80, 48]
     assert steps["step"].is_monotonic_increasing
     assert steps.dtypes["step"] == np.int64 and steps.dtypes["samples"] == np.int64
 

@@ -59,6 +59,8 @@ def test_summary_json_is_written_last(tmp_path, monkeypatch):
     order = []
     real = results.atomic_write
     monkeypatch.setattr(results, "atomic_write", lambda path, text: (order.append(Path(path).name), real(path, text)))
+    close = results.StepStore.close     # steps.csv is streamed while the run goes, and synced here
+    monkeypatch.setattr(results.StepStore, "close", lambda self: (order.append("steps.csv"), close(self)))
     wb.run(RunConfig(**QUICK, out=str(tmp_path / "run")), progress=False)
     assert order[-1] == "summary.json" and {"steps.csv", "evals.csv", "config.yaml"} <= set(order[:-1])
     assert not (tmp_path / "run" / CLAIM).exists()

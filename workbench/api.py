@@ -15,12 +15,12 @@ from typing import Any
 
 from .config import ConfigError, ConfigTypeError, RunConfig, check_scheduler_address
 from .execution.preflight import preflight
-from .results import OnRecord, RunResult
+from .results import OnRecord, RunDirError, RunResult  # noqa: F401  (RunDirError: for callers)
 
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
         should_stop: Callable[[], bool] | None = None, progress: bool = True,
-        overwrite: bool = False, checked: Sequence[str] | None = None) -> RunResult:
+        overwrite: bool = False, checked: Sequence[str] | None = None, report: bool = True) -> RunResult:
     """Train one run and return its `RunResult`; writes the run directory if `config.out` is set.
 
     Args:
@@ -37,6 +37,14 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         checked: the warnings of the `preflight(config, overwrite)` the caller has just run
             (the CLI checks before it starts a cluster, and prints them itself); they are
             recorded, not warned again, and the checks are not repeated. None: check here.
+        report: write report.html into the run directory once its data is committed
+            (False: the caller renders it, `write_run_report`, as the CLI does after its
+            status line).
+
+    With `config.out`, every step row is appended to the run directory's steps.csv while
+    the run goes (`results.StepStore`), so memory does not grow with the run's length and
+    a stop (should_stop, Ctrl-C, the CLI's SIGINT/SIGTERM) has only its last batches to
+    write: data first, summary.json last (the commit), report.html after.
     Raises:
         ConfigError: a value that would fail once workers run (checked before they start:
             `workbench.execution.preflight`); `ConfigTypeError` (also a TypeError) for arguments of
@@ -66,7 +74,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     t0 = time.time()
     try:
         from .execution.engine import run as engine_run  # engine.transport_for: simulated, threads or Dask
-        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop)
+        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop, out=claimed)
     except KeyboardInterrupt as exc:  # before the loops started (cluster start, set-up): nothing gathered
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
     except BaseException:
@@ -85,7 +93,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
                                     for m in warnings] + list(result.summary.get("events", []))
         result.summary["warnings"] = list(warnings)
     if config.out:
-        save(result, config.out, overwrite=overwrite)
+        save(result, config.out, overwrite=overwrite, report=report)
     return result
 
 
@@ -136,11 +144,12 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
     return config
 
 
-def save(result: RunResult, directory: str | Path, overwrite: bool = False) -> Path:
+def save(result: RunResult, directory: str | Path, overwrite: bool = False, report: bool = True) -> Path:
     """Write the run directory (data files, then summary.json: the commit), then
-    report.html when plotly is installed. A write error (disk full, quota) raises
-    `RunDirError` with one line; the files written before it are kept."""
-    from .results import RunDirError
+    report.html when plotly is installed (`report`), rendered once the data is safe. A
+    write error (disk full, quota) raises `RunDirError` with one line; the files written
+    before it are kept. A run that streamed its steps to `directory` (`wb.run` with `out`)
+    has written steps.csv already: saving it writes only the small files."""
     try:
         path = result.save(directory, overwrite=overwrite)
     except FileExistsError:
@@ -149,16 +158,40 @@ def save(result: RunResult, directory: str | Path, overwrite: bool = False) -> P
         raise RunDirError(f"out: could not write the run directory {directory} ({exc.strerror or exc}: "
                           f"{exc.filename or directory}); what was written is kept, marked uncommitted "
                           "(no summary.json)") from None
+    if report:
+        try:
+            write_run_report(result, path)
+        finally:
+            settle_steps(result, path)
+    return path
+
+
+def settle_steps(result: RunResult, path: str | Path) -> None:
+    """Once a streamed run's directory is written (and its report, which reads the steps
+    back): drop the raw spool beside steps.csv, and a long run's steps from memory (they
+    are read back from steps.csv on use)."""
+    if result.store is not None and result.store.saved_in(path):
+        result.store.drop_spool()              # steps.csv holds the same rows
+        if result.store.rows > KEEP_STEPS:
+            result.forget_steps()
+
+
+KEEP_STEPS = 1_000_000   # a saved run keeps up to this many step rows in memory (RunResult.steps)
+
+
+def write_run_report(result: RunResult, path: str | Path) -> Path | None:
+    """report.html for a saved run directory (None without the `lab` extra); a write
+    error is one line (`RunDirError`): the run itself is already committed."""
+    path = Path(path)
     try:
         from .ui.report import write_report
     except ImportError:  # the `lab` extra is not installed: the data files are what matter
-        return path
+        return None
     try:
-        write_report(result, path / "report.html")
+        return write_report(result, path / "report.html")
     except OSError as exc:
         raise RunDirError(f"out: the run is saved in {path}, but report.html could not be written "
                           f"({exc.strerror or exc}); `python -m workbench compare {path}` can render it later") from None
-    return path
 
 
 def load(directory: str | Path) -> RunResult:

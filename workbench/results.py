@@ -19,14 +19,16 @@ Files are written atomically (temp file + rename) and hold no pickles.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import os
 import platform
+import shutil
 import struct
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,7 @@ STATUSES = ("running", "completed", "stopped", "diverged", "failed")
 
 # A record is a flat dict whose "kind" says which table it belongs to.
 Record = dict[str, Any]
-OnRecord = Callable[[list[Record]], None]
+OnRecord = Callable[[Any], None]   # called with a RecordBatch (iterating it gives record dicts)
 
 # The per-step fields a worker logs (STEP_COLUMNS less kind and worker; epoch follows from step).
 LOG_FIELDS = ("step", "time", "loss", "lr", "samples", "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -148,20 +150,25 @@ class StepLog:
     """One worker's step records as rows of a preallocated float64 buffer.
 
     `add` writes one row (LOG_FIELDS) in under a microsecond; the buffer doubles when
-    full. `live_batch` summarises the rows added since the previous batch (`bin_steps`),
-    `columns` hands over every row.
+    full. `take` hands over the rows added since the last take (every row, as columns, for
+    the client to stream to the run directory) and drops them, so a worker holds only the
+    rows of its current live batch however long it runs; `columns` shows the rows not yet
+    taken (what a loop's result still carries).
 
     >>> log = StepLog(capacity=2)
     >>> for k in range(3):
     ...     log.add(k, 0.1 * k, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0, 0.0)
     >>> log.n, log.columns(lambda s: s / 10)["epoch"].tolist()
     (3, [0.1, 0.2, 0.3])
+    >>> log.take(lambda s: s / 10)["step"].tolist(), log.n, log.taken, log.take(lambda s: s)
+    ([0.0, 1.0, 2.0], 0, 3, None)
     """
 
     def __init__(self, capacity: int = 4096):
         self._set_data(np.empty((max(2, capacity), len(LOG_FIELDS)), dtype=np.float64))   # (rows, fields)
-        self.n = 0       # rows written
-        self.sent = 0    # rows already summarised in a live batch
+        self.n = 0            # rows held (written since the last take)
+        self.taken = 0        # rows handed over by `take`
+        self.compute_total = 0.0   # compute_s of the rows taken (a loop's booked compute, for its usage)
 
     def _set_data(self, data: np.ndarray) -> None:
         self.data = data
@@ -180,31 +187,53 @@ class StepLog:
         self.n = n + 1
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "n": self.n, "sent": self.sent}
+        return {"data": self.data, "n": self.n, "taken": self.taken, "compute_total": self.compute_total}
 
     def __setstate__(self, state: dict) -> None:
         self._set_data(state["data"])
-        self.n, self.sent = state["n"], state["sent"]
+        self.n, self.taken, self.compute_total = state["n"], state["taken"], state["compute_total"]
 
-    def _columns(self, lo: int, hi: int, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
-        cols = {name: self.data[lo:hi, j].copy() for j, name in enumerate(LOG_FIELDS)}
+    def columns(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
+        """The rows not yet taken, one array per field (LOG_FIELDS and "epoch")."""
+        cols = {name: self.data[:self.n, j].copy() for j, name in enumerate(LOG_FIELDS)}
         cols["epoch"] = np.asarray(epoch_of(cols["step"] + 1), dtype=np.float64)
         return cols
 
-    def columns(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
-        """Every row so far, one array per field (LOG_FIELDS and "epoch")."""
-        return self._columns(0, self.n, epoch_of)
-
-    def live_batch(self, epoch_of: Callable[[Any], Any], max_rows: int | None = None,
-                   width: int | None = None) -> dict[str, list] | None:
-        """The rows since the last batch, binned to at most `max_rows` (or in blocks of
-        `width` steps: `bin_steps`) as lists (cheap to serialise); None if there are none."""
-        if self.n == self.sent:
+    def take(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray] | None:
+        """Every row since the last take, as `columns`, and forget them; None if there are none."""
+        if self.n == 0:
             return None
-        cols = bin_steps(self._columns(self.sent, self.n, epoch_of), LIVE_ROWS if max_rows is None else max_rows,
-                         width)
-        self.sent = self.n
-        return {k: v.tolist() for k, v in cols.items()}
+        cols = self.columns(epoch_of)
+        self.taken += self.n
+        self.compute_total += float(cols["compute_s"].sum())
+        self.n = 0
+        return cols
+
+
+# Step rows travel from a worker to the client as one bytes block: (rows, ROW_FIELDS) float64, row-major.
+ROW_FIELDS = LOG_FIELDS + ("epoch",)
+
+
+def pack_rows(columns: dict[str, np.ndarray] | None) -> dict[str, Any] | None:
+    """A worker's step columns as {"n", "data"} (raw float64 bytes: exact, and cheap for
+    msgpack, which carries Dask's live events).
+
+    >>> cols = {f: np.arange(2.0) for f in ROW_FIELDS}
+    >>> unpack_rows(pack_rows(cols))["epoch"].tolist()
+    [0.0, 1.0]
+    """
+    if columns is None:
+        return None
+    block = np.empty((len(columns["step"]), len(ROW_FIELDS)), dtype=np.float64)
+    for j, name in enumerate(ROW_FIELDS):
+        block[:, j] = columns[name]
+    return {"n": int(block.shape[0]), "data": block.tobytes()}
+
+
+def unpack_rows(packed: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The columns `pack_rows` packed."""
+    block = np.frombuffer(packed["data"], dtype=np.float64).reshape(int(packed["n"]), len(ROW_FIELDS))
+    return {name: block[:, j] for j, name in enumerate(ROW_FIELDS)}
 
 
 def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
@@ -215,14 +244,123 @@ def step_records(worker: int, columns: dict[str, Any]) -> list[Record]:
     ...                  "staleness": [0.0], "bytes_sent": [0.0]})[0]["samples"]
     32
     """
-    names = STEP_COLUMNS[2:]
+    names = [c for c in STEP_COLUMNS[2:] if c in columns]   # every one, from a worker's columns
     lists = [np.asarray(columns[c]).tolist() for c in names]
+    ints = [c for c in ("step", "samples") if c in names]
     out = []
     for values in zip(*lists):
         rec = {"kind": "step", "worker": worker, **dict(zip(names, values))}
-        rec["step"], rec["samples"] = int(rec["step"]), int(rec["samples"])
+        for c in ints:
+            rec[c] = int(rec[c])
         out.append(rec)
     return out
+
+
+def live_columns(worker: int, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One worker's (binned) step columns as a `RecordBatch`'s steps: STEP_COLUMNS less
+    kind, worker, step and samples as whole numbers."""
+    n = len(columns["step"])
+    out: dict[str, np.ndarray] = {"worker": np.full(n, int(worker), dtype=np.int64)}
+    for name in STEP_COLUMNS[2:]:
+        col = np.asarray(columns[name])
+        out[name] = col.astype(np.int64) if name in ("step", "samples") else col
+    return out
+
+
+class RecordBatch:
+    """One `on_record` batch, columnar: the step rows as columns (`steps`: STEP_COLUMNS less
+    kind, each an array; the live rows binned by the collector) and the rare other records
+    (`others`: eval, event and tournament dicts). `records()` is the same batch as record
+    dicts, and iterating a batch yields them, for callers that want dicts.
+
+    >>> b = RecordBatch({"worker": np.array([0, 1]), "step": np.array([3, 3]), "loss": np.array([0.5, 0.25])},
+    ...                 [{"kind": "event", "event": "stopped"}])
+    >>> len(b), b.n_steps, [r["kind"] for r in b], b.records()[1]["loss"]
+    (3, 2, ['step', 'step', 'event'], 0.25)
+    >>> b.columns("step", ("kind", "worker", "loss"))["loss"].tolist(), b.columns("eval", ("kind", "step"))["step"].tolist()
+    ([0.5, 0.25], [])
+    """
+
+    __slots__ = ("steps", "others")
+
+    def __init__(self, steps: dict[str, np.ndarray] | None = None, others: Iterable[Record] = ()):
+        self.steps = steps if steps is not None and len(steps.get("step", ())) else {}
+        self.others = list(others)
+
+    @classmethod
+    def join(cls, batches: Iterable[Any]) -> RecordBatch:
+        """One batch of several (RecordBatches or lists of record dicts), in order."""
+        steps: list[dict[str, np.ndarray]] = []
+        others: list[Record] = []
+        for b in batches:
+            if not isinstance(b, RecordBatch):
+                b = cls.of(b)
+            if b.steps:
+                steps.append(b.steps)
+            others.extend(b.others)
+        if not steps:
+            return cls(None, others)
+        names = [k for k in steps[0] if all(k in s for s in steps)]
+        return cls({k: np.concatenate([np.asarray(s[k]) for s in steps]) for k in names}, others)
+
+    @classmethod
+    def of(cls, records: Iterable[Record]) -> RecordBatch:
+        """A batch from record dicts (a RecordBatch comes back as it is)."""
+        if isinstance(records, RecordBatch):
+            return records
+        records = list(records)
+        steps = [r for r in records if r.get("kind") == "step"]
+        cols = None
+        if steps:
+            names = [c for c in STEP_COLUMNS[1:] if c in steps[0]]
+            cols = {c: np.asarray([r.get(c) for r in steps]) for c in names}
+        return cls(cols, [r for r in records if r.get("kind") != "step"])
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps["step"]) if self.steps else 0
+
+    def __len__(self) -> int:
+        return self.n_steps + len(self.others)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self):
+        return iter(self.records())
+
+    def records(self) -> list[Record]:
+        """The batch as record dicts: its steps (the keys of STEP_COLUMNS), then the others."""
+        out: list[Record] = []
+        if self.steps:
+            worker = np.asarray(self.steps["worker"])
+            for w in dict.fromkeys(worker.tolist()):
+                mine = worker == w
+                out.extend(step_records(int(w), {k: np.asarray(v)[mine] for k, v in self.steps.items() if k != "worker"}))
+        return out + self.others
+
+    def columns(self, kind: str, columns: Iterable[str]) -> dict[str, np.ndarray]:
+        """The records of one kind as column arrays (`columns` less kind; a column the batch
+        lacks is left out)."""
+        names = [c for c in columns if c != "kind"]
+        if kind == "step":
+            if not self.steps:
+                return {c: np.asarray([]) for c in names}
+            return {c: np.asarray(self.steps[c]) for c in names if c in self.steps}
+        rows = [r for r in self.others if r.get("kind") == kind]
+        return {c: np.asarray([r.get(c) for r in rows]) for c in names}
+
+
+def batch_columns(batch: Iterable[Record], kind: str, columns: Iterable[str]) -> dict[str, np.ndarray]:
+    """`RecordBatch.columns` for a batch of either form (a RecordBatch, or record dicts).
+
+    >>> batch_columns([{"kind": "step", "worker": 0, "loss": 1.5}, {"kind": "eval"}], "step", ("kind", "loss"))
+    {'loss': array([1.5])}
+    """
+    if isinstance(batch, RecordBatch):
+        return batch.columns(kind, columns)
+    rows = [r for r in batch if r.get("kind") == kind]
+    return {c: np.asarray([r.get(c) for r in rows]) for c in columns if c != "kind"}
 
 
 class RunTally:
@@ -258,6 +396,9 @@ class RunTally:
         self._clock: list[tuple[float, int, int]] = []   # (record time, steps seen, samples) per batch
 
     def add(self, records: Iterable[Record]) -> None:
+        if isinstance(records, RecordBatch):
+            self._add_batch(records)
+            return
         newest = None
         for r in records:
             kind = r.get("kind")
@@ -281,6 +422,30 @@ class RunTally:
             while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
                 self._clock.pop(0)
 
+    def _add_batch(self, batch: RecordBatch) -> None:
+        """`add` for a columnar batch: the same counts, without a dict per row."""
+        for r in batch.others:
+            if r.get("kind") == "eval" and r.get("test_accuracy") is not None:
+                self.test_accuracy = float(r["test_accuracy"])
+        s = batch.steps
+        if not s:
+            return
+        self.samples += int(np.asarray(s["samples"]).astype(np.int64).sum()) if "samples" in s else 0
+        self.steps_seen = max(self.steps_seen, int(np.max(s["step"])) + 1)
+        if "epoch" in s:
+            self.epoch = max(self.epoch, float(np.nanmax(np.asarray(s["epoch"], dtype=float))))
+        if "loss" in s:
+            self.loss = float(np.asarray(s["loss"])[-1])
+        t = np.asarray(s["time"], dtype=float) if "time" in s else np.zeros(len(s["step"]))
+        if self.first_start is None:
+            self.first_start = float(t[0]) - sum(float(np.asarray(s[c])[0]) for c in measure.COMPONENTS if c in s)
+        newest = float(t.max())
+        if newest >= self.last_time:
+            self.last_time = newest
+            self._clock.append((newest, self.steps_seen, self.samples))
+            while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
+                self._clock.pop(0)
+
     def rates(self) -> tuple[float, float] | None:
         """(steps/s, samples/s) over the last `window_s` of the records' clock; None before
         two batches a tenth of a second apart have arrived."""
@@ -292,98 +457,425 @@ class RunTally:
         return (s1 - s0) / (t1 - t0), (n1 - n0) / (t1 - t0)
 
 
-class Collector:
-    """Gathers a run's records into tables; thread-safe enough for one writer.
+STEP_TABLE = STEP_COLUMNS[1:]            # steps.csv's columns (worker, step, epoch, time, ...)
+_INT_COLUMNS = ("worker", "step", "samples")
+MERGE_ROWS = 1 << 16   # rows held back at most to write steps.csv in (step, worker) order (see StepStore)
+WRITE_S = 0.25         # the store writes what it may at most this often (and at the end)
+WRITE_ROWS = 1 << 14   # ... and at most this many rows a call before the end (the monitor stays responsive)
+SPOOL = ".steps-spool"  # in a run directory while it is written: the step columns as raw float64
 
-    Records come three ways: as record dicts (`__call__`: evals, events, the reference
-    trainer's steps), as a worker's live batch (`add_live`: binned step columns plus its
-    rare records), and as a worker's whole step columns when its loop ends (`add_steps`).
-    Every batch is forwarded to `on_record` (the dashboard's live plots, the CLI's progress
-    bar) as record dicts, so the training loop never knows who is watching. The step
-    table holds every step of every worker whose loop returned; a worker whose loop never
-    did (its process died) is represented by the binned rows it streamed.
+
+class StepStore:
+    """Every step row of a run, kept where it is going: appended to the run directory's
+    steps.csv while the run goes (with a directory), or in memory (without one).
+
+    Rows arrive per worker in chunks (`add`), in each worker's own step order. steps.csv
+    is in order of step, then worker, then time (the file a synchronous run writes is the
+    same every time), so the store holds a worker's rows back until every worker still
+    running has reached their step (`complete` says a worker will send no more) and then
+    writes them: a merge window of about one live batch per worker. Workers that drift
+    further apart (asynchronous workers of very different speeds) are written as they come
+    once `MERGE_ROWS` rows are held: memory stays bounded whatever the run's length.
+
+    Beside steps.csv the same columns go, as raw float64, to a spool folder (`SPOOL`),
+    read back a chunk at a time for the summary's statistics (`chunks`) and whole for
+    `frame`, exactly (a CSV read back may differ in a last digit); `drop_spool` removes
+    it once the run directory is written.
+
+    >>> store = StepStore(size=2)
+    >>> cols = lambda lo, hi: {**{f: np.zeros(hi - lo) for f in ROW_FIELDS}, "step": np.arange(lo, hi, dtype=float)}
+    >>> store.add(0, cols(0, 3)); store.add(1, cols(0, 2)); store.write(force=True)
+    >>> store.rows, store.held          # worker 1 has reached step 1: steps 0-1 written, worker 0's step 2 held
+    (4, 1)
+    >>> store.complete(0); store.complete(1); store.close(); store.frame()["step"].tolist()
+    [0, 0, 1, 1, 2]
     """
 
-    def __init__(self, on_record: OnRecord | None = None):
-        self.rows: dict[str, list[Record]] = {"step": [], "eval": [], "event": [], "tournament": []}
+    def __init__(self, directory: str | Path | None = None, size: int | None = None):
+        self.directory = None if directory is None else Path(directory)
+        self.size = size
+        self.pending: dict[int, list[np.ndarray]] = {}   # worker -> held (rows, STEP_TABLE) blocks
+        self.held = 0                                      # rows held
+        self.last_step: dict[int, float] = {}              # worker -> its highest step received
+        self.done: set[int] = set()                        # workers that send no more rows
+        self.memory: list[np.ndarray] = []                 # blocks kept here (no directory, or after an error)
+        self.unwritten: list[np.ndarray] = []              # blocks in file order not yet safely on disk
+        self.rows = 0                                      # rows in file order (written or kept)
+        self.rows_on_disk = 0
+        self.error: OSError | None = None                  # the write error that stopped the streaming
+        self.closed = False
+        self._files: dict[str, Any] = {}
+        self._next_write = 0.0
+
+    @property
+    def streaming(self) -> bool:
+        return self.directory is not None
+
+    def add(self, worker: int, columns: dict[str, Any]) -> None:
+        """A chunk of `worker`'s rows (ROW_FIELDS columns; a "worker" column is ignored)."""
+        n = len(columns["step"])
+        if not n:
+            return
+        block = np.empty((n, len(STEP_TABLE)), dtype=np.float64)
+        block[:, 0] = worker
+        for j, name in enumerate(STEP_TABLE[1:], start=1):
+            block[:, j] = columns[name]
+        self.pending.setdefault(int(worker), []).append(block)
+        self.held += n
+        self.last_step[int(worker)] = max(self.last_step.get(int(worker), -math.inf), float(block[:, 1].max()))
+        self.write()
+
+    def complete(self, worker: int) -> None:
+        """`worker` sends no more rows (its loop returned, or it was lost)."""
+        self.done.add(int(worker))
+
+    def write(self, force: bool = False, final: bool = False) -> None:
+        """Write the rows every running worker has passed (all of them when `final`, or when
+        more than MERGE_ROWS are held); at most every WRITE_S unless `force` or `final`."""
+        now = time.perf_counter()
+        if not (final or force or self.held >= MERGE_ROWS or now >= self._next_write):
+            return
+        self._next_write = now + WRITE_S
+        if self.held:
+            if final or self.held >= MERGE_ROWS:
+                limit = math.inf
+            else:
+                workers = range(self.size) if self.size is not None else self.last_step
+                running = [w for w in workers if w not in self.done]
+                limit = min((self.last_step.get(w, -math.inf) for w in running), default=math.inf)
+            if limit > -math.inf:
+                self._release(limit)
+        self._flush_unwritten(None if final else WRITE_ROWS)
+
+    def _release(self, limit: float) -> None:
+        out = []
+        for worker in sorted(self.pending):
+            blocks = self.pending[worker]
+            rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+            ready = rows[:, 1] <= limit
+            if ready.all():
+                out.append(rows)
+                del self.pending[worker]
+            elif ready.any():
+                out.append(rows[ready])
+                self.pending[worker] = [rows[~ready]]
+        if not out:
+            return
+        rows = out[0] if len(out) == 1 else np.concatenate(out)
+        rows = rows[np.lexsort((rows[:, 3], rows[:, 0], rows[:, 1]))]   # by step, worker, time (stable)
+        self.held -= len(rows)
+        self.rows += len(rows)
+        self.unwritten.append(rows)
+
+    def _flush_unwritten(self, most: int | None = None) -> None:
+        budget = math.inf if most is None else most
+        while self.unwritten and budget > 0:
+            rows = self.unwritten[0]
+            if len(rows) > budget:        # the rest at the next call
+                rows, self.unwritten[0] = rows[:int(budget)], rows[int(budget):]
+                self.unwritten.insert(0, rows)
+            budget -= len(rows)
+            if not self.streaming or self.error is not None:
+                self.memory.append(rows)
+            else:
+                try:
+                    self._append(rows)
+                except OSError as exc:   # disk full, quota: keep the rest in memory, report at save
+                    self.error = exc
+                    self.memory.append(rows)
+                else:
+                    self.rows_on_disk += len(rows)
+            self.unwritten.pop(0)
+
+    def _open(self) -> None:
+        d = self.directory
+        # A run directory claimed over an old run (overwrite): its commit marker goes first,
+        # so the old summary never vouches for the new rows, then the old run's other files.
+        (d / "summary.json").unlink(missing_ok=True)
+        for name in RUN_FILES:
+            (d / name).unlink(missing_ok=True)
+        spool = d / SPOOL
+        spool.mkdir(exist_ok=True)
+        self._files = {name: open(spool / f"{name}.f64", "wb") for name in STEP_TABLE}
+        self._files["csv"] = open(d / "steps.csv", "w", encoding="utf-8", newline="")
+        self._files["csv"].write(",".join(STEP_TABLE) + "\n")
+
+    def _append(self, rows: np.ndarray) -> None:
+        """Rows onto steps.csv and the spool; a write cut short (a signal, a full disk) is
+        undone, so the files never hold half a chunk."""
+        if not self._files:
+            self._open()
+        text = _frame(rows).to_csv(index=False, header=False)
+        files = self._files
+        at = {name: f.tell() for name, f in files.items()}
+        try:
+            files["csv"].write(text)
+            files["csv"].flush()
+            for j, name in enumerate(STEP_TABLE):
+                files[name].write(np.ascontiguousarray(rows[:, j]).tobytes())
+                files[name].flush()
+        except BaseException:
+            for name, f in files.items():
+                with contextlib.suppress(OSError, ValueError):
+                    f.seek(at[name])
+                    f.truncate()
+            raise
+
+    def close(self) -> None:
+        """Every row written, steps.csv on disk (fsync): what the commit needs. Idempotent."""
+        if self.closed:
+            return
+        for w in list(self.pending):
+            self.done.add(w)
+        self.write(final=True)
+        if self.streaming and self.error is None:
+            try:
+                if not self._files:
+                    self._open()      # a run without a step still writes its (empty) steps.csv
+                for f in self._files.values():
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                self.error = exc
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        self.closed = True
+
+    def saved_in(self, directory: str | Path) -> bool:
+        """Whether steps.csv is already written, whole, in `directory`."""
+        return (self.streaming and self.closed and self.error is None
+                and Path(directory).resolve() == self.directory.resolve())
+
+    def _spool_columns(self, names: Iterable[str], lo: int, hi: int) -> dict[str, np.ndarray]:
+        spool = self.directory / SPOOL
+        out = {}
+        for name in names:
+            with open(spool / f"{name}.f64", "rb") as f:
+                f.seek(8 * lo)
+                out[name] = np.fromfile(f, dtype=np.float64, count=hi - lo)
+        return out
+
+    def chunks(self, names: Iterable[str] = STEP_TABLE, rows: int = 1 << 20):
+        """The rows in file order, `rows` at a time, as {column: float64 array} (before
+        `close`, the rows still held for the merge come last)."""
+        names = list(names)
+        index = {name: j for j, name in enumerate(STEP_TABLE)}
+        if self.rows_on_disk and (self.directory / SPOOL).is_dir():
+            for lo in range(0, self.rows_on_disk, rows):
+                yield self._spool_columns(names, lo, min(lo + rows, self.rows_on_disk))
+        elif self.rows_on_disk:   # the spool is gone: steps.csv, a piece at a time
+            for part in pd.read_csv(self.directory / "steps.csv", usecols=names, chunksize=rows,
+                                    float_precision="round_trip"):
+                yield {name: part[name].to_numpy(dtype=np.float64) for name in names}
+        held = [b for w in sorted(self.pending) for b in self.pending[w]]   # none once closed
+        group: list[np.ndarray] = []
+        size = 0
+        for block in self.memory + self.unwritten + held + [None]:   # small blocks taken together
+            if group and (block is None or size + len(block) > rows):
+                joined = group[0] if len(group) == 1 else np.concatenate(group)
+                yield {name: joined[:, index[name]] for name in names}
+                group, size = [], 0
+            if block is not None:
+                group.append(block)
+                size += len(block)
+
+    def frame(self) -> pd.DataFrame:
+        """Every row as steps.csv holds it (int columns as ints)."""
+        parts = list(self.chunks())
+        if not parts:
+            return _frame(np.empty((0, len(STEP_TABLE))))
+        cols = {name: np.concatenate([p[name] for p in parts]) for name in STEP_TABLE}
+        rows = np.column_stack([cols[name] for name in STEP_TABLE])
+        if self.held:   # a view mid-run: the rows held for the merge, in their place
+            rows = rows[np.lexsort((rows[:, 3], rows[:, 0], rows[:, 1]))]
+        return _frame(rows)
+
+    def drop_spool(self) -> None:
+        """Remove the spool (steps.csv holds the same rows); later reads come from steps.csv."""
+        if self.streaming and self.closed:
+            shutil.rmtree(self.directory / SPOOL, ignore_errors=True)
+
+
+def _frame(rows: np.ndarray) -> pd.DataFrame:
+    """(rows, STEP_TABLE) float64 -> the step table's DataFrame (worker, step, samples as ints)."""
+    df = pd.DataFrame({name: rows[:, j] for j, name in enumerate(STEP_TABLE)}, columns=list(STEP_TABLE))
+    return df.astype({c: "int64" for c in _INT_COLUMNS})
+
+
+class EvalTable:
+    """A run's evaluation records, kept compact: one float64 row per evaluation and the
+    worker's name as a code (a dict per evaluation costs ~0.7 KB; a long run evaluating
+    every epoch makes hundreds of thousands).
+
+    >>> t = EvalTable()
+    >>> t.add(eval_record(0, 9, 1.0, 0.5, 0.3, 0.4, 0.9)); t.add(eval_record("centre", 19, 2.0, 1.0, 0.2, 0.3, None))
+    >>> t.frame()[["worker", "step", "test_accuracy"]].values.tolist()
+    [['0', 9, 0.9], ['centre', 19, nan]]
+    """
+
+    NUMBERS = ("step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
+
+    def __init__(self) -> None:
+        self.data = np.empty((64, len(self.NUMBERS)), dtype=np.float64)
+        self.who: list[str] = []             # code -> worker name
+        self._code: dict[str, int] = {}
+        self.codes = np.empty(64, dtype=np.int32)
+        self.n = 0
+
+    def add(self, rec: Record) -> None:
+        if self.n == len(self.codes):
+            self.data = np.concatenate([self.data, np.empty_like(self.data)])
+            self.codes = np.concatenate([self.codes, np.empty_like(self.codes)])
+        worker = str(rec.get("worker"))
+        code = self._code.get(worker)
+        if code is None:
+            code = self._code[worker] = len(self.who)
+            self.who.append(worker)
+        self.codes[self.n] = code
+        self.data[self.n] = [math.nan if rec.get(k) is None else float(rec[k]) for k in self.NUMBERS]
+        self.n += 1
+
+    def frame(self) -> pd.DataFrame:
+        """The evaluations as evals.csv holds them (EVAL_COLUMNS less kind)."""
+        names = np.array(self.who, dtype=object)
+        cols: dict[str, Any] = {"worker": names[self.codes[:self.n]] if self.n else np.array([], dtype=object)}
+        cols.update({k: self.data[:self.n, j] for j, k in enumerate(self.NUMBERS)})
+        df = pd.DataFrame(cols, columns=list(EVAL_COLUMNS[1:]))
+        return df.astype({"step": "int64"})
+
+
+class Collector:
+    """Gathers a run's records; thread-safe enough for one writer.
+
+    Records come three ways: as record dicts (`__call__`: evals, events), as a worker's
+    live batch (`add_live`: every step row since its last batch, packed, plus its rare
+    records), and as the rows a worker's loop still held when it ended (`add_steps`: a
+    simulated worker's log up to its kill). Step rows go to the run's `StepStore`
+    (steps.csv in the run directory while the run goes, when there is one); what is
+    forwarded to `on_record` (the dashboard's live plots, the CLI's progress bar) is the
+    steps binned in blocks of `width` steps (`bin_steps`, at most `LIVE_ROWS` blocks over a
+    planned run) as record dicts, so the training loop never knows who is watching.
+    A worker whose loop never returned (its process died) is represented by the rows it
+    streamed.
+    """
+
+    def __init__(self, on_record: OnRecord | None = None, *, width: int | None = None, size: int | None = None,
+                 directory: str | Path | None = None):
+        self.rows: dict[str, list[Record]] = {"event": [], "tournament": []}
+        self.evals = EvalTable()
         self.on_record = on_record
-        self.whole: dict[int, dict[str, np.ndarray]] = {}   # worker -> every step (its loop's result)
-        self.live: dict[int, list[dict[str, np.ndarray]]] = {}  # worker -> binned step columns streamed
+        self.width = width
+        self.store = StepStore(directory, size)
         self.started: dict[int, float] = {}                  # worker -> wall clock of its first step
         self.live_rows = 0                                   # step rows forwarded live
 
     def __call__(self, records: Iterable[Record]) -> None:
         batch = list(records)
+        steps = [r for r in batch if r.get("kind") == "step"]
         for r in batch:
-            self.rows.setdefault(r["kind"], []).append(r)
+            if r.get("kind") != "step":
+                self._keep(r)
+        by_worker: dict[int, list[Record]] = {}
+        for r in steps:
+            by_worker.setdefault(int(r["worker"]), []).append(r)
+        parts = []
+        for worker, recs in by_worker.items():
+            cols = {f: np.array([float(r.get(f, 0.0)) for r in recs]) for f in ROW_FIELDS}
+            self.store.add(worker, cols)
+            parts.append(live_columns(worker, cols))
         if self.on_record is not None and batch:
-            self.on_record(batch)
+            steps = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else None
+            self.on_record(RecordBatch(steps, [r for r in batch if r.get("kind") != "step"]))
 
     def add_live(self, payload: dict[str, Any]) -> None:
         """A worker's live batch: {"rank", "started" (wall clock of its step 0, or None),
-        "steps" (binned LOG_FIELDS + epoch columns, or None), "records" (other dicts)}.
-        ("rank", not "worker": the scheduler stamps its own "worker" key, an address, on
-        every dict logged through it.)"""
+        "rows" (`pack_rows` of its step rows since the last batch, or None), "records"
+        (other dicts), "done"}. ("rank", not "worker": the scheduler stamps its own "worker"
+        key, an address, on every dict logged through it.)"""
         worker = int(payload["rank"])
         if payload.get("started") is not None:
             self.started.setdefault(worker, float(payload["started"]))
         records = list(payload.get("records") or [])
         for r in records:
-            self.rows.setdefault(r["kind"], []).append(r)
-        steps = payload.get("steps")
-        step_recs: list[Record] = []
-        if steps is not None and len(steps["step"]):
-            cols = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
-            self.live.setdefault(worker, []).append(cols)
-            step_recs = step_records(worker, cols)
-            self.live_rows += len(step_recs)
-        batch = step_recs + records
+            self._keep(r)
+        rows = payload.get("rows")
+        live = None
+        if rows is not None and int(rows["n"]):
+            cols = unpack_rows(rows)
+            self.store.add(worker, cols)
+            live = live_columns(worker, bin_steps(cols, width=self.width))
+            self.live_rows += len(live["step"])
+        if payload.get("done"):
+            self.store.complete(worker)
+        batch = RecordBatch(live, records)
         if self.on_record is not None and batch:
             self.on_record(batch)
 
-    def add_steps(self, worker: int, columns: dict[str, np.ndarray]) -> None:
-        """Every step of one worker (its loop's result): these rows replace the live ones."""
-        self.whole[int(worker)] = columns
+    def _keep(self, r: Record) -> None:
+        if r["kind"] == "eval":
+            self.evals.add(r)
+        else:
+            self.rows.setdefault(r["kind"], []).append(r)
+
+    def add_steps(self, worker: int, columns: dict[str, np.ndarray] | None, complete: bool = True) -> None:
+        """The rows `worker`'s loop still held when it ended (after every batch it sent);
+        `complete`: it sends no more (a loop that returned still sends its last batch,
+        marked done, which completes it)."""
+        if columns is not None:
+            self.store.add(int(worker), columns)
+        if complete:
+            self.store.complete(int(worker))
 
     def t_zero(self) -> float | None:
         """Wall clock of the run's first training step (None before any worker started)."""
         return min(self.started.values()) if self.started else None
 
     def table(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
-        if kind == "step" and (self.whole or self.live):
-            return self._steps(columns)
+        if kind == "step":
+            self.store.write(force=True)
+            return self.store.frame()[[c for c in columns if c != "kind"]]
+        if kind == "eval":
+            return self.evals.frame()[[c for c in columns if c != "kind"]]
         rows = self.rows.get(kind, [])
         df = pd.DataFrame(rows, columns=list(columns))
         return df.drop(columns="kind")
 
-    def _steps(self, columns: tuple[str, ...]) -> pd.DataFrame:
-        """Whole columns where a loop returned them, else the binned rows it streamed;
-        in order of step, then worker (deterministic: a synchronous run's steps.csv is the
-        same file every time)."""
-        names = [c for c in columns if c != "kind"]
-        frames = [pd.DataFrame(self.rows["step"], columns=list(columns)).drop(columns="kind")] if self.rows["step"] else []
-        parts = dict(self.whole)
-        for worker, batches in self.live.items():
-            if worker not in parts:
-                parts[worker] = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
-        for worker, cols in sorted(parts.items()):
-            n = len(cols["step"])
-            frame = {c: cols[c] for c in names if c != "worker"}
-            frames.append(pd.DataFrame({"worker": np.full(n, worker, dtype=np.int64), **frame}, columns=names))
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=names)
-        df = df.astype({"worker": "int64", "step": "int64", "samples": "int64"})
-        return df.sort_values(["step", "worker", "time"], kind="stable").reset_index(drop=True)
 
-
-@dataclass
 class RunResult:
-    """What a run produced: `summary` (dict), `steps`, `evals`, `tournaments` (DataFrames)."""
+    """What a run produced: `summary` (dict), `steps`, `evals`, `tournaments` (DataFrames).
 
-    summary: dict[str, Any]
-    steps: pd.DataFrame
-    evals: pd.DataFrame
-    tournaments: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
-    params: Any = None  # final parameters (NumPy), kept in memory only
+    A run's `steps` may be large (one row per worker per step): a result built from a run
+    that streamed them to its run directory reads them back on first use (`store`)."""
+
+    def __init__(self, summary: dict[str, Any], steps: pd.DataFrame | None = None, evals: pd.DataFrame | None = None,
+                 tournaments: pd.DataFrame | None = None, params: Any = None, *, store: StepStore | None = None):
+        self.summary = summary
+        self._steps = steps
+        self.store = store
+        self.evals = evals if evals is not None else pd.DataFrame(columns=list(EVAL_COLUMNS[1:]))
+        self.tournaments = (tournaments if tournaments is not None
+                            else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
+        self.params = params  # final parameters (NumPy), kept in memory only
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        if self._steps is None:
+            self._steps = self.store.frame() if self.store is not None else _frame(np.empty((0, len(STEP_TABLE))))
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: pd.DataFrame) -> None:
+        self._steps = value
+
+    def forget_steps(self) -> None:
+        """Drop the in-memory steps of a streamed run (read again from its files on use)."""
+        if self.store is not None:
+            self._steps = None
+
+    def __repr__(self) -> str:
+        return (f"RunResult(status={self.summary.get('status')!r}, algorithm={self.summary.get('algorithm')!r}, "
+                f"steps={self.summary.get('steps')!r})")
 
     @property
     def status(self) -> str:
@@ -396,6 +888,8 @@ class RunResult:
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the run directory (atomically, file by file); returns its path.
 
+        A run that streamed its steps to `directory` while it ran has its steps.csv there
+        already (written and synced before this is called); otherwise it is written here.
         A directory that already holds another run (a summary.json of a different run)
         is refused with `FileExistsError` unless `overwrite`, which replaces that run
         whole: every run file the new one does not write (an old tournaments.csv, an old
@@ -406,13 +900,19 @@ class RunResult:
             raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
                                   f"--overwrite, to replace it), got {str(d)!r}")
         d.mkdir(parents=True, exist_ok=True)
+        streamed = self.store is not None and self.store.saved_in(d)
+        if self.store is not None and self.store.error is not None and self.store.directory is not None \
+                and Path(d).resolve() == self.store.directory.resolve():
+            raise self.store.error        # the streamed steps.csv is incomplete: never commit it
         if overwrite:
+            (d / "summary.json").unlink(missing_ok=True)     # the commit marker first
             for name in RUN_FILES:
-                if name != "tournaments.csv" or not len(self.tournaments):
+                if (name != "tournaments.csv" or not len(self.tournaments)) and not (streamed and name == "steps.csv"):
                     (d / name).unlink(missing_ok=True)
         # summary.json is the commit marker: written last, once the data files are safe, so a
         # full disk or a signal mid-save leaves a directory that says it is uncommitted.
-        atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
+        if not streamed:
+            atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
         atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
         if len(self.tournaments):
             atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
@@ -557,8 +1057,13 @@ def free_run_dir(parent: str | Path, name: str) -> Path:
 def build_result(config: dict[str, Any], collector: Collector, *, status: str, wall_time_s: float,
                  workers: list[dict[str, Any]], extra: dict[str, Any] | None = None,
                  params: Any = None) -> RunResult:
-    """Assemble the `RunResult` and its summary from gathered records."""
-    steps = collector.table("step", STEP_COLUMNS)
+    """Assemble the `RunResult` and its summary from gathered records.
+
+    The step rows are not gathered in memory: the collector's `StepStore` has written them
+    (or holds them, without a run directory); the totals and the steady state are computed
+    over its chunks, so a long run's summary costs one chunk of memory."""
+    store = collector.store
+    store.close()    # every row written and synced: the data is safe before anything vouches for it
     evals = collector.table("eval", EVAL_COLUMNS)
     if len(evals):   # in time order, whatever order the workers' live batches arrived in
         evals = evals.sort_values(["time", "worker"], kind="stable").reset_index(drop=True)
@@ -566,29 +1071,26 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     if len(tournaments):
         tournaments = tournaments.sort_values(["time", "trainer"], kind="stable").reset_index(drop=True)
     events = collector.table("event", EVENT_COLUMNS).to_dict("records")
-    samples = int(steps["samples"].sum()) if len(steps) else 0
-    compute_s = float(steps["compute_s"].sum()) if len(steps) else 0.0
-    comm_s = float(steps["comm_s"].sum()) if len(steps) else 0.0
-    wait_s = float(steps["wait_s"].sum()) if len(steps) else 0.0
-    steady = measure.steady(steps)   # the one definition of steady state, its throughput and shares
+    totals = step_totals(store.chunks(("worker", "step", "time", "samples") + measure.COMPONENTS))
+    samples = totals["samples"]
+    compute_s, comm_s, wait_s = (totals[c] for c in measure.COMPONENTS)
+    steady = measure.steady_chunks(lambda: store.chunks(("worker", "step", "time", "samples") + measure.COMPONENTS))
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
-    n_steps = int(steps["step"].max()) + 1 if len(steps) else 0
+    n_steps = totals["n_steps"]
     per_worker = []
-    if len(steps):
-        grouped = steps.groupby("worker")[["samples", "compute_s", "comm_s", "wait_s"]].sum()
-        for worker, row in grouped.iterrows():
-            busy_w = row.compute_s + row.comm_s + row.wait_s
-            per_worker.append({"worker": worker, "samples": int(row.samples),
-                               "share": float(row.samples / samples) if samples else 0.0,
-                               "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
-                               "wait_s": float(row.wait_s),
-                               "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
+    for worker, row in totals["per_worker"].iterrows():
+        busy_w = row.compute_s + row.comm_s + row.wait_s
+        per_worker.append({"worker": int(worker), "samples": int(row.samples),
+                           "share": float(row.samples / samples) if samples else 0.0,
+                           "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
+                           "wait_s": float(row.wait_s),
+                           "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
     # The run's time identities (measure.timing): wall = start-up + training + teardown.
     # Cluster start, data loading and imports on cold workers are start-up, never training.
     extra = dict(extra or {})
     startup = extra.pop("startup_s", None)
-    times = measure.timing(called=0.0, first_step_wall=startup, ended=wall_time_s, train_s=measure.train_time(steps))
+    times = measure.timing(called=0.0, first_step_wall=startup, ended=wall_time_s, train_s=totals["train_s"])
     summary: dict[str, Any] = {
         "status": status,
         "algorithm": config.get("algorithm"),
@@ -614,7 +1116,38 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
-    return RunResult(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+    return RunResult(summary=summary, evals=evals, tournaments=tournaments, params=params, store=store)
+
+
+def step_totals(chunks: Iterable[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """What the summary adds up over a run's step rows, one chunk at a time: samples and
+    booked seconds (in all and per worker), the steps (highest step + 1) and the training
+    span's length (`measure.train_time`'s rule).
+
+    >>> c = {"worker": np.array([0.0, 1.0, 0.0]), "step": np.array([0.0, 0.0, 1.0]), "time": np.array([1.0, 1.0, 2.0]),
+    ...      "samples": np.full(3, 8.0), "compute_s": np.full(3, 1.0), "comm_s": np.zeros(3), "wait_s": np.zeros(3)}
+    >>> t = step_totals([c])
+    >>> t["samples"], t["n_steps"], t["train_s"], t["per_worker"]["samples"].tolist()
+    (24, 2, 2.0, [16.0, 8.0])
+    """
+    sums = ["samples", *measure.COMPONENTS]
+    per_worker = pd.DataFrame(columns=sums, dtype=float)
+    first, last, top, any_rows = math.inf, -math.inf, -1, False
+    for c in chunks:
+        if not len(c["step"]):
+            continue
+        any_rows = True
+        part = pd.DataFrame({name: c[name] for name in sums}).groupby(c["worker"].astype(np.int64)).sum()
+        per_worker = part if per_worker.empty else per_worker.add(part, fill_value=0.0)
+        starts = c["time"] - (c["compute_s"] + c["comm_s"] + c["wait_s"])
+        first, last = min(first, float(starts.min())), max(last, float(c["time"].max()))
+        top = max(top, int(c["step"].max()))
+    per_worker = per_worker.sort_index()
+    return {"samples": int(per_worker["samples"].sum()) if any_rows else 0,
+            **{name: float(per_worker[name].sum()) if any_rows else 0.0 for name in measure.COMPONENTS},
+            "n_steps": top + 1 if any_rows else 0,
+            "train_s": max(last - first, 0.0) if any_rows else 0.0,
+            "per_worker": per_worker}
 
 
 def workers_by_kind(workers: list[dict]) -> str:
@@ -640,16 +1173,27 @@ def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the interpreter and the libraries that shape results."""
+    """Versions of the interpreter and the libraries that shape results (looked up once
+    per process: finding cupy's distribution reads every installed package's metadata,
+    seconds on a busy machine, and a stop's save must not wait for it)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
+    from importlib.util import find_spec
+
     from . import __version__
     out = {"python": platform.python_version(), "workbench": __version__}  # distribution: parallel-workbench
     for name in ("numpy", "dask", "distributed", "pandas", "cupy"):
+        if name == "cupy" and find_spec("cupy") is None:   # not installed: no need to look through them all
+            continue
         try:
             from importlib.metadata import version
             out[name] = version(name if name != "cupy" else _cupy_dist())
         except Exception:  # not installed: leave it out
             continue
-    return out
+    return tuple(out.items())
 
 
 def _cupy_dist() -> str:

@@ -9,9 +9,9 @@ divergence, timing, records, periodic evaluation.
 At teaching sizes a step takes ~0.15 ms, so the loop's own bookkeeping must cost
 microseconds: a step's record is one row written into a preallocated NumPy buffer
 (`StepLog`, grown by doubling), not a dict; a few times a second the rows since the
-last batch leave the worker as one compact, binned batch (blocks of steps fixed by the
-plan, `LIVE_ROWS` blocks over the whole run: enough for the live plots, and the same
-points however the batches are cut); the whole log goes back with the loop's result. Clocks
+last batch leave the worker as one packed block of float64 rows and the log forgets them
+(the client writes them to the run directory as they come, and bins them for the live
+views), so a worker's memory does not grow with the run's length. Clocks
 start at the run's first training step: every worker waits at a start barrier, and
 `time` 0 is the moment they pass it, so set-up is never booked as compute or waiting.
 """
@@ -30,7 +30,7 @@ from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan, make_optimizer
-from ..results import StepLog, eval_record, event_record, live_width
+from ..results import StepLog, eval_record, event_record, pack_rows
 from .registry import tail_length
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
@@ -183,16 +183,23 @@ class WorkerContext:
         self.record(event_record(self.now(), event, self.rank, message))
 
     def flush(self, done: bool = False, force: bool = False) -> None:
-        """Send one live batch: the binned steps since the last one and the pending records."""
-        steps = self.steps.live_batch(self.plan.epoch, width=live_width(self.plan.total_steps))
-        if self.emit is not None and (force or done or steps is not None or self._pending):
-            self.emit({"kind": "live", "rank": self.rank, "started": self.started_wall, "steps": steps,
+        """Send one live batch: every step row since the last one (packed: the client writes
+        them to the run directory as they come and bins them for the live views) and the
+        pending records. Without a client (`emit` None) the rows stay in the log."""
+        if self.emit is None:
+            self._pending = []
+            self._next_flush = time.perf_counter() + FLUSH_S
+            return
+        rows = pack_rows(self.steps.take(self.plan.epoch))
+        if force or done or rows is not None or self._pending:
+            self.emit({"kind": "live", "rank": self.rank, "started": self.started_wall, "rows": rows,
                        "records": self._pending, "done": done})
         self._pending = []
         self._next_flush = time.perf_counter() + FLUSH_S
 
     def step_columns(self) -> dict[str, np.ndarray]:
-        """Every step this worker logged (LOG_FIELDS and epoch): its loop's result carries them."""
+        """The steps this worker logged and has not sent yet (LOG_FIELDS and epoch): its
+        loop's result carries them (none after the last flush)."""
         return self.steps.columns(self.plan.epoch)
 
     def stop_requested(self) -> bool:

@@ -409,7 +409,8 @@ def _run(args: argparse.Namespace) -> int:
                 from ..execution.cluster import dashboard_link
                 on_record = _first_record_says(f"dask dashboard: {dashboard_link(transport.client)}", progress)
             result = api.run(config, cluster=transport, on_record=on_record, progress=False,  # the CLI's own bar
-                             overwrite=overwrite, checked=checked)          # checked above: not again
+                             overwrite=overwrite, checked=checked,          # checked above: not again
+                             report=False)   # report.html below, once the status line is out
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
             result = _stopped_before_start(config, 0.0, "interrupted")
@@ -436,8 +437,30 @@ def _run(args: argparse.Namespace) -> int:
     from ..measure import notes
     for line in notes(s):
         print(f"  note: {line}")
-    print(f"run directory: {(s.get('config') or {}).get('out') or config.out}")
+    out = (s.get('config') or {}).get('out') or config.out
+    print(f"run directory: {out}")
+    _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _write_report(result: Any, out: str) -> None:
+    """report.html, rendered after the run directory is committed (its data is safe): a
+    signal or a write error now costs only the report, and says how to render it later."""
+    from .. import api
+    with stop_on_signals():
+        try:
+            path = api.write_run_report(result, out)
+            api.settle_steps(result, out)
+        except KeyboardInterrupt as exc:
+            print(f"report: not written ({exc or 'interrupted'}); the run is saved: "
+                  f"`python -m workbench compare {out} --out {Path(out) / 'report.html'}` renders one later",
+                  file=sys.stderr)
+            return
+        except RunDirError as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+            return
+    if path is not None:
+        print(f"report: {path}")
 
 
 def _progress_bar(config: RunConfig):

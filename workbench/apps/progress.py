@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..measure import LiveSteady
-from ..results import RunTally
+from ..results import RecordBatch, RunTally
 from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
@@ -51,14 +51,16 @@ class RunProgress:
         self._rate_at = 0.0
 
     def __call__(self, records: Iterable[dict]) -> None:
-        records = list(records)
+        if not isinstance(records, RecordBatch):   # on_record hands over columns; a caller may pass dicts
+            records = list(records)
         t = self.tally
         acc_before = t.test_accuracy
         t.add(records)                 # the accumulator the dashboard's status line reads too
         reached = max(self.done, float(t.steps_seen if self.by_steps else t.epoch))
         if t.test_accuracy is not None and t.test_accuracy is not acc_before:
             self.postfix["acc"] = f"{t.test_accuracy:.3f}"
-        loss = t.loss if any(r.get("kind") == "step" for r in records) else None
+        has_steps = records.n_steps if isinstance(records, RecordBatch) else any(r.get("kind") == "step" for r in records)
+        loss = t.loss if has_steps else None
         if loss is not None:
             self.postfix["loss"] = f"{loss:.4f}"
             self.steady.add(records)

@@ -34,7 +34,7 @@ from ..config import ConfigError, RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
-from ..results import Collector, OnRecord, RunResult, StepLog, build_result, event_record
+from ..results import Collector, OnRecord, RunResult, StepLog, build_result, event_record, live_width
 from ..util import machine
 from ..util.machine import LoopUsage
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
@@ -109,8 +109,8 @@ def _loop(ctx: WorkerContext) -> dict:
 
     def used(res: dict) -> dict:
         booked = res.get("steps") or {}
-        res["usage"] = usage.stop(float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0,
-                                  ctx.kind, ctx.rank)
+        compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0)
+        res["usage"] = usage.stop(compute, ctx.kind, ctx.rank)
         return res
     try:
         return used(run_loop(ctx, algo))
@@ -160,11 +160,12 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
 
 
 def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None) -> RunResult:
-    """Run `config` on the transport `transport_for(config, cluster)` picks."""
+        should_stop: Callable[[], bool] | None = None, out: Any = None) -> RunResult:
+    """Run `config` on the transport `transport_for(config, cluster)` picks; `out`: the
+    claimed run directory its step rows stream to while it runs (None: kept in memory)."""
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     transport = transport_for(config, cluster)
-    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called)
+    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called, out=out)
 
 
 def run_threads(config: RunConfig, on_record: OnRecord | None = None,
@@ -227,8 +228,14 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
 
 
 def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None = None,
-            should_stop: Callable[[], bool] | None = None, t_called: float | None = None) -> RunResult:
-    """One run on `transport`: set-up, loops, the monitor, the status rule, the result."""
+            should_stop: Callable[[], bool] | None = None, t_called: float | None = None,
+            out: Any = None) -> RunResult:
+    """One run on `transport`: set-up, loops, the monitor, the status rule, the result.
+
+    `out`: a run directory claimed for this run (`results.claim_run_dir`): every step row
+    is appended to its steps.csv as the workers send them (`results.StepStore`), so the
+    client's memory does not grow with the run and a stop has only the last batches to
+    write. None: the rows are kept in memory (`RunResult.steps`)."""
     t_called = time.time() if t_called is None else t_called
     spec = REGISTRY[config.algorithm]
     workers = transport.choose(config)
@@ -247,7 +254,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     transport.check(setup)    # the workers' memory, from the dataset's entry: before the data is made
     problem.load()            # loads (and checks) the data on the client
     setup.extra = spec.needs.client_setup(config, size)
-    monitor = _Monitor(setup, transport, Collector(on_record), should_stop)
+    collector = Collector(on_record, width=live_width(plan.total_steps), size=size, directory=out)
+    monitor = _Monitor(setup, transport, collector, should_stop)
     t_setup = time.time()
     try:
         transport.prepare(setup)
@@ -320,12 +328,17 @@ class _Monitor:
     def take(self, progress: Any) -> None:
         """A transport's report: results kept, lost workers recorded and acted on."""
         sync = self.setup.spec.sync
+        if progress.results or progress.lost:
+            self.drain()   # a loop's batches were queued before its end was reported: take them first
         for rank, res in progress.results.items():
             self.results[rank] = res
+            # the rows its loop still held (none after its last batch; a simulated worker's up to its kill)
+            self.collector.add_steps(rank, res.get("steps"), complete=False)
             if res.get("status") == "failed" and res.get("error") and sync:
                 self.transport.abort(f"worker {rank} failed")   # its peers must not wait for it
         for rank, who in progress.lost.items():
             self.lost[rank] = who
+            self.collector.add_steps(rank, None)   # a lost worker sends no more rows
             now = progress.lost_at.get(rank, self.now())
             self.collector([event_record(now, "worker_lost", rank, f"worker {rank} ({who}) was lost at {now:.1f}s")])
             if sync:
@@ -374,9 +387,7 @@ class _Monitor:
             time.sleep(MONITOR_S)
             self.drain()
         self.drain()
-        for rank, res in self.results.items():   # every step of each loop that returned
-            if res.get("steps") is not None:
-                self.collector.add_steps(rank, res["steps"])
+        for rank, res in self.results.items():
             if res.get("started") is not None:
                 self.collector.started.setdefault(rank, res["started"])
         status = decide_status(sync=self.setup.spec.sync, lost=self.lost, gone=self.gone,

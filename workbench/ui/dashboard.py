@@ -65,7 +65,7 @@ from ..config import (
     RunConfig,
 )
 from ..problem import Problem
-from ..results import RunTally, free_run_dir
+from ..results import RecordBatch, RunTally, free_run_dir
 from . import figdata
 from . import figures as F
 from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
@@ -107,16 +107,18 @@ class _Buffer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: list[dict] = []
+        self._items: list = []
 
-    def add(self, records: list[dict]) -> None:
+    def add(self, records: Any) -> None:
+        """One `on_record` batch (a columnar `results.RecordBatch`), kept as it came."""
         with self._lock:
-            self._items.extend(records)
+            self._items.append(records)
 
-    def take(self) -> list[dict]:
+    def take(self) -> RecordBatch:
+        """Every batch since the last take, as one columnar batch."""
         with self._lock:
             items, self._items = self._items, []
-        return items
+        return RecordBatch.join(items)
 
 
 @dataclass
@@ -131,7 +133,7 @@ class _Run:
     done: threading.Event = field(default_factory=threading.Event)
     t0: float = field(default_factory=time.monotonic)   # Run pressed
     phase: str = "starting"            # "starting: <what>" until the first step, then "running"
-    pending: list = field(default_factory=list)          # records taken, not drawn yet
+    pending: list = field(default_factory=list)          # record batches taken, not drawn yet
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
     tally: RunTally = field(default_factory=lambda: RunTally(window_s=RATE_WINDOW_S))   # steps, epoch, samples, rate
     first_seen: float | None = None    # monotonic time the first step arrived here
@@ -147,7 +149,7 @@ class _Run:
         if not records:
             return
         with self.lock:
-            self.pending.extend(records)
+            self.pending.append(records)
         self.tally.add(records)
         if self.first_seen is None and self.tally.first_start is not None:
             self.first_seen, self.phase = time.monotonic(), "running"
@@ -714,7 +716,8 @@ class Dashboard:
         """Draw the records taken so far; returns the CPU seconds it took."""
         cpu = time.thread_time()
         with state.lock:
-            records, state.pending = state.pending, []
+            batches, state.pending = state.pending, []
+        records = RecordBatch.join(batches)
         try:
             if records:
                 for key, series in figdata.live_series(records, state.live).items():

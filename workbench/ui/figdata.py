@@ -22,7 +22,7 @@ import pandas as pd
 
 from .. import measure
 from ..analysis.sweep import MIN_MEASURE_S, too_short
-from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult, RunTally
+from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult, RunTally, batch_columns
 
 __all__ = [
     "PALETTE",
@@ -991,18 +991,19 @@ class LiveState:
         return self.tally.steps_seen
 
 
-def live_series(records: list[dict], state: LiveState) -> dict[str, list[Series]]:
+def live_series(records: Any, state: LiveState) -> dict[str, list[Series]]:
     """The series a batch of records adds to each live figure; moves `state` on.
 
     Args:
-        records: a batch as `on_record` receives it (not modified).
+        records: a batch as `on_record` receives it (a columnar `results.RecordBatch`, or
+            record dicts; not modified).
         state: the run's LiveState (its windows, totals, lineages move on).
     Returns:
         FIGURE_KEYS -> series to pass to `extend_series`.
     """
-    steps = records_to_columns(records, "step", STEP_COLUMNS)
-    evals = records_to_columns(records, "eval", EVAL_COLUMNS)
-    tours = records_to_columns(records, "tournament", TOURNAMENT_COLUMNS)
+    steps = batch_columns(records, "step", STEP_COLUMNS)      # a RecordBatch's columns as they came
+    evals = batch_columns(records, "eval", EVAL_COLUMNS)
+    tours = batch_columns(records, "tournament", TOURNAMENT_COLUMNS)
     state.records += len(records)
     state.tally.add(records)
     out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}

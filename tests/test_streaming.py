@@ -1,0 +1,217 @@
+"""The step log streams to the run directory while the run goes (issue 29 item 5):
+steps.csv is the file the old path wrote at the end (same columns, order and digits),
+the summary's numbers are the ones the whole table gives, and a stop mid-run leaves a
+committed directory with every step the workers recorded."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+import workbench.results as results
+from workbench import measure
+from workbench.config import RunConfig
+from workbench.execution.engine import run_threads
+from workbench.results import ROW_FIELDS, STEP_COLUMNS, STEP_TABLE, StepStore
+
+QUICK = dict(dataset="digits", model="softmax", batch_size=32, seed=1, eval_every=20)
+
+
+class _Spy:
+    """Every chunk of rows the collector's store receives, as it receives them."""
+
+    def __init__(self, monkeypatch):
+        self.chunks: list[tuple[int, dict[str, np.ndarray]]] = []
+        real = StepStore.add
+
+        def add(store, worker, columns):
+            self.chunks.append((int(worker), {k: np.array(columns[k], dtype=float) for k in ROW_FIELDS}))
+            real(store, worker, columns)
+        monkeypatch.setattr(StepStore, "add", add)
+
+    def old_csv(self) -> str:
+        """steps.csv as the old path wrote it: each worker's rows whole, one table sorted by
+        (step, worker, time) with a stable sort, written at the end by pandas."""
+        per: dict[int, list[dict]] = {}
+        for worker, cols in self.chunks:
+            per.setdefault(worker, []).append(cols)
+        names = list(STEP_COLUMNS[1:])
+        frames = []
+        for worker, parts in sorted(per.items()):
+            cols = {k: np.concatenate([p[k] for p in parts]) for k in ROW_FIELDS}
+            n = len(cols["step"])
+            frames.append(pd.DataFrame({"worker": np.full(n, worker, dtype=np.int64),
+                                        **{c: cols[c] for c in names if c != "worker"}}, columns=names))
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=names)
+        df = df.astype({"worker": "int64", "step": "int64", "samples": "int64"})
+        df = df.sort_values(["step", "worker", "time"], kind="stable").reset_index(drop=True)
+        return df.to_csv(index=False)
+
+
+CASES = {
+    "threads sync_sgd": (dict(algorithm="sync_sgd", cpus=2, steps=120), "threads"),
+    "threads async_sgd": (dict(algorithm="async_sgd", cpus=2, steps=120), "threads"),
+    "threads easgd": (dict(algorithm="easgd", cpus=3, steps=90), "threads"),
+    "simulated sync_sgd": (dict(algorithm="sync_sgd", cpus=8, steps=60, simulate=True), None),
+    "simulated async_sgd": (dict(algorithm="async_sgd", cpus=4, steps=80, simulate=True), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_streamed_steps_csv_is_the_file_the_old_path_wrote(case, tmp_path, monkeypatch, no_dask):
+    fields, cluster = CASES[case]
+    spy = _Spy(monkeypatch)
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(**QUICK, **fields, out=str(out)), cluster=cluster, progress=False)
+    assert result.status == "completed"
+    text = (out / "steps.csv").read_text()
+    assert text.splitlines()[0] == ",".join(STEP_TABLE)
+    assert text == spy.old_csv()                                 # byte for byte
+    assert not (out / results.SPOOL).exists()                    # the spool is gone once the run is saved
+    steps = wb.load(out).steps
+    # The summary's numbers are the whole table's (sums taken in pieces: 1e-12 relative).
+    whole = measure.steady(steps).to_dict()
+    for key, value in result.summary["steady"].items():
+        if isinstance(value, float):
+            assert value == pytest.approx(whole[key], rel=1e-12, abs=1e-15), key
+        else:
+            assert value == whole[key], key
+    assert result.summary["samples"] == int(steps["samples"].sum())
+    assert result.summary["time_breakdown"]["compute_s"] == pytest.approx(steps["compute_s"].sum(), rel=1e-12)
+    assert result.summary["steps"] == int(steps["step"].max()) + 1
+    assert result.summary["train_time_s"] == pytest.approx(measure.train_time(steps), rel=1e-12)
+    pd.testing.assert_frame_equal(result.steps, steps)       # read back from the spool: the same numbers
+
+
+def test_a_simulated_run_streams_the_file_it_keeps_in_memory_without_a_directory(tmp_path, no_dask):
+    cfg = RunConfig(**QUICK, algorithm="easgd", cpus=4, steps=60, simulate=True)
+    in_memory = wb.run(cfg, progress=False)
+    streamed = wb.run(cfg.replace(out=str(tmp_path / "run")), progress=False)
+    assert (tmp_path / "run" / "steps.csv").read_text() == in_memory.steps.to_csv(index=False)
+    assert streamed.summary["steady"] == in_memory.summary["steady"]
+
+
+def test_a_stop_mid_run_leaves_a_committed_directory_with_every_recorded_step(tmp_path, monkeypatch):
+    """Stopped on the first live records of a plan far longer than any reaction (event-driven)."""
+    spy = _Spy(monkeypatch)
+    out = tmp_path / "run"
+    seen = []
+    cfg = RunConfig(**{**QUICK, "eval_every": 10**9}, algorithm="sync_sgd", cpus=2, epochs=100_000, out=str(out))
+    result = wb.run(cfg, cluster="threads", progress=False, on_record=seen.extend,
+                    should_stop=lambda: any(r.get("kind") == "step" for r in seen))
+    assert result.status == "stopped"
+    loaded = wb.load(out)                                       # committed: summary.json is there
+    assert loaded.summary["status"] == "stopped" and not (out / results.CLAIM).exists()
+    recorded = sum(len(cols["step"]) for _, cols in spy.chunks)
+    assert 0 < len(loaded.steps) == recorded < cfg.epochs      # every step a worker recorded, none twice
+    for w in (0, 1):
+        assert loaded.steps[loaded.steps.worker == w]["step"].tolist() == list(range(len(loaded.steps) // 2))
+    assert (out / "steps.csv").read_text() == spy.old_csv()
+
+
+def test_a_write_cut_short_by_a_signal_leaves_no_half_chunk(tmp_path, monkeypatch):
+    """A KeyboardInterrupt (the CLI's SIGINT/SIGTERM) in the middle of appending a chunk:
+    the files are rolled back to the chunk's start, and the chunk is written at close."""
+    store = StepStore(tmp_path, size=1)
+    cols = lambda lo, hi: {**{f: np.full(hi - lo, 0.5) for f in ROW_FIELDS},    # noqa: E731
+                           "step": np.arange(lo, hi, dtype=float)}
+    store.add(0, cols(0, 5))
+    store.write(force=True)
+    before = (tmp_path / "steps.csv").read_text()
+    real = results.np.ascontiguousarray
+    calls = []
+
+    def interrupted(a):
+        calls.append(1)
+        if len(calls) == 3:      # after the CSV text and two spool columns
+            raise KeyboardInterrupt("SIGTERM")
+        return real(a)
+    monkeypatch.setattr(results.np, "ascontiguousarray", interrupted)
+    store.add(0, cols(5, 9))
+    with pytest.raises(KeyboardInterrupt):
+        store.write(force=True)
+    monkeypatch.setattr(results.np, "ascontiguousarray", real)
+    assert (tmp_path / "steps.csv").read_text() == before      # no half chunk on disk
+    store.complete(0)
+    store.close()
+    steps = pd.read_csv(tmp_path / "steps.csv")
+    assert steps["step"].tolist() == list(range(9))             # the interrupted chunk, once
+    assert store.frame()["step"].tolist() == list(range(9))     # and the spool agrees
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_the_steady_state_in_pieces_is_the_whole_tables(chunk):
+    """`measure.steady_chunks` against `measure.steady` on one table: asynchronous workers
+    of different speeds (one lost early), and a run too short for a steady state."""
+    rng = np.random.default_rng(4)
+    frames = []
+    for w, (n, dt) in enumerate([(300, 1e-3), (170, 1.7e-3), (9, 2e-3)]):
+        compute = rng.uniform(0.5, 1.0, n) * dt
+        wait = rng.uniform(0.0, 0.3, n) * dt
+        frames.append(pd.DataFrame({"worker": w, "step": np.arange(n), "time": 0.2 + np.cumsum(compute + wait),
+                                    "samples": rng.integers(8, 33, n), "compute_s": compute, "comm_s": 1e-5,
+                                    "wait_s": wait}))
+    df = pd.concat(frames).sort_values(["step", "worker"]).reset_index(drop=True)
+    for table in (df, df[df.step < 6]):
+        parts = lambda t=table: ({k: t[k].to_numpy(dtype=float)[i:i + chunk] for k in t}   # noqa: E731
+                                 for i in range(0, len(t), chunk))
+        got, want = measure.steady_chunks(parts).to_dict(), measure.steady(table).to_dict()
+        assert got["reached"] == want["reached"] and got["steps"] == want["steps"]
+        for key in ("start_s", "end_s", "samples", "samples_per_s", "compute_share", "comm_share", "wait_share"):
+            assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
+
+
+def test_threads_run_without_a_directory_keeps_its_steps_in_memory(no_dask):
+    result = run_threads(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=30))
+    assert result.store is not None and not result.store.streaming
+    assert result.steps["step"].tolist() == sorted(list(range(30)) * 2)
+
+
+def test_on_record_receives_column_batches_with_a_dict_view(no_dask):
+    """Issue 23 item 2: the live stream stays columnar from the workers to the consumers;
+    `.records()` (and iterating) gives the dicts, and every accumulator reads both alike."""
+    from workbench.results import RecordBatch, RunTally
+    from workbench.ui import figdata as FD
+
+    batches = []
+    wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=40), cluster="threads", progress=False,
+           on_record=batches.append)
+    assert batches and all(isinstance(b, RecordBatch) for b in batches)
+    with_steps = [b for b in batches if b.n_steps]
+    assert with_steps and any(b.others for b in batches)               # evaluations and events ride along
+    b = with_steps[0]
+    assert list(b.steps) == list(STEP_COLUMNS[1:]) and all(isinstance(v, np.ndarray) for v in b.steps.values())
+    recs = b.records()
+    assert len(recs) == len(b) and list(recs[0]) == list(STEP_COLUMNS)
+    assert [r["loss"] for r in recs if r["kind"] == "step"] == b.steps["loss"].tolist()
+    assert list(b) == recs
+    tallies = RunTally(), RunTally()
+    states = FD.LiveState(label="run", color="#000"), FD.LiveState(label="run", color="#000")
+    for batch in batches:
+        tallies[0].add(batch)
+        tallies[1].add(batch.records())
+        by_columns, by_dicts = FD.live_series(batch, states[0]), FD.live_series(batch.records(), states[1])
+        assert by_columns.keys() == by_dicts.keys()
+        for key in by_columns:
+            assert len(by_columns[key]) == len(by_dicts[key]), key
+            for s1, s2 in zip(by_columns[key], by_dicts[key]):
+                assert s1.name == s2.name
+                np.testing.assert_array_equal(np.asarray(s1.x), np.asarray(s2.x))
+                np.testing.assert_array_equal(np.asarray(s1.y), np.asarray(s2.y))
+    fields = ("steps_seen", "epoch", "samples", "first_start", "last_time", "loss", "test_accuracy", "_clock")
+    assert [getattr(tallies[0], f) for f in fields] == [getattr(tallies[1], f) for f in fields]
+    assert tallies[0].steps_seen == 40
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_dask_runs_streamed_steps_csv_is_the_file_the_old_path_wrote(client, tmp_path, monkeypatch):
+    """Rows packed as bytes through Worker.log_event, merged on the client: the same file."""
+    spy = _Spy(monkeypatch)
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=80, out=str(out)), cluster=client,
+                    progress=False)
+    assert result.status == "completed"
+    assert (out / "steps.csv").read_text() == spy.old_csv()
+    assert len(wb.load(out).steps) == 160
