@@ -28,14 +28,16 @@ def test_a_run_in_a_child_is_the_in_process_run_with_its_batches_streamed_back()
     assert batches and tally.steps_seen == child.summary["steps"] == 30
 
 
-def test_stop_reaches_the_child_and_the_run_ends_stopped_with_its_steps():
-    cfg = SMALL.replace(steps=None, epochs=1e5)             # millions of steps: only Stop ends it
+def test_stop_reaches_the_child_and_the_run_ends_stopped_with_its_steps(tmp_path):
+    cfg = SMALL.replace(steps=None, epochs=1e5, out=str(tmp_path / "run"))   # millions of steps: only Stop ends it
     seen: list = []
     result = simproc.run_in_process(cfg, on_record=seen.append, should_stop=lambda: bool(seen))
     assert result.summary["status"] == "stopped"
     steps = result.summary["steps"]
     assert 0 < steps < result.summary["total_steps_planned"]
     assert len(result.steps) == steps * 8                     # every worker's every step came back
+    saved = wb.load(tmp_path / "run")                         # ... and the child's run directory holds them
+    assert saved.summary["status"] == "stopped" and len(saved.steps) == len(result.steps)
 
 
 def test_an_error_in_the_child_is_raised_here(tmp_path):

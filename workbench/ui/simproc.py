@@ -106,6 +106,9 @@ def _child(config: Any, conn: Any, stop: Any) -> None:
     try:
         result = api.run(config, cluster=None, on_record=lambda batch: send("records", batch),
                          should_stop=stop.is_set, progress=False)
+        if getattr(result, "store", None) is not None:   # steps streamed to the run directory:
+            result.steps = result.steps                     # read back here, and the store (open
+            result.store = None                             # files) stays in the child
         send("result", result)
     except BaseException as exc:      # the kernel raises it as if the run had been in-process
         send("error", _sendable(exc))
