@@ -215,3 +215,13 @@ def test_a_dask_runs_streamed_steps_csv_is_the_file_the_old_path_wrote(client, t
     assert result.status == "completed"
     assert (out / "steps.csv").read_text() == spy.old_csv()
     assert len(wb.load(out).steps) == 160
+
+
+def test_a_streamed_result_pickles_and_reads_its_steps_back(tmp_path, no_dask):
+    import pickle
+    result = wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=20, out=str(tmp_path / "run")),
+                    cluster="threads", progress=False)
+    result.forget_steps()
+    copy = pickle.loads(pickle.dumps(result))
+    # (both parse steps.csv; the tolerance covers a parser that rounds a last digit differently)
+    pd.testing.assert_frame_equal(copy.steps, wb.load(tmp_path / "run").steps, check_exact=False, rtol=1e-14)

@@ -640,7 +640,14 @@ class StepStore:
         for f in self._files.values():
             with contextlib.suppress(OSError):
                 f.close()
+        self._files = {}
         self.closed = True
+
+    def __getstate__(self) -> dict:
+        """A store travels without its open files (a closed one has none left to use)."""
+        state = dict(self.__dict__)
+        state["_files"] = {}
+        return state
 
     def saved_in(self, directory: str | Path) -> bool:
         """Whether steps.csv is already written, whole, in `directory`."""
@@ -665,8 +672,7 @@ class StepStore:
             for lo in range(0, self.rows_on_disk, rows):
                 yield self._spool_columns(names, lo, min(lo + rows, self.rows_on_disk))
         elif self.rows_on_disk:   # the spool is gone: steps.csv, a piece at a time
-            for part in pd.read_csv(self.directory / "steps.csv", usecols=names, chunksize=rows,
-                                    float_precision="round_trip"):
+            for part in pd.read_csv(self.directory / "steps.csv", usecols=names, chunksize=rows):
                 yield {name: part[name].to_numpy(dtype=np.float64) for name in names}
         held = [b for w in sorted(self.pending) for b in self.pending[w]]   # none once closed
         group: list[np.ndarray] = []
