@@ -28,7 +28,8 @@ def modules():
     ("cupy", {"maths/backend.py"}),
     ("plotly", {"ui"}),
     ("ipywidgets", {"ui"}),
-    ("distributed", {"execution/cluster.py", "comm", "execution/engine.py", "execution/transports/dask.py"}),
+    ("distributed", {"execution/cluster.py", "comm", "execution/engine.py", "execution/transports/dask.py",
+                     "execution/transports/dask_worker.py"}),
 ])
 def test_only_the_allowed_modules_import(library, allowed):
     offenders = []

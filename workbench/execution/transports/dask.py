@@ -18,58 +18,28 @@ What it provides for the declared needs:
 * shared arrays: shared-memory segments (one host only);
 * start barrier: shared memory on one host, Dask events across hosts.
 
-Worker side: `worker_task` opens those links from the picklable `DaskPlan` and runs the
-engine's `worker_main` (handed in: transports never import the engine).
+Worker side (`transports.dask_worker`): `worker_task` opens those links from the picklable
+`DaskPlan` and runs the engine's `worker_main` (handed in: transports never import the engine).
+Segment and lock-file clean-up: `transports.segments`.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from ...config import ConfigError, RunConfig
 from .. import platforms
-from .base import Progress, RunSetup, Transport, WorkerLinks, choose_workers, group_of
+from .base import Progress, RunSetup, Transport, choose_workers
+from .dask_worker import DaskPlan, worker_task
+from .segments import create_shared, remove_file, shm_retire, unlink_shm_name, untrack
 
 LIVENESS_S = 0.5          # how often the client checks that every worker is still there
 RESULT_TIMEOUT_S = 30.0   # fetching a finished loop's result (rank 0's holds the parameters)
 LIVENESS_TIMEOUT_S = 2.0  # bound on asking the scheduler which workers live (see _alive)
 CLEANUP_S = 2.0           # each clean-up call on a live worker
-
-
-@dataclass
-class DaskPlan:
-    """What every loop needs to open its links (travels with the task)."""
-
-    run_id: str
-    topic: str
-    config: dict
-    kinds: list[str]
-    groups: list[list[int]]
-    n_params: int
-    extra: dict
-    t0_wall: float = 0.0
-    comm: str | None = None                 # "shm" | "dask" | "nccl" | None
-    comm_elems: int = 0
-    addresses: list[str] = field(default_factory=list)
-    nccl_ids: list[tuple] = field(default_factory=list)
-    segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
-    start_segment: str | None = None
-    server: str | None = None               # "shm" | "shm_master" | "shm_table" | "actor" | "actor_master"
-    role: str | None = None                 # the declared server role (its core's ops: roles.role_core)
-    server_options: dict = field(default_factory=dict)
-    server_segment: str | None = None
-    lock_path: str | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.kinds)
 
 
 def choose_comm(config: RunConfig, workers: list[dict]) -> str:
@@ -166,7 +136,7 @@ class DaskTransport(Transport):
                 from ...comm.nccl import unique_id
                 plan.nccl_ids.append(self._on(unique_id, where=lead))
         for name in needs.shared:
-            self.segments[name] = self._on(_create_shared, f"wb{run_id}{name[:1]}", setup.params0, where=addr0)
+            self.segments[name] = self._on(create_shared, f"wb{run_id}{name[:1]}", setup.params0, where=addr0)
         if shm_ok:   # the start barrier in shared memory
             from ...comm.barrier import barrier_nbytes
             plan.start_segment = self.segments["start"] = self._on(create_segment, f"wb{run_id}b",
@@ -335,7 +305,7 @@ class DaskTransport(Transport):
                 self.actor.serve("retire", rank).result(timeout=10)
             elif plan.server == "shm":
                 # Client.run, not submit: the survivor's only thread is busy training.
-                self.client.run(_shm_retire, plan.server_segment, plan.lock_path, plan.n_params, plan.size, rank,
+                self.client.run(shm_retire, plan.server_segment, plan.lock_path, plan.n_params, plan.size, rank,
                                 plan.server_options, workers=survivors[:1])
 
     def _alive(self) -> set | None:
@@ -393,7 +363,7 @@ class DaskTransport(Transport):
             if local:
                 unlink_shm_name(name)
                 if addr0 not in alive and getattr(self.client, "cluster", None) is not None:
-                    _untrack(name)  # its dead creator shared our resource tracker: no "leaked" warning
+                    untrack(name)  # its dead creator shared our resource tracker: no "leaked" warning
             elif addr0 not in alive:
                 self._on_survivor(unlink_shm_name, name, alive, host=workers[0]["host"])
         if self.lock_path:
@@ -410,160 +380,3 @@ class DaskTransport(Transport):
         if survivors:
             with contextlib.suppress(Exception):
                 self.client.run(fn, arg, workers=survivors[:1], callback_timeout=CLEANUP_S)
-
-
-# ------------------------------------------------------------------------------ worker side
-def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
-    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`)."""
-    from distributed import get_worker
-
-    worker = get_worker()
-    if worker.address != address:  # rescheduled after its worker died: not ours to run
-        return {"status": "rescheduled", "params": None}
-    links = open_links(plan, rank, actor)
-
-    def sink(batch: dict) -> None:
-        worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
-
-    try:
-        return main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall,
-                    links, sink)
-    finally:
-        links.close()
-        if rank == 0 and getattr(links.control.control, "lease_expired", False):
-            _orphaned(plan)
-
-
-def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
-    """This worker's links, from the plan (runs on the worker)."""
-    from ...comm.base import ThrottledControl
-    from ...comm.dask import EventControl
-    from ...comm.shm import SharedArray
-    size = plan.size
-    control = ThrottledControl(EventControl(plan.run_id))
-    links = WorkerLinks(control=control)
-    links.closers.append(control.close)
-    gi, ranks = group_of(plan.groups, rank)
-    grank, gsize = ranks.index(rank), len(ranks)
-    if plan.comm == "shm":
-        from ...comm.shm import ShmComm
-        links.comm = ShmComm(plan.segments[f"comm{gi}"], grank, gsize, plan.comm_elems, control=control)
-    elif plan.comm == "dask":
-        from ...comm.ring import RingComm
-        links.comm = RingComm(f"{plan.run_id}/{gi}", grank, gsize, [plan.addresses[r] for r in ranks],
-                              control=control)
-    elif plan.comm == "nccl":
-        from ...comm.nccl import NcclComm
-        links.comm = NcclComm(plan.nccl_ids[gi], grank, gsize)
-    if links.comm is not None:
-        links.closers.append(links.comm.close)
-    links.shared = {name: SharedArray(seg, plan.n_params) for name, seg in plan.segments.items()
-                    if not name.startswith("comm")}
-    links.closers += [s.close for s in links.shared.values()]
-    if plan.server == "actor":
-        from ...comm.dask import ActorServerProxy
-        from ...comm.roles import role_core
-        links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
-    elif plan.server == "actor_master":
-        from ...comm.dask import ChunkMasterProxy
-        links.server = ChunkMasterProxy(actor, control, plan.server_options["weight_return"])
-    elif plan.server == "shm":
-        from ...comm.shm import ShmServer
-        links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,
-                                 **plan.server_options)
-    elif plan.server == "shm_table":
-        from ...comm.shm import ShmModelTable
-        links.server = ShmModelTable(plan.server_segment, plan.lock_path, plan.n_params, size, control=control)
-    elif plan.server == "shm_master":
-        from ...comm.shm import ShmChunkMaster
-        links.server = ShmChunkMaster(plan.server_segment, plan.lock_path, rank, size, n=plan.n_params,
-                                      control=control, **plan.server_options)
-    if hasattr(links.server, "close"):
-        links.closers.append(links.server.close)
-    links.start_barrier = _start_barrier(plan, rank, control, links.comm)
-    if hasattr(links.start_barrier, "close"):
-        links.closers.append(links.start_barrier.close)
-    return links
-
-
-class _StartThenComm:
-    """A start barrier followed by the collective's own (several hosts: the event barrier
-    leaves a scheduler round trip of skew, which the first allreduce would book as wait)."""
-
-    def __init__(self, barrier: Any, comm: Any):
-        self.barrier, self.comm = barrier, comm
-
-    def __call__(self) -> list[int]:
-        missing = self.barrier()
-        if not missing and self.comm is not None:
-            self.comm.barrier()
-        return missing
-
-    def close(self) -> None:
-        self.barrier.close()
-
-
-def _start_barrier(plan: DaskPlan, rank: int, control: Any, comm: Any) -> Any:
-    """This worker's start barrier: shared memory on one host, Dask events across hosts."""
-    from ...comm.barrier import EventStartBarrier, ShmStartBarrier
-    if plan.start_segment:
-        return ShmStartBarrier(plan.start_segment, rank, plan.size, control=control)
-    return _StartThenComm(EventStartBarrier(plan.run_id, rank, plan.size, control=control), comm)
-
-
-def _orphaned(plan: DaskPlan) -> None:
-    """Worker 0, after its client vanished: free the run's segments and lock file, which
-    the client would have freed (nobody else will)."""
-    from ...comm.shm import unlink_segment
-    names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s]
-    for name in names:
-        with contextlib.suppress(Exception):
-            unlink_segment(name)
-        unlink_shm_name(name)
-    if plan.lock_path:
-        remove_file(plan.lock_path)
-
-
-def _untrack(name: str) -> None:
-    """Tell this process's resource tracker (which our local workers share) that a
-    segment whose creator died has been freed."""
-    with contextlib.suppress(Exception):
-        from multiprocessing import resource_tracker
-        resource_tracker.unregister("/" + name.lstrip("/"), "shared_memory")
-
-
-def unlink_shm_name(name: str) -> None:
-    """Remove a POSIX shared-memory name (mappings still open elsewhere stay valid) and
-    its record in this user's private directory."""
-    from ...util.private import forget_segment
-    with contextlib.suppress(FileNotFoundError, OSError):
-        os.unlink(os.path.join("/dev/shm", name.lstrip("/")))
-    forget_segment(name)
-
-
-def _create_shared(name: str, params: np.ndarray) -> str:
-    """Create a shared segment holding a copy of `params` (runs on worker 0)."""
-    from ...comm.shm import SharedArray, create_segment
-    seg = create_segment(name, params.nbytes)
-    arr = SharedArray(seg, params.shape[0], params.dtype)
-    arr.array[:] = params
-    return seg
-
-
-def _shm_retire(segment: str, lock: str, n: int, size: int, rank: int, options: dict) -> None:
-    """Runs on a surviving worker: retire a lost rank on the shared-memory server."""
-    from ...comm.shm import ShmServer, live_server
-    server = live_server(segment)
-    if server is not None:     # this worker's own (its creator may be dead, its name unlinked)
-        server.retire(rank)
-        return
-    server = ShmServer(segment, lock, n, size, **options)
-    try:
-        server.retire(rank)
-    finally:
-        server.close()
-
-
-def remove_file(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)

@@ -1,0 +1,153 @@
+"""The worker side of the Dask transport: the one task each worker runs (`worker_task`) and
+the links it opens from the picklable `DaskPlan` (collective, server role, shared arrays, start
+barrier). Runs in the Dask worker processes; the client side is `transports.dask`."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...config import RunConfig
+from .base import WorkerLinks, group_of
+from .segments import remove_file, unlink_shm_name
+
+
+@dataclass
+class DaskPlan:
+    """What every loop needs to open its links (travels with the task)."""
+
+    run_id: str
+    topic: str
+    config: dict
+    kinds: list[str]
+    groups: list[list[int]]
+    n_params: int
+    extra: dict
+    t0_wall: float = 0.0
+    comm: str | None = None                 # "shm" | "dask" | "nccl" | None
+    comm_elems: int = 0
+    addresses: list[str] = field(default_factory=list)
+    nccl_ids: list[tuple] = field(default_factory=list)
+    segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
+    start_segment: str | None = None
+    server: str | None = None               # "shm" | "shm_master" | "shm_table" | "actor" | "actor_master"
+    role: str | None = None                 # the declared server role (its core's ops: roles.role_core)
+    server_options: dict = field(default_factory=dict)
+    server_segment: str | None = None
+    lock_path: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.kinds)
+
+
+def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
+    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`)."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    if worker.address != address:  # rescheduled after its worker died: not ours to run
+        return {"status": "rescheduled", "params": None}
+    links = open_links(plan, rank, actor)
+
+    def sink(batch: dict) -> None:
+        worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
+
+    try:
+        return main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall,
+                    links, sink)
+    finally:
+        links.close()
+        if rank == 0 and getattr(links.control.control, "lease_expired", False):
+            _orphaned(plan)
+
+
+def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
+    """This worker's links, from the plan (runs on the worker)."""
+    from ...comm.base import ThrottledControl
+    from ...comm.dask import EventControl
+    from ...comm.shm import SharedArray
+    size = plan.size
+    control = ThrottledControl(EventControl(plan.run_id))
+    links = WorkerLinks(control=control)
+    links.closers.append(control.close)
+    gi, ranks = group_of(plan.groups, rank)
+    grank, gsize = ranks.index(rank), len(ranks)
+    if plan.comm == "shm":
+        from ...comm.shm import ShmComm
+        links.comm = ShmComm(plan.segments[f"comm{gi}"], grank, gsize, plan.comm_elems, control=control)
+    elif plan.comm == "dask":
+        from ...comm.ring import RingComm
+        links.comm = RingComm(f"{plan.run_id}/{gi}", grank, gsize, [plan.addresses[r] for r in ranks],
+                              control=control)
+    elif plan.comm == "nccl":
+        from ...comm.nccl import NcclComm
+        links.comm = NcclComm(plan.nccl_ids[gi], grank, gsize)
+    if links.comm is not None:
+        links.closers.append(links.comm.close)
+    links.shared = {name: SharedArray(seg, plan.n_params) for name, seg in plan.segments.items()
+                    if not name.startswith("comm")}
+    links.closers += [s.close for s in links.shared.values()]
+    if plan.server == "actor":
+        from ...comm.dask import ActorServerProxy
+        from ...comm.roles import role_core
+        links.server = ActorServerProxy(actor, control, ops=role_core(plan.role).OPS)
+    elif plan.server == "actor_master":
+        from ...comm.dask import ChunkMasterProxy
+        links.server = ChunkMasterProxy(actor, control, plan.server_options["weight_return"])
+    elif plan.server == "shm":
+        from ...comm.shm import ShmServer
+        links.server = ShmServer(plan.server_segment, plan.lock_path, plan.n_params, size, control=control,
+                                 **plan.server_options)
+    elif plan.server == "shm_table":
+        from ...comm.shm import ShmModelTable
+        links.server = ShmModelTable(plan.server_segment, plan.lock_path, plan.n_params, size, control=control)
+    elif plan.server == "shm_master":
+        from ...comm.shm import ShmChunkMaster
+        links.server = ShmChunkMaster(plan.server_segment, plan.lock_path, rank, size, n=plan.n_params,
+                                      control=control, **plan.server_options)
+    if hasattr(links.server, "close"):
+        links.closers.append(links.server.close)
+    links.start_barrier = _start_barrier(plan, rank, control, links.comm)
+    if hasattr(links.start_barrier, "close"):
+        links.closers.append(links.start_barrier.close)
+    return links
+
+
+class _StartThenComm:
+    """A start barrier followed by the collective's own (several hosts: the event barrier
+    leaves a scheduler round trip of skew, which the first allreduce would book as wait)."""
+
+    def __init__(self, barrier: Any, comm: Any):
+        self.barrier, self.comm = barrier, comm
+
+    def __call__(self) -> list[int]:
+        missing = self.barrier()
+        if not missing and self.comm is not None:
+            self.comm.barrier()
+        return missing
+
+    def close(self) -> None:
+        self.barrier.close()
+
+
+def _start_barrier(plan: DaskPlan, rank: int, control: Any, comm: Any) -> Any:
+    """This worker's start barrier: shared memory on one host, Dask events across hosts."""
+    from ...comm.barrier import EventStartBarrier, ShmStartBarrier
+    if plan.start_segment:
+        return ShmStartBarrier(plan.start_segment, rank, plan.size, control=control)
+    return _StartThenComm(EventStartBarrier(plan.run_id, rank, plan.size, control=control), comm)
+
+
+def _orphaned(plan: DaskPlan) -> None:
+    """Worker 0, after its client vanished: free the run's segments and lock file, which
+    the client would have freed (nobody else will)."""
+    from ...comm.shm import unlink_segment
+    names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s]
+    for name in names:
+        with contextlib.suppress(Exception):
+            unlink_segment(name)
+        unlink_shm_name(name)
+    if plan.lock_path:
+        remove_file(plan.lock_path)
