@@ -37,3 +37,14 @@ def no_dask(monkeypatch):
         raise AssertionError("a simulated run must not start a Dask cluster")
     for name in ("session_client", "client"):
         monkeypatch.setattr(cluster, name, refuse)
+
+
+def await_replacement(client, n: int, timeout: float = 120) -> None:
+    """After a test killed a worker: wait for its nanny to bring a fresh one back. Under load
+    a nanny has (rarely) not done so within 180 s; then every nanny restarts its worker
+    (Client.restart, distributed's own remedy), so the module's later tests get n workers."""
+    try:
+        client.wait_for_workers(n, timeout=timeout)
+    except TimeoutError:
+        client.restart(timeout=180, wait_for_workers=True)
+        client.wait_for_workers(n, timeout=60)

@@ -74,6 +74,8 @@ try:
     with socket.create_connection((host, port), timeout=5) as raw, ctx.wrap_socket(raw) as s:
         s.sendall(b"x" * 64)
         print("connected" if s.recv(1) else "closed")
+except ssl.SSLEOFError:
+    print("HANDSHAKE_CUT")   # the server dropped the handshake without an alert (seen under load)
 except ssl.SSLError as exc:
     print(exc.reason or exc)   # CERTIFICATE_REQUIRED (TLS 1.3's alert) or HANDSHAKE_FAILURE; WRONG_VERSION_NUMBER: no TLS
 except OSError as exc:
@@ -90,5 +92,9 @@ def test_another_local_user_cannot_get_past_the_handshake(client):
     out = subprocess.run([OTHER_PYTHON, "-c", PROBE, host, port], capture_output=True, text=True, user=65534,
                          group=65534, extra_groups=[], timeout=60, cwd="/")
     said = out.stdout.strip()
-    assert said in ("TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_HANDSHAKE_FAILURE"), (said, out.stderr)
+    # refused: an alert, or the handshake cut off by the server (never "connected"/"closed",
+    # which would mean the handshake completed)
+    refused = ("TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_HANDSHAKE_FAILURE", "HANDSHAKE_CUT",
+               "ConnectionResetError")
+    assert said in refused, (said, out.stderr)
     assert client.submit(lambda: 1, pure=False).result() == 1   # and the cluster still serves us

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import await_replacement
 
 from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
@@ -167,7 +168,7 @@ def _kill_rank_1_midrun(client, cfg):
     time.sleep(0.3)
     os.kill(victim["pid"], signal.SIGKILL)
     t.join(240)
-    client.wait_for_workers(2, timeout=180)  # the nanny brings a fresh worker back
+    await_replacement(client, 2)  # the nanny brings a fresh worker back
     return box["result"], victim
 
 

@@ -9,6 +9,7 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import await_replacement
 
 from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
@@ -129,7 +130,7 @@ def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
     assert progress.wait(60)
     os.kill(victim["pid"], signal.SIGKILL)
     t.join(240)
-    client.wait_for_workers(2, timeout=180)   # the nanny brings a fresh worker back
+    await_replacement(client, 2)   # the nanny brings a fresh worker back
     dask = box["result"]
     for result in (threads, dask):
         _check_lost(result)

@@ -6,7 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import local_client
+from conftest import await_replacement, local_client
 
 from workbench.comm.base import WorkerLost
 from workbench.comm.ring import chunk_bounds, install, ring_order_sum
@@ -220,7 +220,7 @@ def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
     t.join(120)
     assert not t.is_alive()
     ended = time.time() - t_kill
-    client3.wait_for_workers(3, timeout=180)
+    await_replacement(client3, 3)
     result = box["result"]
     assert result.status == "failed"
     assert any(e["event"] == "worker_lost" and victim["name"] in e["message"] for e in result.events)

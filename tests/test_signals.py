@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import await_replacement
 
 from workbench.config import RunConfig
 from workbench.util.private import private_dir
@@ -231,7 +232,7 @@ def test_a_worker_given_sigterm_alone_still_exits(client):
     psutil.Process(victim["pid"]).wait(timeout=30)
     took = time.monotonic() - t0
     assert 4.0 < took < 60, took            # after the grace period, not never (the upper bound a hang guard)
-    client.wait_for_workers(2, timeout=180)  # the nanny brings a fresh one back
+    await_replacement(client, 2)  # the nanny brings a fresh one back
 
 
 def test_sigterm_in_an_async_run_removes_the_lock_file(tmp_path):
@@ -278,7 +279,7 @@ def test_losing_rank_0_of_an_async_run_leaves_nothing_and_costs_no_waiting(clien
     assert not [m for m in maps if os.path.exists(m)] and not list(Path("/dev/shm").glob(f"wb{run_id}*"))
     print(f"rank 0 killed; run ended {time.monotonic() - t_kill:.1f} s later, "
           f"{result.summary['wall_time_s'] - last_step_wall:.2f} s after the survivor's last step")
-    client.wait_for_workers(2, timeout=180)
+    await_replacement(client, 2)
 
 
 # ------------------------------------------------------------------------------ external cluster

@@ -909,7 +909,12 @@ class RunResult:
         streamed = self.store is not None and self.store.saved_in(d)
         if self.store is not None and self.store.error is not None and self.store.directory is not None \
                 and Path(d).resolve() == self.store.directory.resolve():
-            raise self.store.error        # the streamed steps.csv is incomplete: never commit it
+            # The stream stopped on a write error: its steps.csv is incomplete, so it is never
+            # committed; the rows it kept in memory are written whole in its place if the disk
+            # now takes them (what could be kept is kept), then the error is raised.
+            with contextlib.suppress(OSError):
+                atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
+            raise self.store.error
         if overwrite:
             (d / "summary.json").unlink(missing_ok=True)     # the commit marker first
             for name in RUN_FILES:
