@@ -158,3 +158,42 @@ def test_a_trace_decimated_at_every_redraw_keeps_its_start_and_its_extremes():
     assert len(xs) <= FD.LIVE_POINTS + 2
     assert np.diff(xs).max() <= 0.01 * 100.0
     assert ys.max() == 5.0 and ys.min() == pytest.approx(loss.min())
+
+
+def _extremes_by_loop(x, y, max_points):
+    """The rule of `figdata.extremes` as a plain loop over bins: the oracle."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n <= max_points:
+        return list(range(n))
+    bins = max(1, max_points // 2)
+    lo, hi = x.min(), x.max()
+    keep = {0, n - 1}
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        k = min(int((x[i] - lo) / ((hi - lo) / bins)), bins - 1) if hi > lo else 0
+        members.setdefault(k, []).append(i)
+    for rows in members.values():
+        finite = [i for i in rows if np.isfinite(y[i])]
+        if finite:
+            keep.add(min(finite, key=lambda i: (y[i], i)))
+            keep.add(min(finite, key=lambda i: (-y[i], i)))
+        else:
+            keep.add(rows[0])                      # an all-missing bin: its first row
+    missing = [i for i in range(n) if not np.isfinite(y[i])]
+    if len(missing) <= max_points // 10:
+        keep.update(missing)
+    return sorted(keep)
+
+
+def test_extremes_keeps_each_bins_first_min_and_max_like_a_plain_loop():
+    """Ties (integer losses), missing values, a flat x and bins of one row, against the loop."""
+    rng = np.random.default_rng(1)
+    for trial in range(120):
+        n = int(rng.integers(2, 800))
+        x = np.zeros(n) if trial % 5 == 0 else np.sort(rng.random(n)) * (1e6 if trial % 2 else 1.0)
+        y = rng.integers(0, 4, n).astype(float) if trial % 2 else rng.standard_normal(n)
+        if trial % 3 == 0:
+            y[rng.random(n) < 0.05] = np.nan
+        max_points = int(rng.integers(4, 120))
+        assert FD.extremes(x, y, max_points).tolist() == _extremes_by_loop(x, y, max_points), (trial, n, max_points)

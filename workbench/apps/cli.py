@@ -228,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seeds", default=None,
                      help="comma-separated seeds, e.g. 0,1,2: run the notebook once per seed (default: the file's "
                           "seeds, quick_seeds with --quick); a verdict holds only beyond the range over them")
+    rep.add_argument("--seed-jobs", default=None,
+                     help="how many seeds' notebooks run at once (default: the file's seed_jobs, 1 unless it says "
+                          "otherwise; never more than the cores): for simulated notebooks only")
 
     sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
                            description="Run the config once per worker count; with --out, write one run "
@@ -289,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .reproduce import NotebookFailed, reproduce
             try:
                 outcome = reproduce(args.experiment, args.out, quick=args.quick, progress=not args.no_progress,
-                                    notebook=args.notebook, seeds=_seed_flag(args.seeds))
+                                    notebook=args.notebook, seeds=_seed_flag(args.seeds),
+                                    seed_jobs=_seed_jobs_flag(args.seed_jobs))
             except NotebookFailed as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_FAILED
@@ -587,6 +591,20 @@ def _lessons(args: argparse.Namespace) -> int:
     copied = copy_lessons(args.dir, overwrite=args.overwrite)
     print(f"copied {len(copied)} files into {args.dir}: jupyter lab {Path(args.dir) / 'notebooks'}")
     return EXIT_OK
+
+
+def _seed_jobs_flag(text: str | None) -> int | None:
+    """`reproduce --seed-jobs 2` as an int (None: the experiment file's seed_jobs).
+
+    >>> _seed_jobs_flag("2"), _seed_jobs_flag(None)
+    (2, None)
+    """
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError("seed_jobs", "an integer >= 1", text) from None
 
 
 def _seed_flag(text: str | None) -> list[int] | None:

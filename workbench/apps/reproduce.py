@@ -12,6 +12,10 @@ Experiment file keys:
     expected_shape (list of {id, text, paper?}), parameters (dict), quick_parameters (dict),
     quick_skips (dict: shape id -> why quick mode does not reproduce it),
     seeds, quick_seeds (lists of seeds: the notebook runs once per seed)
+    seed_jobs (how many seeds' notebooks run at once, default 1; at most the cores: only
+        for notebooks that measure nothing on this machine, i.e. simulated clusters on a
+        fixed device profile, whose virtual time is the same however busy the cores are;
+        a real-cluster notebook measures the machine and must not share it with itself)
 
 Verdicts fail loudly: `reproduce` returns `failed`, the shapes that did not hold or were
 not measured, and the CLI exits with EXIT_SHAPE (3) when there is any (0 when every shape
@@ -69,6 +73,7 @@ class Experiment:
     quick_skips: dict[str, str]
     seeds: list[int]
     quick_seeds: list[int]
+    seed_jobs: int = 1
 
 
 MAX_TEXT = 10_000     # characters in one parameter string
@@ -111,7 +116,22 @@ def load_experiment(path: str | Path, notebook: str | Path | None = None) -> Exp
                       parameters=check_parameters(data.get("parameters"), "parameters"),
                       quick_parameters=check_parameters(data.get("quick_parameters"), "quick_parameters"),
                       quick_skips=_quick_skips(data.get("quick_skips"), data["expected_shape"]),
-                      **_seeds(data))
+                      seed_jobs=check_seed_jobs(data.get("seed_jobs", 1)), **_seeds(data))
+
+
+def check_seed_jobs(value: Any, field: str = "seed_jobs") -> int:
+    """How many seeds run at once: an integer >= 1.
+
+    >>> check_seed_jobs(2)
+    2
+    >>> check_seed_jobs(0)
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: seed_jobs: an integer >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(field, "an integer >= 1", value)
+    return value
 
 
 def _seeds(data: dict) -> dict[str, list[int]]:
@@ -217,7 +237,7 @@ def _plain(value: Any, field: str, depth: int = 0) -> Any:
 
 def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: str = "python3",
               progress: bool = True, notebook: str | Path | None = None,
-              seeds: list[int] | None = None) -> dict[str, Any]:
+              seeds: list[int] | None = None, seed_jobs: int | None = None) -> dict[str, Any]:
     """Run one experiment end to end; returns {"report", "notebook", "checks", "all_held",
     "failed", "seeds"}.
 
@@ -226,7 +246,11 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     the notebook runs. `notebook` runs that notebook instead of the one the experiment
     file names (which must lie in the repository's notebooks/ folder). `seeds`: run the
     notebook once per seed (default: the file's `seeds`, `quick_seeds` in quick mode).
+    `seed_jobs`: how many of those run at once (default: the file's `seed_jobs`; never more
+    than this machine's cores or the seeds), each in a process of its own; the results are
+    the same as one at a time (each seed's notebook is its own kernel and folder).
     """
+    import os
     import sys
 
     from papermill.inspection import inspect_notebook
@@ -246,13 +270,36 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     out = Path(out).resolve()
     executed = out / exp.notebook.name
     _claim_files(out, [exp.notebook.name, "report.html", "shape.json", "seeds"], exp.notebook)
-    per_seed: dict[int, list[dict]] = {}
+    jobs = check_seed_jobs(exp.seed_jobs if seed_jobs is None else seed_jobs)
+    jobs = min(jobs, len(seeds), os.cpu_count() or 1)
+    runs = []                                  # (seed, where, the notebook's parameters)
     for i, seed in enumerate(seeds):
         where = out if i == 0 else out / "seeds" / f"seed-{seed}"
         seed_params = {**params, "seed": seed} if "seed" in known else dict(params)
-        if progress and len(seeds) > 1:
-            print(f"[reproduce] seed {seed} ({i + 1} of {len(seeds)}) -> {where}", file=sys.stderr)
-        per_seed[seed] = _execute(exp, where, {**seed_params, "quick": quick, "out_dir": str(where)}, kernel, progress)
+        runs.append((seed, where, {**seed_params, "quick": quick, "out_dir": str(where)}))
+    per_seed: dict[int, list[dict]] = {}
+    if jobs == 1:
+        for i, (seed, where, p) in enumerate(runs):
+            if progress and len(seeds) > 1:
+                print(f"[reproduce] seed {seed} ({i + 1} of {len(seeds)}) -> {where}", file=sys.stderr)
+            per_seed[seed] = _execute(exp, where, p, kernel, progress)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        if progress:
+            print(f"[reproduce] seeds {', '.join(map(str, seeds))}, {jobs} at a time (seed_jobs); progress shown for "
+                  f"seed {seeds[0]} -> {out}", file=sys.stderr)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {seed: pool.submit(_execute, exp, where, p, kernel, progress and i == 0)
+                       for i, (seed, where, p) in enumerate(runs)}
+            try:
+                for seed in seeds:
+                    per_seed[seed] = futures[seed].result()
+            except BaseException:
+                for f in futures.values():
+                    f.cancel()
+                raise
+    for seed in seeds:
         own = out / "seeds" / f"seed-{seed}" / "shape.json"     # every seed's own verdicts, kept
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_text(json.dumps(per_seed[seed], indent=2))

@@ -29,14 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, WorkerContext, run_loop
-from ..comm.base import Emulated, WorkerLost
+from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
-from ..maths.backend import get_xp
-from ..maths.metrics import Evaluator
 from ..problem import Problem
-from ..results import Collector, OnRecord, RunResult, StepLog, build_result, event_record, live_width
+from ..results import Collector, OnRecord, RunResult, build_result, event_record, live_width
 from ..util import machine
 from ..util.machine import LoopUsage
+from .context import build_context
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
@@ -49,32 +48,6 @@ __all__ = ["run", "run_threads", "execute", "decide_status", "worker_main", "bui
 
 
 # ------------------------------------------------------------------------------ worker side
-def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,
-                  server: Any = None, shared: dict | None = None, control: Any = None,
-                  emit: Callable | None = None, t0_wall: float = 0.0, extra: dict | None = None,
-                  start_barrier: Callable | None = None, timer: Callable[[], float] | None = None) -> WorkerContext:
-    """Everything one worker needs: data on its device, its own model instance, plan, links."""
-    xp = get_xp(kind)
-    problem = Problem.from_config(config)   # built once per process: a warm worker skips the load
-    data, plan = problem.data, problem.plan
-    model = problem.new_model()             # this worker's own instance (its work buffers)
-    X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
-    if config.latency_ms or config.bandwidth_gbps:
-        comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None
-        server = Emulated(server, config.latency_ms, config.bandwidth_gbps) if server is not None else None
-    ctx = WorkerContext(rank=rank, size=size, kind=kind, xp=xp, config=config, plan=plan, model=model,
-                        X=X, y=y, comm=comm, server=server, shared=shared or {}, control=control,
-                        emit=emit, t0_wall=t0_wall, extra=dict(extra or {}), start_barrier=start_barrier)
-    if timer is not None:
-        ctx.timer = timer
-    ctx.steps = StepLog(capacity=min(4096, plan.total_steps + 1))   # its rows: one a step (it grows if need be)
-    spec = REGISTRY[config.algorithm]
-    if rank == 0 or spec.evaluates in ("trainers", "all"):
-        ctx.evaluator = Evaluator(model, data, xp)
-    ctx.extra["dataset"] = data
-    return ctx
-
-
 def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[list[int]], extra: dict,
                 t0_wall: float, links: WorkerLinks, sink: Callable[[dict], None],
                 vanish_at: Callable[[int], None] | None = None) -> dict:

@@ -288,12 +288,14 @@ def extremes(x: Sequence, y: Sequence, max_points: int) -> np.ndarray:
     yy = np.where(np.isfinite(y), y, np.nan)
     keep = np.zeros(n, dtype=bool)
     keep[[0, n - 1]] = True
-    # per bin (x is sorted, so each bin is one run of rows), the first row of its min and of its max
+    # x is sorted, so each bin is one run of rows: per run, the first row holding its min
+    # and the first holding its max (linear: reduceat over the runs, no sort)
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    run = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     for values in (yy, -yy):
         filled = np.where(np.isnan(values), np.inf, values)
-        order = np.lexsort((filled, b))                     # by bin, then by value
-        first = np.r_[True, b[order][1:] != b[order][:-1]]
-        keep[order[first]] = True
+        at_min = np.flatnonzero(filled == np.minimum.reduceat(filled, starts)[run])
+        keep[at_min[np.r_[True, run[at_min][1:] != run[at_min][:-1]]]] = True
     keep |= ~np.isfinite(y) & (np.count_nonzero(~np.isfinite(y)) <= max_points // 10)
     return np.flatnonzero(keep)
 

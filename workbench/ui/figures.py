@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -210,12 +211,23 @@ def mark_virtual(fig: Any, virtual: bool | str = True) -> Any:
     def axis(ax: Any) -> None:
         ax.title.text = convert(ax.title.text, whole=True)
 
-    with fig.batch_update() if isinstance(fig, go.FigureWidget) else contextlib.nullcontext():
+    with fig.batch_update() if is_widget(fig) else contextlib.nullcontext():
         fig.for_each_xaxis(axis)
         fig.for_each_yaxis(axis)
         for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s, log-log)"
             a.text = convert(a.text, whole=False)
     return fig
+
+
+def is_widget(fig: Any) -> bool:
+    """Whether `fig` is a plotly FigureWidget, without importing the widget module.
+
+    `go.FigureWidget` is loaded on first access, and loading it imports ipywidgets and
+    nbformat (about 4 s in a fresh process here): a static report must not pay for a
+    check whose answer it knows. A figure can only be a widget once that module is loaded.
+    """
+    module = sys.modules.get("plotly.graph_objs._figurewidget")
+    return module is not None and isinstance(fig, module.FigureWidget)
 
 
 def as_widget(fig: Any, live: bool = True) -> Any:
@@ -224,7 +236,7 @@ def as_widget(fig: Any, live: bool = True) -> Any:
     Live figures are built as plain Figures and turned into a widget at the end, so the
     widget's first message to the frontend already carries every trace and the layout.
     """
-    if live and not isinstance(fig, go.FigureWidget):
+    if live and not is_widget(fig):
         from .plotly_widget import whole_state_widget  # imports ipywidgets: live figures only
         return whole_state_widget(fig)
     return fig

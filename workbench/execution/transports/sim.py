@@ -46,6 +46,7 @@ from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
 from ...sim.profiles import _one_blas_thread
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from .sim_lockstep import Lockstep, lockstep_refusal
 
 MAX_WORKERS = 1024
 
@@ -651,9 +652,11 @@ class SimModel:
 class SimTransport(Transport):
     name = "sim"
 
-    def __init__(self, link: Any = None, batch_compute: bool = True) -> None:
+    def __init__(self, link: Any = None, batch_compute: bool = True, lockstep: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
+        self.lockstep = lockstep     # sync_sgd's replicas stepped together in one loop (sim_lockstep), where it applies
+        self.path = ""               # how the run was simulated: "lockstep" or "per worker"
         self.control = ThreadControl()
         self.reports = Reports(lambda rank: f"virtual worker {rank}")
         self.thread: threading.Thread | None = None
@@ -727,7 +730,13 @@ class SimTransport(Transport):
                 self.reports.returned(rank, result)
             return body
 
-        procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
+        refusal = lockstep_refusal(setup) if self.lockstep and self.batch_compute else "not asked for"
+        if refusal is None:      # every rank's step in one loop, bitwise the per-worker run (sim_lockstep)
+            self.path = "lockstep"
+            procs = [sched.spawn(Lockstep(self, setup, sink, costs).body, name="worker 0")]
+        else:
+            self.path = "per worker"
+            procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
         for rank, at in (setup.config.failures or {}).items():
             sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
         sched.between = self._between(sched)
@@ -827,7 +836,7 @@ class SimTransport(Transport):
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
-                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4),
+                "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4), "sim_path": self.path,
                 **({"cgdp_timeline": self.server_state.timeline()}
                    if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}
 

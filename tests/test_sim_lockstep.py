@@ -1,0 +1,99 @@
+"""The simulator's lockstep path (sync_sgd's replicas stepped together in one loop) is
+bitwise the per-worker path: the oracle is `SimTransport(lockstep=False)`, one greenlet per
+virtual worker with the compute pool, itself bitwise the call-by-call run
+(tests/test_sim_determinism.py)."""
+from __future__ import annotations
+
+import pytest
+
+from workbench.algorithms.base import WorkerContext
+from workbench.config import RunConfig
+from workbench.execution.engine import execute
+from workbench.execution.transports.sim import SimTransport
+
+SMALL = dict(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[16], batch_size=32, steps=12, eval_every=5,
+             seed=3, lr=0.05, simulate=True)
+
+
+def _both(config: RunConfig):
+    fast, oracle = SimTransport(), SimTransport(lockstep=False)
+    a, b = execute(config, fast), execute(config, oracle)
+    assert fast.path == "lockstep" and oracle.path == "per worker"
+    assert a.summary["sim_path"] == "lockstep"
+    return a, b
+
+
+def _same(a, b) -> None:
+    assert a.summary["status"] == b.summary["status"]
+    assert a.steps.equals(b.steps), "steps differ"
+    assert a.steps.to_csv() == b.steps.to_csv(), "steps differ (bits: -0.0, formatting)"
+    assert a.evals.equals(b.evals), "evals differ"
+    assert (a.params is None) == (b.params is None)
+    if a.params is not None:
+        assert a.params.tobytes() == b.params.tobytes(), "parameters differ"
+    assert a.summary["wall_time_s"] == b.summary["wall_time_s"]        # the virtual makespan
+
+
+def _events(result) -> list[tuple]:
+    return sorted((e["time"], e["event"], str(e["worker"]), e["message"]) for e in result.events)
+
+
+@pytest.mark.parametrize("extra", [
+    dict(cpus=4),
+    dict(cpus=1),
+    dict(gpus=2, cpus=2, jitter=0.3),
+    dict(cpus=8, momentum=0.9, nesterov=True, weight_decay=1e-4, jitter=0.2),
+    dict(cpus=4, optimizer="adamw", lr=0.01),
+    dict(cpus=5, batch_size=33),                 # slices 7, 7, 7, 6, 6
+    dict(cpus=3, batch_size=10, jitter=0.2),     # 4, 3, 3: a slice size of one worker alone
+    dict(cpus=64, batch_size=128, jitter=0.1),   # the bench's width
+], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu"])
+def test_lockstep_is_bitwise_the_per_worker_run(extra):
+    a, b = _both(RunConfig(**{**SMALL, **extra}))
+    assert a.summary["status"] == "completed"
+    assert len(a.steps) == 12 * (extra.get("cpus", 0) + extra.get("gpus", 0))
+    assert len(a.evals) == 3
+    _same(a, b)
+    assert _events(a) == _events(b)
+
+
+def test_a_diverging_run_diverges_at_the_same_step_with_the_same_event():
+    a, b = _both(RunConfig(**{**SMALL, "cpus": 4, "lr": 1e4, "steps": 30}))
+    assert a.summary["status"] == "diverged"
+    _same(a, b)
+    assert _events(a) == _events(b) and any(e[1] == "diverged" for e in _events(a))
+
+
+def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
+    # Event-driven: rank 0 asks whether to stop once a step, in both paths; the 5th asking says yes.
+    asked: list[int] = []
+
+    def stop_requested(self) -> bool:
+        if self.rank != 0:
+            return False
+        asked.append(1)
+        return len(asked) % 100 == 5     # per run: the counter is reset below
+    monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
+    config = RunConfig(**{**SMALL, "cpus": 4, "steps": 40})
+    fast = SimTransport()
+    a = execute(config, fast)
+    asked.clear()
+    b = execute(config, SimTransport(lockstep=False))
+    assert fast.path == "lockstep"
+    assert a.summary["status"] == "stopped" and len(a.steps) == 4 * 4
+    _same(a, b)
+    assert _events(a) == _events(b)
+
+
+@pytest.mark.parametrize("extra, why", [
+    (dict(cpus=4, split="speed"), "speed-based shares"),
+    (dict(cpus=4, compression="topk"), "compression keeps per-worker state"),
+    (dict(cpus=4, fail_worker="2@0.002"), "fault injection"),
+    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd"),
+])
+def test_what_lockstep_does_not_cover_runs_per_worker(extra, why):
+    from workbench.execution.transports.sim_lockstep import lockstep_refusal
+    tr = SimTransport()
+    execute(RunConfig(**{**SMALL, **extra}), tr)
+    assert tr.path == "per worker"
+    assert lockstep_refusal(tr.setup) == why

@@ -1,0 +1,244 @@
+"""The simulator's lockstep path: a synchronous algorithm whose replicas hold identical
+parameters (sync_sgd), every virtual worker's step computed together, in one greenlet.
+
+A sync_sgd replica's step is the same on every rank but for its slice of the global batch
+and its clock: each rank computes `loss_and_grad` on its slice with the parameters every
+rank holds, scales its gradient by its share, the allreduce sums the buffers in rank order,
+and every rank applies the same update to the same parameters. The per-worker path
+(`SimTransport` spawning one greenlet per rank, `ComputePool` batching the maths) runs
+that as P loops of Python: at 64 workers the loops, not the maths, were ~70% of a
+simulated step, and at 1024 a step took 7x sgd on the same global batch.
+
+Here one loop does, per step, for all P ranks at once:
+
+* the maths: one `loss_and_grad_stacked` over the global batch cut into the P slices
+  (one per slice size where the cut is uneven, as the pool groups them), with the shared
+  parameters (bitwise what the pool computes for the same step: the stacked pass is
+  bitwise the plain calls, `tests/test_models.py`), each slice's gradient scaled by its share, and the P scaled
+  gradients summed in rank order (as `SimGroup.arrive` sums the buffers);
+* the tail every worker packs after its gradient (`SyncTail`): the weighted losses summed
+  in float32 in rank order, the stop flag, each rank's compute and busy times rounded to
+  the buffer's float32 as packing does;
+* each rank's clock as the virtual clock moves it (compute charged by `SimCosts.compute`
+  per rank, jitter draws included; the allreduce done `allreduce_s` after the last
+  arrival), and from the clocks each rank's compute, comm and wait times with the same
+  float operations as `SyncSGD.step` and `SyncTail.read`;
+* one update of the shared parameters (every replica's would be the same);
+* the records: each rank's step row into its own `WorkerContext` (live batches leave as
+  from its loop), the evaluations (every rank's share of the sets, summed in rank order, as
+  `Algorithm.evaluate` does with `evaluates="all"`), the stop and divergence events.
+
+So the run is bitwise the per-worker one: steps, evaluations, parameters, events
+(`tests/test_sim_lockstep.py` checks it against `SimTransport(lockstep=False)` on
+configurations with jitter, mixed devices, momentum, adamw, evaluations, divergence and a
+stop, slices of unequal size). Configurations it does not cover run per worker
+(`lockstep_refusal` says why): other algorithms, compression, speed-based shares, models
+without a stacked pass (the CNN), fault injection, emulated latency.
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ...algorithms.base import settle
+from ...algorithms.registry import tail_length
+from ...comm.base import WorkerLost
+from ...data import _epoch_order, steps_per_epoch
+from ...maths.backend import to_numpy
+from ...results import StepLog, eval_record
+from ...util.machine import LoopUsage
+
+
+def lockstep_refusal(setup: Any) -> str | None:
+    """Why `setup`'s run cannot take the lockstep path (None: it can)."""
+    c = setup.config
+    if c.algorithm != "sync_sgd":
+        return "not sync_sgd"
+    if c.compression != "none":
+        return "compression keeps per-worker state"
+    if c.split != "equal" or setup.extra.get("shares"):
+        return "speed-based shares"
+    if c.failures:
+        return "fault injection"
+    if c.latency_ms or c.bandwidth_gbps:
+        return "emulated latency"
+    size = setup.size
+    if setup.groups != [list(range(size))]:
+        return "more than one rank group"
+    if not hasattr(setup.model, "loss_and_grad_stacked"):
+        return "the model has no stacked pass"
+    return None
+
+
+class Lockstep:
+    """One greenlet running every rank of a sync_sgd run (see the module docstring)."""
+
+    def __init__(self, transport: Any, setup: Any, sink: Any, costs: Any):
+        self.tr, self.setup, self.sink, self.costs = transport, setup, sink, costs
+        self.size = setup.size
+        self.t = np.zeros(self.size)          # each rank's virtual clock
+
+    def body(self, proc: Any) -> None:
+        from ..context import build_context
+        tr, setup, P = self.tr, self.setup, self.size
+        config = setup.config
+        ctxs, raw = [], None
+        usage = LoopUsage()
+        try:
+            extra = dict(setup.extra, group=0, group_ranks=setup.groups[0])
+            ctx0 = build_context(config, 0, P, "cpu", control=tr.control, emit=self.sink, t0_wall=setup.t0_wall,
+                                 extra=extra, start_barrier=lambda: [], timer=lambda: float(self.t[0]))
+            raw = ctx0.model
+            # rank r's context for its records (its log, live batches, clock); the others share rank 0's
+            # model and data and evaluate nothing themselves (the lockstep scores their shares)
+            ctxs = [ctx0] + [replace(ctx0, rank=r, evaluator=None, extra=dict(ctx0.extra),
+                                     timer=lambda r=r: float(self.t[r]),
+                                     steps=StepLog(capacity=ctx0.steps.data.shape[0]), _pending=[], _spe={})
+                             for r in range(1, P)]
+            for r, ctx in enumerate(ctxs):
+                tr._adapt(ctx, proc, self.costs, r, None)   # the paced live batches (its model is not used)
+            self.ctxs = ctxs
+            results = self._run(proc, ctxs, raw)
+        except WorkerLost as exc:               # the run was cancelled
+            results = []
+            for ctx in ctxs:
+                ctx.event("aborted", str(exc))
+                ctx.flush(done=True)
+                results.append({"status": "failed", "params": None, "error": str(exc),
+                                "steps": ctx.step_columns(), "started": ctx.started_wall})
+        except Exception as exc:
+            results = []
+            for ctx in ctxs:
+                ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+                ctx.flush(done=True)
+                results.append({"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+                                "steps": ctx.step_columns()})
+            for _ in range(len(ctxs), P):
+                results.append({"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"})
+        tr.makespan = max(tr.makespan, float(self.t.max()), proc.t)
+        for r, (ctx, res) in enumerate(zip(ctxs + [None] * (P - len(ctxs)), results)):
+            if ctx is not None:
+                booked = res.get("steps") or {}
+                compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked
+                                                     else 0.0)
+                res["usage"] = usage.stop(compute, ctx.kind, r)
+            tr.reports.returned(r, res)
+
+    def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
+        from ...algorithms.sync import SyncSGD
+        costs, P = self.costs, self.size
+        ctx0 = ctxs[0]
+        algo = SyncSGD(ctx0)                   # rank 0's replica: its parameters and update are everyone's
+        params, n, plan = algo.params, algo.n, ctx0.plan
+        B = plan.batch_size
+        slices = algo.balancer.slices()        # split_batch: contiguous, in rank order
+        sizes = [hi - lo for lo, hi in slices]
+        ws = [m / B for m in sizes]            # each rank's share of the batch
+        runs = []                              # (first rank, past the last, rows): ranks of one slice size
+        for r, m in enumerate(sizes):
+            if runs and runs[-1][2] == m:
+                runs[-1][1] = r + 1
+            else:
+                runs.append([r, r + 1, m])
+        X_all, y_all = ctx0.X, ctx0.y
+        N, F = X_all.shape[0], X_all.shape[1]
+        spe = steps_per_epoch(N, B)
+        seed = ctx0.config.seed
+        grads = np.empty((P, n), params.dtype)
+        w_col = np.array(ws, dtype=params.dtype)[:, None]   # `grad *= w` casts the Python float to the array's dtype
+        f32 = algo.buf.dtype
+        reduce_s = costs.allreduce_s(P, n + tail_length(P))
+        fixed = None if costs.jitter else np.array([costs.compute(r, m) for r, m in enumerate(sizes)])
+        eval_reduce_s = None
+        bytes_sent = algo.bytes_sent
+        t = self.t
+        t_free: np.ndarray | None = None       # when each rank's last exchange ended (None: step 0, since t_start)
+        for ctx in ctxs:
+            ctx.start()
+        t_start = 0.0                          # every rank's ctx.t_start (its clock read at 0)
+        status, step = "completed", -1
+        evaluator = ctx0.evaluator
+        for step in range(plan.total_steps):
+            lr = plan.schedule(step)
+            t0 = t.copy()
+            charge = fixed if fixed is not None else np.array([costs.compute(r, m) for r, m in enumerate(sizes)])
+            t[:] = t0 + charge                                  # proc.charge + proc.now, per rank
+            compute_s = t - t0
+            epoch, k = divmod(step, spe)
+            idx = _epoch_order(N, seed, epoch)[k * B:k * B + B]
+            losses = []
+            for r0, r1, m in runs:                              # the pool's groups: one slice shape each
+                rows = idx[slices[r0][0]:slices[r1 - 1][1]]
+                X = X_all.take(rows, axis=0).reshape(r1 - r0, m, F)   # as ctx.batch gathers
+                if X.dtype != params.dtype:
+                    X = X.astype(params.dtype)
+                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m),
+                                                      grads[r0:r1]).tolist()
+            if P > 1:                                           # grad *= w, per rank (w is 1 for one worker)
+                grads *= w_col
+            total = grads[0].copy()
+            for r in range(1, P):                               # SimGroup.arrive: in rank order
+                total += grads[r]
+            # the tail, as packed (float32) and summed in rank order
+            loss_w = np.array([v * w for v, w in zip(losses, ws)]).astype(f32)
+            loss = float(np.add.accumulate(loss_w)[-1])
+            stop = ctx0.stop_requested()
+            busy = t - (t_free if t_free is not None else t_start)
+            slowest = float(busy.astype(f32).max())
+            done = float(t.max()) + reduce_s
+            comm_total = done - t
+            d = slowest - busy
+            d = np.where(d > 0.0, d, 0.0)                      # max(0.0, slowest - busy)
+            wait = np.where(d < comm_total, d, comm_total)      # min(comm_total, ...)
+            comm_s = comm_total - wait
+            t[:] = done
+            out = _Out()
+            if not settle(out, loss, stop):
+                status = out.stop
+                if out.stop == "diverged":
+                    ctx0.event("diverged", f"loss became {out.loss} at step {step} with lr {lr:.6g}")
+                if out.stop == "stopped":
+                    ctx0.event("stopped", f"stop requested; ended at step {step}")
+                break
+            algo.opt.step(params, total, lr)                    # x -= lr g, once for every replica
+            t_free = t.copy()
+            compute_s = compute_s + (t_free - t)                # the update is compute too (0 s here)
+            loss = float(loss)
+            logged = zip(compute_s.tolist(), comm_s.tolist(), wait.tolist())
+            for ctx, m, (c_s, m_s, w_s) in zip(ctxs, sizes, logged):
+                ctx.steps.add(step, done - t_start, loss, lr, m, c_s, m_s, w_s, 0.0, bytes_sent)
+            if plan.is_eval_step(step) and evaluator is not None:
+                if P > 1:
+                    parts = np.stack([evaluator.partial(params, r, P).astype(np.float32) for r in range(P)])
+                    if eval_reduce_s is None:
+                        eval_reduce_s = costs.allreduce_s(P, parts.shape[1])
+                    scores = evaluator.from_partials(np.add.accumulate(parts, axis=0)[-1].astype(np.float64))
+                    t[:] = done + eval_reduce_s
+                else:
+                    scores = evaluator(params)
+                ctx0.record(eval_record(algo.eval_name, step, plan.epoch(step + 1), ctx0.now(), **scores))
+            now = time.perf_counter()
+            for ctx in ctxs:
+                if now >= ctx._next_flush:                      # live batches a few times a second
+                    ctx.flush()
+            proc.sleep_until(float(t.max()))                    # the driver's turn (a cancel lands here)
+        results = []
+        for r, ctx in enumerate(ctxs):
+            params_out = to_numpy(algo.eval_params()) if r == 0 else None
+            ctx.flush(done=True)
+            results.append({"status": status, "params": params_out, "last_step": step,
+                            "summary": algo.summary if r == 0 else {}, "steps": ctx.step_columns(),
+                            "started": ctx.started_wall})
+        return results
+
+
+class _Out:
+    __slots__ = ("loss", "stop")
+
+    def __init__(self) -> None:
+        self.loss, self.stop = math.nan, None
