@@ -39,12 +39,14 @@ def no_dask(monkeypatch):
         monkeypatch.setattr(cluster, name, refuse)
 
 
-def await_replacement(client, n: int, timeout: float = 120) -> None:
-    """After a test killed a worker: wait for its nanny to bring a fresh one back. Under load
-    a nanny has (rarely) not done so within 180 s; then every nanny restarts its worker
-    (Client.restart, distributed's own remedy), so the module's later tests get n workers."""
-    try:
-        client.wait_for_workers(n, timeout=timeout)
-    except TimeoutError:
-        client.restart(timeout=180, wait_for_workers=True)
-        client.wait_for_workers(n, timeout=60)
+def await_replacement(client, n: int, gone: str | None = None, timeout: float = 120) -> None:
+    """After a test killed a worker (address `gone`): wait until the scheduler has dropped it,
+    then for its nanny to bring a fresh one back, so the module's later tests get n workers.
+    The timeouts are hang guards: make_cluster's clusters leave a lost worker to its nanny
+    (execution.cluster.nanny_keeping), so a worker that does not come back is a failure."""
+    import time
+    deadline = time.monotonic() + timeout
+    while gone is not None and gone in client.scheduler_info(n_workers=-1)["workers"]:
+        assert time.monotonic() < deadline, f"the scheduler still lists the killed worker {gone}"
+        time.sleep(0.1)
+    client.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))

@@ -61,6 +61,28 @@ def test_digits_shapes_dtypes_and_scale():
     assert np.abs(ds.X_train).max() <= 1.0 and np.abs(ds.X_test).max() <= 1.0
 
 
+def test_digits_are_scikit_learns_own_without_importing_its_datasets_api(monkeypatch):
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from workbench.data import generators
+    ref = load_digits()
+    X, y = generators.digits_table()          # read from scikit-learn's file directly
+    np.testing.assert_array_equal(X, ref.data)
+    np.testing.assert_array_equal(y, ref.target)
+    assert X.dtype == ref.data.dtype and y.dtype == ref.target.dtype
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)   # the file not found: load_digits
+    X2, y2 = generators.digits_table()
+    np.testing.assert_array_equal(X2, ref.data)
+    np.testing.assert_array_equal(y2, ref.target)
+    probe = ("import sys; from workbench.data import load_dataset; load_dataset('digits'); "
+             "print('sklearn.datasets' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
 def test_digits_split_is_fixed_stratified_and_ignores_run_seed():
     a = load_dataset("digits", seed=0)
     data.clear_cache()

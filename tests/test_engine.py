@@ -168,7 +168,7 @@ def _kill_rank_1_midrun(client, cfg):
     time.sleep(0.3)
     os.kill(victim["pid"], signal.SIGKILL)
     t.join(240)
-    await_replacement(client, 2)  # the nanny brings a fresh worker back
+    await_replacement(client, 2, gone=victim["address"])  # the nanny brings a fresh worker back
     return box["result"], victim
 
 

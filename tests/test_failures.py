@@ -130,7 +130,7 @@ def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
     assert progress.wait(60)
     os.kill(victim["pid"], signal.SIGKILL)
     t.join(240)
-    await_replacement(client, 2)   # the nanny brings a fresh worker back
+    await_replacement(client, 2, gone=victim["address"])   # the nanny brings a fresh worker back
     dask = box["result"]
     for result in (threads, dask):
         _check_lost(result)

@@ -220,7 +220,7 @@ def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
     t.join(120)
     assert not t.is_alive()
     ended = time.time() - t_kill
-    await_replacement(client3, 3)
+    await_replacement(client3, 3, gone=victim["address"])
     result = box["result"]
     assert result.status == "failed"
     assert any(e["event"] == "worker_lost" and victim["name"] in e["message"] for e in result.events)

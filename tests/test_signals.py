@@ -73,21 +73,36 @@ def _contents(segments: set[str]) -> dict[str, bytes]:
     return out
 
 
-def wait_for_training(procs_of, timeout: float = 180) -> set[str]:
+def wait_for_training(procs_of, out: Path, timeout: float = 180) -> set[str]:
     """Wait until the run's workers map its segments and the data in them changes
     (gradients in the allreduce slots, the server's parameters: the loops are stepping),
-    then three seconds more; returns the segment paths."""
+    then until the client has written step rows into the run directory's steps.csv (it
+    streams there while the run goes: records reached the client); returns the segments."""
     deadline = time.monotonic() + timeout
     before: dict[str, bytes] = {}
+    segs: set[str] = set()
     while time.monotonic() < deadline:
         segs = mapped_segments(procs_of())
         now = _contents(segs)
         if any(seg in before and before[seg] != data for seg, data in now.items()):
-            time.sleep(3.0)   # records reach the client through the scheduler: let some arrive
-            return segs
+            break
         before = now
         time.sleep(0.2)
-    raise AssertionError("the run never started training")
+    else:
+        raise AssertionError("the run never started training")
+    while time.monotonic() < deadline:
+        if step_rows(out) > 0:
+            return segs
+        time.sleep(0.1)
+    raise AssertionError(f"no step row reached {out / 'steps.csv'} within {timeout} s")
+
+
+def step_rows(out: Path) -> int:
+    """Data rows in a run directory's steps.csv so far (0 while it is not there)."""
+    try:
+        return max(0, (out / "steps.csv").read_bytes().count(b"\n") - 1)
+    except OSError:
+        return 0
 
 
 def wait_for_file(path: Path, timeout: float) -> float:
@@ -180,7 +195,7 @@ def external():
 def test_signals_stop_the_run_within_2s_and_save_it(tmp_path, sig, to_group):
     out = tmp_path / "run"
     proc = start_cli("--algorithm", "sync_sgd", "--cpus", "2", *LONG, "--out", str(out))
-    segments = wait_for_training(lambda: family(proc.pid))
+    segments = wait_for_training(lambda: family(proc.pid), out)
     everyone = family(proc.pid)
     t_sig = time.monotonic()
     (os.killpg if to_group else os.kill)(proc.pid, sig)
@@ -211,7 +226,7 @@ def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
     # client's stop TERM_GRACE_S to land before they exit, so no worker is reported lost.
     out = tmp_path / "run"
     proc = start_cli("--algorithm", "sync_sgd", "--cpus", "2", *LONG, "--out", str(out))
-    segments = wait_for_training(lambda: family(proc.pid))
+    segments = wait_for_training(lambda: family(proc.pid), out)
     everyone = family(proc.pid)
     os.killpg(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
@@ -232,13 +247,13 @@ def test_a_worker_given_sigterm_alone_still_exits(client):
     psutil.Process(victim["pid"]).wait(timeout=30)
     took = time.monotonic() - t0
     assert 4.0 < took < 60, took            # after the grace period, not never (the upper bound a hang guard)
-    await_replacement(client, 2)  # the nanny brings a fresh one back
+    await_replacement(client, 2, gone=victim["address"])  # the nanny brings a fresh one back
 
 
 def test_sigterm_in_an_async_run_removes_the_lock_file(tmp_path):
     out = tmp_path / "run"
     proc = start_cli("--algorithm", "async_easgd", "--cpus", "2", *LONG, "--out", str(out))
-    segments = wait_for_training(lambda: family(proc.pid))
+    segments = wait_for_training(lambda: family(proc.pid), out)
     run_id = next(iter(segments)).split("/wb", 1)[1][:12]
     locks = list(private_dir().glob(f"{run_id}.*.lock"))     # made by worker 0 in this user's private dir
     assert len(locks) == 1
@@ -279,7 +294,7 @@ def test_losing_rank_0_of_an_async_run_leaves_nothing_and_costs_no_waiting(clien
     assert not [m for m in maps if os.path.exists(m)] and not list(Path("/dev/shm").glob(f"wb{run_id}*"))
     print(f"rank 0 killed; run ended {time.monotonic() - t_kill:.1f} s later, "
           f"{result.summary['wall_time_s'] - last_step_wall:.2f} s after the survivor's last step")
-    await_replacement(client, 2)
+    await_replacement(client, 2, gone=victim["address"])
 
 
 # ------------------------------------------------------------------------------ external cluster
@@ -287,7 +302,7 @@ def test_killed_client_frees_the_external_cluster(external, tmp_path):
     out = tmp_path / "run"
     proc = start_cli("--algorithm", "sync_sgd", "--cpus", "2", *LONG, "--scheduler", external.address,
                      "--out", str(out))
-    segments = wait_for_training(external.worker_procs)
+    segments = wait_for_training(external.worker_procs, out)
     assert cpu_busy(external.worker_procs()) > 0.5          # both loops are training
     t_kill = time.monotonic()
     os.killpg(proc.pid, signal.SIGKILL)                     # no chance to say goodbye
@@ -311,7 +326,7 @@ def test_signalled_client_on_an_external_cluster_stops_and_frees_it(external, tm
     out = tmp_path / "run"
     proc = start_cli("--algorithm", "async_easgd", "--cpus", "2", *LONG, "--scheduler", external.address,
                      "--out", str(out))
-    wait_for_training(external.worker_procs)
+    wait_for_training(external.worker_procs, out)
     t_sig = time.monotonic()
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -331,7 +346,7 @@ def test_scheduler_lost_mid_run_fails_with_its_cause_and_saves(tmp_path):
         out = tmp_path / "run"
         proc = start_cli("--algorithm", "sync_sgd", "--cpus", "2", *LONG, "--scheduler", cluster.address,
                          "--out", str(out))
-        wait_for_training(cluster.worker_procs)
+        wait_for_training(cluster.worker_procs, out)
         t_kill = time.monotonic()
         os.killpg(cluster.scheduler.pid, signal.SIGKILL)
         _, stderr = proc.communicate(timeout=120)

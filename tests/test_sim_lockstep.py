@@ -44,7 +44,10 @@ def _events(result) -> list[tuple]:
     dict(gpus=2, cpus=2, jitter=0.3),
     dict(cpus=8, momentum=0.9, nesterov=True, weight_decay=1e-4, jitter=0.2),
     dict(cpus=4, optimizer="adamw", lr=0.01),
-], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw"])
+    dict(cpus=5, batch_size=33),                 # slices 7, 7, 7, 6, 6
+    dict(cpus=3, batch_size=10, jitter=0.2),     # 4, 3, 3: a slice size of one worker alone
+    dict(cpus=64, batch_size=128, jitter=0.1),   # the bench's width
+], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu"])
 def test_lockstep_is_bitwise_the_per_worker_run(extra):
     a, b = _both(RunConfig(**{**SMALL, **extra}))
     assert a.summary["status"] == "completed"
@@ -83,7 +86,6 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
 
 
 @pytest.mark.parametrize("extra, why", [
-    (dict(cpus=5, batch_size=33), "slices of unequal size"),
     (dict(cpus=4, split="speed"), "speed-based shares"),
     (dict(cpus=4, compression="topk"), "compression keeps per-worker state"),
     (dict(cpus=4, fail_worker="2@0.002"), "fault injection"),

@@ -39,14 +39,35 @@ def _stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[n
     return np.flatnonzero(~is_test), np.flatnonzero(is_test)
 
 
-def _digits(test_fraction: float) -> Dataset:
+def digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits as `load_digits()` gives them: (1797, 64) pixels 0..16
+    (float64) and the labels (int).
+
+    Read from scikit-learn's own file (sklearn/datasets/data/digits.csv.gz: 64 pixel columns,
+    then the label; what load_digits reads with np.loadtxt) without importing
+    `sklearn.datasets`, which costs ~2 s of CPU (scipy and the whole datasets API) in every
+    process that loads the set: each Dask worker, CLI run and notebook kernel. Falls back to
+    `load_digits` when the file is not where scikit-learn keeps it (tests compare the two)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec("sklearn")    # finds the package, imports nothing
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            table = np.loadtxt(path, delimiter=",")
+            if table.shape == (1797, 65):
+                return table[:, :-1], table[:, -1].astype(int)
     try:
         from sklearn.datasets import load_digits
     except ImportError as e:
         raise ImportError("the digits dataset needs scikit-learn: pip install scikit-learn") from e
-    bunch = load_digits()
-    X = bunch.data.astype(np.float32) / 16.0  # (1797, 64), pixels 0..16
-    y = bunch.target.astype(np.int64)
+    return load_digits(return_X_y=True)
+
+
+def _digits(test_fraction: float) -> Dataset:
+    data, target = digits_table()
+    X = data.astype(np.float32) / 16.0  # (1797, 64), pixels 0..16
+    y = target.astype(np.int64)
     train, test = _stratified_split(y, test_fraction, _SPLIT_SEED)
     X_train, X_test = X[train], X[test]
     _centre(X_train, X_test)

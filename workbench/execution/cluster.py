@@ -107,6 +107,43 @@ def local_security() -> Any:
     return Security.temporary()
 
 
+_NANNY_KEEPING: dict[type, type] = {}
+
+
+def nanny_keeping(base: type) -> type:
+    """`base` (a distributed SpecCluster: LocalCluster, LocalCUDACluster, SpecCluster) that
+    leaves a lost worker to its Nanny, which brings a fresh worker process back itself.
+
+    SpecCluster hard-closes the object behind a worker name when, `distributed.deploy.
+    lost-worker-timeout` (15 s) after the scheduler removed a worker, no worker of that name
+    is registered (dask/distributed#3088: meant for job-queue jobs that do not come back; the
+    PR notes it also closes one whose replacement "has not spun up yet"). For a Nanny that is
+    the replacement: a restart (a new interpreter, its imports, a TLS handshake) takes longer
+    than 15 s on a loaded machine, and a second loss of the same name within 15 s of an
+    earlier one is closed by the earlier loss's timer whatever the speed. The cluster then
+    kept one worker fewer for good ("Closing Nanny ... Reason: nanny-close" right after
+    "Restarting worker"). Here a removal whose Nanny is still running is left to that Nanny;
+    a Nanny that cannot restart its worker closes itself (`nanny-instantiate-failed`), and
+    every other removal keeps SpecCluster's rule."""
+    if base not in _NANNY_KEEPING:
+        from distributed import Nanny
+        from distributed.core import Status
+        from distributed.deploy.cluster import Cluster
+
+        def _update_worker_status(self, op, msg):
+            if op == "remove":
+                name = self.scheduler_info["workers"].get(msg, {}).get("name")
+                spec = self.workers.get(name)
+                if isinstance(spec, Nanny) and spec.status == Status.running:
+                    return Cluster._update_worker_status(self, op, msg)   # the bookkeeping, no close
+            return base._update_worker_status(self, op, msg)
+
+        _NANNY_KEEPING[base] = type(base.__name__, (base,), {
+            "_update_worker_status": _update_worker_status, "__module__": __name__,
+            "__doc__": f"{base.__name__} whose nannies restart their lost workers (see nanny_keeping)."})
+    return _NANNY_KEEPING[base]
+
+
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
                  memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
@@ -138,14 +175,16 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
     security = local_security()
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
-            cluster = LocalCluster(n_workers=cpus, threads_per_worker=threads_per_worker, processes=True,
-                                   host="127.0.0.1", dashboard_address=_dashboard(), security=security,
-                                   memory_limit=memory_limit, env={WORKER_KIND_ENV: "cpu"})
+            cluster = nanny_keeping(LocalCluster)(
+                n_workers=cpus, threads_per_worker=threads_per_worker, processes=True, host="127.0.0.1",
+                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit,
+                env={WORKER_KIND_ENV: "cpu"})
         elif cpus == 0:
             from dask_cuda import LocalCUDACluster
-            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker,
-                                       host="127.0.0.1", dashboard_address=_dashboard(), security=security,
-                                       memory_limit=memory_limit, env={WORKER_KIND_ENV: "gpu"})
+            cluster = nanny_keeping(LocalCUDACluster)(
+                CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker, host="127.0.0.1",
+                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit,
+                env={WORKER_KIND_ENV: "gpu"})
         else:
             cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit, security=security)
         client = Client(cluster, set_as_default=False, security=security)
@@ -206,7 +245,7 @@ def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
             "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit, **tls,
             "env": {WORKER_KIND_ENV: "cpu", "CUDA_VISIBLE_DEVICES": ""}}}
     scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard(), **tls}}
-    return SpecCluster(workers=workers, scheduler=scheduler, security=security)
+    return nanny_keeping(SpecCluster)(workers=workers, scheduler=scheduler, security=security)
 
 
 def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:

@@ -11,9 +11,10 @@ simulated step, and at 1024 a step took 7x sgd on the same global batch.
 
 Here one loop does, per step, for all P ranks at once:
 
-* the maths: one `loss_and_grad_stacked` over the global batch cut into the P slices,
-  with the shared parameters (bitwise what the pool computes for the same step: the same
-  call on the same operands), each slice's gradient scaled by its share, and the P scaled
+* the maths: one `loss_and_grad_stacked` over the global batch cut into the P slices
+  (one per slice size where the cut is uneven, as the pool groups them), with the shared
+  parameters (bitwise what the pool computes for the same step: the stacked pass is
+  bitwise the plain calls, `tests/test_models.py`), each slice's gradient scaled by its share, and the P scaled
   gradients summed in rank order (as `SimGroup.arrive` sums the buffers);
 * the tail every worker packs after its gradient (`SyncTail`): the weighted losses summed
   in float32 in rank order, the stop flag, each rank's compute and busy times rounded to
@@ -30,15 +31,16 @@ Here one loop does, per step, for all P ranks at once:
 So the run is bitwise the per-worker one: steps, evaluations, parameters, events
 (`tests/test_sim_lockstep.py` checks it against `SimTransport(lockstep=False)` on
 configurations with jitter, mixed devices, momentum, adamw, evaluations, divergence and a
-stop). Configurations it does not cover run per worker (`lockstep_refusal` says why):
-other algorithms, compression, speed-based shares, slices of unequal size, models without
-a stacked pass (the CNN), fault injection, emulated latency.
+stop, slices of unequal size). Configurations it does not cover run per worker
+(`lockstep_refusal` says why): other algorithms, compression, speed-based shares, models
+without a stacked pass (the CNN), fault injection, emulated latency.
 """
 from __future__ import annotations
 
 import math
 import time
 import traceback
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,7 @@ from ...algorithms.registry import tail_length
 from ...comm.base import WorkerLost
 from ...data import _epoch_order, steps_per_epoch
 from ...maths.backend import to_numpy
-from ...results import eval_record
+from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
 
 
@@ -70,8 +72,6 @@ def lockstep_refusal(setup: Any) -> str | None:
         return "more than one rank group"
     if not hasattr(setup.model, "loss_and_grad_stacked"):
         return "the model has no stacked pass"
-    if c.batch_size % size:
-        return "slices of unequal size"
     return None
 
 
@@ -90,14 +90,18 @@ class Lockstep:
         ctxs, raw = [], None
         usage = LoopUsage()
         try:
-            for r in range(P):
-                ctx = build_context(config, r, P, "cpu", control=tr.control, emit=self.sink, t0_wall=setup.t0_wall,
-                                    extra=dict(setup.extra, group=0, group_ranks=setup.groups[0]),
-                                    start_barrier=lambda: [], timer=lambda r=r: float(self.t[r]))
-                if r == 0:
-                    raw = ctx.model
+            extra = dict(setup.extra, group=0, group_ranks=setup.groups[0])
+            ctx0 = build_context(config, 0, P, "cpu", control=tr.control, emit=self.sink, t0_wall=setup.t0_wall,
+                                 extra=extra, start_barrier=lambda: [], timer=lambda: float(self.t[0]))
+            raw = ctx0.model
+            # rank r's context for its records (its log, live batches, clock); the others share rank 0's
+            # model and data and evaluate nothing themselves (the lockstep scores their shares)
+            ctxs = [ctx0] + [replace(ctx0, rank=r, evaluator=None, extra=dict(ctx0.extra),
+                                     timer=lambda r=r: float(self.t[r]),
+                                     steps=StepLog(capacity=ctx0.steps.data.shape[0]), _pending=[], _spe={})
+                             for r in range(1, P)]
+            for r, ctx in enumerate(ctxs):
                 tr._adapt(ctx, proc, self.costs, r, None)   # the paced live batches (its model is not used)
-                ctxs.append(ctx)
             self.ctxs = ctxs
             results = self._run(proc, ctxs, raw)
         except WorkerLost as exc:               # the run was cancelled
@@ -132,16 +136,24 @@ class Lockstep:
         algo = SyncSGD(ctx0)                   # rank 0's replica: its parameters and update are everyone's
         params, n, plan = algo.params, algo.n, ctx0.plan
         B = plan.batch_size
-        b = B // P
-        w = b / B
+        slices = algo.balancer.slices()        # split_batch: contiguous, in rank order
+        sizes = [hi - lo for lo, hi in slices]
+        ws = [m / B for m in sizes]            # each rank's share of the batch
+        runs = []                              # (first rank, past the last, rows): ranks of one slice size
+        for r, m in enumerate(sizes):
+            if runs and runs[-1][2] == m:
+                runs[-1][1] = r + 1
+            else:
+                runs.append([r, r + 1, m])
         X_all, y_all = ctx0.X, ctx0.y
         N, F = X_all.shape[0], X_all.shape[1]
         spe = steps_per_epoch(N, B)
         seed = ctx0.config.seed
         grads = np.empty((P, n), params.dtype)
+        w_col = np.array(ws, dtype=params.dtype)[:, None]   # `grad *= w` casts the Python float to the array's dtype
         f32 = algo.buf.dtype
         reduce_s = costs.allreduce_s(P, n + tail_length(P))
-        fixed = None if costs.jitter else np.array([costs.compute(r, b) for r in range(P)])
+        fixed = None if costs.jitter else np.array([costs.compute(r, m) for r, m in enumerate(sizes)])
         eval_reduce_s = None
         bytes_sent = algo.bytes_sent
         t = self.t
@@ -154,23 +166,26 @@ class Lockstep:
         for step in range(plan.total_steps):
             lr = plan.schedule(step)
             t0 = t.copy()
-            charge = fixed if fixed is not None else np.array([costs.compute(r, b) for r in range(P)])
+            charge = fixed if fixed is not None else np.array([costs.compute(r, m) for r, m in enumerate(sizes)])
             t[:] = t0 + charge                                  # proc.charge + proc.now, per rank
             compute_s = t - t0
             epoch, k = divmod(step, spe)
             idx = _epoch_order(N, seed, epoch)[k * B:k * B + B]
-            X = X_all[idx].reshape(P, b, F)
-            if X.dtype != params.dtype:
-                X = X.astype(params.dtype)
-            y = y_all[idx].reshape(P, b)
-            losses = model.loss_and_grad_stacked(params, X, y, grads)
-            if w != 1.0:
-                grads *= w                                      # grad *= w, per rank
+            losses = []
+            for r0, r1, m in runs:                              # the pool's groups: one slice shape each
+                rows = idx[slices[r0][0]:slices[r1 - 1][1]]
+                X = X_all.take(rows, axis=0).reshape(r1 - r0, m, F)   # as ctx.batch gathers
+                if X.dtype != params.dtype:
+                    X = X.astype(params.dtype)
+                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m),
+                                                      grads[r0:r1]).tolist()
+            if P > 1:                                           # grad *= w, per rank (w is 1 for one worker)
+                grads *= w_col
             total = grads[0].copy()
             for r in range(1, P):                               # SimGroup.arrive: in rank order
                 total += grads[r]
             # the tail, as packed (float32) and summed in rank order
-            loss_w = np.array([float(v) * w for v in losses.tolist()]).astype(f32)
+            loss_w = np.array([v * w for v, w in zip(losses, ws)]).astype(f32)
             loss = float(np.add.accumulate(loss_w)[-1])
             stop = ctx0.stop_requested()
             busy = t - (t_free if t_free is not None else t_start)
@@ -194,9 +209,9 @@ class Lockstep:
             t_free = t.copy()
             compute_s = compute_s + (t_free - t)                # the update is compute too (0 s here)
             loss = float(loss)
-            rows = zip(compute_s.tolist(), comm_s.tolist(), wait.tolist())
-            for ctx, (c_s, m_s, w_s) in zip(ctxs, rows):
-                ctx.steps.add(step, done - t_start, loss, lr, b, c_s, m_s, w_s, 0.0, bytes_sent)
+            logged = zip(compute_s.tolist(), comm_s.tolist(), wait.tolist())
+            for ctx, m, (c_s, m_s, w_s) in zip(ctxs, sizes, logged):
+                ctx.steps.add(step, done - t_start, loss, lr, m, c_s, m_s, w_s, 0.0, bytes_sent)
             if plan.is_eval_step(step) and evaluator is not None:
                 if P > 1:
                     parts = np.stack([evaluator.partial(params, r, P).astype(np.float32) for r in range(P)])
