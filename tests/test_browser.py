@@ -481,8 +481,9 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                 try:
                     stop_button.click(timeout=5_000)
                     pressed = True
-                except Exception:        # the run ended between the check and the click
-                    pass
+                except Exception:        # the run ended between the check and the click, or Playwright
+                    # gave up on a starved page after the click went in (its listener saw it)
+                    pressed = bool(page.evaluate("() => window.__wbStopClick != null"))
             try:
                 final = wait_for(page, lambda: (lambda s: s if ENDED_RE.match(s) and stop_button.is_disabled()
                                                 else None)(_status(page)),
@@ -548,6 +549,10 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                           for f in fits))
             assert len(fits) >= len(RUN_FIGURES) + 1, f"not every figure is on the page: {fits}"
             assert not wide, f"figures wider than their column (scrolling sideways): {wide}"
+            # ... and no text of a figure drawn over another or cut off (issue 23 item 9: x-axis
+            # titles were drawn over legends); the whole-dashboard screenshot shows them
+            overlaps = page.evaluate(OVERLAP_JS, f"{DASH} .js-plotly-plot")
+            assert not overlaps, f"figure texts drawn over each other or cut off at {VIEWPORT['width']} px: {overlaps}"
             # ---- the runs tab: the run, with links to its folder and report
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="runs").first.click()
             table = dash.locator("table").filter(has_text="sync_sgd")
@@ -609,6 +614,38 @@ FIT_JS = """(root) => { const area = document.querySelector(root); const edge = 
     return {title: (g.querySelector('.gtitle') || {}).textContent || '', width: r.width, right: r.right,
             area_right: edge, overflow: overflow};
   }); }"""
+# In each plotly figure under `sel`: pairs of its texts drawn over each other (the legend over an
+# axis title, a tick label, a subplot title, the title or a button; an axis title over a subplot
+# title; a subplot title over a tick label or a button) and texts cut off by the figure's edge.
+OVERLAP_JS = """(sel) => {
+  const boxes = (gd, css) => [...gd.querySelectorAll(css)].map(e => ({e, r: e.getBoundingClientRect()}))
+      .filter(b => b.r.width > 0 && b.r.height > 0);
+  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const name = b => (b.e.textContent || b.e.getAttribute('class') || '').trim().slice(0, 40);
+  return [...document.querySelectorAll(sel)].filter(gd => gd.offsetParent !== null).map(gd => {
+    const legend = boxes(gd, '.legend .bg');
+    const titles = boxes(gd, '[class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text');
+    const ticks = boxes(gd, '.xtick text, .ytick text, [class*="x2tick"] text, [class*="y2tick"] text');
+    const notes = boxes(gd, '.annotation-text-g');
+    const main = boxes(gd, '.g-gtitle text');
+    const menus = boxes(gd, '.updatemenu-button');
+    const out = [];
+    for (const l of legend) for (const o of [...titles, ...ticks, ...notes, ...main, ...menus])
+      if (hit(l.r, o.r)) out.push(['legend', name(o)]);
+    for (const t of titles) for (const o of [...notes, ...main]) if (hit(t.r, o.r)) out.push([name(t), name(o)]);
+    for (const n of notes) for (const o of [...ticks, ...main, ...menus]) if (hit(n.r, o.r)) out.push([name(n), name(o)]);
+    for (const m of main) for (const o of menus) if (hit(m.r, o.r)) out.push([name(m), 'button ' + name(o)]);
+    const svg = gd.querySelector('.main-svg');
+    if (svg) {
+      const edge = svg.getBoundingClientRect();
+      for (const b of [...legend, ...titles, ...notes, ...main])
+        if (b.r.left < edge.left - 1 || b.r.right > edge.right + 1) out.push(['cut off by the edge', name(b)]);
+    }
+    return {title: (gd.querySelector('.gtitle') || {}).textContent || '', overlaps: out};
+  }).filter(f => f.overlaps.length);
+}"""
+
+
 FILE_BROWSER_OPEN_JS = "() => { const fb = document.querySelector('.jp-FileBrowser'); " \
                        "return !!(fb && fb.offsetParent !== null && fb.getBoundingClientRect().width > 100); }"
 
@@ -689,6 +726,10 @@ def test_a_simulated_cluster_runs_and_sweeps_from_the_dashboard(quickstart, brow
             found = [p for p in plots(page, DASH) if SCALING_TITLE.match(p["title"])]
             assert found and n_points in found[0]["points"], found       # the "simulated" trace: every point
             say(f"simulated sweep: {done!r}")
+            page.locator(f"{DASH} .js-plotly-plot").filter(
+                has=page.locator(".gtitle", has_text=SCALING_TITLE)).first.scroll_into_view_if_needed()
+            overlaps = page.evaluate(OVERLAP_JS, f"{DASH} .js-plotly-plot")
+            assert not overlaps, f"figure texts drawn over each other or cut off: {overlaps}"
             _shot(page, artifacts, "09-simulated-sweep", say)
             _check_widget_errors(page, browser, "after the simulated sweep")
     say(f"simulated dashboard browser test took {time.monotonic() - t0:.1f} s")
@@ -727,6 +768,15 @@ def test_report_html_figures_draw(browser, artifacts, tmp_path, say):
         errors = browser.log.errors(mark) + browser.log.page_errors[errors_before:]
         assert not errors, "console errors in report.html:\n" + "\n".join(errors)
         assert page.locator("a", has_text="steps.csv").count() == 1, "report.html links no steps.csv"
+        # its figures' texts clear of each other, and its tables inside the page (they scroll
+        # sideways in their own box when wider): at a narrow window and a wide one
+        for width in (900, 1400):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.wait_for_timeout(500)                  # plotly relayouts on resize
+            overlaps = page.evaluate(OVERLAP_JS, ".js-plotly-plot")
+            assert not overlaps, f"report.html at {width} px: figure texts drawn over each other or cut off: {overlaps}"
+            wider = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert wider <= 1, f"report.html at {width} px is {wider} px wider than the window"
         assert "start-up" in page.locator("body").inner_text()
         _shot(page, artifacts, "06-report", say, full_page=True)
     say(f"report browser test took {time.monotonic() - t0:.1f} s")

@@ -220,7 +220,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
           progress: bool = True, simulate: bool = False, rounds: int | None = None,
-          max_rounds: int | None = None, budget_s: float | None = None) -> Any:
+          max_rounds: int | None = None, budget_s: float | None = None,
+          run_point: Callable[..., RunResult] | None = None) -> Any:
     """Run `config` at each worker count and tabulate throughput, speedup and efficiency.
 
     The points are measured interleaved, at least `rounds` times (1, 2, 1, 2, 1, 2 for
@@ -259,6 +260,9 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
             (default `measure.MAX_ROUNDS`, 8; at least `rounds`; simulated: `rounds`).
         budget_s: also stop repeating once this many seconds have passed since the first
             round (checked between rounds); None: no time cap beyond `max_rounds`.
+        run_point: runs one point, called as `run` is (config, cluster=, should_stop=,
+            progress=, overwrite=); default `run`. The dashboard simulates each point in a
+            child process with it (`ui.simproc`).
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     Raises:
@@ -327,9 +331,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                 if bar is not None:
                     bar.set_postfix_str(f"{worker_field(config)}={w}" + (f", round {k + 1}" if rounds > 1 else ""))
                 run_dir = None if out is None else str(Path(out) / (f"w{w}" if k == 0 else f"w{w}-r{k + 1}"))
-                result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster, should_stop=should_stop,
-                             progress=bar is not None, overwrite=True)  # under the sweep's folder: a
-                                                                        # sweep run again replaces its own
+                result = (run_point or run)(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
+                                            should_stop=should_stop, progress=bar is not None,
+                                            overwrite=True)  # under the sweep's folder: a sweep run
+                                                             # again replaces its own
                 if bar is not None:
                     bar.update(1)
                 rows.append({**scaling_row(result, w, mode, run_dir), "round": k})

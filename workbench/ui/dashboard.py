@@ -98,6 +98,8 @@ DEFAULT_ALGORITHM = "sync_sgd"   # the dashboard starts on a parallel algorithm 
 # The first run a new user sees: long enough (5-15 s on 2 cores) for a curve in every panel;
 # the RunConfig defaults alone (softmax, 5 epochs: 220 steps) were over in 0.1 s.
 DEFAULT_RUN = {"algorithm": DEFAULT_ALGORITHM, "model": "mlp", "hidden": [512, 256], "epochs": 40.0}
+PREVIEW_TITLE_CHARS = 46  # the lr preview's title (the schedule in words) wraps at this many characters:
+                          # one line ran past its 340 px figure ("... gradual warmup 44 steps, constant over ...")
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 
 
@@ -472,7 +474,7 @@ class Dashboard:
         if self._preview_slot is not None:
             def redraw(fig: Any, series: list = figdata.planned_series(plan), title: str = plan.schedule_text) -> None:
                 F.extend_series(fig, series)
-                fig.layout.title.text = f"lr schedule: {title}"
+                fig.layout.title.text = F.wrap_title(f"lr schedule: {title}", PREVIEW_TITLE_CHARS)
             self._preview_slot.edit(redraw)
         if not self.running:
             self._set_buttons(False)
@@ -486,7 +488,8 @@ class Dashboard:
         """The schedule preview as a static figure (the widget is made from it once)."""
         fig = F.schedule_figure(Problem.from_config(cfg).plan) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
-        return fig.update_layout(height=240, margin={"t": 50, "b": 30, "l": 50, "r": 10}, title=title,
+        return fig.update_layout(height=250, margin={"t": 60, "b": 30, "l": 50, "r": 10},
+                                 title=F.wrap_title(title, PREVIEW_TITLE_CHARS),
                                  title_font_size=11, showlegend=False)
 
     def _set_status(self, text: str, error: bool = False) -> None:
@@ -920,9 +923,15 @@ class Dashboard:
     def _sweep_main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
         from .. import api
         try:
+            from . import simproc
+            child = cfg.simulate and self.sim_in_child and simproc.available()
+
+            def in_child(point: RunConfig, should_stop: Any = None, **_: Any) -> Any:
+                """A simulated point in a child process, as a single run (`_train`)."""
+                return simproc.run_in_process(point, should_stop=should_stop)
             table = api.sweep(cfg, ws, mode, cluster=None if cfg.simulate else self.cluster,
                               on_result=self._on_sweep_result, should_stop=self._stop.is_set, progress=False,
-                              simulate=cfg.simulate)
+                              simulate=cfg.simulate, run_point=in_child if child else None)
             self.sweep_table = table
             self._last = table
             message = f"sweep done: {len(table)} run(s)"

@@ -214,7 +214,7 @@ def mark_virtual(fig: Any, virtual: bool | str = True) -> Any:
     with fig.batch_update() if is_widget(fig) else contextlib.nullcontext():
         fig.for_each_xaxis(axis)
         fig.for_each_yaxis(axis)
-        for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s, log-log)"
+        for a in fig.layout.annotations:     # subplot titles, e.g. "throughput (samples/s)"
             a.text = convert(a.text, whole=False)
     return fig
 
@@ -240,6 +240,25 @@ def as_widget(fig: Any, live: bool = True) -> Any:
         from .plotly_widget import whole_state_widget  # imports ipywidgets: live figures only
         return whole_state_widget(fig)
     return fig
+
+
+# A horizontal legend under a figure, anchored to the bottom of the whole figure (container
+# coordinates): plotly then widens the bottom margin to hold it below the x-axis title. One
+# placed in plot coordinates (y = -0.14 of the plot's height) sat on the x-axis title whenever
+# the plot was short or the legend took a second row (seen in a browser with 3 or more runs).
+BOTTOM_LEGEND = {"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0, "yanchor": "bottom",
+                 "font": {"size": 10}}
+
+
+def wrap_title(text: str, width: int) -> str:
+    """`text` broken into lines of at most `width` characters at spaces (plotly's <br>), for a
+    title that would otherwise run past a narrow figure's edge.
+
+    >>> wrap_title("lr schedule: no scaling, lr 0.1, gradual warmup 44 steps", 30)
+    'lr schedule: no scaling, lr<br>0.1, gradual warmup 44 steps'
+    """
+    import textwrap
+    return "<br>".join(textwrap.wrap(text, width)) or text
 
 
 def _base(**subplots: Any) -> Any:
@@ -337,8 +356,7 @@ def _progress_base(x: str) -> Any:
     if x == "time":
         fig.update_xaxes(rangemode="tozero")          # t = 0: the first training step
     fig.update_layout(title=f"loss and test accuracy against {x}", height=520, legend_groupclick="togglegroup",
-                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.14, "yanchor": "top",
-                              "font": {"size": 10}}, margin_b=70,
+                      legend=BOTTOM_LEGEND, margin_b=70,
                       updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "showactive": True,
                                     "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
                                     "pad": {"r": 0, "t": 0}, "font": {"size": 10}}])
@@ -437,6 +455,9 @@ def _breakdown_base(n_workers: int) -> Any:
                 subplot_titles=titles, vertical_spacing=spacing)
     fig.update_layout(title="where the time goes (compute / comm / wait)", barmode="stack", margin_t=90,
                       height=height)
+    # subplot titles a size smaller: at 14 px "total time per worker" overran its 0.35-wide
+    # column onto the next column's "100%" tick in a 562 px dashboard column
+    fig.update_annotations(font_size=12)
     fig.update_xaxes(title_text="seconds", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=1)        # worker 0 on top, as the rows on the right
     for k in range(n):
@@ -534,12 +555,14 @@ def lineage_figure(result: Source, live: bool = False) -> Any:
 
 
 def _scaling_base(mode: str = "") -> Any:
-    fig = _base(rows=1, cols=2, subplot_titles=("throughput (samples/s, log-log)", "efficiency"))
+    # the unit on the axis: as a subplot title, "throughput (samples per virtual second, log-log)"
+    # ran past the figure's left edge in a 562 px column
+    fig = _base(rows=1, cols=2, subplot_titles=("throughput (log-log)", "efficiency"))
     fig.update_xaxes(title_text="workers", type="log", dtick=math.log10(2))
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="samples/s", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", tickformat=".0%", row=1, col=2)
     fig.update_layout(title=f"{mode + ' ' if mode else ''}scaling", height=400, hovermode="closest",
-                      legend={"orientation": "h", "y": -0.2, "font": {"size": 10}})
+                      legend=BOTTOM_LEGEND)
     return fig
 
 

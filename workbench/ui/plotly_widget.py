@@ -107,13 +107,15 @@ function quiet(model) {
 // view follows its element's width: plotly's own autosize (FigureView.autosizeFigure, which
 // leaves a figure with a width of its own alone) whenever that width changes.
 function followWidth(mod, ctx) {
+  const autosize = mod.FigureView && mod.FigureView.prototype && mod.FigureView.prototype.autosizeFigure;
+  if (typeof autosize !== "function" || typeof ResizeObserver !== "function") return () => {};
   const view = { el: ctx.el, model: ctx.model, _sendLayoutDelta() {} };  // layout deltas stay here (quiet)
   let width = -1;
   const observer = new ResizeObserver(() => {
     const now = ctx.el.clientWidth;
     if (now > 0 && Math.abs(now - width) >= 1) {
       width = now;
-      mod.FigureView.prototype.autosizeFigure.call(view);
+      autosize.call(view);
     }
   });
   observer.observe(ctx.el);
