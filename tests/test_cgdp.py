@@ -330,3 +330,108 @@ def test_the_chunk_masters_table_names_its_methods_and_the_arrays_that_travel():
     assert not ops["chunk"].ready(core, 1, 3, 5) and not ops["fetch"].ready(core, 1)   # next step: not yet
     with pytest.raises(ValueError, match="weight_return"):
         ChunkMaster(np.zeros(5, np.float32), 1, [(0, 5)], 1, weight_return="halves")
+
+
+class _FakeClock:
+    """A clock that moves only when slept on (or told to): the emulator's charges, exactly."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        assert s >= 0
+        self.t += s
+
+
+@pytest.mark.parametrize("weight_return", ["chunks", "whole"])
+def test_emulator_charges_what_moves_each_chunk_from_its_push(weight_return):
+    # The network emulator around cgdp's master: with chunks, each chunk's fresh weights
+    # leave on this worker's downlink at its push and travel during the backward pass (in
+    # order, each after the one before), and the fetch's reply is the outcome alone, behind
+    # them; with whole, the fetch's reply is the whole vector. Checked against the closed
+    # form below (a plain loop over the same messages) and, for one case, by hand.
+    from workbench.comm.base import Emulated
+    from workbench.comm.threads import ThreadChunkMaster
+    n, lat, bps = 95, 1e-3, 1e5                          # 1 ms a message, 100 kB/s: a float32 costs 40 us
+    x0 = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    master = ThreadChunkMaster(ChunkMaster(x0, 1, GROUPS, 1, weight_return=weight_return))
+    clock = _FakeClock()
+    emu = Emulated(master, latency_ms=lat * 1e3, bandwidth_gbps=bps * 8 / 1e9, clock=clock, sleep=clock.sleep)
+    assert emu.chunked == (weight_return == "chunks")
+    downlink = []
+    if emu.chunked:
+        book = emu.downlink
+        emu.downlink = lambda nbytes: (downlink.append(nbytes), book(nbytes))
+    chunks = chunk_bounds(GROUPS, 1)                     # (90,95), (48,90), (40,48), (0,40): last layers first
+    compute = [0.010, 0.0, 0.0005, 0.0]                  # backward work after each push (none after the last)
+
+    # the closed form: every message costs lat + bytes / bps; the downlink is a FIFO
+    t, landing = 0.0, -np.inf
+    for (lo, hi), c in zip(chunks, compute):
+        t += lat + 4 * (hi - lo) / bps                   # the gradient chunk, up
+        if weight_return == "chunks":
+            landing = max(t, landing) + lat + 4 * (hi - lo) / bps   # its fresh weights, down
+        t += c
+    fetch_at = t
+    t += lat                                             # the fetch's request
+    t = max(t, landing) + lat if weight_return == "chunks" else t + lat + 4 * n / bps
+    want_fetch = t - fetch_at
+
+    g = np.random.default_rng(6).standard_normal(n).astype(np.float32)
+    for (lo, hi), c in zip(chunks, compute):
+        emu.push(0, 0, lo, hi, g[lo:hi], 0.1, 0.5 if lo == 0 else 0.0, False, 0.001 if lo == 0 else None)
+        clock.t += c
+    assert clock.t == pytest.approx(fetch_at, rel=1e-12)  # pushes cost their requests only, with either setting
+    x, *_ = emu.fetch(0, 0)
+    assert clock.t - fetch_at == pytest.approx(want_fetch, rel=1e-12)
+    if weight_return == "chunks":
+        # each chunk's bytes once (n float32s in all), then the outcome (no array). By hand:
+        # (48,90)'s weights land at 16.56 ms, so (40,48)'s, pushed at 15.20, wait for them and
+        # land at 17.88; (0,40)'s, pushed at 18.30, land at 20.90; the fetch starts at 18.30,
+        # its request arrives at 19.30 and the outcome lands at 21.90: 3.6 ms, where the whole
+        # vector's reply costs 2 + 3.8 = 5.8 ms
+        assert downlink == [4 * (hi - lo) for lo, hi in chunks] + [0] and sum(downlink) == 4 * n
+        assert want_fetch == pytest.approx(3.6e-3, rel=1e-9)
+    else:
+        assert want_fetch == pytest.approx(2 * lat + 4 * n / bps, rel=1e-12)   # 2 ms + 3.8 ms
+    np.testing.assert_array_equal(x, master.core.x)      # and the weights are the master's, either way
+
+
+@pytest.mark.parametrize("weight_return", ["chunks", "whole"])
+def test_cgdp_behind_the_network_emulator_keeps_the_sgd_trajectory(weight_return):
+    # the chunk-aware charge only delays: the maths is the same as without the emulator
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=8, chunk_layers=1, weight_return=weight_return,
+                    latency_ms=0.2, bandwidth_gbps=10.0, **BASE)
+    ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks", latency_ms=0.0, bandwidth_gbps=0.0))
+    got = run_threads(cfg)
+    assert got.status == "completed", got.summary.get("errors")
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
+
+
+def test_emulator_charges_a_gradient_written_into_shared_memory_at_its_push():
+    # shared memory's front-end: the worker writes its gradient into a slot (a view, free) and
+    # the push carries None; the push is still charged the chunk's bytes, once, one way
+    from workbench.comm.base import Emulated
+
+    class Slotted:
+        chunked = True
+
+        def __init__(self):
+            self.row, self.pushed = np.zeros(95, np.float32), []
+
+        def slot(self, rank, lo, hi):
+            return self.row[lo:hi]
+
+        def push(self, step, rank, lo, hi, grad, *rest):
+            self.pushed.append((lo, hi, grad))
+    clock = _FakeClock()
+    emu = Emulated(Slotted(), latency_ms=1.0, bandwidth_gbps=8e-4, clock=clock, sleep=clock.sleep)   # 1e5 B/s
+    view = emu.slot(0, 48, 90)
+    assert view.base is emu.inner.row and clock.t == 0.0
+    emu.push(0, 0, 48, 90, None, 0.1)
+    up = 1e-3 + 4 * 42 / 1e5                                 # one message of 42 float32s
+    assert emu.inner.pushed == [(48, 90, None)] and clock.t == pytest.approx(up, rel=1e-12)
+    assert emu.landing == pytest.approx(2 * up, rel=1e-12)  # and its fresh weights, on their way back

@@ -20,7 +20,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim", "goyal_sim",
-                  "ltfb_sim", "communication_efficient"}
+                  "ltfb_sim", "communication_efficient", "goyal_fig1"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -146,6 +146,38 @@ def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
     summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")]
     assert summaries and all(s["simulated"] and s["time_unit"] == "virtual seconds" for s in summaries)
     assert all(s["config"]["seed"] == exp.quick_seeds[0] for s in summaries), "out/runs are the first seed's"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_goyal_figure1_holds_in_quick_mode(tmp_path):
+    # Single-process sgd (not simulated), so not in the test above; quick runs the same runs
+    # as full at 256, 8k, 16k and 64k for seeds 0 and 1: every shape holds beyond its spread
+    # over seeds, and the report sets Figure 1's numbers beside ours.
+    exp = load_experiment(ROOT / "experiments" / "goyal_fig1.yaml")
+    out = tmp_path / "out"
+    proc = reproduce("experiments/goyal_fig1.yaml", "--quick", "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-2000:])
+    verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
+    own = {s: {v["id"]: v for v in json.loads((out / "seeds" / f"seed-{s}" / "shape.json").read_text())}
+           for s in exp.quick_seeds}
+    report = (out / "report.html").read_text(encoding="utf-8")
+    for check in exp.expected_shape:
+        v = verdicts[check["id"]]
+        assert v["held"] and v["seeds"] == exp.quick_seeds, v
+        by, held = _seed_oracle([own[s][check["id"]] for s in exp.quick_seeds], v["margin"], v.get("inclusive"))
+        assert v["by"] == pytest.approx(by, rel=1e-12, abs=1e-15) and held, (v, by)
+        assert html.escape(str(check["paper"])) in report and html.escape(v["measured"]) in report
+    for number in ("23.49%", "23.74%", "24.79%", "27.55%", "33.96%"):   # Figure 1's curve
+        assert number in report, number
+    # each batch's error is its run's own final test accuracy (one definition; out/runs: the first seed's)
+    err = {}
+    for b in (256, 8192, 16384, 65536):
+        summary = json.loads((out / "runs" / f"B{b}" / "summary.json").read_text())
+        assert summary["config"]["batch_size"] == b and summary["config"]["seed"] == exp.quick_seeds[0]
+        err[b] = 100 * (1 - summary["final_test_accuracy"])
+    assert f"B=256 {err[256]:.2f}%; 8192: {err[8192] - err[256]:+.2f} points" in verdicts["flat_to_8k"]["measured"]
+    assert f"B=65536 {err[65536]:.2f}% vs B=16384 {err[16384]:.2f}%" in verdicts["keeps_rising"]["measured"]
 
 
 # ------------------------------------------------------------------------------ end to end

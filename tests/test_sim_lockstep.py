@@ -46,7 +46,8 @@ def _events(result) -> list[tuple]:
     dict(cpus=4, optimizer="adamw", lr=0.01),
     dict(cpus=5, batch_size=33),                 # slices 7, 7, 7, 6, 6
     dict(cpus=3, batch_size=10, jitter=0.2),     # 4, 3, 3: a slice size of one worker alone
-], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one"])
+    dict(cpus=64, batch_size=128, jitter=0.1),   # the bench's width
+], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu"])
 def test_lockstep_is_bitwise_the_per_worker_run(extra):
     a, b = _both(RunConfig(**{**SMALL, **extra}))
     assert a.summary["status"] == "completed"

@@ -354,24 +354,57 @@ class ThrottledControl:
         self._closed.set()
 
 
+CHUNK_ITEMSIZE = 4   # bytes of one parameter (float32) in cgdp's chunks of weights
+
+
 class Emulated:
     """Network emulator: wraps a Comm or Server proxy, adding latency and a bandwidth cap.
 
     A message of n bytes costs `latency + 8 n / bandwidth`; an allreduce moves
     2 (P-1)/P of the buffer in and out per worker (a ring), in 2 (P-1) messages.
     The delay is spent sleeping, so it shows up as communication time, as on a real
-    slow network.
+    slow network. A server call costs its request (the arrays it sends) and then its
+    reply (the arrays it returns).
+
+    cgdp's master (a front-end with a `chunked` flag) is charged for what moves. A push is
+    one way: its gradient chunk, (hi - lo) float32s, whether it travels as an argument or
+    was written into shared memory's `slot` (a view, not a message); the algorithm does not
+    wait for a reply. Returning weights chunk by chunk (`chunked` True: `weight_return`
+    chunks), the fetch's array is a buffer the chunks were copied into, so that is not what
+    is charged: each push's chunk of fresh weights, (hi - lo) float32s, is put on this
+    worker's downlink at its push and travels while the worker goes on with its backward
+    pass (messages on the downlink leave in order, each when the one before has landed);
+    the fetch's reply is the step's outcome alone, queued behind them, and the fetch waits
+    until it has landed. The flight starts at this worker's push, the earliest the master
+    could have the chunk updated (the fetch also waits for the step, which the inner
+    front-end does). `weight_return` whole: the fetch's reply is the whole vector, as any
+    reply. `clock` and `sleep` are injectable (a test drives them).
     """
 
-    def __init__(self, inner: Any, latency_ms: float, bandwidth_gbps: float):
+    def __init__(self, inner: Any, latency_ms: float, bandwidth_gbps: float, *,
+                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
         self.inner = inner
         self.latency = latency_ms / 1e3
         self.bytes_per_s = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps > 0 else float("inf")
         self.rank = getattr(inner, "rank", 0)
         self.size = getattr(inner, "size", 1)
+        self.clock, self.sleep = clock, sleep
+        chunked = getattr(inner, "chunked", None)                 # cgdp's master front-ends say how they return
+        self.chunk_master = isinstance(chunked, bool)             # weights: chunk by chunk (True) or whole
+        self.chunked = chunked is True
+        self.landing = -float("inf")   # (chunked) when the last message on the downlink lands, by `clock`
+
+    def cost(self, nbytes: float, messages: int = 1) -> float:
+        """Seconds `messages` messages carrying `nbytes` in all take."""
+        return messages * self.latency + nbytes / self.bytes_per_s
 
     def delay(self, nbytes: int, messages: int = 1) -> None:
-        time.sleep(messages * self.latency + nbytes / self.bytes_per_s)
+        self.sleep(self.cost(nbytes, messages))
+
+    def downlink(self, nbytes: float) -> None:
+        """Put one message of `nbytes` on the downlink now (chunked): it lands once the
+        messages before it have, plus its own cost."""
+        self.landing = max(self.clock(), self.landing) + self.cost(nbytes)
 
     def buffer(self, m: int) -> Any:
         return self.inner.buffer(m)  # AttributeError if the inner comm has none
@@ -410,6 +443,12 @@ class Emulated:
         attr = getattr(self.inner, name)
         if not callable(attr) or name in ("close", "barrier"):
             return attr
+        if self.chunk_master and name == "slot":
+            return attr              # a view of shared memory to write the gradient into: the push sends it
+        if self.chunk_master and name == "push":
+            return self._chunk_push(attr)
+        if self.chunked and name == "fetch":
+            return self._chunk_fetch(attr)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             nbytes = sum(getattr(a, "nbytes", 0) for a in args)
@@ -417,5 +456,23 @@ class Emulated:
             out = attr(*args, **kwargs)
             back = out if isinstance(out, tuple) else (out,)
             self.delay(sum(getattr(a, "nbytes", 0) for a in back))  # reply
+            return out
+        return call
+
+    def _chunk_push(self, push: Callable) -> Callable:
+        def call(step: int, rank: int, lo: int, hi: int, *rest: Any, **kwargs: Any) -> Any:
+            self.delay(CHUNK_ITEMSIZE * (hi - lo))   # request: the gradient chunk (an argument, or in the slot)
+            out = push(step, rank, lo, hi, *rest, **kwargs)           # one way: no reply to wait for
+            if self.chunked:
+                self.downlink(CHUNK_ITEMSIZE * (hi - lo))             # its fresh weights, on their way back
+            return out
+        return call
+
+    def _chunk_fetch(self, fetch: Callable) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.delay(0)                                            # request
+            out = fetch(*args, **kwargs)
+            self.downlink(0)                                         # reply: the outcome, behind the chunks
+            self.sleep(max(0.0, self.landing - self.clock()))
             return out
         return call

@@ -174,7 +174,7 @@ class Lockstep:
             losses = []
             for r0, r1, m in runs:                              # the pool's groups: one slice shape each
                 rows = idx[slices[r0][0]:slices[r1 - 1][1]]
-                X = X_all[rows].reshape(r1 - r0, m, F)
+                X = X_all.take(rows, axis=0).reshape(r1 - r0, m, F)   # as ctx.batch gathers
                 if X.dtype != params.dtype:
                     X = X.astype(params.dtype)
                 losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m),
