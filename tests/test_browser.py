@@ -487,6 +487,8 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                 final = wait_for(page, lambda: (lambda s: s if ENDED_RE.match(s) and stop_button.is_disabled()
                                                 else None)(_status(page)),
                                  STOP_TIMEOUT, "the status line to say the run stopped or completed")
+                # Run comes back once the final redraw and the run's report.html are done
+                wait_for(page, lambda: run_button.is_enabled(), STOP_TIMEOUT, "Run to be enabled again")
             except TimeoutError as exc:
                 raise AssertionError(f"{exc}:\n{_diagnostics(page, browser, lab, nb.name)}") from None
             say(f"{'Stop pressed while running' if pressed else 'the run had ended before Stop'}; "
@@ -494,15 +496,24 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             # a run of LONG_EPOCHS epochs is still training here: Stop ends it, and the status says so
             assert pressed and final.startswith("stopped"), (pressed, final)
             # ... within a second of the click (issue 23 item 7), both cores busy: timed in the
-            # page, from the click event to the status line's change (its MutationObserver)
-            # NOT asserted yet: measured and printed only, since this session's machine (load 13-27
-            # on 2 cores) never let the test reach this point with the assertion in place; the
-            # next session asserts `latency <= STOP_WITHIN_S` once it has seen it pass.
-            latency = _stop_latency(page)
+            # page, from the click event to the status line's change (its MutationObserver).
+            # The kernel's part (the loops' end, the result built and saved: 0.75-0.97 s at load 12
+            # with the busy processes, ui/dashbench) is the dashboard's; the page's part (the click's
+            # message reaching the kernel's main thread, the status's coming back) is the machine's:
+            # `echo` (click to the "stopping" line) is that round trip, printed beside it. A machine
+            # already loaded by other work (busy_cores.too_busy) gets the latency printed, not judged.
+            latency, echo = _stop_latency(page)
             say(f"Stop: click to {final.split(':')[0]!r} in the page: "
-                f"{'not measured' if latency is None else f'{latency:.2f} s'} ({BUSY_PROCESSES} busy processes; "
-                f"the promise is {STOP_WITHIN_S:g} s)")
-            assert run_button.is_enabled(), "Run is not enabled again after the run ended"
+                f"{'not measured' if latency is None else f'{latency:.2f} s'} (click to 'stopping': "
+                f"{'not seen' if echo is None else f'{echo:.2f} s'}; {BUSY_PROCESSES} busy processes, load "
+                f"{busy_cores.load_before:.1f} before them; the promise is {STOP_WITHIN_S:g} s)")
+            assert latency is not None, f"the click or the stopped status was not seen: {page.evaluate('() => window.__wbStatus')[-10:]}"
+            busy = busy_cores.too_busy()
+            if busy:
+                say(f"{busy}: Stop's latency ({latency:.2f} s) is reported, not checked against {STOP_WITHIN_S:g} s")
+            else:
+                assert latency <= STOP_WITHIN_S, \
+                    f"Stop took {latency:.2f} s from the click to {final!r} (click to 'stopping': {echo})"
             loss_el.first.scroll_into_view_if_needed()
             _shot(page, artifacts, "03-stopped", say)
             assert _has_points(_loss_plot(page)), "the loss plot lost its points after the run ended"
@@ -526,15 +537,17 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             _shot_whole(page, dash, artifacts, "03-stopped-dashboard", say)
             # ---- every figure fits its column at 1400x900 beside the file browser (issue 23 item 9):
             # nothing between a figure and the dashboard's output area scrolls sideways, and no
-            # figure reaches past that area's right edge
-            # NOT asserted yet (printed only, not seen to run on this session's machine)
-            with contextlib.suppress(Exception):
-                fits = page.evaluate(FIT_JS, DASH)
-                wide = [f for f in fits if f["overflow"] > 1 or f["right"] > f["area_right"] + 1]
-                say(f"figure fit at {VIEWPORT['width']} px, file browser open "
-                    f"{page.evaluate(FILE_BROWSER_OPEN_JS)}: " +
-                    "; ".join(f"{f['title'] or '(untitled)'}: {f['width']:.0f} px, overflow {f['overflow']:.0f} px"
-                              for f in fits) + f"; wider than their column: {wide or 'none'}")
+            # figure reaches past that area's right edge. (Before plotly_widget's followWidth,
+            # every figure was drawn at plotly's default 700 px in a 562 px column, 340 px for
+            # the lr preview: its box scrolled 138 / 360 px sideways.)
+            assert page.evaluate(FILE_BROWSER_OPEN_JS), "the file browser is not open beside the notebook"
+            fits = page.evaluate(FIT_JS, DASH)
+            wide = [f for f in fits if f["overflow"] > 1 or f["right"] > f["area_right"] + 1]
+            say(f"figure fit at {VIEWPORT['width']} px, file browser open: " +
+                "; ".join(f"{f['title'] or '(untitled)'}: {f['width']:.0f} px, overflow {f['overflow']:.0f} px"
+                          for f in fits))
+            assert len(fits) >= len(RUN_FIGURES) + 1, f"not every figure is on the page: {fits}"
+            assert not wide, f"figures wider than their column (scrolling sideways): {wide}"
             # ---- the runs tab: the run, with links to its folder and report
             dash.locator(".lm-TabBar-tab, .p-TabBar-tab", has_text="runs").first.click()
             table = dash.locator("table").filter(has_text="sync_sgd")
@@ -556,15 +569,17 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
     say(f"dashboard browser test took {time.monotonic() - t0:.1f} s")
 
 
-def _stop_latency(page) -> float | None:
+def _stop_latency(page) -> tuple[float | None, float | None]:
     """Seconds from the click on Stop (its listener's timestamp) to the first status line
-    after it saying stopped or completed (the status MutationObserver's), both in the page."""
+    after it saying stopped or completed (the status MutationObserver's), both in the page;
+    and from the click to the first line saying "stopping" (the kernel got the click), if any."""
+    latency = echo = None
     with contextlib.suppress(Exception):
         clicked = page.evaluate("() => window.__wbStopClick")
-        log = page.evaluate("() => window.__wbStatus")
-        shown_at = next(t for t, text in log if t >= clicked and ENDED_RE.match(text))
-        return (shown_at - clicked) / 1000
-    return None
+        log = [(t, text) for t, text in page.evaluate("() => window.__wbStatus") if t >= clicked]
+        latency = (next(t for t, text in log if ENDED_RE.match(text)) - clicked) / 1000
+        echo = (next(t for t, text in log if "stopping" in text or ENDED_RE.match(text)) - clicked) / 1000
+    return latency, echo
 
 
 def _control(page, dash, name: str):
@@ -579,7 +594,8 @@ def _type(page, dash, name: str, value: Any) -> None:
 
 
 # Each visible dashboard figure: its width, how far it reaches right, and the most any
-# element between it and the dashboard's output area scrolls sideways.
+# element between it and the dashboard's output area scrolls sideways (or its own drawing
+# is wider than it).
 FIT_JS = """(root) => { const area = document.querySelector(root); const edge = area.getBoundingClientRect().right;
   return [...area.querySelectorAll('.js-plotly-plot')].filter(g => g.offsetParent !== null).map(g => {
     let overflow = 0;
@@ -588,6 +604,8 @@ FIT_JS = """(root) => { const area = document.querySelector(root); const edge = 
       if (style.overflowX !== 'visible' || p === area) overflow = Math.max(overflow, p.scrollWidth - p.clientWidth);
     }
     const r = g.getBoundingClientRect();
+    const svg = g.querySelector('.main-svg');          // plotly's drawing, wider than its element: cut off
+    if (svg) overflow = Math.max(overflow, svg.getBoundingClientRect().width - r.width);
     return {title: (g.querySelector('.gtitle') || {}).textContent || '', width: r.width, right: r.right,
             area_right: edge, overflow: overflow};
   }); }"""

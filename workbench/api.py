@@ -7,6 +7,7 @@ picks), adds the progress bar and writes the run directory. `sweep` repeats `run
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings as _warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +72,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
     result = None
+    from .util.provenance import git_state
+    code = _meanwhile(git_state)   # which code produced it (three git calls): asked while the run trains
     t0 = time.time()
     try:
         from .execution.engine import run as engine_run  # engine.transport_for: simulated, threads or Dask
@@ -86,8 +89,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         if bar is not None:
             bar.close(result.status if result is not None else "failed",
                       result.summary.get("samples_per_s") if result is not None else None)
-    from .util.provenance import git_state
-    result.summary.update(git_state())  # which code produced it: commit and dirty flag, or None
+    result.summary.update(code())  # which code produced it: commit and dirty flag, or None
     if warnings:
         result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
                                     for m in warnings] + list(result.summary.get("events", []))
@@ -95,6 +97,19 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     if config.out:
         save(result, config.out, overwrite=overwrite, report=report)
     return result
+
+
+def _meanwhile(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Start `fn()` on a daemon thread; returns a function that waits for its value (or
+    calls `fn` itself if the thread failed), so a run's end does not wait for it."""
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(value=fn()), name="workbench-meanwhile", daemon=True)
+    thread.start()
+
+    def value() -> Any:
+        thread.join()
+        return box["value"] if "value" in box else fn()
+    return value
 
 
 def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult:

@@ -187,6 +187,7 @@ class Dashboard:
         self._base = (config or RunConfig(**DEFAULT_RUN)).replace(out=None)
         self.history: list[Any] = []            # RunResults of this session, in order
         self.plot_errors: list[str] = []        # live-plot failures (shown in the status line too)
+        self.report_errors: list[str] = []      # report.html failures (the status line says so)
         self.last_error: BaseException | None = None
         self.last_plot_cpu_s = 0.0              # CPU seconds the last run's live plots took
         self.last_redraws = 0                   # how often the last run's figures were redrawn
@@ -644,10 +645,11 @@ class Dashboard:
             from . import simproc
             if cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
                 from .simproc import run_in_process
-                state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set)
-            else:
+                state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set,
+                                              report=False)
+            else:   # report.html is rendered after the status says how the run ended (`_write_report`)
                 state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add,
-                                       should_stop=self._stop.is_set, progress=False)  # its own plots
+                                       should_stop=self._stop.is_set, progress=False, report=False)
         except BaseException as exc:  # shown in the status line; the flusher reports it
             state.error = exc
         finally:
@@ -665,15 +667,33 @@ class Dashboard:
             if finished:
                 break
             self._show_progress(state)
-        # The status says how the run ended as soon as it has (Stop promises about a second);
-        # the figures' last redraw from the complete records follows, then Run is enabled.
+        # The status says how the run ended as soon as its records are saved (Stop promises
+        # about a second); the figures' last redraw from the complete records and the run's
+        # report.html (seconds of plotly on a busy machine) follow, then Run is enabled.
         self._finish(state)
+        self.stop_button.disabled = True
         drawer.join()
         self._flush(state)
         self._redraw_whole(state)
         self._flush(state, last=True)
+        self._write_report(state)
         self._current = None
         self._set_buttons(running=False)
+
+    def _write_report(self, state: _Run) -> None:
+        """report.html in the run's directory (`api.write_run_report`), once the run is saved."""
+        result = state.result
+        directory = (result.summary.get("config") or {}).get("out") if result is not None else None
+        if not directory:
+            return
+        from .. import api
+        try:
+            api.write_run_report(result, directory)
+        except Exception as exc:      # the run itself is committed; the report's failure is said
+            self.report_errors.append(f"{type(exc).__name__}: {exc}")
+            self._set_status(f"{self.status_text}; report.html not written: {exc}", error=True)
+        finally:
+            api.settle_steps(result, directory)
 
     def _redraw_whole(self, state: _Run) -> None:
         """Redraw the run's loss, accuracy and lr traces from its complete records (every
@@ -705,7 +725,9 @@ class Dashboard:
             for slot in self._slots.values():     # edits held for a view that never said it drew
                 slot.apply_if_ready()
             now = time.monotonic()
-            if now < next_draw or not state.pending:
+            # Stopping: no redraws until the run has ended (its final redraw follows), so the
+            # run's end (the loops', the save's Python) does not share the interpreter with them.
+            if now < next_draw or not state.pending or self._stop.is_set():
                 state.done.wait(min(FLUSH_S / 2, max(0.0, next_draw - now)) or FLUSH_S / 2)
                 continue
             cost = self._flush(state)

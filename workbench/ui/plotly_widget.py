@@ -99,6 +99,27 @@ function quiet(model) {
   });
 }
 
+// plotly's anywidget view sizes its figure once, as it renders: into an element not yet
+// laid out, so at plotly's default 700 px, whatever its column's width (at 1400x900 beside
+// JupyterLab's file browser the live figures' columns are 562 px: 138 px of every figure,
+// its last ticks, toolbar and legend entries, were cut off and scrolled sideways; ipywidgets'
+// own view resized on Lumino's resize messages, which an anywidget view never gets). So each
+// view follows its element's width: plotly's own autosize (FigureView.autosizeFigure, which
+// leaves a figure with a width of its own alone) whenever that width changes.
+function followWidth(mod, ctx) {
+  const view = { el: ctx.el, model: ctx.model, _sendLayoutDelta() {} };  // layout deltas stay here (quiet)
+  let width = -1;
+  const observer = new ResizeObserver(() => {
+    const now = ctx.el.clientWidth;
+    if (now > 0 && Math.abs(now - width) >= 1) {
+      width = now;
+      mod.FigureView.prototype.autosizeFigure.call(view);
+    }
+  });
+  observer.observe(ctx.el);
+  return () => observer.disconnect();
+}
+
 export default () => {
   let inner = null;
   let ready = null;
@@ -113,7 +134,9 @@ export default () => {
     },
     async render(ctx) {
       await ready;
-      return inner.render(ctx);
+      const remove = await inner.render(ctx);
+      const unfollow = followWidth(await plotlyModule(), ctx);
+      return () => { unfollow(); if (typeof remove === "function") remove(); };
     },
   };
 };

@@ -93,7 +93,7 @@ def _sendable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _child(config: Any, conn: Any, stop: Any) -> None:
+def _child(config: Any, conn: Any, stop: Any, report: bool = True) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     from .. import api
@@ -105,10 +105,12 @@ def _child(config: Any, conn: Any, stop: Any) -> None:
 
     try:
         result = api.run(config, cluster=None, on_record=lambda batch: send("records", batch),
-                         should_stop=stop.is_set, progress=False)
+                         should_stop=stop.is_set, progress=False, report=report)
         if getattr(result, "store", None) is not None:   # steps streamed to the run directory:
-            result.steps = result.steps                     # read back here, and the store (open
-            result.store = None                             # files) stays in the child
+            steps = result.steps                            # read back here, and the store (open
+            if not report:                                  # files) stays in the child; without the
+                api.settle_steps(result, result.summary["config"]["out"])   # report the spool goes here
+            result.steps, result.store = steps, None
         send("result", result)
     except BaseException as exc:      # the kernel raises it as if the run had been in-process
         send("error", _sendable(exc))
@@ -117,18 +119,19 @@ def _child(config: Any, conn: Any, stop: Any) -> None:
 
 
 def run_in_process(config: Any, on_record: Callable[[Any], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> Any:
-    """`api.run(config, on_record=..., should_stop=..., progress=False)` for a simulated
-    `config`, in a child process; returns its RunResult (or raises its exception).
+                   should_stop: Callable[[], bool] | None = None, report: bool = True) -> Any:
+    """`api.run(config, on_record=..., should_stop=..., progress=False, report=...)` for a
+    simulated `config`, in a child process; returns its RunResult (or raises its exception).
 
     `on_record` is called on the calling thread with each batch, in order, as the child
-    sends them. The run directory (`config.out`) is written by the child, as the CLI does."""
+    sends them. The run directory (`config.out`) is written by the child, as the CLI does;
+    `report=False` leaves report.html to the caller (`api.write_run_report`)."""
     if not getattr(config, "simulate", False):
         raise ValueError(f"simulate: a child process runs simulated runs only, got {getattr(config, 'simulate', None)}")
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
     stop = ctx.Event()
-    proc = ctx.Process(target=_child, args=(config, send, stop), name="workbench-sim-run", daemon=True)
+    proc = ctx.Process(target=_child, args=(config, send, stop, report), name="workbench-sim-run", daemon=True)
     proc.start()
     send.close()                      # the child's end: EOF here once the child is gone
     try:
