@@ -180,7 +180,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"  bare maths, global batch (loss_and_grad + update): {maths[1][0]:7.3f} | {maths[1][1]:7.3f}")
     print(f"  bare maths, {workers} slices of it, a replica each:    {maths[workers][0]:7.3f} | "
           f"{maths[workers][1]:7.3f}   (what the simulated workers compute between them, one BLAS thread)")
-    print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}")
+    print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}   "
+          f"(the thread transport runs BLAS on one thread per worker since 2026-12-02: the same as the next row)")
     print(f"  sgd, single process, one BLAS thread:             {sgd1[0]:7.3f} | {sgd1[1]:7.3f}   "
           f"(the simulated workers compute on one, as real worker processes do)")
     # The targets are against sgd's wall time in its faster set-up: on a busy 2-core box a
