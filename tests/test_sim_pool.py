@@ -68,3 +68,4 @@ def test_a_bad_call_in_a_stacked_pass_gets_its_own_error_and_the_others_their_re
     for k in (0, 1, 3):
         assert calls[k].error is None
         assert calls[k].result[1].tobytes() == _plain(model, calls[k])[1].tobytes()
+

@@ -105,10 +105,26 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: VmHWM (the high-water mark of its own address
+    space) where Linux has it, else ru_maxrss. Not ru_maxrss alone: on Linux a child's
+    ru_maxrss starts at its parent's peak (exec folds the forked address space's high-water
+    mark in), so a subprocess of a big benchmark reported the benchmark's size."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024   # bytes on macOS, kB elsewhere
+
+
 def memory_main(spec_json: str) -> None:
     """In a fresh process: run the simulated cluster of `spec["workers"]` workers and
-    print one JSON line with the peak RSS (ru_maxrss) before and after."""
-    import resource
+    print one JSON line with the peak RSS (`peak_rss_bytes`) before and after."""
     spec = json.loads(spec_json)
     from ..problem import Problem
     from .run import run_simulated
@@ -116,10 +132,10 @@ def memory_main(spec_json: str) -> None:
                        batch_size=spec["workers"], steps=spec["steps"], lr=0.05, seed=0, eval_every=10**9,
                        simulate=True, cpu_device="power8")
     Problem.from_config(config).load()                   # the data and imports: the baseline
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    base = peak_rss_bytes()
     t0 = time.perf_counter()
     result = run_simulated(config)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     print(json.dumps({"status": result.summary["status"], "base_bytes": base, "peak_bytes": peak,
                       "seconds": time.perf_counter() - t0}))
 
@@ -180,8 +196,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"  bare maths, global batch (loss_and_grad + update): {maths[1][0]:7.3f} | {maths[1][1]:7.3f}")
     print(f"  bare maths, {workers} slices of it, a replica each:    {maths[workers][0]:7.3f} | "
           f"{maths[workers][1]:7.3f}   (what the simulated workers compute between them, one BLAS thread)")
-    print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}   "
-          f"(the thread transport runs BLAS on one thread per worker since 2026-12-02: the same as the next row)")
+    print(f"  sgd, single process:                              {sgd[0]:7.3f} | {sgd[1]:7.3f}")
     print(f"  sgd, single process, one BLAS thread:             {sgd1[0]:7.3f} | {sgd1[1]:7.3f}   "
           f"(the simulated workers compute on one, as real worker processes do)")
     # The targets are against sgd's wall time in its faster set-up: on a busy 2-core box a
