@@ -50,3 +50,17 @@ def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
     assert own < ballast.nbytes < parent               # the child's own peak: its imports, not the ballast
     if maxrss >= parent:                               # where ru_maxrss inherits (this kernel did when written)
         assert own < maxrss
+
+
+def test_a_step_the_noise_hid_is_reported_unresolved_not_met(monkeypatch, capsys):
+    # One sync step is timed as (long run - short run) / steps between: where the machine's
+    # noise made the long run no slower, the ratio is unknown, not 0x (it printed "0.00x: met").
+    from workbench.sim import bench
+    monkeypatch.setattr(bench, "loop_seconds", lambda config: (1.0, 1.0))
+    monkeypatch.setattr(bench, "maths_seconds", lambda config, slices=1: (1.0, 1.0))
+    monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (1.0, 0.9) if a == "sync_sgd" else (0.5, 0.9))
+    monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
+    assert bench.main(Namespace(workers=2, repeats=1, rows_per_worker=2, memory_workers=2)) == 0
+    out = capsys.readouterr().out
+    assert "one sync_sgd step, 2 simulated workers x 2 rows: NOT resolved" in out
+    assert "0.00x" not in out and out.rstrip().endswith("some targets NOT met")

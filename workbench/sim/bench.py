@@ -221,12 +221,19 @@ def main(args: argparse.Namespace) -> int:
                 for i, got in enumerate(step_runs(a, mem_workers, rows)):
                     best_runs[i] = min(best_runs[i], got)
     # one step: the best long run less the best short one, over the steps between (set-up cancels)
-    step = {a: max(r[1] - r[0], 0.0) / (STEP_RUNS[1] - STEP_RUNS[0]) for a, r in runs.items()}
-    ratio = step["sync_sgd"] / step["sgd"] if step["sgd"] > 0 else float("inf")
-    ok &= ratio <= TARGETS["step"]
-    print(f"  one sync_sgd step, {mem_workers} simulated workers x {rows} rows: {step['sync_sgd']:.3f} s; sgd on the "
-          f"same {mem_workers * rows}-row batch (one BLAS thread): {step['sgd']:.3f} s; {ratio:.2f}x "
-          f"(target <= {TARGETS['step']:g}x: {'met' if ratio <= TARGETS['step'] else 'NOT met'})", flush=True)
+    step = {a: (r[1] - r[0]) / (STEP_RUNS[1] - STEP_RUNS[0]) for a, r in runs.items()}
+    if min(step.values()) <= 0:     # a long run no slower than the short one: the machine's noise won
+        ok = False
+        print(f"  one sync_sgd step, {mem_workers} simulated workers x {rows} rows: NOT resolved (the "
+              f"{STEP_RUNS[1]}-step run was not slower than the {STEP_RUNS[0]}-step one: sync_sgd "
+              f"{runs['sync_sgd'][1]:.3f} vs {runs['sync_sgd'][0]:.3f} s, sgd {runs['sgd'][1]:.3f} vs "
+              f"{runs['sgd'][0]:.3f} s); run it again on a quieter machine", flush=True)
+    else:
+        ratio = step["sync_sgd"] / step["sgd"]
+        ok &= ratio <= TARGETS["step"]
+        print(f"  one sync_sgd step, {mem_workers} simulated workers x {rows} rows: {step['sync_sgd']:.3f} s; sgd on "
+              f"the same {mem_workers * rows}-row batch (one BLAS thread): {step['sgd']:.3f} s; {ratio:.2f}x "
+              f"(target <= {TARGETS['step']:g}x: {'met' if ratio <= TARGETS['step'] else 'NOT met'})", flush=True)
     for a in ("sync_sgd", "async_sgd"):
         m = measure_memory(a, mem_workers)
         gb = m["peak_bytes"] / 1e9
