@@ -1,4 +1,4 @@
-"""Shared fixtures: one real LocalCluster per test module, GPU skipping."""
+"""Shared fixtures: one real LocalCluster shared by the test modules that ask for one, GPU skipping."""
 from __future__ import annotations
 
 import pytest
@@ -22,10 +22,41 @@ def local_client(cpus: int):
     close_client(c)
 
 
+@pytest.fixture(scope="session")
+def _shared_clusters():
+    """The session's 2-worker cluster, started by the first module that asks (`client`)."""
+    box: dict = {}
+    yield box
+    from workbench.execution.cluster import close_client
+    close_client(box.get("client"))
+
+
+def _fit_for_a_module(c, n: int) -> bool:
+    """Whether a cluster left by the last module still has n running workers and nothing
+    running on them (a killed worker's replacement is given a minute to arrive)."""
+    try:
+        if c.status != "running":
+            return False
+        c.wait_for_workers(n, timeout=60)
+        workers = c.scheduler_info(n_workers=-1)["workers"]
+        return (len(workers) == n and all(w["status"] == "running" for w in workers.values())
+                and not any(c.processing().values()))
+    except Exception:
+        return False
+
+
 @pytest.fixture(scope="module")
-def client():
-    """A real Dask LocalCluster of 2 single-thread worker processes, for one test module."""
-    yield from local_client(2)
+def client(_shared_clusters):
+    """A real Dask LocalCluster of 2 single-thread worker processes. One serves every module
+    that asks (a start is ~4 s of CPU, ~10 s at load 8: it was paid by 20 modules); a module
+    that finds it unfit (fewer than 2 running workers, a task still running, closed) gets a
+    fresh one, so one module's broken cluster never reaches the next."""
+    from workbench.execution.cluster import close_client, make_cluster
+    c = _shared_clusters.get("client")
+    if c is None or not _fit_for_a_module(c, 2):
+        close_client(c)
+        c = _shared_clusters["client"] = make_cluster(cpus=2, gpus=0, quiet=True)
+    yield c
 
 
 @pytest.fixture

@@ -1,9 +1,11 @@
 """`python -m workbench bench`'s measuring loops do the maths they claim (speed itself is
 shown by the benchmark, not by tests)."""
+import os
 import uuid
 from argparse import Namespace
 
 import numpy as np
+import pytest
 
 from workbench.analysis.bench import _bench_config, bare_sync, plain_processes
 from workbench.comm.shm import allreduce_nbytes, create_segment, unlink_segment
@@ -28,3 +30,37 @@ def test_bare_sync_loop_trains_what_single_process_sgd_trains():
     np.testing.assert_array_equal(got[0]["params"], got[1]["params"])   # every rank: the same update
     np.testing.assert_allclose(got[0]["params"], after7, rtol=1e-5, atol=1e-7)
     assert not np.allclose(got[0]["params"], after6, rtol=1e-5, atol=1e-7)   # 7 steps, not 6
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
+def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
+    # `bench --simulated` measures 1024 workers' memory in a subprocess of a process that has
+    # run every other benchmark. On Linux that child's ru_maxrss starts at its parent's size;
+    # its own peak (VmHWM) does not. A parent of 300+ MB here, a child that imports the bench.
+    import resource
+    import subprocess
+    import sys
+    ballast = np.ones(80 * 2**20, np.float32)               # 320 MB, touched
+    code = ("import resource; from workbench.sim.bench import peak_rss_bytes; "
+            "print(peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    own, maxrss = map(int, out.stdout.split())
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert ballast.nbytes < parent
+    assert own < ballast.nbytes < parent               # the child's own peak: its imports, not the ballast
+    if maxrss >= parent:                               # where ru_maxrss inherits (this kernel did when written)
+        assert own < maxrss
+
+
+def test_a_step_the_noise_hid_is_reported_unresolved_not_met(monkeypatch, capsys):
+    # One sync step is timed as (long run - short run) / steps between: where the machine's
+    # noise made the long run no slower, the ratio is unknown, not 0x (it printed "0.00x: met").
+    from workbench.sim import bench
+    monkeypatch.setattr(bench, "loop_seconds", lambda config: (1.0, 1.0))
+    monkeypatch.setattr(bench, "maths_seconds", lambda config, slices=1: (1.0, 1.0))
+    monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (1.0, 0.9) if a == "sync_sgd" else (0.5, 0.9))
+    monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
+    assert bench.main(Namespace(workers=2, repeats=1, rows_per_worker=2, memory_workers=2)) == 0
+    out = capsys.readouterr().out
+    assert "one sync_sgd step, 2 simulated workers x 2 rows: NOT resolved" in out
+    assert "0.00x" not in out and out.rstrip().endswith("some targets NOT met")

@@ -409,3 +409,29 @@ def test_cgdp_behind_the_network_emulator_keeps_the_sgd_trajectory(weight_return
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
+
+
+def test_emulator_charges_a_gradient_written_into_shared_memory_at_its_push():
+    # shared memory's front-end: the worker writes its gradient into a slot (a view, free) and
+    # the push carries None; the push is still charged the chunk's bytes, once, one way
+    from workbench.comm.base import Emulated
+
+    class Slotted:
+        chunked = True
+
+        def __init__(self):
+            self.row, self.pushed = np.zeros(95, np.float32), []
+
+        def slot(self, rank, lo, hi):
+            return self.row[lo:hi]
+
+        def push(self, step, rank, lo, hi, grad, *rest):
+            self.pushed.append((lo, hi, grad))
+    clock = _FakeClock()
+    emu = Emulated(Slotted(), latency_ms=1.0, bandwidth_gbps=8e-4, clock=clock, sleep=clock.sleep)   # 1e5 B/s
+    view = emu.slot(0, 48, 90)
+    assert view.base is emu.inner.row and clock.t == 0.0
+    emu.push(0, 0, 48, 90, None, 0.1)
+    up = 1e-3 + 4 * 42 / 1e5                                 # one message of 42 float32s
+    assert emu.inner.pushed == [(48, 90, None)] and clock.t == pytest.approx(up, rel=1e-12)
+    assert emu.landing == pytest.approx(2 * up, rel=1e-12)  # and its fresh weights, on their way back

@@ -727,16 +727,8 @@ def test_wb_client_is_the_default_client_and_its_link_goes_through_binders_proxy
         close_session()
 
 
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_the_cli_prints_the_dask_dashboard_link(tmp_path):
-    import subprocess
-    import sys
-    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
-                           "--steps", "5", "--out", str(tmp_path / "run"), "--no-progress"],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^dask dashboard: http://127\.0\.0\.1:\d+/status$", proc.stderr, re.M), proc.stderr
+# The CLI's "dask dashboard: http://127.0.0.1:PORT/status" line is checked in
+# test_signals.py::test_signals_stop_the_run_within_2s_and_save_it (a CLI run on a local cluster).
 
 
 def test_runs_table_lists_differing_hyper_parameters_and_links(dash, tmp_path):

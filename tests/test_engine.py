@@ -202,3 +202,32 @@ def test_dask_sync_fails_naming_the_lost_worker_and_keeps_records(client, tmp_pa
     assert (path / "steps.csv").read_text().count("\n") == len(result.steps) + 1
     after = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
     assert after.status == "completed"
+
+
+def test_thread_workers_run_blas_on_one_thread_and_give_the_setting_back():
+    """A worker thread is one core, as a Dask worker process is: BLAS runs one thread while
+    the run lasts (two threads each running OpenBLAS's default of one per core made sgd
+    10-18x slower on a loaded machine), and the caller's setting is back afterwards."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> set[int]:
+        return {p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library that threadpoolctl can see")
+    seen: list[set[int]] = []
+
+    def should_stop() -> bool:      # polled by the client while the workers run
+        seen.append(blas_threads())
+        return False
+
+    config = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, batch_size=32, steps=40, seed=0)
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):      # the caller's own setting
+        result = run_threads(config, should_stop=should_stop)
+        after = blas_threads()
+    assert result.summary["status"] == "completed" and result.summary["blas_threads"] == 1
+    assert seen and all(s == {1} for s in seen), seen
+    assert after == {3}
+    # sgd runs in this process on the same transport
+    sgd = run(config.replace(algorithm="sgd", cpus=1))
+    assert sgd.summary["blas_threads"] == 1

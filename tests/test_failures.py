@@ -17,7 +17,7 @@ from workbench.results import RunResult
 
 BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 # summary keys only one transport has: where its workers ran and how they were linked
-TRANSPORT_KEYS = {"run_id", "comm", "server", "setup_s", "startup_s"}
+TRANSPORT_KEYS = {"run_id", "comm", "server", "setup_s", "startup_s", "blas_threads"}
 STEP_COLUMNS = ["step", "worker", "loss", "lr", "samples"]
 
 

@@ -123,6 +123,23 @@ def test_the_robust_fit_recovers_a_closed_form_link_through_noise_drift_and_outl
     assert a.std() <= 2 * np.mean([f.alpha_se for f in fits]) and b.std() <= 2 * np.mean([f.beta_se for f in fits])
 
 
+def test_a_link_that_moved_during_the_benchmark_says_so():
+    # Oracle: the bandwidth halves after the first half of the rounds (other work took the
+    # memory bus). Each block of rounds fitted alone moves its bandwidth > 25% from the whole
+    # fit's, and the verdict says the link moved; the same timings without the move do not.
+    alpha, beta = 12e-6, 1 / 10e9
+    still = raw_exchanges(alpha, beta, seed=4)
+    moved = still.copy()
+    late = moved["round"] >= moved["round"].max() / 2
+    moved.loc[late, "seconds"] += moved.loc[late, "n_bytes"] * beta     # twice the byte time from then on
+    f_still, f_moved = linkfit.fit_exchanges(still), linkfit.fit_exchanges(moved)
+    assert len(f_still.blocks) == len(f_moved.blocks) == linkfit.BLOCKS
+    assert f_still.drift <= linkfit.DRIFT_OK and f_still.verdict == "resolved"
+    assert f_moved.drift > linkfit.DRIFT_OK and not f_moved.resolved
+    assert "the link moved during the benchmark (over 4 blocks of rounds" in f_moved.verdict
+    assert f_moved.summary()["drift"] == pytest.approx(f_moved.drift)
+
+
 def test_the_median_of_the_old_benchmark_mean_would_have_been_pulled_by_outliers():
     # Why medians: the same timings' means per size lie well above the closed form at the
     # sizes where a descheduled exchange (3-10x) weighs most; the medians stay within 5%.
@@ -173,9 +190,13 @@ def test_benchmark_link_fits_the_benchmark_bounded_by_memcpy_and_calibrate_keeps
     # under the memcpy bound, and calibrate carries the fit's uncertainty and held-out error.
     import workbench as wb
     from workbench.analysis.costmodel import calibrate
-    slow = timings(beta=1 / 0.022e9)
-    monkeypatch.setattr(linkfit, "exchange_benchmark", lambda client, sizes, budget_s: slow)
+    def fake(client, sizes, budget_s, raw):
+        rows = raw_exchanges(ALPHA, 1 / 0.022e9, seed=0)
+        raw.extend(rows.to_dict("records"))
+        return linkfit.summarize_exchanges(rows)
+    monkeypatch.setattr(linkfit, "exchange_benchmark", fake)
     f = linkfit.benchmark_link(object(), memcpy_bps=5e9)
+    assert len(f.blocks) == linkfit.BLOCKS
     assert f.bounded.startswith("bandwidth >= memcpy / 8") and f.bandwidth_gbps == pytest.approx(5 / 8)
     result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=20, dataset="digits", batch_size=64),
                     cluster="threads", progress=False)

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import workbench.execution.engine as engine
+import workbench.execution.transports.sim as sim_transport
 from workbench.algorithms.base import Algorithm
 from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
@@ -218,8 +219,11 @@ def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
         if self.ctx.rank == 0:
             self.ctx.model._proc.charge(0.05)
     monkeypatch.setattr(Algorithm, "evaluate", slow_evaluate)
+    # the charge is made inside a worker's own loop: the per-worker path (the lockstep steps
+    # every rank in one loop, and no real evaluation is charged time there)
+    monkeypatch.setattr(sim_transport, "lockstep_refusal", lambda setup: "the test charges rank 0's evaluation")
     result = run_simulated(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, simulate=True, **BASE))
-    assert result.status == "completed"
+    assert result.status == "completed" and result.summary["sim_path"] == "per worker"
     w0, w1 = (result.steps[result.steps.worker == w].set_index("step") for w in (0, 1))
     after = [s for s in range(2, 20, 2)]                       # the steps right after rank 0 evaluated
     others = [s for s in range(1, 20, 2)]

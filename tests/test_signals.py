@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -204,6 +205,8 @@ def test_signals_stop_the_run_within_2s_and_save_it(tmp_path, sig, to_group):
     exit_s = time.monotonic() - t_sig
     assert proc.returncode == 1, stderr                     # the contract: "the run stopped"
     assert "Traceback" not in stderr, stderr
+    # the local cluster's Dask dashboard is linked (on this run: a CLI run costs a cluster start)
+    assert re.search(r"^dask dashboard: http://127\.0\.0\.1:\d+/status$", stderr, re.M), stderr
     s = summary_of(out)
     assert s["status"] == "stopped" and s["steps"] > 0, s["status"]
     events = {e["event"]: e for e in s["events"]}

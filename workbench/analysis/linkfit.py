@@ -30,8 +30,11 @@ them with compute and waiting; here they come from timing the exchange alone
   here). A bound that binds is reported (`bounded`) and the other parameter refitted;
 - **held-out error**: leave one size out, fit on the others, predict its median;
 - **a verdict in words** (`LinkFit.verdict`): a parameter whose standard error is more
-  than half its value is "not resolved", and a held-out error above `HELD_OUT_OK` says
-  one alpha-beta line does not describe the exchanges.
+  than half its value is "not resolved", a held-out error above `HELD_OUT_OK` says one
+  alpha-beta line does not describe the exchanges, and a block of rounds fitted on its own
+  (`fit_exchanges`: 4 consecutive blocks) whose alpha or bandwidth is more than `DRIFT_OK`
+  from the whole fit's says the link moved during the benchmark (a busy machine: the
+  standard errors describe the 3 s, not the next minute).
 
 Not a test: timings come from the machine as it is (run it on an idle one).
 """
@@ -54,6 +57,8 @@ BUDGET_S = 3.0               # seconds of exchanges a benchmark spends (after a 
 REPS = 3                     # exchanges per size per round
 RESOLVED_SE = 0.5            # a parameter is resolved when its standard error is at most this share of it
 HELD_OUT_OK = 0.25           # the line describes the exchanges when every held-out size is predicted this well
+BLOCKS = 4                   # consecutive blocks of rounds fitted on their own: did the link move meanwhile?
+DRIFT_OK = 0.25              # the link held still when each block's alpha and bandwidth are within this of the median
 MAD_TO_SE = 1.2533 * 1.4826  # median's standard error per (MAD / sqrt(n)) for normal scatter
 
 
@@ -80,6 +85,20 @@ class LinkFit:
     memcpy_bps: float | None
     held_out: pd.DataFrame = field(repr=False)   # n_bytes, measured_s, predicted_s, error (leave one size out)
     table: pd.DataFrame | None = field(default=None, repr=False)   # the per-size values fitted
+    # alpha (s) and beta (s/byte) fitted on each consecutive block of rounds (`fit_exchanges`), if measured
+    blocks: list[tuple[float, float]] = field(default_factory=list, repr=False)
+
+    @property
+    def drift(self) -> float:
+        """The largest relative move of a block's alpha or bandwidth from the whole fit's
+        (0 without blocks): how much the link changed during the benchmark."""
+        moves = [0.0]
+        for a, b in self.blocks:
+            if self.alpha > 0:
+                moves.append(abs(a / self.alpha - 1))
+            if self.beta > 0 and b > 0:
+                moves.append(abs(self.beta / b - 1))
+        return max(moves)
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -107,8 +126,10 @@ class LinkFit:
 
     @property
     def resolved(self) -> bool:
-        """Both parameters resolved and every held-out size predicted within HELD_OUT_OK."""
-        return self.alpha_resolved and self.beta_resolved and self.held_out_error <= HELD_OUT_OK
+        """Both parameters resolved, every held-out size predicted within HELD_OUT_OK, and
+        the link still within DRIFT_OK over the benchmark's blocks of rounds."""
+        return (self.alpha_resolved and self.beta_resolved and self.held_out_error <= HELD_OUT_OK
+                and self.drift <= DRIFT_OK)
 
     @property
     def verdict(self) -> str:
@@ -122,6 +143,12 @@ class LinkFit:
         if not self.held_out_error <= HELD_OUT_OK:
             why.append(f"one alpha-beta line does not describe the exchanges (held-out error "
                        f"{self.held_out_error:.0%} > {HELD_OUT_OK:.0%})")
+        if self.drift > DRIFT_OK:
+            bw = [1 / b / 1e9 for _, b in self.blocks if b > 0]
+            al = [a * 1e6 for a, _ in self.blocks]
+            why.append(f"the link moved during the benchmark (over {len(self.blocks)} blocks of rounds: bandwidth "
+                       f"{min(bw):.3g}-{max(bw):.3g} GB/s, alpha {min(al):.3g}-{max(al):.3g} us; the machine is "
+                       "busy: its value is this moment's)")
         return "resolved" if not why else "; ".join(why)
 
     def summary(self) -> dict[str, Any]:
@@ -130,7 +157,7 @@ class LinkFit:
                 "bandwidth_se_gbps": self.beta_se / self.beta ** 2 / 1e9 if self.beta > 0 else math.nan,
                 "bounded": self.bounded, "memcpy_gbps": None if self.memcpy_bps is None else self.memcpy_bps / 1e9,
                 "held_out_error": self.held_out_error, "resolved": self.resolved, "verdict": self.verdict,
-                "range_bytes": list(self.range_bytes)}
+                "range_bytes": list(self.range_bytes), "drift": self.drift}
 
 
 def _terms(table: pd.DataFrame, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
@@ -335,6 +362,24 @@ def exchange_benchmark(client: Any, sizes: Sequence[int] = SIZES, budget_s: floa
     return summarize_exchanges(pd.DataFrame(rows))
 
 
+def fit_exchanges(raw: pd.DataFrame, memcpy_bps: float | None = None, blocks: int = BLOCKS,
+                  algorithm: str = "sync_sgd") -> LinkFit:
+    """`fit_link` of every exchange's per-size summary (`summarize_exchanges`), plus the
+    same fit on each of `blocks` consecutive blocks of rounds (`LinkFit.blocks`, `drift`):
+    a link that moved during the benchmark says so in its verdict.
+
+    Args:
+        raw: one row per exchange (n_bytes, workers, round, seconds), as `exchange_benchmark`'s `raw`.
+    """
+    fit = fit_link(summarize_exchanges(raw), memcpy_bps=memcpy_bps, algorithm=algorithm)
+    rounds = np.sort(raw["round"].unique())
+    if blocks >= 2 and len(rounds) >= 3 * blocks:           # at least 3 rounds a block
+        for part in np.array_split(rounds, blocks):
+            b = fit_link(summarize_exchanges(raw[raw["round"].isin(part)]), memcpy_bps=memcpy_bps, algorithm=algorithm)
+            fit.blocks.append((b.alpha, b.beta))
+    return fit
+
+
 def benchmark_link(client: Any, sizes: Sequence[int] = SIZES, budget_s: float = BUDGET_S,
                    memcpy_bps: float | None = None) -> LinkFit:
     """This machine's link, measured now: the exchange micro-benchmark between 2 workers of
@@ -345,5 +390,6 @@ def benchmark_link(client: Any, sizes: Sequence[int] = SIZES, budget_s: float = 
 
     What to expect: see README ("five calibrations in a row"); `LinkFit.verdict` says how
     sure this one is ("resolved", or which parameter is not)."""
-    table = exchange_benchmark(client, sizes, budget_s)
-    return fit_link(table, memcpy_bps=memcpy_rate() if memcpy_bps is None else memcpy_bps)
+    raw: list[dict[str, Any]] = []
+    exchange_benchmark(client, sizes, budget_s, raw=raw)
+    return fit_exchanges(pd.DataFrame(raw), memcpy_bps=memcpy_rate() if memcpy_bps is None else memcpy_bps)

@@ -253,9 +253,9 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     import os
     import sys
 
-    from papermill.inspection import inspect_notebook
+    exp = load_experiment(path, notebook=notebook)   # every check of the file first: a bad one is refused
+    from papermill.inspection import inspect_notebook  # before papermill's imports (~2 s of CPU)
 
-    exp = load_experiment(path, notebook=notebook)
     params = {**exp.parameters, **(exp.quick_parameters if quick else {})}
     known = set(inspect_notebook(str(exp.notebook)))
     unknown = sorted(set(params) - known)

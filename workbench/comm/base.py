@@ -366,19 +366,19 @@ class Emulated:
     slow network. A server call costs its request (the arrays it sends) and then its
     reply (the arrays it returns).
 
-    cgdp's master (a front-end with a `chunked` flag) is charged for what moves: a push is
-    one way (its gradient chunk, if it carries one; the algorithm does not wait for a
-    reply). Returning weights chunk by chunk (`chunked` True: `weight_return` chunks), the
-    fetch's array is a buffer the chunks were copied into, so it is not what is charged:
-    each push's chunk of fresh weights,
-    (hi - lo) float32s, is put on this worker's downlink at its push and travels while
-    the worker goes on with its backward pass (messages on the downlink leave in order,
-    each when the one before has landed); the fetch's reply is the step's outcome alone,
-    queued behind them, and the fetch waits until it has landed. The flight starts at
-    this worker's push, the earliest the master could have the chunk updated (its fetch
-    also waits for the step, which the inner front-end does). `weight_return` whole: the
-    fetch's reply is the whole vector, as any reply. `clock` and `sleep` are injectable
-    (a test drives them).
+    cgdp's master (a front-end with a `chunked` flag) is charged for what moves. A push is
+    one way: its gradient chunk, (hi - lo) float32s, whether it travels as an argument or
+    was written into shared memory's `slot` (a view, not a message); the algorithm does not
+    wait for a reply. Returning weights chunk by chunk (`chunked` True: `weight_return`
+    chunks), the fetch's array is a buffer the chunks were copied into, so that is not what
+    is charged: each push's chunk of fresh weights, (hi - lo) float32s, is put on this
+    worker's downlink at its push and travels while the worker goes on with its backward
+    pass (messages on the downlink leave in order, each when the one before has landed);
+    the fetch's reply is the step's outcome alone, queued behind them, and the fetch waits
+    until it has landed. The flight starts at this worker's push, the earliest the master
+    could have the chunk updated (the fetch also waits for the step, which the inner
+    front-end does). `weight_return` whole: the fetch's reply is the whole vector, as any
+    reply. `clock` and `sleep` are injectable (a test drives them).
     """
 
     def __init__(self, inner: Any, latency_ms: float, bandwidth_gbps: float, *,
@@ -443,6 +443,8 @@ class Emulated:
         attr = getattr(self.inner, name)
         if not callable(attr) or name in ("close", "barrier"):
             return attr
+        if self.chunk_master and name == "slot":
+            return attr              # a view of shared memory to write the gradient into: the push sends it
         if self.chunk_master and name == "push":
             return self._chunk_push(attr)
         if self.chunked and name == "fetch":
@@ -459,7 +461,7 @@ class Emulated:
 
     def _chunk_push(self, push: Callable) -> Callable:
         def call(step: int, rank: int, lo: int, hi: int, *rest: Any, **kwargs: Any) -> Any:
-            self.delay(sum(getattr(a, "nbytes", 0) for a in rest))   # request: the gradient chunk (if sent)
+            self.delay(CHUNK_ITEMSIZE * (hi - lo))   # request: the gradient chunk (an argument, or in the slot)
             out = push(step, rank, lo, hi, *rest, **kwargs)           # one way: no reply to wait for
             if self.chunked:
                 self.downlink(CHUNK_ITEMSIZE * (hi - lo))             # its fresh weights, on their way back

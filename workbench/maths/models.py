@@ -90,6 +90,7 @@ class _Workspace:
 
     def __init__(self, xp, dtype):
         self.xp, self.dtype, self.arrays = xp, dtype, {}
+        self.memo: dict[int, tuple[Any, Any]] = {}   # id(array) -> (array, what was derived from it)
 
     def empty(self, name: str, shape: tuple[int, ...], dtype=None) -> Array:
         a = self.arrays.get(name)
@@ -397,10 +398,19 @@ class MLP(Model):
         K, B = int(X.shape[0]), int(X.shape[1])
         ws = self._workspace(xp, ("stacked", K, B), X.dtype, keep=True)
 
+        memo = ws.memo
+
         def views(v: Array) -> dict[str, Array]:
             if v.ndim == 1:
                 return self.views(v)
-            return {lay.name: v[:, lay.start:lay.stop].reshape(K, *lay.shape) for lay in self.layers}
+            hit = memo.get(id(v))
+            if hit is not None and hit[0] is v:    # the same array object as an earlier pass (the pool's buffers)
+                return hit[1]
+            out = {lay.name: v[:, lay.start:lay.stop].reshape(K, *lay.shape) for lay in self.layers}
+            if len(memo) >= 4:                     # holds the arrays it names: a few only
+                memo.pop(next(iter(memo)))
+            memo[id(v)] = (v, out)
+            return out
 
         P, G, last = views(params), views(grad_out), len(self._groups) - 1
         h = X
@@ -413,7 +423,10 @@ class MLP(Model):
                 xp.maximum(z, 0, out=z)
             h = z
         z = h                                                       # softmax cross-entropy, per row
-        k_idx, rows = xp.arange(K)[:, None], xp.arange(B)[None, :]
+        idx = memo.get(0)
+        if idx is None:
+            idx = memo[0] = (None, (xp.arange(K)[:, None], xp.arange(B)[None, :]))
+        k_idx, rows = idx[1]
         z -= z.max(axis=2, keepdims=True)
         zy = z[k_idx, rows, y]                                      # (K, B)
         xp.exp(z, out=z)
