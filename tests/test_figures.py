@@ -423,12 +423,25 @@ def test_log_axes_label_decades_only_when_they_span_one():
     fig = F.scaling_figure(wide)                   # 20 .. 1280 (the ideal line): two decades
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
     assert fig.layout.yaxis.minor.dtick == "D1"    # 2 ... 9 marked, not labelled
-    narrow = wide.assign(workers=[1, 2, 3], samples_per_s=[100.0, 180.0, 250.0])
-    assert F.scaling_figure(narrow).layout.yaxis.dtick is None   # < a decade: plotly's own labels
+    narrow = wide.assign(workers=[1, 2, 4], samples_per_s=[310e3, 520e3, 905e3])
+    ax = F.scaling_figure(narrow).layout.yaxis     # 310k .. 1.24M (the ideal line): under a decade
+    assert ax.dtick is None and ax.tickmode == "array"
+    # whole numbers at the 1-2-5 values inside the data, not plotly's bare digits (3, 2, 1M, 9, 8)
+    assert list(ax.tickvals) == [500e3, 1e6] and list(ax.ticktext) == ["500k", "1M"]
     live = F.scaling_figure(narrow.iloc[:0], live=True)
+    F.update_scaling(live, narrow)                 # the live figure's ticks follow each redraw
+    assert list(live.layout.yaxis.ticktext) == ["500k", "1M"]
     F.update_scaling(live, wide)
-    assert live.layout.yaxis.dtick == 1
+    assert live.layout.yaxis.dtick == 1 and live.layout.yaxis.tickvals is None
     prog = F.live_base("progress_time", 1)
     F.extend_series(prog, [FD.Series("run", np.arange(50.0), np.geomspace(2.0, 0.01, 50))])
     assert F.set_loss_scale(prog, True).layout.yaxis.dtick == 1
     assert F.set_loss_scale(prog, False).layout.yaxis.dtick is None
+    # a live loss axis under a decade keeps plotly's ticks (its data goes on arriving: fixed
+    # values would go stale); a static one gets them set, and gives them back when linear
+    F.extend_series(narrow_live := F.live_base("progress_time", 1),
+                    [FD.Series("run", np.arange(50.0), np.linspace(0.9, 0.31, 50))])
+    assert F.set_loss_scale(narrow_live, True).layout.yaxis.tickvals is None
+    static = go.Figure(go.Scatter(x=np.arange(50.0), y=np.linspace(0.9, 0.31, 50)))
+    assert list(F.set_loss_scale(static, True).layout.yaxis.ticktext) == ["0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]
+    assert F.set_loss_scale(static, False).layout.yaxis.tickvals is None

@@ -311,20 +311,27 @@ def set_loss_scale(fig: Any, log: bool) -> Any:
     return log_decades(fig, "y")
 
 
-def log_decades(fig: Any, axis: str = "y") -> Any:
+def log_decades(fig: Any, axis: str = "y", narrow_ticks: bool | None = None) -> Any:
     """A log axis that spans a decade or more labels decades only (1, 10, 100 ...; the 2 ... 9
     between them are unlabelled minor ticks), where plotly's own ticks label 2 and 5 of every
-    decade; a narrower one keeps plotly's ticks (a decade tick alone would label nothing).
-    A linear axis gets its automatic ticks back. Returns `fig`.
+    decade; a narrower one (where a decade tick alone would label nothing) gets whole numbers
+    at its 1-2-5 values (`narrow_log_ticks`, `tick_label`: 500k, 1M, 2M), not plotly's bare
+    digits (3, 2, 1M, 9, 8). A linear axis gets its automatic ticks back. Returns `fig`.
 
     Args:
         fig: a figure; `axis` names its axis as traces do ("y", "y2", "x").
+        narrow_ticks: set a narrow axis's tick values (they hold for the data seen now). None:
+            only on a static figure; a live one, whose data goes on arriving, keeps plotly's
+            own ticks unless its caller runs this at every redraw (`update_scaling`) and says True.
 
     >>> import plotly.graph_objects as go
     >>> fig = go.Figure(go.Scatter(x=[1, 2], y=[3.0, 3000.0])).update_yaxes(type="log")
     >>> log_decades(fig).layout.yaxis.dtick, fig.layout.yaxis.minor.showgrid
     (1, True)
-    >>> log_decades(go.Figure(go.Scatter(x=[1, 2], y=[3.0, 9.0])).update_yaxes(type="log")).layout.yaxis.dtick is None
+    >>> narrow = log_decades(go.Figure(go.Scatter(x=[1, 2], y=[3.0, 9.0])).update_yaxes(type="log"))
+    >>> narrow.layout.yaxis.dtick is None, narrow.layout.yaxis.ticktext
+    (True, ('3', '4', '5', '6', '7', '8', '9'))
+    >>> log_decades(narrow.update_yaxes(type="linear")).layout.yaxis.tickvals is None
     True
     """
     letter = axis[0]
@@ -336,12 +343,58 @@ def log_decades(fig: Any, axis: str = "y") -> Any:
     v = np.concatenate(values) if values else np.empty(0)
     v = v[np.isfinite(v) & (v > 0)]
     wide = ax.type == "log" and len(v) and np.log10(v.max()) - np.log10(v.min()) >= 1.0
+    ours = ax.tickmode == "array" and ax.tickvals is not None and \
+        list(ax.ticktext or ()) == [tick_label(t) for t in ax.tickvals]
+    reset = {"tickmode": None, "tickvals": None, "ticktext": None} if ours else {}
     if wide:
         ax.update(dtick=1, minor={"dtick": "D1", "ticks": "inside", "ticklen": 3, "showgrid": True,
-                                  "gridcolor": "rgba(0,0,0,0.04)"})
+                                  "gridcolor": "rgba(0,0,0,0.04)"}, **reset)
+    elif ax.type == "log" and len(v) and (not is_widget(fig) if narrow_ticks is None else narrow_ticks):
+        # plotly labels a narrow log axis's 2 ... 9 ticks with the bare digit ("3, 2, 1M, 9, 8"):
+        # whole numbers at 1-2-5 instead (1 ... 9 where fewer than two 1-2-5 values fall inside)
+        ticks = narrow_log_ticks(float(v.min()), float(v.max()))
+        ax.update(dtick=None, minor=None, tickmode="array", tickvals=ticks, ticktext=[tick_label(t) for t in ticks])
     else:
-        ax.update(dtick=None, minor=None)
+        ax.update(dtick=None, minor=None, **reset)
     return fig
+
+
+def narrow_log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis spanning less than a decade or so: the 1-2-5 values in
+    [lo, hi], or every 1 ... 9 value when fewer than two of those fall inside (with the
+    nearest 1-2-5 values around the range when that finds fewer than two too).
+
+    >>> narrow_log_ticks(3e5, 2.4e6)
+    [500000.0, 1000000.0, 2000000.0]
+    >>> narrow_log_ticks(0.31, 0.9)
+    [0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    >>> narrow_log_ticks(410.0, 430.0)
+    [200.0, 500.0]
+    """
+    def values(mantissas: tuple[int, ...]) -> list[float]:
+        out = []
+        for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+            out += [float(f"{m}e{k}") for m in mantissas]
+        return sorted(out)
+    inside = [t for t in values((1, 2, 5)) if lo <= t <= hi]
+    if len(inside) < 2:
+        inside = [t for t in values(tuple(range(1, 10))) if lo <= t <= hi]
+    if len(inside) < 2:   # a very narrow range: the 1-2-5 values around it
+        around = values((1, 2, 5))
+        inside = [max([t for t in around if t <= lo], default=lo), min([t for t in around if t >= hi], default=hi)]
+    return inside
+
+
+def tick_label(value: float) -> str:
+    """A tick's number as a researcher writes it: SI from 1000 up (300k, 1.5M), plain below.
+
+    >>> [tick_label(v) for v in (0.05, 0.5, 2.0, 300.0, 2000.0, 1.5e6, 3e9)]
+    ['0.05', '0.5', '2', '300', '2k', '1.5M', '3G']
+    """
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"
 
 
 def _progress_base(x: str) -> Any:
@@ -591,15 +644,16 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
 
 def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                    error: float | None = None) -> Any:
-    """Redraw a live scaling figure from the sweep table so far (inside batch_update)."""
+    """Redraw a live scaling figure from the sweep table so far (its traces in one batch_update,
+    then the throughput axis's ticks for the data now drawn)."""
     with fig.batch_update():
         mark_virtual(fig, table_simulated(table))
         extend_series(fig, scaling_series(table, predicted))
-        log_decades(fig, "y")
         if error is not None:
             base = (fig.layout.title.text or "scaling").split(":")[0]
             fig.layout.title.text = f"{base}: prediction error on measured points {error:.0%}"
-    return fig
+    # after the batch: inside it the traces still read as the last redraw's data
+    return log_decades(fig, "y", narrow_ticks=True)      # at every redraw: the ticks follow the data
 
 
 def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = None, live: bool = False) -> Any:
