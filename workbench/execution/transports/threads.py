@@ -51,6 +51,7 @@ class ThreadTransport(Transport):
 
     def prepare(self, setup: RunSetup) -> None:
         self._blas = _one_blas_thread()
+        self.blas_threads = 1 if self._blas is not None else None   # None: left as found (no threadpoolctl)
         spec, size = setup.spec, setup.size
         needs = spec.needs
         self.groups = [ThreadGroup(len(ranks), self.control) for ranks in setup.groups] if needs.collective else []
@@ -121,7 +122,7 @@ class ThreadTransport(Transport):
             blas.restore_original_limits()
 
     def describe(self) -> dict[str, Any]:
-        return {"comm": "threads", "blas_threads": 1}
+        return {"comm": "threads", "blas_threads": getattr(self, "blas_threads", None)}
 
 
 def _one_blas_thread() -> Any:
