@@ -278,8 +278,9 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     one of an even count), `samples_per_s_lo` / `_hi` the lowest and highest, `spread` how
     far the rounds lie from the median, relative to it (`measure.relative_spread`, the +-
     of "known to +-5%"); the row's other columns are the median round's. A point is
-    **resolved** when its rate is known to +-`measure.TARGET_SPREAD` (5%) and its range and
-    the first point's do not overlap (the effect it shows is wider than the spread);
+    **resolved** when its rate and the first point's (the speed-up's reference) are both
+    known to +-`measure.TARGET_SPREAD` (5%) and their ranges do not overlap (the effect it
+    shows is wider than the spread);
     otherwise `resolution_note` says, in words, that it is not resolved on this machine now,
     and why. One round measures no spread: `resolved` is then None, unless every row is
     simulated (deterministic: exact). How many rounds a point gets is `measure.Repeats`'s
@@ -298,6 +299,10 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     >>> rows[1]["samples_per_s"] = rows[5]["samples_per_s"] = 100
     >>> combine_rounds(rows)["resolution_note"].iloc[1]
     'not resolved on this machine now: 2 workers 100-101 samples/s over 3 rounds overlaps 1 worker(s) 98-102'
+    >>> rows[1]["samples_per_s"], rows[3]["samples_per_s"], rows[5]["samples_per_s"] = 180, 175, 178
+    >>> rows[2]["samples_per_s"] = 120       # 2 workers tight again, the lone worker +-6%
+    >>> combine_rounds(rows)[["resolved", "resolution_note"]].values.tolist()[1]
+    [False, "not resolved on this machine now: the speed-up's reference, 1 worker, is +-6% over 3 rounds (target +-5%)"]
     """
     from ..measure import TARGET_SPREAD, median_rate, relative_spread
 
@@ -328,6 +333,13 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
                                     + (f"; budget: {repeats.out_of})" if getattr(repeats, "out_of", None) else ")"))
         elif r is first:
             r["resolved"], r["resolution_note"] = True, ""
+        elif not first["spread"] <= TARGET_SPREAD:
+            # the speed-up is this rate over the first's: unknown while the first one is
+            r["resolved"] = False
+            told = f"+-{first['spread']:.0%}" if first["spread"] == first["spread"] else "no rate measured"
+            r["resolution_note"] = (f"not resolved on this machine now: the speed-up's reference, {first['workers']} "
+                                    f"worker{'' if first['workers'] == 1 else 's'}, is {told} over "
+                                    f"{first['rounds']} rounds (target +-{TARGET_SPREAD:.0%})")
         else:
             overlap = r["samples_per_s_lo"] <= first["samples_per_s_hi"] and first["samples_per_s_lo"] <= r["samples_per_s_hi"]
             r["resolved"] = not overlap
