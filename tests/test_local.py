@@ -162,7 +162,8 @@ def test_stop_and_divergence_are_decided_together(algorithm):
     import time
     t0 = time.time()
     got = run_threads(config(algorithm, cpus=2, epochs=400, tau=8), should_stop=lambda: time.time() - t0 > 0.3)
-    assert got.status == "stopped" and time.time() - t0 < 5
+    assert got.status == "stopped"              # 400 epochs cannot finish in 0.3 s: the stop ended it
+    assert time.time() - t0 < 60                # a hang guard, not a timing claim (stop latency is a bench)
     assert got.steps.groupby("worker")["step"].max().nunique() == 1      # every worker ended at the same step
     bad = run_threads(config(algorithm, cpus=2, steps=200, tau=4, lr=1e6, momentum=0.0))
     assert bad.status == "diverged"
