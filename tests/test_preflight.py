@@ -104,7 +104,7 @@ def test_scheduler_address_must_parse_and_answer():
     t0 = time.perf_counter()
     refused(lambda: P.check_reachable("tcp://127.0.0.1:9", timeout=1), "scheduler", "'tcp://127.0.0.1:9'",
             "a reachable Dask scheduler")
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 30       # a hang guard around the 1 s timeout, not a timing claim
 
 
 # ------------------------------------------------------------------------------ the whole preflight
