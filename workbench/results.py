@@ -369,8 +369,9 @@ class RunTally:
     `LiveState`). Feed it each `on_record` batch (`add`).
 
     `steps_seen` is the highest step + 1, `epoch` the furthest epoch, `samples` the samples
-    of the step records, `first_start` the record clock of the first step's start (its
-    end less its booked compute, comm and wait: `measure.step_starts`'s rule), `last_time`
+    of the step records, `first_start` the record clock of the first step's start (the
+    earliest start, by `measure.step_starts`, of the first batch's steps; the live
+    figures' t = 0), `last_time`
     the newest step's end; `rates()` gives steps/s and samples/s over the last `window_s`
     of the records' own clock.
 
@@ -400,6 +401,7 @@ class RunTally:
             self._add_batch(records)
             return
         newest = None
+        first: list[Record] = []     # the steps of the first batch with steps: first_start
         for r in records:
             kind = r.get("kind")
             if kind == "eval" and r.get("test_accuracy") is not None:
@@ -414,9 +416,12 @@ class RunTally:
             if r.get("loss") is not None:
                 self.loss = float(r["loss"])
             if self.first_start is None:
-                self.first_start = t - sum(float(r.get(c) or 0.0) for c in measure.COMPONENTS)
+                first.append(r)
             if t >= self.last_time:
                 self.last_time, newest = t, t
+        if first:
+            self.first_start = float(np.min(measure.step_starts({c: np.asarray([float(r.get(c) or 0.0) for r in first])
+                                                                 for c in ("time", *measure.COMPONENTS)})))
         if newest is not None:
             self._clock.append((newest, self.steps_seen, self.samples))
             while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
@@ -438,7 +443,8 @@ class RunTally:
             self.loss = float(np.asarray(s["loss"])[-1])
         t = np.asarray(s["time"], dtype=float) if "time" in s else np.zeros(len(s["step"]))
         if self.first_start is None:
-            self.first_start = float(t[0]) - sum(float(np.asarray(s[c])[0]) for c in measure.COMPONENTS if c in s)
+            self.first_start = float(np.min(measure.step_starts(
+                {"time": t, **{c: np.asarray(s[c], dtype=float) for c in measure.COMPONENTS if c in s}})))
         newest = float(t.max())
         if newest >= self.last_time:
             self.last_time = newest

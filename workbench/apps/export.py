@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..measure import COMPONENTS
 from ..results import RunResult
 
 __all__ = ["export_tensorboard"]
@@ -63,7 +64,7 @@ def _write_run(writer, result: RunResult, t0: float) -> None:
             if np.isfinite(row["loss"]):
                 writer.add_scalar("train/loss", float(row["loss"]), int(step), walltime=wall)
             writer.add_scalar("train/lr", float(lr[step]), int(step), walltime=wall)
-            for c in ("compute_s", "comm_s", "wait_s"):
+            for c in COMPONENTS:
                 writer.add_scalar(f"time/{c}", float(row[c]), int(step), walltime=wall)
         if steps["worker"].nunique() > 1:
             for w, rows in steps.groupby("worker"):

@@ -84,7 +84,7 @@ __all__ = [
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")   # one colour per run (plotly's D3 palette)
-COMPONENTS = ("compute_s", "comm_s", "wait_s")  # the time breakdown, as STEP_COLUMNS name it
+COMPONENTS = measure.COMPONENTS  # the time breakdown, as STEP_COLUMNS name it
 COMPONENT_NAMES = {"compute_s": "compute", "comm_s": "comm", "wait_s": "wait"}
 COMPONENT_COLORS = {"compute_s": "#2ca02c", "comm_s": "#d62728", "wait_s": "#bbbbbb"}
 STATIC_POINTS = 5000     # points per trace in a static figure (longer series are thinned)
@@ -1009,9 +1009,8 @@ def live_series(records: Any, state: LiveState) -> dict[str, list[Series]]:
     state.records += len(records)
     state.tally.add(records)
     out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
-    if _nrows(steps) and state.t_offset is None:     # t = 0 at the first step, whatever the records' clock
-        starts = _col(steps, "time", float) - sum(_col(steps, c, float) for c in COMPONENTS)
-        state.t_offset = max(0.0, float(starts.min()))
+    if state.t_offset is None and state.tally.first_start is not None:   # t = 0 at the first step's start
+        state.t_offset = max(0.0, state.tally.first_start)
     if state.t_offset:
         if _nrows(steps):
             steps = {**steps, "time": _col(steps, "time", float) - state.t_offset}
