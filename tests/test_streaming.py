@@ -4,6 +4,12 @@ the summary's numbers are the ones the whole table gives, and a stop mid-run lea
 committed directory with every step the workers recorded."""
 from __future__ import annotations
 
+import gc
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -162,10 +168,100 @@ def test_the_steady_state_in_pieces_is_the_whole_tables(chunk):
             assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
 
 
-def test_threads_run_without_a_directory_keeps_its_steps_in_memory(no_dask):
+def test_threads_run_without_a_directory_spools_its_steps_privately(no_dask):
     result = run_threads(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=30))
-    assert result.store is not None and not result.store.streaming
+    store = result.store
+    assert store is not None and not store.streaming and store.spool is not None
+    assert store.rows_on_disk == 60 and not store.memory          # on disk, not held in memory
     assert result.steps["step"].tolist() == sorted(list(range(30)) * 2)
+
+
+def _fill(store: StepStore, rng: np.random.Generator, lo: int, hi: int, lag: int = 0) -> None:
+    """Steps lo..hi-1 of three workers as chunks of random size, random numbers; worker w
+    stops `lag` * w steps short of hi (and starts as far short of lo)."""
+    for w in range(3):
+        k, end = lo - lag * w if lo else 0, hi - lag * w
+        while k < end:
+            n = min(int(rng.integers(1, 9)), end - k)
+            cols = {f: rng.normal(size=n) for f in ROW_FIELDS}
+            cols["step"] = np.arange(k, k + n, dtype=float)
+            store.add(w, cols)
+            k += n
+
+
+def test_a_store_without_a_directory_holds_exactly_the_rows_a_run_directory_gets(tmp_path):
+    """The private spool against a run directory's store fed the same chunks: the same
+    frame mid-run (rows held for the merge in their place) and at the end, bit for bit."""
+    import os
+    import stat
+    private, disk = StepStore(size=3), StepStore(tmp_path, size=3)
+    for store in (private, disk):
+        rng = np.random.default_rng(7)
+        _fill(store, rng, 0, 40, lag=4)
+        store.write(force=True)
+    assert private.rows_on_disk > 0 and private.held > 0        # part written, part held
+    pd.testing.assert_frame_equal(private.frame(), disk.frame(), check_exact=True)
+    folder = private.spool
+    assert folder.parent == Path(tempfile.gettempdir()) and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    for store in (private, disk):
+        _fill(store, np.random.default_rng(8), 40, 90, lag=4)
+        for w in range(3):
+            store.complete(w)
+        store.close()
+    pd.testing.assert_frame_equal(private.frame(), disk.frame(), check_exact=True)
+    pd.testing.assert_frame_equal(private.frame(), pd.read_csv(tmp_path / "steps.csv"), check_exact=False, rtol=1e-15)
+    assert not (tmp_path / results.SPOOL).samefile(folder)
+    copy = pickle.loads(pickle.dumps(private))                  # rows travel in memory, not as a path
+    assert copy.spool is None and copy.rows_on_disk == 0
+    pd.testing.assert_frame_equal(copy.frame(), disk.frame(), check_exact=True)
+    del private
+    gc.collect()
+    assert not folder.exists()                                  # given back with the store
+    assert copy.frame().shape == disk.frame().shape
+
+
+def test_a_store_whose_spool_cannot_be_made_keeps_its_rows_in_memory(monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(results.tempfile, "mkdtemp", full)
+    store, reference = StepStore(size=3), StepStore(size=3)
+    _fill(store, np.random.default_rng(3), 0, 30)
+    store.write(force=True)                                     # the first write: its spool fails
+    monkeypatch.undo()
+    _fill(reference, np.random.default_rng(3), 0, 30)
+    for s in (store, reference):
+        for w in range(3):
+            s.complete(w)
+        s.close()
+    assert store.error is not None and store.rows_on_disk == 0 and store.spool is None
+    pd.testing.assert_frame_equal(store.frame(), reference.frame(), check_exact=True)
+
+
+@pytest.mark.slow
+def test_a_long_run_without_a_directory_keeps_its_memory_flat(no_dask):
+    """RSS over a long out=None run: the old in-memory store grew ~120 bytes a step
+    (79.5 -> 114 MB over 286k steps); the private spool keeps the rows on disk. Measured
+    as the growth between a quarter of the run and its end, against a budget of a third
+    of what the old store needed for those steps (allocator noise is a few MB)."""
+    samples: list[tuple[int, float]] = []
+
+    def rss_mb() -> float:   # Linux, where the suite runs
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def watch(batch):
+        tally.add(batch)
+        samples.append((tally.steps_seen, rss_mb()))
+    tally = results.RunTally()
+    steps = 150_000
+    result = wb.run(RunConfig(**{**QUICK, "eval_every": 10**9, "batch_size": 8}, algorithm="sgd", steps=steps),
+                    cluster="threads", progress=False, on_record=watch)
+    assert result.status == "completed" and result.store.rows_on_disk == steps
+    quarter = next(mb for k, mb in samples if k >= steps // 4)
+    end = samples[-1][1]
+    old_growth = 120 * (steps - steps // 4) / 2**20             # ~26 MB for the last three quarters
+    print(f"RSS {quarter:.1f} MB at a quarter, {end:.1f} MB at the end; the old store would add ~{old_growth:.0f} MB")
+    assert end - quarter < old_growth / 3
 
 
 def test_on_record_receives_column_batches_with_a_dict_view(no_dask):

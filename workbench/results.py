@@ -27,7 +27,9 @@ import os
 import platform
 import shutil
 import struct
+import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -473,7 +475,8 @@ SPOOL = ".steps-spool"  # in a run directory while it is written: the step colum
 
 class StepStore:
     """Every step row of a run, kept where it is going: appended to the run directory's
-    steps.csv while the run goes (with a directory), or in memory (without one).
+    steps.csv while the run goes (with a directory), or, without one, to a private
+    temporary spool (so a long run's memory stays flat either way).
 
     Rows arrive per worker in chunks (`add`), in each worker's own step order. steps.csv
     is in order of step, then worker, then time (the file a synchronous run writes is the
@@ -486,7 +489,10 @@ class StepStore:
     Beside steps.csv the same columns go, as raw float64, to a spool folder (`SPOOL`),
     read back a chunk at a time for the summary's statistics (`chunks`) and whole for
     `frame`, exactly (a CSV read back may differ in a last digit); `drop_spool` removes
-    it once the run directory is written.
+    it once the run directory is written. A store without a directory writes only that
+    spool, in a folder of its own under the temporary directory (mode 0700), removed when
+    the store is dropped or the process exits; a store that is pickled carries its rows
+    in memory instead. Rows a write could not take (a full disk) stay in memory.
 
     >>> store = StepStore(size=2)
     >>> cols = lambda lo, hi: {**{f: np.zeros(hi - lo) for f in ROW_FIELDS}, "step": np.arange(lo, hi, dtype=float)}
@@ -512,6 +518,14 @@ class StepStore:
         self.closed = False
         self._files: dict[str, Any] = {}
         self._next_write = 0.0
+        self._private: Path | None = None                   # the spool's folder without a directory
+        self._cleanup: Any = None                           # its weakref.finalize
+
+    @property
+    def spool(self) -> Path | None:
+        """The folder of the raw float64 columns (None before a store without a directory
+        has written any)."""
+        return self.directory / SPOOL if self.directory is not None else self._private
 
     @property
     def streaming(self) -> bool:
@@ -581,7 +595,7 @@ class StepStore:
                 rows, self.unwritten[0] = rows[:int(budget)], rows[int(budget):]
                 self.unwritten.insert(0, rows)
             budget -= len(rows)
-            if not self.streaming or self.error is not None:
+            if self.error is not None:
                 self.memory.append(rows)
             else:
                 try:
@@ -594,6 +608,11 @@ class StepStore:
             self.unwritten.pop(0)
 
     def _open(self) -> None:
+        if self.directory is None:
+            self._private = Path(tempfile.mkdtemp(prefix="workbench-steps-"))   # 0700, ours alone
+            self._cleanup = weakref.finalize(self, _remove_spool, self._private, os.getpid())
+            self._files = {name: open(self._private / f"{name}.f64", "wb") for name in STEP_TABLE}
+            return
         d = self.directory
         # A run directory claimed over an old run (overwrite): its commit marker goes first,
         # so the old summary never vouches for the new rows, then the old run's other files.
@@ -611,12 +630,12 @@ class StepStore:
         undone, so the files never hold half a chunk."""
         if not self._files:
             self._open()
-        text = _frame(rows).to_csv(index=False, header=False)
         files = self._files
         at = {name: f.tell() for name, f in files.items()}
         try:
-            files["csv"].write(text)
-            files["csv"].flush()
+            if "csv" in files:
+                files["csv"].write(_frame(rows).to_csv(index=False, header=False))
+                files["csv"].flush()
             for j, name in enumerate(STEP_TABLE):
                 files[name].write(np.ascontiguousarray(rows[:, j]).tobytes())
                 files[name].flush()
@@ -650,9 +669,13 @@ class StepStore:
         self.closed = True
 
     def __getstate__(self) -> dict:
-        """A store travels without its open files (a closed one has none left to use)."""
+        """A store travels without its open files (a closed one has none left to use), and
+        a private spool's rows travel in memory (the folder is this process's)."""
         state = dict(self.__dict__)
         state["_files"] = {}
+        if self.directory is None:
+            kept = [np.column_stack([c[name] for name in STEP_TABLE]) for c in self._disk_chunks(STEP_TABLE)]
+            state.update(memory=kept + list(self.memory), rows_on_disk=0, _private=None, _cleanup=None)
         return state
 
     def saved_in(self, directory: str | Path) -> bool:
@@ -661,7 +684,7 @@ class StepStore:
                 and Path(directory).resolve() == self.directory.resolve())
 
     def _spool_columns(self, names: Iterable[str], lo: int, hi: int) -> dict[str, np.ndarray]:
-        spool = self.directory / SPOOL
+        spool = self.spool
         out = {}
         for name in names:
             with open(spool / f"{name}.f64", "rb") as f:
@@ -674,12 +697,7 @@ class StepStore:
         `close`, the rows still held for the merge come last)."""
         names = list(names)
         index = {name: j for j, name in enumerate(STEP_TABLE)}
-        if self.rows_on_disk and (self.directory / SPOOL).is_dir():
-            for lo in range(0, self.rows_on_disk, rows):
-                yield self._spool_columns(names, lo, min(lo + rows, self.rows_on_disk))
-        elif self.rows_on_disk:   # the spool is gone: steps.csv, a piece at a time
-            for part in pd.read_csv(self.directory / "steps.csv", usecols=names, chunksize=rows):
-                yield {name: part[name].to_numpy(dtype=np.float64) for name in names}
+        yield from self._disk_chunks(names, rows)
         held = [b for w in sorted(self.pending) for b in self.pending[w]]   # none once closed
         group: list[np.ndarray] = []
         size = 0
@@ -691,6 +709,18 @@ class StepStore:
             if block is not None:
                 group.append(block)
                 size += len(block)
+
+    def _disk_chunks(self, names: Iterable[str], rows: int = 1 << 20):
+        """The rows written to disk, in file order, `rows` at a time."""
+        names = list(names)
+        if self.rows_on_disk and self.spool is not None and self.spool.is_dir():
+            for lo in range(0, self.rows_on_disk, rows):
+                yield self._spool_columns(names, lo, min(lo + rows, self.rows_on_disk))
+        elif self.rows_on_disk and self.directory is not None:   # the spool is gone: steps.csv, a piece at a time
+            for part in pd.read_csv(self.directory / "steps.csv", usecols=names, chunksize=rows):
+                yield {name: part[name].to_numpy(dtype=np.float64) for name in names}
+        elif self.rows_on_disk:
+            raise RuntimeError(f"the run's step spool {self._private} is gone (removed by someone else?)")
 
     def frame(self) -> pd.DataFrame:
         """Every row as steps.csv holds it (int columns as ints)."""
@@ -707,6 +737,12 @@ class StepStore:
         """Remove the spool (steps.csv holds the same rows); later reads come from steps.csv."""
         if self.streaming and self.closed:
             shutil.rmtree(self.directory / SPOOL, ignore_errors=True)
+
+
+def _remove_spool(folder: Path, owner: int) -> None:
+    """A private spool's folder, removed by the process that made it (not a forked child)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _frame(rows: np.ndarray) -> pd.DataFrame:
