@@ -112,6 +112,18 @@ def test_ltfb_trainers_get_their_own_accuracy_traces(sync_result):
 
 
 # ------------------------------------------------------------------------------ per worker
+def test_a_slow_first_step_leaves_its_windows_at_zero_not_out_and_a_late_worker_starts_late():
+    # worker 0's first step runs from 0 to 3.0 (a busy machine's stall): windows 0-1 saw it working
+    # and completing nothing, 0 samples/s, not a gap; worker 1 starts at 2.2: its windows from there
+    steps = pd.DataFrame({"worker": [0, 0, 0, 1, 1], "time": [3.0, 3.5, 4.0, 2.6, 3.9],
+                          "samples": [2, 2, 2, 2, 2], "compute_s": [3.0, 0.5, 0.5, 0.4, 1.0],
+                          "comm_s": [0.0] * 5, "wait_s": [0.0] * 5})
+    w = FD.time_bins(steps, bins=4)
+    assert w[0]["x"].tolist() == [0.5, 1.5, 2.5, 3.5] and w[0]["samples"].tolist() == [0, 0, 2, 4]
+    assert w[1]["x"].tolist() == [2.5, 3.5] and w[1]["samples"].tolist() == [2, 2]
+    assert w["all"]["x"].tolist() == [0.5, 1.5, 2.5, 3.5] and w["all"]["samples"].sum() == 10
+
+
 def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series(sync_result):
     steps = FD.align_to_first_step(sync_result).steps          # what the figure draws: t = 0 at the first step
     bins = FD.time_bins(steps, 20)
@@ -128,8 +140,8 @@ def test_throughput_bins_conserve_samples_and_the_figure_draws_a_smoothed_series
     assert abs(float(width) - float(bins["all"]["width"][0])) < 1e-9
     # a run of 2 x 44 steps gets about 5 steps per window: a curve, not 2 points
     n = len(traces(F.throughput_figure(sync_result))["all workers"].x)
-    assert FD.auto_bins(steps) == 44 // FD.STEPS_PER_BIN and FD.auto_bins(steps) - 1 <= n <= FD.auto_bins(steps)
-    # (the first window is left out when the first step ends after it)
+    assert FD.auto_bins(steps) == 44 // FD.STEPS_PER_BIN and n == FD.auto_bins(steps)
+    # (every window from the first step's start is drawn, however long that step took)
     # workers at the same rate stay visible: different widths and dashes
     assert (t["worker 0"].line.width, t["worker 0"].line.dash) != (t["worker 1"].line.width, t["worker 1"].line.dash)
 

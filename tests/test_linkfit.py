@@ -42,6 +42,24 @@ def test_a_bandwidth_below_memcpy_over_the_factor_is_held_at_the_bound():
     assert free.bandwidth_gbps == pytest.approx(0.022, rel=1e-6)
 
 
+def test_a_falling_line_is_held_at_the_upper_bandwidth_bound_never_a_negative_beta():
+    # a busy machine once gave alpha 1.96 ms and beta -1.8e-10 s/byte (times that fell with the
+    # size): a link faster than memcpy x 8 (or free, or paying us per byte) is noise, held at the bound
+    noisy = timings(alpha=2e-3, beta=-1.8e-10)
+    memcpy = 5e9
+    f = linkfit.fit_link(noisy, memcpy_bps=memcpy)
+    assert f.bounded.startswith("bandwidth <= memcpy x 8") and f.beta > 0
+    assert f.bandwidth_gbps == pytest.approx(memcpy * linkfit.MEMCPY_FACTOR / 1e9)
+    # alpha refitted with beta held: the weighted least-squares alpha of t - B beta (closed form)
+    A, B = 2 * (P - 1), 2 * (P - 1) / P * noisy["n_bytes"].to_numpy()
+    w = 1 / (0.05 * noisy["seconds"].to_numpy())         # every size at 5% of its time (no se_s)
+    r = noisy["seconds"].to_numpy() - B * f.beta
+    assert f.alpha == pytest.approx(np.sum(w**2 * A * r) / np.sum(w**2 * A * A), rel=1e-9)
+    assert (f.held_out["predicted_s"] > 0).all()
+    bare = linkfit.fit_link(noisy)                        # no memcpy rate: at least not negative
+    assert bare.beta == 0.0 and bare.bounded == "beta >= 0" and bare.bandwidth_gbps == math.inf
+
+
 def test_calibrate_takes_the_benchmarked_link_over_the_runs_comm_times():
     import workbench as wb
     from workbench.analysis.costmodel import calibrate

@@ -27,7 +27,11 @@ them with compute and waiting; here they come from timing the exchange alone
   than this machine's measured memcpy rate divided by ``MEMCPY_FACTOR`` (8: a ring
   allreduce reads and writes each byte a few times, and a busy machine slows it further,
   but a link 100x slower than memcpy is a fit gone wrong, like the 0.022 GB/s once fitted
-  here). A bound that binds is reported (`bounded`) and the other parameter refitted;
+  here); and no higher than memcpy times the same factor (every byte of an exchange is
+  read and written at least once; sizes up to 1 MB sit in the 2 MiB L2, which copies a few
+  times faster than the 64 MB memcpy does, never 8x: a falling or flat line is noise, like
+  the negative beta a busy machine once gave), or beta >= 0 when no memcpy rate is given.
+  A bound that binds is reported (`bounded`) and the other parameter refitted;
 - **held-out error**: leave one size out, fit on the others, predict its median;
 - **a verdict in words** (`LinkFit.verdict`): a parameter whose standard error is more
   than half its value is "not resolved", a held-out error above `HELD_OUT_OK` says one
@@ -166,7 +170,7 @@ def _terms(table: pd.DataFrame, algorithm: str) -> tuple[np.ndarray, np.ndarray]
 
 
 def _solve(A: np.ndarray, B: np.ndarray, t: np.ndarray, se: np.ndarray,
-           beta_max: float | None) -> tuple[float, float, float, float, str]:
+           beta_max: float | None, beta_min: float = 0.0) -> tuple[float, float, float, float, str]:
     """Weighted least squares of t ~ A alpha + B beta (weights 1 / se) under the bounds;
     the standard errors from the weighted normal equations, scaled up by the reduced
     chi-square when the residuals exceed what `se` explains."""
@@ -180,10 +184,14 @@ def _solve(A: np.ndarray, B: np.ndarray, t: np.ndarray, se: np.ndarray,
     if beta_max is not None and beta > beta_max:      # slower than physics allows: hold beta at the bound
         beta, bounded = beta_max, f"bandwidth >= memcpy / {MEMCPY_FACTOR:g}"
         alpha = float(np.dot(A * w, y - B * w * beta) / np.dot(A * w, A * w))
+    elif beta < beta_min or beta <= 0:                 # faster than physics allows (or free, or negative)
+        beta = beta_min
+        bounded = f"bandwidth <= memcpy x {MEMCPY_FACTOR:g}" if beta_min > 0 else "beta >= 0"
+        alpha = float(np.dot(A * w, y - B * w * beta) / np.dot(A * w, A * w))
     if alpha < 0:
         alpha = 0.0
         bounded = (bounded + "; " if bounded else "") + "alpha >= 0"
-        if not bounded.startswith("bandwidth"):
+        if not bounded.startswith(("bandwidth", "beta")):
             beta = float(np.dot(B * w, y) / np.dot(B * w, B * w))
     dof = len(t) - 2
     resid = y - (A * w * alpha + B * w * beta)
@@ -214,7 +222,8 @@ def fit_link(table: pd.DataFrame, memcpy_bps: float | None = None, algorithm: st
         table: one row per timed exchange size: n_bytes (of the vector), workers, seconds
             (a robust per-size time: `summarize_exchanges`' median), optionally se_s (its
             standard error; without it every size counts at 5% of its time); at least 2 sizes.
-        memcpy_bps: this machine's copy rate (`memcpy_rate`): bounds the bandwidth from below.
+        memcpy_bps: this machine's copy rate (`memcpy_rate`): bounds the bandwidth from below
+            (memcpy / MEMCPY_FACTOR) and above (memcpy x MEMCPY_FACTOR).
         algorithm: whose exchange pattern the timings are (default sync_sgd's ring allreduce).
 
     >>> p, alpha, beta = 2, 20e-6, 1 / 2e9
@@ -232,14 +241,15 @@ def fit_link(table: pd.DataFrame, memcpy_bps: float | None = None, algorithm: st
     A, B = _terms(t, algorithm)
     se = _se_of(t)
     beta_max = MEMCPY_FACTOR / memcpy_bps if memcpy_bps else None
-    alpha, beta, a_se, b_se, bounded = _solve(A, B, t["seconds"].to_numpy(float), se, beta_max)
+    beta_min = 1 / (MEMCPY_FACTOR * memcpy_bps) if memcpy_bps else 0.0
+    alpha, beta, a_se, b_se, bounded = _solve(A, B, t["seconds"].to_numpy(float), se, beta_max, beta_min)
     rows = []
     if t["n_bytes"].nunique() >= 3:                    # leave one size out
         for n in sorted(t["n_bytes"].unique()):
             keep = (t["n_bytes"] != n).to_numpy()
             train, test = t[keep], t[~keep]
             At, Bt = _terms(train, algorithm)
-            a, b, *_ = _solve(At, Bt, train["seconds"].to_numpy(float), se[keep], beta_max)
+            a, b, *_ = _solve(At, Bt, train["seconds"].to_numpy(float), se[keep], beta_max, beta_min)
             Ah, Bh = _terms(test, algorithm)
             pred = Ah * a + Bh * b
             for measured, predicted in zip(test["seconds"], pred):

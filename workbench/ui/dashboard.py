@@ -679,6 +679,7 @@ class Dashboard:
         self._flush(state)
         self._redraw_whole(state)
         self._flush(state, last=True)
+        self._record_drawing(state)     # again, with the redraws that were in flight at _finish
         self._write_report(state)
         self._current = None
         self._set_buttons(running=False)
@@ -800,12 +801,16 @@ class Dashboard:
         self.status_log.append((round(since_run, 2), text))
         self._set_status(text)
 
-    def _finish(self, state: _Run) -> None:
-        """The final status line, the run in `history` and the runs tab (buttons: the caller)."""
-        self._last = state.result
+    def _record_drawing(self, state: _Run) -> None:
+        """The last run's drawing figures (redraws, their log, their CPU time) as they stand."""
         self.last_plot_cpu_s = state.plot_cpu_s
         self.last_redraws = state.redraws
         self.last_redraw_log = list(state.redraw_log)
+
+    def _finish(self, state: _Run) -> None:
+        """The final status line, the run in `history` and the runs tab (buttons: the caller)."""
+        self._last = state.result
+        self._record_drawing(state)
         if state.error is not None:
             self.last_error = state.error
             self._set_status(_error_text(state.error), error=True)

@@ -554,7 +554,10 @@ def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
         bins: windows between time 0 and the last step (default `auto_bins`).
     Returns:
         worker -> {x (window centre), width (s), samples, compute_s, comm_s, wait_s}
-        arrays; a worker's windows before its first step are left out.
+        arrays; a worker's windows before its first step started (`measure.step_starts`'s
+        rule: end less the time booked) are left out. A step is counted in the window where
+        it ended, so a first step that ran over several windows leaves those windows at 0
+        samples/s: shown, not dropped (a busy machine's slow first step once cut 2 of 8).
 
     >>> w = time_bins({"worker": [0, 0], "time": [0.5, 1.0], "samples": [2, 4],
     ...                "compute_s": [0.4, 0.4], "comm_s": [0.1, 0.1], "wait_s": [0, 0]}, bins=2)
@@ -570,9 +573,11 @@ def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
     centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     b = np.clip(np.searchsorted(edges, t, side="left") - 1, 0, bins - 1)
     values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
+    starts = t - sum(values[c] for c in COMPONENTS)             # measure.step_starts, on columns
+    b_start = np.clip(np.searchsorted(edges, starts, side="right") - 1, 0, bins - 1)
     out: dict[Any, Window] = {}
     for worker, idx in _worker_groups(steps):
-        first = int(b[idx].min())
+        first = int(min(b_start[idx].min(), b[idx].min()))
         sums = {c: np.bincount(b[idx], v[idx], minlength=bins)[first:] for c, v in values.items()}
         out[worker] = {"x": centres[first:], "width": widths[first:], **sums}
     return out
