@@ -184,7 +184,7 @@ def _solve(A: np.ndarray, B: np.ndarray, t: np.ndarray, se: np.ndarray,
     if beta_max is not None and beta > beta_max:      # slower than physics allows: hold beta at the bound
         beta, bounded = beta_max, f"bandwidth >= memcpy / {MEMCPY_FACTOR:g}"
         alpha = float(np.dot(A * w, y - B * w * beta) / np.dot(A * w, A * w))
-    elif beta < beta_min or beta <= 0:                 # faster than physics allows (or free, or negative)
+    elif beta < beta_min:                              # faster than physics allows (or negative)
         beta = beta_min
         bounded = f"bandwidth <= memcpy x {MEMCPY_FACTOR:g}" if beta_min > 0 else "beta >= 0"
         alpha = float(np.dot(A * w, y - B * w * beta) / np.dot(A * w, A * w))

@@ -573,7 +573,7 @@ def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
     centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     b = np.clip(np.searchsorted(edges, t, side="left") - 1, 0, bins - 1)
     values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
-    starts = t - sum(values[c] for c in COMPONENTS)             # measure.step_starts, on columns
+    starts = np.asarray(measure.step_starts({"time": t, **{c: values[c] for c in COMPONENTS}}))
     b_start = np.clip(np.searchsorted(edges, starts, side="right") - 1, 0, bins - 1)
     out: dict[Any, Window] = {}
     for worker, idx in _worker_groups(steps):
