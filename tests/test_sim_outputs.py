@@ -212,3 +212,38 @@ def test_a_simulated_runs_live_batches_reach_on_record_while_it_runs():
     assert len(early) >= 2, arrivals[:5]                                 # several flushes, not one at the end
     assert arrivals[-1][0] - early[0][0] > 0.2, arrivals[:5]             # the first came while the run went on
     assert threads == {main}                                             # delivered on the caller's thread
+
+
+def test_virtual_workers_that_flush_together_send_their_next_batches_spread_over_the_interval(monkeypatch):
+    """1,024 lockstep workers all flush at their first step; their next live batches must not
+    leave together 16 s later (the live view stood still for 16 s, then got 1,024 batches at
+    once): each worker keeps its own phase, so the batches leave spread over the interval,
+    one every interval/P, and a worker that flushes late keeps its phase."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from workbench.algorithms.base import FLUSH_S
+    from workbench.execution.transports import sim
+
+    now = [1000.0]
+    monkeypatch.setattr(sim, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(sim, "SimModel", lambda *a: None)
+    size = 1024
+    interval = FLUSH_S * size / 16
+    ctxs = []
+    for rank in range(size):
+        ctx = SimpleNamespace(model=None, flush=lambda done=False, force=False: None, _next_flush=0.0)
+        sim.SimTransport._adapt(SimpleNamespace(size=size), ctx, None, None, rank, None)
+        ctxs.append(ctx)
+    for ctx in ctxs:                      # the first step: every worker flushes at once
+        ctx.flush()
+    nxt = np.array([c._next_flush for c in ctxs])
+    assert (nxt > now[0]).all() and (nxt <= now[0] + interval).all()
+    gaps = np.diff(np.sort(nxt))
+    assert len(np.unique(nxt)) == size
+    assert gaps.max() == pytest.approx(interval / size, rel=1e-6)       # one batch every 1/64 s
+    # worker 5 flushes 0.3 of an interval late: its next batch is back on its own grid
+    now[0] = nxt[5] + 0.3 * interval
+    ctxs[5].flush()
+    assert ctxs[5]._next_flush == pytest.approx(nxt[5] + interval, rel=1e-12)

@@ -634,7 +634,7 @@ class StepStore:
         at = {name: f.tell() for name, f in files.items()}
         try:
             if "csv" in files:
-                files["csv"].write(_frame(rows).to_csv(index=False, header=False))
+                files["csv"].write(csv_rows(rows))
                 files["csv"].flush()
             for j, name in enumerate(STEP_TABLE):
                 files[name].write(np.ascontiguousarray(rows[:, j]).tobytes())
@@ -743,6 +743,21 @@ def _remove_spool(folder: Path, owner: int) -> None:
     """A private spool's folder, removed by the process that made it (not a forked child)."""
     if os.getpid() == owner:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_CSV_ROW = ",".join("%d" if name in _INT_COLUMNS else "%r" for name in STEP_TABLE) + os.linesep
+
+
+def csv_rows(rows: np.ndarray) -> str:
+    """(rows, STEP_TABLE) float64 -> steps.csv's lines, the same text as
+    `_frame(rows).to_csv(index=False, header=False)` (shortest round-trip floats, worker/step/
+    samples as integers, NaN as an empty field) at a third of its cost: pandas formats each
+    float through NumPy's string conversion, this is one %-format over Python floats. A
+    1,024-worker simulated run writes ~10^4 rows a second, so the writer's speed is the run's."""
+    if not len(rows):
+        return ""
+    text = (_CSV_ROW * len(rows)) % tuple(rows.ravel().tolist())
+    return text.replace(",nan", ",")   # the first field is the worker (an integer): a NaN is never first
 
 
 def _frame(rows: np.ndarray) -> pd.DataFrame:
@@ -1131,14 +1146,15 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     last_eval = evals.iloc[-1] if len(evals) else None
     # A step of a synchronous run is one global step; asynchronous workers count their own.
     n_steps = totals["n_steps"]
-    per_worker = []
-    for worker, row in totals["per_worker"].iterrows():
-        busy_w = row.compute_s + row.comm_s + row.wait_s
-        per_worker.append({"worker": int(worker), "samples": int(row.samples),
-                           "share": float(row.samples / samples) if samples else 0.0,
-                           "compute_s": float(row.compute_s), "comm_s": float(row.comm_s),
-                           "wait_s": float(row.wait_s),
-                           "idle_fraction": float(row.wait_s / busy_w) if busy_w > 0 else 0.0})
+    per_worker = []   # as Python lists, not iterrows: 1,024 virtual workers cost ~1 s that way
+    pw = totals["per_worker"]
+    cols = {c: pw[c].to_numpy(dtype=np.float64).tolist() for c in ("samples", "compute_s", "comm_s", "wait_s")}
+    for worker, n, c, m, w in zip(pw.index.tolist(), *cols.values()):
+        busy_w = c + m + w
+        per_worker.append({"worker": int(worker), "samples": int(n),
+                           "share": n / samples if samples else 0.0,
+                           "compute_s": c, "comm_s": m, "wait_s": w,
+                           "idle_fraction": w / busy_w if busy_w > 0 else 0.0})
     # The run's time identities (measure.timing): wall = start-up + training + teardown.
     # Cluster start, data loading and imports on cold workers are start-up, never training.
     extra = dict(extra or {})

@@ -99,6 +99,17 @@ class SimGroup:
         return total
 
 
+
+def next_flush(now: float, interval: float, rank: int, size: int) -> float:
+    """When virtual worker `rank` of `size` sends its next live batch: the first point after
+    `now` on its own grid, `interval` apart and shifted by rank/size of an interval. Workers
+    that all flushed at one instant (a lockstep step, the run's first step) so flush next at
+    `size` different instants across the interval: at 1,024 workers (a 16 s interval) about
+    64 batches a second, where "now + interval" for every worker sent all 1,024 at once
+    every 16 s and nothing in between (the live view stood still that long)."""
+    phase = interval * (rank % size) / size
+    return now + interval - ((now - phase) % interval)
+
 class _Posted:
     """One overlapped sum in flight: its total and when it is in, once every worker posted."""
 
@@ -788,14 +799,16 @@ class SimTransport(Transport):
         """A virtual worker's context: its model charges virtual time (and computes in the
         pool); its live batches leave every FLUSH_S x P/16 of wall time, so the run sends a
         few dozen a second in all whatever P (1024 workers flushing 4 times a second each
-        cost more than their steps, in the driver and in the monitor that drains them)."""
+        cost more than their steps, in the driver and in the monitor that drains them), each
+        worker at its own phase of that interval (`next_flush`), so they arrive spread out."""
         ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
         interval = FLUSH_S * max(1.0, self.size / 16)
         flush = ctx.flush
+        size = self.size
 
         def paced(done: bool = False, force: bool = False) -> None:
             flush(done=done, force=force)
-            ctx._next_flush = time.perf_counter() + interval
+            ctx._next_flush = next_flush(time.perf_counter(), interval, rank, size)
         ctx.flush = paced
 
     def _killed(self, rank: int, proc: VProc) -> None:
