@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -427,6 +428,61 @@ def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:
     while state.tally.steps_seen == 0 and not state.done.is_set() and time.time() < deadline:
         time.sleep(0.01)
     assert state.tally.steps_seen > 0 and not state.done.is_set(), dash.status_text
+
+
+def test_stop_says_stopped_before_the_final_redraw_and_the_report(tmp_path, monkeypatch):
+    """What keeps Stop's promise (STOP_PROMISE_S) on any machine: the status line says how
+    the run ended as soon as its records are saved, before the figures' last redraw from
+    the complete records and before report.html (seconds of plotly on a busy machine),
+    with Stop and Run both disabled until those are done. Ordered by events, not timed:
+    the report writer is held until the test has looked, so a dashboard that wrote the
+    report (or redrew) before the status changed would be seen saying "running"."""
+    import threading
+
+    from workbench import api
+    seen: dict[str, tuple] = {}
+    held, release = threading.Event(), threading.Event()
+    write = api.write_run_report
+    redraw = D.Dashboard._redraw_whole
+
+    def look(self):
+        return self.status_text, self.stop_button.disabled, self.run_button.disabled
+
+    def redraw_seen(self, state):
+        seen.setdefault("redraw", look(self))
+        return redraw(self, state)
+
+    def held_report(result, directory):
+        seen["report"] = look(d)
+        held.set()
+        release.wait(120)                                    # a hang guard only
+        return write(result, directory)
+    monkeypatch.setattr(D.Dashboard, "_redraw_whole", redraw_seen)
+    monkeypatch.setattr(api, "write_run_report", held_report)
+    d = Dashboard(cluster="threads", config=RunConfig(algorithm="sgd", dataset="digits", model="softmax",
+                                                      batch_size=16, epochs=1e5, seed=0), out=tmp_path)
+    assert d.run() is True
+    try:
+        _first_records(d)
+    finally:
+        d.stop()
+    assert held.wait(120), d.status_text
+    assert d.running                                         # the report is still being written ...
+    assert d.status_text.startswith("stopped:"), d.status_text   # ... and the status already says so
+    release.set()
+    result = d.wait(120)
+    assert result is not None and result.status == "stopped"
+    for when in ("redraw", "report"):
+        text, stop_disabled, run_disabled = seen[when]
+        assert text.startswith("stopped:") and stop_disabled and run_disabled, (when, seen[when])
+    assert not d.run_button.disabled and d.stop_button.disabled
+    run_dir = Path(result.summary["config"]["out"])
+    assert (run_dir / "report.html").is_file()
+    # the status log has the lines in their order, on the run's clock: stopping, then stopped
+    texts = [text for _, text in d.status_log]
+    assert texts.index("stopping ...") < next(i for i, t in enumerate(texts) if t.startswith("stopped:"))
+    times = [t for t, _ in d.status_log]
+    assert times == sorted(times)
 
 
 @pytest.mark.slow
