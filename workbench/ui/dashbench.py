@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import workbench as wb
+from workbench.results import STATUSES
 
 
 def _rss_mb() -> float:
@@ -67,7 +68,8 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     return row
 
 
-_ENDED = ("stopped", "completed", "diverged", "failed", "error")
+# how the dashboard's final status line starts: a run's end status, or "error:" (`dashboard._error_text`)
+_ENDED = tuple(s for s in STATUSES if s != "running") + ("error",)
 
 
 def quickstart(cluster: str | None = None) -> dict:
