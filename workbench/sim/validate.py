@@ -125,6 +125,15 @@ QUIET_LOAD = 0.3   # a machine whose load average stays under this (per core) is
 TOLERANCE = 0.15   # issue 24's bar for simulated vs real samples/s
 
 
+def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | None = None) -> bool:
+    """Whether a machine was quiet enough for real runs to judge the simulator: the 1- and
+    5-minute load averages before and the 1-minute one after all under `QUIET_LOAD` a core.
+    `before` / `after` are `os.getloadavg()` triples (nan where the platform has none: not quiet)."""
+    cores = cores or os.cpu_count() or 1
+    loads = [float(before[0]), float(before[1]), float(after[0])]
+    return all(v == v for v in loads) and max(loads) < QUIET_LOAD * cores
+
+
 def main(args: Any) -> int:
     """`python -m workbench bench --sim-vs-real`: the table of `real_vs_simulated` for 1 and 2
     workers on a local Dask cluster of 2 worker processes, with the date, the machine's load
@@ -150,7 +159,7 @@ def main(args: Any) -> int:
     finally:
         close_session()
     load1 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    quiet = max(load0[0], load0[1], load1[0]) < QUIET_LOAD * cores
+    quiet = quiet_enough(load0, load1, cores)
     cols = ["workers", "real_samples_per_s", "sim_samples_per_s", "error", "real_compute_ms", "sim_compute_ms",
             "real_comm_ms", "sim_comm_ms", "load_average"]
     print(table[cols].round(3).to_string(index=False))
