@@ -74,6 +74,33 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
     _same(first, run_simulated(config.replace(calibration=str(cached[0]))))  # the calibration file
 
 
+def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_replays(tmp_path, monkeypatch):
+    # Until 2026-12-04 a calibration was the fastest of up to 9 calls; now the median
+    # (profiles.CALIBRATION_METHOD). A cached record without that method is stale: timed
+    # again and rewritten. The same record given as a file still replays as it ran.
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    profiles._LOCAL.clear()
+    config = RunConfig(algorithm="sgd", cpus=1, cpu_device="local", **SMALL)
+    first = run_simulated(config)
+    record = first.summary["calibration"]
+    assert record["method"] == profiles.CALIBRATION_METHOD == "median"
+    assert "median of" in record["source"]
+    assert record["load_average"] is None or record["load_average"] >= 0
+    cached = next((tmp_path / "cache" / "sim-calibration").glob("*.json"))
+    old = {k: v for k, v in record.items() if k not in ("method", "load_average")}
+    old["rate_flops"] = record["rate_flops"] * 2                 # as if the fastest calls had been kept
+    cached.write_text(json.dumps(old))
+    given = tmp_path / "old.json"
+    given.write_text(json.dumps(old))
+    profiles._LOCAL.clear()
+    again = run_simulated(config)                                # the stale cache: timed anew
+    assert again.summary["calibration"]["method"] == "median"
+    assert json.loads(cached.read_text())["method"] == "median"
+    _no_timing(monkeypatch)
+    replay = run_simulated(config.replace(calibration=str(given)))
+    assert replay.summary["calibration"]["rate_flops"] == old["rate_flops"]      # as it ran, not re-timed
+
+
 def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_replayed(tmp_path, monkeypatch):
     # Two local CPU workers compute at once in a synchronous step: the core is timed again
     # while another process computes the same model (co_run), that timing is what the two

@@ -22,7 +22,7 @@ import pytest
 from test_easgd import elastic_reference, sync_reference  # the EASGD oracles (tests/ is on sys.path)
 
 from workbench.api import run
-from workbench.config import RunConfig
+from workbench.config import ConfigError, RunConfig
 from workbench.execution.engine import run_threads
 from workbench.sim.validate import simulator_vs_cost_model
 
@@ -222,3 +222,11 @@ def test_sim_vs_real_refuses_too_few_steps_in_one_line_before_any_worker_starts(
     assert main(["bench", "--sim-vs-real", "--steps", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: steps: a whole number >= 10 (steps of each real and simulated run), got 3"]
+
+
+def test_sim_vs_real_refuses_bad_rounds_before_any_worker_starts():
+    import argparse
+
+    from workbench.sim.validate import main
+    with pytest.raises(ConfigError, match="rounds"):
+        main(argparse.Namespace(steps=150, rounds=0))

@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
     sizes = check_args(args)
-    rounds = int(getattr(args, "rounds", 1))
+    rounds = int(getattr(args, "rounds", None) or 1)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement, {rounds} round(s); {blas}; "

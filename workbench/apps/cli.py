@@ -198,9 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-features", type=int, default=None, help="a custom size: input features")
     bench.add_argument("--seconds", type=float, default=4.0, help="measured time per configuration")
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
-    bench.add_argument("--rounds", type=int, default=1,
+    bench.add_argument("--rounds", type=int, default=None,
                        help="measure every row this many times, interleaved; the table shows the median "
-                            "ratio and its range (a shared machine's ratios move by tenths between runs)")
+                            "ratio and its range (a shared machine's ratios move by tenths between runs); "
+                            "default 1, and 3 with --sim-vs-real")
     bench.add_argument("--out", help="also write the table as CSV here")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "

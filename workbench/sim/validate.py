@@ -42,7 +42,7 @@ def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
 
 def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
                       steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None,
-                      measured_link: bool | str = "benchmark") -> pd.DataFrame:
+                      measured_link: bool | str = "benchmark", rounds: int = 1) -> pd.DataFrame:
     """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
 
     Args:
@@ -58,40 +58,57 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
             the row's `link_held_out_error` says how well one alpha-beta line fits it.
             True: alpha / beta fitted on the real runs' comm times (which mix in waiting);
             False: the documented shm constants.
+        rounds: how many times the real runs and, after them, a fresh calibration of this
+            core and the simulated runs are repeated, interleaved (real 1, real 2, ..., then
+            calibrate and simulate, then again): a row's numbers are the medians over the
+            rounds, its error the median of the rounds' errors (as `bench --rounds` takes the
+            median of the rounds' ratios), and `error_low` / `error_high` the lowest and
+            highest round's (how sure it is: two runs a minute apart on one idle 2-vCPU VM
+            here differed by 10-30% in samples/s).
     """
     from ..analysis.costmodel import calibrate
     from ..execution.engine import run as run_engine
     from .run import run_simulated
+    if int(rounds) < 1:
+        raise ValueError(f"rounds: a whole number >= 1, got {rounds}")
     base = config or RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY)
-    reals = {}
-    for p in workers:
-        cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
+    configs = {p: base.replace(cpus=p, batch_size=per_worker * p, steps=steps) for p in workers}
+    for cfg in configs.values():
         run_engine(cfg.replace(steps=5), cluster=client)                     # warm workers: imports, data
-        reals[p] = run_engine(cfg, cluster=client)
-        if keep is not None:
-            keep.append(reals[p])
-    # this machine's link, measured: alpha / beta fitted on the real runs' exchanges (the
-    # documented shm constants fill in what one size cannot determine)
     fit = None
-    if measured_link == "benchmark":
-        from ..analysis.linkfit import benchmark_link
-        fit = benchmark_link(client)
-    link = calibrate(list(reals.values()), network="shm", link=fit).link("measured") if measured_link else None
+    per_round: dict[int, list[dict[str, Any]]] = {p: [] for p in workers}
+    for _ in range(int(rounds)):
+        reals = {p: run_engine(cfg, cluster=client) for p, cfg in configs.items()}
+        if keep is not None:
+            keep.extend(reals.values())
+        # this machine's link, measured once: the exchange micro-benchmark (the documented
+        # shm constants fill in what it cannot determine), or alpha / beta fitted on the runs
+        if fit is None and measured_link == "benchmark":
+            from ..analysis.linkfit import benchmark_link
+            fit = benchmark_link(client)
+        link = calibrate(list(reals.values()), network="shm", link=fit).link("measured") if measured_link else None
+        for p, real in reals.items():
+            sim_cfg = configs[p].replace(simulate=True, cpu_device="local", network="shm")
+            sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
+            sim = run_simulated(sim_cfg, link=link)
+            r, s = _row("real", p, real), _row("simulated", p, sim)
+            per_round[p].append({"real": r, "sim": s, "link": sim.summary["network"], "status": real.summary["status"],
+                                 "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")})
     rows = []
-    for p, real in reals.items():
-        cfg = base.replace(cpus=p, batch_size=per_worker * p, steps=steps)
-        sim_cfg = cfg.replace(simulate=True, cpu_device="local", network="shm")
-        sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
-        sim = run_simulated(sim_cfg, link=link)
-        r, s = _row("real", p, real), _row("simulated", p, sim)
-        rows.append({"workers": p, "real_samples_per_s": r["samples_per_s"], "sim_samples_per_s": s["samples_per_s"],
-                     "error": s["samples_per_s"] / r["samples_per_s"] - 1,
-                     "real_compute_ms": r["compute_ms"], "sim_compute_ms": s["compute_ms"],
-                     "real_comm_ms": r["comm_ms"], "sim_comm_ms": s["comm_ms"],
-                     "link": sim.summary["network"],
+    for p, got in per_round.items():
+        def med(side: str, key: str, got: list = got) -> float:
+            return float(np.median([g[side][key] for g in got]))
+        errors = [g["sim"]["samples_per_s"] / g["real"]["samples_per_s"] - 1 for g in got]
+        real_sps, sim_sps = med("real", "samples_per_s"), med("sim", "samples_per_s")
+        rows.append({"workers": p, "real_samples_per_s": real_sps, "sim_samples_per_s": sim_sps,
+                     "error": float(np.median(errors)), "error_low": min(errors), "error_high": max(errors),
+                     "rounds": len(got),
+                     "real_compute_ms": med("real", "compute_ms"), "sim_compute_ms": med("sim", "compute_ms"),
+                     "real_comm_ms": med("real", "comm_ms"), "sim_comm_ms": med("sim", "comm_ms"),
+                     "link": got[-1]["link"],
                      "link_held_out_error": fit.held_out_error if fit is not None else float("nan"),
-                     "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
-                     "status": real.summary["status"]})
+                     "load_average": max(g["load_average"] for g in got),
+                     "status": next((g["status"] for g in got if g["status"] != "completed"), "completed")})
     return pd.DataFrame(rows)
 
 
@@ -134,6 +151,27 @@ def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | N
     return all(v == v for v in loads) and max(loads) < QUIET_LOAD * cores
 
 
+def describe_error(error: float, low: float, high: float, rounds: int) -> str:
+    """The verdict on one row's error against +-TOLERANCE, with how sure it is.
+
+    >>> describe_error(0.08, 0.05, 0.12, 3)
+    'within +-15% (median of 3 rounds; every round within: +5.0% .. +12.0%)'
+    >>> describe_error(0.10, 0.02, 0.21, 3)
+    'within +-15% (median of 3 rounds; NOT every round: +2.0% .. +21.0%)'
+    >>> describe_error(0.30, 0.30, 0.30, 1)
+    'OUTSIDE +-15% (one round)'
+    """
+    within = abs(error) <= TOLERANCE
+    verdict = f"{'within' if within else 'OUTSIDE'} +-{TOLERANCE:.0%}"
+    if rounds < 2:
+        return f"{verdict} (one round)"
+    if within:
+        every = "every round within" if max(abs(low), abs(high)) <= TOLERANCE else "NOT every round"
+    else:
+        every = "every round outside" if low > TOLERANCE or high < -TOLERANCE else "NOT every round"
+    return f"{verdict} (median of {rounds} rounds; {every}: {low:+.1%} .. {high:+.1%})"
+
+
 def main(args: Any) -> int:
     """`python -m workbench bench --sim-vs-real`: the table of `real_vs_simulated` for 1 and 2
     workers on a local Dask cluster of 2 worker processes, with the date, the machine's load
@@ -146,27 +184,31 @@ def main(args: Any) -> int:
     steps = int(getattr(args, "steps", None) or 150)
     if steps < 10:
         raise ConfigError("steps", "a whole number >= 10 (steps of each real and simulated run)", steps)
+    rounds = getattr(args, "rounds", None)
+    rounds = 3 if rounds is None else int(rounds)
+    if rounds < 1:
+        raise ConfigError("rounds", "a whole number >= 1 (rounds of real runs, calibration and simulation)", rounds)
     cores = os.cpu_count() or 1
     load0 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
-    print(f"simulated vs real, sync_sgd on the 535k MLP (784-512-256-10), {PER_WORKER} rows a worker, {steps} steps; "
+    print(f"simulated vs real, sync_sgd on the 535k MLP (784-512-256-10), {PER_WORKER} rows a worker, {steps} steps, "
+          f"{rounds} round(s); "
           f"{when}; {cores} cores; load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} "
           f"(1 / 5 / 15 min)", flush=True)
     client = session_client(2, 0)
     try:
         table = real_vs_simulated(client, RunConfig(algorithm="sync_sgd", steps=steps, **HEAVY), workers=(1, 2),
-                                  steps=steps)
+                                  steps=steps, rounds=rounds)
     finally:
         close_session()
     load1 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     quiet = quiet_enough(load0, load1, cores)
-    cols = ["workers", "real_samples_per_s", "sim_samples_per_s", "error", "real_compute_ms", "sim_compute_ms",
-            "real_comm_ms", "sim_comm_ms", "load_average"]
+    cols = ["workers", "real_samples_per_s", "sim_samples_per_s", "error", "error_low", "error_high",
+            "real_compute_ms", "sim_compute_ms", "real_comm_ms", "sim_comm_ms", "load_average"]
     print(table[cols].round(3).to_string(index=False))
     for _, row in table.iterrows():
-        ok = abs(row["error"]) <= TOLERANCE
-        print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real "
-              f"({'within' if ok else 'OUTSIDE'} +-{TOLERANCE:.0%})")
+        print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real: "
+              + describe_error(row["error"], row["error_low"], row["error_high"], int(row["rounds"])))
     print(f"  link: {table['link'].iloc[0]}")
     print(f"load average after {load1[0]:.2f}; the machine was "
           + (f"quiet (load under {QUIET_LOAD} a core): the errors above are this machine's" if quiet else
