@@ -203,9 +203,16 @@ def test_a_simulated_runs_live_batches_reach_on_record_while_it_runs():
         times = [r["time"] for r in batch if r.get("kind") == "step"]
         if times:
             arrivals.append((time.perf_counter(), max(times)))
-    cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": 800})   # a few wall seconds, even idle
-    result = wb.run(cfg, on_record=on_record, progress=False)
-    assert result.status == "completed" and result.summary["sim_wall_s"] > 1.0, result.summary["sim_wall_s"]
+    # a run of over a second of wall time (two flush intervals of 32 workers): an idle machine
+    # ran 800 steps in 0.8 s (2026-12-04), so the steps double until a run lasts that long
+    for steps in (800, 1600, 3200, 6400):
+        arrivals.clear()
+        cfg = RunConfig(**{**SIM, "cpus": 32, "batch_size": 256, "steps": steps})
+        result = wb.run(cfg, on_record=on_record, progress=False)
+        assert result.status == "completed", result.summary.get("events")
+        if result.summary["sim_wall_s"] > 1.0:
+            break
+    assert result.summary["sim_wall_s"] > 1.0, result.summary["sim_wall_s"]
     # batches that held part of the run (by their content, not by when the caller got back: on a
     # loaded machine the run's saving after its last batch can take longer than any fixed margin)
     early = [(t, v) for t, v in arrivals if v < result.steps.time.max()]
