@@ -994,3 +994,11 @@ def test_the_runs_table_sorts_run_numbers_as_numbers():
     assert [page.index(f">#{k}<") for k in (1, 2, 10, 11)] == sorted(page.index(f">#{k}<") for k in (1, 2, 10, 11))
     page = D.runs_html(table, "run", descending=True)
     assert page.index(">#11<") < page.index(">#10<") < page.index(">#2<") < page.index(">#1<")
+
+
+@pytest.mark.parametrize("bad", ["x", "-1", "0,nan", "5000"])
+def test_dashbench_refuses_a_bad_stop_after_before_any_run(bad, capsys):
+    from workbench.ui import dashbench
+    with pytest.raises(SystemExit) as exc:
+        dashbench.main(["--what", "stop", "--stop-after", bad])
+    assert exc.value.code == 2 and "--stop-after: a comma list of seconds in [0, 3600]" in capsys.readouterr().err

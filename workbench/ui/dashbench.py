@@ -2,8 +2,9 @@
 
 Prints, for the machine it runs on (with its load average, since a shared machine
 distorts every number): how long Stop takes from the call to the run's end and to the
-"stopped" status line, for a real run (the in-process threads transport) and a
-simulated one; how long the default quickstart run takes; and the kernel's RSS before
+"stopped" status line, for a real run (the in-process threads transport, and Dask
+workers) and a simulated one, pressed at the first live records and deep into the run
+(`--stop-after`); how long the default quickstart run takes; and the kernel's RSS before
 a run, after it, and after the dashboard has let go of it. Timings belong here, not in
 tests (tests stop runs by events and assert no durations).
 """
@@ -37,8 +38,10 @@ def _dashboard(config: wb.RunConfig, cluster: str | None = "threads"):
     return Dashboard(cluster=cluster, config=config)
 
 
-def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "threads") -> dict:
-    """Start `config` from a dashboard, press Stop once its first steps are drawn, and time
+def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "threads", after_s: float = 0.0) -> dict:
+    """Start `config` from a dashboard, press Stop `after_s` seconds after its first steps
+    are drawn (0: at once; later, deep into a run, the workers have more rows in flight and
+    the records to save are many), and time
     the run's end (the training call returned), the status line saying how it ended (what
     the Stop button promises within `STOP_PROMISE_S`: the dashboard's own part of Stop, the
     kernel side; a browser adds its round trip, which the browser test prints) and the
@@ -49,6 +52,7 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     state = d._current
     while state.tally.steps_seen == 0 and not state.done.is_set():   # the first live records
         time.sleep(0.01)
+    state.done.wait(after_s)
     at = time.monotonic() - state.t0          # the status log's clock: seconds since Run
     t = time.perf_counter()
     d.stop()
@@ -59,10 +63,10 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     status = result.summary["status"] if result is not None else f"failed: {d.last_error}"
     final = [since for since, text in d.status_log if since >= at and text.startswith(_ENDED)]
     shown = final[0] - at if final else float("nan")
-    row = {"run": label, "status": status, "steps": result.summary["steps"] if result is not None else None,
+    row = {"run": label, "after_s": after_s, "status": status, "steps": result.summary["steps"] if result is not None else None,
            "planned": state.total_steps, "to_end_s": ended, "to_stopped_s": shown, "to_idle_s": idle,
            "within_promise": shown <= STOP_PROMISE_S, "text": d.status_text}
-    print(f"stop  {label:40s} {status:9s} run ended {ended:5.2f} s, status '{status}' {shown:5.2f} s "
+    print(f"stop  {label:40s} {after_s:4.0f} s in: {status:9s} run ended {ended:5.2f} s, status '{status}' {shown:5.2f} s "
           f"({'within' if row['within_promise'] else 'OVER'} the {STOP_PROMISE_S:g} s promise), idle {idle:5.2f} s "
           f"after Stop ({row['steps']} of {row['planned']} steps)")
     return row
@@ -164,7 +168,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sim-steps", type=int, default=100, help="steps of the simulated overhead runs")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the simulated overhead runs")
     p.add_argument("--modes", default="child,thread", help="where the dashboard simulates: child, thread")
+    p.add_argument("--stop-after", default="0,10",
+                   help="comma list of seconds after the first live records at which Stop is pressed")
     args = p.parse_args(argv)
+    try:
+        afters = [float(a) for a in args.stop_after.split(",")]
+    except ValueError:
+        afters = [-1.0]
+    if not all(0 <= a <= 3600 for a in afters):
+        p.error(f"--stop-after: a comma list of seconds in [0, 3600], got {args.stop_after!r}")
     what = set(args.what.split(","))
     print(_load())
     long_real = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", cpus=2, batch_size=32,
@@ -172,9 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     long_sim = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True,
                             cpus=args.sim_workers, batch_size=args.sim_workers, epochs=2000, seed=0)
     if "stop" in what:
-        stop_latency(long_real, "real: sync_sgd, 2 threads workers")
-        stop_latency(long_real, "real: sync_sgd, 2 Dask workers", cluster=None)
-        stop_latency(long_sim, f"simulated: sync_sgd, {args.sim_workers} virtual workers", cluster=None)
+        for after in afters:
+            stop_latency(long_real, "real: sync_sgd, 2 threads workers", after_s=after)
+            stop_latency(long_real, "real: sync_sgd, 2 Dask workers", cluster=None, after_s=after)
+            stop_latency(long_sim, f"simulated: sync_sgd, {args.sim_workers} virtual workers", cluster=None,
+                         after_s=after)
     if "quickstart" in what:
         quickstart()
     if "memory" in what:
