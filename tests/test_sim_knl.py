@@ -127,3 +127,27 @@ def test_the_cli_refuses_in_one_line():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == "error: partitions: 1 to 68 (the cores of one knl chip), got 80"
+
+
+# ------------------------------------------------------------------ the reproduction, reduced
+def test_the_reduced_reproduction_gives_16_partitions_a_speedup_well_below_the_papers():
+    # sc17_knl_sim's runs at 1 and 16 partitions, seed 0, its own parameters, stopped at 4.5 epochs
+    # (every run of its seeds passes the target by epoch 4): partitions help, by far less than 3.3x
+    # (the experiment's knl_speedup_16 fails, as its report says why). The full check, every k over
+    # the seeds and the report, is tests/test_reproduce.py's quick reproduction (slow).
+    from pathlib import Path
+
+    import yaml
+
+    from workbench.analysis.shape import time_to_accuracy
+    p = yaml.safe_load((Path(__file__).parent.parent / "experiments" / "sc17_knl_sim.yaml").read_text())["parameters"]
+    b = p["batch_per_partition"]
+    t = {}
+    for k in (1, 16):
+        cfg = knl(k, dataset=p["dataset"], n_samples=p["n_samples"], hidden=p["hidden"], batch_size=b * k, lr=p["lr"],
+                  base_batch=b, lr_scaling="linear", warmup="gradual", warmup_epochs=p["warmup_epochs"], epochs=4.5,
+                  eval_every=max(1, p["eval_samples"] // (b * k)), seed=0, timing_model=p["timing_model"])
+        r = wb.run(cfg, progress=False)
+        t[k] = time_to_accuracy(r, p["target"])
+        assert t[k] is not None, k
+    assert 1.1 < t[1] / t[16] < 0.75 * 3.3
