@@ -66,7 +66,7 @@ def test_defaults_unchanged_by_descriptions():
         "algorithm": "sgd", "dataset": "digits", "model": "mlp", "hidden": None, "n_samples": 10000,
         "n_features": 64, "n_classes": 10, "data_dir": None, "download": False, "cpus": 2, "gpus": 0,
         "scheduler": None, "comm": "auto", "latency_ms": 0.0, "bandwidth_gbps": 0.0, "simulate": False, "device": None,
-        "cpu_device": "core", "calibration": None, "network": None, "timing_model": None, "jitter": 0.0, "fail_worker": None, "batch_size": 32,
+        "cpu_device": "core", "partitions": None, "calibration": None, "network": None, "timing_model": None, "jitter": 0.0, "fail_worker": None, "batch_size": 32,
         "lr": 0.1, "lr_scaling": "none", "base_batch": 32, "warmup": "none", "warmup_epochs": 0.0,
         "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "optimizer": "sgd",
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "tau": 1, "alpha": None, "elastic_sync": "ring",

@@ -61,6 +61,7 @@ CONTEXT: dict[str, dict] = {
     "chunk_layers": {"algorithm": "cgdp"}, "post_local_epoch": {"algorithm": "post_local_sgd"},
     "outer_lr": {"algorithm": "diloco"}, "outer_momentum": {"algorithm": "diloco"},
     "warmup_epochs": {"warmup": "gradual"}, "cpus": {"simulate": True},
+    "partitions": {"simulate": True, "cpu_device": "knl", "cpus": 1},
 }
 # The fields whose values are numbers, flags or lists of numbers (the names, texts and
 # literals kept their own validators).
@@ -70,7 +71,7 @@ FIELDS_COMPARED = ("hidden", "n_samples", "n_features", "n_classes", "download",
                    "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread",
                    "exchange_state", "chunk_layers", "post_local_epoch", "outer_lr", "outer_momentum",
                    "compression_ratio", "compression_rank", "compression_levels", "error_feedback", "epochs",
-                   "steps", "eval_every", "seed")
+                   "steps", "eval_every", "seed", "partitions")
 
 
 def _key(value) -> str:

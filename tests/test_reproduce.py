@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workbench.analysis.shape import _seed_list
 from workbench.apps.reproduce import REQUIRED, load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim", "goyal_sim",
-                  "ltfb_sim", "communication_efficient", "goyal_fig1"}
+                  "ltfb_sim", "communication_efficient", "goyal_fig1", "sc17_knl_sim"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -83,7 +84,13 @@ SIMULATED = sorted(p.stem for p in EXPERIMENTS if p.stem.endswith("_sim"))
 # after quick's 2 epochs, fail at 4 GPUs after the full run's 10 (1.3 and 0.3 points), and so
 # are in its quick_skips; the full run exits 3 for them. icpe_sim's VGG-16 size: its TDP
 # communicates 10% of its step here, so hiding all of it gives at most 1.11x, not 1.21x.
-NOT_REPRODUCED: dict[str, set[str]] = {"icpe_sim": {"cgdp_speedup_vgg16"}}
+# sc17_knl_sim: the modelled chip gives 16 partitions 1.7x the images/s of one and the larger
+# batch costs examples, 1.2-1.6x in all against the paper's 3.3x; 4, 8 and 16 partitions lie
+# within the seeds' spread of each other (the ordering is not resolved).
+NOT_REPRODUCED: dict[str, set[str]] = {
+    "icpe_sim": {"cgdp_speedup_vgg16"},
+    "sc17_knl_sim": {"knl_more_partitions_sooner", "knl_speedup_16", "knl_time_4", "knl_time_8", "knl_time_16"},
+}
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
@@ -119,8 +126,9 @@ def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
     proc = reproduce(f"experiments/{name}.yaml", "--quick", "--out", str(out), "--no-progress", timeout=900)
     failing = NOT_REPRODUCED.get(name, set())
     assert proc.returncode == (3 if failing else 0), (proc.stdout[-3000:], proc.stderr[-2000:])
-    if failing:
-        assert f"error: expected shape did not hold: {', '.join(sorted(failing))}" in proc.stderr
+    if failing:   # the failing shapes, named in one line (in the experiment file's order)
+        line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("error: expected shape did not hold: "))
+        assert set(line.split(": ", 2)[2].removesuffix(" (exit 3)").split(", ")) == failing, line
     verdicts = {v["id"]: v for v in json.loads((out / "shape.json").read_text())}
     own = {s: {v["id"]: v for v in json.loads((out / "seeds" / f"seed-{s}" / "shape.json").read_text())}
            for s in exp.quick_seeds}
@@ -132,7 +140,7 @@ def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
         # the margin: how far it held (by > 0) or failed (by <= 0), against the spread over seeds
         assert {"value", "threshold", "margin", "by", "spread", "seed_spread", "values"} <= set(v), v
         assert v["seeds"] == exp.quick_seeds and len(v["values"]) == len(exp.quick_seeds)
-        assert v["spread"].startswith(f"over seeds {', '.join(map(str, exp.quick_seeds))}: ")
+        assert v["spread"].startswith(f"over seeds {_seed_list(exp.quick_seeds)}: ")
         by, held = _seed_oracle([own[s][check["id"]] for s in exp.quick_seeds], v["margin"], v.get("inclusive"))
         assert v["by"] == pytest.approx(by, rel=1e-12, abs=1e-15) and v["held"] == held, (v, by)
         if check["id"] in exp.quick_skips:

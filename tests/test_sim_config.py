@@ -78,7 +78,7 @@ def test_worker_count_limits():
     (dict(SIM, cpu_device="v100"), "cpu_device: a CPU profile, one of core, knl, power8, xeon, local (v100 is a GPU "
                                   "profile: ask for GPU workers with gpus and device), got 'v100'"),
     (dict(SIM, network="carrier pigeon"),
-     "network: one of shm, 10GbE, 100GbE, InfiniBand HDR, NVLink, pcie3, pcie4, nvlink1, nvlink2, got 'carrier pigeon'"),
+     "network: one of shm, 10GbE, 100GbE, InfiniBand HDR, NVLink, pcie3, pcie4, nvlink1, nvlink2, mcdram, got 'carrier pigeon'"),
     (dict(SIM, timing_model="gpt3"),
      "timing_model: one of alexnet, vgg16, googlenet, resnet50, resnet152, got 'gpt3'"),
     (dict(SIM, device=3), "device: one of k80"),
@@ -140,13 +140,14 @@ def run_cli(*args):
 
 
 def test_cli_help_shows_the_simulation_group_and_bad_flags_give_one_line():
-    assert FIELD_GROUPS["simulation"] == ("simulate", "device", "cpu_device", "calibration", "network",
+    assert FIELD_GROUPS["simulation"] == ("simulate", "device", "cpu_device", "partitions", "calibration", "network",
                                           "timing_model", "jitter", "fail_worker")
     proc = run_cli("run", "--help")
     assert proc.returncode == 0, proc.stderr
     section = proc.stdout.split(f"\n{GROUP_TITLES['simulation']}:\n")[1].split("\n\n")[0]
     flat = re.sub(r"\s+", " ", section)
-    for flag in ("--simulate, --no-simulate", "--device DEVICE", "--cpu-device CPU_DEVICE", "--network NETWORK",
+    for flag in ("--simulate, --no-simulate", "--device DEVICE", "--cpu-device CPU_DEVICE", "--partitions PARTITIONS",
+                 "--network NETWORK",
                  "--timing-model TIMING_MODEL", "--jitter JITTER", "--fail-worker FAIL_WORKER"):
         assert flag in flat, flag
     assert "1 to 1024" in flat and "InfiniBand HDR" in flat and "Default: core." in flat

@@ -228,9 +228,9 @@ def test_fit_overhead_rate_recovers_a_known_line_and_survives_noise():
 # ------------------------------------------------------------------ links and names
 def test_links_are_costmodel_networks_with_their_bandwidths():
     links = P.LINKS
-    assert set(links) == {"pcie3", "pcie4", "nvlink1", "nvlink2"}
+    assert set(links) == {"pcie3", "pcie4", "nvlink1", "nvlink2", "mcdram"}
     assert all(isinstance(n, Network) and n.name == k and n.note for k, n in links.items())
-    for name, gbytes in (("pcie3", 12), ("pcie4", 24), ("nvlink1", 35), ("nvlink2", 130)):
+    for name, gbytes in (("pcie3", 12), ("pcie4", 24), ("nvlink1", 35), ("nvlink2", 130), ("mcdram", 450)):
         assert 1 / links[name].beta == pytest.approx(gbytes * 1e9), name
         assert 1e-6 <= links[name].alpha <= 50e-6
     assert 1 / links["pcie3"].beta < 1 / links["pcie4"].beta < 1 / links["nvlink1"].beta < 1 / links["nvlink2"].beta
@@ -244,7 +244,7 @@ def test_network_named_covers_costmodel_and_links():
     assert P.network_named("infiniband-hdr") is NETWORKS["InfiniBand HDR"]
     assert P.network_named("nvlink") is NETWORKS["NVLink"]
     assert P.network_named("PCIe3") is P.LINKS["pcie3"]
-    with pytest.raises(ConfigError, match=r"^network: one of shm, 10GbE, .*nvlink2, got 'token ring'$"):
+    with pytest.raises(ConfigError, match=r"^network: one of shm, 10GbE, .*nvlink2, mcdram, got 'token ring'$"):
         P.network_named("token ring")
 
 

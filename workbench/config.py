@@ -50,11 +50,13 @@ SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measur
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
 SIM_DEFAULT_DEVICE = "v100"
 # costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
-SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2")
+SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2",
+                "mcdram")
+SIM_CHIP_CORES = {"knl": 68}   # CPU profiles a run may split into `partitions`: their cores
 SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
 MAX_VIRTUAL_WORKERS = 1024
 JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
-SIM_FIELDS = ("device", "cpu_device", "calibration", "network", "timing_model", "jitter",
+SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
               "fail_worker")   # need simulate
 
 
@@ -378,6 +380,11 @@ class RunConfig(BaseModel):
         " (fixed, named profiles: core is one measured NumPy core, the default), or local: this "
         "machine's core, timed once per machine and model and cached, its numbers written into "
         "the run's summary (the only way wall clock time enters a simulation)."))
+    partitions: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "simulation"}, description=(
+        "Simulation: split one many-core chip (cpu_device " + ", ".join(SIM_CHIP_CORES) + ") into this many "
+        "partitions, each a virtual CPU worker holding its own replica on its share of the cores, "
+        "exchanging through the chip's memory (You et al. SC'17 split one KNL into 1, 4, 8 and 16); "
+        "cpus must equal it. Unset: each CPU worker is a whole node."))
     calibration: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation with cpu_device local: a calibration file to use instead of timing this "
         "machine (the JSON a local run caches, or that run's summary.json), so a run replays "
@@ -875,6 +882,8 @@ def _check_simulation(c: RunConfig) -> None:
     if c.calibration is not None and c.cpu_device != "local":
         raise ConfigError("calibration", "a calibration file only with cpu_device local (the named profiles "
                           "are fixed)", c.calibration)
+    if c.partitions is not None:
+        _check_partitions(c)
     if not 1 <= total <= MAX_VIRTUAL_WORKERS:
         field = "gpus" if c.gpus > c.cpus else "cpus"
         raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
@@ -883,6 +892,26 @@ def _check_simulation(c: RunConfig) -> None:
     if ghosts:
         raise ConfigError("fail_worker", f"ranks of existing workers, 0 to {total - 1} (cpus + gpus = {total}); "
                           f"rank {ghosts[0]} does not exist", c.fail_worker)
+
+
+def _check_partitions(c: RunConfig) -> None:
+    """`partitions` splits one chip of a CPU profile with cores: one virtual CPU worker per
+    partition, no GPUs, the chip's own memory between them."""
+    chips = ", ".join(SIM_CHIP_CORES)
+    if c.cpu_device not in SIM_CHIP_CORES:
+        raise ConfigError("partitions", f"only with cpu_device {chips} (a chip with cores to split; "
+                          f"cpu_device is {c.cpu_device})", c.partitions)
+    cores = SIM_CHIP_CORES[c.cpu_device]
+    if c.partitions > cores:
+        raise ConfigError("partitions", f"1 to {cores} (the cores of one {c.cpu_device} chip)", c.partitions)
+    if c.gpus:
+        raise ConfigError("gpus", "0 with partitions (the partitions of one CPU chip are the workers)", c.gpus)
+    if c.cpus != c.partitions:
+        raise ConfigError("cpus", f"the number of partitions with partitions (one chip: a virtual worker per "
+                          f"partition; partitions is {c.partitions})", c.cpus)
+    if c.network not in (None, "mcdram"):
+        raise ConfigError("network", "mcdram or unset with partitions (the partitions of one chip exchange "
+                          "through its memory)", c.network)
 
 
 # Config files are small, hand-written mappings: anything else is refused before parsing.

@@ -2,7 +2,8 @@
 
 Hockney's alpha-beta model (as in Thakur et al. 2005): one message of n bytes takes
 alpha + n beta; a ring allreduce of P workers 2 (P-1)/P n beta + 2 (P-1) alpha; a
-binary-tree one 2 ceil(log2 P) (alpha + n beta). Pure data and pure functions, low in
+binary-tree one 2 ceil(log2 P) (alpha + n beta); replicas in one shared memory (the
+partitions of a chip) a tree of sums through it. Pure data and pure functions, low in
 the layers, so that the cost model (`analysis.costmodel`) and the simulated cluster
 (`sim.costs`, the simulator's transport) charge the same formulas from one definition.
 """
@@ -78,3 +79,18 @@ def tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float)
     0.00404
     """
     return 2 * tree_levels(workers) * (alpha + n_bytes * beta)
+
+
+def shared_tree_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Replicas in one shared memory (the partitions of a chip) summed by a binary tree:
+    ceil(log2 P) levels, each synchronised on the way up and down (2 alpha a level); the
+    P - 1 pairwise sums each read two vectors and write one, all through that one memory
+    (beta: its seconds per byte), 3 (P-1) n beta; the broadcast moves nothing (every
+    replica reads the sum in its own update).
+
+    >>> round(shared_tree_allreduce_time(4, 1e6, 1e-6, 1e-9), 9)   # 2 * 2 * 1 us + 3 * 3 * 1 ms
+    0.009004
+    >>> shared_tree_allreduce_time(1, 1e6, 1e-6, 1e-9)
+    0.0
+    """
+    return 2 * tree_levels(workers) * alpha + 3 * (int(workers) - 1) * n_bytes * beta

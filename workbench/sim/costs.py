@@ -8,7 +8,9 @@ One `SimCosts` per run, from the config and the model:
   published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
   optimiser update (`update_passes` over the parameters: 3 for sgd, 7 for adamw and lars,
-  11 for lamb, `maths.optim.UPDATE_PASSES`); with `jitter` the charge is
+  11 for lamb, `maths.optim.UPDATE_PASSES`); a partition of a chip (`partitions`,
+  `profiles.ChipPartition`) charges its own per-layer model of the chip's cores and memory
+  instead of the roofline of the whole step; with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
 * bytes (`nbytes`): a message of `m` floats of the configured model stands for the
   timing model's parameter vector (scaled by `m / n_params`), plus any tail beyond it
@@ -16,7 +18,8 @@ One `SimCosts` per run, from the config and the model:
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
   construction where both apply (a group of one on this host's shared memory, `shm`,
-  copies its buffer once, as the real ring does; the formula says 0); a server's update is its rule's passes over the
+  copies its buffer once, as the real ring does; the formula says 0); the partitions of one
+  chip sum by a tree through its memory (`shared_tree`, over the `mcdram` link); a server's update is its rule's passes over the
   parameters through host memory (`Optimizer.passes`; an elastic exchange three;
   `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
   process streams through one core); cgdp's master sums and updates with the host's
@@ -34,9 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from ..comm.network import HOST_MEMORY_BYTES_PER_S, Network, ring_allreduce_time, tree_allreduce_time
+from ..comm.network import (
+    HOST_MEMORY_BYTES_PER_S,
+    Network,
+    ring_allreduce_time,
+    shared_tree_allreduce_time,
+    tree_allreduce_time,
+)
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 from ..maths.optim import update_passes
+from .profiles import ChipPartition
 
 BYTES = 4           # float32
 
@@ -51,6 +61,8 @@ def default_network(config: Any) -> str:
     """
     if getattr(config, "network", None):
         return config.network
+    if getattr(config, "partitions", None):
+        return "mcdram"          # the partitions of one chip meet in its memory
     one_core_each = getattr(config, "cpu_device", SIM_DEFAULT_CPU_DEVICE) in ("local", SIM_DEFAULT_CPU_DEVICE)
     local_only = (config.gpus in (0, "auto")) and one_core_each
     return "shm" if local_only else "InfiniBand HDR"
@@ -64,7 +76,7 @@ class SimCosts:
     network: Network
     jitter: float = 0.0
     seed: int = 0
-    allreduce: str = "ring"
+    allreduce: str = "ring"      # ring, tree, or shared_tree (the partitions of one chip)
     master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
     # passes over the parameters of a worker's optimiser update (maths.optim.update_passes of the
     # config's rule and momentum; a server's or cgdp master's update is charged by its own rule)
@@ -93,8 +105,11 @@ class SimCosts:
     def compute(self, rank: int, samples: int) -> float:
         """Virtual seconds of one loss_and_grad over `samples` rows plus the update, on `rank`."""
         dev = self.devices[rank]
-        t = (dev.compute_s(self.train_flops * samples, self.weight_bytes) + dev.step_overhead_s
-             + self.update(rank))
+        if isinstance(dev, ChipPartition):       # its cores and the chip's memory, layer by layer
+            busy = dev.train_s(self.timing, samples)
+        else:
+            busy = dev.compute_s(self.train_flops * samples, self.weight_bytes)
+        t = busy + dev.step_overhead_s + self.update(rank)
         if self.jitter:
             k = 1.0 / self.jitter ** 2
             t *= float(self.rngs[rank].gamma(k, 1.0 / k))
@@ -137,8 +152,11 @@ class SimCosts:
     def allreduce_s(self, workers: int, m: int) -> float:
         if workers <= 1:
             return self.nbytes(m) / HOST_MEMORY_BYTES_PER_S if self.solo_copy else 0.0
-        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
-        return fn(workers, self.nbytes(m), self.network.alpha, self.network.beta)
+        return self._allreduce_fn()(workers, self.nbytes(m), self.network.alpha, self.network.beta)
+
+    def _allreduce_fn(self) -> Any:
+        return {"ring": ring_allreduce_time, "shared_tree": shared_tree_allreduce_time}.get(
+            self.allreduce, tree_allreduce_time)
 
     def compressed_s(self, workers: int, payload_bytes: float, gather: bool) -> float:
         """A compressed exchange: `payload_bytes` stand for a share of the configured model's
@@ -149,8 +167,7 @@ class SimCosts:
         b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
         if gather:
             return (workers - 1) * (self.network.alpha + b * self.network.beta)
-        fn = ring_allreduce_time if self.allreduce == "ring" else tree_allreduce_time
-        return fn(workers, b, self.network.alpha, self.network.beta)
+        return self._allreduce_fn()(workers, b, self.network.alpha, self.network.beta)
 
     def elastic_s(self, workers: int, m: int, host: bool) -> float:
         """Sync EASGD's exchange of `m` floats as SC'17's chain charges it: a binary-tree
@@ -192,6 +209,14 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     from . import profiles
     timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
     devices, record = [], None
+    if config.partitions:           # one chip split (config checked: CPU workers only, one per partition)
+        part = profiles.ChipPartition(profiles.DEVICES[config.cpu_device], config.partitions)
+        if data is not None:
+            part.fits(timing, float(data.X_train.nbytes + data.y_train.nbytes))
+        return SimCosts([part] * len(kinds), timing, model.n_params,
+                        link if link is not None else profiles.network_named(default_network(config)),
+                        jitter=config.jitter, seed=config.seed, allreduce="shared_tree",
+                        update_passes=update_passes(config.optimizer, config.momentum))
     for kind in kinds:
         name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
         if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded

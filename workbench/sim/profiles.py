@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..config import (
+    SIM_CHIP_CORES,
     SIM_CPU_DEVICES,
     SIM_DEVICES,
     SIM_GPU_DEVICES,
@@ -77,6 +78,8 @@ class Device:
     step_overhead_s: float    # per loss_and_grad call: kernel launches, Python, framework
     source: str               # where the numbers come from
     calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, seconds) it measured
+    cores: int = 1            # cores the peak is summed over (a chip a run may split: `ChipPartition`)
+    mem_bytes: float = 0.0    # capacity of the device's own fast memory, bytes (0: not modelled)
 
     @property
     def rate(self) -> float:
@@ -127,9 +130,11 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "simulates it (cpu_device local times this machine instead)."),
     Device("knl", "cpu", 6.09e12, 450e9, 0.3, 50e-6,
            "Intel Xeon Phi 7250 (Knights Landing) node: 68 cores x 1.4 GHz x 64 FP32 FLOP/cycle (two AVX-512 "
-           "FMA units) = 6.09 TFLOP/s; MCDRAM in flat mode ~450 GB/s (STREAM triad; Intel quotes > 400 GB/s). "
-           "Efficiency assumed 0.3 (Intel-optimised Caffe sustained ~2 TFLOP/s on convolutions; plain "
-           "frameworks far less). One worker is the whole node, as in You et al. SC'17."),
+           "FMA units) = 6.09 TFLOP/s; 16 GB of MCDRAM, in flat mode ~450 GB/s (STREAM triad; Intel quotes > "
+           "400 GB/s). Efficiency assumed 0.3 (Intel-optimised Caffe sustained ~2 TFLOP/s on convolutions; plain "
+           "frameworks far less). One worker is the whole node, as in You et al. SC'17; with `partitions` the "
+           "chip is split into replicas on its own cores (ChipPartition), as their Fig 12 splits it.",
+           cores=68, mem_bytes=16 * 2**30),
     Device("power8", "cpu", 915e9, 230e9, 0.5, 20e-6,
            "IBM Power System S822LC for HPC ('Minsky', 8335-GTB; IBM Redpaper REDP-5405), the host of Le et al. "
            "ICPE'18 (CGDP): two 10-core POWER8 at 2.86 GHz, 16 FP32 FLOP/cycle per core (two VSX units, 4-wide "
@@ -149,6 +154,113 @@ def device_named(name: str, field: str = "device") -> Device:
     15700000000000.0
     """
     return DEVICES[match_name(field, name, DEVICE_NAMES)]
+
+
+# ------------------------------------------------------------------------------ a chip split into partitions
+@dataclass(frozen=True)
+class ChipPartition:
+    """One of `partitions` equal partitions of a many-core chip, each a replica of the model
+    (its own weights and its own copy of the data) on its own cores, all computing at once:
+    what You, Buluç & Demmel (SC'17, Fig 12) do to one Knights Landing, split into 1, 4, 8 and
+    16 parts whose gradients a tree sums through MCDRAM and which each update their own weights.
+
+    The facts are the chip's (a DEVICES entry with `cores` and `mem_bytes`); what is assumed:
+
+    * a partition gets `chip.cores // partitions` cores (68 / 16: 4 each, 4 left idle);
+    * within a partition the images of its slice are divided among its cores, each core
+      computing the forward and backward passes of its own images (OpenMP over the batch),
+      so a step lasts as long as the busiest core's `ceil(samples / cores)` images;
+    * every busy core streams the weights of each layer through the chip's memory for its
+      images: read forward, read backward, its partial gradient written (3 passes, as
+      `sim.costs` counts them), every partition at the same time; a layer costs the longer
+      of its compute (its direct FLOPs at the core's sustained `rate / cores`) and that
+      traffic at the chip's `mem_bw` (a roofline per layer: convolutions are compute bound,
+      AlexNet's fully connected layers, 95% of its weights, memory bound when a core has
+      few images);
+    * the busy cores' partial gradients are then summed into the partition's (each read
+      once, the sum written once);
+    * the network's direct FLOP count, without `TimingModel.speed_factor` (that describes
+      cuDNN's FFT and Winograd convolutions on GPUs; MKL-DNN on KNL computes them directly);
+    * not modelled: the fork/join barrier of each layer across a partition's cores (about a
+      microsecond each on the mesh, 24 a step for AlexNet: under 1e-4 of a step here), cache
+      and NUMA (quadrant or SNC-4) placement, the cores' 4 hardware threads.
+
+    >>> part = ChipPartition(DEVICES["knl"], 16)
+    >>> part.name, part.cores, part.images_per_core(64), part.busy_cores(64)
+    ('knl/16', 4, 16, 4)
+    >>> ChipPartition(DEVICES["knl"], 1).busy_cores(64)      # 64 images on 68 cores: 4 idle
+    64
+    """
+
+    chip: Device
+    partitions: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partitions <= self.chip.cores:
+            raise ConfigError("partitions", f"1 to {self.chip.cores} (the cores of one {self.chip.name} chip)",
+                              self.partitions)
+
+    @property
+    def name(self) -> str:
+        return f"{self.chip.name}/{self.partitions}"
+
+    @property
+    def kind(self) -> str:
+        return self.chip.kind
+
+    @property
+    def cores(self) -> int:
+        """Cores of one partition: the chip's, divided evenly (the remainder idle)."""
+        return self.chip.cores // self.partitions
+
+    @property
+    def core_rate(self) -> float:
+        """Sustained FLOP/s of one core: the chip's `rate` over its cores."""
+        return self.chip.rate / self.chip.cores
+
+    @property
+    def mem_bw(self) -> float:
+        """The partition's share of the chip's memory bandwidth while every partition
+        streams at once (its optimiser update)."""
+        return self.chip.mem_bw / self.partitions
+
+    @property
+    def step_overhead_s(self) -> float:
+        return self.chip.step_overhead_s
+
+    def images_per_core(self, samples: int) -> int:
+        """Images of a slice of `samples` on the partition's busiest core: ceil(samples / cores)."""
+        return -(-int(samples) // self.cores)
+
+    def busy_cores(self, samples: int) -> int:
+        """Cores of the partition that get images: ceil(samples / images_per_core)."""
+        return -(-int(samples) // self.images_per_core(samples)) if samples > 0 else 0
+
+    def train_s(self, timing: TimingModel, samples: int) -> float:
+        """Seconds of one partition's forward and backward pass over `samples` images of
+        `timing`'s network, with every partition doing the same at once (see the class):
+        per layer max(3 f n / core_rate, 3 w busy P / mem_bw) for forward FLOPs f per image,
+        w bytes of weights, n images per core, busy cores per partition, P partitions; then
+        (busy + 1) W P / mem_bw for summing the busy cores' gradients (W: all weights)."""
+        if samples <= 0:
+            return 0.0
+        n, streams = self.images_per_core(samples), self.busy_cores(samples) * self.partitions
+        bw = self.chip.mem_bw
+        t = sum(max(TRAIN_FLOPS_FACTOR * fwd * n / self.core_rate, 3 * BYTES_PER_PARAM * params * streams / bw)
+                for _, params, fwd in timing.layers)
+        return t + (streams + self.partitions) * timing.n_bytes / bw
+
+    def fits(self, timing: TimingModel, data_bytes: float) -> None:
+        """Refuse (ConfigError) a split whose replicas do not fit the chip's fast memory: each
+        partition holds its own weights and its own copy of the data (You et al.: the limit
+        of the method; AlexNet's 249 MB and CIFAR's 687 MB fit 16 times in 16 GB)."""
+        need = self.partitions * (timing.n_bytes + data_bytes)
+        if self.chip.mem_bytes and need > self.chip.mem_bytes:
+            most = int(self.chip.mem_bytes // (timing.n_bytes + data_bytes))
+            raise ConfigError("partitions", f"at most {most}: each partition holds {timing.name}'s weights "
+                              f"({timing.n_bytes / 1e6:.0f} MB) and a copy of the data ({data_bytes / 1e6:.0f} MB), "
+                              f"and {self.partitions} copies need {need / 1e9:.1f} GB of the {self.chip.name}'s "
+                              f"{self.chip.mem_bytes / 2**30:.0f} GiB", self.partitions)
 
 
 # ------------------------------------------------------------------------------ timing models
@@ -696,6 +808,12 @@ _LINK_DATA: dict[str, tuple[float, float, str]] = {
     "nvlink2": (10e-6, 130e9, "NVLink 2.0 among 8 V100s (DGX-1V hybrid cube mesh, 6 links x 25 GB/s per direction "
                               "per GPU): NCCL allreduce bus bandwidth ~130 GB/s (nccl-tests on DGX-1V); ~10 us "
                               "per call (kernel launch)"),
+    # the partitions of one chip meet in its memory (`costs.SimCosts`' shared_tree allreduce charges the
+    # sums' traffic at this bandwidth): the knl device's MCDRAM, one number in one place
+    "mcdram": (1e-6, DEVICES["knl"].mem_bw, "the MCDRAM of one Knights Landing between its partitions (flat "
+                                            "mode, the knl device's bandwidth); ~1 us per synchronisation "
+                                            "(assumed: a flag written and polled across the mesh, a few "
+                                            "~100-200 ns memory latencies)"),
 }
 
 
@@ -735,6 +853,9 @@ def _check_names() -> None:
         problems.append(f"TIMING_MODELS {tuple(TIMING_MODELS)} != config.SIM_TIMING_MODELS")
     if tuple(_LINK_DATA) != SIM_NETWORKS[-len(_LINK_DATA):]:
         problems.append(f"LINKS {tuple(_LINK_DATA)} are not the last of config.SIM_NETWORKS")
+    chips = {d.name: d.cores for d in DEVICES.values() if d.cores > 1}
+    if chips != SIM_CHIP_CORES:
+        problems.append(f"devices with cores {chips} != config.SIM_CHIP_CORES {SIM_CHIP_CORES}")
     if any(not (math.isfinite(d.rate) and d.rate > 0 and 0 < d.efficiency <= 1) for d in DEVICES.values()):
         problems.append("every device needs a finite rate and an efficiency in (0, 1]")
     if problems:

@@ -873,6 +873,7 @@ class SimTransport(Transport):
         return {"comm": "sim", "simulated": True, "time_unit": "virtual seconds", "roles": self.roles(),
                 "device": (c.device or SIM_DEFAULT_DEVICE) if any(k == "gpu" for k in self.setup.kinds) else None,
                 "cpu_device": c.cpu_device if any(k == "cpu" for k in self.setup.kinds) else None,
+                "partitions": c.partitions,
                 "calibration": self.costs.calibration if self.costs is not None else None,
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
