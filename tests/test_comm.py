@@ -302,3 +302,37 @@ def test_reports_hand_each_result_and_loss_to_the_monitor_once():
     assert reports.pending(4) == {3}
     again = reports.poll()
     assert not again.results and not again.lost
+
+
+def test_the_stop_word_is_seen_at_the_next_call_without_waiting_for_a_poll():
+    # One host: the client's stop request also sets a word in the start barrier's segment
+    # (barrier.set_shm_stop, on a worker), and every loop's ThrottledControl reads it at each
+    # call, where the Dask event behind it is polled every 0.2 s. Here the slow control never
+    # says stop and its poll interval is an hour: only the word can stop the loop.
+    from workbench.comm.barrier import ShmStartBarrier, ShmStopWord, barrier_nbytes, set_shm_stop
+    from workbench.comm.base import ThrottledControl
+
+    class Never:
+        polls = 0
+
+        def stop_requested(self):
+            Never.polls += 1
+            return False
+
+    size = 3
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", barrier_nbytes(size))
+    try:
+        control = ThrottledControl(Never(), interval=3600.0, background=False, word=ShmStopWord(name, size))
+        assert not control.stop_requested() and Never.polls == 1          # the first call polls once
+        assert not control.stop_requested() and Never.polls == 1          # then only the word is read
+        barrier = ShmStartBarrier(name, 0, size)
+        assert barrier.flags.tolist() == [0, 0, 0]                        # the word lies after the flags
+        set_shm_stop(name, size)
+        assert barrier.flags.tolist() == [0, 0, 0]
+        assert control.stop_requested() and Never.polls == 1
+        barrier.close()
+        control.close()
+        assert control.word is None and control.stop_requested()          # let go; the stop stays seen
+    finally:
+        unlink_segment(name)
+    set_shm_stop(name, size)                                              # the run's segment gone: no error

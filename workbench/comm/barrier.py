@@ -32,8 +32,9 @@ SPIN_S = 0.05             # fine wait: once everyone is there, spin this long at
 
 
 def barrier_nbytes(size: int) -> int:
-    """Bytes of a shared-memory start barrier for `size` workers (one int64 flag each)."""
-    return 8 * size
+    """Bytes of a shared-memory start barrier for `size` workers: one int64 flag each, and
+    one more, the run's stop word (`ShmStopWord`)."""
+    return 8 * (size + 1)
 
 
 def _check(control: Any) -> bool:
@@ -94,6 +95,40 @@ def release_shm_barrier(segment: str, rank: int, size: int) -> None:
     flags = np.ndarray((size,), dtype=np.int64, buffer=shm.buf)
     flags[rank] = 2
     del flags
+
+
+class ShmStopWord:
+    """The run's stop request as one int64 in the start barrier's segment (after the
+    workers' flags): a loop on the segment's host reads it at every step, for the cost of
+    a memory read, where the Dask event behind it is a scheduler round trip that loops
+    poll every `ThrottledControl.interval` (0.2 s). `set_shm_stop` writes it."""
+
+    def __init__(self, segment: str, size: int):
+        from .shm import attach
+        self.shm = attach(segment)
+        self.word = np.ndarray((1,), dtype=np.int64, buffer=self.shm.buf, offset=8 * size)
+
+    def is_set(self) -> bool:
+        return bool(self.word[0])
+
+    def close(self) -> None:
+        from .shm import detach
+        del self.word
+        detach(self.shm)
+
+
+def set_shm_stop(segment: str, size: int) -> None:
+    """Set the run's stop word (runs on a worker of the segment's host, on its event loop:
+    the client may be elsewhere). A segment already gone (the run ended) is no error."""
+    from .shm import attach, detach
+    try:
+        shm = attach(segment)
+    except FileNotFoundError:
+        return
+    word = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=8 * size)
+    word[0] = 1
+    del word
+    detach(shm)
 
 
 class EventStartBarrier:

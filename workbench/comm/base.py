@@ -310,10 +310,13 @@ class ThrottledControl:
 
     The first poll runs in the caller's thread; later ones on a daemon thread, so the
     training loop only reads a flag: a round trip (0.5 ms idle, tens of ms on a busy
-    machine) never stalls a step, and never stalls a synchronous run's other workers."""
+    machine) never stalls a step, and never stalls a synchronous run's other workers.
+    With a `word` (the run's stop word in shared memory, one host) a stop is seen at the
+    next call instead of the next poll."""
 
-    def __init__(self, control: Any, interval: float = 0.2, background: bool = True):
+    def __init__(self, control: Any, interval: float = 0.2, background: bool = True, word: Any = None):
         self.control, self.interval, self.background = control, interval, background
+        self.word = word      # optional: a stop word read at every call (`barrier.ShmStopWord`: one host)
         self._next = 0.0
         self._stop = False
         self._poller: threading.Thread | None = None
@@ -321,6 +324,9 @@ class ThrottledControl:
 
     def stop_requested(self) -> bool:
         if self._stop:
+            return True
+        if self.word is not None and self.word.is_set():
+            self._stop = True
             return True
         if self._poller is not None:
             return self._stop
@@ -350,8 +356,11 @@ class ThrottledControl:
         return self.control.aborted()
 
     def close(self) -> None:
-        """End the background poll (the loop is over)."""
+        """End the background poll and let go of the stop word (the loop is over)."""
         self._closed.set()
+        word, self.word = self.word, None
+        if word is not None:
+            word.close()
 
 
 CHUNK_ITEMSIZE = 4   # bytes of one parameter (float32) in cgdp's chunks of weights

@@ -278,6 +278,12 @@ class DaskTransport(Transport):
 
     def request_stop(self, reason: str) -> None:
         self.control.request_stop(reason)
+        plan = self.plan
+        if plan is not None and plan.start_segment:   # one host: the stop word too, seen at the next step
+            from ...comm.barrier import set_shm_stop
+            live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
+            with contextlib.suppress(Exception):      # the event above stops the loops anyway, 0.2 s later
+                self.client.run(set_shm_stop, plan.start_segment, plan.size, workers=live[:1], on_error="ignore")
 
     def abort(self, reason: str) -> None:
         with contextlib.suppress(Exception):  # a scheduler that is gone too cannot pass it on

@@ -69,7 +69,11 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
     from ...comm.dask import EventControl
     from ...comm.shm import SharedArray
     size = plan.size
-    control = ThrottledControl(EventControl(plan.run_id))
+    word = None
+    if plan.start_segment:   # one host: the stop word in shared memory, read at every step
+        from ...comm.barrier import ShmStopWord
+        word = ShmStopWord(plan.start_segment, size)
+    control = ThrottledControl(EventControl(plan.run_id), word=word)
     links = WorkerLinks(control=control)
     links.closers.append(control.close)
     gi, ranks = group_of(plan.groups, rank)
