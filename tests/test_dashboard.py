@@ -430,6 +430,46 @@ def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:
     assert state.tally.steps_seen > 0 and not state.done.is_set(), dash.status_text
 
 
+def test_a_child_processs_run_says_how_it_ended_before_its_records_come_back(tmp_path, monkeypatch):
+    """A simulated run in a child process (`simproc`) sends its saved summary before its
+    complete step log (reading it back and sending it is most of a 1,024-worker run's time
+    after Stop): the status line says how the run ended from that summary, while the
+    result is still on its way. Ordered by events: the child's stand-in holds its result
+    until the test has seen the status."""
+    import threading
+
+    from workbench.ui import simproc
+    got_summary, release = threading.Event(), threading.Event()
+    real_run = simproc.run_in_process
+
+    def held(config, on_record=None, should_stop=None, report=True, on_summary=None):
+        def summary_seen(summary):
+            on_summary(summary)
+            got_summary.set()
+            release.wait(120)                                 # a hang guard only
+        return real_run(config, on_record=on_record, should_stop=should_stop, report=report,
+                        on_summary=summary_seen)
+    monkeypatch.setattr(simproc, "run_in_process", held)
+    monkeypatch.setattr(simproc, "available", lambda: True)
+    d = Dashboard(cluster=None, config=RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True,
+                                                 cpus=4, batch_size=16, steps=40, seed=0), out=tmp_path)
+    assert d.sim_in_child and d.run() is True
+    try:
+        assert got_summary.wait(120), d.status_text
+        deadline = time.monotonic() + 60                      # the status loop's next turn (FLUSH_S)
+        while not d.status_text.startswith("completed:") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert d.status_text.startswith("completed: ") and "40 steps" in d.status_text, d.status_text
+        assert d.running and d._current.result is None       # the result had not arrived
+    finally:
+        release.set()
+    result = d.wait(120)
+    assert result is not None and result.status == "completed" and len(result.steps) == 4 * 40
+    assert d.status_text.startswith("completed: ")
+    ended = [t for _, t in d.status_log if t.startswith("completed:")]
+    assert len(ended) == 1, ended                              # said once, not again with the result
+
+
 def test_stop_says_stopped_before_the_final_redraw_and_the_report(tmp_path, monkeypatch):
     """What keeps Stop's promise (STOP_PROMISE_S) on any machine: the status line says how
     the run ended as soon as its records are saved, before the figures' last redraw from

@@ -145,6 +145,8 @@ class _Run:
     plot_cpu_s: float = 0.0            # CPU time the flusher spent drawing this run
     result: Any = None
     error: BaseException | None = None
+    ended: dict | None = None          # the run's summary once it is saved, before its records are here (simproc)
+    changed: threading.Event = field(default_factory=threading.Event)   # done or ended: the status loop wakes
 
     def take(self) -> None:
         """Move the buffer's records to `pending` and count them (`results.RunTally`)."""
@@ -654,7 +656,7 @@ class Dashboard:
             if cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
                 from .simproc import run_in_process
                 state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set,
-                                              report=False)
+                                              report=False, on_summary=functools.partial(self._ended, state))
             else:   # report.html is rendered after the status says how the run ended (`_write_report`)
                 state.result = api.run(cfg, cluster=transport, on_record=state.buffer.add,
                                        should_stop=self._stop.is_set, progress=False, report=False)
@@ -662,6 +664,14 @@ class Dashboard:
             state.error = exc
         finally:
             state.done.set()
+            state.changed.set()
+
+    @staticmethod
+    def _ended(state: _Run, summary: dict) -> None:
+        """A run in a child process ended and was saved: the status loop says how at once,
+        while its complete records travel to the kernel (`simproc.run_in_process`)."""
+        state.ended = summary
+        state.changed.set()
 
     def _flush_loop(self, state: _Run) -> None:
         """The status line, FLUSH_S times a second; the figures are redrawn on a thread of
@@ -669,11 +679,19 @@ class Dashboard:
         drawer = threading.Thread(target=self._draw_loop, args=(state,), name="workbench-dashboard-draw",
                                   daemon=True)
         drawer.start()
+        shown_end = False
         while True:
-            finished = state.done.wait(FLUSH_S)
+            state.changed.wait(FLUSH_S)
+            state.changed.clear()
+            finished = state.done.is_set()
             state.take()
             if finished:
                 break
+            if state.ended is not None:
+                if not shown_end:     # how the run ended, from its saved summary (its records still coming)
+                    self._set_status(*self._end_status(state, state.ended))
+                    shown_end = True
+                continue
             self._show_progress(state)
         # The status says how the run ended as soon as its records are saved (Stop promises
         # about a second); the figures' last redraw from the complete records and the run's
@@ -821,24 +839,30 @@ class Dashboard:
         else:
             r = state.result
             self.history.append(r)
+            text, error = self._end_status(state, r.summary)
+            if text != self.status_text:      # said already when the run ended in a child process
+                self._set_status(text, error=error)
             self._show_runs()
-            s = r.summary
-            acc = s.get("final_test_accuracy")
-            startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
-            train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
-            self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
-            if s.get("simulated"):
-                took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
-                rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
-            else:
-                took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
-            self._set_status(f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
-                             + (f" (start-up {startup:.1f} s)" if startup is not None else "")
-                             + f", {rate}, "
-                             f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
-                             f"comm fraction {s.get('comm_fraction', 0):.2f}"
-                             + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
-                             error=s["status"] in ("failed", "diverged"))
+
+    def _end_status(self, state: _Run, s: dict) -> tuple[str, bool]:
+        """The final status line of a run with summary `s`, and whether it reads as an error;
+        the progress bar set to the steps it ran."""
+        acc = s.get("final_test_accuracy")
+        startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
+        train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
+        self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
+        if s.get("simulated"):
+            took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
+            rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
+        else:
+            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+        return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
+                + (f" (start-up {startup:.1f} s)" if startup is not None else "")
+                + f", {rate}, "
+                f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
+                f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
+                s["status"] in ("failed", "diverged"))
 
     # ------------------------------------------------------------------ runs tab
     def runs_table(self) -> pd.DataFrame:
