@@ -221,7 +221,7 @@ def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
     monkeypatch.setattr(Algorithm, "evaluate", slow_evaluate)
     # the charge is made inside a worker's own loop: the per-worker path (the lockstep steps
     # every rank in one loop, and no real evaluation is charged time there)
-    monkeypatch.setattr(sim_transport, "lockstep_refusal", lambda setup: "the test charges rank 0's evaluation")
+    monkeypatch.setattr(sim_transport, "lockstep_refusal", lambda setup, costs=None: "the test charges rank 0's evaluation")
     result = run_simulated(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, simulate=True, **BASE))
     assert result.status == "completed" and result.summary["sim_path"] == "per worker"
     w0, w1 = (result.steps[result.steps.worker == w].set_index("step") for w in (0, 1))

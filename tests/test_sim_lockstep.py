@@ -1,5 +1,5 @@
-"""The simulator's lockstep path (sync_sgd's replicas stepped together in one loop) is
-bitwise the per-worker path: the oracle is `SimTransport(lockstep=False)`, one greenlet per
+"""The simulator's lockstep paths (sync_sgd's replicas, hogwild_sgd's workers, stepped
+together in one loop) are bitwise the per-worker path: the oracle is `SimTransport(lockstep=False)`, one greenlet per
 virtual worker with the compute pool, itself bitwise the call-by-call run
 (tests/test_sim_determinism.py)."""
 from __future__ import annotations
@@ -89,11 +89,82 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     (dict(cpus=4, split="speed"), "speed-based shares"),
     (dict(cpus=4, compression="topk"), "compression keeps per-worker state"),
     (dict(cpus=4, fail_worker="2@0.002"), "fault injection"),
-    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd"),
+    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd or hogwild_sgd"),
+    (dict(cpus=4, algorithm="hogwild_sgd", jitter=0.1), "jitter: the workers' steps drift apart"),
+    (dict(cpus=3, algorithm="hogwild_sgd", batch_size=32), "slices of unequal size"),
+    (dict(cpus=2, gpus=2, algorithm="hogwild_sgd"), "workers of different speeds"),
 ])
 def test_what_lockstep_does_not_cover_runs_per_worker(extra, why):
     from workbench.execution.transports.sim_lockstep import lockstep_refusal
     tr = SimTransport()
     execute(RunConfig(**{**SMALL, **extra}), tr)
     assert tr.path == "per worker"
-    assert lockstep_refusal(tr.setup) == why
+    assert lockstep_refusal(tr.setup, tr.costs) == why
+
+
+# ------------------------------------------------------------------------------ hogwild_sgd
+HOG = {**SMALL, "algorithm": "hogwild_sgd"}
+
+
+@pytest.mark.parametrize("extra", [
+    dict(cpus=4),
+    dict(cpus=1),
+    dict(cpus=3, batch_size=33),                 # 11 rows each
+    dict(gpus=4, device="v100"),                 # one speed, not the CPU's
+    dict(cpus=64, batch_size=128),               # the bench's width
+], ids=["4cpu", "1cpu", "3cpu", "4gpu", "64cpu"])
+def test_hogwild_lockstep_is_bitwise_the_per_worker_run(extra):
+    a, b = _both(RunConfig(**{**HOG, **extra}))
+    assert a.summary["status"] == "completed"
+    assert len(a.steps) == 12 * (extra.get("cpus", 0) + extra.get("gpus", 0))
+    assert len(a.evals) == 3
+    _same(a, b)
+    assert _events(a) == _events(b)
+
+
+def test_hogwild_lockstep_replays_the_order_of_writes():
+    # What the replay rests on, seen in the per-worker run: step s's writers go in step s-1's
+    # order with its last moved to the front (P-1, 0, 1, ..., P-2 at step 0).
+    from workbench.algorithms import hogwild
+    order: list[tuple[int, int]] = []
+    step = hogwild.HogwildSGD.step
+
+    def logged(self, s):
+        out = step(self, s)
+        order.append((s, self.ctx.rank))
+        return out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hogwild.HogwildSGD, "step", logged)
+        execute(RunConfig(**{**HOG, "cpus": 4, "steps": 4}), SimTransport(lockstep=False))
+    assert [r for _, r in order] == [3, 0, 1, 2, 2, 3, 0, 1, 1, 2, 3, 0, 0, 1, 2, 3]
+
+
+def test_a_diverging_hogwild_run_ends_the_same_in_both():
+    # the diverging worker stops; those after it at that instant write and stop at their next
+    # step (here the first writer of an instant diverged: all end at that step)
+    a, b = _both(RunConfig(**{**HOG, "cpus": 4, "lr": 1e4, "steps": 30}))
+    assert a.summary["status"] == "diverged"
+    _same(a, b)
+    assert _events(a) == _events(b) and any(e[1] == "diverged" for e in _events(a))
+
+
+@pytest.mark.parametrize("nth", [1, 7, 10])
+def test_a_stop_request_stops_hogwild_at_the_same_steps(monkeypatch, nth):
+    # Event-driven: every worker asks at the top of each step; from the nth asking on, yes.
+    asked: list[int] = []
+
+    def stop_requested(self) -> bool:
+        asked.append(self.rank)
+        return len(asked) >= nth
+    monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
+    config = RunConfig(**{**HOG, "cpus": 4, "steps": 40})
+    fast = SimTransport()
+    a = execute(config, fast)
+    first, asked[:] = list(asked), []
+    b = execute(config, SimTransport(lockstep=False))
+    assert fast.path == "lockstep" and first == asked
+    assert a.summary["status"] == "stopped" and len(a.steps) == nth - 1
+    if nth in (7, 10):   # some workers had started a step when the others stopped: they finish it alone
+        assert a.steps.groupby("worker")["step"].max().nunique() > 1
+    _same(a, b)
+    assert _events(a) == _events(b)

@@ -46,7 +46,7 @@ from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
 from ...sim.profiles import _one_blas_thread
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
-from .sim_lockstep import Lockstep, lockstep_refusal
+from .sim_lockstep import lockstep_for, lockstep_refusal
 
 MAX_WORKERS = 1024
 
@@ -694,7 +694,7 @@ class SimTransport(Transport):
     def __init__(self, link: Any = None, batch_compute: bool = True, lockstep: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
-        self.lockstep = lockstep     # sync_sgd's replicas stepped together in one loop (sim_lockstep), where it applies
+        self.lockstep = lockstep     # sync_sgd's replicas, or hogwild_sgd's workers, stepped in one loop (sim_lockstep), where it applies
         self.path = ""               # how the run was simulated: "lockstep" or "per worker"
         self.control = ThreadControl()
         self.reports = Reports(lambda rank: f"virtual worker {rank}")
@@ -769,10 +769,10 @@ class SimTransport(Transport):
                 self.reports.returned(rank, result)
             return body
 
-        refusal = lockstep_refusal(setup) if self.lockstep and self.batch_compute else "not asked for"
+        refusal = lockstep_refusal(setup, costs) if self.lockstep and self.batch_compute else "not asked for"
         if refusal is None:      # every rank's step in one loop, bitwise the per-worker run (sim_lockstep)
             self.path = "lockstep"
-            procs = [sched.spawn(Lockstep(self, setup, sink, costs).body, name="worker 0")]
+            procs = [sched.spawn(lockstep_for(setup)(self, setup, sink, costs).body, name="worker 0")]
         else:
             self.path = "per worker"
             procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]

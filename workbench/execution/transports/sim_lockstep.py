@@ -1,5 +1,7 @@
-"""The simulator's lockstep path: a synchronous algorithm whose replicas hold identical
-parameters (sync_sgd), every virtual worker's step computed together, in one greenlet.
+"""The simulator's lockstep paths: every virtual worker's step computed together, in one
+greenlet, for a synchronous algorithm whose replicas hold identical parameters (sync_sgd,
+`Lockstep`) and for Hogwild's workers while their steps take equal virtual time
+(hogwild_sgd, `HogwildLockstep`, whose own docstring says how it replays their writes).
 
 A sync_sgd replica's step is the same on every rank but for its slice of the global batch
 and its clock: each rank computes `loss_and_grad` on its slice with the parameters every
@@ -33,7 +35,8 @@ So the run is bitwise the per-worker one: steps, evaluations, parameters, events
 configurations with jitter, mixed devices, momentum, adamw, evaluations, divergence and a
 stop, slices of unequal size). Configurations it does not cover run per worker
 (`lockstep_refusal` says why): other algorithms, compression, speed-based shares, models
-without a stacked pass (the CNN), fault injection, emulated latency.
+without a stacked pass (the CNN), fault injection, emulated latency; for hogwild_sgd also
+jitter, slices of unequal size and workers of different speeds.
 """
 from __future__ import annotations
 
@@ -54,11 +57,16 @@ from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
 
 
-def lockstep_refusal(setup: Any) -> str | None:
-    """Why `setup`'s run cannot take the lockstep path (None: it can)."""
+LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd")
+
+
+def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
+    """Why `setup`'s run cannot take the lockstep path (None: it can). hogwild_sgd's
+    lockstep replays its workers' order of writes, which holds while every worker's step
+    takes the same virtual time: `costs` (the run's `SimCosts`) tells."""
     c = setup.config
-    if c.algorithm != "sync_sgd":
-        return "not sync_sgd"
+    if c.algorithm not in LOCKSTEP_ALGORITHMS:
+        return "not sync_sgd or hogwild_sgd"
     if c.compression != "none":
         return "compression keeps per-worker state"
     if c.split != "equal" or setup.extra.get("shares"):
@@ -72,7 +80,19 @@ def lockstep_refusal(setup: Any) -> str | None:
         return "more than one rank group"
     if not hasattr(setup.model, "loss_and_grad_stacked"):
         return "the model has no stacked pass"
+    if c.algorithm == "hogwild_sgd":
+        if c.jitter:
+            return "jitter: the workers' steps drift apart"
+        if c.batch_size % size:
+            return "slices of unequal size"
+        if costs is None or len({costs.compute(r, c.batch_size // size) for r in range(size)}) > 1:
+            return "workers of different speeds"
     return None
+
+
+def lockstep_for(setup: Any) -> type[Lockstep]:
+    """The lockstep loop of `setup`'s algorithm (one `lockstep_refusal` let through)."""
+    return HogwildLockstep if setup.config.algorithm == "hogwild_sgd" else Lockstep
 
 
 class Lockstep:
@@ -242,3 +262,120 @@ class _Out:
 
     def __init__(self) -> None:
         self.loss, self.stop = math.nan, None
+
+
+class HogwildLockstep(Lockstep):
+    """hogwild_sgd's workers in one loop: their order of reads and writes, replayed.
+
+    Per worker, a Hogwild step reads the shared buffer when its compute starts (the pool
+    copies it then), and writes `x -= lr g` when its clock reaches the compute's end.
+    With every step taking the same virtual time C (no jitter, one speed, equal slices:
+    `lockstep_refusal`), every worker's clock is the same float at every step's end, so the
+    order in which the driver resumes them there is its heap's order: the order in which
+    they went to sleep. A worker writes, records its step, reads the buffer and starts its
+    next compute, then sleeps; except the last one of an instant, which finds nothing due
+    before its compute's end, so the pool computes at once and it goes straight on to
+    write first at the next instant. Step s's writers therefore go in the order of step
+    s-1's, its last one moved to the front: ranks P-1, 0, ..., P-2 at step 0, and so on
+    (with stops and divergence, only the workers still running, by the same rule).
+
+    So one loop does, per instant: the stacked pass over every running worker's read of
+    the buffer (its own parameters, stacked) and its slice; then, worker by worker in that
+    order, the write, the record, rank 0's evaluation of the buffer, the check for a stop
+    and the next read. Bitwise the per-worker run (`tests/test_sim_lockstep.py`)."""
+
+    def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
+        costs, P, setup = self.costs, self.size, self.setup
+        ctx0 = ctxs[0]
+        config, plan = ctx0.config, ctx0.plan
+        B = plan.batch_size
+        m = B // P
+        shared = np.array(setup.params0, copy=True)   # the shared array (SimTransport's LocalArray)
+        n = shared.shape[0]
+        C = costs.compute(0, m)                        # every worker's step (lockstep_refusal checked)
+        reads = np.empty((P, n), shared.dtype)         # each worker's read of the buffer
+        grads = np.empty((P, n), shared.dtype)
+        losses = [0.0] * P
+        X_all, y_all = ctx0.X, ctx0.y
+        N, F = X_all.shape[0], X_all.shape[1]
+        spe = steps_per_epoch(N, B)
+        t = self.t
+        t0 = np.zeros(P)                               # each worker's clock when its step began
+        lrs = [0.0] * P
+        results: list[dict | None] = [None] * P
+        evaluator = ctx0.evaluator
+
+        def end(r: int, status: str, last: int) -> None:
+            ctx = ctxs[r]
+            params_out = to_numpy(np.array(shared, copy=True)) if r == 0 else None   # HogwildSGD.finish
+            ctx.flush(done=True)
+            results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
+                          "steps": ctx.step_columns(), "started": ctx.started_wall}
+
+        def begin(r: int, step: int) -> bool:
+            """run_loop's top of `step` and HogwildSGD.step up to its compute: True when it computes."""
+            if step >= plan.total_steps:
+                end(r, "completed", step - 1)
+                return False
+            if ctxs[r].stop_requested():
+                end(r, "stopped", step)
+                return False
+            lrs[r] = plan.schedule(step)
+            t0[r] = t[r]
+            reads[r] = shared                          # the read, as the pool's copy of it
+            t[r] = t[r] + C                            # proc.charge(C); proc.now()
+            return True
+
+        for ctx in ctxs:
+            ctx.start()
+        running = [r for r in range(P) if begin(r, 0)]
+        step, straight_on = 0, bool(running) and running[-1] == P - 1
+        while running:
+            epoch, k = divmod(step, spe)
+            idx = _epoch_order(N, config.seed, epoch)[k * B:k * B + B]
+            X = X_all.take(idx, axis=0).reshape(P, m, F)          # as ctx.batch gathers each slice
+            if X.dtype != shared.dtype:
+                X = X.astype(shared.dtype)
+            y = y_all[idx].reshape(P, m)
+            if len(running) == P:
+                got = model.loss_and_grad_stacked(reads, X, y, grads)
+                for r in range(P):
+                    losses[r] = float(got[r])
+            else:                                                  # the last steps of a stopping run
+                sel = sorted(running)
+                part = np.empty((len(sel), n), shared.dtype)
+                got = model.loss_and_grad_stacked(reads[sel], X[sel], y[sel], part)
+                for i, r in enumerate(sel):
+                    grads[r] = part[i]
+                    losses[r] = float(got[i])
+            order = [running[-1], *running[:-1]] if straight_on else running
+            proc.sleep_until(float(t[order[0]]))                  # the driver's turn (a cancel lands here)
+            eval_step = plan.is_eval_step(step)
+            nxt: list[int] = []
+            for r in order:
+                ctx = ctxs[r]
+                g = grads[r]
+                g *= lrs[r]
+                np.subtract(shared, g, out=shared)                 # the unlocked write
+                t1 = float(t[r])
+                loss = losses[r]
+                ctx.steps.add(step, t1 - 0.0, loss, lrs[r], m, t1 - float(t0[r]), 0.0, 0.0, 0.0, 0.0)
+                if not math.isfinite(loss):
+                    ctx.event("diverged", f"loss became {loss} at step {step} with lr {lrs[r]:.6g}")
+                    if ctx.control is not None:
+                        ctx.control.request_stop("diverged")
+                    end(r, "diverged", step)
+                    continue
+                if r == 0 and eval_step and evaluator is not None:
+                    scores = evaluator(np.array(shared, copy=True))
+                    ctx.record(eval_record("shared", step, plan.epoch(step + 1), ctx.now(), **scores))
+                if time.perf_counter() >= ctx._next_flush:        # live batches a few times a second
+                    ctx.flush()
+                if begin(r, step + 1):
+                    nxt.append(r)
+            # the last to run at this instant found nothing due before its compute's end: it went
+            # straight on, and writes first at the next one
+            straight_on = bool(nxt) and nxt[-1] == order[-1]
+            running, step = nxt, step + 1
+        return [res if res is not None else {"status": "failed", "params": None, "error": "not run"}
+                for res in results]
