@@ -56,11 +56,53 @@ def test_a_step_the_noise_hid_is_reported_unresolved_not_met(monkeypatch, capsys
     # One sync step is timed as (long run - short run) / steps between: where the machine's
     # noise made the long run no slower, the ratio is unknown, not 0x (it printed "0.00x: met").
     from workbench.sim import bench
-    monkeypatch.setattr(bench, "loop_seconds", lambda config: (1.0, 1.0))
-    monkeypatch.setattr(bench, "maths_seconds", lambda config, slices=1: (1.0, 1.0))
+    monkeypatch.setattr(bench, "loop_seconds", lambda config: (1.0, 1.0, {}))
+    monkeypatch.setattr(bench, "maths_seconds", lambda config, slices=1, stack=1: (1.0, 1.0))
     monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (1.0, 0.9) if a == "sync_sgd" else (0.5, 0.9))
     monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
     assert bench.main(Namespace(workers=2, repeats=1, rows_per_worker=2, memory_workers=2)) == 0
     out = capsys.readouterr().out
     assert "one sync_sgd step, 2 simulated workers x 2 rows: NOT resolved" in out
     assert "0.00x" not in out and out.rstrip().endswith("some targets NOT met")
+
+
+@pytest.mark.parametrize("stack", [2, 3, 8])
+def test_the_maths_floor_at_a_stacking_is_the_same_maths(stack):
+    # The floor under an asynchronous run (its slices' maths `stack` at a time in one stacked
+    # pass) must be the maths it stands for: every replica ends bitwise where the plain,
+    # call-by-call loop leaves it (3 does not divide 8: a last, smaller pass).
+    from workbench.sim.bench import epoch_config, maths_seconds
+    config = epoch_config("sgd", 8, per_worker=4, steps=3)
+    plain, stacked = [], []
+    maths_seconds(config, 8, out=plain)
+    wall, cpu = maths_seconds(config, 8, stack=stack, out=stacked)
+    assert wall > 0 and cpu > 0 and len(stacked) == len(plain) == 8
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(plain, stacked))
+    assert any(a.tobytes() != plain[0].tobytes() for a in plain[1:])   # the replicas saw different slices
+
+
+def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
+    from workbench.sim import bench
+    per_pass = {"sync_sgd": None, "async_sgd": 2.03, "hogwild_sgd": None, "easgd": 7.4}
+    path = {"sync_sgd": "lockstep", "hogwild_sgd": "lockstep"}
+    stacks: list[int] = []
+
+    def loop(config):
+        if not config.simulate:
+            return 1.0, 1.0, {}
+        a = config.algorithm
+        return 2.0, 2.0, {"path": path.get(a, "per worker"), "per_pass": per_pass[a]}
+
+    def maths(config, slices=1, stack=1):
+        stacks.append(stack)
+        return 0.5 * stack ** -0.5, 0.5
+    monkeypatch.setattr(bench, "loop_seconds", loop)
+    monkeypatch.setattr(bench, "maths_seconds", maths)
+    monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (0.5, 0.9))
+    monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
+    bench.main(Namespace(workers=64, repeats=1, rows_per_worker=2, memory_workers=2))
+    out = capsys.readouterr().out
+    assert set(stacks) == {1, 2, 7}                     # sgd's and the slices' maths, and each run's batching
+    assert "2.03 computes a pass" in out and "2 at a time take 0.354 s" in out
+    assert "7.4 computes a pass" in out and "7 at a time take 0.189 s" in out
+    assert out.count("lockstep: every worker's step in one loop") == 2

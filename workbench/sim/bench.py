@@ -57,19 +57,23 @@ def epoch_config(algorithm: str, workers: int, per_worker: int = 16, steps: int 
                      cpu_device="power8" if simulate else "local", tau=4 if algorithm == "easgd" else 1)
 
 
-def loop_seconds(config: RunConfig) -> tuple[float, float]:
-    """(wall, cpu) seconds of one run: wall is the run's own loop (the simulation's
+def loop_seconds(config: RunConfig) -> tuple[float, float, dict[str, Any]]:
+    """(wall, cpu, how) of one run: wall is the run's own loop (the simulation's
     sim_wall_s, or sgd's training time); cpu is the process's CPU time over the whole
     call (data, loop, results: the same fixed costs on both sides), which a busy machine
-    inflates far less than wall time (a process waiting for a core uses none)."""
+    inflates far less than wall time (a process waiting for a core uses none); how: the
+    simulation's path and computes per pass (`summary.json`'s sim_path and
+    sim_computes_per_pass; empty for sgd)."""
     c0 = time.process_time()
     if config.simulate:
         from .run import run_simulated
-        wall = float(run_simulated(config).summary["sim_wall_s"])
+        summary = run_simulated(config).summary
+        wall = float(summary["sim_wall_s"])
+        how = {"path": summary.get("sim_path"), "per_pass": summary.get("sim_computes_per_pass")}
     else:
         from ..execution.engine import run_threads
-        wall = float(run_threads(config).summary["train_time_s"])
-    return wall, time.process_time() - c0
+        wall, how = float(run_threads(config).summary["train_time_s"]), {}
+    return wall, time.process_time() - c0, how
 
 
 def step_runs(algorithm: str, workers: int, per_worker: int) -> tuple[float, float]:
@@ -80,10 +84,15 @@ def step_runs(algorithm: str, workers: int, per_worker: int) -> tuple[float, flo
     return short, long
 
 
-def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
+def maths_seconds(config: RunConfig, slices: int = 1, stack: int = 1,
+                  out: list | None = None) -> tuple[float, float]:
     """The bare maths over the same global batches, nothing recorded: `loss_and_grad` and
     the update, on the whole global batch (`slices=1`: sgd's maths), or on each of
-    `slices` equal slices with a replica each (what P workers compute between them)."""
+    `slices` equal slices with a replica each (what P workers compute between them);
+    `stack` > 1: the slices' gradients `stack` at a time in one stacked pass
+    (`loss_and_grad_stacked`, different parameters), as the simulator's pool batches the
+    computes that overlap: the floor under an asynchronous run whose timing lets it batch
+    only that many. `out`, if given, receives the replicas' final parameters."""
     import numpy as np
 
     from ..data import global_batch
@@ -95,14 +104,33 @@ def maths_seconds(config: RunConfig, slices: int = 1) -> tuple[float, float]:
     grad = np.empty_like(replicas[0])
     opt = make_optimizer(config, model.layout(), np, grad.dtype, momentum=0.0, nesterov=False)
     b = plan.batch_size // slices
+    stack = max(1, min(int(stack), slices)) if hasattr(model, "loss_and_grad_stacked") else 1
+    if stack > 1:
+        stacked = np.stack(replicas)
+        replicas = list(stacked)               # views: each replica's update lands in the stack
+        grads = np.empty_like(stacked)
     t0, c0 = time.perf_counter(), time.process_time()
     for step in range(plan.total_steps):
         idx = global_batch(data.n_train, plan.batch_size, config.seed, step)
+        if stack > 1:
+            X_all, y_all = data.X_train[idx[:b * slices]], data.y_train[idx[:b * slices]]
+            if X_all.dtype != stacked.dtype:
+                X_all = X_all.astype(stacked.dtype)
+            for lo in range(0, slices, stack):
+                hi = min(lo + stack, slices)
+                model.loss_and_grad_stacked(stacked[lo:hi], X_all[lo * b:hi * b].reshape(hi - lo, b, -1),
+                                            y_all[lo * b:hi * b].reshape(hi - lo, b), grads[lo:hi])
+                for k in range(lo, hi):
+                    opt.step(replicas[k], grads[k], config.lr)
+            continue
         for k, params in enumerate(replicas):
             rows = idx[k * b:(k + 1) * b]
             model.loss_and_grad(params, data.X_train[rows], data.y_train[rows], grad_out=grad)
             opt.step(params, grad, config.lr)
-    return time.perf_counter() - t0, time.process_time() - c0
+    took = time.perf_counter() - t0, time.process_time() - c0
+    if out is not None:
+        out[:] = [np.array(p, copy=True) for p in replicas]
+    return took
 
 
 def peak_rss_bytes() -> int:
@@ -171,11 +199,15 @@ def main(args: argparse.Namespace) -> int:
           f"{repeats}; {blas}; load average {load:.2f} on {os.cpu_count()} cores", flush=True)
     names = ("sgd", "sync_sgd", *ASYNC)
     configs = {a: epoch_config(a, workers, rows) for a in names}
+    how: dict[str, dict[str, Any]] = {}
     for a in names:                       # warm: imports, the data set, first-call workspaces
-        loop_seconds(configs[a])
+        how[a] = loop_seconds(configs[a])[2]
+    # each per-worker algorithm's maths at the batching its timing allowed (the pool's computes per pass)
+    stacks = sorted({max(1, round(h["per_pass"])) for h in how.values() if h.get("per_pass")} - {1, workers})
     inf = (float("inf"), float("inf"))
     best: dict[str, tuple[float, float]] = {a: inf for a in names}
     maths = {1: inf, workers: inf}
+    floors = {k: inf for k in stacks}
     sgd1 = inf
     for _ in range(repeats):              # interleaved: every entry sees the same drift
         for k in maths:
@@ -185,12 +217,17 @@ def main(args: argparse.Namespace) -> int:
                 with _one_blas_thread():  # as the simulation computes them
                     got = maths_seconds(configs["sgd"], k)
             maths[k] = (min(maths[k][0], got[0]), min(maths[k][1], got[1]))
+        for k in stacks:
+            with _one_blas_thread():
+                got = maths_seconds(configs["sgd"], workers, stack=k)
+            floors[k] = (min(floors[k][0], got[0]), min(floors[k][1], got[1]))
         for a in names:
             got = loop_seconds(configs[a])
             best[a] = (min(best[a][0], got[0]), min(best[a][1], got[1]))
         with _one_blas_thread():          # sgd as a real worker process runs it
             got = loop_seconds(configs["sgd"])
         sgd1 = (min(sgd1[0], got[0]), min(sgd1[1], got[1]))
+    floors[1], floors[workers] = maths[workers], maths[workers]   # one a pass: the slices' maths; all: (near) it
     sgd = best["sgd"]
     print("  seconds: wall (the loop; best of the repeats) | CPU (the whole call; best)")
     print(f"  bare maths, global batch (loss_and_grad + update): {maths[1][0]:7.3f} | {maths[1][1]:7.3f}")
@@ -214,6 +251,15 @@ def main(args: argparse.Namespace) -> int:
               f"CPU {best[a][1] / fast[1]:.2f}x; wall {best[a][0] / sgd[0]:.2f}x sgd as found, "
               f"{best[a][0] / sgd1[0]:.2f}x sgd on one BLAS thread; "
               f"wall {best[a][0] / maths[workers][0]:.2f}x the sliced maths", flush=True)
+        h = how.get(a) or {}
+        if h.get("path") == "per worker" and h.get("per_pass"):
+            k = max(1, round(h["per_pass"]))
+            floor = floors[min(k, workers)][0]
+            print(f"  {'':>11}  per worker, {h['per_pass']:g} computes a pass (its timing's batching): those "
+                  f"{workers} slices' maths {k} at a time take {floor:.3f} s = {floor / fast[0]:.2f}x sgd, "
+                  f"the floor under this run; wall {best[a][0] / floor:.2f}x it", flush=True)
+        elif h.get("path"):
+            print(f"  {'':>11}  {h['path']}: every worker's step in one loop", flush=True)
     runs = {"sync_sgd": [inf[0], inf[0]], "sgd": [inf[0], inf[0]]}
     with _one_blas_thread():              # sgd as a real worker process runs it (and as the simulation computes)
         for _ in range(repeats):

@@ -704,6 +704,7 @@ class SimTransport(Transport):
         self.sim_wall_s = 0.0
         self.makespan = 0.0
         self.costs: SimCosts | None = None
+        self.pool: ComputePool | None = None
 
     def choose(self, config: RunConfig) -> list[dict]:
         gpus = config.gpus if isinstance(config.gpus, int) else 0
@@ -738,7 +739,7 @@ class SimTransport(Transport):
         shared = {name: LocalArray(setup.params0.copy()) for name in needs.shared}
         self.server_state = server_state
         cpu_kinds = ["cpu"] * size      # the maths runs on this machine's NumPy whatever the virtual device
-        pool = ComputePool(sched) if self.batch_compute else None
+        pool = self.pool = ComputePool(sched) if self.batch_compute else None
 
         def work(rank: int) -> Callable[[VProc], None]:
             def body(proc: VProc) -> None:
@@ -879,8 +880,19 @@ class SimTransport(Transport):
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4), "sim_path": self.path,
+                "sim_computes_per_pass": self.computes_per_pass(),
                 **({"cgdp_timeline": self.server_state.timeline()}
                    if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}
+
+    def computes_per_pass(self) -> float | None:
+        """How many workers' `loss_and_grad` calls the pool computed together, on average
+        (None where it computed none: the lockstep paths compute every worker at once).
+        What an asynchronous run's timing lets it batch: async_sgd's server serialises the
+        pushes, so only the computes that overlap one push's service share a pass."""
+        pool = self.pool
+        if pool is None or not pool.flushes:
+            return None
+        return round(pool.pooled / pool.flushes, 2)
 
     def public(self, worker: dict, rank: int) -> dict:
         out = super().public(worker, rank)
