@@ -56,7 +56,6 @@ from ...maths.backend import to_numpy
 from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
 
-
 LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd")
 
 
