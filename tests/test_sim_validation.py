@@ -175,6 +175,8 @@ def test_simulated_runs_are_compared_with_this_machines_real_runs(client):
     ratio = table["sim_samples_per_s"] / table["real_samples_per_s"]
     np.testing.assert_allclose(table["error"], ratio - 1, rtol=1e-12, atol=0)
     assert table["link"].str.startswith("measured").all() and np.isfinite(table["link_held_out_error"]).all()
+    share = table["client_cpu_share"]          # the client monitors every real run: some CPU, under the cores'
+    assert ((share > 0) & (share < (os.cpu_count() or 1))).all(), table.to_string()
     if quiet_enough(before, after):
         # one worker only: two workers on this 2-core machine are simulated up to ~1.6x too
         # fast even when it is quiet (real compute 10.6 ms a step against 6.7 ms co-run

@@ -19,6 +19,7 @@ at 128 rows a worker: ~5-10 ms a step) make the first small; the second is repor
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +44,9 @@ def _row(kind: str, workers: int, result: Any) -> dict[str, Any]:
 def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Sequence[int] = (1, 2),
                       steps: int = 150, per_worker: int = PER_WORKER, keep: list | None = None,
                       measured_link: bool | str = "benchmark", rounds: int = 1) -> pd.DataFrame:
-    """One row per worker count: real and simulated samples/s, error = simulated / real - 1.
+    """One row per worker count: real and simulated samples/s, error = simulated / real - 1,
+    and `client_cpu_share`: this process's CPU time over the real run's wall time (the
+    client's monitor, and the scheduler of a local cluster, which runs in it), in cores.
 
     Args:
         client: a Dask client whose cluster has at least max(workers) worker processes.
@@ -78,7 +81,13 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     fit = None
     per_round: dict[int, list[dict[str, Any]]] = {p: [] for p in workers}
     for _ in range(int(rounds)):
-        reals = {p: run_engine(cfg, cluster=client) for p, cfg in configs.items()}
+        reals, client_share = {}, {}
+        for p, cfg in configs.items():
+            # this process's CPU over the real run (the client's monitor, and a local cluster's
+            # scheduler, which runs in it): with as many workers as cores it comes out of theirs
+            w0, c0 = time.perf_counter(), time.process_time()
+            reals[p] = run_engine(cfg, cluster=client)
+            client_share[p] = (time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9)
         if keep is not None:
             keep.extend(reals.values())
         # this machine's link, measured once: the exchange micro-benchmark (the documented
@@ -93,6 +102,7 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
             sim = run_simulated(sim_cfg, link=link)
             r, s = _row("real", p, real), _row("simulated", p, sim)
             per_round[p].append({"real": r, "sim": s, "link": sim.summary["network"], "status": real.summary["status"],
+                                 "client_cpu_share": client_share[p],
                                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")})
     rows = []
     for p, got in per_round.items():
@@ -106,6 +116,7 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                      "real_compute_ms": med("real", "compute_ms"), "sim_compute_ms": med("sim", "compute_ms"),
                      "real_comm_ms": med("real", "comm_ms"), "sim_comm_ms": med("sim", "comm_ms"),
                      "link": got[-1]["link"],
+                     "client_cpu_share": float(np.median([g["client_cpu_share"] for g in got])),
                      "link_held_out_error": fit.held_out_error if fit is not None else float("nan"),
                      "load_average": max(g["load_average"] for g in got),
                      "status": next((g["status"] for g in got if g["status"] != "completed"), "completed")})
@@ -210,6 +221,10 @@ def main(args: Any) -> int:
         print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real: "
               + describe_error(row["error"], row["error_low"], row["error_high"], int(row["rounds"])))
     print(f"  link: {table['link'].iloc[0]}")
+    share = table["client_cpu_share"]
+    print(f"  this process (the client's monitor and the local scheduler) used {share.min():.1%}-{share.max():.1%} of "
+          f"a core during the real runs: where the workers take every core ({cores} here), that time is theirs lost, "
+          "which the simulation does not charge")
     print(f"load average after {load1[0]:.2f}; the machine was "
           + (f"quiet (load under {QUIET_LOAD} a core): the errors above are this machine's" if quiet else
              f"NOT quiet (load over {QUIET_LOAD} a core before or during): other work shared the cores, so "
