@@ -306,7 +306,7 @@ class HogwildLockstep(Lockstep):
 
         def end(r: int, status: str, last: int) -> None:
             ctx = ctxs[r]
-            params_out = to_numpy(np.array(shared, copy=True)) if r == 0 else None   # HogwildSGD.finish
+            params_out = shared.copy() if r == 0 else None       # HogwildSGD.finish: the buffer as rank 0 ends
             ctx.flush(done=True)
             results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
                           "steps": ctx.step_columns(), "started": ctx.started_wall}
@@ -327,6 +327,7 @@ class HogwildLockstep(Lockstep):
 
         for ctx in ctxs:
             ctx.start()
+        t_start = 0.0                                  # every worker's ctx.t_start (its clock read at 0)
         running = [r for r in range(P) if begin(r, 0)]
         step, straight_on = 0, bool(running) and running[-1] == P - 1
         while running:
@@ -358,7 +359,7 @@ class HogwildLockstep(Lockstep):
                 np.subtract(shared, g, out=shared)                 # the unlocked write
                 t1 = float(t[r])
                 loss = losses[r]
-                ctx.steps.add(step, t1 - 0.0, loss, lrs[r], m, t1 - float(t0[r]), 0.0, 0.0, 0.0, 0.0)
+                ctx.steps.add(step, t1 - t_start, loss, lrs[r], m, t1 - float(t0[r]), 0.0, 0.0, 0.0, 0.0)
                 if not math.isfinite(loss):
                     ctx.event("diverged", f"loss became {loss} at step {step} with lr {lrs[r]:.6g}")
                     if ctx.control is not None:
@@ -376,5 +377,7 @@ class HogwildLockstep(Lockstep):
             # straight on, and writes first at the next one
             straight_on = bool(nxt) and nxt[-1] == order[-1]
             running, step = nxt, step + 1
-        return [res if res is not None else {"status": "failed", "params": None, "error": "not run"}
-                for res in results]
+        missing = [r for r, res in enumerate(results) if res is None]
+        if missing:                                    # every worker ends once above: a bug if not
+            raise RuntimeError(f"hogwild lockstep: worker(s) {missing} never ended")
+        return [res for res in results if res is not None]
