@@ -206,7 +206,7 @@ def main(args: argparse.Namespace) -> int:
     for a in names:                       # warm: imports, the data set, first-call workspaces
         how[a] = loop_seconds(configs[a])[2]
     # each per-worker algorithm's maths at the batching its timing allowed (the pool's computes per pass)
-    stacks = sorted({max(1, round(h["per_pass"])) for h in how.values() if h.get("per_pass")} - {1, workers})
+    stacks = sorted({max(1, round(h["per_pass"])) for h in how.values() if h.get("per_pass")} - {1})
     inf = (float("inf"), float("inf"))
     best: dict[str, tuple[float, float]] = {a: inf for a in names}
     maths = {1: inf, workers: inf}
@@ -230,7 +230,7 @@ def main(args: argparse.Namespace) -> int:
         with _one_blas_thread():          # sgd as a real worker process runs it
             got = loop_seconds(configs["sgd"])
         sgd1 = (min(sgd1[0], got[0]), min(sgd1[1], got[1]))
-    floors[1], floors[workers] = maths[workers], maths[workers]   # one a pass: the slices' maths; all: (near) it
+    floors[1] = maths[workers]            # one a pass: the slices' maths, call by call
     sgd = best["sgd"]
     print("  seconds: wall (the loop; best of the repeats) | CPU (the whole call; best)")
     print(f"  bare maths, global batch (loss_and_grad + update): {maths[1][0]:7.3f} | {maths[1][1]:7.3f}")
