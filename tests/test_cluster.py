@@ -156,3 +156,73 @@ def test_runs_on_hand_started_scheduler_and_workers(hand_started_cluster):
 def test_connect_to_nothing_is_a_clear_error():
     with pytest.raises(ConfigError, match="scheduler: a reachable Dask scheduler"):
         connect(f"tcp://127.0.0.1:{_free_port()}")
+
+
+# ------------------------------------------- GPU workers' kind (no GPU here: the logic alone)
+class _FakeCUDACluster:
+    """What dask-cuda's LocalCUDACluster.new_worker_spec does to `env`: replaces it."""
+    def new_worker_spec(self):
+        return {0: {"options": {"env": {"CUDA_VISIBLE_DEVICES": "0,1"}, "nthreads": 1}}}
+
+
+def test_dask_cuda_workers_are_tagged_gpu_after_dask_cuda_writes_their_env():
+    from workbench.execution.cluster import WORKER_KIND_ENV, gpu_tagging
+    spec = gpu_tagging(_FakeCUDACluster)().new_worker_spec()
+    assert spec[0]["options"]["env"] == {"CUDA_VISIBLE_DEVICES": "0,1", WORKER_KIND_ENV: "gpu"}
+    assert spec[0]["options"]["nthreads"] == 1
+    assert gpu_tagging(_FakeCUDACluster) is gpu_tagging(_FakeCUDACluster)   # one class per base
+
+
+def _fake_worker(plugins):
+    from types import SimpleNamespace
+    return SimpleNamespace(address="tls://127.0.0.1:4000", name="w", plugins=plugins,
+                           state=SimpleNamespace(total_resources={}), memory_manager=None)
+
+
+def test_a_worker_started_by_dask_cuda_is_a_gpu_worker_without_our_variable(monkeypatch):
+    from workbench.execution.cluster import WORKER_KIND_ENV, describe_worker
+    monkeypatch.delenv(WORKER_KIND_ENV, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    rmm = type("RMMSetup", (), {"__module__": "dask_cuda.plugins"})()
+    mine = type("Mine", (), {"__module__": "somebody.else"})()
+    assert describe_worker(_fake_worker({"RMMSetup-1": rmm}))["kind"] == "gpu"
+    assert describe_worker(_fake_worker({"RMMSetup-1": rmm}))["device"] == "1"
+    assert describe_worker(_fake_worker({"mine": mine}))["kind"] == "cpu"
+    assert describe_worker(_fake_worker({}))["kind"] == "cpu"
+
+
+def test_the_mixed_cluster_keeps_dask_info_lines_out_of_the_output(capfd):
+    """The GPU + CPU cluster (a SpecCluster) is as quiet as LocalCluster: on the H200 its
+    scheduler and workers printed ~60 INFO lines around one short run."""
+    from distributed import Client
+
+    from workbench.execution.cluster import _mixed_cluster, close_client, workers_of
+    cluster = _mixed_cluster(0, 1, 1, "auto")
+    c = Client(cluster, set_as_default=False, security=cluster.security)
+    try:
+        c.wait_for_workers(1, timeout=60)
+        assert [w["kind"] for w in workers_of(c)] == ["cpu"]
+    finally:
+        close_client(c)
+        cluster.close()
+    err = capfd.readouterr().err
+    assert " - INFO - " not in err, err[:2000]
+
+
+@pytest.mark.slow
+def test_the_gpu_checks_every_algorithm_table_on_cpu_workers():
+    """The GPU check's second table with CPU workers on both sides (its logic, here): every
+    algorithm completes, and those whose maths is timing-independent repeat the reference."""
+    from workbench.algorithms.registry import specs
+    from workbench.apps.gpucheck import VARIANTS, every_algorithm
+    from workbench.execution.cluster import close_client
+    c = make_cluster(gpus=0, cpus=3, quiet=True)
+    try:
+        table = every_algorithm(c, c, gpu=False, steps=12)
+    finally:
+        close_client(c)
+    assert len(table) == len(specs()) - 1 + len(VARIANTS)          # all but sgd (in-process)
+    assert table["passed"].all(), table.to_string()
+    same = table[table["timing_independent"]]
+    assert set(same["algorithm"].str.split().str[0]) >= {"sync_sgd", "cgdp", "ltfb", "diloco", "dpsgd"}
+    assert (same["max_abs_diff"] < 1e-6).all(), same.to_string()   # same machine, same maths

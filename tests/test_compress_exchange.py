@@ -252,3 +252,16 @@ def test_sync_sgd_gathers_the_payloads_and_equals_the_dense_exchange(kw, monkeyp
     dense = run_threads(cfg)
     assert any(m > n for m in reduced)
     np.testing.assert_array_equal(got.params, dense.params)
+
+
+@pytest.mark.parametrize("made, sent", [(b"\x01\xff" * 64, b"\x01\xff" * 64), ([1, -1, 3], (1, -1, 3))])
+def test_the_nccl_id_travels_in_the_form_its_cupy_takes_back(monkeypatch, made, sent):
+    """CuPy 14 makes and takes bytes (a tuple is refused: seen on an H200); earlier CuPy a tuple."""
+    import pickle
+    from types import SimpleNamespace
+
+    from workbench.comm import nccl
+    monkeypatch.setattr(nccl, "nccl", lambda: SimpleNamespace(get_unique_id=lambda: made))
+    uid = nccl.unique_id()
+    assert uid == sent and type(uid) is type(sent)
+    assert pickle.loads(pickle.dumps(uid)) == sent

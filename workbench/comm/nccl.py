@@ -22,9 +22,12 @@ import numpy as np
 from ..maths.backend import get_xp, nccl
 
 
-def unique_id() -> tuple:
-    """A fresh NCCL unique id (runs on one worker; plain tuple so it travels anywhere)."""
-    return tuple(nccl().get_unique_id())
+def unique_id() -> bytes | tuple:
+    """A fresh NCCL unique id, made on one worker and sent to the others, in the form this
+    CuPy's NcclCommunicator takes back: bytes (CuPy 14, seen on an H200 on 2026-12-04; it
+    refuses a tuple) or a tuple of ints (earlier CuPy). Either pickles."""
+    uid = nccl().get_unique_id()
+    return uid if isinstance(uid, bytes) else tuple(uid)
 
 
 def _nccl_dtype(dtype: Any, lib: Any = None) -> int:
@@ -46,7 +49,7 @@ class NcclComm:
 
     device = True
 
-    def __init__(self, uid: tuple | None, rank: int, size: int, parts: tuple | None = None):
+    def __init__(self, uid: bytes | tuple | None, rank: int, size: int, parts: tuple | None = None):
         self.rank, self.size = rank, size
         if parts is None:
             cupy = get_xp("gpu")

@@ -144,6 +144,31 @@ def nanny_keeping(base: type) -> type:
     return _NANNY_KEEPING[base]
 
 
+_GPU_TAGGING: dict[type, type] = {}
+
+
+def gpu_tagging(base: type) -> type:
+    """`base` (dask-cuda's LocalCUDACluster) whose workers carry our kind variable.
+
+    LocalCUDACluster writes each worker's `env` itself (`new_worker_spec` sets it to the
+    worker's CUDA_VISIBLE_DEVICES alone), so an `env=` given to the constructor never
+    reaches a worker: on the first real GPU run (an H200, 2026-12-04) every dask-cuda
+    worker described itself as a CPU worker and `gpus=1` was refused. Here the variable is
+    added to each worker's spec after dask-cuda has made it."""
+    if base not in _GPU_TAGGING:
+        def new_worker_spec(self):
+            spec = base.new_worker_spec(self)
+            for one in spec.values():
+                options = one.setdefault("options", {})
+                options["env"] = {**(options.get("env") or {}), WORKER_KIND_ENV: "gpu"}
+            return spec
+
+        _GPU_TAGGING[base] = type(base.__name__, (base,), {
+            "new_worker_spec": new_worker_spec, "__module__": __name__,
+            "__doc__": f"{base.__name__} whose workers say they are GPU workers (see gpu_tagging)."})
+    return _GPU_TAGGING[base]
+
+
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
                  memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
@@ -181,10 +206,9 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
                 env={WORKER_KIND_ENV: "cpu"})
         elif cpus == 0:
             from dask_cuda import LocalCUDACluster
-            cluster = nanny_keeping(LocalCUDACluster)(
+            cluster = nanny_keeping(gpu_tagging(LocalCUDACluster))(
                 CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker, host="127.0.0.1",
-                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit,
-                env={WORKER_KIND_ENV: "gpu"})
+                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit)
         else:
             cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit, security=security)
         client = Client(cluster, set_as_default=False, security=security)
@@ -234,7 +258,9 @@ def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
 
     devices = devices or list(range(n_gpus))
     security = security if security is not None else local_security()
-    tls = {"security": security, "protocol": "tls://"}
+    # LocalCluster's default: Dask's INFO lines (worker start, client connections) stay out
+    # of the run's output, in the scheduler here and in every worker
+    tls = {"security": security, "protocol": "tls://", "silence_logs": logging.WARN}
     workers: dict[str, dict] = {}
     for i in range(n_gpus):
         workers[f"gpu-{i}"] = {"cls": Nanny, "options": {
@@ -244,8 +270,10 @@ def _mixed_cluster(n_gpus: int, cpus: int, threads: int, memory_limit: Any,
         workers[f"cpu-{i}"] = {"cls": Nanny, "options": {
             "nthreads": threads, "host": "127.0.0.1", "memory_limit": memory_limit, **tls,
             "env": {WORKER_KIND_ENV: "cpu", "CUDA_VISIBLE_DEVICES": ""}}}
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard(), **tls}}
-    return nanny_keeping(SpecCluster)(workers=workers, scheduler=scheduler, security=security)
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard(),
+                                               "security": security, "protocol": "tls://"}}
+    return nanny_keeping(SpecCluster)(workers=workers, scheduler=scheduler, security=security,
+                                      silence_logs=logging.WARN)
 
 
 def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
@@ -449,11 +477,19 @@ def one_line_logs() -> None:
 def describe_worker(dask_worker: Any) -> dict[str, Any]:
     """Runs on a worker (via `Client.run`): its kind, host and device."""
     w = dask_worker
-    kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") else "cpu")
+    kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") or _started_by_dask_cuda(w)
+                                               else "cpu")
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
             "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
             "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0)}
+
+
+def _started_by_dask_cuda(worker: Any) -> bool:
+    """A worker that dask-cuda started (`dask cuda worker` on another host, say): it holds
+    dask-cuda's worker plugins (CPU affinity, RMM set-up), which a plain worker never has."""
+    plugins = getattr(worker, "plugins", None) or {}
+    return any(type(p).__module__.startswith("dask_cuda.") for p in plugins.values())
 
 
 def workers_of(client: Any) -> list[dict[str, Any]]:
