@@ -253,7 +253,7 @@ def test_shm_server_round_robin_across_clients(tmp_path):
 # ------------------------------------------------------------------------------ the ServerRole protocol
 ROLE_ARGS = {   # one call of each op, on a core of 4 parameters and 2 workers
     "pull": (), "push": (np.ones(4, np.float32), 0.1, 0), "elastic": (np.ones(4, np.float32), 0.5),
-    "retire": (1,), "centre": (), "deposit": (0, 1, np.ones(4, np.float32), np.ones(8, np.float32)),
+    "retire": (1,), "centre": (), "final": (), "deposit": (0, 1, np.ones(4, np.float32), np.ones(8, np.float32)),
     "collect": (0, 1), "depart": (1,), "average": (0, 1, np.ones(4, np.float32), 0), "model": (1,), "mean": (),
 }
 
@@ -269,8 +269,11 @@ def test_each_role_states_its_ops_and_their_sizes_are_the_arrays_that_travel(rol
     for name, op in type(core).OPS.items():
         args = ROLE_ARGS[name]
         assert callable(getattr(core, op.method))
+        if name == "final":
+            assert not op.ready(core, *args)     # worker 0 has not retired
+            core.retire(0)
         if op.ready is not None:
-            assert op.ready(core, *args)         # the deposit above came first / FCFS elastic
+            assert op.ready(core, *args)         # the deposit above came first / FCFS elastic / all retired
         out_sizes = op.sizes_out(core, *args)
         got = serve_now(core, op, args)
         sent = [len(a) for a in args if isinstance(a, np.ndarray)]

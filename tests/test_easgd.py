@@ -107,14 +107,56 @@ def test_sync_easgd_two_workers_follow_the_reference_loop():
     np.testing.assert_allclose(got.params, sync_reference(cfg, 2), rtol=0, atol=1e-6)
 
 
-def test_round_robin_easgd_two_workers_take_turns_in_rank_order():
-    # strict turns make the centre's sequence independent of thread timing; rank 0 returns
-    # the centre when it finishes, before or after worker 1's last exchange
-    cfg = config("easgd", cpus=2, steps=24, tau=4, lr=0.1)
-    centres = elastic_reference(cfg, workers=2)
+def last_eval_is_of(got, cfg) -> None:
+    """The run's last evaluation scored the parameters it returned (not an earlier centre)."""
+    from workbench.maths.metrics import Evaluator
+    problem = Problem.from_config(cfg)
+    scores = Evaluator(problem.new_model(), problem.data)(got.params)
+    last = got.evals.iloc[-1]
+    assert last["test_loss"] == pytest.approx(scores["test_loss"], rel=1e-6)
+    assert last["train_loss"] == pytest.approx(scores["train_loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_round_robin_easgd_ends_with_the_centre_after_every_workers_last_exchange(workers):
+    # strict turns make the centre's sequence independent of thread timing, and the result
+    # waits for every worker's last exchange (rank 0 used to return the centre when it
+    # finished itself: before or after the others' last exchanges, depending on timing)
+    cfg = config("easgd", cpus=workers, steps=24, tau=4, lr=0.1)
+    want = elastic_reference(cfg, workers=workers)[-1]
     got = run_threads(cfg)
-    assert got.summary["alpha"] == pytest.approx(0.45)
-    assert any(np.abs(got.params - c).max() < 1e-6 for c in centres[-2:])
+    assert got.summary["alpha"] == pytest.approx(0.9 / workers)
+    np.testing.assert_allclose(got.params, want, rtol=0, atol=1e-6)
+    last_eval_is_of(got, cfg)
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "async_easgd"])
+def test_an_asynchronous_run_ends_with_every_workers_last_update(algorithm, monkeypatch):
+    """Worker 1 runs slower: rank 0 ends first, and its last evaluation and the returned
+    parameters wait for worker 1's last update, which they then include."""
+    from workbench.algorithms.async_ps import AsyncSGD
+    from workbench.algorithms.base import EndsOnServer
+    from workbench.algorithms.easgd import AsyncEASGD
+    cls = {"async_sgd": AsyncSGD, "async_easgd": AsyncEASGD}[algorithm]
+    own_step, own_done, seen = cls.step, EndsOnServer.steps_done, {}
+
+    def slow_step(self, step):        # worker 1's steps take 20 ms longer
+        if self.ctx.rank == 1:
+            time.sleep(0.02)
+        return own_step(self, step)
+
+    def steps_done(self):             # the server's parameters once this worker's last update is in
+        read = self.ctx.server.centre if algorithm == "async_easgd" else (lambda: self.ctx.server.pull()[1])
+        seen[self.ctx.rank] = np.asarray(read()).copy()
+        own_done(self)
+    monkeypatch.setattr(cls, "step", slow_step)
+    monkeypatch.setattr(EndsOnServer, "steps_done", steps_done)
+    cfg = config(algorithm, cpus=2, steps=12, tau=1, lr=0.1)
+    got = run_threads(cfg)
+    assert got.status == "completed"
+    np.testing.assert_array_equal(got.params, seen[1])          # worker 1 ended last
+    assert np.abs(got.params - seen[0]).max() > 1e-6             # rank 0 ended before it
+    last_eval_is_of(got, cfg)
 
 
 def test_thread_server_round_robin_waits_for_the_turn_and_skips_the_retired():
@@ -135,6 +177,20 @@ def test_thread_server_round_robin_waits_for_the_turn_and_skips_the_retired():
     server.retire(2)                         # rank 2 is done: rank 0 does not wait for it
     exchange(0)
     assert served == [0, 1, 0]
+
+
+def test_the_final_parameters_wait_for_every_worker_to_retire():
+    server = ThreadServer(ParameterServer(np.arange(3, dtype=np.float32), size=2))
+    got = []
+    t = threading.Thread(target=lambda: got.append(server.final()), daemon=True)
+    t.start()
+    time.sleep(0.05)
+    server.retire(1)
+    time.sleep(0.05)
+    assert not got                          # rank 0 has not ended yet
+    server.retire(0)
+    t.join(timeout=30)
+    np.testing.assert_array_equal(got[0], [0, 1, 2])
 
 
 # ------------------------------------------------------------------------------ training
@@ -207,6 +263,16 @@ def test_easgd_stop_request_retires_workers_without_hanging():
 def test_sync_easgd_on_dask_follows_the_reference_loop(client):
     cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
     np.testing.assert_allclose(run(cfg, client).params, sync_reference(cfg, 2), rtol=0, atol=1e-5)
+
+
+@pytest.mark.cluster
+def test_round_robin_easgd_on_dask_is_the_reference_loop_every_time(client):
+    """Two real worker processes: the returned centre is the reference's last one in every
+    run (before, 3 of 6 runs here returned the one before worker 1's last exchange)."""
+    cfg = config("easgd", cpus=2, steps=12, tau=1, lr=0.1)
+    want = elastic_reference(cfg, workers=2)[-1]
+    for _ in range(4):
+        np.testing.assert_allclose(run(cfg, client).params, want, rtol=0, atol=1e-5)
 
 
 @pytest.mark.cluster
@@ -286,3 +352,16 @@ def test_elastic_sync_is_refused_for_other_algorithms():
         RunConfig(algorithm="async_easgd", elastic_sync="tree_host")
     with pytest.raises(Exception, match="elastic_sync"):
         RunConfig(algorithm="sync_easgd", elastic_sync="star")
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.3])
+def test_simulated_round_robin_easgd_ends_with_the_reference_loops_last_centre(jitter):
+    """On the virtual clock too, with workers of uneven speed: the result is the centre
+    after every worker's last exchange, and the last evaluation scores it."""
+    cfg = config("easgd", cpus=0, gpus=3, simulate=True, device="v100", jitter=jitter, steps=24, tau=4, lr=0.1)
+    want = elastic_reference(config("easgd", cpus=3, steps=24, tau=4, lr=0.1), workers=3)[-1]
+    got = run(cfg)
+    np.testing.assert_allclose(got.params, want, rtol=0, atol=1e-5)
+    last_eval_is_of(got, cfg)
+    ends = got.steps.groupby("worker")["time"].max()
+    assert got.evals["time"].iloc[-1] >= ends.max()     # scored once the last worker had ended

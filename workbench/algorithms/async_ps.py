@@ -9,6 +9,8 @@ constant lr). Staleness, the number of other workers' updates that landed betwee
 worker's fetch and its push, is recorded for every step.
 
 With one worker both reduce exactly to the reference trainer (plain or momentum SGD).
+The run's result is the server's parameters after every worker's last push
+(`base.EndsOnServer`).
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from typing import Any
 
 from ..maths.backend import to_numpy
 from ..maths.optim import OptimizerSettings
-from .base import Algorithm, StepOut, WorkerContext
+from .base import Algorithm, EndsOnServer, StepOut, WorkerContext
 
 
-class AsyncSGD(Algorithm):
+class AsyncSGD(EndsOnServer, Algorithm):
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.version, params = ctx.server.pull()
@@ -42,7 +44,7 @@ class AsyncSGD(Algorithm):
                        comm_s=t2 - t1, staleness=staleness, bytes_sent=self.grad.nbytes)   # the push
 
     def eval_params(self) -> Any:
-        return self.ctx.xp.asarray(self.ctx.server.pull()[1])
+        return self.server_params(lambda: self.ctx.server.pull()[1])
 
     eval_name = "server"
 

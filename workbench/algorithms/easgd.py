@@ -50,7 +50,6 @@ global batch, the same on every worker (as in sync_sgd).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
@@ -58,7 +57,7 @@ import numpy as np
 
 from ..comm.base import ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import EndsOnServer, LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
 class ElasticWorker(LocalWorker):
@@ -94,37 +93,30 @@ class ElasticWorker(LocalWorker):
         return self.ctx.xp.asarray(self.ctx.server.centre())
 
 
-class AsyncEASGD(ElasticWorker):
+class AsyncEASGD(EndsOnServer, ElasticWorker):
     """async_easgd: the server applies each worker's exchange as it arrives (FCFS)."""
+
+    def eval_params(self) -> Any:
+        return self.server_params(self.ctx.server.centre)
 
     def exchange(self) -> None:
         d = self.ctx.server.elastic(to_numpy(self.params), self.alpha)   # the server did xc += d
         self.params -= self.ctx.xp.asarray(d)
 
 
-class EASGD(ElasticWorker):
+class EASGD(EndsOnServer, ElasticWorker):
     """easgd, the original: the server takes exchanges in strict rank order (round-robin).
 
-    A finished (or failed) worker retires, so the others never wait for its turn."""
+    A finished (or failed) worker retires, so the others never wait for its turn
+    (`EndsOnServer`, which also makes the returned centre the one after every worker's
+    last exchange)."""
 
     def exchange(self) -> None:
         d = self.ctx.server.elastic(to_numpy(self.params), self.alpha, self.ctx.rank)
         self.params -= self.ctx.xp.asarray(d)
 
-    def step(self, step: int) -> StepOut:
-        try:
-            return super().step(step)
-        except BaseException:
-            self._retire()
-            raise
-
-    def _retire(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ctx.server.retire(self.ctx.rank)
-
-    def finish(self) -> np.ndarray | None:
-        self._retire()
-        return super().finish()
+    def eval_params(self) -> Any:
+        return self.server_params(self.ctx.server.centre)
 
 
 class AsyncMEASGD(AsyncEASGD):

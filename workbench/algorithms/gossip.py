@@ -218,7 +218,11 @@ def pairing_rng(seed: int, rank: int) -> np.random.Generator:
 
 
 class ADPSGD(LocalWorker):
-    """adpsgd: a local step at the model I last had, then an atomic average with one random neighbour."""
+    """adpsgd: a local step at the model I last had, then an atomic average with one random neighbour.
+
+    The result (and the last evaluation) is the rows' mean when rank 0 ends its steps:
+    other workers' last averages may come after it (`base.EndsOnServer` is how the server
+    algorithms wait for every worker; the model table does not count who has ended yet)."""
 
     eval_name = "average"
 

@@ -18,6 +18,11 @@ from .base import Algorithm, StepOut, WorkerContext
 
 
 class HogwildSGD(Algorithm):
+    """hogwild_sgd's worker. The result (and the last evaluation) is the shared buffer as it
+    is when rank 0 ends its steps: other workers' last writes may land after it. The
+    server algorithms wait for every worker (`base.EndsOnServer`); a lock-free buffer has
+    no server to count who has ended, so this one does not yet."""
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.shared = ctx.shared["params"].array           # (n,) float32, shared by the host

@@ -189,9 +189,9 @@ def main() -> int:
     except Exception:
         traceback.print_exc()
         ok = False
-    finally:
-        close_client(cpu)
+    finally:   # newest first: each cluster puts back the log level it found when it started
         close_client(two)
+        close_client(cpu)
     print("GPU check:", "passed" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -113,6 +113,9 @@ class ParameterServer:
         # round-robin: a finished (or lost) worker gives up its turns so the rest are not blocked
         RoleOp("retire", "retire", changes=True, notice=True),
         RoleOp("centre", "centre", sizes_out=_whole, work=_copy_out),
+        # the run's result: x once every worker has retired (after every worker's last update)
+        RoleOp("final", "final", ready=lambda core: core.all_retired(), sizes_out=_whole, work=_copy_out,
+               what="the other workers' last updates"),
     )}
 
     @property
@@ -162,6 +165,14 @@ class ParameterServer:
         return d
 
     def centre(self) -> np.ndarray:
+        return self.x.copy()
+
+    def all_retired(self) -> bool:
+        """Every worker has ended (retired itself, or was retired as lost)."""
+        return bool(self.retired.all())
+
+    def final(self) -> np.ndarray:
+        """The parameters once `all_retired()` (front-ends wait for it): what the run ends with."""
         return self.x.copy()
 
     def my_turn(self, rank: int | None) -> bool:

@@ -240,15 +240,14 @@ class SimServerState:
         reply lands one latency later."""
         net = self.costs.network
         proc.sleep_until(proc.now() + net.alpha)
+        # Round-robin turns and other waits may be waited on together only when no change
+        # can make both true: rank 0's wait for the final centre (`final`) holds once every
+        # worker has retired, and a worker waiting for its turn has not retired.
         while ready is not None and not ready():
             if turn is None:
-                if self.turns:
-                    raise RuntimeError("a server state's waiters are all round-robin turns or none are")
                 self.waiting.append((proc, ready))
                 proc.block()
                 continue
-            if self.waiting:
-                raise RuntimeError("a server state's waiters are all round-robin turns or none are")
             self.turns[turn] = (proc, self.changes)
             try:
                 proc.block()
