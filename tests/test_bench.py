@@ -83,8 +83,8 @@ def test_the_maths_floor_at_a_stacking_is_the_same_maths(stack):
 
 def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
     from workbench.sim import bench
-    per_pass = {"sync_sgd": None, "async_sgd": 2.03, "hogwild_sgd": None, "easgd": 7.4}
-    path = {"sync_sgd": "lockstep", "hogwild_sgd": "lockstep"}
+    per_pass = {"sync_sgd": None, "async_sgd": 2.03, "hogwild_sgd": None, "easgd": 58.2}
+    path = {"sync_sgd": "lockstep", "hogwild_sgd": "lockstep", "easgd": "lockstep"}
     stacks: list[int] = []
 
     def loop(config):
@@ -102,7 +102,7 @@ def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
     monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
     bench.main(Namespace(workers=64, repeats=1, rows_per_worker=2, memory_workers=2))
     out = capsys.readouterr().out
-    assert set(stacks) == {1, 2, 7}                     # sgd's and the slices' maths, and each run's batching
+    assert set(stacks) == {1, 2}       # sgd's and the slices' maths, and the per-worker run's batching
     assert "2.03 computes a pass" in out and "2 at a time take 0.354 s" in out
-    assert "7.4 computes a pass" in out and "7 at a time take 0.189 s" in out
-    assert out.count("lockstep: every worker's step in one loop") == 2
+    assert out.count("lockstep: every worker's step in one loop") == 3
+    assert "one loop, 58.2 local steps a stacked pass" in out

@@ -206,7 +206,8 @@ def main(args: argparse.Namespace) -> int:
     for a in names:                       # warm: imports, the data set, first-call workspaces
         how[a] = loop_seconds(configs[a])[2]
     # each per-worker algorithm's maths at the batching its timing allowed (the pool's computes per pass)
-    stacks = sorted({max(1, round(h["per_pass"])) for h in how.values() if h.get("per_pass")} - {1})
+    stacks = sorted({max(1, round(h["per_pass"])) for h in how.values()
+                     if h.get("per_pass") and h.get("path") == "per worker"} - {1})
     inf = (float("inf"), float("inf"))
     best: dict[str, tuple[float, float]] = {a: inf for a in names}
     maths = {1: inf, workers: inf}
@@ -262,7 +263,8 @@ def main(args: argparse.Namespace) -> int:
                   f"{workers} slices' maths {k} at a time take {floor:.3f} s = {floor / fast[0]:.2f}x sgd, "
                   f"the floor under this run; wall {best[a][0] / floor:.2f}x it", flush=True)
         elif h.get("path"):
-            print(f"  {'':>11}  {h['path']}: every worker's step in one loop", flush=True)
+            stacked = f", {h['per_pass']:g} local steps a stacked pass" if h.get("per_pass") else ""
+            print(f"  {'':>11}  {h['path']}: every worker's step in one loop{stacked}", flush=True)
     runs = {"sync_sgd": [inf[0], inf[0]], "sgd": [inf[0], inf[0]]}
     with _one_blas_thread():              # sgd as a real worker process runs it (and as the simulation computes)
         for _ in range(repeats):

@@ -704,6 +704,7 @@ class SimTransport(Transport):
         self.makespan = 0.0
         self.costs: SimCosts | None = None
         self.pool: ComputePool | None = None
+        self.stacked: tuple[int, int] | None = None   # the EASGD lockstep's (stacked passes, local steps)
 
     def choose(self, config: RunConfig) -> list[dict]:
         gpus = config.gpus if isinstance(config.gpus, int) else 0
@@ -885,9 +886,13 @@ class SimTransport(Transport):
 
     def computes_per_pass(self) -> float | None:
         """How many workers' `loss_and_grad` calls the pool computed together, on average
-        (None where it computed none: the lockstep paths compute every worker at once).
+        (None where it computed none: sync_sgd's and hogwild_sgd's lockstep compute every
+        worker at once; the EASGD lockstep's stacked passes give their own average).
         What an asynchronous run's timing lets it batch: async_sgd's server serialises the
         pushes, so only the computes that overlap one push's service share a pass."""
+        stacked = self.stacked
+        if stacked is not None and stacked[0]:
+            return round(stacked[1] / stacked[0], 2)
         pool = self.pool
         if pool is None or not pool.flushes:
             return None
