@@ -89,8 +89,8 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     (dict(cpus=4, split="speed"), "speed-based shares"),
     (dict(cpus=4, compression="topk"), "compression keeps per-worker state"),
     (dict(cpus=4, fail_worker="2@0.002"), "fault injection"),
-    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd, hogwild_sgd, easgd or async_easgd"),
-    (dict(cpus=4, algorithm="async_measgd"), "not sync_sgd, hogwild_sgd, easgd or async_easgd"),
+    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"),
+    (dict(cpus=4, algorithm="async_measgd"), "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"),
     (dict(cpus=4, algorithm="easgd", optimizer="lars"), "lars / lamb: layer norms computed per worker"),
     (dict(cpus=4, algorithm="hogwild_sgd", jitter=0.1), "jitter: the workers' steps drift apart"),
     (dict(cpus=3, algorithm="hogwild_sgd", batch_size=32), "slices of unequal size"),
@@ -172,7 +172,7 @@ def test_a_stop_request_stops_hogwild_at_the_same_steps(monkeypatch, nth):
     assert _events(a) == _events(b)
 
 
-# ------------------------------------------------------------------------------ easgd, async_easgd
+# ------------------------------------------------------------------------------ the server algorithms
 ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
 
 
@@ -189,9 +189,19 @@ ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
     dict(cpus=4, algorithm="async_easgd"),
     dict(cpus=5, algorithm="async_easgd", batch_size=33, jitter=0.2),
     dict(cpus=2, gpus=2, algorithm="async_easgd", device="v100", tau=3),
+    dict(cpus=4, algorithm="async_sgd"),
+    dict(cpus=1, algorithm="async_sgd"),
+    dict(cpus=4, algorithm="async_msgd", momentum=0.9, nesterov=True),
+    dict(gpus=2, cpus=2, algorithm="async_sgd", jitter=0.3),
+    dict(cpus=5, algorithm="async_sgd", batch_size=33, jitter=0.2),
+    dict(cpus=4, algorithm="async_sgd", optimizer="lamb", lr=0.01),          # the server's rule: any
+    dict(cpus=4, algorithm="async_sgd", optimizer="adamw", lr=0.01, weight_decay=1e-3, warmup="gradual",
+         warmup_epochs=1),
+    dict(cpus=64, algorithm="async_sgd", batch_size=128, jitter=0.1),
 ], ids=["4cpu", "1cpu", "tau1", "tail", "mixed-jitter", "uneven", "wd-warmup", "adamw", "64cpu", "fcfs",
-        "fcfs-uneven", "fcfs-mixed"])
-def test_elastic_lockstep_is_bitwise_the_per_worker_run(extra):
+        "fcfs-uneven", "fcfs-mixed", "ps-4cpu", "ps-1cpu", "ps-momentum", "ps-mixed-jitter", "ps-uneven", "ps-lamb",
+        "ps-adamw-warmup", "ps-64cpu"])
+def test_server_lockstep_is_bitwise_the_per_worker_run(extra):
     config = RunConfig(**{**ELASTIC, **extra})
     a, b = _both(config)
     assert a.summary["status"] == "completed"
@@ -201,24 +211,25 @@ def test_elastic_lockstep_is_bitwise_the_per_worker_run(extra):
     assert _events(a) == _events(b)
 
 
-def test_elastic_lockstep_stacks_every_worker():
-    # the point of it: 64 workers' local steps in passes of (nearly) all 64, where the per-worker
+@pytest.mark.parametrize("algorithm", ["easgd", "async_sgd"])
+def test_server_lockstep_stacks_every_worker(algorithm):
+    # the point of it: 64 workers' computes in passes of (nearly) all 64, where the per-worker
     # path's pool batches only the computes whose virtual times overlap (the bench's epoch: the
-    # round-robin staggers the workers by the exchanges' service)
+    # server's queue staggers the workers by its service times)
     from workbench.sim.bench import epoch_config
-    config = epoch_config("easgd", 64, 32, steps=12)
+    config = epoch_config(algorithm, 64, 32, steps=12)
     fast, oracle = SimTransport(), SimTransport(lockstep=False)
     a, b = execute(config, fast), execute(config, oracle)
     _same(a, b)
     assert fast.computes_per_pass() >= 48 > 4 * oracle.computes_per_pass()
 
 
-@pytest.mark.parametrize("algorithm, chunk", [("easgd", 512), ("easgd", 7), ("async_easgd", 7)])
-def test_a_diverging_elastic_run_ends_the_same_in_both(monkeypatch, algorithm, chunk):
+@pytest.mark.parametrize("algorithm, chunk", [("easgd", 512), ("easgd", 7), ("async_easgd", 7), ("async_sgd", 7)])
+def test_a_diverging_server_run_ends_the_same_in_both(monkeypatch, algorithm, chunk):
     # The replay assumes finite losses; the chunk where one is not is replayed from the start
     # with the maths at each event. chunk=7: records already sent before the divergence
-    from workbench.execution.transports import sim_elastic
-    monkeypatch.setattr(sim_elastic, "CHUNK_ROWS", chunk)
+    from workbench.execution.transports import sim_server
+    monkeypatch.setattr(sim_server, "CHUNK_ROWS", chunk)
     a, b = _both(RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "lr": 300.0, "steps": 60,
                               "eval_every": 4}))
     assert a.summary["status"] == "diverged" and len(a.steps) > 40     # well past the first chunks
@@ -227,15 +238,16 @@ def test_a_diverging_elastic_run_ends_the_same_in_both(monkeypatch, algorithm, c
     assert sorted(a.steps.groupby("worker")["step"].count()) == sorted(b.steps.groupby("worker")["step"].count())
 
 
+@pytest.mark.parametrize("algorithm", ["easgd", "async_sgd"])
 @pytest.mark.parametrize("nth", [1, 6, 11])
-def test_a_stop_request_stops_elastic_at_the_same_steps(monkeypatch, nth):
+def test_a_stop_request_stops_a_server_run_at_the_same_steps(monkeypatch, nth, algorithm):
     asked: list[int] = []
 
     def stop_requested(self) -> bool:
         asked.append(self.rank)
         return len(asked) >= nth
     monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
-    config = RunConfig(**{**ELASTIC, "cpus": 4, "steps": 40})
+    config = RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "steps": 40})
     fast = SimTransport()
     a = execute(config, fast)
     first, asked[:] = list(asked), []

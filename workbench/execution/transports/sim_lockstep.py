@@ -56,7 +56,7 @@ from ...maths.backend import to_numpy
 from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
 
-LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd", "easgd", "async_easgd")
+LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd", "easgd", "async_easgd", "async_sgd", "async_msgd")
 
 
 def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
@@ -65,7 +65,7 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
     takes the same virtual time: `costs` (the run's `SimCosts`) tells."""
     c = setup.config
     if c.algorithm not in LOCKSTEP_ALGORITHMS:
-        return "not sync_sgd, hogwild_sgd, easgd or async_easgd"
+        return "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"
     if c.compression != "none":
         return "compression keeps per-worker state"
     if c.split != "equal" or setup.extra.get("shares"):
@@ -86,18 +86,18 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
             return "slices of unequal size"
         if costs is None or len({costs.compute(r, c.batch_size // size) for r in range(size)}) > 1:
             return "workers of different speeds"
-    if c.algorithm in ("easgd", "async_easgd"):
-        from .sim_elastic import elastic_refusal
-        return elastic_refusal(setup)
+    if c.algorithm in LOCKSTEP_ALGORITHMS[2:]:
+        from .sim_server import server_refusal
+        return server_refusal(setup)
     return None
 
 
 def lockstep_for(setup: Any) -> type[Lockstep]:
     """The lockstep loop of `setup`'s algorithm (one `lockstep_refusal` let through)."""
     algorithm = setup.config.algorithm
-    if algorithm in ("easgd", "async_easgd"):
-        from .sim_elastic import ElasticLockstep
-        return ElasticLockstep
+    if algorithm in LOCKSTEP_ALGORITHMS[2:]:
+        from .sim_server import ServerLockstep
+        return ServerLockstep
     return HogwildLockstep if algorithm == "hogwild_sgd" else Lockstep
 
 
