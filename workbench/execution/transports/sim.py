@@ -46,7 +46,8 @@ from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
 from ...sim.profiles import _one_blas_thread
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
-from .sim_lockstep import lockstep_for, lockstep_refusal
+from .sim_lockstep import lockstep_refusal
+from .sim_server import lockstep_for
 
 MAX_WORKERS = 1024
 
@@ -693,7 +694,7 @@ class SimTransport(Transport):
     def __init__(self, link: Any = None, batch_compute: bool = True, lockstep: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
-        self.lockstep = lockstep     # sync_sgd's replicas, or hogwild_sgd's workers, stepped in one loop (sim_lockstep), where it applies
+        self.lockstep = lockstep     # every worker in one loop where it applies (sim_lockstep, sim_server)
         self.path = ""               # how the run was simulated: "lockstep" or "per worker"
         self.control = ThreadControl()
         self.reports = Reports(lambda rank: f"virtual worker {rank}")

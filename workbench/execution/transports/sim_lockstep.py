@@ -2,6 +2,8 @@
 greenlet, for a synchronous algorithm whose replicas hold identical parameters (sync_sgd,
 `Lockstep`) and for Hogwild's workers while their steps take equal virtual time
 (hogwild_sgd, `HogwildLockstep`, whose own docstring says how it replays their writes).
+The server algorithms (easgd, async_easgd, async_sgd, async_msgd) have theirs in
+`sim_server` (`ServerLockstep`, built on `Lockstep`'s set-up of the workers' contexts).
 
 A sync_sgd replica's step is the same on every rank but for its slice of the global batch
 and its clock: each rank computes `loss_and_grad` on its slice with the parameters every
@@ -86,19 +88,12 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
             return "slices of unequal size"
         if costs is None or len({costs.compute(r, c.batch_size // size) for r in range(size)}) > 1:
             return "workers of different speeds"
-    if c.algorithm in LOCKSTEP_ALGORITHMS[2:]:
-        from .sim_server import server_refusal
-        return server_refusal(setup)
+    if c.algorithm in ("easgd", "async_easgd") and c.optimizer in ("lars", "lamb"):
+        # EASGD's workers step their own x_i with the configured rule, in `sim_server` on rows of
+        # one array: lars and lamb take layer norms, whose bits on a row of a stacked array are not
+        # promised to be those on a separate one (async_sgd's rule runs on its server's own arrays)
+        return "lars / lamb: layer norms computed per worker"
     return None
-
-
-def lockstep_for(setup: Any) -> type[Lockstep]:
-    """The lockstep loop of `setup`'s algorithm (one `lockstep_refusal` let through)."""
-    algorithm = setup.config.algorithm
-    if algorithm in LOCKSTEP_ALGORITHMS[2:]:
-        from .sim_server import ServerLockstep
-        return ServerLockstep
-    return HogwildLockstep if algorithm == "hogwild_sgd" else Lockstep
 
 
 class Lockstep:

@@ -55,7 +55,7 @@ import numpy as np
 from ...data import _epoch_order, steps_per_epoch
 from ...maths.optim import SGD
 from ...results import eval_record
-from .sim_lockstep import Lockstep
+from .sim_lockstep import HogwildLockstep, Lockstep
 
 ELASTIC_ALGORITHMS = ("easgd", "async_easgd")
 PUSH_ALGORITHMS = ("async_sgd", "async_msgd")
@@ -63,16 +63,12 @@ SERVER_ALGORITHMS = ELASTIC_ALGORITHMS + PUSH_ALGORITHMS
 CHUNK_ROWS = 512           # step records per chunk of the log (and per live batch at most)
 
 
-def server_refusal(setup: Any) -> str | None:
-    """Why a server algorithm's run cannot take this lockstep (None: it can); the checks
-    common to every lockstep path are `sim_lockstep.lockstep_refusal`'s. EASGD's workers
-    step their own x_i with the configured rule, here on rows of one array: lars and lamb
-    take layer norms, whose bits on a row of a stacked array are not promised to be those
-    on a separate one (async_sgd's rule runs on its server, on separate arrays)."""
-    c = setup.config
-    if c.algorithm in ELASTIC_ALGORITHMS and c.optimizer in ("lars", "lamb"):
-        return "lars / lamb: layer norms computed per worker"
-    return None
+def lockstep_for(setup: Any) -> type[Lockstep]:
+    """The lockstep loop of `setup`'s algorithm (one `sim_lockstep.lockstep_refusal` let through)."""
+    algorithm = setup.config.algorithm
+    if algorithm in SERVER_ALGORITHMS:
+        return ServerLockstep
+    return HogwildLockstep if algorithm == "hogwild_sgd" else Lockstep
 
 
 class _W:
