@@ -98,11 +98,15 @@ def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
         return 0.5 * stack ** -0.5, 0.5
     monkeypatch.setattr(bench, "loop_seconds", loop)
     monkeypatch.setattr(bench, "maths_seconds", maths)
+    monkeypatch.setattr(bench, "eval_seconds", lambda config: 0.25)
     monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (0.5, 0.9))
     monkeypatch.setattr(bench, "measure_memory", lambda a, w: {"peak_bytes": 1e8, "base_bytes": 5e7, "seconds": 1.0})
     bench.main(Namespace(workers=64, repeats=1, rows_per_worker=2, memory_workers=2))
     out = capsys.readouterr().out
+    # like with like: a simulated run's 2.0 s hold its final evaluation, sgd's 1.0 s of steps do not
+    assert "1.250 s wall with its final evaluation, 1.000 s its steps alone" in out
+    assert "wall 1.60x sgd (target <= 1.5x: NOT met)" in out and "2.00x the faster sgd's steps alone" in out
     assert set(stacks) == {1, 2}       # sgd's and the slices' maths, and the per-worker run's batching
     assert "2.03 computes a pass" in out and "2 at a time take 0.354 s" in out
     assert out.count("lockstep: every worker's step in one loop") == 3
-    assert "one loop, 58.2 local steps a stacked pass" in out
+    assert "one loop, 58.2 computes a stacked pass" in out

@@ -133,10 +133,18 @@ class ParameterServer:
     def push(self, grad: np.ndarray, lr: float, version: int) -> tuple[int, np.ndarray, int]:
         """Apply `x -= lr g` through the optimiser (momentum, Nesterov, weight decay);
         returns the new version, fresh parameters and the staleness of `grad`."""
+        out = np.empty_like(self.x)
+        new, staleness = self.push_into(grad, lr, version, out)
+        return new, out, staleness
+
+    def push_into(self, grad: np.ndarray, lr: float, version: int, out: np.ndarray) -> tuple[int, int]:
+        """`push` with the fresh parameters written into `out` (the simulator's replay keeps
+        each worker's in a row of one array); returns the new version and the staleness."""
         staleness = self.version - version
         self.opt.step(self.x, grad, lr)
         self.header[H_VERSION] += 1
-        return self.version, self.x.copy(), staleness
+        np.copyto(out, self.x)
+        return self.version, staleness
 
     @property
     def plain(self) -> bool:

@@ -219,14 +219,16 @@ class _ElasticMaths(_Log):
         self.scratch = np.empty_like(self.xs) if self.plain else None
         self.scratch2 = np.empty_like(self.xs) if self.plain and opt.weight_decay else None
         self.alpha = algos[0].alpha
+        self.d = np.empty_like(self.centre)
 
     def server_x(self) -> np.ndarray:
         return self.centre
 
     def apply(self, r: int) -> None:
         """The server's `elastic` and the worker's `x_i -= d`, as they compute them."""
-        x = self.xs[r]
-        d = self.alpha * (x - self.centre)
+        x, d = self.xs[r], self.d
+        np.subtract(x, self.centre, out=d)      # d = alpha (x_i - xc), as `alpha * (x - xc)` rounds it
+        np.multiply(d, self.alpha, out=d)
         self.centre += d
         x -= d
 
@@ -257,8 +259,9 @@ class _ElasticMaths(_Log):
         else:
             for k, r in enumerate(rs):
                 self.algos[r].opt.step(xs[r], grads[k], lrs[k])
-        for k, it in enumerate(items):
-            self.losses[it[1]] = float(got[k])
+        losses = self.losses
+        for it, loss in zip(items, got.tolist()):
+            losses[it[1]] = loss
 
 
 class _PushMaths(_Log):
@@ -272,9 +275,8 @@ class _PushMaths(_Log):
         needs = setup.spec.needs
         self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, self.P)
         n = self.core.x.shape[0]
-        self.params: list[np.ndarray | None] = [None] * self.P
+        self.params = np.empty((self.P, n), self.core.x.dtype)   # each worker's: its last reply
         self.grads = np.empty((self.P, n), self.core.x.dtype)
-        self.stack = np.empty((self.P, n), self.core.x.dtype)
         # a layer-wise rule reads norms of the gradient: hand it a separate array, as a worker's own
         self.copy_grad = self.core.opt.layerwise_chunks
 
@@ -286,19 +288,20 @@ class _PushMaths(_Log):
 
     def apply(self, r: int, lr: float, version: int) -> None:
         g = self.grads[r]
-        self.params[r] = self.core.push(g.copy() if self.copy_grad else g, lr, version)[1]
+        self.core.push_into(g.copy() if self.copy_grad else g, lr, version, self.params[r])
 
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
         """Each worker's gradient at its parameters, stacked."""
         K = len(rs)
-        X, y = self.batch(rs, items, m, self.stack.dtype)
-        params = np.stack([self.params[r] for r in rs], out=self.stack[:K])
+        X, y = self.batch(rs, items, m, self.params.dtype)
+        params = self.params if K == self.P else self.params[rs]
         grads = self.grads if K == self.P else np.empty((K, self.grads.shape[1]), self.grads.dtype)
         got = self.model.loss_and_grad_stacked(params, X, y, grads)
         if K != self.P:
             self.grads[rs] = grads
-        for k, it in enumerate(items):
-            self.losses[it[1]] = float(got[k])
+        losses = self.losses
+        for it, loss in zip(items, got.tolist()):
+            losses[it[1]] = loss
 
 
 class _Diverged(Exception):
@@ -363,6 +366,7 @@ class _Replay:
         self.eval_count = 0
         self.results: list[dict | None] = [None] * P
         self.final_read: int | None = None
+        self.lrs: dict[int, float] = {}
 
     # ---------------------------------------------------------------- the driver
     def run(self, proc: Any) -> None:
@@ -534,7 +538,7 @@ class _Replay:
         r, ctx, plan, maths = w.r, self.ctxs[w.r], self.plan, self.maths
         lo, hi = self.slices[r]
         m = hi - lo
-        heap, seq, costs, push = self.heap, self.seq, self.costs, self.push
+        heap, seq, costs, push, lrs = self.heap, self.seq, self.costs, self.push, self.lrs
         tau = 1 if push else self.tau
         total = plan.total_steps
         fixed = None if costs.jitter else costs.compute(r, m)   # without jitter a rank's compute is one number
@@ -552,7 +556,9 @@ class _Replay:
             if ctx.stop_requested():
                 status = "stopped"
                 break
-            lr = plan.schedule(step)
+            lr = lrs.get(step)
+            if lr is None:
+                lr = lrs[step] = plan.schedule(step)    # a function of the step alone: once per step
             t0 = w.t
             cid = maths.compute(r, step, lr)
             if self.eager:
