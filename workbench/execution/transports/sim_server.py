@@ -60,7 +60,7 @@ from .sim_lockstep import HogwildLockstep, Lockstep
 ELASTIC_ALGORITHMS = ("easgd", "async_easgd")
 PUSH_ALGORITHMS = ("async_sgd", "async_msgd")
 SERVER_ALGORITHMS = ELASTIC_ALGORITHMS + PUSH_ALGORITHMS
-CHUNK_ROWS = 512           # step records per chunk of the log (and per live batch at most)
+CHUNK_ROWS = 512           # step records per chunk of the log at least (4 per worker: a few steps of each)
 
 
 def lockstep_for(setup: Any) -> type[Lockstep]:
@@ -235,26 +235,27 @@ class _ElasticMaths(_Log):
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
         """One local step of each worker in `rs`, stacked."""
         K, xs = len(rs), self.xs
-        whole = K == self.P          # every worker, in rank order: their rows as they lie
         X, y = self.batch(rs, items, m, xs.dtype)
-        params = xs if whole else xs[rs]
-        grads = self.grads if whole else self.grads[:K]
+        a = rs[0]
+        run = rs[-1] - a + 1 == K                 # consecutive ranks: views, nothing copied
+        params = xs[a:a + K] if run else xs[rs]
+        grads = self.grads[a:a + K] if run else self.grads[:K]
         got = self.model.loss_and_grad_stacked(params, X, y, grads)
         lrs = [it[3] for it in items]
         if self.plain and lrs.count(lrs[0]) == K:
             # SGD.step_chunk's `x -= lr g` (momentum is 0 on EASGD's workers), the rows at once:
             # elementwise, so each row's bits are its own update's
             opt0 = self.algos[rs[0]].opt
-            g = self.scratch if whole else self.scratch[:K]
+            g = self.scratch[:K]
             if opt0.weight_decay:
-                h = self.scratch2 if whole else self.scratch2[:K]
+                h = self.scratch2[:K]
                 np.multiply(params, opt0.weight_decay, out=h)
                 np.add(grads, h, out=g)
                 np.multiply(g, lrs[0], out=g)
             else:
                 np.multiply(grads, lrs[0], out=g)
             params -= g
-            if not whole:
+            if not run:
                 xs[rs] = params
         else:
             for k, r in enumerate(rs):
@@ -294,10 +295,12 @@ class _PushMaths(_Log):
         """Each worker's gradient at its parameters, stacked."""
         K = len(rs)
         X, y = self.batch(rs, items, m, self.params.dtype)
-        params = self.params if K == self.P else self.params[rs]
-        grads = self.grads if K == self.P else np.empty((K, self.grads.shape[1]), self.grads.dtype)
+        a = rs[0]
+        run = rs[-1] - a + 1 == K                 # consecutive ranks: views, nothing copied
+        params = self.params[a:a + K] if run else self.params[rs]
+        grads = self.grads[a:a + K] if run else np.empty((K, self.grads.shape[1]), self.grads.dtype)
         got = self.model.loss_and_grad_stacked(params, X, y, grads)
-        if K != self.P:
+        if not run:
             self.grads[rs] = grads
         losses = self.losses
         for it, loss in zip(items, got.tolist()):
@@ -375,6 +378,7 @@ class _Replay:
             w.gen = self._worker(w)
             heappush(heap, (0.0, next(self.seq), w))
         lock = self.lock
+        chunk = max(CHUNK_ROWS, 4 * self.P)       # a few steps of every worker: passes of all of them
         while heap:
             t, _, what = heappop(heap)
             if what.__class__ is _W:
@@ -388,7 +392,7 @@ class _Replay:
                     what.done = True
             else:
                 what()
-            if len(self.rows) >= CHUNK_ROWS:
+            if len(self.rows) >= chunk:
                 self._chunk()
                 proc.sleep_until(max(proc.t, max(w.t for w in self.ws)))   # the driver's turn: a cancel lands here
         stuck = [w.r for w in self.ws if not w.done]
