@@ -89,8 +89,8 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     (dict(cpus=4, split="speed"), "speed-based shares"),
     (dict(cpus=4, compression="topk"), "compression keeps per-worker state"),
     (dict(cpus=4, fail_worker="2@0.002"), "fault injection"),
-    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"),
-    (dict(cpus=4, algorithm="async_measgd"), "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"),
+    (dict(cpus=4, algorithm="sync_easgd"), "not sync_sgd, hogwild_sgd or a server algorithm (the EASGD family but hogwild_easgd and sync_easgd, async_sgd, async_msgd)"),
+    (dict(cpus=4, algorithm="hogwild_easgd"), "not sync_sgd, hogwild_sgd or a server algorithm (the EASGD family but hogwild_easgd and sync_easgd, async_sgd, async_msgd)"),
     (dict(cpus=4, algorithm="easgd", optimizer="lars"), "lars / lamb: layer norms computed per worker"),
     (dict(cpus=4, algorithm="hogwild_sgd", jitter=0.1), "jitter: the workers' steps drift apart"),
     (dict(cpus=3, algorithm="hogwild_sgd", batch_size=32), "slices of unequal size"),
@@ -189,6 +189,9 @@ ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
     dict(cpus=4, algorithm="async_easgd"),
     dict(cpus=5, algorithm="async_easgd", batch_size=33, jitter=0.2),
     dict(cpus=2, gpus=2, algorithm="async_easgd", device="v100", tau=3),
+    dict(cpus=4, algorithm="async_measgd", momentum=0.9),
+    dict(cpus=5, algorithm="async_measgd", batch_size=33, jitter=0.2, weight_decay=1e-3, warmup="gradual",
+         warmup_epochs=1),
     dict(cpus=4, algorithm="async_sgd"),
     dict(cpus=1, algorithm="async_sgd"),
     dict(cpus=4, algorithm="async_msgd", momentum=0.9, nesterov=True),
@@ -199,7 +202,7 @@ ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
          warmup_epochs=1),
     dict(cpus=64, algorithm="async_sgd", batch_size=128, jitter=0.1),
 ], ids=["4cpu", "1cpu", "tau1", "tail", "mixed-jitter", "uneven", "wd-warmup", "adamw", "64cpu", "fcfs",
-        "fcfs-uneven", "fcfs-mixed", "ps-4cpu", "ps-1cpu", "ps-momentum", "ps-mixed-jitter", "ps-uneven", "ps-lamb",
+        "fcfs-uneven", "fcfs-mixed", "measgd", "measgd-uneven-wd-warmup", "ps-4cpu", "ps-1cpu", "ps-momentum", "ps-mixed-jitter", "ps-uneven", "ps-lamb",
         "ps-adamw-warmup", "ps-64cpu"])
 def test_server_lockstep_is_bitwise_the_per_worker_run(extra):
     config = RunConfig(**{**ELASTIC, **extra})

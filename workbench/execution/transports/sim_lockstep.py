@@ -2,7 +2,7 @@
 greenlet, for a synchronous algorithm whose replicas hold identical parameters (sync_sgd,
 `Lockstep`) and for Hogwild's workers while their steps take equal virtual time
 (hogwild_sgd, `HogwildLockstep`, whose own docstring says how it replays their writes).
-The server algorithms (easgd, async_easgd, async_sgd, async_msgd) have theirs in
+The server algorithms (easgd, async_easgd, async_measgd, async_sgd, async_msgd) have theirs in
 `sim_server` (`ServerLockstep`, built on `Lockstep`'s set-up of the workers' contexts).
 
 A sync_sgd replica's step is the same on every rank but for its slice of the global batch
@@ -58,7 +58,7 @@ from ...maths.backend import to_numpy
 from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
 
-LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd", "easgd", "async_easgd", "async_sgd", "async_msgd")
+LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd", "easgd", "async_easgd", "async_measgd", "async_sgd", "async_msgd")
 
 
 def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
@@ -67,7 +67,7 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
     takes the same virtual time: `costs` (the run's `SimCosts`) tells."""
     c = setup.config
     if c.algorithm not in LOCKSTEP_ALGORITHMS:
-        return "not sync_sgd, hogwild_sgd or a server algorithm (easgd, async_easgd, async_sgd, async_msgd)"
+        return "not sync_sgd, hogwild_sgd or a server algorithm (the EASGD family but hogwild_easgd and sync_easgd, async_sgd, async_msgd)"
     if c.compression != "none":
         return "compression keeps per-worker state"
     if c.split != "equal" or setup.extra.get("shares"):

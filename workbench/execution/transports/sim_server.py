@@ -1,6 +1,6 @@
 """The simulator's lockstep path for the server algorithms: easgd (the centre takes the
-elastic exchanges in round-robin turns), async_easgd (first come, first served), async_sgd
-and async_msgd (a parameter server takes every worker's gradient and replies with its
+elastic exchanges in round-robin turns), async_easgd and async_measgd (first come, first
+served; async_measgd's workers take EAMSGD's look-ahead step), async_sgd and async_msgd (a parameter server takes every worker's gradient and replies with its
 parameters). Every virtual worker runs in one loop: its timing replayed without greenlets,
 its maths computed in stacked passes over the workers. Bitwise the per-worker run.
 
@@ -35,8 +35,7 @@ already sent.
 makespan against `SimTransport(lockstep=False)`: jitter, mixed devices, uneven slices,
 warmup, weight decay, adamw and lamb, momentum on the server, evaluations, divergence
 (before and after records were sent) and stop requests. Not covered (run per worker,
-`lockstep_refusal` says why): async_measgd (its look-ahead step), hogwild_easgd, lars and
-lamb on EASGD's workers (layer norms over a row of a stacked array are not promised to be
+`lockstep_refusal` says why): hogwild_easgd and sync_easgd, lars and lamb on EASGD's workers (layer norms over a row of a stacked array are not promised to be
 bitwise those over a separate array), fault injection, emulated latency, models without a
 stacked pass.
 """
@@ -57,7 +56,7 @@ from ...maths.optim import SGD
 from ...results import eval_record
 from .sim_lockstep import HogwildLockstep, Lockstep
 
-ELASTIC_ALGORITHMS = ("easgd", "async_easgd")
+ELASTIC_ALGORITHMS = ("easgd", "async_easgd", "async_measgd")
 PUSH_ALGORITHMS = ("async_sgd", "async_msgd")
 SERVER_ALGORITHMS = ELASTIC_ALGORITHMS + PUSH_ALGORITHMS
 CHUNK_ROWS = 512           # step records per chunk of the log at least (4 per worker: a few steps of each)
@@ -204,7 +203,8 @@ class _Log:
 
 
 class _ElasticMaths(_Log):
-    """easgd / async_easgd: every worker's x_i (rows of one array) and the centre."""
+    """easgd / async_easgd / async_measgd: every worker's x_i (rows of one array; async_measgd's
+    velocities likewise) and the centre."""
 
     def __init__(self, lock: Any, algos: list, model: Any, ctx0: Any):
         super().__init__(lock, model, ctx0, [(a.lo, a.hi) for a in algos])
@@ -220,6 +220,12 @@ class _ElasticMaths(_Log):
         self.scratch2 = np.empty_like(self.xs) if self.plain and opt.weight_decay else None
         self.alpha = algos[0].alpha
         self.d = np.empty_like(self.centre)
+        self.vs = None                           # async_measgd: each worker's velocity (EAMSGD's look-ahead)
+        if hasattr(algos[0], "velocity"):
+            self.delta = algos[0].delta
+            self.vs = np.stack([a.velocity for a in algos])
+            for r, a in enumerate(algos):
+                a.velocity = self.vs[r]
 
     def server_x(self) -> np.ndarray:
         return self.centre
@@ -240,8 +246,11 @@ class _ElasticMaths(_Log):
         run = rs[-1] - a + 1 == K                 # consecutive ranks: views, nothing copied
         params = xs[a:a + K] if run else xs[rs]
         grads = self.grads[a:a + K] if run else self.grads[:K]
-        got = self.model.loss_and_grad_stacked(params, X, y, grads)
         lrs = [it[3] for it in items]
+        if self.vs is not None:
+            self._look_ahead(rs, run, params, grads, X, y, lrs, items)
+            return
+        got = self.model.loss_and_grad_stacked(params, X, y, grads)
         if self.plain and lrs.count(lrs[0]) == K:
             # SGD.step_chunk's `x -= lr g` (momentum is 0 on EASGD's workers), the rows at once:
             # elementwise, so each row's bits are its own update's
@@ -260,6 +269,32 @@ class _ElasticMaths(_Log):
         else:
             for k, r in enumerate(rs):
                 self.algos[r].opt.step(xs[r], grads[k], lrs[k])
+        losses = self.losses
+        for it, loss in zip(items, got.tolist()):
+            losses[it[1]] = loss
+
+    def _look_ahead(self, rs: list[int], run: bool, params: np.ndarray, grads: np.ndarray, X: Any, y: Any,
+                    lrs: list[float], items: list[tuple]) -> None:
+        """AsyncMEASGD.local_step for the rows at once (elementwise: each row's bits its own):
+        v *= delta; x += v; g = grad(x) (+ wd x); g *= lr; x -= g; v -= g."""
+        K, a = len(rs), rs[0]
+        v = self.vs[a:a + K] if run else self.vs[rs]
+        v *= self.delta
+        params += v                                   # x is now the look-ahead point
+        got = self.model.loss_and_grad_stacked(params, X, y, grads)
+        wd = self.algos[a].opt.weight_decay
+        if wd:
+            grads += np.multiply(params, wd, out=self.scratch[:K])
+        if lrs.count(lrs[0]) == K:
+            grads *= lrs[0]
+        else:
+            for k in range(K):
+                grads[k] *= lrs[k]
+        params -= grads
+        v -= grads
+        if not run:
+            self.xs[rs] = params
+            self.vs[rs] = v
         losses = self.losses
         for it, loss in zip(items, got.tolist()):
             losses[it[1]] = loss
@@ -645,7 +680,7 @@ class _Replay:
 
 
 class ServerLockstep(Lockstep):
-    """easgd, async_easgd, async_sgd, async_msgd in one loop (see the module docstring)."""
+    """easgd, async_easgd, async_measgd, async_sgd, async_msgd in one loop (see the module docstring)."""
 
     def algorithm_class(self) -> type:
         from ...algorithms.registry import specs
