@@ -259,3 +259,14 @@ def test_a_stop_request_stops_a_server_run_at_the_same_steps(monkeypatch, nth, a
     assert a.summary["status"] == "stopped" and len(a.steps) == nth - 1
     _same(a, b)
     assert _events(a) == _events(b)
+
+
+def test_a_diverging_run_whose_first_pulls_queue_replays_the_same():
+    # 8 fast GPU workers: their first pulls queue at the server while the first computes start, so
+    # in the replay with the maths at each event a pull is read (and its copy handed over) before
+    # the next is logged: every read needs its own id (found at 1024 workers by a sweep)
+    a, b = _both(RunConfig(**{**SMALL, "algorithm": "async_sgd", "gpus": 8, "device": "v100", "lr": 300.0,
+                              "steps": 60}))
+    assert a.summary["status"] == "diverged"
+    _same(a, b)
+    assert _events(a) == _events(b)

@@ -100,6 +100,7 @@ class _Log:
         self.passes = self.computed = 0        # stacked passes, and the computes they did
         self.losses: list[float] = []          # by compute id
         self.readers = 0                       # ("r", ...) ops not yet run
+        self.n_reads = 0                       # reads logged (their ids)
 
     # -------------------------------------------------------------- logging (the replay)
     def compute(self, r: int, step: int, lr: float) -> int:
@@ -115,7 +116,8 @@ class _Log:
 
     def read(self) -> int:
         """A read of the server's parameters now (after every server op logged so far)."""
-        rid = len(self.snap) + len(self.reads)
+        rid = self.n_reads
+        self.n_reads += 1
         self.reads.append((self.logged, rid))
         return rid
 
