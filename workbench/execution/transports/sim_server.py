@@ -691,7 +691,11 @@ class ServerLockstep(Lockstep):
     def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
         sent_rows, sent_evals = [0] * self.size, [0]
         eager = False
+        # the jitter draws: a replay from the start draws them again, from where the first began
+        rng_states = [g.bit_generator.state for g in self.costs.rngs]
         while True:
+            for g, state in zip(self.costs.rngs, rng_states):
+                g.bit_generator.state = state
             self.t[:] = 0.0
             replay = _Replay(self, ctxs, model, eager, sent_rows, sent_evals[0])
             try:
