@@ -302,3 +302,34 @@ def test_server_lockstep_over_random_configurations(monkeypatch):
         assert _events(a) == _events(b)
         checked[a.summary["status"]] += 1
     assert min(checked.values()) >= 2        # both kinds of run were drawn
+
+
+@pytest.mark.parametrize("algorithm, nth", [("easgd", 53), ("easgd", 59), ("async_sgd", 50), ("async_sgd", 56)])
+def test_a_stop_and_a_divergence_in_one_chunk_replay_as_they_happened(monkeypatch, algorithm, nth):
+    # A stop pressed while the run diverges (a user who sees the loss explode): the pass that
+    # assumed finite losses saw the stop; its replay from the start, with the maths at each
+    # event, must give the same answers where that pass asked, not the control's final word
+    # (which says "stop" from step 0). The harness is a control: sticky, and it hears the
+    # divergence's own stop request.
+    from workbench.execution.transports import sim_server
+    monkeypatch.setattr(sim_server, "CHUNK_ROWS", 1)
+    asked: list[int] = []
+
+    def stop_requested(self) -> bool:
+        asked.append(self.rank)
+        return (self.control is not None and self.control.stop_requested()) or len(asked) >= nth
+    monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
+    replays: list[bool] = []
+    init = sim_server._Replay.__init__
+
+    def counted(self, *args, **kwargs) -> None:
+        replays.append(args[3])                  # eager: the replay with the maths at each event
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(sim_server._Replay, "__init__", counted)
+    config = RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "lr": 300.0, "steps": 60})
+    a = execute(config, SimTransport())
+    asked.clear()
+    b = execute(config, SimTransport(lockstep=False))
+    assert replays == [False, True] and a.summary["status"] == "diverged"
+    _same(a, b)
+    assert _events(a) == _events(b)

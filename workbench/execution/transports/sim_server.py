@@ -29,7 +29,9 @@ The replay assumes every loss is finite. The log runs in chunks (`CHUNK_ROWS` re
 chunk whose maths finds a non-finite loss is thrown away and the run replayed from the
 start with the maths done at each event (the per-worker order, so the divergence, the stop
 it asks for and the steps it ends are the per-worker run's), leaving out the records
-already sent.
+already sent. The replay draws the jitter again from where the first pass began, and
+where the first pass asked whether to stop it takes that pass's answers (a stop pressed
+during the first pass stays where it was seen; the divergence's own stop counts at once).
 
 `tests/test_sim_lockstep.py` checks steps, evaluations, parameters, events and the virtual
 makespan against `SimTransport(lockstep=False)`: jitter, mixed devices, uneven slices,
@@ -353,7 +355,7 @@ class _Replay:
     op as it happens; otherwise the maths runs chunk by chunk behind the replay."""
 
     def __init__(self, lock: ServerLockstep, ctxs: list, model: Any, eager: bool, sent_rows: list[int],
-                 sent_evals: int):
+                 sent_evals: int, asked: list[list[bool]] | None = None):
         self.lock, self.ctxs, self.eager = lock, ctxs, eager
         self.sent_rows, self.sent_evals = sent_rows, sent_evals
         setup, costs = lock.setup, lock.costs
@@ -407,6 +409,12 @@ class _Replay:
         self.results: list[dict | None] = [None] * P
         self.final_read: int | None = None
         self.lrs: dict[int, float] = {}
+        # each worker's answers to "stop?" at the top of its steps, so far: a replay of a divergence
+        # gives the same answers where this pass asked (a stop pressed meanwhile stays where it was
+        # seen), and asks the control beyond; its own divergence's stop counts at once
+        self.prior = asked
+        self.asked: list[list[bool]] = [[] for _ in range(P)]
+        self.diverged = False
 
     # ---------------------------------------------------------------- the driver
     def run(self, proc: Any) -> None:
@@ -594,7 +602,10 @@ class _Replay:
         t_start = ctx.t_start
         status, step = "completed", -1
         for step in range(total):
-            if ctx.stop_requested():
+            prior = self.prior[r] if self.prior is not None else ()
+            stop = self.diverged or (prior[step] if step < len(prior) else ctx.stop_requested())
+            self.asked[r].append(stop)
+            if stop:
                 status = "stopped"
                 break
             lr = lrs.get(step)
@@ -631,6 +642,7 @@ class _Replay:
                 ctx.event("diverged", f"loss became {loss} at step {step} with lr {lr:.6g}")
                 if ctx.control is not None:
                     ctx.control.request_stop("diverged")
+                self.diverged = True
                 break
             if r == 0 and self.evaluator is not None and plan.is_eval_step(step):
                 rid = yield from self._read(w, self.left[r])
@@ -690,19 +702,19 @@ class ServerLockstep(Lockstep):
 
     def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
         sent_rows, sent_evals = [0] * self.size, [0]
-        eager = False
+        eager, asked = False, None
         # the jitter draws: a replay from the start draws them again, from where the first began
         rng_states = [g.bit_generator.state for g in self.costs.rngs]
         while True:
             for g, state in zip(self.costs.rngs, rng_states):
                 g.bit_generator.state = state
             self.t[:] = 0.0
-            replay = _Replay(self, ctxs, model, eager, sent_rows, sent_evals[0])
+            replay = _Replay(self, ctxs, model, eager, sent_rows, sent_evals[0], asked)
             try:
                 replay.run(proc)
                 break
             except _Diverged:             # replay from the start, the maths at each event
-                sent_rows, sent_evals = replay.sent_rows, [replay.sent_evals]
+                sent_rows, sent_evals, asked = replay.sent_rows, [replay.sent_evals], replay.asked
                 eager = True
         maths = replay.maths
         self.tr.stacked = (maths.passes, maths.computed)   # SimTransport.computes_per_pass
