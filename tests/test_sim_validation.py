@@ -171,6 +171,8 @@ def test_simulated_runs_are_compared_with_this_machines_real_runs(client):
     before = os.getloadavg()
     table = real_vs_simulated(client, workers=(1, 2), steps=150)
     after = os.getloadavg()
+    others = table["other_cores"]              # nan only where /proc/stat is missing
+    assert ((others >= 0) | others.isna()).all(), table.to_string()
     print(table.round(3).to_string())
     assert table["workers"].tolist() == [1, 2]
     assert (table["status"] == "completed").all()
@@ -182,7 +184,7 @@ def test_simulated_runs_are_compared_with_this_machines_real_runs(client):
     assert table["link"].str.startswith("measured").all() and np.isfinite(table["link_held_out_error"]).all()
     share = table["client_cpu_share"]          # the client monitors every real run: some CPU, under the cores'
     assert ((share > 0) & (share < (os.cpu_count() or 1))).all(), table.to_string()
-    if quiet_enough(before, after):
+    if quiet_enough(before, after, others=float(others.max())):
         # one worker only: two workers on this 2-core machine are simulated up to ~1.6x too
         # fast even when it is quiet (real compute 10.6 ms a step against 6.7 ms co-run
         # calibrated, load 0.3): an open error of the model (issue 24), printed, not bounded
@@ -200,6 +202,11 @@ def test_quiet_enough_is_the_benchmarks_rule():
     assert not quiet_enough((low, high, low), (low, low, low), cores=2)
     assert not quiet_enough((low, low, low), (high, low, low), cores=2)
     assert not quiet_enough((float("nan"),) * 3, (low, low, low), cores=2)
+    # where the system says who used the cores, that decides, not the load after (our own runs)
+    assert quiet_enough((low, low, low), (high, high, low), cores=2, others=0.19)
+    assert not quiet_enough((low, low, low), (low, low, low), cores=2, others=0.21)
+    assert not quiet_enough((high, low, low), (low, low, low), cores=2, others=0.0)
+    assert not quiet_enough((low, low, low), (high, low, low), cores=2, others=float("nan"))   # unknown: the load
 
 
 def test_pinned_round_robin_runs_at_scale_and_with_a_worker_killed_in_its_wait():

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import RunConfig
+from ..util import machine
 
 # The 535k-parameter MLP (784-512-256-10) of `bench`, 128 rows a worker: compute-bound steps.
 HEAVY = dict(dataset="synthetic", n_samples=20000, n_features=784, n_classes=10, model="mlp", hidden=[512, 256],
@@ -46,7 +47,10 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                       measured_link: bool | str = "benchmark", rounds: int = 1) -> pd.DataFrame:
     """One row per worker count: real and simulated samples/s, error = simulated / real - 1,
     and `client_cpu_share`: this process's CPU time over the real run's wall time (the
-    client's monitor, and the scheduler of a local cluster, which runs in it), in cores.
+    client's monitor, and the scheduler of a local cluster, which runs in it), in cores;
+    `other_cores`: the most that other processes and steal took during a real run or a
+    calibration, in cores (`util.machine`: the machine's busy time less ours; nan where the
+    system does not say), which `quiet_enough` reads.
 
     Args:
         client: a Dask client whose cluster has at least max(workers) worker processes.
@@ -98,11 +102,18 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         link = calibrate(list(reals.values()), network="shm", link=fit).link("measured") if measured_link else None
         for p, real in reals.items():
             sim_cfg = configs[p].replace(simulate=True, cpu_device="local", network="shm")
+            m0, helpers0 = machine.snapshot(), _children_cpu_s()
             sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
             sim = run_simulated(sim_cfg, link=link)
+            # who else used the cores: during the real run (its own accounting: the workers' CPU is
+            # ours), and while this core was timed and the run simulated (this process and the
+            # co-run helper processes it started and waited for are ours)
+            calib = machine.summarise(m0, machine.snapshot(),
+                                      [{"pid": "co-run helpers", "process_cpu_s": _children_cpu_s() - helpers0}])
             r, s = _row("real", p, real), _row("simulated", p, sim)
             per_round[p].append({"real": r, "sim": s, "link": sim.summary["network"], "status": real.summary["status"],
                                  "client_cpu_share": client_share[p],
+                                 "other_cores": max(_others(real.summary.get("machine")), _others(calib)),
                                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")})
     rows = []
     for p, got in per_round.items():
@@ -119,8 +130,23 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                      "client_cpu_share": float(np.median([g["client_cpu_share"] for g in got])),
                      "link_held_out_error": fit.held_out_error if fit is not None else float("nan"),
                      "load_average": max(g["load_average"] for g in got),
+                     "other_cores": max(g["other_cores"] for g in got),   # others + steal, in cores (nan: unknown)
                      "status": next((g["status"] for g in got if g["status"] != "completed"), "completed")})
     return pd.DataFrame(rows)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's children that have ended and been waited for."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def _others(state: dict[str, Any] | None) -> float:
+    """Cores other processes and the hypervisor (steal) took in a `util.machine` summary;
+    nan where the system does not say (no /proc/stat)."""
+    if not state or state.get("other_cores") is None:
+        return float("nan")
+    return float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
 
 
 def _time_this_core_now(config: RunConfig) -> str:
@@ -153,13 +179,34 @@ QUIET_LOAD = 0.3   # a machine whose load average stays under this (per core) is
 TOLERANCE = 0.15   # issue 24's bar for simulated vs real samples/s
 
 
-def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | None = None) -> bool:
-    """Whether a machine was quiet enough for real runs to judge the simulator: the 1- and
-    5-minute load averages before and the 1-minute one after all under `QUIET_LOAD` a core.
-    `before` / `after` are `os.getloadavg()` triples (nan where the platform has none: not quiet)."""
+def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | None = None,
+                 others: float | None = None) -> bool:
+    """Whether a machine was quiet enough for real runs to judge the simulator.
+
+    Before: the 1- and 5-minute load averages under `QUIET_LOAD` a core. During: where the
+    system says who used the cores (`others`: the most that other processes and steal took
+    in any real run or calibration, in cores, from /proc/stat less our own processes' CPU,
+    `util.machine`), under `util.machine.OTHERS_NOTICEABLE` of them; elsewhere the 1-minute
+    load after under `QUIET_LOAD` a core. The load after counts the benchmark's own runs (2
+    busy workers on 2 cores leave it near 1 a core), so where the split is known it is not
+    read: before 2026-12-04 it was, and the rule could call a run quiet only by chance.
+    `before` / `after` are `os.getloadavg()` triples (nan where the platform has none: not quiet).
+
+    >>> quiet_enough((0.1, 0.2, 3.0), (1.9, 0.9, 0.5), cores=2, others=0.05)
+    True
+    >>> quiet_enough((0.1, 0.2, 3.0), (1.9, 0.9, 0.5), cores=2, others=0.3)
+    False
+    >>> quiet_enough((0.1, 0.2, 3.0), (1.9, 0.9, 0.5), cores=2)
+    False
+    """
+    from ..util.machine import OTHERS_NOTICEABLE
     cores = cores or os.cpu_count() or 1
-    loads = [float(before[0]), float(before[1]), float(after[0])]
-    return all(v == v for v in loads) and max(loads) < QUIET_LOAD * cores
+    loads = [float(before[0]), float(before[1])]
+    if not all(v == v for v in loads) or max(loads) >= QUIET_LOAD * cores:
+        return False
+    if others is not None and others == others:
+        return float(others) < OTHERS_NOTICEABLE * cores
+    return after[0] == after[0] and float(after[0]) < QUIET_LOAD * cores
 
 
 def describe_error(error: float, low: float, high: float, rounds: int) -> str:
@@ -213,9 +260,10 @@ def main(args: Any) -> int:
     finally:
         close_session()
     load1 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    quiet = quiet_enough(load0, load1, cores)
+    others = float(table["other_cores"].max())
+    quiet = quiet_enough(load0, load1, cores, others=others)
     cols = ["workers", "real_samples_per_s", "sim_samples_per_s", "error", "error_low", "error_high",
-            "real_compute_ms", "sim_compute_ms", "real_comm_ms", "sim_comm_ms", "load_average"]
+            "real_compute_ms", "sim_compute_ms", "real_comm_ms", "sim_comm_ms", "load_average", "other_cores"]
     print(table[cols].round(3).to_string(index=False))
     for _, row in table.iterrows():
         print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real: "
@@ -225,10 +273,15 @@ def main(args: Any) -> int:
     print(f"  this process (the client's monitor and the local scheduler) used {share.min():.1%}-{share.max():.1%} of "
           f"a core during the real runs: where the workers take every core ({cores} here), that time is theirs lost, "
           "which the simulation does not charge")
-    print(f"load average after {load1[0]:.2f}; the machine was "
-          + (f"quiet (load under {QUIET_LOAD} a core): the errors above are this machine's" if quiet else
-             f"NOT quiet (load over {QUIET_LOAD} a core before or during): other work shared the cores, so "
-             "the real runs were slowed by it and the errors above do not judge the simulator"))
+    during = (f"other processes and steal took at most {others:.2f} of {cores} cores during the real runs and "
+              f"calibrations" if others == others else f"load average after {load1[0]:.2f} (this system does not "
+              f"say who used the cores)")
+    print(f"{during}; the machine was "
+          + (f"quiet (load under {QUIET_LOAD} a core before, others under {machine.OTHERS_NOTICEABLE:.0%} of the "
+             f"cores during): the errors above are this machine's" if quiet else
+             f"NOT quiet (load over {QUIET_LOAD} a core before, or others over {machine.OTHERS_NOTICEABLE:.0%} of "
+             "the cores during): other work shared the cores, so the real runs were slowed by it and the errors "
+             "above do not judge the simulator"))
     return 0
 
 
