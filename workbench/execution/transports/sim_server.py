@@ -518,21 +518,25 @@ class _Replay:
             self._advance(retire=w.r)
             self._changed(w.t)
 
+    def _asleep(self, w: _W, t: float) -> bool:
+        """`sleep_until(t)`'s scheduling; True: w yields to the driver. Where nothing else is
+        due by t (an event due at t itself came first) the driver would pop w next at once,
+        so instead w's clock moves to t and it goes on (False)."""
+        if t < w.t:
+            t = w.t
+        heap = self.heap
+        if heap and heap[0][0] <= t:
+            heappush(heap, (t, next(self.seq), w))
+            return True
+        w.t = t
+        return False
+
     def _serve(self, w: _W, in_bytes: float, out_bytes: float, service_s: float, op: Any, wait: str = ""):
         """SimServerState.serve (a generator: it yields where the greenlet would switch);
         `wait` "turn": for w's round-robin turn, "final": until every worker retired;
         `op()` at the moment the server applies the request, its value returned."""
-        # sleep_until(t), inline (the hot path): the driver would pop this worker next at once
-        # when nothing else is due by t (an event due at t itself came first), so it goes on
-        heap, seq = self.heap, self.seq
-        t = w.t + self.alpha
-        if t < w.t:
-            t = w.t
-        if heap and heap[0][0] <= t:
-            heappush(heap, (t, next(seq), w))
+        if self._asleep(w, w.t + self.alpha):
             yield
-        else:
-            w.t = t
         if wait == "turn":
             while self.turn != w.r:
                 self.turns[w.r] = (w, self.changes)
@@ -546,22 +550,12 @@ class _Replay:
         start = w.t if w.t >= self.free else self.free
         applied = start + in_bytes * self.beta
         self.free = done = applied + service_s + out_bytes * self.beta
-        t = applied if applied > w.t else w.t
-        if heap and heap[0][0] <= t:
-            heappush(heap, (t, next(seq), w))
+        if self._asleep(w, applied):
             yield
-        else:
-            w.t = t
         got = op()
         self._changed(w.t)
-        t = done + self.alpha
-        if t < w.t:
-            t = w.t
-        if heap and heap[0][0] <= t:
-            heappush(heap, (t, next(seq), w))
+        if self._asleep(w, done + self.alpha):
             yield
-        else:
-            w.t = t
         return got
 
     def _read(self, w: _W, final: bool):
