@@ -153,23 +153,30 @@ def test_a_diverging_hogwild_run_ends_the_same_in_both():
 @pytest.mark.parametrize("nth", [1, 7, 10])
 def test_a_stop_request_stops_hogwild_at_the_same_steps(monkeypatch, nth):
     # Event-driven: every worker asks at the top of each step; from the nth asking on, yes.
+    a = _stopped_at_the_nth_asking(monkeypatch, RunConfig(**{**HOG, "cpus": 4, "steps": 40}), nth)
+    if nth in (7, 10):   # some workers had started a step when the others stopped: they finish it alone
+        assert a.steps.groupby("worker")["step"].max().nunique() > 1
+
+
+def _stopped_at_the_nth_asking(monkeypatch, config: RunConfig, nth: int):
+    """`config` run in lockstep and per worker, every worker asking at the top of each step
+    whether to stop, and from the nth asking on told yes: both ask in the same order and
+    end the same, after nth - 1 steps in all. Returns the lockstep run."""
     asked: list[int] = []
 
     def stop_requested(self) -> bool:
         asked.append(self.rank)
         return len(asked) >= nth
     monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
-    config = RunConfig(**{**HOG, "cpus": 4, "steps": 40})
     fast = SimTransport()
     a = execute(config, fast)
     first, asked[:] = list(asked), []
     b = execute(config, SimTransport(lockstep=False))
     assert fast.path == "lockstep" and first == asked
     assert a.summary["status"] == "stopped" and len(a.steps) == nth - 1
-    if nth in (7, 10):   # some workers had started a step when the others stopped: they finish it alone
-        assert a.steps.groupby("worker")["step"].max().nunique() > 1
     _same(a, b)
     assert _events(a) == _events(b)
+    return a
 
 
 # ------------------------------------------------------------------------------ the server algorithms
@@ -244,21 +251,8 @@ def test_a_diverging_server_run_ends_the_same_in_both(monkeypatch, algorithm, ch
 @pytest.mark.parametrize("algorithm", ["easgd", "async_sgd"])
 @pytest.mark.parametrize("nth", [1, 6, 11])
 def test_a_stop_request_stops_a_server_run_at_the_same_steps(monkeypatch, nth, algorithm):
-    asked: list[int] = []
-
-    def stop_requested(self) -> bool:
-        asked.append(self.rank)
-        return len(asked) >= nth
-    monkeypatch.setattr(WorkerContext, "stop_requested", stop_requested)
-    config = RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "steps": 40})
-    fast = SimTransport()
-    a = execute(config, fast)
-    first, asked[:] = list(asked), []
-    b = execute(config, SimTransport(lockstep=False))
-    assert fast.path == "lockstep" and first == asked
-    assert a.summary["status"] == "stopped" and len(a.steps) == nth - 1
-    _same(a, b)
-    assert _events(a) == _events(b)
+    _stopped_at_the_nth_asking(monkeypatch, RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "steps": 40}),
+                               nth)
 
 
 def test_a_diverging_run_whose_first_pulls_queue_replays_the_same():
