@@ -75,27 +75,29 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
 
 
 def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_replays(tmp_path, monkeypatch):
-    # Until 2026-12-04 a calibration was the fastest of up to 9 calls; now the median
-    # (profiles.CALIBRATION_METHOD). A cached record without that method is stale: timed
+    # A calibration was the fastest of up to 9 calls, then (2026-12-04) the median, now the
+    # mean (profiles.CALIBRATION_METHOD). A cached record taken another way is stale: timed
     # again and rewritten. The same record given as a file still replays as it ran.
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     profiles._LOCAL.clear()
     config = RunConfig(algorithm="sgd", cpus=1, cpu_device="local", **SMALL)
     first = run_simulated(config)
     record = first.summary["calibration"]
-    assert record["method"] == profiles.CALIBRATION_METHOD == "median"
-    assert "median of" in record["source"]
+    assert record["method"] == profiles.CALIBRATION_METHOD == "mean"
+    assert "mean of" in record["source"]
+    assert 0 <= record["cv"] < 1                                  # the spread of the largest batch's calls
     assert record["load_average"] is None or record["load_average"] >= 0
     cached = next((tmp_path / "cache" / "sim-calibration").glob("*.json"))
-    old = {k: v for k, v in record.items() if k not in ("method", "load_average")}
+    old = {k: v for k, v in record.items() if k not in ("load_average", "cv")}
+    old["method"] = "median"
     old["rate_flops"] = record["rate_flops"] * 2                 # as if the fastest calls had been kept
     cached.write_text(json.dumps(old))
     given = tmp_path / "old.json"
     given.write_text(json.dumps(old))
     profiles._LOCAL.clear()
     again = run_simulated(config)                                # the stale cache: timed anew
-    assert again.summary["calibration"]["method"] == "median"
-    assert json.loads(cached.read_text())["method"] == "median"
+    assert again.summary["calibration"]["method"] == "mean"
+    assert json.loads(cached.read_text())["method"] == "mean"
     _no_timing(monkeypatch)
     replay = run_simulated(config.replace(calibration=str(given)))
     assert replay.summary["calibration"]["rate_flops"] == old["rate_flops"]      # as it ran, not re-timed
@@ -114,6 +116,8 @@ def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_re
     record = first.summary["calibration"]
     together = record["co_run"]["2"]
     assert together["source"].startswith("this machine, one of 2 cores computing at once")
+    assert 0 <= together["cv"] < 1
+    assert "host_demand_cores" not in record                # measured only beside real runs (bench --sim-vs-real)
     assert [b for b, _ in together["timed"]] == [b for b, _ in record["timed"]]       # the same batch sizes
     one_core = {k: v for k, v in record.items() if k != "co_run"}
     old = tmp_path / "before-co-run.json"
@@ -133,6 +137,26 @@ def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_re
     charged = make_costs(old_config, problem.new_model(), ["cpu", "cpu"], problem.data).devices
     assert [(d.step_overhead_s, d.rate) for d in charged] == [(record["step_overhead_s"], record["rate_flops"])] * 2
     assert run_simulated(old_config).summary["status"] == "completed"
+    # the host's other demands (the client's monitor beside two workers on two cores) slow
+    # each worker's core by its share: recorded, charged, and replayed from the summary
+    busy = dict(record, host_demand_cores=0.2)
+    busy_file = tmp_path / "with-demand.json"
+    busy_file.write_text(json.dumps(busy))
+    busy_config = config.replace(calibration=str(busy_file))
+    charged = make_costs(busy_config, problem.new_model(), ["cpu", "cpu"], problem.data).devices
+    share = (2 - 0.2) / 2
+    for d in charged:
+        assert d.rate == pytest.approx(together["rate_flops"] * share, rel=1e-12)
+        assert d.step_overhead_s == pytest.approx(together["step_overhead_s"] / share, rel=1e-12)
+        assert "the host's other demands take 0.2 of its 2 cores" in d.source
+    alone = make_costs(busy_config.replace(cpus=1), problem.new_model(), ["cpu"], problem.data).devices
+    assert alone[0].rate == record["rate_flops"]              # one worker: a core is free for the demand
+    slower = run_simulated(busy_config)
+    assert slower.summary["calibration"]["host_demand_cores"] == 0.2
+    assert slower.summary["sim_wall_s"] >= 0 and slower.steps["compute_s"].sum() > first.steps["compute_s"].sum()
+    replay = tmp_path / "busy-summary.json"
+    replay.write_text(json.dumps(slower.summary, default=str))
+    _same(slower, run_simulated(config.replace(calibration=str(replay))))
 
 
 def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_path, monkeypatch):
@@ -149,6 +173,12 @@ def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_pa
     other.write_text(json.dumps({**record, "machine": {**record["machine"], "cpu": "Some Other CPU"}}))
     with pytest.raises(ConfigError, match=r"^calibration: .*machine .*Some Other CPU"):
         run_simulated(config.replace(calibration=str(other)))
+    for bad in (-0.1, 2.0, "0.1", True):          # the host's other demand: cores in [0, the machine's)
+        other.write_text(json.dumps({**record, "host_demand_cores": bad}))
+        with pytest.raises(ConfigError) as err:
+            run_simulated(config.replace(calibration=str(other)))
+        assert str(err.value).startswith("calibration: a file whose host_demand_cores is a number of cores in [0, ")
+        assert f"(got {bad!r})" in str(err.value) and "\n" not in str(err.value)
     other.write_text("{}")
     with pytest.raises(ConfigError, match="^calibration: a calibration file written by"):
         run_simulated(config.replace(calibration=str(other)))

@@ -194,6 +194,37 @@ def test_simulated_runs_are_compared_with_this_machines_real_runs(client):
               f"{os.cpu_count()} cores: too busy to judge the simulator's speed (ratios {ratio.round(2).tolist()})")
 
 
+def test_the_calibration_beside_real_runs_carries_the_hosts_demand_and_the_spread(tmp_path, monkeypatch):
+    # bench --sim-vs-real times this core beside its real runs (not the cache), with the
+    # client's measured CPU as the host's other demand, and gives the simulated run the spread
+    # of the timed calls as jitter: the numbers it was given are the ones the run is charged
+    import json
+
+    from workbench.problem import Problem
+    from workbench.sim import profiles
+    from workbench.sim.costs import make_costs
+    from workbench.sim.run import run_simulated
+    from workbench.sim.validate import _as_jitter, _time_this_core_now
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    config = sim("sync_sgd", cpus=2, cpu_device="local", network="shm")
+    path, spread = _time_this_core_now(config, host_demand=0.08)
+    record = json.loads(open(path).read())
+    assert record["host_demand_cores"] == 0.08 and record["method"] == "mean"
+    assert spread == record["co_run"]["2"]["cv"] and 0 <= spread < 1       # the co-run timing: what two are charged
+    problem = Problem.from_config(config)
+    ran = config.replace(calibration=path, jitter=_as_jitter(spread))
+    devices = make_costs(ran, problem.new_model(), ["cpu", "cpu"], problem.data).devices
+    assert [d.rate for d in devices] == [record["co_run"]["2"]["rate_flops"] * profiles.host_share(record, 2)] * 2
+    assert profiles.host_share(record, 2) == pytest.approx(0.96)
+    out = run_simulated(ran)
+    assert out.summary["status"] == "completed" and out.summary["jitter"] == ran.jitter
+    assert out.summary["calibration"]["host_demand_cores"] == 0.08
+    one_path, one_spread = _time_this_core_now(config.replace(cpus=1, batch_size=16), host_demand=0.08)
+    one = json.loads(open(one_path).read())
+    assert "co_run" not in one and one_spread == one["cv"] and profiles.host_share(one, 1) == 1.0
+
+
 def test_quiet_enough_is_the_benchmarks_rule():
     from workbench.sim.validate import QUIET_LOAD, quiet_enough
     low, high = 0.9 * QUIET_LOAD * 2, 1.1 * QUIET_LOAD * 2

@@ -78,6 +78,7 @@ class Device:
     step_overhead_s: float    # per loss_and_grad call: kernel launches, Python, framework
     source: str               # where the numbers come from
     calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, seconds) it measured
+    spread: float = 0.0       # local_device: coefficient of variation of the largest batch's timed calls
     cores: int = 1            # cores the peak is summed over (a chip a run may split: `ChipPartition`)
     mem_bytes: float = 0.0    # capacity of the device's own fast memory, bytes (0: not modelled)
 
@@ -442,7 +443,7 @@ def model_flops(model: Any) -> TimingModel:
 
 # ------------------------------------------------------------------------------ this machine
 CALIBRATION_TARGET_S = 0.005  # the largest batch timed takes about this long per call (see local_device)
-CALIBRATION_REPEATS = 15      # timings per batch size (their median is used) ...
+CALIBRATION_REPEATS = 15      # timings per batch size (their mean is used) ...
 CALIBRATION_MIN_REPEATS = 5   # ... fewer, down to this, where the sizes' timings would take longer
 CALIBRATION_BUDGET_S = 0.5    # ... than this in all
 _LOCAL: dict[tuple, Device] = {}      # (architecture, dtype) -> calibrated Device
@@ -473,21 +474,38 @@ def _best_s(fn, repeats: int) -> float:
     return best
 
 
-def _typical_s(fn, repeats: int) -> float:
-    """The median of `repeats` timed calls: what one call typically takes.
-
-    A calibration predicts what runs take, and a run's throughput is its typical step,
-    not its luckiest: on a quiet 2-vCPU VM here the fastest of 9 calls was 10-20% under
-    their median, and simulated runs calibrated by the fastest came out 12-57% faster than
-    the real ones beside them (2026-12-04, load 0.5-1). On a busy machine the median is
-    slowed by the others' work too: the record keeps the load it was timed at
-    (`calibration_record`), and `bench --sim-vs-real` says when a machine was too busy."""
-    times = []
-    for _ in range(repeats):
+def _timed_calls(fn, repeats: int) -> np.ndarray:
+    """Seconds of each of `repeats` calls of `fn`."""
+    times = np.empty(repeats)
+    for i in range(repeats):
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        times[i] = time.perf_counter() - t0
+    return times
+
+
+def _typical_s(times: np.ndarray) -> float:
+    """What a call takes over a run: the mean of the timed calls.
+
+    A run's throughput is its mean step, occasional slow calls (another thread took the
+    core a moment) included, and a calibration predicts throughputs. Until 2026-12-04 the
+    median was used, and before that the fastest call: on a quiet 2-vCPU VM here the fastest
+    of 9 calls was 10-20% under their median, and simulated runs calibrated by the fastest
+    came out 12-57% faster than the real ones beside them; the median still left out the
+    slow calls every real step pays for (real 2-worker compute: mean 4.30 ms against a
+    median of 4.10 ms). On a busy machine the mean is slowed by the others' work too: the
+    record keeps the load it was timed at (`calibration_record`), and `bench --sim-vs-real`
+    says when a machine was too busy."""
+    return float(np.mean(times))
+
+
+def _spread(times: np.ndarray) -> float:
+    """Coefficient of variation of timed calls (0 for fewer than two).
+
+    >>> round(_spread(np.array([1.0, 1.0, 1.0, 1.4])), 3)      # std 0.173 over mean 1.1
+    0.157
+    """
+    return float(np.std(times) / np.mean(times)) if len(times) > 1 and np.mean(times) > 0 else 0.0
 
 
 def _copy_bandwidth() -> float:
@@ -537,7 +555,7 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
     Batches of a geometric range up to one that takes about CALIBRATION_TARGET_S are
     tried (short calls: on a busy machine a call of a few ms often runs undisturbed, one
     of 20 ms almost never), then three of them (largest, a quarter, a sixteenth) are
-    timed CALIBRATION_REPEATS times each, with one BLAS thread; their median times fit seconds =
+    timed CALIBRATION_REPEATS times each, with one BLAS thread; their mean times fit seconds =
     overhead + training FLOPs (3x `model_flops`' forward) / rate. Memory bandwidth is
     a 32 MB copy. Cached per architecture: later calls are free. Takes well under a
     second (a copy of the model is timed, so the caller's buffers are untouched).
@@ -562,16 +580,18 @@ def local_device(model: Any, X: Any, y: Any, params: Any) -> Device:
                 break
             b *= 2
         sizes = sorted({max(1, b // 16), max(1, b // 4), b})
-        best = []
+        calls = []
         for size in sizes:
             t = _best_s(step(size), 1)           # warm (workspace) and a first estimate
-            best.append(_typical_s(step(size), _repeats(t, len(sizes))))
+            calls.append(_timed_calls(step(size), _repeats(t, len(sizes))))
+    best = [_typical_s(c) for c in calls]
     overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
     measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
     device = Device("local", "cpu", rate, _copy_bandwidth(), 1.0, overhead,
-                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (median of "
-                    f"{CALIBRATION_MIN_REPEATS}-{CALIBRATION_REPEATS}), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
-                    tuple(zip(sizes, best)))
+                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (mean of "
+                    f"{CALIBRATION_MIN_REPEATS}-{CALIBRATION_REPEATS}; spread {_spread(calls[-1]):.1%} at the largest), "
+                    f"fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                    tuple(zip(sizes, best)), spread=_spread(calls[-1]))
     _LOCAL[key] = device
     return device
 
@@ -625,24 +645,26 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
         for h in helpers:
             if h.stdout is None or h.stdout.readline().strip() != "ready":
                 raise RuntimeError("a co-run helper process did not start")
-        best = []
+        calls = []
         with _one_blas_thread():
             for size in sizes:
                 def step(b: int = size):
                     return m.loss_and_grad(params, X[:b], y[:b])
                 t = _best_s(step, 1)
-                best.append(_typical_s(step, _repeats(t, len(sizes))))
+                calls.append(_timed_calls(step, _repeats(t, len(sizes))))
     finally:
         for h in helpers:
             h.kill()
             h.wait()
         os.unlink(path)
+    best = [_typical_s(c) for c in calls]
     overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
     measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
     return Device("local", "cpu", rate, alone.mem_bw, 1.0, overhead,
                   f"this machine, one of {cores} cores computing at once: loss_and_grad of {tm.name} timed at batch "
-                  f"{measured} while {cores - 1} other process(es) computed the same, fitted as "
-                  f"{overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s", tuple(zip(sizes, best)))
+                  f"{measured} while {cores - 1} other process(es) computed the same (spread {_spread(calls[-1]):.1%} "
+                  f"at the largest), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                  tuple(zip(sizes, best)), spread=_spread(calls[-1]))
 
 
 def co_run_cores(record: dict[str, Any], cpu_workers: int) -> int:
@@ -660,8 +682,8 @@ def co_run_cores(record: dict[str, Any], cpu_workers: int) -> int:
 # ------------------------------------------------------------------------------ calibration files
 CALIBRATION_KIND = "workbench simulated-cluster calibration"
 # how a record's times were taken; a cached record taken another way is timed again (a given
-# file still replays as it ran): until 2026-12-04 the fastest of up to 9 calls
-CALIBRATION_METHOD = "median"
+# file still replays as it ran): the fastest of up to 9 calls, then (2026-12-04) the median
+CALIBRATION_METHOD = "mean"
 
 
 def machine_identity() -> dict[str, Any]:
@@ -684,7 +706,7 @@ def calibration_record(device: Device, model: Any, dtype: str) -> dict[str, Any]
     return {"kind": CALIBRATION_KIND, "machine": machine_identity(), "model": model.describe(), "dtype": dtype,
             "rate_flops": device.peak_flops * device.efficiency, "mem_bw": device.mem_bw,
             "step_overhead_s": device.step_overhead_s, "timed": [list(t) for t in device.calibration],
-            "source": device.source, "method": CALIBRATION_METHOD, "load_average": _load_now(),
+            "cv": device.spread, "source": device.source, "method": CALIBRATION_METHOD, "load_average": _load_now(),
             "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
@@ -698,7 +720,7 @@ def device_from_record(record: dict[str, Any], origin: str) -> Device:
     """The `local` Device a calibration record describes (bitwise its numbers: JSON keeps floats exact)."""
     return Device("local", "cpu", float(record["rate_flops"]), float(record["mem_bw"]), 1.0,
                   float(record["step_overhead_s"]), f"{record.get('source', '')} [{origin}]",
-                  tuple((int(b), float(t)) for b, t in record.get("timed", ())))
+                  tuple((int(b), float(t)) for b, t in record.get("timed", ())), spread=float(record.get("cv", 0.0)))
 
 
 def read_calibration(path: str, model: Any, dtype: str) -> tuple[Device, dict[str, Any]]:
@@ -717,6 +739,11 @@ def read_calibration(path: str, model: Any, dtype: str) -> tuple[Device, dict[st
     if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND or any(k not in data for k in needed):
         raise ConfigError("calibration", "a calibration file written by a cpu_device=local run (or its "
                           "summary.json)", path)
+    demand = data.get("host_demand_cores", 0.0)
+    cores = (data.get("machine") or {}).get("cores") or 1
+    if not isinstance(demand, (int, float)) or isinstance(demand, bool) or not 0 <= demand < cores:
+        raise ConfigError("calibration", f"a file whose host_demand_cores is a number of cores in [0, {cores}) "
+                          f"(got {demand!r})", path)
     here = {"machine": machine_identity(), "model": model.describe(), "dtype": dtype}
     differ = [f"{k} {data[k]!r} (this run: {here[k]!r})" for k in ("machine", "model", "dtype") if data[k] != here[k]]
     if differ:
@@ -753,7 +780,7 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
     dtype = str(params.dtype)
     if calibration is not None:
         device, record = read_calibration(calibration, model, dtype)
-        return _co_run_of(record, cpu_workers) or device, record
+        return charged_device(record, cpu_workers, device), record
     path = calibration_cache_path(model, dtype)
     device = record = None
     if path.exists():
@@ -771,16 +798,56 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
     k = co_run_cores(record, cpu_workers)
     if k > 1 and _co_run_of(record, cpu_workers) is None:
         together = co_run_device(model, X, y, params, k, device)
-        record = {**record, "co_run": {**record.get("co_run", {}), str(k): {
-            "rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
-            "timed": [list(t) for t in together.calibration], "source": together.source}}}
+        record = {**record, "co_run": {**record.get("co_run", {}), str(k): co_run_entry(together)}}
         changed = True
     if changed:
         try:
             atomic_write(path, json.dumps(record, indent=1))
         except OSError:                                    # a read-only home: the summary still has it
             pass
-    return _co_run_of(record, cpu_workers) or device_from_record(record, f"cached in {path}"), record
+    return charged_device(record, cpu_workers, device_from_record(record, f"cached in {path}")), record
+
+
+def co_run_entry(together: Device) -> dict[str, Any]:
+    """A `co_run_device` timing as the calibration record's `co_run[k]` entry."""
+    return {"rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
+            "timed": [list(t) for t in together.calibration], "cv": together.spread, "source": together.source}
+
+
+def host_share(record: dict[str, Any], cpu_workers: int) -> float:
+    """The share of a core each of `cpu_workers` local CPU workers gets on the calibrated host
+    when the host's other demands take their part: `host_demand_cores` (the run's own machinery
+    beside the workers' compute: the client's monitor and the local scheduler, measured by
+    `bench --sim-vs-real` on its real runs; 0 when the record has none) of its `cores`. With
+    k = `co_run_cores` workers computing at once, each gets (cores - demand) / k of a core
+    where k + demand is more than the cores, else a whole one.
+
+    >>> rec = {"machine": {"cores": 2}, "host_demand_cores": 0.1}
+    >>> host_share(rec, 1), round(host_share(rec, 2), 6), host_share({"machine": {"cores": 2}}, 2)
+    (1.0, 0.95, 1.0)
+    """
+    cores = int(record.get("machine", {}).get("cores") or 1)
+    demand = float(record.get("host_demand_cores") or 0.0)
+    k = co_run_cores(record, cpu_workers)
+    if demand <= 0 or k + demand <= cores:
+        return 1.0
+    return max(cores - demand, 1e-3) / k
+
+
+def charged_device(record: dict[str, Any], cpu_workers: int, alone: Device) -> Device:
+    """What each of `cpu_workers` local CPU workers is charged: the record's co-run timing
+    for that many (`_co_run_of`; else `alone`), slowed by the host's other demands
+    (`host_share`: its rate, memory bandwidth and per-call overhead all scale)."""
+    device = _co_run_of(record, cpu_workers) or alone
+    share = host_share(record, cpu_workers)
+    if share == 1.0:
+        return device
+    import dataclasses
+    return dataclasses.replace(
+        device, peak_flops=device.peak_flops * share, mem_bw=device.mem_bw * share,
+        step_overhead_s=device.step_overhead_s / share,
+        source=f"{device.source}; a {share:.1%} share of a core: the host's other demands take "
+               f"{float(record['host_demand_cores']):.3g} of its {record['machine']['cores']} cores")
 
 
 def _co_run_of(record: dict[str, Any], cpu_workers: int) -> Device | None:
@@ -791,7 +858,7 @@ def _co_run_of(record: dict[str, Any], cpu_workers: int) -> Device | None:
         return None
     return Device("local", "cpu", float(entry["rate_flops"]), float(record["mem_bw"]), 1.0,
                   float(entry["step_overhead_s"]), str(entry.get("source", "")),
-                  tuple((int(b), float(t)) for b, t in entry.get("timed", ())))
+                  tuple((int(b), float(t)) for b, t in entry.get("timed", ())), spread=float(entry.get("cv", 0.0)))
 
 
 # ------------------------------------------------------------------------------ links

@@ -103,7 +103,12 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         for p, real in reals.items():
             sim_cfg = configs[p].replace(simulate=True, cpu_device="local", network="shm")
             m0, helpers0 = machine.snapshot(), _children_cpu_s()
-            sim_cfg = sim_cfg.replace(calibration=_time_this_core_now(sim_cfg))   # next to the real run, not the cache
+            # next to the real run, not the cache; with the host's other demand measured on the
+            # round's run of fewest workers (where a core was free for it), and the spread of the
+            # timed calls as the simulated compute's jitter (a synchronous step waits for the
+            # slower of its workers' computes, not their typical one)
+            path, spread = _time_this_core_now(sim_cfg, host_demand=client_share[min(client_share)])
+            sim_cfg = sim_cfg.replace(calibration=path, jitter=_as_jitter(spread))
             sim = run_simulated(sim_cfg, link=link)
             # who else used the cores: during the real run (its own accounting: the workers' CPU is
             # ours), and while this core was timed and the run simulated (this process and the
@@ -149,11 +154,13 @@ def _others(state: dict[str, Any] | None) -> float:
     return float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
 
 
-def _time_this_core_now(config: RunConfig) -> str:
+def _time_this_core_now(config: RunConfig, host_demand: float = 0.0) -> tuple[str, float]:
     """A fresh calibration of this core for `config`'s model (not the cached one: the
     machine's state now, beside the real run), with the co-run timing for its CPU workers
-    (`profiles.co_run_device`: the core while the others compute too), as a file the run
-    can be given."""
+    (`profiles.co_run_device`: the core while the others compute too) and `host_demand`
+    (`host_demand_cores`: cores the run's own machinery takes beside the workers,
+    `profiles.host_share`), as a file the run can be given; and the spread (coefficient of
+    variation) of the timed calls of the device its workers are charged."""
     import json
     import tempfile
 
@@ -167,12 +174,24 @@ def _time_this_core_now(config: RunConfig) -> str:
     k = profiles.co_run_cores(record, config.cpus)
     if k > 1:
         together = profiles.co_run_device(model, data.X_train, data.y_train, params, k, device)
-        record["co_run"] = {str(k): {"rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
-                                     "timed": [list(t) for t in together.calibration], "source": together.source}}
+        record["co_run"] = {str(k): profiles.co_run_entry(together)}
+        device = together
+    cores = int(record["machine"]["cores"] or 1)
+    record["host_demand_cores"] = round(min(max(float(host_demand), 0.0), 0.5 * cores), 4)
     fd, path = tempfile.mkstemp(prefix="workbench-calibration-", suffix=".json")
     with open(fd, "w", encoding="utf-8") as f:
         json.dump(record, f)
-    return path
+    return path, device.spread
+
+
+def _as_jitter(spread: float) -> float:
+    """A measured spread as the config's `jitter` (0 below `config.JITTER_MIN`, under 1).
+
+    >>> _as_jitter(0.0831), _as_jitter(1e-9), _as_jitter(3.0)
+    (0.0831, 0.0, 0.99)
+    """
+    from ..config import JITTER_MIN
+    return 0.0 if spread < JITTER_MIN else min(round(float(spread), 4), 0.99)
 
 
 QUIET_LOAD = 0.3   # a machine whose load average stays under this (per core) is quiet enough to judge +-15%
