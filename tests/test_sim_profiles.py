@@ -205,6 +205,27 @@ def test_local_fit_predicts_the_measured_times(mlp_batch):
     assert all(1 / 1.5 < r < 1.5 for r in ratios), ratios
 
 
+def test_local_device_at_one_slice_size_charges_what_that_size_took(mlp_batch, monkeypatch):
+    # bench --sim-vs-real times the one slice size its runs compute: the device is charged
+    # exactly the mean of those calls (one point: no overhead, the rate through it), its
+    # spread is theirs, and it is not cached as the machine's calibration
+    model, X, y, params = mlp_batch
+    P._LOCAL.clear()
+    cached = P.local_device(model, X, y, params)
+    seen = []
+    real_timed = P._timed_calls
+    monkeypatch.setattr(P, "_timed_calls", lambda fn, repeats: seen.append(real_timed(fn, repeats)) or seen[-1])
+    d = P.local_device(model, X, y, params, rows=48, repeats=12)
+    assert [len(c) for c in seen] == [12] and [b for b, _ in d.calibration] == [48]
+    per_sample = P.model_flops(model).train_flops
+    assert d.step_overhead_s == 0.0
+    assert d.compute_s(48 * per_sample) == pytest.approx(float(np.mean(seen[0])), rel=1e-12)
+    assert d.spread == P._spread(seen[0]) and "timed at batch 48:" in d.source and "mean of 12" in d.source
+    assert P.local_device(model, X, y, params) is cached
+    with pytest.raises(ValueError, match="rows: a batch size from 1 to the 2048 rows given, got 0"):
+        P.local_device(model, X, y, params, rows=0)
+
+
 def test_local_device_refuses_a_non_numpy_vector(mlp_batch):
     model, X, y, params = mlp_batch
     with pytest.raises(TypeError, match="params: a NumPy vector"):

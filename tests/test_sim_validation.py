@@ -182,12 +182,13 @@ def test_simulated_runs_are_compared_with_this_machines_real_runs(client):
     ratio = table["sim_samples_per_s"] / table["real_samples_per_s"]
     np.testing.assert_allclose(table["error"], ratio - 1, rtol=1e-12, atol=0)
     assert table["link"].str.startswith("measured").all() and np.isfinite(table["link_held_out_error"]).all()
+    assert (0 < table["link_gbps_low"]).all() and (table["link_gbps_low"] <= table["link_gbps_high"]).all()
     share = table["client_cpu_share"]          # the client monitors every real run: some CPU, under the cores'
     assert ((share > 0) & (share < (os.cpu_count() or 1))).all(), table.to_string()
     if quiet_enough(before, after, others=float(others.max())):
-        # one worker only: two workers on this 2-core machine are simulated up to ~1.6x too
-        # fast even when it is quiet (real compute 10.6 ms a step against 6.7 ms co-run
-        # calibrated, load 0.3): an open error of the model (issue 24), printed, not bounded
+        # one worker only: one round of two workers on this 2-core VM moved from -5% to +27%
+        # within minutes on quiet runs (2026-12-04), so their bound is the benchmark's median
+        # of rounds, printed, not asserted here
         assert 0.8 < ratio.iloc[0] < 1.6, table.to_string()
     else:
         print(f"load average {before[0]:.2f} / {before[1]:.2f} before, {after[0]:.2f} after on "

@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=None,
                        help="measure every row this many times, interleaved; the table shows the median "
                             "ratio and its range (a shared machine's ratios move by tenths between runs); "
-                            "default 1, and 3 with --sim-vs-real")
+                            "default 1, and 5 with --sim-vs-real")
     bench.add_argument("--out", help="also write the table as CSV here")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "

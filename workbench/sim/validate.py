@@ -9,12 +9,16 @@ documented shared-memory constants), for each worker count, and tabulates the sa
 puts the simulator beside `costmodel.step_prediction` fed with the simulator's own
 constants (device, link), where the two describe the same exchange.
 
-What the simulator leaves out, and so where a real run is slower than predicted: the
-loop's own Python per step (records, slicing the batch: ~0.1-0.3 ms here), and other
-processes on the machine (a busy shared box; in a real 2-worker run on 2 cores the
-client's monitor shares the cores with the workers). Compute-heavy steps (the 535k MLP
-at 128 rows a worker: ~5-10 ms a step) make the first small; the second is reported
-(the load average) beside each row.
+What the calibration beside the real runs holds (`_time_this_core_now`): this core's
+`loss_and_grad` timed alone and, for two workers, while a helper process computes the same
+model (the caches and memory bandwidth they share); the mean of the timed calls (a run's
+throughput is its mean step) and their spread, which the simulated run is given as jitter
+(a synchronous step waits for the slower of its workers' computes); and the host's other
+demand, `host_demand_cores`: this process's CPU (the client's monitor and the local
+scheduler) over the round's run of fewest workers, which two workers on two cores share
+(`profiles.host_share`). What it still leaves out: the loop's own Python per step (records,
+slicing the batch: ~0.1-0.3 ms here), each worker process's own threads, and other
+processes on the machine (reported beside each row: `other_cores`, the load average).
 """
 from __future__ import annotations
 
@@ -60,9 +64,11 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
         per_worker: rows of the global batch per worker.
         keep: if a list is given, the real runs' RunResults are appended to it.
         measured_link: "benchmark" (default): simulate over this machine's link measured by
-            the exchange micro-benchmark (`linkfit.benchmark_link`: 3 sizes, bounded by
+            the exchange micro-benchmark (`linkfit.benchmark_link`: 7 sizes, bounded by
             memcpy / 8) and calibrated with the real runs (`costmodel.calibrate(link=)`);
-            the row's `link_held_out_error` says how well one alpha-beta line fits it.
+            the row's `link_held_out_error` says how well one alpha-beta line fits it (the
+            median over the rounds: the link is measured every round), `link_gbps_low` /
+            `link_gbps_high` the slowest and fastest round's bandwidth.
             True: alpha / beta fitted on the real runs' comm times (which mix in waiting);
             False: the documented shm constants.
         rounds: how many times the real runs and, after them, a fresh calibration of this
@@ -82,7 +88,7 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
     configs = {p: base.replace(cpus=p, batch_size=per_worker * p, steps=steps) for p in workers}
     for cfg in configs.values():
         run_engine(cfg.replace(steps=5), cluster=client)                     # warm workers: imports, data
-    fit = None
+    fit, fits = None, []
     per_round: dict[int, list[dict[str, Any]]] = {p: [] for p in workers}
     for _ in range(int(rounds)):
         reals, client_share = {}, {}
@@ -94,11 +100,16 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
             client_share[p] = (time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9)
         if keep is not None:
             keep.extend(reals.values())
-        # this machine's link, measured once: the exchange micro-benchmark (the documented
-        # shm constants fill in what it cannot determine), or alpha / beta fitted on the runs
-        if fit is None and measured_link == "benchmark":
+        # this machine's link, measured every round beside its real runs: the exchange
+        # micro-benchmark (the documented shm constants fill in what it cannot determine), or
+        # alpha / beta fitted on the runs. On this 2-vCPU VM the same benchmark gave 13.4-13.6
+        # GB/s and, minutes later, 3.6 GB/s (a 1 MB exchange 66 us, then 272 us: where the
+        # hypervisor placed the two vCPUs, 2026-12-04), so one measurement per call mischarged
+        # every later round
+        if measured_link == "benchmark":
             from ..analysis.linkfit import benchmark_link
             fit = benchmark_link(client)
+            fits.append(fit)
         link = calibrate(list(reals.values()), network="shm", link=fit).link("measured") if measured_link else None
         for p, real in reals.items():
             sim_cfg = configs[p].replace(simulate=True, cpu_device="local", network="shm")
@@ -133,7 +144,9 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
                      "real_comm_ms": med("real", "comm_ms"), "sim_comm_ms": med("sim", "comm_ms"),
                      "link": got[-1]["link"],
                      "client_cpu_share": float(np.median([g["client_cpu_share"] for g in got])),
-                     "link_held_out_error": fit.held_out_error if fit is not None else float("nan"),
+                     "link_held_out_error": float(np.median([f.held_out_error for f in fits])) if fits else float("nan"),
+                     "link_gbps_low": min((f.bandwidth_gbps for f in fits), default=float("nan")),
+                     "link_gbps_high": max((f.bandwidth_gbps for f in fits), default=float("nan")),
                      "load_average": max(g["load_average"] for g in got),
                      "other_cores": max(g["other_cores"] for g in got),   # others + steal, in cores (nan: unknown)
                      "status": next((g["status"] for g in got if g["status"] != "completed"), "completed")})
@@ -154,9 +167,14 @@ def _others(state: dict[str, Any] | None) -> float:
     return float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
 
 
+CALIBRATION_CALLS = 40   # timed calls of the one slice size, alone and co-run (~0.15 s each at 128 rows here)
+
+
 def _time_this_core_now(config: RunConfig, host_demand: float = 0.0) -> tuple[str, float]:
     """A fresh calibration of this core for `config`'s model (not the cached one: the
-    machine's state now, beside the real run), with the co-run timing for its CPU workers
+    machine's state now, beside the real run) at the one slice size its workers compute
+    (`local_device(rows=)`: charged what that size took, not a line fitted through others),
+    with the co-run timing for its CPU workers
     (`profiles.co_run_device`: the core while the others compute too) and `host_demand`
     (`host_demand_cores`: cores the run's own machinery takes beside the workers,
     `profiles.host_share`), as a file the run can be given; and the spread (coefficient of
@@ -168,12 +186,13 @@ def _time_this_core_now(config: RunConfig, host_demand: float = 0.0) -> tuple[st
     from . import profiles
     problem = Problem.from_config(config)
     data, model, params = problem.data, problem.new_model(), problem.initial_params()
-    profiles._LOCAL.clear()
-    device = profiles.local_device(model, data.X_train, data.y_train, params)
+    rows = config.batch_size // max(config.cpus, 1)       # the one slice size the runs compute
+    device = profiles.local_device(model, data.X_train, data.y_train, params, rows=rows, repeats=CALIBRATION_CALLS)
     record = profiles.calibration_record(device, model, str(params.dtype))
     k = profiles.co_run_cores(record, config.cpus)
     if k > 1:
-        together = profiles.co_run_device(model, data.X_train, data.y_train, params, k, device)
+        together = profiles.co_run_device(model, data.X_train, data.y_train, params, k, device,
+                                          repeats=CALIBRATION_CALLS)
         record["co_run"] = {str(k): profiles.co_run_entry(together)}
         device = together
     cores = int(record["machine"]["cores"] or 1)
@@ -262,7 +281,7 @@ def main(args: Any) -> int:
     if steps < 10:
         raise ConfigError("steps", "a whole number >= 10 (steps of each real and simulated run)", steps)
     rounds = getattr(args, "rounds", None)
-    rounds = 3 if rounds is None else int(rounds)
+    rounds = 5 if rounds is None else int(rounds)
     if rounds < 1:
         raise ConfigError("rounds", "a whole number >= 1 (rounds of real runs, calibration and simulation)", rounds)
     cores = os.cpu_count() or 1
@@ -287,11 +306,13 @@ def main(args: Any) -> int:
     for _, row in table.iterrows():
         print(f"  {int(row['workers'])} worker(s): simulated {row['error']:+.1%} against real: "
               + describe_error(row["error"], row["error_low"], row["error_high"], int(row["rounds"])))
-    print(f"  link: {table['link'].iloc[0]}")
+    low, high = table["link_gbps_low"].iloc[0], table["link_gbps_high"].iloc[0]
+    print(f"  link: {table['link'].iloc[0]}" + (f"; measured every round: {low:.3g}-{high:.3g} GB/s" if low == low else ""))
     share = table["client_cpu_share"]
     print(f"  this process (the client's monitor and the local scheduler) used {share.min():.1%}-{share.max():.1%} of "
-          f"a core during the real runs: where the workers take every core ({cores} here), that time is theirs lost, "
-          "which the simulation does not charge")
+          f"a core during the real runs: where the workers take every core ({cores} here), that time is theirs lost; "
+          "the simulated runs are charged it (host_demand_cores, as measured on each round's 1-worker run), and the "
+          "spread of the calibration's timed calls as jitter")
     during = (f"other processes and steal took at most {others:.2f} of {cores} cores during the real runs and "
               f"calibrations" if others == others else f"load average after {load1[0]:.2f} (this system does not "
               f"say who used the cores)")
