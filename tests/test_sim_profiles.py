@@ -226,6 +226,31 @@ def test_local_device_at_one_slice_size_charges_what_that_size_took(mlp_batch, m
         P.local_device(model, X, y, params, rows=0)
 
 
+def test_the_co_run_helper_computes_one_step_per_call_and_ends_with_its_input(mlp_batch, tmp_path):
+    # co_run_device starts each helper's step as its own timed call starts (a synchronous
+    # step's workers compute at once): one "done" per batch size sent, and the helper ends
+    # when its input closes, not at its time limit
+    import os
+    import pickle
+    model, X, y, params = mlp_batch
+    path = tmp_path / "helper.pkl"
+    path.write_bytes(pickle.dumps((model, X[:256], y[:256], params)))
+    code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({str(path)!r})"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    helper = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        assert helper.stdout.readline().strip() == "ready"
+        for b in (16, 64, 16):
+            helper.stdin.write(f"{b}\n")
+            helper.stdin.flush()
+            assert helper.stdout.readline().strip() == "done"
+        helper.stdin.close()
+        assert helper.wait(timeout=30) == 0
+    finally:
+        helper.kill()
+
+
 def test_local_device_refuses_a_non_numpy_vector(mlp_batch):
     model, X, y, params = mlp_batch
     with pytest.raises(TypeError, match="params: a NumPy vector"):

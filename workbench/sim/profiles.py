@@ -641,18 +641,28 @@ CO_RUN_LIMIT_S = 120.0   # a helper process computes at most this long (it ends 
 
 
 def _co_run_helper(path: str) -> None:
-    """In a helper process: compute `loss_and_grad` of the pickled (model, X, y, params)
-    over and over on one BLAS thread, saying "ready" after the first call, until stopped
-    (or CO_RUN_LIMIT_S). What another worker process of this host does meanwhile."""
+    """In a helper process: what another worker process of this host does while the core is
+    timed. It loads the pickled (model, X, y, params), says "ready", then for each line it
+    reads (a batch size, sent as a timed call starts) computes one worker step of that many
+    rows (`_worker_step`) on one BLAS thread and says "done": the two start each call
+    together, as a synchronous step's workers do. It ends when its input closes (or after
+    CO_RUN_LIMIT_S)."""
     import sys
     with open(path, "rb") as f:
         model, X, y, params = pickle.load(f)
+    steps: dict[int, Any] = {}
     end = time.perf_counter() + CO_RUN_LIMIT_S
     with _one_blas_thread():
-        model.loss_and_grad(params, X, y)
+        model.loss_and_grad(params, X[:1], y[:1])
         print("ready", flush=True)
-        while time.perf_counter() < end:
-            model.loss_and_grad(params, X, y)
+        for line in sys.stdin:
+            if time.perf_counter() > end:
+                break
+            b = int(line)
+            if b not in steps:
+                steps[b] = _worker_step(model, params, X, y, b)
+            steps[b]()
+            print("done", flush=True)
     sys.stdout.close()
 
 
@@ -676,23 +686,42 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
     fd, path = tempfile.mkstemp(prefix="workbench-corun-", suffix=".pkl")
     helpers: list[subprocess.Popen] = []
     try:
+        rows = min(int(X.shape[0]), 16 * big)            # fresh rows for its calls, as a worker reads
         with open(fd, "wb") as f:
-            pickle.dump((model, np.ascontiguousarray(X[:big]), np.ascontiguousarray(y[:big]), params), f)
+            pickle.dump((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params), f)
         code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({path!r})"
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(p for p in sys.path if p))   # this process's workbench
         for _ in range(cores - 1):
-            helpers.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, env=env, text=True))
+            helpers.append(subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
         for h in helpers:
             if h.stdout is None or h.stdout.readline().strip() != "ready":
                 raise RuntimeError("a co-run helper process did not start")
+
+        def together(step: Any, b: int, count: int) -> np.ndarray:
+            # every helper starts a step of b rows as the timed one starts (a synchronous step's
+            # workers compute at once, their weights' reads at the same moments), and the next
+            # call waits for all of them, untimed
+            times = np.empty(count)
+            for i in range(count):
+                for h in helpers:
+                    h.stdin.write(f"{b}\n")
+                    h.stdin.flush()
+                t0 = time.perf_counter()
+                step()
+                times[i] = time.perf_counter() - t0
+                for h in helpers:
+                    if h.stdout.readline().strip() != "done":
+                        raise RuntimeError("a co-run helper process stopped")
+            return times
+
         calls = []
         with _one_blas_thread():
             for size in sizes:
                 step = _worker_step(m, params, X, y, size)
-                t = _best_s(step, 1)
-                calls.append(_timed_calls(step, int(repeats) if repeats else _repeats(t, len(sizes))))
+                t = float(together(step, size, 1)[0])    # warm (workspaces) and a first estimate
+                calls.append(together(step, size, int(repeats) if repeats else _repeats(t, len(sizes))))
     finally:
         for h in helpers:
             h.kill()
