@@ -78,7 +78,7 @@ class Device:
     step_overhead_s: float    # per loss_and_grad call: kernel launches, Python, framework
     source: str               # where the numbers come from
     calibration: tuple[tuple[int, float], ...] = ()   # local_device: (batch, seconds) it measured
-    spread: float = 0.0       # local_device: coefficient of variation of the largest batch's timed calls
+    spread: float = 0.0       # local_device: the largest batch's calls' spread (`_spread`: IQR / 1.349 / median)
     cores: int = 1            # cores the peak is summed over (a chip a run may split: `ChipPartition`)
     mem_bytes: float = 0.0    # capacity of the device's own fast memory, bytes (0: not modelled)
 
@@ -488,8 +488,8 @@ def _typical_s(times: np.ndarray) -> float:
     """What a call takes over a run: the mean of the timed calls.
 
     A run's throughput is its mean step, occasional slow calls (another thread took the
-    core a moment) included, and a calibration predicts throughputs. Until 2026-12-04 the
-    median was used, and before that the fastest call: on a quiet 2-vCPU VM here the fastest
+    core a moment) included, and a calibration predicts throughputs. Until the evening of
+    2026-12-04 the median was used, and before that the fastest call: on a quiet 2-vCPU VM here the fastest
     of 9 calls was 10-20% under their median, and simulated runs calibrated by the fastest
     came out 12-57% faster than the real ones beside them; the median still left out the
     slow calls every real step pays for (real 2-worker compute: mean 4.30 ms against a
@@ -671,7 +671,8 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
     """This machine's core timed as `local_device` times it, while `cores - 1` other
     processes compute the same model's `loss_and_grad` at once, each on its own core:
     what each of `cores` worker processes of one host takes when they share its caches
-    and memory bandwidth (a synchronous step's workers compute at the same time). The
+    and memory bandwidth (a synchronous step's workers compute at the same time: each
+    helper starts a step of the same size as each timed call starts). The
     batch sizes are `alone`'s (the same fit, seconds = overhead + FLOPs / rate), each timed
     `repeats` times (default: as `local_device` chooses). A helper that cannot start (no
     `sys.executable`) raises RuntimeError."""

@@ -120,7 +120,10 @@ def real_vs_simulated(client: Any, config: RunConfig | None = None, workers: Seq
             # slower of its workers' computes, not their typical one)
             path, spread = _time_this_core_now(sim_cfg, host_demand=client_share[min(client_share)])
             sim_cfg = sim_cfg.replace(calibration=path, jitter=_as_jitter(spread))
-            sim = run_simulated(sim_cfg, link=link)
+            try:
+                sim = run_simulated(sim_cfg, link=link)
+            finally:
+                os.unlink(path)                  # the run's summary holds the record it was charged
             # who else used the cores: during the real run (its own accounting: the workers' CPU is
             # ours), and while this core was timed and the run simulated (this process and the
             # co-run helper processes it started and waited for are ours)
@@ -177,8 +180,8 @@ def _time_this_core_now(config: RunConfig, host_demand: float = 0.0) -> tuple[st
     with the co-run timing for its CPU workers
     (`profiles.co_run_device`: the core while the others compute too) and `host_demand`
     (`host_demand_cores`: cores the run's own machinery takes beside the workers,
-    `profiles.host_share`), as a file the run can be given; and the spread (coefficient of
-    variation) of the timed calls of the device its workers are charged."""
+    `profiles.host_share`), as a file the run can be given; and the spread (`profiles._spread`)
+    of the timed calls of the device its workers are charged."""
     import json
     import tempfile
 
