@@ -76,4 +76,5 @@ def test_defaults_unchanged_by_descriptions():
         "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "topology": "ring",
         "error_feedback": True,
         "epochs": 5.0, "steps": None,
-        "eval_every": None, "seed": 0, "out": None}
+        "eval_every": None, "seed": 0, "out": None,
+        "out_private": True}

@@ -14,7 +14,13 @@ imported by the functions that need them. The distribution is `parallel-workbenc
 """
 from __future__ import annotations
 
-from .config import ConfigError, RunConfig
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:   # `python -m workbench`: an address space NumPy cannot even load into is one line
+    from .util.limits import refuse_tiny_address_space
+    refuse_tiny_address_space()
+
+from .config import ConfigError, RunConfig  # noqa: E402  (after the check above: it loads NumPy)
 
 __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load", "sweep",

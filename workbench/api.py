@@ -60,9 +60,9 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         warnings = list(checked)
     claimed = None
     if config.out:   # claimed before training: a second run given the same folder gets out-2, never a clash
-        from .results import claim_run_dir
-        claimed = claim_run_dir(config.out, overwrite=overwrite)
-        if claimed != Path(config.out):
+        from .results import claim_run_dir, final_dir
+        claimed = claim_run_dir(config.out, overwrite=overwrite, private=config.out_private)
+        if final_dir(claimed) != Path(config.out):   # (a staging directory replaces config.out at the commit)
             warnings.append(f"out: {config.out} was claimed by another run; this run is written to {claimed}")
             config = config.replace(out=str(claimed))
     bar = None
@@ -95,7 +95,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
                                     for m in warnings] + list(result.summary.get("events", []))
         result.summary["warnings"] = list(warnings)
     if config.out:
-        save(result, config.out, overwrite=overwrite, report=report)
+        save(result, claimed, overwrite=overwrite, report=report)
     return result
 
 
@@ -164,9 +164,17 @@ def save(result: RunResult, directory: str | Path, overwrite: bool = False, repo
     report.html when plotly is installed (`report`), rendered once the data is safe. A
     write error (disk full, quota) raises `RunDirError` with one line; the files written
     before it are kept. A run that streamed its steps to `directory` (`wb.run` with `out`)
-    has written steps.csv already: saving it writes only the small files."""
+    has written steps.csv already: saving it writes only the small files. A staging
+    directory (`wb.run` with `overwrite` over a committed run: `results.claim_stage`) is
+    committed, then swapped in for the run it replaces; that run is kept until then."""
+    from .results import final_dir, replace_run_dir
+    final = final_dir(directory)
     try:
         path = result.save(directory, overwrite=overwrite)
+        if final != Path(directory):
+            path = replace_run_dir(directory, final)
+            if result.store is not None and result.store.directory is not None:
+                result.store.directory = path   # its steps.csv (and spool) moved with the directory
     except FileExistsError:
         raise
     except OSError as exc:

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import struct
 import tempfile
@@ -38,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import measure
-from .util.fileio import RunDirError, atomic_write  # noqa: F401  (RunDirError: re-exported)
+from .util.fileio import RunDirError, atomic_write, exchange_dirs, private_opener  # noqa: F401  (RunDirError: re-exported)
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -503,9 +504,10 @@ class StepStore:
     [0, 0, 1, 1, 2]
     """
 
-    def __init__(self, directory: str | Path | None = None, size: int | None = None):
+    def __init__(self, directory: str | Path | None = None, size: int | None = None, private: bool = True):
         self.directory = None if directory is None else Path(directory)
         self.size = size
+        self.private = private                             # files only this user can read (0600)
         self.pending: dict[int, list[np.ndarray]] = {}   # worker -> held (rows, STEP_TABLE) blocks
         self.held = 0                                      # rows held
         self.last_step: dict[int, float] = {}              # worker -> its highest step received
@@ -620,9 +622,10 @@ class StepStore:
         for name in RUN_FILES:
             (d / name).unlink(missing_ok=True)
         spool = d / SPOOL
-        spool.mkdir(exist_ok=True)
-        self._files = {name: open(spool / f"{name}.f64", "wb") for name in STEP_TABLE}
-        self._files["csv"] = open(d / "steps.csv", "w", encoding="utf-8", newline="")
+        spool.mkdir(mode=0o700 if self.private else 0o777, exist_ok=True)
+        opener = private_opener if self.private else None
+        self._files = {name: open(spool / f"{name}.f64", "wb", opener=opener) for name in STEP_TABLE}
+        self._files["csv"] = open(d / "steps.csv", "w", encoding="utf-8", newline="", opener=opener)
         self._files["csv"].write(",".join(STEP_TABLE) + "\n")
 
     def _append(self, rows: np.ndarray) -> None:
@@ -824,12 +827,12 @@ class Collector:
     """
 
     def __init__(self, on_record: OnRecord | None = None, *, width: int | None = None, size: int | None = None,
-                 directory: str | Path | None = None):
+                 directory: str | Path | None = None, private: bool = True):
         self.rows: dict[str, list[Record]] = {"event": [], "tournament": []}
         self.evals = EvalTable()
         self.on_record = on_record
         self.width = width
-        self.store = StepStore(directory, size)
+        self.store = StepStore(directory, size, private=private)
         self.started: dict[int, float] = {}                  # worker -> wall clock of its first step
         self.live_rows = 0                                   # step rows forwarded live
 
@@ -959,10 +962,21 @@ class RunResult:
         report) is removed, so the directory never mixes two runs. Other files are kept."""
         d = Path(directory)
         old = d / "summary.json"
-        if old.exists() and not overwrite and not self._same_run(old):
-            raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
-                                  f"--overwrite, to replace it), got {str(d)!r}")
-        d.mkdir(parents=True, exist_ok=True)
+        private = bool((self.summary.get("config") or {}).get("out_private", True))
+        if old.exists() and not self._same_run(old):
+            if not overwrite:
+                raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
+                                      f"--overwrite, to replace it), got {str(d)!r}")
+            # The committed run stays whole until this one is: written beside it, then swapped in.
+            stage = claim_stage(d, private)
+            try:
+                self._write_files(stage, private, streamed=False)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            return replace_run_dir(stage, d)
+        if not d.exists():
+            d.mkdir(parents=True, mode=0o700 if private else 0o777)
         streamed = self.store is not None and self.store.saved_in(d)
         if self.store is not None and self.store.error is not None and self.store.directory is not None \
                 and Path(d).resolve() == self.store.directory.resolve():
@@ -972,23 +986,29 @@ class RunResult:
             with contextlib.suppress(OSError):
                 atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
             raise self.store.error
-        if overwrite:
+        if overwrite:   # an uncommitted directory (or this run's own): no committed run to keep
             (d / "summary.json").unlink(missing_ok=True)     # the commit marker first
             for name in RUN_FILES:
                 if (name != "tournaments.csv" or not len(self.tournaments)) and not (streamed and name == "steps.csv"):
                     (d / name).unlink(missing_ok=True)
-        # summary.json is the commit marker: written last, once the data files are safe, so a
-        # full disk or a signal mid-save leaves a directory that says it is uncommitted.
-        if not streamed:
-            atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
-        atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
-        if len(self.tournaments):
-            atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
-        import yaml  # local: results stays light to import
-        atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
-        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
-        (d / CLAIM).unlink(missing_ok=True)
+        self._write_files(d, private, streamed)
         return d
+
+    def _write_files(self, d: Path, private: bool, streamed: bool) -> None:
+        """The run files into `d`; summary.json is the commit marker: written last, once the
+        data files are safe, so a full disk or a signal mid-save leaves a directory that
+        says it is uncommitted."""
+        if not streamed:
+            atomic_write(d / "steps.csv", self.steps.to_csv(index=False), private=private)
+        atomic_write(d / "evals.csv", self.evals.to_csv(index=False), private=private)
+        if len(self.tournaments):
+            atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False), private=private)
+        import yaml  # local: results stays light to import
+        atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False),
+                     private=private)
+        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False),
+                     private=private, sync=True)
+        (d / CLAIM).unlink(missing_ok=True)
 
     def _same_run(self, summary_path: Path) -> bool:
         """Whether `summary_path` is this run's own summary (saving again is fine)."""
@@ -1048,6 +1068,7 @@ def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
 
 
 CLAIM = ".workbench-claim"   # in a run directory from its claim until summary.json is written
+CHECKPOINTS = "checkpoints"  # in a run directory: what a resumed run continues from (`workbench.checkpoint`)
 
 
 class UncommittedRunError(FileNotFoundError):
@@ -1069,41 +1090,112 @@ def uncommitted_message(d: Path) -> str:
             f"mid-save); it holds {', '.join(kept) if kept else 'no run files'}")
 
 
-def claim_run_dir(out: str | Path, overwrite: bool = False) -> Path:
+def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True) -> Path:
     """Claim `out` for one run, atomically, before it trains; returns the directory claimed.
 
-    A new directory is made with `os.mkdir` (exactly one caller succeeds); an existing one
-    that holds no run is claimed by creating its CLAIM marker exclusively. If either is
-    taken (another run claimed it first, or it holds a run and `overwrite` is not set),
-    the first free sibling `out-2`, `out-3`, ... is claimed instead, so two runs given the
-    same directory (or the same default name in the same second) never collide. The
-    marker stays until `RunResult.save` has written summary.json (the commit)."""
+    A new directory is made with `os.mkdir` (exactly one caller succeeds), mode 0700 when
+    `private` (only this user; else as the umask says); an existing one that holds no run
+    is claimed by creating its CLAIM marker exclusively. If either is taken (another run
+    claimed it first, or it holds a run and `overwrite` is not set), the first free sibling
+    `out-2`, `out-3`, ... is claimed instead, so two runs given the same directory (or the
+    same default name in the same second) never collide. With `overwrite`, a directory
+    holding a committed run is not touched: the new run is written beside it, in a staging
+    directory (`claim_stage`, `.NAME.overwrite-PID-K`), which replaces it only once the new
+    run commits (`replace_run_dir`); `final_dir` names where a claimed directory ends up.
+    The marker stays until `RunResult.save` has written summary.json (the commit)."""
     base = Path(out)
     base.parent.mkdir(parents=True, exist_ok=True)
     path, k = base, 1
     while True:
         try:
-            os.mkdir(path)
+            os.mkdir(path, 0o700 if private else 0o777)
             usable = True
         except FileExistsError:
-            usable = path.is_dir() and ((overwrite and k == 1) or not (path / "summary.json").exists())
-        if usable:
-            try:
-                fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                pass     # another run's claim: try the next sibling
-            else:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                return path
+            committed = (path / "summary.json").exists()
+            if overwrite and k == 1 and committed and path.is_dir():
+                return claim_stage(path, private)
+            usable = path.is_dir() and ((overwrite and k == 1) or not committed)
+        if usable and _take_claim(path, private):
+            return path
         k += 1
         path = base.parent / f"{base.name}-{k}"
 
 
+def _take_claim(path: Path, private: bool) -> bool:
+    """Create `path`'s CLAIM marker exclusively, holding this process's id; False when
+    another run holds it."""
+    try:
+        fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600 if private else 0o644)
+    except FileExistsError:
+        return False     # another run's claim
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
+_STAGE = re.compile(r"\.(?P<name>.+)\.overwrite-[0-9]+-[0-9]+")
+
+
+def claim_stage(final: str | Path, private: bool = True) -> Path:
+    """A fresh staging directory beside `final` (`.NAME.overwrite-PID-K`, claimed) for a
+    run that is to replace the committed run in `final` once it commits itself."""
+    final = Path(final)
+    k = 1
+    while True:
+        stage = final.parent / f".{final.name}.overwrite-{os.getpid()}-{k}"
+        try:
+            os.mkdir(stage, 0o700 if private else 0o777)
+        except FileExistsError:
+            k += 1
+            continue
+        _take_claim(stage, private)
+        return stage
+
+
+def final_dir(claimed: str | Path) -> Path:
+    """Where a claimed run directory ends up: the run it replaces for a staging directory
+    (`claim_stage`), else itself.
+
+    >>> str(final_dir("runs/.a.overwrite-12-1")), str(final_dir("runs/a-2"))
+    ('runs/a', 'runs/a-2')
+    """
+    p = Path(claimed)
+    m = _STAGE.fullmatch(p.name)
+    return p.parent / m.group("name") if m else p
+
+
+def replace_run_dir(stage: str | Path, final: str | Path) -> Path:
+    """Put the committed run in `stage` where `final` is, and remove the run `final` held.
+
+    Files of `final` that are no run's (a user's notes) move into the new run first. Then
+    the two directories are swapped in one step where the kernel offers it
+    (`exchange_dirs`), so `final` always holds a committed run; elsewhere `final` is
+    renamed aside first (a crash between the two renames leaves both runs, hidden beside
+    it). Returns `final`."""
+    stage, final = Path(stage), Path(final)
+    ours = set(RUN_FILES) | {SPOOL, CLAIM, CHECKPOINTS}
+    if final.is_dir():
+        for entry in final.iterdir():
+            if entry.name not in ours and not (stage / entry.name).exists():
+                os.rename(entry, stage / entry.name)
+    old = stage
+    if not (final.exists() and exchange_dirs(stage, final)):
+        old = final.parent / f".{final.name}.replaced-{os.getpid()}"
+        if final.exists():
+            os.rename(final, old)
+        os.rename(stage, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
 def release_claim(path: str | Path) -> None:
     """A claimed directory whose run ended before saving: drop the claim, and the
-    directory if nothing else is in it."""
+    directory if nothing else is in it (a staging directory whole: the run it was to
+    replace stays as it was)."""
     d = Path(path)
+    if final_dir(d) != d:
+        shutil.rmtree(d, ignore_errors=True)
+        return
     (d / CLAIM).unlink(missing_ok=True)
     try:
         d.rmdir()

@@ -323,6 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while checking inputs: nothing had started, nothing to save
         print("stopped: interrupted before the run started", file=sys.stderr)
         return EXIT_FAILED
+    except (MemoryError, RuntimeError) as exc:   # an address space (ulimit -v) too small for what it met
+        if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+            raise
+        from ..util.limits import address_space_limit
+        limit = address_space_limit()
+        print(f"error: memory: ran out of address space ({type(exc).__name__}: {str(exc) or 'out of memory'}"
+              f"{f'; ulimit -v is {limit >> 20} MiB' if limit else ''}); raise the limit or run less at once",
+              file=sys.stderr)
+        return EXIT_FAILED
     parser.error(f"unknown command {args.command!r}")
     return EXIT_INVALID
 
@@ -442,6 +451,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    if s["status"] == "failed":   # a loop that never started has no event: its error says why
+        for rank, error in (s.get("errors") or {}).items():
+            print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)
     from ..measure import notes
     for line in notes(s):
         print(f"  note: {line}")
@@ -457,8 +469,10 @@ def _write_report(result: Any, out: str) -> None:
     from .. import api
     with stop_on_signals():
         try:
-            path = api.write_run_report(result, out)
-            api.settle_steps(result, out)
+            try:
+                path = api.write_run_report(result, out)
+            finally:   # the spool goes whether or not the report could be written (steps.csv holds its rows)
+                api.settle_steps(result, out)
         except KeyboardInterrupt as exc:
             print(f"report: not written ({exc or 'interrupted'}); the run is saved: "
                   f"`python -m workbench compare {out} --out {Path(out) / 'report.html'}` renders one later",

@@ -227,7 +227,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     transport.check(setup)    # the workers' memory, from the dataset's entry: before the data is made
     problem.load()            # loads (and checks) the data on the client
     setup.extra = spec.needs.client_setup(config, size)
-    collector = Collector(on_record, width=live_width(plan.total_steps), size=size, directory=out)
+    collector = Collector(on_record, width=live_width(plan.total_steps), size=size, directory=out,
+                          private=config.out_private)
     monitor = _Monitor(setup, transport, collector, should_stop)
     t_setup = time.time()
     try:

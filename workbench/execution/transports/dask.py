@@ -198,7 +198,9 @@ class DaskTransport(Transport):
         self.client.subscribe_topic(plan.topic, lambda event: sink(event[1]))
         self.control.start_lease()  # loops on an external cluster end when this client goes away
         plan.t0_wall = setup.t0_wall
-        self.futures = [self.client.submit(worker_task, main, plan, rank, w["address"], self.actor,
+        from distributed.protocol.pickle import dumps
+        packed = dumps(plan)   # Dask's pickling (cloudpickle where needed), unpacked by the task: its error is ours
+        self.futures = [self.client.submit(worker_task, main, packed, rank, w["address"], self.actor,
                                            workers=[w["address"]], allow_other_workers=False, pure=False,
                                            key=f"workbench-loop-{plan.run_id}-{rank}")
                         for rank, w in enumerate(self.workers)]

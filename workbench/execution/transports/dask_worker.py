@@ -42,13 +42,24 @@ class DaskPlan:
         return len(self.kinds)
 
 
-def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
-    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`)."""
+def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, address: str, actor: Any = None) -> dict:
+    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`).
+
+    `plan` may come pickled: it is then unpacked here, so that a failure to unpack it is
+    this task's error, reported to the client, not a fault in Dask's own unpacking (which
+    closes the worker and leaves only "lost")."""
     from distributed import get_worker
 
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
         return {"status": "rescheduled", "params": None}
+    if isinstance(plan, bytes):
+        import pickle
+        try:
+            plan = pickle.loads(plan)   # noqa: S301 - the client's own plan, over the cluster's connection
+        except Exception as exc:
+            return {"status": "failed", "params": None, "steps": None,
+                    "error": f"unpacking its task failed: {type(exc).__name__}: {exc}"}
     links = open_links(plan, rank, actor)
 
     def sink(batch: dict) -> None:
