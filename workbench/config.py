@@ -156,6 +156,9 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
 DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
+# The GPT's default shape, in one place (RunConfig's fields and maths.gpt read it): a 2-layer
+# character-level decoder a 2-core laptop trains in minutes (~0.1 M parameters, 64-token context).
+DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64}
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
