@@ -286,7 +286,7 @@ class GPT(Model):
             xp.matmul(m, P[f"h{i}.fc.W"], out=u)
             u += P[f"h{i}.fc.b"]
             g2 = _gelu2(xp, ws, tag, u)                                     # 2 gelu(u): the 0.5 is applied below
-            out = ws.empty("proj4", (N, d))
+            out = ws.empty("mlp_out", (N, d))
             xp.matmul(g2, P[f"h{i}.out.W"], out=out)
             out *= 0.5                                                      # exact: a power of two
             out += P[f"h{i}.out.b"]
@@ -563,22 +563,23 @@ def gpt_forward_flops(context: int, vocab: int, n_layers: int, d_model: int, ffn
 def gpt_activation_floats(context: int, vocab: int, n_layers: int, d_model: int, n_heads: int, ffn: int,
                           n_kv: int | None = None, gated: bool = False) -> int:
     """Numbers one sequence keeps for the backward pass of `GPT` (what `_forward` stores
-    with keep=True): per token and layer two LayerNorms' normalised inputs and outputs (4 d),
-    q, k, v (d + 2 n_kv), the attention output (d), the MLP's pre-activation, its tanh and
-    GELU output (3 ffn; a gated MLP one more), and H T attention probabilities; then the
-    final LayerNorm (2 d) and the logits (V). The residual stream is updated in place.
+    with keep=True): per token and layer two LayerNorms' normalised inputs, outputs and
+    inverse deviations (4 d + 2), q, k, v (d + 2 n_kv), the attention output (d), the MLP's
+    pre-activation, its tanh and GELU output (3 ffn; a gated MLP one more), and H T attention
+    probabilities; then the final LayerNorm (2 d + 1) and the logits (V). The residual
+    stream is updated in place.
 
     Args: as `gpt_forward_flops`, plus n_heads (attention probabilities are per head).
     Returns:
         floats per sequence.
 
     >>> gpt_activation_floats(8, 11, 1, 16, 2, 64)
-    3032
+    3056
     """
     T, d = int(context), int(d_model)
     kv = d if n_kv is None else int(n_kv)
-    per_layer = 4 * d + d + 2 * kv + d + (4 if gated else 3) * ffn + n_heads * T
-    return T * (n_layers * per_layer + 2 * d + vocab)
+    per_layer = 4 * d + 2 + d + 2 * kv + d + (4 if gated else 3) * ffn + n_heads * T
+    return T * (n_layers * per_layer + 2 * d + 1 + vocab)
 
 
 def make_gpt(n_features: int, n_classes: int, n_layers: int = DEFAULT_GPT["n_layers"],
