@@ -41,6 +41,38 @@ def test_local_cluster_workers_have_tuned_environment_and_client_env_is_untouche
     assert dict(os.environ) == before
 
 
+def test_each_worker_gets_its_share_of_the_memory(client):
+    from distributed.system import MEMORY_LIMIT
+    limits = [w["memory_limit"] for w in workers_of(client)]
+    assert limits == [MEMORY_LIMIT // 2] * 2
+
+
+_ONE_CPU_CLUSTER = """
+import os, sys
+os.sched_setaffinity(0, {0})                      # one CPU, as Binder gives (Dask reads the affinity)
+from dask.system import CPU_COUNT
+from distributed.system import MEMORY_LIMIT
+from workbench.execution.cluster import close_client, make_cluster, workers_of
+client = make_cluster(cpus=2, gpus=0, quiet=True)
+try:
+    print(CPU_COUNT, MEMORY_LIMIT, *[w["memory_limit"] for w in workers_of(client)])
+finally:
+    close_client(client)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
+def test_on_one_cpu_two_workers_each_get_half_the_memory_not_all_of_it():
+    # Dask's "auto" limit is memory * min(1, threads / cores): on one CPU each worker would get
+    # all of it, and the container is killed before Dask pauses anyone
+    proc = subprocess.run([sys.executable, "-c", _ONE_CPU_CLUSTER], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cpus, total, *limits = map(int, proc.stdout.split())
+    assert cpus == 1
+    assert limits == [total // 2, total // 2]
+
+
 @pytest.mark.slow
 def test_a_nanny_brings_its_killed_worker_back_whatever_the_lost_worker_timeout(client):
     # distributed's SpecCluster closes the nanny of a worker name that is absent

@@ -106,7 +106,7 @@ EXAMPLES = """\
 examples:
   python -m workbench run --algorithm sync_sgd --cpus 2 --batch-size 128 --epochs 5 --out runs/s
   python -m workbench run --algorithm async_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/ae
-  python -m workbench run --config experiments/my.yaml --lr 0.2
+  python -m workbench run --config runs/s/config.yaml --lr 0.2 --out runs/s-lr0.2
   python -m workbench sweep --algorithm sync_sgd --workers 1,2 --mode weak --out runs/sweep
   python -m workbench reproduce experiments/sc17_easgd.yaml --quick --out runs/sc17
   python -m workbench compare runs/s runs/ae --out compare.html
@@ -119,7 +119,7 @@ examples:
       --lr-scaling linear --warmup gradual --warmup-epochs 1 --epochs 5 --out runs/sync
   python -m workbench run --algorithm sync_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/se
   python -m workbench run --algorithm ltfb --cpus 2 --trainers 2 --lr-spread 4 --out runs/ltfb
-  python -m workbench run --config experiments/my.yaml --lr 0.2     # YAML keys = field names
+  python -m workbench run --config runs/sync/config.yaml --lr 0.2 --out runs/sync-lr0.2  # a saved run, one change
   python -m workbench run --algorithm sync_sgd --scheduler tcp://10.0.0.5:8786  # an existing cluster
 
 exit codes: 0 completed; 1 stopped, diverged or failed (what was gathered is saved);
@@ -142,15 +142,30 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
+MODULE_PROG = "python -m workbench"
+
+
+def called_as(argv0: str | None) -> str:
+    """The command a user typed, for usage lines and examples: the console script's name
+    (`parallel-workbench`), or `python -m workbench` for the module (and for calls of
+    `main(argv)` from code, which have no command line of their own).
+
+    >>> called_as("/home/me/.venv/bin/parallel-workbench"), called_as("/src/workbench/__main__.py"), called_as(None)
+    ('parallel-workbench', 'python -m workbench', 'python -m workbench')
+    """
+    name = Path(argv0).name if argv0 else ""
+    return MODULE_PROG if not name or name.endswith((".py", ".pyc")) or name.startswith("-") else name
+
+
+def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     fmt = _HelpFormatter
-    parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
+    parser = argparse.ArgumentParser(prog=prog, usage="%(prog)s [-h] [--version] COMMAND ...",
                                      description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
     parser.add_argument("--version", action="version",
                         version=f"parallel-workbench {__version__} (import package workbench)")
     # listed once, in DESCRIPTION's order, rather than again by argparse
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
-                                prog="python -m workbench")
+                                prog=prog)
 
     run = sub.add_parser("run", help=COMMANDS["run"], formatter_class=fmt,
                          description="Train one run. Every RunConfig field is a flag; see the groups below.",
@@ -254,11 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also stop repeating after this many seconds (checked between rounds; default: no "
                             "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if prog != MODULE_PROG:      # the examples name the command as it was called
+        for p in (parser, *sub.choices.values()):
+            p.description = p.description and p.description.replace(MODULE_PROG, prog)
+            p.epilog = p.epilog and p.epilog.replace(MODULE_PROG, prog)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(called_as(sys.argv[0] if argv is None and sys.argv else None))
     args = parser.parse_args(argv)
     try:
         if args.command == "algorithms":
@@ -539,7 +558,8 @@ def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path 
         from ..ui import figures as F
         from ..ui.report import write_comparison_report
     except ImportError as exc:  # no plotly (the lab extra): the CSV is what matters
-        print(f"note: no sweep.html ({exc}); pip install 'parallel-workbench[lab]' for figures", file=sys.stderr)
+        from ..util.extras import missing_extra
+        print(f"note: no sweep.html: {missing_extra('sweep.html', exc)}", file=sys.stderr)
         return None
     runs = [d for d in table["run_dir"] if isinstance(d, str) and (Path(d) / "summary.json").exists()]
     labels = [f"{w} worker{'s' if w != 1 else ''}" for w, d in zip(table["workers"], table["run_dir"]) if d in runs]
@@ -570,7 +590,8 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         from ..ui.report import write_comparison_report
     except ImportError as exc:
-        raise ImportError(f"compare needs plotly: pip install 'parallel-workbench[lab]' ({exc})") from None
+        from ..util.extras import missing_extra
+        raise missing_extra("compare", exc) from None
     from ..results import RunResult
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"

@@ -254,7 +254,11 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     import sys
 
     exp = load_experiment(path, notebook=notebook)   # every check of the file first: a bad one is refused
-    from papermill.inspection import inspect_notebook  # before papermill's imports (~2 s of CPU)
+    try:
+        from papermill.inspection import inspect_notebook  # before papermill's imports (~2 s of CPU)
+    except ImportError as exc:
+        from ..util.extras import missing_extra
+        raise missing_extra("reproduce", exc) from None
 
     params = {**exp.parameters, **(exp.quick_parameters if quick else {})}
     known = set(inspect_notebook(str(exp.notebook)))

@@ -61,7 +61,8 @@ class DatasetInfo:
 
 
 DATASETS: dict[str, DatasetInfo] = {
-    "digits": DatasetInfo("scikit-learn 8x8 handwritten digits, 1797 images, 10 classes (bundled, offline)",
+    "digits": DatasetInfo("UCI 8x8 handwritten digits as scikit-learn ships them, 1797 images, 10 classes "
+                          "(bundled, offline)",
                           n_examples=1797, n_features=64, image_shape=(1, 8, 8)),
     "mnist1d": DatasetInfo("generated 1-D digit-like curves, 40 features, 10 classes (offline)", n_features=40),
     "synthetic": DatasetInfo("random teacher-MLP labels on Gaussian inputs; "

@@ -603,7 +603,7 @@ def _one_blas_thread():
     """One BLAS thread while timing: a virtual CPU worker is one core."""
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:      # a dependency of scikit-learn, so normally present
+    except ImportError:      # a dependency (pyproject.toml); timed anyway without it
         yield
         return
     with threadpool_limits(limits=1, user_api="blas"):

@@ -53,7 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ipywidgets as widgets
+try:
+    import anywidget  # noqa: F401  (the live figures' widget, ui/plotly_widget.py)
+    import ipywidgets as widgets
+    import plotly  # noqa: F401
+except ImportError as _exc:      # the lab extra: one line that says so, not a bare ModuleNotFoundError
+    from ..util.extras import missing_extra
+    raise missing_extra("the dashboard", _exc) from None
 import pandas as pd
 
 from .. import measure

@@ -127,7 +127,7 @@ class ThreadTransport(Transport):
 
 def _one_blas_thread() -> Any:
     """Limit BLAS to one thread until the returned limiter is restored (None without
-    threadpoolctl, which scikit-learn brings)."""
+    threadpoolctl, a dependency)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
