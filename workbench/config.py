@@ -44,7 +44,7 @@ MODEL_NAMES = ("softmax", "mlp", "cnn")
 # The simulated cluster's named profiles. Their data and sources live in
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
-SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
+SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100", "h200")
 SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
 SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
@@ -53,7 +53,8 @@ SIM_DEFAULT_DEVICE = "v100"
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2",
                 "mcdram")
 SIM_CHIP_CORES = {"knl": 68}   # CPU profiles a run may split into `partitions`: their cores
-SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
+SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152",
+                     "gpt2-124m", "gpt2-355m", "tinyllama-1.1b", "llama-7b")   # language models: per sequence
 MAX_VIRTUAL_WORKERS = 1024
 JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
 SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
@@ -69,7 +70,7 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
     >>> match_name("device", "tpu", SIM_DEVICES)
     Traceback (most recent call last):
     ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, h200, core, knl, power8, xeon, got 'tpu'
     """
     def key(s: str) -> str:
         return re.sub(r"[\s_-]+", "", s).lower()
@@ -156,6 +157,9 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
 DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
+# The GPT's default shape, in one place (RunConfig's fields and maths.gpt read it): a 2-layer
+# character-level decoder a 2-core laptop trains in minutes (~0.1 M parameters, 64-token context).
+DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64}
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
