@@ -420,7 +420,9 @@ class RunConfig(BaseModel):
         "least the number of workers); each worker computes its slice."))
     lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
-        "to batch_size and warmup ramps up to that scaled rate."))
+        "to batch_size and warmup ramps up to that scaled rate. Unset: the default of the algorithm "
+        "and the optimizer, one that learns the default dataset (sgd 0.1, adamw 0.003, lamb 0.003, "
+        "lars 3; diloco's inner steps 0.01, 0.001, 0.001 and 0.01)."))
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
         "none", json_schema_extra={"group": "optimisation"}, description=(
         "How the learning rate grows with the batch: none (lr as given), linear "
@@ -734,6 +736,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if "lr" not in self.model_fields_set:   # unset: the algorithm's and the rule's own (stays unset)
+            self.__dict__["lr"] = default_lr(self.algorithm, self.optimizer)
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
         spec = _algorithm_spec(self.algorithm)
@@ -853,6 +857,37 @@ OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
     "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
     "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
 }
+
+# Each update rule's base lr for base_batch 32: (lowest, default, highest) of the rates that
+# learn the default dataset (digits; MLP 128 for 5 epochs and MLP 512-256 for 40, every
+# algorithm that takes the rule, 2 workers, 2026-12-05): lamb at 0.03 ended at chance (0.10),
+# lars at 1 reached only 0.78-0.81 in the EASGD family's 5 epochs (0.89-0.97 at 3). An
+# algorithm may declare its own (`AlgorithmSpec.lr_defaults`: diloco).
+OPTIMIZER_LR: dict[str, tuple[float, float, float]] = {
+    "sgd": (0.03, 0.1, 0.3), "adamw": (0.001, 0.003, 0.01), "lamb": (0.001, 0.003, 0.01), "lars": (1.0, 3.0, 10.0),
+}
+
+
+def lr_range(algorithm: str, optimizer: str) -> tuple[float, float, float]:
+    """(lowest, default, highest) base lr that learns the default dataset with `algorithm`
+    and the update rule `optimizer`.
+
+    >>> lr_range("sync_sgd", "lamb"), lr_range("diloco", "sgd")
+    ((0.001, 0.003, 0.01), (0.003, 0.01, 0.01))
+    """
+    spec = _algorithm_spec(algorithm)
+    own = getattr(spec, "lr_defaults", None) or {}
+    return own.get(optimizer) or OPTIMIZER_LR.get(optimizer) or OPTIMIZER_LR["sgd"]
+
+
+def default_lr(algorithm: str, optimizer: str) -> float:
+    """The base lr a config gets when it sets none (`lr_range`'s middle value).
+
+    >>> default_lr("sync_sgd", "sgd"), default_lr("sync_sgd", "adamw"), default_lr("diloco", "sgd")
+    (0.1, 0.003, 0.01)
+    """
+    return lr_range(algorithm, optimizer)[1]
+
 
 def _check_optimizer(c: RunConfig) -> None:
     """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,

@@ -406,6 +406,39 @@ DEPENDENTS: tuple[Dependent, ...] = (
 )
 
 
+def lr_follows(changed: str, old: Any, values: dict) -> tuple[float, str] | None:
+    """The lr the controls move to when the update rule or the algorithm changes, with the
+    sentence the status line says, or None to leave it (`config.lr_range`: each rule's lr
+    differs by up to 1000x, and LAMB at SGD's 0.1 ended at chance).
+
+    A new update rule always takes its default; a new algorithm only when the lr was the
+    old one's default (a rate the user chose stays).
+
+    >>> lr_follows("optimizer", "sgd", {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1})
+    (0.003, "lr moved to 0.003, lamb's default for sync_sgd (was 0.1)")
+    >>> lr_follows("algorithm", "sync_sgd", {"algorithm": "diloco", "optimizer": "sgd", "lr": 0.25}) is None
+    True
+    """
+    from ..config import default_lr
+    algorithm, optimizer, lr = values.get("algorithm"), values.get("optimizer"), values.get("lr")
+    if changed == "optimizer":
+        was_default = True
+    elif changed == "algorithm":
+        try:
+            was_default = lr is not None and math.isclose(float(lr), default_lr(str(old), str(optimizer)))
+        except Exception:       # an algorithm the registry does not know: leave the lr
+            return None
+    else:
+        return None
+    try:
+        new = default_lr(str(algorithm), str(optimizer))
+    except Exception:
+        return None
+    if not was_default or lr is None or math.isclose(float(lr), new):
+        return None
+    return new, f"lr moved to {new:g}, {optimizer}'s default for {algorithm} (was {float(lr):g})"
+
+
 def in_process(config: RunConfig) -> bool:
     """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
     from ..algorithms.registry import specs
