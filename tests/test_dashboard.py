@@ -25,6 +25,7 @@ NEW_VALUES = {
     "gpus": (1, 1),
     "latency_ms": (0.5, 0.5),
     "bandwidth_gbps": (10.0, 10.0),
+    "blas_threads": (2, 2),
     "batch_size": (128, 128),
     "base_batch": (64, 64),
     "lr": (0.01, 0.01),

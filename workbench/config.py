@@ -368,6 +368,10 @@ class RunConfig(BaseModel):
         "see what a slow network does to each algorithm."))
     bandwidth_gbps: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
+    blas_threads: WholeFrom1 = Field(1, json_schema_extra={"group": "where"}, description=(
+        "BLAS threads each worker computes with (whole number >= 1): 1, one core per worker, makes "
+        "1 worker against N a fair comparison whichever way the run starts; more only when every "
+        "worker has cores of its own to spare."))
 
     # --- simulation
     simulate: Flag = Field(False, json_schema_extra={"group": "simulation"}, description=(

@@ -462,7 +462,7 @@ def _run(args: argparse.Namespace) -> int:
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
-          f"{s['samples_per_s']:.0f} samples/s, test accuracy "
+          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
@@ -474,6 +474,15 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _blas_clause(summary: dict) -> str:
+    """" (1 BLAS thread per worker)" for a real run (the rule every entry point follows,
+    `util.blas`); "" for a simulated one, whose compute is charged, not run."""
+    if summary.get("simulated") or "blas_threads" not in summary:
+        return ""
+    from ..util.blas import rule_text
+    return f" ({rule_text(summary['blas_threads'])})"
 
 
 def _write_report(result: Any, out: str) -> None:

@@ -269,6 +269,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not in_process(c)),
     _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
     _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("blas_threads", _int(1, 1024), applies=lambda c: not c.simulate),
     # simulated cluster ("default" stands for unset: the simulator picks)
     _c("simulate", _check),
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,

@@ -72,6 +72,7 @@ from ..config import (
 )
 from ..problem import Problem
 from ..results import RecordBatch, RunTally, free_run_dir
+from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
 from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
@@ -287,7 +288,8 @@ class Dashboard:
             "throughput per worker, where each worker's time goes, the lr actually used.</p>")],
             layout=widgets.Layout(flex="1 1 auto", min_width="0"))
 
-        cpus = max(1, os.cpu_count() or 1)
+        from ..util.machine import usable_cores
+        cpus = usable_cores()   # affinity and CPU quota: a Binder pod's 2, not its host's 64
         default_ws = ",".join(str(w) for w in POWERS_OF_TWO if w <= cpus) or "1"
         self.sweep_workers = widgets.Text(value=default_ws, description="workers",
                                           tooltip="worker counts, comma-separated: one run each",
@@ -860,8 +862,8 @@ class Dashboard:
         if s.get("simulated"):
             took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
-        else:
-            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+        else:   # the one BLAS rule (util.blas), said where the rate is
+            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                 + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                 + f", {rate}, "
