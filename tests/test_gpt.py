@@ -304,3 +304,21 @@ def test_matches_pytorch_autograd():
     ref.backward()
     assert abs(loss - ref.item()) < 1e-12
     np.testing.assert_allclose(grad, flat.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_the_benchmark_peer_is_the_same_model():
+    # bench --gpt times torch_gpt against ours: it must compute the same loss and gradients
+    torch = pytest.importorskip("torch")
+    from workbench.analysis.gptbench import torch_gpt
+    model = tiny(n_layers=2, d_model=12, n_heads=3, context=6, vocab=9)
+    X, y = tokens(model, B=3, seed=6)
+    p = params64(model, seed=3).astype(np.float32)
+    loss, grad = model.loss_and_grad(p, X, y)
+    net = torch_gpt(model, p)
+    ref = net(torch.from_numpy(X), torch.from_numpy(np.ascontiguousarray(y)))
+    ref.backward()
+    assert abs(loss - ref.item()) < 1e-5
+    G = model.views(grad)
+    np.testing.assert_allclose(net.h[1].c_fc.weight.grad.numpy(), G["h1.fc.W"].T, rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(net.wte.weight.grad.numpy(), G["wte"], rtol=1e-3, atol=1e-6)   # both uses of the tied table
+    np.testing.assert_allclose(net.h[0].ln_1.weight.grad.numpy(), G["h0.ln1.g"], rtol=1e-3, atol=1e-6)

@@ -228,6 +228,9 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
+    bench.add_argument("--gpt", action="store_true",
+                       help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
+                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -304,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
+            if args.gpt:
+                from ..analysis.gptbench import main as gpt_bench_main
+                return gpt_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
