@@ -71,7 +71,7 @@ FIELDS_COMPARED = ("hidden", "n_samples", "n_features", "n_classes", "download",
                    "alpha", "trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread",
                    "exchange_state", "chunk_layers", "post_local_epoch", "outer_lr", "outer_momentum",
                    "compression_ratio", "compression_rank", "compression_levels", "error_feedback", "epochs",
-                   "steps", "eval_every", "seed", "partitions", "out_private")
+                   "steps", "eval_every", "seed", "partitions", "out_private", "checkpoint_keep")
 
 
 def _key(value) -> str:

@@ -109,6 +109,38 @@ def parse_failures(text: str, field: str = "fail_worker") -> dict[int, float]:
     return out
 
 
+_INTERVAL = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(s|m|h|min)\s*")
+CHECKPOINT_ALLOWED = ("a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), "
+                      "or none")
+
+
+def parse_interval(value: Any) -> int | float | None:
+    """`checkpoint_every` as steps (an int), seconds of wall clock (a float) or None (off).
+
+    >>> parse_interval(500), parse_interval("500"), parse_interval("90s"), parse_interval("5m"), parse_interval("none")
+    (500, 500, 90.0, 300.0, None)
+    >>> parse_interval("0.1s")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: checkpoint_every: a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), or none, got '0.1s'
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value) and len(value.strip()) <= 16:
+        value = int(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if not 1 <= int(value) <= MAX_WHOLE:
+            raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+        return int(value)
+    m = _INTERVAL.fullmatch(value) if isinstance(value, str) and len(value) <= 40 else None
+    if m is None:
+        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    if not 1 <= seconds <= 1e9:
+        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+    return seconds
+
+
 def __getattr__(name: str) -> Any:
     if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
         from .algorithms.registry import summaries
@@ -615,6 +647,12 @@ class RunConfig(BaseModel):
     out: str | None = Field(None, json_schema_extra={"group": "length"}, description=(
         "Run directory to write (summary.json, steps.csv, evals.csv, config.yaml, report.html); "
         "unset: not saved (the CLI picks runs/<algorithm>-<dataset>-<time>)."))
+    checkpoint_every: Union[int, str, None] = Field("60s", json_schema_extra={"group": "length"}, description=(
+        "With a run directory (out): write a checkpoint (parameters, optimiser and algorithm state, data position, "
+        "generator states, records) every this many steps (e.g. 500), or every this much wall-clock time (30s, "
+        "5m, 1h), and when the run stops; none: never. `run --resume DIR` continues from the last one."))
+    checkpoint_keep: WholeFrom1 = Field(2, json_schema_extra={"group": "length"}, description=(
+        "Checkpoints kept in the run directory (whole number >= 1: the newest; older ones are removed)."))
     out_private: Flag = Field(True, json_schema_extra={"group": "length"}, description=(
         "Make the run directory and its files private to you (folder mode 0700, files 0600) whatever "
         "the umask; false: as the umask allows (e.g. to share runs with a group)."))
@@ -739,6 +777,14 @@ class RunConfig(BaseModel):
         # one spelling, exact: repr round-trips a float
         return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v).items())
 
+    @field_validator("checkpoint_every", mode="before")
+    @classmethod
+    def _checkpoint_every(cls, v: Any) -> Any:
+        every = parse_interval(v)
+        if every is None or isinstance(every, int):
+            return every
+        return f"{every:g}s"   # one spelling: seconds
+
     @field_validator("chunk_layers", mode="before")
     @classmethod
     def _chunk_layers(cls, v: Any) -> Any:
@@ -836,6 +882,11 @@ class RunConfig(BaseModel):
     def failures(self) -> dict[int, float]:
         """`fail_worker` as {rank: virtual seconds at which that worker dies}; {} when unset."""
         return {} if self.fail_worker is None else parse_failures(self.fail_worker)
+
+    @property
+    def checkpoint_interval(self) -> int | float | None:
+        """`checkpoint_every` as steps (int), wall-clock seconds (float) or None (off)."""
+        return parse_interval(self.checkpoint_every)
 
     def resolved_alpha(self, workers: int) -> float:
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""

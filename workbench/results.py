@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import math
 import os
@@ -649,6 +650,37 @@ class StepStore:
                     f.truncate()
             raise
 
+    def sync_before(self, step: int) -> int:
+        """Every row of a step before `step` written to steps.csv, and steps.csv synced (a
+        checkpoint of `step` vouches for them); returns its length in bytes then, which a
+        resumed run reads up to (`read_step_rows`: the spool is a copy, left unsynced). The
+        caller knows every worker has sent those rows (its state for `step` came after them)."""
+        if self.closed or not self.streaming:
+            return 0
+        self._release(step - 1)
+        self._flush_unwritten(None)
+        if self.error is None:
+            try:
+                if not self._files:
+                    self._open()
+                csv = self._files["csv"]
+                csv.flush()
+                os.fsync(csv.fileno())
+                for name in STEP_TABLE:   # the spool's writes reach the kernel (a kill -9 keeps them)
+                    self._files[name].flush()
+                return csv.tell()
+            except OSError as exc:
+                self.error = exc
+        return 0
+
+    def resume(self, rows: np.ndarray) -> None:
+        """Start the run directory's steps.csv (and spool) over with `rows` ((n, STEP_TABLE),
+        in file order): a resumed run's rows before its checkpoint; its new ones follow."""
+        self._open()
+        if len(rows):
+            self._append(rows)
+        self.rows = self.rows_on_disk = len(rows)
+
     def close(self) -> None:
         """Every row written, steps.csv on disk (fsync): what the commit needs. Idempotent."""
         if self.closed:
@@ -896,6 +928,22 @@ class Collector:
     def t_zero(self) -> float | None:
         """Wall clock of the run's first training step (None before any worker started)."""
         return min(self.started.values()) if self.started else None
+
+    def records_before(self, step: int) -> dict[str, list[Record]]:
+        """The evaluations and tournaments of the steps before `step`, and every event so
+        far, as record dicts (what a checkpoint of `step` carries; `seed` takes them back)."""
+        t = self.evals
+        evals = [{"kind": "eval", "worker": t.who[code], **dict(zip(t.NUMBERS, map(_num_or_text, row.tolist())))}
+                 for row, code in zip(t.data[:t.n], t.codes[:t.n].tolist()) if row[0] < step]
+        return {"eval": evals,
+                "event": [dict(r) for r in self.rows.get("event", [])],
+                "tournament": [dict(r) for r in self.rows.get("tournament", []) if r.get("step", -1) < step]}
+
+    def seed(self, records: dict[str, list[Record]]) -> None:
+        """Take up a checkpoint's records (`records_before`), before a resumed run's new ones."""
+        for kind in ("eval", "event", "tournament"):
+            for r in records.get(kind, []):
+                self._keep({**r, "kind": kind})
 
     def table(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
         if kind == "step":
@@ -1188,6 +1236,31 @@ def replace_run_dir(stage: str | Path, final: str | Path) -> Path:
     return final
 
 
+def reclaim_run_dir(path: str | Path) -> Path:
+    """Claim an uncommitted (or stopped) run directory again, to resume the run in it: its
+    CLAIM marker names a process that is gone (or there is none). FileExistsError naming
+    the process when a live one holds it (that run is still writing it)."""
+    d = Path(path)
+    claim = d / CLAIM
+    try:
+        pid = int(claim.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+        else:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+    claim.unlink(missing_ok=True)
+    if not _take_claim(d, private=not (d.stat().st_mode & 0o077)):
+        raise FileExistsError(f"{d}: claimed by another run as this one started")
+    return d
+
+
 def release_claim(path: str | Path) -> None:
     """A claimed directory whose run ended before saving: drop the claim, and the
     directory if nothing else is in it (a staging directory whole: the run it was to
@@ -1381,6 +1454,30 @@ def _cupy_dist() -> str:
         if name.startswith("cupy"):
             return name
     raise LookupError("cupy")
+
+
+def _num_or_text(x: Any) -> Any:
+    """A table cell as JSON keeps it: numbers as Python numbers (NaN as None), text as text."""
+    if isinstance(x, str):
+        return x
+    if hasattr(x, "item"):
+        x = x.item()
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def read_step_rows(directory: str | Path, nbytes: int | None = None) -> np.ndarray:
+    """The step rows of a run directory's steps.csv, (n, STEP_TABLE) float64 in file order,
+    exactly as they were written (its floats are shortest round-trip text); `nbytes`: only
+    its first bytes (what a checkpoint synced: a killed run may have cut a later line short)."""
+    path = Path(directory) / "steps.csv"
+    if not path.is_file():
+        return np.empty((0, len(STEP_TABLE)))
+    with open(path, "rb") as f:
+        text = f.read() if nbytes is None else f.read(nbytes)
+    if text.count(b"\n") < 2:
+        return np.empty((0, len(STEP_TABLE)))
+    frame = pd.read_csv(io.BytesIO(text), float_precision="round_trip")
+    return frame[list(STEP_TABLE)].to_numpy(dtype=np.float64)
 
 
 def _num(x: Any) -> float | None:

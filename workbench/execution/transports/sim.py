@@ -757,7 +757,7 @@ class SimTransport(Transport):
                                     adapt=lambda ctx: self._adapt(ctx, proc, costs, rank, pool))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
-                                  sink)
+                                  sink, resume=setup.resume_of(rank))
                 except Killed as exc:
                     # Lost, as a real worker is; but nothing here depends on when live batches
                     # happened to leave (wall time), so its whole log up to the kill is kept:
