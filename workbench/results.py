@@ -1476,7 +1476,7 @@ def read_step_rows(directory: str | Path, nbytes: int | None = None) -> np.ndarr
         text = f.read() if nbytes is None else f.read(nbytes)
     if text.count(b"\n") < 2:
         return np.empty((0, len(STEP_TABLE)))
-    frame = pd.read_csv(io.BytesIO(text), float_precision="round_trip")
+    frame = pd.read_csv(io.BytesIO(text))   # shortest round-trip text: read back to the same floats
     return frame[list(STEP_TABLE)].to_numpy(dtype=np.float64)
 
 

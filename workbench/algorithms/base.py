@@ -89,6 +89,7 @@ class WorkerContext:
     resume: dict | None = None         # a resumed run's: {"step", "state", "time", "clock", "t_start", ...}
     time_offset: float = 0.0           # a resumed run's records go on from its checkpoint's time
     checkpoint_every: int | None = None   # steps between this run's checkpoints (`save_state`); None: none
+    checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0
     _spe: dict[tuple[int, int], int] = field(default_factory=dict)   # (N, B) -> steps per epoch
@@ -535,7 +536,8 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
 
     A resumed worker (`ctx.resume`) takes up its checkpoint's state and runs on from its
     step; with `ctx.checkpoint_every`, the state before every such step is sent for the
-    run's checkpoint (`WorkerContext.save_state`)."""
+    run's checkpoint (`WorkerContext.save_state`), and so before the step the client asks for
+    (`control.checkpoint_at`: checkpoints every so many seconds of wall clock)."""
     plan, status = ctx.plan, "completed"
     first = 0
     if ctx.resume is not None:
@@ -545,6 +547,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     log, sync = ctx.steps, algo.sync
     clock = ctx.timer
     every = ctx.checkpoint_every
+    asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
     ctx.start()
     t0 = ctx.t_start - ctx.time_offset
     for step in range(first, plan.total_steps):
@@ -582,7 +585,8 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             break
         if plan.is_eval_step(step):
             algo.evaluate(step)
-        if every is not None and (step + 1) % every == 0 and step + 1 < plan.total_steps:
+        if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
+                and step + 1 < plan.total_steps:
             ctx.save_state(step + 1, algo.state())
         if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
             ctx.flush()

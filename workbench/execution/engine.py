@@ -66,6 +66,7 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
                         timer=links.timer)
     ctx.resume = resume
     ctx.checkpoint_every = (extra.get("checkpoint") or {}).get("every")
+    ctx.checkpoint_asked = bool((extra.get("checkpoint") or {}).get("wall"))
     if links.adapt is not None:
         links.adapt(ctx)
     if vanish_at is not None:
@@ -247,8 +248,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     every = config.checkpoint_interval
     if out is not None and every is not None and checkpoints_offered(spec.cls):
         saver = Saver(setup, collector, out, transport, t_called, prior=resume)
-        if isinstance(every, int):
-            setup.extra["checkpoint"] = {"every": every}
+        setup.extra["checkpoint"] = {"every": every} if isinstance(every, int) else {"wall": every}
     monitor = _Monitor(setup, transport, collector, should_stop, saver)
     t_setup = time.time()
     try:
@@ -326,13 +326,16 @@ def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: An
     for seg in resume.meta.get("segments", []):
         segments.append({"from_step": seg["from_step"], "to_step": seg["to_step"], "wall_time_s": seg["wall_time_s"],
                          "startup_s": seg.get("startup_s") or 0.0, "ended": "resumed from its checkpoint"})
+    before = sum(seg["wall_time_s"] for seg in segments)
+    if extra.get("simulated"):   # virtual clocks went on from the checkpoint's: the makespan holds it all
+        wall = max(wall - before, 0.0)
     this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,
             "startup_s": extra.get("startup_s") or 0.0, "ended": status}
     segments.append(this)
     extra["segments"] = segments
     extra["startup_s"] = sum(seg["startup_s"] for seg in segments)
     extra["resumed_from"] = {"step": resume.step, "checkpoint": str(resume.path.name) if resume.path else None}
-    return sum(seg["wall_time_s"] for seg in segments)
+    return before + wall
 
 
 class _Monitor:
@@ -416,6 +419,8 @@ class _Monitor:
                 self.take(transport.poll())
                 if self.gone or not transport.pending():
                     break
+                if self.saver is not None and not self.stop_asked:
+                    self.saver.maybe_ask()
                 if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                     transport.cancel()  # loops ignored the stop request: do not hang
                     break

@@ -10,6 +10,7 @@ step, the step rows before it are synced to steps.csv and the checkpoint is writ
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..results import Collector
 from .transports.base import RunSetup, Transport
+
+LEAD_S = 1.0      # a wall-clock checkpoint is asked this far ahead of the furthest step seen (at its rate)
+LEAD_STEPS = 2    # ... and at least this many steps ahead
 
 
 class Saver:
@@ -32,6 +36,36 @@ class Saver:
         self.written: list[int] = []
         self.write_s = 0.0                                # seconds spent writing (the checkpoints' cost)
         self.failed: str | None = None                    # why checkpoints stopped (a full disk)
+        self._asked_at: float | None = None               # wall-clock checkpoints: when the last was asked for
+        self._seen: tuple[float | None, float] = (None, 0.0)   # (furthest step seen, when) at that moment
+        self._target: int | None = None                   # the step it asked for
+
+    def maybe_ask(self) -> None:
+        """Wall-clock checkpoints (`checkpoint_every` in seconds): once that long has passed
+        since the last, ask every worker for its state before a step they have not reached
+        (the furthest step seen, plus LEAD_S of steps at the rate seen); a worker that
+        learns of it too late sends none, and that checkpoint is dropped for the next."""
+        wall = (self.setup.extra.get("checkpoint") or {}).get("wall")
+        if wall is None:
+            return
+        now = time.perf_counter()
+        seen = self.collector.store.last_step
+        top = max(seen.values()) if seen else None
+        if self._asked_at is None:
+            self._asked_at = now
+        if top is None:
+            return
+        top0, t0 = self._seen
+        if top0 is None:                       # the first steps seen: the rate is measured from here
+            self._seen = (top, now)
+            return
+        if now - self._asked_at < wall or now - t0 < 0.5 or (self._target is not None and top < self._target):
+            return   # (the last one asked for is still ahead of every worker: it will come)
+        rate = (top - top0) / (now - t0)
+        target = int(top) + 1 + max(LEAD_STEPS, math.ceil(rate * LEAD_S))
+        self.pending = {s: got for s, got in self.pending.items() if s > top}   # missed ones: stale
+        self.transport.request_checkpoint(target)
+        self._asked_at, self._seen, self._target = now, (top, now), target
 
     def add(self, batch: dict) -> None:
         """One worker's state batch (or the note that its state waits on its worker)."""
@@ -82,7 +116,8 @@ class Saver:
                                   "clock": float(batch["clock"]), "t_start": batch.get("t_start")}
         now = time.time()
         t_zero = self.collector.t_zero()
-        startup = (t_zero - self.t_called) if t_zero is not None else 0.0
+        virtual = getattr(self.transport, "restores_clock", False)   # the simulator: virtual time, no start-up
+        startup = (t_zero - self.t_called) if t_zero is not None and not virtual else 0.0
         trained = max(w["time"] for w in workers.values()) - (self.prior.rank_time(0) if self.prior else 0.0)
         segment = {"from_step": self.first_step, "to_step": step, "called": self.t_called, "startup_s": startup,
                    "wall_time_s": startup + max(trained, 0.0)}   # up to its checkpoint: what it ran that counts

@@ -241,6 +241,13 @@ class Transport(ABC):
         """After the monitor: the results of loops that ended but were not reported."""
         return Progress()
 
+    def request_checkpoint(self, step: int) -> None:
+        """Ask every worker to send its state before `step` (wall-clock checkpoints), through
+        the run's control (`control.request_checkpoint`)."""
+        control = getattr(self, "control", None)
+        if control is not None and hasattr(control, "request_checkpoint"):
+            control.request_checkpoint(step)
+
     def fetch_state(self, rank: int, step: int) -> dict | None:
         """A worker's state for a checkpoint, kept where it was made (its batch said `held`);
         None when it is no longer there. Transports whose batches carry the state never
