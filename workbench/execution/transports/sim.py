@@ -663,7 +663,7 @@ class SimTransport(Transport):
         state = self.server_state
         if isinstance(state, SimServerState) and "retire" in type(state.core).OPS:
             state.core.retire(rank)              # an asynchronous run's round-robin turns skip it
-            state._changed(proc.sched.now)
+            state.changed(proc.sched.now)
 
     def _between(self, sched: Scheduler) -> Callable[[], None]:
         def check() -> None:

@@ -56,7 +56,7 @@ class SimServerState:
                 yield
             except BaseException:          # killed or cancelled while waiting for its turn
                 self.turns.pop(turn, None)
-                proc.t = max(proc.t, self.last_change)   # every change so far woke it (see _changed)
+                proc.t = max(proc.t, self.last_change)   # every change so far woke it (see changed)
                 raise
         start = max(proc.t, self.free)
         applied = start + in_bytes * net.beta
@@ -65,7 +65,7 @@ class SimServerState:
         if sched.sleep(proc, applied):
             yield
         result = op()
-        self._changed(proc.t)
+        self.changed(proc.t)
         if sched.sleep(proc, done + net.alpha):
             yield
         return result
@@ -90,7 +90,7 @@ class SimServerState:
             service_s = self.costs.host_update(floats, passes)
         return in_bytes, out_bytes, service_s
 
-    def _changed(self, t: float) -> None:
+    def changed(self, t: float) -> None:
         """Wake the waiters at `t` to re-check their conditions.
 
         Performance, with the same run bit for bit: waking every waiter and letting each
@@ -176,7 +176,7 @@ class SimServer(RoleFrontEnd):
         if op.notice:
             def notice(*args: Any, **kwargs: Any) -> Any:
                 out = method(*args, **kwargs)
-                s._changed(proc.now())
+                s.changed(proc.now())
                 return out
             return notice
         ready, turn = op.ready, op.turn

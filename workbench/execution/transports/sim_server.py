@@ -400,7 +400,7 @@ class _Replay:
         if not self.left[r]:
             self.left[r] = True
             self.core.retire(r)
-            self.server._changed(w.t)
+            self.server.changed(w.t)
 
     def _read(self, w: Task, final: bool):
         """A read of the server's parameters (the centre, a pull, the final ones): its read id."""
