@@ -65,11 +65,8 @@ class Evaluator:
 
     def _score(self, params: Any, X: Any, y: Any) -> tuple[float, float]:
         total_loss, correct, n = 0.0, 0, X.shape[0]
-        for lo in range(0, n, EVAL_CHUNK):
-            Xc, yc = X[lo:lo + EVAL_CHUNK], y[lo:lo + EVAL_CHUNK]
-            logits = self.model.logits(params, Xc)                       # (b, classes)
-            m = logits.max(axis=1, keepdims=True)
-            lse = self.xp.log(self.xp.exp(logits - m).sum(axis=1)) + m[:, 0]
-            total_loss += float((lse - logits[self.xp.arange(len(yc)), yc]).sum())
-            correct += int((logits.argmax(axis=1) == yc).sum())
+        for lo in range(0, n, EVAL_CHUNK):   # the model's summed loss and right answers, chunk by chunk
+            loss_sum, right = self.model.score(params, X[lo:lo + EVAL_CHUNK], y[lo:lo + EVAL_CHUNK])
+            total_loss += loss_sum
+            correct += right
         return total_loss / n, correct / n
