@@ -71,8 +71,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Merge defaults < --config file < flags into one validated RunConfig."""
     data: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        data.update(RunConfig.from_yaml(args.config).to_dict())
+    if getattr(args, "config", None):   # the file's own keys: what it leaves unset (lr) stays unset
+        data.update(RunConfig.from_yaml(args.config).model_dump(mode="json", exclude_unset=True))
     for name in RunConfig.model_fields:
         if name in vars(args):
             value = getattr(args, name)
@@ -106,7 +106,7 @@ EXAMPLES = """\
 examples:
   python -m workbench run --algorithm sync_sgd --cpus 2 --batch-size 128 --epochs 5 --out runs/s
   python -m workbench run --algorithm async_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/ae
-  python -m workbench run --config experiments/my.yaml --lr 0.2
+  python -m workbench run --config runs/s/config.yaml --lr 0.2 --out runs/s-lr0.2
   python -m workbench sweep --algorithm sync_sgd --workers 1,2 --mode weak --out runs/sweep
   python -m workbench reproduce experiments/sc17_easgd.yaml --quick --out runs/sc17
   python -m workbench compare runs/s runs/ae --out compare.html
@@ -119,7 +119,7 @@ examples:
       --lr-scaling linear --warmup gradual --warmup-epochs 1 --epochs 5 --out runs/sync
   python -m workbench run --algorithm sync_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/se
   python -m workbench run --algorithm ltfb --cpus 2 --trainers 2 --lr-spread 4 --out runs/ltfb
-  python -m workbench run --config experiments/my.yaml --lr 0.2     # YAML keys = field names
+  python -m workbench run --config runs/sync/config.yaml --lr 0.2 --out runs/sync-lr0.2  # a saved run, one change
   python -m workbench run --algorithm sync_sgd --scheduler tcp://10.0.0.5:8786  # an existing cluster
 
 exit codes: 0 completed; 1 stopped, diverged or failed (what was gathered is saved);
@@ -142,15 +142,30 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
+MODULE_PROG = "python -m workbench"
+
+
+def called_as(argv0: str | None) -> str:
+    """The command a user typed, for usage lines and examples: the console script's name
+    (`parallel-workbench`), or `python -m workbench` for the module (and for calls of
+    `main(argv)` from code, which have no command line of their own).
+
+    >>> called_as("/home/me/.venv/bin/parallel-workbench"), called_as("/src/workbench/__main__.py"), called_as(None)
+    ('parallel-workbench', 'python -m workbench', 'python -m workbench')
+    """
+    name = Path(argv0).name if argv0 else ""
+    return MODULE_PROG if not name or name.endswith((".py", ".pyc")) or name.startswith("-") else name
+
+
+def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     fmt = _HelpFormatter
-    parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
+    parser = argparse.ArgumentParser(prog=prog, usage="%(prog)s [-h] [--version] COMMAND ...",
                                      description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
     parser.add_argument("--version", action="version",
                         version=f"parallel-workbench {__version__} (import package workbench)")
     # listed once, in DESCRIPTION's order, rather than again by argparse
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
-                                prog="python -m workbench")
+                                prog=prog)
 
     run = sub.add_parser("run", help=COMMANDS["run"], formatter_class=fmt,
                          description="Train one run. Every RunConfig field is a flag; see the groups below.",
@@ -213,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
+    bench.add_argument("--gpt", action="store_true",
+                       help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
+                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -254,11 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also stop repeating after this many seconds (checked between rounds; default: no "
                             "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if prog != MODULE_PROG:      # the examples name the command as it was called
+        for p in (parser, *sub.choices.values()):
+            p.description = p.description and p.description.replace(MODULE_PROG, prog)
+            p.epilog = p.epilog and p.epilog.replace(MODULE_PROG, prog)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(called_as(sys.argv[0] if argv is None and sys.argv else None))
     args = parser.parse_args(argv)
     try:
         if args.command == "algorithms":
@@ -285,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
+            if args.gpt:
+                from ..analysis.gptbench import main as gpt_bench_main
+                return gpt_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
@@ -437,18 +462,27 @@ def _run(args: argparse.Namespace) -> int:
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
-          f"{s['samples_per_s']:.0f} samples/s, test accuracy "
+          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
     from ..measure import notes
-    for line in notes(s):
-        print(f"  note: {line}")
+    for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
+        print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
     out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _blas_clause(summary: dict) -> str:
+    """" (1 BLAS thread per worker)" for a real run (the rule every entry point follows,
+    `util.blas`); "" for a simulated one, whose compute is charged, not run."""
+    if summary.get("simulated") or "blas_threads" not in summary:
+        return ""
+    from ..util.blas import rule_text
+    return f" ({rule_text(summary['blas_threads'])})"
 
 
 def _write_report(result: Any, out: str) -> None:
@@ -539,7 +573,8 @@ def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path 
         from ..ui import figures as F
         from ..ui.report import write_comparison_report
     except ImportError as exc:  # no plotly (the lab extra): the CSV is what matters
-        print(f"note: no sweep.html ({exc}); pip install 'parallel-workbench[lab]' for figures", file=sys.stderr)
+        from ..util.extras import missing_extra
+        print(f"note: no sweep.html: {missing_extra('sweep.html', exc)}", file=sys.stderr)
         return None
     runs = [d for d in table["run_dir"] if isinstance(d, str) and (Path(d) / "summary.json").exists()]
     labels = [f"{w} worker{'s' if w != 1 else ''}" for w, d in zip(table["workers"], table["run_dir"]) if d in runs]
@@ -570,7 +605,8 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         from ..ui.report import write_comparison_report
     except ImportError as exc:
-        raise ImportError(f"compare needs plotly: pip install 'parallel-workbench[lab]' ({exc})") from None
+        from ..util.extras import missing_extra
+        raise missing_extra("compare", exc) from None
     from ..results import RunResult
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"

@@ -250,11 +250,14 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     than this machine's cores or the seeds), each in a process of its own; the results are
     the same as one at a time (each seed's notebook is its own kernel and folder).
     """
-    import os
     import sys
 
     exp = load_experiment(path, notebook=notebook)   # every check of the file first: a bad one is refused
-    from papermill.inspection import inspect_notebook  # before papermill's imports (~2 s of CPU)
+    try:
+        from papermill.inspection import inspect_notebook  # before papermill's imports (~2 s of CPU)
+    except ImportError as exc:
+        from ..util.extras import missing_extra
+        raise missing_extra("reproduce", exc) from None
 
     params = {**exp.parameters, **(exp.quick_parameters if quick else {})}
     known = set(inspect_notebook(str(exp.notebook)))
@@ -271,7 +274,8 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     executed = out / exp.notebook.name
     _claim_files(out, [exp.notebook.name, "report.html", "shape.json", "seeds"], exp.notebook)
     jobs = check_seed_jobs(exp.seed_jobs if seed_jobs is None else seed_jobs)
-    jobs = min(jobs, len(seeds), os.cpu_count() or 1)
+    from ..util.machine import usable_cores
+    jobs = min(jobs, len(seeds), usable_cores())   # affinity and CPU quota, not the host's cores
     runs = []                                  # (seed, where, the notebook's parameters)
     for i, seed in enumerate(seeds):
         where = out if i == 0 else out / "seeds" / f"seed-{seed}"

@@ -3,7 +3,7 @@
 Every dataset comes back as a :class:`Dataset` of read-only float32 features and
 int64 labels, scaled to roughly unit size, with a fixed train/test split:
 
-- ``digits``: scikit-learn's bundled 8x8 digits (offline). The split is stratified and
+- ``digits``: the UCI 8x8 handwritten digits, 1797 images, shipped in this package (offline). The split is stratified and
   fixed (split seed 0, never the run seed), so test sets compare across runs.
 - ``mnist1d``: our own generator of 1-D "digits": ten fixed template curves, each sample
   shifted, stretched, scaled, sheared and noised, sampled at 40 points. A linear model

@@ -46,11 +46,11 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
         from ..sim.costs import check_charge
         check_charge(config, model)
     if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
-        from ..maths.backend import GPU_INSTALL_HINT, gpu_count
+        from ..maths.backend import gpu_count, gpu_install_hint
         have = gpu_count()
         if have < config.gpus:
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
-                              f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
+                              f"(GPU workers need CuPy and dask-cuda: {gpu_install_hint()})", config.gpus)
     check_emulator(config, model.n_params)
     spec = specs()[config.algorithm]
     if shm and config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: here

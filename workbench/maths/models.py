@@ -269,18 +269,20 @@ class Model:
         return self._forward(xp, ws, self.views(params), X).copy()
 
     def score(self, params: Array, X: Array, y: Array) -> tuple[float, int]:
-        """Summed cross-entropy and the number of rows predicted right, in one forward
+        """Summed cross-entropy and the number of labels predicted right, in one forward
         pass: what the evaluator adds up over chunks of a test set.
 
         Args:
             params: (n_params,) flat vector.
             X: (B, n_features) inputs.
-            y: (B,) integer labels.
+            y: (B,) integer labels, or (B, T) for a model scoring T labels a row (next tokens).
         Returns:
-            (sum of the B losses as a Python float, correct predictions as an int).
+            (sum of the labels' losses as a Python float, correct predictions as an int).
         """
         xp = get_array_module(params)
-        logits = self.logits(params, X)                                     # (B, classes)
+        y = y.reshape(-1)
+        logits = self.logits(params, X)                                     # (B, classes) or (B, T, vocab)
+        logits = logits.reshape(y.shape[0], logits.shape[-1])
         m = logits.max(axis=1, keepdims=True)
         lse = xp.log(xp.exp(logits - m).sum(axis=1)) + m[:, 0]
         total = float((lse - logits[xp.arange(len(y)), y]).sum())

@@ -211,9 +211,9 @@ class ProtocolModel:
         return float(fn(params, X, y)) if callable(fn) else float(self.obj.loss_and_grad(params, X, y)[0])
 
     def score(self, params: Any, X: Any, y: Any) -> tuple[float, int]:
-        """(summed loss over the rows, rows predicted right): what the evaluator adds up."""
+        """(summed loss over the labels, labels predicted right): what the evaluator adds up."""
         pred = self.predict(params, X)
-        return self.loss(params, X, y) * int(X.shape[0]), int((pred == y).sum())
+        return self.loss(params, X, y) * int(y.size), int((pred == y).sum())
 
 
 def _read_layout(raw: Any, name: str) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -41,8 +41,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+
+try:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+except ImportError as _exc:      # the lab extra: one line that says so, not a bare ModuleNotFoundError
+    from ..util.extras import missing_extra
+    raise missing_extra("figures", _exc) from None
 
 from ..analysis.sweep import table_simulated
 from .figdata import (
