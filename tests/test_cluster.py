@@ -31,14 +31,33 @@ def test_local_cluster_workers_have_tuned_environment_and_client_env_is_untouche
     before = dict(os.environ)
     envs = client.run(_worker_env)
     assert len(envs) == 2
-    cores_each = str(max(1, (os.cpu_count() or 1) // 2))
     for env in envs.values():
         assert env["malloc"] is None          # Dask's nanny default would be 65536
-        assert env["omp"] == cores_each
+        assert env["omp"] == "1"              # one BLAS thread per worker, whatever the cores (util.blas)
         assert env["kind"] == "cpu"
     for w in workers_of(client):
         assert w["address"].startswith("tls://127.0.0.1:")   # loopback, and authenticated (test_cluster_tls)
     assert dict(os.environ) == before
+
+
+def test_every_run_sets_its_workers_blas_threads_by_the_one_rule_and_counts_its_own_processes(client):
+    """One rule for every entry point (util.blas): a worker computes with `blas_threads` BLAS
+    threads, 1 unless the run asks, on a cluster kept between runs too (the 1-worker run of
+    issue 48 computed on 2 threads, its 2-worker run on 1 each); the summary says what the
+    loops ran with. And the run's own processes (this one, the worker processes) are never
+    "other processes": the workers' loop CPU is inside the run's share."""
+    base = RunConfig(algorithm="sync_sgd", dataset="digits", batch_size=32, steps=30, seed=0)
+    one = run(base.replace(cpus=1), cluster=client).summary
+    two = run(base.replace(cpus=2, blas_threads=2), cluster=client).summary
+    again = run(base.replace(cpus=2), cluster=client).summary
+    assert [w["blas_threads"] for w in one["machine"]["workers"]] == [1] and one["blas_threads"] == 1
+    assert [w["blas_threads"] for w in two["machine"]["workers"]] == [2, 2] and two["blas_threads"] == 2
+    assert [w["blas_threads"] for w in again["machine"]["workers"]] == [1, 1]   # the run's count, not the last one
+    for s in (one, two, again):
+        m = s["machine"]
+        loops = sum(w["process_cpu_s"] for w in m["workers"])
+        assert m["our_cores"] * m["wall_s"] >= 0.95 * loops - 0.01, m      # the workers are the run's
+        assert m["cores"] <= (os.cpu_count() or 1)
 
 
 def test_each_worker_gets_its_share_of_the_memory(client):

@@ -25,6 +25,7 @@ NEW_VALUES = {
     "gpus": (1, 1),
     "latency_ms": (0.5, 0.5),
     "bandwidth_gbps": (10.0, 10.0),
+    "blas_threads": (2, 2),
     "batch_size": (128, 128),
     "base_batch": (64, 64),
     "lr": (0.01, 0.01),
@@ -122,7 +123,8 @@ def test_every_control_maps_onto_a_config_field(dash):
         after = dash.config.to_dict()
         # the control named `name` sets the field `name`, and nothing else
         assert after[name] == expected, name
-        assert {k for k in after if after[k] != before[k]} == {name}, name
+        # (a new update rule also moves lr to its default: controls.lr_follows, said in the status line)
+        assert {k for k in after if after[k] != before[k]} == {name} | ({"lr"} if name == "optimizer" else set()), name
         assert D.label_of(dash.controls[name]) == name
     # every field has a control, or is named as left to code, and every control explains itself
     assert set(CONTROL_FIELDS) | set(D.LEFT_TO_CODE) == set(FIELDS)

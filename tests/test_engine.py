@@ -231,3 +231,9 @@ def test_thread_workers_run_blas_on_one_thread_and_give_the_setting_back():
     # sgd runs in this process on the same transport
     sgd = run(config.replace(algorithm="sgd", cpus=1))
     assert sgd.summary["blas_threads"] == 1
+    # the one rule's knob: a run that asks for more gets them, and the caller's setting back
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+        asked = run_threads(config.replace(blas_threads=2))
+        assert blas_threads() == {3}
+    assert asked.summary["blas_threads"] == 2
+    assert [w["blas_threads"] for w in asked.summary["machine"]["workers"]] == [2, 2]

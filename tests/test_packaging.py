@@ -82,11 +82,11 @@ def test_threadpoolctl_is_declared_for_its_two_users():
     runtime = {Requirement(r).name for r in PROJECT["dependencies"]}
     assert "threadpoolctl" in runtime
     users = sorted(p for p in (ROOT / "workbench").rglob("*.py") if "threadpoolctl" in p.read_text())
-    # the thread transport runs BLAS on one thread per worker while a run lasts, and the
-    # simulator's calibration of this machine's core pins one BLAS thread while it times;
-    # both still run (slower) where it is missing
+    # every worker runs the run's BLAS threads while its loop lasts (util/blas.py, the one rule
+    # of every transport), and the simulator's calibration of this machine's core pins one BLAS
+    # thread while it times; both still run (slower) where it is missing
     assert users == sorted([ROOT / "workbench" / "sim" / "profiles.py",
-                            ROOT / "workbench" / "execution" / "transports" / "threads.py"])
+                            ROOT / "workbench" / "util" / "blas.py"])
     assert all("except ImportError" in p.read_text() for p in users)
 
 

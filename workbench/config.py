@@ -44,7 +44,7 @@ MODEL_NAMES = ("softmax", "mlp", "cnn")
 # The simulated cluster's named profiles. Their data and sources live in
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
-SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
+SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100", "h200")
 SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
 SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
@@ -53,7 +53,8 @@ SIM_DEFAULT_DEVICE = "v100"
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2",
                 "mcdram")
 SIM_CHIP_CORES = {"knl": 68}   # CPU profiles a run may split into `partitions`: their cores
-SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
+SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152",
+                     "gpt2-124m", "gpt2-355m", "tinyllama-1.1b", "llama-7b")   # language models: per sequence
 MAX_VIRTUAL_WORKERS = 1024
 JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
 SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
@@ -69,7 +70,7 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
     >>> match_name("device", "tpu", SIM_DEVICES)
     Traceback (most recent call last):
     ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, h200, core, knl, power8, xeon, got 'tpu'
     """
     def key(s: str) -> str:
         return re.sub(r"[\s_-]+", "", s).lower()
@@ -156,6 +157,9 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
 DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
+# The GPT's default shape, in one place (RunConfig's fields and maths.gpt read it): a 2-layer
+# character-level decoder a 2-core laptop trains in minutes (~0.1 M parameters, 64-token context).
+DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64}
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
@@ -364,6 +368,10 @@ class RunConfig(BaseModel):
         "see what a slow network does to each algorithm."))
     bandwidth_gbps: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
+    blas_threads: WholeFrom1 = Field(1, json_schema_extra={"group": "where"}, description=(
+        "BLAS threads each worker computes with (whole number >= 1): 1, one core per worker, makes "
+        "1 worker against N a fair comparison whichever way the run starts; more only when every "
+        "worker has cores of its own to spare."))
 
     # --- simulation
     simulate: Flag = Field(False, json_schema_extra={"group": "simulation"}, description=(
@@ -412,7 +420,9 @@ class RunConfig(BaseModel):
         "least the number of workers); each worker computes its slice."))
     lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
-        "to batch_size and warmup ramps up to that scaled rate."))
+        "to batch_size and warmup ramps up to that scaled rate. Unset: the default of the algorithm "
+        "and the optimizer, one that learns the default dataset (sgd 0.1, adamw 0.003, lamb 0.003, "
+        "lars 3; diloco's inner steps 0.01, 0.001, 0.001 and 0.01)."))
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
         "none", json_schema_extra={"group": "optimisation"}, description=(
         "How the learning rate grows with the batch: none (lr as given), linear "
@@ -726,6 +736,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if "lr" not in self.model_fields_set:   # unset: the algorithm's and the rule's own (stays unset)
+            self.__dict__["lr"] = default_lr(self.algorithm, self.optimizer)
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
         spec = _algorithm_spec(self.algorithm)
@@ -845,6 +857,37 @@ OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
     "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
     "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
 }
+
+# Each update rule's base lr for base_batch 32: (lowest, default, highest) of the rates that
+# learn the default dataset (digits; MLP 128 for 5 epochs and MLP 512-256 for 40, every
+# algorithm that takes the rule, 2 workers, 2026-12-05): lamb at 0.03 ended at chance (0.10),
+# lars at 1 reached only 0.78-0.81 in the EASGD family's 5 epochs (0.89-0.97 at 3). An
+# algorithm may declare its own (`AlgorithmSpec.lr_defaults`: diloco).
+OPTIMIZER_LR: dict[str, tuple[float, float, float]] = {
+    "sgd": (0.03, 0.1, 0.3), "adamw": (0.001, 0.003, 0.01), "lamb": (0.001, 0.003, 0.01), "lars": (1.0, 3.0, 10.0),
+}
+
+
+def lr_range(algorithm: str, optimizer: str) -> tuple[float, float, float]:
+    """(lowest, default, highest) base lr that learns the default dataset with `algorithm`
+    and the update rule `optimizer`.
+
+    >>> lr_range("sync_sgd", "lamb"), lr_range("diloco", "sgd")
+    ((0.001, 0.003, 0.01), (0.003, 0.01, 0.01))
+    """
+    spec = _algorithm_spec(algorithm)
+    own = getattr(spec, "lr_defaults", None) or {}
+    return own.get(optimizer) or OPTIMIZER_LR.get(optimizer) or OPTIMIZER_LR["sgd"]
+
+
+def default_lr(algorithm: str, optimizer: str) -> float:
+    """The base lr a config gets when it sets none (`lr_range`'s middle value).
+
+    >>> default_lr("sync_sgd", "sgd"), default_lr("sync_sgd", "adamw"), default_lr("diloco", "sgd")
+    (0.1, 0.003, 0.01)
+    """
+    return lr_range(algorithm, optimizer)[1]
+
 
 def _check_optimizer(c: RunConfig) -> None:
     """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,

@@ -71,8 +71,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Merge defaults < --config file < flags into one validated RunConfig."""
     data: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        data.update(RunConfig.from_yaml(args.config).to_dict())
+    if getattr(args, "config", None):   # the file's own keys: what it leaves unset (lr) stays unset
+        data.update(RunConfig.from_yaml(args.config).model_dump(mode="json", exclude_unset=True))
     for name in RunConfig.model_fields:
         if name in vars(args):
             value = getattr(args, name)
@@ -228,6 +228,9 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
+    bench.add_argument("--gpt", action="store_true",
+                       help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
+                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -304,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
+            if args.gpt:
+                from ..analysis.gptbench import main as gpt_bench_main
+                return gpt_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
@@ -456,18 +462,27 @@ def _run(args: argparse.Namespace) -> int:
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
-          f"{s['samples_per_s']:.0f} samples/s, test accuracy "
+          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
     from ..measure import notes
-    for line in notes(s):
-        print(f"  note: {line}")
+    for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
+        print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
     out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _blas_clause(summary: dict) -> str:
+    """" (1 BLAS thread per worker)" for a real run (the rule every entry point follows,
+    `util.blas`); "" for a simulated one, whose compute is charged, not run."""
+    if summary.get("simulated") or "blas_threads" not in summary:
+        return ""
+    from ..util.blas import rule_text
+    return f" ({rule_text(summary['blas_threads'])})"
 
 
 def _write_report(result: Any, out: str) -> None:

@@ -250,7 +250,6 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     than this machine's cores or the seeds), each in a process of its own; the results are
     the same as one at a time (each seed's notebook is its own kernel and folder).
     """
-    import os
     import sys
 
     exp = load_experiment(path, notebook=notebook)   # every check of the file first: a bad one is refused
@@ -275,7 +274,8 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
     executed = out / exp.notebook.name
     _claim_files(out, [exp.notebook.name, "report.html", "shape.json", "seeds"], exp.notebook)
     jobs = check_seed_jobs(exp.seed_jobs if seed_jobs is None else seed_jobs)
-    jobs = min(jobs, len(seeds), os.cpu_count() or 1)
+    from ..util.machine import usable_cores
+    jobs = min(jobs, len(seeds), usable_cores())   # affinity and CPU quota, not the host's cores
     runs = []                                  # (seed, where, the notebook's parameters)
     for i, seed in enumerate(seeds):
         where = out if i == 0 else out / "seeds" / f"seed-{seed}"

@@ -100,6 +100,10 @@ class Dataset:
         y_test: (M,) int64.
         n_classes: number of classes.
         image_shape: (C, H, W) when each row is a flattened image, else None.
+        vocab: a language model's data (`data.text`): the character of each token id;
+            each row of X is then a sequence of token ids and y (N, T) its next tokens.
+        best_loss: the lowest mean loss per label any model can reach, when it is known
+            (the generated language's entropy over its windows), else None.
     """
 
     name: str
@@ -109,6 +113,8 @@ class Dataset:
     y_test: np.ndarray = field(repr=False)
     n_classes: int
     image_shape: tuple[int, int, int] | None = None
+    vocab: str | None = field(default=None, repr=False)
+    best_loss: float | None = None
 
     @property
     def n_features(self) -> int:
@@ -141,12 +147,14 @@ def _check_fraction(name: str, value: object) -> float:
         raise DataError(f"{name}: a number strictly between 0 and 1, got {value!r}")
     return float(value)
 
-def make_dataset(name, X_train, y_train, X_test, y_test, n_classes, image_shape=None) -> Dataset:
+def make_dataset(name, X_train, y_train, X_test, y_test, n_classes, image_shape=None, vocab=None,
+                 best_loss=None) -> Dataset:
     arrays = [np.ascontiguousarray(X_train, np.float32), np.ascontiguousarray(y_train, np.int64),
               np.ascontiguousarray(X_test, np.float32), np.ascontiguousarray(y_test, np.int64)]
     for a in arrays:
         a.flags.writeable = False
-    return Dataset(name, *arrays, n_classes=int(n_classes), image_shape=image_shape)
+    return Dataset(name, *arrays, n_classes=int(n_classes), image_shape=image_shape, vocab=vocab,
+                   best_loss=None if best_loss is None else float(best_loss))
 
 
 def _centre(X_train: np.ndarray, X_test: np.ndarray) -> None:

@@ -4,8 +4,9 @@
 `connect("tcp://HOST:8786")` (or tls://) joins one started elsewhere (`dask scheduler` / `dask worker`,
 dask-jobqueue, dask-kubernetes).
 
-Worker processes get one thread each (the training loop), BLAS threads matching their
-share of the cores, and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
+Worker processes get one thread each (the training loop), one BLAS thread each at start
+(every run then sets its own `blas_threads`, 1 unless asked: `workbench.util.blas`, the
+one rule every entry point shares), and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
 default (it halved NumPy MLP throughput here), and Dask's own background work in each
 worker slowed down (`QUIET_WORKERS`). The client's own `os.environ` is left as it was
 (starting a LocalCluster copies the nanny's environment into it).
@@ -29,6 +30,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..maths.backend import GPUUnavailable, gpu_install_hint
+from ..util.blas import DEFAULT_BLAS_THREADS
 
 WORKER_KIND_ENV = "WORKBENCH_WORKER_KIND"   # "cpu" | "gpu": set on every worker we start
 _SESSION: dict[str, Any] = {}               # the session's cluster: {"key", "client"}
@@ -210,11 +212,10 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
         raise ConfigError("cpus", "a whole number >= 0", cpus)
     if n_gpus + cpus < 1:
         raise ConfigError("cpus", "at least one worker in total (cpus + gpus)", cpus)
-    cores = os.cpu_count() or 1
-    blas = max(1, cores // max(1, n_gpus + cpus))
     if memory_limit == "auto":
         memory_limit = worker_memory_limit(n_gpus + cpus)
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(blas),
+    # one BLAS thread per worker whatever the worker count (util.blas): the run sets its own
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
@@ -302,7 +303,8 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     import dask
     from distributed import Client
 
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0,
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
+                "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
     with dask.config.set(settings), _pristine_environ():
         cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers, security=local_security())

@@ -34,6 +34,7 @@ from ..config import ConfigError, RunConfig
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record, live_width
 from ..util import machine
+from ..util.blas import current_blas_threads
 from ..util.machine import LoopUsage
 from .context import build_context
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
@@ -83,7 +84,7 @@ def _loop(ctx: WorkerContext) -> dict:
     def used(res: dict) -> dict:
         booked = res.get("steps") or {}
         compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0)
-        res["usage"] = usage.stop(compute, ctx.kind, ctx.rank)
+        res["usage"] = {**usage.stop(compute, ctx.kind, ctx.rank), "blas_threads": current_blas_threads()}
         return res
     try:
         return used(run_loop(ctx, algo))
@@ -233,10 +234,11 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
-        before = machine.snapshot()
+        pids = machine.local_pids(workers)   # the run's worker processes on this host: the run's own CPU
+        before = machine.snapshot(pids)
         transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
-        after = machine.snapshot()
+        after = machine.snapshot(pids)
     finally:
         transport.close()
     end = time.time()

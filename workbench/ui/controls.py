@@ -269,6 +269,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not in_process(c)),
     _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
     _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("blas_threads", _int(1, 1024), applies=lambda c: not c.simulate),
     # simulated cluster ("default" stands for unset: the simulator picks)
     _c("simulate", _check),
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
@@ -403,6 +404,39 @@ DEPENDENTS: tuple[Dependent, ...] = (
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
               lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
 )
+
+
+def lr_follows(changed: str, old: Any, values: dict) -> tuple[float, str] | None:
+    """The lr the controls move to when the update rule or the algorithm changes, with the
+    sentence the status line says, or None to leave it (`config.lr_range`: each rule's lr
+    differs by up to 1000x, and LAMB at SGD's 0.1 ended at chance).
+
+    A new update rule always takes its default; a new algorithm only when the lr was the
+    old one's default (a rate the user chose stays).
+
+    >>> lr_follows("optimizer", "sgd", {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1})
+    (0.003, "lr moved to 0.003, lamb's default for sync_sgd (was 0.1)")
+    >>> lr_follows("algorithm", "sync_sgd", {"algorithm": "diloco", "optimizer": "sgd", "lr": 0.25}) is None
+    True
+    """
+    from ..config import default_lr
+    algorithm, optimizer, lr = values.get("algorithm"), values.get("optimizer"), values.get("lr")
+    if changed == "optimizer":
+        was_default = True
+    elif changed == "algorithm":
+        try:
+            was_default = lr is not None and math.isclose(float(lr), default_lr(str(old), str(optimizer)))
+        except Exception:       # an algorithm the registry does not know: leave the lr
+            return None
+    else:
+        return None
+    try:
+        new = default_lr(str(algorithm), str(optimizer))
+    except Exception:
+        return None
+    if not was_default or lr is None or math.isclose(float(lr), new):
+        return None
+    return new, f"lr moved to {new:g}, {optimizer}'s default for {algorithm} (was {float(lr):g})"
 
 
 def in_process(config: RunConfig) -> bool:

@@ -72,6 +72,7 @@ from ..config import (
 )
 from ..problem import Problem
 from ..results import RecordBatch, RunTally, free_run_dir
+from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
 from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
@@ -88,6 +89,7 @@ from .controls import (  # noqa: F401 - the control table, as the dashboard has 
     Dependent,
     in_process,
     label_of,
+    lr_follows,
     preview_n_train,
     sorted_options,
     tooltip_on_label,
@@ -287,7 +289,8 @@ class Dashboard:
             "throughput per worker, where each worker's time goes, the lr actually used.</p>")],
             layout=widgets.Layout(flex="1 1 auto", min_width="0"))
 
-        cpus = max(1, os.cpu_count() or 1)
+        from ..util.machine import usable_cores
+        cpus = usable_cores()   # affinity and CPU quota: a Binder pod's 2, not its host's 64
         default_ws = ",".join(str(w) for w in POWERS_OF_TWO if w <= cpus) or "1"
         self.sweep_workers = widgets.Text(value=default_ws, description="workers",
                                           tooltip="worker counts, comma-separated: one run each",
@@ -411,8 +414,10 @@ class Dashboard:
         if self._syncing:
             return
         changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        self._lr_note = ""
         if changed is not None:
             self._fill_dependents(changed)
+            self._follow_lr(changed, change.get("old"))
         self._refresh()
 
     def _fill_dependents(self, changed: str) -> None:
@@ -434,6 +439,20 @@ class Dashboard:
                     w.value = value
         finally:
             self._syncing = False
+
+    def _follow_lr(self, changed: str, old: Any) -> None:
+        """A new update rule (or algorithm) moves lr to its default, and the status line says
+        so (`controls.lr_follows`)."""
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        moved = lr_follows(changed, old, values)
+        if moved is None:
+            return
+        self._syncing = True
+        try:
+            self.controls["lr"].value = moved[0]
+        finally:
+            self._syncing = False
+        self._lr_note = moved[1]
 
     def _show_relevant(self) -> None:
         """Show the controls that apply to what the controls say now, valid or not (a
@@ -490,7 +509,8 @@ class Dashboard:
             self._set_buttons(False)
             where = f", on {workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples{where}")
+                             f"of {cfg.batch_size} samples{where}"
+                             + (f"; {self._lr_note}" if getattr(self, "_lr_note", "") else ""))
         return cfg
 
     @staticmethod
@@ -860,8 +880,8 @@ class Dashboard:
         if s.get("simulated"):
             took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
-        else:
-            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+        else:   # the one BLAS rule (util.blas), said where the rate is
+            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                 + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                 + f", {rate}, "

@@ -338,7 +338,8 @@ class DaskTransport(Transport):
         server = None
         if plan is not None and plan.server:
             server = "shm" if plan.server.startswith("shm") else "actor"
-        return {"comm": plan.comm if plan else None, "server": server}
+        return {"comm": plan.comm if plan else None, "server": server,
+                "blas_threads": plan.config.get("blas_threads") if plan else None}   # set by every loop (util.blas)
 
     def public(self, worker: dict, rank: int) -> dict:
         return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"],

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import RunConfig
+from ...util.blas import blas_limit
 from .base import WorkerLinks, group_of
 from .segments import remove_file, unlink_shm_name
 
@@ -54,9 +55,10 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: s
     def sink(batch: dict) -> None:
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
+    config = RunConfig.from_dict(plan.config)
     try:
-        return main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall,
-                    links, sink)
+        with blas_limit(config.blas_threads):   # the run's own count, whatever the last run set
+            return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink)
     finally:
         links.close()
         if rank == 0 and getattr(links.control.control, "lease_expired", False):
