@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from ..config import RunConfig
 from . import schedules
 
@@ -114,6 +116,8 @@ class Optimizer:
 
     name = "optimizer"
     layerwise_chunks = False        # chunks must hold whole segments
+    norms = False                   # takes layer norms (a dot product: its bits on a row of a stack are not
+    #                                 promised to be those on an array of its own)
 
     def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
                  state: dict[str, Any] | None = None):
@@ -193,6 +197,29 @@ class Optimizer:
             off += k
 
 
+def sgd_descent(x: Any, g: Any, lr: Any, weight_decay: float = 0.0, *, work: Any, decay: Any = None,
+                xp: Any = None) -> None:
+    """Plain SGD in place: `x -= lr (g + wd x)`, never touching `g` (the rule without
+    momentum, `SGD.step`'s; also the simulator's stacked local steps). Elementwise, so
+    it takes one worker's row (n,) or a stack of rows (K, n), `lr` a number or a (K, 1)
+    column of x's dtype, and each row's bits are those of its own update.
+
+    `work` (and `decay`, with weight decay) are scratch arrays of x's shape.
+
+    >>> import numpy as np
+    >>> x = np.ones((2, 3), np.float32); g = np.full((2, 3), 2.0, np.float32)
+    >>> sgd_descent(x, g, np.array([[0.5], [0.25]], np.float32), work=np.empty_like(x)); x[:, 0].tolist()
+    [0.0, 0.5]
+    """
+    xp = np if xp is None else xp
+    if weight_decay:
+        xp.multiply(x, weight_decay, out=decay)
+        xp.add(g, decay, out=work)                     # g + wd x
+        g = work
+    xp.multiply(g, lr, out=work)
+    x -= work
+
+
 class SGD(Optimizer):
     """Minibatch SGD with optional heavy-ball or Nesterov momentum and L2 weight decay.
 
@@ -226,14 +253,13 @@ class SGD(Optimizer):
         mul = self.xp.multiply
         x, g = params[lo:hi], self._g[lo:hi]
         h = self._h[lo:hi] if self._h is not None else None
+        if self.velocity is None:
+            sgd_descent(x, grad_chunk, lr, self.weight_decay, work=g, decay=h, xp=self.xp)
+            return
         if self.weight_decay:
             mul(x, self.weight_decay, out=h)
             self.xp.add(grad_chunk, h, out=g)          # g = grad + wd * x
             grad_chunk = g
-        if self.velocity is None:
-            mul(grad_chunk, lr, out=g)                 # x -= lr * g
-            x -= g
-            return
         v = self.velocity[lo:hi]
         v *= self.momentum
         v += grad_chunk                                # v = mu * v + g
@@ -307,6 +333,7 @@ class LAMB(_Moments):
     plain Adam step (no decay, ratio 1)."""
 
     name = "lamb"
+    norms = True
 
     def trust_ratio(self, w_norm: float, u_norm: float) -> float:
         """||w|| / ||u||, or 1 when either is 0."""
@@ -335,6 +362,7 @@ class LARS(Optimizer):
 
     name = "lars"
     layerwise_chunks = True
+    norms = True
 
     def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
                  state: dict[str, Any] | None = None):
