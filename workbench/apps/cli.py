@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except (ConfigError, ValueError) as exc:
-        # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
+        # Invalid input: one line, no traceback (exit code 2: docs/usage.md, "Exit codes").
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ImportError as exc:
