@@ -130,7 +130,7 @@ def test_dask_stop_request_keeps_records_and_cluster_reusable(client, algorithm,
     result = run(tiny(algorithm=algorithm, cpus=2, epochs=5000), cluster=client,
                  on_record=lambda recs: seen.extend(recs), should_stop=should_stop)
     assert result.status == "stopped"
-    assert time.time() - asked["at"] < 30           # a hang guard (the 2 s of README.md is no test on a busy machine)
+    assert time.time() - asked["at"] < 30           # a hang guard (the 2 s of docs/usage.md is no test on a busy machine)
     assert len(result.steps) > 10
     # every step was streamed live, in binned batches: totals match the whole table
     live = [r for r in seen if r["kind"] == "step"]

@@ -724,6 +724,7 @@ class SimTransport(Transport):
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
+                "compute_charged_by": self.costs.charged_by if self.costs is not None else None,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4), "sim_path": self.path,
                 "sim_computes_per_pass": self.computes_per_pass(),
                 **({"cgdp_timeline": self.server_state.timeline()}
