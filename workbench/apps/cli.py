@@ -538,11 +538,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
-        from ..analysis.sweep import sweep_configs
-        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
-    else:
-        preflight(config.replace(cpus=max(workers), gpus=0))
+    # every point's config first (a batch no point can take is the config's fault, whatever the
+    # machine), then the machine's checks on the largest point (of the field the sweep varies)
+    from ..analysis.sweep import sweep_configs
+    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
