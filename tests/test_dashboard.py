@@ -80,6 +80,7 @@ NEW_VALUES = {
     "compression_rank": (2, 2),
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
+    "model_args": ("hidden=[8]", {"hidden": [8]}),     # last: it leaves a model named package.module:Name
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 # valid only with this update rule (and momentum, nesterov at their defaults for it)
@@ -117,6 +118,9 @@ def test_every_control_maps_onto_a_config_field(dash):
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
         dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
                                               "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
+        if name == "model_args":                               # a model of the protocol named by its class
+            dash.controls["hidden"].value = ""                 # (its sizes go in model_args)
+            dash.controls["model"].value = "workbench.maths.models:MLP"
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value

@@ -178,7 +178,9 @@ def test_layout_names_and_views():
         "h1.ln2.g", "h1.ln2.b", "h1.fc.W", "h1.fc.b", "h1.out.W", "h1.out.b"]
     d = model.d_model
     assert model.n_params == 7 * d + 5 * d + 2 * (12 * d * d + 13 * d) + 2 * d
-    layout = model.layout()
+    assert model.layout() == tuple((layer.name, layer.shape) for layer in model.layers)   # the model protocol's
+    from workbench.maths.optim import layout_of
+    layout = layout_of(model)
     assert [w for _, _, w in layout] == [len(layer.shape) > 1 for layer in model.layers]
     assert layout[0][0] == 0 and layout[-1][1] == model.n_params
     p = model.init(0)

@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from .config import RunConfig
+from .config import MODEL_NAMES, RunConfig
 from .data import DataError, Dataset, Shape, dataset_shape, load_dataset
 from .maths.models import Model, make_model
 from .maths.optim import Plan, make_plan
+from .maths.protocol import build_model, model_record
+from .usercode import token_of
 
 __all__ = ["Problem", "build_counts", "run_plan"]
 
@@ -85,7 +87,8 @@ class Problem:
         """The problem of `config`, built once per process (the last few are kept)."""
         if not isinstance(config, RunConfig):
             raise TypeError(f"config: a RunConfig, got {type(config).__name__}")
-        key = config.model_dump_json(exclude=_IGNORED)
+        # a model of the session's (a class given in Python, maybe redefined since) by its code's hash too
+        key = config.model_dump_json(exclude=_IGNORED) + token_of(config.model)
         with _lock:
             problem = _cache.get(key)
             if problem is None:
@@ -127,9 +130,19 @@ class Problem:
         return self.data
 
     def new_model(self) -> Model:
-        """A fresh instance of the run's model (one per worker thread: its work buffers are its own)."""
+        """A fresh instance of the run's model (one per worker thread: its work buffers are
+        its own): a built-in one by name, any other built from its `package.module:Name`
+        (`maths.protocol.build_model`: the model protocol, with the engine's interface)."""
         c, s = self.config, self.shape
-        return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
+        if c.model in MODEL_NAMES:
+            return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
+        return build_model(c.model, s.n_features, s.n_classes, c.model_args)
+
+    @cached_property
+    def model_record(self) -> dict[str, Any]:
+        """What the run's model is, for its summary: name, arguments, parameter count, and
+        for a model of the user's its module, file and code hash (`protocol.model_record`)."""
+        return model_record(self.config.model, self.model, self.config.model_args)
 
     @cached_property
     def model(self) -> Model:

@@ -80,6 +80,16 @@ def _none_is_blank(v: Any) -> str:
     return str(v)
 
 
+def _args_text(v: dict | None) -> str:
+    """`model_args` as the text field shows it: key=value pairs (JSON values), or blank.
+
+    >>> _args_text({"width": 64, "act": "tanh"}), _args_text(None)
+    ('width=64,act="tanh"', '')
+    """
+    import json
+    return "" if not v else ",".join(f"{k}={json.dumps(x)}" for k, x in v.items())
+
+
 def _zero_is_none(v: int) -> int | None:
     return int(v) or None
 
@@ -258,8 +268,14 @@ CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
     _c("dataset", _dropdown(list(DATASET_NAMES))),
-    _c("model", _dropdown(list(MODEL_NAMES))),
-    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model != "softmax"),
+    _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
+                                                     placeholder="mlp, or package.module:Name", continuous_update=False,
+                                                     **_desc(n)), to_field=lambda v: v.strip() or "mlp"),
+    _c("model_args", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. width=64,act=tanh",
+                                                      continuous_update=False, **_desc(n)),
+       to_field=_blank_is_none, from_field=_args_text, applies=lambda c: c.model not in MODEL_NAMES),
+    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank,
+       applies=lambda c: c.model in MODEL_NAMES and c.model != "softmax"),
     _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),

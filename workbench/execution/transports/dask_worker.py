@@ -37,6 +37,7 @@ class DaskPlan:
     server_options: dict = field(default_factory=dict)
     server_segment: str | None = None
     lock_path: str | None = None
+    model_code: tuple | None = None         # the user's model, shipped by value (usercode.shipment)
 
     @property
     def size(self) -> int:
@@ -78,6 +79,8 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
     except Exception as exc:
         return {"status": "failed", "params": None, "steps": None,
                 "error": f"unpacking its task failed: {type(exc).__name__}: {exc}"}
+    from ... import usercode
+    usercode.receive(plan.model_code)   # before the config names it: the model the client shipped
     links = open_links(plan, rank, actor)
     key = (plan.run_id, rank)
 
