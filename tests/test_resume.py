@@ -47,13 +47,17 @@ def killed_after(src: Path, dst: Path, k: int) -> int:
 
 
 def same_records(a: Path, b: Path, time_too: bool) -> None:
-    """steps.csv and evals.csv of two run directories hold bitwise the same numbers."""
+    """steps.csv and evals.csv of two run directories hold bitwise the same numbers (a real
+    run's evaluations compared in step order: the file is in time order, and times differ)."""
     cols = STEP_COLS + (TIME_COLS if time_too else [])
     sa, sb = pd.read_csv(a / "steps.csv"), pd.read_csv(b / "steps.csv")
     assert len(sa) == len(sb) and len(sa) > 0
     pd.testing.assert_frame_equal(sa[cols], sb[cols], check_exact=True)
     ea, eb = pd.read_csv(a / "evals.csv"), pd.read_csv(b / "evals.csv")
     ecols = EVAL_COLS + (["time"] if time_too else [])
+    if not time_too:
+        ea, eb = (e.sort_values(["step", "worker"], kind="stable").reset_index(drop=True) for e in (ea, eb))
+    assert len(ea) > 0
     pd.testing.assert_frame_equal(ea[ecols], eb[ecols], check_exact=True)
 
 
@@ -70,6 +74,9 @@ DETERMINISTIC = [
     ("local_sgd", {"tau": 4}),
     ("post_local_sgd", {"tau": 3, "post_local_epoch": 0.3}),
     ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
+    ("sync_easgd", {"tau": 3}),
+    ("dpsgd", {"tau": 2, "topology": "ring"}),
+    ("ltfb", {"trainers": 3, "round_size": 10}),
 ]
 
 
@@ -102,7 +109,11 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_threads(tmp_path, cas
 
 
 SIMULATED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
-             ("local_sgd", {"tau": 3}), ("diloco", {"tau": 4})]
+             ("local_sgd", {"tau": 3}), ("diloco", {"tau": 4}), ("sync_easgd", {"tau": 2}), ("dpsgd", {}),
+             ("ltfb", {"trainers": 2, "round_size": 10}),
+             # asynchronous: replayed from step 0 (their workers are mid-step at any virtual instant)
+             ("async_sgd", {}), ("async_msgd", {}), ("easgd", {"tau": 2}), ("async_easgd", {}),
+             ("async_measgd", {}), ("hogwild_sgd", {}), ("hogwild_easgd", {}), ("adpsgd", {})]
 
 
 @pytest.mark.parametrize("case", SIMULATED, ids=[_id(c) for c in SIMULATED])
@@ -117,6 +128,44 @@ def test_a_resumed_simulated_run_is_bitwise_virtual_times_too(tmp_path, case):
     same_records(tmp_path / "whole", tmp_path / "cut", time_too=True)
     assert np.array_equal(whole.params, resumed.params)
     assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]      # virtual: the makespan
+    assert ("replayed" in resumed.summary["resumed_from"]) == (not cfg.is_sync)
+
+
+ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
+                "adpsgd"]
+
+
+@pytest.mark.parametrize("algorithm", ASYNCHRONOUS)
+def test_an_asynchronous_run_takes_up_its_checkpoint_exactly(tmp_path, algorithm):
+    """On threads an asynchronous run is not repeatable (its workers race), so the oracle is
+    the checkpoint itself: resumed and stopped before any step, the run's result (the
+    server's parameters, the centre, the shared buffer, the rows' mean) is what the
+    checkpoint holds, bit for bit; resumed to the end, it completes."""
+    from workbench.checkpoint import read
+    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=60, batch_size=48, eval_every=10, checkpoint_every=15,
+                    checkpoint_keep=100)
+    wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    saved = read(ckpt.listed(tmp_path / "cut")[-1])
+    held = {"hogwild_sgd": lambda: saved.ranks[0]["shared.params"],
+            "hogwild_easgd": lambda: saved.ranks[0]["shared.centre"],
+            "adpsgd": lambda: saved.server["rows"].mean(axis=0, dtype=np.float64).astype(np.float32)}.get(
+        algorithm, lambda: saved.server["x"])()
+    from workbench.execution.transports.threads import ThreadTransport
+    transport = ThreadTransport()
+    transport.control.request_stop("before the first step")    # every worker stops at its first step's top
+    stopped = wb.resume(tmp_path / "cut", cluster=transport, progress=False)
+    assert stopped.status == "stopped" and stopped.summary["steps"] == 30 and np.array_equal(stopped.params, held)
+    done = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert done.status == "completed" and done.summary["steps"] == 60
+    rows = pd.read_csv(tmp_path / "cut" / "steps.csv")
+    assert sorted(rows.groupby("worker")["step"].nunique()) == [60, 60, 60]       # every step, once per worker
+
+
+def test_cgdp_has_no_checkpoints_and_resume_says_so(tmp_path):
+    r = wb.run(RunConfig(algorithm="cgdp", cpus=2, steps=20, checkpoint_every=5, out=str(tmp_path / "r")),
+               cluster="threads", progress=False)
+    assert "checkpoints" not in r.summary and not (tmp_path / "r" / "checkpoints").exists()
 
 
 def test_checkpoints_keep_the_newest_and_say_what_they_cost(tmp_path):

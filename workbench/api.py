@@ -162,15 +162,23 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     result = None
     from .util.provenance import git_state
     code = _meanwhile(git_state)
+    # An asynchronous simulated run's workers are mid-step at any virtual instant (their
+    # checkpoints are taken at different ones): it is replayed from step 0 instead, which
+    # virtual time makes bitwise the run never stopped.
+    replay = config.simulate and not spec.sync
     try:
         from .execution.engine import run as engine_run
         result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop, out=d,
-                            resume=found)
+                            resume=None if replay else found)
     finally:
         if bar is not None:
             bar.close(result.status if result is not None else "failed",
                       result.summary.get("samples_per_s") if result is not None else None)
     result.summary.update(code())
+    if replay:
+        result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
+            "from step 0: an asynchronous simulated run's workers are mid-step at any instant, and virtual "
+            "time makes the replay the run that was stopped")}
     if warnings:
         result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
                                     for m in warnings] + list(result.summary.get("events", []))

@@ -535,6 +535,22 @@ def load_optimizer_state(xp: Any, opt: Any, state: dict[str, Any], prefix: str =
         a[...] = xp.asarray(state[f"{prefix}.{k}"])
 
 
+def server_state(ctx: WorkerContext) -> dict[str, Any]:
+    """Rank 0's part of a checkpoint that is the server role's whole state (`server.*`: its
+    `snapshot` op); {} on the other ranks. Taken when rank 0 reaches the checkpoint's step:
+    an asynchronous run's other workers are at their own steps then."""
+    if ctx.rank != 0 or ctx.server is None:
+        return {}
+    return {f"server.{k}": np.asarray(v) for k, v in ctx.server.snapshot().items()}
+
+
+def load_server_state(ctx: WorkerContext, state: dict[str, Any]) -> None:
+    """Rank 0 puts the server's state back (`restore`), before the start barrier lets any
+    worker use it."""
+    if ctx.rank == 0 and ctx.server is not None:
+        ctx.server.restore({k.removeprefix("server."): v for k, v in state.items() if k.startswith("server.")})
+
+
 def clock_reading(ctx: WorkerContext, value: Any) -> float | None:
     """A saved reading of the worker's clock (a tail's `t_free`), where a resumed run's clock
     is the saved run's own (the simulator restores its virtual clock); else None (the
