@@ -131,6 +131,18 @@ def test_a_resumed_simulated_run_is_bitwise_virtual_times_too(tmp_path, case):
     assert ("replayed" in resumed.summary["resumed_from"]) == (not cfg.is_sync)
 
 
+def test_checkpoints_change_nothing_in_a_simulated_run(tmp_path):
+    """Taking checkpoints reads no clock and moves no virtual time: the records (times too)
+    are those of the same run without them, synchronous and asynchronous."""
+    for algorithm in ("sync_sgd", "async_easgd"):
+        cfg = RunConfig(algorithm=algorithm, cpus=4, steps=60, batch_size=64, eval_every=15, simulate=True,
+                        jitter=0.2)
+        wb.run(cfg.replace(checkpoint_every=10, out=str(tmp_path / f"{algorithm}-on")), progress=False)
+        off = wb.run(cfg.replace(checkpoint_every="none", out=str(tmp_path / f"{algorithm}-off")), progress=False)
+        assert off.summary["sim_path"] in ("lockstep", "per worker")
+        same_records(tmp_path / f"{algorithm}-on", tmp_path / f"{algorithm}-off", time_too=True)
+
+
 ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
                 "adpsgd"]
 

@@ -619,6 +619,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     sync, total = algo.sync, plan.total_steps
     every = ctx.checkpoint_every
     asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
+    bare = bool((ctx.extra.get("checkpoint") or {}).get("bare"))   # the step alone (a replayed simulation's)
     ctx.start()
     for step in range(first, total):
         if not sync and ctx.stop_requested():
@@ -640,7 +641,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             break
         if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
                 and step + 1 < total:
-            ctx.save_state(step + 1, algo.state())
+            ctx.save_state(step + 1, {} if bare else algo.state())
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),

@@ -130,8 +130,10 @@ class ParameterServer:
         RoleOp("final", "final", ready=lambda core: core.all_retired(), sizes_out=_whole, work=_copy_out,
                what="the other workers' last updates"),
         # checkpoints: rank 0 reads the whole state, and puts it back before a resumed run starts
-        RoleOp("snapshot", "snapshot", sizes_out=_whole, work=_copy_out),
-        RoleOp("restore", "restore", changes=True, sizes_in=lambda state: (len(state["x"]),),
+        RoleOp("snapshot", "snapshot", sizes_out=lambda core: (len(core.x),) + tuple(
+            a.size for a in core.opt.state.values() if a.size > 1), work=_copy_out),
+        RoleOp("restore", "restore", changes=True, sizes_in=lambda state: tuple(
+            int(np.asarray(v).size) for v in state.values() if np.asarray(v).size > 1),
                work=lambda core, state: (1.0, None)),
     )}
 

@@ -249,6 +249,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if out is not None and every is not None and checkpoints_offered(spec.cls):
         saver = Saver(setup, collector, out, transport, t_called, prior=resume)
         setup.extra["checkpoint"] = {"every": every} if isinstance(every, int) else {"wall": every}
+        if config.simulate and not spec.sync:   # resumed by replay (`api.resume`): its checkpoints mark the step only
+            setup.extra["checkpoint"]["bare"] = True
     monitor = _Monitor(setup, transport, collector, should_stop, saver)
     t_setup = time.time()
     try:
