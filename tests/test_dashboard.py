@@ -80,6 +80,7 @@ NEW_VALUES = {
     "compression_rank": (2, 2),
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
+    "test_fraction": (0.3, 0.3),
     "model_args": ("hidden=[8]", {"hidden": [8]}),     # last: it leaves a model named package.module:Name
 }
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
@@ -233,6 +234,8 @@ def _choices(w) -> list | None:
         return [v for _, v in w._options_full]
     if isinstance(w, widgets.Checkbox):
         return [True, False]
+    if isinstance(w, widgets.Combobox):                     # its offers (it takes other text too: a path, a module)
+        return list(w.options)
     return None
 
 

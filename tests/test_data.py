@@ -162,7 +162,8 @@ def test_bad_arguments_name_the_field(name, kwargs, field):
 def test_unknown_dataset_lists_the_allowed_names():
     with pytest.raises(DataError) as info:
         load_dataset("foo")
-    assert str(info.value) == f"dataset: one of {list(DATASETS)}, got 'foo'"
+    assert str(info.value) == (f"dataset: one of {list(DATASETS)}, or a data file (.npz, a .npy pair, .csv, a "
+                               "folder of .npy), got 'foo'")
     assert isinstance(info.value, ValueError)
 
 

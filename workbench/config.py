@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS
+from .data.dataset import DATASETS, DataError, Dataset
+from .data.files import file_shape, is_data_path, save_arrays
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -377,7 +379,9 @@ class RunConfig(BaseModel):
     dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
-        "with download=true, then cached)."))
+        "with download=true, then cached), or your own: a path to an .npz (X_train, y_train, X_test, y_test, "
+        "or X, y), a pair features.npy,labels.npy, a folder of such .npy files or a .csv with a label column "
+        "(docs/models.md); in Python also a Dataset.from_arrays(...)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
         "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
@@ -398,6 +402,11 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NUMBER, Allowed("a number in (0, 1)")] = Field(
+        0.2, json_schema_extra={"group": "what"}, description=(
+        "Share of the examples held out for testing where the data is split here: the generated sets "
+        "(mnist1d, synthetic), digits, and a file of yours holding only X, y (in (0, 1); 0.2). Ignored by "
+        "datasets with a fixed test set."))
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
@@ -683,12 +692,17 @@ class RunConfig(BaseModel):
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
-    @field_validator("dataset")
+    @field_validator("dataset", mode="before")
     @classmethod
-    def _dataset(cls, v: str) -> str:
-        if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}")
-        return v
+    def _dataset(cls, v: Any) -> str:
+        if isinstance(v, Dataset):     # arrays given in Python: saved once by their hash, named by the folder
+            return save_arrays(v)
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if isinstance(v, str) and (v in DATASET_NAMES or is_data_path(v)):
+            return v
+        raise ValueError(f"one of {list(DATASET_NAMES)}, or a data file: an .npz, a pair features.npy,labels.npy, "
+                         "a folder of .npy files, a .csv (or a Dataset in Python)")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -838,7 +852,7 @@ class RunConfig(BaseModel):
         if self.model_args is not None and builtin:
             raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
                               "model package.module:Name", self.model_args)
-        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+        if self.model == "cnn" and self.data_shape.image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
@@ -854,8 +868,16 @@ class RunConfig(BaseModel):
     # ---------------------------------------------------------------- helpers
     @property
     def data_shape(self) -> Any:
-        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry, or
+        a data file's from its arrays' headers and labels: the features are not loaded."""
+        if self.dataset in DATASETS:
+            return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes, self.test_fraction)
+        try:
+            return file_shape(self.dataset, self.test_fraction)
+        except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
+            err = ConfigError("dataset", "", self.dataset)
+            err.field, err.args = str(exc).partition(":")[0], (str(exc),)
+            raise err from None
 
     @property
     def model_hidden(self) -> tuple[int, ...]:

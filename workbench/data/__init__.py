@@ -31,8 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import DATASETS, DataError, Dataset, DatasetInfo, Shape, _check_fraction, _check_int
-from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, cache_dir
+from . import files
+from .dataset import DATA_ENV, DATASETS, DataError, Dataset, DatasetInfo, Shape, _check_fraction, _check_int, cache_dir
+from .download import EXPECTED_SHA256, FILES, URL_ENV, URLS, _real
+from .files import is_data_path
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
 from .order import _epoch_order, batch_order, global_batch, partition, split_batch, steps_per_epoch
@@ -119,8 +121,12 @@ def load_dataset(
         DataError: a bad argument, missing files without ``download=True``, a failed
             download, or a corrupt file; the message names the field and the value.
     """
+    if is_data_path(name):   # your own arrays (`data.files`): checked, memory-mapped when large
+        test_fraction = _check_fraction("test_fraction", test_fraction)
+        return _file_cached(files._key(name), test_fraction, str(cache_dir(data_dir).absolute()))
     if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
+        raise DataError(f"dataset: one of {list(DATASETS)}, or a data file (.npz, a .npy pair, .csv, a folder of "
+                        f".npy), got {name!r}")
     n_samples = _check_int("n_samples", n_samples, 10)
     n_features = _check_int("n_features", n_features, 1)
     n_classes = _check_int("n_classes", n_classes, 2)
@@ -148,15 +154,25 @@ def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_
     >>> dataset_shape("cifar10").n_train
     50000
     """
+    if is_data_path(name):
+        return files.file_shape(name, test_fraction)
     if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
+        raise DataError(f"dataset: one of {list(DATASETS)}, or a data file (.npz, a .npy pair, .csv, a folder of "
+                        f".npy), got {name!r}")
     return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction)
 
 
 def clear_cache() -> None:
     """Forget the datasets and epoch orders kept in this process (frees their memory)."""
     _cached.cache_clear()
+    _file_cached.cache_clear()
     _epoch_order.cache_clear()
+
+
+@functools.lru_cache(maxsize=4)
+def _file_cached(key: tuple[str, int, int], test_fraction: float, data_dir: str) -> Dataset:
+    """A data file's dataset, by its path, size and time (an edited file is read again)."""
+    return files.load_file(key[0], test_fraction, data_dir)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -130,13 +130,16 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
     from ..data import DATASETS
+    from ..data.files import MMAP_BYTES
     from ..problem import Problem
 
     problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
     shape, model = problem.shape, problem.model
     n, f, c = shape.n_train + shape.n_test, shape.n_features, shape.n_classes
-    generated = DATASETS[config.dataset].generated
+    generated = config.dataset in DATASETS and DATASETS[config.dataset].generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
+    if config.dataset not in DATASETS and n * f * 4 > MMAP_BYTES:
+        data = n * 4 * 2   # a large file of yours is memory-mapped: its pages are the host's, shared by its workers
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)

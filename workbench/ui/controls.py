@@ -262,7 +262,10 @@ def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
-    _c("dataset", _dropdown(list(DATASET_NAMES))),
+    _c("dataset", lambda n: lambda v: widgets.Combobox(value=v, options=list(DATASET_NAMES), ensure_option=False,
+                                                       placeholder="digits, or a path: data.npz, x.npy,y.npy, t.csv",
+                                                       continuous_update=False, **_desc(n)),
+       to_field=lambda v: v.strip() or "digits"),
     _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
                                                      placeholder="mlp, or package.module:Name", continuous_update=False,
                                                      **_desc(n)), to_field=lambda v: v.strip() or "mlp"),
@@ -274,6 +277,8 @@ CONTROLS: tuple[Control, ...] = (
     _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
+    _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
+       applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic") or c.dataset not in DATASETS),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
