@@ -38,7 +38,7 @@ from .data.dataset import DATASETS
 
 DATASET_NAMES = tuple(DATASETS)
 IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_shape is not None)
-MODEL_NAMES = ("softmax", "mlp", "cnn")
+MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 
 # The simulated cluster's named profiles. Their data and sources live in
@@ -341,6 +341,16 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
+    n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
+        "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
+    d_model: WholeFrom1 = Field(DEFAULT_GPT["d_model"], json_schema_extra={"group": "what"}, description=(
+        "gpt: width of the residual stream (whole number >= 1, a multiple of n_heads); the MLP is 4 d_model wide."))
+    n_heads: WholeFrom1 = Field(DEFAULT_GPT["n_heads"], json_schema_extra={"group": "what"}, description=(
+        "gpt: attention heads (whole number >= 1 dividing d_model), each of d_model / n_heads dimensions."))
+    context: WholeFrom1 = Field(DEFAULT_GPT["context"], json_schema_extra={"group": "what"}, description=(
+        "Text datasets (markov_text, a .txt file) and gpt: tokens per sequence (whole number >= 1); each "
+        "sequence's next tokens are its labels."))
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
@@ -749,6 +759,7 @@ class RunConfig(BaseModel):
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
         if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
+        _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
@@ -764,7 +775,7 @@ class RunConfig(BaseModel):
     @property
     def data_shape(self) -> Any:
         """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes, context=self.context)
 
     @property
     def model_hidden(self) -> tuple[int, ...]:
@@ -869,6 +880,40 @@ def _check_optimizer(c: RunConfig) -> None:
         if spec is not None and not getattr(spec, "takes_optimizer", True):
             raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
                               "lamb apply to the other algorithms)", c.optimizer)
+
+
+GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets
+
+
+def is_text_dataset(dataset: str) -> bool:
+    """Whether a dataset's rows are token sequences (a language model's data): markov_text.
+
+    >>> is_text_dataset("markov_text"), is_text_dataset("digits")
+    (True, False)
+    """
+    info = DATASETS.get(dataset)
+    return bool(info is not None and info.tokens)
+
+
+def _check_language_model(c: RunConfig) -> None:
+    """gpt trains on text and text trains gpt (or a model of the user's); the GPT's knobs and
+    `context` only where they apply (a value that would be ignored is a mistake to report)."""
+    text = is_text_dataset(c.dataset)
+    if c.model == "gpt" and not text:
+        raise ConfigError("model", "gpt only with a text dataset (markov_text)", c.model)
+    if text and c.model in ("softmax", "mlp", "cnn"):
+        raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
+                          "the next token at every position)", c.model)
+    if c.model != "gpt":
+        for name in GPT_KNOBS:
+            default = type(c).model_fields[name].default
+            if getattr(c, name) != default:
+                raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
+    if not text and c.context != type(c).model_fields["context"].default:
+        raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
+    if c.model == "gpt" and c.d_model % c.n_heads:
+        raise ConfigError("n_heads", f"a divisor of d_model ({c.d_model}), so every head gets d_model / n_heads "
+                          "dimensions", c.n_heads)
 
 
 def _check_simulation(c: RunConfig) -> None:

@@ -106,14 +106,15 @@ class Problem:
     def shape(self) -> Shape:
         """The dataset's sizes, width, classes and image shape, from its `DATASETS` entry (no loading)."""
         c = self.config
-        return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes)
+        return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
+                             context=c.context)
 
     @cached_property
     def data(self) -> Dataset:
         """The dataset (loaded, or generated, once per process; checks files and checksums)."""
         c = self.config
         data = load_dataset(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                            seed=c.seed, data_dir=c.data_dir, download=c.download)
+                            seed=c.seed, data_dir=c.data_dir, download=c.download, context=c.context)
         _BUILDS["data"] += 1
         s = self.shape
         got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape)
@@ -129,6 +130,10 @@ class Problem:
     def new_model(self) -> Model:
         """A fresh instance of the run's model (one per worker thread: its work buffers are its own)."""
         c, s = self.config, self.shape
+        if c.model == "gpt":
+            from .maths.gpt import GPT
+            return GPT(context=s.n_features, vocab=s.n_classes, n_layers=c.n_layers, d_model=c.d_model,
+                       n_heads=c.n_heads)
         return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
 
     @cached_property

@@ -10,6 +10,9 @@ int64 labels, scaled to roughly unit size, with a fixed train/test split:
   gets clearly less accuracy on it than an MLP.
 - ``synthetic``: labels from a random teacher MLP on Gaussian inputs; size, width and
   class count scale freely (generated in chunks, so 1e6 x 784 fits in its output).
+- ``markov_text``: generated text for language models (`text`: a fixed order-2 Markov chain
+  over 16 characters with an exact entropy rate), rows of ``context`` tokens; ``text``
+  also makes character-level datasets of UTF-8 files.
 - ``mnist``, ``fashion_mnist``, ``cifar10``: the official files, fetched only when
   ``download=True`` into ``cache_dir()/<name>/`` and checked before use (see
   :func:`load_dataset` for how).
@@ -36,6 +39,7 @@ from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, ca
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
 from .order import _epoch_order, batch_order, global_batch, partition, split_batch, steps_per_epoch
+from .text import markov_text
 
 __all__ = [
     "DATA_ENV",
@@ -72,6 +76,7 @@ def load_dataset(
     data_dir: str | os.PathLike | None = None,
     download: bool = False,
     test_fraction: float = 0.2,
+    context: int = 64,
 ) -> Dataset:
     """Load or generate a dataset; repeated calls with the same arguments are free.
 
@@ -85,6 +90,8 @@ def load_dataset(
       ``test_fraction``. X ~ N(0, 1); labels are the argmax of a random teacher MLP
       (n_features -> 2 * n_classes tanh -> n_classes, weights from ``seed``, output biases
       tuned so the classes are about equally frequent) plus small Gumbel noise.
+    - ``markov_text``: ``n_samples`` sequences of ``context`` tokens, ``seed``,
+      ``test_fraction`` (`text.markov_text`: X the tokens, y the next ones).
     - ``mnist``, ``fashion_mnist``, ``cifar10``: the official train/test split; the
       size arguments and ``seed`` are ignored. Pixels /255, then each centred on its
       training mean. ``data_dir`` (default :func:`cache_dir`) holds ``<name>/<files>``.
@@ -111,6 +118,7 @@ def load_dataset(
         data_dir: folder for downloaded data; default ``cache_dir()``.
         download: fetch missing files of a real dataset.
         test_fraction: share of a generated set (and of digits) kept for testing, in (0, 1).
+        context: tokens per sequence of ``markov_text``, >= 1.
 
     Returns:
         A :class:`Dataset` whose arrays are read-only and shared between calls.
@@ -138,11 +146,13 @@ def load_dataset(
     if name == "synthetic":
         return _cached(name, n_samples=n_samples, n_features=n_features, n_classes=n_classes,
                        seed=seed, test_fraction=test_fraction)
+    if name == "markov_text":
+        return markov_text(n_samples, _check_int("context", context, 1), seed, test_fraction)
     return _cached(name, folder=str(folder.absolute() / name), download=bool(download))
 
 
 def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-                  test_fraction: float = 0.2) -> Shape:
+                  test_fraction: float = 0.2, context: int = 64) -> Shape:
     """The `Shape` `load_dataset` with these arguments returns, without loading anything.
 
     >>> dataset_shape("cifar10").n_train
@@ -150,13 +160,14 @@ def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_
     """
     if not isinstance(name, str) or name not in DATASETS:
         raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
-    return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction)
+    return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction, context)
 
 
 def clear_cache() -> None:
     """Forget the datasets and epoch orders kept in this process (frees their memory)."""
     _cached.cache_clear()
     _epoch_order.cache_clear()
+    markov_text.cache_clear()
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -39,6 +39,7 @@ class DatasetInfo:
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) when each row is an image
     official_train: int | None = None              # a fixed official training split
     download: bool = False                         # fetched (download=True), not bundled or generated
+    tokens: bool = False                           # rows are token sequences of `context` (a language model's)
 
     @property
     def generated(self) -> bool:
@@ -46,18 +47,22 @@ class DatasetInfo:
         return self.n_examples is None
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-              test_fraction: float = 0.2) -> Shape:
+              test_fraction: float = 0.2, context: int = 64) -> Shape:
         """The dataset's `Shape` for these arguments (those it ignores are ignored), without loading it.
+        A language model's rows are `context` tokens wide (`tokens`).
 
         >>> DATASETS["digits"].shape()
         Shape(n_train=1438, n_test=359, n_features=64, n_classes=10, image_shape=(1, 8, 8))
         >>> DATASETS["synthetic"].shape(n_samples=100, n_features=5, n_classes=3).n_train
         80
+        >>> DATASETS["markov_text"].shape(n_samples=100, context=32)
+        Shape(n_train=80, n_test=20, n_features=32, n_classes=16, image_shape=None)
         """
         n = self.n_examples if self.n_examples is not None else n_samples
         n_test = n - self.official_train if self.official_train is not None else _n_test(n, test_fraction)
-        return Shape(n - n_test, n_test, self.n_features if self.n_features is not None else n_features,
-                     self.n_classes if self.n_classes is not None else n_classes, self.image_shape)
+        width = context if self.tokens else self.n_features if self.n_features is not None else n_features
+        return Shape(n - n_test, n_test, width, self.n_classes if self.n_classes is not None else n_classes,
+                     self.image_shape)
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -67,6 +72,9 @@ DATASETS: dict[str, DatasetInfo] = {
     "mnist1d": DatasetInfo("generated 1-D digit-like curves, 40 features, 10 classes (offline)", n_features=40),
     "synthetic": DatasetInfo("random teacher-MLP labels on Gaussian inputs; "
                              "n_samples, n_features, n_classes scale freely", n_classes=None),
+    "markov_text": DatasetInfo("generated text for language models: an order-2 Markov chain over 16 characters whose "
+                               "entropy rate is known (0.6438 nats per character), n_samples sequences of context "
+                               "tokens (offline)", n_classes=16, tokens=True),
     "mnist": DatasetInfo("MNIST handwritten digits, 60k/10k 28x28 grey images (download=True to fetch)",
                          n_examples=70000, n_features=784, image_shape=(1, 28, 28), official_train=60000,
                          download=True),
