@@ -254,8 +254,12 @@ CONTROLS: tuple[Control, ...] = (
     _c("algorithm", _dropdown(list(ALGORITHMS))),
     _c("dataset", _dropdown(list(DATASET_NAMES))),
     _c("model", _dropdown(list(MODEL_NAMES))),
-    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model != "softmax"),
-    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
+    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model in ("mlp", "cnn")),
+    _c("n_layers", _int(1, 1024), applies=lambda c: c.model == "gpt"),
+    _c("d_model", _int(1, 65536), applies=lambda c: c.model == "gpt"),
+    _c("n_heads", _int(1, 1024), applies=lambda c: c.model == "gpt"),
+    _c("context", _int(1, 10**6), applies=lambda c: c.model == "gpt" or DATASETS[c.dataset].tokens),
+    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
@@ -390,7 +394,19 @@ def _batch_default(v: dict) -> int:
     return power if power <= n_train else workers
 
 
+def _is_text(values: dict) -> bool:
+    """Whether the values' dataset is a language model's (rows of tokens)."""
+    return bool(DATASETS[values["dataset"]].tokens) if values.get("dataset") in DATASETS else False
+
+
 DEPENDENTS: tuple[Dependent, ...] = (
+    # the GPT trains on text and the built-in classifiers on rows of features: a choice of one
+    # brings the other along (the config refuses the mixed pairs)
+    Dependent("dataset", ("model",), lambda v: v["model"] == "gpt" and not _is_text(v), lambda v: "markov_text"),
+    Dependent("dataset", ("model",), lambda v: v["model"] in ("softmax", "mlp", "cnn") and _is_text(v),
+              lambda v: RunConfig.model_fields["dataset"].default),
+    Dependent("model", ("dataset",), lambda v: _is_text(v) and v["model"] in ("softmax", "mlp", "cnn"), lambda v: "gpt"),
+    Dependent("model", ("dataset",), lambda v: not _is_text(v) and v["model"] == "gpt", lambda v: "mlp"),
     Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
         0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
     # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there
