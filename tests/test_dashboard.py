@@ -80,11 +80,12 @@ NEW_VALUES = {
     "compression_rank": (2, 2),
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
-    # the GPT's knobs (set with model gpt, which brings the text dataset along): last
+    # the GPT's knobs (set with model gpt, which brings the text dataset along): before model_args
     "n_layers": (3, 3),
     "d_model": (32, 32),
     "n_heads": (8, 8),
     "context": (32, 32),
+    "model_args": ("hidden=[8]", {"hidden": [8]}),     # last: it leaves a model named package.module:Name
 }
 GPT_KNOBS = {"n_layers", "d_model", "n_heads", "context"}
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
@@ -126,13 +127,17 @@ def test_every_control_maps_onto_a_config_field(dash):
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
         dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
                                               "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")
+        if name == "model_args":                               # a model of the protocol named by its class
+            dash.controls["hidden"].value = ""                 # (its sizes go in model_args)
+            dash.controls["model"].value = "workbench.maths.models:MLP"
         before = dash.config.to_dict()
         assert before[name] != expected, name
         dash.controls[name].value = value
         after = dash.config.to_dict()
         # the control named `name` sets the field `name`, and nothing else
         assert after[name] == expected, name
-        assert {k for k in after if after[k] != before[k]} == {name}, name
+        # (a new update rule also moves lr to its default: controls.lr_follows, said in the status line)
+        assert {k for k in after if after[k] != before[k]} == {name} | ({"lr"} if name == "optimizer" else set()), name
         assert D.label_of(dash.controls[name]) == name
     # every field has a control, or is named as left to code, and every control explains itself
     assert set(CONTROL_FIELDS) | set(D.LEFT_TO_CODE) == set(FIELDS)

@@ -217,8 +217,9 @@ def test_the_summary_names_workers_by_kind_and_the_host_roles():
 
 # ------------------------------------------------------------------ README commands
 def readme_simulate_commands() -> list[list[str]]:
-    """Every `python -m workbench run|sweep --simulate ...` command of the README, as argv."""
-    text = README.read_text().replace("\\\n", " ")
+    """Every `python -m workbench run|sweep --simulate ...` command of the README and the docs, as argv."""
+    text = "\n".join(p.read_text() for p in [README, *sorted((README.parent / "docs").glob("*.md"))])
+    text = text.replace("\\\n", " ")
     commands = []
     for line in text.splitlines():
         line = line.strip()

@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from . import usercode
 from .algorithms.registry import LR_MAX
 from .data.dataset import DATASETS
 
@@ -153,6 +154,57 @@ def short_repr(value: Any, limit: int = 120) -> str:
     r.maxstring, r.maxother, r.maxlong = limit, limit, limit
     text = r.repr(value)
     return text if len(text) <= limit else text[:limit] + "... (cut)"
+
+
+_ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_model_args(v: Any) -> dict[str, Any] | None:
+    """`model_args` as a dict of keyword arguments: a mapping (YAML, Python), JSON text, or
+    `key=value` pairs separated by commas (each value read as YAML: numbers, true/false,
+    lists in brackets); None or blank for none. Values must be plain data (saved with the run).
+
+    >>> parse_model_args("width=64, act=tanh, sizes=[3, 4]")
+    {'width': 64, 'act': 'tanh', 'sizes': [3, 4]}
+    >>> parse_model_args('{"width": 64}')
+    {'width': 64}
+    >>> parse_model_args("64")
+    Traceback (most recent call last):
+    ...
+    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh
+    """
+    allowed = 'keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh'
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, str):
+        text = v.strip()
+        if len(text) > 10_000:
+            raise ValueError(allowed)
+        if text.startswith("{"):
+            import json
+            try:
+                v = json.loads(text)
+            except ValueError:
+                raise ValueError(allowed) from None
+        else:
+            out: dict[str, Any] = {}
+            for part in re.split(r",(?![^\[]*\])", text):      # commas inside [...] belong to a list
+                key, eq, value = part.partition("=")
+                if not eq or not _ARG_KEY.fullmatch(key.strip()):
+                    raise ValueError(allowed)
+                try:
+                    out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+                except yaml.YAMLError:
+                    raise ValueError(allowed) from None
+            v = out
+    if not isinstance(v, dict) or not all(isinstance(k, str) and _ARG_KEY.fullmatch(k) for k in v):
+        raise ValueError(allowed)
+    import json
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        raise ValueError(allowed + " (plain values: numbers, text, true/false, lists, mappings)") from None
+    return dict(v)
 
 
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
@@ -328,7 +380,12 @@ class RunConfig(BaseModel):
         "with download=true, then cached)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
-        "(small convolutional net; image datasets only)."))
+        "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
+        "factory called with n_features, n_classes and model_args (a model of the protocol or a torch "
+        "module; docs/models.md). In Python also the class, factory or instance itself."))
+    model_args: dict[str, Any] | None = Field(None, json_schema_extra={"group": "what"}, description=(
+        "Keyword arguments of your model's class or factory (model package.module:Name), as a YAML "
+        "mapping, JSON ({\"width\": 64}) or key=value pairs separated by commas (width=64,act=tanh)."))
     hidden: list[int] | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Layer widths as comma-separated positive integers, e.g. 512,256: the MLP's hidden "
         "layers (unset: 128) or the CNN's channels per conv layer (unset: 16,32)."))
@@ -430,7 +487,9 @@ class RunConfig(BaseModel):
         "least the number of workers); each worker computes its slice."))
     lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
-        "to batch_size and warmup ramps up to that scaled rate."))
+        "to batch_size and warmup ramps up to that scaled rate. Unset: the default of the algorithm "
+        "and the optimizer, one that learns the default dataset (sgd 0.1, adamw 0.003, lamb 0.003, "
+        "lars 3; diloco's inner steps 0.01, 0.001, 0.001 and 0.01)."))
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
         "none", json_schema_extra={"group": "optimisation"}, description=(
         "How the learning rate grows with the batch: none (lr as given), linear "
@@ -615,6 +674,17 @@ class RunConfig(BaseModel):
         except ValidationError as exc:
             raise _to_config_error(exc, {name: value}) from None
 
+    def __getstate__(self) -> dict[Any, Any]:
+        # A model given in Python travels with the config wherever it is pickled (the
+        # dashboard's simulation process): its code by value unless installed (`usercode`).
+        state = super().__getstate__()
+        shipped = usercode.shipment(self.model)
+        return state if shipped is None else {**state, "_workbench_model": shipped}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        usercode.receive(state.pop("_workbench_model", None))
+        super().__setstate__(state)
+
     @field_validator("algorithm")
     @classmethod
     def _algorithm(cls, v: str) -> str:
@@ -630,12 +700,25 @@ class RunConfig(BaseModel):
             raise ValueError(f"one of {list(DATASET_NAMES)}")
         return v
 
-    @field_validator("model")
+    @field_validator("model", mode="before")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in MODEL_NAMES:
-            raise ValueError(f"one of {list(MODEL_NAMES)}")
-        return v
+    def _model(cls, v: Any) -> str:
+        if isinstance(v, str):
+            if v in MODEL_NAMES or usercode.is_spec(v):
+                return v
+            raise ValueError(f"one of {list(MODEL_NAMES)}, or package.module:Name of your own")
+        if v is None or isinstance(v, (bool, numbers.Number, list, dict, tuple)):
+            raise ValueError(f"one of {list(MODEL_NAMES)}, package.module:Name, or a model class, factory "
+                             "or instance")
+        try:
+            return usercode.spec_of(v)    # a class, a factory or an instance: kept in this process
+        except usercode.UserCodeError as exc:
+            raise ValueError(exc.allowed) from None
+
+    @field_validator("model_args", mode="before")
+    @classmethod
+    def _model_args(cls, v: Any) -> Any:
+        return parse_model_args(v)
 
     @field_validator("hidden", mode="before")
     @classmethod
@@ -744,6 +827,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if "lr" not in self.model_fields_set:   # unset: the algorithm's and the rule's own (stays unset)
+            self.__dict__["lr"] = default_lr(self.algorithm, self.optimizer)
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
         spec = _algorithm_spec(self.algorithm)
@@ -757,6 +842,12 @@ class RunConfig(BaseModel):
             raise ConfigError(*broken)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
+        builtin = self.model in MODEL_NAMES
+        if self.hidden is not None and not builtin:
+            raise ConfigError("hidden", "unset with a model of your own (its sizes go in model_args)", self.hidden)
+        if self.model_args is not None and builtin:
+            raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
+                              "model package.module:Name", self.model_args)
         if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
         _check_language_model(self)
@@ -864,6 +955,37 @@ OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
     "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
     "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
 }
+
+# Each update rule's base lr for base_batch 32: (lowest, default, highest) of the rates that
+# learn the default dataset (digits; MLP 128 for 5 epochs and MLP 512-256 for 40, every
+# algorithm that takes the rule, 2 workers, 2026-12-05): lamb at 0.03 ended at chance (0.10),
+# lars at 1 reached only 0.78-0.81 in the EASGD family's 5 epochs (0.89-0.97 at 3). An
+# algorithm may declare its own (`AlgorithmSpec.lr_defaults`: diloco).
+OPTIMIZER_LR: dict[str, tuple[float, float, float]] = {
+    "sgd": (0.03, 0.1, 0.3), "adamw": (0.001, 0.003, 0.01), "lamb": (0.001, 0.003, 0.01), "lars": (1.0, 3.0, 10.0),
+}
+
+
+def lr_range(algorithm: str, optimizer: str) -> tuple[float, float, float]:
+    """(lowest, default, highest) base lr that learns the default dataset with `algorithm`
+    and the update rule `optimizer`.
+
+    >>> lr_range("sync_sgd", "lamb"), lr_range("diloco", "sgd")
+    ((0.001, 0.003, 0.01), (0.003, 0.01, 0.01))
+    """
+    spec = _algorithm_spec(algorithm)
+    own = getattr(spec, "lr_defaults", None) or {}
+    return own.get(optimizer) or OPTIMIZER_LR.get(optimizer) or OPTIMIZER_LR["sgd"]
+
+
+def default_lr(algorithm: str, optimizer: str) -> float:
+    """The base lr a config gets when it sets none (`lr_range`'s middle value).
+
+    >>> default_lr("sync_sgd", "sgd"), default_lr("sync_sgd", "adamw"), default_lr("diloco", "sgd")
+    (0.1, 0.003, 0.01)
+    """
+    return lr_range(algorithm, optimizer)[1]
+
 
 def _check_optimizer(c: RunConfig) -> None:
     """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,

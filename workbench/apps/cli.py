@@ -71,8 +71,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Merge defaults < --config file < flags into one validated RunConfig."""
     data: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        data.update(RunConfig.from_yaml(args.config).to_dict())
+    if getattr(args, "config", None):   # the file's own keys: what it leaves unset (lr) stays unset
+        data.update(RunConfig.from_yaml(args.config).model_dump(mode="json", exclude_unset=True))
     for name in RunConfig.model_fields:
         if name in vars(args):
             value = getattr(args, name)
@@ -470,8 +470,8 @@ def _run(args: argparse.Namespace) -> int:
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
     from ..measure import notes
-    for line in notes(s):
-        print(f"  note: {line}")
+    for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
+        print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
     out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     _write_report(result, out)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..algorithms.registry import specs
 from ..config import ConfigError, RunConfig
+from ..maths.protocol import check_model
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
 WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
@@ -26,8 +27,8 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
 
     Checks the output directory, estimates memory before loading anything, loads the
-    dataset (which checks files and checksums), builds the model (model/dataset pairing)
-    and the schedule (warmup against the run length), checks asked-for GPUs exist, that
+    dataset (which checks files and checksums), builds the model (model/dataset pairing;
+    one step of it on a few rows: `maths.protocol.check_model`) and the schedule (warmup against the run length), checks asked-for GPUs exist, that
     a given scheduler answers as one, and that emulated exchanges end in reasonable time.
     Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
     `shm=False`: the run maps no shared memory here (the thread transport), so this
@@ -41,6 +42,10 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
 
     problem = Problem.from_config(config)
     data, model, plan = problem.data, problem.model, problem.plan   # loads and checks the data; the schedule
+    check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the model protocol
+    if config.simulate:   # a model with no FLOPs is timed on this machine's core: CPU workers of core / local
+        from ..sim.costs import check_charge
+        check_charge(config, model)
     if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
         from ..maths.backend import gpu_count, gpu_install_hint
         have = gpu_count()

@@ -75,6 +75,16 @@ def _none_is_blank(v: Any) -> str:
     return str(v)
 
 
+def _args_text(v: dict | None) -> str:
+    """`model_args` as the text field shows it: key=value pairs (JSON values), or blank.
+
+    >>> _args_text({"width": 64, "act": "tanh"}), _args_text(None)
+    ('width=64,act="tanh"', '')
+    """
+    import json
+    return "" if not v else ",".join(f"{k}={json.dumps(x)}" for k, x in v.items())
+
+
 def _zero_is_none(v: int) -> int | None:
     return int(v) or None
 
@@ -253,7 +263,12 @@ CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
     _c("dataset", _dropdown(list(DATASET_NAMES))),
-    _c("model", _dropdown(list(MODEL_NAMES))),
+    _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
+                                                     placeholder="mlp, or package.module:Name", continuous_update=False,
+                                                     **_desc(n)), to_field=lambda v: v.strip() or "mlp"),
+    _c("model_args", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. width=64,act=tanh",
+                                                      continuous_update=False, **_desc(n)),
+       to_field=_blank_is_none, from_field=_args_text, applies=lambda c: c.model not in MODEL_NAMES),
     _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model in ("mlp", "cnn")),
     _c("n_layers", _int(1, 1024), applies=lambda c: c.model == "gpt"),
     _c("d_model", _int(1, 65536), applies=lambda c: c.model == "gpt"),
@@ -420,6 +435,39 @@ DEPENDENTS: tuple[Dependent, ...] = (
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
               lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
 )
+
+
+def lr_follows(changed: str, old: Any, values: dict) -> tuple[float, str] | None:
+    """The lr the controls move to when the update rule or the algorithm changes, with the
+    sentence the status line says, or None to leave it (`config.lr_range`: each rule's lr
+    differs by up to 1000x, and LAMB at SGD's 0.1 ended at chance).
+
+    A new update rule always takes its default; a new algorithm only when the lr was the
+    old one's default (a rate the user chose stays).
+
+    >>> lr_follows("optimizer", "sgd", {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1})
+    (0.003, "lr moved to 0.003, lamb's default for sync_sgd (was 0.1)")
+    >>> lr_follows("algorithm", "sync_sgd", {"algorithm": "diloco", "optimizer": "sgd", "lr": 0.25}) is None
+    True
+    """
+    from ..config import default_lr
+    algorithm, optimizer, lr = values.get("algorithm"), values.get("optimizer"), values.get("lr")
+    if changed == "optimizer":
+        was_default = True
+    elif changed == "algorithm":
+        try:
+            was_default = lr is not None and math.isclose(float(lr), default_lr(str(old), str(optimizer)))
+        except Exception:       # an algorithm the registry does not know: leave the lr
+            return None
+    else:
+        return None
+    try:
+        new = default_lr(str(algorithm), str(optimizer))
+    except Exception:
+        return None
+    if not was_default or lr is None or math.isclose(float(lr), new):
+        return None
+    return new, f"lr moved to {new:g}, {optimizer}'s default for {algorithm} (was {float(lr):g})"
 
 
 def in_process(config: RunConfig) -> bool:

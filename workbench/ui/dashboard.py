@@ -89,6 +89,7 @@ from .controls import (  # noqa: F401 - the control table, as the dashboard has 
     Dependent,
     in_process,
     label_of,
+    lr_follows,
     preview_n_train,
     sorted_options,
     tooltip_on_label,
@@ -413,8 +414,10 @@ class Dashboard:
         if self._syncing:
             return
         changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        self._lr_note = ""
         if changed is not None:
             self._fill_dependents(changed)
+            self._follow_lr(changed, change.get("old"))
         self._refresh()
 
     def _fill_dependents(self, changed: str) -> None:
@@ -436,6 +439,20 @@ class Dashboard:
                     w.value = value
         finally:
             self._syncing = False
+
+    def _follow_lr(self, changed: str, old: Any) -> None:
+        """A new update rule (or algorithm) moves lr to its default, and the status line says
+        so (`controls.lr_follows`)."""
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        moved = lr_follows(changed, old, values)
+        if moved is None:
+            return
+        self._syncing = True
+        try:
+            self.controls["lr"].value = moved[0]
+        finally:
+            self._syncing = False
+        self._lr_note = moved[1]
 
     def _show_relevant(self) -> None:
         """Show the controls that apply to what the controls say now, valid or not (a
@@ -492,7 +509,8 @@ class Dashboard:
             self._set_buttons(False)
             where = f", on {workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples{where}")
+                             f"of {cfg.batch_size} samples{where}"
+                             + (f"; {self._lr_note}" if getattr(self, "_lr_note", "") else ""))
         return cfg
 
     @staticmethod
