@@ -242,6 +242,8 @@ def _choices(w) -> list | None:
         return [v for _, v in w._options_full]
     if isinstance(w, widgets.Checkbox):
         return [True, False]
+    if isinstance(w, widgets.Combobox):     # a name from the list, or free text (a model's or a file's path)
+        return list(w.options)
     return None
 
 

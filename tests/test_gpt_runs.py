@@ -4,7 +4,9 @@ is single-process sgd on the same batch; each bad input of issue 46 in one line,
 worker starts."""
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 
@@ -86,3 +88,64 @@ def test_sync_sgd_on_workers_is_sgd_on_the_global_batch():
 def test_bad_config_one_line(changes, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig(**{**TINY, "algorithm": "sync_sgd", **changes})
+
+
+# --- a text file as the dataset, and every bad input of the issue, as the CLI says it -------
+
+BAD_FILES = {"empty": (b"", r"dataset: a non-empty text file \(this one has 0 bytes\)"),
+             "binary": (b"ab\x00cd" * 10, r"dataset: a text file, not binary \(a NUL byte at offset 2\)"),
+             "latin1": (b"caf\xe9 au lait " * 10, r"dataset: UTF-8 text \(byte 3 is not\)"),
+             "one_char": (b"z" * 100, r"dataset: a text with at least 2 distinct characters \(a vocabulary of one, 'z', "
+                                         r"predicts nothing\)")}
+
+
+def _cli(capsys, *args: str) -> tuple[int, list[str]]:
+    from workbench.apps.cli import main
+    code = main(["run", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_a_bad_text_file_exits_2_in_one_line(tmp_path, capsys, kind):
+    data, message = BAD_FILES[kind]
+    path = tmp_path / f"{kind}.txt"
+    path.write_bytes(data)
+    code, err = _cli(capsys, "--algorithm", "sync_sgd", "--model", "gpt", "--dataset", str(path), "--steps", "2",
+                     "--out", str(tmp_path / "never"))
+    assert code == 2 and len(err) == 1 and re.match(f"^error: {message}, got '.*{kind}.txt'$", err[0]), err
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "{text}", "--context", "600"], r"^error: context: at most 499 for '.*corpus.txt' \(its 999 "
+                                                   r"characters make one training and one test sequence"),
+    (["--dataset", "markov_text", "--n-heads", "5"], r"^error: n_heads: a divisor of d_model \(64\)"),
+    (["--dataset", "markov_text", "--simulate", "--gpus", "8", "--timing-model", "llama-7b"],
+     r"^error: timing_model: a model that fits one v100 \(16 GiB\): llama-7b needs .* not even one sequence per "
+     r"worker fits"),
+])
+def test_bad_shapes_exit_2_in_one_line(tmp_path, capsys, args, message):
+    text = tmp_path / "corpus.txt"
+    text.write_text(("abcdefghij" * 100)[:999])
+    args = [a.replace("{text}", str(text)) for a in args]
+    code, err = _cli(capsys, "--algorithm", "sync_sgd", "--model", "gpt", "--steps", "2", *args,
+                     "--out", str(tmp_path / "never"))
+    assert code == 2 and len(err) == 1 and re.match(message, err[0]), err
+
+
+def test_a_text_file_trains_and_says_its_perplexity(tmp_path, capsys):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat. " * 200)
+    from workbench.apps.cli import main
+    code = main(["run", "--algorithm", "sync_sgd", "--model", "gpt", "--dataset", str(text), "--context", "16",
+                 "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "8", "--steps", "4",
+                 "--optimizer", "adamw", "--lr", "0.003", "--cpus", "2", "--no-progress", "--out",
+                 str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"language model: test loss [0-9.]+ nats/token \(perplexity [0-9.]+\), next-token accuracy", out)
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["config"]["dataset"] == str(text) and s["language"]["best_loss"] is None
+    assert s["language"]["perplexity"] == pytest.approx(math.exp(s["final_test_loss"]))
+    assert s["model"]["builtin"] and s["model"]["model_args"] == {"n_layers": 1, "d_model": 16, "n_heads": 2}

@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS
+from .data.dataset import DATASETS, dataset_info, is_text_path
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -377,7 +377,8 @@ class RunConfig(BaseModel):
     dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
-        "with download=true, then cached)."))
+        "with download=true, then cached); for a language model (model gpt) markov_text (generated text "
+        "with a known entropy) or a path/to/text.txt (its characters, the end held out)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
         "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
@@ -696,8 +697,11 @@ class RunConfig(BaseModel):
     @field_validator("dataset")
     @classmethod
     def _dataset(cls, v: str) -> str:
+        if is_text_path(v):        # a text file: kept as an absolute path, so every worker reads the same file
+            from pathlib import Path
+            return str(Path(v.strip()).expanduser().absolute())
         if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}")
+            raise ValueError(f"one of {list(DATASET_NAMES)}, or a path/to/text.txt")
         return v
 
     @field_validator("model", mode="before")
@@ -848,7 +852,7 @@ class RunConfig(BaseModel):
         if self.model_args is not None and builtin:
             raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
                               "model package.module:Name", self.model_args)
-        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+        if self.model == "cnn" and dataset_info(self.dataset).image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
         _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
@@ -866,7 +870,7 @@ class RunConfig(BaseModel):
     @property
     def data_shape(self) -> Any:
         """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes, context=self.context)
+        return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes, context=self.context)
 
     @property
     def model_hidden(self) -> tuple[int, ...]:
@@ -1008,13 +1012,14 @@ GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also
 
 
 def is_text_dataset(dataset: str) -> bool:
-    """Whether a dataset's rows are token sequences (a language model's data): markov_text.
+    """Whether a dataset's rows are token sequences (a language model's data): markov_text,
+    or a .txt file.
 
-    >>> is_text_dataset("markov_text"), is_text_dataset("digits")
-    (True, False)
+    >>> is_text_dataset("markov_text"), is_text_dataset("books/emma.txt"), is_text_dataset("digits")
+    (True, True, False)
     """
     info = DATASETS.get(dataset)
-    return bool(info is not None and info.tokens)
+    return bool(info is not None and info.tokens) or is_text_path(dataset)
 
 
 def _check_language_model(c: RunConfig) -> None:
@@ -1022,7 +1027,7 @@ def _check_language_model(c: RunConfig) -> None:
     `context` only where they apply (a value that would be ignored is a mistake to report)."""
     text = is_text_dataset(c.dataset)
     if c.model == "gpt" and not text:
-        raise ConfigError("model", "gpt only with a text dataset (markov_text)", c.model)
+        raise ConfigError("model", "gpt only with a text dataset (markov_text, or a path/to/text.txt)", c.model)
     if text and c.model in ("softmax", "mlp", "cnn"):
         raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
                           "the next token at every position)", c.model)

@@ -34,12 +34,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import DATASETS, DataError, Dataset, DatasetInfo, Shape, _check_fraction, _check_int
+from .dataset import (
+    DATASETS,
+    DataError,
+    Dataset,
+    DatasetInfo,
+    Shape,
+    TextFileInfo,
+    _check_fraction,
+    _check_int,
+    dataset_info,
+    is_text_path,
+)
 from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, cache_dir
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
 from .order import _epoch_order, batch_order, global_batch, partition, split_batch, steps_per_epoch
-from .text import markov_text
+from .text import markov_text, text_dataset
 
 __all__ = [
     "DATA_ENV",
@@ -52,10 +63,13 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "Shape",
+    "TextFileInfo",
     "batch_order",
     "cache_dir",
     "clear_cache",
+    "dataset_info",
     "dataset_shape",
+    "is_text_path",
     "global_batch",
     "load_dataset",
     "partition",
@@ -90,6 +104,8 @@ def load_dataset(
       ``test_fraction``. X ~ N(0, 1); labels are the argmax of a random teacher MLP
       (n_features -> 2 * n_classes tanh -> n_classes, weights from ``seed``, output biases
       tuned so the classes are about equally frequent) plus small Gumbel noise.
+    - a path ending in ``.txt``: the file's characters (`text.text_dataset`: ``context``,
+      ``test_fraction``; the last windows held out), checked as it is read.
     - ``markov_text``: ``n_samples`` sequences of ``context`` tokens, ``seed``,
       ``test_fraction`` (`text.markov_text`: X the tokens, y the next ones).
     - ``mnist``, ``fashion_mnist``, ``cifar10``: the official train/test split; the
@@ -110,7 +126,7 @@ def load_dataset(
     and is left in place for you to delete.
 
     Args:
-        name: a ``DATASETS`` key.
+        name: a ``DATASETS`` key, or a path to a UTF-8 ``.txt`` file.
         n_samples: total samples of a generated set, >= 10.
         n_features: input width of ``synthetic``, >= 1.
         n_classes: classes of ``synthetic``, >= 2.
@@ -127,8 +143,10 @@ def load_dataset(
         DataError: a bad argument, missing files without ``download=True``, a failed
             download, or a corrupt file; the message names the field and the value.
     """
+    if is_text_path(name):
+        return text_dataset(name, _check_int("context", context, 1), _check_fraction("test_fraction", test_fraction))
     if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
+        raise DataError(f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got {name!r}")
     n_samples = _check_int("n_samples", n_samples, 10)
     n_features = _check_int("n_features", n_features, 1)
     n_classes = _check_int("n_classes", n_classes, 2)
@@ -158,9 +176,7 @@ def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_
     >>> dataset_shape("cifar10").n_train
     50000
     """
-    if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
-    return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction, context)
+    return dataset_info(name).shape(n_samples, n_features, n_classes, test_fraction, context)
 
 
 def clear_cache() -> None:
@@ -168,6 +184,10 @@ def clear_cache() -> None:
     _cached.cache_clear()
     _epoch_order.cache_clear()
     markov_text.cache_clear()
+    from .dataset import _text_facts
+    from .text import _text_dataset
+    _text_dataset.cache_clear()
+    _text_facts.cache_clear()
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

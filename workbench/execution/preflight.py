@@ -143,18 +143,19 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
-    from ..data import DATASETS
+    from ..data import dataset_info
     from ..problem import Problem
 
     problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
     shape, model = problem.shape, problem.model
     n, f, c = shape.n_train + shape.n_test, shape.n_features, shape.n_classes
-    generated = DATASETS[config.dataset].generated
+    info = dataset_info(config.dataset)
+    generated = info.generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)
-    if DATASETS[config.dataset].tokens:      # X float32 and y int64 per token; the draws' int64 sequences
+    if info.tokens:                          # X float32 and y int64 per token; the draws' int64 sequences
         from ..maths.metrics import EVAL_CHUNK
         data = n * f * 12 + (n * (f + 1) * 8 if generated else 0)
         rows = min(max(config.batch_size, EVAL_CHUNK // f, 1), n)   # a batch, or one evaluation chunk
