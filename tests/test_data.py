@@ -96,10 +96,13 @@ def test_loading_digits_imports_no_scikit_learn():
 
 def test_mnist1d_does_not_depend_on_its_chunk_size(monkeypatch):
     # generated 8,192 rows at a time (memory: Binder); the random streams are consumed in order
-    from workbench.data import generators
-    small = generators._mnist1d(3000, seed=4, test_fraction=0.2)
+    from workbench.data import clear_cache, generators, load_dataset
+    clear_cache()
+    small = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
     monkeypatch.setattr(generators, "_MNIST1D_CHUNK_ROWS", 1000)
-    chunked = generators._mnist1d(3000, seed=4, test_fraction=0.2)
+    clear_cache()
+    chunked = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
+    clear_cache()
     for name in ("X_train", "y_train", "X_test", "y_test"):
         np.testing.assert_array_equal(getattr(small, name), getattr(chunked, name))
 

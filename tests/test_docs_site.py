@@ -43,3 +43,31 @@ def test_the_site_builds_without_a_broken_page(tmp_path):
     assert 'id="workbench.api.run"' in api           # autodoc documented wb.run from its docstring
     index = (out / "lessons.html").read_text()
     assert all(f"_source_lessons/{name}.html" in index for name in lessons)   # the toctree found every lesson
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_lesson_executed_for_the_site_draws_its_figures_without_embedding_plotly_js(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("papermill")
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import execute_lessons
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('quick = False\nout_dir = "runs/tiny"', metadata={"tags": ["parameters"]})
+    figure = nbformat.v4.new_code_cell("import plotly.graph_objects as go\n"
+                                       "go.Figure(go.Scatter(x=[0, 1], y=[1, 0 if quick else 2]))")
+    nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params, figure]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, source)
+    execute_lessons.execute(source, tmp_path / "site")
+    done = nbformat.read(tmp_path / "site" / "tiny.ipynb", as_version=4)
+    assert "quick mode" in done.cells[0].source and "load average" in done.cells[0].source   # when and where it ran
+    hidden = [c for c in done.cells if "remove-cell" in c.metadata.get("tags", [])]
+    assert len(hidden) == 2                     # the renderer cell and papermill's injected parameters
+    (html,) = [o["data"]["text/html"] for o in done.cells[-1].outputs if "text/html" in o.get("data", {})]
+    assert "Plotly.newPlot" in html and '"y":[1,0]' in html.replace(" ", "")    # drawn, in quick mode
+    assert len(html) < 100_000                  # plotly.js (4.8 MB) is served once by the site, not embedded

@@ -7,7 +7,7 @@
   replays bitwise from that summary or the cached file; a file of another model or
   machine is refused with one line naming what differs.
 * `--gpus N` alone in a simulation is N GPU workers (no CPU compute workers); every
-  README `--simulate` command runs the workers it says.
+  `--simulate` command of the README and docs/ runs the workers it says.
 """
 from __future__ import annotations
 

@@ -231,6 +231,10 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     bench.add_argument("--gpt", action="store_true",
                        help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
                             "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
+    bench.add_argument("--torch-adapter", action="store_true",
+                       help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
+                            "a plain PyTorch loop of the same module and batch, one core each "
+                            "(workbench.analysis.adapterbench; skipped without torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -310,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.gpt:
                 from ..analysis.gptbench import main as gpt_bench_main
                 return gpt_bench_main(args)
+            if args.torch_adapter:
+                from ..analysis.adapterbench import main as adapter_bench_main
+                return adapter_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
@@ -339,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except (ConfigError, ValueError) as exc:
-        # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
+        # Invalid input: one line, no traceback (exit code 2: docs/usage.md, "Exit codes").
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ImportError as exc:
@@ -557,11 +564,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
-        from ..analysis.sweep import sweep_configs
-        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
-    else:
-        preflight(config.replace(cpus=max(workers), gpus=0))
+    # every point's config first (a batch no point can take is the config's fault, whatever the
+    # machine), then the machine's checks on the largest point (of the field the sweep varies)
+    from ..analysis.sweep import sweep_configs
+    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
