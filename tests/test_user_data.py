@@ -156,7 +156,7 @@ def test_more_bad_inputs_and_the_cli_exit_code(folder):
         preflight(config(str(folder / "one.npy")))
     with pytest.raises(DataError, match=r"^dataset: a readable data file .*No such file"):
         preflight(config(str(folder / "missing.npz")))
-    with pytest.raises(ConfigError, match=r"^dataset: one of \[.*\], or a data file"):
+    with pytest.raises(ConfigError, match=r"^dataset: one of \[.*\], or a path/to/text.txt, or a data file"):
         RunConfig(dataset="digitz")
     (folder / "t.csv").write_text("a,b,label\n1,2,0\n3,x,1\n4,5,0\n")
     with pytest.raises(ValueError, match=r"^X: numbers in every feature column, got 'x' at row 1 \(column 'b'\)"):

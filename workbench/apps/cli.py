@@ -471,6 +471,8 @@ def _run(args: argparse.Namespace) -> int:
           f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
+    for line in _model_lines(s, config):
+        print(f"  {line}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
@@ -481,6 +483,30 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _model_lines(summary: dict, config: Any) -> list[str]:
+    """A language model's numbers (nats per token, perplexity, the gap to the best loss) and,
+    for a simulated run, its communication against sync_sgd's on the same virtual cluster."""
+    out = []
+    lm = summary.get("language")
+    if lm:
+        best = "" if lm.get("best_loss") is None else \
+            f"; best possible {lm['best_loss']:.4f} (gap {lm['gap_to_best']:.4f})"
+        acc = lm.get("next_token_accuracy")
+        out.append(f"language model: test loss {lm['loss_nats_per_token']:.4f} nats/token (perplexity "
+                   f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
+    if summary.get("simulated"):
+        from ..sim.costs import comm_against_sync
+        c = comm_against_sync(summary)
+        if c is not None:
+            name = config.algorithm + ("" if config.compression == "none" else f" ({config.compression})")
+            r = c["saving"]
+            than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
+            out.append(f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of its booked "
+                       f"time); sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
+                       f"({c['sync_sgd_share']:.0%}): {than}")
+    return out
 
 
 def _blas_clause(summary: dict) -> str:
@@ -538,11 +564,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
-        from ..analysis.sweep import sweep_configs
-        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
-    else:
-        preflight(config.replace(cpus=max(workers), gpus=0))
+    # every point's config first (a batch no point can take is the config's fault, whatever the
+    # machine), then the machine's checks on the largest point (of the field the sweep varies)
+    from ..analysis.sweep import sweep_configs
+    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)

@@ -45,9 +45,11 @@ from typing import Any
 import numpy as np
 
 from .dataset import (
+    FILE_KINDS,
     SPLIT_SEED,
     DataError,
     Dataset,
+    DatasetInfo,
     Shape,
     _check_fraction,
     _n_test,
@@ -256,6 +258,27 @@ def file_shape(path: str, test_fraction: float = 0.2) -> Shape:
         return Shape(n - n_test, n_test, facts["n_features"], facts["n_classes"], facts["image_shape"])
     return Shape(facts["rows"]["X_train"], facts["rows"]["X_test"], facts["n_features"], facts["n_classes"],
                  facts["image_shape"])
+
+
+@dataclass(frozen=True)
+class ArrayFileInfo(DatasetInfo):
+    """The entry of a data file of the user's given as the dataset (`dataset.dataset_info`):
+    its shape needs the file (the arrays' headers and labels, read once per version of it)."""
+
+    path: str = ""
+
+    @property
+    def generated(self) -> bool:
+        return False
+
+    def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
+              test_fraction: float = 0.2, context: int = 64) -> Shape:
+        """`file_shape` of the file (the other arguments size built-in datasets only)."""
+        return file_shape(self.path, test_fraction)
+
+
+FILE_KINDS.append((is_data_path, lambda name: ArrayFileInfo(f"your arrays in {name}", n_examples=0, n_classes=None,
+                                                             path=name)))
 
 
 def _split_test(n: int, test_fraction: float, label: str) -> int:
