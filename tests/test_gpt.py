@@ -178,7 +178,9 @@ def test_layout_names_and_views():
         "h1.ln2.g", "h1.ln2.b", "h1.fc.W", "h1.fc.b", "h1.out.W", "h1.out.b"]
     d = model.d_model
     assert model.n_params == 7 * d + 5 * d + 2 * (12 * d * d + 13 * d) + 2 * d
-    layout = model.layout()
+    assert model.layout() == tuple((layer.name, layer.shape) for layer in model.layers)   # the model protocol's
+    from workbench.maths.optim import layout_of
+    layout = layout_of(model)
     assert [w for _, _, w in layout] == [len(layer.shape) > 1 for layer in model.layers]
     assert layout[0][0] == 0 and layout[-1][1] == model.n_params
     p = model.init(0)
@@ -209,8 +211,10 @@ def test_flops_count_the_matmuls():
     model = tiny()
     T, V, L, d = model.context, model.vocab, model.n_layers, model.d_model
     matmul_weights = sum(layer.size for layer in model.layers if layer.name.endswith(".W")) + V * d
-    assert model.flops_per_sample == 2 * T * (matmul_weights + L * 2 * T * d)
-    assert gpt_forward_flops(T, V, L, d, 4 * d) == model.flops_per_sample
+    forward = 2 * T * (matmul_weights + L * 2 * T * d)              # per sequence, multiply-add = 2
+    assert sum(f for _, _, f in model.layer_flops()) == forward == gpt_forward_flops(T, V, L, d, 4 * d)
+    assert model.flops_per_sample == 3 * forward                    # the protocol's: forward and backward
+    assert [p for _, p, _ in model.layer_flops()] == [b - a for a, b in model.layer_groups()]
 
 
 def test_inputs_not_modified_and_outputs_fresh():

@@ -183,7 +183,7 @@ def test_no_import_cycle_among_the_modules():
 # subpackage or top-level module, or one module ("algorithms.registry": the declarations
 # every layer reads, which import nothing of the workbench).
 LAYERS = [
-    {"workbench", "util", "config", "algorithms.registry", "data.dataset"},
+    {"workbench", "util", "config", "usercode", "algorithms.registry", "data.dataset"},
     {"results", "measure", "data", "learning"},
     {"maths"},
     {"problem"},
@@ -242,7 +242,7 @@ def test_the_network_model_has_one_home():
 
 
 @pytest.mark.parametrize("package, below", [
-    ("maths", {"config", "data", "util"}),            # the maths of a step: no transport, no engine
+    ("maths", {"config", "data", "util", "usercode"}),   # the maths of a step: no transport, no engine
     ("comm", {"maths", "config", "util"}),            # transports move arrays, never read runs
     ("data", {"util"}),                               # datasets and the minibatch order stand alone
 ])

@@ -148,7 +148,7 @@ def test_model_flops_softmax_and_cnn_hand_counts():
     odd = make_model("cnn", 3 * 9 * 11, 10, hidden=(4,), image_shape=(3, 9, 11))    # odd sizes round down
     assert P.model_flops(odd).layers[1][2] == 2.0 * 9 * 4 * 8 * 4 * 5
     assert P.model_flops(odd).n_params == odd.n_params
-    with pytest.raises(TypeError, match="model: an MLP"):
+    with pytest.raises(TypeError, match="model: a built-in model or one stating flops_per_sample"):
         P.model_flops(object())
 
 

@@ -28,8 +28,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS
+from .data.dataset import DATASETS, dataset_info, is_text_path
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -38,7 +39,7 @@ from .data.dataset import DATASETS
 
 DATASET_NAMES = tuple(DATASETS)
 IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_shape is not None)
-MODEL_NAMES = ("softmax", "mlp", "cnn")
+MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 
 # The simulated cluster's named profiles. Their data and sources live in
@@ -153,6 +154,57 @@ def short_repr(value: Any, limit: int = 120) -> str:
     r.maxstring, r.maxother, r.maxlong = limit, limit, limit
     text = r.repr(value)
     return text if len(text) <= limit else text[:limit] + "... (cut)"
+
+
+_ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_model_args(v: Any) -> dict[str, Any] | None:
+    """`model_args` as a dict of keyword arguments: a mapping (YAML, Python), JSON text, or
+    `key=value` pairs separated by commas (each value read as YAML: numbers, true/false,
+    lists in brackets); None or blank for none. Values must be plain data (saved with the run).
+
+    >>> parse_model_args("width=64, act=tanh, sizes=[3, 4]")
+    {'width': 64, 'act': 'tanh', 'sizes': [3, 4]}
+    >>> parse_model_args('{"width": 64}')
+    {'width': 64}
+    >>> parse_model_args("64")
+    Traceback (most recent call last):
+    ...
+    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh
+    """
+    allowed = 'keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh'
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, str):
+        text = v.strip()
+        if len(text) > 10_000:
+            raise ValueError(allowed)
+        if text.startswith("{"):
+            import json
+            try:
+                v = json.loads(text)
+            except ValueError:
+                raise ValueError(allowed) from None
+        else:
+            out: dict[str, Any] = {}
+            for part in re.split(r",(?![^\[]*\])", text):      # commas inside [...] belong to a list
+                key, eq, value = part.partition("=")
+                if not eq or not _ARG_KEY.fullmatch(key.strip()):
+                    raise ValueError(allowed)
+                try:
+                    out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+                except yaml.YAMLError:
+                    raise ValueError(allowed) from None
+            v = out
+    if not isinstance(v, dict) or not all(isinstance(k, str) and _ARG_KEY.fullmatch(k) for k in v):
+        raise ValueError(allowed)
+    import json
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        raise ValueError(allowed + " (plain values: numbers, text, true/false, lists, mappings)") from None
+    return dict(v)
 
 
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
@@ -325,10 +377,16 @@ class RunConfig(BaseModel):
     dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
-        "with download=true, then cached)."))
+        "with download=true, then cached); for a language model (model gpt) markov_text (generated text "
+        "with a known entropy) or a path/to/text.txt (its characters, the end held out)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
-        "(small convolutional net; image datasets only)."))
+        "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
+        "factory called with n_features, n_classes and model_args (a model of the protocol or a torch "
+        "module; docs/models.md). In Python also the class, factory or instance itself."))
+    model_args: dict[str, Any] | None = Field(None, json_schema_extra={"group": "what"}, description=(
+        "Keyword arguments of your model's class or factory (model package.module:Name), as a YAML "
+        "mapping, JSON ({\"width\": 64}) or key=value pairs separated by commas (width=64,act=tanh)."))
     hidden: list[int] | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Layer widths as comma-separated positive integers, e.g. 512,256: the MLP's hidden "
         "layers (unset: 128) or the CNN's channels per conv layer (unset: 16,32)."))
@@ -341,6 +399,16 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
+    n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
+        "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
+    d_model: WholeFrom1 = Field(DEFAULT_GPT["d_model"], json_schema_extra={"group": "what"}, description=(
+        "gpt: width of the residual stream (whole number >= 1, a multiple of n_heads); the MLP is 4 d_model wide."))
+    n_heads: WholeFrom1 = Field(DEFAULT_GPT["n_heads"], json_schema_extra={"group": "what"}, description=(
+        "gpt: attention heads (whole number >= 1 dividing d_model), each of d_model / n_heads dimensions."))
+    context: WholeFrom1 = Field(DEFAULT_GPT["context"], json_schema_extra={"group": "what"}, description=(
+        "Text datasets (markov_text, a .txt file) and gpt: tokens per sequence (whole number >= 1); each "
+        "sequence's next tokens are its labels."))
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
@@ -607,6 +675,17 @@ class RunConfig(BaseModel):
         except ValidationError as exc:
             raise _to_config_error(exc, {name: value}) from None
 
+    def __getstate__(self) -> dict[Any, Any]:
+        # A model given in Python travels with the config wherever it is pickled (the
+        # dashboard's simulation process): its code by value unless installed (`usercode`).
+        state = super().__getstate__()
+        shipped = usercode.shipment(self.model)
+        return state if shipped is None else {**state, "_workbench_model": shipped}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        usercode.receive(state.pop("_workbench_model", None))
+        super().__setstate__(state)
+
     @field_validator("algorithm")
     @classmethod
     def _algorithm(cls, v: str) -> str:
@@ -618,16 +697,32 @@ class RunConfig(BaseModel):
     @field_validator("dataset")
     @classmethod
     def _dataset(cls, v: str) -> str:
+        if is_text_path(v):        # a text file: kept as an absolute path, so every worker reads the same file
+            from pathlib import Path
+            return str(Path(v.strip()).expanduser().absolute())
         if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}")
+            raise ValueError(f"one of {list(DATASET_NAMES)}, or a path/to/text.txt")
         return v
 
-    @field_validator("model")
+    @field_validator("model", mode="before")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in MODEL_NAMES:
-            raise ValueError(f"one of {list(MODEL_NAMES)}")
-        return v
+    def _model(cls, v: Any) -> str:
+        if isinstance(v, str):
+            if v in MODEL_NAMES or usercode.is_spec(v):
+                return v
+            raise ValueError(f"one of {list(MODEL_NAMES)}, or package.module:Name of your own")
+        if v is None or isinstance(v, (bool, numbers.Number, list, dict, tuple)):
+            raise ValueError(f"one of {list(MODEL_NAMES)}, package.module:Name, or a model class, factory "
+                             "or instance")
+        try:
+            return usercode.spec_of(v)    # a class, a factory or an instance: kept in this process
+        except usercode.UserCodeError as exc:
+            raise ValueError(exc.allowed) from None
+
+    @field_validator("model_args", mode="before")
+    @classmethod
+    def _model_args(cls, v: Any) -> Any:
+        return parse_model_args(v)
 
     @field_validator("hidden", mode="before")
     @classmethod
@@ -751,8 +846,15 @@ class RunConfig(BaseModel):
             raise ConfigError(*broken)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
-        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+        builtin = self.model in MODEL_NAMES
+        if self.hidden is not None and not builtin:
+            raise ConfigError("hidden", "unset with a model of your own (its sizes go in model_args)", self.hidden)
+        if self.model_args is not None and builtin:
+            raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
+                              "model package.module:Name", self.model_args)
+        if self.model == "cnn" and dataset_info(self.dataset).image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
+        _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
@@ -768,7 +870,7 @@ class RunConfig(BaseModel):
     @property
     def data_shape(self) -> Any:
         """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+        return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes, context=self.context)
 
     @property
     def model_hidden(self) -> tuple[int, ...]:
@@ -904,6 +1006,41 @@ def _check_optimizer(c: RunConfig) -> None:
         if spec is not None and not getattr(spec, "takes_optimizer", True):
             raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
                               "lamb apply to the other algorithms)", c.optimizer)
+
+
+GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets
+
+
+def is_text_dataset(dataset: str) -> bool:
+    """Whether a dataset's rows are token sequences (a language model's data): markov_text,
+    or a .txt file.
+
+    >>> is_text_dataset("markov_text"), is_text_dataset("books/emma.txt"), is_text_dataset("digits")
+    (True, True, False)
+    """
+    info = DATASETS.get(dataset)
+    return bool(info is not None and info.tokens) or is_text_path(dataset)
+
+
+def _check_language_model(c: RunConfig) -> None:
+    """gpt trains on text and text trains gpt (or a model of the user's); the GPT's knobs and
+    `context` only where they apply (a value that would be ignored is a mistake to report)."""
+    text = is_text_dataset(c.dataset)
+    if c.model == "gpt" and not text:
+        raise ConfigError("model", "gpt only with a text dataset (markov_text, or a path/to/text.txt)", c.model)
+    if text and c.model in ("softmax", "mlp", "cnn"):
+        raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
+                          "the next token at every position)", c.model)
+    if c.model != "gpt":
+        for name in GPT_KNOBS:
+            default = type(c).model_fields[name].default
+            if getattr(c, name) != default:
+                raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
+    if not text and c.context != type(c).model_fields["context"].default:
+        raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
+    if c.model == "gpt" and c.d_model % c.n_heads:
+        raise ConfigError("n_heads", f"a divisor of d_model ({c.d_model}), so every head gets d_model / n_heads "
+                          "dimensions", c.n_heads)
 
 
 def _check_simulation(c: RunConfig) -> None:

@@ -245,6 +245,10 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     bench.add_argument("--gpt", action="store_true",
                        help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
                             "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
+    bench.add_argument("--torch-adapter", action="store_true",
+                       help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
+                            "a plain PyTorch loop of the same module and batch, one core each "
+                            "(workbench.analysis.adapterbench; skipped without torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -326,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.gpt:
                 from ..analysis.gptbench import main as gpt_bench_main
                 return gpt_bench_main(args)
+            if args.torch_adapter:
+                from ..analysis.adapterbench import main as adapter_bench_main
+                return adapter_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
@@ -355,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except (ConfigError, ValueError) as exc:
-        # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
+        # Invalid input: one line, no traceback (exit code 2: docs/usage.md, "Exit codes").
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ImportError as exc:
@@ -480,6 +487,8 @@ def _run(args: argparse.Namespace) -> int:
           f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
+    for line in _model_lines(s, config):
+        print(f"  {line}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
@@ -490,6 +499,30 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _model_lines(summary: dict, config: Any) -> list[str]:
+    """A language model's numbers (nats per token, perplexity, the gap to the best loss) and,
+    for a simulated run, its communication against sync_sgd's on the same virtual cluster."""
+    out = []
+    lm = summary.get("language")
+    if lm:
+        best = "" if lm.get("best_loss") is None else \
+            f"; best possible {lm['best_loss']:.4f} (gap {lm['gap_to_best']:.4f})"
+        acc = lm.get("next_token_accuracy")
+        out.append(f"language model: test loss {lm['loss_nats_per_token']:.4f} nats/token (perplexity "
+                   f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
+    if summary.get("simulated"):
+        from ..sim.costs import comm_against_sync
+        c = comm_against_sync(summary)
+        if c is not None:
+            name = config.algorithm + ("" if config.compression == "none" else f" ({config.compression})")
+            r = c["saving"]
+            than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
+            out.append(f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of its booked "
+                       f"time); sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
+                       f"({c['sync_sgd_share']:.0%}): {than}")
+    return out
 
 
 def _blas_clause(summary: dict) -> str:
@@ -547,11 +580,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
-        from ..analysis.sweep import sweep_configs
-        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
-    else:
-        preflight(config.replace(cpus=max(workers), gpus=0))
+    # every point's config first (a batch no point can take is the config's fault, whatever the
+    # machine), then the machine's checks on the largest point (of the field the sweep varies)
+    from ..analysis.sweep import sweep_configs
+    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)

@@ -78,14 +78,10 @@ class Evaluator:
         """(mean loss, accuracy) over every label of (X, y): rows, or each row's tokens."""
         total_loss, correct, n = 0.0, 0, X.shape[0]
         chunk = max(1, EVAL_CHUNK // _labels_per_row(y))
-        for lo in range(0, n, chunk):
-            Xc, yc = X[lo:lo + chunk], y[lo:lo + chunk].reshape(-1)
-            logits = self.model.logits(params, Xc)                       # (b, classes) or (b, T, vocab)
-            logits = logits.reshape(yc.shape[0], logits.shape[-1])
-            m = logits.max(axis=1, keepdims=True)
-            lse = self.xp.log(self.xp.exp(logits - m).sum(axis=1)) + m[:, 0]
-            total_loss += float((lse - logits[self.xp.arange(len(yc)), yc]).sum())
-            correct += int((logits.argmax(axis=1) == yc).sum())
+        for lo in range(0, n, chunk):   # the model's summed loss and right answers, chunk by chunk
+            loss_sum, right = self.model.score(params, X[lo:lo + chunk], y[lo:lo + chunk])
+            total_loss += loss_sum
+            correct += right
         labels = n * _labels_per_row(y)
         return total_loss / labels, correct / labels
 

@@ -36,11 +36,12 @@ module; this module checks on import that both agree.
 """
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -55,11 +56,12 @@ from ..config import (
     ConfigError,
     match_name,
 )
+from ..maths.models import TRAIN_FLOPS_FACTOR  # forward + backward (activations) + backward (weights)
+from ..usercode import dumps
 
 DEVICE_NAMES: tuple[str, ...] = SIM_DEVICES
 NETWORK_NAMES: tuple[str, ...] = SIM_NETWORKS
 TIMING_MODEL_NAMES: tuple[str, ...] = SIM_TIMING_MODELS
-TRAIN_FLOPS_FACTOR = 3   # forward + backward (activations) + backward (weights)
 BYTES_PER_PARAM = 4      # float32
 
 
@@ -296,6 +298,10 @@ class TimingModel:
     # 0 for the image networks (their memory is not checked).
     tokens: int = 0
     activation_bytes: float = 0.0
+    # No FLOPs known (a model of the user's without flops_per_sample): one training example
+    # counts as one unit of work, and only a device timed on this machine charges it (`local`,
+    # whose fitted rate is then examples per second).
+    timed: bool = False
 
     @property
     def train_flops(self) -> float:
@@ -552,12 +558,16 @@ def timing_model_named(name: str) -> TimingModel:
 
 
 def model_flops(model: Any) -> TimingModel:
-    """One of our models (workbench.maths.models: MLP, SoftmaxRegression, CNN) as a
-    TimingModel: parameters and forward FLOPs per sample of each layer, in forward order.
+    """A model of the run as a TimingModel: parameters and forward FLOPs per sample of each
+    layer, in forward order.
 
-    Read from the model's own layer shapes, so it is exact for what `loss_and_grad`
-    multiplies (a 3x3 convolution with padding 1 keeps its input's size; each 2x2
-    pooling halves it, rounding down).
+    A built-in model counts its own layers (`layer_flops`; the GPT its published-shape
+    count, `lm_timing`), exact for what `loss_and_grad` multiplies. Another model that
+    states `flops_per_sample` (the model protocol's training FLOPs of one example, forward
+    and backward) gets a third of it as its forward pass, spread over its layer groups in
+    proportion to their parameters (where the backward pass's layers finish: cgdp's
+    chunks). With neither, one training example is one unit of work (`timed`): only this
+    machine's core, timed on the model, charges it (`sim.costs.check_charge`).
 
     >>> from workbench.maths.models import make_model
     >>> tm = model_flops(make_model("mlp", 64, 10, hidden=(128,)))
@@ -565,28 +575,31 @@ def model_flops(model: Any) -> TimingModel:
     ('mlp 64-128-10', 9610, 18944.0)
     """
     from ..maths.gpt import GPT
-    from ..maths.models import CNN, MLP
     if isinstance(model, GPT):
         shape = LMShape(model.vocab, model.context, model.n_layers, model.d_model, model.n_heads, 4 * model.d_model)
         return lm_timing(model.describe().split(" (")[0], shape, "counted from the model's layer shapes")
-    if not isinstance(model, (CNN, MLP)):
-        raise TypeError(f"model: an MLP, SoftmaxRegression or CNN of workbench.maths.models, got {type(model).__name__}")
-    shapes = {layer.name: layer.shape for layer in model.layers}
-    if isinstance(model, CNN):
-        c, h, w = model.image_shape
-        layers = []
-        for group, (hh, ww) in (("conv1", (h, w)), ("conv2", (h // 2, w // 2))):
-            k1, k2, c_in, c_out = shapes[f"{group}.W"]
-            weights = k1 * k2 * c_in * c_out
-            layers.append((group, weights + c_out, 2.0 * weights * hh * ww))
-        n_in, n_out = shapes["fc.W"]
-        layers.append(_fc("fc", n_in, n_out))
-    else:   # MLP, and SoftmaxRegression (one fc layer)
-        groups = [name[:-2] for name in shapes if name.endswith(".W")]
-        layers = [_fc(g, *shapes[f"{g}.W"]) for g in groups]
+    layers_of, flops = getattr(model, "layer_flops", None), getattr(model, "flops_per_sample", None)
+    if layers_of is None and flops is None:
+        if not hasattr(model, "layer_groups"):
+            raise TypeError(f"model: a built-in model or one stating flops_per_sample, got {type(model).__name__}")
+        return replace(_over_groups(model.describe().split(" (")[0], model, 1.0 / TRAIN_FLOPS_FACTOR,
+                                    "no FLOPs given (no flops_per_sample): timed on this machine's core, one "
+                                    "training example a unit"), timed=True)
     name = model.describe().split(" (")[0]
-    return TimingModel(name, sum(p for _, p, _ in layers), sum(f for _, _, f in layers), tuple(layers),
-                       "counted from the model's layer shapes")
+    if layers_of is not None:
+        layers = tuple(layers_of())
+        return TimingModel(name, sum(p for _, p, _ in layers), sum(f for _, _, f in layers), layers,
+                           "counted from the model's layer shapes")
+    return _over_groups(name, model, float(flops) / TRAIN_FLOPS_FACTOR, "the model's own flops_per_sample")
+
+
+def _over_groups(name: str, model: Any, fwd: float, source: str) -> TimingModel:
+    """A TimingModel of `fwd` forward FLOPs per sample over `model`'s layer groups, in
+    proportion to their parameters (one group without a layout)."""
+    groups = model.layer_groups()
+    n = max(1, model.n_params)
+    layers = tuple((f"group{i}", hi - lo, fwd * (hi - lo) / n) for i, (lo, hi) in enumerate(groups))
+    return TimingModel(name, model.n_params, fwd, layers, source)
 
 
 # ------------------------------------------------------------------------------ this machine
@@ -747,7 +760,7 @@ def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = Non
     if key in _LOCAL and rows is None:
         return _LOCAL[key]
     tm = model_flops(model)
-    m = pickle.loads(pickle.dumps(model))       # fresh workspaces (Model.__getstate__ drops them)
+    m = copy.deepcopy(model)       # fresh workspaces (Model.__getstate__ drops them); a user model too
     n = int(X.shape[0])
 
     def step(b: int):
@@ -830,14 +843,15 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
     import tempfile
     tm = model_flops(model)
     sizes = [b for b, _ in alone.calibration] or [min(int(X.shape[0]), 64)]
-    m = pickle.loads(pickle.dumps(model))
+    m = copy.deepcopy(model)
     big = max(sizes)
     fd, path = tempfile.mkstemp(prefix="workbench-corun-", suffix=".pkl")
     helpers: list[subprocess.Popen] = []
     try:
         rows = min(int(X.shape[0]), 16 * big)            # fresh rows for its calls, as a worker reads
-        with open(fd, "wb") as f:
-            pickle.dump((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params), f)
+        with open(fd, "wb") as f:   # a model of the user's with its code by value: the helper has no files of theirs
+            f.write(dumps((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params),
+                          code=getattr(model, "code", model)))
         code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({path!r})"
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(p for p in sys.path if p))   # this process's workbench

@@ -818,9 +818,8 @@ class Dashboard:
         records = RecordBatch.join(batches)
         try:
             if records:
-                for key, series in figdata.live_series(records, state.live).items():
-                    if series:
-                        self._slots[key].edit(functools.partial(F.extend_series, series=series))
+                for key, edit in F.live_edits(records, state.live).items():
+                    self._slots[key].edit(edit)
                 weight = float(self.smoothing.value)
                 if weight > 0:
                     for key in ("progress_time", "progress_epoch"):

@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...config import ConfigError, RunConfig
+from ... import usercode
+from ...config import MODEL_NAMES, ConfigError, RunConfig
 from .. import platforms
 from .base import Progress, RunSetup, Transport, choose_workers
 from .dask_worker import DaskPlan, worker_task
@@ -100,6 +101,12 @@ class DaskTransport(Transport):
                               "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
         from ..preflight import check_memory, check_shm, shm_free
         check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
+        if config.model not in MODEL_NAMES:   # the user's model: shipped, or imported by name on the workers
+            for w in {w["host"]: w for w in self.workers}.values():    # one worker per host tries
+                why = self._on(usercode.reach, config.model, usercode.shipment(config.model), where=w["address"])
+                if why is not None:
+                    raise ConfigError("model", f"a model the workers can load (on {w.get('host')}: {why}; installed "
+                                      "code must be installed there too, your own is shipped)", config.model)
         if len(setup.hosts) == 1:   # the segments go in the workers' host's /dev/shm: measured there, by
             w0 = self.workers[0]     # worker 0 (an external --scheduler, a Client the user handed to
             check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # wb.run, or ours:
@@ -117,7 +124,8 @@ class DaskTransport(Transport):
         shm_ok = one_host and platforms.shm_supported()
         addr0 = self.workers[0]["address"]
         plan = DaskPlan(run_id=run_id, topic=f"workbench-{run_id}", config=config.to_dict(), kinds=setup.kinds,
-                        groups=setup.groups, n_params=setup.n_params, extra=setup.extra)
+                        groups=setup.groups, n_params=setup.n_params, extra=setup.extra,
+                        model_code=usercode.shipment(config.model))
         self.plan = plan
         plan.comm = choose_comm(config, self.workers) if needs.collective else None
         from ...comm.shm import create_segment

@@ -37,6 +37,7 @@ class DaskPlan:
     server_options: dict = field(default_factory=dict)
     server_segment: str | None = None
     lock_path: str | None = None
+    model_code: tuple | None = None         # the user's model, shipped by value (usercode.shipment)
 
     @property
     def size(self) -> int:
@@ -50,6 +51,8 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: s
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
         return {"status": "rescheduled", "params": None}
+    from ... import usercode
+    usercode.receive(plan.model_code)   # before the config names it: the model the client shipped
     links = open_links(plan, rank, actor)
 
     def sink(batch: dict) -> None:
