@@ -96,10 +96,13 @@ def test_loading_digits_imports_no_scikit_learn():
 
 def test_mnist1d_does_not_depend_on_its_chunk_size(monkeypatch):
     # generated 8,192 rows at a time (memory: Binder); the random streams are consumed in order
-    from workbench.data import generators
-    small = generators._mnist1d(3000, seed=4, test_fraction=0.2)
+    from workbench.data import clear_cache, generators, load_dataset
+    clear_cache()
+    small = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
     monkeypatch.setattr(generators, "_MNIST1D_CHUNK_ROWS", 1000)
-    chunked = generators._mnist1d(3000, seed=4, test_fraction=0.2)
+    clear_cache()
+    chunked = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
+    clear_cache()
     for name in ("X_train", "y_train", "X_test", "y_test"):
         np.testing.assert_array_equal(getattr(small, name), getattr(chunked, name))
 
@@ -133,7 +136,7 @@ def test_datasets_are_read_only_and_cached():
 
 
 def test_dataset_registry_names():
-    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10"]
+    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "markov_text", "mnist", "fashion_mnist", "cifar10"]
     assert all(isinstance(v.summary, str) and v.summary for v in DATASETS.values())
 
 
@@ -162,7 +165,7 @@ def test_bad_arguments_name_the_field(name, kwargs, field):
 def test_unknown_dataset_lists_the_allowed_names():
     with pytest.raises(DataError) as info:
         load_dataset("foo")
-    assert str(info.value) == f"dataset: one of {list(DATASETS)}, got 'foo'"
+    assert str(info.value) == f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got 'foo'"
     assert isinstance(info.value, ValueError)
 
 

@@ -6,8 +6,6 @@ import pytest
 import workbench as wb
 from workbench.util import machine
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
-
 
 def test_proc_stat_is_read_as_busy_idle_and_steal(tmp_path, monkeypatch):
     stat = tmp_path / "stat"
@@ -117,8 +115,8 @@ def test_summarise_does_not_change_its_inputs():
 
 
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "sgd"])
-def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm):
-    cfg = wb.RunConfig(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=60, **BASE)
+def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm, tiny):
+    cfg = tiny(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=60)
     s = wb.run(cfg, cluster="threads", progress=False).summary
     m = s["machine"]
     assert m["cores"] >= 1 and m["load_before"] is not None and m["wall_s"] > 0
@@ -129,6 +127,6 @@ def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm):
     assert s["machine_note"] == machine.note(m)
 
 
-def test_a_simulated_run_depends_on_no_machine():
-    s = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=4, simulate=True, steps=20, **BASE), progress=False).summary
+def test_a_simulated_run_depends_on_no_machine(tiny):
+    s = wb.run(tiny(algorithm="sync_sgd", cpus=4, simulate=True, steps=20), progress=False).summary
     assert "machine" not in s and s.get("machine_note") is None

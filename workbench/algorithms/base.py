@@ -286,12 +286,12 @@ class EndsOnServer:
     Each worker retires from the server at the end of its last step (or when it fails or
     stops), and rank 0's evaluations from then on (the run's last evaluation and the
     parameters it returns) wait until every worker has retired (`server.final()`). The
-    result then holds every worker's last update, whatever order the workers end in.
-    Before, rank 0 read the server when it ended itself. On 2 CPU workers, easgd's turn
-    order is fixed, yet its returned centre after 12 steps differed by 2.4e-3 between runs
-    of one config, in half of six runs: the other worker's last exchange had or had not
-    landed yet. A lost worker is retired by its transport, so nobody waits for it; a stop
-    request ends the wait (`StopWait`), and a stopped run reports the server as it is."""
+    result then holds every worker's last update, whatever order the workers end in (read
+    when rank 0 itself ends, easgd's returned centre after 12 steps on 2 CPU workers
+    differed by 2.4e-3 between runs of one config, in half of six runs: the other worker's
+    last exchange had or had not landed yet). A lost worker is retired by its transport, so
+    nobody waits for it; a stop request ends the wait (`StopWait`), and a stopped run
+    reports the server as it is."""
 
     left = False
 

@@ -8,9 +8,9 @@ arrays, extra client-side set-up), its knobs (`RunConfig` field names), its comm
 pattern for the cost model, whether it can span hosts, how many workers it runs on and
 where, and the facts about its own knobs (`check`, `peak_lr`).
 
-Everything that used to keep its own list reads this one: config validation
+Everything that needs a fact about an algorithm reads this table: config validation
 (`config.ALGORITHMS`, `config.SYNC_ALGORITHMS`, the algorithm's `check`), the engine and
-its transports, preflight, the cost model (`costmodel.PATTERNS`), the dashboard (which
+its transports, preflight, the cost model (each pattern's terms), the dashboard (which
 knobs apply), `bench` and `python -m workbench algorithms`.
 
 This module imports nothing of the workbench, and reading it imports no algorithm module:

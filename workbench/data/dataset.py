@@ -7,7 +7,11 @@ features, int64 labels.
 
 from __future__ import annotations
 
+import functools
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +43,7 @@ class DatasetInfo:
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) when each row is an image
     official_train: int | None = None              # a fixed official training split
     download: bool = False                         # fetched (download=True), not bundled or generated
+    tokens: bool = False                           # rows are token sequences of `context` (a language model's)
 
     @property
     def generated(self) -> bool:
@@ -46,18 +51,22 @@ class DatasetInfo:
         return self.n_examples is None
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-              test_fraction: float = 0.2) -> Shape:
+              test_fraction: float = 0.2, context: int = 64) -> Shape:
         """The dataset's `Shape` for these arguments (those it ignores are ignored), without loading it.
+        A language model's rows are `context` tokens wide (`tokens`).
 
         >>> DATASETS["digits"].shape()
         Shape(n_train=1438, n_test=359, n_features=64, n_classes=10, image_shape=(1, 8, 8))
         >>> DATASETS["synthetic"].shape(n_samples=100, n_features=5, n_classes=3).n_train
         80
+        >>> DATASETS["markov_text"].shape(n_samples=100, context=32)
+        Shape(n_train=80, n_test=20, n_features=32, n_classes=16, image_shape=None)
         """
         n = self.n_examples if self.n_examples is not None else n_samples
         n_test = n - self.official_train if self.official_train is not None else _n_test(n, test_fraction)
-        return Shape(n - n_test, n_test, self.n_features if self.n_features is not None else n_features,
-                     self.n_classes if self.n_classes is not None else n_classes, self.image_shape)
+        width = context if self.tokens else self.n_features if self.n_features is not None else n_features
+        return Shape(n - n_test, n_test, width, self.n_classes if self.n_classes is not None else n_classes,
+                     self.image_shape)
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -67,6 +76,9 @@ DATASETS: dict[str, DatasetInfo] = {
     "mnist1d": DatasetInfo("generated 1-D digit-like curves, 40 features, 10 classes (offline)", n_features=40),
     "synthetic": DatasetInfo("random teacher-MLP labels on Gaussian inputs; "
                              "n_samples, n_features, n_classes scale freely", n_classes=None),
+    "markov_text": DatasetInfo("generated text for language models: an order-2 Markov chain over 16 characters whose "
+                               "entropy rate is known (0.6438 nats per character), n_samples sequences of context "
+                               "tokens (offline)", n_classes=16, tokens=True),
     "mnist": DatasetInfo("MNIST handwritten digits, 60k/10k 28x28 grey images (download=True to fetch)",
                          n_examples=70000, n_features=784, image_shape=(1, 28, 28), official_train=60000,
                          download=True),
@@ -77,6 +89,52 @@ DATASETS: dict[str, DatasetInfo] = {
                            n_examples=60000, n_features=3072, image_shape=(3, 32, 32), official_train=50000,
                            download=True),
 }
+
+
+TEXT_SUFFIX = ".txt"   # a dataset named by a path ending so is a text file (`text.text_dataset`)
+
+
+def is_text_path(name: object) -> bool:
+    """Whether a dataset name is a path to a text file (it ends in .txt, any case).
+
+    >>> is_text_path("corpus/shakespeare.txt"), is_text_path("digits")
+    (True, False)
+    """
+    return isinstance(name, str) and name.strip().lower().endswith(TEXT_SUFFIX) and len(name.strip()) > len(TEXT_SUFFIX)
+
+
+@dataclass(frozen=True)
+class TextFileInfo(DatasetInfo):
+    """The entry of a text file given as the dataset (`text.text_dataset`): its shape needs
+    the file (its characters and vocabulary, read once per version of the file)."""
+
+    path: str = ""
+
+    @property
+    def generated(self) -> bool:
+        return False
+
+    def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
+              test_fraction: float = 0.2, context: int = 64) -> Shape:
+        """The windows of `context` + 1 characters the file makes (reads it; every check of `read_text`)."""
+        n_train, n_test, vocab = text_shape(self.path, context, test_fraction)
+        return Shape(n_train, n_test, int(context), vocab, None)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """The `DATASETS` entry of `name`, or the entry of a text file when `name` is a .txt path;
+    DataError otherwise.
+
+    >>> dataset_info("digits").n_classes, dataset_info("notes.txt").tokens
+    (10, True)
+    """
+    info = DATASETS.get(name) if isinstance(name, str) else None
+    if info is not None:
+        return info
+    if is_text_path(name):
+        return TextFileInfo(f"the characters of the text file {name}", n_examples=0, n_classes=None, tokens=True,
+                            path=name)
+    raise DataError(f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got {name!r}")
 
 
 def _n_test(n_samples: int, test_fraction: float) -> int:
@@ -163,3 +221,95 @@ def _centre(X_train: np.ndarray, X_test: np.ndarray) -> None:
     X_train -= mean
     X_test -= mean
 
+
+# ------------------------------------------------------------------------------ a text file's facts
+# (read here, at the bottom with the entries: config validation and the registry size a run by them;
+# `text` builds the dataset)
+TEXT_MAX_BYTES = 256 << 20   # a character-level corpus larger than this is no teaching size
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The text of a UTF-8 file, refused in one line when it cannot train a language model.
+
+    Refused: not a readable regular file; empty; larger than TEXT_MAX_BYTES; binary (a NUL
+    byte); not UTF-8 (the byte offset is named); fewer than two distinct characters.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+    ...     _ = f.write("aaaa")
+    >>> read_text(f.name)
+    Traceback (most recent call last):
+    ...
+    workbench.data.dataset.DataError: dataset: a text with at least 2 distinct characters (a vocabulary of one, 'a', predicts nothing), got '...'
+    """
+    where = os.fspath(path)
+    try:
+        st = os.stat(where)
+    except OSError as exc:
+        raise DataError(f"dataset: a readable .txt file ({exc.strerror or type(exc).__name__}), got {where!r}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"dataset: a regular .txt file (not a directory, device or FIFO), got {where!r}")
+    if st.st_size == 0:
+        raise DataError(f"dataset: a non-empty text file (this one has 0 bytes), got {where!r}")
+    if st.st_size > TEXT_MAX_BYTES:
+        raise DataError(f"dataset: a text file of at most {TEXT_MAX_BYTES >> 20} MiB ({st.st_size:,} bytes), "
+                        f"got {where!r}")
+    with open(where, "rb") as f:
+        raw = f.read(TEXT_MAX_BYTES + 1)
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise DataError(f"dataset: a text file, not binary (a NUL byte at offset {nul}), got {where!r}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"dataset: UTF-8 text (byte {exc.start} is not), got {where!r}") from None
+    chars = set(text)
+    if len(chars) < 2:
+        raise DataError(f"dataset: a text with at least 2 distinct characters (a vocabulary of one, "
+                        f"{text[0]!r}, predicts nothing), got {where!r}")
+    return text
+
+
+def max_context(n_chars: int) -> int:
+    """The longest context a text of `n_chars` characters allows: one training and one test
+    window of context + 1 characters (consecutive windows share one), at least.
+
+    >>> max_context(101)
+    50
+    """
+    return max(0, (int(n_chars) - 1) // 2)
+
+
+def text_shape(path: str | os.PathLike, context: int, test_fraction: float = 0.2) -> tuple[int, int, int]:
+    """(n_train, n_test, vocabulary size) of `text_dataset(path, context, test_fraction)`,
+    with every check it makes (the file is read, nothing is built)."""
+    n_chars, vocab = _text_facts(_key(path))
+    context = _check_context(context, n_chars, path)
+    n = (n_chars - 1) // context
+    n_test = _n_test(n, _check_fraction("test_fraction", test_fraction))
+    return n - n_test, n_test, len(vocab)
+
+
+@functools.lru_cache(maxsize=8)
+def _text_facts(key: tuple[str, int, int]) -> tuple[int, str]:
+    """(characters, vocabulary) of a file (by path, size and mtime: an edited file is read again)."""
+    text = read_text(key[0])
+    return len(text), "".join(sorted(set(text)))
+
+
+def _key(path: str | os.PathLike) -> tuple[str, int, int]:
+    where = os.fspath(path)
+    try:
+        st = os.stat(where)
+    except OSError as exc:
+        raise DataError(f"dataset: a readable .txt file ({exc.strerror or type(exc).__name__}), got {where!r}") from None
+    return str(Path(where).absolute()), st.st_size, st.st_mtime_ns
+
+
+def _check_context(context: object, n_chars: int, path: str | os.PathLike) -> int:
+    context = _check_int("context", context, 1)
+    most = max_context(n_chars)
+    if context > most:
+        raise DataError(f"context: at most {most} for {os.fspath(path)!r} (its {n_chars:,} characters make one "
+                        f"training and one test sequence of context + 1 characters at most that long), got {context}")
+    return context
