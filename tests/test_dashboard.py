@@ -653,7 +653,7 @@ def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
     assert dash.run() and dash.wait(60) is not None
     bundle = dash._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert dash.tabs.titles == ("run", "scaling", "runs")
+    assert dash.tabs.titles == ("run", "scaling", "runs", "why")
     # figures nested in containers get their whole state re-sent before they are shown
     for fig in dash._figure_widgets():
         assert len(fig._widget_data) == len(fig.data)

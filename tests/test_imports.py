@@ -192,7 +192,7 @@ LAYERS = [
     {"sim"},                                  # the simulator's clock, costs and profiles (its transport: execution)
     {"execution"},
     {"analysis"},
-    {"sim.run", "sim.bench", "sim.validate"},  # what runs simulations: above the engine
+    {"sim.run", "sim.bench", "sim.validate", "sim.crossover"},  # what runs simulations: above the engine
     {"api", "apps", "ui", "__main__"},
 ]
 # The upward imports kept on purpose, each with its reason (none today: the GPU check,

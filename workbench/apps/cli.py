@@ -90,6 +90,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
+    "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -185,6 +186,19 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     comp.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
     comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
+
+    why = sub.add_parser("explain", help=COMMANDS["explain"], formatter_class=fmt,
+                         description="Read one run, or a 1-worker run and an N-worker run of the same config, and "
+                                     "say what limits the N-worker step (first line: limited by: ...), its parts "
+                                     "(compute, exchange, waiting for the slowest worker, the engine's overhead, "
+                                     "contention from other processes), and what would change the answer (the "
+                                     "batch and model size at which N workers beat one by 1.5x, the network at "
+                                     "which DiLoCo or compression pays, the straggler), from the cost model fitted "
+                                     "on the runs, each with its uncertainty. See docs/explain.md.",
+                         epilog="example:\n  python -m workbench run --algorithm sync_sgd --cpus 1 --out runs/one\n"
+                                "  python -m workbench run --algorithm sync_sgd --cpus 2 --out runs/two\n"
+                                "  python -m workbench explain runs/one runs/two")
+    why.add_argument("runs", nargs="+", metavar="RUN", help="run directories (each with summary.json)")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -302,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
@@ -644,6 +660,17 @@ def _compare(args: argparse.Namespace) -> int:
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
     print(f"report: {path}")
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """`explain RUN [RUN...]`: each run with more workers against the one with fewest
+    (`analysis.explain`), printed; the first line of each says what limits it."""
+    from ..analysis.explain import explain
+    from ..results import RunResult
+    dirs = _run_dirs(args.runs)
+    found = explain([RunResult.load(d) for d in dirs])
+    print("\n\n".join(e.text() for e in found))
     return EXIT_OK
 
 
