@@ -142,7 +142,7 @@ class _Log:
         X = self.X_all.take(idx, axis=0).reshape(K, m, F)
         if X.dtype != dtype:
             X = X.astype(dtype)
-        return X, self.y_all[idx].reshape(K, m)
+        return X, self.y_all[idx].reshape(K, m, *self.y_all.shape[1:])   # a language model's y: (N, T)
 
     def _snapshots(self) -> None:
         reads = self.reads
