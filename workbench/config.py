@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS, dataset_info, is_text_path
+from .data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
+from .data.files import is_data_path, save_arrays
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -378,7 +380,10 @@ class RunConfig(BaseModel):
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
         "with download=true, then cached); for a language model (model gpt) markov_text (generated text "
-        "with a known entropy) or a path/to/text.txt (its characters, the end held out)."))
+        "with a known entropy) or a path/to/text.txt (its characters, the end held out); or your own arrays: a "
+        "path to an .npz (X_train, y_train, X_test, y_test, or X, y), a pair features.npy,labels.npy, a folder "
+        "of such .npy files or a .csv with a label column (docs/models.md); in Python also a "
+        "Dataset.from_arrays(...)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
         "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
@@ -399,6 +404,11 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NUMBER, Allowed("a number in (0, 1)")] = Field(
+        0.2, json_schema_extra={"group": "what"}, description=(
+        "Share of the examples held out for testing where the data is split here: the generated sets "
+        "(mnist1d, synthetic, markov_text), digits, a text file's windows (its end) and a file of yours "
+        "holding only X, y (in (0, 1); 0.2). Ignored by datasets with a fixed test set."))
     # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
     n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
         "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
@@ -694,15 +704,20 @@ class RunConfig(BaseModel):
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
-    @field_validator("dataset")
+    @field_validator("dataset", mode="before")
     @classmethod
-    def _dataset(cls, v: str) -> str:
-        if is_text_path(v):        # a text file: kept as an absolute path, so every worker reads the same file
-            from pathlib import Path
-            return str(Path(v.strip()).expanduser().absolute())
-        if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}, or a path/to/text.txt")
-        return v
+    def _dataset(cls, v: Any) -> str:
+        if isinstance(v, Dataset):     # arrays given in Python: saved once by their hash, named by the folder
+            return save_arrays(v)
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if isinstance(v, str) and v in DATASET_NAMES:
+            return v
+        if is_text_path(v) or is_data_path(v):   # a file: kept as an absolute path, so every worker reads the same
+            parts = [str(Path(p.strip()).expanduser().absolute()) for p in v.split(",")] if is_data_path(v) \
+                else [str(Path(v.strip()).expanduser().absolute())]
+            return ",".join(parts)
+        raise ValueError(f"one of {list(DATASET_NAMES)}, or {NAMED_BY_PATH} (or a Dataset in Python)")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -852,7 +867,7 @@ class RunConfig(BaseModel):
         if self.model_args is not None and builtin:
             raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
                               "model package.module:Name", self.model_args)
-        if self.model == "cnn" and dataset_info(self.dataset).image_shape is None:
+        if self.model == "cnn" and self.data_shape.image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
         _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
@@ -869,8 +884,16 @@ class RunConfig(BaseModel):
     # ---------------------------------------------------------------- helpers
     @property
     def data_shape(self) -> Any:
-        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes, context=self.context)
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry, or a
+        file's (a text's, or a data file's from its arrays' headers and labels): the features
+        are not loaded."""
+        try:
+            return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes,
+                                                    self.test_fraction, context=self.context)
+        except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
+            err = ConfigError("dataset", "", self.dataset)
+            err.field, err.args = str(exc).partition(":")[0], (str(exc),)
+            raise err from None
 
     @property
     def model_hidden(self) -> tuple[int, ...]:

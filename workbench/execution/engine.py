@@ -256,6 +256,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra["model"] = problem.model_record   # what the model was: name, size, its code's hash
+    if problem.data_record is not None:     # and a data file of the user's: its files' sizes and hashes
+        extra["data"] = problem.data_record
     extra.setdefault("lr_schedule", plan.schedule_text)
     result = build_result(config.to_dict(), monitor.collector, status=status,
                           wall_time_s=transport.wall_time(end - t_called),

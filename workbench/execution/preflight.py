@@ -144,6 +144,7 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
     from ..data import dataset_info
+    from ..data.files import MMAP_BYTES, ArrayFileInfo
     from ..problem import Problem
 
     problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
@@ -152,6 +153,8 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     info = dataset_info(config.dataset)
     generated = info.generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
+    if isinstance(info, ArrayFileInfo) and n * f * 4 > MMAP_BYTES:
+        data = n * 4 * 2   # a large file of yours is memory-mapped: its pages are the host's, shared by its workers
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)

@@ -265,7 +265,7 @@ CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
     _c("dataset", lambda n: lambda v: widgets.Combobox(value=v, options=list(DATASET_NAMES), ensure_option=False,
-                                                       placeholder="digits, or path/to/text.txt",
+                                                       placeholder="digits, or a path: text.txt, data.npz, x.npy,y.npy",
                                                        continuous_update=False, **_desc(n)),
        to_field=lambda v: v.strip() or "digits"),
     _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
@@ -282,6 +282,8 @@ CONTROLS: tuple[Control, ...] = (
     _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
+    _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
+       applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
