@@ -256,7 +256,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true",
                      help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
-                          "names read 'not reproduced in quick mode', every other shape is checked")
+                          "names read 'skipped in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
