@@ -170,7 +170,7 @@ def gpu_tagging(base: type) -> type:
 
 
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
-                 memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
+                 memory_limit: str | float | None = "auto", quiet: bool = False, tls: bool = True) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
 
     Args:
@@ -180,6 +180,9 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
         threads_per_worker: Dask threads per worker (the training loop needs one).
         memory_limit: per worker, as Dask takes it.
         quiet: no note on stderr.
+        tls: mutual TLS (`local_security`); False only for benchmarks of plain tcp (the
+            ring allreduce between hosts of a cluster without TLS): anyone on the host could
+            then reach the workers.
     Returns:
         A Client; `client.cluster` is the cluster.
     """
@@ -197,7 +200,7 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
-    security = local_security()
+    security = local_security() if tls else None
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
             cluster = nanny_keeping(LocalCluster)(
