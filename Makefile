@@ -1,21 +1,21 @@
 # Two commands do everything on a fresh machine with Python >= 3.11 and make:
 #   make demo   set up .venv, train on 1 then 2 local Dask workers, print the speed-up, write a report
 #   make test   set up .venv and run the test suite
-# and `make lab` opens JupyterLab on the notebooks.
+# and `make lab` opens JupyterLab on the notebooks, `make docs` builds the documentation site.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast test-browser lint lab bench clean
+.PHONY: setup demo test test-fast test-browser lint lab bench docs docs-clean address clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 # (the uninstall drops this venv's older install from when the distribution was called `workbench`)
 	$(BIN)/python -m pip uninstall --quiet --yes workbench 2>/dev/null || true
-	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+	$(BIN)/python -m pip install --quiet -e ".[lab,test,docs]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
@@ -46,5 +46,26 @@ lab: setup
 bench: setup
 	$(BIN)/python -m workbench bench
 
-clean:
+# The documentation site, offline: every lesson executed in quick mode into docs/_lessons/
+# (once; again when its notebook changes, or after `make docs-clean`), then Sphinx renders
+# the pages, the lessons and the API reference into docs/_build/html.
+LESSONS  := $(wildcard notebooks/*.ipynb)
+EXECUTED := $(patsubst notebooks/%.ipynb,docs/_lessons/%.ipynb,$(LESSONS))
+
+docs/_lessons/%.ipynb: notebooks/%.ipynb | $(STAMP)
+	$(BIN)/python docs/execute_lessons.py $< --into docs/_lessons
+
+docs: setup $(EXECUTED)
+	$(BIN)/python -m sphinx -b html -q -j auto -d docs/_build/doctrees docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
+docs-clean:
+	rm -rf docs/_build docs/_lessons docs/_source_lessons docs/_api
+
+# The repository's public address, in one place (binder/address.py): make address REPO=OWNER/NAME
+address:
+	@test -n "$(REPO)" || { echo "usage: make address REPO=OWNER/NAME"; exit 2; }
+	$(PYTHON) binder/address.py $(REPO)
+
+clean: docs-clean
 	rm -rf $(VENV) runs .pytest_cache

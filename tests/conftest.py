@@ -1,7 +1,25 @@
-"""Shared fixtures: one real LocalCluster shared by the test modules that ask for one, GPU skipping."""
+"""Shared fixtures: the tests' one tiny run (`tiny`), one real LocalCluster shared by the test
+modules that ask for one, GPU skipping."""
 from __future__ import annotations
 
 import pytest
+
+# The tests' one tiny run: the digits set (1,797 examples of 64 features), an MLP with one
+# hidden layer of 32, a global batch of 64, seed 1; every other field its RunConfig default
+# (algorithm sgd on one worker, the algorithm's default lr, 5 epochs). A test says what it is
+# about: the algorithm, the workers, the steps, and any knob it checks.
+TINY = dict(dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """`tiny(**fields)`: the tiny run's RunConfig with `fields` changed, e.g.
+    `tiny(algorithm="easgd", cpus=4, tau=2, steps=12)`."""
+    from workbench.config import RunConfig
+
+    def config(**fields):
+        return RunConfig(**{**TINY, **fields})
+    return config
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,18 +4,14 @@ import pytest
 
 from workbench.algorithms.sync import rebalance
 from workbench.comm.roles import ChunkMaster, ChunkTuner, chunk_bounds
-from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
-
-BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=64, lr=0.1, seed=1)
 
 
 @pytest.mark.parametrize("workers, chunk_layers, weight_return",
                          [(1, 1, "chunks"), (2, 1, "chunks"), (2, 2, "chunks"), (3, 3, "chunks"), (2, "auto", "chunks"),
                           (2, 1, "whole"), (3, "auto", "whole")])
-def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers, weight_return):
-    cfg = RunConfig(algorithm="cgdp", cpus=workers, steps=25, chunk_layers=chunk_layers, weight_return=weight_return,
-                    **BASE)
+def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers, weight_return, tiny):
+    cfg = tiny(algorithm="cgdp", cpus=workers, steps=25, chunk_layers=chunk_layers, weight_return=weight_return)
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
@@ -24,7 +20,7 @@ def test_cgdp_on_threads_follows_single_process_sgd(workers, chunk_layers, weigh
 
 
 @pytest.mark.parametrize("chunk_layers, weight_return", [(1, "chunks"), (3, "chunks"), (1, "whole")])
-def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, chunk_layers, weight_return):
+def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, chunk_layers, weight_return, tiny):
     # Arrival order at the master must not matter (it sums in rank order, a fast worker's
     # next step is kept apart, the chunks come back into the buffer of the step's parity):
     # shake it with random delays around every push and fetch.
@@ -45,17 +41,15 @@ def test_cgdp_on_threads_is_the_sgd_trajectory_whatever_the_timing(monkeypatch, 
             return fn(*args, **kwargs)
         return call
     monkeypatch.setattr(ThreadChunkMaster, "bind", late)
-    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, weight_return=weight_return,
-                    **BASE)
+    cfg = tiny(algorithm="cgdp", cpus=3, steps=12, chunk_layers=chunk_layers, weight_return=weight_return)
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
 
 
-def test_cgdp_with_momentum_and_speed_shares_follows_sgd():
-    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=25, momentum=0.9, nesterov=True, weight_decay=1e-4,
-                    split="speed", **BASE)
+def test_cgdp_with_momentum_and_speed_shares_follows_sgd(tiny):
+    cfg = tiny(algorithm="cgdp", cpus=2, steps=25, momentum=0.9, nesterov=True, weight_decay=1e-4, split="speed")
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -122,8 +116,8 @@ def test_rebalance_moves_work_until_every_worker_takes_the_same_time():
 
 
 @pytest.mark.cluster
-def test_cgdp_on_dask_follows_sgd_and_learns_digits(client):
-    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=20, **BASE)
+def test_cgdp_on_dask_follows_sgd_and_learns_digits(client, tiny):
+    cfg = tiny(algorithm="cgdp", cpus=2, steps=20)
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     got = run(cfg, cluster=client)
     assert got.status == "completed"
@@ -134,13 +128,14 @@ def test_cgdp_on_dask_follows_sgd_and_learns_digits(client):
 
 
 @pytest.mark.cluster
-def test_speed_split_reports_shares_and_idle_time(client):
-    got = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=40, split="speed", **BASE), cluster=client)
+def test_speed_split_reports_shares_and_idle_time(client, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=40, split="speed")
+    got = run(cfg, cluster=client)
     per_worker = got.summary["per_worker"]
     assert len(per_worker) == 2
     # whatever the shares do, every step's slices cover the global batch exactly once
     per_step = got.steps.groupby("step")["samples"].sum()
-    assert len(per_step) == 40 and (per_step == BASE["batch_size"]).all()
+    assert len(per_step) == 40 and (per_step == cfg.batch_size).all()
     assert all(0.0 <= w["idle_fraction"] <= 1.0 for w in per_worker)
     assert len(got.summary["final_shares"]) == 2
 
@@ -232,9 +227,8 @@ def test_shm_master_across_processes_equals_the_master_oracle(tmp_path, size, ch
 
 
 @pytest.mark.cluster
-def test_cgdp_master_in_shared_memory_equals_the_actor_master(client):
-    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=30, momentum=0.9, weight_decay=1e-4, chunk_layers="auto",
-                    **BASE)
+def test_cgdp_master_in_shared_memory_equals_the_actor_master(client, tiny):
+    cfg = tiny(algorithm="cgdp", cpus=2, steps=30, momentum=0.9, weight_decay=1e-4, chunk_layers="auto")
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks"))
     shm = run(cfg, cluster=client)
     actor = run(cfg.replace(comm="dask"), cluster=client)
@@ -401,10 +395,10 @@ def test_emulator_charges_what_moves_each_chunk_from_its_push(weight_return):
 
 
 @pytest.mark.parametrize("weight_return", ["chunks", "whole"])
-def test_cgdp_behind_the_network_emulator_keeps_the_sgd_trajectory(weight_return):
+def test_cgdp_behind_the_network_emulator_keeps_the_sgd_trajectory(weight_return, tiny):
     # the chunk-aware charge only delays: the maths is the same as without the emulator
-    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=8, chunk_layers=1, weight_return=weight_return,
-                    latency_ms=0.2, bandwidth_gbps=10.0, **BASE)
+    cfg = tiny(algorithm="cgdp", cpus=2, steps=8, chunk_layers=1, weight_return=weight_return,
+               latency_ms=0.2, bandwidth_gbps=10.0)
     ref = run_threads(cfg.replace(algorithm="sgd", weight_return="chunks", latency_ms=0.0, bandwidth_gbps=0.0))
     got = run_threads(cfg)
     assert got.status == "completed", got.summary.get("errors")

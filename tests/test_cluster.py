@@ -31,14 +31,65 @@ def test_local_cluster_workers_have_tuned_environment_and_client_env_is_untouche
     before = dict(os.environ)
     envs = client.run(_worker_env)
     assert len(envs) == 2
-    cores_each = str(max(1, (os.cpu_count() or 1) // 2))
     for env in envs.values():
         assert env["malloc"] is None          # Dask's nanny default would be 65536
-        assert env["omp"] == cores_each
+        assert env["omp"] == "1"              # one BLAS thread per worker, whatever the cores (util.blas)
         assert env["kind"] == "cpu"
     for w in workers_of(client):
         assert w["address"].startswith("tls://127.0.0.1:")   # loopback, and authenticated (test_cluster_tls)
     assert dict(os.environ) == before
+
+
+def test_every_run_sets_its_workers_blas_threads_by_the_one_rule_and_counts_its_own_processes(client):
+    """One rule for every entry point (util.blas): a worker computes with `blas_threads` BLAS
+    threads, 1 unless the run asks, on a cluster kept between runs too (the 1-worker run of
+    issue 48 computed on 2 threads, its 2-worker run on 1 each); the summary says what the
+    loops ran with. And the run's own processes (this one, the worker processes) are never
+    "other processes": the workers' loop CPU is inside the run's share."""
+    base = RunConfig(algorithm="sync_sgd", dataset="digits", batch_size=32, steps=30, seed=0)
+    one = run(base.replace(cpus=1), cluster=client).summary
+    two = run(base.replace(cpus=2, blas_threads=2), cluster=client).summary
+    again = run(base.replace(cpus=2), cluster=client).summary
+    assert [w["blas_threads"] for w in one["machine"]["workers"]] == [1] and one["blas_threads"] == 1
+    assert [w["blas_threads"] for w in two["machine"]["workers"]] == [2, 2] and two["blas_threads"] == 2
+    assert [w["blas_threads"] for w in again["machine"]["workers"]] == [1, 1]   # the run's count, not the last one
+    for s in (one, two, again):
+        m = s["machine"]
+        loops = sum(w["process_cpu_s"] for w in m["workers"])
+        assert m["our_cores"] * m["wall_s"] >= 0.95 * loops - 0.01, m      # the workers are the run's
+        assert m["cores"] <= (os.cpu_count() or 1)
+
+
+def test_each_worker_gets_its_share_of_the_memory(client):
+    from distributed.system import MEMORY_LIMIT
+    limits = [w["memory_limit"] for w in workers_of(client)]
+    assert limits == [MEMORY_LIMIT // 2] * 2
+
+
+_ONE_CPU_CLUSTER = """
+import os, sys
+os.sched_setaffinity(0, {0})                      # one CPU, as Binder gives (Dask reads the affinity)
+from dask.system import CPU_COUNT
+from distributed.system import MEMORY_LIMIT
+from workbench.execution.cluster import close_client, make_cluster, workers_of
+client = make_cluster(cpus=2, gpus=0, quiet=True)
+try:
+    print(CPU_COUNT, MEMORY_LIMIT, *[w["memory_limit"] for w in workers_of(client)])
+finally:
+    close_client(client)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
+def test_on_one_cpu_two_workers_each_get_half_the_memory_not_all_of_it():
+    # Dask's "auto" limit is memory * min(1, threads / cores): on one CPU each worker would get
+    # all of it, and the container is killed before Dask pauses anyone
+    proc = subprocess.run([sys.executable, "-c", _ONE_CPU_CLUSTER], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cpus, total, *limits = map(int, proc.stdout.split())
+    assert cpus == 1
+    assert limits == [total // 2, total // 2]
 
 
 @pytest.mark.slow

@@ -8,12 +8,6 @@ from workbench.config import ConfigError, RunConfig
 from workbench.execution.engine import run_threads
 from workbench.maths import compress as C
 
-BASE = dict(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1, lr=0.1)
-
-
-def config(**kw) -> RunConfig:
-    return RunConfig(**{**BASE, **kw})
-
 
 def vector(n=1000, seed=0):
     return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
@@ -103,32 +97,32 @@ def test_powersgd_bytes_and_matrix_views():
     dict(compression="powersgd", compression_rank=64, momentum=0.9),  # rank >= every layer's smaller side
     dict(compression="powersgd", compression_rank=64, momentum=0.0, error_feedback=False),
 ])
-def test_lossless_settings_are_exact_sync_sgd(kw):
+def test_lossless_settings_are_exact_sync_sgd(kw, tiny):
     """Float tolerance: PowerSGD's P P^T = I holds to float32 rounding (QR in float64,
     products in float32): 1e-6 over 20 steps on parameters of O(0.1)."""
-    got = run_threads(config(cpus=3, steps=20, **kw))
-    sync = run_threads(config(cpus=3, steps=20, momentum=kw["momentum"]))
+    got = run_threads(tiny(algorithm="sync_sgd", cpus=3, steps=20, **kw))
+    sync = run_threads(tiny(algorithm="sync_sgd", cpus=3, steps=20, momentum=kw["momentum"]))
     assert got.status == "completed"
     np.testing.assert_allclose(got.params, sync.params, rtol=0, atol=1e-6)
 
 
-def test_topk_one_percent_with_error_feedback_learns_and_without_it_lags():
+def test_topk_one_percent_with_error_feedback_learns_and_without_it_lags(tiny):
     kw = dict(cpus=2, epochs=4, compression="topk", compression_ratio=0.01)
-    ef = run_threads(config(**kw))
-    no_ef = run_threads(config(**kw, error_feedback=False))
-    sync = run_threads(config(cpus=2, epochs=4))
+    ef = run_threads(tiny(algorithm="sync_sgd", **kw))
+    no_ef = run_threads(tiny(algorithm="sync_sgd", **kw, error_feedback=False))
+    sync = run_threads(tiny(algorithm="sync_sgd", cpus=2, epochs=4))
     acc = {k: r.summary["final_test_accuracy"] for k, r in (("ef", ef), ("no_ef", no_ef), ("sync", sync))}
     assert acc["ef"] > acc["no_ef"] + 0.03 and acc["ef"] > acc["sync"] - 0.05, acc
     # bytes: 1% of the entries as (index, value) pairs, against the whole buffer
     assert ef.steps.bytes_sent.mean() < sync.steps.bytes_sent.mean() / 10
 
 
-def test_simulated_gain_appears_on_a_slow_network_and_vanishes_on_a_fast_one():
+def test_simulated_gain_appears_on_a_slow_network_and_vanishes_on_a_fast_one(tiny):
     """8 virtual V100s, timing_model resnet50 (25M parameters): on 10GbE the dense allreduce dominates the
     step, top-k 1% (an allgather of 2% of the bytes per worker) does not; on NVLink both
     exchanges are small beside the compute."""
     def makespan(network, **kw):
-        cfg = config(cpus=0, gpus=8, simulate=True, network=network, timing_model="resnet50", steps=6, batch_size=256,
+        cfg = tiny(algorithm="sync_sgd", cpus=0, gpus=8, simulate=True, network=network, timing_model="resnet50", steps=6, batch_size=256,
                      **kw)
         return wb.run(cfg).summary["wall_time_s"]
     slow = makespan("10GbE") / makespan("10GbE", compression="topk", compression_ratio=0.01)
@@ -136,22 +130,22 @@ def test_simulated_gain_appears_on_a_slow_network_and_vanishes_on_a_fast_one():
     assert slow > 2 and fast < 1.3, (slow, fast)
 
 
-def test_compression_is_a_sync_sgd_knob_and_dgc_refuses_nesterov():
+def test_compression_is_a_sync_sgd_knob_and_dgc_refuses_nesterov(tiny):
     with pytest.raises(ConfigError, match="compression: none unless algorithm is sync_sgd"):
         RunConfig(algorithm="sync_easgd", compression="topk")
     with pytest.raises(ConfigError, match="nesterov"):
-        config(compression="topk", nesterov=True)
-    config(compression="topk", nesterov=True, error_feedback=False)  # no momentum correction: allowed
+        tiny(algorithm="sync_sgd", compression="topk", nesterov=True)
+    tiny(algorithm="sync_sgd", compression="topk", nesterov=True, error_feedback=False)  # no momentum correction: allowed
 
 
 @pytest.mark.parametrize("kind", ["topk", "randomk", "sign", "qsgd", "powersgd"])
-def test_recorded_bytes_are_the_cost_models(kind):
+def test_recorded_bytes_are_the_cost_models(kind, tiny):
     """One definition: what a step records as sent is the cost model's beta term for the
     same exchange, plus the packed tail (loss, stop, timings) riding along."""
     from workbench.analysis.costmodel import compressed_terms
     from workbench.comm.base import ring_allgather_bytes, ring_allreduce_bytes
     from workbench.problem import Problem
-    cfg = config(cpus=3, steps=3, compression=kind, compression_ratio=0.05, compression_rank=2)
+    cfg = tiny(algorithm="sync_sgd", cpus=3, steps=3, compression=kind, compression_ratio=0.05, compression_rank=2)
     got = run_threads(cfg)
     model = Problem.from_config(cfg).model
     shapes = [tuple(layer.shape) for layer in model.layers]
@@ -163,16 +157,16 @@ def test_recorded_bytes_are_the_cost_models(kind):
 
 
 @pytest.mark.cluster
-def test_compressed_sync_sgd_on_dask_is_exact_at_full_ratio(client):
+def test_compressed_sync_sgd_on_dask_is_exact_at_full_ratio(client, tiny):
     """Top-k at ratio 1 (8n bytes: more than a shared-memory slot holds) is carried as the
     dense allreduce, and counted as one; at 5% the payloads are allgathered through the
     slots, bitwise the thread transport's rank-order decoding (1e-6: as the line above)."""
     from workbench.comm.base import ring_allreduce_bytes
     from workbench.execution.engine import run
     from workbench.problem import Problem
-    cfg = config(cpus=2, steps=12, momentum=0.0, compression="topk", compression_ratio=1.0)
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=12, momentum=0.0, compression="topk", compression_ratio=1.0)
     got = run(cfg, client)
-    sync = run_threads(config(cpus=2, steps=12, momentum=0.0))
+    sync = run_threads(tiny(algorithm="sync_sgd", cpus=2, steps=12, momentum=0.0))
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, sync.params, rtol=0, atol=1e-6)
     n = Problem.from_config(cfg).model.n_params

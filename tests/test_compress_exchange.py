@@ -12,11 +12,9 @@ import pytest
 
 from workbench.comm.base import Emulated, can_allgather, gathered_sum, ring_allgather_bytes
 from workbench.comm.threads import ThreadComm, ThreadGroup
-from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
 from workbench.maths import compress as C
 
-BASE = dict(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1, lr=0.1)
 KINDS = [dict(compression="topk", compression_ratio=1.0, momentum=0.0),
          dict(compression="topk", compression_ratio=0.05),                 # DGC's momentum correction
          dict(compression="sign"),
@@ -216,12 +214,12 @@ def test_nccl_allgather_on_gpus():
 
 # ------------------------------------------------------------------------------ sync_sgd through it
 @pytest.mark.parametrize("kw", KINDS)
-def test_sync_sgd_gathers_the_payloads_and_equals_the_dense_exchange(kw, monkeypatch):
+def test_sync_sgd_gathers_the_payloads_and_equals_the_dense_exchange(kw, monkeypatch, tiny):
     """On threads: no allreduce of the gradient's buffer; every step one allgather whose
     received bytes are the step's `bytes_sent`; the parameters equal those of the dense
     allreduce of the decoded vectors (the comm without its allgather), exactly: the same
     float32 additions in the same rank order."""
-    cfg = RunConfig(**{**BASE, "cpus": 3, "steps": 6, **kw})
+    cfg = tiny(algorithm="sync_sgd", cpus=3, steps=6, **kw)
     n = None
     reduced, moved = [], []
     real_allreduce, real_allgather = ThreadComm.allreduce, ThreadComm.allgather

@@ -61,26 +61,50 @@ def test_digits_shapes_dtypes_and_scale():
     assert np.abs(ds.X_train).max() <= 1.0 and np.abs(ds.X_test).max() <= 1.0
 
 
-def test_digits_are_scikit_learns_own_without_importing_its_datasets_api(monkeypatch):
-    import subprocess
-    import sys
-
-    from sklearn.datasets import load_digits
+def test_digits_are_the_shipped_file_pinned_by_its_checksum():
+    import hashlib
+    from importlib.resources import files
 
     from workbench.data import generators
-    ref = load_digits()
-    X, y = generators.digits_table()          # read from scikit-learn's file directly
+    blob = files("workbench.data").joinpath(generators.DIGITS_FILE).read_bytes()
+    assert hashlib.sha256(blob).hexdigest() == generators.DIGITS_SHA256
+    X, y = generators.digits_table()
+    assert X.shape == (1797, 64) and X.dtype == np.float64 and y.dtype.kind == "i"
+    assert X.min() == 0 and X.max() == 16 and np.array_equal(X, np.round(X))
+    assert np.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]   # the UCI test set's classes
+
+
+def test_digits_are_scikit_learns_own_where_it_is_installed():
+    # scikit-learn is no dependency: this compares with it only where it happens to be installed
+    datasets = pytest.importorskip("sklearn.datasets")
+    from workbench.data import generators
+    ref = datasets.load_digits()
+    X, y = generators.digits_table()
     np.testing.assert_array_equal(X, ref.data)
     np.testing.assert_array_equal(y, ref.target)
     assert X.dtype == ref.data.dtype and y.dtype == ref.target.dtype
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)   # the file not found: load_digits
-    X2, y2 = generators.digits_table()
-    np.testing.assert_array_equal(X2, ref.data)
-    np.testing.assert_array_equal(y2, ref.target)
+
+
+def test_loading_digits_imports_no_scikit_learn():
+    import subprocess
+    import sys
     probe = ("import sys; from workbench.data import load_dataset; load_dataset('digits'); "
-             "print('sklearn.datasets' in sys.modules)")
+             "print('sklearn' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+def test_mnist1d_does_not_depend_on_its_chunk_size(monkeypatch):
+    # generated 8,192 rows at a time (memory: Binder); the random streams are consumed in order
+    from workbench.data import clear_cache, generators, load_dataset
+    clear_cache()
+    small = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
+    monkeypatch.setattr(generators, "_MNIST1D_CHUNK_ROWS", 1000)
+    clear_cache()
+    chunked = load_dataset("mnist1d", n_samples=3000, seed=4, test_fraction=0.2)
+    clear_cache()
+    for name in ("X_train", "y_train", "X_test", "y_test"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(chunked, name))
 
 
 def test_digits_split_is_fixed_stratified_and_ignores_run_seed():
@@ -112,7 +136,7 @@ def test_datasets_are_read_only_and_cached():
 
 
 def test_dataset_registry_names():
-    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10"]
+    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "markov_text", "mnist", "fashion_mnist", "cifar10"]
     assert all(isinstance(v.summary, str) and v.summary for v in DATASETS.values())
 
 
@@ -141,7 +165,8 @@ def test_bad_arguments_name_the_field(name, kwargs, field):
 def test_unknown_dataset_lists_the_allowed_names():
     with pytest.raises(DataError) as info:
         load_dataset("foo")
-    assert str(info.value) == f"dataset: one of {list(DATASETS)}, got 'foo'"
+    assert str(info.value) == (f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, or a data file (.npz, a "
+                               "pair x.npy,y.npy, a folder of .npy, .csv), got 'foo'")
     assert isinstance(info.value, ValueError)
 
 

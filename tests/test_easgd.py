@@ -14,7 +14,6 @@ from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import make_plan
 from workbench.problem import Problem
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, seed=1)
 EASGD_FAMILY = ["easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd"]
 
 
@@ -79,30 +78,26 @@ def sync_reference(cfg: RunConfig, workers: int) -> np.ndarray:
     return xc
 
 
-def config(algorithm: str, **kw) -> RunConfig:
-    return RunConfig(algorithm=algorithm, **{**BASE, **kw})
-
-
 # ------------------------------------------------------------------------------ the maths
 @pytest.mark.parametrize("algorithm", ["easgd", "async_easgd", "hogwild_easgd", "sync_easgd"])
-def test_one_worker_follows_the_reference_loop(algorithm):
-    cfg = config(algorithm, cpus=1, steps=23, tau=3, lr=0.1, decay="cosine")
+def test_one_worker_follows_the_reference_loop(algorithm, tiny):
+    cfg = tiny(algorithm=algorithm, cpus=1, steps=23, tau=3, lr=0.1, decay="cosine")
     got = run_threads(cfg)
     assert got.status == "completed"
     assert got.summary["alpha"] == pytest.approx(0.9)          # 0.9 / P
     np.testing.assert_allclose(got.params, elastic_reference(cfg)[-1], rtol=0, atol=1e-6)
 
 
-def test_async_measgd_one_worker_follows_the_eamsgd_loop():
-    cfg = config("async_measgd", cpus=1, steps=23, tau=3, lr=0.05, momentum=0.9)
+def test_async_measgd_one_worker_follows_the_eamsgd_loop(tiny):
+    cfg = tiny(algorithm="async_measgd", cpus=1, steps=23, tau=3, lr=0.05, momentum=0.9)
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, elastic_reference(cfg, delta=0.9)[-1], rtol=0, atol=1e-6)
     # the momentum changes the result: the reference without it is elsewhere
     assert np.abs(got.params - elastic_reference(cfg)[-1]).max() > 1e-3
 
 
-def test_sync_easgd_two_workers_follow_the_reference_loop():
-    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
+def test_sync_easgd_two_workers_follow_the_reference_loop(tiny):
+    cfg = tiny(algorithm="sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, sync_reference(cfg, 2), rtol=0, atol=1e-6)
 
@@ -118,11 +113,11 @@ def last_eval_is_of(got, cfg) -> None:
 
 
 @pytest.mark.parametrize("workers", [2, 3])
-def test_round_robin_easgd_ends_with_the_centre_after_every_workers_last_exchange(workers):
+def test_round_robin_easgd_ends_with_the_centre_after_every_workers_last_exchange(workers, tiny):
     # strict turns make the centre's sequence independent of thread timing, and the result
     # waits for every worker's last exchange (rank 0 used to return the centre when it
     # finished itself: before or after the others' last exchanges, depending on timing)
-    cfg = config("easgd", cpus=workers, steps=24, tau=4, lr=0.1)
+    cfg = tiny(algorithm="easgd", cpus=workers, steps=24, tau=4, lr=0.1)
     want = elastic_reference(cfg, workers=workers)[-1]
     got = run_threads(cfg)
     assert got.summary["alpha"] == pytest.approx(0.9 / workers)
@@ -131,7 +126,7 @@ def test_round_robin_easgd_ends_with_the_centre_after_every_workers_last_exchang
 
 
 @pytest.mark.parametrize("algorithm", ["async_sgd", "async_easgd"])
-def test_an_asynchronous_run_ends_with_every_workers_last_update(algorithm, monkeypatch):
+def test_an_asynchronous_run_ends_with_every_workers_last_update(algorithm, monkeypatch, tiny):
     """Worker 1 runs slower: rank 0 ends first, and its last evaluation and the returned
     parameters wait for worker 1's last update, which they then include."""
     from workbench.algorithms.async_ps import AsyncSGD
@@ -151,7 +146,7 @@ def test_an_asynchronous_run_ends_with_every_workers_last_update(algorithm, monk
         own_done(self)
     monkeypatch.setattr(cls, "step", slow_step)
     monkeypatch.setattr(EndsOnServer, "steps_done", steps_done)
-    cfg = config(algorithm, cpus=2, steps=12, tau=1, lr=0.1)
+    cfg = tiny(algorithm=algorithm, cpus=2, steps=12, tau=1, lr=0.1)
     got = run_threads(cfg)
     assert got.status == "completed"
     np.testing.assert_array_equal(got.params, seen[1])          # worker 1 ended last
@@ -204,15 +199,15 @@ ACCURACY_RUNS = {
 
 
 @pytest.mark.parametrize("algorithm", EASGD_FAMILY)
-def test_reaches_90_percent_on_digits(algorithm):
-    got = run_threads(config(algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]))
+def test_reaches_90_percent_on_digits(algorithm, tiny):
+    got = run_threads(tiny(algorithm=algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]))
     assert got.status == "completed"
     assert got.summary["final_test_accuracy"] >= 0.90
     assert set(got.evals["worker"]) == {"centre"}
 
 
-def test_sync_easgd_is_bitwise_deterministic():
-    cfg = config("sync_easgd", cpus=2, steps=40, tau=2, lr=0.2)
+def test_sync_easgd_is_bitwise_deterministic(tiny):
+    cfg = tiny(algorithm="sync_easgd", cpus=2, steps=40, tau=2, lr=0.2)
     a, b = run_threads(cfg), run_threads(cfg)
     assert a.params.tobytes() == b.params.tobytes()
     key = ["worker", "step"]
@@ -220,14 +215,14 @@ def test_sync_easgd_is_bitwise_deterministic():
     assert la.tobytes() == lb.tobytes()
 
 
-def test_sync_easgd_exchange_steps_report_the_global_loss():
-    got = run_threads(config("sync_easgd", cpus=2, steps=12, tau=3, lr=0.1))
+def test_sync_easgd_exchange_steps_report_the_global_loss(tiny):
+    got = run_threads(tiny(algorithm="sync_easgd", cpus=2, steps=12, tau=3, lr=0.1))
     at_exchange = got.steps[(got.steps.step + 1) % 3 == 0]
     per_step = at_exchange.groupby("step")["loss"].nunique()
     assert (per_step == 1).all()             # every worker reports the same batch loss there
 
 
-def test_sync_easgd_with_tau_64_stops_within_a_second():
+def test_sync_easgd_with_tau_64_stops_within_a_second(tiny):
     t0, asked = time.time(), []
 
     def should_stop():
@@ -237,39 +232,39 @@ def test_sync_easgd_with_tau_64_stops_within_a_second():
             return True
         return False
 
-    got = run_threads(config("sync_easgd", cpus=2, epochs=400, tau=64, lr=0.1), should_stop=should_stop)
+    got = run_threads(tiny(algorithm="sync_easgd", cpus=2, epochs=400, tau=64, lr=0.1), should_stop=should_stop)
     assert got.status == "stopped"
     assert time.time() - asked[0] < 30    # a hang guard; the stop latency is measured in bench, not here
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_sync_easgd_divergence_stops_every_worker_as_diverged():
-    got = run_threads(config("sync_easgd", cpus=2, epochs=3, tau=8, lr=1e6))
+def test_sync_easgd_divergence_stops_every_worker_as_diverged(tiny):
+    got = run_threads(tiny(algorithm="sync_easgd", cpus=2, epochs=3, tau=8, lr=1e6))
     assert got.status == "diverged"
     assert any(e["event"] == "diverged" for e in got.events)
     last = got.steps.groupby("worker")["step"].max()
     assert last.nunique() == 1 and last.iloc[0] < 8   # together, at the first exchange
 
 
-def test_easgd_stop_request_retires_workers_without_hanging():
+def test_easgd_stop_request_retires_workers_without_hanging(tiny):
     t0 = time.time()
-    got = run_threads(config("easgd", cpus=2, epochs=400, tau=2, lr=0.1), should_stop=lambda: time.time() - t0 > 0.3)
+    got = run_threads(tiny(algorithm="easgd", cpus=2, epochs=400, tau=2, lr=0.1), should_stop=lambda: time.time() - t0 > 0.3)
     assert got.status == "stopped"
     assert time.time() - t0 < 60          # a hang guard, not a timing claim
 
 
 # ------------------------------------------------------------------------------ on Dask
 @pytest.mark.cluster
-def test_sync_easgd_on_dask_follows_the_reference_loop(client):
-    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
+def test_sync_easgd_on_dask_follows_the_reference_loop(client, tiny):
+    cfg = tiny(algorithm="sync_easgd", cpus=2, steps=24, tau=4, lr=0.1)
     np.testing.assert_allclose(run(cfg, client).params, sync_reference(cfg, 2), rtol=0, atol=1e-5)
 
 
 @pytest.mark.cluster
-def test_round_robin_easgd_on_dask_is_the_reference_loop_every_time(client):
+def test_round_robin_easgd_on_dask_is_the_reference_loop_every_time(client, tiny):
     """Two real worker processes: the returned centre is the reference's last one in every
     run (before, 3 of 6 runs here returned the one before worker 1's last exchange)."""
-    cfg = config("easgd", cpus=2, steps=12, tau=1, lr=0.1)
+    cfg = tiny(algorithm="easgd", cpus=2, steps=12, tau=1, lr=0.1)
     want = elastic_reference(cfg, workers=2)[-1]
     for _ in range(4):
         np.testing.assert_allclose(run(cfg, client).params, want, rtol=0, atol=1e-5)
@@ -278,16 +273,16 @@ def test_round_robin_easgd_on_dask_is_the_reference_loop_every_time(client):
 @pytest.mark.cluster
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["sync_easgd", "async_easgd", "easgd"])
-def test_on_a_dask_cluster(client, algorithm):
-    got = run(config(algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]), client)
+def test_on_a_dask_cluster(client, algorithm, tiny):
+    got = run(tiny(algorithm=algorithm, cpus=2, epochs=12, **ACCURACY_RUNS[algorithm]), client)
     assert got.status == "completed"
     assert got.summary["final_test_accuracy"] >= 0.90
     assert got.summary["comm"] == ("shm" if algorithm == "sync_easgd" else None)
 
 
 @pytest.mark.cluster
-def test_async_easgd_on_dask_runs_briefly(client):
-    got = run(config("async_easgd", cpus=2, steps=30, tau=2, lr=0.1), client)
+def test_async_easgd_on_dask_runs_briefly(client, tiny):
+    got = run(tiny(algorithm="async_easgd", cpus=2, steps=30, tau=2, lr=0.1), client)
     assert got.status == "completed" and got.summary["alpha"] == pytest.approx(0.45)
     assert got.steps.groupby("worker")["step"].max().tolist() == [29, 29]
 
@@ -297,9 +292,9 @@ CHAIN = ["ring", "tree_host", "tree_device", "tree_device_overlap"]
 
 
 @pytest.mark.parametrize("path", CHAIN[1:])
-def test_sc17_chain_follows_the_reference_loop_on_threads(path):
+def test_sc17_chain_follows_the_reference_loop_on_threads(path, tiny):
     # the knob moves the centre and the exchange's timing, never the numbers
-    cfg = config("sync_easgd", cpus=2, steps=24, tau=4, lr=0.1, elastic_sync=path)
+    cfg = tiny(algorithm="sync_easgd", cpus=2, steps=24, tau=4, lr=0.1, elastic_sync=path)
     got = run_threads(cfg)
     assert got.summary["elastic_sync"] == path
     np.testing.assert_allclose(got.params, sync_reference(cfg, 2), rtol=0, atol=1e-6)
@@ -355,11 +350,11 @@ def test_elastic_sync_is_refused_for_other_algorithms():
 
 
 @pytest.mark.parametrize("jitter", [0.0, 0.3])
-def test_simulated_round_robin_easgd_ends_with_the_reference_loops_last_centre(jitter):
+def test_simulated_round_robin_easgd_ends_with_the_reference_loops_last_centre(jitter, tiny):
     """On the virtual clock too, with workers of uneven speed: the result is the centre
     after every worker's last exchange, and the last evaluation scores it."""
-    cfg = config("easgd", cpus=0, gpus=3, simulate=True, device="v100", jitter=jitter, steps=24, tau=4, lr=0.1)
-    want = elastic_reference(config("easgd", cpus=3, steps=24, tau=4, lr=0.1), workers=3)[-1]
+    cfg = tiny(algorithm="easgd", cpus=0, gpus=3, simulate=True, device="v100", jitter=jitter, steps=24, tau=4, lr=0.1)
+    want = elastic_reference(tiny(algorithm="easgd", cpus=3, steps=24, tau=4, lr=0.1), workers=3)[-1]
     got = run(cfg)
     np.testing.assert_allclose(got.params, want, rtol=0, atol=1e-5)
     last_eval_is_of(got, cfg)

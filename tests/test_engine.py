@@ -12,8 +12,6 @@ from conftest import await_replacement
 from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
-
 
 def reference(cfg, steps):
     """sgd on one worker (itself checked against a plain loop in test_reference)."""
@@ -21,8 +19,8 @@ def reference(cfg, steps):
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_sync_sgd_on_threads_follows_single_process_sgd(workers):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=workers, steps=25, **BASE)
+def test_sync_sgd_on_threads_follows_single_process_sgd(workers, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=workers, steps=25)
     ref, _ = reference(cfg, 25)
     got = run_threads(cfg)
     assert got.status == "completed"
@@ -32,8 +30,8 @@ def test_sync_sgd_on_threads_follows_single_process_sgd(workers):
     np.testing.assert_allclose(losses, ref.steps["loss"].to_numpy(), rtol=1e-5)
 
 
-def test_sync_sgd_with_speed_split_still_follows_sgd():
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=40, split="speed", **BASE)
+def test_sync_sgd_with_speed_split_still_follows_sgd(tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=40, split="speed")
     ref, _ = reference(cfg, 40)
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
@@ -41,24 +39,24 @@ def test_sync_sgd_with_speed_split_still_follows_sgd():
 
 
 @pytest.mark.parametrize("algorithm", ["async_sgd", "async_msgd", "hogwild_sgd"])
-def test_async_algorithms_with_one_worker_are_plain_sgd(algorithm):
+def test_async_algorithms_with_one_worker_are_plain_sgd(algorithm, tiny):
     momentum = 0.9 if algorithm == "async_msgd" else 0.0
-    cfg = RunConfig(algorithm=algorithm, cpus=1, steps=20, **{**BASE, "lr": 0.05}, momentum=momentum)
+    cfg = tiny(algorithm=algorithm, cpus=1, steps=20, lr=0.05, momentum=momentum)
     ref, _ = reference(cfg, 20)
     got = run_threads(cfg)
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-6)
 
 
-def test_async_sgd_records_staleness():
-    got = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=60, **BASE))
+def test_async_sgd_records_staleness(tiny):
+    got = run_threads(tiny(algorithm="async_sgd", cpus=2, steps=60))
     stale = got.steps["staleness"]
     assert stale.min() >= 0 and stale.max() <= 2 * 60
     assert got.summary["status"] == "completed"
 
 
-def test_threads_stop_request_ends_run_as_stopped():
+def test_threads_stop_request_ends_run_as_stopped(tiny):
     seen = []
-    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, epochs=500, **BASE),
+    got = run_threads(tiny(algorithm="sync_sgd", cpus=2, epochs=500),
                       on_record=seen.extend, should_stop=lambda: len(seen) > 20)
     assert got.status == "stopped"
     assert 0 < len(got.steps) < 500 * 22 * 2
@@ -67,8 +65,8 @@ def test_threads_stop_request_ends_run_as_stopped():
 # ---------------------------------------------------------------- on a real Dask cluster
 
 @pytest.mark.cluster
-def test_dask_sync_sgd_follows_reference_and_is_deterministic(client):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=30, **BASE)
+def test_dask_sync_sgd_follows_reference_and_is_deterministic(client, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=30)
     ref, _ = reference(cfg, 30)
     a = run(cfg, cluster=client)
     b = run(cfg, cluster=client)
@@ -82,8 +80,8 @@ def test_dask_sync_sgd_follows_reference_and_is_deterministic(client):
 
 
 @pytest.mark.cluster
-def test_dask_portable_allreduce_matches_shared_memory(client):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=10, comm="dask", **BASE)
+def test_dask_portable_allreduce_matches_shared_memory(client, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=10, comm="dask")
     a = run(cfg, cluster=client)
     b = run(cfg.replace(comm="shm"), cluster=client)
     assert a.summary["comm"] == "dask"
@@ -118,7 +116,7 @@ def test_dask_parameter_server_as_an_actor(client, algorithm):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
-def test_dask_stop_request_keeps_records_and_cluster_reusable(client, algorithm):
+def test_dask_stop_request_keeps_records_and_cluster_reusable(client, algorithm, tiny):
     seen, asked = [], {}
 
     def should_stop():
@@ -129,23 +127,23 @@ def test_dask_stop_request_keeps_records_and_cluster_reusable(client, algorithm)
             return True
         return False
 
-    result = run(RunConfig(algorithm=algorithm, cpus=2, epochs=5000, **BASE), cluster=client,
+    result = run(tiny(algorithm=algorithm, cpus=2, epochs=5000), cluster=client,
                  on_record=lambda recs: seen.extend(recs), should_stop=should_stop)
     assert result.status == "stopped"
-    assert time.time() - asked["at"] < 30           # a hang guard (the 2 s of README.md is no test on a busy machine)
+    assert time.time() - asked["at"] < 30           # a hang guard (the 2 s of docs/usage.md is no test on a busy machine)
     assert len(result.steps) > 10
     # every step was streamed live, in binned batches: totals match the whole table
     live = [r for r in seen if r["kind"] == "step"]
     assert 0 < len(live) <= len(result.steps)
     assert sum(r["samples"] for r in live) == result.steps["samples"].sum()
-    again = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
+    again = run(tiny(algorithm="sync_sgd", cpus=2, steps=5), cluster=client)
     assert again.status == "completed"
 
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
-def test_dask_absurd_lr_diverges_with_step_and_lr(client, algorithm):
-    result = run(RunConfig(algorithm=algorithm, cpus=2, steps=400, momentum=0.0, **{**BASE, "lr": 1e5}),
+def test_dask_absurd_lr_diverges_with_step_and_lr(client, algorithm, tiny):
+    result = run(tiny(algorithm=algorithm, cpus=2, steps=400, momentum=0.0, lr=1e5),
                  cluster=client)
     assert result.status == "diverged"
     event = [e for e in result.events if e["event"] == "diverged"][0]
@@ -175,9 +173,9 @@ def _kill_rank_1_midrun(client, cfg):
 @pytest.mark.cluster
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
-def test_dask_async_goes_on_without_a_lost_worker(client, tmp_path, algorithm):
+def test_dask_async_goes_on_without_a_lost_worker(client, tmp_path, algorithm, tiny):
     # easgd serves workers in strict turn order: the lost rank's turns must be given up
-    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=400, **BASE)   # long enough to be killed mid-run
+    cfg = tiny(algorithm=algorithm, cpus=2, epochs=400)   # long enough to be killed mid-run
     result, victim = _kill_rank_1_midrun(client, cfg)
     assert result.status == "completed"
     lost = [e for e in result.events if e["event"] == "worker_lost"]
@@ -191,8 +189,8 @@ def test_dask_async_goes_on_without_a_lost_worker(client, tmp_path, algorithm):
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_dask_sync_fails_naming_the_lost_worker_and_keeps_records(client, tmp_path):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=5000, **BASE)
+def test_dask_sync_fails_naming_the_lost_worker_and_keeps_records(client, tmp_path, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, epochs=5000)
     result, victim = _kill_rank_1_midrun(client, cfg)
     assert result.status == "failed"
     lost = [e for e in result.events if e["event"] == "worker_lost"]
@@ -200,7 +198,7 @@ def test_dask_sync_fails_naming_the_lost_worker_and_keeps_records(client, tmp_pa
     assert len(result.steps) > 0
     path = result.save(tmp_path / "run")
     assert (path / "steps.csv").read_text().count("\n") == len(result.steps) + 1
-    after = run(RunConfig(algorithm="sync_sgd", cpus=2, steps=5, **BASE), cluster=client)
+    after = run(tiny(algorithm="sync_sgd", cpus=2, steps=5), cluster=client)
     assert after.status == "completed"
 
 
@@ -231,3 +229,9 @@ def test_thread_workers_run_blas_on_one_thread_and_give_the_setting_back():
     # sgd runs in this process on the same transport
     sgd = run(config.replace(algorithm="sgd", cpus=1))
     assert sgd.summary["blas_threads"] == 1
+    # the one rule's knob: a run that asks for more gets them, and the caller's setting back
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+        asked = run_threads(config.replace(blas_threads=2))
+        assert blas_threads() == {3}
+    assert asked.summary["blas_threads"] == 2
+    assert [w["blas_threads"] for w in asked.summary["machine"]["workers"]] == [2, 2]

@@ -11,7 +11,7 @@ from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-CONDA_NAMES = {"scikit-learn": "scikit-learn", "pyyaml": "pyyaml", "cupy-cuda12x": "cupy",
+CONDA_NAMES = {"pyyaml": "pyyaml", "build": "python-build", "cupy-cuda12x": "cupy",
                "nvidia-nccl-cu12": "nccl"}
 
 

@@ -11,11 +11,9 @@ import pandas as pd
 import pytest
 from conftest import await_replacement
 
-from workbench.config import RunConfig
 from workbench.execution.engine import run, run_threads
 from workbench.results import RunResult
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 # summary keys only one transport has: where its workers ran and how they were linked
 TRANSPORT_KEYS = {"run_id", "comm", "server", "setup_s", "startup_s", "blas_threads"}
 STEP_COLUMNS = ["step", "worker", "loss", "lr", "samples"]
@@ -45,8 +43,8 @@ def steps_of(result):
 # ------------------------------------------------------------------------------ divergence
 @pytest.mark.cluster
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "sync_easgd"])
-def test_divergence_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm):
-    cfg = RunConfig(algorithm=algorithm, cpus=2, steps=300, momentum=0.0, tau=2, **{**BASE, "lr": 1e5})
+def test_divergence_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm, tiny):
+    cfg = tiny(algorithm=algorithm, cpus=2, steps=300, momentum=0.0, tau=2, lr=1e5)
     threads, dask = run_threads(cfg), run(cfg, cluster=client)
     for result in (threads, dask):
         assert result.status == "diverged"
@@ -73,8 +71,8 @@ def _stop_after(step):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd"])
-def test_a_stop_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm):
-    cfg = RunConfig(algorithm=algorithm, cpus=2, epochs=2000, **BASE)
+def test_a_stop_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm, tiny):
+    cfg = tiny(algorithm=algorithm, cpus=2, epochs=2000)
     results = []
     for where in ("threads", client):
         should_stop, on_record = _stop_after(20)
@@ -102,8 +100,8 @@ def _check_lost(result):
     assert len(survivor) > 0 and survivor["step"].max() + 1 < result.summary["total_steps_planned"]
 
 
-def test_a_lost_worker_fails_a_sync_run_on_threads(tmp_path):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=2000, **BASE)
+def test_a_lost_worker_fails_a_sync_run_on_threads(tmp_path, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, epochs=2000)
     result = run_threads(cfg, fail={1: 30})
     _check_lost(result)
     w1 = result.steps[result.steps.worker == 1]
@@ -114,9 +112,9 @@ def test_a_lost_worker_fails_a_sync_run_on_threads(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
+def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path, tiny):
     from workbench.execution.cluster import workers_of
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, epochs=2000, **BASE)
+    cfg = tiny(algorithm="sync_sgd", cpus=2, epochs=2000)
     threads = run_threads(cfg, fail={1: 30})
     victim = workers_of(client)[1]
     progress = threading.Event()
@@ -140,10 +138,10 @@ def test_a_lost_worker_fails_a_sync_run_the_same_on_dask(client, tmp_path):
 
 
 @pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
-def test_a_lost_worker_of_an_async_run_on_threads_leaves_the_others_going(tmp_path, algorithm):
+def test_a_lost_worker_of_an_async_run_on_threads_leaves_the_others_going(tmp_path, algorithm, tiny):
     """The rule test_engine checks on Dask (test_dask_async_goes_on_without_a_lost_worker),
     here on threads: the survivor finishes the run, the lost worker is recorded."""
-    cfg = RunConfig(algorithm=algorithm, cpus=2, steps=200, **BASE)
+    cfg = tiny(algorithm=algorithm, cpus=2, steps=200)
     result = run_threads(cfg, fail={1: 30})
     assert result.status == "completed"
     lost = [e for e in result.events if e["event"] == "worker_lost"]

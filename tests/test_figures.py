@@ -312,11 +312,19 @@ def test_comparison_figure_from_summaries(sync_result, sgd_result):
 
 
 # ------------------------------------------------------------------------------ live
+def draw(figs: dict, records, state) -> None:
+    """A batch drawn as the dashboard draws it (`live_edits`), straight onto the figures (no slots)."""
+    for key, edit in F.live_edits(records, state).items():
+        if key in figs:
+            with figs[key].batch_update():
+                edit(figs[key])
+
+
 def test_live_figures_are_widgets_and_match_static_ones(sync_result):
     figs = {k: F.live_base(k, n_workers=2) for k in FD.FIGURE_KEYS}
     assert all(isinstance(f, go.FigureWidget) for f in figs.values())
     state = FD.LiveState(label="#1 sync_sgd P=2 B=64", color=FD.run_color(0), n_workers=2)
-    F.update_live(figs, records_of(sync_result), state)      # everything in one batch
+    draw(figs, records_of(sync_result), state)      # everything in one batch
     static = F.progress_figure(sync_result, "time")
     for name in ("#1 sync_sgd P=2 B=64", "#1 sync_sgd P=2 B=64: test accuracy"):
         np.testing.assert_allclose(traces(figs["progress_time"])[name].y, traces(static)[name].y)
@@ -344,7 +352,7 @@ def test_live_updates_append_batch_by_batch(sync_result):
     recs = records_of(sync_result)
     before = [dict(r) for r in recs]
     for i in range(0, len(recs), 7):
-        F.update_live(figs, recs[i:i + 7], state)
+        draw(figs, recs[i:i + 7], state)
     assert recs == before                                   # the batches were not modified
     lr = traces(figs["lr"])
     assert len(lr["worker 0"].x) == len(sync_result.steps.query("worker == 0"))
@@ -362,8 +370,8 @@ def test_live_lineage_keeps_colours_across_batches():
     fig = F.live_base("lineage")
     state = FD.LiveState(label="ltfb", color="#000")
     recs = [{"kind": "tournament", **r} for r in tours.to_dict("records")]
-    F.update_live({"lineage": fig}, recs[:4], state)
-    F.update_live({"lineage": fig}, recs[4:], state)
+    draw({"lineage": fig}, recs[:4], state)
+    draw({"lineage": fig}, recs[4:], state)
     static = traces(F.lineage_figure(RunResult({}, pd.DataFrame(), pd.DataFrame(), tours)))
     live = traces(fig)
     assert list(live["trainers"].marker.color) == list(static["trainers"].marker.color)

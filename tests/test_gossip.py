@@ -13,12 +13,7 @@ from workbench.execution.engine import run_threads
 from workbench.maths.optim import SGD, make_plan
 from workbench.problem import Problem
 
-BASE = dict(dataset="digits", model="mlp", hidden=[32], batch_size=64, seed=1, lr=0.1)
 ATOL = 2e-5     # float32 sums in another order, over ~20 steps (as tests/test_local.py)
-
-
-def config(algorithm="dpsgd", **kw) -> RunConfig:
-    return RunConfig(algorithm=algorithm, **{**BASE, **kw})
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -241,8 +236,8 @@ def gossip_reference(cfg: RunConfig, workers: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("topology, tau", [("ring", 1), ("torus", 2), ("exponential", 1)])
-def test_dpsgd_follows_the_reference_loop(topology, tau):
-    cfg = config(cpus=4, steps=20, topology=topology, tau=tau, momentum=0.9)
+def test_dpsgd_follows_the_reference_loop(topology, tau, tiny):
+    cfg = tiny(algorithm="dpsgd", cpus=4, steps=20, topology=topology, tau=tau, momentum=0.9)
     got = run_threads(cfg)
     assert got.status == "completed" and got.summary["topology"] == topology
     np.testing.assert_allclose(got.params, gossip_reference(cfg, 4), rtol=0, atol=ATOL)
@@ -250,10 +245,10 @@ def test_dpsgd_follows_the_reference_loop(topology, tau):
     assert got.summary["consensus_distance"] and got.summary["consensus_distance"][-1][1] > 0
 
 
-def test_dpsgd_on_the_complete_graph_is_synchronous_averaging():
+def test_dpsgd_on_the_complete_graph_is_synchronous_averaging(tiny):
     kw = dict(cpus=4, steps=24, tau=4, momentum=0.9)
-    got = run_threads(config(topology="complete", **kw))
-    local = run_threads(config("local_sgd", **kw))
+    got = run_threads(tiny(algorithm="dpsgd", topology="complete", **kw))
+    local = run_threads(tiny(algorithm="local_sgd", **kw))
     np.testing.assert_allclose(got.params, local.params, rtol=0, atol=ATOL)
     # right after an exchange (the last step, 24 = 6 tau) the workers agree; the distance is
     # mean ||x_i||^2 - ||x_bar||^2 in float32, both ~30 here: zero to ~1e-5
@@ -261,8 +256,8 @@ def test_dpsgd_on_the_complete_graph_is_synchronous_averaging():
     assert checks[23] < 1e-4 and checks[21] > 1e-3        # step 21 (an eval): two local steps after an average
 
 
-def test_bytes_sent_are_one_vector_per_neighbour_per_gossip():
-    got = run_threads(config(cpus=4, steps=8, topology="ring"))
+def test_bytes_sent_are_one_vector_per_neighbour_per_gossip(tiny):
+    got = run_threads(tiny(algorithm="dpsgd", cpus=4, steps=8, topology="ring"))
     n = got.params.size
     sent = got.steps[got.steps.worker == 0].bytes_sent.to_numpy()
     np.testing.assert_allclose(sent[:-1], 2 * 4 * n)      # the last step also carries the agreement allreduce
@@ -270,7 +265,7 @@ def test_bytes_sent_are_one_vector_per_neighbour_per_gossip():
 
 
 @pytest.mark.parametrize("topology, tau", [("ring", 1), ("torus", 2), ("exponential", 1)])
-def test_recorded_gossip_bytes_are_the_cost_models(topology, tau):
+def test_recorded_gossip_bytes_are_the_cost_models(topology, tau, tiny):
     """One definition: over one agreement period (CHECK_EVERY steps) the bytes a worker
     records are the cost model's beta term for dpsgd (d n floats per gossip, the agreement
     allreduce once), plus the packed tail riding on that allreduce."""
@@ -279,7 +274,7 @@ def test_recorded_gossip_bytes_are_the_cost_models(topology, tau):
     from workbench.analysis.costmodel import exchange_terms
     from workbench.comm.base import ring_allreduce_bytes
     p = 4
-    got = run_threads(config(cpus=p, steps=CHECK_EVERY, topology=topology, tau=tau, eval_every=CHECK_EVERY))
+    got = run_threads(tiny(algorithm="dpsgd", cpus=p, steps=CHECK_EVERY, topology=topology, tau=tau, eval_every=CHECK_EVERY))
     n = got.params.size
     _, beta_bytes = exchange_terms("dpsgd", p, 4 * n, topology=topology, tau=tau)
     tail = 4 * (1 + tail_length(p))          # ||x||^2 / P and the tail, beside the n parameters
@@ -290,32 +285,32 @@ def test_recorded_gossip_bytes_are_the_cost_models(topology, tau):
         np.testing.assert_allclose(sent.sum() / CHECK_EVERY, per_step, rtol=1e-12)
 
 
-def test_recorded_pairwise_bytes_are_the_cost_models():
+def test_recorded_pairwise_bytes_are_the_cost_models(tiny):
     """adpsgd: what each step records is the cost model's beta term for its `pairwise` pattern."""
     from workbench.analysis.costmodel import exchange_terms
-    got = run_threads(config("adpsgd", cpus=3, steps=4, topology="ring"))
+    got = run_threads(tiny(algorithm="adpsgd", cpus=3, steps=4, topology="ring"))
     _, beta_bytes = exchange_terms("adpsgd", 3, 4 * got.params.size)
     np.testing.assert_allclose(got.steps.bytes_sent.to_numpy(), beta_bytes, rtol=1e-12)
     assert len(got.steps) == 3 * 4
 
 
-def test_on_a_high_latency_network_gossip_beats_allreduce_in_time():
+def test_on_a_high_latency_network_gossip_beats_allreduce_in_time(tiny):
     """16 virtual workers, 1 ms per message: a ring allreduce pays 2 (P-1) = 30 latencies a
     step, ring gossip 2 (plus the agreement allreduce every 32 steps)."""
     from workbench.analysis.costmodel import Network
     from workbench.sim.run import run_simulated
     slow = Network("wan", 1e-3, 1 / 1e9)
     kw = dict(cpus=16, simulate=True, steps=64, batch_size=256)
-    dpsgd = run_simulated(config(**kw), link=slow)
-    sync = run_simulated(config("sync_sgd", **kw), link=slow)
+    dpsgd = run_simulated(tiny(algorithm="dpsgd", **kw), link=slow)
+    sync = run_simulated(tiny(algorithm="sync_sgd", **kw), link=slow)
     assert dpsgd.status == sync.status == "completed"
     assert dpsgd.summary["wall_time_s"] < sync.summary["wall_time_s"] / 4
 
 
 @pytest.mark.cluster
-def test_dpsgd_on_dask_follows_the_reference_loop(client):
+def test_dpsgd_on_dask_follows_the_reference_loop(client, tiny):
     from workbench.execution.engine import run
-    cfg = config(cpus=2, steps=12, topology="ring", momentum=0.0)
+    cfg = tiny(algorithm="dpsgd", cpus=2, steps=12, topology="ring", momentum=0.0)
     got = run(cfg, client)
     assert got.status == "completed" and got.summary["comm"] == "shm"
     np.testing.assert_allclose(got.params, gossip_reference(cfg, 2), rtol=0, atol=ATOL)
@@ -366,9 +361,9 @@ def check_pairings(cfg: RunConfig, workers: int, log: list[tuple[int, int, int]]
 
 
 @pytest.mark.parametrize("topology", ["ring", "complete"])
-def test_adpsgd_on_threads_follows_the_reference_loop_of_its_pairing_sequence(topology):
+def test_adpsgd_on_threads_follows_the_reference_loop_of_its_pairing_sequence(topology, tiny):
     from workbench.execution.transports.threads import ThreadTransport
-    cfg = config("adpsgd", cpus=3, steps=15, topology=topology)
+    cfg = tiny(algorithm="adpsgd", cpus=3, steps=15, topology=topology)
     got, core = run_adpsgd(cfg, ThreadTransport())
     assert got.status == "completed"
     check_pairings(cfg, 3, core.log, 15)
@@ -408,11 +403,11 @@ class ShmTableThreads:
         return Transport()
 
 
-def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop():
+def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop(tiny):
     import os
 
     from workbench.comm.shm import unlink_segment
-    cfg = config("adpsgd", cpus=3, steps=15, topology="ring")
+    cfg = tiny(algorithm="adpsgd", cpus=3, steps=15, topology="ring")
     transport = ShmTableThreads()
     try:
         got, core = run_adpsgd(cfg, transport)
@@ -431,9 +426,9 @@ def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop():
         os.remove(transport.lock)
 
 
-def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic():
+def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic(tiny):
     from workbench.execution.transports.sim import SimTransport
-    cfg = config("adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
+    cfg = tiny(algorithm="adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
     got, core = run_adpsgd(cfg, SimTransport())
     again, core2 = run_adpsgd(cfg, SimTransport())
     assert got.status == again.status == "completed"
@@ -445,23 +440,23 @@ def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic
     assert {r for r, _, _ in core.log[:4]} == {0, 1, 2, 3}
 
 
-def test_adpsgd_with_one_worker_is_plain_sgd():
+def test_adpsgd_with_one_worker_is_plain_sgd(tiny):
     kw = dict(cpus=1, steps=20, momentum=0.9)
-    got = run_threads(config("adpsgd", **kw))
-    ref = run_threads(config("sgd", **kw))
+    got = run_threads(tiny(algorithm="adpsgd", **kw))
+    ref = run_threads(tiny(algorithm="sgd", **kw))
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=ATOL)
     assert (got.steps.bytes_sent == 0).all()
 
 
 @pytest.mark.cluster
-def test_adpsgd_on_dask_runs_through_the_shared_memory_table_and_learns(client):
+def test_adpsgd_on_dask_runs_through_the_shared_memory_table_and_learns(client, tiny):
     # On one host the pairwise table is in shared memory (comm.shm.ShmModelTable), served by
     # the worker processes themselves; the pairing order (decided by arrival) is not read back
     # here: the replay oracle of that front-end runs on threads above. This checks the real
     # processes: every step of both workers ran, each step moved one update in and one row
     # back, the workers disagree, and the mean model learnt.
     from workbench.execution.engine import run
-    cfg = config("adpsgd", cpus=2, steps=40, topology="ring", eval_every=20)
+    cfg = tiny(algorithm="adpsgd", cpus=2, steps=40, topology="ring", eval_every=20)
     got = run(cfg, client)
     assert got.status == "completed", got.summary.get("errors")
     assert got.summary["server"] == "shm"

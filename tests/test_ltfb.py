@@ -15,12 +15,6 @@ from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import SGD, make_plan
 from workbench.problem import Problem
 
-BASE = dict(algorithm="ltfb", dataset="digits", model="mlp", batch_size=64, seed=2)
-
-
-def config(**kw) -> RunConfig:
-    return RunConfig(**{**BASE, **kw})
-
 
 def check_adoption_rule(tournaments):
     for row in tournaments.itertuples():
@@ -74,8 +68,8 @@ def test_server_collect_waits_for_the_partner_or_its_departure():
 
 
 # ------------------------------------------------------------------------------ runs
-def test_reaches_90_percent_on_digits_with_two_trainers():
-    got = run_threads(config(cpus=2, trainers=2, epochs=10, lr=0.1, round_size=10))
+def test_reaches_90_percent_on_digits_with_two_trainers(tiny):
+    got = run_threads(tiny(algorithm="ltfb", cpus=2, trainers=2, epochs=10, lr=0.1, round_size=10))
     assert got.status == "completed"
     assert got.summary["best_trainer_accuracy"] >= 0.90
     assert got.summary["final_test_accuracy"] == got.summary["best_trainer_accuracy"]
@@ -84,8 +78,8 @@ def test_reaches_90_percent_on_digits_with_two_trainers():
     check_adoption_rule(got.tournaments)
 
 
-def test_different_lrs_make_the_tournament_adopt_and_the_record_holds():
-    cfg = config(cpus=3, trainers=3, epochs=6, momentum=0.0, round_size=8, trainer_lrs=[0.005, 0.1, 0.4])
+def test_different_lrs_make_the_tournament_adopt_and_the_record_holds(tiny):
+    cfg = tiny(algorithm="ltfb", cpus=3, trainers=3, epochs=6, momentum=0.0, round_size=8, trainer_lrs=[0.005, 0.1, 0.4])
     got = run_threads(cfg)
     t = got.tournaments
     rounds = got.summary["steps"] // cfg.round_size
@@ -108,9 +102,9 @@ def test_different_lrs_make_the_tournament_adopt_and_the_record_holds():
         assert row["adopted"].item()
 
 
-def test_one_trainer_over_two_workers_is_sync_sgd_on_its_share():
+def test_one_trainer_over_two_workers_is_sync_sgd_on_its_share(tiny):
     # K = 1: no partner ever; the trainer is sync SGD over its training set (D_0 minus T_0)
-    cfg = config(cpus=2, trainers=1, steps=30, lr=0.05, momentum=0.9, round_size=10, tournament_size=200)
+    cfg = tiny(algorithm="ltfb", cpus=2, trainers=1, steps=30, lr=0.05, momentum=0.9, round_size=10, tournament_size=200)
     got = run_threads(cfg)
     data, model = Problem.from_config(cfg).data, Problem.from_config(cfg).new_model()
     train, _ = trainer_data(data.n_train, 1, cfg.tournament_size, cfg.seed)[0]
@@ -125,12 +119,12 @@ def test_one_trainer_over_two_workers_is_sync_sgd_on_its_share():
     assert got.tournaments["partner"].isna().all() and not got.tournaments["adopted"].any()
 
 
-def test_trainers_of_two_workers_follow_trainers_of_one():
+def test_trainers_of_two_workers_follow_trainers_of_one(tiny):
     # the same maths whatever a trainer's worker count: adopted weights and (with
     # exchange_state) momentum reach every worker of the trainer
     kw = dict(trainers=2, steps=40, lr=0.05, momentum=0.9, round_size=10, exchange_state=True,
               trainer_lrs=[0.01, 0.1])
-    one, two = run_threads(config(cpus=2, **kw)), run_threads(config(cpus=4, **kw))
+    one, two = run_threads(tiny(algorithm="ltfb", cpus=2, **kw)), run_threads(tiny(algorithm="ltfb", cpus=4, **kw))
     key = ["round", "trainer"]
     a, b = one.tournaments.sort_values(key), two.tournaments.sort_values(key)
     assert a["adopted"].any()
@@ -138,24 +132,24 @@ def test_trainers_of_two_workers_follow_trainers_of_one():
     np.testing.assert_allclose(one.params, two.params, rtol=0, atol=1e-4)
 
 
-def test_stop_request_ends_every_trainer():
+def test_stop_request_ends_every_trainer(tiny):
     t0 = time.time()
-    got = run_threads(config(cpus=3, trainers=3, epochs=400, round_size=5), should_stop=lambda: time.time() - t0 > 0.4)
+    got = run_threads(tiny(algorithm="ltfb", cpus=3, trainers=3, epochs=400, round_size=5), should_stop=lambda: time.time() - t0 > 0.4)
     assert got.status == "stopped"
     assert time.time() - t0 < 60          # a hang guard, not a timing claim
     assert got.summary["winner_lineage"]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_a_diverging_trainer_ends_the_run_as_diverged():
-    got = run_threads(config(cpus=2, trainers=2, epochs=20, momentum=0.0, round_size=5, trainer_lrs=[0.1, 1e6]))
+def test_a_diverging_trainer_ends_the_run_as_diverged(tiny):
+    got = run_threads(tiny(algorithm="ltfb", cpus=2, trainers=2, epochs=20, momentum=0.0, round_size=5, trainer_lrs=[0.1, 1e6]))
     assert got.status == "diverged"
     assert any(e["event"] == "diverged" and "trainer 1" in e["message"] for e in got.events)
 
 
 @pytest.mark.cluster
-def test_on_a_dask_cluster(client):
-    got = run(config(cpus=2, trainers=2, epochs=10, lr=0.1, round_size=10, trainer_lrs=[0.02, 0.2]), client)
+def test_on_a_dask_cluster(client, tiny):
+    got = run(tiny(algorithm="ltfb", cpus=2, trainers=2, epochs=10, lr=0.1, round_size=10, trainer_lrs=[0.02, 0.2]), client)
     assert got.status == "completed"
     assert got.summary["best_trainer_accuracy"] >= 0.90
     assert got.summary["server"] == "actor"                       # the mailbox lives in the actor

@@ -6,8 +6,6 @@ import pytest
 import workbench as wb
 from workbench.util import machine
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
-
 
 def test_proc_stat_is_read_as_busy_idle_and_steal(tmp_path, monkeypatch):
     stat = tmp_path / "stat"
@@ -30,6 +28,55 @@ def test_our_processes_are_counted_once_and_the_rest_is_other_processes():
     assert s["our_cores"] == pytest.approx(0.5)       # (2 + 3) / 10
     assert s["other_cores"] == pytest.approx(0.7)     # (12 - 5) / 10
     assert s["busy_cores"] == pytest.approx(1.2)
+
+
+def test_every_process_of_the_run_is_ours_once_and_a_new_one_from_zero():
+    # procs: {pid: CPU s} of the run's processes (this one with its scheduler and client, its
+    # children, the workers and their nannies); a loop whose pid is among them adds nothing
+    before, after = snap(0, 0), snap(10, 15.0)
+    before["procs"] = {1: 5.0, 7: 1.0, 9: 3.0}
+    after["procs"] = {1: 6.0, 7: 4.0, 8: 2.0}            # 9 ended (its last seconds unknown), 8 started
+    loops = [{"rank": 0, "pid": 7, "process_cpu_s": 3.0}, {"rank": 1, "pid": 11, "process_cpu_s": 1.0}]
+    s = machine.summarise(before, after, loops)
+    assert s["our_cores"] == pytest.approx((1.0 + 3.0 + 2.0 + 1.0) / 10)   # 11: not seen, its loop counts
+    assert s["other_cores"] == pytest.approx((15.0 - 7.0) / 10)
+
+
+def test_the_run_processes_are_this_one_its_children_and_the_given_workers_with_their_parents():
+    import os
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        procs = machine.run_processes()
+        assert os.getpid() in procs and child.pid in procs
+        grandchild_view = machine.run_processes([child.pid])
+        assert child.pid in grandchild_view and os.getpid() in grandchild_view   # its parent: this process
+        assert all(v >= 0 for v in procs.values())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_cores_are_the_affinity_and_the_quota_not_the_hosts(monkeypatch):
+    import dask.system
+    assert machine.usable_cores() == dask.system.cpu_count()
+    machine.usable_cores.cache_clear()
+    monkeypatch.setattr(dask.system, "cpu_count", lambda: 1)
+    try:
+        assert machine.usable_cores() == 1
+        assert machine.snapshot()["cores"] == 1
+    finally:
+        machine.usable_cores.cache_clear()
+
+
+def test_busy_time_is_read_for_the_affinity_set_only(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 0 400 0 0 0 10 0 0\ncpu0 60 0 0 100 0 0 0 4 0 0\ncpu1 40 0 0 300 0 0 0 6 0 0\n")
+    monkeypatch.setattr(machine.os, "sysconf", lambda name: 10)
+    assert machine.cpu_times(str(stat), cpus={1}) == {"busy": 4.0, "idle": 30.0, "steal": 0.6}
+    assert machine.cpu_times(str(stat), cpus={0, 1}) == pytest.approx({"busy": 10.0, "idle": 40.0, "steal": 1.0})
+    assert machine.cpu_times(str(stat), cpus={5}) == {"busy": 10.0, "idle": 40.0, "steal": 1.0}   # not listed: all
 
 
 def test_no_proc_stat_leaves_the_split_unknown_but_keeps_the_load():
@@ -68,8 +115,8 @@ def test_summarise_does_not_change_its_inputs():
 
 
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "sgd"])
-def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm):
-    cfg = wb.RunConfig(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=60, **BASE)
+def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm, tiny):
+    cfg = tiny(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=60)
     s = wb.run(cfg, cluster="threads", progress=False).summary
     m = s["machine"]
     assert m["cores"] >= 1 and m["load_before"] is not None and m["wall_s"] > 0
@@ -80,6 +127,6 @@ def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm):
     assert s["machine_note"] == machine.note(m)
 
 
-def test_a_simulated_run_depends_on_no_machine():
-    s = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=4, simulate=True, steps=20, **BASE), progress=False).summary
+def test_a_simulated_run_depends_on_no_machine(tiny):
+    s = wb.run(tiny(algorithm="sync_sgd", cpus=4, simulate=True, steps=20), progress=False).summary
     assert "machine" not in s and s.get("machine_note") is None

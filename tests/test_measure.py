@@ -10,8 +10,6 @@ import workbench as wb
 from workbench import measure
 from workbench.algorithms import REGISTRY
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
-
 
 def rows(worker: int, compute: np.ndarray, samples: int = 8, offset: float = 0.0, comm: float = 0.0) -> pd.DataFrame:
     """One sequential worker's step rows: each step starts when the previous one ended."""
@@ -96,31 +94,31 @@ def check_identities(result) -> None:
 
 
 @pytest.mark.parametrize("algorithm", sorted(set(REGISTRY) | {"sgd"}))
-def test_every_algorithm_on_threads_obeys_the_time_identities(algorithm):
+def test_every_algorithm_on_threads_obeys_the_time_identities(algorithm, tiny):
     extra = {"round_size": 10} if algorithm == "ltfb" else {}
-    result = wb.run(wb.RunConfig(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=40, **BASE, **extra),
+    result = wb.run(tiny(algorithm=algorithm, cpus=1 if algorithm == "sgd" else 2, steps=40, **extra),
                     cluster="threads", progress=False)
     assert result.status == "completed"
     check_identities(result)
 
 
-def test_a_simulated_run_obeys_the_time_identities_in_virtual_seconds():
-    result = wb.run(wb.RunConfig(algorithm="async_sgd", cpus=8, simulate=True, steps=40, **BASE), progress=False)
+def test_a_simulated_run_obeys_the_time_identities_in_virtual_seconds(tiny):
+    result = wb.run(tiny(algorithm="async_sgd", cpus=8, simulate=True, steps=40), progress=False)
     check_identities(result)
     assert result.summary["startup_s"] == 0.0 and result.summary["sim_startup_s"] >= 0
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_a_dask_run_obeys_the_time_identities(client):
-    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=200, **BASE), cluster=client, progress=False)
+def test_a_dask_run_obeys_the_time_identities(client, tiny):
+    result = wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=200), cluster=client, progress=False)
     check_identities(result)
     assert result.summary["startup_s"] > 0
 
 
-def test_every_consumer_reads_the_same_steady_throughput(tmp_path):
+def test_every_consumer_reads_the_same_steady_throughput(tmp_path, tiny):
     from workbench.analysis import bench, costmodel, sweep
-    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, steps=60, **BASE), cluster="threads", progress=False)
+    result = wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=60), cluster="threads", progress=False)
     expected = result.summary["samples_per_s"]
     assert costmodel.training_throughput(result) == pytest.approx(expected)
     assert bench.steady_throughput(result.steps) == pytest.approx(expected)

@@ -10,7 +10,16 @@ import pytest
 
 from workbench.config import ConfigError, RunConfig
 from workbench.maths.models import make_model
-from workbench.maths.optim import LAMB, SGD, AdamW, OptimizerSettings, make_optimizer, make_plan, update_passes
+from workbench.maths.optim import (
+    LAMB,
+    SGD,
+    AdamW,
+    OptimizerSettings,
+    layout_of,
+    make_optimizer,
+    make_plan,
+    update_passes,
+)
 
 
 def _run(steps, x0, grads, lrs, **kw):
@@ -119,12 +128,12 @@ MODEL = make_model("mlp", 6, 3, hidden=(5, 4))     # fc1.W (6,5), fc1.b, fc2.W (
 def _params_and_grads(steps, seed=0, dtype=np.float64):
     rng = np.random.default_rng(seed)
     x0 = MODEL.init(seed).astype(dtype)
-    x0[MODEL.layout()[1][0]:MODEL.layout()[1][1]] = rng.standard_normal(5)   # non-zero biases: decay shows
+    x0[layout_of(MODEL)[1][0]:layout_of(MODEL)[1][1]] = rng.standard_normal(5)   # non-zero biases: decay shows
     return x0, [rng.standard_normal(MODEL.n_params).astype(dtype) for _ in range(steps)]
 
 
 def _ours(name, x0, grads, lrs, dtype=np.float64, **knobs):
-    opt = make_optimizer(OptimizerSettings(name, **knobs), MODEL.layout(), np, dtype)
+    opt = make_optimizer(OptimizerSettings(name, **knobs), layout_of(MODEL), np, dtype)
     x = x0.copy()
     for g, lr in zip(grads, lrs):
         opt.step(x, g, lr)
@@ -203,7 +212,7 @@ def test_lamb_with_its_trust_ratio_fixed_at_one_is_adamw():
             return 1.0
     x0, grads = _params_and_grads(5)
     s = OptimizerSettings("lamb", weight_decay=0.05)
-    lamb1, adamw = LAMB1(s, MODEL.layout(), np, np.float64), AdamW(s, MODEL.layout(), np, np.float64)
+    lamb1, adamw = LAMB1(s, layout_of(MODEL), np, np.float64), AdamW(s, layout_of(MODEL), np, np.float64)
     a, b = x0.copy(), x0.copy()
     for g in grads:
         lamb1.step(a, g, 0.01)
@@ -228,7 +237,7 @@ def test_lars_and_lambs_first_steps_have_their_closed_form_lengths():
     x0, (g,) = _params_and_grads(1)
     lars = _ours("lars", x0, [g], [2.0], momentum=0.9, trust_coefficient=0.001)
     lamb = _ours("lamb", x0, [g], [0.1])
-    for a, b, weight in MODEL.layout():
+    for a, b, weight in layout_of(MODEL):
         w = np.linalg.norm(x0[a:b])
         if weight:
             assert np.linalg.norm(x0[a:b] - lars[a:b]) == pytest.approx(2.0 * 0.001 * w, rel=1e-6)
@@ -244,7 +253,7 @@ def test_biases_take_no_weight_decay_under_the_adaptive_rules():
     zero = [np.zeros_like(x0)]
     for name in ("adamw", "lars", "lamb"):
         x = _ours(name, x0, zero, [0.5], weight_decay=0.2)
-        for a, b, weight in MODEL.layout():
+        for a, b, weight in layout_of(MODEL):
             if weight and name == "adamw":
                 np.testing.assert_allclose(x[a:b], x0[a:b] * (1 - 0.5 * 0.2), rtol=1e-14)   # decoupled decay
             if not weight:
@@ -256,7 +265,7 @@ def test_adamw_matches_torch():
     x0, grads = _params_and_grads(6, dtype=np.float32)
     lrs = [1e-3, 3e-3, 2e-3, 1e-3, 5e-4, 1e-3]
     got = _ours("adamw", x0, grads, lrs, dtype=np.float32, beta1=0.8, beta2=0.99, eps=1e-7, weight_decay=0.05)
-    layers = MODEL.layout()
+    layers = layout_of(MODEL)
     tensors = [torch.tensor(x0[a:b].copy()) for a, b, _ in layers]
     for t in tensors:
         t.requires_grad_(True)
@@ -280,8 +289,8 @@ def test_layer_group_chunks_update_exactly_as_the_whole(name):
     x0, grads = _params_and_grads(4, dtype=np.float32)
     whole, chunked = x0.copy(), x0.copy()
     knobs = dict(weight_decay=0.01, momentum=0.9 if name in ("sgd", "lars") else 0.0)
-    a = make_optimizer(OptimizerSettings(name, **knobs), MODEL.layout(), np, np.float32)
-    b = make_optimizer(OptimizerSettings(name, **knobs), MODEL.layout(), np, np.float32)
+    a = make_optimizer(OptimizerSettings(name, **knobs), layout_of(MODEL), np, np.float32)
+    b = make_optimizer(OptimizerSettings(name, **knobs), layout_of(MODEL), np, np.float32)
     for k, g in enumerate(grads):
         before = g.copy()
         a.step(whole, g, 0.1)
@@ -293,17 +302,17 @@ def test_layer_group_chunks_update_exactly_as_the_whole(name):
 
 @pytest.mark.parametrize("name", ["adamw", "lars", "lamb"])
 def test_a_chunk_that_cuts_a_layer_is_refused_and_blocks_cut_at_layer_bounds(name):
-    opt = make_optimizer(OptimizerSettings(name), MODEL.layout(), np, np.float32)
+    opt = make_optimizer(OptimizerSettings(name), layout_of(MODEL), np, np.float32)
     x = np.ones(MODEL.n_params, np.float32)
     with pytest.raises(ValueError, match="whole layers"):
         opt.step_chunk(x, x[3:20], 0.1, 3, 20)
-    bounds = {a for a, _, _ in MODEL.layout()} | {MODEL.n_params}
+    bounds = {a for a, _, _ in layout_of(MODEL)} | {MODEL.n_params}
     for parts in (2, 3, 5):
         blocks = opt.blocks(0, MODEL.n_params, parts)
         assert blocks[0][0] == 0 and blocks[-1][1] == MODEL.n_params and len(blocks) == parts
         assert all(lo in bounds and hi in bounds and lo <= hi for lo, hi in blocks)
         assert all(blocks[i][1] == blocks[i + 1][0] for i in range(parts - 1))
-    sgd = make_optimizer(OptimizerSettings("sgd"), MODEL.layout(), np, np.float32)
+    sgd = make_optimizer(OptimizerSettings("sgd"), layout_of(MODEL), np, np.float32)
     assert sgd.blocks(0, 10, 3) == [(0, 3), (3, 6), (6, 10)]        # elementwise: even cuts, as before
 
 
@@ -311,8 +320,8 @@ def test_chunk_master_with_lamb_equals_the_whole_update_on_the_summed_gradient()
     from workbench.comm.roles import ChunkMaster, chunk_bounds
     x0, grads = _params_and_grads(6, dtype=np.float32)
     s = OptimizerSettings("lamb", weight_decay=0.01)
-    master = ChunkMaster(x0, 2, MODEL.layer_groups(), 1, optimizer=s, layout=MODEL.layout())
-    whole, opt = x0.copy(), make_optimizer(s, MODEL.layout(), np, np.float32)
+    master = ChunkMaster(x0, 2, MODEL.layer_groups(), 1, optimizer=s, layout=layout_of(MODEL))
+    whole, opt = x0.copy(), make_optimizer(s, layout_of(MODEL), np, np.float32)
     for step in range(3):
         g0, g1 = grads[2 * step], grads[2 * step + 1]
         for lo, hi in chunk_bounds(MODEL.layer_groups(), 1):
@@ -329,7 +338,7 @@ def test_shm_server_keeps_lambs_moments_in_the_segment(tmp_path):
 
     from workbench.comm.roles import ParameterServer, role_state_spec
     from workbench.comm.shm import ShmServer, create_server_segment, unlink_segment
-    n, s, layout = MODEL.n_params, OptimizerSettings("lamb", weight_decay=0.01), MODEL.layout()
+    n, s, layout = MODEL.n_params, OptimizerSettings("lamb", weight_decay=0.01), layout_of(MODEL)
     x0, grads = _params_and_grads(4, dtype=np.float32)
     name = create_server_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, role_state_spec(n, optimizer=s, layout=layout))
     try:
@@ -354,7 +363,7 @@ def test_shm_chunk_master_final_chunk_is_split_at_layer_bounds(tmp_path):
 
     from workbench.comm.roles import ChunkMaster, chunk_bounds, role_state_spec
     from workbench.comm.shm import ShmChunkMaster, create_master_segment, unlink_segment
-    n, groups, layout = MODEL.n_params, MODEL.layer_groups(), MODEL.layout()
+    n, groups, layout = MODEL.n_params, MODEL.layer_groups(), layout_of(MODEL)
     s = OptimizerSettings("lars", momentum=0.9, weight_decay=1e-3, trust_coefficient=0.01)
     x0, grads = _params_and_grads(8, dtype=np.float32)
     seg = create_master_segment(f"wbt{uuid.uuid4().hex[:10]}", x0, 2, len(groups),
@@ -492,7 +501,7 @@ def test_cupy_updates_equal_numpy_updates(name):
         pytest.skip("no GPU")
     x0, grads = _params_and_grads(4, dtype=np.float32)
     s = OptimizerSettings(name, weight_decay=0.01, momentum=0.9 if name == "lars" else 0.0)
-    a, b = make_optimizer(s, MODEL.layout(), np, np.float32), make_optimizer(s, MODEL.layout(), cp, np.float32)
+    a, b = make_optimizer(s, layout_of(MODEL), np, np.float32), make_optimizer(s, layout_of(MODEL), cp, np.float32)
     x, y = x0.copy(), cp.asarray(x0)
     for g in grads:
         a.step(x, g, 0.01)

@@ -82,11 +82,11 @@ def test_threadpoolctl_is_declared_for_its_two_users():
     runtime = {Requirement(r).name for r in PROJECT["dependencies"]}
     assert "threadpoolctl" in runtime
     users = sorted(p for p in (ROOT / "workbench").rglob("*.py") if "threadpoolctl" in p.read_text())
-    # the thread transport runs BLAS on one thread per worker while a run lasts, and the
-    # simulator's calibration of this machine's core pins one BLAS thread while it times;
-    # both still run (slower) where it is missing
+    # every worker runs the run's BLAS threads while its loop lasts (util/blas.py, the one rule
+    # of every transport), and the simulator's calibration of this machine's core pins one BLAS
+    # thread while it times; both still run (slower) where it is missing
     assert users == sorted([ROOT / "workbench" / "sim" / "profiles.py",
-                            ROOT / "workbench" / "execution" / "transports" / "threads.py"])
+                            ROOT / "workbench" / "util" / "blas.py"])
     assert all("except ImportError" in p.read_text() for p in users)
 
 
@@ -120,6 +120,10 @@ def test_a_plain_install_carries_the_lessons(tmp_path):
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
     (wheel,) = wheels.glob("parallel_workbench-*.whl")
     assert workbench.__version__ in wheel.name
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.endswith("conftest.py")], "pytest's scaffolding is not the library's"
+    assert "workbench/data/digits.csv.gz" in names
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=False)   # this pip installs into it (--python):
     py = env_dir / "bin" / "python"                                     # no ensurepip, seconds saved
@@ -136,6 +140,10 @@ def test_a_plain_install_carries_the_lessons(tmp_path):
     version = subprocess.run([str(env_dir / "bin" / "parallel-workbench"), "--version"], capture_output=True,
                              text=True, cwd=work, env=env)
     assert version.stdout.strip().startswith(f"parallel-workbench {workbench.__version__}")
+    usage = subprocess.run([str(env_dir / "bin" / "parallel-workbench"), "run", "--help"], capture_output=True,
+                           text=True, cwd=work, env=env)
+    assert usage.stdout.startswith("usage: parallel-workbench run "), usage.stdout[:200]   # the command as called
+    assert "python -m workbench" not in usage.stdout
     dest = work / "lessons"
     proc = subprocess.run([str(py), "-m", "workbench", "lessons", str(dest)], capture_output=True, text=True,
                           cwd=work, env=env)
@@ -144,6 +152,27 @@ def test_a_plain_install_carries_the_lessons(tmp_path):
         expected = sorted(p.name for p in (ROOT / part).glob(pattern))
         assert sorted(p.name for p in (dest / part).glob(pattern)) == expected
     assert (dest / "experiments" / "gpu_check.sh").exists()
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_every_file_the_tests_read(tmp_path):
+    """docs/, benchmarks/, the notebooks, the conftests: the sdist's own tests run as a checkout's do."""
+    git = shutil.which("git")
+    tracked = subprocess.run([git, "ls-files"], capture_output=True, text=True, cwd=ROOT) if git else None
+    if tracked is None or tracked.returncode != 0:
+        pytest.skip("not a git checkout (an unpacked sdist): nothing to compare with")
+    build = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)],
+                           capture_output=True, text=True)      # pyproject's backend, in an isolated env
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    import tarfile
+    (path,) = tmp_path.glob("parallel_workbench-*.tar.gz")
+    with tarfile.open(path) as sdist:
+        inside = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    wanted = {f for f in tracked.stdout.splitlines()
+              if f.split("/")[0] in ("workbench", "tests", "docs", "benchmarks", "notebooks", "experiments", "binder")
+              and (ROOT / f).exists()}
+    assert not sorted(wanted - inside), f"missing from the sdist: {sorted(wanted - inside)[:20]}"
+    assert {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "Makefile"} <= inside
 
 
 def test_binder_builds_and_is_linked():

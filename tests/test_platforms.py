@@ -6,15 +6,13 @@ import warnings
 
 import pytest
 
-from workbench import ConfigError, RunConfig
+from workbench import ConfigError
 from workbench.apps.progress import bars_allowed
 from workbench.execution import platforms
 from workbench.execution.engine import run as engine_run
 
 pytestmark = pytest.mark.cluster
-
-BASE = dict(dataset="digits", cpus=2, batch_size=64, steps=12, eval_every=6, seed=0)
-
+SHORT = dict(cpus=2, steps=12, eval_every=6)     # two workers, a dozen steps, an evaluation halfway
 
 @pytest.fixture
 def no_shm(monkeypatch):
@@ -27,10 +25,10 @@ def test_this_platform_has_shared_memory():
     assert platforms.shm_supported() is True   # Linux/macOS: the fast path is the default
 
 
-def test_sync_runs_fall_back_to_dask_and_say_so_once(client, no_shm):
+def test_sync_runs_fall_back_to_dask_and_say_so_once(client, no_shm, tiny):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = [engine_run(RunConfig(algorithm="sync_sgd", **BASE), cluster=client) for _ in range(2)]
+        results = [engine_run(tiny(algorithm="sync_sgd", **SHORT), cluster=client) for _ in range(2)]
     notes = [w for w in caught if issubclass(w.category, platforms.PlatformNote)]
     assert len(notes) == 1 and "through Dask instead of shared memory" in str(notes[0].message)
     for r in results:
@@ -40,30 +38,30 @@ def test_sync_runs_fall_back_to_dask_and_say_so_once(client, no_shm):
     assert losses[0] == losses[1]
 
 
-def test_fallback_matches_the_shared_memory_trajectory(client, no_shm, monkeypatch):
-    dask_run = engine_run(RunConfig(algorithm="sync_sgd", **BASE), cluster=client)
+def test_fallback_matches_the_shared_memory_trajectory(client, no_shm, monkeypatch, tiny):
+    dask_run = engine_run(tiny(algorithm="sync_sgd", **SHORT), cluster=client)
     monkeypatch.setattr(platforms, "shm_supported", lambda: True)
-    shm_run = engine_run(RunConfig(algorithm="sync_sgd", **BASE), cluster=client)
+    shm_run = engine_run(tiny(algorithm="sync_sgd", **SHORT), cluster=client)
     assert (dask_run.summary["comm"], shm_run.summary["comm"]) == ("dask", "shm")
     assert dask_run.steps.groupby("step")["loss"].mean().to_numpy() == pytest.approx(
         shm_run.steps.groupby("step")["loss"].mean().to_numpy(), rel=1e-5)
 
 
-def test_parameter_server_uses_the_actor(client, no_shm):
-    r = engine_run(RunConfig(algorithm="async_sgd", **BASE), cluster=client)
+def test_parameter_server_uses_the_actor(client, no_shm, tiny):
+    r = engine_run(tiny(algorithm="async_sgd", **SHORT), cluster=client)
     assert r.status == "completed" and r.summary["server"] == "actor"
 
 
-def test_cgdp_master_is_the_actor(client, no_shm):
-    r = engine_run(RunConfig(algorithm="cgdp", **BASE), cluster=client)
+def test_cgdp_master_is_the_actor(client, no_shm, tiny):
+    r = engine_run(tiny(algorithm="cgdp", **SHORT), cluster=client)
     assert r.status == "completed" and r.summary["server"] == "actor" and r.summary["comm"] is None
 
 
-def test_what_needs_shared_memory_fails_early_naming_the_field(client, no_shm):
+def test_what_needs_shared_memory_fails_early_naming_the_field(client, no_shm, tiny):
     with pytest.raises(ConfigError, match=r"^comm: shm only where fcntl and POSIX shared memory exist"):
-        engine_run(RunConfig(algorithm="sync_sgd", comm="shm", **BASE), cluster=client)
+        engine_run(tiny(algorithm="sync_sgd", comm="shm", **SHORT), cluster=client)
     with pytest.raises(ConfigError, match=r"^algorithm: hogwild_sgd shares one buffer in shared memory"):
-        engine_run(RunConfig(algorithm="hogwild_sgd", **BASE), cluster=client)
+        engine_run(tiny(algorithm="hogwild_sgd", **SHORT), cluster=client)
 
 
 def test_no_progress_bars_in_dask_workers(client):

@@ -11,8 +11,6 @@ from workbench import ConfigError, RunConfig
 from workbench.execution import preflight as P
 from workbench.maths.backend import gpu_count
 
-SMALL = dict(algorithm="sync_sgd", dataset="digits", batch_size=64, epochs=1)
-
 
 def refused(call, field: str, value_text: str, allowed: str) -> ConfigError:
     """`call()` raises a ConfigError for `field`, whose one line names the value and what is allowed."""
@@ -63,9 +61,9 @@ def test_out_fails_under_a_read_only_directory(tmp_path):
 
 
 # ------------------------------------------------------------------------------ memory
-def test_memory_passes_a_small_run_and_estimates_its_parts():
-    est = P.check_memory(RunConfig(**SMALL), workers_memory=[4 << 30, 4 << 30])
-    assert est["n_params"] == 64 * 128 + 128 + 128 * 10 + 10     # the default MLP 64-128-10 on digits
+def test_memory_passes_a_small_run_and_estimates_its_parts(tiny):
+    est = P.check_memory(tiny(), workers_memory=[4 << 30, 4 << 30])
+    assert est["n_params"] == 64 * 32 + 32 + 32 * 10 + 10       # the tiny MLP 64-32-10 on digits
     assert est["total"] == est["data"] + est["params"] + est["activations"] + P.WORKER_OVERHEAD
     assert est["data"] == 1797 * 65 * 4                            # every example, float32, with its label
 
@@ -76,8 +74,8 @@ def test_memory_passes_a_small_run_and_estimates_its_parts():
     (dict(hidden=[20_000, 20_000]), "hidden", "[20000, 20000]"),
     (dict(dataset="synthetic", n_samples=10**9), "n_samples", "1000000000"),
 ])
-def test_memory_fails_naming_the_field_to_shrink(changes, field, value):
-    cfg = RunConfig(**{**SMALL, **changes})
+def test_memory_fails_naming_the_field_to_shrink(changes, field, value, tiny):
+    cfg = tiny(**changes)
     t0 = time.perf_counter()
     err = refused(lambda: P.check_memory(cfg, workers_memory=[100 << 20] if not changes else None),
                   field, value, "a size whose run fits in")
@@ -86,15 +84,15 @@ def test_memory_fails_naming_the_field_to_shrink(changes, field, value):
 
 
 # ------------------------------------------------------------------------------ emulator
-def test_emulator_passes_no_emulation_and_a_plausible_network():
-    P.check_emulator(RunConfig(**SMALL), 10_000)
-    P.check_emulator(RunConfig(**SMALL, latency_ms=1.0, bandwidth_gbps=1.0), 10_000)
+def test_emulator_passes_no_emulation_and_a_plausible_network(tiny):
+    P.check_emulator(tiny(), 10_000)
+    P.check_emulator(tiny(latency_ms=1.0, bandwidth_gbps=1.0), 10_000)
 
 
-def test_emulator_fails_a_crawling_link_and_a_huge_latency():
-    refused(lambda: P.check_emulator(RunConfig(**SMALL, bandwidth_gbps=1e-6), 10_000),
+def test_emulator_fails_a_crawling_link_and_a_huge_latency(tiny):
+    refused(lambda: P.check_emulator(tiny(bandwidth_gbps=1e-6), 10_000),
             "bandwidth_gbps", "1e-06", "0 (no cap) or at least")
-    refused(lambda: P.check_emulator(RunConfig(**SMALL, latency_ms=40_000.0), 10_000),
+    refused(lambda: P.check_emulator(tiny(latency_ms=40_000.0), 10_000),
             "latency_ms", "40000.0", "at most 30000 ms")
 
 
@@ -108,22 +106,22 @@ def test_scheduler_address_must_parse_and_answer():
 
 
 # ------------------------------------------------------------------------------ the whole preflight
-def test_preflight_passes_a_good_config_without_warnings():
-    assert P.preflight(RunConfig(**SMALL)) == []
+def test_preflight_passes_a_good_config_without_warnings(tiny):
+    assert P.preflight(tiny()) == []
 
 
 @pytest.mark.skipif(gpu_count() > 0, reason="a GPU is visible here")
-def test_preflight_fails_gpus_that_are_not_there():
-    refused(lambda: P.preflight(RunConfig(**SMALL, gpus=1)), "gpus", "1", "at most the 0 visible GPU(s)")
+def test_preflight_fails_gpus_that_are_not_there(tiny):
+    refused(lambda: P.preflight(tiny(gpus=1)), "gpus", "1", "at most the 0 visible GPU(s)")
 
 
-def test_preflight_fails_a_model_that_does_not_fit_the_dataset():
-    refused(lambda: P.preflight(RunConfig(**{**SMALL, "dataset": "synthetic"}, model="cnn")), "model", "'cnn'",
+def test_preflight_fails_a_model_that_does_not_fit_the_dataset(tiny):
+    refused(lambda: P.preflight(tiny(dataset="synthetic", model="cnn")), "model", "'cnn'",
             "only with an image dataset")
 
 
-def test_preflight_checks_out_every_time_even_for_a_config_it_already_passed(tmp_path):
-    cfg = RunConfig(**SMALL, out=str(tmp_path / "run"))
+def test_preflight_checks_out_every_time_even_for_a_config_it_already_passed(tmp_path, tiny):
+    cfg = tiny(out=str(tmp_path / "run"))
     assert P.preflight(cfg) == []
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text("{}")           # another run landed there meanwhile

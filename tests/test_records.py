@@ -9,7 +9,6 @@ import pytest
 import workbench.execution.engine as engine
 import workbench.execution.transports.sim as sim_transport
 from workbench.algorithms.base import Algorithm
-from workbench.config import RunConfig
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads
 from workbench.maths.optim import make_plan
@@ -26,7 +25,6 @@ from workbench.results import (
 )
 from workbench.sim.run import run_simulated
 
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 EXACT_STEPS = 500   # steps over which a parallel run's loss is held to the single process's (see _check_every_step)
 
 
@@ -156,9 +154,9 @@ def _check_live(batches, result):
     return live
 
 
-def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_path, monkeypatch):
+def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_path, monkeypatch, tiny):
     monkeypatch.setattr("workbench.results.LIVE_ROWS", 20)            # bins at test sizes
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=600, **BASE)
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=600)
     batches, on_record = _live_checker()
     result = run_threads(cfg, on_record=on_record)
     assert result.status == "completed"
@@ -171,8 +169,8 @@ def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_pa
 
 
 @pytest.mark.cluster
-def test_dask_steps_csv_holds_every_step_and_the_live_stream_is_bounded(client, tmp_path):
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=3000, **BASE)
+def test_dask_steps_csv_holds_every_step_and_the_live_stream_is_bounded(client, tmp_path, tiny):
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=3000)
     batches, on_record = _live_checker()
     result = run(cfg, cluster=client, on_record=on_record)
     assert result.status == "completed"
@@ -195,10 +193,10 @@ def _slow_setup(monkeypatch, rank: int, seconds: float):
 
 
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "hogwild_sgd"])
-def test_a_slow_worker_set_up_is_start_up_not_waiting(monkeypatch, algorithm):
+def test_a_slow_worker_set_up_is_start_up_not_waiting(monkeypatch, algorithm, tiny):
     delay = 1.5    # wall-clock set-up time; the bounds below are half of it, so a busy machine's slower steps fit
     _slow_setup(monkeypatch, 1, delay)
-    result = run_threads(RunConfig(algorithm=algorithm, cpus=2, steps=30, **BASE))
+    result = run_threads(tiny(algorithm=algorithm, cpus=2, steps=30))
     steps = result.steps
     assert result.status == "completed"
     assert result.summary["startup_s"] >= delay
@@ -209,7 +207,7 @@ def test_a_slow_worker_set_up_is_start_up_not_waiting(monkeypatch, algorithm):
     assert result.summary["train_time_s"] < result.summary["wall_time_s"] - delay / 2
 
 
-def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
+def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch, tiny):
     # On the simulated cluster (the engine's run path, the real SyncTail booking) rank 0's
     # evaluation is charged 50 ms of virtual time: no wall clock, so no load, decides it.
     real = Algorithm.evaluate
@@ -222,7 +220,7 @@ def test_rank0_evaluations_are_the_others_wait_not_their_comm(monkeypatch):
     # the charge is made inside a worker's own loop: the per-worker path (the lockstep steps
     # every rank in one loop, and no real evaluation is charged time there)
     monkeypatch.setattr(sim_transport, "lockstep_refusal", lambda setup, costs=None: "the test charges rank 0's evaluation")
-    result = run_simulated(RunConfig(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, simulate=True, **BASE))
+    result = run_simulated(tiny(algorithm="sync_sgd", cpus=2, steps=20, eval_every=2, simulate=True))
     assert result.status == "completed" and result.summary["sim_path"] == "per worker"
     w0, w1 = (result.steps[result.steps.worker == w].set_index("step") for w in (0, 1))
     after = [s for s in range(2, 20, 2)]                       # the steps right after rank 0 evaluated

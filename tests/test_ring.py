@@ -216,13 +216,11 @@ def _wait_for_absent_peer(ring, peers):
 
 
 # ------------------------------------------------------------------ through the engine
-BASE = dict(dataset="digits", model="mlp", hidden=[64, 32], batch_size=60, lr=0.1, seed=2)
 
 
-def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
-    from workbench.config import RunConfig
+def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3, tiny):
     from workbench.execution.engine import run, run_threads
-    cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=30, comm="dask", momentum=0.9, **BASE)
+    cfg = tiny(algorithm="sync_sgd", cpus=3, steps=30, comm="dask", momentum=0.9)
     ref = run_threads(cfg.replace(algorithm="sgd"))
     a, b = run(cfg, cluster=client3), run(cfg, cluster=client3)
     assert a.status == b.status == "completed", a.summary.get("errors")
@@ -238,21 +236,19 @@ def test_sync_sgd_over_the_ring_follows_single_process_sgd(client3):
 
 @pytest.mark.parametrize("algorithm, extra", [("sync_easgd", {"tau": 2}), ("ltfb", {"trainers": 1}),
                                                ("ltfb", {"trainers": 3})])
-def test_every_allreduce_user_runs_over_the_ring(client3, algorithm, extra):
+def test_every_allreduce_user_runs_over_the_ring(client3, algorithm, extra, tiny):
     """sync_easgd's centre and LTFB's group collectives (one ring of 3, or three of 1)."""
-    from workbench.config import RunConfig
     from workbench.execution.engine import run
-    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=24, comm="dask", **{**BASE, **extra})
+    cfg = tiny(algorithm=algorithm, cpus=3, steps=24, comm="dask", **extra)
     ring, shm = run(cfg, cluster=client3), run(cfg.replace(comm="shm"), cluster=client3)
     assert ring.status == shm.status == "completed", ring.summary.get("errors")
     np.testing.assert_allclose(ring.params, shm.params, rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
-def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
+def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3, tiny):
     import threading
 
-    from workbench.config import RunConfig
     from workbench.execution.cluster import workers_of
     from workbench.execution.engine import run
     victim = workers_of(client3)[2]
@@ -262,7 +258,7 @@ def test_sync_sgd_over_the_ring_fails_naming_a_killed_worker(client3):
         if any(r["kind"] == "step" and r["worker"] == 2 for r in records):
             progress.set()
 
-    cfg = RunConfig(algorithm="sync_sgd", cpus=3, epochs=5000, comm="dask", **BASE)
+    cfg = tiny(algorithm="sync_sgd", cpus=3, epochs=5000, comm="dask")
     t = threading.Thread(target=lambda: box.setdefault("result", run(cfg, cluster=client3, on_record=on_record)))
     t.start()
     assert progress.wait(60)
@@ -350,13 +346,12 @@ def _gather_rounds(ring, rank, size, peers, rounds, m):
 
 
 @pytest.mark.slow
-def test_the_ring_allgathers_byte_payloads_and_compressed_sync_sgd_equals_threads(client3):
+def test_the_ring_allgathers_byte_payloads_and_compressed_sync_sgd_equals_threads(client3, tiny):
     """Every rank gets every rank's payload and sends (P - 1) m bytes a call (plus the
     allreduces' chunks); then top-k sync_sgd over comm="dask", whose payloads travel so,
     against the thread transport's (the same decoding and rank-order sums: 1e-6 covers
     the evaluations' and data's identical float32 paths, as the shm test above)."""
     from workbench.comm.base import ring_allgather_bytes
-    from workbench.config import RunConfig
     from workbench.execution.engine import run, run_threads
     peers, rounds, m = _peers(client3, 3), 3, 101
     ring = uuid.uuid4().hex
@@ -368,8 +363,7 @@ def test_the_ring_allgathers_byte_payloads_and_compressed_sync_sgd_equals_thread
             for j, part in enumerate(parts):
                 np.testing.assert_array_equal(part, np.random.default_rng([j, call]).integers(0, 256, m))
         assert sent == rounds * ring_allgather_bytes(3, m) + rounds * 4 * 2 * (3 - 1)
-    cfg = RunConfig(algorithm="sync_sgd", cpus=3, steps=6, comm="dask", compression="topk",
-                    compression_ratio=0.05, **BASE)
+    cfg = tiny(algorithm="sync_sgd", cpus=3, steps=6, comm="dask", compression="topk", compression_ratio=0.05)
     res = run(cfg, cluster=client3)
     assert res.status == "completed" and res.summary["comm"] == "dask", res.summary.get("errors")
     ref = run_threads(cfg)

@@ -12,7 +12,7 @@ import pytest
 import workbench as wb
 from workbench.results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult
 
-# The summary keys README.md promises (summary.json "has at least"), and the workers' keys.
+# The summary keys the design promises (summary.json "has at least"), and the workers' keys.
 SUMMARY_KEYS = {"status", "config", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
                 "final_train_loss", "final_test_loss", "final_test_accuracy", "time_breakdown",
                 "comm_fraction", "events", "versions", "git_commit", "git_dirty"}

@@ -212,7 +212,7 @@ def test_signals_stop_the_run_within_2s_and_save_it(tmp_path, sig, to_group):
     events = {e["event"]: e for e in s["events"]}
     assert "worker_lost" not in events and "failed" not in events, s["events"]
     # the loops ended within 2 s of the stop request (the engine's own clock)
-    # hang guards: the latencies (2 s in README.md) are printed below, measured in bench, not asserted
+    # hang guards: the latencies (2 s in docs/usage.md) are printed below, measured in bench, not asserted
     assert events["stopped"]["time"] - events["stop_requested"]["time"] < 30, s["events"]
     assert saved_s < 60, f"run directory written {saved_s:.2f} s after the signal"
     for name in ("steps.csv", "evals.csv", "config.yaml"):

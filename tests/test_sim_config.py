@@ -74,13 +74,13 @@ def test_worker_count_limits():
 
 @pytest.mark.parametrize("kwargs, message", [
     # unknown names, listing what is known
-    (dict(SIM, device="tpu"), "device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'"),
+    (dict(SIM, device="tpu"), "device: one of k80, p100, v100, a100, h100, h200, core, knl, power8, xeon, got 'tpu'"),
     (dict(SIM, cpu_device="v100"), "cpu_device: a CPU profile, one of core, knl, power8, xeon, local (v100 is a GPU "
                                   "profile: ask for GPU workers with gpus and device), got 'v100'"),
     (dict(SIM, network="carrier pigeon"),
      "network: one of shm, 10GbE, 100GbE, InfiniBand HDR, NVLink, pcie3, pcie4, nvlink1, nvlink2, mcdram, got 'carrier pigeon'"),
     (dict(SIM, timing_model="gpt3"),
-     "timing_model: one of alexnet, vgg16, googlenet, resnet50, resnet152, got 'gpt3'"),
+     "timing_model: one of alexnet, vgg16, googlenet, resnet50, resnet152, gpt2-124m, gpt2-355m, tinyllama-1.1b, llama-7b, got 'gpt3'"),
     (dict(SIM, device=3), "device: one of k80"),
     # the virtual cluster's size
     (dict(SIM, cpus=1000, gpus=100, batch_size=2048),

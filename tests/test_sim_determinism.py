@@ -7,7 +7,7 @@
   replays bitwise from that summary or the cached file; a file of another model or
   machine is refused with one line naming what differs.
 * `--gpus N` alone in a simulation is N GPU workers (no CPU compute workers); every
-  README `--simulate` command runs the workers it says.
+  `--simulate` command of the README and docs/ runs the workers it says.
 """
 from __future__ import annotations
 
@@ -217,8 +217,9 @@ def test_the_summary_names_workers_by_kind_and_the_host_roles():
 
 # ------------------------------------------------------------------ README commands
 def readme_simulate_commands() -> list[list[str]]:
-    """Every `python -m workbench run|sweep --simulate ...` command of the README, as argv."""
-    text = README.read_text().replace("\\\n", " ")
+    """Every `python -m workbench run|sweep --simulate ...` command of the README and the docs, as argv."""
+    text = "\n".join(p.read_text() for p in [README, *sorted((README.parent / "docs").glob("*.md"))])
+    text = text.replace("\\\n", " ")
     commands = []
     for line in text.splitlines():
         line = line.strip()

@@ -122,7 +122,7 @@ def test_an_unsaturated_server_costs_its_update_in_the_simulator_only():
 # The virtual timeline (who did which step when, with what staleness) of asynchronous
 # runs with stragglers: depends on the driver's event order only, not on BLAS, so it is
 # pinned exactly; the parameters (BLAS rounding) to 1e-5. Recorded with and without the
-# batched round-robin wake-ups (sim.transport.SimServerState._changed): the same.
+# batched round-robin wake-ups (execution/transports/sim_roles.py: SimServerState.changed): the same.
 # A deliberate change of the costs or profiles moves them: re-pin it, having checked
 # that the change's parent and a pure speed change give the same timeline.
 # easgd re-pinned on 2026-12-04 (`base.EndsOnServer`): a worker now retires at the end of its
@@ -242,7 +242,7 @@ def test_quiet_enough_is_the_benchmarks_rule():
 
 
 def test_pinned_round_robin_runs_at_scale_and_with_a_worker_killed_in_its_wait():
-    # Round-robin turns take the fast path of SimServerState._changed (one lookup per
+    # Round-robin turns take the fast path of SimServerState.changed (one lookup per
     # change). 64 workers with stragglers: the whole timeline. Worker 5 killed at 0.3 ms
     # while it waits for its turn: its clock, and so the run's end, are what the slow path
     # gave (the records a killed worker leaves depend on when its live batches were sent,

@@ -7,23 +7,20 @@ import threading
 import pytest
 
 from workbench.comm.roles import ParameterServer
-from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
-
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.05, seed=0)
 
 
 @pytest.mark.parametrize("algorithm", ["async_sgd", "hogwild_sgd", "easgd", "sync_sgd"])
-def test_a_run_that_lost_every_worker_failed(algorithm):
-    result = run_threads(RunConfig(algorithm=algorithm, cpus=2, steps=200, **BASE), fail={0: 20, 1: 25})
+def test_a_run_that_lost_every_worker_failed(algorithm, tiny):
+    result = run_threads(tiny(algorithm=algorithm, cpus=2, steps=200), fail={0: 20, 1: 25})
     assert result.status == "failed", result.events
     if algorithm != "sync_sgd":   # (a synchronous run aborts when the first goes: the other is not lost)
         assert set(result.summary["lost_workers"]) == {"0", "1"}
     assert result.summary["plan_steps_run"].endswith("of 200")
 
 
-def test_an_async_run_that_lost_some_says_how_much_of_the_plan_ran():
-    result = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=200, **BASE), fail={1: 30})
+def test_an_async_run_that_lost_some_says_how_much_of_the_plan_ran(tiny):
+    result = run_threads(tiny(algorithm="async_sgd", cpus=2, steps=200), fail={1: 30})
     assert result.status == "completed"
     assert result.summary["plan_steps_run"] == f"{result.summary['steps']:,} of 200"
     note = [e for e in result.events if e["event"] == "incomplete"]
@@ -31,8 +28,8 @@ def test_an_async_run_that_lost_some_says_how_much_of_the_plan_ran():
                                                      "plan's 200 steps ran"
 
 
-def test_a_lost_workers_event_carries_when_it_was_lost():
-    result = run_threads(RunConfig(algorithm="async_sgd", cpus=2, steps=400, **BASE), fail={1: 200})
+def test_a_lost_workers_event_carries_when_it_was_lost(tiny):
+    result = run_threads(tiny(algorithm="async_sgd", cpus=2, steps=400), fail={1: 200})
     lost = [e for e in result.events if e["event"] == "worker_lost"]
     assert len(lost) == 1
     said = float(re.search(r"lost at ([0-9.]+)s", lost[0]["message"]).group(1))
@@ -41,9 +38,9 @@ def test_a_lost_workers_event_carries_when_it_was_lost():
 
 
 @pytest.mark.slow
-def test_a_simulated_async_run_that_lost_every_worker_failed():
+def test_a_simulated_async_run_that_lost_every_worker_failed(tiny):
     from workbench.sim.run import run_simulated
-    cfg = RunConfig(algorithm="async_easgd", cpus=2, steps=200, simulate=True, fail_worker="0@0.001,1@0.002", **BASE)
+    cfg = tiny(algorithm="async_easgd", cpus=2, steps=200, simulate=True, fail_worker="0@0.001,1@0.002")
     result = run_simulated(cfg)
     assert result.status == "failed"
     lost = [e for e in result.events if e["event"] == "worker_lost"]
@@ -58,7 +55,7 @@ def _never_my_turn(monkeypatch, rank):
     monkeypatch.setattr(ParameterServer, "my_turn", my_turn)
 
 
-def test_a_stop_ends_a_wait_for_a_turn_that_never_comes(monkeypatch):
+def test_a_stop_ends_a_wait_for_a_turn_that_never_comes(monkeypatch, tiny):
     # easgd's round-robin: worker 1 waits for a turn that never comes (the hang of a lost
     # worker 0 whose turns nobody gave up); the stop request must still end the run.
     _never_my_turn(monkeypatch, 1)
@@ -68,14 +65,14 @@ def test_a_stop_ends_a_wait_for_a_turn_that_never_comes(monkeypatch):
         return asked.is_set()
     timer = threading.Timer(1.0, asked.set)
     timer.start()
-    result = run_threads(RunConfig(algorithm="easgd", cpus=2, epochs=400, tau=2, **BASE), should_stop=should_stop)
+    result = run_threads(tiny(algorithm="easgd", cpus=2, epochs=400, tau=2), should_stop=should_stop)
     timer.cancel()
     assert result.status == "stopped", result.summary.get("errors")
     assert not result.summary.get("errors")            # ended as stopped, not as a failure
 
 
-def test_an_abort_ends_the_chunk_masters_fetch(monkeypatch):
+def test_an_abort_ends_the_chunk_masters_fetch(monkeypatch, tiny):
     # cgdp (synchronous): a lost worker aborts the run; the others' fetch must notice.
-    result = run_threads(RunConfig(algorithm="cgdp", cpus=3, epochs=200, **BASE), fail={2: 10})
+    result = run_threads(tiny(algorithm="cgdp", cpus=3, epochs=200), fail={2: 10})
     assert result.status == "failed"
     assert "worker_lost" in {e["event"] for e in result.events}

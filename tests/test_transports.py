@@ -5,11 +5,9 @@ import itertools
 import numpy as np
 import pytest
 
-from workbench.config import ConfigError, RunConfig
+from workbench.config import ConfigError
 from workbench.execution.engine import execute
 from workbench.execution.transports.threads import ThreadTransport
-
-BASE = dict(dataset="digits", model="mlp", batch_size=64, lr=0.1, seed=3)
 
 
 class TickingThreads(ThreadTransport):
@@ -23,8 +21,8 @@ class TickingThreads(ThreadTransport):
 
 
 @pytest.mark.parametrize("algorithm", ["sync_sgd", "async_sgd", "cgdp"])
-def test_every_booked_time_comes_from_the_transports_clock(algorithm):
-    result = execute(RunConfig(algorithm=algorithm, cpus=1, steps=40, **BASE), TickingThreads())
+def test_every_booked_time_comes_from_the_transports_clock(algorithm, tiny):
+    result = execute(tiny(algorithm=algorithm, cpus=1, steps=40), TickingThreads())
     assert result.status == "completed" and len(result.steps) == 40
     for column in ("time", "compute_s", "comm_s", "wait_s"):
         ms = result.steps[column].to_numpy() * 1e3
@@ -48,9 +46,9 @@ class TwoHosts(ThreadTransport):
         super().prepare(setup)
 
 
-def test_a_one_host_algorithm_is_refused_across_hosts_before_the_transport_builds_anything():
+def test_a_one_host_algorithm_is_refused_across_hosts_before_the_transport_builds_anything(tiny):
     transport = TwoHosts()
     with pytest.raises(ConfigError, match="hogwild_sgd needs every worker on one host"):
-        execute(RunConfig(algorithm="hogwild_sgd", cpus=2, steps=5, **BASE), transport)
+        execute(tiny(algorithm="hogwild_sgd", cpus=2, steps=5), transport)
     assert not transport.prepared
-    assert execute(RunConfig(algorithm="async_sgd", cpus=2, steps=5, **BASE), TwoHosts()).status == "completed"
+    assert execute(tiny(algorithm="async_sgd", cpus=2, steps=5), TwoHosts()).status == "completed"

@@ -7,6 +7,7 @@ picks), adds the progress bar and writes the run directory. `sweep` repeats `run
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings as _warnings
@@ -200,7 +201,9 @@ def write_run_report(result: RunResult, path: str | Path) -> Path | None:
     path = Path(path)
     try:
         from .ui.report import write_report
-    except ImportError:  # the `lab` extra is not installed: the data files are what matter
+    except ImportError as exc:  # the `lab` extra is not installed: the data files are what matter
+        from .util.extras import missing_extra
+        print(f"note: no report.html in {path}: {missing_extra('report.html', exc)}", file=sys.stderr)
         return None
     try:
         return write_report(result, path / "report.html")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS
+from .data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
+from .data.files import is_data_path, save_arrays
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -38,13 +41,13 @@ from .data.dataset import DATASETS
 
 DATASET_NAMES = tuple(DATASETS)
 IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_shape is not None)
-MODEL_NAMES = ("softmax", "mlp", "cnn")
+MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 
 # The simulated cluster's named profiles. Their data and sources live in
 # `workbench.sim.profiles`, which checks on import that it defines exactly these names;
 # they are listed here so that validating a config never imports the simulator.
-SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100")
+SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100", "h200")
 SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
 SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
 SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
@@ -53,7 +56,8 @@ SIM_DEFAULT_DEVICE = "v100"
 SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2",
                 "mcdram")
 SIM_CHIP_CORES = {"knl": 68}   # CPU profiles a run may split into `partitions`: their cores
-SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152")
+SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152",
+                     "gpt2-124m", "gpt2-355m", "tinyllama-1.1b", "llama-7b")   # language models: per sequence
 MAX_VIRTUAL_WORKERS = 1024
 JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
 SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
@@ -69,7 +73,7 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
     >>> match_name("device", "tpu", SIM_DEVICES)
     Traceback (most recent call last):
     ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, core, knl, power8, xeon, got 'tpu'
+    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, h200, core, knl, power8, xeon, got 'tpu'
     """
     def key(s: str) -> str:
         return re.sub(r"[\s_-]+", "", s).lower()
@@ -154,8 +158,62 @@ def short_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "... (cut)"
 
 
+_ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_model_args(v: Any) -> dict[str, Any] | None:
+    """`model_args` as a dict of keyword arguments: a mapping (YAML, Python), JSON text, or
+    `key=value` pairs separated by commas (each value read as YAML: numbers, true/false,
+    lists in brackets); None or blank for none. Values must be plain data (saved with the run).
+
+    >>> parse_model_args("width=64, act=tanh, sizes=[3, 4]")
+    {'width': 64, 'act': 'tanh', 'sizes': [3, 4]}
+    >>> parse_model_args('{"width": 64}')
+    {'width': 64}
+    >>> parse_model_args("64")
+    Traceback (most recent call last):
+    ...
+    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh
+    """
+    allowed = 'keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh'
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, str):
+        text = v.strip()
+        if len(text) > 10_000:
+            raise ValueError(allowed)
+        if text.startswith("{"):
+            import json
+            try:
+                v = json.loads(text)
+            except ValueError:
+                raise ValueError(allowed) from None
+        else:
+            out: dict[str, Any] = {}
+            for part in re.split(r",(?![^\[]*\])", text):      # commas inside [...] belong to a list
+                key, eq, value = part.partition("=")
+                if not eq or not _ARG_KEY.fullmatch(key.strip()):
+                    raise ValueError(allowed)
+                try:
+                    out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+                except yaml.YAMLError:
+                    raise ValueError(allowed) from None
+            v = out
+    if not isinstance(v, dict) or not all(isinstance(k, str) and _ARG_KEY.fullmatch(k) for k in v):
+        raise ValueError(allowed)
+    import json
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        raise ValueError(allowed + " (plain values: numbers, text, true/false, lists, mappings)") from None
+    return dict(v)
+
+
 # The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
 DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
+# The GPT's default shape, in one place (RunConfig's fields and maths.gpt read it): a 2-layer
+# character-level decoder a 2-core laptop trains in minutes (~0.1 M parameters, 64-token context).
+DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64}
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
@@ -321,10 +379,19 @@ class RunConfig(BaseModel):
     dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
-        "with download=true, then cached)."))
+        "with download=true, then cached); for a language model (model gpt) markov_text (generated text "
+        "with a known entropy) or a path/to/text.txt (its characters, the end held out); or your own arrays: a "
+        "path to an .npz (X_train, y_train, X_test, y_test, or X, y), a pair features.npy,labels.npy, a folder "
+        "of such .npy files or a .csv with a label column (docs/models.md); in Python also a "
+        "Dataset.from_arrays(...)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
-        "(small convolutional net; image datasets only)."))
+        "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
+        "factory called with n_features, n_classes and model_args (a model of the protocol or a torch "
+        "module; docs/models.md). In Python also the class, factory or instance itself."))
+    model_args: dict[str, Any] | None = Field(None, json_schema_extra={"group": "what"}, description=(
+        "Keyword arguments of your model's class or factory (model package.module:Name), as a YAML "
+        "mapping, JSON ({\"width\": 64}) or key=value pairs separated by commas (width=64,act=tanh)."))
     hidden: list[int] | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Layer widths as comma-separated positive integers, e.g. 512,256: the MLP's hidden "
         "layers (unset: 128) or the CNN's channels per conv layer (unset: 16,32)."))
@@ -337,6 +404,21 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NUMBER, Allowed("a number in (0, 1)")] = Field(
+        0.2, json_schema_extra={"group": "what"}, description=(
+        "Share of the examples held out for testing where the data is split here: the generated sets "
+        "(mnist1d, synthetic, markov_text), digits, a text file's windows (its end) and a file of yours "
+        "holding only X, y (in (0, 1); 0.2). Ignored by datasets with a fixed test set."))
+    # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
+    n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
+        "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
+    d_model: WholeFrom1 = Field(DEFAULT_GPT["d_model"], json_schema_extra={"group": "what"}, description=(
+        "gpt: width of the residual stream (whole number >= 1, a multiple of n_heads); the MLP is 4 d_model wide."))
+    n_heads: WholeFrom1 = Field(DEFAULT_GPT["n_heads"], json_schema_extra={"group": "what"}, description=(
+        "gpt: attention heads (whole number >= 1 dividing d_model), each of d_model / n_heads dimensions."))
+    context: WholeFrom1 = Field(DEFAULT_GPT["context"], json_schema_extra={"group": "what"}, description=(
+        "Text datasets (markov_text, a .txt file) and gpt: tokens per sequence (whole number >= 1); each "
+        "sequence's next tokens are its labels."))
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
@@ -364,6 +446,10 @@ class RunConfig(BaseModel):
         "see what a slow network does to each algorithm."))
     bandwidth_gbps: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
+    blas_threads: WholeFrom1 = Field(1, json_schema_extra={"group": "where"}, description=(
+        "BLAS threads each worker computes with (whole number >= 1): 1, one core per worker, makes "
+        "1 worker against N a fair comparison whichever way the run starts; more only when every "
+        "worker has cores of its own to spare."))
 
     # --- simulation
     simulate: Flag = Field(False, json_schema_extra={"group": "simulation"}, description=(
@@ -412,7 +498,9 @@ class RunConfig(BaseModel):
         "least the number of workers); each worker computes its slice."))
     lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
-        "to batch_size and warmup ramps up to that scaled rate."))
+        "to batch_size and warmup ramps up to that scaled rate. Unset: the default of the algorithm "
+        "and the optimizer, one that learns the default dataset (sgd 0.1, adamw 0.003, lamb 0.003, "
+        "lars 3; diloco's inner steps 0.01, 0.001, 0.001 and 0.01)."))
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
         "none", json_schema_extra={"group": "optimisation"}, description=(
         "How the learning rate grows with the batch: none (lr as given), linear "
@@ -597,6 +685,17 @@ class RunConfig(BaseModel):
         except ValidationError as exc:
             raise _to_config_error(exc, {name: value}) from None
 
+    def __getstate__(self) -> dict[Any, Any]:
+        # A model given in Python travels with the config wherever it is pickled (the
+        # dashboard's simulation process): its code by value unless installed (`usercode`).
+        state = super().__getstate__()
+        shipped = usercode.shipment(self.model)
+        return state if shipped is None else {**state, "_workbench_model": shipped}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        usercode.receive(state.pop("_workbench_model", None))
+        super().__setstate__(state)
+
     @field_validator("algorithm")
     @classmethod
     def _algorithm(cls, v: str) -> str:
@@ -605,19 +704,40 @@ class RunConfig(BaseModel):
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
-    @field_validator("dataset")
+    @field_validator("dataset", mode="before")
     @classmethod
-    def _dataset(cls, v: str) -> str:
-        if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}")
-        return v
+    def _dataset(cls, v: Any) -> str:
+        if isinstance(v, Dataset):     # arrays given in Python: saved once by their hash, named by the folder
+            return save_arrays(v)
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if isinstance(v, str) and v in DATASET_NAMES:
+            return v
+        if is_text_path(v) or is_data_path(v):   # a file: kept as an absolute path, so every worker reads the same
+            parts = [str(Path(p.strip()).expanduser().absolute()) for p in v.split(",")] if is_data_path(v) \
+                else [str(Path(v.strip()).expanduser().absolute())]
+            return ",".join(parts)
+        raise ValueError(f"one of {list(DATASET_NAMES)}, or {NAMED_BY_PATH} (or a Dataset in Python)")
 
-    @field_validator("model")
+    @field_validator("model", mode="before")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in MODEL_NAMES:
-            raise ValueError(f"one of {list(MODEL_NAMES)}")
-        return v
+    def _model(cls, v: Any) -> str:
+        if isinstance(v, str):
+            if v in MODEL_NAMES or usercode.is_spec(v):
+                return v
+            raise ValueError(f"one of {list(MODEL_NAMES)}, or package.module:Name of your own")
+        if v is None or isinstance(v, (bool, numbers.Number, list, dict, tuple)):
+            raise ValueError(f"one of {list(MODEL_NAMES)}, package.module:Name, or a model class, factory "
+                             "or instance")
+        try:
+            return usercode.spec_of(v)    # a class, a factory or an instance: kept in this process
+        except usercode.UserCodeError as exc:
+            raise ValueError(exc.allowed) from None
+
+    @field_validator("model_args", mode="before")
+    @classmethod
+    def _model_args(cls, v: Any) -> Any:
+        return parse_model_args(v)
 
     @field_validator("hidden", mode="before")
     @classmethod
@@ -726,6 +846,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> RunConfig:
+        if "lr" not in self.model_fields_set:   # unset: the algorithm's and the rule's own (stays unset)
+            self.__dict__["lr"] = default_lr(self.algorithm, self.optimizer)
         _check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
         spec = _algorithm_spec(self.algorithm)
@@ -739,8 +861,15 @@ class RunConfig(BaseModel):
             raise ConfigError(*broken)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
-        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+        builtin = self.model in MODEL_NAMES
+        if self.hidden is not None and not builtin:
+            raise ConfigError("hidden", "unset with a model of your own (its sizes go in model_args)", self.hidden)
+        if self.model_args is not None and builtin:
+            raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
+                              "model package.module:Name", self.model_args)
+        if self.model == "cnn" and self.data_shape.image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
+        _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
@@ -755,8 +884,16 @@ class RunConfig(BaseModel):
     # ---------------------------------------------------------------- helpers
     @property
     def data_shape(self) -> Any:
-        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry, or a
+        file's (a text's, or a data file's from its arrays' headers and labels): the features
+        are not loaded."""
+        try:
+            return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes,
+                                                    self.test_fraction, context=self.context)
+        except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
+            err = ConfigError("dataset", "", self.dataset)
+            err.field, err.args = str(exc).partition(":")[0], (str(exc),)
+            raise err from None
 
     @property
     def model_hidden(self) -> tuple[int, ...]:
@@ -846,6 +983,37 @@ OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
     "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
 }
 
+# Each update rule's base lr for base_batch 32: (lowest, default, highest) of the rates that
+# learn the default dataset (digits; MLP 128 for 5 epochs and MLP 512-256 for 40, every
+# algorithm that takes the rule, 2 workers, 2026-12-05): lamb at 0.03 ended at chance (0.10),
+# lars at 1 reached only 0.78-0.81 in the EASGD family's 5 epochs (0.89-0.97 at 3). An
+# algorithm may declare its own (`AlgorithmSpec.lr_defaults`: diloco).
+OPTIMIZER_LR: dict[str, tuple[float, float, float]] = {
+    "sgd": (0.03, 0.1, 0.3), "adamw": (0.001, 0.003, 0.01), "lamb": (0.001, 0.003, 0.01), "lars": (1.0, 3.0, 10.0),
+}
+
+
+def lr_range(algorithm: str, optimizer: str) -> tuple[float, float, float]:
+    """(lowest, default, highest) base lr that learns the default dataset with `algorithm`
+    and the update rule `optimizer`.
+
+    >>> lr_range("sync_sgd", "lamb"), lr_range("diloco", "sgd")
+    ((0.001, 0.003, 0.01), (0.003, 0.01, 0.01))
+    """
+    spec = _algorithm_spec(algorithm)
+    own = getattr(spec, "lr_defaults", None) or {}
+    return own.get(optimizer) or OPTIMIZER_LR.get(optimizer) or OPTIMIZER_LR["sgd"]
+
+
+def default_lr(algorithm: str, optimizer: str) -> float:
+    """The base lr a config gets when it sets none (`lr_range`'s middle value).
+
+    >>> default_lr("sync_sgd", "sgd"), default_lr("sync_sgd", "adamw"), default_lr("diloco", "sgd")
+    (0.1, 0.003, 0.01)
+    """
+    return lr_range(algorithm, optimizer)[1]
+
+
 def _check_optimizer(c: RunConfig) -> None:
     """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,
     a rule other than sgd only for algorithms that use the shared rule."""
@@ -861,6 +1029,41 @@ def _check_optimizer(c: RunConfig) -> None:
         if spec is not None and not getattr(spec, "takes_optimizer", True):
             raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
                               "lamb apply to the other algorithms)", c.optimizer)
+
+
+GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets
+
+
+def is_text_dataset(dataset: str) -> bool:
+    """Whether a dataset's rows are token sequences (a language model's data): markov_text,
+    or a .txt file.
+
+    >>> is_text_dataset("markov_text"), is_text_dataset("books/emma.txt"), is_text_dataset("digits")
+    (True, True, False)
+    """
+    info = DATASETS.get(dataset)
+    return bool(info is not None and info.tokens) or is_text_path(dataset)
+
+
+def _check_language_model(c: RunConfig) -> None:
+    """gpt trains on text and text trains gpt (or a model of the user's); the GPT's knobs and
+    `context` only where they apply (a value that would be ignored is a mistake to report)."""
+    text = is_text_dataset(c.dataset)
+    if c.model == "gpt" and not text:
+        raise ConfigError("model", "gpt only with a text dataset (markov_text, or a path/to/text.txt)", c.model)
+    if text and c.model in ("softmax", "mlp", "cnn"):
+        raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
+                          "the next token at every position)", c.model)
+    if c.model != "gpt":
+        for name in GPT_KNOBS:
+            default = type(c).model_fields[name].default
+            if getattr(c, name) != default:
+                raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
+    if not text and c.context != type(c).model_fields["context"].default:
+        raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
+    if c.model == "gpt" and c.d_model % c.n_heads:
+        raise ConfigError("n_heads", f"a divisor of d_model ({c.d_model}), so every head gets d_model / n_heads "
+                          "dimensions", c.n_heads)
 
 
 def _check_simulation(c: RunConfig) -> None:

@@ -1,16 +1,17 @@
 """Doctest collection of the workbench package (`--doctest-modules`, see pyproject.toml).
 
 Test infrastructure, not part of the library (pytest loads it when it collects this
-folder). It sits here rather than at the repository root: a root conftest.py would be the
-module `conftest` that the tests' `from conftest import ...` (tests/conftest.py) must
-find, also inside Dask worker processes, which unpickle test functions.
+folder): setup.py leaves it out of the wheel. It sits here rather than at the repository
+root: a root conftest.py would be the module `conftest` that the tests' `from conftest
+import ...` (tests/conftest.py) must find, also inside Dask worker processes, which
+unpickle test functions.
 
 Collecting a module's doctests imports the module. A module whose top-level imports
-need an optional extra that is not installed here (plotly/ipywidgets of the `lab`
-extra, Dask on the GPU host, CuPy, torch) is left out of doctest collection instead of
-failing it; the end of the session names each module left out and the package it
-lacks, so nothing is skipped silently. Tests under tests/ are untouched: they skip with
-their own reasons.
+(plain, or inside a top-level `try:` that turns a missing extra into one line) need an
+optional extra that is not installed here (plotly/ipywidgets of the `lab` extra, Dask on
+the GPU host, CuPy, torch) is left out of doctest collection instead of failing it; the
+end of the session names each module left out and the package it lacks, so nothing is
+skipped silently. Tests under tests/ are untouched: they skip with their own reasons.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ LEFT_OUT: dict[str, str] = {}      # module path -> the missing package
 def _missing_top_level_import(path: Path) -> str | None:
     """The first third-party package `path` imports at module level that is not installed."""
     tree = ast.parse(path.read_text())
-    for node in tree.body:
+    nodes = [n for top in tree.body for n in ([top] + (top.body if isinstance(top, ast.Try) else []))]
+    for node in nodes:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -57,7 +59,6 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
         return None
     LEFT_OUT[str(path.relative_to(PACKAGE.parent))] = missing
     return True
-
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

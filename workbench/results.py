@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import measure
+from . import learning, measure
 from .util.fileio import RunDirError, atomic_write  # noqa: F401  (RunDirError: re-exported)
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
@@ -1182,10 +1182,27 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "versions": versions(),
     }
     summary.update(extra)
+    if status == "completed":   # ended as planned, and learned nothing? (`learning.note`)
+        first, last = _first_and_last_loss(store)
+        final = summary["final_train_loss"] if summary["final_train_loss"] is not None else last
+        summary["learning_note"] = learning.note(config, summary["final_test_accuracy"], first, final, n_steps)
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, evals=evals, tournaments=tournaments, params=params, store=store)
+
+
+def _first_and_last_loss(store: Any) -> tuple[float | None, float | None]:
+    """The mean training loss of a run's first step and of its last (over the workers'
+    rows of that step; None without rows)."""
+    first = last = None
+    for c in store.chunks(("step", "loss")):
+        if not len(c["step"]):
+            continue
+        if first is None:
+            first = float(np.mean(c["loss"][c["step"] == c["step"].min()]))
+        last = float(np.mean(c["loss"][c["step"] == c["step"].max()]))
+    return first, last
 
 
 def step_totals(chunks: Iterable[dict[str, np.ndarray]]) -> dict[str, Any]:

@@ -286,12 +286,12 @@ class EndsOnServer:
     Each worker retires from the server at the end of its last step (or when it fails or
     stops), and rank 0's evaluations from then on (the run's last evaluation and the
     parameters it returns) wait until every worker has retired (`server.final()`). The
-    result then holds every worker's last update, whatever order the workers end in.
-    Before, rank 0 read the server when it ended itself. On 2 CPU workers, easgd's turn
-    order is fixed, yet its returned centre after 12 steps differed by 2.4e-3 between runs
-    of one config, in half of six runs: the other worker's last exchange had or had not
-    landed yet. A lost worker is retired by its transport, so nobody waits for it; a stop
-    request ends the wait (`StopWait`), and a stopped run reports the server as it is."""
+    result then holds every worker's last update, whatever order the workers end in (read
+    when rank 0 itself ends, easgd's returned centre after 12 steps on 2 CPU workers
+    differed by 2.4e-3 between runs of one config, in half of six runs: the other worker's
+    last exchange had or had not landed yet). A lost worker is retired by its transport, so
+    nobody waits for it; a stop request ends the wait (`StopWait`), and a stopped run
+    reports the server as it is."""
 
     left = False
 
@@ -428,12 +428,26 @@ class SyncTail:
             times, slowest = tail[2:2 + p], max(tail[2 + p:])
             if isinstance(total, np.ndarray) and not total.flags.writeable:   # only a sum nobody rewrites
                 _LAST_TAIL[:] = [total, key, tail, times, slowest]
-        wait = min(comm_total, max(0.0, slowest - self.busy))
-        return Tally(tail[0], tail[1] > 0, times, comm_total - wait, wait)
+        comm_s, wait_s = comm_and_wait(comm_total, slowest, self.busy)
+        return Tally(tail[0], tail[1] > 0, times, comm_s, wait_s)
 
     def freed(self) -> None:
         """My exchange (and update) ended now: my next busy time counts from here."""
         self.t_free = self.clock()
+
+
+def comm_and_wait(comm_total: float, slowest: float, busy: float) -> tuple[float, float]:
+    """A worker's exchange time split in two: idle while the slowest worker (busy for
+    `slowest` since its last exchange, against my `busy`) finished its part, at most the
+    whole exchange, and the rest, moving bytes. Returns (comm_s, wait_s).
+
+    >>> comm_and_wait(1.0, 0.75, 0.5)
+    (0.75, 0.25)
+    >>> comm_and_wait(1.0, 0.5, 0.75)      # I was the slowest: no wait
+    (1.0, 0.0)
+    """
+    wait = min(comm_total, max(0.0, slowest - busy))
+    return comm_total - wait, wait
 
 
 def settle(out: StepOut, loss: float, stop: bool) -> bool:
@@ -454,16 +468,57 @@ def settle(out: StepOut, loss: float, stop: bool) -> bool:
     return out.stop is None
 
 
+def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
+               evaluate: Callable[[int], None] | None, now: float | None = None) -> str | None:
+    """The loop's contract for one step's outcome: `run_loop` and the simulator's fast
+    drivers (which step many workers in one loop) each call it once per worker and step.
+
+    A stop the step decided (`out.stop`: a synchronous step settles it with every worker)
+    ends the loop, with its event on rank 0 (a divergence also on every worker of an
+    asynchronous run), and no record. Otherwise the step's row is booked at `now` (the
+    worker's clock, read here when None); an asynchronous worker whose loss is NaN/inf
+    ends as diverged and asks every other worker to stop (a synchronous one learns it at
+    its next exchange); on an eval step `evaluate(step)` runs (None: not this worker's
+    to do); and a few times a second the rows leave as a live batch.
+
+    Returns the status that ends this worker's loop ("stopped", "diverged"), or None.
+    """
+    if out.stop:
+        if out.stop == "diverged" and (ctx.rank == 0 or not sync):
+            ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
+        if out.stop == "stopped" and ctx.rank == 0:
+            ctx.event("stopped", f"stop requested; ended at step {step}")
+        return out.stop
+    if now is None:
+        now = ctx.timer()
+    loss = float(out.loss)
+    ctx.steps.add(step, now - ctx.t_start, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
+                  float(out.staleness), out.bytes_sent)
+    if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
+        # (synchronous algorithms decide together and set out.stop; sync_easgd's local
+        # steps between exchanges may see a NaN that the next exchange reports to all)
+        ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
+        if ctx.control is not None:
+            ctx.control.request_stop("diverged")
+        return "diverged"
+    if evaluate is not None and ctx.plan.is_eval_step(step):
+        evaluate(step)
+    if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
+        ctx.flush()
+    return None
+
+
 def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     """Drive `algo` for the planned steps; returns {"status", "params" (rank 0), "steps"
-    (every step's record, as columns), "started" (wall clock of step 0), ...}."""
+    (every step's record, as columns), "started" (wall clock of step 0), ...}.
+
+    An asynchronous worker asks at the top of each step whether to stop; a synchronous
+    one learns it from its step (`settle`); what a step's outcome does next is `close_step`."""
     plan, status = ctx.plan, "completed"
     step = -1
-    log, sync = ctx.steps, algo.sync
-    clock = ctx.timer
+    sync, total = algo.sync, plan.total_steps
     ctx.start()
-    t0 = ctx.t_start
-    for step in range(plan.total_steps):
+    for step in range(total):
         if not sync and ctx.stop_requested():
             status = "stopped"
             break
@@ -475,33 +530,13 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         except BaseException:
             algo.failed()
             raise
-        if out.stop:
-            status = out.stop
-            if out.stop == "diverged" and (ctx.rank == 0 or not sync):
-                ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
-            if out.stop == "stopped" and ctx.rank == 0:
-                ctx.event("stopped", f"stop requested; ended at step {step}")
-            break
-        if step + 1 == plan.total_steps:
+        if step + 1 == total and not out.stop:
             algo.steps_done()
-        now = clock()
-        loss = float(out.loss)
-        log.add(step, now - t0, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
-                float(out.staleness), out.bytes_sent)
-        if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
-            # (synchronous algorithms decide together and set out.stop; sync_easgd's local
-            # steps between exchanges may see a NaN that the next exchange reports to all)
-            status = "diverged"
-            ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
-            if ctx.control is not None:
-                ctx.control.request_stop("diverged")
+        ended = close_step(ctx, step, out, sync, algo.evaluate)
+        if ended is not None:
+            status = ended
             break
-        if plan.is_eval_step(step):
-            algo.evaluate(step)
-        if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
-            ctx.flush()
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
             "steps": ctx.step_columns(), "started": ctx.started_wall}
-

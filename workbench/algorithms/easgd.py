@@ -56,15 +56,52 @@ from typing import Any
 import numpy as np
 
 from ..comm.base import ring_allreduce_bytes
+from ..comm.roles import elastic_difference
 from ..maths.backend import to_numpy
 from .base import EndsOnServer, LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
 
 
+# ------------------------------------------------------------------------------ the family's maths
+# Written once, over one worker's row (n,) or a stack of rows (K, n) (the simulator's replay
+# steps many workers at once): elementwise, so each row's bits are those of its own update.
+# The exchange's difference is `comm.roles.elastic_difference`, beside the centre that adds it;
+# the local rule is the configured optimiser's (`maths.optim`: plain SGD is `sgd_descent`).
+def look_ahead(x: Any, v: Any, delta: float) -> None:
+    """EAMSGD's move to the look-ahead point, in place: v *= delta; x += v.
+
+    >>> x, v = np.ones(2, np.float32), np.full(2, 0.5, np.float32)
+    >>> look_ahead(x, v, 0.5); x.tolist(), v.tolist()
+    ([1.25, 1.25], [0.25, 0.25])
+    """
+    v *= delta
+    x += v
+
+
+def eamsgd_descent(x: Any, v: Any, g: Any, lr: Any, weight_decay: float = 0.0, decay: Any = None) -> None:
+    """EAMSGD's update from the gradient `g` taken at the look-ahead point `x`, in place:
+    g (+ wd x) times lr leaves both x and v (g is overwritten). `lr` a number or a (K, 1)
+    column of x's dtype; `decay` scratch of x's shape for wd x (else a new array).
+
+    >>> x, v, g = np.ones(2, np.float32), np.zeros(2, np.float32), np.full(2, 2.0, np.float32)
+    >>> eamsgd_descent(x, v, g, 0.25); x.tolist(), v.tolist()
+    ([0.5, 0.5], [-0.5, -0.5])
+    """
+    if weight_decay:
+        g += weight_decay * x if decay is None else np.multiply(x, weight_decay, out=decay)
+    g *= lr
+    x -= g
+    v -= g
+
+
 class ElasticWorker(LocalWorker):
-    """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange."""
+    """Local SGD plus an elastic exchange every tau steps; subclasses say how they exchange.
+
+    A worker's state: x_i (`params`), its local rule (`opt`, with the rule's own state) and,
+    for async_measgd, the velocity (`velocity`); `alpha` and `tau` from the config."""
 
     eval_name = "centre"
     over_network = True     # the exchange is a message (hogwild_easgd: a write to shared memory)
+    turns = False           # the server takes the exchanges in strict rank order (easgd)
 
     def __init__(self, ctx: WorkerContext):
         # x_i starts at the centre; local steps ignore momentum (the elastic force plays its
@@ -93,30 +130,32 @@ class ElasticWorker(LocalWorker):
         return self.ctx.xp.asarray(self.ctx.server.centre())
 
 
-class AsyncEASGD(EndsOnServer, ElasticWorker):
-    """async_easgd: the server applies each worker's exchange as it arrives (FCFS)."""
+class CentreOnServer(EndsOnServer, ElasticWorker):
+    """The members whose centre lives on a server (`ParameterServer`): each exchange is a
+    request, the server computes d and adds it to xc, the worker subtracts it."""
+
+    def exchange(self) -> None:
+        server = self.ctx.server
+        x = to_numpy(self.params)
+        d = server.elastic(x, self.alpha, self.ctx.rank) if self.turns else server.elastic(x, self.alpha)
+        self.params -= self.ctx.xp.asarray(d)
 
     def eval_params(self) -> Any:
         return self.server_params(self.ctx.server.centre)
 
-    def exchange(self) -> None:
-        d = self.ctx.server.elastic(to_numpy(self.params), self.alpha)   # the server did xc += d
-        self.params -= self.ctx.xp.asarray(d)
 
-
-class EASGD(EndsOnServer, ElasticWorker):
+class EASGD(CentreOnServer):
     """easgd, the original: the server takes exchanges in strict rank order (round-robin).
 
     A finished (or failed) worker retires, so the others never wait for its turn
     (`EndsOnServer`, which also makes the returned centre the one after every worker's
     last exchange)."""
 
-    def exchange(self) -> None:
-        d = self.ctx.server.elastic(to_numpy(self.params), self.alpha, self.ctx.rank)
-        self.params -= self.ctx.xp.asarray(d)
+    turns = True
 
-    def eval_params(self) -> Any:
-        return self.server_params(self.ctx.server.centre)
+
+class AsyncEASGD(CentreOnServer):
+    """async_easgd: the server applies each worker's exchange as it arrives (FCFS)."""
 
 
 class AsyncMEASGD(AsyncEASGD):
@@ -130,15 +169,10 @@ class AsyncMEASGD(AsyncEASGD):
 
     def local_step(self, step: int, lr: float) -> float:
         x, v, g = self.params, self.velocity, self.grad
-        v *= self.delta
-        x += v                                   # x is now the look-ahead point
+        look_ahead(x, v, self.delta)
         X, y = self.ctx.batch(step, self.lo, self.hi)
         loss, _ = self.ctx.model.loss_and_grad(x, X, y, grad_out=g)
-        if self.opt.weight_decay:
-            g += self.opt.weight_decay * x
-        g *= lr
-        x -= g
-        v -= g
+        eamsgd_descent(x, v, g, lr, self.opt.weight_decay)
         return loss
 
 
@@ -153,7 +187,7 @@ class HogwildEASGD(ElasticWorker):
 
     def exchange(self) -> None:
         x = to_numpy(self.params)
-        d = self.alpha * (x - self.centre)            # reads xc as it is now (others may be writing)
+        d = elastic_difference(x, self.centre, self.alpha)   # reads xc as it is now (others may be writing)
         np.add(self.centre, d, out=self.centre)       # unlocked read-modify-write, racing the others
         self.params -= self.ctx.xp.asarray(d)
 
@@ -238,8 +272,7 @@ class SyncEASGD(ElasticWorker):
         exposed = self._land()                         # the previous exchange's sum (overlap only)
         buf = self.buf
         centre = ctx.xp.asarray(self.centre) if self.on_host else self.centre   # host -> device copy
-        ctx.xp.subtract(self.params, centre, out=buf[:n])
-        buf[:n] *= self.alpha                          # d_i = alpha (x_i - xc)
+        elastic_difference(self.params, centre, self.alpha, out=buf[:n], xp=ctx.xp)   # d_i = alpha (x_i - xc)
         self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
                        stop=ctx.rank == 0 and ctx.stop_requested())
         t2 = ctx.timer()

@@ -17,6 +17,19 @@ import numpy as np
 from .base import Algorithm, StepOut, WorkerContext
 
 
+def hogwild_write(shared: np.ndarray, grad: np.ndarray, lr: float) -> None:
+    """The lock-free update: `shared -= lr g`, a read-modify-write per element that races
+    the other workers' (`grad` is scaled in place). One worker's write; the simulator's
+    replay makes them one after the other, in the order the workers would.
+
+    >>> x, g = np.ones(2, np.float32), np.full(2, 2.0, np.float32)
+    >>> hogwild_write(x, g, 0.25); x.tolist()
+    [0.5, 0.5]
+    """
+    grad *= lr
+    np.subtract(shared, grad, out=shared)
+
+
 class HogwildSGD(Algorithm):
     """hogwild_sgd's worker. The result (and the last evaluation) is the shared buffer as it
     is when rank 0 ends its steps: other workers' last writes may land after it. The
@@ -38,10 +51,7 @@ class HogwildSGD(Algorithm):
         params = self.shared if ctx.xp is np else ctx.xp.asarray(self.shared)
         loss, _ = ctx.model.loss_and_grad(params, X, y, grad_out=self.grad)
         t1 = self.clock()
-        step_ = self.grad if ctx.xp is np else self.grad.get()
-        step_ *= lr
-        # The unlocked update: a read-modify-write per element, racing the other workers.
-        np.subtract(self.shared, step_, out=self.shared)
+        hogwild_write(self.shared, self.grad if ctx.xp is np else self.grad.get(), lr)
         t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1,
                        bytes_sent=0.0)   # shared memory on one host: nothing crosses a network

@@ -8,9 +8,9 @@ arrays, extra client-side set-up), its knobs (`RunConfig` field names), its comm
 pattern for the cost model, whether it can span hosts, how many workers it runs on and
 where, and the facts about its own knobs (`check`, `peak_lr`).
 
-Everything that used to keep its own list reads this one: config validation
+Everything that needs a fact about an algorithm reads this table: config validation
 (`config.ALGORITHMS`, `config.SYNC_ALGORITHMS`, the algorithm's `check`), the engine and
-its transports, preflight, the cost model (`costmodel.PATTERNS`), the dashboard (which
+its transports, preflight, the cost model (each pattern's terms), the dashboard (which
 knobs apply), `bench` and `python -m workbench algorithms`.
 
 This module imports nothing of the workbench, and reading it imports no algorithm module:
@@ -39,6 +39,14 @@ SERVER_ROLES = {
 PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_server", "elastic_shared",
             "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip", "pairwise")
 EVALUATORS = ("rank0", "all", "trainers")
+# The simulator's fast paths: every virtual worker stepped in one loop, on stacks of rows, calling
+# the family's own maths (`execution/transports/sim_lockstep.py`, `sim_server.py`); bitwise the
+# per-worker run. An algorithm's declaration names the one it has (`AlgorithmSpec.fast_path`).
+FAST_PATHS = {
+    "replicas": "identical replicas: one stacked pass over the global batch's slices, one update (sync_sgd)",
+    "shared": "one shared buffer: the workers' reads and writes replayed in the order they happen (hogwild_sgd)",
+    "server": "a server role: the workers' timing replayed, their maths in stacked passes in the server's order",
+}
 
 Hook = Callable[..., Any] | str   # a function, or "module:function" of this package, imported on first use
 
@@ -119,6 +127,11 @@ class AlgorithmSpec:
     # training set and the global batch (LTFB: a trainer's training set and batch); the
     # plan of every run comes from it (`problem.run_plan`)
     plan_shape: Callable[[Any, int], tuple[int, int]] | None = None
+    # update rule -> (lowest, default, highest) base lr that learns the default dataset, where
+    # this algorithm's differ from the rule's own (`config.OPTIMIZER_LR`; diloco's outer
+    # Nesterov step amplifies its inner steps' change: the shared defaults reached chance)
+    lr_defaults: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    fast_path: str | None = None  # the simulator's fast path for it (FAST_PATHS), if it has one
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
@@ -127,6 +140,8 @@ class AlgorithmSpec:
             raise ValueError(f"evaluates: one of {list(EVALUATORS)}, got {self.evaluates!r}")
         if self.needs.server is not None and self.needs.server not in SERVER_ROLES:
             raise ValueError(f"needs.server: one of {sorted(SERVER_ROLES)}, got {self.needs.server!r}")
+        if self.fast_path is not None and self.fast_path not in FAST_PATHS:
+            raise ValueError(f"fast_path: None or one of {list(FAST_PATHS)}, got {self.fast_path!r}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers: None or at least 1, got {self.workers!r}")
 
@@ -301,30 +316,35 @@ for _spec in (
         "the same update", "sync:SyncSGD", sync=True,
         evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
         needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
-                                             "compression_levels", "error_feedback"), pattern="allreduce"),
+                                             "compression_levels", "error_feedback"), pattern="allreduce",
+        fast_path="replicas"),
     AlgorithmSpec(
         "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
         "recorded", "async_ps:AsyncSGD", sync=False, evaluates="rank0",
-        needs=Needs(server="parameter_server", server_options="async_ps:plain_options"), pattern="server"),
+        needs=Needs(server="parameter_server", server_options="async_ps:plain_options"), pattern="server",
+        fast_path="server"),
     AlgorithmSpec(
         "async_msgd", "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v", "async_ps:AsyncMSGD",
         sync=False, needs=Needs(server="parameter_server", server_options="async_ps:momentum_options"),
-        pattern="server"),
+        pattern="server", fast_path="server"),
     AlgorithmSpec(
         "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host "
         "(Recht et al.)", "hogwild:HogwildSGD", sync=False, needs=Needs(shared=("params",)), pattern="shared",
-        spans_hosts=False, takes_optimizer=False),   # the lock-free x -= lr g is the algorithm
+        spans_hosts=False, takes_optimizer=False,    # the lock-free x -= lr g is the algorithm
+        fast_path="shared"),
     AlgorithmSpec(
         "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
-        "easgd:EASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin"),
+        "easgd:EASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin",
+        fast_path="server"),
     AlgorithmSpec(
         "async_easgd", "elastic averaging with a parameter server serving whichever worker arrives first, every "
         "tau steps", "easgd:AsyncEASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS,
-        pattern="elastic_server"),
+        pattern="elastic_server", fast_path="server"),
     AlgorithmSpec(
         "async_measgd", "async_easgd with Nesterov momentum on the workers (EAMSGD)", "easgd:AsyncMEASGD",
         sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="elastic_server",
-        takes_optimizer=False),   # its worker update is EAMSGD's own
+        takes_optimizer=False,    # its worker update is EAMSGD's own
+        fast_path="server"),
     AlgorithmSpec(
         "hogwild_easgd", "async_easgd with the lock on the centre update removed (centre in shared memory)",
         "easgd:HogwildEASGD", sync=False, needs=Needs(shared=("centre",)), knobs=EASGD_KNOBS,
@@ -356,7 +376,10 @@ for _spec in (
     AlgorithmSpec(
         "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
         "parameter change", "local:DiLoCo", sync=True, evaluates="all", needs=Needs(collective=True),
-        knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce"),
+        knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce",
+        # digits, MLP 512-256, 40 epochs, 2 workers: sgd 0.03 and lamb 0.003 ended at chance (0.13, 0.10)
+        lr_defaults={"sgd": (0.003, 0.01, 0.01), "adamw": (0.0003, 0.001, 0.003), "lamb": (0.0003, 0.001, 0.001),
+                     "lars": (0.003, 0.01, 0.03)}),
     AlgorithmSpec(
         "dpsgd", "decentralised D-PSGD (Lian et al.): a local step, then gossip averaging with the neighbours in a "
         "ring, torus, exponential or complete graph", "gossip:DPSGD", sync=True, evaluates="rank0",

@@ -61,6 +61,20 @@ def _cut(batch_size: int, shares: list[float]) -> list[tuple[int, int]]:
     return cut
 
 
+def weigh(grads: Any, shares: Any) -> None:
+    """Each slice's mean gradient times its share of the global batch, n_i / B, in place,
+    so that the workers' sum is the batch's mean gradient. One worker's row (`shares` a
+    number: 1, one worker's whole batch, leaves it as it is) or a stack of rows (a (K, 1)
+    column of the gradients' dtype: each row's bits are those of its own scaling).
+
+    >>> import numpy as np
+    >>> g = np.ones((2, 2), np.float32); weigh(g, np.array([[0.75], [0.25]], np.float32)); g[:, 0].tolist()
+    [0.75, 0.25]
+    """
+    if not (isinstance(shares, float) and shares == 1.0):
+        grads *= shares
+
+
 class SpeedBalancer:
     """Batch shares for `split="speed"`: every worker feeds in everyone's compute times
     (the same numbers on every rank, after a collective), and every REBALANCE_EVERY
@@ -119,8 +133,7 @@ class SyncSGD(Algorithm):
         X, y = ctx.batch(step, lo, hi)
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
         w = (hi - lo) / ctx.plan.batch_size
-        if w != 1.0:                      # one worker: scaling by 1 changes nothing
-            self.grad *= w
+        weigh(self.grad, w)
         return loss * w, hi - lo, self.clock() - t0
 
     @property

@@ -304,7 +304,7 @@ def _plain_entry(b: Bench) -> dict:
     monitors) costs the loop."""
     from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     cfg = b.config("sync_sgd", 10).to_dict()
-    blas = max(1, (os.cpu_count() or 1) // b.cpus)
+    blas = b.config("sync_sgd", 10).blas_threads   # the rule our workers follow (util.blas)
     half = b.args.seconds / 2
     before = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
     name = f"wbb{uuid.uuid4().hex[:10]}"

@@ -81,11 +81,6 @@ BYTES_PER_PARAM = 4  # float32
 
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
-# Which communication pattern each algorithm uses (see the module docstring): declared
-# on each algorithm's declaration (`workbench.algorithms.registry`).
-PATTERNS: dict[str, str] = {name: spec.pattern for name, spec in specs().items()}
-SAME_HOST = tuple(name for name, spec in specs().items()            # shared memory: one host only
-                  if not spec.spans_hosts)
 ALLREDUCES = ("ring", "tree")
 
 
@@ -193,9 +188,11 @@ def exchanges_per_step(pattern: str, tau: int, sync_share: float = 0.0) -> float
 
 
 def _pattern(algorithm: str) -> str:
-    if algorithm not in PATTERNS:
-        raise ConfigError("algorithm", f"one of {sorted(PATTERNS)}", algorithm)
-    return PATTERNS[algorithm]
+    """The communication pattern `algorithm` declares (`AlgorithmSpec.pattern`)."""
+    declared = specs()
+    if algorithm not in declared:
+        raise ConfigError("algorithm", f"one of {sorted(declared)}", algorithm)
+    return declared[algorithm].pattern
 
 
 # ------------------------------------------------------------------------------ fitting

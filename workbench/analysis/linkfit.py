@@ -398,7 +398,7 @@ def benchmark_link(client: Any, sizes: Sequence[int] = SIZES, budget_s: float = 
     and fitted with its uncertainty, held-out error and verdict (`fit_link`). Pass it to
     `costmodel.calibrate(results, link=...)`.
 
-    What to expect: see README ("five calibrations in a row"); `LinkFit.verdict` says how
+    What to expect: see docs/simulator.md ("Five in a row"); `LinkFit.verdict` says how
     sure this one is ("resolved", or which parameter is not)."""
     raw: list[dict[str, Any]] = []
     exchange_benchmark(client, sizes, budget_s, raw=raw)

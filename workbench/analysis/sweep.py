@@ -49,7 +49,7 @@ from ..results import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "rounds", "samples_per_s_lo",
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "blas_threads", "rounds", "samples_per_s_lo",
                  "samples_per_s_hi", "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
 
@@ -151,7 +151,8 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
             "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
-            "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note")}
+            "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note"),
+            "blas_threads": s.get("blas_threads")}
 
 
 def add_scaling(table: pd.DataFrame) -> pd.DataFrame:

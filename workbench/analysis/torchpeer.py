@@ -33,7 +33,7 @@ def _torch(b: Bench, mode: str) -> dict | None:
     spec = {"mode": mode, "world": b.cpus, "n_features": b.size.n_features, "hidden": b.size.widths,
             "batch": b.size.batch_per_worker, "seconds": b.args.seconds, "n_floats": b.n_params,
             "port": _free_port()}
-    threads = max(1, (os.cpu_count() or 1) // b.cpus)   # the same share of the cores as our workers
+    threads = b.config("sync_sgd", 10).blas_threads   # the same threads as our workers (util.blas)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     try:
         proc = subprocess.run([sys.executable, "-c", f"from workbench.analysis.torchpeer import torch_main; torch_main({json.dumps(spec)!r})"],

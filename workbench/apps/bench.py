@@ -190,6 +190,7 @@ def main(args: argparse.Namespace) -> int:
     for a in algorithms:
         if a not in REGISTRY:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
+    from ..util.machine import usable_cores
     sizes = check_args(args)
     if getattr(args, "allreduce", False):
         return allreduce_main(args)
@@ -197,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"benchmark: {args.cpus} CPU workers, {args.seconds:g} s per measurement, {rounds} round(s); {blas}; "
-          f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+          f"load average {load:.2f} on {usable_cores()} cores", flush=True)
     client = make_cluster(cpus=args.cpus, gpus=0, quiet=True)
     tables: list[pd.DataFrame] = []
     notes: list[str] = []

@@ -71,8 +71,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Merge defaults < --config file < flags into one validated RunConfig."""
     data: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        data.update(RunConfig.from_yaml(args.config).to_dict())
+    if getattr(args, "config", None):   # the file's own keys: what it leaves unset (lr) stays unset
+        data.update(RunConfig.from_yaml(args.config).model_dump(mode="json", exclude_unset=True))
     for name in RunConfig.model_fields:
         if name in vars(args):
             value = getattr(args, name)
@@ -90,6 +90,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
+    "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -106,7 +107,7 @@ EXAMPLES = """\
 examples:
   python -m workbench run --algorithm sync_sgd --cpus 2 --batch-size 128 --epochs 5 --out runs/s
   python -m workbench run --algorithm async_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/ae
-  python -m workbench run --config experiments/my.yaml --lr 0.2
+  python -m workbench run --config runs/s/config.yaml --lr 0.2 --out runs/s-lr0.2
   python -m workbench sweep --algorithm sync_sgd --workers 1,2 --mode weak --out runs/sweep
   python -m workbench reproduce experiments/sc17_easgd.yaml --quick --out runs/sc17
   python -m workbench compare runs/s runs/ae --out compare.html
@@ -119,7 +120,7 @@ examples:
       --lr-scaling linear --warmup gradual --warmup-epochs 1 --epochs 5 --out runs/sync
   python -m workbench run --algorithm sync_easgd --cpus 2 --tau 4 --latency-ms 1 --out runs/se
   python -m workbench run --algorithm ltfb --cpus 2 --trainers 2 --lr-spread 4 --out runs/ltfb
-  python -m workbench run --config experiments/my.yaml --lr 0.2     # YAML keys = field names
+  python -m workbench run --config runs/sync/config.yaml --lr 0.2 --out runs/sync-lr0.2  # a saved run, one change
   python -m workbench run --algorithm sync_sgd --scheduler tcp://10.0.0.5:8786  # an existing cluster
 
 exit codes: 0 completed; 1 stopped, diverged or failed (what was gathered is saved);
@@ -142,15 +143,30 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
+MODULE_PROG = "python -m workbench"
+
+
+def called_as(argv0: str | None) -> str:
+    """The command a user typed, for usage lines and examples: the console script's name
+    (`parallel-workbench`), or `python -m workbench` for the module (and for calls of
+    `main(argv)` from code, which have no command line of their own).
+
+    >>> called_as("/home/me/.venv/bin/parallel-workbench"), called_as("/src/workbench/__main__.py"), called_as(None)
+    ('parallel-workbench', 'python -m workbench', 'python -m workbench')
+    """
+    name = Path(argv0).name if argv0 else ""
+    return MODULE_PROG if not name or name.endswith((".py", ".pyc")) or name.startswith("-") else name
+
+
+def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     fmt = _HelpFormatter
-    parser = argparse.ArgumentParser(prog="python -m workbench", usage="%(prog)s [-h] [--version] COMMAND ...",
+    parser = argparse.ArgumentParser(prog=prog, usage="%(prog)s [-h] [--version] COMMAND ...",
                                      description=DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
     parser.add_argument("--version", action="version",
                         version=f"parallel-workbench {__version__} (import package workbench)")
     # listed once, in DESCRIPTION's order, rather than again by argparse
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
-                                prog="python -m workbench")
+                                prog=prog)
 
     run = sub.add_parser("run", help=COMMANDS["run"], formatter_class=fmt,
                          description="Train one run. Every RunConfig field is a flag; see the groups below.",
@@ -170,6 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
     comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
+
+    why = sub.add_parser("explain", help=COMMANDS["explain"], formatter_class=fmt,
+                         description="Read one run, or a 1-worker run and an N-worker run of the same config, and "
+                                     "say what limits the N-worker step (first line: limited by: ...), its parts "
+                                     "(compute, exchange, waiting for the slowest worker, the engine's overhead, "
+                                     "contention from other processes), and what would change the answer (the "
+                                     "batch and model size at which N workers beat one by 1.5x, the network at "
+                                     "which DiLoCo or compression pays, the straggler), from the cost model fitted "
+                                     "on the runs, each with its uncertainty. See docs/explain.md.",
+                         epilog="example:\n  python -m workbench run --algorithm sync_sgd --cpus 1 --out runs/one\n"
+                                "  python -m workbench run --algorithm sync_sgd --cpus 2 --out runs/two\n"
+                                "  python -m workbench explain runs/one runs/two")
+    why.add_argument("runs", nargs="+", metavar="RUN", help="run directories (each with summary.json)")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -219,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
+    bench.add_argument("--gpt", action="store_true",
+                       help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
+                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
+    bench.add_argument("--torch-adapter", action="store_true",
+                       help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
+                            "a plain PyTorch loop of the same module and batch, one core each "
+                            "(workbench.analysis.adapterbench; skipped without torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -226,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true",
                      help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
-                          "names read 'not reproduced in quick mode', every other shape is checked")
+                          "names read 'skipped in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
@@ -260,11 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also stop repeating after this many seconds (checked between rounds; default: no "
                             "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if prog != MODULE_PROG:      # the examples name the command as it was called
+        for p in (parser, *sub.choices.values()):
+            p.description = p.description and p.description.replace(MODULE_PROG, prog)
+            p.epilog = p.epilog and p.epilog.replace(MODULE_PROG, prog)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(called_as(sys.argv[0] if argv is None and sys.argv else None))
     args = parser.parse_args(argv)
     try:
         if args.command == "algorithms":
@@ -282,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
@@ -291,6 +333,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
+            if args.gpt:
+                from ..analysis.gptbench import main as gpt_bench_main
+                return gpt_bench_main(args)
+            if args.torch_adapter:
+                from ..analysis.adapterbench import main as adapter_bench_main
+                return adapter_bench_main(args)
             from .bench import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
@@ -320,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except (ConfigError, ValueError) as exc:
-        # Invalid input: one line, no traceback (exit code 2: README.md, "Use it").
+        # Invalid input: one line, no traceback (exit code 2: docs/usage.md, "Exit codes").
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ImportError as exc:
@@ -443,18 +491,53 @@ def _run(args: argparse.Namespace) -> int:
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
-          f"{s['samples_per_s']:.0f} samples/s, test accuracy "
+          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
+    for line in _model_lines(s, config):
+        print(f"  {line}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
     from ..measure import notes
-    for line in notes(s):
-        print(f"  note: {line}")
+    for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
+        print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
     out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _model_lines(summary: dict, config: Any) -> list[str]:
+    """A language model's numbers (nats per token, perplexity, the gap to the best loss) and,
+    for a simulated run, its communication against sync_sgd's on the same virtual cluster."""
+    out = []
+    lm = summary.get("language")
+    if lm:
+        best = "" if lm.get("best_loss") is None else \
+            f"; best possible {lm['best_loss']:.4f} (gap {lm['gap_to_best']:.4f})"
+        acc = lm.get("next_token_accuracy")
+        out.append(f"language model: test loss {lm['loss_nats_per_token']:.4f} nats/token (perplexity "
+                   f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
+    if summary.get("simulated"):
+        from ..sim.costs import comm_against_sync
+        c = comm_against_sync(summary)
+        if c is not None:
+            name = config.algorithm + ("" if config.compression == "none" else f" ({config.compression})")
+            r = c["saving"]
+            than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
+            out.append(f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of its booked "
+                       f"time); sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
+                       f"({c['sync_sgd_share']:.0%}): {than}")
+    return out
+
+
+def _blas_clause(summary: dict) -> str:
+    """" (1 BLAS thread per worker)" for a real run (the rule every entry point follows,
+    `util.blas`); "" for a simulated one, whose compute is charged, not run."""
+    if summary.get("simulated") or "blas_threads" not in summary:
+        return ""
+    from ..util.blas import rule_text
+    return f" ({rule_text(summary['blas_threads'])})"
 
 
 def _write_report(result: Any, out: str) -> None:
@@ -503,11 +586,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    if config.simulate:   # virtual workers of the field the sweep varies (gpus for a GPU-only config)
-        from ..analysis.sweep import sweep_configs
-        preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
-    else:
-        preflight(config.replace(cpus=max(workers), gpus=0))
+    # every point's config first (a batch no point can take is the config's fault, whatever the
+    # machine), then the machine's checks on the largest point (of the field the sweep varies)
+    from ..analysis.sweep import sweep_configs
+    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
@@ -545,7 +627,8 @@ def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path 
         from ..ui import figures as F
         from ..ui.report import write_comparison_report
     except ImportError as exc:  # no plotly (the lab extra): the CSV is what matters
-        print(f"note: no sweep.html ({exc}); pip install 'parallel-workbench[lab]' for figures", file=sys.stderr)
+        from ..util.extras import missing_extra
+        print(f"note: no sweep.html: {missing_extra('sweep.html', exc)}", file=sys.stderr)
         return None
     runs = [d for d in table["run_dir"] if isinstance(d, str) and (Path(d) / "summary.json").exists()]
     labels = [f"{w} worker{'s' if w != 1 else ''}" for w, d in zip(table["workers"], table["run_dir"]) if d in runs]
@@ -576,12 +659,24 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         from ..ui.report import write_comparison_report
     except ImportError as exc:
-        raise ImportError(f"compare needs plotly: pip install 'parallel-workbench[lab]' ({exc})") from None
+        from ..util.extras import missing_extra
+        raise missing_extra("compare", exc) from None
     from ..results import RunResult
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
     print(f"report: {path}")
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """`explain RUN [RUN...]`: each run with more workers against the one with fewest
+    (`analysis.explain`), printed; the first line of each says what limits it."""
+    from ..analysis.explain import explain
+    from ..results import RunResult
+    dirs = _run_dirs(args.runs)
+    found = explain([RunResult.load(d) for d in dirs])
+    print("\n\n".join(e.text() for e in found))
     return EXIT_OK
 
 

@@ -63,7 +63,9 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
             repeats.add(workers, rows[-1]["samples_per_s"] if s["status"] == "completed" else None)
             if echo:
                 acc = s.get("final_test_accuracy")
-                print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady), {s['train_time_s']:.1f} s "
+                from ..util.blas import rule_text
+                print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady, "
+                      f"{rule_text(s.get('blas_threads'))}), {s['train_time_s']:.1f} s "
                       f"training (+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, "
                       f"test accuracy {'n/a' if acc is None else f'{acc:.3f}'}", flush=True)
                 for note in notes(s):

@@ -32,9 +32,9 @@ __all__ = ["export_tensorboard"]
 def _writer_class():
     try:
         from tensorboardX import SummaryWriter
-    except ImportError:
-        raise ImportError("export --tensorboard needs tensorboardX: pip install 'parallel-workbench[tensorboard]'"
-                          ) from None
+    except ImportError as exc:
+        from ..util.extras import missing_extra
+        raise missing_extra("export --tensorboard", exc) from None
     return SummaryWriter
 
 

@@ -67,6 +67,19 @@ def role_state_spec(n: int, momentum: float = 0.0, nesterov: bool = False, weigh
 
 
 # ------------------------------------------------------------------------------ parameter server / centre
+def elastic_difference(x_worker: Any, centre: Any, alpha: float, out: Any = None, xp: Any = np) -> Any:
+    """EASGD's elastic difference d = alpha (x_i - xc), into `out` (else a new array):
+    the worker subtracts it from x_i, the centre adds it (sync_easgd: every worker's, summed).
+    Every member of the family computes it here (`xp`: NumPy or CuPy).
+
+    >>> elastic_difference(np.array([3.0, 1.0]), np.array([1.0, 1.0]), 0.5).tolist()
+    [1.0, 0.0]
+    """
+    if out is None:
+        return alpha * (x_worker - centre)
+    xp.subtract(x_worker, centre, out=out)
+    out *= alpha
+    return out
 def server_state(params: np.ndarray, size: int, momentum: bool) -> dict[str, Any]:
     """Fresh state arrays of a ParameterServer (a shared-memory front-end maps its own)."""
     return {"x": np.array(params, copy=True), "velocity": np.zeros_like(params) if momentum else None,
@@ -138,12 +151,23 @@ class ParameterServer:
         return new, out, staleness
 
     def push_into(self, grad: np.ndarray, lr: float, version: int, out: np.ndarray) -> tuple[int, int]:
-        """`push` with the fresh parameters written into `out` (the simulator's replay keeps
-        each worker's in a row of one array); returns the new version and the staleness."""
-        staleness = self.version - version
+        """`push` with the fresh parameters written into `out`; returns the new version and
+        the staleness: its maths (`apply_push`) and its count (`count_push`)."""
+        self.apply_push(grad, lr, out)
+        return self.count_push(version)
+
+    def apply_push(self, grad: np.ndarray, lr: float, out: np.ndarray) -> None:
+        """A push's maths: `x -= lr g` through the rule, the fresh parameters into `out`.
+        (The simulator's replay runs the counts of every op in virtual-time order first,
+        and the maths behind them, in the same server order.)"""
         self.opt.step(self.x, grad, lr)
-        self.header[H_VERSION] += 1
         np.copyto(out, self.x)
+
+    def count_push(self, version: int) -> tuple[int, int]:
+        """A push's count: one more update applied; returns the new version and the
+        staleness of a gradient taken at `version`."""
+        staleness = self.version - version
+        self.header[H_VERSION] += 1
         return self.version, staleness
 
     @property
@@ -167,9 +191,15 @@ class ParameterServer:
 
     def elastic(self, x_worker: np.ndarray, alpha: float) -> np.ndarray:
         """EASGD: d = alpha (x_i - xc); xc += d; returns d (the worker subtracts it)."""
-        d = alpha * (x_worker - self.x)
-        self.x += d
+        d = self.apply_exchange(x_worker, alpha)
         self.header[H_VERSION] += 1
+        return d
+
+    def apply_exchange(self, x_worker: np.ndarray, alpha: float, out: np.ndarray | None = None) -> np.ndarray:
+        """An elastic exchange's maths on the centre: d = alpha (x_i - xc) (into `out`),
+        xc += d; returns d."""
+        d = elastic_difference(x_worker, self.x, alpha, out)
+        self.x += d
         return d
 
     def centre(self) -> np.ndarray:
@@ -189,10 +219,15 @@ class ParameterServer:
 
     def exchange(self, x_worker: np.ndarray, alpha: float, rank: int | None = None) -> np.ndarray:
         """The elastic exchange once `my_turn(rank)`; round-robin passes the turn on."""
-        d = self.elastic(x_worker, alpha)
+        d = self.apply_exchange(x_worker, alpha)
+        self.count_exchange(rank)
+        return d
+
+    def count_exchange(self, rank: int | None = None) -> None:
+        """An exchange's count: one more update applied; round-robin (`rank` given) passes the turn on."""
+        self.header[H_VERSION] += 1
         if rank is not None:
             self.advance_turn()
-        return d
 
     def retire(self, rank: int) -> None:
         """Round-robin: `rank` has ended; its turns are skipped from now on."""

@@ -1,7 +1,7 @@
-"""The datasets made here, offline: scikit-learn's digits, our mnist1d curves and the
+"""The datasets made here, offline: the 8x8 digits, our mnist1d curves and the
 synthetic teacher/student set.
 
-- ``digits``: scikit-learn's bundled 8x8 digits. The split is stratified and fixed
+- ``digits``: the 8x8 handwritten digits shipped in this package. The split is stratified and fixed
   (split seed 0, never the run seed), so test sets compare across runs.
 - ``mnist1d``: ten fixed template curves, each sample shifted, stretched, scaled, sheared
   and noised, sampled at 40 points. A linear model gets clearly less accuracy on it than
@@ -20,7 +20,12 @@ from .dataset import Dataset, _centre, _n_test, make_dataset
 from .order import _largest_remainder
 
 _SPLIT_SEED = 0  # digits' train/test split: fixed, so test sets compare across run seeds
-_CHUNK_ROWS = 1 << 16  # rows generated at a time; bounds the float64 temporaries
+_CHUNK_ROWS = 1 << 16  # synthetic: rows generated at a time; bounds the float64 temporaries
+# mnist1d: its (m, 40) float64 temporaries (about ten alive at once) at 8,192 rows take ~30 MB;
+# at 65,536 rows they took ~380 MB a process, in every Dask worker that builds the set (Binder: 1-2 GB)
+_MNIST1D_CHUNK_ROWS = 1 << 13
+DIGITS_FILE = "digits.csv.gz"      # beside this module: 1797 rows of 64 pixels 0..16, then the label
+DIGITS_SHA256 = "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22"
 _LABEL_NOISE = 0.1  # Gumbel scale on the synthetic teacher's unit-std logits
 _MNIST1D_TEMPLATE_SEED = 1998  # the ten class templates are the same for every run seed
 _MNIST1D_TEMPLATE_LEN = 12
@@ -40,28 +45,22 @@ def _stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[n
 
 
 def digits_table() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's bundled digits as `load_digits()` gives them: (1797, 64) pixels 0..16
-    (float64) and the labels (int).
+    """The 8x8 digits as scikit-learn's `load_digits()` gives them: (1797, 64) pixels
+    0..16 (float64) and the labels (int).
 
-    Read from scikit-learn's own file (sklearn/datasets/data/digits.csv.gz: 64 pixel columns,
-    then the label; what load_digits reads with np.loadtxt) without importing
-    `sklearn.datasets`, which costs ~2 s of CPU (scipy and the whole datasets API) in every
-    process that loads the set: each Dask worker, CLI run and notebook kernel. Falls back to
-    `load_digits` when the file is not where scikit-learn keeps it (tests compare the two)."""
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.find_spec("sklearn")    # finds the package, imports nothing
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
-        if path.is_file():
-            table = np.loadtxt(path, delimiter=",")
-            if table.shape == (1797, 65):
-                return table[:, :-1], table[:, -1].astype(int)
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as e:
-        raise ImportError("the digits dataset needs scikit-learn: pip install scikit-learn") from e
-    return load_digits(return_X_y=True)
+    The test set of the UCI "Optical Recognition of Handwritten Digits" data (E. Alpaydin
+    and C. Kaynak, 1998; CC BY 4.0), in the file scikit-learn ships
+    (sklearn/datasets/data/digits.csv.gz: 64 pixel columns, then the label), copied into
+    this package (57 KB) and read directly: no scikit-learn (about 190 MB installed with
+    its dependencies) and no import of its datasets API (~2 s of CPU in every process that
+    loads the set). `DIGITS_SHA256` pins the file; tests compare it with `load_digits`
+    where scikit-learn is installed.
+    """
+    import gzip
+    from importlib.resources import files
+    with gzip.open(files(__package__).joinpath(DIGITS_FILE).open("rb"), "rt") as text:
+        table = np.loadtxt(text, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(int)
 
 
 def _digits(test_fraction: float) -> Dataset:
@@ -98,7 +97,7 @@ def _mnist1d_templates() -> np.ndarray:
 def _mnist1d(n_samples: int, seed: int, test_fraction: float) -> Dataset:
     templates = _mnist1d_templates()  # (10, L)
     L, n_out = _MNIST1D_TEMPLATE_LEN, _MNIST1D_LEN
-    # One stream per random quantity, so the data do not depend on _CHUNK_ROWS.
+    # One stream per random quantity, so the data do not depend on _MNIST1D_CHUNK_ROWS.
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(7)]
     r_label, r_centre, r_width, r_amp, r_shear, r_smooth, r_white = streams
     y = r_label.permutation(np.arange(n_samples) % 10).astype(np.int64)  # balanced classes
@@ -106,8 +105,8 @@ def _mnist1d(n_samples: int, seed: int, test_fraction: float) -> Dataset:
     kernel = np.exp(-0.5 * (np.arange(-4, 5) / 2.0) ** 2)
     kernel /= np.sqrt((kernel**2).sum())  # smoothed noise keeps unit variance
     X = np.empty((n_samples, n_out), np.float32)
-    for lo in range(0, n_samples, _CHUNK_ROWS):
-        hi = min(lo + _CHUNK_ROWS, n_samples)
+    for lo in range(0, n_samples, _MNIST1D_CHUNK_ROWS):
+        hi = min(lo + _MNIST1D_CHUNK_ROWS, n_samples)
         m = hi - lo
         centre = r_centre.uniform(0.35, 0.65, (m, 1))  # where the curve sits (padding/shift)
         width = r_width.uniform(0.45, 0.7, (m, 1))  # share of the 40 points it covers

@@ -4,8 +4,9 @@
 `connect("tcp://HOST:8786")` (or tls://) joins one started elsewhere (`dask scheduler` / `dask worker`,
 dask-jobqueue, dask-kubernetes).
 
-Worker processes get one thread each (the training loop), BLAS threads matching their
-share of the cores, and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
+Worker processes get one thread each (the training loop), one BLAS thread each at start
+(every run then sets its own `blas_threads`, 1 unless asked: `workbench.util.blas`, the
+one rule every entry point shares), and none of the `MALLOC_TRIM_THRESHOLD_` that Dask's nanny sets by
 default (it halved NumPy MLP throughput here), and Dask's own background work in each
 worker slowed down (`QUIET_WORKERS`). The client's own `os.environ` is left as it was
 (starting a LocalCluster copies the nanny's environment into it).
@@ -28,7 +29,8 @@ import sys
 from typing import Any
 
 from ..config import ConfigError
-from ..maths.backend import GPU_INSTALL_HINT, GPUUnavailable
+from ..maths.backend import GPUUnavailable, gpu_install_hint
+from ..util.blas import DEFAULT_BLAS_THREADS
 
 WORKER_KIND_ENV = "WORKBENCH_WORKER_KIND"   # "cpu" | "gpu": set on every worker we start
 _SESSION: dict[str, Any] = {}               # the session's cluster: {"key", "client"}
@@ -169,6 +171,24 @@ def gpu_tagging(base: type) -> type:
     return _GPU_TAGGING[base]
 
 
+def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
+    """Each local worker's memory limit in bytes: its share of the memory this process tree
+    may use (`total`; default Dask's `distributed.system.MEMORY_LIMIT`: the cgroup's limit
+    where a container or batch job sets one, else the machine's memory), whatever the CPU count.
+
+    Dask's own "auto" gives each worker total * min(1, threads / cores): on one CPU, as
+    Binder gives, that is the whole container for every worker, so Dask cannot pause or
+    restart a worker before the container's limit kills the pod.
+
+    >>> worker_memory_limit(2, total=2_000_000_000), worker_memory_limit(3, total=10)
+    (1000000000, 3)
+    """
+    if total is None:
+        from distributed.system import MEMORY_LIMIT
+        total = MEMORY_LIMIT
+    return max(1, int(total) // max(1, n_workers))
+
+
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
                  memory_limit: str | float | None = "auto", quiet: bool = False, tls: bool = True) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
@@ -178,7 +198,8 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
             back to CPU workers with a one-line note when no GPU (or no dask-cuda/CuPy) is there.
         cpus: CPU worker processes.
         threads_per_worker: Dask threads per worker (the training loop needs one).
-        memory_limit: per worker, as Dask takes it.
+        memory_limit: per worker, as Dask takes it; "auto": each worker's share of the
+            machine's or the cgroup's memory (`worker_memory_limit`), on any CPU count.
         quiet: no note on stderr.
         tls: mutual TLS (`local_security`); False only for benchmarks of plain tcp (the
             ring allreduce between hosts of a cluster without TLS): anyone on the host could
@@ -194,9 +215,10 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
         raise ConfigError("cpus", "a whole number >= 0", cpus)
     if n_gpus + cpus < 1:
         raise ConfigError("cpus", "at least one worker in total (cpus + gpus)", cpus)
-    cores = os.cpu_count() or 1
-    blas = max(1, cores // max(1, n_gpus + cpus))
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(blas),
+    if memory_limit == "auto":
+        memory_limit = worker_memory_limit(n_gpus + cpus)
+    # one BLAS thread per worker whatever the worker count (util.blas): the run sets its own
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
@@ -225,7 +247,7 @@ def _resolve_gpus(gpus: int | str, quiet: bool) -> int:
         if n and not _has_dask_cuda():
             if not quiet:
                 print(f"note: {n} GPU(s) visible but dask-cuda is not installed; using CPU workers "
-                      f"({GPU_INSTALL_HINT})", file=sys.stderr)
+                      f"({gpu_install_hint()})", file=sys.stderr)
             return 0
         if n == 0 and not quiet:
             print("note: no GPU found (or CuPy missing); using CPU workers only", file=sys.stderr)
@@ -237,9 +259,9 @@ def _resolve_gpus(gpus: int | str, quiet: bool) -> int:
     have = _visible_gpus()
     if have < gpus:
         raise GPUUnavailable(f"gpus: at most the {have} visible GPU(s) here; GPU workers need an NVIDIA "
-                             f"GPU, CuPy and dask-cuda ({GPU_INSTALL_HINT}), got {gpus}")
+                             f"GPU, CuPy and dask-cuda ({gpu_install_hint()}), got {gpus}")
     if not _has_dask_cuda():
-        raise GPUUnavailable(f"gpus: dask-cuda is needed for GPU workers ({GPU_INSTALL_HINT}), got {gpus}")
+        raise GPUUnavailable(f"gpus: dask-cuda is needed for GPU workers ({gpu_install_hint()}), got {gpus}")
     return gpus
 
 
@@ -284,7 +306,8 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     import dask
     from distributed import Client
 
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(1), "distributed.scheduler.allowed-failures": 0,
+    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
+                "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
     with dask.config.set(settings), _pristine_environ():
         cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers, security=local_security())

@@ -34,6 +34,7 @@ from ..config import ConfigError, RunConfig
 from ..problem import Problem
 from ..results import Collector, OnRecord, RunResult, build_result, event_record, live_width
 from ..util import machine
+from ..util.blas import current_blas_threads
 from ..util.machine import LoopUsage
 from .context import build_context
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
@@ -83,7 +84,7 @@ def _loop(ctx: WorkerContext) -> dict:
     def used(res: dict) -> dict:
         booked = res.get("steps") or {}
         compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0)
-        res["usage"] = usage.stop(compute, ctx.kind, ctx.rank)
+        res["usage"] = {**usage.stop(compute, ctx.kind, ctx.rank), "blas_threads": current_blas_threads()}
         return res
     try:
         return used(run_loop(ctx, algo))
@@ -233,10 +234,11 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     try:
         transport.prepare(setup)
         setup.t0_wall = time.time()
-        before = machine.snapshot()
+        pids = machine.local_pids(workers)   # the run's worker processes on this host: the run's own CPU
+        before = machine.snapshot(pids)
         transport.start(setup, monitor.records.put, worker_main)
         status, params, extra = monitor.watch()
-        after = machine.snapshot()
+        after = machine.snapshot(pids)
     finally:
         transport.close()
     end = time.time()
@@ -253,11 +255,20 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
         extra.update({"machine": state, "machine_note": state["note"]})
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
+    extra["model"] = problem.model_record   # what the model was: name, size, its code's hash
+    if problem.data_record is not None:     # and a data file of the user's: its files' sizes and hashes
+        extra["data"] = problem.data_record
     extra.setdefault("lr_schedule", plan.schedule_text)
     result = build_result(config.to_dict(), monitor.collector, status=status,
                           wall_time_s=transport.wall_time(end - t_called),
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params)
+    if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
+        from ..maths.metrics import language_metrics
+        s = result.summary
+        if s.get("final_test_loss") is not None:
+            s["language"] = language_metrics(s["final_test_loss"], s.get("final_test_accuracy"),
+                                             problem.data.best_loss)
     if monitor.lost:   # how much of the plan ran, said where a batch script and the report look
         s = result.summary
         s["plan_steps_run"] = f"{s['steps']:,} of {s['total_steps_planned']:,}"

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..algorithms.registry import specs
 from ..config import ConfigError, RunConfig
+from ..maths.protocol import check_model
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
 WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
@@ -26,8 +27,8 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
 
     Checks the output directory, estimates memory before loading anything, loads the
-    dataset (which checks files and checksums), builds the model (model/dataset pairing)
-    and the schedule (warmup against the run length), checks asked-for GPUs exist, that
+    dataset (which checks files and checksums), builds the model (model/dataset pairing;
+    one step of it on a few rows: `maths.protocol.check_model`) and the schedule (warmup against the run length), checks asked-for GPUs exist, that
     a given scheduler answers as one, and that emulated exchanges end in reasonable time.
     Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
     `shm=False`: the run maps no shared memory here (the thread transport), so this
@@ -36,16 +37,21 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     if config.out:
         check_out(config.out, overwrite=overwrite)
     check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
+    check_timing_model_fits(config)
     from ..problem import Problem
 
     problem = Problem.from_config(config)
     data, model, plan = problem.data, problem.model, problem.plan   # loads and checks the data; the schedule
+    check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the model protocol
+    if config.simulate:   # a model with no FLOPs is timed on this machine's core: CPU workers of core / local
+        from ..sim.costs import check_charge
+        check_charge(config, model)
     if config.gpus not in (0, "auto") and not config.simulate:   # virtual GPUs need no GPU
-        from ..maths.backend import GPU_INSTALL_HINT, gpu_count
+        from ..maths.backend import gpu_count, gpu_install_hint
         have = gpu_count()
         if have < config.gpus:
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
-                              f"(GPU workers need CuPy and dask-cuda: {GPU_INSTALL_HINT})", config.gpus)
+                              f"(GPU workers need CuPy and dask-cuda: {gpu_install_hint()})", config.gpus)
     check_emulator(config, model.n_params)
     spec = specs()[config.algorithm]
     if shm and config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: here
@@ -53,6 +59,19 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
     return run_warnings(config, plan.total_steps, data=data, model=model)
+
+
+def check_timing_model_fits(config: RunConfig) -> None:
+    """Raise ConfigError("timing_model", ...) when a simulated GPU worker charged as a
+    published language model cannot hold its weights, gradients, optimiser state and the
+    activations of its slice of the batch (`sim.profiles.check_fits`)."""
+    if not (config.simulate and config.timing_model and config.gpus):
+        return
+    from ..sim import profiles
+    workers = max(1, config.n_workers or 1)
+    slice_rows = -(-config.batch_size // workers)                 # the largest slice of a global batch
+    profiles.check_fits(profiles.TIMING_MODELS[config.timing_model], profiles.DEVICES[config.resolved_device],
+                        slice_rows, profiles.state_floats(config.optimizer, config.momentum))
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -124,18 +143,28 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
-    from ..data import DATASETS
+    from ..data import dataset_info
+    from ..data.files import MMAP_BYTES, ArrayFileInfo
     from ..problem import Problem
 
     problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
     shape, model = problem.shape, problem.model
     n, f, c = shape.n_train + shape.n_test, shape.n_features, shape.n_classes
-    generated = DATASETS[config.dataset].generated
+    info = dataset_info(config.dataset)
+    generated = info.generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
+    if isinstance(info, ArrayFileInfo) and n * f * 4 > MMAP_BYTES:
+        data = n * 4 * 2   # a large file of yours is memory-mapped: its pages are the host's, shared by its workers
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)
-    if config.model == "cnn":
+    if info.tokens:                          # X float32 and y int64 per token; the draws' int64 sequences
+        from ..maths.metrics import EVAL_CHUNK
+        data = n * f * 12 + (n * (f + 1) * 8 if generated else 0)
+        rows = min(max(config.batch_size, EVAL_CHUNK // f, 1), n)   # a batch, or one evaluation chunk
+    if hasattr(model, "activation_bytes"):   # the GPT counts what its backward pass keeps
+        act = model.activation_bytes(rows) * 2                      # and as much again for the backward's buffers
+    elif config.model == "cnn":
         ch = max(config.model_hidden) if config.model_hidden else 32
         act = rows * f * ch * 4 * 4
     else:

@@ -18,7 +18,8 @@ the dense vector a receiver reconstructs from the payload (zeros where nothing w
               Elias code is shorter for sparse levels: this is an upper bound)
     powersgd  rank-r approximation of each layer's matrix (Vogels et al., NeurIPS 2019); it
               needs two allreduces, so it is not a per-worker function: its pieces are below
-              (`powersgd_matrices`, `orthonormalise`) and `algorithms/sync.py` runs the rounds.
+              (`matrix_shape`, `as_matrix`, `orthonormalise`, `powersgd_bytes`) and
+              `algorithms/compressed.py` runs the rounds.
 
 Error feedback (Seide et al. 2014; Karimireddy et al. 2019): the memory e keeps what was
 not sent, `e_new = p - sent` with `p = w g + e_old`, so `sent + e_new = w g + e_old` exactly

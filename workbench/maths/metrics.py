@@ -1,12 +1,19 @@
-"""Evaluation of a parameter vector: train loss on a fixed subset, test loss and accuracy."""
+"""Evaluation of a parameter vector: train loss on a fixed subset, test loss and accuracy.
+
+A label is one class per row, or for a language model (y of shape (N, T)) one next token
+per position: the loss is then in nats per token and the accuracy is next-token accuracy,
+averaged over every token; `language_metrics` adds perplexity and the gap to the best
+possible loss where the data know it.
+"""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-EVAL_TRAIN_SUBSET = 4096  # training examples scored per evaluation (a fixed, seed-free subset)
-EVAL_CHUNK = 2048         # examples per forward pass, to bound memory on big test sets
+EVAL_TRAIN_SUBSET = 4096  # training labels scored per evaluation (a fixed, seed-free subset of rows)
+EVAL_CHUNK = 2048         # labels per forward pass, to bound memory on big test sets
 
 
 class Evaluator:
@@ -15,10 +22,12 @@ class Evaluator:
     def __init__(self, model: Any, dataset: Any, xp: Any = np):
         self.model, self.xp = model, xp
         n = dataset.n_train
+        per_row = _labels_per_row(dataset.y_train)
+        rows = max(1, EVAL_TRAIN_SUBSET // per_row)
         # Every k-th example: a fixed subset that does not depend on the run's seed.
-        stride = max(1, n // EVAL_TRAIN_SUBSET)
-        self.X_train = xp.asarray(dataset.X_train[::stride][:EVAL_TRAIN_SUBSET])
-        self.y_train = xp.asarray(dataset.y_train[::stride][:EVAL_TRAIN_SUBSET])
+        stride = max(1, n // rows)
+        self.X_train = xp.asarray(dataset.X_train[::stride][:rows])
+        self.y_train = xp.asarray(dataset.y_train[::stride][:rows])
         self.X_test = xp.asarray(dataset.X_test)
         self.y_test = xp.asarray(dataset.y_test)
 
@@ -31,7 +40,8 @@ class Evaluator:
     def partial(self, params: Any, rank: int, size: int) -> np.ndarray:
         """This rank's share of an evaluation that `size` ranks holding the same `params`
         split between them: (train loss sum, train n, test loss sum, test correct, test n)
-        over rows rank*n//size : (rank+1)*n//size of each set. Summed over the ranks,
+        over rows rank*n//size : (rank+1)*n//size of each set (n counts labels: rows, or
+        their tokens). Summed over the ranks,
         `from_partials` turns them into what `__call__` returns.
 
         >>> from workbench.maths.models import make_model
@@ -47,10 +57,11 @@ class Evaluator:
             n = X.shape[0]
             lo, hi = rank * n // size, (rank + 1) * n // size
             mean_loss, acc = self._score(params, X[lo:hi], y[lo:hi]) if hi > lo else (0.0, 0.0)
+            labels = (hi - lo) * _labels_per_row(y)                      # rows, or their tokens
             if i == 0:
-                out[0:2] = mean_loss * (hi - lo), hi - lo
+                out[0:2] = mean_loss * labels, labels
             else:
-                out[2:5] = mean_loss * (hi - lo), round(acc * (hi - lo)), hi - lo
+                out[2:5] = mean_loss * labels, round(acc * labels), labels
         return out
 
     @staticmethod
@@ -64,12 +75,41 @@ class Evaluator:
         return self._score(params, X, y)[1]
 
     def _score(self, params: Any, X: Any, y: Any) -> tuple[float, float]:
+        """(mean loss, accuracy) over every label of (X, y): rows, or each row's tokens."""
         total_loss, correct, n = 0.0, 0, X.shape[0]
-        for lo in range(0, n, EVAL_CHUNK):
-            Xc, yc = X[lo:lo + EVAL_CHUNK], y[lo:lo + EVAL_CHUNK]
-            logits = self.model.logits(params, Xc)                       # (b, classes)
-            m = logits.max(axis=1, keepdims=True)
-            lse = self.xp.log(self.xp.exp(logits - m).sum(axis=1)) + m[:, 0]
-            total_loss += float((lse - logits[self.xp.arange(len(yc)), yc]).sum())
-            correct += int((logits.argmax(axis=1) == yc).sum())
-        return total_loss / n, correct / n
+        chunk = max(1, EVAL_CHUNK // _labels_per_row(y))
+        for lo in range(0, n, chunk):   # the model's summed loss and right answers, chunk by chunk
+            loss_sum, right = self.model.score(params, X[lo:lo + chunk], y[lo:lo + chunk])
+            total_loss += loss_sum
+            correct += right
+        labels = n * _labels_per_row(y)
+        return total_loss / labels, correct / labels
+
+
+def _labels_per_row(y: Any) -> int:
+    """Labels in one row of y: 1 for classes (N,), T for next tokens (N, T)."""
+    return int(math.prod(y.shape[1:]))
+
+
+def language_metrics(loss: float, accuracy: float | None = None, best_loss: float | None = None) -> dict[str, Any]:
+    """A language model's numbers from its mean loss per token (nats) and next-token accuracy.
+
+    Args:
+        loss: mean cross-entropy per token, nats.
+        accuracy: next-token accuracy, or None.
+        best_loss: the lowest loss any model can reach on the data (the generated
+            language's entropy over its windows), or None where it is unknown (a text file).
+    Returns:
+        {"loss_nats_per_token", "perplexity" (exp of the loss), "bits_per_token",
+        "next_token_accuracy", "best_loss", "gap_to_best" (loss - best_loss, nats)}.
+
+    >>> language_metrics(1.0, 0.5, best_loss=0.75)["gap_to_best"], round(language_metrics(1.0)["perplexity"], 4)
+    (0.25, 2.7183)
+    """
+    loss = float(loss)
+    return {"loss_nats_per_token": loss,
+            "perplexity": math.exp(loss) if loss < 700 else math.inf,
+            "bits_per_token": loss / math.log(2),
+            "next_token_accuracy": None if accuracy is None else float(accuracy),
+            "best_loss": None if best_loss is None else float(best_loss),
+            "gap_to_best": None if best_loss is None else loss - float(best_loss)}

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DEFAULT_HIDDEN
+from ..config import DEFAULT_HIDDEN, ConfigError
 
 MODELS: dict[str, str] = {
     "softmax": "softmax regression: one linear layer, n_features -> n_classes",
@@ -39,10 +39,19 @@ MODELS: dict[str, str] = {
     "cnn": "small CNN: conv3x3-ReLU-maxpool twice (channels `hidden`), then a linear output",
 }
 
+TRAIN_FLOPS_FACTOR = 3.0   # a training example's FLOPs over its forward pass's (backward: about twice the forward)
 MAX_WORKSPACES = 3  # batch sizes whose training buffers a model keeps (full, last partial, one spare)
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 GradReady = Callable[[int, int], None]
+
+
+class ModelError(ConfigError):
+    """A model that does not follow the model protocol (`maths.protocol`), found before any
+    worker starts: `model: <what is allowed>, got <the model's name>`."""
+
+    def __init__(self, allowed: str, value: Any):
+        super().__init__("model", allowed, value)
 
 
 def get_array_module(a: Array):
@@ -182,14 +191,32 @@ class Model:
             spans = self._spans = [(l.name, l.start, l.stop, l.shape) for l in self.layers]
         return {name: params[a:b].reshape(shape) for name, a, b, shape in spans}
 
-    def layout(self) -> tuple[tuple[int, int, bool], ...]:
-        """(start, stop, is a weight) of each layer's view, in flat order: what the
-        layer-wise update rules (`maths.optim`) take norms over; biases are 1-D.
+    def layout(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(name, shape) of each tensor in the flat vector, in flat order: the model
+        protocol's optional `layout()` (`maths.protocol`). The layer-wise update rules take
+        their segments from it (`maths.optim.layout_of`), PowerSGD its matrices, cgdp its
+        chunks (tensors sharing the part of the name before the last dot form one group).
 
         >>> MLP(4, 3, hidden=(2,)).layout()
-        ((0, 8, True), (8, 10, False), (10, 16, True), (16, 19, False))
+        (('fc1.W', (4, 2)), ('fc1.b', (2,)), ('fc2.W', (2, 3)), ('fc2.b', (3,)))
         """
-        return tuple((layer.start, layer.stop, len(layer.shape) > 1) for layer in self.layers)
+        return tuple((layer.name, layer.shape) for layer in self.layers)
+
+    @property
+    def flops_per_sample(self) -> float:
+        """FLOPs of one training example, forward and backward (3x the forward pass, a
+        multiply-add counted as 2): the model protocol's optional `flops_per_sample`,
+        which the simulator charges. Counted from the layer shapes (`layer_flops`).
+
+        >>> MLP(64, 10, hidden=(128,)).flops_per_sample    # 3 * 2 * (64*128 + 128*10)
+        56832.0
+        """
+        return TRAIN_FLOPS_FACTOR * sum(f for _, _, f in self.layer_flops())
+
+    def layer_flops(self) -> list[tuple[str, int, float]]:
+        """(group name, parameters, forward FLOPs per example) of each layer group, in
+        forward order: what the simulator's timing model of this model is made of."""
+        raise NotImplementedError
 
     def layer_groups(self) -> list[tuple[int, int]]:
         """(start, stop) of each layer's W+b slice of the flat vector, in forward order."""
@@ -240,6 +267,26 @@ class Model:
         X, _ = self._check_batch(xp, params, X, None)
         ws = self._workspace(xp, X.shape[0], params.dtype, keep=False)
         return self._forward(xp, ws, self.views(params), X).copy()
+
+    def score(self, params: Array, X: Array, y: Array) -> tuple[float, int]:
+        """Summed cross-entropy and the number of labels predicted right, in one forward
+        pass: what the evaluator adds up over chunks of a test set.
+
+        Args:
+            params: (n_params,) flat vector.
+            X: (B, n_features) inputs.
+            y: (B,) integer labels, or (B, T) for a model scoring T labels a row (next tokens).
+        Returns:
+            (sum of the labels' losses as a Python float, correct predictions as an int).
+        """
+        xp = get_array_module(params)
+        y = y.reshape(-1)
+        logits = self.logits(params, X)                                     # (B, classes) or (B, T, vocab)
+        logits = logits.reshape(y.shape[0], logits.shape[-1])
+        m = logits.max(axis=1, keepdims=True)
+        lse = xp.log(xp.exp(logits - m).sum(axis=1)) + m[:, 0]
+        total = float((lse - logits[xp.arange(len(y)), y]).sum())
+        return total, int((logits.argmax(axis=1) == y).sum())
 
     def predict(self, params: Array, X: Array) -> Array:
         """Predicted class of each row of X: (B,) int64 indices, argmax of the logits."""
@@ -351,6 +398,18 @@ class MLP(Model):
 
     def _arch(self) -> str:
         return "-".join(str(w) for w in (self.n_features, *self.hidden, self.n_classes))
+
+    def layer_flops(self) -> list[tuple[str, int, float]]:
+        """One fully connected layer per group: fan_in * fan_out multiply-adds per example.
+
+        >>> MLP(64, 10, hidden=(128,)).layer_flops()
+        [('fc1', 8320, 16384.0), ('fc2', 1290, 2560.0)]
+        """
+        out = []
+        for W, b in zip(self.layers[::2], self.layers[1::2]):
+            n_in, n_out = W.shape
+            out.append((W.name[:-2], W.size + b.size, 2.0 * n_in * n_out))
+        return out
 
     def _forward(self, xp, ws, P, X):
         h, last = X, len(self._groups) - 1
@@ -502,6 +561,19 @@ class CNN(Model):
     def _arch(self) -> str:
         c, h, w = self.image_shape
         return f"{c}x{h}x{w}-conv{self.hidden[0]}-conv{self.hidden[1]}-{self.n_classes}"
+
+    def layer_flops(self) -> list[tuple[str, int, float]]:
+        """conv1, conv2 (a padded 3x3 convolution keeps its input's size; each 2x2 pooling
+        halves it, rounding down) and fc, exact for what `loss_and_grad` multiplies."""
+        shapes = {layer.name: layer.shape for layer in self.layers}
+        out = []
+        for group, (hh, ww) in zip(("conv1", "conv2"), self._sizes[:2]):
+            k1, k2, c_in, c_out = shapes[f"{group}.W"]
+            weights = k1 * k2 * c_in * c_out
+            out.append((group, weights + c_out, 2.0 * weights * hh * ww))
+        n_in, n_out = shapes["fc.W"]
+        out.append(("fc", n_in * n_out + n_out, 2.0 * n_in * n_out))
+        return out
 
     def _forward(self, xp, ws, P, X):
         B, (c, h, w) = X.shape[0], self.image_shape

@@ -32,9 +32,11 @@ touch the gradient.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from ..config import RunConfig
 from . import schedules
@@ -45,14 +47,41 @@ Layout = tuple[tuple[int, int, bool], ...]
 
 
 def layout_of(model: Any) -> Layout:
-    """The segments of `model`'s flat vector: its layers' views, weights (ndim >= 2)
-    layer-wise, biases not.
+    """The segments of `model`'s flat vector: its tensors (`model.layout()`), weights
+    (ndim >= 2) layer-wise, biases not.
 
     >>> from workbench.maths.models import make_model
     >>> layout_of(make_model("mlp", 4, 3, hidden=(2,)))
     ((0, 8, True), (8, 10, False), (10, 16, True), (16, 19, False))
     """
-    return model.layout()
+    return segments(model.layout())
+
+
+def segments(layout: Any) -> Layout:
+    """A layout as (start, stop, layer-wise) segments, from what a model's `layout()` gives,
+    (name, shape) per tensor in flat order (the model protocol's form), or from segments
+    already, or from a parameter count (one segment).
+
+    A tensor of two or more dimensions is a weight (layer-wise: weight decay and the trust
+    ratio apply under adamw, lars and lamb); a 1-D one a bias, unless it is the only one:
+    a vector the model describes as one tensor has nothing to tell apart, and is one weight.
+
+    >>> segments((("fc.W", (3, 2)), ("fc.b", (2,))))
+    ((0, 6, True), (6, 8, False))
+    >>> segments((("params", (10,)),)) == segments(10) == whole_layout(10)
+    True
+    """
+    if isinstance(layout, int):
+        return whole_layout(layout)
+    items = tuple(layout)
+    if items and isinstance(items[0][0], str):
+        out, at = [], 0
+        for _name, shape in items:
+            size = math.prod(int(d) for d in shape)
+            out.append((at, at + size, len(shape) >= 2 or len(items) == 1))
+            at += size
+        return tuple(out)
+    return tuple((int(a), int(b), bool(w)) for a, b, w in items)
 
 
 def whole_layout(n: int) -> Layout:
@@ -114,10 +143,12 @@ class Optimizer:
 
     name = "optimizer"
     layerwise_chunks = False        # chunks must hold whole segments
+    norms = False                   # takes layer norms (a dot product: its bits on a row of a stack are not
+    #                                 promised to be those on an array of its own)
 
     def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
                  state: dict[str, Any] | None = None):
-        self.settings, self.layout, self.xp, self.dtype = settings, tuple(layout), xp, dtype
+        self.settings, self.layout, self.xp, self.dtype = settings, segments(layout), xp, dtype
         self.n = self.layout[-1][1] if self.layout else 0
         self.weight_decay = settings.weight_decay
         given = state or {}
@@ -193,6 +224,29 @@ class Optimizer:
             off += k
 
 
+def sgd_descent(x: Any, g: Any, lr: Any, weight_decay: float = 0.0, *, work: Any, decay: Any = None,
+                xp: Any = None) -> None:
+    """Plain SGD in place: `x -= lr (g + wd x)`, never touching `g` (the rule without
+    momentum, `SGD.step`'s; also the simulator's stacked local steps). Elementwise, so
+    it takes one worker's row (n,) or a stack of rows (K, n), `lr` a number or a (K, 1)
+    column of x's dtype, and each row's bits are those of its own update.
+
+    `work` (and `decay`, with weight decay) are scratch arrays of x's shape.
+
+    >>> import numpy as np
+    >>> x = np.ones((2, 3), np.float32); g = np.full((2, 3), 2.0, np.float32)
+    >>> sgd_descent(x, g, np.array([[0.5], [0.25]], np.float32), work=np.empty_like(x)); x[:, 0].tolist()
+    [0.0, 0.5]
+    """
+    xp = np if xp is None else xp
+    if weight_decay:
+        xp.multiply(x, weight_decay, out=decay)
+        xp.add(g, decay, out=work)                     # g + wd x
+        g = work
+    xp.multiply(g, lr, out=work)
+    x -= work
+
+
 class SGD(Optimizer):
     """Minibatch SGD with optional heavy-ball or Nesterov momentum and L2 weight decay.
 
@@ -226,14 +280,13 @@ class SGD(Optimizer):
         mul = self.xp.multiply
         x, g = params[lo:hi], self._g[lo:hi]
         h = self._h[lo:hi] if self._h is not None else None
+        if self.velocity is None:
+            sgd_descent(x, grad_chunk, lr, self.weight_decay, work=g, decay=h, xp=self.xp)
+            return
         if self.weight_decay:
             mul(x, self.weight_decay, out=h)
             self.xp.add(grad_chunk, h, out=g)          # g = grad + wd * x
             grad_chunk = g
-        if self.velocity is None:
-            mul(grad_chunk, lr, out=g)                 # x -= lr * g
-            x -= g
-            return
         v = self.velocity[lo:hi]
         v *= self.momentum
         v += grad_chunk                                # v = mu * v + g
@@ -307,6 +360,7 @@ class LAMB(_Moments):
     plain Adam step (no decay, ratio 1)."""
 
     name = "lamb"
+    norms = True
 
     def trust_ratio(self, w_norm: float, u_norm: float) -> float:
         """||w|| / ||u||, or 1 when either is 0."""
@@ -335,6 +389,7 @@ class LARS(Optimizer):
 
     name = "lars"
     layerwise_chunks = True
+    norms = True
 
     def __init__(self, settings: OptimizerSettings, layout: Layout, xp: Any, dtype: Any,
                  state: dict[str, Any] | None = None):
@@ -379,27 +434,27 @@ RULES: dict[str, type[Optimizer]] = {"sgd": SGD, "adamw": AdamW, "lars": LARS, "
 
 def state_spec(settings: OptimizerSettings, layout: Layout) -> list[tuple[str, tuple[int, ...], str]]:
     """The state arrays `make_optimizer(settings, layout, ...)` keeps: (name, shape, "float"|"int")."""
+    layout = segments(layout)
     n = layout[-1][1] if layout else 0
     return RULES[settings.optimizer].state_spec(settings, n, len(layout))
 
 
-def make_optimizer(config: Any, layout: Layout | Sequence[tuple[int, int, bool]] | int, xp: Any, dtype: Any, *,
+def make_optimizer(config: Any, layout: Any, xp: Any, dtype: Any, *,
                    state: dict[str, Any] | None = None, **overrides: Any) -> Optimizer:
     """The update rule of `config` (a RunConfig or OptimizerSettings) over `layout`.
 
     Args:
         config: what `optimizer` and its knobs say; `overrides` replace some of them
             (e.g. momentum=0.0 for local steps that ignore momentum).
-        layout: `layout_of(model)`, or a parameter count (one segment: sgd, adamw only).
+        layout: `model.layout()` or `layout_of(model)` (`segments` reads either), or a
+            parameter count (one segment: sgd, adamw only).
         xp, dtype: the array module (NumPy or CuPy) and float type of the parameters.
         state: existing state arrays to update in place (a shared-memory segment's views).
     Returns:
         An `Optimizer`; its `step(params, grad, lr)` updates `params` in place.
     """
     settings = OptimizerSettings.of(config, **overrides)
-    if isinstance(layout, int):
-        layout = whole_layout(layout)
-    layout = tuple((int(a), int(b), bool(w)) for a, b, w in layout)
+    layout = segments(layout)
     if settings.optimizer == "sgd":
         return SGD(layout[-1][1], xp, dtype, settings.momentum, settings.nesterov, settings.weight_decay, state=state)
     if settings.optimizer not in RULES:

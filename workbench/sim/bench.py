@@ -219,8 +219,9 @@ def main(args: argparse.Namespace) -> int:
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                                                        "OMP_NUM_THREADS")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    from ..util.machine import usable_cores
     print(f"simulated-cluster benchmark: {workers} workers x {rows} rows, 40 global batches (one epoch), best of "
-          f"{repeats}; {blas}; load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+          f"{repeats}; {blas}; load average {load:.2f} on {usable_cores()} cores", flush=True)
     names = ("sgd", "sync_sgd", *ASYNC)
     configs = {a: epoch_config(a, workers, rows) for a in names}
     how: dict[str, dict[str, Any]] = {}

@@ -12,8 +12,14 @@ same inputs give the same run, bit for bit.
     p = sched.spawn(work, name="0")      # work(proc) runs in a greenlet
     sched.run()                          # until every greenlet has ended
 
-Deadlock (every live worker blocked, nothing scheduled) ends in `sched.deadlock(...)`,
-which throws `WorkerLost` into the blocked workers (a synchronous peer is gone).
+Deadlock (every live worker blocked, nothing scheduled) throws `WorkerLost` into the
+blocked workers (a synchronous peer is gone).
+
+A worker may also be a generator (`Task`, `spawn_task`): the simulator's replays run
+thousands of virtual workers' timing without a greenlet each. Where a greenlet worker
+switches out, a task yields, having first arranged its own wake-up (`sleep`, or `blocked`
+with a waker). Code written that way (`SimServerState.serve`) serves both: a greenlet
+worker runs it through `VProc.follow`.
 """
 from __future__ import annotations
 
@@ -72,6 +78,45 @@ class VProc:
     def _switch(self) -> Any:
         return self.sched.driver.switch()
 
+    def follow(self, gen: Any) -> Any:
+        """Run a generator written for tasks on this greenlet worker: at each yield the
+        generator has arranged its wake-up, so the worker switches to the driver; what is
+        thrown into the worker meanwhile is thrown into the generator. Returns its value."""
+        throw: BaseException | None = None
+        while True:
+            try:
+                if throw is None:
+                    next(gen)
+                else:
+                    gen.throw(throw)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                self._switch()
+                throw = None
+            except BaseException as exc:   # noqa: BLE001 - the generator's own handlers decide
+                throw = exc
+
+
+class Task:
+    """One virtual worker written as a generator `fn(task)`: its clock `t`, and whether it
+    waits for a waker (`blocked`). It yields where a greenlet worker would switch out,
+    after `Scheduler.sleep` or setting `blocked`; the driver resumes it with `next`."""
+
+    __slots__ = ("sched", "name", "gen", "t", "blocked", "done", "wake_value")
+
+    def __init__(self, sched: Scheduler, name: str, fn: Callable[[Task], Any]):
+        self.sched, self.name = sched, name
+        self.gen = fn(self)
+        self.t = 0.0
+        self.blocked = False
+        self.done = False
+        self.wake_value: Any = None
+
+    def now(self) -> float:
+        """Its virtual time (a task books no pending charges)."""
+        return self.t
+
 
 class Scheduler:
     """The driver: one heap of (virtual time, sequence, worker or callback)."""
@@ -79,7 +124,7 @@ class Scheduler:
     def __init__(self) -> None:
         self.heap: list[tuple[float, int, Any]] = []
         self.seq = itertools.count()
-        self.procs: list[VProc] = []
+        self.procs: list[VProc | Task] = []
         self.driver: greenlet | None = None
         self.now = 0.0
         self.errors: dict[str, BaseException] = {}
@@ -93,7 +138,27 @@ class Scheduler:
         self.schedule(0.0, p)
         return p
 
-    def schedule(self, t: float, what: VProc | Callable[[], None]) -> None:
+    def spawn_task(self, fn: Callable[[Task], Any], name: str) -> Task:
+        """A generator worker, started at virtual time 0 (after those spawned before it)."""
+        task = Task(self, name, fn)
+        self.procs.append(task)
+        self.schedule(0.0, task)
+        return task
+
+    def sleep(self, proc: VProc | Task, t: float) -> bool:
+        """`proc` is to go on at `t` (not before its clock). True: something is due by then,
+        so it is scheduled and must yield to the driver; False: nothing is, so the driver
+        would resume it next at once, and its clock simply moves to t."""
+        if t < proc.t:
+            t = proc.t
+        heap = self.heap
+        if heap and heap[0][0] <= t:
+            heapq.heappush(heap, (t, next(self.seq), proc))
+            return True
+        proc.t = t
+        return False
+
+    def schedule(self, t: float, what: VProc | Task | Callable[[], None]) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), what))
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
@@ -114,7 +179,8 @@ class Scheduler:
         """Switch workers in virtual-time order until every one has ended."""
         self.driver = greenlet.getcurrent()
         for p in self.procs:
-            p.glet.parent = self.driver
+            if p.__class__ is VProc:
+                p.glet.parent = self.driver
         while True:
             if self.between is not None:
                 self.between()
@@ -129,7 +195,7 @@ class Scheduler:
                 continue
             t, _, what = heapq.heappop(self.heap)
             self.now = t
-            if isinstance(what, VProc):
+            if what.__class__ is VProc or what.__class__ is Task:
                 if what.done or what.blocked:
                     continue
                 what.t = max(what.t, t)
@@ -138,7 +204,19 @@ class Scheduler:
             else:
                 what()
 
-    def _resume(self, p: VProc, value: Any = None, throw: BaseException | None = None) -> None:
+    def _resume(self, p: VProc | Task, value: Any = None, throw: BaseException | None = None) -> None:
+        if p.__class__ is Task:
+            try:
+                if throw is not None:
+                    p.gen.throw(throw)
+                else:
+                    next(p.gen)
+            except StopIteration:
+                p.done = True
+            except BaseException as exc:   # noqa: BLE001 - the replay decides what it means
+                self.errors[p.name] = exc
+                p.done = True
+            return
         try:
             if throw is not None:
                 p.glet.throw(throw)

@@ -83,6 +83,7 @@ class SimCosts:
     update_passes: float = 3.0
     rngs: list[np.random.Generator] = field(default_factory=list)
     calibration: dict | None = None             # the local profile's record (cpu_device local), for the summary
+    charged_by: str = ""                        # how compute is charged, in a sentence (`check_charge`)
     # this host's shared-memory ring (network shm): a group of one still copies the buffer into the
     # ring's own (comm/ring.py), one pass through host memory; measured here 0.16-0.2 ms for 2.1 MB
     # (1 real worker, 2026-12-02), which the ring formula (0 for one worker) left out
@@ -202,12 +203,47 @@ class SimCosts:
         return passes * n_bytes / HOST_MEMORY_BYTES_PER_S
 
 
+def timing_of(config: Any, model: Any) -> Any:
+    """The timing model a simulated run of `config` charges: the named published network
+    (`timing_model`), else the model's own FLOPs (`profiles.model_flops`: its layers, its
+    `flops_per_sample`, or, with neither, timed on this machine)."""
+    from . import profiles
+    return profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
+
+
+def check_charge(config: Any, model: Any) -> str:
+    """How a simulated run of `config` charges `model`'s compute, in a sentence (the
+    summary's `compute_charged_by`); ConfigError where it cannot: a model with no FLOPs
+    (no `flops_per_sample`) is timed on this machine's core, so it runs on CPU workers of
+    the `core` or `local` profile only."""
+    from ..config import ConfigError
+    timing = timing_of(config, model)
+    if config.timing_model:
+        return (f"timing_model {config.timing_model}: the published network's FLOPs ({timing.train_flops:,.0f} per "
+                "training example) while the maths trains the configured model")
+    if not getattr(timing, "timed", False):
+        how = "counted from its layer shapes" if hasattr(model, "layer_flops") else "its own flops_per_sample"
+        return f"the model's FLOPs, {how} ({timing.train_flops:,.0f} per training example)"
+    why = "gives no flops_per_sample, so it is timed on this machine's core (cpu_device local)"
+    if config.gpus:
+        raise ConfigError("gpus", f"0 for {model.describe().split(' (')[0]}: it {why}; give the model "
+                          "flops_per_sample, or name a timing_model, to charge GPU profiles", config.gpus)
+    if config.cpu_device not in (SIM_DEFAULT_CPU_DEVICE, "local") or config.partitions:
+        raise ConfigError("cpu_device", f"{SIM_DEFAULT_CPU_DEVICE} or local for {model.describe().split(' (')[0]}: it "
+                          f"{why}; give the model flops_per_sample, or name a timing_model, to charge other profiles",
+                          config.cpu_device)
+    return f"this machine's core timing the model's loss_and_grad: it {why.split(', so')[0]}"
+
+
 def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link: Network | None = None) -> SimCosts:
     """The run's costs: per-rank devices, the timing model, the network (`link`, when
     given, replaces the named one: e.g. alpha / beta calibrated on this machine's real runs,
-    `costmodel.calibrate(...).link("measured")`)."""
+    `costmodel.calibrate(...).link("measured")`). A model with no FLOPs is charged as this
+    machine's core times it (`check_charge`)."""
     from . import profiles
-    timing = profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
+    charged_by = check_charge(config, model)
+    timing = timing_of(config, model)
+    timed = getattr(timing, "timed", False)
     devices, record = [], None
     if config.partitions:           # one chip split (config checked: CPU workers only, one per partition)
         part = profiles.ChipPartition(profiles.DEVICES[config.cpu_device], config.partitions)
@@ -218,7 +254,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                         jitter=config.jitter, seed=config.seed, allreduce="shared_tree",
                         update_passes=update_passes(config.optimizer, config.momentum))
     for kind in kinds:
-        name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else config.cpu_device
+        name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else "local" if timed else config.cpu_device
         if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded
             if record is None:
                 if data is None:
@@ -234,7 +270,35 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     one_core = config.cpu_device in ("local", SIM_DEFAULT_CPU_DEVICE)
     master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
-    return SimCosts(devices, timing, model.n_params, network,
-                    jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
-                    update_passes=update_passes(config.optimizer, config.momentum),
-                    solo_copy=default_network(config) == "shm")
+    costs = SimCosts(devices, timing, model.n_params, network,
+                     jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
+                     update_passes=update_passes(config.optimizer, config.momentum),
+                     solo_copy=default_network(config) == "shm")
+    costs.charged_by = charged_by
+    return costs
+
+
+def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
+    """A simulated run's communication against sync_sgd's on the same virtual cluster: per
+    worker, the seconds this run spent moving bytes (`time_breakdown` comm_s over the
+    workers) and what sync_sgd's gradient allreduce would have cost over as many steps
+    (`sync_allreduce_s`, the formula the simulator charges sync_sgd per step), each also as
+    a share of a step's time with this run's compute; None for a run that is not simulated
+    (or has no steps).
+
+    >>> s = {"sync_allreduce_s": 0.5, "steps": 10, "workers": [{}, {}],
+    ...      "time_breakdown": {"compute_s": 4.0, "comm_s": 1.0, "wait_s": 0.0}}
+    >>> c = comm_against_sync(s)
+    >>> c["comm_s"], c["sync_sgd_comm_s"], c["saving"], round(c["share"], 3), round(c["sync_sgd_share"], 3)
+    (0.5, 5.0, 10.0, 0.2, 0.714)
+    """
+    per_step, steps = summary.get("sync_allreduce_s"), summary.get("steps") or 0
+    workers = len(summary.get("workers") or ()) or 1
+    tb = summary.get("time_breakdown") or {}
+    if per_step is None or not steps or "comm_s" not in tb:
+        return None
+    comm, compute, wait = tb["comm_s"] / workers, tb["compute_s"] / workers, tb.get("wait_s", 0.0) / workers
+    sync = per_step * steps
+    return {"comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 else float("inf"),
+            "share": comm / (compute + comm + wait) if compute + comm + wait > 0 else 0.0,
+            "sync_sgd_share": sync / (compute + sync) if compute + sync > 0 else 0.0}

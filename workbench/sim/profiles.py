@@ -9,7 +9,12 @@ Pure data and pure functions (NumPy and the standard library only at import):
 * `TIMING_MODELS`: AlexNet, VGG-16, GoogLeNet, ResNet-50/152 as parameter counts and
   forward FLOPs per layer (or stage), so a run can be charged as if it trained one of
   them (`--timing-model`) while its maths trains the configured model; `model_flops`
-  describes our own models the same way. One efficiency per device is ResNet-50's; a
+  describes our own models the same way. The language models (GPT-2 124M and 355M,
+  TinyLlama 1.1B, LLaMA 7B: `LM_SHAPES`) are built from their published layer shapes:
+  a sample is one sequence of the model's published context, its FLOPs counted from the
+  shapes (`maths.gpt.gpt_forward_flops`), its activations as our GPT keeps them
+  (`gpt_activation_floats`), and `lm_memory` / `check_fits` refuse a worker whose
+  weights, gradients, optimiser state and activations exceed its GPU's memory. One efficiency per device is ResNet-50's; a
   network that cuDNN trains faster than its FLOPs say (Winograd/FFT convolutions: VGG-16
   2.6x, AlexNet 2.3x, from the same published benchmarks) carries a `speed_factor`, and
   `charged_train_flops` is what to charge at the device's rate.
@@ -31,11 +36,12 @@ module; this module checks on import that both agree.
 """
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,11 +56,12 @@ from ..config import (
     ConfigError,
     match_name,
 )
+from ..maths.models import TRAIN_FLOPS_FACTOR  # forward + backward (activations) + backward (weights)
+from ..usercode import dumps
 
 DEVICE_NAMES: tuple[str, ...] = SIM_DEVICES
 NETWORK_NAMES: tuple[str, ...] = SIM_NETWORKS
 TIMING_MODEL_NAMES: tuple[str, ...] = SIM_TIMING_MODELS
-TRAIN_FLOPS_FACTOR = 3   # forward + backward (activations) + backward (weights)
 BYTES_PER_PARAM = 4      # float32
 
 
@@ -108,20 +115,27 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("k80", "gpu", 4.37e12, 240e9, round(_resnet50_efficiency(51.9, 4.37e12), 2), 100e-6,
            "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with GPU Boost and 480 GB/s for the board of two "
            "GK210 dies; one die (one 'GPU' to CUDA, as You et al. SC'17 count them) is 2496 cores x 2 x 875 MHz "
-           f"= 4.37 TFLOP/s and 240 GB/s. Efficiency: ResNet-50 at 51.9 images/s on one K80 GPU, {_TF_BENCH}."),
+           f"= 4.37 TFLOP/s and 240 GB/s, 12 GB of its 24 GB GDDR5. Efficiency: ResNet-50 at 51.9 images/s on one "
+           f"K80 GPU, {_TF_BENCH}.", mem_bytes=12 * 2**30),
     Device("p100", "gpu", 10.6e12, 732e9, round(_resnet50_efficiency(219, 10.6e12), 2), 100e-6,
            "NVIDIA Tesla P100 for NVLink-optimised servers (SXM2) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2 "
-           f"(the GPUs of the S822LC 'Minsky'). Efficiency: ResNet-50 at 219 images/s on one DGX-1 P100, {_TF_BENCH}."),
+           f"(the GPUs of the S822LC 'Minsky'), 16 GB. Efficiency: ResNet-50 at 219 images/s on one DGX-1 P100, "
+           f"{_TF_BENCH}.", mem_bytes=16 * 2**30),
     Device("v100", "gpu", 15.7e12, 900e9, round(_resnet50_efficiency(367, 15.7e12), 2), 100e-6,
-           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2. Efficiency: ResNet-50 v1.5 FP32 "
-           f"training at 367 images/s on one V100 16GB, {_DLE}."),
+           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2, 16 GB (the 16 GB board; a 32 GB one "
+           f"exists). Efficiency: ResNet-50 v1.5 FP32 training at 367 images/s on one V100 16GB, {_DLE}.",
+           mem_bytes=16 * 2**30),
     Device("a100", "gpu", 19.5e12, 1555e9, round(_resnet50_efficiency(367, 15.7e12), 2), 100e-6,
            "NVIDIA A100 SXM4 40GB datasheet: 19.5 TFLOP/s FP32 (without TF32 tensor cores), 1555 GB/s HBM2. "
            "Efficiency assumed as the V100's (no published plain-FP32 training throughput: NVIDIA's A100 "
-           "numbers use TF32, 938 images/s on ResNet-50 v1.5)."),
+           "numbers use TF32, 938 images/s on ResNet-50 v1.5).", mem_bytes=40 * 2**30),
     Device("h100", "gpu", 67e12, 3.35e12, 0.5, 100e-6,
-           "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32 (without tensor cores), 3.35 TB/s HBM3. Efficiency "
-           "assumed 0.5 (no published plain-FP32 training throughput; a little under the V100's)."),
+           "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32 (without tensor cores), 3.35 TB/s HBM3, 80 GB. Efficiency "
+           "assumed 0.5 (no published plain-FP32 training throughput; a little under the V100's).",
+           mem_bytes=80 * 2**30),
+    Device("h200", "gpu", 67e12, 4.8e12, 0.5, 100e-6,
+           "NVIDIA H200 SXM datasheet: 67 TFLOP/s FP32 (the H100's GPU), 4.8 TB/s HBM3e, 141 GB. Efficiency "
+           "assumed 0.5, as the H100's.", mem_bytes=141 * 2**30),
     Device("core", "cpu", 65e9, 23e9, 1.0, 120e-6,
            "One core running our NumPy models (OpenBLAS, float32, one BLAS thread), as `local_device` measured "
            "an AMD EPYC core of a 2-vCPU cloud VM on 2026-12-01: loss_and_grad of the MLPs 64-128-10 and "
@@ -279,6 +293,15 @@ class TimingModel:
     # is ResNet-50's): cuDNN trains VGG's 3x3 convolutions by Winograd and AlexNet's large
     # kernels by FFT, with fewer multiplications than the direct count (SPEED_FACTORS).
     speed_factor: float = 1.0
+    # A language model's: tokens of one sample (a sequence of its published context), and
+    # the bytes one sample keeps for the backward pass (float32, as our GPT keeps them);
+    # 0 for the image networks (their memory is not checked).
+    tokens: int = 0
+    activation_bytes: float = 0.0
+    # No FLOPs known (a model of the user's without flops_per_sample): one training example
+    # counts as one unit of work, and only a device timed on this machine charges it (`local`,
+    # whose fitted rate is then examples per second).
+    timed: bool = False
 
     @property
     def train_flops(self) -> float:
@@ -378,6 +401,84 @@ def _speed_factor(name: str, fwd_flops: float) -> float:
     return round(sum(ratios) / len(ratios), 2)
 
 
+@dataclass(frozen=True)
+class LMShape:
+    """A decoder-only language model's published shape: what `lm_timing` counts.
+
+    GPT-2: learned positions, LayerNorm (gain and bias), biased matmuls, a GELU MLP of 4 d,
+    the head tied to the embedding. Llama: rotary positions (no parameters), RMSNorm (a
+    gain), no biases, a SwiGLU MLP (three matrices of d x ffn), an untied head, and
+    grouped-query attention where `n_kv_heads` < `n_heads`.
+    """
+
+    vocab: int
+    context: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    ffn: int
+    llama: bool = False
+    n_kv_heads: int | None = None
+
+    @property
+    def kv(self) -> int:
+        """Width of k and v: kv heads x head size."""
+        return (self.n_kv_heads or self.n_heads) * (self.d_model // self.n_heads)
+
+    def layer_params(self) -> int:
+        """Parameters of one block."""
+        d, kv, f = self.d_model, self.kv, self.ffn
+        if self.llama:
+            return 2 * d + (2 * d * d + 2 * d * kv) + 3 * d * f                  # 2 RMSNorm, attention, SwiGLU
+        return 4 * d + (d * (d + 2 * kv) + d + 2 * kv) + (d * d + d) + (2 * d * f + f + d)
+
+    def n_params(self) -> int:
+        """Every parameter: embeddings, blocks, final norm, head (untied for Llama)."""
+        d = self.d_model
+        embed = self.vocab * d + (0 if self.llama else self.context * d)
+        head = self.vocab * d if self.llama else 0
+        return embed + self.n_layers * self.layer_params() + (d if self.llama else 2 * d) + head
+
+
+def lm_timing(name: str, shape: LMShape, source: str) -> TimingModel:
+    """A language model as the simulator charges it: one sample is one sequence of
+    `shape.context` tokens; FLOPs per layer from the shapes (`maths.gpt.gpt_forward_flops`:
+    every matmul, the attention's full T x T products, the head); activation bytes as our
+    GPT keeps them for backward in float32 (`gpt_activation_floats`)."""
+    from ..maths.gpt import gpt_activation_floats, gpt_forward_flops
+    s = shape
+    args = dict(context=s.context, vocab=s.vocab, d_model=s.d_model, ffn=s.ffn, n_kv=s.kv, gated=s.llama)
+    one_layer = gpt_forward_flops(n_layers=1, **args) - gpt_forward_flops(n_layers=0, **args)
+    head_flops = gpt_forward_flops(n_layers=0, **args)
+    d = s.d_model
+    embed = s.vocab * d + (0 if s.llama else s.context * d)
+    layers = (("embed", embed, 0.0),
+              *((f"block{i}", s.layer_params(), one_layer) for i in range(s.n_layers)),
+              ("head", (s.vocab * d if s.llama else 0) + (d if s.llama else 2 * d), head_flops))
+    activations = BYTES_PER_PARAM * gpt_activation_floats(n_layers=s.n_layers, n_heads=s.n_heads, **args)
+    return TimingModel(name, s.n_params(), sum(f for _, _, f in layers), layers, source,
+                       tokens=s.context, activation_bytes=float(activations))
+
+
+_HF = "the released checkpoint's configuration on the Hugging Face hub"
+LM_SHAPES: dict[str, tuple[LMShape, str]] = {
+    "gpt2-124m": (LMShape(50257, 1024, 12, 768, 12, 3072),
+                  "Radford et al. 2019 (GPT-2, the smallest model: 12 layers, d 768, 12 heads, context 1024, vocabulary "
+                  f"50257; '117M' in their Table 2, 124,439,808 parameters counted with the tied head, as {_HF} 'gpt2')"),
+    "gpt2-355m": (LMShape(50257, 1024, 24, 1024, 16, 4096),
+                  "Radford et al. 2019 (GPT-2 medium: 24 layers, d 1024, 16 heads, context 1024; '345M' in their "
+                  f"Table 2, 354,823,168 parameters counted with the tied head, as {_HF} 'gpt2-medium')"),
+    "tinyllama-1.1b": (LMShape(32000, 2048, 22, 2048, 32, 5632, llama=True, n_kv_heads=4),
+                       "Zhang et al. 2024 (TinyLlama, arXiv 2401.02385, Table 1: the Llama 2 architecture with 22 "
+                       "layers, d 2048, 32 heads in 4 key-value groups, SwiGLU width 5632, context 2048, vocabulary "
+                       "32000): 1,100,048,384 parameters counted, untied head"),
+    "llama-7b": (LMShape(32000, 2048, 32, 4096, 32, 11008, llama=True),
+                 "Touvron et al. 2023 (LLaMA, arXiv 2302.13971, Table 2: 32 layers, d 4096, 32 heads, context 2048, "
+                 "vocabulary 32000; SwiGLU width 2/3 4d rounded to 11008 as in the released weights): "
+                 "6,738,415,616 parameters counted, untied head"),
+}
+
+
 TIMING_MODELS: dict[str, TimingModel] = {m.name: m for m in (
     TimingModel("alexnet", 61_000_000, 2 * 0.72e9, _alexnet(),
                 "Krizhevsky et al. 2012 (two-tower AlexNet, 227x227): ~61 M parameters (60,965,224 in Caffe's "
@@ -399,7 +500,56 @@ TIMING_MODELS: dict[str, TimingModel] = {m.name: m for m in (
                 "He et al. 2016 as torchvision builds it (v1.5): 60,192,808 parameters, 11.51 G multiply-adds "
                 "per 224x224 image (torchvision model docs; the paper's v1 quotes 11.3 G); per stage. Speed factor "
                 "from TF_BENCH_IMAGES_PER_S.", _speed_factor("resnet152", 2 * 11.51e9)),
+    *(lm_timing(name, shape, source) for name, (shape, source) in LM_SHAPES.items()),
 )}
+
+
+def state_floats(optimizer: str, momentum: float = 0.0) -> int:
+    """Floats per parameter a worker's optimiser keeps beside the weights: sgd's momentum
+    buffer (none without momentum), lars' one, adamw's and lamb's two moments.
+
+    >>> state_floats("sgd", 0.9), state_floats("sgd", 0.0), state_floats("lamb")
+    (1, 0, 2)
+    """
+    if optimizer in ("adamw", "lamb"):
+        return 2
+    if optimizer == "lars":
+        return 1
+    return 1 if momentum > 0 else 0
+
+
+def lm_memory(timing: TimingModel, samples: int, state: int = 0) -> dict[str, float]:
+    """Bytes one worker holds to train `timing` on `samples` sequences: float32 weights and
+    gradients, `state` floats per parameter of optimiser state, and the samples' activations.
+
+    >>> m = lm_memory(TIMING_MODELS["gpt2-124m"], 1)
+    >>> round(m["weights"] / 1e6, 1), round(m["activations"] / 1e9, 2)
+    (497.8, 1.57)
+    """
+    n = timing.n_bytes
+    parts = {"weights": float(n), "gradients": float(n), "optimiser": float(state * n),
+             "activations": float(samples) * timing.activation_bytes}
+    return {**parts, "total": sum(parts.values())}
+
+
+def check_fits(timing: TimingModel, device: Device, samples: int, state: int = 0,
+               field: str = "timing_model") -> None:
+    """Refuse (ConfigError naming `field`) a language model whose worker does not fit its
+    GPU's memory (`lm_memory` against `device.mem_bytes`); image networks, CPU devices and
+    devices without a stated memory are not checked."""
+    if not timing.tokens or device.kind != "gpu" or not device.mem_bytes:
+        return
+    need = lm_memory(timing, samples, state)
+    if need["total"] <= device.mem_bytes:
+        return
+    gib = 2**30
+    parts = ", ".join(f"{k} {need[k] / gib:.1f}" for k in ("weights", "gradients", "optimiser", "activations"))
+    fits = int((device.mem_bytes - need["total"] + need["activations"]) // timing.activation_bytes)
+    room = (f"at most {fits} sequence(s) per worker fit: a smaller batch_size or more workers" if fits >= 1 else
+            "not even one sequence per worker fits (the simulated workers hold whole replicas, unsharded)")
+    raise ConfigError(field, f"a model that fits one {device.name} ({device.mem_bytes / gib:.0f} GiB): "
+                      f"{timing.name} needs {need['total'] / gib:.1f} GiB for {samples} sequence(s) of "
+                      f"{timing.tokens} tokens per worker ({parts} GiB); {room}", timing.name)
 
 
 def timing_model_named(name: str) -> TimingModel:
@@ -408,37 +558,48 @@ def timing_model_named(name: str) -> TimingModel:
 
 
 def model_flops(model: Any) -> TimingModel:
-    """One of our models (workbench.maths.models: MLP, SoftmaxRegression, CNN) as a
-    TimingModel: parameters and forward FLOPs per sample of each layer, in forward order.
+    """A model of the run as a TimingModel: parameters and forward FLOPs per sample of each
+    layer, in forward order.
 
-    Read from the model's own layer shapes, so it is exact for what `loss_and_grad`
-    multiplies (a 3x3 convolution with padding 1 keeps its input's size; each 2x2
-    pooling halves it, rounding down).
+    A built-in model counts its own layers (`layer_flops`; the GPT its published-shape
+    count, `lm_timing`), exact for what `loss_and_grad` multiplies. Another model that
+    states `flops_per_sample` (the model protocol's training FLOPs of one example, forward
+    and backward) gets a third of it as its forward pass, spread over its layer groups in
+    proportion to their parameters (where the backward pass's layers finish: cgdp's
+    chunks). With neither, one training example is one unit of work (`timed`): only this
+    machine's core, timed on the model, charges it (`sim.costs.check_charge`).
 
     >>> from workbench.maths.models import make_model
     >>> tm = model_flops(make_model("mlp", 64, 10, hidden=(128,)))
     >>> tm.name, tm.n_params, tm.fwd_flops
     ('mlp 64-128-10', 9610, 18944.0)
     """
-    from ..maths.models import CNN, MLP
-    if not isinstance(model, (CNN, MLP)):
-        raise TypeError(f"model: an MLP, SoftmaxRegression or CNN of workbench.maths.models, got {type(model).__name__}")
-    shapes = {layer.name: layer.shape for layer in model.layers}
-    if isinstance(model, CNN):
-        c, h, w = model.image_shape
-        layers = []
-        for group, (hh, ww) in (("conv1", (h, w)), ("conv2", (h // 2, w // 2))):
-            k1, k2, c_in, c_out = shapes[f"{group}.W"]
-            weights = k1 * k2 * c_in * c_out
-            layers.append((group, weights + c_out, 2.0 * weights * hh * ww))
-        n_in, n_out = shapes["fc.W"]
-        layers.append(_fc("fc", n_in, n_out))
-    else:   # MLP, and SoftmaxRegression (one fc layer)
-        groups = [name[:-2] for name in shapes if name.endswith(".W")]
-        layers = [_fc(g, *shapes[f"{g}.W"]) for g in groups]
+    from ..maths.gpt import GPT
+    if isinstance(model, GPT):
+        shape = LMShape(model.vocab, model.context, model.n_layers, model.d_model, model.n_heads, 4 * model.d_model)
+        return lm_timing(model.describe().split(" (")[0], shape, "counted from the model's layer shapes")
+    layers_of, flops = getattr(model, "layer_flops", None), getattr(model, "flops_per_sample", None)
+    if layers_of is None and flops is None:
+        if not hasattr(model, "layer_groups"):
+            raise TypeError(f"model: a built-in model or one stating flops_per_sample, got {type(model).__name__}")
+        return replace(_over_groups(model.describe().split(" (")[0], model, 1.0 / TRAIN_FLOPS_FACTOR,
+                                    "no FLOPs given (no flops_per_sample): timed on this machine's core, one "
+                                    "training example a unit"), timed=True)
     name = model.describe().split(" (")[0]
-    return TimingModel(name, sum(p for _, p, _ in layers), sum(f for _, _, f in layers), tuple(layers),
-                       "counted from the model's layer shapes")
+    if layers_of is not None:
+        layers = tuple(layers_of())
+        return TimingModel(name, sum(p for _, p, _ in layers), sum(f for _, _, f in layers), layers,
+                           "counted from the model's layer shapes")
+    return _over_groups(name, model, float(flops) / TRAIN_FLOPS_FACTOR, "the model's own flops_per_sample")
+
+
+def _over_groups(name: str, model: Any, fwd: float, source: str) -> TimingModel:
+    """A TimingModel of `fwd` forward FLOPs per sample over `model`'s layer groups, in
+    proportion to their parameters (one group without a layout)."""
+    groups = model.layer_groups()
+    n = max(1, model.n_params)
+    layers = tuple((f"group{i}", hi - lo, fwd * (hi - lo) / n) for i, (lo, hi) in enumerate(groups))
+    return TimingModel(name, model.n_params, fwd, layers, source)
 
 
 # ------------------------------------------------------------------------------ this machine
@@ -455,7 +616,7 @@ def _one_blas_thread():
     """One BLAS thread while timing: a virtual CPU worker is one core."""
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:      # a dependency of scikit-learn, so normally present
+    except ImportError:      # a dependency (pyproject.toml); timed anyway without it
         yield
         return
     with threadpool_limits(limits=1, user_api="blas"):
@@ -599,7 +760,7 @@ def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = Non
     if key in _LOCAL and rows is None:
         return _LOCAL[key]
     tm = model_flops(model)
-    m = pickle.loads(pickle.dumps(model))       # fresh workspaces (Model.__getstate__ drops them)
+    m = copy.deepcopy(model)       # fresh workspaces (Model.__getstate__ drops them); a user model too
     n = int(X.shape[0])
 
     def step(b: int):
@@ -682,14 +843,15 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
     import tempfile
     tm = model_flops(model)
     sizes = [b for b, _ in alone.calibration] or [min(int(X.shape[0]), 64)]
-    m = pickle.loads(pickle.dumps(model))
+    m = copy.deepcopy(model)
     big = max(sizes)
     fd, path = tempfile.mkstemp(prefix="workbench-corun-", suffix=".pkl")
     helpers: list[subprocess.Popen] = []
     try:
         rows = min(int(X.shape[0]), 16 * big)            # fresh rows for its calls, as a worker reads
-        with open(fd, "wb") as f:
-            pickle.dump((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params), f)
+        with open(fd, "wb") as f:   # a model of the user's with its code by value: the helper has no files of theirs
+            f.write(dumps((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params),
+                          code=getattr(model, "code", model)))
         code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({path!r})"
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(p for p in sys.path if p))   # this process's workbench
@@ -829,7 +991,7 @@ def calibration_cache_path(model: Any, dtype: str) -> Any:
     import hashlib
     import json
 
-    from ..data.download import cache_dir
+    from ..data.dataset import cache_dir
     key = json.dumps([machine_identity(), model.describe(), dtype], sort_keys=True)
     return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 

@@ -30,7 +30,8 @@ def _load() -> str:
         one, five, _ = os.getloadavg()
     except OSError:
         return "load unknown"
-    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
+    from workbench.util.machine import usable_cores
+    return f"load average {one:.1f} (5 min {five:.1f}) on {usable_cores()} cores"
 
 
 def _dashboard(config: wb.RunConfig, cluster: str | None = "threads"):

@@ -53,7 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ipywidgets as widgets
+try:
+    import anywidget  # noqa: F401  (the live figures' widget, ui/plotly_widget.py)
+    import ipywidgets as widgets
+    import plotly  # noqa: F401
+except ImportError as _exc:      # the lab extra: one line that says so, not a bare ModuleNotFoundError
+    from ..util.extras import missing_extra
+    raise missing_extra("the dashboard", _exc) from None
 import pandas as pd
 
 from .. import measure
@@ -66,6 +72,7 @@ from ..config import (
 )
 from ..problem import Problem
 from ..results import RecordBatch, RunTally, free_run_dir
+from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
 from .controls import (  # noqa: F401 - the control table, as the dashboard has always named it
@@ -82,6 +89,7 @@ from .controls import (  # noqa: F401 - the control table, as the dashboard has 
     Dependent,
     in_process,
     label_of,
+    lr_follows,
     preview_n_train,
     sorted_options,
     tooltip_on_label,
@@ -281,7 +289,8 @@ class Dashboard:
             "throughput per worker, where each worker's time goes, the lr actually used.</p>")],
             layout=widgets.Layout(flex="1 1 auto", min_width="0"))
 
-        cpus = max(1, os.cpu_count() or 1)
+        from ..util.machine import usable_cores
+        cpus = usable_cores()   # affinity and CPU quota: a Binder pod's 2, not its host's 64
         default_ws = ",".join(str(w) for w in POWERS_OF_TWO if w <= cpus) or "1"
         self.sweep_workers = widgets.Text(value=default_ws, description="workers",
                                           tooltip="worker counts, comma-separated: one run each",
@@ -330,8 +339,15 @@ class Dashboard:
                                 layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
                                                       overflow="hidden auto", padding="0 8px 0 0"))
         run_tab = widgets.HBox([controls, self.plots], layout=widgets.Layout(width="100%"))
-        self.tabs = widgets.Tab(children=[run_tab, scaling, runs])
-        self.tabs.titles = ("run", "scaling", "runs")
+        self.why_html = widgets.HTML("<i>after a run: what limits it (workbench explain)</i>",
+                                     layout=widgets.Layout(width="100%"))
+        why = widgets.VBox([widgets.HTML(
+            "Why the last run is as fast as it is: its step decomposed, compared with 1 worker (the last run of "
+            "the same config on another worker count, or the 1-worker step the cost model predicts), and what "
+            "would change the answer. The same text as <code>python -m workbench explain RUN [RUN]</code>."),
+            self.why_html], layout=widgets.Layout(width="100%"))
+        self.tabs = widgets.Tab(children=[run_tab, scaling, runs, why])
+        self.tabs.titles = ("run", "scaling", "runs", "why")
         bar = widgets.HBox([self.run_button, self.stop_button, self.clear_button, self.progress, self.links],
                            layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         self.widget = widgets.VBox([bar, self.status, self.tabs])
@@ -405,8 +421,10 @@ class Dashboard:
         if self._syncing:
             return
         changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
+        self._lr_note = ""
         if changed is not None:
             self._fill_dependents(changed)
+            self._follow_lr(changed, change.get("old"))
         self._refresh()
 
     def _fill_dependents(self, changed: str) -> None:
@@ -428,6 +446,20 @@ class Dashboard:
                     w.value = value
         finally:
             self._syncing = False
+
+    def _follow_lr(self, changed: str, old: Any) -> None:
+        """A new update rule (or algorithm) moves lr to its default, and the status line says
+        so (`controls.lr_follows`)."""
+        values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
+        moved = lr_follows(changed, old, values)
+        if moved is None:
+            return
+        self._syncing = True
+        try:
+            self.controls["lr"].value = moved[0]
+        finally:
+            self._syncing = False
+        self._lr_note = moved[1]
 
     def _show_relevant(self) -> None:
         """Show the controls that apply to what the controls say now, valid or not (a
@@ -484,7 +516,8 @@ class Dashboard:
             self._set_buttons(False)
             where = f", on {workers_of(cfg)} simulated workers" if cfg.simulate else ""
             self._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples{where}")
+                             f"of {cfg.batch_size} samples{where}"
+                             + (f"; {self._lr_note}" if getattr(self, "_lr_note", "") else ""))
         return cfg
 
     @staticmethod
@@ -704,8 +737,24 @@ class Dashboard:
         self._flush(state, last=True)
         self._record_drawing(state)     # again, with the redraws that were in flight at _finish
         self._write_report(state)
+        self.why()                      # the "why" tab: what limits this run (analysis.explain)
         self._current = None
         self._set_buttons(running=False)
+
+    def why(self) -> str:
+        """Explain the last run (against the last run of its config on another worker count,
+        when there is one: `analysis.explain.pick_runs`) in the "why" tab; returns the text."""
+        from ..analysis.explain import explain, pick_runs, to_html
+        runs = pick_runs(self.history)
+        if not runs:
+            return ""
+        try:
+            found = explain(runs)
+        except Exception as exc:      # a run it cannot read (no steady steps, ...): said in the tab
+            self.why_html.value = f"<i>{html.escape(str(exc))}</i>"
+            return str(exc)
+        self.why_html.value = to_html(found)
+        return "\n\n".join(e.text() for e in found)
 
     def _write_report(self, state: _Run) -> None:
         """report.html in the run's directory (`api.write_run_report`), once the run is saved."""
@@ -769,9 +818,8 @@ class Dashboard:
         records = RecordBatch.join(batches)
         try:
             if records:
-                for key, series in figdata.live_series(records, state.live).items():
-                    if series:
-                        self._slots[key].edit(functools.partial(F.extend_series, series=series))
+                for key, edit in F.live_edits(records, state.live).items():
+                    self._slots[key].edit(edit)
                 weight = float(self.smoothing.value)
                 if weight > 0:
                     for key in ("progress_time", "progress_epoch"):
@@ -854,8 +902,8 @@ class Dashboard:
         if s.get("simulated"):
             took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
-        else:
-            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s"
+        else:   # the one BLAS rule (util.blas), said where the rate is
+            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                 + (f" (start-up {startup:.1f} s)" if startup is not None else "")
                 + f", {rate}, "

@@ -9,7 +9,7 @@ The numbers of a figure are computed by small `*_series` functions that turn tab
 (DataFrames, or column arrays for live batches) into `Series` (name, x, y, where,
 style); they live in `workbench.ui.figdata` (NumPy and pandas only), beside this module.
 This module holds only the plotly side: a static figure adds the series as traces, the live dashboard hands each new batch of
-records to `update_live`, which appends the batch's series to the traces of the same
+records to `live_edits`, whose edits append the batch's series to the traces of the same
 name inside `fig.batch_update()`. So a live plot and the report of the same run show the
 same quantities.
 
@@ -34,15 +34,21 @@ Only `workbench.ui` imports plotly; functions never modify the DataFrames they g
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+
+try:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+except ImportError as _exc:      # the lab extra: one line that says so, not a bare ModuleNotFoundError
+    from ..util.extras import missing_extra
+    raise missing_extra("figures", _exc) from None
 
 from ..analysis.sweep import table_simulated
 from .figdata import (
@@ -718,22 +724,21 @@ def live_base(key: str, n_workers: int = 1, simulated: bool = False) -> Any:
     return as_widget(mark_virtual(makers[key](), simulated))
 
 
-def update_live(figs: dict[str, Any], records: list[dict], state: LiveState,
-                max_points: int = LIVE_POINTS) -> None:
-    """Append a batch of records to the live figures, one `batch_update` per figure.
+def live_edits(records: Any, state: LiveState, max_points: int = LIVE_POINTS) -> dict[str, Callable[[Any], Any]]:
+    """What a batch of records adds to the live figures: FIGURE_KEYS -> an edit `fig -> fig`
+    that appends the batch's series (`figdata.live_series`) to the traces of the same name
+    (`extend_series`). The dashboard hands each edit to its figure's slot, which applies it
+    inside one `batch_update` (or once a view can take it).
 
     Args:
-        figs: FIGURE_KEYS -> FigureWidget (missing keys are skipped).
-        records: the batch (not modified).
-        state: the run's LiveState.
+        records: the batch (a `RecordBatch` or record dicts; not modified).
+        state: the run's LiveState (advanced by the batch).
         max_points: points kept per trace.
+    Returns:
+        The edits of the figures this batch adds to (none for an empty series).
     """
-    for key, series in live_series(records, state).items():
-        fig = figs.get(key)
-        if fig is None or not series:
-            continue
-        with fig.batch_update():
-            extend_series(fig, series, max_points)
+    return {key: functools.partial(extend_series, series=series, max_points=max_points)
+            for key, series in live_series(records, state).items() if series}
 
 
 def cgdp_timeline_figure(result: Source, worker: int = 0, title: str | None = None) -> Any:

@@ -35,7 +35,7 @@ from typing import Any
 
 POLL_S = 0.05          # s: how often the kernel side checks for Stop and for batches
 PRELOAD = ["workbench.api", "workbench.execution.engine", "workbench.execution.transports.sim", "pandas",
-           "sklearn.datasets", "workbench.ui.simproc"]   # sklearn: the digits set (seconds to import)
+           "workbench.ui.simproc"]
 _ctx_lock = threading.Lock()
 _ctx: Any = None
 

@@ -4,9 +4,14 @@ A throughput measured on a machine where other processes took a share of the cor
 measures the machine, not the algorithm. So every real run records (`summary["machine"]`):
 
 - the load average (1 minute) before and after;
-- the machine's busy CPU time over the run, from `/proc/stat` where the kernel reports it
-  (Linux), split into ours (this process and the workers' processes) and other processes',
-  and `steal` (time the hypervisor gave the machine's virtual cores to someone else);
+- the cores the run may use (`usable_cores`: the CPU affinity and the cgroup's CPU quota,
+  Dask's own count, never the host's `os.cpu_count()`: a Binder pod limited to 2 cores of a
+  64-core host has 2);
+- the busy CPU time of those cores over the run, from `/proc/stat` where the kernel reports
+  it (Linux; only the CPUs of the affinity set), split into the run's (every process of the
+  run: this one, which holds the client and a local cluster's scheduler and nannies, its
+  child processes, the workers and their parents) and other processes', and `steal` (time
+  the hypervisor gave the machine's virtual cores to someone else);
 - each worker's loop: its wall time, the CPU time of its thread, its process's CPU time,
   the compute it booked, and `stalled_s`, booked compute the thread did not spend on a
   core (descheduled: a lower bound on its stalls; CPU workers only, and only when the
@@ -20,39 +25,161 @@ from __future__ import annotations
 
 import os
 import time
+from functools import lru_cache
 from typing import Any
 
 OTHERS_NOTICEABLE = 0.10   # of the machine's cores: other processes' (or steal's) share worth a sentence
 PROC_STAT = "/proc/stat"
 
 
-def cpu_times(path: str = PROC_STAT) -> dict[str, float] | None:
-    """The machine's CPU seconds since boot, summed over cores: busy, idle, steal; None
-    where the kernel does not report them (not Linux).
+@lru_cache(maxsize=1)
+def usable_cores() -> int:
+    """The cores this process may use: the smallest of the host's cores, its CPU affinity and
+    its cgroup's CPU quota (rounded up), as Dask counts them (`dask.system.CPU_COUNT`; the
+    local cluster sizes its workers by it too). Never fewer than 1."""
+    try:
+        from dask.system import cpu_count
+        return max(1, int(cpu_count()))
+    except ImportError:   # dask is a dependency; without it, the affinity alone
+        return max(1, len(_affinity()) or os.cpu_count() or 1)
+
+
+def _affinity() -> set[int]:
+    """The CPUs this process may run on (empty where the system does not say)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set()
+
+
+def cpu_times(path: str = PROC_STAT, cpus: set[int] | None = None) -> dict[str, float] | None:
+    """CPU seconds since boot summed over the machine's cores, or over `cpus` only (the
+    per-CPU lines): busy, idle, steal; None where the kernel does not report them (not Linux).
 
     busy is user + nice + system + irq + softirq (guest time is already inside user);
     idle is idle + iowait."""
     try:
         with open(path) as f:
-            fields = f.readline().split()
+            lines = [line.split() for line in f if line.startswith("cpu")]
     except OSError:
         return None
-    if not fields or fields[0] != "cpu":
+    if not lines or lines[0][0] != "cpu":
         return None
+    if cpus:
+        chosen = [f for f in lines[1:] if f[0][3:].isdigit() and int(f[0][3:]) in cpus]
+        lines = chosen if len(chosen) == len(cpus) else lines[:1]   # a CPU not listed: the whole machine
+    else:
+        lines = lines[:1]
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    v = [float(x) / hz for x in fields[1:]] + [0.0] * 10
-    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-    return {"busy": user + nice + system + irq + softirq, "idle": idle + iowait, "steal": steal}
+    out = {"busy": 0.0, "idle": 0.0, "steal": 0.0}
+    for fields in lines:
+        v = [float(x) / hz for x in fields[1:]] + [0.0] * 10
+        user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+        out["busy"] += user + nice + system + irq + softirq
+        out["idle"] += idle + iowait
+        out["steal"] += steal
+    return out
 
 
-def snapshot() -> dict[str, Any]:
-    """The state to compare after the run: wall clock, load, machine CPU times, this process's CPU."""
+def cgroup_cpu_s() -> float | None:
+    """CPU seconds the processes of this process's cgroup have used (cgroup v2 `cpu.stat`
+    usage_usec, or v1 `cpuacct.usage`); None where neither is readable."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            groups = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, path in groups:
+        where = path.rstrip("/")
+        if controllers == "":   # v2: one unified hierarchy
+            try:
+                with open(f"/sys/fs/cgroup{where}/cpu.stat") as f:
+                    for line in f:
+                        if line.startswith("usage_usec "):
+                            return int(line.split()[1]) / 1e6
+            except (OSError, ValueError):
+                continue
+        elif "cpuacct" in controllers.split(","):
+            for mount in ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"):
+                try:
+                    with open(f"/sys/fs/cgroup/{mount}{where}/cpuacct.usage") as f:
+                        return int(f.read()) / 1e9
+                except (OSError, ValueError):
+                    continue
+    return None
+
+
+def machine_cpu() -> dict[str, float] | None:
+    """The busy, idle and steal seconds of what this process may use: the CPUs of its
+    affinity set (`/proc/stat`), or, where a CPU quota allows fewer cores than that set has,
+    its cgroup's own usage as busy (the host's other tenants are not ours to count; steal
+    unknown)."""
+    cpus = _affinity()
+    if cpus and usable_cores() < len(cpus):
+        used = cgroup_cpu_s()
+        if used is not None:
+            return {"busy": used, "idle": 0.0, "steal": 0.0}
+    return cpu_times(cpus=cpus)
+
+
+def run_processes(worker_pids: list[int] | tuple[int, ...] = ()) -> dict[int, float]:
+    """{pid: CPU seconds so far} of every process of a run on this host: this process (the
+    client, and a local cluster's scheduler and nannies, which run in it), its child
+    processes (a local cluster's workers, the dashboard's simulation process), the given
+    worker processes and their parents (the nannies of a cluster started elsewhere on this
+    host). {} without psutil (a dependency of distributed)."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    me = psutil.Process()
+    procs = {me.pid: me}
+    try:
+        procs.update({p.pid: p for p in me.children(recursive=True)})
+    except psutil.Error:
+        pass
+    for pid in worker_pids:
+        try:
+            p = psutil.Process(int(pid))
+            procs.setdefault(p.pid, p)
+            parent = p.parent()
+            if parent is not None and parent.pid > 1:
+                procs.setdefault(parent.pid, parent)
+        except (psutil.Error, ValueError, TypeError):
+            continue
+    out = {}
+    for pid, p in procs.items():
+        try:
+            t = p.cpu_times()
+            out[pid] = float(t.user + t.system)
+        except psutil.Error:
+            continue
+    return out
+
+
+def local_pids(workers: list[dict[str, Any]]) -> list[int]:
+    """The process ids of the described workers (`cluster.describe_worker`) that run on this
+    host (a pid of another host names nothing here).
+
+    >>> import socket
+    >>> local_pids([{"pid": 7, "host": socket.gethostname()}, {"pid": 8, "host": "elsewhere"}, {"host": "localhost"}])
+    [7]
+    """
+    import socket
+    here = socket.gethostname()
+    return [int(w["pid"]) for w in workers if w.get("pid") is not None and w.get("host") == here]
+
+
+def snapshot(worker_pids: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
+    """The state to compare after the run: wall clock, load, the usable cores' CPU times, this
+    process's CPU, and every process of the run's CPU (`run_processes(worker_pids)`)."""
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
         load = None
-    return {"time": time.time(), "load": load, "cpu": cpu_times(), "process_cpu_s": time.process_time(),
-            "pid": os.getpid(), "cores": os.cpu_count() or 1}
+    return {"time": time.time(), "load": load, "cpu": machine_cpu(),
+            "process_cpu_s": time.process_time(), "pid": os.getpid(), "cores": usable_cores(),
+            "procs": run_processes(worker_pids)}
 
 
 class LoopUsage:
@@ -75,10 +202,11 @@ class LoopUsage:
 def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's machine state from two `snapshot`s and the workers' `LoopUsage` reports.
 
-    Ours is this process's CPU time (the client, and thread workers) plus each other
-    worker process's (counted once per pid); the rest of the machine's busy time is other
-    processes' (Dask's scheduler and nannies outside this process count there too: a few
-    hundredths of a core).
+    Ours is the CPU time of every process of the run (`run_processes`: this process, with
+    the client, a local scheduler and the nannies; its children; the workers and their
+    parents), each counted once, from the snapshots' `procs`; a process that started during
+    the run counts from 0; a worker loop's process not among them adds its loop's process CPU
+    time. The rest of the usable cores' busy time is other processes'.
 
     >>> before = {"time": 0.0, "load": 0.5, "cpu": {"busy": 0.0, "idle": 0.0, "steal": 0.0},
     ...           "process_cpu_s": 0.0, "pid": 1, "cores": 2}
@@ -91,8 +219,13 @@ def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[st
     """
     wall = max(float(after["time"]) - float(before["time"]), 1e-9)
     cores = int(after.get("cores") or 1)
-    own = float(after["process_cpu_s"]) - float(before["process_cpu_s"])
-    seen = {after.get("pid")}
+    procs0, procs1 = before.get("procs") or {}, after.get("procs") or {}
+    if procs1:
+        own = sum(max(t - procs0.get(pid, 0.0), 0.0) for pid, t in procs1.items())
+        seen = set(procs1)
+    else:
+        own = float(after["process_cpu_s"]) - float(before["process_cpu_s"])
+        seen = {after.get("pid")}
     for loop in loops:
         if loop.get("pid") not in seen:
             seen.add(loop.get("pid"))

@@ -30,7 +30,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...config import ConfigError, RunConfig
+from ... import usercode
+from ...config import MODEL_NAMES, ConfigError, RunConfig
+from ...data.dataset import DATASETS
 from .. import platforms
 from .base import Progress, RunSetup, Transport, choose_workers
 from .dask_worker import DaskPlan, worker_task
@@ -100,6 +102,19 @@ class DaskTransport(Transport):
                               "fcntl and POSIX shared memory (Linux, macOS)", config.algorithm)
         from ..preflight import check_memory, check_shm, shm_free
         check_memory(config, workers_memory=[w.get("memory_limit") or 0 for w in self.workers])
+        if config.model not in MODEL_NAMES:   # the user's model: shipped, or imported by name on the workers
+            for w in {w["host"]: w for w in self.workers}.values():    # one worker per host tries
+                why = self._on(usercode.reach, config.model, usercode.shipment(config.model), where=w["address"])
+                if why is not None:
+                    raise ConfigError("model", f"a model the workers can load (on {w.get('host')}: {why}; installed "
+                                      "code must be installed there too, your own is shipped)", config.model)
+        if config.dataset not in DATASETS:    # a file of the user's: every host's workers read it themselves
+            from ...data.files import reach
+            for w in {w["host"]: w for w in self.workers}.values():
+                why = self._on(reach, config.dataset, config.test_fraction, where=w["address"])
+                if why is not None:
+                    raise ConfigError("dataset", f"a file the workers can read (on {w.get('host')}: {why}; put it "
+                                      "where every host sees it at the same path)", config.dataset)
         if len(setup.hosts) == 1:   # the segments go in the workers' host's /dev/shm: measured there, by
             w0 = self.workers[0]     # worker 0 (an external --scheduler, a Client the user handed to
             check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # wb.run, or ours:
@@ -117,7 +132,8 @@ class DaskTransport(Transport):
         shm_ok = one_host and platforms.shm_supported()
         addr0 = self.workers[0]["address"]
         plan = DaskPlan(run_id=run_id, topic=f"workbench-{run_id}", config=config.to_dict(), kinds=setup.kinds,
-                        groups=setup.groups, n_params=setup.n_params, extra=setup.extra)
+                        groups=setup.groups, n_params=setup.n_params, extra=setup.extra,
+                        model_code=usercode.shipment(config.model))
         self.plan = plan
         plan.comm = choose_comm(config, self.workers) if needs.collective else None
         from ...comm.shm import create_segment
@@ -338,7 +354,8 @@ class DaskTransport(Transport):
         server = None
         if plan is not None and plan.server:
             server = "shm" if plan.server.startswith("shm") else "actor"
-        return {"comm": plan.comm if plan else None, "server": server}
+        return {"comm": plan.comm if plan else None, "server": server,
+                "blas_threads": plan.config.get("blas_threads") if plan else None}   # set by every loop (util.blas)
 
     def public(self, worker: dict, rank: int) -> dict:
         return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"],

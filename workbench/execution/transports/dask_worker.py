@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import RunConfig
+from ...util.blas import blas_limit
 from .base import WorkerLinks, group_of
 from .segments import remove_file, unlink_shm_name
 
@@ -36,6 +37,7 @@ class DaskPlan:
     server_options: dict = field(default_factory=dict)
     server_segment: str | None = None
     lock_path: str | None = None
+    model_code: tuple | None = None         # the user's model, shipped by value (usercode.shipment)
 
     @property
     def size(self) -> int:
@@ -49,14 +51,17 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: s
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
         return {"status": "rescheduled", "params": None}
+    from ... import usercode
+    usercode.receive(plan.model_code)   # before the config names it: the model the client shipped
     links = open_links(plan, rank, actor)
 
     def sink(batch: dict) -> None:
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
+    config = RunConfig.from_dict(plan.config)
     try:
-        return main(RunConfig.from_dict(plan.config), rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall,
-                    links, sink)
+        with blas_limit(config.blas_threads):   # the run's own count, whatever the last run set
+            return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink)
     finally:
         links.close()
         if rank == 0 and getattr(links.control.control, "lease_expired", False):

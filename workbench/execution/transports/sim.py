@@ -33,23 +33,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ...algorithms.base import FLUSH_S
-from ...comm.base import RoleFrontEnd, ThreadControl, WorkerLost, role_op
+from ...comm.base import ThreadControl, WorkerLost
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
 from ...sim.profiles import _one_blas_thread
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
-from .sim_lockstep import lockstep_refusal
-from .sim_server import lockstep_for
+from .sim_lockstep import HogwildLockstep, Lockstep, lockstep_refusal
+from .sim_roles import SimServer, SimServerState
+from .sim_server import ServerLockstep
 
 MAX_WORKERS = 1024
+# the driver of each fast path an algorithm's declaration may name (`AlgorithmSpec.fast_path`)
+FAST_DRIVERS = {"replicas": Lockstep, "shared": HogwildLockstep, "server": ServerLockstep}
 
 
 # ------------------------------------------------------------------------------ collectives
@@ -216,165 +218,6 @@ class SimComm:
 
     def close(self) -> None:
         pass
-
-
-# ------------------------------------------------------------------------------ server roles
-class SimServerState:
-    """A server role's core, its service queue and the workers waiting on its state."""
-
-    def __init__(self, core: Any, costs: SimCosts, sched: Scheduler):
-        self.core, self.costs, self.sched = core, costs, sched
-        self.free = 0.0                      # the server is busy until then
-        # blocked until the state changes (deposits), with the condition each waits for
-        self.waiting: list[tuple[VProc, Callable[[], bool]]] = []
-        # blocked for a round-robin turn: rank -> (proc, how many changes had happened then)
-        self.turns: dict[int, tuple[VProc, int]] = {}
-        self.changes = 0
-        self.last_change = 0.0
-
-    def serve(self, proc: VProc, in_bytes: float, out_bytes: float | Callable[[], float], service_s: float,
-              op: Callable[[], Any], ready: Callable[[], bool] | None = None, turn: int | None = None) -> Any:
-        """A request sent at the worker's now. The server's link and core are one queue,
-        first come first served (after `ready()`, e.g. a round-robin turn: `turn` is then
-        the rank, and `ready()` is `core.turn == turn`): it takes the request's bytes in,
-        applies `op` once they are in, works `service_s`, sends the reply's bytes; the
-        reply lands one latency later."""
-        net = self.costs.network
-        proc.sleep_until(proc.now() + net.alpha)
-        # Round-robin turns and other waits may be waited on together only when no change
-        # can make both true: rank 0's wait for the final centre (`final`) holds once every
-        # worker has retired, and a worker waiting for its turn has not retired.
-        while ready is not None and not ready():
-            if turn is None:
-                self.waiting.append((proc, ready))
-                proc.block()
-                continue
-            self.turns[turn] = (proc, self.changes)
-            try:
-                proc.block()
-            except BaseException:          # killed or cancelled while waiting for its turn
-                self.turns.pop(turn, None)
-                proc.t = max(proc.t, self.last_change)   # every change so far woke it (see _changed)
-                raise
-        start = max(proc.t, self.free)
-        applied = start + in_bytes * net.beta
-        n_out = out_bytes() if callable(out_bytes) else out_bytes
-        self.free = done = applied + service_s + n_out * net.beta   # reserved in arrival order: FCFS
-        proc.sleep_until(applied)
-        result = op()
-        self._changed(proc.t)
-        proc.sleep_until(done + net.alpha)
-        return result
-
-    def _changed(self, t: float) -> None:
-        """Wake the waiters at `t` to re-check their conditions.
-
-        Performance, with the same run bit for bit: waking every waiter and letting each
-        re-check in its own greenlet costs P greenlet switches per change, P^2 per
-        round-robin cycle (most waiters find it is still not their turn and block
-        again). Instead one driver event at `t` re-checks the waiters in wake order and
-        switches only into those whose condition holds; the others are re-queued as
-        their own loop would have done. Their wake-ups were consecutive entries of the
-        heap at `t`, so nothing else could run between them, and the order of every
-        check, resume and re-queue is unchanged.
-
-        Round-robin turns go further (P checks per change, P^2 per cycle, at 1024
-        workers a million per cycle): only the waiter whose rank has the turn can find
-        its condition true, and the state does not change while the re-checks run (a
-        resumed worker yields before its exchange), so one dictionary lookup finds it.
-        The others' re-checks changed nothing but their clocks (each change's time, at
-        most the current one: changes happen at the current virtual time, in order), which
-        is applied when they leave the wait: resumed here, or killed."""
-        self.last_change = t
-        if self.turns:
-            self.sched.schedule(t, partial(self._recheck_turn, t, self.changes))
-        self.changes += 1
-        waiting, self.waiting = self.waiting, []
-        batch = []
-        for p, ready in waiting:
-            if p.done:
-                continue
-            p.blocked = False              # what Scheduler.wake does
-            p.wake_value = None
-            p.t = max(p.t, t)
-            if p.t > t:                    # (not expected: waiters block at or before `t`)
-                self.sched.schedule(p.t, p)
-            else:
-                batch.append((p, ready))
-        if batch:
-            self.sched.schedule(t, lambda: self._recheck(t, batch))
-
-    def _recheck_turn(self, t: float, change: int) -> None:
-        entry = self.turns.get(self.core.turn)
-        if entry is None or entry[1] > change:    # nobody's turn, or it waits since after that change
-            return
-        p = entry[0]
-        del self.turns[self.core.turn]
-        if p.done:
-            return
-        p.blocked = False
-        p.wake_value = None
-        p.t = max(p.t, self.last_change)
-        self.sched._resume(p)                     # its loop re-checks (true) and is served
-
-    def _recheck(self, t: float, batch: list[tuple[VProc, Callable[[], bool]]]) -> None:
-        for p, ready in batch:
-            if p.done or p.blocked:        # what Scheduler.run skips
-                continue
-            p.t = max(p.t, t)
-            if ready():
-                self.sched._resume(p)      # its loop re-checks (true) and is served
-            else:                          # what its loop would do: queue again and block
-                p.blocked = True
-                self.waiting.append((p, ready))
-
-
-class SimServer(RoleFrontEnd):
-    """The front-end one worker sees (ThreadServer's interface), on virtual time: any
-    role's core, served from its table of operations (`comm.base.RoleOp`). A call is a
-    request over the network carrying the op's arrays in, served in arrival order once its
-    `ready` holds (a turn or a partner), costing the server the op's memory passes, with
-    a reply of the op's arrays out; a notice (retire, depart) takes effect at once."""
-
-    def __init__(self, state: SimServerState, proc: VProc):
-        self.s, self.proc = state, proc
-        self.costs = state.costs
-        self.ops = type(state.core).OPS
-
-    def serve(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self, name)(*args, **kwargs)
-
-    def bind(self, name: str) -> Any:
-        """The op's call, built once from its table entry (`RoleFrontEnd.bind`)."""
-        s, c, core, proc = self.s, self.costs, self.s.core, self.proc
-        op = role_op(core, name)
-        method, nbytes = getattr(core, op.method), c.nbytes
-        if op.notice:
-            def notice(*args: Any, **kwargs: Any) -> Any:
-                out = method(*args, **kwargs)
-                s._changed(proc.now())
-                return out
-            return notice
-        sizes_in, sizes_out, work, ready, turn = op.sizes_in, op.sizes_out, op.work, op.ready, op.turn
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            in_bytes = 0
-            for m in sizes_in(*args, **kwargs):
-                in_bytes += nbytes(m)
-
-            def out_bytes() -> float:   # the reply as it is when served (a partner's deposit, say)
-                total = 0
-                for m in sizes_out(core, *args, **kwargs):
-                    total += nbytes(m)
-                return total
-            service_s = 0.0
-            if work is not None:
-                passes, floats = work(core, *args, **kwargs)
-                service_s = c.host_update(floats, passes)
-            return s.serve(proc, in_bytes, out_bytes, service_s, lambda: method(*args, **kwargs),
-                           ready=(lambda: ready(core, *args, **kwargs)) if ready is not None else None,
-                           turn=turn(*args, **kwargs) if turn is not None else None)
-        return call
 
 
 # ------------------------------------------------------------------------------ cgdp's master
@@ -774,7 +617,8 @@ class SimTransport(Transport):
         refusal = lockstep_refusal(setup, costs) if self.lockstep and self.batch_compute else "not asked for"
         if refusal is None:      # every rank's step in one loop, bitwise the per-worker run (sim_lockstep)
             self.path = "lockstep"
-            procs = [sched.spawn(lockstep_for(setup)(self, setup, sink, costs).body, name="worker 0")]
+            driver = FAST_DRIVERS[setup.spec.fast_path](self, setup, sink, costs)
+            procs = [sched.spawn(driver.body, name="worker 0")]
         else:
             self.path = "per worker"
             procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
@@ -819,7 +663,7 @@ class SimTransport(Transport):
         state = self.server_state
         if isinstance(state, SimServerState) and "retire" in type(state.core).OPS:
             state.core.retire(rank)              # an asynchronous run's round-robin turns skip it
-            state._changed(proc.sched.now)
+            state.changed(proc.sched.now)
 
     def _between(self, sched: Scheduler) -> Callable[[], None]:
         def check() -> None:
@@ -880,7 +724,11 @@ class SimTransport(Transport):
                 "network": default_network(c) if self.link is None else
                 f"{self.link.name} (alpha {self.link.alpha * 1e6:.3g} us, {1 / self.link.beta / 1e9:.3g} GB/s)",
                 "timing_model": c.timing_model or c.model,
+                "compute_charged_by": self.costs.charged_by if self.costs is not None else None,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4), "sim_path": self.path,
+                # what one sync_sgd step's gradient allreduce costs on this cluster (`costs.comm_against_sync`)
+                "sync_allreduce_s": self.costs.allreduce_s(len(self.setup.kinds), self.setup.n_params)
+                if self.costs is not None else None,
                 "sim_computes_per_pass": self.computes_per_pass(),
                 **({"cgdp_timeline": self.server_state.timeline()}
                    if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}

@@ -1,9 +1,11 @@
-"""The simulator's lockstep paths: every virtual worker's step computed together, in one
-greenlet, for a synchronous algorithm whose replicas hold identical parameters (sync_sgd,
-`Lockstep`) and for Hogwild's workers while their steps take equal virtual time
-(hogwild_sgd, `HogwildLockstep`, whose own docstring says how it replays their writes).
-The server algorithms (easgd, async_easgd, async_measgd, async_sgd, async_msgd) have theirs in
-`sim_server` (`ServerLockstep`, built on `Lockstep`'s set-up of the workers' contexts).
+"""The simulator's fast paths for identical replicas and for one shared buffer: every
+virtual worker's step computed together, in one greenlet, with the family's own maths
+on stacks of rows. An algorithm's declaration names its fast path (`AlgorithmSpec.fast_path`):
+"replicas" (sync_sgd: `Lockstep`), "shared" (hogwild_sgd: `HogwildLockstep`, whose own
+docstring says how it replays the workers' writes), "server" (the parameter server and
+elastic-centre algorithms: `sim_server.ServerLockstep`, built on `Lockstep`'s set-up of the
+workers' contexts); `SimTransport` picks the driver (`sim.FAST_DRIVERS`), and
+`lockstep_refusal` says when a run cannot take it.
 
 A sync_sgd replica's step is the same on every rank but for its slice of the global batch
 and its clock: each rank computes `loss_and_grad` on its slice with the parameters every
@@ -18,56 +20,59 @@ Here one loop does, per step, for all P ranks at once:
 * the maths: one `loss_and_grad_stacked` over the global batch cut into the P slices
   (one per slice size where the cut is uneven, as the pool groups them), with the shared
   parameters (bitwise what the pool computes for the same step: the stacked pass is
-  bitwise the plain calls, `tests/test_models.py`), each slice's gradient scaled by its share, and the P scaled
-  gradients summed in rank order (as `SimGroup.arrive` sums the buffers);
+  bitwise the plain calls, `tests/test_models.py`), the slices' gradients weighed by their
+  shares (`sync.weigh`) and summed in rank order (`roles.sum_in_rank_order`, as the
+  collective sums the buffers);
 * the tail every worker packs after its gradient (`SyncTail`): the weighted losses summed
-  in float32 in rank order, the stop flag, each rank's compute and busy times rounded to
-  the buffer's float32 as packing does;
+  in float32 in rank order, the stop flag, each rank's busy time rounded to the buffer's
+  float32 as packing does, and from them each rank's comm and wait (`base.comm_and_wait`);
 * each rank's clock as the virtual clock moves it (compute charged by `SimCosts.compute`
   per rank, jitter draws included; the allreduce done `allreduce_s` after the last
-  arrival), and from the clocks each rank's compute, comm and wait times with the same
-  float operations as `SyncSGD.step` and `SyncTail.read`;
-* one update of the shared parameters (every replica's would be the same);
-* the records: each rank's step row into its own `WorkerContext` (live batches leave as
-  from its loop), the evaluations (every rank's share of the sets, summed in rank order, as
-  `Algorithm.evaluate` does with `evaluates="all"`), the stop and divergence events.
+  arrival);
+* the outcome every rank settles the same way (`base.settle`), then one update of the
+  shared parameters by rank 0's replica's rule (every replica's would be the same);
+* each rank's step through the loop's contract (`base.close_step`: its row into its own
+  `WorkerContext`, whose live batches leave as from its loop; the stop and divergence
+  events), rank 0 evaluating for all (every rank's share of the sets, summed in rank
+  order, as `Algorithm.evaluate` does with `evaluates="all"`).
 
 So the run is bitwise the per-worker one: steps, evaluations, parameters, events
 (`tests/test_sim_lockstep.py` checks it against `SimTransport(lockstep=False)` on
 configurations with jitter, mixed devices, momentum, adamw, evaluations, divergence and a
 stop, slices of unequal size). Configurations it does not cover run per worker
-(`lockstep_refusal` says why): other algorithms, compression, speed-based shares, models
-without a stacked pass (the CNN), fault injection, emulated latency; for hogwild_sgd also
-jitter, slices of unequal size and workers of different speeds.
+(`lockstep_refusal` says why): algorithms without a fast path, compression, speed-based
+shares, models without a stacked pass (the CNN), fault injection, emulated latency; for
+hogwild_sgd also jitter, slices of unequal size and workers of different speeds.
 """
 from __future__ import annotations
 
-import math
-import time
 import traceback
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ...algorithms.base import settle
+from ...algorithms.base import StepOut, close_step, comm_and_wait, settle
+from ...algorithms.hogwild import HogwildSGD, hogwild_write
 from ...algorithms.registry import tail_length
+from ...algorithms.sync import SyncSGD, weigh
 from ...comm.base import WorkerLost
+from ...comm.roles import sum_in_rank_order
 from ...data import _epoch_order, steps_per_epoch
 from ...maths.backend import to_numpy
+from ...maths.optim import RULES
 from ...results import StepLog, eval_record
 from ...util.machine import LoopUsage
-
-LOCKSTEP_ALGORITHMS = ("sync_sgd", "hogwild_sgd", "easgd", "async_easgd", "async_measgd", "async_sgd", "async_msgd")
+from .base import LocalArray
 
 
 def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
-    """Why `setup`'s run cannot take the lockstep path (None: it can). hogwild_sgd's
-    lockstep replays its workers' order of writes, which holds while every worker's step
-    takes the same virtual time: `costs` (the run's `SimCosts`) tells."""
-    c = setup.config
-    if c.algorithm not in LOCKSTEP_ALGORITHMS:
-        return "not sync_sgd, hogwild_sgd or a server algorithm (the EASGD family but hogwild_easgd and sync_easgd, async_sgd, async_msgd)"
+    """Why `setup`'s run cannot take its algorithm's fast path (None: it can). The
+    "shared" path (hogwild_sgd) replays its workers' order of writes, which holds while
+    every worker's step takes the same virtual time: `costs` (the run's `SimCosts`) tells."""
+    c, spec = setup.config, setup.spec
+    if spec.fast_path is None:
+        return f"{c.algorithm}: its declaration names no fast path"
     if c.compression != "none":
         return "compression keeps per-worker state"
     if c.split != "equal" or setup.extra.get("shares"):
@@ -81,18 +86,19 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
         return "more than one rank group"
     if not hasattr(setup.model, "loss_and_grad_stacked"):
         return "the model has no stacked pass"
-    if c.algorithm == "hogwild_sgd":
+    if spec.fast_path == "shared":
         if c.jitter:
             return "jitter: the workers' steps drift apart"
         if c.batch_size % size:
             return "slices of unequal size"
         if costs is None or len({costs.compute(r, c.batch_size // size) for r in range(size)}) > 1:
             return "workers of different speeds"
-    if c.algorithm in ("easgd", "async_easgd") and c.optimizer in ("lars", "lamb"):
-        # EASGD's workers step their own x_i with the configured rule, in `sim_server` on rows of
-        # one array: lars and lamb take layer norms, whose bits on a row of a stacked array are not
-        # promised to be those on a separate one (async_sgd's rule runs on its server's own arrays)
-        return "lars / lamb: layer norms computed per worker"
+    normed = [name for name, rule in RULES.items() if rule.norms]
+    if spec.fast_path == "server" and spec.needs.server == "elastic_centre" and c.optimizer in normed:
+        # the centre's workers step their own x_i with the configured rule, in `sim_server` on rows
+        # of one array: a rule that takes layer norms is not promised the same bits on a row of a
+        # stacked array as on a separate one (a parameter server's rule runs on its own arrays)
+        return f"{' / '.join(normed)}: layer norms computed per worker"
     return None
 
 
@@ -151,7 +157,6 @@ class Lockstep:
             tr.reports.returned(r, res)
 
     def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
-        from ...algorithms.sync import SyncSGD
         costs, P = self.costs, self.size
         ctx0 = ctxs[0]
         algo = SyncSGD(ctx0)                   # rank 0's replica: its parameters and update are everyone's
@@ -171,19 +176,32 @@ class Lockstep:
         spe = steps_per_epoch(N, B)
         seed = ctx0.config.seed
         grads = np.empty((P, n), params.dtype)
-        w_col = np.array(ws, dtype=params.dtype)[:, None]   # `grad *= w` casts the Python float to the array's dtype
+        total = np.empty(n, params.dtype)
+        shares = np.array(ws, dtype=params.dtype)[:, None] if P > 1 else 1.0   # as `grad *= w` casts w
         f32 = algo.buf.dtype
         reduce_s = costs.allreduce_s(P, n + tail_length(P))
         fixed = None if costs.jitter else np.array([costs.compute(r, m) for r, m in enumerate(sizes)])
-        eval_reduce_s = None
-        bytes_sent = algo.bytes_sent
+        evaluator, eval_reduce_s = ctx0.evaluator, [None]
         t = self.t
         t_free: np.ndarray | None = None       # when each rank's last exchange ended (None: step 0, since t_start)
         for ctx in ctxs:
             ctx.start()
         t_start = 0.0                          # every rank's ctx.t_start (its clock read at 0)
+
+        def evaluate(step: int) -> None:
+            """`Algorithm.evaluate` with evaluates="all": every rank's share of the sets, summed
+            in rank order as the collective sums them (one rank: the whole sets)."""
+            if P > 1:
+                parts = np.stack([evaluator.partial(params, r, P).astype(np.float32) for r in range(P)])
+                if eval_reduce_s[0] is None:
+                    eval_reduce_s[0] = costs.allreduce_s(P, parts.shape[1])
+                scores = evaluator.from_partials(np.add.accumulate(parts, axis=0)[-1].astype(np.float64))
+                t[:] = t.max() + eval_reduce_s[0]
+            else:
+                scores = evaluator(params)
+            ctx0.record(eval_record(algo.eval_name, step, plan.epoch(step + 1), ctx0.now(), **scores))
+
         status, step = "completed", -1
-        evaluator = ctx0.evaluator
         for step in range(plan.total_steps):
             lr = plan.schedule(step)
             t0 = t.copy()
@@ -198,13 +216,10 @@ class Lockstep:
                 X = X_all.take(rows, axis=0).reshape(r1 - r0, m, F)   # as ctx.batch gathers
                 if X.dtype != params.dtype:
                     X = X.astype(params.dtype)
-                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m),
+                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m, *y_all.shape[1:]),
                                                       grads[r0:r1]).tolist()
-            if P > 1:                                           # grad *= w, per rank (w is 1 for one worker)
-                grads *= w_col
-            total = grads[0].copy()
-            for r in range(1, P):                               # SimGroup.arrive: in rank order
-                total += grads[r]
+            weigh(grads, shares)                                # g_i *= n_i / B
+            sum_in_rank_order(grads, total)                     # the allreduce's sum
             # the tail, as packed (float32) and summed in rank order
             loss_w = np.array([v * w for v, w in zip(losses, ws)]).astype(f32)
             loss = float(np.add.accumulate(loss_w)[-1])
@@ -212,41 +227,21 @@ class Lockstep:
             busy = t - (t_free if t_free is not None else t_start)
             slowest = float(busy.astype(f32).max())
             done = float(t.max()) + reduce_s
-            comm_total = done - t
-            d = slowest - busy
-            d = np.where(d > 0.0, d, 0.0)                      # max(0.0, slowest - busy)
-            wait = np.where(d < comm_total, d, comm_total)      # min(comm_total, ...)
-            comm_s = comm_total - wait
+            comm_total = (done - t).tolist()
+            busy_s = busy.tolist()
             t[:] = done
-            out = _Out()
-            if not settle(out, loss, stop):
-                status = out.stop
-                if out.stop == "diverged":
-                    ctx0.event("diverged", f"loss became {out.loss} at step {step} with lr {lr:.6g}")
-                if out.stop == "stopped":
-                    ctx0.event("stopped", f"stop requested; ended at step {step}")
+            out = StepOut(lr=lr, bytes_sent=algo.bytes_sent)
+            if not settle(out, loss, stop):                    # every rank decides the same
+                for ctx in ctxs:
+                    status = close_step(ctx, step, out, True, None) or status
                 break
             algo.opt.step(params, total, lr)                    # x -= lr g, once for every replica
             t_free = t.copy()
             compute_s = compute_s + (t_free - t)                # the update is compute too (0 s here)
-            loss = float(loss)
-            logged = zip(compute_s.tolist(), comm_s.tolist(), wait.tolist())
-            for ctx, m, (c_s, m_s, w_s) in zip(ctxs, sizes, logged):
-                ctx.steps.add(step, done - t_start, loss, lr, m, c_s, m_s, w_s, 0.0, bytes_sent)
-            if plan.is_eval_step(step) and evaluator is not None:
-                if P > 1:
-                    parts = np.stack([evaluator.partial(params, r, P).astype(np.float32) for r in range(P)])
-                    if eval_reduce_s is None:
-                        eval_reduce_s = costs.allreduce_s(P, parts.shape[1])
-                    scores = evaluator.from_partials(np.add.accumulate(parts, axis=0)[-1].astype(np.float64))
-                    t[:] = done + eval_reduce_s
-                else:
-                    scores = evaluator(params)
-                ctx0.record(eval_record(algo.eval_name, step, plan.epoch(step + 1), ctx0.now(), **scores))
-            now = time.perf_counter()
-            for ctx in ctxs:
-                if now >= ctx._next_flush:                      # live batches a few times a second
-                    ctx.flush()
+            for r, (ctx, m, c_s) in enumerate(zip(ctxs, sizes, compute_s.tolist())):
+                out.samples, out.compute_s = m, c_s
+                out.comm_s, out.wait_s = comm_and_wait(comm_total[r], slowest, busy_s[r])
+                close_step(ctx, step, out, True, evaluate if r == 0 and evaluator is not None else None, now=done)
             proc.sleep_until(float(t.max()))                    # the driver's turn (a cancel lands here)
         results = []
         for r, ctx in enumerate(ctxs):
@@ -256,13 +251,6 @@ class Lockstep:
                             "summary": algo.summary if r == 0 else {}, "steps": ctx.step_columns(),
                             "started": ctx.started_wall})
         return results
-
-
-class _Out:
-    __slots__ = ("loss", "stop")
-
-    def __init__(self) -> None:
-        self.loss, self.stop = math.nan, None
 
 
 class HogwildLockstep(Lockstep):
@@ -292,6 +280,8 @@ class HogwildLockstep(Lockstep):
         B = plan.batch_size
         m = B // P
         shared = np.array(setup.params0, copy=True)   # the shared array (SimTransport's LocalArray)
+        ctx0.shared["params"] = LocalArray(shared)
+        algo0 = HogwildSGD(ctx0)                       # rank 0's worker: it evaluates and returns the buffer
         n = shared.shape[0]
         C = costs.compute(0, m)                        # every worker's step (lockstep_refusal checked)
         reads = np.empty((P, n), shared.dtype)         # each worker's read of the buffer
@@ -304,11 +294,11 @@ class HogwildLockstep(Lockstep):
         t0 = np.zeros(P)                               # each worker's clock when its step began
         lrs = [0.0] * P
         results: list[dict | None] = [None] * P
-        evaluator = ctx0.evaluator
+        out = StepOut(samples=m, bytes_sent=0.0)      # shared memory on one host: nothing crosses a network
 
         def end(r: int, status: str, last: int) -> None:
             ctx = ctxs[r]
-            params_out = shared.copy() if r == 0 else None       # HogwildSGD.finish: the buffer as rank 0 ends
+            params_out = algo0.finish() if r == 0 else None      # the buffer as rank 0 ends
             ctx.flush(done=True)
             results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
                           "steps": ctx.step_columns(), "started": ctx.started_wall}
@@ -329,7 +319,6 @@ class HogwildLockstep(Lockstep):
 
         for ctx in ctxs:
             ctx.start()
-        t_start = 0.0                                  # every worker's ctx.t_start (its clock read at 0)
         running = [r for r in range(P) if begin(r, 0)]
         step, straight_on = 0, bool(running) and running[-1] == P - 1
         while running:
@@ -338,7 +327,7 @@ class HogwildLockstep(Lockstep):
             X = X_all.take(idx, axis=0).reshape(P, m, F)          # as ctx.batch gathers each slice
             if X.dtype != shared.dtype:
                 X = X.astype(shared.dtype)
-            y = y_all[idx].reshape(P, m)
+            y = y_all[idx].reshape(P, m, *y_all.shape[1:])     # a language model's y: (N, T)
             if len(running) == P:
                 got = model.loss_and_grad_stacked(reads, X, y, grads)
                 for r in range(P):
@@ -352,28 +341,15 @@ class HogwildLockstep(Lockstep):
                     losses[r] = float(got[i])
             order = [running[-1], *running[:-1]] if straight_on else running
             proc.sleep_until(float(t[order[0]]))                  # the driver's turn (a cancel lands here)
-            eval_step = plan.is_eval_step(step)
             nxt: list[int] = []
             for r in order:
-                ctx = ctxs[r]
-                g = grads[r]
-                g *= lrs[r]
-                np.subtract(shared, g, out=shared)                 # the unlocked write
+                hogwild_write(shared, grads[r], lrs[r])
                 t1 = float(t[r])
-                loss = losses[r]
-                ctx.steps.add(step, t1 - t_start, loss, lrs[r], m, t1 - float(t0[r]), 0.0, 0.0, 0.0, 0.0)
-                if not math.isfinite(loss):
-                    ctx.event("diverged", f"loss became {loss} at step {step} with lr {lrs[r]:.6g}")
-                    if ctx.control is not None:
-                        ctx.control.request_stop("diverged")
-                    end(r, "diverged", step)
-                    continue
-                if r == 0 and eval_step and evaluator is not None:
-                    scores = evaluator(np.array(shared, copy=True))
-                    ctx.record(eval_record("shared", step, plan.epoch(step + 1), ctx.now(), **scores))
-                if time.perf_counter() >= ctx._next_flush:        # live batches a few times a second
-                    ctx.flush()
-                if begin(r, step + 1):
+                out.loss, out.lr, out.compute_s = losses[r], lrs[r], t1 - float(t0[r])
+                ended = close_step(ctxs[r], step, out, False, algo0.evaluate if r == 0 else None, now=t1)
+                if ended is not None:
+                    end(r, ended, step)
+                elif begin(r, step + 1):
                     nxt.append(r)
             # the last to run at this instant found nothing due before its compute's end: it went
             # straight on, and writes first at the next one

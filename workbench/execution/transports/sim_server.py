@@ -1,8 +1,10 @@
-"""The simulator's lockstep path for the server algorithms: easgd (the centre takes the
-elastic exchanges in round-robin turns), async_easgd and async_measgd (first come, first
-served; async_measgd's workers take EAMSGD's look-ahead step), async_sgd and async_msgd (a parameter server takes every worker's gradient and replies with its
-parameters). Every virtual worker runs in one loop: its timing replayed without greenlets,
-its maths computed in stacked passes over the workers. Bitwise the per-worker run.
+"""The simulator's fast path for the server algorithms (declared `fast_path="server"`):
+easgd (the centre takes the elastic exchanges in round-robin turns), async_easgd and
+async_measgd (first come, first served; async_measgd's workers take EAMSGD's look-ahead
+step), async_sgd and async_msgd (a parameter server takes every worker's gradient and
+replies with its parameters). Every virtual worker runs in one loop: its timing replayed
+without greenlets, its maths computed in stacked passes over the workers with the
+family's own functions. Bitwise the per-worker run.
 
 Two facts make it possible. First, nothing in these workers' timing depends on their
 numbers: the virtual clock moves by the compute charges (`SimCosts.compute`, jitter draws
@@ -11,19 +13,27 @@ sizes, versions and the round-robin turn. The one exception is a non-finite loss
 ends its worker and asks every other to stop. Second, a worker's maths depends on the
 others' only through the order in which the server applies their requests.
 
-So the replay (`_Replay`) runs each worker's loop as a generator over one heap of
-(virtual time, sequence, event): the same events in the same order as the scheduler's
-greenlets (`sim.clock.Scheduler`, `SimServerState.serve`, `_changed`, the turn and
-`final` re-checks), and logs what each worker computes, when the server applies each
-request and when each read of the server's parameters happens. The maths (`_ElasticMaths`,
-`_PushMaths`) then runs the log in an order of its own that keeps every dependency: a
-worker's ops in its order, the server's in the server's order, each read after exactly the
-server ops before it; every compute whose operands are ready, across the workers, in one
-stacked `loss_and_grad_stacked`. At 64 workers x 32 rows (the bench) that is 58-64 workers
-a pass, where the per-worker path's compute pool batched only the computes whose virtual
-times overlap: ~7 for easgd, ~2 for async_sgd, whose server serialises the pushes (a
-worker's gradient is needed when the server applies it, not at its compute's end, and
-the log knows which parameters it was taken at). The losses then fill the step records.
+So the replay (`_Replay`) runs each worker's loop as a generator task (`sim.clock.Task`)
+on the virtual clock's scheduler, against the server's own queue (`sim_roles.SimServerState`:
+the same `serve`, turns and `final` waits as the per-worker front-end) and the role's own
+core (`comm.roles.ParameterServer`). Each request's count (`count_push`, `count_exchange`,
+the turn, retirements) happens on that core in virtual-time order, as in the per-worker
+run; its maths (`apply_push`, `apply_exchange`) is logged, with each worker's computes and
+each read of the server's parameters. What the replay keeps of its own is timing: a
+worker's loop reduced to its clock and its requests (`_worker`: run_loop with the
+algorithm's step), and the order in which the logged maths runs.
+
+The maths (`_ElasticMaths`, `_PushMaths`) runs the log in an order of its own that keeps
+every dependency: a worker's ops in its order, the server's in the server's order, each
+read after exactly the server ops before it; every compute whose operands are ready,
+across the workers, in one stacked `loss_and_grad_stacked`, then the family's update on
+the stack (`maths.optim.sgd_descent`, `easgd.look_ahead` and `eamsgd_descent`; another
+rule row by row, each worker's own). At 64 workers x 32 rows (the bench) that is 58-64
+workers a pass, where the per-worker path's compute pool batched only the computes whose
+virtual times overlap: ~7 for easgd, ~2 for async_sgd, whose server serialises the pushes
+(a worker's gradient is needed when the server applies it, not at its compute's end, and
+the log knows which parameters it was taken at). The losses then complete the step
+records, each through the loop's contract (`base.close_step`).
 
 The replay assumes every loss is finite. The log runs in chunks (`CHUNK_ROWS` records); a
 chunk whose maths finds a non-finite loss is thrown away and the run replayed from the
@@ -37,48 +47,32 @@ during the first pass stays where it was seen; the divergence's own stop counts 
 makespan against `SimTransport(lockstep=False)`: jitter, mixed devices, uneven slices,
 warmup, weight decay, adamw and lamb, momentum on the server, evaluations, divergence
 (before and after records were sent) and stop requests. Not covered (run per worker,
-`lockstep_refusal` says why): hogwild_easgd and sync_easgd, lars and lamb on EASGD's workers (layer norms over a row of a stacked array are not promised to be
-bitwise those over a separate array), fault injection, emulated latency, models without a
-stacked pass.
+`sim_lockstep.lockstep_refusal` says why): a rule that takes layer norms (lars, lamb) on
+the centre's workers (norms over a row of a stacked array are not promised to be bitwise
+those over a separate array), fault injection, emulated latency, models without a stacked
+pass.
 """
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from functools import partial
-from heapq import heappop, heappush
-from itertools import count
 from typing import Any
 
 import numpy as np
 
+from ...algorithms.base import StepOut, close_step
+from ...algorithms.easgd import AsyncMEASGD, eamsgd_descent, look_ahead
+from ...comm.base import WorkerLost
+from ...comm.roles import make_core
 from ...data import _epoch_order, steps_per_epoch
-from ...maths.optim import SGD
+from ...maths.optim import SGD, sgd_descent
 from ...results import eval_record
-from .sim_lockstep import HogwildLockstep, Lockstep
+from ...sim.clock import Scheduler, Task
+from .sim_lockstep import Lockstep
+from .sim_roles import SimServerState
 
-ELASTIC_ALGORITHMS = ("easgd", "async_easgd", "async_measgd")
-PUSH_ALGORITHMS = ("async_sgd", "async_msgd")
-SERVER_ALGORITHMS = ELASTIC_ALGORITHMS + PUSH_ALGORITHMS
 CHUNK_ROWS = 512           # step records per chunk of the log at least (4 per worker: a few steps of each)
-
-
-def lockstep_for(setup: Any) -> type[Lockstep]:
-    """The lockstep loop of `setup`'s algorithm (one `sim_lockstep.lockstep_refusal` let through)."""
-    algorithm = setup.config.algorithm
-    if algorithm in SERVER_ALGORITHMS:
-        return ServerLockstep
-    return HogwildLockstep if algorithm == "hogwild_sgd" else Lockstep
-
-
-class _W:
-    """One worker of the replay: its clock, its loop (a generator), and whether it waits."""
-
-    __slots__ = ("r", "t", "gen", "blocked", "done")
-
-    def __init__(self, r: int):
-        self.r, self.t, self.gen, self.blocked, self.done = r, 0.0, None, False, False
 
 
 class _Log:
@@ -88,8 +82,8 @@ class _Log:
     server's order, and the reads of the server's parameters, each after how many server
     ops. `run` does them in an order of its own that keeps every dependency."""
 
-    def __init__(self, lock: Any, model: Any, ctx0: Any, slices: list[tuple[int, int]]):
-        self.model, self.slices = model, slices
+    def __init__(self, core: Any, model: Any, ctx0: Any, slices: list[tuple[int, int]]):
+        self.core, self.model, self.slices = core, model, slices
         self.P = len(slices)
         self.X_all, self.y_all = ctx0.X, ctx0.y
         self.N, self.B, self.seed = ctx0.X.shape[0], ctx0.plan.batch_size, ctx0.config.seed
@@ -147,7 +141,7 @@ class _Log:
         X = self.X_all.take(idx, axis=0).reshape(K, m, F)
         if X.dtype != dtype:
             X = X.astype(dtype)
-        return X, self.y_all[idx].reshape(K, m)
+        return X, self.y_all[idx].reshape(K, m, *self.y_all.shape[1:])   # a language model's y: (N, T)
 
     def _snapshots(self) -> None:
         reads = self.reads
@@ -194,7 +188,8 @@ class _Log:
     now = run          # eager: run what was just logged (the per-worker order, one op at a time)
 
     def server_x(self) -> np.ndarray:
-        raise NotImplementedError
+        """The server's parameters (the centre, or a parameter server's x), as its maths left them."""
+        return self.core.x
 
     def apply(self, r: int, *args: Any) -> None:
         raise NotImplementedError
@@ -208,127 +203,86 @@ class _Log:
 
 class _ElasticMaths(_Log):
     """easgd / async_easgd / async_measgd: every worker's x_i (rows of one array; async_measgd's
-    velocities likewise) and the centre."""
+    velocities likewise) and the centre (the core's x)."""
 
-    def __init__(self, lock: Any, algos: list, model: Any, ctx0: Any):
-        super().__init__(lock, model, ctx0, [(a.lo, a.hi) for a in algos])
+    def __init__(self, core: Any, algos: list, model: Any, ctx0: Any):
+        super().__init__(core, model, ctx0, [(a.lo, a.hi) for a in algos])
         self.algos = algos
         self.xs = np.stack([a.params for a in algos])          # x_i, i = 0..P-1
         for r, a in enumerate(algos):
             a.params = self.xs[r]
-        self.centre = np.array(lock.setup.params0, copy=True)   # the server's x (server_state copies it)
         self.grads = np.empty_like(self.xs)
         opt = algos[0].opt
+        self.weight_decay = opt.weight_decay
         self.plain = type(opt) is SGD and opt.velocity is None       # x -= lr (g + wd x): stackable
-        self.scratch = np.empty_like(self.xs) if self.plain else None
-        self.scratch2 = np.empty_like(self.xs) if self.plain and opt.weight_decay else None
+        self.work = np.empty_like(self.xs) if self.plain else None
+        self.decay = np.empty_like(self.xs) if self.plain and opt.weight_decay else None
         self.alpha = algos[0].alpha
-        self.d = np.empty_like(self.centre)
+        self.d = np.empty_like(core.x)
         self.vs = None                           # async_measgd: each worker's velocity (EAMSGD's look-ahead)
-        if hasattr(algos[0], "velocity"):
+        if isinstance(algos[0], AsyncMEASGD):
             self.delta = algos[0].delta
             self.vs = np.stack([a.velocity for a in algos])
             for r, a in enumerate(algos):
                 a.velocity = self.vs[r]
 
-    def server_x(self) -> np.ndarray:
-        return self.centre
-
     def apply(self, r: int) -> None:
-        """The server's `elastic` and the worker's `x_i -= d`, as they compute them."""
-        x, d = self.xs[r], self.d
-        np.subtract(x, self.centre, out=d)      # d = alpha (x_i - xc), as `alpha * (x - xc)` rounds it
-        np.multiply(d, self.alpha, out=d)
-        self.centre += d
-        x -= d
+        """The exchange: the centre's side on the server's core, x_i -= d on the worker's row."""
+        x = self.xs[r]
+        x -= self.core.apply_exchange(x, self.alpha, out=self.d)
 
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
-        """One local step of each worker in `rs`, stacked."""
-        K, xs = len(rs), self.xs
+        """One local step of each worker in `rs`, stacked: the family's update over the rows
+        at once (elementwise: each row's bits are its own update's), another rule row by row."""
+        K, xs, vs = len(rs), self.xs, self.vs
         X, y = self.batch(rs, items, m, xs.dtype)
         a = rs[0]
         run = rs[-1] - a + 1 == K                 # consecutive ranks: views, nothing copied
         params = xs[a:a + K] if run else xs[rs]
         grads = self.grads[a:a + K] if run else self.grads[:K]
         lrs = [it[3] for it in items]
-        if self.vs is not None:
-            self._look_ahead(rs, run, params, grads, X, y, lrs, items)
-            return
+        lr = lrs[0] if lrs.count(lrs[0]) == K else np.array(lrs, dtype=xs.dtype)[:, None]   # as `g *= lr` casts
+        v = None
+        if vs is not None:                        # EAMSGD: the gradient at the look-ahead point
+            v = vs[a:a + K] if run else vs[rs]
+            look_ahead(params, v, self.delta)
         got = self.model.loss_and_grad_stacked(params, X, y, grads)
-        if self.plain and lrs.count(lrs[0]) == K:
-            # SGD.step_chunk's `x -= lr g` (momentum is 0 on EASGD's workers), the rows at once:
-            # elementwise, so each row's bits are its own update's
-            opt0 = self.algos[rs[0]].opt
-            g = self.scratch[:K]
-            if opt0.weight_decay:
-                h = self.scratch2[:K]
-                np.multiply(params, opt0.weight_decay, out=h)
-                np.add(grads, h, out=g)
-                np.multiply(g, lrs[0], out=g)
-            else:
-                np.multiply(grads, lrs[0], out=g)
-            params -= g
+        if v is not None:
+            eamsgd_descent(params, v, grads, lr, self.weight_decay, decay=self.work[:K])
             if not run:
-                xs[rs] = params
-        else:
+                vs[rs] = v
+        elif self.plain:
+            sgd_descent(params, grads, lr, self.weight_decay, work=self.work[:K],
+                        decay=self.decay[:K] if self.decay is not None else None)
+        else:                                     # each worker's own rule (and its state), on its row
             for k, r in enumerate(rs):
                 self.algos[r].opt.step(xs[r], grads[k], lrs[k])
-        losses = self.losses
-        for it, loss in zip(items, got.tolist()):
-            losses[it[1]] = loss
-
-    def _look_ahead(self, rs: list[int], run: bool, params: np.ndarray, grads: np.ndarray, X: Any, y: Any,
-                    lrs: list[float], items: list[tuple]) -> None:
-        """AsyncMEASGD.local_step for the rows at once (elementwise: each row's bits its own):
-        v *= delta; x += v; g = grad(x) (+ wd x); g *= lr; x -= g; v -= g."""
-        K, a = len(rs), rs[0]
-        v = self.vs[a:a + K] if run else self.vs[rs]
-        v *= self.delta
-        params += v                                   # x is now the look-ahead point
-        got = self.model.loss_and_grad_stacked(params, X, y, grads)
-        wd = self.algos[a].opt.weight_decay
-        if wd:
-            grads += np.multiply(params, wd, out=self.scratch[:K])
-        if lrs.count(lrs[0]) == K:
-            grads *= lrs[0]
-        else:
-            for k in range(K):
-                grads[k] *= lrs[k]
-        params -= grads
-        v -= grads
-        if not run:
-            self.xs[rs] = params
-            self.vs[rs] = v
+        if not run and (v is not None or self.plain):
+            xs[rs] = params
         losses = self.losses
         for it, loss in zip(items, got.tolist()):
             losses[it[1]] = loss
 
 
 class _PushMaths(_Log):
-    """async_sgd / async_msgd: the server's core (its update rule and state, as the
-    simulator builds it), each worker's parameters (its last reply) and gradient."""
+    """async_sgd / async_msgd: the parameter server's core (its update rule and state),
+    each worker's parameters (its last reply) and gradient."""
 
-    def __init__(self, lock: Any, slices: list[tuple[int, int]], model: Any, ctx0: Any):
-        from ...comm.roles import make_core
-        super().__init__(lock, model, ctx0, slices)
-        setup = lock.setup
-        needs = setup.spec.needs
-        self.core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, self.P)
-        n = self.core.x.shape[0]
-        self.params = np.empty((self.P, n), self.core.x.dtype)   # each worker's: its last reply
-        self.grads = np.empty((self.P, n), self.core.x.dtype)
+    def __init__(self, core: Any, slices: list[tuple[int, int]], model: Any, ctx0: Any):
+        super().__init__(core, model, ctx0, slices)
+        n = core.x.shape[0]
+        self.params = np.empty((self.P, n), core.x.dtype)   # each worker's: its last reply
+        self.grads = np.empty((self.P, n), core.x.dtype)
         # a layer-wise rule reads norms of the gradient: hand it a separate array, as a worker's own
-        self.copy_grad = self.core.opt.layerwise_chunks
-
-    def server_x(self) -> np.ndarray:
-        return self.core.x
+        self.copy_grad = core.opt.layerwise_chunks
 
     def into(self, r: int, params: np.ndarray) -> None:
         self.params[r] = params
 
-    def apply(self, r: int, lr: float, version: int) -> None:
+    def apply(self, r: int, lr: float) -> None:
+        """The push: the server's update from worker r's gradient, its reply into r's row."""
         g = self.grads[r]
-        self.core.push_into(g.copy() if self.copy_grad else g, lr, version, self.params[r])
+        self.core.apply_push(g.copy() if self.copy_grad else g, lr, self.params[r])
 
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
         """Each worker's gradient at its parameters, stacked."""
@@ -361,54 +315,47 @@ class _Replay:
         setup, costs = lock.setup, lock.costs
         self.P = P = setup.size
         ctx0 = ctxs[0]
-        algorithm = setup.config.algorithm
-        self.push = algorithm in PUSH_ALGORITHMS
-        self.rr = algorithm == "easgd"            # round-robin turns (the others: first come, first served)
-        n = model.n_params
+        spec = setup.spec
+        needs = spec.needs
+        self.sched = Scheduler()                  # the virtual clock's, driving the workers' tasks
+        # the role's own core: its counts (versions, turns, retirements) as the replay goes, its
+        # maths (x, the rule's state) as the log runs behind it
+        self.core = core = make_core(needs.server, needs.options(setup.config, setup.model), setup.params0, P)
+        self.server = SimServerState(core, costs, self.sched)   # its queue, turns and waits
+        self.push = needs.server == "parameter_server"   # a gradient pushed every step; else an exchange
+        cls = spec.cls
+        self.eval_name = cls.eval_name
         if self.push:                             # AsyncSGD's own set-up pulls from the server: not built
             self.slices = [ctx.my_slice() for ctx in ctxs]
-            self.maths: Any = _PushMaths(lock, self.slices, model, ctx0)
+            self.maths: Any = _PushMaths(core, self.slices, model, ctx0)
             self.summary: dict = {}
-            self.eval_name = "server"
-            self.sent = n * self.maths.grads.dtype.itemsize          # the gradient pushed
-            self.x_service = costs.host_update(n, self.maths.core.opt.passes)
+            self.tau, self.turns = 1, False
+            self.sent = core.x.nbytes             # the gradient pushed
+            op, args = core.OPS["push"], (core.x, 0.0, 0)
         else:
-            algos = [lock.algorithm_class()(ctx) for ctx in ctxs]
+            algos = [cls(ctx) for ctx in ctxs]
             self.slices = [(a.lo, a.hi) for a in algos]
-            self.maths = _ElasticMaths(lock, algos, model, ctx0)
-            self.summary, self.eval_name, self.tau = algos[0].summary, algos[0].eval_name, algos[0].tau
-            self.sent = algos[0].params.nbytes                       # x_i to the centre's server
-            self.x_service = costs.host_update(n, 3.0)
-        self.plan, self.evaluator = ctx0.plan, ctx0.evaluator
-        net = costs.network
-        self.alpha, self.beta = net.alpha, net.beta
-        # SimServer.bind's sizes and work: a vector in (the exchange's x_i, the push's gradient)
-        # and out (the centre's d, the new parameters, a read), a read's pass over the vector
-        self.x_in = 0 + costs.nbytes(n)
-        self.x_out = 0 + costs.nbytes(n)
-        self.read_out = 0 + costs.nbytes(n)
-        self.read_service = costs.host_update(None, 1.0)
+            self.maths = _ElasticMaths(core, algos, model, ctx0)
+            self.summary, self.tau, self.turns = algos[0].summary, algos[0].tau, cls.turns
+            self.sent = algos[0].params.nbytes   # x_i to the centre's server
+            op, args = core.OPS["elastic"], (core.x, algos[0].alpha)
+        # what each request costs, from the role's table (as the per-worker front-end charges it)
+        self.x_in, out, self.x_service = self.server.charges(op, *args)
+        self.x_out = out()
+        self.read_in, out, self.read_service = self.server.charges(core.OPS["final"])
+        self.read_out = out()
         self.costs = costs
-        self.heap: list = []
-        self.seq = count()
-        # the server's queue (SimServerState) and core (ParameterServer's version, turn, retirements)
-        self.free = 0.0
-        self.turns: dict[int, tuple[_W, int]] = {}
-        self.waiting: list[_W] = []
-        self.changes = 0
-        self.last_change = 0.0
-        self.version = 0
-        self.turn = 0
-        self.retired = [False] * P
-        self.left = [False] * P
-        self.ws = [_W(r) for r in range(P)]
+        self.plan, self.evaluator = ctx0.plan, ctx0.evaluator
+        self.tasks: list[Task] = []
         self.rows: list[tuple] = []            # logged step records, waiting for their losses
         self.evals: list[tuple] = []           # rank 0's logged evaluations (step, epoch, now, read id)
         self.row_count = [0] * P               # records made (sent or not) per worker
         self.eval_count = 0
         self.results: list[dict | None] = [None] * P
         self.final_read: int | None = None
+        self.left = [False] * P
         self.lrs: dict[int, float] = {}
+        self.out = StepOut()                   # each record's outcome, as the contract reads it
         # each worker's answers to "stop?" at the top of its steps, so far: a replay of a divergence
         # gives the same answers where this pass asked (a stop pressed meanwhile stays where it was
         # seen), and asks the control beyond; its own divergence's stop counts at once
@@ -418,177 +365,64 @@ class _Replay:
 
     # ---------------------------------------------------------------- the driver
     def run(self, proc: Any) -> None:
-        heap = self.heap
-        for w in self.ws:                      # spawned in rank order at virtual time 0
-            w.gen = self._worker(w)
-            heappush(heap, (0.0, next(self.seq), w))
-        lock = self.lock
+        sched = self.sched
+        self.tasks = [sched.spawn_task(partial(self._worker, r), f"worker {r}") for r in range(self.P)]
         chunk = max(CHUNK_ROWS, 4 * self.P)       # a few steps of every worker: passes of all of them
-        while heap:
-            t, _, what = heappop(heap)
-            if what.__class__ is _W:
-                if what.done or what.blocked:
-                    continue
-                if what.t < t:
-                    what.t = t
-                try:
-                    next(what.gen)
-                except StopIteration:
-                    what.done = True
-            else:
-                what()
+
+        def between() -> None:
             if len(self.rows) >= chunk:
                 self._chunk()
-                proc.sleep_until(max(proc.t, max(w.t for w in self.ws)))   # the driver's turn: a cancel lands here
-        stuck = [w.r for w in self.ws if not w.done]
+                proc.sleep_until(max(proc.t, max(w.t for w in self.tasks)))   # the driver's turn: a cancel lands here
+        sched.between = between
+        sched.run()
+        for exc in sched.errors.values():
+            if not isinstance(exc, WorkerLost):   # WorkerLost: thrown into a worker nobody would wake
+                raise exc
+        stuck = [r for r, res in enumerate(self.results) if res is None]
         if stuck:
             raise RuntimeError(f"server lockstep: worker(s) {stuck} never ended (a bug)")
         self._chunk()
-        lock.t[:] = [w.t for w in self.ws]
+        self.lock.t[:] = [w.t for w in self.tasks]
 
-    def _resume(self, w: _W) -> None:
-        try:
-            next(w.gen)
-        except StopIteration:
-            w.done = True
-
-    # ---------------------------------------------------------------- the server (SimServerState)
-    def _changed(self, t: float) -> None:
-        self.last_change = t
-        if self.turns:
-            heappush(self.heap, (t, next(self.seq), partial(self._recheck_turn, self.changes)))
-        self.changes += 1
-        waiting, self.waiting = self.waiting, []
-        batch = []
-        for p in waiting:
-            if p.done:
-                continue
-            p.blocked = False
-            if p.t < t:
-                p.t = t
-            if p.t > t:
-                heappush(self.heap, (p.t, next(self.seq), p))
-            else:
-                batch.append(p)
-        if batch:
-            heappush(self.heap, (t, next(self.seq), partial(self._recheck, t, batch)))
-
-    def _recheck_turn(self, change: int) -> None:
-        entry = self.turns.get(self.turn)
-        if entry is None or entry[1] > change:
-            return
-        p = entry[0]
-        del self.turns[self.turn]
-        if p.done:
-            return
-        p.blocked = False
-        if p.t < self.last_change:
-            p.t = self.last_change
-        self._resume(p)
-
-    def _recheck(self, t: float, batch: list[_W]) -> None:
-        for p in batch:
-            if p.done or p.blocked:
-                continue
-            if p.t < t:
-                p.t = t
-            if all(self.retired):
-                self._resume(p)
-            else:
-                p.blocked = True
-                self.waiting.append(p)
-
-    def _advance(self, retire: int | None = None) -> None:
-        """ParameterServer.advance_turn."""
-        P, retired = self.P, self.retired
-        if retire is not None:
-            retired[retire] = True
-            turn = self.turn
-        else:
-            turn = (self.turn + 1) % P
-        if not all(retired):
-            while retired[turn]:
-                turn = (turn + 1) % P
-        self.turn = turn
-
-    def _leave(self, w: _W) -> None:
-        """EndsOnServer.leave: the retire notice, at once."""
-        if not self.left[w.r]:
-            self.left[w.r] = True
-            self._advance(retire=w.r)
-            self._changed(w.t)
-
-    def _asleep(self, w: _W, t: float) -> bool:
-        """`sleep_until(t)`'s scheduling; True: w yields to the driver. Where nothing else is
-        due by t (an event due at t itself came first) the driver would pop w next at once,
-        so instead w's clock moves to t and it goes on (False)."""
-        if t < w.t:
-            t = w.t
-        heap = self.heap
-        if heap and heap[0][0] <= t:
-            heappush(heap, (t, next(self.seq), w))
-            return True
-        w.t = t
-        return False
-
-    def _serve(self, w: _W, in_bytes: float, out_bytes: float, service_s: float, op: Any, wait: str = ""):
-        """SimServerState.serve (a generator: it yields where the greenlet would switch);
-        `wait` "turn": for w's round-robin turn, "final": until every worker retired;
-        `op()` at the moment the server applies the request, its value returned."""
-        if self._asleep(w, w.t + self.alpha):
-            yield
-        if wait == "turn":
-            while self.turn != w.r:
-                self.turns[w.r] = (w, self.changes)
-                w.blocked = True
-                yield
-        elif wait == "final":
-            while not all(self.retired):
-                self.waiting.append(w)
-                w.blocked = True
-                yield
-        start = w.t if w.t >= self.free else self.free
-        applied = start + in_bytes * self.beta
-        self.free = done = applied + service_s + out_bytes * self.beta
-        if self._asleep(w, applied):
-            yield
-        got = op()
-        self._changed(w.t)
-        if self._asleep(w, done + self.alpha):
-            yield
-        return got
-
-    def _read(self, w: _W, final: bool):
-        """A read of the server's parameters (the centre, a pull, the final ones): its read id."""
-        return (yield from self._serve(w, 0, self.read_out, self.read_service, self.maths.read,
-                                       "final" if final else ""))
-
+    # ---------------------------------------------------------------- the server's counts
     def _exchange(self, r: int) -> None:
+        """ParameterServer.exchange's count now, its maths logged."""
         self.maths.server(r)
-        if self.rr:
-            self._advance()
+        self.core.count_exchange(r if self.turns else None)
 
     def _push(self, r: int, lr: float, version: int) -> tuple[int, int]:
-        """ParameterServer.push's bookkeeping (new version, staleness); the maths is logged."""
-        staleness = self.version - version
-        self.maths.server(r, lr, version)
-        self.version += 1
-        return self.version, staleness
+        """ParameterServer.push's count now (new version, staleness), its maths logged."""
+        self.maths.server(r, lr)
+        return self.core.count_push(version)
+
+    def _leave(self, w: Task, r: int) -> None:
+        """EndsOnServer.leave: the retire notice, at once."""
+        if not self.left[r]:
+            self.left[r] = True
+            self.core.retire(r)
+            self.server.changed(w.t)
+
+    def _read(self, w: Task, final: bool):
+        """A read of the server's parameters (the centre, a pull, the final ones): its read id."""
+        return (yield from self.server.serve(w, self.read_in, self.read_out, self.read_service, self.maths.read,
+                                             self.core.all_retired if final else None))
 
     # ---------------------------------------------------------------- a worker's loop (run_loop)
-    def _worker(self, w: _W):
-        """run_loop with EASGD's step (ElasticWorker.step) or async_sgd's (AsyncSGD.step)."""
-        r, ctx, plan, maths = w.r, self.ctxs[w.r], self.plan, self.maths
+    def _worker(self, r: int, w: Task):
+        """run_loop with EASGD's step (ElasticWorker.step) or async_sgd's (AsyncSGD.step):
+        its clock and its requests, the maths logged."""
+        ctx, plan, maths, core = self.ctxs[r], self.plan, self.maths, self.core
         lo, hi = self.slices[r]
         m = hi - lo
-        heap, seq, costs, push, lrs = self.heap, self.seq, self.costs, self.push, self.lrs
-        tau = 1 if push else self.tau
-        total = plan.total_steps
+        sched, serve, costs, push, lrs = self.sched, self.server.serve, self.costs, self.push, self.lrs
+        tau, total = self.tau, plan.total_steps
         fixed = None if costs.jitter else costs.compute(r, m)   # without jitter a rank's compute is one number
+        exchange = partial(self._exchange, r)
+        ready, turn = (partial(core.my_turn, r), r) if self.turns else (None, None)
         version = 0
         if push:                                  # AsyncSGD.__init__: the first pull (version, parameters)
-            rid, version = yield from self._serve(w, 0, self.read_out, self.read_service,
-                                                  lambda: (maths.read(), self.version))
+            rid, version = yield from serve(w, self.read_in, self.read_out, self.read_service,
+                                            lambda: (maths.read(), core.version))
             maths.read_into(r, rid)
         self.lock.t[r] = w.t
         if ctx.t_start is None:                   # run_loop's ctx.start(): time 0 (a replay again: already)
@@ -610,48 +444,45 @@ class _Replay:
             if self.eager:
                 maths.now()
             w.t = t0 + (fixed if fixed is not None else costs.compute(r, m))      # charge; now()
-            if heap and heap[0][0] < w.t:
-                heappush(heap, (w.t, next(seq), w))
+            if sched.earlier_than(w.t):
+                sched.schedule(w.t, w)
                 yield
             t1 = w.t
             comm_s, sent, staleness = 0.0, 0.0, 0.0
             if push:
-                version, stale = yield from self._serve(w, self.x_in, self.x_out, self.x_service,
-                                                        partial(self._push, r, lr, version))
+                version, stale = yield from serve(w, self.x_in, self.x_out, self.x_service,
+                                                  partial(self._push, r, lr, version))
                 staleness = float(stale)
                 comm_s, sent = w.t - t1, self.sent
             elif (step + 1) % tau == 0:
-                yield from self._serve(w, self.x_in, self.x_out, self.x_service, partial(self._exchange, r),
-                                       "turn" if self.rr else "")
+                yield from serve(w, self.x_in, self.x_out, self.x_service, exchange, ready, turn)
                 comm_s, sent = w.t - t1, self.sent
             if self.eager:
                 maths.now()
             if step + 1 == total:
-                self._leave(w)
-            self._row(r, (step, w.t - t_start, cid, lr, m, t1 - t0, comm_s, staleness, sent))
-            if self.eager and not math.isfinite(maths.losses[cid]):
-                status = "diverged"
-                self.lock.t[r] = w.t
-                loss = maths.losses[cid]
-                ctx.event("diverged", f"loss became {loss} at step {step} with lr {lr:.6g}")
-                if ctx.control is not None:
-                    ctx.control.request_stop("diverged")
+                self._leave(w, r)
+            ended = self._row(r, (step, w.t, cid, lr, m, t1 - t0, comm_s, staleness, sent))
+            if ended is not None:                 # eager: its loss was NaN/inf (the contract told everyone)
+                status = ended
                 self.diverged = True
                 break
             if r == 0 and self.evaluator is not None and plan.is_eval_step(step):
                 rid = yield from self._read(w, self.left[r])
                 self._eval((step, plan.epoch(step + 1), w.t - t_start, rid))
-        self._leave(w)                            # finish: EndsOnServer.leave, then rank 0's result
+        self._leave(w, r)                         # finish: EndsOnServer.leave, then rank 0's result
         if r == 0:
             self.final_read = yield from self._read(w, True)
         self.results[r] = {"status": status, "last_step": step}
 
-    def _row(self, r: int, row: tuple) -> None:
+    def _row(self, r: int, row: tuple) -> str | None:
+        """Log worker r's step record; eager, the record's end of the loop, if any."""
         self.row_count[r] += 1
         if self.row_count[r] > self.sent_rows[r]:
             self.rows.append((r, row))
-        if self.eager:
-            self._chunk()
+        if not self.eager:
+            return None
+        self.lock.t[r] = row[1]                   # the worker's clock, as its events read it
+        return self._chunk()
 
     def _eval(self, ev: tuple) -> None:
         self.eval_count += 1
@@ -661,19 +492,21 @@ class _Replay:
             self._chunk()
 
     # ---------------------------------------------------------------- the maths, and the records
-    def _chunk(self) -> None:
-        """Run the logged maths; send the logged records with their losses (speculative: a
-        non-finite loss throws the chunk away, `_Diverged`)."""
+    def _chunk(self) -> str | None:
+        """Run the logged maths; then each logged record, with its loss, through the loop's
+        contract, and the logged evaluations. Speculative: a non-finite loss throws the
+        chunk away (`_Diverged`); eager, it ends its worker (the status returned)."""
         maths = self.maths
         maths.run()
         rows, self.rows = self.rows, []
-        if not self.eager:
-            losses = maths.losses
-            if not all(math.isfinite(losses[row[2]]) for _, row in rows):
-                raise _Diverged
-        ctxs = self.ctxs
+        losses = maths.losses
+        if not self.eager and not all(math.isfinite(losses[row[2]]) for _, row in rows):
+            raise _Diverged
+        ctxs, out, ended = self.ctxs, self.out, None
         for r, (step, t, cid, lr, m, comp, comm, staleness, sent) in rows:
-            ctxs[r].steps.add(step, t, maths.losses[cid], lr, m, comp, comm, 0.0, staleness, sent)
+            out.loss, out.lr, out.samples, out.compute_s, out.comm_s = losses[cid], lr, m, comp, comm
+            out.staleness, out.bytes_sent = staleness, sent
+            ended = close_step(ctxs[r], step, out, False, None, now=t)
             self.sent_rows[r] += 1
         evals, self.evals = self.evals, []
         ctx0 = ctxs[0]
@@ -681,18 +514,11 @@ class _Replay:
             scores = self.evaluator(maths.snap.pop(rid))
             ctx0.record(eval_record(self.eval_name, step, epoch, now, **scores))
             self.sent_evals += 1
-        wall = time.perf_counter()
-        for ctx in ctxs:
-            if wall >= ctx._next_flush:           # live batches a few times a second
-                ctx.flush()
+        return ended
 
 
 class ServerLockstep(Lockstep):
-    """easgd, async_easgd, async_measgd, async_sgd, async_msgd in one loop (see the module docstring)."""
-
-    def algorithm_class(self) -> type:
-        from ...algorithms.registry import specs
-        return specs()[self.setup.config.algorithm].cls
+    """The server algorithms' workers in one loop (see the module docstring)."""
 
     def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
         sent_rows, sent_evals = [0] * self.size, [0]

@@ -5,8 +5,9 @@ core (`comm.roles`) behind a lock, shared arrays are plain arrays (threads share
 anyway). Unit tests check every algorithm's maths this way, through the same set-up,
 monitor and status rule as a Dask run.
 
-Each worker thread is one core, as a Dask worker process is (`cluster._blas_env`): while a
-run lasts, BLAS runs one thread (`threadpoolctl`, process-wide; restored at `close`). With
+Each worker thread is one core, as a Dask worker process is (`util.blas`): while a run
+lasts, BLAS runs `config.blas_threads` threads, 1 unless asked (`util.blas.blas_limit`,
+process-wide; restored at `close`). With
 OpenBLAS's default of one thread per core, two worker threads ran four BLAS threads on two
 cores, and on a loaded machine its spinning threads made single-process `sgd` on mnist1d
 (batch 256) 10-18x slower (3.9 s against 0.21 s, the same numbers bit for bit: a matrix
@@ -18,6 +19,7 @@ loop returns nothing and its records since the last live batch are gone.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +29,7 @@ from ...comm.base import ThreadControl
 from ...comm.roles import make_core
 from ...comm.threads import ThreadChunkMaster, ThreadGroup, ThreadServer
 from ...config import RunConfig
+from ...util.blas import blas_limit
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
 
 
@@ -50,8 +53,9 @@ class ThreadTransport(Transport):
         return [{"name": f"thread-{r}", "kind": kinds[r], "host": "localhost"} for r in range(size)]
 
     def prepare(self, setup: RunSetup) -> None:
-        self._blas = _one_blas_thread()
-        self.blas_threads = 1 if self._blas is not None else None   # None: left as found (no threadpoolctl)
+        self._blas = contextlib.ExitStack()
+        # None: left as found (util.blas could not set it)
+        self.blas_threads = self._blas.enter_context(blas_limit(setup.config.blas_threads))
         spec, size = setup.spec, setup.size
         needs = spec.needs
         self.groups = [ThreadGroup(len(ranks), self.control) for ranks in setup.groups] if needs.collective else []
@@ -119,20 +123,10 @@ class ThreadTransport(Transport):
     def close(self) -> None:
         blas, self._blas = getattr(self, "_blas", None), None
         if blas is not None:
-            blas.restore_original_limits()
+            blas.close()
 
     def describe(self) -> dict[str, Any]:
         return {"comm": "threads", "blas_threads": getattr(self, "blas_threads", None)}
-
-
-def _one_blas_thread() -> Any:
-    """Limit BLAS to one thread until the returned limiter is restored (None without
-    threadpoolctl, which scikit-learn brings)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return None
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _vanish_at(step: int) -> Callable[[int], None]:

@@ -1,0 +1,81 @@
+"""Language models in the simulator: published shapes give published parameter counts,
+FLOPs and activations agree with our own GPT, memory is checked against the device."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from workbench.config import ConfigError, RunConfig
+from workbench.maths.gpt import GPT
+from workbench.sim import profiles as P
+
+# Parameter counts of the released checkpoints (tied GPT-2 heads, untied Llama heads)
+PUBLISHED = {"gpt2-124m": 124_439_808, "gpt2-355m": 354_823_168, "tinyllama-1.1b": 1_100_048_384,
+             "llama-7b": 6_738_415_616}
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_shapes_give_published_counts(name):
+    tm = P.TIMING_MODELS[name]
+    assert tm.n_params == PUBLISHED[name] == sum(p for _, p, _ in tm.layers)
+    assert tm.tokens == P.LM_SHAPES[name][0].context and tm.activation_bytes > 0 and tm.source
+    # training FLOPs per token: 6 x the weights every token multiplies (all but the lookup tables:
+    # GPT-2's position table, whose token table is also its head; Llama's token table) plus the attention
+    s = P.LM_SHAPES[name][0]
+    matmul_weights = tm.n_params - (s.vocab if s.llama else s.context) * s.d_model
+    per_token = tm.train_flops / tm.tokens
+    attention = 3 * 2 * 2 * s.n_layers * s.context * s.d_model
+    assert abs(per_token - (6 * matmul_weights + attention)) < 0.002 * per_token   # norms' and biases' few params
+
+
+def test_gpt2_timing_is_our_gpt_at_that_size():
+    ours = GPT(context=1024, vocab=50257, n_layers=12, d_model=768, n_heads=12)
+    tm = P.TIMING_MODELS["gpt2-124m"]
+    assert ours.n_params == tm.n_params
+    assert ours.flops_per_sample == tm.train_flops
+    assert ours.activation_bytes(1) == tm.activation_bytes
+    mine = P.model_flops(GPT(context=16, vocab=7, n_layers=2, d_model=8, n_heads=2))
+    assert mine.name == "gpt L2-d8-h2-T16-V7" and mine.n_params == GPT(16, 7, 2, 8, 2).n_params
+
+
+def test_activation_count_is_what_the_forward_pass_keeps():
+    model = GPT(context=6, vocab=5, n_layers=2, d_model=8, n_heads=2)
+    X = np.zeros((3, 6), np.int64)
+    model.loss_and_grad(model.init(0), X, X)
+    ws = model._work[("numpy", (3, 6), "<f4")].arrays
+    kept = [k for k in ws if k.startswith(("ln1_", "ln2_", "lnf_")) or k == "logits"
+            or re.fullmatch(r"(qkv|att|yatt|u|tanh|g)[0-9]+", k)]
+    assert sum(ws[k].size for k in kept) * 4 == model.activation_bytes(3)
+
+
+def test_memory_check_one_line():
+    tm, v100 = P.TIMING_MODELS["gpt2-355m"], P.DEVICES["v100"]
+    P.check_fits(tm, v100, 2, state=2)                      # 2 sequences with Adam: fits 16 GiB
+    with pytest.raises(ConfigError, match=r"^timing_model: a model that fits one v100 \(16 GiB\): gpt2-355m needs "
+                                          r"[0-9.]+ GiB for 8 sequence\(s\) of 1024 tokens per worker \(weights 1\.3, "
+                                          r"gradients 1\.3, optimiser 2\.6, activations [0-9.]+ GiB\); at most 2 "
+                                          r"sequence\(s\) per worker fit: a smaller batch_size or more workers, "
+                                          r"got 'gpt2-355m'$"):
+        P.check_fits(tm, v100, 8, state=2)
+    with pytest.raises(ConfigError, match="not even one sequence per worker fits"):
+        P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["h100"], 1, state=0)
+    P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["h200"], 1, state=2)      # one sequence, Adam: 136 GiB
+    P.check_fits(P.TIMING_MODELS["resnet50"], v100, 10_000)     # image networks are not checked
+    P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["core"], 64)   # nor CPU devices
+
+
+def test_lm_memory_parts():
+    tm = P.TIMING_MODELS["tinyllama-1.1b"]
+    m = P.lm_memory(tm, 3, state=1)
+    assert m["weights"] == m["gradients"] == m["optimiser"] == 4 * tm.n_params
+    assert m["activations"] == 3 * tm.activation_bytes and m["total"] == sum(v for k, v in m.items() if k != "total")
+    assert [P.state_floats(*a) for a in (("sgd", 0.9), ("sgd", 0.0), ("adamw",), ("lamb",), ("lars",))] == [1, 0, 2, 2, 1]
+
+
+def test_names_validate_in_config():
+    cfg = RunConfig(algorithm="sync_sgd", simulate=True, gpus=4, timing_model="GPT2-124M", device="H200")
+    assert cfg.timing_model == "gpt2-124m" and cfg.device == "h200"
+    assert RunConfig(simulate=True, gpus=2, algorithm="sync_sgd", timing_model="tinyllama 1.1b").timing_model == \
+        "tinyllama-1.1b"

@@ -1,0 +1,146 @@
+"""`python -m workbench bench --torch-adapter`: what the PyTorch adapter (`maths.torchmodel`)
+costs. A worker's step on a torch model through the adapter (`as_model(module)`, the
+gradient into the worker's buffer, then the project's SGD update of the flat vector)
+against a plain PyTorch training loop of the same module and batch (`zero_grad`, forward,
+cross-entropy, backward, `optimizer.step()`, the loss read with `.item()`), one core each.
+
+Both sides run in one fresh process with one thread (OPENBLAS/OMP/MKL_NUM_THREADS=1,
+`torch.set_num_threads(1)`), on the same random batches, from the same parameters: their
+losses on the first batch must agree to float32 rounding before anything is timed. The
+steps are timed in interleaved rounds (adapter then plain, plain first on odd rounds), the
+median step of each side per round; the ratio is adapter over plain per round, reported as
+the median and the range over rounds, with the machine's load before and after. The
+target (issue 45) is a ratio of at most 1.15. Without torch the row says so and is skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+# (widths, batch): the teaching MLP and the 535k one of `bench`'s sizes
+SIZES: dict[str, tuple[tuple[int, ...], int]] = {
+    "teaching": ((64, 128, 10), 32),
+    "535k": ((784, 512, 256, 10), 128),
+}
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+TARGET = 1.15
+
+
+def torch_mlp(widths: tuple[int, ...]) -> Any:
+    """nn.Sequential of Linear layers with ReLU between them."""
+    import torch
+    layers: list[Any] = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def child(spec_json: str) -> None:
+    """In the benchmark's process: time both sides (see the module docstring); one JSON line."""
+    import numpy as np
+    import torch
+
+    from ..maths.optim import OptimizerSettings, make_optimizer
+    from ..maths.protocol import as_model
+    torch.set_num_threads(1)
+    spec = json.loads(spec_json)
+    widths, B, lr = tuple(spec["widths"]), int(spec["batch"]), 1e-3
+    torch.manual_seed(0)
+    adapter = as_model(torch_mlp(widths), "bench")
+    params = adapter.init(0)
+    grad = np.empty_like(params)
+    opt = make_optimizer(OptimizerSettings("sgd", momentum=0.0), adapter.layout(), np, params.dtype)
+    plain = torch_mlp(widths)
+    with torch.no_grad():
+        for t, (a, b) in zip(plain.parameters(), adapter.obj._bounds):
+            t.copy_(torch.from_numpy(params[a:b]).view(t.shape))
+    popt = torch.optim.SGD(plain.parameters(), lr=lr)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((8 * B, widths[0])).astype(np.float32)
+    y = rng.integers(0, widths[-1], 8 * B)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    ours_loss = adapter.loss_and_grad(params, X[:B], y[:B], grad_out=grad)[0]
+    theirs_loss = float(torch.nn.functional.cross_entropy(plain(Xt[:B]), yt[:B]))
+    if abs(ours_loss - theirs_loss) > 1e-5 * max(1.0, abs(theirs_loss)):
+        raise SystemExit(f"the two sides disagree: loss {ours_loss} (adapter) and {theirs_loss} (plain torch)")
+    at = [0, 0]
+
+    def adapter_step() -> None:
+        lo = (at[0] % 8) * B
+        at[0] += 1
+        adapter.loss_and_grad(params, X[lo:lo + B], y[lo:lo + B], grad_out=grad)
+        opt.step(params, grad, lr)
+
+    def plain_step() -> None:
+        lo = (at[1] % 8) * B
+        at[1] += 1
+        popt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(plain(Xt[lo:lo + B]), yt[lo:lo + B])
+        loss.backward()
+        popt.step()
+        loss.item()
+
+    def timed(fn: Any, n: int) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    for fn in (adapter_step, plain_step):     # warm: first-call costs on both sides
+        timed(fn, 5)
+    rounds = []
+    for r in range(spec["rounds"]):
+        order = (adapter_step, plain_step) if r % 2 == 0 else (plain_step, adapter_step)
+        got = {fn.__name__: timed(fn, spec["steps"]) for fn in order}
+        rounds.append([got["adapter_step"], got["plain_step"]])
+    print(json.dumps({"rounds": rounds, "loss": [ours_loss, theirs_loss], "n_params": adapter.n_params,
+                      "torch": torch.__version__, "numpy": np.__version__}))
+
+
+def measure(widths: tuple[int, ...], batch: int, rounds: int = 7, steps: int = 30) -> dict[str, Any]:
+    """One row: the adapter's step and the plain loop's, per round and as a ratio (median
+    and range over rounds), the load before and after; measured in a fresh one-thread process."""
+    import numpy as np
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    spec = json.dumps({"widths": list(widths), "batch": int(batch), "rounds": int(rounds), "steps": int(steps)})
+    proc = subprocess.run([sys.executable, "-c",
+                           f"from workbench.analysis.adapterbench import child; child({spec!r})"],
+                          capture_output=True, text=True, env={**os.environ, **ONE_THREAD}, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the adapter benchmark failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
+    got = json.loads(lines[-1])
+    r = np.array(got["rounds"])                               # (rounds, 2): adapter, plain
+    ratios = r[:, 0] / r[:, 1]
+    return {"model": "mlp " + "-".join(map(str, widths)), "batch": batch, "n_params": got["n_params"],
+            "adapter_ms": float(np.median(r[:, 0]) * 1e3), "plain_ms": float(np.median(r[:, 1]) * 1e3),
+            "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
+            "load_before": load0, "load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+            "torch": got["torch"], "numpy": got["numpy"]}
+
+
+def main(args: Any) -> int:
+    """`bench --torch-adapter`: one row per size; without torch, a line saying it was skipped."""
+    from .torchpeer import torch_available
+    if not torch_available():
+        print("torch adapter: skipped, PyTorch is not installed (the optional peer: pip install torch)", flush=True)
+        return 0
+    rounds = int(getattr(args, "rounds", None) or 7)
+    blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"torch adapter step (as_model(module): loss_and_grad into the worker's buffer + our SGD update) against a "
+          f"plain PyTorch loop of the same module and batch, one core each ({', '.join(f'{k}=1' for k in ONE_THREAD)}, "
+          f"torch.set_num_threads(1)); {blas}; {rounds} interleaved rounds; {os.cpu_count()} cores; target "
+          f"ratio <= {TARGET}", flush=True)
+    for name, (widths, batch) in SIZES.items():
+        row = measure(widths, batch, rounds=rounds)
+        print(f"  {name} {row['model']}, batch {row['batch']} ({row['n_params']:,} params): adapter "
+              f"{row['adapter_ms']:.3f} ms, plain torch {row['plain_ms']:.3f} ms, ratio {row['ratio']:.3f} (rounds "
+              f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f}); load {row['load_before']:.2f} -> "
+              f"{row['load_after']:.2f}; torch {row['torch']}, numpy {row['numpy']}", flush=True)
+    return 0

@@ -1,0 +1,184 @@
+"""`python -m workbench bench --gpt`: a training step of our GPT (`maths.gpt`) on one core
+against the same architecture in PyTorch eager on one core (optional: torch is never a
+dependency).
+
+Both sides run in one fresh process with one thread each (OPENBLAS/OMP/MKL_NUM_THREADS=1,
+`torch.set_num_threads(1)`): a step is the forward and backward pass over one batch and a
+plain SGD update of the parameters. Torch's model is a nanoGPT-style `nn.Module` (written
+here) holding the same parameters (`torch_gpt`): nn.Embedding, nn.LayerNorm, nn.Linear,
+`F.scaled_dot_product_attention(is_causal=True)`, GELU (tanh), the head tied to the token
+embedding; its loss on the first batch must equal ours to float32 rounding before anything
+is timed. The steps are timed in interleaved rounds (ours then torch's, torch's first on
+odd rounds, so a drift of the machine's load hits both), each side's median step per
+round; the ratio is ours over torch's, per round, reported as the median and the range
+over rounds, with the machine's load before and after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+# (n_layers, d_model, n_heads, context, vocab, batch): the default GPT on the generated
+# language, and a wider one on a character corpus's vocabulary
+SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
+    "default": (2, 64, 4, 64, 16, 32),
+    "wider": (4, 128, 4, 128, 65, 16),
+}
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def torch_gpt(model: Any, params: Any) -> Any:
+    """A PyTorch nn.Module of `model`'s architecture (a `maths.gpt.GPT`) holding `params`."""
+    import torch
+    from torch import nn
+    F = nn.functional
+    d, H, T, V = model.d_model, model.n_heads, model.context, model.vocab
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.c_attn, self.attn_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x: Any) -> Any:
+            B, t, _ = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+            q, k, v = (a.view(B, t, H, d // H).transpose(1, 2) for a in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, t, d)
+            x = x + self.attn_proj(y)
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class TorchGPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, d), nn.Embedding(T, d)
+            self.h = nn.ModuleList(Block() for _ in range(model.n_layers))
+            self.ln_f = nn.LayerNorm(d, eps=1e-5)
+            self.lm_head = nn.Linear(d, V, bias=False)
+            self.lm_head.weight = self.wte.weight                   # tied, as ours
+
+        def forward(self, idx: Any, targets: Any) -> Any:
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for block in self.h:
+                x = block(x)
+            logits = self.lm_head(self.ln_f(x))
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    net = TorchGPT()
+    P = {k: torch.from_numpy(v.copy()) for k, v in model.views(params).items()}
+    with torch.no_grad():
+        net.wte.weight.copy_(P["wte"])
+        net.wpe.weight.copy_(P["wpe"])
+        for i, blk in enumerate(net.h):
+            for mod, name in ((blk.ln_1, "ln1"), (blk.ln_2, "ln2")):
+                mod.weight.copy_(P[f"h{i}.{name}.g"])
+                mod.bias.copy_(P[f"h{i}.{name}.b"])
+            for mod, name in ((blk.c_attn, "attn"), (blk.attn_proj, "proj"), (blk.c_fc, "fc"), (blk.mlp_proj, "out")):
+                mod.weight.copy_(P[f"h{i}.{name}.W"].T)              # ours is (in, out), torch's (out, in)
+                mod.bias.copy_(P[f"h{i}.{name}.b"])
+        net.ln_f.weight.copy_(P["ln_f.g"])
+        net.ln_f.bias.copy_(P["ln_f.b"])
+    return net
+
+
+def child(spec_json: str) -> None:
+    """In the benchmark's process: time both sides (see the module docstring); one JSON line."""
+    import numpy as np
+    import torch
+
+    from ..maths.gpt import GPT
+    torch.set_num_threads(1)
+    spec = json.loads(spec_json)
+    L, d, H, T, V, B = spec["size"]
+    model = GPT(context=T, vocab=V, n_layers=L, d_model=d, n_heads=H)
+    params = model.init(0)
+    grad = np.empty_like(params)
+    rng = np.random.default_rng(0)
+    seqs = rng.integers(0, V, (8 * B, T + 1))
+    X, Y = np.ascontiguousarray(seqs[:, :-1]), np.ascontiguousarray(seqs[:, 1:])
+    net = torch_gpt(model, params)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    ours_loss = model.loss_and_grad(params, X[:B], Y[:B], grad_out=grad)[0]
+    theirs_loss = float(net(Xt[:B], Yt[:B]))
+    if abs(ours_loss - theirs_loss) > 1e-4 * max(1.0, abs(theirs_loss)):
+        raise SystemExit(f"the two models disagree: loss {ours_loss} (ours) and {theirs_loss} (torch)")
+    at = [0, 0]
+
+    def ours() -> None:
+        lo = (at[0] % 8) * B
+        at[0] += 1
+        model.loss_and_grad(params, X[lo:lo + B], Y[lo:lo + B], grad_out=grad)
+        np.subtract(params, np.float32(1e-3) * grad, out=params)
+
+    def theirs() -> None:
+        lo = (at[1] % 8) * B
+        at[1] += 1
+        opt.zero_grad(set_to_none=True)
+        net(Xt[lo:lo + B], Yt[lo:lo + B]).backward()
+        opt.step()
+
+    def timed(fn: Any, n: int) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    for fn in (ours, theirs):              # warm: workspaces, torch's first-call costs
+        timed(fn, 3)
+    rounds = []
+    for r in range(spec["rounds"]):
+        order = (ours, theirs) if r % 2 == 0 else (theirs, ours)
+        got = {fn.__name__: timed(fn, spec["steps"]) for fn in order}
+        rounds.append([got["ours"], got["theirs"]])
+    print(json.dumps({"rounds": rounds, "loss": [ours_loss, theirs_loss], "n_params": model.n_params,
+                      "torch": torch.__version__, "numpy": np.__version__}))
+
+
+def measure(size: tuple[int, ...], rounds: int = 5, steps: int = 10) -> dict[str, Any]:
+    """One row: our step and torch's, per round and as a ratio (median and range over rounds),
+    the load before and after, and the BLAS settings; measured in a fresh one-thread process."""
+    import numpy as np
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    env = {**os.environ, **ONE_THREAD}
+    spec = json.dumps({"size": list(size), "rounds": int(rounds), "steps": int(steps)})
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.analysis.gptbench import child; child({spec!r})"],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the GPT benchmark failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
+    got = json.loads(lines[-1])
+    r = np.array(got["rounds"])                              # (rounds, 2): ours, torch's
+    ratios = r[:, 0] / r[:, 1]
+    L, d, H, T, V, B = size
+    return {"model": f"L{L}-d{d}-h{H}-T{T}-V{V}", "batch": B, "tokens": B * T, "n_params": got["n_params"],
+            "ours_ms": float(np.median(r[:, 0]) * 1e3), "torch_ms": float(np.median(r[:, 1]) * 1e3),
+            "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
+            "load_before": load0, "load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+            "torch": got["torch"], "numpy": got["numpy"]}
+
+
+def main(args: Any) -> int:
+    """`bench --gpt`: print one row per size; exit 2 without torch."""
+    from .torchpeer import torch_available
+    if not torch_available():
+        print("error: bench --gpt needs PyTorch, the optional peer: pip install torch", file=sys.stderr)
+        return 2
+    rounds = int(getattr(args, "rounds", None) or 5)
+    blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"GPT training step, ours (NumPy) against PyTorch eager, one core each ({', '.join(f'{k}=1' for k in ONE_THREAD)}, "
+          f"torch.set_num_threads(1)); {blas}; {rounds} interleaved rounds; {os.cpu_count()} cores", flush=True)
+    for name, size in SIZES.items():
+        row = measure(size, rounds=rounds)
+        print(f"  {name} {row['model']}, batch {row['batch']} ({row['tokens']} tokens, {row['n_params']:,} params): "
+              f"ours {row['ours_ms']:.1f} ms, torch {row['torch_ms']:.1f} ms, ratio {row['ratio']:.2f} "
+              f"(rounds {row['ratio_min']:.2f}-{row['ratio_max']:.2f}); load {row['load_before']:.2f} -> "
+              f"{row['load_after']:.2f}; torch {row['torch']}, numpy {row['numpy']}", flush=True)
+    return 0

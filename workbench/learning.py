@@ -1,0 +1,96 @@
+"""Did a run learn? One rule, said wherever a run's numbers are (issue 48).
+
+A run can end `completed` and have learned nothing: DiLoCo at the shared default lr ended
+at 0.111 test accuracy in the dashboard, LAMB at lr 0.1 at 0.100 (10 classes: chance). Its
+throughput then measures nothing worth having. So a completed run whose final test accuracy
+is near chance, or whose training loss rose tenfold, carries one sentence (`note`): what
+it reached against chance (or how its loss rose), and a concrete hint about the lr from the
+range that learns the default dataset with this algorithm and update rule
+(`config.lr_range`): "did not learn: test accuracy 0.10, chance 0.10; lr 0.1 is large for
+lamb, try 0.001-0.01". The summary keeps it (`learning_note`); `measure.notes` hands it to
+the CLI, the dashboard's status line and the report.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+NEAR_CHANCE = 0.1     # within a tenth of the way from chance to perfect: near chance (10 classes: < 0.19)
+LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more: it rose, it did not learn
+
+
+def chance_accuracy(config: dict[str, Any]) -> float | None:
+    """1 / classes of the run's dataset (its entry, nothing loaded); None when unknown.
+
+    >>> chance_accuracy({"dataset": "digits"})
+    0.1
+    >>> chance_accuracy({"dataset": "synthetic", "n_classes": 4})
+    0.25
+    """
+    from .data.dataset import DATASETS
+    info = DATASETS.get(str(config.get("dataset")))
+    if info is None:
+        return None
+    try:
+        classes = info.shape(int(config.get("n_samples") or 10000), int(config.get("n_features") or 64),
+                             int(config.get("n_classes") or 10)).n_classes
+    except (TypeError, ValueError):
+        return None
+    return 1.0 / classes if classes and classes > 1 else None
+
+
+def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
+    """What to try with the lr: larger or smaller than the range that learns the default
+    dataset with this algorithm and rule (`config.lr_range`), or, inside it, longer.
+
+    >>> lr_hint({"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1})
+    'lr 0.1 is large for lamb, try 0.001-0.01'
+    >>> lr_hint({"algorithm": "diloco", "optimizer": "sgd", "lr": 0.1})
+    "lr 0.1 is large for diloco's inner sgd, try 0.003-0.01"
+    >>> lr_hint({"algorithm": "sync_sgd", "optimizer": "sgd", "lr": 0.1}, steps=3)
+    'lr 0.1 is in the range that learns digits with sgd (0.03-0.3); it ran 3 steps: train longer'
+    """
+    from .config import lr_range
+    algorithm, optimizer = str(config.get("algorithm") or "sgd"), str(config.get("optimizer") or "sgd")
+    lr = float(config.get("lr") or 0.0)
+    lo, _, hi = lr_range(algorithm, optimizer)
+    from .algorithms.registry import specs
+    spec = specs().get(algorithm)
+    rule = f"{algorithm}'s inner {optimizer}" if spec is not None and optimizer in spec.lr_defaults else optimizer
+    if lr > hi:
+        return f"lr {lr:g} is large for {rule}, try {lo:g}-{hi:g}"
+    if lr < lo:
+        return f"lr {lr:g} is small for {rule}, try {lo:g}-{hi:g}"
+    ran = f"; it ran {steps} steps: train longer" if steps is not None else ": train longer, or warm up"
+    return f"lr {lr:g} is in the range that learns digits with {rule} ({lo:g}-{hi:g}){ran}"
+
+
+def note(config: dict[str, Any], accuracy: float | None, first_loss: float | None, last_loss: float | None,
+         steps: int | None = None) -> str | None:
+    """The sentence for a run that learned nothing, else None.
+
+    Args:
+        config: the run's config (a dict of RunConfig's fields).
+        accuracy: its final test accuracy (None: not evaluated).
+        first_loss: the training loss of its first steps; last_loss: at its end.
+        steps: the steps it ran (for the hint).
+
+    >>> cfg = {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1, "dataset": "digits"}
+    >>> note(cfg, 0.1003, 2.47, 2.31)
+    'did not learn: test accuracy 0.10, chance 0.10; lr 0.1 is large for lamb, try 0.001-0.01'
+    >>> note(cfg, 0.71, 2.4, 35.8)
+    'did not learn: the training loss rose from 2.4 to 35.8 (x15); lr 0.1 is large for lamb, try 0.001-0.01'
+    >>> note(cfg, 0.95, 2.4, 0.1) is None
+    True
+    """
+    chance = chance_accuracy(config)
+    said = None
+    if accuracy is not None and chance is not None and math.isfinite(accuracy) \
+            and accuracy < chance + NEAR_CHANCE * (1.0 - chance):
+        said = f"test accuracy {accuracy:.2f}, chance {chance:.2f}"
+    elif first_loss is not None and last_loss is not None and first_loss > 0 and math.isfinite(first_loss) \
+            and last_loss >= LOSS_ROSE * first_loss:
+        said = f"the training loss rose from {first_loss:.3g} to {last_loss:.3g} (x{last_loss / first_loss:.0f})"
+    if said is None:
+        return None
+    return f"did not learn: {said}; {lr_hint(config, steps)}"
