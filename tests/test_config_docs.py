@@ -63,8 +63,9 @@ def test_schema_carries_descriptions_groups_and_defaults():
 def test_defaults_unchanged_by_descriptions():
     # The descriptions must not have changed any default (the public contract).
     assert RunConfig().to_dict() == {
-        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000,
-        "n_features": 64, "n_classes": 10, "data_dir": None, "download": False, "cpus": 2, "gpus": 0,
+        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000, "test_fraction": 0.2,
+        "n_features": 64, "n_classes": 10, "n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64,
+        "data_dir": None, "download": False, "cpus": 2, "gpus": 0,
         "scheduler": None, "comm": "auto", "latency_ms": 0.0, "bandwidth_gbps": 0.0, "blas_threads": 1, "simulate": False,
         "device": None,
         "cpu_device": "core", "partitions": None, "calibration": None, "network": None, "timing_model": None, "jitter": 0.0, "fail_worker": None, "batch_size": 32,

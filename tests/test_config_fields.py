@@ -180,19 +180,47 @@ def test_the_constrained_fields_are_the_ranged_ones():
 
 # Fields added after the capture, each declared with the same type as a captured one: they
 # must accept and refuse every probe exactly as that one does without a context (its messages
-# name the field; the outcome strips the name).
-SAME_AS = {"blas_threads": "round_size", "checkpoint_keep": "round_size", "out_private": "download"}
+# name the field; the outcome strips the name); a field that applies only somewhere (the
+# GPT's knobs) does so in its CONTEXT, against the captured field's outcomes without one.
+SAME_AS = {"blas_threads": "round_size", "n_layers": "round_size", "d_model": "round_size", "n_heads": "round_size",
+           "context": "round_size", "checkpoint_keep": "round_size", "out_private": "download"}
+_GPT = {"model": "gpt", "dataset": "markov_text", "algorithm": "sync_sgd"}
+CONTEXT.update({"n_layers": _GPT, "d_model": {**_GPT, "n_heads": 1}, "context": _GPT,
+                # a d_model every accepted probe divides, so n_heads meets only its own bounds
+                "n_heads": {**_GPT, "d_model": math.lcm(*(int(o[3:]) for o in json.loads(ORACLE.read_text())
+                                                          ["round_size|default"] if o.startswith("ok:")))}})
+# Fields added after the capture with bounds no captured field has: what they allow, said in
+# their one-line errors; their bounds are walked against it (inside: kept, outside or a
+# wrong type: refused with exactly this text).
+NEW_BOUNDED = {"test_fraction": "a number in (0, 1)"}
+
+
+def _walk_new_bounds(field: str) -> None:
+    allowed = NEW_BOUNDED[field]
+    for b in _bounds(field):
+        for value in (b, math.nextafter(b, -math.inf), math.nextafter(b, math.inf), True, "abc"):
+            got = outcome(field, value, "default")
+            if isinstance(value, (bool, str)):
+                assert got == "E:a number (not true/false)", (field, value, got)
+            elif 0 < value < 1:
+                assert got == f"ok:{value!r}", (field, value, got)
+            else:
+                assert got == f"E:{allowed}", (field, value, got)
 
 
 @pytest.mark.parametrize("field", CONSTRAINED)
 def test_each_bound_just_inside_and_outside_and_a_wrong_type(field, oracle):
+    if field in NEW_BOUNDED:
+        _walk_new_bounds(field)
+        return
     kind = RunConfig.model_fields[field].annotation
     whole = "int" in str(kind)
     source = SAME_AS.get(field, field)
+    own = "context" if source != field and field in CONTEXT else "default"   # where the new field applies
     if source != field:
         assert kind == RunConfig.model_fields[source].annotation and _bounds(field) == _bounds(source)
-        assert all(outcome(field, v, "default") == oracle[f"{source}|default"][_key(v)]
-                   or (_key(v) in HUGE and _capped(oracle[f"{source}|default"][_key(v)], outcome(field, v, "default")))
+        assert all(outcome(field, v, own) == oracle[f"{source}|default"][_key(v)]
+                   or (_key(v) in HUGE and _capped(oracle[f"{source}|default"][_key(v)], outcome(field, v, own)))
                    for v in PROBES)
     hows = ["default"] if source != field else _hows(field)
     for b in _bounds(field):
@@ -202,7 +230,8 @@ def test_each_bound_just_inside_and_outside_and_a_wrong_type(field, oracle):
             for how in hows:
                 key = _key(value)
                 assert key in oracle[f"{source}|{how}"], f"{field}: probe {key} was not captured"
-                assert outcome(field, value, how) == oracle[f"{source}|{how}"][key], (field, how, key)
+                got = outcome(field, value, own if source != field else how)
+                assert got == oracle[f"{source}|{how}"][key], (field, how, key)
     results = oracle[f"{source}|{_hows(source)[-2]}"].values()
     assert any(r.startswith("ok:") for r in results) and any(r.startswith("E:") for r in results)
 

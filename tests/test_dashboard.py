@@ -80,8 +80,15 @@ NEW_VALUES = {
     "compression_rank": (2, 2),
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
+    "test_fraction": (0.3, 0.3),
+    # the GPT's knobs (set with model gpt, which brings the text dataset along): before model_args
+    "n_layers": (3, 3),
+    "d_model": (32, 32),
+    "n_heads": (8, 8),
+    "context": (32, 32),
     "model_args": ("hidden=[8]", {"hidden": [8]}),     # last: it leaves a model named package.module:Name
 }
+GPT_KNOBS = {"n_layers", "d_model", "n_heads", "context"}
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 # valid only with this update rule (and momentum, nesterov at their defaults for it)
 NEEDS_OPTIMIZER = {"optimizer": "sgd", "beta1": "adamw", "beta2": "lamb", "eps": "adamw", "trust_coefficient": "lars"}
@@ -113,6 +120,9 @@ def test_every_control_maps_onto_a_config_field(dash):
         dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
         if name in ("elastic_sync", "weight_return"):
             dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
+        if name in GPT_KNOBS:
+            dash.controls["model"].value = "gpt"               # the dataset follows: markov_text
+            assert dash.config.dataset == "markov_text"
         if name.startswith("compression") or name == "error_feedback":
             dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
@@ -233,6 +243,8 @@ def _choices(w) -> list | None:
         return [v for _, v in w._options_full]
     if isinstance(w, widgets.Checkbox):
         return [True, False]
+    if isinstance(w, widgets.Combobox):     # a name from the list, or free text (a model's or a file's path)
+        return list(w.options)
     return None
 
 
@@ -641,7 +653,7 @@ def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
     assert dash.run() and dash.wait(60) is not None
     bundle = dash._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert dash.tabs.titles == ("run", "scaling", "runs")
+    assert dash.tabs.titles == ("run", "scaling", "runs", "why")
     # figures nested in containers get their whole state re-sent before they are shown
     for fig in dash._figure_widgets():
         assert len(fig._widget_data) == len(fig.data)

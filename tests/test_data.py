@@ -136,7 +136,7 @@ def test_datasets_are_read_only_and_cached():
 
 
 def test_dataset_registry_names():
-    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "mnist", "fashion_mnist", "cifar10"]
+    assert list(DATASETS) == ["digits", "mnist1d", "synthetic", "markov_text", "mnist", "fashion_mnist", "cifar10"]
     assert all(isinstance(v.summary, str) and v.summary for v in DATASETS.values())
 
 
@@ -165,7 +165,8 @@ def test_bad_arguments_name_the_field(name, kwargs, field):
 def test_unknown_dataset_lists_the_allowed_names():
     with pytest.raises(DataError) as info:
         load_dataset("foo")
-    assert str(info.value) == f"dataset: one of {list(DATASETS)}, got 'foo'"
+    assert str(info.value) == (f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, or a data file (.npz, a "
+                               "pair x.npy,y.npy, a folder of .npy, .csv), got 'foo'")
     assert isinstance(info.value, ValueError)
 
 

@@ -211,8 +211,10 @@ def test_flops_count_the_matmuls():
     model = tiny()
     T, V, L, d = model.context, model.vocab, model.n_layers, model.d_model
     matmul_weights = sum(layer.size for layer in model.layers if layer.name.endswith(".W")) + V * d
-    assert model.flops_per_sample == 2 * T * (matmul_weights + L * 2 * T * d)
-    assert gpt_forward_flops(T, V, L, d, 4 * d) == model.flops_per_sample
+    forward = 2 * T * (matmul_weights + L * 2 * T * d)              # per sequence, multiply-add = 2
+    assert sum(f for _, _, f in model.layer_flops()) == forward == gpt_forward_flops(T, V, L, d, 4 * d)
+    assert model.flops_per_sample == 3 * forward                    # the protocol's: forward and backward
+    assert [p for _, p, _ in model.layer_flops()] == [b - a for a, b in model.layer_groups()]
 
 
 def test_inputs_not_modified_and_outputs_fresh():

@@ -34,7 +34,7 @@ def test_gpt2_timing_is_our_gpt_at_that_size():
     ours = GPT(context=1024, vocab=50257, n_layers=12, d_model=768, n_heads=12)
     tm = P.TIMING_MODELS["gpt2-124m"]
     assert ours.n_params == tm.n_params
-    assert ours.flops_per_sample == tm.fwd_flops
+    assert ours.flops_per_sample == tm.train_flops
     assert ours.activation_bytes(1) == tm.activation_bytes
     mine = P.model_flops(GPT(context=16, vocab=7, n_layers=2, d_model=8, n_heads=2))
     assert mine.name == "gpt L2-d8-h2-T16-V7" and mine.n_params == GPT(16, 7, 2, 8, 2).n_params

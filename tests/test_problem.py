@@ -30,7 +30,7 @@ def test_the_real_datasets_entries_hold_their_official_splits():
     assert dataset_shape("mnist").n_train == 60000 and dataset_shape("mnist").n_test == 10000
     assert dataset_shape("cifar10").image_shape == (3, 32, 32) and dataset_shape("cifar10").n_train == 50000
     assert [n for n, d in DATASETS.items() if d.download] == ["mnist", "fashion_mnist", "cifar10"]
-    assert [n for n, d in DATASETS.items() if d.generated] == ["mnist1d", "synthetic"]
+    assert [n for n, d in DATASETS.items() if d.generated] == ["mnist1d", "synthetic", "markov_text"]
 
 
 def test_a_problem_is_what_the_pieces_build_by_hand():

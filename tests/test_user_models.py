@@ -307,7 +307,7 @@ def _broken(**methods):
      "a finite loss at the first step"),
     ({"init": lambda self, seed: np.zeros((5, 1), np.float32)}, "a model whose init(seed) returns a 1-D array"),
     ({"init": lambda self, seed: np.random.default_rng().standard_normal(5)}, "the same vector for the same seed"),
-    ({"predict": lambda self, p, X: np.zeros(len(X))}, "predict gives one integer label per row"),
+    ({"predict": lambda self, p, X: np.zeros(len(X))}, "predict gives one integer label per label of y"),
     ({"layout": lambda self: [("w", (4,))]}, "layout() covers its vector"),
     ({"loss_and_grad": lambda self, p, X, y: 1 / 0}, "loss_and_grad runs on a batch of 8 rows"),
 ])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from . import usercode
 from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS
+from .data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
+from .data.files import is_data_path, save_arrays
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -39,7 +41,7 @@ from .data.dataset import DATASETS
 
 DATASET_NAMES = tuple(DATASETS)
 IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_shape is not None)
-MODEL_NAMES = ("softmax", "mlp", "cnn")
+MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 
 # The simulated cluster's named profiles. Their data and sources live in
@@ -431,7 +433,11 @@ class RunConfig(BaseModel):
     dataset: str = Field("digits", json_schema_extra={"group": "what"}, description=(
         "Training data: digits (bundled 8x8 images), mnist1d or synthetic (generated, sized by "
         "n_samples / n_features / n_classes), or mnist, fashion_mnist, cifar10 (downloaded once "
-        "with download=true, then cached)."))
+        "with download=true, then cached); for a language model (model gpt) markov_text (generated text "
+        "with a known entropy) or a path/to/text.txt (its characters, the end held out); or your own arrays: a "
+        "path to an .npz (X_train, y_train, X_test, y_test, or X, y), a pair features.npy,labels.npy, a folder "
+        "of such .npy files or a .csv with a label column (docs/models.md); in Python also a "
+        "Dataset.from_arrays(...)."))
     model: str = Field("mlp", json_schema_extra={"group": "what"}, description=(
         "Model: softmax (softmax regression), mlp (fully connected, widths from hidden) or cnn "
         "(small convolutional net; image datasets only), or your own as package.module:Name, a class or "
@@ -452,6 +458,21 @@ class RunConfig(BaseModel):
     n_classes: Annotated[int, Field(ge=2), WHOLE, Allowed("a whole number >= 2")] = Field(
         10, json_schema_extra={"group": "what"}, description=(
         "Number of classes of the synthetic dataset (>= 2). Ignored by the other datasets."))
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NUMBER, Allowed("a number in (0, 1)")] = Field(
+        0.2, json_schema_extra={"group": "what"}, description=(
+        "Share of the examples held out for testing where the data is split here: the generated sets "
+        "(mnist1d, synthetic, markov_text), digits, a text file's windows (its end) and a file of yours "
+        "holding only X, y (in (0, 1); 0.2). Ignored by datasets with a fixed test set."))
+    # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
+    n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
+        "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
+    d_model: WholeFrom1 = Field(DEFAULT_GPT["d_model"], json_schema_extra={"group": "what"}, description=(
+        "gpt: width of the residual stream (whole number >= 1, a multiple of n_heads); the MLP is 4 d_model wide."))
+    n_heads: WholeFrom1 = Field(DEFAULT_GPT["n_heads"], json_schema_extra={"group": "what"}, description=(
+        "gpt: attention heads (whole number >= 1 dividing d_model), each of d_model / n_heads dimensions."))
+    context: WholeFrom1 = Field(DEFAULT_GPT["context"], json_schema_extra={"group": "what"}, description=(
+        "Text datasets (markov_text, a .txt file) and gpt: tokens per sequence (whole number >= 1); each "
+        "sequence's next tokens are its labels."))
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
@@ -746,12 +767,20 @@ class RunConfig(BaseModel):
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
-    @field_validator("dataset")
+    @field_validator("dataset", mode="before")
     @classmethod
-    def _dataset(cls, v: str) -> str:
-        if v not in DATASET_NAMES:
-            raise ValueError(f"one of {list(DATASET_NAMES)}")
-        return v
+    def _dataset(cls, v: Any) -> str:
+        if isinstance(v, Dataset):     # arrays given in Python: saved once by their hash, named by the folder
+            return save_arrays(v)
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if isinstance(v, str) and v in DATASET_NAMES:
+            return v
+        if is_text_path(v) or is_data_path(v):   # a file: kept as an absolute path, so every worker reads the same
+            parts = [str(Path(p.strip()).expanduser().absolute()) for p in v.split(",")] if is_data_path(v) \
+                else [str(Path(v.strip()).expanduser().absolute())]
+            return ",".join(parts)
+        raise ValueError(f"one of {list(DATASET_NAMES)}, or {NAMED_BY_PATH} (or a Dataset in Python)")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -917,8 +946,9 @@ class RunConfig(BaseModel):
         if self.model_args is not None and builtin:
             raise ConfigError("model_args", f"unset with the built-in {self.model} (its sizes are hidden), or a "
                               "model package.module:Name", self.model_args)
-        if self.model == "cnn" and DATASETS[self.dataset].image_shape is None:
+        if self.model == "cnn" and self.data_shape.image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
+        _check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
@@ -933,8 +963,16 @@ class RunConfig(BaseModel):
     # ---------------------------------------------------------------- helpers
     @property
     def data_shape(self) -> Any:
-        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry: nothing loaded."""
-        return DATASETS[self.dataset].shape(self.n_samples, self.n_features, self.n_classes)
+        """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry, or a
+        file's (a text's, or a data file's from its arrays' headers and labels): the features
+        are not loaded."""
+        try:
+            return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes,
+                                                    self.test_fraction, context=self.context)
+        except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
+            err = ConfigError("dataset", "", self.dataset)
+            err.field, err.args = str(exc).partition(":")[0], (str(exc),)
+            raise err from None
 
     @property
     def model_hidden(self) -> tuple[int, ...]:
@@ -1075,6 +1113,41 @@ def _check_optimizer(c: RunConfig) -> None:
         if spec is not None and not getattr(spec, "takes_optimizer", True):
             raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
                               "lamb apply to the other algorithms)", c.optimizer)
+
+
+GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets
+
+
+def is_text_dataset(dataset: str) -> bool:
+    """Whether a dataset's rows are token sequences (a language model's data): markov_text,
+    or a .txt file.
+
+    >>> is_text_dataset("markov_text"), is_text_dataset("books/emma.txt"), is_text_dataset("digits")
+    (True, True, False)
+    """
+    info = DATASETS.get(dataset)
+    return bool(info is not None and info.tokens) or is_text_path(dataset)
+
+
+def _check_language_model(c: RunConfig) -> None:
+    """gpt trains on text and text trains gpt (or a model of the user's); the GPT's knobs and
+    `context` only where they apply (a value that would be ignored is a mistake to report)."""
+    text = is_text_dataset(c.dataset)
+    if c.model == "gpt" and not text:
+        raise ConfigError("model", "gpt only with a text dataset (markov_text, or a path/to/text.txt)", c.model)
+    if text and c.model in ("softmax", "mlp", "cnn"):
+        raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
+                          "the next token at every position)", c.model)
+    if c.model != "gpt":
+        for name in GPT_KNOBS:
+            default = type(c).model_fields[name].default
+            if getattr(c, name) != default:
+                raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
+    if not text and c.context != type(c).model_fields["context"].default:
+        raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
+    if c.model == "gpt" and c.d_model % c.n_heads:
+        raise ConfigError("n_heads", f"a divisor of d_model ({c.d_model}), so every head gets d_model / n_heads "
+                          "dimensions", c.n_heads)
 
 
 def _check_simulation(c: RunConfig) -> None:

@@ -34,7 +34,9 @@ from .maths.optim import Plan, make_plan
 from .maths.protocol import build_model, model_record
 from .usercode import token_of
 
-__all__ = ["Problem", "build_counts", "run_plan"]
+__all__ = ["GPT_FACTORY", "Problem", "build_counts", "run_plan"]
+
+GPT_FACTORY = "workbench.maths.gpt:make_gpt"   # what `model: gpt` builds, with its knobs as the factory's arguments
 
 _CACHE_SIZE = 4           # problems kept per process (the data itself sits in `data`'s own cache)
 _IGNORED = {"out"}        # config fields that change where a run is saved, not what it trains
@@ -109,14 +111,16 @@ class Problem:
     def shape(self) -> Shape:
         """The dataset's sizes, width, classes and image shape, from its `DATASETS` entry (no loading)."""
         c = self.config
-        return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes)
+        return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
+                             test_fraction=c.test_fraction, context=c.context)
 
     @cached_property
     def data(self) -> Dataset:
         """The dataset (loaded, or generated, once per process; checks files and checksums)."""
         c = self.config
         data = load_dataset(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                            seed=c.seed, data_dir=c.data_dir, download=c.download)
+                            seed=c.seed, data_dir=c.data_dir, download=c.download, test_fraction=c.test_fraction,
+                            context=c.context)
         _BUILDS["data"] += 1
         s = self.shape
         got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape)
@@ -134,15 +138,28 @@ class Problem:
         its own): a built-in one by name, any other built from its `package.module:Name`
         (`maths.protocol.build_model`: the model protocol, with the engine's interface)."""
         c, s = self.config, self.shape
+        if c.model == "gpt":   # the built-in GPT, built as any model of the protocol is: its factory and knobs
+            return build_model(GPT_FACTORY, s.n_features, s.n_classes,
+                               {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads})
         if c.model in MODEL_NAMES:
             return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
         return build_model(c.model, s.n_features, s.n_classes, c.model_args)
 
     @cached_property
+    def data_record(self) -> dict[str, Any] | None:
+        """What a run's data file was, for its summary (`data.files.data_record`: each file's
+        path, size and hash); None for a built-in dataset (its entry says what it is)."""
+        from .data import DATASETS
+        from .data.files import data_record
+        return None if self.config.dataset in DATASETS else data_record(self.config.dataset)
+
+    @cached_property
     def model_record(self) -> dict[str, Any]:
         """What the run's model is, for its summary: name, arguments, parameter count, and
         for a model of the user's its module, file and code hash (`protocol.model_record`)."""
-        return model_record(self.config.model, self.model, self.config.model_args)
+        c = self.config
+        args = {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads} if c.model == "gpt" else c.model_args
+        return model_record(c.model, self.model, args)
 
     @cached_property
     def model(self) -> Model:

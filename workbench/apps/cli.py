@@ -90,6 +90,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
+    "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -190,6 +191,19 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
     comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
 
+    why = sub.add_parser("explain", help=COMMANDS["explain"], formatter_class=fmt,
+                         description="Read one run, or a 1-worker run and an N-worker run of the same config, and "
+                                     "say what limits the N-worker step (first line: limited by: ...), its parts "
+                                     "(compute, exchange, waiting for the slowest worker, the engine's overhead, "
+                                     "contention from other processes), and what would change the answer (the "
+                                     "batch and model size at which N workers beat one by 1.5x, the network at "
+                                     "which DiLoCo or compression pays, the straggler), from the cost model fitted "
+                                     "on the runs, each with its uncertainty. See docs/explain.md.",
+                         epilog="example:\n  python -m workbench run --algorithm sync_sgd --cpus 1 --out runs/one\n"
+                                "  python -m workbench run --algorithm sync_sgd --cpus 2 --out runs/two\n"
+                                "  python -m workbench explain runs/one runs/two")
+    why.add_argument("runs", nargs="+", metavar="RUN", help="run directories (each with summary.json)")
+
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
                                      "subfolder of --logdir per run (needs the tensorboard extra: "
@@ -220,8 +234,14 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=None,
                        help="measure every row this many times, interleaved; the table shows the median "
                             "ratio and its range (a shared machine's ratios move by tenths between runs); "
-                            "default 1, and 5 with --sim-vs-real")
-    bench.add_argument("--out", help="also write the table as CSV here")
+                            "default 1, 5 with --sim-vs-real, 40 with --allreduce")
+    bench.add_argument("--out", help="also write the table as CSV here (and the allreduce table beside it, NAME.allreduce.csv)")
+    bench.add_argument("--compare", metavar="CSV",
+                       help="also print each row beside the same row of a table an earlier bench wrote with --out: "
+                            "then, now, and now / then")
+    bench.add_argument("--allreduce", action="store_true",
+                       help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
+                            "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")
@@ -246,7 +266,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true",
                      help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
-                          "names read 'not reproduced in quick mode', every other shape is checked")
+                          "names read 'skipped in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
@@ -306,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
@@ -523,6 +545,8 @@ def _report_run(result: Any, config: RunConfig) -> int:
           f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
           f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
+    for line in _model_lines(s, config):
+        print(f"  {line}")
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
@@ -536,6 +560,30 @@ def _report_run(result: Any, config: RunConfig) -> int:
     print(f"run directory: {out}")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
+
+
+def _model_lines(summary: dict, config: Any) -> list[str]:
+    """A language model's numbers (nats per token, perplexity, the gap to the best loss) and,
+    for a simulated run, its communication against sync_sgd's on the same virtual cluster."""
+    out = []
+    lm = summary.get("language")
+    if lm:
+        best = "" if lm.get("best_loss") is None else \
+            f"; best possible {lm['best_loss']:.4f} (gap {lm['gap_to_best']:.4f})"
+        acc = lm.get("next_token_accuracy")
+        out.append(f"language model: test loss {lm['loss_nats_per_token']:.4f} nats/token (perplexity "
+                   f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
+    if summary.get("simulated"):
+        from ..sim.costs import comm_against_sync
+        c = comm_against_sync(summary)
+        if c is not None:
+            name = config.algorithm + ("" if config.compression == "none" else f" ({config.compression})")
+            r = c["saving"]
+            than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
+            out.append(f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of its booked "
+                       f"time); sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
+                       f"({c['sync_sgd_share']:.0%}): {than}")
+    return out
 
 
 def _blas_clause(summary: dict) -> str:
@@ -675,6 +723,17 @@ def _compare(args: argparse.Namespace) -> int:
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
     print(f"report: {path}")
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """`explain RUN [RUN...]`: each run with more workers against the one with fewest
+    (`analysis.explain`), printed; the first line of each says what limits it."""
+    from ..analysis.explain import explain
+    from ..results import RunResult
+    dirs = _run_dirs(args.runs)
+    found = explain([RunResult.load(d) for d in dirs])
+    print("\n\n".join(e.text() for e in found))
     return EXIT_OK
 
 

@@ -10,6 +10,9 @@ int64 labels, scaled to roughly unit size, with a fixed train/test split:
   gets clearly less accuracy on it than an MLP.
 - ``synthetic``: labels from a random teacher MLP on Gaussian inputs; size, width and
   class count scale freely (generated in chunks, so 1e6 x 784 fits in its output).
+- ``markov_text``: generated text for language models (`text`: a fixed order-2 Markov chain
+  over 16 characters with an exact entropy rate), rows of ``context`` tokens; ``text``
+  also makes character-level datasets of UTF-8 files.
 - ``mnist``, ``fashion_mnist``, ``cifar10``: the official files, fetched only when
   ``download=True`` into ``cache_dir()/<name>/`` and checked before use (see
   :func:`load_dataset` for how).
@@ -31,11 +34,28 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import DATASETS, DataError, Dataset, DatasetInfo, Shape, _check_fraction, _check_int
-from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, cache_dir
+from . import files
+from .dataset import (
+    DATA_ENV,
+    DATASETS,
+    NAMED_BY_PATH,
+    DataError,
+    Dataset,
+    DatasetInfo,
+    Shape,
+    TextFileInfo,
+    _check_fraction,
+    _check_int,
+    cache_dir,
+    dataset_info,
+    is_text_path,
+)
+from .download import EXPECTED_SHA256, FILES, URL_ENV, URLS, _real
+from .files import is_data_path
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
 from .order import _epoch_order, batch_order, global_batch, partition, split_batch, steps_per_epoch
+from .text import markov_text, text_dataset
 
 __all__ = [
     "DATA_ENV",
@@ -48,10 +68,13 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "Shape",
+    "TextFileInfo",
     "batch_order",
     "cache_dir",
     "clear_cache",
+    "dataset_info",
     "dataset_shape",
+    "is_text_path",
     "global_batch",
     "load_dataset",
     "partition",
@@ -72,6 +95,7 @@ def load_dataset(
     data_dir: str | os.PathLike | None = None,
     download: bool = False,
     test_fraction: float = 0.2,
+    context: int = 64,
 ) -> Dataset:
     """Load or generate a dataset; repeated calls with the same arguments are free.
 
@@ -85,6 +109,10 @@ def load_dataset(
       ``test_fraction``. X ~ N(0, 1); labels are the argmax of a random teacher MLP
       (n_features -> 2 * n_classes tanh -> n_classes, weights from ``seed``, output biases
       tuned so the classes are about equally frequent) plus small Gumbel noise.
+    - a path ending in ``.txt``: the file's characters (`text.text_dataset`: ``context``,
+      ``test_fraction``; the last windows held out), checked as it is read.
+    - ``markov_text``: ``n_samples`` sequences of ``context`` tokens, ``seed``,
+      ``test_fraction`` (`text.markov_text`: X the tokens, y the next ones).
     - ``mnist``, ``fashion_mnist``, ``cifar10``: the official train/test split; the
       size arguments and ``seed`` are ignored. Pixels /255, then each centred on its
       training mean. ``data_dir`` (default :func:`cache_dir`) holds ``<name>/<files>``.
@@ -103,7 +131,7 @@ def load_dataset(
     and is left in place for you to delete.
 
     Args:
-        name: a ``DATASETS`` key.
+        name: a ``DATASETS`` key, or a path to a UTF-8 ``.txt`` file.
         n_samples: total samples of a generated set, >= 10.
         n_features: input width of ``synthetic``, >= 1.
         n_classes: classes of ``synthetic``, >= 2.
@@ -111,6 +139,7 @@ def load_dataset(
         data_dir: folder for downloaded data; default ``cache_dir()``.
         download: fetch missing files of a real dataset.
         test_fraction: share of a generated set (and of digits) kept for testing, in (0, 1).
+        context: tokens per sequence of ``markov_text``, >= 1.
 
     Returns:
         A :class:`Dataset` whose arrays are read-only and shared between calls.
@@ -119,8 +148,13 @@ def load_dataset(
         DataError: a bad argument, missing files without ``download=True``, a failed
             download, or a corrupt file; the message names the field and the value.
     """
+    if is_text_path(name):
+        return text_dataset(name, _check_int("context", context, 1), _check_fraction("test_fraction", test_fraction))
+    if is_data_path(name):   # your own arrays (`data.files`): checked, memory-mapped when large
+        test_fraction = _check_fraction("test_fraction", test_fraction)
+        return _file_cached(files._key(name), test_fraction, str(cache_dir(data_dir).absolute()))
     if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
+        raise DataError(f"dataset: one of {list(DATASETS)}, or {NAMED_BY_PATH}, got {name!r}")
     n_samples = _check_int("n_samples", n_samples, 10)
     n_features = _check_int("n_features", n_features, 1)
     n_classes = _check_int("n_classes", n_classes, 2)
@@ -138,25 +172,37 @@ def load_dataset(
     if name == "synthetic":
         return _cached(name, n_samples=n_samples, n_features=n_features, n_classes=n_classes,
                        seed=seed, test_fraction=test_fraction)
+    if name == "markov_text":
+        return markov_text(n_samples, _check_int("context", context, 1), seed, test_fraction)
     return _cached(name, folder=str(folder.absolute() / name), download=bool(download))
 
 
 def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-                  test_fraction: float = 0.2) -> Shape:
+                  test_fraction: float = 0.2, context: int = 64) -> Shape:
     """The `Shape` `load_dataset` with these arguments returns, without loading anything.
 
     >>> dataset_shape("cifar10").n_train
     50000
     """
-    if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, got {name!r}")
-    return DATASETS[name].shape(n_samples, n_features, n_classes, test_fraction)
+    return dataset_info(name).shape(n_samples, n_features, n_classes, test_fraction, context)
 
 
 def clear_cache() -> None:
     """Forget the datasets and epoch orders kept in this process (frees their memory)."""
     _cached.cache_clear()
+    _file_cached.cache_clear()
     _epoch_order.cache_clear()
+    markov_text.cache_clear()
+    from .dataset import _text_facts
+    from .text import _text_dataset
+    _text_dataset.cache_clear()
+    _text_facts.cache_clear()
+
+
+@functools.lru_cache(maxsize=4)
+def _file_cached(key: tuple[str, int, int], test_fraction: float, data_dir: str) -> Dataset:
+    """A data file's dataset, by its path, size and time (an edited file is read again)."""
+    return files.load_file(key[0], test_fraction, data_dir)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -35,15 +35,24 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from .dataset import DataError, Dataset, _check_fraction, _check_int, _n_test, make_dataset
+from .dataset import (
+    TEXT_MAX_BYTES,
+    Dataset,
+    _check_context,
+    _check_fraction,
+    _check_int,
+    _key,
+    _n_test,
+    make_dataset,
+    max_context,
+    read_text,
+    text_shape,
+)
 
-TEXT_MAX_BYTES = 256 << 20           # a character-level corpus larger than this is no teaching size
 MARKOV_ALPHABET = " aeinorstlhducmp"  # 16 symbols; the space makes samples read like words
 MARKOV_ORDER = 2
 _LANGUAGE_SEED = 2046                 # the language is the same for every run seed
@@ -51,48 +60,6 @@ _SUCCESSORS = (1, 4)                  # each context allows 1 to 4 next characte
 
 
 # ------------------------------------------------------------------------------ text files
-def read_text(path: str | os.PathLike) -> str:
-    """The text of a UTF-8 file, refused in one line when it cannot train a language model.
-
-    Refused: not a readable regular file; empty; larger than TEXT_MAX_BYTES; binary (a NUL
-    byte); not UTF-8 (the byte offset is named); fewer than two distinct characters.
-
-    >>> import tempfile
-    >>> with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-    ...     _ = f.write("aaaa")
-    >>> read_text(f.name)
-    Traceback (most recent call last):
-    ...
-    workbench.data.dataset.DataError: dataset: a text with at least 2 distinct characters (a vocabulary of one, 'a', predicts nothing), got '...'
-    """
-    where = os.fspath(path)
-    try:
-        st = os.stat(where)
-    except OSError as exc:
-        raise DataError(f"dataset: a readable .txt file ({exc.strerror or type(exc).__name__}), got {where!r}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DataError(f"dataset: a regular .txt file (not a directory, device or FIFO), got {where!r}")
-    if st.st_size == 0:
-        raise DataError(f"dataset: a non-empty text file (this one has 0 bytes), got {where!r}")
-    if st.st_size > TEXT_MAX_BYTES:
-        raise DataError(f"dataset: a text file of at most {TEXT_MAX_BYTES >> 20} MiB ({st.st_size:,} bytes), "
-                        f"got {where!r}")
-    with open(where, "rb") as f:
-        raw = f.read(TEXT_MAX_BYTES + 1)
-    nul = raw.find(b"\x00")
-    if nul >= 0:
-        raise DataError(f"dataset: a text file, not binary (a NUL byte at offset {nul}), got {where!r}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"dataset: UTF-8 text (byte {exc.start} is not), got {where!r}") from None
-    chars = set(text)
-    if len(chars) < 2:
-        raise DataError(f"dataset: a text with at least 2 distinct characters (a vocabulary of one, "
-                        f"{text[0]!r}, predicts nothing), got {where!r}")
-    return text
-
-
 def encode(text: str) -> tuple[str, np.ndarray]:
     """(vocabulary, ids): the distinct characters sorted, and each character's index in it.
 
@@ -111,16 +78,6 @@ def encode(text: str) -> tuple[str, np.ndarray]:
     return vocab, np.fromiter((index[c] for c in text), np.int64, len(text))
 
 
-def max_context(n_chars: int) -> int:
-    """The longest context a text of `n_chars` characters allows: one training and one test
-    window of context + 1 characters (consecutive windows share one), at least.
-
-    >>> max_context(101)
-    50
-    """
-    return max(0, (int(n_chars) - 1) // 2)
-
-
 def windows(ids: np.ndarray, context: int) -> np.ndarray:
     """Consecutive windows of context + 1 tokens, each starting where the last one's final
     token is: (n_windows, context + 1) with n_windows = (len(ids) - 1) // context (a view).
@@ -131,16 +88,6 @@ def windows(ids: np.ndarray, context: int) -> np.ndarray:
     n = (len(ids) - 1) // context
     return np.lib.stride_tricks.as_strided(ids, (n, context + 1), (ids.strides[0] * context, ids.strides[0]),
                                            writeable=False)
-
-
-def text_shape(path: str | os.PathLike, context: int, test_fraction: float = 0.2) -> tuple[int, int, int]:
-    """(n_train, n_test, vocabulary size) of `text_dataset(path, context, test_fraction)`,
-    with every check it makes (the file is read, nothing is built)."""
-    n_chars, vocab = _text_facts(_key(path))
-    context = _check_context(context, n_chars, path)
-    n = (n_chars - 1) // context
-    n_test = _n_test(n, _check_fraction("test_fraction", test_fraction))
-    return n - n_test, n_test, len(vocab)
 
 
 def text_dataset(path: str | os.PathLike, context: int, test_fraction: float = 0.2) -> Dataset:
@@ -154,39 +101,20 @@ def text_dataset(path: str | os.PathLike, context: int, test_fraction: float = 0
         A `Dataset` named by the path, X (N, context) float32 ids, y (N, context) int64,
         n_classes the vocabulary size, `vocab` the characters.
     """
-    text = read_text(path)
-    context = _check_context(context, len(text), path)
-    test_fraction = _check_fraction("test_fraction", test_fraction)
+    return _text_dataset(_key(path), os.fspath(path), _check_int("context", context, 1),
+                         _check_fraction("test_fraction", test_fraction))
+
+
+@functools.lru_cache(maxsize=4)
+def _text_dataset(key: tuple[str, int, int], name: str, context: int, test_fraction: float) -> Dataset:
+    """`text_dataset` once per version of the file (its path, size and mtime) and arguments."""
+    text = read_text(key[0])
+    context = _check_context(context, len(text), name)
     vocab, ids = encode(text)
     w = windows(ids, context)
     n_test = _n_test(len(w), test_fraction)
     n_train = len(w) - n_test
-    return _lm_dataset(os.fspath(path), w[:n_train], w[n_train:], vocab)
-
-
-@functools.lru_cache(maxsize=8)
-def _text_facts(key: tuple[str, int, int]) -> tuple[int, str]:
-    """(characters, vocabulary) of a file (by path, size and mtime: an edited file is read again)."""
-    text = read_text(key[0])
-    return len(text), "".join(sorted(set(text)))
-
-
-def _key(path: str | os.PathLike) -> tuple[str, int, int]:
-    where = os.fspath(path)
-    try:
-        st = os.stat(where)
-    except OSError as exc:
-        raise DataError(f"dataset: a readable .txt file ({exc.strerror or type(exc).__name__}), got {where!r}") from None
-    return str(Path(where).absolute()), st.st_size, st.st_mtime_ns
-
-
-def _check_context(context: object, n_chars: int, path: str | os.PathLike) -> int:
-    context = _check_int("context", context, 1)
-    most = max_context(n_chars)
-    if context > most:
-        raise DataError(f"context: at most {most} for {os.fspath(path)!r} (its {n_chars:,} characters make one "
-                        f"training and one test sequence of context + 1 characters at most that long), got {context}")
-    return context
+    return _lm_dataset(name, w[:n_train], w[n_train:], vocab)
 
 
 def _lm_dataset(name: str, train: np.ndarray, test: np.ndarray, vocab: str, best_loss: float | None = None) -> Dataset:
@@ -316,5 +244,5 @@ def decode(vocab: str, ids: np.ndarray) -> str:
     return "".join(vocab[int(i)] for i in np.asarray(ids).reshape(-1))
 
 
-__all__ = ["LANGUAGE", "Language", "decode", "encode", "make_language", "markov_text", "max_context", "read_text",
-           "text_dataset", "text_shape", "windows"]
+__all__ = ["LANGUAGE", "TEXT_MAX_BYTES", "Language", "decode", "encode", "make_language", "markov_text", "max_context",
+           "read_text", "text_dataset", "text_shape", "windows"]

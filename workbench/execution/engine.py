@@ -278,6 +278,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra["model"] = problem.model_record   # what the model was: name, size, its code's hash
+    if problem.data_record is not None:     # and a data file of the user's: its files' sizes and hashes
+        extra["data"] = problem.data_record
     extra.setdefault("lr_schedule", plan.schedule_text)
     wall = transport.wall_time(end - t_called)
     if saver is not None:
@@ -287,6 +289,12 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params)
+    if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
+        from ..maths.metrics import language_metrics
+        s = result.summary
+        if s.get("final_test_loss") is not None:
+            s["language"] = language_metrics(s["final_test_loss"], s.get("final_test_accuracy"),
+                                             problem.data.best_loss)
     if monitor.lost:   # how much of the plan ran, said where a batch script and the report look
         s = result.summary
         s["plan_steps_run"] = f"{s['steps']:,} of {s['total_steps_planned']:,}"

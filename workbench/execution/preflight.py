@@ -41,6 +41,7 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     if config.out:
         check_out(config.out, overwrite=overwrite)
     check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
+    check_timing_model_fits(config)
     from ..problem import Problem
 
     problem = Problem.from_config(config)
@@ -62,6 +63,19 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
     return run_warnings(config, plan.total_steps, data=data, model=model)
+
+
+def check_timing_model_fits(config: RunConfig) -> None:
+    """Raise ConfigError("timing_model", ...) when a simulated GPU worker charged as a
+    published language model cannot hold its weights, gradients, optimiser state and the
+    activations of its slice of the batch (`sim.profiles.check_fits`)."""
+    if not (config.simulate and config.timing_model and config.gpus):
+        return
+    from ..sim import profiles
+    workers = max(1, config.n_workers or 1)
+    slice_rows = -(-config.batch_size // workers)                 # the largest slice of a global batch
+    profiles.check_fits(profiles.TIMING_MODELS[config.timing_model], profiles.DEVICES[config.resolved_device],
+                        slice_rows, profiles.state_floats(config.optimizer, config.momentum))
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -133,18 +147,28 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
     forward and backward pass over the largest slice of a batch or of the evaluation chunk.
     """
-    from ..data import DATASETS
+    from ..data import dataset_info
+    from ..data.files import MMAP_BYTES, ArrayFileInfo
     from ..problem import Problem
 
     problem = Problem.from_config(config)   # its shape and model come from the dataset's entry: nothing loaded
     shape, model = problem.shape, problem.model
     n, f, c = shape.n_train + shape.n_test, shape.n_features, shape.n_classes
-    generated = DATASETS[config.dataset].generated
+    info = dataset_info(config.dataset)
+    generated = info.generated
     data = n * (f + 1) * 4 + (n * f * 8 if generated else 0)
+    if isinstance(info, ArrayFileInfo) and n * f * 4 > MMAP_BYTES:
+        data = n * 4 * 2   # a large file of yours is memory-mapped: its pages are the host's, shared by its workers
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
     rows = min(max(config.batch_size, 1024), n)
-    if config.model == "cnn":
+    if info.tokens:                          # X float32 and y int64 per token; the draws' int64 sequences
+        from ..maths.metrics import EVAL_CHUNK
+        data = n * f * 12 + (n * (f + 1) * 8 if generated else 0)
+        rows = min(max(config.batch_size, EVAL_CHUNK // f, 1), n)   # a batch, or one evaluation chunk
+    if hasattr(model, "activation_bytes"):   # the GPT counts what its backward pass keeps
+        act = model.activation_bytes(rows) * 2                      # and as much again for the backward's buffers
+    elif config.model == "cnn":
         ch = max(config.model_hidden) if config.model_hidden else 32
         act = rows * f * ch * 4 * 4
     else:

@@ -201,18 +201,39 @@ class GPT(Model):
             losses[k] = self.loss_and_grad(p, X[k], y[k], grad_out=grad_out[k])[0]
         return losses
 
-    @property
-    def flops_per_sample(self) -> float:
-        """Forward FLOPs of one sequence of `context` tokens (a multiply-add is 2), as this
-        implementation multiplies: every matmul (the tied head included) and the attention's
-        full T x T score and value products (the causal mask is applied after). Training
-        costs 3x this (`sim.profiles.TRAIN_FLOPS_FACTOR`). `sim.profiles.gpt_forward_flops`
-        is the formula, shared with the published timing models.
+    def layer_flops(self) -> list[tuple[str, int, float]]:
+        """(group, parameters, forward FLOPs of one sequence of `context` tokens) of each layer
+        group, in forward order (the base class's `flops_per_sample` is 3x their sum): the
+        embeddings (a lookup: none), each block (its matmuls and the attention's full T x T
+        products), and the final LayerNorm with the tied head's matmul. The formula is
+        `gpt_forward_flops`, shared with the simulator's published language models.
 
-        >>> GPT(context=8, vocab=11, n_layers=1, d_model=16, n_heads=2).flops_per_sample
-        56064.0
+        >>> GPT(context=8, vocab=11, n_layers=1, d_model=16, n_heads=2).layer_flops()
+        [('embed', 304, 0.0), ('h0', 3280, 53248.0), ('ln_f', 32, 2816.0)]
         """
-        return gpt_forward_flops(self.context, self.vocab, self.n_layers, self.d_model, ffn=4 * self.d_model)
+        args = dict(context=self.context, vocab=self.vocab, d_model=self.d_model, ffn=4 * self.d_model)
+        head = gpt_forward_flops(n_layers=0, **args)
+        block = gpt_forward_flops(n_layers=1, **args) - head
+        sizes = [b - a for a, b in self._groups]
+        return [("embed", sizes[0], 0.0), *((f"h{i}", sizes[1 + i], block) for i in range(self.n_layers)),
+                ("ln_f", sizes[-1], head)]
+
+    def score(self, params: Array, X: Array, y: Array) -> tuple[float, int]:
+        """Summed cross-entropy over every token of (X, y) and the tokens predicted right, in
+        one forward pass: what the evaluator adds up (a mean per token is the sum over
+        `y.size`).
+
+        Returns:
+            (sum of the B * T losses as a Python float, correct next tokens as an int).
+        """
+        xp = get_array_module(params)
+        tok, y = self._check_tokens(xp, params, X, y)
+        ws = self._workspace(xp, tok.shape, params.dtype, keep=False)
+        logits = self._forward(xp, ws, self.views(params), tok, keep=False)    # (B*T, V)
+        yf = y.reshape(-1)
+        right = int((logits.argmax(axis=1) == yf).sum())
+        loss = _cross_entropy(xp, ws, logits, yf, want_grad=False)
+        return loss * yf.shape[0], right
 
     def activation_bytes(self, batch: int, itemsize: int = 4) -> int:
         """Bytes this implementation keeps for the backward pass of `batch` sequences

@@ -314,7 +314,7 @@ def model_record(spec: str, model: Any, model_args: dict[str, Any] | None = None
     parameter count and, for a model of the user's, its module, file and code hash."""
     out: dict[str, Any] = {"name": spec, "model_args": dict(model_args or {}), "n_params": int(model.n_params),
                            "describe": model.describe()}
-    if isinstance(model, Model) and type(model).__module__ == Model.__module__ and ":" not in spec:
+    if isinstance(model, Model) and type(model).__module__.startswith("workbench.maths.") and ":" not in spec:
         out["builtin"] = True
         return out
     try:
@@ -344,7 +344,8 @@ def check_model(model: Any, X: Any, y: Any, config: Any = None, seed: int = 0) -
 
     Checks: `init` gives a 1-D float vector (the same for the same seed); a layout covers
     it; the loss is a finite number and the gradient has params' shape and dtype and no
-    NaN or inf; `predict` gives one integer label per row. With `config`, a rule or an
+    NaN or inf; `predict` gives one integer label per label of y (per row, or per token of a
+    language model's row). With `config`, a rule or an
     algorithm that acts per layer needs a model with a layout (`needs_layers`).
     """
     name = getattr(model, "spec", None) or getattr(model, "name", type(model).__name__)
@@ -389,9 +390,9 @@ def check_model(model: Any, X: Any, y: Any, config: Any = None, seed: int = 0) -
         raise ModelError(f"a finite gradient at the first step ({name}'s has {int(bad.sum())} NaN or inf "
                          f"values, the first at index {at})", name)
     pred = np.asarray(model.predict(params, Xb))
-    if pred.shape != (rows,) or pred.dtype.kind not in "iu":
-        raise ModelError(f"a model whose predict gives one integer label per row (shape ({rows},)); {name}'s "
-                         f"gave {pred.dtype} of shape {pred.shape}", name)
+    if pred.shape != yb.shape or pred.dtype.kind not in "iu":     # one per row, or per token of a row (y (B, T))
+        raise ModelError(f"a model whose predict gives one integer label per label of y (shape {yb.shape}); "
+                         f"{name}'s gave {pred.dtype} of shape {pred.shape}", name)
     return params
 
 

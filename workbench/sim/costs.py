@@ -276,3 +276,29 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                      solo_copy=default_network(config) == "shm")
     costs.charged_by = charged_by
     return costs
+
+
+def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
+    """A simulated run's communication against sync_sgd's on the same virtual cluster: per
+    worker, the seconds this run spent moving bytes (`time_breakdown` comm_s over the
+    workers) and what sync_sgd's gradient allreduce would have cost over as many steps
+    (`sync_allreduce_s`, the formula the simulator charges sync_sgd per step), each also as
+    a share of a step's time with this run's compute; None for a run that is not simulated
+    (or has no steps).
+
+    >>> s = {"sync_allreduce_s": 0.5, "steps": 10, "workers": [{}, {}],
+    ...      "time_breakdown": {"compute_s": 4.0, "comm_s": 1.0, "wait_s": 0.0}}
+    >>> c = comm_against_sync(s)
+    >>> c["comm_s"], c["sync_sgd_comm_s"], c["saving"], round(c["share"], 3), round(c["sync_sgd_share"], 3)
+    (0.5, 5.0, 10.0, 0.2, 0.714)
+    """
+    per_step, steps = summary.get("sync_allreduce_s"), summary.get("steps") or 0
+    workers = len(summary.get("workers") or ()) or 1
+    tb = summary.get("time_breakdown") or {}
+    if per_step is None or not steps or "comm_s" not in tb:
+        return None
+    comm, compute, wait = tb["comm_s"] / workers, tb["compute_s"] / workers, tb.get("wait_s", 0.0) / workers
+    sync = per_step * steps
+    return {"comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 else float("inf"),
+            "share": comm / (compute + comm + wait) if compute + comm + wait > 0 else 0.0,
+            "sync_sgd_share": sync / (compute + sync) if compute + sync > 0 else 0.0}

@@ -991,7 +991,7 @@ def calibration_cache_path(model: Any, dtype: str) -> Any:
     import hashlib
     import json
 
-    from ..data.download import cache_dir
+    from ..data.dataset import cache_dir
     key = json.dumps([machine_identity(), model.describe(), dtype], sort_keys=True)
     return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 

@@ -22,6 +22,7 @@ from ..config import (
     ALGORITHMS,
     DATASET_NAMES,
     FIELD_GROUPS,
+    GPT_KNOBS,
     MAX_VIRTUAL_WORKERS,
     MODEL_NAMES,
     SIM_CPU_DEVICES,
@@ -30,6 +31,7 @@ from ..config import (
     SIM_TIMING_MODELS,
     RunConfig,
     field_help,
+    is_text_dataset,
 )
 from ..data import DATASETS
 from ..problem import Problem
@@ -267,18 +269,26 @@ def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
 CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
-    _c("dataset", _dropdown(list(DATASET_NAMES))),
+    _c("dataset", lambda n: lambda v: widgets.Combobox(value=v, options=list(DATASET_NAMES), ensure_option=False,
+                                                       placeholder="digits, or a path: text.txt, data.npz, x.npy,y.npy",
+                                                       continuous_update=False, **_desc(n)),
+       to_field=lambda v: v.strip() or "digits"),
     _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
                                                      placeholder="mlp, or package.module:Name", continuous_update=False,
                                                      **_desc(n)), to_field=lambda v: v.strip() or "mlp"),
     _c("model_args", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. width=64,act=tanh",
                                                       continuous_update=False, **_desc(n)),
        to_field=_blank_is_none, from_field=_args_text, applies=lambda c: c.model not in MODEL_NAMES),
-    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank,
-       applies=lambda c: c.model in MODEL_NAMES and c.model != "softmax"),
-    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic")),
+    _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model in ("mlp", "cnn")),
+    _c("n_layers", _int(1, 1024), applies=lambda c: c.model == "gpt"),
+    _c("d_model", _int(1, 65536), applies=lambda c: c.model == "gpt"),
+    _c("n_heads", _int(1, 1024), applies=lambda c: c.model == "gpt"),
+    _c("context", _int(1, 10**6), applies=lambda c: c.model == "gpt" or is_text_dataset(c.dataset)),
+    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
+    _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
+       applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
@@ -411,7 +421,22 @@ def _batch_default(v: dict) -> int:
     return power if power <= n_train else workers
 
 
+def _is_text(values: dict) -> bool:
+    """Whether the values' dataset is a language model's (rows of tokens)."""
+    return is_text_dataset(values.get("dataset"))
+
+
 DEPENDENTS: tuple[Dependent, ...] = (
+    # the GPT trains on text and the built-in classifiers on rows of features: a choice of one
+    # brings the other along (the config refuses the mixed pairs)
+    Dependent("dataset", ("model",), lambda v: v["model"] == "gpt" and not _is_text(v), lambda v: "markov_text"),
+    Dependent("dataset", ("model",), lambda v: v["model"] in ("softmax", "mlp", "cnn") and _is_text(v),
+              lambda v: RunConfig.model_fields["dataset"].default),
+    Dependent("model", ("dataset",), lambda v: _is_text(v) and v["model"] in ("softmax", "mlp", "cnn"), lambda v: "gpt"),
+    Dependent("model", ("dataset",), lambda v: not _is_text(v) and v["model"] == "gpt", lambda v: "mlp"),
+    # the GPT's own knobs go back to their defaults with another model (the config refuses them there)
+    *(Dependent(knob, ("model",), lambda v, k=knob: v["model"] != "gpt" and v[k] != RunConfig.model_fields[k].default,
+                lambda v, k=knob: RunConfig.model_fields[k].default) for knob in GPT_KNOBS),
     Dependent("warmup_epochs", ("warmup",), lambda v: v["warmup"] != "none" and not (
         0 < v["warmup_epochs"] <= (v["epochs"] if v["steps"] is None else math.inf)), _warmup_default),
     # a simulated cluster counts its virtual GPUs: "auto" (detect) means none there

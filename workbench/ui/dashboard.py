@@ -339,8 +339,15 @@ class Dashboard:
                                 layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
                                                       overflow="hidden auto", padding="0 8px 0 0"))
         run_tab = widgets.HBox([controls, self.plots], layout=widgets.Layout(width="100%"))
-        self.tabs = widgets.Tab(children=[run_tab, scaling, runs])
-        self.tabs.titles = ("run", "scaling", "runs")
+        self.why_html = widgets.HTML("<i>after a run: what limits it (workbench explain)</i>",
+                                     layout=widgets.Layout(width="100%"))
+        why = widgets.VBox([widgets.HTML(
+            "Why the last run is as fast as it is: its step decomposed, compared with 1 worker (the last run of "
+            "the same config on another worker count, or the 1-worker step the cost model predicts), and what "
+            "would change the answer. The same text as <code>python -m workbench explain RUN [RUN]</code>."),
+            self.why_html], layout=widgets.Layout(width="100%"))
+        self.tabs = widgets.Tab(children=[run_tab, scaling, runs, why])
+        self.tabs.titles = ("run", "scaling", "runs", "why")
         bar = widgets.HBox([self.run_button, self.stop_button, self.clear_button, self.progress, self.links],
                            layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         self.widget = widgets.VBox([bar, self.status, self.tabs])
@@ -730,8 +737,24 @@ class Dashboard:
         self._flush(state, last=True)
         self._record_drawing(state)     # again, with the redraws that were in flight at _finish
         self._write_report(state)
+        self.why()                      # the "why" tab: what limits this run (analysis.explain)
         self._current = None
         self._set_buttons(running=False)
+
+    def why(self) -> str:
+        """Explain the last run (against the last run of its config on another worker count,
+        when there is one: `analysis.explain.pick_runs`) in the "why" tab; returns the text."""
+        from ..analysis.explain import explain, pick_runs, to_html
+        runs = pick_runs(self.history)
+        if not runs:
+            return ""
+        try:
+            found = explain(runs)
+        except Exception as exc:      # a run it cannot read (no steady steps, ...): said in the tab
+            self.why_html.value = f"<i>{html.escape(str(exc))}</i>"
+            return str(exc)
+        self.why_html.value = to_html(found)
+        return "\n\n".join(e.text() for e in found)
 
     def _write_report(self, state: _Run) -> None:
         """report.html in the run's directory (`api.write_run_report`), once the run is saved."""

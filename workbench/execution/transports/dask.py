@@ -32,6 +32,7 @@ from typing import Any
 
 from ... import usercode
 from ...config import MODEL_NAMES, ConfigError, RunConfig
+from ...data.dataset import DATASETS
 from .. import platforms
 from .base import Progress, RunSetup, Transport, choose_workers
 from .dask_worker import DaskPlan, worker_task
@@ -107,6 +108,13 @@ class DaskTransport(Transport):
                 if why is not None:
                     raise ConfigError("model", f"a model the workers can load (on {w.get('host')}: {why}; installed "
                                       "code must be installed there too, your own is shipped)", config.model)
+        if config.dataset not in DATASETS:    # a file of the user's: every host's workers read it themselves
+            from ...data.files import reach
+            for w in {w["host"]: w for w in self.workers}.values():
+                why = self._on(reach, config.dataset, config.test_fraction, where=w["address"])
+                if why is not None:
+                    raise ConfigError("dataset", f"a file the workers can read (on {w.get('host')}: {why}; put it "
+                                      "where every host sees it at the same path)", config.dataset)
         if len(setup.hosts) == 1:   # the segments go in the workers' host's /dev/shm: measured there, by
             w0 = self.workers[0]     # worker 0 (an external --scheduler, a Client the user handed to
             check_shm(config, setup.model, free=self._on(shm_free, where=w0["address"]),   # wb.run, or ours:

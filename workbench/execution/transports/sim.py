@@ -738,6 +738,9 @@ class SimTransport(Transport):
                 "timing_model": c.timing_model or c.model,
                 "compute_charged_by": self.costs.charged_by if self.costs is not None else None,
                 "jitter": c.jitter, "sim_wall_s": round(self.sim_wall_s, 4), "sim_path": self.path,
+                # what one sync_sgd step's gradient allreduce costs on this cluster (`costs.comm_against_sync`)
+                "sync_allreduce_s": self.costs.allreduce_s(len(self.setup.kinds), self.setup.n_params)
+                if self.costs is not None else None,
                 "sim_computes_per_pass": self.computes_per_pass(),
                 **({"cgdp_timeline": self.server_state.timeline()}
                    if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}

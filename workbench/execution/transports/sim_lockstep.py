@@ -218,7 +218,7 @@ class Lockstep:
                 X = X_all.take(rows, axis=0).reshape(r1 - r0, m, F)   # as ctx.batch gathers
                 if X.dtype != params.dtype:
                     X = X.astype(params.dtype)
-                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m),
+                losses += model.loss_and_grad_stacked(params, X, y_all[rows].reshape(r1 - r0, m, *y_all.shape[1:]),
                                                       grads[r0:r1]).tolist()
             weigh(grads, shares)                                # g_i *= n_i / B
             sum_in_rank_order(grads, total)                     # the allreduce's sum
@@ -329,7 +329,7 @@ class HogwildLockstep(Lockstep):
             X = X_all.take(idx, axis=0).reshape(P, m, F)          # as ctx.batch gathers each slice
             if X.dtype != shared.dtype:
                 X = X.astype(shared.dtype)
-            y = y_all[idx].reshape(P, m)
+            y = y_all[idx].reshape(P, m, *y_all.shape[1:])     # a language model's y: (N, T)
             if len(running) == P:
                 got = model.loss_and_grad_stacked(reads, X, y, grads)
                 for r in range(P):
