@@ -524,3 +524,16 @@ def test_the_documented_model_trains_and_the_paths_it_names_exist(tmp_path, monk
     root = DOC.parents[1]
     named = set(re.findall(r"`((?:workbench|tests|notebooks|docs)/[\w./-]+)`", text))
     assert named and all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())
+
+
+@pytest.mark.slow
+def test_the_dashboards_simulation_process_gets_the_model_with_its_config():
+    # a simulated run from the dashboard runs in a child of a fork server started with the
+    # workbench preloaded: the model reaches it inside the pickled RunConfig (usercode.shipment)
+    from workbench.ui import simproc
+    if not simproc.available():
+        pytest.skip("no child processes from here (a script run by its path)")
+    cfg = config(model=UserMLP, simulate=True, cpus=4, steps=10)
+    r = simproc.run_in_process(cfg, report=False)
+    assert r.status == "completed" and r.summary["model"]["name"] == f"{__name__}:UserMLP"
+    assert np.array_equal(r.params, wb.run(cfg, progress=False).params)     # the same run as in this process
