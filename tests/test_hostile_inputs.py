@@ -179,6 +179,7 @@ def test_values_that_would_fail_later_are_refused_first(tmp_path, args, field, f
     (["--seconds=-1"], "seconds"), (["--seconds=nan"], "seconds"), (["--cpus=0"], "cpus"),
     (["--batch-per-worker=0"], "batch_per_worker"), (["--hidden=2.5"], "hidden"),
     (["--n-features=1000000000"], "n_features"), (["--algorithms=nope"], "algorithms"), (["--rounds=0"], "rounds"),
+    (["--compare=/nonexistent/bench.csv"], "compare"), (["--compare=pyproject.toml"], "compare"),
 ])
 def test_bench_arguments_are_checked_before_workers_start(args, field):
     proc = cli("bench", "--no-torch", *args, timeout=60)

@@ -230,8 +230,14 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=None,
                        help="measure every row this many times, interleaved; the table shows the median "
                             "ratio and its range (a shared machine's ratios move by tenths between runs); "
-                            "default 1, and 5 with --sim-vs-real")
-    bench.add_argument("--out", help="also write the table as CSV here")
+                            "default 1, 5 with --sim-vs-real, 40 with --allreduce")
+    bench.add_argument("--out", help="also write the table as CSV here (and the allreduce table beside it, NAME.allreduce.csv)")
+    bench.add_argument("--compare", metavar="CSV",
+                       help="also print each row beside the same row of a table an earlier bench wrote with --out: "
+                            "then, now, and now / then")
+    bench.add_argument("--allreduce", action="store_true",
+                       help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
+                            "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")

@@ -190,7 +190,7 @@ def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
 
 
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
-                 memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
+                 memory_limit: str | float | None = "auto", quiet: bool = False, tls: bool = True) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
 
     Args:
@@ -201,6 +201,9 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
         memory_limit: per worker, as Dask takes it; "auto": each worker's share of the
             machine's or the cgroup's memory (`worker_memory_limit`), on any CPU count.
         quiet: no note on stderr.
+        tls: mutual TLS (`local_security`); False only for benchmarks of plain tcp (the
+            ring allreduce between hosts of a cluster without TLS): anyone on the host could
+            then reach the workers.
     Returns:
         A Client; `client.cluster` is the cluster.
     """
@@ -219,7 +222,7 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
-    security = local_security()
+    security = local_security() if tls else None
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
             cluster = nanny_keeping(LocalCluster)(
