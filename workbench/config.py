@@ -61,7 +61,7 @@ SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152",
 MAX_VIRTUAL_WORKERS = 1024
 JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
 SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
-              "fail_worker")   # need simulate
+              "fail_worker", "join_worker")   # need simulate
 
 
 def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
@@ -500,6 +500,12 @@ class RunConfig(BaseModel):
         "see what a slow network does to each algorithm."))
     bandwidth_gbps: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "where"}, description=(
         "Network emulator: bandwidth cap in gigabits per second (>= 0; 0 = no cap)."))
+    elastic: Flag = Field(False, json_schema_extra={"group": "where"}, description=(
+        "Synchronous family (sync_sgd and its compressed form, local_sgd, post_local_sgd, diloco): go on when a "
+        "worker is lost, and take in workers that join the cluster, at the next step or round (the global batch "
+        "re-split over who is there); false: a lost worker fails the run."))
+    min_workers: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "where"}, description=(
+        "With elastic: the run fails when fewer workers than this remain (whole number >= 1); unset: 1."))
     blas_threads: WholeFrom1 = Field(1, json_schema_extra={"group": "where"}, description=(
         "BLAS threads each worker computes with (whole number >= 1): 1, one core per worker, makes "
         "1 worker against N a fair comparison whichever way the run starts; more only when every "
@@ -545,6 +551,10 @@ class RunConfig(BaseModel):
     fail_worker: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: kill virtual workers at virtual times, RANK@SECONDS, separated by commas for "
         "several (e.g. 3@12.5,7@40); ranks run from 0 to cpus + gpus - 1."))
+    join_worker: str | None = Field(None, json_schema_extra={"group": "simulation"}, description=(
+        "Simulation with elastic: virtual workers that join late, RANK@SECONDS, separated by commas (e.g. "
+        "3@10); the rank is absent until that virtual second, then joins at the next step or round. Ranks "
+        "run from 1 to cpus + gpus - 1 (rank 0 starts the run)."))
 
     # --- optimisation
     batch_size: WholeFrom1 = Field(32, json_schema_extra={"group": "optimisation"}, description=(
@@ -887,6 +897,13 @@ class RunConfig(BaseModel):
         # one spelling, exact: repr round-trips a float
         return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v).items())
 
+    @field_validator("join_worker", mode="before")
+    @classmethod
+    def _join_worker(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return None
+        return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v, "join_worker").items())
+
     @field_validator("checkpoint_every", mode="before")
     @classmethod
     def _checkpoint_every(cls, v: Any) -> Any:
@@ -958,6 +975,7 @@ class RunConfig(BaseModel):
                               "auto, shm or dask for CPU workers", self.comm)
         _check_optimizer(self)
         _check_scaled_lr(self, spec.peak_lr(self))
+        _check_elastic(self, spec)
         return self
 
     # ---------------------------------------------------------------- helpers
@@ -1007,6 +1025,11 @@ class RunConfig(BaseModel):
     def failures(self) -> dict[int, float]:
         """`fail_worker` as {rank: virtual seconds at which that worker dies}; {} when unset."""
         return {} if self.fail_worker is None else parse_failures(self.fail_worker)
+
+    @property
+    def joins(self) -> dict[int, float]:
+        """`join_worker` as {rank: virtual seconds at which that worker joins}; {} when unset."""
+        return {} if self.join_worker is None else parse_failures(self.join_worker, "join_worker")
 
     @property
     def checkpoint_interval(self) -> int | float | None:
@@ -1150,6 +1173,26 @@ def _check_language_model(c: RunConfig) -> None:
                           "dimensions", c.n_heads)
 
 
+# The algorithms whose runs go on when a worker is lost and take in joiners with
+# `elastic` (their loops re-split the global batch over whoever is there, `algorithms.elastic`).
+ELASTIC_ALGORITHMS = ("sync_sgd", "local_sgd", "post_local_sgd", "diloco")
+
+
+def _check_elastic(c: RunConfig, spec: Any) -> None:
+    """`elastic` only for the algorithms that can change their membership; `min_workers`
+    only with it, and at most the workers asked for."""
+    if c.elastic and c.algorithm not in ELASTIC_ALGORITHMS:
+        raise ConfigError("elastic", f"false for {c.algorithm} (elastic membership: {', '.join(ELASTIC_ALGORITHMS)}; "
+                          "the asynchronous algorithms go on without a lost worker anyway)", c.elastic)
+    if c.min_workers is not None:
+        if not c.elastic:
+            raise ConfigError("min_workers", "unset unless elastic (without it a lost worker fails the run)",
+                              c.min_workers)
+        workers = c.n_workers
+        if workers is not None and c.min_workers > workers:
+            raise ConfigError("min_workers", f"at most the number of workers ({workers})", c.min_workers)
+
+
 def _check_simulation(c: RunConfig) -> None:
     """The simulation fields: only with simulate, and within the virtual cluster."""
     if not c.simulate:
@@ -1179,6 +1222,14 @@ def _check_simulation(c: RunConfig) -> None:
     if ghosts:
         raise ConfigError("fail_worker", f"ranks of existing workers, 0 to {total - 1} (cpus + gpus = {total}); "
                           f"rank {ghosts[0]} does not exist", c.fail_worker)
+    if c.join_worker is not None:
+        if not c.elastic:
+            raise ConfigError("join_worker", "only with elastic (a worker joins an elastic run; add --elastic)",
+                              c.join_worker)
+        odd = sorted(r for r in c.joins if not 1 <= r < total)
+        if odd:
+            raise ConfigError("join_worker", f"ranks 1 to {total - 1} (cpus + gpus = {total}; rank 0 starts the "
+                              f"run); rank {odd[0]} cannot join", c.join_worker)
 
 
 def _check_partitions(c: RunConfig) -> None:

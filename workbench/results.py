@@ -673,6 +673,26 @@ class StepStore:
                 self.error = exc
         return 0
 
+    def rewind(self, step: int) -> None:
+        """Drop every row of a step `step` or later (an elastic run's round that runs again):
+        the rows kept are written again, from the start (rare: a regroup)."""
+        parts = list(self.chunks())
+        rows = (np.column_stack([np.concatenate([p[n] for p in parts]) for n in STEP_TABLE]) if parts
+                else np.empty((0, len(STEP_TABLE))))
+        rows = rows[np.lexsort((rows[:, 3], rows[:, 0], rows[:, 1]))] if len(rows) else rows
+        rows = rows[rows[:, 1] < step]
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        self._files = {}
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
+        self.pending, self.held, self.memory, self.unwritten = {}, 0, [], []
+        self.last_step = {w: v for w, v in self.last_step.items() if v < step}
+        self.done = set()
+        self.resume(rows)
+
     def resume(self, rows: np.ndarray) -> None:
         """Start the run directory's steps.csv (and spool) over with `rows` ((n, STEP_TABLE),
         in file order): a resumed run's rows before its checkpoint; its new ones follow."""
@@ -938,6 +958,21 @@ class Collector:
         return {"eval": evals,
                 "event": [dict(r) for r in self.rows.get("event", [])],
                 "tournament": [dict(r) for r in self.rows.get("tournament", []) if r.get("step", -1) < step]}
+
+    def rewind(self, step: int, keep: Iterable[int] | None = None) -> None:
+        """Forget every record of a step `step` or later (an elastic run's round that runs
+        again, after a regroup); with `keep`, the workers still in the run (the others'
+        rows are complete: the merge no longer waits for them)."""
+        self.store.rewind(step)
+        if keep is not None:
+            gone = set(self.store.last_step) - set(keep)
+            for w in gone:
+                self.store.complete(w)
+        t = self.evals
+        kept = [i for i in range(t.n) if t.data[i, 0] < step]
+        t.data[:len(kept)], t.codes[:len(kept)] = t.data[kept], t.codes[kept]
+        t.n = len(kept)
+        self.rows["tournament"] = [r for r in self.rows.get("tournament", []) if r.get("step", -1) < step]
 
     def seed(self, records: dict[str, list[Record]]) -> None:
         """Take up a checkpoint's records (`records_before`), before a resumed run's new ones."""

@@ -90,6 +90,8 @@ class WorkerContext:
     time_offset: float = 0.0           # a resumed run's records go on from its checkpoint's time
     checkpoint_every: int | None = None   # steps between this run's checkpoints (`save_state`); None: none
     checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
+    elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
+    kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0
     _spe: dict[tuple[int, int], int] = field(default_factory=dict)   # (N, B) -> steps per epoch
@@ -219,15 +221,19 @@ class WorkerContext:
         self._pending = []
         self._next_flush = time.perf_counter() + FLUSH_S
 
-    def save_state(self, step: int, state: dict[str, Any]) -> None:
+    def save_state(self, step: int, state: dict[str, Any], tag: str | None = None) -> None:
         """Send this worker's state before `step` (the next it runs) for the run's checkpoint:
         its step rows so far leave first (one channel, in order), so the client has every
         row before `step` when the state arrives. `clock`/`t_start` let a transport whose
-        clock is its own (the simulator's) restore it exactly."""
+        clock is its own (the simulator's) restore it exactly. `tag`: "paused" or "kept"
+        (an elastic run regroups from it: it travels with the batch, never held)."""
         self.flush(force=True)
         if self.emit is not None:
-            self.emit({"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
-                       "clock": self.timer(), "t_start": self.t_start, "state": state})
+            batch = {"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
+                     "clock": self.timer(), "t_start": self.t_start, "state": state}
+            if tag is not None:
+                batch["tag"] = tag
+            self.emit(batch)
 
     def step_columns(self) -> dict[str, np.ndarray]:
         """The steps this worker logged and has not sent yet (LOG_FIELDS and epoch): its
@@ -281,6 +287,20 @@ class Algorithm:
     def load_state(self, state: dict[str, Any]) -> None:
         """Take up `state` (what `state` gave, in the run it came from)."""
         raise NotImplementedError
+
+    # Elastic membership (`execution.elastic`): where a regrouped run may go on from, and
+    # what a worker that joins starts with.
+    def boundary(self, step: int) -> bool:
+        """Whether the state after this (0-based) step is one every worker can regroup at
+        (every step for sync_sgd; an average for the local family)."""
+        return True
+
+    @classmethod
+    def joiner_state(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """A joining worker's state, from a member's `state` at a boundary: what every
+        worker holds alike; the member's own parts (memories, generators) are left out,
+        so the newcomer starts them afresh (`load_state` keeps what it is not given)."""
+        return dict(state)
 
     def steps_done(self) -> None:
         """Called once after this worker's last planned step, before its last evaluation."""
@@ -524,6 +544,18 @@ def state_copy(xp: Any, **arrays: Any) -> dict[str, np.ndarray]:
     return {k: (np.array(v, copy=True) if xp is np else to_numpy(v).copy()) for k, v in arrays.items()}
 
 
+def _pause_now(ctx: WorkerContext, step: int) -> bool:
+    """Whether the elastic run's loops pause after this boundary step: the client asked for
+    a pause at a step this one has reached, or (a virtual clock, which every worker reads
+    alike at a boundary) at a time the clock has reached."""
+    asked = ctx.control.pause_at()
+    if not asked:
+        return False
+    if "step" in asked:
+        return step + 1 >= int(asked["step"])
+    return ctx.timer() >= float(asked["time"])
+
+
 def optimizer_state(xp: Any, opt: Any, prefix: str = "opt") -> dict[str, np.ndarray]:
     """An update rule's state arrays (momentum, Adam's moments, ...) as state entries."""
     return state_copy(xp, **{f"{prefix}.{k}": v for k, v in opt.state.items()})
@@ -620,6 +652,9 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     every = ctx.checkpoint_every
     asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
     bare = bool((ctx.extra.get("checkpoint") or {}).get("bare"))   # the step alone (a replayed simulation's)
+    pausing = ctx.elastic and ctx.control is not None and hasattr(ctx.control, "pause_at")
+    if ctx.elastic:
+        ctx.kept = (first, algo.state())
     ctx.start()
     for step in range(first, total):
         if not sync and ctx.stop_requested():
@@ -642,6 +677,12 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
                 and step + 1 < total:
             ctx.save_state(step + 1, {} if bare else algo.state())
+        if ctx.elastic and algo.boundary(step) and step + 1 < total:
+            ctx.kept = (step + 1, algo.state())
+            if pausing and _pause_now(ctx, step):   # the run regroups here (`execution.elastic`)
+                ctx.save_state(step + 1, ctx.kept[1], tag="paused")
+                status = "paused"
+                break
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),

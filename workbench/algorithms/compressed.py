@@ -142,11 +142,14 @@ class CompressedExchange:
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Take up what `state` holds; a joining worker's (`SyncSGD.joiner_state`) has no
+        memories and no generator: they start afresh, as in a new run."""
         xp = self.ctx.xp
-        self.rng.bit_generator.state = state["qsgd_rng"]
-        if self.memory is not None:
+        if "qsgd_rng" in state:
+            self.rng.bit_generator.state = state["qsgd_rng"]
+        if self.memory is not None and "memory" in state:
             self.memory[...] = xp.asarray(state["memory"])
-        if self.velocity is not None:
+        if self.velocity is not None and "velocity" in state:
             self.velocity[...] = xp.asarray(state["velocity"])
         if self.kind == "powersgd":
             self.Q = [None if q is None else xp.asarray(state[f"Q.{i}"]).copy() for i, q in enumerate(self.Q)]

@@ -123,6 +123,14 @@ class LocalSGD(LocalWorker):
         return {**self.local_state(), **state_copy(self.ctx.xp, average=self.average), "averages": self.averages,
                 "compute_since": self.compute_since, "finite": self.finite, "tail.t_free": self.tail.t_free}
 
+    def boundary(self, step: int) -> bool:
+        """An average: every worker holds the same parameters after it."""
+        return self.averages_after(step)
+
+    @classmethod
+    def joiner_state(cls, state: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in state.items() if not k.endswith("t_free")}
+
     def load_state(self, state: dict[str, Any]) -> None:
         self.load_local_state(state)
         self.average[...] = self.ctx.xp.asarray(state["average"])

@@ -124,6 +124,9 @@ class SpeedBalancer:
         return {"shares": list(self.shares), "speed_sum": list(self.speed_sum), "speed_n": self.speed_n}
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Take up the shares, where they are this run's workers' (a regrouped run's start equal)."""
+        if len(state.get("shares", ())) != self.ctx.size:
+            return
         self.shares = [float(v) for v in state["shares"]]
         self.speed_sum, self.speed_n = [float(v) for v in state["speed_sum"]], int(state["speed_n"])
         self._slices = _cut(self.ctx.plan.batch_size, self.shares)
@@ -191,6 +194,13 @@ class SyncSGD(Algorithm):
         if self.compressed is not None:
             out.update(self.compressed.state())
         return out
+
+    @classmethod
+    def joiner_state(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """The parameters and the rule's state (every worker's alike); not a worker's own
+        memories, generator or shares."""
+        own = ("memory", "velocity", "qsgd_rng", "shares", "speed_sum", "speed_n")
+        return {k: v for k, v in state.items() if k not in own and not k.endswith("t_free")}
 
     def load_state(self, state: dict[str, Any]) -> None:
         xp = self.ctx.xp

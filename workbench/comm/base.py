@@ -298,6 +298,14 @@ class ThreadControl:
     def checkpoint_at(self) -> int | None:
         return self._checkpoint
 
+    def request_pause(self, at: dict) -> None:
+        """Client side: an elastic run's loops pause at their first boundary at or after
+        `at` ({"step": K}, or {"time": T} on a virtual clock) and send their states."""
+        self._pause = dict(at)
+
+    def pause_at(self) -> dict | None:
+        return getattr(self, "_pause", None)
+
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
@@ -329,6 +337,7 @@ class ThrottledControl:
         self._next = 0.0
         self._stop = False
         self._checkpoint: int | None = None   # the last checkpoint step the client asked for, as polled
+        self._pause: dict | None = None         # where the client asked an elastic run to pause, as polled
         self._poller: threading.Thread | None = None
         self._closed = threading.Event()
 
@@ -349,12 +358,19 @@ class ThrottledControl:
             self._first_poll()
         return self._checkpoint
 
+    def pause_at(self) -> dict | None:
+        """Where the client asked an elastic run's loops to pause (polled as stops are)."""
+        if self._poller is None and not self._stop:
+            self._first_poll()
+        return self._pause
+
     def _first_poll(self) -> None:
         now = time.perf_counter()
         if now >= self._next:
             self._next = now + self.interval
             self._stop = self.control.stop_requested()
             self._checkpoint = _asked_checkpoint(self.control)
+            self._pause = _asked_pause(self.control)
             if self.background and not self._stop:
                 self._poller = threading.Thread(target=self._poll, name="workbench-stop-poll", daemon=True)
                 self._poller.start()
@@ -363,6 +379,7 @@ class ThrottledControl:
         while not self._closed.wait(self.interval):
             try:
                 self._checkpoint = _asked_checkpoint(self.control) or self._checkpoint   # None: no news
+                self._pause = _asked_pause(self.control) or self._pause
                 if self.control.stop_requested():
                     self._stop = True
                     return
@@ -387,6 +404,12 @@ class ThrottledControl:
 def _asked_checkpoint(control: Any) -> int | None:
     """`control.checkpoint_at()` where the control carries checkpoint requests, else None."""
     ask = getattr(control, "checkpoint_at", None)
+    return ask() if ask is not None else None
+
+
+def _asked_pause(control: Any) -> dict | None:
+    """`control.pause_at()` where the control carries pause requests, else None."""
+    ask = getattr(control, "pause_at", None)
     return ask() if ask is not None else None
 
 

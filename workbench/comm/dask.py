@@ -230,9 +230,22 @@ class EventControl:
     def checkpoint_at(self) -> int | None:
         """Loop side (polled by `ThrottledControl`): the step asked for, None before any."""
         try:
-            return int(self._checkpoint_var().get(timeout=LEASE_CHECK_S))
+            got = self._checkpoint_var().get(timeout=LEASE_CHECK_S)
         except Exception:   # not set yet, or the scheduler is slow: no news
             return None
+        return int(got["checkpoint"] if isinstance(got, dict) else got) or None
+
+    def request_pause(self, at: dict) -> None:
+        """Client side: an elastic run's loops pause at their first boundary at or after `at`."""
+        self._checkpoint_var().set({"checkpoint": 0, "pause": dict(at)})
+
+    def pause_at(self) -> dict | None:
+        """Loop side (polled by `ThrottledControl`): where to pause, None before any ask."""
+        try:
+            got = self._checkpoint_var().get(timeout=LEASE_CHECK_S)
+        except Exception:
+            return None
+        return got.get("pause") if isinstance(got, dict) else None
 
     def request_stop(self, reason: str = "") -> None:
         self._event("stop").set()

@@ -19,6 +19,7 @@ The threads transport runs this same path, so unit tests exercise the real rules
 from __future__ import annotations
 
 import contextlib
+import pickle
 import queue
 import time
 import traceback
@@ -67,6 +68,7 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
     ctx.resume = resume
     ctx.checkpoint_every = (extra.get("checkpoint") or {}).get("every")
     ctx.checkpoint_asked = bool((extra.get("checkpoint") or {}).get("wall"))
+    ctx.elastic = "elastic" in extra       # keeps a state at each boundary, regroups (`execution.elastic`)
     if links.adapt is not None:
         links.adapt(ctx)
     if vanish_at is not None:
@@ -96,6 +98,8 @@ def _loop(ctx: WorkerContext) -> dict:
         return used(run_loop(ctx, algo))
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
+        if ctx.elastic and ctx.kept is not None:   # a regroup goes on from this worker's last boundary
+            ctx.save_state(ctx.kept[0], ctx.kept[1], tag="kept")
         ctx.flush(done=True)
         return used({"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
                      "started": ctx.started_wall})
@@ -251,19 +255,75 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
         setup.extra["checkpoint"] = {"every": every} if isinstance(every, int) else {"wall": every}
         if config.simulate and not spec.sync:   # resumed by replay (`api.resume`): its checkpoints mark the step only
             setup.extra["checkpoint"]["bare"] = True
-    monitor = _Monitor(setup, transport, collector, should_stop, saver)
+    elastic = config.elastic
+    ids = list(range(size))            # the worker id of each rank: the records name workers by it
+    pending_joins: dict[int, float] = dict(config.joins) if elastic and config.simulate else {}
+    membership: list[dict] = []
+    lost_all: dict[str, str] = {}
+    if elastic:
+        setup.extra["elastic"] = {"fail": {}}
+        if pending_joins:   # the simulator's joiners are absent until their time
+            ids = [i for i in range(size) if i not in pending_joins]
+            _start_without(setup, transport, ids)
+        setup.extra["elastic"]["fail"] = {r: config.failures[i] for r, i in enumerate(ids) if i in config.failures}
+        next_id = size
+        membership.append({"step": resume.step if resume is not None else 0, "workers": list(ids),
+                           "why": "start"})
     t_setup = time.time()
-    try:
-        transport.prepare(setup)
-        setup.t0_wall = time.time()
-        pids = machine.local_pids(workers)   # the run's worker processes on this host: the run's own CPU
-        before = machine.snapshot(pids)
-        transport.start(setup, monitor.records.put, worker_main)
-        status, params, extra = monitor.watch()
-        after = machine.snapshot(pids)
-    finally:
-        transport.close()
+    pids = machine.local_pids(workers)   # the run's worker processes on this host: the run's own CPU
+    before = None
+    while True:
+        joins = None
+        if elastic:
+            from .elastic import Joins
+            joins = Joins(transport, setup.workers, pending=pending_joins)
+        monitor = _Monitor(setup, transport, collector, should_stop, saver, ids=ids, joins=joins)
+        if saver is not None:
+            saver.setup = setup
+        try:
+            transport.prepare(setup)
+            if before is None:
+                setup.t0_wall = time.time()
+                before = machine.snapshot(pids)
+            else:
+                setup.t0_wall = time.time()
+            if joins is not None:
+                joins.start()
+            transport.start(setup, monitor.records.put, worker_main)
+            status, params, extra = monitor.watch()
+            after = machine.snapshot(pids)
+        finally:
+            transport.close()
+        lost_all.update(extra.get("lost_workers", {}))
+        if not elastic or monitor.stop_asked or monitor.gone or not (monitor.lost or monitor.regroup):
+            break
+        from .elastic import next_epoch, regroup_events
+        regroup = next_epoch(setup, transport, monitor, ids, next_id, pending_joins,
+                             all_workers=workers if config.simulate else None)
+        if regroup is None:
+            break
+        fresh, new_setup, new_ids, next_id, step, joined, t = regroup
+        floor = config.min_workers or 1
+        if new_setup.size < floor:
+            collector([event_record(t, "too_few_workers", None, f"{new_setup.size} worker(s) left at step {step}, "
+                                    f"fewer than min_workers ({floor}): the run cannot go on")])
+            status = "failed"
+            break
+        regroup_events(collector, t, step, ids, new_ids, joined, new_setup.workers, config.batch_size)
+        collector.rewind(step, keep=new_ids)   # a round a worker was lost in runs again
+        new_setup.extra["elastic"] = {"fail": {r: config.failures[i] for r, i in enumerate(new_ids)
+                                                if i in config.failures and config.failures[i] > t}}
+        membership.append({"step": step, "workers": list(new_ids), "why": "lost" if monitor.lost else "joined"})
+        fresh.check(new_setup)
+        if saver is not None:
+            saver.pending.clear()   # states of the last loops' ranks: none will complete now
+        transport, setup, ids = fresh, new_setup, new_ids
     end = time.time()
+    if elastic:
+        extra["membership"] = membership
+        extra["lost_workers"] = lost_all
+        workers = setup.workers
+
     t_zero = monitor.collector.t_zero()
     extra.update(transport.describe())
     startup = (t_zero if t_zero is not None else end) - t_called
@@ -289,6 +349,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params)
+    if elastic:   # each worker under the id its records carry
+        for w, wid in zip(result.summary["workers"], ids):
+            w["id"] = wid
     if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
         from ..maths.metrics import language_metrics
         s = result.summary
@@ -303,6 +366,18 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                             "message": f"{len(monitor.lost)} of {size} workers lost; {s['steps']:,} of the plan's "
                                        f"{s['total_steps_planned']:,} steps ran"})
     return result
+
+
+def _start_without(setup: RunSetup, transport: Transport, ids: list[int]) -> None:
+    """An elastic simulated run whose `join_worker` ranks are absent at the start: its first
+    loops run on the others (ranks renumbered; the records keep their ids)."""
+    workers = [setup.workers[i] for i in ids]
+    transport.use(workers)
+    setup.workers = workers
+    setup.groups = setup.spec.needs.rank_groups(setup.config, len(workers))
+    setup.extra.update(setup.spec.needs.client_setup(setup.config, len(workers)))
+    if setup.resume is not None:
+        setup.resume = {r: setup.resume[i] for r, i in enumerate(ids) if i in setup.resume}
 
 
 def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, transport: Transport) -> None:
@@ -353,9 +428,13 @@ class _Monitor:
     """The client's one loop over a run's transport: records, stop requests, lost workers."""
 
     def __init__(self, setup: RunSetup, transport: Transport, collector: Collector,
-                 should_stop: Callable[[], bool] | None, saver: Saver | None = None):
+                 should_stop: Callable[[], bool] | None, saver: Saver | None = None,
+                 ids: list[int] | None = None, joins: Any = None):
         self.setup, self.transport, self.collector, self.should_stop = setup, transport, collector, should_stop
         self.saver = saver
+        self.ids = ids if ids is not None else list(range(setup.size))   # rank -> the worker's id in the records
+        self.joins = joins                 # an elastic run's watch for newcomers (`elastic.Joins`)
+        self.regroup: dict[int, dict] = {}   # rank -> the state it sent to regroup from (elastic runs)
         self.records: queue.SimpleQueue = queue.SimpleQueue()
         self.done: set[int] = set()
         self.lost: dict[int, str] = {}
@@ -370,12 +449,17 @@ class _Monitor:
             except queue.Empty:
                 break
             if batch.get("kind") == "state":
-                if self.saver is not None:
+                if "packed" in batch:   # a Dask worker's state for a regroup, pickled for the event stream
+                    batch = {**batch, "state": pickle.loads(batch["packed"])}   # noqa: S301 - the run's own workers
+                if batch.get("tag") in ("kept", "paused"):
+                    self.regroup[int(batch["rank"])] = batch
+                elif self.saver is not None:
                     self.saver.add(batch)
                 continue
-            self.collector.add_live(batch)
+            rank = int(batch["rank"])
+            self.collector.add_live(batch if self.ids[rank] == rank else {**batch, "rank": self.ids[rank]})
             if batch.get("done"):
-                self.done.add(int(batch["rank"]))
+                self.done.add(rank)
 
     def now(self) -> float:
         """The client's clock for its own events: seconds since the run's first step."""
@@ -392,16 +476,17 @@ class _Monitor:
         for rank, res in progress.results.items():
             self.results[rank] = res
             # the rows its loop still held (none after its last batch; a simulated worker's up to its kill)
-            self.collector.add_steps(rank, res.get("steps"), complete=False)
+            self.collector.add_steps(self.ids[rank], res.get("steps"), complete=False)
             if res.get("status") == "failed" and res.get("error") and sync:
                 self.transport.abort(f"worker {rank} failed")   # its peers must not wait for it
         for rank, who in progress.lost.items():
             self.lost[rank] = who
-            self.collector.add_steps(rank, None)   # a lost worker sends no more rows
+            wid = self.ids[rank]
+            self.collector.add_steps(wid, None)   # a lost worker sends no more rows
             if self.saver is not None and not sync:   # an asynchronous run's checkpoints go on without it
                 self.saver.lose(rank)
             now = progress.lost_at.get(rank, self.now())
-            self.collector([event_record(now, "worker_lost", rank, f"worker {rank} ({who}) was lost at {now:.1f}s")])
+            self.collector([event_record(now, "worker_lost", wid, f"worker {wid} ({who}) was lost at {now:.1f}s")])
             if sync:
                 self.transport.abort(f"worker {rank} lost")
             else:
@@ -432,6 +517,8 @@ class _Monitor:
                     break
                 if self.saver is not None and not self.stop_asked:
                     self.saver.maybe_ask()
+                if self.joins is not None and not self.stop_asked:
+                    self.joins.watch(self)
                 if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                     transport.cancel()  # loops ignored the stop request: do not hang
                     break
@@ -452,14 +539,14 @@ class _Monitor:
         self.drain()
         for rank, res in self.results.items():
             if res.get("started") is not None:
-                self.collector.started.setdefault(rank, res["started"])
+                self.collector.started.setdefault(self.ids[rank], res["started"])
         status = decide_status(sync=self.setup.spec.sync, lost=self.lost, gone=self.gone,
                                statuses=[res.get("status") for res in self.results.values()],
                                diverged_event=any(e.get("event") == "diverged"
                                                   for e in self.collector.rows.get("event", [])),
                                stop_asked=self.stop_asked, size=self.setup.size)
-        errors = {str(r): res["error"] for r, res in self.results.items() if res.get("error")}
-        extra: dict[str, Any] = {"lost_workers": dict(sorted((str(r), a) for r, a in self.lost.items()))}
+        errors = {str(self.ids[r]): res["error"] for r, res in self.results.items() if res.get("error")}
+        extra: dict[str, Any] = {"lost_workers": dict(sorted((str(self.ids[r]), a) for r, a in self.lost.items()))}
         if errors:
             extra["errors"] = errors
         for res in self.results.values():

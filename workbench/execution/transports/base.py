@@ -241,6 +241,28 @@ class Transport(ABC):
         """After the monitor: the results of loops that ended but were not reported."""
         return Progress()
 
+    # Elastic membership (`execution.elastic`): a run that regroups starts its loops again on
+    # a fresh transport of the same kind, on the workers there then.
+    def again(self) -> Transport:
+        """A fresh transport of this kind on the same cluster (ConfigError where there is none)."""
+        raise ConfigError("elastic", f"a transport that can start a run's loops again ({self.name} cannot)",
+                          self.name)
+
+    def use(self, workers: list[dict]) -> None:
+        """Run on exactly these workers (in rank order), as `choose` would have picked them."""
+        self.workers = list(workers)
+
+    def newcomers(self, members: list[dict]) -> list[dict]:
+        """Workers of the cluster that are not among `members` and are fit to join (none here)."""
+        return []
+
+    def request_pause(self, at: dict) -> None:
+        """Ask an elastic run's loops to pause at their first boundary at or after `at`
+        ({"step": K}, or {"time": T} on a virtual clock), through the run's control."""
+        control = getattr(self, "control", None)
+        if control is not None and hasattr(control, "request_pause"):
+            control.request_pause(at)
+
     def request_checkpoint(self, step: int) -> None:
         """Ask every worker to send its state before `step` (wall-clock checkpoints), through
         the run's control (`control.request_checkpoint`)."""

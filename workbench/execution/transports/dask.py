@@ -88,12 +88,30 @@ class DaskTransport(Transport):
         self.gone = False
         self.scheduler_error, self._alive_failures, self._next_liveness = "", 0, 0.0
         self.plan: DaskPlan | None = None
+        self.gone_addresses: set[str] = set()   # workers this run lost: never taken in again
 
     # ------------------------------------------------------------------ set-up
     def choose(self, config: RunConfig) -> list[dict]:
         from ..cluster import workers_of
         self.workers = choose_workers(workers_of(self.client), config)
         return self.workers
+
+    def again(self) -> DaskTransport:
+        fresh = DaskTransport(self.client)
+        fresh.gone_addresses = set(self.gone_addresses) | {self.workers[r]["address"] for r in self.lost}
+        return fresh
+
+    def newcomers(self, members: list[dict]) -> list[dict]:
+        """Workers that joined the cluster since `members` were picked (a nanny's replacement
+        of a lost worker too: it has a new address); a worker of other code is left out."""
+        try:
+            known = {w["address"] for w in members} | self.gone_addresses
+            if not set(self.client.scheduler_info(n_workers=-1)["workers"]) - known:
+                return []
+            from ..cluster import workers_of
+            return [w for w in workers_of(self.client) if w["address"] not in known and w["kind"] == "cpu"]
+        except Exception:   # a worker of other code (ConfigError), a scheduler that is slow: none this time
+            return []
 
     def check(self, setup: RunSetup) -> None:
         config, spec = setup.config, setup.spec
@@ -264,6 +282,7 @@ class DaskTransport(Transport):
 
     def _lose(self, rank: int, out: Progress) -> None:
         self.lost.add(rank)
+        self.gone_addresses.add(self.workers[rank]["address"])
         out.lost[rank] = self._describe(rank)
         with contextlib.suppress(Exception):
             self.client.cancel(self.futures[rank])

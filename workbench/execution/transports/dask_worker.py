@@ -85,9 +85,12 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
     key = (plan.run_id, rank)
 
     def sink(batch: dict) -> None:
-        if batch.get("kind") == "state":    # kept here; the client fetches it (`take_state`)
+        if batch.get("kind") == "state" and "tag" not in batch:   # kept here; the client fetches it (`take_state`)
             _STATES[key] = batch
             batch = {k: v for k, v in batch.items() if k != "state"} | {"held": True}
+        elif batch.get("kind") == "state":   # an elastic run regroups from it, after this task ends: it travels,
+            batch = {k: v for k, v in batch.items() if k != "state"} | {"packed": pickle.dumps(batch["state"])}
+            #   pickled (an event's fields must be plain data)
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
     config = RunConfig.from_dict(plan.config)

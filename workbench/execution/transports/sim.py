@@ -551,6 +551,9 @@ class SimTransport(Transport):
         self.pool: ComputePool | None = None
         self.stacked: tuple[int, int] | None = None   # the EASGD lockstep's (stacked passes, local steps)
 
+    def again(self) -> SimTransport:
+        return SimTransport(link=self.link, batch_compute=self.batch_compute, lockstep=self.lockstep)
+
     def choose(self, config: RunConfig) -> list[dict]:
         gpus = config.gpus if isinstance(config.gpus, int) else 0
         size = gpus + config.cpus
@@ -629,7 +632,8 @@ class SimTransport(Transport):
                     p.t = float(part["clock"])
                     if "sim.jitter" in part["state"]:
                         costs.rngs[rank].bit_generator.state = part["state"]["sim.jitter"]
-        for rank, at in (setup.config.failures or {}).items():
+        failures = (setup.extra.get("elastic") or {}).get("fail", setup.config.failures)   # an elastic run's: by rank now
+        for rank, at in (failures or {}).items():
             sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
         sched.between = self._between(sched)
         try:
@@ -657,8 +661,8 @@ class SimTransport(Transport):
         ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
         save = ctx.save_state
 
-        def saving(step: int, state: dict) -> None:   # the jitter's generator is part of a worker's state
-            save(step, {**state, "sim.jitter": costs.rngs[rank].bit_generator.state})
+        def saving(step: int, state: dict, tag: str | None = None) -> None:   # the jitter's generator too
+            save(step, {**state, "sim.jitter": costs.rngs[rank].bit_generator.state}, tag=tag)
         ctx.save_state = saving
         interval = FLUSH_S * max(1.0, self.size / 16)
         flush = ctx.flush

@@ -47,6 +47,9 @@ class ThreadTransport(Transport):
         self.threads: list[threading.Thread] = []
         self.reports = Reports(lambda rank: f"thread-{rank}")
 
+    def again(self) -> ThreadTransport:
+        return ThreadTransport(kinds=self.kinds)
+
     def choose(self, config: RunConfig) -> list[dict]:
         size = config.n_workers if config.n_workers is not None else config.cpus
         kinds = self.kinds or ["cpu"] * size
