@@ -183,9 +183,13 @@ def test_the_constrained_fields_are_the_ranged_ones():
 # name the field; the outcome strips the name); a field that applies only somewhere (the
 # GPT's knobs) does so in its CONTEXT, against the captured field's outcomes without one.
 SAME_AS = {"blas_threads": "round_size", "n_layers": "round_size", "d_model": "round_size", "n_heads": "round_size",
-           "context": "round_size", "checkpoint_keep": "round_size", "out_private": "download"}
+           "context": "round_size", "checkpoint_keep": "round_size", "out_private": "download",
+           "min_workers": "steps", "elastic": "download"}
 _GPT = {"model": "gpt", "dataset": "markov_text", "algorithm": "sync_sgd"}
 N_HEADS_MAX = 10**4
+# min_workers applies with elastic, and is at most the workers: as many as a count may be
+CONTEXT.update({"min_workers": {"algorithm": "sync_sgd", "elastic": True, "cpus": 10**15, "batch_size": 10**15},
+                "elastic": {"algorithm": "sync_sgd"}})
 CONTEXT.update({"n_layers": _GPT, "d_model": {**_GPT, "n_heads": 1}, "context": _GPT,
                 # a d_model every accepted probe up to N_HEADS_MAX divides, so n_heads meets only its own
                 # bounds (the probes near 10^6 together need a d_model past the cap of 10^15)

@@ -23,11 +23,14 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
            "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe", "sim_goyal", "sim_ltfb", "sim_validation",
-           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "your_model"}
+           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "your_model", "faults_and_recovery"}
 # Runs a notebook shows failing on purpose: (notebook, run folder prefix) -> the statuses allowed.
 # SC'17: Async MSGD (server-side momentum 0.9, 4-16 stale workers) blows up where Async MEASGD does
 # not; the paper's "Async MEASGD is more stable than Async MSGD".
-EXPECTED_STATUS = {("sim_sc17", "async_msgd-"): {"completed", "diverged"}}
+EXPECTED_STATUS = {("sim_sc17", "async_msgd-"): {"completed", "diverged"},
+                   # faults_and_recovery: sync_sgd without elastic fails fast when its worker is killed, as it should
+                   ("faults_and_recovery", "real-sync_sgd-plain"): {"failed"},
+                   ("faults_and_recovery", "sim-sync_sgd-plain"): {"failed"}}
 QUICK_SECONDS = 60  # the target for one quick run on 2 CPU cores (reported, not asserted: CI machines vary)
 
 

@@ -332,3 +332,31 @@ def test_a_killed_overwrite_leaves_the_old_run_and_resumes_into_its_place(tmp_pa
     assert resumed.summary["run_id"] != old and resumed.summary["config"]["out"] == str(out)
     assert json.loads((out / "summary.json").read_text())["run_id"] == resumed.summary["run_id"]
     assert not list(tmp_path.glob(".run.*"))
+
+
+def test_the_dashboards_resume_button_continues_a_stopped_run(tmp_path):
+    """Stop a run in the dashboard, press Resume: the run goes on from its last checkpoint
+    to the end of its plan, in the same directory, drawn as a run of its own."""
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.dashboard import Dashboard
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=200_000, batch_size=32, checkpoint_every=100)
+    dash = Dashboard(cluster="threads", config=cfg, out=tmp_path)
+    assert dash.resume_button.disabled and not dash.resume()            # nothing to resume yet
+    assert dash.run()
+    deadline = time.monotonic() + 120
+    while not any(ckpt.listed(p) for p in tmp_path.glob("run-*")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    dash.stop()
+    stopped = dash.wait(120)
+    assert stopped.status == "stopped" and not dash.resume_button.disabled
+    saved = ckpt.read(ckpt.listed(stopped.summary["config"]["out"])[-1]).step
+    dash.config = dash.config.replace(steps=saved + 300)    # the controls do not matter: Resume takes the run's own
+    plan = 200_000
+    assert dash.resume()
+    time.sleep(1.0)
+    dash.stop()
+    resumed = dash.wait(120)
+    assert resumed.summary["resumed_from"]["step"] == saved and resumed.summary["config"]["steps"] == plan
+    assert resumed.summary["config"]["out"] == stopped.summary["config"]["out"]
+    assert dash._labels[-1].endswith("(resumed)") and len(dash.history) == 2

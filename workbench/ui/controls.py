@@ -46,7 +46,12 @@ LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashbo
                                "`RunConfig(out_private=False)` or `--no-out-private` shares them as the umask allows",
                 "checkpoint_every": "the Dashboard's runs checkpoint every 60 s; a stopped run's Resume button "
                                     "continues it: `RunConfig(checkpoint_every=...)` in code",
-                "checkpoint_keep": "`RunConfig(checkpoint_keep=...)` in code (2 by default)"}
+                "checkpoint_keep": "`RunConfig(checkpoint_keep=...)` in code (2 by default)",
+                "elastic": "membership that changes is a run on a cluster that changes: `RunConfig(elastic=True)`, "
+                           "`--elastic`, as notebooks/faults_and_recovery.ipynb does",
+                "min_workers": "with elastic, in code: `RunConfig(min_workers=...)`",
+                "join_worker": "simulated joins, with elastic, in code: `RunConfig(join_worker='3@10')`, as "
+                               "notebooks/faults_and_recovery.ipynb does"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 

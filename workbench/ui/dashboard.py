@@ -156,6 +156,7 @@ class _Run:
     error: BaseException | None = None
     ended: dict | None = None          # the run's summary once it is saved, before its records are here (simproc)
     changed: threading.Event = field(default_factory=threading.Event)   # done or ended: the status loop wakes
+    resume_dir: str | None = None      # a stopped run's directory, continued from its last checkpoint (Resume)
 
     def take(self) -> None:
         """Move the buffer's records to `pending` and count them (`results.RunTally`)."""
@@ -254,6 +255,10 @@ class Dashboard:
                                           tooltip=f"end the run: the status says stopped within about {STOP_PROMISE_S:g} s "
                                                   f"(more on a busy machine); it is kept as stopped")
         self.clear_button = widgets.Button(description="Clear plots", tooltip="forget earlier runs' curves")
+        self.resume_button = widgets.Button(description="Resume", icon="repeat", disabled=True,
+                                            tooltip="continue the stopped run from its last checkpoint (a Dashboard "
+                                                    "with out=...; docs/checkpoints.md)")
+        self.resume_button.on_click(lambda _: self.resume())
         self.run_button.on_click(lambda _: self.run())
         self.stop_button.on_click(lambda _: self.stop())
         self.clear_button.on_click(lambda _: self.clear())
@@ -352,7 +357,8 @@ class Dashboard:
             self.why_html], layout=widgets.Layout(width="100%"))
         self.tabs = widgets.Tab(children=[run_tab, scaling, runs, why])
         self.tabs.titles = ("run", "scaling", "runs", "why")
-        bar = widgets.HBox([self.run_button, self.stop_button, self.clear_button, self.progress, self.links],
+        bar = widgets.HBox([self.run_button, self.stop_button, self.resume_button, self.clear_button, self.progress,
+                            self.links],
                            layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         self.widget = widgets.VBox([bar, self.status, self.tabs])
 
@@ -564,24 +570,53 @@ class Dashboard:
             return None
         return self._refresh()
 
-    def run(self) -> bool:
+    def resumable(self) -> str | None:
+        """The last run's directory if it stopped (or failed) and holds a checkpoint to go on from."""
+        r = self._last
+        s = getattr(r, "summary", None) or {}
+        out = (s.get("config") or {}).get("out")
+        if s.get("status") not in ("stopped", "failed") or not out:
+            return None
+        from ..checkpoint import listed
+        return out if listed(out) else None
+
+    def resume(self) -> bool:
+        """Continue the last run, stopped, from its last checkpoint (the Resume button):
+        `workbench.resume` on its directory, drawn as a run of its own.
+
+        Returns:
+            True if it started; False if nothing is there to resume or something is running.
+        """
+        where = self.resumable()
+        if where is None or self.running:
+            self._set_status("nothing to resume: the last run did not stop with a checkpoint", error=True)
+            return False
+        return self.run(resume_dir=where)
+
+    def run(self, resume_dir: str | None = None) -> bool:
         """Start a run of the controls' config in the background (the Run button).
 
         Returns:
             True if it started; False if the config is invalid or something is running
             (the status line says why).
         """
-        cfg = self._config_to_start()
+        if resume_dir is not None:
+            cfg = RunConfig.from_dict(self._last.summary["config"])
+        else:
+            cfg = self._config_to_start()
         if cfg is None:
             return False
         index = self._runs_started
         self._runs_started += 1
-        if self.out is not None:
+        if self.out is not None and resume_dir is None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
         label = figdata.run_name(index, cfg.to_dict(), workers_of(cfg), self._previous)   # what changed, named
+        if resume_dir is not None:
+            label = f"{label} (resumed)"
         self._previous = cfg.to_dict()
         state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
-                     live=figdata.LiveState(label=label, color=figdata.run_color(index), n_workers=workers_of(cfg)))
+                     live=figdata.LiveState(label=label, color=figdata.run_color(index), n_workers=workers_of(cfg)),
+                     resume_dir=resume_dir)
         self._show_plots()
         self._reset_run_figures(state)
         self._stop.clear()
@@ -656,6 +691,7 @@ class Dashboard:
         self.run_button.disabled = running or invalid
         self.sweep_button.disabled = running or invalid
         self.stop_button.disabled = not running
+        self.resume_button.disabled = running or self.resumable() is None
 
     def _reset_run_figures(self, state: _Run) -> None:
         """Per-run figures start empty; the breakdown gets one row per worker."""
@@ -702,7 +738,11 @@ class Dashboard:
                 self._set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
             from . import simproc
-            if cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
+            if state.resume_dir is not None:   # Resume: its directory goes on from its last checkpoint
+                state.result = api.resume(state.resume_dir, cluster=None if cfg.simulate else transport,
+                                          on_record=state.buffer.add, should_stop=self._stop.is_set, progress=False,
+                                          report=False)
+            elif cfg.simulate and self.sim_in_child and simproc.available():   # on a core of its own
                 from .simproc import run_in_process
                 state.result = run_in_process(cfg, on_record=state.buffer.add, should_stop=self._stop.is_set,
                                               report=False, on_summary=functools.partial(self._ended, state))

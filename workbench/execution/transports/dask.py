@@ -288,8 +288,13 @@ class DaskTransport(Transport):
             self.client.cancel(self.futures[rank])
 
     def _result(self, future: Any, rank: int) -> dict | None:
-        """One loop's returned dict; None when its worker died (the result is unreachable)."""
+        """One loop's returned dict; None when its worker died (the result is unreachable).
+        A dead worker's task is rescheduled (pinned to its address, it waits for good):
+        asked only while the worker lives, so a lost worker is known at once, not after
+        RESULT_TIMEOUT_S."""
         from distributed import KilledWorker
+        if future.status != "finished" and self.workers[rank]["address"] not in (self._alive() or set()):
+            return None
         try:
             return future.result(timeout=RESULT_TIMEOUT_S)
         except (TimeoutError, KilledWorker):
