@@ -360,3 +360,17 @@ def test_the_dashboards_resume_button_continues_a_stopped_run(tmp_path):
     assert resumed.summary["resumed_from"]["step"] == saved and resumed.summary["config"]["steps"] == plan
     assert resumed.summary["config"]["out"] == stopped.summary["config"]["out"]
     assert dash._labels[-1].endswith("(resumed)") and len(dash.history) == 2
+
+
+def test_the_checkpoint_bench_reports_the_cost_and_its_share():
+    """`bench --checkpoints`' table (on threads, tiny): the cost of a checkpoint is at least
+    the client's write of it, and the share at the default interval is that over 60 s."""
+    import argparse
+
+    from workbench.analysis.ckptbench import measure
+    args = argparse.Namespace(sizes="teaching", seconds=0.5, rounds=1, every=20, cpus=2, tau=1, n_features=None,
+                              hidden=None, batch_per_worker=None)
+    (row,) = measure(args, "threads")
+    assert row["every"] == 20 and row["default"] == "60s" and row["rounds"] == 1
+    assert row["cost_per_checkpoint_ms"] >= row["client_write_ms"] > 0 and row["checkpoint_mb"] > 0
+    assert row["share_at_default"] == pytest.approx(row["cost_per_checkpoint_ms"] / 1e3 / 60)

@@ -252,6 +252,11 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
+    bench.add_argument("--checkpoints", action="store_true",
+                       help="instead: what checkpoints cost (workbench.analysis.ckptbench): runs interleaved without "
+                            "and with a checkpoint every --every steps, the cost of one, its share of step time at "
+                            "that interval and at the default (60 s)")
+    bench.add_argument("--every", type=int, default=200, help="--checkpoints: steps between checkpoints")
     bench.add_argument("--gpt", action="store_true",
                        help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
                             "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
@@ -337,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
+            if args.checkpoints:
+                from ..analysis.ckptbench import main as checkpoints_main
+                return checkpoints_main(args)
             if args.gpt:
                 from ..analysis.gptbench import main as gpt_bench_main
                 return gpt_bench_main(args)

@@ -282,11 +282,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
             saver.setup = setup
         try:
             transport.prepare(setup)
-            if before is None:
-                setup.t0_wall = time.time()
+            setup.t0_wall = time.time()
+            if before is None:   # the machine's state from the first loops' start (an elastic run: several)
                 before = machine.snapshot(pids)
-            else:
-                setup.t0_wall = time.time()
             if joins is not None:
                 joins.start()
             transport.start(setup, monitor.records.put, worker_main)
@@ -323,7 +321,6 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
         extra["membership"] = membership
         extra["lost_workers"] = lost_all
         workers = setup.workers
-
     t_zero = monitor.collector.t_zero()
     extra.update(transport.describe())
     startup = (t_zero if t_zero is not None else end) - t_called

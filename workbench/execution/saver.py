@@ -34,7 +34,7 @@ class Saver:
         self.pending: dict[int, dict[int, dict]] = {}    # step -> rank -> its state batch
         self.gone: set[int] = set()                       # lost workers: no state will come from them
         self.written: list[int] = []
-        self.write_s = 0.0                                # seconds spent writing (the checkpoints' cost)
+        self.write_s = 0.0                                # seconds spent fetching and writing (the client's cost)
         self.failed: str | None = None                    # why checkpoints stopped (a full disk)
         self._asked_at: float | None = None               # wall-clock checkpoints: when the last was asked for
         self._seen: tuple[float | None, float] = (None, 0.0)   # (furthest step seen, when) at that moment
@@ -72,7 +72,9 @@ class Saver:
         if self.failed is not None:
             return
         if batch.get("held"):
+            t0 = time.perf_counter()
             state = self.transport.fetch_state(int(batch["rank"]), int(batch["step"]))
+            self.write_s += time.perf_counter() - t0      # fetching it is part of what a checkpoint costs here
             if state is None:   # replaced by a newer one on the worker: that one will complete instead
                 return
             batch = {**batch, "state": state}
