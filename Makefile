@@ -56,7 +56,7 @@ docs/_lessons/%.ipynb: notebooks/%.ipynb | $(STAMP)
 	$(BIN)/python docs/execute_lessons.py $< --into docs/_lessons
 
 docs: setup $(EXECUTED)
-	$(BIN)/python -m sphinx -b html -q -j auto docs docs/_build/html
+	$(BIN)/python -m sphinx -b html -q -j auto -d docs/_build/doctrees docs docs/_build/html
 	@echo "open docs/_build/html/index.html"
 
 docs-clean:

@@ -59,7 +59,8 @@ autodoc_mock_imports = ["cupy", "dask_cuda", "torch", "tensorboardX"]   # option
 default_role = "code"                  # the docstrings' `name` is code, as in the Markdown pages
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-suppress_warnings = ["myst.header", "misc.highlighting_failure"]
+# ref.python: `RunConfig` is both workbench.RunConfig and workbench.config.RunConfig (re-exported); either target is right
+suppress_warnings = ["myst.header", "misc.highlighting_failure", "ref.python"]
 
 # modules with no API of their own to document (the CLI's entry, pytest's scaffolding, lesson data)
 SKIP_MODULES = {"workbench.__main__", "workbench.conftest"}

@@ -12,7 +12,8 @@ run it. Two cells are added to the executed copy, both only for the site:
   calls the plotly.js the site serves once (docs/conf.py), instead of embedding 4.8 MB of
   plotly.js in every notebook or loading it from a CDN.
 
-papermill's injected parameters cell is hidden too (the note says what it set). A
+papermill's injected parameters cell is hidden too (the note says what it set), and the
+widgets' saved state is dropped (the page shows their text). A
 notebook that fails leaves no page behind and makes the command exit 1.
 """
 from __future__ import annotations
@@ -27,13 +28,23 @@ import time
 from pathlib import Path
 
 RENDERER = """\
+import re as _re
+
 import plotly.io as _pio
 
 
 class _SiteRenderer(_pio.base_renderers.MimetypeRenderer):
-    # the site loads plotly.js once (docs/conf.py): each figure is its div and a newPlot call
+    # the site loads plotly.js once, at the end of the page (docs/conf.py): each figure is its
+    # div and a newPlot call that waits for the page to load
     def to_mimebundle(self, fig_dict):
-        return {"text/html": _pio.to_html(fig_dict, include_plotlyjs=False, full_html=False)}
+        html = _pio.to_html(fig_dict, include_plotlyjs=False, full_html=False)
+        return {"text/html": _on_load(html)}
+
+
+def _on_load(html):
+    html = _re.sub(r"(<script[^>]*>)", r'\\1window.addEventListener("load", function () {', html, count=1)
+    head, end, tail = html.rpartition("</script>")
+    return head + "});" + end + tail
 
 
 _pio.renderers["workbench-docs"] = _SiteRenderer()
@@ -76,6 +87,13 @@ def execute(notebook: Path, into: Path) -> float:
             partial.unlink(missing_ok=True)
             raise
     executed = nbformat.read(partial, as_version=4)
+    # no widget state: the page shows the widgets' text (docs/conf.py), and the dashboard's
+    # state would carry plotly.js (5 MB) into the page
+    executed.metadata.pop("widgets", None)
+    for cell in executed.cells:       # and no widget views: without their state they would show only their repr
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
     for cell in executed.cells:
         tags = cell.metadata.get("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:

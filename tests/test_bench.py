@@ -110,3 +110,47 @@ def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
     assert "2.03 computes a pass" in out and "2 at a time take 0.354 s" in out
     assert out.count("lockstep: every worker's step in one loop") == 3
     assert "one loop, 58.2 computes a stacked pass" in out
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("gloo", [False, True])
+def test_the_allreduce_table_times_every_method_and_counts_the_rings_bytes(gloo):
+    """The allreduce table (`bench --allreduce`): every (workers, method) has its times, the
+    ring sends 2 (P-1)/P of the buffer, and with gloo each ratio is the round's own (so a
+    method's median ratio lies within its own min and max); without torch there is no gloo
+    row and a note says why."""
+    if gloo:
+        pytest.importorskip("torch")
+    from workbench.analysis.allreduce import allreduce_table, format_table
+    n = 1000
+    table, notes = allreduce_table(ranks=(2, 3), sizes=(n,), rounds=4, links=("tcp",), gloo=gloo)
+    methods = {"ring", "shared memory"} | ({"gloo"} if gloo else set())
+    for p in (2, 3):
+        rows = table[table["workers"] == p].set_index("method")
+        assert set(rows.index) == methods
+        assert (rows["min_ms"] > 0).all() and (rows["min_ms"] <= rows["median_ms"]).all()
+        assert (rows["median_ms"] <= rows["max_ms"]).all()
+        assert rows.loc["ring", "sent_bytes"] == pytest.approx(4 * n * 2 * (p - 1) / p, abs=4 * 2 * (p - 1))
+        if gloo:
+            assert (rows["vs_gloo_min"] <= rows["vs_gloo_median"]).all()
+            assert (rows["vs_gloo_median"] <= rows["vs_gloo_max"]).all()
+            assert rows.loc["gloo", "vs_gloo_median"] == 1.0
+    assert ("ring tcp / gloo" in format_table(table)) == gloo
+    assert notes == []        # asked not to measure gloo: no excuse needed; asked to: it ran
+
+
+def test_without_torch_the_allreduce_table_leaves_gloo_out_and_says_so(monkeypatch):
+    from workbench.analysis import allreduce, torchpeer
+    monkeypatch.setattr(torchpeer, "torch_available", lambda: False)
+    assert allreduce.gloo_plan(None) == (False, [allreduce.NO_TORCH])
+    assert allreduce.gloo_plan(False) == (False, [])          # --no-torch: asked, nothing to explain
+
+
+def test_every_communication_pattern_says_what_it_spends():
+    """The bench's notes explain any algorithm under 0.8 of its limit by its pattern."""
+    from workbench.algorithms import REGISTRY
+    from workbench.algorithms.registry import PATTERNS
+    from workbench.analysis.bench import SPENDS
+    assert set(SPENDS) == set(PATTERNS)
+    assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)

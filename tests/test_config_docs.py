@@ -63,7 +63,7 @@ def test_schema_carries_descriptions_groups_and_defaults():
 def test_defaults_unchanged_by_descriptions():
     # The descriptions must not have changed any default (the public contract).
     assert RunConfig().to_dict() == {
-        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000,
+        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000, "test_fraction": 0.2,
         "n_features": 64, "n_classes": 10, "n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64,
         "data_dir": None, "download": False, "cpus": 2, "gpus": 0,
         "scheduler": None, "comm": "auto", "latency_ms": 0.0, "bandwidth_gbps": 0.0, "blas_threads": 1, "simulate": False,
@@ -78,4 +78,5 @@ def test_defaults_unchanged_by_descriptions():
         "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "topology": "ring",
         "error_feedback": True,
         "epochs": 5.0, "steps": None,
-        "eval_every": None, "seed": 0, "out": None}
+        "eval_every": None, "seed": 0, "out": None, "checkpoint_every": "60s", "checkpoint_keep": 2,
+        "out_private": True}

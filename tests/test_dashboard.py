@@ -80,6 +80,7 @@ NEW_VALUES = {
     "compression_rank": (2, 2),
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
+    "test_fraction": (0.3, 0.3),
     # the GPT's knobs (set with model gpt, which brings the text dataset along): before model_args
     "n_layers": (3, 3),
     "d_model": (32, 32),
@@ -652,7 +653,7 @@ def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
     assert dash.run() and dash.wait(60) is not None
     bundle = dash._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert dash.tabs.titles == ("run", "scaling", "runs")
+    assert dash.tabs.titles == ("run", "scaling", "runs", "why")
     # figures nested in containers get their whole state re-sent before they are shown
     for fig in dash._figure_widgets():
         assert len(fig._widget_data) == len(fig.data)

@@ -165,7 +165,8 @@ def test_bad_arguments_name_the_field(name, kwargs, field):
 def test_unknown_dataset_lists_the_allowed_names():
     with pytest.raises(DataError) as info:
         load_dataset("foo")
-    assert str(info.value) == f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got 'foo'"
+    assert str(info.value) == (f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, or a data file (.npz, a "
+                               "pair x.npy,y.npy, a folder of .npy, .csv), got 'foo'")
     assert isinstance(info.value, ValueError)
 
 

@@ -70,4 +70,5 @@ def test_a_lesson_executed_for_the_site_draws_its_figures_without_embedding_plot
     assert len(hidden) == 2                     # the renderer cell and papermill's injected parameters
     (html,) = [o["data"]["text/html"] for o in done.cells[-1].outputs if "text/html" in o.get("data", {})]
     assert "Plotly.newPlot" in html and '"y":[1,0]' in html.replace(" ", "")    # drawn, in quick mode
+    assert 'addEventListener("load"' in html    # after plotly.js, which the site loads at the end of the page
     assert len(html) < 100_000                  # plotly.js (4.8 MB) is served once by the site, not embedded

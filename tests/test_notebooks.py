@@ -23,7 +23,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
            "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe", "sim_goyal", "sim_ltfb", "sim_validation",
-           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "diloco_lm"}
+           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "your_model", "diloco_lm"}
 # Runs a notebook shows failing on purpose: (notebook, run folder prefix) -> the statuses allowed.
 # SC'17: Async MSGD (server-side momentum 0.9, 4-16 stale workers) blows up where Async MEASGD does
 # not; the paper's "Async MEASGD is more stable than Async MSGD".
@@ -89,7 +89,9 @@ def test_notebook_defines_no_functions_beyond_tiny_local_ones(path):
     # Notebooks are thin (docs/contributing.md, "Add a notebook"): logic lives in the package. A local one-liner is fine;
     # anything bigger, or a function defined in two notebooks, belongs in workbench.
     nb = nbformat.read(path, as_version=4)
-    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    # cells tagged `your-code` play the researcher's own code (your_model.ipynb: a model written in a
+    # cell is that lesson's subject), so they may define classes and functions; the rest stays thin
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "your-code" not in c.metadata.get("tags", []))
     assert "class " not in source
     for body in re.findall(r"^def \w+\(.*?\):\n((?:    .*\n?)+)", source, re.M):
         assert len(body.strip().splitlines()) <= 2, body
@@ -109,19 +111,24 @@ def test_no_function_is_defined_in_two_notebooks():
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_quick_on_a_real_kernel(path, tmp_path):
+def test_notebook_runs_quick_on_a_real_kernel_twice_in_one_folder(path, tmp_path):
+    # A student's second Run All writes into the same folder: every lesson must re-run cleanly
+    # (sim_validation's second run once failed: "out: a directory that does not hold a run already")
     papermill = pytest.importorskip("papermill")
     out = tmp_path / "out"
-    executed = tmp_path / path.name
-    t0 = time.perf_counter()
-    papermill.execute_notebook(str(path), str(executed), parameters={"quick": True, "out_dir": str(out)},
-                               kernel_name="python3", cwd=str(path.parent), progress_bar=False)
-    elapsed = time.perf_counter() - t0
-    print(f"{path.stem}: {elapsed:.1f} s (target {QUICK_SECONDS} s)")
-
-    nb = nbformat.read(executed, as_version=4)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors
+    for attempt in (1, 2):
+        executed = tmp_path / f"{attempt}-{path.name}"
+        t0 = time.perf_counter()
+        papermill.execute_notebook(str(path), str(executed), parameters={"quick": True, "out_dir": str(out)},
+                                   kernel_name="python3", cwd=str(path.parent), progress_bar=False)
+        elapsed = time.perf_counter() - t0
+        print(f"{path.stem} (run {attempt}): {elapsed:.1f} s (target {QUICK_SECONDS} s)")
+        nb = nbformat.read(executed, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, (attempt, errors)
+        frozen = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if re.search(r"\b0%\|", o.get("data", {}).get("text/plain", "") or o.get("text", ""))]
+        assert not frozen, f"a progress bar saved at 0%: {frozen[:1]}"
     if "wb.run(" in path.read_text():   # wb.run draws its progress bar as a widget in the notebook
         bars = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                 if "application/vnd.jupyter.widget-view+json" in o.get("data", {})

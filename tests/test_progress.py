@@ -86,23 +86,25 @@ def test_sweep_draws_one_bar_over_the_runs(capfd):
     assert capfd.readouterr().err == ""
 
 
-def test_a_widget_bar_leaves_a_finished_text_line_for_executed_notebooks(monkeypatch, capsys):
-    """Under a kernel tqdm.auto draws a widget, which an executed notebook (papermill, no
-    widget frontend) saves frozen at "0%": closing it prints the finished state as text."""
-    from tqdm.notebook import tqdm_notebook
-
-    import workbench.apps.progress as P
-    monkeypatch.setattr(P, "_tqdm", lambda: lambda **kw: tqdm_notebook(display=False, **kw))
-    bar = RunProgress(wb.RunConfig(epochs=3.0))
-    bar(_records(10, 3.0, 0.25, acc=0.9))
-    bar.close()
-    line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "100%" in line and "3.00/3 epochs" in line and "loss=0.2500" in line and "acc=0.900" in line
-    monkeypatch.undo()
-    text = RunProgress(wb.RunConfig(epochs=3.0))            # a text bar (a terminal) prints no extra line
-    text(_records(10, 3.0, 0.25))
-    text.close()
-    assert capsys.readouterr().out == ""
+@pytest.mark.slow
+def test_an_executed_notebook_keeps_one_finished_bar_not_a_frozen_zero(tmp_path):
+    """Under a kernel tqdm.auto draws a widget, which an executed notebook (papermill,
+    nbclient: no widget frontend) saved as its text at creation, "0%| 0/3 steps", above a
+    printed finished line. The bar's own output is now updated in place (its display id):
+    the saved notebook holds one bar, finished, and no frozen 0%."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import workbench as wb\n"
+                                          "r = wb.run(wb.RunConfig(algorithm='sgd', steps=3, dataset='digits'))")]
+    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[0].outputs
+    assert not [o for o in outputs if o.output_type == "error"], outputs
+    texts = [o.get("data", {}).get("text/plain", "") or o.get("text", "") for o in outputs]
+    bars = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(bars) == 1, outputs
+    assert "100%" in bars[0]["data"]["text/plain"] and "3/3 steps" in bars[0]["data"]["text/plain"], bars
+    assert not any(" 0%|" in t for t in texts), texts
 
 
 def test_a_runs_bar_ends_on_the_summarys_samples_per_s(capfd, monkeypatch):

@@ -51,6 +51,8 @@ def test_experiment_file_is_complete(path):
     ids = [c["id"] for c in exp.expected_shape]
     assert ids and len(ids) == len(set(ids)), "expected_shape ids are unique"
     assert all(c["text"].strip() for c in exp.expected_shape)
+    # the report's "paper vs measured here" table: every shape says the paper's side (a number, or its words)
+    assert all(str(c.get("paper", "")).strip() for c in exp.expected_shape), [c["id"] for c in exp.expected_shape if not c.get("paper")]
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
@@ -144,7 +146,7 @@ def test_every_simulated_reproduction_holds_in_quick_mode(name, tmp_path):
         by, held = _seed_oracle([own[s][check["id"]] for s in exp.quick_seeds], v["margin"], v.get("inclusive"))
         assert v["by"] == pytest.approx(by, rel=1e-12, abs=1e-15) and v["held"] == held, (v, by)
         if check["id"] in exp.quick_skips:
-            assert "[not reproduced in quick mode]" in proc.stdout and exp.quick_skips[check["id"]] in proc.stdout
+            assert "[skipped in quick mode]" in proc.stdout and exp.quick_skips[check["id"]] in proc.stdout
         else:
             assert v["held"] == (check["id"] not in failing), (check["id"], v)
         row = table[table.index(f"<code>{check['id']}</code>"):]
@@ -322,7 +324,7 @@ def test_a_shape_that_does_not_hold_exits_3_and_quick_skips_say_why(tmp_path):
     path = _experiment(tmp_path, nb, expected_shape=shapes, quick_skips={"b": "too few steps", "c": "needs 8k steps"})
     proc = reproduce(str(path), "--quick", "--out", str(tmp_path / "quick"), "--no-progress")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[not reproduced in quick mode] inside the spread  (1.003x (quick mode: too few steps)" in proc.stdout
+    assert "[skipped in quick mode] inside the spread  (1.003x (quick mode: too few steps)" in proc.stdout
     proc = reproduce(str(_experiment(tmp_path, nb, expected_shape=shapes, quick_skips={"z": "?"})), "--quick",
                      "--out", str(tmp_path / "bad"))
     _one_line_error(proc, "error: quick_skips: ")

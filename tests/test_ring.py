@@ -26,9 +26,9 @@ def contribution(rank: int, rnd: int, m: int) -> np.ndarray:
     return (rng.standard_normal(m) * 10.0 ** rng.integers(-3, 6, m)).astype(np.float32)
 
 
-def _ring_rounds(ring, rank, size, peers, lengths):
-    from workbench.comm.ring import RingComm
-    comm = RingComm(ring, rank, size, peers)
+def _ring_rounds(ring, rank, size, peers, lengths, segment_bytes=None):
+    from workbench.comm.ring import SEGMENT_BYTES, RingComm
+    comm = RingComm(ring, rank, size, peers, segment_bytes=segment_bytes or SEGMENT_BYTES)
     out = []
     try:
         for rnd, m in enumerate(lengths):
@@ -49,14 +49,14 @@ def _peers(client, size):
     return peers
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
-def test_ring_allreduce_equals_numpy_sums_on_every_rank(client3, size):
-    peers = _peers(client3, size)
+def check_ring_sums(client, size, segment_bytes=None):
+    """Every rank's sums against `ring_order_sum` (bitwise) and NumPy, and the bytes sent."""
+    peers = _peers(client, size)
     lengths = [1001, 7, 2, 1, 1001, 30000]          # uneven chunks, chunks of 0 or 1 element
     ring = uuid.uuid4().hex
-    futs = [client3.submit(_ring_rounds, ring, r, size, peers, lengths, workers=[a], pure=False)
+    futs = [client.submit(_ring_rounds, ring, r, size, peers, lengths, segment_bytes, workers=[a], pure=False)
             for r, a in enumerate(peers)]
-    got = client3.gather(futs, errors="raise")
+    got = client.gather(futs, errors="raise")
     for rnd, m in enumerate(lengths):
         parts = [contribution(r, rnd, m) for r in range(size)]
         oracle = ring_order_sum(parts)
@@ -74,6 +74,58 @@ def test_ring_allreduce_equals_numpy_sums_on_every_rank(client3, size):
     for rank in range(size):
         expected = sum(4 * 2 * (size - 1) * m / size for m in lengths)
         assert abs(got[rank][1] - expected) <= 4 * 2 * (size - 1) * len(lengths)
+
+
+@pytest.mark.parametrize("size, segment_bytes", [(1, None), (2, None), (3, None), (2, 64), (3, 64)])
+def test_ring_allreduce_equals_numpy_sums_on_every_rank(client3, size, segment_bytes):
+    """Over the local cluster's tls; 64-byte segments: every chunk of the longer buffers
+    is pipelined in 16-float pieces (the order of the sums must not change)."""
+    check_ring_sums(client3, size, segment_bytes)
+
+
+@pytest.mark.slow
+def test_ring_allreduce_over_plain_tcp_equals_numpy_sums():
+    """A cluster without TLS: frames leave through the socket itself (`sendmsg`)."""
+    from workbench.execution.cluster import close_client, make_cluster
+    client = make_cluster(cpus=3, gpus=0, quiet=True, tls=False)
+    try:
+        assert all(a.startswith("tcp://") for a in _peers(client, 3))
+        for size, segment_bytes in [(2, None), (3, None), (3, 64)]:
+            check_ring_sums(client, size, segment_bytes)
+    finally:
+        close_client(client)
+
+
+def test_ring_allreduce_over_comms_without_a_byte_stream_equals_numpy_sums():
+    """Worker threads of one process talk over Dask's inproc comms, which carry messages,
+    not bytes: the ring's frames go as Dask messages (as over ucx)."""
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=3, processes=False, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert all(a.startswith("inproc://") for a in _peers(client, 3))
+        for size, segment_bytes in [(2, None), (3, 64)]:
+            check_ring_sums(client, size, segment_bytes)
+
+
+def _mismatched(ring, rank, peers):
+    from workbench.comm.ring import RingComm
+    comm = RingComm(ring, rank, 2, peers)
+    try:
+        comm.allreduce(np.ones(100 + rank, np.float32))
+    except (ValueError, WorkerLost) as exc:
+        return str(exc)
+    finally:
+        comm.close()
+    return None
+
+
+def test_ranks_with_buffers_of_different_sizes_fail_saying_so(client3):
+    peers = _peers(client3, 2)
+    ring = uuid.uuid4().hex
+    got = client3.gather([client3.submit(_mismatched, ring, r, peers, workers=[a], pure=False)
+                          for r, a in enumerate(peers)])
+    for message in got:
+        assert message is not None and "every rank's buffer must have the same size" in message, got
 
 
 def test_chunks_cover_the_buffer():

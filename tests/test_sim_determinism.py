@@ -224,7 +224,9 @@ def readme_simulate_commands() -> list[list[str]]:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("python -m workbench ") and "--simulate" in line:
-            commands.append(shlex.split(line.split(" #")[0])[3:])
+            argv = shlex.split(line.split(" #")[0])[3:]
+            if argv not in commands:        # the README and a docs page may show the same one
+                commands.append(argv)
     return commands
 
 

@@ -112,14 +112,15 @@ class Problem:
         """The dataset's sizes, width, classes and image shape, from its `DATASETS` entry (no loading)."""
         c = self.config
         return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                             context=c.context)
+                             test_fraction=c.test_fraction, context=c.context)
 
     @cached_property
     def data(self) -> Dataset:
         """The dataset (loaded, or generated, once per process; checks files and checksums)."""
         c = self.config
         data = load_dataset(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                            seed=c.seed, data_dir=c.data_dir, download=c.download, context=c.context)
+                            seed=c.seed, data_dir=c.data_dir, download=c.download, test_fraction=c.test_fraction,
+                            context=c.context)
         _BUILDS["data"] += 1
         s = self.shape
         got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape)
@@ -143,6 +144,14 @@ class Problem:
         if c.model in MODEL_NAMES:
             return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
         return build_model(c.model, s.n_features, s.n_classes, c.model_args)
+
+    @cached_property
+    def data_record(self) -> dict[str, Any] | None:
+        """What a run's data file was, for its summary (`data.files.data_record`: each file's
+        path, size and hash); None for a built-in dataset (its entry says what it is)."""
+        from .data import DATASETS
+        from .data.files import data_record
+        return None if self.config.dataset in DATASETS else data_record(self.config.dataset)
 
     @cached_property
     def model_record(self) -> dict[str, Any]:

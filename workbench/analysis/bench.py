@@ -19,8 +19,10 @@ torch's, not the parallel machinery. A benchmark, not a test.
 
 The measurements are a list of `Entry`s (`apps/bench.entries()`), one row each; a new
 exchange or peer is one more entry. This module holds the measurements and the table's
-maths; the torch peer is `analysis/torchpeer.py`, the command (`python -m workbench
-bench`: arguments, the run over sizes and rounds, the printout) `apps/bench.py`.
+maths (and `compare_tables`, a saved table's rows beside a new one's); the torch peer is
+`analysis/torchpeer.py`, the allreduce table (the ring over Dask, gloo and shared memory
+at 2-4 workers) `analysis/allreduce.py`, the command (`python -m workbench bench`:
+arguments, the run over sizes and rounds, the printout) `apps/bench.py`.
 """
 from __future__ import annotations
 
@@ -237,61 +239,6 @@ def exchange_time(name: str, rank: int, size: int, n: int, repeats: int) -> list
     return times
 
 
-def ring_exchange_time(ring: str, rank: int, size: int, peers: list[str], n: int,
-                       repeats: int) -> tuple[list[float], float]:
-    """Runs on a worker: times of `repeats` ring allreduces (comm="dask") of n float32, and
-    the bytes this rank sent per allreduce."""
-    from ..comm.ring import RingComm
-    comm = RingComm(ring, rank, size, peers)
-    buf = np.ones(n, dtype=np.float32)
-    comm.allreduce(buf)                    # opens the connection: not part of the timing
-    times, sent = [], 0
-    for _ in range(repeats):
-        comm.barrier()
-        before = comm.sent_bytes
-        t0 = time.perf_counter()
-        comm.allreduce(buf)
-        times.append(time.perf_counter() - t0)
-        sent = comm.sent_bytes - before
-    comm.close()
-    return times, sent
-
-
-def allreduce_lines(sizes: tuple[int, ...] = (10_000, 536_000), ranks: tuple[int, ...] = (2, 3)) -> list[str]:
-    """The ring allreduce (comm="dask", the several-hosts path, here on one host) beside the
-    shared-memory one, on a cluster of its own with max(ranks) workers: median ms per
-    allreduce (the slowest rank's time) and bytes each worker sends per allreduce."""
-    from ..comm.ring import install
-    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
-    from ..execution.cluster import close_client, make_cluster, workers_of
-    client = make_cluster(cpus=max(ranks), gpus=0, quiet=True)
-    lines = []
-    try:
-        for p in ranks:
-            peers = [w["address"] for w in workers_of(client)[:p]]
-            client.run(install, workers=peers)
-            for n in sizes:
-                repeats = 200 if n <= 100_000 else 50
-                name = f"wbb{uuid.uuid4().hex[:10]}"
-                client.submit(create_segment, name, allreduce_nbytes(p, n), workers=[peers[0]], pure=False).result()
-                futs = [client.submit(exchange_time, name, r, p, n, repeats, workers=[a], pure=False)
-                        for r, a in enumerate(peers)]
-                shm_ms = float(np.median(np.array(client.gather(futs)).max(axis=0)) * 1e3)
-                client.submit(unlink_segment, name, workers=[peers[0]], pure=False).result()
-                ring = uuid.uuid4().hex
-                futs = [client.submit(ring_exchange_time, ring, r, p, peers, n, repeats, workers=[a], pure=False)
-                        for r, a in enumerate(peers)]
-                got = client.gather(futs)
-                ring_ms = float(np.median(np.array([g[0] for g in got]).max(axis=0)) * 1e3)
-                sent = max(g[1] for g in got)
-                lines.append(f"allreduce of {n:,} float32, {p} workers: shared memory {shm_ms:.3f} ms, "
-                             f"ring (comm=dask) {ring_ms:.3f} ms, {sent:,} B sent per worker "
-                             f"({sent / (4 * n):.2f} of the buffer)")
-    finally:
-        close_client(client)
-    return lines
-
-
 def steady_throughput(steps: pd.DataFrame) -> float:
     """Steady samples per second of a run's step records (`workbench.measure.steady`)."""
     return measure.steady_throughput(steps)
@@ -408,6 +355,111 @@ def combine_rounds(table: pd.DataFrame) -> pd.DataFrame:
     for c in others:       # e.g. status: the worst one seen
         out[c] = by[c].agg(lambda v: next((x for x in v if x != "completed"), v.iloc[0]))
     return out.reset_index()
+
+
+# A saved table's rows, matched to a new one's: by these columns, and compared on these
+# numbers (each row's own ratio to its own limit or peer, so that two runs minutes or days
+# apart compare like with like).
+COMPARE_KEYS = (("size", "what"), ("link", "workers", "floats", "method"))
+COMPARE_VALUES = ("vs_limit", "exchange_ms", "median_ms", "vs_gloo_median")
+
+
+def compare_tables(new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
+    """Each row of `new` beside the same row of `before` (a bench table saved with --out):
+    for every compared number both have, its value then and now and now / then.
+
+    Rows are matched on the first of `COMPARE_KEYS` both tables have, in the new table's
+    order, then the rows only the saved one has; a row only one of them has keeps its
+    numbers and an empty ratio.
+
+    Raises:
+        ValueError: the tables share no key (not two tables of the same kind).
+
+    >>> old = pd.DataFrame({"size": ["s", "s"], "what": ["a", "b"], "vs_limit": [0.5, 0.8]})
+    >>> new = pd.DataFrame({"size": ["s", "s"], "what": ["a", "c"], "vs_limit": [0.6, 0.9]})
+    >>> compare_tables(new, old)
+      size what  vs_limit_before  vs_limit  vs_limit_ratio
+    0    s    a              0.5       0.6             1.2
+    1    s    c              NaN       0.9             NaN
+    2    s    b              0.8       NaN             NaN
+    """
+    keys = next((list(k) for k in COMPARE_KEYS if set(k) <= set(new.columns) and set(k) <= set(before.columns)),
+                None)
+    if keys is None:
+        raise ValueError(f"compare: the saved table has none of the bench's row keys {COMPARE_KEYS}; "
+                         f"its columns: {list(before.columns)}")
+    values = [c for c in COMPARE_VALUES if c in new.columns and c in before.columns]
+    then = before[keys + values].rename(columns={c: f"{c}_before" for c in values})
+    merged = new[keys + values].merge(then, on=keys, how="left")      # in the new table's order,
+    gone = then.merge(new[keys], on=keys, how="left", indicator=True)  # then the rows it no longer has
+    merged = pd.concat([merged, gone[gone["_merge"] == "left_only"].drop(columns="_merge")], ignore_index=True)
+    out = merged[keys].copy()
+    for c in values:
+        out[f"{c}_before"] = merged[f"{c}_before"]
+        out[c] = merged[c]
+        out[f"{c}_ratio"] = merged[c] / merged[f"{c}_before"]
+    return out.dropna(axis=1, how="all")
+
+
+# What a worker of each communication pattern (`algorithms.registry.PATTERNS`) spends besides
+# its own gradient steps: the algorithm's own cost, which no engine removes. With the bench's
+# defaults (2 workers, tau 1) every exchange happens every step.
+SPENDS: dict[str, str] = {
+    "none": "nothing: one process, no exchange",
+    "allreduce": "an allreduce of the gradient every step, and the wait for the slower worker at it (the bare "
+                 "sync loop spends the same; sync_sgd's gap to it is the engine's bookkeeping)",
+    "server": "a push of its gradient and a pull of the whole parameters every step, through one server that "
+              "applies one update at a time (the other worker's push queues behind it)",
+    "shared": "nothing but its updates to one shared array (no exchange, no lock)",
+    "round_robin": "a master's turn: every tau steps an elastic exchange with the centre, in strict rank order, so "
+                   "a worker waits for the other's turn before its own",
+    "elastic_server": "every tau steps an elastic exchange with the centre (its parameters there and back), first "
+                      "come first served",
+    "elastic_shared": "every tau steps an elastic update of the centre in shared memory (no lock)",
+    "elastic_allreduce": "every tau steps an allreduce of the elastic differences and the centre's update on every "
+                         "worker, waiting for the slower worker",
+    "tournament": "tournaments: every round its trainer's model goes to a partner, which scores both on a "
+                  "held-out batch (forward passes that train nothing) and keeps the better",
+    "host": "a master's turn every step: the gradient chunks go to the CPU master, which sums them and updates "
+            "while the workers wait for the new weights",
+    "local_allreduce": "every tau steps an allreduce of the parameters (diloco: and an outer optimiser step), "
+                       "waiting for the slower worker",
+    "post_local_allreduce": "an allreduce of the gradient every step until post_local_epoch, then of the "
+                            "parameters every tau steps",
+    "gossip": "every tau steps its parameters to each neighbour and theirs back (the topology's degree times the "
+              "parameters), waiting for the slowest neighbour",
+    "pairwise": "an atomic average with one neighbour's model through the table of models every step, one pair "
+                "at a time",
+}
+
+
+def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[str]:
+    """One note per algorithm of `size` that ran under `below` of its limit: what it spends
+    besides its own steps (its pattern's `SPENDS`), with its share of time in exchanges;
+    sync_sgd's against the bare sync loop too.
+
+    >>> t = pd.DataFrame({"what": ["bare sync loop (no engine)", "sync_sgd", "easgd", "async_sgd"],
+    ...                   "vs_limit": [0.8, 0.72, 0.5, 0.9], "comm_fraction": [float("nan"), 0.3, 0.6, 0.1]})
+    >>> for note in spending_notes(t, "teaching"):
+    ...     print(note.split(": ")[1])
+    sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; 30% of its time in exchanges)
+    easgd at 0.50 of the limit (60% of its time in exchanges)
+    """
+    from ..algorithms import REGISTRY
+    by = dict(zip(table["what"], table["vs_limit"]))
+    bare = by.get("bare sync loop (no engine)")
+    notes = []
+    for _, row in table.iterrows():
+        spec = REGISTRY.get(row["what"])
+        if spec is None or not row["vs_limit"] < below:
+            continue
+        extra = f"{bare and row['vs_limit'] / bare:.2f} of the bare sync loop; " if spec.pattern == "allreduce" \
+            and bare else ""
+        share = row.get("comm_fraction", float("nan"))
+        spent = f"{share:.0%} of its time in exchanges" if pd.notna(share) else "its exchanges not timed"
+        notes.append(f"{size}: {row['what']} at {row['vs_limit']:.2f} of the limit ({extra}{spent}): "
+                     f"{SPENDS[spec.pattern]}")
+    return notes
 
 
 def verdict(table: pd.DataFrame, size: str, ours: str = "sync_sgd", margin: float = 0.15) -> str:

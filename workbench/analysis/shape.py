@@ -231,6 +231,25 @@ def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterab
     return rows
 
 
+QUICK_SKIPPED = "skipped in quick mode"   # the verdict of a shape quick mode's parameters cannot reproduce
+
+
+def skip_in_quick(rows: list[dict[str, Any]], quick_skips: dict[str, str]) -> list[dict[str, Any]]:
+    """`paper_vs_measured` rows with the shapes an experiment's `quick_skips` names marked
+    "skipped in quick mode" (held None), the reason after what was measured: a quick run
+    says what it cannot show instead of a verdict of False. The input is not changed.
+
+    >>> rows = [{"id": "gain", "measured": "0.2 points", "held": False, "verdict": "did not hold"}]
+    >>> r = skip_in_quick(rows, {"gain": "3 epochs: too short"})[0]
+    >>> r["verdict"], r["held"], r["measured"]
+    ('skipped in quick mode', None, '0.2 points (quick mode: 3 epochs: too short)')
+    >>> rows[0]["verdict"]
+    'did not hold'
+    """
+    return [dict(r, held=None, verdict=QUICK_SKIPPED, measured=f"{r['measured']} (quick mode: {quick_skips[r['id']]})")
+            if r["id"] in quick_skips else dict(r) for r in rows]
+
+
 class ShapeChecks:
     """Collects `check(id, held, measured)` calls and writes `out_dir/shape.json`.
 
@@ -293,12 +312,14 @@ class ShapeChecks:
         path.write_text(json.dumps(self.verdicts, indent=2))
         return path
 
-    def table(self, experiment: str | Path | None = None) -> Any:
+    def table(self, experiment: str | Path | None = None, quick: bool = False) -> Any:
         """The verdicts as a pandas DataFrame (for the notebook to show).
 
         With `experiment` (an experiment file), the "paper vs simulated" table: one row
         per expected shape with the paper's number beside ours (`paper_vs_measured`),
-        then any verdict measured beyond the expected shape (paper "").
+        then any verdict measured beyond the expected shape (paper ""); with `quick`, the
+        shapes its `quick_skips` names read "skipped in quick mode" (`skip_in_quick`), as
+        `reproduce --quick` says them.
         """
         import pandas as pd
         if experiment is None:
@@ -308,6 +329,9 @@ class ShapeChecks:
         expected = [c for c in (data.get("expected_shape") or []) if isinstance(c, dict) and "id" in c] \
             if isinstance(data, dict) else []
         rows = paper_vs_measured(expected, self.verdicts)
+        skips = data.get("quick_skips") if isinstance(data, dict) else None
+        if quick and isinstance(skips, dict):
+            rows = skip_in_quick(rows, {str(k): str(v) for k, v in skips.items()})
         ids = {c["id"] for c in expected}
         rows += [{"id": v["id"], "text": "(measured, not part of the expected shape)", "paper": "",
                   "measured": v["measured"], "margin": margin_text(v), "verdict": verdict_word(v["held"], v.get("resolved"))}

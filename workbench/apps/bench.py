@@ -2,13 +2,15 @@
 
 The measurements and the table's maths are `workbench.analysis.bench`'s (see its docstring
 for what is measured and against what); the torch peer's rows are
-`workbench.analysis.torchpeer`'s, present only when torch is importable.
+`workbench.analysis.torchpeer`'s, present only when torch is importable (a note says so
+otherwise); the allreduce table that ends the printout (and is all `--allreduce` prints)
+is `workbench.analysis.allreduce`'s. `--compare CSV` prints each row beside the same row
+of a table saved with `--out`.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from typing import Any
 
@@ -26,16 +28,21 @@ from ..analysis.bench import (
     _plain_entry,
     _shm_exchange_entry,
     _sizes,
-    allreduce_lines,
     combine_rounds,
+    compare_tables,
+    spending_notes,
     verdict,
 )
 from ..analysis.torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_available
 
-
 # ------------------------------------------------------------------------------ the table
+TORCH_MISSING = ("PyTorch rows (its no-exchange limit, DDP, gloo's all_reduce) not measured: torch is not "
+                 "installed here (`pip install torch` adds the peer; the workbench never needs it)")
+
+
 def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
-    """The benchmark's rows, in order; the torch peer's only when torch is importable."""
+    """The benchmark's rows, in order; the torch peer's only when torch is importable
+    (`TORCH_MISSING` says so otherwise)."""
     out = [Entry("no-exchange limit", _limit_entry),
            Entry("allreduce, shared memory (ours)", _shm_exchange_entry),
            Entry("bare sync loop (no engine)", _bare_sync_entry),
@@ -73,6 +80,8 @@ def check_args(args: argparse.Namespace) -> list[Size]:
         parent = os.path.dirname(os.path.abspath(args.out))
         if os.path.isdir(args.out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise ConfigError("out", "a CSV file path in a writable directory", args.out)
+    if getattr(args, "compare", None):
+        saved_table(args.compare)
     sizes = _sizes(args)
     for size in sizes:
         cfg = RunConfig(algorithm="sync_sgd", dataset="synthetic", n_samples=max(20000, 8 * size.batch_per_worker * args.cpus),
@@ -80,6 +89,95 @@ def check_args(args: argparse.Namespace) -> list[Size]:
                         batch_size=size.batch_per_worker * args.cpus, steps=10)
         check_memory(cfg)
     return sizes
+
+
+ALLREDUCE_ROUNDS = 20   # the full bench's allreduce table (`--allreduce` alone: 40 by default)
+
+
+def allreduce_path(out: str) -> str:
+    """Where the full bench writes its allreduce table beside the main one (--out).
+
+    >>> allreduce_path("runs/bench.csv")
+    'runs/bench.allreduce.csv'
+    """
+    root, ext = os.path.splitext(out)
+    return f"{root}.allreduce{ext or '.csv'}"
+
+
+def saved_table(path: str) -> pd.DataFrame:
+    """A table an earlier bench wrote with --out (ConfigError if it is not one)."""
+    from ..analysis.bench import COMPARE_KEYS
+    from ..config import ConfigError
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError):
+        raise ConfigError("compare", "a CSV file that bench --out wrote", path) from None
+    if not any(set(k) <= set(table.columns) for k in COMPARE_KEYS):
+        raise ConfigError("compare", f"a CSV file that bench --out wrote (columns {' or '.join(map(str, COMPARE_KEYS))})",
+                          path)
+    return table
+
+
+def render(table: pd.DataFrame) -> str:
+    """A table as printed: text left-aligned (every line starts with its row's name, so no
+    row looks like a traceback's indented line), numbers right-aligned, blanks for NaN.
+
+    >>> print(render(pd.DataFrame({"what": ["a", "longer"], "vs_limit": [0.5, float("nan")]})))
+    what    vs_limit
+    a          0.500
+    longer
+    """
+    cols = list(table.columns)
+    text = [not pd.api.types.is_numeric_dtype(table[c]) for c in cols]
+    cells = [[str(c) for c in cols]] + [[_fmt(v) if not t else ("" if pd.isna(v) else str(v))
+                                         for v, t in zip(row, text)] for row in table.itertuples(index=False)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(c.ljust(w) if t else c.rjust(w) for c, w, t in zip(r, widths, text)).rstrip()
+                     for r in cells)
+
+
+def size_tables(table: pd.DataFrame, sizes: list[Size], rounds: int) -> str:
+    """The combined table as printed: one block per size, headed by the size, with every
+    row measured at it (`render`: each line starts with the row's name).
+
+    >>> t = pd.DataFrame({"size": ["teaching", "535k"], "what": ["sync_sgd"] * 2, "vs_limit": [0.6, 0.9]})
+    >>> print(size_tables(t, [Size("teaching", 64, "128", 32), Size("535k", 784, "512,256", 128)], 3))
+    <BLANKLINE>
+    teaching: MLP 64-128-10, batch 32/worker, 3 round(s)
+    what      vs_limit
+    sync_sgd     0.600
+    <BLANKLINE>
+    535k: MLP 784-512-256-10, batch 128/worker, 3 round(s)
+    what      vs_limit
+    sync_sgd     0.900
+    """
+    blocks = []
+    for size in sizes:
+        rows = table.loc[table["size"] == size.name].drop(columns="size")
+        blocks.append(f"\n{size.name}: {size.label()}, {rounds} round(s)\n{render(rows)}")
+    return "\n".join(blocks)
+
+
+def print_comparison(table: pd.DataFrame, path: str) -> None:
+    """Each row of `table` beside the same row of the saved table at `path`: now / then."""
+    print(f"\ncompared with {path} (ratio: now / then; vs_limit higher is better, ms lower):")
+    print(render(compare_tables(table, saved_table(path))))
+
+
+def allreduce_main(args: argparse.Namespace) -> int:
+    """`bench --allreduce`: the allreduce table alone (`analysis.allreduce`)."""
+    from ..analysis.allreduce import ROUNDS, allreduce_table, format_table, header_line
+    rounds = int(getattr(args, "rounds", None) or ROUNDS)
+    print(header_line(rounds) + "; other processes share the host", flush=True)
+    table, notes = allreduce_table(rounds=rounds, gloo=False if args.no_torch else None)
+    print(format_table(table))
+    for note in notes:
+        print(f"note: {note}")
+    if args.out:
+        table.to_csv(args.out, index=False)
+    if getattr(args, "compare", None):
+        print_comparison(table, args.compare)
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -95,6 +193,8 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("algorithms", f"comma-separated names from {sorted(REGISTRY)}", a)
     from ..util.machine import usable_cores
     sizes = check_args(args)
+    if getattr(args, "allreduce", False):
+        return allreduce_main(args)
     rounds = int(getattr(args, "rounds", None) or 1)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -136,18 +236,25 @@ def main(args: argparse.Namespace) -> int:
             "bytes_per_step", "exchange_ms"]
     cols = [c for c in cols if c in table.columns]
     cols += [c for c in table.columns if c not in cols]
+    print(size_tables(table[cols], sizes, rounds))
     print()
-    print(table[cols].to_string(index=False, na_rep="", float_format=_fmt))
     for size in sizes:
         print(verdict(table[table["size"] == size.name], size.name))
+    for size in sizes:                 # what each algorithm under 0.8 of its limit spends
+        notes += spending_notes(table[table["size"] == size.name], size.name)
     print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
-    for line in allreduce_lines():     # the ring allreduce (comm="dask") beside shared memory
-        print(line, flush=True)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+    if args.no_torch or not torch_available():
+        notes.append("--no-torch: PyTorch rows not measured" if args.no_torch else TORCH_MISSING)
+    from ..analysis.allreduce import allreduce_table, format_table, header_line
+    print("\n" + header_line(ALLREDUCE_ROUNDS), flush=True)
+    exchanges, more = allreduce_table(rounds=ALLREDUCE_ROUNDS, gloo=False if args.no_torch else None)
+    print(format_table(exchanges))
+    for note in notes + more:
+        print(f"note: {note}")
     if args.out:
         table[cols].assign(startup_s=warm.summary["startup_s"]).to_csv(args.out, index=False)
+        exchanges.to_csv(allreduce_path(args.out), index=False)
+    if getattr(args, "compare", None):
+        print_comparison(table[cols], args.compare)
     return 0
-
-

@@ -90,6 +90,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
+    "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -173,7 +174,11 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
-                     help="replace a run already saved in --out (otherwise refused before training)")
+                     help="replace a run already saved in --out (otherwise refused before training); the old run "
+                          "stays until the new one commits")
+    run.add_argument("--resume", metavar="DIR", default=None,
+                     help="continue the stopped, failed or killed run in DIR from its last checkpoint, with its own "
+                          "config (no other run flag is taken); see docs/checkpoints.md")
 
     sub.add_parser("algorithms", help=COMMANDS["algorithms"])
     sub.add_parser("schema", help=COMMANDS["schema"])
@@ -185,6 +190,19 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     comp.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
     comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
+
+    why = sub.add_parser("explain", help=COMMANDS["explain"], formatter_class=fmt,
+                         description="Read one run, or a 1-worker run and an N-worker run of the same config, and "
+                                     "say what limits the N-worker step (first line: limited by: ...), its parts "
+                                     "(compute, exchange, waiting for the slowest worker, the engine's overhead, "
+                                     "contention from other processes), and what would change the answer (the "
+                                     "batch and model size at which N workers beat one by 1.5x, the network at "
+                                     "which DiLoCo or compression pays, the straggler), from the cost model fitted "
+                                     "on the runs, each with its uncertainty. See docs/explain.md.",
+                         epilog="example:\n  python -m workbench run --algorithm sync_sgd --cpus 1 --out runs/one\n"
+                                "  python -m workbench run --algorithm sync_sgd --cpus 2 --out runs/two\n"
+                                "  python -m workbench explain runs/one runs/two")
+    why.add_argument("runs", nargs="+", metavar="RUN", help="run directories (each with summary.json)")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -216,8 +234,14 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=None,
                        help="measure every row this many times, interleaved; the table shows the median "
                             "ratio and its range (a shared machine's ratios move by tenths between runs); "
-                            "default 1, and 5 with --sim-vs-real")
-    bench.add_argument("--out", help="also write the table as CSV here")
+                            "default 1, 5 with --sim-vs-real, 40 with --allreduce")
+    bench.add_argument("--out", help="also write the table as CSV here (and the allreduce table beside it, NAME.allreduce.csv)")
+    bench.add_argument("--compare", metavar="CSV",
+                       help="also print each row beside the same row of a table an earlier bench wrote with --out: "
+                            "then, now, and now / then")
+    bench.add_argument("--allreduce", action="store_true",
+                       help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
+                            "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")
@@ -242,7 +266,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="experiments/<name>.yaml")
     rep.add_argument("--quick", action="store_true",
                      help="the experiment's quick parameters (about a minute); shapes the file's quick_skips "
-                          "names read 'not reproduced in quick mode', every other shape is checked")
+                          "names read 'skipped in quick mode', every other shape is checked")
     rep.add_argument("--out", required=True, help="output directory")
     rep.add_argument("--notebook", default=None,
                      help="run this notebook instead of the experiment's (which must be in the repository's notebooks/)")
@@ -302,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
@@ -354,6 +380,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:  # Ctrl-C while checking inputs: nothing had started, nothing to save
         print("stopped: interrupted before the run started", file=sys.stderr)
+        return EXIT_FAILED
+    except (MemoryError, RuntimeError) as exc:   # an address space (ulimit -v) too small for what it met
+        if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+            raise
+        from ..util.limits import address_space_limit
+        limit = address_space_limit()
+        print(f"error: memory: ran out of address space ({type(exc).__name__}: {str(exc) or 'out of memory'}"
+              f"{f'; ulimit -v is {limit >> 20} MiB' if limit else ''}); raise the limit or run less at once",
+              file=sys.stderr)
         return EXIT_FAILED
     parser.error(f"unknown command {args.command!r}")
     return EXIT_INVALID
@@ -427,6 +462,8 @@ def _run(args: argparse.Namespace) -> int:
     from .. import api
     from ..execution.preflight import preflight
 
+    if args.resume is not None:
+        return _resume(args)
     config = config_from_args(args)
     if config.out is None:
         config = config.replace(out=_default_out(config))
@@ -463,6 +500,43 @@ def _run(args: argparse.Namespace) -> int:
                 close_session()  # a CLI run owns its cluster: shut it down before exiting
             except KeyboardInterrupt:  # a signal after the run was saved: nothing is lost
                 pass
+    return _report_run(result, config)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """`run --resume DIR`: the run in DIR goes on from its last checkpoint (`api.resume`)."""
+    from .. import api
+    given = [name for name in RunConfig.model_fields if name in vars(args)] + \
+        (["config"] if getattr(args, "config", None) else []) + (["overwrite"] if args.overwrite else [])
+    if given:
+        raise ConfigError(given[0], "no other run flag with --resume (the run goes on with its own config)",
+                          getattr(args, given[0]))
+    from ..checkpoint import latest
+    found, _ = latest(api._resumable_dir(Path(args.resume)))
+    config = RunConfig.from_dict(found.config) if found is not None else None
+    progress = None if args.no_progress or not sys.stderr.isatty() or config is None else _progress_bar(config)
+    if config is not None and not config.simulate:
+        from ..execution.cluster import one_line_logs
+        one_line_logs()
+    with stop_on_signals():
+        try:
+            result = api.resume(args.resume, on_record=progress, progress=False, report=False)
+        finally:
+            if progress is not None:
+                progress.close()
+            from ..execution.cluster import close_session
+            try:
+                close_session()
+            except KeyboardInterrupt:
+                pass
+    for line in result.summary.get("warnings", []):
+        if line.startswith("checkpoint:"):
+            print(f"warning: {line}", file=sys.stderr)
+    return _report_run(result, RunConfig.from_dict(result.summary["config"]))
+
+
+def _report_run(result: Any, config: RunConfig) -> int:
+    """The CLI's lines about a finished run, its report.html, and the exit code."""
     s = result.summary
     acc = s.get("final_test_accuracy")
     on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
@@ -476,6 +550,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    if s["status"] == "failed":   # a loop that never started has no event: its error says why
+        for rank, error in (s.get("errors") or {}).items():
+            print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)
     from ..measure import notes
     for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
         print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
@@ -524,8 +601,10 @@ def _write_report(result: Any, out: str) -> None:
     from .. import api
     with stop_on_signals():
         try:
-            path = api.write_run_report(result, out)
-            api.settle_steps(result, out)
+            try:
+                path = api.write_run_report(result, out)
+            finally:   # the spool goes whether or not the report could be written (steps.csv holds its rows)
+                api.settle_steps(result, out)
         except KeyboardInterrupt as exc:
             print(f"report: not written ({exc or 'interrupted'}); the run is saved: "
                   f"`python -m workbench compare {out} --out {Path(out) / 'report.html'}` renders one later",
@@ -644,6 +723,17 @@ def _compare(args: argparse.Namespace) -> int:
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
     print(f"report: {path}")
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """`explain RUN [RUN...]`: each run with more workers against the one with fewest
+    (`analysis.explain`), printed; the first line of each says what limits it."""
+    from ..analysis.explain import explain
+    from ..results import RunResult
+    dirs = _run_dirs(args.runs)
+    found = explain([RunResult.load(d) for d in dirs])
+    print("\n\n".join(e.text() for e in found))
     return EXIT_OK
 
 

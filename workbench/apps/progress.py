@@ -42,7 +42,7 @@ class RunProgress:
         fmt = ("{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} steps [{elapsed}<{remaining}{postfix}]"
                if self.by_steps else
                "{desc}: {percentage:3.0f}%|{bar}| {n:.2f}/{total:g} epochs [{elapsed}<{remaining}{postfix}]")
-        self.bar = tqdm(total=total, desc=desc or config.algorithm, unit=unit, leave=leave,
+        self.bar = _bar(tqdm, total=total, desc=desc or config.algorithm, unit=unit, leave=leave,
                         bar_format=fmt, dynamic_ncols=True)
         self.done = 0.0
         self.postfix: dict[str, str] = {}
@@ -85,25 +85,51 @@ class RunProgress:
         if status is not None and status != "completed":
             self.postfix["status"] = status
             self.bar.set_postfix(self.postfix, refresh=False)
-        line = self.final_line() if _is_widget_bar(self.bar) else None
         self.bar.close()
-        if line is not None:
-            # A widget bar is saved by an executed notebook (papermill, nbclient: no widget
-            # frontend) as its text at creation, "0%| 0.00/3 epochs": a finished text line
-            # stays below it, so the saved notebook says how the run ended.
-            print(line, flush=True)
 
     def final_line(self) -> str:
         """The bar as one line of text (its state now)."""
         return str(self.bar)
 
 
-def _is_widget_bar(bar: Any) -> bool:
+def _is_widget_class(cls: Any) -> bool:
+    """Whether `tqdm.auto` chose the notebook's widget bar (a kernel with ipywidgets)."""
     try:
         from tqdm.notebook import tqdm_notebook
-    except ImportError:      # no ipywidgets: tqdm.auto drew text
+    except ImportError:      # no ipywidgets: tqdm.auto draws text
         return False
-    return isinstance(bar, tqdm_notebook)
+    return isinstance(cls, type) and issubclass(cls, tqdm_notebook)
+
+
+_SHOWN: dict[type, type] = {}
+
+
+def _bar(tqdm: Any, **kwargs: Any) -> Any:
+    """A bar of `tqdm` (tqdm.auto's choice); a notebook's widget bar is shown under a display
+    id, and closing it rewrites that output's text to the bar's last state: an executed
+    notebook (papermill, nbclient: no widget frontend) saved a widget bar as its text at
+    creation, a frozen "0%", which the finished state now replaces. A frontend keeps drawing
+    the widget, whose state says the same."""
+    if not _is_widget_class(tqdm):
+        return tqdm(**kwargs)
+    if tqdm not in _SHOWN:
+        class Shown(tqdm):
+            def __init__(self, *args: Any, **kw: Any) -> None:
+                from IPython.display import display
+                super().__init__(*args, display=False, **kw)
+                self.displayed = True
+                self._handle = display(self.container, display_id=True)
+
+            def close(self) -> None:
+                handle, self._handle = getattr(self, "_handle", None), None
+                line = str(self) if handle is not None else None
+                super().close()
+                if handle is not None:
+                    handle.update({"application/vnd.jupyter.widget-view+json": {
+                        "model_id": self.container.model_id, "version_major": 2, "version_minor": 0},
+                        "text/plain": line}, raw=True)
+        _SHOWN[tqdm] = Shown
+    return _SHOWN[tqdm](**kwargs)
 
 
 def tee(*callbacks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
@@ -128,4 +154,4 @@ def tee(*callbacks: Callable[[Any], None] | None) -> Callable[[Any], None] | Non
 
 def sweep_bar(total: int, desc: str) -> Any:
     """The bar of a sweep: one tick per finished run."""
-    return _tqdm()(total=total, desc=desc, unit="run", dynamic_ncols=True)
+    return _bar(_tqdm(), total=total, desc=desc, unit="run", dynamic_ncols=True)

@@ -20,7 +20,7 @@ Experiment file keys:
 Verdicts fail loudly: `reproduce` returns `failed`, the shapes that did not hold or were
 not measured, and the CLI exits with EXIT_SHAPE (3) when there is any (0 when every shape
 held; 1 when the notebook itself failed; 2 for bad input). Quick mode checks every shape
-too, except those `quick_skips` names: their verdict reads "not reproduced in quick mode"
+too, except those `quick_skips` names: their verdict reads "skipped in quick mode"
 with the reason, and they do not fail the run. An effect's verdict carries its margin
 (`analysis.shape.ShapeChecks.compare`): it holds only beyond the run-to-run spread.
 
@@ -307,16 +307,13 @@ def reproduce(path: str | Path, out: str | Path, quick: bool = False, kernel: st
         own = out / "seeds" / f"seed-{seed}" / "shape.json"     # every seed's own verdicts, kept
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_text(json.dumps(per_seed[seed], indent=2))
-    from ..analysis.shape import combine_seeds, paper_vs_measured
+    from ..analysis.shape import combine_seeds, paper_vs_measured, skip_in_quick
     combined = combine_seeds(per_seed)
     (out / "shape.json").write_text(json.dumps(combined, indent=2))
     verdicts = {v["id"]: v for v in combined}
     checks = paper_vs_measured(exp.expected_shape, verdicts.values())
-    if quick:
-        for c in checks:
-            if c["id"] in exp.quick_skips:   # what quick mode changes, said instead of a verdict
-                c.update(held=None, verdict="not reproduced in quick mode",
-                         measured=f"{c['measured']} (quick mode: {exp.quick_skips[c['id']]})")
+    if quick:   # what quick mode changes, said instead of a verdict (the notebook's table says the same)
+        checks = skip_in_quick(checks, exp.quick_skips)
     expected_ids = {c["id"] for c in exp.expected_shape}
     also = [v for v in verdicts.values() if v["id"] not in expected_ids]   # measured, not expected to hold
     report = out / "report.html"

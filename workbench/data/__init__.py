@@ -34,8 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import files
 from .dataset import (
+    DATA_ENV,
     DATASETS,
+    NAMED_BY_PATH,
     DataError,
     Dataset,
     DatasetInfo,
@@ -43,10 +46,12 @@ from .dataset import (
     TextFileInfo,
     _check_fraction,
     _check_int,
+    cache_dir,
     dataset_info,
     is_text_path,
 )
-from .download import DATA_ENV, EXPECTED_SHA256, FILES, URL_ENV, URLS, _real, cache_dir
+from .download import EXPECTED_SHA256, FILES, URL_ENV, URLS, _real
+from .files import is_data_path
 from .generators import _digits, _mnist1d, _synthetic
 from .generators import _n_test as _n_test  # re-exported: the dashboard sizes its test set with it
 from .order import _epoch_order, batch_order, global_batch, partition, split_batch, steps_per_epoch
@@ -145,8 +150,11 @@ def load_dataset(
     """
     if is_text_path(name):
         return text_dataset(name, _check_int("context", context, 1), _check_fraction("test_fraction", test_fraction))
+    if is_data_path(name):   # your own arrays (`data.files`): checked, memory-mapped when large
+        test_fraction = _check_fraction("test_fraction", test_fraction)
+        return _file_cached(files._key(name), test_fraction, str(cache_dir(data_dir).absolute()))
     if not isinstance(name, str) or name not in DATASETS:
-        raise DataError(f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got {name!r}")
+        raise DataError(f"dataset: one of {list(DATASETS)}, or {NAMED_BY_PATH}, got {name!r}")
     n_samples = _check_int("n_samples", n_samples, 10)
     n_features = _check_int("n_features", n_features, 1)
     n_classes = _check_int("n_classes", n_classes, 2)
@@ -182,12 +190,19 @@ def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_
 def clear_cache() -> None:
     """Forget the datasets and epoch orders kept in this process (frees their memory)."""
     _cached.cache_clear()
+    _file_cached.cache_clear()
     _epoch_order.cache_clear()
     markov_text.cache_clear()
     from .dataset import _text_facts
     from .text import _text_dataset
     _text_dataset.cache_clear()
     _text_facts.cache_clear()
+
+
+@functools.lru_cache(maxsize=4)
+def _file_cached(key: tuple[str, int, int], test_fraction: float, data_dir: str) -> Dataset:
+    """A data file's dataset, by its path, size and time (an edited file is read again)."""
+    return files.load_file(key[0], test_fraction, data_dir)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,9 +123,16 @@ class TextFileInfo(DatasetInfo):
         return Shape(n_train, n_test, int(context), vocab, None)
 
 
+# Other kinds of file a dataset may be named by: (whether a name is one, its entry). `data.files`
+# adds the user's arrays (.npz, a .npy pair, a folder of .npy, .csv) when it is imported (the
+# `data` package imports it), so this module needs none of its code.
+FILE_KINDS: list[tuple[Callable[[str], bool], Callable[[str], DatasetInfo]]] = []
+NAMED_BY_PATH = "a path/to/text.txt, or a data file (.npz, a pair x.npy,y.npy, a folder of .npy, .csv)"
+
+
 def dataset_info(name: str) -> DatasetInfo:
-    """The `DATASETS` entry of `name`, or the entry of a text file when `name` is a .txt path;
-    DataError otherwise.
+    """The `DATASETS` entry of `name`, or the entry of a text file when `name` is a .txt path,
+    or of a data file of the user's (`FILE_KINDS`); DataError otherwise.
 
     >>> dataset_info("digits").n_classes, dataset_info("notes.txt").tokens
     (10, True)
@@ -134,7 +143,10 @@ def dataset_info(name: str) -> DatasetInfo:
     if is_text_path(name):
         return TextFileInfo(f"the characters of the text file {name}", n_examples=0, n_classes=None, tokens=True,
                             path=name)
-    raise DataError(f"dataset: one of {list(DATASETS)}, or a path/to/text.txt, got {name!r}")
+    for is_kind, entry in FILE_KINDS:
+        if is_kind(name):
+            return entry(name)
+    raise DataError(f"dataset: one of {list(DATASETS)}, or {NAMED_BY_PATH}, got {name!r}")
 
 
 def _n_test(n_samples: int, test_fraction: float) -> int:
@@ -144,6 +156,30 @@ def _n_test(n_samples: int, test_fraction: float) -> int:
 
 class DataError(ValueError):
     """A bad dataset argument or a missing/corrupt data file; says field, allowed, got."""
+
+
+DATA_ENV = "WORKBENCH_DATA"  # overrides the default cache folder ~/.cache/workbench
+
+
+def cache_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The folder that holds downloaded datasets (one subfolder per dataset), and the
+    prepared copies of the user's large files.
+
+    Args:
+        data_dir: an explicit folder; None means ``$WORKBENCH_DATA`` if set, else
+            ``~/.cache/workbench``. The folder is not created here.
+
+    Returns:
+        The folder as a Path, with ``~`` expanded.
+
+    >>> str(cache_dir("/data/wb"))
+    '/data/wb'
+    """
+    if data_dir is None:
+        data_dir = os.environ.get(DATA_ENV) or Path.home() / ".cache" / "workbench"
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise DataError(f"data_dir: a folder path or None, got {data_dir!r}")
+    return Path(data_dir).expanduser()
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,6 +224,22 @@ class Dataset:
     def n_test(self) -> int:
         """Number of test samples M."""
         return int(self.X_test.shape[0])
+
+    @classmethod
+    def from_arrays(cls, X_train: Any, y_train: Any, X_test: Any = None, y_test: Any = None, *,
+                    n_classes: int | None = None, test_fraction: float = 0.2, name: str = "arrays") -> Dataset:
+        """Your own arrays as a checked Dataset: a training and a test set, or one set split
+        by `test_fraction` (a fixed shuffle, the same in every run). Features are used as
+        given (rows of more dimensions flattened; (N, C, H, W) are images), labels are
+        integers in [0, n_classes) (`n_classes`: stated, else the largest label plus one).
+        `RunConfig(dataset=<this>)` trains on it (saved once under cache_dir()/arrays/).
+
+        >>> d = Dataset.from_arrays(np.eye(10), np.arange(10) % 2)
+        >>> d.n_train, d.n_test, d.n_classes, d.X_train.dtype
+        (8, 2, 2, dtype('float32'))
+        """
+        return from_arrays(X_train, y_train, X_test, y_test, n_classes=n_classes, test_fraction=test_fraction,
+                           name=name)
 
 
 
@@ -313,3 +365,127 @@ def _check_context(context: object, n_chars: int, path: str | os.PathLike) -> in
         raise DataError(f"context: at most {most} for {os.fspath(path)!r} (its {n_chars:,} characters make one "
                         f"training and one test sequence of context + 1 characters at most that long), got {context}")
     return context
+
+
+# ------------------------------------------------------------------------------ the user's arrays, checked
+SPLIT_SEED = 0          # a split of X, y into train and test: the same shuffle for every run
+CHECK_ROWS = 1 << 16    # rows checked at a time (bounded memory on a memory-mapped array)
+
+
+def describe_arrays(headers: dict[str, tuple[tuple[int, ...], Any]], labels: Callable[[str], np.ndarray],
+                    n_classes: int | None, where: str) -> dict[str, Any]:
+    """What a user's arrays hold, checked: their rows, width, image shape and class count,
+    from the arrays' shapes and dtypes (`headers`: "X_train", "y_train", "X_test", "y_test",
+    or "X", "y") and their labels (`labels(name)`); the features themselves are not read.
+    DataError, one line naming the array, the row and what is allowed, at the first thing
+    that cannot train (`data.files`' module docstring lists them). `where`: the file, in messages.
+
+    >>> describe_arrays({"X": ((5, 1, 2, 2), np.dtype("f4")), "y": ((5,), np.dtype("i8"))},
+    ...                 lambda n: np.array([0, 1, 2, 0, 1]), None, "x")["image_shape"]
+    (1, 2, 2)
+    >>> describe_arrays({"X": ((5, 3), np.dtype("f4")), "y": ((4,), np.dtype("i8"))}, None, None, "x.npz")
+    Traceback (most recent call last):
+    ...
+    workbench.data.dataset.DataError: y: one label per row of X (5 rows), got 4 labels in 'x.npz'
+    """
+    xs = [n for n in headers if n.startswith("X")]
+    for n in xs:
+        shape, dtype = headers[n]
+        if len(shape) < 2 or shape[0] < 1 or min(shape[1:]) < 1:
+            raise DataError(f"{n}: rows of features, an array of at least 2 dimensions with at least one row, got "
+                            f"shape {tuple(shape)} in {where!r}")
+        if np.dtype(dtype).kind not in "biuf":
+            raise DataError(f"{n}: numbers (float, int or bool), got dtype {dtype} in {where!r}")
+    for x in xs:
+        y = "y" + x[1:]
+        (xshape, _), (yshape, ydtype) = headers[x], headers[y]
+        if len(yshape) != 1:
+            raise DataError(f"{y}: one label per row (a 1-D array), got shape {tuple(yshape)} in {where!r}")
+        if yshape[0] != xshape[0]:
+            raise DataError(f"{y}: one label per row of {x} ({xshape[0]:,} rows), got {yshape[0]:,} labels in {where!r}")
+        if np.dtype(ydtype).kind not in "biuf":
+            raise DataError(f"{y}: integer class labels, got dtype {ydtype} in {where!r}")
+    if "X_test" in headers and tuple(headers["X_test"][0][1:]) != tuple(headers["X_train"][0][1:]):
+        raise DataError(f"X_test: rows shaped as X_train's {tuple(headers['X_train'][0][1:])}, got "
+                        f"{tuple(headers['X_test'][0][1:])} in {where!r}")
+    if n_classes is not None and n_classes < 2:
+        raise DataError(f"n_classes: a whole number >= 2, got {n_classes} in {where!r}")
+    top = -1
+    for y in (n for n in headers if n.startswith("y")):
+        top = max(top, _check_labels(y, labels(y), n_classes, where))
+    classes = n_classes if n_classes is not None else top + 1
+    if classes < 2:
+        raise DataError(f"y: at least 2 classes, got only label {top} in {where!r}")
+    row = tuple(int(d) for d in headers[xs[0]][0][1:])
+    image = row if len(row) == 3 else (1, *row) if len(row) == 2 else None
+    return {"label": where, "rows": {n: int(headers[n][0][0]) for n in xs}, "n_features": int(np.prod(row)),
+            "n_classes": int(classes), "image_shape": image, "split": "X" in headers}
+
+
+def _check_labels(name: str, y: np.ndarray, n_classes: int | None, where: str) -> int:
+    """Raise DataError at the first label that is not a whole number in [0, n_classes);
+    return the largest label."""
+    top = -1
+    for lo in range(0, len(y), CHECK_ROWS):
+        part = np.asarray(y[lo:lo + CHECK_ROWS])
+        if part.dtype.kind == "f":
+            bad = ~np.isfinite(part) | (part != np.round(part))
+            if bad.any():
+                r = lo + int(np.argmax(bad))
+                raise DataError(f"{name}: integer class labels, got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")
+        if part.dtype.kind != "b" and (part < 0).any():
+            r = lo + int(np.argmax(part < 0))
+            raise DataError(f"{name}: labels >= 0, got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")
+        if n_classes is not None and (part >= n_classes).any():
+            r = lo + int(np.argmax(part >= n_classes))
+            raise DataError(f"{name}: labels in [0, {n_classes}) (n_classes), got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")
+        if len(part):
+            top = max(top, int(part.max()))
+    return top
+
+
+def check_finite(name: str, X: np.ndarray, where: str) -> None:
+    """DataError at the first feature of `X` that is NaN or infinite (row and column named)."""
+    for lo in range(0, len(X), CHECK_ROWS):
+        part = np.asarray(X[lo:lo + CHECK_ROWS])
+        if part.dtype.kind == "f" and not np.isfinite(part).all():
+            flat = part.reshape(len(part), -1)
+            r, c = divmod(int(np.argmax(~np.isfinite(flat))), flat.shape[1])
+            raise DataError(f"{name}: finite numbers, got {flat[r, c]} at row {lo + r}, column {c} of {where!r}")
+
+
+def split_rows(X: np.ndarray, y: np.ndarray, n_test: int) -> dict[str, np.ndarray]:
+    """X, y cut into train and test by a fixed shuffle (SPLIT_SEED), each side in its original order.
+
+    >>> parts = split_rows(np.arange(10)[:, None], np.arange(10), 3)
+    >>> parts["y_test"].tolist(), len(parts["y_train"])
+    ([2, 4, 6], 7)
+    """
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(X))
+    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    return {"X_train": X[train], "y_train": y[train], "X_test": X[test], "y_test": y[test]}
+
+
+def from_arrays(X_train: Any, y_train: Any, X_test: Any = None, y_test: Any = None, *, n_classes: int | None = None,
+                test_fraction: float = 0.2, name: str = "arrays") -> Dataset:
+    """A checked `Dataset` of arrays given in Python (`Dataset.from_arrays`)."""
+    if (X_test is None) != (y_test is None):
+        raise DataError(f"{'X_test' if X_test is None else 'y_test'}: given with the other test array, got None")
+    if n_classes is not None and (isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer))):
+        raise DataError(f"n_classes: a whole number >= 2, or None, got {n_classes!r}")
+    given = {"X_train": X_train, "y_train": y_train, "X_test": X_test, "y_test": y_test}
+    arrays = {k: np.asarray(v) for k, v in given.items() if v is not None}
+    if X_test is None:
+        arrays = {"X": arrays["X_train"], "y": arrays["y_train"]}
+    facts = describe_arrays({k: (a.shape, a.dtype) for k, a in arrays.items()}, arrays.__getitem__,
+                            None if n_classes is None else int(n_classes), name)
+    if facts["split"]:
+        if len(arrays["X"]) < 2:
+            raise DataError(f"X: at least 2 rows to split into a training and a test set, got {len(arrays['X'])}")
+        arrays = split_rows(arrays["X"], arrays["y"], _n_test(len(arrays["X"]), _check_fraction("test_fraction",
+                                                                                               test_fraction)))
+    for key in ("X_train", "X_test"):
+        check_finite(key, arrays[key], name)
+    flat = {n: a.reshape(a.shape[0], -1) if n.startswith("X") else a for n, a in arrays.items()}
+    return make_dataset(name, flat["X_train"], flat["y_train"], flat["X_test"], flat["y_test"], facts["n_classes"],
+                        image_shape=facts["image_shape"])

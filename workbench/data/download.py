@@ -23,7 +23,6 @@ import numpy as np
 from ..util.fileio import atomic_write
 from .dataset import DataError, Dataset, _centre, make_dataset
 
-DATA_ENV = "WORKBENCH_DATA"  # overrides the default cache folder ~/.cache/workbench
 URL_ENV = "WORKBENCH_DATA_URL"  # a mirror: files are fetched from <url>/<dataset>/<file>
 
 # Official sources, tried in order. Each entry is a folder URL holding the dataset's files.
@@ -76,25 +75,6 @@ EXPECTED_SHA256: dict[str, dict[str, str | None]] = {
 _TIMEOUT_S = 60  # per network operation (connect, each read), not for the whole file
 _MAX_DOWNLOAD_BYTES = 512 * 2**20  # the largest official file is 163 MiB; refuse runaway servers
 
-
-def cache_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The folder that holds downloaded datasets (one subfolder per dataset).
-
-    Args:
-        data_dir: an explicit folder; None means ``$WORKBENCH_DATA`` if set, else
-            ``~/.cache/workbench``. The folder is not created here.
-
-    Returns:
-        The folder as a Path, with ``~`` expanded.
-
-    >>> str(cache_dir("/data/wb"))
-    '/data/wb'
-    """
-    if data_dir is None:
-        data_dir = os.environ.get(DATA_ENV) or Path.home() / ".cache" / "workbench"
-    if not isinstance(data_dir, (str, os.PathLike)):
-        raise DataError(f"data_dir: a folder path or None, got {data_dir!r}")
-    return Path(data_dir).expanduser()
 
 class _Corrupt(Exception):
     """A file that does not parse; the message says how."""

@@ -190,7 +190,7 @@ def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
 
 
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,
-                 memory_limit: str | float | None = "auto", quiet: bool = False) -> Any:
+                 memory_limit: str | float | None = "auto", quiet: bool = False, tls: bool = True) -> Any:
     """Start a local cluster and return a `distributed.Client` connected to it.
 
     Args:
@@ -201,6 +201,9 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
         memory_limit: per worker, as Dask takes it; "auto": each worker's share of the
             machine's or the cgroup's memory (`worker_memory_limit`), on any CPU count.
         quiet: no note on stderr.
+        tls: mutual TLS (`local_security`); False only for benchmarks of plain tcp (the
+            ring allreduce between hosts of a cluster without TLS): anyone on the host could
+            then reach the workers.
     Returns:
         A Client; `client.cluster` is the cluster.
     """
@@ -219,7 +222,7 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
-    security = local_security()
+    security = local_security() if tls else None
     with dask.config.set(settings), _pristine_environ():
         if n_gpus == 0:
             cluster = nanny_keeping(LocalCluster)(
@@ -502,10 +505,12 @@ def describe_worker(dask_worker: Any) -> dict[str, Any]:
     w = dask_worker
     kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") or _started_by_dask_cuda(w)
                                                else "cpu")
+    from ..util.identity import code_identity
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
             "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
-            "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0)}
+            "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0),
+            "identity": code_identity()}
 
 
 def _started_by_dask_cuda(worker: Any) -> bool:
@@ -516,10 +521,35 @@ def _started_by_dask_cuda(worker: Any) -> bool:
 
 
 def workers_of(client: Any) -> list[dict[str, Any]]:
-    """Every worker of the cluster, described, GPU workers first, then by name."""
-    info = client.run(describe_worker)
-    workers = list(info.values())
-    return sorted(workers, key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+    """Every worker of the cluster, described, GPU workers first, then by name.
+
+    Each must run this process's code (`util.identity`: the workbench release, its files
+    and the Python version): a ConfigError naming the first that does not, and what
+    differs, before anything is sent to it (a worker of other code failed, or died, as it
+    unpacked its first task)."""
+    info = client.run(describe_worker, on_error="return")
+    from ..util import identity
+    mine = identity.code_identity()
+    failed = sorted(addr for addr, w in info.items() if isinstance(w, BaseException))
+    if failed:   # it could not even describe itself: ask what it runs, by value (it may not import workbench)
+        import cloudpickle
+        cloudpickle.register_pickle_by_value(identity)
+        try:
+            theirs = client.run(identity.code_identity, workers=failed[:1], on_error="return")
+        finally:
+            cloudpickle.unregister_pickle_by_value(identity)
+        got = theirs.get(failed[0])
+        what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
+            f"{type(info[failed[0]]).__name__}: {str(info[failed[0]]).splitlines()[0][:200] if str(info[failed[0]]) else ''}"
+        raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
+                          f"worker {failed[0]}: {what}")
+    workers = sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+    for w in workers:
+        what = identity.differences(mine, w.pop("identity", None) or {})
+        if what:
+            raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
+                              f"worker {w['name']} ({w['address']}): {', '.join(what)}")
+    return workers
 
 
 def _natural(name: str) -> tuple:

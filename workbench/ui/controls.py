@@ -41,7 +41,12 @@ DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
 LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
                 "partitions": "one simulated chip split into replicas moves cpus and cpu_device with it: "
-                              "`RunConfig(partitions=...)` or `--partitions`, as notebooks/sim_knl.ipynb does"}
+                              "`RunConfig(partitions=...)` or `--partitions`, as notebooks/sim_knl.ipynb does",
+                "out_private": "the Dashboard's run directories are private to you (0700/0600): "
+                               "`RunConfig(out_private=False)` or `--no-out-private` shares them as the umask allows",
+                "checkpoint_every": "the Dashboard's runs checkpoint every 60 s; a stopped run's Resume button "
+                                    "continues it: `RunConfig(checkpoint_every=...)` in code",
+                "checkpoint_keep": "`RunConfig(checkpoint_keep=...)` in code (2 by default)"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 
@@ -265,7 +270,7 @@ CONTROLS: tuple[Control, ...] = (
     # what to train
     _c("algorithm", _dropdown(list(ALGORITHMS))),
     _c("dataset", lambda n: lambda v: widgets.Combobox(value=v, options=list(DATASET_NAMES), ensure_option=False,
-                                                       placeholder="digits, or path/to/text.txt",
+                                                       placeholder="digits, or a path: text.txt, data.npz, x.npy,y.npy",
                                                        continuous_update=False, **_desc(n)),
        to_field=lambda v: v.strip() or "digits"),
     _c("model", lambda n: lambda v: widgets.Combobox(value=v, options=list(MODEL_NAMES), ensure_option=False,
@@ -282,6 +287,8 @@ CONTROLS: tuple[Control, ...] = (
     _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
     _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
+    _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
+       applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),

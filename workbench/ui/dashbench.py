@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 import workbench as wb
 from workbench.results import STATUSES
 
@@ -39,7 +41,8 @@ def _dashboard(config: wb.RunConfig, cluster: str | None = "threads"):
     return Dashboard(cluster=cluster, config=config)
 
 
-def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "threads", after_s: float = 0.0) -> dict:
+def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "threads", after_s: float = 0.0,
+                 dash: Any = None) -> dict:
     """Start `config` from a dashboard, press Stop `after_s` seconds after its first steps
     are drawn (0: at once; later, deep into a run, the workers have more rows in flight and
     the records to save are many), and time
@@ -48,7 +51,9 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     kernel side; a browser adds its round trip, which the browser test prints) and the
     dashboard idle again (the final redraw and report.html done, Run enabled)."""
     from workbench.ui.dashboard import STOP_PROMISE_S
-    d = _dashboard(config, cluster)
+    d = _dashboard(config, cluster) if dash is None else dash
+    if dash is not None:
+        d.config = config
     assert d.run(), d.status_text
     state = d._current
     while state.tally.steps_seen == 0 and not state.done.is_set():   # the first live records
@@ -161,10 +166,68 @@ def sim_overhead(config: wb.RunConfig, label: str, rounds: int = 2, modes: tuple
     return rows
 
 
+def _drawn_points(d: Any) -> int:
+    """Points in the dashboard's loss/accuracy figures (what every redraw and the browser carry)."""
+    return sum(len(t.x) if t.x is not None else 0 for key in ("progress_time", "progress_epoch")
+               for t in d.figures[key].data)
+
+
+SESSION_RUNS = (   # a long session's runs: what a user varies, one of them diverging
+    {}, {"optimizer": "adamw", "lr": 0.003}, {"optimizer": "lamb", "lr": 0.003}, {"cpus": 1},
+    {"algorithm": "diloco", "tau": 8, "lr": 0.01}, {"compression": "topk"}, {"lr": 0.03}, {"lr": 10.0, "batch_size": 8},
+    {"algorithm": "local_sgd", "tau": 4}, {"batch_size": 64},
+)
+
+
+def session(runs: int = 20, sim_workers: int = 1024, sim_steps: int = 40, after_s: float = 2.0) -> dict:
+    """A long session in one dashboard: `runs` finished runs drawn (the configs of
+    `SESSION_RUNS` in turn, one diverging to a loss of ~1e21 and beyond), then in the same
+    dashboard Stop pressed `after_s` into a long real run, and a simulation of `sim_workers`
+    virtual workers against the same simulation without a dashboard (`sim_wall_s`, as the
+    CLI runs it). Prints the points drawn, Stop's latency and the simulation's ratio."""
+    from workbench.ui.dashboard import Dashboard
+    base = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[64], cpus=2, batch_size=32,
+                        epochs=8, seed=0)
+    d = Dashboard(cluster="threads", config=base)
+    t = time.perf_counter()
+    statuses, per_redraw = [], []
+    for k in range(runs):
+        d.config = base.replace(**SESSION_RUNS[k % len(SESSION_RUNS)])
+        assert d.run(), d.status_text
+        r = d.wait()
+        statuses.append(r.summary["status"] if r is not None else "failed")
+        per_redraw.append(d.last_plot_cpu_s / max(d.last_redraws, 1))   # the kernel's drawing, per redraw
+    points = _drawn_points(d)
+    loss_axis = d.figures["progress_time"].layout.yaxis
+    max_loss = max((float(np.nanmax(np.asarray(t.y, float))) for t in d.figures["progress_time"].data
+                    if t.yaxis in (None, "y") and t.y is not None and len(t.y)), default=float("nan"))
+    print(f"session {runs} runs drawn in {time.perf_counter() - t:.1f} s ({', '.join(f'{s} x{statuses.count(s)}' for s in sorted(set(statuses)))}): "
+          f"{points:,} points in the loss/accuracy figures, "
+          f"{sum(len(d.figures[k].data) for k in ('progress_time', 'progress_epoch'))} traces; drawing CPU per redraw "
+          f"{per_redraw[0] * 1e3:.1f} ms (run 1) -> {per_redraw[-1] * 1e3:.1f} ms (run {runs}); loss axis "
+          f"{f'range {tuple(round(v, 2) for v in loss_axis.range)} (log10)' if loss_axis.autorange is False else 'autorange'}"
+          f", the largest loss drawn {max_loss:.3g}", flush=True)
+    stop = stop_latency(base.replace(epochs=2000, hidden=[512, 256]), f"real, after {runs} runs drawn", after_s=after_s,
+                        dash=d)
+    sim = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", simulate=True, cpus=sim_workers,
+                       batch_size=sim_workers, steps=sim_steps, seed=0)
+    alone = wb.run(sim, progress=False).summary["sim_wall_s"]
+    d.config = sim
+    t = time.perf_counter()
+    assert d.run(), d.status_text
+    r = d.wait()
+    shown = r.summary["sim_wall_s"]
+    print(f"session simulated {sim_workers} workers, {sim_steps} steps, after {runs} runs drawn: sim_wall_s alone "
+          f"{alone:.2f} s, in the dashboard {shown:.2f} s: x{shown / alone:.3f} (target <= 1.2); Run to the final "
+          f"status {time.perf_counter() - t:.2f} s", flush=True)
+    return {"points": points, "stop": stop, "sim_alone_s": alone, "sim_dashboard_s": shown, "ratio": shown / alone}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--what", default="stop,quickstart,memory,sim",
-                   help="comma list of stop, quickstart, memory, sim")
+    p.add_argument("--what", default="stop,quickstart,memory,sim,session",
+                   help="comma list of stop, quickstart, memory, sim, session (20 runs drawn, then Stop and a simulation)")
+    p.add_argument("--session-runs", type=int, default=20, help="session: finished runs drawn before the measurements")
     p.add_argument("--sim-workers", type=int, default=256, help="virtual workers of the simulated runs")
     p.add_argument("--sim-steps", type=int, default=100, help="steps of the simulated overhead runs")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the simulated overhead runs")
@@ -197,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     if "sim" in what:
         sim_overhead(long_sim.replace(steps=args.sim_steps), f"simulated: {args.sim_workers} workers, "
                      f"{args.sim_steps} steps", rounds=args.rounds, modes=tuple(args.modes.split(",")))
+    if "session" in what:
+        session(runs=args.session_runs, sim_workers=max(args.sim_workers, 1024))
     print(_load())
 
 

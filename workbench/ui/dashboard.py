@@ -110,6 +110,7 @@ DEFAULT_RUN = {"algorithm": DEFAULT_ALGORITHM, "model": "mlp", "hidden": [512, 2
 PREVIEW_TITLE_CHARS = 46  # the lr preview's title (the schedule in words) wraps at this many characters:
                           # one line ran past its 340 px figure ("... gradual warmup 44 steps, constant over ...")
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
+KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
 
 
 # ------------------------------------------------------------------------------ runs
@@ -223,6 +224,9 @@ class Dashboard:
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
         self.calibration: Any = None                    # ... and the calibration behind them
         self._sim_warmed = False                        # the simulation's fork server started (simproc.warm)
+        self._labels: list[str] = []                    # the name of each run in `history` (legend, status, runs tab)
+        self._previous: dict | None = None              # the last run's config: its successor's name says what changed
+        self._off_axis: set[str] = set()                # runs kept off the loss axis's range (diverged, loss rose)
         self._build()
 
     # ------------------------------------------------------------------ widgets
@@ -339,8 +343,15 @@ class Dashboard:
                                 layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
                                                       overflow="hidden auto", padding="0 8px 0 0"))
         run_tab = widgets.HBox([controls, self.plots], layout=widgets.Layout(width="100%"))
-        self.tabs = widgets.Tab(children=[run_tab, scaling, runs])
-        self.tabs.titles = ("run", "scaling", "runs")
+        self.why_html = widgets.HTML("<i>after a run: what limits it (workbench explain)</i>",
+                                     layout=widgets.Layout(width="100%"))
+        why = widgets.VBox([widgets.HTML(
+            "Why the last run is as fast as it is: its step decomposed, compared with 1 worker (the last run of "
+            "the same config on another worker count, or the 1-worker step the cost model predicts), and what "
+            "would change the answer. The same text as <code>python -m workbench explain RUN [RUN]</code>."),
+            self.why_html], layout=widgets.Layout(width="100%"))
+        self.tabs = widgets.Tab(children=[run_tab, scaling, runs, why])
+        self.tabs.titles = ("run", "scaling", "runs", "why")
         bar = widgets.HBox([self.run_button, self.stop_button, self.clear_button, self.progress, self.links],
                            layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         self.widget = widgets.VBox([bar, self.status, self.tabs])
@@ -567,9 +578,10 @@ class Dashboard:
         self._runs_started += 1
         if self.out is not None:
             cfg = cfg.replace(out=str(free_run_dir(self.out, f"run-{index + 1}-{cfg.algorithm}")))
+        label = figdata.run_name(index, cfg.to_dict(), workers_of(cfg), self._previous)   # what changed, named
+        self._previous = cfg.to_dict()
         state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
-                     live=figdata.LiveState(label=f"#{index + 1} {cfg.algorithm} P={workers_of(cfg)} B={cfg.batch_size}",
-                                      color=figdata.run_color(index), n_workers=workers_of(cfg)))
+                     live=figdata.LiveState(label=label, color=figdata.run_color(index), n_workers=workers_of(cfg)))
         self._show_plots()
         self._reset_run_figures(state)
         self._stop.clear()
@@ -618,14 +630,22 @@ class Dashboard:
     def clear(self) -> None:
         """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
         self._progress_kinds = set()
+        self._off_axis = set()
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(_clear_traces)
+            self._slots[key].edit(F.fit_loss_axis)
+
+    def _fit_loss_axes(self) -> None:
+        """The loss axis over the runs drawn, leaving out the diverged ones (`F.fit_loss_axis`)."""
+        for key in ("progress_time", "progress_epoch"):
+            self._slots[key].edit(functools.partial(F.fit_loss_axis, leave_out=tuple(self._off_axis)))
 
     def _on_log_loss(self, change: dict) -> None:
         weight = float(self.smoothing.value)
         for key in ("progress_time", "progress_epoch"):
             self._slots[key].edit(functools.partial(F.set_loss_scale, log=bool(change["new"])))
             self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))   # log or linear mean
+        self._fit_loss_axes()     # the range in the new scale's units
 
     def _on_smoothing(self, change: dict) -> None:
         for key in ("progress_time", "progress_epoch"):
@@ -648,6 +668,9 @@ class Dashboard:
             self._time_axes["breakdown"] = state.config.simulate
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self._slots[key].edit(_clear_traces)
+        if self._labels:    # earlier runs drawn: thinned, faded, at most KEEP_RUNS of them kept
+            for key in ("progress_time", "progress_epoch"):
+                self._slots[key].edit(functools.partial(F.retire_runs, keep=KEEP_RUNS, current=state.live.label))
         # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
         # runs' curves, so they say "virtual for simulated runs" once both kinds are drawn.
         simulated = state.config.simulate
@@ -727,11 +750,28 @@ class Dashboard:
         drawer.join()
         self._flush(state)
         self._redraw_whole(state)
+        self._fit_loss_axes()
         self._flush(state, last=True)
         self._record_drawing(state)     # again, with the redraws that were in flight at _finish
         self._write_report(state)
+        self.why()                      # the "why" tab: what limits this run (analysis.explain)
         self._current = None
         self._set_buttons(running=False)
+
+    def why(self) -> str:
+        """Explain the last run (against the last run of its config on another worker count,
+        when there is one: `analysis.explain.pick_runs`) in the "why" tab; returns the text."""
+        from ..analysis.explain import explain, pick_runs, to_html
+        runs = pick_runs(self.history)
+        if not runs:
+            return ""
+        try:
+            found = explain(runs)
+        except Exception as exc:      # a run it cannot read (no steady steps, ...): said in the tab
+            self.why_html.value = f"<i>{html.escape(str(exc))}</i>"
+            return str(exc)
+        self.why_html.value = to_html(found)
+        return "\n\n".join(e.text() for e in found)
 
     def _write_report(self, state: _Run) -> None:
         """report.html in the run's directory (`api.write_run_report`), once the run is saved."""
@@ -766,7 +806,7 @@ class Dashboard:
             weight = float(self.smoothing.value)
             if weight > 0:
                 for key in ("progress_time", "progress_epoch"):
-                    self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))
+                    self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight, only=state.live.label))
         except Exception as exc:      # a plotting bug must not lose the run; it is reported
             self.plot_errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -798,9 +838,10 @@ class Dashboard:
                 for key, edit in F.live_edits(records, state.live).items():
                     self._slots[key].edit(edit)
                 weight = float(self.smoothing.value)
-                if weight > 0:
+                if weight > 0:   # this run's line only: the others have not changed since their end
                     for key in ("progress_time", "progress_epoch"):
-                        self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))
+                        self._slots[key].edit(functools.partial(F.apply_smoothing, weight=weight,
+                                                                only=state.live.label))
                 state.redraws += 1
             if last:                  # the figures' Python state must be whole when a run ends
                 for slot in self._slots.values():
@@ -864,6 +905,11 @@ class Dashboard:
         else:
             r = state.result
             self.history.append(r)
+            self._labels.append(state.live.label)
+            s = r.summary
+            if s.get("status") == "diverged" or str(s.get("learning_note") or "").startswith(
+                    "did not learn: the training loss rose"):
+                self._off_axis.add(state.live.label)
             text, error = self._end_status(state, r.summary)
             if text != self.status_text:      # said already when the run ended in a child process
                 self._set_status(text, error=error)
@@ -893,7 +939,8 @@ class Dashboard:
     def runs_table(self) -> pd.DataFrame:
         """The session's runs, one row each: headline numbers, the hyper-parameters that
         differ between them, and each run's directory (the runs tab shows it)."""
-        table = summary_table(self.history)
+        labels = self._labels if len(self._labels) == len(self.history) else None   # the names the status line said
+        table = summary_table(self.history, labels=labels)
         if not len(table):
             return table
         diff = differing_config([r.summary.get("config") or {} for r in self.history])
@@ -963,6 +1010,7 @@ class Dashboard:
         from ..analysis.sweep import SWEEP_COLUMNS, add_scaling
         self._sweep_results.append(result)
         self.history.append(result)
+        self._labels.append(f"#{len(self.history)} sweep {figdata.run_label(result)}")
         # a later round's row (the median so far) replaces that worker count's point
         rows = [r for r in self.sweep_table.to_dict("records") if r["workers"] != row["workers"]] + [row]
         rows.sort(key=lambda r: r["workers"])

@@ -179,6 +179,42 @@ def run_label(result: RunResult, index: int | None = None) -> str:
     return label if index is None else f"#{index + 1} {label}"
 
 
+# Knobs a run's name shows when they are not at their usual value, whatever the run before
+# (what users vary most; each only when it applies), beside those that changed since that run.
+NAMED_KNOBS = {"optimizer": "sgd", "compression": "none"}
+NAME_SKIP = ("out", "algorithm", "cpus", "gpus", "batch_size", "seed")   # said already, or not the run's own
+NAME_PARTS = 4              # at most this many knobs named; the rest counted
+
+
+def _knob_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def run_name(index: int, config: dict, workers: int, previous: dict | None = None) -> str:
+    """A run's name in the dashboard's legend, status line and runs tab: its number, algorithm,
+    workers and batch, then what differs from the run before it (and its update rule or
+    compression when not the usual ones), e.g. `#3 sync_sgd P=2 B=32 optimizer=lamb lr=0.003`.
+
+    >>> run_name(2, {"algorithm": "sync_sgd", "batch_size": 32, "optimizer": "lamb", "lr": 0.003, "seed": 0},
+    ...          2, {"algorithm": "sync_sgd", "batch_size": 32, "optimizer": "sgd", "lr": 0.1, "seed": 0})
+    '#3 sync_sgd P=2 B=32 optimizer=lamb lr=0.003'
+    >>> run_name(0, {"algorithm": "diloco", "batch_size": 64, "tau": 8, "compression": "none"}, 4)
+    '#1 diloco P=4 B=64'
+    """
+    head = f"#{index + 1} {config.get('algorithm', 'run')} P={workers} B={config.get('batch_size')}"
+    keys = [k for k in config if k not in NAME_SKIP and (
+        (previous is not None and config.get(k) != previous.get(k))
+        or (k in NAMED_KNOBS and config.get(k) not in (None, NAMED_KNOBS[k])))]
+    parts = [f"{k}={_knob_text(config[k])}" for k in keys[:NAME_PARTS]]
+    if len(keys) > NAME_PARTS:
+        parts.append(f"+{len(keys) - NAME_PARTS} more")
+    return " ".join([head, *parts])
+
+
 def run_color(index: int) -> str:
     """The colour of the `index`-th run (cycles through PALETTE).
 

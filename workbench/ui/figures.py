@@ -275,16 +275,18 @@ def _base(**subplots: Any) -> Any:
     return make_subplots(figure=go.Figure(layout=layout), **subplots)
 
 
-def apply_smoothing(fig: Any, weight: float) -> Any:
+def apply_smoothing(fig: Any, weight: float, only: str | None = None) -> Any:
     """Draw each run's train loss smoothed (`ema` with `weight`) over its raw points, which
     fade; weight 0 removes the smoothed lines. On a log loss axis the average is taken of
     the logarithms (a geometric mean), so early large losses do not hold the line above
-    the data. Works on static and live progress figures (call inside `batch_update` on a
-    live one); returns `fig`."""
+    the data. `only`: the run (its train trace's name) whose line changed; the others are
+    left as they are (a live redraw touches one run, not every run of a long session).
+    Works on static and live progress figures (call inside `batch_update` on a live one);
+    returns `fig`."""
     log = fig.layout.yaxis.type == "log"
     traces = {t.name: t for t in fig.data}
     for t in list(fig.data):
-        if t.meta != TRAIN_ROLE:
+        if t.meta != TRAIN_ROLE or (only is not None and t.name != only):
             continue
         twin = traces.get(t.name + SMOOTHED)
         if weight <= 0 or t.y is None or not len(t.y):
@@ -308,6 +310,56 @@ def apply_smoothing(fig: Any, weight: float) -> Any:
             traces[t.name + SMOOTHED] = fig.data[-1]
         else:
             twin.x, twin.y = x, y
+    return fig
+
+
+OLD_POINTS = 150      # points per trace of a finished run once a newer one is drawn
+OLD_OPACITY = 0.45    # ... and how far it fades
+
+
+def retire_runs(fig: Any, keep: int, current: str | None = None, points: int = OLD_POINTS) -> Any:
+    """A long session's progress figure: every run but `current` thinned to `points` per
+    trace (the extremes-keeping rule, `figdata.decimate_all`) and faded; only the newest
+    `keep` runs (legend groups, in drawing order) kept at all. Each redraw and the browser
+    then carry a bounded number of points however many runs were drawn. Returns `fig`."""
+    groups: list[str] = []
+    for t in fig.data:
+        g = t.legendgroup or t.name
+        if g not in groups:
+            groups.append(g)
+    old = [g for g in groups if g != current]
+    drop = set(old[:max(0, len(old) - max(keep - (current is not None), 0))])
+    if drop:
+        fig.data = tuple(t for t in fig.data if (t.legendgroup or t.name) not in drop)
+    for t in fig.data:
+        if (t.legendgroup or t.name) == current or t.x is None:
+            continue
+        if len(t.x) > points:
+            t.x, t.y = decimate_all(points, np.asarray(t.x, float), np.asarray(t.y, float))
+        t.opacity = OLD_OPACITY if t.meta != TRAIN_ROLE else min(t.opacity or 1.0, 0.2)
+    return fig
+
+
+def fit_loss_axis(fig: Any, leave_out: Iterable[str] = ()) -> Any:
+    """The loss axis (row 1) over the runs not `leave_out` (diverged runs: their loss of
+    1e21 would squash every other curve into a line): an explicit range over the others'
+    positive finite losses, padded a tenth; autorange when nothing is left out. The left-out
+    runs stay drawn, running off the top. Returns `fig`."""
+    leave_out = set(leave_out)
+    if not leave_out:
+        fig.layout.yaxis.autorange = True
+        return fig
+    values = [np.asarray(t.y, float) for t in fig.data
+              if (t.yaxis in (None, "y")) and (t.legendgroup or t.name) not in leave_out and t.y is not None]
+    values = np.concatenate(values) if values else np.array([])
+    values = values[np.isfinite(values) & (values > 0)] if len(values) else values
+    if not len(values):
+        return fig
+    lo, hi = float(values.min()), float(values.max())
+    if fig.layout.yaxis.type == "log":
+        lo, hi = math.log10(lo), math.log10(hi)
+    pad = 0.1 * max(hi - lo, 1e-9)
+    fig.layout.yaxis.update(autorange=False, range=[lo - pad, hi + pad])
     return fig
 
 

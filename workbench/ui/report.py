@@ -79,11 +79,17 @@ details { margin: 0.5em 0; } code { font-size: 0.9em; }
 
 # ------------------------------------------------------------------------------ tables
 def format_cell(v: Any) -> str:
-    """A table cell's text: "-" for missing values, 4 significant digits for floats."""
+    """A table cell's text: "-" for missing values; floats of 1,000 and more as whole numbers
+    with thousands separators (as the status line and the CLI write samples/s), smaller ones
+    to 4 significant digits.
+
+    >>> format_cell(141234.56), format_cell(0.012345), format_cell(None), format_cell(2.0)
+    ('141,235', '0.01235', '-', '2')
+    """
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1000 and math.isfinite(v) else f"{v:.4g}"
     return str(v)
 
 
@@ -406,7 +412,9 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     if present:
         rel = os.path.relpath(run_dir.resolve(), path.parent.resolve())
         href = "" if rel == "." else Path(rel).as_posix()
-    return atomic_write(path, report_html(figdata.as_result(result), title, data_href=href, files=present))
+    res = figdata.as_result(result)
+    private = bool((res.summary.get("config") or {}).get("out_private", True))   # as the run's own files
+    return atomic_write(path, report_html(res, title, data_href=href, files=present), private=private)
 
 
 def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,
@@ -469,17 +477,22 @@ def lab_href(path: str | os.PathLike, directory: bool = False) -> str:
 
 
 def _numeric_key(column: pd.Series) -> pd.Series:
-    """Sort numbers as numbers: a text column whose every value is a number, or a run
-    number such as "#12", sorts by that number (#2 before #10); others as they are.
+    """Sort numbers as numbers: a text column whose every value is a number, or starts with
+    a run number such as "#12 sync_sgd P=2", sorts by that number (#2 before #10); a column
+    of numbers held as objects (None among them) as numbers; others as they are.
 
-    >>> _numeric_key(pd.Series(["#10", "#2", "#1"])).tolist()
+    >>> _numeric_key(pd.Series(["#10 sync_sgd P=2", "#2 sgd P=1", "#1 sgd"])).tolist()
     [10, 2, 1]
+    >>> _numeric_key(pd.Series([1500.0, None, 20.0], dtype=object)).tolist()
+    [1500.0, nan, 20.0]
     >>> _numeric_key(pd.Series(["sgd", "ltfb"])).tolist()
     ['sgd', 'ltfb']
     """
     if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
         return column
-    numbers = pd.to_numeric(column.astype(str).str.lstrip("#"), errors="coerce")
+    text = column.astype(str).where(column.notna())
+    numbers = pd.to_numeric(text.str.extract(r"^\s*#?\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?:\s|$)",
+                                             expand=False), errors="coerce")
     return numbers if numbers.notna().sum() == column.notna().sum() else column
 
 

@@ -20,6 +20,7 @@ class SimServerState:
 
     def __init__(self, core: Any, costs: SimCosts, sched: Scheduler):
         self.core, self.costs, self.sched = core, costs, sched
+        self.alpha, self.beta = costs.network.alpha, costs.network.beta   # a message's latency, s per byte
         self.free = 0.0                      # the server is busy until then
         # blocked until the state changes (deposits), with the condition each waits for
         self.waiting: list[tuple[VProc, Callable[[], bool]]] = []
@@ -39,8 +40,8 @@ class SimServerState:
         A generator (the one definition for both kinds of worker): it yields where the
         worker waits, having arranged its wake-up; a greenlet worker runs it through
         `VProc.follow` (`SimServer`), the server lockstep's tasks with `yield from`."""
-        net, sched = self.costs.network, self.sched
-        if sched.sleep(proc, proc.now() + net.alpha):
+        sched, beta = self.sched, self.beta
+        if sched.sleep(proc, proc.now() + self.alpha):
             yield
         # Round-robin turns and other waits may be waited on together only when no change
         # can make both true: rank 0's wait for the final centre (`final`) holds once every
@@ -59,14 +60,14 @@ class SimServerState:
                 proc.t = max(proc.t, self.last_change)   # every change so far woke it (see changed)
                 raise
         start = max(proc.t, self.free)
-        applied = start + in_bytes * net.beta
+        applied = start + in_bytes * beta
         n_out = out_bytes() if callable(out_bytes) else out_bytes
-        self.free = done = applied + service_s + n_out * net.beta   # reserved in arrival order: FCFS
+        self.free = done = applied + service_s + n_out * beta   # reserved in arrival order: FCFS
         if sched.sleep(proc, applied):
             yield
         result = op()
         self.changed(proc.t)
-        if sched.sleep(proc, done + net.alpha):
+        if sched.sleep(proc, done + self.alpha):
             yield
         return result
 

@@ -57,12 +57,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from functools import partial
+from heapq import heappush
 from typing import Any
 
 import numpy as np
 
 from ...algorithms.base import StepOut, close_step
-from ...algorithms.easgd import AsyncMEASGD, eamsgd_descent, look_ahead
+from ...algorithms.easgd import AsyncMEASGD, ElasticWorker, eamsgd_descent, look_ahead
 from ...comm.base import WorkerLost
 from ...comm.roles import make_core
 from ...data import _epoch_order, steps_per_epoch
@@ -203,9 +204,10 @@ class _Log:
 
 class _ElasticMaths(_Log):
     """easgd / async_easgd / async_measgd: every worker's x_i (rows of one array; async_measgd's
-    velocities likewise) and the centre (the core's x)."""
+    velocities likewise) and the centre (the core's x). The workers are the algorithm's own
+    (`ElasticWorker`: its x_i, rule, slice, alpha; EAMSGD's velocity and delta)."""
 
-    def __init__(self, core: Any, algos: list, model: Any, ctx0: Any):
+    def __init__(self, core: Any, algos: list[ElasticWorker], model: Any, ctx0: Any):
         super().__init__(core, model, ctx0, [(a.lo, a.hi) for a in algos])
         self.algos = algos
         self.xs = np.stack([a.params for a in algos])          # x_i, i = 0..P-1
@@ -414,7 +416,8 @@ class _Replay:
         ctx, plan, maths, core = self.ctxs[r], self.plan, self.maths, self.core
         lo, hi = self.slices[r]
         m = hi - lo
-        sched, serve, costs, push, lrs = self.sched, self.server.serve, self.costs, self.push, self.lrs
+        serve, costs, push, lrs = self.server.serve, self.costs, self.push, self.lrs
+        heap, seq = self.sched.heap, self.sched.seq          # the scheduler's own queue
         tau, total = self.tau, plan.total_steps
         fixed = None if costs.jitter else costs.compute(r, m)   # without jitter a rank's compute is one number
         exchange = partial(self._exchange, r)
@@ -444,8 +447,8 @@ class _Replay:
             if self.eager:
                 maths.now()
             w.t = t0 + (fixed if fixed is not None else costs.compute(r, m))      # charge; now()
-            if sched.earlier_than(w.t):
-                sched.schedule(w.t, w)
+            if heap and heap[0][0] < w.t:        # VProc.now: yield while an event is due earlier
+                heappush(heap, (w.t, next(seq), w))
                 yield
             t1 = w.t
             comm_s, sent, staleness = 0.0, 0.0, 0.0

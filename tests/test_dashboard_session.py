@@ -1,0 +1,101 @@
+"""The dashboard over a long session (issue 48, item 4): older runs' curves thinned and faded,
+a diverged run kept off the loss axis's range, run names that say what changed, and a runs
+tab that sorts numerically with the status line's numbers. Timings (Stop, a simulation
+beside 20 drawn runs) are dashbench's (`python -m workbench.ui.dashbench --what session`),
+not asserted here."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("plotly")
+
+from workbench.config import RunConfig  # noqa: E402
+from workbench.ui import dashboard as D  # noqa: E402
+from workbench.ui import figures as F  # noqa: E402
+from workbench.ui.report import format_cell, runs_html  # noqa: E402
+
+BASE = RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[64], cpus=2, batch_size=32, epochs=3,
+                 seed=0)
+DIVERGES = {"lr": 10.0, "batch_size": 8}   # loss ~1e36 before it turns NaN
+
+
+def _groups(fig) -> list[str]:
+    return list(dict.fromkeys(t.legendgroup or t.name for t in fig.data))
+
+
+@pytest.fixture(scope="module")
+def session():
+    mp = pytest.MonkeyPatch()
+    mp.setattr(D, "KEEP_RUNS", 3)
+    dash = D.Dashboard(cluster="threads", config=BASE)
+    for changes in ({}, {"optimizer": "lamb", "lr": 0.003}, DIVERGES, {"optimizer": "adamw", "lr": 0.003}, {}):
+        dash.config = BASE.replace(**changes)
+        assert dash.run(), dash.status_text
+        dash.wait(300)
+    yield dash
+    mp.undo()
+
+
+def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
+    fig = session.figures["progress_time"]
+    groups = _groups(fig)
+    assert groups == session._labels[-3:]                   # the newest three runs' curves, oldest dropped
+    current = groups[-1]
+    for t in fig.data:
+        if (t.legendgroup or t.name) != current:
+            assert len(t.x) <= F.OLD_POINTS and t.opacity is not None and t.opacity < 1, t.name
+
+
+def test_a_diverged_run_stays_off_the_loss_axis_range(session):
+    diverged = session._labels[2]
+    assert session.history[2].summary["status"] == "diverged" and diverged in session._off_axis
+    session.config = BASE.replace(**DIVERGES)               # drawn last: its 1e36 loss is on the plot now
+    assert session.run(), session.status_text
+    session.wait(300)
+    fig = session.figures["progress_time"]
+    lo, hi = fig.layout.yaxis.range
+    others = np.concatenate([np.asarray(t.y, float) for t in fig.data
+                             if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session._off_axis])
+    assert hi < 3 and 10 ** hi >= np.nanmax(others[others > 0]) and 10 ** lo <= np.nanmin(others[others > 0])
+    assert max(np.nanmax(np.asarray(t.y, float)) for t in fig.data if t.legendgroup == session._labels[-1]) > 1e10
+    session.log_loss.value = False                          # the range follows the scale
+    lo, hi = session.figures["progress_time"].layout.yaxis.range
+    assert hi < 100
+    session.log_loss.value = True
+
+
+def test_run_names_say_what_changed(session):
+    assert session._labels[1].startswith("#2 sync_sgd P=2 B=32") and "optimizer=lamb" in session._labels[1]
+    assert "lr=0.003" in session._labels[1]
+    assert "batch_size" not in session._labels[2] and "B=8" in session._labels[2] and "lr=10" in session._labels[2]
+
+
+def test_the_runs_tab_sorts_numerically_and_says_the_status_lines_numbers(session):
+    table = session.runs_table()
+    assert list(table["run"]) == session._labels
+    last = session.history[-2].summary             # a completed run: its status line's rate is in the tab
+    rate = f"{last['samples_per_s']:,.0f}"
+    assert format_cell(float(table["samples_per_s"].iloc[-2])) == rate
+    ten = pd.DataFrame({"run": [f"#{k} sync_sgd P=2" for k in (10, 9, 2, 1)], "samples_per_s": [1.0, 2.0, 3.0, 4.0]})
+    page = runs_html(ten, "run", False)
+    assert [page.index(f"#{k} sync_sgd") for k in (1, 2, 9, 10)] == sorted(page.index(f"#{k} sync_sgd")
+                                                                         for k in (1, 2, 9, 10))
+
+
+def test_smoothing_one_run_leaves_the_others_alone():
+    import plotly.graph_objects as go
+    fig = F._progress_base("time")
+    for name in ("a", "b"):
+        fig.add_trace(go.Scatter(name=name, x=[0, 1, 2], y=[3.0, 2.0, 1.0], meta=F.TRAIN_ROLE, legendgroup=name),
+                      row=1, col=1)
+    F.apply_smoothing(fig, 0.5, only="b")
+    names = [t.name for t in fig.data]
+    assert "b" + F.SMOOTHED in names and "a" + F.SMOOTHED not in names
+    F.apply_smoothing(fig, 0.5)
+    assert "a" + F.SMOOTHED in [t.name for t in fig.data]
+    assert not math.isnan(fig.data[-1].y[-1])

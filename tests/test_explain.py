@@ -1,0 +1,169 @@
+"""`workbench explain`: what limits N workers, validated on simulated cases whose cause is known.
+
+Each seeded simulated case is built with one cause (straggling by jitter; a big model's
+bytes on a slow network; a model too small for its exchange's latency) and `explain` must
+name it in its first line. The crossover batch it predicts from a 1-vs-N pair at one batch
+must come within 25% of the one found by simulating the same config at other batches
+(`sim.crossover.simulated_crossover`): the oracle is the simulator, whose costs the
+explanation never reads. The decomposition's identities (the parts add up to the step, the
+excesses to what the step spends beyond the ideal) hold exactly. Real runs: the CLI, the
+dashboard's "why" panel and a Dask pair explain without error and say what they can.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import workbench as wb
+from workbench.analysis.explain import PARTS, explain, pick_runs, run_steps, to_html
+from workbench.config import RunConfig, default_lr
+from workbench.sim.crossover import simulated_crossover
+
+CASES = {
+    # jitter 0.5 on 8 workers: every step waits for the slowest draw of 8 (about +80% of the compute)
+    "straggler by jitter": dict(workers=8, limit="wait", config=dict(
+        dataset="synthetic", n_samples=20000, n_features=64, model="mlp", hidden=[256], batch_size=2048,
+        jitter=0.5, cpu_device="core", network="shm", steps=60)),
+    # VGG-16's 138M parameters (553 MB) timed on V100s over 10 GbE while a softmax trains
+    "slow network, big model": dict(workers=4, limit="exchange", kind="(bytes", config=dict(
+        cpus=0, device="v100", network="10GbE", timing_model="vgg16", dataset="synthetic", n_samples=20000,
+        model="softmax", batch_size=128, steps=30)),
+    # a softmax (650 parameters) on 8 workers: 14 messages of 20 us per step against a few us of compute
+    "model too small for its exchange": dict(workers=8, limit="exchange", kind="(latency", config=dict(
+        dataset="synthetic", n_samples=50000, model="softmax", batch_size=64, cpu_device="core", network="shm",
+        steps=1400)),
+}
+
+
+def _config(case: dict, **changes) -> RunConfig:
+    cfg = {"algorithm": "sync_sgd", "simulate": True, "seed": 0, **case["config"], **changes}
+    return RunConfig(**cfg)
+
+
+def _pair(case: dict) -> tuple:
+    field = "gpus" if case["config"].get("cpus") == 0 else "cpus"
+    one = wb.run(_config(case, **{field: 1}), progress=False)
+    many = wb.run(_config(case, **{field: case["workers"]}), progress=False)
+    return one, many
+
+
+@pytest.fixture(scope="module")
+def explained():
+    return {name: (case, *_pair(case)) for name, case in CASES.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_simulated_case_names_its_cause(explained, name):
+    case, one, many = explained[name]
+    e, = explain([one, many])
+    assert e.first_line.startswith("limited by: ")
+    assert e.limit == case["limit"], e.text()
+    if "kind" in case:
+        assert e.first_line.startswith(f"limited by: the exchange {case['kind']}"), e.first_line
+    print(f"\n{name}: {e.first_line}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_parts_add_up_to_the_step_and_the_excess_to_the_step_beyond_the_ideal(explained, name):
+    case, one, many = explained[name]
+    e, = explain([one, many], resamples=0)
+    n = run_steps(many)
+    step = float(n.means()["period"][0])
+    assert sum(e.parts[k] for k in PARTS) == pytest.approx(step, rel=1e-9)
+    from workbench.analysis.explain import fit
+    model = fit(run_steps(one), n, 0)[0]
+    ideal = float(model.step_one(n.batch)[0]) / n.workers
+    assert sum(e.excess.values()) == pytest.approx(step - ideal, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_predicted_crossover_batch_is_within_a_quarter_of_the_simulated_one(explained, name):
+    case, one, many = explained[name]
+    e, = explain([one, many])
+    predicted = e.predictions["crossover_batch"][0]
+    assert math.isfinite(predicted) and predicted > case["workers"]
+    field = "gpus" if case["config"].get("cpus") == 0 else "cpus"
+    found = simulated_crossover(_config(case, steps=60, **{field: case["workers"]}), case["workers"],
+                                guess=int(predicted))
+    print(f"\n{name}: predicted {predicted:,.0f} (band {e.predictions['crossover_batch'][1]:,.0f}-"
+          f"{e.predictions['crossover_batch'][2]:,.0f}), simulated {found['batch']:,.0f} "
+          f"({found['low']:,.0f}-{found['high']:,.0f}), {predicted / found['batch'] - 1:+.0%}")
+    assert abs(predicted / found["batch"] - 1) <= 0.25
+
+
+def test_a_deterministic_simulation_is_exact_and_jitter_has_a_band(explained):
+    _, one, many = explained["model too small for its exchange"]
+    e, = explain([one, many])
+    mid, lo, hi = e.predictions["crossover_batch"]
+    assert lo == mid == hi and "exact: virtual time" in e.text()
+    _, one, many = explained["straggler by jitter"]
+    mid, lo, hi = explain([one, many])[0].predictions["crossover_batch"]
+    assert lo < mid < hi
+
+
+def test_the_straggler_by_jitter_is_no_persistent_rank_but_a_slow_device_is():
+    case = CASES["straggler by jitter"]
+    _, one, many = (case, *_pair(case))
+    assert "straggler: none persistent" in explain([one, many])[0].text()
+    # one CPU worker among GPUs: it computes far longer than the median every step
+    slow = RunConfig(algorithm="sync_sgd", simulate=True, seed=0, cpus=1, gpus=3, device="v100", cpu_device="core",
+                     dataset="synthetic", n_samples=20000, model="mlp", hidden=[256], batch_size=512, steps=40)
+    text = explain([wb.run(slow, progress=False)])[0].text()
+    assert "straggler: worker 3, computing +" in text and "slowest in 100% of the steps" in text, text
+
+
+def test_a_lone_run_is_compared_with_the_one_worker_step_the_model_predicts(explained):
+    _, one, many = explained["model too small for its exchange"]
+    alone, = explain([many])
+    assert alone.limit == "exchange" and "the speed the model predicts for 1 worker" in alone.first_line
+    single, = explain([one])
+    assert single.first_line.startswith("limited by: compute") and "on 1 worker" in single.first_line
+
+
+def test_runs_of_different_models_are_refused(explained):
+    _, one, _ = explained["straggler by jitter"]
+    _, _, other = explained["model too small for its exchange"]
+    with pytest.raises(wb.ConfigError, match="runs of one model"):
+        explain([one, other])
+
+
+def test_the_cli_explains_run_directories(explained, tmp_path, capsys):
+    from workbench.apps.cli import main
+    _, one, many = explained["model too small for its exchange"]
+    one.save(tmp_path / "one")
+    many.save(tmp_path / "many")
+    assert main(["explain", str(tmp_path / "one"), str(tmp_path / "many")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("limited by: the exchange (latency") and "batch: 8 workers beat 1 by 1.5x" in out
+    assert main(["explain", str(tmp_path / "absent")]) == 2
+
+
+def test_the_dashboard_why_panel_explains_the_last_run_against_its_other_worker_count():
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.dashboard import Dashboard
+    base = RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", batch_size=32, steps=60, seed=0,
+                     lr=default_lr("sync_sgd", "sgd"))
+    dash = Dashboard(cluster="threads", config=base.replace(cpus=1))
+    assert dash.run(), dash.status_text
+    dash.wait(120)
+    dash.config = base.replace(cpus=2)
+    assert dash.run(), dash.status_text
+    dash.wait(120)
+    assert [len(r.summary["workers"]) for r in pick_runs(dash.history)] == [1, 2]
+    text = dash.why()
+    assert text.startswith("limited by: ") and "2 workers ran" in text
+    assert "limited by: " in dash.why_html.value
+
+
+def test_pick_runs_pairs_only_the_same_config():
+    class R:
+        def __init__(self, status, workers, **cfg):
+            self.summary = {"status": status, "workers": [{}] * workers, "config": {"cpus": workers, **cfg}}
+    a, b, c = R("completed", 1, lr=0.1), R("completed", 2, lr=0.2), R("completed", 2, lr=0.1)
+    assert pick_runs([a, b, c]) == [a, c]
+    assert pick_runs([a, b]) == [b]
+    assert pick_runs([R("failed", 1)]) == []
+    assert "<b>limited by" in to_html(explain([wb.run(RunConfig(algorithm="sync_sgd", simulate=True, cpus=2,
+                                                                steps=20), progress=False)]))

@@ -1,0 +1,215 @@
+"""Your own data (`data.files`, `Dataset.from_arrays`): every way of handing arrays over
+gives back exactly those arrays and trains; each bad file is one line naming the array,
+the row and what is allowed, before any worker starts; large arrays are memory-mapped."""
+from __future__ import annotations
+
+import mmap
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench.config import ConfigError, RunConfig
+from workbench.data import DataError, Dataset, clear_cache, files, load_dataset
+from workbench.execution.engine import run_threads
+from workbench.execution.preflight import preflight
+from workbench.problem import Problem
+
+DIGITS = load_dataset("digits")
+
+
+def config(dataset, **kw) -> RunConfig:
+    return RunConfig(**{"algorithm": "sync_sgd", "dataset": dataset, "cpus": 2, "batch_size": 64, "lr": 0.1,
+                        "epochs": 3, **kw})
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))     # prepared copies and saved arrays go here
+    yield tmp_path
+    clear_cache()
+
+
+def _mapped(a) -> bool:
+    """Whether `a`'s memory is a file's mapping (np.load(mmap_mode=...) underneath)."""
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
+# ------------------------------------------------------------------ every way in gives the arrays back
+def test_an_npz_with_its_own_split_is_read_exactly_and_trains(folder):
+    path = folder / "d.npz"
+    np.savez(path, X_train=DIGITS.X_train, y_train=DIGITS.y_train, X_test=DIGITS.X_test, y_test=DIGITS.y_test)
+    d = load_dataset(str(path))
+    assert np.array_equal(d.X_train, DIGITS.X_train) and np.array_equal(d.y_test, DIGITS.y_test)
+    assert (d.n_classes, d.image_shape, d.X_train.flags.writeable) == (10, None, False)
+    own = run_threads(config(str(path)))
+    builtin = run_threads(config("digits"))
+    assert np.array_equal(own.params, builtin.params)               # the same arrays: the same run, bitwise
+    assert own.summary["data"]["files"][0]["bytes"] == path.stat().st_size
+    import hashlib
+    assert own.summary["data"]["files"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "data" not in builtin.summary
+
+
+def test_x_y_are_split_by_test_fraction_with_a_fixed_shuffle(folder):
+    X, y = DIGITS.X_train, DIGITS.y_train
+    np.savez(folder / "xy.npz", X=X, y=y)
+    np.save(folder / "f.npy", X)
+    np.save(folder / "l.npy", y)
+    by_npz = load_dataset(str(folder / "xy.npz"), test_fraction=0.25)
+    by_pair = load_dataset(f"{folder / 'f.npy'},{folder / 'l.npy'}", test_fraction=0.25)
+    assert by_npz.n_test == round(0.25 * len(X)) and by_npz.n_train + by_npz.n_test == len(X)
+    assert np.array_equal(by_npz.X_test, by_pair.X_test) and np.array_equal(by_npz.y_train, by_pair.y_train)
+    rows = {tuple(r) for r in np.concatenate([by_npz.X_train, by_npz.X_test])}
+    assert len(rows) == len({tuple(r) for r in X})                  # every row once, on one side
+    for seed in (0, 7):                                             # the split is the file's, not the run's
+        p = Problem.from_config(config(str(folder / "xy.npz"), seed=seed, test_fraction=0.25))
+        assert np.array_equal(p.data.X_test, by_npz.X_test)
+
+
+def test_a_folder_of_npy_files_and_a_csv_with_a_label_column(folder):
+    (folder / "dir").mkdir()
+    for name in ("X_train", "y_train", "X_test", "y_test"):
+        np.save(folder / "dir" / f"{name}.npy", getattr(DIGITS, name))
+    d = load_dataset(str(folder / "dir"))
+    assert np.array_equal(d.X_test, DIGITS.X_test)
+    frame = pd.DataFrame(DIGITS.X_train[:300], columns=[f"p{i}" for i in range(64)])
+    frame.insert(5, "Label", DIGITS.y_train[:300])                   # named label: wherever it stands
+    frame.to_csv(folder / "t.csv", index=False)
+    c = load_dataset(str(folder / "t.csv"))
+    assert c.n_features == 64 and c.n_train + c.n_test == 300
+    assert np.allclose(np.concatenate([c.X_train, c.X_test]).sum(), DIGITS.X_train[:300].sum(), rtol=1e-5)
+    unnamed = frame.rename(columns={"Label": "digit"})
+    unnamed = unnamed[[c for c in unnamed.columns if c != "digit"] + ["digit"]]   # unnamed: the last column
+    unnamed.to_csv(folder / "u.csv", index=False)
+    assert load_dataset(str(folder / "u.csv")).n_features == 64
+    assert run_threads(config(str(folder / "t.csv"), epochs=5)).summary["final_test_accuracy"] > 0.8
+
+
+def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):
+    X = np.concatenate([DIGITS.X_train, DIGITS.X_test]).reshape(-1, 1, 8, 8)
+    np.savez(folder / "img.npz", X=X, y=np.concatenate([DIGITS.y_train, DIGITS.y_test]))
+    cfg = config(str(folder / "img.npz"), model="cnn", hidden=[4])
+    assert cfg.data_shape.image_shape == (1, 8, 8)
+    assert run_threads(cfg).status == "completed"
+    np.savez(folder / "flat.npz", X=X.reshape(len(X), -1), y=np.zeros(len(X), int) + np.arange(len(X)) % 2)
+    with pytest.raises(ConfigError, match="model: cnn only with an image dataset"):
+        config(str(folder / "flat.npz"), model="cnn")
+
+
+def test_arrays_from_python_are_checked_and_saved_once_by_their_hash(folder):
+    ds = Dataset.from_arrays(DIGITS.X_train, DIGITS.y_train, DIGITS.X_test, DIGITS.y_test)
+    a, b = RunConfig(dataset=ds), RunConfig(dataset=Dataset.from_arrays(DIGITS.X_train, DIGITS.y_train,
+                                                                         DIGITS.X_test, DIGITS.y_test))
+    assert a.dataset == b.dataset and a.dataset.startswith(str(folder / "cache" / "arrays"))
+    assert np.array_equal(load_dataset(a.dataset).X_train, DIGITS.X_train)
+    run = run_threads(config(ds))
+    assert run.status == "completed" and run.summary["config"]["dataset"] == a.dataset
+    split = Dataset.from_arrays(np.arange(40.0).reshape(20, 2), np.arange(20) % 4, test_fraction=0.25)
+    assert (split.n_train, split.n_test, split.n_classes) == (15, 5, 4)
+    assert Dataset.from_arrays(np.zeros((4, 2)), [0, 1, 0, 1], n_classes=5).n_classes == 5
+
+
+# ------------------------------------------------------------------ bad data: one line, before any worker
+def _save(folder, **arrays) -> str:
+    path = folder / "bad.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+X4, Y4 = np.zeros((40, 3), np.float32), np.arange(40) % 2
+
+
+@pytest.mark.parametrize("arrays, says", [
+    ({"X": X4, "labels": Y4}, r"^dataset: an \.npz holding X_train, y_train, X_test, y_test \(or X, y\), got arrays "
+                               r"\['X', 'labels'\]"),
+    ({"X": X4, "y": Y4[:-1]}, r"^y: one label per row of X \(40 rows\), got 39 labels in"),
+    ({"X": X4, "y": np.stack([Y4, Y4], 1)}, r"^y: one label per row \(a 1-D array\), got shape \(40, 2\)"),
+    ({"X_train": X4, "y_train": Y4, "X_test": X4[:, :2], "y_test": Y4},
+     r"^X_test: rows shaped as X_train's \(3,\), got \(2,\)"),
+    ({"X": X4.astype(str), "y": Y4}, r"^X: numbers \(float, int or bool\), got dtype <U"),
+    ({"X": np.where(np.arange(120).reshape(40, 3) == 31, np.nan, X4), "y": Y4},
+     r"^X_train: finite numbers, got nan at row \d+, column 1 of"),
+    ({"X": X4, "y": np.where(np.arange(40) == 6, 0.5, Y4)}, r"^y: integer class labels, got 0\.5 at row 6 of"),
+    ({"X": X4, "y": np.where(np.arange(40) == 9, -1, Y4)}, r"^y: labels >= 0, got -1 at row 9 of"),
+    ({"X": X4, "y": np.where(np.arange(40) == 12, 3, Y4), "n_classes": np.int64(3)},
+     r"^y: labels in \[0, 3\) \(n_classes\), got 3 at row 12 of"),
+    ({"X": X4, "y": np.zeros(40, int)}, r"^y: at least 2 classes, got only label 0"),
+])
+def test_a_bad_data_file_is_one_line_naming_the_array_and_row(folder, arrays, says):
+    path = _save(folder, **arrays)
+    with pytest.raises((ConfigError, DataError), match=says) as err:
+        preflight(config(path, batch_size=4, steps=2))
+    assert "\n" not in str(err.value) and path in str(err.value) or "got arrays" in str(err.value)
+
+
+def test_more_bad_inputs_and_the_cli_exit_code(folder):
+    np.save(folder / "one.npy", X4)
+    with pytest.raises(ValueError, match=r"^dataset: features and labels, as a pair features.npy,labels.npy"):
+        preflight(config(str(folder / "one.npy")))
+    with pytest.raises(DataError, match=r"^dataset: a readable data file .*No such file"):
+        preflight(config(str(folder / "missing.npz")))
+    with pytest.raises(ConfigError, match=r"^dataset: one of \[.*\], or a path/to/text.txt, or a data file"):
+        RunConfig(dataset="digitz")
+    (folder / "t.csv").write_text("a,b,label\n1,2,0\n3,x,1\n4,5,0\n")
+    with pytest.raises(ValueError, match=r"^X: numbers in every feature column, got 'x' at row 1 \(column 'b'\)"):
+        preflight(config(str(folder / "t.csv")))
+    path = _save(folder, X=X4, y=Y4)                        # 32 training rows: a batch of 64 does not fit
+    with pytest.raises(ValueError, match=r"^batch_size: at most the training set size \(32\)"):
+        preflight(config(path, batch_size=64))
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--dataset", path, "--batch-size", "64",
+                           "--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: batch_size: at most the training set size (32), got 64"]
+
+
+# ------------------------------------------------------------------ large arrays are mapped, not copied
+def test_large_arrays_are_memory_mapped_from_the_file_or_a_prepared_copy(folder, monkeypatch):
+    monkeypatch.setattr(files, "MMAP_BYTES", 1024)
+    (folder / "dir").mkdir()
+    for name in ("X_train", "y_train", "X_test", "y_test"):                # float32 / int64 .npy: mapped as they are
+        np.save(folder / "dir" / f"{name}.npy", getattr(DIGITS, name))
+    d = load_dataset(str(folder / "dir"))
+    assert _mapped(d.X_train) and _mapped(d.y_test) and np.array_equal(d.X_train, DIGITS.X_train)
+    assert not list((folder / "cache").glob("userdata/*"))                # nothing copied
+    np.savez(folder / "xy.npz", X=DIGITS.X_train.astype(np.float64), y=DIGITS.y_train.astype(np.int32))
+    small = files.load_file(str(folder / "xy.npz"))                        # read in memory (threshold restored below)
+    e = load_dataset(str(folder / "xy.npz"))                               # an .npz member, float64, a split: prepared
+    assert _mapped(e.X_train) and len(list((folder / "cache").glob("userdata/*/X_train.npy"))) == 1
+    assert e.X_train.dtype == np.float32 and np.array_equal(e.X_test, small.X_test)
+    clear_cache()
+    again = load_dataset(str(folder / "xy.npz"))                           # the prepared copy is reused
+    assert len(list((folder / "cache").glob("userdata/*"))) == 1 and np.array_equal(again.X_train, e.X_train)
+
+
+@pytest.mark.slow
+def test_dask_workers_map_a_large_file_instead_of_copying_it(folder, client, monkeypatch):
+    monkeypatch.setattr(files, "MMAP_BYTES", 1024)
+    (folder / "dir").mkdir()
+    for name in ("X_train", "y_train", "X_test", "y_test"):
+        np.save(folder / "dir" / f"{name}.npy", getattr(DIGITS, name))
+    cfg = config(str(folder / "dir"), steps=20)
+
+    def threshold(n: int) -> None:          # a worker's: the digits file is "large" there too
+        from workbench.data import clear_cache, files
+        files.MMAP_BYTES = n
+        clear_cache()
+
+    def mapped_in_the_run(c: RunConfig) -> bool:
+        from workbench.problem import Problem
+        return _mapped(Problem.from_config(c).data.X_train)     # the data the worker's run trained on
+    default = 64 << 20
+    client.run(threshold, 1024)
+    try:
+        r = wb.run(cfg, cluster=client, progress=False)
+        assert r.status == "completed"
+        assert list(client.run(mapped_in_the_run, cfg).values()) == [True, True]
+    finally:
+        client.run(threshold, default)

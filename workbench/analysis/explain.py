@@ -1,0 +1,677 @@
+"""Why are N workers (not) faster than one? A run's step, decomposed, and what would change it.
+
+`explain(runs)` reads one run, or a 1-vs-N pair (any number of runs: each against the one
+with fewest workers), from its records alone and says:
+
+1. **What limits it**, in its first line: ``limited by: <what>`` with the numbers. A worker's
+   step (its mean period in the steady window, `measure.steady_mask`) is the sum of five
+   parts: **compute** (booked compute on a core), **the exchange** (`comm_s`: moving bytes),
+   **waiting for the slowest worker** (`wait_s`), **the engine's own overhead** (the period
+   minus what the worker booked: the loop, its records, rank 0's evaluations) and
+   **contention from other processes** (booked compute the worker's thread spent off a
+   core, `summary["machine"]["workers"][i]["stalled_s"]`; real runs only). With N workers
+   the ideal step is the 1-worker step at the same global batch divided by N; what the
+   N-worker step spends beyond that ideal is split into the same parts (compute that does
+   not shrink: a fixed cost per step), and the largest one is the limit. Within 20% of the
+   ideal, N workers scale and compute is the limit. A lone run of N workers is compared
+   with the 1-worker step the cost model predicts from it; a 1-worker run, with itself.
+2. **What would change the answer**, from the cost model fitted on the runs themselves
+   (`costmodel.fit_compute`: compute c0 + c1 b per worker of b samples, two points when a
+   1-worker run is given; the exchange as measured, split into latency `A alpha` and
+   bytes `B beta` by the run's algorithm's terms, `costmodel.exchange_terms`, with the
+   network's documented alpha, as `costmodel.calibrate` does for one point):
+   - the global batch at which N workers beat one by `TARGET` (1.5x), in closed form
+     (strong scaling: the global batch split N ways; waiting taken as the measured share
+     of compute, as a straggler by jitter waits in proportion to the compute);
+   - the model size (parameters and FLOPs scaled together) at which they would;
+   - the network bandwidth below which DiLoCo (`tau` 8) or top-k compression (1%) makes
+     the N-worker step `PAYS` (1.25x) faster than the plain exchange (their own compute,
+     compressing, left out: an upper bound on what they gain);
+   - the straggler: the rank that computes longest, and how often it is the slowest.
+   Each prediction states its uncertainty: the 16th-84th percentile over `RESAMPLES`
+   bootstrap resamples of the runs' steady steps (whole synchronous steps resampled
+   together); a simulated run without jitter is exact (virtual time).
+
+`pick_runs(history)` chooses what the dashboard's "why" panel explains after a run (the
+run, and an earlier run of the same config on another worker count when there is one);
+`to_html` renders an `Explanation` for it. Validated on seeded simulated cases and a real
+one (tests/test_explain.py, benchmarks/explain_validation.py; docs/explain.md).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import measure
+from ..algorithms.registry import specs
+from ..config import ConfigError
+from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
+
+TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
+PAYS = 1.25           # DiLoCo or compression "pays" when the step is this much faster with it
+NEAR_IDEAL = 0.2      # within this share of the step from the ideal: N workers scale, compute limits
+STRAGGLER = 0.05      # a rank computing this much longer than the median is named a straggler
+DILOCO_TAU = 8        # the DiLoCo whose exchange every tau steps the network prediction tries
+TOPK_RATIO = 0.01     # ... and the top-k compression ratio
+RESAMPLES = 200       # bootstrap resamples of the steady steps
+SEED = 0              # of the resampling: the same runs give the same explanation
+PARTS = ("compute", "exchange", "wait", "overhead", "contention")
+NAMES = {"compute": "compute that does not shrink with more workers", "exchange": "the exchange",
+         "wait": "waiting for the slowest worker", "overhead": "the engine's own overhead",
+         "contention": "contention from other processes"}
+
+
+# ------------------------------------------------------------------------------ one run's step
+@dataclass
+class RunSteps:
+    """One run's steady steps, aggregated per block (a synchronous step: every worker's row
+    of it; an asynchronous run: each row), with what the explanation reads of its summary."""
+
+    label: str
+    workers: int
+    batch: int                  # the global batch
+    rate: float                 # steady samples/s (`summary["samples_per_s"]`)
+    simulated: bool
+    deterministic: bool         # simulated without jitter: every resample is the same run
+    algorithm: str
+    pattern: str
+    config: dict
+    n_bytes: float              # bytes of the vector the exchange moves (a timing model's, simulated)
+    network: str | None         # a NETWORKS name whose alpha splits the exchange, or None
+    sums: np.ndarray            # (blocks, 7): rows, compute, comm, wait, period, samples, and the
+    #                             compute spread (the step's slowest compute minus each row's own)
+    evaluated: np.ndarray       # (blocks,): 1 where the block's steps followed an evaluation
+    n_train: int                # the training set: evaluations once per epoch come every n_train / batch steps
+    eval_every: int | None      # steps between evaluations when the config sets it
+    contention_s: float         # per worker step, off-core compute (real runs), constant
+    per_rank: pd.DataFrame      # rank -> mean compute, share of steps it was the slowest
+    machine_note: str | None
+    free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
+
+    def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
+        """Evaluations per step at a global batch: 1 / eval_every, else one per epoch."""
+        return 1.0 / self.eval_every if self.eval_every else np.asarray(batch, dtype=float) / self.n_train
+
+    def means(self, weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Per worker step: compute, exchange, wait, overhead, period and samples, each an
+        array over `weights` (resample counts per block; None: the run as measured); and the
+        overhead split into a step's own (`step_overhead`) and each evaluation's extra
+        (`eval_s`: what a step after an evaluation took beyond the others; 0 when none was seen)."""
+        w = np.ones((1, len(self.sums))) if weights is None else weights
+        tot = w @ self.sums                           # (R, 7)
+        rows = np.maximum(tot[:, 0], 1e-300)
+        compute, comm, wait, period, samples, spread = (tot[:, k] / rows for k in range(1, 7))
+        overhead = np.maximum(period - compute - comm - wait, 0.0)
+        spare = self.sums[:, 4] - self.sums[:, 1] - self.sums[:, 2] - self.sums[:, 3]   # unbooked, per block
+        plain, after = (w * (1 - self.evaluated)), (w * self.evaluated)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step_oh = (plain @ spare) / np.maximum(plain @ self.sums[:, 0], 1e-300)
+            eval_oh = np.where(after @ self.sums[:, 0] > 0,
+                               (after @ spare) / np.maximum(after @ self.sums[:, 0], 1e-300) - step_oh, 0.0)
+        return {"compute": compute, "exchange": comm, "wait": wait, "overhead": overhead,
+                "period": np.maximum(period, compute + comm + wait), "samples": samples,
+                "step_overhead": np.maximum(step_oh, 0.0), "eval_s": np.maximum(eval_oh, 0.0),
+                "spread": np.minimum(spread, wait)}
+
+
+def _steady_rows(result: Any) -> pd.DataFrame:
+    """The steady rows of a run's steps with each row's period (its end to the worker's
+    previous end)."""
+    steps = result.steps
+    if not len(steps):
+        raise ConfigError("RUN", "a run with step records (it ran no step)", result.summary.get("run_id"))
+    steps = steps.sort_values(["worker", "step"], kind="stable")
+    period = steps.groupby("worker")["time"].diff()
+    mask, _ = measure.steady_mask(steps)
+    rows = steps.assign(period=period)[mask & period.notna()]
+    if not len(rows):   # a very short run: every row with a predecessor
+        rows = steps.assign(period=period)[period.notna()]
+    if not len(rows):
+        raise ConfigError("RUN", "a run of at least 2 steps per worker", result.summary.get("run_id"))
+    return rows
+
+
+def _bytes_and_network(result: Any) -> tuple[float, str | None]:
+    """Bytes of the exchanged vector, and the network whose alpha splits the exchange."""
+    s = result.summary
+    cfg = s.get("config") or {}
+    timing = cfg.get("timing_model")      # a published network's size stands for the model's (simulated)
+    if s.get("simulated") and timing:
+        from ..sim.profiles import TIMING_MODELS
+        n = TIMING_MODELS[timing].n_params
+    else:
+        n = n_params_of(result)
+    network = s.get("network") if s.get("simulated") else "shm"   # real runs here: this host's shared memory
+    return float(n * BYTES_PER_PARAM), network if network in NETWORKS else None
+
+
+def _free_cores(state: dict | None) -> float | None:
+    """The cores a real run could have had: the usable cores less what other processes and
+    steal took (`util.machine`); None without that record (simulated runs).
+
+    >>> _free_cores({"cores": 2, "other_cores": 1.7, "steal_cores": 0.0})
+    0.3
+    """
+    if not state or state.get("other_cores") is None:
+        return None
+    free = float(state["cores"]) - float(state["other_cores"]) - float(state.get("steal_cores") or 0.0)
+    return round(max(free, 0.05), 6)
+
+
+def _n_train(cfg: dict) -> int:
+    """The training set's size, from the dataset's entry (nothing loaded)."""
+    from ..data.dataset import DATASETS
+    info = DATASETS.get(str(cfg.get("dataset")))
+    if info is None:
+        return 1
+    return max(1, info.shape(int(cfg.get("n_samples") or 10000), int(cfg.get("n_features") or 64),
+                             int(cfg.get("n_classes") or 10)).n_train)
+
+
+def run_steps(result: Any, label: str | None = None) -> RunSteps:
+    """`RunSteps` of a finished run (a `RunResult`, or a run directory)."""
+    from ..results import RunResult
+    if not isinstance(result, RunResult):
+        result = RunResult.load(result)
+    s = result.summary
+    cfg = s.get("config") or {}
+    algorithm = s.get("algorithm") or cfg.get("algorithm")
+    spec = specs().get(algorithm)
+    if spec is None:
+        raise ConfigError("RUN", "a run of a known algorithm", algorithm)
+    rows = _steady_rows(result)
+    workers = int(rows["worker"].nunique())
+    vals = rows[["compute_s", "comm_s", "wait_s", "period", "samples"]].to_numpy(dtype=float)
+    if spec.sync:                                     # one block per synchronous step
+        keys, inverse = np.unique(rows["step"].to_numpy(), return_inverse=True)
+    else:
+        keys, inverse = np.arange(len(rows)), np.arange(len(rows))
+    sums = np.zeros((len(keys), 7))
+    np.add.at(sums[:, 0], inverse, 1.0)
+    for k in range(5):
+        np.add.at(sums[:, k + 1], inverse, vals[:, k])
+    if spec.sync:   # the wait a step's slowest compute causes: its max over the rows minus each row's own
+        slowest = np.full(len(keys), -np.inf)
+        np.maximum.at(slowest, inverse, vals[:, 0])
+        sums[:, 6] = slowest * sums[:, 0] - sums[:, 1]
+    # a step right after an evaluation carries its cost (rank 0's forward pass, the partials' exchange)
+    after_eval = set((np.asarray(result.evals["step"], dtype=int) + 1).tolist()) if len(result.evals) else set()
+    row_after = rows["step"].isin(after_eval).to_numpy(dtype=float)
+    evaluated = np.zeros(len(keys))
+    np.maximum.at(evaluated, inverse, row_after)
+    contention = 0.0
+    loops = (s.get("machine") or {}).get("workers") or []
+    counts = result.steps.groupby("worker").size()
+    stalls = [float(w.get("stalled_s") or 0.0) / max(int(counts.get(w.get("rank"), 0)), 1) for w in loops
+              if w.get("stalled_s") is not None]
+    if stalls:
+        contention = float(np.mean(stalls))
+    grouped = rows.groupby("worker")["compute_s"]
+    per_rank = grouped.mean().to_frame("compute_s")
+    per_rank["compute_se"] = (grouped.std(ddof=1) / np.sqrt(grouped.size())).fillna(0.0)
+    if spec.sync and workers > 1:
+        busy = rows["compute_s"] + rows["comm_s"]
+        slowest = rows.loc[busy.groupby(rows["step"]).idxmax(), "worker"]
+        per_rank["slowest_share"] = slowest.value_counts(normalize=True).reindex(per_rank.index).fillna(0.0)
+    else:
+        per_rank["slowest_share"] = math.nan
+    n_bytes, network = _bytes_and_network(result)
+    batch = int(cfg.get("batch_size") or round(float(rows["samples"].mean()) * workers))
+    jitter = float(s.get("jitter") or cfg.get("jitter") or 0.0)
+    return RunSteps(label=label or f"{workers} worker{'s' if workers != 1 else ''}", workers=workers,
+                    batch=batch, rate=float(s.get("samples_per_s") or 0.0), simulated=bool(s.get("simulated")),
+                    deterministic=bool(s.get("simulated")) and jitter == 0.0, algorithm=algorithm,
+                    pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
+                    evaluated=evaluated, n_train=_n_train(cfg), eval_every=cfg.get("eval_every"),
+                    contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
+                    free_cores=_free_cores(s.get("machine")))
+
+
+# ------------------------------------------------------------------------------ the model, vectorised
+def _line(b_lo: np.ndarray, c_lo: np.ndarray, b_hi: float, c_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """compute(b) = c0 + c1 b through two points (per-worker batch, mean compute), as
+    `costmodel.fit_compute` fits them: c0 >= 0 and c1 > 0, else the line through the origin
+    and the larger batch's point; one size (b_lo == b_hi): c0 = 0."""
+    b_lo = np.asarray(b_lo, dtype=float)
+    if np.all(b_lo == b_hi):
+        return np.zeros_like(c_hi), c_hi / b_hi
+    c1 = (c_hi - c_lo) / (b_hi - b_lo)
+    c0 = c_hi - c1 * b_hi
+    bad = (c0 < 0) | (c1 <= 0)
+    c1 = np.where(bad, c_hi / b_hi, c1)
+    c0 = np.where(bad, 0.0, c0)
+    return c0, c1
+
+
+@dataclass
+class Model:
+    """The cost model fitted on the runs (arrays over resamples): a worker's compute
+    c0 + c1 b, the N-worker run's exchange (latency part `x_alpha`, bytes part `x_beta`),
+    waiting as a share of compute (`omega`), and each side's per-step overhead."""
+
+    workers: int
+    batch: float
+    c0: np.ndarray
+    c1: np.ndarray
+    x_alpha: np.ndarray
+    x_beta: np.ndarray
+    omega: np.ndarray
+    o_one: np.ndarray             # a step's own overhead, 1 worker and N
+    o_n: np.ndarray
+    w_fixed: np.ndarray = field(default_factory=lambda: np.zeros(1))   # waiting not caused by compute spread
+    e_one: np.ndarray = field(default_factory=lambda: np.zeros(1))   # one evaluation's extra, 1 worker and N
+    e_n: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    eval_rate: float = 0.0        # evaluations per step per sample of the global batch (once per epoch: 1 / n_train)
+    eval_fixed: float = 0.0       # ... or per step whatever the batch (eval_every: 1 / eval_every)
+    a_terms: float = 0.0          # the exchange's A (messages) and B (bytes) per step
+    b_terms: float = 0.0
+    alpha: float = math.nan
+    parallel: float = 0.0         # how many workers' worth of compute runs at once (0: all of them); a busy
+    #                               machine's free cores bound it: the 1-worker run's free share against the N's
+
+    @property
+    def k(self) -> float:
+        return self.parallel if self.parallel > 0 else float(self.workers)
+
+    def _evals(self, batch: float | np.ndarray) -> float | np.ndarray:
+        return self.eval_fixed + self.eval_rate * np.asarray(batch, dtype=float)
+
+    def step_one(self, batch: float | np.ndarray) -> np.ndarray:
+        return self.c0 + self.c1 * batch + self.o_one + self.e_one * self._evals(batch)
+
+    def step_n(self, batch: float | np.ndarray, scale: float = 1.0) -> np.ndarray:
+        compute = (self.c0 + scale * self.c1 * batch / self.k) * (1.0 + self.omega)
+        return compute + self.w_fixed + self.x_alpha + scale * self.x_beta + self.o_n + self.e_n * self._evals(batch)
+
+    def speedup(self, batch: float | np.ndarray) -> np.ndarray:
+        return self.step_one(batch) / self.step_n(batch)
+
+    def crossover_batch(self, target: float = TARGET) -> np.ndarray:
+        """The global batch at which N workers run `target` x one (strong scaling); inf when
+        no batch reaches it (waiting grows with compute: at most N / (1 + omega)), 0 when
+        every batch does. Both steps are linear in the batch, so this is closed form."""
+        coef = (self.c1 + self.e_one * self.eval_rate
+                - target * ((1.0 + self.omega) * self.c1 / self.k + self.e_n * self.eval_rate))
+        rhs = (target * (self.c0 * (1.0 + self.omega) + self.w_fixed + self.x_alpha + self.x_beta + self.o_n
+                         + self.e_n * self.eval_fixed) - self.c0 - self.o_one - self.e_one * self.eval_fixed)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b = np.where(coef > 0, rhs / coef, math.inf)
+        return np.where(np.isfinite(b) & (b < 0), 0.0, b)
+
+    def crossover_scale(self, target: float = TARGET) -> np.ndarray:
+        """The factor on the model's size (parameters and FLOPs together) at which N workers
+        run `target` x one at the run's batch; inf when none does (the exchange's bytes
+        grow with the model as fast as its compute)."""
+        b = self.batch
+        ev = self._evals(b)
+        coef = self.c1 * b - target * (1.0 + self.omega) * self.c1 * b / self.k - target * self.x_beta
+        rhs = (target * (self.c0 * (1.0 + self.omega) + self.w_fixed + self.x_alpha + self.o_n + self.e_n * ev)
+               - self.c0 - self.o_one - self.e_one * ev)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.where(coef > 0, rhs / coef, math.inf)
+        return np.where(np.isfinite(s) & (s < 0), 0.0, s)
+
+    def paying_bandwidth(self, a_alt: float, b_alt: float, gain: float = PAYS) -> np.ndarray:
+        """Bytes/s below which an exchange of A' alpha + B' beta (DiLoCo, compression) makes
+        the N-worker step `gain` x faster than this one; 0 when it never does, inf when it
+        would at any bandwidth."""
+        local = ((self.c0 + self.c1 * self.batch / self.k) * (1.0 + self.omega) + self.w_fixed + self.o_n
+                 + self.e_n * self._evals(self.batch))
+        per_message = self.x_alpha / self.a_terms if self.a_terms > 0 else np.zeros_like(self.x_alpha)   # as measured
+        denom = self.b_terms - gain * b_alt
+        num = (gain - 1.0) * local + (gain * a_alt - self.a_terms) * per_message
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beta = np.where(denom > 0, num / denom, math.inf)
+        return np.where(beta <= 0, math.inf, 1.0 / beta)
+
+
+def _terms(n: RunSteps) -> tuple[float, float]:
+    """(A, B) of the N-worker run's exchange per step (`costmodel.exchange_terms`)."""
+    cfg = n.config
+    knobs = {k: cfg[k] for k in ("compression_ratio", "compression_levels", "compression_rank") if k in cfg}
+    if cfg.get("compression", "none") == "powersgd":
+        return 0.0, 0.0
+    try:
+        t = exchange_terms(n.algorithm, n.workers, n.n_bytes, tau=int(cfg.get("tau") or 1),
+                           round_size=int(cfg.get("round_size") or 50), compression=cfg.get("compression") or "none",
+                           topology=cfg.get("topology") or "ring", **knobs)
+    except (ConfigError, ValueError, TypeError):
+        return 0.0, 0.0
+    return t if t is not None else (0.0, 0.0)
+
+
+def _parallel(one: RunSteps | None, n: RunSteps) -> float:
+    """Workers' worth of compute the N-worker run could run at once against the 1-worker
+    run: min(N, its free cores) over min(1, the 1-worker run's); 0 (all N) for simulated
+    runs and where the machine's record is missing."""
+    if n.free_cores is None:
+        return 0.0
+    mine = min(float(n.workers), n.free_cores)
+    ref = min(1.0, one.free_cores if one is not None and one.free_cores is not None else n.free_cores)
+    k = min(mine / max(ref, 1e-3), float(n.workers))
+    return 0.0 if k >= n.workers else max(k, 1e-3)
+
+
+def _weights(blocks: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples + 1, blocks) counts: row 0 the run as measured, then bootstrap resamples."""
+    w = np.zeros((resamples + 1, blocks))
+    w[0] = 1.0
+    if resamples:
+        idx = rng.integers(0, blocks, (resamples, blocks))
+        for r in range(resamples):
+            w[r + 1] = np.bincount(idx[r], minlength=blocks)
+    return w
+
+
+def fit(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) -> tuple[Model, dict, dict | None]:
+    """The cost model of `n` (and `one`, its 1-worker reference, or None), with the step
+    parts of each: (Model over [measured, resamples...], n's parts, one's parts or None)."""
+    rng = np.random.default_rng(SEED)
+    r = 0 if n.deterministic and (one is None or one.deterministic) else resamples
+    pn = n.means(_weights(len(n.sums), r, rng))
+    p1 = one.means(_weights(len(one.sums), r, rng)) if one is not None else None
+    bn = n.batch / n.workers
+    if p1 is not None:
+        c0, c1 = _line(np.full_like(pn["compute"], bn), pn["compute"], float(one.batch / one.workers), p1["compute"])
+        o_one, e_one = p1["step_overhead"], p1["eval_s"]
+    else:   # the 1-worker step predicted from the N-worker run: the same overheads
+        c0, c1 = _line(np.full_like(pn["compute"], bn), pn["compute"], bn, pn["compute"])
+        o_one, e_one = pn["step_overhead"], pn["eval_s"]
+    a, b = _terms(n)
+    alpha = NETWORKS[n.network].alpha if n.network else math.nan
+    x = pn["exchange"]
+    # the bytes at the network's documented bandwidth; the rest is per message (latency: on a busy
+    # machine each meeting waits for a descheduled peer, which no bandwidth explains)
+    x_beta = np.minimum(x, b * NETWORKS[n.network].beta) if n.network and b > 0 else x
+    with np.errstate(divide="ignore", invalid="ignore"):   # waiting in proportion to the compute spread
+        omega = np.where(pn["compute"] > 0, pn["spread"] / pn["compute"], 0.0)
+    model = Model(workers=n.workers, batch=float(n.batch), c0=c0, c1=c1, x_alpha=x - x_beta, x_beta=x_beta,
+                  omega=omega, o_one=o_one, o_n=pn["step_overhead"], w_fixed=np.maximum(pn["wait"] - pn["spread"], 0.0),
+                  e_one=e_one, e_n=pn["eval_s"],
+                  eval_rate=0.0 if n.eval_every else 1.0 / n.n_train,
+                  eval_fixed=1.0 / n.eval_every if n.eval_every else 0.0, a_terms=a, b_terms=b, alpha=alpha,
+                  parallel=_parallel(one, n))
+    return model, pn, p1
+
+
+# ------------------------------------------------------------------------------ the explanation
+@dataclass
+class Explanation:
+    """What `explain` found: the limit, the step's parts, the predictions, in words."""
+
+    limit: str                       # a key of NAMES, or "compute" when N workers scale
+    lines: list[str]                 # the first is "limited by: ..."
+    parts: dict[str, float]          # seconds per worker step of the N-worker run (measured)
+    excess: dict[str, float]         # ... beyond the ideal step (N > 1)
+    predictions: dict[str, Any] = field(default_factory=dict)   # name -> (value, low, high) or text
+
+    @property
+    def first_line(self) -> str:
+        return self.lines[0]
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _ms(seconds: float) -> str:
+    """Seconds as a short duration.
+
+    >>> _ms(0.00042), _ms(0.0123), _ms(1.5), _ms(3e-7), _ms(-0.0007)
+    ('0.42 ms', '12.3 ms', '1.50 s', '0.30 us', '-0.70 ms')
+    """
+    if seconds < 0:
+        return "-" + _ms(-seconds)
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def _band(values: np.ndarray, fmt: Any, exact: bool) -> tuple[str, tuple[float, float, float]]:
+    """'value (low-high)' of the measured value and the resamples' 16th-84th percentiles."""
+    v = np.asarray(values, dtype=float)
+    mid = float(v[0])
+    rest = v[1:] if len(v) > 1 else v
+    with np.errstate(invalid="ignore"):    # resamples with no crossover are inf
+        lo, hi = (float(np.percentile(rest, 16)), float(np.percentile(rest, 84))) if len(v) > 1 else (mid, mid)
+    if exact:
+        return f"{fmt(mid)} (exact: virtual time, no jitter)", (mid, mid, mid)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{fmt(mid)} ({fmt(lo)} to {fmt(hi)} over the resamples)", (mid, lo, hi)
+    return f"{fmt(mid)} ({fmt(lo)}-{fmt(hi)})", (mid, lo, hi)
+
+
+def _count(x: float) -> str:
+    if not math.isfinite(x):
+        return "none"
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
+
+
+def _gbps(bps: float) -> str:
+    if not math.isfinite(bps):
+        return "any"
+    return f"{bps / 1e9:.3g} GB/s"
+
+
+def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) -> Explanation:
+    """Explain run `n` against its 1-worker reference `one` (None: the 1-worker step the
+    cost model predicts from `n`)."""
+    model, pn, p1 = fit(one, n, resamples)
+    exact = n.deterministic and (one is None or one.deterministic)
+    parts = {k: float(pn[k][0]) for k in ("compute", "exchange", "wait", "overhead")}
+    cont = min(n.contention_s, parts["compute"])
+    parts["compute"] -= cont
+    parts["contention"] = cont
+    step_n = float(pn["period"][0])
+    P = n.workers
+    lines: list[str] = []
+    excess: dict[str, float] = {}
+    if P == 1:                                        # nothing to compare: the step's largest part
+        limit = max(("compute", "overhead", "contention"), key=lambda k: parts[k])
+        what = "compute" if limit == "compute" else NAMES[limit]
+        lines.append(f"limited by: {what}: {_ms(parts[limit])} of a {_ms(step_n)} step "
+                     f"({parts[limit] / step_n:.0%}) on 1 worker, {n.rate:,.0f} samples/s")
+    else:
+        ref_step = float(model.step_one(n.batch)[0])          # 1 worker, the same global batch
+        c_ref = float((model.c0 + model.c1 * n.batch)[0])
+        cont_share = (one.contention_s / max(float(p1["compute"][0]), 1e-300)) if one is not None else 0.0
+        cont_share = min(cont_share, 1.0)
+        excess = {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
+                  "exchange": parts["exchange"], "wait": parts["wait"],
+                  "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
+                  "contention": parts["contention"] - cont_share * c_ref / P}
+        ideal = ref_step / P
+        beyond = step_n - ideal
+        if one is not None and one.rate > 0:
+            speed = f"{P} workers ran {n.rate / one.rate:.2f}x 1 worker ({n.rate:,.0f} vs {one.rate:,.0f} samples/s)"
+        else:
+            speed = (f"{P} workers at {n.rate:,.0f} samples/s, {ref_step / step_n:.2f}x the speed the model "
+                     f"predicts for 1 worker from this run")
+        if beyond <= NEAR_IDEAL * step_n:
+            limit = "compute"
+            lines.append(f"limited by: compute: {_ms(parts['compute'])} of a {_ms(step_n)} step, within "
+                         f"{max(beyond, 0) / step_n:.0%} of the ideal {_ms(ideal)}; {speed}")
+        else:
+            limit = max(excess, key=lambda k: excess[k])
+            what = NAMES[limit]
+            if limit == "exchange":
+                what += _exchange_kind(model, parts["exchange"], n)
+            lines.append(f"limited by: {what}: {_ms(excess[limit])} of a {_ms(step_n)} step on {P} workers "
+                         f"({excess[limit] / step_n:.0%}), where 1 worker's step split {P} ways would take "
+                         f"{_ms(ideal)}; {speed}")
+    lines.append(f"the step on {P} worker{'s' if P != 1 else ''} ({n.label}, global batch {n.batch}), "
+                 f"per worker, {'virtual time' if n.simulated else 'steady window'}:")
+    for k in PARTS:
+        extra = f"   (beyond the ideal: {_ms(excess[k])})" if excess else ""
+        lines.append(f"  {NAMES[k] if k != 'compute' else 'compute':<34} {_ms(parts[k]):>10}{extra}")
+    if one is not None:
+        lines.append(f"  1 worker's step at batch {one.batch}: {_ms(float(p1['period'][0]))} (compute "
+                     f"{_ms(float(p1['compute'][0]))}, overhead {_ms(float(p1['overhead'][0]))})")
+    lines.append(_straggler_line(n))
+    if model.parallel:
+        ref = f"; 1 worker's run {one.free_cores:.2g}" if one is not None and one.free_cores is not None else ""
+        lines.append(f"  cores: other processes left this run {n.free_cores:.2g} free cores{ref}: its {P} workers "
+                     f"compute at most {model.k:.2g}x one worker's rate at any batch (the predictions below assume so)")
+    if n.machine_note:
+        lines.append(f"  note: {n.machine_note}")
+    preds = _predictions(model, n, exact, lines)
+    return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds)
+
+
+def _exchange_kind(model: Model, exchange: float, n: RunSteps) -> str:
+    """" (latency: ...)" or " (bytes: ...)": which part of the exchange dominates."""
+    if not n.network or exchange <= 0:
+        return ""
+    lat = float(model.x_alpha[0])
+    if lat >= 0.5 * exchange:
+        each = lat / model.a_terms if model.a_terms > 0 else lat
+        return (f" (latency: {model.a_terms:g} messages a step, {_ms(each)} each; {n.network}'s documented "
+                f"{_ms(model.alpha)})")
+    return f" (bytes: {model.b_terms / 1e6:.3g} MB a step on {n.network})"
+
+
+def _straggler_line(n: RunSteps) -> str:
+    """The straggler: the rank whose mean compute is highest, named when it is more than
+    `STRAGGLER` over the median and beyond three standard errors of its own mean (jitter
+    alone makes some rank the highest every time); with how often it was the slowest."""
+    if n.workers < 2:
+        return "  straggler: none (one worker)"
+    pr = n.per_rank
+    median = float(pr["compute_s"].median())
+    rank = int(pr["compute_s"].idxmax())
+    over = float(pr.loc[rank, "compute_s"]) / median - 1 if median > 0 else 0.0
+    noise = float(pr.loc[rank, "compute_se"]) / median if median > 0 else 0.0
+    share = float(pr.loc[rank, "slowest_share"])
+    often = f", slowest in {share:.0%} of the steps" if math.isfinite(share) else ""
+    if over <= 1e-9:
+        return "  straggler: none (every worker computes as long as the others)"
+    if over < STRAGGLER or over < 3 * noise:
+        return (f"  straggler: none persistent (the slowest on average, worker {rank}, computes {over:+.0%} over "
+                f"the median, within its step-to-step noise of +-{noise:.0%}{often}: the slowest changes from "
+                f"step to step)")
+    return f"  straggler: worker {rank}, computing {over:+.0%} over the median (+-{noise:.0%}){often}"
+
+
+def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str]) -> dict[str, Any]:
+    """The 'what would change the answer' lines (appended to `lines`) and their values."""
+    P = n.workers
+    out: dict[str, Any] = {}
+    if P < 2:
+        lines.append("what would change it: more workers (run the same config on N workers and explain the "
+                     "pair: `workbench explain ONE_WORKER_RUN N_WORKER_RUN`)")
+        return out
+    busy = "; other processes used cores meanwhile: these describe this machine as it was" if n.machine_note else ""
+    lines.append(f"what would change it (the cost model fitted on these runs; 16th-84th percentile of "
+                 f"{RESAMPLES} resamples of their steps{busy}):")
+    now = model.speedup(n.batch)
+    text, out["speedup_model"] = _band(now, lambda v: f"{v:.2f}x", exact)
+    lines.append(f"  the model's speed-up here, {P} workers over 1 at batch {n.batch}: {text}")
+    b = model.crossover_batch()
+    text, out["crossover_batch"] = _band(b, _count, exact)
+    if float(b[0]) == 0.0:
+        lines.append(f"  batch: {P} workers already beat 1 by {TARGET:g}x at any batch")
+    elif not math.isfinite(float(b[0])):
+        top = model.k / (1 + float(model.omega[0]))
+        why = (f"other processes left the run {n.free_cores:.2g} of its cores: at most {top:.2f}x on this machine "
+               f"now" if model.parallel else f"waiting for the slowest compute grows with it: at most {top:.2f}x")
+        lines.append(f"  batch: no global batch makes {P} workers {TARGET:g}x faster than 1 ({why})")
+    else:
+        lines.append(f"  batch: {P} workers beat 1 by {TARGET:g}x from a global batch of {text} (this run: {n.batch})")
+    s = model.crossover_scale()
+    text, out["crossover_scale"] = _band(s, lambda v: f"{v:.3g}x", exact)
+    params = n.n_bytes / BYTES_PER_PARAM
+    if float(s[0]) == 0.0:
+        lines.append(f"  model size: {P} workers beat 1 by {TARGET:g}x at batch {n.batch} with any model size")
+    elif not math.isfinite(float(s[0])):
+        lines.append(f"  model size: none at batch {n.batch} (the exchange's bytes grow with the model as fast "
+                     f"as its compute)")
+    elif float(now[0]) >= TARGET:
+        lines.append(f"  model size: {P} workers stay {TARGET:g}x faster than 1 at batch {n.batch} down to {text} "
+                     f"this model's parameters and FLOPs ({params * float(s[0]):,.0f} parameters)")
+    else:
+        lines.append(f"  model size: {P} workers would beat 1 by {TARGET:g}x at batch {n.batch} from {text} this "
+                     f"model's parameters and FLOPs ({params * float(s[0]):,.0f} parameters)")
+    if n.pattern == "allreduce" and (n.config.get("compression") or "none") == "none" and n.network:
+        link = 1.0 / NETWORKS[n.network].beta       # the bytes were charged at the network's documented rate
+        for name, (a_alt, b_alt) in {
+                f"DiLoCo (tau {DILOCO_TAU})": (model.a_terms / DILOCO_TAU, model.b_terms / DILOCO_TAU),
+                f"top-k compression ({TOPK_RATIO:.0%})": compressed_terms(P, n.n_bytes, "topk",
+                                                                          compression_ratio=TOPK_RATIO)}.items():
+            bw = model.paying_bandwidth(a_alt, b_alt)
+            text, out[name] = _band(bw, _gbps, exact)
+            here = "pays here already" if link <= float(bw[0]) else f"not on {n.network}'s {_gbps(link)}"
+            if not math.isfinite(float(bw[0])):
+                lines.append(f"  network: {name} makes the step {PAYS:g}x faster at any bandwidth ({here})")
+            elif float(bw[0]) <= 0:
+                lines.append(f"  network: {name} never makes the step {PAYS:g}x faster (the exchange is latency)")
+            else:
+                lines.append(f"  network: {name} pays ({PAYS:g}x faster steps) below {text}; {here}")
+    else:
+        lines.append(f"  network: compression and DiLoCo are predicted against a synchronous allreduce of the "
+                     f"whole gradient ({n.algorithm} exchanges otherwise)")
+    return out
+
+
+def explain(runs: Sequence[Any], resamples: int = RESAMPLES) -> list[Explanation]:
+    """Explain each run with more workers than the fewest against the one with the fewest
+    (a 1-worker run when there is one); a single run alone.
+
+    Args:
+        runs: RunResults or run directories of the same model.
+        resamples: bootstrap resamples for the uncertainties.
+    Returns:
+        One Explanation per explained run.
+    Raises:
+        ConfigError: a run without steps, of an unknown algorithm, or of another model.
+    """
+    if not runs:
+        raise ConfigError("RUN", "at least one run", list(runs))
+    steps = [run_steps(r) for r in runs]
+    sizes = {round(s.n_bytes) for s in steps}
+    if len(sizes) > 1:
+        raise ConfigError("RUN", "runs of one model (their parameter counts differ)", sorted(sizes))
+    steps.sort(key=lambda s: s.workers)
+    ref = steps[0] if steps[0].workers == 1 and len(steps) > 1 else None
+    targets = [s for s in steps if s is not ref] if len(steps) > 1 else steps
+    return [explain_pair(ref, s, resamples) for s in targets]
+
+
+def pick_runs(history: Sequence[Any]) -> list[Any]:
+    """What the dashboard's "why" panel explains: the last completed run, and the latest
+    earlier completed run of the same config on another worker count (a 1-vs-N pair), if
+    any; [] when no run completed."""
+    done = [r for r in history if getattr(r, "summary", {}).get("status") == "completed"]
+    if not done:
+        return []
+    last = done[-1]
+
+    def key(r: Any) -> dict:
+        cfg = dict(r.summary.get("config") or {})
+        for k in ("cpus", "gpus", "out", "seed"):
+            cfg.pop(k, None)
+        return cfg
+    mine = key(last)
+    n_last = len(last.summary.get("workers") or [])
+    for r in reversed(done[:-1]):
+        if key(r) == mine and len(r.summary.get("workers") or []) != n_last:
+            return [r, last]
+    return [last]
+
+
+def to_html(explanations: Sequence[Explanation]) -> str:
+    """The explanations as HTML for the dashboard's "why" panel (the limit in bold)."""
+    import html
+    out = []
+    for e in explanations:
+        head, *rest = e.lines
+        out.append(f"<p><b>{html.escape(head)}</b></p><pre style='font-size:12px'>"
+                   + html.escape("\n".join(rest)) + "</pre>")
+    return "".join(out)

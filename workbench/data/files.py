@@ -1,0 +1,422 @@
+"""Your own data: arrays from `.npz`, `.npy` and CSV files, or given in Python, checked once
+before any worker starts and memory-mapped when large.
+
+A dataset is named by a path where a built-in one is named by its key:
+
+- `data.npz` holding `X_train, y_train, X_test, y_test`, or `X, y` (split by
+  `test_fraction`); an optional scalar `n_classes` states the class count;
+- `features.npy,labels.npy` (a pair, split by `test_fraction`), or a folder holding
+  `X_train.npy, y_train.npy, X_test.npy, y_test.npy` or `X.npy, y.npy`;
+- `table.csv` with a header row: the label column is the one named `label`, `y`,
+  `target` or `class` (in that order; else the last column), every other column a feature;
+- in Python, `Dataset.from_arrays(X, y)` (or with a test set), which `RunConfig(dataset=...)`
+  saves once, by the hash of its arrays, under `cache_dir()/arrays/` and names by that folder.
+
+Features are used as given (scale them yourself); rows of more than one dimension are
+flattened, and 4-D features `(N, C, H, W)` (3-D: one channel) are images, so the CNN takes
+them. Labels are integers in [0, n_classes): `n_classes` is the file's own, else the
+largest label plus one. A split of `X, y` is a fixed shuffle (seed 0, never the run's):
+the same file gives the same test set in every run.
+
+Checked before any worker starts, each failure one line naming the array, the row and what
+is allowed (`DataError`, exit 2 from the CLI): a missing array, labels that are not one per
+row, feature widths that differ between train and test, features that are not numbers or
+not finite, labels that are not integers, negative or past `n_classes`, fewer than two
+classes, a split with an empty side. A feature array over MMAP_BYTES is memory-mapped
+(read-only, `np.load(mmap_mode="r")`): worker processes of one host share its pages in the
+operating system's cache instead of each holding a copy. What is not float32 features and
+int64 labels in its own `.npy` (a member of an `.npz`, another dtype, a split) is written
+once as such under `cache_dir()/userdata/` (by the file's path, size and time) and mapped
+from there. CSV files are read into memory: convert a large table to `.npy` first.
+
+This module sits at the bottom of the layers with `data.dataset` (config validation reads
+a file's `Shape` here, from the arrays' headers, without loading the features).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dataset import (
+    FILE_KINDS,
+    SPLIT_SEED,
+    DataError,
+    Dataset,
+    DatasetInfo,
+    Shape,
+    _check_fraction,
+    _n_test,
+    cache_dir,
+    check_finite,
+    describe_arrays,
+    make_dataset,
+    split_rows,
+)
+
+DATA_SUFFIXES = (".npz", ".npy", ".csv")
+MMAP_BYTES = 64 << 20            # feature arrays larger than this are memory-mapped, not read into each worker
+LABEL_COLUMNS = ("label", "y", "target", "class")
+CHECK_ROWS = 1 << 16             # rows written at a time (bounded memory on a mapped array)
+_SPLIT = ("X_train", "y_train", "X_test", "y_test")
+
+
+def is_data_path(name: Any) -> bool:
+    """Whether `name` names data by a path: a file of a known kind, a `.npy` pair, or a folder.
+
+    >>> is_data_path("runs/data.npz"), is_data_path("x.npy,y.npy"), is_data_path("digits")
+    (True, True, False)
+    """
+    if not isinstance(name, str) or not name or len(name) > 4096 or "\x00" in name:
+        return False
+    if "," in name:
+        parts = [p.strip() for p in name.split(",")]
+        return len(parts) == 2 and all(p.lower().endswith(".npy") for p in parts)
+    return name.lower().endswith(DATA_SUFFIXES) or os.path.isdir(name)
+
+
+# ------------------------------------------------------------------------------ where each array is
+@dataclass(frozen=True)
+class _Source:
+    """One array of a data file: a member of an .npz, a .npy file, or a CSV's column set."""
+
+    kind: str                 # "npz" | "npy" | "csv"
+    path: str
+    member: str = ""          # the .npz member / the CSV part ("X" or "y")
+
+    def header(self) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype) without reading the data."""
+        if self.kind == "csv":
+            a = _csv(self.path)[0 if self.member == "X" else 1]
+            return a.shape, a.dtype
+        if self.kind == "npz":
+            with zipfile.ZipFile(self.path) as z, z.open(self.member) as f:
+                return _npy_header(f, self)
+        with open(self.path, "rb") as f:
+            return _npy_header(f, self)
+
+    def read(self, mmap: bool = False) -> np.ndarray:
+        """The array: memory-mapped (read-only) when `mmap` and the source is a .npy file."""
+        try:
+            if self.kind == "csv":
+                return _csv(self.path)[0 if self.member == "X" else 1]
+            if self.kind == "npz":
+                with np.load(self.path, allow_pickle=False) as z:
+                    return z[self.member[:-4]]
+            return np.load(self.path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise DataError(f"dataset: a readable array {self.name} ({type(exc).__name__}: "
+                            f"{str(exc)[:120]}), got {self.path!r}") from None
+
+    @property
+    def name(self) -> str:
+        return self.member[:-4] if self.kind == "npz" else self.member or Path(self.path).stem
+
+
+def _npy_header(f: Any, src: _Source) -> tuple[tuple[int, ...], np.dtype]:
+    try:
+        version = np.lib.format.read_magic(f)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = reader(f)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"dataset: a .npy array ({src.member or Path(src.path).name} is not one: {str(exc)[:100]}), "
+                        f"got {src.path!r}") from None
+    return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+def _sources(path: str) -> tuple[dict[str, _Source], str]:
+    """The arrays `path` holds ({"X_train", ...} or {"X", "y"}, plus "n_classes" when stated),
+    and how to name them in messages; DataError when they are not there."""
+    if "," in path:
+        xf, yf = (p.strip() for p in path.split(","))
+        for f in (xf, yf):
+            if not os.path.isfile(f):
+                raise DataError(f"dataset: a pair of readable .npy files features.npy,labels.npy ({f} is not a file), "
+                                f"got {path!r}")
+        return {"X": _Source("npy", xf, "X"), "y": _Source("npy", yf, "y")}, path
+    if os.path.isdir(path):
+        have = {p.stem: str(p) for p in Path(path).glob("*.npy")}
+        for names in (_SPLIT, ("X", "y")):
+            if all(n in have for n in names):
+                found = {n: _Source("npy", have[n], n) for n in names}
+                if "n_classes" in have:
+                    found["n_classes"] = _Source("npy", have["n_classes"], "n_classes")
+                return found, path
+        raise DataError(f"dataset: a folder holding X_train.npy, y_train.npy, X_test.npy, y_test.npy (or X.npy, "
+                        f"y.npy), got {sorted(have) or 'no .npy files'} in {path!r}")
+    if not os.path.isfile(path):
+        raise DataError(f"dataset: a readable data file (.npz, .npy pair, .csv) or folder (no such file), got {path!r}")
+    lower = path.lower()
+    if lower.endswith(".npy"):
+        raise DataError(f"dataset: features and labels, as a pair features.npy,labels.npy or a folder of .npy files "
+                        f"(one .npy holds one array), got {path!r}")
+    if lower.endswith(".csv"):
+        return {"X": _Source("csv", path, "X"), "y": _Source("csv", path, "y")}, path
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = [m for m in z.namelist() if m.endswith(".npy")]
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"dataset: an .npz file (numpy.savez; {type(exc).__name__}: {exc}), got {path!r}") from None
+    keys = {m[:-4]: m for m in members}
+    for names in (_SPLIT, ("X", "y")):
+        if all(n in keys for n in names):
+            out = {n: _Source("npz", path, keys[n]) for n in names}
+            if "n_classes" in keys:
+                out["n_classes"] = _Source("npz", path, keys["n_classes"])
+            return out, path
+    raise DataError(f"dataset: an .npz holding X_train, y_train, X_test, y_test (or X, y), got arrays "
+                    f"{sorted(keys)} in {path!r}")
+
+
+# ------------------------------------------------------------------------------ CSV
+@functools.lru_cache(maxsize=2)
+def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarray]:
+    import pandas as pd
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"dataset: a CSV file with a header row ({type(exc).__name__}: {str(exc)[:120]}), "
+                        f"got {path!r}") from None
+    if frame.shape[1] < 2 or len(frame) < 2:
+        raise DataError(f"dataset: a CSV of at least 2 rows and 2 columns (features and a label), got "
+                        f"{len(frame)} rows and {frame.shape[1]} columns in {path!r}")
+    lower = {str(c).strip().lower(): c for c in frame.columns}
+    label = next((lower[n] for n in LABEL_COLUMNS if n in lower), frame.columns[-1])
+    features = frame.drop(columns=[label])
+    bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if bad:
+        row = int(pd.to_numeric(features[bad[0]], errors="coerce").isna().to_numpy().argmax())
+        raise DataError(f"X: numbers in every feature column, got {features[bad[0]].iloc[row]!r} at row {row} "
+                        f"(column {bad[0]!r}) of {path!r}")
+    y = frame[label]
+    if not pd.api.types.is_numeric_dtype(y):
+        row = int(pd.to_numeric(y, errors="coerce").isna().to_numpy().argmax())
+        raise DataError(f"y: integer class labels in column {label!r}, got {y.iloc[row]!r} at row {row} of {path!r}")
+    return np.ascontiguousarray(features.to_numpy(np.float64)), y.to_numpy()
+
+
+def _csv(path: str) -> tuple[np.ndarray, np.ndarray]:
+    st = os.stat(path)
+    return _csv_cached(str(Path(path).absolute()), st.st_size, st.st_mtime_ns)
+
+
+# ------------------------------------------------------------------------------ the shape, without loading
+@functools.lru_cache(maxsize=16)
+def _facts(key: tuple[str, int, int]) -> dict[str, Any]:
+    """`_facts_of` a data file's arrays, cached by its path, size and time."""
+    return _facts_of(*_sources(key[0]))
+
+
+def _facts_of(src: dict[str, Any], label: str) -> dict[str, Any]:
+    """`describe_arrays` of a file's sources: their headers, and their labels read (mapped)."""
+    stated = None
+    if "n_classes" in src:
+        value = src["n_classes"].read()
+        if value.shape != () or value.dtype.kind not in "iu":
+            raise DataError(f"n_classes: a whole number >= 2 (a scalar array), got {value!r} in {label!r}")
+        stated = int(value)
+    headers = {n: s.header() for n, s in src.items() if n != "n_classes"}
+    return describe_arrays(headers, lambda name: src[name].read(mmap=True), stated, label)
+
+
+def _key(path: str) -> tuple[str, int, int]:
+    where = path.split(",")[0].strip() if "," in path else path
+    try:
+        st = os.stat(where)
+    except OSError as exc:
+        raise DataError(f"dataset: a readable data file (.npz, .npy pair, .csv) or folder ({exc.strerror or type(exc).__name__}), "
+                        f"got {path!r}") from None
+    if os.path.isdir(where):   # a folder: its arrays' sizes and times
+        stamps = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(where).glob("*.npy"))
+        return path, int(hashlib.sha256(repr(stamps).encode()).hexdigest()[:15], 16), st.st_mtime_ns
+    if "," in path:
+        other = os.stat(path.split(",")[1].strip()) if os.path.exists(path.split(",")[1].strip()) else st
+        return path, st.st_size + other.st_size, st.st_mtime_ns + other.st_mtime_ns
+    return path, st.st_size, st.st_mtime_ns
+
+
+def file_shape(path: str, test_fraction: float = 0.2) -> Shape:
+    """The `Shape` of a data file (train and test rows, width, classes, image shape), from
+    its arrays' headers and labels; DataError (one line) for what cannot train.
+
+    >>> import tempfile, numpy as np
+    >>> f = tempfile.NamedTemporaryFile(suffix=".npz", delete=False).name
+    >>> np.savez(f, X=np.zeros((50, 4)), y=np.arange(50) % 3)
+    >>> file_shape(f)
+    Shape(n_train=40, n_test=10, n_features=4, n_classes=3, image_shape=None)
+    """
+    facts = _facts(_key(path))
+    if facts["split"]:
+        n = facts["rows"]["X"]
+        n_test = _split_test(n, test_fraction, facts["label"])
+        return Shape(n - n_test, n_test, facts["n_features"], facts["n_classes"], facts["image_shape"])
+    return Shape(facts["rows"]["X_train"], facts["rows"]["X_test"], facts["n_features"], facts["n_classes"],
+                 facts["image_shape"])
+
+
+@dataclass(frozen=True)
+class ArrayFileInfo(DatasetInfo):
+    """The entry of a data file of the user's given as the dataset (`dataset.dataset_info`):
+    its shape needs the file (the arrays' headers and labels, read once per version of it)."""
+
+    path: str = ""
+
+    @property
+    def generated(self) -> bool:
+        return False
+
+    def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
+              test_fraction: float = 0.2, context: int = 64) -> Shape:
+        """`file_shape` of the file (the other arguments size built-in datasets only)."""
+        return file_shape(self.path, test_fraction)
+
+
+FILE_KINDS.append((is_data_path, lambda name: ArrayFileInfo(f"your arrays in {name}", n_examples=0, n_classes=None,
+                                                             path=name)))
+
+
+def _split_test(n: int, test_fraction: float, label: str) -> int:
+    fraction = _check_fraction("test_fraction", test_fraction)
+    if n < 2:
+        raise DataError(f"X: at least 2 rows to split into a training and a test set, got {n} in {label!r}")
+    return _n_test(n, fraction)
+
+
+# ------------------------------------------------------------------------------ loading
+def load_file(path: str, test_fraction: float = 0.2, data_dir: str | os.PathLike | None = None) -> Dataset:
+    """The dataset a data file holds, checked (see the module docstring); large feature
+    arrays memory-mapped. Repeated calls with an unchanged file are cheap (`data`'s cache)."""
+    shape = file_shape(path, test_fraction)
+    facts = _facts(_key(path))
+    src, label = _sources(path)
+    big = max(s.header()[1].itemsize * int(np.prod(s.header()[0])) for n, s in src.items() if n.startswith("X")) \
+        > MMAP_BYTES and src["X" if facts["split"] else "X_train"].kind != "csv"
+    if big:
+        arrays = _prepared(path, test_fraction, src, facts, data_dir)
+    else:
+        arrays = {n: src[n].read() for n in src if n != "n_classes"}
+        if facts["split"]:
+            arrays = split_rows(arrays["X"], arrays["y"], shape.n_test)
+    for name in ("X_train", "X_test"):
+        check_finite(name, arrays[name], label)
+    flat = {n: a.reshape(a.shape[0], -1) if n.startswith("X") else a for n, a in arrays.items()}
+    return make_dataset(label, flat["X_train"], flat["y_train"], flat["X_test"], flat["y_test"], shape.n_classes,
+                        image_shape=shape.image_shape)
+
+
+def _prepared(path: str, test_fraction: float, src: dict[str, _Source], facts: dict[str, Any],
+              data_dir: str | os.PathLike | None) -> dict[str, np.ndarray]:
+    """float32 features and int64 labels in .npy files of their own, memory-mapped: the
+    file's own .npy when it is one already, else a copy written once under
+    cache_dir()/userdata/ (by the file's path, size and time, and the split)."""
+    direct = not facts["split"] and all(
+        s.kind == "npy" and s.header()[1] == (np.float32 if n.startswith("X") else np.int64)
+        for n, s in src.items() if n != "n_classes")
+    if direct:
+        return {n: s.read(mmap=True) for n, s in src.items() if n != "n_classes"}
+    stamp = "|".join(map(str, (*_key(path), test_fraction if facts["split"] else "")))
+    folder = cache_dir(data_dir) / "userdata" / hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    if not all((folder / f"{n}.npy").exists() for n in _SPLIT):
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        if facts["split"]:
+            X, y = src["X"].read(mmap=True), src["y"].read(mmap=True)
+            order = np.random.default_rng(SPLIT_SEED).permutation(len(X))
+            n_test = _n_test(len(X), test_fraction)
+            parts = {"train": np.sort(order[n_test:]), "test": np.sort(order[:n_test])}
+            for side, rows in parts.items():
+                _write(tmp / f"X_{side}.npy", X, np.float32, rows)
+                _write(tmp / f"y_{side}.npy", y, np.int64, rows)
+        else:
+            for n in _SPLIT:
+                a = src[n].read(mmap=True)
+                _write(tmp / f"{n}.npy", a, np.float32 if n.startswith("X") else np.int64, None)
+        try:
+            os.replace(tmp, folder)
+        except OSError:            # another process made it first: theirs is the same
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {n: np.load(folder / f"{n}.npy", mmap_mode="r") for n in _SPLIT}
+
+
+def _write(target: Path, a: np.ndarray, dtype: Any, rows: np.ndarray | None) -> None:
+    """`a` (or its `rows`) as a .npy of `dtype`, written a block of rows at a time."""
+    n = len(a) if rows is None else len(rows)
+    out = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=(n, *a.shape[1:]))
+    for lo in range(0, n, CHECK_ROWS):
+        idx = slice(lo, lo + CHECK_ROWS) if rows is None else rows[lo:lo + CHECK_ROWS]
+        out[lo:lo + CHECK_ROWS] = np.asarray(a[idx], dtype=dtype)
+    out.flush()
+    del out
+
+
+# ------------------------------------------------------------------------------ arrays given in Python
+def save_arrays(data: Dataset, data_dir: str | os.PathLike | None = None) -> str:
+    """Write a `Dataset`'s four arrays as .npy files in a folder named by their hash,
+    under cache_dir()/arrays/ (once: the same arrays find the same folder), and return
+    the folder: what `RunConfig(dataset=<Dataset>)` names the data by."""
+    h = hashlib.sha256()
+    arrays = {"X_train": np.ascontiguousarray(data.X_train, np.float32),
+              "y_train": np.ascontiguousarray(data.y_train, np.int64),
+              "X_test": np.ascontiguousarray(data.X_test, np.float32),
+              "y_test": np.ascontiguousarray(data.y_test, np.int64)}
+    if data.image_shape is not None:
+        arrays = {k: v.reshape(len(v), *data.image_shape) if k.startswith("X") else v for k, v in arrays.items()}
+    for k in _SPLIT:
+        h.update(k.encode() + str(arrays[k].shape).encode())
+        h.update(memoryview(arrays[k]).cast("B"))
+    h.update(str(data.n_classes).encode())
+    folder = cache_dir(data_dir) / "arrays" / h.hexdigest()[:16]
+    if not (folder / "n_classes.npy").exists():
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for k, v in arrays.items():
+            np.save(tmp / f"{k}.npy", v)
+        np.save(tmp / "n_classes.npy", np.int64(data.n_classes))
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder)
+
+
+# ------------------------------------------------------------------------------ what a run records, where it runs
+HASH_BYTES = 256 << 20   # files up to this size are hashed for the run's summary (larger: size and time only)
+
+
+def data_record(path: str) -> dict[str, Any]:
+    """What a run's data file was, for its summary (`summary["data"]`): each file's path,
+    size and SHA-256 (files over HASH_BYTES: size and modification time only)."""
+    where = [p.strip() for p in path.split(",")] if "," in path else \
+        sorted(str(p) for p in Path(path).glob("*.npy")) if os.path.isdir(path) else [path]
+    out = []
+    for f in where:
+        st = os.stat(f)
+        entry: dict[str, Any] = {"path": str(Path(f).absolute()), "bytes": st.st_size}
+        if st.st_size <= HASH_BYTES:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            entry["sha256"] = h.hexdigest()
+        else:
+            entry["mtime_ns"] = st.st_mtime_ns
+        out.append(entry)
+    return {"name": path, "files": out}
+
+
+def reach(path: str, test_fraction: float = 0.2) -> str | None:
+    """In a worker, before its run starts: None when it can read the data file `path`
+    (its arrays' headers and labels), else what went wrong, in one line."""
+    try:
+        file_shape(path, test_fraction)
+    except (DataError, OSError) as exc:
+        return str(exc)
+    return None
