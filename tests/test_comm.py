@@ -255,7 +255,21 @@ ROLE_ARGS = {   # one call of each op, on a core of 4 parameters and 2 workers
     "pull": (), "push": (np.ones(4, np.float32), 0.1, 0), "elastic": (np.ones(4, np.float32), 0.5),
     "retire": (1,), "centre": (), "final": (), "deposit": (0, 1, np.ones(4, np.float32), np.ones(8, np.float32)),
     "collect": (0, 1), "depart": (1,), "average": (0, 1, np.ones(4, np.float32), 0), "model": (1,), "mean": (),
+    "snapshot": (),
 }
+RESTORE_ARGS = {"parameter_server": ({"x": np.ones(4, np.float32), "version": np.array([3])},),
+                "pairwise": ({"rows": np.ones((2, 4), np.float32)},)}
+
+
+def _arrays(values) -> list[int]:
+    """Sizes of the arrays among `values`, and in the dicts among them (a state travels as one)."""
+    out = []
+    for a in values:
+        if isinstance(a, dict):
+            out += [int(v.size) for v in a.values() if isinstance(v, np.ndarray) and v.ndim and v.size > 1]
+        elif isinstance(a, np.ndarray):
+            out.append(len(a))
+    return out
 
 
 @pytest.mark.parametrize("role", ["parameter_server", "tournament", "pairwise"])
@@ -267,7 +281,7 @@ def test_each_role_states_its_ops_and_their_sizes_are_the_arrays_that_travel(rol
     core = make_core(role, {}, np.zeros(4, np.float32), 2)
     assert isinstance(core, role_core(role))
     for name, op in type(core).OPS.items():
-        args = ROLE_ARGS[name]
+        args = RESTORE_ARGS[role] if name == "restore" else ROLE_ARGS[name]
         assert callable(getattr(core, op.method))
         if name == "final":
             assert not op.ready(core, *args)     # worker 0 has not retired
@@ -276,10 +290,8 @@ def test_each_role_states_its_ops_and_their_sizes_are_the_arrays_that_travel(rol
             assert op.ready(core, *args)         # the deposit above came first / FCFS elastic / all retired
         out_sizes = op.sizes_out(core, *args)
         got = serve_now(core, op, args)
-        sent = [len(a) for a in args if isinstance(a, np.ndarray)]
-        assert list(op.sizes_in(*args)) == sent, name
-        answered = [len(a) for a in (got if isinstance(got, tuple) else (got,)) if isinstance(a, np.ndarray)]
-        assert list(out_sizes) == answered, name
+        assert list(op.sizes_in(*args)) == _arrays(args), name
+        assert list(out_sizes) == _arrays(got if isinstance(got, tuple) else (got,)), name
         assert op.notice <= op.changes              # an announcement is always a state change
 
 

@@ -306,15 +306,32 @@ def test_result_save_refuses_another_run_unless_overwrite(tmp_path):
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_run_files_follow_the_umask(tmp_path, umask, mode):
+def test_run_files_follow_the_umask_when_asked(tmp_path, umask, mode):
     out = tmp_path / "run"
     code = (f"import os; os.umask({umask}); import workbench as wb; "
-            f"wb.run(wb.RunConfig(steps=2, out={str(out)!r}))")
+            f"wb.run(wb.RunConfig(steps=2, out={str(out)!r}, out_private=False))")
     subprocess.run([sys.executable, "-c", code], check=True, env=ENV, timeout=120)
     files = [p for p in out.iterdir() if p.is_file()]
     assert {p.name for p in files} >= {"summary.json", "steps.csv", "evals.csv", "config.yaml"}
     for p in files:
         assert stat.S_IMODE(p.stat().st_mode) == mode, (p.name, oct(p.stat().st_mode))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_run_directories_are_private_by_default(tmp_path, umask):
+    """Issue 47: the run directory 0700 and every file in it 0600, whatever the umask (the
+    report too, written after the commit; the CLI's run, as a user starts it)."""
+    out = tmp_path / "run"
+    proc = subprocess.run(["/bin/sh", "-c", f"umask {umask:03o}; exec {sys.executable} -m workbench run --steps 2 "
+                           f"--out {out}"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    entries = list(out.rglob("*"))
+    assert {p.name for p in entries} >= {"summary.json", "steps.csv", "evals.csv", "config.yaml", "report.html"}
+    for p in entries:
+        want = 0o700 if p.is_dir() else 0o600
+        assert stat.S_IMODE(p.stat().st_mode) == want, (p.name, oct(p.stat().st_mode))
 
 
 # ------------------------------------------------------------------------------ warnings and is_sync
@@ -487,3 +504,80 @@ def test_the_dask_dashboard_line_waits_for_training(capsys):
     on_record([{"kind": "step"}])
     on_record([{"kind": "step"}])
     assert capsys.readouterr().err == "dask dashboard: http://x/status\n" and len(seen) == 2
+
+
+# ------------------------------------------------------------------------------ issue 47's hostile inputs
+def test_a_count_too_large_for_a_field_is_one_line(tmp_path):
+    """`--steps 99999999999999999999999` met an OverflowError in the live binning (and a
+    400-digit YAML integer another in the schedule); both are the field's one line."""
+    line = one_line_error(cli("run", "--algorithm", "sync_sgd", "--steps", "99999999999999999999999",
+                              "--out", str(tmp_path / "a")), "steps")
+    assert "a whole number >= 1, or unset (at most 10^15)" in line and "99999999999999999999999" in line
+    path = tmp_path / "big.yaml"
+    path.write_text(f"algorithm: sync_sgd\nbatch_size: {'9' * 400}\n")
+    line = one_line_error(cli("run", "--config", str(path), "--out", str(tmp_path / "b")), "batch_size")
+    assert "(at most 10^15)" in line and len(line) < 400
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_deeply_nested_yaml_is_refused_at_once(tmp_path):
+    """10^5 nested brackets: PyYAML's composer recursed for minutes before a RecursionError;
+    refused as the nesting is met (a few ms here; the bound guards against a hang)."""
+    for text in ("a: " + "[" * 100_000 + "]" * 100_000, "a: " + "{b: " * 30_000 + "1" + "}" * 30_000,
+                 "a:\n" + "".join("  " * i + "- \n" for i in range(40))):
+        path = tmp_path / "deep.yaml"
+        path.write_text(text)
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError, match="nested at most 32 levels deep"):
+            read_yaml(path)
+        assert time.perf_counter() - t0 < 1.0
+    (tmp_path / "ok.yaml").write_text("hidden: [64, 32]\n")
+    assert read_yaml(tmp_path / "ok.yaml") == {"hidden": [64, 32]}
+    assert "nested" in one_line_error(cli("run", "--config", str(path)), "config")
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_a_failed_report_leaves_no_spool(tmp_path, monkeypatch, capsys, how):
+    """report.html cannot be written (a full disk as it renders): the run is committed, the
+    CLI warns in one line (the API raises its one-line RunDirError), and the raw step spool
+    beside steps.csv is gone all the same."""
+    import errno
+
+    import workbench.ui.report as report
+    from workbench import api
+    from workbench.apps import cli as C
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(report, "write_report", full)
+    out = tmp_path / "run"
+    if how == "cli":
+        result = wb.run(RunConfig(algorithm="sgd", steps=3, out=str(out)), progress=False, report=False)
+        assert (out / ".steps-spool").is_dir()        # until the report is done
+        C._write_report(result, str(out))
+        assert "report.html could not be written" in capsys.readouterr().err
+    else:
+        with pytest.raises(api.RunDirError, match="report.html could not be written"):
+            wb.run(RunConfig(algorithm="sgd", steps=3, out=str(out)), progress=False)
+    assert (out / "summary.json").exists() and not (out / ".steps-spool").exists()
+
+
+def _limited(megabytes):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, resource.RLIM_INFINITY))
+    return limit
+
+
+@pytest.mark.parametrize("megabytes, algorithm, field", [(96, "sgd", "ulimit -v"), (700, "sync_sgd", "ulimit -v")])
+def test_an_address_space_too_small_is_one_line(tmp_path, megabytes, algorithm, field):
+    """`ulimit -v` below what NumPy needs to load (OpenBLAS aborted the process), or below
+    what a local Dask worker maps (tracebacks: "can't start new thread"): one line, exit 2,
+    before anything starts."""
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", algorithm, "--steps", "2",
+                           "--out", str(tmp_path / "r")], capture_output=True, text=True, env=ENV, timeout=120,
+                          preexec_fn=_limited(megabytes))
+    line = one_line_error(proc, field)
+    assert f"got {megabytes} MiB" in line or "got '0.7 GiB'" in line
+    assert not (tmp_path / "r").exists()

@@ -29,7 +29,9 @@ def test_a_claimed_directory_sends_the_next_claim_to_a_sibling(tmp_path):
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "summary.json").write_text("{}")
     assert claim_run_dir(tmp_path / "done") == tmp_path / "done-2"             # holds a run
-    assert claim_run_dir(tmp_path / "done", overwrite=True) == tmp_path / "done"   # unless replacing it
+    stage = claim_run_dir(tmp_path / "done", overwrite=True)                    # unless replacing it: beside it,
+    assert stage.parent == tmp_path and stage.name.startswith(".done.overwrite-")   # until the new run commits
+    assert results.final_dir(stage) == tmp_path / "done" and (stage / CLAIM).exists()
 
 
 def test_two_runs_given_the_same_directory_both_keep_their_runs(tmp_path):
@@ -58,7 +60,8 @@ def test_two_runs_given_the_same_directory_both_keep_their_runs(tmp_path):
 def test_summary_json_is_written_last(tmp_path, monkeypatch):
     order = []
     real = results.atomic_write
-    monkeypatch.setattr(results, "atomic_write", lambda path, text: (order.append(Path(path).name), real(path, text)))
+    monkeypatch.setattr(results, "atomic_write",
+                        lambda path, text, **kw: (order.append(Path(path).name), real(path, text, **kw)))
     close = results.StepStore.close     # steps.csv is streamed while the run goes, and synced here
     monkeypatch.setattr(results.StepStore, "close", lambda self: (order.append("steps.csv"), close(self)))
     wb.run(RunConfig(**QUICK, out=str(tmp_path / "run")), progress=False)
@@ -69,10 +72,10 @@ def test_summary_json_is_written_last(tmp_path, monkeypatch):
 def test_a_full_disk_is_one_error_keeping_what_was_written(tmp_path, monkeypatch):
     real = results.atomic_write
 
-    def full(path, text):
+    def full(path, text, **kw):
         if Path(path).name == "evals.csv":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real(path, text)
+        return real(path, text, **kw)
     monkeypatch.setattr(results, "atomic_write", full)
     with pytest.raises(results.RunDirError, match="No space left on device") as info:
         wb.run(RunConfig(**QUICK, out=str(tmp_path / "run")), progress=False)
@@ -136,3 +139,44 @@ def test_an_uncommitted_directory_is_named_as_such(tmp_path):
     with pytest.raises(UncommittedRunError, match=f"claimed by process {os.getpid()}"):
         wb.load(d)
     assert json.dumps(str(d))   # (the message names the directory)
+
+
+# ------------------------------------------------------------------------------ --overwrite (issue 47)
+def test_overwrite_keeps_the_committed_run_until_the_new_one_commits(tmp_path, monkeypatch):
+    """A new run over a committed one is written beside it: when it fails to commit (a full
+    disk at summary.json), the old run is still there, whole and loadable; when it commits,
+    it replaces the old run whole (no file of the old run left, a user's own file kept)."""
+    out = tmp_path / "run"
+    old = wb.run(RunConfig(**QUICK, out=str(out)), progress=False)
+    (out / "notes.txt").write_text("mine")
+    real = results.atomic_write
+    seen = []
+
+    def full(path, text, **kw):
+        if Path(path).name == "summary.json":
+            seen.append(Path(path).parent)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, text, **kw)
+    monkeypatch.setattr(results, "atomic_write", full)
+    with pytest.raises(results.RunDirError, match="No space left on device"):
+        wb.run(RunConfig(**QUICK, seed=5, out=str(out)), progress=False, overwrite=True)
+    assert seen and seen[0] != out and seen[0].parent == tmp_path       # the new run was written beside it
+    kept = RunResult.load(out)
+    assert kept.summary["run_id"] == old.summary["run_id"] and len(kept.steps) == len(old.steps)
+    monkeypatch.setattr(results, "atomic_write", real)
+    new = wb.run(RunConfig(**QUICK, seed=6, out=str(out)), progress=False, overwrite=True)
+    got = RunResult.load(out)
+    assert got.summary["run_id"] == new.summary["run_id"] != old.summary["run_id"]
+    assert got.summary["config"]["out"] == str(out) and got.summary["config"]["seed"] == 6
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.") and p != seen[0]]   # nothing else left
+    assert new.steps["loss"].tolist() == got.steps["loss"].tolist()   # its steps read from where they moved to
+
+
+def test_result_save_with_overwrite_swaps_the_new_run_in(tmp_path):
+    a = wb.run(RunConfig(**QUICK))
+    b = wb.run(RunConfig(**QUICK, seed=3))
+    a.save(tmp_path / "r")
+    b.save(tmp_path / "r", overwrite=True)
+    assert RunResult.load(tmp_path / "r").summary["run_id"] == b.summary["run_id"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]

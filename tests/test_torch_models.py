@@ -218,3 +218,13 @@ def test_the_benchmark_row_times_the_same_step_on_both_sides():
     row = measure((8, 6, 3), 4, rounds=1, steps=2)
     assert row["n_params"] == 8 * 6 + 6 + 6 * 3 + 3 and row["adapter_ms"] > 0 and row["plain_ms"] > 0
     assert row["ratio"] == pytest.approx(row["adapter_ms"] / row["plain_ms"])
+
+
+def test_a_torch_model_computes_with_the_workers_thread_count():
+    # torch's own thread pool is not a BLAS threadpoolctl limits: a run's BLAS rule sets it too
+    # (and the local core's calibration times a torch model on one thread, as a worker computes)
+    from workbench.util.blas import blas_limit
+    before = torch.get_num_threads()
+    with blas_limit(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

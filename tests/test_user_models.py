@@ -524,3 +524,29 @@ def test_the_documented_model_trains_and_the_paths_it_names_exist(tmp_path, monk
     root = DOC.parents[1]
     named = set(re.findall(r"`((?:workbench|tests|notebooks|docs)/[\w./-]+)`", text))
     assert named and all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())
+
+
+@pytest.mark.slow
+def test_the_dashboards_simulation_process_gets_the_model_with_its_config():
+    # a simulated run from the dashboard runs in a child of a fork server started with the
+    # workbench preloaded: the model reaches it inside the pickled RunConfig (usercode.shipment)
+    from workbench.ui import simproc
+    if not simproc.available():
+        pytest.skip("no child processes from here (a script run by its path)")
+    cfg = config(model=UserMLP, simulate=True, cpus=4, steps=10)
+    r = simproc.run_in_process(cfg, report=False)
+    assert r.status == "completed" and r.summary["model"]["name"] == f"{__name__}:UserMLP"
+    assert np.array_equal(r.params, wb.run(cfg, progress=False).params)     # the same run as in this process
+
+
+def test_yaml_names_a_model_and_its_arguments_and_the_sizes_go_where_they_belong(tmp_path):
+    (tmp_path / "run.yaml").write_text(f"algorithm: sync_sgd\nmodel: {__name__}:UserMLP\nmodel_args:\n  hidden: 16\n")
+    cfg = RunConfig.from_yaml(tmp_path / "run.yaml")
+    assert (cfg.model, cfg.model_args) == (f"{__name__}:UserMLP", {"hidden": 16})
+    assert RunConfig.from_yaml(tmp_path / "run.yaml").to_dict() == RunConfig.from_dict(cfg.to_dict()).to_dict()
+    with pytest.raises(ConfigError, match=r"^hidden: unset with a model of your own \(its sizes go in model_args\)"):
+        RunConfig(model=UserMLP, hidden=[16])
+    with pytest.raises(ConfigError, match=r"^model_args: unset with the built-in mlp"):
+        RunConfig(model="mlp", model_args={"hidden": 16})
+    with pytest.raises(ConfigError, match=r"^model_args: keyword arguments: a mapping"):
+        RunConfig(model=UserMLP, model_args="16")

@@ -14,10 +14,16 @@ imported by the functions that need them. The distribution is `parallel-workbenc
 """
 from __future__ import annotations
 
-from .config import ConfigError, RunConfig
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:   # `python -m workbench`: an address space NumPy cannot even load into is one line
+    from .util.limits import refuse_tiny_address_space
+    refuse_tiny_address_space()
+
+from .config import ConfigError, RunConfig  # noqa: E402  (after the check above: it loads NumPy)
 
 __version__ = "0.1.0"
-__all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "load", "sweep",
+__all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume", "load", "sweep",
            "make_cluster", "connect", "client", "__version__"]
 
 
@@ -26,7 +32,7 @@ def __getattr__(name: str):
     if name == "ALGORITHMS":  # name -> one-line summary, from the algorithm registry
         from .algorithms.registry import summaries
         return summaries()
-    if name in ("run", "load", "sweep"):
+    if name in ("run", "resume", "load", "sweep"):
         from . import api
         return getattr(api, name)
     if name == "RunResult":

@@ -1,4 +1,4 @@
-"""The top-level calls: `run`, `load`, `save`, `sweep` (re-exported as `workbench.run` etc.).
+"""The top-level calls: `run`, `resume`, `load`, `save`, `sweep` (re-exported as `workbench.run` etc.).
 
 The entry point above every layer: it checks the config (`execution.preflight`), hands the
 run to the engine (every algorithm, `sgd` included, on the transport `engine.transport_for`
@@ -61,9 +61,9 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         warnings = list(checked)
     claimed = None
     if config.out:   # claimed before training: a second run given the same folder gets out-2, never a clash
-        from .results import claim_run_dir
-        claimed = claim_run_dir(config.out, overwrite=overwrite)
-        if claimed != Path(config.out):
+        from .results import claim_run_dir, final_dir
+        claimed = claim_run_dir(config.out, overwrite=overwrite, private=config.out_private)
+        if final_dir(claimed) != Path(config.out):   # (a staging directory replaces config.out at the commit)
             warnings.append(f"out: {config.out} was claimed by another run; this run is written to {claimed}")
             config = config.replace(out=str(claimed))
     bar = None
@@ -96,8 +96,106 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
                                     for m in warnings] + list(result.summary.get("events", []))
         result.summary["warnings"] = list(warnings)
     if config.out:
-        save(result, config.out, overwrite=overwrite, report=report)
+        save(result, claimed, overwrite=overwrite, report=report)
     return result
+
+
+def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | None = None,
+           should_stop: Callable[[], bool] | None = None, progress: bool = True, report: bool = True) -> RunResult:
+    """Continue a run from the last checkpoint in its run directory; returns its `RunResult`.
+
+    The run that wrote `directory` was stopped, failed, or killed (nothing committed);
+    its newest checkpoint that reads whole (`workbench.checkpoint.latest`: a corrupted or
+    truncated one is passed over, and its event says so) holds every worker's state, the
+    step to go on from and the records so far. The run goes on with the same config, in
+    the same directory: the step rows after the checkpoint (a killed run's) are dropped
+    and run again, and the directory is committed as one run whose summary lists its
+    segments. On a deterministic path (the synchronous family, local SGD, DiLoCo,
+    compressed sync_sgd, dpsgd, and simulated runs) the records and final losses are
+    bitwise those of the run never interrupted (docs/checkpoints.md).
+
+    Args:
+        directory: the run directory (a run replacing another, `overwrite`, that was killed
+            before it committed: the directory it was to replace; its staging folder is found).
+        cluster, on_record, should_stop, progress, report: as `run`'s.
+    Raises:
+        ConfigError: no checkpoint to continue from, a completed run, or a config the
+            workers cannot run now (checked before any starts).
+    """
+    from . import checkpoint as ckpt
+    from .results import RunResult, final_dir
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ConfigTypeError("directory", "a run directory path", directory)
+    d = _resumable_dir(Path(directory))
+    found, refused = ckpt.latest(d)
+    if found is None:
+        why = f" ({refused[0].removesuffix('; the one before it is used')})" if refused else ""
+        raise ConfigError("resume", f"a run directory holding a checkpoint to continue from{why}", str(directory))
+    if (d / "summary.json").is_file():
+        try:
+            status = RunResult.load(d).summary.get("status")
+        except (ConfigError, OSError, ValueError):
+            status = None
+        if status == "completed":
+            raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
+                              str(directory))
+    config = RunConfig.from_dict(found.config)
+    spec = _spec(config)
+    from .algorithms.base import checkpoints_offered
+    if not checkpoints_offered(spec.cls):
+        raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
+                          str(directory))
+    config = config.replace(out=str(final_dir(d)))
+    warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
+    from .results import reclaim_run_dir
+    try:
+        reclaim_run_dir(d)
+    except FileExistsError as exc:
+        raise ConfigError("resume", "a run directory no running process is writing", str(exc)) from None
+    warnings = [*refused, *warnings]
+    bar = None
+    if progress:
+        from .apps.progress import RunProgress, bars_allowed, tee
+        if bars_allowed():
+            bar = RunProgress(config)
+            on_record = tee(bar, on_record)
+    result = None
+    from .util.provenance import git_state
+    code = _meanwhile(git_state)
+    # An asynchronous simulated run's workers are mid-step at any virtual instant (their
+    # checkpoints are taken at different ones): it is replayed from step 0 instead, which
+    # virtual time makes bitwise the run never stopped.
+    replay = config.simulate and not spec.sync
+    try:
+        from .execution.engine import run as engine_run
+        result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop, out=d,
+                            resume=None if replay else found)
+    finally:
+        if bar is not None:
+            bar.close(result.status if result is not None else "failed",
+                      result.summary.get("samples_per_s") if result is not None else None)
+    result.summary.update(code())
+    if replay:
+        result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
+            "from step 0: an asynchronous simulated run's workers are mid-step at any instant, and virtual "
+            "time makes the replay the run that was stopped")}
+    if warnings:
+        result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
+                                    for m in warnings] + list(result.summary.get("events", []))
+        result.summary["warnings"] = list(warnings)
+    save(result, d, overwrite=True, report=report)
+    return result
+
+
+def _resumable_dir(d: Path) -> Path:
+    """Where a run to resume has its checkpoints: `d`, or the staging folder of a run that
+    was to replace the committed one in `d` (`--overwrite`) and was killed before it did."""
+    from . import checkpoint as ckpt
+    if ckpt.listed(d) or not d.parent.is_dir():
+        return d
+    stages = sorted((p for p in d.parent.glob(f".{d.name}.overwrite-*") if ckpt.listed(p)),
+                    key=lambda p: p.stat().st_mtime)
+    return stages[-1] if stages else d
 
 
 def _meanwhile(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -165,9 +263,17 @@ def save(result: RunResult, directory: str | Path, overwrite: bool = False, repo
     report.html when plotly is installed (`report`), rendered once the data is safe. A
     write error (disk full, quota) raises `RunDirError` with one line; the files written
     before it are kept. A run that streamed its steps to `directory` (`wb.run` with `out`)
-    has written steps.csv already: saving it writes only the small files."""
+    has written steps.csv already: saving it writes only the small files. A staging
+    directory (`wb.run` with `overwrite` over a committed run: `results.claim_stage`) is
+    committed, then swapped in for the run it replaces; that run is kept until then."""
+    from .results import final_dir, replace_run_dir
+    final = final_dir(directory)
     try:
         path = result.save(directory, overwrite=overwrite)
+        if final != Path(directory):
+            path = replace_run_dir(directory, final)
+            if result.store is not None and result.store.directory is not None:
+                result.store.directory = path   # its steps.csv (and spool) moved with the directory
     except FileExistsError:
         raise
     except OSError as exc:

@@ -87,8 +87,8 @@ def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
 _FAILURE = re.compile(r"\s*([0-9]+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*")
 
 
-def parse_failures(text: str) -> dict[int, float]:
-    """`fail_worker` text, RANK@SECONDS[,RANK@SECONDS...], as {rank: virtual seconds}.
+def parse_failures(text: str, field: str = "fail_worker") -> dict[int, float]:
+    """`fail_worker` (or `join_worker`) text, RANK@SECONDS[,RANK@SECONDS...], as {rank: virtual seconds}.
 
     >>> parse_failures("3@12.5, 0@40")
     {3: 12.5, 0: 40.0}
@@ -99,17 +99,49 @@ def parse_failures(text: str) -> dict[int, float]:
     """
     allowed = "RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40)"
     if not isinstance(text, str) or len(text) > 100_000:
-        raise ConfigError("fail_worker", allowed, text)
+        raise ConfigError(field, allowed, text)
     out: dict[int, float] = {}
     for part in text.split(","):
         m = _FAILURE.fullmatch(part)
-        if m is None or not math.isfinite(float(m.group(2))):
-            raise ConfigError("fail_worker", allowed, text)
+        if m is None or len(m.group(1)) > 16 or not math.isfinite(float(m.group(2))):
+            raise ConfigError(field, allowed, text)
         rank = int(m.group(1))
         if rank in out:
-            raise ConfigError("fail_worker", f"each rank at most once (rank {rank} is listed twice)", text)
+            raise ConfigError(field, f"each rank at most once (rank {rank} is listed twice)", text)
         out[rank] = float(m.group(2))
     return out
+
+
+_INTERVAL = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(s|m|h|min)\s*")
+CHECKPOINT_ALLOWED = ("a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), "
+                      "or none")
+
+
+def parse_interval(value: Any) -> int | float | None:
+    """`checkpoint_every` as steps (an int), seconds of wall clock (a float) or None (off).
+
+    >>> parse_interval(500), parse_interval("500"), parse_interval("90s"), parse_interval("5m"), parse_interval("none")
+    (500, 500, 90.0, 300.0, None)
+    >>> parse_interval("0.1s")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: checkpoint_every: a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), or none, got '0.1s'
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value) and len(value.strip()) <= 16:
+        value = int(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if not 1 <= int(value) <= MAX_WHOLE:
+            raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+        return int(value)
+    m = _INTERVAL.fullmatch(value) if isinstance(value, str) and len(value) <= 40 else None
+    if m is None:
+        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    if not 1 <= seconds <= 1e9:
+        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
+    return seconds
 
 
 def __getattr__(name: str) -> Any:
@@ -217,8 +249,20 @@ DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "cont
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
+# The largest whole number any count, size or seed may be: a step number travels as a
+# float64 in the step records (exact to 2**53), and nothing a run counts comes near it.
+# A larger one (`--steps 99999999999999999999999`, a 400-digit YAML integer) is refused
+# here with the field's one line, not met later as an OverflowError.
+MAX_WHOLE = 10**15
+
+
+class TooLarge(ValueError):
+    """A whole number beyond `MAX_WHOLE` (`_to_config_error` names the field's range)."""
+
+
 def strict_int(v: Any, allowed: str = "a whole number") -> Any:
-    """`v` as an int when it is one (or its decimal text); never from a bool or a float.
+    """`v` as an int when it is one (or its decimal text); never from a bool or a float,
+    and never beyond +-`MAX_WHOLE` (`TooLarge`).
 
     >>> strict_int("12"), strict_int(None)
     (12, None)
@@ -226,10 +270,18 @@ def strict_int(v: Any, allowed: str = "a whole number") -> Any:
     Traceback (most recent call last):
     ...
     ValueError: a whole number: an integer such as 32 (not true/false, not a decimal like 2.5)
+    >>> strict_int("9" * 400)
+    Traceback (most recent call last):
+    ...
+    workbench.config.TooLarge: a whole number: at most 10^15
     """
     if v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
+        if v is not None and abs(int(v)) > MAX_WHOLE:
+            raise TooLarge(f"{allowed}: at most 10^15")
         return v if v is None else int(v)
-    if isinstance(v, str) and _INT_TEXT.fullmatch(v) and len(v) <= 40:
+    if isinstance(v, str) and _INT_TEXT.fullmatch(v):
+        if len(v.strip().lstrip("+-").lstrip("0")) > 16 or abs(int(v)) > MAX_WHOLE:   # never int() of 10^6 digits
+            raise TooLarge(f"{allowed}: at most 10^15")
         return int(v)
     raise ValueError(f"{allowed}: an integer such as 32 (not true/false, not a decimal like 2.5)")
 
@@ -261,6 +313,8 @@ def _wrong_type(parse: Any) -> Any:
     def check(v: Any) -> Any:
         try:
             return parse(v)
+        except TooLarge as exc:
+            raise PydanticCustomError("too_large", str(exc)) from None
         except ValueError as exc:
             raise PydanticCustomError("wrong_type", str(exc)) from None
     return BeforeValidator(check)
@@ -671,6 +725,15 @@ class RunConfig(BaseModel):
     out: str | None = Field(None, json_schema_extra={"group": "length"}, description=(
         "Run directory to write (summary.json, steps.csv, evals.csv, config.yaml, report.html); "
         "unset: not saved (the CLI picks runs/<algorithm>-<dataset>-<time>)."))
+    checkpoint_every: Union[int, str, None] = Field("60s", json_schema_extra={"group": "length"}, description=(
+        "With a run directory (out): write a checkpoint (parameters, optimiser and algorithm state, data position, "
+        "generator states, records) every this many steps (e.g. 500), or every this much wall-clock time (30s, "
+        "5m, 1h), and when the run stops; none: never. `run --resume DIR` continues from the last one."))
+    checkpoint_keep: WholeFrom1 = Field(2, json_schema_extra={"group": "length"}, description=(
+        "Checkpoints kept in the run directory (whole number >= 1: the newest; older ones are removed)."))
+    out_private: Flag = Field(True, json_schema_extra={"group": "length"}, description=(
+        "Make the run directory and its files private to you (folder mode 0700, files 0600) whatever "
+        "the umask; false: as the umask allows (e.g. to share runs with a group)."))
 
     # ---------------------------------------------------------------- validation
     def __init__(self, **data: Any):
@@ -774,11 +837,15 @@ class RunConfig(BaseModel):
     def _gpus(cls, v: Any) -> Any:
         if isinstance(v, str) and v != "auto":
             try:
-                v = int(v)
+                v = strict_int(v)
+            except TooLarge:
+                raise ValueError('a whole number >= 0 (at most 10^15) or "auto"') from None
             except ValueError:
                 raise ValueError('a whole number >= 0 or "auto"') from None
         if isinstance(v, (bool, float)) or (isinstance(v, int) and v < 0):
             raise ValueError('a whole number >= 0 or "auto"')
+        if isinstance(v, int) and v > MAX_WHOLE:
+            raise ValueError('a whole number >= 0 (at most 10^15) or "auto"')
         return v
 
     @field_validator("scheduler")
@@ -820,18 +887,30 @@ class RunConfig(BaseModel):
         # one spelling, exact: repr round-trips a float
         return ",".join(f"{rank}@{repr(t).removesuffix('.0')}" for rank, t in parse_failures(v).items())
 
+    @field_validator("checkpoint_every", mode="before")
+    @classmethod
+    def _checkpoint_every(cls, v: Any) -> Any:
+        every = parse_interval(v)
+        if every is None or isinstance(every, int):
+            return every
+        return f"{every:g}s"   # one spelling: seconds
+
     @field_validator("chunk_layers", mode="before")
     @classmethod
     def _chunk_layers(cls, v: Any) -> Any:
         if isinstance(v, str) and v != "auto":
             try:
-                v = int(v)
+                v = strict_int(v)
+            except TooLarge:
+                raise ValueError('a whole number >= 1 (at most 10^15) or "auto"') from None
             except ValueError:
                 raise ValueError('a whole number >= 1 or "auto"') from None
         if isinstance(v, (bool, float)):
             raise ValueError('a whole number >= 1 or "auto"')
         if isinstance(v, int) and v < 1:
             raise ValueError('a whole number >= 1 or "auto"')
+        if isinstance(v, int) and v > MAX_WHOLE:
+            raise ValueError('a whole number >= 1 (at most 10^15) or "auto"')
         return v
 
     @model_validator(mode="before")
@@ -928,6 +1007,11 @@ class RunConfig(BaseModel):
     def failures(self) -> dict[int, float]:
         """`fail_worker` as {rank: virtual seconds at which that worker dies}; {} when unset."""
         return {} if self.fail_worker is None else parse_failures(self.fail_worker)
+
+    @property
+    def checkpoint_interval(self) -> int | float | None:
+        """`checkpoint_every` as steps (int), wall-clock seconds (float) or None (off)."""
+        return parse_interval(self.checkpoint_every)
 
     def resolved_alpha(self, workers: int) -> float:
         """The elastic coefficient: `alpha`, or 0.9 / workers (the EASGD authors' default)."""
@@ -1119,6 +1203,8 @@ def _check_partitions(c: RunConfig) -> None:
 
 # Config files are small, hand-written mappings: anything else is refused before parsing.
 YAML_MAX_BYTES = 1 << 20
+YAML_MAX_DEPTH = 32   # a config is two levels deep (a mapping of lists); composing 10^5 levels took minutes
+_OPENERS = re.compile(r"[\[{](?:\s*[\[{]){" + str(YAML_MAX_DEPTH) + "}")   # more brackets opened in a row than that
 
 
 class _DuplicateKey(Exception):
@@ -1177,10 +1263,20 @@ def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(field, f"UTF-8 text (byte {exc.start} is not)", text_path) from None
+    deep = f"YAML nested at most {YAML_MAX_DEPTH} levels deep"
+    if _OPENERS.search(text):   # `[[[[...`: refused before PyYAML's scanner looks ahead through it
+        raise ConfigError(field, deep, text_path)
     try:
+        depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise ConfigError(field, "YAML without anchors or aliases (& and *)", text_path)
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > YAML_MAX_DEPTH:   # refused as the parser meets it, before the composer recurses
+                    raise ConfigError(field, deep, text_path)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
         return yaml.load(text, Loader=_unique_key_loader())   # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as dup:
         raise ConfigError(field, f"YAML with each key once ({dup.key!r} is given twice, line {dup.line})",
@@ -1258,6 +1354,8 @@ def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:
         allowed = "one of " + err["ctx"]["expected"]
     elif marker is not None and err["type"] in _OUT_OF_BOUNDS:
         allowed = marker.text
+    elif err["type"] == "too_large":
+        allowed = f"{marker.text if marker is not None else 'a whole number'} (at most 10^15)"
     elif marker is not None and marker.says_type and err["type"] == "wrong_type":
         allowed = f"{marker.text} (not true/false)"
     else:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import math
 import os
 import platform
+import re
 import shutil
 import struct
 import tempfile
@@ -38,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from . import learning, measure
-from .util.fileio import RunDirError, atomic_write  # noqa: F401  (RunDirError: re-exported)
+from .util.fileio import RunDirError, atomic_write, exchange_dirs, private_opener  # noqa: F401  (RunDirError: re-exported)
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -503,9 +505,10 @@ class StepStore:
     [0, 0, 1, 1, 2]
     """
 
-    def __init__(self, directory: str | Path | None = None, size: int | None = None):
+    def __init__(self, directory: str | Path | None = None, size: int | None = None, private: bool = True):
         self.directory = None if directory is None else Path(directory)
         self.size = size
+        self.private = private                             # files only this user can read (0600)
         self.pending: dict[int, list[np.ndarray]] = {}   # worker -> held (rows, STEP_TABLE) blocks
         self.held = 0                                      # rows held
         self.last_step: dict[int, float] = {}              # worker -> its highest step received
@@ -620,9 +623,10 @@ class StepStore:
         for name in RUN_FILES:
             (d / name).unlink(missing_ok=True)
         spool = d / SPOOL
-        spool.mkdir(exist_ok=True)
-        self._files = {name: open(spool / f"{name}.f64", "wb") for name in STEP_TABLE}
-        self._files["csv"] = open(d / "steps.csv", "w", encoding="utf-8", newline="")
+        spool.mkdir(mode=0o700 if self.private else 0o777, exist_ok=True)
+        opener = private_opener if self.private else None
+        self._files = {name: open(spool / f"{name}.f64", "wb", opener=opener) for name in STEP_TABLE}
+        self._files["csv"] = open(d / "steps.csv", "w", encoding="utf-8", newline="", opener=opener)
         self._files["csv"].write(",".join(STEP_TABLE) + "\n")
 
     def _append(self, rows: np.ndarray) -> None:
@@ -645,6 +649,37 @@ class StepStore:
                     f.seek(at[name])
                     f.truncate()
             raise
+
+    def sync_before(self, step: int) -> int:
+        """Every row of a step before `step` written to steps.csv, and steps.csv synced (a
+        checkpoint of `step` vouches for them); returns its length in bytes then, which a
+        resumed run reads up to (`read_step_rows`: the spool is a copy, left unsynced). The
+        caller knows every worker has sent those rows (its state for `step` came after them)."""
+        if self.closed or not self.streaming:
+            return 0
+        self._release(step - 1)
+        self._flush_unwritten(None)
+        if self.error is None:
+            try:
+                if not self._files:
+                    self._open()
+                csv = self._files["csv"]
+                csv.flush()
+                os.fsync(csv.fileno())
+                for name in STEP_TABLE:   # the spool's writes reach the kernel (a kill -9 keeps them)
+                    self._files[name].flush()
+                return csv.tell()
+            except OSError as exc:
+                self.error = exc
+        return 0
+
+    def resume(self, rows: np.ndarray) -> None:
+        """Start the run directory's steps.csv (and spool) over with `rows` ((n, STEP_TABLE),
+        in file order): a resumed run's rows before its checkpoint; its new ones follow."""
+        self._open()
+        if len(rows):
+            self._append(rows)
+        self.rows = self.rows_on_disk = len(rows)
 
     def close(self) -> None:
         """Every row written, steps.csv on disk (fsync): what the commit needs. Idempotent."""
@@ -824,12 +859,12 @@ class Collector:
     """
 
     def __init__(self, on_record: OnRecord | None = None, *, width: int | None = None, size: int | None = None,
-                 directory: str | Path | None = None):
+                 directory: str | Path | None = None, private: bool = True):
         self.rows: dict[str, list[Record]] = {"event": [], "tournament": []}
         self.evals = EvalTable()
         self.on_record = on_record
         self.width = width
-        self.store = StepStore(directory, size)
+        self.store = StepStore(directory, size, private=private)
         self.started: dict[int, float] = {}                  # worker -> wall clock of its first step
         self.live_rows = 0                                   # step rows forwarded live
 
@@ -893,6 +928,22 @@ class Collector:
     def t_zero(self) -> float | None:
         """Wall clock of the run's first training step (None before any worker started)."""
         return min(self.started.values()) if self.started else None
+
+    def records_before(self, step: int) -> dict[str, list[Record]]:
+        """The evaluations and tournaments of the steps before `step`, and every event so
+        far, as record dicts (what a checkpoint of `step` carries; `seed` takes them back)."""
+        t = self.evals
+        evals = [{"kind": "eval", "worker": t.who[code], **dict(zip(t.NUMBERS, map(_num_or_text, row.tolist())))}
+                 for row, code in zip(t.data[:t.n], t.codes[:t.n].tolist()) if row[0] < step]
+        return {"eval": evals,
+                "event": [dict(r) for r in self.rows.get("event", [])],
+                "tournament": [dict(r) for r in self.rows.get("tournament", []) if r.get("step", -1) < step]}
+
+    def seed(self, records: dict[str, list[Record]]) -> None:
+        """Take up a checkpoint's records (`records_before`), before a resumed run's new ones."""
+        for kind in ("eval", "event", "tournament"):
+            for r in records.get(kind, []):
+                self._keep({**r, "kind": kind})
 
     def table(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
         if kind == "step":
@@ -959,10 +1010,21 @@ class RunResult:
         report) is removed, so the directory never mixes two runs. Other files are kept."""
         d = Path(directory)
         old = d / "summary.json"
-        if old.exists() and not overwrite and not self._same_run(old):
-            raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
-                                  f"--overwrite, to replace it), got {str(d)!r}")
-        d.mkdir(parents=True, exist_ok=True)
+        private = bool((self.summary.get("config") or {}).get("out_private", True))
+        if old.exists() and not self._same_run(old):
+            if not overwrite:
+                raise FileExistsError(f"out: a directory that does not hold another run (pass overwrite=True, or "
+                                      f"--overwrite, to replace it), got {str(d)!r}")
+            # The committed run stays whole until this one is: written beside it, then swapped in.
+            stage = claim_stage(d, private)
+            try:
+                self._write_files(stage, private, streamed=False)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            return replace_run_dir(stage, d)
+        if not d.exists():
+            d.mkdir(parents=True, mode=0o700 if private else 0o777)
         streamed = self.store is not None and self.store.saved_in(d)
         if self.store is not None and self.store.error is not None and self.store.directory is not None \
                 and Path(d).resolve() == self.store.directory.resolve():
@@ -972,23 +1034,29 @@ class RunResult:
             with contextlib.suppress(OSError):
                 atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
             raise self.store.error
-        if overwrite:
+        if overwrite:   # an uncommitted directory (or this run's own): no committed run to keep
             (d / "summary.json").unlink(missing_ok=True)     # the commit marker first
             for name in RUN_FILES:
                 if (name != "tournaments.csv" or not len(self.tournaments)) and not (streamed and name == "steps.csv"):
                     (d / name).unlink(missing_ok=True)
-        # summary.json is the commit marker: written last, once the data files are safe, so a
-        # full disk or a signal mid-save leaves a directory that says it is uncommitted.
-        if not streamed:
-            atomic_write(d / "steps.csv", self.steps.to_csv(index=False))
-        atomic_write(d / "evals.csv", self.evals.to_csv(index=False))
-        if len(self.tournaments):
-            atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False))
-        import yaml  # local: results stays light to import
-        atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False))
-        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False))
-        (d / CLAIM).unlink(missing_ok=True)
+        self._write_files(d, private, streamed)
         return d
+
+    def _write_files(self, d: Path, private: bool, streamed: bool) -> None:
+        """The run files into `d`; summary.json is the commit marker: written last, once the
+        data files are safe, so a full disk or a signal mid-save leaves a directory that
+        says it is uncommitted."""
+        if not streamed:
+            atomic_write(d / "steps.csv", self.steps.to_csv(index=False), private=private)
+        atomic_write(d / "evals.csv", self.evals.to_csv(index=False), private=private)
+        if len(self.tournaments):
+            atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False), private=private)
+        import yaml  # local: results stays light to import
+        atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False),
+                     private=private)
+        atomic_write(d / "summary.json", json.dumps(_jsonable(self.summary), indent=2, allow_nan=False),
+                     private=private, sync=True)
+        (d / CLAIM).unlink(missing_ok=True)
 
     def _same_run(self, summary_path: Path) -> bool:
         """Whether `summary_path` is this run's own summary (saving again is fine)."""
@@ -1048,6 +1116,7 @@ def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
 
 
 CLAIM = ".workbench-claim"   # in a run directory from its claim until summary.json is written
+CHECKPOINTS = "checkpoints"  # in a run directory: what a resumed run continues from (`workbench.checkpoint`)
 
 
 class UncommittedRunError(FileNotFoundError):
@@ -1069,41 +1138,137 @@ def uncommitted_message(d: Path) -> str:
             f"mid-save); it holds {', '.join(kept) if kept else 'no run files'}")
 
 
-def claim_run_dir(out: str | Path, overwrite: bool = False) -> Path:
+def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True) -> Path:
     """Claim `out` for one run, atomically, before it trains; returns the directory claimed.
 
-    A new directory is made with `os.mkdir` (exactly one caller succeeds); an existing one
-    that holds no run is claimed by creating its CLAIM marker exclusively. If either is
-    taken (another run claimed it first, or it holds a run and `overwrite` is not set),
-    the first free sibling `out-2`, `out-3`, ... is claimed instead, so two runs given the
-    same directory (or the same default name in the same second) never collide. The
-    marker stays until `RunResult.save` has written summary.json (the commit)."""
+    A new directory is made with `os.mkdir` (exactly one caller succeeds), mode 0700 when
+    `private` (only this user; else as the umask says); an existing one that holds no run
+    is claimed by creating its CLAIM marker exclusively. If either is taken (another run
+    claimed it first, or it holds a run and `overwrite` is not set), the first free sibling
+    `out-2`, `out-3`, ... is claimed instead, so two runs given the same directory (or the
+    same default name in the same second) never collide. With `overwrite`, a directory
+    holding a committed run is not touched: the new run is written beside it, in a staging
+    directory (`claim_stage`, `.NAME.overwrite-PID-K`), which replaces it only once the new
+    run commits (`replace_run_dir`); `final_dir` names where a claimed directory ends up.
+    The marker stays until `RunResult.save` has written summary.json (the commit)."""
     base = Path(out)
     base.parent.mkdir(parents=True, exist_ok=True)
     path, k = base, 1
     while True:
         try:
-            os.mkdir(path)
+            os.mkdir(path, 0o700 if private else 0o777)
             usable = True
         except FileExistsError:
-            usable = path.is_dir() and ((overwrite and k == 1) or not (path / "summary.json").exists())
-        if usable:
-            try:
-                fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                pass     # another run's claim: try the next sibling
-            else:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                return path
+            committed = (path / "summary.json").exists()
+            if overwrite and k == 1 and committed and path.is_dir():
+                return claim_stage(path, private)
+            usable = path.is_dir() and ((overwrite and k == 1) or not committed)
+        if usable and _take_claim(path, private):
+            return path
         k += 1
         path = base.parent / f"{base.name}-{k}"
 
 
+def _take_claim(path: Path, private: bool) -> bool:
+    """Create `path`'s CLAIM marker exclusively, holding this process's id; False when
+    another run holds it."""
+    try:
+        fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600 if private else 0o644)
+    except FileExistsError:
+        return False     # another run's claim
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
+_STAGE = re.compile(r"\.(?P<name>.+)\.overwrite-[0-9]+-[0-9]+")
+
+
+def claim_stage(final: str | Path, private: bool = True) -> Path:
+    """A fresh staging directory beside `final` (`.NAME.overwrite-PID-K`, claimed) for a
+    run that is to replace the committed run in `final` once it commits itself."""
+    final = Path(final)
+    k = 1
+    while True:
+        stage = final.parent / f".{final.name}.overwrite-{os.getpid()}-{k}"
+        try:
+            os.mkdir(stage, 0o700 if private else 0o777)
+        except FileExistsError:
+            k += 1
+            continue
+        _take_claim(stage, private)
+        return stage
+
+
+def final_dir(claimed: str | Path) -> Path:
+    """Where a claimed run directory ends up: the run it replaces for a staging directory
+    (`claim_stage`), else itself.
+
+    >>> str(final_dir("runs/.a.overwrite-12-1")), str(final_dir("runs/a-2"))
+    ('runs/a', 'runs/a-2')
+    """
+    p = Path(claimed)
+    m = _STAGE.fullmatch(p.name)
+    return p.parent / m.group("name") if m else p
+
+
+def replace_run_dir(stage: str | Path, final: str | Path) -> Path:
+    """Put the committed run in `stage` where `final` is, and remove the run `final` held.
+
+    Files of `final` that are no run's (a user's notes) move into the new run first. Then
+    the two directories are swapped in one step where the kernel offers it
+    (`exchange_dirs`), so `final` always holds a committed run; elsewhere `final` is
+    renamed aside first (a crash between the two renames leaves both runs, hidden beside
+    it). Returns `final`."""
+    stage, final = Path(stage), Path(final)
+    ours = set(RUN_FILES) | {SPOOL, CLAIM, CHECKPOINTS}
+    if final.is_dir():
+        for entry in final.iterdir():
+            if entry.name not in ours and not (stage / entry.name).exists():
+                os.rename(entry, stage / entry.name)
+    old = stage
+    if not (final.exists() and exchange_dirs(stage, final)):
+        old = final.parent / f".{final.name}.replaced-{os.getpid()}"
+        if final.exists():
+            os.rename(final, old)
+        os.rename(stage, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def reclaim_run_dir(path: str | Path) -> Path:
+    """Claim an uncommitted (or stopped) run directory again, to resume the run in it: its
+    CLAIM marker names a process that is gone (or there is none). FileExistsError naming
+    the process when a live one holds it (that run is still writing it)."""
+    d = Path(path)
+    claim = d / CLAIM
+    try:
+        pid = int(claim.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+        else:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+    claim.unlink(missing_ok=True)
+    if not _take_claim(d, private=not (d.stat().st_mode & 0o077)):
+        raise FileExistsError(f"{d}: claimed by another run as this one started")
+    return d
+
+
 def release_claim(path: str | Path) -> None:
     """A claimed directory whose run ended before saving: drop the claim, and the
-    directory if nothing else is in it."""
+    directory if nothing else is in it (a staging directory whole: the run it was to
+    replace stays as it was)."""
     d = Path(path)
+    if final_dir(d) != d:
+        shutil.rmtree(d, ignore_errors=True)
+        return
     (d / CLAIM).unlink(missing_ok=True)
     try:
         d.rmdir()
@@ -1289,6 +1454,30 @@ def _cupy_dist() -> str:
         if name.startswith("cupy"):
             return name
     raise LookupError("cupy")
+
+
+def _num_or_text(x: Any) -> Any:
+    """A table cell as JSON keeps it: numbers as Python numbers (NaN as None), text as text."""
+    if isinstance(x, str):
+        return x
+    if hasattr(x, "item"):
+        x = x.item()
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def read_step_rows(directory: str | Path, nbytes: int | None = None) -> np.ndarray:
+    """The step rows of a run directory's steps.csv, (n, STEP_TABLE) float64 in file order,
+    exactly as they were written (its floats are shortest round-trip text); `nbytes`: only
+    its first bytes (what a checkpoint synced: a killed run may have cut a later line short)."""
+    path = Path(directory) / "steps.csv"
+    if not path.is_file():
+        return np.empty((0, len(STEP_TABLE)))
+    with open(path, "rb") as f:
+        text = f.read() if nbytes is None else f.read(nbytes)
+    if text.count(b"\n") < 2:
+        return np.empty((0, len(STEP_TABLE)))
+    frame = pd.read_csv(io.BytesIO(text))   # shortest round-trip text: read back to the same floats
+    return frame[list(STEP_TABLE)].to_numpy(dtype=np.float64)
 
 
 def _num(x: Any) -> float | None:

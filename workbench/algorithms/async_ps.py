@@ -18,7 +18,7 @@ from typing import Any
 
 from ..maths.backend import to_numpy
 from ..maths.optim import OptimizerSettings
-from .base import Algorithm, EndsOnServer, StepOut, WorkerContext
+from .base import Algorithm, EndsOnServer, StepOut, WorkerContext, load_server_state, server_state, state_copy
 
 
 class AsyncSGD(EndsOnServer, Algorithm):
@@ -42,6 +42,16 @@ class AsyncSGD(EndsOnServer, Algorithm):
         t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
                        comm_s=t2 - t1, staleness=staleness, bytes_sent=self.grad.nbytes)   # the push
+
+    def state(self) -> dict[str, Any]:
+        """My copy of the parameters and the version it was pulled at; rank 0 also the server's."""
+        return {**state_copy(self.ctx.xp, params=self.params), "version": int(self.version),
+                **server_state(self.ctx)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.params = self.ctx.xp.asarray(state["params"]).copy()
+        self.version = int(state["version"])
+        load_server_state(self.ctx, state)
 
     def eval_params(self) -> Any:
         return self.server_params(lambda: self.ctx.server.pull()[1])

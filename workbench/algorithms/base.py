@@ -86,6 +86,10 @@ class WorkerContext:
     steps: StepLog = field(default_factory=StepLog)
     t_start: float | None = None       # perf_counter at the first training step: time 0
     started_wall: float | None = None  # the same moment, wall clock (the client aligns its own events)
+    resume: dict | None = None         # a resumed run's: {"step", "state", "time", "clock", "t_start", ...}
+    time_offset: float = 0.0           # a resumed run's records go on from its checkpoint's time
+    checkpoint_every: int | None = None   # steps between this run's checkpoints (`save_state`); None: none
+    checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0
     _spe: dict[tuple[int, int], int] = field(default_factory=dict)   # (N, B) -> steps per epoch
@@ -127,16 +131,24 @@ class WorkerContext:
     # ---------------------------------------------------------------- clocks
     def start(self) -> None:
         """Wait for every worker at the start barrier, then start the clock: time 0 is
-        the first training step, the same moment on every worker (to the barrier's skew)."""
+        the first training step, the same moment on every worker (to the barrier's skew).
+        A resumed worker's records go on from its checkpoint's time: where its transport
+        restored the clock itself (the simulator's virtual one, `resume["clock"]`), time 0
+        is the original run's; else the time since its checkpoint is added to that one's."""
         missing = self.start_barrier() if self.start_barrier is not None else []
         self.t_start, self.started_wall = self.timer(), time.time()
+        if self.resume is not None:
+            if self.resume.get("clock_restored"):
+                self.t_start = float(self.resume["t_start"])
+            else:
+                self.time_offset = float(self.resume["time"])
         if missing:
             self.event("start_timeout", f"worker(s) {missing} had not started; began without them")
         self.flush(force=True)  # tells the client when training started
 
     def now(self) -> float:
         """Seconds since the run's first training step (0 before it)."""
-        return self.timer() - self.t_start if self.t_start is not None else 0.0
+        return self.timer() - self.t_start + self.time_offset if self.t_start is not None else 0.0
 
     def clock(self) -> float:
         """`timer()` after the device's queued work is done (CuPy is asynchronous): read
@@ -207,6 +219,16 @@ class WorkerContext:
         self._pending = []
         self._next_flush = time.perf_counter() + FLUSH_S
 
+    def save_state(self, step: int, state: dict[str, Any]) -> None:
+        """Send this worker's state before `step` (the next it runs) for the run's checkpoint:
+        its step rows so far leave first (one channel, in order), so the client has every
+        row before `step` when the state arrives. `clock`/`t_start` let a transport whose
+        clock is its own (the simulator's) restore it exactly."""
+        self.flush(force=True)
+        if self.emit is not None:
+            self.emit({"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
+                       "clock": self.timer(), "t_start": self.t_start, "state": state})
+
     def step_columns(self) -> dict[str, np.ndarray]:
         """The steps this worker logged and has not sent yet (LOG_FIELDS and epoch): its
         loop's result carries them (none after the last flush)."""
@@ -246,6 +268,18 @@ class Algorithm:
 
     def eval_params(self) -> Any:
         """The parameters to evaluate now (rank 0): the model, the server's, the centre."""
+        raise NotImplementedError
+
+    # What a checkpoint holds of this worker (`workbench.checkpoint`): the algorithm's whole
+    # state between two steps, as NumPy arrays and plain numbers, copied; `load_state`
+    # puts it back into a fresh instance of the same run. An algorithm that does not
+    # define them has no checkpoints (`checkpoints_offered`).
+    def state(self) -> dict[str, Any]:
+        """This worker's state before its next step (copies: the loop goes on)."""
+        raise NotImplementedError
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Take up `state` (what `state` gave, in the run it came from)."""
         raise NotImplementedError
 
     def steps_done(self) -> None:
@@ -351,6 +385,14 @@ class LocalWorker(Algorithm):
         self.lo, self.hi = ctx.my_slice()
         self.weight = (self.hi - self.lo) / ctx.plan.batch_size
         self.clock = ctx.clock
+
+    def local_state(self) -> dict[str, Any]:
+        """x_i and its rule's state: the part of a family's `state` this prelude owns."""
+        return {**state_copy(self.ctx.xp, params=self.params), **optimizer_state(self.ctx.xp, self.opt)}
+
+    def load_local_state(self, state: dict[str, Any]) -> None:
+        self.params[...] = self.ctx.xp.asarray(state["params"])
+        load_optimizer_state(self.ctx.xp, self.opt, state)
 
     def local_step(self, step: int, lr: float) -> float:
         """One step of the rule on x_i at my slice of global batch `step`; returns its loss."""
@@ -468,6 +510,56 @@ def settle(out: StepOut, loss: float, stop: bool) -> bool:
     return out.stop is None
 
 
+def checkpoints_offered(cls: type) -> bool:
+    """Whether an algorithm's workers can be checkpointed (it defines `state` and `load_state`)."""
+    return cls.state is not Algorithm.state and cls.load_state is not Algorithm.load_state
+
+
+def state_copy(xp: Any, **arrays: Any) -> dict[str, np.ndarray]:
+    """{name: a NumPy copy of each array} (device arrays brought to the host): a state's arrays.
+
+    >>> a = np.zeros(2, np.float32); s = state_copy(np, x=a); a += 1; s["x"].tolist()
+    [0.0, 0.0]
+    """
+    return {k: (np.array(v, copy=True) if xp is np else to_numpy(v).copy()) for k, v in arrays.items()}
+
+
+def optimizer_state(xp: Any, opt: Any, prefix: str = "opt") -> dict[str, np.ndarray]:
+    """An update rule's state arrays (momentum, Adam's moments, ...) as state entries."""
+    return state_copy(xp, **{f"{prefix}.{k}": v for k, v in opt.state.items()})
+
+
+def load_optimizer_state(xp: Any, opt: Any, state: dict[str, Any], prefix: str = "opt") -> None:
+    """Put `optimizer_state`'s entries back into the rule's arrays (in place: views stay views)."""
+    for k, a in opt.state.items():
+        a[...] = xp.asarray(state[f"{prefix}.{k}"])
+
+
+def server_state(ctx: WorkerContext) -> dict[str, Any]:
+    """Rank 0's part of a checkpoint that is the server role's whole state (`server.*`: its
+    `snapshot` op); {} on the other ranks. Taken when rank 0 reaches the checkpoint's step:
+    an asynchronous run's other workers are at their own steps then."""
+    if ctx.rank != 0 or ctx.server is None:
+        return {}
+    return {f"server.{k}": np.asarray(v) for k, v in ctx.server.snapshot().items()}
+
+
+def load_server_state(ctx: WorkerContext, state: dict[str, Any]) -> None:
+    """Rank 0 puts the server's state back (`restore`), before the start barrier lets any
+    worker use it."""
+    if ctx.rank == 0 and ctx.server is not None:
+        ctx.server.restore({k.removeprefix("server."): v for k, v in state.items() if k.startswith("server.")})
+
+
+def clock_reading(ctx: WorkerContext, value: Any) -> float | None:
+    """A saved reading of the worker's clock (a tail's `t_free`), where a resumed run's clock
+    is the saved run's own (the simulator restores its virtual clock); else None (the
+    reading belonged to another process's clock: the resumed worker starts afresh)."""
+    if ctx.resume is not None and ctx.resume.get("clock_restored") and value is not None:
+        return float(value)
+    return None
+
+
 def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
                evaluate: Callable[[int], None] | None, now: float | None = None) -> str | None:
     """The loop's contract for one step's outcome: `run_loop` and the simulator's fast
@@ -492,8 +584,8 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     if now is None:
         now = ctx.timer()
     loss = float(out.loss)
-    ctx.steps.add(step, now - ctx.t_start, loss, out.lr, out.samples, out.compute_s, out.comm_s, out.wait_s,
-                  float(out.staleness), out.bytes_sent)
+    ctx.steps.add(step, now - ctx.t_start + ctx.time_offset, loss, out.lr, out.samples, out.compute_s, out.comm_s,
+                  out.wait_s, float(out.staleness), out.bytes_sent)
     if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
         # (synchronous algorithms decide together and set out.stop; sync_easgd's local
         # steps between exchanges may see a NaN that the next exchange reports to all)
@@ -512,13 +604,24 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     """Drive `algo` for the planned steps; returns {"status", "params" (rank 0), "steps"
     (every step's record, as columns), "started" (wall clock of step 0), ...}.
 
-    An asynchronous worker asks at the top of each step whether to stop; a synchronous
-    one learns it from its step (`settle`); what a step's outcome does next is `close_step`."""
+    A resumed worker (`ctx.resume`) takes up its checkpoint's state and runs on from its
+    step; with `ctx.checkpoint_every`, the state before every such step is sent for the
+    run's checkpoint (`WorkerContext.save_state`), and so before the step the client asks for
+    (`control.checkpoint_at`: checkpoints every so many seconds of wall clock). An
+    asynchronous worker asks at the top of each step whether to stop; a synchronous one
+    learns it from its step (`settle`); what a step's outcome does next is `close_step`."""
     plan, status = ctx.plan, "completed"
-    step = -1
+    first = 0
+    if ctx.resume is not None:
+        algo.load_state(ctx.resume["state"])
+        first = int(ctx.resume["step"])
+    step = first - 1
     sync, total = algo.sync, plan.total_steps
+    every = ctx.checkpoint_every
+    asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
+    bare = bool((ctx.extra.get("checkpoint") or {}).get("bare"))   # the step alone (a replayed simulation's)
     ctx.start()
-    for step in range(total):
+    for step in range(first, total):
         if not sync and ctx.stop_requested():
             status = "stopped"
             break
@@ -536,6 +639,9 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         if ended is not None:
             status = ended
             break
+        if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
+                and step + 1 < total:
+            ctx.save_state(step + 1, {} if bare else algo.state())
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..comm.base import can_allgather, ring_allgather_bytes, ring_allreduce_bytes
 from ..maths import compress as C
-from .base import StepOut, SyncTail, settle, tail_length
+from .base import StepOut, SyncTail, clock_reading, settle, state_copy, tail_length
 
 GATHERED = ("topk", "sign", "qsgd")    # exchanged by an allgather of the payloads
 
@@ -124,6 +124,35 @@ class CompressedExchange:
             tail.freed()
             out.compute_s += tail.t_free - t2
         return out
+
+    # ---------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, Any]:
+        """Error feedback's memory, DGC's velocity, QSGD's generator, PowerSGD's Q (warm start)."""
+        xp = self.ctx.xp
+        out: dict[str, Any] = {"qsgd_rng": self.rng.bit_generator.state}
+        if self.memory is not None:
+            out.update(state_copy(xp, memory=self.memory))
+        if self.velocity is not None:
+            out.update(state_copy(xp, velocity=self.velocity))
+        if self.kind == "powersgd":
+            out.update(state_copy(xp, **{f"Q.{i}": q for i, q in enumerate(self.Q) if q is not None}))
+            out["tail1.t_free"] = self.tail1.t_free
+        if self.kind == "randomk":
+            out["small_tail.t_free"] = self.small_tail.t_free
+        return out
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        xp = self.ctx.xp
+        self.rng.bit_generator.state = state["qsgd_rng"]
+        if self.memory is not None:
+            self.memory[...] = xp.asarray(state["memory"])
+        if self.velocity is not None:
+            self.velocity[...] = xp.asarray(state["velocity"])
+        if self.kind == "powersgd":
+            self.Q = [None if q is None else xp.asarray(state[f"Q.{i}"]).copy() for i, q in enumerate(self.Q)]
+            self.tail1.t_free = clock_reading(self.ctx, state.get("tail1.t_free"))
+        if self.kind == "randomk":
+            self.small_tail.t_free = clock_reading(self.ctx, state.get("small_tail.t_free"))
 
     # ---------------------------------------------------------------- the gathered payloads
     def _gathers(self, sent: Any) -> bool:

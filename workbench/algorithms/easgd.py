@@ -58,7 +58,19 @@ import numpy as np
 from ..comm.base import ring_allreduce_bytes
 from ..comm.roles import elastic_difference
 from ..maths.backend import to_numpy
-from .base import EndsOnServer, LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import (
+    EndsOnServer,
+    LocalWorker,
+    StepOut,
+    SyncTail,
+    WorkerContext,
+    clock_reading,
+    load_server_state,
+    server_state,
+    settle,
+    state_copy,
+    tail_length,
+)
 
 
 # ------------------------------------------------------------------------------ the family's maths
@@ -140,6 +152,14 @@ class CentreOnServer(EndsOnServer, ElasticWorker):
         d = server.elastic(x, self.alpha, self.ctx.rank) if self.turns else server.elastic(x, self.alpha)
         self.params -= self.ctx.xp.asarray(d)
 
+    def state(self) -> dict[str, Any]:
+        """x_i and its rule's state; rank 0 also the centre's server (its version, turn)."""
+        return {**self.local_state(), **server_state(self.ctx)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        load_server_state(self.ctx, state)
+
     def eval_params(self) -> Any:
         return self.server_params(self.ctx.server.centre)
 
@@ -167,6 +187,13 @@ class AsyncMEASGD(AsyncEASGD):
         self.velocity = ctx.xp.zeros_like(self.params)
         self.summary = {**self.summary, "delta": self.delta} if ctx.rank == 0 else {}
 
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), **state_copy(self.ctx.xp, velocity=self.velocity)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.velocity[...] = self.ctx.xp.asarray(state["velocity"])
+
     def local_step(self, step: int, lr: float) -> float:
         x, v, g = self.params, self.velocity, self.grad
         look_ahead(x, v, self.delta)
@@ -190,6 +217,18 @@ class HogwildEASGD(ElasticWorker):
         d = elastic_difference(x, self.centre, self.alpha)   # reads xc as it is now (others may be writing)
         np.add(self.centre, d, out=self.centre)       # unlocked read-modify-write, racing the others
         self.params -= self.ctx.xp.asarray(d)
+
+    def state(self) -> dict[str, Any]:
+        """x_i and its rule's state; rank 0 also the shared centre (as it is then)."""
+        out = self.local_state()
+        if self.ctx.rank == 0:
+            out["shared.centre"] = self.centre.copy()
+        return out
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        if self.ctx.rank == 0:            # before the start barrier: nobody reads it yet
+            self.centre[...] = state["shared.centre"]
 
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.centre.copy())
@@ -296,6 +335,19 @@ class SyncEASGD(ElasticWorker):
             else:
                 self.centre += total[:n]                # xc += sum_i d_i, with the same pre-update xc
         return out
+
+    def state(self) -> dict[str, Any]:
+        """x_i, its rule's state, the centre (the same on every worker; an overlapped sum
+        in flight lands first), and what the next exchange will count."""
+        self._land()
+        return {**self.local_state(), **state_copy(self.ctx.xp, centre=self.centre),
+                "compute_since": self.compute_since, "finite": self.finite, "tail.t_free": self.tail.t_free}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        self.centre[...] = state["centre"] if self.on_host else self.ctx.xp.asarray(state["centre"])
+        self.compute_since, self.finite = float(state["compute_since"]), bool(state["finite"])
+        self.tail.t_free = clock_reading(self.ctx, state.get("tail.t_free"))
 
     def eval_params(self) -> Any:
         self._land()

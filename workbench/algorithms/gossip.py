@@ -62,7 +62,18 @@ import numpy as np
 
 from ..comm.base import neighbour_exchange, ring_allreduce_bytes
 from ..maths.backend import to_numpy
-from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import (
+    LocalWorker,
+    StepOut,
+    SyncTail,
+    WorkerContext,
+    clock_reading,
+    load_server_state,
+    server_state,
+    settle,
+    state_copy,
+    tail_length,
+)
 
 PAIRING_SEED = 0xAD   # the neighbour choices' stream, beside the seed and the rank
 
@@ -203,6 +214,19 @@ class DPSGD(LocalWorker):
         self.tail.freed()
         return out
 
+    def state(self) -> dict[str, Any]:
+        """x_i, its rule's state, the last average, what the next check counts, the consensus so far."""
+        return {**self.local_state(), **state_copy(self.ctx.xp, average=self.average),
+                "compute_since": self.compute_since, "finite": self.finite, "tail.t_free": self.tail.t_free,
+                "consensus": [list(c) for c in self.consensus]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        self.average[...] = self.ctx.xp.asarray(state["average"])
+        self.compute_since, self.finite = float(state["compute_since"]), bool(state["finite"])
+        self.tail.t_free = clock_reading(self.ctx, state.get("tail.t_free"))
+        self.consensus = [list(c) for c in state["consensus"]]
+
     def eval_params(self) -> Any:
         return self.average
 
@@ -255,6 +279,18 @@ class ADPSGD(LocalWorker):
         self.last_step = step
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
                        comm_s=self.ctx.timer() - t1, bytes_sent=self.exchange_bytes if self.peers else 0.0)
+
+    def state(self) -> dict[str, Any]:
+        """x_hat_i, its rule's state, its stream of neighbours; rank 0 also every row of the table."""
+        return {**self.local_state(), "pairing_rng": self.rng.bit_generator.state, "last_step": self.last_step,
+                "consensus": [list(c) for c in self.consensus], **server_state(self.ctx)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        self.rng.bit_generator.state = state["pairing_rng"]
+        self.last_step = int(state["last_step"])
+        self.consensus = [list(c) for c in state["consensus"]]
+        load_server_state(self.ctx, state)
 
     def eval_params(self) -> Any:
         xbar, distance = self.ctx.server.mean()

@@ -56,6 +56,14 @@ class HogwildSGD(Algorithm):
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=t2 - t1,
                        bytes_sent=0.0)   # shared memory on one host: nothing crosses a network
 
+    def state(self) -> dict[str, Any]:
+        """Rank 0: the shared buffer as it is when it reaches the step (the others write on)."""
+        return {"shared.params": self.shared.copy()} if self.ctx.rank == 0 else {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if self.ctx.rank == 0:            # before the start barrier: nobody writes it yet
+            self.shared[...] = state["shared.params"]
+
     def eval_params(self) -> Any:
         return self.ctx.xp.asarray(self.shared.copy())
 

@@ -45,7 +45,18 @@ from typing import Any
 
 from ..comm.base import ring_allreduce_bytes
 from ..maths.optim import OptimizerSettings, make_optimizer
-from .base import LocalWorker, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import (
+    LocalWorker,
+    StepOut,
+    SyncTail,
+    WorkerContext,
+    clock_reading,
+    load_optimizer_state,
+    optimizer_state,
+    settle,
+    state_copy,
+    tail_length,
+)
 
 
 class LocalSGD(LocalWorker):
@@ -107,6 +118,18 @@ class LocalSGD(LocalWorker):
         self.tail.freed()
         return out
 
+    def state(self) -> dict[str, Any]:
+        """x_i, its rule's state, the last average, and what the next average will count."""
+        return {**self.local_state(), **state_copy(self.ctx.xp, average=self.average), "averages": self.averages,
+                "compute_since": self.compute_since, "finite": self.finite, "tail.t_free": self.tail.t_free}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.load_local_state(state)
+        self.average[...] = self.ctx.xp.asarray(state["average"])
+        self.averages, self.compute_since = int(state["averages"]), float(state["compute_since"])
+        self.finite = bool(state["finite"])
+        self.tail.t_free = clock_reading(self.ctx, state.get("tail.t_free"))
+
     def eval_params(self) -> Any:
         return self.average
 
@@ -153,6 +176,14 @@ class DiLoCo(LocalSGD):
         if ctx.rank == 0:
             self.summary = {**self.summary, "outer_lr": c.outer_lr, "outer_momentum": c.outer_momentum,
                             "inner_optimizer": c.optimizer}
+
+    def state(self) -> dict[str, Any]:
+        """local_sgd's, and the outer Nesterov step's momentum."""
+        return {**super().state(), **optimizer_state(self.ctx.xp, self.outer, prefix="outer")}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        load_optimizer_state(self.ctx.xp, self.outer, state, prefix="outer")
 
     def contribution(self, out: Any) -> None:
         xp = self.ctx.xp

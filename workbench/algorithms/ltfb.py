@@ -66,7 +66,18 @@ from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from ..problem import run_plan
 from ..results import eval_record
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import (
+    Algorithm,
+    StepOut,
+    SyncTail,
+    WorkerContext,
+    clock_reading,
+    load_optimizer_state,
+    optimizer_state,
+    settle,
+    state_copy,
+    tail_length,
+)
 from .registry import trainer_lrs  # facts on LTFB's declaration
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
@@ -279,6 +290,19 @@ class LTFB(Algorithm):
                         "partner_score": theirs, "adopted": bool(adopted), "lr": self.lrs[self.lr_index],
                         "lineage": self.lineage})
         return score_s, self.ctx.timer() - t0 - score_s
+
+    def state(self) -> dict[str, Any]:
+        """The trainer's model, its rule's state, whose lr it uses and its lineage. Between
+        tournaments the mailbox holds nothing a later round reads: it starts empty again."""
+        return {**state_copy(self.ctx.xp, params=self.params), **optimizer_state(self.ctx.xp, self.opt),
+                "lr_index": self.lr_index, "lineage": self.lineage, "tail.t_free": self.tail.t_free}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        xp = self.ctx.xp
+        self.params[...] = xp.asarray(state["params"])
+        load_optimizer_state(xp, self.opt, state)
+        self.lr_index, self.lineage = int(state["lr_index"]), str(state["lineage"])
+        self.tail.t_free = clock_reading(self.ctx, state.get("tail.t_free"))
 
     def eval_params(self) -> Any:
         return self.params

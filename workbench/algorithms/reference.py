@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..maths.optim import make_optimizer
-from .base import Algorithm, StepOut, WorkerContext, settle
+from .base import Algorithm, StepOut, WorkerContext, load_optimizer_state, optimizer_state, settle, state_copy
 
 
 class PlainSGD(Algorithm):
@@ -37,6 +37,13 @@ class PlainSGD(Algorithm):
             self.opt.step(self.params, self.grad, lr)   # x -= lr g (momentum, ...)
         out.compute_s = self.clock() - t0
         return out
+
+    def state(self) -> dict[str, Any]:
+        return {**state_copy(self.ctx.xp, params=self.params), **optimizer_state(self.ctx.xp, self.opt)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.params[...] = self.ctx.xp.asarray(state["params"])
+        load_optimizer_state(self.ctx.xp, self.opt, state)
 
     def eval_params(self) -> Any:
         return self.params

@@ -25,7 +25,18 @@ from typing import Any
 from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import make_optimizer
-from .base import Algorithm, StepOut, SyncTail, WorkerContext, settle, tail_length
+from .base import (
+    Algorithm,
+    StepOut,
+    SyncTail,
+    WorkerContext,
+    clock_reading,
+    load_optimizer_state,
+    optimizer_state,
+    settle,
+    state_copy,
+    tail_length,
+)
 from .compressed import CompressedExchange
 
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
@@ -108,6 +119,15 @@ class SpeedBalancer:
         total = sum(self.shares)
         return {"final_shares": [round(s / total, 4) for s in self.shares]}
 
+    def state(self) -> dict[str, Any]:
+        """The shares and the speeds measured since they last moved (plain numbers)."""
+        return {"shares": list(self.shares), "speed_sum": list(self.speed_sum), "speed_n": self.speed_n}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.shares = [float(v) for v in state["shares"]]
+        self.speed_sum, self.speed_n = [float(v) for v in state["speed_sum"]], int(state["speed_n"])
+        self._slices = _cut(self.ctx.plan.batch_size, self.shares)
+
 
 class SyncSGD(Algorithm):
     def __init__(self, ctx: WorkerContext, params: Any = None):
@@ -162,6 +182,24 @@ class SyncSGD(Algorithm):
             tail.freed()
             out.compute_s += tail.t_free - t2             # the update is compute too
         return out
+
+    def state(self) -> dict[str, Any]:
+        """The parameters, the rule's state, the batch shares; compression's memories."""
+        xp = self.ctx.xp
+        out = {**state_copy(xp, params=self.params), **optimizer_state(xp, self.opt), **self.balancer.state(),
+               "tail.t_free": self.tail.t_free}
+        if self.compressed is not None:
+            out.update(self.compressed.state())
+        return out
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        xp = self.ctx.xp
+        self.params[...] = xp.asarray(state["params"])
+        load_optimizer_state(xp, self.opt, state)
+        self.balancer.load_state(state)
+        self.tail.t_free = clock_reading(self.ctx, state.get("tail.t_free"))
+        if self.compressed is not None:
+            self.compressed.load_state(state)
 
     def eval_params(self) -> Any:
         return self.params

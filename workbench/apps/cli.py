@@ -174,7 +174,11 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
-                     help="replace a run already saved in --out (otherwise refused before training)")
+                     help="replace a run already saved in --out (otherwise refused before training); the old run "
+                          "stays until the new one commits")
+    run.add_argument("--resume", metavar="DIR", default=None,
+                     help="continue the stopped, failed or killed run in DIR from its last checkpoint, with its own "
+                          "config (no other run flag is taken); see docs/checkpoints.md")
 
     sub.add_parser("algorithms", help=COMMANDS["algorithms"])
     sub.add_parser("schema", help=COMMANDS["schema"])
@@ -377,6 +381,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while checking inputs: nothing had started, nothing to save
         print("stopped: interrupted before the run started", file=sys.stderr)
         return EXIT_FAILED
+    except (MemoryError, RuntimeError) as exc:   # an address space (ulimit -v) too small for what it met
+        if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+            raise
+        from ..util.limits import address_space_limit
+        limit = address_space_limit()
+        print(f"error: memory: ran out of address space ({type(exc).__name__}: {str(exc) or 'out of memory'}"
+              f"{f'; ulimit -v is {limit >> 20} MiB' if limit else ''}); raise the limit or run less at once",
+              file=sys.stderr)
+        return EXIT_FAILED
     parser.error(f"unknown command {args.command!r}")
     return EXIT_INVALID
 
@@ -449,6 +462,8 @@ def _run(args: argparse.Namespace) -> int:
     from .. import api
     from ..execution.preflight import preflight
 
+    if args.resume is not None:
+        return _resume(args)
     config = config_from_args(args)
     if config.out is None:
         config = config.replace(out=_default_out(config))
@@ -485,6 +500,43 @@ def _run(args: argparse.Namespace) -> int:
                 close_session()  # a CLI run owns its cluster: shut it down before exiting
             except KeyboardInterrupt:  # a signal after the run was saved: nothing is lost
                 pass
+    return _report_run(result, config)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """`run --resume DIR`: the run in DIR goes on from its last checkpoint (`api.resume`)."""
+    from .. import api
+    given = [name for name in RunConfig.model_fields if name in vars(args)] + \
+        (["config"] if getattr(args, "config", None) else []) + (["overwrite"] if args.overwrite else [])
+    if given:
+        raise ConfigError(given[0], "no other run flag with --resume (the run goes on with its own config)",
+                          getattr(args, given[0]))
+    from ..checkpoint import latest
+    found, _ = latest(api._resumable_dir(Path(args.resume)))
+    config = RunConfig.from_dict(found.config) if found is not None else None
+    progress = None if args.no_progress or not sys.stderr.isatty() or config is None else _progress_bar(config)
+    if config is not None and not config.simulate:
+        from ..execution.cluster import one_line_logs
+        one_line_logs()
+    with stop_on_signals():
+        try:
+            result = api.resume(args.resume, on_record=progress, progress=False, report=False)
+        finally:
+            if progress is not None:
+                progress.close()
+            from ..execution.cluster import close_session
+            try:
+                close_session()
+            except KeyboardInterrupt:
+                pass
+    for line in result.summary.get("warnings", []):
+        if line.startswith("checkpoint:"):
+            print(f"warning: {line}", file=sys.stderr)
+    return _report_run(result, RunConfig.from_dict(result.summary["config"]))
+
+
+def _report_run(result: Any, config: RunConfig) -> int:
+    """The CLI's lines about a finished run, its report.html, and the exit code."""
     s = result.summary
     acc = s.get("final_test_accuracy")
     on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
@@ -498,6 +550,9 @@ def _run(args: argparse.Namespace) -> int:
     for event in s.get("events", []):
         if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
             print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+    if s["status"] == "failed":   # a loop that never started has no event: its error says why
+        for rank, error in (s.get("errors") or {}).items():
+            print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)
     from ..measure import notes
     for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
         print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
@@ -546,8 +601,10 @@ def _write_report(result: Any, out: str) -> None:
     from .. import api
     with stop_on_signals():
         try:
-            path = api.write_run_report(result, out)
-            api.settle_steps(result, out)
+            try:
+                path = api.write_run_report(result, out)
+            finally:   # the spool goes whether or not the report could be written (steps.csv holds its rows)
+                api.settle_steps(result, out)
         except KeyboardInterrupt as exc:
             print(f"report: not written ({exc or 'interrupted'}); the run is saved: "
                   f"`python -m workbench compare {out} --out {Path(out) / 'report.html'}` renders one later",

@@ -282,12 +282,21 @@ class Control(Protocol):
 
 
 class ThreadControl:
-    """Stop/abort flags for workers running as threads in one process."""
+    """Stop/abort flags for workers running as threads in one process, and the step the
+    client asked the next checkpoint at (`request_checkpoint`, `checkpoint_at`)."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._abort = threading.Event()
         self.reason = ""
+        self._checkpoint: int | None = None
+
+    def request_checkpoint(self, step: int) -> None:
+        """Client side: every worker saves its state before `step` (a wall-clock checkpoint)."""
+        self._checkpoint = int(step)
+
+    def checkpoint_at(self) -> int | None:
+        return self._checkpoint
 
     def stop_requested(self) -> bool:
         return self._stop.is_set()
@@ -319,6 +328,7 @@ class ThrottledControl:
         self.word = word      # optional: a stop word read at every call (`barrier.ShmStopWord`: one host)
         self._next = 0.0
         self._stop = False
+        self._checkpoint: int | None = None   # the last checkpoint step the client asked for, as polled
         self._poller: threading.Thread | None = None
         self._closed = threading.Event()
 
@@ -330,18 +340,29 @@ class ThrottledControl:
             return True
         if self._poller is not None:
             return self._stop
+        self._first_poll()
+        return self._stop
+
+    def checkpoint_at(self) -> int | None:
+        """The step the client asked every worker to checkpoint before (polled as stops are)."""
+        if self._poller is None and not self._stop:
+            self._first_poll()
+        return self._checkpoint
+
+    def _first_poll(self) -> None:
         now = time.perf_counter()
         if now >= self._next:
             self._next = now + self.interval
             self._stop = self.control.stop_requested()
+            self._checkpoint = _asked_checkpoint(self.control)
             if self.background and not self._stop:
                 self._poller = threading.Thread(target=self._poll, name="workbench-stop-poll", daemon=True)
                 self._poller.start()
-        return self._stop
 
     def _poll(self) -> None:
         while not self._closed.wait(self.interval):
             try:
+                self._checkpoint = _asked_checkpoint(self.control) or self._checkpoint   # None: no news
                 if self.control.stop_requested():
                     self._stop = True
                     return
@@ -361,6 +382,12 @@ class ThrottledControl:
         word, self.word = self.word, None
         if word is not None:
             word.close()
+
+
+def _asked_checkpoint(control: Any) -> int | None:
+    """`control.checkpoint_at()` where the control carries checkpoint requests, else None."""
+    ask = getattr(control, "checkpoint_at", None)
+    return ask() if ask is not None else None
 
 
 CHUNK_ITEMSIZE = 4   # bytes of one parameter (float32) in cgdp's chunks of weights

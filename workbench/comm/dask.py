@@ -162,6 +162,7 @@ class EventControl:
         import threading
         var, stop = self._lease(), threading.Event()
         var.set(0)
+        self._checkpoint_var().set(0)   # no checkpoint asked for yet (a worker's read answers at once)
 
         def renew() -> None:
             count = 0
@@ -187,10 +188,11 @@ class EventControl:
         if not scheduler_alive:
             return
         thread.join(timeout=LEASE_REFRESH_S + 1)
-        try:
-            var.delete()
-        except Exception:
-            pass
+        for v in (var, self._checkpoint_var()):
+            try:
+                v.delete()
+            except Exception:
+                pass
 
     def client_gone(self) -> bool:
         """Loop side: whether the client's lease lapsed (checked at most every LEASE_CHECK_S)."""
@@ -216,6 +218,21 @@ class EventControl:
 
     def stop_requested(self) -> bool:
         return self._event("stop").is_set() or (self.client is None and self.client_gone())
+
+    def _checkpoint_var(self) -> Any:
+        from distributed import Variable
+        return Variable(f"workbench-checkpoint-{self.run_id}", client=self.client)
+
+    def request_checkpoint(self, step: int) -> None:
+        """Client side: every worker saves its state before `step` (a wall-clock checkpoint)."""
+        self._checkpoint_var().set(int(step))
+
+    def checkpoint_at(self) -> int | None:
+        """Loop side (polled by `ThrottledControl`): the step asked for, None before any."""
+        try:
+            return int(self._checkpoint_var().get(timeout=LEASE_CHECK_S))
+        except Exception:   # not set yet, or the scheduler is slow: no news
+            return None
 
     def request_stop(self, reason: str = "") -> None:
         self._event("stop").set()

@@ -129,7 +129,28 @@ class ParameterServer:
         # the run's result: x once every worker has retired (after every worker's last update)
         RoleOp("final", "final", ready=lambda core: core.all_retired(), sizes_out=_whole, work=_copy_out,
                what="the other workers' last updates"),
+        # checkpoints: rank 0 reads the whole state, and puts it back before a resumed run starts
+        RoleOp("snapshot", "snapshot", sizes_out=lambda core: (len(core.x),) + tuple(
+            a.size for a in core.opt.state.values() if a.size > 1), work=_copy_out),
+        RoleOp("restore", "restore", changes=True, sizes_in=lambda state: tuple(
+            int(np.asarray(v).size) for v in state.values() if np.asarray(v).size > 1),
+               work=lambda core, state: (1.0, None)),
     )}
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The parameters (or centre), the update rule's state and the version, copied."""
+        return {"x": self.x.copy(), "version": np.array([self.version], np.int64),
+                **{f"opt.{k}": v.copy() for k, v in self.opt.state.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `snapshot` (in place: a shared segment's views stay views). Every
+        worker is there again, and a round-robin starts at rank 0, as a fresh run does."""
+        self.x[...] = state["x"]
+        self.header[H_VERSION] = int(np.asarray(state["version"]).reshape(-1)[0])
+        self.header[H_TURN] = 0
+        self.retired[...] = 0
+        for k, a in self.opt.state.items():
+            a[...] = state[f"opt.{k}"]
 
     @property
     def version(self) -> int:
@@ -320,7 +341,19 @@ class ModelTable:
         # the workers' mean and their consensus distance (what rank 0 evaluates)
         RoleOp("mean", "mean", sizes_out=lambda core: (core.x.shape[1],),
                work=lambda core: (float(core.size), core.x.shape[1])),
+        # checkpoints: every row, read by rank 0 and put back before a resumed run starts
+        RoleOp("snapshot", "snapshot", sizes_out=lambda core: (core.x.size,), work=lambda core: (1.0, core.x.size)),
+        RoleOp("restore", "restore", changes=True, sizes_in=lambda state: (state["rows"].size,),
+               work=lambda core, state: (1.0, core.x.size)),
     )}
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Every worker's row, copied."""
+        return {"rows": self.x.copy()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `snapshot`'s rows (in place). The log of averages starts again empty."""
+        self.x[...] = state["rows"]
 
     def average(self, rank: int, peer: int, update: np.ndarray, step: int = -1) -> np.ndarray:
         """Atomically: rows `rank` and `peer` become their mean, then row `rank` -= `update`

@@ -505,10 +505,12 @@ def describe_worker(dask_worker: Any) -> dict[str, Any]:
     w = dask_worker
     kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") or _started_by_dask_cuda(w)
                                                else "cpu")
+    from ..util.identity import code_identity
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
             "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
-            "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0)}
+            "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0),
+            "identity": code_identity()}
 
 
 def _started_by_dask_cuda(worker: Any) -> bool:
@@ -519,10 +521,35 @@ def _started_by_dask_cuda(worker: Any) -> bool:
 
 
 def workers_of(client: Any) -> list[dict[str, Any]]:
-    """Every worker of the cluster, described, GPU workers first, then by name."""
-    info = client.run(describe_worker)
-    workers = list(info.values())
-    return sorted(workers, key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+    """Every worker of the cluster, described, GPU workers first, then by name.
+
+    Each must run this process's code (`util.identity`: the workbench release, its files
+    and the Python version): a ConfigError naming the first that does not, and what
+    differs, before anything is sent to it (a worker of other code failed, or died, as it
+    unpacked its first task)."""
+    info = client.run(describe_worker, on_error="return")
+    from ..util import identity
+    mine = identity.code_identity()
+    failed = sorted(addr for addr, w in info.items() if isinstance(w, BaseException))
+    if failed:   # it could not even describe itself: ask what it runs, by value (it may not import workbench)
+        import cloudpickle
+        cloudpickle.register_pickle_by_value(identity)
+        try:
+            theirs = client.run(identity.code_identity, workers=failed[:1], on_error="return")
+        finally:
+            cloudpickle.unregister_pickle_by_value(identity)
+        got = theirs.get(failed[0])
+        what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
+            f"{type(info[failed[0]]).__name__}: {str(info[failed[0]]).splitlines()[0][:200] if str(info[failed[0]]) else ''}"
+        raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
+                          f"worker {failed[0]}: {what}")
+    workers = sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+    for w in workers:
+        what = identity.differences(mine, w.pop("identity", None) or {})
+        if what:
+            raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
+                              f"worker {w['name']} ({w['address']}): {', '.join(what)}")
+    return workers
 
 
 def _natural(name: str) -> tuple:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, WorkerContext, run_loop
+from ..algorithms.base import checkpoints_offered
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
 from ..problem import Problem
@@ -37,6 +38,7 @@ from ..util import machine
 from ..util.blas import current_blas_threads
 from ..util.machine import LoopUsage
 from .context import build_context
+from .saver import Saver
 from .transports.base import RunSetup, Transport, WorkerLinks, choose_workers, group_of
 from .transports.dask import choose_comm
 
@@ -51,16 +53,20 @@ __all__ = ["run", "run_threads", "execute", "decide_status", "worker_main", "bui
 # ------------------------------------------------------------------------------ worker side
 def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[list[int]], extra: dict,
                 t0_wall: float, links: WorkerLinks, sink: Callable[[dict], None],
-                vanish_at: Callable[[int], None] | None = None) -> dict:
+                vanish_at: Callable[[int], None] | None = None, resume: dict | None = None) -> dict:
     """One worker's whole run, on any transport: its links -> its context -> the loop.
 
     `vanish_at` (fault injection, thread transport): called with each step; raising from
-    it makes the worker vanish as a killed process would."""
+    it makes the worker vanish as a killed process would. `resume`: this worker's part of
+    the checkpoint a resumed run continues from (`RunSetup.resume`)."""
     gi, ranks = group_of(groups, rank)
     ctx = build_context(config, rank, len(kinds), kinds[rank], comm=links.comm, server=links.server,
                         shared=links.shared, control=links.control, emit=sink, t0_wall=t0_wall,
                         extra=dict(extra, group=gi, group_ranks=ranks), start_barrier=links.start_barrier,
                         timer=links.timer)
+    ctx.resume = resume
+    ctx.checkpoint_every = (extra.get("checkpoint") or {}).get("every")
+    ctx.checkpoint_asked = bool((extra.get("checkpoint") or {}).get("wall"))
     if links.adapt is not None:
         links.adapt(ctx)
     if vanish_at is not None:
@@ -134,12 +140,14 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
 
 
 def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
-        should_stop: Callable[[], bool] | None = None, out: Any = None) -> RunResult:
+        should_stop: Callable[[], bool] | None = None, out: Any = None, resume: Any = None) -> RunResult:
     """Run `config` on the transport `transport_for(config, cluster)` picks; `out`: the
-    claimed run directory its step rows stream to while it runs (None: kept in memory)."""
+    claimed run directory its step rows stream to while it runs (None: kept in memory);
+    `resume`: the checkpoint (`workbench.checkpoint.Checkpoint`) it continues from."""
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     transport = transport_for(config, cluster)
-    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called, out=out)
+    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called, out=out,
+                   resume=resume)
 
 
 def run_threads(config: RunConfig, on_record: OnRecord | None = None,
@@ -203,13 +211,17 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
 
 def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None = None,
             should_stop: Callable[[], bool] | None = None, t_called: float | None = None,
-            out: Any = None) -> RunResult:
+            out: Any = None, resume: Any = None) -> RunResult:
     """One run on `transport`: set-up, loops, the monitor, the status rule, the result.
 
     `out`: a run directory claimed for this run (`results.claim_run_dir`): every step row
     is appended to its steps.csv as the workers send them (`results.StepStore`), so the
     client's memory does not grow with the run and a stop has only the last batches to
-    write. None: the rows are kept in memory (`RunResult.steps`)."""
+    write. None: the rows are kept in memory (`RunResult.steps`). With `out` and
+    `config.checkpoint_every`, checkpoints are written there (`execution.saver`).
+    `resume`: the checkpoint (`workbench.checkpoint.Checkpoint`, read from `out`) this run
+    continues from: each worker takes up its state and step, the records before it are
+    kept, and the summary counts the segments before this one."""
     t_called = time.time() if t_called is None else t_called
     spec = REGISTRY[config.algorithm]
     workers = transport.choose(config)
@@ -228,8 +240,18 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     transport.check(setup)    # the workers' memory, from the dataset's entry: before the data is made
     problem.load()            # loads (and checks) the data on the client
     setup.extra = spec.needs.client_setup(config, size)
-    collector = Collector(on_record, width=live_width(plan.total_steps), size=size, directory=out)
-    monitor = _Monitor(setup, transport, collector, should_stop)
+    collector = Collector(on_record, width=live_width(plan.total_steps), size=size, directory=out,
+                          private=config.out_private)
+    saver = None
+    if resume is not None:
+        _take_up(resume, setup, collector, out, transport)
+    every = config.checkpoint_interval
+    if out is not None and every is not None and checkpoints_offered(spec.cls):
+        saver = Saver(setup, collector, out, transport, t_called, prior=resume)
+        setup.extra["checkpoint"] = {"every": every} if isinstance(every, int) else {"wall": every}
+        if config.simulate and not spec.sync:   # resumed by replay (`api.resume`): its checkpoints mark the step only
+            setup.extra["checkpoint"]["bare"] = True
+    monitor = _Monitor(setup, transport, collector, should_stop, saver)
     t_setup = time.time()
     try:
         transport.prepare(setup)
@@ -259,8 +281,12 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if problem.data_record is not None:     # and a data file of the user's: its files' sizes and hashes
         extra["data"] = problem.data_record
     extra.setdefault("lr_schedule", plan.schedule_text)
-    result = build_result(config.to_dict(), monitor.collector, status=status,
-                          wall_time_s=transport.wall_time(end - t_called),
+    wall = transport.wall_time(end - t_called)
+    if saver is not None:
+        extra["checkpoints"] = saver.summary()
+    if resume is not None:   # the segments before this one: their time counts, the gaps between do not
+        wall = _resumed_times(resume, extra, wall, status, saver)
+    result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params)
     if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
@@ -279,12 +305,57 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     return result
 
 
+def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, transport: Transport) -> None:
+    """A resumed run's start: each worker's part of the checkpoint (`setup.resume`), the
+    records before it in the collector, the run directory's step rows before each worker's
+    step (the rows a killed run wrote after its checkpoint are dropped: they run again)."""
+    from ..results import STEP_TABLE, read_step_rows
+    restored = getattr(transport, "restores_clock", False)
+    setup.resume = {rank: {"step": resume.rank_step(rank), "time": resume.rank_time(rank),
+                           "clock": float(resume.meta["workers"][str(rank)]["clock"]),
+                           "t_start": resume.meta["workers"][str(rank)].get("t_start"),
+                           "clock_restored": restored, "state": resume.ranks[rank]}
+                    for rank in range(setup.size)}
+    if resume.server:
+        setup.resume[0]["state"] = {**setup.resume[0]["state"],
+                                    **{f"server.{k}": v for k, v in resume.server.items()}}
+    collector.seed(resume.meta.get("records") or {})
+    if out is not None:
+        rows = read_step_rows(out, resume.meta.get("steps_csv_bytes"))
+        worker, step = rows[:, STEP_TABLE.index("worker")], rows[:, STEP_TABLE.index("step")]
+        limit = np.array([resume.rank_step(int(w)) for w in worker]) if len(rows) else np.empty(0)
+        collector.store.resume(rows[step < limit])
+
+
+def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: Any) -> float:
+    """A resumed run's summary entries: `segments` (each run of the loops: its steps, how
+    it ended, its wall time: its start-up and its training up to the checkpoint this one
+    went on from, or to its end for the last) and the totals of every segment in
+    `startup_s` and the returned wall time (the work a segment did after its checkpoint ran
+    again, in the next one; the downtime between counts nowhere)."""
+    segments = []
+    for seg in resume.meta.get("segments", []):
+        segments.append({"from_step": seg["from_step"], "to_step": seg["to_step"], "wall_time_s": seg["wall_time_s"],
+                         "startup_s": seg.get("startup_s") or 0.0, "ended": "resumed from its checkpoint"})
+    before = sum(seg["wall_time_s"] for seg in segments)
+    if extra.get("simulated"):   # virtual clocks went on from the checkpoint's: the makespan holds it all
+        wall = max(wall - before, 0.0)
+    this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,
+            "startup_s": extra.get("startup_s") or 0.0, "ended": status}
+    segments.append(this)
+    extra["segments"] = segments
+    extra["startup_s"] = sum(seg["startup_s"] for seg in segments)
+    extra["resumed_from"] = {"step": resume.step, "checkpoint": str(resume.path.name) if resume.path else None}
+    return before + wall
+
+
 class _Monitor:
     """The client's one loop over a run's transport: records, stop requests, lost workers."""
 
     def __init__(self, setup: RunSetup, transport: Transport, collector: Collector,
-                 should_stop: Callable[[], bool] | None):
+                 should_stop: Callable[[], bool] | None, saver: Saver | None = None):
         self.setup, self.transport, self.collector, self.should_stop = setup, transport, collector, should_stop
+        self.saver = saver
         self.records: queue.SimpleQueue = queue.SimpleQueue()
         self.done: set[int] = set()
         self.lost: dict[int, str] = {}
@@ -298,6 +369,10 @@ class _Monitor:
                 batch = self.records.get_nowait()
             except queue.Empty:
                 break
+            if batch.get("kind") == "state":
+                if self.saver is not None:
+                    self.saver.add(batch)
+                continue
             self.collector.add_live(batch)
             if batch.get("done"):
                 self.done.add(int(batch["rank"]))
@@ -323,6 +398,8 @@ class _Monitor:
         for rank, who in progress.lost.items():
             self.lost[rank] = who
             self.collector.add_steps(rank, None)   # a lost worker sends no more rows
+            if self.saver is not None and not sync:   # an asynchronous run's checkpoints go on without it
+                self.saver.lose(rank)
             now = progress.lost_at.get(rank, self.now())
             self.collector([event_record(now, "worker_lost", rank, f"worker {rank} ({who}) was lost at {now:.1f}s")])
             if sync:
@@ -353,6 +430,8 @@ class _Monitor:
                 self.take(transport.poll())
                 if self.gone or not transport.pending():
                     break
+                if self.saver is not None and not self.stop_asked:
+                    self.saver.maybe_ask()
                 if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                     transport.cancel()  # loops ignored the stop request: do not hang
                     break

@@ -19,6 +19,10 @@ from ..maths.protocol import check_model
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
 WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
+# Address space a Dask process maps beyond what it uses (thread stacks, glibc's per-thread
+# arenas): a digits run of 2 workers under `ulimit -v` failed to start threads at 800 MB
+# and ran at 1000 MB.
+DASK_ADDRESS_SPACE = 512 << 20
 MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
 
 
@@ -201,6 +205,13 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
                               f"more than this machine's available memory ({_gib(machine.available)}) allows", value)
         return est
     local = config.scheduler is None or specs()[config.algorithm].in_process
+    dask_here = config.scheduler is None and not specs()[config.algorithm].in_process
+    rlimit = address_space_limit()
+    floor = (WORKER_OVERHEAD + DASK_ADDRESS_SPACE) / MEMORY_SHARE
+    if dask_here and rlimit is not None and rlimit < floor:   # no model is small enough: name the limit itself
+        raise ConfigError("ulimit -v", f"at least {_gib(floor)} of address space per process for a run on local "
+                          "Dask workers (they inherit the limit; their threads' stacks and allocator arenas need "
+                          "it: 0.8 GB could not start them)", _gib(rlimit))
     n_local = (config.n_workers or 1) if local else 0
     if workers_memory:
         per_worker = min(m for m in workers_memory if m) if any(workers_memory) else None
@@ -213,7 +224,8 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
     budgets = [(need_here, machine.available, "this machine's available memory")]
     if per_worker:
         budgets.append((est["total"], per_worker, "a worker's memory"))
-    budgets += limit_budgets(est["total"], need_here if local else est["total"])
+    budgets += limit_budgets(est["total"], need_here if local else est["total"],
+                             extra=DASK_ADDRESS_SPACE if dask_here else 0)
     over = [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
             if need > MEMORY_SHARE * have]
     if over:   # the tightest limit is the one to name
@@ -229,12 +241,8 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
 def address_space_limit() -> int | None:
     """This process's address-space limit in bytes (`ulimit -v`, RLIMIT_AS; the local
     workers inherit it), or None when unlimited or unknown."""
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (ImportError, OSError, ValueError, AttributeError):   # Windows: no resource module
-        return None
-    return None if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else int(soft)
+    from ..util.limits import address_space_limit as limit
+    return limit()
 
 
 CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",                        # cgroup v2
@@ -261,15 +269,16 @@ def cgroup_memory_limit() -> int | None:
     return None
 
 
-def limit_budgets(per_process: int, together: int) -> list[tuple[int, int, str]]:
+def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple[int, int, str]]:
     """(need, limit, what) for the limits this process lives under: the address-space
-    limit binds each process (`per_process`: one worker's or the client's need), the
-    cgroup's limit all of them on this machine together (`together`). Read through
-    `address_space_limit()` and `cgroup_memory_limit()` (tests monkeypatch them)."""
+    limit binds each process (`per_process`: one worker's or the client's need, plus
+    `extra` address space mapped but not used), the cgroup's limit all of them on this
+    machine together (`together`). Read through `address_space_limit()` and
+    `cgroup_memory_limit()` (tests monkeypatch them)."""
     out = []
     rlimit = address_space_limit()
     if rlimit is not None:
-        out.append((per_process, rlimit, "the address-space limit of one process (ulimit -v)"))
+        out.append((per_process + extra, rlimit, "the address-space limit of one process (ulimit -v)"))
     cgroup = cgroup_memory_limit()
     if cgroup is not None:
         out.append((together, cgroup, "this cgroup's memory limit (memory.max), shared by the client and the local "

@@ -58,6 +58,7 @@ from ..config import (
 )
 from ..maths.models import TRAIN_FLOPS_FACTOR  # forward + backward (activations) + backward (weights)
 from ..usercode import dumps
+from ..util.blas import blas_limit
 
 DEVICE_NAMES: tuple[str, ...] = SIM_DEVICES
 NETWORK_NAMES: tuple[str, ...] = SIM_NETWORKS
@@ -613,13 +614,9 @@ _LOCAL_MEM_BW: list[float] = []       # measured once per process
 
 @contextmanager
 def _one_blas_thread():
-    """One BLAS thread while timing: a virtual CPU worker is one core."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:      # a dependency (pyproject.toml); timed anyway without it
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
+    """One BLAS thread while timing (and one torch thread, for a torch model): a virtual
+    CPU worker is one core."""
+    with blas_limit(1):
         yield
 
 

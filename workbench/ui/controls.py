@@ -41,7 +41,12 @@ DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
 LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
                 "partitions": "one simulated chip split into replicas moves cpus and cpu_device with it: "
-                              "`RunConfig(partitions=...)` or `--partitions`, as notebooks/sim_knl.ipynb does"}
+                              "`RunConfig(partitions=...)` or `--partitions`, as notebooks/sim_knl.ipynb does",
+                "out_private": "the Dashboard's run directories are private to you (0700/0600): "
+                               "`RunConfig(out_private=False)` or `--no-out-private` shares them as the umask allows",
+                "checkpoint_every": "the Dashboard's runs checkpoint every 60 s; a stopped run's Resume button "
+                                    "continues it: `RunConfig(checkpoint_every=...)` in code",
+                "checkpoint_keep": "`RunConfig(checkpoint_keep=...)` in code (2 by default)"}
 LABEL_WIDTH = "118px"
 CONTROL_WIDTH = "340px"
 

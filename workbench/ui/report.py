@@ -412,7 +412,9 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     if present:
         rel = os.path.relpath(run_dir.resolve(), path.parent.resolve())
         href = "" if rel == "." else Path(rel).as_posix()
-    return atomic_write(path, report_html(figdata.as_result(result), title, data_href=href, files=present))
+    res = figdata.as_result(result)
+    private = bool((res.summary.get("config") or {}).get("out_private", True))   # as the run's own files
+    return atomic_write(path, report_html(res, title, data_href=href, files=present), private=private)
 
 
 def write_comparison_report(results: Sequence[Any], path: str | os.PathLike, title: str,

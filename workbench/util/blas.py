@@ -15,6 +15,7 @@ cluster kept between runs follows each run's config.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 
 DEFAULT_BLAS_THREADS = 1   # RunConfig.blas_threads' default: one core per worker
@@ -35,14 +36,27 @@ def rule_text(threads: int | None) -> str:
 def blas_limit(threads: int) -> Iterator[int | None]:
     """Run the body with BLAS on `threads` threads in this process (threadpoolctl), the
     caller's setting given back afterwards; yields the count set, or None where
-    threadpoolctl is missing (the count is then what the process started with)."""
+    threadpoolctl is missing (the count is then what the process started with).
+
+    PyTorch, when a run's model is a torch module (`maths.torchmodel`), computes with its
+    own thread pool, which threadpoolctl's BLAS limit does not reach: it gets the same count
+    (`torch.set_num_threads`) for the same span."""
+    n = max(1, int(threads))
+    torch = sys.modules.get("torch")       # imported by the user's model, never by us
+    before = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(n)
     try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield None
-        return
-    with threadpool_limits(limits=max(1, int(threads)), user_api="blas"):
-        yield max(1, int(threads))
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            yield None
+            return
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield n
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)
 
 
 def current_blas_threads() -> int | None:

@@ -63,6 +63,11 @@ class RunSetup:
     total_steps: int
     schedule_text: str
     t0_wall: float = 0.0         # when the loops were started (wall clock)
+    resume: dict[int, dict] | None = None   # a resumed run: rank -> its part of the checkpoint (engine._take_up)
+
+    def resume_of(self, rank: int) -> dict | None:
+        """`rank`'s part of the checkpoint a resumed run continues from (None: a fresh run)."""
+        return None if self.resume is None else self.resume.get(rank)
 
     @property
     def size(self) -> int:
@@ -235,6 +240,19 @@ class Transport(ABC):
     def finish(self) -> Progress:
         """After the monitor: the results of loops that ended but were not reported."""
         return Progress()
+
+    def request_checkpoint(self, step: int) -> None:
+        """Ask every worker to send its state before `step` (wall-clock checkpoints), through
+        the run's control (`control.request_checkpoint`)."""
+        control = getattr(self, "control", None)
+        if control is not None and hasattr(control, "request_checkpoint"):
+            control.request_checkpoint(step)
+
+    def fetch_state(self, rank: int, step: int) -> dict | None:
+        """A worker's state for a checkpoint, kept where it was made (its batch said `held`);
+        None when it is no longer there. Transports whose batches carry the state never
+        hold it."""
+        return None
 
     def cancel(self) -> None:
         """Loops ignored a stop request: stop waiting for them."""

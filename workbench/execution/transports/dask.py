@@ -214,7 +214,10 @@ class DaskTransport(Transport):
         self.client.subscribe_topic(plan.topic, lambda event: sink(event[1]))
         self.control.start_lease()  # loops on an external cluster end when this client goes away
         plan.t0_wall = setup.t0_wall
-        self.futures = [self.client.submit(worker_task, main, plan, rank, w["address"], self.actor,
+        from distributed.protocol.pickle import dumps
+        packed = dumps(plan)   # Dask's pickling (cloudpickle where needed), unpacked by the task: its error is ours
+        resumes = [None if setup.resume_of(r) is None else dumps(setup.resume_of(r)) for r in range(setup.size)]
+        self.futures = [self.client.submit(worker_task, main, packed, rank, w["address"], self.actor, resumes[rank],
                                            workers=[w["address"]], allow_other_workers=False, pure=False,
                                            key=f"workbench-loop-{plan.run_id}-{rank}")
                         for rank, w in enumerate(self.workers)]
@@ -277,6 +280,16 @@ class DaskTransport(Transport):
                 return None
             return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
                     "steps": getattr(exc, "workbench_steps", None)}
+
+    def fetch_state(self, rank: int, step: int) -> dict | None:
+        """The state `rank` keeps for `step` (`dask_worker.take_state`, on its worker)."""
+        from .dask_worker import take_state
+        address = self.workers[rank]["address"]
+        try:
+            got = self.client.run(take_state, self.plan.run_id, rank, step, workers=[address])
+        except Exception:   # the worker is gone (or going): no state from it
+            return None
+        return got.get(address)
 
     def pending(self) -> set[int]:
         return {r for r, f in enumerate(self.futures)

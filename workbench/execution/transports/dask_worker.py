@@ -44,25 +44,59 @@ class DaskPlan:
         return len(self.kinds)
 
 
-def worker_task(main: Callable[..., dict], plan: DaskPlan, rank: int, address: str, actor: Any = None) -> dict:
-    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`)."""
+# A worker's latest state for a checkpoint, kept here until the client fetches it
+# (`take_state`): a state is megabytes, and the live batches' route (Worker.log_event)
+# passes through the scheduler, which keeps what it passes on in its event log.
+_STATES: dict[tuple[str, int], dict] = {}
+
+
+def take_state(run_id: str, rank: int, step: int) -> dict | None:
+    """Runs on the worker (`Client.run`): the state `rank` kept for `step`, handed over once."""
+    held = _STATES.get((run_id, rank))
+    if held is None or held["step"] != step:
+        return None
+    del _STATES[(run_id, rank)]
+    return held["state"]
+
+
+def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, address: str, actor: Any = None,
+                resume: bytes | None = None) -> dict:
+    """A Dask task: one worker's whole training loop (`main`: the engine's `worker_main`).
+
+    `plan` may come pickled: it is then unpacked here, so that a failure to unpack it is
+    this task's error, reported to the client, not a fault in Dask's own unpacking (which
+    closes the worker and leaves only "lost")."""
     from distributed import get_worker
 
     worker = get_worker()
     if worker.address != address:  # rescheduled after its worker died: not ours to run
         return {"status": "rescheduled", "params": None}
+    import pickle
+    try:
+        if isinstance(plan, bytes):
+            plan = pickle.loads(plan)   # noqa: S301 - the client's own plan, over the cluster's connection
+        state = pickle.loads(resume) if resume is not None else None   # noqa: S301 - likewise
+    except Exception as exc:
+        return {"status": "failed", "params": None, "steps": None,
+                "error": f"unpacking its task failed: {type(exc).__name__}: {exc}"}
     from ... import usercode
     usercode.receive(plan.model_code)   # before the config names it: the model the client shipped
     links = open_links(plan, rank, actor)
+    key = (plan.run_id, rank)
 
     def sink(batch: dict) -> None:
+        if batch.get("kind") == "state":    # kept here; the client fetches it (`take_state`)
+            _STATES[key] = batch
+            batch = {k: v for k, v in batch.items() if k != "state"} | {"held": True}
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
     config = RunConfig.from_dict(plan.config)
     try:
         with blas_limit(config.blas_threads):   # the run's own count, whatever the last run set
-            return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink)
+            return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
+                        resume=state)
     finally:
+        _STATES.pop(key, None)
         links.close()
         if rank == 0 and getattr(links.control.control, "lease_expired", False):
             _orphaned(plan)

@@ -533,6 +533,7 @@ class SimModel:
 # ------------------------------------------------------------------------------ the transport
 class SimTransport(Transport):
     name = "sim"
+    restores_clock = True   # a resumed worker's virtual clock goes on from its checkpoint's reading
 
     def __init__(self, link: Any = None, batch_compute: bool = True, lockstep: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
@@ -600,7 +601,7 @@ class SimTransport(Transport):
                                     adapt=lambda ctx: self._adapt(ctx, proc, costs, rank, pool))
                 try:
                     result = main(setup.config, rank, cpu_kinds, setup.groups, setup.extra, setup.t0_wall, links,
-                                  sink)
+                                  sink, resume=setup.resume_of(rank))
                 except Killed as exc:
                     # Lost, as a real worker is; but nothing here depends on when live batches
                     # happened to leave (wall time), so its whole log up to the kill is kept:
@@ -622,6 +623,12 @@ class SimTransport(Transport):
         else:
             self.path = "per worker"
             procs = [sched.spawn(work(r), name=f"worker {r}") for r in range(size)]
+            for rank, p in enumerate(procs):
+                part = setup.resume_of(rank)
+                if part is not None:      # a resumed worker: its clock where its checkpoint read it
+                    p.t = float(part["clock"])
+                    if "sim.jitter" in part["state"]:
+                        costs.rngs[rank].bit_generator.state = part["state"]["sim.jitter"]
         for rank, at in (setup.config.failures or {}).items():
             sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
         sched.between = self._between(sched)
@@ -648,6 +655,11 @@ class SimTransport(Transport):
         cost more than their steps, in the driver and in the monitor that drains them), each
         worker at its own phase of that interval (`next_flush`), so they arrive spread out."""
         ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
+        save = ctx.save_state
+
+        def saving(step: int, state: dict) -> None:   # the jitter's generator is part of a worker's state
+            save(step, {**state, "sim.jitter": costs.rngs[rank].bit_generator.state})
+        ctx.save_state = saving
         interval = FLUSH_S * max(1.0, self.size / 16)
         flush = ctx.flush
         size = self.size

@@ -79,6 +79,8 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
         return "speed-based shares"
     if c.failures:
         return "fault injection"
+    if setup.resume is not None or (setup.extra.get("checkpoint") or {}).get("every"):
+        return "checkpoints (each worker's state is taken and restored by its own loop)"
     if c.latency_ms or c.bandwidth_gbps:
         return "emulated latency"
     size = setup.size

@@ -81,7 +81,7 @@ class ThreadTransport(Transport):
             vanish = _vanish_at(self.fail[rank]) if rank in self.fail else None
             try:
                 result = main(setup.config, rank, setup.kinds, setup.groups, setup.extra, setup.t0_wall, links,
-                              sink, vanish_at=vanish)
+                              sink, vanish_at=vanish, resume=setup.resume_of(rank))
             except Vanished:
                 self.reports.vanish(rank)
                 return

@@ -1,0 +1,334 @@
+"""Checkpoints and resume (issue 47): a run continued from its last checkpoint gives, on
+every deterministic path, bitwise the records and final losses of the run never stopped.
+
+The oracle is always the same config run through without a break. A break is made three
+ways: (1) as a kill -9 leaves a run directory (the run written through, then its commit
+marker removed and the checkpoints after the k-th deleted: steps.csv still holds rows past
+the checkpoint, which the resumed run must drop and compute again); (2) a real kill -9 of
+the CLI's whole process group on a local Dask cluster; (3) a real SIGTERM.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench import checkpoint as ckpt
+from workbench.config import ConfigError, RunConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
+STEP_COLS = ["worker", "step", "epoch", "loss", "lr", "samples", "bytes_sent"]      # what a real run repeats bitwise
+TIME_COLS = ["time", "compute_s", "comm_s", "wait_s"]                                 # ... and a simulated one too
+EVAL_COLS = ["worker", "step", "epoch", "train_loss", "test_loss", "test_accuracy"]
+
+
+def killed_after(src: Path, dst: Path, k: int) -> int:
+    """A copy of the run directory `src` as a kill -9 after its k-th checkpoint leaves it:
+    no summary.json (nor report), steps.csv with every row the run wrote, checkpoints 1..k.
+    Returns the step of checkpoint k."""
+    shutil.copytree(src, dst)
+    for name in ("summary.json", "report.html"):
+        (dst / name).unlink(missing_ok=True)
+    files = ckpt.listed(dst)
+    for f in files[k:]:
+        f.unlink()
+    return ckpt.read(files[k - 1]).step
+
+
+def same_records(a: Path, b: Path, time_too: bool) -> None:
+    """steps.csv and evals.csv of two run directories hold bitwise the same numbers (a real
+    run's evaluations compared in step order: the file is in time order, and times differ)."""
+    cols = STEP_COLS + (TIME_COLS if time_too else [])
+    sa, sb = pd.read_csv(a / "steps.csv"), pd.read_csv(b / "steps.csv")
+    assert len(sa) == len(sb) and len(sa) > 0
+    pd.testing.assert_frame_equal(sa[cols], sb[cols], check_exact=True)
+    ea, eb = pd.read_csv(a / "evals.csv"), pd.read_csv(b / "evals.csv")
+    ecols = EVAL_COLS + (["time"] if time_too else [])
+    if not time_too:
+        ea, eb = (e.sort_values(["step", "worker"], kind="stable").reset_index(drop=True) for e in (ea, eb))
+    assert len(ea) > 0
+    pd.testing.assert_frame_equal(ea[ecols], eb[ecols], check_exact=True)
+
+
+DETERMINISTIC = [
+    ("sgd", {}),
+    ("sync_sgd", {}),
+    ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),                 # error feedback + DGC momentum
+    ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1, "momentum": 0.0}),
+    ("sync_sgd", {"compression": "qsgd"}),                                           # a generator per worker
+    ("sync_sgd", {"compression": "randomk", "compression_ratio": 0.2}),
+    ("sync_sgd", {"compression": "powersgd", "compression_rank": 2}),                # Q's warm start
+    ("sync_sgd", {"compression": "sign", "error_feedback": False}),
+    ("sync_sgd", {"optimizer": "adamw", "lr": 0.01}),
+    ("local_sgd", {"tau": 4}),
+    ("post_local_sgd", {"tau": 3, "post_local_epoch": 0.3}),
+    ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
+    ("sync_easgd", {"tau": 3}),
+    ("dpsgd", {"tau": 2, "topology": "ring"}),
+    ("ltfb", {"trainers": 3, "round_size": 10}),
+]
+
+
+def _id(case):
+    alg, extra = case
+    return alg + "".join(f"-{v}" for v in extra.values())
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC, ids=[_id(c) for c in DETERMINISTIC])
+def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_threads(tmp_path, case):
+    algorithm, extra = case
+    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=96, batch_size=48, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100, **extra)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    assert whole.status == "completed" and whole.summary["checkpoints"]["written"] == 5
+    step = killed_after(tmp_path / "whole", tmp_path / "cut", 3)
+    assert step == 48 and len(pd.read_csv(tmp_path / "cut" / "steps.csv"))   # rows past it are still there
+    resumed = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == 48
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["final_test_loss"] == whole.summary["final_test_loss"]
+    seg = resumed.summary["segments"]
+    assert [(s["from_step"], s["to_step"]) for s in seg] == [(0, 48), (48, None)]
+    s = resumed.summary   # the time identity over both segments, each part >= 0
+    assert s["wall_time_s"] == pytest.approx(s["startup_s"] + s["train_time_s"] + s["teardown_s"])
+    assert min(s["startup_s"], s["train_time_s"], s["teardown_s"]) >= 0
+    times = pd.read_csv(tmp_path / "cut" / "steps.csv").groupby("worker")["time"].diff().dropna()
+    assert (times >= 0).all()                                           # the resumed times go on from the checkpoint's
+
+
+SIMULATED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
+             ("local_sgd", {"tau": 3}), ("diloco", {"tau": 4}), ("sync_easgd", {"tau": 2}), ("dpsgd", {}),
+             ("ltfb", {"trainers": 2, "round_size": 10}),
+             # asynchronous: replayed from step 0 (their workers are mid-step at any virtual instant)
+             ("async_sgd", {}), ("async_msgd", {}), ("easgd", {"tau": 2}), ("async_easgd", {}),
+             ("async_measgd", {}), ("hogwild_sgd", {}), ("hogwild_easgd", {}), ("adpsgd", {})]
+
+
+@pytest.mark.parametrize("case", SIMULATED, ids=[_id(c) for c in SIMULATED])
+def test_a_resumed_simulated_run_is_bitwise_virtual_times_too(tmp_path, case):
+    """Jitter draws and every virtual clock go on from the checkpoint's: even the times are the same bits."""
+    algorithm, extra = case
+    cfg = RunConfig(algorithm=algorithm, cpus=4, steps=80, batch_size=64, eval_every=15, checkpoint_every=20,
+                    checkpoint_keep=100, simulate=True, jitter=0.2, **extra)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), progress=False)
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    resumed = wb.resume(tmp_path / "cut", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=True)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]      # virtual: the makespan
+    assert ("replayed" in resumed.summary["resumed_from"]) == (not cfg.is_sync)
+
+
+def test_checkpoints_change_nothing_in_a_simulated_run(tmp_path):
+    """Taking checkpoints reads no clock and moves no virtual time: the records (times too)
+    are those of the same run without them, synchronous and asynchronous."""
+    for algorithm in ("sync_sgd", "async_easgd"):
+        cfg = RunConfig(algorithm=algorithm, cpus=4, steps=60, batch_size=64, eval_every=15, simulate=True,
+                        jitter=0.2)
+        wb.run(cfg.replace(checkpoint_every=10, out=str(tmp_path / f"{algorithm}-on")), progress=False)
+        off = wb.run(cfg.replace(checkpoint_every="none", out=str(tmp_path / f"{algorithm}-off")), progress=False)
+        assert off.summary["sim_path"] in ("lockstep", "per worker")
+        same_records(tmp_path / f"{algorithm}-on", tmp_path / f"{algorithm}-off", time_too=True)
+
+
+ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
+                "adpsgd"]
+
+
+@pytest.mark.parametrize("algorithm", ASYNCHRONOUS)
+def test_an_asynchronous_run_takes_up_its_checkpoint_exactly(tmp_path, algorithm):
+    """On threads an asynchronous run is not repeatable (its workers race), so the oracle is
+    the checkpoint itself: resumed and stopped before any step, the run's result (the
+    server's parameters, the centre, the shared buffer, the rows' mean) is what the
+    checkpoint holds, bit for bit; resumed to the end, it completes."""
+    from workbench.checkpoint import read
+    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=60, batch_size=48, eval_every=10, checkpoint_every=15,
+                    checkpoint_keep=100)
+    wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    saved = read(ckpt.listed(tmp_path / "cut")[-1])
+    held = {"hogwild_sgd": lambda: saved.ranks[0]["shared.params"],
+            "hogwild_easgd": lambda: saved.ranks[0]["shared.centre"],
+            "adpsgd": lambda: saved.server["rows"].mean(axis=0, dtype=np.float64).astype(np.float32)}.get(
+        algorithm, lambda: saved.server["x"])()
+    from workbench.execution.transports.threads import ThreadTransport
+    transport = ThreadTransport()
+    transport.control.request_stop("before the first step")    # every worker stops at its first step's top
+    stopped = wb.resume(tmp_path / "cut", cluster=transport, progress=False)
+    assert stopped.status == "stopped" and stopped.summary["steps"] == 30 and np.array_equal(stopped.params, held)
+    done = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert done.status == "completed" and done.summary["steps"] == 60
+    rows = pd.read_csv(tmp_path / "cut" / "steps.csv")
+    assert sorted(rows.groupby("worker")["step"].nunique()) == [60, 60, 60]       # every step, once per worker
+
+
+def test_cgdp_has_no_checkpoints_and_resume_says_so(tmp_path):
+    r = wb.run(RunConfig(algorithm="cgdp", cpus=2, steps=20, checkpoint_every=5, out=str(tmp_path / "r")),
+               cluster="threads", progress=False)
+    assert "checkpoints" not in r.summary and not (tmp_path / "r" / "checkpoints").exists()
+
+
+def test_checkpoints_keep_the_newest_and_say_what_they_cost(tmp_path):
+    r = wb.run(RunConfig(algorithm="sgd", steps=50, checkpoint_every=10, checkpoint_keep=2, out=str(tmp_path / "r")),
+               progress=False)
+    assert [p.name for p in ckpt.listed(tmp_path / "r")] == ["step-000000000030.npz", "step-000000000040.npz"]
+    c = r.summary["checkpoints"]
+    assert c["written"] == 4 and c["last_step"] == 40 and c["write_s"] > 0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["checkpoints"]["every"] == 10
+
+
+def test_no_run_directory_no_checkpoints_and_none_when_asked(tmp_path):
+    assert "checkpoints" not in wb.run(RunConfig(algorithm="sgd", steps=20, checkpoint_every=5), progress=False).summary
+    r = wb.run(RunConfig(algorithm="sgd", steps=20, checkpoint_every="none", out=str(tmp_path / "r")), progress=False)
+    assert not (tmp_path / "r" / "checkpoints").exists() and "checkpoints" not in r.summary
+
+
+def _corrupt(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        path.write_bytes(bytes(data[:len(data) // 2]))
+    else:                                  # one byte flipped inside the parameters' array
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupted"])
+def test_a_broken_checkpoint_is_refused_in_one_line_and_the_one_before_used(tmp_path, how):
+    whole = tmp_path / "whole"
+    wb.run(RunConfig(algorithm="sgd", steps=60, checkpoint_every=10, checkpoint_keep=100, out=str(whole)),
+           progress=False)
+    killed_after(whole, tmp_path / "cut", 3)                     # checkpoints 10, 20, 30 (the newest: 30)
+    newest = ckpt.listed(tmp_path / "cut")[-1]
+    _corrupt(newest, how)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.read(newest)
+    assert "\n" not in str(info.value) and str(info.value).startswith("checkpoint: a whole checkpoint file (")
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "cut")],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    warned = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: checkpoint:")]
+    assert len(warned) == 1 and warned[0].endswith("; the one before it is used") and newest.name in warned[0]
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["resumed_from"]["step"] == 20 and summary["status"] == "completed"
+    same_records(whole, tmp_path / "cut", time_too=False)
+
+
+def test_what_cannot_be_resumed_is_one_line(tmp_path):
+    done = tmp_path / "done"
+    wb.run(RunConfig(algorithm="sgd", steps=30, checkpoint_every=10, out=str(done)), progress=False)
+    with pytest.raises(ConfigError, match="^resume: a run that did not complete"):
+        wb.resume(done)
+    (tmp_path / "empty").mkdir()
+    for args, field in ((["--resume", str(tmp_path / "empty")], "resume"),
+                        (["--resume", str(done), "--lr", "0.5"], "lr")):
+        proc = subprocess.run([sys.executable, "-m", "workbench", "run", *args], capture_output=True, text=True,
+                              env=ENV, timeout=120)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}: "), proc.stderr
+
+
+# ------------------------------------------------------------------------------ real kills, real signals
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+
+
+def _wait_for_checkpoints(out: Path, n: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while len(ckpt.listed(out)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.05)
+
+
+KILLED = {"sync_sgd-topk-ef": ["--algorithm", "sync_sgd", "--compression", "topk", "--compression-ratio", "0.1",
+                               "--error-feedback"],
+          "diloco": ["--algorithm", "diloco", "--tau", "4"]}
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", list(KILLED))
+def test_kill_9_of_the_cli_group_then_resume_is_bitwise(tmp_path, name):
+    """Two local Dask workers; the CLI's whole process group (client, scheduler, workers)
+    killed with SIGKILL after its second checkpoint; `run --resume` then gives the records
+    of the same command run through."""
+    args = [*KILLED[name], "--cpus", "2", "--steps", "1500", "--batch-size", "64", "--eval-every", "200",
+            "--checkpoint-every", "150", "--no-progress"]
+    proc = _start(*args, "--out", str(tmp_path / "killed"))
+    _wait_for_checkpoints(tmp_path / "killed", 2, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert not (tmp_path / "killed" / "summary.json").exists()
+    resumed = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "killed"),
+                              "--no-progress"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = subprocess.run([sys.executable, "-m", "workbench", "run", *args, "--out", str(tmp_path / "whole")],
+                           capture_output=True, text=True, env=ENV, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    same_records(tmp_path / "whole", tmp_path / "killed", time_too=False)
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("whole", "killed"))
+    assert a["final_test_loss"] == b["final_test_loss"] and a["final_train_loss"] == b["final_train_loss"]
+    assert b["resumed_from"]["step"] >= 300 and len(b["segments"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_run_stopped_by_sigterm_resumes_to_the_same_end(tmp_path, client):
+    """SIGTERM stops the CLI's run (saved as stopped, committed); `run --resume` continues it
+    from its last checkpoint to the records of the same run made on the module's cluster."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=1500, batch_size=64, eval_every=200, checkpoint_every=150)
+    args = ["--algorithm", "sync_sgd", "--cpus", "2", "--steps", "1500", "--batch-size", "64", "--eval-every", "200",
+            "--checkpoint-every", "150", "--no-progress", "--out", str(tmp_path / "stopped")]
+    proc = _start(*args)
+    _wait_for_checkpoints(tmp_path / "stopped", 1, proc)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    stopped = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert stopped["status"] == "stopped"
+    resumed = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "stopped"),
+                              "--no-progress"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
+    same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
+    assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["segments"][0]["to_step"] >= 150
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_killed_overwrite_leaves_the_old_run_and_resumes_into_its_place(tmp_path):
+    """`--overwrite` over a committed run, killed -9 mid-run: the old run is still there;
+    `run --resume` on the directory finds the new run's staging folder, finishes it and puts
+    it in the old one's place."""
+    out = tmp_path / "run"
+    first = subprocess.run([sys.executable, "-m", "workbench", "run", "--algorithm", "sgd", "--steps", "20",
+                            "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert first.returncode == 0, first.stderr
+    old = json.loads((out / "summary.json").read_text())["run_id"]
+    proc = _start("--algorithm", "sgd", "--steps", "200000", "--checkpoint-every", "500", "--overwrite",
+                  "--no-progress", "--out", str(out))
+    deadline = time.monotonic() + 120
+    while not any(ckpt.listed(p) for p in tmp_path.glob(".run.overwrite-*")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert json.loads((out / "summary.json").read_text())["run_id"] == old      # untouched
+    assert wb.load(out).summary["steps"] == 20
+    resumed = wb.resume(out, progress=False, should_stop=lambda: True)           # continued, then stopped at once
+    assert resumed.summary["run_id"] != old and resumed.summary["config"]["out"] == str(out)
+    assert json.loads((out / "summary.json").read_text())["run_id"] == resumed.summary["run_id"]
+    assert not list(tmp_path.glob(".run.*"))

@@ -1,0 +1,149 @@
+"""The client's side of checkpoints: gather every worker's state for a step, then write it.
+
+Workers send their state before a step (`WorkerContext.save_state`, through the same channel
+as their step rows, so every row before that step has arrived when the state does); a
+transport that keeps a large state where it was made (Dask: it would otherwise pass
+through the scheduler's event log) sends a note, and the saver fetches it
+(`Transport.fetch_state`). Once every worker still in the run has sent its state for a
+step, the step rows before it are synced to steps.csv and the checkpoint is written
+(`workbench.checkpoint.write`): the states, the records so far, the run's segments.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import checkpoint as ckpt
+from ..results import Collector
+from .transports.base import RunSetup, Transport
+
+LEAD_S = 1.0      # a wall-clock checkpoint is asked this far ahead of the furthest step seen (at its rate)
+LEAD_STEPS = 2    # ... and at least this many steps ahead
+
+
+class Saver:
+    """Writes a run's checkpoints as the workers' states come in (on the monitor's thread)."""
+
+    def __init__(self, setup: RunSetup, collector: Collector, directory: str | Path, transport: Transport,
+                 t_called: float, prior: ckpt.Checkpoint | None = None):
+        self.setup, self.collector, self.directory, self.transport = setup, collector, Path(directory), transport
+        self.t_called = t_called
+        self.prior = prior
+        self.pending: dict[int, dict[int, dict]] = {}    # step -> rank -> its state batch
+        self.gone: set[int] = set()                       # lost workers: no state will come from them
+        self.written: list[int] = []
+        self.write_s = 0.0                                # seconds spent writing (the checkpoints' cost)
+        self.failed: str | None = None                    # why checkpoints stopped (a full disk)
+        self._asked_at: float | None = None               # wall-clock checkpoints: when the last was asked for
+        self._seen: tuple[float | None, float] = (None, 0.0)   # (furthest step seen, when) at that moment
+        self._target: int | None = None                   # the step it asked for
+
+    def maybe_ask(self) -> None:
+        """Wall-clock checkpoints (`checkpoint_every` in seconds): once that long has passed
+        since the last, ask every worker for its state before a step they have not reached
+        (the furthest step seen, plus LEAD_S of steps at the rate seen); a worker that
+        learns of it too late sends none, and that checkpoint is dropped for the next."""
+        wall = (self.setup.extra.get("checkpoint") or {}).get("wall")
+        if wall is None:
+            return
+        now = time.perf_counter()
+        seen = self.collector.store.last_step
+        top = max(seen.values()) if seen else None
+        if self._asked_at is None:
+            self._asked_at = now
+        if top is None:
+            return
+        top0, t0 = self._seen
+        if top0 is None:                       # the first steps seen: the rate is measured from here
+            self._seen = (top, now)
+            return
+        if now - self._asked_at < wall or now - t0 < 0.5 or (self._target is not None and top < self._target):
+            return   # (the last one asked for is still ahead of every worker: it will come)
+        rate = (top - top0) / (now - t0)
+        target = int(top) + 1 + max(LEAD_STEPS, math.ceil(rate * LEAD_S))
+        self.pending = {s: got for s, got in self.pending.items() if s > top}   # missed ones: stale
+        self.transport.request_checkpoint(target)
+        self._asked_at, self._seen, self._target = now, (top, now), target
+
+    def add(self, batch: dict) -> None:
+        """One worker's state batch (or the note that its state waits on its worker)."""
+        if self.failed is not None:
+            return
+        if batch.get("held"):
+            state = self.transport.fetch_state(int(batch["rank"]), int(batch["step"]))
+            if state is None:   # replaced by a newer one on the worker: that one will complete instead
+                return
+            batch = {**batch, "state": state}
+        step = int(batch["step"])
+        self.pending.setdefault(step, {})[int(batch["rank"])] = batch
+        self._complete(step)
+
+    def lose(self, rank: int) -> None:
+        """`rank` is gone: a step every other worker has sent is complete without it."""
+        self.gone.add(rank)
+        for step in sorted(self.pending):
+            self._complete(step)
+
+    def _complete(self, step: int) -> None:
+        got = self.pending.get(step, {})
+        if not got or not set(range(self.setup.size)) - self.gone <= set(got):
+            return
+        for s in [s for s in self.pending if s <= step]:
+            del self.pending[s]
+        t0 = time.perf_counter()
+        try:
+            self.write(step, got)
+        except OSError as exc:   # a full disk: the run goes on; its last checkpoint is the one before
+            self.failed = f"{exc.strerror or exc}"
+        self.write_s += time.perf_counter() - t0
+
+    def write(self, step: int, states: dict[int, dict]) -> Path:
+        """Sync the step rows before `step`, then write the checkpoint of `step`."""
+        store = self.collector.store
+        csv_bytes = store.sync_before(step)
+        if store.error is not None:
+            raise store.error
+        config = self.setup.config
+        ranks, workers, server = {}, {}, {}
+        for rank, batch in sorted(states.items()):
+            state = dict(batch["state"])
+            for name in [k for k in state if k.startswith("server.")]:
+                server[name.removeprefix("server.")] = state.pop(name)
+            ranks[rank] = state
+            workers[str(rank)] = {"step": int(batch["step"]), "time": float(batch["time"]),
+                                  "clock": float(batch["clock"]), "t_start": batch.get("t_start")}
+        now = time.time()
+        t_zero = self.collector.t_zero()
+        virtual = getattr(self.transport, "restores_clock", False)   # the simulator: virtual time, no start-up
+        startup = (t_zero - self.t_called) if t_zero is not None and not virtual else 0.0
+        trained = max(w["time"] for w in workers.values()) - (self.prior.rank_time(0) if self.prior else 0.0)
+        segment = {"from_step": self.first_step, "to_step": step, "called": self.t_called, "startup_s": startup,
+                   "wall_time_s": startup + max(trained, 0.0)}   # up to its checkpoint: what it ran that counts
+        meta = {"run_id": self.setup.run_id, "algorithm": config.algorithm, "config": config.to_dict(),
+                "size": self.setup.size, "kinds": self.setup.kinds, "workers": workers,
+                "written": now, "segments": self.segments_before + [segment], "steps_csv_bytes": csv_bytes,
+                "records": self.collector.records_before(step)}
+        path = ckpt.write(self.directory, step, meta, ranks, server, keep=config.checkpoint_keep,
+                          private=config.out_private)
+        self.written.append(step)
+        return path
+
+    @property
+    def first_step(self) -> int:
+        return self.prior.step if self.prior is not None else 0
+
+    @property
+    def segments_before(self) -> list[dict]:
+        """The segments a resumed run's checkpoint carried (each ended at that checkpoint)."""
+        return list(self.prior.meta.get("segments", [])) if self.prior is not None else []
+
+    def summary(self) -> dict[str, Any]:
+        """What the run's summary says of its checkpoints."""
+        out: dict[str, Any] = {"every": self.setup.config.checkpoint_every, "written": len(self.written),
+                               "last_step": self.written[-1] if self.written else None,
+                               "write_s": self.write_s}
+        if self.failed:
+            out["stopped"] = f"checkpoints stopped: {self.failed}"
+        return out
