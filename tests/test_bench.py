@@ -145,3 +145,12 @@ def test_without_torch_the_allreduce_table_leaves_gloo_out_and_says_so(monkeypat
     monkeypatch.setattr(torchpeer, "torch_available", lambda: False)
     assert allreduce.gloo_plan(None) == (False, [allreduce.NO_TORCH])
     assert allreduce.gloo_plan(False) == (False, [])          # --no-torch: asked, nothing to explain
+
+
+def test_every_communication_pattern_says_what_it_spends():
+    """The bench's notes explain any algorithm under 0.8 of its limit by its pattern."""
+    from workbench.algorithms import REGISTRY
+    from workbench.algorithms.registry import PATTERNS
+    from workbench.analysis.bench import SPENDS
+    assert set(SPENDS) == set(PATTERNS)
+    assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)

@@ -37,28 +37,34 @@ ROUNDS = 40
 RING, SHM, GLOO = "ring", "shared memory", "gloo"
 
 
-def allreduce_rounds(ring: str, rank: int, size: int, peers: list[str], segment: str, gloo_port: int | None,
-                     n: int, rounds: int) -> dict[str, Any]:
+def allreduce_rounds(ring: str, rank: int, size: int, peers: list[str], segment: str | None,
+                     gloo_port: int | None, n: int, rounds: int, gloo_host: str = "127.0.0.1") -> dict[str, Any]:
     """Runs on a worker: `rounds` rounds of one allreduce of n float32 by each method (the
-    ring, shared memory, and gloo when `gloo_port`), interleaved as the module says.
+    ring; shared memory when `segment` names one, i.e. on one host; gloo when `gloo_port`,
+    rank 0 listening on `gloo_host`), interleaved as the module says. Each call starts
+    after a barrier: shared memory's on one host, else gloo's, else the ring's own.
 
     Returns:
         {"times": {method: [seconds per round]}, "ring_sent": the ring's payload bytes
         this rank sent in one allreduce}.
     """
     from ..comm.ring import RingComm
-    from ..comm.shm import ShmComm
     buf = np.full(n, rank + 1.0, np.float32)
-    shm = ShmComm(segment, rank, size, n)
     ring_comm = RingComm(ring, rank, size, peers)
     # (prepare, call): only the call is timed
-    methods: dict[str, tuple[Any, Any]] = {RING: (None, lambda: ring_comm.allreduce(buf)),
-                                           SHM: (None, lambda: shm.allreduce(buf))}
-    gloo = None
+    methods: dict[str, tuple[Any, Any]] = {RING: (None, lambda: ring_comm.allreduce(buf))}
+    shm = gloo = None
+    barrier = ring_comm.barrier
+    if segment is not None:
+        from ..comm.shm import ShmComm
+        shm = ShmComm(segment, rank, size, n)
+        methods[SHM] = (None, lambda: shm.allreduce(buf))
+        barrier = shm.barrier
     if gloo_port is not None:
         from .torchpeer import GlooComm
-        gloo = GlooComm(rank, size, gloo_port, n)
+        gloo = GlooComm(rank, size, gloo_port, n, host=gloo_host)
         methods[GLOO] = (lambda: gloo.load(buf), gloo.allreduce)
+        barrier = barrier if shm is not None else gloo.barrier
     try:
         for prepare, call in methods.values():            # connections opened, buffers made
             if prepare is not None:
@@ -74,15 +80,16 @@ def allreduce_rounds(ring: str, rank: int, size: int, peers: list[str], segment:
                 prepare, call = methods[k]
                 if prepare is not None:
                     prepare()
-                shm.barrier()
+                barrier()
                 t0 = time.perf_counter()
                 call()
                 times[k].append(time.perf_counter() - t0)
-        shm.barrier()
+        barrier()
         return {"times": times, "ring_sent": sent}
     finally:
         ring_comm.close()
-        shm.close()
+        if shm is not None:
+            shm.close()
         if gloo is not None:
             gloo.close()
 

@@ -401,6 +401,67 @@ def compare_tables(new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
     return out.dropna(axis=1, how="all")
 
 
+# What a worker of each communication pattern (`algorithms.registry.PATTERNS`) spends besides
+# its own gradient steps: the algorithm's own cost, which no engine removes. With the bench's
+# defaults (2 workers, tau 1) every exchange happens every step.
+SPENDS: dict[str, str] = {
+    "none": "nothing: one process, no exchange",
+    "allreduce": "an allreduce of the gradient every step, and the wait for the slower worker at it (the bare "
+                 "sync loop spends the same; sync_sgd's gap to it is the engine's bookkeeping)",
+    "server": "a push of its gradient and a pull of the whole parameters every step, through one server that "
+              "applies one update at a time (the other worker's push queues behind it)",
+    "shared": "nothing but its updates to one shared array (no exchange, no lock)",
+    "round_robin": "a master's turn: every tau steps an elastic exchange with the centre, in strict rank order, so "
+                   "a worker waits for the other's turn before its own",
+    "elastic_server": "every tau steps an elastic exchange with the centre (its parameters there and back), first "
+                      "come first served",
+    "elastic_shared": "every tau steps an elastic update of the centre in shared memory (no lock)",
+    "elastic_allreduce": "every tau steps an allreduce of the elastic differences and the centre's update on every "
+                         "worker, waiting for the slower worker",
+    "tournament": "tournaments: every round its trainer's model goes to a partner, which scores both on a "
+                  "held-out batch (forward passes that train nothing) and keeps the better",
+    "host": "a master's turn every step: the gradient chunks go to the CPU master, which sums them and updates "
+            "while the workers wait for the new weights",
+    "local_allreduce": "every tau steps an allreduce of the parameters (diloco: and an outer optimiser step), "
+                       "waiting for the slower worker",
+    "post_local_allreduce": "an allreduce of the gradient every step until post_local_epoch, then of the "
+                            "parameters every tau steps",
+    "gossip": "every tau steps its parameters to each neighbour and theirs back (the topology's degree times the "
+              "parameters), waiting for the slowest neighbour",
+    "pairwise": "an atomic average with one neighbour's model through the table of models every step, one pair "
+                "at a time",
+}
+
+
+def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[str]:
+    """One note per algorithm of `size` that ran under `below` of its limit: what it spends
+    besides its own steps (its pattern's `SPENDS`), with its share of time in exchanges;
+    sync_sgd's against the bare sync loop too.
+
+    >>> t = pd.DataFrame({"what": ["bare sync loop (no engine)", "sync_sgd", "easgd", "async_sgd"],
+    ...                   "vs_limit": [0.8, 0.72, 0.5, 0.9], "comm_fraction": [float("nan"), 0.3, 0.6, 0.1]})
+    >>> for note in spending_notes(t, "teaching"):
+    ...     print(note.split(": ")[1])
+    sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; 30% of its time in exchanges)
+    easgd at 0.50 of the limit (60% of its time in exchanges)
+    """
+    from ..algorithms import REGISTRY
+    by = dict(zip(table["what"], table["vs_limit"]))
+    bare = by.get("bare sync loop (no engine)")
+    notes = []
+    for _, row in table.iterrows():
+        spec = REGISTRY.get(row["what"])
+        if spec is None or not row["vs_limit"] < below:
+            continue
+        extra = f"{bare and row['vs_limit'] / bare:.2f} of the bare sync loop; " if spec.pattern == "allreduce" \
+            and bare else ""
+        share = row.get("comm_fraction", float("nan"))
+        spent = f"{share:.0%} of its time in exchanges" if pd.notna(share) else "its exchanges not timed"
+        notes.append(f"{size}: {row['what']} at {row['vs_limit']:.2f} of the limit ({extra}{spent}): "
+                     f"{SPENDS[spec.pattern]}")
+    return notes
+
+
 def verdict(table: pd.DataFrame, size: str, ours: str = "sync_sgd", margin: float = 0.15) -> str:
     """One line: our synchronous efficiency against DDP's, each against its own limit.
 

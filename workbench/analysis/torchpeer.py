@@ -74,20 +74,24 @@ def _gloo_entry(b: Bench) -> dict | None:
 
 class GlooComm:
     """torch.distributed's gloo allreduce in this process: the peer of our allreduces in
-    `analysis.allreduce`, a process group over tcp on 127.0.0.1 (rank 0 listens on `port`).
+    `analysis.allreduce`, a process group over tcp (rank 0 listens on host:port).
 
     Args:
         rank, size: this process's place in the group.
-        port: the rendezvous port (free on 127.0.0.1).
+        port: the rendezvous port (free on `host`).
         n: float32 elements of the buffer it reduces.
+        host: rank 0's address (another host's, between hosts).
     """
 
-    def __init__(self, rank: int, size: int, port: int, n: int):
+    def __init__(self, rank: int, size: int, port: int, n: int, host: str = "127.0.0.1"):
         import torch
         import torch.distributed as dist
         torch.set_num_threads(1)          # gloo's own threads move the bytes; no BLAS work here
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+        dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=size)
         self.dist, self.tensor = dist, torch.empty(n, dtype=torch.float32)
+
+    def barrier(self) -> None:
+        self.dist.barrier()
 
     def load(self, buf: Any) -> None:
         """Put `buf` into the tensor the next allreduce sums in place (untimed: gloo, like

@@ -30,6 +30,7 @@ from ..analysis.bench import (
     _sizes,
     combine_rounds,
     compare_tables,
+    spending_notes,
     verdict,
 )
 from ..analysis.torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_available
@@ -239,6 +240,8 @@ def main(args: argparse.Namespace) -> int:
     print()
     for size in sizes:
         print(verdict(table[table["size"] == size.name], size.name))
+    for size in sizes:                 # what each algorithm under 0.8 of its limit spends
+        notes += spending_notes(table[table["size"] == size.name], size.name)
     print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
     if args.no_torch or not torch_available():
