@@ -93,6 +93,20 @@ def test_on_one_cpu_two_workers_each_get_half_the_memory_not_all_of_it():
 
 
 @pytest.mark.slow
+def test_a_one_worker_cluster_computes_on_one_blas_thread_as_each_of_two_does():
+    # issue 48: a 1-worker local cluster started its worker with cores // 1 = 2 BLAS threads, a
+    # 2-worker one with 1 each, so "2 workers against 1" compared different things (the dashboard's
+    # Run said 9.1x where a sweep on one 2-worker cluster said 0.43x)
+    import contextlib
+
+    from conftest import local_client
+    with contextlib.contextmanager(local_client)(1) as one:
+        assert list(one.run(_worker_env).values())[0]["omp"] == "1"
+        s = run(RunConfig(algorithm="sync_sgd", dataset="digits", cpus=1, batch_size=32, steps=20), cluster=one).summary
+    assert s["blas_threads"] == 1 and [w["blas_threads"] for w in s["machine"]["workers"]] == [1]
+
+
+@pytest.mark.slow
 def test_a_nanny_brings_its_killed_worker_back_whatever_the_lost_worker_timeout(client):
     # distributed's SpecCluster closes the nanny of a worker name that is absent
     # lost-worker-timeout after its removal (15 s; a restart under load, or a second kill within

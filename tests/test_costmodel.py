@@ -57,7 +57,12 @@ def test_exchange_terms_per_algorithm():
     assert cm.exchange_terms("async_easgd", 4, n, tau=4) == (0.5, 500.0)
     assert cm.exchange_terms("sync_easgd", 4, n, tau=2) == (3.0, 750.0)
     assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.2, 200.0)
-    assert set(cm.PATTERNS) == set(__import__("workbench").ALGORITHMS)
+    # every declared algorithm is priced: its pattern has a model
+    from workbench.algorithms.registry import specs
+    assert {spec.pattern for spec in specs().values()} <= set(cm.PATTERN_MODELS)
+    for name in __import__("workbench").ALGORITHMS:
+        terms = cm.exchange_terms(name, 4, n)
+        assert terms is None or all(t >= 0 for t in terms)
 
 
 # ------------------------------------------------------------------------------ calibration

@@ -326,3 +326,17 @@ def test_the_benchmark_peer_is_the_same_model():
     np.testing.assert_allclose(net.h[1].c_fc.weight.grad.numpy(), G["h1.fc.W"].T, rtol=1e-3, atol=1e-6)
     np.testing.assert_allclose(net.wte.weight.grad.numpy(), G["wte"], rtol=1e-3, atol=1e-6)   # both uses of the tied table
     np.testing.assert_allclose(net.h[0].ln_1.weight.grad.numpy(), G["h0.ln1.g"], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_cupy_gives_numpys_loss_and_gradient():
+    # the same code on a GPU worker: xp is taken from params (CuPy there)
+    cp = pytest.importorskip("cupy")
+    model = tiny(n_layers=2, d_model=16, n_heads=4, context=8, vocab=11)
+    X, y = tokens(model, B=4, seed=9)
+    p = params64(model, seed=4)
+    loss, grad = model.loss_and_grad(p, X, y)
+    loss_gpu, grad_gpu = model.loss_and_grad(cp.asarray(p), cp.asarray(X), cp.asarray(y))
+    assert abs(loss_gpu - loss) < 1e-10
+    np.testing.assert_allclose(cp.asnumpy(grad_gpu), grad, rtol=1e-8, atol=1e-12)
+    assert np.array_equal(cp.asnumpy(model.predict(cp.asarray(p), cp.asarray(X))), model.predict(p, X))

@@ -23,7 +23,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 LESSONS = {"quickstart", "batch_size_warmup", "sync_async_hogwild", "easgd_family", "ltfb_tournaments",
            "cpu_gpu", "scaling_costmodel", "sim_sc17", "sim_icpe", "sim_goyal", "sim_ltfb", "sim_validation",
-           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "your_model"}
+           "communication_efficient", "large_batch", "goyal_fig1", "sim_knl", "your_model", "diloco_lm"}
 # Runs a notebook shows failing on purpose: (notebook, run folder prefix) -> the statuses allowed.
 # SC'17: Async MSGD (server-side momentum 0.9, 4-16 stale workers) blows up where Async MEASGD does
 # not; the paper's "Async MEASGD is more stable than Async MSGD".

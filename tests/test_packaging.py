@@ -78,15 +78,14 @@ def test_private_api_users_are_capped():
     assert plotly.__version__ in lab["plotly"] and anywidget.__version__ in lab["anywidget"]  # tested versions
 
 
-def test_threadpoolctl_is_declared_for_its_two_users():
+def test_threadpoolctl_is_declared_for_its_one_user():
     runtime = {Requirement(r).name for r in PROJECT["dependencies"]}
     assert "threadpoolctl" in runtime
     users = sorted(p for p in (ROOT / "workbench").rglob("*.py") if "threadpoolctl" in p.read_text())
-    # every worker runs the run's BLAS threads while its loop lasts (util/blas.py, the one rule
-    # of every transport), and the simulator's calibration of this machine's core pins one BLAS
-    # thread while it times; both still run (slower) where it is missing
-    assert users == sorted([ROOT / "workbench" / "sim" / "profiles.py",
-                            ROOT / "workbench" / "util" / "blas.py"])
+    # util/blas.py: every worker runs the run's BLAS threads while its loop lasts (the one rule of
+    # every transport), and the simulator's calibration of this machine's core pins one thread
+    # through it while it times; both still run (slower) where it is missing
+    assert users == [ROOT / "workbench" / "util" / "blas.py"]
     assert all("except ImportError" in p.read_text() for p in users)
 
 

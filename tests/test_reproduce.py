@@ -21,7 +21,7 @@ from workbench.apps.reproduce import REQUIRED, load_experiment
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 REPRODUCTIONS = {"goyal_warmup", "sc17_easgd", "sync_async", "ltfb", "cgdp", "sc17_sim", "icpe_sim", "goyal_sim",
-                  "ltfb_sim", "communication_efficient", "goyal_fig1", "sc17_knl_sim"}
+                  "ltfb_sim", "communication_efficient", "goyal_fig1", "sc17_knl_sim", "diloco_lm"}
 
 
 def reproduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -102,7 +102,7 @@ def test_every_reproduction_measures_its_spread_over_seeds(path):
     exp = load_experiment(path)
     assert len(exp.seeds) >= 3 and len(exp.quick_seeds) >= 2, (exp.seeds, exp.quick_seeds)
     # seeds run side by side only where the notebook measures nothing on this machine
-    assert exp.seed_jobs == 1 or path.stem.endswith("_sim") or path.stem == "communication_efficient", path
+    assert exp.seed_jobs == 1 or path.stem.endswith("_sim") or path.stem in ("communication_efficient", "diloco_lm"), path
     assert "seed" in notebook_parameters(exp.notebook), "the notebook must take the seed reproduce sets"
 
 

@@ -9,7 +9,8 @@ unpickle test functions.
 Collecting a module's doctests imports the module. A module whose top-level imports
 (plain, or inside a top-level `try:` that turns a missing extra into one line) need an
 optional extra that is not installed here (plotly/ipywidgets of the `lab` extra, Dask on
-the GPU host, CuPy, torch) is left out of doctest collection instead of failing it; the
+the GPU host, CuPy, torch; or named in a module-level `DOCTEST_NEEDS` tuple, for a module
+that imports it lazily) is left out of doctest collection instead of failing it; the
 end of the session names each module left out and the package it lacks, so nothing is
 skipped silently. Tests under tests/ are untouched: they skip with their own reasons.
 """
@@ -24,8 +25,18 @@ PACKAGE = Path(__file__).resolve().parent
 LEFT_OUT: dict[str, str] = {}      # module path -> the missing package
 
 
+def _doctest_needs(node: ast.stmt) -> list[str]:
+    """The packages a module-level `DOCTEST_NEEDS = ("torch", ...)` names: what its doctests
+    import lazily (inside the functions they call), so no top-level import shows it."""
+    if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DOCTEST_NEEDS" for t in node.targets)
+            and isinstance(node.value, (ast.Tuple, ast.List))):
+        return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
 def _missing_top_level_import(path: Path) -> str | None:
-    """The first third-party package `path` imports at module level that is not installed."""
+    """The first third-party package `path` imports at module level (or names in its
+    `DOCTEST_NEEDS`) that is not installed."""
     tree = ast.parse(path.read_text())
     nodes = [n for top in tree.body for n in ([top] + (top.body if isinstance(top, ast.Try) else []))]
     for node in nodes:
@@ -34,6 +45,8 @@ def _missing_top_level_import(path: Path) -> str | None:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         else:
+            names = _doctest_needs(node)
+        if not names:
             continue
         for name in names:
             top = name.split(".")[0]

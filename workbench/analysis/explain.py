@@ -440,12 +440,15 @@ def _band(values: np.ndarray, fmt: Any, exact: bool) -> tuple[str, tuple[float, 
     v = np.asarray(values, dtype=float)
     mid = float(v[0])
     rest = v[1:] if len(v) > 1 else v
-    with np.errstate(invalid="ignore"):    # resamples with no crossover are inf
+    rest = np.where(np.isnan(rest), math.inf, rest)   # a resample with no answer: none (inf)
+    with np.errstate(invalid="ignore"):
         lo, hi = (float(np.percentile(rest, 16)), float(np.percentile(rest, 84))) if len(v) > 1 else (mid, mid)
     if exact:
         return f"{fmt(mid)} (exact: virtual time, no jitter)", (mid, mid, mid)
+    if math.isfinite(lo) and not math.isfinite(hi):
+        return f"{fmt(mid)} ({fmt(lo)} or more; in some resamples none)", (mid, lo, hi)
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{fmt(mid)} ({fmt(lo)} to {fmt(hi)} over the resamples)", (mid, lo, hi)
+        return f"{fmt(mid)} (in most resamples none)", (mid, lo, hi)
     return f"{fmt(mid)} ({fmt(lo)}-{fmt(hi)})", (mid, lo, hi)
 
 

@@ -56,7 +56,9 @@ from .dataset import (
     cache_dir,
     check_finite,
     describe_arrays,
+    is_text_path,
     make_dataset,
+    read_text,
     split_rows,
 )
 
@@ -414,9 +416,12 @@ def data_record(path: str) -> dict[str, Any]:
 
 def reach(path: str, test_fraction: float = 0.2) -> str | None:
     """In a worker, before its run starts: None when it can read the data file `path`
-    (its arrays' headers and labels), else what went wrong, in one line."""
+    (its arrays' headers and labels; a .txt file's text), else what went wrong, in one line."""
     try:
-        file_shape(path, test_fraction)
+        if is_text_path(path):          # a language model's text file (`data.text`)
+            read_text(path)
+        else:
+            file_shape(path, test_fraction)
     except (DataError, OSError) as exc:
         return str(exc)
     return None

@@ -31,6 +31,7 @@ import numpy as np
 from .models import ModelError, get_array_module
 
 __all__ = ["TorchModel", "to_torch"]
+DOCTEST_NEEDS = ("torch",)   # its doctests call torch (imported lazily): workbench/conftest.py reads this
 
 
 def to_torch(a: Any) -> Any:

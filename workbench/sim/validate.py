@@ -240,8 +240,8 @@ def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | N
     >>> quiet_enough((0.1, 0.2, 3.0), (1.9, 0.9, 0.5), cores=2)
     False
     """
-    from ..util.machine import OTHERS_NOTICEABLE
-    cores = cores or os.cpu_count() or 1
+    from ..util.machine import OTHERS_NOTICEABLE, usable_cores
+    cores = cores or usable_cores()   # affinity and CPU quota, not the host's cores
     loads = [float(before[0]), float(before[1])]
     if not all(v == v for v in loads) or max(loads) >= QUIET_LOAD * cores:
         return False
@@ -287,7 +287,7 @@ def main(args: Any) -> int:
     rounds = 5 if rounds is None else int(rounds)
     if rounds < 1:
         raise ConfigError("rounds", "a whole number >= 1 (rounds of real runs, calibration and simulation)", rounds)
-    cores = os.cpu_count() or 1
+    cores = machine.usable_cores()
     load0 = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
     print(f"simulated vs real, sync_sgd on the 535k MLP (784-512-256-10), {PER_WORKER} rows a worker, {steps} steps, "
