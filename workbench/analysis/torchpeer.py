@@ -43,7 +43,8 @@ def _torch(b: Bench, mode: str) -> dict | None:
         return None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        b.notes.append(f"PyTorch {mode} failed: {proc.stderr.strip()[-300:]}")
+        last = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or [f"exit status {proc.returncode}"]
+        b.notes.append(f"PyTorch {mode} failed in one round: {last[-1][-300:]}")   # one line: the error itself
         return None
     return json.loads(lines[-1])
 
