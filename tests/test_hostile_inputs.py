@@ -324,11 +324,12 @@ def test_run_directories_are_private_by_default(tmp_path, umask):
     report too, written after the commit; the CLI's run, as a user starts it)."""
     out = tmp_path / "run"
     proc = subprocess.run(["/bin/sh", "-c", f"umask {umask:03o}; exec {sys.executable} -m workbench run --steps 2 "
-                           f"--out {out}"], capture_output=True, text=True, env=ENV, timeout=120)
+                           f"--checkpoint-every 1 --out {out}"], capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     entries = list(out.rglob("*"))
-    assert {p.name for p in entries} >= {"summary.json", "steps.csv", "evals.csv", "config.yaml", "report.html"}
+    assert {p.name for p in entries} >= {"summary.json", "steps.csv", "evals.csv", "config.yaml", "report.html",
+                                         "checkpoints", "step-000000000001.npz"}
     for p in entries:
         want = 0o700 if p.is_dir() else 0o600
         assert stat.S_IMODE(p.stat().st_mode) == want, (p.name, oct(p.stat().st_mode))
