@@ -161,8 +161,11 @@ def test_an_external_cluster_loses_a_worker_and_gains_another(tmp_path):
         cluster.close()
     assert done.is_set() and r.status == "stopped", r.events
     kinds = [e["event"] for e in r.events if e["event"] in ("worker_lost", "regrouped", "worker_joined")]
-    assert kinds == ["worker_lost", "regrouped", "worker_joined", "regrouped"], r.events
-    assert [m["workers"] for m in r.summary["membership"]] == [[0, 1], [0], [0, 2]]
+    # the newcomer is taken in at a regroup of its own, or at the loss's when it is already there by then
+    assert kinds in (["worker_lost", "regrouped", "worker_joined", "regrouped"],
+                     ["worker_lost", "worker_joined", "regrouped"]), r.events
+    members = [m["workers"] for m in r.summary["membership"]]
+    assert members in ([[0, 1], [0], [0, 2]], [[0, 1], [0, 2]]), members
     names = {w["id"]: w["name"] for w in r.summary["workers"]}
     assert names == {0: "w0", 2: "late"}
     for e in r.events:

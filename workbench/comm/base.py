@@ -306,6 +306,10 @@ class ThreadControl:
     def pause_at(self) -> dict | None:
         return getattr(self, "_pause", None)
 
+    def requests(self) -> tuple[int | None, dict | None]:
+        """(the checkpoint step asked for, where to pause), both None before any ask."""
+        return self._checkpoint, self.pause_at()
+
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
@@ -338,6 +342,7 @@ class ThrottledControl:
         self._stop = False
         self._checkpoint: int | None = None   # the last checkpoint step the client asked for, as polled
         self._pause: dict | None = None         # where the client asked an elastic run to pause, as polled
+        self._wants = False                     # the loop asks for them (checkpoints or elastic): poll them too
         self._poller: threading.Thread | None = None
         self._closed = threading.Event()
 
@@ -353,24 +358,33 @@ class ThrottledControl:
         return self._stop
 
     def checkpoint_at(self) -> int | None:
-        """The step the client asked every worker to checkpoint before (polled as stops are)."""
+        """The step the client asked every worker to checkpoint before (polled as stops are,
+        once the loop has asked for it the first time)."""
+        self._wants = True
         if self._poller is None and not self._stop:
             self._first_poll()
         return self._checkpoint
 
     def pause_at(self) -> dict | None:
-        """Where the client asked an elastic run's loops to pause (polled as stops are)."""
+        """Where the client asked an elastic run's loops to pause (polled as `checkpoint_at`)."""
+        self._wants = True
         if self._poller is None and not self._stop:
             self._first_poll()
         return self._pause
+
+    def _requests(self) -> None:
+        """One read of the client's requests (a scheduler round trip on Dask); None: no news."""
+        if self._wants and hasattr(self.control, "requests"):
+            checkpoint, pause = self.control.requests()
+            self._checkpoint = checkpoint or self._checkpoint
+            self._pause = pause or self._pause
 
     def _first_poll(self) -> None:
         now = time.perf_counter()
         if now >= self._next:
             self._next = now + self.interval
             self._stop = self.control.stop_requested()
-            self._checkpoint = _asked_checkpoint(self.control)
-            self._pause = _asked_pause(self.control)
+            self._requests()
             if self.background and not self._stop:
                 self._poller = threading.Thread(target=self._poll, name="workbench-stop-poll", daemon=True)
                 self._poller.start()
@@ -378,8 +392,7 @@ class ThrottledControl:
     def _poll(self) -> None:
         while not self._closed.wait(self.interval):
             try:
-                self._checkpoint = _asked_checkpoint(self.control) or self._checkpoint   # None: no news
-                self._pause = _asked_pause(self.control) or self._pause
+                self._requests()
                 if self.control.stop_requested():
                     self._stop = True
                     return
@@ -399,18 +412,6 @@ class ThrottledControl:
         word, self.word = self.word, None
         if word is not None:
             word.close()
-
-
-def _asked_checkpoint(control: Any) -> int | None:
-    """`control.checkpoint_at()` where the control carries checkpoint requests, else None."""
-    ask = getattr(control, "checkpoint_at", None)
-    return ask() if ask is not None else None
-
-
-def _asked_pause(control: Any) -> dict | None:
-    """`control.pause_at()` where the control carries pause requests, else None."""
-    ask = getattr(control, "pause_at", None)
-    return ask() if ask is not None else None
 
 
 CHUNK_ITEMSIZE = 4   # bytes of one parameter (float32) in cgdp's chunks of weights

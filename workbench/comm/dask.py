@@ -227,25 +227,26 @@ class EventControl:
         """Client side: every worker saves its state before `step` (a wall-clock checkpoint)."""
         self._checkpoint_var().set(int(step))
 
-    def checkpoint_at(self) -> int | None:
-        """Loop side (polled by `ThrottledControl`): the step asked for, None before any."""
+    def requests(self) -> tuple[int | None, dict | None]:
+        """Loop side (polled by `ThrottledControl`): (the checkpoint step asked for, where to
+        pause), in one read; None for either before any ask, or when the scheduler is slow."""
         try:
             got = self._checkpoint_var().get(timeout=LEASE_CHECK_S)
         except Exception:   # not set yet, or the scheduler is slow: no news
-            return None
-        return int(got["checkpoint"] if isinstance(got, dict) else got) or None
+            return None, None
+        if isinstance(got, dict):
+            return int(got.get("checkpoint") or 0) or None, got.get("pause")
+        return int(got) or None, None
+
+    def checkpoint_at(self) -> int | None:
+        return self.requests()[0]
+
+    def pause_at(self) -> dict | None:
+        return self.requests()[1]
 
     def request_pause(self, at: dict) -> None:
         """Client side: an elastic run's loops pause at their first boundary at or after `at`."""
         self._checkpoint_var().set({"checkpoint": 0, "pause": dict(at)})
-
-    def pause_at(self) -> dict | None:
-        """Loop side (polled by `ThrottledControl`): where to pause, None before any ask."""
-        try:
-            got = self._checkpoint_var().get(timeout=LEASE_CHECK_S)
-        except Exception:
-            return None
-        return got.get("pause") if isinstance(got, dict) else None
 
     def request_stop(self, reason: str = "") -> None:
         self._event("stop").set()
