@@ -141,14 +141,15 @@ def run_cli(*args):
 
 def test_cli_help_shows_the_simulation_group_and_bad_flags_give_one_line():
     assert FIELD_GROUPS["simulation"] == ("simulate", "device", "cpu_device", "partitions", "calibration", "network",
-                                          "timing_model", "jitter", "fail_worker")
+                                          "timing_model", "jitter", "fail_worker", "join_worker")
     proc = run_cli("run", "--help")
     assert proc.returncode == 0, proc.stderr
     section = proc.stdout.split(f"\n{GROUP_TITLES['simulation']}:\n")[1].split("\n\n")[0]
     flat = re.sub(r"\s+", " ", section)
     for flag in ("--simulate, --no-simulate", "--device DEVICE", "--cpu-device CPU_DEVICE", "--partitions PARTITIONS",
                  "--network NETWORK",
-                 "--timing-model TIMING_MODEL", "--jitter JITTER", "--fail-worker FAIL_WORKER"):
+                 "--timing-model TIMING_MODEL", "--jitter JITTER", "--fail-worker FAIL_WORKER",
+                 "--join-worker JOIN_WORKER"):
         assert flag in flat, flag
     assert "1 to 1024" in flat and "InfiniBand HDR" in flat and "Default: core." in flat
     proc = run_cli("run", "--simulate", "--gpus", "2048", "--algorithm", "sync_sgd", "--steps", "1")
