@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import learning, measure
-from .util.fileio import RunDirError, atomic_write, exchange_dirs, private_opener  # noqa: F401  (RunDirError: re-exported)
+from .. import learning, measure
+from ..util.fileio import RunDirError, atomic_write, exchange_dirs, private_opener  # noqa: F401  (RunDirError: re-exported)
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
@@ -1131,7 +1131,7 @@ class RunResult:
 
 
 def _broken(d: Path, name: str, what: str) -> Exception:
-    from .config import ConfigError
+    from ..config import ConfigError
     return ConfigError("RUN_DIR", f"a run directory whose {name} {what}", str(d))
 
 
@@ -1469,7 +1469,7 @@ def versions() -> dict[str, str]:
 def _versions() -> tuple[tuple[str, str], ...]:
     from importlib.util import find_spec
 
-    from . import __version__
+    from .. import __version__
     out = {"python": platform.python_version(), "workbench": __version__}  # distribution: parallel-workbench
     for name in ("numpy", "dask", "distributed", "pandas", "cupy"):
         if name == "cupy" and find_spec("cupy") is None:   # not installed: no need to look through them all
