@@ -29,10 +29,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from . import usercode
-from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
-from .data.files import is_data_path, save_arrays
+from .. import usercode
+from ..algorithms.registry import LR_MAX
+from ..data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
+from ..data.files import is_data_path, save_arrays
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -146,17 +146,17 @@ def parse_interval(value: Any) -> int | float | None:
 
 def __getattr__(name: str) -> Any:
     if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
-        from .algorithms.registry import summaries
+        from ..algorithms.registry import summaries
         return summaries()
     if name == "SYNC_ALGORITHMS":   # a lost worker fails these runs
-        from .algorithms.registry import sync_names
+        from ..algorithms.registry import sync_names
         return sync_names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _algorithm_spec(name: str) -> Any:
     """The registry's entry for `name`, None when there is none."""
-    from .algorithms.registry import specs
+    from ..algorithms.registry import specs
     return specs().get(name)
 
 
@@ -773,7 +773,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _algorithm(cls, v: str) -> str:
         if _algorithm_spec(v) is None:
-            from .algorithms.registry import specs
+            from ..algorithms.registry import specs
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
