@@ -40,7 +40,7 @@ PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_ser
             "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip", "pairwise")
 EVALUATORS = ("rank0", "all", "trainers")
 # The simulator's fast paths: every virtual worker stepped in one loop, on stacks of rows, calling
-# the family's own maths (`execution/transports/sim_lockstep.py`, `sim_server.py`); bitwise the
+# the family's own maths (`sim/lockstep.py`, `sim/server.py`); bitwise the
 # per-worker run. An algorithm's declaration names the one it has (`AlgorithmSpec.fast_path`).
 FAST_PATHS = {
     "replicas": "identical replicas: one stacked pass over the global batch's slices, one update (sync_sgd)",

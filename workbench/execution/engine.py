@@ -134,7 +134,7 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
                               type(cluster).__name__)
         if spec is None:
             raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
-        from .transports.sim import SimTransport
+        from ..sim.transport import SimTransport
         return SimTransport()
     if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
