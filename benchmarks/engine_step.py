@@ -21,19 +21,16 @@ held to one thread, as a worker holds it.
 """
 from __future__ import annotations
 
-import os
-
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")   # before NumPy loads: one BLAS thread, as a worker's
-
 import argparse
+import os
 import statistics
 import sys
 import time
 import uuid
 from types import SimpleNamespace
 
-import numpy as np
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")   # before NumPy loads (in the loops and `main`): one BLAS thread, as a worker's
 
 
 def _config(size: str, steps: int):
@@ -115,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--only", choices=sorted(LOOPS), help="run one loop of --steps steps (for callgrind)")
     a = p.parse_args(argv)
+    import numpy as np
     steps = a.steps or (4000 if a.size == "teaching" else 400)
     if a.only:
         # Live batches leave every FLUSH_S of wall clock: under callgrind (~50x slower, more on a
