@@ -92,7 +92,7 @@ class CGDP(Algorithm):
         wait_s = min(max(0.0, max(times) - (t1 - t0)), t2 - t1)
         out = StepOut(lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s, wait_s=wait_s,
                       bytes_sent=self.grad.nbytes)   # every chunk of my gradient, to the host's master
-        settle(out, gloss, gstop)     # the master applied the update unless the step was stopped
+        settle(out, gloss, gstop)     # the master applied the update (a stop ends the loop after it)
         return out
 
     def _weighted(self, lo: int, hi: int, w: float) -> np.ndarray | None:

@@ -444,8 +444,8 @@ class ChunkMaster:
     """CGDP's master: master weights, optimiser and the per-chunk reduction.
 
     `add` takes one worker's weighted chunk; once every worker's part of a chunk is in,
-    it sums them in rank order and updates that chunk of the master weights (a stopped
-    step changes nothing); once every chunk of the step is done, the step's outcome
+    it sums them in rank order and updates that chunk of the master weights (a stop
+    completes the step it rides on, as every synchronous step's: `base.settle`); once every chunk of the step is done, the step's outcome
     (global loss, stop flag, every worker's compute time) is published and the tuner
     sees the iteration's duration by `clock`. `state` hands in `x` and the velocity
     (views of a shared segment); by default they are fresh copies.
@@ -500,19 +500,17 @@ class ChunkMaster:
         self.updated: dict[tuple[int, int], int] = {}      # chunk -> the last step it was updated for
         self.done_chunk: tuple[int, int] | None = None      # the chunk the last `add` completed
 
-    def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float, stopped: bool) -> None:
-        """Sum every worker's part of [lo, hi) in rank order and update the master there
-        (unless the step was stopped)."""
+    def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float) -> None:
+        """Sum every worker's part of [lo, hi) in rank order and update the master there."""
         total = sum_in_rank_order(parts, self._total[lo:hi])
-        if not stopped:
-            self.opt.step_chunk(self.x, total, lr, lo, hi)
+        self.opt.step_chunk(self.x, total, lr, lo, hi)
 
     def add(self, step: int, rank: int, lo: int, hi: int, grad: np.ndarray, lr: float,
             loss_w: float = 0.0, stop: bool = False, compute_s: float | None = None) -> bool:
         """One worker's weighted chunk; True when this completed the whole step.
 
-        The stop flag rides on the first chunk sent (rank 0's last layers), so it is
-        known before any chunk of the step completes: a stopped step changes nothing."""
+        The stop flag rides on the first chunk sent (rank 0's last layers) and comes
+        back with the step's outcome: the loops end after this step."""
         if step != self.step:  # first chunk of a new step
             self.step, self.loss, self.stop = step, 0.0, False
             self.chunks_left = len(chunk_bounds(self.groups, self.tuner.current))
@@ -526,7 +524,7 @@ class ChunkMaster:
         if len(parts) < self.size:
             return False
         del self.parts[(lo, hi)]
-        self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr, self.stop)
+        self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr)
         self.updated[(lo, hi)] = step
         self.done_chunk = (lo, hi)
         self.chunks_left -= 1

@@ -624,8 +624,7 @@ class ShmChunkMaster:
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
         """Every worker's rows of [lo, hi), summed in rank order, update the master there;
         with the per-chunk return, the fresh [lo, hi) goes into every worker's buffer."""
-        self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr,
-                               stopped=self.header[M_STOP] == step)
+        self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr)
         if self.chunked:
             fresh, boxes = self.core.x[lo:hi], self.boxes[step % 2]
             for r in range(self.size):
