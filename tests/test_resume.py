@@ -259,10 +259,66 @@ def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path,
     assert not rows.duplicated(["worker", "step"]).any()
 
 
-def test_cgdp_has_no_checkpoints_and_resume_says_so(tmp_path):
-    r = wb.run(RunConfig(algorithm="cgdp", cpus=2, steps=20, checkpoint_every=5, out=str(tmp_path / "r")),
-               cluster="threads", progress=False)
-    assert "checkpoints" not in r.summary and not (tmp_path / "r" / "checkpoints").exists()
+CGDP = [{"chunk_layers": 1}, {"chunk_layers": "auto", "weight_return": "chunks"},
+        {"chunk_layers": 2, "momentum": 0.9, "optimizer": "adamw", "lr": 0.01}]
+
+
+@pytest.mark.parametrize("extra", CGDP, ids=[_id(("cgdp", e)) for e in CGDP])
+def test_cgdp_resumes_bitwise_from_its_masters_checkpoint(tmp_path, extra):
+    """cgdp's master (weights, the rule's state, the chunk tuner) is in rank 0's part of the
+    checkpoint and put back before a resumed run's first step: cut as a kill -9 leaves it,
+    and stopped, the resumed run's records and parameters are the uninterrupted run's."""
+    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=96, batch_size=48, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100, **extra)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    assert whole.summary["checkpoints"]["written"] == 5
+    saved = ckpt.read(ckpt.listed(tmp_path / "whole")[2])
+    assert {"x", "tuner", "history"} <= set(saved.server) and saved.ranks[1]["chunking"] >= 1
+    killed_after(tmp_path / "whole", tmp_path / "cut", 3)
+    resumed = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == 48
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["chunk_layers_used"] == whole.summary["chunk_layers_used"]
+
+
+def test_a_stopped_cgdp_run_resumes_bitwise(tmp_path):
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=1500, batch_size=32, eval_every=100, checkpoint_every=300,
+                    checkpoint_keep=100, weight_return="chunks")
+    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, "threads")
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("comm, weight_return", [("shm", "chunks"), ("dask", "whole")])
+def test_cgdp_on_dask_resumes_bitwise(tmp_path, client, comm, weight_return):
+    """On Dask the master is a segment of shared memory every worker updates (each keeping
+    its own chunk tuner: in every worker's part of the checkpoint), or an actor."""
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=64, batch_size=32, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100, comm=comm, weight_return=weight_return)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
+    assert whole.summary["checkpoints"]["written"] == 3
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    resumed = wb.resume(tmp_path / "cut", cluster=client, progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == 32
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+
+
+@pytest.mark.parametrize("weight_return", ["whole", "chunks"])
+def test_a_resumed_simulated_cgdp_run_is_bitwise_virtual_times_too(tmp_path, weight_return):
+    """The master's virtual times (when it and each link are free, its tuner's clock) go on
+    from the checkpoint's, as every worker's clock does."""
+    cfg = RunConfig(algorithm="cgdp", cpus=2, gpus=2, steps=80, batch_size=64, eval_every=15, checkpoint_every=20,
+                    checkpoint_keep=100, simulate=True, jitter=0.2, weight_return=weight_return)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), progress=False)
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    resumed = wb.resume(tmp_path / "cut", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=True)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]
 
 
 def test_checkpoints_keep_the_newest_and_say_what_they_cost(tmp_path):

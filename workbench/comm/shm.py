@@ -699,6 +699,24 @@ class ShmChunkMaster:
     def history(self) -> list[int]:
         return list(self.core.chunk_history)
 
+    # checkpoints: the weights and the rule's state are the segment's (rank 0 reads and puts
+    # them back, as every server role's); each worker's core keeps its own tuner and history
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return self.core.snapshot()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.core.restore(state)
+        self._chunking()
+
+    def own_state(self) -> dict[str, np.ndarray]:
+        """This worker's part: its core's chunk tuner and the chunk sizes used so far."""
+        return {"tuner": self.core.tuner.state(), "history": np.array(self.core.chunk_history, np.int64)}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        self.core.tuner.load_state(state["tuner"])
+        self.core.chunk_history = [int(c) for c in np.asarray(state["history"]).reshape(-1)]
+        self._chunking()
+
     def close(self) -> None:
         self.lockfile.close()
         del self.header, self.arrivals, self.floats, self.slots, self.boxes, self.times, self.loss_w, self.compute_s
