@@ -111,10 +111,11 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
             return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
                         resume=state)
     finally:
-        if _STATES.get(key, {}).get("tag") is None:   # a periodic one nobody fetched: gone with the loop
+        orphaned = getattr(links.control.control, "lease_expired", False)   # no client left to fetch or forget it
+        if _STATES.get(key, {}).get("tag") is None or orphaned:   # a periodic one nobody fetched: gone with the loop
             _STATES.pop(key, None)
         links.close()
-        if rank == 0 and getattr(links.control.control, "lease_expired", False):
+        if rank == 0 and orphaned:
             _orphaned(plan)
 
 
