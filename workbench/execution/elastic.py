@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import event_record
+from ..results.records import event_record
 from .transports.base import RunSetup, Transport
 
 JOIN_CHECK_S = 1.0   # how often the client looks for workers new to the cluster (a scheduler round trip)

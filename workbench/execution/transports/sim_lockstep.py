@@ -61,7 +61,7 @@ from ...comm.roles import sum_in_rank_order
 from ...data import _epoch_order, steps_per_epoch
 from ...maths.backend import to_numpy
 from ...maths.optim import RULES
-from ...results import StepLog, eval_record
+from ...results.records import StepLog, eval_record
 from ...util.machine import LoopUsage
 from .base import LocalArray
 

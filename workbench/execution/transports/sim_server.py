@@ -68,7 +68,7 @@ from ...comm.base import WorkerLost
 from ...comm.roles import make_core
 from ...data import _epoch_order, steps_per_epoch
 from ...maths.optim import SGD, sgd_descent
-from ...results import eval_record
+from ...results.records import eval_record
 from ...sim.clock import Scheduler, Task
 from .sim_lockstep import Lockstep
 from .sim_roles import SimServerState
