@@ -313,7 +313,7 @@ def test_the_chunk_masters_table_names_its_methods_and_the_arrays_that_travel():
     ops = type(core).OPS
     calls = [("push", (0, 0, 3, 5, np.ones(2, np.float32), 0.1)), ("chunk", (0, 3, 5)),
              ("push", (0, 0, 0, 3, np.ones(3, np.float32), 0.1, 0.5, False, 0.01)), ("fetch", (0,)),
-             ("outcome", (0,)), ("history", ())]
+             ("outcome", (0,)), ("history", ()), ("snapshot", ()), ("restore", (core.snapshot(),))]
     assert {name for name, _ in calls} == set(ops)
     for name, args in calls:
         op = ops[name]

@@ -303,12 +303,6 @@ class Algorithm:
         so the newcomer starts them afresh (`load_state` keeps what it is not given)."""
         return dict(state)
 
-    def interrupted(self, step: int) -> tuple[int, dict[str, Any]] | None:
-        """Where this worker goes on from after a wait inside `step` ended on a stop
-        (`StopWait`): (the step to run next, the state before it), or None when no state
-        it holds is one (the run's stop then leaves no checkpoint: the last one stands)."""
-        return None
-
     def steps_done(self) -> None:
         """Called once after this worker's last planned step, before its last evaluation."""
 
@@ -676,18 +670,18 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
     bare = bool((ctx.extra.get("checkpoint") or {}).get("bare"))   # the step alone (a replayed simulation's)
     pausing = ctx.elastic and ctx.control is not None and hasattr(ctx.control, "pause_at")
-    end: tuple[int, dict | None] | None = None   # a stopped loop's next step, and its state there (None: now)
+    end: int | None = None    # where a stopped (or, asynchronous, finished) loop goes on from
     if ctx.elastic:
         ctx.kept = (first, algo.state())
     ctx.start()
     for step in range(first, total):
         if not sync and ctx.stop_requested():
-            status, end = "stopped", (step, None)
+            status, end = "stopped", step
             break
         try:
             out = algo.step(step)
-        except StopWait:          # a wait on a turn or partner ended on the stop request
-            status, end = "stopped", algo.interrupted(step)
+        except StopWait:          # a wait on a turn or partner ended on the stop request: mid-step,
+            status = "stopped"    # no state to go on from (the run's stop leaves no checkpoint)
             break
         except BaseException:
             algo.failed()
@@ -698,7 +692,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         if ended is not None:
             status = ended
             if ended == "stopped":
-                end = (step + 1, None)
+                end = step + 1
             break
         if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
                 and step + 1 < total:
@@ -711,10 +705,9 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
                 break
     if every is not None or ctx.checkpoint_asked:
         if status == "completed" and not sync:
-            end = (total, None)
-        if end is not None and (end[0] < total or not sync):
-            ctx.save_state(end[0], {} if bare else end[1] if end[1] is not None else algo.state(),
-                           tag="stopped" if status == "stopped" else "ended")
+            end = total
+        if end is not None and (end < total or not sync):
+            ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
