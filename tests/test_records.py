@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import workbench.execution.engine as engine
-import workbench.execution.transports.sim as sim_transport
+import workbench.sim.transport as sim_transport
 from workbench.algorithms.base import Algorithm
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads

@@ -70,7 +70,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             config = config.replace(out=str(claimed))
     bar = None
     if progress:
-        from .apps.progress import RunProgress, bars_allowed, tee
+        from .execution.progress import RunProgress, bars_allowed, tee
         if bars_allowed():
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
@@ -158,7 +158,7 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     warnings = [*refused, *warnings]
     bar = None
     if progress:
-        from .apps.progress import RunProgress, bars_allowed, tee
+        from .execution.progress import RunProgress, bars_allowed, tee
         if bars_allowed():
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
@@ -429,7 +429,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         stopped = warm.status == "stopped"
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    from .apps.progress import bars_allowed, sweep_bar
+    from .execution.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
     try:
         while todo := repeats.next_round():

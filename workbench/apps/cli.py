@@ -626,8 +626,8 @@ def _write_report(result: Any, out: str) -> None:
 
 
 def _progress_bar(config: RunConfig):
-    """The run's bar (epochs or steps, loss, accuracy): workbench.apps.progress.RunProgress."""
-    from .progress import RunProgress
+    """The run's bar (epochs or steps, loss, accuracy): workbench.execution.progress.RunProgress."""
+    from ..execution.progress import RunProgress
     return RunProgress(config)
 
 

@@ -134,7 +134,7 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
                               type(cluster).__name__)
         if spec is None:
             raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
-        from .transports.sim import SimTransport
+        from ..sim.transport import SimTransport
         return SimTransport()
     if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
@@ -294,6 +294,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
             after = machine.snapshot(pids)
         finally:
             transport.close()
+            machine.return_freed_memory()   # the loops' arrays, freed: back to the system, not kept by the heap
         lost_all.update(extra.get("lost_workers", {}))
         if not elastic or monitor.stop_asked or monitor.gone or not (monitor.lost or monitor.regroup):
             break
