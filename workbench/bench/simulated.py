@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from ..config import RunConfig
-from .profiles import _one_blas_thread
+from ..sim.profiles import _one_blas_thread
 
 ASYNC = ("async_sgd", "hogwild_sgd", "easgd")
 TARGETS = {"sync": 1.5, "async": 2.0, "step": 2.0, "memory_gb": 0.5}   # issue 24's
@@ -74,7 +74,7 @@ def loop_seconds(config: RunConfig) -> tuple[float, float, dict[str, Any]]:
     sim_computes_per_pass; empty for sgd)."""
     c0 = time.process_time()
     if config.simulate:
-        from .run import run_simulated
+        from ..sim.run import run_simulated
         summary = run_simulated(config).summary
         wall = float(summary["sim_wall_s"])
         how = {"path": summary.get("sim_path"), "per_pass": summary.get("sim_computes_per_pass")}
@@ -179,7 +179,7 @@ def memory_main(spec_json: str) -> None:
     print one JSON line with the peak RSS (`peak_rss_bytes`) before and after."""
     spec = json.loads(spec_json)
     from ..problem import Problem
-    from .run import run_simulated
+    from ..sim.run import run_simulated
     config = RunConfig(algorithm=spec["algorithm"], dataset="digits", model="mlp", cpus=spec["workers"],
                        batch_size=spec["workers"], steps=spec["steps"], lr=0.05, seed=0, eval_every=10**9,
                        simulate=True, cpu_device="power8")
@@ -194,7 +194,7 @@ def memory_main(spec_json: str) -> None:
 
 def measure_memory(algorithm: str, workers: int, steps: int = 3) -> dict[str, Any]:
     spec = json.dumps({"algorithm": algorithm, "workers": workers, "steps": steps})
-    proc = subprocess.run([sys.executable, "-c", f"from workbench.sim.bench import memory_main; memory_main({spec!r})"],
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench.simulated import memory_main; memory_main({spec!r})"],
                           capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
