@@ -140,8 +140,8 @@ def test_the_cli_checks_a_run_once_and_prints_each_warning_once(tmp_path, monkey
     def counted(config, overwrite=False):
         calls.append(config.algorithm)
         return real(config, overwrite=overwrite)
+    monkeypatch.setattr("workbench.api.preflight", counted)   # first: importing api here binds the real one
     monkeypatch.setattr(PF, "preflight", counted)
-    monkeypatch.setattr("workbench.api.preflight", counted)
     out = tmp_path / "run"
     with warnings.catch_warnings():
         warnings.simplefilter("error")     # api.run must not warn what the CLI already printed

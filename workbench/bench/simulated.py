@@ -19,9 +19,9 @@ drifts), with the process's CPU time of the whole call beside them (a busy machi
 inflates it far less). The simulation's is `sim_wall_s`, which holds its workers' set-up,
 steps and the final evaluation every run ends with; `sgd`'s is its steps
 (`train_time_s`) plus one evaluation of the same sets timed in the same run
-(`eval_seconds`), so the two hold the same work (before 2026-12-04 the bench set the
-simulation against `sgd`'s steps alone, which left ~0.011 s of evaluation, 15% of `sgd`'s
-epoch here, on the simulation's side only; that ratio is printed too). `sgd` is
+(`eval_seconds`), so the two hold the same work (set against `sgd`'s steps alone, the
+simulation would carry ~0.011 s of evaluation, 15% of `sgd`'s epoch here, on its side
+only; that ratio is printed too). `sgd` is
 timed twice: with the BLAS threads as found (OPENBLAS_* as set here), and with one BLAS
 thread, as the simulated workers compute (each a core, like a real worker process). On a
 busy 2-core box the two differ by an order of magnitude: a second BLAS thread waits for
