@@ -243,7 +243,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
                             "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
-                       help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
+                       help="instead: what the simulated cluster costs (workbench.bench.simulated): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")
     bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
@@ -253,17 +253,17 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
     bench.add_argument("--checkpoints", action="store_true",
-                       help="instead: what checkpoints cost (workbench.analysis.ckptbench): runs interleaved without "
+                       help="instead: what checkpoints cost (workbench.bench.checkpoints): runs interleaved without "
                             "and with a checkpoint every --every steps, the cost of one, its share of step time at "
                             "that interval and at the default (60 s)")
     bench.add_argument("--every", type=int, default=200, help="--checkpoints: steps between checkpoints")
     bench.add_argument("--gpt", action="store_true",
                        help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
-                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
+                            "in PyTorch eager on one core (workbench.bench.gpt; needs torch): the ratio per size")
     bench.add_argument("--torch-adapter", action="store_true",
                        help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
                             "a plain PyTorch loop of the same module and batch, one core each "
-                            "(workbench.analysis.adapterbench; skipped without torch): the ratio per size")
+                            "(workbench.bench.adapter; skipped without torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -337,21 +337,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lessons(args)
         if args.command == "bench":
             if args.simulated:
-                from ..sim.bench import main as sim_bench_main
+                from ..bench.simulated import main as sim_bench_main
                 return sim_bench_main(args)
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
             if args.checkpoints:
-                from ..analysis.ckptbench import main as checkpoints_main
+                from ..bench.checkpoints import main as checkpoints_main
                 return checkpoints_main(args)
             if args.gpt:
-                from ..analysis.gptbench import main as gpt_bench_main
+                from ..bench.gpt import main as gpt_bench_main
                 return gpt_bench_main(args)
             if args.torch_adapter:
-                from ..analysis.adapterbench import main as adapter_bench_main
+                from ..bench.adapter import main as adapter_bench_main
                 return adapter_bench_main(args)
-            from .bench import main as bench_main
+            from ..bench.command import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
@@ -651,20 +651,14 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    # every point's config first (a batch no point can take is the config's fault, whatever the
-    # machine), then the machine's checks on the largest point (of the field the sweep varies)
-    from ..analysis.sweep import sweep_configs
-    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
+    # the sweep checked once (every point's config: a batch no point can take is the config's
+    # fault, whatever the machine; the rounds), then the machine's checks on the largest point
+    from ..analysis.sweep import Sweep
+    plan = Sweep.plan(config, workers, args.mode, simulate=config.simulate, rounds=args.rounds,
+                      max_rounds=args.max_rounds, budget_s=args.budget_s)
+    preflight(plan.largest)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
-    if args.rounds is not None and args.rounds < 1:
-        raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
-    if args.max_rounds is not None and args.max_rounds < max(args.rounds or 1, 1):
-        raise ConfigError("max_rounds", f"a whole number of rounds >= rounds ({args.rounds or 1})", args.max_rounds)
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise ConfigError("budget_s", "seconds > 0", args.budget_s)
-    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
-                      simulate=config.simulate, rounds=args.rounds, max_rounds=args.max_rounds,
-                      budget_s=args.budget_s, should_stop=lambda: bool(signalled))
+    table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
     print(table.to_string(index=False))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("machine_note")):
