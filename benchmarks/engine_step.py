@@ -2,7 +2,7 @@
 
 sync_sgd's step through the one worker loop (`run_loop`: the step, its packed tail, its
 record, the live batches, the stop word rank 0 reads) against the bench's bare synchronous
-loop (`analysis.bench.bare_sync`: slice, gradient, allreduce, update), both on one worker
+loop (`bench.throughput.bare_sync`: slice, gradient, allreduce, update), both on one worker
 over the same shared-memory allreduce, from the same initial parameters. Without a peer
 there is no wait and no skew: what is left is the CPU each step costs, the engine's
 bookkeeping being the difference.
@@ -34,7 +34,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 
 def _config(size: str, steps: int):
-    from workbench.analysis.bench import SIZES, Size, _bench_config
+    from workbench.bench.throughput import SIZES, Size, _bench_config
     args = SimpleNamespace(cpus=1, tau=1)
     return _bench_config(args, "sync_sgd", steps, Size(size, *SIZES[size]))
 
@@ -78,7 +78,7 @@ def engine_loop(size: str, steps: int) -> float:
 
 def bare_loop(size: str, steps: int) -> float:
     """CPU seconds of the bench's bare loop (`bare_sync`) over `steps` steps."""
-    from workbench.analysis.bench import bare_sync
+    from workbench.bench.throughput import bare_sync
     from workbench.comm.shm import allreduce_nbytes, unlink_segment
     from workbench.problem import Problem
 
