@@ -17,6 +17,7 @@ pytest.importorskip("plotly")
 from workbench.config import RunConfig  # noqa: E402
 from workbench.ui import dashboard as D  # noqa: E402
 from workbench.ui import figures as F  # noqa: E402
+from workbench.ui import liverun as LR  # noqa: E402
 from workbench.ui.report import format_cell, runs_html  # noqa: E402
 
 BASE = RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[64], cpus=2, batch_size=32, epochs=3,
@@ -31,7 +32,7 @@ def _groups(fig) -> list[str]:
 @pytest.fixture(scope="module")
 def session():
     mp = pytest.MonkeyPatch()
-    mp.setattr(D, "KEEP_RUNS", 3)
+    mp.setattr(LR, "KEEP_RUNS", 3)
     dash = D.Dashboard(cluster="threads", config=BASE)
     for changes in ({}, {"optimizer": "lamb", "lr": 0.003}, DIVERGES, {"optimizer": "adamw", "lr": 0.003}, {}):
         dash.config = BASE.replace(**changes)
@@ -53,14 +54,14 @@ def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
 
 def test_a_diverged_run_stays_off_the_loss_axis_range(session):
     diverged = session._labels[2]
-    assert session.history[2].summary["status"] == "diverged" and diverged in session._off_axis
+    assert session.history[2].summary["status"] == "diverged" and diverged in session.live.off_axis
     session.config = BASE.replace(**DIVERGES)               # drawn last: its 1e36 loss is on the plot now
     assert session.run(), session.status_text
     session.wait(300)
     fig = session.figures["progress_time"]
     lo, hi = fig.layout.yaxis.range
     others = np.concatenate([np.asarray(t.y, float) for t in fig.data
-                             if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session._off_axis])
+                             if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session.live.off_axis])
     assert hi < 3 and 10 ** hi >= np.nanmax(others[others > 0]) and 10 ** lo <= np.nanmin(others[others > 0])
     assert max(np.nanmax(np.asarray(t.y, float)) for t in fig.data if t.legendgroup == session._labels[-1]) > 1e10
     session.log_loss.value = False                          # the range follows the scale
