@@ -16,6 +16,7 @@ from workbench.ui import figdata as FD
 from workbench.ui import figures as F
 from workbench.ui import liverun as LR
 from workbench.ui import plotly_widget as PW
+from workbench.ui import traces as T
 from workbench.ui.controls import CONTROL_FIELDS
 from workbench.ui.dashboard import Dashboard
 from workbench.ui.report import lab_href, runs_html
@@ -725,7 +726,7 @@ def now():
 def _slot(now, names=()):
     import plotly.graph_objects as go
 
-    fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
+    fig = T.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
     return PW.FigureSlot(fig, clock=lambda: now[0])
 
 
@@ -781,7 +782,7 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
     slot = _slot(now)
     slot.shown()
     _draws(slot.fig)
-    old, new = slot.fig, F.as_widget(go.Figure())
+    old, new = slot.fig, T.as_widget(go.Figure())
     slot.replace(new)
     assert slot.box.children == (new,) and not slot.viewed
     slot.edit(_add("a"))
@@ -795,7 +796,7 @@ def test_figure_widgets_share_one_copy_of_plotlys_module():
     import plotly.graph_objects as go
 
     from workbench.ui import plotly_widget as P
-    a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())
+    a, b = T.as_widget(go.Figure()), T.as_widget(go.Figure())
     loader = P.ensure_loader()
     assert loader is P.ensure_loader() and loader.comm is not None
     assert len(loader.bundle) > 1_000_000 and loader.bundle == str(go.FigureWidget._esm)

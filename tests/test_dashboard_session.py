@@ -16,8 +16,10 @@ pytest.importorskip("plotly")
 
 from workbench.config import RunConfig  # noqa: E402
 from workbench.ui import dashboard as D  # noqa: E402
+from workbench.ui import figdata as FD  # noqa: E402
 from workbench.ui import figures as F  # noqa: E402
 from workbench.ui import liverun as LR  # noqa: E402
+from workbench.ui import traces as T  # noqa: E402
 from workbench.ui.report import format_cell, runs_html  # noqa: E402
 
 BASE = RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[64], cpus=2, batch_size=32, epochs=3,
@@ -49,7 +51,7 @@ def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
     current = groups[-1]
     for t in fig.data:
         if (t.legendgroup or t.name) != current:
-            assert len(t.x) <= F.OLD_POINTS and t.opacity is not None and t.opacity < 1, t.name
+            assert len(t.x) <= T.OLD_POINTS and t.opacity is not None and t.opacity < 1, t.name
 
 
 def test_a_diverged_run_stays_off_the_loss_axis_range(session):
@@ -92,11 +94,11 @@ def test_smoothing_one_run_leaves_the_others_alone():
     import plotly.graph_objects as go
     fig = F._progress_base("time")
     for name in ("a", "b"):
-        fig.add_trace(go.Scatter(name=name, x=[0, 1, 2], y=[3.0, 2.0, 1.0], meta=F.TRAIN_ROLE, legendgroup=name),
+        fig.add_trace(go.Scatter(name=name, x=[0, 1, 2], y=[3.0, 2.0, 1.0], meta=FD.TRAIN_ROLE, legendgroup=name),
                       row=1, col=1)
-    F.apply_smoothing(fig, 0.5, only="b")
+    T.apply_smoothing(fig, 0.5, only="b")
     names = [t.name for t in fig.data]
-    assert "b" + F.SMOOTHED in names and "a" + F.SMOOTHED not in names
-    F.apply_smoothing(fig, 0.5)
-    assert "a" + F.SMOOTHED in [t.name for t in fig.data]
+    assert "b" + FD.SMOOTHED in names and "a" + FD.SMOOTHED not in names
+    T.apply_smoothing(fig, 0.5)
+    assert "a" + FD.SMOOTHED in [t.name for t in fig.data]
     assert not math.isnan(fig.data[-1].y[-1])

@@ -20,6 +20,7 @@ from ..config import GROUP_TITLES, SIM_FIELDS, ConfigError, RunConfig
 from ..problem import Problem
 from . import figdata
 from . import figures as F
+from . import traces as T
 from .controls import (
     CONTROL_WIDTH,
     CONTROLS,
@@ -75,7 +76,7 @@ class Form:
         """The form's column (the controls, then the schedule preview), once the dashboard
         around it exists: validates the controls first, so the preview shows their config."""
         self.refresh()                                   # validates, says "ready" or what is wrong
-        self.preview_slot = FigureSlot(F.as_widget(self.preview_figure(self.shown_config)))
+        self.preview_slot = FigureSlot(T.as_widget(self.preview_figure(self.shown_config)))
         self.preview_slot.box.layout.width = CONTROL_WIDTH
         return widgets.VBox([*self.sections, self.preview_slot.box],
                             layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
@@ -204,8 +205,8 @@ class Form:
         host.live.lineage_box.layout.display = "block" if cfg.algorithm == "ltfb" else "none"
         if self.preview_slot is not None:
             def redraw(fig: Any, series: list = figdata.planned_series(plan), title: str = plan.schedule_text) -> None:
-                F.extend_series(fig, series)
-                fig.layout.title.text = F.wrap_title(f"lr schedule: {title}", PREVIEW_TITLE_CHARS)
+                T.extend_series(fig, series)
+                fig.layout.title.text = T.wrap_title(f"lr schedule: {title}", PREVIEW_TITLE_CHARS)
             self.preview_slot.edit(redraw)
         if not host.running:
             host._set_buttons(False)
@@ -221,5 +222,5 @@ class Form:
         fig = F.schedule_figure(Problem.from_config(cfg).plan) if cfg is not None else F._lr_base()
         title = f"lr schedule: {fig.layout.title.text}" if cfg is not None else "lr schedule"
         return fig.update_layout(height=250, margin={"t": 60, "b": 30, "l": 50, "r": 10},
-                                 title=F.wrap_title(title, PREVIEW_TITLE_CHARS),
+                                 title=T.wrap_title(title, PREVIEW_TITLE_CHARS),
                                  title_font_size=11, showlegend=False)

@@ -9,7 +9,7 @@ and a third redraws the live FigureWidgets when due: at least every MAX_REDRAW_S
 often only while drawing costs under FLUSH_BUDGET of a core (CPU time, which other
 processes on a busy machine do not inflate). Each redraw costs about the same however
 long the run: workers stream at most `results.LIVE_ROWS` step blocks each over a whole
-run, and a trace keeps at most `figures.LIVE_POINTS`. Widgets are never touched from the
+run, and a trace keeps at most `figdata.LIVE_POINTS`. Widgets are never touched from the
 training thread.
 
 Before the first step a run shows its start-up as its own phase ("starting: cluster",
@@ -34,6 +34,7 @@ from ..results import RecordBatch, RunTally, free_run_dir
 from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
+from . import traces as T
 from .controls import in_process, workers_of
 from .plotly_widget import Figures, FigureSlot
 
@@ -166,7 +167,7 @@ class LiveRun:
                       for k in figdata.FIGURE_KEYS}
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].fig.layout.height = 460
-            F.set_loss_scale(self.slots[key].fig, self.log_loss.value)
+            T.set_loss_scale(self.slots[key].fig, self.log_loss.value)
         for key in ("throughput", "lr"):
             self.slots[key].fig.layout.height = 300
         self.figures: Mapping[str, Any] = Figures(self.slots)
@@ -264,23 +265,23 @@ class LiveRun:
         self.off_axis = set()
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(_clear_traces)
-            self.slots[key].edit(F.fit_loss_axis)
+            self.slots[key].edit(T.fit_loss_axis)
 
     def _fit_loss_axes(self) -> None:
-        """The loss axis over the runs drawn, leaving out the diverged ones (`F.fit_loss_axis`)."""
+        """The loss axis over the runs drawn, leaving out the diverged ones (`T.fit_loss_axis`)."""
         for key in ("progress_time", "progress_epoch"):
-            self.slots[key].edit(functools.partial(F.fit_loss_axis, leave_out=tuple(self.off_axis)))
+            self.slots[key].edit(functools.partial(T.fit_loss_axis, leave_out=tuple(self.off_axis)))
 
     def _on_log_loss(self, change: dict) -> None:
         weight = float(self.smoothing.value)
         for key in ("progress_time", "progress_epoch"):
-            self.slots[key].edit(functools.partial(F.set_loss_scale, log=bool(change["new"])))
-            self.slots[key].edit(functools.partial(F.apply_smoothing, weight=weight))   # log or linear mean
+            self.slots[key].edit(functools.partial(T.set_loss_scale, log=bool(change["new"])))
+            self.slots[key].edit(functools.partial(T.apply_smoothing, weight=weight))   # log or linear mean
         self._fit_loss_axes()     # the range in the new scale's units
 
     def _on_smoothing(self, change: dict) -> None:
         for key in ("progress_time", "progress_epoch"):
-            self.slots[key].edit(functools.partial(F.apply_smoothing, weight=float(change["new"])))
+            self.slots[key].edit(functools.partial(T.apply_smoothing, weight=float(change["new"])))
 
     def _reset_run_figures(self, state: _Run) -> None:
         """Per-run figures start empty; the breakdown gets one row per worker."""
@@ -295,7 +296,7 @@ class LiveRun:
             self.slots[key].edit(_clear_traces)
         if self._host._labels:    # earlier runs drawn: thinned, faded, at most KEEP_RUNS of them kept
             for key in ("progress_time", "progress_epoch"):
-                self.slots[key].edit(functools.partial(F.retire_runs, keep=KEEP_RUNS, current=state.live.label))
+                self.slots[key].edit(functools.partial(T.retire_runs, keep=KEEP_RUNS, current=state.live.label))
         # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
         # runs' curves, so they say "virtual for simulated runs" once both kinds are drawn.
         simulated = state.config.simulate
@@ -414,13 +415,13 @@ class LiveRun:
             for key, x in (("progress_time", "time"), ("progress_epoch", "epoch")):
                 series = [dataclasses.replace(s, mode="replace") for s in
                           figdata.progress_series(whole.steps, whole.evals, x, state.live.label, state.live.color)]
-                self.slots[key].edit(functools.partial(F.extend_series, series=series))
+                self.slots[key].edit(functools.partial(T.extend_series, series=series))
             lr = [dataclasses.replace(s, mode="replace") for s in figdata.lr_series(whole.steps)]
-            self.slots["lr"].edit(functools.partial(F.extend_series, series=lr))
+            self.slots["lr"].edit(functools.partial(T.extend_series, series=lr))
             weight = float(self.smoothing.value)
             if weight > 0:
                 for key in ("progress_time", "progress_epoch"):
-                    self.slots[key].edit(functools.partial(F.apply_smoothing, weight=weight, only=state.live.label))
+                    self.slots[key].edit(functools.partial(T.apply_smoothing, weight=weight, only=state.live.label))
         except Exception as exc:      # a plotting bug must not lose the run; it is reported
             self._host.plot_errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -454,7 +455,7 @@ class LiveRun:
                 weight = float(self.smoothing.value)
                 if weight > 0:   # this run's line only: the others have not changed since their end
                     for key in ("progress_time", "progress_epoch"):
-                        self.slots[key].edit(functools.partial(F.apply_smoothing, weight=weight,
+                        self.slots[key].edit(functools.partial(T.apply_smoothing, weight=weight,
                                                                only=state.live.label))
                 state.redraws += 1
             if last:                  # the figures' Python state must be whole when a run ends
