@@ -41,9 +41,9 @@ from ...algorithms.base import FLUSH_S
 from ...comm.base import ThreadControl, WorkerLost
 from ...comm.roles import make_core
 from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ...sim.calibration import _one_blas_thread
 from ...sim.clock import Killed, Scheduler, VProc
 from ...sim.costs import SimCosts, default_network, make_costs
-from ...sim.profiles import _one_blas_thread
 from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
 from .sim_lockstep import HogwildLockstep, Lockstep, lockstep_refusal
 from .sim_roles import SimServer, SimServerState
