@@ -590,8 +590,8 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
 def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
     """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
     own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
-    from workbench.execution.transports.sim import SimTransport
     from workbench.results import workers_by_kind
+    from workbench.sim.transport import SimTransport
     dash.controls["simulate"].value = True
     dash.controls["gpus"].value = 8
     cfg = dash.config

@@ -427,7 +427,7 @@ def test_adpsgd_with_its_table_in_shared_memory_follows_the_reference_loop(tiny)
 
 
 def test_adpsgd_on_the_simulator_follows_the_reference_loop_and_is_deterministic(tiny):
-    from workbench.execution.transports.sim import SimTransport
+    from workbench.sim.transport import SimTransport
     cfg = tiny(algorithm="adpsgd", cpus=4, steps=12, topology="ring", simulate=True)
     got, core = run_adpsgd(cfg, SimTransport())
     again, core2 = run_adpsgd(cfg, SimTransport())

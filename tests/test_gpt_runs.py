@@ -13,7 +13,7 @@ import pytest
 import workbench as wb
 from workbench.config import ConfigError, RunConfig
 from workbench.execution.engine import execute
-from workbench.execution.transports.sim import SimTransport
+from workbench.sim.transport import SimTransport
 
 TINY = dict(dataset="markov_text", model="gpt", n_samples=300, context=16, d_model=16, n_heads=2, n_layers=1,
             batch_size=16, lr=0.003, optimizer="adamw", cpus=2, steps=6, eval_every=3, seed=1)

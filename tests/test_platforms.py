@@ -7,9 +7,9 @@ import warnings
 import pytest
 
 from workbench import ConfigError
-from workbench.apps.progress import bars_allowed
 from workbench.execution import platforms
 from workbench.execution.engine import run as engine_run
+from workbench.execution.progress import bars_allowed
 
 pytestmark = pytest.mark.cluster
 SHORT = dict(cpus=2, steps=12, eval_every=6)     # two workers, a dozen steps, an evaluation halfway

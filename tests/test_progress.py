@@ -7,7 +7,7 @@ import multiprocessing
 import pytest
 
 import workbench as wb
-from workbench.apps.progress import RunProgress, bars_allowed, tee
+from workbench.execution.progress import RunProgress, bars_allowed, tee
 
 QUICK = dict(algorithm="sgd", dataset="digits", eval_every=5)
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import workbench.execution.engine as engine
-import workbench.execution.transports.sim as sim_transport
+import workbench.sim.transport as sim_transport
 from workbench.algorithms.base import Algorithm
 from workbench.data import load_dataset, split_batch, steps_per_epoch
 from workbench.execution.engine import run, run_threads
@@ -155,7 +155,7 @@ def _check_live(batches, result):
 
 
 def test_threads_steps_csv_holds_every_step_and_the_live_stream_is_binned(tmp_path, monkeypatch, tiny):
-    monkeypatch.setattr("workbench.results.LIVE_ROWS", 20)            # bins at test sizes
+    monkeypatch.setattr("workbench.results.records.LIVE_ROWS", 20)            # bins at test sizes
     cfg = tiny(algorithm="sync_sgd", cpus=2, steps=600)
     batches, on_record = _live_checker()
     result = run_threads(cfg, on_record=on_record)

@@ -59,8 +59,8 @@ def test_two_runs_given_the_same_directory_both_keep_their_runs(tmp_path):
 
 def test_summary_json_is_written_last(tmp_path, monkeypatch):
     order = []
-    real = results.atomic_write
-    monkeypatch.setattr(results, "atomic_write",
+    real = results.result.atomic_write
+    monkeypatch.setattr(results.result, "atomic_write",
                         lambda path, text, **kw: (order.append(Path(path).name), real(path, text, **kw)))
     close = results.StepStore.close     # steps.csv is streamed while the run goes, and synced here
     monkeypatch.setattr(results.StepStore, "close", lambda self: (order.append("steps.csv"), close(self)))
@@ -70,13 +70,13 @@ def test_summary_json_is_written_last(tmp_path, monkeypatch):
 
 
 def test_a_full_disk_is_one_error_keeping_what_was_written(tmp_path, monkeypatch):
-    real = results.atomic_write
+    real = results.result.atomic_write
 
     def full(path, text, **kw):
         if Path(path).name == "evals.csv":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, text, **kw)
-    monkeypatch.setattr(results, "atomic_write", full)
+    monkeypatch.setattr(results.result, "atomic_write", full)
     with pytest.raises(results.RunDirError, match="No space left on device") as info:
         wb.run(RunConfig(**QUICK, out=str(tmp_path / "run")), progress=False)
     assert "\n" not in str(info.value)
@@ -149,7 +149,7 @@ def test_overwrite_keeps_the_committed_run_until_the_new_one_commits(tmp_path, m
     out = tmp_path / "run"
     old = wb.run(RunConfig(**QUICK, out=str(out)), progress=False)
     (out / "notes.txt").write_text("mine")
-    real = results.atomic_write
+    real = results.result.atomic_write
     seen = []
 
     def full(path, text, **kw):
@@ -157,13 +157,13 @@ def test_overwrite_keeps_the_committed_run_until_the_new_one_commits(tmp_path, m
             seen.append(Path(path).parent)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, text, **kw)
-    monkeypatch.setattr(results, "atomic_write", full)
+    monkeypatch.setattr(results.result, "atomic_write", full)
     with pytest.raises(results.RunDirError, match="No space left on device"):
         wb.run(RunConfig(**QUICK, seed=5, out=str(out)), progress=False, overwrite=True)
     assert seen and seen[0] != out and seen[0].parent == tmp_path       # the new run was written beside it
     kept = RunResult.load(out)
     assert kept.summary["run_id"] == old.summary["run_id"] and len(kept.steps) == len(old.steps)
-    monkeypatch.setattr(results, "atomic_write", real)
+    monkeypatch.setattr(results.result, "atomic_write", real)
     new = wb.run(RunConfig(**QUICK, seed=6, out=str(out)), progress=False, overwrite=True)
     got = RunResult.load(out)
     assert got.summary["run_id"] == new.summary["run_id"] != old.summary["run_id"]

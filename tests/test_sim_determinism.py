@@ -278,7 +278,7 @@ def test_each_readme_simulate_command_runs_the_workers_it_says(argv, tmp_path):
 def test_batched_compute_is_bitwise_the_call_by_call_run(algorithm, workers):
     # The workers of one virtual instant compute together (ComputePool): the same run, bit for bit.
     from workbench.execution.engine import execute
-    from workbench.execution.transports.sim import SimTransport
+    from workbench.sim.transport import SimTransport
     config = RunConfig(algorithm=algorithm, **SMALL, **workers)
     batched = execute(config, SimTransport())
     one_by_one = execute(config, SimTransport(batch_compute=False))
@@ -292,7 +292,7 @@ def test_asynchronous_workers_whose_computes_overlap_are_batched_and_the_run_is_
     # computed when its result is first needed (the end of some worker's compute), with
     # every call started before then: pooled calls per computation > 1, bitwise the same run.
     from workbench.execution.engine import execute
-    from workbench.execution.transports.sim import ComputePool, SimTransport
+    from workbench.sim.transport import ComputePool, SimTransport
     sizes: list[int] = []
     flush = ComputePool.flush
 

@@ -9,7 +9,7 @@ import pytest
 from workbench.algorithms.base import WorkerContext
 from workbench.config import RunConfig
 from workbench.execution.engine import execute
-from workbench.execution.transports.sim import SimTransport
+from workbench.sim.transport import SimTransport
 
 SMALL = dict(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[16], batch_size=32, steps=12, eval_every=5,
              seed=3, lr=0.05, simulate=True)
@@ -97,7 +97,7 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     (dict(cpus=2, gpus=2, algorithm="hogwild_sgd"), "workers of different speeds"),
 ])
 def test_what_lockstep_does_not_cover_runs_per_worker(extra, why):
-    from workbench.execution.transports.sim_lockstep import lockstep_refusal
+    from workbench.sim.lockstep import lockstep_refusal
     tr = SimTransport()
     execute(RunConfig(**{**SMALL, **extra}), tr)
     assert tr.path == "per worker"
@@ -238,7 +238,7 @@ def test_server_lockstep_stacks_every_worker(algorithm):
 def test_a_diverging_server_run_ends_the_same_in_both(monkeypatch, algorithm, chunk):
     # The replay assumes finite losses; the chunk where one is not is replayed from the start
     # with the maths at each event. chunk=7: records already sent before the divergence
-    from workbench.execution.transports import sim_server
+    from workbench.sim import server as sim_server
     monkeypatch.setattr(sim_server, "CHUNK_ROWS", chunk)
     a, b = _both(RunConfig(**{**ELASTIC, "algorithm": algorithm, "cpus": 4, "lr": 300.0, "steps": 60,
                               "eval_every": 4}))
@@ -273,7 +273,7 @@ def test_server_lockstep_over_random_configurations(monkeypatch):
     # compute times on from where the first pass left the generators.
     import random
 
-    from workbench.execution.transports import sim_server
+    from workbench.sim import server as sim_server
     rng = random.Random(20261204)
     checked = {"diverged": 0, "completed": 0}
     for _ in range(24):
@@ -305,7 +305,7 @@ def test_a_stop_and_a_divergence_in_one_chunk_replay_as_they_happened(monkeypatc
     # event, must give the same answers where that pass asked, not the control's final word
     # (which says "stop" from step 0). The harness is a control: sticky, and it hears the
     # divergence's own stop request.
-    from workbench.execution.transports import sim_server
+    from workbench.sim import server as sim_server
     monkeypatch.setattr(sim_server, "CHUNK_ROWS", 1)
     asked: list[int] = []
 

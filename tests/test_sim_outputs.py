@@ -231,7 +231,7 @@ def test_virtual_workers_that_flush_together_send_their_next_batches_spread_over
     import numpy as np
 
     from workbench.algorithms.base import FLUSH_S
-    from workbench.execution.transports import sim
+    from workbench.sim import transport as sim
 
     now = [1000.0]
     monkeypatch.setattr(sim, "time", SimpleNamespace(perf_counter=lambda: now[0]))

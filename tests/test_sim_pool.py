@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.execution.transports.sim import ComputePool, _Call
 from workbench.maths.models import MLP
+from workbench.sim.transport import ComputePool, _Call
 
 
 def _calls(model, rng, K, B, shared, x_dtype=np.float32, given=True):

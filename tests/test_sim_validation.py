@@ -122,7 +122,7 @@ def test_an_unsaturated_server_costs_its_update_in_the_simulator_only():
 # The virtual timeline (who did which step when, with what staleness) of asynchronous
 # runs with stragglers: depends on the driver's event order only, not on BLAS, so it is
 # pinned exactly; the parameters (BLAS rounding) to 1e-5. Recorded with and without the
-# batched round-robin wake-ups (execution/transports/sim_roles.py: SimServerState.changed): the same.
+# batched round-robin wake-ups (sim/roles.py: SimServerState.changed): the same.
 # A deliberate change of the costs or profiles moves them: re-pin it, having checked
 # that the change's parent and a pure speed change give the same timeline.
 # easgd re-pinned on 2026-12-04 (`base.EndsOnServer`): a worker now retires at the end of its

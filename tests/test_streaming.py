@@ -125,7 +125,7 @@ def test_a_write_cut_short_by_a_signal_leaves_no_half_chunk(tmp_path, monkeypatc
     store.add(0, cols(0, 5))
     store.write(force=True)
     before = (tmp_path / "steps.csv").read_text()
-    real = results.np.ascontiguousarray
+    real = np.ascontiguousarray
     calls = []
 
     def interrupted(a):
@@ -133,11 +133,11 @@ def test_a_write_cut_short_by_a_signal_leaves_no_half_chunk(tmp_path, monkeypatc
         if len(calls) == 3:      # after the CSV text and two spool columns
             raise KeyboardInterrupt("SIGTERM")
         return real(a)
-    monkeypatch.setattr(results.np, "ascontiguousarray", interrupted)
+    monkeypatch.setattr(np, "ascontiguousarray", interrupted)
     store.add(0, cols(5, 9))
     with pytest.raises(KeyboardInterrupt):
         store.write(force=True)
-    monkeypatch.setattr(results.np, "ascontiguousarray", real)
+    monkeypatch.setattr(np, "ascontiguousarray", real)
     assert (tmp_path / "steps.csv").read_text() == before      # no half chunk on disk
     store.complete(0)
     store.close()
@@ -223,7 +223,7 @@ def test_a_store_without_a_directory_holds_exactly_the_rows_a_run_directory_gets
 def test_a_store_whose_spool_cannot_be_made_keeps_its_rows_in_memory(monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(results.tempfile, "mkdtemp", full)
+    monkeypatch.setattr(results.store.tempfile, "mkdtemp", full)
     store, reference = StepStore(size=3), StepStore(size=3)
     _fill(store, np.random.default_rng(3), 0, 30)
     store.write(force=True)                                     # the first write: its spool fails
@@ -334,12 +334,12 @@ def test_csv_rows_writes_the_text_pandas_writes():
     n = 4 * len(edge)
     rows = rng.normal(scale=1e3, size=(n, len(STEP_TABLE))) * 10.0 ** rng.integers(-12, 12, size=(n, 1))
     for j, name in enumerate(STEP_TABLE):
-        if name in results._INT_COLUMNS:
+        if name in results.store._INT_COLUMNS:
             rows[:, j] = rng.integers(-5, 1 << 40, size=n)
         else:
             rows[: len(edge), j] = np.roll(edge, j)
-    ref = results._frame(rows).to_csv(index=False, header=False)
+    ref = results.store._frame(rows).to_csv(index=False, header=False)
     assert results.csv_rows(rows) == ref
     assert ",," in ref and "inf" in ref                  # the edge values were in the chunk
     assert results.csv_rows(rows[:0]) == ""
-    assert results.csv_rows(rows[::-3]) == results._frame(rows[::-3]).to_csv(index=False, header=False)
+    assert results.csv_rows(rows[::-3]) == results.store._frame(rows[::-3]).to_csv(index=False, header=False)

@@ -36,7 +36,7 @@ def __getattr__(name: str):
         from . import api
         return getattr(api, name)
     if name == "RunResult":
-        from .results import RunResult
+        from .results.result import RunResult
         return RunResult
     if name in ("make_cluster", "connect", "client"):
         from .execution import cluster

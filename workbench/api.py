@@ -17,7 +17,9 @@ from typing import Any
 
 from .config import ConfigError, ConfigTypeError, RunConfig, check_scheduler_address
 from .execution.preflight import preflight
-from .results import OnRecord, RunDirError, RunResult  # noqa: F401  (RunDirError: for callers)
+from .results.records import OnRecord
+from .results.result import RunResult
+from .util.fileio import RunDirError  # noqa: F401  (RunDirError: for callers)
 
 
 def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | None = None,
@@ -61,14 +63,14 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         warnings = list(checked)
     claimed = None
     if config.out:   # claimed before training: a second run given the same folder gets out-2, never a clash
-        from .results import claim_run_dir, final_dir
+        from .results.rundir import claim_run_dir, final_dir
         claimed = claim_run_dir(config.out, overwrite=overwrite, private=config.out_private)
         if final_dir(claimed) != Path(config.out):   # (a staging directory replaces config.out at the commit)
             warnings.append(f"out: {config.out} was claimed by another run; this run is written to {claimed}")
             config = config.replace(out=str(claimed))
     bar = None
     if progress:
-        from .apps.progress import RunProgress, bars_allowed, tee
+        from .execution.progress import RunProgress, bars_allowed, tee
         if bars_allowed():
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
@@ -83,7 +85,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         result = _stopped_before_start(config, time.time() - t0, str(exc) or "KeyboardInterrupt")
     except BaseException:
         if claimed is not None:
-            from .results import release_claim
+            from .results.rundir import release_claim
             release_claim(claimed)
         raise
     finally:
@@ -123,7 +125,8 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
             workers cannot run now (checked before any starts).
     """
     from . import checkpoint as ckpt
-    from .results import RunResult, final_dir
+    from .results.result import RunResult
+    from .results.rundir import final_dir
     if not isinstance(directory, (str, os.PathLike)):
         raise ConfigTypeError("directory", "a run directory path", directory)
     d = _resumable_dir(Path(directory))
@@ -147,7 +150,7 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
                           str(directory))
     config = config.replace(out=str(final_dir(d)))
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
-    from .results import reclaim_run_dir
+    from .results.rundir import reclaim_run_dir
     try:
         reclaim_run_dir(d)
     except FileExistsError as exc:
@@ -155,7 +158,7 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     warnings = [*refused, *warnings]
     bar = None
     if progress:
-        from .apps.progress import RunProgress, bars_allowed, tee
+        from .execution.progress import RunProgress, bars_allowed, tee
         if bars_allowed():
             bar = RunProgress(config)
             on_record = tee(bar, on_record)
@@ -213,7 +216,9 @@ def _meanwhile(fn: Callable[[], Any]) -> Callable[[], Any]:
 
 def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult:
     """The result of a run stopped before any worker trained: status stopped, no steps."""
-    from .results import Collector, build_result, event_record
+    from .results.collect import Collector
+    from .results.records import event_record
+    from .results.result import build_result
     collector = Collector()
     collector([event_record(wall, "stop_requested", None, f"{why} before training started")])
     return build_result(config.to_dict(), collector, status="stopped", wall_time_s=wall, workers=[])
@@ -266,7 +271,7 @@ def save(result: RunResult, directory: str | Path, overwrite: bool = False, repo
     has written steps.csv already: saving it writes only the small files. A staging
     directory (`wb.run` with `overwrite` over a committed run: `results.claim_stage`) is
     committed, then swapped in for the run it replaces; that run is kept until then."""
-    from .results import final_dir, replace_run_dir
+    from .results.rundir import final_dir, replace_run_dir
     final = final_dir(directory)
     try:
         path = result.save(directory, overwrite=overwrite)
@@ -424,7 +429,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
         stopped = warm.status == "stopped"
     rows: list[dict] = []
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    from .apps.progress import bars_allowed, sweep_bar
+    from .execution.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
     try:
         while todo := repeats.next_round():

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .results import CHECKPOINTS
+from .results.rundir import CHECKPOINTS
 from .util.fileio import sync_dir
 
 FORMAT = "workbench-checkpoint"

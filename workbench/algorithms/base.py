@@ -31,7 +31,7 @@ from ..config import RunConfig
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan, make_optimizer
-from ..results import StepLog, eval_record, event_record, pack_rows
+from ..results.records import StepLog, eval_record, event_record, pack_rows
 from .registry import tail_length
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second

@@ -65,7 +65,7 @@ from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from ..problem import run_plan
-from ..results import eval_record
+from ..results.records import eval_record
 from .base import (
     Algorithm,
     StepOut,

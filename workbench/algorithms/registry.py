@@ -40,7 +40,7 @@ PATTERNS = ("none", "allreduce", "server", "shared", "round_robin", "elastic_ser
             "elastic_allreduce", "tournament", "host", "local_allreduce", "post_local_allreduce", "gossip", "pairwise")
 EVALUATORS = ("rank0", "all", "trainers")
 # The simulator's fast paths: every virtual worker stepped in one loop, on stacks of rows, calling
-# the family's own maths (`execution/transports/sim_lockstep.py`, `sim_server.py`); bitwise the
+# the family's own maths (`sim/lockstep.py`, `sim/server.py`); bitwise the
 # per-worker run. An algorithm's declaration names the one it has (`AlgorithmSpec.fast_path`).
 FAST_PATHS = {
     "replicas": "identical replicas: one stacked pass over the global batch's slices, one update (sync_sgd)",
@@ -132,6 +132,9 @@ class AlgorithmSpec:
     # Nesterov step amplifies its inner steps' change: the shared defaults reached chance)
     lr_defaults: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     fast_path: str | None = None  # the simulator's fast path for it (FAST_PATHS), if it has one
+    # its runs go on when a worker is lost and take in joiners with `elastic` (its loop re-splits
+    # the global batch over whoever is there, `execution.elastic`)
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
@@ -220,6 +223,15 @@ def summaries() -> dict[str, str]:
 def sync_names() -> tuple[str, ...]:
     """The algorithms whose runs fail when a worker is lost."""
     return tuple(name for name, spec in specs().items() if spec.sync)
+
+
+def elastic_names() -> tuple[str, ...]:
+    """The algorithms whose membership may change (`AlgorithmSpec.elastic`), in the table's order.
+
+    >>> elastic_names()
+    ('sync_sgd', 'local_sgd', 'post_local_sgd', 'diloco')
+    """
+    return tuple(name for name, spec in specs().items() if spec.elastic)
 
 
 def with_knob(knob: str) -> tuple[str, ...]:
@@ -317,7 +329,7 @@ for _spec in (
         evaluates="all",    # identical parameters everywhere: the ranks share each evaluation
         needs=Needs(collective=True), knobs=("split", "compression", "compression_ratio", "compression_rank",
                                              "compression_levels", "error_feedback"), pattern="allreduce",
-        fast_path="replicas"),
+        fast_path="replicas", elastic=True),
     AlgorithmSpec(
         "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
         "recorded", "async_ps:AsyncSGD", sync=False, evaluates="rank0",
@@ -368,15 +380,15 @@ for _spec in (
     AlgorithmSpec(
         "local_sgd", "local SGD (Lin et al.): tau local steps on every worker, then an allreduce averages the "
         "parameters", "local:LocalSGD", sync=True, evaluates="all", needs=Needs(collective=True),
-        knobs=LOCAL_KNOBS, pattern="local_allreduce"),
+        knobs=LOCAL_KNOBS, pattern="local_allreduce", elastic=True),
     AlgorithmSpec(
         "post_local_sgd", "post-local SGD (Lin et al.): sync_sgd until post_local_epoch, then local SGD averaging "
         "every tau steps", "local:PostLocalSGD", sync=True, evaluates="all", needs=Needs(collective=True),
-        knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce"),
+        knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce", elastic=True),
     AlgorithmSpec(
         "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
         "parameter change", "local:DiLoCo", sync=True, evaluates="all", needs=Needs(collective=True),
-        knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce",
+        knobs=(*LOCAL_KNOBS, "outer_lr", "outer_momentum"), pattern="local_allreduce", elastic=True,
         # digits, MLP 512-256, 40 epochs, 2 workers: sgd 0.03 and lamb 0.003 ended at chance (0.13, 0.10)
         lr_defaults={"sgd": (0.003, 0.01, 0.01), "adamw": (0.0003, 0.001, 0.003), "lamb": (0.0003, 0.001, 0.001),
                      "lars": (0.003, 0.01, 0.03)}),

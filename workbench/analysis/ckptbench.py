@@ -37,7 +37,7 @@ def measure(args: argparse.Namespace, client: Any, algorithm: str = "sync_sgd") 
     """One row per size: the steady step time with and without checkpoints (medians over
     `args.rounds` interleaved rounds), the cost per checkpoint and the shares."""
     from ..execution.engine import run
-    from ..results import claim_run_dir
+    from ..results.rundir import claim_run_dir
     every = int(args.every)
     default = parse_interval(RunConfig.model_fields["checkpoint_every"].default)
     rows = []

@@ -421,7 +421,7 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
     Raises:
         ConfigError: no run had step records, or an unknown network.
     """
-    from ..results import RunResult
+    from ..results.result import RunResult
 
     if network not in NETWORKS:
         raise ConfigError("network", f"one of {list(NETWORKS)}", network)

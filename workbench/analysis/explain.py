@@ -175,7 +175,7 @@ def _n_train(cfg: dict) -> int:
 
 def run_steps(result: Any, label: str | None = None) -> RunSteps:
     """`RunSteps` of a finished run (a `RunResult`, or a run directory)."""
-    from ..results import RunResult
+    from ..results.result import RunResult
     if not isinstance(result, RunResult):
         result = RunResult.load(result)
     s = result.summary

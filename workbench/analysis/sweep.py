@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..config import ConfigError, RunConfig
 from ..measure import MAX_ROUNDS, ROUNDS  # noqa: F401  (the sweep's defaults, re-exported: one definition)
-from ..results import RunResult
+from ..results.result import RunResult
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",

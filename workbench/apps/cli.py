@@ -626,8 +626,8 @@ def _write_report(result: Any, out: str) -> None:
 
 
 def _progress_bar(config: RunConfig):
-    """The run's bar (epochs or steps, loss, accuracy): workbench.apps.progress.RunProgress."""
-    from .progress import RunProgress
+    """The run's bar (epochs or steps, loss, accuracy): workbench.execution.progress.RunProgress."""
+    from ..execution.progress import RunProgress
     return RunProgress(config)
 
 
@@ -703,7 +703,7 @@ def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path 
 
 def _run_dirs(paths: Sequence[str]) -> list[Path]:
     """The given run directories, each checked for a summary.json (exit 2 otherwise)."""
-    from ..results import uncommitted_message
+    from ..results.rundir import uncommitted_message
     dirs = [Path(p) for p in paths]
     for d in dirs:
         if d.is_dir() and not (d / "summary.json").exists():
@@ -726,7 +726,7 @@ def _compare(args: argparse.Namespace) -> int:
     except ImportError as exc:
         from ..util.extras import missing_extra
         raise missing_extra("compare", exc) from None
-    from ..results import RunResult
+    from ..results.result import RunResult
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
@@ -738,7 +738,7 @@ def _explain(args: argparse.Namespace) -> int:
     """`explain RUN [RUN...]`: each run with more workers against the one with fewest
     (`analysis.explain`), printed; the first line of each says what limits it."""
     from ..analysis.explain import explain
-    from ..results import RunResult
+    from ..results.result import RunResult
     dirs = _run_dirs(args.runs)
     found = explain([RunResult.load(d) for d in dirs])
     print("\n\n".join(e.text() for e in found))

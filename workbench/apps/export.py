@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..measure import COMPONENTS
-from ..results import RunResult
+from ..results.result import RunResult
 
 __all__ = ["export_tensorboard"]
 

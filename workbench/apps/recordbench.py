@@ -65,7 +65,9 @@ def synthetic(rows: int, every: int, workers: int = 2, batch: int = 2000) -> int
     (what a stop costs after the loops end)."""
     import numpy as np
 
-    from ..results import ROW_FIELDS, Collector, build_result, pack_rows
+    from ..results.collect import Collector
+    from ..results.records import ROW_FIELDS, pack_rows
+    from ..results.result import build_result
     out = Path(tempfile.mkdtemp(prefix="recordbench-")) / "run"
     out.mkdir()
     collector = Collector(size=workers, width=max(1, rows // workers // 200), directory=out)

@@ -384,7 +384,7 @@ def _claim_files(out: Path, names: list[str], source: Path) -> None:
 
 def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, quick: bool,
                   also: list[dict] = (), seeds: list[int] = ()) -> None:
-    from ..results import RunResult
+    from ..results.result import RunResult
     from ..ui.report import write_comparison_report
 
     runs = sorted((out / "runs").glob("*/summary.json")) if (out / "runs").exists() else []

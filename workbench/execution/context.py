@@ -15,7 +15,7 @@ from ..config import RunConfig
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
-from ..results import StepLog
+from ..results.records import StepLog
 
 
 def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: Any = None,

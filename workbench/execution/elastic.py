@@ -1,7 +1,7 @@
 """Elastic membership: a synchronous run that loses a worker, or finds a new one, goes on.
 
 `elastic: true` (the synchronous family: sync_sgd and its compressed form, local_sgd,
-post_local_sgd, diloco; `config.ELASTIC_ALGORITHMS`) makes a change of membership a
+post_local_sgd, diloco; `AlgorithmSpec.elastic`) makes a change of membership a
 regroup instead of the end of the run. The run's loops stop at a step every member can go
 on from (a boundary: every step for sync_sgd, an average for the local family,
 `Algorithm.boundary`), their states are gathered as for a checkpoint, and the engine
@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import event_record
+from ..results.records import event_record
 from .transports.base import RunSetup, Transport
 
 JOIN_CHECK_S = 1.0   # how often the client looks for workers new to the cluster (a scheduler round trip)

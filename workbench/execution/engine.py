@@ -34,7 +34,9 @@ from ..algorithms.base import checkpoints_offered
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
 from ..problem import Problem
-from ..results import Collector, OnRecord, RunResult, build_result, event_record, live_width
+from ..results.collect import Collector
+from ..results.records import OnRecord, event_record, live_width
+from ..results.result import RunResult, build_result
 from ..util import machine
 from ..util.blas import current_blas_threads
 from ..util.machine import LoopUsage
@@ -132,7 +134,7 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
                               type(cluster).__name__)
         if spec is None:
             raise ConfigError("algorithm", f"one of {sorted(REGISTRY)}", config.algorithm)
-        from .transports.sim import SimTransport
+        from ..sim.transport import SimTransport
         return SimTransport()
     if spec is None:
         raise ConfigError("algorithm", f"one of {sorted(REGISTRY)} on the engine", config.algorithm)
@@ -292,6 +294,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
             after = machine.snapshot(pids)
         finally:
             transport.close()
+            machine.return_freed_memory()   # the loops' arrays, freed: back to the system, not kept by the heap
         lost_all.update(extra.get("lost_workers", {}))
         if not elastic or monitor.stop_asked or monitor.gone or not (monitor.lost or monitor.regroup):
             break
@@ -381,7 +384,7 @@ def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, trans
     """A resumed run's start: each worker's part of the checkpoint (`setup.resume`), the
     records before it in the collector, the run directory's step rows before each worker's
     step (the rows a killed run wrote after its checkpoint are dropped: they run again)."""
-    from ..results import STEP_TABLE, read_step_rows
+    from ..results.store import STEP_TABLE, read_step_rows
     restored = getattr(transport, "restores_clock", False)
     setup.resume = {rank: {"step": resume.rank_step(rank), "time": resume.rank_time(rank),
                            "clock": float(resume.meta["workers"][str(rank)]["clock"]),

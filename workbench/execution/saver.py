@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import checkpoint as ckpt
-from ..results import Collector
+from ..results.collect import Collector
 from .transports.base import RunSetup, Transport
 
 LEAD_S = 1.0      # a wall-clock checkpoint is asked this far ahead of the furthest step seen (at its rate)

@@ -2,7 +2,7 @@
 
 `RunConfig(simulate=True, ...)` (CLI `--simulate`) runs the real algorithm classes and the
 engine's one worker loop (`engine.worker_main` -> `algorithms.base.run_loop`) for every
-virtual worker, as one more transport (`execution/transports/sim.py: SimTransport`). What is simulated is
+virtual worker, as one more transport (`sim/transport.py: SimTransport`). What is simulated is
 *time*; the maths is the real thing:
 
 * every virtual worker is a greenlet; one driver thread switches them in virtual-time
@@ -24,7 +24,7 @@ virtual worker, as one more transport (`execution/transports/sim.py: SimTranspor
 Where an algorithm's declaration names a fast path (`AlgorithmSpec.fast_path`), every
 virtual worker runs in one loop on stacks of rows, calling the family's own maths and the
 loop's contract (`algorithms.base.close_step`), bitwise the per-worker run
-(`execution/transports/sim_lockstep.py`, `sim_server.py`; docs/architecture.md).
+(`sim/lockstep.py`, `sim/server.py`; docs/architecture.md).
 
 Times in records are virtual seconds; `summary.json` says `simulated: true`, the device,
 network and timing model, `sim_wall_s` (what the simulation itself took) and `sim_path`

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig
 from ..execution.engine import execute, transport_for
-from ..results import OnRecord, RunResult
+from ..results.records import OnRecord
+from ..results.result import RunResult
 
 
 def run_simulated(config: RunConfig, on_record: OnRecord | None = None,

@@ -1,4 +1,4 @@
-"""Where a progress bar may be drawn: one rule for the run bars (`apps.progress`) and the
+"""Where a progress bar may be drawn: one rule for the run bars (`execution.progress`) and the
 dataset downloads (`data.download`), which sit in different layers."""
 from __future__ import annotations
 

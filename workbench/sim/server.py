@@ -14,7 +14,7 @@ ends its worker and asks every other to stop. Second, a worker's maths depends o
 others' only through the order in which the server applies their requests.
 
 So the replay (`_Replay`) runs each worker's loop as a generator task (`sim.clock.Task`)
-on the virtual clock's scheduler, against the server's own queue (`sim_roles.SimServerState`:
+on the virtual clock's scheduler, against the server's own queue (`roles.SimServerState`:
 the same `serve`, turns and `final` waits as the per-worker front-end) and the role's own
 core (`comm.roles.ParameterServer`). Each request's count (`count_push`, `count_exchange`,
 the turn, retirements) happens on that core in virtual-time order, as in the per-worker
@@ -47,7 +47,7 @@ during the first pass stays where it was seen; the divergence's own stop counts 
 makespan against `SimTransport(lockstep=False)`: jitter, mixed devices, uneven slices,
 warmup, weight decay, adamw and lamb, momentum on the server, evaluations, divergence
 (before and after records were sent) and stop requests. Not covered (run per worker,
-`sim_lockstep.lockstep_refusal` says why): a rule that takes layer norms (lars, lamb) on
+`lockstep.lockstep_refusal` says why): a rule that takes layer norms (lars, lamb) on
 the centre's workers (norms over a row of a stacked array are not promised to be bitwise
 those over a separate array), fault injection, emulated latency, models without a stacked
 pass.
@@ -62,16 +62,16 @@ from typing import Any
 
 import numpy as np
 
-from ...algorithms.base import StepOut, close_step
-from ...algorithms.easgd import AsyncMEASGD, ElasticWorker, eamsgd_descent, look_ahead
-from ...comm.base import WorkerLost
-from ...comm.roles import make_core
-from ...data import _epoch_order, steps_per_epoch
-from ...maths.optim import SGD, sgd_descent
-from ...results import eval_record
-from ...sim.clock import Scheduler, Task
-from .sim_lockstep import Lockstep
-from .sim_roles import SimServerState
+from ..algorithms.base import StepOut, close_step
+from ..algorithms.easgd import AsyncMEASGD, ElasticWorker, eamsgd_descent, look_ahead
+from ..comm.base import WorkerLost
+from ..comm.roles import make_core
+from ..data import _epoch_order, steps_per_epoch
+from ..maths.optim import SGD, sgd_descent
+from ..results.records import eval_record
+from .clock import Scheduler, Task
+from .lockstep import Lockstep
+from .roles import SimServerState
 
 CHUNK_ROWS = 512           # step records per chunk of the log at least (4 per worker: a few steps of each)
 

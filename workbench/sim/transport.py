@@ -37,17 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from ...algorithms.base import FLUSH_S
-from ...comm.base import ThreadControl, WorkerLost
-from ...comm.roles import make_core
-from ...config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ...sim.calibration import _one_blas_thread
-from ...sim.clock import Killed, Scheduler, VProc
-from ...sim.costs import SimCosts, default_network, make_costs
-from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
-from .sim_lockstep import HogwildLockstep, Lockstep, lockstep_refusal
-from .sim_roles import SimServer, SimServerState
-from .sim_server import ServerLockstep
+from ..algorithms.base import FLUSH_S
+from ..comm.base import ThreadControl, WorkerLost
+from ..comm.roles import make_core
+from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
+from ..execution.transports.base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from .calibration import _one_blas_thread
+from .clock import Killed, Scheduler, VProc
+from .costs import SimCosts, default_network, make_costs
+from .lockstep import HogwildLockstep, Lockstep, lockstep_refusal
+from .roles import SimServer, SimServerState
+from .server import ServerLockstep
 
 MAX_WORKERS = 1024
 # the driver of each fast path an algorithm's declaration may name (`AlgorithmSpec.fast_path`)
@@ -538,7 +538,7 @@ class SimTransport(Transport):
     def __init__(self, link: Any = None, batch_compute: bool = True, lockstep: bool = True) -> None:
         self.link = link             # a costmodel.Network replacing the config's named network (validation)
         self.batch_compute = batch_compute   # the workers of one virtual instant compute together (ComputePool)
-        self.lockstep = lockstep     # every worker in one loop where it applies (sim_lockstep, sim_server)
+        self.lockstep = lockstep     # every worker in one loop where it applies (sim.lockstep, sim.server)
         self.path = ""               # how the run was simulated: "lockstep" or "per worker"
         self.control = ThreadControl()
         self.reports = Reports(lambda rank: f"virtual worker {rank}")
@@ -563,7 +563,7 @@ class SimTransport(Transport):
                 + [{"name": f"sim-cpu-{i}", "kind": "cpu", "host": "sim"} for i in range(config.cpus)])
 
     def prepare(self, setup: RunSetup) -> None:
-        from ...problem import Problem
+        from ..problem import Problem
         self.setup, self.size = setup, setup.size
         self.costs = make_costs(setup.config, setup.model, setup.kinds, Problem.from_config(setup.config).data,
                                 link=self.link)
@@ -619,7 +619,7 @@ class SimTransport(Transport):
             return body
 
         refusal = lockstep_refusal(setup, costs) if self.lockstep and self.batch_compute else "not asked for"
-        if refusal is None:      # every rank's step in one loop, bitwise the per-worker run (sim_lockstep)
+        if refusal is None:      # every rank's step in one loop, bitwise the per-worker run (sim.lockstep)
             self.path = "lockstep"
             driver = FAST_DRIVERS[setup.spec.fast_path](self, setup, sink, costs)
             procs = [sched.spawn(driver.body, name="worker 0")]

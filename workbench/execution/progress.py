@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..measure import LiveSteady
-from ..results import RecordBatch, RunTally
+from ..results.records import RecordBatch, RunTally
 from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]

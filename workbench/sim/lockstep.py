@@ -3,7 +3,7 @@ virtual worker's step computed together, in one greenlet, with the family's own 
 on stacks of rows. An algorithm's declaration names its fast path (`AlgorithmSpec.fast_path`):
 "replicas" (sync_sgd: `Lockstep`), "shared" (hogwild_sgd: `HogwildLockstep`, whose own
 docstring says how it replays the workers' writes), "server" (the parameter server and
-elastic-centre algorithms: `sim_server.ServerLockstep`, built on `Lockstep`'s set-up of the
+elastic-centre algorithms: `server.ServerLockstep`, built on `Lockstep`'s set-up of the
 workers' contexts); `SimTransport` picks the driver (`sim.FAST_DRIVERS`), and
 `lockstep_refusal` says when a run cannot take it.
 
@@ -52,18 +52,18 @@ from typing import Any
 
 import numpy as np
 
-from ...algorithms.base import StepOut, close_step, comm_and_wait, settle
-from ...algorithms.hogwild import HogwildSGD, hogwild_write
-from ...algorithms.registry import tail_length
-from ...algorithms.sync import SyncSGD, weigh
-from ...comm.base import WorkerLost
-from ...comm.roles import sum_in_rank_order
-from ...data import _epoch_order, steps_per_epoch
-from ...maths.backend import to_numpy
-from ...maths.optim import RULES
-from ...results import StepLog, eval_record
-from ...util.machine import LoopUsage
-from .base import LocalArray
+from ..algorithms.base import StepOut, close_step, comm_and_wait, settle
+from ..algorithms.hogwild import HogwildSGD, hogwild_write
+from ..algorithms.registry import tail_length
+from ..algorithms.sync import SyncSGD, weigh
+from ..comm.base import WorkerLost
+from ..comm.roles import sum_in_rank_order
+from ..data import _epoch_order, steps_per_epoch
+from ..execution.transports.base import LocalArray
+from ..maths.backend import to_numpy
+from ..maths.optim import RULES
+from ..results.records import StepLog, eval_record
+from ..util.machine import LoopUsage
 
 
 def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
@@ -99,7 +99,7 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
             return "workers of different speeds"
     normed = [name for name, rule in RULES.items() if rule.norms]
     if spec.fast_path == "server" and spec.needs.server == "elastic_centre" and c.optimizer in normed:
-        # the centre's workers step their own x_i with the configured rule, in `sim_server` on rows
+        # the centre's workers step their own x_i with the configured rule, in `sim.server` on rows
         # of one array: a rule that takes layer norms is not promised the same bits on a row of a
         # stacked array as on a separate one (a parameter server's rule runs on its own arrays)
         return f"{' / '.join(normed)}: layer norms computed per worker"
@@ -115,7 +115,7 @@ class Lockstep:
         self.t = np.zeros(self.size)          # each rank's virtual clock
 
     def body(self, proc: Any) -> None:
-        from ..context import build_context
+        from ..execution.context import build_context
         tr, setup, P = self.tr, self.setup, self.size
         config = setup.config
         ctxs, raw = [], None

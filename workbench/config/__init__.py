@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -20,19 +18,84 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from . import usercode
-from .algorithms.registry import LR_MAX
-from .data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
-from .data.files import is_data_path, save_arrays
+from .. import usercode
+from ..algorithms.registry import LR_MAX
+from ..data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
+from ..data.files import is_data_path, save_arrays
+from .rules import (
+    GPT_KNOBS,
+    OPTIMIZER_KNOBS,
+    OPTIMIZER_LR,
+    algorithm_spec,
+    check_elastic,
+    check_language_model,
+    check_optimizer,
+    check_scaled_lr,
+    default_lr,
+    is_text_dataset,
+    lr_range,
+)
+from .simulation import (
+    JITTER_ALLOWED,
+    JITTER_MIN,
+    MAX_VIRTUAL_WORKERS,
+    SIM_CHIP_CORES,
+    SIM_CPU_DEVICES,
+    SIM_DEFAULT_CPU_DEVICE,
+    SIM_DEFAULT_DEVICE,
+    SIM_DEVICES,
+    SIM_FIELDS,
+    SIM_GPU_DEVICES,
+    SIM_NETWORKS,
+    SIM_TIMING_MODELS,
+    check_simulation,
+    no_vanishing_jitter,
+)
+from .values import (
+    DEFAULT_GPT,
+    DEFAULT_HIDDEN,
+    MAX_WHOLE,
+    NUMBER,
+    WHOLE,
+    Allowed,
+    ConfigError,
+    ConfigTypeError,
+    FiniteFrom0,
+    FinitePositive,
+    Flag,
+    FractionBelow1,
+    TooLarge,
+    WholeFrom0,
+    WholeFrom1,
+    WholeFrom1OrUnset,
+    check_scheduler_address,
+    match_name,
+    parse_failures,
+    parse_interval,
+    parse_model_args,
+    short_repr,
+    strict_float,
+    strict_int,
+    to_config_error,
+)
+from .yamlio import read_yaml
+
+__all__ = [  # the public names, with those of the modules beside this one that callers import from here
+    "DATASET_NAMES", "IMAGE_DATASETS", "MODEL_NAMES", "MAX_EPOCHS", "GROUP_TITLES", "RunConfig", "FIELDS",
+    "FIELD_GROUPS", "field_group", "field_help", "config_schema", "ConfigError", "ConfigTypeError", "DEFAULT_GPT",
+    "DEFAULT_HIDDEN", "GPT_KNOBS", "JITTER_MIN", "MAX_VIRTUAL_WORKERS", "MAX_WHOLE",
+    "OPTIMIZER_KNOBS", "OPTIMIZER_LR", "SIM_CHIP_CORES", "SIM_CPU_DEVICES", "SIM_DEFAULT_CPU_DEVICE",
+    "SIM_DEFAULT_DEVICE", "SIM_DEVICES", "SIM_FIELDS", "SIM_GPU_DEVICES", "SIM_NETWORKS", "SIM_TIMING_MODELS",
+    "check_scheduler_address", "default_lr", "is_text_dataset", "lr_range", "match_name", "parse_failures",
+    "parse_interval", "read_yaml", "short_repr",
+]
 
 # The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
@@ -44,375 +107,20 @@ IMAGE_DATASETS = tuple(name for name, info in DATASETS.items() if info.image_sha
 MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 
-# The simulated cluster's named profiles. Their data and sources live in
-# `workbench.sim.profiles`, which checks on import that it defines exactly these names;
-# they are listed here so that validating a config never imports the simulator.
-SIM_GPU_DEVICES = ("k80", "p100", "v100", "a100", "h100", "h200")
-SIM_CPU_DEVICES = ("core", "knl", "power8", "xeon")
-SIM_DEFAULT_CPU_DEVICE = "core"   # a fixed, named profile: no wall-clock measurement enters virtual time
-SIM_DEVICES = SIM_GPU_DEVICES + SIM_CPU_DEVICES
-SIM_DEFAULT_DEVICE = "v100"
-# costmodel.NETWORKS, then the host-device and GPU-GPU links of sim.profiles.LINKS
-SIM_NETWORKS = ("shm", "10GbE", "100GbE", "InfiniBand HDR", "NVLink", "pcie3", "pcie4", "nvlink1", "nvlink2",
-                "mcdram")
-SIM_CHIP_CORES = {"knl": 68}   # CPU profiles a run may split into `partitions`: their cores
-SIM_TIMING_MODELS = ("alexnet", "vgg16", "googlenet", "resnet50", "resnet152",
-                     "gpt2-124m", "gpt2-355m", "tinyllama-1.1b", "llama-7b")   # language models: per sequence
-MAX_VIRTUAL_WORKERS = 1024
-JITTER_MIN = 1e-6   # the smallest nonzero jitter: smaller ones overflow the gamma's shape 1/jitter**2
-SIM_FIELDS = ("device", "cpu_device", "partitions", "calibration", "network", "timing_model", "jitter",
-              "fail_worker", "join_worker")   # need simulate
-
-
-def match_name(field: str, value: Any, names: tuple[str, ...]) -> str:
-    """The entry of `names` that `value` spells, ignoring case, spaces, dashes and
-    underscores; else ConfigError naming `field` and listing `names`.
-
-    >>> match_name("network", "infiniband-hdr", SIM_NETWORKS), match_name("timing_model", "ResNet50", SIM_TIMING_MODELS)
-    ('InfiniBand HDR', 'resnet50')
-    >>> match_name("device", "tpu", SIM_DEVICES)
-    Traceback (most recent call last):
-    ...
-    workbench.config.ConfigError: device: one of k80, p100, v100, a100, h100, h200, core, knl, power8, xeon, got 'tpu'
-    """
-    def key(s: str) -> str:
-        return re.sub(r"[\s_-]+", "", s).lower()
-    if isinstance(value, str) and len(value) <= 100:
-        for name in names:
-            if key(name) == key(value):
-                return name
-    raise ConfigError(field, "one of " + ", ".join(names), value)
-
-
-_FAILURE = re.compile(r"\s*([0-9]+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*")
-
-
-def parse_failures(text: str, field: str = "fail_worker") -> dict[int, float]:
-    """`fail_worker` (or `join_worker`) text, RANK@SECONDS[,RANK@SECONDS...], as {rank: virtual seconds}.
-
-    >>> parse_failures("3@12.5, 0@40")
-    {3: 12.5, 0: 40.0}
-    >>> parse_failures("3@soon")
-    Traceback (most recent call last):
-    ...
-    workbench.config.ConfigError: fail_worker: RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40), got '3@soon'
-    """
-    allowed = "RANK@SECONDS, separated by commas (e.g. 3@12.5,7@40)"
-    if not isinstance(text, str) or len(text) > 100_000:
-        raise ConfigError(field, allowed, text)
-    out: dict[int, float] = {}
-    for part in text.split(","):
-        m = _FAILURE.fullmatch(part)
-        if m is None or len(m.group(1)) > 16 or not math.isfinite(float(m.group(2))):
-            raise ConfigError(field, allowed, text)
-        rank = int(m.group(1))
-        if rank in out:
-            raise ConfigError(field, f"each rank at most once (rank {rank} is listed twice)", text)
-        out[rank] = float(m.group(2))
-    return out
-
-
-_INTERVAL = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(s|m|h|min)\s*")
-CHECKPOINT_ALLOWED = ("a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), "
-                      "or none")
-
-
-def parse_interval(value: Any) -> int | float | None:
-    """`checkpoint_every` as steps (an int), seconds of wall clock (a float) or None (off).
-
-    >>> parse_interval(500), parse_interval("500"), parse_interval("90s"), parse_interval("5m"), parse_interval("none")
-    (500, 500, 90.0, 300.0, None)
-    >>> parse_interval("0.1s")
-    Traceback (most recent call last):
-    ...
-    workbench.config.ConfigError: checkpoint_every: a whole number of steps >= 1, a wall-clock interval such as 30s, 5m or 1h (at least 1s), or none, got '0.1s'
-    """
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
-        return None
-    if isinstance(value, str) and _INT_TEXT.fullmatch(value) and len(value.strip()) <= 16:
-        value = int(value)
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        if not 1 <= int(value) <= MAX_WHOLE:
-            raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
-        return int(value)
-    m = _INTERVAL.fullmatch(value) if isinstance(value, str) and len(value) <= 40 else None
-    if m is None:
-        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
-    seconds = float(m.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
-    if not 1 <= seconds <= 1e9:
-        raise ConfigError("checkpoint_every", CHECKPOINT_ALLOWED, value)
-    return seconds
-
-
 def __getattr__(name: str) -> Any:
     if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
-        from .algorithms.registry import summaries
+        from ..algorithms.registry import summaries
         return summaries()
     if name == "SYNC_ALGORITHMS":   # a lost worker fails these runs
-        from .algorithms.registry import sync_names
+        from ..algorithms.registry import sync_names
         return sync_names()
+    if name in ("GROUP_TITLES", "FIELD_GROUPS", "field_group", "field_help", "config_schema"):
+        from . import fields  # the fields' groups and help: read from RunConfig, once it is defined
+        return getattr(fields, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _algorithm_spec(name: str) -> Any:
-    """The registry's entry for `name`, None when there is none."""
-    from .algorithms.registry import specs
-    return specs().get(name)
-
-
-class ConfigError(ValueError):
-    """A bad value for one config field; `str()` is `<field>: <allowed>, got <value>`."""
-
-    def __init__(self, field: str, allowed: str, value: Any):
-        self.field, self.allowed, self.value = field, allowed, value
-        super().__init__(f"{field}: {allowed}, got {short_repr(value)}")
-
-
-class ConfigTypeError(ConfigError, TypeError):
-    """A value of the wrong type where a config was expected (`wb.run(None)`): both a
-    `ConfigError` and a `TypeError`, with the same one-line message."""
-
-
-def short_repr(value: Any, limit: int = 120) -> str:
-    """`repr(value)` cut to about `limit` characters, never walking more of `value` than
-    it shows (a YAML alias bomb expands to billions of elements: a full repr never ends).
-
-    >>> short_repr([[1, 2, 3]] * 1000, limit=30)
-    '[[1, 2, 3], [1, 2, 3], [1, 2, ... (cut)'
-    >>> short_repr("x" * 5)
-    "'xxxxx'"
-    """
-    import reprlib
-    r = reprlib.Repr()
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 6, 6
-    r.maxstring, r.maxother, r.maxlong = limit, limit, limit
-    text = r.repr(value)
-    return text if len(text) <= limit else text[:limit] + "... (cut)"
-
-
-_ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def parse_model_args(v: Any) -> dict[str, Any] | None:
-    """`model_args` as a dict of keyword arguments: a mapping (YAML, Python), JSON text, or
-    `key=value` pairs separated by commas (each value read as YAML: numbers, true/false,
-    lists in brackets); None or blank for none. Values must be plain data (saved with the run).
-
-    >>> parse_model_args("width=64, act=tanh, sizes=[3, 4]")
-    {'width': 64, 'act': 'tanh', 'sizes': [3, 4]}
-    >>> parse_model_args('{"width": 64}')
-    {'width': 64}
-    >>> parse_model_args("64")
-    Traceback (most recent call last):
-    ...
-    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh
-    """
-    allowed = 'keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh'
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return None
-    if isinstance(v, str):
-        text = v.strip()
-        if len(text) > 10_000:
-            raise ValueError(allowed)
-        if text.startswith("{"):
-            import json
-            try:
-                v = json.loads(text)
-            except ValueError:
-                raise ValueError(allowed) from None
-        else:
-            out: dict[str, Any] = {}
-            for part in re.split(r",(?![^\[]*\])", text):      # commas inside [...] belong to a list
-                key, eq, value = part.partition("=")
-                if not eq or not _ARG_KEY.fullmatch(key.strip()):
-                    raise ValueError(allowed)
-                try:
-                    out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
-                except yaml.YAMLError:
-                    raise ValueError(allowed) from None
-            v = out
-    if not isinstance(v, dict) or not all(isinstance(k, str) and _ARG_KEY.fullmatch(k) for k in v):
-        raise ValueError(allowed)
-    import json
-    try:
-        json.dumps(v)
-    except (TypeError, ValueError):
-        raise ValueError(allowed + " (plain values: numbers, text, true/false, lists, mappings)") from None
-    return dict(v)
-
-
-# The models' default widths, in one place: RunConfig.model_hidden and maths.models read it.
-DEFAULT_HIDDEN: dict[str, tuple[int, ...]] = {"mlp": (128,), "cnn": (16, 32)}
-# The GPT's default shape, in one place (RunConfig's fields and maths.gpt read it): a 2-layer
-# character-level decoder a 2-core laptop trains in minutes (~0.1 M parameters, 64-token context).
-DEFAULT_GPT: dict[str, int] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64}
-_INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
-
-
-# The largest whole number any count, size or seed may be: a step number travels as a
-# float64 in the step records (exact to 2**53), and nothing a run counts comes near it.
-# A larger one (`--steps 99999999999999999999999`, a 400-digit YAML integer) is refused
-# here with the field's one line, not met later as an OverflowError.
-MAX_WHOLE = 10**15
-
-
-class TooLarge(ValueError):
-    """A whole number beyond `MAX_WHOLE` (`_to_config_error` names the field's range)."""
-
-
-def strict_int(v: Any, allowed: str = "a whole number") -> Any:
-    """`v` as an int when it is one (or its decimal text); never from a bool or a float,
-    and never beyond +-`MAX_WHOLE` (`TooLarge`).
-
-    >>> strict_int("12"), strict_int(None)
-    (12, None)
-    >>> strict_int(True)
-    Traceback (most recent call last):
-    ...
-    ValueError: a whole number: an integer such as 32 (not true/false, not a decimal like 2.5)
-    >>> strict_int("9" * 400)
-    Traceback (most recent call last):
-    ...
-    workbench.config.TooLarge: a whole number: at most 10^15
-    """
-    if v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
-        if v is not None and abs(int(v)) > MAX_WHOLE:
-            raise TooLarge(f"{allowed}: at most 10^15")
-        return v if v is None else int(v)
-    if isinstance(v, str) and _INT_TEXT.fullmatch(v):
-        if len(v.strip().lstrip("+-").lstrip("0")) > 16 or abs(int(v)) > MAX_WHOLE:   # never int() of 10^6 digits
-            raise TooLarge(f"{allowed}: at most 10^15")
-        return int(v)
-    raise ValueError(f"{allowed}: an integer such as 32 (not true/false, not a decimal like 2.5)")
-
-
-def strict_float(v: Any, allowed: str = "a number") -> Any:
-    """`v` as a float when it is a real number (or its text); never from a bool."""
-    if v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)):
-        return v if v is None else float(v)
-    if isinstance(v, str) and len(v) <= 60:
-        try:
-            return float(v)
-        except ValueError:
-            pass
-    raise ValueError(f"{allowed} (not true/false)")
-
-
-def strict_bool(v: Any) -> bool:
-    """`v` when it is a bool, or true/false text (any case); never from 1, 0 or other text."""
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return v.strip().lower() == "true"
-    raise ValueError("true or false")
-
-
-def _wrong_type(parse: Any) -> Any:
-    """A before-validator running `parse`, its refusal raised as a `wrong_type` error (its
-    own text; a field whose `Allowed` says `says_type` puts its allowed text first)."""
-    def check(v: Any) -> Any:
-        try:
-            return parse(v)
-        except TooLarge as exc:
-            raise PydanticCustomError("too_large", str(exc)) from None
-        except ValueError as exc:
-            raise PydanticCustomError("wrong_type", str(exc)) from None
-    return BeforeValidator(check)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """A field's allowed values in words: the `<what is allowed>` of its one-line error
-    when a value breaks the bounds its `Field(ge=..., lt=...)` states (or a check beside
-    them). `says_type`: a value of the wrong type says this text too, "<text> (not true/false)"
-    (the communication-efficient knobs' wording; the others say "a number" or "a whole number")."""
-
-    text: str
-    says_type: bool = False
-
-
-# Strict parsing. Pydantic's lax mode turns true into 1 and 2.7 into 2 (or 3.0 into 3)
-# without a word; a config that says `batch_size: true` is a mistake to report. Text stays
-# accepted: CLI flags and widgets hand values over as strings. (Written after a field's
-# Field(...) bounds so that the JSON schema states them as minimum / maximum.)
-WHOLE = _wrong_type(strict_int)
-NUMBER = _wrong_type(strict_float)
-Flag = Annotated[bool, _wrong_type(strict_bool)]
-# The ranges several fields share (each field's own are written at the field).
-WholeFrom0 = Annotated[int, Field(ge=0), WHOLE, Allowed("a whole number >= 0")]
-WholeFrom1 = Annotated[int, Field(ge=1), WHOLE, Allowed("a whole number >= 1")]
-WholeFrom1OrUnset = Annotated[int | None, Field(ge=1), WHOLE, Allowed("a whole number >= 1, or unset")]
-FinitePositive = Annotated[float, Field(gt=0, allow_inf_nan=False), NUMBER, Allowed("a finite number > 0")]
-FiniteFrom0 = Annotated[float, Field(ge=0, allow_inf_nan=False), NUMBER, Allowed("a finite number >= 0")]
-FractionBelow1 = Annotated[float, Field(ge=0, lt=1), NUMBER, Allowed("a number in [0, 1)")]
-# pydantic's error types for a value outside a field's bounds: reported with its `Allowed`
-_OUT_OF_BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number",
-                  "outside_allowed")
-JITTER_ALLOWED = f"0, or a number >= {JITTER_MIN:g} and < 1 (the coefficient of variation of compute times)"
 MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
-
-
-def _no_vanishing_jitter(v: float) -> float:
-    # The charge's gamma has shape 1/jitter**2: below JITTER_MIN that overflows (1e-300
-    # was a ZeroDivisionError in every virtual worker), and 1e-6 already moves a
-    # charge by about a part in a million.
-    if 0 < v < JITTER_MIN:
-        raise PydanticCustomError("outside_allowed", JITTER_ALLOWED)
-    return v
-
-
-def _field_allowed(field: str) -> Allowed | None:
-    """The `Allowed` marker on RunConfig's `field`, None when it has none."""
-    info = RunConfig.model_fields.get(field)
-    return next((m for m in (info.metadata if info else ()) if isinstance(m, Allowed)), None)
-
-
-# The groups the `# ---` comments in RunConfig mark; each field states its own
-# (`json_schema_extra={"group": ...}`) and FIELD_GROUPS is read from the fields. The CLI's
-# help and the dashboard's control panel both lay the knobs out this way (keys match the
-# dashboard's).
-GROUP_TITLES: dict[str, str] = {
-    "what": "what to train",
-    "where": "where to train",
-    "simulation": "simulated cluster",
-    "optimisation": "optimisation",
-    "algorithm": "algorithm knobs",
-    "length": "how long, how often, reproducibility",
-}
-
-
-SCHEDULER_SCHEMES = ("tcp", "tls")   # tls: with the user's Dask TLS settings (execution.cluster.scheduler_security)
-
-
-def check_scheduler_address(address: Any) -> str:
-    """Raise ConfigError("scheduler", ...) unless `address` looks like tcp://HOST:PORT (or tls://).
-
-    >>> check_scheduler_address("tcp://127.0.0.1:8786")
-    'tcp://127.0.0.1:8786'
-    >>> check_scheduler_address("tcp://h:99999")
-    Traceback (most recent call last):
-    ...
-    workbench.config.ConfigError: scheduler: an address like tcp://HOST:PORT with a port in 1-65535, got 'tcp://h:99999'
-    """
-    from urllib.parse import urlsplit
-    if not isinstance(address, str) or len(address) > 300 or any(c.isspace() or ord(c) < 32 for c in address):
-        raise ConfigError("scheduler", "an address like tcp://HOST:PORT", address)
-    url = urlsplit(address)
-    if url.scheme not in SCHEDULER_SCHEMES:
-        raise ConfigError("scheduler", f"an address like tcp://HOST:PORT (scheme {' or '.join(SCHEDULER_SCHEMES)}; "
-                          f"{url.scheme or 'none'}:// is not supported)", address)
-    try:
-        port = url.port
-    except ValueError:
-        port = -1
-    if not url.hostname or port is None or not 1 <= port <= 65535 or url.path not in ("", "/") or url.query:
-        raise ConfigError("scheduler", "an address like tcp://HOST:PORT with a port in 1-65535", address)
-    return address
-
-
-def _allowed(message: str) -> str:
-    # Pydantic prefixes messages of validator errors with "Value error, ".
-    return message.removeprefix("Value error, ")
 
 
 class RunConfig(BaseModel):
@@ -544,7 +252,7 @@ class RunConfig(BaseModel):
         ", ".join(SIM_TIMING_MODELS) + ") while the maths trains the configured model; unset: the "
         "configured model's own FLOPs."))
     jitter: Annotated[float, Field(ge=0, lt=1), NUMBER,
-                      AfterValidator(_no_vanishing_jitter), Allowed(JITTER_ALLOWED)] = Field(
+                      AfterValidator(no_vanishing_jitter), Allowed(JITTER_ALLOWED)] = Field(
         0.0, json_schema_extra={"group": "simulation"}, description=(
         "Simulation: seeded stragglers, the coefficient of variation of every compute charge "
         "(0, or >= 1e-06 and < 1; 0 = every step of a device costs the same)."))
@@ -750,13 +458,13 @@ class RunConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise _to_config_error(exc, data) from None
+            raise to_config_error(exc, data, type(self).model_fields) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         try:
             super().__setattr__(name, value)
         except ValidationError as exc:
-            raise _to_config_error(exc, {name: value}) from None
+            raise to_config_error(exc, {name: value}, type(self).model_fields) from None
 
     def __getstate__(self) -> dict[Any, Any]:
         # A model given in Python travels with the config wherever it is pickled (the
@@ -772,8 +480,8 @@ class RunConfig(BaseModel):
     @field_validator("algorithm")
     @classmethod
     def _algorithm(cls, v: str) -> str:
-        if _algorithm_spec(v) is None:
-            from .algorithms.registry import specs
+        if algorithm_spec(v) is None:
+            from ..algorithms.registry import specs
             raise ValueError(f"one of {sorted(specs())}")
         return v
 
@@ -944,9 +652,9 @@ class RunConfig(BaseModel):
     def _combinations(self) -> RunConfig:
         if "lr" not in self.model_fields_set:   # unset: the algorithm's and the rule's own (stays unset)
             self.__dict__["lr"] = default_lr(self.algorithm, self.optimizer)
-        _check_simulation(self)   # first: the virtual cluster's size frames the checks below
+        check_simulation(self)   # first: the virtual cluster's size frames the checks below
         workers = self.n_workers
-        spec = _algorithm_spec(self.algorithm)
+        spec = algorithm_spec(self.algorithm)
         fixed = spec.workers is not None   # its worker count is its own (sgd: 1)
         if not fixed and workers is not None and workers < 1:
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
@@ -965,7 +673,7 @@ class RunConfig(BaseModel):
                               "model package.module:Name", self.model_args)
         if self.model == "cnn" and self.data_shape.image_shape is None:
             raise ConfigError("model", f"cnn only with an image dataset ({', '.join(IMAGE_DATASETS)})", self.model)
-        _check_language_model(self)
+        check_language_model(self)
         if self.warmup != "none" and self.warmup_epochs <= 0:
             raise ConfigError("warmup_epochs", f"> 0 when warmup is {self.warmup!r}", self.warmup_epochs)
         if self.steps is None and self.warmup_epochs > self.epochs:
@@ -973,9 +681,9 @@ class RunConfig(BaseModel):
         if self.comm == "nccl" and not fixed and (self.cpus > 0 or self.gpus == 0):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
-        _check_optimizer(self)
-        _check_scaled_lr(self, spec.peak_lr(self))
-        _check_elastic(self, spec)
+        check_optimizer(self)
+        check_scaled_lr(self, spec.peak_lr(self))
+        check_elastic(self, spec)
         return self
 
     # ---------------------------------------------------------------- helpers
@@ -1002,7 +710,7 @@ class RunConfig(BaseModel):
     @property
     def n_workers(self) -> int | None:
         """Workers the run asks for; None while `gpus="auto"` is unresolved."""
-        fixed = _algorithm_spec(self.algorithm).workers
+        fixed = algorithm_spec(self.algorithm).workers
         if fixed is not None:
             return fixed
         if self.gpus == "auto":
@@ -1012,7 +720,7 @@ class RunConfig(BaseModel):
     @property
     def is_sync(self) -> bool:
         """Whether every worker must reach every step (a lost worker fails the run)."""
-        return _algorithm_spec(self.algorithm).sync
+        return algorithm_spec(self.algorithm).sync
 
     @property
     def resolved_device(self) -> str | None:
@@ -1070,345 +778,3 @@ class RunConfig(BaseModel):
 
 
 FIELDS: tuple[str, ...] = tuple(RunConfig.model_fields)
-
-
-def _check_scaled_lr(c: RunConfig, peak: float) -> None:
-    """`lr` after scaling must stay a float32 number: name `lr`, not the schedule's internal
-    argument, when it does not. `peak`: the largest base lr (`AlgorithmSpec.peak_lr`)."""
-    factor = {"linear": c.batch_size / c.base_batch, "sqrt": math.sqrt(c.batch_size / c.base_batch)}.get(c.lr_scaling, 1.0)
-    if not math.isfinite(peak * factor) or peak * factor > LR_MAX:
-        raise ConfigError("lr", f"small enough that {c.lr_scaling} scaling to batch {c.batch_size} (x{factor:g}) "
-                          f"keeps it under {LR_MAX:g}", c.lr)
-
-
-# Which optimiser knobs apply to which rule (`momentum` and `nesterov`: sgd's; lars has
-# momentum too). A knob that does not apply is refused when it differs from its default,
-# as the simulation knobs are without simulate: a value that would be silently ignored
-# is a mistake to report, not to warn about.
-OPTIMIZER_KNOBS: dict[str, tuple[str, ...]] = {
-    "momentum": ("sgd", "lars"), "nesterov": ("sgd",), "beta1": ("adamw", "lamb"), "beta2": ("adamw", "lamb"),
-    "eps": ("adamw", "lars", "lamb"), "trust_coefficient": ("lars",),
-}
-
-# Each update rule's base lr for base_batch 32: (lowest, default, highest) of the rates that
-# learn the default dataset (digits; MLP 128 for 5 epochs and MLP 512-256 for 40, every
-# algorithm that takes the rule, 2 workers, 2026-12-05): lamb at 0.03 ended at chance (0.10),
-# lars at 1 reached only 0.78-0.81 in the EASGD family's 5 epochs (0.89-0.97 at 3). An
-# algorithm may declare its own (`AlgorithmSpec.lr_defaults`: diloco).
-OPTIMIZER_LR: dict[str, tuple[float, float, float]] = {
-    "sgd": (0.03, 0.1, 0.3), "adamw": (0.001, 0.003, 0.01), "lamb": (0.001, 0.003, 0.01), "lars": (1.0, 3.0, 10.0),
-}
-
-
-def lr_range(algorithm: str, optimizer: str) -> tuple[float, float, float]:
-    """(lowest, default, highest) base lr that learns the default dataset with `algorithm`
-    and the update rule `optimizer`.
-
-    >>> lr_range("sync_sgd", "lamb"), lr_range("diloco", "sgd")
-    ((0.001, 0.003, 0.01), (0.003, 0.01, 0.01))
-    """
-    spec = _algorithm_spec(algorithm)
-    own = getattr(spec, "lr_defaults", None) or {}
-    return own.get(optimizer) or OPTIMIZER_LR.get(optimizer) or OPTIMIZER_LR["sgd"]
-
-
-def default_lr(algorithm: str, optimizer: str) -> float:
-    """The base lr a config gets when it sets none (`lr_range`'s middle value).
-
-    >>> default_lr("sync_sgd", "sgd"), default_lr("sync_sgd", "adamw"), default_lr("diloco", "sgd")
-    (0.1, 0.003, 0.01)
-    """
-    return lr_range(algorithm, optimizer)[1]
-
-
-def _check_optimizer(c: RunConfig) -> None:
-    """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,
-    a rule other than sgd only for algorithms that use the shared rule."""
-    for name, rules in OPTIMIZER_KNOBS.items():
-        default = type(c).model_fields[name].default
-        if c.optimizer not in rules and getattr(c, name) != default:
-            raise ConfigError(name, f"only with optimizer {' or '.join(rules)} (optimizer is {c.optimizer}; "
-                              f"leave it at {default})", getattr(c, name))
-    if c.nesterov and c.momentum == 0:
-        raise ConfigError("nesterov", "false when momentum is 0 (Nesterov momentum needs momentum > 0)", c.nesterov)
-    if c.optimizer != "sgd":
-        spec = _algorithm_spec(c.algorithm)
-        if spec is not None and not getattr(spec, "takes_optimizer", True):
-            raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
-                              "lamb apply to the other algorithms)", c.optimizer)
-
-
-GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets
-
-
-def is_text_dataset(dataset: str) -> bool:
-    """Whether a dataset's rows are token sequences (a language model's data): markov_text,
-    or a .txt file.
-
-    >>> is_text_dataset("markov_text"), is_text_dataset("books/emma.txt"), is_text_dataset("digits")
-    (True, True, False)
-    """
-    info = DATASETS.get(dataset)
-    return bool(info is not None and info.tokens) or is_text_path(dataset)
-
-
-def _check_language_model(c: RunConfig) -> None:
-    """gpt trains on text and text trains gpt (or a model of the user's); the GPT's knobs and
-    `context` only where they apply (a value that would be ignored is a mistake to report)."""
-    text = is_text_dataset(c.dataset)
-    if c.model == "gpt" and not text:
-        raise ConfigError("model", "gpt only with a text dataset (markov_text, or a path/to/text.txt)", c.model)
-    if text and c.model in ("softmax", "mlp", "cnn"):
-        raise ConfigError("model", f"gpt (or a model of your own) for the text dataset {c.dataset} (its labels are "
-                          "the next token at every position)", c.model)
-    if c.model != "gpt":
-        for name in GPT_KNOBS:
-            default = type(c).model_fields[name].default
-            if getattr(c, name) != default:
-                raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
-    if not text and c.context != type(c).model_fields["context"].default:
-        raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
-    if c.model == "gpt" and c.d_model % c.n_heads:
-        raise ConfigError("n_heads", f"a divisor of d_model ({c.d_model}), so every head gets d_model / n_heads "
-                          "dimensions", c.n_heads)
-
-
-# The algorithms whose runs go on when a worker is lost and take in joiners with
-# `elastic` (their loops re-split the global batch over whoever is there, `algorithms.elastic`).
-ELASTIC_ALGORITHMS = ("sync_sgd", "local_sgd", "post_local_sgd", "diloco")
-
-
-def _check_elastic(c: RunConfig, spec: Any) -> None:
-    """`elastic` only for the algorithms that can change their membership; `min_workers`
-    only with it, and at most the workers asked for."""
-    if c.elastic and c.algorithm not in ELASTIC_ALGORITHMS:
-        raise ConfigError("elastic", f"false for {c.algorithm} (elastic membership: {', '.join(ELASTIC_ALGORITHMS)}; "
-                          "the asynchronous algorithms go on without a lost worker anyway)", c.elastic)
-    if c.min_workers is not None:
-        if not c.elastic:
-            raise ConfigError("min_workers", "unset unless elastic (without it a lost worker fails the run)",
-                              c.min_workers)
-        workers = c.n_workers
-        if workers is not None and c.min_workers > workers:
-            raise ConfigError("min_workers", f"at most the number of workers ({workers})", c.min_workers)
-
-
-def _check_simulation(c: RunConfig) -> None:
-    """The simulation fields: only with simulate, and within the virtual cluster."""
-    if not c.simulate:
-        defaults = {"cpu_device": (SIM_DEFAULT_CPU_DEVICE, "local"), "jitter": (0.0,)}   # local: a real run's
-        for name in SIM_FIELDS:
-            if getattr(c, name) not in defaults.get(name, (None,)):
-                raise ConfigError(name, "only with simulate (a knob of the simulated cluster; add --simulate)",
-                                  getattr(c, name))
-        return
-    if c.gpus == "auto":
-        raise ConfigError("gpus", "a whole number >= 0 with simulate (virtual GPUs are counted, not detected)",
-                          c.gpus)
-    total = c.cpus + c.gpus
-    if c.device is not None and c.gpus == 0:
-        raise ConfigError("device", "the GPU workers' profile, only with gpus >= 1 (CPU workers take "
-                          "cpu_device)", c.device)
-    if c.calibration is not None and c.cpu_device != "local":
-        raise ConfigError("calibration", "a calibration file only with cpu_device local (the named profiles "
-                          "are fixed)", c.calibration)
-    if c.partitions is not None:
-        _check_partitions(c)
-    if not 1 <= total <= MAX_VIRTUAL_WORKERS:
-        field = "gpus" if c.gpus > c.cpus else "cpus"
-        raise ConfigError(field, f"at least 1 and at most {MAX_VIRTUAL_WORKERS} virtual workers with simulate "
-                          f"(cpus + gpus = {c.cpus} + {c.gpus})", getattr(c, field))
-    ghosts = sorted(r for r in c.failures if r >= total)
-    if ghosts:
-        raise ConfigError("fail_worker", f"ranks of existing workers, 0 to {total - 1} (cpus + gpus = {total}); "
-                          f"rank {ghosts[0]} does not exist", c.fail_worker)
-    if c.join_worker is not None:
-        if not c.elastic:
-            raise ConfigError("join_worker", "only with elastic (a worker joins an elastic run; add --elastic)",
-                              c.join_worker)
-        odd = sorted(r for r in c.joins if not 1 <= r < total)
-        if odd:
-            raise ConfigError("join_worker", f"ranks 1 to {total - 1} (cpus + gpus = {total}; rank 0 starts the "
-                              f"run); rank {odd[0]} cannot join", c.join_worker)
-
-
-def _check_partitions(c: RunConfig) -> None:
-    """`partitions` splits one chip of a CPU profile with cores: one virtual CPU worker per
-    partition, no GPUs, the chip's own memory between them."""
-    chips = ", ".join(SIM_CHIP_CORES)
-    if c.cpu_device not in SIM_CHIP_CORES:
-        raise ConfigError("partitions", f"only with cpu_device {chips} (a chip with cores to split; "
-                          f"cpu_device is {c.cpu_device})", c.partitions)
-    cores = SIM_CHIP_CORES[c.cpu_device]
-    if c.partitions > cores:
-        raise ConfigError("partitions", f"1 to {cores} (the cores of one {c.cpu_device} chip)", c.partitions)
-    if c.gpus:
-        raise ConfigError("gpus", "0 with partitions (the partitions of one CPU chip are the workers)", c.gpus)
-    if c.cpus != c.partitions:
-        raise ConfigError("cpus", f"the number of partitions with partitions (one chip: a virtual worker per "
-                          f"partition; partitions is {c.partitions})", c.cpus)
-    if c.network not in (None, "mcdram"):
-        raise ConfigError("network", "mcdram or unset with partitions (the partitions of one chip exchange "
-                          "through its memory)", c.network)
-
-
-# Config files are small, hand-written mappings: anything else is refused before parsing.
-YAML_MAX_BYTES = 1 << 20
-YAML_MAX_DEPTH = 32   # a config is two levels deep (a mapping of lists); composing 10^5 levels took minutes
-_OPENERS = re.compile(r"[\[{](?:\s*[\[{]){" + str(YAML_MAX_DEPTH) + "}")   # more brackets opened in a row than that
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int):
-        self.key, self.line = key, line
-
-
-def _unique_key_loader() -> Any:
-    """A yaml.SafeLoader that refuses a mapping giving one key twice (PyYAML keeps the
-    last silently: `lr: 0.1` then `lr: 10` would run with 10)."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    if key in seen:
-                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
-                    seen.add(key)
-                except TypeError:   # an unhashable key: construct_mapping itself says so
-                    pass
-            return super().construct_mapping(node, deep=deep)
-    return UniqueKeyLoader
-
-
-def read_yaml(path: str | Path, field: str = "config", max_bytes: int = YAML_MAX_BYTES) -> Any:
-    """Parse a small YAML file safely; every failure is one ConfigError naming `field`.
-
-    Refused: anything but a regular file (a FIFO would block, /dev/zero never ends), more
-    than `max_bytes`, text that is not UTF-8, anchors and aliases (a 1 KB alias bomb
-    expands to billions of nodes), and invalid YAML.
-    """
-    import os
-    import stat
-    text_path = os.fspath(path) if isinstance(path, (str, Path)) else path
-    if not isinstance(text_path, str) or "\x00" in text_path:
-        raise ConfigError(field, "a path to a YAML file", text_path)
-    try:
-        st = os.stat(text_path)
-    except OSError as exc:
-        raise ConfigError(field, f"a readable YAML file ({exc.strerror or exc.__class__.__name__})", text_path) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(field, "a regular YAML file (not a device, FIFO or directory)", text_path)
-    if st.st_size > max_bytes:
-        raise ConfigError(field, f"a YAML file of at most {max_bytes // 1024} KiB ({st.st_size:,} bytes)", text_path)
-    try:
-        with open(text_path, "rb") as f:
-            raw = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise ConfigError(field, f"a readable YAML file ({exc.strerror or exc.__class__.__name__})", text_path) from None
-    if len(raw) > max_bytes:
-        raise ConfigError(field, f"a YAML file of at most {max_bytes // 1024} KiB", text_path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(field, f"UTF-8 text (byte {exc.start} is not)", text_path) from None
-    deep = f"YAML nested at most {YAML_MAX_DEPTH} levels deep"
-    if _OPENERS.search(text):   # `[[[[...`: refused before PyYAML's scanner looks ahead through it
-        raise ConfigError(field, deep, text_path)
-    try:
-        depth = 0
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise ConfigError(field, "YAML without anchors or aliases (& and *)", text_path)
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > YAML_MAX_DEPTH:   # refused as the parser meets it, before the composer recurses
-                    raise ConfigError(field, deep, text_path)
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-        return yaml.load(text, Loader=_unique_key_loader())   # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as dup:
-        raise ConfigError(field, f"YAML with each key once ({dup.key!r} is given twice, line {dup.line})",
-                          text_path) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(field, f"valid YAML ({exc.__class__.__name__}{where})", text_path) from None
-    except RecursionError:
-        raise ConfigError(field, "YAML nested less deeply", text_path) from None
-
-def _groups_of_fields() -> dict[str, tuple[str, ...]]:
-    """{group: its fields in declaration order}, read from each field's `json_schema_extra`."""
-    groups: dict[str, list[str]] = {g: [] for g in GROUP_TITLES}
-    for name, info in RunConfig.model_fields.items():
-        group = (info.json_schema_extra or {}).get("group") if isinstance(info.json_schema_extra, dict) else None
-        if group not in groups:
-            raise RuntimeError(f"RunConfig.{name}: json_schema_extra must name its group, one of "
-                               f"{', '.join(GROUP_TITLES)} (got {group!r})")
-        groups[group].append(name)
-    return {g: tuple(names) for g, names in groups.items()}
-
-
-FIELD_GROUPS: dict[str, tuple[str, ...]] = _groups_of_fields()
-
-
-def field_group(name: str) -> str:
-    """The group key (a key of `GROUP_TITLES`) of a RunConfig field.
-
-    >>> field_group("tau"), GROUP_TITLES[field_group("lr")]
-    ('algorithm', 'optimisation')
-    """
-    for group, names in FIELD_GROUPS.items():
-        if name in names:
-            return group
-    raise ConfigError("field", f"a RunConfig field (known: {', '.join(FIELDS)})", name)
-
-
-def field_help(name: str) -> str:
-    """The description of a RunConfig field: what it means, its unit and allowed values.
-
-    >>> field_help("batch_size").split(" (")[0]
-    'GLOBAL minibatch size in examples, summed over all workers'
-    """
-    if name not in RunConfig.model_fields:
-        raise ConfigError("field", f"a RunConfig field (known: {', '.join(FIELDS)})", name)
-    return RunConfig.model_fields[name].description or ""
-
-
-def config_schema() -> dict[str, Any]:
-    """RunConfig's JSON schema, each property also carrying its `group` (a GROUP_TITLES key).
-
-    The descriptions are the fields' own, so the schema, `--help` and the dashboard's
-    tooltips say the same thing.
-    """
-    schema = RunConfig.model_json_schema()   # each property carries its group (json_schema_extra)
-    schema["groups"] = {g: {"title": GROUP_TITLES[g], "fields": list(names)} for g, names in FIELD_GROUPS.items()}
-    return schema
-
-
-def _to_config_error(exc: ValidationError, data: dict[str, Any]) -> ConfigError:
-    """Turn pydantic's first error into our `<field>: <allowed>, got <value>` form."""
-    err = exc.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
-    if err["type"] == "extra_forbidden":
-        field = loc[0] if loc else "config"
-        return ConfigError(field, f"not a RunConfig field (known: {', '.join(FIELDS)})", data.get(field))
-    ctx_err = err.get("ctx", {}).get("error")
-    if isinstance(ctx_err, ConfigError):
-        return ctx_err
-    field = loc[0] if loc else "config"
-    value = data.get(field, err.get("input"))
-    marker = _field_allowed(field)
-    if err["type"] == "literal_error":
-        allowed = "one of " + err["ctx"]["expected"]
-    elif marker is not None and err["type"] in _OUT_OF_BOUNDS:
-        allowed = marker.text
-    elif err["type"] == "too_large":
-        allowed = f"{marker.text if marker is not None else 'a whole number'} (at most 10^15)"
-    elif marker is not None and marker.says_type and err["type"] == "wrong_type":
-        allowed = f"{marker.text} (not true/false)"
-    else:
-        allowed = _allowed(err["msg"])
-    return ConfigError(field, allowed, value)

@@ -1,7 +1,7 @@
 """The server roles on the virtual clock: a role's core (`comm.roles`) behind its service
 queue (`SimServerState`) and the front-end each virtual worker sees (`SimServer`), served
 from the role's table of operations like every transport's front-end. The server
-lockstep (`sim_server`) replays its workers against the same state and the same `serve`.
+lockstep (`sim.server`) replays its workers against the same state and the same `serve`.
 cgdp's master, whose transfers go over each worker's own links, has its own (`sim.py`).
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ...comm.base import RoleFrontEnd, RoleOp, role_op
-from ...sim.clock import Scheduler, Task, VProc
-from ...sim.costs import SimCosts
+from ..comm.base import RoleFrontEnd, RoleOp, role_op
+from .clock import Scheduler, Task, VProc
+from .costs import SimCosts
 
 
 class SimServerState:

@@ -1,0 +1,183 @@
+"""Run directories: claiming one for a run, staging an overwrite, committing it, and
+releasing or reclaiming a claim."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..util.fileio import exchange_dirs
+from .records import RUN_FILES
+from .store import SPOOL
+
+CLAIM = ".workbench-claim"   # in a run directory from its claim until summary.json is written
+CHECKPOINTS = "checkpoints"  # in a run directory: what a resumed run continues from (`workbench.checkpoint`)
+
+
+class UncommittedRunError(FileNotFoundError):
+    """A run directory without its summary.json: claimed by a run that has not finished
+    writing it (still running, or stopped mid-save)."""
+
+
+def uncommitted_message(d: Path) -> str:
+    """What an uncommitted run directory holds, in one line."""
+    claim = d / CLAIM
+    who = ""
+    if claim.exists():
+        try:
+            who = f", claimed by process {int(claim.read_text().strip())}"
+        except (OSError, ValueError):
+            who = ", claimed"
+    kept = sorted(p.name for p in d.iterdir() if p.name in RUN_FILES)
+    return (f"{d}: an uncommitted run directory (no summary.json{who}: a run still writing, or one stopped "
+            f"mid-save); it holds {', '.join(kept) if kept else 'no run files'}")
+
+
+def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True) -> Path:
+    """Claim `out` for one run, atomically, before it trains; returns the directory claimed.
+
+    A new directory is made with `os.mkdir` (exactly one caller succeeds), mode 0700 when
+    `private` (only this user; else as the umask says); an existing one that holds no run
+    is claimed by creating its CLAIM marker exclusively. If either is taken (another run
+    claimed it first, or it holds a run and `overwrite` is not set), the first free sibling
+    `out-2`, `out-3`, ... is claimed instead, so two runs given the same directory (or the
+    same default name in the same second) never collide. With `overwrite`, a directory
+    holding a committed run is not touched: the new run is written beside it, in a staging
+    directory (`claim_stage`, `.NAME.overwrite-PID-K`), which replaces it only once the new
+    run commits (`replace_run_dir`); `final_dir` names where a claimed directory ends up.
+    The marker stays until `RunResult.save` has written summary.json (the commit)."""
+    base = Path(out)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    path, k = base, 1
+    while True:
+        try:
+            os.mkdir(path, 0o700 if private else 0o777)
+            usable = True
+        except FileExistsError:
+            committed = (path / "summary.json").exists()
+            if overwrite and k == 1 and committed and path.is_dir():
+                return claim_stage(path, private)
+            usable = path.is_dir() and ((overwrite and k == 1) or not committed)
+        if usable and _take_claim(path, private):
+            return path
+        k += 1
+        path = base.parent / f"{base.name}-{k}"
+
+
+def _take_claim(path: Path, private: bool) -> bool:
+    """Create `path`'s CLAIM marker exclusively, holding this process's id; False when
+    another run holds it."""
+    try:
+        fd = os.open(path / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600 if private else 0o644)
+    except FileExistsError:
+        return False     # another run's claim
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
+_STAGE = re.compile(r"\.(?P<name>.+)\.overwrite-[0-9]+-[0-9]+")
+
+
+def claim_stage(final: str | Path, private: bool = True) -> Path:
+    """A fresh staging directory beside `final` (`.NAME.overwrite-PID-K`, claimed) for a
+    run that is to replace the committed run in `final` once it commits itself."""
+    final = Path(final)
+    k = 1
+    while True:
+        stage = final.parent / f".{final.name}.overwrite-{os.getpid()}-{k}"
+        try:
+            os.mkdir(stage, 0o700 if private else 0o777)
+        except FileExistsError:
+            k += 1
+            continue
+        _take_claim(stage, private)
+        return stage
+
+
+def final_dir(claimed: str | Path) -> Path:
+    """Where a claimed run directory ends up: the run it replaces for a staging directory
+    (`claim_stage`), else itself.
+
+    >>> str(final_dir("runs/.a.overwrite-12-1")), str(final_dir("runs/a-2"))
+    ('runs/a', 'runs/a-2')
+    """
+    p = Path(claimed)
+    m = _STAGE.fullmatch(p.name)
+    return p.parent / m.group("name") if m else p
+
+
+def replace_run_dir(stage: str | Path, final: str | Path) -> Path:
+    """Put the committed run in `stage` where `final` is, and remove the run `final` held.
+
+    Files of `final` that are no run's (a user's notes) move into the new run first. Then
+    the two directories are swapped in one step where the kernel offers it
+    (`exchange_dirs`), so `final` always holds a committed run; elsewhere `final` is
+    renamed aside first (a crash between the two renames leaves both runs, hidden beside
+    it). Returns `final`."""
+    stage, final = Path(stage), Path(final)
+    ours = set(RUN_FILES) | {SPOOL, CLAIM, CHECKPOINTS}
+    if final.is_dir():
+        for entry in final.iterdir():
+            if entry.name not in ours and not (stage / entry.name).exists():
+                os.rename(entry, stage / entry.name)
+    old = stage
+    if not (final.exists() and exchange_dirs(stage, final)):
+        old = final.parent / f".{final.name}.replaced-{os.getpid()}"
+        if final.exists():
+            os.rename(final, old)
+        os.rename(stage, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def reclaim_run_dir(path: str | Path) -> Path:
+    """Claim an uncommitted (or stopped) run directory again, to resume the run in it: its
+    CLAIM marker names a process that is gone (or there is none). FileExistsError naming
+    the process when a live one holds it (that run is still writing it)."""
+    d = Path(path)
+    claim = d / CLAIM
+    try:
+        pid = int(claim.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+        else:
+            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+    claim.unlink(missing_ok=True)
+    if not _take_claim(d, private=not (d.stat().st_mode & 0o077)):
+        raise FileExistsError(f"{d}: claimed by another run as this one started")
+    return d
+
+
+def release_claim(path: str | Path) -> None:
+    """A claimed directory whose run ended before saving: drop the claim, and the
+    directory if nothing else is in it (a staging directory whole: the run it was to
+    replace stays as it was)."""
+    d = Path(path)
+    if final_dir(d) != d:
+        shutil.rmtree(d, ignore_errors=True)
+        return
+    (d / CLAIM).unlink(missing_ok=True)
+    try:
+        d.rmdir()
+    except OSError:
+        pass
+
+
+def free_run_dir(parent: str | Path, name: str) -> Path:
+    """`parent/name`, or `parent/name-2`, `-3`, ... : the first that holds no run yet (a
+    second session writing into the same folder must not replace the first one's runs)."""
+    parent = Path(parent)
+    path, k = parent / name, 1
+    while (path / "summary.json").exists():
+        k += 1
+        path = parent / f"{name}-{k}"
+    return path
