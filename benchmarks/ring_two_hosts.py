@@ -10,7 +10,7 @@ by a veth pair whose two ends are shaped by the kernel's token bucket filter (`t
 two workers crosses the shaped link through both hosts' TCP stacks, as between two
 machines. Each rate's link is first measured on its own (one TCP stream of 32 MB), then
 each buffer is allreduced in interleaved rounds by the ring over Dask and, when torch is
-installed, by gloo between the same two processes (`analysis.allreduce.allreduce_rounds`).
+installed, by gloo between the same two processes (`bench.allreduce.allreduce_rounds`).
 
 Beside each time, the cost model's: for P = 2 the ring swaps whole buffers, one message
 of n bytes each way (`comm.ring`), so T = alpha + n beta (`comm.network.message_time`),
@@ -139,8 +139,8 @@ def main() -> int:
         return 2
     from distributed import Client
 
-    from workbench.analysis.allreduce import GLOO, RING, _free_port, allreduce_rounds, summarise
-    from workbench.analysis.torchpeer import torch_available
+    from workbench.bench.allreduce import GLOO, RING, _free_port, allreduce_rounds, summarise
+    from workbench.bench.torchpeer import torch_available
     from workbench.comm.network import message_time
     from workbench.comm.ring import install
     sizes = [int(x) for x in args.sizes.split(",")]

@@ -69,4 +69,4 @@ PYEOF
 fi
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import cupy, dask_cuda; print('cupy', cupy.__version__, '| dask-cuda', dask_cuda.__version__, '| GPUs', cupy.cuda.runtime.getDeviceCount())"
-"$PY" -m workbench.apps.gpucheck
+"$PY" -m workbench.bench.gpucheck

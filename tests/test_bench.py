@@ -7,7 +7,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from workbench.analysis.bench import _bench_config, bare_sync, plain_processes
+from workbench.bench.throughput import _bench_config, bare_sync, plain_processes
 from workbench.comm.shm import allreduce_nbytes, create_segment, unlink_segment
 from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
@@ -41,7 +41,7 @@ def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
     import subprocess
     import sys
     ballast = np.ones(80 * 2**20, np.float32)               # 320 MB, touched
-    code = ("import resource; from workbench.sim.bench import peak_rss_bytes; "
+    code = ("import resource; from workbench.bench.simulated import peak_rss_bytes; "
             "print(peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     own, maxrss = map(int, out.stdout.split())
@@ -55,7 +55,7 @@ def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
 def test_a_step_the_noise_hid_is_reported_unresolved_not_met(monkeypatch, capsys):
     # One sync step is timed as (long run - short run) / steps between: where the machine's
     # noise made the long run no slower, the ratio is unknown, not 0x (it printed "0.00x: met").
-    from workbench.sim import bench
+    from workbench.bench import simulated as bench
     monkeypatch.setattr(bench, "loop_seconds", lambda config: (1.0, 1.0, {}))
     monkeypatch.setattr(bench, "maths_seconds", lambda config, slices=1, stack=1: (1.0, 1.0))
     monkeypatch.setattr(bench, "step_runs", lambda a, w, r: (1.0, 0.9) if a == "sync_sgd" else (0.5, 0.9))
@@ -71,7 +71,7 @@ def test_the_maths_floor_at_a_stacking_is_the_same_maths(stack):
     # The floor under an asynchronous run (its slices' maths `stack` at a time in one stacked
     # pass) must be the maths it stands for: every replica ends bitwise where the plain,
     # call-by-call loop leaves it (3 does not divide 8: a last, smaller pass).
-    from workbench.sim.bench import epoch_config, maths_seconds
+    from workbench.bench.simulated import epoch_config, maths_seconds
     config = epoch_config("sgd", 8, per_worker=4, steps=3)
     plain, stacked = [], []
     maths_seconds(config, 8, out=plain)
@@ -82,7 +82,7 @@ def test_the_maths_floor_at_a_stacking_is_the_same_maths(stack):
 
 
 def test_the_bench_says_how_each_simulated_epoch_ran(monkeypatch, capsys):
-    from workbench.sim import bench
+    from workbench.bench import simulated as bench
     per_pass = {"sync_sgd": None, "async_sgd": 2.03, "hogwild_sgd": None, "easgd": 58.2}
     path = {"sync_sgd": "lockstep", "hogwild_sgd": "lockstep", "easgd": "lockstep"}
     stacks: list[int] = []
@@ -122,7 +122,7 @@ def test_the_allreduce_table_times_every_method_and_counts_the_rings_bytes(gloo)
     row and a note says why."""
     if gloo:
         pytest.importorskip("torch")
-    from workbench.analysis.allreduce import allreduce_table, format_table
+    from workbench.bench.allreduce import allreduce_table, format_table
     n = 1000
     table, notes = allreduce_table(ranks=(2, 3), sizes=(n,), rounds=4, links=("tcp",), gloo=gloo)
     methods = {"ring", "shared memory"} | ({"gloo"} if gloo else set())
@@ -141,7 +141,7 @@ def test_the_allreduce_table_times_every_method_and_counts_the_rings_bytes(gloo)
 
 
 def test_without_torch_the_allreduce_table_leaves_gloo_out_and_says_so(monkeypatch):
-    from workbench.analysis import allreduce, torchpeer
+    from workbench.bench import allreduce, torchpeer
     monkeypatch.setattr(torchpeer, "torch_available", lambda: False)
     assert allreduce.gloo_plan(None) == (False, [allreduce.NO_TORCH])
     assert allreduce.gloo_plan(False) == (False, [])          # --no-torch: asked, nothing to explain
@@ -151,6 +151,6 @@ def test_every_communication_pattern_says_what_it_spends():
     """The bench's notes explain any algorithm under 0.8 of its limit by its pattern."""
     from workbench.algorithms import REGISTRY
     from workbench.algorithms.registry import PATTERNS
-    from workbench.analysis.bench import SPENDS
+    from workbench.bench.throughput import SPENDS
     assert set(SPENDS) == set(PATTERNS)
     assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)

@@ -313,7 +313,7 @@ def test_matches_pytorch_autograd():
 def test_the_benchmark_peer_is_the_same_model():
     # bench --gpt times torch_gpt against ours: it must compute the same loss and gradients
     torch = pytest.importorskip("torch")
-    from workbench.analysis.gptbench import torch_gpt
+    from workbench.bench.gpt import torch_gpt
     model = tiny(n_layers=2, d_model=12, n_heads=3, context=6, vocab=9)
     X, y = tokens(model, B=3, seed=6)
     p = params64(model, seed=3).astype(np.float32)

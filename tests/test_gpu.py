@@ -5,7 +5,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_gpu_check_passes():
-    from workbench.apps.gpucheck import main
+    from workbench.bench.gpucheck import main
     assert main() == 0
 
 

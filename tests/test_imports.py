@@ -193,7 +193,8 @@ LAYERS = [
     {"execution", "sim.transport", "sim.lockstep", "sim.server", "sim.roles"},   # the simulator's transport
     #                                           and its fast drivers: a transport beside threads and Dask
     {"analysis"},
-    {"sim.run", "sim.bench", "sim.validate", "sim.crossover"},  # what runs simulations: above the engine
+    {"sim.run", "sim.validate", "sim.crossover"},  # what runs simulations: above the engine
+    {"bench"},                                # the benchmarks and measurement tools: they run all of the above
     {"api"},                                  # wb.run, wb.sweep, wb.load: what the apps and the ui call
     {"apps", "ui", "__main__"},
 ]

@@ -117,7 +117,8 @@ def test_a_dask_run_obeys_the_time_identities(client, tiny):
 
 
 def test_every_consumer_reads_the_same_steady_throughput(tmp_path, tiny):
-    from workbench.analysis import bench, costmodel, sweep
+    from workbench.analysis import costmodel, sweep
+    from workbench.bench import throughput as bench
     result = wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=60), cluster="threads", progress=False)
     expected = result.summary["samples_per_s"]
     assert costmodel.training_throughput(result) == pytest.approx(expected)

@@ -109,9 +109,9 @@ def test_cnn_through_the_simulator_and_its_check_against_the_cost_model():
 
 
 def test_cnn_through_the_benchmarks():
-    from workbench.analysis.bench import compute_only
     from workbench.analysis.costmodel import n_params_of
-    from workbench.sim.bench import maths_seconds
+    from workbench.bench.simulated import maths_seconds
+    from workbench.bench.throughput import compute_only
     got = compute_only(cnn(algorithm="sync_sgd", cpus=2).to_dict(), seconds=0.2)
     assert got["samples"] > 0 and got["seconds"] > 0
     wall, cpu = maths_seconds(cnn(steps=2), slices=2)
@@ -125,7 +125,7 @@ def test_cnn_through_the_benchmarks():
 
 @pytest.mark.gpu
 def test_cnn_through_the_gpu_check_plain_loop():
-    from workbench.apps.gpucheck import plain_cupy_loop
+    from workbench.bench.gpucheck import plain_cupy_loop
     assert plain_cupy_loop(cnn(batch_size=64), seconds=0.5) > 0
 
 
@@ -140,8 +140,8 @@ def test_the_cli_checks_a_run_once_and_prints_each_warning_once(tmp_path, monkey
     def counted(config, overwrite=False):
         calls.append(config.algorithm)
         return real(config, overwrite=overwrite)
+    monkeypatch.setattr("workbench.api.preflight", counted)   # first: importing api here binds the real one
     monkeypatch.setattr(PF, "preflight", counted)
-    monkeypatch.setattr("workbench.api.preflight", counted)
     out = tmp_path / "run"
     with warnings.catch_warnings():
         warnings.simplefilter("error")     # api.run must not warn what the CLI already printed

@@ -367,7 +367,7 @@ def test_the_checkpoint_bench_reports_the_cost_and_its_share():
     the client's write of it, and the share at the default interval is that over 60 s."""
     import argparse
 
-    from workbench.analysis.ckptbench import measure
+    from workbench.bench.checkpoints import measure
     args = argparse.Namespace(sizes="teaching", seconds=0.5, rounds=1, every=20, cpus=2, tau=1, n_features=None,
                               hidden=None, batch_per_worker=None)
     (row,) = measure(args, "threads")

@@ -226,7 +226,7 @@ def test_server_lockstep_stacks_every_worker(algorithm):
     # the point of it: 64 workers' computes in passes of (nearly) all 64, where the per-worker
     # path's pool batches only the computes whose virtual times overlap (the bench's epoch: the
     # server's queue staggers the workers by its service times)
-    from workbench.sim.bench import epoch_config
+    from workbench.bench.simulated import epoch_config
     config = epoch_config(algorithm, 64, 32, steps=12)
     fast, oracle = SimTransport(), SimTransport(lockstep=False)
     a, b = execute(config, fast), execute(config, oracle)

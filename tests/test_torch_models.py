@@ -214,7 +214,7 @@ def test_a_torch_model_trains_on_threads_dask_and_the_simulator(client):
 def test_the_benchmark_row_times_the_same_step_on_both_sides():
     # bench --torch-adapter: its process refuses to time two sides whose first losses differ;
     # a tiny size runs it end to end (what it measures is printed by the benchmark, not tested)
-    from workbench.analysis.adapterbench import measure
+    from workbench.bench.adapter import measure
     row = measure((8, 6, 3), 4, rounds=1, steps=2)
     assert row["n_params"] == 8 * 6 + 6 + 6 * 3 + 3 and row["adapter_ms"] > 0 and row["plain_ms"] > 0
     assert row["ratio"] == pytest.approx(row["adapter_ms"] / row["plain_ms"])

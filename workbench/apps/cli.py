@@ -243,7 +243,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
                             "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
-                       help="instead: what the simulated cluster costs (workbench.sim.bench): a simulated epoch "
+                       help="instead: what the simulated cluster costs (workbench.bench.simulated): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")
     bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
@@ -253,17 +253,17 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                             "validate): the table, with the load and whether each is within +-15%%")
     bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
     bench.add_argument("--checkpoints", action="store_true",
-                       help="instead: what checkpoints cost (workbench.analysis.ckptbench): runs interleaved without "
+                       help="instead: what checkpoints cost (workbench.bench.checkpoints): runs interleaved without "
                             "and with a checkpoint every --every steps, the cost of one, its share of step time at "
                             "that interval and at the default (60 s)")
     bench.add_argument("--every", type=int, default=200, help="--checkpoints: steps between checkpoints")
     bench.add_argument("--gpt", action="store_true",
                        help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
-                            "in PyTorch eager on one core (workbench.analysis.gptbench; needs torch): the ratio per size")
+                            "in PyTorch eager on one core (workbench.bench.gpt; needs torch): the ratio per size")
     bench.add_argument("--torch-adapter", action="store_true",
                        help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
                             "a plain PyTorch loop of the same module and batch, one core each "
-                            "(workbench.analysis.adapterbench; skipped without torch): the ratio per size")
+                            "(workbench.bench.adapter; skipped without torch): the ratio per size")
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -337,21 +337,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lessons(args)
         if args.command == "bench":
             if args.simulated:
-                from ..sim.bench import main as sim_bench_main
+                from ..bench.simulated import main as sim_bench_main
                 return sim_bench_main(args)
             if args.sim_vs_real:
                 from ..sim.validate import main as sim_vs_real_main
                 return sim_vs_real_main(args)
             if args.checkpoints:
-                from ..analysis.ckptbench import main as checkpoints_main
+                from ..bench.checkpoints import main as checkpoints_main
                 return checkpoints_main(args)
             if args.gpt:
-                from ..analysis.gptbench import main as gpt_bench_main
+                from ..bench.gpt import main as gpt_bench_main
                 return gpt_bench_main(args)
             if args.torch_adapter:
-                from ..analysis.adapterbench import main as adapter_bench_main
+                from ..bench.adapter import main as adapter_bench_main
                 return adapter_bench_main(args)
-            from .bench import main as bench_main
+            from ..bench.command import main as bench_main
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)

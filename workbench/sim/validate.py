@@ -230,7 +230,7 @@ def quiet_enough(before: Sequence[float], after: Sequence[float], cores: int | N
     `util.machine`), under `util.machine.OTHERS_NOTICEABLE` of them; elsewhere the 1-minute
     load after under `QUIET_LOAD` a core. The load after counts the benchmark's own runs (2
     busy workers on 2 cores leave it near 1 a core), so where the split is known it is not
-    read: before 2026-12-04 it was, and the rule could call a run quiet only by chance.
+    read: reading it, the rule would call a run quiet only by chance.
     `before` / `after` are `os.getloadavg()` triples (nan where the platform has none: not quiet).
 
     >>> quiet_enough((0.1, 0.2, 3.0), (1.9, 0.9, 0.5), cores=2, others=0.05)

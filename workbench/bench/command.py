@@ -1,10 +1,10 @@
 """`python -m workbench bench`: the benchmark's command (arguments, sizes and rounds, the printout).
 
-The measurements and the table's maths are `workbench.analysis.bench`'s (see its docstring
+The measurements and the table's maths are `workbench.bench.throughput`'s (see its docstring
 for what is measured and against what); the torch peer's rows are
-`workbench.analysis.torchpeer`'s, present only when torch is importable (a note says so
+`workbench.bench.torchpeer`'s, present only when torch is importable (a note says so
 otherwise); the allreduce table that ends the printout (and is all `--allreduce` prints)
-is `workbench.analysis.allreduce`'s. `--compare CSV` prints each row beside the same row
+is `workbench.bench.allreduce`'s. `--compare CSV` prints each row beside the same row
 of a table saved with `--out`.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.bench import (
+from .throughput import (
     Bench,
     Entry,
     Size,
@@ -33,7 +33,7 @@ from ..analysis.bench import (
     spending_notes,
     verdict,
 )
-from ..analysis.torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_available
+from .torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_available
 
 # ------------------------------------------------------------------------------ the table
 TORCH_MISSING = ("PyTorch rows (its no-exchange limit, DDP, gloo's all_reduce) not measured: torch is not "
@@ -106,8 +106,8 @@ def allreduce_path(out: str) -> str:
 
 def saved_table(path: str) -> pd.DataFrame:
     """A table an earlier bench wrote with --out (ConfigError if it is not one)."""
-    from ..analysis.bench import COMPARE_KEYS
     from ..config import ConfigError
+    from .throughput import COMPARE_KEYS
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError):
@@ -165,8 +165,8 @@ def print_comparison(table: pd.DataFrame, path: str) -> None:
 
 
 def allreduce_main(args: argparse.Namespace) -> int:
-    """`bench --allreduce`: the allreduce table alone (`analysis.allreduce`)."""
-    from ..analysis.allreduce import ROUNDS, allreduce_table, format_table, header_line
+    """`bench --allreduce`: the allreduce table alone (`bench.allreduce`)."""
+    from .allreduce import ROUNDS, allreduce_table, format_table, header_line
     rounds = int(getattr(args, "rounds", None) or ROUNDS)
     print(header_line(rounds) + "; other processes share the host", flush=True)
     table, notes = allreduce_table(rounds=rounds, gloo=False if args.no_torch else None)
@@ -246,7 +246,7 @@ def main(args: argparse.Namespace) -> int:
           f"(whole 3-step run {warm_run_s:.2f} s)")
     if args.no_torch or not torch_available():
         notes.append("--no-torch: PyTorch rows not measured" if args.no_torch else TORCH_MISSING)
-    from ..analysis.allreduce import allreduce_table, format_table, header_line
+    from .allreduce import allreduce_table, format_table, header_line
     print("\n" + header_line(ALLREDUCE_ROUNDS), flush=True)
     exchanges, more = allreduce_table(rounds=ALLREDUCE_ROUNDS, gloo=False if args.no_torch else None)
     print(format_table(exchanges))

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from .bench import STEADY_FROM, Bench
+from .throughput import STEADY_FROM, Bench
 
 
 # ------------------------------------------------------------------------------ the torch peer
@@ -36,7 +36,7 @@ def _torch(b: Bench, mode: str) -> dict | None:
     threads = b.config("sync_sgd", 10).blas_threads   # the same threads as our workers (util.blas)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     try:
-        proc = subprocess.run([sys.executable, "-c", f"from workbench.analysis.torchpeer import torch_main; torch_main({json.dumps(spec)!r})"],
+        proc = subprocess.run([sys.executable, "-c", f"from workbench.bench.torchpeer import torch_main; torch_main({json.dumps(spec)!r})"],
                               capture_output=True, text=True, env=env, timeout=b.args.seconds * 10 + 180)
     except subprocess.TimeoutExpired:
         b.notes.append(f"PyTorch {mode} did not finish within {b.args.seconds * 10 + 180:.0f} s; left out")
@@ -75,7 +75,7 @@ def _gloo_entry(b: Bench) -> dict | None:
 
 class GlooComm:
     """torch.distributed's gloo allreduce in this process: the peer of our allreduces in
-    `analysis.allreduce`, a process group over tcp (rank 0 listens on host:port).
+    `bench.allreduce`, a process group over tcp (rank 0 listens on host:port).
 
     Args:
         rank, size: this process's place in the group.

@@ -149,7 +149,7 @@ def measure(size: tuple[int, ...], rounds: int = 5, steps: int = 10) -> dict[str
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     env = {**os.environ, **ONE_THREAD}
     spec = json.dumps({"size": list(size), "rounds": int(rounds), "steps": int(steps)})
-    proc = subprocess.run([sys.executable, "-c", f"from workbench.analysis.gptbench import child; child({spec!r})"],
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench.gpt import child; child({spec!r})"],
                           capture_output=True, text=True, env=env, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:

@@ -7,9 +7,9 @@ seconds from the signal to the commit (summary.json written) and to the process'
 (report.html included), and checks the directory it left: committed, status stopped,
 steps.csv holding every step the summary counts.
 
-    python -m workbench.apps.recordbench --seconds 120
-    python -m workbench.apps.recordbench --seconds 120 --pythonpath /path/to/another/checkout   # compare
-    python -m workbench.apps.recordbench --synthetic 2000000   # the record path alone, in this process
+    python -m workbench.bench.records --seconds 120
+    python -m workbench.bench.records --seconds 120 --pythonpath /path/to/another/checkout   # compare
+    python -m workbench.bench.records --synthetic 2000000   # the record path alone, in this process
 
 It prints numbers, nothing is asserted: timings belong here, not in tests.
 """

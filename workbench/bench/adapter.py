@@ -110,7 +110,7 @@ def measure(widths: tuple[int, ...], batch: int, rounds: int = 7, steps: int = 3
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     spec = json.dumps({"widths": list(widths), "batch": int(batch), "rounds": int(rounds), "steps": int(steps)})
     proc = subprocess.run([sys.executable, "-c",
-                           f"from workbench.analysis.adapterbench import child; child({spec!r})"],
+                           f"from workbench.bench.adapter import child; child({spec!r})"],
                           capture_output=True, text=True, env={**os.environ, **ONE_THREAD}, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:

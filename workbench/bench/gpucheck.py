@@ -1,4 +1,4 @@
-"""`python -m workbench.apps.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
+"""`python -m workbench.bench.gpucheck`: the GPU paths on a machine with an NVIDIA GPU.
 
 Checks, and prints one short table:
 1. a plain CuPy training loop (the limit a CuPy worker is compared with);
@@ -116,10 +116,10 @@ def every_algorithm(gpu_client, cpu_client, gpu: bool = True, steps: int = 40) -
 
 
 def main() -> int:
-    from ..analysis.bench import steady_throughput
     from ..config import RunConfig
     from ..execution.cluster import close_client, make_cluster, shared_gpu_cluster
     from ..execution.engine import run
+    from .throughput import steady_throughput
 
     base = RunConfig(dataset="synthetic", n_samples=60000, n_features=784, hidden=[512, 256], model="mlp",
                      batch_size=512, lr=0.05, momentum=0.0, steps=400, eval_every=10**9, seed=0, cpus=0, gpus=1)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, parse_interval
-from .bench import _bench_config, _sizes
+from .throughput import _bench_config, _sizes
 
 
 def measure(args: argparse.Namespace, client: Any, algorithm: str = "sync_sgd") -> list[dict]:

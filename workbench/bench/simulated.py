@@ -19,9 +19,9 @@ drifts), with the process's CPU time of the whole call beside them (a busy machi
 inflates it far less). The simulation's is `sim_wall_s`, which holds its workers' set-up,
 steps and the final evaluation every run ends with; `sgd`'s is its steps
 (`train_time_s`) plus one evaluation of the same sets timed in the same run
-(`eval_seconds`), so the two hold the same work (before 2026-12-04 the bench set the
-simulation against `sgd`'s steps alone, which left ~0.011 s of evaluation, 15% of `sgd`'s
-epoch here, on the simulation's side only; that ratio is printed too). `sgd` is
+(`eval_seconds`), so the two hold the same work (set against `sgd`'s steps alone, the
+simulation would carry ~0.011 s of evaluation, 15% of `sgd`'s epoch here, on its side
+only; that ratio is printed too). `sgd` is
 timed twice: with the BLAS threads as found (OPENBLAS_* as set here), and with one BLAS
 thread, as the simulated workers compute (each a core, like a real worker process). On a
 busy 2-core box the two differ by an order of magnitude: a second BLAS thread waits for
@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from ..config import RunConfig
-from .calibration import _one_blas_thread
+from ..sim.calibration import _one_blas_thread
 
 ASYNC = ("async_sgd", "hogwild_sgd", "easgd")
 TARGETS = {"sync": 1.5, "async": 2.0, "step": 2.0, "memory_gb": 0.5}   # issue 24's
@@ -74,7 +74,7 @@ def loop_seconds(config: RunConfig) -> tuple[float, float, dict[str, Any]]:
     sim_computes_per_pass; empty for sgd)."""
     c0 = time.process_time()
     if config.simulate:
-        from .run import run_simulated
+        from ..sim.run import run_simulated
         summary = run_simulated(config).summary
         wall = float(summary["sim_wall_s"])
         how = {"path": summary.get("sim_path"), "per_pass": summary.get("sim_computes_per_pass")}
@@ -179,7 +179,7 @@ def memory_main(spec_json: str) -> None:
     print one JSON line with the peak RSS (`peak_rss_bytes`) before and after."""
     spec = json.loads(spec_json)
     from ..problem import Problem
-    from .run import run_simulated
+    from ..sim.run import run_simulated
     config = RunConfig(algorithm=spec["algorithm"], dataset="digits", model="mlp", cpus=spec["workers"],
                        batch_size=spec["workers"], steps=spec["steps"], lr=0.05, seed=0, eval_every=10**9,
                        simulate=True, cpu_device="power8")
@@ -194,7 +194,7 @@ def memory_main(spec_json: str) -> None:
 
 def measure_memory(algorithm: str, workers: int, steps: int = 3) -> dict[str, Any]:
     spec = json.dumps({"algorithm": algorithm, "workers": workers, "steps": steps})
-    proc = subprocess.run([sys.executable, "-c", f"from workbench.sim.bench import memory_main; memory_main({spec!r})"],
+    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench.simulated import memory_main; memory_main({spec!r})"],
                           capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:

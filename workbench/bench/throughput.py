@@ -17,12 +17,12 @@ Every throughput is divided by its own system's limit, measured around it (a sha
 machine's speed drifts over a minute): absolute CPU numbers compare NumPy's BLAS with
 torch's, not the parallel machinery. A benchmark, not a test.
 
-The measurements are a list of `Entry`s (`apps/bench.entries()`), one row each; a new
+The measurements are a list of `Entry`s (`bench.command.entries()`), one row each; a new
 exchange or peer is one more entry. This module holds the measurements and the table's
 maths (and `compare_tables`, a saved table's rows beside a new one's); the torch peer is
-`analysis/torchpeer.py`, the allreduce table (the ring over Dask, gloo and shared memory
-at 2-4 workers) `analysis/allreduce.py`, the command (`python -m workbench bench`:
-arguments, the run over sizes and rounds, the printout) `apps/bench.py`.
+`bench/torchpeer.py`, the allreduce table (the ring over Dask, gloo and shared memory
+at 2-4 workers) `bench/allreduce.py`, the command (`python -m workbench bench`:
+arguments, the run over sizes and rounds, the printout) `bench/command.py`.
 """
 from __future__ import annotations
 
