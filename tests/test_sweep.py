@@ -191,3 +191,24 @@ def test_wb_sweep_stays_the_function_after_the_analysis_module_is_imported():
     import workbench as wb
     table = wb.sweep(RunConfig(algorithm="sgd", batch_size=64, **DIGITS), workers=[1], progress=False)
     assert table.workers.tolist() == [1] and table.speedup.tolist() == [1.0]
+
+
+def test_the_cli_and_the_api_check_a_sweep_once_by_its_plan(monkeypatch, tmp_path, capsys):
+    """`Sweep.plan` is the one check of a sweep's arguments: the CLI plans once (before the
+    machine's checks) and hands the plan on, and its refusals are the API's, word for word."""
+    from workbench.analysis.sweep import Sweep
+    from workbench.apps import cli
+    plans = []
+    real = Sweep.plan.__func__
+    monkeypatch.setattr(Sweep, "plan", classmethod(lambda cls, *a, **k: (plans.append(a[1]), real(cls, *a, **k))[1]))
+    assert cli.main(["sweep", "--algorithm", "sync_sgd", "--workers", "1,2", "--max-rounds", "2", "--no-progress"]) == 2
+    said = capsys.readouterr().err
+    with pytest.raises(ConfigError) as api_said:
+        sweep(RunConfig(algorithm="sync_sgd"), [1, 2], max_rounds=2, progress=False)
+    assert str(api_said.value) == "max_rounds: a whole number of rounds >= rounds (3), got 2" in said
+    plans.clear()
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2", "--steps", "3",
+                     "--out", str(out), "--no-progress"]) == 0
+    assert plans == [[1, 2]]                                   # planned once, run from the plan
+    assert pd.read_csv(out / "sweep.csv")["workers"].tolist() == [1, 2]

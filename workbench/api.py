@@ -382,36 +382,34 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     Raises:
         ConfigError: a bad argument, before any run starts.
     """
+    from .analysis.sweep import Sweep
+
+    plan = Sweep.plan(config, workers, mode, simulate=simulate, rounds=rounds, max_rounds=max_rounds,
+                      budget_s=budget_s)
+    return run_sweep(plan, cluster=cluster, on_result=on_result, out=out, should_stop=should_stop,
+                     progress=progress, run_point=run_point)
+
+
+def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
+              out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
+              progress: bool = True, run_point: Callable[..., RunResult] | None = None) -> Any:
+    """Run a sweep planned (and so checked) already, `analysis.sweep.Sweep.plan`: what
+    `sweep` does after its checks, and what the CLI calls once it has checked the largest
+    point against the machine. The arguments are `sweep`'s.
+
+    Returns:
+        A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
+    """
     import pandas as pd
 
-    from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, sweep_configs, worker_field
-    from .measure import MAX_ROUNDS, ROUNDS, Repeats
+    from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, worker_field
     from .util.fileio import atomic_write
 
-    if not isinstance(config, (RunConfig, Mapping)):
-        raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
-    if not isinstance(simulate, bool):
-        raise ConfigTypeError("simulate", "True or False", simulate)
-    if not isinstance(config, RunConfig):   # a dict may hold simulation fields (device=...) for simulate=True
-        config = RunConfig.from_dict({**config, "simulate": True} if simulate else dict(config))
-    simulated = simulate or config.simulate
+    config, mode, rounds, simulated = plan.config, plan.mode, plan.rounds, plan.simulated
     if simulated:
-        _check_simulated_sweep(config, cluster)
-        config = config.replace(simulate=True)
-    if rounds is None:
-        rounds = 1 if simulated else ROUNDS
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ConfigTypeError("rounds", "a whole number of rounds >= 1", rounds)
-    if max_rounds is None:
-        max_rounds = rounds if simulated else max(rounds, MAX_ROUNDS)
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < rounds:
-        raise ConfigTypeError("max_rounds", f"a whole number of rounds >= rounds ({rounds})", max_rounds)
-    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, (int, float))
-                                 or not budget_s > 0):
-        raise ConfigTypeError("budget_s", "seconds > 0, or None for no time cap", budget_s)
-    repeats = Repeats([int(w) for w in workers], min_rounds=rounds, max_rounds=max_rounds, budget_s=budget_s)
-    configs = sweep_configs(config, workers, mode)
-    ws = [int(w) for w in workers]
+        _check_simulated_sweep(cluster)
+    repeats = plan.repeats()
+    ws = list(plan.workers)
     in_process = _spec(config).in_process   # sgd: no cluster to start or warm
     if cluster is None and not in_process and not simulated:   # simulated: each point its own
         from .execution.cluster import session_client
@@ -424,7 +422,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     # (Virtual time has no cold workers: a simulated sweep skips it.)
     stopped = False
     if not in_process and not simulated:
-        warm = run(configs[ws.index(max(ws))].replace(steps=2), cluster=cluster, progress=False,
+        warm = run(plan.largest.replace(steps=2), cluster=cluster, progress=False,
                    should_stop=should_stop)
         stopped = warm.status == "stopped"
     rows: list[dict] = []
@@ -438,7 +436,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                 bar.total += len(todo)
                 bar.refresh()
             for w in todo:
-                cfg = configs[ws.index(w)]
+                cfg = plan.config_at(w)
                 if stopped or (should_stop is not None and should_stop()):
                     stopped = True
                     break
@@ -473,13 +471,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     return table
 
 
-def _check_simulated_sweep(config: RunConfig, cluster: Any) -> None:
-    """A simulated sweep's arguments, before any point runs."""
+def _check_simulated_sweep(cluster: Any) -> None:
+    """A simulated sweep's cluster, before any point runs (its config: `Sweep.plan`)."""
     if cluster is not None:
         raise ConfigError("cluster", "None with simulate (each point runs on its own virtual cluster, in this "
                           "process)", cluster if isinstance(cluster, str) else type(cluster).__name__)
-    fixed = _spec(config).workers
-    if fixed is not None:
-        raise ConfigError("algorithm", f"a parallel algorithm with simulate ({config.algorithm} runs on {fixed} "
-                          "worker whatever the sweep varies; sweep sync_sgd instead, which computes the same "
-                          "updates)", config.algorithm)

@@ -29,21 +29,24 @@ is a simulated run with `cpus` or `gpus` virtual workers (up to 1024): throughpu
 times are in virtual seconds (`simulated` is True in every row) and `sim_wall_s` is what
 simulating the point took.
 
-This module holds the sweep's maths (the configs of each point, one row per run, speedup
-and efficiency); running the points is `workbench.sweep` (`workbench.api.sweep`), which
-sits above the runs it starts, so this module never imports the entry point.
+This module holds the sweep's plan and maths (`Sweep`: the arguments checked once, the
+configs of each point and the rounds each runs; one row per run, speedup and efficiency);
+running the points is `workbench.sweep` (`workbench.api.sweep`, `api.run_sweep` for a
+`Sweep` planned already, as the CLI does), which sits above the runs it starts, so this
+module never imports the entry point.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError, RunConfig
-from ..measure import MAX_ROUNDS, ROUNDS  # noqa: F401  (the sweep's defaults, re-exported: one definition)
+from ..config import ConfigError, ConfigTypeError, RunConfig
+from ..measure import MAX_ROUNDS, ROUNDS, Repeats
 from ..results.result import RunResult
 
 MODES = ("strong", "weak")
@@ -134,6 +137,87 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
             raise ConfigError("workers", f"points whose run can be planned {where}: {exc})", w) from None
         out.append(c)
     return out
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A scaling sweep, checked once before any point runs: the config at each worker count
+    (`sweep_configs`), whether the points run simulated, and the rounds each point runs (at
+    least `rounds`; repeated while its rate is not known to +-5%, up to `max_rounds` rounds or
+    `budget_s` seconds: `measure.Repeats`). Make one with `Sweep.plan`; `api.run_sweep` runs it.
+    """
+
+    config: RunConfig
+    workers: tuple[int, ...]
+    mode: str
+    configs: tuple[RunConfig, ...]
+    simulated: bool
+    rounds: int
+    max_rounds: int
+    budget_s: float | None
+
+    @classmethod
+    def plan(cls, config: RunConfig | Mapping[str, Any], workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
+             *, simulate: bool = False, rounds: int | None = None, max_rounds: int | None = None,
+             budget_s: float | None = None) -> Sweep:
+        """Check a sweep's arguments (`api.sweep`'s) and plan its points.
+
+        Args:
+            config: the run (a RunConfig or a dict of its fields).
+            workers: worker counts; speedup is against the first.
+            mode: "strong" or "weak".
+            simulate: every point on the simulated cluster (also when `config.simulate`).
+            rounds: runs of each point at least (default `measure.ROUNDS`; 1 simulated).
+            max_rounds: runs of a point at most while its rate is not known to +-5%
+                (default `measure.MAX_ROUNDS`, at least `rounds`; simulated: `rounds`).
+            budget_s: seconds after which no point repeats; None: no time cap.
+        Returns:
+            The checked `Sweep`.
+        Raises:
+            ConfigError: a bad argument, naming it (`ConfigTypeError` for a wrong type).
+        """
+        if not isinstance(config, (RunConfig, Mapping)):
+            raise ConfigTypeError("config", "a RunConfig or a dict of its fields", config)
+        if not isinstance(simulate, bool):
+            raise ConfigTypeError("simulate", "True or False", simulate)
+        if not isinstance(config, RunConfig):   # a dict may hold simulation fields (device=...) for simulate=True
+            config = RunConfig.from_dict({**config, "simulate": True} if simulate else dict(config))
+        simulated = simulate or config.simulate
+        if simulated:
+            from ..algorithms.registry import specs
+            fixed = specs()[config.algorithm].workers
+            if fixed is not None:
+                raise ConfigError("algorithm", f"a parallel algorithm with simulate ({config.algorithm} runs on "
+                                  f"{fixed} worker whatever the sweep varies; sweep sync_sgd instead, which computes "
+                                  "the same updates)", config.algorithm)
+            config = config.replace(simulate=True)
+        if rounds is None:
+            rounds = 1 if simulated else ROUNDS
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ConfigTypeError("rounds", "a whole number of rounds >= 1", rounds)
+        if max_rounds is None:
+            max_rounds = rounds if simulated else max(rounds, MAX_ROUNDS)
+        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < rounds:
+            raise ConfigTypeError("max_rounds", f"a whole number of rounds >= rounds ({rounds})", max_rounds)
+        if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, (int, float))
+                                     or not budget_s > 0):
+            raise ConfigTypeError("budget_s", "seconds > 0, or None for no time cap", budget_s)
+        configs = sweep_configs(config, workers, mode)
+        return cls(config=config, workers=tuple(int(w) for w in workers), mode=mode, configs=tuple(configs),
+                   simulated=simulated, rounds=rounds, max_rounds=max_rounds, budget_s=budget_s)
+
+    def config_at(self, workers: int) -> RunConfig:
+        """The config of the point on `workers` workers."""
+        return self.configs[self.workers.index(workers)]
+
+    @property
+    def largest(self) -> RunConfig:
+        """The config of the point with the most workers (the machine's checks are made on it)."""
+        return self.config_at(max(self.workers))
+
+    def repeats(self) -> Repeats:
+        """A fresh record of the rounds each point has run and still needs (`measure.Repeats`)."""
+        return Repeats(list(self.workers), min_rounds=self.rounds, max_rounds=self.max_rounds, budget_s=self.budget_s)
 
 
 def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None = None) -> dict[str, Any]:

@@ -651,20 +651,14 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers) from None
     if not workers or min(workers) < 1:
         raise ConfigError("workers", "comma-separated whole numbers >= 1", args.workers)
-    # every point's config first (a batch no point can take is the config's fault, whatever the
-    # machine), then the machine's checks on the largest point (of the field the sweep varies)
-    from ..analysis.sweep import sweep_configs
-    preflight(sweep_configs(config, workers, args.mode)[workers.index(max(workers))])
+    # the sweep checked once (every point's config: a batch no point can take is the config's
+    # fault, whatever the machine; the rounds), then the machine's checks on the largest point
+    from ..analysis.sweep import Sweep
+    plan = Sweep.plan(config, workers, args.mode, simulate=config.simulate, rounds=args.rounds,
+                      max_rounds=args.max_rounds, budget_s=args.budget_s)
+    preflight(plan.largest)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
-    if args.rounds is not None and args.rounds < 1:
-        raise ConfigError("rounds", "a whole number of rounds >= 1", args.rounds)
-    if args.max_rounds is not None and args.max_rounds < max(args.rounds or 1, 1):
-        raise ConfigError("max_rounds", f"a whole number of rounds >= rounds ({args.rounds or 1})", args.max_rounds)
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise ConfigError("budget_s", "seconds > 0", args.budget_s)
-    table = api.sweep(config, workers=workers, mode=args.mode, out=config.out, progress=progress,
-                      simulate=config.simulate, rounds=args.rounds, max_rounds=args.max_rounds,
-                      budget_s=args.budget_s, should_stop=lambda: bool(signalled))
+    table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
     print(table.to_string(index=False))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("machine_note")):
