@@ -42,10 +42,10 @@ from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
 from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ..execution.transports.base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from .calibration import _one_blas_thread
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
 from .lockstep import HogwildLockstep, Lockstep, lockstep_refusal
-from .profiles import _one_blas_thread
 from .roles import SimServer, SimServerState
 from .server import ServerLockstep
 
