@@ -137,8 +137,8 @@ def test_the_dashboards_scaling_tab_calibrates_with_the_benchmarked_link(client)
     # uncertainty), as the scaling lesson does; a threads dashboard has no Dask link to time
     from workbench.analysis.linkfit import LinkFit
     from workbench.ui.dashboard import Dashboard
-    link, note = Dashboard(cluster=client)._benchmarked_link(CONFIG, [1, 2])
+    link, note = Dashboard(cluster=client).sweeps._benchmarked_link(CONFIG, [1, 2])
     assert isinstance(link, LinkFit) and link.beta > 0 and note == "; link benchmarked on the sweep's cluster"
-    link, note = Dashboard(cluster="threads")._benchmarked_link(CONFIG, [1, 2])
+    link, note = Dashboard(cluster="threads").sweeps._benchmarked_link(CONFIG, [1, 2])
     assert link is None and "no Dask client" in note
-    assert Dashboard(cluster=client)._benchmarked_link(CONFIG.replace(simulate=True), [1, 2]) == (None, "")
+    assert Dashboard(cluster=client).sweeps._benchmarked_link(CONFIG.replace(simulate=True), [1, 2]) == (None, "")

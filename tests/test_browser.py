@@ -48,7 +48,7 @@ import pytest
 from browser.chromium import Chromium, page_widget_errors, plots, unavailable, wait_for
 from browser.lab import JupyterLab, copy_notebook, kernel_commands
 
-from workbench.ui.dashboard import STOP_PROMISE_S
+from workbench.ui.liverun import STOP_PROMISE_S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -9,10 +9,17 @@ import pytest
 
 import workbench.api
 from workbench import ConfigError, RunConfig
+from workbench.analysis.sweep import describe_calibration
 from workbench.config import FIELDS, SIM_FIELDS
-from workbench.ui import dashboard as D
+from workbench.ui import controls as C
+from workbench.ui import figdata as FD
+from workbench.ui import figures as F
+from workbench.ui import liverun as LR
 from workbench.ui import plotly_widget as PW
-from workbench.ui.dashboard import CONTROL_FIELDS, Dashboard
+from workbench.ui import traces as T
+from workbench.ui.controls import CONTROL_FIELDS
+from workbench.ui.dashboard import Dashboard
+from workbench.ui.report import lab_href, runs_html
 
 # A new value for every control, and the RunConfig value it must produce.
 NEW_VALUES = {
@@ -139,9 +146,9 @@ def test_every_control_maps_onto_a_config_field(dash):
         assert after[name] == expected, name
         # (a new update rule also moves lr to its default: controls.lr_follows, said in the status line)
         assert {k for k in after if after[k] != before[k]} == {name} | ({"lr"} if name == "optimizer" else set()), name
-        assert D.label_of(dash.controls[name]) == name
+        assert C.label_of(dash.controls[name]) == name
     # every field has a control, or is named as left to code, and every control explains itself
-    assert set(CONTROL_FIELDS) | set(D.LEFT_TO_CODE) == set(FIELDS)
+    assert set(CONTROL_FIELDS) | set(C.LEFT_TO_CODE) == set(FIELDS)
     for name, w in dash.controls.items():
         tip = getattr(w, "slider", w).tooltip                 # alpha: its slider carries it
         assert tip and tip.startswith(RunConfig.model_fields[name].description), name
@@ -367,7 +374,7 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     assert list(figs["breakdown"]["compute"].y) == ["worker 0", "worker 1"]
     assert len(figs["lr"]["worker 1"].x) == len(result.steps.query("worker == 1"))
     assert len(figs["progress_epoch"]["#1 sync_sgd P=2 B=64: test accuracy"].y) == len(result.evals)
-    assert figs["lineage"] == {} and dash._lineage_box.layout.display == "none"   # ltfb only
+    assert figs["lineage"] == {} and dash.live.lineage_box.layout.display == "none"   # ltfb only
     # a second run is overlaid in the loss plots and resets the per-run ones
     dash.controls["batch_size"].value = 128
     assert dash.run() is True
@@ -385,22 +392,22 @@ def test_a_redraw_that_never_returns_does_not_freeze_the_status(dash, monkeypatc
     the benchmark's business (`ui/dashbench.py`)."""
     import threading
     entered, release = threading.Event(), threading.Event()
-    draw = D.F.extend_series
+    draw = F.extend_series
 
     def stuck(fig, series, **kw):
         if threading.current_thread().name == "workbench-dashboard-draw":   # the live redraws
             entered.set()
             release.wait(120)                               # a hang guard only
         return draw(fig, series, **kw)
-    monkeypatch.setattr(D.F, "extend_series", stuck)
-    finish = D.Dashboard._finish
+    monkeypatch.setattr(F, "extend_series", stuck)
+    finish = LR.LiveRun.finish
 
     def finish_then_release(self, state):
         # the stuck redraw goes on only once the status says how the run ended (the order a
         # busy machine once chose): its redraw must still be counted in last_redraws
         finish(self, state)
         release.set()
-    monkeypatch.setattr(D.Dashboard, "_finish", finish_then_release)
+    monkeypatch.setattr(LR.LiveRun, "finish", finish_then_release)
     dash.controls["algorithm"].value = "sgd"
     dash.controls["epochs"].value = 1e5      # 2.2M steps: longer than the test on any machine
     assert dash.run() is True
@@ -426,7 +433,7 @@ def test_a_redraw_that_never_returns_does_not_freeze_the_status(dash, monkeypatc
 
 
 def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
-    state = D._Run(index=0, config=RunConfig(), total_steps=6000, live=D.figdata.LiveState(label="x", color="#000"))
+    state = LR._Run(index=0, config=RunConfig(), total_steps=6000, live=FD.LiveState(label="x", color="#000"))
     # the clock of the records: 12 s of start-up, then 100 steps/s, 2 workers of 32 samples
     for k in range(30):
         state.buffer.add([{"kind": "step", "worker": w, "step": s, "epoch": s / 100, "time": 12.0 + (s + 1) / 100,
@@ -442,7 +449,7 @@ def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
 def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:
     """Wait until the running run's first live records reached the dashboard (the guard
     is only against a hang: the plans below are far longer than any machine's reaction)."""
-    state, deadline = dash._current, time.time() + guard_s
+    state, deadline = dash.live.current, time.time() + guard_s
     while state.tally.steps_seen == 0 and not state.done.is_set() and time.time() < deadline:
         time.sleep(0.01)
     assert state.tally.steps_seen > 0 and not state.done.is_set(), dash.status_text
@@ -478,7 +485,7 @@ def test_a_child_processs_run_says_how_it_ended_before_its_records_come_back(tmp
         while not d.status_text.startswith("completed:") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert d.status_text.startswith("completed: ") and "40 steps" in d.status_text, d.status_text
-        assert d.running and d._current.result is None       # the result had not arrived
+        assert d.running and d.live.current.result is None       # the result had not arrived
     finally:
         release.set()
     result = d.wait(120)
@@ -501,13 +508,13 @@ def test_stop_says_stopped_before_the_final_redraw_and_the_report(tmp_path, monk
     seen: dict[str, tuple] = {}
     held, release = threading.Event(), threading.Event()
     write = api.write_run_report
-    redraw = D.Dashboard._redraw_whole
+    redraw = LR.LiveRun._redraw_whole
 
-    def look(self):
-        return self.status_text, self.stop_button.disabled, self.run_button.disabled
+    def look(dash):
+        return dash.status_text, dash.stop_button.disabled, dash.run_button.disabled
 
     def redraw_seen(self, state):
-        seen.setdefault("redraw", look(self))
+        seen.setdefault("redraw", look(d))
         return redraw(self, state)
 
     def held_report(result, directory):
@@ -515,7 +522,7 @@ def test_stop_says_stopped_before_the_final_redraw_and_the_report(tmp_path, monk
         held.set()
         release.wait(120)                                    # a hang guard only
         return write(result, directory)
-    monkeypatch.setattr(D.Dashboard, "_redraw_whole", redraw_seen)
+    monkeypatch.setattr(LR.LiveRun, "_redraw_whole", redraw_seen)
     monkeypatch.setattr(api, "write_run_report", held_report)
     d = Dashboard(cluster="threads", config=RunConfig(algorithm="sgd", dataset="digits", model="softmax",
                                                       batch_size=16, epochs=1e5, seed=0), out=tmp_path)
@@ -555,14 +562,14 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
                     batch_size=64, epochs=1e5, seed=0)          # 2.2M steps: no machine ends it first
     d = Dashboard(cluster="threads", config=cfg, out=tmp_path)
     threads: set[str] = set()                                   # where the records' batches were handed over
-    add = D._Buffer.add
+    add = LR._Buffer.add
 
     def watched(self, records):
         threads.add(threading.current_thread().name)
         add(self, records)
-    monkeypatch.setattr(D._Buffer, "add", watched)
+    monkeypatch.setattr(LR._Buffer, "add", watched)
     assert d.run() is True
-    state = d._current
+    state = d.live.current
     try:
         _first_records(d)
         d.controls["lr"].value = 0.2                             # the main thread is free while it runs
@@ -623,12 +630,12 @@ def _points_after_each_run(dash, trace: str) -> list[int]:
     """A list that gains, as each sweep run ends, the number of points the scaling
     figure's `trace` shows right then."""
     points: list[int] = []
-    original = dash._on_sweep_result
+    original = dash.sweeps.on_result
 
     def spy(row, result):
         original(row, result)
         points.append(len({t.name: t for t in dash.scaling_figure.data}[trace].x))
-    dash._on_sweep_result = spy
+    dash.sweeps.on_result = spy
     return points
 
 
@@ -671,10 +678,10 @@ def test_a_frontend_echo_changes_neither_config_nor_status(dash):
 
 
 def test_preview_sizes_need_no_data():
-    assert D.preview_n_train(RunConfig(dataset="mnist")) == 60000
-    assert D.preview_n_train(RunConfig(dataset="synthetic", n_samples=1000)) == 800
+    assert C.preview_n_train(RunConfig(dataset="mnist")) == 60000
+    assert C.preview_n_train(RunConfig(dataset="synthetic", n_samples=1000)) == 800
     from workbench.data import load_dataset
-    assert D.preview_n_train(RunConfig(dataset="digits")) == load_dataset("digits").n_train
+    assert C.preview_n_train(RunConfig(dataset="digits")) == load_dataset("digits").n_train
 
 
 @pytest.mark.cluster
@@ -719,8 +726,7 @@ def now():
 def _slot(now, names=()):
     import plotly.graph_objects as go
 
-    from workbench.ui import figures as F
-    fig = F.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
+    fig = T.as_widget(go.Figure([go.Scatter(x=[0], y=[0], name=n) for n in names]))
     return PW.FigureSlot(fig, clock=lambda: now[0])
 
 
@@ -773,11 +779,10 @@ def test_a_shown_slot_with_no_view_gets_its_edits_after_the_wait_or_when_forced(
 def test_a_replaced_figure_waits_for_its_own_view(now):
     import plotly.graph_objects as go
 
-    from workbench.ui import figures as F
     slot = _slot(now)
     slot.shown()
     _draws(slot.fig)
-    old, new = slot.fig, F.as_widget(go.Figure())
+    old, new = slot.fig, T.as_widget(go.Figure())
     slot.replace(new)
     assert slot.box.children == (new,) and not slot.viewed
     slot.edit(_add("a"))
@@ -790,9 +795,8 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
 def test_figure_widgets_share_one_copy_of_plotlys_module():
     import plotly.graph_objects as go
 
-    from workbench.ui import figures as F
     from workbench.ui import plotly_widget as P
-    a, b = F.as_widget(go.Figure()), F.as_widget(go.Figure())
+    a, b = T.as_widget(go.Figure()), T.as_widget(go.Figure())
     loader = P.ensure_loader()
     assert loader is P.ensure_loader() and loader.comm is not None
     assert len(loader.bundle) > 1_000_000 and loader.bundle == str(go.FigureWidget._esm)
@@ -811,9 +815,9 @@ def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     assert dash.run() is True
     try:
         deadline = time.time() + 20
-        while time.time() < deadline and dash._slots["progress_time"].pending == 0:
+        while time.time() < deadline and dash.live.slots["progress_time"].pending == 0:
             time.sleep(0.05)
-        assert dash._slots["progress_time"].pending > 0
+        assert dash.live.slots["progress_time"].pending > 0
         assert dash.figures["progress_time"].data == ()         # nothing sent before a view drew
         _draws(dash.figures["progress_time"])
         assert len(dash.figures["progress_time"].data) >= 1
@@ -876,7 +880,7 @@ def test_cost_model_status_is_sentences():
     from workbench.analysis.costmodel import Calibration
     cal = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=2e-5, beta=1.06e-10, n_params=9610, how="fit")
     table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [5.0, 0.3]})
-    text = D.describe_calibration(cal, 0.07, table)
+    text = describe_calibration(cal, 0.07, table)
     assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
     assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
     assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
@@ -889,9 +893,9 @@ def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, 
     monkeypatch.setattr(serverapp, "list_running_servers", lambda: iter(servers))
     monkeypatch.chdir(tmp_path / "lessons")                   # the kernel runs in the notebook's folder
     run = tmp_path / "lessons" / "runs" / "run 1"
-    assert D.lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
-    assert D.lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
-    assert D.lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root
+    assert lab_href(run / "report.html") == "/user/ada/files/lessons/runs/run%201/report.html"
+    assert lab_href(run, directory=True) == "/user/ada/lab/tree/lessons/runs/run%201"
+    assert lab_href("/etc/hosts") == "file:///etc/hosts"        # outside the server's root
 
 
 # ------------------------------------------------------------------ simulated cluster
@@ -1048,9 +1052,9 @@ def test_a_sweep_that_cannot_run_every_point_is_refused_before_any_point(dash):
 def test_the_runs_table_sorts_run_numbers_as_numbers():
     import pandas as pd
     table = pd.DataFrame({"run": [f"#{k}" for k in (1, 2, 10, 11)], "algorithm": ["a", "b", "c", "d"]})
-    page = D.runs_html(table, "run", descending=False)
+    page = runs_html(table, "run", descending=False)
     assert [page.index(f">#{k}<") for k in (1, 2, 10, 11)] == sorted(page.index(f">#{k}<") for k in (1, 2, 10, 11))
-    page = D.runs_html(table, "run", descending=True)
+    page = runs_html(table, "run", descending=True)
     assert page.index(">#11<") < page.index(">#10<") < page.index(">#2<") < page.index(">#1<")
 
 

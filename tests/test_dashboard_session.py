@@ -16,7 +16,10 @@ pytest.importorskip("plotly")
 
 from workbench.config import RunConfig  # noqa: E402
 from workbench.ui import dashboard as D  # noqa: E402
+from workbench.ui import figdata as FD  # noqa: E402
 from workbench.ui import figures as F  # noqa: E402
+from workbench.ui import liverun as LR  # noqa: E402
+from workbench.ui import traces as T  # noqa: E402
 from workbench.ui.report import format_cell, runs_html  # noqa: E402
 
 BASE = RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[64], cpus=2, batch_size=32, epochs=3,
@@ -31,7 +34,7 @@ def _groups(fig) -> list[str]:
 @pytest.fixture(scope="module")
 def session():
     mp = pytest.MonkeyPatch()
-    mp.setattr(D, "KEEP_RUNS", 3)
+    mp.setattr(LR, "KEEP_RUNS", 3)
     dash = D.Dashboard(cluster="threads", config=BASE)
     for changes in ({}, {"optimizer": "lamb", "lr": 0.003}, DIVERGES, {"optimizer": "adamw", "lr": 0.003}, {}):
         dash.config = BASE.replace(**changes)
@@ -48,19 +51,19 @@ def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
     current = groups[-1]
     for t in fig.data:
         if (t.legendgroup or t.name) != current:
-            assert len(t.x) <= F.OLD_POINTS and t.opacity is not None and t.opacity < 1, t.name
+            assert len(t.x) <= T.OLD_POINTS and t.opacity is not None and t.opacity < 1, t.name
 
 
 def test_a_diverged_run_stays_off_the_loss_axis_range(session):
     diverged = session._labels[2]
-    assert session.history[2].summary["status"] == "diverged" and diverged in session._off_axis
+    assert session.history[2].summary["status"] == "diverged" and diverged in session.live.off_axis
     session.config = BASE.replace(**DIVERGES)               # drawn last: its 1e36 loss is on the plot now
     assert session.run(), session.status_text
     session.wait(300)
     fig = session.figures["progress_time"]
     lo, hi = fig.layout.yaxis.range
     others = np.concatenate([np.asarray(t.y, float) for t in fig.data
-                             if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session._off_axis])
+                             if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session.live.off_axis])
     assert hi < 3 and 10 ** hi >= np.nanmax(others[others > 0]) and 10 ** lo <= np.nanmin(others[others > 0])
     assert max(np.nanmax(np.asarray(t.y, float)) for t in fig.data if t.legendgroup == session._labels[-1]) > 1e10
     session.log_loss.value = False                          # the range follows the scale
@@ -91,11 +94,11 @@ def test_smoothing_one_run_leaves_the_others_alone():
     import plotly.graph_objects as go
     fig = F._progress_base("time")
     for name in ("a", "b"):
-        fig.add_trace(go.Scatter(name=name, x=[0, 1, 2], y=[3.0, 2.0, 1.0], meta=F.TRAIN_ROLE, legendgroup=name),
+        fig.add_trace(go.Scatter(name=name, x=[0, 1, 2], y=[3.0, 2.0, 1.0], meta=FD.TRAIN_ROLE, legendgroup=name),
                       row=1, col=1)
-    F.apply_smoothing(fig, 0.5, only="b")
+    T.apply_smoothing(fig, 0.5, only="b")
     names = [t.name for t in fig.data]
-    assert "b" + F.SMOOTHED in names and "a" + F.SMOOTHED not in names
-    F.apply_smoothing(fig, 0.5)
-    assert "a" + F.SMOOTHED in [t.name for t in fig.data]
+    assert "b" + FD.SMOOTHED in names and "a" + FD.SMOOTHED not in names
+    T.apply_smoothing(fig, 0.5)
+    assert "a" + FD.SMOOTHED in [t.name for t in fig.data]
     assert not math.isnan(fig.data[-1].y[-1])

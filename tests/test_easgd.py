@@ -330,7 +330,8 @@ def test_sc17_chain_charges_what_the_cost_formula_says():
     # 4 GPUs, tau 2: tree_device's exchange is the binary tree, 2 ceil(log2 4) (alpha + |W| beta),
     # tree_host's adds two PCIe copies and three passes through host memory (sim.costs.SimCosts.elastic_s)
     from workbench.comm.network import HOST_MEMORY_BYTES_PER_S
-    from workbench.sim.profiles import TIMING_MODELS, network_named
+    from workbench.sim.profiles import network_named
+    from workbench.sim.timing_models import TIMING_MODELS
     net, w = network_named("pcie3"), TIMING_MODELS["alexnet"].n_params * 4
     tree = 4 * (net.alpha + w * net.beta)
     host = tree + 2 * (net.alpha + w * net.beta) + 3 * w / HOST_MEMORY_BYTES_PER_S

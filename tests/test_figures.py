@@ -16,6 +16,8 @@ from workbench.maths.schedules import lr_table
 from workbench.results import RunResult
 from workbench.ui import figdata as FD
 from workbench.ui import figures as F
+from workbench.ui import series as S
+from workbench.ui import traces as T
 from workbench.ui.report import summary_table, write_comparison_report, write_report
 
 
@@ -86,7 +88,7 @@ def test_the_accuracy_axis_fits_its_values_inside_0_to_1(sync_result):
     lo, hi = fig.layout.yaxis2.range
     assert 0.0 <= lo <= acc.min() and acc.max() <= hi <= 1.0
     assert hi - lo <= (acc.max() - acc.min()) * 1.1 + 0.04 + 1e-12     # padded by 5% a side (at least 0.02)
-    flat = F.fit_fraction_axis(go.Figure(go.Scatter(x=[0, 1], y=[1.0, 1.0], yaxis="y2")))
+    flat = T.fit_fraction_axis(go.Figure(go.Scatter(x=[0, 1], y=[1.0, 1.0], yaxis="y2")))
     assert tuple(flat.layout.yaxis2.range) == (0.98, 1.0)
 
 
@@ -175,7 +177,7 @@ def test_loss_smoothing_and_log_scale():
     geo = traces(F.progress_figure(r2, smoothing=0.9, log_loss=True))["#1 sgd" + FD.SMOOTHED].y[-1]
     lin = traces(F.progress_figure(r2, smoothing=0.9))["#1 sgd" + FD.SMOOTHED].y[-1]
     assert geo == pytest.approx(10.0, rel=0.3) and lin == pytest.approx(50.5, rel=0.1)
-    F.apply_smoothing(fig, 0.0)
+    T.apply_smoothing(fig, 0.0)
     assert len(traces(fig)["#1 sgd" + FD.SMOOTHED].y) == 0 and traces(fig)["#1 sgd"].opacity is None
     # the figure's own buttons switch the loss axis
     assert [b.args[0]["yaxis.type"] for b in fig.layout.updatemenus[0].buttons] == ["linear", "log"]
@@ -383,7 +385,7 @@ def test_extend_series_thins_long_traces_and_keeps_the_last_point():
     for start in range(0, 5000, 250):
         steps = list(range(start, start + 250))
         with fig.batch_update():
-            F.extend_series(fig, [FD.Series("worker 0", steps, [s * 0.5 for s in steps])], max_points=100)
+            T.extend_series(fig, [S.Series("worker 0", steps, [s * 0.5 for s in steps])], max_points=100)
     t = fig.data[0]
     assert len(t.x) <= 100
     assert t.x[-1] == 4999 and t.y[-1] == pytest.approx(2499.5)
@@ -454,14 +456,14 @@ def test_log_axes_label_decades_only_when_they_span_one():
     F.update_scaling(live, wide)
     assert live.layout.yaxis.dtick == 1 and live.layout.yaxis.tickvals is None
     prog = F.live_base("progress_time", 1)
-    F.extend_series(prog, [FD.Series("run", np.arange(50.0), np.geomspace(2.0, 0.01, 50))])
-    assert F.set_loss_scale(prog, True).layout.yaxis.dtick == 1
-    assert F.set_loss_scale(prog, False).layout.yaxis.dtick is None
+    T.extend_series(prog, [S.Series("run", np.arange(50.0), np.geomspace(2.0, 0.01, 50))])
+    assert T.set_loss_scale(prog, True).layout.yaxis.dtick == 1
+    assert T.set_loss_scale(prog, False).layout.yaxis.dtick is None
     # a live loss axis under a decade keeps plotly's ticks (its data goes on arriving: fixed
     # values would go stale); a static one gets them set, and gives them back when linear
-    F.extend_series(narrow_live := F.live_base("progress_time", 1),
-                    [FD.Series("run", np.arange(50.0), np.linspace(0.9, 0.31, 50))])
-    assert F.set_loss_scale(narrow_live, True).layout.yaxis.tickvals is None
+    T.extend_series(narrow_live := F.live_base("progress_time", 1),
+                    [S.Series("run", np.arange(50.0), np.linspace(0.9, 0.31, 50))])
+    assert T.set_loss_scale(narrow_live, True).layout.yaxis.tickvals is None
     static = go.Figure(go.Scatter(x=np.arange(50.0), y=np.linspace(0.9, 0.31, 50)))
-    assert list(F.set_loss_scale(static, True).layout.yaxis.ticktext) == ["0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]
-    assert F.set_loss_scale(static, False).layout.yaxis.tickvals is None
+    assert list(T.set_loss_scale(static, True).layout.yaxis.ticktext) == ["0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]
+    assert T.set_loss_scale(static, False).layout.yaxis.tickvals is None

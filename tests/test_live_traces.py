@@ -12,6 +12,8 @@ from workbench import RunConfig, measure
 from workbench.results import LOG_FIELDS, STEP_COLUMNS, Collector, StepLog, live_width, pack_rows
 from workbench.ui import figdata as FD
 from workbench.ui import figures as F
+from workbench.ui import series as S
+from workbench.ui import traces as T
 
 
 class _Live:
@@ -26,7 +28,7 @@ class _Live:
         for key, series in FD.live_series(batch, self.state).items():
             if key in self.figs and series:
                 self.points[key] += sum(len(s.x) for s in series if s.name == "run")
-                F.extend_series(self.figs[key], series)
+                T.extend_series(self.figs[key], series)
 
 
 def _largest_block_span(x: np.ndarray, width: int) -> float:
@@ -66,7 +68,7 @@ def _check(live: _Live, steps, width: int) -> None:
             worst = int(np.argmax(inside))
             assert inside.max() <= width - 1, (key, int(inside.max()), width, a[worst], b[worst])
         else:
-            # Decimated (`figdata.extremes`, LIVE_POINTS // 2 bins): two bins more at most.
+            # Decimated (`series.extremes`, LIVE_POINTS // 2 bins): two bins more at most.
             bound = _largest_block_span(ref, width) + 2 * span / (FD.LIVE_POINTS // 2)
             assert gaps.max() <= bound * (1 + 1e-9), (key, gaps.max(), bound, span)
 
@@ -152,7 +154,7 @@ def test_a_trace_decimated_at_every_redraw_keeps_its_start_and_its_extremes():
     loss = np.exp(-t / 30) + 0.01 * rng.standard_normal(len(t))
     loss[7777] = 5.0                                             # one spike early in the run
     for lo in range(0, len(t), 100):                             # 200 batches of 100 steps
-        F.extend_series(fig, [FD.Series("run", t[lo:lo + 100], loss[lo:lo + 100])])
+        T.extend_series(fig, [S.Series("run", t[lo:lo + 100], loss[lo:lo + 100])])
     trace = fig.data[0]
     xs, ys = np.asarray(trace.x), np.asarray(trace.y)
     assert len(xs) <= FD.LIVE_POINTS + 2
@@ -161,7 +163,7 @@ def test_a_trace_decimated_at_every_redraw_keeps_its_start_and_its_extremes():
 
 
 def _extremes_by_loop(x, y, max_points):
-    """The rule of `figdata.extremes` as a plain loop over bins: the oracle."""
+    """The rule of `series.extremes` as a plain loop over bins: the oracle."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     n = len(x)
     if n <= max_points:
@@ -196,4 +198,4 @@ def test_extremes_keeps_each_bins_first_min_and_max_like_a_plain_loop():
         if trial % 3 == 0:
             y[rng.random(n) < 0.05] = np.nan
         max_points = int(rng.integers(4, 120))
-        assert FD.extremes(x, y, max_points).tolist() == _extremes_by_loop(x, y, max_points), (trial, n, max_points)
+        assert S.extremes(x, y, max_points).tolist() == _extremes_by_loop(x, y, max_points), (trial, n, max_points)

@@ -10,6 +10,7 @@ import pytest
 from workbench.config import ConfigError, RunConfig
 from workbench.maths.gpt import GPT
 from workbench.sim import profiles as P
+from workbench.sim import timing_models as TM
 
 # Parameter counts of the released checkpoints (tied GPT-2 heads, untied Llama heads)
 PUBLISHED = {"gpt2-124m": 124_439_808, "gpt2-355m": 354_823_168, "tinyllama-1.1b": 1_100_048_384,
@@ -18,12 +19,12 @@ PUBLISHED = {"gpt2-124m": 124_439_808, "gpt2-355m": 354_823_168, "tinyllama-1.1b
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_published_shapes_give_published_counts(name):
-    tm = P.TIMING_MODELS[name]
+    tm = TM.TIMING_MODELS[name]
     assert tm.n_params == PUBLISHED[name] == sum(p for _, p, _ in tm.layers)
-    assert tm.tokens == P.LM_SHAPES[name][0].context and tm.activation_bytes > 0 and tm.source
+    assert tm.tokens == TM.LM_SHAPES[name][0].context and tm.activation_bytes > 0 and tm.source
     # training FLOPs per token: 6 x the weights every token multiplies (all but the lookup tables:
     # GPT-2's position table, whose token table is also its head; Llama's token table) plus the attention
-    s = P.LM_SHAPES[name][0]
+    s = TM.LM_SHAPES[name][0]
     matmul_weights = tm.n_params - (s.vocab if s.llama else s.context) * s.d_model
     per_token = tm.train_flops / tm.tokens
     attention = 3 * 2 * 2 * s.n_layers * s.context * s.d_model
@@ -32,11 +33,11 @@ def test_published_shapes_give_published_counts(name):
 
 def test_gpt2_timing_is_our_gpt_at_that_size():
     ours = GPT(context=1024, vocab=50257, n_layers=12, d_model=768, n_heads=12)
-    tm = P.TIMING_MODELS["gpt2-124m"]
+    tm = TM.TIMING_MODELS["gpt2-124m"]
     assert ours.n_params == tm.n_params
     assert ours.flops_per_sample == tm.train_flops
     assert ours.activation_bytes(1) == tm.activation_bytes
-    mine = P.model_flops(GPT(context=16, vocab=7, n_layers=2, d_model=8, n_heads=2))
+    mine = TM.model_flops(GPT(context=16, vocab=7, n_layers=2, d_model=8, n_heads=2))
     assert mine.name == "gpt L2-d8-h2-T16-V7" and mine.n_params == GPT(16, 7, 2, 8, 2).n_params
 
 
@@ -51,7 +52,7 @@ def test_activation_count_is_what_the_forward_pass_keeps():
 
 
 def test_memory_check_one_line():
-    tm, v100 = P.TIMING_MODELS["gpt2-355m"], P.DEVICES["v100"]
+    tm, v100 = TM.TIMING_MODELS["gpt2-355m"], P.DEVICES["v100"]
     P.check_fits(tm, v100, 2, state=2)                      # 2 sequences with Adam: fits 16 GiB
     with pytest.raises(ConfigError, match=r"^timing_model: a model that fits one v100 \(16 GiB\): gpt2-355m needs "
                                           r"[0-9.]+ GiB for 8 sequence\(s\) of 1024 tokens per worker \(weights 1\.3, "
@@ -60,18 +61,18 @@ def test_memory_check_one_line():
                                           r"got 'gpt2-355m'$"):
         P.check_fits(tm, v100, 8, state=2)
     with pytest.raises(ConfigError, match="not even one sequence per worker fits"):
-        P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["h100"], 1, state=0)
-    P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["h200"], 1, state=2)      # one sequence, Adam: 136 GiB
-    P.check_fits(P.TIMING_MODELS["resnet50"], v100, 10_000)     # image networks are not checked
-    P.check_fits(P.TIMING_MODELS["llama-7b"], P.DEVICES["core"], 64)   # nor CPU devices
+        P.check_fits(TM.TIMING_MODELS["llama-7b"], P.DEVICES["h100"], 1, state=0)
+    P.check_fits(TM.TIMING_MODELS["llama-7b"], P.DEVICES["h200"], 1, state=2)      # one sequence, Adam: 136 GiB
+    P.check_fits(TM.TIMING_MODELS["resnet50"], v100, 10_000)     # image networks are not checked
+    P.check_fits(TM.TIMING_MODELS["llama-7b"], P.DEVICES["core"], 64)   # nor CPU devices
 
 
 def test_lm_memory_parts():
-    tm = P.TIMING_MODELS["tinyllama-1.1b"]
-    m = P.lm_memory(tm, 3, state=1)
+    tm = TM.TIMING_MODELS["tinyllama-1.1b"]
+    m = TM.lm_memory(tm, 3, state=1)
     assert m["weights"] == m["gradients"] == m["optimiser"] == 4 * tm.n_params
     assert m["activations"] == 3 * tm.activation_bytes and m["total"] == sum(v for k, v in m.items() if k != "total")
-    assert [P.state_floats(*a) for a in (("sgd", 0.9), ("sgd", 0.0), ("adamw",), ("lamb",), ("lars",))] == [1, 0, 2, 2, 1]
+    assert [TM.state_floats(*a) for a in (("sgd", 0.9), ("sgd", 0.0), ("adamw",), ("lamb",), ("lars",))] == [1, 0, 2, 2, 1]
 
 
 def test_names_validate_in_config():

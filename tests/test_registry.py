@@ -46,7 +46,7 @@ def test_readers_follow_the_registry(monkeypatch):
 
 def test_dashboard_shows_a_knob_exactly_for_the_algorithms_declaring_it():
     pytest.importorskip("ipywidgets")
-    from workbench.ui.dashboard import RELEVANT
+    from workbench.ui.controls import RELEVANT
     for knob in ("tau", "alpha", "round_size", "chunk_layers", "split"):
         shown = {n for n in specs() if n != "sgd" and RELEVANT[knob](RunConfig(algorithm=n, cpus=2, trainers=2))}
         assert shown == set(with_knob(knob)), knob

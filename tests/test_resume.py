@@ -174,10 +174,153 @@ def test_an_asynchronous_run_takes_up_its_checkpoint_exactly(tmp_path, algorithm
     assert sorted(rows.groupby("worker")["step"].nunique()) == [60, 60, 60]       # every step, once per worker
 
 
-def test_cgdp_has_no_checkpoints_and_resume_says_so(tmp_path):
-    r = wb.run(RunConfig(algorithm="cgdp", cpus=2, steps=20, checkpoint_every=5, out=str(tmp_path / "r")),
-               cluster="threads", progress=False)
-    assert "checkpoints" not in r.summary and not (tmp_path / "r" / "checkpoints").exists()
+def _stop_after_first_checkpoint(out: Path):
+    """A `should_stop` that says yes once the run in `out` has written a checkpoint: the
+    run is then mid-plan, and the stop is asked at whatever step the machine's speed makes it."""
+    return lambda: bool(ckpt.listed(out))
+
+
+def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None):
+    """The run of `cfg` stopped after its first checkpoint, then resumed to its end; returns
+    (stopped result, the stop's step, resumed result). The stop leaves a checkpoint of its
+    own, before the step the loops would have run next: the resumed run goes on from there."""
+    out = tmp_path / "stopped"
+    kw = {"cluster": cluster} if cluster else {}
+    stopped = wb.run(cfg.replace(out=str(out)), progress=False, should_stop=_stop_after_first_checkpoint(out), **kw)
+    assert stopped.status == "stopped"
+    rows = pd.read_csv(out / "steps.csv")
+    end = int(rows["step"].max()) + 1
+    assert end < cfg.steps and ckpt.read(ckpt.listed(out)[-1]).step == end     # the stop's own checkpoint
+    assert sorted(rows.groupby("worker")["step"].nunique()) == [end] * rows["worker"].nunique()   # its step done
+    resumed = wb.resume(out, progress=False, **kw)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == end
+    return stopped, end, resumed
+
+
+STOPPED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
+           ("local_sgd", {"tau": 4}), ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
+           ("dpsgd", {"tau": 2, "topology": "ring"}), ("sync_easgd", {"tau": 3})]
+
+
+@pytest.mark.parametrize("case", STOPPED, ids=[_id(c) for c in STOPPED])
+def test_a_stopped_run_resumes_from_where_it_stopped_bitwise(tmp_path, case):
+    """A stop (the API's `should_stop`, as the dashboard's Stop) completes the step it is
+    decided at and leaves a checkpoint there: the resumed run loses no step, and its records,
+    parameters and final losses are bitwise those of the run never stopped."""
+    algorithm, extra = case
+    cfg = RunConfig(algorithm=algorithm, cpus=2, steps=1500, batch_size=32, eval_every=100, checkpoint_every=300,
+                    checkpoint_keep=100, **extra)
+    _, end, resumed = _stopped_then_resumed(tmp_path, cfg, "threads")
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["final_test_loss"] == whole.summary["final_test_loss"]
+    assert [(s["from_step"], s["to_step"]) for s in resumed.summary["segments"]] == [(0, end), (end, None)]
+
+
+@pytest.mark.parametrize("algorithm, extra", [("sync_sgd", {}), ("diloco", {"tau": 4})])
+def test_a_stopped_simulated_run_resumes_bitwise_virtual_times_too(tmp_path, algorithm, extra):
+    cfg = RunConfig(algorithm=algorithm, cpus=4, steps=3000, batch_size=64, eval_every=150, checkpoint_every=200,
+                    checkpoint_keep=100, simulate=True, jitter=0.2, **extra)
+    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, None)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), progress=False)
+    same_records(tmp_path / "whole", tmp_path / "stopped", time_too=True)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]      # virtual: the makespan
+
+
+@pytest.mark.parametrize("algorithm", ["async_sgd", "async_easgd", "hogwild_sgd", "adpsgd"])
+def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path, algorithm):
+    """An asynchronous run's workers stop at steps of their own: the stop's checkpoint holds
+    each at its own (what its rows say it ran), and the server's or the shared state as rank 0
+    left it; resumed and stopped at once, the run returns exactly that; resumed to the end,
+    every worker runs each of its steps once."""
+    cfg = RunConfig(algorithm=algorithm, cpus=3, steps=1500, batch_size=48, eval_every=100, checkpoint_every=300,
+                    checkpoint_keep=100)
+    out = tmp_path / "stopped"
+    stopped = wb.run(cfg.replace(out=str(out)), cluster="threads", progress=False,
+                     should_stop=_stop_after_first_checkpoint(out))
+    assert stopped.status == "stopped"
+    saved = ckpt.read(ckpt.listed(out)[-1])
+    ran = pd.read_csv(out / "steps.csv").groupby("worker")["step"].max()
+    assert [saved.rank_step(r) for r in range(3)] == [int(ran[r]) + 1 for r in range(3)]
+    held = {"hogwild_sgd": lambda: saved.ranks[0]["shared.params"],
+            "adpsgd": lambda: saved.server["rows"].mean(axis=0, dtype=np.float64).astype(np.float32)}.get(
+        algorithm, lambda: saved.server["x"])()
+    from workbench.execution.transports.threads import ThreadTransport
+    transport = ThreadTransport()
+    transport.control.request_stop("before the first step")    # every worker stops at its first step's top
+    again = wb.resume(out, cluster=transport, progress=False)
+    assert again.status == "stopped" and np.array_equal(again.params, held)
+    done = wb.resume(out, cluster="threads", progress=False)
+    assert done.status == "completed"
+    rows = pd.read_csv(out / "steps.csv")
+    assert sorted(rows.groupby("worker")["step"].nunique()) == [1500] * 3
+    assert not rows.duplicated(["worker", "step"]).any()
+
+
+CGDP = [{"chunk_layers": 1}, {"chunk_layers": "auto", "weight_return": "chunks"},
+        {"chunk_layers": 2, "momentum": 0.9, "optimizer": "adamw", "lr": 0.01}]
+
+
+@pytest.mark.parametrize("extra", CGDP, ids=[_id(("cgdp", e)) for e in CGDP])
+def test_cgdp_resumes_bitwise_from_its_masters_checkpoint(tmp_path, extra):
+    """cgdp's master (weights, the rule's state, the chunk tuner) is in rank 0's part of the
+    checkpoint and put back before a resumed run's first step: cut as a kill -9 leaves it,
+    and stopped, the resumed run's records and parameters are the uninterrupted run's."""
+    cfg = RunConfig(algorithm="cgdp", cpus=3, steps=96, batch_size=48, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100, **extra)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    assert whole.summary["checkpoints"]["written"] == 5
+    saved = ckpt.read(ckpt.listed(tmp_path / "whole")[2])
+    assert {"x", "tuner", "history"} <= set(saved.server) and saved.ranks[1]["chunking"] >= 1
+    killed_after(tmp_path / "whole", tmp_path / "cut", 3)
+    resumed = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == 48
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["chunk_layers_used"] == whole.summary["chunk_layers_used"]
+
+
+def test_a_stopped_cgdp_run_resumes_bitwise(tmp_path):
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=1500, batch_size=32, eval_every=100, checkpoint_every=300,
+                    checkpoint_keep=100, weight_return="chunks")
+    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, "threads")
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("comm, weight_return", [("shm", "chunks"), ("dask", "whole")])
+def test_cgdp_on_dask_resumes_bitwise(tmp_path, client, comm, weight_return):
+    """On Dask the master is a segment of shared memory every worker updates (each keeping
+    its own chunk tuner: in every worker's part of the checkpoint), or an actor."""
+    cfg = RunConfig(algorithm="cgdp", cpus=2, steps=64, batch_size=32, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100, comm=comm, weight_return=weight_return)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
+    # (a state a worker keeps is replaced by its next one if the client has not fetched it yet:
+    # steps of a millisecond on a busy machine pass some of the three over)
+    assert whole.summary["checkpoints"]["written"] >= 1
+    step = killed_after(tmp_path / "whole", tmp_path / "cut", 1)
+    resumed = wb.resume(tmp_path / "cut", cluster=client, progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == step >= 16
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+
+
+@pytest.mark.parametrize("weight_return", ["whole", "chunks"])
+def test_a_resumed_simulated_cgdp_run_is_bitwise_virtual_times_too(tmp_path, weight_return):
+    """The master's virtual times (when it and each link are free, its tuner's clock) go on
+    from the checkpoint's, as every worker's clock does."""
+    cfg = RunConfig(algorithm="cgdp", cpus=2, gpus=2, steps=80, batch_size=64, eval_every=15, checkpoint_every=20,
+                    checkpoint_keep=100, simulate=True, jitter=0.2, weight_return=weight_return)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), progress=False)
+    killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    resumed = wb.resume(tmp_path / "cut", progress=False)
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=True)
+    assert np.array_equal(whole.params, resumed.params)
+    assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]
 
 
 def test_checkpoints_keep_the_newest_and_say_what_they_cost(tmp_path):
@@ -286,25 +429,32 @@ def test_kill_9_of_the_cli_group_then_resume_is_bitwise(tmp_path, name):
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_a_run_stopped_by_sigterm_resumes_to_the_same_end(tmp_path, client):
-    """SIGTERM stops the CLI's run (saved as stopped, committed); `run --resume` continues it
-    from its last checkpoint to the records of the same run made on the module's cluster."""
-    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=1500, batch_size=64, eval_every=200, checkpoint_every=150)
-    args = ["--algorithm", "sync_sgd", "--cpus", "2", "--steps", "1500", "--batch-size", "64", "--eval-every", "200",
-            "--checkpoint-every", "150", "--no-progress", "--out", str(tmp_path / "stopped")]
-    proc = _start(*args)
+@pytest.mark.parametrize("name", list(KILLED))
+def test_a_run_stopped_by_sigterm_resumes_from_where_it_stopped(tmp_path, client, name):
+    """SIGTERM stops the CLI's run on two local Dask workers: the step it is decided at
+    completes, a checkpoint is written there and the run is saved as stopped; `run --resume`
+    goes on from that step (none lost, none run twice) to the records and final losses of the
+    same run made on the module's cluster, bitwise."""
+    args = [*KILLED[name], "--cpus", "2", "--steps", "1500", "--batch-size", "64", "--eval-every", "200",
+            "--checkpoint-every", "150", "--no-progress"]
+    proc = _start(*args, "--out", str(tmp_path / "stopped"))
     _wait_for_checkpoints(tmp_path / "stopped", 1, proc)
     os.kill(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     stopped = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert stopped["status"] == "stopped"
+    end = int(pd.read_csv(tmp_path / "stopped" / "steps.csv")["step"].max()) + 1
+    assert end < 1500 and ckpt.read(ckpt.listed(tmp_path / "stopped")[-1]).step == end   # the stop's own
     resumed = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "stopped"),
                               "--no-progress"], capture_output=True, text=True, env=ENV, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
+    cfg = RunConfig.from_dict(stopped["config"]).replace(out=str(tmp_path / "whole"))
+    wb.run(cfg, cluster=client, progress=False)
     same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
-    assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["segments"][0]["to_step"] >= 150
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("whole", "stopped"))
+    assert a["final_test_loss"] == b["final_test_loss"] and a["final_train_loss"] == b["final_train_loss"]
+    assert b["resumed_from"]["step"] == end and [s["from_step"] for s in b["segments"]] == [0, end]
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 
 from workbench.algorithms import REGISTRY
 from workbench.config import ConfigError, RunConfig
-from workbench.sim import profiles
+from workbench.sim import calibration
 from workbench.sim.run import run_simulated
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -40,8 +40,8 @@ def _same(a, b) -> None:
 def _no_timing(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("this machine was timed without cpu_device=local")
-    monkeypatch.setattr(profiles, "local_device", refuse)
-    monkeypatch.setattr(profiles, "co_run_device", refuse)
+    monkeypatch.setattr(calibration, "local_device", refuse)
+    monkeypatch.setattr(calibration, "co_run_device", refuse)
 
 
 @pytest.mark.parametrize("workers", [dict(cpus=2), dict(gpus=2)], ids=["cpu-workers", "gpu-workers"])
@@ -58,15 +58,15 @@ def test_the_same_config_twice_is_bitwise_the_same_run(algorithm, workers, monke
 
 def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
-    profiles._LOCAL.clear()
+    calibration._LOCAL.clear()
     config = RunConfig(algorithm="async_sgd", cpus=3, cpu_device="local", **SMALL)
     first = run_simulated(config)
     record = first.summary["calibration"]
-    assert record["kind"] == profiles.CALIBRATION_KIND and record["model"] == "mlp 64-16-10 (1,210 params)"
+    assert record["kind"] == calibration.CALIBRATION_KIND and record["model"] == "mlp 64-16-10 (1,210 params)"
     cached = list((tmp_path / "cache" / "sim-calibration").glob("*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text()) == record
     _no_timing(monkeypatch)                                # from here on nothing may be timed
-    profiles._LOCAL.clear()
+    calibration._LOCAL.clear()
     _same(first, run_simulated(config))                    # the cached file
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps(first.summary, default=str))
@@ -76,14 +76,14 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
 
 def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_replays(tmp_path, monkeypatch):
     # A calibration was the fastest of up to 9 calls, then (2026-12-04) the median, now the
-    # mean (profiles.CALIBRATION_METHOD). A cached record taken another way is stale: timed
+    # mean (calibration.CALIBRATION_METHOD). A cached record taken another way is stale: timed
     # again and rewritten. The same record given as a file still replays as it ran.
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
-    profiles._LOCAL.clear()
+    calibration._LOCAL.clear()
     config = RunConfig(algorithm="sgd", cpus=1, cpu_device="local", **SMALL)
     first = run_simulated(config)
     record = first.summary["calibration"]
-    assert record["method"] == profiles.CALIBRATION_METHOD == "mean"
+    assert record["method"] == calibration.CALIBRATION_METHOD == "mean"
     assert "mean of" in record["source"]
     assert 0 <= record["cv"] < 1                                  # the spread of the largest batch's calls
     assert record["load_average"] is None or record["load_average"] >= 0
@@ -94,7 +94,7 @@ def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_
     cached.write_text(json.dumps(old))
     given = tmp_path / "old.json"
     given.write_text(json.dumps(old))
-    profiles._LOCAL.clear()
+    calibration._LOCAL.clear()
     again = run_simulated(config)                                # the stale cache: timed anew
     assert again.summary["calibration"]["method"] == "mean"
     assert json.loads(cached.read_text())["method"] == "mean"
@@ -110,7 +110,7 @@ def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_re
     # A calibration file without it (written before co-run timing) keeps the one-core numbers.
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     monkeypatch.setattr("os.cpu_count", lambda: 2)          # the calibrated machine's cores, whatever CI has
-    profiles._LOCAL.clear()
+    calibration._LOCAL.clear()
     config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)
     first = run_simulated(config)
     record = first.summary["calibration"]

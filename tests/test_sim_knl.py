@@ -12,10 +12,11 @@ import workbench as wb
 from workbench.comm.network import shared_tree_allreduce_time
 from workbench.config import SIM_CHIP_CORES, ConfigError, RunConfig
 from workbench.sim import profiles as P
+from workbench.sim import timing_models as TM
 from workbench.sim.costs import make_costs
 
 KNL = dict(simulate=True, algorithm="sync_sgd", cpu_device="knl", timing_model="alexnet")
-ALEXNET = P.TIMING_MODELS["alexnet"]
+ALEXNET = TM.TIMING_MODELS["alexnet"]
 
 
 def knl(k: int, **kw) -> RunConfig:

@@ -80,7 +80,7 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     asked.clear()
     b = execute(config, SimTransport(lockstep=False))
     assert fast.path == "lockstep"
-    assert a.summary["status"] == "stopped" and len(a.steps) == 4 * 4
+    assert a.summary["status"] == "stopped" and len(a.steps) == 5 * 4     # the stop completes the step it is decided at
     _same(a, b)
     assert _events(a) == _events(b)
 

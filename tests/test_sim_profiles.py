@@ -14,7 +14,9 @@ from workbench import config
 from workbench.analysis.costmodel import NETWORKS, Network
 from workbench.config import ConfigError
 from workbench.maths.models import make_model
+from workbench.sim import calibration as CAL
 from workbench.sim import profiles as P
+from workbench.sim import timing_models as TM
 
 
 # ------------------------------------------------------------------ roofline
@@ -55,7 +57,7 @@ def test_vendor_peaks():
 def test_devices_train_resnet50_at_their_published_speed(name, images_per_s):
     # The oracle: published FP32 ResNet-50 training throughputs (TensorFlow benchmarks 2017 for
     # K80 and P100, NVIDIA DeepLearningExamples for V100); the efficiency is derived from them.
-    d, rn50 = P.DEVICES[name], P.TIMING_MODELS["resnet50"]
+    d, rn50 = P.DEVICES[name], TM.TIMING_MODELS["resnet50"]
     batch = 64
     step = d.step_overhead_s + d.compute_s(batch * rn50.train_flops)
     assert batch / step == pytest.approx(images_per_s, rel=0.02)
@@ -66,8 +68,8 @@ def test_devices_train_resnet50_at_their_published_speed(name, images_per_s):
 def test_speed_factors_bring_other_networks_to_their_published_speed(name, gpu):
     # TensorFlow benchmarks (2017) on one GPU: charged at the device's ResNet-50 efficiency
     # and the network's speed factor, each comes within 10% (without it VGG-16 is 2.6x slow)
-    d, tm = P.DEVICES[gpu], P.TIMING_MODELS[name]
-    published = P.TF_BENCH_IMAGES_PER_S[name][("k80", "p100").index(gpu)]
+    d, tm = P.DEVICES[gpu], TM.TIMING_MODELS[name]
+    published = TM.TF_BENCH_IMAGES_PER_S[name][("k80", "p100").index(gpu)]
     assert 1 / d.compute_s(tm.charged_train_flops) == pytest.approx(published, rel=0.10)
     assert tm.charged_train_flops == tm.train_flops / tm.speed_factor
     if name == "vgg16":
@@ -81,9 +83,9 @@ def test_device_named_ignores_case_and_lists_the_known_ones():
 
 
 # ------------------------------------------------------------------ timing models
-@pytest.mark.parametrize("name", [n for n in P.TIMING_MODEL_NAMES if not P.TIMING_MODELS[n].tokens])   # image nets
+@pytest.mark.parametrize("name", [n for n in TM.TIMING_MODEL_NAMES if not TM.TIMING_MODELS[n].tokens])   # image nets
 def test_layers_add_up_to_the_published_totals(name):
-    m = P.TIMING_MODELS[name]
+    m = TM.TIMING_MODELS[name]
     assert m.name == name and len(m.layers) >= 6
     assert sum(p for _, p, _ in m.layers) == pytest.approx(m.n_params, rel=0.01)
     assert sum(f for _, _, f in m.layers) == pytest.approx(m.fwd_flops, rel=0.01)
@@ -93,7 +95,7 @@ def test_layers_add_up_to_the_published_totals(name):
 
 
 def test_published_sizes_multiply_adds_counted_twice():
-    tm = P.TIMING_MODELS
+    tm = TM.TIMING_MODELS
     # (params, G multiply-adds per image) as the literature quotes them
     for name, params, gmacs in (("alexnet", 61e6, 0.72), ("vgg16", 138e6, 15.5), ("googlenet", 6.8e6, 1.5),
                                 ("resnet50", 25.6e6, 4.1), ("resnet152", 60.2e6, 11.5)):
@@ -102,54 +104,54 @@ def test_published_sizes_multiply_adds_counted_twice():
 
 
 def test_layer_hand_counts():
-    alex = dict((n, (p, f)) for n, p, f in P.TIMING_MODELS["alexnet"].layers)
+    alex = dict((n, (p, f)) for n, p, f in TM.TIMING_MODELS["alexnet"].layers)
     assert alex["conv1"] == (11 * 11 * 3 * 96 + 96, 2.0 * 55 * 55 * 96 * 11 * 11 * 3)
     assert alex["conv2"] == (5 * 5 * 48 * 256 + 256, 2.0 * 27 * 27 * 256 * 5 * 5 * 48)     # two groups
     assert alex["fc6"] == (9216 * 4096 + 4096, 2.0 * 9216 * 4096)
-    vgg = dict((n, (p, f)) for n, p, f in P.TIMING_MODELS["vgg16"].layers)
+    vgg = dict((n, (p, f)) for n, p, f in TM.TIMING_MODELS["vgg16"].layers)
     assert vgg["conv1_1"] == (3 * 3 * 3 * 64 + 64, 2.0 * 224 * 224 * 64 * 27)
     assert vgg["conv5_3"] == (3 * 3 * 512 * 512 + 512, 2.0 * 14 * 14 * 512 * 9 * 512)
-    rn = dict((n, (p, f)) for n, p, f in P.TIMING_MODELS["resnet50"].layers)
+    rn = dict((n, (p, f)) for n, p, f in TM.TIMING_MODELS["resnet50"].layers)
     assert rn["stem"] == (7 * 7 * 3 * 64 + 2 * 64, 2.0 * 112 * 112 * 64 * 147)
     assert rn["fc"] == (2048 * 1000 + 1000, 2.0 * 2048 * 1000)
-    assert [n for n, _, _ in P.TIMING_MODELS["resnet152"].layers] == ["stem", "layer1", "layer2", "layer3", "layer4", "fc"]
+    assert [n for n, _, _ in TM.TIMING_MODELS["resnet152"].layers] == ["stem", "layer1", "layer2", "layer3", "layer4", "fc"]
 
 
 def test_timing_model_named():
-    assert P.timing_model_named("ResNet-50") is P.TIMING_MODELS["resnet50"]
+    assert TM.timing_model_named("ResNet-50") is TM.TIMING_MODELS["resnet50"]
     with pytest.raises(ConfigError, match="^timing_model: one of alexnet, vgg16, googlenet, resnet50, resnet152, "
                                           "gpt2-124m, gpt2-355m, tinyllama-1.1b, llama-7b, got"):
-        P.timing_model_named("gpt3")
+        TM.timing_model_named("gpt3")
 
 
 # ------------------------------------------------------------------ our models
 def test_model_flops_mlp_hand_count():
     model = make_model("mlp", 64, 10, hidden=(128,))
-    tm = P.model_flops(model)
+    tm = TM.model_flops(model)
     assert tm.name == "mlp 64-128-10"
     assert tm.n_params == 64 * 128 + 128 + 128 * 10 + 10 == model.n_params
     assert tm.fwd_flops == 2 * (64 * 128 + 128 * 10)
     assert tm.layers == (("fc1", 64 * 128 + 128, 2.0 * 64 * 128), ("fc2", 128 * 10 + 10, 2.0 * 128 * 10))
-    deep = P.model_flops(make_model("mlp", 784, 10, hidden=(512, 256)))
+    deep = TM.model_flops(make_model("mlp", 784, 10, hidden=(512, 256)))
     assert deep.n_params == 535_818 and deep.fwd_flops == 2 * (784 * 512 + 512 * 256 + 256 * 10)
     assert len(deep.layers) == 3
 
 
 def test_model_flops_softmax_and_cnn_hand_counts():
-    soft = P.model_flops(make_model("softmax", 64, 10))
+    soft = TM.model_flops(make_model("softmax", 64, 10))
     assert (soft.name, soft.n_params, soft.fwd_flops) == ("softmax 64-10", 650, 1280.0)
     cnn = make_model("cnn", 64, 10, hidden=(16, 32), image_shape=(1, 8, 8))
-    tm = P.model_flops(cnn)
+    tm = TM.model_flops(cnn)
     # conv3x3 pad 1 keeps 8x8, pool -> 4x4, conv2 at 4x4, pool -> 2x2 -> fc from 2*2*32
     assert tm.layers == (("conv1", 9 * 1 * 16 + 16, 2.0 * 9 * 1 * 16 * 8 * 8),
                          ("conv2", 9 * 16 * 32 + 32, 2.0 * 9 * 16 * 32 * 4 * 4),
                          ("fc", 2 * 2 * 32 * 10 + 10, 2.0 * 2 * 2 * 32 * 10))
     assert tm.n_params == cnn.n_params
     odd = make_model("cnn", 3 * 9 * 11, 10, hidden=(4,), image_shape=(3, 9, 11))    # odd sizes round down
-    assert P.model_flops(odd).layers[1][2] == 2.0 * 9 * 4 * 8 * 4 * 5
-    assert P.model_flops(odd).n_params == odd.n_params
+    assert TM.model_flops(odd).layers[1][2] == 2.0 * 9 * 4 * 8 * 4 * 5
+    assert TM.model_flops(odd).n_params == odd.n_params
     with pytest.raises(TypeError, match="model: a built-in model or one stating flops_per_sample"):
-        P.model_flops(object())
+        TM.model_flops(object())
 
 
 # ------------------------------------------------------------------ this machine
@@ -164,9 +166,9 @@ def mlp_batch():
 
 def test_local_device_is_calibrated_quickly_and_cached(mlp_batch):
     model, X, y, params = mlp_batch
-    P._LOCAL.clear()
+    CAL._LOCAL.clear()
     t0 = time.perf_counter()
-    d = P.local_device(model, X, y, params)
+    d = CAL.local_device(model, X, y, params)
     took = time.perf_counter() - t0
     assert took < 30                                     # a hang guard (~0.1-0.5 s on an idle core)
     assert d.name == "local" and d.kind == "cpu" and d.efficiency == 1.0
@@ -174,7 +176,7 @@ def test_local_device_is_calibrated_quickly_and_cached(mlp_batch):
     assert math.isfinite(d.mem_bw) and 1e8 < d.mem_bw < 1e13
     assert 0 <= d.step_overhead_s < 0.01
     assert len(d.calibration) >= 2 and "loss_and_grad of mlp 64-256-10" in d.source
-    assert P.local_device(model, X, y, params) is d      # cached per architecture
+    assert CAL.local_device(model, X, y, params) is d      # cached per architecture
     assert model._work == {}                             # the caller's model was not used to time
 
 
@@ -205,19 +207,19 @@ class _Law:
 
 def test_local_fit_recovers_a_known_core_and_predicts_an_untimed_batch(mlp_batch, monkeypatch):
     model, X, y, params = mlp_batch
-    per_sample = P.model_flops(model).train_flops
+    per_sample = TM.model_flops(model).train_flops
     law = _Law(per_sample)
-    monkeypatch.setattr(P, "_worker_step", law.step)
-    monkeypatch.setattr(P, "_best_s", law.best)
-    monkeypatch.setattr(P, "_timed_calls", law.timed)
-    P._LOCAL.clear()
+    monkeypatch.setattr(CAL, "_worker_step", law.step)
+    monkeypatch.setattr(CAL, "_best_s", law.best)
+    monkeypatch.setattr(CAL, "_timed_calls", law.timed)
+    CAL._LOCAL.clear()
     try:
-        d = P.local_device(model, X, y, params)
+        d = CAL.local_device(model, X, y, params)
     finally:
-        P._LOCAL.clear()
+        CAL._LOCAL.clear()
     sizes = [b for b, _ in d.calibration]
     assert len(sizes) == 3 and sizes[-1] == 4 * sizes[-2] == 16 * sizes[0]   # largest, a quarter, a sixteenth
-    assert law.seconds(sizes[-1]) >= P.CALIBRATION_TARGET_S > law.seconds(sizes[-1] // 2)
+    assert law.seconds(sizes[-1]) >= CAL.CALIBRATION_TARGET_S > law.seconds(sizes[-1] // 2)
     # the mean of +-3% noise: the fitted line within a few percent of the law it was timed on
     assert d.step_overhead_s == pytest.approx(law.overhead, rel=0.15)
     assert d.peak_flops == pytest.approx(law.rate, rel=0.03)
@@ -231,20 +233,20 @@ def test_local_device_at_one_slice_size_charges_what_that_size_took(mlp_batch, m
     # exactly the mean of those calls (one point: no overhead, the rate through it), its
     # spread is theirs, and it is not cached as the machine's calibration
     model, X, y, params = mlp_batch
-    P._LOCAL.clear()
-    cached = P.local_device(model, X, y, params)
+    CAL._LOCAL.clear()
+    cached = CAL.local_device(model, X, y, params)
     seen = []
-    real_timed = P._timed_calls
-    monkeypatch.setattr(P, "_timed_calls", lambda fn, repeats: seen.append(real_timed(fn, repeats)) or seen[-1])
-    d = P.local_device(model, X, y, params, rows=48, repeats=12)
+    real_timed = CAL._timed_calls
+    monkeypatch.setattr(CAL, "_timed_calls", lambda fn, repeats: seen.append(real_timed(fn, repeats)) or seen[-1])
+    d = CAL.local_device(model, X, y, params, rows=48, repeats=12)
     assert [len(c) for c in seen] == [12] and [b for b, _ in d.calibration] == [48]
-    per_sample = P.model_flops(model).train_flops
+    per_sample = TM.model_flops(model).train_flops
     assert d.step_overhead_s == 0.0
     assert d.compute_s(48 * per_sample) == pytest.approx(float(np.mean(seen[0])), rel=1e-12)
-    assert d.spread == P._spread(seen[0]) and "timed at batch 48:" in d.source and "mean of 12" in d.source
-    assert P.local_device(model, X, y, params) is cached
+    assert d.spread == CAL._spread(seen[0]) and "timed at batch 48:" in d.source and "mean of 12" in d.source
+    assert CAL.local_device(model, X, y, params) is cached
     with pytest.raises(ValueError, match="rows: a batch size from 1 to the 2048 rows given, got 0"):
-        P.local_device(model, X, y, params, rows=0)
+        CAL.local_device(model, X, y, params, rows=0)
 
 
 def test_the_co_run_helper_computes_one_step_per_call_and_ends_with_its_input(mlp_batch, tmp_path):
@@ -256,7 +258,7 @@ def test_the_co_run_helper_computes_one_step_per_call_and_ends_with_its_input(ml
     model, X, y, params = mlp_batch
     path = tmp_path / "helper.pkl"
     path.write_bytes(pickle.dumps((model, X[:256], y[:256], params)))
-    code = f"from workbench.sim.profiles import _co_run_helper; _co_run_helper({str(path)!r})"
+    code = f"from workbench.sim.calibration import _co_run_helper; _co_run_helper({str(path)!r})"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     helper = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               env=env, text=True)
@@ -275,20 +277,20 @@ def test_the_co_run_helper_computes_one_step_per_call_and_ends_with_its_input(ml
 def test_local_device_refuses_a_non_numpy_vector(mlp_batch):
     model, X, y, params = mlp_batch
     with pytest.raises(TypeError, match="params: a NumPy vector"):
-        P.local_device(model, X, y, list(params))
+        CAL.local_device(model, X, y, list(params))
 
 
 def test_fit_overhead_rate_recovers_a_known_line_and_survives_noise():
-    overhead, rate = P.fit_overhead_rate([1e6, 4e6, 16e6], [2e-4 + f / 5e9 for f in (1e6, 4e6, 16e6)])
+    overhead, rate = CAL.fit_overhead_rate([1e6, 4e6, 16e6], [2e-4 + f / 5e9 for f in (1e6, 4e6, 16e6)])
     assert overhead == pytest.approx(2e-4) and rate == pytest.approx(5e9)
-    overhead, rate = P.fit_overhead_rate([1e6, 2e6, 4e6], [0.9e-3, 2.1e-3, 4.0e-3])   # intercept < 0: through 0
+    overhead, rate = CAL.fit_overhead_rate([1e6, 2e6, 4e6], [0.9e-3, 2.1e-3, 4.0e-3])   # intercept < 0: through 0
     assert overhead == 0.0 and rate == pytest.approx(1e9, rel=0.05)
-    assert P.fit_overhead_rate([2e6], [1e-3]) == (0.0, 2e9)
+    assert CAL.fit_overhead_rate([2e6], [1e-3]) == (0.0, 2e9)
     # slower for less work (noise): no negative rate, the best line through the origin in
     # relative terms: slope = sum(f/t) / sum((f/t)^2) = 2.5e9 / 4.25e18
-    assert P.fit_overhead_rate([1e6, 2e6], [2e-3, 1e-3]) == (0.0, pytest.approx(4.25e18 / 2.5e9))
+    assert CAL.fit_overhead_rate([1e6, 2e6], [2e-3, 1e-3]) == (0.0, pytest.approx(4.25e18 / 2.5e9))
     # relative errors: a small batch counts as much as a big one
-    overhead, rate = P.fit_overhead_rate([1e6, 1e7, 1e8], [1.1e-3, 1e-2, 1e-1])
+    overhead, rate = CAL.fit_overhead_rate([1e6, 1e7, 1e8], [1.1e-3, 1e-2, 1e-1])
     assert overhead == pytest.approx(1e-4, rel=0.2)
 
 
@@ -317,7 +319,7 @@ def test_network_named_covers_costmodel_and_links():
 
 def test_config_and_profiles_list_the_same_names():
     assert P.DEVICE_NAMES == tuple(P.DEVICES) == config.SIM_DEVICES
-    assert P.TIMING_MODEL_NAMES == tuple(P.TIMING_MODELS) == config.SIM_TIMING_MODELS
+    assert TM.TIMING_MODEL_NAMES == tuple(TM.TIMING_MODELS) == config.SIM_TIMING_MODELS
     assert P.NETWORK_NAMES == config.SIM_NETWORKS
     assert config.SIM_DEFAULT_DEVICE in P.DEVICES
 

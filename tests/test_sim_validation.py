@@ -202,7 +202,7 @@ def test_the_calibration_beside_real_runs_carries_the_hosts_demand_and_the_sprea
     import json
 
     from workbench.problem import Problem
-    from workbench.sim import profiles
+    from workbench.sim import calibration
     from workbench.sim.costs import make_costs
     from workbench.sim.run import run_simulated
     from workbench.sim.validate import _as_jitter, _time_this_core_now
@@ -216,14 +216,14 @@ def test_the_calibration_beside_real_runs_carries_the_hosts_demand_and_the_sprea
     problem = Problem.from_config(config)
     ran = config.replace(calibration=path, jitter=_as_jitter(spread))
     devices = make_costs(ran, problem.new_model(), ["cpu", "cpu"], problem.data).devices
-    assert [d.rate for d in devices] == [record["co_run"]["2"]["rate_flops"] * profiles.host_share(record, 2)] * 2
-    assert profiles.host_share(record, 2) == pytest.approx(0.96)
+    assert [d.rate for d in devices] == [record["co_run"]["2"]["rate_flops"] * calibration.host_share(record, 2)] * 2
+    assert calibration.host_share(record, 2) == pytest.approx(0.96)
     out = run_simulated(ran)
     assert out.summary["status"] == "completed" and out.summary["jitter"] == ran.jitter
     assert out.summary["calibration"]["host_demand_cores"] == 0.08
     one_path, one_spread = _time_this_core_now(config.replace(cpus=1, batch_size=16), host_demand=0.08)
     one = json.loads(open(one_path).read())
-    assert "co_run" not in one and one_spread == one["cv"] and profiles.host_share(one, 1) == 1.0
+    assert "co_run" not in one and one_spread == one["cv"] and calibration.host_share(one, 1) == 1.0
 
 
 def test_quiet_enough_is_the_benchmarks_rule():

@@ -159,6 +159,11 @@ class WorkerContext:
             synchronize(self.xp)
         return self.timer()
 
+    def clock_fn(self) -> Callable[[], float]:
+        """`clock` as one callable to keep: `timer` itself on the host (nothing queued to
+        wait for; a step reads its clock several times, ~0.1 us a call saved each)."""
+        return self.timer if self.xp is np else self.clock
+
     def sync_device(self) -> None:
         synchronize(self.xp)
 
@@ -226,7 +231,8 @@ class WorkerContext:
         its step rows so far leave first (one channel, in order), so the client has every
         row before `step` when the state arrives. `clock`/`t_start` let a transport whose
         clock is its own (the simulator's) restore it exactly. `tag`: "paused" or "kept"
-        (an elastic run regroups from it: it travels with the batch, never held)."""
+        (an elastic run regroups from it: it travels with the batch, never held); "stopped"
+        or "ended" (where the loop ended: a stopped run's checkpoint, `run_loop`)."""
         self.flush(force=True)
         if self.emit is not None:
             batch = {"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
@@ -456,40 +462,58 @@ class SyncTail:
     busy time less its own (idle, not communicating). `rank`/`size` are within the
     collective's group (LTFB trainers)."""
 
-    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy")
+    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy", "_mine", "_sum")
 
     def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
         self.ctx, self.n = ctx, n
         self.rank = ctx.rank if rank is None else rank
         self.size = ctx.size if size is None else size
         self.end = n + tail_length(self.size)
-        self.clock = ctx.clock
+        self.clock = ctx.clock_fn()
         self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
         self.busy = 0.0
+        # (buffer, its tail) cut once: a step packs the same buffer, and a host comm hands back
+        # the same sum array, thousands of times a second (a slice costs ~0.2 us)
+        self._mine: tuple[Any, Any] = (None, None)
+        self._sum: tuple[Any, Any] = (None, None)
 
     def pack(self, buf: Any, loss_w: float, compute_s: float, stop: bool) -> None:
         """Write my scalars into buf[n:] (zeroing the others' slots)."""
-        n, p, r = self.n, self.size, self.rank
-        buf[n:self.end] = 0
-        buf[n] = loss_w
-        buf[n + 1] = 1.0 if stop else 0.0
-        buf[n + 2 + r] = compute_s
+        held, tail = self._mine
+        if buf is not held:
+            tail = buf[self.n:self.end]
+            self._mine = (buf, tail)
+        p, r = self.size, self.rank
+        if p > 1:            # one worker writes every slot
+            tail.fill(0)
+        tail[0] = loss_w
+        tail[1] = 1.0 if stop else 0.0
+        tail[2 + r] = compute_s
         since = self.t_free if self.t_free is not None else self.ctx.t_start   # step 0: since time 0
         self.busy = busy = self.clock() - since if since is not None else compute_s
-        buf[n + 2 + p + r] = busy
+        tail[2 + p + r] = busy
 
     def read(self, total: Any, comm_total: float) -> Tally:
         """The reduced tail, with my exchange time `comm_total` split into comm and wait."""
-        n, p = self.n, self.size
-        key = (id(total), n, self.end)
-        if _LAST_TAIL[0] is total and _LAST_TAIL[1] == key:   # the ranks of a process that got one sum
-            tail, times, slowest = _LAST_TAIL[2:]               # (the simulator's): decoded once, O(P) not O(P^2)
+        held, tail = self._sum
+        if total is held:    # the same writeable sum array as last step: its tail is cut
+            tail = tail.tolist()
+            p = self.size
+            times, slowest = tail[2:2 + p], (tail[3] if p == 1 else max(tail[2 + p:]))
         else:
-            tail = total[n:self.end]
-            tail = (tail if isinstance(tail, np.ndarray) else to_numpy(tail)).tolist()
-            times, slowest = tail[2:2 + p], max(tail[2 + p:])
-            if isinstance(total, np.ndarray) and not total.flags.writeable:   # only a sum nobody rewrites
-                _LAST_TAIL[:] = [total, key, tail, times, slowest]
+            n, p = self.n, self.size
+            key = (id(total), n, self.end)
+            if _LAST_TAIL[0] is total and _LAST_TAIL[1] == key:   # the ranks of a process that got one sum
+                tail, times, slowest = _LAST_TAIL[2:]               # (the simulator's): decoded once, O(P) not O(P^2)
+            else:
+                view = total[n:self.end]
+                tail = (view if isinstance(view, np.ndarray) else to_numpy(view)).tolist()
+                times, slowest = tail[2:2 + p], max(tail[2 + p:])
+                if isinstance(total, np.ndarray):
+                    if not total.flags.writeable:   # only a sum nobody rewrites
+                        _LAST_TAIL[:] = [total, key, tail, times, slowest]
+                    else:
+                        self._sum = (total, view)
         comm_s, wait_s = comm_and_wait(comm_total, slowest, self.busy)
         return Tally(tail[0], tail[1] > 0, times, comm_s, wait_s)
 
@@ -514,20 +538,26 @@ def comm_and_wait(comm_total: float, slowest: float, busy: float) -> tuple[float
 
 def settle(out: StepOut, loss: float, stop: bool) -> bool:
     """The decision every worker of a synchronous step makes together, from the same
-    reduced numbers: stopped (the leader asked), diverged (the global loss is NaN/inf),
-    else the update applies. Sets `out.loss` and `out.stop`; True when the update applies.
+    reduced numbers: diverged (the global loss is NaN/inf: the update does not apply),
+    else the update applies, and the loop ends after this step when the leader asked to
+    stop (`stopped`). Sets `out.loss` and `out.stop`; True when the update applies.
 
-    >>> out = StepOut(); settle(out, float("nan"), False), out.stop
+    A stop completes the step it is decided at: every worker then holds the state before
+    the next step, the one a checkpoint holds, so a stopped run leaves one there and goes
+    on from it bitwise (`run_loop`).
+
+    >>> out = StepOut(); settle(out, float("nan"), True), out.stop
     (False, 'diverged')
     >>> out = StepOut(); settle(out, 0.5, True), out.stop
-    (False, 'stopped')
+    (True, 'stopped')
     """
     out.loss = loss
+    if not math.isfinite(loss):
+        out.stop = "diverged"
+        return False
     if stop:
         out.stop = "stopped"
-    elif not math.isfinite(loss):
-        out.stop = "diverged"
-    return out.stop is None
+    return True
 
 
 def checkpoints_offered(cls: type) -> bool:
@@ -597,21 +627,21 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     """The loop's contract for one step's outcome: `run_loop` and the simulator's fast
     drivers (which step many workers in one loop) each call it once per worker and step.
 
-    A stop the step decided (`out.stop`: a synchronous step settles it with every worker)
-    ends the loop, with its event on rank 0 (a divergence also on every worker of an
-    asynchronous run), and no record. Otherwise the step's row is booked at `now` (the
+    A divergence the step decided (`out.stop`: a synchronous step settles it with every
+    worker) ends the loop with its event on rank 0 (also on every worker of an
+    asynchronous run) and no record. Otherwise the step's row is booked at `now` (the
     worker's clock, read here when None); an asynchronous worker whose loss is NaN/inf
     ends as diverged and asks every other worker to stop (a synchronous one learns it at
     its next exchange); on an eval step `evaluate(step)` runs (None: not this worker's
-    to do); and a few times a second the rows leave as a live batch.
+    to do); and a few times a second the rows leave as a live batch. A stop the step
+    decided (`settle`) ends the loop after all that: the step is complete, and rank 0
+    says so in an event.
 
     Returns the status that ends this worker's loop ("stopped", "diverged"), or None.
     """
-    if out.stop:
-        if out.stop == "diverged" and (ctx.rank == 0 or not sync):
+    if out.stop == "diverged":
+        if ctx.rank == 0 or not sync:
             ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
-        if out.stop == "stopped" and ctx.rank == 0:
-            ctx.event("stopped", f"stop requested; ended at step {step}")
         return out.stop
     if now is None:
         now = ctx.timer()
@@ -627,6 +657,10 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
         return "diverged"
     if evaluate is not None and ctx.plan.is_eval_step(step):
         evaluate(step)
+    if out.stop == "stopped" and step + 1 < ctx.plan.total_steps:   # (after the last step: completed)
+        if ctx.rank == 0:
+            ctx.event("stopped", f"stop requested; ended after step {step}")
+        return out.stop
     if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
         ctx.flush()
     return None
@@ -641,7 +675,13 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     run's checkpoint (`WorkerContext.save_state`), and so before the step the client asks for
     (`control.checkpoint_at`: checkpoints every so many seconds of wall clock). An
     asynchronous worker asks at the top of each step whether to stop; a synchronous one
-    learns it from its step (`settle`); what a step's outcome does next is `close_step`."""
+    learns it from its step (`settle`), which it completes; what a step's outcome does
+    next is `close_step`.
+
+    A run that takes checkpoints also leaves one where a stop ended it: each worker sends
+    its state before the step it would have run next (tagged "stopped"; the client writes
+    the checkpoint once every worker's is in, `execution.saver`), and so does an
+    asynchronous worker that completed its plan ("ended": the others may be stopped)."""
     plan, status = ctx.plan, "completed"
     first = 0
     if ctx.resume is not None:
@@ -653,26 +693,29 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     asked = ctx.checkpoint_asked and ctx.control is not None and hasattr(ctx.control, "checkpoint_at")
     bare = bool((ctx.extra.get("checkpoint") or {}).get("bare"))   # the step alone (a replayed simulation's)
     pausing = ctx.elastic and ctx.control is not None and hasattr(ctx.control, "pause_at")
+    end: int | None = None    # where a stopped (or, asynchronous, finished) loop goes on from
     if ctx.elastic:
         ctx.kept = (first, algo.state())
     ctx.start()
     for step in range(first, total):
         if not sync and ctx.stop_requested():
-            status = "stopped"
+            status, end = "stopped", step
             break
         try:
             out = algo.step(step)
-        except StopWait:          # a wait on a turn or partner ended on the stop request
-            status = "stopped"
+        except StopWait:          # a wait on a turn or partner ended on the stop request: mid-step,
+            status = "stopped"    # no state to go on from (the run's stop leaves no checkpoint)
             break
         except BaseException:
             algo.failed()
             raise
-        if step + 1 == total and not out.stop:
+        if step + 1 == total and out.stop != "diverged":
             algo.steps_done()
         ended = close_step(ctx, step, out, sync, algo.evaluate)
         if ended is not None:
             status = ended
+            if ended == "stopped":
+                end = step + 1
             break
         if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
                 and step + 1 < total:
@@ -683,6 +726,11 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
                 ctx.save_state(step + 1, ctx.kept[1], tag="paused")
                 status = "paused"
                 break
+    if every is not None or ctx.checkpoint_asked:
+        if status == "completed" and not sync:
+            end = total
+        if end is not None and (end < total or not sync):
+            ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),

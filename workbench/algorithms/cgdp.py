@@ -37,7 +37,7 @@ import numpy as np
 
 from ..comm.roles import chunk_bounds
 from ..maths.backend import to_numpy
-from .base import Algorithm, StepOut, WorkerContext, settle
+from .base import Algorithm, StepOut, WorkerContext, load_server_state, server_state, settle, state_copy
 from .sync import SpeedBalancer
 
 
@@ -50,7 +50,8 @@ class CGDP(Algorithm):
         self.grad = xp.empty_like(self.params)
         self.groups = model.layer_groups()
         setting = ctx.config.chunk_layers
-        self.chunks = chunk_bounds(self.groups, 1 if setting == "auto" else min(int(setting), len(self.groups)))
+        self.chunking = 1 if setting == "auto" else min(int(setting), len(self.groups))   # layers per chunk
+        self.chunks = chunk_bounds(self.groups, self.chunking)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock
 
@@ -87,12 +88,12 @@ class CGDP(Algorithm):
         t2 = self.ctx.timer()
         self.balancer.observe(times)
         self.params = ctx.xp.asarray(params)
-        self.chunks = chunk_bounds(self.groups, chunking)
+        self.chunking, self.chunks = chunking, chunk_bounds(self.groups, chunking)
         # the part of the fetch spent waiting for the slowest worker's compute (as sync_sgd)
         wait_s = min(max(0.0, max(times) - (t1 - t0)), t2 - t1)
         out = StepOut(lr=lr, samples=hi_b - lo_b, compute_s=t1 - t0, comm_s=t2 - t1 - wait_s, wait_s=wait_s,
                       bytes_sent=self.grad.nbytes)   # every chunk of my gradient, to the host's master
-        settle(out, gloss, gstop)     # the master applied the update unless the step was stopped
+        settle(out, gloss, gstop)     # the master applied the update (a stop ends the loop after it)
         return out
 
     def _weighted(self, lo: int, hi: int, w: float) -> np.ndarray | None:
@@ -103,6 +104,26 @@ class CGDP(Algorithm):
             return to_numpy(self.grad[lo:hi]) * w
         np.multiply(to_numpy(self.grad[lo:hi]), w, out=slot(self.ctx.rank, lo, hi))
         return None
+
+    def state(self) -> dict[str, Any]:
+        """My weights (the master's after my last fetch), the next step's chunking, the
+        batch shares; rank 0 also the master's whole state (`server.*`); a front-end that
+        keeps a part of its own on each worker (shared memory: each worker's chunk tuner),
+        that part (`master.*`)."""
+        own = getattr(self.master, "own_state", None)
+        return {**state_copy(self.ctx.xp, params=self.params), "chunking": int(self.chunking),
+                **self.balancer.state(), **server_state(self.ctx),
+                **({f"master.{k}": v for k, v in own().items()} if own is not None else {})}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.params = self.ctx.xp.asarray(state["params"]).copy()
+        self.chunking = int(state["chunking"])
+        self.chunks = chunk_bounds(self.groups, self.chunking)
+        self.balancer.load_state(state)
+        load_server_state(self.ctx, state)
+        if hasattr(self.master, "load_own_state"):
+            self.master.load_own_state({k.removeprefix("master."): v for k, v in state.items()
+                                        if k.startswith("master.")})
 
     def eval_params(self) -> Any:
         return self.params

@@ -142,7 +142,7 @@ def _bytes_and_network(result: Any) -> tuple[float, str | None]:
     cfg = s.get("config") or {}
     timing = cfg.get("timing_model")      # a published network's size stands for the model's (simulated)
     if s.get("simulated") and timing:
-        from ..sim.profiles import TIMING_MODELS
+        from ..sim.timing_models import TIMING_MODELS
         n = TIMING_MODELS[timing].n_params
     else:
         n = n_params_of(result)

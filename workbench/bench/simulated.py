@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from ..config import RunConfig
-from ..sim.profiles import _one_blas_thread
+from ..sim.calibration import _one_blas_thread
 
 ASYNC = ("async_sgd", "hogwild_sgd", "easgd")
 TARGETS = {"sync": 1.5, "async": 2.0, "step": 2.0, "memory_gb": 0.5}   # issue 24's

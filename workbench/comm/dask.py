@@ -127,6 +127,12 @@ class ChunkMasterProxy(ActorCall):
     def history(self) -> list[int]:
         return self.call("serve", "history")
 
+    def snapshot(self) -> dict[str, Any]:
+        return self.call("serve", "snapshot")
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.call("serve", "restore", state)
+
 
 
 LEASE_REFRESH_S = 1.0   # the client renews its lease this often (from its own thread)

@@ -29,6 +29,7 @@ Cores are not thread-safe by themselves: front-ends serialise calls.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -427,6 +428,25 @@ class ChunkTuner:
         self.current, self.done = self.best[1], True
         return self.current
 
+    def state(self) -> np.ndarray:
+        """Where the search is, as one array (a checkpoint's): current, done, the best
+        (time, size) so far (NaN, 0: none), the samples of the size being timed.
+
+        >>> t = ChunkTuner("auto", 3); _ = [t.observe(s) for s in [9, 1, 1, 1, 1, 9]]
+        >>> u = ChunkTuner("auto", 3); u.load_state(t.state())
+        >>> [t.observe(s) for s in [2, 2, 2, 2]] == [u.observe(s) for s in [2, 2, 2, 2]]
+        True
+        """
+        best_t, best_c = self.best if self.best is not None else (float("nan"), 0)
+        return np.array([self.current, float(self.done), best_t, best_c, *self.samples], np.float64)
+
+    def load_state(self, state: Any) -> None:
+        """Take up `state`'s search."""
+        a = np.asarray(state, np.float64).reshape(-1)
+        self.current, self.done = int(a[0]), bool(a[1])
+        self.best = None if math.isnan(a[2]) else (float(a[2]), int(a[3]))
+        self.samples = [float(v) for v in a[4:]]
+
 
 def sum_in_rank_order(parts: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
     """out = parts[0] + parts[1] + ... in rank order (deterministic sums); returns out."""
@@ -444,8 +464,8 @@ class ChunkMaster:
     """CGDP's master: master weights, optimiser and the per-chunk reduction.
 
     `add` takes one worker's weighted chunk; once every worker's part of a chunk is in,
-    it sums them in rank order and updates that chunk of the master weights (a stopped
-    step changes nothing); once every chunk of the step is done, the step's outcome
+    it sums them in rank order and updates that chunk of the master weights (a stop
+    completes the step it rides on, as every synchronous step's: `base.settle`); once every chunk of the step is done, the step's outcome
     (global loss, stop flag, every worker's compute time) is published and the tuner
     sees the iteration's duration by `clock`. `state` hands in `x` and the velocity
     (views of a shared segment); by default they are fresh copies.
@@ -471,6 +491,9 @@ class ChunkMaster:
                sizes_out=lambda core, step, lo, hi: (hi - lo,), work=lambda core, step, lo, hi: (1.0, hi - lo),
                what="chunk master chunk"),
         RoleOp("history", "history"),
+        # checkpoints: rank 0 reads the whole state, and puts it back before a resumed run starts
+        RoleOp("snapshot", "snapshot"),
+        RoleOp("restore", "restore", changes=True),
     )}
 
     def __init__(self, params: np.ndarray | None, size: int, groups: list[tuple[int, int]], chunk_layers: int | str,
@@ -491,6 +514,7 @@ class ChunkMaster:
         self.clock = clock
         self.parts: dict[tuple[int, int], dict[int, np.ndarray]] = {}
         self.step, self.chunks_left, self.loss, self.stop = -1, 0, 0.0, False
+        self.losses: dict[int, float] = {}                 # rank -> its weighted loss this step
         self.last_outcome = (0.0, False, [0.0] * size)   # (loss, stop, compute times) of the last completed step
         self.times: dict[int, float] = {}
         self.last_done = clock()
@@ -500,33 +524,31 @@ class ChunkMaster:
         self.updated: dict[tuple[int, int], int] = {}      # chunk -> the last step it was updated for
         self.done_chunk: tuple[int, int] | None = None      # the chunk the last `add` completed
 
-    def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float, stopped: bool) -> None:
-        """Sum every worker's part of [lo, hi) in rank order and update the master there
-        (unless the step was stopped)."""
+    def reduce_chunk(self, parts: Sequence[np.ndarray], lo: int, hi: int, lr: float) -> None:
+        """Sum every worker's part of [lo, hi) in rank order and update the master there."""
         total = sum_in_rank_order(parts, self._total[lo:hi])
-        if not stopped:
-            self.opt.step_chunk(self.x, total, lr, lo, hi)
+        self.opt.step_chunk(self.x, total, lr, lo, hi)
 
     def add(self, step: int, rank: int, lo: int, hi: int, grad: np.ndarray, lr: float,
             loss_w: float = 0.0, stop: bool = False, compute_s: float | None = None) -> bool:
         """One worker's weighted chunk; True when this completed the whole step.
 
-        The stop flag rides on the first chunk sent (rank 0's last layers), so it is
-        known before any chunk of the step completes: a stopped step changes nothing."""
+        The stop flag rides on the first chunk sent (rank 0's last layers) and comes
+        back with the step's outcome: the loops end after this step."""
         if step != self.step:  # first chunk of a new step
-            self.step, self.loss, self.stop = step, 0.0, False
+            self.step, self.loss, self.stop, self.losses = step, 0.0, False, {}
             self.chunks_left = len(chunk_bounds(self.groups, self.tuner.current))
         self.done_chunk = None
         parts = self.parts.setdefault((lo, hi), {})
         parts[rank] = grad
-        self.loss += loss_w
+        self.losses[rank] = self.losses.get(rank, 0.0) + loss_w
         self.stop = self.stop or stop
         if compute_s is not None:
             self.times[rank] = compute_s
         if len(parts) < self.size:
             return False
         del self.parts[(lo, hi)]
-        self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr, self.stop)
+        self.reduce_chunk([parts[r] for r in range(self.size)], lo, hi, lr)
         self.updated[(lo, hi)] = step
         self.done_chunk = (lo, hi)
         self.chunks_left -= 1
@@ -534,6 +556,9 @@ class ChunkMaster:
             return False
         # A fast worker may start the next step before a slow one fetches this one:
         # keep this step's outcome apart from the running sums.
+        self.loss = 0.0
+        for r in range(self.size):    # in rank order, whatever order they arrived in: repeatable bits
+            self.loss += self.losses.get(r, 0.0)
         self.last_outcome = (float(self.loss), bool(self.stop), [self.times.get(r, 0.0) for r in range(self.size)])
         self.completed = step
         self.step_done(self.clock())
@@ -567,6 +592,20 @@ class ChunkMaster:
     def history(self) -> list[int]:
         """The chunk size (layers) each completed step used."""
         return list(self.chunk_history)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The master weights, the update rule's state, the chunk tuner's and the chunk
+        sizes used so far, copied (between steps: no part of a step is in)."""
+        return {"x": self.x.copy(), **{f"opt.{k}": v.copy() for k, v in self.opt.state.items()},
+                "tuner": self.tuner.state(), "history": np.array(self.chunk_history, np.int64)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `snapshot` (in place: a shared segment's views stay views)."""
+        self.x[...] = state["x"]
+        for k, a in self.opt.state.items():
+            a[...] = state[f"opt.{k}"]
+        self.tuner.load_state(state["tuner"])
+        self.chunk_history = [int(c) for c in np.asarray(state["history"]).reshape(-1)]
 
 
 def chunk_master_args(config: Any, size: int, model: Any, params0: np.ndarray) -> dict[str, Any]:

@@ -624,8 +624,7 @@ class ShmChunkMaster:
     def _reduce(self, step: int, lo: int, hi: int, lr: float) -> None:
         """Every worker's rows of [lo, hi), summed in rank order, update the master there;
         with the per-chunk return, the fresh [lo, hi) goes into every worker's buffer."""
-        self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr,
-                               stopped=self.header[M_STOP] == step)
+        self.core.reduce_chunk([self.slots[r, lo:hi] for r in range(self.size)], lo, hi, lr)
         if self.chunked:
             fresh, boxes = self.core.x[lo:hi], self.boxes[step % 2]
             for r in range(self.size):
@@ -699,6 +698,24 @@ class ShmChunkMaster:
 
     def history(self) -> list[int]:
         return list(self.core.chunk_history)
+
+    # checkpoints: the weights and the rule's state are the segment's (rank 0 reads and puts
+    # them back, as every server role's); each worker's core keeps its own tuner and history
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return self.core.snapshot()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.core.restore(state)
+        self._chunking()
+
+    def own_state(self) -> dict[str, np.ndarray]:
+        """This worker's part: its core's chunk tuner and the chunk sizes used so far."""
+        return {"tuner": self.core.tuner.state(), "history": np.array(self.core.chunk_history, np.int64)}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        self.core.tuner.load_state(state["tuner"])
+        self.core.chunk_history = [int(c) for c in np.asarray(state["history"]).reshape(-1)]
+        self._chunking()
 
     def close(self) -> None:
         self.lockfile.close()

@@ -413,15 +413,16 @@ def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: An
         segments.append({"from_step": seg["from_step"], "to_step": seg["to_step"], "wall_time_s": seg["wall_time_s"],
                          "startup_s": seg.get("startup_s") or 0.0, "ended": "resumed from its checkpoint"})
     before = sum(seg["wall_time_s"] for seg in segments)
+    total = None
     if extra.get("simulated"):   # virtual clocks went on from the checkpoint's: the makespan holds it all
-        wall = max(wall - before, 0.0)
+        total, wall = wall, max(wall - before, 0.0)   # (the makespan itself: (W - b) + b need not be W's bits)
     this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,
             "startup_s": extra.get("startup_s") or 0.0, "ended": status}
     segments.append(this)
     extra["segments"] = segments
     extra["startup_s"] = sum(seg["startup_s"] for seg in segments)
     extra["resumed_from"] = {"step": resume.step, "checkpoint": str(resume.path.name) if resume.path else None}
-    return before + wall
+    return total if total is not None and total >= before else before + wall
 
 
 class _Monitor:

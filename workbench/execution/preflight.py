@@ -71,11 +71,11 @@ def check_timing_model_fits(config: RunConfig) -> None:
     activations of its slice of the batch (`sim.profiles.check_fits`)."""
     if not (config.simulate and config.timing_model and config.gpus):
         return
-    from ..sim import profiles
+    from ..sim import profiles, timing_models
     workers = max(1, config.n_workers or 1)
     slice_rows = -(-config.batch_size // workers)                 # the largest slice of a global batch
-    profiles.check_fits(profiles.TIMING_MODELS[config.timing_model], profiles.DEVICES[config.resolved_device],
-                        slice_rows, profiles.state_floats(config.optimizer, config.momentum))
+    profiles.check_fits(timing_models.TIMING_MODELS[config.timing_model], profiles.DEVICES[config.resolved_device],
+                        slice_rows, timing_models.state_floats(config.optimizer, config.momentum))
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:

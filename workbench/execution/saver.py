@@ -7,6 +7,15 @@ through the scheduler's event log) sends a note, and the saver fetches it
 (`Transport.fetch_state`). Once every worker still in the run has sent its state for a
 step, the step rows before it are synced to steps.csv and the checkpoint is written
 (`workbench.checkpoint.write`): the states, the records so far, the run's segments.
+
+Where its loop ended, each worker of a stopped run sends its state once more (tagged
+"stopped"; an asynchronous worker that had completed its plan, "ended"): once every worker
+still in the run has, and one of them was stopped, the stop's checkpoint is written, each
+worker at its own step (an asynchronous run's workers stop at different ones). A synchronous
+run's workers all end after the step the stop was decided at, except LTFB's trainers, each
+stopped by its own leader: when they ended at different steps no stop checkpoint is written
+(the last periodic one stands). Held states are fetched only then: a run that completes
+writes none.
 """
 from __future__ import annotations
 
@@ -32,6 +41,7 @@ class Saver:
         self.t_called = t_called
         self.prior = prior
         self.pending: dict[int, dict[int, dict]] = {}    # step -> rank -> its state batch
+        self.ended: dict[int, dict] = {}                  # rank -> its batch where its loop ended (tagged)
         self.gone: set[int] = set()                       # lost workers: no state will come from them
         self.written: list[int] = []
         self.write_s = 0.0                                # seconds spent fetching and writing (the client's cost)
@@ -71,6 +81,10 @@ class Saver:
         """One worker's state batch (or the note that its state waits on its worker)."""
         if self.failed is not None:
             return
+        if batch.get("tag") in ("stopped", "ended"):
+            self.ended[int(batch["rank"])] = batch
+            self._complete_end()
+            return
         if batch.get("held"):
             t0 = time.perf_counter()
             state = self.transport.fetch_state(int(batch["rank"]), int(batch["step"]))
@@ -87,6 +101,37 @@ class Saver:
         self.gone.add(rank)
         for step in sorted(self.pending):
             self._complete(step)
+        self._complete_end()
+
+    def _complete_end(self) -> None:
+        """The stop's checkpoint, once every worker still in the run has said where it
+        ended and one of them was stopped (each worker at its own step)."""
+        got = self.ended
+        if not got or not set(range(self.setup.size)) - self.gone <= set(got):
+            return
+        steps = {int(b["step"]) for b in got.values()}
+        if not any(b.get("tag") == "stopped" for b in got.values()) or self.setup.spec.sync and len(steps) > 1:
+            # (a synchronous run whose workers ended at different steps: LTFB's trainers, each
+            # stopped by its own leader, would meet at tournaments one of them has already had)
+            self.ended = {}
+            return
+        states = {}
+        t0 = time.perf_counter()
+        for rank, batch in sorted(got.items()):
+            if batch.get("held"):
+                state = self.transport.fetch_state(rank, int(batch["step"]))
+                if state is None:    # its worker is gone: no checkpoint of the stop (the last one stands)
+                    self.ended = {}
+                    return
+                batch = {**batch, "state": state}
+            states[rank] = batch
+        self.ended = {}
+        self.pending.clear()
+        try:
+            self.write(max(int(b["step"]) for b in states.values()), states)
+        except OSError as exc:
+            self.failed = f"{exc.strerror or exc}"
+        self.write_s += time.perf_counter() - t0
 
     def _complete(self, step: int) -> None:
         got = self.pending.get(step, {})

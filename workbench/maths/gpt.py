@@ -558,7 +558,7 @@ def gpt_forward_flops(context: int, vocab: int, n_layers: int, d_model: int, ffn
     attention's full T x T products (q k^T and the weighted sum of values, 2 T d each, as a
     plain implementation multiplies them before masking); then the output head (d x V).
     The embedding lookups, norms, softmax and activations are not counted (memory bound,
-    a few percent), as `sim.profiles` counts its networks.
+    a few percent), as `sim.timing_models` counts its networks.
 
     Args:
         context: tokens per sequence T.

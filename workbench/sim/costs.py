@@ -71,7 +71,7 @@ def default_network(config: Any) -> str:
 @dataclass
 class SimCosts:
     devices: list[Any]          # per rank: a sim.profiles.Device
-    timing: Any                 # sim.profiles.TimingModel charged for compute and bytes
+    timing: Any                 # sim.timing_models.TimingModel charged for compute and bytes
     n_params: int               # the configured model's (the maths')
     network: Network
     jitter: float = 0.0
@@ -205,10 +205,10 @@ class SimCosts:
 
 def timing_of(config: Any, model: Any) -> Any:
     """The timing model a simulated run of `config` charges: the named published network
-    (`timing_model`), else the model's own FLOPs (`profiles.model_flops`: its layers, its
+    (`timing_model`), else the model's own FLOPs (`timing_models.model_flops`: its layers, its
     `flops_per_sample`, or, with neither, timed on this machine)."""
-    from . import profiles
-    return profiles.TIMING_MODELS[config.timing_model] if config.timing_model else profiles.model_flops(model)
+    from . import timing_models
+    return timing_models.TIMING_MODELS[config.timing_model] if config.timing_model else timing_models.model_flops(model)
 
 
 def check_charge(config: Any, model: Any) -> str:
@@ -240,7 +240,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     given, replaces the named one: e.g. alpha / beta calibrated on this machine's real runs,
     `costmodel.calibrate(...).link("measured")`). A model with no FLOPs is charged as this
     machine's core times it (`check_charge`)."""
-    from . import profiles
+    from . import calibration, profiles
     charged_by = check_charge(config, model)
     timing = timing_of(config, model)
     timed = getattr(timing, "timed", False)
@@ -260,8 +260,8 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                 if data is None:
                     raise ValueError("the local profile is calibrated on the run's data")
                 # the host's local CPU workers compute at once (a synchronous step): the core
-                # timed with as many others computing beside it (profiles.co_run_device)
-                local, record = profiles.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
+                # timed with as many others computing beside it (calibration.co_run_device)
+                local, record = calibration.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
                                                        config.calibration, cpu_workers=kinds.count("cpu"))
             devices.append(local)
         else:

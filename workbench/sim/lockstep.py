@@ -242,10 +242,15 @@ class Lockstep:
             algo.opt.step(params, total, lr)                    # x -= lr g, once for every replica
             t_free = t.copy()
             compute_s = compute_s + (t_free - t)                # the update is compute too (0 s here)
+            ended = None
             for r, (ctx, m, c_s) in enumerate(zip(ctxs, sizes, compute_s.tolist())):
                 out.samples, out.compute_s = m, c_s
                 out.comm_s, out.wait_s = comm_and_wait(comm_total[r], slowest, busy_s[r])
-                close_step(ctx, step, out, True, evaluate if r == 0 and evaluator is not None else None, now=done)
+                ended = close_step(ctx, step, out, True, evaluate if r == 0 and evaluator is not None else None,
+                                   now=done) or ended
+            if ended is not None:                               # a stop completes its step, then ends the run
+                status = ended
+                break
             proc.sleep_until(float(t.max()))                    # the driver's turn (a cancel lands here)
         results = []
         for r, ctx in enumerate(ctxs):

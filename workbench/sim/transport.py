@@ -42,10 +42,10 @@ from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
 from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
 from ..execution.transports.base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from .calibration import _one_blas_thread
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
 from .lockstep import HogwildLockstep, Lockstep, lockstep_refusal
-from .profiles import _one_blas_thread
 from .roles import SimServer, SimServerState
 from .server import ServerLockstep
 
@@ -327,6 +327,22 @@ class SimChunkMaster:
 
     def history(self) -> list[int]:
         return list(self.s.core.chunk_history)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The core's state and the master's virtual times (when it and each link are
+        free, the clock its tuner reads, when the last step ended): a resumed run's
+        virtual times go on from them."""
+        s = self.s
+        times = [s.free, s.clock_now, s.core.last_done, *s.up, *s.down]
+        return {**s.core.snapshot(), "sim.times": np.array(times, np.float64)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        s = self.s
+        s.core.restore(state)
+        t = [float(v) for v in np.asarray(state["sim.times"]).reshape(-1)]
+        P = len(s.up)
+        s.free, s.clock_now, s.core.last_done = t[:3]
+        s.up, s.down = t[3:3 + P], t[3 + P:3 + 2 * P]
 
 
 # ------------------------------------------------------------------------------ compute

@@ -16,7 +16,7 @@ throughput is its mean step) and their spread, which the simulated run is given 
 (a synchronous step waits for the slower of its workers' computes); and the host's other
 demand, `host_demand_cores`: this process's CPU (the client's monitor and the local
 scheduler) over the round's run of fewest workers, which two workers on two cores share
-(`profiles.host_share`). What it still leaves out: the loop's own Python per step (records,
+(`calibration.host_share`). What it still leaves out: the loop's own Python per step (records,
 slicing the batch: ~0.1-0.3 ms here), each worker process's own threads, and other
 processes on the machine (reported beside each row: `other_cores`, the load average).
 """
@@ -178,25 +178,25 @@ def _time_this_core_now(config: RunConfig, host_demand: float = 0.0) -> tuple[st
     machine's state now, beside the real run) at the one slice size its workers compute
     (`local_device(rows=)`: charged what that size took, not a line fitted through others),
     with the co-run timing for its CPU workers
-    (`profiles.co_run_device`: the core while the others compute too) and `host_demand`
+    (`calibration.co_run_device`: the core while the others compute too) and `host_demand`
     (`host_demand_cores`: cores the run's own machinery takes beside the workers,
-    `profiles.host_share`), as a file the run can be given; and the spread (`profiles._spread`)
+    `calibration.host_share`), as a file the run can be given; and the spread (`calibration._spread`)
     of the timed calls of the device its workers are charged."""
     import json
     import tempfile
 
     from ..problem import Problem
-    from . import profiles
+    from . import calibration
     problem = Problem.from_config(config)
     data, model, params = problem.data, problem.new_model(), problem.initial_params()
     rows = config.batch_size // max(config.cpus, 1)       # the one slice size the runs compute
-    device = profiles.local_device(model, data.X_train, data.y_train, params, rows=rows, repeats=CALIBRATION_CALLS)
-    record = profiles.calibration_record(device, model, str(params.dtype))
-    k = profiles.co_run_cores(record, config.cpus)
+    device = calibration.local_device(model, data.X_train, data.y_train, params, rows=rows, repeats=CALIBRATION_CALLS)
+    record = calibration.calibration_record(device, model, str(params.dtype))
+    k = calibration.co_run_cores(record, config.cpus)
     if k > 1:
-        together = profiles.co_run_device(model, data.X_train, data.y_train, params, k, device,
-                                          repeats=CALIBRATION_CALLS)
-        record["co_run"] = {str(k): profiles.co_run_entry(together)}
+        together = calibration.co_run_device(model, data.X_train, data.y_train, params, k, device,
+                                             repeats=CALIBRATION_CALLS)
+        record["co_run"] = {str(k): calibration.co_run_entry(together)}
         device = together
     cores = int(record["machine"]["cores"] or 1)
     record["host_demand_cores"] = round(min(max(float(host_demand), 0.0), 0.5 * cores), 4)

@@ -1,7 +1,8 @@
 """Notebook user interface: figures, static HTML reports and the interactive dashboard.
 
 The only part of workbench that imports plotly (`figures`, `report`) and ipywidgets
-(`dashboard`). Names are loaded on first use, so `import workbench.ui` stays cheap:
+(`dashboard`, composed of `form`, `liverun` and `sweeppanel`). Names are loaded on
+first use, so `import workbench.ui` stays cheap:
 
 `Dashboard()` as a notebook cell's value shows the controls, Run/Stop and live plots
 (`workbench.ui.dashboard` runs one from code).

@@ -5,7 +5,7 @@ Each control is named after its field, carries the field's description as its to
 (`config.field_help`), sits in the field's group (`config.FIELD_GROUPS`) and says when it
 applies (`Control.applies`); a field that another field's value makes required gets a
 default that passes validation when that value is chosen (`DEPENDENTS`). The widgets are
-made by `dashboard.Dashboard`; nothing here holds state.
+made by the dashboard's form (`form.Form`); nothing here holds state.
 """
 from __future__ import annotations
 

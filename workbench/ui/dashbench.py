@@ -50,12 +50,12 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     the Stop button promises within `STOP_PROMISE_S`: the dashboard's own part of Stop, the
     kernel side; a browser adds its round trip, which the browser test prints) and the
     dashboard idle again (the final redraw and report.html done, Run enabled)."""
-    from workbench.ui.dashboard import STOP_PROMISE_S
+    from workbench.ui.liverun import STOP_PROMISE_S
     d = _dashboard(config, cluster) if dash is None else dash
     if dash is not None:
         d.config = config
     assert d.run(), d.status_text
-    state = d._current
+    state = d.live.current
     while state.tally.steps_seen == 0 and not state.done.is_set():   # the first live records
         time.sleep(0.01)
     state.done.wait(after_s)
@@ -78,7 +78,7 @@ def stop_latency(config: wb.RunConfig, label: str, cluster: str | None = "thread
     return row
 
 
-# how the dashboard's final status line starts: a run's end status, or "error:" (`dashboard._error_text`)
+# how the dashboard's final status line starts: a run's end status, or "error:" (`liverun.error_text`)
 _ENDED = tuple(s for s in STATUSES if s != "running") + ("error",)
 
 

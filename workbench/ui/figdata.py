@@ -1,6 +1,9 @@
-"""What the figures draw, computed without plotly: records and run results turned into
-tables, time windows, smoothed rates, breakdown totals, tournament graphs and scaling
-curves, each as a list of `Series` (name, x, y, where it goes, trace style).
+"""What the figures of one run draw, computed without plotly: its records turned into
+loss curves, time windows, smoothed rates, breakdown totals, the lr used, tournament
+graphs and cgdp's timeline, each as a list of `Series` (`ui/series.py`: name, x, y, where
+it goes, trace style); the live figures' series of each new batch (`live_series`). The
+runs' names and colours are here too; several runs' figures (scaling, comparison) are
+`ui/sweepdata.py`'s.
 
 `workbench.ui.figures` turns these series into plotly traces (static figures, and live
 FigureWidgets that append each new batch); the dashboard and the HTML report therefore
@@ -12,17 +15,15 @@ update.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from .. import measure
-from ..analysis.sweep import MIN_MEASURE_S, too_short
 from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult, RunTally, batch_columns
+from .series import Series, Table, column, group_rows, n_rows
 
 __all__ = [
     "PALETTE",
@@ -39,20 +40,8 @@ __all__ = [
     "MAX_WORKER_ROWS",
     "MAX_WORKER_TRACES",
     "X_TITLES",
-    "Source",
-    "records_to_tables",
-    "as_result",
     "run_label",
     "run_color",
-    "Series",
-    "thin",
-    "thin_all",
-    "extremes",
-    "decimate_all",
-    "as_array",
-    "results_of",
-    "Table",
-    "records_to_columns",
     "step_progress",
     "chunk_means",
     "ema",
@@ -75,8 +64,6 @@ __all__ = [
     "lr_series",
     "planned_series",
     "lineage_series",
-    "scaling_series",
-    "comparison_series",
     "FIGURE_KEYS",
     "LiveState",
     "live_series",
@@ -100,68 +87,11 @@ MAX_WORKER_ROWS = 8      # breakdown over time: one row per worker for the first
 MAX_WORKER_TRACES = 16
 X_TITLES = {"time": "time (s)", "epoch": "epoch"}
 
-Source = Any  # a RunResult, a run directory (str / Path) or a list of record dicts
-
-
-# ------------------------------------------------------------------------------ inputs
-def records_to_tables(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Split streamed records into (steps, evals, tournaments) tables, without "kind".
-
-    Args:
-        records: flat record dicts as `workbench.results` defines them; other kinds
-            (events) are ignored.
-    Returns:
-        Three DataFrames with the columns of STEP_COLUMNS, EVAL_COLUMNS and
-        TOURNAMENT_COLUMNS (less "kind"); empty ones when no such record came.
-
-    >>> steps, evals, tours = records_to_tables([{"kind": "eval", "worker": "0", "step": 3,
-    ...     "epoch": 1.0, "time": 0.5, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5}])
-    >>> len(steps), len(evals), list(evals.columns)[:3]
-    (0, 1, ['worker', 'step', 'epoch'])
-    """
-    rows: dict[str, list[dict]] = {"step": [], "eval": [], "tournament": []}
-    for r in records:
-        bucket = rows.get(r.get("kind"))
-        if bucket is not None:
-            bucket.append(r)
-    return (pd.DataFrame(rows["step"], columns=list(STEP_COLUMNS)).drop(columns="kind"),
-            pd.DataFrame(rows["eval"], columns=list(EVAL_COLUMNS)).drop(columns="kind"),
-            pd.DataFrame(rows["tournament"], columns=list(TOURNAMENT_COLUMNS)).drop(columns="kind"))
-
-
-def as_result(source: Source) -> RunResult:
-    """A `RunResult` from a result, a run directory or a list of records.
-
-    Args:
-        source: a `RunResult`, a path to a run directory, or a list of record dicts.
-    Returns:
-        The `RunResult` (records get a minimal summary: status "running").
-    Raises:
-        TypeError: for anything else, naming the value.
-    """
-    if isinstance(source, RunResult):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        return RunResult.load(source)
-    if isinstance(source, (list, tuple)) and all(isinstance(r, dict) for r in source):
-        steps, evals, tours = records_to_tables(source)
-        return RunResult(summary={"status": "running", "config": {}, "workers": []},
-                         steps=steps, evals=evals, tournaments=tours)
-    raise TypeError(f"source: a RunResult, a run directory or a list of records, got {type(source).__name__}")
-
-
-def results_of(sources: Source | Sequence[Source]) -> list[RunResult]:
-    """One source or several -> a list of RunResults (a list of dicts is one run's records)."""
-    if isinstance(sources, RunResult) or isinstance(sources, (str, os.PathLike)):
-        return [as_result(sources)]
-    if isinstance(sources, (list, tuple)) and sources and all(isinstance(r, dict) for r in sources):
-        return [as_result(sources)]
-    return [as_result(s) for s in sources]
-
 
 def run_label(result: RunResult, index: int | None = None) -> str:
     """A short name for a run: `#2 sync_sgd P=2 B=64` (the index is 0-based, shown 1-based).
 
+    >>> import pandas as pd
     >>> r = RunResult(summary={"config": {"algorithm": "sgd", "batch_size": 32}, "workers": [{}]},
     ...               steps=pd.DataFrame(), evals=pd.DataFrame())
     >>> run_label(r, 0)
@@ -223,192 +153,6 @@ def run_color(index: int) -> str:
     """
     return PALETTE[index % len(PALETTE)]
 
-
-# ------------------------------------------------------------------------------ series
-@dataclass(frozen=True)
-class Series:
-    """One trace's worth of data and where it goes; `name` is its key in live figures.
-
-    `mode="append"` series add points to a live trace of the same name; `"replace"` ones
-    (totals, tables) overwrite it. `text` / `colors` are per-point hover texts and marker
-    colours, kept in step with x and y. `thin=False` keeps every point (edge lists, whose
-    (start, end, None) triples thinning would break).
-    """
-
-    name: str
-    x: Sequence
-    y: Sequence
-    row: int = 1
-    col: int = 1
-    trace: str = "scatter"                         # "scatter" | "bar"
-    style: dict = field(default_factory=dict)      # plotly trace properties (magic underscores)
-    mode: str = "append"                           # "append" | "replace"
-    text: Sequence | None = None
-    colors: Sequence | None = None
-    thin: bool = True
-
-
-def thin(values: Sequence, max_points: int) -> list:
-    """Every k-th value counted back from the last, k chosen so at most `max_points` remain,
-    and the first value.
-
-    Keeping the first matters: a live trace is thinned again at every redraw, and
-    counting back from the last alone drops the oldest point each time, so the start
-    of a long run crept out of the plot (the lr plot of a 20,000-step run began at
-    step 13,556).
-
-    Args:
-        values: a sequence.
-        max_points: how many values at most, >= 2.
-    Returns:
-        A new list; the first and the last value are always kept.
-
-    >>> thin(list(range(10)), 4)
-    [0, 3, 6, 9]
-    >>> thin(list(range(11)), 4)
-    [0, 2, 6, 10]
-    >>> thin([1, 2], 5)
-    [1, 2]
-    """
-    values = list(values)
-    n = len(values)
-    if n <= max_points:
-        return values
-    stride = math.ceil((n - 1) / max(1, max_points - 1))
-    idx = list(range(n - 1, -1, -stride))[::-1]
-    if idx[0] != 0:
-        idx = [0] + idx[1:] if len(idx) >= max_points else [0] + idx
-    return [values[i] for i in idx]
-
-
-def as_array(values: Sequence | None) -> np.ndarray | None:
-    """Numbers as a float array (plotly validates arrays without a per-point loop, and a
-    FigureWidget ships them as binary buffers); None, strings and colours stay lists."""
-    if values is None:
-        return None
-    arr = np.asarray(values)
-    if arr.dtype.kind in "biuf":
-        return arr.astype(float)
-    return arr.astype(object)
-
-
-def extremes(x: Sequence, y: Sequence, max_points: int) -> np.ndarray:
-    """Indices of at most about `max_points` points that keep a line's shape: the x range is
-    cut into `max_points // 2` equal bins and each bin keeps its lowest and its highest y
-    (in x order), so no spike and no dip is lost; the first and last points are kept.
-
-    Stable under repetition, which a live trace needs (it is decimated again at every
-    redraw): decimating decimated points keeps the same extremes, and a continuous series
-    never has a gap wider than two bins (2 / (max_points // 2) of its x range). Points
-    whose x or y is not finite (NaN: a missing value) are kept as they are only when few.
-    Args:
-        x, y: numbers of the same length, x in increasing order.
-        max_points: about how many points to keep, >= 4.
-    Returns:
-        Sorted indices into x and y.
-
-    >>> x = np.arange(10.0); y = np.array([0, 9, 1, 1, 1, 1, 1, 1, -5, 0.0])
-    >>> extremes(x, y, 4).tolist()     # two bins, x < 4.5 and the rest: each keeps its min and max
-    [0, 1, 5, 8, 9]
-    >>> extremes(x, y, 100).tolist() == list(range(10))
-    True
-    """
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    n = len(x)
-    if n <= max_points:
-        return np.arange(n)
-    bins = max(1, max_points // 2)
-    lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
-    width = (hi - lo) / bins if hi > lo else 1.0
-    b = np.clip(((x - lo) / width).astype(np.int64, copy=False) if hi > lo else np.zeros(n, np.int64), 0, bins - 1)
-    yy = np.where(np.isfinite(y), y, np.nan)
-    keep = np.zeros(n, dtype=bool)
-    keep[[0, n - 1]] = True
-    # x is sorted, so each bin is one run of rows: per run, the first row holding its min
-    # and the first holding its max (linear: reduceat over the runs, no sort)
-    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-    run = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
-    for values in (yy, -yy):
-        filled = np.where(np.isnan(values), np.inf, values)
-        at_min = np.flatnonzero(filled == np.minimum.reduceat(filled, starts)[run])
-        keep[at_min[np.r_[True, run[at_min][1:] != run[at_min][:-1]]]] = True
-    keep |= ~np.isfinite(y) & (np.count_nonzero(~np.isfinite(y)) <= max_points // 10)
-    return np.flatnonzero(keep)
-
-
-def decimate_all(max_points: float, *seqs: Sequence | None) -> list:
-    """`seqs` (x, y, then per-point extras or None) sorted by x and cut to the points
-    `extremes` keeps; as arrays. Non-numeric x (categories) are only cut by `thin_all`."""
-    arrays = [as_array(s) for s in seqs]
-    x = arrays[0]
-    if x.dtype.kind != "f" or len(x) <= max_points:
-        if x.dtype.kind == "f" and len(x) > 1 and np.any(np.diff(x) < 0):
-            order = np.argsort(x, kind="stable")
-            return [None if a is None else a[order] for a in arrays]
-        return thin_all(max_points, *arrays) if x.dtype.kind != "f" else arrays
-    order = np.argsort(x, kind="stable")
-    arrays = [None if a is None else a[order] for a in arrays]
-    y = arrays[1]
-    if y.dtype.kind != "f":
-        return thin_all(max_points, *arrays)
-    idx = extremes(arrays[0], y, int(max_points))
-    return [None if a is None else a[idx] for a in arrays]
-
-
-def thin_all(max_points: int, *seqs: Sequence | None) -> list:
-    arrays = [as_array(s) for s in seqs]
-    n = len(arrays[0])
-    if n <= max_points:
-        return arrays
-    idx = np.asarray(thin(range(n), max_points))
-    return [None if a is None else a[idx] for a in arrays]
-
-
-# ------------------------------------------------------------------------------ tables
-Table = Any  # a DataFrame, or a mapping column -> array (the live path's batches: no pandas)
-
-
-def records_to_columns(records: Iterable[dict], kind: str, columns: Sequence[str]) -> dict[str, np.ndarray]:
-    """The records of one kind as column arrays (the live path: cheaper than a DataFrame).
-
-    >>> cols = records_to_columns([{"kind": "step", "worker": 0, "loss": 1.5}, {"kind": "eval"}],
-    ...                           "step", ("kind", "worker", "loss"))
-    >>> sorted(cols), cols["loss"].tolist()
-    (['loss', 'worker'], [1.5])
-    """
-    rows = [r for r in records if r.get("kind") == kind]
-    return {c: np.asarray([r.get(c) for r in rows]) for c in columns if c != "kind"}
-
-
-def _col(table: Table, name: str, dtype: Any = None) -> np.ndarray:
-    arr = np.asarray(table[name])
-    return arr if dtype is None else arr.astype(dtype)
-
-
-def _nrows(table: Table) -> int:
-    if isinstance(table, pd.DataFrame):
-        return len(table)
-    return len(next(iter(table.values()))) if len(table) else 0
-
-
-def _key(k: Any) -> Any:
-    return k.item() if isinstance(k, np.generic) else k
-
-
-def _groups(keys: np.ndarray) -> list[tuple[Any, np.ndarray]]:
-    """(key, row indices) per distinct key: keys sorted, rows in their original order.
-
-    >>> [(k, i.tolist()) for k, i in _groups(np.array([1, 0, 1]))]
-    [(0, [1]), (1, [0, 2])]
-    """
-    if len(keys) == 0:
-        return []
-    uniq, inv = np.unique(keys, return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1]
-    return [(_key(k), idx) for k, idx in zip(uniq, np.split(order, bounds))]
-
-
 # ------------------------------------------------------------------------------ progress
 def step_progress(steps: Table) -> dict[str, np.ndarray]:
     """One point per step: sample-weighted mean loss over workers, latest time and epoch.
@@ -418,17 +162,17 @@ def step_progress(steps: Table) -> dict[str, np.ndarray]:
     >>> p["loss"].tolist(), p["time"].tolist()
     ([2.5, 2.0], [0.2, 0.3])
     """
-    step = _col(steps, "step")
+    step = column(steps, "step")
     uniq, inv = np.unique(step, return_inverse=True)
     m = len(uniq)
-    loss, samples = _col(steps, "loss", float), _col(steps, "samples", float)
+    loss, samples = column(steps, "loss", float), column(steps, "samples", float)
     ws = np.bincount(inv, samples, minlength=m)
     wl = np.bincount(inv, loss * samples, minlength=m)
     mean = np.bincount(inv, loss, minlength=m) / np.bincount(inv, minlength=m)
     out = {"step": uniq, "loss": np.where(ws > 0, wl / np.where(ws > 0, ws, 1.0), mean)}
     for c in ("time", "epoch"):
         latest = np.full(m, -np.inf)
-        np.maximum.at(latest, inv, _col(steps, c, float))
+        np.maximum.at(latest, inv, column(steps, c, float))
         out[c] = latest
     return out
 
@@ -515,7 +259,7 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
         raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
     out: list[Series] = []
     group = {"legendgroup": label}
-    if _nrows(steps):
+    if n_rows(steps):
         p = step_progress(steps)
         xs, ys = p[x], p["loss"]
         if max_points is not None:
@@ -523,10 +267,10 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
         out.append(Series(label, xs, ys, row=1,
                           style={"mode": "lines", "line_color": color, "line_width": 1.5, "meta": TRAIN_ROLE,
                                  "hovertemplate": "train loss %{y:.4g}<extra>" + label + "</extra>", **group}))
-    if _nrows(evals):
-        t, xs = _col(evals, "time", float), _col(evals, x, float)
-        test_loss, acc = _col(evals, "test_loss", float), _col(evals, "test_accuracy", float)
-        for worker, idx in _groups(_col(evals, "worker").astype(str)):
+    if n_rows(evals):
+        t, xs = column(evals, "time", float), column(evals, x, float)
+        test_loss, acc = column(evals, "test_loss", float), column(evals, "test_accuracy", float)
+        for worker, idx in group_rows(column(evals, "worker").astype(str)):
             idx = idx[np.argsort(t[idx], kind="stable")]
             trainer = str(worker).startswith("trainer")
             out.append(Series(eval_name(label, worker, "test loss"), xs[idx], test_loss[idx], row=1,
@@ -567,7 +311,7 @@ Window = dict  # column (WINDOW_COLUMNS) -> array, one entry per time window
 
 
 def _worker_groups(steps: Table) -> list[tuple[Any, np.ndarray]]:
-    return _groups(_col(steps, "worker")) + [("all", np.arange(_nrows(steps)))]
+    return group_rows(column(steps, "worker")) + [("all", np.arange(n_rows(steps)))]
 
 
 def auto_bins(steps: Table) -> int:
@@ -577,8 +321,8 @@ def auto_bins(steps: Table) -> int:
     >>> auto_bins({"worker": [0] * 1000}), auto_bins({"worker": [0, 1] * 20}), auto_bins({"worker": [0]})
     (40, 4, 2)
     """
-    n = _nrows(steps)
-    workers = max(1, len(np.unique(_col(steps, "worker")))) if n else 1
+    n = n_rows(steps)
+    workers = max(1, len(np.unique(column(steps, "worker")))) if n else 1
     return int(min(TIME_BINS, max(2, n // workers // STEPS_PER_BIN)))
 
 
@@ -600,15 +344,15 @@ def time_bins(steps: Table, bins: int | None = None) -> dict[Any, Window]:
     >>> w[0]["x"].tolist(), (w[0]["samples"] / w[0]["width"]).tolist()
     ([0.25, 0.75], [4.0, 8.0])
     """
-    n = _nrows(steps)
+    n = n_rows(steps)
     if not n:
         return {}
     bins = auto_bins(steps) if bins is None else int(bins)
-    t = _col(steps, "time", float)
+    t = column(steps, "time", float)
     edges = np.linspace(0.0, max(float(t.max()), 1e-9), bins + 1)
     centres, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     b = np.clip(np.searchsorted(edges, t, side="left") - 1, 0, bins - 1)
-    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
+    values = {c: column(steps, c, float) for c in ("samples", *COMPONENTS)}
     starts = np.asarray(measure.step_starts({"time": t, **{c: values[c] for c in COMPONENTS}}))
     b_start = np.clip(np.searchsorted(edges, starts, side="right") - 1, 0, bins - 1)
     out: dict[Any, Window] = {}
@@ -634,10 +378,10 @@ def time_windows(steps: Table, last_time: dict) -> dict[Any, Window]:
         empty are left out.
     """
     out: dict[Any, Window] = {}
-    if not _nrows(steps):
+    if not n_rows(steps):
         return out
-    t = _col(steps, "time", float)
-    values = {c: _col(steps, c, float) for c in ("samples", *COMPONENTS)}
+    t = column(steps, "time", float)
+    values = {c: column(steps, c, float) for c in ("samples", *COMPONENTS)}
     for worker, idx in _worker_groups(steps):
         t_end = float(t[idx].max())
         width = t_end - float(last_time.get(worker, 0.0))
@@ -727,8 +471,8 @@ def breakdown_totals(steps: Table) -> dict[Any, np.ndarray]:
     >>> {k: v.tolist() for k, v in t.items()}
     {0: [2.0, 0.0, 0.25], 1: [4.0, 1.0, 0.0]}
     """
-    values = np.stack([_col(steps, c, float) for c in COMPONENTS], axis=1) if _nrows(steps) else None
-    return {w: values[idx].sum(axis=0) for w, idx in _groups(_col(steps, "worker"))}
+    values = np.stack([column(steps, c, float) for c in COMPONENTS], axis=1) if n_rows(steps) else None
+    return {w: values[idx].sum(axis=0) for w, idx in group_rows(column(steps, "worker"))}
 
 
 def add_totals(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, np.ndarray]:
@@ -779,8 +523,8 @@ def lr_series(steps: Table) -> list[Series]:
     """The lr each worker used at each of its steps (one series per worker, the first
     MAX_WORKER_TRACES workers)."""
     out = []
-    step, lr = _col(steps, "step", float), _col(steps, "lr", float)
-    for i, (worker, idx) in enumerate(_groups(_col(steps, "worker"))):
+    step, lr = column(steps, "step", float), column(steps, "lr", float)
+    for i, (worker, idx) in enumerate(group_rows(column(steps, "worker"))):
         if _rank(worker, i) >= MAX_WORKER_TRACES:
             continue
         idx = idx[np.argsort(step[idx], kind="stable")]
@@ -846,10 +590,10 @@ def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
     Returns:
         Series "kept", "adopted", "trainers" (none for an empty table).
     """
-    n = _nrows(tournaments)
+    n = n_rows(tournaments)
     if not n:
         return []
-    cols = {c: _col(tournaments, c) for c in ("round", "trainer", "partner", "own_score",
+    cols = {c: column(tournaments, c) for c in ("round", "trainer", "partner", "own_score",
                                               "partner_score", "adopted", "lineage")}
     order = np.lexsort((cols["trainer"].astype(float), cols["round"].astype(float)))
     kept_x: list = []
@@ -886,128 +630,6 @@ def lineage_series(tournaments: Table, lineages: dict) -> list[Series]:
                style={"mode": "markers", "marker_size": 10, "hoverinfo": "text",
                       "marker_line_width": 1, "marker_line_color": "#333"}),
     ]
-
-
-# ------------------------------------------------------------------------------ scaling
-def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
-                   name: str | None = None) -> list[Series]:
-    """Throughput (column 1) and efficiency (column 2) against workers.
-
-    Args:
-        table: a `workbench.analysis.sweep.sweep` table (workers, samples_per_s, efficiency;
-            wall_time_s marks runs `too_short` to measure).
-        predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
-            samples_per_s, efficiency), one curve per network.
-        name: the measured points' name (default "measured", or "simulated" when every
-            row of the table is a simulated run).
-    Returns:
-        Series "<name>", "ideal" (linear from the first measured point, over the
-        measured workers and the predicted ones up to 4x the largest measured count;
-        efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
-        network "measured"), "too short to measure" (rings over such points) and
-        BUSY_LABEL (crosses over points measured while other processes used a noticeable
-        share of the cores; their hover text carries the sentence), each in both columns
-        (efficiency ones suffixed " efficiency").
-    """
-    out: list[Series] = []
-    if name is None:
-        sim = table["simulated"].fillna(False).astype(bool) if "simulated" in table and len(table) else None
-        name = "simulated" if sim is not None and sim.all() else "measured"
-    measured = table.sort_values("workers", kind="stable") if len(table) else table
-    mws = measured["workers"].astype(float).tolist() if len(measured) else []
-    ws = sorted(set(mws) | set(predicted["workers"].tolist() if predicted is not None and len(predicted) else []))
-    if mws:       # the ideal line stays near the data: a line to 64 workers dwarfs 2 measured points
-        ws = [w for w in ws if w <= 4 * max(mws)] or ws
-    if len(measured):
-        w0, s0 = float(measured["workers"].iloc[0]), float(measured["samples_per_s"].iloc[0])
-        ideal = dict(mode="lines", line_color="#999", line_dash="dash", legendgroup="ideal")
-        out.append(Series("ideal", ws, [s0 * w / w0 for w in ws], col=1, mode="replace", style=ideal))
-        out.append(Series("ideal efficiency", ws, [1.0] * len(ws), col=2, mode="replace",
-                          style={**ideal, "showlegend": False}))
-    if predicted is not None and len(predicted):
-        for i, (network, p) in enumerate(predicted.groupby("network", sort=False)):
-            p = p.sort_values("workers", kind="stable")
-            pname = "predicted: calibrated" if network == "measured" else f"predicted: {network}"
-            style = dict(mode="lines", line_dash="dot", line_color=PALETTE[(i + 1) % len(PALETTE)],
-                         legendgroup=pname)
-            out.append(Series(pname, p["workers"].tolist(), p["samples_per_s"].tolist(),
-                              col=1, mode="replace", style=style))
-            out.append(Series(f"{pname} efficiency", p["workers"].tolist(),
-                              p["efficiency"].tolist(), col=2, mode="replace",
-                              style={**style, "showlegend": False}))
-    if len(measured):
-        short = too_short(measured)
-        secs = pd.to_numeric(measured.get("wall_time_s", pd.Series([np.nan] * len(measured))),
-                             errors="coerce").tolist()
-        status = measured.get("status", pd.Series([""] * len(measured))).tolist()
-        unit = " virtual s" if name == "simulated" else " s"
-        busy = machine_busy(measured)
-        notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
-        unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
-        text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
-                + "".join(f"<br>{n}" for n in (n, u) if isinstance(n, str) and n)
-                for st, s, sh, n, u in zip(status, secs, short, notes, unresolved)]
-        style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
-        if "samples_per_s_lo" in measured and (pd.to_numeric(measured.get("rounds"), errors="coerce") > 1).any():
-            med = measured["samples_per_s"].astype(float)   # interleaved rounds: the range as error bars
-            style["error_y"] = dict(type="data", symmetric=False, visible=True,
-                                    array=(measured["samples_per_s_hi"].astype(float) - med).tolist(),
-                                    arrayminus=(med - measured["samples_per_s_lo"].astype(float)).tolist())
-        out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
-                          mode="replace", text=text, style=style))
-        out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text,
-                          style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
-        warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
-                    marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
-        label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
-        sw = measured["workers"][short].tolist()
-        out.append(Series(label, sw, measured["samples_per_s"][short].tolist(), col=1, mode="replace",
-                          style={**warn, "showlegend": bool(short.any())}))
-        out.append(Series(f"{label} efficiency", sw, measured["efficiency"][short].tolist(), col=2,
-                          mode="replace", style={**warn, "showlegend": False}))
-        shared = dict(mode="markers", marker_symbol="x-thin-open", marker_size=18, marker_line_width=2.5,
-                      marker_color="#c0392b", legendgroup="busy", hoverinfo="skip")
-        label = BUSY_LABEL
-        bw = measured["workers"][busy].tolist()
-        out.append(Series(label, bw, measured["samples_per_s"][busy].tolist(), col=1, mode="replace",
-                          style={**shared, "showlegend": bool(busy.any())}))
-        out.append(Series(f"{label} efficiency", bw, measured["efficiency"][busy].tolist(), col=2,
-                          mode="replace", style={**shared, "showlegend": False}))
-    return out
-
-
-BUSY_LABEL = "other processes busy: measures the machine"
-
-
-def machine_busy(table: pd.DataFrame) -> pd.Series:
-    """Which sweep rows ran while other processes took a noticeable share of the cores
-    (their `machine_note`, `workbench.util.machine.note`).
-
-    >>> machine_busy(pd.DataFrame({"machine_note": [None, "other processes used 1.6 of 2 cores ..."]})).tolist()
-    [False, True]
-    """
-    if "machine_note" not in table:
-        return pd.Series(False, index=table.index)
-    return table["machine_note"].map(lambda n: isinstance(n, str) and bool(n))
-
-
-# ------------------------------------------------------------------------------ comparison
-def comparison_series(results: Sequence[RunResult], labels: Sequence[str]) -> list[Series]:
-    """Per run: steady samples/s (column 1) and the steady shares of compute / comm / wait
-    (column 2), both `workbench.measure.steady`'s."""
-    out = [Series("samples/s", list(labels), [float(r.summary.get("samples_per_s") or 0.0) for r in results],
-                  col=1, trace="bar", mode="replace",
-                  style={"marker_color": [run_color(i) for i in range(len(results))], "showlegend": False})]
-    shares = []
-    for r in results:
-        st = measure.steady(r.steps) if len(r.steps) else None
-        shares.append([st.compute_share, st.comm_share, st.wait_share] if st is not None else [0.0] * 3)
-    for k, c in enumerate(COMPONENTS):
-        out.append(Series(f"{COMPONENT_NAMES[c]} share", list(labels), [sh[k] for sh in shares], col=2,
-                          trace="bar", mode="replace", style={"marker_color": COMPONENT_COLORS[c]}))
-    return out
-
 
 # ------------------------------------------------------------------------------ one run, live
 FIGURE_KEYS = ("progress_time", "progress_epoch", "throughput", "breakdown", "lr", "lineage")
@@ -1053,11 +675,11 @@ def live_series(records: Any, state: LiveState) -> dict[str, list[Series]]:
     if state.t_offset is None and state.tally.first_start is not None:   # t = 0 at the first step's start
         state.t_offset = max(0.0, state.tally.first_start)
     if state.t_offset:
-        if _nrows(steps):
-            steps = {**steps, "time": _col(steps, "time", float) - state.t_offset}
-        if _nrows(evals):
-            evals = {**evals, "time": np.maximum(_col(evals, "time", float) - state.t_offset, 0.0)}
-    if _nrows(steps):
+        if n_rows(steps):
+            steps = {**steps, "time": column(steps, "time", float) - state.t_offset}
+        if n_rows(evals):
+            evals = {**evals, "time": np.maximum(column(evals, "time", float) - state.t_offset, 0.0)}
+    if n_rows(steps):
         state.totals = add_totals(state.totals, breakdown_totals(steps))
         windows = time_windows(steps, state.last_time)
         out["throughput"] = throughput_series(windows, previous=state.rates)

@@ -18,7 +18,7 @@ in the browser. A view is drawn only after
 plotly's model code is set up; edits sent before that are not applied to the model's
 copy of the figure, which is why the dashboard holds edits until a view has reported
 in (`FigureSlot`, below). On a page reload the browser recreates every model,
-the loader included, from the kernel. Only `figures.as_widget` makes these widgets.
+the loader included, from the kernel. Only `traces.as_widget` makes these widgets.
 """
 from __future__ import annotations
 

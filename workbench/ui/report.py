@@ -28,7 +28,7 @@ import plotly.io as pio
 from .. import measure
 from ..results import RunResult
 from ..util.fileio import atomic_write
-from . import figdata
+from . import figdata, series
 from . import figures as F
 
 SUMMARY_FIELDS = ("status", "algorithm", "workers", "steps", "samples", "wall_time_s", "samples_per_s",
@@ -363,7 +363,7 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
 def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
                     labels: Sequence[str] | None = None, figures: Sequence[Any] = ()) -> str:
     """The page of several runs: notes, summary table, overlaid figures, extra figures."""
-    runs = [figdata.as_result(r) for r in results]
+    runs = [series.as_result(r) for r in results]
     labels = list(labels) if labels else [figdata.run_label(r, i) for i, r in enumerate(runs)]
     sections = []
     if notes_html:
@@ -412,7 +412,7 @@ def write_report(result: RunResult | str | os.PathLike, path: str | os.PathLike,
     if present:
         rel = os.path.relpath(run_dir.resolve(), path.parent.resolve())
         href = "" if rel == "." else Path(rel).as_posix()
-    res = figdata.as_result(result)
+    res = series.as_result(result)
     private = bool((res.summary.get("config") or {}).get("out_private", True))   # as the run's own files
     return atomic_write(path, report_html(res, title, data_href=href, files=present), private=private)
 

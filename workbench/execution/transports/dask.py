@@ -35,7 +35,7 @@ from ...config import MODEL_NAMES, ConfigError, RunConfig
 from ...data.dataset import DATASETS
 from .. import platforms
 from .base import Progress, RunSetup, Transport, choose_workers
-from .dask_worker import DaskPlan, worker_task
+from .dask_worker import DaskPlan, forget_states, worker_task
 from .segments import create_shared, remove_file, shm_retire, unlink_shm_name, untrack
 
 LIVENESS_S = 0.5          # how often the client checks that every worker is still there
@@ -413,6 +413,10 @@ class DaskTransport(Transport):
                 with contextlib.suppress(Exception):
                     self.client.unsubscribe_topic(self.plan.topic)
             alive = self._alive() or set()
+            mine = [w["address"] for w in getattr(self, "workers", None) or [] if w["address"] in alive]
+            if self.plan is not None and self.plan.extra.get("checkpoint") and mine:
+                with contextlib.suppress(Exception):
+                    self.client.run(forget_states, self.plan.run_id, workers=mine, callback_timeout=CLEANUP_S)
         workers = getattr(self, "workers", None) or []
         addr0 = workers[0]["address"] if workers else None
         local = bool(workers) and workers[0]["host"] == socket.gethostname()

@@ -46,8 +46,11 @@ class DaskPlan:
 
 # A worker's latest state for a checkpoint, kept here until the client fetches it
 # (`take_state`): a state is megabytes, and the live batches' route (Worker.log_event)
-# passes through the scheduler, which keeps what it passes on in its event log.
+# passes through the scheduler, which keeps what it passes on in its event log. The state
+# where a loop ended ("stopped", "ended") outlives its task: the client fetches it only if
+# the run was stopped, and forgets the rest when the run closes (`forget_states`).
 _STATES: dict[tuple[str, int], dict] = {}
+_HELD_TAGS = (None, "stopped", "ended")
 
 
 def take_state(run_id: str, rank: int, step: int) -> dict | None:
@@ -57,6 +60,15 @@ def take_state(run_id: str, rank: int, step: int) -> dict | None:
         return None
     del _STATES[(run_id, rank)]
     return held["state"]
+
+
+def forget_states(run_id: str) -> int:
+    """Runs on the worker (`Client.run`) when a run closes: drop the states its loops left
+    here that nobody fetched; returns how many."""
+    keys = [k for k in _STATES if k[0] == run_id]
+    for k in keys:
+        del _STATES[k]
+    return len(keys)
 
 
 def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, address: str, actor: Any = None,
@@ -85,8 +97,8 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
     key = (plan.run_id, rank)
 
     def sink(batch: dict) -> None:
-        if batch.get("kind") == "state" and "tag" not in batch:   # kept here; the client fetches it (`take_state`)
-            _STATES[key] = batch
+        if batch.get("kind") == "state" and batch.get("tag") in _HELD_TAGS:   # kept here; the client fetches it
+            _STATES[key] = batch                                                 # (`take_state`)
             batch = {k: v for k, v in batch.items() if k != "state"} | {"held": True}
         elif batch.get("kind") == "state":   # an elastic run regroups from it, after this task ends: it travels,
             batch = {k: v for k, v in batch.items() if k != "state"} | {"packed": pickle.dumps(batch["state"])}
@@ -99,9 +111,11 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
             return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
                         resume=state)
     finally:
-        _STATES.pop(key, None)
+        orphaned = getattr(links.control.control, "lease_expired", False)   # no client left to fetch or forget it
+        if _STATES.get(key, {}).get("tag") is None or orphaned:   # a periodic one nobody fetched: gone with the loop
+            _STATES.pop(key, None)
         links.close()
-        if rank == 0 and getattr(links.control.control, "lease_expired", False):
+        if rank == 0 and orphaned:
             _orphaned(plan)
 
 

@@ -1,0 +1,516 @@
+"""This machine's core as a simulated device: timed on the model, alone and beside others.
+
+`local_device` times the run's own `loss_and_grad` on one core (one BLAS thread) at a few
+batch sizes and fits seconds = overhead + training FLOPs / rate; `co_run_device` times
+it again while other processes compute the same model on the other cores, as a
+synchronous step's workers do, and `host_share` / `charged_device` charge a run with
+that. A calibration is a JSON record of what it is of (machine, model, dtype):
+`local_profile` reads a given file, or a cached one, or times the core and caches it
+(`read_calibration`, `calibration_cache_path`). The named devices it stands beside are
+`sim/profiles.py`'s; the FLOPs it divides by are `sim/timing_models.py`'s.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..config import (
+    ConfigError,
+)
+from ..usercode import dumps
+from ..util.blas import blas_limit
+from .profiles import Device
+from .timing_models import model_flops
+
+# ------------------------------------------------------------------------------ this machine
+CALIBRATION_TARGET_S = 0.005  # the largest batch timed takes about this long per call (see local_device)
+CALIBRATION_REPEATS = 15      # timings per batch size (their mean is used) ...
+CALIBRATION_MIN_REPEATS = 5   # ... fewer, down to this, where the sizes' timings would take longer
+CALIBRATION_BUDGET_S = 0.5    # ... than this in all
+_LOCAL: dict[tuple, Device] = {}      # (architecture, dtype) -> calibrated Device
+_LOCAL_MEM_BW: list[float] = []       # measured once per process
+
+
+@contextmanager
+def _one_blas_thread():
+    """One BLAS thread while timing (and one torch thread, for a torch model): a virtual
+    CPU worker is one core."""
+    with blas_limit(1):
+        yield
+
+
+def _best_s(fn, repeats: int) -> float:
+    """The fastest of `repeats` timed calls: for a hardware limit (the copy bandwidth) and
+    for choosing the batch sizes to time, where other processes only ever add time. What a
+    step takes is `_typical_s`'s."""
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _timed_calls(fn, repeats: int) -> np.ndarray:
+    """Seconds of each of `repeats` calls of `fn`."""
+    times = np.empty(repeats)
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times[i] = time.perf_counter() - t0
+    return times
+
+
+def _typical_s(times: np.ndarray) -> float:
+    """What a call takes over a run: the mean of the timed calls.
+
+    A run's throughput is its mean step, occasional slow calls (another thread took the
+    core a moment) included, and a calibration predicts throughputs. Until the evening of
+    2026-12-04 the median was used, and before that the fastest call: on a quiet 2-vCPU VM here the fastest
+    of 9 calls was 10-20% under their median, and simulated runs calibrated by the fastest
+    came out 12-57% faster than the real ones beside them; the median still left out the
+    slow calls every real step pays for (real 2-worker compute: mean 4.30 ms against a
+    median of 4.10 ms). On a busy machine the mean is slowed by the others' work too: the
+    record keeps the load it was timed at (`calibration_record`), and `bench --sim-vs-real`
+    says when a machine was too busy."""
+    return float(np.mean(times))
+
+
+def _spread(times: np.ndarray) -> float:
+    """How much typical calls vary: the interquartile range over 1.349 (a normal's standard
+    deviation), over the median; 0 for fewer than four calls.
+
+    Robust on purpose: the mean (`_typical_s`) already holds the occasional preempted call,
+    and one such call among 15 once made the standard deviation 30% of the mean where the
+    quartiles said 2-7% (2026-12-04), which as the simulated run's jitter charged a
+    synchronous step a straggler it did not have.
+
+    >>> round(_spread(np.array([1.0, 1.0, 1.1, 1.2, 1.2, 9.0])), 4)   # the 9.0 call barely moves it
+    0.1128
+    """
+    if len(times) < 4:
+        return 0.0
+    q25, q50, q75 = np.percentile(times, [25, 50, 75])
+    return float((q75 - q25) / 1.349 / q50) if q50 > 0 else 0.0
+
+
+def _copy_bandwidth() -> float:
+    """Bytes/s of one core copying 32 MB (read + write counted), the fastest of 5."""
+    if not _LOCAL_MEM_BW:
+        src = np.ones(1 << 23, np.float32)       # 32 MB: more than most caches hold
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        _LOCAL_MEM_BW.append(2 * src.nbytes / _best_s(lambda: np.copyto(dst, src), 5))
+    return _LOCAL_MEM_BW[0]
+
+
+def _repeats(first_s: float, sizes: int) -> int:
+    """Timings of one batch size: CALIBRATION_REPEATS, fewer (at least CALIBRATION_MIN_REPEATS)
+    where they would take more than the size's share of CALIBRATION_BUDGET_S."""
+    fit = int(CALIBRATION_BUDGET_S / sizes / max(first_s, 1e-9))
+    return max(CALIBRATION_MIN_REPEATS, min(CALIBRATION_REPEATS, fit))
+
+
+def fit_overhead_rate(flops: list[float], seconds: list[float]) -> tuple[float, float]:
+    """Least squares seconds = overhead + flops / rate: (overhead >= 0, rate > 0).
+
+    Errors count relative to each time (weights 1/seconds), so a batch of 64 is fitted
+    as well as one of 1024 rather than lost in its milliseconds. A negative intercept
+    (noise) refits through the origin; one point, or a slope that is not positive,
+    gives overhead 0 and the largest point's rate.
+
+    >>> overhead, rate = fit_overhead_rate([1e6, 2e6, 4e6], [0.0011, 0.0021, 0.0041])
+    >>> round(overhead * 1e6, 6), round(rate / 1e9, 6)       # 100 us + FLOPs / 1 GFLOP/s
+    (100.0, 1.0)
+    """
+    f, t = np.asarray(flops, float), np.asarray(seconds, float)
+    if len(f) >= 2 and np.ptp(f) > 0 and np.all(t > 0):
+        slope, intercept = np.polyfit(f, t, 1, w=1 / t)     # polyfit weighs residuals by w
+        if slope > 0 and intercept >= 0:
+            return float(intercept), float(1 / slope)
+        slope = float(np.sum(f / t) / np.sum((f / t) ** 2))  # min sum((slope f - t) / t)^2
+        if slope > 0:
+            return 0.0, 1 / slope
+    i = int(np.argmax(f))
+    return 0.0, float(f[i] / max(t[i], 1e-12))
+
+
+def _worker_step(model: Any, params: Any, X: Any, y: Any, b: int) -> Any:
+    """A call that does what a worker's step computes on `b` rows: the next `b` rows of a
+    fixed shuffle of the set gathered into a batch, then `loss_and_grad` (the same rows
+    every call, a view, ran 2-3% faster here: their input stays in the caches)."""
+    n = int(X.shape[0])
+    order = np.random.default_rng(0).permutation(n)
+    at = [0]
+
+    def call() -> Any:
+        lo = at[0]
+        at[0] = lo + b if lo + 2 * b <= n else 0
+        idx = order[lo:lo + b]
+        return model.loss_and_grad(params, X[idx], y[idx])
+    return call
+
+
+def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = None,
+                 repeats: int = CALIBRATION_REPEATS) -> Device:
+    """This machine's core as a Device, calibrated by timing `model.loss_and_grad`.
+
+    A call gathers its batch from the set as a worker's step does (`_worker_step`).
+    Batches of a geometric range up to one that takes about CALIBRATION_TARGET_S are
+    tried (short calls: on a busy machine a call of a few ms often runs undisturbed, one
+    of 20 ms almost never), then three of them (largest, a quarter, a sixteenth) are
+    timed CALIBRATION_REPEATS times each, with one BLAS thread; their mean times fit seconds =
+    overhead + training FLOPs (3x `model_flops`' forward) / rate. Memory bandwidth is
+    a 32 MB copy. Cached per architecture: later calls are free. Takes well under a
+    second (a copy of the model is timed, so the caller's buffers are untouched).
+
+    `rows`: time that one batch size instead, `repeats` times (not cached): a run whose
+    workers only ever compute slices of `rows` rows is charged what that size took, not a
+    line fitted through others (`bench --sim-vs-real`: on this 2-vCPU VM the co-run timings
+    of 16- and 64-row batches once came out 1.9x their usual while 256 rows did not, and
+    the fitted line charged 128-row steps 7.5 ms where they took 4.3 ms, 2026-12-04).
+    """
+    if not isinstance(params, np.ndarray):   # a GPU array would need synchronising to time; CPU workers only
+        raise TypeError(f"params: a NumPy vector (local_device times this machine's CPU), got {type(params).__name__}")
+    key = (model.describe(), str(params.dtype))
+    if key in _LOCAL and rows is None:
+        return _LOCAL[key]
+    tm = model_flops(model)
+    m = copy.deepcopy(model)       # fresh workspaces (Model.__getstate__ drops them); a user model too
+    n = int(X.shape[0])
+
+    def step(b: int):
+        return _worker_step(m, params, X, y, b)
+
+    with _one_blas_thread():
+        if rows is not None:
+            if not 1 <= int(rows) <= n:
+                raise ValueError(f"rows: a batch size from 1 to the {n} rows given, got {rows}")
+            sizes = [int(rows)]
+        else:
+            b, limit = 1, min(n, 1024)
+            while 2 * b <= limit:
+                step(b)()                            # first call: allocates the workspace
+                if b >= 4 and _best_s(step(b), 2) >= CALIBRATION_TARGET_S:
+                    break
+                b *= 2
+            sizes = sorted({max(1, b // 16), max(1, b // 4), b})
+        calls = []
+        for size in sizes:
+            t = _best_s(step(size), 1)           # warm (workspace) and a first estimate
+            calls.append(_timed_calls(step(size), int(repeats) if rows is not None else _repeats(t, len(sizes))))
+    best = [_typical_s(c) for c in calls]
+    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
+    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
+    counts = f"{len(calls[0])}" if rows is not None else f"{CALIBRATION_MIN_REPEATS}-{CALIBRATION_REPEATS}"
+    device = Device("local", "cpu", rate, _copy_bandwidth(), 1.0, overhead,
+                    f"this machine, one core: loss_and_grad of {tm.name} timed at batch {measured} (mean of "
+                    f"{counts}; spread {_spread(calls[-1]):.1%} at the largest), "
+                    f"fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                    tuple(zip(sizes, best)), spread=_spread(calls[-1]))
+    if rows is None:
+        _LOCAL[key] = device
+    return device
+
+
+# ------------------------------------------------------------------------------ cores computing together
+CO_RUN_LIMIT_S = 120.0   # a helper process computes at most this long (it ends itself if never stopped)
+
+
+def _co_run_helper(path: str) -> None:
+    """In a helper process: what another worker process of this host does while the core is
+    timed. It loads the pickled (model, X, y, params), says "ready", then for each line it
+    reads (a batch size, sent as a timed call starts) computes one worker step of that many
+    rows (`_worker_step`) on one BLAS thread and says "done": the two start each call
+    together, as a synchronous step's workers do. It ends when its input closes (or after
+    CO_RUN_LIMIT_S)."""
+    import sys
+    with open(path, "rb") as f:
+        model, X, y, params = pickle.load(f)
+    steps: dict[int, Any] = {}
+    end = time.perf_counter() + CO_RUN_LIMIT_S
+    with _one_blas_thread():
+        model.loss_and_grad(params, X[:1], y[:1])
+        print("ready", flush=True)
+        for line in sys.stdin:
+            if time.perf_counter() > end:
+                break
+            b = int(line)
+            if b not in steps:
+                steps[b] = _worker_step(model, params, X, y, b)
+            steps[b]()
+            print("done", flush=True)
+    sys.stdout.close()
+
+
+def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: Device,
+                  repeats: int | None = None) -> Device:
+    """This machine's core timed as `local_device` times it, while `cores - 1` other
+    processes compute the same model's `loss_and_grad` at once, each on its own core:
+    what each of `cores` worker processes of one host takes when they share its caches
+    and memory bandwidth (a synchronous step's workers compute at the same time: each
+    helper starts a step of the same size as each timed call starts). The
+    batch sizes are `alone`'s (the same fit, seconds = overhead + FLOPs / rate), each timed
+    `repeats` times (default: as `local_device` chooses). A helper that cannot start (no
+    `sys.executable`) raises RuntimeError."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    tm = model_flops(model)
+    sizes = [b for b, _ in alone.calibration] or [min(int(X.shape[0]), 64)]
+    m = copy.deepcopy(model)
+    big = max(sizes)
+    fd, path = tempfile.mkstemp(prefix="workbench-corun-", suffix=".pkl")
+    helpers: list[subprocess.Popen] = []
+    try:
+        rows = min(int(X.shape[0]), 16 * big)            # fresh rows for its calls, as a worker reads
+        with open(fd, "wb") as f:   # a model of the user's with its code by value: the helper has no files of theirs
+            f.write(dumps((model, np.ascontiguousarray(X[:rows]), np.ascontiguousarray(y[:rows]), params),
+                          code=getattr(model, "code", model)))
+        code = f"from workbench.sim.calibration import _co_run_helper; _co_run_helper({path!r})"
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join(p for p in sys.path if p))   # this process's workbench
+        for _ in range(cores - 1):
+            helpers.append(subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
+        for h in helpers:
+            if h.stdout is None or h.stdout.readline().strip() != "ready":
+                raise RuntimeError("a co-run helper process did not start")
+
+        def together(step: Any, b: int, count: int) -> np.ndarray:
+            # every helper starts a step of b rows as the timed one starts (a synchronous step's
+            # workers compute at once, their weights' reads at the same moments), and the next
+            # call waits for all of them, untimed
+            times = np.empty(count)
+            for i in range(count):
+                for h in helpers:
+                    h.stdin.write(f"{b}\n")
+                    h.stdin.flush()
+                t0 = time.perf_counter()
+                step()
+                times[i] = time.perf_counter() - t0
+                for h in helpers:
+                    if h.stdout.readline().strip() != "done":
+                        raise RuntimeError("a co-run helper process stopped")
+            return times
+
+        calls = []
+        with _one_blas_thread():
+            for size in sizes:
+                step = _worker_step(m, params, X, y, size)
+                t = float(together(step, size, 1)[0])    # warm (workspaces) and a first estimate
+                calls.append(together(step, size, int(repeats) if repeats else _repeats(t, len(sizes))))
+    finally:
+        for h in helpers:
+            h.kill()
+            h.wait()
+        os.unlink(path)
+    best = [_typical_s(c) for c in calls]
+    overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
+    measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
+    return Device("local", "cpu", rate, alone.mem_bw, 1.0, overhead,
+                  f"this machine, one of {cores} cores computing at once: loss_and_grad of {tm.name} timed at batch "
+                  f"{measured} while {cores - 1} other process(es) computed the same (spread {_spread(calls[-1]):.1%} "
+                  f"at the largest), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
+                  tuple(zip(sizes, best)), spread=_spread(calls[-1]))
+
+
+def co_run_cores(record: dict[str, Any], cpu_workers: int) -> int:
+    """How many of this host's cores compute at once for `cpu_workers` local CPU workers:
+    one per worker, up to the calibrated machine's cores (more workers than cores share
+    cores in a real run; the simulation gives each its own, as a cluster of such hosts would).
+
+    >>> co_run_cores({"machine": {"cores": 2}}, 1), co_run_cores({"machine": {"cores": 2}}, 8)
+    (1, 2)
+    """
+    cores = int(record.get("machine", {}).get("cores") or 1)
+    return max(1, min(cpu_workers, cores))
+
+
+# ------------------------------------------------------------------------------ calibration files
+CALIBRATION_KIND = "workbench simulated-cluster calibration"
+# how a record's times were taken; a cached record taken another way is timed again (a given
+# file still replays as it ran): the fastest of up to 9 calls, then (2026-12-04) the median
+CALIBRATION_METHOD = "mean"
+
+
+def machine_identity() -> dict[str, Any]:
+    """What a calibration is of: this machine's CPU model, architecture and core count."""
+    import os
+    import platform
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu or "unknown", "arch": platform.machine(), "cores": os.cpu_count()}
+
+
+def calibration_record(device: Device, model: Any, dtype: str) -> dict[str, Any]:
+    """A calibrated `local` Device as plain JSON data, with what it is of (machine, model,
+    dtype): what the cache file holds and the run's summary records (`calibration`)."""
+    import datetime
+    return {"kind": CALIBRATION_KIND, "machine": machine_identity(), "model": model.describe(), "dtype": dtype,
+            "rate_flops": device.peak_flops * device.efficiency, "mem_bw": device.mem_bw,
+            "step_overhead_s": device.step_overhead_s, "timed": [list(t) for t in device.calibration],
+            "cv": device.spread, "source": device.source, "method": CALIBRATION_METHOD, "load_average": _load_now(),
+            "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+
+
+def _load_now() -> float | None:
+    """The 1-minute load average as the calibration was timed (None where the platform has none)."""
+    import os
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def device_from_record(record: dict[str, Any], origin: str) -> Device:
+    """The `local` Device a calibration record describes (bitwise its numbers: JSON keeps floats exact)."""
+    return Device("local", "cpu", float(record["rate_flops"]), float(record["mem_bw"]), 1.0,
+                  float(record["step_overhead_s"]), f"{record.get('source', '')} [{origin}]",
+                  tuple((int(b), float(t)) for b, t in record.get("timed", ())), spread=float(record.get("cv", 0.0)))
+
+
+def read_calibration(path: str, model: Any, dtype: str) -> tuple[Device, dict[str, Any]]:
+    """The `local` Device and record of a calibration file (or of a run's summary.json, its
+    `calibration`), refused with one ConfigError naming what differs when it is of another
+    machine, model or dtype."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("calibration", f"a readable calibration JSON file ({type(exc).__name__})", path) from None
+    if isinstance(data, dict) and data.get("kind") != CALIBRATION_KIND and isinstance(data.get("calibration"), dict):
+        data = data["calibration"]                      # a run's summary.json
+    needed = ("machine", "model", "dtype", "rate_flops", "mem_bw", "step_overhead_s")
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND or any(k not in data for k in needed):
+        raise ConfigError("calibration", "a calibration file written by a cpu_device=local run (or its "
+                          "summary.json)", path)
+    demand = data.get("host_demand_cores", 0.0)
+    cores = (data.get("machine") or {}).get("cores") or 1
+    if not isinstance(demand, (int, float)) or isinstance(demand, bool) or not 0 <= demand < cores:
+        raise ConfigError("calibration", f"a file whose host_demand_cores is a number of cores in [0, {cores}) "
+                          f"(got {demand!r})", path)
+    here = {"machine": machine_identity(), "model": model.describe(), "dtype": dtype}
+    differ = [f"{k} {data[k]!r} (this run: {here[k]!r})" for k in ("machine", "model", "dtype") if data[k] != here[k]]
+    if differ:
+        raise ConfigError("calibration", "a calibration of this machine and model; the file's " + "; ".join(differ),
+                          path)
+    return device_from_record(data, f"from {path}"), data
+
+
+def calibration_cache_path(model: Any, dtype: str) -> Any:
+    """This machine's cached calibration for `model`: a file under the cache folder
+    (`$WORKBENCH_DATA`, else ~/.cache/workbench), sim-calibration/<hash>.json."""
+    import hashlib
+    import json
+
+    from ..data.dataset import cache_dir
+    key = json.dumps([machine_identity(), model.describe(), dtype], sort_keys=True)
+    return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | None = None,
+                  cpu_workers: int = 1) -> tuple[Device, dict]:
+    """The `local` Device and its record: from `calibration` (a file) when given, else this
+    machine's cached calibration, timed (`local_device`) and cached on first use. A cached
+    file that cannot be read, or was timed another way (`CALIBRATION_METHOD`), is timed
+    again and rewritten.
+
+    With `cpu_workers` > 1 the Device is the core timed while the others compute too
+    (`co_run_device`, for `co_run_cores` cores: the record's `co_run[k]`), timed once and
+    added to the cached record when it has none; a given file without it keeps its
+    one-core numbers (a run from before co-run timing replays as it ran)."""
+    import json
+
+    from ..util.fileio import atomic_write
+    dtype = str(params.dtype)
+    if calibration is not None:
+        device, record = read_calibration(calibration, model, dtype)
+        return charged_device(record, cpu_workers, device), record
+    path = calibration_cache_path(model, dtype)
+    device = record = None
+    if path.exists():
+        try:
+            device, record = read_calibration(str(path), model, dtype)
+        except ConfigError:
+            pass                                           # unreadable: time again
+        if record is not None and record.get("method") != CALIBRATION_METHOD:
+            device = record = None                         # timed the old way: time again
+    changed = record is None
+    if record is None:
+        alone = local_device(model, X, y, params)
+        record = calibration_record(alone, model, dtype)
+        device = device_from_record(record, f"cached in {path}")
+    k = co_run_cores(record, cpu_workers)
+    if k > 1 and _co_run_of(record, cpu_workers) is None:
+        together = co_run_device(model, X, y, params, k, device)
+        record = {**record, "co_run": {**record.get("co_run", {}), str(k): co_run_entry(together)}}
+        changed = True
+    if changed:
+        try:
+            atomic_write(path, json.dumps(record, indent=1))
+        except OSError:                                    # a read-only home: the summary still has it
+            pass
+    return charged_device(record, cpu_workers, device_from_record(record, f"cached in {path}")), record
+
+
+def co_run_entry(together: Device) -> dict[str, Any]:
+    """A `co_run_device` timing as the calibration record's `co_run[k]` entry."""
+    return {"rate_flops": together.peak_flops, "step_overhead_s": together.step_overhead_s,
+            "timed": [list(t) for t in together.calibration], "cv": together.spread, "source": together.source}
+
+
+def host_share(record: dict[str, Any], cpu_workers: int) -> float:
+    """The share of a core each of `cpu_workers` local CPU workers gets on the calibrated host
+    when the host's other demands take their part: `host_demand_cores` (the run's own machinery
+    beside the workers' compute: the client's monitor and the local scheduler, measured by
+    `bench --sim-vs-real` on its real runs; 0 when the record has none) of its `cores`. With
+    k = `co_run_cores` workers computing at once, each gets (cores - demand) / k of a core
+    where k + demand is more than the cores, else a whole one.
+
+    >>> rec = {"machine": {"cores": 2}, "host_demand_cores": 0.1}
+    >>> host_share(rec, 1), round(host_share(rec, 2), 6), host_share({"machine": {"cores": 2}}, 2)
+    (1.0, 0.95, 1.0)
+    """
+    cores = int(record.get("machine", {}).get("cores") or 1)
+    demand = float(record.get("host_demand_cores") or 0.0)
+    k = co_run_cores(record, cpu_workers)
+    if demand <= 0 or k + demand <= cores:
+        return 1.0
+    return max(cores - demand, 1e-3) / k
+
+
+def charged_device(record: dict[str, Any], cpu_workers: int, alone: Device) -> Device:
+    """What each of `cpu_workers` local CPU workers is charged: the record's co-run timing
+    for that many (`_co_run_of`; else `alone`), slowed by the host's other demands
+    (`host_share`: its rate, memory bandwidth and per-call overhead all scale)."""
+    device = _co_run_of(record, cpu_workers) or alone
+    share = host_share(record, cpu_workers)
+    if share == 1.0:
+        return device
+    import dataclasses
+    return dataclasses.replace(
+        device, peak_flops=device.peak_flops * share, mem_bw=device.mem_bw * share,
+        step_overhead_s=device.step_overhead_s / share,
+        source=f"{device.source}; a {share:.1%} share of a core: the host's other demands take "
+               f"{float(record['host_demand_cores']):.3g} of its {record['machine']['cores']} cores")
+
+
+def _co_run_of(record: dict[str, Any], cpu_workers: int) -> Device | None:
+    """The record's Device for `cpu_workers` computing at once (None: one core, or not timed)."""
+    k = co_run_cores(record, cpu_workers)
+    entry = record.get("co_run", {}).get(str(k)) if k > 1 else None
+    if entry is None:
+        return None
+    return Device("local", "cpu", float(entry["rate_flops"]), float(record["mem_bw"]), 1.0,
+                  float(entry["step_overhead_s"]), str(entry.get("source", "")),
+                  tuple((int(b), float(t)) for b, t in entry.get("timed", ())), spread=float(entry.get("cv", 0.0)))
