@@ -143,6 +143,18 @@ def test_checkpoints_change_nothing_in_a_simulated_run(tmp_path):
         same_records(tmp_path / f"{algorithm}-on", tmp_path / f"{algorithm}-off", time_too=True)
 
 
+def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_it(tmp_path):
+    """The simulator's lockstep paths keep no state per worker: a wall-clock interval (the
+    default's form) takes none, the summary says so, and resume is refused in one line."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=4, steps=400, batch_size=64, simulate=True, checkpoint_every="1s",
+                    out=str(tmp_path / "r"))
+    r = wb.run(cfg, progress=False, should_stop=lambda: True)
+    assert r.summary["sim_path"] == "lockstep" and r.summary["checkpoints"]["written"] == 0
+    assert "lockstep" in r.summary["checkpoints"]["note"]
+    with pytest.raises(ConfigError, match="a run directory holding a checkpoint to continue from"):
+        wb.resume(tmp_path / "r", progress=False)
+
+
 ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
                 "adpsgd"]
 
