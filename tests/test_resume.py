@@ -197,7 +197,7 @@ def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None):
     return stopped, end, resumed
 
 
-STOPPED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
+STOPPED = [("sgd", {}), ("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
            ("local_sgd", {"tau": 4}), ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
            ("dpsgd", {"tau": 2, "topology": "ring"}), ("sync_easgd", {"tau": 3})]
 

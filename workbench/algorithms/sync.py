@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import make_optimizer
@@ -39,6 +41,7 @@ from .base import (
 )
 from .compressed import CompressedExchange
 
+NAN = float("nan")    # a step's loss until `settle` sets it
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
 
@@ -144,20 +147,23 @@ class SyncSGD(Algorithm):
         self.grad = self.buf[:n]          # views cut once: the step runs thousands of times a second
         self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
-        self.clock = ctx.clock
+        self.clock = ctx.clock_fn()
+        # a host comm's allreduce itself (`ctx.allreduce` stages device buffers; nothing to do here)
+        self.allreduce = ctx.comm.allreduce if ctx.xp is np and ctx.comm is not None else ctx.allreduce
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
         ctx = self.ctx
-        t0 = self.clock()
+        clock = self.clock
+        t0 = clock()
         lo, hi = self.balancer.slices()[ctx.rank]
         X, y = ctx.batch(step, lo, hi)
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
         w = (hi - lo) / ctx.plan.batch_size
         weigh(self.grad, w)
-        return loss * w, hi - lo, self.clock() - t0
+        return loss * w, hi - lo, clock() - t0
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -173,12 +179,11 @@ class SyncSGD(Algorithm):
         tail.pack(self.buf, loss_w, compute_s, stop=ctx.rank == 0 and ctx.stop_requested())
         timer = ctx.timer
         t1 = timer()
-        total = ctx.allreduce(self.buf)                                      # sum_i (n_i / B) g_i = g
+        total = self.allreduce(self.buf)                                     # sum_i (n_i / B) g_i = g
         got = tail.read(total, timer() - t1)
         if self.balancer.by_speed:
             self.balancer.observe(got.times)
-        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s,
-                      bytes_sent=self.bytes_sent)
+        out = StepOut(NAN, lr, samples, compute_s, got.comm_s, got.wait_s, 0.0, self.bytes_sent)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
             self.opt.step(self.params, total[:self.n], lr)                  # x -= lr g (momentum, ...)

@@ -1,0 +1,146 @@
+"""The engine's own cost per step, in one process: `python benchmarks/engine_step.py [--size teaching|535k]`.
+
+sync_sgd's step through the one worker loop (`run_loop`: the step, its packed tail, its
+record, the live batches, the stop word rank 0 reads) against the bench's bare synchronous
+loop (`bench.throughput.bare_sync`: slice, gradient, allreduce, update), both on one worker
+over the same shared-memory allreduce, from the same initial parameters. Without a peer
+there is no wait and no skew: what is left is the CPU each step costs, the engine's
+bookkeeping being the difference.
+
+Each measurement runs a loop for N0 and for N0 + STEPS steps and divides the difference of
+the process's CPU time by STEPS, so set-up and the run's one evaluation cancel out. The
+two loops are measured interleaved, `--repeats` times; the table prints per-step CPU
+microseconds (min, median, max) and the ratio bare / engine per repeat (the engine's speed
+as a fraction of the bare loop's).
+
+`--only engine|bare --steps N` runs one loop of N steps and nothing else: run it under
+`valgrind --tool=callgrind` at two step counts, and the difference of the instruction
+counts over the difference of the steps is the per-step count, repeatable on a loaded
+machine (live batches, which leave by wall clock, are left out there: see `main`). BLAS is
+held to one thread, as a worker holds it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from types import SimpleNamespace
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")   # before NumPy loads (in the loops and `main`): one BLAS thread, as a worker's
+
+
+def _config(size: str, steps: int):
+    from workbench.bench.throughput import SIZES, Size, _bench_config
+    args = SimpleNamespace(cpus=1, tau=1)
+    return _bench_config(args, "sync_sgd", steps, Size(size, *SIZES[size]))
+
+
+def _segment(nbytes: int) -> str:
+    from workbench.comm.shm import create_segment
+    return create_segment(f"wbe{uuid.uuid4().hex[:10]}", nbytes)
+
+
+def engine_loop(size: str, steps: int) -> float:
+    """CPU seconds of `run_loop` over `steps` sync_sgd steps (its context and algorithm built first)."""
+    from workbench.algorithms import REGISTRY, run_loop
+    from workbench.algorithms.registry import tail_length
+    from workbench.comm.barrier import ShmStopWord
+    from workbench.comm.base import ThreadControl, ThrottledControl
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, unlink_segment
+    from workbench.execution.context import build_context
+    from workbench.problem import Problem
+
+    cfg = _config(size, steps)
+    n = Problem.from_config(cfg).new_model().n_params
+    m = n + tail_length(1)
+    seg, word_seg = _segment(allreduce_nbytes(1, m)), _segment(64)
+    comm = ShmComm(seg, 0, 1, m)
+    control = ThrottledControl(ThreadControl(), word=ShmStopWord(word_seg, 1))   # a Dask worker's, on one host
+    batches: list[dict] = []
+    ctx = build_context(cfg, 0, 1, "cpu", comm=comm, control=control, emit=batches.append)
+    algo = REGISTRY["sync_sgd"].cls(ctx)
+    try:
+        t0 = time.process_time()
+        out = run_loop(ctx, algo)
+        cpu = time.process_time() - t0
+    finally:
+        control.close()
+        comm.close()
+        unlink_segment(seg)
+        unlink_segment(word_seg)
+    assert out["status"] == "completed" and out["last_step"] == steps - 1, out["status"]
+    return cpu
+
+
+def bare_loop(size: str, steps: int) -> float:
+    """CPU seconds of the bench's bare loop (`bare_sync`) over `steps` steps."""
+    from workbench.bench.throughput import bare_sync
+    from workbench.comm.shm import allreduce_nbytes, unlink_segment
+    from workbench.problem import Problem
+
+    cfg = _config(size, steps)
+    n = Problem.from_config(cfg).new_model().n_params
+    seg = _segment(allreduce_nbytes(1, n + 1))
+    try:
+        t0 = time.process_time()
+        out = bare_sync(cfg.to_dict(), 1e9, seg, 0, max_steps=steps)
+        cpu = time.process_time() - t0
+    finally:
+        unlink_segment(seg)
+    assert out["steps"] == steps
+    return cpu
+
+
+LOOPS = {"engine": engine_loop, "bare": bare_loop}
+
+
+def per_step_us(loop: str, size: str, n0: int, steps: int) -> float:
+    """CPU microseconds a step: (N0 + steps) steps less N0 steps, over `steps`."""
+    short = LOOPS[loop](size, n0)
+    long = LOOPS[loop](size, n0 + steps)
+    return (long - short) / steps * 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="teaching", choices=["teaching", "535k"])
+    p.add_argument("--steps", type=int, default=None, help="steps measured (default 4000 teaching, 400 at 535k)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--only", choices=sorted(LOOPS), help="run one loop of --steps steps (for callgrind)")
+    a = p.parse_args(argv)
+    import numpy as np
+    steps = a.steps or (4000 if a.size == "teaching" else 400)
+    if a.only:
+        # Live batches leave every FLUSH_S of wall clock: under callgrind (~50x slower, more on a
+        # loaded machine) they would come every few dozen steps, not every few thousand, and the
+        # count would follow the load. Counted without them; the timed mode keeps them.
+        import workbench.algorithms.base as base
+        base.FLUSH_S = 1e9
+        LOOPS[a.only](a.size, steps)
+        return
+    n0 = max(3, steps // 8)
+    for loop in LOOPS:          # warm: the problem built, code paths and caches touched
+        LOOPS[loop](a.size, n0)
+    got: dict[str, list[float]] = {k: [] for k in LOOPS}
+    for r in range(a.repeats):
+        order = list(LOOPS) if r % 2 == 0 else list(reversed(LOOPS))
+        for loop in order:
+            got[loop].append(per_step_us(loop, a.size, n0, steps))
+    load = os.getloadavg()[0]
+    blas = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"size {a.size}, {steps} steps measured ({n0} subtracted), {a.repeats} interleaved repeats, "
+          f"load {load:.2f}, {blas}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    for loop, v in got.items():
+        print(f"{loop:>7}: CPU us/step min {min(v):7.1f}  median {statistics.median(v):7.1f}  max {max(v):7.1f}")
+    ratios = [b / e for b, e in zip(got["bare"], got["engine"])]
+    print(f"bare / engine per repeat: {' '.join(f'{x:.3f}' for x in ratios)}  "
+          f"(median {statistics.median(ratios):.3f}; engine - bare median "
+          f"{statistics.median(got['engine']) - statistics.median(got['bare']):.1f} us)")
+
+
+if __name__ == "__main__":
+    main()
