@@ -521,7 +521,7 @@ def test_the_dashboards_resume_button_continues_a_stopped_run(tmp_path):
     resumed = dash.wait(300)
     assert resumed.summary["resumed_from"]["step"] == saved and resumed.summary["config"]["steps"] == plan
     assert resumed.summary["config"]["out"] == stopped.summary["config"]["out"]
-    assert dash._labels[-1].endswith("(resumed)") and len(dash.history) == 2
+    assert dash.labels[-1].endswith("(resumed)") and len(dash.history) == 2
 
 
 def test_the_checkpoint_bench_reports_the_cost_and_its_share():
