@@ -77,3 +77,17 @@ def test_replace_returns_copy_and_leaves_original():
 def test_every_algorithm_has_a_description():
     assert "sgd" in ALGORITHMS and all(ALGORITHMS.values())
     assert "algorithm" in FIELDS and "tau" in FIELDS
+
+
+def test_a_knob_only_its_algorithms_declare_is_refused_with_any_other():
+    # the owners come from the declarations (AlgorithmSpec.knobs), not from a list in config
+    from workbench.algorithms.registry import with_knob
+    from workbench.config.rules import OWNED_KNOBS
+    values = {"compression": "topk", "weight_return": "whole", "elastic_sync": "tree_host"}
+    assert set(values) == set(OWNED_KNOBS)
+    for knob, value in values.items():
+        owners = with_knob(knob)
+        assert owners and all(getattr(RunConfig(algorithm=a, **{knob: value}), knob) == value for a in owners)
+        with pytest.raises(ConfigError, match=rf"^{knob}: \S+ unless algorithm is {' or '.join(owners)} \(.*; "
+                                              r"async_sgd has none\), got "):
+            RunConfig(algorithm="async_sgd", **{knob: value})

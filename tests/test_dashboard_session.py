@@ -47,7 +47,7 @@ def session():
 def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
     fig = session.figures["progress_time"]
     groups = _groups(fig)
-    assert groups == session._labels[-3:]                   # the newest three runs' curves, oldest dropped
+    assert groups == session.labels[-3:]                   # the newest three runs' curves, oldest dropped
     current = groups[-1]
     for t in fig.data:
         if (t.legendgroup or t.name) != current:
@@ -55,7 +55,7 @@ def test_older_runs_are_thinned_faded_and_at_most_keep_runs_remain(session):
 
 
 def test_a_diverged_run_stays_off_the_loss_axis_range(session):
-    diverged = session._labels[2]
+    diverged = session.labels[2]
     assert session.history[2].summary["status"] == "diverged" and diverged in session.live.off_axis
     session.config = BASE.replace(**DIVERGES)               # drawn last: its 1e36 loss is on the plot now
     assert session.run(), session.status_text
@@ -65,7 +65,7 @@ def test_a_diverged_run_stays_off_the_loss_axis_range(session):
     others = np.concatenate([np.asarray(t.y, float) for t in fig.data
                              if t.yaxis in (None, "y") and (t.legendgroup or t.name) not in session.live.off_axis])
     assert hi < 3 and 10 ** hi >= np.nanmax(others[others > 0]) and 10 ** lo <= np.nanmin(others[others > 0])
-    assert max(np.nanmax(np.asarray(t.y, float)) for t in fig.data if t.legendgroup == session._labels[-1]) > 1e10
+    assert max(np.nanmax(np.asarray(t.y, float)) for t in fig.data if t.legendgroup == session.labels[-1]) > 1e10
     session.log_loss.value = False                          # the range follows the scale
     lo, hi = session.figures["progress_time"].layout.yaxis.range
     assert hi < 100
@@ -73,14 +73,14 @@ def test_a_diverged_run_stays_off_the_loss_axis_range(session):
 
 
 def test_run_names_say_what_changed(session):
-    assert session._labels[1].startswith("#2 sync_sgd P=2 B=32") and "optimizer=lamb" in session._labels[1]
-    assert "lr=0.003" in session._labels[1]
-    assert "batch_size" not in session._labels[2] and "B=8" in session._labels[2] and "lr=10" in session._labels[2]
+    assert session.labels[1].startswith("#2 sync_sgd P=2 B=32") and "optimizer=lamb" in session.labels[1]
+    assert "lr=0.003" in session.labels[1]
+    assert "batch_size" not in session.labels[2] and "B=8" in session.labels[2] and "lr=10" in session.labels[2]
 
 
 def test_the_runs_tab_sorts_numerically_and_says_the_status_lines_numbers(session):
     table = session.runs_table()
-    assert list(table["run"]) == session._labels
+    assert list(table["run"]) == session.labels
     last = session.history[-2].summary             # a completed run: its status line's rate is in the tab
     rate = f"{last['samples_per_s']:,.0f}"
     assert format_cell(float(table["samples_per_s"].iloc[-2])) == rate

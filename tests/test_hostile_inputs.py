@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
+from workbench.api import RunWarning
 from workbench.config import ConfigError, ConfigTypeError, RunConfig, read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -347,14 +348,14 @@ def test_tau_longer_than_the_run_warns_on_stderr_and_in_the_summary(tmp_path):
 
 
 def test_lr_scaled_past_the_curvature_bound_warns():
-    with pytest.warns(wb.api.RunWarning, match="stability bound"):
+    with pytest.warns(RunWarning, match="stability bound"):
         result = wb.run(RunConfig(algorithm="sgd", lr=1.0, lr_scaling="linear", batch_size=1024, steps=5))
     assert any(e["event"] == "warning" for e in result.events)
 
 
 def test_a_modest_lr_does_not_warn(recwarn):
     wb.run(RunConfig(algorithm="sgd", lr=0.1, lr_scaling="linear", batch_size=256, steps=5))
-    assert not [w for w in recwarn if issubclass(w.category, wb.api.RunWarning)]
+    assert not [w for w in recwarn if issubclass(w.category, RunWarning)]
 
 
 def test_is_sync_matches_the_engine_for_every_algorithm():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from workbench.api import RunWarning
 from workbench.config import ConfigError, RunConfig
 from workbench.maths.models import make_model
 from workbench.maths.optim import (
@@ -547,8 +548,8 @@ def test_the_cost_model_charges_each_rule_its_update_passes():
 def test_the_sgd_curvature_warning_is_not_raised_for_the_normalised_rules(recwarn):
     import workbench as wb
     wb.run(RunConfig(algorithm="sgd", optimizer="lars", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
-    assert not [w for w in recwarn if issubclass(w.category, wb.api.RunWarning)]
-    with pytest.warns(wb.api.RunWarning, match="stability bound"):   # the same lr under sgd does warn
+    assert not [w for w in recwarn if issubclass(w.category, RunWarning)]
+    with pytest.warns(RunWarning, match="stability bound"):   # the same lr under sgd does warn
         wb.run(RunConfig(algorithm="sgd", lr=4.0, lr_scaling="linear", batch_size=1024, steps=3))
 
 

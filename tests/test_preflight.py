@@ -138,3 +138,16 @@ def test_warnings_for_settings_that_make_the_algorithm_pointless():
     [rounds] = P.run_warnings(RunConfig(algorithm="ltfb", round_size=10), 10)
     assert rounds.startswith("round_size (10) is at least the run's 10 steps")
     assert P.run_warnings(RunConfig(algorithm="ltfb", round_size=9), 10) == []
+
+
+def test_the_stability_bound_takes_the_momentum_the_algorithm_uses():
+    """The curvature bound 2(1 + momentum)/sharpness counts momentum only where the steps use
+    it (`AlgorithmSpec.uses_momentum`): async_sgd's server and hogwild_sgd's writes are plain."""
+    from workbench.problem import Problem
+
+    def said(algorithm):
+        cfg = RunConfig(algorithm=algorithm, lr=1.0, lr_scaling="linear", batch_size=1024, momentum=0.9, steps=5)
+        problem = Problem.from_config(cfg)
+        return " ".join(P.run_warnings(cfg, 5, problem.data, problem.model))
+    assert "momentum 0.9)" in said("sync_sgd")
+    assert "momentum 0)" in said("async_sgd") and "momentum 0)" in said("hogwild_sgd")

@@ -143,6 +143,18 @@ def test_checkpoints_change_nothing_in_a_simulated_run(tmp_path):
         same_records(tmp_path / f"{algorithm}-on", tmp_path / f"{algorithm}-off", time_too=True)
 
 
+def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_it(tmp_path):
+    """The simulator's lockstep paths keep no state per worker: a wall-clock interval (the
+    default's form) takes none, the summary says so, and resume is refused in one line."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=4, steps=400, batch_size=64, simulate=True, checkpoint_every="1s",
+                    out=str(tmp_path / "r"))
+    r = wb.run(cfg, progress=False, should_stop=lambda: True)
+    assert r.summary["sim_path"] == "lockstep" and r.summary["checkpoints"]["written"] == 0
+    assert "lockstep" in r.summary["checkpoints"]["note"]
+    with pytest.raises(ConfigError, match="a run directory holding a checkpoint to continue from"):
+        wb.resume(tmp_path / "r", progress=False)
+
+
 ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
                 "adpsgd"]
 
@@ -197,7 +209,7 @@ def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None):
     return stopped, end, resumed
 
 
-STOPPED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
+STOPPED = [("sgd", {}), ("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
            ("local_sgd", {"tau": 4}), ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
            ("dpsgd", {"tau": 2, "topology": "ring"}), ("sync_easgd", {"tau": 3})]
 
@@ -509,7 +521,7 @@ def test_the_dashboards_resume_button_continues_a_stopped_run(tmp_path):
     resumed = dash.wait(300)
     assert resumed.summary["resumed_from"]["step"] == saved and resumed.summary["config"]["steps"] == plan
     assert resumed.summary["config"]["out"] == stopped.summary["config"]["out"]
-    assert dash._labels[-1].endswith("(resumed)") and len(dash.history) == 2
+    assert dash.labels[-1].endswith("(resumed)") and len(dash.history) == 2
 
 
 def test_the_checkpoint_bench_reports_the_cost_and_its_share():

@@ -101,6 +101,10 @@ def _config_lr(config: Any) -> float:
     return config.lr
 
 
+def _no_warning(config: Any, steps: int) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """One algorithm, declared once (the table below)."""
@@ -132,6 +136,10 @@ class AlgorithmSpec:
     # Nesterov step amplifies its inner steps' change: the shared defaults reached chance)
     lr_defaults: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     fast_path: str | None = None  # the simulator's fast path for it (FAST_PATHS), if it has one
+    # (config, steps per worker) -> one sentence when the settings run but leave this algorithm
+    # nothing to do (LTFB: no tournament within the run), or None; preflight's warnings say it
+    warn: Callable[[Any, int], str | None] = _no_warning
+    uses_momentum: bool = True   # False: `momentum` takes no part in its steps (preflight's stability bound)
     # its runs go on when a worker is lost and take in joiners with `elastic` (its loop re-splits
     # the global batch over whoever is there, `execution.elastic`)
     elastic: bool = False
@@ -309,6 +317,13 @@ def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _ltfb_warning(config: Any, steps: int) -> str | None:
+    """LTFB without a tournament: rounds at least as long as the run."""
+    if config.round_size >= steps and config.trainers > 1:
+        return f"round_size ({config.round_size}) is at least the run's {steps} steps: no tournament will ever happen"
+    return None
+
+
 def _gossip_elems(n_params: int, size: int) -> int:
     """D-PSGD's agreement allreduce: x_i / P, ||x_i||^2 / P, then the tail (the peer
     exchange itself needs only n: it uses the collective's slots, `comm.base`)."""
@@ -334,7 +349,7 @@ for _spec in (
         "async_sgd", "parameter server (Downpour, push/fetch every step): x -= lr*g applied on arrival, staleness "
         "recorded", "async_ps:AsyncSGD", sync=False, evaluates="rank0",
         needs=Needs(server="parameter_server", server_options="async_ps:plain_options"), pattern="server",
-        fast_path="server"),
+        fast_path="server", uses_momentum=False),   # the server's plain x -= lr g
     AlgorithmSpec(
         "async_msgd", "async_sgd with momentum kept on the server: v = mu*v - lr*g; x += v", "async_ps:AsyncMSGD",
         sync=False, needs=Needs(server="parameter_server", server_options="async_ps:momentum_options"),
@@ -343,7 +358,7 @@ for _spec in (
         "hogwild_sgd", "lock-free updates of one shared-memory parameter buffer by all workers on one host "
         "(Recht et al.)", "hogwild:HogwildSGD", sync=False, needs=Needs(shared=("params",)), pattern="shared",
         spans_hosts=False, takes_optimizer=False,    # the lock-free x -= lr g is the algorithm
-        fast_path="shared"),
+        fast_path="shared", uses_momentum=False),
     AlgorithmSpec(
         "easgd", "original elastic averaging SGD: the master serves workers in strict rank order (round-robin)",
         "easgd:EASGD", sync=False, needs=Needs(server="elastic_centre"), knobs=EASGD_KNOBS, pattern="round_robin",
@@ -372,7 +387,8 @@ for _spec in (
         evaluates="trainers",
         needs=Needs(collective=True, groups="ltfb:trainer_groups", server="tournament", setup="ltfb:ltfb_extra"),
         knobs=("trainers", "round_size", "tournament_size", "trainer_lrs", "lr_spread", "exchange_state"),
-        pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape),
+        pattern="tournament", check=_ltfb_check, peak_lr=_ltfb_peak_lr, plan_shape=trainer_plan_shape,
+        warn=_ltfb_warning),
     AlgorithmSpec(
         "cgdp", "CPU-GPU data parallel: device workers compute gradients, a CPU worker sums and updates chunk by "
         "chunk", "cgdp:CGDP", sync=True, needs=Needs(server="cgdp_master"), knobs=("chunk_layers", "weight_return", "split"),

@@ -37,6 +37,7 @@ from .rules import (
     check_elastic,
     check_language_model,
     check_optimizer,
+    check_owned_knobs,
     check_scaled_lr,
     default_lr,
     is_text_dataset,
@@ -411,15 +412,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _commeff_combinations(self) -> RunConfig:
-        if self.compression != "none" and self.algorithm != "sync_sgd":
-            raise ConfigError("compression", f"none unless algorithm is sync_sgd (the knob compresses its gradient "
-                              f"allreduce; {self.algorithm} has none)", self.compression)
-        if self.weight_return != "chunks" and self.algorithm != "cgdp":
-            raise ConfigError("weight_return", f"chunks unless algorithm is cgdp (the knob is how cgdp's host "
-                              f"master returns weights; {self.algorithm} has none)", self.weight_return)
-        if self.elastic_sync != "ring" and self.algorithm != "sync_easgd":
-            raise ConfigError("elastic_sync", f"ring unless algorithm is sync_easgd (the knob is SC'17's chain of "
-                              f"Sync EASGD; {self.algorithm} has no elastic allreduce)", self.elastic_sync)
+        check_owned_knobs(self)     # compression, weight_return, elastic_sync: their algorithms' only
         if self.compression == "topk" and self.error_feedback and self.momentum > 0 and self.nesterov \
                 and self.optimizer == "sgd":
             raise ConfigError("nesterov", "false with compression topk and error feedback (Deep Gradient "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..algorithms.registry import LR_MAX
+from ..algorithms.registry import LR_MAX, with_knob
 from ..data.dataset import DATASETS, is_text_path
 from .values import DEFAULT_GPT, ConfigError
 
@@ -134,3 +134,22 @@ def check_elastic(c: Any, spec: Any) -> None:
         workers = c.n_workers
         if workers is not None and c.min_workers > workers:
             raise ConfigError("min_workers", f"at most the number of workers ({workers})", c.min_workers)
+
+
+# Knobs that only their own algorithms read (their declarations name them, `AlgorithmSpec.knobs`):
+# set off the default while another algorithm runs they would be ignored, so they are refused.
+# The words say what the knob is.
+OWNED_KNOBS: dict[str, str] = {
+    "compression": "the knob compresses its gradient allreduce",
+    "weight_return": "the knob is how cgdp's host master returns weights",
+    "elastic_sync": "the knob is SC'17's chain of Sync EASGD",
+}
+
+
+def check_owned_knobs(c: Any) -> None:
+    """Each knob of `OWNED_KNOBS` at its default unless the RunConfig `c`'s algorithm declares it."""
+    for knob, what in OWNED_KNOBS.items():
+        default, owners = type(c).model_fields[knob].default, with_knob(knob)
+        if getattr(c, knob) != default and c.algorithm not in owners:
+            raise ConfigError(knob, f"{default} unless algorithm is {' or '.join(owners)} ({what}; {c.algorithm} "
+                              "has none)", getattr(c, knob))

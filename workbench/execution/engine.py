@@ -344,6 +344,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     wall = transport.wall_time(end - t_called)
     if saver is not None:
         extra["checkpoints"] = saver.summary()
+        if extra.get("sim_path") == "lockstep":   # one loop for every worker: no worker's state to take
+            extra["checkpoints"]["note"] = ("none on the simulator's lockstep path (no state per worker): "
+                                            "a step interval (checkpoint_every: 500) runs it per worker, with them")
     if resume is not None:   # the segments before this one: their time counts, the gaps between do not
         wall = _resumed_times(resume, extra, wall, status, saver)
     result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,

@@ -405,9 +405,9 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
     if config.algorithm in with_knob("tau") and config.tau > total_steps:
         out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                    f"exchange will ever happen, so the workers train apart and the centre stays at its start")
-    if config.algorithm == "ltfb" and config.round_size >= total_steps and config.trainers > 1:
-        out.append(f"round_size ({config.round_size}) is at least the run's {total_steps} steps: no tournament "
-                   f"will ever happen")
+    own = specs()[config.algorithm].warn(config, total_steps)   # the algorithm's own (LTFB: no tournament)
+    if own:
+        out.append(own)
     if data is not None and model is not None:
         msg = _stability_warning(config, data, model)
         if msg:
@@ -456,7 +456,7 @@ def _stability_warning(config: RunConfig, data: Any, model: Any) -> str | None:
     lr = peak_lr(config)
     if lr <= max(config.lr, 0.5):
         return None  # no scaling past a modest rate: not worth the measurement
-    momentum = config.momentum if config.algorithm not in ("async_sgd", "hogwild_sgd") else 0.0
+    momentum = config.momentum if specs()[config.algorithm].uses_momentum else 0.0
     rows = min(256, data.n_train)
     params = model.init(config.seed)
     lam = sharpness(model, params, data.X_train[:rows], data.y_train[:rows])

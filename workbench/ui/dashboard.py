@@ -70,7 +70,9 @@ class Dashboard:
     Usable without a frontend: `config`, `run()`, `stop()`, `wait(timeout)`,
     `sweep(workers, mode)`, `history`, `runs_table()`, `status_text`. Its parts:
     `form` (`ui.form.Form`), `live` (`ui.liverun.LiveRun`), `sweeps`
-    (`ui.sweeppanel.SweepPanel`).
+    (`ui.sweeppanel.SweepPanel`); what they share is here: the status line
+    (`set_status`), the buttons (`set_buttons`), the runs tab (`labels`, `show_runs`),
+    the Stop event, the running thread (`active`) and the last result (`last`).
     """
 
     sim_in_child = True     # simulated runs in a child process (`simproc`); False: on a thread of the kernel
@@ -86,11 +88,11 @@ class Dashboard:
         self.status_log: list[tuple[float, str]] = []   # (seconds since Run, status line) of the last run
         self.status_text = ""
         self.dask_link: str | None = None
-        self._stop = threading.Event()                  # Stop: read by a run's and a sweep's loops
-        self._active: threading.Thread | None = None   # the flusher of a run, or a sweep's thread
-        self._last: Any = None                          # the last run's RunResult, or the last sweep's table
-        self._displayed = False                          # the dashboard has been shown in a frontend
-        self._labels: list[str] = []                    # the name of each run in `history` (legend, status, runs tab)
+        self.stop_event = threading.Event()             # Stop: read by a run's and a sweep's loops
+        self.active: threading.Thread | None = None    # the flusher of a run, or a sweep's thread
+        self.last: Any = None                           # the last run's RunResult, or the last sweep's table
+        self.displayed = False                          # the dashboard has been shown in a frontend
+        self.labels: list[str] = []                     # the name of each run in `history` (legend, status, runs tab)
         self.status = widgets.HTML(value="")
         self.links = widgets.HTML(value="")
 
@@ -110,8 +112,8 @@ class Dashboard:
                                           style={"description_width": "50px"}, layout=widgets.Layout(width="260px"))
         self.runs_descending = widgets.ToggleButton(value=False, description="descending", icon="sort",
                                                     tooltip="largest first", layout=widgets.Layout(width="120px"))
-        self.runs_sort.observe(lambda _: self._show_runs(), names="value")
-        self.runs_descending.observe(lambda _: self._show_runs(), names="value")
+        self.runs_sort.observe(lambda _: self.show_runs(), names="value")
+        self.runs_descending.observe(lambda _: self.show_runs(), names="value")
         self.runs_html = widgets.HTML(value="<i>no runs yet</i>", layout=widgets.Layout(width="100%"))
         runs = widgets.VBox([widgets.HBox([self.runs_sort, self.runs_descending]), self.runs_html],
                             layout=widgets.Layout(width="100%"))
@@ -132,7 +134,7 @@ class Dashboard:
         self.widget = widgets.VBox([bar, self.status, self.tabs])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        self._displayed = True
+        self.displayed = True
         for slot in self._all_slots():        # see plotly_widget.sync_widget: nested FigureWidgets
             if slot is self.form.preview_slot or (slot is self.sweeps.slot and self.sweeps.slot.box.layout.display
                                                   != "none") or (slot in self.live.slots.values()
@@ -166,7 +168,8 @@ class Dashboard:
     def config(self, config: RunConfig) -> None:
         self.form.config = config
 
-    def _set_status(self, text: str, error: bool = False) -> None:
+    def set_status(self, text: str, error: bool = False) -> None:
+        """Say `text` in the status line (red when `error`), logged against the running run's clock."""
         state = self.live.current
         if state is not None:      # the run's status lines, timed from its Run (dashbench reads them)
             self.status_log.append((round(time.monotonic() - state.t0, 3), text))
@@ -174,7 +177,8 @@ class Dashboard:
         color = "#b00020" if error else "#333"
         self.status.value = f'<span style="color:{color}">{html.escape(text, quote=False)}</span>'
 
-    def _set_dask_link(self, client: Any) -> None:
+    def set_dask_link(self, client: Any) -> None:
+        """Link the Dask dashboard of `client`'s cluster beside the buttons (once it is known)."""
         from ..execution.cluster import dashboard_link
         link = dashboard_link(client) if client is not None and not isinstance(client, str) else None
         if link and link != self.dask_link:
@@ -187,13 +191,13 @@ class Dashboard:
     @property
     def running(self) -> bool:
         """Whether a run or a sweep is in progress."""
-        return self._active is not None and self._active.is_alive()
+        return self.active is not None and self.active.is_alive()
 
-    def _config_to_start(self) -> RunConfig | None:
+    def config_to_start(self) -> RunConfig | None:
         """The controls' config if nothing is running and it is valid; else None, with
         the reason in the status line."""
         if self.running:
-            self._set_status("busy: a run or sweep is in progress; Stop it first", error=True)
+            self.set_status("busy: a run or sweep is in progress; Stop it first", error=True)
             return None
         return self.form.refresh()
 
@@ -223,9 +227,9 @@ class Dashboard:
 
     def stop(self) -> None:
         """Ask the run (or sweep) to stop; it ends within about `liverun.STOP_PROMISE_S`, as "stopped"."""
-        self._stop.set()
+        self.stop_event.set()
         if self.running:
-            self._set_status("stopping ...")
+            self.set_status("stopping ...")
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the current run or sweep has ended and the plots are final.
@@ -239,7 +243,7 @@ class Dashboard:
             TimeoutError: still running after `timeout` seconds.
             KeyboardInterrupt: the kernel was interrupted; the run was asked to stop first.
         """
-        thread = self._active
+        thread = self.active
         if thread is not None:
             try:
                 thread.join(timeout)
@@ -249,7 +253,7 @@ class Dashboard:
                 raise
             if thread.is_alive():
                 raise TimeoutError(f"timeout: still running after {timeout} s (dashboard.stop() ends it)")
-        return self._last
+        return self.last
 
     def clear(self) -> None:
         """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
@@ -297,7 +301,9 @@ class Dashboard:
         """When the last run's figures were redrawn: (start, end) of each, monotonic seconds."""
         return self.live.last_redraw_log
 
-    def _set_buttons(self, running: bool) -> None:
+    def set_buttons(self, running: bool) -> None:
+        """Enable the buttons that apply: Run and Sweep while idle with a valid config, Stop while
+        running, Resume while idle after a run that stopped with a checkpoint."""
         invalid = self.form.shown_config is None     # the controls describe a bad config
         self.run_button.disabled = running or invalid
         self.sweeps.button.disabled = running or invalid
@@ -323,7 +329,7 @@ class Dashboard:
     def runs_table(self) -> pd.DataFrame:
         """The session's runs, one row each: headline numbers, the hyper-parameters that
         differ between them, and each run's directory (the runs tab shows it)."""
-        labels = self._labels if len(self._labels) == len(self.history) else None   # the names the status line said
+        labels = self.labels if len(self.labels) == len(self.history) else None   # the names the status line said
         table = summary_table(self.history, labels=labels)
         if not len(table):
             return table
@@ -333,7 +339,8 @@ class Dashboard:
         table["run_dir"] = [(r.summary.get("config") or {}).get("out") for r in self.history]
         return table
 
-    def _show_runs(self) -> None:
+    def show_runs(self) -> None:
+        """Redraw the runs tab's table, sorted as its controls say."""
         table = self.runs_table()
         if not len(table):
             return

@@ -193,8 +193,8 @@ class Form:
             plan = Problem.from_config(cfg).plan   # the run's own plan, built once (preflight reuses it)
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self.shown_config = None
-            host._set_status(f"error: {exc}", error=True)
-            host._set_buttons(host.running)
+            host.set_status(f"error: {exc}", error=True)
+            host.set_buttons(host.running)
             return None
         self.shown_config = cfg
         if cfg.simulate and host.sim_in_child and not self._sim_warmed:   # ready before Run is pressed
@@ -209,11 +209,11 @@ class Form:
                 fig.layout.title.text = T.wrap_title(f"lr schedule: {title}", PREVIEW_TITLE_CHARS)
             self.preview_slot.edit(redraw)
         if not host.running:
-            host._set_buttons(False)
+            host.set_buttons(False)
             where = f", on {workers_of(cfg)} simulated workers" if cfg.simulate else ""
-            host._set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
-                             f"of {cfg.batch_size} samples{where}"
-                             + (f"; {self._lr_note}" if self._lr_note else ""))
+            host.set_status(f"ready: {cfg.algorithm} on {cfg.dataset}, {plan.total_steps} steps "
+                            f"of {cfg.batch_size} samples{where}"
+                            + (f"; {self._lr_note}" if self._lr_note else ""))
         return cfg
 
     @staticmethod

@@ -126,7 +126,7 @@ class LiveRun:
 
     def __init__(self, host: Any, base: RunConfig) -> None:
         self._host = host
-        self._stop = host._stop                         # the dashboard's Stop, for a run and a sweep alike
+        self._stop = host.stop_event                    # the dashboard's Stop, for a run and a sweep alike
         self.current: _Run | None = None                # the run in progress (None between runs)
         self.last_plot_cpu_s = 0.0                      # CPU seconds the last run's live plots took
         self.last_redraws = 0                           # how often the last run's figures were redrawn
@@ -192,14 +192,14 @@ class LiveRun:
         """Put the live figures on the page (the first run); until then there is nothing to plot."""
         if self.plots_live():
             return
-        if self._host._displayed:
+        if self._host.displayed:
             for slot in self.slots.values():
                 slot.shown()
         self.plots.children = tuple(self._plot_boxes)
 
     def resumable(self) -> str | None:
         """The last run's directory if it stopped (or failed) and holds a checkpoint to go on from."""
-        r = self._host._last
+        r = self._host.last
         s = getattr(r, "summary", None) or {}
         out = (s.get("config") or {}).get("out")
         if s.get("status") not in ("stopped", "failed") or not out:
@@ -216,7 +216,7 @@ class LiveRun:
         """
         where = self.resumable()
         if where is None or self._host.running:
-            self._host._set_status("nothing to resume: the last run did not stop with a checkpoint", error=True)
+            self._host.set_status("nothing to resume: the last run did not stop with a checkpoint", error=True)
             return False
         return self.run(resume_dir=where)
 
@@ -228,9 +228,9 @@ class LiveRun:
             (the status line says why).
         """
         if resume_dir is not None:
-            cfg = RunConfig.from_dict(self._host._last.summary["config"])
+            cfg = RunConfig.from_dict(self._host.last.summary["config"])
         else:
-            cfg = self._host._config_to_start()
+            cfg = self._host.config_to_start()
         if cfg is None:
             return False
         index = self._runs_started
@@ -249,12 +249,12 @@ class LiveRun:
         self._stop.clear()
         self.current = state
         self._host.status_log = []
-        self._host._set_buttons(running=True)
-        self._host._set_status(f"starting {state.live.label} ...")
+        self._host.set_buttons(running=True)
+        self._host.set_status(f"starting {state.live.label} ...")
         trainer = threading.Thread(target=self._train, args=(state,), name="workbench-dashboard-run", daemon=True)
         flusher = threading.Thread(target=self._flush_loop, args=(state,), name="workbench-dashboard-plots",
                                    daemon=True)
-        self._host._active = flusher
+        self._host.active = flusher
         trainer.start()
         flusher.start()
         return True
@@ -294,7 +294,7 @@ class LiveRun:
             self._time_axes["breakdown"] = state.config.simulate
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self.slots[key].edit(_clear_traces)
-        if self._host._labels:    # earlier runs drawn: thinned, faded, at most KEEP_RUNS of them kept
+        if self._host.labels:    # earlier runs drawn: thinned, faded, at most KEEP_RUNS of them kept
             for key in ("progress_time", "progress_epoch"):
                 self.slots[key].edit(functools.partial(T.retire_runs, keep=KEEP_RUNS, current=state.live.label))
         # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
@@ -325,7 +325,7 @@ class LiveRun:
             from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
             transport = transport_for(cfg, cluster)   # sgd: threads, in this process
             if getattr(transport, "name", None) == "dask":
-                self._host._set_dask_link(transport.client)
+                self._host.set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
             from . import simproc
             if state.resume_dir is not None:   # Resume: its directory goes on from its last checkpoint
@@ -368,7 +368,7 @@ class LiveRun:
                 break
             if state.ended is not None:
                 if not shown_end:     # how the run ended, from its saved summary (its records still coming)
-                    self._host._set_status(*self._end_status(state, state.ended))
+                    self._host.set_status(*self._end_status(state, state.ended))
                     shown_end = True
                 continue
             self._show_progress(state)
@@ -386,7 +386,7 @@ class LiveRun:
         self._write_report(state)
         self._host.why()                      # the "why" tab: what limits this run (analysis.explain)
         self.current = None
-        self._host._set_buttons(running=False)
+        self._host.set_buttons(running=False)
 
     def _write_report(self, state: _Run) -> None:
         """report.html in the run's directory (`api.write_run_report`), once the run is saved."""
@@ -399,7 +399,7 @@ class LiveRun:
             api.write_run_report(result, directory)
         except Exception as exc:      # the run itself is committed; the report's failure is said
             self._host.report_errors.append(f"{type(exc).__name__}: {exc}")
-            self._host._set_status(f"{self._host.status_text}; report.html not written: {exc}", error=True)
+            self._host.set_status(f"{self._host.status_text}; report.html not written: {exc}", error=True)
         finally:
             api.settle_steps(result, directory)
 
@@ -502,7 +502,7 @@ class LiveRun:
                         parts.append(f"~{left / steps_per_s:,.0f} s left")
             parts.append(f"start-up {startup:.1f} s")
             text = ", ".join(parts) + stopping + note
-        self._host._set_status(text)
+        self._host.set_status(text)
 
     def _record_drawing(self, state: _Run) -> None:
         """The last run's drawing figures (redraws, their log, their CPU time) as they stand."""
@@ -512,23 +512,23 @@ class LiveRun:
 
     def finish(self, state: _Run) -> None:
         """The final status line, the run in `history` and the runs tab (buttons: the caller)."""
-        self._host._last = state.result
+        self._host.last = state.result
         self._record_drawing(state)
         if state.error is not None:
             self._host.last_error = state.error
-            self._host._set_status(error_text(state.error), error=True)
+            self._host.set_status(error_text(state.error), error=True)
         else:
             r = state.result
             self._host.history.append(r)
-            self._host._labels.append(state.live.label)
+            self._host.labels.append(state.live.label)
             s = r.summary
             if s.get("status") == "diverged" or str(s.get("learning_note") or "").startswith(
                     "did not learn: the training loss rose"):
                 self.off_axis.add(state.live.label)
             text, error = self._end_status(state, r.summary)
             if text != self._host.status_text:      # said already when the run ended in a child process
-                self._host._set_status(text, error=error)
-            self._host._show_runs()
+                self._host.set_status(text, error=error)
+            self._host.show_runs()
 
     def _end_status(self, state: _Run, s: dict) -> tuple[str, bool]:
         """The final status line of a run with summary `s`, and whether it reads as an error;

@@ -35,7 +35,7 @@ class SweepPanel:
 
     def __init__(self, host: Any) -> None:
         self._host = host
-        self._stop = host._stop                         # the dashboard's Stop, for a run and a sweep alike
+        self._stop = host.stop_event                    # the dashboard's Stop, for a run and a sweep alike
         self.table = pd.DataFrame()                     # the sweep's rows so far (a row per worker count)
         self.results: list[Any] = []                    # its RunResults, every round's
         self.predicted: pd.DataFrame | None = None      # the last sweep's cost-model curves
@@ -82,7 +82,7 @@ class SweepPanel:
         Returns:
             True if it started (the status line says why not).
         """
-        cfg = self._host._config_to_start()
+        cfg = self._host.config_to_start()
         if cfg is None:
             return False
         from ..analysis.sweep import sweep_configs, worker_field
@@ -92,7 +92,7 @@ class SweepPanel:
         try:
             configs = sweep_configs(cfg, ws, mode)          # every run checked before the first starts
         except (ConfigError, ValueError) as exc:
-            self._host._set_status(f"error: {exc}", error=True)
+            self._host.set_status(f"error: {exc}", error=True)
             return False
         ws = [getattr(c, worker_field(cfg)) for c in configs]
         self.table = pd.DataFrame()
@@ -100,7 +100,7 @@ class SweepPanel:
         self.model_html.value = ""
         self.table_html.value = ""           # the table under the figure is this sweep's, from its first point
         if self.slot.box.layout.display == "none":
-            if self._host._displayed:
+            if self._host.displayed:
                 self.slot.shown()
             self.slot.box.layout.display = "block"
         def reset(fig: Any, title: str = f"{mode} scaling: {cfg.algorithm}") -> None:
@@ -108,11 +108,11 @@ class SweepPanel:
             fig.layout.title.text = title
         self.slot.edit(reset)
         self._stop.clear()
-        self._host._set_buttons(running=True)
-        self._host._set_status(f"sweep: {cfg.algorithm} on {ws} workers ({mode}) ...")
+        self._host.set_buttons(running=True)
+        self._host.set_status(f"sweep: {cfg.algorithm} on {ws} workers ({mode}) ...")
         thread = threading.Thread(target=self._main, args=(cfg, ws, mode, network),
                                   name="workbench-dashboard-sweep", daemon=True)
-        self._host._active = thread
+        self._host.active = thread
         thread.start()
         return True
 
@@ -121,7 +121,7 @@ class SweepPanel:
         from ..analysis.sweep import SWEEP_COLUMNS, add_scaling
         self.results.append(result)
         self._host.history.append(result)
-        self._host._labels.append(f"#{len(self._host.history)} sweep {figdata.run_label(result)}")
+        self._host.labels.append(f"#{len(self._host.history)} sweep {figdata.run_label(result)}")
         # a later round's row (the median so far) replaces that worker count's point
         rows = [r for r in self.table.to_dict("records") if r["workers"] != row["workers"]] + [row]
         rows.sort(key=lambda r: r["workers"])
@@ -130,12 +130,12 @@ class SweepPanel:
         self.table_html.value = runs_html(self.table, "workers", False)
         if not row.get("simulated"):
             from ..execution.cluster import current_client
-            self._host._set_dask_link(self._host.cluster if self._host.cluster is not None else current_client())
-        self._host._show_runs()
+            self._host.set_dask_link(self._host.cluster if self._host.cluster is not None else current_client())
+        self._host.show_runs()
         unit = "samples per virtual s" if row.get("simulated") else "samples/s"
-        self._host._set_status(f"sweep: {len(self.results)} run(s) done, last on {row['workers']} "
-                               f"{'virtual ' if row.get('simulated') else ''}workers: "
-                               f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
+        self._host.set_status(f"sweep: {len(self.results)} run(s) done, last on {row['workers']} "
+                              f"{'virtual ' if row.get('simulated') else ''}workers: "
+                              f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
     def _main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
         """The sweep's thread: `workbench.sweep` over `ws`, then the cost model's fit."""
@@ -151,7 +151,7 @@ class SweepPanel:
                               on_result=self.on_result, should_stop=self._stop.is_set, progress=False,
                               simulate=cfg.simulate, run_point=in_child if child else None)
             self.table = table
-            self._host._last = table
+            self._host.last = table
             message = f"sweep done: {len(table)} run(s)"
             if len(table) and self.results:
                 from ..analysis.sweep import fit_cost_model
@@ -164,13 +164,13 @@ class SweepPanel:
                 message += f"; cost model fitted, prediction error on measured points {error:.0%} (details above the figure)"
             self.slot.flush()     # the figure's Python state is whole when a sweep ends
             self.table_html.value = runs_html(table, "workers", False)
-            self._host._set_status(message)
+            self._host.set_status(message)
         except BaseException as exc:
             self._host.last_error = exc
-            self._host._last = None
-            self._host._set_status(error_text(exc), error=True)
+            self._host.last = None
+            self._host.set_status(error_text(exc), error=True)
         finally:
-            self._host._set_buttons(running=False)
+            self._host.set_buttons(running=False)
 
     def _benchmarked_link(self, cfg: RunConfig, ws: list[int]) -> tuple[Any, str]:
         """The link the cost model calibrates with: benchmarked on the sweep's own Dask
@@ -184,7 +184,7 @@ class SweepPanel:
         client = self._host.cluster if self._host.cluster is not None else current_client()
         if not (hasattr(client, "scheduler_info") and hasattr(client, "submit")):
             return None, "; link fitted from the runs (no Dask client to benchmark it on)"
-        self._host._set_status("sweep done: timing this machine's link for the cost model (a few seconds) ...")
+        self._host.set_status("sweep done: timing this machine's link for the cost model (a few seconds) ...")
         try:
             from ..analysis.linkfit import benchmark_link
             return benchmark_link(client), "; link benchmarked on the sweep's cluster"
