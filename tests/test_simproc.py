@@ -55,8 +55,7 @@ def test_a_real_run_is_refused():
 def test_every_preloaded_module_exists():
     # the fork server skips a preload that fails to import, silently: a moved module would
     # leave every dashboard simulation starting cold
-    import importlib
+    import importlib.util
 
-    from workbench.ui import simproc
     for name in simproc.PRELOAD:
         assert importlib.util.find_spec(name) is not None, name
