@@ -150,6 +150,7 @@ class SyncSGD(Algorithm):
         self.clock = ctx.clock_fn()
         # a host comm's allreduce itself (`ctx.allreduce` stages device buffers; nothing to do here)
         self.allreduce = ctx.comm.allreduce if ctx.xp is np and ctx.comm is not None else ctx.allreduce
+        self._sum: tuple[Any, Any] = (None, None)   # (the last sum, its first n)
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
 
@@ -176,7 +177,7 @@ class SyncSGD(Algorithm):
         ctx, tail = self.ctx, self.tail
         lr = ctx.plan.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
-        tail.pack(self.buf, loss_w, compute_s, stop=ctx.rank == 0 and ctx.stop_requested())
+        tail.pack(self.buf, loss_w, compute_s, ctx.rank == 0 and ctx.stop_requested())   # stop
         timer = ctx.timer
         t1 = timer()
         total = self.allreduce(self.buf)                                     # sum_i (n_i / B) g_i = g
@@ -186,7 +187,9 @@ class SyncSGD(Algorithm):
         out = StepOut(NAN, lr, samples, compute_s, got.comm_s, got.wait_s, 0.0, self.bytes_sent)
         if settle(out, got.loss, got.stop):
             t2 = self.clock()
-            self.opt.step(self.params, total[:self.n], lr)                  # x -= lr g (momentum, ...)
+            if total is not self._sum[0]:   # a host comm hands back the same sum array: cut once
+                self._sum = (total, total[:self.n])
+            self.opt.step(self.params, self._sum[1], lr)                    # x -= lr g (momentum, ...)
             tail.freed()
             out.compute_s += tail.t_free - t2             # the update is compute too
         return out
