@@ -50,3 +50,12 @@ def test_an_error_in_the_child_is_raised_here(tmp_path):
 def test_a_real_run_is_refused():
     with pytest.raises(ValueError, match="simulate"):
         simproc.run_in_process(RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, steps=3))
+
+
+def test_every_preloaded_module_exists():
+    # the fork server skips a preload that fails to import, silently: a moved module would
+    # leave every dashboard simulation starting cold
+    import importlib.util
+
+    for name in simproc.PRELOAD:
+        assert importlib.util.find_spec(name) is not None, name

@@ -10,8 +10,9 @@ virtual worker, as one more transport (`sim/transport.py: SimTransport`). What i
   give bitwise the same run, asynchronous algorithms included;
 * compute is charged, not measured: `loss_and_grad` on a virtual worker costs what the
   device model says (`sim.profiles`: named devices with sources, the fixed `core` by
-  default, or this machine's core when `cpu_device="local"` asks, timed once and cached) for the model's FLOPs per sample, or for a named published
-  network's (`--timing-model alexnet`), plus a per-step overhead and the update;
+  default, or this machine's core when `cpu_device="local"` asks, timed once and cached by
+  `sim.calibration`) for the model's FLOPs per sample, or for a named published
+  network's (`sim.timing_models`: `--timing-model alexnet`), plus a per-step overhead and the update;
 * communication is charged by the network model (`costmodel.NETWORKS` and host-device
   links, `sim.costs`) in each algorithm's own pattern (ring/tree allreduce, parameter
   server round trips serialised at the server, round-robin turns, LTFB swaps, cgdp's

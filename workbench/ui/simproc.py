@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 POLL_S = 0.05          # s: how often the kernel side checks for Stop and for batches
-PRELOAD = ["workbench.api", "workbench.execution.engine", "workbench.execution.transports.sim", "pandas",
+PRELOAD = ["workbench.api", "workbench.execution.engine", "workbench.sim.transport", "pandas",
            "workbench.ui.simproc"]
 _ctx_lock = threading.Lock()
 _ctx: Any = None
