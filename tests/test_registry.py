@@ -105,6 +105,9 @@ class _Ctx:
     def clock(self):
         return self.now[0]
 
+    def clock_fn(self):
+        return self.clock
+
 
 def test_sync_tail_sums_to_the_global_loss_and_splits_wait_from_comm():
     n, size, now = 3, 2, [0.0]
@@ -128,8 +131,12 @@ def test_settle_is_the_one_stopped_diverged_rule():
     assert settle(out, 0.3, False) and out.stop is None and out.loss == 0.3
     out = StepOut()
     assert not settle(out, float("inf"), False) and out.stop == "diverged"
+    # a stop completes its step (the update applies, the loop ends after it: a checkpoint there)
     out = StepOut()
-    assert not settle(out, float("nan"), True) and out.stop == "stopped"     # a stop wins over a NaN
+    assert settle(out, 0.3, True) and out.stop == "stopped"
+    # unless the step diverged: its update never applies, and the run says it diverged
+    out = StepOut()
+    assert not settle(out, float("nan"), True) and out.stop == "diverged"
 
 
 def test_ltfbs_peak_lr_and_trainer_rules_live_on_its_declaration():
