@@ -311,9 +311,9 @@ def test_cgdp_on_dask_resumes_bitwise(tmp_path, client, comm, weight_return):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=64, batch_size=32, eval_every=10, checkpoint_every=16,
                     checkpoint_keep=100, comm=comm, weight_return=weight_return)
     whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster=client, progress=False)
-    # (a state a worker keeps is replaced by its next one if the client has not fetched it yet:
-    # steps of a millisecond on a busy machine pass some of the three over)
-    assert whole.summary["checkpoints"]["written"] >= 1
+    # steps of a millisecond: the loop ends before the client has fetched its states (they wait
+    # on the workers until the run closes), and a worker keeps the last two
+    assert whole.summary["checkpoints"]["written"] >= 2
     step = killed_after(tmp_path / "whole", tmp_path / "cut", 1)
     resumed = wb.resume(tmp_path / "cut", cluster=client, progress=False)
     assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == step >= 16

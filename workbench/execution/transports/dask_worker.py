@@ -44,31 +44,49 @@ class DaskPlan:
         return len(self.kinds)
 
 
-# A worker's latest state for a checkpoint, kept here until the client fetches it
+# A worker's latest states for a checkpoint, kept here until the client fetches them
 # (`take_state`): a state is megabytes, and the live batches' route (Worker.log_event)
-# passes through the scheduler, which keeps what it passes on in its event log. The state
-# where a loop ended ("stopped", "ended") outlives its task: the client fetches it only if
-# the run was stopped, and forgets the rest when the run closes (`forget_states`).
-_STATES: dict[tuple[str, int], dict] = {}
+# passes through the scheduler, which keeps what it passes on in its event log. The last
+# `KEPT_STATES` are kept, so a client still fetching one checkpoint's states when the next
+# is taken (steps of a millisecond, a busy machine) still finds them. They outlive the
+# loop's task: its last notes may reach the client after the loop ended (live batches leave
+# a few times a second), the state where a loop ended ("stopped", "ended") is fetched only if
+# the run was stopped, and the client forgets what is left when the run closes
+# (`forget_states`); a loop whose client is gone drops them itself.
+_STATES: dict[tuple[str, int], dict[int, dict]] = {}
 _HELD_TAGS = (None, "stopped", "ended")
+KEPT_STATES = 2
+
+
+def keep_state(key: tuple[str, int], batch: dict) -> None:
+    """Keep one state batch for the client, dropping the oldest beyond `KEPT_STATES`.
+
+    >>> _STATES.clear()
+    >>> for step in (16, 32, 48):
+    ...     keep_state(("run", 0), {"step": step, "state": {}})
+    >>> sorted(_STATES[("run", 0)])
+    [32, 48]
+    """
+    kept = _STATES.setdefault(key, {})
+    kept[int(batch["step"])] = batch
+    while len(kept) > KEPT_STATES:
+        del kept[min(kept)]
 
 
 def take_state(run_id: str, rank: int, step: int) -> dict | None:
     """Runs on the worker (`Client.run`): the state `rank` kept for `step`, handed over once."""
-    held = _STATES.get((run_id, rank))
-    if held is None or held["step"] != step:
-        return None
-    del _STATES[(run_id, rank)]
-    return held["state"]
+    kept = _STATES.get((run_id, rank), {})
+    held = kept.pop(int(step), None)
+    if not kept:
+        _STATES.pop((run_id, rank), None)
+    return None if held is None else held["state"]
 
 
 def forget_states(run_id: str) -> int:
     """Runs on the worker (`Client.run`) when a run closes: drop the states its loops left
     here that nobody fetched; returns how many."""
     keys = [k for k in _STATES if k[0] == run_id]
-    for k in keys:
-        del _STATES[k]
-    return len(keys)
+    return sum(len(_STATES.pop(k)) for k in keys)
 
 
 def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, address: str, actor: Any = None,
@@ -98,7 +116,7 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
 
     def sink(batch: dict) -> None:
         if batch.get("kind") == "state" and batch.get("tag") in _HELD_TAGS:   # kept here; the client fetches it
-            _STATES[key] = batch                                                 # (`take_state`)
+            keep_state(key, batch)                                               # (`take_state`)
             batch = {k: v for k, v in batch.items() if k != "state"} | {"held": True}
         elif batch.get("kind") == "state":   # an elastic run regroups from it, after this task ends: it travels,
             batch = {k: v for k, v in batch.items() if k != "state"} | {"packed": pickle.dumps(batch["state"])}
@@ -112,7 +130,7 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
                         resume=state)
     finally:
         orphaned = getattr(links.control.control, "lease_expired", False)   # no client left to fetch or forget it
-        if _STATES.get(key, {}).get("tag") is None or orphaned:   # a periodic one nobody fetched: gone with the loop
+        if orphaned:   # no client left to fetch or forget them
             _STATES.pop(key, None)
         links.close()
         if rank == 0 and orphaned:
