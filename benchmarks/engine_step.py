@@ -47,10 +47,10 @@ def _segment(nbytes: int) -> str:
 def engine_loop(size: str, steps: int) -> float:
     """CPU seconds of `run_loop` over `steps` sync_sgd steps (its context and algorithm built first)."""
     from workbench.algorithms import REGISTRY, run_loop
-    from workbench.algorithms.registry import tail_length
     from workbench.comm.barrier import ShmStopWord
     from workbench.comm.base import ThreadControl, ThrottledControl
     from workbench.comm.shm import ShmComm, allreduce_nbytes, unlink_segment
+    from workbench.config.registry import tail_length
     from workbench.execution.context import build_context
     from workbench.problem import Problem
 

@@ -115,7 +115,7 @@ def one_case(client, algorithm: str, rank: int, workers: int, guard: float) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.algorithms.registry import specs
+    from workbench.config.registry import specs
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--algorithms", default=",".join(n for n, s in specs().items() if not s.in_process))
     p.add_argument("--kinds", default="nanny,no-nanny")

@@ -150,7 +150,7 @@ def test_without_torch_the_allreduce_table_leaves_gloo_out_and_says_so(monkeypat
 def test_every_communication_pattern_says_what_it_spends():
     """The bench's notes explain any algorithm under 0.8 of its limit by its pattern."""
     from workbench.algorithms import REGISTRY
-    from workbench.algorithms.registry import PATTERNS
     from workbench.bench.throughput import SPENDS
+    from workbench.config.registry import PATTERNS
     assert set(SPENDS) == set(PATTERNS)
     assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)

@@ -278,8 +278,8 @@ def test_the_mixed_cluster_keeps_dask_info_lines_out_of_the_output(capfd):
 def test_the_gpu_checks_every_algorithm_table_on_cpu_workers():
     """The GPU check's second table with CPU workers on both sides (its logic, here): every
     algorithm completes, and those whose maths is timing-independent repeat the reference."""
-    from workbench.algorithms.registry import specs
     from workbench.bench.gpucheck import VARIANTS, every_algorithm
+    from workbench.config.registry import specs
     from workbench.execution.cluster import close_client
     c = make_cluster(gpus=0, cpus=3, quiet=True)
     try:

@@ -81,7 +81,7 @@ def test_every_algorithm_has_a_description():
 
 def test_a_knob_only_its_algorithms_declare_is_refused_with_any_other():
     # the owners come from the declarations (AlgorithmSpec.knobs), not from a list in config
-    from workbench.algorithms.registry import with_knob
+    from workbench.config.registry import with_knob
     from workbench.config.rules import OWNED_KNOBS
     values = {"compression": "topk", "weight_return": "whole", "elastic_sync": "tree_host"}
     assert set(values) == set(OWNED_KNOBS)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.algorithms.registry import LR_MAX
 from workbench.config import FIELDS, JITTER_MIN, MAX_EPOCHS, ConfigError, RunConfig, short_repr
+from workbench.config.registry import LR_MAX
 
 ORACLE = Path(__file__).with_name("config_oracle.json")
 

@@ -58,7 +58,7 @@ def test_exchange_terms_per_algorithm():
     assert cm.exchange_terms("sync_easgd", 4, n, tau=2) == (3.0, 750.0)
     assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.2, 200.0)
     # every declared algorithm is priced: its pattern has a model
-    from workbench.algorithms.registry import specs
+    from workbench.config.registry import specs
     assert {spec.pattern for spec in specs().values()} <= set(cm.PATTERN_MODELS)
     for name in __import__("workbench").ALGORITHMS:
         terms = cm.exchange_terms(name, 4, n)
@@ -213,6 +213,6 @@ def test_calibration_from_a_real_run():
 
 
 def test_every_declared_pattern_has_one_entry_in_the_pattern_table():
-    from workbench.algorithms.registry import PATTERNS as DECLARED
     from workbench.analysis.costmodel import PATTERN_MODELS
+    from workbench.config.registry import PATTERNS as DECLARED
     assert set(PATTERN_MODELS) == set(DECLARED)

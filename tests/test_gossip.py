@@ -270,9 +270,9 @@ def test_recorded_gossip_bytes_are_the_cost_models(topology, tau, tiny):
     records are the cost model's beta term for dpsgd (d n floats per gossip, the agreement
     allreduce once), plus the packed tail riding on that allreduce."""
     from workbench.algorithms.gossip import CHECK_EVERY
-    from workbench.algorithms.registry import tail_length
     from workbench.analysis.costmodel import exchange_terms
     from workbench.comm.base import ring_allreduce_bytes
+    from workbench.config.registry import tail_length
     p = 4
     got = run_threads(tiny(algorithm="dpsgd", cpus=p, steps=CHECK_EVERY, topology=topology, tau=tau, eval_every=CHECK_EVERY))
     n = got.params.size

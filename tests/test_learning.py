@@ -11,8 +11,8 @@ import pytest
 
 import workbench as wb
 from workbench import learning
-from workbench.algorithms.registry import specs
 from workbench.config import OPTIMIZER_LR, RunConfig, default_lr, lr_range
+from workbench.config.registry import specs
 from workbench.execution.engine import run_threads
 
 AT_CHANCE = dict(algorithm="sync_sgd", optimizer="lamb", lr=0.1, cpus=2, hidden=[512, 256], epochs=3, seed=0)

@@ -167,7 +167,7 @@ def test_an_external_cluster_is_checked_against_its_own_hosts_dev_shm(monkeypatc
     the segments are made; this machine's own /dev/shm does not count."""
     from types import SimpleNamespace
 
-    from workbench.algorithms.registry import specs
+    from workbench.config.registry import specs
     from workbench.execution.transports.dask import DaskTransport
     cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1,
                     scheduler="tcp://10.0.0.5:8786")
@@ -196,8 +196,8 @@ def test_a_client_handed_to_run_is_checked_on_its_workers_host(monkeypatch, no_l
     here (before it starts)."""
     from types import SimpleNamespace
 
-    from workbench.algorithms.registry import specs
     from workbench.api import _shm_is_here
+    from workbench.config.registry import specs
     from workbench.execution.transports.dask import DaskTransport
     from workbench.execution.transports.threads import ThreadTransport
     cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(4096, 4096), epochs=1)

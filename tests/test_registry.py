@@ -7,9 +7,9 @@ import pytest
 
 import workbench as wb
 from workbench.algorithms.base import StepOut, SyncTail, settle, tail_length
-from workbench.algorithms.registry import SERVER_ROLES, AlgorithmSpec, Needs, specs, with_knob
 from workbench.comm.roles import ChunkMaster, ParameterServer, chunk_bounds, server_state
 from workbench.config import FIELDS, RunConfig
+from workbench.config.registry import SERVER_ROLES, AlgorithmSpec, Needs, specs, with_knob
 
 
 def test_every_declaration_is_complete_and_its_knobs_are_config_fields():
@@ -24,9 +24,8 @@ def test_every_declaration_is_complete_and_its_knobs_are_config_fields():
 
 
 def test_readers_follow_the_registry(monkeypatch):
-    from workbench.algorithms import registry
     from workbench.analysis import costmodel
-    from workbench.config import SYNC_ALGORITHMS
+    from workbench.config import SYNC_ALGORITHMS, registry
     # the cost model prices an algorithm by its declaration's pattern, not by a list of its own:
     # a declaration added to the table (sync_sgd's, named anew, and one with the server's pattern)
     # is priced as the algorithm it copies
@@ -140,7 +139,7 @@ def test_settle_is_the_one_stopped_diverged_rule():
 
 
 def test_ltfbs_peak_lr_and_trainer_rules_live_on_its_declaration():
-    from workbench.algorithms.registry import trainer_lrs
+    from workbench.config.registry import trainer_lrs
     from workbench.execution.preflight import peak_lr
     from workbench.maths.schedules import scaled_lr
     spec = specs()["ltfb"]
@@ -157,6 +156,6 @@ def test_ltfbs_peak_lr_and_trainer_rules_live_on_its_declaration():
 
 def test_a_worker_class_knows_its_declaration_however_it_was_built():
     from workbench.algorithms.async_ps import AsyncMSGD, AsyncSGD
-    from workbench.algorithms.registry import spec_of
+    from workbench.config.registry import spec_of
     assert spec_of(AsyncMSGD) is specs()["async_msgd"] and spec_of(AsyncSGD) is specs()["async_sgd"]
     assert specs()["async_msgd"].cls is AsyncMSGD and AsyncMSGD.spec is specs()["async_msgd"]

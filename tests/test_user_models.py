@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.algorithms.registry import specs
 from workbench.config import ConfigError, RunConfig
+from workbench.config.registry import specs
 from workbench.execution.engine import run_threads
 from workbench.execution.preflight import preflight
 from workbench.maths.models import make_model

@@ -17,8 +17,7 @@ import pytest
 from conftest import await_replacement
 
 import workbench as wb
-from workbench.algorithms import registry
-from workbench.config import ConfigError, RunConfig
+from workbench.config import ConfigError, RunConfig, registry
 from workbench.util.identity import code_identity
 
 ROOT = Path(__file__).resolve().parent.parent

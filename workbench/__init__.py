@@ -30,7 +30,7 @@ __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume
 def __getattr__(name: str):
     # Lazy attributes keep `import workbench` free of Dask and the UI stack.
     if name == "ALGORITHMS":  # name -> one-line summary, from the algorithm registry
-        from .algorithms.registry import summaries
+        from .config.registry import summaries
         return summaries()
     if name in ("run", "resume", "load", "sweep"):
         from . import api

@@ -225,8 +225,8 @@ def _stopped_before_start(config: RunConfig, wall: float, why: str) -> RunResult
 
 
 def _spec(config: RunConfig) -> Any:
-    """The declaration of the config's algorithm (`algorithms.registry.AlgorithmSpec`)."""
-    from .algorithms.registry import specs
+    """The declaration of the config's algorithm (`config.registry.AlgorithmSpec`)."""
+    from .config.registry import specs
     return specs()[config.algorithm]
 
 

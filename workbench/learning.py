@@ -54,7 +54,7 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
     algorithm, optimizer = str(config.get("algorithm") or "sgd"), str(config.get("optimizer") or "sgd")
     lr = float(config.get("lr") or 0.0)
     lo, _, hi = lr_range(algorithm, optimizer)
-    from .algorithms.registry import specs
+    from .config.registry import specs
     spec = specs().get(algorithm)
     rule = f"{algorithm}'s inner {optimizer}" if spec is not None and optimizer in spec.lr_defaults else optimizer
     if lr > hi:

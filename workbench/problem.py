@@ -64,7 +64,7 @@ def run_plan(config: RunConfig, n_train: int, lr: float | None = None) -> Plan:
     ...                    tournament_size=100), 1000).total_steps   # 400 examples per trainer, batch 50
     16
     """
-    from .algorithms.registry import specs
+    from .config.registry import specs
     spec = specs().get(config.algorithm)
     if spec is None or spec.plan_shape is None:
         return make_plan(config, n_train, lr=lr)

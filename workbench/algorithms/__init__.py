@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import AlgorithmSpec, Needs, register, specs
+from ..config.registry import AlgorithmSpec, Needs, register, specs
 
 SPECS = specs()
 REGISTRY: dict[str, AlgorithmSpec] = SPECS

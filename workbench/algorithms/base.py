@@ -28,11 +28,11 @@ import numpy as np
 
 from ..comm.base import StopWait, compressed_sum, gathered_sum
 from ..config import RunConfig
+from ..config.registry import tail_length
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan, make_optimizer
 from ..results.records import StepLog, eval_record, event_record, pack_rows
-from .registry import tail_length
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
 
@@ -262,7 +262,7 @@ class Algorithm:
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
         if "spec" not in type(self).__dict__:   # built directly, not through `AlgorithmSpec.cls`
-            from .registry import spec_of
+            from ..config.registry import spec_of
             type(self).spec = spec_of(type(self))
 
     @property

@@ -61,6 +61,7 @@ import numpy as np
 
 from ..comm.base import ring_allreduce_bytes
 from ..config import ConfigError, RunConfig
+from ..config.registry import trainer_lrs  # facts on LTFB's declaration
 from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
@@ -78,7 +79,6 @@ from .base import (
     state_copy,
     tail_length,
 )
-from .registry import trainer_lrs  # facts on LTFB's declaration
 
 _PAIR_SALT = 0x7F1B    # keeps the pairing stream apart from the other seeded streams
 _TOUR_SALT = 0x70C5

@@ -62,7 +62,6 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
-from ..algorithms.registry import specs
 from ..comm.network import (  # noqa: F401 - the network model's names, re-exported where they were
     HOST_LINK,
     HOST_MEMORY_BYTES_PER_S,
@@ -74,6 +73,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     tree_levels,
 )
 from ..config import ConfigError, ConfigTypeError
+from ..config.registry import specs
 from ..maths.optim import update_passes
 
 BYTES_PER_PARAM = 4  # float32

@@ -184,7 +184,7 @@ class Sweep:
             config = RunConfig.from_dict({**config, "simulate": True} if simulate else dict(config))
         simulated = simulate or config.simulate
         if simulated:
-            from ..algorithms.registry import specs
+            from ..config.registry import specs
             fixed = specs()[config.algorithm].workers
             if fixed is not None:
                 raise ConfigError("algorithm", f"a parallel algorithm with simulate ({config.algorithm} runs on "

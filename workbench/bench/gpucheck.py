@@ -73,7 +73,7 @@ def timing_independent(algorithm: str) -> bool:
     meets every step (the registry's `sync`). easgd's turns come in a fixed order, but
     where each worker stops does not: on 3 CPU workers here its parameters after 12 steps
     differed by up to 2.4e-3 between two runs of the same config, so it is not counted."""
-    from ..algorithms.registry import specs
+    from ..config.registry import specs
     return specs()[algorithm].sync
 
 
@@ -82,8 +82,8 @@ def every_algorithm(gpu_client, cpu_client, gpu: bool = True, steps: int = 40) -
     workers of `gpu_client` (GPU workers when `gpu`; cgdp adds a CPU worker) beside the
     same config on `cpu_client`'s CPU workers: status, last loss, largest parameter gap,
     and whether that gap is within `TRAJECTORY_TOL` where the maths says it must be."""
-    from ..algorithms.registry import specs
     from ..config import RunConfig
+    from ..config.registry import specs
     from ..execution.engine import run
 
     base = RunConfig(dataset="digits", model="mlp", batch_size=64, lr=0.05, steps=steps, eval_every=20, seed=0)

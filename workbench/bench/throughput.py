@@ -401,7 +401,7 @@ def compare_tables(new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
     return out.dropna(axis=1, how="all")
 
 
-# What a worker of each communication pattern (`algorithms.registry.PATTERNS`) spends besides
+# What a worker of each communication pattern (`config.registry.PATTERNS`) spends besides
 # its own gradient steps: the algorithm's own cost, which no engine removes. With the bench's
 # defaults (2 workers, tau 1) every exchange happens every step.
 SPENDS: dict[str, str] = {

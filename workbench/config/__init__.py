@@ -26,9 +26,9 @@ from pydantic import (
 )
 
 from .. import usercode
-from ..algorithms.registry import LR_MAX
 from ..data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
 from ..data.files import is_data_path, save_arrays
+from .registry import LR_MAX
 from .rules import (
     GPT_KNOBS,
     OPTIMIZER_KNOBS,
@@ -98,7 +98,7 @@ __all__ = [  # the public names, with those of the modules beside this one that 
     "parse_interval", "read_yaml", "short_repr",
 ]
 
-# The algorithms are declared in `workbench.algorithms.registry` (reading it imports no
+# The algorithms are declared in `workbench.config.registry` (reading it imports no
 # algorithm module); `ALGORITHMS` (name -> one-line summary) and `SYNC_ALGORITHMS` are read
 # from there on first use (module `__getattr__` below). The datasets are `data.DATASETS`'s
 # entries (sizes, image shape, downloaded or not), read without loading any data.
@@ -110,10 +110,10 @@ MODEL_NAMES = ("softmax", "mlp", "cnn", "gpt")
 
 def __getattr__(name: str) -> Any:
     if name == "ALGORITHMS":        # name -> one-line summary, in the registry's order
-        from ..algorithms.registry import summaries
+        from .registry import summaries
         return summaries()
     if name == "SYNC_ALGORITHMS":   # a lost worker fails these runs
-        from ..algorithms.registry import sync_names
+        from .registry import sync_names
         return sync_names()
     if name in ("GROUP_TITLES", "FIELD_GROUPS", "field_group", "field_help", "config_schema"):
         from . import fields  # the fields' groups and help: read from RunConfig, once it is defined
@@ -474,7 +474,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _algorithm(cls, v: str) -> str:
         if algorithm_spec(v) is None:
-            from ..algorithms.registry import specs
+            from .registry import specs
             raise ValueError(f"one of {sorted(specs())}")
         return v
 

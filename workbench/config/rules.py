@@ -1,19 +1,19 @@
 """Rules across fields: the optimiser's knobs and learning rates, the language model's
 data and shape, elastic membership; each algorithm's own rules are on its declaration
-(`algorithms.registry.AlgorithmSpec`)."""
+(`config.registry.AlgorithmSpec`)."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from ..algorithms.registry import LR_MAX, with_knob
 from ..data.dataset import DATASETS, is_text_path
+from .registry import LR_MAX, with_knob
 from .values import DEFAULT_GPT, ConfigError
 
 
 def algorithm_spec(name: str) -> Any:
     """The registry's entry for `name`, None when there is none."""
-    from ..algorithms.registry import specs
+    from .registry import specs
     return specs().get(name)
 
 
@@ -124,7 +124,7 @@ def check_elastic(c: Any, spec: Any) -> None:
     """`elastic` only for the algorithms that can change their membership (`spec.elastic`); `min_workers`
     only with it, and at most the workers asked for."""
     if c.elastic and not spec.elastic:
-        from ..algorithms.registry import elastic_names
+        from .registry import elastic_names
         raise ConfigError("elastic", f"false for {c.algorithm} (elastic membership: {', '.join(elastic_names())}; "
                           "the asynchronous algorithms go on without a lost worker anyway)", c.elastic)
     if c.min_workers is not None:

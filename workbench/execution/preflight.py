@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..algorithms.registry import specs
 from ..config import ConfigError, RunConfig
+from ..config.registry import specs
 from ..maths.protocol import check_model
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
@@ -401,7 +401,7 @@ def check_emulator(config: RunConfig, n_params: int) -> None:
 def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None) -> list[str]:
     """Settings that run but make the algorithm pointless; one sentence each."""
     out: list[str] = []
-    from ..algorithms.registry import with_knob
+    from ..config.registry import with_knob
     if config.algorithm in with_knob("tau") and config.tau > total_steps:
         out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                    f"exchange will ever happen, so the workers train apart and the centre stays at its start")

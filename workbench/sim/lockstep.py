@@ -54,10 +54,10 @@ import numpy as np
 
 from ..algorithms.base import StepOut, close_step, comm_and_wait, settle
 from ..algorithms.hogwild import HogwildSGD, hogwild_write
-from ..algorithms.registry import tail_length
 from ..algorithms.sync import SyncSGD, weigh
 from ..comm.base import WorkerLost
 from ..comm.roles import sum_in_rank_order
+from ..config.registry import tail_length
 from ..data import _epoch_order, steps_per_epoch
 from ..execution.transports.base import LocalArray
 from ..maths.backend import to_numpy

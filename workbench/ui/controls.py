@@ -242,7 +242,7 @@ def _simulated(c: RunConfig) -> bool:
 
 def _knob(field: str) -> Callable[[RunConfig], bool]:
     """Shown for the algorithms that declare `field` among their knobs (the registry)."""
-    from ..algorithms.registry import with_knob
+    from ..config.registry import with_knob
     algorithms = with_knob(field)
     return lambda c: c.algorithm in algorithms
 
@@ -255,7 +255,7 @@ def _rule(field: str) -> Callable[[RunConfig], bool]:
 
 def _takes_optimizer(c: RunConfig) -> bool:
     """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
-    from ..algorithms.registry import specs
+    from ..config.registry import specs
     return specs()[c.algorithm].takes_optimizer
 
 
@@ -264,7 +264,7 @@ def _compressing(*kinds: str) -> Callable[[RunConfig], bool]:
     """Shown for the algorithms that compress their gradients (sync_sgd, or those that
     declare `compression` among their knobs) and, given `kinds`, only with one of them."""
     def applies(c: RunConfig) -> bool:
-        from ..algorithms.registry import with_knob
+        from ..config.registry import with_knob
         if c.algorithm not in {"sync_sgd", *with_knob("compression")}:
             return False
         return not kinds or c.compression in kinds
@@ -492,7 +492,7 @@ def lr_follows(changed: str, old: Any, values: dict) -> tuple[float, str] | None
 
 def in_process(config: RunConfig) -> bool:
     """Whether the config's algorithm runs in this process, without a cluster (sgd)."""
-    from ..algorithms.registry import specs
+    from ..config.registry import specs
     spec = specs().get(config.algorithm)
     return spec is not None and spec.in_process
 

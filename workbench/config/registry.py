@@ -48,15 +48,16 @@ FAST_PATHS = {
     "server": "a server role: the workers' timing replayed, their maths in stacked passes in the server's order",
 }
 
-Hook = Callable[..., Any] | str   # a function, or "module:function" of this package, imported on first use
+ALGORITHMS = "workbench.algorithms"   # the package of the worker classes and hooks a spec names
+Hook = Callable[..., Any] | str   # a function, or "module:function" of `ALGORITHMS`, imported on first use
 
 
 def _load(ref: Any) -> Any:
-    """A `Hook` or a class named ``"module:attr"`` (a module of this package) -> the object."""
+    """A `Hook` or a class named ``"module:attr"`` (a module of `ALGORITHMS`) -> the object."""
     if not isinstance(ref, str):
         return ref
     module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    return getattr(importlib.import_module(f"{ALGORITHMS}.{module}"), attr)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class AlgorithmSpec:
         """Whether the worker class's module is imported already (the registry never imports it itself)."""
         if not isinstance(self.impl, str):
             return True
-        return f"{__package__}.{self.impl.partition(':')[0]}" in __import__("sys").modules
+        return f"{ALGORITHMS}.{self.impl.partition(':')[0]}" in __import__("sys").modules
 
     def comm_elems(self, n_params: int, size: int) -> int:
         """Elements of the largest allreduce buffer: the parameters plus the packed tail
@@ -209,7 +210,7 @@ def specs() -> dict[str, AlgorithmSpec]:
     global _ORDERED
     if _ORDERED is None or len(_ORDERED) != len(_SPECS):
         for module in MODULES:
-            importlib.import_module(f"{__package__}.{module}")
+            importlib.import_module(f"{ALGORITHMS}.{module}")
         _ORDERED = dict(_SPECS)
     return _ORDERED
 
