@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
+
+from .paired import ONE_THREAD, paired_rounds
 
 # (widths, batch): the teaching MLP and the 535k one of `bench`'s sizes
 SIZES: dict[str, tuple[tuple[int, ...], int]] = {
     "teaching": ((64, 128, 10), 32),
     "535k": ((784, 512, 256, 10), 128),
 }
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TARGET = 1.15
 
 
@@ -106,23 +105,11 @@ def child(spec_json: str) -> None:
 def measure(widths: tuple[int, ...], batch: int, rounds: int = 7, steps: int = 30) -> dict[str, Any]:
     """One row: the adapter's step and the plain loop's, per round and as a ratio (median
     and range over rounds), the load before and after; measured in a fresh one-thread process."""
-    import numpy as np
-    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    spec = json.dumps({"widths": list(widths), "batch": int(batch), "rounds": int(rounds), "steps": int(steps)})
-    proc = subprocess.run([sys.executable, "-c",
-                           f"from workbench.bench.adapter import child; child({spec!r})"],
-                          capture_output=True, text=True, env={**os.environ, **ONE_THREAD}, timeout=1800)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the adapter benchmark failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
-    got = json.loads(lines[-1])
-    r = np.array(got["rounds"])                               # (rounds, 2): adapter, plain
-    ratios = r[:, 0] / r[:, 1]
+    got = paired_rounds("adapter", {"widths": list(widths), "batch": int(batch), "rounds": int(rounds),
+                                    "steps": int(steps)}, "adapter")
     return {"model": "mlp " + "-".join(map(str, widths)), "batch": batch, "n_params": got["n_params"],
-            "adapter_ms": float(np.median(r[:, 0]) * 1e3), "plain_ms": float(np.median(r[:, 1]) * 1e3),
-            "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
-            "load_before": load0, "load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
-            "torch": got["torch"], "numpy": got["numpy"]}
+            "adapter_ms": got["ours_ms"], "plain_ms": got["theirs_ms"],
+            **{k: got[k] for k in ("ratio", "ratio_min", "ratio_max", "load_before", "load_after", "torch", "numpy")}}
 
 
 def main(args: Any) -> int:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
+
+from .paired import ONE_THREAD, paired_rounds
 
 # (n_layers, d_model, n_heads, context, vocab, batch): the default GPT on the generated
 # language, and a wider one on a character corpus's vocabulary
@@ -28,7 +29,6 @@ SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
     "default": (2, 64, 4, 64, 16, 32),
     "wider": (4, 128, 4, 128, 65, 16),
 }
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def torch_gpt(model: Any, params: Any) -> Any:
@@ -144,25 +144,12 @@ def child(spec_json: str) -> None:
 
 def measure(size: tuple[int, ...], rounds: int = 5, steps: int = 10) -> dict[str, Any]:
     """One row: our step and torch's, per round and as a ratio (median and range over rounds),
-    the load before and after, and the BLAS settings; measured in a fresh one-thread process."""
-    import numpy as np
-    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    env = {**os.environ, **ONE_THREAD}
-    spec = json.dumps({"size": list(size), "rounds": int(rounds), "steps": int(steps)})
-    proc = subprocess.run([sys.executable, "-c", f"from workbench.bench.gpt import child; child({spec!r})"],
-                          capture_output=True, text=True, env=env, timeout=1800)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the GPT benchmark failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
-    got = json.loads(lines[-1])
-    r = np.array(got["rounds"])                              # (rounds, 2): ours, torch's
-    ratios = r[:, 0] / r[:, 1]
+    the load before and after; measured in a fresh one-thread process."""
+    got = paired_rounds("gpt", {"size": list(size), "rounds": int(rounds), "steps": int(steps)}, "GPT")
     L, d, H, T, V, B = size
     return {"model": f"L{L}-d{d}-h{H}-T{T}-V{V}", "batch": B, "tokens": B * T, "n_params": got["n_params"],
-            "ours_ms": float(np.median(r[:, 0]) * 1e3), "torch_ms": float(np.median(r[:, 1]) * 1e3),
-            "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
-            "load_before": load0, "load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
-            "torch": got["torch"], "numpy": got["numpy"]}
+            "ours_ms": got["ours_ms"], "torch_ms": got["theirs_ms"],
+            **{k: got[k] for k in ("ratio", "ratio_min", "ratio_max", "load_before", "load_after", "torch", "numpy")}}
 
 
 def main(args: Any) -> int:
