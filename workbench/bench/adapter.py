@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 
-from .paired import ONE_THREAD, paired_rounds
+from .paired import ONE_THREAD, interleaved, paired_rounds
 
 # (widths, batch): the teaching MLP and the 535k one of `bench`'s sizes
 SIZES: dict[str, tuple[tuple[int, ...], int]] = {
@@ -83,21 +82,7 @@ def child(spec_json: str) -> None:
         popt.step()
         loss.item()
 
-    def timed(fn: Any, n: int) -> float:
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-
-    for fn in (adapter_step, plain_step):     # warm: first-call costs on both sides
-        timed(fn, 5)
-    rounds = []
-    for r in range(spec["rounds"]):
-        order = (adapter_step, plain_step) if r % 2 == 0 else (plain_step, adapter_step)
-        got = {fn.__name__: timed(fn, spec["steps"]) for fn in order}
-        rounds.append([got["adapter_step"], got["plain_step"]])
+    rounds = interleaved(adapter_step, plain_step, spec["rounds"], spec["steps"], warm=5)
     print(json.dumps({"rounds": rounds, "loss": [ours_loss, theirs_loss], "n_params": adapter.n_params,
                       "torch": torch.__version__, "numpy": np.__version__}))
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
-from .paired import ONE_THREAD, paired_rounds
+from .paired import ONE_THREAD, interleaved, paired_rounds
 
 # (n_layers, d_model, n_heads, context, vocab, batch): the default GPT on the generated
 # language, and a wider one on a character corpus's vocabulary
@@ -123,21 +122,7 @@ def child(spec_json: str) -> None:
         net(Xt[lo:lo + B], Yt[lo:lo + B]).backward()
         opt.step()
 
-    def timed(fn: Any, n: int) -> float:
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-
-    for fn in (ours, theirs):              # warm: workspaces, torch's first-call costs
-        timed(fn, 3)
-    rounds = []
-    for r in range(spec["rounds"]):
-        order = (ours, theirs) if r % 2 == 0 else (theirs, ours)
-        got = {fn.__name__: timed(fn, spec["steps"]) for fn in order}
-        rounds.append([got["ours"], got["theirs"]])
+    rounds = interleaved(ours, theirs, spec["rounds"], spec["steps"], warm=3)
     print(json.dumps({"rounds": rounds, "loss": [ours_loss, theirs_loss], "n_params": model.n_params,
                       "torch": torch.__version__, "numpy": np.__version__}))
 

@@ -1,11 +1,13 @@
-"""Two steps timed against each other in a fresh one-thread process, round by round: the
-shared half of `bench --torch-adapter` (`bench.adapter`) and `bench --gpt` (`bench.gpt`)."""
+"""Two steps timed against each other in a fresh one-thread process, round by round (the
+child's `interleaved`, the parent's `paired_rounds`): the shared half of `bench --torch-adapter` (`bench.adapter`) and `bench --gpt` (`bench.gpt`)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -30,3 +32,32 @@ def paired_rounds(module: str, spec: dict, what: str) -> dict[str, Any]:
     return {**got, "ours_ms": float(np.median(r[:, 0]) * 1e3), "theirs_ms": float(np.median(r[:, 1]) * 1e3),
             "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
             "load_before": load0, "load_after": load()}
+
+
+def interleaved(ours: Callable[[], Any], theirs: Callable[[], Any], rounds: int, steps: int,
+                warm: int = 3) -> list[list[float]]:
+    """The child's half: each step's median seconds over `steps` calls, per round, the two
+    taken in turn (who goes first alternating), after `warm` calls of each; (ours, theirs)
+    per round."""
+    import numpy as np
+
+    def timed(fn: Callable[[], Any], n: int) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    timed(ours, warm)
+    timed(theirs, warm)      # first-call costs on both sides
+    out = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a = timed(ours, steps)
+            b = timed(theirs, steps)
+        else:
+            b = timed(theirs, steps)
+            a = timed(ours, steps)
+        out.append([a, b])
+    return out
