@@ -7,6 +7,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite runs in two pytest processes (pytest-xdist): most of its time is real kernels,
+# Dask workers and subprocesses waiting on each other, so two keep a 2-core machine busy.
+# Each takes whole files (module fixtures, such as a file's cluster, start once), the
+# longest first (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: setup demo test test-fast test-browser lint lab bench docs docs-clean address clean
 
@@ -28,10 +34,10 @@ demo: setup
 
 # the suite includes tests/test_packaging.py::test_ruff_is_clean (the linter, configured in pyproject.toml)
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

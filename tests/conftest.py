@@ -22,7 +22,21 @@ def tiny():
     return config
 
 
+# The longest test files, longest first (seconds in one process on the 2-core machine,
+# 2026-12-05). `make test` runs the suite in two processes that take whole files
+# (pytest-xdist, --dist loadfile) in collection order: starting with these, the
+# two finish together instead of one running the last long file alone.
+LONGEST_FIRST = ("test_notebooks.py",     # ~470 s: every lesson on a real kernel
+                 "test_browser.py",       # ~170-250 s: JupyterLab in Chromium
+                 "test_reproduce.py",     # ~190 s: the reproductions in quick mode
+                 "test_docs_site.py",     # ~100 s: the documentation site
+                 "test_resume.py",        # ~100 s: kills and resumes on real workers
+                 "test_signals.py", "test_agreement.py", "test_cluster.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: the rest keep their order
     from workbench.maths.backend import gpu_count
     if gpu_count() > 0:
         return
