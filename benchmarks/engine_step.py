@@ -13,7 +13,11 @@ two loops are measured interleaved, `--repeats` times; the table prints per-step
 microseconds (min, median, max) and the ratio bare / engine per repeat (the engine's speed
 as a fraction of the bare loop's).
 
-`--only engine|bare --steps N` runs one loop of N steps and nothing else: run it under
+A third loop, `inline`, is sync_sgd's step with the loop's whole contract written out in one
+function (`inline_loop`): the floor a per-algorithm loop could reach, against which the
+engine's layers are measured.
+
+`--only engine|bare|inline --steps N` runs one loop of N steps and nothing else: run it under
 `valgrind --tool=callgrind` at two step counts, and the difference of the instruction
 counts over the difference of the steps is the per-step count, repeatable on a loaded
 machine (live batches, which leave by wall clock, are left out there: see `main`). BLAS is
@@ -22,12 +26,14 @@ held to one thread, as a worker holds it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import time
 import uuid
 from types import SimpleNamespace
+from typing import Any
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")   # before NumPy loads (in the loops and `main`): one BLAS thread, as a worker's
@@ -44,8 +50,9 @@ def _segment(nbytes: int) -> str:
     return create_segment(f"wbe{uuid.uuid4().hex[:10]}", nbytes)
 
 
-def engine_loop(size: str, steps: int) -> float:
-    """CPU seconds of `run_loop` over `steps` sync_sgd steps (its context and algorithm built first)."""
+def engine_loop(size: str, steps: int) -> tuple[float, Any]:
+    """CPU seconds of `run_loop` over `steps` sync_sgd steps (its context and algorithm built
+    first), and the final parameters."""
     from workbench.algorithms import REGISTRY, run_loop
     from workbench.comm.barrier import ShmStopWord
     from workbench.comm.base import ThreadControl, ThrottledControl
@@ -73,11 +80,11 @@ def engine_loop(size: str, steps: int) -> float:
         unlink_segment(seg)
         unlink_segment(word_seg)
     assert out["status"] == "completed" and out["last_step"] == steps - 1, out["status"]
-    return cpu
+    return cpu, out["params"]
 
 
-def bare_loop(size: str, steps: int) -> float:
-    """CPU seconds of the bench's bare loop (`bare_sync`) over `steps` steps."""
+def bare_loop(size: str, steps: int) -> tuple[float, Any]:
+    """CPU seconds of the bench's bare loop (`bare_sync`) over `steps` steps, and the final parameters."""
     from workbench.bench.throughput import bare_sync
     from workbench.comm.shm import allreduce_nbytes, unlink_segment
     from workbench.problem import Problem
@@ -92,16 +99,94 @@ def bare_loop(size: str, steps: int) -> float:
     finally:
         unlink_segment(seg)
     assert out["steps"] == steps
-    return cpu
+    return cpu, out["params"]
 
 
-LOOPS = {"engine": engine_loop, "bare": bare_loop}
+def inline_loop(size: str, steps: int) -> tuple[float, Any]:
+    """CPU seconds of sync_sgd's step with the loop's whole contract written inline, in
+    one function: the clocks around the gradient and the exchange, the packed tail (loss,
+    stop flag, every worker's compute and busy time) and its reading (comm and wait), the
+    divergence check, the step's record (`StepLog.add`), the evaluation and live-batch
+    checks. What a per-algorithm loop, each synchronous algorithm with its own copy of the
+    contract, would cost at best: it measures how much of the engine's overhead is the
+    contract's work and how much its layers (`run_loop`, `close_step`, `SyncTail`,
+    `StepOut`). A reference to measure against, not a second home of sync_sgd: its final
+    parameters equal the engine's bit for bit (tests/test_bench.py)."""
+    from workbench.bench.throughput import _worker_setup
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, unlink_segment
+    from workbench.config.registry import tail_length
+    from workbench.data import _epoch_order, split_batch, steps_per_epoch
+    from workbench.problem import Problem
+    from workbench.results.records import StepLog
+
+    cfg = _config(size, steps)
+    cfg_dict = cfg.to_dict()
+    n = Problem.from_config(cfg).new_model().n_params
+    m = n + tail_length(1)
+    seg = _segment(allreduce_nbytes(1, m))
+    try:
+        t_cpu = time.process_time()
+        _, data, model, params, opt = _worker_setup(cfg_dict)
+        plan = Problem.from_config(cfg).plan
+        schedule, B, P, rank = plan.schedule, cfg.batch_size, 1, 0
+        comm = ShmComm(seg, rank, P, m)
+        buf = comm.buffer(m)
+        grad, tail = buf[:n], buf[n:m]
+        lo, hi = split_batch(B, [1.0] * P)[rank]
+        w = (hi - lo) / B
+        spe = steps_per_epoch(data.n_train, B)
+        X, Y, log, timer = data.X_train, data.y_train, StepLog(), time.perf_counter
+        t_start = t_free = timer()
+        next_flush = t_start + base_flush_s()
+        comm.barrier()
+        for step in range(steps):
+            lr = schedule(step)
+            t0 = timer()
+            epoch, k = divmod(step, spe)
+            idx = _epoch_order(data.n_train, cfg.seed, epoch)[k * B + lo:k * B + hi]
+            loss, _ = model.loss_and_grad(params, X.take(idx, axis=0), Y[idx], grad_out=grad)
+            if w != 1.0:
+                grad *= w
+            t1 = timer()
+            compute_s, busy = t1 - t0, t1 - t_free
+            tail[0], tail[1], tail[2 + rank], tail[2 + P + rank] = loss * w, step + 1 >= steps, compute_s, busy
+            total = comm.allreduce(buf)
+            t2 = timer()
+            got = total[n:m].tolist()
+            wait = min(t2 - t1, max(0.0, max(got[2 + P:]) - busy))
+            if not math.isfinite(got[0]):
+                break
+            opt.step(params, total[:n], lr)
+            t_free = timer()
+            log.add(step, t_free - t_start, got[0], lr, hi - lo, compute_s + t_free - t2, t2 - t1 - wait, wait, 0.0, 0.0)
+            if plan.is_eval_step(step):
+                pass                         # (evaluations are off in this config, as in the other two loops)
+            if t_free >= next_flush:
+                log.take(plan.epoch)
+                next_flush = t_free + base_flush_s()
+            if got[1] > 0:
+                break
+        comm.close()
+        cpu = time.process_time() - t_cpu
+    finally:
+        unlink_segment(seg)
+    assert step == steps - 1, step
+    return cpu, params
+
+
+def base_flush_s() -> float:
+    """How often live batches leave, as the engine's loop reads it (callgrind mode sets it huge)."""
+    import workbench.algorithms.base as base
+    return base.FLUSH_S
+
+
+LOOPS = {"engine": engine_loop, "bare": bare_loop, "inline": inline_loop}
 
 
 def per_step_us(loop: str, size: str, n0: int, steps: int) -> float:
     """CPU microseconds a step: (N0 + steps) steps less N0 steps, over `steps`."""
-    short = LOOPS[loop](size, n0)
-    long = LOOPS[loop](size, n0 + steps)
+    short, _ = LOOPS[loop](size, n0)
+    long, _ = LOOPS[loop](size, n0 + steps)
     return (long - short) / steps * 1e6
 
 
@@ -136,10 +221,11 @@ def main(argv: list[str] | None = None) -> None:
           f"load {load:.2f}, {blas}, numpy {np.__version__}, python {sys.version.split()[0]}")
     for loop, v in got.items():
         print(f"{loop:>7}: CPU us/step min {min(v):7.1f}  median {statistics.median(v):7.1f}  max {max(v):7.1f}")
-    ratios = [b / e for b, e in zip(got["bare"], got["engine"])]
-    print(f"bare / engine per repeat: {' '.join(f'{x:.3f}' for x in ratios)}  "
-          f"(median {statistics.median(ratios):.3f}; engine - bare median "
-          f"{statistics.median(got['engine']) - statistics.median(got['bare']):.1f} us)")
+    for loop in ("engine", "inline"):
+        ratios = [b / e for b, e in zip(got["bare"], got[loop])]
+        print(f"bare / {loop} per repeat: {' '.join(f'{x:.3f}' for x in ratios)}  "
+              f"(median {statistics.median(ratios):.3f}; {loop} - bare median "
+              f"{statistics.median(got[loop]) - statistics.median(got['bare']):.1f} us)")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,25 @@ def test_bare_sync_loop_trains_what_single_process_sgd_trains():
     assert not np.allclose(got[0]["params"], after6, rtol=1e-5, atol=1e-7)   # 7 steps, not 6
 
 
+def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
+    # benchmarks/engine_step.py compares the engine's sync_sgd step with the bare loop and with
+    # the loop's contract written inline: a comparison of cost only if all three take the same
+    # steps. After 12 and 13 steps, each loop's parameters equal the engine's bit for bit.
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "engine_step.py"
+    spec = importlib.util.spec_from_file_location("engine_step", path)
+    es = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(es)
+    for steps in (12, 13):
+        got = {loop: fn("teaching", steps)[1] for loop, fn in es.LOOPS.items()}
+        assert set(got) == {"engine", "bare", "inline"}
+        for loop in ("bare", "inline"):
+            np.testing.assert_array_equal(got[loop], got["engine"], err_msg=loop)
+    twelve = es.LOOPS["engine"]("teaching", 12)[1]
+    assert not np.array_equal(twelve, got["engine"])    # 13 steps, not 12
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
 def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
     # `bench --simulated` measures 1024 workers' memory in a subprocess of a process that has
