@@ -10,9 +10,11 @@ PYTEST_ARGS ?=
 # The suite runs in two pytest processes (pytest-xdist): most of its time is real kernels,
 # Dask workers and subprocesses waiting on each other, so two keep a 2-core machine busy.
 # Each takes whole files (module fixtures, such as a file's cluster, start once), the
-# longest first (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+# longest first (tests/conftest.py). Tests marked `alone` compare this machine's speed with
+# itself (2 workers against 1 through every entry point): they run after, by themselves,
+# as a user's comparison would. TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup demo test test-fast test-browser lint lab bench docs docs-clean address clean
 
@@ -33,11 +35,21 @@ demo: setup
 	@echo "open runs/demo/report.html"
 
 # the suite includes tests/test_packaging.py::test_ruff_is_clean (the linter, configured in pyproject.toml)
+# (the second command: pytest's exit 5, "no tests selected", is not a failure there)
+ifeq ($(TEST_WORKERS),0)
 test: setup
-	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+else
+test: setup
+	$(BIN)/python -m pytest -q $(XDIST) -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+test-fast: setup
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not alone" $(PYTEST_ARGS)
+endif
 
 lint: setup
 	$(BIN)/ruff check .

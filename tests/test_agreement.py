@@ -25,7 +25,10 @@ import pytest
 
 from workbench.config import RunConfig
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# alone: `make test` runs this file after the rest, by itself. Beside the suite's other
+# process (kernels and clusters starting and stopping) the load changes between one
+# entry's rounds and the next entry's, which no entry can see from its own rounds.
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.alone]
 
 ROUNDS = 3
 STEPS = 200     # digits, batch 32: ~4 epochs, past the steady window's rule on both counts
