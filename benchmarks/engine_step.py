@@ -10,8 +10,8 @@ bookkeeping being the difference.
 Each measurement runs a loop for N0 and for N0 + STEPS steps and divides the difference of
 the process's CPU time by STEPS, so set-up and the run's one evaluation cancel out. The
 two loops are measured interleaved, `--repeats` times; the table prints per-step CPU
-microseconds (min, median, max) and the ratio bare / engine per repeat (the engine's speed
-as a fraction of the bare loop's).
+microseconds (min, median, max) and the ratios bare / engine and bare / inline per repeat
+(each loop's speed as a fraction of the bare loop's).
 
 A third loop, `inline`, is sync_sgd's step with the loop's whole contract written out in one
 function (`inline_loop`): the floor a per-algorithm loop could reach, against which the
@@ -120,14 +120,14 @@ def inline_loop(size: str, steps: int) -> tuple[float, Any]:
     from workbench.results.records import StepLog
 
     cfg = _config(size, steps)
-    cfg_dict = cfg.to_dict()
-    n = Problem.from_config(cfg).new_model().n_params
+    problem = Problem.from_config(cfg)
+    n = problem.new_model().n_params
     m = n + tail_length(1)
     seg = _segment(allreduce_nbytes(1, m))
     try:
         t_cpu = time.process_time()
-        _, data, model, params, opt = _worker_setup(cfg_dict)
-        plan = Problem.from_config(cfg).plan
+        _, data, model, params, opt = _worker_setup(cfg.to_dict())
+        plan = problem.plan
         schedule, B, P, rank = plan.schedule, cfg.batch_size, 1, 0
         comm = ShmComm(seg, rank, P, m)
         buf = comm.buffer(m)

@@ -31,7 +31,8 @@ LONGEST_FIRST = ("test_notebooks.py",     # ~470 s: every lesson on a real kerne
                  "test_reproduce.py",     # ~190 s: the reproductions in quick mode
                  "test_docs_site.py",     # ~100 s: the documentation site
                  "test_resume.py",        # ~100 s: kills and resumes on real workers
-                 "test_signals.py", "test_agreement.py", "test_cluster.py")
+                 "test_signals.py", "test_cluster.py")
+# (test_agreement.py is marked `alone`: it runs after these, by itself)
 
 
 def pytest_collection_modifyitems(config, items):

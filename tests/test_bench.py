@@ -42,13 +42,12 @@ def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
     spec = importlib.util.spec_from_file_location("engine_step", path)
     es = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(es)
-    for steps in (12, 13):
-        got = {loop: fn("teaching", steps)[1] for loop, fn in es.LOOPS.items()}
-        assert set(got) == {"engine", "bare", "inline"}
+    assert set(es.LOOPS) == {"engine", "bare", "inline"}
+    got = {steps: {loop: fn("teaching", steps)[1] for loop, fn in es.LOOPS.items()} for steps in (12, 13)}
+    for steps, params in got.items():
         for loop in ("bare", "inline"):
-            np.testing.assert_array_equal(got[loop], got["engine"], err_msg=loop)
-    twelve = es.LOOPS["engine"]("teaching", 12)[1]
-    assert not np.array_equal(twelve, got["engine"])    # 13 steps, not 12
+            np.testing.assert_array_equal(params[loop], params["engine"], err_msg=f"{loop}, {steps} steps")
+    assert not np.array_equal(got[12]["engine"], got[13]["engine"])    # 13 steps, not 12
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
