@@ -118,11 +118,17 @@ def test_sync_tail_sums_to_the_global_loss_and_splits_wait_from_comm():
         tail.pack(buf, loss_w, compute_s=busy / 2, stop=rank == 0)
         bufs.append((tail, buf))
     total = bufs[0][1] + bufs[1][1]
-    fast = bufs[0][0].read(total, comm_total=0.025)      # rank 0 waited ~20 ms of its 25 ms exchange
-    assert fast.loss == pytest.approx(0.75) and fast.stop and fast.times == [0.005, 0.015]
+    fast = StepOut(comm_s=-1.0, wait_s=-1.0)
+    assert bufs[0][0].settle(fast, total, comm_total=0.025)    # rank 0 waited ~20 ms of its 25 ms exchange
+    assert fast.loss == pytest.approx(0.75) and fast.stop == "stopped" and bufs[0][0].times == [0.005, 0.015]
     assert fast.wait_s == pytest.approx(0.020) and fast.comm_s == pytest.approx(0.005)
-    slow = bufs[1][0].read(total, comm_total=0.004)
-    assert slow.wait_s == 0.0 and slow.comm_s == pytest.approx(0.004)
+    slow = StepOut()
+    assert bufs[1][0].settle(slow, total, comm_total=0.004)
+    assert slow.wait_s == 0.0 and slow.comm_s == pytest.approx(0.004) and slow.stop == "stopped"
+    # a diverged global loss: no update, on every worker alike
+    total[n] = float("nan")
+    out = StepOut()
+    assert not bufs[1][0].settle(out, total, comm_total=0.004) and out.stop == "diverged"
 
 
 def test_settle_is_the_one_stopped_diverged_rule():
@@ -159,3 +165,28 @@ def test_a_worker_class_knows_its_declaration_however_it_was_built():
     from workbench.config.registry import spec_of
     assert spec_of(AsyncMSGD) is specs()["async_msgd"] and spec_of(AsyncSGD) is specs()["async_sgd"]
     assert specs()["async_msgd"].cls is AsyncMSGD and AsyncMSGD.spec is specs()["async_msgd"]
+
+
+def test_a_workers_batches_are_the_global_batchs_rows_kept_or_not():
+    # `batches()` (kept by a step) and `batch()` (looked up per call) give the rows of
+    # `global_batch` (the epoch order's oracle), across an epoch boundary, through an index
+    # (LTFB's partitions) and at another batch size; a slice outside the batch is refused
+    from workbench.data import global_batch
+    from workbench.execution.context import build_context
+    cfg = RunConfig(algorithm="sync_sgd", dataset="synthetic", n_samples=200, n_features=4, n_classes=3,
+                    hidden=[4], batch_size=16, cpus=2, steps=30, seed=3)
+    ctx = build_context(cfg, 1, 2, "cpu")
+    n = ctx.X.shape[0]
+    rows = ctx.batches()
+    for step in (0, n // 16 - 1, n // 16, 25):      # the last whole batch of epoch 0 and the first of epoch 1
+        want = global_batch(n, 16, 3, step)[5:12]
+        for X, y in (rows(step, 5, 12), ctx.batch(step, 5, 12)):
+            np.testing.assert_array_equal(X, ctx.X[want])
+            np.testing.assert_array_equal(y, ctx.y[want])
+    index = np.arange(n)[::-2]                       # a subset, in an order of its own
+    X, y = ctx.batch(4, 0, 8, batch_size=8, index=index)
+    want = index[global_batch(len(index), 8, 3, 4)]
+    np.testing.assert_array_equal(X, ctx.X[want])
+    np.testing.assert_array_equal(y, ctx.y[want])
+    with pytest.raises(ValueError, match=r"lo, hi: 0 <= lo <= hi <= 16, got 10, 17"):
+        rows(0, 10, 17)

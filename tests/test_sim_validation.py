@@ -212,7 +212,9 @@ def test_the_calibration_beside_real_runs_carries_the_hosts_demand_and_the_sprea
     path, spread = _time_this_core_now(config, host_demand=0.08)
     record = json.loads(open(path).read())
     assert record["host_demand_cores"] == 0.08 and record["method"] == "mean"
-    assert spread == record["co_run"]["2"]["cv"] and 0 <= spread < 1       # the co-run timing: what two are charged
+    # the co-run timing is what two are charged; its spread can pass 1 on a busy machine (a few
+    # calls waiting for a core: seen at 1.12 beside another test process), `_as_jitter` caps it
+    assert spread == record["co_run"]["2"]["cv"] and spread >= 0
     problem = Problem.from_config(config)
     ran = config.replace(calibration=path, jitter=_as_jitter(spread))
     devices = make_costs(ran, problem.new_model(), ["cpu", "cpu"], problem.data).devices

@@ -94,7 +94,7 @@ class WorkerContext:
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0
-    _spe: dict[tuple[int, int], int] = field(default_factory=dict)   # (N, B) -> steps per epoch
+    _batches: dict[tuple[int, int], tuple[Any, Callable]] = field(default_factory=dict)   # `batch`'s kept `batches`
 
     # ---------------------------------------------------------------- data
     def batch(self, step: int, lo: int, hi: int, batch_size: int | None = None,
@@ -102,21 +102,36 @@ class WorkerContext:
         """Rows lo:hi of global batch `step` (the order depends on seed and epoch only).
 
         `index` maps batch positions into a subset (LTFB trainers' partitions)."""
-        n = self.X.shape[0] if index is None else len(index)
         b = batch_size or self.plan.batch_size
-        spe = self._spe.get((n, b))
-        if spe is None:  # checked once per (N, B); then each step is a slice of the cached epoch order
-            spe = self._spe[(n, b)] = steps_per_epoch(n, b)
-        if not 0 <= lo <= hi <= b:
-            raise ValueError(f"lo, hi: 0 <= lo <= hi <= {b}, got {lo}, {hi}")
-        epoch, k = divmod(step, spe)
-        idx = _epoch_order(n, self.config.seed, epoch)[k * b + lo:k * b + hi]   # == global_batch(...)[lo:hi]
-        if index is not None:
-            idx = index[idx]
-        if self.xp is not np:
-            idx = self.xp.asarray(idx)
-            return self.X[idx], self.y[idx]
-        return self.X.take(idx, axis=0), self.y[idx]   # take: the same rows, 2-3x faster than X[idx] here
+        key = (b, id(index))
+        kept = self._batches.get(key)
+        if kept is None or kept[0] is not index:   # (the index is held: its id is not reused)
+            kept = self._batches[key] = (index, self.batches(b, index))
+        return kept[1](step, lo, hi)
+
+    def batches(self, batch_size: int | None = None, index: Any = None) -> Callable[[int, int, int], tuple[Any, Any]]:
+        """`batch` with its batch size and index fixed, as one callable to keep: `rows(step,
+        lo, hi)`. The one home of a batch's rows; a step that calls it thousands of times a
+        second skips `batch`'s lookups."""
+        X, y, xp, seed = self.X, self.y, self.xp, self.config.seed
+        n = X.shape[0] if index is None else len(index)
+        b = batch_size or self.plan.batch_size
+        spe = steps_per_epoch(n, b)   # checks N and B once; then each step is a slice of the cached epoch order
+        host = xp is np
+
+        def rows(step: int, lo: int, hi: int) -> tuple[Any, Any]:
+            if not 0 <= lo <= hi <= b:
+                raise ValueError(f"lo, hi: 0 <= lo <= hi <= {b}, got {lo}, {hi}")
+            epoch, k = divmod(step, spe)
+            start = k * b
+            idx = _epoch_order(n, seed, epoch)[start + lo:start + hi]   # == global_batch(...)[lo:hi]
+            if index is not None:
+                idx = index[idx]
+            if host:
+                return X.take(idx, axis=0), y[idx]   # take: the same rows, 2-3x faster than X[idx] here
+            idx = xp.asarray(idx)
+            return X[idx], y[idx]
+        return rows
 
     def initial_params(self) -> Any:
         """A fresh, writable copy of the run's initial parameters on this worker's device
@@ -436,18 +451,7 @@ class LocalWorker(Algorithm):
 
 
 # ------------------------------------------------------------------------------ synchronous steps
-@dataclass(slots=True)
-class Tally:
-    """What every worker of a synchronous step learns from the reduced tail."""
-
-    loss: float           # the global batch's loss (sum of the weighted slice losses)
-    stop: bool            # the leader asked to stop
-    times: list[float]    # every worker's compute time this step (speed-based shares)
-    comm_s: float         # my exchange time less my wait
-    wait_s: float         # idle while the slowest worker finished its part
-
-
-_LAST_TAIL: list[Any] = [None] * 5   # (sum, key, decoded tail, times, slowest busy time): SyncTail.read; read-only
+_LAST_TAIL: list[Any] = [None] * 5   # (sum, key, decoded tail, times, slowest busy time): SyncTail.settle; read-only
 
 
 class SyncTail:
@@ -457,12 +461,12 @@ class SyncTail:
 
     Every worker writes its weighted loss, the leader's stop flag, its compute time and
     its busy time since its previous exchange ended (its step, and anything else, such as
-    rank 0's evaluations) into its own slots; after the sum, every worker reads the same
-    global loss, stop flag and compute times, and derives its wait: the slowest worker's
-    busy time less its own (idle, not communicating). `rank`/`size` are within the
-    collective's group (LTFB trainers)."""
+    rank 0's evaluations) into its own slots (`pack`); after the sum, every worker reads the
+    same global loss, stop flag and compute times, derives its wait (the slowest worker's
+    busy time less its own: idle, not communicating), and makes the step's decision
+    (`settle`). `rank`/`size` are within the collective's group (LTFB trainers)."""
 
-    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy", "_mine", "_sum")
+    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy", "times", "_mine", "_sum")
 
     def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
         self.ctx, self.n = ctx, n
@@ -472,6 +476,7 @@ class SyncTail:
         self.clock = ctx.clock_fn()
         self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
         self.busy = 0.0
+        self.times: list[float] = []       # every worker's compute time at the last `settle`
         # (buffer, its tail) cut once: a step packs the same buffer, and a host comm hands back
         # the same sum array, thousands of times a second (a slice costs ~0.2 us)
         self._mine: tuple[Any, Any] = (None, None)
@@ -486,36 +491,40 @@ class SyncTail:
         p, r = self.size, self.rank
         if p > 1:            # one worker writes every slot
             tail.fill(0)
-        tail[0] = loss_w
-        tail[1] = 1.0 if stop else 0.0
-        tail[2 + r] = compute_s
-        since = self.t_free if self.t_free is not None else self.ctx.t_start   # step 0: since time 0
-        self.busy = busy = self.clock() - since if since is not None else compute_s
-        tail[2 + p + r] = busy
+        since = self.t_free
+        if since is None:    # step 0: since time 0 (before the clock starts: the compute alone)
+            since = self.ctx.t_start
+        busy = self.clock() - since if since is not None else compute_s
+        self.busy = busy
+        tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, stop, compute_s, busy
 
-    def read(self, total: Any, comm_total: float) -> Tally:
-        """The reduced tail, with my exchange time `comm_total` split into comm and wait."""
+    def settle(self, out: StepOut, total: Any, comm_total: float) -> bool:
+        """Read the reduced tail into `out`, and decide the step as every worker does:
+        `out.comm_s` and `out.wait_s` (my exchange time `comm_total` split, `comm_and_wait`),
+        then `out.loss` and `out.stop` (`settle`); every worker's compute time is left in
+        `times`. True when the update applies."""
         held, tail = self._sum
         if total is held:    # the same writeable sum array as last step: its tail is cut
             tail = tail.tolist()
             p = self.size
-            times, slowest = tail[2:2 + p], (tail[3] if p == 1 else max(tail[2 + p:]))
+            slowest = tail[3] if p == 1 else max(tail[2 + p:])
+            self.times = tail[2:2 + p]
         else:
             n, p = self.n, self.size
             key = (id(total), n, self.end)
             if _LAST_TAIL[0] is total and _LAST_TAIL[1] == key:   # the ranks of a process that got one sum
-                tail, times, slowest = _LAST_TAIL[2:]               # (the simulator's): decoded once, O(P) not O(P^2)
+                tail, self.times, slowest = _LAST_TAIL[2:]          # (the simulator's): decoded once, O(P) not O(P^2)
             else:
                 view = total[n:self.end]
                 tail = (view if isinstance(view, np.ndarray) else to_numpy(view)).tolist()
-                times, slowest = tail[2:2 + p], max(tail[2 + p:])
+                self.times, slowest = tail[2:2 + p], max(tail[2 + p:])
                 if isinstance(total, np.ndarray):
                     if not total.flags.writeable:   # only a sum nobody rewrites
-                        _LAST_TAIL[:] = [total, key, tail, times, slowest]
+                        _LAST_TAIL[:] = [total, key, tail, self.times, slowest]
                     else:
                         self._sum = (total, view)
-        comm_s, wait_s = comm_and_wait(comm_total, slowest, self.busy)
-        return Tally(tail[0], tail[1] > 0, times, comm_s, wait_s)
+        out.comm_s, out.wait_s = comm_and_wait(comm_total, slowest, self.busy)
+        return settle(out, tail[0], tail[1] > 0)
 
     def freed(self) -> None:
         """My exchange (and update) ended now: my next busy time counts from here."""
@@ -639,15 +648,16 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
 
     Returns the status that ends this worker's loop ("stopped", "diverged"), or None.
     """
-    if out.stop == "diverged":
+    stop = out.stop
+    if stop == "diverged":
         if ctx.rank == 0 or not sync:
             ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
-        return out.stop
+        return stop
     if now is None:
         now = ctx.timer()
-    loss = float(out.loss)
+    loss = out.loss        # (the row packs every field as float64 itself: `StepLog.add`)
     ctx.steps.add(step, now - ctx.t_start + ctx.time_offset, loss, out.lr, out.samples, out.compute_s, out.comm_s,
-                  out.wait_s, float(out.staleness), out.bytes_sent)
+                  out.wait_s, out.staleness, out.bytes_sent)
     if not sync and not math.isfinite(loss):  # asynchronous: this worker saw it first
         # (synchronous algorithms decide together and set out.stop; sync_easgd's local
         # steps between exchanges may see a NaN that the next exchange reports to all)
@@ -657,10 +667,10 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
         return "diverged"
     if evaluate is not None and ctx.plan.is_eval_step(step):
         evaluate(step)
-    if out.stop == "stopped" and step + 1 < ctx.plan.total_steps:   # (after the last step: completed)
+    if stop == "stopped" and step + 1 < ctx.plan.total_steps:   # (after the last step: completed)
         if ctx.rank == 0:
             ctx.event("stopped", f"stop requested; ended after step {step}")
-        return out.stop
+        return stop
     if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
         ctx.flush()
     return None
@@ -696,31 +706,33 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     end: int | None = None    # where a stopped (or, asynchronous, finished) loop goes on from
     if ctx.elastic:
         ctx.kept = (first, algo.state())
+    asks_stop, saves, elastic = not sync, every is not None or asked, ctx.elastic   # (what each step reads, once)
+    take_step, evaluate, last = algo.step, algo.evaluate, total - 1
     ctx.start()
     for step in range(first, total):
-        if not sync and ctx.stop_requested():
+        if asks_stop and ctx.stop_requested():
             status, end = "stopped", step
             break
         try:
-            out = algo.step(step)
+            out = take_step(step)
         except StopWait:          # a wait on a turn or partner ended on the stop request: mid-step,
             status = "stopped"    # no state to go on from (the run's stop leaves no checkpoint)
             break
         except BaseException:
             algo.failed()
             raise
-        if step + 1 == total and out.stop != "diverged":
+        if step == last and out.stop != "diverged":
             algo.steps_done()
-        ended = close_step(ctx, step, out, sync, algo.evaluate)
+        ended = close_step(ctx, step, out, sync, evaluate)
         if ended is not None:
             status = ended
             if ended == "stopped":
                 end = step + 1
             break
-        if (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
+        if saves and (every is not None and (step + 1) % every == 0 or asked and ctx.control.checkpoint_at() == step + 1) \
                 and step + 1 < total:
             ctx.save_state(step + 1, {} if bare else algo.state())
-        if ctx.elastic and algo.boundary(step) and step + 1 < total:
+        if elastic and algo.boundary(step) and step + 1 < total:
             ctx.kept = (step + 1, algo.state())
             if pausing and _pause_now(ctx, step):   # the run regroups here (`execution.elastic`)
                 ctx.save_state(step + 1, ctx.kept[1], tag="paused")

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..comm.base import can_allgather, ring_allgather_bytes, ring_allreduce_bytes
 from ..maths import compress as C
-from .base import StepOut, SyncTail, clock_reading, settle, state_copy, tail_length
+from .base import StepOut, SyncTail, clock_reading, state_copy, tail_length
 
 GATHERED = ("topk", "sign", "qsgd")    # exchanged by an allgather of the payloads
 
@@ -96,7 +96,8 @@ class CompressedExchange:
             self.small_tail.pack(self.small, loss_w, compute_s, stop)
             t1 = ctx.timer()
             small = ctx.compressed_sum(self.small, self.small.nbytes, gather=False)   # k values, allreduced
-            got = self.small_tail.read(small, ctx.timer() - t1)
+            out = StepOut(lr=lr, samples=samples, compute_s=compute_s)
+            applies = self.small_tail.settle(out, small, ctx.timer() - t1)
             total = ctx.xp.zeros(n, dtype=algo.params.dtype)
             total[idx] = small[:self.k]
             tail = self.small_tail
@@ -114,11 +115,11 @@ class CompressedExchange:
                 full = ctx.compressed_sum(algo.buf, self.payload + self.tail_bytes, gather=True)
                 if getattr(ctx.comm, "compressed_sum", None) is None:   # carried as a dense allreduce
                     sent_bytes = ring_allreduce_bytes(ctx.size, algo.buf.nbytes)
-            got = algo.tail.read(full, ctx.timer() - t1)
+            out = StepOut(lr=lr, samples=samples, compute_s=compute_s)
+            applies = algo.tail.settle(out, full, ctx.timer() - t1)
             total, tail = full[:n], algo.tail
-        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, comm_s=got.comm_s, wait_s=got.wait_s,
-                      bytes_sent=sent_bytes)
-        if settle(out, got.loss, got.stop):
+        out.bytes_sent = sent_bytes
+        if applies:
             t2 = algo.clock()
             self._apply(total, lr)
             tail.freed()
@@ -231,7 +232,8 @@ class CompressedExchange:
         self.tail1.pack(self.buf1, loss_w, compute_s, stop)
         t1 = ctx.timer()
         tot1 = ctx.compressed_sum(self.buf1, self.buf1.nbytes, gather=False)   # sum_i P_i (+ vectors, tail)
-        got = self.tail1.read(tot1, ctx.timer() - t1)
+        out = StepOut(lr=lr, samples=samples, compute_s=compute_s, bytes_sent=self.pbytes)
+        applies = self.tail1.settle(out, tot1, ctx.timer() - t1)   # decided now, acted on after the second sum
         t2 = algo.clock()
         total = algo.buf[:self.n]            # the approximated sum (scratch: my gradient is in M or memory)
         Ps = []
@@ -247,9 +249,9 @@ class CompressedExchange:
         t3 = ctx.timer()
         tot2 = ctx.compressed_sum(self.buf2, self.buf2.nbytes, gather=False) if self.m2 else self.buf2   # sum_i Q_i
         comm2 = ctx.timer() - t3
-        out = StepOut(lr=lr, samples=samples, compute_s=compute_s + busy, comm_s=got.comm_s + comm2,
-                      wait_s=got.wait_s, bytes_sent=self.pbytes)
-        if not settle(out, got.loss, got.stop):
+        out.compute_s += busy
+        out.comm_s += comm2
+        if not applies:
             return out
         t4 = algo.clock()
         for i, ((lo, hi, shape, ms, r, _o1, o2), M, P) in enumerate(zip(self.layers, mats, Ps)):

@@ -67,7 +67,6 @@ from .base import (
     clock_reading,
     load_server_state,
     server_state,
-    settle,
     state_copy,
     tail_length,
 )
@@ -317,14 +316,14 @@ class SyncEASGD(ElasticWorker):
         t2 = ctx.timer()
         if self.overlap:
             total = self._sum(buf[n:])                 # the tail now: it decides this step
-            got = self.tail.read(_Shifted(total, n), ctx.timer() - t2)
+            applies = self.tail.settle(out, _Shifted(total, n), ctx.timer() - t2)
         else:
             total = self._sum(buf)                     # sum_i d_i, and the tail
-            got = self.tail.read(total, ctx.timer() - t2)
+            applies = self.tail.settle(out, total, ctx.timer() - t2)   # the global batch's loss, the same everywhere
         self.tail.freed()
-        out.comm_s, out.wait_s = got.comm_s + exposed, got.wait_s
+        out.comm_s += exposed
         self.compute_since, self.finite = 0.0, True
-        if settle(out, got.loss, got.stop):            # the global batch's loss, the same everywhere
+        if applies:
             self.params -= buf[:n]                      # x_i -= d_i
             if self.overlap:                            # xc += sum_i d_i, landed before the next exchange
                 self.pending = ctx.comm.elastic_start(buf[:n].copy())

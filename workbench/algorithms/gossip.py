@@ -70,7 +70,6 @@ from .base import (
     clock_reading,
     load_server_state,
     server_state,
-    settle,
     state_copy,
     tail_length,
 )
@@ -200,12 +199,12 @@ class DPSGD(LocalWorker):
                        stop=ctx.rank == 0 and ctx.stop_requested())
         t2 = ctx.timer()
         total = ctx.allreduce(buf)
-        got = self.tail.read(total, ctx.timer() - t2)
-        out.comm_s += got.comm_s
-        out.wait_s = got.wait_s
+        exchanged = out.comm_s                                   # the peers' exchange, before this one
+        applies = self.tail.settle(out, total, ctx.timer() - t2)
+        out.comm_s += exchanged
         out.bytes_sent += self.check_bytes
         self.compute_since, self.finite = 0.0, True
-        if settle(out, got.loss, got.stop):
+        if applies:
             self.average[...] = total[:n]
             if ctx.rank == 0:
                 mean_sq = float(total[n])

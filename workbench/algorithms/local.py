@@ -53,7 +53,6 @@ from .base import (
     clock_reading,
     load_optimizer_state,
     optimizer_state,
-    settle,
     state_copy,
     tail_length,
 )
@@ -107,10 +106,10 @@ class LocalSGD(LocalWorker):
                        stop=ctx.rank == 0 and ctx.stop_requested())
         t2 = ctx.timer()
         total = ctx.allreduce(buf)
-        got = self.tail.read(total, ctx.timer() - t2)
-        out.comm_s, out.wait_s, out.bytes_sent = got.comm_s, got.wait_s, self.bytes_per_average
+        out.bytes_sent = self.bytes_per_average
+        applies = self.tail.settle(out, total, ctx.timer() - t2)   # the global batch's loss, the same everywhere
         self.compute_since, self.finite = 0.0, True
-        if settle(out, got.loss, got.stop):           # the global batch's loss, the same everywhere
+        if applies:
             t3 = self.clock()
             self.apply(total[:n])
             self.averages += 1

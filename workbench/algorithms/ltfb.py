@@ -75,7 +75,6 @@ from .base import (
     clock_reading,
     load_optimizer_state,
     optimizer_state,
-    settle,
     state_copy,
     tail_length,
 )
@@ -214,10 +213,9 @@ class LTFB(Algorithm):
         self.tail.pack(buf, loss * w, t1 - t0, stop=self.leader and ctx.stop_requested())
         t2 = ctx.timer()
         total = self.group_allreduce(buf)
-        got = self.tail.read(total, ctx.timer() - t2)
-        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0, comm_s=got.comm_s, wait_s=got.wait_s,
+        out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
                       bytes_sent=ring_allreduce_bytes(self.gsize, buf.nbytes))
-        if not settle(out, got.loss, got.stop):
+        if not self.tail.settle(out, total, ctx.timer() - t2):
             if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
                     ctx.event("diverged", f"trainer {self.k}: loss became {out.loss} at step {step} with lr {lr:.6g}")

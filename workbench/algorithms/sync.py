@@ -35,7 +35,6 @@ from .base import (
     clock_reading,
     load_optimizer_state,
     optimizer_state,
-    settle,
     state_copy,
     tail_length,
 )
@@ -153,16 +152,21 @@ class SyncSGD(Algorithm):
         self._sum: tuple[Any, Any] = (None, None)   # (the last sum, its first n)
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
+        # what each step reads, bound once: at the teaching size a step is ~0.1 ms and the
+        # Python between its NumPy calls is most of what the loop adds (docs/benchmarks.md)
+        self.rank, self.batch_size, self.schedule, self.timer = ctx.rank, ctx.plan.batch_size, ctx.plan.schedule, ctx.timer
+        self.rows = ctx.batches()
+        self.leads = ctx.rank == 0                     # the leader asks whether to stop, in its tail
+        self.out = StepOut(staleness=0.0, bytes_sent=self.bytes_sent)   # this worker's outcome, rewritten every step
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
-        ctx = self.ctx
         clock = self.clock
         t0 = clock()
-        lo, hi = self.balancer.slices()[ctx.rank]
-        X, y = ctx.batch(step, lo, hi)
-        loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
-        w = (hi - lo) / ctx.plan.batch_size
+        lo, hi = self.balancer.slices()[self.rank]
+        X, y = self.rows(step, lo, hi)
+        loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        w = (hi - lo) / self.batch_size
         weigh(self.grad, w)
         return loss * w, hi - lo, clock() - t0
 
@@ -174,19 +178,21 @@ class SyncSGD(Algorithm):
     def step(self, step: int) -> StepOut:
         if self.compressed is not None:           # compression: algorithms/compressed.py
             return self.compressed.step(step)
-        ctx, tail = self.ctx, self.tail
-        lr = ctx.plan.schedule(step)
+        tail, buf = self.tail, self.buf
+        lr = self.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
-        tail.pack(self.buf, loss_w, compute_s, ctx.rank == 0 and ctx.stop_requested())   # stop
-        timer = ctx.timer
+        tail.pack(buf, loss_w, compute_s, self.leads and self.ctx.stop_requested())   # stop
+        timer = self.timer
         t1 = timer()
-        total = self.allreduce(self.buf)                                     # sum_i (n_i / B) g_i = g
-        got = tail.read(total, timer() - t1)
+        total = self.allreduce(buf)                                          # sum_i (n_i / B) g_i = g
+        out = self.out                                # (staleness 0 and bytes_sent set once)
+        out.lr, out.samples, out.compute_s, out.stop = lr, samples, compute_s, None
+        applies = tail.settle(out, total, timer() - t1)                     # loss, stop; comm and wait
         if self.balancer.by_speed:
-            self.balancer.observe(got.times)
-        out = StepOut(NAN, lr, samples, compute_s, got.comm_s, got.wait_s, 0.0, self.bytes_sent)
-        if settle(out, got.loss, got.stop):
-            t2 = self.clock()
+            self.balancer.observe(tail.times)
+        if applies:
+            clock = self.clock
+            t2 = clock()
             if total is not self._sum[0]:   # a host comm hands back the same sum array: cut once
                 self._sum = (total, total[:self.n])
             self.opt.step(self.params, self._sum[1], lr)                    # x -= lr g (momentum, ...)

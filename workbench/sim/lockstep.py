@@ -129,7 +129,7 @@ class Lockstep:
             # model and data and evaluate nothing themselves (the lockstep scores their shares)
             ctxs = [ctx0] + [replace(ctx0, rank=r, evaluator=None, extra=dict(ctx0.extra),
                                      timer=lambda r=r: float(self.t[r]),
-                                     steps=StepLog(capacity=ctx0.steps.data.shape[0]), _pending=[], _spe={})
+                                     steps=StepLog(capacity=ctx0.steps.data.shape[0]), _pending=[], _batches={})
                              for r in range(1, P)]
             for r, ctx in enumerate(ctxs):
                 tr._adapt(ctx, proc, self.costs, r, None)   # the paced live batches (its model is not used)
