@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from .throughput import (
+    PLAIN_BARE,
+    PLAIN_ENGINE,
     Bench,
     Entry,
     Size,
@@ -25,6 +27,7 @@ from .throughput import (
     _bare_sync_entry,
     _bench_config,
     _limit_entry,
+    _plain_engine_entry,
     _plain_entry,
     _shm_exchange_entry,
     _sizes,
@@ -46,7 +49,9 @@ def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
     out = [Entry("no-exchange limit", _limit_entry),
            Entry("allreduce, shared memory (ours)", _shm_exchange_entry),
            Entry("bare sync loop (no engine)", _bare_sync_entry),
-           Entry("bare sync loop, plain processes (no Dask)", _plain_entry)]
+           Entry(PLAIN_BARE, _plain_entry)]
+    if "sync_sgd" in algorithms:
+        out.append(Entry(PLAIN_ENGINE, _plain_engine_entry))
     out += [Entry(a, _algorithm_entry(a)) for a in algorithms]
     if not args.no_torch and torch_available():
         out += [Entry("PyTorch no-exchange limit", _torch_limit_entry),

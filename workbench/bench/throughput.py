@@ -44,6 +44,9 @@ from .. import measure
 # loops below, which keep none: `measure.warm`).
 STEADY_FROM = measure.WARMUP_FRACTION
 
+PLAIN_BARE = "bare sync loop, plain processes (no Dask)"
+PLAIN_ENGINE = "sync_sgd's loop, plain processes (no Dask)"
+
 # name -> (n_features, hidden, batch per worker)
 SIZES: dict[str, tuple[int, str, int]] = {
     "teaching": (64, "128", 32),          # digits-sized MLP: what lessons and Binder run
@@ -224,6 +227,39 @@ def bare_sync(config_dict: dict, seconds: float, segment: str, rank: int, max_st
         comm.close()
 
 
+def engine_sync(config_dict: dict, segment: str, word_segment: str, rank: int) -> dict:
+    """Runs in a process of its own: sync_sgd through the engine's loop (`run_loop`: its
+    step, the packed tail, the step's record, the stop word read every step, live batches
+    with no client to send them to) over the same shared-memory allreduce as `bare_sync`,
+    as a Dask worker runs it but with no Dask around it: no scheduler round trips, no
+    worker event loop, no client receiving the rows. Returns its step records as columns
+    (with `worker`), which `measure`'s rule reads as the Dask run's are read."""
+    from ..algorithms import REGISTRY, run_loop
+    from ..comm.barrier import ShmStopWord
+    from ..comm.base import ThreadControl, ThrottledControl
+    from ..comm.shm import ShmComm
+    from ..config import RunConfig
+    from ..config.registry import tail_length
+    from ..execution.context import build_context
+
+    cfg = RunConfig.from_dict(config_dict)
+    size = cfg.cpus
+    _, _, model, _, _ = _worker_setup(config_dict)
+    comm = ShmComm(segment, rank, size, model.n_params + tail_length(size))
+    control = ThrottledControl(ThreadControl(), word=ShmStopWord(word_segment, size))
+
+    def start() -> list:
+        comm.barrier()
+        return []
+    ctx = build_context(cfg, rank, size, "cpu", comm=comm, control=control, start_barrier=start)
+    try:
+        out = run_loop(ctx, REGISTRY["sync_sgd"].cls(ctx))
+    finally:
+        control.close()
+        comm.close()
+    return {**out["steps"], "worker": np.full(len(out["steps"]["step"]), rank)}
+
+
 def exchange_time(name: str, rank: int, size: int, n: int, repeats: int) -> list[float]:
     """Runs on a worker: times of `repeats` shared-memory allreduces of n float32."""
     from ..comm.shm import ShmComm
@@ -315,6 +351,35 @@ def _plain_entry(b: Bench) -> dict:
         unlink_segment(name)
     after = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
     return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": (before + after) / 2}
+
+
+def _plain_engine_entry(b: Bench) -> dict:
+    """sync_sgd through the engine's loop in plain processes, outside Dask (`engine_sync`):
+    beside the plain bare loop, what the loop itself costs; beside the `sync_sgd` row (the
+    same loop in the Dask workers, a client taking its live batches), what Dask and the
+    client cost it."""
+    from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
+    from ..config.registry import tail_length
+    cfg = b.config("sync_sgd", 10)
+    blas = cfg.blas_threads
+    half = b.args.seconds / 2
+    before = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg.to_dict(), half)] * b.cpus,
+                                                                      blas))
+    steps = max(50, int(b.args.seconds * before / (b.size.batch_per_worker * b.cpus)))
+    run_cfg = b.config("sync_sgd", steps).to_dict()
+    name, word = f"wbb{uuid.uuid4().hex[:10]}", f"wbw{uuid.uuid4().hex[:10]}"
+    create_segment(name, allreduce_nbytes(b.cpus, b.n_params + tail_length(b.cpus)))
+    create_segment(word, 8 * b.cpus + 64)
+    try:
+        got = plain_processes(engine_sync, [(run_cfg, name, word, r) for r in range(b.cpus)], blas)
+    finally:
+        unlink_segment(name)
+        unlink_segment(word)
+    after = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg.to_dict(), half)] * b.cpus,
+                                                                     blas))
+    steps_df = pd.concat([pd.DataFrame(g) for g in got], ignore_index=True)
+    return {"samples_per_s": steady_throughput(steps_df), "limit": (before + after) / 2,
+            "comm_fraction": measure.steady(steps_df).comm_fraction}
 
 
 def _algorithm_entry(algorithm: str) -> Callable[[Bench], dict]:
@@ -444,10 +509,14 @@ def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[s
     ...     print(note.split(": ")[1])
     sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; 30% of its time in exchanges)
     easgd at 0.50 of the limit (60% of its time in exchanges)
+    >>> t.loc[4] = [PLAIN_BARE, 0.85, float("nan")]; t.loc[5] = [PLAIN_ENGINE, 0.8, 0.2]
+    >>> print(spending_notes(t, "teaching")[0].split(": ")[1])
+    sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; its loop in plain processes 0.94 of the bare loop there; 30% of its time in exchanges)
     """
     from ..algorithms import REGISTRY
     by = dict(zip(table["what"], table["vs_limit"]))
     bare = by.get("bare sync loop (no engine)")
+    plain_bare, plain_engine = by.get(PLAIN_BARE), by.get(PLAIN_ENGINE)
     notes = []
     for _, row in table.iterrows():
         spec = REGISTRY.get(row["what"])
@@ -455,6 +524,8 @@ def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[s
             continue
         extra = f"{bare and row['vs_limit'] / bare:.2f} of the bare sync loop; " if spec.pattern == "allreduce" \
             and bare else ""
+        if row["what"] == "sync_sgd" and plain_bare and plain_engine:   # the loop alone, and what Dask adds
+            extra += f"its loop in plain processes {plain_engine / plain_bare:.2f} of the bare loop there; "
         share = row.get("comm_fraction", float("nan"))
         spent = f"{share:.0%} of its time in exchanges" if pd.notna(share) else "its exchanges not timed"
         notes.append(f"{size}: {row['what']} at {row['vs_limit']:.2f} of the limit ({extra}{spent}): "

@@ -107,15 +107,15 @@ class ShmStopWord:
         from .shm import attach
         self.shm = attach(segment)
         self.word = np.ndarray((1,), dtype=np.int64, buffer=self.shm.buf, offset=8 * size)
-        self._view = memoryview(self.word)   # a look costs ~40 ns, where a NumPy scalar costs ~150
+        self.view = memoryview(self.word)   # a look costs ~40 ns, where a NumPy scalar costs ~150
 
     def is_set(self) -> bool:
-        return self._view[0] != 0
+        return self.view[0] != 0
 
     def close(self) -> None:
         from .shm import detach
-        self._view.release()
-        del self.word, self._view
+        self.view.release()
+        del self.word, self.view
         detach(self.shm)
 
 

@@ -338,6 +338,7 @@ class ThrottledControl:
     def __init__(self, control: Any, interval: float = 0.2, background: bool = True, word: Any = None):
         self.control, self.interval, self.background = control, interval, background
         self.word = word      # optional: a stop word read at every call (`barrier.ShmStopWord`: one host)
+        self._look = word.view if word is not None else None   # (read every step: one look, no call)
         self._next = 0.0
         self._stop = False
         self._checkpoint: int | None = None   # the last checkpoint step the client asked for, as polled
@@ -349,7 +350,8 @@ class ThrottledControl:
     def stop_requested(self) -> bool:
         if self._stop:
             return True
-        if self.word is not None and self.word.is_set():
+        look = self._look
+        if look is not None and look[0]:   # the word's memoryview: `ShmStopWord.is_set`, without the call
             self._stop = True
             return True
         if self._poller is not None:
@@ -409,7 +411,7 @@ class ThrottledControl:
     def close(self) -> None:
         """End the background poll and let go of the stop word (the loop is over)."""
         self._closed.set()
-        word, self.word = self.word, None
+        word, self.word, self._look = self.word, None, None
         if word is not None:
             word.close()
 
