@@ -7,7 +7,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from workbench.bench.throughput import _bench_config, bare_sync, plain_processes
+from workbench.bench.throughput import _bench_config, bare_sync, engine_sync, plain_processes
 from workbench.comm.shm import allreduce_nbytes, create_segment, unlink_segment
 from workbench.config import RunConfig
 from workbench.execution.engine import run_threads
@@ -30,6 +30,28 @@ def test_bare_sync_loop_trains_what_single_process_sgd_trains():
     np.testing.assert_array_equal(got[0]["params"], got[1]["params"])   # every rank: the same update
     np.testing.assert_allclose(got[0]["params"], after7, rtol=1e-5, atol=1e-7)
     assert not np.allclose(got[0]["params"], after6, rtol=1e-5, atol=1e-7)   # 7 steps, not 6
+
+
+def test_the_plain_process_engine_row_runs_sync_sgd_through_the_engine_loop():
+    # the bench's "sync_sgd's loop, plain processes" row: 2 plain processes run the engine's
+    # loop over the shared-memory allreduce; their records are sync_sgd's (the same global loss
+    # on both ranks, step by step, as a threads run of the same config books)
+    from workbench.config.registry import tail_length
+    cfg = _bench_config(Namespace(cpus=2, tau=1), "sync_sgd", 7)
+    n = make_model("mlp", cfg.n_features, 10, hidden=cfg.model_hidden).n_params
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, n + tail_length(2)))
+    word = create_segment(f"wbw{uuid.uuid4().hex[:10]}", 80)
+    try:
+        got = plain_processes(engine_sync, [(cfg.to_dict(), name, word, r) for r in range(2)])
+    finally:
+        unlink_segment(name)
+        unlink_segment(word)
+    assert [g["step"].tolist() for g in got] == [list(range(7))] * 2
+    assert [set(g["worker"].tolist()) for g in got] == [{0}, {1}]
+    assert set(got[0]["samples"].tolist()) == {cfg.batch_size // 2}
+    np.testing.assert_array_equal(got[0]["loss"], got[1]["loss"])
+    threads = run_threads(cfg).steps
+    np.testing.assert_array_equal(got[0]["loss"], threads[threads["worker"] == 0]["loss"].to_numpy())
 
 
 def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
