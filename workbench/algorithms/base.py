@@ -496,7 +496,7 @@ class SyncTail:
             since = self.ctx.t_start
         busy = self.clock() - since if since is not None else compute_s
         self.busy = busy
-        tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, stop, compute_s, busy
+        tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, 1.0 if stop else 0.0, compute_s, busy
 
     def settle(self, out: StepOut, total: Any, comm_total: float) -> bool:
         """Read the reduced tail into `out`, and decide the step as every worker does:
