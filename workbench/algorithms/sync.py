@@ -40,7 +40,6 @@ from .base import (
 )
 from .compressed import CompressedExchange
 
-NAN = float("nan")    # a step's loss until `settle` sets it
 REBALANCE_EVERY = 10  # steps between re-measurements of worker speed (split="speed")
 SMOOTHING = 0.5       # weight of the newest speed estimate
 

@@ -341,16 +341,22 @@ def _plain_entry(b: Bench) -> dict:
     from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     cfg = b.config("sync_sgd", 10).to_dict()
     blas = b.config("sync_sgd", 10).blas_threads   # the rule our workers follow (util.blas)
-    half = b.args.seconds / 2
-    before = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
+    before = _plain_limit(b)
     name = f"wbb{uuid.uuid4().hex[:10]}"
     create_segment(name, allreduce_nbytes(b.cpus, b.n_params + 1))
     try:
         got = plain_processes(bare_sync, [(cfg, b.args.seconds, name, r) for r in range(b.cpus)], blas)
     finally:
         unlink_segment(name)
-    after = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg, half)] * b.cpus, blas))
-    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": (before + after) / 2}
+    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": (before + _plain_limit(b)) / 2}
+
+
+def _plain_limit(b: Bench) -> float:
+    """The no-exchange limit in plain processes (`compute_only`, half the entry's seconds),
+    measured before and after each plain-process entry."""
+    cfg = b.config("sync_sgd", 10)
+    got = plain_processes(compute_only, [(cfg.to_dict(), b.args.seconds / 2)] * b.cpus, cfg.blas_threads)
+    return sum(g["samples"] / g["seconds"] for g in got)
 
 
 def _plain_engine_entry(b: Bench) -> dict:
@@ -360,25 +366,20 @@ def _plain_engine_entry(b: Bench) -> dict:
     client cost it."""
     from ..comm.shm import allreduce_nbytes, create_segment, unlink_segment
     from ..config.registry import tail_length
-    cfg = b.config("sync_sgd", 10)
-    blas = cfg.blas_threads
-    half = b.args.seconds / 2
-    before = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg.to_dict(), half)] * b.cpus,
-                                                                      blas))
+    before = _plain_limit(b)
     steps = max(50, int(b.args.seconds * before / (b.size.batch_per_worker * b.cpus)))
-    run_cfg = b.config("sync_sgd", steps).to_dict()
+    run_cfg = b.config("sync_sgd", steps)
     name, word = f"wbb{uuid.uuid4().hex[:10]}", f"wbw{uuid.uuid4().hex[:10]}"
     create_segment(name, allreduce_nbytes(b.cpus, b.n_params + tail_length(b.cpus)))
     create_segment(word, 8 * b.cpus + 64)
     try:
-        got = plain_processes(engine_sync, [(run_cfg, name, word, r) for r in range(b.cpus)], blas)
+        got = plain_processes(engine_sync, [(run_cfg.to_dict(), name, word, r) for r in range(b.cpus)],
+                              run_cfg.blas_threads)
     finally:
         unlink_segment(name)
         unlink_segment(word)
-    after = sum(g["samples"] / g["seconds"] for g in plain_processes(compute_only, [(cfg.to_dict(), half)] * b.cpus,
-                                                                     blas))
     steps_df = pd.concat([pd.DataFrame(g) for g in got], ignore_index=True)
-    return {"samples_per_s": steady_throughput(steps_df), "limit": (before + after) / 2,
+    return {"samples_per_s": steady_throughput(steps_df), "limit": (before + _plain_limit(b)) / 2,
             "comm_fraction": measure.steady(steps_df).comm_fraction}
 
 
