@@ -1,6 +1,7 @@
 """The algorithm registry (one declaration per algorithm) and what reads it; the server
 roles' cores; the packed tail of synchronous steps."""
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -96,39 +97,87 @@ def test_chunk_master_tunes_on_the_clock_it_is_given():
 
 # ------------------------------------------------------------------------------ the synchronous tail
 class _Ctx:
-    """Just what SyncTail reads from a WorkerContext, with a clock the test moves."""
+    """Just what SyncTail reads from a WorkerContext, with a clock the test moves; rank 0
+    is asked to stop."""
 
-    def __init__(self, rank, size, now):
-        self.rank, self.size, self.t_start, self.now = rank, size, 0.0, now
+    def __init__(self, rank, size):
+        self.rank, self.size, self.t_start, self.now = rank, size, 0.0, [0.0]
 
-    def clock(self):
+    def stop_requested(self):
+        return self.rank == 0
+
+    def timer(self):
         return self.now[0]
 
     def clock_fn(self):
-        return self.clock
+        return self.timer
+
+
+def _exchange_together(tails, bufs, steps):
+    """Each rank's `SyncTail.exchange` in a thread of its own, meeting in `reduce` (the
+    sum of every rank's buffer, as a collective hands back): steps[rank] = (busy, loss_w,
+    comm_s), its clock moved to `busy` before and by `comm_s` inside the exchange."""
+    barrier = threading.Barrier(len(tails))
+    outs, applies = [StepOut(comm_s=-1.0, wait_s=-1.0) for _ in tails], [None] * len(tails)
+
+    def rank_loop(rank):
+        busy, loss_w, comm_s = steps[rank]
+        ctx = tails[rank].ctx
+
+        def reduce(buf):
+            barrier.wait()                   # every rank has packed
+            total = sum(bufs)
+            barrier.wait()
+            ctx.now[0] += comm_s
+            return total
+        ctx.now[0] = busy
+        applies[rank] = tails[rank].exchange(outs[rank], bufs[rank], loss_w, busy / 2, reduce)
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(len(tails))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outs, applies
 
 
 def test_sync_tail_sums_to_the_global_loss_and_splits_wait_from_comm():
-    n, size, now = 3, 2, [0.0]
-    bufs = []
-    for rank, (busy, loss_w) in enumerate([(0.010, 0.25), (0.030, 0.5)]):   # rank 1 is the slow one
-        tail = SyncTail(_Ctx(rank, size, now), n)
-        buf = np.zeros(n + tail_length(size))
-        now[0] = busy
-        tail.pack(buf, loss_w, compute_s=busy / 2, stop=rank == 0)
-        bufs.append((tail, buf))
-    total = bufs[0][1] + bufs[1][1]
-    fast = StepOut(comm_s=-1.0, wait_s=-1.0)
-    assert bufs[0][0].settle(fast, total, comm_total=0.025)    # rank 0 waited ~20 ms of its 25 ms exchange
-    assert fast.loss == pytest.approx(0.75) and fast.stop == "stopped" and bufs[0][0].times == [0.005, 0.015]
+    n, size = 3, 2
+    tails = [SyncTail(_Ctx(rank, size), n) for rank in range(size)]
+    bufs = [np.full(n + tail_length(size), 7.0, np.float32) for _ in range(size)]   # stale slots: zeroed
+    # rank 1 is the slow one: rank 0 waits ~20 ms of its 25 ms exchange
+    (fast, slow), applies = _exchange_together(tails, bufs, [(0.010, 0.25, 0.025), (0.030, 0.5, 0.004)])
+    assert applies == [True, True]
+    assert fast.loss == pytest.approx(0.75) and fast.stop == "stopped" and tails[0].times == pytest.approx([0.005, 0.015])
     assert fast.wait_s == pytest.approx(0.020) and fast.comm_s == pytest.approx(0.005)
-    slow = StepOut()
-    assert bufs[1][0].settle(slow, total, comm_total=0.004)
     assert slow.wait_s == 0.0 and slow.comm_s == pytest.approx(0.004) and slow.stop == "stopped"
-    # a diverged global loss: no update, on every worker alike
-    total[n] = float("nan")
-    out = StepOut()
-    assert not bufs[1][0].settle(out, total, comm_total=0.004) and out.stop == "diverged"
+    assert tails[1].total.tolist() == pytest.approx([14.0] * n + [0.75, 1.0, 0.005, 0.015, 0.010, 0.030])
+    # the next exchange counts busy time from where the last one freed each worker
+    for t in tails:
+        t.freed()
+    (fast, slow), _ = _exchange_together(tails, bufs, [(0.045, 0.25, 0.001), (0.050, 0.5, 0.001)])
+    assert tails[0].total[n + 2 + size:].tolist() == pytest.approx([0.010, 0.016])
+    # a global loss past float32's range: the sum is inf on every worker, and no update applies
+    (a, b), applies = _exchange_together(tails, bufs, [(0.06, 1e39, 0.001), (0.06, 0.5, 0.001)])
+    assert applies == [False, False] and a.stop == b.stop == "diverged"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_sync_tails_one_call_writer_matches_numpys_assignment(dtype):
+    """The tail's one-call writer (float32/float64 host buffers) writes the bits NumPy's
+    assignment does, and zeroes the other ranks' slots; other buffers take the assignment."""
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 5):
+        for rank in range(size):
+            values = [float(v) for v in rng.normal(size=4)]
+            buf = np.full(4 + tail_length(size), 3.0, dtype)
+            tail = SyncTail(_Ctx(rank, size), 4)
+            tail.t_free, busy = 0.0, values[3]
+            tail.ctx.now[0] = busy
+            tail.exchange(StepOut(), buf, values[0], values[2], lambda b: b)
+            want = np.zeros(tail_length(size), dtype)
+            want[0], want[1], want[2 + rank], want[2 + size + rank] = values[0], rank == 0, values[2], busy
+            assert buf[4:].tobytes() == want.tobytes(), (size, rank)
+            assert buf[:4].tolist() == [3.0] * 4
 
 
 def test_settle_is_the_one_stopped_diverged_rule():

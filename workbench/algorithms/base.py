@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ class WorkerContext:
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0
+    _next_eval: int = 0                # no evaluation before this step (`close_step`)
     _batches: dict[tuple[int, int], tuple[Any, Callable]] = field(default_factory=dict)   # `batch`'s kept `batches`
 
     # ---------------------------------------------------------------- data
@@ -451,58 +453,72 @@ class LocalWorker(Algorithm):
 
 
 # ------------------------------------------------------------------------------ synchronous steps
-_LAST_TAIL: list[Any] = [None] * 5   # (sum, key, decoded tail, times, slowest busy time): SyncTail.settle; read-only
+_LAST_TAIL: list[Any] = [None] * 5   # (sum, key, decoded tail, times, slowest busy time): SyncTail.exchange; read-only
 
 
 class SyncTail:
-    """The packed tail of a synchronous step's allreduced buffer, and its reading.
+    """The synchronous exchange with its packed tail: the one home of what every
+    synchronous step does around its collective (`exchange`).
 
         buffer = [ vector (n) | loss | stop | compute_s[0..P) | busy_s[0..P) ]
 
-    Every worker writes its weighted loss, the leader's stop flag, its compute time and
-    its busy time since its previous exchange ended (its step, and anything else, such as
-    rank 0's evaluations) into its own slots (`pack`); after the sum, every worker reads the
-    same global loss, stop flag and compute times, derives its wait (the slowest worker's
-    busy time less its own: idle, not communicating), and makes the step's decision
-    (`settle`). `rank`/`size` are within the collective's group (LTFB trainers)."""
+    Every worker writes its weighted loss, the leader's stop flag (the leader asks the
+    run's control), its compute time and its busy time since its previous exchange ended
+    (its step, and anything else, such as rank 0's evaluations) into its own slots, zeroing
+    the others'; after the sum, every worker reads the same global loss, stop flag and
+    compute times, derives its wait (the slowest worker's busy time less its own: idle, not
+    communicating), and makes the step's decision (`settle`). `rank`/`size` are within the
+    collective's group (LTFB trainers); the group's rank 0 leads."""
 
-    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "t_free", "busy", "times", "_mine", "_sum")
+    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "timer", "asks", "t_free", "times", "total",
+                 "_mine", "_sum")
 
     def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
         self.ctx, self.n = ctx, n
         self.rank = ctx.rank if rank is None else rank
         self.size = ctx.size if size is None else size
         self.end = n + tail_length(self.size)
-        self.clock = ctx.clock_fn()
+        self.clock, self.timer = ctx.clock_fn(), ctx.timer
+        self.asks = ctx.stop_requested if self.rank == 0 else None   # the leader's question, bound once
         self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
-        self.busy = 0.0
-        self.times: list[float] = []       # every worker's compute time at the last `settle`
-        # (buffer, its tail) cut once: a step packs the same buffer, and a host comm hands back
-        # the same sum array, thousands of times a second (a slice costs ~0.2 us)
-        self._mine: tuple[Any, Any] = (None, None)
+        self.times: list[float] = []       # every worker's compute time at the last exchange
+        self.total: Any = None             # the last exchange's sum (the reducer's array: not to keep)
+        # (buffer, its tail, the tail's writer) cut once, and (sum, its tail) likewise: a step
+        # packs the same buffer, and a host comm hands back the same sum array, thousands of
+        # times a second
+        self._mine: tuple[Any, Any, Any] = (None, None, None)
         self._sum: tuple[Any, Any] = (None, None)
 
-    def pack(self, buf: Any, loss_w: float, compute_s: float, stop: bool) -> None:
-        """Write my scalars into buf[n:] (zeroing the others' slots)."""
-        held, tail = self._mine
+    def exchange(self, out: StepOut, buf: Any, loss_w: float, compute_s: float, reduce: Callable[[Any], Any]) -> bool:
+        """Pack my scalars into buf[n:], `reduce(buf)` (the collective: its sum is kept in
+        `total`), and read the reduced tail into `out`: `out.comm_s` and `out.wait_s` (the
+        exchange's time split, `comm_and_wait`), then `out.loss` and `out.stop` (`settle`);
+        every worker's compute time is left in `times`. True when the update applies."""
+        held, tail, write = self._mine
         if buf is not held:
             tail = buf[self.n:self.end]
-            self._mine = (buf, tail)
-        p, r = self.size, self.rank
-        if p > 1:            # one worker writes every slot
-            tail.fill(0)
+            write = _tail_writer(tail, self.rank, self.size)
+            self._mine = (buf, tail, write)
         since = self.t_free
         if since is None:    # step 0: since time 0 (before the clock starts: the compute alone)
             since = self.ctx.t_start
         busy = self.clock() - since if since is not None else compute_s
-        self.busy = busy
-        tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, 1.0 if stop else 0.0, compute_s, busy
-
-    def settle(self, out: StepOut, total: Any, comm_total: float) -> bool:
-        """Read the reduced tail into `out`, and decide the step as every worker does:
-        `out.comm_s` and `out.wait_s` (my exchange time `comm_total` split, `comm_and_wait`),
-        then `out.loss` and `out.stop` (`settle`); every worker's compute time is left in
-        `times`. True when the update applies."""
+        asks = self.asks
+        stop = 1.0 if asks is not None and asks() else 0.0
+        if write is not None:
+            try:
+                write(tail, 0, loss_w, stop, compute_s, busy)   # my slots, the others' zeroed: one C call
+            except OverflowError:    # a value past float32's range (a diverging loss): NumPy makes it inf
+                write = None
+        if write is None:            # (or a device buffer)
+            p, r = self.size, self.rank
+            if p > 1:                # one worker writes every slot
+                tail.fill(0)
+            tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, stop, compute_s, busy
+        timer = self.timer
+        t1 = timer()
+        self.total = total = reduce(buf)
+        comm_total = timer() - t1
         held, tail = self._sum
         if total is held:    # the same writeable sum array as last step: its tail is cut
             tail = tail.tolist()
@@ -523,12 +539,32 @@ class SyncTail:
                         _LAST_TAIL[:] = [total, key, tail, self.times, slowest]
                     else:
                         self._sum = (total, view)
-        out.comm_s, out.wait_s = comm_and_wait(comm_total, slowest, self.busy)
+        out.comm_s, out.wait_s = comm_and_wait(comm_total, slowest, busy)
         return settle(out, tail[0], tail[1] > 0)
 
     def freed(self) -> None:
         """My exchange (and update) ended now: my next busy time counts from here."""
         self.t_free = self.clock()
+
+
+_FORMATS = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
+
+
+def _tail_writer(tail: Any, rank: int, size: int) -> Callable[..., None] | None:
+    """`write(tail, 0, loss_w, stop, compute_s, busy)`: one C call that writes my four
+    slots of a host tail and zeroes the others' (a struct whose pad bytes are the others'
+    slots: packing zeroes its whole span first), rounding as NumPy's assignment does; it
+    raises OverflowError where a finite value does not fit a float32. None where the tail
+    is not a contiguous host float array (a device buffer).
+
+    >>> tail = np.full(6, 7.0, np.float32); _tail_writer(tail, 1, 2)(tail, 0, 0.5, 1.0, 0.25, 0.75); tail.tolist()
+    [0.5, 1.0, 0.0, 0.25, 0.0, 0.75]
+    """
+    code = _FORMATS.get(tail.dtype) if isinstance(tail, np.ndarray) else None
+    if code is None or not (tail.flags.c_contiguous and tail.flags.writeable and tail.dtype.isnative):
+        return None
+    s = tail.itemsize
+    return struct.Struct(f"={code}{code}{rank * s}x{code}{(size - 1) * s}x{code}{(size - 1 - rank) * s}x").pack_into
 
 
 def comm_and_wait(comm_total: float, slowest: float, busy: float) -> tuple[float, float]:
@@ -665,8 +701,11 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
         if ctx.control is not None:
             ctx.control.request_stop("diverged")
         return "diverged"
-    if evaluate is not None and ctx.plan.is_eval_step(step):
-        evaluate(step)
+    if evaluate is not None and step >= ctx._next_eval:   # (the plan asked once per evaluation, not every step)
+        ctx._next_eval = ctx.plan.next_eval_step(step)
+        if ctx._next_eval == step:
+            evaluate(step)
+            ctx._next_eval = step + 1
     if stop == "stopped" and step + 1 < ctx.plan.total_steps:   # (after the last step: completed)
         if ctx.rank == 0:
             ctx.event("stopped", f"stop requested; ended after step {step}")

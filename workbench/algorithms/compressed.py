@@ -88,36 +88,31 @@ class CompressedExchange:
             sent, self.payload = C.with_error_feedback(self.kind, algo.grad, self.memory, ratio=self.ratio,
                                                        levels=self.levels, seed=ctx.config.seed, step=step,
                                                        rng=self.rng, wire=wire)
-        stop = ctx.rank == 0 and ctx.stop_requested()
         if self.kind == "randomk":
             idx = C.random_indices(n, self.k, ctx.config.seed, step)
             self.small[:self.k] = sent[idx]
             compute_s += algo.clock() - t0
-            self.small_tail.pack(self.small, loss_w, compute_s, stop)
-            t1 = ctx.timer()
-            small = ctx.compressed_sum(self.small, self.small.nbytes, gather=False)   # k values, allreduced
             out = StepOut(lr=lr, samples=samples, compute_s=compute_s)
-            applies = self.small_tail.settle(out, small, ctx.timer() - t1)
+            applies = self.small_tail.exchange(out, self.small, loss_w, compute_s, self._dense_sum)   # k values
             total = ctx.xp.zeros(n, dtype=algo.params.dtype)
-            total[idx] = small[:self.k]
+            total[idx] = self.small_tail.total[:self.k]
             tail = self.small_tail
             sent_bytes = ring_allreduce_bytes(ctx.size, self.small.nbytes)
         else:
             algo.buf[:n] = sent
             compute_s += algo.clock() - t0
-            algo.tail.pack(algo.buf, loss_w, compute_s, stop)
-            t1 = ctx.timer()
             sent_bytes = ring_allgather_bytes(ctx.size, self.payload + self.tail_bytes)
             if self._gathers(sent):                                     # a real allgather of the payloads
-                payload = self._encode(sent, wire)
-                full = ctx.gathered_sum(algo.buf, payload, self._decode)   # sum_i sent_i, rank order
+                def gather(buf: Any) -> Any:                            # (encoding is the exchange's time)
+                    return ctx.gathered_sum(buf, self._encode(sent, wire), self._decode)   # sum_i sent_i, rank order
             else:
-                full = ctx.compressed_sum(algo.buf, self.payload + self.tail_bytes, gather=True)
+                def gather(buf: Any) -> Any:
+                    return ctx.compressed_sum(buf, self.payload + self.tail_bytes, gather=True)
                 if getattr(ctx.comm, "compressed_sum", None) is None:   # carried as a dense allreduce
                     sent_bytes = ring_allreduce_bytes(ctx.size, algo.buf.nbytes)
             out = StepOut(lr=lr, samples=samples, compute_s=compute_s)
-            applies = algo.tail.settle(out, full, ctx.timer() - t1)
-            total, tail = full[:n], algo.tail
+            applies = algo.tail.exchange(out, algo.buf, loss_w, compute_s, gather)
+            total, tail = algo.tail.total[:n], algo.tail
         out.bytes_sent = sent_bytes
         if applies:
             t2 = algo.clock()
@@ -125,6 +120,11 @@ class CompressedExchange:
             tail.freed()
             out.compute_s += tail.t_free - t2
         return out
+
+    def _dense_sum(self, buf: Any) -> Any:
+        """A dense sum of `buf` through the context's compressed channel (randomk's k values,
+        PowerSGD's factors): counted as its own bytes, not gathered."""
+        return self.ctx.compressed_sum(buf, buf.nbytes, gather=False)
 
     # ---------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, Any]:
@@ -228,12 +228,10 @@ class CompressedExchange:
                 mats.append(M)
                 self.buf1[o1:o1 + ms[0] * r] = (M @ Q).reshape(-1)  # P_i = M_i Q: (a, r)
         compute_s += algo.clock() - t0
-        stop = ctx.rank == 0 and ctx.stop_requested()
-        self.tail1.pack(self.buf1, loss_w, compute_s, stop)
-        t1 = ctx.timer()
-        tot1 = ctx.compressed_sum(self.buf1, self.buf1.nbytes, gather=False)   # sum_i P_i (+ vectors, tail)
         out = StepOut(lr=lr, samples=samples, compute_s=compute_s, bytes_sent=self.pbytes)
-        applies = self.tail1.settle(out, tot1, ctx.timer() - t1)   # decided now, acted on after the second sum
+        # sum_i P_i (+ vectors, tail): the step is decided now, and acted on after the second sum
+        applies = self.tail1.exchange(out, self.buf1, loss_w, compute_s, self._dense_sum)
+        tot1 = self.tail1.total
         t2 = algo.clock()
         total = algo.buf[:self.n]            # the approximated sum (scratch: my gradient is in M or memory)
         Ps = []

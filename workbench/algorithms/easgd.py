@@ -287,6 +287,11 @@ class SyncEASGD(ElasticWorker):
             return fn(buf, host=self.on_host)
         return self.ctx.allreduce(buf)
 
+    def _tail_sum(self, buf: Any) -> _Shifted:
+        """The overlapped exchange's first part: the tail alone, summed now (it decides the
+        step), read as if it sat after the vector."""
+        return _Shifted(self._sum(buf[self.n:]), self.n)
+
     def _land(self) -> float:
         """Wait for the overlapped vector sum, if one is in flight, and add it to the
         centre; returns the seconds spent waiting (what the overlap did not hide)."""
@@ -311,15 +316,10 @@ class SyncEASGD(ElasticWorker):
         buf = self.buf
         centre = ctx.xp.asarray(self.centre) if self.on_host else self.centre   # host -> device copy
         elastic_difference(self.params, centre, self.alpha, out=buf[:n], xp=ctx.xp)   # d_i = alpha (x_i - xc)
-        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
-                       stop=ctx.rank == 0 and ctx.stop_requested())
-        t2 = ctx.timer()
-        if self.overlap:
-            total = self._sum(buf[n:])                 # the tail now: it decides this step
-            applies = self.tail.settle(out, _Shifted(total, n), ctx.timer() - t2)
-        else:
-            total = self._sum(buf)                     # sum_i d_i, and the tail
-            applies = self.tail.settle(out, total, ctx.timer() - t2)   # the global batch's loss, the same everywhere
+        # overlapped, the tail alone is summed now (it decides this step); else sum_i d_i and the tail
+        applies = self.tail.exchange(out, buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                                     self._tail_sum if self.overlap else self._sum)   # the global batch's loss
+        total = self.tail.total
         self.tail.freed()
         out.comm_s += exposed
         self.compute_since, self.finite = 0.0, True

@@ -195,12 +195,10 @@ class DPSGD(LocalWorker):
         p = ctx.size
         xp.multiply(self.params, 1.0 / p, out=buf[:n])
         buf[n] = float(xp.dot(self.params, self.params)) / p
-        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
-                       stop=ctx.rank == 0 and ctx.stop_requested())
-        t2 = ctx.timer()
-        total = ctx.allreduce(buf)
         exchanged = out.comm_s                                   # the peers' exchange, before this one
-        applies = self.tail.settle(out, total, ctx.timer() - t2)
+        applies = self.tail.exchange(out, buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                                     ctx.allreduce)
+        total = self.tail.total
         out.comm_s += exchanged
         out.bytes_sent += self.check_bytes
         self.compute_since, self.finite = 0.0, True

@@ -102,16 +102,13 @@ class LocalSGD(LocalWorker):
             return out
         buf = self.buf
         self.contribution(buf[:n])
-        self.tail.pack(buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
-                       stop=ctx.rank == 0 and ctx.stop_requested())
-        t2 = ctx.timer()
-        total = ctx.allreduce(buf)
         out.bytes_sent = self.bytes_per_average
-        applies = self.tail.settle(out, total, ctx.timer() - t2)   # the global batch's loss, the same everywhere
+        applies = self.tail.exchange(out, buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
+                                     ctx.allreduce)   # the global batch's loss, the same everywhere
         self.compute_since, self.finite = 0.0, True
         if applies:
             t3 = self.clock()
-            self.apply(total[:n])
+            self.apply(self.tail.total[:n])
             self.averages += 1
             out.compute_s += self.clock() - t3
         self.tail.freed()

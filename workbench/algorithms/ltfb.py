@@ -210,19 +210,16 @@ class LTFB(Algorithm):
         if w != 1.0:
             buf[:n] *= w
         t1 = self.clock()
-        self.tail.pack(buf, loss * w, t1 - t0, stop=self.leader and ctx.stop_requested())
-        t2 = ctx.timer()
-        total = self.group_allreduce(buf)
         out = StepOut(lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
                       bytes_sent=ring_allreduce_bytes(self.gsize, buf.nbytes))
-        if not self.tail.settle(out, total, ctx.timer() - t2):
+        if not self.tail.exchange(out, buf, loss * w, t1 - t0, self.group_allreduce):   # the trainer's leader asks to stop
             if out.stop == "diverged" and self.leader:
                 if ctx.rank != 0:  # the loop reports rank 0's; other trainers say so here
                     ctx.event("diverged", f"trainer {self.k}: loss became {out.loss} at step {step} with lr {lr:.6g}")
                 if ctx.control is not None:
                     ctx.control.request_stop("diverged")
             return out
-        self.opt.step(self.params, total[:n], lr)
+        self.opt.step(self.params, self.tail.total[:n], lr)
         self.tail.freed()
         if (step + 1) % ctx.config.round_size == 0:
             score_s, comm_s = self.tournament(step, (step + 1) // ctx.config.round_size)

@@ -153,9 +153,8 @@ class SyncSGD(Algorithm):
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
         # what each step reads, bound once: at the teaching size a step is ~0.1 ms and the
         # Python between its NumPy calls is most of what the loop adds (docs/benchmarks.md)
-        self.rank, self.batch_size, self.schedule, self.timer = ctx.rank, ctx.plan.batch_size, ctx.plan.schedule, ctx.timer
+        self.rank, self.batch_size, self.schedule = ctx.rank, ctx.plan.batch_size, ctx.plan.schedule
         self.rows = ctx.batches()
-        self.leads = ctx.rank == 0                     # the leader asks whether to stop, in its tail
         self.out = StepOut(staleness=0.0, bytes_sent=self.bytes_sent)   # this worker's outcome, rewritten every step
 
     def local_gradient(self, step: int) -> tuple[float, int, float]:
@@ -177,21 +176,18 @@ class SyncSGD(Algorithm):
     def step(self, step: int) -> StepOut:
         if self.compressed is not None:           # compression: algorithms/compressed.py
             return self.compressed.step(step)
-        tail, buf = self.tail, self.buf
         lr = self.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
-        tail.pack(buf, loss_w, compute_s, self.leads and self.ctx.stop_requested())   # stop
-        timer = self.timer
-        t1 = timer()
-        total = self.allreduce(buf)                                          # sum_i (n_i / B) g_i = g
         out = self.out                                # (staleness 0 and bytes_sent set once)
         out.lr, out.samples, out.compute_s, out.stop = lr, samples, compute_s, None
-        applies = tail.settle(out, total, timer() - t1)                     # loss, stop; comm and wait
+        tail = self.tail
+        applies = tail.exchange(out, self.buf, loss_w, compute_s, self.allreduce)   # sum_i (n_i / B) g_i = g
         if self.balancer.by_speed:
             self.balancer.observe(tail.times)
         if applies:
             clock = self.clock
             t2 = clock()
+            total = tail.total
             if total is not self._sum[0]:   # a host comm hands back the same sum array: cut once
                 self._sum = (total, total[:self.n])
             self.opt.step(self.params, self._sum[1], lr)                    # x -= lr g (momentum, ...)

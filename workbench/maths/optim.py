@@ -480,8 +480,17 @@ class Plan:
         return step / self.steps_per_epoch
 
     def is_eval_step(self, step: int) -> bool:
-        """Evaluate after this (0-based) step? Always after the last one."""
-        return (step + 1) % self.eval_every == 0 or step + 1 == self.total_steps
+        """Evaluate after this (0-based) step? Every `eval_every` steps, and always after the last one."""
+        return self.next_eval_step(step) == step
+
+    def next_eval_step(self, step: int) -> int:
+        """The first step at or after `step` that an evaluation follows (`is_eval_step`).
+
+        >>> plan = Plan(100, 10, 10, total_steps=25, warmup_steps=0, eval_every=10, schedule=float, schedule_text="")
+        >>> [plan.next_eval_step(s) for s in (0, 9, 10, 20, 24)], plan.is_eval_step(19), plan.is_eval_step(20)
+        ([9, 9, 19, 24, 24], True, False)
+        """
+        return min((step // self.eval_every + 1) * self.eval_every - 1, self.total_steps - 1)
 
 
 def make_plan(config: RunConfig, n_train: int, batch_size: int | None = None,
