@@ -65,11 +65,11 @@ class LocalSGD(LocalWorker):
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)                        # x_i, its rule, my slice, the clock (`LocalWorker`)
-        n, xp = ctx.model.n_params, ctx.xp
-        self.n = n
+        n = self.n = ctx.model.n_params
         self.average = self.params.copy()                       # the last average (what is evaluated)
         self.tau = ctx.config.tau
-        self.buf = xp.zeros(n + tail_length(ctx.size), dtype=self.params.dtype)
+        self.buf = ctx.comm_buffer(n + tail_length(ctx.size), self.params.dtype)   # (the comm's slot: no copy in)
+        self.allreduce = ctx.allreduce_fn()
         self.tail = SyncTail(ctx, n)
         self.bytes_per_average = ring_allreduce_bytes(ctx.size, self.buf.nbytes)
         self.compute_since = 0.0
@@ -93,7 +93,7 @@ class LocalSGD(LocalWorker):
         self.average[...] = total
 
     def step(self, step: int) -> StepOut:
-        ctx, n = self.ctx, self.n
+        n = self.n
         lr, loss, t0, t1 = self.timed_local_step(step)
         self.compute_since += t1 - t0
         self.finite = self.finite and math.isfinite(loss)
@@ -104,7 +104,7 @@ class LocalSGD(LocalWorker):
         self.contribution(buf[:n])
         out.bytes_sent = self.bytes_per_average
         applies = self.tail.exchange(out, buf, loss * self.weight if self.finite else float("nan"), self.compute_since,
-                                     ctx.allreduce)   # the global batch's loss, the same everywhere
+                                     self.allreduce)   # the global batch's loss, the same everywhere
         self.compute_since, self.finite = 0.0, True
         if applies:
             t3 = self.clock()

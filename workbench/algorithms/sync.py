@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..comm.base import ring_allreduce_bytes
 from ..data import split_batch
 from ..maths.optim import make_optimizer
@@ -146,8 +144,7 @@ class SyncSGD(Algorithm):
         self.tail = SyncTail(ctx, n)
         self.balancer = SpeedBalancer(ctx)
         self.clock = ctx.clock_fn()
-        # a host comm's allreduce itself (`ctx.allreduce` stages device buffers; nothing to do here)
-        self.allreduce = ctx.comm.allreduce if ctx.xp is np and ctx.comm is not None else ctx.allreduce
+        self.allreduce = ctx.allreduce_fn()
         self._sum: tuple[Any, Any] = (None, None)   # (the last sum, its first n)
         self.bytes_sent = ring_allreduce_bytes(ctx.size, self.buf.nbytes)   # per step: the whole buffer
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
