@@ -17,6 +17,9 @@ A third loop, `inline`, is sync_sgd's step with the loop's whole contract writte
 function (`inline_loop`): the floor a per-algorithm loop could reach, against which the
 engine's layers are measured.
 
+`--opcodes [--algorithm NAME]` counts the Python opcodes and calls a step, per function, of
+the bare loop and of the engine running NAME (`opcodes`: deterministic on a loaded machine).
+
 `--only engine|bare|inline --steps N` runs one loop of N steps and nothing else: run it under
 `valgrind --tool=callgrind` at two step counts, and the difference of the instruction
 counts over the difference of the steps is the per-step count, repeatable on a loaded
@@ -39,10 +42,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")   # before NumPy loads (in the loops and `main`): one BLAS thread, as a worker's
 
 
-def _config(size: str, steps: int):
+def _config(size: str, steps: int, algorithm: str = "sync_sgd"):
     from workbench.bench.throughput import SIZES, Size, _bench_config
     args = SimpleNamespace(cpus=1, tau=1)
-    return _bench_config(args, "sync_sgd", steps, Size(size, *SIZES[size]))
+    return _bench_config(args, algorithm, steps, Size(size, *SIZES[size]))
 
 
 def _segment(nbytes: int) -> str:
@@ -50,9 +53,10 @@ def _segment(nbytes: int) -> str:
     return create_segment(f"wbe{uuid.uuid4().hex[:10]}", nbytes)
 
 
-def engine_loop(size: str, steps: int) -> tuple[float, Any]:
-    """CPU seconds of `run_loop` over `steps` sync_sgd steps (its context and algorithm built
-    first), and the final parameters."""
+def engine_loop(size: str, steps: int, algorithm: str = "sync_sgd") -> tuple[float, Any]:
+    """CPU seconds of `run_loop` over `steps` steps of `algorithm` (sync_sgd; `--opcodes`
+    also runs the local-SGD family and sync_easgd: one collective a step), its context and
+    algorithm built first, and the final parameters."""
     from workbench.algorithms import REGISTRY, run_loop
     from workbench.comm.barrier import ShmStopWord
     from workbench.comm.base import ThreadControl, ThrottledControl
@@ -61,15 +65,15 @@ def engine_loop(size: str, steps: int) -> tuple[float, Any]:
     from workbench.execution.context import build_context
     from workbench.problem import Problem
 
-    cfg = _config(size, steps)
+    cfg = _config(size, steps, algorithm)
     n = Problem.from_config(cfg).new_model().n_params
-    m = n + tail_length(1)
+    m = n + tail_length(1) + 1   # (gossip's checks carry one more scalar)
     seg, word_seg = _segment(allreduce_nbytes(1, m)), _segment(64)
     comm = ShmComm(seg, 0, 1, m)
     control = ThrottledControl(ThreadControl(), word=ShmStopWord(word_seg, 1))   # a Dask worker's, on one host
     batches: list[dict] = []
     ctx = build_context(cfg, 0, 1, "cpu", comm=comm, control=control, emit=batches.append)
-    algo = REGISTRY["sync_sgd"].cls(ctx)
+    algo = REGISTRY[algorithm].cls(ctx)
     try:
         t0 = time.process_time()
         out = run_loop(ctx, algo)
@@ -184,6 +188,57 @@ def base_flush_s() -> float:
 
 
 LOOPS = {"engine": engine_loop, "bare": bare_loop, "inline": inline_loop}
+COUNTED = ("sync_sgd", "local_sgd", "post_local_sgd", "diloco", "sync_easgd")   # `--opcodes`
+MODEL_FILES = ("models.py", "fromnumeric.py", "_methods.py", "multiarray.py")   # the model's own Python
+
+
+def opcodes(loop: str, size: str = "teaching", algorithm: str = "sync_sgd", short: int = 50,
+            long: int = 150) -> dict[str, tuple[float, float]]:
+    """Python opcodes and calls a step, per function ("file:function"), of one loop (the
+    engine's running `algorithm`): counted with `sys.settrace` over a `short`- and a
+    `long`-step run, the difference over `long - short` steps, so set-up cancels out.
+    Deterministic, whatever the machine's load: what the layers cost in interpreter work."""
+    import collections
+
+    import workbench.algorithms.base as base
+    run = (lambda s: engine_loop(size, s, algorithm)) if loop == "engine" else (lambda s: LOOPS[loop](size, s))
+    flush, base.FLUSH_S = base.FLUSH_S, 1e9   # no live batch inside the count (they leave by wall clock)
+    try:
+        run(short)                             # warm: caches, each length's problem and plan, code paths
+        run(long)
+        counts = []
+        for steps in (short, long):
+            ops, calls = collections.Counter(), collections.Counter()
+
+            def tracer(frame: Any, event: str, arg: Any, ops: Any = ops, calls: Any = calls) -> Any:
+                key = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+                if event == "call":
+                    calls[key] += 1
+                    frame.f_trace_opcodes = True
+                elif event == "opcode":
+                    ops[key] += 1
+                return tracer
+            sys.settrace(tracer)
+            try:
+                run(steps)
+            finally:
+                sys.settrace(None)
+            counts.append((ops, calls))
+    finally:
+        base.FLUSH_S = flush
+    (o1, c1), (o2, c2) = counts
+    per = {k: ((o2[k] - o1[k]) / (long - short), (c2[k] - c1[k]) / (long - short)) for k in set(o2) | set(c2)}
+    return {k: v for k, v in per.items() if v[0] > 0.5 or v[1] > 0.05}
+
+
+def print_opcodes(per: dict[str, tuple[float, float]], label: str) -> None:
+    own = {k: v for k, v in per.items() if not k.startswith(MODEL_FILES)}
+    for k, (o, c) in sorted(own.items(), key=lambda kv: -kv[1][0]):
+        print(f"{o:8.1f} {c:6.2f}  {k}")
+    total = [sum(v[i] for v in per.values()) for i in (0, 1)]
+    outside = [sum(v[i] for v in own.values()) for i in (0, 1)]
+    print(f"{label}: {total[0]:.0f} opcodes in {total[1]:.0f} calls a step; outside the model "
+          f"{outside[0]:.0f} in {outside[1]:.0f}")
 
 
 def per_step_us(loop: str, size: str, n0: int, steps: int) -> float:
@@ -199,8 +254,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=None, help="steps measured (default 4000 teaching, 400 at 535k)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--only", choices=sorted(LOOPS), help="run one loop of --steps steps (for callgrind)")
+    p.add_argument("--opcodes", action="store_true", help="instead: Python opcodes and calls a step, per "
+                   "function, of the bare loop and of the engine running --algorithm")
+    p.add_argument("--algorithm", default="sync_sgd", choices=COUNTED, help="--opcodes: the engine's algorithm")
     a = p.parse_args(argv)
     import numpy as np
+    if a.opcodes:
+        print_opcodes(opcodes("bare", a.size), "bare loop")
+        print_opcodes(opcodes("engine", a.size, a.algorithm), f"engine, {a.algorithm}")
+        return
     steps = a.steps or (4000 if a.size == "teaching" else 400)
     if a.only:
         # Live batches leave every FLUSH_S of wall clock: under callgrind (~50x slower, more on a

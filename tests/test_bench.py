@@ -54,22 +54,42 @@ def test_the_plain_process_engine_row_runs_sync_sgd_through_the_engine_loop():
     np.testing.assert_array_equal(got[0]["loss"], threads[threads["worker"] == 0]["loss"].to_numpy())
 
 
-def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
-    # benchmarks/engine_step.py compares the engine's sync_sgd step with the bare loop and with
-    # the loop's contract written inline: a comparison of cost only if all three take the same
-    # steps. After 12 and 13 steps, each loop's parameters equal the engine's bit for bit.
+def _engine_step():
+    """benchmarks/engine_step.py, imported from its file (benchmarks/ is not a package)."""
     import importlib.util
     from pathlib import Path
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "engine_step.py"
     spec = importlib.util.spec_from_file_location("engine_step", path)
     es = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(es)
+    return es
+
+
+def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
+    # benchmarks/engine_step.py compares the engine's sync_sgd step with the bare loop and with
+    # the loop's contract written inline: a comparison of cost only if all three take the same
+    # steps. After 12 and 13 steps, each loop's parameters equal the engine's bit for bit.
+    es = _engine_step()
     assert set(es.LOOPS) == {"engine", "bare", "inline"}
     got = {steps: {loop: fn("teaching", steps)[1] for loop, fn in es.LOOPS.items()} for steps in (12, 13)}
     for steps, params in got.items():
         for loop in ("bare", "inline"):
             np.testing.assert_array_equal(params[loop], params["engine"], err_msg=f"{loop}, {steps} steps")
     assert not np.array_equal(got[12]["engine"], got[13]["engine"])    # 13 steps, not 12
+
+
+def test_the_engine_step_benchmark_counts_a_steps_opcodes_per_function():
+    # `engine_step.py --opcodes`: per function, the opcodes and calls of one step (the
+    # difference of two runs), which docs/benchmarks.md's tables quote. local_sgd at tau 1
+    # exchanges every step: one exchange and one close_step a step; the bare loop has neither,
+    # and its loop is one frame that never returns.
+    es = _engine_step()
+    per = es.opcodes("engine", algorithm="local_sgd", short=5, long=15)
+    assert per["base.py:exchange"][1] == per["base.py:close_step"][1] == per["local.py:step"][1] == 1.0
+    assert per["base.py:exchange"][0] > 50 and per["base.py:run_loop"][1] == 0.0
+    bare = es.opcodes("bare", short=5, long=15)
+    assert "base.py:exchange" not in bare and bare["throughput.py:bare_sync"][1] == 0.0
+    assert bare["shm.py:allreduce"][1] == 1.0
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
