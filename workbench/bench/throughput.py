@@ -473,7 +473,9 @@ def compare_tables(new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
 SPENDS: dict[str, str] = {
     "none": "nothing: one process, no exchange",
     "allreduce": "an allreduce of the gradient every step, and the wait for the slower worker at it (the bare "
-                 "sync loop spends the same; sync_sgd's gap to it is the engine's bookkeeping)",
+                 "sync loop spends the same; sync_sgd's gap to it is the engine's: the loop's bookkeeping, and on "
+                 "Dask the live batches and stop polls that the client, the scheduler and each worker's event loop "
+                 "handle on the same cores, each a moment in which a worker's partner waits)",
     "server": "a push of its gradient and a pull of the whole parameters every step, through one server that "
               "applies one update at a time (the other worker's push queues behind it)",
     "shared": "nothing but its updates to one shared array (no exchange, no lock)",
@@ -512,7 +514,7 @@ def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[s
     easgd at 0.50 of the limit (60% of its time in exchanges)
     >>> t.loc[4] = [PLAIN_BARE, 0.85, float("nan")]; t.loc[5] = [PLAIN_ENGINE, 0.8, 0.2]
     >>> print(spending_notes(t, "teaching")[0].split(": ")[1])
-    sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; its loop in plain processes 0.94 of the bare loop there; 30% of its time in exchanges)
+    sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; its loop in plain processes, no client, 0.94 of the bare loop there; 30% of its time in exchanges)
     """
     from ..algorithms import REGISTRY
     by = dict(zip(table["what"], table["vs_limit"]))
@@ -526,7 +528,7 @@ def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[s
         extra = f"{bare and row['vs_limit'] / bare:.2f} of the bare sync loop; " if spec.pattern == "allreduce" \
             and bare else ""
         if row["what"] == "sync_sgd" and plain_bare and plain_engine:   # the loop alone, and what Dask adds
-            extra += f"its loop in plain processes {plain_engine / plain_bare:.2f} of the bare loop there; "
+            extra += f"its loop in plain processes, no client, {plain_engine / plain_bare:.2f} of the bare loop there; "
         share = row.get("comm_fraction", float("nan"))
         spent = f"{share:.0%} of its time in exchanges" if pd.notna(share) else "its exchanges not timed"
         notes.append(f"{size}: {row['what']} at {row['vs_limit']:.2f} of the limit ({extra}{spent}): "
