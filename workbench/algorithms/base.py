@@ -94,7 +94,8 @@ class WorkerContext:
     elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
     _pending: list[dict] = field(default_factory=list)
-    _next_flush: float = 0.0
+    _next_flush: float = 0.0           # when the next live batch leaves (time.perf_counter)
+    _wall_timer: bool = False          # `timer` is that wall clock itself (`start`): close_step's reading serves
     _next_eval: int = 0                # no evaluation before this step (`close_step`)
     _batches: dict[tuple[int, int], tuple[Any, Callable]] = field(default_factory=dict)   # `batch`'s kept `batches`
 
@@ -156,6 +157,7 @@ class WorkerContext:
         is the original run's; else the time since its checkpoint is added to that one's."""
         missing = self.start_barrier() if self.start_barrier is not None else []
         self.t_start, self.started_wall = self.timer(), time.time()
+        self._wall_timer = self.timer is time.perf_counter
         if self.resume is not None:
             if self.resume.get("clock_restored"):
                 self.t_start = float(self.resume["t_start"])
@@ -452,7 +454,7 @@ class LocalWorker(Algorithm):
 
 
 # ------------------------------------------------------------------------------ synchronous steps
-_LAST_TAIL: list[Any] = [None] * 5   # (sum, key, decoded tail, times, slowest busy time): SyncTail.exchange; read-only
+_LAST_TAIL: list[Any] = [None] * 4   # (sum, key, decoded tail, slowest busy time): SyncTail.exchange; read-only
 
 
 class SyncTail:
@@ -469,18 +471,21 @@ class SyncTail:
     communicating), and makes the step's decision (`settle`). `rank`/`size` are within the
     collective's group (LTFB trainers); the group's rank 0 leads."""
 
-    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "timer", "asks", "t_free", "times", "total",
-                 "_mine", "_sum")
+    __slots__ = ("ctx", "n", "rank", "size", "end", "clock", "asks", "t_free", "t_end", "decoded", "total",
+                 "_times_at", "_busy_at", "_mine", "_sum")
 
     def __init__(self, ctx: WorkerContext, n: int, rank: int | None = None, size: int | None = None):
         self.ctx, self.n = ctx, n
         self.rank = ctx.rank if rank is None else rank
         self.size = ctx.size if size is None else size
         self.end = n + tail_length(self.size)
-        self.clock, self.timer = ctx.clock_fn(), ctx.timer
+        self.clock = ctx.clock_fn()
         self.asks = ctx.stop_requested if self.rank == 0 else None   # the leader's question, bound once
-        self.t_free: float | None = None   # when my last exchange ended (ctx.timer)
-        self.times: list[float] = []       # every worker's compute time at the last exchange
+        self.t_free: float | None = None   # when my last exchange (and update) ended (ctx.clock)
+        self.t_end: float | None = None    # when my last collective returned (ctx.clock)
+        self.decoded: list[float] = []     # the last exchange's reduced tail, as numbers (`times`)
+        p = self.size                      # (where the decoded tail holds every worker's times)
+        self._times_at, self._busy_at = slice(2, 2 + p), slice(2 + p, 2 + 2 * p)
         self.total: Any = None             # the last exchange's sum (the reducer's array: not to keep)
         # (buffer, its tail, the tail's writer) cut once, and (sum, its tail) likewise: a step
         # packs the same buffer, and a host comm hands back the same sum array, thousands of
@@ -490,18 +495,22 @@ class SyncTail:
 
     def exchange(self, out: StepOut, buf: Any, loss_w: float, compute_s: float, reduce: Callable[[Any], Any]) -> bool:
         """Pack my scalars into buf[n:], `reduce(buf)` (the collective: its sum is kept in
-        `total`), and read the reduced tail into `out`: `out.comm_s` and `out.wait_s` (the
-        exchange's time split, `comm_and_wait`), then `out.loss` and `out.stop` (`settle`);
-        every worker's compute time is left in `times`. True when the update applies."""
+        `total`, the clock when it returned in `t_end`), and read the reduced tail into
+        `out`: `out.comm_s` and `out.wait_s` (the exchange's time split, `comm_and_wait`:
+        from the end of my busy time, packing included, to `t_end`), then `out.loss` and
+        `out.stop` (`settle`); every worker's compute time is left in `times`. True when
+        the update applies."""
         held, tail, write = self._mine
         if buf is not held:
             tail = buf[self.n:self.end]
             write = _tail_writer(tail, self.rank, self.size)
             self._mine = (buf, tail, write)
+        clock = self.clock
+        t1 = clock()         # my busy time ends, the exchange begins
         since = self.t_free
         if since is None:    # step 0: since time 0 (before the clock starts: the compute alone)
             since = self.ctx.t_start
-        busy = self.clock() - since if since is not None else compute_s
+        busy = t1 - since if since is not None else compute_s
         asks = self.asks
         stop = 1.0 if asks is not None and asks() else 0.0
         if write is not None:
@@ -514,36 +523,40 @@ class SyncTail:
             if p > 1:                # one worker writes every slot
                 tail.fill(0)
             tail[0], tail[1], tail[2 + r], tail[2 + p + r] = loss_w, stop, compute_s, busy
-        timer = self.timer
-        t1 = timer()
         self.total = total = reduce(buf)
-        comm_total = timer() - t1
+        self.t_end = t2 = clock()
+        comm_total = t2 - t1
         held, tail = self._sum
         if total is held:    # the same writeable sum array as last step: its tail is cut
             tail = tail.tolist()
-            p = self.size
-            slowest = tail[3] if p == 1 else max(tail[2 + p:])
-            self.times = tail[2:2 + p]
+            slowest = max(tail[self._busy_at])
         else:
-            n, p = self.n, self.size
+            n = self.n
             key = (id(total), n, self.end)
             if _LAST_TAIL[0] is total and _LAST_TAIL[1] == key:   # the ranks of a process that got one sum
-                tail, self.times, slowest = _LAST_TAIL[2:]          # (the simulator's): decoded once, O(P) not O(P^2)
+                tail, slowest = _LAST_TAIL[2:]                      # (the simulator's): decoded once, O(P) not O(P^2)
             else:
                 view = total[n:self.end]
                 tail = (view if isinstance(view, np.ndarray) else to_numpy(view)).tolist()
-                self.times, slowest = tail[2:2 + p], max(tail[2 + p:])
+                slowest = max(tail[self._busy_at])
                 if isinstance(total, np.ndarray):
                     if not total.flags.writeable:   # only a sum nobody rewrites
-                        _LAST_TAIL[:] = [total, key, tail, self.times, slowest]
+                        _LAST_TAIL[:] = [total, key, tail, slowest]
                     else:
                         self._sum = (total, view)
+        self.decoded = tail
         out.comm_s, out.wait_s = comm_and_wait(comm_total, slowest, busy)
         return settle(out, tail[0], tail[1] > 0)
 
-    def freed(self) -> None:
-        """My exchange (and update) ended now: my next busy time counts from here."""
-        self.t_free = self.clock()
+    @property
+    def times(self) -> list[float]:
+        """Every worker's compute time at the last exchange."""
+        return self.decoded[self._times_at]
+
+    def freed(self) -> float:
+        """My exchange (and update) ended now: my next busy time counts from here (returned)."""
+        self.t_free = t = self.clock()
+        return t
 
 
 _FORMATS = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
@@ -709,7 +722,7 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
         if ctx.rank == 0:
             ctx.event("stopped", f"stop requested; ended after step {step}")
         return stop
-    if time.perf_counter() >= ctx._next_flush:   # wall time: live batches a few times a second
+    if (now if ctx._wall_timer else time.perf_counter()) >= ctx._next_flush:   # wall time: live batches a few times a second
         ctx.flush()
     return None
 

@@ -115,10 +115,9 @@ class CompressedExchange:
             total, tail = algo.tail.total[:n], algo.tail
         out.bytes_sent = sent_bytes
         if applies:
-            t2 = algo.clock()
+            t2 = tail.t_end
             self._apply(total, lr)
-            tail.freed()
-            out.compute_s += tail.t_free - t2
+            out.compute_s += tail.freed() - t2          # decoding the sum and the update are compute too
         return out
 
     def _dense_sum(self, buf: Any) -> Any:

@@ -107,11 +107,11 @@ class LocalSGD(LocalWorker):
                                      self.allreduce)   # the global batch's loss, the same everywhere
         self.compute_since, self.finite = 0.0, True
         if applies:
-            t3 = self.clock()
             self.apply(self.tail.total[:n])
             self.averages += 1
-            out.compute_s += self.clock() - t3
-        self.tail.freed()
+            out.compute_s += self.tail.freed() - self.tail.t_end   # taking up the average is compute too
+        else:
+            self.tail.freed()
         return out
 
     def state(self) -> dict[str, Any]:

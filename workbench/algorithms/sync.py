@@ -96,7 +96,15 @@ class SpeedBalancer:
         self.speed_sum = [0.0] * ctx.size   # samples / compute_s, summed since the last change
         self.speed_n = 0
         self.by_speed = ctx.config.split == "speed"
-        self._slices = _cut(ctx.plan.batch_size, self.shares)   # cut again only when shares move
+        self._cut()
+
+    def _cut(self) -> None:
+        """Cut the batch by the shares (again only when they move): every rank's slice, and
+        `mine`, this rank's (lo, hi, (hi - lo) / B), read at every step."""
+        b = self.ctx.plan.batch_size
+        self._slices = _cut(b, self.shares)
+        lo, hi = self._slices[self.ctx.rank]
+        self.mine = (lo, hi, (hi - lo) / b)
 
     def slices(self) -> list[tuple[int, int]]:
         return self._slices
@@ -109,7 +117,7 @@ class SpeedBalancer:
         self.speed_n += 1
         if self.speed_n == REBALANCE_EVERY:
             self.shares = rebalance(self.shares, [s / self.speed_n for s in self.speed_sum])
-            self._slices = _cut(self.ctx.plan.batch_size, self.shares)
+            self._cut()
             self.speed_sum, self.speed_n = [0.0] * self.ctx.size, 0
             if self.ctx.rank == 0:
                 self.ctx.event("rebalanced", "shares " + ", ".join(f"{s:.3f}" for s in self.shares))
@@ -128,7 +136,7 @@ class SpeedBalancer:
             return
         self.shares = [float(v) for v in state["shares"]]
         self.speed_sum, self.speed_n = [float(v) for v in state["speed_sum"]], int(state["speed_n"])
-        self._slices = _cut(self.ctx.plan.batch_size, self.shares)
+        self._cut()
 
 
 class SyncSGD(Algorithm):
@@ -150,7 +158,7 @@ class SyncSGD(Algorithm):
         self.compressed = CompressedExchange(self) if c.compression != "none" else None
         # what each step reads, bound once: at the teaching size a step is ~0.1 ms and the
         # Python between its NumPy calls is most of what the loop adds (docs/benchmarks.md)
-        self.rank, self.batch_size, self.schedule = ctx.rank, ctx.plan.batch_size, ctx.plan.schedule
+        self.schedule, self.by_speed = ctx.plan.schedule, self.balancer.by_speed
         self.rows = ctx.batches()
         self.out = StepOut(staleness=0.0, bytes_sent=self.bytes_sent)   # this worker's outcome, rewritten every step
 
@@ -158,10 +166,9 @@ class SyncSGD(Algorithm):
         """Weighted gradient of my slice into self.buf[:n]; returns (loss, samples, compute_s)."""
         clock = self.clock
         t0 = clock()
-        lo, hi = self.balancer.slices()[self.rank]
+        lo, hi, w = self.balancer.mine
         X, y = self.rows(step, lo, hi)
         loss, _ = self.ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
-        w = (hi - lo) / self.batch_size
         weigh(self.grad, w)
         return loss * w, hi - lo, clock() - t0
 
@@ -176,20 +183,21 @@ class SyncSGD(Algorithm):
         lr = self.schedule(step)
         loss_w, samples, compute_s = self.local_gradient(step)               # buf[:n] = (n_i / B) g_i
         out = self.out                                # (staleness 0 and bytes_sent set once)
-        out.lr, out.samples, out.compute_s, out.stop = lr, samples, compute_s, None
+        out.lr = lr
+        out.samples = samples
+        out.compute_s = compute_s
+        out.stop = None
         tail = self.tail
         applies = tail.exchange(out, self.buf, loss_w, compute_s, self.allreduce)   # sum_i (n_i / B) g_i = g
-        if self.balancer.by_speed:
+        if self.by_speed:
             self.balancer.observe(tail.times)
         if applies:
-            clock = self.clock
-            t2 = clock()
+            t2 = tail.t_end
             total = tail.total
             if total is not self._sum[0]:   # a host comm hands back the same sum array: cut once
                 self._sum = (total, total[:self.n])
             self.opt.step(self.params, self._sum[1], lr)                    # x -= lr g (momentum, ...)
-            tail.freed()
-            out.compute_s += tail.t_free - t2             # the update is compute too
+            out.compute_s += tail.freed() - t2            # the update is compute too
         return out
 
     def state(self) -> dict[str, Any]:

@@ -147,11 +147,12 @@ class StepLog:
     def _set_data(self, data: np.ndarray) -> None:
         self.data = data
         self._bytes = memoryview(data).cast("B")   # `add` packs a row straight into these bytes
+        self._rows = data.shape[0]                  # (its capacity, read at every row)
 
     def add(self, step: int, t: float, loss: float, lr: float, samples: int, compute_s: float,
             comm_s: float, wait_s: float, staleness: float, bytes_sent: float = 0.0) -> None:
         n = self.n
-        if n == self.data.shape[0]:
+        if n == self._rows:
             grown = np.empty((2 * n, self.data.shape[1]), dtype=np.float64)
             grown[:n] = self.data
             self._set_data(grown)
