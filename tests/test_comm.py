@@ -351,3 +351,41 @@ def test_the_stop_word_is_seen_at_the_next_call_without_waiting_for_a_poll():
     finally:
         unlink_segment(name)
     set_shm_stop(name, size)                                              # the run's segment gone: no error
+
+
+def test_a_loop_asking_to_stop_sets_the_word_and_the_word_slows_the_poll():
+    # A loop's own stop request (an asynchronous worker that diverged) reaches the other
+    # loops on its host through the word at their next call, not their next poll; with the
+    # word there, the poll (a scheduler round trip on Dask) runs once a second, unless the
+    # loop asks for the client's checkpoint or pause requests.
+    from workbench.comm.barrier import ShmStopWord, barrier_nbytes
+    from workbench.comm.base import WORD_POLL_S, ThrottledControl
+
+    class Slow:
+        asked: list[str] = []
+
+        def stop_requested(self):
+            return False
+
+        def request_stop(self, reason):
+            Slow.asked.append(reason)
+
+    size = 2
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", barrier_nbytes(size))
+    try:
+        mine, other = (ThrottledControl(Slow(), interval=3600.0, background=False, word=ShmStopWord(name, size))
+                       for _ in range(2))
+        plain = ThrottledControl(Slow(), interval=0.2, background=False)
+        assert not other.stop_requested()
+        assert mine._period() == 3600.0 and plain._period() == 0.2
+        fast = ThrottledControl(Slow(), interval=0.2, background=False, word=ShmStopWord(name, size))
+        assert fast._period() == WORD_POLL_S == 1.0
+        fast.checkpoint_at()                                   # requests wanted: polled at its own rate
+        assert fast._period() == 0.2
+        mine.request_stop("diverged")
+        assert Slow.asked == ["diverged"]                      # the slow control is told too
+        assert other.stop_requested()                          # seen at the next call
+        for c in (mine, other, fast, plain):
+            c.close()
+    finally:
+        unlink_segment(name)

@@ -101,7 +101,8 @@ class ShmStopWord:
     """The run's stop request as one int64 in the start barrier's segment (after the
     workers' flags): a loop on the segment's host reads it at every step, for the cost of
     a memory read, where the Dask event behind it is a scheduler round trip that loops
-    poll every `ThrottledControl.interval` (0.2 s). `set_shm_stop` writes it."""
+    poll at most once a second beside it (`ThrottledControl`). `set_shm_stop` writes it,
+    and `set` from a loop on the host."""
 
     def __init__(self, segment: str, size: int):
         from .shm import attach
@@ -111,6 +112,10 @@ class ShmStopWord:
 
     def is_set(self) -> bool:
         return self.view[0] != 0
+
+    def set(self) -> None:
+        """Ask every loop on this host to stop (as `set_shm_stop` does from elsewhere)."""
+        self.view[0] = 1
 
     def close(self) -> None:
         from .shm import detach

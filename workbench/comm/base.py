@@ -326,6 +326,9 @@ class ThreadControl:
         return self._abort.is_set()
 
 
+WORD_POLL_S = 1.0   # with a stop word, the slow control is polled this often (unless requests are wanted)
+
+
 class ThrottledControl:
     """Polls a slow control (a scheduler round trip) every `interval` seconds.
 
@@ -333,7 +336,13 @@ class ThrottledControl:
     training loop only reads a flag: a round trip (0.5 ms idle, tens of ms on a busy
     machine) never stalls a step, and never stalls a synchronous run's other workers.
     With a `word` (the run's stop word in shared memory, one host) a stop is seen at the
-    next call instead of the next poll."""
+    next call instead of the next poll: the client sets it with the event, and so does a
+    loop that asks to stop (`request_stop`), so the poll then only needs to catch what the
+    word does not carry (a client gone, or a word the client could not reach) and runs
+    every WORD_POLL_S, unless the loop asks for checkpoint or pause requests (`_wants`).
+    Each poll is a scheduler round trip handled by the worker's event loop on the
+    training's cores: at 0.2 s they cost a two-worker teaching-size run a few percent
+    (docs/benchmarks.md)."""
 
     def __init__(self, control: Any, interval: float = 0.2, background: bool = True, word: Any = None):
         self.control, self.interval, self.background = control, interval, background
@@ -391,8 +400,15 @@ class ThrottledControl:
                 self._poller = threading.Thread(target=self._poll, name="workbench-stop-poll", daemon=True)
                 self._poller.start()
 
+    def _period(self) -> float:
+        """Seconds to the next poll: `interval`, or with a stop word and no requests wanted
+        at most every WORD_POLL_S."""
+        if self.word is None or self._wants:
+            return self.interval
+        return max(self.interval, WORD_POLL_S)
+
     def _poll(self) -> None:
-        while not self._closed.wait(self.interval):
+        while not self._closed.wait(self._period()):
             try:
                 self._requests()
                 if self.control.stop_requested():
@@ -403,6 +419,8 @@ class ThrottledControl:
 
     def request_stop(self, reason: str) -> None:
         self._stop = True
+        if self.word is not None:   # the other loops on this host see it at their next step
+            self.word.set()
         self.control.request_stop(reason)
 
     def aborted(self) -> bool:

@@ -335,7 +335,7 @@ class DaskTransport(Transport):
         if plan is not None and plan.start_segment:   # one host: the stop word too, seen at the next step
             from ...comm.barrier import set_shm_stop
             live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
-            with contextlib.suppress(Exception):      # the event above stops the loops anyway, 0.2 s later
+            with contextlib.suppress(Exception):      # the event above stops the loops anyway, within a second
                 self.client.run(set_shm_stop, plan.start_segment, plan.size, workers=live[:1], on_error="ignore")
 
     def abort(self, reason: str) -> None:
