@@ -343,3 +343,74 @@ def test_csv_rows_writes_the_text_pandas_writes():
     assert ",," in ref and "inf" in ref                  # the edge values were in the chunk
     assert results.csv_rows(rows[:0]) == ""
     assert results.csv_rows(rows[::-3]) == results.store._frame(rows[::-3]).to_csv(index=False, header=False)
+
+
+def test_a_worker_puts_its_rows_in_its_ring_and_gives_the_ring_up_when_they_do_not_fit(no_dask):
+    """One host's ring (`comm.rowring`): rows go into it and no batch leaves for them; rows
+    that do not fit give it up for the rest of the run, and from then on go with the
+    batches: the ring's rows, read first, and the batches' follow each other in step order."""
+    import secrets
+
+    from workbench.comm.rowring import RowRing
+    from workbench.execution.context import build_context
+    from workbench.results.records import unpack_rows
+
+    sent: list[dict] = []
+    ctx = build_context(RunConfig(**QUICK, algorithm="sync_sgd", steps=20), 0, 1, "cpu", emit=sent.append)
+    ring = RowRing.create(f"wbt{secrets.token_hex(5)}", capacity=4, fields=len(ROW_FIELDS))
+    try:
+        ctx.rows_out = RowRing(ring.name)
+        ctx.start()
+        sent.clear()
+
+        def log(steps):
+            for s in steps:
+                ctx.steps.add(s, 0.01 * s, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0, 0.0)
+        log(range(0, 3))
+        ctx.flush()
+        assert sent == [] and ring.room() == 1                       # into the ring; no batch
+        log(range(3, 6))
+        ctx.flush()                                                  # 3 rows, room for 1: the ring is given up
+        assert ctx.rows_out is None and ring.room() == 1
+        log(range(6, 8))
+        ctx.flush()
+        got = ring.take()
+        order = list(got[:, 0]) + [s for b in sent for s in unpack_rows(b["rows"])["step"]]
+        assert order == list(range(8))
+        assert np.allclose(got[:, ROW_FIELDS.index("epoch")], ctx.plan.epoch(np.arange(3) + 1))
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("capacity", [None, 4])
+def test_a_dask_run_on_the_clients_host_sends_its_rows_through_rings(client, tmp_path, monkeypatch, capacity):
+    """The client shares the workers' host: every step row comes through the rings (none in
+    a live batch); with rings too small for one live batch's rows, every worker gives its
+    ring up and the rows come with the batches: the same complete steps.csv either way."""
+    import workbench.comm.rowring as rowring
+    from workbench.execution.transports.dask import DaskTransport
+    if capacity is not None:
+        monkeypatch.setattr(rowring, "CAPACITY", capacity)
+    through = {"ring": 0, "rings": 0}
+    live_rows = DaskTransport.live_rows
+
+    def counted(self):
+        got = live_rows(self)
+        through["rings"] = max(through["rings"], len(self.rings))
+        through["ring"] += sum(int(r["n"]) for r in got.values())
+        return got
+    monkeypatch.setattr(DaskTransport, "live_rows", counted)
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(**QUICK, algorithm="sync_sgd", cpus=2, steps=300, out=str(out)), cluster=client,
+                    progress=False)
+    assert result.status == "completed"
+    steps = wb.load(out).steps
+    assert len(steps) == 600 and through["rings"] == 2
+    for _, rows in steps.groupby("worker"):
+        assert rows["step"].tolist() == list(range(300))
+    if capacity is None:
+        assert through["ring"] == 600
+    else:
+        assert through["ring"] < 600

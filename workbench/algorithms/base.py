@@ -33,7 +33,7 @@ from ..config.registry import tail_length
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
 from ..maths.optim import Plan, make_optimizer
-from ..results.records import StepLog, eval_record, event_record, pack_rows
+from ..results.records import StepLog, eval_record, event_record, pack_rows, row_block
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
 
@@ -93,6 +93,8 @@ class WorkerContext:
     checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
     elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
+    rows_out: Any = None               # a ring to the client on this host for the step rows (`comm.rowring`);
+    #   None: they go with the live batches
     _pending: list[dict] = field(default_factory=list)
     _next_flush: float = 0.0           # when the next live batch leaves (time.perf_counter)
     _wall_timer: bool = False          # `timer` is that wall clock itself (`start`): close_step's reading serves
@@ -238,12 +240,21 @@ class WorkerContext:
     def flush(self, done: bool = False, force: bool = False) -> None:
         """Send one live batch: every step row since the last one (packed: the client writes
         them to the run directory as they come and bins them for the live views) and the
-        pending records. Without a client (`emit` None) the rows stay in the log."""
+        pending records. Without a client (`emit` None) the rows stay in the log. With a
+        ring to the client (`rows_out`) the rows go into it, and a batch leaves only with
+        records, or when forced; rows that do not fit give the ring up for the rest of the
+        run (they go with the batches from then on: `comm.rowring`)."""
         if self.emit is None:
             self._pending = []
             self._next_flush = time.perf_counter() + FLUSH_S
             return
-        rows = pack_rows(self.steps.take(self.plan.epoch))
+        ring = self.rows_out
+        if ring is not None and self.steps.n:
+            if self.steps.n <= ring.room():
+                ring.put(row_block(self.steps.take(self.plan.epoch)))
+            else:   # the client has not read for a while: every later row goes with the batches, after these
+                self.rows_out = None
+        rows = pack_rows(self.steps.take(self.plan.epoch)) if self.rows_out is None else None
         if force or done or rows is not None or self._pending:
             self.emit({"kind": "live", "rank": self.rank, "started": self.started_wall, "rows": rows,
                        "records": self._pending, "done": done})

@@ -68,6 +68,7 @@ def worker_main(config: RunConfig, rank: int, kinds: list[str], groups: list[lis
                         extra=dict(extra, group=gi, group_ranks=ranks), start_barrier=links.start_barrier,
                         timer=links.timer)
     ctx.resume = resume
+    ctx.rows_out = links.rows
     ctx.checkpoint_every = (extra.get("checkpoint") or {}).get("every")
     ctx.checkpoint_asked = bool((extra.get("checkpoint") or {}).get("wall"))
     ctx.elastic = "elastic" in extra       # keeps a state at each boundary, regroups (`execution.elastic`)
@@ -447,11 +448,19 @@ class _Monitor:
         self.stop_asked = False
 
     def drain(self) -> None:
+        """Hand on what the loops sent: the queued batches and, read after taking them, the
+        rows the transport's rings hold (handed on first: each batch was sent after every
+        row its worker put in its ring before it, so a state's rows precede it)."""
+        batches = []
         while True:
             try:
-                batch = self.records.get_nowait()
+                batches.append(self.records.get_nowait())
             except queue.Empty:
                 break
+        for rank, rows in self.transport.live_rows().items():
+            self.collector.add_live({"rank": self.ids[rank], "started": None, "rows": rows, "records": [],
+                                     "done": False})
+        for batch in batches:
             if batch.get("kind") == "state":
                 if "packed" in batch:   # a Dask worker's state for a regroup, pickled for the event stream
                     batch = {**batch, "state": pickle.loads(batch["packed"])}   # noqa: S301 - the run's own workers

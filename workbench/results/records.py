@@ -199,14 +199,21 @@ def pack_rows(columns: dict[str, np.ndarray] | None) -> dict[str, Any] | None:
     """
     if columns is None:
         return None
-    block = np.empty((len(columns["step"]), len(ROW_FIELDS)), dtype=np.float64)
-    for j, name in enumerate(ROW_FIELDS):
-        block[:, j] = columns[name]
+    block = row_block(columns)
     return {"n": int(block.shape[0]), "data": block.tobytes()}
 
 
+def row_block(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """A worker's step columns as one (rows, ROW_FIELDS) float64 block, row-major (the
+    bytes `pack_rows` sends, the rows a ring to the client holds: `comm.rowring`)."""
+    block = np.empty((len(columns["step"]), len(ROW_FIELDS)), dtype=np.float64)
+    for j, name in enumerate(ROW_FIELDS):
+        block[:, j] = columns[name]
+    return block
+
+
 def unpack_rows(packed: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The columns `pack_rows` packed."""
+    """The columns `pack_rows` packed (its "data" bytes, or a `row_block` itself)."""
     block = np.frombuffer(packed["data"], dtype=np.float64).reshape(int(packed["n"]), len(ROW_FIELDS))
     return {name: block[:, j] for j, name in enumerate(ROW_FIELDS)}
 

@@ -108,6 +108,7 @@ class WorkerLinks:
     start_barrier: Callable[[], list[int]] | None = None
     timer: Callable[[], float] = time.perf_counter     # the clock every booked time is read from
     closers: list[Callable[[], None]] = field(default_factory=list)   # run (last first) when the loop ends
+    rows: Any = None                                   # a ring to the client for the step rows (comm.rowring)
     adapt: Callable[[Any], None] | None = None         # called with the built WorkerContext (the simulator
     #   wraps its model so that compute charges virtual time)
 
@@ -240,6 +241,12 @@ class Transport(ABC):
     def finish(self) -> Progress:
         """After the monitor: the results of loops that ended but were not reported."""
         return Progress()
+
+    def live_rows(self) -> dict[int, dict]:
+        """Step rows the workers put where this client reads them itself ({rank: packed
+        rows}, `records.pack_rows`'s form), since the last call: a transport whose rows all
+        come with the live batches has none."""
+        return {}
 
     # Elastic membership (`execution.elastic`): a run that regroups starts its loops again on
     # a fresh transport of the same kind, on the workers there then.

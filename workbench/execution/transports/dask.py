@@ -78,6 +78,7 @@ class DaskTransport(Transport):
     def __init__(self, client: Any):
         self.client = client
         self.segments: dict[str, str] = {}
+        self.rings: dict[int, Any] = {}   # rank -> its ring of step rows, read here (one host: comm.rowring)
         self.actors: list[Any] = []
         self.futures: list[Any] = []
         self.actor: Any = None
@@ -141,6 +142,45 @@ class DaskTransport(Transport):
     def _on(self, fn: Callable, *args: Any, where: str) -> Any:
         return self.client.submit(fn, *args, workers=[where], pure=False).result()
 
+    def _open_rings(self, run_id: str, size: int, addr0: str) -> list[str]:
+        """One ring of step rows a worker, made here, where this client shares the workers'
+        host (worker 0 reads back the token written here); [] elsewhere, or where shared
+        memory is short: the rows then travel with the live batches."""
+        from ...comm.rowring import RowRing, same_host_token
+        from ...results.records import ROW_FIELDS
+        try:
+            first = RowRing.create(f"wb{run_id}r0", fields=len(ROW_FIELDS))
+        except Exception:   # no shared memory to spare here: the Dask route
+            return []
+        self.rings[0] = first
+        try:
+            seen = self._on(same_host_token, first.name, where=addr0)
+            if seen == first.token:
+                for rank in range(1, size):
+                    self.rings[rank] = RowRing.create(f"wb{run_id}r{rank}", fields=len(ROW_FIELDS))
+                return [self.rings[r].name for r in range(size)]
+        except Exception:
+            pass
+        self._close_rings()
+        return []
+
+    def live_rows(self) -> dict[int, dict]:
+        """Every worker's step rows put in its ring since the last call, packed as a live
+        batch's ({rank: {"n", "data"}}); {} without rings."""
+        out = {}
+        for rank, ring in self.rings.items():
+            block = ring.take()
+            if block is not None:
+                out[rank] = {"n": block.shape[0], "data": block}
+        return out
+
+    def _close_rings(self) -> None:
+        for ring in self.rings.values():
+            with contextlib.suppress(Exception):
+                ring.close()
+                ring.unlink()
+        self.rings = {}
+
     def prepare(self, setup: RunSetup) -> None:
         from ...comm.dask import EventControl
         client, config, spec, needs = self.client, setup.config, setup.spec, setup.spec.needs
@@ -175,6 +215,7 @@ class DaskTransport(Transport):
             from ...comm.barrier import barrier_nbytes
             plan.start_segment = self.segments["start"] = self._on(create_segment, f"wb{run_id}b",
                                                                    barrier_nbytes(size), where=addr0)
+            plan.row_rings = self._open_rings(run_id, size, addr0)
         plan.segments = {k: v for k, v in self.segments.items() if k.startswith("comm") or k in needs.shared}
         role = plan.role = needs.server
         if role is not None:
@@ -405,6 +446,7 @@ class DaskTransport(Transport):
         on this host the client removes segments and lock files itself; a live owner
         (worker 0) is also asked to drop its mapping, with a short timeout."""
         from ...comm.shm import unlink_segment
+        self._close_rings()   # (the monitor read their last rows before the run closed)
         if self.control is not None:
             self.control.end_lease(scheduler_alive=not self.gone)
         alive: set = set()

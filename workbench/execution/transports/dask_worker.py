@@ -32,6 +32,7 @@ class DaskPlan:
     nccl_ids: list[tuple] = field(default_factory=list)
     segments: dict[str, str] = field(default_factory=dict)   # comm<g> / shared arrays -> segment name
     start_segment: str | None = None
+    row_rings: list[str] = field(default_factory=list)   # rank -> its ring of step rows to the client (one host)
     server: str | None = None               # "shm" | "shm_master" | "shm_table" | "actor" | "actor_master"
     role: str | None = None                 # the declared server role (its core's ops: roles.role_core)
     server_options: dict = field(default_factory=dict)
@@ -150,6 +151,11 @@ def open_links(plan: DaskPlan, rank: int, actor: Any = None) -> WorkerLinks:
     control = ThrottledControl(EventControl(plan.run_id), word=word)
     links = WorkerLinks(control=control)
     links.closers.append(control.close)
+    if plan.row_rings:   # the client is on this host: step rows go to it through shared memory
+        from ...comm.rowring import open_writer
+        links.rows = open_writer(plan.row_rings[rank])
+        if links.rows is not None:
+            links.closers.append(links.rows.close)
     gi, ranks = group_of(plan.groups, rank)
     grank, gsize = ranks.index(rank), len(ranks)
     if plan.comm == "shm":
