@@ -7,7 +7,9 @@ in a synchronous run every such moment on one worker is a wait for its partners 
 teaching size, two workers on two cores, live batches through Dask cost sync_sgd 5-8% of
 its speed: docs/benchmarks.md). Where the client shares the workers' host, each worker
 instead copies its rows into a ring in shared memory that the client reads on its own
-clock (`Monitor.drain`): no message, no wake-up, on the worker's side a copy.
+clock (`Monitor.drain`): no message, no wake-up, on the worker's side a copy. Worker 0
+makes the rings, as it makes the run's other segments (`transports.dask`), and the client
+opens them where it sees them with the token worker 0 wrote: on the same host.
 
 One writer (the worker's loop) and one reader (the client) per ring, no lock: the
 writer copies rows in, then advances `written`; the reader copies rows out up to the
@@ -125,17 +127,28 @@ class RowRing:
             unlink_segment(self.name)
 
 
-def same_host_token(name: str) -> bytes | None:
-    """Runs on a worker (`Client.run`): the token of ring `name` as this host sees it, or
-    None where no such segment exists here (the worker is on another host)."""
+def create_rings(names: list[str], capacity: int, fields: int) -> list[tuple[str, bytes]]:
+    """Runs on worker 0, which owns the run's segments (and frees them if the client
+    vanishes): new rings, each with its token for the client to read back."""
+    made = []
+    for name in names:
+        ring = RowRing.create(name, capacity, fields)
+        made.append((ring.name, ring.token))
+        ring.close()
+    return made
+
+
+def open_reader(name: str, token: bytes) -> RowRing | None:
+    """The client's end of a ring worker 0 made: None where this process does not see that
+    ring (the client is on another host; its rows then go with the live batches)."""
     try:
         ring = RowRing(name)
     except Exception:   # not here (another host), or not ours
         return None
-    try:
-        return ring.token
-    finally:
+    if ring.token != token:
         ring.close()
+        return None
+    return ring
 
 
 def open_writer(name: str | None) -> Any:

@@ -143,26 +143,25 @@ class DaskTransport(Transport):
         return self.client.submit(fn, *args, workers=[where], pure=False).result()
 
     def _open_rings(self, run_id: str, size: int, addr0: str) -> list[str]:
-        """One ring of step rows a worker, made here, where this client shares the workers'
-        host (worker 0 reads back the token written here); [] elsewhere, or where shared
-        memory is short: the rows then travel with the live batches."""
-        from ...comm.rowring import RowRing, same_host_token
+        """One ring of step rows a worker, made by worker 0 as the run's other segments are
+        (`close` frees them; worker 0 does if this client vanishes), where this client
+        shares the workers' host (it reads back the token worker 0 wrote); [] elsewhere, or
+        where shared memory is short: the rows then travel with the live batches."""
+        from ...comm import rowring
         from ...results.records import ROW_FIELDS
+        names = [f"wb{run_id}r{rank}" for rank in range(size)]
+        self.segments.update((f"rows{rank}", name) for rank, name in enumerate(names))   # freed by `close`, made or not
         try:
-            first = RowRing.create(f"wb{run_id}r0", fields=len(ROW_FIELDS))
-        except Exception:   # no shared memory to spare here: the Dask route
+            made = self._on(rowring.create_rings, names, rowring.CAPACITY, len(ROW_FIELDS), where=addr0)
+        except Exception:   # no shared memory to spare there: the Dask route
             return []
-        self.rings[0] = first
-        try:
-            seen = self._on(same_host_token, first.name, where=addr0)
-            if seen == first.token:
-                for rank in range(1, size):
-                    self.rings[rank] = RowRing.create(f"wb{run_id}r{rank}", fields=len(ROW_FIELDS))
-                return [self.rings[r].name for r in range(size)]
-        except Exception:
-            pass
-        self._close_rings()
-        return []
+        for rank, (name, token) in enumerate(made):
+            ring = rowring.open_reader(name, token)
+            if ring is None:    # not this client's host
+                self._close_rings()
+                return []
+            self.rings[rank] = ring
+        return names
 
     def live_rows(self) -> dict[int, dict]:
         """Every worker's step rows put in its ring since the last call, packed as a live
@@ -175,10 +174,10 @@ class DaskTransport(Transport):
         return out
 
     def _close_rings(self) -> None:
+        """Let go of this client's ends of the rings (`close` frees the segments with the others)."""
         for ring in self.rings.values():
             with contextlib.suppress(Exception):
                 ring.close()
-                ring.unlink()
         self.rings = {}
 
     def prepare(self, setup: RunSetup) -> None:

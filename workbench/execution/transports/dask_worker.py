@@ -228,7 +228,8 @@ def _orphaned(plan: DaskPlan) -> None:
     """Worker 0, after its client vanished: free the run's segments and lock file, which
     the client would have freed (nobody else will)."""
     from ...comm.shm import unlink_segment
-    names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s]
+    names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s] \
+        + list(plan.row_rings)
     for name in names:
         with contextlib.suppress(Exception):
             unlink_segment(name)
