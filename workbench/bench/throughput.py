@@ -473,9 +473,11 @@ def compare_tables(new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
 SPENDS: dict[str, str] = {
     "none": "nothing: one process, no exchange",
     "allreduce": "an allreduce of the gradient every step, and the wait for the slower worker at it (the bare "
-                 "sync loop spends the same; sync_sgd's gap to it is the engine's: the loop's bookkeeping, and on "
-                 "Dask the live batches and stop polls that the client, the scheduler and each worker's event loop "
-                 "handle on the same cores, each a moment in which a worker's partner waits)",
+                 "sync loop spends the same; sync_sgd's gap to it is the engine's: the loop's bookkeeping (each "
+                 "step's record, clocks and packed tail), and on Dask what the client, the scheduler and each "
+                 "worker's event loop handle on the same cores (heartbeats, the control's poll once a second, "
+                 "records; the step rows go through shared memory on one host), each a moment in which a "
+                 "worker's partner waits)",
     "server": "a push of its gradient and a pull of the whole parameters every step, through one server that "
               "applies one update at a time (the other worker's push queues behind it)",
     "shared": "nothing but its updates to one shared array (no exchange, no lock)",
