@@ -207,6 +207,7 @@ def main(args: argparse.Namespace) -> int:
           f"load average {load:.2f} on {usable_cores()} cores", flush=True)
     client = make_cluster(cpus=args.cpus, gpus=0, quiet=True)
     tables: list[pd.DataFrame] = []
+    per_round: list[pd.DataFrame] = []   # each size's rows of every round (the notes' paired ratios)
     notes: list[str] = []
     try:
         workers = workers_of(client)[: args.cpus]
@@ -232,6 +233,7 @@ def main(args: argparse.Namespace) -> int:
                 if col not in table:
                     table[col] = float("nan")
             table["vs_limit"] = table["samples_per_s"] / table["limit"]
+            per_round.append(table)
             tables.append(combine_rounds(table))
             notes += b.notes
     finally:
@@ -246,7 +248,8 @@ def main(args: argparse.Namespace) -> int:
     for size in sizes:
         print(verdict(table[table["size"] == size.name], size.name))
     for size in sizes:                 # what each algorithm under 0.8 of its limit spends
-        notes += spending_notes(table[table["size"] == size.name], size.name)
+        notes += spending_notes(table[table["size"] == size.name], size.name,
+                                rounds=next((t for t in per_round if (t["size"] == size.name).all()), None))
     print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
     if args.no_torch or not torch_available():

@@ -503,10 +503,12 @@ SPENDS: dict[str, str] = {
 }
 
 
-def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[str]:
+def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8, rounds: pd.DataFrame | None = None) -> list[str]:
     """One note per algorithm of `size` that ran under `below` of its limit: what it spends
     besides its own steps (its pattern's `SPENDS`), with its share of time in exchanges;
-    sync_sgd's against the bare sync loop too.
+    sync_sgd's against the bare sync loop too. With `rounds` (the rows of every round, a
+    "round" column), a ratio to a bare loop is the median of each round's own ratio (the
+    two measured seconds apart, where the rounds' rows are minutes apart) with its range.
 
     >>> t = pd.DataFrame({"what": ["bare sync loop (no engine)", "sync_sgd", "easgd", "async_sgd"],
     ...                   "vs_limit": [0.8, 0.72, 0.5, 0.9], "comm_fraction": [float("nan"), 0.3, 0.6, 0.1]})
@@ -517,20 +519,38 @@ def spending_notes(table: pd.DataFrame, size: str, below: float = 0.8) -> list[s
     >>> t.loc[4] = [PLAIN_BARE, 0.85, float("nan")]; t.loc[5] = [PLAIN_ENGINE, 0.8, 0.2]
     >>> print(spending_notes(t, "teaching")[0].split(": ")[1])
     sync_sgd at 0.72 of the limit (0.90 of the bare sync loop; its loop in plain processes, no client, 0.94 of the bare loop there; 30% of its time in exchanges)
+    >>> r = pd.DataFrame({"what": ["bare sync loop (no engine)", "sync_sgd"] * 3, "round": [0, 0, 1, 1, 2, 2],
+    ...                   "vs_limit": [0.8, 0.76, 0.9, 0.72, 0.8, 0.8]})
+    >>> print(spending_notes(t.iloc[:2], "teaching", rounds=r)[0].split(": ")[1])
+    sync_sgd at 0.72 of the limit (0.95 of the bare sync loop, round by round 0.80-1.00; 30% of its time in exchanges)
     """
     from ..algorithms import REGISTRY
     by = dict(zip(table["what"], table["vs_limit"]))
     bare = by.get("bare sync loop (no engine)")
     plain_bare, plain_engine = by.get(PLAIN_BARE), by.get(PLAIN_ENGINE)
+
+    def against(what: str, base: str, base_value: float, value: float) -> tuple[str, str]:
+        """`what` over `base` (the ratio, and its range or ""): round by round where there were
+        rounds, else of the medians."""
+        if rounds is not None and "round" in rounds and rounds["round"].nunique() > 1:
+            wide = rounds.pivot_table(index="round", columns="what", values="vs_limit")
+            if what in wide and base in wide:
+                ratio = (wide[what] / wide[base]).dropna()
+                if len(ratio) > 1:
+                    return f"{ratio.median():.2f}", f", round by round {ratio.min():.2f}-{ratio.max():.2f}"
+        return f"{value / base_value:.2f}", ""
     notes = []
     for _, row in table.iterrows():
         spec = REGISTRY.get(row["what"])
         if spec is None or not row["vs_limit"] < below:
             continue
-        extra = f"{bare and row['vs_limit'] / bare:.2f} of the bare sync loop; " if spec.pattern == "allreduce" \
-            and bare else ""
+        extra = ""
+        if spec.pattern == "allreduce" and bare:
+            mid, spread = against(row["what"], "bare sync loop (no engine)", bare, row["vs_limit"])
+            extra = f"{mid} of the bare sync loop{spread}; "
         if row["what"] == "sync_sgd" and plain_bare and plain_engine:   # the loop alone, and what Dask adds
-            extra += f"its loop in plain processes, no client, {plain_engine / plain_bare:.2f} of the bare loop there; "
+            mid, spread = against(PLAIN_ENGINE, PLAIN_BARE, plain_bare, plain_engine)
+            extra += f"its loop in plain processes, no client, {mid} of the bare loop there{spread}; "
         share = row.get("comm_fraction", float("nan"))
         spent = f"{share:.0%} of its time in exchanges" if pd.notna(share) else "its exchanges not timed"
         notes.append(f"{size}: {row['what']} at {row['vs_limit']:.2f} of the limit ({extra}{spent}): "
