@@ -352,6 +352,7 @@ def test_a_worker_puts_its_rows_in_its_ring_and_gives_the_ring_up_when_they_do_n
     import secrets
 
     from workbench.comm.rowring import RowRing
+    from workbench.comm.shm import unlink_segment
     from workbench.execution.context import build_context
     from workbench.results.records import unpack_rows
 
@@ -380,7 +381,7 @@ def test_a_worker_puts_its_rows_in_its_ring_and_gives_the_ring_up_when_they_do_n
         assert np.allclose(got[:, ROW_FIELDS.index("epoch")], ctx.plan.epoch(np.arange(3) + 1))
     finally:
         ring.close()
-        ring.unlink()
+        unlink_segment(ring.name)
 
 
 @pytest.mark.cluster

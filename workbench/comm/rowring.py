@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from .shm import attach, create_segment, detach, unlink_segment
+from .shm import attach, create_segment, detach
 
 HEADER = 64            # bytes before the rows: written, read, capacity, fields (int64), the host token
-TOKEN = 16             # bytes of the client's token, after the four counters
+TOKEN = 16             # bytes of the token worker 0 writes (the client reads it back), after the four counters
 CAPACITY = 1 << 14     # rows a ring holds (16,384: 1.4 MB a worker; several seconds at 10k steps/s)
 
 
@@ -51,11 +51,12 @@ class RowRing:
     (True, [6.0, 7.0])
     >>> ring.put(np.zeros((5, 2))), ring.take()                             # more than it holds: refused
     (False, None)
-    >>> ring.close(); ring.unlink()
+    >>> from workbench.comm.shm import unlink_segment
+    >>> ring.close(); unlink_segment(ring.name)
     """
 
-    def __init__(self, name: str, owned: bool = False):
-        self.name, self.owned = name, owned
+    def __init__(self, name: str):
+        self.name = name
         self.shm = attach(name)
         head = np.ndarray((4,), dtype=np.int64, buffer=self.shm.buf, offset=0)
         self.capacity, self.fields = int(head[2]), int(head[3])
@@ -65,9 +66,9 @@ class RowRing:
 
     @classmethod
     def create(cls, name: str, capacity: int | None = None, fields: int = 11) -> RowRing:
-        """A new ring of `capacity` rows (CAPACITY) in the reading process (the client),
-        with a random token in its header that a process on the same host reads back
-        (`token`)."""
+        """A new ring of `capacity` rows (CAPACITY), kept alive by this process until
+        `unlink_segment` (in a run, worker 0's: `create_rings`), with a random token in its
+        header that a process on the same host reads back (`token`)."""
         capacity = capacity or CAPACITY
         create_segment(name, ring_nbytes(capacity, fields))
         shm = attach(name)
@@ -76,7 +77,7 @@ class RowRing:
         shm.buf[32:32 + TOKEN] = secrets.token_bytes(TOKEN)
         del head
         detach(shm)
-        return cls(name, owned=True)
+        return cls(name)
 
     @property
     def token(self) -> bytes:
@@ -120,11 +121,6 @@ class RowRing:
         self.counts.release()
         del self.rows
         detach(self.shm)
-
-    def unlink(self) -> None:
-        """Free the segment (its creator, once the run's last rows are read)."""
-        if self.owned:
-            unlink_segment(self.name)
 
 
 def create_rings(names: list[str], capacity: int, fields: int) -> list[tuple[str, bytes]]:
