@@ -111,6 +111,38 @@ def test_shm_wait_notices_an_aborted_run():
         unlink_segment(name)
 
 
+@pytest.mark.parametrize("spin_s", [0.0, 0.02])
+def test_shm_wait_spins_its_budget_before_it_sleeps(monkeypatch, spin_s):
+    # A partner 60 ms away: the wait yields the core for its budget, then sleeps.
+    import workbench.comm.shm as shm
+    slept = []
+    real_sleep = shm.time.sleep
+
+    class Clock:   # the module's `time` with its sleeps noted
+        perf_counter = staticmethod(time.perf_counter)
+
+        @staticmethod
+        def sleep(s):
+            slept.append(time.perf_counter())
+            real_sleep(s)
+    monkeypatch.setattr(shm, "time", Clock)
+    t0 = time.perf_counter()
+    shm.wait_until(lambda: time.perf_counter() - t0 > 0.06, None, "test", spin_s)
+    assert slept, "a wait longer than its budget sleeps"
+    first = slept[0] - t0
+    assert first >= spin_s                          # never before the budget is spent
+    if spin_s == 0.0:
+        assert first < 0.05                         # no budget: sleeps at once (the partner is 60 ms away)
+
+
+def test_spin_budget_is_long_only_where_every_worker_has_a_core(monkeypatch):
+    import workbench.util.machine as machine
+    from workbench.comm.shm import SPIN_S, SPIN_SHARED_S, spin_budget
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
+    assert (spin_budget(2), spin_budget(3)) == (SPIN_S, SPIN_SHARED_S)
+    assert SPIN_S > SPIN_SHARED_S
+
+
 def test_thread_allreduce_sums_in_rank_order_and_leaves_inputs():
     import threading
     group = ThreadGroup(3)

@@ -23,28 +23,44 @@ import numpy as np
 from ..util.private import PrivateDirError, forget_segment, open_private, record_segment, sweep_stale
 from .base import RoleFrontEnd, WorkerLost, check_wait, role_op, serve_now
 
-SPIN = 2000                # polls (yielding the core) before starting to sleep
+SPIN_S = 0.005             # spin (yielding the core) this long before sleeping, where every worker has a core
+SPIN_SHARED_S = 0.0005     # ... and this long where workers outnumber the cores (see `spin_budget`)
 SLEEP_S = 50e-6            # sleep between polls once spinning did not pay
 ABORT_POLL_S = 0.5         # how often a blocked wait checks whether the run was aborted
 
 
-def wait_until(ready: Callable[[], bool], control: Any, what: str) -> None:
-    """Spin (yielding the core), then sleep, until `ready()`: a peer is usually
-    microseconds away, but on an oversubscribed machine it may be descheduled. Every
-    ABORT_POLL_S of sleeping, an aborted run (`control.aborted()`) ends the wait with
-    WorkerLost naming `what`."""
-    spins, deadline = 0, time.perf_counter() + ABORT_POLL_S
+def spin_budget(workers: int) -> float:
+    """Seconds a wait spins before it sleeps, for `workers` processes meeting on this host.
+
+    A partner is usually microseconds away. When it is not, it was descheduled for a
+    moment (the client, the scheduler or a worker's event loop took its core). A waiter
+    that has gone to sleep by then wakes late, and its core is the one the intruder took
+    next, so every such moment grows: with the run's client and Dask beside two teaching-size
+    workers on two cores, the steps longer than 250 us took 9-10% of the time with 0.5 ms
+    of spinning and 5-6% with 5 ms (docs/benchmarks.md). Spinning yields the core but,
+    under the kernel's fair scheduler, still takes a waiter's share of it, so where the
+    workers outnumber the cores (Binder: two on one) a wait spins SPIN_SHARED_S only."""
+    from ..util.machine import usable_cores
+    return SPIN_S if workers <= usable_cores() else SPIN_SHARED_S
+
+
+def wait_until(ready: Callable[[], bool], control: Any, what: str, spin_s: float = SPIN_SHARED_S) -> None:
+    """Spin (yielding the core) for `spin_s`, then sleep, until `ready()` (`spin_budget`).
+    Every ABORT_POLL_S, once sleeping, an aborted run (`control.aborted()`) ends the wait
+    with WorkerLost naming `what`."""
+    clock = time.perf_counter
+    start = clock()
+    spin_end, deadline = start + spin_s, start + ABORT_POLL_S
     while not ready():
-        spins += 1
-        if spins < SPIN:
+        now = clock()
+        if now < spin_end:
             os.sched_yield()
         else:
             time.sleep(SLEEP_S)
-            if time.perf_counter() > deadline:
-                deadline = time.perf_counter() + ABORT_POLL_S
+            if now > deadline:
+                deadline = now + ABORT_POLL_S
                 if control is not None and control.aborted():
                     raise WorkerLost(f"{what} aborted: a peer is gone")
-
 
 
 def with_flock(lockfile: Any, fn: Callable[[], Any]) -> Any:
@@ -182,6 +198,7 @@ class ShmComm:
             self.total = np.ndarray((n,), dtype=dtype, buffer=buf, offset=off + itemsize * n * size)
         self.dtype = np.dtype(dtype)
         self.phase = int(self.flags[rank])
+        self.spin_s = spin_budget(size)
         self._views: dict[int, tuple] = {}   # m -> this rank's views for an allreduce of m elements
 
     def _views_for(self, m: int) -> tuple:
@@ -292,7 +309,7 @@ class ShmComm:
         flags = self._flag_view
         flags[self.rank] = phase
         if min(flags) < phase:
-            wait_until(lambda: min(flags) >= phase, self.control, "allreduce")
+            wait_until(lambda: min(flags) >= phase, self.control, "allreduce", self.spin_s)
 
     def close(self) -> None:
         del self._flag_view, self.flags, self.slots, self.total, self._views
