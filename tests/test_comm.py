@@ -389,7 +389,7 @@ def test_a_loop_asking_to_stop_sets_the_word_and_the_word_slows_the_poll():
     # A loop's own stop request (an asynchronous worker that diverged) reaches the other
     # loops on its host through the word at their next call, not their next poll; with the
     # word there, the poll (a scheduler round trip on Dask) runs once a second, unless the
-    # loop asks for the client's checkpoint or pause requests.
+    # loop asks for an elastic run's pause requests.
     from workbench.comm.barrier import ShmStopWord, barrier_nbytes
     from workbench.comm.base import WORD_POLL_S, ThrottledControl
 
@@ -412,7 +412,8 @@ def test_a_loop_asking_to_stop_sets_the_word_and_the_word_slows_the_poll():
         assert mine._period() == 3600.0 and plain._period() == 0.2
         fast = ThrottledControl(Slow(), interval=0.2, background=False, word=ShmStopWord(name, size))
         assert fast._period() == WORD_POLL_S == 1.0
-        fast.checkpoint_at()                                   # requests wanted: polled at its own rate
+        assert fast.checkpoint_at() is None and fast._period() == 1.0   # checkpoint requests come in the segment
+        fast.pause_at()                                        # an elastic run's pauses: polled at its own rate
         assert fast._period() == 0.2
         mine.request_stop("diverged")
         assert Slow.asked == ["diverged"]                      # the slow control is told too
@@ -421,3 +422,43 @@ def test_a_loop_asking_to_stop_sets_the_word_and_the_word_slows_the_poll():
             c.close()
     finally:
         unlink_segment(name)
+
+
+def test_a_checkpoint_request_reaches_every_loop_on_the_host_through_the_segment():
+    # The client's wall-clock checkpoint request (barrier.set_shm_checkpoint, on a worker) is
+    # read by each loop at every step beside the stop word; the slow control (a Dask variable)
+    # is never polled for it, and the stop and the workers' flags are left alone.
+    from workbench.comm.barrier import ShmStartBarrier, ShmStopWord, barrier_nbytes, set_shm_checkpoint
+    from workbench.comm.base import ThrottledControl
+
+    class Polled:
+        polls = 0
+
+        def stop_requested(self):
+            return False
+
+        def requests(self):
+            Polled.polls += 1
+            return 99, None
+
+    size = 2
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", barrier_nbytes(size))
+    try:
+        loops = [ThrottledControl(Polled(), interval=3600.0, background=False, word=ShmStopWord(name, size))
+                 for _ in range(size)]
+        assert [c.checkpoint_at() for c in loops] == [None, None]
+        set_shm_checkpoint(name, size, 1234)
+        assert [c.checkpoint_at() for c in loops] == [1234, 1234]
+        set_shm_checkpoint(name, size, 2500)                   # the next one replaces it
+        assert [c.checkpoint_at() for c in loops] == [2500, 2500]
+        assert Polled.polls == 0 and not any(c.stop_requested() for c in loops)
+        barrier = ShmStartBarrier(name, 0, size)
+        assert barrier.flags.tolist() == [0, 0]
+        barrier.close()
+        for c in loops:
+            c.close()
+        plain = ThrottledControl(Polled(), interval=3600.0, background=False)   # no word (another host): polled
+        assert plain.checkpoint_at() == 99 and Polled.polls == 1
+    finally:
+        unlink_segment(name)
+    set_shm_checkpoint(name, size, 1)                          # the run's segment gone: no error

@@ -536,3 +536,40 @@ def test_the_checkpoint_bench_reports_the_cost_and_its_share():
     assert row["every"] == 20 and row["default"] == "60s" and row["rounds"] == 1
     assert row["cost_per_checkpoint_ms"] >= row["client_write_ms"] > 0 and row["checkpoint_mb"] > 0
     assert row["share_at_default"] == pytest.approx(row["cost_per_checkpoint_ms"] / 1e3 / 60)
+
+
+def _count_requests(on: bool) -> int:
+    """On a worker: count the loops' polls of the checkpoint variable (on), or stop and say
+    how many there were (off)."""
+    import workbench.comm.dask as comm_dask
+    cls = comm_dask.EventControl
+    if on:
+        cls._real_requests, cls._polls = cls.requests, 0
+
+        def counted(self):
+            cls._polls += 1
+            return cls._real_requests(self)
+        cls.requests = counted
+        return 0
+    cls.requests = cls._real_requests
+    return cls._polls
+
+
+@pytest.mark.cluster
+def test_a_wall_clock_checkpoint_on_one_host_reaches_the_loops_through_shared_memory(client, tmp_path):
+    """A Dask run on the client's host with a checkpoint every second: the client writes each
+    request into the run's segment, where the loops read it at every step, and they never
+    ask the scheduler for it (the Dask variable behind it is polled only by loops on other
+    hosts): the checkpoints are taken all the same, inside the run."""
+    out = tmp_path / "run"
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", cpus=2, batch_size=32, seed=1,
+                    eval_every=10**6, steps=40_000, checkpoint_every="1s", out=str(out))
+    client.run(_count_requests, True)
+    try:
+        result = wb.run(cfg, cluster=client, progress=False)
+    finally:
+        polls = client.run(_count_requests, False)
+    assert result.status == "completed"
+    steps = [ckpt.read(p).step for p in ckpt.listed(out)]
+    assert steps and all(0 < s < 40_000 for s in steps)
+    assert sum(polls.values()) == 0

@@ -32,9 +32,10 @@ SPIN_S = 0.05             # fine wait: once everyone is there, spin this long at
 
 
 def barrier_nbytes(size: int) -> int:
-    """Bytes of a shared-memory start barrier for `size` workers: one int64 flag each, and
-    one more, the run's stop word (`ShmStopWord`)."""
-    return 8 * (size + 1)
+    """Bytes of a shared-memory start barrier for `size` workers: one int64 flag each, then
+    the run's two words (`ShmStopWord`): the stop, and the step the client asked the next
+    checkpoint before."""
+    return 8 * (size + 2)
 
 
 def _check(control: Any) -> bool:
@@ -99,16 +100,17 @@ def release_shm_barrier(segment: str, rank: int, size: int) -> None:
 
 class ShmStopWord:
     """The run's stop request as one int64 in the start barrier's segment (after the
-    workers' flags): a loop on the segment's host reads it at every step, for the cost of
-    a memory read, where the Dask event behind it is a scheduler round trip that loops
-    poll at most once a second beside it (`ThrottledControl`). `set_shm_stop` writes it,
-    and `set` from a loop on the host."""
+    workers' flags), and after it the step the client asked the next checkpoint before
+    (0: none yet): a loop on the segment's host reads them at every step, for the cost of
+    a memory read, where the Dask event and variable behind them are scheduler round trips
+    that loops poll at most once a second beside them (`ThrottledControl`). `set_shm_stop`
+    and `set_shm_checkpoint` write them, and `set` from a loop on the host."""
 
     def __init__(self, segment: str, size: int):
         from .shm import attach
         self.shm = attach(segment)
-        self.word = np.ndarray((1,), dtype=np.int64, buffer=self.shm.buf, offset=8 * size)
-        self.view = memoryview(self.word)   # a look costs ~40 ns, where a NumPy scalar costs ~150
+        self.words = np.ndarray((2,), dtype=np.int64, buffer=self.shm.buf, offset=8 * size)
+        self.view = memoryview(self.words)   # a look costs ~40 ns, where a NumPy scalar costs ~150
 
     def is_set(self) -> bool:
         return self.view[0] != 0
@@ -117,25 +119,39 @@ class ShmStopWord:
         """Ask every loop on this host to stop (as `set_shm_stop` does from elsewhere)."""
         self.view[0] = 1
 
+    def checkpoint_at(self) -> int | None:
+        """The step the client asked every worker to checkpoint before; None before any ask."""
+        return self.view[1] or None
+
     def close(self) -> None:
         from .shm import detach
         self.view.release()
-        del self.word, self.view
+        del self.words, self.view
         detach(self.shm)
 
 
-def set_shm_stop(segment: str, size: int) -> None:
-    """Set the run's stop word (runs on a worker of the segment's host, on its event loop:
-    the client may be elsewhere). A segment already gone (the run ended) is no error."""
+def _set_word(segment: str, size: int, index: int, value: int) -> None:
     from .shm import attach, detach
     try:
         shm = attach(segment)
     except FileNotFoundError:
         return
-    word = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=8 * size)
-    word[0] = 1
-    del word
+    words = np.ndarray((2,), dtype=np.int64, buffer=shm.buf, offset=8 * size)
+    words[index] = value
+    del words
     detach(shm)
+
+
+def set_shm_stop(segment: str, size: int) -> None:
+    """Set the run's stop word (runs on a worker of the segment's host, on its event loop:
+    the client may be elsewhere). A segment already gone (the run ended) is no error."""
+    _set_word(segment, size, 0, 1)
+
+
+def set_shm_checkpoint(segment: str, size: int, step: int) -> None:
+    """Ask every loop on the segment's host to send its state before `step` (a wall-clock
+    checkpoint; runs where `set_shm_stop` does). A segment already gone is no error."""
+    _set_word(segment, size, 1, int(step))
 
 
 class EventStartBarrier:

@@ -339,7 +339,9 @@ class ThrottledControl:
     next call instead of the next poll: the client sets it with the event, and so does a
     loop that asks to stop (`request_stop`), so the poll then only needs to catch what the
     word does not carry (a client gone, or a word the client could not reach) and runs
-    every WORD_POLL_S, unless the loop asks for checkpoint or pause requests (`_wants`).
+    every WORD_POLL_S. The client's checkpoint requests travel beside it in the segment
+    (`ShmStopWord.checkpoint_at`); only an elastic run's pause requests (`_wants`) bring
+    the poll back to every `interval`.
     Each poll is a scheduler round trip handled by the worker's event loop on the
     training's cores: at 0.2 s they cost a two-worker teaching-size run a few percent
     (docs/benchmarks.md)."""
@@ -369,8 +371,12 @@ class ThrottledControl:
         return self._stop
 
     def checkpoint_at(self) -> int | None:
-        """The step the client asked every worker to checkpoint before (polled as stops are,
-        once the loop has asked for it the first time)."""
+        """The step the client asked every worker to checkpoint before: read from the word
+        where there is one (one host; the client writes it there too), else polled as stops
+        are, once the loop has asked for it the first time."""
+        look = self._look
+        if look is not None:
+            return look[1] or None
         self._wants = True
         if self._poller is None and not self._stop:
             self._first_poll()

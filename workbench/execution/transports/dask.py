@@ -378,6 +378,19 @@ class DaskTransport(Transport):
             with contextlib.suppress(Exception):      # the event above stops the loops anyway, within a second
                 self.client.run(set_shm_stop, plan.start_segment, plan.size, workers=live[:1], on_error="ignore")
 
+    def request_checkpoint(self, step: int) -> None:
+        """Every worker sends its state before `step`: through the run's control (a Dask
+        variable, polled by loops on other hosts) and, on one host, the word beside the stop
+        word, which the loops read at every step instead of polling (`ThrottledControl`)."""
+        self.control.request_checkpoint(step)
+        plan = self.plan
+        if plan is not None and plan.start_segment:
+            from ...comm.barrier import set_shm_checkpoint
+            live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
+            with contextlib.suppress(Exception):   # a worker gone: the saver drops a checkpoint nobody sends
+                self.client.run(set_shm_checkpoint, plan.start_segment, plan.size, step, workers=live[:1],
+                                on_error="ignore")
+
     def abort(self, reason: str) -> None:
         with contextlib.suppress(Exception):  # a scheduler that is gone too cannot pass it on
             self.control.abort(reason)
