@@ -20,6 +20,7 @@ import pandas as pd
 from .throughput import (
     PLAIN_BARE,
     PLAIN_ENGINE,
+    RUNDIR,
     Bench,
     Entry,
     Size,
@@ -53,6 +54,8 @@ def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
     if "sync_sgd" in algorithms:
         out.append(Entry(PLAIN_ENGINE, _plain_engine_entry))
     out += [Entry(a, _algorithm_entry(a)) for a in algorithms]
+    if "sync_sgd" in algorithms:   # as a user's run makes it: what keeping the record costs
+        out.append(Entry(RUNDIR, _algorithm_entry("sync_sgd", rundir=True)))
     if not args.no_torch and torch_available():
         out += [Entry("PyTorch no-exchange limit", _torch_limit_entry),
                 Entry("PyTorch DDP (gloo)", _ddp_entry),
