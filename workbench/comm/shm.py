@@ -36,10 +36,11 @@ def spin_budget(workers: int) -> float:
     moment (the client, the scheduler or a worker's event loop took its core). A waiter
     that has gone to sleep by then wakes late, and its core is the one the intruder took
     next, so every such moment grows: with the run's client and Dask beside two teaching-size
-    workers on two cores, the steps longer than 250 us took 9-10% of the time with 0.5 ms
-    of spinning and 5-6% with 5 ms (docs/benchmarks.md). Spinning yields the core but,
-    under the kernel's fair scheduler, still takes a waiter's share of it, so where the
-    workers outnumber the cores (Binder: two on one) a wait spins SPIN_SHARED_S only."""
+    workers on two cores, the time above the median in steps longer than 250 us was 10-11%
+    of all of it with 0.5 ms of spinning and 5-8% with 5 ms (docs/benchmarks.md). Spinning
+    yields the core but, under the kernel's fair scheduler, still takes a waiter's share of
+    it, so where the workers outnumber the cores (Binder: two on one) a wait spins
+    SPIN_SHARED_S only."""
     from ..util.machine import usable_cores
     return SPIN_S if workers <= usable_cores() else SPIN_SHARED_S
 
