@@ -101,10 +101,11 @@ def release_shm_barrier(segment: str, rank: int, size: int) -> None:
 class ShmStopWord:
     """The run's stop request as one int64 in the start barrier's segment (after the
     workers' flags), and after it the step the client asked the next checkpoint before
-    (0: none yet): a loop on the segment's host reads them at every step, for the cost of
-    a memory read, where the Dask event and variable behind them are scheduler round trips
-    that loops poll at most once a second beside them (`ThrottledControl`). `set_shm_stop`
-    and `set_shm_checkpoint` write them, and `set` from a loop on the host."""
+    (0: none yet): a loop on the segment's host reads them at every step (`view[0]`,
+    `view[1]`), for the cost of a memory read, where the Dask event and variable behind
+    them are scheduler round trips that loops poll at most once a second beside them
+    (`ThrottledControl`). `set_shm_stop` and `set_shm_checkpoint` write them, and `set`
+    from a loop on the host."""
 
     def __init__(self, segment: str, size: int):
         from .shm import attach
@@ -118,10 +119,6 @@ class ShmStopWord:
     def set(self) -> None:
         """Ask every loop on this host to stop (as `set_shm_stop` does from elsewhere)."""
         self.view[0] = 1
-
-    def checkpoint_at(self) -> int | None:
-        """The step the client asked every worker to checkpoint before; None before any ask."""
-        return self.view[1] or None
 
     def close(self) -> None:
         from .shm import detach

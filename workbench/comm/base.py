@@ -340,7 +340,7 @@ class ThrottledControl:
     loop that asks to stop (`request_stop`), so the poll then only needs to catch what the
     word does not carry (a client gone, or a word the client could not reach) and runs
     every WORD_POLL_S. The client's checkpoint requests travel beside it in the segment
-    (`ShmStopWord.checkpoint_at`); only an elastic run's pause requests (`_wants`) bring
+    (`barrier.set_shm_checkpoint`); only an elastic run's pause requests (`_wants`) bring
     the poll back to every `interval`.
     Each poll is a scheduler round trip handled by the worker's event loop on the
     training's cores: at 0.2 s they cost a two-worker teaching-size run a few percent

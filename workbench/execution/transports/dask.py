@@ -369,27 +369,30 @@ class DaskTransport(Transport):
                 self._take(rank, f, out)
         return out
 
-    def request_stop(self, reason: str) -> None:
-        self.control.request_stop(reason)
+    def _write_word(self, fn: Callable[..., None], *args: Any) -> None:
+        """On one host, `fn(start_segment, size, *args)` on a live worker (`barrier.set_shm_stop`
+        or `set_shm_checkpoint`): the loops read the run's words at every step. Best effort:
+        the Dask control was told first, and loops on other hosts poll it."""
         plan = self.plan
-        if plan is not None and plan.start_segment:   # one host: the stop word too, seen at the next step
-            from ...comm.barrier import set_shm_stop
-            live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
-            with contextlib.suppress(Exception):      # the event above stops the loops anyway, within a second
-                self.client.run(set_shm_stop, plan.start_segment, plan.size, workers=live[:1], on_error="ignore")
+        if plan is None or not plan.start_segment:
+            return
+        live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
+        with contextlib.suppress(Exception):
+            self.client.run(fn, plan.start_segment, plan.size, *args, workers=live[:1], on_error="ignore")
+
+    def request_stop(self, reason: str) -> None:
+        from ...comm.barrier import set_shm_stop
+        self.control.request_stop(reason)
+        self._write_word(set_shm_stop)   # the event stops the loops anyway, within a second
 
     def request_checkpoint(self, step: int) -> None:
         """Every worker sends its state before `step`: through the run's control (a Dask
         variable, polled by loops on other hosts) and, on one host, the word beside the stop
-        word, which the loops read at every step instead of polling (`ThrottledControl`)."""
+        word, which the loops read at every step instead of polling (`ThrottledControl`); a
+        worker gone: the saver drops a checkpoint nobody sends."""
+        from ...comm.barrier import set_shm_checkpoint
         self.control.request_checkpoint(step)
-        plan = self.plan
-        if plan is not None and plan.start_segment:
-            from ...comm.barrier import set_shm_checkpoint
-            live = [w["address"] for r, w in enumerate(self.workers) if r not in self.lost]
-            with contextlib.suppress(Exception):   # a worker gone: the saver drops a checkpoint nobody sends
-                self.client.run(set_shm_checkpoint, plan.start_segment, plan.size, step, workers=live[:1],
-                                on_error="ignore")
+        self._write_word(set_shm_checkpoint, step)
 
     def abort(self, reason: str) -> None:
         with contextlib.suppress(Exception):  # a scheduler that is gone too cannot pass it on
