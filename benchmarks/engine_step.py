@@ -23,8 +23,13 @@ the bare loop and of the engine running NAME (`opcodes`: deterministic on a load
 `--only engine|bare|inline --steps N` runs one loop of N steps and nothing else: run it under
 `valgrind --tool=callgrind` at two step counts, and the difference of the instruction
 counts over the difference of the steps is the per-step count, repeatable on a loaded
-machine (live batches, which leave by wall clock, are left out there: see `main`). BLAS is
-held to one thread, as a worker holds it.
+machine (live batches, which leave by wall clock, are left out there: see `main`).
+`--instructions` does exactly that for the three loops (valgrind must be installed; six
+runs under callgrind, two at a time: several minutes) and prints each loop's instructions
+a step beside the bare loop's. Set beside the CPU-time table, it tells work done from time
+spent: at the teaching size the engine's step now runs 1-1.5% more instructions than the
+bare loop's but costs 5-7% more time (docs/benchmarks.md). BLAS is held to one thread, as
+a worker holds it.
 """
 from __future__ import annotations
 
@@ -181,6 +186,44 @@ def inline_loop(size: str, steps: int) -> tuple[float, Any]:
     return cpu, params
 
 
+def callgrind_total(text: str) -> int:
+    """The instruction count of a callgrind output file's text (its `summary:` line).
+
+    >>> callgrind_total("version: 1\\nevents: Ir\\nsummary: 4085027038\\n")
+    4085027038
+    """
+    for line in text.splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split(":", 1)[1].split()[0])
+    raise ValueError("no summary: line (not a callgrind output file?)")
+
+
+def instructions(size: str, short: int = 500, long: int = 2500, jobs: int = 2) -> dict[str, float]:
+    """Instructions a step of each loop, counted by callgrind: each loop run alone (`--only`)
+    for `short` and for `long` steps, the difference over `long - short` (set-up cancels
+    out). Deterministic to about 0.1% (hash seeds), whatever the machine's load."""
+    import concurrent.futures
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions runs the loops under valgrind, which is not installed "
+                         "(Debian: apt install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="wb-callgrind-") as folder:
+        def count(loop: str, steps: int) -> int:
+            out = os.path.join(folder, f"{loop}.{steps}.out")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                            os.path.abspath(__file__), "--only", loop, "--size", size, "--steps", str(steps)],
+                           check=True, capture_output=True)
+            with open(out) as f:
+                return callgrind_total(f.read())
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            runs = {(loop, n): pool.submit(count, loop, n) for loop in LOOPS for n in (short, long)}
+            return {loop: (runs[loop, long].result() - runs[loop, short].result()) / (long - short)
+                    for loop in LOOPS}
+
+
 def base_flush_s() -> float:
     """How often live batches leave, as the engine's loop reads it (callgrind mode sets it huge)."""
     import workbench.algorithms.base as base
@@ -257,8 +300,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--opcodes", action="store_true", help="instead: Python opcodes and calls a step, per "
                    "function, of the bare loop and of the engine running --algorithm")
     p.add_argument("--algorithm", default="sync_sgd", choices=COUNTED, help="--opcodes: the engine's algorithm")
+    p.add_argument("--instructions", action="store_true", help="instead: each loop's instructions a step, "
+                   "counted by valgrind's callgrind (several minutes)")
     a = p.parse_args(argv)
     import numpy as np
+    if a.instructions:
+        short, long = 500, 2500
+        per = instructions(a.size, short, long)
+        print(f"size {a.size}, instructions a step (callgrind: {long} steps less {short}), numpy "
+              f"{np.__version__}, python {sys.version.split()[0]}")
+        for loop, n in sorted(per.items(), key=lambda kv: kv[0] != "bare"):   # the bare loop first
+            extra = "" if loop == "bare" else f"  (+{n - per['bare']:,.0f}; bare / {loop} {per['bare'] / n:.3f})"
+            print(f"{loop:>7}: {n:11,.0f}{extra}")
+        return
     if a.opcodes:
         print_opcodes(opcodes("bare", a.size), "bare loop")
         print_opcodes(opcodes("engine", a.size, a.algorithm), f"engine, {a.algorithm}")

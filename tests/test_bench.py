@@ -92,6 +92,21 @@ def test_the_engine_step_benchmark_counts_a_steps_opcodes_per_function():
     assert bare["shm.py:allreduce"][1] == 1.0
 
 
+def test_the_engine_step_benchmark_reads_callgrinds_count_and_says_when_valgrind_is_missing(monkeypatch):
+    # `engine_step.py --instructions` counts each loop's instructions under callgrind (the
+    # table in docs/benchmarks.md that tells work done from time spent): the count is the
+    # output file's summary line, and a machine without valgrind gets a sentence, not a trace.
+    es = _engine_step()
+    assert es.callgrind_total("# callgrind format\nversion: 1\nevents: Ir\nsummary: 4085027038\n") == 4085027038
+    assert es.callgrind_total("events: Ir\nfn=(1) main\n0 12\ntotals: 12\n") == 12
+    with pytest.raises(ValueError, match="summary"):
+        es.callgrind_total("events: Ir\n")
+    import shutil
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="valgrind"):
+        es.instructions("teaching")
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
 def test_the_memory_benchmark_reads_its_own_peak_not_its_parents():
     # `bench --simulated` measures 1024 workers' memory in a subprocess of a process that has
