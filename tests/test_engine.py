@@ -235,3 +235,71 @@ def test_thread_workers_run_blas_on_one_thread_and_give_the_setting_back():
         assert blas_threads() == {3}
     assert asked.summary["blas_threads"] == 2
     assert [w["blas_threads"] for w in asked.summary["machine"]["workers"]] == [2, 2]
+
+
+def test_an_interrupt_in_the_client_loop_is_a_stop_request_and_loses_no_batch():
+    # The CLI turns SIGTERM and SIGHUP into KeyboardInterrupt, as Python turns Ctrl-C and
+    # Jupyter's "interrupt the kernel": raised inside the client's loop, it landed between two
+    # bytecodes, and the batches the loop had taken off the queue were lost (an evaluation's
+    # record went missing from a run stopped by SIGTERM and resumed: tests/test_resume.py).
+    # Here a real SIGINT, handled by a handler that raises, arrives while the collector takes
+    # the first of three batches: all three reach it, the loops are asked to stop, the run
+    # ends stopped, and the handler in place before the loop is back after it.
+    from types import SimpleNamespace
+
+    from workbench.execution.engine import _Monitor
+    from workbench.execution.transports.base import Progress
+    from workbench.results.collect import Collector
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+
+    class Loops:   # the transport: its loops end once asked to stop
+        def __init__(self):
+            self.stops, self.cancelled = [], False
+
+        def live_rows(self):
+            return {}
+
+        def poll(self):
+            return Progress(results={0: {"status": "stopped", "params": None}}) if self.stops else Progress()
+
+        def pending(self):
+            return not self.stops
+
+        def request_stop(self, why):
+            self.stops.append(why)
+
+        def finish(self):
+            return Progress()
+
+        def cancel(self):
+            self.cancelled = True
+
+    class Collecting(Collector):
+        def add_live(self, payload):
+            if payload["records"] and payload["records"][0]["step"] == 199:
+                os.kill(os.getpid(), signal.SIGINT)   # delivered before this call returns
+            super().add_live(payload)
+
+    def raising(signum, frame):
+        raise KeyboardInterrupt("SIGINT")
+
+    setup = SimpleNamespace(size=1, spec=SimpleNamespace(sync=True), t0_wall=time.time())
+    loops, collector = Loops(), Collecting()
+    monitor = _Monitor(setup, loops, collector, should_stop=None)
+    for step in (199, 399, 599):
+        monitor.records.put({"kind": "live", "rank": 0, "started": None, "rows": None, "done": step == 599,
+                             "records": [{"kind": "eval", "worker": "0", "step": step, "epoch": 1.0, "time": 0.1,
+                                          "train_loss": 1.0, "test_loss": 1.0, "test_accuracy": 0.5}]})
+    old = signal.signal(signal.SIGINT, raising)
+    try:
+        status, _, _ = monitor.watch()
+        assert signal.getsignal(signal.SIGINT) is raising
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert collector.evals.frame()["step"].tolist() == [199, 399, 599]
+    assert loops.stops == ["KeyboardInterrupt"] and not loops.cancelled
+    assert status == "stopped"
+    assert [e["message"] for e in collector.rows["event"] if e["event"] == "stop_requested"] == \
+        ["KeyboardInterrupt (SIGINT)"]

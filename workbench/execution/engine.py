@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import pickle
 import queue
+import signal
+import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -429,6 +431,45 @@ def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: An
     return total if total is not None and total >= before else before + wall
 
 
+INTERRUPTS = ("SIGINT", "SIGTERM", "SIGHUP")   # the signals a stop may come by (Ctrl-C, a kernel's interrupt, the CLI's)
+
+
+@contextlib.contextmanager
+def interrupts_as_requests(got: list[str]) -> Iterator[None]:
+    """While the client's loop runs: a signal whose handler raises KeyboardInterrupt in the
+    main thread (Ctrl-C, Jupyter's "interrupt the kernel", the CLI's SIGTERM and SIGHUP) is
+    taken as a request instead, its name appended to `got` for the loop to act on. Raised,
+    it would land between two bytecodes of whatever the loop was doing, and what that held
+    would be lost: batches taken off the queue and not yet handed to the collector (an
+    evaluation's record, a worker's state for a checkpoint), a loop's fetched result. The
+    handler itself still runs (the CLI's note on stderr); only its KeyboardInterrupt is
+    kept back. Handlers that do not raise, the defaults (SIGTERM's exit) and ignored
+    signals are left as they are, and off the main thread, where no handler runs, nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved: dict[int, Any] = {}
+
+    def kept_back(signum: int, frame: Any) -> None:
+        try:
+            saved[signum](signum, frame)
+        except KeyboardInterrupt as exc:
+            got.append(str(exc) or signal.Signals(signum).name)
+
+    for name in INTERRUPTS:
+        sig = getattr(signal, name, None)
+        old = signal.getsignal(sig) if sig is not None else None
+        if callable(old):   # (SIG_DFL and SIG_IGN are not: the process's own choice, kept)
+            saved[sig] = old
+            signal.signal(sig, kept_back)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
 class _Monitor:
     """The client's one loop over a run's transport: records, stop requests, lost workers."""
 
@@ -517,39 +558,51 @@ class _Monitor:
         self.collector([event_record(self.now(), "stop_requested", None, message)])
 
     def watch(self) -> tuple[str, Any, dict]:
+        """Run the client's side of the run until its loops end; returns (status, rank 0's
+        parameters, the summary's extra fields). An interrupt (`interrupts_as_requests`) asks
+        the loops to stop, as `should_stop` does, and the loop goes on taking what they send
+        until they have ended; a second interrupt stops waiting for them."""
         transport = self.transport
         stop_deadline = None
-        try:
-            while True:
-                self.drain()
-                if not self.stop_asked and self.should_stop is not None and self.should_stop():
-                    stop_deadline = time.time() + STOP_GRACE_S
-                    self.ask_stop("stop requested", "stop requested by the user")
-                self.take(transport.poll())
-                if self.gone or not transport.pending():
-                    break
-                if self.saver is not None and not self.stop_asked:
-                    self.saver.maybe_ask()
-                if self.joins is not None and not self.stop_asked:
-                    self.joins.watch(self)
-                if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
-                    transport.cancel()  # loops ignored the stop request: do not hang
-                    break
+        interrupts: list[str] = []
+        with interrupts_as_requests(interrupts):
+            try:
+                while True:
+                    self.drain()
+                    if interrupts and not self.stop_asked:
+                        stop_deadline = time.time() + STOP_GRACE_S
+                        self.ask_stop("KeyboardInterrupt", f"KeyboardInterrupt ({interrupts[0]})")
+                    elif len(interrupts) > 1:   # asked again: stop waiting for the loops
+                        transport.cancel()
+                        break
+                    if not self.stop_asked and self.should_stop is not None and self.should_stop():
+                        stop_deadline = time.time() + STOP_GRACE_S
+                        self.ask_stop("stop requested", "stop requested by the user")
+                    self.take(transport.poll())
+                    if self.gone or not transport.pending():
+                        break
+                    if self.saver is not None and not self.stop_asked:
+                        self.saver.maybe_ask()
+                    if self.joins is not None and not self.stop_asked:
+                        self.joins.watch(self)
+                    if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
+                        transport.cancel()  # loops ignored the stop request: do not hang
+                        break
+                    time.sleep(MONITOR_S)
+            except KeyboardInterrupt:   # raised all the same (a handler installed while the loop ran)
+                self.ask_stop("KeyboardInterrupt", "KeyboardInterrupt")
+                deadline = time.time() + STOP_GRACE_S * 3
+                while time.time() < deadline and transport.pending() and not self.gone:
+                    self.drain()
+                    self.take(transport.poll())
+                    time.sleep(MONITOR_S)
+            self.take(transport.finish())   # loops that ended but were not reported yet
+            expected = {r for r, res in self.results.items() if res.get("status") not in ("rescheduled", "lost")}
+            deadline = time.time() + (0 if self.gone else DONE_TIMEOUT_S)
+            while not expected <= self.done and time.time() < deadline and len(interrupts) < 2:
                 time.sleep(MONITOR_S)
-        except KeyboardInterrupt:
-            self.ask_stop("KeyboardInterrupt", "KeyboardInterrupt")
-            deadline = time.time() + STOP_GRACE_S * 3
-            while time.time() < deadline and transport.pending() and not self.gone:
                 self.drain()
-                self.take(transport.poll())
-                time.sleep(MONITOR_S)
-        self.take(transport.finish())   # loops that ended but were not reported yet
-        expected = {r for r, res in self.results.items() if res.get("status") not in ("rescheduled", "lost")}
-        deadline = time.time() + (0 if self.gone else DONE_TIMEOUT_S)
-        while not expected <= self.done and time.time() < deadline:
-            time.sleep(MONITOR_S)
-            self.drain()
-        self.drain()
+            self.drain()   # (an interrupt from here on: the loops have ended, nothing is left to stop)
         for rank, res in self.results.items():
             if res.get("started") is not None:
                 self.collector.started.setdefault(self.ids[rank], res["started"])
