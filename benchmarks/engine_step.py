@@ -28,7 +28,7 @@ machine (live batches, which leave by wall clock, are left out there: see `main`
 runs under callgrind, two at a time: several minutes) and prints each loop's instructions
 a step beside the bare loop's. Set beside the CPU-time table, it tells work done from time
 spent: at the teaching size the engine's step now runs 1-1.5% more instructions than the
-bare loop's but costs 5-7% more time (docs/benchmarks.md). BLAS is held to one thread, as
+bare loop's but costs 6-8% more time (docs/benchmarks.md). BLAS is held to one thread, as
 a worker holds it.
 """
 from __future__ import annotations
