@@ -470,6 +470,19 @@ def relative_spread(values: list[float]) -> float:
     return float((xs[len(xs) - k] - xs[k - 1]) / 2 / med) if med > 0 else float("nan")
 
 
+def spread_text(spread: float) -> str:
+    """A spread (`relative_spread`) as the "+-" people read: whole percents from 1%, one
+    decimal below it (rounded to "+-0%", rounds that agree to within 0.2% would read as a
+    rate known exactly), "no rate measured" for NaN.
+
+    >>> spread_text(0.0521), spread_text(0.0021), spread_text(float("nan"))
+    ('+-5%', '+-0.2%', 'no rate measured')
+    """
+    if spread != spread:
+        return "no rate measured"
+    return f"+-{spread:.1%}" if spread < 0.0095 else f"+-{spread:.0%}"
+
+
 class Repeats:
     """Interleaved rounds of the points of a scaling measurement, each point repeated until its
     rate is known to +-`target` (`relative_spread`) or the budget runs out.
@@ -552,5 +565,4 @@ class Repeats:
         if n < self.min_rounds:
             return f"not resolved: {n} of {self.min_rounds} rounds measured (stopped)"
         budget = f"; budget: {self.out_of}" if self.out_of else ""
-        told = f"+-{spread:.0%}" if spread == spread else "no rate measured"
-        return f"not resolved: {told} over {n} rounds (target +-{self.target:.0%}{budget})"
+        return f"not resolved: {spread_text(spread)} over {n} rounds (target +-{self.target:.0%}{budget})"

@@ -389,7 +389,7 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     >>> combine_rounds(rows)[["resolved", "resolution_note"]].values.tolist()[1]
     [False, "not resolved on this machine now: the speed-up's reference, 1 worker, is +-11% over 3 rounds (target +-5%)"]
     """
-    from ..measure import TARGET_SPREAD, median_rate, relative_spread
+    from ..measure import TARGET_SPREAD, median_rate, relative_spread, spread_text
 
     by_w: dict[int, list[dict]] = {}
     for row in rows:
@@ -411,7 +411,7 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
             r["resolution_note"] = "" if simulated else "one round: no spread measured"
         elif not known:
             r["resolved"] = False
-            told = f"+-{r['spread']:.0%}" if r["spread"] == r["spread"] else "no rate measured"
+            told = spread_text(r["spread"])
             r["resolution_note"] = (f"not resolved on this machine now: {r['workers']} worker"
                                     f"{'' if r['workers'] == 1 else 's'} {told} over "
                                     f"{r['rounds']} rounds (target +-{TARGET_SPREAD:.0%}"
@@ -421,7 +421,7 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
         elif not first["spread"] <= TARGET_SPREAD:
             # the speed-up is this rate over the first's: unknown while the first one is
             r["resolved"] = False
-            told = f"+-{first['spread']:.0%}" if first["spread"] == first["spread"] else "no rate measured"
+            told = spread_text(first["spread"])
             r["resolution_note"] = (f"not resolved on this machine now: the speed-up's reference, {first['workers']} "
                                     f"worker{'' if first['workers'] == 1 else 's'}, is {told} over "
                                     f"{first['rounds']} rounds (target +-{TARGET_SPREAD:.0%})")

@@ -76,7 +76,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import MAX_ROUNDS, ROUNDS, Repeats
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, spread_text
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -105,9 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     speedup = float(two["speedup"])
     print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%}); medians of "
           f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "
-          f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}, +-{one['spread']:.0%}), 2 workers "
+          f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}, {spread_text(one['spread'])}), 2 workers "
           f"{two['samples_per_s']:,.0f} over {two['rounds']} ({two['samples_per_s_lo']:,.0f}-"
-          f"{two['samples_per_s_hi']:,.0f}, +-{two['spread']:.0%})")
+          f"{two['samples_per_s_hi']:,.0f}, {spread_text(two['spread'])})")
     for note in dict.fromkeys(n for n in (one["resolution_note"], two["resolution_note"]) if n):
         print(f"note: {note}")
     print(f"report: {out / 'report.html'}  (1 worker: {out / 'one-worker' / 'report.html'})")
