@@ -515,6 +515,8 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     for k in PARTS:
         extra = f"   (beyond the ideal: {_ms(excess[k])})" if excess else ""
         lines.append(f"  {NAMES[k] if k != 'compute' else 'compute':<34} {_ms(parts[k]):>10}{extra}")
+        if k == "overhead":
+            lines.extend(_evaluations_line(n, pn, parts["overhead"]))
     if one is not None:
         lines.append(f"  1 worker's step at batch {one.batch}: {_ms(float(p1['period'][0]))} (compute "
                      f"{_ms(float(p1['compute'][0]))}, overhead {_ms(float(p1['overhead'][0]))})")
@@ -527,6 +529,22 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
         lines.append(f"  note: {n.machine_note}")
     preds = _predictions(model, n, exact, lines)
     return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds)
+
+
+def _evaluations_line(n: RunSteps, pn: dict, overhead: float) -> list[str]:
+    """The part of the overhead the run's evaluations make, as a line under it (none when
+    no evaluation fell in the steady window or the steps after them took no longer): the
+    overhead less a step's own (`RunSteps.means`: the steps that followed no evaluation),
+    and what each evaluation added to every worker's step after it. A short run's overhead
+    is mostly its evaluations (rank 0's pass over the test set, which a synchronous run's
+    other workers wait for at the next exchange), not the loop's bookkeeping."""
+    count = int(n.evaluated.sum())
+    share = max(overhead - float(pn["step_overhead"][0]), 0.0)
+    if count == 0 or share <= 0.0:
+        return []
+    how = f"every {n.eval_every} steps" if n.eval_every else "once an epoch"
+    return [f"    {'of which evaluations':<32} {_ms(share):>10}   ({count} in the window, {how}, each "
+            f"{_ms(float(pn['eval_s'][0]))} on the step after it; the loop itself {_ms(overhead - share)})"]
 
 
 def _exchange_kind(model: Model, exchange: float, n: RunSteps) -> str:
