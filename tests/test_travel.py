@@ -46,6 +46,15 @@ def test_compare_writes_one_report_of_every_run(two_runs, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "plotly" in page
     assert "slow" in page and "fast" in page and "comparison of 2 runs" in page
     assert page.count('class="figure"') >= 3          # progress (time, epoch) and comparison
+    # and the terminal gets the runs table: each label, the config field that differs, the numbers
+    lines = proc.stdout.splitlines()
+    head, slow, fast = lines[0].split(), lines[1].split(), lines[2].split()
+    assert head[:3] == ["run", "lr", "status"] and "test acc" in lines[0] and "samples/s" in lines[0]
+    assert slow[:3] == ["slow", "0.1", "completed"] and fast[:3] == ["fast", "0.3", "completed"]
+    for row, d in ((slow, two_runs[0]), (fast, two_runs[1])):
+        acc = wb.load(d).summary["final_test_accuracy"]
+        assert f"{acc:.4f}" in row
+    assert lines[3] == f"report: {out}"
 
 
 @pytest.mark.parametrize("args, field", [

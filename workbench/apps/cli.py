@@ -184,12 +184,15 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     sub.add_parser("schema", help=COMMANDS["schema"])
 
     comp = sub.add_parser("compare", help=COMMANDS["compare"],
-                          description="Overlay the loss/accuracy curves, throughput and time breakdown of "
-                                      "several run directories in one self-contained HTML page.")
+                          description="Several run directories side by side: prints each run with the config "
+                                      "fields that differ and its headline numbers, and overlays their "
+                                      "loss/accuracy curves, throughput and time breakdown in one "
+                                      "self-contained HTML page.")
     comp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (each with summary.json)")
     comp.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     comp.add_argument("--title", default=None, help="page title (default: comparison of N runs)")
-    comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: from each run)")
+    comp.add_argument("--labels", default=None, help="comma-separated names, one per run (default: the directories "
+                      "in the printed table, each run's label in the report)")
 
     why = sub.add_parser("explain", help=COMMANDS["explain"], formatter_class=fmt,
                          description="Read one run, or a 1-worker run and an N-worker run of the same config, and "
@@ -708,7 +711,8 @@ def _run_dirs(paths: Sequence[str]) -> list[Path]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    """`compare RUN_DIR... --out report.html`: ui.report's comparison page from the shell."""
+    """`compare RUN_DIR... --out report.html`: the runs as a table (`comparison_text`), and
+    ui.report's comparison page."""
     dirs = _run_dirs(args.runs)
     labels = None
     if args.labels:
@@ -724,8 +728,35 @@ def _compare(args: argparse.Namespace) -> int:
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
+    print(comparison_text(results, labels or [str(d) for d in dirs]))
     print(f"report: {path}")
     return EXIT_OK
+
+
+COMPARED = {"status": "status", "workers": "workers", "steps": "steps", "samples_per_s": "samples/s",
+            "final_test_accuracy": "test acc", "final_test_loss": "test loss", "wall_time_s": "wall s",
+            "comm_fraction": "comm"}   # the report's summary columns the terminal shows, and their headings
+
+
+def comparison_text(results: list, labels: list[str]) -> str:
+    """The runs `compare` writes a report of, as a table for the terminal: each run's label,
+    the config fields that differ between them (`report.differing_config`), and its headline
+    numbers (`report.summary_table`'s, a few of them)."""
+    import pandas as pd
+
+    from ..ui.report import differing_config, summary_table
+    table = summary_table(results, labels)
+    shown = table[[c for c in COMPARED if c in table.columns]].rename(columns=COMPARED)
+    diff = differing_config([r.summary.get("config") or {} for r in results])
+    diff = diff.drop(columns=[c for c in diff.columns if c == "out"])
+    width = max(len(label) for label in labels)
+    out = pd.concat([pd.DataFrame({"run": [label.ljust(width) for label in labels]}), diff, shown], axis=1)
+    fmt = {"samples/s": "{:,.0f}".format, "test acc": "{:.4f}".format, "test loss": "{:.4f}".format,
+           "wall s": "{:.2f}".format, "comm": "{:.3f}".format}
+    for col, f in fmt.items():
+        if col in out.columns:
+            out[col] = [f(v) if isinstance(v, (int, float)) and v == v else "-" for v in out[col]]
+    return out.to_string(index=False)
 
 
 def _explain(args: argparse.Namespace) -> int:
