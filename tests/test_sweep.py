@@ -1,6 +1,8 @@
 """Scaling sweeps: rows, speedup / efficiency maths, weak batches, files, early errors."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -212,3 +214,26 @@ def test_the_cli_and_the_api_check_a_sweep_once_by_its_plan(monkeypatch, tmp_pat
                      "--out", str(out), "--no-progress"]) == 0
     assert plans == [[1, 2]]                                   # planned once, run from the plan
     assert pd.read_csv(out / "sweep.csv")["workers"].tolist() == [1, 2]
+
+
+def test_the_cli_prints_the_scaling_columns_and_says_which_points_are_too_short(tmp_path, capsys):
+    """The terminal gets the columns a scaling question reads, at their precision (sweep.csv
+    keeps every column), and a note for each point whose run was too short for a steady
+    state, counted in steps a worker (the steady state's own count is every worker's rows)."""
+    from workbench.apps import cli
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,4", "--steps", "8",
+                     "--out", str(out), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["workers", "batch", "samples/s", "speed-up", "efficiency", "comm", "test", "acc",
+                                "steps", "status", "rounds", "+-"]
+    one, four = lines[1].split(), lines[2].split()
+    assert one[:2] == ["1", "32"] and one[3:5] == ["1.00x", "100%"] and one[-1] == "-"   # one round: no spread
+    table = pd.read_csv(out / "sweep.csv")
+    assert four[3] == f"{table.speedup[1]:.2f}x" and four[2] == f"{table.samples_per_s[1]:,.0f}"
+    assert not table.steady_reached.any() and "run_note" in table.columns
+    per_worker = [json.loads((out / d / "summary.json").read_text())["steady"]["steps"] / w
+                  for d, w in (("w1", 1), ("w4", 4))]
+    for w, n in zip((1, 4), per_worker):
+        assert (f"  note ({w} worker{'s' if w > 1 else ''}): too short for a steady state ({n:.3g} steps a worker after warm-up, "
+                f"10 make one): its throughput includes start-up effects") in lines

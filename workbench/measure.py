@@ -279,11 +279,15 @@ def steady_chunks(chunks: Any) -> Steady:
                   comm_fraction=share["comm_s"] + share["wait_s"])
 
 
-def steady_note(steady_state: dict[str, Any] | Steady | None) -> str | None:
-    """The sentence for a run too short for a steady state (None when it was reached).
+def steady_note(steady_state: dict[str, Any] | Steady | None, workers: int | None = None) -> str | None:
+    """The sentence for a run too short for a steady state (None when it was reached); with
+    the run's `workers`, its steps a worker (the rule's count: `Steady.steps` counts every
+    worker's rows, so 32 workers' 7 steps each read as 224).
 
     >>> steady_note({"reached": False, "steps": 12})
     'too short for a steady state (12 steps after warm-up): its throughput includes start-up effects'
+    >>> steady_note({"reached": False, "steps": 224}, workers=32)
+    'too short for a steady state (7 steps a worker after warm-up, 10 make one): its throughput includes start-up effects'
     >>> steady_note({"reached": True}) is None
     True
     """
@@ -292,8 +296,15 @@ def steady_note(steady_state: dict[str, Any] | Steady | None) -> str | None:
     d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
     if d.get("reached", True):
         return None
-    return (f"too short for a steady state ({d.get('steps', 0)} steps after warm-up): its throughput includes "
-            f"start-up effects")
+    rows = d.get("steps", 0)
+    told = (f"{rows / workers:.3g} steps a worker after warm-up, {MIN_STEADY_STEPS} make one" if workers
+            else f"{rows} steps after warm-up")
+    return f"too short for a steady state ({told}): its throughput includes start-up effects"
+
+
+def run_workers(summary: dict[str, Any]) -> int | None:
+    """How many workers a run's summary says it had (its `workers` entries); None when it does not say."""
+    return len(summary.get("workers") or []) or None
 
 
 def notes(summary: dict[str, Any]) -> list[str]:
@@ -304,7 +315,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
     ['other processes used 1.6 of 2 cores ...']
     """
-    return [n for n in (summary.get("learning_note"), steady_note(summary.get("steady")),
+    return [n for n in (summary.get("learning_note"), steady_note(summary.get("steady"), run_workers(summary)),
                         summary.get("machine_note")) if n]
 
 

@@ -14,7 +14,8 @@ Throughput (`samples_per_s`) is the run summary's steady throughput (`workbench.
 each worker's first steps and the first tenth of the training span left out, by one rule
 for every algorithm), so the one-off set-up of the workers (which dominates short runs and
 does not scale with the workers) stays out; evaluations stay in. `steady_reached` says
-whether the run was long enough for that rule; `other_cores` and `machine_note` say how
+whether the run was long enough for that rule, and `run_note` says it in words (with a run
+that learned nothing, `workbench.learning`); `other_cores` and `machine_note` say how
 many cores other processes took during the point (`workbench.util.machine`). `wall_samples_per_s` is samples / wall
 time, set-up included.
 
@@ -46,13 +47,13 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, ConfigTypeError, RunConfig
-from ..measure import MAX_ROUNDS, ROUNDS, Repeats
+from ..measure import MAX_ROUNDS, ROUNDS, Repeats, run_workers, steady_note
 from ..results.result import RunResult
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "blas_threads", "rounds", "samples_per_s_lo",
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "run_note", "blas_threads", "rounds", "samples_per_s_lo",
                  "samples_per_s_hi", "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
 
@@ -236,6 +237,7 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
             "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
             "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note"),
+            "run_note": "; ".join(n for n in (s.get("learning_note"), steady_note(s.get("steady"), run_workers(s))) if n) or None,
             "blas_threads": s.get("blas_threads")}
 
 

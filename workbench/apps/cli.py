@@ -662,11 +662,11 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     preflight(plan.largest)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
-    print(table.to_string(index=False))
+    print(sweep_text(table))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
-        for note in (row.get("resolution_note"), row.get("machine_note")):
+        for note in (row.get("resolution_note"), row.get("run_note"), row.get("machine_note")):
             if isinstance(note, str) and note and note != "one round: no spread measured":
-                print(f"  note ({row['workers']} workers): {note}")
+                print(f"  note ({row['workers']} worker{'s' if row['workers'] != 1 else ''}): {note}")
     if config.out:
         paths = {"sweep": str(Path(config.out) / "sweep.csv")}
         figure = _sweep_figure(table, config, args.mode, Path(config.out) / "sweep.html") if len(table) else None
@@ -681,6 +681,27 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/s", "speedup": "speed-up",
+         "efficiency": "efficiency", "comm_fraction": "comm", "final_test_accuracy": "test acc", "steps": "steps",
+         "status": "status", "rounds": "rounds", "spread": "+-"}   # sweep.csv's columns the terminal shows
+
+
+def sweep_text(table: Any) -> str:
+    """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
+    keeps them all), each number at the precision it is known to; "-" where there is none."""
+    from ..measure import spread_text
+    shown = table[[c for c in SWEPT if c in table.columns]].rename(columns=SWEPT).copy()
+    fmt = {"samples/s": "{:,.0f}".format, "speed-up": "{:.2f}x".format, "efficiency": "{:.0%}".format,
+           "comm": "{:.3f}".format, "test acc": "{:.4f}".format,
+           "+-": lambda v: spread_text(v).removeprefix("+-") if v == v else "-"}
+    for col, f in fmt.items():
+        if col in shown.columns:
+            shown[col] = [f(v) if isinstance(v, (int, float)) and v == v else "-" for v in shown[col]]
+    if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
+        shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
+    return shown.to_string(index=False)
 
 
 def _sweep_figure(table: Any, config: RunConfig, mode: str, path: Path) -> Path | None:

@@ -75,9 +75,10 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         busy = machine_busy(measured)
         notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
         unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
+        runs = measured.get("run_note", pd.Series([None] * len(measured))).tolist()   # too short, learned nothing
         text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
-                + "".join(f"<br>{n}" for n in (n, u) if isinstance(n, str) and n)
-                for st, s, sh, n, u in zip(status, secs, short, notes, unresolved)]
+                + "".join(f"<br>{n}" for n in (n, u, r) if isinstance(n, str) and n)
+                for st, s, sh, n, u, r in zip(status, secs, short, notes, unresolved, runs)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
         if "samples_per_s_lo" in measured and (pd.to_numeric(measured.get("rounds"), errors="coerce") > 1).any():
             med = measured["samples_per_s"].astype(float)   # interleaved rounds: the range as error bars
