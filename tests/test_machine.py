@@ -130,3 +130,21 @@ def test_a_real_run_records_the_machine_and_each_worker_loop(algorithm, tiny):
 def test_a_simulated_run_depends_on_no_machine(tiny):
     s = wb.run(tiny(algorithm="sync_sgd", cpus=4, simulate=True, steps=20), progress=False).summary
     assert "machine" not in s and s.get("machine_note") is None
+
+
+def test_a_run_with_more_cpu_workers_than_cores_says_they_took_turns(monkeypatch):
+    """A lab machine of 2 cores asked for 4 workers gives 4 workers' throughput from 2 cores'
+    compute: the run says so (summary, notes the CLI, dashboard and reports print), and a run
+    that fits its cores says nothing. The cores are the run's usable ones (monkeypatched to 1
+    here, so that 2 thread workers crowd them on any machine)."""
+    import workbench as wb
+    from workbench.measure import notes
+    from workbench.util import machine as M
+    cfg = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="softmax", batch_size=32, steps=20, seed=0)
+    monkeypatch.setattr(M, "usable_cores", lambda: 1)
+    crowded = wb.run(cfg.replace(cpus=2), cluster="threads", progress=False).summary
+    assert crowded["machine"]["cores"] == 1
+    assert crowded["crowding_note"].startswith("2 CPU workers on 1 core of this host: they take turns")
+    assert crowded["crowding_note"] in notes(crowded)
+    alone = wb.run(cfg.replace(cpus=1), cluster="threads", progress=False).summary
+    assert "crowding_note" not in alone and not any("take turns" in n for n in notes(alone))

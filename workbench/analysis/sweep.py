@@ -15,7 +15,8 @@ each worker's first steps and the first tenth of the training span left out, by 
 for every algorithm), so the one-off set-up of the workers (which dominates short runs and
 does not scale with the workers) stays out; evaluations stay in. `steady_reached` says
 whether the run was long enough for that rule, and `run_note` says it in words (with a run
-that learned nothing, `workbench.learning`); `other_cores` and `machine_note` say how
+that learned nothing, `workbench.learning`, and more CPU workers than cores,
+`util.machine.crowding_note`); `other_cores` and `machine_note` say how
 many cores other processes took during the point (`workbench.util.machine`). `wall_samples_per_s` is samples / wall
 time, set-up included.
 
@@ -237,7 +238,8 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
             "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
             "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note"),
-            "run_note": "; ".join(n for n in (s.get("learning_note"), steady_note(s.get("steady"), run_workers(s))) if n) or None,
+            "run_note": "; ".join(n for n in (s.get("learning_note"), steady_note(s.get("steady"), run_workers(s)),
+                                              s.get("crowding_note")) if n) or None,
             "blas_threads": s.get("blas_threads")}
 
 

@@ -338,6 +338,9 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     else:   # virtual time does not depend on the machine; real time does
         state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")])
         extra.update({"machine": state, "machine_note": state["note"]})
+        crowded = machine.crowding_note(workers, config.blas_threads, state["cores"])
+        if crowded:   # more CPU workers (and their BLAS threads) than cores: they took turns
+            extra["crowding_note"] = crowded
     # An algorithm with its own plan (LTFB trainers) has already reported these.
     extra.setdefault("total_steps_planned", plan.total_steps)
     extra["model"] = problem.model_record   # what the model was: name, size, its code's hash

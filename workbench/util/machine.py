@@ -268,6 +268,35 @@ def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[st
     return out
 
 
+def crowding_note(workers: list[dict[str, Any]], blas_threads: int | None, cores: int) -> str | None:
+    """The sentence for a run whose CPU workers on this host, with their BLAS threads, outnumber
+    its usable cores (`usable_cores`), else None. They take turns: together they compute at
+    most `cores` cores' worth, so the run's throughput and scaling are the machine's, not the
+    algorithm's (the lab machine with 2 cores asked for 4 workers; the Binder pod with 1).
+    Workers on other hosts (an existing cluster's) are not counted; the simulated cluster is
+    where more workers than cores are measured without sharing.
+
+    >>> here = {"kind": "cpu", "host": "localhost"}
+    >>> crowding_note([here] * 4, 1, 2)
+    "4 CPU workers on 2 cores of this host: they take turns on the cores, so together they compute at most 2 cores' worth and the run's scaling is the machine's; simulate=True (--simulate) runs 4 workers without sharing"
+    >>> crowding_note([here] * 2, 2, 2)[:60]
+    '2 CPU workers with 2 BLAS threads each on 2 cores of this ho'
+    >>> crowding_note([here] * 2, 1, 2), crowding_note([{"kind": "cpu", "host": "elsewhere"}] * 8, 1, 2)
+    (None, None)
+    """
+    import socket
+    here = {socket.gethostname(), "localhost"}
+    n = sum(1 for w in workers if w.get("kind") == "cpu" and w.get("host") in here)
+    blas = max(int(blas_threads or 1), 1)
+    if n == 0 or n * blas <= cores:
+        return None
+    each = f" with {blas} BLAS threads each" if blas > 1 else ""
+    return (f"{n} CPU worker{'s' if n != 1 else ''}{each} on {cores} core{'s' if cores != 1 else ''} of this host: "
+            f"they take turns on the cores, so together they compute at most {cores} core{'s' if cores != 1 else ''}' "
+            f"worth and the run's scaling is the machine's; simulate=True (--simulate) runs {n} workers without "
+            f"sharing")
+
+
 def note(state: dict[str, Any] | None) -> str | None:
     """The sentence to show when other processes or steal took a noticeable share of the
     cores (`OTHERS_NOTICEABLE` of them), else None.
