@@ -306,7 +306,7 @@ class Calibration:
             f = self.link_fit
             link = (f" (benchmarked: {f['bandwidth_gbps']:.3g} +- {f['bandwidth_se_gbps']:.2g} GB/s, alpha "
                     f"{f['alpha_us']:.3g} +- {f['alpha_se_us']:.2g} us, held-out error "
-                    f"{f['held_out_error']:.0%}" + (f", bound: {f['bounded']}" if f.get("bounded") else "")
+                    f"{f['held_out_error']:.1%}" + (f", bound: {f['bounded']}" if f.get("bounded") else "")
                     + (f"; {f['verdict']}" if f.get("verdict") else "") + ")")
         return (f"compute {kinds}; overhead {self.overhead_s * 1e3:.3g} ms/step; "
                 f"alpha {self.alpha * 1e6:.3g} us, beta {self.beta * 1e9:.3g} ns/byte "

@@ -146,7 +146,7 @@ class LinkFit:
             why.append(f"bandwidth not resolved (beta {self.beta * 1e9:.3g} +- {self.beta_se * 1e9:.2g} ns/byte)")
         if not self.held_out_error <= HELD_OUT_OK:
             why.append(f"one alpha-beta line does not describe the exchanges (held-out error "
-                       f"{self.held_out_error:.0%} > {HELD_OUT_OK:.0%})")
+                       f"{self.held_out_error:.1%} > {HELD_OUT_OK:.0%})")
         if self.drift > DRIFT_OK:
             bw = [1 / b / 1e9 for _, b in self.blocks if b > 0]
             al = [a * 1e6 for a, _ in self.blocks]
