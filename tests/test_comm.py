@@ -462,3 +462,34 @@ def test_a_checkpoint_request_reaches_every_loop_on_the_host_through_the_segment
     finally:
         unlink_segment(name)
     set_shm_checkpoint(name, size, 1)                          # the run's segment gone: no error
+
+
+def test_the_controls_slow_first_poll_is_taken_before_the_start_barrier():
+    """A Dask control's first answer is a scheduler round trip (20-40 ms); later ones read a
+    flag its poller keeps. The worker that reached the start barrier last used to pay that
+    trip at its first step, after the barrier, while the others trained: a short
+    asynchronous run's two workers took turns (measured 2026-12-06: in 2 of 3 quick
+    async_sgd runs of lesson sync_async_hogwild, worker 1 began after worker 0's 88th and last
+    step, one gradient 88 updates stale and all others 0). `WorkerContext.start` now primes
+    the control before the barrier, whoever arrives last."""
+    from workbench.comm.base import ThrottledControl
+    from workbench.config import RunConfig
+    from workbench.execution.context import build_context
+
+    seen: list[str] = []
+
+    class Slow:
+        def stop_requested(self):
+            seen.append("poll")
+            return False
+
+    control = ThrottledControl(Slow(), interval=3600.0)
+    cfg = RunConfig(algorithm="async_sgd", dataset="digits", model="softmax", batch_size=32, steps=5, cpus=2)
+    ctx = build_context(cfg, 1, 2, "cpu", control=control, emit=[].append,
+                        start_barrier=lambda: seen.append("barrier") or [])
+    try:
+        ctx.start()
+        assert seen == ["poll", "barrier"]                  # the round trip before the workers line up
+        assert not ctx.stop_requested() and seen == ["poll", "barrier"]   # the first step reads the flag
+    finally:
+        control.close()

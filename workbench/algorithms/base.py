@@ -156,7 +156,16 @@ class WorkerContext:
         the first training step, the same moment on every worker (to the barrier's skew).
         A resumed worker's records go on from its checkpoint's time: where its transport
         restored the clock itself (the simulator's virtual one, `resume["clock"]`), time 0
-        is the original run's; else the time since its checkpoint is added to that one's."""
+        is the original run's; else the time since its checkpoint is added to that one's.
+
+        The run's control takes its first, slow poll before the barrier (`prime`: a
+        scheduler round trip on Dask, after which a flag its poller keeps is read), which the
+        worker that arrives last would otherwise pay after the barrier, at its first step,
+        while the others train: 20-40 ms that made a short asynchronous run's two workers
+        take turns instead of running together."""
+        prime = getattr(self.control, "prime", None)
+        if prime is not None:
+            prime()
         missing = self.start_barrier() if self.start_barrier is not None else []
         self.t_start, self.started_wall = self.timer(), time.time()
         self._wall_timer = self.timer is time.perf_counter

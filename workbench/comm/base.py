@@ -370,6 +370,13 @@ class ThrottledControl:
         self._first_poll()
         return self._stop
 
+    def prime(self) -> None:
+        """Take the first poll now (a scheduler round trip on Dask) and start the poller, so
+        that the loop's first question reads a flag (`WorkerContext.start` calls it before
+        the start barrier)."""
+        if self._poller is None and not self._stop:
+            self._first_poll()
+
     def checkpoint_at(self) -> int | None:
         """The step the client asked every worker to checkpoint before: read from the word
         where there is one (one host; the client writes it there too), else polled as stops
