@@ -175,7 +175,7 @@ def test_the_overhead_line_says_how_much_of_it_the_evaluations_are():
     of 0.7 ms each, the loop itself 4.8 us): the line under it says so, from the same records
     (the overhead less that of the steps that followed no evaluation), and is absent when no
     evaluation fell in the window."""
-    from workbench.analysis.explain import _ms
+    from workbench.measure import duration_text as _ms
     base = RunConfig(algorithm="sync_sgd", dataset="synthetic", n_samples=20000, n_features=64, model="mlp",
                      hidden=[128], batch_size=64, cpus=2, steps=300, seed=0, lr=0.05)
     run = wb.run(base.replace(eval_every=30), cluster="threads", progress=False)

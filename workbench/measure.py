@@ -482,6 +482,23 @@ def relative_spread(values: list[float]) -> float:
     return float((xs[len(xs) - k] - xs[k - 1]) / 2 / med) if med > 0 else float("nan")
 
 
+def duration_text(seconds: float) -> str:
+    """Seconds as a short duration, in the unit that shows its digits (us, ms, s).
+
+    >>> duration_text(0.00042), duration_text(0.0123), duration_text(1.5), duration_text(3e-7), duration_text(-0.0007)
+    ('0.42 ms', '12.3 ms', '1.50 s', '0.30 us', '-0.70 ms')
+    """
+    if seconds < 0:
+        return "-" + duration_text(-seconds)
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
 def spread_text(spread: float) -> str:
     """A spread (`relative_spread`) as the "+-" people read: whole percents from 1%, one
     decimal below it (rounded to "+-0%", rounds that agree to within 0.2% would read as a

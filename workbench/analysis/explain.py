@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
+from ..measure import duration_text as _ms
 from ..config import ConfigError
 from ..config.registry import specs
 from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
@@ -416,23 +417,6 @@ class Explanation:
 
     def text(self) -> str:
         return "\n".join(self.lines)
-
-
-def _ms(seconds: float) -> str:
-    """Seconds as a short duration.
-
-    >>> _ms(0.00042), _ms(0.0123), _ms(1.5), _ms(3e-7), _ms(-0.0007)
-    ('0.42 ms', '12.3 ms', '1.50 s', '0.30 us', '-0.70 ms')
-    """
-    if seconds < 0:
-        return "-" + _ms(-seconds)
-    if seconds >= 1.0:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    if seconds >= 1e-4:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.2f} us"
 
 
 def _band(values: np.ndarray, fmt: Any, exact: bool) -> tuple[str, tuple[float, float, float]]:

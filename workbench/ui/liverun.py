@@ -541,9 +541,10 @@ class LiveRun:
             took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
         else:   # the one BLAS rule (util.blas), said where the rate is
-            took, rate = f"{train_s:.1f} s", f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
+            took = measure.duration_text(train_s)   # a teaching run's 40 steps take milliseconds, not "0.0 s"
+            rate = f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
-                + (f" (start-up {startup:.1f} s)" if startup is not None else "")
+                + (f" (start-up {measure.duration_text(startup)})" if startup is not None else "")
                 + f", {rate}, "
                 f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
                 f"comm fraction {s.get('comm_fraction', 0):.2f}"
