@@ -288,6 +288,8 @@ def steady_note(steady_state: dict[str, Any] | Steady | None, workers: int | Non
     'too short for a steady state (12 steps after warm-up): its throughput includes start-up effects'
     >>> steady_note({"reached": False, "steps": 224}, workers=32)
     'too short for a steady state (7 steps a worker after warm-up, 10 make one): its throughput includes start-up effects'
+    >>> steady_note({"reached": False, "steps": 4}, workers=8)[:60]
+    'too short for a steady state (under 1 step a worker after wa'
     >>> steady_note({"reached": True}) is None
     True
     """
@@ -296,9 +298,13 @@ def steady_note(steady_state: dict[str, Any] | Steady | None, workers: int | Non
     d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
     if d.get("reached", True):
         return None
-    rows = d.get("steps", 0)
-    told = (f"{rows / workers:.3g} steps a worker after warm-up, {MIN_STEADY_STEPS} make one" if workers
-            else f"{rows} steps after warm-up")
+    rows = int(d.get("steps", 0))
+    if workers:   # whole steps: the rows of a step caught at the window's edge count for none
+        each = rows // workers
+        told = (f"{each if each else 'under 1'} step{'s' if each > 1 else ''} a worker after warm-up, "
+                f"{MIN_STEADY_STEPS} make one")
+    else:
+        told = f"{rows} steps after warm-up"
     return f"too short for a steady state ({told}): its throughput includes start-up effects"
 
 
