@@ -281,6 +281,8 @@ def crowding_note(workers: list[dict[str, Any]], blas_threads: int | None, cores
     "4 CPU workers on 2 cores of this host: they take turns on the cores, so together they compute at most 2 cores' worth and the run's scaling is the machine's; simulate=True (--simulate) runs 4 workers without sharing"
     >>> crowding_note([here] * 2, 2, 2)[:60]
     '2 CPU workers with 2 BLAS threads each on 2 cores of this ho'
+    >>> crowding_note([here] * 2, 1, 1).split(", so ")[1][:38]
+    "together they compute at most 1 core's"
     >>> crowding_note([here] * 2, 1, 2), crowding_note([{"kind": "cpu", "host": "elsewhere"}] * 8, 1, 2)
     (None, None)
     """
@@ -291,10 +293,10 @@ def crowding_note(workers: list[dict[str, Any]], blas_threads: int | None, cores
     if n == 0 or n * blas <= cores:
         return None
     each = f" with {blas} BLAS threads each" if blas > 1 else ""
+    worth = "cores' worth" if cores != 1 else "core's worth"
     return (f"{n} CPU worker{'s' if n != 1 else ''}{each} on {cores} core{'s' if cores != 1 else ''} of this host: "
-            f"they take turns on the cores, so together they compute at most {cores} core{'s' if cores != 1 else ''}' "
-            f"worth and the run's scaling is the machine's; simulate=True (--simulate) runs {n} workers without "
-            f"sharing")
+            f"they take turns on the cores, so together they compute at most {cores} {worth} and the run's scaling "
+            f"is the machine's; simulate=True (--simulate) runs {n} workers without sharing")
 
 
 def note(state: dict[str, Any] | None) -> str | None:
