@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
-from ..measure import duration_text as _ms
 from ..config import ConfigError
 from ..config.registry import specs
+from ..measure import duration_text as _ms
 from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
 
 TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
