@@ -36,6 +36,7 @@ records carry virtual seconds).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -483,9 +484,20 @@ def relative_spread(values: list[float]) -> float:
     if not values:
         return float("nan")
     med = median_rate(values)
+    lo, hi = median_interval(values)
+    return float((hi - lo) / 2 / med) if med > 0 else float("nan")
+
+
+def median_interval(values: Sequence[float]) -> tuple[float, float]:
+    """(lo, hi): the pair of the rounds' order statistics that holds the median of their
+    distribution with probability >= `MEDIAN_COVERAGE` (`median_interval_rank`).
+
+    >>> median_interval([0.92, 0.87, 1.03, 0.95, 0.90, 0.93])
+    (0.9, 0.95)
+    """
     xs = sorted(float(v) for v in values)
     k = median_interval_rank(len(xs))
-    return float((xs[len(xs) - k] - xs[k - 1]) / 2 / med) if med > 0 else float("nan")
+    return xs[k - 1], xs[len(xs) - k]
 
 
 def duration_text(seconds: float) -> str:

@@ -692,13 +692,11 @@ def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
     keeps them all), each number at the precision it is known to; "-" where there is none."""
     from ..measure import spread_text
-    shown = table[[c for c in SWEPT if c in table.columns]].rename(columns=SWEPT).copy()
+    shown = table[[c for c in SWEPT if c in table.columns]].rename(columns=SWEPT)
     fmt = {"samples/s": "{:,.0f}".format, "speed-up": "{:.2f}x".format, "efficiency": "{:.0%}".format,
            "comm": "{:.3f}".format, "test acc": "{:.4f}".format,
            "+-": lambda v: spread_text(v).removeprefix("+-") if v == v else "-"}
-    for col, f in fmt.items():
-        if col in shown.columns:
-            shown[col] = [f(v) if isinstance(v, (int, float)) and v == v else "-" for v in shown[col]]
+    shown = _formatted(shown, fmt)
     if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
     return shown.to_string(index=False)
@@ -774,10 +772,17 @@ def comparison_text(results: list, labels: list[str]) -> str:
     out = pd.concat([pd.DataFrame({"run": [label.ljust(width) for label in labels]}), diff, shown], axis=1)
     fmt = {"samples/s": "{:,.0f}".format, "test acc": "{:.4f}".format, "test loss": "{:.4f}".format,
            "wall s": "{:.2f}".format, "comm": "{:.3f}".format}
+    return _formatted(out, fmt).to_string(index=False)
+
+
+def _formatted(table: Any, fmt: dict[str, Any]) -> Any:
+    """`table` with each column of `fmt` as text, its numbers through the column's format and
+    anything else (a run with no rate, NaN) as "-" (a copy)."""
+    table = table.copy()
     for col, f in fmt.items():
-        if col in out.columns:
-            out[col] = [f(v) if isinstance(v, (int, float)) and v == v else "-" for v in out[col]]
-    return out.to_string(index=False)
+        if col in table.columns:
+            table[col] = [f(v) if isinstance(v, (int, float)) and v == v else "-" for v in table[col]]
+    return table
 
 
 def _explain(args: argparse.Namespace) -> int:

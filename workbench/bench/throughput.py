@@ -610,18 +610,17 @@ def engine_target(ratios: pd.Series | None, target: float = ENGINE_TARGET) -> st
     >>> engine_target(pd.Series([0.92, 0.87, 1.03, 0.95, 0.90, 0.93]))
     "within 5% of it: not resolved by 6 rounds on this machine now (the median's 75% interval 0.90-0.95 reaches 0.95); "
     """
-    from ..measure import median_interval_rank
+    from ..measure import median_interval
     if ratios is None or len(ratios) < 2:
         return ""
-    xs = sorted(float(v) for v in ratios)
-    k = median_interval_rank(len(xs))
-    lo, hi = xs[k - 1], xs[len(xs) - k]
+    lo, hi = median_interval(list(ratios))
+    n = len(ratios)
     band = f"the median's 75% interval {lo:.2f}-{hi:.2f}"
     if lo >= target:
-        return f"within {1 - target:.0%} of it: yes ({band}, {len(xs)} rounds); "
+        return f"within {1 - target:.0%} of it: yes ({band}, {n} rounds); "
     if hi < target:
-        return f"within {1 - target:.0%} of it: no ({band}, {len(xs)} rounds); "
-    return (f"within {1 - target:.0%} of it: not resolved by {len(xs)} rounds on this machine now ({band} "
+        return f"within {1 - target:.0%} of it: no ({band}, {n} rounds); "
+    return (f"within {1 - target:.0%} of it: not resolved by {n} rounds on this machine now ({band} "
             f"reaches {target:.2f}); ")
 
 
