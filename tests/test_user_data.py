@@ -93,6 +93,57 @@ def test_a_folder_of_npy_files_and_a_csv_with_a_label_column(folder):
     assert run_threads(config(str(folder / "t.csv"), epochs=5)).summary["final_test_accuracy"] > 0.8
 
 
+def test_a_spreadsheets_csv_class_names_its_separator_and_a_written_index(folder):
+    """The CSV a researcher has: class names for labels (iris's species), written by
+    `DataFrame.to_csv` with its row index, or by a spreadsheet with semicolons or tabs. The
+    names become 0..K-1 in sorted order, the run records them, a written row index is not
+    a feature, and the run's default directory is named by the file, not its path."""
+    rng = np.random.default_rng(0)
+    names = np.array(["virginica", "setosa", "versicolor"])
+    k = rng.integers(0, 3, 240)
+    X = rng.normal(size=(240, 4)) + 3.0 * np.eye(3, 4)[k]          # three well-separated classes
+    frame = pd.DataFrame(X, columns=["sepal_l", "sepal_w", "petal_l", "petal_w"]).assign(species=names[k])
+    frame.to_csv(folder / "iris.csv")                             # the index too: pandas' default
+    frame.to_csv(folder / "semi.csv", sep=";", index=False)
+    frame.to_csv(folder / "tabs.csv", sep="\t", index=False)
+    codes = np.searchsorted(sorted(names), names[k])               # setosa 0, versicolor 1, virginica 2
+    for name, sep in (("iris", ","), ("semi", ";"), ("tabs", "\t")):
+        path = str(folder / f"{name}.csv")
+        d = load_dataset(path)
+        assert (d.n_features, d.n_classes, d.n_train + d.n_test) == (4, 3, 240), name
+        got = np.concatenate([d.X_train, d.X_test])
+        order = np.argsort(got[:, 0])                              # rows back in the file's order, by a feature
+        want = np.argsort(X[:, 0])
+        assert np.allclose(got[order], X[want], atol=1e-6)
+        assert np.array_equal(np.concatenate([d.y_train, d.y_test])[order], codes[want])
+        table = files.data_record(path)["table"]
+        assert table["classes"] == ["setosa", "versicolor", "virginica"] and table["sep"] == sep
+        assert table["label"] == "species" and table["features"] == ["sepal_l", "sepal_w", "petal_l", "petal_w"]
+        assert table.get("dropped") == ("Unnamed: 0" if name == "iris" else None)
+    result = run_threads(config(str(folder / "iris.csv"), batch_size=32, epochs=5))
+    assert result.summary["data"]["table"]["classes"] == ["setosa", "versicolor", "virginica"]
+    assert result.summary["final_test_accuracy"] > 0.9
+    from workbench.apps.cli import _default_out
+    out = _default_out(config(str(folder / "iris.csv")))
+    assert out.startswith("runs/sync_sgd-iris-") and out.count("/") == 1
+
+
+def test_a_missing_value_is_named_by_the_files_own_row(folder):
+    (folder / "gap.csv").write_text("a,b,label\n" + "".join(f"{i},{'' if i == 5 else i},{i % 2}\n" for i in range(40)))
+    with pytest.raises(DataError, match=r"^X: a number in every cell, got an empty cell at row 5 \(column 'b'\)"):
+        load_dataset(str(folder / "gap.csv"))
+    (folder / "nolabel.csv").write_text("a,label\n" + "".join(f"{i},{'' if i == 7 else 'x'}\n" for i in range(40)))
+    with pytest.raises(DataError, match=r"^y: a label in every row, got an empty cell at row 7 \(column 'label'\)"):
+        load_dataset(str(folder / "nolabel.csv"))
+    X = np.arange(200.0).reshape(50, 4)
+    X[17, 3] = np.nan                                              # a split reorders rows: the file's row is named
+    np.savez(folder / "xy.npz", X=X, y=np.arange(50) % 3)
+    with pytest.raises(DataError, match=r"^X: finite numbers, got nan at row 17, column 3 of"):
+        load_dataset(str(folder / "xy.npz"))
+    with pytest.raises(DataError, match=r"names, y = np.unique\(y, return_inverse=True\)"):
+        Dataset.from_arrays(X[:, :2], np.array(["a", "b"] * 25))
+
+
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):
     X = np.concatenate([DIGITS.X_train, DIGITS.X_test]).reshape(-1, 1, 8, 8)
     np.savez(folder / "img.npz", X=X, y=np.concatenate([DIGITS.y_train, DIGITS.y_test]))
@@ -136,7 +187,7 @@ X4, Y4 = np.zeros((40, 3), np.float32), np.arange(40) % 2
      r"^X_test: rows shaped as X_train's \(3,\), got \(2,\)"),
     ({"X": X4.astype(str), "y": Y4}, r"^X: numbers \(float, int or bool\), got dtype <U"),
     ({"X": np.where(np.arange(120).reshape(40, 3) == 31, np.nan, X4), "y": Y4},
-     r"^X_train: finite numbers, got nan at row \d+, column 1 of"),
+     r"^X: finite numbers, got nan at row 10, column 1 of"),   # the file's row (31 = 3 * 10 + 1), not the split's
     ({"X": X4, "y": np.where(np.arange(40) == 6, 0.5, Y4)}, r"^y: integer class labels, got 0\.5 at row 6 of"),
     ({"X": X4, "y": np.where(np.arange(40) == 9, -1, Y4)}, r"^y: labels >= 0, got -1 at row 9 of"),
     ({"X": X4, "y": np.where(np.arange(40) == 12, 3, Y4), "n_classes": np.int64(3)},

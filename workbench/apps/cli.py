@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -466,7 +467,21 @@ def _first_record_says(line: str, then: Any) -> Any:
 
 
 def _default_out(config: RunConfig) -> str:
-    return str(Path("runs") / f"{config.algorithm}-{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return str(Path("runs") / f"{config.algorithm}-{dataset_slug(config.dataset)}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def dataset_slug(dataset: str) -> str:
+    """The dataset in a run directory's default name: a built-in one's key, a data file's
+    name without its folders and suffix (a `.npy` pair's first file's, a folder's own name),
+    in letters, digits, dots, dashes and underscores.
+
+    >>> dataset_slug("digits"), dataset_slug("/data/iris.csv"), dataset_slug("x.npy,y.npy"), dataset_slug("~/my data/")
+    ('digits', 'iris', 'x', 'my_data')
+    """
+    first = str(dataset).split(",")[0].strip().rstrip("/\\")
+    name = Path(first).name
+    stem = Path(name).stem if Path(name).suffix.lower() in (".csv", ".npz", ".npy", ".txt") else name
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._") or "data"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -404,7 +404,9 @@ def describe_arrays(headers: dict[str, tuple[tuple[int, ...], Any]], labels: Cal
         if yshape[0] != xshape[0]:
             raise DataError(f"{y}: one label per row of {x} ({xshape[0]:,} rows), got {yshape[0]:,} labels in {where!r}")
         if np.dtype(ydtype).kind not in "biuf":
-            raise DataError(f"{y}: integer class labels, got dtype {ydtype} in {where!r}")
+            names = " (class names: `names, y = np.unique(y, return_inverse=True)` numbers them)" \
+                if np.dtype(ydtype).kind in "USO" else ""
+            raise DataError(f"{y}: integer class labels, got dtype {ydtype} in {where!r}{names}")
     if "X_test" in headers and tuple(headers["X_test"][0][1:]) != tuple(headers["X_train"][0][1:]):
         raise DataError(f"X_test: rows shaped as X_train's {tuple(headers['X_train'][0][1:])}, got "
                         f"{tuple(headers['X_test'][0][1:])} in {where!r}")

@@ -9,6 +9,9 @@ A dataset is named by a path where a built-in one is named by its key:
   `X_train.npy, y_train.npy, X_test.npy, y_test.npy` or `X.npy, y.npy`;
 - `table.csv` with a header row: the label column is the one named `label`, `y`,
   `target` or `class` (in that order; else the last column), every other column a feature;
+  labels may be class names (label k the k-th name in sorted order); the separator is a
+  comma, or what the sniffer finds (`;`, tab, `|`); a first column that is the row index
+  `DataFrame.to_csv` writes is dropped (`Table`: how the run read it, in its summary);
 - in Python, `Dataset.from_arrays(X, y)` (or with a test set), which `RunConfig(dataset=...)`
   saves once, by the hash of its arrays, under `cache_dir()/arrays/` and names by that folder.
 
@@ -177,17 +180,73 @@ def _sources(path: str) -> tuple[dict[str, _Source], str]:
 
 
 # ------------------------------------------------------------------------------ CSV
-@functools.lru_cache(maxsize=2)
-def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class Table:
+    """What a CSV file was read as: its label column, its feature columns, the class names
+    its labels were (None: the labels were integers already; else label k is `classes[k]`,
+    the names in sorted order), the column dropped as a written row index (or None) and the
+    separator found."""
+
+    label: str
+    features: tuple[str, ...]
+    classes: tuple[str, ...] | None
+    dropped: str | None
+    sep: str
+
+    def record(self) -> dict[str, Any]:
+        """For the run's summary (`data_record`)."""
+        out: dict[str, Any] = {"label": self.label, "features": list(self.features), "sep": self.sep}
+        if self.classes is not None:
+            out["classes"] = list(self.classes)
+        if self.dropped is not None:
+            out["dropped"] = self.dropped
+        return out
+
+
+def _read_table(path: str) -> tuple[Any, str]:
+    """The CSV as a frame and its separator: commas, else (a file that reads as one column)
+    the separator Python's sniffer finds in it (semicolons from a spreadsheet set to a
+    decimal comma, tabs)."""
     import pandas as pd
     try:
         frame = pd.read_csv(path)
+        if frame.shape[1] == 1:
+            import csv
+            with open(path, newline="", encoding="utf-8", errors="replace") as f:
+                head = f.read(1 << 16)
+            try:
+                sep = csv.Sniffer().sniff(head, delimiters=";\t|").delimiter
+            except csv.Error:
+                return frame, ","
+            return pd.read_csv(path, sep=sep), sep
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"dataset: a CSV file with a header row ({type(exc).__name__}: {str(exc)[:120]}), "
                         f"got {path!r}") from None
+    return frame, ","
+
+
+def _written_index(frame: Any) -> str | None:
+    """The first column when it is the row index `DataFrame.to_csv` writes by default (no
+    header, 0, 1, 2, ...): a row's number is not a feature."""
+    import pandas as pd
+    first = frame.columns[0]
+    column = frame[first]
+    if str(first).startswith("Unnamed: 0") and pd.api.types.is_integer_dtype(column) and \
+            (column.to_numpy() == np.arange(len(frame))).all():
+        return str(first)
+    return None
+
+
+@functools.lru_cache(maxsize=2)
+def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarray, Table]:
+    import pandas as pd
+    frame, sep = _read_table(path)
     if frame.shape[1] < 2 or len(frame) < 2:
         raise DataError(f"dataset: a CSV of at least 2 rows and 2 columns (features and a label), got "
                         f"{len(frame)} rows and {frame.shape[1]} columns in {path!r}")
+    dropped = _written_index(frame) if frame.shape[1] > 2 else None
+    if dropped is not None:
+        frame = frame.drop(columns=[dropped])
     lower = {str(c).strip().lower(): c for c in frame.columns}
     label = next((lower[n] for n in LABEL_COLUMNS if n in lower), frame.columns[-1])
     features = frame.drop(columns=[label])
@@ -196,14 +255,25 @@ def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarra
         row = int(pd.to_numeric(features[bad[0]], errors="coerce").isna().to_numpy().argmax())
         raise DataError(f"X: numbers in every feature column, got {features[bad[0]].iloc[row]!r} at row {row} "
                         f"(column {bad[0]!r}) of {path!r}")
+    missing = features.isna().to_numpy()
+    if missing.any():   # named here by the file's row and column (after a split, the rows are reordered)
+        row, col = divmod(int(missing.argmax()), missing.shape[1])
+        raise DataError(f"X: a number in every cell, got an empty cell at row {row} (column "
+                        f"{features.columns[col]!r}) of {path!r}")
     y = frame[label]
-    if not pd.api.types.is_numeric_dtype(y):
-        row = int(pd.to_numeric(y, errors="coerce").isna().to_numpy().argmax())
-        raise DataError(f"y: integer class labels in column {label!r}, got {y.iloc[row]!r} at row {row} of {path!r}")
-    return np.ascontiguousarray(features.to_numpy(np.float64)), y.to_numpy()
+    if y.isna().any():
+        row = int(y.isna().to_numpy().argmax())
+        raise DataError(f"y: a label in every row, got an empty cell at row {row} (column {label!r}) of {path!r}")
+    classes = None
+    if not pd.api.types.is_numeric_dtype(y):   # class names: label k is the k-th name in sorted order
+        names = y.astype(str).str.strip()
+        classes = tuple(sorted(names.unique()))
+        y = pd.Series(pd.Categorical(names, categories=classes).codes.astype(np.int64), index=names.index)
+    table = Table(str(label), tuple(str(c) for c in features.columns), classes, dropped, sep)
+    return np.ascontiguousarray(features.to_numpy(np.float64)), y.to_numpy(), table
 
 
-def _csv(path: str) -> tuple[np.ndarray, np.ndarray]:
+def _csv(path: str) -> tuple[np.ndarray, np.ndarray, Table]:
     st = os.stat(path)
     return _csv_cached(str(Path(path).absolute()), st.st_size, st.st_mtime_ns)
 
@@ -304,6 +374,7 @@ def load_file(path: str, test_fraction: float = 0.2, data_dir: str | os.PathLike
     else:
         arrays = {n: src[n].read() for n in src if n != "n_classes"}
         if facts["split"]:
+            check_finite("X", arrays["X"], label)   # by the file's own row numbers, before the split reorders them
             arrays = split_rows(arrays["X"], arrays["y"], shape.n_test)
     for name in ("X_train", "X_test"):
         check_finite(name, arrays[name], label)
@@ -395,7 +466,15 @@ HASH_BYTES = 256 << 20   # files up to this size are hashed for the run's summar
 
 def data_record(path: str) -> dict[str, Any]:
     """What a run's data file was, for its summary (`summary["data"]`): each file's path,
-    size and SHA-256 (files over HASH_BYTES: size and modification time only)."""
+    size and SHA-256 (files over HASH_BYTES: size and modification time only); for a CSV,
+    how its table was read (`Table.record`: the label column, the features, class names).
+
+    >>> import tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "iris.csv")
+    >>> _ = open(f, "w").write("petal,sepal,species\\n1.4,5.1,setosa\\n4.7,7.0,versicolor\\n1.3,4.9,setosa\\n")
+    >>> data_record(f)["table"]
+    {'label': 'species', 'features': ['petal', 'sepal'], 'sep': ',', 'classes': ['setosa', 'versicolor']}
+    """
     where = [p.strip() for p in path.split(",")] if "," in path else \
         sorted(str(p) for p in Path(path).glob("*.npy")) if os.path.isdir(path) else [path]
     out = []
@@ -411,7 +490,10 @@ def data_record(path: str) -> dict[str, Any]:
         else:
             entry["mtime_ns"] = st.st_mtime_ns
         out.append(entry)
-    return {"name": path, "files": out}
+    record: dict[str, Any] = {"name": path, "files": out}
+    if path.lower().endswith(".csv"):   # how the table was read: which column is the label, the class names
+        record["table"] = _csv(path)[2].record()
+    return record
 
 
 def reach(path: str, test_fraction: float = 0.2) -> str | None:
