@@ -53,6 +53,7 @@ NEW_VALUES = {
     "n_classes": (3, 3),
     "data_dir": ("/tmp/wb-data", "/tmp/wb-data"),
     "download": (True, True),
+    "standardize": (True, True),
     "scheduler": ("tcp://127.0.0.1:8786", "tcp://127.0.0.1:8786"),
     "comm": ("dask", "dask"),
     "weight_decay": (0.001, 0.001),
@@ -200,6 +201,14 @@ def test_an_algorithms_own_knobs_show_only_when_they_apply(dash):
     assert shown(dash.controls["weight_return"]) and not shown(dash.controls["elastic_sync"])
     dash.controls["algorithm"].value = "sync_easgd"
     assert shown(dash.controls["elastic_sync"]) and not shown(dash.controls["weight_return"])
+
+
+def test_standardize_shows_for_features_and_goes_off_when_the_data_becomes_text(dash):
+    dash.controls["standardize"].value = True
+    assert shown(dash.controls["standardize"]) and dash.config.standardize
+    dash.controls["model"].value = "gpt"                       # the dataset follows to markov_text: token ids
+    cfg = dash.config                                          # (a valid config: no hidden knob left on)
+    assert cfg.dataset == "markov_text" and not cfg.standardize and not shown(dash.controls["standardize"])
 
 
 def test_the_default_algorithm_is_a_parallel_one():

@@ -144,6 +144,46 @@ def test_a_missing_value_is_named_by_the_files_own_row(folder):
         Dataset.from_arrays(X[:, :2], np.array(["a", "b"] * 25))
 
 
+def test_standardize_scales_by_the_training_sets_statistics_and_says_so(folder, monkeypatch):
+    """`standardize`: every feature to mean 0 and deviation 1 by the training rows (the test
+    rows by the same numbers, not their own), recorded in the summary; a run of raw features
+    is warned about before it starts; text cannot be standardized; a memory-mapped file's
+    features are written once, standardized, and stay mapped."""
+    rng = np.random.default_rng(1)
+    k = rng.integers(0, 3, 300)
+    X = (rng.normal(size=(300, 4)) + 3.0 * np.eye(3, 4)[k]) * [0.3, 2.0, 50.0, 1.0] + [5.0, -3.0, 200.0, 0.0]
+    X[:, 3] = 7.0                                                  # a constant column: centred, not divided by 0
+    np.savez(folder / "raw.npz", X=X, y=k)
+    raw = config(str(folder / "raw.npz"), batch_size=32, epochs=5)
+    assert any("not standardized" in w and "--standardize" in w for w in preflight(raw))
+    std_cfg = config(str(folder / "raw.npz"), batch_size=32, epochs=5, standardize=True)
+    assert not any("not standardized" in w for w in preflight(std_cfg))
+    assert not any("not standardized" in w for w in preflight(config("digits")))   # a built-in: scaled already
+    p = Problem.from_config(std_cfg)
+    plain = load_dataset(str(folder / "raw.npz"))
+    mu = plain.X_train.astype(np.float64).mean(axis=0)
+    sd = plain.X_train.astype(np.float64).std(axis=0)
+    sd[3] = 1.0
+    assert np.allclose(p.data.X_train, (plain.X_train - mu) / sd, atol=1e-5)
+    assert np.allclose(p.data.X_test, (plain.X_test - mu) / sd, atol=1e-5)      # the training set's numbers
+    assert np.allclose(p.data.X_train.mean(axis=0), 0, atol=1e-5)
+    assert np.allclose(p.data.X_train.std(axis=0), [1, 1, 1, 0], atol=1e-4)
+    assert not np.allclose(p.data.X_test.mean(axis=0)[:3], 0, atol=1e-3)      # (its own mean is not removed)
+    result = run_threads(std_cfg)
+    rec = result.summary["data"]["standardized"]
+    assert np.allclose(rec["mean"], mu) and np.allclose(rec["std"], sd)
+    assert result.summary["final_test_accuracy"] > 0.9
+    with pytest.raises(ConfigError, match=r"^standardize: false for the text dataset markov_text"):
+        RunConfig(dataset="markov_text", model="gpt", standardize=True)
+    monkeypatch.setattr(files, "MMAP_BYTES", 1024)                  # mapped: a standardized copy, mapped too
+    clear_cache()
+    Problem.clear_cache()
+    mapped = Problem.from_config(std_cfg).data
+    assert _mapped(mapped.X_train) and _mapped(mapped.X_test)
+    assert len(list((folder / "cache").glob("standardized/*/X_train.npy"))) == 1
+    assert np.allclose(mapped.X_train, p.data.X_train, atol=1e-6) and np.allclose(mapped.X_test, p.data.X_test, atol=1e-6)
+
+
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):
     X = np.concatenate([DIGITS.X_train, DIGITS.X_test]).reshape(-1, 1, 8, 8)
     np.savez(folder / "img.npz", X=X, y=np.concatenate([DIGITS.y_train, DIGITS.y_test]))

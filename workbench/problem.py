@@ -122,6 +122,9 @@ class Problem:
                             seed=c.seed, data_dir=c.data_dir, download=c.download, test_fraction=c.test_fraction,
                             context=c.context)
         _BUILDS["data"] += 1
+        if c.standardize:   # every feature to mean 0, deviation 1 by the training set's statistics
+            from .data.files import standardized
+            data, self._standardized = standardized(data, c.data_dir)
         s = self.shape
         got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape)
         if got != (s.n_train, s.n_test, s.n_features, s.n_classes, s.image_shape):
@@ -148,10 +151,15 @@ class Problem:
     @cached_property
     def data_record(self) -> dict[str, Any] | None:
         """What a run's data file was, for its summary (`data.files.data_record`: each file's
-        path, size and hash); None for a built-in dataset (its entry says what it is)."""
+        path, size and hash), with the statistics its features were standardized by
+        (`standardize`); None for a built-in dataset as it is (its entry says what it is)."""
         from .data import DATASETS
         from .data.files import data_record
-        return None if self.config.dataset in DATASETS else data_record(self.config.dataset)
+        record = None if self.config.dataset in DATASETS else data_record(self.config.dataset)
+        if self.config.standardize:
+            self.data   # noqa: B018 - loads the data, which computes the statistics
+            record = {**(record or {"name": self.config.dataset}), "standardized": self._standardized}
+        return record
 
     @cached_property
     def model_record(self) -> dict[str, Any]:

@@ -185,6 +185,10 @@ class RunConfig(BaseModel):
     data_dir: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
         "Folder where downloaded datasets are cached; unset: $WORKBENCH_DATA if set, else "
         "~/.cache/workbench."))
+    standardize: Flag = Field(False, json_schema_extra={"group": "what"}, description=(
+        "Shift and scale every feature to mean 0 and standard deviation 1 by the training set's "
+        "statistics (the test set by the same ones): for a file of yours whose columns are raw "
+        "measurements. The built-in datasets are scaled already. Not for text (token ids)."))
     download: Flag = Field(False, json_schema_extra={"group": "what"}, description=(
         "Allow fetching MNIST, Fashion-MNIST or CIFAR-10 (about 11-163 MB, checksum verified) when "
         "they are not in the cache; without it a missing file is an error."))

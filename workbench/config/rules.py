@@ -113,6 +113,9 @@ def check_language_model(c: Any) -> None:
             default = type(c).model_fields[name].default
             if getattr(c, name) != default:
                 raise ConfigError(name, f"only with model gpt (leave it at {default})", getattr(c, name))
+    if text and c.standardize:
+        raise ConfigError("standardize", f"false for the text dataset {c.dataset} (its features are token ids)",
+                          c.standardize)
     if not text and c.context != type(c).model_fields["context"].default:
         raise ConfigError("context", f"only with a text dataset (leave it at {DEFAULT_GPT['context']})", c.context)
     if c.model == "gpt" and c.d_model % c.n_heads:

@@ -15,7 +15,7 @@ A dataset is named by a path where a built-in one is named by its key:
 - in Python, `Dataset.from_arrays(X, y)` (or with a test set), which `RunConfig(dataset=...)`
   saves once, by the hash of its arrays, under `cache_dir()/arrays/` and names by that folder.
 
-Features are used as given (scale them yourself); rows of more than one dimension are
+Features are used as given (`standardize`: see `standardized`); rows of more than one dimension are
 flattened, and 4-D features `(N, C, H, W)` (3-D: one channel) are images, so the CNN takes
 them. Labels are integers in [0, n_classes): `n_classes` is the file's own, else the
 largest label plus one. A split of `X, y` is a fixed shuffle (seed 0, never the run's):
@@ -427,6 +427,78 @@ def _write(target: Path, a: np.ndarray, dtype: Any, rows: np.ndarray | None) -> 
         out[lo:lo + CHECK_ROWS] = np.asarray(a[idx], dtype=dtype)
     out.flush()
     del out
+
+
+# ------------------------------------------------------------------------------ standardized features
+def feature_stats(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's mean and standard deviation over the rows of `X` (float64; two passes
+    a block of rows at a time, so a mapped array is read, not copied). A feature that does
+    not vary gets a deviation of 1: it is centred, not blown up.
+
+    >>> mean, std = feature_stats(np.array([[1.0, 5.0], [3.0, 5.0]]))
+    >>> mean.tolist(), std.tolist()
+    ([2.0, 5.0], [1.0, 1.0])
+    """
+    n = len(X)
+    flat = X.reshape(n, -1)
+    total = np.zeros(flat.shape[1])
+    for lo in range(0, n, CHECK_ROWS):
+        total += np.asarray(flat[lo:lo + CHECK_ROWS], dtype=np.float64).sum(axis=0)
+    mean = total / n
+    squares = np.zeros_like(mean)
+    for lo in range(0, n, CHECK_ROWS):
+        squares += ((np.asarray(flat[lo:lo + CHECK_ROWS], dtype=np.float64) - mean) ** 2).sum(axis=0)
+    std = np.sqrt(squares / n)
+    std[~(std > 1e-12 * np.maximum(1.0, np.abs(mean)))] = 1.0
+    return mean, std
+
+
+def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tuple[Dataset, dict[str, Any]]:
+    """`data` with every feature shifted and scaled by the training set's mean and standard
+    deviation (`feature_stats`; the test set by the same numbers), and those numbers, for the
+    run's summary. Features held in memory are transformed in memory; memory-mapped ones are
+    written once, transformed, under cache_dir()/standardized/ (by the statistics and the
+    arrays' shapes) and mapped from there, so the workers of a host still share one copy."""
+    mean, std = feature_stats(data.X_train)
+    record = {"by": "the training set's mean and standard deviation", "mean": mean.tolist(), "std": std.tolist()}
+    m32, s32 = mean.astype(np.float32), std.astype(np.float32)
+
+    def scale(block: np.ndarray) -> np.ndarray:
+        return ((np.asarray(block, dtype=np.float32).reshape(len(block), -1) - m32) / s32).reshape(block.shape)
+
+    if _is_mapped(data.X_train) or _is_mapped(data.X_test):
+        h = hashlib.sha256(mean.tobytes() + std.tobytes() + repr((data.X_train.shape, data.X_test.shape)).encode())
+        folder = cache_dir(data_dir) / "standardized" / h.hexdigest()[:16]
+        if not all((folder / f"{n}.npy").exists() for n in ("X_train", "X_test")):
+            tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+            tmp.mkdir(parents=True, exist_ok=True)
+            for name in ("X_train", "X_test"):
+                a = getattr(data, name)
+                out = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=np.float32, shape=a.shape)
+                for lo in range(0, len(a), CHECK_ROWS):
+                    out[lo:lo + CHECK_ROWS] = scale(a[lo:lo + CHECK_ROWS])
+                out.flush()
+                del out
+            try:
+                os.replace(tmp, folder)
+            except OSError:            # another process made it first: theirs is the same
+                import shutil
+                shutil.rmtree(tmp, ignore_errors=True)
+        X_train, X_test = (np.load(folder / f"{n}.npy", mmap_mode="r") for n in ("X_train", "X_test"))
+    else:
+        X_train, X_test = scale(data.X_train), scale(data.X_test)
+    return make_dataset(data.name, X_train, data.y_train, X_test, data.y_test, data.n_classes,
+                        image_shape=data.image_shape, best_loss=data.best_loss), record
+
+
+def _is_mapped(a: Any) -> bool:
+    """Whether `a`'s memory is a file's mapping."""
+    import mmap
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return True
+        a = getattr(a, "base", None)
+    return False
 
 
 # ------------------------------------------------------------------------------ arrays given in Python

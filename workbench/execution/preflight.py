@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..config import ConfigError, RunConfig
 from ..config.registry import specs
 from ..maths.protocol import check_model
@@ -412,7 +414,44 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
         msg = _stability_warning(config, data, model)
         if msg:
             out.append(msg)
+    if data is not None:
+        msg = scale_warning(config, data)
+        if msg:
+            out.append(msg)
     return out
+
+
+SCALE_ROWS = 10_000   # rows of the training set read to judge its features' scale
+
+
+def scale_warning(config: RunConfig, data: Any) -> str | None:
+    """Say so when a data file's features are far from unit scale (a feature's mean past 3
+    or a deviation outside 0.1-10, over the first SCALE_ROWS training rows) and the run does
+    not standardize them: raw measurements make the first steps jump (iris's centimetres at
+    lr 0.1: the loss went from 1.8 to 120 at step 1) and the maths then magnifies rounding,
+    so runs that should agree (1 worker and 2 on the same global batch) drift apart.
+
+    >>> import numpy as np, types
+    >>> cfg = types.SimpleNamespace(standardize=False, dataset="iris.csv", lr=0.1)
+    >>> data = types.SimpleNamespace(X_train=np.array([[5.1, 3.5], [6.2, 2.9], [7.0, 3.2]]), tokens=False)
+    >>> print(scale_warning(cfg, data))
+    the features of iris.csv are not standardized (means up to 6.1, deviations 0.24-0.78): at lr 0.1 the first steps may jump and runs that should agree drift apart; standardize (--standardize) scales them by the training set's statistics
+    """
+    from ..config import is_text_dataset
+    from ..data import DATASETS
+    if config.standardize or config.dataset in DATASETS or is_text_dataset(config.dataset):
+        return None
+    from ..data.files import feature_stats
+    mean, std = feature_stats(data.X_train[:SCALE_ROWS])
+    varies = std != 1.0           # (a constant feature's deviation reads 1)
+    spread = std[varies] if varies.any() else std
+    top = float(np.abs(mean).max())
+    if top <= 3 and 0.1 <= float(spread.min()) and float(spread.max()) <= 10:
+        return None
+    return (f"the features of {config.dataset} are not standardized (means up to {top:.2g}, deviations "
+            f"{float(spread.min()):.2g}-{float(spread.max()):.2g}): at lr {config.lr:g} the first steps may jump and "
+            "runs that should agree drift apart; standardize (--standardize) scales them by the training set's "
+            "statistics")
 
 
 def peak_lr(config: RunConfig) -> float:

@@ -294,6 +294,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
     _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
        applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
+    _c("standardize", _check, applies=lambda c: not is_text_dataset(c.dataset)),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
@@ -439,6 +440,8 @@ DEPENDENTS: tuple[Dependent, ...] = (
               lambda v: RunConfig.model_fields["dataset"].default),
     Dependent("model", ("dataset",), lambda v: _is_text(v) and v["model"] in ("softmax", "mlp", "cnn"), lambda v: "gpt"),
     Dependent("model", ("dataset",), lambda v: not _is_text(v) and v["model"] == "gpt", lambda v: "mlp"),
+    # text is token ids, which are not standardized (the config refuses it): off when the data becomes text
+    Dependent("standardize", ("dataset", "model"), lambda v: bool(v["standardize"]) and _is_text(v), lambda v: False),
     # the GPT's own knobs go back to their defaults with another model (the config refuses them there)
     *(Dependent(knob, ("model",), lambda v, k=knob: v["model"] != "gpt" and v[k] != RunConfig.model_fields[k].default,
                 lambda v, k=knob: RunConfig.model_fields[k].default) for knob in GPT_KNOBS),
