@@ -164,14 +164,27 @@ def _free_cores(state: dict | None) -> float | None:
     return round(max(free, 0.05), 6)
 
 
-def _n_train(cfg: dict) -> int:
-    """The training set's size, from the dataset's entry (nothing loaded)."""
+def _n_train(cfg: dict, rows: pd.DataFrame, batch: int) -> int:
+    """The training set's size: a built-in dataset's from its entry (nothing loaded); any
+    other's (a data file or text of the user's, which may have moved or changed since) from
+    the run's own rows, whose `epoch` is (step + 1) / steps per epoch: that many global
+    batches. (It set how often the run evaluated: once an epoch.)
+
+    >>> rows = pd.DataFrame({"step": [6.0, 13.0, 20.0], "epoch": [1.0, 2.0, 3.0]})
+    >>> _n_train({"dataset": "/data/iris.csv"}, rows, 16), _n_train({"dataset": "digits"}, rows, 16)
+    (112, 1438)
+    """
     from ..data.dataset import DATASETS
     info = DATASETS.get(str(cfg.get("dataset")))
-    if info is None:
+    if info is not None:
+        return max(1, info.shape(int(cfg.get("n_samples") or 10000), int(cfg.get("n_features") or 64),
+                                 int(cfg.get("n_classes") or 10)).n_train)
+    epoch = rows["epoch"].to_numpy(dtype=float) if "epoch" in rows else np.zeros(0)
+    seen = epoch > 0
+    if not seen.any():
         return 1
-    return max(1, info.shape(int(cfg.get("n_samples") or 10000), int(cfg.get("n_features") or 64),
-                             int(cfg.get("n_classes") or 10)).n_train)
+    per_epoch = float(np.median((rows["step"].to_numpy(dtype=float)[seen] + 1) / epoch[seen]))
+    return max(1, round(per_epoch) * batch)
 
 
 def run_steps(result: Any, label: str | None = None) -> RunSteps:
@@ -228,7 +241,7 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     batch=batch, rate=float(s.get("samples_per_s") or 0.0), simulated=bool(s.get("simulated")),
                     deterministic=bool(s.get("simulated")) and jitter == 0.0, algorithm=algorithm,
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
-                    evaluated=evaluated, n_train=_n_train(cfg), eval_every=cfg.get("eval_every"),
+                    evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
                     free_cores=_free_cores(s.get("machine")))
 
@@ -267,6 +280,8 @@ class Model:
     w_fixed: np.ndarray = field(default_factory=lambda: np.zeros(1))   # waiting not caused by compute spread
     e_one: np.ndarray = field(default_factory=lambda: np.zeros(1))   # one evaluation's extra, 1 worker and N
     e_n: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    x_one: np.ndarray = field(default_factory=lambda: np.zeros(1))   # the 1-worker run's own exchange a step
+    #                               (its one-rank collective and tail, as measured; 0 without that run)
     eval_rate: float = 0.0        # evaluations per step per sample of the global batch (once per epoch: 1 / n_train)
     eval_fixed: float = 0.0       # ... or per step whatever the batch (eval_every: 1 / eval_every)
     a_terms: float = 0.0          # the exchange's A (messages) and B (bytes) per step
@@ -274,16 +289,23 @@ class Model:
     alpha: float = math.nan
     parallel: float = 0.0         # how many workers' worth of compute runs at once (0: all of them); a busy
     #                               machine's free cores bound it: the 1-worker run's free share against the N's
+    k_compute: np.ndarray | None = None   # ... or the N-worker run's own compute shows fewer (`fit`); None: not
 
     @property
-    def k(self) -> float:
-        return self.parallel if self.parallel > 0 else float(self.workers)
+    def k(self) -> float | np.ndarray:
+        k = self.parallel if self.parallel > 0 else float(self.workers)
+        return k if self.k_compute is None else np.minimum(k, self.k_compute)
+
+    @property
+    def k_measured(self) -> float:
+        """`k` of the run as measured (not a resample)."""
+        return float(np.ravel(self.k)[0])
 
     def _evals(self, batch: float | np.ndarray) -> float | np.ndarray:
         return self.eval_fixed + self.eval_rate * np.asarray(batch, dtype=float)
 
     def step_one(self, batch: float | np.ndarray) -> np.ndarray:
-        return self.c0 + self.c1 * batch + self.o_one + self.e_one * self._evals(batch)
+        return self.c0 + self.c1 * batch + self.o_one + self.x_one + self.e_one * self._evals(batch)
 
     def step_n(self, batch: float | np.ndarray, scale: float = 1.0) -> np.ndarray:
         compute = (self.c0 + scale * self.c1 * batch / self.k) * (1.0 + self.omega)
@@ -299,7 +321,7 @@ class Model:
         coef = (self.c1 + self.e_one * self.eval_rate
                 - target * ((1.0 + self.omega) * self.c1 / self.k + self.e_n * self.eval_rate))
         rhs = (target * (self.c0 * (1.0 + self.omega) + self.w_fixed + self.x_alpha + self.x_beta + self.o_n
-                         + self.e_n * self.eval_fixed) - self.c0 - self.o_one - self.e_one * self.eval_fixed)
+                         + self.e_n * self.eval_fixed) - self.c0 - self.o_one - self.x_one - self.e_one * self.eval_fixed)
         with np.errstate(divide="ignore", invalid="ignore"):
             b = np.where(coef > 0, rhs / coef, math.inf)
         return np.where(np.isfinite(b) & (b < 0), 0.0, b)
@@ -312,7 +334,7 @@ class Model:
         ev = self._evals(b)
         coef = self.c1 * b - target * (1.0 + self.omega) * self.c1 * b / self.k - target * self.x_beta
         rhs = (target * (self.c0 * (1.0 + self.omega) + self.w_fixed + self.x_alpha + self.o_n + self.e_n * ev)
-               - self.c0 - self.o_one - self.e_one * ev)
+               - self.c0 - self.o_one - self.x_one - self.e_one * ev)
         with np.errstate(divide="ignore", invalid="ignore"):
             s = np.where(coef > 0, rhs / coef, math.inf)
         return np.where(np.isfinite(s) & (s < 0), 0.0, s)
@@ -379,10 +401,10 @@ def fit(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) -> tuple[
     bn = n.batch / n.workers
     if p1 is not None:
         c0, c1 = _line(np.full_like(pn["compute"], bn), pn["compute"], float(one.batch / one.workers), p1["compute"])
-        o_one, e_one = p1["step_overhead"], p1["eval_s"]
+        o_one, e_one, x_one = p1["step_overhead"], p1["eval_s"], p1["exchange"]
     else:   # the 1-worker step predicted from the N-worker run: the same overheads
         c0, c1 = _line(np.full_like(pn["compute"], bn), pn["compute"], bn, pn["compute"])
-        o_one, e_one = pn["step_overhead"], pn["eval_s"]
+        o_one, e_one, x_one = pn["step_overhead"], pn["eval_s"], np.zeros_like(pn["exchange"])
     a, b = _terms(n)
     alpha = NETWORKS[n.network].alpha if n.network else math.nan
     x = pn["exchange"]
@@ -393,11 +415,44 @@ def fit(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) -> tuple[
         omega = np.where(pn["compute"] > 0, pn["spread"] / pn["compute"], 0.0)
     model = Model(workers=n.workers, batch=float(n.batch), c0=c0, c1=c1, x_alpha=x - x_beta, x_beta=x_beta,
                   omega=omega, o_one=o_one, o_n=pn["step_overhead"], w_fixed=np.maximum(pn["wait"] - pn["spread"], 0.0),
-                  e_one=e_one, e_n=pn["eval_s"],
+                  e_one=e_one, e_n=pn["eval_s"], x_one=x_one,
                   eval_rate=0.0 if n.eval_every else 1.0 / n.n_train,
                   eval_fixed=1.0 / n.eval_every if n.eval_every else 0.0, a_terms=a, b_terms=b, alpha=alpha,
                   parallel=_parallel(one, n))
+    if p1 is not None:
+        model.k_compute = _k_compute(c0, c1, float(n.batch), bn, pn["compute"])
     return model, pn, p1
+
+
+def _compute_bound(model: Model) -> bool:
+    """Whether the N-worker run's own compute (`k_compute`) is what bounds the model's `k`."""
+    if model.k_compute is None:
+        return False
+    cores = model.parallel if model.parallel > 0 else float(model.workers)
+    return float(np.ravel(model.k_compute)[0]) < cores
+
+
+def _k_compute(c0: np.ndarray, c1: np.ndarray, batch: float, per_worker: float,
+               measured: np.ndarray) -> np.ndarray | None:
+    """Workers' worth of compute at once that the N-worker run's measured compute shows,
+    where it computed its slice slower than the line through both runs can say (`_line`
+    fell back: its compute per sample above the 1-worker run's, from another load on the
+    cores or a cost that does not shrink with the slice); None where the line holds. With
+    it the model gives back the measured N-worker step, and its predictions keep the
+    shortfall instead of assuming N workers' worth of compute (which had a pair measured at
+    0.71x predicted at 1.15x).
+
+    >>> _k_compute(np.zeros(1), np.array([7.8e-6]), 16.0, 8.0, np.array([136e-6])).round(3).tolist()
+    [0.918]
+    >>> _k_compute(np.array([20e-6]), np.array([7e-6]), 16.0, 8.0, np.array([76e-6])) is None
+    True
+    """
+    predicted = c0 + c1 * per_worker
+    short = measured > predicted * (1 + 1e-9)
+    if not short.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(short, c1 * batch / np.maximum(measured - c0, 1e-300), math.inf)
 
 
 # ------------------------------------------------------------------------------ the explanation
@@ -472,7 +527,7 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
         cont_share = (one.contention_s / max(float(p1["compute"][0]), 1e-300)) if one is not None else 0.0
         cont_share = min(cont_share, 1.0)
         excess = {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
-                  "exchange": parts["exchange"], "wait": parts["wait"],
+                  "exchange": parts["exchange"] - float(model.x_one[0]) / P, "wait": parts["wait"],
                   "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
                   "contention": parts["contention"] - cont_share * c_ref / P}
         ideal = ref_step / P
@@ -508,7 +563,13 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     if model.parallel:
         ref = f"; 1 worker's run {one.free_cores:.2g}" if one is not None and one.free_cores is not None else ""
         lines.append(f"  cores: other processes left this run {n.free_cores:.2g} free cores{ref}: its {P} workers "
-                     f"compute at most {model.k:.2g}x one worker's rate at any batch (the predictions below assume so)")
+                     f"compute at most {model.k_measured:.2g}x one worker's rate at any batch (the predictions below assume so)")
+    if _compute_bound(model):
+        c_n, c_1 = float(pn["compute"][0]), float(p1["compute"][0])
+        lines.append(f"  compute: each of the {P} workers computed its {n.batch / P:g} samples in {_ms(c_n)}, 1 worker "
+                     f"its {one.batch} in {_ms(c_1)}: {model.k_measured:.2g} workers' worth of compute at once, not {P} "
+                     f"(another load on the cores, or a cost that does not shrink with the slice; the predictions "
+                     f"below assume so)")
     if n.machine_note:
         lines.append(f"  note: {n.machine_note}")
     preds = _predictions(model, n, exact, lines)
@@ -584,8 +645,10 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str]) -> di
     if float(b[0]) == 0.0:
         lines.append(f"  batch: {P} workers already beat 1 by {TARGET:g}x at any batch")
     elif not math.isfinite(float(b[0])):
-        top = model.k / (1 + float(model.omega[0]))
-        why = (f"other processes left the run {n.free_cores:.2g} of its cores: at most {top:.2f}x on this machine "
+        top = model.k_measured / (1 + float(model.omega[0]))
+        why = (f"its workers computed {model.k_measured:.2g} workers' worth at once: at most {top:.2f}x"
+               if _compute_bound(model) else
+               f"other processes left the run {n.free_cores:.2g} of its cores: at most {top:.2f}x on this machine "
                f"now" if model.parallel else f"waiting for the slowest compute grows with it: at most {top:.2f}x")
         lines.append(f"  batch: no global batch makes {P} workers {TARGET:g}x faster than 1 ({why})")
     else:
@@ -596,8 +659,10 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str]) -> di
     if float(s[0]) == 0.0:
         lines.append(f"  model size: {P} workers beat 1 by {TARGET:g}x at batch {n.batch} with any model size")
     elif not math.isfinite(float(s[0])):
-        lines.append(f"  model size: none at batch {n.batch} (the exchange's bytes grow with the model as fast "
-                     f"as its compute)")
+        why = (f"{model.k_measured:.2g} workers' worth of compute at once does not make {P} workers {TARGET:g}x one"
+               if _compute_bound(model) and model.k_measured / (1 + float(model.omega[0])) < TARGET else
+               "the exchange's bytes grow with the model as fast as its compute")
+        lines.append(f"  model size: none at batch {n.batch} ({why})")
     elif float(now[0]) >= TARGET:
         lines.append(f"  model size: {P} workers stay {TARGET:g}x faster than 1 at batch {n.batch} down to {text} "
                      f"this model's parameters and FLOPs ({params * float(s[0]):,.0f} parameters)")
