@@ -184,6 +184,24 @@ def test_standardize_scales_by_the_training_sets_statistics_and_says_so(folder, 
     assert np.allclose(mapped.X_train, p.data.X_train, atol=1e-6) and np.allclose(mapped.X_test, p.data.X_test, atol=1e-6)
 
 
+def test_a_run_on_your_data_that_learned_nothing_says_so_and_why(folder):
+    """Chance is known for a file of yours too (its labels' classes; it was unknown, so a run
+    below chance said nothing), and raw features are named as the first thing to change."""
+    from workbench.learning import chance_accuracy, note
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2)) * [0.3, 1.5] + [5.0, 4.0]                # centimetres, not unit scale
+    pd.DataFrame(X, columns=["a", "b"]).assign(kind=np.array(["x", "y", "z"])[np.arange(90) % 3]).to_csv(
+        folder / "t.csv", index=False)
+    cfg = {"dataset": str(folder / "t.csv"), "algorithm": "sync_sgd", "optimizer": "sgd", "lr": 0.1}
+    assert chance_accuracy(cfg) == pytest.approx(1 / 3)
+    assert note(cfg, 0.22, 1.8, 1.0, 600) == ("did not learn: test accuracy 0.22, chance 0.33; its features are not "
+                                              "standardized (means up to 5, deviations 0.3-1.5): try standardize "
+                                              "(--standardize)")
+    said = note({**cfg, "standardize": True}, 0.22, 1.8, 1.0, 600)
+    assert said.startswith("did not learn: test accuracy 0.22, chance 0.33; lr 0.1 is in the range")
+    assert note(cfg, 0.9, 1.8, 0.2, 600) is None
+
+
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):
     X = np.concatenate([DIGITS.X_train, DIGITS.X_test]).reshape(-1, 1, 8, 8)
     np.savez(folder / "img.npz", X=X, y=np.concatenate([DIGITS.y_train, DIGITS.y_test]))

@@ -20,21 +20,24 @@ LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more:
 
 
 def chance_accuracy(config: dict[str, Any]) -> float | None:
-    """1 / classes of the run's dataset (its entry, nothing loaded); None when unknown.
+    """1 / classes of the run's dataset: a built-in one's entry (nothing loaded), a data file
+    or text of the user's by its labels (read once, cached; it need not be balanced: below
+    this, a run surely learned nothing); None when unknown (a file no longer there).
 
     >>> chance_accuracy({"dataset": "digits"})
     0.1
     >>> chance_accuracy({"dataset": "synthetic", "n_classes": 4})
     0.25
+    >>> chance_accuracy({"dataset": "/no/such/table.csv"}) is None
+    True
     """
-    from .data.dataset import DATASETS
-    info = DATASETS.get(str(config.get("dataset")))
-    if info is None:
-        return None
+    from .data.dataset import dataset_info
     try:
+        info = dataset_info(str(config.get("dataset")))
         classes = info.shape(int(config.get("n_samples") or 10000), int(config.get("n_features") or 64),
-                             int(config.get("n_classes") or 10)).n_classes
-    except (TypeError, ValueError):
+                             int(config.get("n_classes") or 10), test_fraction=float(config.get("test_fraction") or 0.2),
+                             context=int(config.get("context") or 64)).n_classes
+    except (TypeError, ValueError, OSError):   # (DataError is a ValueError)
         return None
     return 1.0 / classes if classes and classes > 1 else None
 
@@ -93,4 +96,23 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
         said = f"the training loss rose from {first_loss:.3g} to {last_loss:.3g} (x{last_loss / first_loss:.0f})"
     if said is None:
         return None
+    scale = _unscaled(config)
+    if scale is not None:   # raw features: the first thing to change, before the lr
+        return f"did not learn: {said}; its features are not standardized ({scale}): try standardize (--standardize)"
     return f"did not learn: {said}; {lr_hint(config, steps)}"
+
+
+def _unscaled(config: dict[str, Any]) -> str | None:
+    """`data.files.unscaled` of a run's own data file when the run did not standardize it
+    (the data as this process loaded it for the run, from its cache); else None."""
+    from .config import is_text_dataset
+    from .data import DATASETS, load_dataset
+    name = config.get("dataset")
+    if config.get("standardize") or not isinstance(name, str) or name in DATASETS or is_text_dataset(name):
+        return None
+    try:
+        data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
+    except (TypeError, ValueError, OSError):   # (DataError is a ValueError): a file no longer there
+        return None
+    from .data.files import unscaled
+    return unscaled(data.X_train)

@@ -453,6 +453,28 @@ def feature_stats(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
+SCALE_ROWS = 10_000   # rows of a training set read to judge its features' scale (`unscaled`)
+
+
+def unscaled(X: np.ndarray) -> str | None:
+    """How far the features of X (its first SCALE_ROWS rows) are from unit scale, when they
+    are far: a mean past 3 or a deviation outside 0.1-10 (a constant feature aside); None
+    when they are near it.
+
+    >>> unscaled(np.array([[5.1, 3.5], [6.2, 2.9], [7.0, 3.2]]))
+    'means up to 6.1, deviations 0.24-0.78'
+    >>> unscaled(np.array([[0.1, -1.0], [-0.4, 1.2], [0.3, 0.1]])) is None
+    True
+    """
+    mean, std = feature_stats(X[:SCALE_ROWS])
+    varies = std != 1.0           # (a constant feature's deviation reads 1)
+    spread = std[varies] if varies.any() else std
+    top, low, high = float(np.abs(mean).max()), float(spread.min()), float(spread.max())
+    if top <= 3 and 0.1 <= low and high <= 10:
+        return None
+    return f"means up to {top:.2g}, deviations {low:.2g}-{high:.2g}"
+
+
 def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tuple[Dataset, dict[str, Any]]:
     """`data` with every feature shifted and scaled by the training set's mean and standard
     deviation (`feature_stats`; the test set by the same numbers), and those numbers, for the

@@ -421,15 +421,12 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
     return out
 
 
-SCALE_ROWS = 10_000   # rows of the training set read to judge its features' scale
-
-
 def scale_warning(config: RunConfig, data: Any) -> str | None:
-    """Say so when a data file's features are far from unit scale (a feature's mean past 3
-    or a deviation outside 0.1-10, over the first SCALE_ROWS training rows) and the run does
-    not standardize them: raw measurements make the first steps jump (iris's centimetres at
-    lr 0.1: the loss went from 1.8 to 120 at step 1) and the maths then magnifies rounding,
-    so runs that should agree (1 worker and 2 on the same global batch) drift apart.
+    """Say so when a data file's features are far from unit scale (`data.files.unscaled`)
+    and the run does not standardize them: raw measurements make the first steps jump
+    (iris's centimetres at lr 0.1: the loss went from 1.8 to 120 at step 1) and the maths
+    then magnifies rounding, so runs that should agree (1 worker and 2 on the same global
+    batch) drift apart.
 
     >>> import numpy as np, types
     >>> cfg = types.SimpleNamespace(standardize=False, dataset="iris.csv", lr=0.1)
@@ -441,17 +438,13 @@ def scale_warning(config: RunConfig, data: Any) -> str | None:
     from ..data import DATASETS
     if config.standardize or config.dataset in DATASETS or is_text_dataset(config.dataset):
         return None
-    from ..data.files import feature_stats
-    mean, std = feature_stats(data.X_train[:SCALE_ROWS])
-    varies = std != 1.0           # (a constant feature's deviation reads 1)
-    spread = std[varies] if varies.any() else std
-    top = float(np.abs(mean).max())
-    if top <= 3 and 0.1 <= float(spread.min()) and float(spread.max()) <= 10:
+    from ..data.files import unscaled
+    scale = unscaled(data.X_train)
+    if scale is None:
         return None
-    return (f"the features of {config.dataset} are not standardized (means up to {top:.2g}, deviations "
-            f"{float(spread.min()):.2g}-{float(spread.max()):.2g}): at lr {config.lr:g} the first steps may jump and "
-            "runs that should agree drift apart; standardize (--standardize) scales them by the training set's "
-            "statistics")
+    return (f"the features of {config.dataset} are not standardized ({scale}): at lr {config.lr:g} the first steps "
+            "may jump and runs that should agree drift apart; standardize (--standardize) scales them by the "
+            "training set's statistics")
 
 
 def peak_lr(config: RunConfig) -> float:
@@ -464,7 +457,6 @@ def peak_lr(config: RunConfig) -> float:
 def sharpness(model: Any, params: Any, X: Any, y: Any, iters: int = 12) -> float:
     """The largest eigenvalue of the loss Hessian at `params`, by power iteration on
     finite-difference Hessian-vector products (2 gradients per iteration)."""
-    import numpy as np
     rng = np.random.default_rng(0)
     v = rng.standard_normal(params.shape[0]).astype(np.float64)
     v /= np.linalg.norm(v)
