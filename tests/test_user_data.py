@@ -140,6 +140,10 @@ def test_a_missing_value_is_named_by_the_files_own_row(folder):
     np.savez(folder / "xy.npz", X=X, y=np.arange(50) % 3)
     with pytest.raises(DataError, match=r"^X: finite numbers, got nan at row 17, column 3 of"):
         load_dataset(str(folder / "xy.npz"))
+    (folder / "mixed.csv").write_text("a,label\n" + "".join(f"{i},{'x' if i == 9 else i % 2}\n" for i in range(40)))
+    with pytest.raises(DataError, match=r"^y: integer class labels or class names in column 'label', not both: "
+                                        r"got 'x' at row 9"):   # a typo among numbers is not a class
+        load_dataset(str(folder / "mixed.csv"))
     with pytest.raises(DataError, match=r"names, y = np.unique\(y, return_inverse=True\)"):
         Dataset.from_arrays(X[:, :2], np.array(["a", "b"] * 25))
 

@@ -266,6 +266,11 @@ def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarra
         raise DataError(f"y: a label in every row, got an empty cell at row {row} (column {label!r}) of {path!r}")
     classes = None
     if not pd.api.types.is_numeric_dtype(y):   # class names: label k is the k-th name in sorted order
+        numbers = pd.to_numeric(y, errors="coerce")
+        if numbers.notna().any():   # numbers and words mixed: a typo in a numeric column, not names
+            row = int(numbers.isna().to_numpy().argmax())
+            raise DataError(f"y: integer class labels or class names in column {label!r}, not both: got "
+                            f"{y.iloc[row]!r} at row {row} among numbers of {path!r}")
         names = y.astype(str).str.strip()
         classes = tuple(sorted(names.unique()))
         y = pd.Series(pd.Categorical(names, categories=classes).codes.astype(np.int64), index=names.index)
