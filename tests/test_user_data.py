@@ -197,13 +197,20 @@ def test_a_run_on_your_data_that_learned_nothing_says_so_and_why(folder):
     pd.DataFrame(X, columns=["a", "b"]).assign(kind=np.array(["x", "y", "z"])[np.arange(90) % 3]).to_csv(
         folder / "t.csv", index=False)
     cfg = {"dataset": str(folder / "t.csv"), "algorithm": "sync_sgd", "optimizer": "sgd", "lr": 0.1}
-    assert chance_accuracy(cfg) == pytest.approx(1 / 3)
-    assert note(cfg, 0.22, 1.8, 1.0, 600) == ("did not learn: test accuracy 0.22, chance 0.33; its features are not "
+    counts = np.bincount(load_dataset(cfg["dataset"]).y_train)           # 72 training rows of 3 classes
+    assert chance_accuracy(cfg) == pytest.approx(counts.max() / counts.sum()) and 1 / 3 <= chance_accuracy(cfg) < 0.4
+    assert note(cfg, 0.22, 1.8, 1.0, 600) == ("did not learn: test accuracy 0.22, chance 0.38; its features are not "
                                               "standardized (means up to 5, deviations 0.3-1.5): try standardize "
                                               "(--standardize)")
     said = note({**cfg, "standardize": True}, 0.22, 1.8, 1.0, 600)
-    assert said.startswith("did not learn: test accuracy 0.22, chance 0.33; lr 0.1 is in the range")
+    assert said.startswith("did not learn: test accuracy 0.22, chance 0.38; lr 0.1 is in the range")
     assert note(cfg, 0.9, 1.8, 0.2, 600) is None
+    # four in five rows of one class: answering it always scores 0.8, so 0.81 learned nothing
+    pd.DataFrame(rng.normal(size=(100, 2)), columns=["a", "b"]).assign(
+        kind=np.where(np.arange(100) % 5 == 0, "rare", "common")).to_csv(folder / "skew.csv", index=False)
+    skew = {**cfg, "dataset": str(folder / "skew.csv")}
+    assert chance_accuracy(skew) == pytest.approx(0.8, abs=0.03)
+    assert note(skew, 0.81, 0.7, 0.5, 600).startswith("did not learn: test accuracy 0.81, chance 0.8")
 
 
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):

@@ -20,9 +20,11 @@ LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more:
 
 
 def chance_accuracy(config: dict[str, Any]) -> float | None:
-    """1 / classes of the run's dataset: a built-in one's entry (nothing loaded), a data file
-    or text of the user's by its labels (read once, cached; it need not be balanced: below
-    this, a run surely learned nothing); None when unknown (a file no longer there).
+    """The accuracy a model reaches without learning: 1 / classes of a built-in dataset (its
+    entry, nothing loaded; they are balanced) or of a text (its vocabulary); for a data file
+    of the user's, which need not be balanced, the share of the training set's commonest
+    class when it is larger (what always answering that class scores on data like it; the
+    data as this process loaded it for the run); None when unknown (a file no longer there).
 
     >>> chance_accuracy({"dataset": "digits"})
     0.1
@@ -39,7 +41,20 @@ def chance_accuracy(config: dict[str, Any]) -> float | None:
                              context=int(config.get("context") or 64)).n_classes
     except (TypeError, ValueError, OSError):   # (DataError is a ValueError)
         return None
-    return 1.0 / classes if classes and classes > 1 else None
+    if not classes or classes < 2:
+        return None
+    from .config import is_text_dataset
+    from .data import DATASETS, load_dataset
+    name = str(config.get("dataset"))
+    if name not in DATASETS and not is_text_dataset(name):
+        try:
+            data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
+        except (TypeError, ValueError, OSError):
+            return 1.0 / classes
+        import numpy as np
+        counts = np.bincount(np.asarray(data.y_train, dtype=np.int64))
+        return max(float(counts.max() / counts.sum()), 1.0 / classes)
+    return 1.0 / classes
 
 
 def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
