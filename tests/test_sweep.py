@@ -238,3 +238,20 @@ def test_the_cli_prints_the_scaling_columns_and_says_which_points_are_too_short(
         assert n > 1   # (8 steps, 3 of them warm-up)
         assert (f"  note ({w} worker{'s' if w > 1 else ''}): too short for a steady state ({n} steps a worker after warm-up, "
                 f"10 make one): its throughput includes start-up effects") in lines
+
+
+def test_a_warning_the_sweeps_runs_share_is_said_once(tmp_path, capsys):
+    """Every point and round of a sweep runs its config's checks; a warning they share (a
+    raw CSV's features, tau longer than the run) is said once, as `run` says it ("warning:
+    ..."), not once a run with Python's file and line."""
+    import numpy as np
+
+    from workbench.apps import cli
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)) * 2.0 + 40.0                         # far from unit scale
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=np.arange(200) % 2).to_csv(tmp_path / "t.csv", index=False)
+    assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--dataset", str(tmp_path / "t.csv"),
+                     "--workers", "1,2", "--steps", "5", "--rounds", "2", "--batch-size", "8", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: the features of") == 1, err
+    assert "RunWarning" not in err, err

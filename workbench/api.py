@@ -6,12 +6,13 @@ picks), adds the progress bar and writes the run directory. `sweep` repeats `run
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
 import warnings as _warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -390,16 +391,55 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                      progress=progress, run_point=run_point)
 
 
+@contextlib.contextmanager
+def warnings_once(show: Callable[[str], None] | None = None) -> Iterator[None]:
+    """In this block each `RunWarning` is shown once, however many runs raise it (a sweep's
+    points and rounds repeat their config's warnings); `show(message)` shows it instead of
+    Python's warning format (the CLI prints "warning: ..."). Other warnings pass as they are.
+
+    >>> with warnings_once(show=print):
+    ...     for _ in range(3):
+    ...         _warnings.warn("tau is longer than the run", RunWarning)
+    tau is longer than the run
+    """
+    seen: set[str] = set()
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("always", RunWarning)
+        previous = _warnings.showwarning
+
+        def showwarning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                        line: str | None = None) -> None:
+            if issubclass(category, RunWarning):
+                text = str(message)
+                if text in seen:
+                    return
+                seen.add(text)
+                if show is not None:
+                    show(text)
+                    return
+            previous(message, category, filename, lineno, file, line)
+        _warnings.showwarning = showwarning
+        yield
+
+
 def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
               out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
               progress: bool = True, run_point: Callable[..., RunResult] | None = None) -> Any:
     """Run a sweep planned (and so checked) already, `analysis.sweep.Sweep.plan`: what
     `sweep` does after its checks, and what the CLI calls once it has checked the largest
-    point against the machine. The arguments are `sweep`'s.
+    point against the machine. The arguments are `sweep`'s. A warning its runs raise is
+    shown once (`warnings_once`), not once a point and round.
 
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     """
+    with warnings_once():
+        return _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
+
+
+def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], None] | None,
+               out: str | Path | None, should_stop: Callable[[], bool] | None,
+               progress: bool, run_point: Callable[..., RunResult] | None) -> Any:
     import pandas as pd
 
     from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, worker_field

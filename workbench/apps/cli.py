@@ -659,6 +659,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
+    import warnings
+
     from .. import api
     from ..execution.preflight import preflight
 
@@ -674,9 +676,11 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     from ..analysis.sweep import Sweep
     plan = Sweep.plan(config, workers, args.mode, simulate=config.simulate, rounds=args.rounds,
                       max_rounds=args.max_rounds, budget_s=args.budget_s)
-    preflight(plan.largest)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
-    table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
+    with api.warnings_once(show=lambda message: print(f"warning: {message}", file=sys.stderr)):
+        for message in preflight(plan.largest):   # once each, as `run` prints them, however many runs raise them
+            warnings.warn(message, api.RunWarning, stacklevel=1)
+        table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
     print(sweep_text(table))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("run_note"), row.get("machine_note")):
