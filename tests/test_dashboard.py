@@ -626,6 +626,27 @@ def test_a_failing_run_shows_one_line(dash, monkeypatch):
     assert not dash.run_button.disabled
 
 
+def test_what_the_checks_said_of_the_config_is_in_the_status_line_and_the_report(dash, tmp_path):
+    """A warning from the checks (here: a data file's raw features) reaches the dashboard's
+    user: its status line after the run, and the run's report."""
+    import warnings
+
+    import numpy as np
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    pd.DataFrame(rng.normal(size=(200, 3)) * 2.0 + 40.0, columns=["a", "b", "c"]).assign(
+        label=np.arange(200) % 2).to_csv(tmp_path / "t.csv", index=False)
+    dash.config = RunConfig(algorithm="sync_sgd", cpus=2, dataset=str(tmp_path / "t.csv"), batch_size=16, steps=30,
+                            out=str(tmp_path / "run"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # (the run's thread warns too; the status line is what is read)
+        assert dash.run(), dash.status_text
+        result = dash.wait(120)
+    assert "warning: the features of" in dash.status_text and "not standardized" in dash.status_text
+    from workbench.ui.report import report_html
+    assert "warning: the features of" in report_html(result)
+
+
 def test_a_second_run_is_refused_while_one_is_going(dash):
     dash.controls["algorithm"].value = "sgd"
     dash.controls["epochs"].value = 1e5                    # 2.2M steps: still running at the second click

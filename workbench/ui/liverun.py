@@ -548,7 +548,8 @@ class LiveRun:
                 + f", {rate}, "
                 f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
                 f"comm fraction {s.get('comm_fraction', 0):.2f}"
-                + "".join(f"; {n}" for n in measure.notes(s)),   # busy machine, no steady state
+                + "".join(f"; {n}" for n in measure.notes(s))    # busy machine, no steady state
+                + "".join(f"; warning: {w}" for w in s.get("warnings") or ()),   # what preflight said of the config
                 s["status"] in ("failed", "diverged"))
 
     # ------------------------------------------------------------------ runs tab

@@ -303,7 +303,8 @@ def _summary_html(result: RunResult) -> str:
         rows.append(f'<tr><th class="text">{html.escape(what)}</th><td>{html.escape(shown)}</td>'
                     f'<td class="text">{html.escape(unit)}</td><td class="text"><code>{key}</code></td></tr>')
     head = '<tr><th class="text">quantity</th><th>value</th><th class="text">unit</th><th class="text">key</th></tr>'
-    notes = "".join(f'<p class="notes machine">{html.escape(n)}</p>' for n in measure.notes(s))
+    notes = "".join(f'<p class="notes machine">{html.escape(n)}</p>' for n in measure.notes(s)) + \
+        "".join(f'<p class="notes machine">warning: {html.escape(w)}</p>' for w in s.get("warnings") or ())
     return f"{notes}<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
