@@ -424,7 +424,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
 def scale_warning(config: RunConfig, data: Any) -> str | None:
     """Say so when a data file's features are far from unit scale (`data.files.unscaled`)
     and the run does not standardize them: raw measurements make the first steps jump
-    (iris's centimetres at lr 0.1: the loss went from 1.8 to 120 at step 1) and the maths
+    (an iris-like table's centimetres at lr 0.1: the loss went from 1.8 to 120 at step 1) and the maths
     then magnifies rounding, so runs that should agree (1 worker and 2 on the same global
     batch) drift apart.
 
