@@ -213,6 +213,26 @@ def test_a_run_on_your_data_that_learned_nothing_says_so_and_why(folder):
     assert note(skew, 0.81, 0.7, 0.5, 600).startswith("did not learn: test accuracy 0.81, chance 0.8")
 
 
+def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
+    """`RunResult.predict` scales raw rows as the run scaled its features and answers in the
+    table's class names: over the file's own test rows, raw, it agrees with the run's final
+    evaluation (the evaluator saw them standardized), which is the oracle."""
+    rng = np.random.default_rng(2)
+    k = rng.integers(0, 3, 400)
+    X = (rng.normal(size=(400, 3)) + 1.2 * np.eye(3)[k]) * [0.5, 3.0, 20.0] + [4.0, -10.0, 100.0]   # overlapping
+    names = np.array(["low", "mid", "high"])
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(grade=names[k]).to_csv(folder / "g.csv", index=False)
+    result = run_threads(config(str(folder / "g.csv"), batch_size=32, epochs=4, standardize=True))
+    raw = load_dataset(str(folder / "g.csv"))                          # the same split, not standardized
+    said = result.predict(raw.X_test)
+    classes = np.array(["high", "low", "mid"])                        # sorted: the labels' numbering
+    accuracy = float(np.mean(said == classes[raw.y_test]))
+    assert set(said) <= set(classes) and 0.5 < accuracy < 1.0          # (overlapping classes: a real test)
+    assert accuracy == pytest.approx(result.summary["final_test_accuracy"], abs=1e-9)
+    with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features, got '2 columns'"):
+        result.predict(raw.X_test[:, :2])
+
+
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):
     X = np.concatenate([DIGITS.X_train, DIGITS.X_test]).reshape(-1, 1, 8, 8)
     np.savez(folder / "img.npz", X=X, y=np.concatenate([DIGITS.y_train, DIGITS.y_test]))
