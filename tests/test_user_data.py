@@ -231,6 +231,30 @@ def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
     assert accuracy == pytest.approx(result.summary["final_test_accuracy"], abs=1e-9)
     with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features, got '2 columns'"):
         result.predict(raw.X_test[:, :2])
+    # the same accuracy class by class, in the summary (a file's classes need not be balanced)
+    per_class = result.summary["per_class"]
+    assert [c["class"] for c in per_class] == list(classes)
+    assert [c["rows"] for c in per_class] == np.bincount(raw.y_test, minlength=3).tolist()
+    for c in per_class:
+        mine = raw.y_test == list(classes).index(c["class"])
+        assert c["accuracy"] == pytest.approx(float(np.mean(said[mine] == c["class"])), abs=1e-12)
+    assert sum(c["accuracy"] * c["rows"] for c in per_class) / len(raw.y_test) == pytest.approx(accuracy, abs=1e-12)
+    from workbench.learning import per_class_text
+    assert per_class_text(per_class).startswith("per class (test rows): high ")
+
+
+def test_the_cli_and_the_report_say_the_accuracy_class_by_class(folder, capsys):
+    from workbench.apps import cli
+    rng = np.random.default_rng(3)
+    k = rng.integers(0, 2, 120)
+    pd.DataFrame(rng.normal(size=(120, 2)) + 2.0 * np.eye(2)[k], columns=["a", "b"]).assign(
+        kind=np.array(["no", "yes"])[k]).to_csv(folder / "k.csv", index=False)
+    out = folder / "run"
+    assert cli.main(["run", "--algorithm", "sgd", "--dataset", str(folder / "k.csv"), "--steps", "40",
+                     "--batch-size", "16", "--out", str(out)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "per class" in x)
+    assert line.startswith("  per class (test rows): no ") and ", yes " in line
+    assert line.strip() in (out / "report.html").read_text()
 
 
 def test_image_arrays_keep_their_shape_and_train_the_cnn(folder):

@@ -131,3 +131,18 @@ def _unscaled(config: dict[str, Any]) -> str | None:
         return None
     from .data.files import unscaled
     return unscaled(data.X_train)
+
+
+def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:
+    """A run's test accuracy class by class (`summary["per_class"]`, a data file of the
+    user's), in one line; None when it has none.
+
+    >>> per_class_text([{"class": "high", "rows": 27, "accuracy": 0.7037}, {"class": "low", "rows": 25, "accuracy": 0.84}])
+    'per class (test rows): high 0.70 of 27, low 0.84 of 25'
+    """
+    if not per_class:
+        return None
+    parts = [f"{c['class']} {'n/a' if c['accuracy'] is None else format(c['accuracy'], '.2f')} of {c['rows']}"
+             for c in per_class]
+    return "per class (test rows): " + ", ".join(parts)
+

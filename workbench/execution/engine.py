@@ -361,6 +361,14 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
+    if problem.data_record is not None and problem.data.vocab is None and result.params is not None:
+        # a data file of the user's (its classes need not be balanced): the test accuracy class by class
+        from ..maths.metrics import Evaluator
+        right, rows = Evaluator(problem.model, problem.data).per_class(np.asarray(result.params), problem.data.n_classes)
+        names = ((problem.data_record.get("table") or {}).get("classes")
+                 or [str(k) for k in range(problem.data.n_classes)])
+        result.summary["per_class"] = [{"class": str(name), "rows": int(n), "accuracy": float(r / n) if n else None}
+                                       for name, r, n in zip(names, right.tolist(), rows.tolist())]
     if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
         from ..maths.metrics import language_metrics
         s = result.summary

@@ -74,6 +74,27 @@ class Evaluator:
         """Accuracy of `params` on (X, y): LTFB's tournament score."""
         return self._score(params, X, y)[1]
 
+    def per_class(self, params: Any, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(right, rows) of each class on the test set, class by class, from the model's
+        predictions (one label per row): where the accuracy comes from, since a data file's
+        classes need not be balanced. Their sums are `test_accuracy`'s numerator and
+        denominator.
+
+        >>> from workbench.maths.models import make_model
+        >>> from workbench.data import load_dataset
+        >>> d = load_dataset("digits"); m = make_model("mlp", d.n_features, d.n_classes); p = m.init(0)
+        >>> right, rows = Evaluator(m, d).per_class(p, d.n_classes)
+        >>> int(rows.sum()) == d.n_test, bool(abs(right.sum() / rows.sum() - Evaluator(m, d)(p)["test_accuracy"]) < 1e-12)
+        (True, True)
+        """
+        right, rows = np.zeros(n_classes, np.int64), np.zeros(n_classes, np.int64)
+        for lo in range(0, self.X_test.shape[0], EVAL_CHUNK):
+            y = np.asarray(self.y_test[lo:lo + EVAL_CHUNK]).reshape(-1)
+            said = np.asarray(self.model.predict(params, self.X_test[lo:lo + EVAL_CHUNK])).reshape(-1)
+            rows += np.bincount(y, minlength=n_classes)[:n_classes]
+            right += np.bincount(y[said == y], minlength=n_classes)[:n_classes]
+        return right, rows
+
     def _score(self, params: Any, X: Any, y: Any) -> tuple[float, float]:
         """(mean loss, accuracy) over every label of (X, y): rows, or each row's tokens."""
         total_loss, correct, n = 0.0, 0, X.shape[0]

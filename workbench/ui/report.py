@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 import plotly.io as pio
 
-from .. import measure
+from .. import learning, measure
 from ..results import RunResult
 from ..util.fileio import atomic_write
 from . import figdata, series
@@ -304,7 +304,8 @@ def _summary_html(result: RunResult) -> str:
                     f'<td class="text">{html.escape(unit)}</td><td class="text"><code>{key}</code></td></tr>')
     head = '<tr><th class="text">quantity</th><th>value</th><th class="text">unit</th><th class="text">key</th></tr>'
     notes = "".join(f'<p class="notes machine">{html.escape(n)}</p>' for n in measure.notes(s)) + \
-        "".join(f'<p class="notes machine">warning: {html.escape(w)}</p>' for w in s.get("warnings") or ())
+        "".join(f'<p class="notes machine">warning: {html.escape(w)}</p>' for w in s.get("warnings") or ()) + \
+        "".join(f'<p class="notes">{html.escape(t)}</p>' for t in [learning.per_class_text(s.get("per_class"))] if t)
     return f"{notes}<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
