@@ -214,7 +214,7 @@ def test_a_run_on_your_data_that_learned_nothing_says_so_and_why(folder):
 
 
 def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
-    """`RunResult.predict` scales raw rows as the run scaled its features and answers in the
+    """`wb.predict(result, rows)` scales raw rows as the run scaled its features and answers in the
     table's class names: over the file's own test rows, raw, it agrees with the run's final
     evaluation (the evaluator saw them standardized), which is the oracle."""
     rng = np.random.default_rng(2)
@@ -224,13 +224,13 @@ def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
     pd.DataFrame(X, columns=["a", "b", "c"]).assign(grade=names[k]).to_csv(folder / "g.csv", index=False)
     result = run_threads(config(str(folder / "g.csv"), batch_size=32, epochs=4, standardize=True))
     raw = load_dataset(str(folder / "g.csv"))                          # the same split, not standardized
-    said = result.predict(raw.X_test)
+    said = wb.predict(result, raw.X_test)
     classes = np.array(["high", "low", "mid"])                        # sorted: the labels' numbering
     accuracy = float(np.mean(said == classes[raw.y_test]))
     assert set(said) <= set(classes) and 0.5 < accuracy < 1.0          # (overlapping classes: a real test)
     assert accuracy == pytest.approx(result.summary["final_test_accuracy"], abs=1e-9)
     with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features, got '2 columns'"):
-        result.predict(raw.X_test[:, :2])
+        wb.predict(result, raw.X_test[:, :2])
     # the same accuracy class by class, in the summary (a file's classes need not be balanced)
     per_class = result.summary["per_class"]
     assert [c["class"] for c in per_class] == list(classes)

@@ -331,6 +331,40 @@ def load(directory: str | Path) -> RunResult:
     return RunResult.load(directory)
 
 
+def predict(result: RunResult, X: Any) -> Any:
+    """The trained model's answer for each row of `X`, in the run's own terms: the rows
+    scaled as the run scaled its features (`standardize`: the mean and deviation in
+    `summary["data"]["standardized"]`), and a CSV's class names where its labels were names
+    (else the integer labels). For a run of this session (its final parameters are kept in
+    memory, not in the run directory; a checkpoint holds them on disk).
+
+    Raises:
+        ConfigError: no final parameters (a run loaded from its directory, or one that ended
+            without them), or rows of another width than the run's features.
+    """
+    import numpy as np
+
+    from .problem import Problem
+    if not isinstance(result, RunResult):
+        raise ConfigTypeError("result", "a RunResult (what wb.run returns)", result)
+    if result.params is None:
+        raise ConfigError("params", "the final parameters of a run of this session (a run loaded from its "
+                                    "directory has none: resume it from a checkpoint)", None)
+    problem = Problem.from_config(RunConfig.from_dict(result.summary["config"]))
+    rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
+    rows = rows.reshape(len(rows), -1)
+    width = problem.shape.n_features
+    if rows.shape[1] != width:
+        raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
+    data = result.summary.get("data") or {}
+    scaled = data.get("standardized")
+    if scaled:
+        rows = (rows - np.asarray(scaled["mean"], np.float32)) / np.asarray(scaled["std"], np.float32)
+    labels = np.asarray(problem.model.predict(np.asarray(result.params), rows))
+    classes = (data.get("table") or {}).get("classes")
+    return np.asarray(classes, dtype=object)[labels] if classes else labels
+
+
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,

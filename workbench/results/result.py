@@ -66,37 +66,6 @@ class RunResult:
     def events(self) -> list[dict]:
         return self.summary.get("events", [])
 
-    def predict(self, X: Any) -> np.ndarray:
-        """The trained model's answer for each row of `X`, in the run's own terms: the rows
-        scaled as the run scaled its features (`standardize`: the mean and deviation in
-        `summary["data"]["standardized"]`), and a CSV's class names where its labels were
-        names (else the integer labels). For the run of this session (the final parameters
-        are kept in memory, not in the run directory; a checkpoint holds them on disk).
-
-        Raises:
-            ConfigError: no final parameters (a run loaded from its directory, or one that
-                ended without them), or rows of another width than the run's features.
-        """
-        from ..config import ConfigError, RunConfig
-        from ..problem import Problem
-        if self.params is None:
-            raise ConfigError("params", "the final parameters of a run of this session (a run loaded from its "
-                                        "directory has none: resume it from a checkpoint)", None)
-        config = RunConfig.from_dict(self.summary["config"])
-        problem = Problem.from_config(config)
-        rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
-        rows = rows.reshape(len(rows), -1)
-        width = problem.shape.n_features
-        if rows.shape[1] != width:
-            raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
-        data = self.summary.get("data") or {}
-        scaled = data.get("standardized")
-        if scaled:
-            rows = (rows - np.asarray(scaled["mean"], np.float32)) / np.asarray(scaled["std"], np.float32)
-        labels = np.asarray(problem.model.predict(np.asarray(self.params), rows))
-        classes = (data.get("table") or {}).get("classes")
-        return np.asarray(classes, dtype=object)[labels] if classes else labels
-
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the run directory (atomically, file by file); returns its path.
 
