@@ -357,9 +357,9 @@ def predict(result: RunResult, X: Any) -> Any:
     if rows.shape[1] != width:
         raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
     data = result.summary.get("data") or {}
-    scaled = data.get("standardized")
-    if scaled:
-        rows = (rows - np.asarray(scaled["mean"], np.float32)) / np.asarray(scaled["std"], np.float32)
+    if data.get("standardized"):
+        from .data.files import standardize_rows
+        rows = standardize_rows(rows, data["standardized"])
     labels = np.asarray(problem.model.predict(np.asarray(result.params), rows))
     classes = (data.get("table") or {}).get("classes")
     return np.asarray(classes, dtype=object)[labels] if classes else labels

@@ -488,10 +488,9 @@ def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tu
     arrays' shapes) and mapped from there, so the workers of a host still share one copy."""
     mean, std = feature_stats(data.X_train)
     record = {"by": "the training set's mean and standard deviation", "mean": mean.tolist(), "std": std.tolist()}
-    m32, s32 = mean.astype(np.float32), std.astype(np.float32)
 
     def scale(block: np.ndarray) -> np.ndarray:
-        return ((np.asarray(block, dtype=np.float32).reshape(len(block), -1) - m32) / s32).reshape(block.shape)
+        return standardize_rows(block, record)
 
     if _is_mapped(data.X_train) or _is_mapped(data.X_test):
         h = hashlib.sha256(mean.tobytes() + std.tobytes() + repr((data.X_train.shape, data.X_test.shape)).encode())
@@ -516,6 +515,19 @@ def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tu
         X_train, X_test = scale(data.X_train), scale(data.X_test)
     return make_dataset(data.name, X_train, data.y_train, X_test, data.y_test, data.n_classes,
                         image_shape=data.image_shape, best_loss=data.best_loss), record
+
+
+def standardize_rows(rows: Any, record: dict[str, Any]) -> np.ndarray:
+    """`rows` (float32, any shape of row) shifted and scaled by a run's standardization
+    (`standardized`'s record: its `mean` and `std`): the run's own features, or new rows
+    scaled as the run scaled its own (`api.predict`).
+
+    >>> standardize_rows(np.array([[3.0, 5.0]]), {"mean": [1.0, 5.0], "std": [2.0, 1.0]}).tolist()
+    [[1.0, 0.0]]
+    """
+    rows = np.asarray(rows, dtype=np.float32)
+    mean, std = np.asarray(record["mean"], np.float32), np.asarray(record["std"], np.float32)
+    return ((rows.reshape(len(rows), -1) - mean) / std).reshape(rows.shape)
 
 
 def _is_mapped(a: Any) -> bool:
