@@ -43,10 +43,10 @@ def chance_accuracy(config: dict[str, Any]) -> float | None:
         return None
     if not classes or classes < 2:
         return None
-    from .config import is_text_dataset
-    from .data import DATASETS, load_dataset
+    from .data import load_dataset
+    from .data.files import is_data_path
     name = str(config.get("dataset"))
-    if name not in DATASETS and not is_text_dataset(name):
+    if is_data_path(name):
         try:
             data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
         except (TypeError, ValueError, OSError):
@@ -120,16 +120,15 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
 def _unscaled(config: dict[str, Any]) -> str | None:
     """`data.files.unscaled` of a run's own data file when the run did not standardize it
     (the data as this process loaded it for the run, from its cache); else None."""
-    from .config import is_text_dataset
-    from .data import DATASETS, load_dataset
+    from .data import load_dataset
+    from .data.files import is_data_path, unscaled
     name = config.get("dataset")
-    if config.get("standardize") or not isinstance(name, str) or name in DATASETS or is_text_dataset(name):
+    if config.get("standardize") or not is_data_path(name):
         return None
     try:
         data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
     except (TypeError, ValueError, OSError):   # (DataError is a ValueError): a file no longer there
         return None
-    from .data.files import unscaled
     return unscaled(data.X_train)
 
 

@@ -35,6 +35,7 @@ from ..algorithms import REGISTRY, WorkerContext, run_loop
 from ..algorithms.base import checkpoints_offered
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
+from ..data.files import is_data_path
 from ..problem import Problem
 from ..results.collect import Collector
 from ..results.records import OnRecord, event_record, live_width
@@ -361,7 +362,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
-    if problem.data_record is not None and problem.data.vocab is None and result.params is not None:
+    if is_data_path(config.dataset) and result.params is not None:
         # a data file of the user's (its classes need not be balanced): the test accuracy class by class
         from ..maths.metrics import Evaluator
         right, rows = Evaluator(problem.model, problem.data).per_class(np.asarray(result.params), problem.data.n_classes)

@@ -434,11 +434,9 @@ def scale_warning(config: RunConfig, data: Any) -> str | None:
     >>> print(scale_warning(cfg, data))
     the features of iris.csv are not standardized (means up to 6.1, deviations 0.24-0.78): at lr 0.1 the first steps may jump and runs that should agree drift apart; standardize (--standardize) scales them by the training set's statistics
     """
-    from ..config import is_text_dataset
-    from ..data import DATASETS
-    if config.standardize or config.dataset in DATASETS or is_text_dataset(config.dataset):
+    from ..data.files import is_data_path, unscaled
+    if config.standardize or not is_data_path(config.dataset):   # (built-ins are scaled; text is token ids)
         return None
-    from ..data.files import unscaled
     scale = unscaled(data.X_train)
     if scale is None:
         return None
