@@ -292,9 +292,13 @@ class Model:
     k_compute: np.ndarray | None = None   # ... or the N-worker run's own compute shows fewer (`fit`); None: not
 
     @property
+    def k_cores(self) -> float:
+        """Workers' worth of compute at once as the free cores allow (all N on an idle machine)."""
+        return self.parallel if self.parallel > 0 else float(self.workers)
+
+    @property
     def k(self) -> float | np.ndarray:
-        k = self.parallel if self.parallel > 0 else float(self.workers)
-        return k if self.k_compute is None else np.minimum(k, self.k_compute)
+        return self.k_cores if self.k_compute is None else np.minimum(self.k_cores, self.k_compute)
 
     @property
     def k_measured(self) -> float:
@@ -426,10 +430,7 @@ def fit(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) -> tuple[
 
 def _compute_bound(model: Model) -> bool:
     """Whether the N-worker run's own compute (`k_compute`) is what bounds the model's `k`."""
-    if model.k_compute is None:
-        return False
-    cores = model.parallel if model.parallel > 0 else float(model.workers)
-    return float(np.ravel(model.k_compute)[0]) < cores
+    return model.k_compute is not None and float(np.ravel(model.k_compute)[0]) < model.k_cores
 
 
 def _k_compute(c0: np.ndarray, c1: np.ndarray, batch: float, per_worker: float,
