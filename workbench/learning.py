@@ -17,6 +17,8 @@ from typing import Any
 
 NEAR_CHANCE = 0.1     # within a tenth of the way from chance to perfect: near chance (10 classes: < 0.19)
 LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more: it rose, it did not learn
+OVERFIT_RISE = 1.25   # the final test loss at 1.25x its best or more (and 0.05 above it) ...
+OVERFIT_MIN_RISE = 0.05   # (nats: a loss near 0 moving by a rounding is not a rise)
 
 
 def chance_accuracy(config: dict[str, Any]) -> float | None:
@@ -33,14 +35,8 @@ def chance_accuracy(config: dict[str, Any]) -> float | None:
     >>> chance_accuracy({"dataset": "/no/such/table.csv"}) is None
     True
     """
-    from .data.dataset import dataset_info
-    try:
-        info = dataset_info(str(config.get("dataset")))
-        classes = info.shape(int(config.get("n_samples") or 10000), int(config.get("n_features") or 64),
-                             int(config.get("n_classes") or 10), test_fraction=float(config.get("test_fraction") or 0.2),
-                             context=int(config.get("context") or 64)).n_classes
-    except (TypeError, ValueError, OSError):   # (DataError is a ValueError)
-        return None
+    shape = _shape(config)
+    classes = shape.n_classes if shape is not None else None
     if not classes or classes < 2:
         return None
     from .data import load_dataset
@@ -55,6 +51,72 @@ def chance_accuracy(config: dict[str, Any]) -> float | None:
         counts = np.bincount(np.asarray(data.y_train, dtype=np.int64))
         return max(float(counts.max() / counts.sum()), 1.0 / classes)
     return 1.0 / classes
+
+
+def _shape(config: dict[str, Any]) -> Any:
+    """The `Shape` of a run's dataset as its config names it (a built-in's from its entry, a
+    file's from the file; None when it cannot be read: a file no longer there)."""
+    from .data.dataset import dataset_info
+    try:
+        info = dataset_info(str(config.get("dataset")))
+        return info.shape(int(config.get("n_samples") or 10000), int(config.get("n_features") or 64),
+                          int(config.get("n_classes") or 10), test_fraction=float(config.get("test_fraction") or 0.2),
+                          context=int(config.get("context") or 64))
+    except (TypeError, ValueError, OSError):   # (DataError is a ValueError)
+        return None
+
+
+def best_test_loss(evals: Any) -> tuple[Any, Any] | None:
+    """The evaluation stream a run's final numbers come from (the last row's: one model's, or
+    a tournament's last trainer's), step by step, and the row of its lowest test loss; None
+    without a finite test loss. A (stream, best row) pair of pandas objects."""
+    if evals is None or not len(evals) or "test_loss" not in evals:
+        return None
+    stream = evals[evals["worker"].astype(str) == str(evals["worker"].iloc[-1])]
+    finite = stream[stream["test_loss"].map(lambda v: v is not None and math.isfinite(float(v)))]
+    if not len(finite):
+        return None
+    return stream, finite.loc[finite["test_loss"].astype(float).idxmin()]
+
+
+def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None) -> str | None:
+    """The sentence for a run whose test loss rose well past its best while its training
+    loss kept falling (it learned its training set by heart), else None.
+
+    Said when the final test loss is at least OVERFIT_RISE x its best and OVERFIT_MIN_RISE
+    above it, and the final training loss is below the training loss at the best (a rise of
+    both is a run that went wrong: `note`'s). Over the evaluation stream the summary's final
+    numbers come from (`best_test_loss`).
+
+    >>> import pandas as pd
+    >>> ev = pd.DataFrame({"worker": ["0"] * 4, "step": [9, 19, 29, 39], "train_loss": [2.0, 1.0, 0.5, 0.1],
+    ...                    "test_loss": [2.1, 1.5, 1.9, 3.0]})
+    >>> print(overfit_note({"dataset": "digits"}, ev, n_params=1000))
+    overfitting: the test loss rose from its best, 1.5 after 20 steps, to 3 after 40 while the training loss fell from 1 to 0.1: the model (1,000 parameters) is learning its 1,438 training rows by heart; it was best after 20 steps: run 20 steps, or give it more data or a smaller model
+    >>> overfit_note({"dataset": "digits"}, ev.assign(train_loss=[2.0, 1.0, 1.5, 2.5])) is None   # both rose
+    True
+    """
+    found = best_test_loss(evals)
+    if found is None:
+        return None
+    stream, best = found
+    last = stream.iloc[-1]
+    best_loss, final_loss = float(best["test_loss"]), float(last["test_loss"])
+    best_train, final_train = float(best["train_loss"]), float(last["train_loss"])
+    if not (math.isfinite(final_loss) and math.isfinite(final_train) and math.isfinite(best_train)):
+        return None
+    if final_loss < OVERFIT_RISE * best_loss or final_loss - best_loss < OVERFIT_MIN_RISE or final_train >= best_train:
+        return None
+    at, end = int(best["step"]) + 1, int(last["step"]) + 1
+    shape = _shape(config)
+    from .data.dataset import is_text_path
+    text = is_text_path(config.get("dataset")) or config.get("dataset") == "markov_text"
+    held = "" if shape is None else (f"{shape.n_train:,} training sequences ({shape.n_train * shape.n_features:,} "
+                                     f"tokens)" if text else f"{shape.n_train:,} training rows")
+    what = f"the model{f' ({n_params:,} parameters)' if n_params else ''} is learning its {held or 'training set'} by heart"
+    return (f"overfitting: the test loss rose from its best, {best_loss:.3g} after {at} steps, to {final_loss:.3g} "
+            f"after {end} while the training loss fell from {best_train:.3g} to {final_train:.3g}: {what}; it was "
+            f"best after {at} steps: run {at} steps, or give it more data or a smaller model")
 
 
 def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
@@ -84,7 +146,7 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
 
 
 def note(config: dict[str, Any], accuracy: float | None, first_loss: float | None, last_loss: float | None,
-         steps: int | None = None) -> str | None:
+         steps: int | None = None, overfit: bool = False) -> str | None:
     """The sentence for a run that learned nothing, else None.
 
     Args:
@@ -92,6 +154,8 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
         accuracy: its final test accuracy (None: not evaluated).
         first_loss: the training loss of its first steps; last_loss: at its end.
         steps: the steps it ran (for the hint).
+        overfit: whether it learned its training set by heart (`overfit_note`): then an lr in
+            the range that learns is not told to train longer.
 
     >>> cfg = {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1, "dataset": "digits"}
     >>> note(cfg, 0.1003, 2.47, 2.31)
@@ -114,7 +178,10 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
     scale = _unscaled(config)
     if scale is not None:   # raw features: the first thing to change, before the lr
         return f"did not learn: {said}; its features are not standardized ({scale}): try standardize (--standardize)"
-    return f"did not learn: {said}; {lr_hint(config, steps)}"
+    hint = lr_hint(config, steps)
+    if overfit and "in the range that learns" in hint:
+        hint = "its training loss fell while its test loss rose: it learned its training set, not what carries over"
+    return f"did not learn: {said}; {hint}"
 
 
 def _unscaled(config: dict[str, Any]) -> str | None:

@@ -316,14 +316,15 @@ def run_workers(summary: dict[str, Any]) -> int | None:
 
 def notes(summary: dict[str, Any]) -> list[str]:
     """The sentences a run's numbers come with (CLI, status line, reports): a run that
-    learned nothing (`summary["learning_note"]`, `workbench.learning`), a steady state not
+    learned nothing or learned its training set by heart (`summary["learning_note"]`,
+    `summary["overfit_note"]`, `workbench.learning`), a steady state not
     reached, more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`).
 
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
     ['other processes used 1.6 of 2 cores ...']
     """
-    return [n for n in (summary.get("learning_note"), steady_note(summary.get("steady"), run_workers(summary)),
+    return [n for n in (summary.get("learning_note"), summary.get("overfit_note"), steady_note(summary.get("steady"), run_workers(summary)),
                         summary.get("crowding_note"), summary.get("machine_note")) if n]
 
 

@@ -235,6 +235,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "final_test_loss": _num(last_eval["test_loss"]) if last_eval is not None else None,
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
+        **_best_loss(evals),
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
         "comm_fraction": steady.comm_fraction,   # over the steady state
         "per_worker": per_worker,
@@ -242,14 +243,26 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "versions": versions(),
     }
     summary.update(extra)
+    if status in ("completed", "stopped"):   # it learned its training set by heart? (`learning.overfit_note`)
+        summary["overfit_note"] = learning.overfit_note(config, evals, (summary.get("model") or {}).get("n_params"))
     if status == "completed":   # ended as planned, and learned nothing? (`learning.note`)
         first, last = _first_and_last_loss(store)
         final = summary["final_train_loss"] if summary["final_train_loss"] is not None else last
-        summary["learning_note"] = learning.note(config, summary["final_test_accuracy"], first, final, n_steps)
+        summary["learning_note"] = learning.note(config, summary["final_test_accuracy"], first, final, n_steps,
+                                                 overfit=summary.get("overfit_note") is not None)
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
     return RunResult(summary=summary, evals=evals, tournaments=tournaments, params=params, store=store)
+
+
+def _best_loss(evals: pd.DataFrame) -> dict[str, Any]:
+    """`best_test_loss` and the step after which it was measured (`best_test_loss_step`, steps
+    run), over the evaluations the final numbers come from (`learning.best_test_loss`)."""
+    found = learning.best_test_loss(evals)
+    if found is None:
+        return {"best_test_loss": None, "best_test_loss_step": None}
+    return {"best_test_loss": _num(found[1]["test_loss"]), "best_test_loss_step": int(found[1]["step"]) + 1}
 
 
 def _first_and_last_loss(store: Any) -> tuple[float | None, float | None]:

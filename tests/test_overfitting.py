@@ -1,0 +1,97 @@
+"""A run that learned its training set by heart says so (`learning.overfit_note`).
+
+The oracle is a table whose labels are random: nothing in the features carries over to the
+test rows, so whatever the training loss does, the test loss can only get worse once the
+model starts fitting the training labels; an MLP with more parameters than the table has
+rows drives its training loss to about zero, and the note must be said, with the best test
+loss's step. Digits, which a run learns, must not get it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench import learning
+
+FLAGS = dict(algorithm="sgd", hidden=[256], lr=0.1, batch_size=16, epochs=60, seed=0)
+
+
+@pytest.fixture(scope="module")
+def random_labels(tmp_path_factory):
+    d = tmp_path_factory.mktemp("random")
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame(rng.normal(size=(200, 16)).round(3), columns=[f"f{i}" for i in range(16)])
+    table["label"] = rng.integers(0, 4, len(table))
+    path = d / "random_labels.csv"
+    table.to_csv(path, index=False)
+    result = wb.run(wb.RunConfig(dataset=str(path), out=str(d / "run"), **FLAGS), cluster="threads", progress=False)
+    return path, result, d / "run"
+
+
+def test_random_labels_are_learned_by_heart_and_the_run_says_so(random_labels):
+    _, result, out = random_labels
+    s, ev = result.summary, result.evals
+    assert s["final_train_loss"] < 0.01                               # the training labels, learned
+    assert s["best_test_loss"] == pytest.approx(ev["test_loss"].min())
+    best_row = ev.loc[ev["test_loss"].idxmin()]
+    assert s["best_test_loss_step"] == int(best_row["step"]) + 1 < s["steps"]
+    assert s["final_test_loss"] >= learning.OVERFIT_RISE * s["best_test_loss"]
+    note = s["overfit_note"]
+    assert note.startswith(f"overfitting: the test loss rose from its best, {s['best_test_loss']:.3g} after "
+                           f"{s['best_test_loss_step']} steps, to {s['final_test_loss']:.3g} after {s['steps']} ")
+    assert "5,380 parameters" in note and "160 training rows" in note    # 16*256+256 + 256*4+4; 80% of 200
+    assert f"run {s['best_test_loss_step']} steps" in note
+    # near chance too, and that sentence does not send the user to train longer
+    assert s["learning_note"].startswith("did not learn: test accuracy")
+    assert "train longer" not in s["learning_note"] and "not what carries over" in s["learning_note"]
+    assert note in wb.measure.notes(s)
+    assert wb.load(out).summary["overfit_note"] == note                     # kept in summary.json
+    if (out / "report.html").exists():                                      # (the lab extra)
+        assert note.split(":")[0] in (out / "report.html").read_text()
+
+
+def test_the_cli_prints_it(random_labels, tmp_path, capsys):
+    from workbench.apps.cli import main
+    path, _, _ = random_labels
+    flags = ["run", "--simulate", "--algorithm", "sgd", "--dataset", str(path), "--hidden", "256", "--lr", "0.1",
+             "--batch-size", "16", "--epochs", "60", "--out", str(tmp_path / "r"), "--no-progress"]
+    assert main(flags) == 0
+    assert "  note: overfitting: the test loss rose from its best" in capsys.readouterr().out
+
+
+def test_a_run_that_learns_is_not_told_it_overfit():
+    result = wb.run(wb.RunConfig(algorithm="sync_sgd", cpus=2, epochs=5, seed=0), cluster="threads", progress=False)
+    s = result.summary
+    assert s["final_test_accuracy"] > 0.9 and s["overfit_note"] is None
+    assert s["best_test_loss"] <= s["final_test_loss"]
+
+
+def _evals(test, train, worker="0"):
+    return pd.DataFrame({"worker": [worker] * len(test), "step": [10 * (i + 1) - 1 for i in range(len(test))],
+                         "train_loss": train, "test_loss": test})
+
+
+def test_the_rule_wants_a_real_rise_with_a_falling_training_loss():
+    cfg = {"dataset": "digits"}
+    assert learning.overfit_note(cfg, _evals([1.0, 0.8, 1.05], [1.0, 0.7, 0.5])) is not None  # 1.31x: said
+    assert learning.overfit_note(cfg, _evals([1.0, 0.8, 0.99], [1.0, 0.7, 0.5])) is None      # 1.24x: not
+    assert learning.overfit_note(cfg, _evals([0.10, 0.02, 0.06], [1.0, 0.7, 0.5])) is None   # 3x, but 0.04 nats
+    assert learning.overfit_note(cfg, _evals([1.0, 0.8, 2.0], [1.0, 0.7, 0.9])) is None      # both rose: not this
+    assert learning.overfit_note(cfg, _evals([1.0, float("nan"), 2.0], [1.0, 0.7, 0.5])) is not None  # NaN skipped
+    assert learning.overfit_note(cfg, _evals([1.0, 0.8, float("nan")], [1.0, 0.7, 0.5])) is None
+
+
+def test_it_reads_the_stream_the_final_numbers_come_from():
+    """LTFB: each trainer evaluates its own model; the last row's trainer is the one whose
+    numbers are the summary's final ones, so the rule reads that trainer's."""
+    a = _evals([1.0, 0.5, 2.0], [1.0, 0.5, 0.1], worker="trainer-0")   # overfits
+    b = _evals([1.0, 0.6, 0.55], [1.0, 0.5, 0.4], worker="trainer-1")  # does not, and is last
+    last_b = pd.concat([a, b]).sort_values("step", kind="stable").reset_index(drop=True)
+    assert last_b["worker"].iloc[-1] == "trainer-1"
+    assert learning.overfit_note({"dataset": "digits"}, last_b) is None
+    last_a = pd.concat([b, a]).sort_values("step", kind="stable").reset_index(drop=True)
+    assert last_a["worker"].iloc[-1] == "trainer-0"
+    assert learning.overfit_note({"dataset": "digits"}, last_a).startswith("overfitting: the test loss rose from its "
+                                                                           "best, 0.5 after 20 steps, to 2 after 30")
