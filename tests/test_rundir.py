@@ -25,7 +25,7 @@ DTYPES = {
     "tournaments": {"round": "int64", "step": "int64", "time": "float64", "trainer": "int64",
                     "own_score": "float64", "partner_score": "float64", "adopted": "bool", "lr": "float64"},
 }
-FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml")
+FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml", "params.npy")
 
 
 @pytest.fixture(scope="module")

@@ -377,3 +377,55 @@ def test_dask_workers_map_a_large_file_instead_of_copying_it(folder, client, mon
         assert list(client.run(mapped_in_the_run, cfg).values()) == [True, True]
     finally:
         client.run(threshold, default)
+
+
+def test_an_edited_file_is_read_again_by_the_next_run_of_the_session(folder):
+    """A process keeps what it built for a config (`Problem`); a data file edited between two
+    runs of one session (a label fixed, rows added) must be trained on as it is now, and the
+    summary must record the file as it is now (before: the first version, both)."""
+    rng = np.random.default_rng(5)
+    table = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"]).assign(label=rng.integers(0, 2, 60))
+    path = folder / "edited.csv"
+    table.to_csv(path, index=False)
+    first = run_threads(config(str(path), batch_size=8, epochs=1))
+    pd.concat([table, table]).to_csv(path, index=False)                 # twice the rows
+    second = run_threads(config(str(path), batch_size=8, epochs=1))
+    assert second.summary["steps"] == 2 * first.summary["steps"]         # 48 training rows, then 96
+    assert second.summary["data"]["files"][0]["bytes"] == path.stat().st_size != first.summary["data"]["files"][0]["bytes"]
+
+
+def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
+    """`predict RUN_DIR ROWS.csv`: the saved model (params.npy) answers each row, its feature
+    columns taken by name in any order from a file as a spreadsheet writes it; the answers are
+    `wb.predict`'s on the same rows in the run's own session (the oracle), and a label column
+    in the rows is compared with them."""
+    from workbench.apps.cli import main
+    rng = np.random.default_rng(4)
+    k = rng.integers(0, 3, 300)
+    X = (rng.normal(size=(300, 3)) + 1.5 * np.eye(3)[k]) * [0.5, 3.0, 20.0] + [4.0, -10.0, 100.0]
+    names = np.array(["low", "mid", "high"])
+    table = pd.DataFrame(X, columns=["a", "b", "c"]).assign(grade=names[k])
+    table.to_csv(folder / "g.csv", index=False)
+    out = folder / "run"
+    result = wb.run(config(str(folder / "g.csv"), batch_size=32, epochs=4, standardize=True, out=str(out)),
+                    cluster="threads", progress=False)
+    new = table.sample(40, random_state=0)[["c", "grade", "a", "b"]]           # columns reordered
+    new.to_csv(folder / "new.csv", sep=";", index=False)
+    assert main(["predict", str(out), str(folder / "new.csv"), "--out", str(folder / "p.csv")]) == 0
+    said = pd.read_csv(folder / "p.csv")
+    assert list(said.columns) == ["c", "grade", "a", "b", "predicted"]
+    in_session = wb.predict(result, new[["a", "b", "c"]])
+    assert said["predicted"].tolist() == list(in_session)
+    agree = int((said["predicted"] == said["grade"]).sum())
+    assert f"agree with its 'grade' column on {agree} of 40 rows" in capsys.readouterr().out and agree > 20
+    new.drop(columns="a").to_csv(folder / "short.csv", index=False)
+    assert main(["predict", str(out), str(folder / "short.csv")]) == 2
+    assert "error: rows: the feature columns the run was trained on (a, b, c), got" in capsys.readouterr().err
+    # a run trained on arrays takes every column but a label column, in order
+    np.savez(folder / "arr.npz", X=X.astype(np.float32), y=k)
+    wb.run(config(str(folder / "arr.npz"), batch_size=32, epochs=2, standardize=True, out=str(folder / "arun")),
+           cluster="threads", progress=False)
+    pd.DataFrame(X[:5], columns=["x0", "x1", "x2"]).to_csv(folder / "five.csv", index=False)
+    assert main(["predict", str(folder / "arun"), str(folder / "five.csv")]) == 0
+    printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert printed["predicted"].tolist() == list(wb.predict(wb.load(folder / "arun"), X[:5]))

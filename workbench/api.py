@@ -335,12 +335,12 @@ def predict(result: RunResult, X: Any) -> Any:
     """The trained model's answer for each row of `X`, in the run's own terms: the rows
     scaled as the run scaled its features (`standardize`: the mean and deviation in
     `summary["data"]["standardized"]`), and a CSV's class names where its labels were names
-    (else the integer labels). For a run of this session (its final parameters are kept in
-    memory, not in the run directory; a checkpoint holds them on disk).
+    (else the integer labels). For a run of this session or one loaded from its directory
+    (`wb.load`: its params.npy, the final parameters).
 
     Raises:
-        ConfigError: no final parameters (a run loaded from its directory, or one that ended
-            without them), or rows of another width than the run's features.
+        ConfigError: no final parameters (a run that failed, or a directory written before
+            run directories kept them), or rows of another width than the run's features.
     """
     import numpy as np
 
@@ -348,8 +348,8 @@ def predict(result: RunResult, X: Any) -> Any:
     if not isinstance(result, RunResult):
         raise ConfigTypeError("result", "a RunResult (what wb.run returns)", result)
     if result.params is None:
-        raise ConfigError("params", "the final parameters of a run of this session (a run loaded from its "
-                                    "directory has none: resume it from a checkpoint)", None)
+        raise ConfigError("params", "a run's final parameters (a run that failed has none, and a run directory "
+                                    "written before they were kept in its params.npy)", None)
     problem = Problem.from_config(RunConfig.from_dict(result.summary["config"]))
     rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
     rows = rows.reshape(len(rows), -1)
@@ -363,6 +363,58 @@ def predict(result: RunResult, X: Any) -> Any:
     labels = np.asarray(problem.model.predict(np.asarray(result.params), rows))
     classes = (data.get("table") or {}).get("classes")
     return np.asarray(classes, dtype=object)[labels] if classes else labels
+
+
+def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,
+             seed: int = 0) -> str:
+    """Text written by a trained language model (a run of `model: gpt` on a text, or of a
+    model of yours with a `logits` method): `length` characters after `prompt`, each drawn
+    from the model's next-character distribution over the last `context` characters
+    (`maths.sampling.sample`; temperature 0: the most likely each time). `prompt` None: one
+    character drawn by `seed` from the training text's. For a run of this session or one
+    loaded from its directory (its params.npy).
+
+    Raises:
+        ConfigError: not a language model's run, no final parameters, a prompt character the
+            text never had (naming it and the vocabulary), or a bad length or temperature.
+    """
+    import numpy as np
+
+    from .maths.sampling import sample
+    from .problem import Problem
+    if not isinstance(result, RunResult):
+        raise ConfigTypeError("result", "a RunResult (what wb.run or wb.load returns)", result)
+    config = RunConfig.from_dict(result.summary["config"])
+    problem = Problem.from_config(config)
+    model = problem.model
+    if getattr(problem.data, "vocab", None) is None or not callable(getattr(model, "logits", None)):
+        raise ConfigError("result", "a language model's run (a text dataset and a model with logits(params, X): "
+                                    "gpt, or yours)", f"{config.dataset} with {config.model}")
+    if result.params is None:
+        raise ConfigError("params", "a run's final parameters (a run that failed has none, and a run directory "
+                                    "written before they were kept in its params.npy)", None)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ConfigError("length", "a whole number of characters, at least 1", length)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ConfigError("temperature", "0 (the most likely character each time) or more", temperature)
+    vocab = problem.data.vocab
+    recorded = (result.summary.get("data") or {}).get("vocab")
+    if recorded is not None and recorded != vocab:
+        raise ConfigError("dataset", f"the text the run was trained on (its characters have changed since: "
+                                     f"{len(recorded)} then, {len(vocab)} now)", config.dataset)
+    rng = np.random.default_rng(seed)
+    if prompt is None:
+        train = np.asarray(problem.data.X_train[:, 0], dtype=np.int64)   # each training window's first character
+        prompt = vocab[int(train[rng.integers(len(train))])]
+    if not isinstance(prompt, str) or not prompt:
+        raise ConfigError("prompt", "text of at least one character", prompt)
+    index = {c: i for i, c in enumerate(vocab)}
+    unknown = next((c for c in prompt if c not in index), None)
+    if unknown is not None:
+        raise ConfigError("prompt", f"characters of the training text ({vocab!r}; {unknown!r} is not one)", prompt)
+    ids = sample(model, result.params, np.array([index[c] for c in prompt]), length, config.context, float(temperature),
+                 rng)
+    return "".join(vocab[int(i)] for i in ids)
 
 
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",

@@ -89,8 +89,10 @@ class Problem:
         """The problem of `config`, built once per process (the last few are kept)."""
         if not isinstance(config, RunConfig):
             raise TypeError(f"config: a RunConfig, got {type(config).__name__}")
-        # a model of the session's (a class given in Python, maybe redefined since) by its code's hash too
-        key = config.model_dump_json(exclude=_IGNORED) + token_of(config.model)
+        # a model of the session's (a class given in Python, maybe redefined since) by its code's hash too,
+        # and a data file or text by the version on disk (an edited file is read again)
+        from .data.files import version
+        key = config.model_dump_json(exclude=_IGNORED) + token_of(config.model) + repr(version(config.dataset))
         with _lock:
             problem = _cache.get(key)
             if problem is None:
@@ -152,10 +154,13 @@ class Problem:
     def data_record(self) -> dict[str, Any] | None:
         """What a run's data file was, for its summary (`data.files.data_record`: each file's
         path, size and hash), with the statistics its features were standardized by
-        (`standardize`); None for a built-in dataset as it is (its entry says what it is)."""
-        from .data import DATASETS
+        (`standardize`), or a text's vocabulary (`vocab`: token i is its i-th character); None
+        for a built-in dataset as it is (its entry says what it is)."""
+        from .data import DATASETS, is_text_path
         from .data.files import data_record
         record = None if self.config.dataset in DATASETS else data_record(self.config.dataset)
+        if record is not None and is_text_path(self.config.dataset):   # its characters, in token order
+            record = {**record, "vocab": self.data.vocab}
         if self.config.standardize:
             self.data   # noqa: B018 - loads the data, which computes the statistics
             record = {**(record or {"name": self.config.dataset}), "standardized": self._standardized}

@@ -92,6 +92,8 @@ COMMANDS: dict[str, str] = {
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
     "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
+    "predict": "a saved run's model answers each row of a CSV (a predicted column added)",
+    "generate": "text written by a saved language model run (model gpt on a text)",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -207,6 +209,35 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                                 "  python -m workbench run --algorithm sync_sgd --cpus 2 --out runs/two\n"
                                 "  python -m workbench explain runs/one runs/two")
     why.add_argument("runs", nargs="+", metavar="RUN", help="run directories (each with summary.json)")
+
+    pred = sub.add_parser("predict", help=COMMANDS["predict"], formatter_class=fmt,
+                          description="Answer each row of ROWS.csv with RUN_DIR's trained model (its params.npy), "
+                                      "the rows scaled as the run scaled its features and the answers in its class "
+                                      "names. A run trained on a CSV takes its feature columns by name; where the "
+                                      "rows also have the label column, how often the two agree is printed.",
+                          epilog="example:\n  python -m workbench run --dataset flowers.csv --standardize --out runs/f\n"
+                                 "  python -m workbench predict runs/f new_flowers.csv --out predicted.csv")
+    pred.add_argument("run", metavar="RUN_DIR", help="a run directory (with summary.json and params.npy)")
+    pred.add_argument("rows", metavar="ROWS.csv", help="the rows to answer (a header row; the run's feature columns)")
+    pred.add_argument("--out", default=None, metavar="FILE.csv",
+                      help="write the rows with a predicted column here (default: print them)")
+
+    gen = sub.add_parser("generate", help=COMMANDS["generate"], formatter_class=fmt,
+                         description="Write text with RUN_DIR's trained language model (its params.npy): each "
+                                     "character drawn from the model's next-character distribution over the last "
+                                     "`context` characters. On markov_text, also how many of its transitions the "
+                                     "generating language allows.",
+                         epilog="example:\n  python -m workbench run --model gpt --dataset markov_text --optimizer adamw "
+                                "--lr 0.003 --steps 800 --out runs/gpt\n"
+                                "  python -m workbench generate runs/gpt --prompt 'the ' --length 300")
+    gen.add_argument("run", metavar="RUN_DIR", help="a run directory of a language model (model gpt on a text)")
+    gen.add_argument("--prompt", default=None, help="the text to go on from (default: one character of the "
+                                                    "training text, drawn by --seed)")
+    gen.add_argument("--length", type=int, default=200, help="characters to write (default 200)")
+    gen.add_argument("--temperature", type=float, default=1.0,
+                     help="scores divided by this before the softmax: below 1 surer, above 1 wilder; 0 takes the "
+                          "most likely character each time (default 1)")
+    gen.add_argument("--seed", type=int, default=0, help="the draws' seed: the same seed, the same text (default 0)")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -337,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "explain":
             return _explain(args)
+        if args.command == "predict":
+            return _predict(args)
+        if args.command == "generate":
+            return _generate(args)
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
@@ -816,6 +851,34 @@ def _explain(args: argparse.Namespace) -> int:
     dirs = _run_dirs(args.runs)
     found = explain([RunResult.load(d) for d in dirs])
     print("\n\n".join(e.text() for e in found))
+    return EXIT_OK
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """`predict RUN_DIR ROWS.csv [--out FILE]`: the rows with a predicted column."""
+    from .predict import predict_rows
+    out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows)
+    if args.out is None:
+        sys.stdout.write(out.to_csv(index=False))
+        if agreement:
+            print(f"note: {agreement}", file=sys.stderr)
+        return EXIT_OK
+    from ..util.fileio import atomic_write
+    atomic_write(args.out, out.to_csv(index=False))
+    print(f"wrote {len(out)} rows with their predicted class to {args.out}" + (f"; {agreement}" if agreement else ""))
+    return EXIT_OK
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """`generate RUN_DIR [--prompt ...]`: the prompt and what the model wrote after it."""
+    from ..api import generate, load
+    from .predict import allowed_text
+    result = load(_run_dirs([args.run])[0])
+    text = generate(result, prompt=args.prompt, length=args.length, temperature=args.temperature, seed=args.seed)
+    print((args.prompt or "") + text)
+    said = allowed_text(result, text)
+    if said:
+        print(f"note: {said}", file=sys.stderr)
     return EXIT_OK
 
 

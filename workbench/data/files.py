@@ -250,16 +250,7 @@ def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarra
     lower = {str(c).strip().lower(): c for c in frame.columns}
     label = next((lower[n] for n in LABEL_COLUMNS if n in lower), frame.columns[-1])
     features = frame.drop(columns=[label])
-    bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-    if bad:
-        row = int(pd.to_numeric(features[bad[0]], errors="coerce").isna().to_numpy().argmax())
-        raise DataError(f"X: numbers in every feature column, got {features[bad[0]].iloc[row]!r} at row {row} "
-                        f"(column {bad[0]!r}) of {path!r}")
-    missing = features.isna().to_numpy()
-    if missing.any():   # named here by the file's row and column (after a split, the rows are reordered)
-        row, col = divmod(int(missing.argmax()), missing.shape[1])
-        raise DataError(f"X: a number in every cell, got an empty cell at row {row} (column "
-                        f"{features.columns[col]!r}) of {path!r}")
+    X = feature_matrix(features, path)
     y = frame[label]
     if y.isna().any():
         row = int(y.isna().to_numpy().argmax())
@@ -275,7 +266,33 @@ def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarra
         classes = tuple(sorted(names.unique()))
         y = pd.Series(pd.Categorical(names, categories=classes).codes.astype(np.int64), index=names.index)
     table = Table(str(label), tuple(str(c) for c in features.columns), classes, dropped, sep)
-    return np.ascontiguousarray(features.to_numpy(np.float64)), y.to_numpy(), table
+    return X, y.to_numpy(), table
+
+
+def feature_matrix(features: Any, path: str) -> np.ndarray:
+    """A CSV's feature columns (a DataFrame) as float64 rows, or a one-line `DataError`
+    naming the file's row and column of the first cell that is not a number or is empty
+    (after a split the rows are reordered, so they are named here)."""
+    import pandas as pd
+    bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if bad:
+        row = int(pd.to_numeric(features[bad[0]], errors="coerce").isna().to_numpy().argmax())
+        raise DataError(f"X: numbers in every feature column, got {features[bad[0]].iloc[row]!r} at row {row} "
+                        f"(column {bad[0]!r}) of {path!r}")
+    missing = features.isna().to_numpy()
+    if missing.any():
+        row, col = divmod(int(missing.argmax()), missing.shape[1])
+        raise DataError(f"X: a number in every cell, got an empty cell at row {row} (column "
+                        f"{features.columns[col]!r}) of {path!r}")
+    return np.ascontiguousarray(features.to_numpy(np.float64))
+
+
+def read_rows(path: str) -> Any:
+    """A CSV as `load_dataset` reads one, as a DataFrame: its separator found, and the row
+    index `DataFrame.to_csv` writes by default dropped."""
+    frame, _ = _read_table(path)
+    dropped = _written_index(frame) if frame.shape[1] > 1 else None
+    return frame.drop(columns=[dropped]) if dropped is not None else frame
 
 
 def _csv(path: str) -> tuple[np.ndarray, np.ndarray, Table]:
@@ -316,6 +333,24 @@ def _key(path: str) -> tuple[str, int, int]:
         other = os.stat(path.split(",")[1].strip()) if os.path.exists(path.split(",")[1].strip()) else st
         return path, st.st_size + other.st_size, st.st_mtime_ns + other.st_mtime_ns
     return path, st.st_size, st.st_mtime_ns
+
+
+def version(name: Any) -> tuple[int, int] | None:
+    """Which version of a dataset named by a path is on disk now: its size and modification
+    time (a folder's or a pair's together), for a text file or a data file; None for a
+    built-in dataset or a path that cannot be read (reading it says why). What a process
+    keeps of a file (`problem.Problem`) is kept per version, so an edited file is read again.
+
+    >>> version("digits") is None
+    True
+    """
+    from .dataset import is_text_path
+    if not (is_text_path(name) or is_data_path(name)):
+        return None
+    try:
+        return _key(str(name))[1:]
+    except DataError:
+        return None
 
 
 def file_shape(path: str, test_fraction: float = 0.2) -> Shape:

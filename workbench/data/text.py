@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -159,6 +160,22 @@ class Language:
         """
         context = _check_int("context", context, 1)
         return (self.first_entropy + (context - 1) * self.entropy_rate) / context
+
+    def allowed(self, ids: Any) -> tuple[int, int]:
+        """(allowed, transitions): of a token sequence's transitions after its first two (each
+        character given the two before it), how many the language allows (a probability
+        above 0). A sample of the language scores n of n; a model that learned nothing, about
+        2.5 in 16 (each pair allows 1 to 4 next characters).
+
+        >>> ids = LANGUAGE.sample(1, 50, np.random.default_rng(0))[0]
+        >>> LANGUAGE.allowed(ids)
+        (48, 48)
+        """
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) < 3:
+            return 0, 0
+        ok = self.probs[ids[:-2], ids[1:-1], ids[2:]] > 0
+        return int(ok.sum()), int(ok.size)
 
     def sample(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
         """(n, length) int64 token sequences, each started from the stationary pair distribution."""

@@ -37,7 +37,7 @@ class RunResult:
         self.evals = evals if evals is not None else pd.DataFrame(columns=list(EVAL_COLUMNS[1:]))
         self.tournaments = (tournaments if tournaments is not None
                             else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
-        self.params = params  # final parameters (NumPy), kept in memory only
+        self.params = params  # final parameters (NumPy): a run directory's params.npy
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -118,6 +118,8 @@ class RunResult:
         atomic_write(d / "evals.csv", self.evals.to_csv(index=False), private=private)
         if len(self.tournaments):
             atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False), private=private)
+        if self.params is not None:   # the trained model: what wb.predict and wb.generate answer with
+            atomic_write(d / "params.npy", params_bytes(self.params), private=private)
         import yaml  # local: results stays light to import
         atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False),
                      private=private)
@@ -159,7 +161,26 @@ class RunResult:
         tpath = d / "tournaments.csv"
         tournaments = (_read_run_file(d, "tournaments.csv", pd.read_csv) if tpath.exists()
                        else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
-        return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments)
+        params = _read_run_file(d, "params.npy", read_params) if (d / "params.npy").exists() else None
+        return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+
+
+def params_bytes(params: Any) -> bytes:
+    """A parameter vector as a `.npy` file's bytes (any NumPy reads it; a CuPy array is
+    brought to the host)."""
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(params.get() if hasattr(params, "get") and not isinstance(params, np.ndarray)
+                            else params), allow_pickle=False)
+    return buf.getvalue()
+
+
+def read_params(path: Path) -> np.ndarray:
+    """A run directory's params.npy: one flat vector of floats (nothing in it runs code)."""
+    params = np.load(path, allow_pickle=False)
+    if params.ndim != 1 or params.dtype.kind != "f":
+        raise ValueError(f"one flat vector of floats, got shape {params.shape} of {params.dtype}")
+    return params
 
 
 def _broken(d: Path, name: str, what: str) -> Exception:

@@ -1,0 +1,64 @@
+"""A saved run's model used on new data, from the shell: `predict` answers each row of a CSV
+(`wb.predict`), `generate` writes text with a language model (`wb.generate`).
+
+`predict RUN_DIR ROWS.csv` reads the rows as a run's CSV is read (the separator found, a
+written row index dropped). A run trained on a CSV takes its feature columns by name (in any
+order, other columns ignored); a run trained on arrays takes every column but a label column.
+The answer is the table with a `predicted` column added; where the rows carry the label
+column too, how often the two agree is said beside it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..api import load, predict
+from ..config import ConfigError
+
+
+def predict_rows(run_dir: str | Path, rows_path: str | Path) -> tuple[Any, str | None]:
+    """(the rows with a `predicted` column, the agreement with their label column in words
+    or None without one)."""
+    from ..data.files import LABEL_COLUMNS, feature_matrix, read_rows
+    result = load(run_dir)
+    path = str(rows_path)
+    if not Path(path).is_file():
+        raise ConfigError("rows", "a CSV file of rows to answer", path)
+    frame = read_rows(path)
+    table = (result.summary.get("data") or {}).get("table")
+    lower = {str(c).strip().lower(): c for c in frame.columns}
+    if table is not None:   # the run's own columns, by name
+        label = lower.get(str(table["label"]).strip().lower())
+        missing = [c for c in table["features"] if c not in frame.columns]
+        if missing:
+            raise ConfigError("rows", f"the feature columns the run was trained on ({', '.join(table['features'])})",
+                              f"{path} without {', '.join(missing)}")
+        columns = list(table["features"])
+    else:
+        label = next((lower[n] for n in LABEL_COLUMNS if n in lower), None)
+        columns = [c for c in frame.columns if c != label]
+    said = predict(result, feature_matrix(frame[columns], path))
+    out = frame.copy()
+    out["predicted"] = said
+    if label is None:
+        return out, None
+    truth = frame[label].astype(str).str.strip().to_numpy()
+    agree = int(np.sum(truth == np.asarray(said).astype(str)))
+    return out, f"the predictions agree with its {label!r} column on {agree} of {len(out)} rows ({agree / len(out):.2f})"
+
+
+def allowed_text(result: Any, text: str) -> str | None:
+    """For a run on `markov_text`, how many of a text's transitions the language allows
+    (`Language.allowed`), in words; None for any other text."""
+    if (result.summary.get("config") or {}).get("dataset") != "markov_text":
+        return None
+    from ..data.text import LANGUAGE
+    ids = np.array([LANGUAGE.alphabet.index(c) for c in text])
+    ok, n = LANGUAGE.allowed(ids)
+    if not n:
+        return None
+    chance = float((LANGUAGE.probs > 0).mean())   # uniform draws: the share of allowed next characters
+    return (f"of its {n} transitions after the first two, {ok} are ones the language allows ({ok / n:.2f}; "
+            f"the language's own text: 1.00, characters drawn at random: {chance:.2f})")
