@@ -42,7 +42,7 @@ def test_random_labels_are_learned_by_heart_and_the_run_says_so(random_labels):
     assert note.startswith(f"overfitting: the test loss rose from its best, {s['best_test_loss']:.3g} after "
                            f"{s['best_test_loss_step']} steps, to {s['final_test_loss']:.3g} after {s['steps']} ")
     assert "5,380 parameters" in note and "160 training rows" in note    # 16*256+256 + 256*4+4; 80% of 200
-    assert f"run {s['best_test_loss_step']} steps" in note
+    assert "its parameters then are kept (params_best.npy" in note
     # near chance too, and that sentence does not send the user to train longer
     assert s["learning_note"].startswith("did not learn: test accuracy")
     assert "train longer" not in s["learning_note"] and "not what carries over" in s["learning_note"]
@@ -50,6 +50,38 @@ def test_random_labels_are_learned_by_heart_and_the_run_says_so(random_labels):
     assert wb.load(out).summary["overfit_note"] == note                     # kept in summary.json
     if (out / "report.html").exists():                                      # (the lab extra)
         assert note.split(":")[0] in (out / "report.html").read_text()
+
+
+def test_the_parameters_at_the_best_test_loss_are_kept_and_score_it(random_labels):
+    """Oracle: the evaluator, run again on the kept parameters, gives the best test loss the
+    evaluations recorded; the run directory keeps them beside the final ones."""
+    from workbench.maths.metrics import Evaluator
+    from workbench.problem import Problem
+    _, result, out = random_labels
+    s = result.summary
+    assert s["params_best"] == {"steps": s["best_test_loss_step"], "test_loss": s["best_test_loss"]}
+    problem = Problem.from_config(wb.RunConfig.from_dict(s["config"]))
+    scores = Evaluator(problem.model, problem.data)(result.best_params)
+    assert scores["test_loss"] == pytest.approx(s["best_test_loss"], rel=1e-12)
+    assert Evaluator(problem.model, problem.data)(result.params)["test_loss"] == pytest.approx(s["final_test_loss"],
+                                                                                             rel=1e-12)
+    loaded = wb.load(out)
+    assert (out / "params_best.npy").is_file() and np.array_equal(loaded.best_params, result.best_params)
+    rows = problem.data.X_test
+    assert list(wb.predict(loaded, rows, params="best")) == list(wb.predict(result, rows, params="best"))
+    with pytest.raises(wb.ConfigError, match=r'^params: "final" \(the parameters the run ended with\) or "best"'):
+        wb.predict(result, rows, params="worst")
+
+
+def test_a_run_whose_last_evaluation_was_its_best_keeps_one_file(random_labels, tmp_path):
+    """Best and final the same: no second copy on disk, and loading gives both back."""
+    _, result, _ = random_labels
+    same = wb.RunResult(summary={**result.summary, "run_id": "same"}, evals=result.evals, params=result.params,
+                        best_params=result.params.copy())
+    same.save(tmp_path / "same")
+    assert not (tmp_path / "same" / "params_best.npy").exists()
+    back = wb.load(tmp_path / "same")
+    assert np.array_equal(back.best_params, result.params) and np.array_equal(back.params, result.params)
 
 
 def test_the_cli_prints_it(random_labels, tmp_path, capsys):
@@ -95,3 +127,20 @@ def test_it_reads_the_stream_the_final_numbers_come_from():
     assert last_a["worker"].iloc[-1] == "trainer-0"
     assert learning.overfit_note({"dataset": "digits"}, last_a).startswith("overfitting: the test loss rose from its "
                                                                            "best, 0.5 after 20 steps, to 2 after 30")
+
+
+def test_a_stopped_and_resumed_run_keeps_the_best_from_before_its_checkpoint(random_labels, tmp_path):
+    """The best parameters ride in rank 0's checkpoint state: a run stopped after its best
+    evaluation and resumed ends with the same best parameters, bitwise, as the run never
+    stopped (the synchronous family resumes bitwise)."""
+    path, whole, _ = random_labels
+    from workbench import checkpoint as ckpt
+    out = tmp_path / "stopped"
+    cfg = wb.RunConfig(dataset=str(path), out=str(out), checkpoint_every=50, **FLAGS)
+    stopped = wb.run(cfg, cluster="threads", progress=False, should_stop=lambda: len(ckpt.listed(out)) >= 2)
+    assert stopped.status == "stopped" and stopped.summary["steps"] > whole.summary["params_best"]["steps"]
+    resumed = wb.resume(out, cluster="threads", progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] > whole.summary["params_best"]["steps"]
+    assert resumed.summary["params_best"] == whole.summary["params_best"]
+    assert np.array_equal(resumed.best_params, whole.best_params) and np.array_equal(resumed.params, whole.params)
+    assert "its parameters then are kept" in resumed.summary["overfit_note"]

@@ -418,6 +418,9 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     assert said["predicted"].tolist() == list(in_session)
     agree = int((said["predicted"] == said["grade"]).sum())
     assert f"agree with its 'grade' column on {agree} of 40 rows" in capsys.readouterr().out and agree > 20
+    assert main(["predict", str(out), str(folder / "new.csv"), "--best"]) == 0     # at its lowest test loss
+    best = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out), sep=",")
+    assert best["predicted"].tolist() == list(wb.predict(result, new[["a", "b", "c"]], params="best"))
     new.drop(columns="a").to_csv(folder / "short.csv", index=False)
     assert main(["predict", str(out), str(folder / "short.csv")]) == 2
     assert "error: rows: the feature columns the run was trained on (a, b, c), got" in capsys.readouterr().err

@@ -331,12 +331,28 @@ def load(directory: str | Path) -> RunResult:
     return RunResult.load(directory)
 
 
-def predict(result: RunResult, X: Any) -> Any:
+def trained_params(result: RunResult, which: str = "final") -> Any:
+    """A run's trained parameters: "final" (its params.npy) or "best" (at its lowest test
+    loss: params_best.npy, `summary["params_best"]` says when); a ConfigError naming what is
+    missing otherwise."""
+    if which not in ("final", "best"):
+        raise ConfigError("params", '"final" (the parameters the run ended with) or "best" (at its lowest test loss)',
+                          which)
+    chosen = result.params if which == "final" else result.best_params
+    if chosen is None:
+        raise ConfigError("params", f"a run's {which} parameters (a run that failed has none, nor a run that never "
+                                    "evaluated a test loss its best, nor a run directory written before they were "
+                                    "kept in params.npy)", None)
+    return chosen
+
+
+def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     """The trained model's answer for each row of `X`, in the run's own terms: the rows
     scaled as the run scaled its features (`standardize`: the mean and deviation in
     `summary["data"]["standardized"]`), and a CSV's class names where its labels were names
     (else the integer labels). For a run of this session or one loaded from its directory
-    (`wb.load`: its params.npy, the final parameters).
+    (`wb.load`: its params.npy, the final parameters; `params="best"`: those at its lowest
+    test loss, params_best.npy).
 
     Raises:
         ConfigError: no final parameters (a run that failed, or a directory written before
@@ -347,9 +363,7 @@ def predict(result: RunResult, X: Any) -> Any:
     from .problem import Problem
     if not isinstance(result, RunResult):
         raise ConfigTypeError("result", "a RunResult (what wb.run returns)", result)
-    if result.params is None:
-        raise ConfigError("params", "a run's final parameters (a run that failed has none, and a run directory "
-                                    "written before they were kept in its params.npy)", None)
+    trained = trained_params(result, params)
     problem = Problem.from_config(RunConfig.from_dict(result.summary["config"]))
     rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
     rows = rows.reshape(len(rows), -1)
@@ -360,19 +374,19 @@ def predict(result: RunResult, X: Any) -> Any:
     if data.get("standardized"):
         from .data.files import standardize_rows
         rows = standardize_rows(rows, data["standardized"])
-    labels = np.asarray(problem.model.predict(np.asarray(result.params), rows))
+    labels = np.asarray(problem.model.predict(np.asarray(trained), rows))
     classes = (data.get("table") or {}).get("classes")
     return np.asarray(classes, dtype=object)[labels] if classes else labels
 
 
 def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,
-             seed: int = 0) -> str:
+             seed: int = 0, params: str = "final") -> str:
     """Text written by a trained language model (a run of `model: gpt` on a text, or of a
     model of yours with a `logits` method): `length` characters after `prompt`, each drawn
     from the model's next-character distribution over the last `context` characters
     (`maths.sampling.sample`; temperature 0: the most likely each time). `prompt` None: one
     character drawn by `seed` from the training text's. For a run of this session or one
-    loaded from its directory (its params.npy).
+    loaded from its directory (its params.npy; `params="best"`: params_best.npy).
 
     Raises:
         ConfigError: not a language model's run, no final parameters, a prompt character the
@@ -390,9 +404,7 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
     if getattr(problem.data, "vocab", None) is None or not callable(getattr(model, "logits", None)):
         raise ConfigError("result", "a language model's run (a text dataset and a model with logits(params, X): "
                                     "gpt, or yours)", f"{config.dataset} with {config.model}")
-    if result.params is None:
-        raise ConfigError("params", "a run's final parameters (a run that failed has none, and a run directory "
-                                    "written before they were kept in its params.npy)", None)
+    trained = trained_params(result, params)
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ConfigError("length", "a whole number of characters, at least 1", length)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
@@ -412,8 +424,7 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
     unknown = next((c for c in prompt if c not in index), None)
     if unknown is not None:
         raise ConfigError("prompt", f"characters of the training text ({vocab!r}; {unknown!r} is not one)", prompt)
-    ids = sample(model, result.params, np.array([index[c] for c in prompt]), length, config.context, float(temperature),
-                 rng)
+    ids = sample(model, trained, np.array([index[c] for c in prompt]), length, config.context, float(temperature), rng)
     return "".join(vocab[int(i)] for i in ids)
 
 

@@ -79,14 +79,16 @@ def best_test_loss(evals: Any) -> tuple[Any, Any] | None:
     return stream, finite.loc[finite["test_loss"].astype(float).idxmin()]
 
 
-def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None) -> str | None:
+def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None,
+                 kept: dict[str, Any] | None = None) -> str | None:
     """The sentence for a run whose test loss rose well past its best while its training
     loss kept falling (it learned its training set by heart), else None.
 
     Said when the final test loss is at least OVERFIT_RISE x its best and OVERFIT_MIN_RISE
     above it, and the final training loss is below the training loss at the best (a rise of
     both is a run that went wrong: `note`'s). Over the evaluation stream the summary's final
-    numbers come from (`best_test_loss`).
+    numbers come from (`best_test_loss`). `kept`: the summary's `params_best` (the parameters
+    kept at the lowest test loss: said where they are the same step's).
 
     >>> import pandas as pd
     >>> ev = pd.DataFrame({"worker": ["0"] * 4, "step": [9, 19, 29, 39], "train_loss": [2.0, 1.0, 0.5, 0.1],
@@ -114,9 +116,11 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
     held = "" if shape is None else (f"{shape.n_train:,} training sequences ({shape.n_train * shape.n_features:,} "
                                      f"tokens)" if text else f"{shape.n_train:,} training rows")
     what = f"the model{f' ({n_params:,} parameters)' if n_params else ''} is learning its {held or 'training set'} by heart"
+    where = ("its parameters then are kept (params_best.npy; predict and generate take them with --best)"
+             if kept and kept.get("steps") == at else f"run {at} steps")
     return (f"overfitting: the test loss rose from its best, {best_loss:.3g} after {at} steps, to {final_loss:.3g} "
             f"after {end} while the training loss fell from {best_train:.3g} to {final_train:.3g}: {what}; it was "
-            f"best after {at} steps: run {at} steps, or give it more data or a smaller model")
+            f"best after {at} steps: {where}, or give it more data or a smaller model")
 
 
 def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:

@@ -93,6 +93,7 @@ class WorkerContext:
     checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
     elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
+    best: tuple[int, float, Any] | None = None   # rank 0: (steps run, test loss, parameters) at its lowest test loss
     rows_out: Any = None               # a ring to the client on this host for the step rows (`comm.rowring`);
     #   None: they go with the live batches
     _pending: list[dict] = field(default_factory=list)
@@ -243,6 +244,16 @@ class WorkerContext:
         if time.perf_counter() >= self._next_flush:
             self.flush()
 
+    def evaluated(self, name: str, step: int, epoch: float, now: float, scores: dict[str, Any], params: Any) -> None:
+        """Record an evaluation of `params` after (0-based) `step` (`eval_record`); rank 0
+        also keeps a host copy of the parameters of its lowest test loss so far (`best`:
+        the run's `params_best.npy`, what an overfitting run was at its best)."""
+        self.record(eval_record(name, step, epoch, now, **scores))
+        if self.rank == 0:
+            loss = scores.get("test_loss")
+            if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best[1]):
+                self.best = (step + 1, float(loss), np.array(to_numpy(params), copy=True))
+
     def event(self, event: str, message: str) -> None:
         self.record(event_record(self.now(), event, self.rank, message))
 
@@ -278,6 +289,8 @@ class WorkerContext:
         (an elastic run regroups from it: it travels with the batch, never held); "stopped"
         or "ended" (where the loop ended: a stopped run's checkpoint, `run_loop`)."""
         self.flush(force=True)
+        if self.best is not None and state:   # rank 0's parameters at its lowest test loss go on with the run
+            state = {**state, "best.params": self.best[2], "best.steps": self.best[0], "best.test_loss": self.best[1]}
         if self.emit is not None:
             batch = {"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
                      "clock": self.timer(), "t_start": self.t_start, "state": state}
@@ -375,10 +388,10 @@ class Algorithm:
             total = to_numpy(ctx.allreduce(buf))
             if ctx.rank == 0:
                 scores = ctx.evaluator.from_partials(total.astype(np.float64))
-                ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
+                ctx.evaluated(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), scores, self.eval_params())
         elif ctx.rank == 0 and ctx.evaluator is not None:
-            scores = ctx.evaluator(self.eval_params())
-            ctx.record(eval_record(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), **scores))
+            params = self.eval_params()
+            ctx.evaluated(self.eval_name, step, ctx.plan.epoch(step + 1), ctx.now(), ctx.evaluator(params), params)
 
     eval_name = "0"
 
@@ -767,6 +780,9 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     first = 0
     if ctx.resume is not None:
         algo.load_state(ctx.resume["state"])
+        kept = ctx.resume["state"]
+        if "best.params" in kept and ctx.rank == 0:   # the best so far, from before the checkpoint (`evaluated`)
+            ctx.best = (int(kept["best.steps"]), float(kept["best.test_loss"]), np.asarray(kept["best.params"]))
         first = int(ctx.resume["step"])
     step = first - 1
     sync, total = algo.sync, plan.total_steps
@@ -817,4 +833,4 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
-            "steps": ctx.step_columns(), "started": ctx.started_wall}
+            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best}

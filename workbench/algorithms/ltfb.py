@@ -66,7 +66,6 @@ from ..data import partition, split_batch
 from ..maths.backend import to_numpy
 from ..maths.optim import make_optimizer
 from ..problem import run_plan
-from ..results.records import eval_record
 from .base import (
     Algorithm,
     StepOut,
@@ -307,7 +306,7 @@ class LTFB(Algorithm):
         ctx = self.ctx
         if self.leader and ctx.evaluator is not None:
             self.scores = ctx.evaluator(self.params)
-            ctx.record(eval_record(f"trainer-{self.k}", step, ctx.plan.epoch(step + 1), ctx.now(), **self.scores))
+            ctx.evaluated(f"trainer-{self.k}", step, ctx.plan.epoch(step + 1), ctx.now(), self.scores, self.params)
 
     def finish(self) -> np.ndarray | None:
         """Leaders leave their final scores and weights; rank 0 gathers them into the summary

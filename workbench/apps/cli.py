@@ -221,6 +221,8 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     pred.add_argument("rows", metavar="ROWS.csv", help="the rows to answer (a header row; the run's feature columns)")
     pred.add_argument("--out", default=None, metavar="FILE.csv",
                       help="write the rows with a predicted column here (default: print them)")
+    pred.add_argument("--best", action="store_true", help="answer with the parameters at the run's lowest test loss "
+                                                          "(params_best.npy) instead of its final ones")
 
     gen = sub.add_parser("generate", help=COMMANDS["generate"], formatter_class=fmt,
                          description="Write text with RUN_DIR's trained language model (its params.npy): each "
@@ -238,6 +240,8 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                      help="scores divided by this before the softmax: below 1 surer, above 1 wilder; 0 takes the "
                           "most likely character each time (default 1)")
     gen.add_argument("--seed", type=int, default=0, help="the draws' seed: the same seed, the same text (default 0)")
+    gen.add_argument("--best", action="store_true", help="write with the parameters at the run's lowest test loss "
+                                                         "(params_best.npy) instead of its final ones")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -857,7 +861,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     """`predict RUN_DIR ROWS.csv [--out FILE]`: the rows with a predicted column."""
     from .predict import predict_rows
-    out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows)
+    out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows, params="best" if args.best else "final")
     if args.out is None:
         sys.stdout.write(out.to_csv(index=False))
         if agreement:
@@ -874,7 +878,8 @@ def _generate(args: argparse.Namespace) -> int:
     from ..api import generate, load
     from .predict import allowed_text
     result = load(_run_dirs([args.run])[0])
-    text = generate(result, prompt=args.prompt, length=args.length, temperature=args.temperature, seed=args.seed)
+    text = generate(result, prompt=args.prompt, length=args.length, temperature=args.temperature, seed=args.seed,
+                    params="best" if args.best else "final")
     print((args.prompt or "") + text)
     said = allowed_text(result, text)
     if said:

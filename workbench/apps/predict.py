@@ -18,9 +18,9 @@ from ..api import load, predict
 from ..config import ConfigError
 
 
-def predict_rows(run_dir: str | Path, rows_path: str | Path) -> tuple[Any, str | None]:
+def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "final") -> tuple[Any, str | None]:
     """(the rows with a `predicted` column, the agreement with their label column in words
-    or None without one)."""
+    or None without one), by the run's final parameters or its best (`params`)."""
     from ..data.files import LABEL_COLUMNS, feature_matrix, read_rows
     result = load(run_dir)
     path = str(rows_path)
@@ -39,7 +39,7 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path) -> tuple[Any, str |
     else:
         label = next((lower[n] for n in LABEL_COLUMNS if n in lower), None)
         columns = [c for c in frame.columns if c != label]
-    said = predict(result, feature_matrix(frame[columns], path))
+    said = predict(result, feature_matrix(frame[columns], path), params=params)
     out = frame.copy()
     out["predicted"] = said
     if label is None:

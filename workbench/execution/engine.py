@@ -358,7 +358,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
         wall = _resumed_times(resume, extra, wall, status, saver)
     result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
-                          extra=extra, params=params)
+                          extra=extra, params=params, best=monitor.results.get(0, {}).get("best"))
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid

@@ -18,7 +18,8 @@ EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_l
 EVENT_COLUMNS = ("kind", "time", "event", "worker", "message")
 TOURNAMENT_COLUMNS = ("kind", "round", "step", "time", "trainer", "partner", "own_score",
                       "partner_score", "adopted", "lr", "lineage")
-RUN_FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml", "params.npy", "report.html")
+RUN_FILES = ("summary.json", "steps.csv", "evals.csv", "tournaments.csv", "config.yaml", "params.npy", "params_best.npy",
+             "report.html")
 STATUSES = ("running", "completed", "stopped", "diverged", "failed")
 
 # A record is a flat dict whose "kind" says which table it belongs to.

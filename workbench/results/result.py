@@ -30,7 +30,8 @@ class RunResult:
     that streamed them to its run directory reads them back on first use (`store`)."""
 
     def __init__(self, summary: dict[str, Any], steps: pd.DataFrame | None = None, evals: pd.DataFrame | None = None,
-                 tournaments: pd.DataFrame | None = None, params: Any = None, *, store: StepStore | None = None):
+                 tournaments: pd.DataFrame | None = None, params: Any = None, *, store: StepStore | None = None,
+                 best_params: Any = None):
         self.summary = summary
         self._steps = steps
         self.store = store
@@ -38,6 +39,9 @@ class RunResult:
         self.tournaments = (tournaments if tournaments is not None
                             else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
         self.params = params  # final parameters (NumPy): a run directory's params.npy
+        # the parameters at the lowest test loss of rank 0's evaluations (`summary["params_best"]`
+        # says when): params_best.npy where they differ from the final ones
+        self.best_params = best_params
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -120,6 +124,9 @@ class RunResult:
             atomic_write(d / "tournaments.csv", self.tournaments.to_csv(index=False), private=private)
         if self.params is not None:   # the trained model: what wb.predict and wb.generate answer with
             atomic_write(d / "params.npy", params_bytes(self.params), private=private)
+        if self.best_params is not None and not (self.params is not None and np.array_equal(self.best_params,
+                                                                                            self.params)):
+            atomic_write(d / "params_best.npy", params_bytes(self.best_params), private=private)
         import yaml  # local: results stays light to import
         atomic_write(d / "config.yaml", yaml.safe_dump(self.summary.get("config", {}), sort_keys=False),
                      private=private)
@@ -162,7 +169,10 @@ class RunResult:
         tournaments = (_read_run_file(d, "tournaments.csv", pd.read_csv) if tpath.exists()
                        else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
         params = _read_run_file(d, "params.npy", read_params) if (d / "params.npy").exists() else None
-        return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params)
+        best = _read_run_file(d, "params_best.npy", read_params) if (d / "params_best.npy").exists() \
+            else (params if summary.get("params_best") else None)   # the best were the final ones
+        return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params,
+                   best_params=best)
 
 
 def params_bytes(params: Any) -> bytes:
@@ -205,8 +215,9 @@ def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
 
 def build_result(config: dict[str, Any], collector: Collector, *, status: str, wall_time_s: float,
                  workers: list[dict[str, Any]], extra: dict[str, Any] | None = None,
-                 params: Any = None) -> RunResult:
-    """Assemble the `RunResult` and its summary from gathered records.
+                 params: Any = None, best: tuple[int, float, Any] | None = None) -> RunResult:
+    """Assemble the `RunResult` and its summary from gathered records (`best`: rank 0's
+    (steps run, test loss, parameters) at its lowest test loss, `WorkerContext.best`).
 
     The step rows are not gathered in memory: the collector's `StepStore` has written them
     (or holds them, without a run directory); the totals and the steady state are computed
@@ -257,6 +268,7 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         **_best_loss(evals),
+        "params_best": {"steps": best[0], "test_loss": best[1]} if best is not None else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
         "comm_fraction": steady.comm_fraction,   # over the steady state
         "per_worker": per_worker,
@@ -265,7 +277,8 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     }
     summary.update(extra)
     if status in ("completed", "stopped"):   # it learned its training set by heart? (`learning.overfit_note`)
-        summary["overfit_note"] = learning.overfit_note(config, evals, (summary.get("model") or {}).get("n_params"))
+        summary["overfit_note"] = learning.overfit_note(config, evals, (summary.get("model") or {}).get("n_params"),
+                                                        kept=summary["params_best"])
     if status == "completed":   # ended as planned, and learned nothing? (`learning.note`)
         first, last = _first_and_last_loss(store)
         final = summary["final_train_loss"] if summary["final_train_loss"] is not None else last
@@ -274,7 +287,8 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
-    return RunResult(summary=summary, evals=evals, tournaments=tournaments, params=params, store=store)
+    return RunResult(summary=summary, evals=evals, tournaments=tournaments, params=params, store=store,
+                     best_params=best[2] if best is not None else None)
 
 
 def _best_loss(evals: pd.DataFrame) -> dict[str, Any]:

@@ -62,7 +62,7 @@ from ..data import _epoch_order, steps_per_epoch
 from ..execution.transports.base import LocalArray
 from ..maths.backend import to_numpy
 from ..maths.optim import RULES
-from ..results.records import StepLog, eval_record
+from ..results.records import StepLog
 from ..util.machine import LoopUsage
 
 
@@ -203,7 +203,7 @@ class Lockstep:
                 t[:] = t.max() + eval_reduce_s[0]
             else:
                 scores = evaluator(params)
-            ctx0.record(eval_record(algo.eval_name, step, plan.epoch(step + 1), ctx0.now(), **scores))
+            ctx0.evaluated(algo.eval_name, step, plan.epoch(step + 1), ctx0.now(), scores, params)
 
         status, step = "completed", -1
         for step in range(plan.total_steps):
@@ -258,7 +258,7 @@ class Lockstep:
             ctx.flush(done=True)
             results.append({"status": status, "params": params_out, "last_step": step,
                             "summary": algo.summary if r == 0 else {}, "steps": ctx.step_columns(),
-                            "started": ctx.started_wall})
+                            "started": ctx.started_wall, "best": ctx.best})
         return results
 
 
@@ -310,7 +310,7 @@ class HogwildLockstep(Lockstep):
             params_out = algo0.finish() if r == 0 else None      # the buffer as rank 0 ends
             ctx.flush(done=True)
             results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
-                          "steps": ctx.step_columns(), "started": ctx.started_wall}
+                          "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best}
 
         def begin(r: int, step: int) -> bool:
             """run_loop's top of `step` and HogwildSGD.step up to its compute: True when it computes."""

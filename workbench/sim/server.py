@@ -68,7 +68,6 @@ from ..comm.base import WorkerLost
 from ..comm.roles import make_core
 from ..data import _epoch_order, steps_per_epoch
 from ..maths.optim import SGD, sgd_descent
-from ..results.records import eval_record
 from .clock import Scheduler, Task
 from .lockstep import Lockstep
 from .roles import SimServerState
@@ -514,8 +513,8 @@ class _Replay:
         evals, self.evals = self.evals, []
         ctx0 = ctxs[0]
         for step, epoch, now, rid in evals:
-            scores = self.evaluator(maths.snap.pop(rid))
-            ctx0.record(eval_record(self.eval_name, step, epoch, now, **scores))
+            params = maths.snap.pop(rid)
+            ctx0.evaluated(self.eval_name, step, epoch, now, self.evaluator(params), params)
             self.sent_evals += 1
         return ended
 
@@ -548,5 +547,5 @@ class ServerLockstep(Lockstep):
             ctx.flush(done=True)
             results.append({"status": res.get("status", "failed"), "params": params_out,
                             "last_step": res.get("last_step", -1), "summary": replay.summary if r == 0 else {},
-                            "steps": ctx.step_columns(), "started": ctx.started_wall})
+                            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best})
         return results
