@@ -136,3 +136,9 @@ def test_the_cli_writes_text_and_says_how_much_of_it_the_language_allows(trained
     assert "are ones the language allows" in got.err and "characters drawn at random: 0.16" in got.err
     assert main(["generate", str(out), "--prompt", "q"]) == 2
     assert "error: prompt: characters of the training text" in capsys.readouterr().err
+
+
+def test_a_torch_module_is_asked_of_a_run_that_had_one(trained):
+    result, _ = trained
+    with pytest.raises(ConfigError, match=r"^result: a run of a torch.nn.Module .*, got 'gpt'"):
+        wb.torch_module(result)

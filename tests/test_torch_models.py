@@ -228,3 +228,32 @@ def test_a_torch_model_computes_with_the_workers_thread_count():
     with blas_limit(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_the_trained_network_comes_back_as_a_torch_module(tmp_path):
+    """`wb.torch_module`: a copy of the user's module holding the run's parameters. Oracle:
+    the run's own evaluator scored those parameters, so the module's accuracy on the test set
+    is the run's final test accuracy, exactly; from a loaded run directory too, and through a
+    state_dict saved and loaded into a fresh module."""
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(algorithm="sync_sgd", model=torch_mlp, cpus=2, epochs=2, seed=0, out=str(out)),
+                    cluster="threads", progress=False)
+    data = Problem.from_config(RunConfig(algorithm="sync_sgd", model=torch_mlp, cpus=2)).data
+    X, y = torch.from_numpy(np.array(data.X_test)), data.y_test
+
+    def accuracy(module):
+        with torch.no_grad():
+            return float((module(X).argmax(dim=1).numpy() == y).mean())
+
+    module = wb.torch_module(result)
+    assert isinstance(module, torch.nn.Sequential) and not module.training
+    assert accuracy(module) == result.summary["final_test_accuracy"]
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).numpy()
+    assert np.array_equal(flat, result.params)
+    result.params[:] = 0                                      # the module holds its own copy
+    assert accuracy(module) == result.summary["final_test_accuracy"]
+    loaded = wb.torch_module(wb.load(out))
+    torch.save(loaded.state_dict(), tmp_path / "m.pt")
+    fresh = torch_mlp()
+    fresh.load_state_dict(torch.load(tmp_path / "m.pt"))
+    assert accuracy(fresh.eval()) == accuracy(module)

@@ -428,6 +428,27 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
     return "".join(vocab[int(i)] for i in ids)
 
 
+def torch_module(result: RunResult, params: str = "final") -> Any:
+    """The trained network of a run whose model is a `torch.nn.Module` (a factory or class
+    returning one): a fresh copy of the module, in eval mode on the CPU, holding the run's
+    final parameters (`params="best"`: those at its lowest test loss). Save it with
+    `torch.save(module.state_dict(), path)`.
+
+    Raises:
+        ConfigError: the run's model is not a torch module, or it has no such parameters.
+    """
+    from .problem import Problem
+    if not isinstance(result, RunResult):
+        raise ConfigTypeError("result", "a RunResult (what wb.run or wb.load returns)", result)
+    config = RunConfig.from_dict(result.summary["config"])
+    trained = trained_params(result, params)
+    model = getattr(Problem.from_config(config).new_model(), "obj", None)   # the protocol's adapter holds it
+    if not callable(getattr(model, "trained_module", None)):
+        raise ConfigError("result", "a run of a torch.nn.Module (model: a factory or class returning one)",
+                          result.summary["config"].get("model"))
+    return model.trained_module(trained)
+
+
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,

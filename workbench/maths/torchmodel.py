@@ -153,6 +153,25 @@ class TorchModel:
         with torch.no_grad():
             return float(self.loss_fn(out, to_torch(y)))
 
+    def trained_module(self, params: Any) -> Any:
+        """A copy of the module holding `params` (a flat vector of this model's, e.g. a run's
+        params.npy) in its own tensors, float32 on the CPU: the trained network, for
+        `torch.save(module.state_dict(), ...)` or use outside the workbench."""
+        import copy
+
+        import torch
+        flat = np.asarray(params.get() if hasattr(params, "get") and not isinstance(params, np.ndarray) else params)
+        if flat.shape != (self.n_params,):
+            raise ValueError(f"params: a vector of this model's {self.n_params:,} parameters, got shape {flat.shape}")
+        self._p_obj = self._g_obj = self._G = None
+        module = copy.deepcopy(self.module).to("cpu")
+        trained = [p for p in module.parameters() if p.requires_grad]
+        with torch.no_grad():
+            for p, (a, b) in zip(trained, self._bounds):
+                p.data = torch.from_numpy(flat[a:b].astype(np.float32)).reshape(p.shape).clone()
+                p.grad = None
+        return module.eval()
+
     def __getstate__(self) -> dict:
         # travels as the module (and loss); the views onto a caller's arrays stay behind
         state = self.__dict__.copy()
