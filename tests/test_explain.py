@@ -229,3 +229,19 @@ def test_a_data_file_of_yours_evaluates_once_an_epoch_of_its_own_rows(tmp_path):
     cfg = RunConfig(algorithm="sync_sgd", dataset=str(tmp_path / "xy.npz"), batch_size=16, steps=120, seed=0, cpus=1)
     run = wb.run(cfg, cluster="threads", progress=False)
     assert run_steps(run).n_train == (120 // 16) * 16                 # 120 training rows: 7 steps an epoch of 16
+
+
+def test_a_crossover_below_one_sample_a_worker_says_every_batch_they_can_split():
+    """The small GPT on 4 simulated workers over shared memory: compute so outweighs the
+    exchange that the model's crossover is under 2 sequences, less than the 4 the workers
+    need to split a batch at all; the line says "any batch they can split" (it said "from a
+    global batch of 1.7", and of 0.28 for a real pair, a batch no run can have)."""
+    base = dict(algorithm="sync_sgd", simulate=True, model="gpt", dataset="markov_text", optimizer="adamw", lr=0.003,
+                n_samples=2000, batch_size=16, steps=60, seed=0, network="shm")
+    one = wb.run(RunConfig(**base, cpus=1), progress=False)
+    four = wb.run(RunConfig(**base, cpus=4), progress=False)
+    e, = explain([one, four], resamples=0)
+    assert e.predictions["crossover_batch"][0] < 4
+    line, = [line for line in e.lines if line.startswith("  batch:")]
+    assert line.startswith("  batch: 4 workers beat 1 by 1.5x at any batch they can split (from 4, one sample a worker; "
+                           "the model's crossover is 1.7"), line

@@ -645,6 +645,9 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str]) -> di
     text, out["crossover_batch"] = _band(b, _count, exact)
     if float(b[0]) == 0.0:
         lines.append(f"  batch: {P} workers already beat 1 by {TARGET:g}x at any batch")
+    elif float(b[0]) < P:   # below one sample a worker: every batch they can split
+        lines.append(f"  batch: {P} workers beat 1 by {TARGET:g}x at any batch they can split (from {P}, one sample "
+                     f"a worker; the model's crossover is {text})")
     elif not math.isfinite(float(b[0])):
         top = model.k_measured / (1 + float(model.omega[0]))
         why = (f"its workers computed {model.k_measured:.2g} workers' worth at once: at most {top:.2f}x"
