@@ -449,6 +449,88 @@ def torch_module(result: RunResult, params: str = "final") -> Any:
     return model.trained_module(trained)
 
 
+def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,),
+         metric: str | None = None, cluster: Any = None, out: str | Path | None = None,
+         on_result: Callable[[dict, RunResult], None] | None = None, should_stop: Callable[[], bool] | None = None,
+         progress: bool = True) -> Any:
+    """Which settings learn best, and how sure that is: `config` run at every combination of
+    `values` (config field -> values to try), once per seed, and tabulated per point over its
+    seeds (`analysis.grid`: the metric's mean, deviation and range, the other numbers, and a
+    verdict against the best point by two standard errors of the difference).
+
+    Everything is checked before the first run (every combination a valid config). The seeds
+    are the outer loop, so a grid stopped part-way (`should_stop`, a signal to the CLI) has
+    its points' first seeds. With `out`: one run directory per run (`out/lr0.01-s0`, no
+    report.html: `compare` renders any of them), `grid_runs.csv` (a row per run) and
+    `grid.csv` (the table), rewritten after every run. A warning its runs raise is shown once.
+
+    Args:
+        config: the base run (a RunConfig or a dict of its fields).
+        values: e.g. {"lr": [0.01, 0.03, 0.1], "batch_size": [64, 256]}.
+        seeds: the seeds each point runs with (its data order and initial parameters).
+        metric: what ranks the points: "final_test_accuracy" (higher is better; the default),
+            "final_test_loss" (the default for a language model) or "best_test_loss".
+        cluster, should_stop: as `run`'s.
+        out: the grid's folder (None: nothing written).
+        on_result: called after each run with (its grid_runs.csv row, RunResult).
+        progress: one bar over the grid's runs.
+    Returns:
+        The table (a DataFrame); `analysis.grid.verdict_text(table, plan)` says it in words.
+    """
+    from .analysis.grid import GridPlan
+    if isinstance(config, dict):
+        config = RunConfig.from_dict(config)
+    plan = GridPlan.make(config, values, seeds, metric)
+    return run_grid(plan, cluster=cluster, out=out, on_result=on_result, should_stop=should_stop, progress=progress)
+
+
+def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
+             on_result: Callable[[dict, RunResult], None] | None = None, should_stop: Callable[[], bool] | None = None,
+             progress: bool = True) -> Any:
+    """Run a grid planned (and so checked) already, `analysis.grid.GridPlan.make`: what
+    `grid` does after its checks (the CLI calls it once it has checked the machine)."""
+    import pandas as pd
+
+    from .analysis.grid import GridPlan, combine, grid_row
+    from .data import DataError
+    from .execution.progress import bars_allowed, sweep_bar
+    from .util.fileio import atomic_write
+    for point in plan.points():   # every combination against the data and the machine, before any run
+        try:
+            preflight(plan.config_at(point, plan.seeds[0]).replace(out=None))
+        except (ConfigError, DataError) as exc:
+            raise ConfigError("values", f"combinations that make a valid run ({GridPlan.label(point)}: "
+                                        f"{str(exc).splitlines()[0]})", GridPlan.label(point)) from None
+    rows: list[dict] = []
+    table = pd.DataFrame()
+    bar = sweep_bar(plan.n_runs, f"grid of {plan.config.algorithm}") if progress and bars_allowed() else None
+    try:
+        with warnings_once():   # each run's warnings once, not once a run
+            for seed in plan.seeds:
+                for point in plan.points():
+                    if should_stop is not None and should_stop():
+                        return table
+                    run_dir = None if out is None else str(Path(out) / plan.slug(point, seed))
+                    cfg = plan.config_at(point, seed)
+                    result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
+                                 should_stop=should_stop, progress=False, overwrite=True, report=False)
+                    rows.append(grid_row(result, point, seed, run_dir))
+                    table = combine(rows, plan)
+                    if out is not None:
+                        atomic_write(Path(out) / "grid_runs.csv", pd.DataFrame(rows).to_csv(index=False))
+                        atomic_write(Path(out) / "grid.csv", table.to_csv(index=False))
+                    if bar is not None:
+                        bar.update(1)
+                    if on_result is not None:
+                        on_result(rows[-1], result)
+                    if result.status == "stopped":
+                        return table
+    finally:
+        if bar is not None:
+            bar.close()
+    return table
+
+
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
           cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,

@@ -89,6 +89,7 @@ def _nullable(name: str) -> bool:
 COMMANDS: dict[str, str] = {
     "run": "train one run and write its run directory (summary.json, CSVs, report.html)",
     "sweep": "strong or weak scaling sweep over worker counts (sweep.csv, sweep.html)",
+    "grid": "which settings learn best: every combination of some fields' values, over seeds (grid.csv)",
     "reproduce": "run an experiment's notebook with papermill and write its report",
     "compare": "one HTML report comparing several run directories",
     "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
@@ -135,6 +136,14 @@ examples:
   python -m workbench sweep --algorithm async_easgd --workers 1,2 --mode weak --batch-size 64 --out runs/weak
   python -m workbench sweep --simulate --algorithm sync_sgd --cpus 0 --gpus 1 --device k80 \\
       --workers 1,2,4,8,16,32,64,128,256 --mode weak --batch-size 4 --steps 20 --out runs/sim-sweep"""
+
+
+GRID_EXAMPLES = """\
+examples:
+  python -m workbench grid --algorithm sgd --epochs 3 --vary lr=0.01,0.1,1 --vary batch-size=32,256 \\
+      --seeds 0,1,2 --out runs/grid
+  python -m workbench grid --algorithm sync_sgd --cpus 2 --vary optimizer=sgd,lamb --vary 'hidden=[[64],[256,128]]' \\
+      --out runs/grid-models"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -323,6 +332,23 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                      help="how many seeds' notebooks run at once (default: the file's seed_jobs, 1 unless it says "
                           "otherwise; never more than the cores): for simulated notebooks only")
 
+    grid = sub.add_parser("grid", help=COMMANDS["grid"], formatter_class=fmt,
+                          description="Run the config at every combination of the --vary values, once per seed, "
+                                      "and print each combination's metric over its seeds (mean, deviation, range) "
+                                      "with a verdict against the best: told apart when the difference is beyond two "
+                                      "standard errors, not distinguishable otherwise (one seed tells nothing apart). "
+                                      "With --out: a run directory per run, grid_runs.csv and grid.csv.",
+                          epilog=GRID_EXAMPLES)
+    _add_config_flags(grid)
+    grid.add_argument("--vary", action="append", required=True, metavar="FIELD=VALUES",
+                      help="a config field and the values to try, comma-separated (lr=0.01,0.1) or as a YAML list "
+                           "('hidden=[[64],[128,64]]'); repeat for more fields")
+    grid.add_argument("--seeds", default="0", help="comma-separated seeds each combination runs with (default: 0; "
+                                                   "three or more tell combinations apart)")
+    grid.add_argument("--metric", default=None, choices=["final_test_accuracy", "final_test_loss", "best_test_loss"],
+                      help="what ranks the combinations (default: final_test_accuracy; final_test_loss for text)")
+    grid.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
                            description="Run the config once per worker count; with --out, write one run "
                                        "directory per count, sweep.csv and the scaling figure sweep.html.",
@@ -398,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench_main(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "grid":
+            return _grid(args)
         if args.command == "reproduce":
             from .reproduce import NotebookFailed, reproduce
             try:
@@ -743,6 +771,99 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def vary_values(items: Sequence[str]) -> dict[str, list[Any]]:
+    """`--vary FIELD=VALUES` flags as {field: values}: dashes in FIELD read as underscores,
+    VALUES a YAML list or comma-separated YAML scalars.
+
+    >>> vary_values(["lr=0.01,0.1", "batch-size=32", "hidden=[[64], [128, 64]]", "optimizer=sgd,lamb"])
+    {'lr': [0.01, 0.1], 'batch_size': [32], 'hidden': [[64], [128, 64]], 'optimizer': ['sgd', 'lamb']}
+    """
+    import yaml
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        field, eq, text = item.partition("=")
+        if not eq or not field.strip() or not text.strip():
+            raise ConfigError("vary", "FIELD=VALUES, e.g. lr=0.01,0.1", item)
+        field = field.strip().replace("-", "_")
+        try:
+            if text.strip().startswith("["):
+                values = yaml.safe_load(text)
+            else:
+                values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
+        except yaml.YAMLError:
+            raise ConfigError("vary", "values as comma-separated numbers or words, or a YAML list", item) from None
+        if not isinstance(values, list) or not values:
+            raise ConfigError("vary", "at least one value: FIELD=V1,V2 or FIELD=[V1, V2]", item)
+        if field in out:
+            raise ConfigError("vary", f"each field once ({field} is given twice)", item)
+        out[field] = values
+    return out
+
+
+def _grid(args: argparse.Namespace) -> int:
+    """`grid`: the runs one after another; SIGINT, SIGTERM or SIGHUP stops the run in
+    progress, keeps every finished one, writes the table of what ran and exits 1."""
+    import warnings
+
+    from .. import api
+    from ..analysis.grid import GridPlan, verdict_text
+    from ..execution.preflight import preflight
+    config = config_from_args(args)
+    seeds = _seeds_flag(args.seeds)
+    plan = GridPlan.make(config, vary_values(args.vary), seeds, args.metric)
+    signalled: list[str] = []
+    progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    with stop_on_signals(signalled.append, what="the grid's current run"), \
+            api.warnings_once(show=lambda message: print(f"warning: {message}", file=sys.stderr)):
+        for message in preflight(plan.config_at(plan.points()[0], plan.seeds[0])):
+            warnings.warn(message, api.RunWarning, stacklevel=1)
+        table = api.run_grid(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
+    print(grid_text(table, plan))
+    print(verdict_text(table, plan))
+    for _, row in table.iterrows():
+        if isinstance(row.get("note"), str) and row["note"]:
+            print(f"  note ({GridPlan.label({k: row[k] for k in plan.values})}): {row['note']}")
+    if config.out:
+        print(json.dumps({"grid": str(Path(config.out) / "grid.csv"), "runs": str(Path(config.out) / "grid_runs.csv")}))
+    if signalled:
+        print(f"stopped: {signalled[0]} received; {int(table['runs'].sum()) if len(table) else 0} of {plan.n_runs} runs "
+              f"in the table{f', every run that ran saved under {config.out}' if config.out else ''} "
+              f"(exit {EXIT_FAILED})", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _seeds_flag(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError("seeds", "comma-separated whole numbers >= 0, e.g. 0,1,2", text) from None
+    return seeds
+
+
+def grid_text(table: Any, plan: Any) -> str:
+    """A grid's table for the terminal: each combination, its metric over the seeds as
+    mean +- deviation (range), the throughput and the verdict (grid.csv keeps every column)."""
+    if not len(table):
+        return "(no run finished)"
+    m = plan.metric
+    shown = table[list(plan.values)].copy()
+    shown["seeds"] = [f"{int(c)}/{int(r)}" for c, r in zip(table["completed"], table["runs"])]
+
+    def over_seeds(row: Any) -> str:
+        mean, std = row[f"{m}_mean"], row[f"{m}_std"]
+        if mean is None or mean != mean:
+            return "-"
+        if std is None or std != std:
+            return f"{mean:.4f}"
+        return f"{mean:.4f} +-{std:.4f} ({row[f'{m}_min']:.4f}-{row[f'{m}_max']:.4f})"
+
+    shown[m.replace("final_", "").replace("_", " ")] = [over_seeds(r) for _, r in table.iterrows()]
+    shown["samples/s"] = ["-" if v is None or v != v else f"{v:,.0f}" for v in table["samples_per_s"]]
+    shown["verdict"] = table["verdict"]
+    return shown.to_string(index=False)
 
 
 SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/s", "speedup": "speed-up",

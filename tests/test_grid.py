@@ -1,0 +1,125 @@
+"""A grid over training settings (`wb.grid`, `analysis.grid`, the CLI's `grid`).
+
+Oracles: each point's numbers are recomputed from its own runs' summaries (the run
+directories), with NumPy; the verdict rule against Welch's two standard errors on made-up
+values where the answer is known; and everything the grid refuses is refused before the
+first run writes anything.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench.analysis.grid import GridPlan, combine, verdict_text
+from workbench.config import ConfigError, RunConfig
+
+BASE = RunConfig(algorithm="sgd", epochs=2)
+
+
+@pytest.fixture(scope="module")
+def lr_grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid") / "g"
+    seen = []
+    table = wb.grid(BASE, {"lr": [0.003, 0.1]}, seeds=[0, 1, 2], cluster="threads", out=out, progress=False,
+                    on_result=lambda row, result: seen.append((row, result.summary["final_test_accuracy"])))
+    return table, out, seen
+
+
+def test_each_point_is_its_seeds_runs_summarised(lr_grid):
+    table, out, seen = lr_grid
+    runs = pd.read_csv(out / "grid_runs.csv")
+    assert len(runs) == len(seen) == 6 and runs["seed"].tolist() == [0, 0, 1, 1, 2, 2]   # seeds outermost
+    assert pd.read_csv(out / "grid.csv")["verdict"].tolist() == table["verdict"].tolist()
+    for _, row in table.iterrows():
+        accs = np.array([wb.load(d).summary["final_test_accuracy"]
+                         for d in runs.loc[np.isclose(runs["lr"], row["lr"]), "run_dir"]])
+        assert len(accs) == 3 and row["completed"] == 3
+        assert row["final_test_accuracy_mean"] == pytest.approx(accs.mean(), rel=1e-12)
+        assert row["final_test_accuracy_std"] == pytest.approx(accs.std(ddof=1), rel=1e-9)
+        assert (row["final_test_accuracy_min"], row["final_test_accuracy_max"]) == (accs.min(), accs.max())
+    # lr 0.003 for 2 epochs is far from trained: worse, beyond two standard errors
+    assert table.set_index("lr").loc[0.1, "verdict"] == "best"
+    assert table.set_index("lr").loc[0.003, "verdict"].startswith("worse than the best by ")
+    plan = GridPlan.make(BASE, {"lr": [0.003, 0.1]}, seeds=[0, 1, 2])
+    assert verdict_text(table, plan).startswith("best: lr=0.1, test accuracy ")
+
+
+def _rows(values_by_point, metric="final_test_accuracy", status="completed"):
+    rows = []
+    for lr, vals in values_by_point.items():
+        for seed, v in enumerate(vals):
+            rows.append({"point": f"lr={lr:g}", "lr": lr, "seed": seed, "status": status,
+                         **{"final_test_accuracy": 0.5, "final_test_loss": 1.0, "best_test_loss": 1.0, metric: v},
+                         "samples_per_s": 100.0, "wall_time_s": 1.0, "steps": 10, "note": None})
+    return rows
+
+
+def test_the_verdict_is_two_standard_errors_of_the_difference():
+    plan = GridPlan.make(BASE, {"lr": [0.1, 0.2, 0.3]}, seeds=[0, 1, 2])
+    # means 0.90, 0.89 (se of the difference 0.0082: within two), 0.80 (far beyond)
+    table = combine(_rows({0.1: [0.89, 0.90, 0.91], 0.2: [0.88, 0.89, 0.90], 0.3: [0.79, 0.80, 0.81]}), plan)
+    assert table["verdict"].tolist()[:2] == ["best", "not distinguishable from the best"]
+    assert table["verdict"].tolist()[2] == "worse than the best by 0.1 (two standard errors 0.016)"
+    assert "not distinguishable from it with these seeds" in verdict_text(table, plan)
+    one = GridPlan.make(BASE, {"lr": [0.1, 0.2]}, seeds=[0])
+    t1 = combine(_rows({0.1: [0.9], 0.2: [0.5]}), one)
+    assert t1["verdict"].tolist() == ["best", "not told apart: one seed measures no spread"]
+    assert verdict_text(t1, one).endswith("with one seed no point is told apart from it: run three seeds or more")
+
+
+def test_a_loss_ranks_lowest_first_and_a_point_without_a_completed_run_says_so():
+    plan = GridPlan.make(BASE, {"lr": [0.1, 0.2]}, seeds=[0, 1], metric="final_test_loss")
+    rows = _rows({0.1: [0.5, 0.52]}, metric="final_test_loss") + _rows({0.2: [0.3, 0.31]}, metric="final_test_loss")
+    assert combine(rows, plan)["verdict"].tolist() == ["worse than the best by 0.205 (two standard errors 0.022)", "best"]
+    rows = _rows({0.1: [0.5, 0.52]}, metric="final_test_loss") + _rows({0.2: [np.nan, np.nan]},
+                                                                      metric="final_test_loss", status="diverged")
+    assert combine(rows, plan)["verdict"].tolist() == ["best", "no completed run"]
+
+
+def test_a_text_grid_ranks_by_the_test_loss():
+    cfg = RunConfig(algorithm="sgd", model="gpt", dataset="markov_text")
+    assert GridPlan.make(cfg, {"lr": [0.001]}).metric == "final_test_loss"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"lrr": [0.1]}, r"^values: config fields .*'lrr' is not one"),
+    ({"seed": [1, 2]}, r"^values: a field other than seed, out, resume, scheduler"),
+    ({"lr": []}, r"^lr: at least one value to try"),
+    ({"lr": 0.1}, r"^lr: a list of values to try, got 0.1"),
+    ({"lr": [0.1, -1.0]}, r"^values: combinations that make a valid run \(lr=-1: lr: "),
+    ({"lr": list(np.linspace(0.01, 1, 1001))}, r"^values: at most 1000 runs"),
+])
+def test_bad_grids_are_refused_before_any_run(values, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        wb.grid(BASE, values, cluster="threads", out=tmp_path / "g", progress=False)
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_combination_the_data_cannot_take_is_refused_before_the_first_run(tmp_path):
+    with pytest.raises(ConfigError, match=r"^values: combinations that make a valid run \(batch_size=100000: "
+                                          r"batch_size: at most the training set size"):
+        wb.grid(BASE, {"batch_size": [32, 100000]}, cluster="threads", out=tmp_path / "g", progress=False)
+    assert not (tmp_path / "g").exists()
+    with pytest.raises(ConfigError, match=r"^seeds: distinct whole numbers >= 0"):
+        wb.grid(BASE, {"lr": [0.1]}, seeds=[0, 0], cluster="threads", progress=False)
+
+
+def test_a_stopped_grid_keeps_what_ran(tmp_path):
+    done = []
+    table = wb.grid(BASE, {"lr": [0.05, 0.1]}, seeds=[0, 1], cluster="threads", out=tmp_path / "g", progress=False,
+                    on_result=lambda row, result: done.append(row), should_stop=lambda: len(done) >= 3)
+    assert len(done) == 3 and table["runs"].tolist() == [2, 1]
+    assert len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 3
+
+
+def test_the_cli_prints_the_table_and_the_verdict(tmp_path, capsys):
+    from workbench.apps.cli import main
+    assert main(["grid", "--algorithm", "sgd", "--epochs", "1", "--vary", "lr=0.05,0.1", "--vary", "hidden=[[32],[64]]",
+                 "--seeds", "0,1", "--out", str(tmp_path / "g"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["lr", "hidden", "seeds", "test", "accuracy", "samples/s", "verdict"]
+    assert "\nbest: lr=" in out and len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 8
+    assert main(["grid", "--algorithm", "sgd", "--vary", "lr"]) == 2
+    assert "error: vary: FIELD=VALUES, e.g. lr=0.01,0.1, got 'lr'" in capsys.readouterr().err

@@ -1,0 +1,223 @@
+"""Which training settings learn best, and how sure that is: a grid over config fields.
+
+`wb.grid(config, {"lr": [0.01, 0.03, 0.1], "batch_size": [64, 256]}, seeds=[0, 1, 2])`
+runs every combination of the values once per seed (the seeds in the outer loop, so a grid
+stopped part-way has every point's first seeds), and tabulates each point over its seeds:
+the mean of the metric (final test accuracy, or for a language model the final test loss),
+its standard deviation and range, and the point's other numbers. The best point is named,
+and each other point is compared with it by the difference of the two means against two
+standard errors of that difference (Welch's: each point's own spread): a point within them
+is **not distinguishable** from the best with these seeds; one seed measures no spread, so
+nothing is told apart, and the table says so. This module plans and tabulates; `api.grid`
+runs the points.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..config import ConfigError, RunConfig
+
+NOT_VARIED = ("seed", "out", "resume", "scheduler")   # a grid's own (seeds), or where it runs, not what it trains
+MAX_RUNS = 1000
+METRICS = {"final_test_accuracy": "higher", "final_test_loss": "lower", "best_test_loss": "lower"}
+SHOWN = ("final_test_accuracy", "final_test_loss", "best_test_loss", "samples_per_s", "wall_time_s", "steps")
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """A checked grid: the base config, the values of each varied field (in order), the
+    seeds and the metric that ranks the points."""
+
+    config: RunConfig
+    values: dict[str, list[Any]]
+    seeds: tuple[int, ...]
+    metric: str
+
+    @classmethod
+    def make(cls, config: RunConfig, values: dict[str, Any], seeds: Any = (0,), metric: str | None = None) -> GridPlan:
+        """Check everything before any run: each field a config field one may vary, each list
+        of values non-empty, every combination a valid config (a bad one named with its
+        values), the seeds whole numbers >= 0, the metric one of `METRICS`.
+
+        >>> p = GridPlan.make(RunConfig(algorithm="sgd"), {"lr": [0.01, 0.1]}, seeds=[0, 1])
+        >>> [p.label(q) for q in p.points()], p.metric, p.n_runs
+        (['lr=0.01', 'lr=0.1'], 'final_test_accuracy', 4)
+        """
+        if not isinstance(config, RunConfig):
+            raise ConfigError("config", "a RunConfig", type(config).__name__)
+        if isinstance(values, Mapping):
+            values = dict(values)
+        if not isinstance(values, dict) or not values:
+            raise ConfigError("values", "a dict of config field -> list of values, e.g. {'lr': [0.01, 0.1]}", values)
+        checked: dict[str, list[Any]] = {}
+        for field, vals in values.items():
+            if field not in RunConfig.model_fields:
+                raise ConfigError("values", f"config fields (RunConfig's: python -m workbench schema); {field!r} "
+                                            "is not one", field)
+            if field in NOT_VARIED:
+                raise ConfigError("values", f"a field other than {', '.join(NOT_VARIED)} (seeds are the grid's "
+                                            "own: seeds=[...])", field)
+            if isinstance(vals, (str, bytes)) or not hasattr(vals, "__iter__"):
+                raise ConfigError(field, "a list of values to try", vals)
+            vals = list(vals)
+            if not vals:
+                raise ConfigError(field, "at least one value to try", vals)
+            checked[field] = vals
+        try:
+            seed_list = tuple(int(s) for s in (seeds if hasattr(seeds, "__iter__") else [seeds]))
+        except (TypeError, ValueError):
+            raise ConfigError("seeds", "whole numbers >= 0, e.g. [0, 1, 2]", seeds) from None
+        if not seed_list or min(seed_list) < 0 or len(set(seed_list)) != len(seed_list):
+            raise ConfigError("seeds", "distinct whole numbers >= 0, at least one", list(seed_list))
+        if metric is None:
+            from ..data import is_text_path
+            text = is_text_path(config.dataset) or config.dataset == "markov_text"
+            metric = "final_test_loss" if text else "final_test_accuracy"
+        if metric not in METRICS:
+            raise ConfigError("metric", f"one of {', '.join(METRICS)}", metric)
+        plan = cls(config, checked, seed_list, metric)
+        if plan.n_runs > MAX_RUNS:
+            raise ConfigError("values", f"at most {MAX_RUNS} runs (points x seeds)",
+                              f"{len(plan.points())} points x {len(seed_list)} seeds")
+        for point in plan.points():   # every combination a valid run, before any runs
+            try:
+                plan.config_at(point, seed_list[0])
+            except (ConfigError, ValueError) as exc:
+                raise ConfigError("values", f"combinations that make a valid run ({plan.label(point)}: "
+                                            f"{str(exc).splitlines()[0]})", plan.label(point)) from None
+        return plan
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination, the first field's values outermost."""
+        fields = list(self.values)
+        return [dict(zip(fields, combo)) for combo in itertools.product(*self.values.values())]
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.points()) * len(self.seeds)
+
+    def config_at(self, point: dict[str, Any], seed: int) -> RunConfig:
+        return self.config.replace(**point, seed=seed)
+
+    @staticmethod
+    def label(point: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={_value(v)}" for k, v in point.items())
+
+    @staticmethod
+    def slug(point: dict[str, Any], seed: int) -> str:
+        """A folder name for one run: `lr0.01-batch_size64-s0`.
+
+        >>> GridPlan.slug({"lr": 0.01, "hidden": [64, 32]}, 2)
+        'lr0.01-hidden64_32-s2'
+        """
+        parts = [f"{k}{re.sub(r'[^A-Za-z0-9.]+', '_', _value(v)).strip('_')}" for k, v in point.items()]
+        return "-".join([*parts, f"s{seed}"])
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(_value(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def grid_row(result: Any, point: dict[str, Any], seed: int, run_dir: str | None) -> dict[str, Any]:
+    """One run's row of grid_runs.csv: the point, the seed and what the run reached."""
+    s = result.summary
+    said = [n for n in (s.get("learning_note"), s.get("overfit_note")) if n]
+    return {"point": GridPlan.label(point),
+            **{k: _value(v) if isinstance(v, (list, tuple)) else v for k, v in point.items()}, "seed": seed,
+            "status": s.get("status"), **{c: s.get(c) for c in SHOWN}, "note": said[0] if said else None,
+            "machine_note": s.get("machine_note"), "run_dir": run_dir}
+
+
+def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
+    """One row per point over its seeds: `runs`, `completed`, the metric's `mean`, `std`
+    (over 2 seeds or more), `min`, `max`, the other numbers' means, the first note any of its
+    runs had, and `verdict`: "best", "not distinguishable from the best", "worse" / "better"
+    (the difference beyond two standard errors), or why it cannot be told (one seed, no
+    completed run). Points in the plan's order."""
+    runs = pd.DataFrame(rows)
+    fields = list(plan.values)
+    out = []
+    for point in plan.points():
+        key = {k: _value(v) if isinstance(v, (list, tuple)) else v for k, v in point.items()}
+        mine = runs[runs["point"] == GridPlan.label(point)] if len(runs) else runs
+        if not len(mine):
+            continue
+        done = mine[mine["status"] == "completed"]
+        vals = done[plan.metric].astype(float).to_numpy() if len(done) else np.array([])
+        vals = vals[np.isfinite(vals)]
+        row = {**key, "runs": len(mine), "completed": len(done), "mean": float(vals.mean()) if len(vals) else None,
+               "std": float(vals.std(ddof=1)) if len(vals) > 1 else None,
+               "min": float(vals.min()) if len(vals) else None, "max": float(vals.max()) if len(vals) else None}
+        for c in SHOWN:
+            if c != plan.metric:
+                col = pd.to_numeric(done[c], errors="coerce") if len(done) else pd.Series(dtype=float)
+                row[c] = float(col.mean()) if col.notna().any() else None
+        notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
+        row["note"] = notes[0] if notes else None
+        row["_vals"] = vals
+        out.append(row)
+    table = pd.DataFrame(out, columns=[*fields, "runs", "completed", "mean", "std", "min", "max",
+                                       *[c for c in SHOWN if c != plan.metric], "note", "_vals"])
+    table["verdict"] = _verdicts(table, plan)
+    return table.drop(columns="_vals").rename(columns={"mean": f"{plan.metric}_mean", "std": f"{plan.metric}_std",
+                                                       "min": f"{plan.metric}_min", "max": f"{plan.metric}_max"})
+
+
+def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
+    higher = METRICS[plan.metric] == "higher"
+    means = table["mean"].astype(float)
+    if not means.notna().any():
+        return ["no completed run"] * len(table)
+    best = int(means.idxmax() if higher else means.idxmin())
+    b = table.loc[best, "_vals"]
+    out = []
+    for i, row in table.iterrows():
+        vals = row["_vals"]
+        if not len(vals):
+            out.append("no completed run")
+        elif i == best:
+            out.append("best")
+        elif len(vals) < 2 or len(b) < 2:
+            out.append("not told apart: one seed measures no spread")
+        else:
+            d = float(vals.mean() - b.mean())
+            se = math.sqrt(vals.var(ddof=1) / len(vals) + b.var(ddof=1) / len(b))
+            if abs(d) <= 2 * se:
+                out.append("not distinguishable from the best")
+            else:
+                out.append(f"{'worse' if (d < 0) == higher else 'better'} than the best by {abs(d):.3g} "
+                           f"(two standard errors {2 * se:.2g})")
+    return out
+
+
+def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
+    """The grid's answer in one or two sentences: the best point, its mean and range over the
+    seeds, and the points these seeds cannot tell from it."""
+    m = plan.metric
+    if not len(table) or table[f"{m}_mean"].isna().all():
+        return "no point of the grid completed a run"
+    fields = list(plan.values)
+    what = m.replace("final_", "").replace("_", " ")
+    best = table[table["verdict"] == "best"].iloc[0]
+    n = int(best["completed"])
+    spread = (f" ({best[f'{m}_min']:.4g}-{best[f'{m}_max']:.4g} over {n} seeds)" if n > 1
+              else " (one seed: its spread is not measured)")
+    text = f"best: {GridPlan.label({k: best[k] for k in fields})}, {what} {best[f'{m}_mean']:.4g}{spread}"
+    ties = table[table["verdict"] == "not distinguishable from the best"]
+    if len(ties):
+        text += ("; not distinguishable from it with these seeds (the difference within two standard errors): "
+                 + "; ".join(f"{GridPlan.label({k: r[k] for k in fields})} ({r[f'{m}_mean']:.4g})"
+                             for _, r in ties.iterrows()))
+    elif len(plan.seeds) < 2 and len(table) > 1:
+        text += "; with one seed no point is told apart from it: run three seeds or more"
+    return text
