@@ -6,10 +6,11 @@ stopped part-way has every point's first seeds), and tabulates each point over i
 the mean of the metric (final test accuracy, or for a language model the final test loss),
 its standard deviation and range, and the point's other numbers. The best point is named,
 and each other point is compared with it by the difference of the two means against two
-standard errors of that difference (Welch's: each point's own spread): a point within them
-is **not distinguishable** from the best with these seeds; one seed measures no spread, so
-nothing is told apart, and the table says so. This module plans and tabulates; `api.grid`
-runs the points.
+standard errors of that difference: the seeds' (Welch's: each point's own spread) and, for an
+accuracy, the test rows' (an accuracy is a share of n test rows: sqrt(p (1 - p) / n) each,
+taken as independent, an upper bound when both score the same rows). A point within them is
+**not distinguishable** from the best; one seed measures no spread, so nothing is told apart,
+and the table says so. This module plans and tabulates; `api.grid` runs the points.
 """
 from __future__ import annotations
 
@@ -107,6 +108,14 @@ class GridPlan:
     def config_at(self, point: dict[str, Any], seed: int) -> RunConfig:
         return self.config.replace(**point, seed=seed)
 
+    def test_rows(self, point: dict[str, Any]) -> int | None:
+        """How many rows the point's test set has (its dataset's shape; None if unknown)."""
+        from ..problem import Problem
+        try:
+            return int(Problem.from_config(self.config_at(point, self.seeds[0])).shape.n_test)
+        except (ConfigError, ValueError, OSError, TypeError):
+            return None
+
     @staticmethod
     def label(point: dict[str, Any]) -> str:
         return ", ".join(f"{k}={_value(v)}" for k, v in point.items())
@@ -165,11 +174,12 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
         notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
         row["note"] = notes[0] if notes else None
         row["_vals"] = vals
+        row["_n_test"] = plan.test_rows(point) if plan.metric == "final_test_accuracy" else None
         out.append(row)
     table = pd.DataFrame(out, columns=[*fields, "runs", "completed", "mean", "std", "min", "max",
-                                       *[c for c in SHOWN if c != plan.metric], "note", "_vals"])
+                                       *[c for c in SHOWN if c != plan.metric], "note", "_vals", "_n_test"])
     table["verdict"] = _verdicts(table, plan)
-    return table.drop(columns="_vals").rename(columns={"mean": f"{plan.metric}_mean", "std": f"{plan.metric}_std",
+    return table.drop(columns=["_vals", "_n_test"]).rename(columns={"mean": f"{plan.metric}_mean", "std": f"{plan.metric}_std",
                                                        "min": f"{plan.metric}_min", "max": f"{plan.metric}_max"})
 
 
@@ -191,13 +201,30 @@ def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
             out.append("not told apart: one seed measures no spread")
         else:
             d = float(vals.mean() - b.mean())
-            se = math.sqrt(vals.var(ddof=1) / len(vals) + b.var(ddof=1) / len(b))
+            se_seeds = math.sqrt(vals.var(ddof=1) / len(vals) + b.var(ddof=1) / len(b))
+            se_rows = _test_rows_se(float(vals.mean()), float(b.mean()), row["_n_test"], table.loc[best, "_n_test"])
+            se = math.hypot(se_seeds, se_rows)
+            rows_limit = f"{int(row['_n_test']):,} test rows" if se_rows > se_seeds else None
+            why = f", with the {rows_limit}' sampling" if rows_limit else ""
             if abs(d) <= 2 * se:
-                out.append("not distinguishable from the best")
+                out.append("not distinguishable from the best" + (f" (on {rows_limit})" if rows_limit else ""))
             else:
                 out.append(f"{'worse' if (d < 0) == higher else 'better'} than the best by {abs(d):.3g} "
-                           f"(two standard errors {2 * se:.2g})")
+                           f"(two standard errors {2 * se:.2g}{why})")
     return out
+
+
+def _test_rows_se(p1: float, p2: float, n1: Any, n2: Any) -> float:
+    """The standard error an accuracy difference has from the test rows alone: each accuracy
+    a share of n test rows, sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2) (the two treated as
+    independent: an upper bound when both score the same rows). 0 when n is unknown.
+
+    >>> round(_test_rows_se(1.0, 0.9722, 60, 60), 4)
+    0.0212
+    """
+    if not n1 or not n2 or n1 != n1 or n2 != n2:
+        return 0.0
+    return math.sqrt(p1 * (1 - p1) / float(n1) + p2 * (1 - p2) / float(n2))
 
 
 def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
@@ -213,9 +240,11 @@ def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
     spread = (f" ({best[f'{m}_min']:.4g}-{best[f'{m}_max']:.4g} over {n} seeds)" if n > 1
               else " (one seed: its spread is not measured)")
     text = f"best: {GridPlan.label({k: best[k] for k in fields})}, {what} {best[f'{m}_mean']:.4g}{spread}"
-    ties = table[table["verdict"] == "not distinguishable from the best"]
+    ties = table[table["verdict"].str.startswith("not distinguishable from the best")]
     if len(ties):
-        text += ("; not distinguishable from it with these seeds (the difference within two standard errors): "
+        rows = " and the test rows' sampling" if m == "final_test_accuracy" else ""
+        text += (f"; not distinguishable from it (the difference within two standard errors of the seeds' spread"
+                 f"{rows}): "
                  + "; ".join(f"{GridPlan.label({k: r[k] for k in fields})} ({r[f'{m}_mean']:.4g})"
                              for _, r in ties.iterrows()))
     elif len(plan.seeds) < 2 and len(table) > 1:
