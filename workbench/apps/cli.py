@@ -230,8 +230,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     pred.add_argument("rows", metavar="ROWS.csv", help="the rows to answer (a header row; the run's feature columns)")
     pred.add_argument("--out", default=None, metavar="FILE.csv",
                       help="write the rows with a predicted column here (default: print them)")
-    pred.add_argument("--best", action="store_true", help="answer with the parameters at the run's lowest test loss "
-                                                          "(params_best.npy) instead of its final ones")
+    _add_best_flag(pred, "answer")
 
     gen = sub.add_parser("generate", help=COMMANDS["generate"], formatter_class=fmt,
                          description="Write text with RUN_DIR's trained language model (its params.npy): each "
@@ -249,8 +248,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                      help="scores divided by this before the softmax: below 1 surer, above 1 wilder; 0 takes the "
                           "most likely character each time (default 1)")
     gen.add_argument("--seed", type=int, default=0, help="the draws' seed: the same seed, the same text (default 0)")
-    gen.add_argument("--best", action="store_true", help="write with the parameters at the run's lowest test loss "
-                                                         "(params_best.npy) instead of its final ones")
+    _add_best_flag(gen, "write")
 
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
@@ -771,6 +769,12 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _add_best_flag(parser: argparse.ArgumentParser, verb: str) -> None:
+    """`--best`: a saved run's parameters at its lowest test loss instead of its final ones."""
+    parser.add_argument("--best", action="store_true", help=f"{verb} with the parameters at the run's lowest test "
+                                                            "loss (params_best.npy) instead of its final ones")
 
 
 def vary_values(items: Sequence[str]) -> dict[str, list[Any]]:
