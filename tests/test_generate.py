@@ -142,3 +142,15 @@ def test_a_torch_module_is_asked_of_a_run_that_had_one(trained):
     result, _ = trained
     with pytest.raises(ConfigError, match=r"^result: a run of a torch.nn.Module .*, got 'gpt'"):
         wb.torch_module(result)
+
+
+def test_the_report_shows_what_the_model_writes(trained, tmp_path):
+    pytest.importorskip("plotly")
+    result, out = trained
+    page = (out / "report.html").read_text()
+    assert "<h2>what it writes</h2>" in page
+    assert f"<pre>{wb.generate(result, length=200, seed=0)}</pre>" in page          # markov_text: letters, spaces
+    assert "are ones the language allows" in page
+    digits = wb.run(wb.RunConfig(algorithm="sgd", epochs=1, seed=0, out=str(tmp_path / "d")), cluster="threads",
+                    progress=False)
+    assert digits.status == "completed" and "what it writes" not in (tmp_path / "d" / "report.html").read_text()

@@ -51,14 +51,8 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
 
 def allowed_text(result: Any, text: str) -> str | None:
     """For a run on `markov_text`, how many of a text's transitions the language allows
-    (`Language.allowed`), in words; None for any other text."""
+    (`data.text.allowed_note`); None for any other run."""
     if (result.summary.get("config") or {}).get("dataset") != "markov_text":
         return None
-    from ..data.text import LANGUAGE
-    ids = np.array([LANGUAGE.alphabet.index(c) for c in text])
-    ok, n = LANGUAGE.allowed(ids)
-    if not n:
-        return None
-    chance = float((LANGUAGE.probs > 0).mean())   # uniform draws: the share of allowed next characters
-    return (f"of its {n} transitions after the first two, {ok} are ones the language allows ({ok / n:.2f}; "
-            f"the language's own text: 1.00, characters drawn at random: {chance:.2f})")
+    from ..data.text import allowed_note
+    return allowed_note(text)

@@ -252,6 +252,24 @@ def markov_text(n_samples: int, context: int, seed: int, test_fraction: float = 
     return _lm_dataset("markov_text", seqs[:n_train], seqs[n_train:], LANGUAGE.alphabet, LANGUAGE.best_loss(context))
 
 
+def allowed_note(text: str) -> str | None:
+    """How many of a text's transitions (after its first two characters) `LANGUAGE` allows,
+    in words beside what its own text and characters drawn at random score; None for a text
+    with a character outside the language or too short to have a transition.
+
+    >>> allowed_note("the ")   # 'e' after 'th' (not allowed), then ' ' after 'he' (allowed)
+    "of its 2 transitions after the first two, 1 are ones the language allows (0.50; the language's own text: 1.00, characters drawn at random: 0.16)"
+    """
+    if any(c not in LANGUAGE.alphabet for c in text):
+        return None
+    ok, n = LANGUAGE.allowed(np.array([LANGUAGE.alphabet.index(c) for c in text], dtype=np.int64))
+    if not n:
+        return None
+    chance = float((LANGUAGE.probs > 0).mean())   # uniform draws: the share of allowed next characters
+    return (f"of its {n} transitions after the first two, {ok} are ones the language allows ({ok / n:.2f}; "
+            f"the language's own text: 1.00, characters drawn at random: {chance:.2f})")
+
+
 def decode(vocab: str, ids: np.ndarray) -> str:
     """The characters of token ids.
 

@@ -309,6 +309,31 @@ def _summary_html(result: RunResult) -> str:
     return f"{notes}<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+SAMPLE_CHARS = 200   # what a language model's report shows it writing
+
+
+def _writes_html(result: RunResult) -> str:
+    """For a language model's run with its parameters: what it writes (`wb.generate`, 200
+    characters at temperature 1, seed 0, from a character of the training text), and on
+    markov_text how much of it the language allows; "" for any other run."""
+    config = result.summary.get("config") or {}
+    from ..data import is_text_path
+    if result.params is None or not (is_text_path(config.get("dataset")) or config.get("dataset") == "markov_text"):
+        return ""
+    from ..api import generate
+    from ..config import ConfigError
+    from ..data import DataError
+    try:
+        text = generate(result, length=SAMPLE_CHARS, seed=0)
+    except (ConfigError, DataError, OSError):   # the text gone or changed since: nothing to show
+        return ""
+    from ..data.text import allowed_note
+    note = allowed_note(text) if config.get("dataset") == "markov_text" else None
+    return (f"<h2>what it writes</h2><p>{SAMPLE_CHARS} characters from its final parameters (temperature 1, seed 0; "
+            f"<code>wb.generate</code>):</p><pre>{html.escape(text)}</pre>"
+            + (f"<p>{html.escape(note)}</p>" if note else ""))
+
+
 def _config_html(config: dict[str, Any]) -> str:
     """What differs from RunConfig's defaults; the whole config folded below."""
     changes = config_changes(config)
@@ -350,6 +375,7 @@ def report_html(result: RunResult, title: str | None = None, data_href: str | No
     sections = [simulated_html(s), _files_html(data_href, files), "<h2>summary</h2>", _summary_html(result)]
     if s.get("lr_schedule"):
         sections.append(f"<p>lr schedule: {html.escape(str(s['lr_schedule']))}</p>")
+    sections.append(_writes_html(result))
     sections.append("<h2>figures</h2><p>Time axes start at the first training step; start-up is in the "
                     "summary above.</p>")
     sections += _figures_html(F.run_figures(result))
