@@ -127,5 +127,24 @@ def test_the_cli_prints_the_table_and_the_verdict(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["lr", "hidden", "seeds", "test", "accuracy", "samples/s", "verdict"]
     assert "\nbest: lr=" in out and len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 8
+    if __import__("importlib").util.find_spec("plotly"):
+        assert 'id="fig-grid"' in (tmp_path / "g" / "grid.html").read_text()
     assert main(["grid", "--algorithm", "sgd", "--vary", "lr"]) == 2
     assert "error: vary: FIELD=VALUES, e.g. lr=0.01,0.1, got 'lr'" in capsys.readouterr().err
+
+
+def test_the_figure_draws_each_seed_and_the_mean_per_combination_of_the_other_fields(lr_grid):
+    pytest.importorskip("plotly")
+    from workbench.ui.figures import grid_figure
+    _, out, _ = lr_grid
+    runs = pd.read_csv(out / "grid_runs.csv")
+    plan = GridPlan.make(BASE, {"lr": [0.003, 0.1]}, seeds=[0, 1, 2])
+    fig = grid_figure(runs, plan)
+    dots, mean = fig.data
+    assert len(dots.x) == 6 and list(mean.x) == [0.003, 0.1] and fig.layout.xaxis.type == "log"   # 33x apart
+    assert list(mean.y) == pytest.approx(runs.groupby("lr")["final_test_accuracy"].mean().tolist())
+    two = GridPlan.make(BASE, {"lr": [0.05, 0.1], "batch_size": [32, 64]}, seeds=[0])
+    rows = pd.DataFrame([{"lr": lr, "batch_size": b, "status": "completed", "final_test_accuracy": lr + b / 1000}
+                         for lr in (0.05, 0.1) for b in (32, 64)])
+    assert [t.name for t in grid_figure(rows, two).data] == ["batch_size=32: each seed", "batch_size=32: mean",
+                                                           "batch_size=64: each seed", "batch_size=64: mean"]

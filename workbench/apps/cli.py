@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import json
 import re
 import signal
@@ -830,13 +831,39 @@ def _grid(args: argparse.Namespace) -> int:
         if isinstance(row.get("note"), str) and row["note"]:
             print(f"  note ({GridPlan.label({k: row[k] for k in plan.values})}): {row['note']}")
     if config.out:
-        print(json.dumps({"grid": str(Path(config.out) / "grid.csv"), "runs": str(Path(config.out) / "grid_runs.csv")}))
+        paths = {"grid": str(Path(config.out) / "grid.csv"), "runs": str(Path(config.out) / "grid_runs.csv")}
+        figure = _grid_figure(table, plan, Path(config.out)) if len(table) else None
+        if figure is not None:
+            paths["figure"] = str(figure)
+        print(json.dumps(paths))
     if signalled:
         print(f"stopped: {signalled[0]} received; {int(table['runs'].sum()) if len(table) else 0} of {plan.n_runs} runs "
               f"in the table{f', every run that ran saved under {config.out}' if config.out else ''} "
               f"(exit {EXIT_FAILED})", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _grid_figure(table: Any, plan: Any, out: Path) -> Path | None:
+    """grid.html beside grid.csv: the runs' metric against the first varied field
+    (`figures.grid_figure`) and the table."""
+    try:
+        import pandas as pd
+
+        from ..ui import figures as F
+        from ..ui.report import figure_div, page, table_view
+    except ImportError as exc:  # no plotly (the lab extra): the CSVs are what matter
+        from ..util.extras import missing_extra
+        print(f"note: no grid.html: {missing_extra('grid.html', exc)}", file=sys.stderr)
+        return None
+    from ..analysis.grid import verdict_text
+    from ..util.fileio import atomic_write
+    runs = pd.read_csv(out / "grid_runs.csv")
+    title = f"grid of {plan.config.algorithm} on {plan.config.dataset}: {', '.join(plan.values)} over seeds"
+    sections = [f"<p>{html.escape(verdict_text(table, plan))}</p>",
+                f'<div class="figure">{figure_div(F.grid_figure(runs, plan), "fig-grid")}</div>',
+                table_view(table).to_html()]
+    return atomic_write(out / "grid.html", page(title, sections))
 
 
 def _seeds_flag(text: str) -> list[int]:

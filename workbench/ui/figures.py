@@ -404,6 +404,35 @@ def update_scaling(fig: Any, table: pd.DataFrame, predicted: pd.DataFrame | None
     return log_decades(fig, "y", narrow_ticks=True)      # at every redraw: the ticks follow the data
 
 
+def grid_figure(runs: pd.DataFrame, plan: Any) -> Any:
+    """A grid's runs (`grid_runs.csv`'s rows, `analysis.grid`): the metric against the first
+    varied field, one dot a seed and the seeds' mean joined by a line, one colour for each
+    combination of the other fields; a log axis for positive numbers spanning 10x or more."""
+    from ..analysis.grid import GridPlan
+    fields = list(plan.values)
+    x_field, others, metric = fields[0], fields[1:], plan.metric
+    done = runs[runs["status"] == "completed"] if len(runs) else runs
+    fig = _base(rows=1, cols=1)
+    groups = done.groupby(others, sort=False) if others and len(done) else [((), done)]
+    for i, (key, g) in enumerate(groups):
+        key = key if isinstance(key, tuple) else (key,)
+        name = GridPlan.label(dict(zip(others, key))) or metric.replace("_", " ")
+        colour = run_color(i)
+        means = g.groupby(x_field, sort=False)[metric].mean()
+        fig.add_trace(go.Scatter(x=g[x_field], y=g[metric], mode="markers", name=f"{name}: each seed",
+                                 legendgroup=name, marker={"color": colour, "opacity": 0.45, "size": 7}))
+        fig.add_trace(go.Scatter(x=means.index, y=means.to_numpy(), mode="lines+markers", name=f"{name}: mean",
+                                 legendgroup=name, line={"color": colour}))
+    xs = [v for v in plan.values[x_field] if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(xs) == len(plan.values[x_field]) and min(xs) > 0 and max(xs) >= 10 * min(xs):
+        fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text=x_field)
+    fig.update_yaxes(title_text=metric.replace("_", " "))
+    fig.update_layout(title=f"{metric.replace('_', ' ')} over seeds{(' by ' + ', '.join(others)) if others else ''}",
+                      height=420, hovermode="closest", legend=BOTTOM_LEGEND)
+    return fig
+
+
 def comparison_figure(results: Sequence[Source], labels: Sequence[str] | None = None, live: bool = False) -> Any:
     """Several runs side by side: throughput, and where the time went (from summaries).
 
