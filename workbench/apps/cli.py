@@ -827,9 +827,8 @@ def _grid(args: argparse.Namespace) -> int:
         table = api.run_grid(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
     print(grid_text(table, plan))
     print(verdict_text(table, plan))
-    for _, row in table.iterrows():
-        if isinstance(row.get("note"), str) and row["note"]:
-            print(f"  note ({GridPlan.label({k: row[k] for k in plan.values})}): {row['note']}")
+    for label, note in grid_notes(table, plan):
+        print(f"  note ({label}): {note}")
     if config.out:
         paths = {"grid": str(Path(config.out) / "grid.csv"), "runs": str(Path(config.out) / "grid_runs.csv")}
         figure = _grid_figure(table, plan, Path(config.out)) if len(table) else None
@@ -860,10 +859,26 @@ def _grid_figure(table: Any, plan: Any, out: Path) -> Path | None:
     from ..util.fileio import atomic_write
     runs = pd.read_csv(out / "grid_runs.csv")
     title = f"grid of {plan.config.algorithm} on {plan.config.dataset}: {', '.join(plan.values)} over seeds"
+    notes = [f"<p>note ({html.escape(label)}): {html.escape(note)}</p>" for label, note in grid_notes(table, plan)]
     sections = [f"<p>{html.escape(verdict_text(table, plan))}</p>",
                 f'<div class="figure">{figure_div(F.grid_figure(runs, plan), "fig-grid")}</div>',
-                table_view(table).to_html()]
+                table_view(_verdict_first(table.drop(columns="note"), plan)).to_html(), *notes]
     return atomic_write(out / "grid.html", page(title, sections))
+
+
+def _verdict_first(table: Any, plan: Any) -> Any:
+    """The table with the combination, its metric over the seeds and its verdict first."""
+    m = plan.metric
+    first = [*plan.values, "completed", f"{m}_mean", f"{m}_std", f"{m}_min", f"{m}_max", "verdict"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def grid_notes(table: Any, plan: Any) -> list[tuple[str, str]]:
+    """(combination, the first note any of its runs had): a run that learned nothing or
+    learned its training set by heart."""
+    from ..analysis.grid import GridPlan
+    return [(GridPlan.label({k: row[k] for k in plan.values}), row["note"]) for _, row in table.iterrows()
+            if isinstance(row.get("note"), str) and row["note"]]
 
 
 def _seeds_flag(text: str) -> list[int]:
