@@ -154,3 +154,44 @@ def test_the_report_shows_what_the_model_writes(trained, tmp_path):
     digits = wb.run(wb.RunConfig(algorithm="sgd", epochs=1, seed=0, out=str(tmp_path / "d")), cluster="threads",
                     progress=False)
     assert digits.status == "completed" and "what it writes" not in (tmp_path / "d" / "report.html").read_text()
+
+
+class BigramLM:
+    """A language model of the user's: the next token's scores are row `token` of a V x V
+    table (the protocol, plus `logits`)."""
+
+    def __init__(self, n_features, n_classes):
+        self.V = n_classes
+
+    def init(self, seed):
+        return np.random.default_rng(seed).normal(0, 0.01, self.V * self.V).astype(np.float32)
+
+    def logits(self, params, X):
+        return params.reshape(self.V, self.V)[np.asarray(X, dtype=np.int64)]
+
+    def loss_and_grad(self, params, X, y):
+        tok, nxt = np.asarray(X, dtype=np.int64).ravel(), np.asarray(y).ravel()
+        z = params.reshape(self.V, self.V)[tok].astype(np.float64)
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        loss = -np.log(p[np.arange(len(nxt)), nxt]).mean()
+        p[np.arange(len(nxt)), nxt] -= 1
+        grad = np.zeros((self.V, self.V))
+        np.add.at(grad, tok, p / len(nxt))
+        return float(loss), grad.ravel().astype(params.dtype)
+
+    def predict(self, params, X):
+        return self.logits(params, X).argmax(axis=-1)
+
+
+def test_a_language_model_of_yours_writes_too():
+    result = wb.run(wb.RunConfig(algorithm="sgd", model=BigramLM, dataset="markov_text", n_samples=500, lr=1.0,
+                                 batch_size=32, steps=150, seed=0), cluster="threads", progress=False)
+    text = wb.generate(result, "th", length=300, seed=0)
+    assert len(text) == 300 and set(text) <= set(LANGUAGE.alphabet)
+    greedy = wb.generate(result, "th", length=5, temperature=0)
+    table = result.params.reshape(16, 16)
+    ids = [LANGUAGE.alphabet.index("h")]
+    for _ in range(5):
+        ids.append(int(table[ids[-1]].argmax()))
+    assert greedy == "".join(LANGUAGE.alphabet[i] for i in ids[1:])

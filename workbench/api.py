@@ -401,6 +401,7 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
     config = RunConfig.from_dict(result.summary["config"])
     problem = Problem.from_config(config)
     model = problem.model
+    model = model if callable(getattr(model, "logits", None)) else getattr(model, "obj", model)   # yours, adapted
     if getattr(problem.data, "vocab", None) is None or not callable(getattr(model, "logits", None)):
         raise ConfigError("result", "a language model's run (a text dataset and a model with logits(params, X): "
                                     "gpt, or yours)", f"{config.dataset} with {config.model}")
