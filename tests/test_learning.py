@@ -67,7 +67,12 @@ def test_an_unset_lr_is_the_algorithms_and_rules_default_and_a_set_one_stays():
     assert RunConfig(algorithm="diloco").lr == 0.01
     assert RunConfig(algorithm="sync_sgd", optimizer="lamb", lr=0.1).lr == 0.1
     cfg = RunConfig(algorithm="sync_sgd")
-    assert cfg.replace(optimizer="adamw").lr == 0.1                  # a copy keeps its lr: it is set there
+    # a copy of a config whose lr was left unset takes its own algorithm's and rule's (a grid over
+    # algorithms or rules compares each at its default; before, every copy ran at sync_sgd's 0.1,
+    # and diloco "did not learn"); a set lr is kept
+    assert cfg.replace(optimizer="adamw").lr == 0.003 and cfg.replace(algorithm="diloco").lr == 0.01
+    assert cfg.replace(lr=0.05).replace(algorithm="diloco").lr == 0.05
+    assert "lr" not in cfg.replace(cpus=1).model_fields_set
     for rule, (lo, mid, hi) in OPTIMIZER_LR.items():
         assert lo <= mid <= hi and default_lr("sync_sgd", rule) == mid
     assert lr_range("diloco", "sgd")[1] < OPTIMIZER_LR["sgd"][1]

@@ -746,8 +746,13 @@ class RunConfig(BaseModel):
         return self.alpha if self.alpha is not None else 0.9 / workers
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A validated copy with some fields changed (the original is untouched)."""
-        return RunConfig(**{**self.to_dict(), **changes})
+        """A validated copy with some fields changed (the original is untouched). An lr left
+        unset stays unset: the copy's is its own algorithm's and rule's default (a copy with
+        `algorithm="diloco"` or `optimizer="lamb"` takes theirs, not the original's)."""
+        fields = self.to_dict()
+        if "lr" not in self.model_fields_set:
+            fields.pop("lr")
+        return RunConfig(**{**fields, **changes})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON/YAML safe)."""
