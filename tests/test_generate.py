@@ -140,6 +140,8 @@ def test_the_cli_writes_text_and_says_how_much_of_it_the_language_allows(trained
 
 def test_a_torch_module_is_asked_of_a_run_that_had_one(trained):
     result, _ = trained
+    with pytest.raises(ConfigError, match=r"^result: a run that classifies rows \(a language model writes text"):
+        wb.predict(result, np.zeros((2, 64), np.float32))
     with pytest.raises(ConfigError, match=r"^result: a run of a torch.nn.Module .*, got 'gpt'"):
         wb.torch_module(result)
 

@@ -187,7 +187,7 @@ LAYERS = [
     {"workbench", "util", "config", "usercode", "data.dataset", "data.files"},
     {"results", "measure", "data", "learning", "checkpoint"},
     {"maths"},
-    {"problem"},
+    {"problem", "trained"},                   # trained: a run's parameters put to use (predict, generate)
     {"comm"},
     {"algorithms"},
     {"sim"},                                  # the simulator's clock, costs and profiles

@@ -18,6 +18,7 @@ from typing import Any
 
 from .config import ConfigError, ConfigTypeError, RunConfig, check_scheduler_address
 from .execution.preflight import preflight
+from .trained import generate, predict, torch_module, trained_params  # noqa: F401  (wb.predict, ...: re-exported)
 from .results.records import OnRecord
 from .results.result import RunResult
 from .util.fileio import RunDirError  # noqa: F401  (RunDirError: for callers)
@@ -329,125 +330,6 @@ def load(directory: str | Path) -> RunResult:
     if not isinstance(directory, (str, os.PathLike)):
         raise ConfigTypeError("directory", "a run directory path", directory)
     return RunResult.load(directory)
-
-
-def trained_params(result: RunResult, which: str = "final") -> Any:
-    """A run's trained parameters: "final" (its params.npy) or "best" (at its lowest test
-    loss: params_best.npy, `summary["params_best"]` says when); a ConfigError naming what is
-    missing otherwise."""
-    if which not in ("final", "best"):
-        raise ConfigError("params", '"final" (the parameters the run ended with) or "best" (at its lowest test loss)',
-                          which)
-    chosen = result.params if which == "final" else result.best_params
-    if chosen is None:
-        raise ConfigError("params", f"a run's {which} parameters (a run that failed has none, nor a run that never "
-                                    "evaluated a test loss its best, nor a run directory written before they were "
-                                    "kept in params.npy)", None)
-    return chosen
-
-
-def predict(result: RunResult, X: Any, params: str = "final") -> Any:
-    """The trained model's answer for each row of `X`, in the run's own terms: the rows
-    scaled as the run scaled its features (`standardize`: the mean and deviation in
-    `summary["data"]["standardized"]`), and a CSV's class names where its labels were names
-    (else the integer labels). For a run of this session or one loaded from its directory
-    (`wb.load`: its params.npy, the final parameters; `params="best"`: those at its lowest
-    test loss, params_best.npy).
-
-    Raises:
-        ConfigError: no final parameters (a run that failed, or a directory written before
-            run directories kept them), or rows of another width than the run's features.
-    """
-    import numpy as np
-
-    from .problem import Problem
-    if not isinstance(result, RunResult):
-        raise ConfigTypeError("result", "a RunResult (what wb.run returns)", result)
-    trained = trained_params(result, params)
-    problem = Problem.from_config(RunConfig.from_dict(result.summary["config"]))
-    rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
-    rows = rows.reshape(len(rows), -1)
-    width = problem.shape.n_features
-    if rows.shape[1] != width:
-        raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
-    data = result.summary.get("data") or {}
-    if data.get("standardized"):
-        from .data.files import standardize_rows
-        rows = standardize_rows(rows, data["standardized"])
-    labels = np.asarray(problem.model.predict(np.asarray(trained), rows))
-    classes = (data.get("table") or {}).get("classes")
-    return np.asarray(classes, dtype=object)[labels] if classes else labels
-
-
-def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,
-             seed: int = 0, params: str = "final") -> str:
-    """Text written by a trained language model (a run of `model: gpt` on a text, or of a
-    model of yours with a `logits` method): `length` characters after `prompt`, each drawn
-    from the model's next-character distribution over the last `context` characters
-    (`maths.sampling.sample`; temperature 0: the most likely each time). `prompt` None: one
-    character drawn by `seed` from the training text's. For a run of this session or one
-    loaded from its directory (its params.npy; `params="best"`: params_best.npy).
-
-    Raises:
-        ConfigError: not a language model's run, no final parameters, a prompt character the
-            text never had (naming it and the vocabulary), or a bad length or temperature.
-    """
-    import numpy as np
-
-    from .maths.sampling import sample
-    from .problem import Problem
-    if not isinstance(result, RunResult):
-        raise ConfigTypeError("result", "a RunResult (what wb.run or wb.load returns)", result)
-    config = RunConfig.from_dict(result.summary["config"])
-    problem = Problem.from_config(config)
-    model = problem.model
-    model = model if callable(getattr(model, "logits", None)) else getattr(model, "obj", model)   # yours, adapted
-    if getattr(problem.data, "vocab", None) is None or not callable(getattr(model, "logits", None)):
-        raise ConfigError("result", "a language model's run (a text dataset and a model with logits(params, X): "
-                                    "gpt, or yours)", f"{config.dataset} with {config.model}")
-    trained = trained_params(result, params)
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ConfigError("length", "a whole number of characters, at least 1", length)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ConfigError("temperature", "0 (the most likely character each time) or more", temperature)
-    vocab = problem.data.vocab
-    recorded = (result.summary.get("data") or {}).get("vocab")
-    if recorded is not None and recorded != vocab:
-        raise ConfigError("dataset", f"the text the run was trained on (its characters have changed since: "
-                                     f"{len(recorded)} then, {len(vocab)} now)", config.dataset)
-    rng = np.random.default_rng(seed)
-    if prompt is None:
-        train = np.asarray(problem.data.X_train[:, 0], dtype=np.int64)   # each training window's first character
-        prompt = vocab[int(train[rng.integers(len(train))])]
-    if not isinstance(prompt, str) or not prompt:
-        raise ConfigError("prompt", "text of at least one character", prompt)
-    index = {c: i for i, c in enumerate(vocab)}
-    unknown = next((c for c in prompt if c not in index), None)
-    if unknown is not None:
-        raise ConfigError("prompt", f"characters of the training text ({vocab!r}; {unknown!r} is not one)", prompt)
-    ids = sample(model, trained, np.array([index[c] for c in prompt]), length, config.context, float(temperature), rng)
-    return "".join(vocab[int(i)] for i in ids)
-
-
-def torch_module(result: RunResult, params: str = "final") -> Any:
-    """The trained network of a run whose model is a `torch.nn.Module` (a factory or class
-    returning one): a fresh copy of the module, in eval mode on the CPU, holding the run's
-    final parameters (`params="best"`: those at its lowest test loss). Save it with
-    `torch.save(module.state_dict(), path)`.
-
-    Raises:
-        ConfigError: the run's model is not a torch module, or it has no such parameters.
-    """
-    from .problem import Problem
-    if not isinstance(result, RunResult):
-        raise ConfigTypeError("result", "a RunResult (what wb.run or wb.load returns)", result)
-    config = RunConfig.from_dict(result.summary["config"])
-    trained = trained_params(result, params)
-    model = getattr(Problem.from_config(config).new_model(), "obj", None)   # the protocol's adapter holds it
-    if not callable(getattr(model, "trained_module", None)):
-        raise ConfigError("result", "a run of a torch.nn.Module (model: a factory or class returning one)",
-                          result.summary["config"].get("model"))
-    return model.trained_module(trained)
 
 
 def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,),

@@ -111,8 +111,8 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
         return None
     at, end = int(best["step"]) + 1, int(last["step"]) + 1
     shape = _shape(config)
-    from .data.dataset import is_text_path
-    text = is_text_path(config.get("dataset")) or config.get("dataset") == "markov_text"
+    from .config import is_text_dataset
+    text = is_text_dataset(str(config.get("dataset")))
     held = "" if shape is None else (f"{shape.n_train:,} training sequences ({shape.n_train * shape.n_features:,} "
                                      f"tokens)" if text else f"{shape.n_train:,} training rows")
     what = f"the model{f' ({n_params:,} parameters)' if n_params else ''} is learning its {held or 'training set'} by heart"

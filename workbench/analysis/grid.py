@@ -79,9 +79,8 @@ class GridPlan:
         if not seed_list or min(seed_list) < 0 or len(set(seed_list)) != len(seed_list):
             raise ConfigError("seeds", "distinct whole numbers >= 0, at least one", list(seed_list))
         if metric is None:
-            from ..data import is_text_path
-            text = is_text_path(config.dataset) or config.dataset == "markov_text"
-            metric = "final_test_loss" if text else "final_test_accuracy"
+            from ..config import is_text_dataset
+            metric = "final_test_loss" if is_text_dataset(config.dataset) else "final_test_accuracy"
         if metric not in METRICS:
             raise ConfigError("metric", f"one of {', '.join(METRICS)}", metric)
         plan = cls(config, checked, seed_list, metric)

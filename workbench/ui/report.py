@@ -317,10 +317,10 @@ def _writes_html(result: RunResult) -> str:
     characters at temperature 1, seed 0, from a character of the training text), and on
     markov_text how much of it the language allows; "" for any other run."""
     config = result.summary.get("config") or {}
-    from ..data import is_text_path
-    if result.params is None or not (is_text_path(config.get("dataset")) or config.get("dataset") == "markov_text"):
+    from ..config import is_text_dataset
+    if result.params is None or not is_text_dataset(str(config.get("dataset"))):
         return ""
-    from ..api import generate
+    from ..trained import generate
     from ..config import ConfigError
     from ..data import DataError
     try:
