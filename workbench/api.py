@@ -18,9 +18,9 @@ from typing import Any
 
 from .config import ConfigError, ConfigTypeError, RunConfig, check_scheduler_address
 from .execution.preflight import preflight
-from .trained import generate, predict, torch_module, trained_params  # noqa: F401  (wb.predict, ...: re-exported)
 from .results.records import OnRecord
 from .results.result import RunResult
+from .trained import generate, predict, torch_module, trained_params  # noqa: F401  (wb.predict, ...: re-exported)
 from .util.fileio import RunDirError  # noqa: F401  (RunDirError: for callers)
 
 

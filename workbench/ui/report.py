@@ -320,9 +320,9 @@ def _writes_html(result: RunResult) -> str:
     from ..config import is_text_dataset
     if result.params is None or not is_text_dataset(str(config.get("dataset"))):
         return ""
-    from ..trained import generate
     from ..config import ConfigError
     from ..data import DataError
+    from ..trained import generate
     try:
         text = generate(result, length=SAMPLE_CHARS, seed=0)
     except (ConfigError, DataError, OSError):   # the text gone or changed since: nothing to show
