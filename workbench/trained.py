@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ConfigError, ConfigTypeError, RunConfig
+from .config import ConfigError, ConfigTypeError, RunConfig, is_text_dataset
 from .results.result import RunResult
 
 
@@ -35,8 +35,9 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     test loss, params_best.npy).
 
     Raises:
-        ConfigError: no final parameters (a run that failed, or a directory written before
-            run directories kept them), or rows of another width than the run's features.
+        ConfigError: no such parameters (a run that failed, or a directory written before
+            run directories kept them), a language model's run (`generate` writes with it),
+            or rows of another width than the run's features.
     """
     import numpy as np
 
@@ -45,7 +46,6 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
         raise ConfigTypeError("result", "a RunResult (what wb.run returns)", result)
     trained = trained_params(result, params)
     config = RunConfig.from_dict(result.summary["config"])
-    from .config import is_text_dataset
     if is_text_dataset(config.dataset):
         raise ConfigError("result", "a run that classifies rows (a language model writes text: wb.generate, "
                                     "python -m workbench generate)", config.dataset)
