@@ -50,6 +50,9 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "final_test_loss": ("final test loss", "cross-entropy"),
     "final_test_accuracy": ("final test accuracy", "%"),
     "best_test_accuracy": ("best test accuracy", "%"),
+    "best_test_loss": ("lowest test loss (its parameters: params_best.npy; params.npy when it was the last)",
+                       "cross-entropy"),
+    "best_test_loss_step": ("steps run at the lowest test loss", "steps"),
     "comm_fraction": ("communication + waiting, share of worker time", "%"),
     "compute_s": ("compute, summed over workers", "worker-s"),
     "comm_s": ("communication, summed over workers", "worker-s"),
@@ -63,7 +66,8 @@ VIRTUAL_KEYS = ("startup_s", "train_time_s", "teardown_s", "wall_time_s", "sampl
 VIRTUAL_UNITS = {"s": "virtual s", "worker-s": "virtual worker-s", "samples/s": "samples per virtual s"}
 # What a simulated run's quantities are: its time is virtual and its workers are virtual ones.
 VIRTUAL_WHAT = {"wall_time_s": ("virtual time of the run", "virtual s"), "workers": ("virtual workers", "virtual workers")}
-DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml")
+DATA_FILES = ("steps.csv", "evals.csv", "tournaments.csv", "summary.json", "config.yaml", "params.npy",
+              "params_best.npy")
 _STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
