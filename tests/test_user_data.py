@@ -432,3 +432,24 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     assert main(["predict", str(folder / "arun"), str(folder / "five.csv")]) == 0
     printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
     assert printed["predicted"].tolist() == list(wb.predict(wb.load(folder / "arun"), X[:5]))
+
+
+def test_a_saved_run_answers_arrays_of_rows_from_the_shell(tmp_path, capsys):
+    """`predict RUN_DIR rows.npz|rows.npy`: images and other arrays, answered row by row as
+    `wb.predict` answers them, a .npz's y compared."""
+    from workbench.apps.cli import main
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(algorithm="sgd", epochs=2, seed=0, out=str(out)), cluster="threads", progress=False)
+    np.savez(tmp_path / "rows.npz", X=DIGITS.X_test[:30], y=DIGITS.y_test[:30])
+    assert main(["predict", str(out), str(tmp_path / "rows.npz"), "--out", str(tmp_path / "p.csv")]) == 0
+    said = pd.read_csv(tmp_path / "p.csv")
+    assert said["predicted"].tolist() == list(wb.predict(result, DIGITS.X_test[:30]))
+    agree = int((said["predicted"] == said["label"]).sum())
+    assert f"agree with its y on {agree} of 30 rows" in capsys.readouterr().out
+    np.save(tmp_path / "rows.npy", DIGITS.X_test[:4].reshape(4, 8, 8))      # shaped rows: flattened as trained
+    assert main(["predict", str(out), str(tmp_path / "rows.npy")]) == 0
+    printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert printed.columns.tolist() == ["row", "predicted"] and printed["predicted"].tolist() == said["predicted"][:4].tolist()
+    np.savez(tmp_path / "two.npz", a=DIGITS.X_test[:2], b=DIGITS.X_test[:2])
+    assert main(["predict", str(out), str(tmp_path / "two.npz")]) == 2
+    assert "error: rows: a .npz holding X (and y), or one array" in capsys.readouterr().err

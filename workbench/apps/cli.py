@@ -228,7 +228,8 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                           epilog="example:\n  python -m workbench run --dataset flowers.csv --standardize --out runs/f\n"
                                  "  python -m workbench predict runs/f new_flowers.csv --out predicted.csv")
     pred.add_argument("run", metavar="RUN_DIR", help="a run directory (with summary.json and params.npy)")
-    pred.add_argument("rows", metavar="ROWS.csv", help="the rows to answer (a header row; the run's feature columns)")
+    pred.add_argument("rows", metavar="ROWS", help="the rows to answer: a CSV (a header row; the run's feature "
+                                                   "columns), or arrays (a .npy of rows, a .npz with X and maybe y)")
     pred.add_argument("--out", default=None, metavar="FILE.csv",
                       help="write the rows with a predicted column here (default: print them)")
     _add_best_flag(pred, "answer")

@@ -5,7 +5,9 @@
 written row index dropped). A run trained on a CSV takes its feature columns by name (in any
 order, other columns ignored); a run trained on arrays takes every column but a label column.
 The answer is the table with a `predicted` column added; where the rows carry the label
-column too, how often the two agree is said beside it.
+column too, how often the two agree is said beside it. Rows as arrays (images, say): a `.npy`
+of rows, or a `.npz` holding `X` (and `y`, compared as a label column is), answered as a table
+of `row`, `predicted` (and `label`).
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
     result = load(run_dir)
     path = str(rows_path)
     if not Path(path).is_file():
-        raise ConfigError("rows", "a CSV file of rows to answer", path)
+        raise ConfigError("rows", "a file of rows to answer (.csv, or arrays: .npy, .npz)", path)
+    if path.lower().endswith((".npy", ".npz")):
+        return _predict_arrays(result, path, params)
     frame = read_rows(path)
     table = (result.summary.get("data") or {}).get("table")
     lower = {str(c).strip().lower(): c for c in frame.columns}
@@ -47,6 +51,33 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
     truth = frame[label].astype(str).str.strip().to_numpy()
     agree = int(np.sum(truth == np.asarray(said).astype(str)))
     return out, f"the predictions agree with its {label!r} column on {agree} of {len(out)} rows ({agree / len(out):.2f})"
+
+
+def _predict_arrays(result: Any, path: str, params: str) -> tuple[Any, str | None]:
+    """`predict_rows` of a .npy of rows or a .npz with `X` (and `y`)."""
+    import pandas as pd
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("rows", f"a .npy or .npz NumPy wrote ({type(exc).__name__})", path) from None
+    if isinstance(loaded, np.ndarray):
+        X, y = loaded, None
+    else:
+        with loaded:
+            names = list(loaded.files)
+            if "X" not in names and len(names) != 1:
+                raise ConfigError("rows", "a .npz holding X (and y), or one array", f"{path} with {', '.join(names)}")
+            X = loaded["X" if "X" in names else names[0]]
+            y = loaded["y"] if "y" in names else None
+    said = predict(result, X, params=params)
+    out = pd.DataFrame({"row": np.arange(len(said)), "predicted": said})
+    if y is None:
+        return out, None
+    classes = ((result.summary.get("data") or {}).get("table") or {}).get("classes")
+    truth = np.asarray(y).reshape(-1)
+    out["label"] = np.asarray(classes, dtype=object)[truth.astype(np.int64)] if classes else truth
+    agree = int(np.sum(out["label"].astype(str).to_numpy() == out["predicted"].astype(str).to_numpy()))
+    return out, f"the predictions agree with its y on {agree} of {len(out)} rows ({agree / len(out):.2f})"
 
 
 def allowed_text(result: Any, text: str) -> str | None:
