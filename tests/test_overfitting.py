@@ -169,3 +169,15 @@ def test_every_path_keeps_the_parameters_its_best_evaluation_scored(kw, request)
     # allreduce, about 1e-7 from one float64 pass over the whole set; elsewhere it is the same pass)
     assert Evaluator(problem.model, problem.data)(result.best_params)["test_loss"] == pytest.approx(kept["test_loss"],
                                                                                                  rel=1e-6)
+
+
+def test_the_report_figure_stars_the_lowest_test_loss_of_a_run_that_overfit(random_labels):
+    pytest.importorskip("plotly")
+    from workbench.ui.figures import progress_figure
+    _, result, _ = random_labels
+    fig = progress_figure(result, "epoch")
+    star, = [t for t in fig.data if t.name and t.name.endswith(": lowest test loss")]
+    best = result.evals.loc[result.evals["test_loss"].idxmin()]
+    assert (star.x[0], star.y[0]) == (best["epoch"], pytest.approx(result.summary["best_test_loss"]))
+    learns = wb.run(wb.RunConfig(algorithm="sgd", epochs=2, seed=0), cluster="threads", progress=False)
+    assert not [t for t in progress_figure(learns, "epoch").data if t.name and t.name.endswith("lowest test loss")]

@@ -210,11 +210,29 @@ def progress_figure(results: Source | Sequence[Source], x: str = "time", live: b
         label = labels[i] if labels else run_label(r, i)
         r = align_to_first_step(r)
         add_series(fig, progress_series(r.steps, r.evals, x, label, run_color(i)))
+        if not live:
+            _mark_best(fig, r, x, label, run_color(i))
     mark_virtual(fig, simulated_of(results_of(results)))
     set_loss_scale(fig, log_loss)
     apply_smoothing(fig, smoothing)
     fit_fraction_axis(fig, "y2")
     return as_widget(fig, live)
+
+
+def _mark_best(fig: Any, result: Any, x: str, label: str, color: str) -> None:
+    """A star on the test loss where a run that learned its training set by heart was at its
+    best (`summary["overfit_note"]`; `learning.best_test_loss`): the parameters kept there."""
+    from .. import learning
+    found = learning.best_test_loss(result.evals) if result.summary.get("overfit_note") else None
+    if found is None:
+        return
+    best = found[1]
+    fig.add_trace(go.Scatter(x=[float(best[x])], y=[float(best["test_loss"])], mode="markers",
+                             name=f"{label}: lowest test loss", legendgroup=label, showlegend=False,
+                             marker={"symbol": "star", "size": 14, "color": color, "line": {"width": 1, "color": "#222"}},
+                             hovertemplate=f"lowest test loss %{{y:.4g}} after {int(best['step']) + 1} steps "
+                                           "(its parameters kept: params_best.npy)<extra>" + label + "</extra>"),
+                  row=1, col=1)
 
 
 def _throughput_base() -> Any:
