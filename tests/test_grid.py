@@ -148,3 +148,10 @@ def test_the_figure_draws_each_seed_and_the_mean_per_combination_of_the_other_fi
                          for lr in (0.05, 0.1) for b in (32, 64)])
     assert [t.name for t in grid_figure(rows, two).data] == ["batch_size=32: each seed", "batch_size=32: mean",
                                                            "batch_size=64: each seed", "batch_size=64: mean"]
+
+
+def test_a_simulated_grid_says_its_rates_are_virtual(capsys):
+    from workbench.apps.cli import main
+    assert main(["grid", "--simulate", "--algorithm", "sync_sgd", "--cpus", "4", "--steps", "20", "--vary", "tau=1",
+                 "--vary", "batch-size=32,64", "--no-progress"]) == 0
+    assert "samples/virtual s" in capsys.readouterr().out.splitlines()[0]
