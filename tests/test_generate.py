@@ -197,3 +197,20 @@ def test_a_language_model_of_yours_writes_too():
     for _ in range(5):
         ids.append(int(table[ids[-1]].argmax()))
     assert greedy == "".join(LANGUAGE.alphabet[i] for i in ids[1:])
+
+
+def test_a_broken_parameter_file_costs_the_parameters_not_the_run(trained, tmp_path):
+    """A run directory's params.npy is mapped, not copied; one that cannot be read leaves the
+    run's records loadable (compare, explain) with a warning, and asking for the model says why."""
+    import shutil
+    _, out = trained
+    loaded = wb.load(out)
+    assert isinstance(loaded.params, np.memmap) and not loaded.params.flags.writeable
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "params.npy").write_bytes((copy / "params.npy").read_bytes()[:200])       # truncated
+    with pytest.warns(UserWarning, match=r"params.npy .*the run loads without its parameters"):
+        broken = wb.load(copy)
+    assert broken.params is None and broken.summary["steps"] == loaded.summary["steps"]
+    with pytest.raises(ConfigError, match=r"^params: a run's final parameters"):
+        wb.generate(broken)

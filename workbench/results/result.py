@@ -168,8 +168,8 @@ class RunResult:
         tpath = d / "tournaments.csv"
         tournaments = (_read_run_file(d, "tournaments.csv", pd.read_csv) if tpath.exists()
                        else pd.DataFrame(columns=list(TOURNAMENT_COLUMNS[1:])))
-        params = _read_run_file(d, "params.npy", read_params) if (d / "params.npy").exists() else None
-        best = _read_run_file(d, "params_best.npy", read_params) if (d / "params_best.npy").exists() \
+        params = _trained(d, "params.npy")
+        best = _trained(d, "params_best.npy") if (d / "params_best.npy").exists() \
             else (params if summary.get("params_best") else None)   # the best were the final ones
         return cls(summary=summary, steps=steps, evals=evals, tournaments=tournaments, params=params,
                    best_params=best)
@@ -186,11 +186,26 @@ def params_bytes(params: Any) -> bytes:
 
 
 def read_params(path: Path) -> np.ndarray:
-    """A run directory's params.npy: one flat vector of floats (nothing in it runs code)."""
-    params = np.load(path, allow_pickle=False)
+    """A run directory's params.npy: one flat vector of floats (nothing in it runs code),
+    mapped read-only from the file (loading a run costs no copy of its model)."""
+    params = np.load(path, mmap_mode="r", allow_pickle=False)
     if params.ndim != 1 or params.dtype.kind != "f":
         raise ValueError(f"one flat vector of floats, got shape {params.shape} of {params.dtype}")
     return params
+
+
+def _trained(d: Path, name: str) -> np.ndarray | None:
+    """A run directory's parameter file, or None when there is none; one that cannot be read
+    is a warning, not a failure (the run's records load without it)."""
+    from ..config import ConfigError
+    if not (d / name).exists():
+        return None
+    try:
+        return _read_run_file(d, name, read_params)
+    except ConfigError as exc:
+        import warnings
+        warnings.warn(f"{exc}; the run loads without its parameters", stacklevel=3)
+        return None
 
 
 def _broken(d: Path, name: str, what: str) -> Exception:
