@@ -450,6 +450,8 @@ def test_a_saved_run_answers_arrays_of_rows_from_the_shell(tmp_path, capsys):
     assert main(["predict", str(out), str(tmp_path / "rows.npy")]) == 0
     printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
     assert printed.columns.tolist() == ["row", "predicted"] and printed["predicted"].tolist() == said["predicted"][:4].tolist()
+    assert main(["predict", str(out), str(tmp_path / "rows.npz"), "--out", str(tmp_path)]) == 2
+    assert "error: out: a file to write the answers to (this is a directory)" in capsys.readouterr().err
     np.savez(tmp_path / "two.npz", a=DIGITS.X_test[:2], b=DIGITS.X_test[:2])
     assert main(["predict", str(out), str(tmp_path / "two.npz")]) == 2
     assert "error: rows: a .npz holding X (and y), or one array" in capsys.readouterr().err

@@ -1030,6 +1030,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     """`predict RUN_DIR ROWS.csv [--out FILE]`: the rows with a predicted column."""
     from .predict import predict_rows
+    if args.out is not None and Path(args.out).is_dir():   # before any work: where the answers go
+        raise ConfigError("out", "a file to write the answers to (this is a directory)", args.out)
     out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows, params="best" if args.best else "final")
     if args.out is None:
         sys.stdout.write(out.to_csv(index=False))
@@ -1037,7 +1039,11 @@ def _predict(args: argparse.Namespace) -> int:
             print(f"note: {agreement}", file=sys.stderr)
         return EXIT_OK
     from ..util.fileio import atomic_write
-    atomic_write(args.out, out.to_csv(index=False))
+    try:
+        atomic_write(args.out, out.to_csv(index=False))
+    except OSError as exc:
+        raise ConfigError("out", f"a file that can be written ({exc.strerror or type(exc).__name__})",
+                          args.out) from None
     print(f"wrote {len(out)} rows with their predicted class to {args.out}" + (f"; {agreement}" if agreement else ""))
     return EXIT_OK
 
