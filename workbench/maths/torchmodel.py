@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .backend import to_numpy
 from .models import ModelError, get_array_module
 
 __all__ = ["TorchModel", "to_torch"]
@@ -160,7 +161,7 @@ class TorchModel:
         import copy
 
         import torch
-        flat = np.asarray(params.get() if hasattr(params, "get") and not isinstance(params, np.ndarray) else params)
+        flat = to_numpy(params)
         if flat.shape != (self.n_params,):
             raise ValueError(f"params: a vector of this model's {self.n_params:,} parameters, got shape {flat.shape}")
         self._p_obj = self._g_obj = self._G = None
