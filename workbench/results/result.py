@@ -175,13 +175,12 @@ class RunResult:
                    best_params=best)
 
 
-def params_bytes(params: Any) -> bytes:
-    """A parameter vector as a `.npy` file's bytes (any NumPy reads it; a CuPy array is
-    brought to the host)."""
+def params_bytes(params: np.ndarray) -> bytes:
+    """A parameter vector (NumPy: the engine brings rank 0's to the host) as a `.npy` file's
+    bytes, which any NumPy reads."""
     import io
     buf = io.BytesIO()
-    np.save(buf, np.asarray(params.get() if hasattr(params, "get") and not isinstance(params, np.ndarray)
-                            else params), allow_pickle=False)
+    np.save(buf, np.asarray(params), allow_pickle=False)
     return buf.getvalue()
 
 
