@@ -48,9 +48,7 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
     out["predicted"] = said
     if label is None:
         return out, None
-    truth = frame[label].astype(str).str.strip().to_numpy()
-    agree = int(np.sum(truth == np.asarray(said).astype(str)))
-    return out, f"the predictions agree with its {label!r} column on {agree} of {len(out)} rows ({agree / len(out):.2f})"
+    return out, _agreement(frame[label].astype(str).str.strip().to_numpy(), said, f"its {label!r} column")
 
 
 def _predict_arrays(result: Any, path: str, params: str) -> tuple[Any, str | None]:
@@ -76,8 +74,14 @@ def _predict_arrays(result: Any, path: str, params: str) -> tuple[Any, str | Non
     classes = ((result.summary.get("data") or {}).get("table") or {}).get("classes")
     truth = np.asarray(y).reshape(-1)
     out["label"] = np.asarray(classes, dtype=object)[truth.astype(np.int64)] if classes else truth
-    agree = int(np.sum(out["label"].astype(str).to_numpy() == out["predicted"].astype(str).to_numpy()))
-    return out, f"the predictions agree with its y on {agree} of {len(out)} rows ({agree / len(out):.2f})"
+    return out, _agreement(out["label"].to_numpy(), said, "its y")
+
+
+def _agreement(truth: Any, said: Any, what: str) -> str:
+    """How often the answers equal the rows' own labels, in words (compared as text: names
+    or numbers alike)."""
+    agree = int(np.sum(np.asarray(truth).astype(str) == np.asarray(said).astype(str)))
+    return f"the predictions agree with {what} on {agree} of {len(said)} rows ({agree / len(said):.2f})"
 
 
 def allowed_text(result: Any, text: str) -> str | None:
