@@ -181,3 +181,12 @@ def test_the_report_figure_stars_the_lowest_test_loss_of_a_run_that_overfit(rand
     assert (star.x[0], star.y[0]) == (best["epoch"], pytest.approx(result.summary["best_test_loss"]))
     learns = wb.run(wb.RunConfig(algorithm="sgd", epochs=2, seed=0), cluster="threads", progress=False)
     assert not [t for t in progress_figure(learns, "epoch").data if t.name and t.name.endswith("lowest test loss")]
+
+
+def test_a_sweeps_row_says_it_as_the_cli_and_the_report_do(random_labels):
+    from workbench.analysis.sweep import scaling_row
+    _, result, _ = random_labels
+    row = scaling_row(result, 1, "strong", None)
+    assert result.summary["overfit_note"] in row["run_note"] and result.summary["learning_note"] in row["run_note"]
+    assert row["run_note"] == "; ".join(n for n in wb.measure.notes(result.summary)
+                                        if n != result.summary.get("machine_note"))

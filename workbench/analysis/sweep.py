@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, ConfigTypeError, RunConfig
-from ..measure import MAX_ROUNDS, ROUNDS, Repeats, run_workers, steady_note
+from ..measure import MAX_ROUNDS, ROUNDS, Repeats, notes
 from ..results.result import RunResult
 
 MODES = ("strong", "weak")
@@ -238,8 +238,8 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
             "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
             "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note"),
-            "run_note": "; ".join(n for n in (s.get("learning_note"), steady_note(s.get("steady"), run_workers(s)),
-                                              s.get("crowding_note")) if n) or None,
+            # the run's notes as the CLI and the report say them (`measure.notes`), the machine's in its own column
+            "run_note": "; ".join(n for n in notes(s) if n != s.get("machine_note")) or None,
             "blas_threads": s.get("blas_threads")}
 
 
