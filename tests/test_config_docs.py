@@ -73,7 +73,7 @@ def test_defaults_unchanged_by_descriptions():
         "join_worker": None, "batch_size": 32,
         "lr": 0.1, "lr_scaling": "none", "base_batch": 32, "warmup": "none", "warmup_epochs": 0.0,
         "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "optimizer": "sgd",
-            "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "tau": 1, "alpha": None, "elastic_sync": "ring",
+            "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "grad_clip": 0.0, "tau": 1, "alpha": None, "elastic_sync": "ring",
         "trainers": 2, "round_size": 50, "tournament_size": 256, "trainer_lrs": None, "lr_spread": 1.0,
         "exchange_state": False, "chunk_layers": "auto", "weight_return": "chunks", "split": "equal",
         "post_local_epoch": 1.0, "outer_lr": 0.7, "outer_momentum": 0.9, "compression": "none",

@@ -57,6 +57,7 @@ NEW_VALUES = {
     "scheduler": ("tcp://127.0.0.1:8786", "tcp://127.0.0.1:8786"),
     "comm": ("dask", "dask"),
     "weight_decay": (0.001, 0.001),
+    "grad_clip": (1.0, 1.0),
     "tournament_size": (64, 64),
     "trainer_lrs": ("0.1, 0.2,0.3", [0.1, 0.2, 0.3]),
     "lr_spread": (2.0, 2.0),
@@ -126,13 +127,14 @@ def test_every_control_maps_onto_a_config_field(dash):
         dash.controls["cpu_device"].value = "local" if name == "calibration" else "core"
         dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
         dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
+        dash.controls["grad_clip"].value = 0.0                 # (refused by cgdp)
         if name in ("elastic_sync", "weight_return"):
             dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
         if name in GPT_KNOBS:
             dash.controls["model"].value = "gpt"               # the dataset follows: markov_text
             assert dash.config.dataset == "markov_text"
-        if name.startswith("compression") or name == "error_feedback":
-            dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses
+        if name.startswith("compression") or name in ("error_feedback", "grad_clip"):
+            dash.controls["algorithm"].value = "sync_sgd"      # the algorithm that compresses (and clips)
             dash.controls["nesterov"].value = False            # topk's momentum correction is heavy ball
         dash.controls["compression"].value = {"compression_ratio": "topk", "compression_rank": "powersgd",
                                               "compression_levels": "qsgd", "error_feedback": "topk"}.get(name, "none")

@@ -71,9 +71,11 @@ DETERMINISTIC = [
     ("sync_sgd", {"compression": "powersgd", "compression_rank": 2}),                # Q's warm start
     ("sync_sgd", {"compression": "sign", "error_feedback": False}),
     ("sync_sgd", {"optimizer": "adamw", "lr": 0.01}),
+    ("sync_sgd", {"grad_clip": 0.3, "momentum": 0.9}),                              # the clip counts travel too
     ("local_sgd", {"tau": 4}),
     ("post_local_sgd", {"tau": 3, "post_local_epoch": 0.3}),
     ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
+    ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005, "grad_clip": 0.5}),
     ("sync_easgd", {"tau": 3}),
     ("dpsgd", {"tau": 2, "topology": "ring"}),
     ("ltfb", {"trainers": 3, "round_size": 10}),
@@ -99,6 +101,8 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_threads(tmp_path, cas
     same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
     assert resumed.summary["final_test_loss"] == whole.summary["final_test_loss"]
+    assert resumed.summary.get("grad_clip") == whole.summary.get("grad_clip")     # counted over both segments
+    assert ("grad_clip" in whole.summary) == ("grad_clip" in extra)
     seg = resumed.summary["segments"]
     assert [(s["from_step"], s["to_step"]) for s in seg] == [(0, 48), (48, None)]
     s = resumed.summary   # the time identity over both segments, each part >= 0
@@ -112,7 +116,8 @@ SIMULATED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression
              ("local_sgd", {"tau": 3}), ("diloco", {"tau": 4}), ("sync_easgd", {"tau": 2}), ("dpsgd", {}),
              ("ltfb", {"trainers": 2, "round_size": 10}),
              # asynchronous: replayed from step 0 (their workers are mid-step at any virtual instant)
-             ("async_sgd", {}), ("async_msgd", {}), ("easgd", {"tau": 2}), ("async_easgd", {}),
+             ("async_sgd", {}), ("async_msgd", {}), ("async_sgd", {"grad_clip": 0.5}), ("easgd", {"tau": 2}),
+             ("async_easgd", {}),
              ("async_measgd", {}), ("hogwild_sgd", {}), ("hogwild_easgd", {}), ("adpsgd", {})]
 
 
@@ -129,6 +134,7 @@ def test_a_resumed_simulated_run_is_bitwise_virtual_times_too(tmp_path, case):
     assert np.array_equal(whole.params, resumed.params)
     assert resumed.summary["wall_time_s"] == whole.summary["wall_time_s"]      # virtual: the makespan
     assert ("replayed" in resumed.summary["resumed_from"]) == (not cfg.is_sync)
+    assert resumed.summary.get("grad_clip") == whole.summary.get("grad_clip")
 
 
 def test_checkpoints_change_nothing_in_a_simulated_run(tmp_path):

@@ -47,7 +47,8 @@ def _events(result) -> list[tuple]:
     dict(cpus=5, batch_size=33),                 # slices 7, 7, 7, 6, 6
     dict(cpus=3, batch_size=10, jitter=0.2),     # 4, 3, 3: a slice size of one worker alone
     dict(cpus=64, batch_size=128, jitter=0.1),   # the bench's width
-], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu"])
+    dict(cpus=4, momentum=0.9, grad_clip=0.45),  # the norm of the summed gradient, clipped at some steps
+], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu", "clip"])
 def test_lockstep_is_bitwise_the_per_worker_run(extra):
     a, b = _both(RunConfig(**{**SMALL, **extra}))
     assert a.summary["status"] == "completed"
@@ -55,6 +56,9 @@ def test_lockstep_is_bitwise_the_per_worker_run(extra):
     assert len(a.evals) == 3
     _same(a, b)
     assert _events(a) == _events(b)
+    assert a.summary.get("grad_clip") == b.summary.get("grad_clip")
+    if "grad_clip" in extra:                      # it clipped some updates, not all: both branches ran
+        assert 0 < a.summary["grad_clip"]["clipped"] < a.summary["grad_clip"]["updates"] == 12
 
 
 def test_a_diverging_run_diverges_at_the_same_step_with_the_same_event():
@@ -92,6 +96,7 @@ def test_a_stop_request_stops_both_at_the_same_step(monkeypatch):
     (dict(cpus=4, algorithm="sync_easgd"), "sync_easgd: its declaration names no fast path"),
     (dict(cpus=4, algorithm="hogwild_easgd"), "hogwild_easgd: its declaration names no fast path"),
     (dict(cpus=4, algorithm="easgd", optimizer="lars"), "lars / lamb: layer norms computed per worker"),
+    (dict(cpus=4, algorithm="easgd", grad_clip=0.5), "grad_clip: each worker's gradient norm computed on its own"),
     (dict(cpus=4, algorithm="hogwild_sgd", jitter=0.1), "jitter: the workers' steps drift apart"),
     (dict(cpus=3, algorithm="hogwild_sgd", batch_size=32), "slices of unequal size"),
     (dict(cpus=2, gpus=2, algorithm="hogwild_sgd"), "workers of different speeds"),
@@ -208,13 +213,16 @@ ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
     dict(cpus=4, algorithm="async_sgd", optimizer="adamw", lr=0.01, weight_decay=1e-3, warmup="gradual",
          warmup_epochs=1),
     dict(cpus=64, algorithm="async_sgd", batch_size=128, jitter=0.1),
+    dict(cpus=4, algorithm="async_sgd", grad_clip=0.3, jitter=0.2),       # each push clipped on the server
+    dict(cpus=3, algorithm="async_msgd", momentum=0.9, grad_clip=0.3, optimizer="lamb", lr=0.01),
 ], ids=["4cpu", "1cpu", "tau1", "tail", "mixed-jitter", "uneven", "wd-warmup", "adamw", "64cpu", "fcfs",
         "fcfs-uneven", "fcfs-mixed", "measgd", "measgd-uneven-wd-warmup", "ps-4cpu", "ps-1cpu", "ps-momentum", "ps-mixed-jitter", "ps-uneven", "ps-lamb",
-        "ps-adamw-warmup", "ps-64cpu"])
+        "ps-adamw-warmup", "ps-64cpu", "ps-clip", "ps-momentum-lamb-clip"])
 def test_server_lockstep_is_bitwise_the_per_worker_run(extra):
     config = RunConfig(**{**ELASTIC, **extra})
     a, b = _both(config)
     assert a.summary["status"] == "completed"
+    assert a.summary.get("grad_clip") == b.summary.get("grad_clip")
     assert len(a.steps) == config.steps * (extra.get("cpus", 0) + extra.get("gpus", 0))
     assert len(a.evals) == len(b.evals) >= 2
     _same(a, b)

@@ -17,6 +17,7 @@ from typing import Any
 
 NEAR_CHANCE = 0.1     # within a tenth of the way from chance to perfect: near chance (10 classes: < 0.19)
 LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more: it rose, it did not learn
+CLIP_MOSTLY = 0.9   # clipping this share of the updates or more: the clip set the steps (`clip_note`)
 OVERFIT_RISE = 1.25   # the final test loss at 1.25x its best or more (and 0.05 above it) ...
 OVERFIT_MIN_RISE = 0.05   # (nats: a loss near 0 moving by a rounding is not a rise)
 
@@ -121,6 +122,31 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
     return (f"overfitting: the test loss rose from its best, {best_loss:.3g} after {at} steps, to {final_loss:.3g} "
             f"after {end} while the training loss fell from {best_train:.3g} to {final_train:.3g}: {what}; it was "
             f"best after {at} steps: {where}, or give it more data or a smaller model")
+
+
+def clip_note(clip: dict[str, Any] | None) -> str | None:
+    """The sentence for gradient clipping that changed nothing or nearly everything (the
+    summary's `grad_clip`: its counts, `maths.optim.clip_summary`), else None.
+
+    >>> print(clip_note({"max_norm": 1.0, "updates": 300, "clipped": 0, "counted": "every update"}))
+    grad_clip 1 clipped none of the 300 updates (every update): every gradient's norm stayed below 1, so the run is the one it would be without clipping
+    >>> print(clip_note({"max_norm": 0.5, "updates": 200, "clipped": 195, "counted": "every update"}))
+    grad_clip 0.5 clipped 195 of the 200 updates (98%; every update): nearly every gradient was scaled down to norm 0.5 before the update, so the clip, more than the gradients' sizes, set the steps
+    >>> clip_note({"max_norm": 1.0, "updates": 300, "clipped": 40, "counted": "every update"}) is None
+    True
+    """
+    if not clip or not clip.get("updates"):
+        return None
+    c, u, k, who = clip["max_norm"], int(clip["updates"]), int(clip["clipped"]), clip.get("counted")
+    whose = f" ({who})" if who else ""
+    if k == 0:
+        return (f"grad_clip {c:g} clipped none of the {u:,} updates{whose}: every gradient's norm stayed below {c:g}, "
+                "so the run is the one it would be without clipping")
+    if k >= CLIP_MOSTLY * u:
+        return (f"grad_clip {c:g} clipped {k:,} of the {u:,} updates ({k / u:.0%}{'; ' + who if who else ''}): nearly "
+                f"every gradient was scaled down to norm {c:g} before the update, so the clip, more than the "
+                "gradients' sizes, set the steps")
+    return None
 
 
 def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:

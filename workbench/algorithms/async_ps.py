@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..maths.backend import to_numpy
-from ..maths.optim import OptimizerSettings
+from ..maths.optim import OptimizerSettings, clip_gradient
 from .base import Algorithm, EndsOnServer, StepOut, WorkerContext, load_server_state, server_state, state_copy
 
 
 class AsyncSGD(EndsOnServer, Algorithm):
+    clip_counted = "rank 0's pushes (each worker clips the gradient it pushes)"
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         self.version, params = ctx.server.pull()
@@ -29,6 +33,11 @@ class AsyncSGD(EndsOnServer, Algorithm):
         self.grad = ctx.xp.empty_like(self.params)
         self.lo, self.hi = ctx.my_slice()
         self.clock = ctx.clock
+        # grad_clip: the worker clips what it pushes (the same maths as the server clipping each push,
+        # and the server's rule stays the plain one its front-end may take a short cut for)
+        self.max_norm = ctx.config.grad_clip
+        self.clip_state = np.zeros(2, np.int64) if self.max_norm else None      # [pushes, clipped]
+        self._clipped = ctx.xp.empty_like(self.params) if self.max_norm else None
 
     def step(self, step: int) -> StepOut:
         ctx = self.ctx
@@ -36,8 +45,10 @@ class AsyncSGD(EndsOnServer, Algorithm):
         t0 = self.clock()
         X, y = ctx.batch(step, self.lo, self.hi)
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
+        grad = self.grad if not self.max_norm else \
+            clip_gradient(ctx.xp, self.grad, self.max_norm, self.clip_state, self._clipped)
         t1 = self.clock()
-        self.version, params, staleness = ctx.server.push(to_numpy(self.grad), lr, self.version)
+        self.version, params, staleness = ctx.server.push(to_numpy(grad), lr, self.version)
         self.params = ctx.xp.asarray(params)
         t2 = self.ctx.timer()
         return StepOut(loss=loss, lr=lr, samples=self.hi - self.lo, compute_s=t1 - t0,
@@ -46,15 +57,20 @@ class AsyncSGD(EndsOnServer, Algorithm):
     def state(self) -> dict[str, Any]:
         """My copy of the parameters and the version it was pulled at; rank 0 also the server's."""
         return {**state_copy(self.ctx.xp, params=self.params), "version": int(self.version),
-                **server_state(self.ctx)}
+                **({"clip": self.clip_state.copy()} if self.max_norm else {}), **server_state(self.ctx)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.params = self.ctx.xp.asarray(state["params"]).copy()
         self.version = int(state["version"])
+        if self.max_norm:
+            self.clip_state[...] = np.asarray(state["clip"])
         load_server_state(self.ctx, state)
 
     def eval_params(self) -> Any:
         return self.server_params(lambda: self.ctx.server.pull()[1])
+
+    def clip_counts(self) -> Any:
+        return self.clip_state
 
     eval_name = "server"
 
@@ -66,10 +82,10 @@ class AsyncMSGD(AsyncSGD):
 def plain_options(config: Any) -> dict[str, Any]:
     """The parameter server's update for async_sgd: the config's rule without momentum
     (plain SGD, or adamw / lars / lamb; weight decay applies)."""
-    return {"optimizer": OptimizerSettings.of(config, momentum=0.0, nesterov=False)}
+    return {"optimizer": OptimizerSettings.of(config, momentum=0.0, nesterov=False, grad_clip=0.0)}
 
 
 def momentum_options(config: Any) -> dict[str, Any]:
     """async_msgd: the server keeps the momentum (and Nesterov, weight decay; or the
     moments of adamw / lamb, lars's velocity)."""
-    return {"optimizer": OptimizerSettings.of(config)}
+    return {"optimizer": OptimizerSettings.of(config, grad_clip=0.0)}   # the workers clip what they push

@@ -32,7 +32,7 @@ from ..config import RunConfig
 from ..config.registry import tail_length
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
-from ..maths.optim import Plan, make_optimizer
+from ..maths.optim import Plan, clip_summary, make_optimizer
 from ..results.records import StepLog, eval_record, event_record, pack_rows, row_block
 
 FLUSH_S = 0.25  # live batches leave the worker a few times a second
@@ -375,6 +375,24 @@ class Algorithm:
     def finish(self) -> np.ndarray | None:
         """End of the run; rank 0 returns the final parameters (NumPy)."""
         return to_numpy(self.eval_params()) if self.ctx.rank == 0 else None
+
+    # whose updates `clip_counts` counts (the summary says it beside the numbers)
+    clip_counted = "rank 0's own updates (each worker clips its own gradient)"
+
+    def clip_counts(self) -> Any:
+        """[updates, clipped] of the rule that clips this run's gradients, as rank 0 sees it
+        at the end (its own rule's: every update of the synchronous family, rank 0's own
+        steps where workers step alone); None without clipping."""
+        opt = getattr(self, "opt", None)
+        return None if opt is None else opt.state.get("clip")
+
+    def ended_summary(self) -> dict[str, Any]:
+        """What rank 0 adds to the run's summary at the end: the algorithm's own, and
+        the clipping rule's counts."""
+        if self.ctx.rank != 0:
+            return getattr(self, "summary", {})
+        return {**getattr(self, "summary", {}),
+                **clip_summary(self.ctx.config.grad_clip, self.clip_counts(), self.clip_counted)}
 
     def evaluate(self, step: int) -> None:
         """Periodic evaluation; LTFB overrides to evaluate every trainer."""
@@ -832,5 +850,5 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
     params = algo.finish()
     ctx.flush(done=True)
-    return {"status": status, "params": params, "last_step": step, "summary": getattr(algo, "summary", {}),
+    return {"status": status, "params": params, "last_step": step, "summary": algo.ended_summary(),
             "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best}

@@ -141,6 +141,8 @@ def ltfb_extra(config: RunConfig, size: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the worker
 class LTFB(Algorithm):
+    clip_counted = "rank 0's trainer's updates"
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp

@@ -18,6 +18,8 @@ from .base import Algorithm, StepOut, WorkerContext, load_optimizer_state, optim
 class PlainSGD(Algorithm):
     """One worker, the whole global batch: gradient, then the shared update rule."""
 
+    clip_counted = "every update"
+
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)
         c, xp = ctx.config, ctx.xp

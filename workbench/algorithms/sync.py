@@ -140,6 +140,8 @@ class SpeedBalancer:
 
 
 class SyncSGD(Algorithm):
+    clip_counted = "every update (every worker applies the same)"
+
     def __init__(self, ctx: WorkerContext, params: Any = None):
         super().__init__(ctx)
         xp, n = ctx.xp, ctx.model.n_params

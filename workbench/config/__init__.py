@@ -323,6 +323,14 @@ class RunConfig(BaseModel):
     trust_coefficient: FinitePositive = Field(0.001, json_schema_extra={"group": "optimisation"}, description=(
         "lars: trust coefficient eta of the layer-wise rate eta * ||w|| / (||g|| + weight_decay * ||w||), "
         "finite and > 0 (0.001 in You et al.; the global lr is then large, e.g. 2 to 30)."))
+    grad_clip: FiniteFrom0 = Field(0.0, json_schema_extra={"group": "optimisation"}, description=(
+        "Clip the gradient to this L2 norm before each update (>= 0; 0 = off): g *= c / (||g|| + 1e-6) "
+        "when ||g|| > c, as torch.nn.utils.clip_grad_norm_ before optimizer.step(), under any rule. The "
+        "norm is that of the gradient the rule applies: sync_sgd's and LTFB's averaged one (as DDP, then "
+        "clipping), each worker's own in local steps (local_sgd, diloco's inner steps, the EASGD family, "
+        "gossip), each pushed one on async_sgd's server. Not with hogwild_sgd or async_measgd (their "
+        "update is their own) or cgdp (it updates chunk by chunk). 1.0 is common for transformers; the "
+        "summary counts the clipped updates."))
 
     # --- algorithm knobs
     tau: WholeFrom1 = Field(1, json_schema_extra={"group": "algorithm"}, description=(

@@ -70,7 +70,8 @@ def default_lr(algorithm: str, optimizer: str) -> float:
 
 def check_optimizer(c: Any) -> None:
     """The optimiser's knobs: only those of the chosen rule, Nesterov only with momentum,
-    a rule other than sgd only for algorithms that use the shared rule."""
+    a rule other than sgd, and clipping, only for algorithms that use the shared rule on
+    the whole gradient."""
     for name, rules in OPTIMIZER_KNOBS.items():
         default = type(c).model_fields[name].default
         if c.optimizer not in rules and getattr(c, name) != default:
@@ -83,6 +84,14 @@ def check_optimizer(c: Any) -> None:
         if spec is not None and not getattr(spec, "takes_optimizer", True):
             raise ConfigError("optimizer", f"sgd for {c.algorithm} (its update is its own; adamw, lars and "
                               "lamb apply to the other algorithms)", c.optimizer)
+    if c.grad_clip:
+        spec = algorithm_spec(c.algorithm)
+        if spec is not None and not getattr(spec, "takes_optimizer", True):
+            raise ConfigError("grad_clip", f"0 for {c.algorithm} (its update is its own, not the shared rule that "
+                              "clips)", c.grad_clip)
+        if spec is not None and spec.needs.server == "cgdp_master":
+            raise ConfigError("grad_clip", f"0 for {c.algorithm} (its master updates each chunk of layers as its "
+                              "sum arrives, before the whole gradient's norm is known)", c.grad_clip)
 
 
 GPT_KNOBS = ("n_layers", "d_model", "n_heads")   # the GPT's own; `context` also sizes text datasets

@@ -28,6 +28,13 @@ whole update exactly when every chunk holds whole segments: the adaptive rules r
 a chunk that cuts a segment (`Optimizer.blocks` cuts a range at segment bounds).
 Everything is written against `xp` (NumPy or CuPy); updates are in place and never
 touch the gradient.
+
+Gradient clipping (`config.grad_clip` = c > 0) comes before any rule, on the gradient
+the rule is about to apply, as torch.nn.utils.clip_grad_norm_ does it before
+`optimizer.step()`: g <- g * min(1, c / (||g|| + 1e-6)), ||g|| the L2 norm of the whole
+vector (weight decay is the rule's, after it). The rule counts its updates and how many
+were clipped in its state (`clip`: [updates, clipped]), so the count survives a resume.
+It needs the whole gradient: a chunk-by-chunk update (cgdp's master) cannot clip.
 """
 from __future__ import annotations
 
@@ -102,6 +109,7 @@ class OptimizerSettings:
     beta2: float = 0.999
     eps: float = 1e-8
     trust_coefficient: float = 0.001
+    grad_clip: float = 0.0          # the gradient's largest L2 norm (0: no clipping)
 
     @classmethod
     def of(cls, config: Any, **overrides: Any) -> OptimizerSettings:
@@ -135,6 +143,58 @@ def _norm(xp: Any, a: Any) -> float:
     return math.sqrt(max(float(xp.dot(a, a)), 0.0))
 
 
+CLIP_EPS = 1e-6     # torch.nn.utils.clip_grad_norm_'s guard against a zero norm
+
+
+def clip_factor(norm: float, max_norm: float) -> float:
+    """What a gradient of L2 norm `norm` is multiplied by under clipping at `max_norm`:
+    max_norm / (norm + 1e-6), at most 1 (clip_grad_norm_'s rule; a norm of inf or NaN
+    gives 0 or NaN, as there: the step's loss then says the run diverged).
+
+    >>> clip_factor(2.0, 1.0) == 1.0 / (2.0 + 1e-6), clip_factor(0.5, 1.0)
+    (True, 1.0)
+    """
+    return min(1.0, max_norm / (norm + CLIP_EPS)) if norm == norm else float("nan")
+
+
+def clip_gradient(xp: Any, grad: Any, max_norm: float, counts: Any, out: Any) -> Any:
+    """`grad` (a whole gradient) scaled to L2 norm `max_norm` when its norm is larger,
+    written into `out` (`grad` is not touched), else `grad` itself; `counts`
+    ([updates, clipped]) counts it in place. The one home of clipping: a rule's `step`
+    and a worker that clips what it pushes (async_sgd) both call it.
+
+    >>> g, counts = np.array([3.0, 4.0], np.float32), np.zeros(2, np.int64)
+    >>> clip_gradient(np, g, 1.0, counts, np.empty_like(g)).round(4).tolist(), counts.tolist()
+    ([0.6, 0.8], [1, 1])
+    """
+    factor = clip_factor(_norm(xp, grad), max_norm)
+    counts[0] += 1
+    if factor < 1.0 or factor != factor:
+        counts[1] += 1
+        return xp.multiply(grad, factor, out=out)
+    return grad
+
+
+def clip_summary(max_norm: float, counts: Any, counted: str = "rank 0's updates") -> dict[str, Any]:
+    """The summary's entry for a clipping rule's `clip` state ({} without clipping): how
+    many updates it made, how many of those it clipped, and whose updates they are
+    (`counted`: every update of the run, rank 0's own, or the server's).
+
+    >>> clip_summary(1.0, [40, 10], "every update")["grad_clip"]
+    {'max_norm': 1.0, 'updates': 40, 'clipped': 10, 'clipped_share': 0.25, 'counted': 'every update'}
+    """
+    if not max_norm or counts is None:
+        return {}
+    updates, clipped = (int(v) for v in counts)
+    return {"grad_clip": {"max_norm": float(max_norm), "updates": updates, "clipped": clipped,
+                          "clipped_share": clipped / updates if updates else None, "counted": counted}}
+
+
+def clip_spec(settings: OptimizerSettings) -> list[tuple[str, tuple[int, ...], str]]:
+    """The state that clipping adds to any rule: [updates, clipped] (none without it)."""
+    return [("clip", (2,), "int")] if settings.grad_clip else []
+
+
 class Optimizer:
     """What every rule offers: `step` (the whole vector or a slice of it), `step_chunk`
     (a slice from the gradient of just that slice), its state arrays (`state`: name ->
@@ -153,13 +213,15 @@ class Optimizer:
         self.weight_decay = settings.weight_decay
         given = state or {}
         self.state: dict[str, Any] = {}
-        for key, shape, kind in self.state_spec(settings, self.n, len(self.layout)):
+        for key, shape, kind in self.state_spec(settings, self.n, len(self.layout)) + clip_spec(settings):
             arr = given.get(key)
             if arr is None:
                 arr = xp.zeros(shape, dtype=dtype if kind == "float" else "int64")
             self.state[key] = arr
         self._starts = {a: i for i, (a, _, _) in enumerate(self.layout)}
         self._stops = {b: i for i, (_, b, _) in enumerate(self.layout)}
+        self.max_norm = settings.grad_clip
+        self._clipped = xp.empty(self.n, dtype=dtype) if self.max_norm else None   # the clipped gradient
 
     @staticmethod
     def state_spec(settings: OptimizerSettings, n: int, n_segments: int) -> list[tuple[str, tuple[int, ...], str]]:
@@ -167,9 +229,19 @@ class Optimizer:
         return []
 
     def step(self, params: Any, grad: Any, lr: float, lo: int = 0, hi: int | None = None) -> None:
-        """Apply one update to `params[lo:hi]` from `grad[lo:hi]` (a chunk, or everything)."""
+        """Apply one update to `params[lo:hi]` from `grad[lo:hi]` (a chunk, or everything),
+        the gradient clipped first when the settings say so (the whole vector only)."""
         hi = params.shape[0] if hi is None else hi
-        self.step_chunk(params, grad[lo:hi], lr, lo, hi)
+        g = grad[lo:hi]
+        if self.max_norm:
+            if (lo, hi) != (0, self.n):
+                raise ValueError(f"grad_clip: the whole gradient's norm, got the chunk [{lo}, {hi}) of {self.n}")
+            g = self.clip(g)
+        self.step_chunk(params, g, lr, lo, hi)
+
+    def clip(self, grad: Any) -> Any:
+        """`clip_gradient` at this rule's `max_norm`, into its scratch, counted in its `clip` state."""
+        return clip_gradient(self.xp, grad, self.max_norm, self.state["clip"], self._clipped)
 
     def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
         raise NotImplementedError
@@ -258,8 +330,10 @@ class SGD(Optimizer):
     name = "sgd"
 
     def __init__(self, n_params: int, xp: Any, dtype: Any, momentum: float = 0.0,
-                 nesterov: bool = False, weight_decay: float = 0.0, state: dict[str, Any] | None = None):
-        settings = OptimizerSettings("sgd", momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+                 nesterov: bool = False, weight_decay: float = 0.0, state: dict[str, Any] | None = None,
+                 grad_clip: float = 0.0):
+        settings = OptimizerSettings("sgd", momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                     grad_clip=grad_clip)
         super().__init__(settings, whole_layout(n_params), xp, dtype, state)
         self.momentum, self.nesterov = momentum, nesterov
         self.velocity = self.state.get("velocity")
@@ -436,7 +510,7 @@ def state_spec(settings: OptimizerSettings, layout: Layout) -> list[tuple[str, t
     """The state arrays `make_optimizer(settings, layout, ...)` keeps: (name, shape, "float"|"int")."""
     layout = segments(layout)
     n = layout[-1][1] if layout else 0
-    return RULES[settings.optimizer].state_spec(settings, n, len(layout))
+    return RULES[settings.optimizer].state_spec(settings, n, len(layout)) + clip_spec(settings)
 
 
 def make_optimizer(config: Any, layout: Any, xp: Any, dtype: Any, *,
@@ -456,7 +530,8 @@ def make_optimizer(config: Any, layout: Any, xp: Any, dtype: Any, *,
     settings = OptimizerSettings.of(config, **overrides)
     layout = segments(layout)
     if settings.optimizer == "sgd":
-        return SGD(layout[-1][1], xp, dtype, settings.momentum, settings.nesterov, settings.weight_decay, state=state)
+        return SGD(layout[-1][1], xp, dtype, settings.momentum, settings.nesterov, settings.weight_decay, state=state,
+                   grad_clip=settings.grad_clip)
     if settings.optimizer not in RULES:
         raise ValueError(f"optimizer: one of {sorted(RULES)}, got {settings.optimizer!r}")
     return RULES[settings.optimizer](settings, layout, xp, dtype, state)

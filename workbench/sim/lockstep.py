@@ -103,6 +103,8 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
         # of one array: a rule that takes layer norms is not promised the same bits on a row of a
         # stacked array as on a separate one (a parameter server's rule runs on its own arrays)
         return f"{' / '.join(normed)}: layer norms computed per worker"
+    if spec.fast_path == "server" and spec.needs.server == "elastic_centre" and c.grad_clip:
+        return "grad_clip: each worker's gradient norm computed on its own"
     return None
 
 
@@ -257,7 +259,7 @@ class Lockstep:
             params_out = to_numpy(algo.eval_params()) if r == 0 else None
             ctx.flush(done=True)
             results.append({"status": status, "params": params_out, "last_step": step,
-                            "summary": algo.summary if r == 0 else {}, "steps": ctx.step_columns(),
+                            "summary": algo.ended_summary() if r == 0 else {}, "steps": ctx.step_columns(),
                             "started": ctx.started_wall, "best": ctx.best})
         return results
 

@@ -67,7 +67,7 @@ from ..algorithms.easgd import AsyncMEASGD, ElasticWorker, eamsgd_descent, look_
 from ..comm.base import WorkerLost
 from ..comm.roles import make_core
 from ..data import _epoch_order, steps_per_epoch
-from ..maths.optim import SGD, sgd_descent
+from ..maths.optim import SGD, clip_gradient, clip_summary, sgd_descent
 from .clock import Scheduler, Task
 from .lockstep import Lockstep
 from .roles import SimServerState
@@ -276,6 +276,10 @@ class _PushMaths(_Log):
         self.grads = np.empty((self.P, n), core.x.dtype)
         # a layer-wise rule reads norms of the gradient: hand it a separate array, as a worker's own
         self.copy_grad = core.opt.layerwise_chunks
+        # grad_clip: each worker clips what it pushes (`AsyncSGD`), on an array of its own, counted
+        self.max_norm = ctx0.config.grad_clip
+        self.clip_state = np.zeros((self.P, 2), np.int64) if self.max_norm else None
+        self.clipped = np.empty(n, core.x.dtype) if self.max_norm else None
 
     def into(self, r: int, params: np.ndarray) -> None:
         self.params[r] = params
@@ -283,6 +287,8 @@ class _PushMaths(_Log):
     def apply(self, r: int, lr: float) -> None:
         """The push: the server's update from worker r's gradient, its reply into r's row."""
         g = self.grads[r]
+        if self.max_norm:
+            g = clip_gradient(np, g.copy(), self.max_norm, self.clip_state[r], self.clipped)
         self.core.apply_push(g.copy() if self.copy_grad else g, lr, self.params[r])
 
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
@@ -540,12 +546,16 @@ class ServerLockstep(Lockstep):
                 eager = True
         maths = replay.maths
         self.tr.stacked = (maths.passes, maths.computed)   # SimTransport.computes_per_pass
+        summary = dict(replay.summary)
+        if replay.push and maths.max_norm:   # rank 0's pushes, as its worker counts them (an elastic run
+            #                                  that clips is not replayed here: `lockstep_refusal`)
+            summary.update(clip_summary(maths.max_norm, maths.clip_state[0], self.setup.spec.cls.clip_counted))
         results = []
         for r, ctx in enumerate(ctxs):
             res = replay.results[r] or {}
             params_out = maths.snap.pop(replay.final_read) if r == 0 and replay.final_read is not None else None
             ctx.flush(done=True)
             results.append({"status": res.get("status", "failed"), "params": params_out,
-                            "last_step": res.get("last_step", -1), "summary": replay.summary if r == 0 else {},
+                            "last_step": res.get("last_step", -1), "summary": summary if r == 0 else {},
                             "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best})
         return results

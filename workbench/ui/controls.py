@@ -253,6 +253,13 @@ def _rule(field: str) -> Callable[[RunConfig], bool]:
     return lambda c: c.optimizer in OPTIMIZER_KNOBS[field]   # (async_measgd's delta is momentum: shown)
 
 
+def _clips(c: RunConfig) -> bool:
+    """Gradient clipping applies where the shared rule updates from the whole gradient."""
+    from ..config.registry import specs
+    spec = specs()[c.algorithm]
+    return spec.takes_optimizer and spec.needs.server != "cgdp_master"
+
+
 def _takes_optimizer(c: RunConfig) -> bool:
     """The algorithm applies the shared update rule (not hogwild_sgd's or async_measgd's own)."""
     from ..config.registry import specs
@@ -343,6 +350,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
     _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
     _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
+    _c("grad_clip", _float(0, 1000, 0.1), to_field=_tidy, applies=_clips),
     # algorithm knobs
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
