@@ -173,3 +173,16 @@ def test_dask_sync_sgd_clips_as_single_process_sgd(client):
     assert got.status == "completed"
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-5)
     assert got.summary["grad_clip"]["clipped"] == ref.summary["grad_clip"]["clipped"] > 0
+
+
+def test_the_simulator_charges_clipping_three_passes_and_the_run_is_otherwise_the_same():
+    from workbench.api import run
+    from workbench.problem import Problem
+    from workbench.sim.costs import make_costs
+    cfg = RunConfig(algorithm="sync_sgd", cpus=4, simulate=True, **BASE)
+    model = Problem.from_config(cfg).new_model()
+    plain, clipped = (make_costs(c, model, ["cpu"] * 4) for c in (cfg, cfg.replace(grad_clip=1e6)))
+    assert clipped.update(0) == pytest.approx(plain.update(0) * (3 + 3) / 3)          # sgd's 3 passes, 3 more
+    a, b = run(cfg, progress=False), run(cfg.replace(grad_clip=1e6), progress=False)
+    assert np.array_equal(a.params, b.params)                                          # nothing was clipped
+    assert b.summary["wall_time_s"] > a.summary["wall_time_s"]                         # but the norm was taken

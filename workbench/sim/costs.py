@@ -252,7 +252,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
         return SimCosts([part] * len(kinds), timing, model.n_params,
                         link if link is not None else profiles.network_named(default_network(config)),
                         jitter=config.jitter, seed=config.seed, allreduce="shared_tree",
-                        update_passes=update_passes(config.optimizer, config.momentum))
+                        update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip))
     for kind in kinds:
         name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else "local" if timed else config.cpu_device
         if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded
@@ -272,7 +272,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     network = link if link is not None else profiles.network_named(default_network(config))
     costs = SimCosts(devices, timing, model.n_params, network,
                      jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
-                     update_passes=update_passes(config.optimizer, config.momentum),
+                     update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip),
                      solo_copy=default_network(config) == "shm")
     costs.charged_by = charged_by
     return costs
