@@ -493,21 +493,23 @@ def test_ltfb_trainers_of_two_workers_follow_trainers_of_one_with_adams_state_tr
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["adamw", "lars", "lamb"])
-def test_cupy_updates_equal_numpy_updates(name):
+@pytest.mark.parametrize("name, clip", [("adamw", 0.0), ("lars", 0.0), ("lamb", 0.0), ("sgd", 1.5), ("adamw", 1.5)])
+def test_cupy_updates_equal_numpy_updates(name, clip):
     cp = pytest.importorskip("cupy")
     try:
         cp.cuda.runtime.getDeviceCount()
     except Exception:
         pytest.skip("no GPU")
     x0, grads = _params_and_grads(4, dtype=np.float32)
-    s = OptimizerSettings(name, weight_decay=0.01, momentum=0.9 if name == "lars" else 0.0)
+    s = OptimizerSettings(name, weight_decay=0.01, momentum=0.9 if name in ("lars", "sgd") else 0.0, grad_clip=clip)
     a, b = make_optimizer(s, layout_of(MODEL), np, np.float32), make_optimizer(s, layout_of(MODEL), cp, np.float32)
     x, y = x0.copy(), cp.asarray(x0)
     for g in grads:
         a.step(x, g, 0.01)
         b.step(y, cp.asarray(g), 0.01)
     np.testing.assert_allclose(cp.asnumpy(y), x, rtol=1e-5, atol=1e-7)   # float32, different reduction orders
+    if clip:                                # (the gradients' norms are 8-10: every one clipped, on both)
+        assert cp.asnumpy(b.state["clip"]).tolist() == a.state["clip"].tolist() == [4, 4]
 
 
 # ---------------------------------------------------------------- what the costlier rules cost
