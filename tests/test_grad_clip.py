@@ -51,6 +51,7 @@ def test_a_clipped_step_is_x_minus_lr_times_the_rescaled_gradient_and_the_gradie
         np.testing.assert_allclose(x, x_before - 0.1 * _by_hand(g, 1.0), rtol=0, atol=1e-6)
         assert np.linalg.norm((x_before - x) / 0.1) <= 1.0 + 1e-5                 # the step's gradient is <= c
     assert opt.state["clip"].tolist() == [5, 3]        # norms 0.25, 0.5, 1, 2, 4: the last three (1 > 1 - 1e-6)
+    assert opt.state["clip_norm"].tolist() == pytest.approx([7.75, 4.0], rel=1e-5)   # their sum, the largest
 
 
 @pytest.mark.parametrize("name, knobs", [
@@ -114,6 +115,13 @@ def test_what_cannot_clip_is_refused_naming_the_field(algorithm, why):
 
 
 # ---------------------------------------------------------------- in runs
+def _same_clip(a: dict, b: dict) -> None:
+    """Two runs' clip summaries: the same counts, norms within float32 sums' rounding."""
+    assert (a["updates"], a["clipped"]) == (b["updates"], b["clipped"])
+    assert a["mean_norm"] == pytest.approx(b["mean_norm"], rel=1e-5)
+    assert a["largest_norm"] == pytest.approx(b["largest_norm"], rel=1e-5)
+
+
 BASE = dict(dataset="digits", model="mlp", batch_size=64, seed=3, steps=20, lr=0.3, momentum=0.9)
 
 
@@ -134,7 +142,7 @@ def test_algorithms_that_clip_follow_single_process_training_that_clips(algorith
     np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=2e-5)
     clip = got.summary["grad_clip"]
     assert clip["updates"] == 20 and 0 < clip["clipped"] <= 20
-    assert clip == {**ref.summary["grad_clip"], "counted": clip["counted"]}
+    _same_clip(clip, ref.summary["grad_clip"])
     free = run_threads(cfg.replace(grad_clip=0.0))
     assert "grad_clip" not in free.summary
     assert np.abs(free.params - got.params).max() > 1e-3
@@ -145,7 +153,7 @@ def test_ltfb_trainers_of_two_workers_clip_the_trainers_summed_gradient_as_train
     kw = dict(algorithm="ltfb", trainers=2, round_size=10, grad_clip=0.4, **BASE)
     one, two = run_threads(RunConfig(cpus=2, **kw)), run_threads(RunConfig(cpus=4, **kw))
     np.testing.assert_allclose(one.params, two.params, rtol=0, atol=1e-4)
-    assert one.summary["grad_clip"] == two.summary["grad_clip"]
+    _same_clip(one.summary["grad_clip"], two.summary["grad_clip"])
     assert 0 < one.summary["grad_clip"]["clipped"] <= one.summary["grad_clip"]["updates"] == 20
 
 
@@ -155,12 +163,30 @@ def test_a_clip_no_gradient_reaches_changes_nothing_and_says_so():
     cfg = RunConfig(algorithm="sync_sgd", cpus=2, **BASE)
     free, huge = run_threads(cfg), run_threads(cfg.replace(grad_clip=1e6))
     assert np.array_equal(free.params, huge.params)                      # bitwise: the factor was never applied
-    assert huge.summary["grad_clip"]["clipped"] == 0
+    clip = huge.summary["grad_clip"]
+    assert clip["clipped"] == 0 and 0 < clip["mean_norm"] <= clip["largest_norm"] < 1e6
     said = [n for n in notes(huge.summary) if n.startswith("grad_clip")]
     assert said == [clip_note(huge.summary["grad_clip"])] and "clipped none of the 20 updates" in said[0]
     tight = run_threads(cfg.replace(grad_clip=1e-3))
     assert tight.summary["grad_clip"]["clipped"] == 20
-    assert any("nearly every gradient was scaled down to norm 0.001" in n for n in notes(tight.summary))
+    assert any("nearly every one was scaled down to 0.001" in n for n in notes(tight.summary))
+
+
+@pytest.mark.parametrize("algorithm, cpus", [("sgd", 1), ("sync_sgd", 3), ("async_sgd", 1)])
+def test_the_norm_the_summary_gives_is_the_first_gradients_by_hand(algorithm, cpus):
+    # one step: the only norm taken is that of the global batch's gradient at the initial parameters
+    from workbench.data import global_batch
+    from workbench.execution.engine import run_threads
+    from workbench.problem import Problem
+    cfg = RunConfig(algorithm=algorithm, cpus=cpus, grad_clip=1e6, **{**BASE, "steps": 1, "momentum": 0.0})
+    clip = run_threads(cfg).summary["grad_clip"]
+    problem = Problem.from_config(cfg)
+    model, data = problem.new_model(), problem.data
+    idx = global_batch(data.n_train, cfg.batch_size, cfg.seed, 0)
+    _, g = model.loss_and_grad(model.init(cfg.seed), data.X_train[idx], data.y_train[idx])
+    want = float(np.linalg.norm(g.astype(np.float64)))
+    assert clip["updates"] == 1 and clip["clipped"] == 0
+    assert clip["mean_norm"] == pytest.approx(want, rel=1e-5) and clip["largest_norm"] == pytest.approx(want, rel=1e-5)
 
 
 @pytest.mark.cluster

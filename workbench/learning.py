@@ -125,27 +125,32 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
 
 
 def clip_note(clip: dict[str, Any] | None) -> str | None:
-    """The sentence for gradient clipping that changed nothing or nearly everything (the
-    summary's `grad_clip`: its counts, `maths.optim.clip_summary`), else None.
+    """The sentence for gradient clipping that changed nothing or nearly every update (the
+    summary's `grad_clip`: counts and norms, `maths.optim.clip_summary`), else None.
 
-    >>> print(clip_note({"max_norm": 1.0, "updates": 300, "clipped": 0, "counted": "every update"}))
-    grad_clip 1 clipped none of the 300 updates (every update): every gradient's norm stayed below 1, so the run is the one it would be without clipping
-    >>> print(clip_note({"max_norm": 0.5, "updates": 200, "clipped": 195, "counted": "every update"}))
-    grad_clip 0.5 clipped 195 of the 200 updates (98%; every update): nearly every gradient was scaled down to norm 0.5 before the update, so the clip, more than the gradients' sizes, set the steps
-    >>> clip_note({"max_norm": 1.0, "updates": 300, "clipped": 40, "counted": "every update"}) is None
+    >>> clip = {"max_norm": 1.0, "updates": 300, "clipped": 0, "mean_norm": 0.21, "largest_norm": 0.43,
+    ...         "counted": "every update"}
+    >>> print(clip_note(clip))
+    grad_clip 1 clipped none of the 300 updates (every update): the largest gradient norm was 0.43 (mean 0.21), so the run is the one it would be without clipping
+    >>> print(clip_note({**clip, "max_norm": 0.05, "clipped": 295}))
+    grad_clip 0.05 clipped 295 of the 300 updates (98%; every update): the gradients' norms were 0.21 on average (the largest 0.43), so nearly every one was scaled down to 0.05 and the clip, more than the gradients, set the steps
+    >>> clip_note({**clip, "clipped": 40}) is None
     True
     """
     if not clip or not clip.get("updates"):
         return None
     c, u, k, who = clip["max_norm"], int(clip["updates"]), int(clip["clipped"]), clip.get("counted")
-    whose = f" ({who})" if who else ""
+    mean, largest = clip.get("mean_norm"), clip.get("largest_norm")
     if k == 0:
-        return (f"grad_clip {c:g} clipped none of the {u:,} updates{whose}: every gradient's norm stayed below {c:g}, "
-                "so the run is the one it would be without clipping")
+        seen = f"the largest gradient norm was {largest:.3g} (mean {mean:.3g})" if largest is not None and \
+            mean is not None else f"every gradient's norm stayed below {c:g}"
+        return (f"grad_clip {c:g} clipped none of the {u:,} updates{f' ({who})' if who else ''}: {seen}, so the run is "
+                "the one it would be without clipping")
     if k >= CLIP_MOSTLY * u:
-        return (f"grad_clip {c:g} clipped {k:,} of the {u:,} updates ({k / u:.0%}{'; ' + who if who else ''}): nearly "
-                f"every gradient was scaled down to norm {c:g} before the update, so the clip, more than the "
-                "gradients' sizes, set the steps")
+        seen = f"the gradients' norms were {mean:.3g} on average (the largest {largest:.3g}), so " \
+            if largest is not None and mean is not None else ""
+        return (f"grad_clip {c:g} clipped {k:,} of the {u:,} updates ({k / u:.0%}{'; ' + who if who else ''}): "
+                f"{seen}nearly every one was scaled down to {c:g} and the clip, more than the gradients, set the steps")
     return None
 
 

@@ -37,6 +37,7 @@ class AsyncSGD(EndsOnServer, Algorithm):
         # and the server's rule stays the plain one its front-end may take a short cut for)
         self.max_norm = ctx.config.grad_clip
         self.clip_state = np.zeros(2, np.int64) if self.max_norm else None      # [pushes, clipped]
+        self.clip_norm = np.zeros(2) if self.max_norm else None                 # [sum of the norms, largest]
         self._clipped = ctx.xp.empty_like(self.params) if self.max_norm else None
 
     def step(self, step: int) -> StepOut:
@@ -46,7 +47,7 @@ class AsyncSGD(EndsOnServer, Algorithm):
         X, y = ctx.batch(step, self.lo, self.hi)
         loss, _ = ctx.model.loss_and_grad(self.params, X, y, grad_out=self.grad)
         grad = self.grad if not self.max_norm else \
-            clip_gradient(ctx.xp, self.grad, self.max_norm, self.clip_state, self._clipped)
+            clip_gradient(ctx.xp, self.grad, self.max_norm, self.clip_state, self.clip_norm, self._clipped)
         t1 = self.clock()
         self.version, params, staleness = ctx.server.push(to_numpy(grad), lr, self.version)
         self.params = ctx.xp.asarray(params)
@@ -57,20 +58,22 @@ class AsyncSGD(EndsOnServer, Algorithm):
     def state(self) -> dict[str, Any]:
         """My copy of the parameters and the version it was pulled at; rank 0 also the server's."""
         return {**state_copy(self.ctx.xp, params=self.params), "version": int(self.version),
-                **({"clip": self.clip_state.copy()} if self.max_norm else {}), **server_state(self.ctx)}
+                **({"clip": self.clip_state.copy(), "clip_norm": self.clip_norm.copy()} if self.max_norm else {}),
+                **server_state(self.ctx)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.params = self.ctx.xp.asarray(state["params"]).copy()
         self.version = int(state["version"])
         if self.max_norm:
             self.clip_state[...] = np.asarray(state["clip"])
+            self.clip_norm[...] = np.asarray(state["clip_norm"])
         load_server_state(self.ctx, state)
 
     def eval_params(self) -> Any:
         return self.server_params(lambda: self.ctx.server.pull()[1])
 
-    def clip_counts(self) -> Any:
-        return self.clip_state
+    def clip_counts(self) -> tuple[Any, Any]:
+        return self.clip_state, self.clip_norm
 
     eval_name = "server"
 

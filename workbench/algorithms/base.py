@@ -379,12 +379,13 @@ class Algorithm:
     # whose updates `clip_counts` counts (the summary says it beside the numbers)
     clip_counted = "rank 0's own updates (each worker clips its own gradient)"
 
-    def clip_counts(self) -> Any:
-        """[updates, clipped] of the rule that clips this run's gradients, as rank 0 sees it
-        at the end (its own rule's: every update of the synchronous family, rank 0's own
-        steps where workers step alone); None without clipping."""
+    def clip_counts(self) -> tuple[Any, Any]:
+        """The counts of the rule that clips this run's gradients ([updates, clipped], [sum
+        of the norms, the largest]), as rank 0 sees them at the end (its own rule's: every
+        update of the synchronous family, rank 0's own steps where workers step alone);
+        (None, None) without clipping."""
         opt = getattr(self, "opt", None)
-        return None if opt is None else opt.state.get("clip")
+        return (None, None) if opt is None else (opt.state.get("clip"), opt.state.get("clip_norm"))
 
     def ended_summary(self) -> dict[str, Any]:
         """What rank 0 adds to the run's summary at the end: the algorithm's own, and
@@ -392,7 +393,7 @@ class Algorithm:
         if self.ctx.rank != 0:
             return getattr(self, "summary", {})
         return {**getattr(self, "summary", {}),
-                **clip_summary(self.ctx.config.grad_clip, self.clip_counts(), self.clip_counted)}
+                **clip_summary(self.ctx.config.grad_clip, *self.clip_counts(), self.clip_counted)}
 
     def evaluate(self, step: int) -> None:
         """Periodic evaluation; LTFB overrides to evaluate every trainer."""

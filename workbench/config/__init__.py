@@ -330,7 +330,7 @@ class RunConfig(BaseModel):
         "clipping), each worker's own in local steps (local_sgd, diloco's inner steps, the EASGD family, "
         "gossip), each pushed one on async_sgd's server. Not with hogwild_sgd or async_measgd (their "
         "update is their own) or cgdp (it updates chunk by chunk). 1.0 is common for transformers; the "
-        "summary counts the clipped updates."))
+        "summary counts the clipped updates and gives the gradients' mean and largest norm."))
 
     # --- algorithm knobs
     tau: WholeFrom1 = Field(1, json_schema_extra={"group": "algorithm"}, description=(

@@ -33,7 +33,8 @@ Gradient clipping (`config.grad_clip` = c > 0) comes before any rule, on the gra
 the rule is about to apply, as torch.nn.utils.clip_grad_norm_ does it before
 `optimizer.step()`: g <- g * min(1, c / (||g|| + 1e-6)), ||g|| the L2 norm of the whole
 vector (weight decay is the rule's, after it). The rule counts its updates and how many
-were clipped in its state (`clip`: [updates, clipped]), so the count survives a resume.
+were clipped, and sums the norms and keeps the largest, in its state (`clip`: [updates,
+clipped]; `clip_norm`: [sum, largest]), so the counts survive a resume.
 It needs the whole gradient: a chunk-by-chunk update (cgdp's master) cannot clip.
 """
 from __future__ import annotations
@@ -162,17 +163,22 @@ def clip_factor(norm: float, max_norm: float) -> float:
     return min(1.0, max_norm / (norm + CLIP_EPS)) if norm == norm else float("nan")
 
 
-def clip_gradient(xp: Any, grad: Any, max_norm: float, counts: Any, out: Any) -> Any:
+def clip_gradient(xp: Any, grad: Any, max_norm: float, counts: Any, norms: Any, out: Any) -> Any:
     """`grad` (a whole gradient) scaled to L2 norm `max_norm` when its norm is larger,
-    written into `out` (`grad` is not touched), else `grad` itself; `counts`
-    ([updates, clipped]) counts it in place. The one home of clipping: a rule's `step`
-    and a worker that clips what it pushes (async_sgd) both call it.
+    written into `out` (`grad` is not touched), else `grad` itself. Counted in place:
+    `counts` [updates, clipped], `norms` [sum of the norms, the largest] (finite norms; a
+    norm of inf or NaN is a diverging run's, which its loss reports). The one home of
+    clipping: a rule's `step` and a worker that clips what it pushes (async_sgd) call it.
 
-    >>> g, counts = np.array([3.0, 4.0]), np.zeros(2, np.int64)
-    >>> clip_gradient(np, g, 1.0, counts, np.empty_like(g)).round(4).tolist(), counts.tolist()
-    ([0.6, 0.8], [1, 1])
+    >>> g, counts, norms = np.array([3.0, 4.0]), np.zeros(2, np.int64), np.zeros(2)
+    >>> clip_gradient(np, g, 1.0, counts, norms, np.empty_like(g)).round(4).tolist(), counts.tolist(), norms.tolist()
+    ([0.6, 0.8], [1, 1], [5.0, 5.0])
     """
-    factor = clip_factor(_norm(xp, grad), max_norm)
+    norm = _norm(xp, grad)
+    if math.isfinite(norm):
+        norms[0] += norm
+        norms[1] = max(float(norms[1]), norm)
+    factor = clip_factor(norm, max_norm)
     counts[0] += 1
     if factor < 1.0 or factor != factor:
         counts[1] += 1
@@ -180,24 +186,28 @@ def clip_gradient(xp: Any, grad: Any, max_norm: float, counts: Any, out: Any) ->
     return grad
 
 
-def clip_summary(max_norm: float, counts: Any, counted: str = "rank 0's updates") -> dict[str, Any]:
-    """The summary's entry for a clipping rule's `clip` state ({} without clipping): how
-    many updates it made, how many of those it clipped, and whose updates they are
-    (`counted`: every update of the run, rank 0's own, or the server's).
+def clip_summary(max_norm: float, counts: Any, norms: Any = None, counted: str = "rank 0's updates") -> dict[str, Any]:
+    """The summary's entry for a clipping rule's state ({} without clipping): how many
+    updates it made, how many of those it clipped, the gradients' mean and largest norm,
+    and whose updates they are (`counted`: every update of the run, rank 0's own, ...).
 
-    >>> clip_summary(1.0, [40, 10], "every update")["grad_clip"]
-    {'max_norm': 1.0, 'updates': 40, 'clipped': 10, 'clipped_share': 0.25, 'counted': 'every update'}
+    >>> clip_summary(1.0, [40, 10], [30.0, 2.5], "every update")["grad_clip"]
+    {'max_norm': 1.0, 'updates': 40, 'clipped': 10, 'clipped_share': 0.25, 'mean_norm': 0.75, 'largest_norm': 2.5, 'counted': 'every update'}
     """
     if not max_norm or counts is None:
         return {}
     updates, clipped = (int(v) for v in counts)
+    total, largest = (float(v) for v in (norms if norms is not None else (math.nan, math.nan)))
     return {"grad_clip": {"max_norm": float(max_norm), "updates": updates, "clipped": clipped,
-                          "clipped_share": clipped / updates if updates else None, "counted": counted}}
+                          "clipped_share": clipped / updates if updates else None,
+                          "mean_norm": total / updates if updates and math.isfinite(total) else None,
+                          "largest_norm": largest if math.isfinite(largest) else None, "counted": counted}}
 
 
 def clip_spec(settings: OptimizerSettings) -> list[tuple[str, tuple[int, ...], str]]:
-    """The state that clipping adds to any rule: [updates, clipped] (none without it)."""
-    return [("clip", (2,), "int")] if settings.grad_clip else []
+    """The state that clipping adds to any rule: [updates, clipped] and [sum of the norms,
+    the largest] (none without it)."""
+    return [("clip", (2,), "int"), ("clip_norm", (2,), "float")] if settings.grad_clip else []
 
 
 class Optimizer:
@@ -246,7 +256,7 @@ class Optimizer:
 
     def clip(self, grad: Any) -> Any:
         """`clip_gradient` at this rule's `max_norm`, into its scratch, counted in its `clip` state."""
-        return clip_gradient(self.xp, grad, self.max_norm, self.state["clip"], self._clipped)
+        return clip_gradient(self.xp, grad, self.max_norm, self.state["clip"], self.state["clip_norm"], self._clipped)
 
     def step_chunk(self, params: Any, grad_chunk: Any, lr: float, lo: int, hi: int) -> None:
         raise NotImplementedError

@@ -279,6 +279,7 @@ class _PushMaths(_Log):
         # grad_clip: each worker clips what it pushes (`AsyncSGD`), on an array of its own, counted
         self.max_norm = ctx0.config.grad_clip
         self.clip_state = np.zeros((self.P, 2), np.int64) if self.max_norm else None
+        self.clip_norm = np.zeros((self.P, 2)) if self.max_norm else None
         self.clipped = np.empty(n, core.x.dtype) if self.max_norm else None
 
     def into(self, r: int, params: np.ndarray) -> None:
@@ -288,7 +289,7 @@ class _PushMaths(_Log):
         """The push: the server's update from worker r's gradient, its reply into r's row."""
         g = self.grads[r]
         if self.max_norm:
-            g = clip_gradient(np, g.copy(), self.max_norm, self.clip_state[r], self.clipped)
+            g = clip_gradient(np, g.copy(), self.max_norm, self.clip_state[r], self.clip_norm[r], self.clipped)
         self.core.apply_push(g.copy() if self.copy_grad else g, lr, self.params[r])
 
     def local(self, rs: list[int], items: list[tuple], m: int) -> None:
@@ -549,7 +550,8 @@ class ServerLockstep(Lockstep):
         summary = dict(replay.summary)
         if replay.push and maths.max_norm:   # rank 0's pushes, as its worker counts them (an elastic run
             #                                  that clips is not replayed here: `lockstep_refusal`)
-            summary.update(clip_summary(maths.max_norm, maths.clip_state[0], self.setup.spec.cls.clip_counted))
+            summary.update(clip_summary(maths.max_norm, maths.clip_state[0], maths.clip_norm[0],
+                                        self.setup.spec.cls.clip_counted))
         results = []
         for r, ctx in enumerate(ctxs):
             res = replay.results[r] or {}
