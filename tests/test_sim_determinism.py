@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from pathlib import Path
@@ -217,7 +218,7 @@ def test_the_summary_names_workers_by_kind_and_the_host_roles():
 
 # ------------------------------------------------------------------ README commands
 def readme_simulate_commands() -> list[list[str]]:
-    """Every `python -m workbench run|sweep --simulate ...` command of the README and the docs, as argv."""
+    """Every `python -m workbench run|sweep|grid --simulate ...` command of the README and the docs, as argv."""
     text = "\n".join(p.read_text() for p in [README, *sorted((README.parent / "docs").glob("*.md"))])
     text = text.replace("\\\n", " ")
     commands = []
@@ -250,7 +251,7 @@ def _asked(argv: list[str]) -> dict[str, int]:
 
 def test_the_readme_has_simulate_commands():
     cmds = readme_simulate_commands()
-    assert {c[0] for c in cmds} == {"run", "sweep"} and len(cmds) >= 3
+    assert {c[0] for c in cmds} == {"run", "sweep", "grid"} and len(cmds) >= 3
 
 
 @pytest.mark.slow
@@ -264,6 +265,15 @@ def test_each_readme_simulate_command_runs_the_workers_it_says(argv, tmp_path):
         kinds = [w["kind"] for w in summary["workers"]]
         asked = _asked(argv)
         assert (kinds.count("gpu"), kinds.count("cpu")) == (asked["gpu"], asked["cpu"]), summary["workers_by_kind"]
+    elif argv[0] == "grid":                               # every combination once per seed, each on the workers asked
+        import pandas as pd
+        combos = math.prod(len(argv[i + 1].split("=", 1)[1].split(",")) for i, a in enumerate(argv) if a == "--vary")
+        seeds = len(argv[argv.index("--seeds") + 1].split(",")) if "--seeds" in argv else 1
+        runs = pd.read_csv(out / "grid_runs.csv")
+        assert len(runs) == combos * seeds and set(runs["status"]) <= {"completed", "diverged"}
+        for run_dir in runs["run_dir"]:
+            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+            assert [w["kind"] for w in summary["workers"]].count("cpu") == _asked(argv)["cpu"]
     else:
         points = [int(w) for w in argv[argv.index("--workers") + 1].split(",")]
         runs = sorted(p for p in out.rglob("summary.json"))
