@@ -80,5 +80,5 @@ def test_defaults_unchanged_by_descriptions():
         "compression_ratio": 0.01, "compression_rank": 4, "compression_levels": 16, "topology": "ring",
         "error_feedback": True,
         "epochs": 5.0, "steps": None,
-        "eval_every": None, "seed": 0, "out": None, "checkpoint_every": "60s", "checkpoint_keep": 2,
+        "eval_every": None, "early_stop": None, "seed": 0, "out": None, "checkpoint_every": "60s", "checkpoint_keep": 2,
         "out_private": True}

@@ -185,7 +185,7 @@ def test_the_constrained_fields_are_the_ranged_ones():
 SAME_AS = {"blas_threads": "round_size", "n_layers": "round_size", "d_model": "round_size", "n_heads": "round_size",
            "context": "round_size", "checkpoint_keep": "round_size", "out_private": "download",
            "min_workers": "steps", "elastic": "download", "standardize": "download",
-           "grad_clip": "weight_decay"}
+           "grad_clip": "weight_decay", "early_stop": "steps"}
 _GPT = {"model": "gpt", "dataset": "markov_text", "algorithm": "sync_sgd"}
 N_HEADS_MAX = 10**4
 # min_workers applies with elastic, and is at most the workers: as many as a count may be

@@ -67,6 +67,7 @@ NEW_VALUES = {
     "split": ("speed", "speed"),
     "steps": (100, 100),
     "eval_every": (10, 10),
+    "early_stop": (3, 3),
     "simulate": (True, True),
     "device": ("a100", "a100"),
     "cpu_device": ("power8", "power8"),
@@ -128,6 +129,7 @@ def test_every_control_maps_onto_a_config_field(dash):
         dash.controls["elastic_sync"].value = "ring"           # refused under any other algorithm
         dash.controls["weight_return"].value = "chunks"        # (cgdp's alone)
         dash.controls["grad_clip"].value = 0.0                 # (refused by cgdp)
+        dash.controls["early_stop"].value = 0                  # (refused by ltfb)
         if name in ("elastic_sync", "weight_return"):
             dash.controls["algorithm"].value = {"elastic_sync": "sync_easgd", "weight_return": "cgdp"}[name]
         if name in GPT_KNOBS:

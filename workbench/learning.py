@@ -95,7 +95,7 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
     >>> ev = pd.DataFrame({"worker": ["0"] * 4, "step": [9, 19, 29, 39], "train_loss": [2.0, 1.0, 0.5, 0.1],
     ...                    "test_loss": [2.1, 1.5, 1.9, 3.0]})
     >>> print(overfit_note({"dataset": "digits"}, ev, n_params=1000))
-    overfitting: the test loss rose from its best, 1.5 after 20 steps, to 3 after 40 while the training loss fell from 1 to 0.1: the model (1,000 parameters) is learning its 1,438 training rows by heart; it was best after 20 steps: run 20 steps, or give it more data or a smaller model
+    overfitting: the test loss rose from its best, 1.5 after 20 steps, to 3 after 40 while the training loss fell from 1 to 0.1: the model (1,000 parameters) is learning its 1,438 training rows by heart; it was best after 20 steps: run 20 steps (early_stop stops a run whose test loss stopped falling), or give it more data or a smaller model
     >>> overfit_note({"dataset": "digits"}, ev.assign(train_loss=[2.0, 1.0, 1.5, 2.5])) is None   # both rose
     True
     """
@@ -119,9 +119,37 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
     what = f"the model{f' ({n_params:,} parameters)' if n_params else ''} is learning its {held or 'training set'} by heart"
     where = ("its parameters then are kept (params_best.npy; predict and generate take them with --best)"
              if kept and kept.get("steps") == at else f"run {at} steps")
+    if not config.get("early_stop"):      # the run may stop there by itself
+        where += " (early_stop stops a run whose test loss stopped falling)"
     return (f"overfitting: the test loss rose from its best, {best_loss:.3g} after {at} steps, to {final_loss:.3g} "
             f"after {end} while the training loss fell from {best_train:.3g} to {final_train:.3g}: {what}; it was "
             f"best after {at} steps: {where}, or give it more data or a smaller model")
+
+
+def early_stop_note(summary: dict[str, Any]) -> str | None:
+    """The sentence for a run that `early_stop` ended (`summary["early_stopped"]`), else None.
+
+    >>> early = {"evaluated_at": 700, "patience": 3, "best_steps": 400, "best_test_loss": 0.1234, "synchronous": True}
+    >>> print(early_stop_note({"early_stopped": early, "steps": 701, "total_steps_planned": 1000}))
+    early_stop 3: the test loss had not gone below its best, 0.1234 after 400 steps, in 3 evaluations, so the run stopped after 701 of its 1,000 planned steps; its parameters at the best are kept (params_best.npy; predict and generate take them with --best)
+    >>> print(early_stop_note({"early_stopped": {**early, "synchronous": False}, "steps": 980, "total_steps_planned": 1000}))
+    early_stop 3: the test loss had not gone below its best, 0.1234 after 400 steps, in 3 evaluations, so rank 0 asked every worker to stop after 700 steps; they ran up to 980 of the 1,000 planned (an asynchronous worker stops when the request reaches it); its parameters at the best are kept (params_best.npy; predict and generate take them with --best)
+    """
+    early = summary.get("early_stopped")
+    if not early:
+        return None
+    ran, planned = summary.get("steps"), summary.get("total_steps_planned")
+    if ran is None or not planned:
+        where = f"so the run stopped after the evaluation at {early['evaluated_at']:,} steps"
+    elif early.get("synchronous", True):
+        where = f"so the run stopped after {ran:,} of its {planned:,} planned steps"
+    else:
+        where = (f"so rank 0 asked every worker to stop after {early['evaluated_at']:,} steps; they ran up to {ran:,} "
+                 f"of the {planned:,} planned (an asynchronous worker stops when the request reaches it)")
+    n = early["patience"]
+    return (f"early_stop {n}: the test loss had not gone below its best, {early['best_test_loss']:.4g} after "
+            f"{early['best_steps']:,} steps, in {n} evaluation{'s' if n > 1 else ''}, {where}; its parameters at the "
+            "best are kept (params_best.npy; predict and generate take them with --best)")
 
 
 def clip_note(clip: dict[str, Any] | None) -> str | None:

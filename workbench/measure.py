@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .learning import clip_note
+from .learning import clip_note, early_stop_note
 
 COMPONENTS = ("compute_s", "comm_s", "wait_s")   # the booked parts of a step, as STEP_COLUMNS name them
 WARMUP_STEPS = 3          # each worker's first steps: lazy set-up, never steady
@@ -319,7 +319,7 @@ def run_workers(summary: dict[str, Any]) -> int | None:
 def notes(summary: dict[str, Any]) -> list[str]:
     """The sentences a run's numbers come with (CLI, status line, reports): a run that
     learned nothing or learned its training set by heart (`summary["learning_note"]`,
-    `summary["overfit_note"]`, `workbench.learning`), gradient clipping that changed nothing or
+    `summary["overfit_note"]`, `workbench.learning`), a run `early_stop` ended, gradient clipping that changed nothing or
     nearly every update (`learning.clip_note`), a steady state not
     reached, more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`).
@@ -327,7 +327,8 @@ def notes(summary: dict[str, Any]) -> list[str]:
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
     ['other processes used 1.6 of 2 cores ...']
     """
-    return [n for n in (summary.get("learning_note"), summary.get("overfit_note"), clip_note(summary.get("grad_clip")),
+    return [n for n in (summary.get("learning_note"), summary.get("overfit_note"), early_stop_note(summary),
+                        clip_note(summary.get("grad_clip")),
                         steady_note(summary.get("steady"), run_workers(summary)),
                         summary.get("crowding_note"), summary.get("machine_note")) if n]
 

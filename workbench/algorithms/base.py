@@ -94,6 +94,8 @@ class WorkerContext:
     elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
     best: tuple[int, float, Any] | None = None   # rank 0: (steps run, test loss, parameters) at its lowest test loss
+    since_best: int = 0          # rank 0: evaluations since that lowest test loss (`early_stop`)
+    early_stopped: dict[str, Any] | None = None   # rank 0: where `early_stop` ended the run
     rows_out: Any = None               # a ring to the client on this host for the step rows (`comm.rowring`);
     #   None: they go with the live batches
     _pending: list[dict] = field(default_factory=list)
@@ -253,6 +255,27 @@ class WorkerContext:
             loss = scores.get("test_loss")
             if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best[1]):
                 self.best = (step + 1, float(loss), np.array(to_numpy(params), copy=True))
+                self.since_best = 0
+            elif self.best is not None:
+                self.since_best += 1
+                patience = self.config.early_stop
+                if patience is not None and self.since_best >= patience and self.early_stopped is None \
+                        and step + 1 < self.plan.total_steps:
+                    self.stop_early(step, patience)
+
+    def stop_early(self, step: int, patience: int) -> None:
+        """`early_stop`'s decision, on rank 0 at the evaluation after `step`: the test loss has
+        not gone below its best for `patience` evaluations. Asks every loop to stop (a
+        synchronous run's stop question carries it to all at the next step, so they end
+        together) and says why in an event; the engine reads the run as completed."""
+        at, loss = self.best[0], self.best[1]          # type: ignore[index]
+        self.early_stopped = {"evaluated_at": step + 1, "patience": patience, "best_steps": at,
+                              "best_test_loss": loss}
+        self.event("early_stop", f"the test loss has not gone below its best, {loss:.4g} after {at} steps, in "
+                   f"{patience} evaluation{'s' if patience > 1 else ''} (early_stop {patience}): stopping after "
+                   f"{step + 1} steps")
+        if self.control is not None:
+            self.control.request_stop("early_stop")
 
     def event(self, event: str, message: str) -> None:
         self.record(event_record(self.now(), event, self.rank, message))
@@ -290,7 +313,8 @@ class WorkerContext:
         or "ended" (where the loop ended: a stopped run's checkpoint, `run_loop`)."""
         self.flush(force=True)
         if self.best is not None and state:   # rank 0's parameters at its lowest test loss go on with the run
-            state = {**state, "best.params": self.best[2], "best.steps": self.best[0], "best.test_loss": self.best[1]}
+            state = {**state, "best.params": self.best[2], "best.steps": self.best[0], "best.test_loss": self.best[1],
+                     "best.since": self.since_best}
         if self.emit is not None:
             batch = {"kind": "state", "rank": self.rank, "step": int(step), "time": self.now(),
                      "clock": self.timer(), "t_start": self.t_start, "state": state}
@@ -802,6 +826,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         kept = ctx.resume["state"]
         if "best.params" in kept and ctx.rank == 0:   # the best so far, from before the checkpoint (`evaluated`)
             ctx.best = (int(kept["best.steps"]), float(kept["best.test_loss"]), np.asarray(kept["best.params"]))
+            ctx.since_best = int(kept.get("best.since", 0))
         first = int(ctx.resume["step"])
     step = first - 1
     sync, total = algo.sync, plan.total_steps
@@ -852,4 +877,5 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     params = algo.finish()
     ctx.flush(done=True)
     return {"status": status, "params": params, "last_step": step, "summary": algo.ended_summary(),
-            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best}
+            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best,
+            "early_stopped": ctx.early_stopped}

@@ -442,6 +442,12 @@ class RunConfig(BaseModel):
     eval_every: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "length"}, description=(
         "Global steps between evaluations on the test set (whole number >= 1); unset: once per "
         "epoch."))
+    early_stop: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "length"}, description=(
+        "Stop once this many evaluations in a row have not lowered the test loss below its best "
+        "(whole number >= 1; unset: the whole plan). Rank 0 decides at the evaluation; the workers stop "
+        "after their next step (a synchronous run all at the same step, so the run reproduces); the run "
+        "completes, its parameters at the best are kept (params_best.npy) and summary['early_stopped'] "
+        "says where. Not with ltfb (each trainer is evaluated on its own)."))
     seed: WholeFrom0 = Field(0, json_schema_extra={"group": "length"}, description=(
         "Random seed (whole number >= 0) for initial weights and the minibatch order; the same "
         "seed gives the same data order whatever the number of workers."))

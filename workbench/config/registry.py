@@ -292,7 +292,11 @@ def _ltfb_peak_lr(config: Any) -> float:
 
 def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
     """LTFB's trainers: at most the workers and a divisor of them, each trainer's share of the
-    data leaving a batch besides its tournament set, every trainer's lr a float32 number."""
+    data leaving a batch besides its tournament set, every trainer's lr a float32 number; no
+    early stop (each trainer has its own test loss)."""
+    if config.early_stop is not None:   # whose test loss? every trainer's is its own (and tournaments swap models)
+        return ("early_stop", "unset for ltfb (each trainer is evaluated on its own; its tournaments already keep the "
+                "better model)", config.early_stop)
     workers = config.n_workers
     if workers is not None and config.trainers > workers:
         return "trainers", f"at most the number of workers ({workers})", config.trainers

@@ -186,14 +186,15 @@ def _client_for(config: RunConfig, cluster: Any) -> Any:
 
 
 def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | None], diverged_event: bool,
-                  stop_asked: bool, size: int | None = None) -> str:
+                  stop_asked: bool, size: int | None = None, early_stop: bool = False) -> str:
     """The one status rule, for every transport, in this order:
 
     failed when a synchronous run lost a worker, when every one of the run's `size`
     workers was lost (an asynchronous run too: nothing finished), or when the transport
     itself is gone;
     diverged when any loop (or event) says so; stopped when a stop was asked or a loop
-    stopped; failed when a loop failed; else completed.
+    stopped, but completed when the loops stopped on rank 0's `early_stop` decision and
+    nobody else asked; failed when a loop failed; else completed.
 
     >>> decide_status(sync=True, lost={1: "w1"}, gone=False, statuses=["diverged"], diverged_event=True,
     ...               stop_asked=False)
@@ -207,13 +208,16 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     >>> decide_status(sync=False, lost={0: "w0", 1: "w1"}, gone=False, statuses=[], diverged_event=False,
     ...               stop_asked=False, size=2)
     'failed'
+    >>> decide_status(sync=True, lost={}, gone=False, statuses=["stopped"] * 2, diverged_event=False,
+    ...               stop_asked=False, early_stop=True)
+    'completed'
     """
     if (lost and sync) or gone or (size is not None and len(lost) >= size):
         return "failed"
     if "diverged" in statuses or diverged_event:
         return "diverged"
     if stop_asked or "stopped" in statuses:
-        return "stopped"
+        return "completed" if early_stop and not stop_asked else "stopped"
     if "failed" in statuses:
         return "failed"
     return "completed"
@@ -618,15 +622,18 @@ class _Monitor:
         for rank, res in self.results.items():
             if res.get("started") is not None:
                 self.collector.started.setdefault(self.ids[rank], res["started"])
+        early = self.results.get(0, {}).get("early_stopped")     # rank 0's `early_stop` decision, if it made one
         status = decide_status(sync=self.setup.spec.sync, lost=self.lost, gone=self.gone,
                                statuses=[res.get("status") for res in self.results.values()],
                                diverged_event=any(e.get("event") == "diverged"
                                                   for e in self.collector.rows.get("event", [])),
-                               stop_asked=self.stop_asked, size=self.setup.size)
+                               stop_asked=self.stop_asked, size=self.setup.size, early_stop=early is not None)
         errors = {str(self.ids[r]): res["error"] for r, res in self.results.items() if res.get("error")}
         extra: dict[str, Any] = {"lost_workers": dict(sorted((str(self.ids[r]), a) for r, a in self.lost.items()))}
         if errors:
             extra["errors"] = errors
         for res in self.results.values():
             extra.update(res.get("summary", {}))
+        if early is not None and status == "completed":   # (an asynchronous run's workers stop as the request reaches them)
+            extra["early_stopped"] = {**early, "synchronous": bool(self.setup.spec.sync)}
         return status, self.results.get(0, {}).get("params"), extra

@@ -103,6 +103,9 @@ def lockstep_refusal(setup: Any, costs: Any = None) -> str | None:
         # of one array: a rule that takes layer norms is not promised the same bits on a row of a
         # stacked array as on a separate one (a parameter server's rule runs on its own arrays)
         return f"{' / '.join(normed)}: layer norms computed per worker"
+    if spec.fast_path == "server" and c.early_stop is not None:
+        # the replay runs the maths behind the timing: a stop decided from a test loss would come late
+        return "early_stop: the replay computes the test loss behind the timing it decides"
     if spec.fast_path == "server" and spec.needs.server == "elastic_centre" and c.grad_clip:
         return "grad_clip: each worker's gradient norm computed on its own"
     return None
@@ -260,7 +263,7 @@ class Lockstep:
             ctx.flush(done=True)
             results.append({"status": status, "params": params_out, "last_step": step,
                             "summary": algo.ended_summary() if r == 0 else {}, "steps": ctx.step_columns(),
-                            "started": ctx.started_wall, "best": ctx.best})
+                            "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped})
         return results
 
 
@@ -312,7 +315,7 @@ class HogwildLockstep(Lockstep):
             params_out = algo0.finish() if r == 0 else None      # the buffer as rank 0 ends
             ctx.flush(done=True)
             results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
-                          "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best}
+                          "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped}
 
         def begin(r: int, step: int) -> bool:
             """run_loop's top of `step` and HogwildSGD.step up to its compute: True when it computes."""

@@ -559,5 +559,5 @@ class ServerLockstep(Lockstep):
             ctx.flush(done=True)
             results.append({"status": res.get("status", "failed"), "params": params_out,
                             "last_step": res.get("last_step", -1), "summary": summary if r == 0 else {},
-                            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best})
+                            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped})
         return results

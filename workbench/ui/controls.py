@@ -386,6 +386,8 @@ CONTROLS: tuple[Control, ...] = (
        to_field=_zero_is_none, from_field=_none_is_zero),
     _c("eval_every", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
        to_field=_zero_is_none, from_field=_none_is_zero),
+    _c("early_stop", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**6, **_desc(n, UNSET_ZERO)),
+       to_field=_zero_is_none, from_field=_none_is_zero, applies=lambda c: c.algorithm != "ltfb"),
     _c("seed", _int(0, 2**31 - 1)),
 )
 CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field

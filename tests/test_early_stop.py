@@ -1,0 +1,154 @@
+"""`early_stop`: a run ends once its test loss has not gone below its best for N evaluations
+in a row. The oracle is the same run without it: its evaluations, read by hand, say where
+the decision falls, and the stopped run must be that run's prefix. Then every path that
+stops on it (threads, a real Dask cluster, the simulator's lockstep and per-worker paths,
+an asynchronous run) and a resume that crosses the decision."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workbench as wb
+from workbench.config import ConfigError, RunConfig
+from workbench.execution.engine import execute, run_threads
+from workbench.measure import notes
+from workbench.sim.transport import SimTransport
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_resume import killed_after, same_records  # noqa: E402
+from test_sim_lockstep import _same  # noqa: E402
+
+# digits, batch 32, lr 0.1, evaluated every 20 steps: the test loss is lowest after 280 steps
+# and does not go below it at 300, 320 and 340 (checked against the full run below)
+BASE = dict(dataset="digits", model="mlp", batch_size=32, lr=0.1, epochs=30, eval_every=20, seed=0)
+
+
+def decision(evals: pd.DataFrame, patience: int) -> tuple[int, int, float] | None:
+    """Where `early_stop patience` decides, read off a full run's evaluations by hand:
+    (steps at the deciding evaluation, steps at the best, the best test loss)."""
+    best, best_at, since = None, None, 0
+    for steps, loss in zip(evals["step"] + 1, evals["test_loss"]):
+        if best is None or loss < best:
+            best, best_at, since = loss, steps, 0
+        else:
+            since += 1
+            if since >= patience:
+                return int(steps), int(best_at), float(best)
+    return None
+
+
+@pytest.fixture(scope="module")
+def full():
+    """sync_sgd on 2 workers (threads) through the whole plan: the oracle."""
+    return run_threads(RunConfig(algorithm="sync_sgd", cpus=2, **BASE))
+
+
+def test_a_synchronous_run_stops_after_the_evaluation_that_exhausts_its_patience(full):
+    at, best_at, best = decision(full.evals, 3)
+    assert best_at < at < full.summary["total_steps_planned"]
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE))
+    assert got.status == "completed"
+    s = got.summary
+    assert s["early_stopped"] == {"evaluated_at": at, "patience": 3, "best_steps": best_at, "best_test_loss": best,
+                                  "synchronous": True}
+    # every worker ran the step the decision rode on, and no more
+    assert got.steps.groupby("worker")["step"].max().tolist() == [at, at] and s["steps"] == at + 1
+    # a prefix of the full run: the same evaluations up to the decision, the same steps' losses
+    ev = got.evals.sort_values("step").reset_index(drop=True)
+    pd.testing.assert_frame_equal(ev[["step", "test_loss", "test_accuracy"]],
+                                  full.evals[full.evals["step"] < at][["step", "test_loss", "test_accuracy"]]
+                                  .reset_index(drop=True))
+    key = ["worker", "step"]
+    a = got.steps.sort_values(key)["loss"].to_numpy()
+    b = full.steps[full.steps["step"] <= at].sort_values(key)["loss"].to_numpy()
+    assert np.array_equal(a, b)
+    assert s["best_test_loss"] == best and s["best_test_loss_step"] == best_at
+    said = [n for n in notes(s) if n.startswith("early_stop")]
+    assert len(said) == 1 and f"stopped after {at + 1:,} of its {s['total_steps_planned']:,}" in said[0]
+    assert any(e["event"] == "early_stop" for e in got.events)
+
+
+def test_patience_longer_than_the_plan_changes_nothing(full):
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=1000, **BASE))
+    assert got.status == "completed" and "early_stopped" not in got.summary
+    assert np.array_equal(got.params, full.params)
+
+
+def test_a_stop_asked_by_the_user_is_still_a_stop(full):
+    seen: list = []
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE), on_record=seen.extend,
+                      should_stop=lambda: len(seen) > 0)
+    assert got.status == "stopped" and "early_stopped" not in got.summary
+
+
+@pytest.mark.cluster
+def test_on_a_real_dask_cluster_the_run_stops_at_the_same_step(client, full):
+    at, _, _ = decision(full.evals, 3)
+    got = wb.run(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE), cluster=client, progress=False)
+    assert got.status == "completed" and got.summary["early_stopped"]["evaluated_at"] == at
+    assert got.steps.groupby("worker")["step"].max().tolist() == [at, at]
+
+
+@pytest.mark.parametrize("extra", [dict(algorithm="sync_sgd", cpus=4), dict(algorithm="hogwild_sgd", cpus=4),
+                                   dict(algorithm="local_sgd", cpus=3, tau=4)],
+                         ids=["replicas", "shared", "per-worker"])
+def test_the_simulators_paths_stop_where_the_per_worker_path_stops(extra):
+    config = RunConfig(**{**BASE, "simulate": True, "early_stop": 2, **extra})
+    fast, oracle = SimTransport(), SimTransport(lockstep=False)
+    a, b = execute(config, fast), execute(config, oracle)
+    assert a.status == b.status == "completed"
+    assert a.summary["early_stopped"] == b.summary["early_stopped"]
+    assert a.summary["steps"] < a.summary["total_steps_planned"]
+    _same(a, b)
+
+
+def test_the_server_replay_leaves_early_stop_to_the_per_worker_path():
+    from workbench.sim.lockstep import lockstep_refusal
+    tr = SimTransport()
+    got = execute(RunConfig(**{**BASE, "algorithm": "async_sgd", "cpus": 2, "simulate": True, "early_stop": 2}), tr)
+    assert tr.path == "per worker"
+    assert lockstep_refusal(tr.setup, tr.costs) == "early_stop: the replay computes the test loss behind the timing it decides"
+    early = got.summary["early_stopped"]
+    assert got.status == "completed" and early["synchronous"] is False
+    # rank 0 stops at the top of its next step; the others at theirs once it has asked, having stepped
+    # on while rank 0 evaluated (virtual time: 10 steps here, of 1,320 planned)
+    last = got.steps.groupby("worker")["step"].max()
+    assert last[0] == early["evaluated_at"] - 1 and (last < early["evaluated_at"] + 20).all()
+    again = execute(RunConfig(**{**BASE, "algorithm": "async_sgd", "cpus": 2, "simulate": True, "early_stop": 2}),
+                    SimTransport())
+    _same(got, again)                                          # and the simulator says it the same way every time
+
+
+def test_an_asynchronous_run_on_threads_stops_rank_0_at_once_and_says_how_far_the_others_ran():
+    got = run_threads(RunConfig(algorithm="async_sgd", cpus=2, early_stop=3, **BASE))
+    early = got.summary["early_stopped"]
+    assert got.status == "completed" and early["synchronous"] is False
+    assert got.steps.groupby("worker")["step"].max()[0] == early["evaluated_at"] - 1
+    said = [n for n in notes(got.summary) if n.startswith("early_stop")]
+    assert f"rank 0 asked every worker to stop after {early['evaluated_at']:,} steps" in said[0]
+
+
+def test_a_resumed_run_counts_the_evaluations_since_its_best_from_before_the_checkpoint(tmp_path, full):
+    # the checkpoint at 300 comes one evaluation after the best (280): a resumed run that forgot
+    # that evaluation would decide at 360, not 340
+    at, _, _ = decision(full.evals, 3)
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, checkpoint_every=100, checkpoint_keep=100, **BASE)
+    whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
+    assert whole.summary["early_stopped"]["evaluated_at"] == at == 340
+    assert killed_after(tmp_path / "whole", tmp_path / "cut", 3) == 300
+    resumed = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from"]["step"] == 300
+    assert resumed.summary["early_stopped"] == whole.summary["early_stopped"]
+    same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
+    assert np.array_equal(whole.params, resumed.params)
+    assert np.array_equal(whole.best_params, resumed.best_params)
+
+
+def test_ltfb_refuses_it_naming_the_field():
+    with pytest.raises(ConfigError) as err:
+        RunConfig(algorithm="ltfb", cpus=2, trainers=2, early_stop=3)
+    assert err.value.field == "early_stop" and "each trainer is evaluated on its own" in str(err.value)
