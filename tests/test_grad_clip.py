@@ -5,11 +5,14 @@ single-process training that clips, a real Dask cluster, the counts in the summa
 note, and the combinations refused."""
 from __future__ import annotations
 
+import html
+import json
+
 import numpy as np
 import pytest
 
 from workbench.config import ConfigError, RunConfig
-from workbench.learning import clip_note
+from workbench.learning import clip_note, clip_text
 from workbench.maths.models import make_model
 from workbench.maths.optim import OptimizerSettings, clip_factor, layout_of, make_optimizer
 
@@ -212,3 +215,16 @@ def test_the_simulator_charges_clipping_three_passes_and_the_run_is_otherwise_th
     a, b = run(cfg, progress=False), run(cfg.replace(grad_clip=1e6), progress=False)
     assert np.array_equal(a.params, b.params)                                          # nothing was clipped
     assert b.summary["wall_time_s"] > a.summary["wall_time_s"]                         # but the norm was taken
+
+
+def test_the_cli_and_the_report_say_how_often_it_clipped(tmp_path, capsys):
+    from workbench.apps.cli import main
+    out = tmp_path / "run"
+    assert main(["run", "--algorithm", "sync_sgd", "--cpus", "2", "--simulate", "--steps", "20", "--lr", "0.3",
+                 "--grad-clip", "0.4", "--out", str(out), "--no-progress"]) == 0
+    said = [line.strip() for line in capsys.readouterr().out.splitlines() if "gradient clipping at norm 0.4" in line]
+    summary = json.loads((out / "summary.json").read_text())
+    assert said == [clip_text(summary["grad_clip"])]
+    assert "of 20 updates clipped" in said[0] and "every update" in said[0]
+    report = (out / "report.html").read_text()
+    assert html.escape(said[0]) in report

@@ -262,6 +262,24 @@ def _unscaled(config: dict[str, Any]) -> str | None:
     return unscaled(data.X_train)
 
 
+def clip_text(clip: dict[str, Any] | None) -> str | None:
+    """A clipping run's counts and gradient norms (`summary["grad_clip"]`), in one line; None
+    for a run that did not clip.
+
+    >>> print(clip_text({"max_norm": 1.0, "updates": 300, "clipped": 91, "clipped_share": 91 / 300, "mean_norm": 0.84,
+    ...                  "largest_norm": 2.9, "counted": "every update"}))
+    gradient clipping at norm 1: 91 of 300 updates clipped (30%; every update); the gradients' norm 0.84 on average, 2.9 at most
+    """
+    if not clip or not clip.get("updates"):
+        return None
+    mean, largest = clip.get("mean_norm"), clip.get("largest_norm")
+    norms = "" if mean is None or largest is None else \
+        f"; the gradients' norm {mean:.3g} on average, {largest:.3g} at most"
+    who = clip.get("counted")
+    return (f"gradient clipping at norm {clip['max_norm']:g}: {clip['clipped']:,} of {clip['updates']:,} updates "
+            f"clipped ({clip['clipped'] / clip['updates']:.0%}{'; ' + who if who else ''}){norms}")
+
+
 def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:
     """A run's test accuracy class by class (`summary["per_class"]`, a data file of the
     user's), in one line; None when it has none.

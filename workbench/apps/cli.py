@@ -649,10 +649,10 @@ def _report_run(result: Any, config: RunConfig) -> int:
     from ..measure import notes
     for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
         print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")
-    from ..learning import per_class_text
-    classes = per_class_text(s.get("per_class"))
-    if classes:   # a data file of yours: where its accuracy comes from
-        print(f"  {classes}")
+    from ..learning import clip_text, per_class_text
+    for line in (per_class_text(s.get("per_class")), clip_text(s.get("grad_clip"))):
+        if line:   # a data file of yours: where its accuracy comes from; a clipping run: how often it clipped
+            print(f"  {line}")
     out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     _write_report(result, out)

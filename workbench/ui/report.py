@@ -309,7 +309,8 @@ def _summary_html(result: RunResult) -> str:
     head = '<tr><th class="text">quantity</th><th>value</th><th class="text">unit</th><th class="text">key</th></tr>'
     notes = "".join(f'<p class="notes machine">{html.escape(n)}</p>' for n in measure.notes(s)) + \
         "".join(f'<p class="notes machine">warning: {html.escape(w)}</p>' for w in s.get("warnings") or ()) + \
-        "".join(f'<p class="notes">{html.escape(t)}</p>' for t in [learning.per_class_text(s.get("per_class"))] if t)
+        "".join(f'<p class="notes">{html.escape(t)}</p>'
+                for t in [learning.per_class_text(s.get("per_class")), learning.clip_text(s.get("grad_clip"))] if t)
     return f"{notes}<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
