@@ -200,7 +200,11 @@ CONTEXT.update({"n_layers": _GPT, "d_model": {**_GPT, "n_heads": 1}, "context": 
 # Fields added after the capture with bounds no captured field has: what they allow, said in
 # their one-line errors; their bounds are walked against it (inside: kept, outside or a
 # wrong type: refused with exactly this text).
-NEW_BOUNDED = {"test_fraction": "a number in (0, 1)"}
+NEW_BOUNDED = {"test_fraction": "a number in (0, 1)", "val_fraction": "a number in [0, 1)"}
+INSIDE = {"test_fraction": lambda v: 0 < v < 1, "val_fraction": lambda v: 0 <= v < 1}
+# inside the type's bounds, but refused by the data: a share of digits' 1,438 training rows that holds none out
+TOO_FEW = {"val_fraction": (lambda v: 0 < v < 1 / 1438, "0, or at least 1/1,438 = 0.000695, so that at least one "
+                            "of the 1,438 training rows is held out")}
 
 
 def _whole_above(v, limit: int) -> bool:
@@ -218,8 +222,10 @@ def _walk_new_bounds(field: str) -> None:
             got = outcome(field, value, "default")
             if isinstance(value, (bool, str)):
                 assert got == "E:a number (not true/false)", (field, value, got)
-            elif 0 < value < 1:
-                assert got == f"ok:{value!r}", (field, value, got)
+            elif field in TOO_FEW and TOO_FEW[field][0](value):
+                assert got == f"E:{TOO_FEW[field][1]}", (field, value, got)
+            elif INSIDE[field](value):
+                assert got == f"ok:{float(value)!r}", (field, value, got)
             else:
                 assert got == f"E:{allowed}", (field, value, got)
 

@@ -91,6 +91,7 @@ NEW_VALUES = {
     "compression_levels": (4, 4),
     "error_feedback": (False, False),
     "test_fraction": (0.3, 0.3),
+    "val_fraction": (0.1, 0.1),
     # the GPT's knobs (set with model gpt, which brings the text dataset along): before model_args
     "n_layers": (3, 3),
     "d_model": (32, 32),

@@ -27,11 +27,11 @@ from test_sim_lockstep import _same  # noqa: E402
 BASE = dict(dataset="digits", model="mlp", batch_size=32, lr=0.1, epochs=30, eval_every=20, seed=0)
 
 
-def decision(evals: pd.DataFrame, patience: int) -> tuple[int, int, float] | None:
+def decision(evals: pd.DataFrame, patience: int, column: str = "test_loss") -> tuple[int, int, float] | None:
     """Where `early_stop patience` decides, read off a full run's evaluations by hand:
-    (steps at the deciding evaluation, steps at the best, the best test loss)."""
+    (steps at the deciding evaluation, steps at the best, the best loss of `column`)."""
     best, best_at, since = None, None, 0
-    for steps, loss in zip(evals["step"] + 1, evals["test_loss"]):
+    for steps, loss in zip(evals["step"] + 1, evals[column]):
         if best is None or loss < best:
             best, best_at, since = loss, steps, 0
         else:
@@ -53,8 +53,8 @@ def test_a_synchronous_run_stops_after_the_evaluation_that_exhausts_its_patience
     got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE))
     assert got.status == "completed"
     s = got.summary
-    assert s["early_stopped"] == {"evaluated_at": at, "patience": 3, "best_steps": best_at, "best_test_loss": best,
-                                  "synchronous": True}
+    assert s["early_stopped"] == {"evaluated_at": at, "patience": 3, "best_steps": best_at, "on": "test",
+                                  "best_loss": best, "synchronous": True}
     # every worker ran the step the decision rode on, and no more
     assert got.steps.groupby("worker")["step"].max().tolist() == [at, at] and s["steps"] == at + 1
     # a prefix of the full run: the same evaluations up to the decision, the same steps' losses
@@ -146,6 +146,30 @@ def test_a_resumed_run_counts_the_evaluations_since_its_best_from_before_the_che
     same_records(tmp_path / "whole", tmp_path / "cut", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
     assert np.array_equal(whole.best_params, resumed.best_params)
+
+
+def test_with_a_validation_set_the_validation_loss_decides_and_the_test_set_judges_the_choice():
+    # 20% of digits' training rows held out: never trained on, scored at every evaluation; the
+    # best parameters and the stop go by them, and the test loss at that evaluation is reported
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, val_fraction=0.2, **BASE)
+    whole = run_threads(cfg)
+    assert whole.evals["val_loss"].notna().all() and whole.summary["total_steps_planned"] == 30 * (1151 // 32)
+    at, best_at, best = decision(whole.evals, 3, "val_loss")
+    got = run_threads(cfg.replace(early_stop=3))
+    s = got.summary
+    assert s["early_stopped"] == {"evaluated_at": at, "patience": 3, "best_steps": best_at, "on": "validation",
+                                  "best_loss": best, "synchronous": True}
+    assert s["params_best"] == {"steps": best_at, "val_loss": best} and s["best_val_loss"] == best
+    row = whole.evals[whole.evals["step"] == best_at - 1].iloc[0]
+    assert s["test_loss_at_best_val"] == row["test_loss"] and s["test_accuracy_at_best_val"] == row["test_accuracy"]
+    # the kept parameters are the ones evaluated there: scored again, they give that evaluation's numbers
+    from workbench.maths.metrics import Evaluator
+    from workbench.problem import Problem
+    problem = Problem.from_config(cfg)
+    again = Evaluator(problem.model, problem.data)(got.best_params)
+    assert again["val_loss"] == pytest.approx(best, rel=1e-6) and again["test_loss"] == pytest.approx(row["test_loss"],
+                                                                                                      rel=1e-6)
+    assert any("the validation loss had not gone below its best" in n for n in notes(s))
 
 
 def test_ltfb_refuses_it_naming_the_field():

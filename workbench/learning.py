@@ -71,13 +71,19 @@ def best_test_loss(evals: Any) -> tuple[Any, Any] | None:
     """The evaluation stream a run's final numbers come from (the last row's: one model's, or
     a tournament's last trainer's), step by step, and the row of its lowest test loss; None
     without a finite test loss. A (stream, best row) pair of pandas objects."""
-    if evals is None or not len(evals) or "test_loss" not in evals:
+    return lowest(evals, "test_loss")
+
+
+def lowest(evals: Any, column: str) -> tuple[Any, Any] | None:
+    """`best_test_loss` by any loss column (`val_loss`: the validation set's): the stream and
+    the row of its lowest finite value; None without one."""
+    if evals is None or not len(evals) or column not in evals:
         return None
     stream = evals[evals["worker"].astype(str) == str(evals["worker"].iloc[-1])]
-    finite = stream[stream["test_loss"].map(lambda v: v is not None and math.isfinite(float(v)))]
+    finite = stream[stream[column].map(lambda v: v is not None and math.isfinite(float(v)))]
     if not len(finite):
         return None
-    return stream, finite.loc[finite["test_loss"].astype(float).idxmin()]
+    return stream, finite.loc[finite[column].astype(float).idxmin()]
 
 
 def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None,
@@ -129,7 +135,8 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
 def early_stop_note(summary: dict[str, Any]) -> str | None:
     """The sentence for a run that `early_stop` ended (`summary["early_stopped"]`), else None.
 
-    >>> early = {"evaluated_at": 700, "patience": 3, "best_steps": 400, "best_test_loss": 0.1234, "synchronous": True}
+    >>> early = {"evaluated_at": 700, "patience": 3, "best_steps": 400, "on": "test", "best_loss": 0.1234,
+    ...          "synchronous": True}
     >>> print(early_stop_note({"early_stopped": early, "steps": 701, "total_steps_planned": 1000}))
     early_stop 3: the test loss had not gone below its best, 0.1234 after 400 steps, in 3 evaluations, so the run stopped after 701 of its 1,000 planned steps; its parameters at the best are kept (params_best.npy; predict and generate take them with --best)
     >>> print(early_stop_note({"early_stopped": {**early, "synchronous": False}, "steps": 980, "total_steps_planned": 1000}))
@@ -147,7 +154,7 @@ def early_stop_note(summary: dict[str, Any]) -> str | None:
         where = (f"so rank 0 asked every worker to stop after {early['evaluated_at']:,} steps; they ran up to {ran:,} "
                  f"of the {planned:,} planned (an asynchronous worker stops when the request reaches it)")
     n = early["patience"]
-    return (f"early_stop {n}: the test loss had not gone below its best, {early['best_test_loss']:.4g} after "
+    return (f"early_stop {n}: the {early.get('on', 'test')} loss had not gone below its best, {early['best_loss']:.4g} after "
             f"{early['best_steps']:,} steps, in {n} evaluation{'s' if n > 1 else ''}, {where}; its parameters at the "
             "best are kept (params_best.npy; predict and generate take them with --best)")
 

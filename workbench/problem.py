@@ -111,10 +111,11 @@ class Problem:
 
     @cached_property
     def shape(self) -> Shape:
-        """The dataset's sizes, width, classes and image shape, from its `DATASETS` entry (no loading)."""
+        """The dataset's sizes, width, classes and image shape, from its `DATASETS` entry (no loading),
+        the validation rows (`val_fraction`) held out of the training ones."""
         c = self.config
         return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                             test_fraction=c.test_fraction, context=c.context)
+                             test_fraction=c.test_fraction, context=c.context).held_out(c.val_fraction)
 
     @cached_property
     def data(self) -> Dataset:
@@ -124,14 +125,15 @@ class Problem:
                             seed=c.seed, data_dir=c.data_dir, download=c.download, test_fraction=c.test_fraction,
                             context=c.context)
         _BUILDS["data"] += 1
+        data = data.hold_out(self.shape.n_val)    # before any statistics: the validation rows stay unseen
         if c.standardize:   # every feature to mean 0, deviation 1 by the training set's statistics
             from .data.files import standardized
             data, self._standardized = standardized(data, c.data_dir)
         s = self.shape
-        got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape)
-        if got != (s.n_train, s.n_test, s.n_features, s.n_classes, s.image_shape):
+        got = (data.n_train, data.n_test, data.n_features, data.n_classes, data.image_shape, data.n_val)
+        if got != (s.n_train, s.n_test, s.n_features, s.n_classes, s.image_shape, s.n_val):
             raise DataError(f"dataset: data matching its DATASETS entry {s}, got {got} "
-                            f"(n_train, n_test, n_features, n_classes, image_shape) for {c.dataset!r}")
+                            f"(n_train, n_test, n_features, n_classes, image_shape, n_val) for {c.dataset!r}")
         return data
 
     def load(self) -> Dataset:

@@ -248,11 +248,12 @@ class WorkerContext:
 
     def evaluated(self, name: str, step: int, epoch: float, now: float, scores: dict[str, Any], params: Any) -> None:
         """Record an evaluation of `params` after (0-based) `step` (`eval_record`); rank 0
-        also keeps a host copy of the parameters of its lowest test loss so far (`best`:
-        the run's `params_best.npy`, what an overfitting run was at its best)."""
+        also keeps a host copy of the parameters of its lowest validation loss so far, or
+        test loss without a validation set (`best`: the run's `params_best.npy`, what an
+        overfitting run was at its best), and counts the evaluations since for `early_stop`."""
         self.record(eval_record(name, step, epoch, now, **scores))
-        if self.rank == 0:
-            loss = scores.get("test_loss")
+        if self.rank == 0:   # the validation loss chooses where there is one (`val_fraction`), else the test loss
+            loss = scores.get("val_loss", scores.get("test_loss"))
             if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best[1]):
                 self.best = (step + 1, float(loss), np.array(to_numpy(params), copy=True))
                 self.since_best = 0
@@ -264,14 +265,16 @@ class WorkerContext:
                     self.stop_early(step, patience)
 
     def stop_early(self, step: int, patience: int) -> None:
-        """`early_stop`'s decision, on rank 0 at the evaluation after `step`: the test loss has
-        not gone below its best for `patience` evaluations. Asks every loop to stop (a
+        """`early_stop`'s decision, on rank 0 at the evaluation after `step`: the validation
+        loss (the test loss without a validation set) has not gone below its best for
+        `patience` evaluations. Asks every loop to stop (a
         synchronous run's stop question carries it to all at the next step, so they end
         together) and says why in an event; the engine reads the run as completed."""
         at, loss = self.best[0], self.best[1]          # type: ignore[index]
-        self.early_stopped = {"evaluated_at": step + 1, "patience": patience, "best_steps": at,
-                              "best_test_loss": loss}
-        self.event("early_stop", f"the test loss has not gone below its best, {loss:.4g} after {at} steps, in "
+        on = "validation" if self.config.val_fraction else "test"
+        self.early_stopped = {"evaluated_at": step + 1, "patience": patience, "best_steps": at, "on": on,
+                              "best_loss": loss}
+        self.event("early_stop", f"the {on} loss has not gone below its best, {loss:.4g} after {at} steps, in "
                    f"{patience} evaluation{'s' if patience > 1 else ''} (early_stop {patience}): stopping after "
                    f"{step + 1} steps")
         if self.control is not None:

@@ -172,6 +172,13 @@ class RunConfig(BaseModel):
         "Share of the examples held out for testing where the data is split here: the generated sets "
         "(mnist1d, synthetic, markov_text), digits, a text file's windows (its end) and a file of yours "
         "holding only X, y (in (0, 1); 0.2). Ignored by datasets with a fixed test set."))
+    val_fraction: FractionBelow1 = Field(
+        0.0, json_schema_extra={"group": "what"}, description=(
+        "Share of the training rows held out as a validation set (in [0, 1); 0 = none): the last rows "
+        "of the training split (a text's last training windows), never trained on, scored at every "
+        "evaluation (val_loss, val_accuracy). With one, the parameters kept as the best and early_stop "
+        "go by the validation loss, so the test set stays out of every choice and its numbers stay an "
+        "honest estimate."))
     # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
     n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
         "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
@@ -443,7 +450,8 @@ class RunConfig(BaseModel):
         "Global steps between evaluations on the test set (whole number >= 1); unset: once per "
         "epoch."))
     early_stop: WholeFrom1OrUnset = Field(None, json_schema_extra={"group": "length"}, description=(
-        "Stop once this many evaluations in a row have not lowered the test loss below its best "
+        "Stop once this many evaluations in a row have not lowered the validation loss (the test loss "
+        "without a validation set: val_fraction) below its best "
         "(whole number >= 1; unset: the whole plan). Rank 0 decides at the evaluation; the workers stop "
         "after their next step (a synchronous run all at the same step, so the run reproduces); the run "
         "completes, its parameters at the best are kept (params_best.npy) and summary['early_stopped'] "
@@ -693,6 +701,12 @@ class RunConfig(BaseModel):
             raise ConfigError("comm", "nccl only when every worker is a GPU (gpus >= 1 or auto, cpus 0); "
                               "auto, shm or dask for CPU workers", self.comm)
         check_optimizer(self)
+        if self.val_fraction:   # a validation set of whole rows, leaving training rows
+            shape = self.data_shape
+            n = shape.n_train + shape.n_val
+            if shape.n_val < 1:   # (a share below 1 always leaves a training row)
+                raise ConfigError("val_fraction", f"0, or at least 1/{n:,} = {1 / n:.3g}, so that at least one of the "
+                                  f"{n:,} training rows is held out", self.val_fraction)
         check_scaled_lr(self, spec.peak_lr(self))
         check_elastic(self, spec)
         return self
@@ -701,11 +715,12 @@ class RunConfig(BaseModel):
     @property
     def data_shape(self) -> Any:
         """The dataset's `data.Shape` (sizes, width, classes, image shape) from its entry, or a
-        file's (a text's, or a data file's from its arrays' headers and labels): the features
-        are not loaded."""
+        file's (a text's, or a data file's from its arrays' headers and labels), with the
+        validation rows held out of the training ones (`val_fraction`): the features are not
+        loaded."""
         try:
             return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes,
-                                                    self.test_fraction, context=self.context)
+                                                    self.test_fraction, context=self.context).held_out(self.val_fraction)
         except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
             err = ConfigError("dataset", "", self.dataset)
             err.field, err.args = str(exc).partition(":")[0], (str(exc),)

@@ -11,7 +11,7 @@ import functools
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,17 @@ class Shape:
     n_features: int
     n_classes: int
     image_shape: tuple[int, int, int] | None
+    n_val: int = 0          # training rows held out for validation (`val_fraction`): not in n_train
+
+    def held_out(self, val_fraction: float) -> Shape:
+        """This shape with the last `val_fraction` of its training rows held out for
+        validation (the fraction's whole rows, rounded down).
+
+        >>> Shape(1438, 359, 64, 10, None).held_out(0.1)
+        Shape(n_train=1295, n_test=359, n_features=64, n_classes=10, image_shape=None, n_val=143)
+        """
+        k = int(self.n_train * val_fraction) if val_fraction else 0
+        return Shape(self.n_train - k, self.n_test, self.n_features, self.n_classes, self.image_shape, k)
 
 
 @dataclass(frozen=True)
@@ -58,11 +69,11 @@ class DatasetInfo:
         A language model's rows are `context` tokens wide (`tokens`).
 
         >>> DATASETS["digits"].shape()
-        Shape(n_train=1438, n_test=359, n_features=64, n_classes=10, image_shape=(1, 8, 8))
+        Shape(n_train=1438, n_test=359, n_features=64, n_classes=10, image_shape=(1, 8, 8), n_val=0)
         >>> DATASETS["synthetic"].shape(n_samples=100, n_features=5, n_classes=3).n_train
         80
         >>> DATASETS["markov_text"].shape(n_samples=100, context=32)
-        Shape(n_train=80, n_test=20, n_features=32, n_classes=16, image_shape=None)
+        Shape(n_train=80, n_test=20, n_features=32, n_classes=16, image_shape=None, n_val=0)
         """
         n = self.n_examples if self.n_examples is not None else n_samples
         n_test = n - self.official_train if self.official_train is not None else _n_test(n, test_fraction)
@@ -184,7 +195,8 @@ def cache_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A train/test split of features and labels; the arrays are read-only.
+    """A train/test split of features and labels (and a validation set held out of the
+    training rows, when a run asks for one); the arrays are read-only.
 
     Attributes:
         name: the ``DATASETS`` key it was loaded as.
@@ -198,6 +210,7 @@ class Dataset:
             each row of X is then a sequence of token ids and y (N, T) its next tokens.
         best_loss: the lowest mean loss per label any model can reach, when it is known
             (the generated language's entropy over its windows), else None.
+        X_val, y_val: the validation set (`hold_out`), scaled as X_train; None without one.
     """
 
     name: str
@@ -209,6 +222,8 @@ class Dataset:
     image_shape: tuple[int, int, int] | None = None
     vocab: str | None = field(default=None, repr=False)
     best_loss: float | None = None
+    X_val: np.ndarray | None = field(default=None, repr=False)   # held out of the training rows (`val_fraction`)
+    y_val: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n_features(self) -> int:
@@ -224,6 +239,25 @@ class Dataset:
     def n_test(self) -> int:
         """Number of test samples M."""
         return int(self.X_test.shape[0])
+
+    @property
+    def n_val(self) -> int:
+        """Number of validation samples held out of the training rows (0: none)."""
+        return 0 if self.X_val is None else int(self.X_val.shape[0])
+
+    def hold_out(self, k: int) -> Dataset:
+        """This dataset with its last `k` training rows held out as the validation set
+        (views: nothing copied; a text's last training windows, just before its test windows).
+
+        >>> d = Dataset.from_arrays(np.eye(10), np.arange(10) % 2).hold_out(2)
+        >>> d.n_train, d.n_val, d.n_test
+        (6, 2, 2)
+        """
+        if k <= 0:
+            return self
+        n = self.n_train
+        return replace(self, X_train=self.X_train[:n - k], y_train=self.y_train[:n - k],
+                       X_val=self.X_train[n - k:], y_val=self.y_train[n - k:])
 
     @classmethod
     def from_arrays(cls, X_train: Any, y_train: Any, X_test: Any = None, y_test: Any = None, *,

@@ -41,7 +41,7 @@ import functools
 import hashlib
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -361,7 +361,7 @@ def file_shape(path: str, test_fraction: float = 0.2) -> Shape:
     >>> f = tempfile.NamedTemporaryFile(suffix=".npz", delete=False).name
     >>> np.savez(f, X=np.zeros((50, 4)), y=np.arange(50) % 3)
     >>> file_shape(f)
-    Shape(n_train=40, n_test=10, n_features=4, n_classes=3, image_shape=None)
+    Shape(n_train=40, n_test=10, n_features=4, n_classes=3, image_shape=None, n_val=0)
     """
     facts = _facts(_key(path))
     if facts["split"]:
@@ -517,7 +517,7 @@ def unscaled(X: np.ndarray) -> str | None:
 
 def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tuple[Dataset, dict[str, Any]]:
     """`data` with every feature shifted and scaled by the training set's mean and standard
-    deviation (`feature_stats`; the test set by the same numbers), and those numbers, for the
+    deviation (`feature_stats`; the test and validation sets by the same numbers), and those numbers, for the
     run's summary. Features held in memory are transformed in memory; memory-mapped ones are
     written once, transformed, under cache_dir()/standardized/ (by the statistics and the
     arrays' shapes) and mapped from there, so the workers of a host still share one copy."""
@@ -527,13 +527,14 @@ def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tu
     def scale(block: np.ndarray) -> np.ndarray:
         return standardize_rows(block, record)
 
-    if _is_mapped(data.X_train) or _is_mapped(data.X_test):
-        h = hashlib.sha256(mean.tobytes() + std.tobytes() + repr((data.X_train.shape, data.X_test.shape)).encode())
+    names = ("X_train", "X_test") + (("X_val",) if data.X_val is not None else ())   # the validation rows too
+    if any(_is_mapped(getattr(data, n)) for n in names):
+        h = hashlib.sha256(mean.tobytes() + std.tobytes() + repr(tuple(getattr(data, n).shape for n in names)).encode())
         folder = cache_dir(data_dir) / "standardized" / h.hexdigest()[:16]
-        if not all((folder / f"{n}.npy").exists() for n in ("X_train", "X_test")):
+        if not all((folder / f"{n}.npy").exists() for n in names):
             tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
             tmp.mkdir(parents=True, exist_ok=True)
-            for name in ("X_train", "X_test"):
+            for name in names:
                 a = getattr(data, name)
                 out = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=np.float32, shape=a.shape)
                 for lo in range(0, len(a), CHECK_ROWS):
@@ -545,11 +546,17 @@ def standardized(data: Dataset, data_dir: str | os.PathLike | None = None) -> tu
             except OSError:            # another process made it first: theirs is the same
                 import shutil
                 shutil.rmtree(tmp, ignore_errors=True)
-        X_train, X_test = (np.load(folder / f"{n}.npy", mmap_mode="r") for n in ("X_train", "X_test"))
+        scaled = {n: np.load(folder / f"{n}.npy", mmap_mode="r") for n in names}
     else:
-        X_train, X_test = scale(data.X_train), scale(data.X_test)
-    return make_dataset(data.name, X_train, data.y_train, X_test, data.y_test, data.n_classes,
-                        image_shape=data.image_shape, best_loss=data.best_loss), record
+        scaled = {n: scale(getattr(data, n)) for n in names}
+    out = make_dataset(data.name, scaled["X_train"], data.y_train, scaled["X_test"], data.y_test, data.n_classes,
+                       image_shape=data.image_shape, best_loss=data.best_loss)
+    if data.X_val is not None:
+        X_val = scaled["X_val"]
+        if X_val.flags.writeable:
+            X_val.flags.writeable = False
+        out = replace(out, X_val=X_val, y_val=data.y_val)
+    return out, record
 
 
 def standardize_rows(rows: Any, record: dict[str, Any]) -> np.ndarray:

@@ -30,12 +30,24 @@ class Evaluator:
         self.y_train = xp.asarray(dataset.y_train[::stride][:rows])
         self.X_test = xp.asarray(dataset.X_test)
         self.y_test = xp.asarray(dataset.y_test)
+        val = getattr(dataset, "X_val", None) is not None      # a validation set held out of the training rows
+        self.X_val = xp.asarray(dataset.X_val) if val else None
+        self.y_val = xp.asarray(dataset.y_val) if val else None
+
+    def _sets(self) -> list[tuple[Any, Any]]:
+        """The scored sets, in `partial`'s order: the training subset, the test set, the validation set."""
+        return [(self.X_train, self.y_train), (self.X_test, self.y_test)] + \
+            ([(self.X_val, self.y_val)] if self.X_val is not None else [])
 
     def __call__(self, params: Any) -> dict[str, float]:
-        """`train_loss`, `test_loss`, `test_accuracy` of `params` (not modified)."""
+        """`train_loss`, `test_loss`, `test_accuracy` of `params` (not modified), and
+        `val_loss`, `val_accuracy` with a validation set."""
         train_loss, _ = self._score(params, self.X_train, self.y_train)
         test_loss, test_acc = self._score(params, self.X_test, self.y_test)
-        return {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": test_acc}
+        scores = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": test_acc}
+        if self.X_val is not None:
+            scores["val_loss"], scores["val_accuracy"] = self._score(params, self.X_val, self.y_val)
+        return scores
 
     def partial(self, params: Any, rank: int, size: int) -> np.ndarray:
         """This rank's share of an evaluation that `size` ranks holding the same `params`
@@ -52,8 +64,9 @@ class Evaluator:
         >>> all(abs(whole[k] - split[k]) < 1e-6 * max(1.0, abs(whole[k])) for k in whole)   # float32 sums
         True
         """
-        out = np.zeros(5)
-        for i, (X, y) in enumerate(((self.X_train, self.y_train), (self.X_test, self.y_test))):
+        sets = self._sets()
+        out = np.zeros(2 + 3 * (len(sets) - 1))
+        for i, (X, y) in enumerate(sets):
             n = X.shape[0]
             lo, hi = rank * n // size, (rank + 1) * n // size
             mean_loss, acc = self._score(params, X[lo:hi], y[lo:hi]) if hi > lo else (0.0, 0.0)
@@ -61,14 +74,18 @@ class Evaluator:
             if i == 0:
                 out[0:2] = mean_loss * labels, labels
             else:
-                out[2:5] = mean_loss * labels, round(acc * labels), labels
+                out[3 * i - 1:3 * i + 2] = mean_loss * labels, round(acc * labels), labels
         return out
 
     @staticmethod
     def from_partials(total: Any) -> dict[str, float]:
-        """`train_loss`, `test_loss`, `test_accuracy` from the summed `partial`s."""
+        """`train_loss`, `test_loss`, `test_accuracy` (and `val_loss`, `val_accuracy` when
+        the partials carry a validation set) from the summed `partial`s."""
         t = [float(v) for v in total]
-        return {"train_loss": t[0] / t[1], "test_loss": t[2] / t[4], "test_accuracy": t[3] / t[4]}
+        scores = {"train_loss": t[0] / t[1], "test_loss": t[2] / t[4], "test_accuracy": t[3] / t[4]}
+        if len(t) > 5:
+            scores["val_loss"], scores["val_accuracy"] = t[5] / t[7], t[6] / t[7]
+        return scores
 
     def accuracy(self, params: Any, X: Any, y: Any) -> float:
         """Accuracy of `params` on (X, y): LTFB's tournament score."""

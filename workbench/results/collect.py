@@ -37,7 +37,7 @@ class EvalTable:
     [['0', 9, 0.9], ['centre', 19, nan]]
     """
 
-    NUMBERS = ("step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
+    NUMBERS = ("step", "epoch", "time", "train_loss", "test_loss", "test_accuracy", "val_loss", "val_accuracy")
 
     def __init__(self) -> None:
         self.data = np.empty((64, len(self.NUMBERS)), dtype=np.float64)

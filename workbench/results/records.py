@@ -14,7 +14,8 @@ from .. import measure
 
 STEP_COLUMNS = ("kind", "worker", "step", "epoch", "time", "loss", "lr", "samples",
                 "compute_s", "comm_s", "wait_s", "staleness", "bytes_sent")
-EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_loss", "test_accuracy")
+EVAL_COLUMNS = ("kind", "worker", "step", "epoch", "time", "train_loss", "test_loss", "test_accuracy", "val_loss",
+                "val_accuracy")   # (the validation set's: NaN without one, `val_fraction`)
 EVENT_COLUMNS = ("kind", "time", "event", "worker", "message")
 TOURNAMENT_COLUMNS = ("kind", "round", "step", "time", "trainer", "partner", "own_score",
                       "partner_score", "adopted", "lr", "lineage")
@@ -46,10 +47,13 @@ def step_record(worker: int, step: int, epoch: float, t: float, loss: float, lr:
 
 
 def eval_record(worker: int | str, step: int, epoch: float, t: float, train_loss: float,
-                test_loss: float, test_accuracy: float) -> Record:
-    """One evaluation of a parameter vector (worker is a rank, "centre" or "server")."""
+                test_loss: float, test_accuracy: float, val_loss: float | None = None,
+                val_accuracy: float | None = None) -> Record:
+    """One evaluation of a parameter vector (worker is a rank, "centre" or "server"); the
+    validation set's scores None without one."""
     return {"kind": "eval", "worker": str(worker), "step": step, "epoch": epoch, "time": t,
-            "train_loss": train_loss, "test_loss": test_loss, "test_accuracy": test_accuracy}
+            "train_loss": train_loss, "test_loss": test_loss, "test_accuracy": test_accuracy,
+            "val_loss": val_loss, "val_accuracy": val_accuracy}
 
 
 def event_record(t: float, event: str, worker: Any = None, message: str = "") -> Record:

@@ -157,6 +157,9 @@ class RunResult:
             raise _broken(d, "summary.json", f"holds a JSON object (this one holds a {type(summary).__name__})")
         steps = _read_run_file(d, "steps.csv", pd.read_csv)
         evals = _read_run_file(d, "evals.csv", lambda p: pd.read_csv(p, dtype={"worker": str}))
+        for c in ("val_loss", "val_accuracy"):      # a run directory written before validation sets were scored
+            if c not in evals.columns:
+                evals[c] = np.nan
         for name, table, columns in (("steps.csv", steps, STEP_COLUMNS), ("evals.csv", evals, EVAL_COLUMNS)):
             missing = [c for c in columns if c != "kind" and c not in table.columns]
             if missing:
@@ -231,7 +234,8 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
                  workers: list[dict[str, Any]], extra: dict[str, Any] | None = None,
                  params: Any = None, best: tuple[int, float, Any] | None = None) -> RunResult:
     """Assemble the `RunResult` and its summary from gathered records (`best`: rank 0's
-    (steps run, test loss, parameters) at its lowest test loss, `WorkerContext.best`).
+    (steps run, loss, parameters) at its lowest validation loss, or test loss without a
+    validation set, `WorkerContext.best`).
 
     The step rows are not gathered in memory: the collector's `StepStore` has written them
     (or holds them, without a run directory); the totals and the steady state are computed
@@ -282,7 +286,9 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
         "final_test_accuracy": _num(last_eval["test_accuracy"]) if last_eval is not None else None,
         "best_test_accuracy": _num(evals["test_accuracy"].max()) if len(evals) else None,
         **_best_loss(evals),
-        "params_best": {"steps": best[0], "test_loss": best[1]} if best is not None else None,
+        **_validation(evals, last_eval),
+        "params_best": {"steps": best[0], ("val_loss" if config.get("val_fraction") else "test_loss"): best[1]}
+        if best is not None else None,
         "time_breakdown": {"compute_s": compute_s, "comm_s": comm_s, "wait_s": wait_s},
         "comm_fraction": steady.comm_fraction,   # over the steady state
         "per_worker": per_worker,
@@ -312,6 +318,22 @@ def _best_loss(evals: pd.DataFrame) -> dict[str, Any]:
     if found is None:
         return {"best_test_loss": None, "best_test_loss_step": None}
     return {"best_test_loss": _num(found[1]["test_loss"]), "best_test_loss_step": int(found[1]["step"]) + 1}
+
+
+def _validation(evals: pd.DataFrame, last_eval: Any) -> dict[str, Any]:
+    """A run with a validation set (`val_fraction`): its final validation loss and accuracy,
+    its lowest validation loss and when, and the test loss and accuracy there: the model the
+    validation set chose, scored on rows no choice looked at. {} without one."""
+    if last_eval is None or "val_loss" not in evals or not evals["val_loss"].notna().any():
+        return {}
+    out = {"final_val_loss": _num(last_eval["val_loss"]), "final_val_accuracy": _num(last_eval["val_accuracy"])}
+    found = learning.lowest(evals, "val_loss")
+    if found is not None:
+        row = found[1]
+        out.update({"best_val_loss": _num(row["val_loss"]), "best_val_loss_step": int(row["step"]) + 1,
+                    "test_loss_at_best_val": _num(row["test_loss"]),
+                    "test_accuracy_at_best_val": _num(row["test_accuracy"])})
+    return out
 
 
 def _first_and_last_loss(store: Any) -> tuple[float | None, float | None]:

@@ -301,6 +301,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
     _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
        applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
+    _c("val_fraction", _float(0, 0.9, 0.05), to_field=_tidy),
     _c("standardize", _check, applies=lambda c: not is_text_dataset(c.dataset)),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
