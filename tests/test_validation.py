@@ -125,3 +125,15 @@ def test_a_share_that_holds_out_no_row_is_refused_before_anything_runs():
     with pytest.raises(ConfigError) as err:
         RunConfig(val_fraction=0.0005)
     assert err.value.field == "val_fraction" and "at least 1/1,438" in str(err.value)
+
+
+def test_the_loss_figure_draws_the_validation_curve_only_when_there_is_one():
+    from workbench.ui.figdata import progress_series
+    with_val = run_threads(RunConfig(val_fraction=0.2, **BASE))
+    names = [s.name for s in progress_series(with_val.steps, with_val.evals, "epoch", "run", "#1f77b4")]
+    assert sum("validation loss" in n for n in names) == 1
+    val = next(s for s in progress_series(with_val.steps, with_val.evals, "epoch", "run", "#1f77b4")
+               if "validation loss" in s.name)
+    assert np.allclose(np.asarray(val.y, float), with_val.evals.sort_values("time")["val_loss"].to_numpy())
+    plain = run_threads(RunConfig(**BASE))
+    assert not any("validation" in s.name for s in progress_series(plain.steps, plain.evals, "epoch", "run", "#1f77b4"))

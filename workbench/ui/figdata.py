@@ -252,8 +252,9 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
         label, color: the run's name and colour.
         max_points: at most this many train-loss points (`chunk_means`); None keeps one per step.
     Returns:
-        Series named "<label>" (train loss), "<label>: test loss", "<label>: test accuracy"
-        (LTFB trainers: one test series per trainer, "(trainer-k)" appended).
+        Series named "<label>" (train loss), "<label>: test loss", "<label>: test accuracy", and
+        "<label>: validation loss" with a validation set (LTFB trainers: one test series per
+        trainer, "(trainer-k)" appended).
     """
     if x not in X_TITLES:
         raise ValueError(f"x: one of {list(X_TITLES)}, got {x!r}")
@@ -270,6 +271,8 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
     if n_rows(evals):
         t, xs = column(evals, "time", float), column(evals, x, float)
         test_loss, acc = column(evals, "test_loss", float), column(evals, "test_accuracy", float)
+        has_val = "val_loss" in evals and np.isfinite(column(evals, "val_loss", float)).any()   # `val_fraction`
+        val_loss = column(evals, "val_loss", float) if has_val else None
         for worker, idx in group_rows(column(evals, "worker").astype(str)):
             idx = idx[np.argsort(t[idx], kind="stable")]
             trainer = str(worker).startswith("trainer")
@@ -277,6 +280,11 @@ def progress_series(steps: Table, evals: Table, x: str, label: str, color: str,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
                                      "marker_maxdisplayed": MAX_MARKERS,
                                      "line_dash": "dot" if trainer else "dash", "showlegend": False, **group}))
+            if val_loss is not None:   # the rows held out of the training set: what chose the kept parameters
+                out.append(Series(eval_name(label, worker, "validation loss"), xs[idx], val_loss[idx], row=1,
+                                  style={"mode": "lines+markers", "line_color": color, "marker_size": 5,
+                                         "marker_symbol": "diamond", "marker_maxdisplayed": MAX_MARKERS,
+                                         "line_dash": "dashdot", "showlegend": False, **group}))
             out.append(Series(eval_name(label, worker, "test accuracy"), xs[idx], acc[idx], row=2,
                               style={"mode": "lines+markers", "line_color": color, "marker_size": 6,
                                      "marker_maxdisplayed": MAX_MARKERS,
