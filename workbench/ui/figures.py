@@ -171,7 +171,7 @@ def _base(**subplots: Any) -> Any:
 
 def _progress_base(x: str) -> Any:
     fig = _base(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
-                subplot_titles=("loss (solid: train, dashed: test)", "test accuracy"))
+                subplot_titles=("loss (solid: train, dashed: test, dash-dot: validation if held out)", "test accuracy"))
     fig.update_xaxes(title_text=X_TITLES[x], row=2, col=1)
     fig.update_yaxes(title_text="loss", row=1, col=1)
     fig.update_yaxes(title_text="accuracy", row=2, col=1)
