@@ -137,3 +137,24 @@ def test_the_loss_figure_draws_the_validation_curve_only_when_there_is_one():
     assert np.allclose(np.asarray(val.y, float), with_val.evals.sort_values("time")["val_loss"].to_numpy())
     plain = run_threads(RunConfig(**BASE))
     assert not any("validation" in s.name for s in progress_series(plain.steps, plain.evals, "epoch", "run", "#1f77b4"))
+
+
+def test_a_grid_over_a_validation_set_chooses_by_it_and_counts_its_rows():
+    from workbench.analysis.grid import GridPlan, combine, grid_row
+    from workbench.config import ConfigError
+    cfg = RunConfig(val_fraction=0.2, **BASE)
+    plan = GridPlan.make(cfg, {"lr": [0.03, 0.3]}, seeds=[0, 1])
+    assert plan.metric == "final_val_accuracy" and plan.rows_name == "validation rows"
+    assert plan.test_rows(plan.points()[0]) == int(load_dataset("digits").n_train * 0.2)
+    rows = []
+    for seed in plan.seeds:
+        for point in plan.points():
+            got = run_threads(plan.config_at(point, seed))
+            rows.append(grid_row(got, point, seed, None))
+    table = combine(rows, plan)
+    means = [float(np.mean([r["final_val_accuracy"] for r in rows if r["lr"] == lr])) for lr in (0.03, 0.3)]
+    np.testing.assert_allclose(table["final_val_accuracy_mean"].to_numpy(), means)
+    assert "final_test_accuracy" in table       # the test numbers beside, not choosing
+    with pytest.raises(ConfigError) as err:
+        GridPlan.make(RunConfig(**BASE), {"lr": [0.03, 0.3]}, metric="final_val_loss")
+    assert err.value.field == "metric" and "needs a validation set" in str(err.value)

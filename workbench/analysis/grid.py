@@ -28,7 +28,10 @@ from ..config import ConfigError, RunConfig
 
 NOT_VARIED = ("seed", "out", "resume", "scheduler")   # a grid's own (seeds), or where it runs, not what it trains
 MAX_RUNS = 1000
-METRICS = {"final_test_accuracy": "higher", "final_test_loss": "lower", "best_test_loss": "lower"}
+METRICS = {"final_test_accuracy": "higher", "final_test_loss": "lower", "best_test_loss": "lower",
+           # a validation set's (`val_fraction`): choosing by them leaves the test set out of the choice
+           "final_val_accuracy": "higher", "final_val_loss": "lower", "best_val_loss": "lower"}
+VALIDATION = ("final_val_accuracy", "final_val_loss", "best_val_loss", "test_accuracy_at_best_val")
 SHOWN = ("final_test_accuracy", "final_test_loss", "best_test_loss", "samples_per_s", "wall_time_s", "steps")
 
 
@@ -78,12 +81,16 @@ class GridPlan:
             raise ConfigError("seeds", "whole numbers >= 0, e.g. [0, 1, 2]", seeds) from None
         if not seed_list or min(seed_list) < 0 or len(set(seed_list)) != len(seed_list):
             raise ConfigError("seeds", "distinct whole numbers >= 0, at least one", list(seed_list))
-        if metric is None:
+        if metric is None:   # by the validation set where the config holds one out
             from ..config import is_text_dataset
-            metric = "final_test_loss" if is_text_dataset(config.dataset) else "final_test_accuracy"
+            held = "val" if config.val_fraction else "test"
+            metric = f"final_{held}_loss" if is_text_dataset(config.dataset) else f"final_{held}_accuracy"
         if metric not in METRICS:
             raise ConfigError("metric", f"one of {', '.join(METRICS)}", metric)
         plan = cls(config, checked, seed_list, metric)
+        if "_val_" in metric and not all(plan.config_at(p, seed_list[0]).val_fraction for p in plan.points()):
+            raise ConfigError("metric", "a test metric, or val_fraction > 0 at every point (a validation metric "
+                              "needs a validation set)", metric)
         if plan.n_runs > MAX_RUNS:
             raise ConfigError("values", f"at most {MAX_RUNS} runs (points x seeds)",
                               f"{len(plan.points())} points x {len(seed_list)} seeds")
@@ -108,12 +115,19 @@ class GridPlan:
         return self.config.replace(**point, seed=seed)
 
     def test_rows(self, point: dict[str, Any]) -> int | None:
-        """How many rows the point's test set has (its dataset's shape; None if unknown)."""
+        """How many rows the set the metric scores has at `point` (the test set, or the
+        validation set for a validation metric: its dataset's shape; None if unknown)."""
         from ..problem import Problem
         try:
-            return int(Problem.from_config(self.config_at(point, self.seeds[0])).shape.n_test)
+            shape = Problem.from_config(self.config_at(point, self.seeds[0])).shape
         except (ConfigError, ValueError, OSError, TypeError):
             return None
+        return int(shape.n_val if "_val_" in self.metric else shape.n_test)
+
+    @property
+    def rows_name(self) -> str:
+        """What the metric's rows are called: "validation rows" or "test rows"."""
+        return "validation rows" if "_val_" in self.metric else "test rows"
 
     @staticmethod
     def label(point: dict[str, Any]) -> str:
@@ -142,7 +156,7 @@ def grid_row(result: Any, point: dict[str, Any], seed: int, run_dir: str | None)
     said = [n for n in (s.get("learning_note"), s.get("overfit_note")) if n]
     return {"point": GridPlan.label(point),
             **{k: _value(v) if isinstance(v, (list, tuple)) else v for k, v in point.items()}, "seed": seed,
-            "status": s.get("status"), **{c: s.get(c) for c in SHOWN}, "note": said[0] if said else None,
+            "status": s.get("status"), **{c: s.get(c) for c in SHOWN + VALIDATION}, "note": said[0] if said else None,
             "machine_note": s.get("machine_note"), "run_dir": run_dir}
 
 
@@ -173,7 +187,7 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
         notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
         row["note"] = notes[0] if notes else None
         row["_vals"] = vals
-        row["_n_test"] = plan.test_rows(point) if plan.metric == "final_test_accuracy" else None
+        row["_n_test"] = plan.test_rows(point) if plan.metric.endswith("_accuracy") else None
         out.append(row)
     table = pd.DataFrame(out, columns=[*fields, "runs", "completed", "mean", "std", "min", "max",
                                        *[c for c in SHOWN if c != plan.metric], "note", "_vals", "_n_test"])
@@ -203,7 +217,7 @@ def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
             se_seeds = math.sqrt(vals.var(ddof=1) / len(vals) + b.var(ddof=1) / len(b))
             se_rows = _test_rows_se(float(vals.mean()), float(b.mean()), row["_n_test"], table.loc[best, "_n_test"])
             se = math.hypot(se_seeds, se_rows)
-            rows_limit = f"{int(row['_n_test']):,} test rows" if se_rows > se_seeds else None
+            rows_limit = f"{int(row['_n_test']):,} {plan.rows_name}" if se_rows > se_seeds else None
             why = f", with the {rows_limit}' sampling" if rows_limit else ""
             if abs(d) <= 2 * se:
                 out.append("not distinguishable from the best" + (f" (on {rows_limit})" if rows_limit else ""))
@@ -241,7 +255,7 @@ def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
     text = f"best: {GridPlan.label({k: best[k] for k in fields})}, {what} {best[f'{m}_mean']:.4g}{spread}"
     ties = table[table["verdict"].str.startswith("not distinguishable from the best")]
     if len(ties):
-        rows = " and the test rows' sampling" if m == "final_test_accuracy" else ""
+        rows = f" and the {plan.rows_name}' sampling" if m.endswith("_accuracy") else ""
         text += (f"; not distinguishable from it (the difference within two standard errors of the seeds' spread"
                  f"{rows}): "
                  + "; ".join(f"{GridPlan.label({k: r[k] for k in fields})} ({r[f'{m}_mean']:.4g})"

@@ -345,8 +345,11 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                            "('hidden=[[64],[128,64]]'); repeat for more fields")
     grid.add_argument("--seeds", default="0", help="comma-separated seeds each combination runs with (default: 0; "
                                                    "three or more tell combinations apart)")
-    grid.add_argument("--metric", default=None, choices=["final_test_accuracy", "final_test_loss", "best_test_loss"],
-                      help="what ranks the combinations (default: final_test_accuracy; final_test_loss for text)")
+    grid.add_argument("--metric", default=None, choices=["final_test_accuracy", "final_test_loss", "best_test_loss",
+                                                          "final_val_accuracy", "final_val_loss", "best_val_loss"],
+                      help="what ranks the combinations (default: final_test_accuracy, final_test_loss for text; "
+                           "with a validation set, val_fraction, the validation set's: the test set stays out of "
+                           "the choice)")
     grid.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
