@@ -5,7 +5,8 @@
 
 - `train/loss` (mean over the workers that reached the step) and `train/lr`;
   `train/loss_worker<w>` per worker when there are several;
-- `eval/test_accuracy`, `eval/test_loss`, `eval/train_loss` (LTFB: `eval/<trainer>/...`);
+- `eval/test_accuracy`, `eval/test_loss`, `eval/train_loss`, and `eval/val_accuracy`,
+  `eval/val_loss` with a validation set (LTFB: `eval/<trainer>/...`);
 - `time/compute_s`, `time/comm_s`, `time/wait_s` per step (mean over workers);
 - `summary/samples_per_s`, `summary/final_test_accuracy`, `summary/comm_fraction` at step 0;
 
@@ -77,9 +78,9 @@ def _write_run(writer, result: RunResult, t0: float) -> None:
         for name, rows in evals.groupby(names):
             prefix = f"eval/{name}/" if several else "eval/"
             for r in rows.itertuples(index=False):
-                for c in ("test_accuracy", "test_loss", "train_loss"):
-                    v = getattr(r, c)
-                    if pd.notna(v) and np.isfinite(v):
+                for c in ("test_accuracy", "test_loss", "train_loss", "val_accuracy", "val_loss"):
+                    v = getattr(r, c, None)      # (the validation set's: NaN without one, skipped)
+                    if v is not None and pd.notna(v) and np.isfinite(v):
                         writer.add_scalar(prefix + c, float(v), int(r.step), walltime=t0 + r.time)
     s = result.summary
     for key in ("samples_per_s", "final_test_accuracy", "comm_fraction"):
