@@ -16,7 +16,7 @@ def trained_params(result: RunResult, which: str = "final") -> Any:
     loss: params_best.npy, `summary["params_best"]` says when); a ConfigError naming what is
     missing otherwise."""
     if which not in ("final", "best"):
-        raise ConfigError("params", '"final" (the parameters the run ended with) or "best" (at its lowest test loss)',
+        raise ConfigError("params", '"final" (the parameters the run ended with) or "best" (at its lowest validation loss, or test loss without a validation set)',
                           which)
     chosen = result.params if which == "final" else result.best_params
     if chosen is None:
@@ -117,7 +117,7 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
 def torch_module(result: RunResult, params: str = "final") -> Any:
     """The trained network of a run whose model is a `torch.nn.Module` (a factory or class
     returning one): a fresh copy of the module, in eval mode on the CPU, holding the run's
-    final parameters (`params="best"`: those at its lowest test loss). Save it with
+    final parameters (`params="best"`: those at its lowest validation loss, or test loss). Save it with
     `torch.save(module.state_dict(), path)`.
 
     Raises:

@@ -777,9 +777,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
 
 
 def _add_best_flag(parser: argparse.ArgumentParser, verb: str) -> None:
-    """`--best`: a saved run's parameters at its lowest test loss instead of its final ones."""
-    parser.add_argument("--best", action="store_true", help=f"{verb} with the parameters at the run's lowest test "
-                                                            "loss (params_best.npy) instead of its final ones")
+    """`--best`: a saved run's parameters at its lowest validation (else test) loss instead of its final ones."""
+    parser.add_argument("--best", action="store_true", help=f"{verb} with the parameters at the run's lowest "
+                                                            "validation loss, or test loss without a validation set "
+                                                            "(params_best.npy), instead of its final ones")
 
 
 def vary_values(items: Sequence[str]) -> dict[str, list[Any]]:
