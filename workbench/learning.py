@@ -283,8 +283,10 @@ def clip_text(clip: dict[str, Any] | None) -> str | None:
     norms = "" if mean is None or largest is None else \
         f"; the gradients' norm {mean:.3g} on average, {largest:.3g} at most"
     who = clip.get("counted")
+    share = clip["clipped"] / clip["updates"]
+    shown = "under 1%" if 0 < share < 0.005 else f"{share:.0%}"
     return (f"gradient clipping at norm {clip['max_norm']:g}: {clip['clipped']:,} of {clip['updates']:,} updates "
-            f"clipped ({clip['clipped'] / clip['updates']:.0%}{'; ' + who if who else ''}){norms}")
+            f"clipped ({shown}{'; ' + who if who else ''}){norms}")
 
 
 def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:

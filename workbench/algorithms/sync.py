@@ -140,7 +140,7 @@ class SpeedBalancer:
 
 
 class SyncSGD(Algorithm):
-    clip_counted = "every update (every worker applies the same)"
+    clip_counted = "every update: every worker applies the same one"
 
     def __init__(self, ctx: WorkerContext, params: Any = None):
         super().__init__(ctx)
