@@ -93,8 +93,10 @@ class WorkerContext:
     checkpoint_asked: bool = False     # wall-clock checkpoints: at the step the client asks (`control.checkpoint_at`)
     elastic: bool = False              # an elastic run: keep the state at each boundary, pause when asked
     kept: tuple[int, dict] | None = None   # (step, state before it) at the last boundary (elastic runs)
-    best: tuple[int, float, Any] | None = None   # rank 0: (steps run, test loss, parameters) at its lowest test loss
-    since_best: int = 0          # rank 0: evaluations since that lowest test loss (`early_stop`)
+    # rank 0: (steps run, loss, parameters) at its lowest validation loss (test loss without a validation set);
+    # a checkpoint keeps the loss as "best.test_loss" whichever it is (the key older checkpoints have)
+    best: tuple[int, float, Any] | None = None
+    since_best: int = 0          # rank 0: evaluations since that lowest loss (`early_stop`)
     early_stopped: dict[str, Any] | None = None   # rank 0: where `early_stop` ended the run
     rows_out: Any = None               # a ring to the client on this host for the step rows (`comm.rowring`);
     #   None: they go with the live batches
@@ -279,6 +281,14 @@ class WorkerContext:
                    f"{step + 1} steps")
         if self.control is not None:
             self.control.request_stop("early_stop")
+
+    def loop_result(self, status: str, params: Any, last_step: int, summary: dict[str, Any]) -> dict[str, Any]:
+        """What a worker's loop hands back at its end (`run_loop`, and the simulator's drivers
+        for each worker they step): how it ended, rank 0's parameters, its step records, when
+        it started, the best kept and where `early_stop` ended it."""
+        return {"status": status, "params": params, "last_step": last_step, "summary": summary,
+                "steps": self.step_columns(), "started": self.started_wall, "best": self.best,
+                "early_stopped": self.early_stopped}
 
     def event(self, event: str, message: str) -> None:
         self.record(event_record(self.now(), event, self.rank, message))
@@ -879,6 +889,4 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
             ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
     params = algo.finish()
     ctx.flush(done=True)
-    return {"status": status, "params": params, "last_step": step, "summary": algo.ended_summary(),
-            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best,
-            "early_stopped": ctx.early_stopped}
+    return ctx.loop_result(status, params, step, algo.ended_summary())

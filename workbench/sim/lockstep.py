@@ -261,9 +261,7 @@ class Lockstep:
         for r, ctx in enumerate(ctxs):
             params_out = to_numpy(algo.eval_params()) if r == 0 else None
             ctx.flush(done=True)
-            results.append({"status": status, "params": params_out, "last_step": step,
-                            "summary": algo.ended_summary() if r == 0 else {}, "steps": ctx.step_columns(),
-                            "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped})
+            results.append(ctx.loop_result(status, params_out, step, algo.ended_summary() if r == 0 else {}))
         return results
 
 
@@ -314,8 +312,7 @@ class HogwildLockstep(Lockstep):
             ctx = ctxs[r]
             params_out = algo0.finish() if r == 0 else None      # the buffer as rank 0 ends
             ctx.flush(done=True)
-            results[r] = {"status": status, "params": params_out, "last_step": last, "summary": {},
-                          "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped}
+            results[r] = ctx.loop_result(status, params_out, last, {})
 
         def begin(r: int, step: int) -> bool:
             """run_loop's top of `step` and HogwildSGD.step up to its compute: True when it computes."""

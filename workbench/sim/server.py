@@ -557,7 +557,6 @@ class ServerLockstep(Lockstep):
             res = replay.results[r] or {}
             params_out = maths.snap.pop(replay.final_read) if r == 0 and replay.final_read is not None else None
             ctx.flush(done=True)
-            results.append({"status": res.get("status", "failed"), "params": params_out,
-                            "last_step": res.get("last_step", -1), "summary": summary if r == 0 else {},
-                            "steps": ctx.step_columns(), "started": ctx.started_wall, "best": ctx.best, "early_stopped": ctx.early_stopped})
+            results.append(ctx.loop_result(res.get("status", "failed"), params_out, res.get("last_step", -1),
+                                           summary if r == 0 else {}))
         return results
