@@ -176,3 +176,11 @@ def test_ltfb_refuses_it_naming_the_field():
     with pytest.raises(ConfigError) as err:
         RunConfig(algorithm="ltfb", cpus=2, trainers=2, early_stop=3)
     assert err.value.field == "early_stop" and "each trainer is evaluated on its own" in str(err.value)
+
+
+def test_a_grids_row_says_what_the_cli_says_of_an_early_stopped_run():
+    from workbench.analysis.grid import grid_row
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE))
+    row = grid_row(got, {"lr": 0.1}, 0, None)
+    assert row["note"] == next(n for n in notes(got.summary) if n != got.summary.get("machine_note"))
+    assert row["note"].startswith("early_stop 3:")

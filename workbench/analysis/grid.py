@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
+from ..measure import notes
 
 NOT_VARIED = ("seed", "out", "resume", "scheduler")   # a grid's own (seeds), or where it runs, not what it trains
 MAX_RUNS = 1000
@@ -153,7 +154,8 @@ def _value(v: Any) -> str:
 def grid_row(result: Any, point: dict[str, Any], seed: int, run_dir: str | None) -> dict[str, Any]:
     """One run's row of grid_runs.csv: the point, the seed and what the run reached."""
     s = result.summary
-    said = [n for n in (s.get("learning_note"), s.get("overfit_note")) if n]
+    said = [n for n in notes(s) if n != s.get("machine_note")]   # as the CLI and the report say them; the machine's
+    #                                                                   has its own column
     return {"point": GridPlan.label(point),
             **{k: _value(v) if isinstance(v, (list, tuple)) else v for k, v in point.items()}, "seed": seed,
             "status": s.get("status"), **{c: s.get(c) for c in SHOWN + VALIDATION}, "note": said[0] if said else None,
