@@ -70,7 +70,7 @@ def test_defaults_unchanged_by_descriptions():
         "simulate": False,
         "device": None,
         "cpu_device": "core", "partitions": None, "calibration": None, "network": None, "timing_model": None, "jitter": 0.0, "fail_worker": None,
-        "join_worker": None, "batch_size": 32,
+        "join_worker": None, "batch_size": 32, "accumulate": 1,
         "lr": 0.1, "lr_scaling": "none", "base_batch": 32, "warmup": "none", "warmup_epochs": 0.0,
         "decay": "none", "momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "optimizer": "sgd",
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "trust_coefficient": 0.001, "grad_clip": 0.0, "tau": 1, "alpha": None, "elastic_sync": "ring",

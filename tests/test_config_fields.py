@@ -185,12 +185,14 @@ def test_the_constrained_fields_are_the_ranged_ones():
 SAME_AS = {"blas_threads": "round_size", "n_layers": "round_size", "d_model": "round_size", "n_heads": "round_size",
            "context": "round_size", "checkpoint_keep": "round_size", "out_private": "download",
            "min_workers": "steps", "elastic": "download", "standardize": "download",
-           "grad_clip": "weight_decay", "early_stop": "steps"}
+           "grad_clip": "weight_decay", "early_stop": "steps", "accumulate": "round_size"}
 _GPT = {"model": "gpt", "dataset": "markov_text", "algorithm": "sync_sgd"}
 N_HEADS_MAX = 10**4
 # min_workers applies with elastic, and is at most the workers: as many as a count may be
 CONTEXT.update({"min_workers": {"algorithm": "sync_sgd", "elastic": True, "cpus": 10**15, "batch_size": 10**15},
-                "elastic": {"algorithm": "sync_sgd"}})
+                "elastic": {"algorithm": "sync_sgd"},
+                # at most a worker's rows of a batch: one worker's batch as large as a count may be
+                "accumulate": {"algorithm": "sgd", "batch_size": 10**15}})
 CONTEXT.update({"n_layers": _GPT, "d_model": {**_GPT, "n_heads": 1}, "context": _GPT,
                 # a d_model every accepted probe up to N_HEADS_MAX divides, so n_heads meets only its own
                 # bounds (the probes near 10^6 together need a d_model past the cap of 10^15)

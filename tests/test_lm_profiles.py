@@ -57,9 +57,13 @@ def test_memory_check_one_line():
     with pytest.raises(ConfigError, match=r"^timing_model: a model that fits one v100 \(16 GiB\): gpt2-355m needs "
                                           r"[0-9.]+ GiB for 8 sequence\(s\) of 1024 tokens per worker \(weights 1\.3, "
                                           r"gradients 1\.3, optimiser 2\.6, activations [0-9.]+ GiB\); at most 2 "
-                                          r"sequence\(s\) per worker fit: a smaller batch_size or more workers, "
-                                          r"got 'gpt2-355m'$"):
+                                          r"sequence\(s\) a pass fit: a smaller batch_size, more workers or "
+                                          r"accumulate 4 \(micro-batches of 2\), got 'gpt2-355m'$"):
         P.check_fits(tm, v100, 8, state=2)
+    P.check_fits(tm, v100, 8, state=2, accumulate=4)        # the same 8 sequences in passes of 2 fit
+    with pytest.raises(ConfigError, match=r"for 4 sequence\(s\) of 1024 tokens a pass \(a micro-batch of a "
+                                          r"worker's 8\) .*; at most 2 sequence\(s\) a pass fit"):
+        P.check_fits(tm, v100, 8, state=2, accumulate=2)
     with pytest.raises(ConfigError, match="not even one sequence per worker fits"):
         P.check_fits(TM.TIMING_MODELS["llama-7b"], P.DEVICES["h100"], 1, state=0)
     P.check_fits(TM.TIMING_MODELS["llama-7b"], P.DEVICES["h200"], 1, state=2)      # one sequence, Adam: 136 GiB

@@ -48,7 +48,10 @@ def _events(result) -> list[tuple]:
     dict(cpus=3, batch_size=10, jitter=0.2),     # 4, 3, 3: a slice size of one worker alone
     dict(cpus=64, batch_size=128, jitter=0.1),   # the bench's width
     dict(cpus=4, momentum=0.9, grad_clip=0.45),  # the norm of the summed gradient, clipped at some steps
-], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu", "clip"])
+    dict(cpus=4, accumulate=3),                  # slices of 8 in micro-batches of 3, 3, 2
+    dict(cpus=5, batch_size=33, accumulate=2, jitter=0.2),   # 7 -> 4 + 3, 6 -> 3 + 3
+], ids=["4cpu", "1cpu", "mixed-jitter", "momentum-jitter", "adamw", "uneven", "uneven-one", "64cpu", "clip",
+        "accumulate", "accumulate-uneven"])
 def test_lockstep_is_bitwise_the_per_worker_run(extra):
     a, b = _both(RunConfig(**{**SMALL, **extra}))
     assert a.summary["status"] == "completed"
@@ -119,7 +122,8 @@ HOG = {**SMALL, "algorithm": "hogwild_sgd"}
     dict(cpus=3, batch_size=33),                 # 11 rows each
     dict(gpus=4, device="v100"),                 # one speed, not the CPU's
     dict(cpus=64, batch_size=128),               # the bench's width
-], ids=["4cpu", "1cpu", "3cpu", "4gpu", "64cpu"])
+    dict(cpus=3, batch_size=33, accumulate=4),   # 11 rows in micro-batches of 3, 3, 3, 2
+], ids=["4cpu", "1cpu", "3cpu", "4gpu", "64cpu", "accumulate"])
 def test_hogwild_lockstep_is_bitwise_the_per_worker_run(extra):
     a, b = _both(RunConfig(**{**HOG, **extra}))
     assert a.summary["status"] == "completed"
@@ -215,9 +219,11 @@ ELASTIC = {**SMALL, "algorithm": "easgd", "tau": 2}
     dict(cpus=64, algorithm="async_sgd", batch_size=128, jitter=0.1),
     dict(cpus=4, algorithm="async_sgd", grad_clip=0.3, jitter=0.2),       # each push clipped on the server
     dict(cpus=3, algorithm="async_msgd", momentum=0.9, grad_clip=0.3, optimizer="lamb", lr=0.01),
+    dict(cpus=4, accumulate=3, jitter=0.2),                                 # micro-batches: 3, 3, 2
+    dict(cpus=5, algorithm="async_sgd", batch_size=33, accumulate=2, jitter=0.2),
 ], ids=["4cpu", "1cpu", "tau1", "tail", "mixed-jitter", "uneven", "wd-warmup", "adamw", "64cpu", "fcfs",
         "fcfs-uneven", "fcfs-mixed", "measgd", "measgd-uneven-wd-warmup", "ps-4cpu", "ps-1cpu", "ps-momentum", "ps-mixed-jitter", "ps-uneven", "ps-lamb",
-        "ps-adamw-warmup", "ps-64cpu", "ps-clip", "ps-momentum-lamb-clip"])
+        "ps-adamw-warmup", "ps-64cpu", "ps-clip", "ps-momentum-lamb-clip", "accumulate", "ps-accumulate-uneven"])
 def test_server_lockstep_is_bitwise_the_per_worker_run(extra):
     config = RunConfig(**{**ELASTIC, **extra})
     a, b = _both(config)

@@ -265,7 +265,7 @@ def fit_compute(samples: Sequence[float], seconds: Sequence[float]) -> tuple[flo
 class Calibration:
     """What the model learned from measured runs (or its documented defaults)."""
 
-    compute: dict[str, tuple[float, float]]  # worker kind -> (c0 s per step, c1 s per sample)
+    compute: dict[str, tuple[float, float]]  # worker kind -> (c0 s per pass, c1 s per sample)
     alpha: float                              # s per message
     beta: float                               # s per byte
     n_params: int
@@ -282,12 +282,13 @@ class Calibration:
         """Bytes of one parameter vector (float32)."""
         return self.n_params * BYTES_PER_PARAM
 
-    def compute_s(self, kind: str, samples: float) -> float:
-        """Seconds for one worker of `kind` to process `samples` (forward + backward)."""
+    def compute_s(self, kind: str, samples: float, passes: float = 1.0) -> float:
+        """Seconds for one worker of `kind` to process `samples` (forward + backward) in
+        `passes` passes (micro-batches, `accumulate`): each pays the per-pass c0."""
         if kind not in self.compute:
             raise ConfigError("kind", f"one of the calibrated worker kinds {sorted(self.compute)}", kind)
         c0, c1 = self.compute[kind]
-        return c0 + c1 * samples
+        return c0 * passes + c1 * samples
 
     def link(self, network: str) -> Network:
         """The Network for a name: NETWORKS, or "measured" for the calibrated alpha / beta."""
@@ -439,10 +440,14 @@ def calibrate(results: Iterable[Any], n_params: int | None = None, network: str 
         kinds = _worker_kinds(r)
         steady = measure.steady_steps(r.steps)   # fit the steady state: warm-up is not compute speed
         kind_col = steady["worker"].map(lambda w: kinds.get(int(w), "cpu") if str(w).isdigit() else "cpu")
+        accumulate = int(((r.summary or {}).get("config") or {}).get("accumulate") or 1)
         for kind, df in steady.assign(_kind=kind_col).groupby("_kind"):
             s_list, c_list = by_kind.setdefault(str(kind), ([], []))
-            s_list.extend(df["samples"].tolist())
-            c_list.extend(df["compute_s"].tolist())
+            # one point per pass: a step of s samples in micro-batches is min(accumulate, s) passes of s / passes
+            samples = df["samples"].to_numpy(dtype=float)
+            passes = np.clip(np.minimum(accumulate, samples), 1, None)
+            s_list.extend((samples / passes).tolist())
+            c_list.extend((df["compute_s"].to_numpy(dtype=float) / passes).tolist())
         p = comm_point(r, np_run)
         if p is not None:
             points.append(p)
@@ -471,7 +476,8 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
                     network: str = MEASURED, allreduce: str = "ring", tau: int = 1,
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
                     kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
-                    topology: str = "ring", optimizer: str = "sgd", **compression_knobs: Any) -> dict[str, Any]:
+                    topology: str = "ring", optimizer: str = "sgd", accumulate: int = 1,
+                    **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
@@ -490,6 +496,8 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         optimizer: the update rule (`maths.optim.UPDATE_PASSES`): a server's update streams
             its passes through host memory; a worker's update adds its passes beyond sgd's
             three to the calibrated compute (which is taken as measured with sgd).
+        accumulate: micro-batches a worker computes its slice in: as many passes, each
+            paying the calibrated per-pass overhead c0.
     Returns:
         {compute_s, comm_s, step_time_s, samples_per_s, bottleneck}: per-step times of
         one worker (step_time_s = compute_s + comm_s + the calibrated overhead; comm_s
@@ -505,7 +513,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     a, bb, n = link.alpha, link.beta, float(cal.n_bytes)
     pattern = _pattern(algorithm)
     per_worker = B / p                                   # LTFB: one worker per trainer, trainer batch B / K
-    compute = cal.compute_s(kind, per_worker)
+    compute = cal.compute_s(kind, per_worker, passes=min(max(1, int(accumulate)), max(1.0, per_worker)))
     local = compute + cal.overhead_s                     # a worker's own time per step
     passes = update_passes(optimizer)                   # sgd: read x and g, write x
     update = passes * n / HOST_MEMORY_BYTES_PER_S

@@ -350,7 +350,7 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
     top = max(64, 8 * max(workers))
     pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
     knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
-             "optimizer": config.optimizer}
+             "optimizer": config.optimizer, "accumulate": config.accumulate}
     predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
                                   networks=[costmodel.MEASURED, network], **knobs)
     _, error = costmodel.compare(cal, table, config.algorithm, **knobs)

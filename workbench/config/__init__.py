@@ -280,6 +280,14 @@ class RunConfig(BaseModel):
     batch_size: WholeFrom1 = Field(32, json_schema_extra={"group": "optimisation"}, description=(
         "GLOBAL minibatch size in examples, summed over all workers (whole number >= 1 and at "
         "least the number of workers); each worker computes its slice."))
+    accumulate: WholeFrom1 = Field(1, json_schema_extra={"group": "optimisation"}, description=(
+        "Gradient accumulation: each worker computes its slice of a batch in this many micro-batches and "
+        "adds up their gradients, weighed by rows (whole number >= 1, at most a worker's rows of a batch; "
+        "1 = off). The step is the same as without, to float32 rounding (batch_size, lr scaling and the "
+        "trajectory do not change); a pass holds only a micro-batch's activations, so a batch too large "
+        "for memory fits (the memory check names the accumulate a run needs). Each micro-batch is a pass "
+        "of its own: slower where passes are small (the simulator charges each its launch and weight "
+        "reads)."))
     lr: FinitePositive = Field(0.1, json_schema_extra={"group": "optimisation"}, description=(
         "Base learning rate (finite, > 0), tuned for base_batch examples; lr_scaling scales it "
         "to batch_size and warmup ramps up to that scaled rate. Unset: the default of the algorithm "
@@ -679,6 +687,12 @@ class RunConfig(BaseModel):
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
         if workers is not None and not fixed and self.batch_size < workers:
             raise ConfigError("batch_size", f"at least the number of workers ({workers})", self.batch_size)
+        if self.accumulate > 1 and workers is not None:
+            share = self.batch_size // (spec.workers or workers)   # the smallest equal slice of a batch
+            if self.accumulate > share:
+                raise ConfigError("accumulate", f"at most a worker's rows of a batch ({share}: batch_size "
+                                  f"{self.batch_size} over {spec.workers or workers} worker(s)), each micro-batch "
+                                  "a row at least", self.accumulate)
         broken = spec.check(self)    # the algorithm's own rules for its knobs (LTFB: its trainers)
         if broken is not None:
             raise ConfigError(*broken)

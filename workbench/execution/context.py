@@ -12,6 +12,7 @@ import numpy as np
 from ..algorithms import REGISTRY, WorkerContext
 from ..comm.base import Emulated
 from ..config import RunConfig
+from ..maths.accumulate import accumulated
 from ..maths.backend import get_xp
 from ..maths.metrics import Evaluator
 from ..problem import Problem
@@ -26,7 +27,8 @@ def build_context(config: RunConfig, rank: int, size: int, kind: str, *, comm: A
     xp = get_xp(kind)
     problem = Problem.from_config(config)   # built once per process: a warm worker skips the load
     data, plan = problem.data, problem.plan
-    model = problem.new_model()             # this worker's own instance (its work buffers)
+    model = accumulated(problem.new_model(), config.accumulate)   # this worker's own instance (its work
+    #                                       buffers), in `accumulate` micro-batches a pass when asked
     X, y = (data.X_train, data.y_train) if xp is np else (xp.asarray(data.X_train), xp.asarray(data.y_train))
     if config.latency_ms or config.bandwidth_gbps:
         comm = Emulated(comm, config.latency_ms, config.bandwidth_gbps) if comm is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,9 @@ def check_timing_model_fits(config: RunConfig) -> None:
     if not (config.simulate and config.timing_model and config.gpus):
         return
     from ..sim import profiles, timing_models
-    workers = max(1, config.n_workers or 1)
-    slice_rows = -(-config.batch_size // workers)                 # the largest slice of a global batch
     profiles.check_fits(timing_models.TIMING_MODELS[config.timing_model], profiles.DEVICES[config.resolved_device],
-                        slice_rows, timing_models.state_floats(config.optimizer, config.momentum))
+                        slice_rows(config), timing_models.state_floats(config.optimizer, config.momentum),
+                        accumulate=config.accumulate)
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -147,7 +147,8 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     float64 draws of the generated datasets while they are made. params: the parameter
     vector times the copies a run keeps (parameters, gradient, momentum, optimiser scratch,
     allreduce slots, the server's or centre's copy, the evaluator's). activations: a
-    forward and backward pass over the largest slice of a batch or of the evaluation chunk.
+    forward and backward pass over the largest slice of a batch (a micro-batch of it with
+    `accumulate`, `pass_rows`) or over the evaluation chunk.
     """
     from ..data import dataset_info
     from ..data.files import MMAP_BYTES, ArrayFileInfo
@@ -163,20 +164,42 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
         data = n * 4 * 2   # a large file of yours is memory-mapped: its pages are the host's, shared by its workers
     params = model.n_params * 4 * 8
     widths = (f, *config.model_hidden, c) if config.model == "mlp" else (f, c)
-    rows = min(max(config.batch_size, 1024), n)
+    batch = pass_rows(config)                # a training pass's rows: a (micro-batch of a) worker's slice
+    evaluated = 1024
     if info.tokens:                          # X float32 and y int64 per token; the draws' int64 sequences
         from ..maths.metrics import EVAL_CHUNK
         data = n * f * 12 + (n * (f + 1) * 8 if generated else 0)
-        rows = min(max(config.batch_size, EVAL_CHUNK // f, 1), n)   # a batch, or one evaluation chunk
-    if hasattr(model, "activation_bytes"):   # the GPT counts what its backward pass keeps
-        act = model.activation_bytes(rows) * 2                      # and as much again for the backward's buffers
-    elif config.model == "cnn":
-        ch = max(config.model_hidden) if config.model_hidden else 32
-        act = rows * f * ch * 4 * 4
-    else:
-        act = rows * sum(widths) * 4 * 4
+        evaluated = max(EVAL_CHUNK // f, 1)  # one evaluation chunk's sequences
+
+    def activations(rows: int) -> int:
+        rows = min(rows, n)
+        if hasattr(model, "activation_bytes"):   # the GPT counts what its backward pass keeps
+            return model.activation_bytes(rows) * 2                  # and as much again for the backward's buffers
+        if config.model == "cnn":
+            ch = max(config.model_hidden) if config.model_hidden else 32
+            return rows * f * ch * 4 * 4
+        return rows * sum(widths) * 4 * 4
+    trained, scored = activations(batch), activations(evaluated)
+    act = max(trained, scored)
     total = data + params + act + WORKER_OVERHEAD
-    return {"data": data, "params": params, "activations": act, "total": total, "n_params": model.n_params}
+    return {"data": data, "params": params, "activations": act, "total": total, "n_params": model.n_params,
+            "pass_activations": trained, "eval_activations": scored}
+
+
+def slice_rows(config: RunConfig) -> int:
+    """The most rows one worker computes of a global batch: an equal share (its ceiling),
+    the whole batch where the shares are not known before the run (split by speed, or the
+    workers of a scheduler not yet asked)."""
+    workers = specs()[config.algorithm].workers or config.n_workers
+    if not workers or getattr(config, "split", "equal") == "speed":
+        return config.batch_size
+    return -(-config.batch_size // workers)
+
+
+def pass_rows(config: RunConfig) -> int:
+    """The rows of one training pass of a worker: its slice, or the largest micro-batch of it
+    with `accumulate` (`maths.accumulate.micro_batches`)."""
+    return -(-slice_rows(config) // config.accumulate)
 
 
 def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -> dict[str, int]:
@@ -191,20 +214,25 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
     import psutil
     machine = psutil.virtual_memory()
     if config.simulate:
-        # One process: the dataset once, each virtual worker its parameter copies and a
-        # batch slice's activations (its model's work buffers).
+        # One process: the dataset once, each virtual worker its parameter copies, and the
+        # activations of all the workers' slices at once (the lockstep and the pool stack
+        # every slice of a batch, or its micro-batches, in one pass) or of an evaluation chunk.
         workers = config.n_workers or 1
-        per_worker = est["params"] + est["activations"] // max(1, min(workers, 16))
-        need = est["data"] + workers * per_worker + WORKER_OVERHEAD
-        for _, have, what in limit_budgets(need, need):
-            if need > MEMORY_SHARE * have:
-                field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
-                raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
-                                  f"more than {what} ({_gib(have)}) allows", value)
-        if need > MEMORY_SHARE * machine.available:
+
+        def sim_over(e: dict[str, int]) -> list[tuple[float, float, float, str]]:
+            need = (e["data"] + workers * e["params"] + max(workers * e["pass_activations"], e["eval_activations"])
+                    + WORKER_OVERHEAD)
+            budgets = [(need, have, what) for _, have, what in limit_budgets(need, need)]
+            budgets.append((need, machine.available, "this machine's available memory"))
+            return [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
+                    if need > MEMORY_SHARE * have]
+        over = sim_over(est)
+        if over:
+            _, need, have, what = max(over, key=lambda o: o[0])
+            _refuse_or_accumulate(config, sim_over, what, have, need)
             field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
             raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
-                              f"more than this machine's available memory ({_gib(machine.available)}) allows", value)
+                              f"more than {what} ({_gib(have)}) allows", value)
         return est
     local = config.scheduler is None or specs()[config.algorithm].in_process
     dask_here = config.scheduler is None and not specs()[config.algorithm].in_process
@@ -221,23 +249,49 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
         per_worker = machine.total / max(n_local, 1)
     else:
         per_worker = None
-    # the client (and, locally, every worker) on this machine, against what is available
-    need_here = est["total"] * (n_local + 1) - WORKER_OVERHEAD
-    budgets = [(need_here, machine.available, "this machine's available memory")]
-    if per_worker:
-        budgets.append((est["total"], per_worker, "a worker's memory"))
-    budgets += limit_budgets(est["total"], need_here if local else est["total"],
-                             extra=DASK_ADDRESS_SPACE if dask_here else 0)
-    over = [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
-            if need > MEMORY_SHARE * have]
+
+    def run_over(e: dict[str, int]) -> list[tuple[float, float, float, str]]:
+        # the client (and, locally, every worker) on this machine, against what is available
+        need_here = e["total"] * (n_local + 1) - WORKER_OVERHEAD
+        budgets = [(need_here, machine.available, "this machine's available memory")]
+        if per_worker:
+            budgets.append((e["total"], per_worker, "a worker's memory"))
+        budgets += limit_budgets(e["total"], need_here if local else e["total"],
+                                 extra=DASK_ADDRESS_SPACE if dask_here else 0)
+        return [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
+                if need > MEMORY_SHARE * have]
+    over = run_over(est)
     if over:   # the tightest limit is the one to name
         _, need, have, what = max(over, key=lambda o: o[0])
+        _refuse_or_accumulate(config, run_over, what, have, need)
         per_process = "ulimit -v" in what   # more or fewer workers change nothing there
         field, value = _memory_field(config, est, per_process=per_process)
         raise ConfigError(field, f"a size whose run fits in {what} ({_gib(have)}): this one needs about "
                           f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
                           f"worker)", value)
     return est
+
+
+def _refuse_or_accumulate(config: RunConfig, over_of: Callable[[dict[str, int]], list], what: str,
+                          have: float, need: float) -> None:
+    """When a larger `accumulate` (smaller passes, the same steps) makes the run fit, raise
+    the ConfigError naming the smallest that does; else return (another field is to blame)."""
+    most = slice_rows(config)
+    if config.accumulate >= most or over_of(memory_estimate(config.replace(accumulate=most))):
+        return
+    lo, hi = config.accumulate, most                # over at lo, fits at hi: the smallest that fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if over_of(memory_estimate(config.replace(accumulate=mid))):
+            lo = mid
+        else:
+            hi = mid
+    fits = config.replace(accumulate=hi)
+    now, then = memory_estimate(config)["pass_activations"], memory_estimate(fits)["pass_activations"]
+    raise ConfigError("accumulate", f"at least {hi} for a run that fits in {what} ({_gib(have)}): this one needs "
+                      f"about {_gib(need)}, a training pass of {pass_rows(config)} rows {_gib(now)} of it; in "
+                      f"micro-batches of {pass_rows(fits)} rows a pass holds {_gib(then)} (the same steps; or a "
+                      "smaller batch_size)", config.accumulate)
 
 
 def address_space_limit() -> int | None:

@@ -45,6 +45,7 @@ from ..comm.network import (
     tree_allreduce_time,
 )
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
+from ..maths.accumulate import micro_batches
 from ..maths.optim import update_passes
 from .profiles import ChipPartition
 
@@ -88,6 +89,7 @@ class SimCosts:
     # ring's own (comm/ring.py), one pass through host memory; measured here 0.16-0.2 ms for 2.1 MB
     # (1 real worker, 2026-12-02), which the ring formula (0 for one worker) left out
     solo_copy: bool = False
+    accumulate: int = 1          # micro-batches a loss_and_grad is computed in (config.accumulate)
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -104,17 +106,33 @@ class SimCosts:
 
     # ---------------------------------------------------------------- compute
     def compute(self, rank: int, samples: int) -> float:
-        """Virtual seconds of one loss_and_grad over `samples` rows plus the update, on `rank`."""
+        """Virtual seconds of one loss_and_grad over `samples` rows plus the update, on `rank`.
+        In micro-batches (`accumulate`) each is a pass of its own: its rows' FLOPs, the
+        weights read again and the call's overhead (launches, Python) again."""
         dev = self.devices[rank]
-        if isinstance(dev, ChipPartition):       # its cores and the chip's memory, layer by layer
-            busy = dev.train_s(self.timing, samples)
-        else:
-            busy = dev.compute_s(self.train_flops * samples, self.weight_bytes)
-        t = busy + dev.step_overhead_s + self.update(rank)
+        pieces = micro_batches(samples, self.accumulate) if self.accumulate > 1 else [(0, samples)]
+        busy = sum(self._pass(dev, hi - lo) for lo, hi in pieces)
+        t = busy + self.update(rank)
         if self.jitter:
             k = 1.0 / self.jitter ** 2
             t *= float(self.rngs[rank].gamma(k, 1.0 / k))
         return t
+
+    def _pass(self, dev: Any, samples: int) -> float:
+        """One forward and backward pass over `samples` rows, its call's overhead included."""
+        if isinstance(dev, ChipPartition):       # its cores and the chip's memory, layer by layer
+            return dev.train_s(self.timing, samples) + dev.step_overhead_s
+        return dev.compute_s(self.train_flops * samples, self.weight_bytes) + dev.step_overhead_s
+
+    def last_pass_share(self, rank: int, samples: int) -> float:
+        """The last micro-batch's share of a loss_and_grad's passes (1 without accumulation):
+        the layers' gradients are complete only in its backward pass (cgdp's chunks)."""
+        if self.accumulate <= 1 or samples <= 1:
+            return 1.0
+        dev = self.devices[rank]
+        pieces = micro_batches(samples, self.accumulate)
+        times = [self._pass(dev, hi - lo) for lo, hi in pieces]
+        return times[-1] / sum(times)
 
     def update(self, rank: int) -> float:
         """The optimiser's update on the worker: `update_passes` over the parameters."""
@@ -252,7 +270,8 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
         return SimCosts([part] * len(kinds), timing, model.n_params,
                         link if link is not None else profiles.network_named(default_network(config)),
                         jitter=config.jitter, seed=config.seed, allreduce="shared_tree",
-                        update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip))
+                        update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip),
+                        accumulate=config.accumulate)
     for kind in kinds:
         name = (config.device or SIM_DEFAULT_DEVICE) if kind == "gpu" else "local" if timed else config.cpu_device
         if name == "local":       # the one place wall-clock time enters: timed once per machine, cached, recorded
@@ -273,7 +292,7 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     costs = SimCosts(devices, timing, model.n_params, network,
                      jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
                      update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip),
-                     solo_copy=default_network(config) == "shm")
+                     solo_copy=default_network(config) == "shm", accumulate=config.accumulate)
     costs.charged_by = charged_by
     return costs
 

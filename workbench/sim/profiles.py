@@ -257,23 +257,27 @@ class ChipPartition:
 
 
 def check_fits(timing: TimingModel, device: Device, samples: int, state: int = 0,
-               field: str = "timing_model") -> None:
+               field: str = "timing_model", accumulate: int = 1) -> None:
     """Refuse (ConfigError naming `field`) a language model whose worker does not fit its
-    GPU's memory (`lm_memory` against `device.mem_bytes`); image networks, CPU devices and
-    devices without a stated memory are not checked."""
+    GPU's memory (`lm_memory` against `device.mem_bytes`) with the activations of one pass:
+    its slice of `samples` sequences, or the largest of `accumulate` micro-batches of it.
+    Image networks, CPU devices and devices without a stated memory are not checked."""
     if not timing.tokens or device.kind != "gpu" or not device.mem_bytes:
         return
-    need = lm_memory(timing, samples, state)
+    per_pass = -(-samples // max(1, accumulate))
+    need = lm_memory(timing, per_pass, state)
     if need["total"] <= device.mem_bytes:
         return
     gib = 2**30
     parts = ", ".join(f"{k} {need[k] / gib:.1f}" for k in ("weights", "gradients", "optimiser", "activations"))
     fits = int((device.mem_bytes - need["total"] + need["activations"]) // timing.activation_bytes)
-    room = (f"at most {fits} sequence(s) per worker fit: a smaller batch_size or more workers" if fits >= 1 else
+    room = (f"at most {fits} sequence(s) a pass fit: a smaller batch_size, more workers or accumulate "
+            f"{-(-samples // fits)} (micro-batches of {fits})" if fits >= 1 else
             "not even one sequence per worker fits (the simulated workers hold whole replicas, unsharded)")
+    where = "per worker" if per_pass == samples else f"a pass (a micro-batch of a worker's {samples})"
     raise ConfigError(field, f"a model that fits one {device.name} ({device.mem_bytes / gib:.0f} GiB): "
-                      f"{timing.name} needs {need['total'] / gib:.1f} GiB for {samples} sequence(s) of "
-                      f"{timing.tokens} tokens per worker ({parts} GiB); {room}", timing.name)
+                      f"{timing.name} needs {need['total'] / gib:.1f} GiB for {per_pass} sequence(s) of "
+                      f"{timing.tokens} tokens {where} ({parts} GiB); {room}", timing.name)
 
 
 # ------------------------------------------------------------------------------ links

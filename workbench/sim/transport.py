@@ -531,12 +531,14 @@ class SimModel:
             proc.now()
             return out
         t0 = proc.now()
-        fwd = total * costs.forward_share()
+        last = total * costs.last_pass_share(self._rank, len(X))   # micro-batches: the layers finish in the last
+        begin = t0 + total - last
+        fwd = last * costs.forward_share()
         n, done = self._model.n_params, [0]
 
         def ready(start: int, stop: int) -> None:
             done[0] += stop - start
-            t_ready = t0 + fwd + (total - fwd) * costs.backward_done(done[0] / n)
+            t_ready = begin + fwd + (last - fwd) * costs.backward_done(done[0] / n)
             proc.charge(max(0.0, t_ready - proc.t - proc.pending))
             proc.now()
             on_grad_ready(start, stop)
