@@ -58,6 +58,7 @@ NEW_VALUES = {
     "comm": ("dask", "dask"),
     "weight_decay": (0.001, 0.001),
     "grad_clip": (1.0, 1.0),
+    "accumulate": (4, 4),
     "tournament_size": (64, 64),
     "trainer_lrs": ("0.1, 0.2,0.3", [0.1, 0.2, 0.3]),
     "lr_spread": (2.0, 2.0),
