@@ -239,6 +239,19 @@ def test_invalid_combination_shows_the_config_error_not_a_traceback(dash):
     assert shown(dash.controls["warmup_epochs"])             # the control that fixes it is on the page
 
 
+def test_accumulate_follows_a_smaller_slice_down_and_stays_otherwise(dash):
+    dash.controls["batch_size"].value = 64
+    dash.controls["accumulate"].value = 8                     # 32 rows a worker: 8 micro-batches of 4
+    assert dash.config.accumulate == 8 and dash.status_text.startswith("ready:")
+    dash.controls["batch_size"].value = 8                      # 4 rows a worker: 4 micro-batches at most
+    assert dash.controls["accumulate"].value == 4 and dash.config.accumulate == 4
+    dash.controls["batch_size"].value = 64                     # a larger batch leaves the choice as it is
+    assert dash.config.accumulate == 4
+    dash.controls["algorithm"].value = "sgd"                   # one worker: the whole batch
+    dash.controls["accumulate"].value = 64
+    assert dash.config.accumulate == 64 and dash.status_text.startswith("ready:")
+
+
 def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
     assert not shown(dash.controls["warmup_epochs"]) and dash.config.warmup_epochs == 0
     for mode in ("gradual", "constant"):

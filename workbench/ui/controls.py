@@ -333,6 +333,7 @@ CONTROLS: tuple[Control, ...] = (
     # optimisation
     _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
                                                                  value=v, **_desc(n))),
+    _c("accumulate", _int(1, 4096)),
     _c("lr", lambda n: lambda v: widgets.FloatLogSlider(value=v, base=10, min=-5, max=1, step=0.05,
                                                         readout_format=".3g", **_desc(n)), to_field=_tidy),
     _c("lr_scaling", _dropdown(["none", "linear", "sqrt"])),
@@ -438,6 +439,14 @@ def _batch_default(v: dict) -> int:
     return power if power <= n_train else workers
 
 
+def _slice_raw(values: dict) -> int:
+    """A worker's rows of a batch (an equal share; sgd's one worker: the whole batch)."""
+    from ..config.registry import specs
+    spec = specs().get(_raw(values).algorithm)
+    workers = (spec.workers if spec is not None and spec.workers else None) or _workers_raw(values)
+    return max(1, int(values["batch_size"]) // max(1, workers))
+
+
 def _is_text(values: dict) -> bool:
     """Whether the values' dataset is a language model's (rows of tokens)."""
     return is_text_dataset(values.get("dataset"))
@@ -468,6 +477,9 @@ DEPENDENTS: tuple[Dependent, ...] = (
     # more workers than the global batch has samples: a batch that gives each one
     Dependent("batch_size", ("cpus", "gpus", "algorithm"),
               lambda v: not in_process(_raw(v)) and v["batch_size"] < _workers_raw(v), _batch_default),
+    # micro-batches of at least a row: at most a worker's rows of a batch (after the batch itself follows)
+    Dependent("accumulate", ("batch_size", "cpus", "gpus", "algorithm"),
+              lambda v: v["accumulate"] > _slice_raw(v), _slice_raw),
 )
 
 
