@@ -100,6 +100,20 @@ def test_the_stacked_pass_is_bitwise_the_plain_calls(key):
     assert float(shared[1]) == acc.loss_and_grad(params[0], X[1], y[1])[0]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", ["mlp", "gpt"])
+def test_cupy_micro_batches_give_numpys(key):
+    # a GPU worker's slice in micro-batches: the same code on CuPy arrays (xp from params)
+    cp = pytest.importorskip("cupy")
+    model = MODELS[key]()
+    params = model.init(1).astype(np.float64)
+    X, y = _batch(model, 10, seed=8, dtype=np.float64)
+    loss, grad = accumulated(model, 3).loss_and_grad(params, X, y)
+    loss_gpu, grad_gpu = accumulated(model, 3).loss_and_grad(cp.asarray(params), cp.asarray(X), cp.asarray(y))
+    assert abs(loss_gpu - loss) < 1e-10
+    np.testing.assert_allclose(cp.asnumpy(grad_gpu), grad, rtol=1e-8, atol=1e-12)
+
+
 def test_a_model_without_a_stacked_pass_offers_none():
     cnn = make_model("cnn", 2 * 8 * 8, 3, hidden=(3,), image_shape=(2, 8, 8))
     plain = type("Plain", (), {"loss_and_grad": cnn.loss_and_grad, "n_params": cnn.n_params})()
