@@ -160,6 +160,37 @@ def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_re
     _same(slower, run_simulated(config.replace(calibration=str(replay))))
 
 
+def test_a_pass_larger_than_any_size_timed_is_timed_itself_cached_and_replayed(tmp_path, monkeypatch):
+    # The core is timed on short calls and charged along the line through them; a pass beyond
+    # the largest is timed at its own size (a GPT's rows per second fall with the pass: 0.82 ms
+    # a sequence at 8, 1.13 at 512 here). The run records that size's record, the cache keeps it
+    # beside the line's, and a run whose passes are within the timed sizes is charged the line.
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    calibration._LOCAL.clear()
+    timed_rows = []
+    real = calibration.local_device
+    monkeypatch.setattr(calibration, "local_device",
+                        lambda *a, **k: timed_rows.append(k.get("rows")) or real(*a, **k))
+    monkeypatch.setattr(calibration, "CALIBRATION_TARGET_S", 1e-9)      # the line: calls of 4 rows at most
+    config = RunConfig(algorithm="sync_sgd", cpus=1, cpu_device="local", **{**SMALL, "batch_size": 48})
+    first = run_simulated(config)
+    record = first.summary["calibration"]
+    assert timed_rows == [None, 48] and record["timed"][0][0] == 48 and len(record["timed"]) == 1
+    assert "timed at batch 48:" in record["source"]
+    cached = json.loads(next((tmp_path / "cache" / "sim-calibration").glob("*.json")).read_text())
+    assert max(b for b, _ in cached["timed"]) == 4 and cached["at_rows"]["48"] == record
+    small = run_simulated(config.replace(batch_size=4))               # within the line: no new timing
+    assert timed_rows == [None, 48] and small.summary["calibration"]["timed"] == cached["timed"]
+    micro = run_simulated(config.replace(accumulate=12))                # passes of 4: the line too
+    assert timed_rows == [None, 48] and micro.summary["calibration"]["timed"] == cached["timed"]
+    _no_timing(monkeypatch)
+    calibration._LOCAL.clear()
+    _same(first, run_simulated(config))                                 # from the cache
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(first.summary, default=str))
+    _same(first, run_simulated(config.replace(calibration=str(summary))))   # from the run's summary
+
+
 def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)

@@ -158,7 +158,7 @@ def _worker_step(model: Any, params: Any, X: Any, y: Any, b: int) -> Any:
 
 
 def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = None,
-                 repeats: int = CALIBRATION_REPEATS) -> Device:
+                 repeats: int | None = CALIBRATION_REPEATS) -> Device:
     """This machine's core as a Device, calibrated by timing `model.loss_and_grad`.
 
     A call gathers its batch from the set as a worker's step does (`_worker_step`).
@@ -170,7 +170,8 @@ def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = Non
     a 32 MB copy. Cached per architecture: later calls are free. Takes well under a
     second (a copy of the model is timed, so the caller's buffers are untouched).
 
-    `rows`: time that one batch size instead, `repeats` times (not cached): a run whose
+    `rows`: time that one batch size instead, `repeats` times (None: as many as the time
+    budget allows, CALIBRATION_MIN_REPEATS at least; not cached): a run whose
     workers only ever compute slices of `rows` rows is charged what that size took, not a
     line fitted through others (`bench --sim-vs-real`: on this 2-vCPU VM the co-run timings
     of 16- and 64-row batches once came out 1.9x their usual while 256 rows did not, and
@@ -204,7 +205,8 @@ def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = Non
         calls = []
         for size in sizes:
             t = _best_s(step(size), 1)           # warm (workspace) and a first estimate
-            calls.append(_timed_calls(step(size), int(repeats) if rows is not None else _repeats(t, len(sizes))))
+            count = int(repeats) if rows is not None and repeats is not None else _repeats(t, len(sizes))
+            calls.append(_timed_calls(step(size), count))
     best = [_typical_s(c) for c in calls]
     overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
     measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
@@ -418,8 +420,10 @@ def calibration_cache_path(model: Any, dtype: str) -> Any:
     return cache_dir() / "sim-calibration" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+
+
 def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | None = None,
-                  cpu_workers: int = 1) -> tuple[Device, dict]:
+                  cpu_workers: int = 1, rows: int | None = None) -> tuple[Device, dict]:
     """The `local` Device and its record: from `calibration` (a file) when given, else this
     machine's cached calibration, timed (`local_device`) and cached on first use. A cached
     file that cannot be read, or was timed another way (`CALIBRATION_METHOD`), is timed
@@ -428,7 +432,15 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
     With `cpu_workers` > 1 the Device is the core timed while the others compute too
     (`co_run_device`, for `co_run_cores` cores: the record's `co_run[k]`), timed once and
     added to the cached record when it has none; a given file without it keeps its
-    one-core numbers (a run from before co-run timing replays as it ran)."""
+    one-core numbers (a run from before co-run timing replays as it ran).
+
+    `rows`: the rows of the run's passes (a worker's slice, or its micro-batch). The core is
+    timed on calls of up to CALIBRATION_TARGET_S, and a pass beyond them is not charged
+    along that line: its rows per second differ (a GPT's 8-sequence calls ran at 0.82 ms a
+    sequence here, its passes of 512 at 1.13: 1.4x, the activations no longer in cache). A
+    pass of more rows than the largest size timed is timed itself, alone and co-run as
+    above, kept in the cached record (`at_rows`), and the run is charged (and records) that
+    size's own record."""
     import json
 
     from ..util.fileio import atomic_write
@@ -455,11 +467,29 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
         together = co_run_device(model, X, y, params, k, device)
         record = {**record, "co_run": {**record.get("co_run", {}), str(k): co_run_entry(together)}}
         changed = True
+    largest = max((int(b) for b, _ in record.get("timed", ())), default=0)
+    if rows is not None and largest < int(rows) <= int(X.shape[0]):
+        sub = record.get("at_rows", {}).get(str(int(rows)))
+        if sub is None or sub.get("method") != CALIBRATION_METHOD:
+            alone = local_device(model, X, y, params, rows=int(rows), repeats=None)
+            sub = calibration_record(alone, model, dtype)
+            if "host_demand_cores" in record:
+                sub["host_demand_cores"] = record["host_demand_cores"]
+        if k > 1 and _co_run_of(sub, cpu_workers) is None:
+            together = co_run_device(model, X, y, params, k, device_from_record(sub, "timed now"))
+            sub = {**sub, "co_run": {**sub.get("co_run", {}), str(k): co_run_entry(together)}}
+        if record.get("at_rows", {}).get(str(int(rows))) is not sub:
+            record = {**record, "at_rows": {**record.get("at_rows", {}), str(int(rows)): sub}}
+            changed = True
+    else:
+        sub = None
     if changed:
         try:
             atomic_write(path, json.dumps(record, indent=1))
         except OSError:                                    # a read-only home: the summary still has it
             pass
+    if sub is not None:   # the run's own pass size: its record, complete in itself (a replay reads it as a file)
+        return charged_device(sub, cpu_workers, device_from_record(sub, f"cached in {path} at {int(rows)} rows")), sub
     return charged_device(record, cpu_workers, device_from_record(record, f"cached in {path}")), record
 
 

@@ -280,8 +280,10 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                     raise ValueError("the local profile is calibrated on the run's data")
                 # the host's local CPU workers compute at once (a synchronous step): the core
                 # timed with as many others computing beside it (calibration.co_run_device)
+                lo, hi = micro_batches(-(-config.batch_size // max(1, len(kinds))), config.accumulate)[0]
                 local, record = calibration.local_profile(model, data.X_train, data.y_train, model.init(config.seed),
-                                                       config.calibration, cpu_workers=kinds.count("cpu"))
+                                                       config.calibration, cpu_workers=kinds.count("cpu"),
+                                                       rows=hi - lo)   # a worker's pass: its slice's (micro-)batch
             devices.append(local)
         else:
             devices.append(profiles.DEVICES[name])
