@@ -158,3 +158,29 @@ def test_a_grid_over_a_validation_set_chooses_by_it_and_counts_its_rows():
     with pytest.raises(ConfigError) as err:
         GridPlan.make(RunConfig(**BASE), {"lr": [0.03, 0.3]}, metric="final_val_loss")
     assert err.value.field == "metric" and "needs a validation set" in str(err.value)
+
+
+def test_every_one_line_verdict_and_the_runs_table_give_the_validation_accuracy_beside_the_tests(tmp_path, capsys):
+    from workbench.apps.cli import main
+    from workbench.ui.dashboard import Dashboard
+    from workbench.ui.report import summary_table
+    code = main(["run", "--algorithm", "sync_sgd", "--cpus", "2", "--steps", "40", "--eval-every", "20",
+                 "--val-fraction", "0.2", "--out", str(tmp_path / "cli")])
+    s = wb.load(tmp_path / "cli").summary
+    line = capsys.readouterr().out.splitlines()[0]
+    assert code == 0 and (f"test accuracy {s['final_test_accuracy']:.4f} (validation {s['final_val_accuracy']:.4f}), "
+                          in line)
+    dash = Dashboard(cluster="threads")
+    for name, value in dict(steps=40, eval_every=20, val_fraction=0.2).items():
+        dash.controls[name].value = value
+    assert dash.run() is True
+    held = dash.wait(60).summary
+    assert f"(validation {held['final_val_accuracy']:.4f})" in dash.status_text
+    dash.controls["val_fraction"].value = 0.0
+    assert dash.run() is True
+    dash.wait(60)
+    assert "(validation" not in dash.status_text
+    table = summary_table(dash.history)
+    assert table["final_val_accuracy"].tolist()[0] == held["final_val_accuracy"]
+    assert np.isnan(table["final_val_accuracy"].tolist()[1])          # the run without one: empty
+    assert list(table.columns).index("final_val_accuracy") == list(table.columns).index("final_test_accuracy") + 2

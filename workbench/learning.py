@@ -269,6 +269,22 @@ def _unscaled(config: dict[str, Any]) -> str | None:
     return unscaled(data.X_train)
 
 
+def accuracy_text(summary: dict[str, Any]) -> str:
+    """A run's final accuracy in its one-line verdicts (the CLI's, the dashboard's status):
+    the test set's, and the validation set's beside it when the run held one out.
+
+    >>> accuracy_text({"final_test_accuracy": 0.9276})
+    'test accuracy 0.9276'
+    >>> accuracy_text({"final_test_accuracy": 0.947, "final_val_accuracy": 0.9306})
+    'test accuracy 0.9470 (validation 0.9306)'
+    >>> accuracy_text({})
+    'test accuracy n/a'
+    """
+    acc, val = summary.get("final_test_accuracy"), summary.get("final_val_accuracy")
+    text = f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}"
+    return text if val is None else f"{text} (validation {val:.4f})"
+
+
 def clip_text(clip: dict[str, Any] | None) -> str | None:
     """A clipping run's counts and gradient norms (`summary["grad_clip"]`), in one line; None
     for a run that did not clip.

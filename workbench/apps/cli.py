@@ -633,14 +633,14 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
+    from ..learning import accuracy_text
     s = result.summary
-    acc = s.get("final_test_accuracy")
     on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
-          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, test accuracy "
-          f"{'n/a' if acc is None else f'{acc:.4f}'}, comm fraction {s['comm_fraction']:.2f}")
+          f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, {accuracy_text(s)}, "
+          f"comm fraction {s['comm_fraction']:.2f}")
     for line in _model_lines(s, config):
         print(f"  {line}")
     for event in s.get("events", []):

@@ -29,6 +29,7 @@ import ipywidgets as widgets
 
 from .. import measure
 from ..config import ConfigError, RunConfig
+from ..learning import accuracy_text
 from ..problem import Problem
 from ..results import RecordBatch, RunTally, free_run_dir
 from ..util.blas import rule_text
@@ -533,7 +534,6 @@ class LiveRun:
     def _end_status(self, state: _Run, s: dict) -> tuple[str, bool]:
         """The final status line of a run with summary `s`, and whether it reads as an error;
         the progress bar set to the steps it ran."""
-        acc = s.get("final_test_accuracy")
         startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
         train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
         self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
@@ -546,7 +546,7 @@ class LiveRun:
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                 + (f" (start-up {measure.duration_text(startup)})" if startup is not None else "")
                 + f", {rate}, "
-                f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}, "
+                f"{accuracy_text(s)}, "
                 f"comm fraction {s.get('comm_fraction', 0):.2f}"
                 + "".join(f"; {n}" for n in measure.notes(s))    # busy machine, no steady state
                 + "".join(f"; warning: {w}" for w in s.get("warnings") or ()),   # what preflight said of the config

@@ -112,6 +112,8 @@ def summary_row(result: RunResult, label: str | None = None) -> dict[str, Any]:
     for k in SUMMARY_FIELDS:
         v = s.get(k)
         row[k] = len(v) if k == "workers" and isinstance(v, list) else v
+        if k == "final_test_accuracy" and s.get("final_val_accuracy") is not None:   # rows held out: beside it
+            row["final_val_loss"], row["final_val_accuracy"] = s.get("final_val_loss"), s["final_val_accuracy"]
     row["batch_size"] = cfg.get("batch_size")
     row["lr"] = _scaled_lr(cfg)              # what the schedule scales the base lr to (after warmup)
     row["base_lr"] = cfg.get("lr")
