@@ -437,7 +437,8 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
     `rows`: the rows of the run's passes (a worker's slice, or its micro-batch). The core is
     timed on calls of up to CALIBRATION_TARGET_S, and a pass beyond them is not charged
     along that line: its rows per second differ (a GPT's 8-sequence calls ran at 0.82 ms a
-    sequence here, its passes of 512 at 1.13: 1.4x, the activations no longer in cache). A
+    sequence here, its passes of 512 at 1.13: 1.4x, likely the memory traffic of their
+    activations). A
     pass of more rows than the largest size timed is timed itself, alone and co-run as
     above, kept in the cached record (`at_rows`), and the run is charged (and records) that
     size's own record."""
