@@ -72,6 +72,7 @@ DETERMINISTIC = [
     ("sync_sgd", {"compression": "sign", "error_feedback": False}),
     ("sync_sgd", {"optimizer": "adamw", "lr": 0.01}),
     ("sync_sgd", {"grad_clip": 0.3, "momentum": 0.9}),                              # the clip counts travel too
+    ("sync_sgd", {"accumulate": 4}),                                                # slices of 16 in 4 passes
     ("local_sgd", {"tau": 4}),
     ("post_local_sgd", {"tau": 3, "post_local_epoch": 0.3}),
     ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
@@ -116,6 +117,7 @@ SIMULATED = [("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression
              ("local_sgd", {"tau": 3}), ("diloco", {"tau": 4}), ("sync_easgd", {"tau": 2}), ("dpsgd", {}),
              ("ltfb", {"trainers": 2, "round_size": 10}),
              # asynchronous: replayed from step 0 (their workers are mid-step at any virtual instant)
+             ("sync_sgd", {"accumulate": 3}),
              ("async_sgd", {}), ("async_msgd", {}), ("async_sgd", {"grad_clip": 0.5}), ("easgd", {"tau": 2}),
              ("async_easgd", {}),
              ("async_measgd", {}), ("hogwild_sgd", {}), ("hogwild_easgd", {}), ("adpsgd", {})]
