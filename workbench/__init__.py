@@ -24,7 +24,7 @@ from .config import ConfigError, RunConfig  # noqa: E402  (after the check above
 
 __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume", "load", "sweep", "grid", "predict",
-           "generate", "torch_module", "make_cluster", "connect", "client", "__version__"]
+           "generate", "torch_module", "noise_scale", "make_cluster", "connect", "client", "__version__"]
 
 
 def __getattr__(name: str):
@@ -32,7 +32,7 @@ def __getattr__(name: str):
     if name == "ALGORITHMS":  # name -> one-line summary, from the algorithm registry
         from .config.registry import summaries
         return summaries()
-    if name in ("run", "resume", "load", "sweep", "grid", "predict", "generate", "torch_module"):
+    if name in ("run", "resume", "load", "sweep", "grid", "predict", "generate", "torch_module", "noise_scale"):
         from . import api
         return getattr(api, name)
     if name == "RunResult":

@@ -332,6 +332,34 @@ def load(directory: str | Path) -> RunResult:
     return RunResult.load(directory)
 
 
+def noise_scale(run: Any, at: str = "final", rows: int = 2048, seed: int = 0) -> Any:
+    """The gradient noise scale B_simple (McCandlish et al. 2018) of a run's model and data
+    at its parameters: the batch beyond which a larger one takes about as many steps, from
+    per-example gradients, with its jackknife band (`analysis.noise.gradient_noise_scale`).
+
+    Args:
+        run: a RunResult (`wb.run`, `wb.load`), a run directory, or a RunConfig (then
+            `at` must be "initial").
+        at: "final" (params.npy), "best" (params_best.npy) or "initial" (`init(seed)`).
+        rows: training examples whose gradients are taken.
+        seed: which examples.
+    Returns:
+        A `NoiseScale` (`.b_simple`, `.low`, `.high`, `.text()`).
+    """
+    from .analysis.noise import gradient_noise_scale
+    if at not in ("final", "best", "initial"):
+        raise ConfigError("at", '"final", "best" or "initial"', at)
+    if isinstance(run, (str, Path)):
+        run = load(run)
+    if isinstance(run, (RunConfig, dict)):
+        if at != "initial":
+            raise ConfigError("at", '"initial" for a config (a run has trained parameters; a config has none)', at)
+        return gradient_noise_scale(RunConfig.from_dict(run) if isinstance(run, dict) else run, rows=rows, seed=seed)
+    config = RunConfig.from_dict({k: v for k, v in run.summary["config"].items() if k != "out"})
+    params = None if at == "initial" else trained_params(run, at)
+    return gradient_noise_scale(config, params, rows=rows, seed=seed, at=at if params is not None else "initial")
+
+
 def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,),
          metric: str | None = None, cluster: Any = None, out: str | Path | None = None,
          on_result: Callable[[dict, RunResult], None] | None = None, should_stop: Callable[[], bool] | None = None,

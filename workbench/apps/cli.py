@@ -96,6 +96,7 @@ COMMANDS: dict[str, str] = {
     "explain": "why N workers are (not) faster than one: a run's step decomposed, and what would change it",
     "predict": "a saved run's model answers each row of a CSV (a predicted column added)",
     "generate": "text written by a saved language model run (model gpt on a text)",
+    "noise-scale": "how large a batch a run's model can use: the gradient noise scale at its parameters",
     "export": "write run directories as TensorBoard event files",
     "lessons": "copy the lesson notebooks and experiment files into a folder",
     "schema": "print RunConfig's JSON schema (every field, its description, default and group)",
@@ -252,6 +253,26 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0, help="the draws' seed: the same seed, the same text (default 0)")
     _add_best_flag(gen, "write")
 
+    noise = sub.add_parser("noise-scale", help=COMMANDS["noise-scale"], formatter_class=fmt,
+                           description="The gradient noise scale B_simple = tr(Sigma) / |G|^2 (McCandlish et al. "
+                                       "2018) of RUN_DIR's model and training data at its parameters, from the "
+                                       "gradients of single examples: below it a larger batch mostly removes noise "
+                                       "(about proportionally fewer steps: linear lr scaling's regime), well above "
+                                       "it a larger batch takes about as many steps. It grows as the loss falls, so "
+                                       "compare the initial and the final parameters. With a band of one jackknife "
+                                       "standard error. See docs/usage.md.",
+                           epilog="example:\n  python -m workbench run --algorithm sync_sgd --steps 300 --out runs/a\n"
+                                  "  python -m workbench noise-scale runs/a --at initial\n"
+                                  "  python -m workbench noise-scale runs/a")
+    noise.add_argument("run", metavar="RUN_DIR", help="a run directory (with summary.json, and params.npy unless "
+                                                      "--at initial)")
+    noise.add_argument("--at", choices=["final", "best", "initial"], default="final",
+                       help="which parameters: the run's final (params.npy), its best (params_best.npy) or the "
+                            "initial ones (default: final)")
+    noise.add_argument("--rows", type=int, default=2048, help="training examples whose gradients are taken "
+                                                              "(default: 2048, or the whole set if smaller)")
+    noise.add_argument("--seed", type=int, default=0, help="which examples (default: 0)")
+
     exp = sub.add_parser("export", help=COMMANDS["export"],
                          description="Write each run's steps and evaluations as TensorBoard scalars, one "
                                      "subfolder of --logdir per run (needs the tensorboard extra: "
@@ -405,6 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _predict(args)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "noise-scale":
+            from ..api import noise_scale
+            print(noise_scale(_run_dirs([args.run])[0], at=args.at, rows=args.rows, seed=args.seed).text())
+            return EXIT_OK
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
