@@ -52,13 +52,18 @@ class NoiseScale:
                     f"(the mean gradient, |G| about {self.grad_norm:.3g}, is within its noise: more rows)")
         if not math.isfinite(self.high):
             return (f"gradient noise scale at the {self.at} parameters: B_simple = tr(Sigma) / |G|^2 about "
-                    f"{self.b_simple:,.0f} examples, not resolved: without one of {self.groups} groups of the "
+                    f"{_n(self.b_simple)} examples, not resolved: without one of {self.groups} groups of the "
                     f"{self.rows:,} examples the mean gradient (|G| {self.grad_norm:.3g}) is within its noise "
                     f"(tr(Sigma) {self.trace_cov:.3g}); near a minimum |G| falls and B_simple grows without bound")
         return (f"gradient noise scale at the {self.at} parameters: B_simple = tr(Sigma) / |G|^2 = "
-                f"{self.b_simple:,.0f} examples ({self.low:,.0f}-{self.high:,.0f}, one jackknife standard error "
+                f"{_n(self.b_simple)} examples ({_n(self.low)}-{_n(self.high)}, one jackknife standard error "
                 f"over {self.groups} groups of {self.rows:,} examples; |G| {self.grad_norm:.3g}, tr(Sigma) "
                 f"{self.trace_cov:.3g}): batches well beyond it take about as many steps as one of its size")
+
+
+def _n(v: float) -> str:
+    """An example count as the text gives it: three significant digits below 100, else whole."""
+    return f"{v:.3g}" if v < 100 else f"{v:,.0f}"
 
 
 def _estimate(s: np.ndarray, q: float, n: int) -> tuple[float, float, float]:
