@@ -280,6 +280,11 @@ def test_a_run_too_big_for_memory_is_told_the_accumulate_that_fits():
             check_memory(cfg.replace(accumulate=k - 1))                  # and is the smallest that does
         est = memory_estimate(cfg.replace(accumulate=k))
         assert est["pass_activations"] < memory_estimate(cfg)["pass_activations"]
+        # an odd batch: slices of 513 and 512, so 512 micro-batches at most (the config's own rule),
+        # and the error is the accumulate that fits, not the config refusing the search's largest try
+        with pytest.raises(ConfigError, match=r"^accumulate: at least \d+ for a run that fits"):
+            check_memory(cfg.replace(batch_size=1025))
+        assert cfg.replace(batch_size=1025).most_accumulate == 512 and cfg.most_accumulate == 512
         # one simulating process holds every virtual worker's slice at once: there too
         sim = cfg.replace(simulate=True, cpus=8)
         with pytest.raises(ConfigError, match=r"^accumulate: at least 2 for a run that fits"):

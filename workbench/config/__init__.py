@@ -687,12 +687,11 @@ class RunConfig(BaseModel):
             raise ConfigError("cpus", f"at least 1 worker in total for {self.algorithm} (cpus + gpus)", self.cpus)
         if workers is not None and not fixed and self.batch_size < workers:
             raise ConfigError("batch_size", f"at least the number of workers ({workers})", self.batch_size)
-        if self.accumulate > 1 and workers is not None:
-            share = self.batch_size // (spec.workers or workers)   # the smallest equal slice of a batch
-            if self.accumulate > share:
-                raise ConfigError("accumulate", f"at most a worker's rows of a batch ({share}: batch_size "
-                                  f"{self.batch_size} over {spec.workers or workers} worker(s)), each micro-batch "
-                                  "a row at least", self.accumulate)
+        most = self.most_accumulate
+        if most is not None and self.accumulate > most:
+            raise ConfigError("accumulate", f"at most a worker's rows of a batch ({most}: batch_size "
+                              f"{self.batch_size} over {workers} worker(s)), each micro-batch a row at least",
+                              self.accumulate)
         broken = spec.check(self)    # the algorithm's own rules for its knobs (LTFB: its trainers)
         if broken is not None:
             raise ConfigError(*broken)
@@ -756,6 +755,13 @@ class RunConfig(BaseModel):
         if self.gpus == "auto":
             return None
         return self.cpus + self.gpus
+
+    @property
+    def most_accumulate(self) -> int | None:
+        """The largest `accumulate` this config allows: a worker's smallest equal share of a
+        batch, so every micro-batch has a row (None while the workers are unknown)."""
+        workers = self.n_workers
+        return None if workers is None else max(1, self.batch_size // workers)
 
     @property
     def is_sync(self) -> bool:

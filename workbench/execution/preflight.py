@@ -276,7 +276,7 @@ def _refuse_or_accumulate(config: RunConfig, over_of: Callable[[dict[str, int]],
                           have: float, need: float) -> None:
     """When a larger `accumulate` (smaller passes, the same steps) makes the run fit, raise
     the ConfigError naming the smallest that does; else return (another field is to blame)."""
-    most = slice_rows(config)
+    most = config.most_accumulate or slice_rows(config)   # the largest the config accepts
     if config.accumulate >= most or over_of(memory_estimate(config.replace(accumulate=most))):
         return
     lo, hi = config.accumulate, most                # over at lo, fits at hi: the smallest that fits
