@@ -240,6 +240,28 @@ def test_the_cli_prints_the_scaling_columns_and_says_which_points_are_too_short(
                 f"10 make one): its throughput includes start-up effects") in lines
 
 
+def test_a_sweep_with_rows_held_out_shows_their_accuracy_beside_the_tests(tmp_path, capsys):
+    """With a validation set (`val_fraction`) each point's validation accuracy is a column of
+    sweep.csv and of the terminal's table, beside the test accuracy; without one, the
+    terminal shows no such column (sweep.csv keeps it, empty)."""
+    from workbench.apps import cli
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2", "--steps", "20",
+                     "--val-fraction", "0.2", "--out", str(out), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[6:10] == ["test", "acc", "val", "acc"]
+    table = pd.read_csv(out / "sweep.csv")
+    for i, d in enumerate(("w1", "w2")):
+        s = json.loads((out / d / "summary.json").read_text())
+        assert s["final_val_accuracy"] is not None and table.final_val_accuracy[i] == pytest.approx(s["final_val_accuracy"])
+        assert lines[1 + i].split()[7] == f"{s['final_val_accuracy']:.4f}"
+        assert lines[1 + i].split()[6] == f"{s['final_test_accuracy']:.4f}"
+    assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2", "--steps", "4",
+                     "--out", str(tmp_path / "plain"), "--no-progress"]) == 0
+    assert "val" not in capsys.readouterr().out.splitlines()[0].split()
+    assert pd.read_csv(tmp_path / "plain" / "sweep.csv").final_val_accuracy.isna().all()
+
+
 def test_a_warning_the_sweeps_runs_share_is_said_once(tmp_path, capsys):
     """Every point and round of a sweep runs its config's checks; a warning they share (a
     raw CSV's features, tau longer than the run) is said once, as `run` says it ("warning:

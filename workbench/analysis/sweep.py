@@ -53,7 +53,7 @@ from ..results.result import RunResult
 
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
-                 "final_test_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
+                 "final_test_accuracy", "final_val_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
                  "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "run_note", "blas_threads", "rounds", "samples_per_s_lo",
                  "samples_per_s_hi", "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
@@ -233,6 +233,7 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
     return {"workers": workers, "batch_size": cfg.get("batch_size"), "samples_per_s": sps,
             "speedup": math.nan, "efficiency": math.nan, "comm_fraction": s.get("comm_fraction"),
             "final_test_accuracy": s.get("final_test_accuracy"), "wall_time_s": s.get("wall_time_s"),
+            "final_val_accuracy": s.get("final_val_accuracy"),   # rows held out (`val_fraction`): beside the test's
             "status": s.get("status"), "steps": s.get("steps"), "algorithm": s.get("algorithm"),
             "mode": mode, "wall_samples_per_s": s.get("samples", 0) / wall if wall > 0 else 0.0,
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),

@@ -944,17 +944,18 @@ def grid_text(table: Any, plan: Any) -> str:
 
 
 SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/s", "speedup": "speed-up",
-         "efficiency": "efficiency", "comm_fraction": "comm", "final_test_accuracy": "test acc", "steps": "steps",
-         "status": "status", "rounds": "rounds", "spread": "+-"}   # sweep.csv's columns the terminal shows
+         "efficiency": "efficiency", "comm_fraction": "comm", "final_test_accuracy": "test acc",
+         "final_val_accuracy": "val acc", "steps": "steps", "status": "status", "rounds": "rounds", "spread": "+-"}   # sweep.csv's columns the terminal shows
 
 
 def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
     keeps them all), each number at the precision it is known to; "-" where there is none."""
     from ..measure import spread_text
-    shown = table[[c for c in SWEPT if c in table.columns]].rename(columns=SWEPT)
+    held_out = "final_val_accuracy" in table.columns and table["final_val_accuracy"].notna().any()
+    shown = table[[c for c in SWEPT if c in table.columns and (held_out or c != "final_val_accuracy")]].rename(columns=SWEPT)
     fmt = {"samples/s": "{:,.0f}".format, "speed-up": "{:.2f}x".format, "efficiency": "{:.0%}".format,
-           "comm": "{:.3f}".format, "test acc": "{:.4f}".format,
+           "comm": "{:.3f}".format, "test acc": "{:.4f}".format, "val acc": "{:.4f}".format,
            "+-": lambda v: spread_text(v).removeprefix("+-") if v == v else "-"}
     shown = _formatted(shown, fmt)
     if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
