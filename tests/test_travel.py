@@ -57,6 +57,24 @@ def test_compare_writes_one_report_of_every_run(two_runs, tmp_path):
     assert lines[3] == f"report: {out}"
 
 
+def test_compare_gives_the_validation_numbers_of_runs_that_held_rows_out(two_runs, tmp_path):
+    """A run with a validation set (`val_fraction`) beside one without: the table gains val acc
+    and val loss, the run's own, and "-" for the run that held none out."""
+    held = tmp_path / "held"
+    wb.run(wb.RunConfig(algorithm="sgd", dataset="digits", steps=30, eval_every=10, val_fraction=0.2, out=str(held)),
+           progress=False)
+    proc = run_cli("compare", str(two_runs[0]), str(held), "--out", str(tmp_path / "c.html"), "--labels", "plain,held")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = lines[0]
+    assert head.index("test loss") < head.index("val acc") < head.index("val loss") < head.index("wall s")
+    s = wb.load(held).summary
+    at = lambda line, name: line[head.index(name):head.index(name) + len(name)].strip()   # a right-aligned cell
+    assert at(lines[2], "val acc") == f"{s['final_val_accuracy']:.4f}"
+    assert at(lines[2], "val loss") == f"{s['final_val_loss']:.4f}"
+    assert at(lines[1], "val acc") == "-" and at(lines[1], "val loss") == "-"
+
+
 @pytest.mark.parametrize("args, field", [
     (["nowhere"], "RUN_DIR"),
     (["{a}", "{b}", "--labels", "only-one"], "labels"),

@@ -1014,8 +1014,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 COMPARED = {"status": "status", "workers": "workers", "steps": "steps", "samples_per_s": "samples/s",
-            "final_test_accuracy": "test acc", "final_test_loss": "test loss", "wall_time_s": "wall s",
-            "comm_fraction": "comm"}   # the report's summary columns the terminal shows, and their headings
+            "final_test_accuracy": "test acc", "final_test_loss": "test loss",
+            "final_val_accuracy": "val acc", "final_val_loss": "val loss",   # where a run held rows out
+            "wall_time_s": "wall s", "comm_fraction": "comm"}   # the report's summary columns the terminal shows
 
 
 def comparison_text(results: list, labels: list[str]) -> str:
@@ -1032,7 +1033,7 @@ def comparison_text(results: list, labels: list[str]) -> str:
     width = max(len(label) for label in labels)
     out = pd.concat([pd.DataFrame({"run": [label.ljust(width) for label in labels]}), diff, shown], axis=1)
     fmt = {"samples/s": "{:,.0f}".format, "test acc": "{:.4f}".format, "test loss": "{:.4f}".format,
-           "wall s": "{:.2f}".format, "comm": "{:.3f}".format}
+           "val acc": "{:.4f}".format, "val loss": "{:.4f}".format, "wall s": "{:.2f}".format, "comm": "{:.3f}".format}
     return _formatted(out, fmt).to_string(index=False)
 
 
