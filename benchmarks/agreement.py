@@ -97,7 +97,7 @@ def dashboard_sweep(tmp: Path) -> list[dict]:
         dash.wait(3600)
     finally:
         close_session()
-    return _from_results(dash._sweep_results)
+    return _from_results(dash.sweeps.results)
 
 
 def _from_results(results: list) -> list[dict]:

@@ -54,15 +54,33 @@ def test_the_plain_process_engine_row_runs_sync_sgd_through_the_engine_loop():
     np.testing.assert_array_equal(got[0]["loss"], threads[threads["worker"] == 0]["loss"].to_numpy())
 
 
-def _engine_step():
-    """benchmarks/engine_step.py, imported from its file (benchmarks/ is not a package)."""
+def _benchmark(name: str = "engine_step"):
+    """benchmarks/<name>.py, imported from its file (benchmarks/ is not a package)."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "engine_step.py"
-    spec = importlib.util.spec_from_file_location("engine_step", path)
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     es = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(es)
     return es
+
+
+_engine_step = _benchmark
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_the_agreement_benchmark_reads_the_dashboards_sweep(tmp_path, monkeypatch):
+    """benchmarks/agreement.py's dashboard-sweep door (docs/explain.md) takes its runs from the
+    dashboard's sweep panel: each worker count's run, read back as combine_rounds rows. It read
+    an attribute the dashboard no longer had and stopped there."""
+    ag = _benchmark("agreement")
+    monkeypatch.setattr(ag, "CONFIG", dict(ag.CONFIG, hidden=[16], steps=30, epochs=1.0))
+    rows = ag.dashboard_sweep(tmp_path)
+    ws = [r["workers"] for r in rows]     # the sweep's interleaved rounds: 1, 2, 1, 2, ...
+    assert ws[:2] == [1, 2] and ws.count(1) == ws.count(2) == len(rows) // 2
+    assert [r["round"] for r in rows if r["workers"] == 2] == list(range(len(rows) // 2))
+    assert all(r["status"] == "completed" and r["samples_per_s"] > 0 for r in rows)
 
 
 def test_the_engine_step_benchmarks_three_loops_do_the_same_maths():
