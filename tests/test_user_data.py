@@ -416,6 +416,12 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     assert list(said.columns) == ["c", "grade", "a", "b", "predicted"]
     in_session = wb.predict(result, new[["a", "b", "c"]])
     assert said["predicted"].tolist() == list(in_session)
+    # in Python too, a table's columns are taken by name (reordered, the label beside them), and a
+    # path is read as the shell reads it: the answers of the rows in the trained order
+    assert list(wb.predict(result, new)) == list(in_session)
+    assert list(wb.predict(result, folder / "new.csv")) == list(in_session)
+    with pytest.raises(ConfigError, match=r"rows: the feature columns the run was trained on \(a, b, c\)"):
+        wb.predict(result, new.drop(columns="b"))
     agree = int((said["predicted"] == said["grade"]).sum())
     assert f"agree with its 'grade' column on {agree} of 40 rows" in capsys.readouterr().out and agree > 20
     assert main(["predict", str(out), str(folder / "new.csv"), "--best"]) == 0     # at its lowest test loss

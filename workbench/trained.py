@@ -5,7 +5,7 @@ they sit below `api` (the report, which `api` writes, shows what a language mode
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from .config import ConfigError, ConfigTypeError, RunConfig, is_text_dataset
 from .results.result import RunResult
@@ -34,10 +34,17 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     (`wb.load`: its params.npy, the final parameters; `params="best"`: those at its lowest
     test loss, params_best.npy).
 
+    `X`: rows as an array; a pandas DataFrame (a CSV-trained run takes its feature columns
+    by name, in any order, other columns such as the label ignored; a run trained on arrays
+    every column but a label column: `feature_rows`); or the path of a file of rows, read
+    as `python -m workbench predict` reads it (a CSV as the run's was read, a `.npy` of rows,
+    a `.npz` with `X`).
+
     Raises:
         ConfigError: no such parameters (a run that failed, or a directory written before
             run directories kept them), a language model's run (`generate` writes with it),
-            or rows of another width than the run's features.
+            rows of another width than the run's features, or a table without the run's
+            feature columns.
     """
     import numpy as np
 
@@ -50,7 +57,7 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
         raise ConfigError("result", "a run that classifies rows (a language model writes text: wb.generate, "
                                     "python -m workbench generate)", config.dataset)
     problem = Problem.from_config(config)
-    rows = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X, dtype=np.float32)
+    rows = np.asarray(feature_rows(result, X).matrix, dtype=np.float32)
     rows = rows.reshape(len(rows), -1)
     width = problem.shape.n_features
     if rows.shape[1] != width:
@@ -62,6 +69,68 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     labels = np.asarray(problem.model.predict(np.asarray(trained), rows))
     classes = (data.get("table") or {}).get("classes")
     return np.asarray(classes, dtype=object)[labels] if classes else labels
+
+
+class Rows(NamedTuple):
+    """Rows to answer as `feature_rows` read them: the feature matrix, the table they came
+    from (None for arrays), its label column's name and the labels (None without them)."""
+    matrix: Any
+    frame: Any = None
+    label: str | None = None
+    labels: Any = None
+
+
+def feature_rows(result: RunResult, X: Any) -> Rows:
+    """The rows of `X` a run's model answers, and their labels where they carry them: the
+    one reading of new rows that `wb.predict` and `python -m workbench predict` share.
+
+    A path: a CSV read as the run's own was (`data.files.read_rows`: the separator found, a
+    written row index dropped), a `.npy` of rows, or a `.npz` holding `X` (and `y`), or one
+    array. A table (a CSV's, or a DataFrame): a run trained on a CSV takes its feature
+    columns by name, in any order, other columns ignored (a ConfigError names the missing
+    ones); a run trained on arrays takes every column but a label column (`LABEL_COLUMNS`).
+    Anything else is taken as the rows themselves."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from .data.files import LABEL_COLUMNS, feature_matrix, read_rows
+    name = "rows"
+    if isinstance(X, (str, Path)):
+        name = str(X)
+        if not Path(name).is_file():
+            raise ConfigError("rows", "a file of rows to answer (.csv, or arrays: .npy, .npz)", name)
+        if not name.lower().endswith((".npy", ".npz")):
+            X = read_rows(name)
+        else:
+            try:
+                loaded = np.load(name, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise ConfigError("rows", f"a .npy or .npz NumPy wrote ({type(exc).__name__})", name) from None
+            if isinstance(loaded, np.ndarray):
+                return Rows(loaded)
+            with loaded:
+                names = list(loaded.files)
+                if "X" not in names and len(names) != 1:
+                    raise ConfigError("rows", "a .npz holding X (and y), or one array", f"{name} with {', '.join(names)}")
+                return Rows(loaded["X" if "X" in names else names[0]], labels=loaded["y"] if "y" in names else None)
+    if not hasattr(X, "columns") or not hasattr(X, "iloc"):   # an array, a list of rows
+        return Rows(X)
+    frame = X
+    table = (result.summary.get("data") or {}).get("table")
+    lower = {str(c).strip().lower(): c for c in frame.columns}
+    if table is not None:   # the run's own columns, by name
+        label = lower.get(str(table["label"]).strip().lower())
+        missing = [c for c in table["features"] if c not in frame.columns]
+        if missing:
+            raise ConfigError("rows", f"the feature columns the run was trained on ({', '.join(table['features'])})",
+                              f"{name} without {', '.join(missing)}")
+        columns = list(table["features"])
+    else:
+        label = next((lower[n] for n in LABEL_COLUMNS if n in lower), None)
+        columns = [c for c in frame.columns if c != label]
+    return Rows(feature_matrix(frame[columns], name), frame, label,
+                frame[label].astype(str).str.strip().to_numpy() if label is not None else None)
 
 
 def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,

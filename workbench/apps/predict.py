@@ -17,64 +17,31 @@ from typing import Any
 import numpy as np
 
 from ..api import load, predict
-from ..config import ConfigError
 
 
 def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "final") -> tuple[Any, str | None]:
     """(the rows with a `predicted` column, the agreement with their label column in words
-    or None without one), by the run's final parameters or its best (`params`)."""
-    from ..data.files import LABEL_COLUMNS, feature_matrix, read_rows
-    result = load(run_dir)
-    path = str(rows_path)
-    if not Path(path).is_file():
-        raise ConfigError("rows", "a file of rows to answer (.csv, or arrays: .npy, .npz)", path)
-    if path.lower().endswith((".npy", ".npz")):
-        return _predict_arrays(result, path, params)
-    frame = read_rows(path)
-    table = (result.summary.get("data") or {}).get("table")
-    lower = {str(c).strip().lower(): c for c in frame.columns}
-    if table is not None:   # the run's own columns, by name
-        label = lower.get(str(table["label"]).strip().lower())
-        missing = [c for c in table["features"] if c not in frame.columns]
-        if missing:
-            raise ConfigError("rows", f"the feature columns the run was trained on ({', '.join(table['features'])})",
-                              f"{path} without {', '.join(missing)}")
-        columns = list(table["features"])
-    else:
-        label = next((lower[n] for n in LABEL_COLUMNS if n in lower), None)
-        columns = [c for c in frame.columns if c != label]
-    said = predict(result, feature_matrix(frame[columns], path), params=params)
-    out = frame.copy()
-    out["predicted"] = said
-    if label is None:
-        return out, None
-    return out, _agreement(frame[label].astype(str).str.strip().to_numpy(), said, f"its {label!r} column")
-
-
-def _predict_arrays(result: Any, path: str, params: str) -> tuple[Any, str | None]:
-    """`predict_rows` of a .npy of rows or a .npz with `X` (and `y`)."""
+    or None without one), by the run's final parameters or its best (`params`). The rows are
+    read as `wb.predict` reads a path (`trained.feature_rows`)."""
     import pandas as pd
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ConfigError("rows", f"a .npy or .npz NumPy wrote ({type(exc).__name__})", path) from None
-    if isinstance(loaded, np.ndarray):
-        X, y = loaded, None
-    else:
-        with loaded:
-            names = list(loaded.files)
-            if "X" not in names and len(names) != 1:
-                raise ConfigError("rows", "a .npz holding X (and y), or one array", f"{path} with {', '.join(names)}")
-            X = loaded["X" if "X" in names else names[0]]
-            y = loaded["y"] if "y" in names else None
-    said = predict(result, X, params=params)
-    out = pd.DataFrame({"row": np.arange(len(said)), "predicted": said})
-    if y is None:
+
+    from ..trained import feature_rows
+    result = load(run_dir)
+    rows = feature_rows(result, str(rows_path))
+    said = predict(result, rows.matrix, params=params)
+    if rows.frame is None:     # arrays: a table of row, predicted (and label)
+        out = pd.DataFrame({"row": np.arange(len(said)), "predicted": said})
+        if rows.labels is None:
+            return out, None
+        classes = ((result.summary.get("data") or {}).get("table") or {}).get("classes")
+        truth = np.asarray(rows.labels).reshape(-1)
+        out["label"] = np.asarray(classes, dtype=object)[truth.astype(np.int64)] if classes else truth
+        return out, _agreement(out["label"].to_numpy(), said, "its y")
+    out = rows.frame.copy()
+    out["predicted"] = said
+    if rows.label is None:
         return out, None
-    classes = ((result.summary.get("data") or {}).get("table") or {}).get("classes")
-    truth = np.asarray(y).reshape(-1)
-    out["label"] = np.asarray(classes, dtype=object)[truth.astype(np.int64)] if classes else truth
-    return out, _agreement(out["label"].to_numpy(), said, "its y")
+    return out, _agreement(rows.labels, said, f"its {rows.label!r} column")
 
 
 def _agreement(truth: Any, said: Any, what: str) -> str:
