@@ -174,6 +174,26 @@ def test_should_stop_ends_the_sweep_after_the_current_run():
     assert len(table) == 1 and table.workers.tolist() == [1]
 
 
+def test_a_round_stopped_part_way_is_not_counted_and_its_point_says_stopped():
+    """A sweep stopped in its second round (a signal, the dashboard's Stop): the stopped run's
+    rate is of part of a run, so the point's median, range and spread are its whole rounds';
+    its status says stopped and its note which round. Before, the point read `completed`,
+    2 rounds, and a spread that counted the partial run."""
+    from workbench.analysis.sweep import combine_rounds
+    rows = [{"workers": 1, "samples_per_s": 100.0, "round": 0, "status": "completed"},
+            {"workers": 2, "samples_per_s": 180.0, "round": 0, "status": "completed"},
+            {"workers": 1, "samples_per_s": 60.0, "round": 1, "status": "stopped"}]
+    t = combine_rounds(rows)
+    one = t[t.workers == 1].iloc[0]
+    assert one.samples_per_s == one.samples_per_s_lo == one.samples_per_s_hi == 100.0 and one.rounds == 1
+    assert one.status == "stopped" and one.resolution_note.startswith("round 2 stopped: not counted (1 whole round)")
+    assert t[t.workers == 2].iloc[0].status == "completed"
+    assert t.speedup.tolist() == pytest.approx([1.0, 1.8])
+    # a point with no whole round keeps what it has (the first point of a sweep stopped at once)
+    alone = combine_rounds([{"workers": 1, "samples_per_s": 60.0, "round": 0, "status": "stopped"}])
+    assert alone.status.tolist() == ["stopped"] and alone.samples_per_s.tolist() == [60.0]
+
+
 def test_add_scaling_against_the_first_row():
     t = add_scaling(pd.DataFrame({"workers": [2, 4, 8], "samples_per_s": [100.0, 150.0, 400.0]}))
     assert t.speedup.tolist() == pytest.approx([1.0, 1.5, 4.0])

@@ -373,7 +373,9 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     shows is wider than the spread);
     otherwise `resolution_note` says, in words, that it is not resolved on this machine now,
     and why. One round measures no spread: `resolved` is then None, unless every row is
-    simulated (deterministic: exact). How many rounds a point gets is `measure.Repeats`'s
+    simulated (deterministic: exact). A round that was stopped or failed beside whole
+    ones is not counted (its rate is of part of a run); the point's `status` is then that
+    round's, and its note says which round. How many rounds a point gets is `measure.Repeats`'s
     (`repeats`: the one that ran these rows; a spent budget goes into the note).
     Speedup and efficiency (`add_scaling`) are of the medians.
 
@@ -400,7 +402,10 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     for row in rows:
         by_w.setdefault(int(row["workers"]), []).append(row)
     out = []
-    for group in by_w.values():
+    uncounted: dict[int, list[dict]] = {}   # rounds stopped or failed beside completed ones: not measured whole
+    for w, every in by_w.items():
+        group = [r for r in every if r.get("status", "completed") == "completed"] or every
+        uncounted[w] = [r for r in every if r not in group]
         values = [float(r["samples_per_s"] or 0.0) for r in group]
         med = median_rate(values)
         pick = min(group, key=lambda r: abs(float(r["samples_per_s"] or 0.0) - med))
@@ -437,4 +442,12 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
                                     f"{r['samples_per_s_lo']:,.0f}-{r['samples_per_s_hi']:,.0f} samples/s over "
                                     f"{r['rounds']} rounds overlaps {first['workers']} worker(s) "
                                     f"{first['samples_per_s_lo']:,.0f}-{first['samples_per_s_hi']:,.0f}") if overlap else ""
+    for r in out:   # a point with a round stopped (or failed) says so: its numbers are its whole rounds'
+        left = uncounted[int(r["workers"])]
+        if left:
+            r["status"] = left[-1]["status"]
+            said = (f"round{'s' if len(left) > 1 else ''} "
+                    + ", ".join(str(int(x.get("round", 0)) + 1) for x in left)
+                    + f" {left[-1]['status']}: not counted ({r['rounds']} whole round{'s' if r['rounds'] != 1 else ''})")
+            r["resolution_note"] = "; ".join(n for n in (said, r["resolution_note"]) if n)
     return add_scaling(pd.DataFrame(out, columns=list(SWEEP_COLUMNS)))
