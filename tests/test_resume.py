@@ -362,12 +362,14 @@ def _corrupt(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
     if how == "truncated":
         path.write_bytes(bytes(data[:len(data) // 2]))
+    elif how == "overwritten":             # another file's bytes where the checkpoint was
+        path.write_bytes(b"#!/bin/sh\necho not a checkpoint\n" * 64)
     else:                                  # one byte flipped inside the parameters' array
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["truncated", "corrupted"])
+@pytest.mark.parametrize("how", ["truncated", "corrupted", "overwritten"])
 def test_a_broken_checkpoint_is_refused_in_one_line_and_the_one_before_used(tmp_path, how):
     whole = tmp_path / "whole"
     wb.run(RunConfig(algorithm="sgd", steps=60, checkpoint_every=10, checkpoint_keep=100, out=str(whole)),
@@ -378,6 +380,7 @@ def test_a_broken_checkpoint_is_refused_in_one_line_and_the_one_before_used(tmp_
     with pytest.raises(ckpt.CheckpointError) as info:
         ckpt.read(newest)
     assert "\n" not in str(info.value) and str(info.value).startswith("checkpoint: a whole checkpoint file (")
+    assert "pickle" not in str(info.value)   # NumPy's advice for a pickle is no advice for a broken checkpoint
     proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "cut")],
                           capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -162,6 +162,7 @@ def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
     assert res.summary["lost_workers"] == {"1": "virtual worker 1"}
     lost = [e for e in res.summary["events"] if e["event"] == "worker_lost"]
     assert len(lost) == 1 and lost[0]["time"] == pytest.approx(0.0003)     # virtual seconds, not wall
+    assert lost[0]["message"].endswith("was lost at 0.30 ms")   # in the unit that shows it (was "at 0.0s")
 
 
 def test_simulate_refuses_a_cluster():

@@ -170,6 +170,8 @@ def read(path: str | Path) -> Checkpoint:
         raw = path.read_bytes()
     except OSError as exc:
         raise broken(exc.strerror or type(exc).__name__) from None
+    if not raw.startswith(b"PK"):    # a checkpoint is a zip (.npz): NumPy would take anything else for a pickle
+        raise broken("not an .npz archive: it does not begin as a zip file does")
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             members = {name: npz[name] for name in npz.files}

@@ -36,6 +36,7 @@ from ..algorithms.base import checkpoints_offered
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
 from ..data.files import is_data_path
+from ..measure import duration_text
 from ..problem import Problem
 from ..results.collect import Collector
 from ..results.records import OnRecord, event_record, live_width
@@ -556,7 +557,7 @@ class _Monitor:
             if self.saver is not None and not sync:   # an asynchronous run's checkpoints go on without it
                 self.saver.lose(rank)
             now = progress.lost_at.get(rank, self.now())
-            self.collector([event_record(now, "worker_lost", wid, f"worker {wid} ({who}) was lost at {now:.1f}s")])
+            self.collector([event_record(now, "worker_lost", wid, f"worker {wid} ({who}) was lost at {duration_text(now)}")])
             if sync:
                 self.transport.abort(f"worker {rank} lost")
             else:
@@ -564,7 +565,7 @@ class _Monitor:
         if progress.gone and not self.gone:
             self.gone = True
             now = self.now()
-            self.collector([event_record(now, "scheduler_lost", None, f"{progress.gone} was lost at {now:.1f}s "
+            self.collector([event_record(now, "scheduler_lost", None, f"{progress.gone} was lost at {duration_text(now)} "
                                          f"({progress.why}); the run cannot go on")])
 
     def ask_stop(self, why: str, message: str) -> None:
