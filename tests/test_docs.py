@@ -80,3 +80,16 @@ def test_the_architecture_names_every_subpackage():
     packages = sorted(p.parent.name for p in (ROOT / "workbench").glob("*/__init__.py"))
     for package in packages:
         assert f"{package}/" in text, f"docs/architecture.md does not place workbench/{package}/"
+
+
+def test_the_simulator_doc_names_every_profile_a_run_can_ask_for():
+    """docs/simulator.md's list of profiles is every device, timing model, network and host
+    link `--device`, `--timing-model` and `--network` accept (it had lost h200, the language
+    models and mcdram as they were added)."""
+    from workbench.analysis.costmodel import NETWORKS
+    from workbench.sim import profiles
+    from workbench.sim.timing_models import TIMING_MODELS
+    text = _text("simulator")
+    names = [*profiles.DEVICES, *TIMING_MODELS, *NETWORKS, *profiles.LINKS]
+    missing = [n for n in names if f"`{n}`" not in text]
+    assert not missing, f"docs/simulator.md does not name {missing}"

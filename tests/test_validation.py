@@ -160,6 +160,19 @@ def test_a_grid_over_a_validation_set_chooses_by_it_and_counts_its_rows():
     assert err.value.field == "metric" and "needs a validation set" in str(err.value)
 
 
+def test_the_cli_grid_prints_the_test_accuracy_beside_the_validation_metric_it_chose_by(tmp_path, capsys):
+    """Chosen on the validation rows, each point's test accuracy (its seeds' mean, grid.csv's
+    `final_test_accuracy`) stands beside the choosing metric on the terminal too."""
+    from workbench.apps.cli import main
+    assert main(["grid", "--algorithm", "sgd", "--steps", "30", "--val-fraction", "0.2", "--vary", "lr=0.05,0.3",
+                 "--seeds", "0,1", "--out", str(tmp_path / "g"), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:8] == ["lr", "seeds", "val", "accuracy", "test", "accuracy", "(mean)", "samples/s"]
+    grid = pd.read_csv(tmp_path / "g" / "grid.csv")
+    for line, test in zip(lines[1:3], grid["final_test_accuracy"]):
+        assert f"{test:.4f}" in line.split()
+
+
 def test_every_one_line_verdict_and_the_runs_table_give_the_validation_accuracy_beside_the_tests(tmp_path, capsys):
     from workbench.apps.cli import main
     from workbench.ui.dashboard import Dashboard

@@ -921,7 +921,8 @@ def _seeds_flag(text: str) -> list[int]:
 
 def grid_text(table: Any, plan: Any) -> str:
     """A grid's table for the terminal: each combination, its metric over the seeds as
-    mean +- deviation (range), the throughput and the verdict (grid.csv keeps every column)."""
+    mean +- deviation (range), beside a validation metric the test set's mean, the
+    throughput and the verdict (grid.csv keeps every column)."""
     if not len(table):
         return "(no run finished)"
     m = plan.metric
@@ -937,6 +938,10 @@ def grid_text(table: Any, plan: Any) -> str:
         return f"{mean:.4f} +-{std:.4f} ({row[f'{m}_min']:.4f}-{row[f'{m}_max']:.4f})"
 
     shown[m.replace("final_", "").replace("_", " ")] = [over_seeds(r) for _, r in table.iterrows()]
+    if "_val_" in m:   # chosen on the validation rows: the test set's number beside it, the estimate no choice saw
+        test = "final_test_accuracy" if m.endswith("accuracy") else "final_test_loss"
+        shown[test.replace("final_", "").replace("_", " ") + " (mean)"] = [
+            "-" if v is None or v != v else f"{v:.4f}" for v in table[test]]
     rate = "samples/virtual s" if plan.config.simulate else "samples/s"   # a simulated run's clock is virtual
     shown[rate] = ["-" if v is None or v != v else f"{v:,.0f}" for v in table["samples_per_s"]]
     shown["verdict"] = table["verdict"]
