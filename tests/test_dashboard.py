@@ -873,8 +873,11 @@ def test_a_shown_dashboard_holds_live_edits_until_the_figures_are_live(dash):
     finally:
         dash.stop()
     assert dash.wait(10).status == "stopped"
-    # the run's last flush makes every figure's Python state whole, live or not
+    # the run's last flush makes every figure's Python state whole, live or not, and the state a
+    # notebook saves of it (papermill, no browser: shown before the run, saved empty before)
     assert len(dash.figures["progress_epoch"].data) >= 1 and len(dash.figures["lr"].data) >= 1
+    for key in ("progress_epoch", "progress_time", "lr"):
+        assert len(dash.figures[key]._widget_data) == len(dash.figures[key].data), key
 
 
 # ------------------------------------------------------------------ the Dask dashboard, one click away

@@ -459,9 +459,9 @@ class LiveRun:
                         self.slots[key].edit(functools.partial(T.apply_smoothing, weight=weight,
                                                                only=state.live.label))
                 state.redraws += 1
-            if last:                  # the figures' Python state must be whole when a run ends
-                for slot in self.slots.values():
-                    slot.flush()
+            if last:                  # the figures' Python state must be whole when a run ends,
+                for slot in self.slots.values():   # and so must the state a notebook saves of them
+                    slot.flush(whole=True)
         except Exception as exc:      # a plotting bug must not end the run; it is reported
             self._host.plot_errors.append(f"{type(exc).__name__}: {exc}")
         cost = time.thread_time() - cpu

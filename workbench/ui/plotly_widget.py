@@ -307,10 +307,16 @@ class FigureSlot:
             if self.ready():
                 self._apply()
 
-    def flush(self) -> None:
-        """Apply queued edits now, ready or not (a run's last flush)."""
+    def flush(self, whole: bool = False) -> None:
+        """Apply queued edits now, ready or not (a run's last flush). `whole`: also make the
+        figure's synced state its whole current one (`sync_widget`), which is what a notebook
+        saves of a widget and what a view opened later starts from: edits reach a view as
+        messages, so a notebook executed without a browser (papermill) saved the figures as
+        they were when first shown, empty."""
         with self._lock:
             self._apply()
+            if whole and self._shown:
+                sync_widget(self._fig)
 
     def replace(self, fig: Any) -> None:
         """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
