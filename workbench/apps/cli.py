@@ -687,6 +687,16 @@ def _report_run(result: Any, config: RunConfig) -> int:
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 
 
+def _nats(value: float) -> str:
+    """A loss in nats to four decimals, or in three significant digits once it is past any
+    loss a model that learns has (a diverging one's 28-digit number read as precision).
+
+    >>> _nats(0.71136), _nats(4.28e27), _nats(float("inf"))
+    ('0.7114', '4.28e+27', 'inf')
+    """
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.3g}"
+
+
 def _model_lines(summary: dict, config: Any) -> list[str]:
     """A language model's numbers (nats per token, perplexity, the gap to the best loss) and,
     for a simulated run, its communication against sync_sgd's on the same virtual cluster."""
@@ -694,9 +704,9 @@ def _model_lines(summary: dict, config: Any) -> list[str]:
     lm = summary.get("language")
     if lm:
         best = "" if lm.get("best_loss") is None else \
-            f"; best possible {lm['best_loss']:.4f} (gap {lm['gap_to_best']:.4f})"
+            f"; best possible {lm['best_loss']:.4f} (gap {_nats(lm['gap_to_best'])})"
         acc = lm.get("next_token_accuracy")
-        out.append(f"language model: test loss {lm['loss_nats_per_token']:.4f} nats/token (perplexity "
+        out.append(f"language model: test loss {_nats(lm['loss_nats_per_token'])} nats/token (perplexity "
                    f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
     if summary.get("simulated"):
         from ..sim.costs import comm_against_sync
