@@ -93,3 +93,14 @@ def test_the_simulator_doc_names_every_profile_a_run_can_ask_for():
     names = [*profiles.DEVICES, *TIMING_MODELS, *NETWORKS, *profiles.LINKS]
     missing = [n for n in names if f"`{n}`" not in text]
     assert not missing, f"docs/simulator.md does not name {missing}"
+
+
+def test_every_class_name_a_doc_quotes_is_in_the_code():
+    """A CamelCase name in backticks (`ParameterServer`, `FigureSlot`) is one the code, the tests
+    or the benchmarks still use: docs/algorithms.md named `ServerCore` three times after it was
+    split into comm/roles.py's classes."""
+    code = "\n".join(p.read_text() for pattern in ("workbench/**/*.py", "tests/**/*.py", "benchmarks/*.py")
+                     for p in ROOT.glob(pattern))
+    stale = {f"{path.name}: {name}" for path in [ROOT / "README.md", *ROOT.glob("docs/*.md")]
+             for name in re.findall(r"`([A-Z][a-z]+[A-Z][A-Za-z0-9]*)`", path.read_text()) if name not in code}
+    assert not stale, sorted(stale)
