@@ -97,7 +97,7 @@ def test_the_simulator_doc_names_every_profile_a_run_can_ask_for():
 
 def test_every_class_name_a_doc_quotes_is_in_the_code():
     """A CamelCase name in backticks (`ParameterServer`, `FigureSlot`) is one the code, the tests
-    or the benchmarks still use: docs/algorithms.md named `ServerCore` three times after it was
+    or the benchmarks still use: docs/algorithms.md named the server's old class three times after it was
     split into comm/roles.py's classes."""
     code = "\n".join(p.read_text() for pattern in ("workbench/**/*.py", "tests/**/*.py", "benchmarks/*.py")
                      for p in ROOT.glob(pattern))
