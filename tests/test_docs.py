@@ -104,3 +104,29 @@ def test_every_class_name_a_doc_quotes_is_in_the_code():
     stale = {f"{path.name}: {name}" for path in [ROOT / "README.md", *ROOT.glob("docs/*.md")]
              for name in re.findall(r"`([A-Z][a-z]+[A-Z][A-Za-z0-9]*)`", path.read_text()) if name not in code}
     assert not stale, sorted(stale)
+
+
+def test_every_command_a_docs_code_block_shows_parses():
+    """Each `python -m workbench ...` line of the docs' code blocks (continuation lines
+    joined, comments dropped) is a command the CLI accepts: its subcommand and every flag
+    exist (argparse exits 2 on one that does not). The README's own test runs its commands."""
+    import contextlib
+    import io
+    import shlex
+
+    from workbench.apps.cli import build_parser
+    refused, seen = [], 0
+    for path in ROOT.glob("docs/*.md"):
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", path.read_text(), re.M | re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #")[0].strip()
+                if not line.startswith("python -m workbench ") or " --help" in line:
+                    continue
+                seen += 1
+                said = io.StringIO()
+                try:
+                    with contextlib.redirect_stderr(said):
+                        build_parser().parse_args(shlex.split(line)[3:])
+                except SystemExit:
+                    refused.append(f"{path.name}: {line} -> {said.getvalue().strip().splitlines()[-1]}")
+    assert seen >= 20 and not refused, refused
