@@ -22,21 +22,30 @@ def _evals(result: Any) -> Any:
     return ev[ev["test_accuracy"].notna()].sort_values("time", kind="stable")
 
 
-def accuracy_at(result: Any, t: float) -> float | None:
+def accuracy_at(result: Any, t: float, between: bool = False) -> float | None:
     """The test accuracy of the last evaluation at or before time `t` (the run's own
     seconds: virtual ones for a simulated run); None before the first evaluation.
-    Several evaluations at one time (LTFB's trainers): the best.
+    Several evaluations at one time (LTFB's trainers): the best. `between`: read the curve
+    through the evaluations instead, linearly between the last one at or before `t` and the
+    next (as its figure draws it), so that a run is not read an evaluation late because
+    its next one falls just after `t`.
 
     >>> import pandas as pd; from types import SimpleNamespace as R
     >>> r = R(evals=pd.DataFrame({"time": [1.0, 2.0, 3.0], "test_accuracy": [0.5, 0.7, 0.9]}))
-    >>> accuracy_at(r, 2.5), accuracy_at(r, 3.0), accuracy_at(r, 0.5)
-    (0.7, 0.9, None)
+    >>> accuracy_at(r, 2.5), accuracy_at(r, 3.0), accuracy_at(r, 0.5), round(accuracy_at(r, 2.5, between=True), 3)
+    (0.7, 0.9, None, 0.8)
     """
     ev = _evals(result)
-    ev = ev[ev["time"] <= t]
-    if ev.empty:
+    best = ev.groupby("time", sort=True)["test_accuracy"].max()
+    before = best[best.index <= t]
+    if before.empty:
         return None
-    return float(ev[ev["time"] == ev["time"].iloc[-1]]["test_accuracy"].max())
+    t0, a0 = float(before.index[-1]), float(before.iloc[-1])
+    after = best[best.index > t]
+    if not between or after.empty:
+        return a0
+    t1, a1 = float(after.index[0]), float(after.iloc[0])
+    return a0 + (a1 - a0) * (t - t0) / (t1 - t0)
 
 
 def time_to_accuracy(result: Any, target: float) -> float | None:
@@ -54,21 +63,23 @@ def time_to_accuracy(result: Any, target: float) -> float | None:
 
 def leads_at_common_time(pairs: Iterable[tuple[Any, Any, Any, str]]) -> tuple[float, str, list]:
     """For pairs (label, run a, run b, note): a's test accuracy minus b's at the time both
-    runs reached (the earlier of their last evaluations). Returns the smallest lead (NaN when
-    a run has no evaluation by then: not ahead), the pairs as text, and the labels where a
-    is not ahead.
+    runs reached (the earlier of their last evaluations), each read off the curve through
+    its evaluations (`accuracy_at(between=True)`: a run whose last evaluation came a moment
+    after the other's is read at about its last one, not at the one before it, an epoch
+    earlier). Returns the smallest lead (NaN when a run has no evaluation by then: not
+    ahead), the pairs as text, and the labels where a is not ahead.
 
     >>> import pandas as pd; from types import SimpleNamespace as R
     >>> a = R(evals=pd.DataFrame({"time": [1.0, 2.0], "test_accuracy": [0.5, 0.8]}))
     >>> b = R(evals=pd.DataFrame({"time": [1.0, 3.0], "test_accuracy": [0.6, 0.9]}))
     >>> lead, text, behind = leads_at_common_time([(4, a, b, ""), (8, b, a, " (tuned)")])
     >>> round(lead, 3), text, behind
-    (-0.2, '4: 0.8 vs 0.6 at 2 s; 8 (tuned): 0.6 vs 0.8 at 2 s', [8])
+    (-0.05, '4: 0.8 vs 0.75 at 2 s; 8 (tuned): 0.75 vs 0.8 at 2 s', [8])
     """
     leads, parts, behind = [], [], []
     for label, ra, rb, note in pairs:
         t = min(float(ra.evals["time"].max()), float(rb.evals["time"].max()))
-        a, b = accuracy_at(ra, t), accuracy_at(rb, t)
+        a, b = accuracy_at(ra, t, between=True), accuracy_at(rb, t, between=True)
         leads.append(math.nan if a is None or b is None else a - b)
         if not leads[-1] > 0:
             behind.append(label)
