@@ -931,10 +931,10 @@ def test_cost_model_status_is_sentences():
 
     from workbench.analysis.costmodel import Calibration
     cal = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=2e-5, beta=1.06e-10, n_params=9610, how="fit")
-    table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [5.0, 0.3]})
+    table = pd.DataFrame({"workers": [1, 2], "wall_time_s": [0.3, 5.0], "steady_reached": [True, False]})
     text = describe_calibration(cal, 0.07, table)
     assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
-    assert "off by 7% on average" in text and "1 of 2 runs lasted under 2 s" in text
+    assert "off by 7% on average" in text and "1 of 2 runs were too short for a steady state</b> (fewer than 10 steps" in text
     assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
 
 
@@ -1011,11 +1011,12 @@ def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     assert points == [1, 2, 3, 4]                                       # one more point as each run ended
     assert table.simulated.all() and list(table.status) == ["completed"] * 4
     names = {t.name: t for t in dash.scaling_figure.data}
-    assert "measured" not in names and len(names["too short to measure (< 2 s)"].x) == 0
+    assert "measured" not in names   # 10 steps, 3 of them warm-up: each point too short for a steady state, ringed
+    assert not table.steady_reached.any() and list(names["too short for a steady state"].x) == [1, 2, 4, 8]
     assert dash.scaling_figure.layout.yaxis.title.text == "samples per virtual second"
     assert dash.status_text.startswith("sweep done: 4 run(s)")
     assert all(r.summary["simulated"] for r in dash.history)
-    assert "They were simulated" in dash.model_html.value and "lasted under" not in dash.model_html.value
+    assert "They were simulated" in dash.model_html.value and "4 of 4 runs were too short for a steady state" in dash.model_html.value
 
 
 @pytest.mark.slow

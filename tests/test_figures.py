@@ -276,7 +276,7 @@ def test_scaling_figure_draws_ideal_and_predictions_over_measured():
     assert list(t["ideal"].x) == [1, 2, 4, 8] and list(t["ideal"].y) == [100.0, 200.0, 400.0, 800.0]
     assert list(t["ideal efficiency"].y) == [1.0] * 4
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"       # throughput: log-log
-    assert len(t["too short to measure (< 2 s)"].x) == 0               # no wall_time_s: nothing flagged
+    assert len(t["too short for a steady state"].x) == 0               # no steady_reached column: nothing flagged
     assert list(t["predicted: 10GbE"].y) == [100, 150, 200, 220]
     assert "predicted: calibrated efficiency" in t
     assert "7%" in fig.layout.title.text
@@ -287,15 +287,22 @@ def test_scaling_figure_draws_ideal_and_predictions_over_measured():
     assert list(traces(live)["measured"].x) == [1, 2, 4]
 
 
-def test_scaling_marks_runs_too_short_to_measure_and_keeps_the_ideal_line_near_the_data():
+def test_scaling_rings_runs_too_short_for_a_steady_state_and_keeps_the_ideal_line_near_the_data():
+    """The ring is the steady-state rule's (`steady_reached`), the one the table's note says in
+    words; a run's length in seconds decides nothing (a 0.3 s run that reached its steady state
+    is measured, a 5 s one that did not is not)."""
     table = pd.DataFrame({"workers": [1, 2], "samples_per_s": [1000.0, 400.0], "efficiency": [1.0, 0.2],
-                          "wall_time_s": [5.0, 0.3], "status": ["completed"] * 2})
+                          "wall_time_s": [0.3, 5.0], "steady_reached": [True, False],
+                          "run_note": [None, "too short for a steady state (7 steps a worker after warm-up, 10 make one)"],
+                          "status": ["completed"] * 2})
     predicted = pd.DataFrame({"workers": [1, 2, 4, 8, 64], "network": "measured",
                               "samples_per_s": [1000.0, 1500, 2000, 2500, 3000], "efficiency": [1, .75, .5, .31, .05]})
     t = traces(F.scaling_figure(table, predicted))
-    short = t["too short to measure (< 2 s)"]
+    short = t["too short for a steady state"]
     assert list(short.x) == [2] and list(short.y) == [400.0] and short.showlegend
-    assert "too short" in t["measured"].text[1] and "too short" not in t["measured"].text[0]
+    assert t["measured"].text[1].count("too short") == 1 and "too short" not in t["measured"].text[0]
+    bare = traces(F.scaling_figure(table.drop(columns="run_note"), predicted))["measured"].text
+    assert "(too short for a steady state)" in bare[1] and "too short" not in bare[0]   # said once without a note
     assert max(t["ideal"].x) == 8 and max(t["predicted: calibrated"].x) == 64
 
 

@@ -97,7 +97,7 @@ def test_cli_simulated_sweep_writes_csv_and_a_labelled_figure(no_dask, tmp_path,
     page = (out / "sweep.html").read_text()
     assert "<b>simulated</b>: virtual workers, device k80 (GPU workers), network 10GbE, timing model alexnet" in page
     assert "samples per virtual second" in page and "time (virtual seconds)" in page
-    assert "too short to measure (&lt;" not in page.split("scaling")[0]   # virtual runs are never "too short"
+    assert "too short for a steady state" in page     # 6 steps, 3 of them warm-up: the note and the rings say so
 
 
 def test_cli_simulated_sweep_rejects_too_many_workers(capsys):
@@ -149,11 +149,12 @@ def test_a_simulated_sweeps_scaling_figure_is_in_virtual_seconds():
     from workbench.ui import figures as F
 
     table = pd.DataFrame({"workers": [1, 2], "samples_per_s": [10.0, 19.0], "efficiency": [1.0, 0.95],
-                          "wall_time_s": [0.01, 0.01], "status": ["completed"] * 2, "simulated": [True, True]})
+                          "wall_time_s": [0.01, 0.01], "steady_reached": [True, True], "status": ["completed"] * 2,
+                          "simulated": [True, True]})
     fig = F.scaling_figure(table)
     names = {t.name: t for t in fig.data}
     assert "simulated" in names and "measured" not in names
-    assert len(names["too short to measure (< 2 s)"].x) == 0       # virtual time is exact
+    assert len(names["too short for a steady state"].x) == 0      # hundredths of a virtual second, steady reached
     assert "samples per virtual second" in _titles(fig) and "samples/s" not in _titles(fig)
     real = F.scaling_figure(table.assign(simulated=False))
     assert "measured" in {t.name for t in real.data} and "samples/s" in _titles(real)

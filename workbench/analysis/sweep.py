@@ -261,27 +261,30 @@ def add_scaling(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-MIN_MEASURE_S = 2.0      # a scaling run shorter than this is too short to measure well
+SHORT_LABEL = "too short for a steady state"   # the figure's rings and the calibration's sentence
 
 
-def too_short(table: pd.DataFrame, min_s: float = MIN_MEASURE_S) -> np.ndarray:
-    """Which sweep rows ran too briefly for their throughput to mean much (start-up,
-    the first steps' imports and allocations weigh on a run of a fraction of a second).
+def too_short(table: pd.DataFrame) -> np.ndarray:
+    """Which sweep rows' runs were too short for a steady state: `steady_reached` False, the
+    one rule (`workbench.measure.steady_window`: fewer than `MIN_STEADY_STEPS` steps a worker
+    after the warm-up) by which a row's throughput leaves start-up out, and which its
+    `run_note` says in words. The figure rings these rows and the calibration counts them;
+    a table without the column (written before it existed) marks none.
 
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 5.0]})).tolist()
+    >>> too_short(pd.DataFrame({"steady_reached": [False, True]})).tolist()
     [True, False]
 
-    Simulated runs never are: virtual time has no start-up noise to drown in.
+    A simulated run is judged by the same rule: its first steps fill the pipeline (an
+    asynchronous run's staleness, a master's first copy), in virtual time as in real time.
 
-    >>> too_short(pd.DataFrame({"wall_time_s": [0.3, 0.3], "simulated": [True, False]})).tolist()
-    [False, True]
+    >>> too_short(pd.DataFrame({"steady_reached": [False], "simulated": [True]})).tolist()
+    [True]
+    >>> too_short(pd.DataFrame({"wall_time_s": [0.3]})).tolist()
+    [False]
     """
-    simulated = (table["simulated"].fillna(False).astype(bool).to_numpy() if "simulated" in table
-                 else np.zeros(len(table), dtype=bool))
-    for column in ("train_time_s", "wall_time_s"):
-        if column in table:
-            return (pd.to_numeric(table[column], errors="coerce").fillna(0.0).to_numpy() < min_s) & ~simulated
-    return np.zeros(len(table), dtype=bool)
+    if "steady_reached" not in table:
+        return np.zeros(len(table), dtype=bool)
+    return ~table["steady_reached"].fillna(True).astype(bool).to_numpy()
 
 
 def table_simulated(table: pd.DataFrame) -> bool | str:
@@ -322,9 +325,10 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
         parts.append(f"On the measured points its predictions are off by {error:.0%} on average.")
     short = int(too_short(table).sum()) if n else 0
     if short:
-        parts.append(f"<b>{short} of {n} runs lasted under {MIN_MEASURE_S:g} s</b> (ringed in the figure): "
-                     "start-up and the first steps weigh on them, so their throughput is not a measurement. "
-                     "Run more epochs before reading their efficiency.")
+        from ..measure import MIN_STEADY_STEPS
+        parts.append(f"<b>{short} of {n} runs were {SHORT_LABEL}</b> (fewer than {MIN_STEADY_STEPS} steps a "
+                     "worker after the warm-up; ringed in the figure): their throughput includes start-up "
+                     "effects, so it is not a steady measurement. Run more steps before reading their efficiency.")
     return " ".join(parts)
 
 

@@ -389,7 +389,7 @@ def scaling_figure(table: pd.DataFrame, predicted: pd.DataFrame | None = None, l
                    error: float | None = None, mode: str = "") -> Any:
     """Measured scaling (throughput, efficiency vs workers) with the ideal line and
     the cost model's predictions drawn over the measured points; throughput on log-log
-    axes, runs too short to measure ringed.
+    axes, runs too short for a steady state ringed (`analysis.sweep.too_short`).
 
     Args:
         table: a sweep table (may be empty: the dashboard fills it as runs end).

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .. import measure
-from ..analysis.sweep import MIN_MEASURE_S, too_short
+from ..analysis.sweep import SHORT_LABEL, too_short
 from ..results import RunResult
 from .figdata import COMPONENT_COLORS, COMPONENT_NAMES, COMPONENTS, PALETTE, run_color
 from .series import Series
@@ -26,7 +26,7 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
 
     Args:
         table: a `workbench.analysis.sweep.sweep` table (workers, samples_per_s, efficiency;
-            wall_time_s marks runs `too_short` to measure).
+            steady_reached marks runs `too_short` for a steady state).
         predicted: a `workbench.analysis.costmodel.predict` table (workers, network,
             samples_per_s, efficiency), one curve per network.
         name: the measured points' name (default "measured", or "simulated" when every
@@ -35,7 +35,7 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         Series "<name>", "ideal" (linear from the first measured point, over the
         measured workers and the predicted ones up to 4x the largest measured count;
         efficiency 1), "predicted: <network>" ("predicted: calibrated" for the
-        network "measured"), "too short to measure" (rings over such points) and
+        network "measured"), `SHORT_LABEL` (rings over the points `too_short` for a steady state) and
         BUSY_LABEL (crosses over points measured while other processes used a noticeable
         share of the cores; their hover text carries the sentence), each in both columns
         (efficiency ones suffixed " efficiency").
@@ -76,7 +76,9 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
         notes = measured.get("machine_note", pd.Series([None] * len(measured))).tolist()
         unresolved = measured.get("resolution_note", pd.Series([None] * len(measured))).tolist()
         runs = measured.get("run_note", pd.Series([None] * len(measured))).tolist()   # too short, learned nothing
-        text = [(f"{st}, {s:.2g}{unit}" + (" (too short to measure)" if sh else "") if s == s else f"{st}")
+        # a point too short for a steady state says so once: its run note's sentence, or the label
+        text = [(f"{st}, {s:.2g}{unit}" if s == s else f"{st}")
+                + (f" ({SHORT_LABEL})" if sh and SHORT_LABEL not in str(r) else "")
                 + "".join(f"<br>{n}" for n in (n, u, r) if isinstance(n, str) and n)
                 for st, s, sh, n, u, r in zip(status, secs, short, notes, unresolved, runs)]
         style = dict(mode="lines+markers", marker_size=10, line_color=PALETTE[0], legendgroup=name)
@@ -92,7 +94,7 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                           style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
         warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
                     marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
-        label = f"too short to measure (< {MIN_MEASURE_S:g} s)"
+        label = SHORT_LABEL
         sw = measured["workers"][short].tolist()
         out.append(Series(label, sw, measured["samples_per_s"][short].tolist(), col=1, mode="replace",
                           style={**warn, "showlegend": bool(short.any())}))
