@@ -1013,6 +1013,9 @@ def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     names = {t.name: t for t in dash.scaling_figure.data}
     assert "measured" not in names   # 10 steps, 3 of them warm-up: each point too short for a steady state, ringed
     assert not table.steady_reached.any() and list(names["too short for a steady state"].x) == [1, 2, 4, 8]
+    page = dash.sweeps.table_html.value   # the columns every point left empty (no validation set) are not shown
+    assert table.final_val_accuracy.isna().all() and "final_val_accuracy" not in page
+    assert "samples_per_s" in page and "sim_wall_s" in page
     assert dash.scaling_figure.layout.yaxis.title.text == "samples per virtual second"
     assert dash.status_text.startswith("sweep done: 4 run(s)")
     assert all(r.summary["simulated"] for r in dash.history)

@@ -538,10 +538,27 @@ def _numeric_key(column: pd.Series) -> pd.Series:
     return numbers if numbers.notna().sum() == column.notna().sum() else column
 
 
+def _blank(v: Any) -> bool:
+    """An empty cell: None, NaN, NA or an empty string."""
+    if isinstance(v, str):
+        return not v
+    return v is None or (pd.api.types.is_scalar(v) and bool(pd.isna(v)))
+
+
 def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) -> str:
     """A full-width, horizontally scrollable HTML table of runs, sorted by `sort`; a
-    `run_dir` column becomes links to the run's folder and its report.html."""
+    `run_dir` column becomes links to the run's folder and its report.html. A column empty
+    in every row (no validation set: no `final_val_accuracy`; a quiet machine: no
+    `machine_note`) is left out, the sort column kept.
+
+    >>> page = runs_html(pd.DataFrame({"workers": [1, 2], "final_val_accuracy": [None, float("nan")],
+    ...                                "machine_note": ["", "busy"]}), "workers")
+    >>> "final_val_accuracy" in page, "machine_note" in page
+    (False, True)
+    """
     df = table.copy()
+    blank = df.apply(lambda col: col.map(_blank).all())
+    df = df.drop(columns=[c for c in df.columns if blank[c] and c != sort])
     if sort in df.columns:
         df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last", key=_numeric_key)
     links = df.pop("run_dir") if "run_dir" in df.columns else None
