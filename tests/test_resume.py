@@ -105,7 +105,7 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one_on_threads(tmp_path, cas
     assert resumed.summary.get("grad_clip") == whole.summary.get("grad_clip")     # counted over both segments
     assert ("grad_clip" in whole.summary) == ("grad_clip" in extra)
     seg = resumed.summary["segments"]
-    assert [(s["from_step"], s["to_step"]) for s in seg] == [(0, 48), (48, None)]
+    assert [(s["from_step"], s["to_step"]) for s in seg] == [(0, 48), (48, whole.summary["steps"])]
     s = resumed.summary   # the time identity over both segments, each part >= 0
     assert s["wall_time_s"] == pytest.approx(s["startup_s"] + s["train_time_s"] + s["teardown_s"])
     assert min(s["startup_s"], s["train_time_s"], s["teardown_s"]) >= 0
@@ -235,7 +235,7 @@ def test_a_stopped_run_resumes_from_where_it_stopped_bitwise(tmp_path, case):
     same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
     assert resumed.summary["final_test_loss"] == whole.summary["final_test_loss"]
-    assert [(s["from_step"], s["to_step"]) for s in resumed.summary["segments"]] == [(0, end), (end, None)]
+    assert [(s["from_step"], s["to_step"]) for s in resumed.summary["segments"]] == [(0, end), (end, cfg.steps)]
 
 
 @pytest.mark.parametrize("algorithm, extra", [("sync_sgd", {}), ("diloco", {"tau": 4})])

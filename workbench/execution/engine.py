@@ -364,6 +364,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     result = build_result(config.to_dict(), monitor.collector, status=status, wall_time_s=wall,
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params, best=monitor.results.get(0, {}).get("best"))
+    if resume is not None:   # the last segment ends where the run's steps did (`steps`: the last step's + 1)
+        result.summary["segments"][-1]["to_step"] = result.summary["steps"]
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
@@ -439,7 +441,7 @@ def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: An
     total = None
     if extra.get("simulated"):   # virtual clocks went on from the checkpoint's: the makespan holds it all
         total, wall = wall, max(wall - before, 0.0)   # (the makespan itself: (W - b) + b need not be W's bits)
-    this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,
+    this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,   # to_step: set once the result is built
             "startup_s": extra.get("startup_s") or 0.0, "ended": status}
     segments.append(this)
     extra["segments"] = segments
