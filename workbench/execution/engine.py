@@ -386,10 +386,14 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if monitor.lost:   # how much of the plan ran, said where a batch script and the report look
         s = result.summary
         s["plan_steps_run"] = f"{s['steps']:,} of {s['total_steps_planned']:,}"
+        # the samples too: an asynchronous run's survivors reach the last step, the lost worker's share is missing
+        planned = s["total_steps_planned"] * config.batch_size
+        trained = (f", on {s['samples']:,} of its {planned:,} samples ({s['samples'] / planned:.0%})"
+                   if planned and s.get("samples") is not None and s["samples"] < planned else "")
         s["events"].append({"kind": "event", "time": s["events"][-1]["time"] if s["events"] else 0.0,
                             "event": "incomplete", "worker": None,
                             "message": f"{len(monitor.lost)} of {size} workers lost; {s['steps']:,} of the plan's "
-                                       f"{s['total_steps_planned']:,} steps ran"})
+                                       f"{s['total_steps_planned']:,} steps ran{trained}"})
     return result
 
 
