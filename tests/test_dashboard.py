@@ -11,6 +11,7 @@ import workbench.api
 from workbench import ConfigError, RunConfig
 from workbench.analysis.sweep import describe_calibration
 from workbench.config import FIELDS, SIM_FIELDS
+from workbench.config.registry import with_knob
 from workbench.ui import controls as C
 from workbench.ui import figdata as FD
 from workbench.ui import figures as F
@@ -45,7 +46,7 @@ NEW_VALUES = {
     "tau": (8, 8),
     "alpha": (0.3, 0.3),
     "elastic_sync": ("tree_host", "tree_host"),
-    "trainers": (3, 3),
+    "trainers": (4, 4),       # (ltfb: a divisor of the 4 workers by then)
     "round_size": (20, 20),
     "epochs": (7.0, 7.0),
     "seed": (5, 5),
@@ -60,7 +61,7 @@ NEW_VALUES = {
     "grad_clip": (1.0, 1.0),
     "accumulate": (4, 4),
     "tournament_size": (64, 64),
-    "trainer_lrs": ("0.1, 0.2,0.3", [0.1, 0.2, 0.3]),
+    "trainer_lrs": ("0.1, 0.2,0.3, 0.4", [0.1, 0.2, 0.3, 0.4]),
     "lr_spread": (2.0, 2.0),
     "exchange_state": (True, True),
     "chunk_layers": (2, 2),
@@ -103,6 +104,11 @@ NEW_VALUES = {
 GPT_KNOBS = {"n_layers", "d_model", "n_heads", "context"}
 NEEDS_SIMULATE = set(SIM_FIELDS)   # valid only once simulate is on
 # valid only with this update rule (and momentum, nesterov at their defaults for it)
+SHOWS: dict[str, dict] = {"hidden": {"model": "mlp"}, "base_batch": {"lr_scaling": "sqrt"},
+                          "warmup_epochs": {"warmup": "gradual"}, "n_features": {"dataset": "synthetic"},
+                          "n_classes": {"dataset": "synthetic"}, "data_dir": {"dataset": "mnist"},
+                          "download": {"dataset": "mnist"}, "n_samples": {"dataset": "synthetic"},
+                          "test_fraction": {"dataset": "digits"}}   # controls that apply only beside another's value: what shows them
 NEEDS_OPTIMIZER = {"optimizer": "sgd", "beta1": "adamw", "beta2": "lamb", "eps": "adamw", "trust_coefficient": "lars"}
 ISSUE_KNOBS = {"algorithm", "cpus", "gpus", "batch_size", "lr", "lr_scaling", "warmup", "warmup_epochs", "decay",
                "momentum", "tau", "alpha", "round_size", "trainers", "epochs", "dataset", "model"}
@@ -145,14 +151,27 @@ def test_every_control_maps_onto_a_config_field(dash):
         if name == "model_args":                               # a model of the protocol named by its class
             dash.controls["hidden"].value = ""                 # (its sizes go in model_args)
             dash.controls["model"].value = "workbench.maths.models:MLP"
-        before = dash.config.to_dict()
+        for control, v in SHOWS.get(name, {}).items():       # a control that applies only beside another's value
+            dash.controls[control].value = v
+        if not shown(dash.controls[name]) and with_knob(name):   # an algorithm's own knob: one that has it
+            dash.controls["algorithm"].value = sorted(with_knob(name))[0]
+        assert shown(dash.controls[name]), name
+        before, hidden = dash.config.to_dict(), {k for k in C.RELEVANT if not shown(dash.controls[k])}
         assert before[name] != expected, name
         dash.controls[name].value = value
         after = dash.config.to_dict()
-        # the control named `name` sets the field `name`, and nothing else
+        # the control named `name` sets the field `name`, and nothing else but what it shows or hides: a
+        # control it reveals brings its value, one it hides goes back to its field's default
         assert after[name] == expected, name
+        revealed = {k for k in hidden if shown(dash.controls[k])}
+        hid = {k for k in C.RELEVANT if k not in hidden and not shown(dash.controls[k])}
+        for k in revealed:
+            assert after[k] == next(c for c in C.CONTROLS if c.field == k).to_field(dash.controls[k].value), (name, k)
+        for k in hid:
+            assert after[k] == RunConfig.model_fields[k].default, (name, k)
         # (a new update rule also moves lr to its default: controls.lr_follows, said in the status line)
-        assert {k for k in after if after[k] != before[k]} == {name} | ({"lr"} if name == "optimizer" else set()), name
+        assert {k for k in after if after[k] != before[k]} - revealed - hid == \
+            {name} | ({"lr"} if name == "optimizer" else set()), name
         assert C.label_of(dash.controls[name]) == name
     # every field has a control, or is named as left to code, and every control explains itself
     assert set(CONTROL_FIELDS) | set(C.LEFT_TO_CODE) == set(FIELDS)
@@ -269,6 +288,27 @@ def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
     dash.controls["warmup_epochs"].value = 0.1                # a value set by hand is kept
     dash.controls["decay"].value = "cosine"
     assert dash.config.warmup_epochs == 0.1
+
+
+def test_a_hidden_control_neither_refuses_a_run_nor_travels_into_it(dash):
+    """Warmup chosen once and set back to none hides warmup_epochs with its value (1) kept:
+    a run of half an epoch is then not refused for a field the page no longer shows (the
+    user could not reach it), and the run's config has the field's default; the control
+    keeps the value for when warmup is chosen again. The same for an algorithm's own knob."""
+    dash.controls["warmup"].value = "gradual"
+    assert dash.config.warmup_epochs == 1.0
+    dash.controls["warmup"].value = "none"
+    dash.controls["epochs"].value = 0.5
+    assert not shown(dash.controls["warmup_epochs"]) and dash.controls["warmup_epochs"].value == 1.0
+    assert dash.status_text.startswith("ready:") and not dash.run_button.disabled, dash.status_text
+    assert dash.config.warmup_epochs == 0.0
+    dash.controls["epochs"].value = 2.0
+    dash.controls["warmup"].value = "constant"
+    assert dash.config.warmup_epochs == 1.0                    # shown again, with what was set
+    dash.controls["algorithm"].value = "sync_easgd"
+    dash.controls["tau"].value = 8
+    dash.controls["algorithm"].value = "sync_sgd"
+    assert dash.config.tau == 1 and dash.controls["tau"].value == 8
 
 
 def _choices(w) -> list | None:

@@ -39,6 +39,15 @@ PREVIEW_TITLE_CHARS = 46  # the lr preview's title (the schedule in words) wraps
                           # one line ran past its 340 px figure ("... gradual warmup 44 steps, constant over ...")
 
 
+
+def _applies(applies: Any, raw: RunConfig) -> bool:
+    """Whether a control applies to the (unvalidated) config; a half-typed value that its
+    rule cannot read keeps the control visible."""
+    try:
+        return bool(applies(raw))
+    except Exception:
+        return True
+
 class Form:
     """The controls of a `Dashboard`, grouped, and the `RunConfig` they describe.
 
@@ -83,14 +92,23 @@ class Form:
                                                   overflow="hidden auto", padding="0 8px 0 0"))
 
     def values(self) -> dict[str, Any]:
-        """The controls' values as RunConfig fields (the simulated cluster's at their
-        defaults while `simulate` is off)."""
+        """The controls' values as RunConfig fields; a field whose control is hidden (it does
+        not apply: `controls.RELEVANT`, e.g. `warmup_epochs` with no warmup, `tau` with
+        sync_sgd, the simulated cluster's knobs while `simulate` is off) at its default. The
+        controls keep what was set, for when they show again; what a run uses, and is checked
+        against, is only what the page shows (a hidden warmup_epochs of 1 must not refuse
+        epochs 0.5, nor a hidden tau travel into the runs table)."""
         values = {c.field: c.to_field(self.controls[c.field].value) for c in CONTROLS}
         if not values.get("simulate"):
-            # The simulated cluster's knobs are valid only with it (RunConfig refuses them
-            # otherwise): off, they take their defaults; their controls keep what was set
-            # for when the toggle goes on again.
+            # The simulated cluster's knobs are valid only with it (RunConfig refuses them otherwise)
             values.update({name: RunConfig.model_fields[name].default for name in SIM_FIELDS})
+        for _ in range(3):   # a knob hidden by another hidden one (compression_ratio under compression)
+            raw = RunConfig.model_construct(**{**self._base.model_dump(), **values})
+            hidden = {name for name, applies in RELEVANT.items() if not _applies(applies, raw)}
+            defaults = {name: RunConfig.model_fields[name].default for name in hidden}
+            if all(values[name] == v for name, v in defaults.items()):
+                break
+            values.update(defaults)
         return values
 
     @property
@@ -162,11 +180,7 @@ class Form:
         values = {**self._base.model_dump(), **self.values()}
         raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
         for name, applies in RELEVANT.items():
-            try:
-                show = applies(raw)
-            except Exception:         # a half-typed value: keep the control visible
-                show = True
-            self.controls[name].layout.display = None if show else "none"
+            self.controls[name].layout.display = None if _applies(applies, raw) else "none"
         # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
         gpus = self.controls["gpus"]
         options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]
