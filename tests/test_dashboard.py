@@ -329,8 +329,8 @@ def _candidates(w) -> list:
     opts = _choices(w)
     if opts is not None:
         return opts
-    if isinstance(w, (widgets.BoundedIntText, widgets.IntSlider)):
-        return sorted({max(w.min, v) for v in (0, 1, 2, 4)} - {w.value})
+    if isinstance(w, (widgets.IntText, widgets.IntSlider)):
+        return sorted({max(getattr(w, "min", 0), v) for v in (0, 1, 2, 4)} - {w.value})
     return []
 
 
@@ -1160,3 +1160,20 @@ def test_dashbench_refuses_a_bad_stop_after_before_any_run(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         dashbench.main(["--what", "stop", "--stop-after", bad])
     assert exc.value.code == 2 and "--stop-after: a comma list of seconds in [0, 3600]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, typed, said", [
+    ("steps", -3, "error: steps: a whole number >= 1, or unset, got -3"),
+    ("cpus", -1, "error: cpus: a whole number >= 0, got -1"),
+    ("seed", -1, "error: seed: a whole number >= 0, got -1"),
+    ("latency_ms", -2.0, "error: latency_ms: a finite number >= 0, got -2.0"),
+    ("test_fraction", 1.5, "error: test_fraction: a number in (0, 1), got 1.5"),
+    ("epochs", -5.0, "error: epochs: a finite number > 0 and at most 1,000,000, got -5.0"),
+])
+def test_a_number_typed_out_of_range_is_refused_by_name_not_clamped(dash, name, typed, said):
+    """A number box keeps what was typed (a bounded box clamped -3 steps to 0, which reads as
+    "unset", and a test_fraction of 1.5 to 0.99, refused then for the batch size): the status
+    line names the field, the value typed and what is allowed, and Run waits."""
+    dash.controls[name].value = typed
+    assert dash.controls[name].value == typed
+    assert dash.status_text == said and dash.run_button.disabled

@@ -23,7 +23,6 @@ from ..config import (
     DATASET_NAMES,
     FIELD_GROUPS,
     GPT_KNOBS,
-    MAX_VIRTUAL_WORKERS,
     MODEL_NAMES,
     SIM_CPU_DEVICES,
     SIM_DEVICES,
@@ -213,12 +212,15 @@ def _text(name: str) -> Callable[[Any], Any]:
     return lambda v: widgets.Text(value=v, placeholder="default", **_desc(name))
 
 
-def _int(lo: int, hi: int) -> Callable[[str], Callable[[Any], Any]]:
-    return lambda name: lambda v: widgets.BoundedIntText(value=v, min=lo, max=hi, **_desc(name))
+# Number boxes take what is typed: a bounded box would clamp -1 to its minimum without a word
+# (`steps` -3 read as 0, "unset"; `cpus` -1 refused as 0). What is allowed has one home, the
+# config, whose error names the field, the value typed and what is allowed.
+def _int(name: str) -> Callable[[Any], Any]:
+    return lambda v: widgets.IntText(value=v, **_desc(name))
 
 
-def _float(lo: float, hi: float, step: float) -> Callable[[str], Callable[[Any], Any]]:
-    return lambda name: lambda v: widgets.BoundedFloatText(value=v, min=lo, max=hi, step=step, **_desc(name))
+def _float(step: float) -> Callable[[str], Callable[[Any], Any]]:
+    return lambda name: lambda v: widgets.FloatText(value=v, step=step, **_desc(name))
 
 
 def _check(name: str) -> Callable[[Any], Any]:
@@ -292,29 +294,29 @@ CONTROLS: tuple[Control, ...] = (
                                                       continuous_update=False, **_desc(n)),
        to_field=_blank_is_none, from_field=_args_text, applies=lambda c: c.model not in MODEL_NAMES),
     _c("hidden", _text, to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: c.model in ("mlp", "cnn")),
-    _c("n_layers", _int(1, 1024), applies=lambda c: c.model == "gpt"),
-    _c("d_model", _int(1, 65536), applies=lambda c: c.model == "gpt"),
-    _c("n_heads", _int(1, 1024), applies=lambda c: c.model == "gpt"),
-    _c("context", _int(1, 10**6), applies=lambda c: c.model == "gpt" or is_text_dataset(c.dataset)),
-    _c("n_samples", _int(10, 10**8), applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
-    _c("n_features", _int(1, 10**6), applies=lambda c: c.dataset == "synthetic"),
-    _c("n_classes", _int(2, 10**4), applies=lambda c: c.dataset == "synthetic"),
-    _c("test_fraction", _float(0.01, 0.99, 0.05), to_field=_tidy,
+    _c("n_layers", _int, applies=lambda c: c.model == "gpt"),
+    _c("d_model", _int, applies=lambda c: c.model == "gpt"),
+    _c("n_heads", _int, applies=lambda c: c.model == "gpt"),
+    _c("context", _int, applies=lambda c: c.model == "gpt" or is_text_dataset(c.dataset)),
+    _c("n_samples", _int, applies=lambda c: c.dataset in ("mnist1d", "synthetic", "markov_text")),
+    _c("n_features", _int, applies=lambda c: c.dataset == "synthetic"),
+    _c("n_classes", _int, applies=lambda c: c.dataset == "synthetic"),
+    _c("test_fraction", _float(0.05), to_field=_tidy,
        applies=lambda c: c.dataset in ("digits", "mnist1d", "synthetic", "markov_text") or c.dataset not in DATASETS),
-    _c("val_fraction", _float(0, 0.9, 0.05), to_field=_tidy),
+    _c("val_fraction", _float(0.05), to_field=_tidy),
     _c("standardize", _check, applies=lambda c: not is_text_dataset(c.dataset)),
     _c("data_dir", _text, to_field=_blank_is_none, from_field=_none_is_blank,
        applies=lambda c: c.dataset in DOWNLOADED),
     _c("download", _check, applies=lambda c: c.dataset in DOWNLOADED),
     # where to train
-    _c("cpus", _int(0, MAX_VIRTUAL_WORKERS)),   # up to 1024 virtual workers when simulating
+    _c("cpus", _int),   # up to 1024 virtual workers when simulating
     _c("gpus", _dropdown([("auto", "auto"), *GPU_COUNTS])),
     _c("scheduler", lambda n: lambda v: widgets.Text(value=v, placeholder="local cluster", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=lambda c: not in_process(c)),
     _c("comm", _dropdown(["auto", "shm", "dask", "nccl"]), applies=lambda c: not in_process(c)),
-    _c("latency_ms", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
-    _c("bandwidth_gbps", _float(0, 10000, 0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
-    _c("blas_threads", _int(1, 1024), applies=lambda c: not c.simulate),
+    _c("latency_ms", _float(0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("bandwidth_gbps", _float(0.1), to_field=_tidy, applies=lambda c: not in_process(c)),
+    _c("blas_threads", _int, applies=lambda c: not c.simulate),
     # simulated cluster ("default" stands for unset: the simulator picks)
     _c("simulate", _check),
     _c("device", _dropdown([DEFAULT, *SIM_DEVICES]), to_field=_default_is_none, from_field=_none_is_default,
@@ -327,13 +329,13 @@ CONTROLS: tuple[Control, ...] = (
        applies=_simulated),
     _c("timing_model", _dropdown([DEFAULT, *SIM_TIMING_MODELS]), to_field=_default_is_none,
        from_field=_none_is_default, applies=_simulated),
-    _c("jitter", _float(0, 0.99, 0.05), to_field=_tidy, applies=_simulated),
+    _c("jitter", _float(0.05), to_field=_tidy, applies=_simulated),
     _c("fail_worker", lambda n: lambda v: widgets.Text(value=v, placeholder="e.g. 3@12.5", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=_simulated),
     # optimisation
     _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
                                                                  value=v, **_desc(n))),
-    _c("accumulate", _int(1, 4096)),
+    _c("accumulate", _int),
     _c("lr", lambda n: lambda v: widgets.FloatLogSlider(value=v, base=10, min=-5, max=1, step=0.05,
                                                         readout_format=".3g", **_desc(n)), to_field=_tidy),
     _c("lr_scaling", _dropdown(["none", "linear", "sqrt"])),
@@ -341,18 +343,18 @@ CONTROLS: tuple[Control, ...] = (
                                                                  value=v, **_desc(n)),
        applies=lambda c: c.lr_scaling != "none"),
     _c("warmup", _dropdown(["none", "gradual", "constant"])),
-    _c("warmup_epochs", _float(0, 10000, 0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
+    _c("warmup_epochs", _float(0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
     _c("decay", _dropdown(["none", "step", "cosine"])),
     _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
     _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
        to_field=_tidy, applies=_rule("momentum")),
     _c("nesterov", _check, applies=_rule("nesterov")),
-    _c("weight_decay", _float(0, 10, 1e-4), to_field=_tidy),
-    _c("beta1", _float(0, 0.9999, 0.01), to_field=_tidy, applies=_rule("beta1")),
-    _c("beta2", _float(0, 0.999999, 0.001), to_field=_tidy, applies=_rule("beta2")),
-    _c("eps", _float(0, 1, 1e-8), to_field=_tidy, applies=_rule("eps")),
-    _c("trust_coefficient", _float(0, 10, 1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
-    _c("grad_clip", _float(0, 1000, 0.1), to_field=_tidy, applies=_clips),
+    _c("weight_decay", _float(1e-4), to_field=_tidy),
+    _c("beta1", _float(0.01), to_field=_tidy, applies=_rule("beta1")),
+    _c("beta2", _float(0.001), to_field=_tidy, applies=_rule("beta2")),
+    _c("eps", _float(1e-8), to_field=_tidy, applies=_rule("eps")),
+    _c("trust_coefficient", _float(1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
+    _c("grad_clip", _float(0.1), to_field=_tidy, applies=_clips),
     # algorithm knobs
     _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
        applies=_knob("tau")),
@@ -361,36 +363,36 @@ CONTROLS: tuple[Control, ...] = (
        applies=lambda c: c.algorithm == "sync_easgd"),   # SC'17's chain: sync_easgd's only (config refuses it elsewhere)
     _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
        applies=_knob("trainers")),
-    _c("round_size", _int(1, 10**6), applies=_knob("round_size")),
-    _c("tournament_size", _int(1, 10**6), applies=_knob("tournament_size")),
+    _c("round_size", _int, applies=_knob("round_size")),
+    _c("tournament_size", _int, applies=_knob("tournament_size")),
     _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=_knob("trainer_lrs")),
-    _c("lr_spread", _float(1, 1000, 0.5), to_field=_tidy, applies=_knob("lr_spread")),
+    _c("lr_spread", _float(0.5), to_field=_tidy, applies=_knob("lr_spread")),
     _c("exchange_state", _check, applies=_knob("exchange_state")),
     _c("chunk_layers", _dropdown([("auto", "auto")] + [(str(i), i) for i in range(1, 17)]), applies=_knob("chunk_layers")),
     _c("weight_return", _dropdown(["chunks", "whole"]), applies=_knob("weight_return")),   # cgdp's host master
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
-    _c("post_local_epoch", _float(0, 10**5, 0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
-    _c("outer_lr", _float(1e-4, 10, 0.05), to_field=_tidy, applies=_knob("outer_lr")),
+    _c("post_local_epoch", _float(0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
+    _c("outer_lr", _float(0.05), to_field=_tidy, applies=_knob("outer_lr")),
     _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
        to_field=_tidy, applies=_knob("outer_momentum")),
     _c("topology", _dropdown(["ring", "torus", "exponential", "complete"]), applies=_knob("topology")),
     _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
        applies=_compressing()),
-    _c("compression_ratio", _float(1e-6, 1, 0.01), to_field=_tidy,
+    _c("compression_ratio", _float(0.01), to_field=_tidy,
        applies=_compressing("topk", "randomk")),
-    _c("compression_rank", _int(1, 4096), applies=_compressing("powersgd")),
-    _c("compression_levels", _int(1, 2**16), applies=_compressing("qsgd")),
+    _c("compression_rank", _int, applies=_compressing("powersgd")),
+    _c("compression_levels", _int, applies=_compressing("qsgd")),
     _c("error_feedback", _check, applies=_compressing("topk", "randomk", "sign", "qsgd", "powersgd")),
     # how long
-    _c("epochs", _float(0.01, 10**5, 1), to_field=_tidy),
-    _c("steps", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
+    _c("epochs", _float(1), to_field=_tidy),
+    _c("steps", lambda n: lambda v: widgets.IntText(value=v, **_desc(n, UNSET_ZERO)),
        to_field=_zero_is_none, from_field=_none_is_zero),
-    _c("eval_every", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**9, **_desc(n, UNSET_ZERO)),
+    _c("eval_every", lambda n: lambda v: widgets.IntText(value=v, **_desc(n, UNSET_ZERO)),
        to_field=_zero_is_none, from_field=_none_is_zero),
-    _c("early_stop", lambda n: lambda v: widgets.BoundedIntText(value=v, min=0, max=10**6, **_desc(n, UNSET_ZERO)),
+    _c("early_stop", lambda n: lambda v: widgets.IntText(value=v, **_desc(n, UNSET_ZERO)),
        to_field=_zero_is_none, from_field=_none_is_zero, applies=lambda c: c.algorithm != "ltfb"),
-    _c("seed", _int(0, 2**31 - 1)),
+    _c("seed", _int),
 )
 CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # control name -> RunConfig field
 RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
