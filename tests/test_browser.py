@@ -562,6 +562,9 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
                           for f in fits))
             assert len(fits) >= len(RUN_FIGURES) + 1, f"not every figure is on the page: {fits}"
             assert not wide, f"figures wider than their column (scrolling sideways): {wide}"
+            # ... nor squeezed by their column: the lr preview's box was 0 px tall under the controls
+            squeezed = [f for f in fits if f["box_height"] < f["height"] - 1]
+            assert not squeezed, f"figures in boxes shorter than they are: {squeezed}"
             # ... and no text of a figure drawn over another or cut off (issue 23 item 9: x-axis
             # titles were drawn over legends); the whole-dashboard screenshot shows them
             overlaps = page.evaluate(OVERLAP_JS, f"{DASH} .js-plotly-plot")
@@ -624,8 +627,9 @@ FIT_JS = """(root) => { const area = document.querySelector(root); const edge = 
     const r = g.getBoundingClientRect();
     const svg = g.querySelector('.main-svg');          // plotly's drawing, wider than its element: cut off
     if (svg) overflow = Math.max(overflow, svg.getBoundingClientRect().width - r.width);
+    const box = (g.parentElement.closest('.widget-box') || g).getBoundingClientRect();   // its FigureSlot's box
     return {title: (g.querySelector('.gtitle') || {}).textContent || '', width: r.width, right: r.right,
-            area_right: edge, overflow: overflow};
+            area_right: edge, overflow: overflow, height: r.height, box_height: box.height};
   }); }"""
 # In each plotly figure under `sel`: pairs of its texts drawn over each other (the legend over an
 # axis title, a tick label, a subplot title, the title or a button; an axis title over a subplot

@@ -87,6 +87,9 @@ class Form:
         self.refresh()                                   # validates, says "ready" or what is wrong
         self.preview_slot = FigureSlot(T.as_widget(self.preview_figure(self.shown_config)))
         self.preview_slot.box.layout.width = CONTROL_WIDTH
+        # not shrunk by the column's flex layout: a widget box scrolls its overflow, so the
+        # column (at most 820 px, the controls above it taller) squeezed the preview to 0 px
+        self.preview_slot.box.layout.flex = "0 0 auto"
         return widgets.VBox([*self.sections, self.preview_slot.box],
                             layout=widgets.Layout(width="370px", min_width="370px", max_height="820px",
                                                   overflow="hidden auto", padding="0 8px 0 0"))

@@ -48,6 +48,26 @@ DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's
 KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
 
 
+
+def cluster_phase(cfg: Any, running: bool) -> str:
+    """The status while a run waits for its Dask cluster: the session's first, or a new one
+    because the run asks for other workers than the running one has.
+
+    >>> from workbench.config import RunConfig
+    >>> cluster_phase(RunConfig(algorithm="sync_sgd", cpus=2), running=False)
+    "starting: a local Dask cluster of 2 worker(s) (the session's first)"
+    >>> cluster_phase(RunConfig(algorithm="sync_sgd", cpus=1), running=True)
+    'starting: a new local Dask cluster of 1 worker(s) (this run asks for other workers than the running one)'
+    >>> cluster_phase(RunConfig(scheduler="tcp://h:8786"), running=False)
+    'starting: connecting to the Dask scheduler at tcp://h:8786'
+    """
+    if cfg.scheduler:
+        return f"starting: connecting to the Dask scheduler at {cfg.scheduler}"
+    if running:
+        return (f"starting: a new local Dask cluster of {workers_of(cfg)} worker(s) (this run asks for other "
+                "workers than the running one)")
+    return f"starting: a local Dask cluster of {workers_of(cfg)} worker(s) (the session's first)"
+
 class _Buffer:
     """Records handed over from the training thread; taking them is atomic."""
 
@@ -319,9 +339,9 @@ class LiveRun:
             elif in_process(cfg):
                 state.phase = "starting: loading data"
             elif cluster is None:
-                from ..execution.cluster import client, session_warm
-                if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):
-                    state.phase = "starting: a local Dask cluster (the session's first run)"
+                from ..execution.cluster import client, current_client, session_warm
+                if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):   # why there is one to wait for
+                    state.phase = cluster_phase(cfg, current_client() is not None)
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
             from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
             transport = transport_for(cfg, cluster)   # sgd: threads, in this process
