@@ -437,6 +437,9 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     result = dash.wait(60)
     assert result is not None and result.status == "completed", dash.status_text
     assert dash.status_text.startswith("completed: #1 sync_sgd P=2 B=64")
+    # the start-up it says is the summary's (from the run's call to its first step), no cluster started for it
+    from workbench.measure import duration_text
+    assert f"(start-up {duration_text(result.summary['startup_s'])})" in dash.status_text
     figs = {k: {t.name: t for t in f.data} for k, f in dash.figures.items()}
     assert {"worker 0", "worker 1", "all workers"} <= set(figs["throughput"])
     assert list(figs["breakdown"]["compute"].y) == ["worker 0", "worker 1"]

@@ -49,6 +49,16 @@ KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curv
 
 
 
+def cluster_text(cluster_s: float | None) -> str:
+    """What starting a local cluster for a run took, said after its start-up (which counts
+    from the run's call: `measure.timing`, the summary's `startup_s`); "" when one was running.
+
+    >>> cluster_text(5.43), cluster_text(None)
+    (', after 5.4 s starting the cluster', '')
+    """
+    return "" if cluster_s is None else f", after {cluster_s:.1f} s starting the cluster"
+
+
 def cluster_phase(cfg: Any, running: bool) -> str:
     """The status while a run waits for its Dask cluster: the session's first, or a new one
     because the run asks for other workers than the running one has.
@@ -98,6 +108,8 @@ class _Run:
     buffer: _Buffer = field(default_factory=_Buffer)
     done: threading.Event = field(default_factory=threading.Event)
     t0: float = field(default_factory=time.monotonic)   # Run pressed
+    cluster_s: float | None = None     # seconds spent starting a local Dask cluster for it (None: one was running)
+    t_called: float | None = None      # monotonic time the run itself was called (its start-up counts from here)
     phase: str = "starting"            # "starting: <what>" until the first step, then "running"
     pending: list = field(default_factory=list)          # record batches taken, not drawn yet
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
@@ -340,15 +352,19 @@ class LiveRun:
                 state.phase = "starting: loading data"
             elif cluster is None:
                 from ..execution.cluster import client, current_client, session_warm
-                if not session_warm(cfg.cpus, cfg.gpus, cfg.scheduler):   # why there is one to wait for
+                warm, t = session_warm(cfg.cpus, cfg.gpus, cfg.scheduler), time.monotonic()
+                if not warm:   # why there is one to wait for
                     state.phase = cluster_phase(cfg, current_client() is not None)
                 cluster = client(cfg.cpus, cfg.gpus, cfg.scheduler)      # the session's, found by dask-labextension
+                if not warm:   # said beside the run's start-up, which counts from its call (measure.timing)
+                    state.cluster_s = time.monotonic() - t
             from ..execution.engine import transport_for  # the one choice: simulated, threads or Dask
             transport = transport_for(cfg, cluster)   # sgd: threads, in this process
             if getattr(transport, "name", None) == "dask":
                 self._host.set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
             from . import simproc
+            state.t_called = time.monotonic()
             if state.resume_dir is not None:   # Resume: its directory goes on from its last checkpoint
                 state.result = api.resume(state.resume_dir, cluster=None if cfg.simulate else transport,
                                           on_record=state.buffer.add, should_stop=self._stop.is_set, progress=False,
@@ -500,7 +516,7 @@ class LiveRun:
             done = min(1.0, state.steps_seen / max(1, state.total_steps))
             self.progress.value = done
             train_s = max(0.0, state.last_time - state.first_time)
-            startup = state.first_seen - state.t0
+            startup = state.first_seen - (state.t_called or state.t0)   # as the summary's: from the run's call
             parts = [f"running {state.live.label}: step {state.steps_seen}/{state.total_steps} ({done:.0%})",
                      f"epoch {state.epoch:.2f}"]
             rates = state.rates()
@@ -521,7 +537,7 @@ class LiveRun:
                     parts.append(f"{samples_per_s:,.0f} samples/s")
                     if steps_per_s > 0:
                         parts.append(f"~{left / steps_per_s:,.0f} s left")
-            parts.append(f"start-up {startup:.1f} s")
+            parts.append(f"start-up {startup:.1f} s" + cluster_text(state.cluster_s))
             text = ", ".join(parts) + stopping + note
         self._host.set_status(text)
 
@@ -564,7 +580,8 @@ class LiveRun:
             took = measure.duration_text(train_s)   # a teaching run's 40 steps take milliseconds, not "0.0 s"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
-                + (f" (start-up {measure.duration_text(startup)})" if startup is not None else "")
+                + (f" (start-up {measure.duration_text(startup)}{cluster_text(state.cluster_s)})"
+                   if startup is not None else "")
                 + f", {rate}, "
                 f"{accuracy_text(s)}, "
                 f"comm fraction {s.get('comm_fraction', 0):.2f}"
