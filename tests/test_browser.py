@@ -737,7 +737,7 @@ def test_a_simulated_cluster_runs_and_sweeps_from_the_dashboard(quickstart, brow
             done = wait_for(page, lambda: (lambda s: s if s.startswith(("sweep done", "failed", "error"))
                                            else None)(_status(page)), SIM_TIMEOUT, "the simulated sweep to end")
             n_points = len(SIM_SWEEP.split(","))
-            assert done.startswith(f"sweep done: {n_points} run(s)"), done
+            assert done.startswith(f"sweep done: {n_points} point(s) from {n_points} run(s)"), done
             scaling = [p for p in page.evaluate(AXIS_TITLES_JS, DASH) if SCALING_TITLE.match(p["title"])]
             assert scaling and any("samples per virtual second" in a for a in scaling[0]["axes"]), scaling
             found = [p for p in plots(page, DASH) if SCALING_TITLE.match(p["title"])]

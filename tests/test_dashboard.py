@@ -743,8 +743,11 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     names = {t.name for t in dash.scaling_figure.data}
     assert {"measured", "ideal", "predicted: calibrated", "predicted: InfiniBand HDR"} <= names
     assert "prediction error" in dash.scaling_figure.layout.title.text
-    assert dash.status_text.startswith("sweep done: 2 run(s)")
+    assert dash.status_text.startswith(f"sweep done: 2 point(s) from {len(points)} run(s)")
     assert len(dash.history) == len(points) >= 6                  # every round's run, each one drawn
+    # the why tab follows: the sweep's last run against its last one on the other worker count
+    head = dash.why_html.value.split("</b>")[0]
+    assert head.startswith("<p>Explaining <b>#") and head.endswith(f" against {dash.labels[-1]}"), head
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):
@@ -1060,7 +1063,7 @@ def test_the_scaling_tab_shows_a_simulated_sweep_as_it_goes(dash, no_dask):
     assert table.final_val_accuracy.isna().all() and "final_val_accuracy" not in page
     assert "samples_per_s" in page and "sim_wall_s" in page
     assert dash.scaling_figure.layout.yaxis.title.text == "samples per virtual second"
-    assert dash.status_text.startswith("sweep done: 4 run(s)")
+    assert dash.status_text.startswith("sweep done: 4 point(s) from 4 run(s)")
     assert all(r.summary["simulated"] for r in dash.history)
     assert "They were simulated" in dash.model_html.value and "4 of 4 runs were too short for a steady state" in dash.model_html.value
 
@@ -1180,3 +1183,21 @@ def test_a_number_typed_out_of_range_is_refused_by_name_not_clamped(dash, name, 
     dash.controls[name].value = typed
     assert dash.controls[name].value == typed
     assert dash.status_text == said and dash.run_button.disabled
+
+
+def test_the_why_tab_names_the_run_it_explains_and_why_not_a_stopped_one(dash):
+    """The why tab explains the last completed run and says so by name; after a run that
+    was stopped it still shows the completed one, and says why the stopped one is not there."""
+    dash.controls["epochs"].value = 1.0
+    assert dash.run() is True
+    dash.wait(60)
+    assert dash.why_html.value.startswith(f"<p>Explaining <b>{dash.labels[0]}</b>.</p>")
+    dash.controls["epochs"].value = 1e5
+    assert dash.run() is True
+    deadline = time.time() + 20
+    while time.time() < deadline and not dash.status_text.startswith("running"):
+        time.sleep(0.05)
+    dash.stop()
+    assert dash.wait(30).status == "stopped"
+    assert dash.why_html.value.startswith(f"<p>Explaining <b>{dash.labels[0]}</b>; the last run, {dash.labels[1]}, "
+                                          "ended stopped and is not explained")

@@ -322,8 +322,21 @@ class Dashboard:
         except Exception as exc:      # a run it cannot read (no steady steps, ...): said in the tab
             self.why_html.value = f"<i>{html.escape(str(exc))}</i>"
             return str(exc)
-        self.why_html.value = to_html(found)
+        self.why_html.value = self._why_heading(runs) + to_html(found)
         return "\n\n".join(e.text() for e in found)
+
+    def _why_heading(self, runs: list) -> str:
+        """Which runs the why tab explains, by the names the runs tab gives them, and why not
+        the last one when it did not complete (no steady state to decompose)."""
+        def name(run: Any) -> str:
+            i = next(i for i, h in enumerate(self.history) if h is run)
+            return self.labels[i] if len(self.labels) == len(self.history) else f"#{i + 1}"
+        said = f"Explaining <b>{html.escape(' against '.join(name(r) for r in runs))}</b>"
+        last = self.history[-1]
+        if last is not runs[-1]:
+            said += (f"; the last run, {html.escape(name(last))}, ended {html.escape(str(last.summary.get('status')))}"
+                     " and is not explained (a run that did not complete has no whole steady state)")
+        return f"<p>{said}.</p>"
 
     # ------------------------------------------------------------------ runs tab
     def runs_table(self) -> pd.DataFrame:

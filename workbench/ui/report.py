@@ -553,8 +553,8 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
 
     >>> page = runs_html(pd.DataFrame({"workers": [1, 2], "final_val_accuracy": [None, float("nan")],
     ...                                "machine_note": ["", "busy"]}), "workers")
-    >>> "final_val_accuracy" in page, "machine_note" in page
-    (False, True)
+    >>> "final_val_accuracy" in page, "machine_note" in page, "files" in page
+    (False, True, False)
     """
     df = table.copy()
     blank = df.apply(lambda col: col.map(_blank).all())
@@ -562,6 +562,8 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
     if sort in df.columns:
         df = df.sort_values(sort, ascending=not descending, kind="stable", na_position="last", key=_numeric_key)
     links = df.pop("run_dir") if "run_dir" in df.columns else None
+    if links is not None and links.map(_blank).all():      # no run kept a folder: no column of dashes
+        links = None
     th = "<th style='text-align:left;padding:2px 6px;border-bottom:1px solid #999'>"
     heads = [f"{th}{html.escape(str(c))}{' ▼' if c == sort and descending else ' ▲' if c == sort else ''}</th>"
              for c in df.columns]

@@ -133,7 +133,8 @@ class SweepPanel:
             self._host.set_dask_link(self._host.cluster if self._host.cluster is not None else current_client())
         self._host.show_runs()
         unit = "samples per virtual s" if row.get("simulated") else "samples/s"
-        self._host.set_status(f"sweep: {len(self.results)} run(s) done, last on {row['workers']} "
+        self._host.set_status(f"sweep: {len(self.results)} run(s) done ({len(self.table)} point(s), rounds "
+                              f"interleaved), last on {row['workers']} "
                               f"{'virtual ' if row.get('simulated') else ''}workers: "
                               f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
@@ -152,7 +153,7 @@ class SweepPanel:
                               simulate=cfg.simulate, run_point=in_child if child else None)
             self.table = table
             self._host.last = table
-            message = f"sweep done: {len(table)} run(s)"
+            message = f"sweep done: {len(table)} point(s) from {len(self.results)} run(s)"
             if len(table) and self.results:
                 from ..analysis.sweep import fit_cost_model
                 link, link_note = self._benchmarked_link(cfg, ws)
@@ -164,6 +165,7 @@ class SweepPanel:
                 message += f"; cost model fitted, prediction error on measured points {error:.0%} (details above the figure)"
             self.slot.flush()     # the figure's Python state is whole when a sweep ends
             self.table_html.value = runs_html(table, "workers", False)
+            self._host.why()      # the why tab follows the session's last runs, a sweep's too
             self._host.set_status(message)
         except BaseException as exc:
             self._host.last_error = exc
@@ -184,7 +186,7 @@ class SweepPanel:
         client = self._host.cluster if self._host.cluster is not None else current_client()
         if not (hasattr(client, "scheduler_info") and hasattr(client, "submit")):
             return None, "; link fitted from the runs (no Dask client to benchmark it on)"
-        self._host.set_status("sweep done: timing this machine's link for the cost model (a few seconds) ...")
+        self._host.set_status("sweep: runs done; timing this machine's link for the cost model (a few seconds) ...")
         try:
             from ..analysis.linkfit import benchmark_link
             return benchmark_link(client), "; link benchmarked on the sweep's cluster"
