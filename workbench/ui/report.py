@@ -552,7 +552,7 @@ def runs_html(table: pd.DataFrame, sort: str = "run", descending: bool = False) 
     `machine_note`) is left out, the sort column kept.
 
     >>> page = runs_html(pd.DataFrame({"workers": [1, 2], "final_val_accuracy": [None, float("nan")],
-    ...                                "machine_note": ["", "busy"]}), "workers")
+    ...                                "machine_note": ["", "busy"], "run_dir": [None, ""]}), "workers")
     >>> "final_val_accuracy" in page, "machine_note" in page, "files" in page
     (False, True, False)
     """
