@@ -453,6 +453,10 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     names = [t.name for t in dash.figures["progress_time"].data]
     assert any(n.startswith("#1 ") for n in names) and any(n.startswith("#2 ") for n in names)
     assert len(dash.history) == 2 and dash.plot_errors == []
+    # Clear plots empties every plot, the last run's own figures too; the runs tab keeps both runs
+    dash.clear()
+    assert {k: len(f.data) for k, f in dash.figures.items()} == {k: 0 for k in dash.figures}
+    assert len(dash.history) == 2 and len(dash.runs_table()) == 2
 
 
 def test_a_redraw_that_never_returns_does_not_freeze_the_status(dash, monkeypatch):

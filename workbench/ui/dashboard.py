@@ -256,7 +256,7 @@ class Dashboard:
         return self.last
 
     def clear(self) -> None:
-        """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
+        """Empty every plot (the Clear plots button); the runs tab's history stays."""
         self.live.clear()
 
     def sweep(self, workers: Any = None, mode: str | None = None, network: str | None = None) -> bool:

@@ -175,7 +175,7 @@ class LiveRun:
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True,
                                           tooltip=f"end the run: the status says stopped within about {STOP_PROMISE_S:g} s "
                                                   f"(more on a busy machine); it is kept as stopped")
-        self.clear_button = widgets.Button(description="Clear plots", tooltip="forget earlier runs' curves")
+        self.clear_button = widgets.Button(description="Clear plots", tooltip="empty every plot (the runs tab keeps the runs)")
         self.resume_button = widgets.Button(description="Resume", icon="repeat", disabled=True,
                                             tooltip="continue the stopped run from its last checkpoint (a Dashboard "
                                                     "with out=...; docs/checkpoints.md)")
@@ -293,12 +293,15 @@ class LiveRun:
         return True
 
     def clear(self) -> None:
-        """Forget earlier runs' curves in the loss / accuracy plots (history stays)."""
+        """Empty every plot: the runs' loss / accuracy curves and the last run's own figures
+        (throughput, where the time goes, lr, lineage); the runs tab's history stays."""
         self._progress_kinds = set()
         self.off_axis = set()
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(_clear_traces)
             self.slots[key].edit(T.fit_loss_axis)
+        for key in ("throughput", "breakdown", "lr", "lineage"):
+            self.slots[key].edit(_clear_traces)
 
     def _fit_loss_axes(self) -> None:
         """The loss axis over the runs drawn, leaving out the diverged ones (`T.fit_loss_axis`)."""
