@@ -1205,3 +1205,26 @@ def test_the_why_tab_names_the_run_it_explains_and_why_not_a_stopped_one(dash):
     assert dash.wait(30).status == "stopped"
     assert dash.why_html.value.startswith(f"<p>Explaining <b>{dash.labels[0]}</b>; the last run, {dash.labels[1]}, "
                                           "ended stopped and is not explained")
+
+
+def test_a_runs_throughput_and_time_shares_end_as_its_report_draws_them(dash):
+    """When a run ends, its throughput and where-the-time-goes figures are redrawn from every
+    step in time bins, as the report's (a simulated run arrives in a few batches: its shares
+    of time were one point per worker, its "all workers" rate an average of two windows, 0.58
+    of the summary's); "all workers" is the sum of the workers' rates, live too."""
+    from workbench.ui import figdata
+    from workbench.ui import figures as F
+    dash.config = RunConfig(algorithm="sync_sgd", dataset="digits", simulate=True, cpus=16, batch_size=256,
+                            epochs=20, seed=0)
+    assert dash.run() is True
+    result = dash.wait(120)
+    assert result.status == "completed"
+    live = {t.name: t for t in dash.figures["throughput"].data}
+    report = {t.name: t for t in F.throughput_figure(figdata.align_to_first_step(result)).data}
+    for name in ("worker 0", "worker 15", "all workers"):
+        assert list(live[name].y) == pytest.approx(list(report[name].y)), name
+    total = sum(live[f"worker {k}"].y[-1] for k in range(16))
+    assert live["all workers"].y[-1] == pytest.approx(total, rel=1e-6)
+    assert live["all workers"].y[-1] == pytest.approx(result.summary["samples_per_s"], rel=0.05)
+    shares = {t.name: t for t in dash.figures["breakdown"].data}
+    assert all(len(shares[f"worker {k} compute"].x) >= 10 for k in range(8))   # each row an area over time

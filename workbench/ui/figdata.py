@@ -447,14 +447,24 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
         smooth: static figures: running mean over this many windows.
         previous: live figures: worker -> last smoothed rate, UPDATED in place; each new
             window's rate is averaged into it with `weight` (so a live line does not jump
-            with every batch).
+            with every batch). "all workers" is then the sum of every worker's smoothed rate
+            (the traces drawn and those past MAX_WORKER_TRACES): a batch holds some workers'
+            newest steps and not others', so its own window undercounts them all.
+
+    >>> prev = {}
+    >>> win = {w: {"x": np.array([1.0]), "width": np.array([1.0]), "samples": np.array([s])}
+    ...        for w, s in ((0, 10.0), (1, 30.0), ("all", 25.0))}
+    >>> [(s.name, s.y.tolist()) for s in throughput_series(win, previous=prev)]
+    [('worker 0', [10.0]), ('worker 1', [30.0]), ('all workers', [40.0])]
     """
     out = []
-    for i, (worker, w) in enumerate(windows.items()):
-        if worker != "all" and _rank(worker, i) >= MAX_WORKER_TRACES:
-            continue
+    order = sorted(windows, key=lambda w: w == "all")   # the workers first: live, "all" is their sum
+    for i, worker in enumerate(order):
+        w = windows[worker]
         rate = w["samples"] / w["width"]
-        if previous is not None:
+        if previous is not None and worker == "all":
+            rate = np.full(len(rate), sum(v for k, v in previous.items() if k != "all"))
+        elif previous is not None:
             smoothed = []
             for v in rate:
                 last = previous.get(worker)
@@ -463,6 +473,8 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
             rate = np.asarray(smoothed)
         else:
             rate = running_mean(rate, smooth)
+        if worker != "all" and _rank(worker, i) >= MAX_WORKER_TRACES:
+            continue
         style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash", "line_width": 1.5} if worker == "all"
                  else {"mode": "lines", **worker_style(_rank(worker, i))})
         out.append(Series(_worker_name(worker), w["x"], rate, style={

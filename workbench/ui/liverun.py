@@ -444,9 +444,10 @@ class LiveRun:
             api.settle_steps(result, directory)
 
     def _redraw_whole(self, state: _Run) -> None:
-        """Redraw the run's loss, accuracy and lr traces from its complete records (every
-        step, not the live batches), decimated by the same extremes-keeping rule: when a
-        run ends its curves are the run directory's."""
+        """Redraw the run's loss, accuracy, lr, throughput and time-breakdown traces from its
+        complete records (every step, not the live batches), decimated by the same
+        extremes-keeping rule: when a run ends its curves are the run directory's and its
+        report's."""
         result = state.result
         if result is None or not len(result.steps):
             return
@@ -458,6 +459,16 @@ class LiveRun:
                 self.slots[key].edit(functools.partial(T.extend_series, series=series))
             lr = [dataclasses.replace(s, mode="replace") for s in figdata.lr_series(whole.steps)]
             self.slots["lr"].edit(functools.partial(T.extend_series, series=lr))
+            # throughput and where the time goes as the report draws them (`figures.throughput_figure`,
+            # `breakdown_figure`: the steps in time bins), not the live batches' windows: a simulated run
+            # of 500 steps arrives in two batches, which left each worker's share of time one point
+            bins = figdata.time_bins(whole.steps)
+            rows = max(1, min(state.live.n_workers, figdata.MAX_WORKER_ROWS))
+            for key, series in (("throughput", figdata.throughput_series(bins)),
+                                ("breakdown", figdata.breakdown_series(figdata.breakdown_totals(whole.steps),
+                                                                       bins, rows))):
+                series = [dataclasses.replace(s, mode="replace") for s in series]
+                self.slots[key].edit(functools.partial(T.extend_series, series=series))
             weight = float(self.smoothing.value)
             if weight > 0:
                 for key in ("progress_time", "progress_epoch"):
