@@ -40,6 +40,16 @@ PREVIEW_TITLE_CHARS = 46  # the lr preview's title (the schedule in words) wraps
 
 
 
+
+def code_spans(text: str) -> str:
+    """`text` as HTML, its `backticked` spans as code (the page showed the backticks).
+
+    >>> code_spans("in code: `RunConfig(a=1)` or `--a` (< 2)")
+    'in code: <code>RunConfig(a=1)</code> or <code>--a</code> (&lt; 2)'
+    """
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
 def _applies(applies: Any, raw: RunConfig) -> bool:
     """Whether a control applies to the (unvalidated) config; a half-typed value that its
     rule cannot read keeps the control visible."""
@@ -71,7 +81,7 @@ class Form:
             w.observe(self._on_change, names="value")
             self.controls[c.field] = w
             groups[c.group].append(w)
-        left_out = "; ".join(f"<code>{k}</code>: {html.escape(v)}" for k, v in LEFT_TO_CODE.items())
+        left_out = "; ".join(f"<code>{k}</code>: {code_spans(v)}" for k, v in LEFT_TO_CODE.items())
         self.sections: list[Any] = []
         for g, ws in groups.items():
             if ws:
