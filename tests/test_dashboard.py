@@ -986,6 +986,13 @@ def test_cost_model_status_is_sentences():
     assert "fitted on 2 runs (on 1, 2 workers)" in text and "12 µs" in text and "9.43 GB/s" in text
     assert "off by 7% on average" in text and "1 of 2 runs were too short for a steady state</b> (fewer than 10 steps" in text
     assert all(s.strip()[0].isupper() or s.strip().startswith("<b>") for s in text.split(". ") if s.strip())
+    # a link benchmarked alone, and runs whose exchanges took 30x longer: why the why tab can disagree, said
+    points = pd.DataFrame({"workers": [1, 2], "A": [0.0, 2.0], "B": [0.0, 4e5], "comm_s": [0.0, 1.9e-3]})
+    bench = Calibration(compute={"cpu": (2e-4, 1.2e-5)}, alpha=9e-6, beta=1e-10, n_params=9610, how="benchmark",
+                        points=points)
+    text = describe_calibration(bench, 1.6, table)
+    assert "from this machine's link, the exchange timed alone" in text and "33x the" in text
+    assert "the why tab" in text and "answer differently on a busy machine" in text
 
 
 def test_links_go_through_the_jupyter_server_that_serves_the_notebook(tmp_path, monkeypatch):

@@ -295,6 +295,42 @@ def table_simulated(table: pd.DataFrame) -> bool | str:
     return "mixed" if len(flags) > 1 else flags == {True}
 
 
+GAP_RATIO = 2.0   # the runs' own exchanges this many times the benchmarked link's: said in words
+
+
+def exchange_gap(cal: Any) -> str:
+    """A sentence when the runs' own exchanges took much longer than the benchmarked link
+    gives for them ("" otherwise, or without a benchmark): the benchmark times the exchange
+    alone, while in a run it also waits for the other workers (their compute, the machine's
+    other work on the same cores). The cost model predicts with the benchmarked link, and
+    `explain` (the dashboard's why tab) reads the run's own exchange times: this is why the
+    two can answer "do N workers beat one?" differently on a busy machine.
+
+    >>> from workbench.analysis.costmodel import Calibration
+    >>> pts = pd.DataFrame({"workers": [2], "A": [2.0], "B": [4e5], "comm_s": [1.9e-3]})
+    >>> cal = Calibration(compute={}, alpha=9e-6, beta=1e-10, n_params=1, how="benchmark", points=pts)
+    >>> exchange_gap(cal)[:96]
+    'In the runs themselves an exchange took 1.9 ms a step on 2 workers, 33x the 58.00 us the benchma'
+    >>> exchange_gap(Calibration(compute={}, alpha=9e-6, beta=1e-10, n_params=1, how="fit", points=pts))
+    ''
+    """
+    from ..measure import duration_text
+    points = getattr(cal, "points", None)
+    if cal.how != "benchmark" or points is None or not len(points):
+        return ""
+    largest = points.sort_values("workers").iloc[-1]
+    link = cal.alpha * float(largest["A"]) + cal.beta * float(largest["B"])
+    ran = float(largest["comm_s"])
+    if not (link > 0 and ran > GAP_RATIO * link):
+        return ""
+    return (f"In the runs themselves an exchange took {duration_text(ran)} a step on {int(largest['workers'])} "
+            f"workers, {ran / link:.0f}x the {duration_text(link)} the benchmarked link gives: the benchmark times "
+            "the exchange alone, while in a run it also waits for the other workers (their compute, and other "
+            "work on the same cores). The predictions use the link, so they leave that wait out; the why tab "
+            "(<code>workbench explain</code>) reads the runs' own exchange times, which is why the two can "
+            "answer differently on a busy machine.")
+
+
 def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> str:
     """The cost model's state in sentences (the scaling tab), as HTML.
 
@@ -318,11 +354,16 @@ def describe_calibration(cal: Any, error: float | None, table: pd.DataFrame) -> 
     how = {"fit": "both fitted to the measured communication times",
            "beta": "the bandwidth fitted to the measured communication times, the latency kept at its "
                    f"default for {cal.network} (the runs could not tell the two apart)",
-           "default": f"both the defaults for {cal.network}: the runs measured no communication"}.get(cal.how, cal.how)
+           "default": f"both the defaults for {cal.network}: the runs measured no communication",
+           "benchmark": "both from this machine's link, the exchange timed alone on the sweep's cluster at "
+                        "several sizes"}.get(cal.how, cal.how)
     parts.append(f"A message costs {cal.alpha * 1e6:.3g} µs of latency (alpha) and {cal.beta * 1e9:.3g} ns "
                  f"per byte (beta, {bw}): {how}. The model has {cal.n_params:,} parameters of 4 bytes.")
     if error is not None and math.isfinite(error):
         parts.append(f"On the measured points its predictions are off by {error:.0%} on average.")
+    gap = exchange_gap(cal)
+    if gap:
+        parts.append(gap)
     short = int(too_short(table).sum()) if n else 0
     if short:
         from ..measure import MIN_STEADY_STEPS
