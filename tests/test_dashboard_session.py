@@ -102,3 +102,27 @@ def test_smoothing_one_run_leaves_the_others_alone():
     T.apply_smoothing(fig, 0.5)
     assert "a" + FD.SMOOTHED in [t.name for t in fig.data]
     assert not math.isnan(fig.data[-1].y[-1])
+
+
+def test_a_long_sessions_legend_grows_the_loss_figure_instead_of_squeezing_its_plots():
+    """Ten runs' legend entries under the loss figure took 5 rows and left the loss panel about
+    100 px of 460: the figure grows by the rows past two, and shrinks back when cleared."""
+    import plotly.graph_objects as go
+    fig = go.Figure(layout={"height": 460})
+    for k in range(1, 11):
+        fig.add_scatter(name=f"#{k} sync_easgd P=2 B=512 tau=8", x=[0], y=[1])
+        fig.add_scatter(name=f"#{k} sync_easgd P=2 B=512 tau=8: test loss", x=[0], y=[1], showlegend=False)
+    rows = T.legend_rows([f"#{k} sync_easgd P=2 B=512 tau=8" for k in range(1, 11)], 560)
+    assert rows >= 4
+    assert T.fit_legend_height(fig, base_px=460).layout.height == 460 + T.LEGEND_ROW_PX * (rows - 2)
+    fig.data = ()
+    assert T.fit_legend_height(fig, base_px=460).layout.height == 460
+
+
+def test_the_dashboards_loss_figures_follow_their_legend(session):
+    dash = session
+    names = [t.name for t in dash.figures["progress_time"].data if t.showlegend is not False and t.name]
+    extra = max(0, T.legend_rows(names, 560) - 2)
+    assert dash.figures["progress_time"].layout.height == LR.PROGRESS_HEIGHT_PX + T.LEGEND_ROW_PX * extra
+    dash.clear()
+    assert dash.figures["progress_time"].layout.height == LR.PROGRESS_HEIGHT_PX

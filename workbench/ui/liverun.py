@@ -45,6 +45,7 @@ MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second 
 FLUSH_BUDGET = 0.03      # ... and more often only while drawing costs under ~3% of a core (CPU time)
 RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's own clock
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
+PROGRESS_HEIGHT_PX = 460  # the loss figures' height with up to two rows of legend (more rows: taller, T.fit_legend_height)
 KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
 
 
@@ -198,8 +199,9 @@ class LiveRun:
 
         self.slots = {k: FigureSlot(F.live_base(k, workers_of(base) if k == "breakdown" else 1))
                       for k in figdata.FIGURE_KEYS}
+        self._progress_height = PROGRESS_HEIGHT_PX
         for key in ("progress_time", "progress_epoch"):
-            self.slots[key].fig.layout.height = 460
+            self.slots[key].fig.layout.height = self._progress_height
             T.set_loss_scale(self.slots[key].fig, self.log_loss.value)
         for key in ("throughput", "lr"):
             self.slots[key].fig.layout.height = 300
@@ -300,13 +302,16 @@ class LiveRun:
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(_clear_traces)
             self.slots[key].edit(T.fit_loss_axis)
+            self.slots[key].edit(functools.partial(T.fit_legend_height, base_px=self._progress_height))
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self.slots[key].edit(_clear_traces)
 
     def _fit_loss_axes(self) -> None:
-        """The loss axis over the runs drawn, leaving out the diverged ones (`T.fit_loss_axis`)."""
+        """The loss axis over the runs drawn, leaving out the diverged ones (`T.fit_loss_axis`),
+        and the figure's height to its legend of runs (`T.fit_legend_height`)."""
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(functools.partial(T.fit_loss_axis, leave_out=tuple(self.off_axis)))
+            self.slots[key].edit(functools.partial(T.fit_legend_height, base_px=self._progress_height))
 
     def _on_log_loss(self, change: dict) -> None:
         weight = float(self.smoothing.value)

@@ -198,6 +198,39 @@ def retire_runs(fig: Any, keep: int, current: str | None = None, points: int = O
     return fig
 
 
+LEGEND_ROW_PX = 19            # a row of the horizontal legend at font size 10
+LEGEND_CHAR_PX = 6.2          # ... and the width of one character of an entry, plus its sample line
+LEGEND_ENTRY_PX = 46
+
+
+def legend_rows(names: Iterable[str], width_px: float) -> int:
+    """Rows a horizontal legend of `names` takes in a figure `width_px` wide (entries flow left
+    to right and wrap, as plotly lays them out; an estimate from the characters' width).
+
+    >>> legend_rows(["#1 sync_sgd P=2 B=64"] * 3, 560), legend_rows(["#1 sync_sgd P=2 B=64"] * 12, 560)
+    (1, 4)
+    """
+    rows, used = 0, width_px
+    for name in names:
+        w = LEGEND_ENTRY_PX + LEGEND_CHAR_PX * len(name)
+        if used + w > width_px:
+            rows, used = rows + 1, 0.0
+        used += w
+    return rows
+
+
+def fit_legend_height(fig: Any, base_px: int, width_px: float = 560, free_rows: int = 2) -> Any:
+    """Grow a figure with a horizontal legend under it by the legend's rows past `free_rows`,
+    so that many runs' entries do not squeeze the plots (ten runs left the loss panel 100 px
+    of a 460 px figure); back to `base_px` when they are cleared. Returns `fig`."""
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    extra = max(0, legend_rows(names, width_px) - free_rows)
+    height = base_px + LEGEND_ROW_PX * extra
+    if fig.layout.height != height:
+        fig.layout.height = height
+    return fig
+
+
 def fit_loss_axis(fig: Any, leave_out: Iterable[str] = ()) -> Any:
     """The loss axis (row 1) over the runs not `leave_out` (diverged runs: their loss of
     1e21 would squash every other curve into a line): an explicit range over the others'
