@@ -199,3 +199,22 @@ def test_extremes_keeps_each_bins_first_min_and_max_like_a_plain_loop():
             y[rng.random(n) < 0.05] = np.nan
         max_points = int(rng.integers(4, 120))
         assert S.extremes(x, y, max_points).tolist() == _extremes_by_loop(x, y, max_points), (trial, n, max_points)
+
+
+def _steps(worker, steps, t0, dt, samples=32):
+    return [{"kind": "step", "worker": worker, "step": s, "epoch": 0.0, "time": t0 + (s + 1) * dt, "loss": 1.0,
+             "lr": 0.1, "samples": samples, "compute_s": dt, "comm_s": 0.0, "wait_s": 0.0} for s in steps]
+
+
+def test_all_workers_is_the_sum_of_the_workers_still_running():
+    """Live, "all workers" is the sum of each worker's smoothed rate (a batch that holds some
+    workers' newest steps and not others' undercounted them all), and a worker lost stops
+    counting at its `worker_lost` event (its last rate stayed in the sum)."""
+    state = FD.LiveState(label="run", color="#000", n_workers=2)
+    rate = lambda out, name: [s for s in out["throughput"] if s.name == name][0].y[-1]   # noqa: E731
+    out = FD.live_series(_steps(0, range(10), 0.0, 0.01) + _steps(1, range(10), 0.0, 0.02), state)
+    assert rate(out, "all workers") == pytest.approx(rate(out, "worker 0") + rate(out, "worker 1"))
+    assert rate(out, "all workers") == pytest.approx(32 / 0.01 + 32 / 0.02)
+    lost = [{"kind": "event", "event": "worker_lost", "worker": 1, "time": 0.2, "message": "worker 1 was lost"}]
+    out = FD.live_series(lost + _steps(0, range(10, 30), 0.0, 0.01), state)
+    assert rate(out, "all workers") == pytest.approx(rate(out, "worker 0")) == pytest.approx(32 / 0.01)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import measure
-from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RunResult, RunTally, batch_columns
+from ..results import EVAL_COLUMNS, STEP_COLUMNS, TOURNAMENT_COLUMNS, RecordBatch, RunResult, RunTally, batch_columns
 from .series import Series, Table, column, group_rows, n_rows
 
 __all__ = [
@@ -676,6 +676,18 @@ class LiveState:
         return self.tally.steps_seen
 
 
+def lost_workers(records: Any) -> list[str]:
+    """The ids (as text) of the workers a batch of records says were lost (`worker_lost` events).
+
+    >>> lost_workers([{"kind": "event", "event": "worker_lost", "worker": 1, "time": 0.3},
+    ...               {"kind": "event", "event": "regrouped", "worker": None, "time": 0.4}])
+    ['1']
+    """
+    others = records.others if isinstance(records, RecordBatch) else [r for r in records if r.get("kind") != "step"]
+    return [str(r["worker"]) for r in others
+            if r.get("kind") == "event" and r.get("event") == "worker_lost" and r.get("worker") is not None]
+
+
 def live_series(records: Any, state: LiveState) -> dict[str, list[Series]]:
     """The series a batch of records adds to each live figure; moves `state` on.
 
@@ -691,6 +703,9 @@ def live_series(records: Any, state: LiveState) -> dict[str, list[Series]]:
     tours = batch_columns(records, "tournament", TOURNAMENT_COLUMNS)
     state.records += len(records)
     state.tally.add(records)
+    for lost in lost_workers(records):      # "all workers" sums the rates of those still running
+        for key in [k for k in state.rates if k != "all" and str(k) == lost]:
+            del state.rates[key]
     out: dict[str, list[Series]] = {k: [] for k in FIGURE_KEYS}
     if state.t_offset is None and state.tally.first_start is not None:   # t = 0 at the first step's start
         state.t_offset = max(0.0, state.tally.first_start)
