@@ -752,6 +752,11 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     # the why tab follows: the sweep's last run against its last one on the other worker count
     head = dash.why_html.value.split("</b>")[0]
     assert head.startswith("<p>Explaining <b>#") and head.endswith(f" against {dash.labels[-1]}"), head
+    # a run after the sweep takes the next number of the runs tab (it took #1 again, beside the sweep's #1)
+    assert dash.run() is True
+    dash.wait(60)
+    numbers = [label.split()[0] for label in dash.labels]
+    assert numbers == [f"#{k}" for k in range(1, len(dash.history) + 1)], numbers
 
 
 def test_the_dashboard_displays_as_a_widget_with_current_figures(dash):

@@ -746,6 +746,7 @@ def to_html(explanations: Sequence[Explanation]) -> str:
     out = []
     for e in explanations:
         head, *rest = e.lines
-        out.append(f"<p><b>{html.escape(head)}</b></p><pre style='font-size:12px'>"
+        # lines kept whole (a narrow tab scrolls them sideways): a notebook's output area wraps <pre> mid-word
+        out.append(f"<p><b>{html.escape(head)}</b></p><pre style='font-size:12px;white-space:pre;overflow-x:auto'>"
                    + html.escape("\n".join(rest)) + "</pre>")
     return "".join(out)

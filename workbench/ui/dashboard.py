@@ -122,9 +122,10 @@ class Dashboard:
         self.why_html = widgets.HTML("<i>after a run: what limits it (workbench explain)</i>",
                                      layout=widgets.Layout(width="100%"))
         why = widgets.VBox([widgets.HTML(
-            "Why the last run is as fast as it is: its step decomposed, compared with 1 worker (the last run of "
-            "the same config on another worker count, or the 1-worker step the cost model predicts), and what "
-            "would change the answer. The same text as <code>python -m workbench explain RUN [RUN]</code>."),
+            "Why a run is as fast as it is (the last run that completed, named below): its step decomposed, "
+            "compared with 1 worker (the last run of the same config on another worker count, or the 1-worker "
+            "step the cost model predicts), and what would change the answer. The same text as "
+            "<code>python -m workbench explain RUN [RUN]</code>."),
             self.why_html], layout=widgets.Layout(width="100%"))
         self.tabs = widgets.Tab(children=[run_tab, self.sweeps.box, runs, why])
         self.tabs.titles = ("run", "scaling", "runs", "why")

@@ -13,7 +13,10 @@ run, and a trace keeps at most `figdata.LIVE_POINTS`. Widgets are never touched 
 training thread.
 
 Before the first step a run shows its start-up as its own phase ("starting: cluster",
-"starting: placing data ..."); its curves start at the first step (t = 0).
+"starting: placing data ..."); its curves start at the first step (t = 0). The final status
+says the start-up as the summary measures it (from the run's call to its first step's start,
+`measure.timing`), and how long starting a local cluster took before that; the running line
+says neither (the first records reach the page later than the first step starts).
 """
 from __future__ import annotations
 
@@ -110,7 +113,6 @@ class _Run:
     done: threading.Event = field(default_factory=threading.Event)
     t0: float = field(default_factory=time.monotonic)   # Run pressed
     cluster_s: float | None = None     # seconds spent starting a local Dask cluster for it (None: one was running)
-    t_called: float | None = None      # monotonic time the run itself was called (its start-up counts from here)
     phase: str = "starting"            # "starting: <what>" until the first step, then "running"
     pending: list = field(default_factory=list)          # record batches taken, not drawn yet
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
@@ -268,7 +270,9 @@ class LiveRun:
             cfg = self._host.config_to_start()
         if cfg is None:
             return False
-        index = self._runs_started
+        # its number in the runs tab: the session's runs so far, a sweep's included (a sweep's runs
+        # took #7-#17 and the next dashboard run was named #7 again)
+        index = len(self._host.history)
         self._runs_started += 1
         if self._host.out is not None and resume_dir is None:
             cfg = cfg.replace(out=str(free_run_dir(self._host.out, f"run-{index + 1}-{cfg.algorithm}")))
@@ -372,7 +376,6 @@ class LiveRun:
                 self._host.set_dask_link(transport.client)
                 state.phase = f"starting: placing data on {workers_of(cfg)} worker(s) and starting their loops"
             from . import simproc
-            state.t_called = time.monotonic()
             if state.resume_dir is not None:   # Resume: its directory goes on from its last checkpoint
                 state.result = api.resume(state.resume_dir, cluster=None if cfg.simulate else transport,
                                           on_record=state.buffer.add, should_stop=self._stop.is_set, progress=False,
@@ -535,7 +538,6 @@ class LiveRun:
             done = min(1.0, state.steps_seen / max(1, state.total_steps))
             self.progress.value = done
             train_s = max(0.0, state.last_time - state.first_time)
-            startup = state.first_seen - (state.t_called or state.t0)   # as the summary's: from the run's call
             parts = [f"running {state.live.label}: step {state.steps_seen}/{state.total_steps} ({done:.0%})",
                      f"epoch {state.epoch:.2f}"]
             rates = state.rates()
@@ -556,7 +558,6 @@ class LiveRun:
                     parts.append(f"{samples_per_s:,.0f} samples/s")
                     if steps_per_s > 0:
                         parts.append(f"~{left / steps_per_s:,.0f} s left")
-            parts.append(f"start-up {startup:.1f} s" + cluster_text(state.cluster_s))
             text = ", ".join(parts) + stopping + note
         self._host.set_status(text)
 

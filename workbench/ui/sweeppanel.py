@@ -135,7 +135,7 @@ class SweepPanel:
         unit = "samples per virtual s" if row.get("simulated") else "samples/s"
         self._host.set_status(f"sweep: {len(self.results)} run(s) done ({len(self.table)} point(s), rounds "
                               f"interleaved), last on {row['workers']} "
-                              f"{'virtual ' if row.get('simulated') else ''}workers: "
+                              f"{'virtual ' if row.get('simulated') else ''}worker{'' if row['workers'] == 1 else 's'}: "
                               f"{row['samples_per_s']:,.0f} {unit} ({row['status']})")
 
     def _main(self, cfg: RunConfig, ws: list[int], mode: str, network: str) -> None:
