@@ -245,3 +245,20 @@ def test_a_crossover_below_one_sample_a_worker_says_every_batch_they_can_split()
     line, = [line for line in e.lines if line.startswith("  batch:")]
     assert line.startswith("  batch: 4 workers beat 1 by 1.5x at any batch they can split (from 4, one sample a worker; "
                            "the model's crossover is 1.7"), line
+
+
+def test_no_contention_seen_on_a_busy_machine_is_said_to_be_a_lower_bound():
+    """The contention line reads a worker's CPU time against its booked compute; its exchange's
+    CPU time can cover a stall, so "0" beside a machine note that other processes took cores
+    (the dashboard showed "0.00 us" next to "other processes used 1.0 of 2 cores") is said to
+    be a lower bound; without the note it is not."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", model="softmax", batch_size=32, steps=80, seed=0)
+    result = wb.run(cfg, cluster="threads", progress=False)
+    for w in (result.summary.get("machine") or {}).get("workers") or []:
+        w["stalled_s"] = 0.0
+    result.summary["machine_note"] = None
+    quiet = explain([result])[0].text()
+    result.summary["machine_note"] = "other processes used 1.0 of 2 cores during this run"
+    busy = explain([result])[0].text()
+    line = [x for x in busy.splitlines() if "contention from other processes" in x][0]
+    assert "a lower bound" in line and "a lower bound" not in quiet

@@ -554,6 +554,11 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
                  f"per worker, {'virtual time' if n.simulated else 'steady window'}:")
     for k in PARTS:
         extra = f"   (beyond the ideal: {_ms(excess[k])})" if excess else ""
+        if k == "contention" and parts[k] <= 0 and n.machine_note and not n.simulated:
+            # the machine says other processes took cores, and this measure saw none: it is a lower bound
+            extra += ("   (a lower bound: a stall shows only where a worker's CPU time falls short of its "
+                      "booked compute, and its exchange's CPU time covers it; the note below says other "
+                      "processes took cores)")
         lines.append(f"  {NAMES[k] if k != 'compute' else 'compute':<34} {_ms(parts[k]):>10}{extra}")
         if k == "overhead":
             lines.extend(_evaluations_line(n, pn, parts["overhead"]))
