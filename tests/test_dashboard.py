@@ -1240,3 +1240,19 @@ def test_a_runs_throughput_and_time_shares_end_as_its_report_draws_them(dash):
     assert live["all workers"].y[-1] == pytest.approx(result.summary["samples_per_s"], rel=0.05)
     shares = {t.name: t for t in dash.figures["breakdown"].data}
     assert all(len(shares[f"worker {k} compute"].x) >= 10 for k in range(8))   # each row an area over time
+
+
+def test_a_knob_that_does_not_apply_to_a_run_is_neither_in_its_name_nor_in_its_row(dash):
+    """sync_easgd with tau 8, then sync_sgd: the second run is not named "tau=1" (a change of a
+    knob it does not have) and its tau cell in the runs tab is blank, not 1."""
+    dash.controls["epochs"].value = 0.5
+    dash.controls["algorithm"].value = "sync_easgd"
+    dash.controls["tau"].value = 8
+    assert dash.run() is True
+    dash.wait(60)
+    dash.controls["algorithm"].value = "sync_sgd"
+    assert dash.run() is True
+    dash.wait(60)
+    assert dash.labels[1] == "#2 sync_sgd P=2 B=64", dash.labels
+    table = dash.runs_table()
+    assert table["tau"].iloc[0] == 8 and table["tau"].isna().iloc[1]

@@ -398,6 +398,29 @@ CONTROL_FIELDS: dict[str, str] = {c.field: c.field for c in CONTROLS}   # contro
 RELEVANT = {c.field: c.applies for c in CONTROLS if c.applies is not None}
 
 
+def control_applies(applies: Callable[[RunConfig], bool], raw: RunConfig) -> bool:
+    """Whether a control applies to the (unvalidated) config; a half-typed value that its
+    rule cannot read keeps the control visible."""
+    try:
+        return bool(applies(raw))
+    except Exception:
+        return True
+
+
+def applying(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's config (`RunConfig.to_dict`) without the fields whose control does not apply
+    to it (`RELEVANT`: `tau` under sync_sgd, `warmup_epochs` with no warmup): what a run's
+    name and the runs table say of it, as the dashboard's page shows it.
+
+    >>> easgd = applying(RunConfig(algorithm="sync_easgd", cpus=2, tau=8).to_dict())
+    >>> sync = applying(RunConfig(algorithm="sync_sgd", cpus=2, tau=8).to_dict())
+    >>> easgd["tau"], "tau" in sync, "warmup_epochs" in sync
+    (8, False, False)
+    """
+    raw = RunConfig.model_construct(**{**RunConfig().model_dump(), **config})
+    return {k: v for k, v in config.items() if k not in RELEVANT or control_applies(RELEVANT[k], raw)}
+
+
 @dataclass(frozen=True)
 class Dependent:
     """A field that another field's value makes required: when `trigger` changes and

@@ -46,6 +46,7 @@ except ImportError as _exc:      # the lab extra: one line that says so, not a b
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
+from .controls import applying
 from .form import Form
 from .liverun import LiveRun
 from .plotly_widget import FigureSlot
@@ -347,7 +348,8 @@ class Dashboard:
         table = summary_table(self.history, labels=labels)
         if not len(table):
             return table
-        diff = differing_config([r.summary.get("config") or {} for r in self.history])
+        # each run's fields as its page showed them: a knob that does not apply to a run is blank in its row
+        diff = differing_config([applying(r.summary.get("config") or {}) for r in self.history])
         diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
         table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
         table["run_dir"] = [(r.summary.get("config") or {}).get("out") for r in self.history]

@@ -134,11 +134,26 @@ def run_name(index: int, config: dict, workers: int, previous: dict | None = Non
     '#3 sync_sgd P=2 B=32 optimizer=lamb lr=0.003'
     >>> run_name(0, {"algorithm": "diloco", "batch_size": 64, "tau": 8, "compression": "none"}, 4)
     '#1 diloco P=4 B=64'
+
+    A field the run before did not have (the dashboard leaves out knobs that do not apply:
+    `controls.applying`) is named only off its default:
+
+    >>> run_name(1, {"algorithm": "sync_sgd", "batch_size": 64, "split": "equal", "latency_ms": 2.0}, 2,
+    ...          {"algorithm": "sync_easgd", "batch_size": 64, "tau": 8})
+    '#2 sync_sgd P=2 B=64 latency_ms=2'
     """
     head = f"#{index + 1} {config.get('algorithm', 'run')} P={workers} B={config.get('batch_size')}"
+
+    def changed(k: str) -> bool:   # a field the run before did not have (a knob of this algorithm only): named off its default
+        if previous is None:
+            return False
+        if k in previous:
+            return config.get(k) != previous.get(k)
+        from ..config import RunConfig
+        field = RunConfig.model_fields.get(k)
+        return field is None or config.get(k) != field.default
     keys = [k for k in config if k not in NAME_SKIP and (
-        (previous is not None and config.get(k) != previous.get(k))
-        or (k in NAMED_KNOBS and config.get(k) not in (None, NAMED_KNOBS[k])))]
+        changed(k) or (k in NAMED_KNOBS and config.get(k) not in (None, NAMED_KNOBS[k])))]
     parts = [f"{k}={_knob_text(config[k])}" for k in keys[:NAME_PARTS]]
     if len(keys) > NAME_PARTS:
         parts.append(f"+{len(keys) - NAME_PARTS} more")

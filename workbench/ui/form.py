@@ -28,6 +28,7 @@ from .controls import (
     GPU_COUNTS,
     LEFT_TO_CODE,
     RELEVANT,
+    control_applies,
     lr_follows,
     sorted_options,
     tooltip_on_label,
@@ -39,8 +40,6 @@ PREVIEW_TITLE_CHARS = 46  # the lr preview's title (the schedule in words) wraps
                           # one line ran past its 340 px figure ("... gradual warmup 44 steps, constant over ...")
 
 
-
-
 def code_spans(text: str) -> str:
     """`text` as HTML, its `backticked` spans as code (the page showed the backticks).
 
@@ -50,13 +49,6 @@ def code_spans(text: str) -> str:
     parts = html.escape(text).split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
-def _applies(applies: Any, raw: RunConfig) -> bool:
-    """Whether a control applies to the (unvalidated) config; a half-typed value that its
-    rule cannot read keeps the control visible."""
-    try:
-        return bool(applies(raw))
-    except Exception:
-        return True
 
 class Form:
     """The controls of a `Dashboard`, grouped, and the `RunConfig` they describe.
@@ -117,7 +109,7 @@ class Form:
             values.update({name: RunConfig.model_fields[name].default for name in SIM_FIELDS})
         for _ in range(3):   # a knob hidden by another hidden one (compression_ratio under compression)
             raw = RunConfig.model_construct(**{**self._base.model_dump(), **values})
-            hidden = {name for name, applies in RELEVANT.items() if not _applies(applies, raw)}
+            hidden = {name for name, applies in RELEVANT.items() if not control_applies(applies, raw)}
             defaults = {name: RunConfig.model_fields[name].default for name in hidden}
             if all(values[name] == v for name, v in defaults.items()):
                 break
@@ -193,7 +185,7 @@ class Form:
         values = {**self._base.model_dump(), **self.values()}
         raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
         for name, applies in RELEVANT.items():
-            self.controls[name].layout.display = None if _applies(applies, raw) else "none"
+            self.controls[name].layout.display = None if control_applies(applies, raw) else "none"
         # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
         gpus = self.controls["gpus"]
         options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]

@@ -39,7 +39,7 @@ from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
 from . import traces as T
-from .controls import in_process, workers_of
+from .controls import applying, in_process, workers_of
 from .plotly_widget import Figures, FigureSlot
 
 STOP_PROMISE_S = 1.0     # Stop: "stopped" in the status line this soon (the tooltip's promise; dashbench times it)
@@ -276,10 +276,11 @@ class LiveRun:
         self._runs_started += 1
         if self._host.out is not None and resume_dir is None:
             cfg = cfg.replace(out=str(free_run_dir(self._host.out, f"run-{index + 1}-{cfg.algorithm}")))
-        label = figdata.run_name(index, cfg.to_dict(), workers_of(cfg), self._previous)   # what changed, named
+        shown = applying(cfg.to_dict())    # the fields the page shows for it: a knob that does not apply is no change
+        label = figdata.run_name(index, shown, workers_of(cfg), self._previous)   # what changed, named
         if resume_dir is not None:
             label = f"{label} (resumed)"
-        self._previous = cfg.to_dict()
+        self._previous = shown
         state = _Run(index=index, config=cfg, total_steps=Problem.from_config(cfg).plan.total_steps,
                      live=figdata.LiveState(label=label, color=figdata.run_color(index), n_workers=workers_of(cfg)),
                      resume_dir=resume_dir)
