@@ -1256,3 +1256,19 @@ def test_a_knob_that_does_not_apply_to_a_run_is_neither_in_its_name_nor_in_its_r
     assert dash.labels[1] == "#2 sync_sgd P=2 B=64", dash.labels
     table = dash.runs_table()
     assert table["tau"].iloc[0] == 8 and table["tau"].isna().iloc[1]
+
+
+def test_a_sweeps_runs_are_kept_beside_the_dashboards_runs(tmp_path):
+    """With `Dashboard(out=...)` a sweep's runs are saved (out/sweep-<k>-<algorithm>: each
+    point's rounds and sweep.csv), so the runs tab links each one's folder and report, as it
+    does a single run's (they showed "-")."""
+    d = Dashboard(cluster="threads", config=RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", simulate=True,
+                                                      batch_size=64, epochs=1, seed=0), out=tmp_path)
+    assert d.sweep(workers=[1, 2], mode="strong") is True   # simulated: one round a point, in a child process
+    table = d.wait(120)
+    folder = tmp_path / "sweep-1-sync_sgd"
+    assert (folder / "sweep.csv").exists() and (folder / "w1" / "summary.json").exists()
+    runs = d.runs_table()
+    assert len(runs) == len(d.history) and runs["run_dir"].notna().all()
+    assert d.runs_html.value.count("report.html") == len(d.history)
+    assert list(table.workers) == [1, 2]

@@ -150,7 +150,8 @@ class SweepPanel:
                 return simproc.run_in_process(point, should_stop=should_stop)
             table = api.sweep(cfg, ws, mode, cluster=None if cfg.simulate else self._host.cluster,
                               on_result=self.on_result, should_stop=self._stop.is_set, progress=False,
-                              simulate=cfg.simulate, run_point=in_child if child else None)
+                              simulate=cfg.simulate, run_point=in_child if child else None,
+                              out=self._sweep_dir(cfg))
             self.table = table
             self._host.last = table
             message = f"sweep done: {len(table)} point(s) from {len(self.results)} run(s)"
@@ -173,6 +174,19 @@ class SweepPanel:
             self._host.set_status(error_text(exc), error=True)
         finally:
             self._host.set_buttons(running=False)
+
+    def _sweep_dir(self, cfg: RunConfig) -> Any:
+        """Where the sweep's runs and sweep.csv go: a new folder beside the dashboard's runs
+        (`Dashboard(out=...)`: out/sweep-<k>-<algorithm>, each point's rounds as w{P}, w{P}-r{k}),
+        so the runs tab links each of its runs' folders and reports; None without `out`."""
+        if self._host.out is None:
+            return None
+        name = f"sweep-{len(self._host.history) + 1}-{cfg.algorithm}"
+        path, k = self._host.out / name, 1
+        while path.exists():      # a second session in the same folder keeps the first one's sweep
+            k += 1
+            path = self._host.out / f"{name}-{k}"
+        return path
 
     def _benchmarked_link(self, cfg: RunConfig, ws: list[int]) -> tuple[Any, str]:
         """The link the cost model calibrates with: benchmarked on the sweep's own Dask
