@@ -38,7 +38,8 @@ from ..problem import Problem
 POWERS_OF_TWO = tuple(2 ** k for k in range(14))   # 1 .. 8192: batch sizes on a log scale
 DOWNLOADED = tuple(name for name, info in DATASETS.items() if info.download)
 # RunConfig fields with no control, and why.
-LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm>",
+LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashboard(out=...)` / run-<k>-<algorithm> "
+                       "(a sweep's runs to sweep-<k>-<algorithm>)",
                 "partitions": "one simulated chip split into replicas moves cpus and cpu_device with it: "
                               "`RunConfig(partitions=...)` or `--partitions`, as notebooks/sim_knl.ipynb does",
                 "out_private": "the Dashboard's run directories are private to you (0700/0600): "
