@@ -1272,3 +1272,21 @@ def test_a_sweeps_runs_are_kept_beside_the_dashboards_runs(tmp_path):
     assert len(runs) == len(d.history) and runs["run_dir"].notna().all()
     assert d.runs_html.value.count("report.html") == len(d.history)
     assert list(table.workers) == [1, 2]
+
+
+def test_a_narrow_log_loss_axis_is_labelled_with_whole_numbers_once_the_run_ends(dash):
+    """A loss that spans less than a decade on the log axis was labelled by plotly with bare
+    digits ("2, 1, 9, 8, 7": 2, 1, then 0.9, 0.8 ...); when the run ends its ticks are the
+    values themselves, and the next run starts with plotly's own again (its data goes on arriving)."""
+    dash.config = RunConfig(algorithm="sync_sgd", cpus=2, dataset="digits", model="softmax", batch_size=64,
+                            lr=0.01, steps=20, eval_every=10, seed=0)
+    dash.log_loss.value = True
+    assert dash.run() is True
+    dash.wait(60)
+    axis = dash.figures["progress_time"].layout.yaxis
+    losses = [v for t in dash.figures["progress_time"].data if t.yaxis in (None, "y") for v in t.y]
+    assert max(losses) / min(losses) < 10                           # a narrow axis, as the helper saw
+    assert axis.tickmode == "array" and all(float(text) == pytest.approx(v, rel=1e-6)
+                                            for text, v in zip(axis.ticktext, axis.tickvals)), axis.ticktext
+    assert dash.run() is True
+    dash.wait(60)

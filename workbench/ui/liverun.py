@@ -317,6 +317,8 @@ class LiveRun:
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(functools.partial(T.fit_loss_axis, leave_out=tuple(self.off_axis)))
             self.slots[key].edit(functools.partial(T.fit_legend_height, base_px=self._progress_height))
+            # the data drawn now is whole: a narrow log axis labelled 0.5, 1, 2 rather than plotly's bare digits
+            self.slots[key].edit(functools.partial(T.log_decades, axis="y", narrow_ticks=True))
 
     def _on_log_loss(self, change: dict) -> None:
         weight = float(self.smoothing.value)
@@ -343,6 +345,9 @@ class LiveRun:
         if self._host.labels:    # earlier runs drawn: thinned, faded, at most KEEP_RUNS of them kept
             for key in ("progress_time", "progress_epoch"):
                 self.slots[key].edit(functools.partial(T.retire_runs, keep=KEEP_RUNS, current=state.live.label))
+        for key in ("progress_time", "progress_epoch"):   # plotly's own loss ticks while data arrives
+            if self.slots[key].fig.layout.yaxis.tickmode == "array":   # (an edit only where the last run set some)
+                self.slots[key].edit(functools.partial(T.log_decades, axis="y", narrow_ticks=False))
         # Time axes in virtual seconds for a simulated run; the progress plots keep earlier
         # runs' curves, so they say "virtual for simulated runs" once both kinds are drawn.
         simulated = state.config.simulate
