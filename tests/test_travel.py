@@ -54,7 +54,23 @@ def test_compare_writes_one_report_of_every_run(two_runs, tmp_path):
     for row, d in ((slow, two_runs[0]), (fast, two_runs[1])):
         acc = wb.load(d).summary["final_test_accuracy"]
         assert f"{acc:.4f}" in row
-    assert lines[3] == f"report: {out}"
+    assert lines[-1] == f"report: {out}"
+    assert all(line.startswith("  note (") for line in lines[3:-1])   # what a run's numbers come with, if anything
+
+
+def test_compare_says_what_each_runs_numbers_come_with(two_runs, tmp_path):
+    """A run measured while other processes used the cores says so in `run`'s line and its
+    report; `compare` printed its rate beside another's without it."""
+    busy = tmp_path / "busy"
+    shutil.copytree(two_runs[1], busy)
+    summary = json.loads((busy / "summary.json").read_text())
+    summary["machine_note"] = "other processes used 1.1 of 2 cores during this run: its throughput measures the machine"
+    (busy / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "cmp.html"
+    proc = run_cli("compare", str(two_runs[0]), str(busy), "--out", str(out), "--labels", "quiet,busy")
+    assert proc.returncode == 0, proc.stderr
+    assert f"  note (busy): {summary['machine_note']}" in proc.stdout.splitlines()
+    assert "<li><b>busy</b>: other processes used 1.1 of 2 cores" in out.read_text()
 
 
 def test_compare_gives_the_validation_numbers_of_runs_that_held_rows_out(two_runs, tmp_path):

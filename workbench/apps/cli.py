@@ -1023,7 +1023,12 @@ def _compare(args: argparse.Namespace) -> int:
     results = [RunResult.load(d) for d in dirs]
     title = args.title or f"comparison of {len(dirs)} runs"
     path = write_comparison_report(results, args.out, title=title, labels=labels)
-    print(comparison_text(results, labels or [str(d) for d in dirs]))
+    names = labels or [str(d) for d in dirs]
+    print(comparison_text(results, names))
+    from ..measure import notes
+    for name, r in zip(names, results):   # what each run's numbers come with, as `run` printed them
+        for note in notes(r.summary):
+            print(f"  note ({name}): {note}")
     print(f"report: {path}")
     return EXIT_OK
 

@@ -421,7 +421,12 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     diff = differing_config([r.summary.get("config") or {} for r in runs])
     diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
     table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
-    sections += ["<h2>runs</h2>", '<div style="overflow-x:auto">' + _table_html(table) + "</div>", "<h2>figures</h2>"]
+    sections += ["<h2>runs</h2>", '<div style="overflow-x:auto">' + _table_html(table) + "</div>"]
+    said = [(label, n) for label, r in zip(labels, runs) for n in measure.notes(r.summary)]
+    if said:   # what each run's numbers come with (a busy machine, a steady state not reached), as its own report says
+        sections.append("<ul>" + "".join(f"<li><b>{html.escape(label)}</b>: {html.escape(n)}</li>"
+                                         for label, n in said) + "</ul>")
+    sections.append("<h2>figures</h2>")
     figs = {"progress_time": F.progress_figure(runs, "time", labels=labels),
             "progress_epoch": F.progress_figure(runs, "epoch", labels=labels),
             "comparison": F.comparison_figure(runs, labels)}
