@@ -262,10 +262,22 @@ def throughput_figure(result: Source, live: bool = False, bins: int | None = Non
     return as_widget(add_series(fig, throughput_series(time_bins(r.steps, bins))), live)
 
 
+def breakdown_titles(n_workers: int) -> list[str]:
+    """The time-breakdown figure's panel titles: the bars, then one per worker row (the first
+    MAX_WORKER_ROWS; the first row's title says so when there are more workers).
+
+    >>> breakdown_titles(16)[:2]
+    ['total time per worker', 'worker 0: share of time (the first 8 of 16)']
+    """
+    n = max(1, min(int(n_workers or 1), MAX_WORKER_ROWS))
+    shown = "" if int(n_workers or 1) <= n else f" (the first {n} of {int(n_workers)})"
+    return ["total time per worker"] + [f"worker {k}: share of time{shown if k == 0 else ''}" for k in range(n)]
+
+
 def _breakdown_base(n_workers: int) -> Any:
     n = max(1, min(int(n_workers or 1), MAX_WORKER_ROWS))
     specs = [[{"rowspan": n}, {}]] + [[None, {}] for _ in range(n - 1)]
-    titles = ["total time per worker"] + [f"worker {k}: share of time" for k in range(n)]
+    titles = breakdown_titles(n_workers)
     height = max(340, 130 * n + 140)
     # ~32 px between two workers' panels (the plot area is the height less ~170 px of margins), so a
     # panel's title never sits on the panel above's axis; at most 0.3 of the plot in all

@@ -336,7 +336,7 @@ class LiveRun:
         n = max(1, min(state.live.n_workers, figdata.MAX_WORKER_ROWS))
         breakdown = self.slots["breakdown"]
         breakdown.flush()                     # the layout checked below must be the current one
-        if len(breakdown.fig.layout.annotations or ()) != n + 1:
+        if [a.text for a in breakdown.fig.layout.annotations or ()] != F.breakdown_titles(state.live.n_workers):
             breakdown.replace(F.live_base("breakdown", state.live.n_workers,   # a whole new state
                                           simulated=state.config.simulate))
             self._time_axes["breakdown"] = state.config.simulate
