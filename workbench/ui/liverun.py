@@ -332,8 +332,7 @@ class LiveRun:
             self.slots[key].edit(functools.partial(T.apply_smoothing, weight=float(change["new"])))
 
     def _reset_run_figures(self, state: _Run) -> None:
-        """Per-run figures start empty; the breakdown gets one row per worker."""
-        n = max(1, min(state.live.n_workers, figdata.MAX_WORKER_ROWS))
+        """Per-run figures start empty; the breakdown gets one row per worker (the first MAX_WORKER_ROWS)."""
         breakdown = self.slots["breakdown"]
         breakdown.flush()                     # the layout checked below must be the current one
         if [a.text for a in breakdown.fig.layout.annotations or ()] != F.breakdown_titles(state.live.n_workers):
