@@ -172,12 +172,13 @@ def release_claim(path: str | Path) -> None:
         pass
 
 
-def free_run_dir(parent: str | Path, name: str) -> Path:
+def free_run_dir(parent: str | Path, name: str, marker: str = "summary.json") -> Path:
     """`parent/name`, or `parent/name-2`, `-3`, ... : the first that holds no run yet (a
-    second session writing into the same folder must not replace the first one's runs)."""
+    second session writing into the same folder must not replace the first one's runs);
+    `marker` is the file that says a folder is taken (a sweep's: sweep.csv)."""
     parent = Path(parent)
     path, k = parent / name, 1
-    while (path / "summary.json").exists():
+    while (path / marker).exists():
         k += 1
         path = parent / f"{name}-{k}"
     return path

@@ -408,6 +408,14 @@ def control_applies(applies: Callable[[RunConfig], bool], raw: RunConfig) -> boo
         return True
 
 
+def hidden_fields(config: dict[str, Any]) -> set[str]:
+    """The fields whose control does not apply to `config` (a dict of RunConfig fields, the
+    rest at their defaults; unvalidated): the controls the dashboard hides, the fields it runs
+    at their defaults and leaves out of a run's name and row."""
+    raw = RunConfig.model_construct(**{**RunConfig().model_dump(), **config})
+    return {k for k, applies in RELEVANT.items() if not control_applies(applies, raw)}
+
+
 def applying(config: dict[str, Any]) -> dict[str, Any]:
     """A run's config (`RunConfig.to_dict`) without the fields whose control does not apply
     to it (`RELEVANT`: `tau` under sync_sgd, `warmup_epochs` with no warmup): what a run's
@@ -418,8 +426,8 @@ def applying(config: dict[str, Any]) -> dict[str, Any]:
     >>> easgd["tau"], "tau" in sync, "warmup_epochs" in sync
     (8, False, False)
     """
-    raw = RunConfig.model_construct(**{**RunConfig().model_dump(), **config})
-    return {k: v for k, v in config.items() if k not in RELEVANT or control_applies(RELEVANT[k], raw)}
+    hidden = hidden_fields(config)
+    return {k: v for k, v in config.items() if k not in hidden}
 
 
 @dataclass(frozen=True)

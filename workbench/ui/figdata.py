@@ -142,6 +142,7 @@ def run_name(index: int, config: dict, workers: int, previous: dict | None = Non
     ...          {"algorithm": "sync_easgd", "batch_size": 64, "tau": 8})
     '#2 sync_sgd P=2 B=64 latency_ms=2'
     """
+    from ..config import RunConfig
     head = f"#{index + 1} {config.get('algorithm', 'run')} P={workers} B={config.get('batch_size')}"
 
     def changed(k: str) -> bool:   # a field the run before did not have (a knob of this algorithm only): named off its default
@@ -149,7 +150,6 @@ def run_name(index: int, config: dict, workers: int, previous: dict | None = Non
             return False
         if k in previous:
             return config.get(k) != previous.get(k)
-        from ..config import RunConfig
         field = RunConfig.model_fields.get(k)
         return field is None or config.get(k) != field.default
     keys = [k for k in config if k not in NAME_SKIP and (

@@ -28,7 +28,7 @@ from .controls import (
     GPU_COUNTS,
     LEFT_TO_CODE,
     RELEVANT,
-    control_applies,
+    hidden_fields,
     lr_follows,
     sorted_options,
     tooltip_on_label,
@@ -108,8 +108,7 @@ class Form:
             # The simulated cluster's knobs are valid only with it (RunConfig refuses them otherwise)
             values.update({name: RunConfig.model_fields[name].default for name in SIM_FIELDS})
         for _ in range(3):   # a knob hidden by another hidden one (compression_ratio under compression)
-            raw = RunConfig.model_construct(**{**self._base.model_dump(), **values})
-            hidden = {name for name, applies in RELEVANT.items() if not control_applies(applies, raw)}
+            hidden = hidden_fields({**self._base.model_dump(), **values})
             defaults = {name: RunConfig.model_fields[name].default for name in hidden}
             if all(values[name] == v for name, v in defaults.items()):
                 break
@@ -183,9 +182,9 @@ class Form:
         """Show the controls that apply to what the controls say now, valid or not (a
         control that would fix an invalid combination must be on the page)."""
         values = {**self._base.model_dump(), **self.values()}
-        raw = RunConfig.model_construct(**values)      # unvalidated: `applies` reads plain fields
-        for name, applies in RELEVANT.items():
-            self.controls[name].layout.display = None if control_applies(applies, raw) else "none"
+        hidden = hidden_fields(values)                 # unvalidated: `applies` reads plain fields
+        for name in RELEVANT:
+            self.controls[name].layout.display = "none" if name in hidden else None
         # "auto" (detect the GPUs) is no choice on a simulated cluster, which counts them
         gpus = self.controls["gpus"]
         options = list(GPU_COUNTS) if values.get("simulate") else [("auto", "auto"), *GPU_COUNTS]

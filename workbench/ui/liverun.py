@@ -52,7 +52,6 @@ PROGRESS_HEIGHT_PX = 460  # the loss figures' height with up to two rows of lege
 KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
 
 
-
 def cluster_text(cluster_s: float | None) -> str:
     """What starting a local cluster for a run took, said after its start-up (which counts
     from the run's call: `measure.timing`, the summary's `startup_s`); "" when one was running.
@@ -81,6 +80,7 @@ def cluster_phase(cfg: Any, running: bool) -> str:
         return (f"starting: a new local Dask cluster of {workers_of(cfg)} worker(s) (this run asks for other "
                 "workers than the running one)")
     return f"starting: a local Dask cluster of {workers_of(cfg)} worker(s) (the session's first)"
+
 
 class _Buffer:
     """Records handed over from the training thread; taking them is atomic."""
@@ -167,7 +167,6 @@ class LiveRun:
         self.last_plot_cpu_s = 0.0                      # CPU seconds the last run's live plots took
         self.last_redraws = 0                           # how often the last run's figures were redrawn
         self.last_redraw_log: list[tuple[float, float]] = []   # ... and when: (start, end), monotonic
-        self._runs_started = 0
         self._previous: dict | None = None              # the last run's config: its successor's name says what changed
         self.off_axis: set[str] = set()                 # runs kept off the loss axis's range (diverged, loss rose)
         self._progress_kinds: set[bool] = set()         # simulated or not, of the runs in the progress plots
@@ -273,7 +272,6 @@ class LiveRun:
         # its number in the runs tab: the session's runs so far, a sweep's included (a sweep's runs
         # took #7-#17 and the next dashboard run was named #7 again)
         index = len(self._host.history)
-        self._runs_started += 1
         if self._host.out is not None and resume_dir is None:
             cfg = cfg.replace(out=str(free_run_dir(self._host.out, f"run-{index + 1}-{cfg.algorithm}")))
         shown = applying(cfg.to_dict())    # the fields the page shows for it: a knob that does not apply is no change

@@ -181,12 +181,8 @@ class SweepPanel:
         so the runs tab links each of its runs' folders and reports; None without `out`."""
         if self._host.out is None:
             return None
-        name = f"sweep-{len(self._host.history) + 1}-{cfg.algorithm}"
-        path, k = self._host.out / name, 1
-        while path.exists():      # a second session in the same folder keeps the first one's sweep
-            k += 1
-            path = self._host.out / f"{name}-{k}"
-        return path
+        from ..results import free_run_dir  # a second session in the same folder keeps the first one's sweep
+        return free_run_dir(self._host.out, f"sweep-{len(self._host.history) + 1}-{cfg.algorithm}", marker="sweep.csv")
 
     def _benchmarked_link(self, cfg: RunConfig, ws: list[int]) -> tuple[Any, str]:
         """The link the cost model calibrates with: benchmarked on the sweep's own Dask
