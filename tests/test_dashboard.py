@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import workbench.api
-from workbench import ConfigError, RunConfig
+from workbench import ConfigError, RunConfig, measure
 from workbench.analysis.sweep import describe_calibration
 from workbench.config import FIELDS, SIM_FIELDS
 from workbench.config.registry import with_knob
@@ -517,8 +517,41 @@ def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
         state.take()
     steps_per_s, samples_per_s = state.rates()
     assert steps_per_s == pytest.approx(100, rel=0.01) and samples_per_s == pytest.approx(6400, rel=0.01)
+    # the status line's samples/s is the summary's steady rule on the same rows
+    rows = state.steady.frame()
+    assert len(rows) == 600 and state.steady_samples_per_s() == measure.steady(rows).samples_per_s
+    assert state.steady_samples_per_s() == pytest.approx(6400, rel=0.01)
     assert state.steps_seen == 300 and state.first_time == pytest.approx(12.0)
     assert state.phase == "running" and state.samples == 300 * 64
+
+
+def _steps(worker: int, first: int, last: int, per_s: float = 100.0) -> list[dict]:
+    return [{"kind": "step", "worker": worker, "step": s, "epoch": s / 100, "time": (s + 1) / per_s, "samples": 32,
+             "compute_s": 1 / per_s, "comm_s": 0.0, "wait_s": 0.0} for s in range(first, last)]
+
+
+def test_the_live_rate_counts_steps_by_when_they_ran_not_when_their_rows_arrived():
+    """Two workers at 100 steps/s of 32 samples (6,400 samples/s together). Worker 1's rows
+    lag 1.5 s behind worker 0's, then arrive in a lump: the rate over the last window is
+    6,400 throughout. (Counting by arrival, the old tally said about 3,200 while worker 1
+    lagged and up to twice the rate after its lump.) A worker silent for a whole window
+    (lost) no longer holds the window's end back."""
+    from workbench.results import RunTally
+    tally, said = RunTally(window_s=10.0), []
+    for k in range(30):                       # 0.1 s of rows a batch; worker 1 sent 1.5 s late
+        tally.add(_steps(0, 10 * k, 10 * k + 10))
+        if k >= 15:
+            tally.add(_steps(1, 10 * (k - 15), 10 * (k - 15) + 10))
+        if k >= 16:
+            said.append(tally.rates()[1])
+    tally.add(_steps(1, 150, 300))            # the lump
+    said.append(tally.rates()[1])
+    assert said == pytest.approx([6400] * len(said), rel=1e-9)
+    steps_per_s, _ = tally.rates()
+    assert steps_per_s == pytest.approx(100, rel=1e-9)
+    for k in range(30, 160):                   # worker 1 is lost at 3 s; worker 0 goes on to 16 s
+        tally.add(_steps(0, 10 * k, 10 * k + 10))
+    assert tally.rates()[1] == pytest.approx(3200, rel=1e-9)
 
 
 def _first_records(dash: Dashboard, guard_s: float = 120.0) -> None:

@@ -315,8 +315,9 @@ def test_on_record_receives_column_batches_with_a_dict_view(no_dask):
                 assert s1.name == s2.name
                 np.testing.assert_array_equal(np.asarray(s1.x), np.asarray(s2.x))
                 np.testing.assert_array_equal(np.asarray(s1.y), np.asarray(s2.y))
-    fields = ("steps_seen", "epoch", "samples", "first_start", "last_time", "loss", "test_accuracy", "_clock")
+    fields = ("steps_seen", "epoch", "samples", "first_start", "last_time", "loss", "test_accuracy", "_newest")
     assert [getattr(tallies[0], f) for f in fields] == [getattr(tallies[1], f) for f in fields]
+    assert tallies[0].rates() == tallies[1].rates()
     assert tallies[0].steps_seen == 40
 
 

@@ -360,7 +360,11 @@ class RunTally:
     earliest start, by `measure.step_starts`, of the first batch's steps; the live
     figures' t = 0), `last_time`
     the newest step's end; `rates()` gives steps/s and samples/s over the last `window_s`
-    of the records' own clock.
+    of the records' own clock: the samples of the steps that ended in it, up to the time
+    every working worker's rows have reached (so a worker whose rows arrive late is not
+    counted twice nor missed; a worker silent for a whole window, lost or done, no longer
+    holds it back). The same rule as the steady throughput (`measure.steady`: samples of
+    the steps inside a window over its length), on a trailing window.
 
     >>> t = RunTally(window_s=10.0)
     >>> t.add([{"kind": "step", "worker": 0, "step": k, "epoch": (k + 1) / 4, "time": 0.5 + k, "samples": 8,
@@ -368,8 +372,8 @@ class RunTally:
     >>> t.steps_seen, t.epoch, t.samples, t.first_start, t.last_time
     (4, 1.0, 32, 0.0, 3.5)
     >>> t.add([{"kind": "step", "worker": 0, "step": 4, "epoch": 1.25, "time": 4.5, "samples": 8}])
-    >>> t.rates()
-    (1.0, 8.0)
+    >>> [round(r, 2) for r in t.rates()]     # 5 steps of 8 samples from 0 to 4.5 s
+    [1.11, 8.89]
     """
 
     def __init__(self, window_s: float = 10.0):
@@ -381,14 +385,15 @@ class RunTally:
         self.last_time = 0.0
         self.loss: float | None = None          # the newest step's loss
         self.test_accuracy: float | None = None  # the newest evaluation's
-        self._clock: list[tuple[float, int, int]] = []   # (record time, steps seen, samples) per batch
+        self._newest: dict[int, float] = {}      # each worker's newest step end
+        self._recent: list[tuple[np.ndarray, np.ndarray]] = []   # (end times, samples) of the last windows
 
     def add(self, records: Iterable[Record]) -> None:
         if isinstance(records, RecordBatch):
             self._add_batch(records)
             return
-        newest = None
         first: list[Record] = []     # the steps of the first batch with steps: first_start
+        ends: list[tuple[int, float, int]] = []
         for r in records:
             kind = r.get("kind")
             if kind == "eval" and r.get("test_accuracy") is not None:
@@ -398,21 +403,20 @@ class RunTally:
                 continue
             self.samples += int(r.get("samples") or 0)
             step, t = int(r.get("step", 0)), float(r.get("time", 0.0))
+            ends.append((int(r.get("worker") or 0), t, int(r.get("samples") or 0)))
             self.steps_seen = max(self.steps_seen, step + 1)
             self.epoch = max(self.epoch, float(r.get("epoch") or 0.0))
             if r.get("loss") is not None:
                 self.loss = float(r["loss"])
             if self.first_start is None:
                 first.append(r)
-            if t >= self.last_time:
-                self.last_time, newest = t, t
+            self.last_time = max(self.last_time, t)
         if first:
             self.first_start = float(np.min(measure.step_starts({c: np.asarray([float(r.get(c) or 0.0) for r in first])
                                                                  for c in ("time", *measure.COMPONENTS)})))
-        if newest is not None:
-            self._clock.append((newest, self.steps_seen, self.samples))
-            while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
-                self._clock.pop(0)
+        if ends:
+            w, t, n = (np.asarray(c) for c in zip(*ends))
+            self._note(w, t.astype(float), n)
 
     def _add_batch(self, batch: RecordBatch) -> None:
         """`add` for a columnar batch: the same counts, without a dict per row."""
@@ -432,22 +436,33 @@ class RunTally:
         if self.first_start is None:
             self.first_start = float(np.min(measure.step_starts(
                 {"time": t, **{c: np.asarray(s[c], dtype=float) for c in measure.COMPONENTS if c in s}})))
-        newest = float(t.max())
-        if newest >= self.last_time:
-            self.last_time = newest
-            self._clock.append((newest, self.steps_seen, self.samples))
-            while len(self._clock) > 2 and newest - self._clock[1][0] >= self.window_s:
-                self._clock.pop(0)
+        self.last_time = max(self.last_time, float(t.max()))
+        samples = np.asarray(s["samples"]) if "samples" in s else np.zeros(len(t), dtype=np.int64)
+        self._note(np.asarray(s["worker"]) if "worker" in s else np.zeros(len(t), dtype=np.int64), t, samples)
+
+    def _note(self, workers: np.ndarray, ends: np.ndarray, samples: np.ndarray) -> None:
+        """Keep the step ends and samples the rate's window may still need."""
+        for w in np.unique(workers).tolist():
+            self._newest[w] = max(self._newest.get(w, -math.inf), float(ends[workers == w].max()))
+        self._recent.append((ends, samples.astype(np.int64)))
+        keep_after = max(self._newest.values()) - 2 * self.window_s   # the window's end lags by under one window
+        while self._recent and float(self._recent[0][0].max()) < keep_after:
+            self._recent.pop(0)
 
     def rates(self) -> tuple[float, float] | None:
-        """(steps/s, samples/s) over the last `window_s` of the records' clock; None before
-        two batches a tenth of a second apart have arrived."""
-        if len(self._clock) < 2:
+        """(steps/s, samples/s) over the last `window_s` of the records' clock (the class's
+        rule); None until the rows every working worker has sent span a tenth of a second.
+        Steps/s is the samples' rate over the run's samples per step so far."""
+        if not self._newest or self.first_start is None:
             return None
-        (t0, s0, n0), (t1, s1, n1) = self._clock[0], self._clock[-1]
-        if t1 - t0 < 0.1:
+        top = max(self._newest.values())
+        end = min(t for t in self._newest.values() if t >= top - self.window_s)
+        start = max(end - self.window_s, self.first_start)
+        if end - start < 0.1:
             return None
-        return (s1 - s0) / (t1 - t0), (n1 - n0) / (t1 - t0)
+        inside = sum(int(n[(t > start) & (t <= end)].sum()) for t, n in self._recent)
+        samples_per_s = inside / (end - start)
+        return samples_per_s * self.steps_seen / max(self.samples, 1), samples_per_s
 
 
 def _num_or_text(x: Any) -> Any:

@@ -4,7 +4,9 @@ A run trains on a background thread (`workbench.run`), so the kernel stays respo
 and Stop works. Records arrive on the run's own thread, where `on_record` only appends
 them to a buffer. A second thread wakes FLUSH_S times a second: it takes the new records
 (a cheap count of steps, samples and their clock), rewrites the status line (step, epoch,
-samples/s and an ETA from the rate over the last RATE_WINDOW_S of the run's own clock),
+the steady samples/s so far by the summary's own rule, `measure.LiveSteady`, so the last
+number shown is the one the run ends with, and an ETA from the rate over the last
+RATE_WINDOW_S of the run's own clock),
 and a third redraws the live FigureWidgets when due: at least every MAX_REDRAW_S, more
 often only while drawing costs under FLUSH_BUDGET of a core (CPU time, which other
 processes on a busy machine do not inflate). Each redraw costs about the same however
@@ -47,6 +49,7 @@ FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
 FLUSH_BUDGET = 0.03      # ... and more often only while drawing costs under ~3% of a core (CPU time)
 RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's own clock
+STEADY_EVERY_S = 1.0     # the status line's steady samples/s is recomputed at most this often
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 PROGRESS_HEIGHT_PX = 460  # the loss figures' height with up to two rows of legend (more rows: taller, T.fit_legend_height)
 KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
@@ -117,6 +120,9 @@ class _Run:
     pending: list = field(default_factory=list)          # record batches taken, not drawn yet
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
     tally: RunTally = field(default_factory=lambda: RunTally(window_s=RATE_WINDOW_S))   # steps, epoch, samples, rate
+    steady: measure.LiveSteady = field(default_factory=measure.LiveSteady)   # the summary's samples/s, live
+    steady_rate: float | None = None   # its last value (None before the steady state), ...
+    steady_at: float = -1e9            # ... computed at this monotonic time
     first_seen: float | None = None    # monotonic time the first step arrived here
     redraws: int = 0
     redraw_log: list = field(default_factory=list)       # (start, end) of each timed redraw, monotonic
@@ -135,12 +141,21 @@ class _Run:
         with self.lock:
             self.pending.append(records)
         self.tally.add(records)
+        self.steady.add(records)
         if self.first_seen is None and self.tally.first_start is not None:
             self.first_seen, self.phase = time.monotonic(), "running"
 
     def rates(self) -> tuple[float, float] | None:
         """(steps/s, samples/s) over the last RATE_WINDOW_S of the run's clock (`RunTally.rates`)."""
         return self.tally.rates()
+
+    def steady_samples_per_s(self) -> float | None:
+        """The steady samples/s so far (`measure.LiveSteady`: the rule of the run's summary,
+        warm-up excluded), recomputed at most every STEADY_EVERY_S; None before it is reached."""
+        now = time.monotonic()
+        if now - self.steady_at >= STEADY_EVERY_S:
+            self.steady_rate, self.steady_at = self.steady.rate(), now
+        return self.steady_rate
 
     # the tally's counts, under the names the status line reads
     steps_seen = property(lambda self: self.tally.steps_seen)
@@ -556,11 +571,10 @@ class LiveRun:
                     parts.append(f"~{left * wall / state.steps_seen:,.0f} s left to simulate")
             else:
                 parts.append(f"{train_s:.1f} s")
-                if rates is not None:
-                    steps_per_s, samples_per_s = rates
-                    parts.append(f"{samples_per_s:,.0f} samples/s")
-                    if steps_per_s > 0:
-                        parts.append(f"~{left / steps_per_s:,.0f} s left")
+                steady = state.steady_samples_per_s()
+                parts.append("warming up" if steady is None else f"{steady:,.0f} samples/s steady so far")
+                if rates is not None and rates[0] > 0:
+                    parts.append(f"~{left / rates[0]:,.0f} s left")
             text = ", ".join(parts) + stopping + note
         self._host.set_status(text)
 
@@ -601,7 +615,7 @@ class LiveRun:
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
         else:   # the one BLAS rule (util.blas), said where the rate is
             took = measure.duration_text(train_s)   # a teaching run's 40 steps take milliseconds, not "0.0 s"
-            rate = f"{s.get('samples_per_s', 0):,.0f} samples/s ({rule_text(s.get('blas_threads'))})"
+            rate = f"{s.get('samples_per_s', 0):,.0f} samples/s steady ({rule_text(s.get('blas_threads'))})"
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
                 + (f" (start-up {measure.duration_text(startup)}{cluster_text(state.cluster_s)})"
                    if startup is not None else "")
