@@ -112,7 +112,7 @@ def run_label(result: RunResult, index: int | None = None) -> str:
 # Knobs a run's name shows when they are not at their usual value, whatever the run before
 # (what users vary most; each only when it applies), beside those that changed since that run.
 NAMED_KNOBS = {"optimizer": "sgd", "compression": "none"}
-NAME_SKIP = ("out", "algorithm", "cpus", "gpus", "batch_size", "seed")   # said already, or not the run's own
+NAME_SKIP = ("out", "algorithm", "cpus", "gpus", "batch_size")   # said already (the head), or not the run's own
 NAME_PARTS = 4              # at most this many knobs named; the rest counted
 
 
@@ -141,6 +141,11 @@ def run_name(index: int, config: dict, workers: int, previous: dict | None = Non
     >>> run_name(1, {"algorithm": "sync_sgd", "batch_size": 64, "split": "equal", "latency_ms": 2.0}, 2,
     ...          {"algorithm": "sync_easgd", "batch_size": 64, "tau": 8})
     '#2 sync_sgd P=2 B=64 latency_ms=2'
+
+    Runs that differ only by their seed (rounds of the same config) say so:
+
+    >>> run_name(3, {"algorithm": "sgd", "batch_size": 32, "seed": 1}, 1, {"algorithm": "sgd", "batch_size": 32, "seed": 0})
+    '#4 sgd P=1 B=32 seed=1'
     """
     from ..config import RunConfig
     head = f"#{index + 1} {config.get('algorithm', 'run')} P={workers} B={config.get('batch_size')}"
