@@ -4,6 +4,7 @@
 here is written apart from the package: float64, no workspace, no loop, no records."""
 import numpy as np
 
+from workbench import measure
 from workbench.config import RunConfig
 from workbench.data import global_batch
 from workbench.execution.engine import run_threads
@@ -50,10 +51,19 @@ def test_records_have_the_schedule_lr_and_sample_counts():
 
 
 def test_absurd_lr_diverges_with_step_and_lr_kept():
-    result = run_threads(RunConfig(steps=200, lr=1e6, momentum=0.0))
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_threads(RunConfig(steps=200, lr=1e6, momentum=0.0))
     assert result.status == "diverged"
     event = [e for e in result.events if e["event"] == "diverged"][0]
     assert "step" in event["message"] and "lr 1e+06" in event["message"]
+    # NumPy's overflow on the way there: in the summary and its notes, not on stderr
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    diverged_at = int(event["message"].split("at step ")[1].split()[0])
+    numerics = result.summary["numerics"]
+    assert "overflow" in numerics and 0 < numerics["overflow"] <= diverged_at
+    assert any(n.startswith("floating-point overflow from step") for n in measure.notes(result.summary))
 
 
 def test_stop_request_keeps_records():

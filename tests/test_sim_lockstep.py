@@ -68,6 +68,8 @@ def test_a_diverging_run_diverges_at_the_same_step_with_the_same_event():
     a, b = _both(RunConfig(**{**SMALL, "cpus": 4, "lr": 1e4, "steps": 30}))
     assert a.summary["status"] == "diverged"
     _same(a, b)
+    # NumPy's errors on the way there, from any worker's maths: the same first step on both paths
+    assert a.summary["numerics"] == b.summary["numerics"] and "overflow" in a.summary["numerics"]
     assert _events(a) == _events(b) and any(e[1] == "diverged" for e in _events(a))
 
 

@@ -316,12 +316,26 @@ def run_workers(summary: dict[str, Any]) -> int | None:
     return len(summary.get("workers") or []) or None
 
 
+def numerics_note(numerics: dict[str, int] | None) -> str | None:
+    """What NumPy's floating-point errors in the workers' maths say (`summary["numerics"]`:
+    kind -> the first step it happened in, `algorithms.base.float_errors`); None without any.
+
+    >>> numerics_note({"overflow": 146, "invalid value": 147})
+    "floating-point overflow from step 146, invalid value from step 147 in the workers' maths (NumPy)"
+    >>> numerics_note({})
+    """
+    if not numerics:
+        return None
+    said = ", ".join(f"{kind} from step {step}" for kind, step in numerics.items())
+    return f"floating-point {said} in the workers' maths (NumPy)"
+
+
 def notes(summary: dict[str, Any]) -> list[str]:
     """The sentences a run's numbers come with (CLI, status line, reports): a run that
     learned nothing or learned its training set by heart (`summary["learning_note"]`,
     `summary["overfit_note"]`, `workbench.learning`), a run `early_stop` ended, gradient clipping that changed nothing or
     nearly every update (`learning.clip_note`), a steady state not
-    reached, more CPU workers than cores (`summary["crowding_note"]`,
+    reached, NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`).
 
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
@@ -330,6 +344,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     return [n for n in (summary.get("learning_note"), summary.get("overfit_note"), early_stop_note(summary),
                         clip_note(summary.get("grad_clip")),
                         steady_note(summary.get("steady"), run_workers(summary)),
+                        numerics_note(summary.get("numerics")),
                         summary.get("crowding_note"), summary.get("machine_note")) if n]
 
 

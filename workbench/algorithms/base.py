@@ -17,6 +17,7 @@ start at the run's first training step: every worker waits at a start barrier, a
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import struct
@@ -814,6 +815,24 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     if (now if ctx._wall_timer else time.perf_counter()) >= ctx._next_flush:   # wall time: live batches a few times a second
         ctx.flush()
     return None
+
+
+@contextlib.contextmanager
+def float_errors(seen: dict[str, int], steps: StepLog):
+    """NumPy's floating-point errors inside a worker's loop (overflow, invalid value, divide
+    by zero) noted in `seen` (kind -> the step it first happened in: the one after the
+    newest row of `steps`) instead of printed as RuntimeWarnings on the workers' stderr,
+    which a notebook shows in red before, and apart from, the run's own account. The run's
+    summary keeps the earliest of each kind over its workers (`numerics`) and says it beside
+    the other notes (`measure.numerics_note`); a loss that becomes NaN or inf still ends the
+    run as diverged, at its step and lr. Underflow stays ignored, as NumPy's default has it.
+    Costs nothing while no error happens."""
+    def note(kind: str, flag: int) -> None:
+        if kind not in seen:
+            at = steps.newest()
+            seen[kind] = int(at[0]) + 1 if at else 0
+    with np.errstate(over="call", invalid="call", divide="call", call=note):
+        yield
 
 
 def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, WorkerContext, run_loop
-from ..algorithms.base import checkpoints_offered
+from ..algorithms.base import checkpoints_offered, float_errors
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
 from ..data.files import is_data_path
@@ -95,14 +95,18 @@ def _loop(ctx: WorkerContext) -> dict:
             return step(k)
         algo.step = dying
     usage = LoopUsage()   # the loop's wall and CPU clocks: the machine's state is part of the result
+    numerics: dict[str, int] = {}   # NumPy's floating-point errors: kind -> first step
 
     def used(res: dict) -> dict:
         booked = res.get("steps") or {}
         compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked else 0.0)
         res["usage"] = {**usage.stop(compute, ctx.kind, ctx.rank), "blas_threads": current_blas_threads()}
+        if numerics:
+            res["numerics"] = dict(numerics)
         return res
     try:
-        return used(run_loop(ctx, algo))
+        with float_errors(numerics, ctx.steps):
+            return used(run_loop(ctx, algo))
     except WorkerLost as exc:
         ctx.event("aborted", str(exc))
         if ctx.elastic and ctx.kept is not None:   # a regroup goes on from this worker's last boundary
@@ -641,6 +645,14 @@ class _Monitor:
             extra["errors"] = errors
         for res in self.results.values():
             extra.update(res.get("summary", {}))
+        numerics: dict[str, int] = {}     # each kind's earliest step over the workers (`float_errors`)
+        for res in self.results.values():
+            for kind, step in (res.get("numerics") or {}).items():
+                numerics[kind] = min(step, numerics.get(kind, step))
+        if numerics:
+            order = ("overflow", "divide by zero", "invalid value")   # the order one causes the next in
+            extra["numerics"] = dict(sorted(numerics.items(),
+                                            key=lambda kv: (kv[1], order.index(kv[0]) if kv[0] in order else 3)))
         if early is not None and status == "completed":   # (an asynchronous run's workers stop as the request reaches them)
             extra["early_stopped"] = {**early, "synchronous": bool(self.setup.spec.sync)}
         return status, self.results.get(0, {}).get("params"), extra

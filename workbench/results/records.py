@@ -148,6 +148,7 @@ class StepLog:
         self.n = 0            # rows held (written since the last take)
         self.taken = 0        # rows handed over by `take`
         self.compute_total = 0.0   # compute_s of the rows taken (a loop's booked compute, for its usage)
+        self._newest_taken: tuple[float, float] | None = None   # (step, time) of the last row taken
 
     def _set_data(self, data: np.ndarray) -> None:
         self.data = data
@@ -167,11 +168,26 @@ class StepLog:
         self.n = n + 1
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "n": self.n, "taken": self.taken, "compute_total": self.compute_total}
+        return {"data": self.data, "n": self.n, "taken": self.taken, "compute_total": self.compute_total,
+                "newest_taken": self._newest_taken}
 
     def __setstate__(self, state: dict) -> None:
         self._set_data(state["data"])
         self.n, self.taken, self.compute_total = state["n"], state["taken"], state["compute_total"]
+        self._newest_taken = state.get("newest_taken")
+
+    def newest(self) -> tuple[float, float] | None:
+        """(step, time) of the newest row booked, taken since or not; None before the first.
+
+        >>> log = StepLog()
+        >>> log.newest(), log.add(4, 0.5, 1.0, 0.1, 32, 0.001, 0.0, 0.0, 0.0), log.newest()
+        (None, None, (4.0, 0.5))
+        >>> _ = log.take(lambda s: s); log.newest()
+        (4.0, 0.5)
+        """
+        if self.n:
+            return float(self.data[self.n - 1, 0]), float(self.data[self.n - 1, 1])
+        return self._newest_taken
 
     def columns(self, epoch_of: Callable[[Any], Any]) -> dict[str, np.ndarray]:
         """The rows not yet taken, one array per field (LOG_FIELDS and "epoch")."""
@@ -184,6 +200,7 @@ class StepLog:
         if self.n == 0:
             return None
         cols = self.columns(epoch_of)
+        self._newest_taken = float(cols["step"][-1]), float(cols["time"][-1])
         self.taken += self.n
         self.compute_total += float(cols["compute_s"].sum())
         self.n = 0

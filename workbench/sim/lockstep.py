@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.base import StepOut, close_step, comm_and_wait, settle
+from ..algorithms.base import StepOut, close_step, comm_and_wait, float_errors, settle
 from ..algorithms.hogwild import HogwildSGD, hogwild_write
 from ..algorithms.sync import SyncSGD, weigh
 from ..comm.base import WorkerLost
@@ -125,6 +125,7 @@ class Lockstep:
         config = setup.config
         ctxs, raw = [], None
         usage = LoopUsage()
+        numerics: dict[str, int] = {}
         try:
             extra = dict(setup.extra, group=0, group_ranks=setup.groups[0])
             ctx0 = build_context(config, 0, P, "cpu", control=tr.control, emit=self.sink, t0_wall=setup.t0_wall,
@@ -139,7 +140,8 @@ class Lockstep:
             for r, ctx in enumerate(ctxs):
                 tr._adapt(ctx, proc, self.costs, r, None)   # the paced live batches (its model is not used)
             self.ctxs = ctxs
-            results = self._run(proc, ctxs, raw)
+            with float_errors(numerics, ctx0.steps):   # every worker's maths, at rank 0's step
+                results = self._run(proc, ctxs, raw)
         except WorkerLost as exc:               # the run was cancelled
             results = []
             for ctx in ctxs:
@@ -163,6 +165,8 @@ class Lockstep:
                 compute = ctx.steps.compute_total + (float(np.sum(booked["compute_s"])) if "compute_s" in booked
                                                      else 0.0)
                 res["usage"] = usage.stop(compute, ctx.kind, r)
+            if r == 0 and numerics:
+                res["numerics"] = dict(numerics)
             tr.reports.returned(r, res)
 
     def _run(self, proc: Any, ctxs: list, model: Any) -> list[dict]:
