@@ -257,3 +257,83 @@ def test_the_trained_network_comes_back_as_a_torch_module(tmp_path):
     fresh = torch_mlp()
     fresh.load_state_dict(torch.load(tmp_path / "m.pt"))
     assert accuracy(fresh.eval()) == accuracy(module)
+
+
+class Frozen(torch.nn.Module):
+    """A frozen first layer (a pretrained one, here 2 I and 0.5) under a trainable head."""
+
+    def __init__(self, n_features: int, n_classes: int):
+        super().__init__()
+        self.base = torch.nn.Linear(n_features, n_features)
+        with torch.no_grad():
+            self.base.weight.copy_(2 * torch.eye(n_features))
+            self.base.bias.fill_(0.5)
+        self.base.requires_grad_(False)
+        self.head = torch.nn.Linear(n_features, n_classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.base(x)))
+
+
+def test_a_frozen_layer_keeps_its_values_through_init_training_and_predict():
+    """`init` resets every submodule under the seed; a frozen layer's values are the user's
+    (outside the vector): they survive it. `wb.predict` in the session uses the run's model,
+    whose init ran: it once answered with a re-drawn frozen layer (0.41 where the run's own
+    evaluation said 0.69 in the audit's case); now it agrees with the final evaluation exactly."""
+    config = RunConfig(algorithm="sync_sgd", model=Frozen, cpus=2, steps=30, seed=0)
+    result = wb.run(config, cluster="threads", progress=False)
+    model = Problem.from_config(config).model
+    model.init(3)
+    base = model.obj.module.base
+    assert torch.equal(base.weight, 2 * torch.eye(F)) and torch.equal(base.bias, torch.full((F,), 0.5))
+    data = Problem.from_config(config).data
+    right = np.asarray(wb.predict(result, np.asarray(data.X_test))) == data.y_test
+    assert float(right.mean()) == result.summary["final_test_accuracy"]
+
+
+class OwnScale(torch.nn.Module):
+    """A parameter of the user's own that no `reset_parameters` draws."""
+
+    def __init__(self, n_features: int, n_classes: int):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(n_features))
+        self.fc = torch.nn.Linear(n_features, n_classes)
+
+    def forward(self, x):
+        return self.fc(x * self.scale)
+
+
+def test_a_parameter_no_reset_draws_starts_the_same_in_every_worker_and_run_of_a_seed():
+    """Every worker builds its own instance (`Problem.new_model`): built under the run's
+    torch seed, they agree whatever torch's generator did before (the audit's sync_sgd run
+    once started its two workers from different `scale` vectors); another seed, another draw."""
+    def params0(seed: int) -> np.ndarray:
+        torch.randn(100)                       # whatever else the process drew before
+        return Problem.from_config(RunConfig(model=OwnScale, seed=seed)).new_model().init(seed)
+    a, b, c = params0(0), params0(0), params0(1)
+    assert np.array_equal(a, b) and not np.array_equal(a[:F], c[:F])
+
+
+def one_logit(n_features: int, n_classes: int):
+    """A binary classifier's one logit, trained with BCE (labels 0/1 as floats)."""
+    module = torch.nn.Sequential(torch.nn.Linear(n_features, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return module, lambda out, y: torch.nn.functional.binary_cross_entropy_with_logits(out[:, 0], y.float())
+
+
+def test_a_one_logit_binary_classifier_is_scored_by_its_sign():
+    """argmax over one column answered class 0 for every row (the run said 0.44: the share
+    of class 0); one output per row is read as a logit: class 1 where it is above 0."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 400)
+    X = (rng.normal(size=(400, 6)) + 1.5 * y[:, None]).astype(np.float32)
+    m = as_model(one_logit(6, 2), "one_logit")
+    p = m.init(0)
+    for _ in range(200):
+        _, g = m.loss_and_grad(p, X, y)
+        p -= 0.5 * g
+    pred = np.asarray(m.predict(p, X))
+    with torch.no_grad():
+        for t, (a, b) in zip(m.obj._params, m.obj._bounds):
+            t.data = torch.from_numpy(p[a:b].copy()).view(t.shape)
+        want = (m.obj.module(torch.from_numpy(X))[:, 0] > 0).numpy().astype(int)
+    assert np.array_equal(pred, want) and set(pred.tolist()) == {0, 1} and (pred == y).mean() > 0.9

@@ -147,10 +147,10 @@ class Problem:
         c, s = self.config, self.shape
         if c.model == "gpt":   # the built-in GPT, built as any model of the protocol is: its factory and knobs
             return build_model(GPT_FACTORY, s.n_features, s.n_classes,
-                               {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads})
+                               {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads}, seed=c.seed)
         if c.model in MODEL_NAMES:
             return make_model(c.model, s.n_features, s.n_classes, hidden=c.model_hidden, image_shape=s.image_shape)
-        return build_model(c.model, s.n_features, s.n_classes, c.model_args)
+        return build_model(c.model, s.n_features, s.n_classes, c.model_args, seed=c.seed)
 
     @cached_property
     def data_record(self) -> dict[str, Any] | None:

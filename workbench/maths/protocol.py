@@ -42,6 +42,7 @@ a NaN at the first step, a layout that does not cover the vector. See docs/model
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import sys
@@ -276,10 +277,27 @@ def as_model(obj: Any, name: str | None = None, spec: str | None = None) -> Any:
     return ProtocolModel(obj, name or label, spec=label)
 
 
-def build_model(spec: str, n_features: int, n_classes: int, model_args: dict[str, Any] | None = None) -> Any:
+@contextlib.contextmanager
+def torch_seeded(seed: int):
+    """torch's random generator at `seed` for the block, and as it was after it, when torch
+    is loaded (a factory that builds a torch module has imported it); nothing otherwise."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def build_model(spec: str, n_features: int, n_classes: int, model_args: dict[str, Any] | None = None,
+                seed: int = 0) -> Any:
     """The model `spec` names, built for a dataset and wrapped by `as_model`.
 
-    A class or a factory is called as `factory(n_features, n_classes, **model_args)`; an
+    A class or a factory is called as `factory(n_features, n_classes, **model_args)`, under
+    torch's seed `seed` when torch is loaded (`torch_seeded`: every worker's instance, every
+    algorithm's and every run's of the seed, starts from the same values, also those no
+    `reset_parameters` touches: a parameter of the user's own, a frozen layer); an
     instance given in Python is copied (each worker its own). Its name in logs and caches
     is the spec with its arguments and a short hash of its code.
 
@@ -294,7 +312,8 @@ def build_model(spec: str, n_features: int, n_classes: int, model_args: dict[str
     args = dict(model_args or {})
     if is_factory(obj):
         try:
-            built = obj(n_features, n_classes, **args)
+            with torch_seeded(seed):
+                built = obj(n_features, n_classes, **args)
         except Exception as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             raise ModelError(f"a factory that builds with (n_features={n_features}, n_classes={n_classes}"

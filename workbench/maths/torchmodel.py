@@ -15,12 +15,15 @@ The loss is cross-entropy over the module's outputs unless the factory returns
 `(module, loss_fn)`, `loss_fn(output, y) -> scalar tensor`. `init(seed)` re-initialises
 every submodule that has `reset_parameters` under `torch.manual_seed(seed)`; parameters
 no submodule resets keep the values the module was built with (`protocol.build_model`
-builds every instance under the same torch seed, so all workers agree on them).
+builds every instance under the run's torch seed, so all workers agree on them), and
+frozen ones (`requires_grad=False`: outside the parameter vector, a pretrained layer) keep
+theirs through the resets, so what trains, evaluates and predicts is the module as built.
 
 Refused, in one line each: a module with no trainable parameters; one with buffers
 (BatchNorm's running statistics change in training outside the parameter vector, so
 workers would disagree about them: use GroupNorm or LayerNorm). Dropout is on in
-`loss_and_grad` (train mode) and off in `predict` and `loss` (eval mode).
+`loss_and_grad` (train mode) and off in `predict` and `loss` (eval mode). A module with
+one output per row is read as a binary classifier's logit (`predict`).
 """
 from __future__ import annotations
 
@@ -112,11 +115,14 @@ class TorchModel:
             fresh[a:b] = p.detach().reshape(-1).to("cpu", torch.float32)   # what no reset touches
         self._bind_params(fresh.numpy())
         with torch.random.fork_rng(devices=[]), torch.no_grad():
+            frozen = [(p, p.detach().clone()) for p in self.module.parameters() if not p.requires_grad]
             torch.manual_seed(int(seed))
             for m in self.module.modules():
                 reset = getattr(m, "reset_parameters", None) or getattr(m, "_reset_parameters", None)
                 if callable(reset):
                     reset()
+            for p, kept in frozen:       # a frozen layer is the user's, not ours to draw
+                p.copy_(kept)
         return fresh.numpy().copy()
 
     def loss_and_grad(self, params: Any, X: Any, y: Any, grad_out: Any = None) -> tuple[float, Any]:
@@ -144,8 +150,16 @@ class TorchModel:
             self.module.train()
 
     def predict(self, params: Any, X: Any) -> Any:
-        """argmax of the module's outputs (eval mode), on the device of X."""
-        return get_array_module(X).from_dlpack(self._eval(params, X).argmax(dim=1))
+        """The class of each row (eval mode), on the device of X: the argmax of the module's
+        outputs over their last axis (a language model's (rows, tokens, vocabulary) gives a
+        class per token), or, for a module with one output per row (a binary classifier's
+        logit, trained with a loss of the user's such as BCE with logits), class 1 where that
+        output is above 0 (the argmax of one column would answer 0 for every row)."""
+        out = self._eval(params, X)
+        if out.ndim == 1 or out.shape[-1] == 1:
+            logit = out if out.ndim == 1 else out.squeeze(-1)
+            return get_array_module(X).from_dlpack((logit > 0).long())
+        return get_array_module(X).from_dlpack(out.argmax(dim=-1))
 
     def loss(self, params: Any, X: Any, y: Any) -> float:
         """The mean loss in eval mode, without a gradient."""
