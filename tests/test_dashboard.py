@@ -453,9 +453,16 @@ def test_an_engine_run_on_threads_fills_every_per_worker_figure(dash):
     names = [t.name for t in dash.figures["progress_time"].data]
     assert any(n.startswith("#1 ") for n in names) and any(n.startswith("#2 ") for n in names)
     assert len(dash.history) == 2 and dash.plot_errors == []
-    # Clear plots empties every plot, the last run's own figures too; the runs tab keeps both runs
+    # Clear plots empties every plot, the last run's own figures too; the runs tab keeps both runs;
+    # no axis keeps a range or tick values drawn or zoomed for the runs it cleared
+    dash.figures["progress_time"].layout.xaxis.update(autorange=False, range=[5, 6])    # a user's zoom
+    dash.figures["throughput"].layout.xaxis.update(autorange=False, range=[5, 6])
+    dash.figures["progress_time"].layout.yaxis.update(tickmode="array", tickvals=[0.5, 1.0], ticktext=["0.5", "1"])
     dash.clear()
     assert {k: len(f.data) for k, f in dash.figures.items()} == {k: 0 for k in dash.figures}
+    for fig in dash.figures.values():
+        fig.for_each_xaxis(lambda ax: ax.autorange is True or pytest.fail(f"{ax.title.text}: {ax.range}"))
+    assert dash.figures["progress_time"].layout.yaxis.tickvals is None
     assert len(dash.history) == 2 and len(dash.runs_table()) == 2
 
 

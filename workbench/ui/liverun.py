@@ -320,9 +320,12 @@ class LiveRun:
         for key in ("progress_time", "progress_epoch"):
             self.slots[key].edit(_clear_traces)
             self.slots[key].edit(T.fit_loss_axis)
+            self.slots[key].edit(functools.partial(T.log_decades, axis="y"))   # the last runs' tick values go
             self.slots[key].edit(functools.partial(T.fit_legend_height, base_px=self._progress_height))
         for key in ("throughput", "breakdown", "lr", "lineage"):
             self.slots[key].edit(_clear_traces)
+        for slot in self.slots.values():    # the next run's time, epochs and steps from its own start
+            slot.edit(_autorange_x)
 
     def _fit_loss_axes(self) -> None:
         """The loss axis over the runs drawn, leaving out the diverged ones (`T.fit_loss_axis`),
@@ -631,6 +634,11 @@ class LiveRun:
 
 def _clear_traces(fig: Any) -> None:
     fig.data = ()
+
+
+def _autorange_x(fig: Any) -> None:
+    """Every x axis back to autorange (a range zoomed or drawn for the runs cleared goes)."""
+    fig.for_each_xaxis(lambda ax: ax.update(autorange=True))
 
 
 def error_text(exc: BaseException) -> str:
