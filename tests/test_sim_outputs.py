@@ -188,6 +188,12 @@ def test_a_1024_worker_runs_figures_draw_at_most_16_worker_lines():
     assert names == [f"worker {k}" for k in range(MAX_WORKER_TRACES)] + ["all workers"]
     all_workers = throughput_series(time_bins(steps, 2))[-1]
     assert list(all_workers.y) == [1024.0, 1024.0]      # every worker counted in "all": 1024 samples per s
+    # ... and it heads the legend (plotly's default rank is 1000), not 17th past its scroll
+    from workbench.ui import figures as F
+    from workbench.ui.traces import add_series
+    ranks = {t.name: t.legendrank for t in add_series(F.live_base("throughput", 1),
+                                                      throughput_series(time_bins(steps, 2))).data}
+    assert ranks["all workers"] < min(r if r is not None else 1000 for n, r in ranks.items() if n != "all workers")
     assert len(lr_series(steps)) == MAX_WORKER_TRACES
 
 

@@ -495,8 +495,9 @@ def throughput_series(windows: dict[Any, Window], smooth: int = SMOOTH_BINS,
             rate = running_mean(rate, smooth)
         if worker != "all" and _rank(worker, i) >= MAX_WORKER_TRACES:
             continue
-        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash", "line_width": 1.5} if worker == "all"
-                 else {"mode": "lines", **worker_style(_rank(worker, i))})
+        # "all workers" heads the legend: of 16 workers' lines it would be the 17th, past a scroll
+        style = ({"mode": "lines", "line_color": "#333", "line_dash": "dash", "line_width": 1.5, "legendrank": 1}
+                 if worker == "all" else {"mode": "lines", **worker_style(_rank(worker, i))})
         out.append(Series(_worker_name(worker), w["x"], rate, style={
             **style, "hovertemplate": "%{y:,.0f} samples/s<extra>" + _worker_name(worker) + "</extra>"}))
     return out
