@@ -63,7 +63,7 @@ def test_schema_carries_descriptions_groups_and_defaults():
 def test_defaults_unchanged_by_descriptions():
     # The descriptions must not have changed any default (the public contract).
     assert RunConfig().to_dict() == {
-        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000, "test_fraction": 0.2, "val_fraction": 0.0,
+        "algorithm": "sgd", "dataset": "digits", "model": "mlp", "model_args": None, "hidden": None, "n_samples": 10000, "test_fraction": 0.2, "val_fraction": 0.0, "label_column": None,
         "n_features": 64, "n_classes": 10, "n_layers": 2, "d_model": 64, "n_heads": 4, "context": 64,
         "standardize": False, "data_dir": None, "download": False, "cpus": 2, "gpus": 0,
         "scheduler": None, "comm": "auto", "latency_ms": 0.0, "bandwidth_gbps": 0.0, "blas_threads": 1, "elastic": False, "min_workers": None,

@@ -138,7 +138,7 @@ def test_a_missing_value_is_named_by_the_files_own_row(folder):
     X = np.arange(200.0).reshape(50, 4)
     X[17, 3] = np.nan                                              # a split reorders rows: the file's row is named
     np.savez(folder / "xy.npz", X=X, y=np.arange(50) % 3)
-    with pytest.raises(DataError, match=r"^X: finite numbers, got nan at row 17, column 3 of"):
+    with pytest.raises(DataError, match=r"^X: finite numbers \(float32\), got nan at row 17, column 3 of"):
         load_dataset(str(folder / "xy.npz"))
     (folder / "mixed.csv").write_text("a,label\n" + "".join(f"{i},{'x' if i == 9 else i % 2}\n" for i in range(40)))
     with pytest.raises(DataError, match=r"^y: integer class labels or class names in column 'label', not both: "
@@ -231,6 +231,10 @@ def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
     assert accuracy == pytest.approx(result.summary["final_test_accuracy"], abs=1e-9)
     with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features, got '2 columns'"):
         wb.predict(result, raw.X_test[:, :2])
+    assert wb.predict(result, raw.X_test[7]).tolist() == [said[7]]        # a 1-D array of the run's width: one row
+    with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features \(a 1-D array is one row: 3 values\), "
+                                          r"got 'a 1-D array of 2 values'"):
+        wb.predict(result, raw.X_test[7, :2])
     # the same accuracy class by class, in the summary (a file's classes need not be balanced)
     per_class = result.summary["per_class"]
     assert [c["class"] for c in per_class] == list(classes)
@@ -300,12 +304,15 @@ X4, Y4 = np.zeros((40, 3), np.float32), np.arange(40) % 2
      r"^X_test: rows shaped as X_train's \(3,\), got \(2,\)"),
     ({"X": X4.astype(str), "y": Y4}, r"^X: numbers \(float, int or bool\), got dtype <U"),
     ({"X": np.where(np.arange(120).reshape(40, 3) == 31, np.nan, X4), "y": Y4},
-     r"^X: finite numbers, got nan at row 10, column 1 of"),   # the file's row (31 = 3 * 10 + 1), not the split's
+     r"^X: finite numbers \(float32\), got nan at row 10, column 1 of"),   # the file's row (31 = 3 * 10 + 1), not the split's
     ({"X": X4, "y": np.where(np.arange(40) == 6, 0.5, Y4)}, r"^y: integer class labels, got 0\.5 at row 6 of"),
     ({"X": X4, "y": np.where(np.arange(40) == 9, -1, Y4)}, r"^y: labels >= 0, got -1 at row 9 of"),
     ({"X": X4, "y": np.where(np.arange(40) == 12, 3, Y4), "n_classes": np.int64(3)},
      r"^y: labels in \[0, 3\) \(n_classes\), got 3 at row 12 of"),
     ({"X": X4, "y": np.zeros(40, int)}, r"^y: at least 2 classes, got only label 0"),
+    ({"X": X4, "y": np.ones(40, int)}, r"^y: at least 2 classes, got only label 1 in"),   # one class, not 0 and 1
+    ({"X": X4, "y": 1000 + np.arange(40)}, r"^y: class labels 0\.\.n_classes-1 with fewer classes than rows, got "
+                                          r"1,040 classes \(largest label 1,039 \+ 1; 40 distinct labels\) for 40 rows"),
 ])
 def test_a_bad_data_file_is_one_line_naming_the_array_and_row(folder, arrays, says):
     path = _save(folder, **arrays)
@@ -461,3 +468,124 @@ def test_a_saved_run_answers_arrays_of_rows_from_the_shell(tmp_path, capsys):
     np.savez(tmp_path / "two.npz", a=DIGITS.X_test[:2], b=DIGITS.X_test[:2])
     assert main(["predict", str(out), str(tmp_path / "two.npz")]) == 2
     assert "error: rows: a .npz holding X (and y), or one array" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a table read as its author meant it
+def test_two_columns_named_as_labels_are_refused_until_label_column_chooses(folder):
+    """`x, y, class`: y is a coordinate here, and the old name order took it as the label (a
+    99-class problem with `class` a feature). Two label-named columns are refused in one line
+    naming them and the field that chooses; `label_column` chooses, through the run, its
+    summary and predict; a name that is no column is refused naming the columns."""
+    rng = np.random.default_rng(1)
+    xy = rng.integers(0, 100, (60, 2))
+    table = pd.DataFrame({"x": xy[:, 0], "y": xy[:, 1], "class": (xy[:, 0] > 50).astype(int)})
+    path = str(folder / "xy.csv")
+    table.to_csv(path, index=False)
+    with pytest.raises((ConfigError, DataError), match=r"^label_column: the one label column of '.*xy\.csv', chosen "
+                                          r"\(label_column, --label-column\) when several columns are named as labels, "
+                                          r"got none chosen among 'y', 'class'$"):
+        preflight(config(path, algorithm="sgd", cpus=1, batch_size=8, steps=2))
+    with pytest.raises(DataError, match=r"^label_column: .* got none chosen among 'y', 'class'"):
+        load_dataset(path)
+    shape = RunConfig(dataset=path, label_column="class").data_shape
+    assert (shape.n_features, shape.n_classes) == (2, 2)
+    assert RunConfig(dataset=path, label_column=" CLASS").data_shape == shape      # case and spaces ignored
+    d = load_dataset(path, label_column="class")
+    assert sorted(np.concatenate([d.y_train, d.y_test]).tolist()) == sorted(table["class"].tolist())
+    with pytest.raises(ConfigError, match=r"^label_column: a column of '.*xy\.csv' \('x', 'y', 'class'\), got 'klass'$"):
+        RunConfig(dataset=path, label_column="klass").data_shape    # noqa: B018 - reads the file
+    with pytest.raises(ConfigError, match=r"^label_column: unset unless the dataset is a \.csv file .*got 'class'$"):
+        RunConfig(dataset="digits", label_column="class")
+    with pytest.raises(ConfigError, match=r"^label_column: the name of a column .*, got ''$"):
+        RunConfig(dataset=path, label_column="")
+    result = run_threads(config(path, algorithm="sgd", cpus=1, batch_size=8, steps=3, label_column="class"))
+    assert result.summary["data"]["table"]["label"] == "class" and result.summary["data"]["table"]["features"] == ["x", "y"]
+    assert result.summary["config"]["label_column"] == "class"
+    assert len(wb.predict(result, table)) == 60                         # its features by name, the label ignored
+
+
+@pytest.mark.parametrize("order", ["filtered", "sorted"])
+def test_a_written_row_index_in_any_order_is_dropped_by_the_run_and_by_predict(folder, order):
+    """`DataFrame.to_csv` writes the index: after a filter it has gaps, after a sort by class
+    it is shuffled (and, kept as a feature, gives the label away). An unnamed first column of
+    distinct whole numbers >= 0 is that index, dropped in training and in reading new rows."""
+    rng = np.random.default_rng(3)
+    full = pd.DataFrame(rng.normal(size=(80, 3)), columns=["a", "b", "c"])
+    full["label"] = (full["a"] > 0).astype(int)
+    frame = full[full.b > -1.0] if order == "filtered" else full.sort_values("label")
+    path = folder / f"{order}.csv"
+    frame.to_csv(path)                                                  # the index too: pandas' default
+    table = files.data_record(str(path))["table"]
+    assert table["features"] == ["a", "b", "c"] and table["dropped"] == "Unnamed: 0"
+    assert list(files.read_rows(str(path)).columns) == ["a", "b", "c", "label"]     # predict's reading agrees
+    result = run_threads(config(str(path), algorithm="sgd", cpus=1, batch_size=8, steps=3))
+    assert len(wb.predict(result, pd.DataFrame({"a": [0.1], "b": [0.2], "c": [0.3]}))) == 1   # no index asked for
+    frame.reset_index(drop=True).assign(**{"Unnamed: 0": 1})[["Unnamed: 0", "a", "b", "c", "label"]].to_csv(
+        folder / "same.csv", index=False)                               # not distinct: not an index, a feature
+    assert files.data_record(str(folder / "same.csv"))["table"]["features"] == ["Unnamed: 0", "a", "b", "c"]
+
+
+def test_an_integer_regression_target_is_refused_not_trained_as_classes(folder):
+    """Prices up to 249,000 as labels made 249,001 classes (2.2M parameters, a 19 MB summary).
+    More classes (largest label + 1) than rows is refused in one line saying what it looks
+    like; a stated n_classes is the user's word and is kept."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    price = 200000 + 1000 * rng.integers(0, 50, 60)
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(price=price).to_csv(folder / "prices.csv", index=False)
+    path = str(folder / "prices.csv")
+    says = (r"^y: class labels 0\.\.n_classes-1 with fewer classes than rows, got 249,001 classes \(largest label "
+            r"249,000 \+ 1; \d+ distinct labels\) for 60 rows in '.*': this looks like a regression target or ids")
+    with pytest.raises((ConfigError, DataError), match=says):
+        preflight(config(path, algorithm="sgd", cpus=1, batch_size=8, steps=2))
+    with pytest.raises(DataError, match=says.replace("'.*'", "'arrays'")):
+        Dataset.from_arrays(X, price)
+    assert Dataset.from_arrays(X[:4], [0, 1, 0, 1], n_classes=5).n_classes == 5   # stated: kept
+
+
+def test_unused_integer_labels_are_said_before_the_run_and_the_class_line_is_bounded(folder):
+    """Labels 10, 20, 30 are kept as the user's own (predict answers in them), so 31 classes:
+    preflight says in one line how many have no row and how to number them; the per-class
+    line names the classes with test rows only."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = 10 * (1 + rng.integers(0, 3, 60))
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=y).to_csv(folder / "tens.csv", index=False)
+    cfg = config(str(folder / "tens.csv"), algorithm="sgd", cpus=1, batch_size=8, steps=3)
+    warnings = [w for w in preflight(cfg) if "without a single row" in w]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "leave 28 of its 31 classes (largest label + 1) without a single row (3 used: 10, 20, 30)" in warnings[0]
+    result = run_threads(cfg)
+    assert set(wb.predict(result, X)) <= set(range(31))
+    from workbench.learning import per_class_text
+    line = per_class_text(result.summary["per_class"])
+    assert line.endswith("; 28 classes without test rows") and line.count(" of ") == 3
+    many = [{"class": str(k), "rows": 1, "accuracy": 1.0} for k in range(500)]
+    assert len(per_class_text(many)) < 400 and per_class_text(many).endswith("480 more classes (summary['per_class'])")
+
+
+def test_a_feature_beyond_float32_and_a_nan_are_named_by_the_users_own_row(folder):
+    """Features train as float32: 1e39 is finite in float64 but inf there, and was blamed on the
+    model (with numpy's overflow warning). It is refused as the data's, by the file's row; and
+    an array given in Python names its NaN by the row of X as given, not of the split."""
+    import warnings
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"]).assign(label=np.arange(60) % 2)
+    frame.loc[3, "a"] = 1e39
+    path = str(folder / "big.csv")
+    frame.to_csv(path, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # no overflow warning on the way
+        with pytest.raises((ConfigError, DataError), match=r"^X: finite numbers \(float32\), got 1e\+39 at row 3, column 0 of "
+                                              r"'.*big\.csv'$"):
+            preflight(config(path, batch_size=8, steps=2))
+        X = rng.normal(size=(50, 4))
+        X[4, 2] = -1e300
+        with pytest.raises(DataError, match=r"^X: finite numbers \(float32\), got -1e\+300 at row 4, column 2 of 'arrays'$"):
+            Dataset.from_arrays(X, np.arange(50) % 3)
+    X = rng.normal(size=(50, 4))
+    X[19, 1] = np.nan                                                   # row 19 of X, wherever the split puts it
+    with pytest.raises(DataError, match=r"^X: finite numbers \(float32\), got nan at row 19, column 1 of 'arrays'$"):
+        Dataset.from_arrays(X, np.arange(50) % 3)
+    with pytest.raises(DataError, match=r"^X_test: finite numbers \(float32\), got nan at row 0, column 1"):
+        Dataset.from_arrays(X[20:], np.arange(30) % 3, X[19:21], np.array([0, 1]))   # a test set given: its own rows

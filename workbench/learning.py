@@ -45,7 +45,8 @@ def chance_accuracy(config: dict[str, Any]) -> float | None:
     name = str(config.get("dataset"))
     if is_data_path(name):
         try:
-            data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
+            data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2),
+                                label_column=config.get("label_column"))
         except (TypeError, ValueError, OSError):
             return 1.0 / classes
         import numpy as np
@@ -62,7 +63,7 @@ def _shape(config: dict[str, Any]) -> Any:
         info = dataset_info(str(config.get("dataset")))
         return info.shape(int(config.get("n_samples") or 10000), int(config.get("n_features") or 64),
                           int(config.get("n_classes") or 10), test_fraction=float(config.get("test_fraction") or 0.2),
-                          context=int(config.get("context") or 64))
+                          context=int(config.get("context") or 64), label_column=config.get("label_column"))
     except (TypeError, ValueError, OSError):   # (DataError is a ValueError)
         return None
 
@@ -263,7 +264,8 @@ def _unscaled(config: dict[str, Any]) -> str | None:
     if config.get("standardize") or not is_data_path(name):
         return None
     try:
-        data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2))
+        data = load_dataset(name, test_fraction=float(config.get("test_fraction") or 0.2),
+                            label_column=config.get("label_column"))
     except (TypeError, ValueError, OSError):   # (DataError is a ValueError): a file no longer there
         return None
     return unscaled(data.X_train)
@@ -305,16 +307,28 @@ def clip_text(clip: dict[str, Any] | None) -> str | None:
             f"clipped ({shown}{'; ' + who if who else ''}){norms}")
 
 
+PER_CLASS_SHOWN = 20   # classes named on the per-class line at most (the summary keeps them all)
+
+
 def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:
     """A run's test accuracy class by class (`summary["per_class"]`, a data file of the
-    user's), in one line; None when it has none.
+    user's), in one line; None when it has none. Classes without test rows are counted, not
+    listed, and at most PER_CLASS_SHOWN classes are named (the rest counted).
 
     >>> per_class_text([{"class": "high", "rows": 27, "accuracy": 0.7037}, {"class": "low", "rows": 25, "accuracy": 0.84}])
     'per class (test rows): high 0.70 of 27, low 0.84 of 25'
+    >>> per_class_text([{"class": str(k), "rows": 0 if k % 10 else 5, "accuracy": None if k % 10 else 1.0}
+    ...                 for k in range(31)])
+    'per class (test rows): 0 1.00 of 5, 10 1.00 of 5, 20 1.00 of 5, 30 1.00 of 5; 27 classes without test rows'
     """
     if not per_class:
         return None
+    tested = [c for c in per_class if c["rows"]]
     parts = [f"{c['class']} {'n/a' if c['accuracy'] is None else format(c['accuracy'], '.2f')} of {c['rows']}"
-             for c in per_class]
-    return "per class (test rows): " + ", ".join(parts)
+             for c in tested[:PER_CLASS_SHOWN]]
+    more = [f"{len(tested) - PER_CLASS_SHOWN:,} more classes (summary['per_class'])"] \
+        if len(tested) > PER_CLASS_SHOWN else []
+    empty = len(per_class) - len(tested)
+    tail = f"; {empty:,} classes without test rows" if empty else ""
+    return "per class (test rows): " + ", ".join(parts + more) + tail
 

@@ -115,7 +115,8 @@ class Problem:
         the validation rows (`val_fraction`) held out of the training ones."""
         c = self.config
         return dataset_shape(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
-                             test_fraction=c.test_fraction, context=c.context).held_out(c.val_fraction)
+                             test_fraction=c.test_fraction, context=c.context,
+                             label_column=c.label_column).held_out(c.val_fraction)
 
     @cached_property
     def data(self) -> Dataset:
@@ -123,7 +124,7 @@ class Problem:
         c = self.config
         data = load_dataset(c.dataset, n_samples=c.n_samples, n_features=c.n_features, n_classes=c.n_classes,
                             seed=c.seed, data_dir=c.data_dir, download=c.download, test_fraction=c.test_fraction,
-                            context=c.context)
+                            context=c.context, label_column=c.label_column)
         _BUILDS["data"] += 1
         data = data.hold_out(self.shape.n_val)    # before any statistics: the validation rows stay unseen
         if c.standardize:   # every feature to mean 0, deviation 1 by the training set's statistics
@@ -160,7 +161,8 @@ class Problem:
         for a built-in dataset as it is (its entry says what it is)."""
         from .data import DATASETS, is_text_path
         from .data.files import data_record
-        record = None if self.config.dataset in DATASETS else data_record(self.config.dataset)
+        record = None if self.config.dataset in DATASETS else data_record(self.config.dataset,
+                                                                          self.config.label_column)
         if record is not None and is_text_path(self.config.dataset):   # its characters, in token order
             record = {**record, "vocab": self.data.vocab}
         if self.config.standardize:

@@ -34,7 +34,8 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     (`wb.load`: its params.npy, the final parameters; `params="best"`: those at its lowest
     test loss, params_best.npy).
 
-    `X`: rows as an array; a pandas DataFrame (a CSV-trained run takes its feature columns
+    `X`: rows as an array (a 1-D array of the run's width is one row; with one feature, a
+    1-D array is a column of rows); a pandas DataFrame (a CSV-trained run takes its feature columns
     by name, in any order, other columns such as the label ignored; a run trained on arrays
     every column but a label column: `feature_rows`); or the path of a file of rows, read
     as `python -m workbench predict` reads it (a CSV as the run's was read, a `.npy` of rows,
@@ -58,8 +59,13 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
                                     "python -m workbench generate)", config.dataset)
     problem = Problem.from_config(config)
     rows = np.asarray(feature_rows(result, X).matrix, dtype=np.float32)
-    rows = rows.reshape(len(rows), -1)
     width = problem.shape.n_features
+    if rows.ndim == 1 and width > 1:   # one row's features (X[3]); with one feature, a column of rows
+        if len(rows) != width:
+            raise ConfigError("X", f"rows of the run's {width} features (a 1-D array is one row: {width} values)",
+                              f"a 1-D array of {len(rows)} values")
+        rows = rows[None]
+    rows = rows.reshape(len(rows), -1)
     if rows.shape[1] != width:
         raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
     data = result.summary.get("data") or {}

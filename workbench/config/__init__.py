@@ -179,6 +179,11 @@ class RunConfig(BaseModel):
         "evaluation (val_loss, val_accuracy). With one, the parameters kept as the best and early_stop "
         "go by the validation loss, so the test set stays out of every choice and its numbers stay an "
         "honest estimate."))
+    label_column: str | None = Field(None, json_schema_extra={"group": "what"}, description=(
+        "A .csv dataset's label column, by its name (case and spaces ignored when no column has it "
+        "exactly); unset: the one column named label, y, target or class, else the last column. Set it "
+        "when two columns have such names (x, y, class): such a file is refused until it is. Only for a "
+        ".csv dataset."))
     # --- the GPT (model gpt, maths/gpt.py) and text datasets: one block
     n_layers: WholeFrom1 = Field(DEFAULT_GPT["n_layers"], json_schema_extra={"group": "what"}, description=(
         "gpt: transformer blocks (whole number >= 1), each causal self-attention then a GELU MLP."))
@@ -527,6 +532,16 @@ class RunConfig(BaseModel):
             return ",".join(parts)
         raise ValueError(f"one of {list(DATASET_NAMES)}, or {NAMED_BY_PATH} (or a Dataset in Python)")
 
+    @field_validator("label_column", mode="before")
+    @classmethod
+    def _label_column(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, str) or not v.strip() or "\n" in v or "\r" in v or len(v) > 1000:
+            raise ConfigError("label_column", "the name of a column of the dataset's .csv file (one line of text), "
+                              "or unset", v)
+        return v
+
     @field_validator("model", mode="before")
     @classmethod
     def _model(cls, v: Any) -> str:
@@ -697,6 +712,9 @@ class RunConfig(BaseModel):
             raise ConfigError(*broken)
         if self.trainer_lrs is not None and len(self.trainer_lrs) != self.trainers:
             raise ConfigError("trainer_lrs", f"one lr per trainer ({self.trainers} values)", self.trainer_lrs)
+        if self.label_column is not None and not self.dataset.strip().lower().endswith(".csv"):
+            raise ConfigError("label_column", f"unset unless the dataset is a .csv file (the label column is a "
+                              f"table's; {self.dataset} has none)", self.label_column)
         builtin = self.model in MODEL_NAMES
         if self.hidden is not None and not builtin:
             raise ConfigError("hidden", "unset with a model of your own (its sizes go in model_args)", self.hidden)
@@ -733,7 +751,8 @@ class RunConfig(BaseModel):
         loaded."""
         try:
             return dataset_info(self.dataset).shape(self.n_samples, self.n_features, self.n_classes,
-                                                    self.test_fraction, context=self.context).held_out(self.val_fraction)
+                                                    self.test_fraction, context=self.context,
+                                                    label_column=self.label_column).held_out(self.val_fraction)
         except DataError as exc:     # what the file holds, in the words the loader uses (its field first)
             err = ConfigError("dataset", "", self.dataset)
             err.field, err.args = str(exc).partition(":")[0], (str(exc),)

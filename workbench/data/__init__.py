@@ -96,6 +96,7 @@ def load_dataset(
     download: bool = False,
     test_fraction: float = 0.2,
     context: int = 64,
+    label_column: str | None = None,
 ) -> Dataset:
     """Load or generate a dataset; repeated calls with the same arguments are free.
 
@@ -140,6 +141,7 @@ def load_dataset(
         download: fetch missing files of a real dataset.
         test_fraction: share of a generated set (and of digits) kept for testing, in (0, 1).
         context: tokens per sequence of ``markov_text``, >= 1.
+        label_column: a CSV's label column (None: the one named as a label, else the last).
 
     Returns:
         A :class:`Dataset` whose arrays are read-only and shared between calls.
@@ -152,7 +154,7 @@ def load_dataset(
         return text_dataset(name, _check_int("context", context, 1), _check_fraction("test_fraction", test_fraction))
     if is_data_path(name):   # your own arrays (`data.files`): checked, memory-mapped when large
         test_fraction = _check_fraction("test_fraction", test_fraction)
-        return _file_cached(files._key(name), test_fraction, str(cache_dir(data_dir).absolute()))
+        return _file_cached(files._key(name), test_fraction, str(cache_dir(data_dir).absolute()), label_column)
     if not isinstance(name, str) or name not in DATASETS:
         raise DataError(f"dataset: one of {list(DATASETS)}, or {NAMED_BY_PATH}, got {name!r}")
     n_samples = _check_int("n_samples", n_samples, 10)
@@ -178,13 +180,13 @@ def load_dataset(
 
 
 def dataset_shape(name: str, *, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-                  test_fraction: float = 0.2, context: int = 64) -> Shape:
+                  test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:
     """The `Shape` `load_dataset` with these arguments returns, without loading anything.
 
     >>> dataset_shape("cifar10").n_train
     50000
     """
-    return dataset_info(name).shape(n_samples, n_features, n_classes, test_fraction, context)
+    return dataset_info(name).shape(n_samples, n_features, n_classes, test_fraction, context, label_column)
 
 
 def clear_cache() -> None:
@@ -200,9 +202,10 @@ def clear_cache() -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def _file_cached(key: tuple[str, int, int], test_fraction: float, data_dir: str) -> Dataset:
+def _file_cached(key: tuple[str, int, int], test_fraction: float, data_dir: str,
+                 label_column: str | None = None) -> Dataset:
     """A data file's dataset, by its path, size and time (an edited file is read again)."""
-    return files.load_file(key[0], test_fraction, data_dir)
+    return files.load_file(key[0], test_fraction, data_dir, label_column)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

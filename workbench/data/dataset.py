@@ -64,7 +64,7 @@ class DatasetInfo:
         return self.n_examples is None
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-              test_fraction: float = 0.2, context: int = 64) -> Shape:
+              test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:
         """The dataset's `Shape` for these arguments (those it ignores are ignored), without loading it.
         A language model's rows are `context` tokens wide (`tokens`).
 
@@ -128,7 +128,7 @@ class TextFileInfo(DatasetInfo):
         return False
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-              test_fraction: float = 0.2, context: int = 64) -> Shape:
+              test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:
         """The windows of `context` + 1 characters the file makes (reads it; every check of `read_text`)."""
         n_train, n_test, vocab = text_shape(self.path, context, test_fraction)
         return Shape(n_train, n_test, int(context), vocab, None)
@@ -446,22 +446,29 @@ def describe_arrays(headers: dict[str, tuple[tuple[int, ...], Any]], labels: Cal
                         f"{tuple(headers['X_test'][0][1:])} in {where!r}")
     if n_classes is not None and n_classes < 2:
         raise DataError(f"n_classes: a whole number >= 2, got {n_classes} in {where!r}")
-    top = -1
+    top, used = -1, np.zeros(0, np.int64)
     for y in (n for n in headers if n.startswith("y")):
-        top = max(top, _check_labels(y, labels(y), n_classes, where))
-    classes = n_classes if n_classes is not None else top + 1
-    if classes < 2:
+        most, seen = _check_labels(y, labels(y), n_classes, where)
+        top, used = max(top, most), np.union1d(used, seen)
+    if len(used) < 2:   # two distinct labels, whatever the largest one is (labels all 1 are one class too)
         raise DataError(f"y: at least 2 classes, got only label {top} in {where!r}")
+    classes = n_classes if n_classes is not None else top + 1
+    rows = sum(int(headers[n][0][0]) for n in xs)
+    if n_classes is None and classes > rows:
+        raise DataError(f"y: class labels 0..n_classes-1 with fewer classes than rows, got {classes:,} classes "
+                        f"(largest label {top:,} + 1; {len(used):,} distinct labels) for {rows:,} rows in {where!r}: "
+                        "this looks like a regression target or ids, not classes (number real classes "
+                        "0..k-1: np.unique(y, return_inverse=True))")
     row = tuple(int(d) for d in headers[xs[0]][0][1:])
     image = row if len(row) == 3 else (1, *row) if len(row) == 2 else None
     return {"label": where, "rows": {n: int(headers[n][0][0]) for n in xs}, "n_features": int(np.prod(row)),
-            "n_classes": int(classes), "image_shape": image, "split": "X" in headers}
+            "n_classes": int(classes), "image_shape": image, "split": "X" in headers, "labels_used": len(used)}
 
 
-def _check_labels(name: str, y: np.ndarray, n_classes: int | None, where: str) -> int:
+def _check_labels(name: str, y: np.ndarray, n_classes: int | None, where: str) -> tuple[int, np.ndarray]:
     """Raise DataError at the first label that is not a whole number in [0, n_classes);
-    return the largest label."""
-    top = -1
+    return the largest label and the distinct labels (sorted, int64)."""
+    top, seen = -1, np.zeros(0, np.int64)
     for lo in range(0, len(y), CHECK_ROWS):
         part = np.asarray(y[lo:lo + CHECK_ROWS])
         if part.dtype.kind == "f":
@@ -477,17 +484,32 @@ def _check_labels(name: str, y: np.ndarray, n_classes: int | None, where: str) -
             raise DataError(f"{name}: labels in [0, {n_classes}) (n_classes), got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")
         if len(part):
             top = max(top, int(part.max()))
-    return top
+            seen = np.union1d(seen, np.unique(part).astype(np.int64))
+    return top, seen
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)   # features train as float32: a larger magnitude becomes inf
 
 
 def check_finite(name: str, X: np.ndarray, where: str) -> None:
-    """DataError at the first feature of `X` that is NaN or infinite (row and column named)."""
+    """DataError at the first feature of `X` that is NaN or infinite, or finite but beyond
+    float32's range (features train as float32, where it would be infinite): row and column named.
+
+    >>> check_finite("X", np.array([[1.0], [1e39]]), "t.csv")
+    Traceback (most recent call last):
+    ...
+    workbench.data.dataset.DataError: X: finite numbers (float32), got 1e+39 at row 1, column 0 of 't.csv'
+    """
     for lo in range(0, len(X), CHECK_ROWS):
         part = np.asarray(X[lo:lo + CHECK_ROWS])
-        if part.dtype.kind == "f" and not np.isfinite(part).all():
-            flat = part.reshape(len(part), -1)
-            r, c = divmod(int(np.argmax(~np.isfinite(flat))), flat.shape[1])
-            raise DataError(f"{name}: finite numbers, got {flat[r, c]} at row {lo + r}, column {c} of {where!r}")
+        if part.dtype.kind != "f":
+            continue
+        flat = part.reshape(len(part), -1)
+        bad = ~(np.abs(flat) <= FLOAT32_MAX)   # NaN, inf, and what float32 cannot hold
+        if bad.any():
+            r, c = divmod(int(np.argmax(bad)), flat.shape[1])
+            raise DataError(f"{name}: finite numbers (float32), got {flat[r, c]} at row {lo + r}, column {c} "
+                            f"of {where!r}")
 
 
 def split_rows(X: np.ndarray, y: np.ndarray, n_test: int) -> dict[str, np.ndarray]:
@@ -518,6 +540,7 @@ def from_arrays(X_train: Any, y_train: Any, X_test: Any = None, y_test: Any = No
     if facts["split"]:
         if len(arrays["X"]) < 2:
             raise DataError(f"X: at least 2 rows to split into a training and a test set, got {len(arrays['X'])}")
+        check_finite("X", arrays["X"], name)   # by the rows of the X given, before the split reorders them
         arrays = split_rows(arrays["X"], arrays["y"], _n_test(len(arrays["X"]), _check_fraction("test_fraction",
                                                                                                test_fraction)))
     for key in ("X_train", "X_test"):

@@ -7,8 +7,9 @@ A dataset is named by a path where a built-in one is named by its key:
   `test_fraction`); an optional scalar `n_classes` states the class count;
 - `features.npy,labels.npy` (a pair, split by `test_fraction`), or a folder holding
   `X_train.npy, y_train.npy, X_test.npy, y_test.npy` or `X.npy, y.npy`;
-- `table.csv` with a header row: the label column is the one named `label`, `y`,
-  `target` or `class` (in that order; else the last column), every other column a feature;
+- `table.csv` with a header row: the label column is the one chosen (`label_column`), else
+  the one named `label`, `y`, `target` or `class` (case and spaces ignored; two such columns
+  are refused, not ranked), else the last column; every other column a feature;
   labels may be class names (label k the k-th name in sorted order); the separator is a
   comma, or what the sniffer finds (`;`, tab, `|`); a first column that is the row index
   `DataFrame.to_csv` writes is dropped (`Table`: how the run read it, in its summary);
@@ -94,11 +95,12 @@ class _Source:
     kind: str                 # "npz" | "npy" | "csv"
     path: str
     member: str = ""          # the .npz member / the CSV part ("X" or "y")
+    label: str | None = None  # a CSV's label column as the run chose it (`label_column`; None: by its name)
 
     def header(self) -> tuple[tuple[int, ...], np.dtype]:
         """(shape, dtype) without reading the data."""
         if self.kind == "csv":
-            a = _csv(self.path)[0 if self.member == "X" else 1]
+            a = _csv(self.path, self.label)[0 if self.member == "X" else 1]
             return a.shape, a.dtype
         if self.kind == "npz":
             with zipfile.ZipFile(self.path) as z, z.open(self.member) as f:
@@ -110,7 +112,7 @@ class _Source:
         """The array: memory-mapped (read-only) when `mmap` and the source is a .npy file."""
         try:
             if self.kind == "csv":
-                return _csv(self.path)[0 if self.member == "X" else 1]
+                return _csv(self.path, self.label)[0 if self.member == "X" else 1]
             if self.kind == "npz":
                 with np.load(self.path, allow_pickle=False) as z:
                     return z[self.member[:-4]]
@@ -135,9 +137,10 @@ def _npy_header(f: Any, src: _Source) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(int(d) for d in shape), np.dtype(dtype)
 
 
-def _sources(path: str) -> tuple[dict[str, _Source], str]:
+def _sources(path: str, label_column: str | None = None) -> tuple[dict[str, _Source], str]:
     """The arrays `path` holds ({"X_train", ...} or {"X", "y"}, plus "n_classes" when stated),
-    and how to name them in messages; DataError when they are not there."""
+    and how to name them in messages; DataError when they are not there. `label_column`: a
+    CSV's label column (`RunConfig.label_column`; None: found by its name)."""
     if "," in path:
         xf, yf = (p.strip() for p in path.split(","))
         for f in (xf, yf):
@@ -162,7 +165,7 @@ def _sources(path: str) -> tuple[dict[str, _Source], str]:
         raise DataError(f"dataset: features and labels, as a pair features.npy,labels.npy or a folder of .npy files "
                         f"(one .npy holds one array), got {path!r}")
     if lower.endswith(".csv"):
-        return {"X": _Source("csv", path, "X"), "y": _Source("csv", path, "y")}, path
+        return {"X": _Source("csv", path, "X", label_column), "y": _Source("csv", path, "y", label_column)}, path
     try:
         with zipfile.ZipFile(path) as z:
             members = [m for m in z.namelist() if m.endswith(".npy")]
@@ -226,19 +229,62 @@ def _read_table(path: str) -> tuple[Any, str]:
 
 
 def _written_index(frame: Any) -> str | None:
-    """The first column when it is the row index `DataFrame.to_csv` writes by default (no
-    header, 0, 1, 2, ...): a row's number is not a feature."""
+    """The first column when it is the row index `DataFrame.to_csv` writes by default: no
+    header, and whole numbers >= 0 each once, in any order (a filtered frame's index has
+    gaps, a sorted one's is shuffled). A row's number is not a feature: kept, it can even
+    give the label away (rows written in the order of their class).
+
+    >>> import pandas as pd
+    >>> _written_index(pd.DataFrame({"Unnamed: 0": [7, 2, 40], "a": [1.0, 2.0, 3.0], "label": [0, 1, 0]}))
+    'Unnamed: 0'
+    >>> _written_index(pd.DataFrame({"Unnamed: 0": [1, 1, 2], "a": [1.0, 2.0, 3.0], "label": [0, 1, 0]})) is None
+    True
+    """
     import pandas as pd
     first = frame.columns[0]
     column = frame[first]
     if str(first).startswith("Unnamed: 0") and pd.api.types.is_integer_dtype(column) and \
-            (column.to_numpy() == np.arange(len(frame))).all():
+            bool((column >= 0).all()) and column.is_unique:
         return str(first)
     return None
 
 
+def label_of(frame: Any, path: str, chosen: str | None = None) -> Any:
+    """A table's label column: `chosen` (`label_column`: its exact name, else the one column
+    whose name matches it with case and spaces ignored), else the one column named as a
+    label (`LABEL_COLUMNS`, case and spaces ignored), else the last column. Two or more
+    columns named as labels (`x, y, class`: a coordinate y, or the class?) are refused,
+    not ranked: DataError naming them and how to choose.
+
+    >>> import pandas as pd
+    >>> label_of(pd.DataFrame(columns=["a", " Class "]), "t.csv"), label_of(pd.DataFrame(columns=["a", "b"]), "t.csv")
+    (' Class ', 'b')
+    >>> label_of(pd.DataFrame(columns=["x", "y", "class"]), "t.csv")
+    Traceback (most recent call last):
+    ...
+    workbench.data.dataset.DataError: label_column: the one label column of 't.csv', chosen (label_column, --label-column) when several columns are named as labels, got none chosen among 'y', 'class'
+    """
+    columns = list(frame.columns)
+    if chosen is not None:
+        if chosen in columns:
+            return chosen
+        near = [c for c in columns if str(c).strip().lower() == str(chosen).strip().lower()]
+        if len(near) == 1:
+            return near[0]
+        shown = ", ".join(repr(str(c)) for c in columns[:20]) + (f", ... ({len(columns)} columns)"
+                                                                 if len(columns) > 20 else "")
+        raise DataError(f"label_column: a column of {path!r} ({shown}), got {chosen!r}")
+    named = [c for c in columns if str(c).strip().lower() in LABEL_COLUMNS]
+    if len(named) > 1:
+        raise DataError(f"label_column: the one label column of {path!r}, chosen (label_column, --label-column) "
+                        f"when several columns are named as labels, got none chosen among "
+                        f"{', '.join(repr(str(c)) for c in named)}")
+    return named[0] if named else columns[-1]
+
+
 @functools.lru_cache(maxsize=2)
-def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarray, Table]:
+def _csv_cached(path: str, size: int, mtime: int, label_column: str | None = None
+                ) -> tuple[np.ndarray, np.ndarray, Table]:
     import pandas as pd
     frame, sep = _read_table(path)
     if frame.shape[1] < 2 or len(frame) < 2:
@@ -247,8 +293,7 @@ def _csv_cached(path: str, size: int, mtime: int) -> tuple[np.ndarray, np.ndarra
     dropped = _written_index(frame) if frame.shape[1] > 2 else None
     if dropped is not None:
         frame = frame.drop(columns=[dropped])
-    lower = {str(c).strip().lower(): c for c in frame.columns}
-    label = next((lower[n] for n in LABEL_COLUMNS if n in lower), frame.columns[-1])
+    label = label_of(frame, path, label_column)
     features = frame.drop(columns=[label])
     X = feature_matrix(features, path)
     y = frame[label]
@@ -295,16 +340,16 @@ def read_rows(path: str) -> Any:
     return frame.drop(columns=[dropped]) if dropped is not None else frame
 
 
-def _csv(path: str) -> tuple[np.ndarray, np.ndarray, Table]:
+def _csv(path: str, label_column: str | None = None) -> tuple[np.ndarray, np.ndarray, Table]:
     st = os.stat(path)
-    return _csv_cached(str(Path(path).absolute()), st.st_size, st.st_mtime_ns)
+    return _csv_cached(str(Path(path).absolute()), st.st_size, st.st_mtime_ns, label_column)
 
 
 # ------------------------------------------------------------------------------ the shape, without loading
 @functools.lru_cache(maxsize=16)
-def _facts(key: tuple[str, int, int]) -> dict[str, Any]:
-    """`_facts_of` a data file's arrays, cached by its path, size and time."""
-    return _facts_of(*_sources(key[0]))
+def _facts(key: tuple[str, int, int], label_column: str | None = None) -> dict[str, Any]:
+    """`_facts_of` a data file's arrays, cached by its path, size and time (and a CSV's label column)."""
+    return _facts_of(*_sources(key[0], label_column))
 
 
 def _facts_of(src: dict[str, Any], label: str) -> dict[str, Any]:
@@ -353,7 +398,7 @@ def version(name: Any) -> tuple[int, int] | None:
         return None
 
 
-def file_shape(path: str, test_fraction: float = 0.2) -> Shape:
+def file_shape(path: str, test_fraction: float = 0.2, label_column: str | None = None) -> Shape:
     """The `Shape` of a data file (train and test rows, width, classes, image shape), from
     its arrays' headers and labels; DataError (one line) for what cannot train.
 
@@ -363,7 +408,7 @@ def file_shape(path: str, test_fraction: float = 0.2) -> Shape:
     >>> file_shape(f)
     Shape(n_train=40, n_test=10, n_features=4, n_classes=3, image_shape=None, n_val=0)
     """
-    facts = _facts(_key(path))
+    facts = _facts(_key(path), label_column)
     if facts["split"]:
         n = facts["rows"]["X"]
         n_test = _split_test(n, test_fraction, facts["label"])
@@ -384,9 +429,9 @@ class ArrayFileInfo(DatasetInfo):
         return False
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
-              test_fraction: float = 0.2, context: int = 64) -> Shape:
+              test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:
         """`file_shape` of the file (the other arguments size built-in datasets only)."""
-        return file_shape(self.path, test_fraction)
+        return file_shape(self.path, test_fraction, label_column)
 
 
 FILE_KINDS.append((is_data_path, lambda name: ArrayFileInfo(f"your arrays in {name}", n_examples=0, n_classes=None,
@@ -401,23 +446,27 @@ def _split_test(n: int, test_fraction: float, label: str) -> int:
 
 
 # ------------------------------------------------------------------------------ loading
-def load_file(path: str, test_fraction: float = 0.2, data_dir: str | os.PathLike | None = None) -> Dataset:
+def load_file(path: str, test_fraction: float = 0.2, data_dir: str | os.PathLike | None = None,
+              label_column: str | None = None) -> Dataset:
     """The dataset a data file holds, checked (see the module docstring); large feature
-    arrays memory-mapped. Repeated calls with an unchanged file are cheap (`data`'s cache)."""
-    shape = file_shape(path, test_fraction)
-    facts = _facts(_key(path))
-    src, label = _sources(path)
+    arrays memory-mapped. Repeated calls with an unchanged file are cheap (`data`'s cache).
+    `label_column`: a CSV's label column (None: found by its name)."""
+    shape = file_shape(path, test_fraction, label_column)
+    facts = _facts(_key(path), label_column)
+    src, label = _sources(path, label_column)
     big = max(s.header()[1].itemsize * int(np.prod(s.header()[0])) for n, s in src.items() if n.startswith("X")) \
         > MMAP_BYTES and src["X" if facts["split"] else "X_train"].kind != "csv"
-    if big:
+    if big:   # the file's own arrays checked, by their own rows, before a float32 copy is written
+        for name in ("X",) if facts["split"] else ("X_train", "X_test"):
+            check_finite(name, src[name].read(mmap=True), label)
         arrays = _prepared(path, test_fraction, src, facts, data_dir)
     else:
         arrays = {n: src[n].read() for n in src if n != "n_classes"}
         if facts["split"]:
             check_finite("X", arrays["X"], label)   # by the file's own row numbers, before the split reorders them
             arrays = split_rows(arrays["X"], arrays["y"], shape.n_test)
-    for name in ("X_train", "X_test"):
-        check_finite(name, arrays[name], label)
+        for name in ("X_train", "X_test"):
+            check_finite(name, arrays[name], label)
     flat = {n: a.reshape(a.shape[0], -1) if n.startswith("X") else a for n, a in arrays.items()}
     return make_dataset(label, flat["X_train"], flat["y_train"], flat["X_test"], flat["y_test"], shape.n_classes,
                         image_shape=shape.image_shape)
@@ -617,7 +666,7 @@ def save_arrays(data: Dataset, data_dir: str | os.PathLike | None = None) -> str
 HASH_BYTES = 256 << 20   # files up to this size are hashed for the run's summary (larger: size and time only)
 
 
-def data_record(path: str) -> dict[str, Any]:
+def data_record(path: str, label_column: str | None = None) -> dict[str, Any]:
     """What a run's data file was, for its summary (`summary["data"]`): each file's path,
     size and SHA-256 (files over HASH_BYTES: size and modification time only); for a CSV,
     how its table was read (`Table.record`: the label column, the features, class names).
@@ -645,18 +694,18 @@ def data_record(path: str) -> dict[str, Any]:
         out.append(entry)
     record: dict[str, Any] = {"name": path, "files": out}
     if path.lower().endswith(".csv"):   # how the table was read: which column is the label, the class names
-        record["table"] = _csv(path)[2].record()
+        record["table"] = _csv(path, label_column)[2].record()
     return record
 
 
-def reach(path: str, test_fraction: float = 0.2) -> str | None:
+def reach(path: str, test_fraction: float = 0.2, label_column: str | None = None) -> str | None:
     """In a worker, before its run starts: None when it can read the data file `path`
     (its arrays' headers and labels; a .txt file's text), else what went wrong, in one line."""
     try:
         if is_text_path(path):          # a language model's text file (`data.text`)
             read_text(path)
         else:
-            file_shape(path, test_fraction)
+            file_shape(path, test_fraction, label_column)
     except (DataError, OSError) as exc:
         return str(exc)
     return None

@@ -472,7 +472,41 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
         msg = scale_warning(config, data)
         if msg:
             out.append(msg)
+        msg = unused_classes_warning(config, data)
+        if msg:
+            out.append(msg)
     return out
+
+
+def unused_classes_warning(config: RunConfig, data: Any) -> str | None:
+    """Say so when a data file's integer labels leave classes without a single row (labels
+    10, 20, 30 make 31 classes, largest label + 1): the model has an output for each, and
+    the loss, the chance level and the per-class line count them. Labels are kept as given
+    (a run answers in the file's own labels), so the fix is the user's: number the classes
+    0..k-1. A CSV's class names are numbered already and leave none.
+
+    >>> import numpy as np, types
+    >>> cfg = types.SimpleNamespace(dataset="prices.csv")
+    >>> y = np.array([10, 20, 30, 20])
+    >>> data = types.SimpleNamespace(y_train=y, y_test=y[:2], y_val=None, n_classes=31, vocab=None)
+    >>> print(unused_classes_warning(cfg, data))
+    the labels of prices.csv leave 28 of its 31 classes (largest label + 1) without a single row (3 used: 10, 20, 30): the model still has an output for each, and the loss and the chance level count them; number the classes 0..2 to train 3 (np.unique(y, return_inverse=True))
+    """
+    import numpy as np
+
+    from ..data.files import is_data_path
+    if not is_data_path(config.dataset) or getattr(data, "vocab", None) is not None:
+        return None
+    used = np.unique(np.concatenate([np.unique(np.asarray(y)) for y in (data.y_train, data.y_test, data.y_val)
+                                     if y is not None]))
+    unused = int(data.n_classes) - len(used)
+    if unused <= 0:
+        return None
+    shown = ", ".join(str(int(v)) for v in used[:8]) + (", ..." if len(used) > 8 else "")
+    return (f"the labels of {config.dataset} leave {unused:,} of its {int(data.n_classes):,} classes (largest label "
+            f"+ 1) without a single row ({len(used):,} used: {shown}): the model still has an output for each, and "
+            f"the loss and the chance level count them; number the classes 0..{len(used) - 1} to train {len(used):,} "
+            "(np.unique(y, return_inverse=True))")
 
 
 def scale_warning(config: RunConfig, data: Any) -> str | None:

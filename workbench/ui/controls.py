@@ -47,6 +47,8 @@ LEFT_TO_CODE = {"out": "each run is saved to the Dashboard's own folder, `Dashbo
                 "checkpoint_every": "the Dashboard's runs checkpoint every 60 s; a stopped run's Resume button "
                                     "continues it: `RunConfig(checkpoint_every=...)` in code",
                 "checkpoint_keep": "`RunConfig(checkpoint_keep=...)` in code (2 by default)",
+                "label_column": "a .csv's label column, when two of its columns are named as labels: "
+                                "`RunConfig(label_column=...)` or `--label-column`",
                 "elastic": "membership that changes is a run on a cluster that changes: `RunConfig(elastic=True)`, "
                            "`--elastic`, as notebooks/faults_and_recovery.ipynb does",
                 "min_workers": "with elastic, in code: `RunConfig(min_workers=...)`",

@@ -130,7 +130,8 @@ class DaskTransport(Transport):
         if config.dataset not in DATASETS:    # a file of the user's: every host's workers read it themselves
             from ...data.files import reach
             for w in {w["host"]: w for w in self.workers}.values():
-                why = self._on(reach, config.dataset, config.test_fraction, where=w["address"])
+                why = self._on(reach, config.dataset, config.test_fraction, config.label_column,
+                               where=w["address"])
                 if why is not None:
                     raise ConfigError("dataset", f"a file the workers can read (on {w.get('host')}: {why}; put it "
                                       "where every host sees it at the same path)", config.dataset)
