@@ -89,6 +89,19 @@ def test_algorithms_lists_every_algorithm():
         assert name in proc.stdout
 
 
+def test_a_divergence_every_worker_reports_is_said_three_times_then_counted(tmp_path):
+    """Each asynchronous worker ends with its own `diverged` event (a 1,024-worker async_msgd
+    printed 362 lines); the terminal shows three and counts the rest, the summary keeps all."""
+    out = tmp_path / "run"
+    proc = cli("run", "--simulate", "--algorithm", "async_sgd", "--cpus", "16", "--lr", "1e6", "--momentum", "0",
+               "--steps", "200", "--no-progress", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    events = [e for e in json.loads((out / "summary.json").read_text())["events"] if e["event"] == "diverged"]
+    assert len(events) > 3
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("diverged:")]
+    assert len(lines) == 3 and f"... and {len(events) - 3} more diverged events" in proc.stderr, proc.stderr
+
+
 def test_diverged_run_exits_1_and_keeps_results(tmp_path):
     out = tmp_path / "run"
     proc = cli("run", "--lr", "1e6", "--momentum", "0", "--steps", "100", "--out", str(out))

@@ -656,6 +656,9 @@ def _resume(args: argparse.Namespace) -> int:
     return _report_run(result, RunConfig.from_dict(result.summary["config"]))
 
 
+EVENTS_SHOWN = 3   # events of one kind the terminal shows after a run; the rest are counted
+
+
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
     from ..learning import accuracy_text
@@ -668,9 +671,16 @@ def _report_run(result: Any, config: RunConfig) -> int:
           f"comm fraction {s['comm_fraction']:.2f}")
     for line in _model_lines(s, config):
         print(f"  {line}")
+    said: dict[str, int] = {}
     for event in s.get("events", []):
-        if event["event"] in ("diverged", "failed", "worker_lost", "scheduler_lost"):
-            print(f"  {event['event']}: {event['message']}", file=sys.stderr)
+        kind = event["event"]
+        if kind in ("diverged", "failed", "worker_lost", "scheduler_lost"):
+            said[kind] = said.get(kind, 0) + 1
+            if said[kind] <= EVENTS_SHOWN:   # each worker of an asynchronous run says it diverged: 1,024 lines
+                print(f"  {kind}: {event['message']}", file=sys.stderr)
+    for kind, n in said.items():
+        if n > EVENTS_SHOWN:
+            print(f"  ... and {n - EVENTS_SHOWN:,} more {kind} events (all in the summary's events)", file=sys.stderr)
     if s["status"] == "failed":   # a loop that never started has no event: its error says why
         for rank, error in (s.get("errors") or {}).items():
             print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)
