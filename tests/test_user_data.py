@@ -445,6 +445,9 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     assert main(["predict", str(folder / "arun"), str(folder / "five.csv")]) == 0
     printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
     assert printed["predicted"].tolist() == list(wb.predict(wb.load(folder / "arun"), X[:5]))
+    # ... and two label-like columns (x, y, class: is y a coordinate?) are refused, not ranked
+    with pytest.raises(ConfigError, match=r"^rows: a table with at most one label column .* got 'rows with y, class'"):
+        wb.predict(wb.load(folder / "arun"), pd.DataFrame(X[:5, :2], columns=["x", "y"]).assign(**{"class": k[:5]}))
 
 
 def test_a_saved_run_answers_arrays_of_rows_from_the_shell(tmp_path, capsys):

@@ -124,16 +124,20 @@ def feature_rows(result: RunResult, X: Any) -> Rows:
         return Rows(X)
     frame = X
     table = (result.summary.get("data") or {}).get("table")
-    lower = {str(c).strip().lower(): c for c in frame.columns}
     if table is not None:   # the run's own columns, by name
+        lower = {str(c).strip().lower(): c for c in frame.columns}
         label = lower.get(str(table["label"]).strip().lower())
         missing = [c for c in table["features"] if c not in frame.columns]
         if missing:
             raise ConfigError("rows", f"the feature columns the run was trained on ({', '.join(table['features'])})",
                               f"{name} without {', '.join(missing)}")
         columns = list(table["features"])
-    else:
-        label = next((lower[n] for n in LABEL_COLUMNS if n in lower), None)
+    else:   # a run trained on arrays: no names to go by, so one label-like column at most
+        named = [c for c in frame.columns if str(c).strip().lower() in LABEL_COLUMNS]
+        if len(named) > 1:    # x, y, class: a coordinate y, or the label? (as a CSV's label is refused)
+            raise ConfigError("rows", "a table with at most one label column (label, y, target or class) beside "
+                              "the features of a run trained on arrays", f"{name} with {', '.join(map(str, named))}")
+        label = named[0] if named else None
         columns = [c for c in frame.columns if c != label]
     return Rows(feature_matrix(frame[columns], name), frame, label,
                 frame[label].astype(str).str.strip().to_numpy() if label is not None else None)
