@@ -151,3 +151,18 @@ def test_the_stability_bound_takes_the_momentum_the_algorithm_uses():
         return " ".join(P.run_warnings(cfg, 5, problem.data, problem.model))
     assert "momentum 0.9)" in said("sync_sgd")
     assert "momentum 0)" in said("async_sgd") and "momentum 0)" in said("hogwild_sgd")
+
+
+def test_the_curvature_estimate_leaves_no_buffers_in_the_cached_model():
+    """The estimate runs on the problem's model, which its cache keeps for the session: the
+    work buffers of its 256 rows go when it ends (large_batch's GPT kept 74 MB of them in the
+    kernel), and the warning is the same the second time."""
+    from workbench.problem import Problem
+
+    cfg = RunConfig(algorithm="sync_sgd", lr=1.0, lr_scaling="linear", batch_size=1024, momentum=0.9, steps=5,
+                    seed=3)
+    problem = Problem.from_config(cfg)
+    first = P.run_warnings(cfg, 5, problem.data, problem.model)
+    assert any("stability bound" in w for w in first), first        # the estimate ran
+    assert problem.model._work == {}
+    assert P.run_warnings(cfg, 5, problem.data, problem.model) == first

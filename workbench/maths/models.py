@@ -302,6 +302,13 @@ class Model:
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.describe()}>"
 
+    def drop_work(self) -> None:
+        """Free the work buffers kept per batch size; the next call allocates its own again.
+        For a model that outlives a one-off computation at another batch size (preflight's
+        curvature estimate on the problem's cached model), which would otherwise keep that
+        size's buffers as long as the model lives."""
+        self._work.clear()
+
     def __getstate__(self) -> dict:
         # Models travel to Dask workers; scratch buffers (maybe on a GPU) stay behind.
         state = self.__dict__.copy()
