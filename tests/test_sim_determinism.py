@@ -76,29 +76,29 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
 
 
 def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_replays(tmp_path, monkeypatch):
-    # A calibration was the fastest of up to 9 calls, then (2026-12-04) the median, now the
-    # mean (calibration.CALIBRATION_METHOD). A cached record taken another way is stale: timed
+    # A calibration was the fastest of up to 9 calls, then (2026-12-04) the median, then the
+    # mean, now the mean with flat timings fitted flat (calibration.CALIBRATION_METHOD). A cached record taken another way is stale: timed
     # again and rewritten. The same record given as a file still replays as it ran.
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     calibration._LOCAL.clear()
     config = RunConfig(algorithm="sgd", cpus=1, cpu_device="local", **SMALL)
     first = run_simulated(config)
     record = first.summary["calibration"]
-    assert record["method"] == calibration.CALIBRATION_METHOD == "mean"
+    assert record["method"] == calibration.CALIBRATION_METHOD == "mean, bounded fit"
     assert "mean of" in record["source"]
     assert 0 <= record["cv"] < 1                                  # the spread of the largest batch's calls
     assert record["load_average"] is None or record["load_average"] >= 0
     cached = next((tmp_path / "cache" / "sim-calibration").glob("*.json"))
     old = {k: v for k, v in record.items() if k not in ("load_average", "cv")}
-    old["method"] = "median"
+    old["method"] = "mean"                                       # the fit of before 2026-12-06
     old["rate_flops"] = record["rate_flops"] * 2                 # as if the fastest calls had been kept
     cached.write_text(json.dumps(old))
     given = tmp_path / "old.json"
     given.write_text(json.dumps(old))
     calibration._LOCAL.clear()
     again = run_simulated(config)                                # the stale cache: timed anew
-    assert again.summary["calibration"]["method"] == "mean"
-    assert json.loads(cached.read_text())["method"] == "mean"
+    assert again.summary["calibration"]["method"] == "mean, bounded fit"
+    assert json.loads(cached.read_text())["method"] == "mean, bounded fit"
     _no_timing(monkeypatch)
     replay = run_simulated(config.replace(calibration=str(given)))
     assert replay.summary["calibration"]["rate_flops"] == old["rate_flops"]      # as it ran, not re-timed

@@ -117,26 +117,41 @@ def _repeats(first_s: float, sizes: int) -> int:
     return max(CALIBRATION_MIN_REPEATS, min(CALIBRATION_REPEATS, fit))
 
 
+FLAT_SHARE = 0.01   # timings flat in the batch: the per-FLOP cost adds this much of the overhead at the largest batch timed
+
+
 def fit_overhead_rate(flops: list[float], seconds: list[float]) -> tuple[float, float]:
     """Least squares seconds = overhead + flops / rate: (overhead >= 0, rate > 0).
 
     Errors count relative to each time (weights 1/seconds), so a batch of 64 is fitted
-    as well as one of 1024 rather than lost in its milliseconds. A negative intercept
-    (noise) refits through the origin; one point, or a slope that is not positive,
-    gives overhead 0 and the largest point's rate.
+    as well as one of 1024 rather than lost in its milliseconds. Where the free fit breaks
+    a bound (a negative intercept, or a slope that is not positive: timings flat in the
+    batch, as a small model's per-call overhead makes them, plus noise), the best fit within
+    the bounds lies on one of them: through the origin, or flat (the timings' overhead, the
+    per-FLOP cost too small to resolve: FLAT_SHARE of it at the largest batch). The one
+    with the smaller relative error is taken. One point gives overhead 0 and its rate.
 
     >>> overhead, rate = fit_overhead_rate([1e6, 2e6, 4e6], [0.0011, 0.0021, 0.0041])
     >>> round(overhead * 1e6, 6), round(rate / 1e9, 6)       # 100 us + FLOPs / 1 GFLOP/s
     (100.0, 1.0)
+
+    Timings flat in the batch (an audit's small torch model: 0.214, 0.578 and 0.232 ms at
+    batches 8, 32 and 128) are not charged through the origin (33 us a batch of 16):
+
+    >>> overhead, rate = fit_overhead_rate([8e3, 32e3, 128e3], [0.000214, 0.000578, 0.000232])
+    >>> round(overhead * 1e6), round((overhead + 16e3 / rate) * 1e6)
+    (247, 247)
     """
     f, t = np.asarray(flops, float), np.asarray(seconds, float)
     if len(f) >= 2 and np.ptp(f) > 0 and np.all(t > 0):
         slope, intercept = np.polyfit(f, t, 1, w=1 / t)     # polyfit weighs residuals by w
         if slope > 0 and intercept >= 0:
             return float(intercept), float(1 / slope)
-        slope = float(np.sum(f / t) / np.sum((f / t) ** 2))  # min sum((slope f - t) / t)^2
-        if slope > 0:
-            return 0.0, 1 / slope
+        flat = float(np.sum(1 / t) / np.sum(1 / t ** 2))      # min sum((a - t) / t)^2
+        through = float(np.sum(f / t) / np.sum((f / t) ** 2))  # min sum((slope f - t) / t)^2
+        if np.sum(((flat - t) / t) ** 2) <= np.sum(((through * f - t) / t) ** 2) or through <= 0:
+            return flat, float(f.max() / (FLAT_SHARE * flat))
+        return 0.0, 1 / through
     i = int(np.argmax(f))
     return 0.0, float(f[i] / max(t[i], 1e-12))
 
@@ -339,8 +354,9 @@ def co_run_cores(record: dict[str, Any], cpu_workers: int) -> int:
 # ------------------------------------------------------------------------------ calibration files
 CALIBRATION_KIND = "workbench simulated-cluster calibration"
 # how a record's times were taken; a cached record taken another way is timed again (a given
-# file still replays as it ran): the fastest of up to 9 calls, then (2026-12-04) the median
-CALIBRATION_METHOD = "mean"
+# file still replays as it ran): the fastest of up to 9 calls, then (2026-12-04) the median, then
+# the mean; "mean, bounded fit" (2026-12-06): flat timings are fitted flat, not through the origin
+CALIBRATION_METHOD = "mean, bounded fit"
 
 
 def machine_identity() -> dict[str, Any]:
