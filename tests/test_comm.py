@@ -385,6 +385,35 @@ def test_the_stop_word_is_seen_at_the_next_call_without_waiting_for_a_poll():
     set_shm_stop(name, size)                                              # the run's segment gone: no error
 
 
+def test_a_worker_that_leaves_the_start_barrier_on_a_stop_lets_a_later_one_through():
+    """A stop while the run starts: worker 0 waits at the barrier, sees the stop, and goes on
+    to its first (synchronous) step, whose exchange settles the stop with its peers. Worker 1
+    arrives later: it once waited in the barrier's second phase for worker 0's flag until its
+    deadline (120 s; the client cancelled the run after 12 s and worker 0 reported its peer
+    gone). It now passes at once."""
+    from workbench.comm.barrier import ShmStartBarrier, barrier_nbytes
+
+    class Stop:
+        def aborted(self):
+            return False
+
+        def stop_requested(self):
+            return True
+
+    size = 2
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", barrier_nbytes(size))
+    try:
+        first = ShmStartBarrier(name, 0, size, control=Stop(), timeout=60.0)
+        assert first() == []                                   # alone, on the stop
+        later = ShmStartBarrier(name, 1, size, control=None, timeout=30.0)
+        t0 = time.perf_counter()
+        assert later() == [] and time.perf_counter() - t0 < 5.0   # not its deadline (30 s here)
+        first.close()
+        later.close()
+    finally:
+        unlink_segment(name)
+
+
 def test_a_loop_asking_to_stop_sets_the_word_and_the_word_slows_the_poll():
     # A loop's own stop request (an asynchronous worker that diverged) reaches the other
     # loops on its host through the word at their next call, not their next poll; with the

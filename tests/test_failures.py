@@ -90,6 +90,24 @@ def test_a_stop_ends_the_same_on_threads_and_on_dask(client, tmp_path, algorithm
     saved(dask, tmp_path / "d")
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["sync_sgd", "diloco"])
+def test_a_stop_asked_while_the_run_starts_ends_it_at_its_first_exchange(client, algorithm, tiny):
+    """Stop asked before the loops have started (a should_stop that says yes at once; Ctrl-C
+    in the first seconds): a loop waiting at the shared-memory start barrier went on to its
+    first step without marking itself through, so its peer waited in the barrier's second
+    phase until the client cancelled both (after 12 s: "allreduce aborted: a peer is gone",
+    no step, no checkpoint, a worker process killed). The stop now lands at the first
+    exchange, as any stop of a synchronous run does: every worker ran the same steps."""
+    cfg = tiny(algorithm=algorithm, cpus=2, epochs=2000, tau=4)
+    result = run(cfg, cluster=client, should_stop=lambda: True)
+    assert result.status == "stopped", result.events
+    assert not {"aborted", "worker_lost"} & set(event_names(result)), result.events
+    per_worker = result.steps.groupby("worker")["step"].max()
+    assert sorted(per_worker.index) == [0, 1] and per_worker.nunique() == 1, per_worker
+    assert per_worker.iloc[0] < (4 if algorithm == "diloco" else 1)   # its first exchange
+
+
 # ------------------------------------------------------------------------------ a lost worker
 def _check_lost(result):
     assert result.status == "failed"

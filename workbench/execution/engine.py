@@ -33,6 +33,7 @@ import numpy as np
 
 from ..algorithms import REGISTRY, WorkerContext, run_loop
 from ..algorithms.base import checkpoints_offered, float_errors
+from ..comm.barrier import START_TIMEOUT_S
 from ..comm.base import WorkerLost
 from ..config import ConfigError, RunConfig
 from ..data.files import is_data_path
@@ -590,20 +591,20 @@ class _Monitor:
         the loops to stop, as `should_stop` does, and the loop goes on taking what they send
         until they have ended; a second interrupt stops waiting for them."""
         transport = self.transport
-        stop_deadline = None
+        stop_deadline = stop_asked_at = None
         interrupts: list[str] = []
         with interrupts_as_requests(interrupts):
             try:
                 while True:
                     self.drain()
                     if interrupts and not self.stop_asked:
-                        stop_deadline = time.time() + STOP_GRACE_S
+                        stop_deadline = stop_asked_at = time.time() + STOP_GRACE_S
                         self.ask_stop("KeyboardInterrupt", f"KeyboardInterrupt ({interrupts[0]})")
                     elif len(interrupts) > 1:   # asked again: stop waiting for the loops
                         transport.cancel()
                         break
                     if not self.stop_asked and self.should_stop is not None and self.should_stop():
-                        stop_deadline = time.time() + STOP_GRACE_S
+                        stop_deadline = stop_asked_at = time.time() + STOP_GRACE_S
                         self.ask_stop("stop requested", "stop requested by the user")
                     self.take(transport.poll())
                     if self.gone or not transport.pending():
@@ -612,6 +613,12 @@ class _Monitor:
                         self.saver.maybe_ask()
                     if self.joins is not None and not self.stop_asked:
                         self.joins.watch(self)
+                    if stop_deadline is not None and len(self.collector.started) < self.setup.size \
+                            and time.time() < stop_asked_at + START_TIMEOUT_S:
+                        # asked while the run starts (data, the loops' set-up): the loops' grace
+                        # counts from their start (a start barrier waits START_TIMEOUT_S at most);
+                        # cancelling them sooner killed a loop in set-up, its peer in its first allreduce
+                        stop_deadline = time.time() + STOP_GRACE_S
                     if stop_deadline is not None and time.time() > stop_deadline + 5 * STOP_GRACE_S:
                         transport.cancel()  # loops ignored the stop request: do not hang
                         break
