@@ -49,6 +49,15 @@ def test_every_file_is_written_and_nothing_else(saved):
     assert all((out / f).stat().st_size > 0 for f in FILES)
 
 
+def test_wb_save_writes_the_report_and_result_save_does_not(saved, tmp_path):
+    """docs/usage.md: `wb.save(result, DIR)` writes report.html, `result.save(DIR)` the records
+    only (`wb.save` was not importable from `workbench` though the docs named it)."""
+    result, _ = saved
+    assert "save" in wb.__all__
+    with_report, records = wb.save(result, tmp_path / "a"), result.save(tmp_path / "b")
+    assert (with_report / "report.html").is_file() and not (records / "report.html").exists()
+
+
 def test_tables_come_back_with_their_columns_dtypes_and_values(saved):
     result, out = saved
     loaded = wb.load(out)

@@ -23,7 +23,7 @@ if _sys.argv[:1] == ["-m"]:   # `python -m workbench`: an address space NumPy ca
 from .config import ConfigError, RunConfig  # noqa: E402  (after the check above: it loads NumPy)
 
 __version__ = "0.1.0"
-__all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume", "load", "sweep", "grid", "predict",
+__all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume", "load", "save", "sweep", "grid", "predict",
            "generate", "torch_module", "noise_scale", "make_cluster", "connect", "client", "__version__"]
 
 
@@ -32,7 +32,7 @@ def __getattr__(name: str):
     if name == "ALGORITHMS":  # name -> one-line summary, from the algorithm registry
         from .config.registry import summaries
         return summaries()
-    if name in ("run", "resume", "load", "sweep", "grid", "predict", "generate", "torch_module", "noise_scale"):
+    if name in ("run", "resume", "load", "save", "sweep", "grid", "predict", "generate", "torch_module", "noise_scale"):
         from . import api
         return getattr(api, name)
     if name == "RunResult":
