@@ -333,7 +333,9 @@ class Dashboard:
         def name(run: Any) -> str:
             i = next(i for i, h in enumerate(self.history) if h is run)
             return self.labels[i] if len(self.labels) == len(self.history) else f"#{i + 1}"
-        said = f"Explaining <b>{html.escape(' against '.join(name(r) for r in runs))}</b>"
+        # the run on more workers is the one explained, the other its reference (`explain`)
+        ordered = sorted(runs, key=lambda r: -len(r.summary.get("workers") or []))
+        said = f"Explaining <b>{html.escape(' against '.join(name(r) for r in ordered))}</b>"
         last = self.history[-1]
         if last is not runs[-1]:
             said += (f"; the last run, {html.escape(name(last))}, ended {html.escape(str(last.summary.get('status')))}"
