@@ -791,7 +791,8 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     assert len(dash.history) == len(points) >= 6                  # every round's run, each one drawn
     # the why tab follows: the sweep's last run against its last one on the other worker count
     head = dash.why_html.value.split("</b>")[0]      # the 2-worker run explained, against a 1-worker one
-    assert head.startswith(f"<p>Explaining <b>{dash.labels[-1]} against #") and "P=1" in head, head
+    explained, _, reference = head.removeprefix("<p>Explaining <b>").partition(" against ")
+    assert "P=2" in explained and "P=1" in reference and dash.labels[-1] in (explained, reference), head
     # a run after the sweep takes the next number of the runs tab (it took #1 again, beside the sweep's #1)
     assert dash.run() is True
     dash.wait(60)
