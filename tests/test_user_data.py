@@ -521,8 +521,15 @@ def test_a_written_row_index_in_any_order_is_dropped_by_the_run_and_by_predict(f
     table = files.data_record(str(path))["table"]
     assert table["features"] == ["a", "b", "c"] and table["dropped"] == "Unnamed: 0"
     assert list(files.read_rows(str(path)).columns) == ["a", "b", "c", "label"]     # predict's reading agrees
-    result = run_threads(config(str(path), algorithm="sgd", cpus=1, batch_size=8, steps=3))
+    result = wb.run(config(str(path), algorithm="sgd", cpus=1, batch_size=8, steps=3, out=str(folder / order)),
+                    cluster="threads", progress=False)
     assert len(wb.predict(result, pd.DataFrame({"a": [0.1], "b": [0.2], "c": [0.3]}))) == 1   # no index asked for
+    # the CLI's answers keep the rows' own index, so they can be matched back to them
+    from workbench.apps.cli import main
+    assert main(["predict", str(folder / order), str(path), "--out", str(folder / f"{order}-said.csv")]) == 0
+    said = pd.read_csv(folder / f"{order}-said.csv", index_col=0)
+    assert said.index.tolist() == frame.index.tolist() and list(said.columns) == ["a", "b", "c", "label", "predicted"]
+    assert said["predicted"].tolist() == list(wb.predict(result, frame[["a", "b", "c"]]))
     frame.reset_index(drop=True).assign(**{"Unnamed: 0": 1})[["Unnamed: 0", "a", "b", "c", "label"]].to_csv(
         folder / "same.csv", index=False)                               # not distinct: not an index, a feature
     assert files.data_record(str(folder / "same.csv"))["table"]["features"] == ["Unnamed: 0", "a", "b", "c"]

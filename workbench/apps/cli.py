@@ -656,6 +656,13 @@ def _resume(args: argparse.Namespace) -> int:
     return _report_run(result, RunConfig.from_dict(result.summary["config"]))
 
 
+def _written(frame: Any) -> bool:
+    """Whether a table of answers keeps the row index its rows came with (`data.files.read_rows`:
+    the one `DataFrame.to_csv` writes), to be written back as their first column."""
+    import pandas as pd
+    return not isinstance(frame.index, pd.RangeIndex)
+
+
 EVENTS_SHOWN = 3   # events of one kind the terminal shows after a run; the rest are counted
 
 
@@ -1095,13 +1102,13 @@ def _predict(args: argparse.Namespace) -> int:
         raise ConfigError("out", "a file to write the answers to (this is a directory)", args.out)
     out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows, params="best" if args.best else "final")
     if args.out is None:
-        sys.stdout.write(out.to_csv(index=False))
+        sys.stdout.write(out.to_csv(index=_written(out)))
         if agreement:
             print(f"note: {agreement}", file=sys.stderr)
         return EXIT_OK
     from ..util.fileio import atomic_write
     try:
-        atomic_write(args.out, out.to_csv(index=False))
+        atomic_write(args.out, out.to_csv(index=_written(out)))
     except OSError as exc:
         raise ConfigError("out", f"a file that can be written ({exc.strerror or type(exc).__name__})",
                           args.out) from None

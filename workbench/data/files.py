@@ -334,10 +334,11 @@ def feature_matrix(features: Any, path: str) -> np.ndarray:
 
 def read_rows(path: str) -> Any:
     """A CSV as `load_dataset` reads one, as a DataFrame: its separator found, and the row
-    index `DataFrame.to_csv` writes by default dropped."""
+    index `DataFrame.to_csv` writes by default not a column but the frame's index (a row's
+    number is no feature, but it is how the answers are matched back to the rows)."""
     frame, _ = _read_table(path)
-    dropped = _written_index(frame) if frame.shape[1] > 1 else None
-    return frame.drop(columns=[dropped]) if dropped is not None else frame
+    written = _written_index(frame) if frame.shape[1] > 1 else None
+    return frame.set_index(written).rename_axis(None) if written is not None else frame
 
 
 def _csv(path: str, label_column: str | None = None) -> tuple[np.ndarray, np.ndarray, Table]:
