@@ -323,6 +323,9 @@ def test_a_broken_model_is_refused_before_any_worker_starts_in_one_line(methods,
     ("no_such_module_here:Net", "No module named 'no_such_module_here'"),
     (f"{__name__}:NoSuchName", f"{__name__} has no NoSuchName"),
     ("json:loads.nothing", "json has no loads.nothing"),
+    # a notebook's model, asked for in another session: where it lives, and what to do
+    ("__main__:NotHere", "__main__ has no NotHere: a model defined in a notebook or a script's __main__ is "
+                         "that session's only; move it into a module file"),
 ])
 def test_a_name_that_does_not_resolve_says_which_part(spec, says):
     with pytest.raises(ConfigError, match="^model: .*" + says.replace("(", r"\(").replace(")", r"\)")):

@@ -149,8 +149,10 @@ def resolve(spec: str) -> Any:
     obj: Any = module
     for part in rest.split("."):
         if not hasattr(obj, part):
+            where = (": a model defined in a notebook or a script's __main__ is that session's only; move it "
+                     "into a module file to use it from another session" if module_name == "__main__" else "")
             raise UserCodeError(f"package.module:Name of a name the module defines ({module_name} has no "
-                                f"{rest})", spec)
+                                f"{rest}{where})", spec)
         obj = getattr(obj, part)
     return obj
 
