@@ -526,8 +526,8 @@ def test_the_eta_comes_from_the_steady_rate_not_from_start_up():
     assert steps_per_s == pytest.approx(100, rel=0.01) and samples_per_s == pytest.approx(6400, rel=0.01)
     # the status line's samples/s is the summary's steady rule on the same rows
     rows = state.steady.frame()
-    assert len(rows) == 600 and state.steady_samples_per_s() == measure.steady(rows).samples_per_s
-    assert state.steady_samples_per_s() == pytest.approx(6400, rel=0.01)
+    assert len(rows) == 600 and state.steady.recent_rate() == measure.steady(rows).samples_per_s
+    assert state.steady.recent_rate() == pytest.approx(6400, rel=0.01)
     assert state.steps_seen == 300 and state.first_time == pytest.approx(12.0)
     assert state.phase == "running" and state.samples == 300 * 64
 

@@ -36,6 +36,8 @@ records carry virtual seconds).
 """
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -387,6 +389,9 @@ def warm(step: int, elapsed_s: float, planned_s: float) -> bool:
     return step >= WARMUP_STEPS and elapsed_s >= WARMUP_FRACTION * planned_s
 
 
+LIVE_RATE_EVERY_S = 1.0   # a display's steady rate is recomputed at most this often (`LiveSteady.recent_rate`)
+
+
 class LiveSteady:
     """The steady rate of a run while it runs, from the live step records (dicts), by the
     same rule as `steady` (binned live rows are judged by their last step).
@@ -406,6 +411,7 @@ class LiveSteady:
         self._rows: list[tuple[float, ...]] = []
         self._frame: pd.DataFrame | None = None
         self.newest_time: float | None = None   # the newest record's time at the first batch
+        self._said: tuple[float, float | None] = (-math.inf, None)   # (monotonic time, rate) of `recent_rate`
 
     def add(self, records: Any) -> None:
         """A batch: record dicts, or a columnar `results.RecordBatch` (its `steps` columns)."""
@@ -439,6 +445,15 @@ class LiveSteady:
             return None
         s = steady(self.frame())
         return s.samples_per_s if s.reached else None
+
+    def recent_rate(self, every_s: float = LIVE_RATE_EVERY_S) -> float | None:
+        """`rate()`, recomputed at most every `every_s` of wall time (a display's: the
+        terminal's bar, the dashboard's status line, several times a second), else its
+        last value."""
+        now = time.monotonic()
+        if now - self._said[0] >= every_s:
+            self._said = (now, self.rate())
+        return self._said[1]
 
     def startup_s(self, pressed: float, arrived: float) -> float | None:
         """Start-up estimated live: the first batch `arrived` (a monotonic time) carried rows

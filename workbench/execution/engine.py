@@ -598,13 +598,15 @@ class _Monitor:
                 while True:
                     self.drain()
                     if interrupts and not self.stop_asked:
-                        stop_deadline = stop_asked_at = time.time() + STOP_GRACE_S
+                        stop_asked_at = time.time()
+                        stop_deadline = stop_asked_at + STOP_GRACE_S
                         self.ask_stop("KeyboardInterrupt", f"KeyboardInterrupt ({interrupts[0]})")
                     elif len(interrupts) > 1:   # asked again: stop waiting for the loops
                         transport.cancel()
                         break
                     if not self.stop_asked and self.should_stop is not None and self.should_stop():
-                        stop_deadline = stop_asked_at = time.time() + STOP_GRACE_S
+                        stop_asked_at = time.time()
+                        stop_deadline = stop_asked_at + STOP_GRACE_S
                         self.ask_stop("stop requested", "stop requested by the user")
                     self.take(transport.poll())
                     if self.gone or not transport.pending():

@@ -7,7 +7,6 @@ downloads draw one through pooch.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,7 +16,6 @@ from ..results.records import RecordBatch, RunTally
 from ..util.bars import bars_allowed
 
 __all__ = ["bars_allowed", "RunProgress", "tee"]
-RATE_EVERY_S = 1.0   # the bar's steady rate is recomputed at most this often
 
 
 def _tqdm() -> Any:
@@ -48,7 +46,6 @@ class RunProgress:
         self.postfix: dict[str, str] = {}
         self.tally = RunTally()
         self.steady = LiveSteady()
-        self._rate_at = 0.0
 
     def __call__(self, records: Iterable[dict]) -> None:
         if not isinstance(records, RecordBatch):   # on_record hands over columns; a caller may pass dicts
@@ -64,12 +61,9 @@ class RunProgress:
         if loss is not None:
             self.postfix["loss"] = f"{loss:.4f}"
             self.steady.add(records)
-            now = time.monotonic()
-            if now - self._rate_at >= RATE_EVERY_S:
-                self._rate_at = now
-                rate = self.steady.rate()
-                if rate is not None:
-                    self.postfix["samples/s"] = f"{rate:,.0f}"
+            rate = self.steady.recent_rate()
+            if rate is not None:
+                self.postfix["samples/s"] = f"{rate:,.0f}"
         if reached > self.done:
             self.bar.update(min(reached, self.bar.total) - self.done)
             self.done = min(reached, self.bar.total)

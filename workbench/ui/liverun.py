@@ -49,7 +49,6 @@ FLUSH_S = 0.25           # the status line follows 4 times a second ...
 MAX_REDRAW_S = 1.0       # ... every live figure redraws at least once a second ...
 FLUSH_BUDGET = 0.03      # ... and more often only while drawing costs under ~3% of a core (CPU time)
 RATE_WINDOW_S = 10.0     # the ETA: step rate over the last 10 s of the run's own clock
-STEADY_EVERY_S = 1.0     # the status line's steady samples/s is recomputed at most this often
 DEFAULT_SMOOTHING = 0.6  # EMA weight of the live train-loss line (TensorBoard's default)
 PROGRESS_HEIGHT_PX = 460  # the loss figures' height with up to two rows of legend (more rows: taller, T.fit_legend_height)
 KEEP_RUNS = 20           # a long session's loss plots keep this many runs' curves (older ones thinned and faded)
@@ -121,8 +120,6 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)   # pending: status thread -> draw thread
     tally: RunTally = field(default_factory=lambda: RunTally(window_s=RATE_WINDOW_S))   # steps, epoch, samples, rate
     steady: measure.LiveSteady = field(default_factory=measure.LiveSteady)   # the summary's samples/s, live
-    steady_rate: float | None = None   # its last value (None before the steady state), ...
-    steady_at: float = -1e9            # ... computed at this monotonic time
     first_seen: float | None = None    # monotonic time the first step arrived here
     redraws: int = 0
     redraw_log: list = field(default_factory=list)       # (start, end) of each timed redraw, monotonic
@@ -148,14 +145,6 @@ class _Run:
     def rates(self) -> tuple[float, float] | None:
         """(steps/s, samples/s) over the last RATE_WINDOW_S of the run's clock (`RunTally.rates`)."""
         return self.tally.rates()
-
-    def steady_samples_per_s(self) -> float | None:
-        """The steady samples/s so far (`measure.LiveSteady`: the rule of the run's summary,
-        warm-up excluded), recomputed at most every STEADY_EVERY_S; None before it is reached."""
-        now = time.monotonic()
-        if now - self.steady_at >= STEADY_EVERY_S:
-            self.steady_rate, self.steady_at = self.steady.rate(), now
-        return self.steady_rate
 
     # the tally's counts, under the names the status line reads
     steps_seen = property(lambda self: self.tally.steps_seen)
@@ -574,7 +563,7 @@ class LiveRun:
                     parts.append(f"~{left * wall / state.steps_seen:,.0f} s left to simulate")
             else:
                 parts.append(f"{train_s:.1f} s")
-                steady = state.steady_samples_per_s()
+                steady = state.steady.recent_rate()   # the summary's rule so far, as the terminal's bar
                 parts.append("warming up" if steady is None else f"{steady:,.0f} samples/s steady so far")
                 if rates is not None and rates[0] > 0:
                     parts.append(f"~{left / rates[0]:,.0f} s left")
