@@ -262,3 +262,19 @@ def test_no_contention_seen_on_a_busy_machine_is_said_to_be_a_lower_bound():
     busy = explain([result])[0].text()
     line = [x for x in busy.splitlines() if "contention from other processes" in x][0]
     assert "a lower bound" in line and "a lower bound" not in quiet
+
+
+def test_a_real_run_across_hosts_is_not_explained_by_shared_memorys_documented_link():
+    """A ring run over Dask's comms (workers on several hosts) met on a link no profile
+    documents: its exchange is not split by shm's alpha and bandwidth (a cross-host run was
+    told "shm's documented 20.00 us" beside 1.35 ms a message)."""
+    from types import SimpleNamespace
+
+    from workbench.analysis.explain import _bytes_and_network
+    base = {"n_params": 1000, "config": {}}
+    assert _bytes_and_network(SimpleNamespace(summary={**base, "comm": "shm"})) == (4000.0, "shm")
+    assert _bytes_and_network(SimpleNamespace(summary={**base, "comm": "threads"}))[1] == "shm"
+    assert _bytes_and_network(SimpleNamespace(summary={**base, "comm": "dask"}))[1] is None
+    assert _bytes_and_network(SimpleNamespace(summary={**base, "comm": "nccl"}))[1] is None
+    sim = {**base, "comm": "sim", "simulated": True, "network": "10GbE"}
+    assert _bytes_and_network(SimpleNamespace(summary=sim))[1] == "10GbE"

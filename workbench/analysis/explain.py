@@ -147,7 +147,11 @@ def _bytes_and_network(result: Any) -> tuple[float, str | None]:
         n = TIMING_MODELS[timing].n_params
     else:
         n = n_params_of(result)
-    network = s.get("network") if s.get("simulated") else "shm"   # real runs here: this host's shared memory
+    if s.get("simulated"):
+        network = s.get("network")
+    else:   # a real run on one host met in shared memory (or its threads' memory); one across hosts
+        #     (the ring over Dask's comms, NCCL) on a link no profile documents: its exchange is not split
+        network = "shm" if s.get("comm") in ("shm", "threads", None) else None
     return float(n * BYTES_PER_PARAM), network if network in NETWORKS else None
 
 
