@@ -148,3 +148,21 @@ def test_a_run_with_more_cpu_workers_than_cores_says_they_took_turns(monkeypatch
     assert crowded["crowding_note"] in notes(crowded)
     alone = wb.run(cfg.replace(cpus=1), cluster="threads", progress=False).summary
     assert "crowding_note" not in alone and not any("take turns" in n for n in notes(alone))
+
+
+def test_workers_on_other_hosts_are_not_counted_as_this_hosts_cpu_and_the_note_says_whose_cores():
+    """An existing cluster's workers on other hosts: their loops' CPU time was added to this
+    host's own, so two remote workers busy 10 s each hid a busy laptop's other processes
+    (our 2.1 cores of 2, others 0.0: no note)."""
+    import socket
+    here = socket.gethostname()
+    workers = [{"host": here, "pid": 7}, {"host": "node-2", "pid": 11}, {"host": "node-3", "pid": 12}]
+    loops = [{"rank": 0, "pid": 7, "process_cpu_s": 3.0}, {"rank": 1, "pid": 11, "process_cpu_s": 10.0},
+             {"rank": 2, "pid": 12, "process_cpu_s": 10.0}]
+    s = machine.summarise(snap(0, 0), snap(10, 18.0, own=1.0), loops, workers)
+    assert s["our_cores"] == pytest.approx(0.4)       # (1 + 3) / 10: this process and the local worker
+    assert s["other_cores"] == pytest.approx(1.4)     # (18 - 4) / 10
+    assert s["workers_elsewhere"] == 2
+    assert "of this host" in s["note"] and "2 workers on other hosts" in s["note"]
+    alone = machine.summarise(snap(0, 0), snap(10, 18.0, own=1.0), loops[:1], workers[:1])
+    assert alone["workers_elsewhere"] == 0 and "of this host" not in alone["note"]

@@ -157,13 +157,14 @@ def _bytes_and_network(result: Any) -> tuple[float, str | None]:
 
 def _free_cores(state: dict | None) -> float | None:
     """The cores a real run could have had: the usable cores less what other processes and
-    steal took (`util.machine`); None without that record (simulated runs).
+    steal took (`util.machine`); None without that record (simulated runs) or where some
+    workers ran on other hosts.
 
     >>> _free_cores({"cores": 2, "other_cores": 1.7, "steal_cores": 0.0})
     0.3
     """
-    if not state or state.get("other_cores") is None:
-        return None
+    if not state or state.get("other_cores") is None or state.get("workers_elsewhere"):
+        return None   # (workers on other hosts: this host's free cores do not bound them)
     free = float(state["cores"]) - float(state["other_cores"]) - float(state.get("steal_cores") or 0.0)
     return round(max(free, 0.05), 6)
 

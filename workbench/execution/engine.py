@@ -347,7 +347,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
         extra.update({"startup_s": 0.0, "sim_startup_s": startup})
     else:   # virtual time does not depend on the machine; real time does
-        state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")])
+        state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")],
+                                  workers)
         extra.update({"machine": state, "machine_note": state["note"]})
         crowded = machine.crowding_note(workers, config.blas_threads, state["cores"])
         if crowded:   # more CPU workers (and their BLAS threads) than cores: they took turns

@@ -199,6 +199,19 @@ def local_pids(workers: list[dict[str, Any]]) -> list[int]:
     return [int(w["pid"]) for w in workers if w.get("pid") is not None and w.get("host") == here]
 
 
+def elsewhere(workers: list[dict[str, Any]]) -> int:
+    """How many of the described workers run on another host than this one (an existing
+    cluster's): this host's CPU says nothing of their machines (threads are "localhost").
+
+    >>> import socket
+    >>> elsewhere([{"host": socket.gethostname()}, {"host": "localhost"}, {"host": "gpu-node-3"}])
+    1
+    """
+    import socket
+    here = {socket.gethostname(), "localhost"}
+    return sum(1 for w in workers if w.get("host") not in here)
+
+
 def snapshot(worker_pids: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
     """The state to compare after the run: wall clock, load, the usable cores' CPU times, this
     process's CPU, and every process of the run's CPU (`run_processes(worker_pids)`)."""
@@ -228,8 +241,13 @@ class LoopUsage:
                 "stalled_s": max(float(compute_s) - cpu, 0.0) if kind == "cpu" else None}
 
 
-def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[str, Any]],
+              workers: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """The run's machine state from two `snapshot`s and the workers' `LoopUsage` reports.
+
+    `workers` (`cluster.describe_worker`'s): where some ran on other hosts (`elsewhere`, an
+    existing cluster's), their loops' CPU time is not this host's and is left out, and the
+    state says how many (`workers_elsewhere`): the note says whose cores it read.
 
     Ours is the CPU time of every process of the run (`run_processes`: this process, with
     the client, a local scheduler and the nannies; its children; the workers and their
@@ -248,6 +266,10 @@ def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[st
     """
     wall = max(float(after["time"]) - float(before["time"]), 1e-9)
     cores = int(after.get("cores") or 1)
+    away = elsewhere(list(workers))
+    if away:
+        here = set(local_pids(list(workers))) | {after.get("pid")}
+        loops = [loop for loop in loops if loop.get("pid") in here]
     procs0, procs1 = before.get("procs") or {}, after.get("procs") or {}
     if procs1:
         own = sum(max(t - procs0.get(pid, 0.0), 0.0) for pid, t in procs1.items())
@@ -262,7 +284,7 @@ def summarise(before: dict[str, Any], after: dict[str, Any], loops: list[dict[st
     out: dict[str, Any] = {"cores": cores, "wall_s": wall, "load_before": before.get("load"),
                            "load_after": after.get("load"), "our_cores": own / wall,
                            "busy_cores": None, "other_cores": None, "steal_cores": None,
-                           "workers": sorted(loops, key=lambda loop: loop.get("rank", 0))}
+                           "workers": sorted(loops, key=lambda loop: loop.get("rank", 0)), "workers_elsewhere": away}
     b, a = before.get("cpu"), after.get("cpu")
     if a is not None and b is not None:
         busy = a["busy"] - b["busy"]
@@ -317,11 +339,20 @@ def note(state: dict[str, Any] | None) -> str | None:
     'the hypervisor took 0.3 of 2 cores (steal) during this run: its throughput measures the machine, not the algorithm'
     >>> note({"cores": 2, "other_cores": 0.1, "steal_cores": 0.0}) is None
     True
+    >>> note({"cores": 2, "other_cores": 1.6, "steal_cores": 0.0, "workers_elsewhere": 2})
+    'other processes used 1.6 of 2 cores of this host during this run (2 workers on other hosts, whose load this host cannot see): its throughput measures the machine, not the algorithm'
     >>> note({"cores": 2, "other_cores": None, "load_before": 3.1, "load_after": 2.5})
     'the load average was 3.1 before this run on 2 cores (this system does not say who used them)'
     """
     if not state:
         return None
+    if state.get("workers_elsewhere"):   # this host is the client's (and some workers'): others unseen
+        n = int(state["workers_elsewhere"])
+        inner = note({**state, "workers_elsewhere": 0})
+        if inner is None:
+            return None
+        return inner.replace(" during this run", f" of this host during this run ({n} worker{'s' if n != 1 else ''} "
+                             f"on other hosts, whose load this host cannot see)", 1)
     cores = int(state.get("cores") or 1)
     limit = OTHERS_NOTICEABLE * cores
     others, steal = state.get("other_cores"), state.get("steal_cores")
