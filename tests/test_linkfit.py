@@ -226,3 +226,18 @@ def test_benchmark_link_fits_the_benchmark_bounded_by_memcpy_and_calibrate_keeps
     assert calibrate([result]).link_fit is None
     with pytest.raises(wb.ConfigError, match="^link: a linkfit.LinkFit"):
         calibrate([result], link="benchmark")
+
+
+def test_the_benchmark_refuses_a_cluster_across_hosts_before_touching_a_worker():
+    """It times shared memory between two workers; on a cluster of one's own across hosts that
+    is not the link the runs use (it returned shm's 9.3 us and 1.8 GB/s beside runs over the
+    ring at 1.35 ms a message): refused, so the scaling tab fits the link from the runs."""
+    class Client:
+        def scheduler_info(self):
+            return {"workers": {"tcp://10.0.0.1:1": {"host": "10.0.0.1"}, "tcp://10.0.0.1:2": {"host": "10.0.0.1"},
+                                "tcp://10.0.0.2:1": {"host": "10.0.0.2"}}}
+
+        def submit(self, *a, **k):
+            raise AssertionError("no worker is touched")
+    with pytest.raises(ValueError, match="got workers on 2 hosts"):
+        linkfit.exchange_benchmark(Client())

@@ -337,7 +337,12 @@ def exchange_benchmark(client: Any, sizes: Sequence[int] = SIZES, budget_s: floa
         raise ValueError(f"budget_s: a positive number of seconds, got {budget_s}")
     if len(set(sizes)) < 2 or min(sizes) < 1:
         raise ValueError(f"sizes: 2 or more distinct positive element counts, got {list(sizes)}")
-    peers = list(client.scheduler_info()["workers"])[:2]
+    info = client.scheduler_info()["workers"]
+    hosts = sorted({str(w.get("host")) for w in info.values()})
+    if len(hosts) > 1:   # a cluster of one's own across hosts: its runs meet in the ring, not shared memory
+        raise ValueError(f"client: a cluster on one host (this times shared memory between two of its workers, "
+                         f"not the link between hosts), got workers on {len(hosts)} hosts ({', '.join(hosts[:4])})")
+    peers = list(info)[:2]
     if len(peers) < 2:
         raise ValueError(f"client: a cluster of at least 2 workers, got {len(peers)}")
     capacity = max(max(sizes), PAIR_MAX + 1)          # one path (the general one) for every size
