@@ -168,3 +168,53 @@ def test_a_lost_worker_of_an_async_run_on_threads_leaves_the_others_going(tmp_pa
     w1 = result.steps[result.steps.worker == 1]
     assert w1.empty or w1["step"].max() < 30           # what it had not sent yet went with it
     saved(result, tmp_path / "run")
+
+
+# ------------------------------------------------------------------------------ what a failed run keeps
+def _evaluated_as_kept(result, tmp_path):
+    """A failed run keeps the parameters of its last evaluation (`params_final` says after how
+    many steps): scored again they give that evaluation's test loss, and they are saved, so
+    predict answers with them."""
+    import numpy as np
+
+    import workbench as wb
+    from workbench.maths.metrics import Evaluator
+    from workbench.problem import Problem
+    kept = result.summary["params_final"]
+    evals = result.evals
+    last = evals[evals["step"] == kept["steps"] - 1].iloc[-1]
+    assert kept["steps"] - 1 == evals["step"].max()
+    problem = Problem.from_config(wb.RunConfig.from_dict(result.summary["config"]))
+    scores = Evaluator(problem.model, problem.data)(result.params)
+    assert scores["test_loss"] == pytest.approx(float(last["test_loss"]), rel=1e-6)
+    assert result.best_params is not None
+    assert any("its parameters (params.npy) are those of its last evaluation" in n for n in wb.measure.notes(result.summary))
+    back = saved(result, tmp_path / "run")
+    assert np.array_equal(back.params, result.params)
+    assert len(wb.predict(back, problem.data.X_test[:5])) == 5
+
+
+def test_a_lost_worker_leaves_the_parameters_of_the_last_evaluation(tmp_path, tiny):
+    """A peer lost: the run had learned for 30 steps and kept no model (no params.npy, no
+    params_best.npy: predict refused "a run that failed has none")."""
+    result = run_threads(tiny(algorithm="sync_sgd", cpus=2, epochs=2000, eval_every=8), fail={1: 30})
+    _check_lost(result)
+    _evaluated_as_kept(result, tmp_path)
+
+
+def test_a_model_that_raises_leaves_the_parameters_of_the_last_evaluation(tmp_path, tiny, monkeypatch):
+    """The model's own error at a step (the loop raises; its traceback is an event): the
+    exception carries what rank 0 last evaluated to the client."""
+    from workbench.maths.models import MLP
+    calls = {"n": 0}
+    plain = MLP.loss_and_grad
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 45:
+            raise RuntimeError("the model broke")
+        return plain(self, *args, **kwargs)
+    monkeypatch.setattr(MLP, "loss_and_grad", flaky)
+    result = run_threads(tiny(algorithm="sgd", epochs=2000, eval_every=8))
+    assert result.status == "failed" and "the model broke" in str(result.summary["errors"])
+    _evaluated_as_kept(result, tmp_path)

@@ -332,10 +332,25 @@ def numerics_note(numerics: dict[str, int] | None) -> str | None:
     return f"floating-point {said} in the workers' maths (NumPy)"
 
 
+def kept_note(summary: dict[str, Any]) -> str | None:
+    """What a run that failed kept of its model (`summary["params_final"]`, from rank 0's
+    `WorkerContext.kept_on_failure`), else None.
+
+    >>> kept_note({"status": "failed", "steps": 287, "params_final": {"steps": 280, "of": "its last evaluation"}})
+    'the run failed after 287 steps: its parameters (params.npy) are those of its last evaluation, after 280 steps'
+    """
+    kept = summary.get("params_final")
+    if not kept:
+        return None
+    return (f"the run {summary.get('status', 'failed')} after {summary.get('steps', 0):,} steps: its parameters "
+            f"(params.npy) are those of {kept['of']}, after {kept['steps']:,} steps")
+
+
 def notes(summary: dict[str, Any]) -> list[str]:
     """The sentences a run's numbers come with (CLI, status line, reports): a run that
     learned nothing or learned its training set by heart (`summary["learning_note"]`,
-    `summary["overfit_note"]`, `workbench.learning`), a run `early_stop` ended, gradient clipping that changed nothing or
+    `summary["overfit_note"]`, `workbench.learning`), a run `early_stop` ended, what a failed run kept
+    (`kept_note`), gradient clipping that changed nothing or
     nearly every update (`learning.clip_note`), a steady state not
     reached, NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`).
@@ -344,6 +359,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     ['other processes used 1.6 of 2 cores ...']
     """
     return [n for n in (summary.get("learning_note"), summary.get("overfit_note"), early_stop_note(summary),
+                        kept_note(summary),
                         clip_note(summary.get("grad_clip")),
                         steady_note(summary.get("steady"), run_workers(summary)),
                         numerics_note(summary.get("numerics")),

@@ -20,9 +20,9 @@ def trained_params(result: RunResult, which: str = "final") -> Any:
                           which)
     chosen = result.params if which == "final" else result.best_params
     if chosen is None:
-        raise ConfigError("params", f"a run's {which} parameters (a run that failed has none, nor a run that never "
-                                    "evaluated a test loss its best, nor a run directory written before they were "
-                                    "kept in params.npy)", None)
+        raise ConfigError("params", f"a run's {which} parameters (a run that failed before its first evaluation "
+                                    "has none, nor a run that never evaluated a test loss its best, nor a run "
+                                    "directory written before they were kept in params.npy)", None)
     return chosen
 
 
@@ -42,8 +42,8 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     a `.npz` with `X`).
 
     Raises:
-        ConfigError: no such parameters (a run that failed, or a directory written before
-            run directories kept them), a language model's run (`generate` writes with it),
+        ConfigError: no such parameters (a run that failed before its first evaluation, or a
+            directory written before run directories kept them), a language model's run (`generate` writes with it),
             rows of another width than the run's features, or a table without the run's
             feature columns.
     """

@@ -98,6 +98,8 @@ class WorkerContext:
     # a checkpoint keeps the loss as "best.test_loss" whichever it is (the key older checkpoints have)
     best: tuple[int, float, Any] | None = None
     since_best: int = 0          # rank 0: evaluations since that lowest loss (`early_stop`)
+    # rank 0: (steps run, parameters) at its last evaluation: what a run that fails keeps (`kept_on_failure`)
+    last_evaluated: tuple[int, Any] | None = None
     early_stopped: dict[str, Any] | None = None   # rank 0: where `early_stop` ended the run
     rows_out: Any = None               # a ring to the client on this host for the step rows (`comm.rowring`);
     #   None: they go with the live batches
@@ -260,12 +262,25 @@ class WorkerContext:
             if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best[1]):
                 self.best = (step + 1, float(loss), np.array(to_numpy(params), copy=True))
                 self.since_best = 0
-            elif self.best is not None:
-                self.since_best += 1
+                self.last_evaluated = (step + 1, self.best[2])
+            else:
+                self.last_evaluated = (step + 1, np.array(to_numpy(params), copy=True))
+                if self.best is not None:
+                    self.since_best += 1
                 patience = self.config.early_stop
                 if patience is not None and self.since_best >= patience and self.early_stopped is None \
                         and step + 1 < self.plan.total_steps:
                     self.stop_early(step, patience)
+
+    def kept_on_failure(self) -> dict[str, Any]:
+        """What a loop that fails hands back of its model (rank 0; nothing elsewhere): the
+        parameters of its last evaluation, which the run's last test numbers are of, with how
+        many steps they had run (`params_steps`), and those at its best. Not the parameters
+        of the failing moment: a step that raised may have left them half updated, and an
+        algorithm's evaluated parameters (a centre, an average) may need its peers."""
+        if self.rank != 0 or self.last_evaluated is None:
+            return {"params": None, "best": self.best}
+        return {"params": self.last_evaluated[1], "params_steps": self.last_evaluated[0], "best": self.best}
 
     def stop_early(self, step: int, patience: int) -> None:
         """`early_stop`'s decision, on rank 0 at the evaluation after `step`: the validation

@@ -113,12 +113,13 @@ def _loop(ctx: WorkerContext) -> dict:
         if ctx.elastic and ctx.kept is not None:   # a regroup goes on from this worker's last boundary
             ctx.save_state(ctx.kept[0], ctx.kept[1], tag="kept")
         ctx.flush(done=True)
-        return used({"status": "failed", "params": None, "error": str(exc), "steps": ctx.step_columns(),
+        return used({"status": "failed", **ctx.kept_on_failure(), "error": str(exc), "steps": ctx.step_columns(),
                      "started": ctx.started_wall})
     except Exception as exc:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
-        exc.workbench_steps = ctx.step_columns()   # travels with the exception: nothing logged is lost
+        exc.workbench_steps = ctx.step_columns()   # travels with the exception: nothing logged is lost,
+        exc.workbench_kept = ctx.kept_on_failure()   # nor the model last evaluated
         raise
     except BaseException as exc:   # the worker vanishes (fault injection, a simulated kill): its log travels
         exc.workbench_steps = ctx.step_columns()   # too, for a transport that can keep it (the simulator does)
@@ -653,6 +654,9 @@ class _Monitor:
         extra: dict[str, Any] = {"lost_workers": dict(sorted((str(self.ids[r]), a) for r, a in self.lost.items()))}
         if errors:
             extra["errors"] = errors
+        kept = self.results.get(0, {})
+        if kept.get("params_steps") is not None and kept.get("params") is not None:   # rank 0 failed (`kept_on_failure`)
+            extra["params_final"] = {"steps": int(kept["params_steps"]), "of": "its last evaluation"}
         for res in self.results.values():
             extra.update(res.get("summary", {}))
         numerics: dict[str, int] = {}     # each kind's earliest step over the workers (`float_errors`)

@@ -41,7 +41,7 @@ from ..algorithms.base import FLUSH_S
 from ..comm.base import ThreadControl, WorkerLost
 from ..comm.roles import make_core
 from ..config import SIM_DEFAULT_DEVICE, ConfigError, RunConfig
-from ..execution.transports.base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from ..execution.transports.base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks, failed_loop
 from .calibration import _one_blas_thread
 from .clock import Killed, Scheduler, VProc
 from .costs import SimCosts, default_network, make_costs
@@ -630,8 +630,7 @@ class SimTransport(Transport):
                     self.reports.vanish(rank, getattr(exc, "workbench_steps", None))
                     return
                 except Exception as exc:   # set-up failed before the loop could report it
-                    result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
-                              "steps": getattr(exc, "workbench_steps", None)}
+                    result = failed_loop(exc)
                 self.makespan = max(self.makespan, proc.t)
                 self.reports.returned(rank, result)
             return body

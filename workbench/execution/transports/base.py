@@ -142,6 +142,15 @@ class Progress:
     why: str = ""                # ... and why
 
 
+def failed_loop(exc: BaseException) -> dict[str, Any]:
+    """A loop's result when it raised (its set-up, or its own error after the traceback went
+    out as an event): the step rows and, from rank 0, the parameters of its last evaluation
+    and at its best that travel with the exception (`engine.worker_main`: nothing computed is
+    lost)."""
+    return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
+            "steps": getattr(exc, "workbench_steps", None), **getattr(exc, "workbench_kept", {})}
+
+
 class Reports:
     """What the loops of an in-process transport (threads, the simulator) returned or
     lost, each reported to the monitor once: the "reported / pending" bookkeeping of

@@ -34,7 +34,7 @@ from ... import usercode
 from ...config import MODEL_NAMES, ConfigError, RunConfig
 from ...data.dataset import DATASETS
 from .. import platforms
-from .base import Progress, RunSetup, Transport, choose_workers
+from .base import Progress, RunSetup, Transport, choose_workers, failed_loop
 from .dask_worker import DaskPlan, forget_states, worker_task
 from .segments import create_shared, remove_file, shm_retire, unlink_shm_name, untrack
 
@@ -343,8 +343,7 @@ class DaskTransport(Transport):
         except Exception as exc:  # the loop raised; its traceback was streamed as an event
             if self.workers[rank]["address"] not in (self._alive() or set()):
                 return None
-            return {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
-                    "steps": getattr(exc, "workbench_steps", None)}
+            return failed_loop(exc)
 
     def fetch_state(self, rank: int, step: int) -> dict | None:
         """The state `rank` keeps for `step` (`dask_worker.take_state`, on its worker)."""

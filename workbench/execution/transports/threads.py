@@ -30,7 +30,7 @@ from ...comm.roles import make_core
 from ...comm.threads import ThreadChunkMaster, ThreadGroup, ThreadServer
 from ...config import RunConfig
 from ...util.blas import blas_limit
-from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks
+from .base import LocalArray, Progress, Reports, RunSetup, Transport, WorkerLinks, failed_loop
 
 
 class Vanished(BaseException):
@@ -89,8 +89,7 @@ class ThreadTransport(Transport):
                 self.reports.vanish(rank)
                 return
             except Exception as exc:   # set-up failed before the loop could report it
-                result = {"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
-                          "steps": getattr(exc, "workbench_steps", None)}
+                result = failed_loop(exc)
             self.reports.returned(rank, result)
 
         self.threads = [threading.Thread(target=work, args=(r,), name=f"workbench-{r}", daemon=True)
