@@ -553,3 +553,30 @@ def test_yaml_names_a_model_and_its_arguments_and_the_sizes_go_where_they_belong
         RunConfig(model="mlp", model_args={"hidden": 16})
     with pytest.raises(ConfigError, match=r"^model_args: keyword arguments: a mapping"):
         RunConfig(model=UserMLP, model_args="16")
+
+
+class BreaksAtCall(UserMLP):
+    """UserMLP whose gradient raises from its 60th call in a process (the client's first-step
+    check calls it fewer times)."""
+
+    calls = 0
+
+    def loss_and_grad(self, p, X, y):
+        type(self).calls += 1
+        if type(self).calls >= 60:
+            raise RuntimeError("the model broke")
+        return super().loss_and_grad(p, X, y)
+
+
+@pytest.mark.cluster
+def test_a_user_models_error_on_dask_is_said_once_and_its_last_evaluation_kept(client):
+    """The loop's own error went out as an event with its traceback, then raised to Dask, whose
+    worker log printed it again per worker ("Compute Failed": about 60 lines at the terminal)."""
+    def compute_failed():
+        return sum("Compute Failed" in msg for lines in client.get_worker_logs().values() for _, msg in lines)
+    before = compute_failed()
+    r = wb.run(config(model=BreaksAtCall, hidden=None, steps=400, eval_every=10), cluster=client, progress=False)
+    assert r.status == "failed" and "the model broke" in str(r.summary["errors"])
+    assert any(e["event"] == "failed" and "Traceback" in e["message"] for e in r.events)
+    assert compute_failed() == before
+    assert r.params is not None and r.summary["params_final"]["steps"] % 10 == 0

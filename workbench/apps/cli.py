@@ -666,6 +666,40 @@ def _written(frame: Any) -> bool:
 EVENTS_SHOWN = 3   # events of one kind the terminal shows after a run; the rest are counted
 
 
+def _event_lines(events: list[dict]) -> list[str]:
+    r"""The terminal's lines for a run's troubles (divergence, failures, lost workers): each
+    kind's first `EVENTS_SHOWN` (each worker of an asynchronous run says it diverged: 1,024
+    lines), then a count; a failure several workers sent alike (the model's own error, with
+    its traceback) once, with who sent it.
+
+    >>> tb = "RuntimeError: broke\nTraceback ..."
+    >>> _event_lines([{"event": "failed", "worker": 0, "message": tb}, {"event": "failed", "worker": 1, "message": tb}])
+    ['  failed: RuntimeError: broke\nTraceback ...', '  (the same failure from workers 0, 1)']
+    """
+    lines: list[str] = []
+    said: dict[str, int] = {}
+    alike: dict[str, list] = {}   # a failure's message -> the workers that sent it
+    for event in events:
+        kind = event["event"]
+        if kind not in ("diverged", "failed", "worker_lost", "scheduler_lost"):
+            continue
+        if kind == "failed" and event["message"] in alike:
+            alike[event["message"]].append(event.get("worker"))
+            continue
+        said[kind] = said.get(kind, 0) + 1
+        if said[kind] <= EVENTS_SHOWN:
+            lines.append(f"  {kind}: {event['message']}")
+            if kind == "failed":
+                alike[event["message"]] = [event.get("worker")]
+    for workers in alike.values():
+        if len(workers) > 1:
+            lines.append(f"  (the same failure from workers {', '.join(str(w) for w in workers)})")
+    for kind, n in said.items():
+        if n > EVENTS_SHOWN:
+            lines.append(f"  ... and {n - EVENTS_SHOWN:,} more {kind} events (all in the summary's events)")
+    return lines
+
+
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
     from ..learning import accuracy_text
@@ -678,16 +712,8 @@ def _report_run(result: Any, config: RunConfig) -> int:
           f"comm fraction {s['comm_fraction']:.2f}")
     for line in _model_lines(s, config):
         print(f"  {line}")
-    said: dict[str, int] = {}
-    for event in s.get("events", []):
-        kind = event["event"]
-        if kind in ("diverged", "failed", "worker_lost", "scheduler_lost"):
-            said[kind] = said.get(kind, 0) + 1
-            if said[kind] <= EVENTS_SHOWN:   # each worker of an asynchronous run says it diverged: 1,024 lines
-                print(f"  {kind}: {event['message']}", file=sys.stderr)
-    for kind, n in said.items():
-        if n > EVENTS_SHOWN:
-            print(f"  ... and {n - EVENTS_SHOWN:,} more {kind} events (all in the summary's events)", file=sys.stderr)
+    for line in _event_lines(s.get("events", [])):
+        print(line, file=sys.stderr)
     if s["status"] == "failed":   # a loop that never started has no event: its error says why
         for rank, error in (s.get("errors") or {}).items():
             print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...config import RunConfig
 from ...util.blas import blas_limit
-from .base import WorkerLinks, group_of
+from .base import WorkerLinks, failed_loop, group_of
 from .segments import remove_file, unlink_shm_name
 
 
@@ -129,6 +129,10 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
         with blas_limit(config.blas_threads):   # the run's own count, whatever the last run set
             return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
                         resume=state)
+    except Exception as exc:
+        if hasattr(exc, "workbench_steps"):   # the loop's own error, its traceback already an event: raised to
+            return failed_loop(exc)           # Dask, every worker's log printed it again ("Compute Failed")
+        raise                                 # (set-up: Dask's log is where its traceback is)
     finally:
         orphaned = getattr(links.control.control, "lease_expired", False)   # no client left to fetch or forget it
         if orphaned:   # no client left to fetch or forget them
