@@ -198,9 +198,11 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     failed when a synchronous run lost a worker, when every one of the run's `size`
     workers was lost (an asynchronous run too: nothing finished), or when the transport
     itself is gone;
-    diverged when any loop (or event) says so; stopped when a stop was asked or a loop
-    stopped, but completed when the loops stopped on rank 0's `early_stop` decision and
-    nobody else asked; failed when a loop failed; else completed.
+    diverged when any loop (or event) says so; stopped when a loop stopped, or a stop was
+    asked and not every loop ran its plan out (a request that came after the last step, or
+    with it, changes nothing: the run completed); but completed when rank 0 took its
+    `early_stop` decision, whoever else asked too (the loops end where that decision put
+    them, and there is nothing left to resume); failed when a loop failed; else completed.
 
     >>> decide_status(sync=True, lost={1: "w1"}, gone=False, statuses=["diverged"], diverged_event=True,
     ...               stop_asked=False)
@@ -215,15 +217,22 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     ...               stop_asked=False, size=2)
     'failed'
     >>> decide_status(sync=True, lost={}, gone=False, statuses=["stopped"] * 2, diverged_event=False,
-    ...               stop_asked=False, early_stop=True)
+    ...               stop_asked=True, early_stop=True)
     'completed'
+    >>> decide_status(sync=True, lost={}, gone=False, statuses=["completed"] * 2, diverged_event=False,
+    ...               stop_asked=True, size=2)
+    'completed'
+    >>> decide_status(sync=True, lost={}, gone=False, statuses=[], diverged_event=False, stop_asked=True, size=2)
+    'stopped'
     """
     if (lost and sync) or gone or (size is not None and len(lost) >= size):
         return "failed"
     if "diverged" in statuses or diverged_event:
         return "diverged"
-    if stop_asked or "stopped" in statuses:
-        return "completed" if early_stop and not stop_asked else "stopped"
+    ran_out = bool(statuses) and all(s == "completed" for s in statuses) \
+        and (size is None or len(statuses) + len(lost) >= size)   # every loop (a lost one aside) ran its plan out
+    if "stopped" in statuses or (stop_asked and not ran_out):
+        return "completed" if early_stop else "stopped"
     if "failed" in statuses:
         return "failed"
     return "completed"

@@ -14,7 +14,8 @@ still in the run has, and one of them was stopped, the stop's checkpoint is writ
 worker at its own step (an asynchronous run's workers stop at different ones). A synchronous
 run's workers all end after the step the stop was decided at, except LTFB's trainers, each
 stopped by its own leader: when they ended at different steps no stop checkpoint is written
-(the last periodic one stands). Held states are fetched only then: a run that completes
+(the last periodic one stands). Nor is one written where rank 0's `early_stop` ended the
+run (its state tagged "early_stopped"): the run completed. Held states are fetched only then: a run that completes
 writes none.
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Saver:
         """One worker's state batch (or the note that its state waits on its worker)."""
         if self.failed is not None:
             return
-        if batch.get("tag") in ("stopped", "ended"):
+        if batch.get("tag") in ("stopped", "ended", "early_stopped"):
             self.ended[int(batch["rank"])] = batch
             self._complete_end()
             return
@@ -110,7 +111,10 @@ class Saver:
         if not got or not set(range(self.setup.size)) - self.gone <= set(got):
             return
         steps = {int(b["step"]) for b in got.values()}
-        if not any(b.get("tag") == "stopped" for b in got.values()) or self.setup.spec.sync and len(steps) > 1:
+        if not any(b.get("tag") == "stopped" for b in got.values()) or self.setup.spec.sync and len(steps) > 1 \
+                or any(b.get("tag") == "early_stopped" for b in got.values()):
+            # (rank 0's `early_stop` ended the run: it completed, a user's stop beside it too, and a
+            # completed run writes no checkpoint of its end)
             # (a synchronous run whose workers ended at different steps: LTFB's trainers, each
             # stopped by its own leader, would meet at tournaments one of them has already had)
             self.ended = {}
