@@ -138,7 +138,8 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         raise ConfigError("resume", f"a run directory holding a checkpoint to continue from{why}", str(directory))
     if (d / "summary.json").is_file():
         try:
-            status = RunResult.load(d).summary.get("status")
+            found.interrupted = RunResult.load(d).summary   # how it ended: the resumed summary keeps it
+            status = found.interrupted.get("status")
         except (ConfigError, OSError, ValueError):
             status = None
         if status == "completed":

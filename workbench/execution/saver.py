@@ -171,7 +171,8 @@ class Saver:
         startup = (t_zero - self.t_called) if t_zero is not None and not virtual else 0.0
         trained = max(w["time"] for w in workers.values()) - (self.prior.rank_time(0) if self.prior else 0.0)
         segment = {"from_step": self.first_step, "to_step": step, "called": self.t_called, "startup_s": startup,
-                   "wall_time_s": startup + max(trained, 0.0)}   # up to its checkpoint: what it ran that counts
+                   "wall_time_s": startup + max(trained, 0.0),   # up to its checkpoint: what it ran that counts
+                   "run_id": self.setup.run_id}
         meta = {"run_id": self.setup.run_id, "algorithm": config.algorithm, "config": config.to_dict(),
                 "size": self.setup.size, "kinds": self.setup.kinds, "workers": workers,
                 "written": now, "segments": self.segments_before + [segment], "steps_csv_bytes": csv_bytes,
@@ -187,8 +188,12 @@ class Saver:
 
     @property
     def segments_before(self) -> list[dict]:
-        """The segments a resumed run's checkpoint carried (each ended at that checkpoint)."""
-        return list(self.prior.meta.get("segments", [])) if self.prior is not None else []
+        """The segments before a resumed run's (each ended at the checkpoint the next went on
+        from), each with how it ended (`engine.segment_history`)."""
+        if self.prior is None:
+            return []
+        history = self.prior.history
+        return [dict(seg) for seg in (history if history is not None else self.prior.meta.get("segments", []))]
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says of its checkpoints."""
