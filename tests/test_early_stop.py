@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import workbench as wb
+from workbench import checkpoint as ckpt
 from workbench.config import ConfigError, RunConfig
 from workbench.execution.engine import execute, run_threads
 from workbench.measure import notes
@@ -79,10 +80,11 @@ def test_patience_longer_than_the_plan_changes_nothing(full):
 
 
 def test_a_stop_asked_by_the_user_is_still_a_stop(full):
-    seen: list = []
-    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE), on_record=seen.extend,
-                      should_stop=lambda: len(seen) > 0)
+    # asked from the start, long before the decision (a stop asked on the first record could
+    # come after it: the whole run takes a few of the loops' flush periods on threads)
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **BASE), should_stop=lambda: True)
     assert got.status == "stopped" and "early_stopped" not in got.summary
+    assert got.summary["steps"] < decision(full.evals, 3)[0]
 
 
 @pytest.mark.cluster
@@ -184,3 +186,29 @@ def test_a_grids_row_says_what_the_cli_says_of_an_early_stopped_run():
     row = grid_row(got, {"lr": 0.1}, 0, None)
     assert row["note"] == next(n for n in notes(got.summary) if n != got.summary.get("machine_note"))
     assert row["note"].startswith("early_stop 3:")
+
+
+@pytest.mark.parametrize("where", ["threads", pytest.param("dask", marks=pytest.mark.cluster)])
+def test_a_stop_asked_on_seeing_the_early_stop_leaves_the_run_completed(tmp_path, full, where, request):
+    # the user's stop (a should_stop that says yes once the early_stop event arrives) comes after
+    # rank 0's decision: the loops end where that decision put them, so the run completed,
+    # early-stopped, and there is nothing to resume (it went on to 361 steps, not 341)
+    at, _, _ = decision(full.evals, 3)
+    cluster = "threads" if where == "threads" else request.getfixturevalue("client")
+    for attempt in range(4):   # the event may reach the client only after the loops ended: then ask again
+        seen: list = []
+        out = tmp_path / f"run{attempt}"
+        cfg = RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, checkpoint_every=100, checkpoint_keep=100,
+                        out=str(out), **BASE)
+        got = wb.run(cfg, cluster=cluster, progress=False, on_record=seen.extend,
+                     should_stop=lambda seen=seen: any(r.get("event") == "early_stop" for r in seen))
+        if any(e["event"] == "stop_requested" for e in got.events):   # the user's stop was asked
+            break
+    else:
+        pytest.fail("the stop was never asked")
+    assert got.status == "completed" and got.summary["early_stopped"]["evaluated_at"] == at
+    assert got.summary["steps"] == at + 1
+    # the periodic ones (a Dask client that fell behind may miss one), none of its end
+    assert {ckpt.read(f).step for f in ckpt.listed(out)} <= {100, 200, 300}
+    with pytest.raises(ConfigError, match="this one did: nothing to continue"):
+        wb.resume(out, cluster=cluster, progress=False)

@@ -118,3 +118,19 @@ def test_every_algorithm_and_rule_picked_without_an_lr_learns_the_default_datase
         s = result.summary
         assert s["status"] == "completed" and s["learning_note"] is None, (rule, s["learning_note"])
         assert s["final_test_accuracy"] > 0.6, (algorithm, rule, cfg.lr, s["final_test_accuracy"])
+
+
+def test_ltfbs_best_test_loss_is_trainer_0s_whatever_order_its_evaluations_arrived_in():
+    # evals.csv is in arrival order (on Dask, a race between the trainers' leaders): the lowest
+    # test loss was read from the stream of whichever trainer's row came last, and could
+    # contradict params_best (rank 0's, trainer 0's lowest) in the same summary
+    import pandas as pd
+    rows = [("trainer-0", 99, 0.30), ("trainer-1", 99, 0.20), ("trainer-0", 199, 0.25), ("trainer-1", 199, 0.10)]
+    ev = pd.DataFrame(rows, columns=["worker", "step", "test_loss"])
+    for order in (ev, ev.iloc[[1, 0, 2, 3]], ev.iloc[[1, 0, 3, 2]]):
+        stream, best = learning.best_test_loss(order.reset_index(drop=True))
+        assert set(stream["worker"]) == {"trainer-0"} and (best["step"], best["test_loss"]) == (199, 0.25)
+    got = run_threads(RunConfig(algorithm="ltfb", dataset="digits", cpus=2, trainers=2, steps=300, round_size=50,
+                                batch_size=32, eval_every=50, seed=0))
+    s = got.summary
+    assert s["params_best"] == {"steps": s["best_test_loss_step"], "test_loss": s["best_test_loss"]}

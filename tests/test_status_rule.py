@@ -81,3 +81,33 @@ def test_an_abort_ends_the_chunk_masters_fetch(monkeypatch, tiny):
     result = run_threads(tiny(algorithm="cgdp", cpus=3, epochs=200), fail={2: 10})
     assert result.status == "failed"
     assert "worker_lost" in {e["event"] for e in result.events}
+
+
+def _stop_at_the_last_step(last: int):
+    """(on_record, should_stop): a stop asked once step `last` has been seen."""
+    seen = {"step": -1}
+
+    def on_record(batch):
+        for r in batch:
+            if r.get("kind") == "step":
+                seen["step"] = max(seen["step"], int(r["step"]))
+    return on_record, lambda: seen["step"] >= last
+
+
+@pytest.mark.parametrize("algorithm", ["sgd", "sync_sgd"])
+def test_a_stop_asked_after_the_last_step_leaves_the_run_completed(algorithm, tiny, tmp_path):
+    # a should_stop that says yes once the plan's last step has been seen: every loop has run
+    # its plan out by then, so the run completed (it read stopped: the CLI's exit 1)
+    import workbench as wb
+    from workbench import checkpoint as ckpt
+    for attempt in range(3):   # the monitor may see the loops end before it asks: then ask again
+        on_record, should_stop = _stop_at_the_last_step(119)
+        out = tmp_path / f"run{attempt}"
+        got = wb.run(tiny(algorithm=algorithm, cpus=2, steps=120, checkpoint_every=50, out=str(out)),
+                     cluster="threads", progress=False, on_record=on_record, should_stop=should_stop)
+        if any(e["event"] == "stop_requested" for e in got.summary["events"]):
+            break
+    else:
+        pytest.fail("the stop was never asked")
+    assert got.status == "completed" and got.summary["steps"] == 120
+    assert [ckpt.read(f).step for f in ckpt.listed(out)] == [50, 100]

@@ -126,38 +126,12 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         ConfigError: no checkpoint to continue from, a completed run, or a config the
             workers cannot run now (checked before any starts).
     """
-    from . import checkpoint as ckpt
-    from .results.result import RunResult
-    from .results.rundir import final_dir
-    if not isinstance(directory, (str, os.PathLike)):
-        raise ConfigTypeError("directory", "a run directory path", directory)
-    d = _resumable_dir(Path(directory))
-    found, refused = ckpt.latest(d)
-    if found is None:
-        why = f" ({refused[0].removesuffix('; the one before it is used')})" if refused else ""
-        raise ConfigError("resume", f"a run directory holding a checkpoint to continue from{why}", str(directory))
-    if (d / "summary.json").is_file():
-        try:
-            status = RunResult.load(d).summary.get("status")
-        except (ConfigError, OSError, ValueError):
-            status = None
-        if status == "completed":
-            raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
-                              str(directory))
-    config = RunConfig.from_dict(found.config)
-    spec = _spec(config)
-    from .algorithms.base import checkpoints_offered
-    if not checkpoints_offered(spec.cls):
-        raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
-                          str(directory))
-    config = config.replace(out=str(final_dir(d)))
-    warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
+    d, found, config, warnings = resume_checks(directory, cluster)
     from .results.rundir import reclaim_run_dir
     try:
         reclaim_run_dir(d)
     except FileExistsError as exc:
         raise ConfigError("resume", "a run directory no running process is writing", str(exc)) from None
-    warnings = [*refused, *warnings]
     bar = None
     if progress:
         from .execution.progress import RunProgress, bars_allowed, tee
@@ -170,7 +144,7 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     # An asynchronous simulated run's workers are mid-step at any virtual instant (their
     # checkpoints are taken at different ones): it is replayed from step 0 instead, which
     # virtual time makes bitwise the run never stopped.
-    replay = config.simulate and not spec.sync
+    replay = config.simulate and not _spec(config).sync
     try:
         from .execution.engine import run as engine_run
         result = engine_run(config, cluster=cluster, on_record=on_record, should_stop=should_stop, out=d,
@@ -190,6 +164,49 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         result.summary["warnings"] = list(warnings)
     save(result, d, overwrite=True, report=report)
     return result
+
+
+def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any, RunConfig, list[str]]:
+    """Every check `resume` makes before it claims the directory or starts anything: the
+    CLI makes them before it starts its cluster (whose start a run's start-up does not count).
+
+    Returns:
+        (the directory its checkpoints are in, the checkpoint to go on from, the config, the
+        warnings: newer checkpoints refused, then its preflight's)
+    Raises:
+        ConfigError: no checkpoint to continue from, a completed run, an algorithm without
+            checkpoints, or a config the workers cannot run now.
+    """
+    import json
+
+    from . import checkpoint as ckpt
+    from .results.rundir import final_dir
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ConfigTypeError("directory", "a run directory path", directory)
+    d = _resumable_dir(Path(directory))
+    found, refused = ckpt.latest(d)
+    if found is None:
+        why = f" ({refused[0].removesuffix('; the one before it is used')})" if refused else ""
+        raise ConfigError("resume", f"a run directory holding a checkpoint to continue from{why}", str(directory))
+    if (d / "summary.json").is_file():
+        try:
+            told = json.loads((d / "summary.json").read_text())
+            found.interrupted = told if isinstance(told, dict) else None   # how it ended: the resumed summary keeps it
+            status = told.get("status") if isinstance(told, dict) else None
+        except (OSError, ValueError):
+            status = None
+        if status == "completed":
+            raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
+                              str(directory))
+    config = RunConfig.from_dict(found.config)
+    spec = _spec(config)
+    from .algorithms.base import checkpoints_offered
+    if not checkpoints_offered(spec.cls):
+        raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
+                          str(directory))
+    config = config.replace(out=str(final_dir(d)))
+    warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
+    return d, found, config, [*refused, *warnings]
 
 
 def _resumable_dir(d: Path) -> Path:

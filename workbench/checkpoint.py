@@ -58,6 +58,8 @@ class Checkpoint:
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)   # rank -> name -> array or number
     server: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    interrupted: dict[str, Any] | None = None   # the summary the run it continues left (None: none, it was killed)
+    history: list[dict[str, Any]] | None = None  # the segments before the resumed one, how each ended (`engine`)
 
     @property
     def config(self) -> dict[str, Any]:

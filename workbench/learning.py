@@ -13,6 +13,7 @@ the CLI, the dashboard's status line and the report.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 NEAR_CHANCE = 0.1     # within a tenth of the way from chance to perfect: near chance (10 classes: < 0.19)
@@ -69,18 +70,32 @@ def _shape(config: dict[str, Any]) -> Any:
 
 
 def best_test_loss(evals: Any) -> tuple[Any, Any] | None:
-    """The evaluation stream a run's final numbers come from (the last row's: one model's, or
-    a tournament's last trainer's), step by step, and the row of its lowest test loss; None
-    without a finite test loss. A (stream, best row) pair of pandas objects."""
+    """Rank 0's evaluation stream (`eval_stream`), step by step, and the row of its lowest
+    test loss; None without a finite test loss. A (stream, best row) pair of pandas objects."""
     return lowest(evals, "test_loss")
+
+
+def eval_stream(workers: Any) -> str:
+    """Which evaluation stream a run's `best_test_loss` (and `best_val_loss`) is read from,
+    among the `worker` names of its evaluations: the one rank 0 records, whose lowest loss
+    `params_best` keeps (every algorithm's only one; ltfb's trainer 0's). Chosen by name,
+    never by the order the evaluations arrived in (on Dask, a race).
+
+    >>> eval_stream(["trainer-1", "trainer-10", "trainer-0", "trainer-2"]), eval_stream(["0", "0"])
+    ('trainer-0', '0')
+    """
+    def key(name: str) -> tuple:
+        return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return min({str(w) for w in workers}, key=key)
 
 
 def lowest(evals: Any, column: str) -> tuple[Any, Any] | None:
     """`best_test_loss` by any loss column (`val_loss`: the validation set's): the stream and
-    the row of its lowest finite value; None without one."""
+    the row of its lowest finite value (the first such row at a tie); None without one."""
     if evals is None or not len(evals) or column not in evals:
         return None
-    stream = evals[evals["worker"].astype(str) == str(evals["worker"].iloc[-1])]
+    names = evals["worker"].astype(str)
+    stream = evals[names == eval_stream(names)]
     finite = stream[stream[column].map(lambda v: v is not None and math.isfinite(float(v)))]
     if not len(finite):
         return None
@@ -94,8 +109,8 @@ def overfit_note(config: dict[str, Any], evals: Any, n_params: int | None = None
 
     Said when the final test loss is at least OVERFIT_RISE x its best and OVERFIT_MIN_RISE
     above it, and the final training loss is below the training loss at the best (a rise of
-    both is a run that went wrong: `note`'s). Over the evaluation stream the summary's final
-    numbers come from (`best_test_loss`). `kept`: the summary's `params_best` (the parameters
+    both is a run that went wrong: `note`'s). Over rank 0's evaluation stream, the one
+    `best_test_loss` is read from. `kept`: the summary's `params_best` (the parameters
     kept at the lowest test loss: said where they are the same step's).
 
     >>> import pandas as pd

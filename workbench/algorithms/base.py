@@ -865,7 +865,9 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
     A run that takes checkpoints also leaves one where a stop ended it: each worker sends
     its state before the step it would have run next (tagged "stopped"; the client writes
     the checkpoint once every worker's is in, `execution.saver`), and so does an
-    asynchronous worker that completed its plan ("ended": the others may be stopped)."""
+    asynchronous worker that completed its plan ("ended": the others may be stopped). Rank 0
+    of a run its `early_stop` ended tags its state "early_stopped": the run completed, and
+    the client writes no checkpoint of its end."""
     plan, status = ctx.plan, "completed"
     first = 0
     if ctx.resume is not None:
@@ -920,7 +922,10 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         if status == "completed" and not sync:
             end = total
         if end is not None and (end < total or not sync):
-            ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
+            if ctx.early_stopped is not None:   # rank 0 ended the run by `early_stop`: it completed (no state needed)
+                ctx.save_state(end, {}, tag="early_stopped")
+            else:
+                ctx.save_state(end, {} if bare else algo.state(), tag="stopped" if status == "stopped" else "ended")
     params = algo.finish()
     ctx.flush(done=True)
     return ctx.loop_result(status, params, step, algo.ended_summary())

@@ -632,16 +632,21 @@ def _resume(args: argparse.Namespace) -> int:
     if given:
         raise ConfigError(given[0], "no other run flag with --resume (the run goes on with its own config)",
                           getattr(args, given[0]))
-    from ..checkpoint import latest
-    found, _ = latest(api._resumable_dir(Path(args.resume)))
-    config = RunConfig.from_dict(found.config) if found is not None else None
-    progress = None if args.no_progress or not sys.stderr.isatty() or config is None else _progress_bar(config)
-    if config is not None and not config.simulate:
+    _, _, config, _ = api.resume_checks(args.resume)   # every check that can fail, before a cluster starts
+    progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
+    if not config.simulate:
         from ..execution.cluster import one_line_logs
         one_line_logs()
     with stop_on_signals():
         try:
-            result = api.resume(args.resume, on_record=progress, progress=False, report=False)
+            from ..execution.engine import transport_for
+            # the cluster starts here, as a new run's does: neither counts its start in the run's start-up
+            transport = transport_for(config)
+            on_record = progress
+            if transport.name == "dask":
+                from ..execution.cluster import dashboard_link
+                on_record = _first_record_says(f"dask dashboard: {dashboard_link(transport.client)}", progress)
+            result = api.resume(args.resume, cluster=transport, on_record=on_record, progress=False, report=False)
         finally:
             if progress is not None:
                 progress.close()

@@ -199,9 +199,11 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     failed when a synchronous run lost a worker, when every one of the run's `size`
     workers was lost (an asynchronous run too: nothing finished), or when the transport
     itself is gone;
-    diverged when any loop (or event) says so; stopped when a stop was asked or a loop
-    stopped, but completed when the loops stopped on rank 0's `early_stop` decision and
-    nobody else asked; failed when a loop failed; else completed.
+    diverged when any loop (or event) says so; stopped when a loop stopped, or a stop was
+    asked and not every loop ran its plan out (a request that came after the last step, or
+    with it, changes nothing: the run completed); but completed when rank 0 took its
+    `early_stop` decision, whoever else asked too (the loops end where that decision put
+    them, and there is nothing left to resume); failed when a loop failed; else completed.
 
     >>> decide_status(sync=True, lost={1: "w1"}, gone=False, statuses=["diverged"], diverged_event=True,
     ...               stop_asked=False)
@@ -216,15 +218,22 @@ def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | No
     ...               stop_asked=False, size=2)
     'failed'
     >>> decide_status(sync=True, lost={}, gone=False, statuses=["stopped"] * 2, diverged_event=False,
-    ...               stop_asked=False, early_stop=True)
+    ...               stop_asked=True, early_stop=True)
     'completed'
+    >>> decide_status(sync=True, lost={}, gone=False, statuses=["completed"] * 2, diverged_event=False,
+    ...               stop_asked=True, size=2)
+    'completed'
+    >>> decide_status(sync=True, lost={}, gone=False, statuses=[], diverged_event=False, stop_asked=True, size=2)
+    'stopped'
     """
     if (lost and sync) or gone or (size is not None and len(lost) >= size):
         return "failed"
     if "diverged" in statuses or diverged_event:
         return "diverged"
-    if stop_asked or "stopped" in statuses:
-        return "completed" if early_stop and not stop_asked else "stopped"
+    ran_out = bool(statuses) and all(s == "completed" for s in statuses) \
+        and (size is None or len(statuses) + len(lost) >= size)   # every loop (a lost one aside) ran its plan out
+    if "stopped" in statuses or (stop_asked and not ran_out):
+        return "completed" if early_stop else "stopped"
     if "failed" in statuses:
         return "failed"
     return "completed"
@@ -372,7 +381,10 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                           workers=[transport.public(w, rank) for rank, w in enumerate(workers)],
                           extra=extra, params=params, best=monitor.results.get(0, {}).get("best"))
     if resume is not None:   # the last segment ends where the run's steps did (`steps`: the last step's + 1)
-        result.summary["segments"][-1]["to_step"] = result.summary["steps"]
+        result.summary["segments"][-1]["to_step"] = result.summary["segments"][-1]["ran_to"] = result.summary["steps"]
+        here = len(result.summary["segments"]) - 1   # each event marked with its segment (the earlier ones' kept)
+        for e, r in zip(result.summary["events"], monitor.collector.rows.get("event", [])):
+            e["segment"] = r.get("segment", here)
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
@@ -401,6 +413,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                             "event": "incomplete", "worker": None,
                             "message": f"{len(monitor.lost)} of {size} workers lost; {s['steps']:,} of the plan's "
                                        f"{s['total_steps_planned']:,} steps ran{trained}"})
+        if resume is not None:
+            s["events"][-1]["segment"] = len(s["segments"]) - 1
     return result
 
 
@@ -430,7 +444,9 @@ def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, trans
     if resume.server:
         setup.resume[0]["state"] = {**setup.resume[0]["state"],
                                     **{f"server.{k}": v for k, v in resume.server.items()}}
-    collector.seed(resume.meta.get("records") or {})
+    history, records = segment_history(resume)
+    resume.history = history
+    collector.seed(records)
     if out is not None:
         rows = read_step_rows(out, resume.meta.get("steps_csv_bytes"))
         worker, step = rows[:, STEP_TABLE.index("worker")], rows[:, STEP_TABLE.index("step")]
@@ -438,22 +454,121 @@ def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, trans
         collector.store.resume(rows[step < limit])
 
 
+_ENDING = ("status", "ran_to", "why", "lost_workers")   # what a segment's summary said of its end
+
+
+def _why(summary: dict) -> str | None:
+    """What ended a run that did not complete, in a few words, from its summary (None: its
+    status says it all)."""
+    lost = summary.get("lost_workers") or {}
+    if lost:
+        return f"worker{'s' if len(lost) > 1 else ''} {', '.join(sorted(lost))} lost"
+    for e in reversed(summary.get("events") or []):
+        if e.get("event") in ("scheduler_lost", "diverged", "too_few_workers", "stop_requested"):
+            return str(e.get("message", "")).split(";")[0]
+    errors = summary.get("errors") or {}
+    if errors:
+        first = next(iter(errors.values()))
+        return str(first).splitlines()[0] if first else None
+    return None
+
+
+def ended_text(seg: dict, next_from: int | None) -> str:
+    """How a segment ended, in words: its status, why, how far its steps ran, and where the
+    next segment went on from (the steps between ran again there).
+
+    >>> ended_text({"status": "failed", "why": "worker 1 lost", "ran_to": 2110}, 2000)
+    'failed: worker 1 lost after 2,110 steps; resumed from its checkpoint at step 2,000 (110 steps run again)'
+    >>> ended_text({"status": "killed", "ran_to": None}, 1500)
+    'killed (it left no summary); resumed from its checkpoint at step 1,500'
+    """
+    status = seg.get("status") or "ended"
+    head = "killed (it left no summary)" if status == "killed" else status
+    if seg.get("why"):
+        head += f": {seg['why']}"
+    if seg.get("ran_to") is not None and status != "killed":
+        head += f" after {int(seg['ran_to']):,} steps"
+    if next_from is None:
+        return head
+    redone = int(seg["ran_to"]) - next_from if seg.get("ran_to") is not None else 0
+    return head + f"; resumed from its checkpoint at step {next_from:,}" + (
+        f" ({redone:,} steps run again)" if redone > 0 else "")
+
+
+def _event_key(e: dict) -> tuple:
+    return (e.get("event"), e.get("message"), round(float(e.get("time") or 0.0), 6))
+
+
+def segment_history(resume: Any) -> tuple[list[dict], dict]:
+    """The segments before a resumed run's, each with how it ended, and the records to seed
+    it with (the checkpoint's, and the events its interrupted run had after the checkpoint),
+    each event marked with its segment (`segment`: its index in the list).
+
+    A checkpoint lists the segments up to itself (`Saver.write`): the earlier ones as the
+    run that wrote it had them (how each ended included), its own up to the checkpoint.
+    How that one ended, the summary the run left says (`Checkpoint.interrupted`; none: it
+    was killed); a summary of a later run that wrote no checkpoint adds that run as a
+    segment whose work all ran again; a summary older than the checkpoint's run says nothing."""
+    history = [dict(seg) for seg in resume.meta.get("segments", [])]
+    if history:
+        history[-1].setdefault("run_id", resume.meta.get("run_id"))
+    writer = len(history) - 1                              # the segment that wrote the checkpoint
+    records = {k: [dict(r) for r in v] for k, v in (resume.meta.get("records") or {}).items()}
+    for e in records.get("event", []):
+        e.setdefault("segment", max(writer, 0))
+    told = resume.interrupted
+    ids = [seg.get("run_id") for seg in history]
+    if told and told.get("run_id") is not None:
+        own = dict((told.get("segments") or [{"from_step": 0}])[-1])   # the interrupted run's own segment
+        ending = {"status": told.get("status"), "ran_to": told.get("steps"), "why": _why(told),
+                  "lost_workers": told.get("lost_workers") or {}}
+        at = None
+        if told["run_id"] in ids:
+            at = ids.index(told["run_id"])
+        elif int(own.get("from_step", 0)) >= resume.step:   # a later run that wrote no checkpoint
+            history.append({"from_step": int(own.get("from_step", 0)), "to_step": resume.step, "wall_time_s": 0.0,
+                            "startup_s": 0.0, "run_id": told["run_id"]})
+            at = len(history) - 1
+        if at is not None:   # (else: a summary older than the checkpoint's run, which was killed)
+            history[at].update(ending)
+            earlier = told.get("segments") or []
+            for i, seg in enumerate(history[:at]):   # what it knew of the segments before it
+                if i < len(earlier) and "status" not in seg and earlier[i].get("status"):
+                    seg.update({k: earlier[i][k] for k in _ENDING if k in earlier[i]})
+            seen = {_event_key(e) for e in records.get("event", [])}
+            for e in told.get("events") or []:
+                if _event_key(e) not in seen:   # after the checkpoint: the records dropped it
+                    records.setdefault("event", []).append({**e, "segment": e.get("segment", at)})
+    for i, seg in enumerate(history):
+        if "status" not in seg:
+            seg["status"] = "killed" if i == len(history) - 1 else None
+            seg.setdefault("ran_to", None)
+        nxt = history[i + 1]["from_step"] if i + 1 < len(history) else resume.step
+        seg["ended"] = ended_text(seg, nxt)
+        seg.pop("called", None)
+    return history, records
+
+
 def _resumed_times(resume: Any, extra: dict, wall: float, status: str, saver: Any) -> float:
     """A resumed run's summary entries: `segments` (each run of the loops: its steps, how
-    it ended, its wall time: its start-up and its training up to the checkpoint this one
-    went on from, or to its end for the last) and the totals of every segment in
+    far they ran, how it ended (`status`, `ended` in words, `why`, its `lost_workers`), its
+    wall time: its start-up and its training up to the checkpoint the next one went on
+    from, or to its end for the last) and the totals of every segment in
     `startup_s` and the returned wall time (the work a segment did after its checkpoint ran
     again, in the next one; the downtime between counts nowhere)."""
+    order = ("from_step", "to_step", "ran_to", "status", "ended", "why", "lost_workers", "wall_time_s", "startup_s",
+             "run_id")
     segments = []
-    for seg in resume.meta.get("segments", []):
-        segments.append({"from_step": seg["from_step"], "to_step": seg["to_step"], "wall_time_s": seg["wall_time_s"],
-                         "startup_s": seg.get("startup_s") or 0.0, "ended": "resumed from its checkpoint"})
+    for seg in resume.history if resume.history is not None else segment_history(resume)[0]:
+        seg = {**seg, "startup_s": seg.get("startup_s") or 0.0}
+        segments.append({**{k: seg[k] for k in order if k in seg}, **seg})
     before = sum(seg["wall_time_s"] for seg in segments)
     total = None
     if extra.get("simulated"):   # virtual clocks went on from the checkpoint's: the makespan holds it all
         total, wall = wall, max(wall - before, 0.0)   # (the makespan itself: (W - b) + b need not be W's bits)
-    this = {"from_step": resume.step, "to_step": None, "wall_time_s": wall,   # to_step: set once the result is built
-            "startup_s": extra.get("startup_s") or 0.0, "ended": status}
+    this = {"from_step": resume.step, "to_step": None, "ran_to": None,   # the steps: set once the result is built
+            "status": status, "ended": status, "lost_workers": extra.get("lost_workers") or {}, "wall_time_s": wall,
+            "startup_s": extra.get("startup_s") or 0.0, "run_id": extra.get("run_id")}
     segments.append(this)
     extra["segments"] = segments
     extra["startup_s"] = sum(seg["startup_s"] for seg in segments)

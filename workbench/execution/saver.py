@@ -14,7 +14,8 @@ still in the run has, and one of them was stopped, the stop's checkpoint is writ
 worker at its own step (an asynchronous run's workers stop at different ones). A synchronous
 run's workers all end after the step the stop was decided at, except LTFB's trainers, each
 stopped by its own leader: when they ended at different steps no stop checkpoint is written
-(the last periodic one stands). Held states are fetched only then: a run that completes
+(the last periodic one stands). Nor is one written where rank 0's `early_stop` ended the
+run (its state tagged "early_stopped"): the run completed. Held states are fetched only then: a run that completes
 writes none.
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Saver:
         """One worker's state batch (or the note that its state waits on its worker)."""
         if self.failed is not None:
             return
-        if batch.get("tag") in ("stopped", "ended"):
+        if batch.get("tag") in ("stopped", "ended", "early_stopped"):
             self.ended[int(batch["rank"])] = batch
             self._complete_end()
             return
@@ -110,7 +111,10 @@ class Saver:
         if not got or not set(range(self.setup.size)) - self.gone <= set(got):
             return
         steps = {int(b["step"]) for b in got.values()}
-        if not any(b.get("tag") == "stopped" for b in got.values()) or self.setup.spec.sync and len(steps) > 1:
+        if not any(b.get("tag") == "stopped" for b in got.values()) or self.setup.spec.sync and len(steps) > 1 \
+                or any(b.get("tag") == "early_stopped" for b in got.values()):
+            # (rank 0's `early_stop` ended the run: it completed, a user's stop beside it too, and a
+            # completed run writes no checkpoint of its end)
             # (a synchronous run whose workers ended at different steps: LTFB's trainers, each
             # stopped by its own leader, would meet at tournaments one of them has already had)
             self.ended = {}
@@ -167,7 +171,8 @@ class Saver:
         startup = (t_zero - self.t_called) if t_zero is not None and not virtual else 0.0
         trained = max(w["time"] for w in workers.values()) - (self.prior.rank_time(0) if self.prior else 0.0)
         segment = {"from_step": self.first_step, "to_step": step, "called": self.t_called, "startup_s": startup,
-                   "wall_time_s": startup + max(trained, 0.0)}   # up to its checkpoint: what it ran that counts
+                   "wall_time_s": startup + max(trained, 0.0),   # up to its checkpoint: what it ran that counts
+                   "run_id": self.setup.run_id}
         meta = {"run_id": self.setup.run_id, "algorithm": config.algorithm, "config": config.to_dict(),
                 "size": self.setup.size, "kinds": self.setup.kinds, "workers": workers,
                 "written": now, "segments": self.segments_before + [segment], "steps_csv_bytes": csv_bytes,
@@ -183,8 +188,12 @@ class Saver:
 
     @property
     def segments_before(self) -> list[dict]:
-        """The segments a resumed run's checkpoint carried (each ended at that checkpoint)."""
-        return list(self.prior.meta.get("segments", [])) if self.prior is not None else []
+        """The segments before a resumed run's (each ended at the checkpoint the next went on
+        from), each with how it ended (`engine.segment_history`)."""
+        if self.prior is None:
+            return []
+        history = self.prior.history
+        return [dict(seg) for seg in (history if history is not None else self.prior.meta.get("segments", []))]
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says of its checkpoints."""
