@@ -335,6 +335,19 @@ def connect(address: str, timeout: float = 10.0, security: Any = None) -> Any:
     return Client(address, timeout=timeout, set_as_default=False, security=security)
 
 
+def open_client(cluster: Any) -> Any:
+    """`cluster` as a Client: a Client as it is; for a scheduler address (`connect`) or a
+    cluster object, one opened here, which its opener closes (`client.close()` alone: the
+    cluster and its scheduler are the user's). One run closes its own
+    (`DaskTransport.let_go`); a sweep opens one for all its points."""
+    from distributed import Client
+    if isinstance(cluster, Client):
+        return cluster
+    if isinstance(cluster, str):
+        return connect(cluster)
+    return Client(cluster, set_as_default=False)
+
+
 TLS_SETTINGS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert")
 
 

@@ -75,8 +75,9 @@ def _nccl_available() -> bool:
 class DaskTransport(Transport):
     name = "dask"
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, opened: bool = False):
         self.client = client
+        self.opened = opened   # opened for this run (an address, a cluster object): closed by `let_go`
         self.segments: dict[str, str] = {}
         self.rings: dict[int, Any] = {}   # rank -> its ring of step rows, read here (one host: comm.rowring)
         self.actors: list[Any] = []
@@ -495,6 +496,14 @@ class DaskTransport(Transport):
                 self._on_survivor(remove_file, self.lock_path, alive, host=workers[0]["host"])
         self.actors.clear()
         self.actor = None
+
+    def let_go(self) -> None:
+        """Close the client `engine.transport_for` opened for an address or a cluster object
+        (only the client: the cluster is the user's); a Client the caller gave stays theirs."""
+        if self.opened:
+            self.opened = False
+            with contextlib.suppress(Exception):
+                self.client.close()
 
     def _on_survivor(self, fn: Callable, arg: str, alive: set, host: str) -> None:
         """Run fn(arg) on a live worker of `host` (Client.run: its thread may be busy)."""
