@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
+from workbench.config import ConfigError
 
 pytestmark = pytest.mark.cluster
 
@@ -29,6 +30,17 @@ def _start(address, names, log, prefix=()):
                               "--host", "127.0.0.1", "--no-dashboard"],
                              stdout=open(log / f"{name}.log", "w"), stderr=subprocess.STDOUT, env=env)
             for name in names]
+
+
+def _stop(procs):
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:   # a worker still stuck in a failed run's loop
+            p.kill()
+            p.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +67,7 @@ def own(tmp_path_factory):
     finally:
         if client is not None:
             client.close()
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(20)
+        _stop(procs)
 
 
 def _users(client):
@@ -86,3 +95,72 @@ def test_a_run_or_a_sweep_given_an_address_closes_the_client_it_opened(own, tiny
     assert list(table["status"]) == ["completed", "completed"]
     assert _eventually(lambda: _users(client), clients) == clients
     assert _eventually(threading.active_count, threads) == threads
+
+
+# ------------------------------------------------------------------ one host: one /dev/shm
+def test_the_host_key_tells_apart_what_does_not_share_dev_shm(monkeypatch, tmp_path):
+    from workbench.execution import platforms
+    here = platforms.host_key()
+    assert here == platforms.host_key() and here.startswith(socket.gethostname() + "/")
+    real_stat = os.stat
+    monkeypatch.setattr(platforms.os, "stat", lambda p, *a, **k: real_stat(tmp_path if p == platforms.SHM_DIR
+                                                                             else p, *a, **k))
+    other = platforms.host_key()   # a /dev/shm of its own (tmp_path's device) unless both are one mount
+    assert (other == here) == (real_stat(tmp_path).st_dev == real_stat(platforms.SHM_DIR).st_dev)
+    ws = [{"host": "box", "host_key": here, "name": "a"}, {"host": "box", "host_key": "box/x/1/2", "name": "b"}]
+    assert [w["host"] for w in platforms.separate_hosts(ws)] == ["box#1", "box#2"]
+    assert [w["host"] for w in platforms.separate_hosts(ws[:1] * 2)] == ["box", "box"]
+
+
+def _unshare_allowed():
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return False
+    try:
+        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module")
+def two_shm(tmp_path_factory):
+    """A scheduler, one worker, and one worker with a /dev/shm and /tmp of its own under the
+    same hostname (what two `--network host` containers are); yields (address, Client)."""
+    if not _unshare_allowed():
+        pytest.skip("needs root and `unshare -m` (a worker with its own /dev/shm)")
+    from distributed import Client
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("shm2")
+    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
+    procs += _start(address, ["shm-0"], log)
+    own_shm = "mount -t tmpfs tmpfs /dev/shm && mount -t tmpfs tmpfs /tmp && exec \"$@\""
+    procs += _start(address, ["shm-1"], log, prefix=("unshare", "-m", "sh", "-c", own_shm, "sh"))
+    client = None
+    try:
+        for _ in range(120):
+            try:
+                client = Client(address, set_as_default=False, timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert client is not None, "scheduler did not come up"
+        client.wait_for_workers(2, timeout=60)
+        yield address, client
+    finally:
+        if client is not None:
+            client.close()
+        _stop(procs)
+
+
+def test_workers_of_one_hostname_without_one_dev_shm_are_two_hosts(two_shm, tiny):
+    address, client = two_shm
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=6)
+    result = wb.run(cfg, cluster=client, progress=False)
+    assert result.status == "completed", result.summary["events"]
+    assert result.summary["comm"] == "dask"   # the ring, not segments one of them cannot see
+    assert [w["host"] for w in result.summary["workers"]] == [f"{socket.gethostname()}#1",
+                                                                f"{socket.gethostname()}#2"]
+    with pytest.raises(ConfigError, match="comm: shm only when every worker is on one host, sharing its /dev/shm"):
+        wb.run(cfg.replace(comm="shm"), cluster=client, progress=False)

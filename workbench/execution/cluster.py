@@ -519,7 +519,9 @@ def describe_worker(dask_worker: Any) -> dict[str, Any]:
     kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") or _started_by_dask_cuda(w)
                                                else "cpu")
     from ..util.identity import code_identity
+    from .platforms import host_key
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
+            "host_key": host_key(),   # one host: the same /dev/shm too (platforms.separate_hosts)
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
             "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
             "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0),
@@ -556,7 +558,9 @@ def workers_of(client: Any) -> list[dict[str, Any]]:
             f"{type(info[failed[0]]).__name__}: {str(info[failed[0]]).splitlines()[0][:200] if str(info[failed[0]]) else ''}"
         raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
                           f"worker {failed[0]}: {what}")
-    workers = sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+    from .platforms import separate_hosts
+    workers = separate_hosts(sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]),
+                                                                   w["address"])))
     for w in workers:
         what = identity.differences(mine, w.pop("identity", None) or {})
         if what:

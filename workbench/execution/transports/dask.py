@@ -25,7 +25,6 @@ Segment and lock-file clean-up: `transports.segments`.
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,9 +45,11 @@ CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 def choose_comm(config: RunConfig, workers: list[dict]) -> str:
     """shm on one host, NCCL between GPU-only workers (if asked or available), else Dask."""
-    one_host = len({w["host"] for w in workers}) == 1
-    if config.comm == "shm" and not one_host:
-        raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    hosts = sorted({w["host"] for w in workers})
+    one_host = len(hosts) == 1
+    if config.comm == "shm" and not one_host:   # one host: one /dev/shm too (`platforms.host_key`)
+        raise ConfigError("comm", f"shm only when every worker is on one host, sharing its /dev/shm (these are on "
+                          f"{', '.join(hosts)}); auto or dask here", config.comm)
     if config.comm == "shm" and not platforms.shm_supported():
         raise ConfigError("comm", "shm only where fcntl and POSIX shared memory exist (Linux, macOS); "
                           "use auto or dask here", config.comm)
@@ -478,7 +479,7 @@ class DaskTransport(Transport):
                     self.client.run(forget_states, self.plan.run_id, workers=mine, callback_timeout=CLEANUP_S)
         workers = getattr(self, "workers", None) or []
         addr0 = workers[0]["address"] if workers else None
-        local = bool(workers) and workers[0]["host"] == socket.gethostname()
+        local = bool(workers) and workers[0].get("host_key") == platforms.host_key()   # worker 0's /dev/shm is ours
         for name in self.segments.values():
             if addr0 in alive:
                 with contextlib.suppress(Exception):
