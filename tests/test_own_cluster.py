@@ -160,6 +160,7 @@ def test_workers_of_one_hostname_without_one_dev_shm_are_two_hosts(two_shm, tiny
     result = wb.run(cfg, cluster=client, progress=False)
     assert result.status == "completed", result.summary["events"]
     assert result.summary["comm"] == "dask"   # the ring, not segments one of them cannot see
+    assert _leftovers(client) == NOTHING      # its start barrier's Events too (two hosts: Dask Events)
     assert [w["host"] for w in result.summary["workers"]] == [f"{socket.gethostname()}#1",
                                                                 f"{socket.gethostname()}#2"]
     with pytest.raises(ConfigError, match="comm: shm only when every worker is on one host, sharing its /dev/shm"):
@@ -172,9 +173,21 @@ import sys
 import workbench as wb
 if __name__ == "__main__":
     cfg = wb.RunConfig(algorithm="sync_sgd", dataset="digits", model="mlp", hidden=[32], batch_size=64, cpus=2,
-                       steps=4, seed=1)
+                       steps=int(sys.argv[2]), seed=1)
     print(wb.run(cfg, cluster=sys.argv[1], progress=False).status)
 """
+
+
+def _leftovers(client):
+    """What workbench runs left on the scheduler: event-log topics, Events, Variables (a lambda:
+    pickled by value)."""
+    return client.run_on_scheduler(lambda dask_scheduler: {
+        "topics": sorted(t for t in dask_scheduler._broker._topics if "workbench" in t),
+        "events": sorted(k for k in dask_scheduler.extensions["events"]._events if "workbench" in k),
+        "variables": sorted(k for k in dask_scheduler.extensions["variables"].variables if "workbench" in k)})
+
+
+NOTHING = {"topics": [], "events": [], "variables": []}
 
 
 def test_a_client_on_the_workers_host_exits_without_resource_tracker_warnings(own, tmp_path):
@@ -183,6 +196,34 @@ def test_a_client_on_the_workers_host_exits_without_resource_tracker_warnings(ow
     address, _, _ = own
     script = tmp_path / "client.py"
     script.write_text(_CLIENT_SCRIPT)
-    done = subprocess.run([sys.executable, str(script), address], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script), address, "4"], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "completed", done.stderr
     assert "resource_tracker" not in done.stderr and "leaked" not in done.stderr, done.stderr
+
+
+def test_a_run_leaves_nothing_on_the_scheduler_completed_stopped_or_its_client_killed(own, tiny, tmp_path):
+    """Per run, its records' topic and the topics Dask logs its Variables' deletion to; a
+    stopped run its stop Event; a killed client its lease and checkpoint Variables."""
+    address, client, _ = own
+    _eventually(lambda: _leftovers(client), NOTHING)   # (what an earlier test's killed client left)
+    cfg = tiny(algorithm="sync_sgd", cpus=2, steps=4)
+    assert wb.run(cfg, cluster=client, progress=False).status == "completed"
+    assert _leftovers(client) == NOTHING
+    asks = iter(range(1000))
+    stopped = wb.run(cfg.replace(steps=100_000), cluster=client, progress=False, should_stop=lambda: next(asks) > 3)
+    assert stopped.status == "stopped"
+    assert _leftovers(client) == NOTHING
+    script = tmp_path / "client.py"
+    script.write_text(_CLIENT_SCRIPT)
+    victim = subprocess.Popen([sys.executable, str(script), address, "1000000"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _leftovers(client)["variables"] and time.monotonic() < deadline:   # its lease: training
+            time.sleep(0.2)
+        assert _leftovers(client)["variables"], "the killed client's run never started"
+    finally:
+        victim.kill()
+        victim.wait(10)
+    # the loops see the lease lapse (5 s), worker 0 cleans up after them
+    assert _eventually(lambda: _leftovers(client), NOTHING, timeout=30) == NOTHING

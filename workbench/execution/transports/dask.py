@@ -472,6 +472,8 @@ class DaskTransport(Transport):
             if self.plan is not None:
                 with contextlib.suppress(Exception):
                     self.client.unsubscribe_topic(self.plan.topic)
+                if self.control is not None:   # its Events, Variables and topics, off the scheduler
+                    self.control.forget(0 if self.plan.start_segment else self.plan.size, topics=(self.plan.topic,))
             alive = self._alive() or set()
             mine = [w["address"] for w in getattr(self, "workers", None) or [] if w["address"] in alive]
             if self.plan is not None and self.plan.extra.get("checkpoint") and mine:
