@@ -227,3 +227,46 @@ def test_a_run_leaves_nothing_on_the_scheduler_completed_stopped_or_its_client_k
         victim.wait(10)
     # the loops see the lease lapse (5 s), worker 0 cleans up after them
     assert _eventually(lambda: _leftovers(client), NOTHING, timeout=30) == NOTHING
+
+
+# ------------------------------------------------------------------ a worker without workbench
+_BARE_WORKER = """
+import sys
+sys.path.append(sys.argv.pop(1))   # the environment's packages, without its .pth files (python -S): no workbench
+from distributed.cli.dask_worker import main
+if __name__ == "__main__":
+    sys.argv[0] = "dask-worker"
+    main()
+"""
+
+
+def test_a_worker_without_workbench_is_named_as_such(tmp_path, tiny):
+    import sysconfig
+
+    from distributed import Client
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    script = tmp_path / "bare_worker.py"
+    script.write_text(_BARE_WORKER)
+    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              stdout=open(tmp_path / "s.log", "w"), stderr=subprocess.STDOUT),
+             subprocess.Popen([sys.executable, "-S", str(script), sysconfig.get_paths()["purelib"], address,
+                               "--nthreads", "1", "--no-nanny", "--name", "bare", "--host", "127.0.0.1",
+                               "--no-dashboard"], cwd=tmp_path,
+                              stdout=open(tmp_path / "w.log", "w"), stderr=subprocess.STDOUT)]
+    try:
+        for _ in range(120):
+            try:
+                client = Client(address, set_as_default=False, timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        try:
+            client.wait_for_workers(1, timeout=60)
+            with pytest.raises(ConfigError) as got:
+                wb.run(tiny(algorithm="sync_sgd", cpus=1, steps=2), cluster=client, progress=False)
+        finally:
+            client.close()
+        assert str(got.value).endswith(": no workbench'"), str(got.value)
+    finally:
+        _stop(procs)

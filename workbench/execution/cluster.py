@@ -550,7 +550,7 @@ def workers_of(client: Any) -> list[dict[str, Any]]:
         import cloudpickle
         cloudpickle.register_pickle_by_value(identity)
         try:
-            theirs = client.run(identity.code_identity, workers=failed[:1], on_error="return")
+            theirs = client.run(identity.fresh_identity, workers=failed[:1], on_error="return")
         finally:
             cloudpickle.unregister_pickle_by_value(identity)
         got = theirs.get(failed[0])
