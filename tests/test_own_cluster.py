@@ -240,7 +240,7 @@ if __name__ == "__main__":
 """
 
 
-def test_a_worker_without_workbench_is_named_as_such(tmp_path, tiny):
+def test_a_worker_without_workbench_is_named_as_such_and_left_out_when_enough_others_are_there(tmp_path, tiny):
     import sysconfig
 
     from distributed import Client
@@ -254,6 +254,7 @@ def test_a_worker_without_workbench_is_named_as_such(tmp_path, tiny):
                                "--nthreads", "1", "--no-nanny", "--name", "bare", "--host", "127.0.0.1",
                                "--no-dashboard"], cwd=tmp_path,
                               stdout=open(tmp_path / "w.log", "w"), stderr=subprocess.STDOUT)]
+    procs += _start(address, ["good"], tmp_path)
     try:
         for _ in range(120):
             try:
@@ -262,9 +263,12 @@ def test_a_worker_without_workbench_is_named_as_such(tmp_path, tiny):
             except OSError:
                 time.sleep(0.5)
         try:
-            client.wait_for_workers(1, timeout=60)
-            with pytest.raises(ConfigError) as got:
-                wb.run(tiny(algorithm="sync_sgd", cpus=1, steps=2), cluster=client, progress=False)
+            client.wait_for_workers(2, timeout=60)
+            with pytest.raises(ConfigError) as got:   # two asked: the one without workbench is why not
+                wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=2), cluster=client, progress=False)
+            with pytest.warns(UserWarning, match=r"left out 1 worker\(s\) of other code: worker tcp://\S+: no workbench"):
+                one = wb.run(tiny(algorithm="sync_sgd", cpus=1, steps=2), cluster=client, progress=False)
+            assert one.status == "completed" and [w["name"] for w in one.summary["workers"]] == ["good"]
         finally:
             client.close()
         assert str(got.value).endswith(": no workbench'"), str(got.value)

@@ -535,38 +535,55 @@ def _started_by_dask_cuda(worker: Any) -> bool:
     return any(type(p).__module__.startswith("dask_cuda.") for p in plugins.values())
 
 
-def workers_of(client: Any) -> list[dict[str, Any]]:
+def workers_of(client: Any, others: list[str] | None = None) -> list[dict[str, Any]]:
     """Every worker of the cluster, described, GPU workers first, then by name.
 
     Each must run this process's code (`util.identity`: the workbench release, its files
     and the Python version): a ConfigError naming the first that does not, and what
     differs, before anything is sent to it (a worker of other code failed, or died, as it
-    unpacked its first task)."""
+    unpacked its first task). With `others` (a list), such workers are left out instead,
+    each noted there as `worker NAME (ADDRESS): what differs` (`other_code_error` makes
+    the ConfigError of the first)."""
     info = client.run(describe_worker, on_error="return")
     from ..util import identity
     mine = identity.code_identity()
     failed = sorted(addr for addr, w in info.items() if isinstance(w, BaseException))
+    bad: list[str] = []
     if failed:   # it could not even describe itself: ask what it runs, by value (it may not import workbench)
         import cloudpickle
         cloudpickle.register_pickle_by_value(identity)
         try:
-            theirs = client.run(identity.fresh_identity, workers=failed[:1], on_error="return")
+            theirs = client.run(identity.fresh_identity, workers=failed if others is not None else failed[:1],
+                                on_error="return")
         finally:
             cloudpickle.unregister_pickle_by_value(identity)
-        got = theirs.get(failed[0])
-        what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
-            f"{type(info[failed[0]]).__name__}: {str(info[failed[0]]).splitlines()[0][:200] if str(info[failed[0]]) else ''}"
-        raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
-                          f"worker {failed[0]}: {what}")
+        for addr in failed if others is not None else failed[:1]:
+            got, error = theirs.get(addr), info[addr]
+            what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
+                f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+            bad.append(f"worker {addr}: {what}")
     from .platforms import separate_hosts
-    workers = separate_hosts(sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]),
-                                                                   w["address"])))
+    workers = separate_hosts(sorted((w for w in info.values() if not isinstance(w, BaseException)),
+                                    key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"])))
+    kept = []
     for w in workers:
         what = identity.differences(mine, w.pop("identity", None) or {})
         if what:
-            raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
-                              f"worker {w['name']} ({w['address']}): {', '.join(what)}")
-    return workers
+            bad.append(f"worker {w['name']} ({w['address']}): {', '.join(what)}")
+        else:
+            kept.append(w)
+    if bad and others is None:
+        raise other_code_error(bad[0])
+    if others is not None:
+        others.extend(bad)
+    return kept
+
+
+def other_code_error(worker: str) -> ConfigError:
+    """The ConfigError for a worker of other code (`worker`: as `workers_of` notes it)."""
+    from ..util import identity
+    return ConfigError("workers", f"workers running this process's code ({identity.describe(identity.code_identity())})",
+                       worker)
 
 
 def _natural(name: str) -> tuple:

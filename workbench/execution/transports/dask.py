@@ -95,8 +95,19 @@ class DaskTransport(Transport):
 
     # ------------------------------------------------------------------ set-up
     def choose(self, config: RunConfig) -> list[dict]:
-        from ..cluster import workers_of
-        self.workers = choose_workers(workers_of(self.client), config)
+        """The first workers by name (`choose_workers`) among those running this process's
+        code; one of other code refuses the run only when the others are too few."""
+        from ..cluster import other_code_error, workers_of
+        others: list[str] = []
+        available = workers_of(self.client, others=others)
+        try:
+            self.workers = choose_workers(available, config)
+        except ConfigError as exc:
+            if others and exc.field in ("cpus", "gpus"):   # too few: because of the ones of other code
+                raise other_code_error(others[0]) from None
+            raise
+        if others:
+            platforms.note_once(f"left out {len(others)} worker(s) of other code: {'; '.join(others)}")
         return self.workers
 
     def again(self) -> DaskTransport:
