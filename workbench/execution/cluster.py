@@ -364,6 +364,20 @@ def scheduler_security(address: str, security: Any = None) -> Any:
         raise ConfigError("scheduler", "tls:// only with Dask's TLS settings for the client: "
                           f"{TLS_SETTINGS[0]}, {TLS_SETTINGS[1]} and distributed.comm.tls.client.key in Dask's "
                           "config (or wb.run(cfg, cluster=Client(address, security=...)))", address)
+    if address.startswith("tls://"):   # the files must load: a certificate without its key was 25 lines of ssl
+        import ssl
+        try:
+            security.get_connection_args("client")
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            def shown(value: Any) -> str:
+                return "unset" if not value else "(in memory)" if str(value).lstrip().startswith("-----") \
+                    else str(value)
+            raise ConfigError("scheduler", "tls:// with Dask's TLS settings for the client that load: "
+                              f"{TLS_SETTINGS[0]} {shown(security.tls_ca_file)}, {TLS_SETTINGS[1]} "
+                              f"{shown(security.tls_client_cert)}, distributed.comm.tls.client.key "
+                              f"{shown(security.tls_client_key)} (the key must match the certificate, in client.key "
+                              f"or in the certificate's file) gave {type(exc).__name__}: {_first_line(exc)}",
+                              address) from None
     return security
 
 
@@ -419,11 +433,29 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
         why = "a Dask scheduler; the server there answered something else"
     elif isinstance(got, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(got):
         why = f"a Dask scheduler answering within {timeout:g} s (it connected and then stayed silent, or nothing answered)"
+    elif address.startswith("tcp://") and _speaks_tls(url.hostname, url.port, min(timeout, 2.0)):
+        why = (f"a Dask scheduler over plain TCP there, but it speaks TLS: give tls://{url.netloc} (with Dask's "
+               "TLS settings for the client)")
     elif isinstance(got, OSError) or "connect" in str(got).lower():
         why = f"a reachable Dask scheduler ({_first_line(got)})"
     else:
         why = f"a Dask scheduler; the server there spoke another protocol ({type(got).__name__})"
     raise ConfigError("scheduler", why, address)
+
+
+def _speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at host:port answers a TLS handshake (no certificate checked,
+    none offered): what a tcp:// address given for a tls:// scheduler runs into."""
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, context.wrap_socket(raw):
+            return True
+    except ssl.SSLError as exc:   # an alert is a TLS server's answer (it wants our certificate, say)
+        return "alert" in str(exc).lower()
+    except OSError:               # a plain server waits for the rest of its frame, or hangs up
+        return False
 
 
 def _first_line(exc: BaseException) -> str:
