@@ -127,3 +127,33 @@ def test_someone_elses_credentials_are_refused_in_one_line(tls_cluster):
     with dask.config.set(_settings(theirs)), pytest.raises(ConfigError) as e:
         probe_scheduler(address, timeout=5)
     assert str(e.value).startswith("scheduler: ") and "\n" not in str(e.value)
+
+
+def test_a_client_certificate_without_its_key_is_one_line_naming_the_key(tls_cluster):
+    """The CA and the certificate set, no key (and none in the certificate's file): ssl's
+    'PEM lib' came out as a 25-line traceback."""
+    import dask
+
+    from workbench.config import ConfigError
+    from workbench.execution.cluster import connect
+    from workbench.execution.preflight import check_reachable
+    address, pem, _ = tls_cluster
+    settings = {**_settings(pem), "distributed.comm.tls.client.key": None}
+    for attempt in (lambda: connect(address), lambda: check_reachable(address)):
+        with dask.config.set(settings), pytest.raises(ConfigError) as e:
+            attempt()
+        text = str(e.value)
+        assert text.startswith("scheduler: ") and "\n" not in text, text
+        assert "distributed.comm.tls.client.key" in text and pem["cert"] in text, text
+
+
+def test_tcp_to_a_tls_scheduler_says_to_use_tls(tls_cluster):
+    """It said 'Connection reset by peer' and nothing about TLS."""
+    from workbench.config import ConfigError
+    from workbench.execution.cluster import probe_scheduler
+    address, _, _ = tls_cluster
+    plain = "tcp://" + address.split("://", 1)[1]
+    with pytest.raises(ConfigError) as e:
+        probe_scheduler(plain, timeout=5)
+    text = str(e.value)
+    assert "\n" not in text and f"it speaks TLS: give {address}" in text, text

@@ -265,6 +265,26 @@ def _shm_is_here(cluster: Any) -> bool:
     return isinstance(cluster, Transport) and getattr(cluster, "name", None) != "threads"
 
 
+@contextlib.contextmanager
+def _one_client(cluster: Any, config: RunConfig, simulated: bool = False) -> Iterator[Any]:
+    """`cluster` for a sweep's or a grid's runs: one Client for all of them where `cluster`
+    is a scheduler address or a cluster object (a run given either opens a client of its
+    own and closes it), closed when they end; anything else as it is."""
+    from .execution.transports.base import Transport
+    if cluster is None or isinstance(cluster, Transport) or (isinstance(cluster, str) and cluster == "threads") \
+            or simulated or config.simulate or _spec(config).in_process:
+        yield cluster
+        return
+    from .execution.cluster import open_client
+    client = open_client(cluster)
+    try:
+        yield client
+    finally:
+        if client is not cluster:   # ours (an address, a cluster object): only the client, never their cluster
+            with contextlib.suppress(Exception):
+                client.close()
+
+
 def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -> RunConfig:
     """`run`'s arguments, type-checked with the one-line messages the CLI prints."""
     if not isinstance(config, RunConfig):
@@ -433,7 +453,7 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     table = pd.DataFrame()
     bar = sweep_bar(plan.n_runs, f"grid of {plan.config.algorithm}") if progress and bars_allowed() else None
     try:
-        with warnings_once():   # each run's warnings once, not once a run
+        with warnings_once(), _one_client(cluster, plan.config) as cluster:   # each run's warnings once, not once a run
             for seed in plan.seeds:
                 for point in plan.points():
                     if should_stop is not None and should_stop():
@@ -561,7 +581,7 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     """
-    with warnings_once():
+    with warnings_once(), _one_client(cluster, plan.config, plan.simulated) as cluster:
         return _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
 
 

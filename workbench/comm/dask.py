@@ -200,6 +200,34 @@ class EventControl:
             except Exception:
                 pass
 
+    def forget(self, size: int = 0, topics: tuple[str, ...] = (), variables: bool = False) -> None:
+        """Once the run's loops are over, remove from the scheduler what the run made there
+        (the client at its end; worker 0 after its client vanished). Best effort: never raises.
+
+        With Dask's own calls: the stop and abort Events and each rank's start Event (`size`
+        of them; `barrier.EventStartBarrier`) are cleared, which deletes an Event nobody
+        waits on; the lease and checkpoint Variables are deleted with `variables` (the client's
+        `end_lease` has deleted its own: a second delete would log again). Dask has no call that
+        deletes an event-log topic (the run's records, `topics`, and the ones Dask itself
+        logs a Variable's deletion to, `variable-<name>`), so those are dropped from the
+        scheduler's broker directly (`_drop_topics`), where it has the layout known here."""
+        from distributed import Event, Variable
+        names = [f"workbench-{kind}-{self.run_id}" for kind in ("stop", "abort")] + \
+            [f"workbench-start-{self.run_id}-{rank}" for rank in range(size)]
+        held = [f"workbench-lease-{self.run_id}", f"workbench-checkpoint-{self.run_id}"]
+        try:
+            for name in names:
+                Event(name, client=self.client).clear()
+            for name in held if variables else ():
+                Variable(name, client=self.client).delete()
+            client = self.client
+            if client is None:
+                from distributed import get_client
+                client = get_client()
+            client.run_on_scheduler(_drop_topics([*topics, *(f"variable-{v}" for v in held)], held))
+        except Exception:   # a scheduler gone or slow, one that refuses pickled calls: left there
+            pass
+
     def client_gone(self) -> bool:
         """Loop side: whether the client's lease lapsed (checked at most every LEASE_CHECK_S)."""
         now = time.monotonic()
@@ -269,3 +297,23 @@ class EventControl:
         self._abort_checked = now
         self._abort_value = self._event("abort").is_set() or (self.client is None and self.client_gone())
         return self._abort_value
+
+
+def _drop_topics(topics: list[str], variables: list[str]) -> Any:
+    """A function for `Client.run_on_scheduler`: removes the event-log `topics` from the
+    scheduler's broker (`Scheduler._broker._topics`, distributed >= 2024; elsewhere nothing)
+    once the `variables` are gone (their deletes travel on the client's batched stream,
+    and a deletion logs to `variable-<name>`). Made here, inside a function, so that it is
+    pickled by value: the scheduler need not have workbench installed."""
+    async def drop(dask_scheduler: Any) -> int:
+        import asyncio
+        ext = dask_scheduler.extensions.get("variables")
+        for _ in range(40):
+            if ext is None or not any(v in getattr(ext, "variables", {}) for v in variables):
+                break
+            await asyncio.sleep(0.05)
+        known = getattr(getattr(dask_scheduler, "_broker", None), "_topics", None)
+        if not isinstance(known, dict):
+            return 0
+        return sum(known.pop(t, None) is not None for t in topics)
+    return drop

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .shm import attach, create_segment, detach
+from .shm import attach, attach_untracked, create_segment, detach
 
 HEADER = 64            # bytes before the rows: written, read, capacity, fields (int64), the host token
 TOKEN = 16             # bytes of the token worker 0 writes (the client reads it back), after the four counters
@@ -55,9 +55,9 @@ class RowRing:
     >>> ring.close(); unlink_segment(ring.name)
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, tracked: bool = True):
         self.name = name
-        self.shm = attach(name)
+        self.shm = attach(name) if tracked else attach_untracked(name)   # the client's: untracked (open_reader)
         head = np.ndarray((4,), dtype=np.int64, buffer=self.shm.buf, offset=0)
         self.capacity, self.fields = int(head[2]), int(head[3])
         self.counts = memoryview(self.shm.buf[:16]).cast("q")   # [written, read]: one look each, no NumPy scalar
@@ -138,7 +138,7 @@ def open_reader(name: str, token: bytes) -> RowRing | None:
     """The client's end of a ring worker 0 made: None where this process does not see that
     ring (the client is on another host; its rows then go with the live batches)."""
     try:
-        ring = RowRing(name)
+        ring = RowRing(name, tracked=False)   # the workers free it: this process's tracker stays out of it
     except Exception:   # not here (another host), or not ours
         return None
     if ring.token != token:

@@ -13,6 +13,7 @@ on weaker memory models this relies on the interpreter's own barriers between by
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -132,6 +133,39 @@ def attach(name: str) -> shared_memory.SharedMemory:
     return shm
 
 
+def attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """`attach`, leaving this process's resource tracker out of it: for a reader that
+    never frees the segment and whose tracker may not be its creator's (the client of a
+    cluster started elsewhere reading the workers' rings of step rows). A registered
+    attach there was reported at the client's exit as "leaked" segments the workers had
+    freed already (6 lines of warnings a run). Python >= 3.13: `track=False`; before, the
+    registration is skipped for this one attach."""
+    import sys
+    if name in _OWNED:   # this process made it (and keeps it): as `attach`
+        return _OWNED[name]
+    if sys.version_info >= (3, 13):
+        shm = shared_memory.SharedMemory(name=name, track=False)
+    else:
+        from multiprocessing import resource_tracker
+        with _UNTRACKED:   # (shared_memory calls resource_tracker.register by attribute)
+            register = resource_tracker.register
+            resource_tracker.register = _no_register
+            try:
+                shm = shared_memory.SharedMemory(name=name)
+            finally:
+                resource_tracker.register = register
+    owner = os.fstat(shm._fd).st_uid if getattr(shm, "_fd", -1) >= 0 else os.getuid()
+    if owner != os.getuid():   # as `attach`: another user's segment under our name is never used
+        shm.close()
+        raise PrivateDirError(f"shared-memory segment {name}: one created by uid {os.getuid()}, got uid {owner}")
+    return shm
+
+
+def _no_register(name: str, rtype: str) -> None:
+    return None
+
+
+_UNTRACKED = threading.Lock()
 _OWNED: dict[str, shared_memory.SharedMemory] = {}
 
 

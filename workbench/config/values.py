@@ -306,6 +306,10 @@ def check_scheduler_address(address: Any) -> str:
     Traceback (most recent call last):
     ...
     workbench.config.ConfigError: scheduler: an address like tcp://HOST:PORT with a port in 1-65535, got 'tcp://h:99999'
+    >>> check_scheduler_address("tcp://127.0.0.1:8786/")
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: scheduler: an address like tcp://HOST:PORT, with nothing after the port (Dask takes no trailing /: tcp://127.0.0.1:8786), got 'tcp://127.0.0.1:8786/'
     """
     from urllib.parse import urlsplit
     if not isinstance(address, str) or len(address) > 300 or any(c.isspace() or ord(c) < 32 for c in address):
@@ -318,7 +322,10 @@ def check_scheduler_address(address: Any) -> str:
         port = url.port
     except ValueError:
         port = -1
-    if not url.hostname or port is None or not 1 <= port <= 65535 or url.path not in ("", "/") or url.query:
+    if url.path == "/" and not url.query and not url.fragment and url.hostname and port and 1 <= port <= 65535:
+        raise ConfigError("scheduler", f"an address like tcp://HOST:PORT, with nothing after the port (Dask takes no "
+                          f"trailing /: {address[:-1]})", address)
+    if not url.hostname or port is None or not 1 <= port <= 65535 or url.path or url.query or url.fragment:
         raise ConfigError("scheduler", "an address like tcp://HOST:PORT with a port in 1-65535", address)
     return address
 

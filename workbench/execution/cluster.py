@@ -335,6 +335,19 @@ def connect(address: str, timeout: float = 10.0, security: Any = None) -> Any:
     return Client(address, timeout=timeout, set_as_default=False, security=security)
 
 
+def open_client(cluster: Any) -> Any:
+    """`cluster` as a Client: a Client as it is; for a scheduler address (`connect`) or a
+    cluster object, one opened here, which its opener closes (`client.close()` alone: the
+    cluster and its scheduler are the user's). One run closes its own
+    (`DaskTransport.let_go`); a sweep opens one for all its points."""
+    from distributed import Client
+    if isinstance(cluster, Client):
+        return cluster
+    if isinstance(cluster, str):
+        return connect(cluster)
+    return Client(cluster, set_as_default=False)
+
+
 TLS_SETTINGS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert")
 
 
@@ -351,6 +364,20 @@ def scheduler_security(address: str, security: Any = None) -> Any:
         raise ConfigError("scheduler", "tls:// only with Dask's TLS settings for the client: "
                           f"{TLS_SETTINGS[0]}, {TLS_SETTINGS[1]} and distributed.comm.tls.client.key in Dask's "
                           "config (or wb.run(cfg, cluster=Client(address, security=...)))", address)
+    if address.startswith("tls://"):   # the files must load: a certificate without its key was 25 lines of ssl
+        import ssl
+        try:
+            security.get_connection_args("client")
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            def shown(value: Any) -> str:
+                return "unset" if not value else "(in memory)" if str(value).lstrip().startswith("-----") \
+                    else str(value)
+            raise ConfigError("scheduler", "tls:// with Dask's TLS settings for the client that load: "
+                              f"{TLS_SETTINGS[0]} {shown(security.tls_ca_file)}, {TLS_SETTINGS[1]} "
+                              f"{shown(security.tls_client_cert)}, distributed.comm.tls.client.key "
+                              f"{shown(security.tls_client_key)} (the key must match the certificate, in client.key "
+                              f"or in the certificate's file) gave {type(exc).__name__}: {_first_line(exc)}",
+                              address) from None
     return security
 
 
@@ -406,11 +433,29 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
         why = "a Dask scheduler; the server there answered something else"
     elif isinstance(got, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(got):
         why = f"a Dask scheduler answering within {timeout:g} s (it connected and then stayed silent, or nothing answered)"
+    elif address.startswith("tcp://") and _speaks_tls(url.hostname, url.port, min(timeout, 2.0)):
+        why = (f"a Dask scheduler over plain TCP there, but it speaks TLS: give tls://{url.netloc} (with Dask's "
+               "TLS settings for the client)")
     elif isinstance(got, OSError) or "connect" in str(got).lower():
         why = f"a reachable Dask scheduler ({_first_line(got)})"
     else:
         why = f"a Dask scheduler; the server there spoke another protocol ({type(got).__name__})"
     raise ConfigError("scheduler", why, address)
+
+
+def _speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at host:port answers a TLS handshake (no certificate checked,
+    none offered): what a tcp:// address given for a tls:// scheduler runs into."""
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, context.wrap_socket(raw):
+            return True
+    except ssl.SSLError as exc:   # an alert is a TLS server's answer (it wants our certificate, say)
+        return "alert" in str(exc).lower()
+    except OSError:               # a plain server waits for the rest of its frame, or hangs up
+        return False
 
 
 def _first_line(exc: BaseException) -> str:
@@ -506,7 +551,9 @@ def describe_worker(dask_worker: Any) -> dict[str, Any]:
     kind = os.environ.get(WORKER_KIND_ENV) or ("gpu" if w.state.total_resources.get("GPU") or _started_by_dask_cuda(w)
                                                else "cpu")
     from ..util.identity import code_identity
+    from .platforms import host_key
     return {"address": w.address, "name": str(w.name), "kind": kind, "host": socket.gethostname(),
+            "host_key": host_key(),   # one host: the same /dev/shm too (platforms.separate_hosts)
             "ip": w.address.split("://")[-1].rsplit(":", 1)[0], "pid": os.getpid(),
             "device": os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] if kind == "gpu" else None,
             "memory_limit": int(getattr(getattr(w, "memory_manager", None), "memory_limit", None) or 0),
@@ -520,36 +567,55 @@ def _started_by_dask_cuda(worker: Any) -> bool:
     return any(type(p).__module__.startswith("dask_cuda.") for p in plugins.values())
 
 
-def workers_of(client: Any) -> list[dict[str, Any]]:
+def workers_of(client: Any, others: list[str] | None = None) -> list[dict[str, Any]]:
     """Every worker of the cluster, described, GPU workers first, then by name.
 
     Each must run this process's code (`util.identity`: the workbench release, its files
     and the Python version): a ConfigError naming the first that does not, and what
     differs, before anything is sent to it (a worker of other code failed, or died, as it
-    unpacked its first task)."""
+    unpacked its first task). With `others` (a list), such workers are left out instead,
+    each noted there as `worker NAME (ADDRESS): what differs` (`other_code_error` makes
+    the ConfigError of the first)."""
     info = client.run(describe_worker, on_error="return")
     from ..util import identity
     mine = identity.code_identity()
     failed = sorted(addr for addr, w in info.items() if isinstance(w, BaseException))
+    bad: list[str] = []
     if failed:   # it could not even describe itself: ask what it runs, by value (it may not import workbench)
         import cloudpickle
         cloudpickle.register_pickle_by_value(identity)
         try:
-            theirs = client.run(identity.code_identity, workers=failed[:1], on_error="return")
+            theirs = client.run(identity.fresh_identity, workers=failed if others is not None else failed[:1],
+                                on_error="return")
         finally:
             cloudpickle.unregister_pickle_by_value(identity)
-        got = theirs.get(failed[0])
-        what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
-            f"{type(info[failed[0]]).__name__}: {str(info[failed[0]]).splitlines()[0][:200] if str(info[failed[0]]) else ''}"
-        raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
-                          f"worker {failed[0]}: {what}")
-    workers = sorted(info.values(), key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"]))
+        for addr in failed if others is not None else failed[:1]:
+            got, error = theirs.get(addr), info[addr]
+            what = (", ".join(identity.differences(mine, got)) if isinstance(got, dict) else "") or \
+                f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+            bad.append(f"worker {addr}: {what}")
+    from .platforms import separate_hosts
+    workers = separate_hosts(sorted((w for w in info.values() if not isinstance(w, BaseException)),
+                                    key=lambda w: (w["kind"] != "gpu", _natural(w["name"]), w["address"])))
+    kept = []
     for w in workers:
         what = identity.differences(mine, w.pop("identity", None) or {})
         if what:
-            raise ConfigError("workers", f"workers running this process's code ({identity.describe(mine)})",
-                              f"worker {w['name']} ({w['address']}): {', '.join(what)}")
-    return workers
+            bad.append(f"worker {w['name']} ({w['address']}): {', '.join(what)}")
+        else:
+            kept.append(w)
+    if bad and others is None:
+        raise other_code_error(bad[0])
+    if others is not None:
+        others.extend(bad)
+    return kept
+
+
+def other_code_error(worker: str) -> ConfigError:
+    """The ConfigError for a worker of other code (`worker`: as `workers_of` notes it)."""
+    from ..util import identity
+    return ConfigError("workers", f"workers running this process's code ({identity.describe(identity.code_identity())})",
+                       worker)
 
 
 def _natural(name: str) -> tuple:

@@ -153,7 +153,8 @@ def transport_for(config: RunConfig, cluster: Any = None) -> Transport:
         from .transports.threads import ThreadTransport
         return ThreadTransport()
     from .transports.dask import DaskTransport
-    return DaskTransport(_client_for(config, cluster))
+    client = _client_for(config, cluster)
+    return DaskTransport(client, opened=client is not cluster and cluster is not None)
 
 
 def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = None,
@@ -163,8 +164,11 @@ def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = Non
     `resume`: the checkpoint (`workbench.checkpoint.Checkpoint`) it continues from."""
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     transport = transport_for(config, cluster)
-    return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called, out=out,
-                   resume=resume)
+    try:
+        return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called,
+                       out=out, resume=resume)
+    finally:
+        transport.let_go()   # a client opened for an address or a cluster object is closed with its run
 
 
 def run_threads(config: RunConfig, on_record: OnRecord | None = None,
@@ -180,16 +184,12 @@ def run_threads(config: RunConfig, on_record: OnRecord | None = None,
 
 
 def _client_for(config: RunConfig, cluster: Any) -> Any:
-    from distributed import Client
-
-    from .cluster import connect, session_client
+    """The session's client (None), the caller's Client, or one opened for an address or a
+    cluster object (`cluster.open_client`: the run closes it, `Transport.let_go`)."""
+    from .cluster import open_client, session_client
     if cluster is None:
         return session_client(config.cpus, config.gpus, config.scheduler)
-    if isinstance(cluster, Client):
-        return cluster
-    if isinstance(cluster, str):
-        return connect(cluster)
-    return Client(cluster, set_as_default=False)  # a cluster object
+    return open_client(cluster)
 
 
 def decide_status(*, sync: bool, lost: dict, gone: bool, statuses: list[str | None], diverged_event: bool,

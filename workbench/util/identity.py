@@ -24,18 +24,37 @@ def code_identity() -> dict[str, str | None]:
     >>> ident["python"].count("."), len(ident["code"])
     (1, 12)
     """
+    return _identity(_package)
+
+
+def fresh_identity() -> dict[str, str | None]:
+    """`code_identity`, read afresh: what travels by value to a worker that may not import
+    workbench (`execution.cluster.workers_of`). The cache, an `lru_cache` object, would be
+    pickled by reference, and unpickling it there fails on the very import it was to avoid.
+
+    >>> fresh_identity() == code_identity()
+    True
+    """
+    return _identity(_read_package)
+
+
+def _identity(read) -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": ".".join(platform.python_version_tuple()[:2]), "workbench": None,
                                   "code": None}
     spec = importlib.util.find_spec("workbench")
     if spec is None or not spec.submodule_search_locations:
         return out
     root = list(spec.submodule_search_locations)[0]
-    out["workbench"], out["code"] = _package(root)
+    out["workbench"], out["code"] = read(root)
     return out
 
 
 @functools.lru_cache(maxsize=4)
 def _package(root: str) -> tuple[str | None, str]:
+    return _read_package(root)
+
+
+def _read_package(root: str) -> tuple[str | None, str]:
     """(__version__ as __init__.py states it, sha256 of every .py file's path and bytes)."""
     version = None
     try:

@@ -45,6 +45,13 @@ def _ensure_private(path: Path) -> Path:
     return path
 
 
+def private_base() -> str:
+    """The directory `private_dir` is made in: `$XDG_RUNTIME_DIR` when set (and a
+    directory), else `tempfile.gettempdir()`."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return runtime if runtime and os.path.isdir(runtime) else tempfile.gettempdir()
+
+
 def private_dir() -> Path:
     """This user's private runtime directory (created 0700 on first use).
 

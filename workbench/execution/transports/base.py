@@ -300,6 +300,11 @@ class Transport(ABC):
         """Free what `prepare` made."""
         return None
 
+    def let_go(self) -> None:
+        """The run is over (every loop, an elastic run's last too): let go of what
+        `engine.transport_for` opened for it (a Dask client for an address)."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Summary entries of this transport (comm, server)."""
         return {}

@@ -25,7 +25,6 @@ Segment and lock-file clean-up: `transports.segments`.
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,9 +45,11 @@ CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 def choose_comm(config: RunConfig, workers: list[dict]) -> str:
     """shm on one host, NCCL between GPU-only workers (if asked or available), else Dask."""
-    one_host = len({w["host"] for w in workers}) == 1
-    if config.comm == "shm" and not one_host:
-        raise ConfigError("comm", "shm only when every worker is on one host", config.comm)
+    hosts = sorted({w["host"] for w in workers})
+    one_host = len(hosts) == 1
+    if config.comm == "shm" and not one_host:   # one host: one /dev/shm too (`platforms.host_key`)
+        raise ConfigError("comm", f"shm only when every worker is on one host, sharing its /dev/shm (these are on "
+                          f"{', '.join(hosts)}); auto or dask here", config.comm)
     if config.comm == "shm" and not platforms.shm_supported():
         raise ConfigError("comm", "shm only where fcntl and POSIX shared memory exist (Linux, macOS); "
                           "use auto or dask here", config.comm)
@@ -75,8 +76,9 @@ def _nccl_available() -> bool:
 class DaskTransport(Transport):
     name = "dask"
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, opened: bool = False):
         self.client = client
+        self.opened = opened   # opened for this run (an address, a cluster object): closed by `let_go`
         self.segments: dict[str, str] = {}
         self.rings: dict[int, Any] = {}   # rank -> its ring of step rows, read here (one host: comm.rowring)
         self.actors: list[Any] = []
@@ -93,8 +95,19 @@ class DaskTransport(Transport):
 
     # ------------------------------------------------------------------ set-up
     def choose(self, config: RunConfig) -> list[dict]:
-        from ..cluster import workers_of
-        self.workers = choose_workers(workers_of(self.client), config)
+        """The first workers by name (`choose_workers`) among those running this process's
+        code; one of other code refuses the run only when the others are too few."""
+        from ..cluster import other_code_error, workers_of
+        others: list[str] = []
+        available = workers_of(self.client, others=others)
+        try:
+            self.workers = choose_workers(available, config)
+        except ConfigError as exc:
+            if others and exc.field in ("cpus", "gpus"):   # too few: because of the ones of other code
+                raise other_code_error(others[0]) from None
+            raise
+        if others:
+            platforms.note_once(f"left out {len(others)} worker(s) of other code: {'; '.join(others)}")
         return self.workers
 
     def again(self) -> DaskTransport:
@@ -469,6 +482,8 @@ class DaskTransport(Transport):
             if self.plan is not None:
                 with contextlib.suppress(Exception):
                     self.client.unsubscribe_topic(self.plan.topic)
+                if self.control is not None:   # its Events, Variables and topics, off the scheduler
+                    self.control.forget(0 if self.plan.start_segment else self.plan.size, topics=(self.plan.topic,))
             alive = self._alive() or set()
             mine = [w["address"] for w in getattr(self, "workers", None) or [] if w["address"] in alive]
             if self.plan is not None and self.plan.extra.get("checkpoint") and mine:
@@ -476,7 +491,7 @@ class DaskTransport(Transport):
                     self.client.run(forget_states, self.plan.run_id, workers=mine, callback_timeout=CLEANUP_S)
         workers = getattr(self, "workers", None) or []
         addr0 = workers[0]["address"] if workers else None
-        local = bool(workers) and workers[0]["host"] == socket.gethostname()
+        local = bool(workers) and workers[0].get("host_key") == platforms.host_key()   # worker 0's /dev/shm is ours
         for name in self.segments.values():
             if addr0 in alive:
                 with contextlib.suppress(Exception):
@@ -494,6 +509,14 @@ class DaskTransport(Transport):
                 self._on_survivor(remove_file, self.lock_path, alive, host=workers[0]["host"])
         self.actors.clear()
         self.actor = None
+
+    def let_go(self) -> None:
+        """Close the client `engine.transport_for` opened for an address or a cluster object
+        (only the client: the cluster is the user's); a Client the caller gave stays theirs."""
+        if self.opened:
+            self.opened = False
+            with contextlib.suppress(Exception):
+                self.client.close()
 
     def _on_survivor(self, fn: Callable, arg: str, alive: set, host: str) -> None:
         """Run fn(arg) on a live worker of `host` (Client.run: its thread may be busy)."""

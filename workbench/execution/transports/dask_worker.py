@@ -229,9 +229,12 @@ def _start_barrier(plan: DaskPlan, rank: int, control: Any, comm: Any) -> Any:
 
 
 def _orphaned(plan: DaskPlan) -> None:
-    """Worker 0, after its client vanished: free the run's segments and lock file, which
-    the client would have freed (nobody else will)."""
+    """Worker 0, after its client vanished: free the run's segments and lock file, and
+    remove its Events, Variables and topics from the scheduler (`EventControl.forget`),
+    which the client would have done (nobody else will)."""
+    from ...comm.dask import EventControl
     from ...comm.shm import unlink_segment
+    EventControl(plan.run_id).forget(0 if plan.start_segment else plan.size, topics=(plan.topic,), variables=True)
     names = list(plan.segments.values()) + [s for s in (plan.start_segment, plan.server_segment) if s] \
         + list(plan.row_rings)
     for name in names:
