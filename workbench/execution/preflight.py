@@ -90,12 +90,15 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 # ------------------------------------------------------------------------------ output
-def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Raise ConfigError("out", ...) unless a run directory can be written at `out`.
+def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run") -> Path:
+    """Raise ConfigError("out", ...) unless a `kind` ("run", "sweep" or "grid") can write
+    its results at `out`: the one rule for the three commands' `--out`.
 
     Allowed: a path that does not exist yet and whose nearest existing parent is a
-    writable directory, or an existing writable directory that is empty, holds no run
-    (no summary.json), or (with `overwrite`) holds one to replace. Never creates anything.
+    writable directory, or an existing writable directory that holds no results (no
+    summary.json, sweep.csv or grid_runs.csv: `results.rundir.results_held`), or (with
+    `overwrite`) holds a `kind`'s results to replace. Another command's results are never
+    replaced (a sweep into a run's directory). Never creates anything.
     """
     text = os.fspath(out)
     if not text or "\x00" in text or len(text) > 4096:
@@ -111,12 +114,17 @@ def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
         raise ConfigError("out", "a path whose names are at most 255 bytes each", text)
     if resolved.exists():
         if not resolved.is_dir():
-            raise ConfigError("out", "a directory to write the run into (this is an existing file)", text)
+            raise ConfigError("out", f"a directory to write the {kind} into (this is an existing file)", text)
         if not os.access(resolved, os.W_OK | os.X_OK) or not _can_create_in(resolved):
             raise ConfigError("out", "a directory you can write to", text)
-        if (resolved / "summary.json").exists() and not overwrite:
-            raise ConfigError("out", "a directory that does not hold a run already (pass --overwrite, or "
-                              "overwrite=True, to replace that run)", text)
+        from ..results.rundir import results_held
+        for held, marker in results_held(resolved):
+            if held != kind:
+                raise ConfigError("out", f"a directory for a {kind}'s results (this one holds a {held}'s, {marker}: "
+                                         "name another directory)", text)
+            if not overwrite:
+                raise ConfigError("out", f"a directory that does not hold a {kind} already (pass --overwrite, or "
+                                         f"overwrite=True, to replace that {kind})", text)
         return resolved
     parent = resolved.parent
     while not parent.exists():
