@@ -65,7 +65,7 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
         check_shm(config, model)                                                     # /dev/shm holds its segments
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
-    return run_warnings(config, plan.total_steps, data=data, model=model)
+    return run_warnings(config, plan.total_steps, data=data, model=model, plan=plan)
 
 
 def check_timing_model_fits(config: RunConfig) -> None:
@@ -462,16 +462,31 @@ def check_emulator(config: RunConfig, n_params: int) -> None:
 
 
 # ------------------------------------------------------------------------------ warnings
-def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None) -> list[str]:
-    """Settings that run but make the algorithm pointless; one sentence each."""
+def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None,
+                 plan: Any = None) -> list[str]:
+    """Settings that run but make the algorithm pointless; one sentence each. The home of
+    "longer than the run" for a setting the run still makes sense without (a schedule that
+    cannot fit is refused by the plan, `maths.optim.make_plan`); `plan` (the run's
+    `maths.optim.Plan`) gives the steps per epoch and the evaluations."""
     out: list[str] = []
     from ..config.registry import with_knob
     if config.algorithm in with_knob("tau") and config.tau > total_steps:
         out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                    f"exchange will ever happen, so the workers train apart and the centre stays at its start")
-    own = specs()[config.algorithm].warn(config, total_steps)   # the algorithm's own (LTFB: no tournament)
+    spe = plan.steps_per_epoch if plan is not None else None
+    own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
     if own:
         out.append(own)
+    if config.early_stop is not None and plan is not None:
+        evals = math.ceil(total_steps / plan.eval_every)   # every eval_every steps and after the last one
+        if evals < config.early_stop + 2:   # a stop decided at the last evaluation ends nothing early
+            out.append(f"early_stop ({config.early_stop}) waits for more evaluations than the run makes ({evals}: "
+                       f"every {plan.eval_every} steps of {total_steps}): it can never end the run early "
+                       "(eval_every sets how often it looks)")
+    every = config.checkpoint_interval
+    if config.out and isinstance(every, int) and every >= total_steps:
+        out.append(f"checkpoint_every ({every} steps) is at least the run's {total_steps} steps: no checkpoint is "
+                   "written before the run ends, so a killed run has none to resume from")
     if data is not None and model is not None:
         msg = _stability_warning(config, data, model)
         if msg:
