@@ -473,6 +473,30 @@ def test_a_saved_run_answers_arrays_of_rows_from_the_shell(tmp_path, capsys):
     assert "error: rows: a .npz holding X (and y), or one array" in capsys.readouterr().err
 
 
+def test_new_rows_that_are_not_finite_numbers_are_refused_in_one_line_by_every_route(tmp_path, capsys):
+    """NaN, inf, text and no rows at all: `trained.feature_rows` refuses each, naming the row
+    and column, for `wb.predict` and `predict` alike (a NaN row was answered as class 0)."""
+    from workbench.apps.cli import main
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(algorithm="sgd", steps=3, seed=0, out=str(out)), cluster="threads", progress=False)
+    nan, inf = DIGITS.X_test[:3].copy(), DIGITS.X_test[:3].copy()
+    nan[1, 5], inf[2, 7] = np.nan, -np.inf
+    for rows, says in ((nan, "a finite number in every cell, got 'nan at row 1, column 5'"),
+                       (inf, "a finite number in every cell, got '-inf at row 2, column 7'"),
+                       ([[0.0] * 63 + ["a"]], "a number in every cell, got \"'a' at row 0, column 63\""),
+                       (np.zeros((0, 64)), "at least one row of features, got 'no rows'"),
+                       (pd.DataFrame(inf), "a finite number in every cell, got '-inf at row 2, column 7'")):
+        with pytest.raises(ConfigError) as err:
+            wb.predict(result, rows)
+        assert str(err.value) == f"rows: {says}"
+    pd.DataFrame(columns=[f"f{i}" for i in range(64)]).to_csv(tmp_path / "header.csv", index=False)
+    assert main(["predict", str(out), str(tmp_path / "header.csv")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: rows: at least one row of features, got '{tmp_path / 'header.csv'} with no rows'"
+    pd.DataFrame(inf).to_csv(tmp_path / "inf.csv", index=False)
+    assert main(["predict", str(out), str(tmp_path / "inf.csv")]) == 2
+    assert "error: rows: a finite number in every cell, got '-inf at row 2, column 7 of" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ a table read as its author meant it
 def test_two_columns_named_as_labels_are_refused_until_label_column_chooses(folder):
     """`x, y, class`: y is a coordinate here, and the old name order took it as the label (a
