@@ -261,7 +261,10 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
             and not hasattr(cluster, "scheduler_address") and not hasattr(cluster, "start"):   # start: a Transport
         raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
     if isinstance(cluster, str) and cluster != "threads":
-        check_scheduler_address(cluster)
+        try:
+            check_scheduler_address(cluster)
+        except ConfigError as exc:   # the argument is `cluster`, and "threads" is a string it takes too
+            raise ConfigError("cluster", f'"threads", or a scheduler address ({exc.allowed})', cluster) from None
     return config
 
 

@@ -1033,6 +1033,8 @@ def _run_dirs(paths: Sequence[str]) -> list[Path]:
 def _compare(args: argparse.Namespace) -> int:
     """`compare RUN_DIR... --out report.html`: the runs as a table (`comparison_text`), and
     ui.report's comparison page."""
+    if args.out is not None and Path(args.out).is_dir():   # before any work: where the report goes
+        raise ConfigError("out", "a file to write the report to (this is a directory)", args.out)
     dirs = _run_dirs(args.runs)
     labels = None
     if args.labels:
