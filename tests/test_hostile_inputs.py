@@ -595,3 +595,10 @@ def test_a_cluster_string_and_a_compare_directory_are_refused_naming_their_own_a
     assert main(["compare", str(run), "--out", str(tmp_path)]) == 2       # was a raw IsADirectoryError
     assert capsys.readouterr().err.strip() == (f"error: out: a file to write the report to (this is a directory), "
                                                f"got '{tmp_path}'")
+
+
+def test_a_model_argument_without_a_value_is_refused_not_passed_as_empty_text():
+    with pytest.raises(ConfigError, match=r"^model_args: .*each with a value \(k= has none; k=\"\" for empty text\), "
+                                          r"got 'width=3,k='$"):
+        RunConfig(model="mymodels:Wrap", model_args="width=3,k=")
+    assert RunConfig(model="mymodels:Wrap", model_args='k=""').model_args == {"k": ""}   # said so: kept
