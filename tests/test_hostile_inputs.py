@@ -583,3 +583,22 @@ def test_an_address_space_too_small_is_one_line(tmp_path, megabytes, algorithm, 
     line = one_line_error(proc, field)
     assert f"got {megabytes} MiB" in line or "got '0.7 GiB'" in line
     assert not (tmp_path / "r").exists()
+
+
+def test_a_cluster_string_and_a_compare_directory_are_refused_naming_their_own_argument(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r'^cluster: "threads", or a scheduler address \(an address like '
+                                          r"tcp://HOST:PORT.*got 'procs'$"):
+        wb.run(RunConfig(algorithm="sgd", steps=1), cluster="procs", progress=False)
+    from workbench.apps.cli import main
+    run = tmp_path / "r"
+    wb.run(RunConfig(algorithm="sgd", steps=2, out=str(run)), cluster="threads", progress=False)
+    assert main(["compare", str(run), "--out", str(tmp_path)]) == 2       # was a raw IsADirectoryError
+    assert capsys.readouterr().err.strip() == (f"error: out: a file to write the report to (this is a directory), "
+                                               f"got '{tmp_path}'")
+
+
+def test_a_model_argument_without_a_value_is_refused_not_passed_as_empty_text():
+    with pytest.raises(ConfigError, match=r"^model_args: .*each with a value \(k= has none; k=\"\" for empty text\), "
+                                          r"got 'width=3,k='$"):
+        RunConfig(model="mymodels:Wrap", model_args="width=3,k=")
+    assert RunConfig(model="mymodels:Wrap", model_args='k=""').model_args == {"k": ""}   # said so: kept

@@ -140,6 +140,26 @@ def test_warnings_for_settings_that_make_the_algorithm_pointless():
     assert P.run_warnings(RunConfig(algorithm="ltfb", round_size=9), 10) == []
 
 
+def test_every_setting_longer_than_the_run_is_refused_or_warned_as_its_siblings(tmp_path):
+    # digits: 1437 training rows, batch 32 -> 44 whole batches an epoch
+    base = dict(dataset="digits", batch_size=32, cpus=2)
+    with pytest.raises(ConfigError, match=r"warmup_epochs: at most the run's length \(5 steps of 44 an epoch"):
+        P.preflight(RunConfig(algorithm="sgd", warmup="gradual", warmup_epochs=2, steps=5, **base))  # as with epochs
+    assert P.preflight(RunConfig(algorithm="sgd", warmup="gradual", warmup_epochs=0.1, steps=5, **base)) == []
+
+    def says(**kw):
+        return " ".join(P.preflight(RunConfig(**{**base, **kw})))
+    assert "post_local_epoch (50) is at or after the run's end (44 steps" in says(algorithm="post_local_sgd",
+                                                                                  post_local_epoch=50, epochs=1)
+    assert "post_local_epoch" not in says(algorithm="post_local_sgd", post_local_epoch=0.5, epochs=1)
+    assert "early_stop (3) waits for more evaluations than the run makes (1" in says(
+        algorithm="sgd", early_stop=3, eval_every=100000, steps=20)
+    assert "early_stop" not in says(algorithm="sgd", early_stop=3, eval_every=2, steps=20)
+    ck = dict(algorithm="sgd", steps=20, out=str(tmp_path / "r"))
+    assert "checkpoint_every (100000 steps) is at least the run's 20 steps" in says(**ck, checkpoint_every=100000)
+    assert "checkpoint_every" not in says(**ck, checkpoint_every=5)
+
+
 def test_the_stability_bound_takes_the_momentum_the_algorithm_uses():
     """The curvature bound 2(1 + momentum)/sharpness counts momentum only where the steps use
     it (`AlgorithmSpec.uses_momentum`): async_sgd's server and hogwild_sgd's writes are plain."""

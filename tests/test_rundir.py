@@ -109,3 +109,32 @@ def test_non_finite_numbers_are_saved_as_null_and_a_run_without_tournaments_writ
     assert on_disk["per_worker"] == [{"share": 1.0}]
     assert not (path / "tournaments.csv").exists()
     assert len(RunResult.load(path).tournaments) == 0
+
+
+# ------------------------------------------------------------------ one rule for run, sweep and grid --out
+def test_sweep_and_grid_refuse_earlier_results_and_overwrite_keeps_no_stale_ones(tmp_path):
+    from workbench.config import ConfigError
+    sim = wb.RunConfig(algorithm="sync_sgd", dataset="digits", simulate=True, batch_size=32, steps=3, seed=0)
+    sw = tmp_path / "sw"
+    wb.sweep(sim, workers=[1, 2], simulate=True, out=sw, progress=False)
+    with pytest.raises(ConfigError, match="does not hold a sweep already"):       # no silent replacing
+        wb.sweep(sim, workers=[1, 4], simulate=True, out=sw, progress=False)
+    assert sorted(p.name for p in sw.iterdir()) == ["sweep.csv", "w1", "w2"]
+    wb.sweep(sim, workers=[1, 4], simulate=True, out=sw, progress=False, overwrite=True)
+    assert sorted(p.name for p in sw.iterdir()) == ["sweep.csv", "w1", "w4"]     # no stale w2 beside w4
+    assert list(pd.read_csv(sw / "sweep.csv")["workers"]) == [1, 4]
+    with pytest.raises(ConfigError, match="holds a run's, summary.json"):         # a run's directory is no sweep's
+        wb.sweep(sim, workers=[1, 2], simulate=True, out=sw / "w1", progress=False, overwrite=True)
+    assert not (sw / "w1" / "sweep.csv").exists()
+
+    sgd = wb.RunConfig(algorithm="sgd", dataset="digits", batch_size=32, steps=2, seed=0)
+    g = tmp_path / "g"
+    wb.grid(sgd, {"lr": [0.1, 0.2]}, cluster="threads", out=g, progress=False)
+    with pytest.raises(ConfigError, match="does not hold a grid already"):
+        wb.grid(sgd, {"lr": [0.1, 0.3]}, cluster="threads", out=g, progress=False)
+    wb.grid(sgd, {"lr": [0.1, 0.3]}, cluster="threads", out=g, progress=False, overwrite=True)
+    assert sorted(p.name for p in g.iterdir()) == ["grid.csv", "grid_runs.csv", "lr0.1-s0", "lr0.3-s0"]
+    with pytest.raises(ConfigError, match="holds a sweep's, sweep.csv"):
+        wb.grid(sgd, {"lr": [0.1]}, cluster="threads", out=sw, progress=False, overwrite=True)
+    with pytest.raises(ConfigError, match="holds a grid's"):                      # run's --out: the same rule
+        wb.run(sgd.replace(out=str(g)), cluster="threads", progress=False, overwrite=True)

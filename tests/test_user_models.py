@@ -25,7 +25,7 @@ from workbench.config import ConfigError, RunConfig
 from workbench.config.registry import specs
 from workbench.execution.engine import run_threads
 from workbench.execution.preflight import preflight
-from workbench.maths.models import make_model
+from workbench.maths.models import MLP, make_model
 from workbench.maths.protocol import ProtocolModel, as_model, check_model
 from workbench.problem import Problem
 
@@ -207,6 +207,43 @@ def test_built_in_models_follow_the_protocol_themselves():
     X, y = _digits_batch()
     p = mlp.init(0)
     np.testing.assert_allclose(user.loss_and_grad(p, X, y)[1], mlp.loss_and_grad(p, X, y)[1], rtol=1e-5, atol=1e-7)
+
+
+class CountingMLP(MLP):
+    """A user's subclass of the built-in MLP that redefines loss_and_grad with the protocol's
+    signature (no grad_out): it counts its calls, so a test sees its code ran."""
+    calls = 0
+
+    def loss_and_grad(self, p, X, y):
+        CountingMLP.calls += 1
+        return super().loss_and_grad(p, X, y)
+
+
+class FixedMLP(MLP):
+    """A subclass that only fixes the widths: the built-in's maths, kept as it is."""
+
+    def __init__(self, n_features, n_classes):
+        super().__init__(n_features, n_classes, hidden=(16,))
+
+
+def test_a_subclass_of_a_built_in_that_redefines_the_protocol_is_a_user_model():
+    sub = as_model(CountingMLP(64, 10, hidden=(16,)), "CountingMLP")
+    assert isinstance(sub, ProtocolModel)                 # its code, not the built-in's extras
+    fixed = FixedMLP(64, 10)
+    assert as_model(fixed) is fixed
+    X, y = _digits_batch(48)
+    p = sub.init(0)
+    g = np.full_like(p, np.nan)
+    before = CountingMLP.calls
+    loss, got = sub.loss_and_grad(p, X, y, grad_out=g)   # the engine's call: no TypeError
+    assert got is g and np.array_equal(g, make_model("mlp", 64, 10, hidden=(16,)).loss_and_grad(p, X, y)[1])
+    sub.loss_and_grad_stacked(np.stack([p, p, p]), X.reshape(3, 16, 64), y.reshape(3, 16), np.empty((3, p.size), p.dtype))
+    assert CountingMLP.calls == before + 4                # the simulator's stacked path calls it too
+    cfg = config(epochs=0.5)
+    builtin = run_threads(cfg.replace(hidden=[16]))
+    user = run_threads(cfg.replace(model=CountingMLP, model_args={"hidden": [16]}, hidden=None))
+    assert user.status == "completed" and CountingMLP.calls > before + 4
+    assert abs(_final(user) - _final(builtin)) <= MARGIN["sync"]
 
 
 # ------------------------------------------------------------------ named from anywhere

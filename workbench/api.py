@@ -298,7 +298,10 @@ def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -
             and not hasattr(cluster, "scheduler_address") and not hasattr(cluster, "start"):   # start: a Transport
         raise ConfigTypeError("cluster", 'a Dask Client, a cluster, a scheduler address, "threads" or None', cluster)
     if isinstance(cluster, str) and cluster != "threads":
-        check_scheduler_address(cluster)
+        try:
+            check_scheduler_address(cluster)
+        except ConfigError as exc:   # the argument is `cluster`, and "threads" is a string it takes too
+            raise ConfigError("cluster", f'"threads", or a scheduler address ({exc.allowed})', cluster) from None
     return config
 
 
@@ -400,7 +403,7 @@ def noise_scale(run: Any, at: str = "final", rows: int = 2048, seed: int = 0) ->
 def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,),
          metric: str | None = None, cluster: Any = None, out: str | Path | None = None,
          on_result: Callable[[dict, RunResult], None] | None = None, should_stop: Callable[[], bool] | None = None,
-         progress: bool = True) -> Any:
+         progress: bool = True, overwrite: bool = False) -> Any:
     """Which settings learn best, and how sure that is: `config` run at every combination of
     `values` (config field -> values to try), once per seed, and tabulated per point over its
     seeds (`analysis.grid`: the metric's mean, deviation and range, the other numbers, and a
@@ -419,7 +422,9 @@ def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: S
         metric: what ranks the points: "final_test_accuracy" (higher is better; the default),
             "final_test_loss" (the default for a language model) or "best_test_loss".
         cluster, should_stop: as `run`'s.
-        out: the grid's folder (None: nothing written).
+        out: the grid's folder (None: nothing written). A folder holding results already
+            is refused (`preflight.check_out`) unless `overwrite`, which replaces a grid's
+            and, once the new grid ends, removes the earlier runs and tables it did not replace.
         on_result: called after each run with (its grid_runs.csv row, RunResult).
         progress: one bar over the grid's runs.
     Returns:
@@ -429,20 +434,22 @@ def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: S
     if isinstance(config, dict):
         config = RunConfig.from_dict(config)
     plan = GridPlan.make(config, values, seeds, metric)
-    return run_grid(plan, cluster=cluster, out=out, on_result=on_result, should_stop=should_stop, progress=progress)
+    return run_grid(plan, cluster=cluster, out=out, on_result=on_result, should_stop=should_stop, progress=progress,
+                    overwrite=overwrite)
 
 
 def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
              on_result: Callable[[dict, RunResult], None] | None = None, should_stop: Callable[[], bool] | None = None,
-             progress: bool = True) -> Any:
+             progress: bool = True, overwrite: bool = False) -> Any:
     """Run a grid planned (and so checked) already, `analysis.grid.GridPlan.make`: what
     `grid` does after its checks (the CLI calls it once it has checked the machine)."""
     import pandas as pd
 
-    from .analysis.grid import GridPlan, combine, grid_row
+    from .analysis.grid import GridPlan, combine
     from .data import DataError
     from .execution.progress import bars_allowed, sweep_bar
-    from .util.fileio import atomic_write
+    from .results.rundir import remove_stale
+    stale = _claim_results(out, overwrite, "grid")
     for point in plan.points():   # every combination against the data and the machine, before any run
         try:
             preflight(plan.config_at(point, plan.seeds[0]).replace(out=None))
@@ -453,30 +460,54 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     table = pd.DataFrame()
     bar = sweep_bar(plan.n_runs, f"grid of {plan.config.algorithm}") if progress and bars_allowed() else None
     try:
-        with warnings_once(), _one_client(cluster, plan.config) as cluster:   # each run's warnings once, not once a run
-            for seed in plan.seeds:
-                for point in plan.points():
-                    if should_stop is not None and should_stop():
-                        return table
-                    run_dir = None if out is None else str(Path(out) / plan.slug(point, seed))
-                    cfg = plan.config_at(point, seed)
-                    result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
-                                 should_stop=should_stop, progress=False, overwrite=True, report=False)
-                    rows.append(grid_row(result, point, seed, run_dir))
-                    table = combine(rows, plan)
-                    if out is not None:
-                        atomic_write(Path(out) / "grid_runs.csv", pd.DataFrame(rows).to_csv(index=False))
-                        atomic_write(Path(out) / "grid.csv", table.to_csv(index=False))
-                    if bar is not None:
-                        bar.update(1)
-                    if on_result is not None:
-                        on_result(rows[-1], result)
-                    if result.status == "stopped":
-                        return table
+        with _one_client(cluster, plan.config) as cluster:   # one client for every run (an address given)
+            _grid_runs(plan, cluster, out, on_result, should_stop, bar, rows)
     finally:
         if bar is not None:
             bar.close()
-    return table
+    if out is not None and stale:   # the earlier grid's runs and tables this one did not replace
+        remove_stale(out, stale, {"grid.csv", "grid_runs.csv", *(Path(r["run_dir"]).name for r in rows)})
+    return combine(rows, plan) if rows else table
+
+
+def _claim_results(out: str | Path | None, overwrite: bool, kind: str) -> set[str]:
+    """Check `out` for a sweep's or a grid's results, before any run (`preflight.check_out`:
+    the one rule for run, sweep and grid); returns the earlier results' entries there (with
+    `overwrite`) that the new ones must replace or remove."""
+    if out is None:
+        return set()
+    from .execution.preflight import check_out
+    check_out(out, overwrite=overwrite, kind=kind)
+    from .results.rundir import stale_results
+    return stale_results(out, kind)
+
+
+def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, should_stop: Any, bar: Any,
+               rows: list[dict]) -> None:
+    """The grid's runs, seeds outermost; `rows` gets each run's grid_runs.csv row."""
+    import pandas as pd
+
+    from .analysis.grid import combine, grid_row
+    from .util.fileio import atomic_write
+    with warnings_once():   # each run's warnings once, not once a run
+        for seed in plan.seeds:
+            for point in plan.points():
+                if should_stop is not None and should_stop():
+                    return
+                run_dir = None if out is None else str(Path(out) / plan.slug(point, seed))
+                cfg = plan.config_at(point, seed)
+                result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
+                             should_stop=should_stop, progress=False, overwrite=True, report=False)
+                rows.append(grid_row(result, point, seed, run_dir))
+                if out is not None:
+                    atomic_write(Path(out) / "grid_runs.csv", pd.DataFrame(rows).to_csv(index=False))
+                    atomic_write(Path(out) / "grid.csv", combine(rows, plan).to_csv(index=False))
+                if bar is not None:
+                    bar.update(1)
+                if on_result is not None:
+                    on_result(rows[-1], result)
+                if result.status == "stopped":
+                    return
 
 
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
@@ -484,7 +515,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
           out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
           progress: bool = True, simulate: bool = False, rounds: int | None = None,
           max_rounds: int | None = None, budget_s: float | None = None,
-          run_point: Callable[..., RunResult] | None = None) -> Any:
+          run_point: Callable[..., RunResult] | None = None, overwrite: bool = False) -> Any:
     """Run `config` at each worker count and tabulate throughput, speedup and efficiency.
 
     The points are measured interleaved, at least `rounds` times (1, 2, 1, 2, 1, 2 for
@@ -509,7 +540,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
             cluster with max(workers) workers, reused by every run.
         on_result: called after each run with (row so far, RunResult): live figures.
         out: a folder for the run directories (out/w{P}) and out/sweep.csv, rewritten
-            after every run so a stopped sweep keeps what it measured.
+            after every run so a stopped sweep keeps what it measured. A folder holding
+            results already is refused (`preflight.check_out`) unless `overwrite`, which
+            replaces a sweep's and, once the new sweep ends, removes the earlier runs it
+            did not replace (a `w2` of workers 1,2 when the new one is 1,4).
         should_stop: polled by each run and between runs; True ends the sweep.
         progress: draw a bar over the runs (a widget in a notebook, text in a terminal)
             and one for the run in progress; False for none.
@@ -536,7 +570,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     plan = Sweep.plan(config, workers, mode, simulate=simulate, rounds=rounds, max_rounds=max_rounds,
                       budget_s=budget_s)
     return run_sweep(plan, cluster=cluster, on_result=on_result, out=out, should_stop=should_stop,
-                     progress=progress, run_point=run_point)
+                     progress=progress, run_point=run_point, overwrite=overwrite)
 
 
 @contextlib.contextmanager
@@ -572,7 +606,8 @@ def warnings_once(show: Callable[[str], None] | None = None) -> Iterator[None]:
 
 def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResult], None] | None = None,
               out: str | Path | None = None, should_stop: Callable[[], bool] | None = None,
-              progress: bool = True, run_point: Callable[..., RunResult] | None = None) -> Any:
+              progress: bool = True, run_point: Callable[..., RunResult] | None = None,
+              overwrite: bool = False) -> Any:
     """Run a sweep planned (and so checked) already, `analysis.sweep.Sweep.plan`: what
     `sweep` does after its checks, and what the CLI calls once it has checked the largest
     point against the machine. The arguments are `sweep`'s. A warning its runs raise is
@@ -581,13 +616,19 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     """
+    stale = _claim_results(out, overwrite, "sweep")
     with warnings_once(), _one_client(cluster, plan.config, plan.simulated) as cluster:
-        return _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
+        table, written = _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
+    if out is not None and stale:   # the earlier sweep's runs this one did not replace
+        from .results.rundir import remove_stale
+        remove_stale(out, stale, {"sweep.csv", *written})
+    return table
 
 
 def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], None] | None,
                out: str | Path | None, should_stop: Callable[[], bool] | None,
-               progress: bool, run_point: Callable[..., RunResult] | None) -> Any:
+               progress: bool, run_point: Callable[..., RunResult] | None) -> tuple[Any, set[str]]:
+    """The sweep's points; returns its table and the names of the run directories it wrote."""
     import pandas as pd
 
     from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, worker_field
@@ -614,6 +655,7 @@ def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], N
                    should_stop=should_stop)
         stopped = warm.status == "stopped"
     rows: list[dict] = []
+    written: set[str] = set()
     table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
     from .execution.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
@@ -631,6 +673,8 @@ def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], N
                 if bar is not None:
                     bar.set_postfix_str(f"{worker_field(config)}={w}" + (f", round {k + 1}" if rounds > 1 else ""))
                 run_dir = None if out is None else str(Path(out) / (f"w{w}" if k == 0 else f"w{w}-r{k + 1}"))
+                if run_dir is not None:
+                    written.add(Path(run_dir).name)
                 result = (run_point or run)(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
                                             should_stop=should_stop, progress=bar is not None,
                                             overwrite=True)  # under the sweep's folder: a sweep run
@@ -656,7 +700,7 @@ def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], N
             bar.close()
     if out is not None and not rows:   # stopped before the first point finished: the table says so, empty
         atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
-    return table
+    return table, written
 
 
 def _check_simulated_sweep(cluster: Any) -> None:

@@ -205,6 +205,9 @@ def clip_note(clip: dict[str, Any] | None) -> str | None:
     return None
 
 
+MEASURED_ON = "digits"   # the dataset the algorithms' lr ranges (`config.lr_range`) were measured on
+
+
 def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
     """What to try with the lr: larger or smaller than the range that learns the default
     dataset with this algorithm and rule (`config.lr_range`), or, inside it, longer.
@@ -215,6 +218,11 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
     "lr 0.1 is large for diloco's inner sgd, try 0.003-0.01"
     >>> lr_hint({"algorithm": "sync_sgd", "optimizer": "sgd", "lr": 0.1}, steps=3)
     'lr 0.1 is in the range that learns digits with sgd (0.03-0.3); it ran 3 steps: train longer'
+
+    The ranges were measured on digits only: another dataset gets no claim, but a grid to run.
+
+    >>> lr_hint({"algorithm": "sgd", "optimizer": "sgd", "lr": 0.1, "dataset": "runs/prices.csv"})
+    "lr 0.1: no range that learns prices.csv is measured (digits' with sgd is 0.03-0.3): compare a few with grid --vary lr=0.01,0.1,1"
     """
     from .config import lr_range
     algorithm, optimizer = str(config.get("algorithm") or "sgd"), str(config.get("optimizer") or "sgd")
@@ -223,6 +231,11 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
     from .config.registry import specs
     spec = specs().get(algorithm)
     rule = f"{algorithm}'s inner {optimizer}" if spec is not None and optimizer in spec.lr_defaults else optimizer
+    dataset = str(config.get("dataset") or "digits")
+    if dataset != MEASURED_ON:
+        name = dataset.replace("\\", "/").rsplit("/", 1)[-1]
+        return (f"lr {lr:g}: no range that learns {name} is measured ({MEASURED_ON}' with {rule} is {lo:g}-{hi:g}): "
+                f"compare a few with grid --vary lr={lr / 10:g},{lr:g},{lr * 10:g}")
     if lr > hi:
         return f"lr {lr:g} is large for {rule}, try {lo:g}-{hi:g}"
     if lr < lo:
@@ -265,7 +278,7 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
     if scale is not None:   # raw features: the first thing to change, before the lr
         return f"did not learn: {said}; its features are not standardized ({scale}): try standardize (--standardize)"
     hint = lr_hint(config, steps)
-    if overfit and "in the range that learns" in hint:
+    if overfit and ("in the range that learns" in hint or "no range that learns" in hint):
         hint = "its training loss fell while its test loss rose: it learned its training set, not what carries over"
     return f"did not learn: {said}; {hint}"
 

@@ -84,6 +84,7 @@ class Rows(NamedTuple):
     frame: Any = None
     label: str | None = None
     labels: Any = None
+    name: str = "rows"   # the file they were read from, for messages
 
 
 def feature_rows(result: RunResult, X: Any) -> Rows:
@@ -95,7 +96,52 @@ def feature_rows(result: RunResult, X: Any) -> Rows:
     array. A table (a CSV's, or a DataFrame): a run trained on a CSV takes its feature
     columns by name, in any order, other columns ignored (a ConfigError names the missing
     ones); a run trained on arrays takes every column but a label column (`LABEL_COLUMNS`).
-    Anything else is taken as the rows themselves."""
+    Anything else is taken as the rows themselves. Every route refuses, in one line naming
+    the row and column, a table or array with no rows, a cell that is not a number, or a
+    NaN or inf (`checked_matrix`)."""
+    rows = _feature_rows(result, X)
+    return rows._replace(matrix=checked_matrix(rows.matrix, rows.name))
+
+
+def checked_matrix(X: Any, name: str = "rows") -> Any:
+    """`X` as a float64 array of at least one row, every value a finite number, or a
+    one-line ConfigError naming the first row and column that is not (a NaN or inf row
+    would be answered as if it were data: a class from nothing).
+
+    >>> checked_matrix([[1, 2], [3, float("nan")]])
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: rows: a finite number in every cell, got 'nan at row 1, column 1'
+    """
+    import numpy as np
+    arr = np.asarray(X, dtype=object) if not hasattr(X, "dtype") else np.asarray(X)
+    if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
+        raise ConfigError("rows", "at least one row of features", "no rows" if name == "rows" else f"{name} with no rows")
+    if arr.dtype.kind not in "biuf":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            for at, value in np.ndenumerate(arr):
+                try:
+                    float(value)
+                except (TypeError, ValueError):
+                    raise ConfigError("rows", "a number in every cell", f"{value!r} at {_cell(at, name)}") from None
+            raise
+    arr = np.asarray(arr, dtype=np.float64)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        at = np.unravel_index(int(bad.argmax()), arr.shape)
+        raise ConfigError("rows", "a finite number in every cell", f"{arr[at]} at {_cell(at, name)}")
+    return arr
+
+
+def _cell(at: tuple[int, ...], name: str) -> str:
+    """Where a cell is, in words: "row 3, column 1" (a 1-D array: "value 3")."""
+    where = f"row {at[0]}, column {at[1]}" if len(at) == 2 else f"value {at[0]}" if len(at) == 1 else f"index {at}"
+    return where if name == "rows" else f"{where} of {name}"
+
+
+def _feature_rows(result: RunResult, X: Any) -> Rows:
     from pathlib import Path
 
     import numpy as np
@@ -114,15 +160,18 @@ def feature_rows(result: RunResult, X: Any) -> Rows:
             except (OSError, ValueError) as exc:
                 raise ConfigError("rows", f"a .npy or .npz NumPy wrote ({type(exc).__name__})", name) from None
             if isinstance(loaded, np.ndarray):
-                return Rows(loaded)
+                return Rows(loaded, name=name)
             with loaded:
                 names = list(loaded.files)
                 if "X" not in names and len(names) != 1:
                     raise ConfigError("rows", "a .npz holding X (and y), or one array", f"{name} with {', '.join(names)}")
-                return Rows(loaded["X" if "X" in names else names[0]], labels=loaded["y"] if "y" in names else None)
+                return Rows(loaded["X" if "X" in names else names[0]], labels=loaded["y"] if "y" in names else None,
+                            name=name)
     if not hasattr(X, "columns") or not hasattr(X, "iloc"):   # an array, a list of rows
-        return Rows(X)
+        return Rows(X, name=name)
     frame = X
+    if len(frame) == 0:   # a header alone: its columns read as text, not as numbers missing
+        checked_matrix(np.empty((0, 0)), name)
     table = (result.summary.get("data") or {}).get("table")
     if table is not None:   # the run's own columns, by name
         lower = {str(c).strip().lower(): c for c in frame.columns}
@@ -140,7 +189,7 @@ def feature_rows(result: RunResult, X: Any) -> Rows:
         label = named[0] if named else None
         columns = [c for c in frame.columns if c != label]
     return Rows(feature_matrix(frame[columns], name), frame, label,
-                frame[label].astype(str).str.strip().to_numpy() if label is not None else None)
+                frame[label].astype(str).str.strip().to_numpy() if label is not None else None, name)
 
 
 def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,

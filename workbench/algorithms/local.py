@@ -44,6 +44,7 @@ import math
 from typing import Any
 
 from ..comm.base import ring_allreduce_bytes
+from ..config.registry import switch_step
 from ..maths.optim import OptimizerSettings, make_optimizer
 from .base import (
     LocalWorker,
@@ -156,15 +157,6 @@ class PostLocalSGD(LocalSGD):
         if step < self.switch:
             return True
         return (step + 1 - self.switch) % self.tau == 0 or step + 1 == self.ctx.plan.total_steps
-
-
-def switch_step(epoch: float, steps_per_epoch: int) -> int:
-    """The first step of post-local SGD's local phase: ceil(epoch * steps per epoch).
-
-    >>> switch_step(1.0, 45), switch_step(0.5, 45), switch_step(0.0, 45)
-    (45, 23, 0)
-    """
-    return math.ceil(epoch * steps_per_epoch - 1e-9)
 
 
 class DiLoCo(LocalSGD):

@@ -372,6 +372,9 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                            "with a validation set, val_fraction, the validation set's: the test set stays out of "
                            "the choice)")
     grid.add_argument("--no-progress", action="store_true", help="no progress bar")
+    grid.add_argument("--overwrite", action="store_true",
+                      help="replace a grid already saved in --out (otherwise refused before any run); once the new "
+                           "grid ends, its earlier runs the new one did not replace are removed")
 
     sweep = sub.add_parser("sweep", help=COMMANDS["sweep"], formatter_class=fmt,
                            description="Run the config once per worker count; with --out, write one run "
@@ -394,6 +397,9 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                        help="also stop repeating after this many seconds (checked between rounds; default: no "
                             "time cap beyond --max-rounds)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sweep.add_argument("--overwrite", action="store_true",
+                       help="replace a sweep already saved in --out (otherwise refused before any run); once the new "
+                            "sweep ends, its earlier runs the new one did not replace are removed")
     if prog != MODULE_PROG:      # the examples name the command as it was called
         for p in (parser, *sub.choices.values()):
             p.description = p.description and p.description.replace(MODULE_PROG, prog)
@@ -840,7 +846,8 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     with api.warnings_once(show=lambda message: print(f"warning: {message}", file=sys.stderr)):
         for message in preflight(plan.largest):   # once each, as `run` prints them, however many runs raise them
             warnings.warn(message, api.RunWarning, stacklevel=1)
-        table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
+        table = api.run_sweep(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled),
+                              overwrite=args.overwrite)
     print(sweep_text(table))
     for _, row in table.iterrows():   # what the numbers can and cannot tell, in words
         for note in (row.get("resolution_note"), row.get("run_note"), row.get("machine_note")):
@@ -913,9 +920,10 @@ def _grid(args: argparse.Namespace) -> int:
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     with stop_on_signals(signalled.append, what="the grid's current run"), \
             api.warnings_once(show=lambda message: print(f"warning: {message}", file=sys.stderr)):
-        for message in preflight(plan.config_at(plan.points()[0], plan.seeds[0])):
+        for message in preflight(plan.config_at(plan.points()[0], plan.seeds[0]).replace(out=None)):
             warnings.warn(message, api.RunWarning, stacklevel=1)
-        table = api.run_grid(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled))
+        table = api.run_grid(plan, out=config.out, progress=progress, should_stop=lambda: bool(signalled),
+                             overwrite=args.overwrite)
     print(grid_text(table, plan))
     print(verdict_text(table, plan))
     for label, note in grid_notes(table, plan):
@@ -1059,6 +1067,8 @@ def _run_dirs(paths: Sequence[str]) -> list[Path]:
 def _compare(args: argparse.Namespace) -> int:
     """`compare RUN_DIR... --out report.html`: the runs as a table (`comparison_text`), and
     ui.report's comparison page."""
+    if args.out is not None and Path(args.out).is_dir():   # before any work: where the report goes
+        raise ConfigError("out", "a file to write the report to (this is a directory)", args.out)
     dirs = _run_dirs(args.runs)
     labels = None
     if args.labels:

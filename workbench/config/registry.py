@@ -102,7 +102,24 @@ def _config_lr(config: Any) -> float:
     return config.lr
 
 
-def _no_warning(config: Any, steps: int) -> str | None:
+def _no_warning(config: Any, steps: int, steps_per_epoch: int | None = None) -> str | None:
+    return None
+
+
+def switch_step(epoch: float, steps_per_epoch: int) -> int:
+    """The first step of post-local SGD's local phase: ceil(epoch * steps per epoch).
+
+    >>> switch_step(1.0, 45), switch_step(0.5, 45), switch_step(0.0, 45)
+    (45, 23, 0)
+    """
+    return math.ceil(epoch * steps_per_epoch - 1e-9)
+
+
+def _post_local_warning(config: Any, steps: int, steps_per_epoch: int | None = None) -> str | None:
+    """post_local_sgd that never reaches its local phase: the switch at or after the run's end."""
+    if steps_per_epoch and switch_step(config.post_local_epoch, steps_per_epoch) >= steps:
+        return (f"post_local_epoch ({config.post_local_epoch:g}) is at or after the run's end ({steps} steps, "
+                f"{steps / steps_per_epoch:.3g} epochs): the run never switches to local steps, so it is sync_sgd")
     return None
 
 
@@ -137,9 +154,10 @@ class AlgorithmSpec:
     # Nesterov step amplifies its inner steps' change: the shared defaults reached chance)
     lr_defaults: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     fast_path: str | None = None  # the simulator's fast path for it (FAST_PATHS), if it has one
-    # (config, steps per worker) -> one sentence when the settings run but leave this algorithm
-    # nothing to do (LTFB: no tournament within the run), or None; preflight's warnings say it
-    warn: Callable[[Any, int], str | None] = _no_warning
+    # (config, steps per worker, steps per epoch or None) -> one sentence when the settings run
+    # but leave this algorithm nothing to do (LTFB: no tournament within the run; post_local_sgd:
+    # no local phase), or None; preflight's warnings say it
+    warn: Callable[..., str | None] = _no_warning
     uses_momentum: bool = True   # False: `momentum` takes no part in its steps (preflight's stability bound)
     # its runs go on when a worker is lost and take in joiners with `elastic` (its loop re-splits
     # the global batch over whoever is there, `execution.elastic`)
@@ -322,7 +340,7 @@ def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
     return None
 
 
-def _ltfb_warning(config: Any, steps: int) -> str | None:
+def _ltfb_warning(config: Any, steps: int, steps_per_epoch: int | None = None) -> str | None:
     """LTFB without a tournament: rounds at least as long as the run."""
     if config.round_size >= steps and config.trainers > 1:
         return f"round_size ({config.round_size}) is at least the run's {steps} steps: no tournament will ever happen"
@@ -405,7 +423,8 @@ for _spec in (
     AlgorithmSpec(
         "post_local_sgd", "post-local SGD (Lin et al.): sync_sgd until post_local_epoch, then local SGD averaging "
         "every tau steps", "local:PostLocalSGD", sync=True, evaluates="all", needs=Needs(collective=True),
-        knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce", elastic=True),
+        knobs=(*LOCAL_KNOBS, "post_local_epoch"), pattern="post_local_allreduce", elastic=True,
+        warn=_post_local_warning),
     AlgorithmSpec(
         "diloco", "DiLoCo (Douillard et al.): tau inner steps, then an outer Nesterov step on the averaged "
         "parameter change", "local:DiLoCo", sync=True, evaluates="all", needs=Needs(collective=True),

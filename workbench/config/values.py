@@ -168,8 +168,10 @@ def parse_model_args(v: Any) -> dict[str, Any] | None:
                 key, eq, value = part.partition("=")
                 if not eq or not _ARG_KEY.fullmatch(key.strip()):
                     raise ValueError(allowed)
+                if not value.strip():   # `k=` is a slip, not an empty text (write k="" for that)
+                    raise ValueError(f"{allowed}, each with a value ({key.strip()}= has none; k=\"\" for empty text)")
                 try:
-                    out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+                    out[key.strip()] = yaml.safe_load(value.strip())
                 except yaml.YAMLError:
                     raise ValueError(allowed) from None
             v = out

@@ -65,7 +65,7 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
         check_shm(config, model)                                                     # /dev/shm holds its segments
     if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
         check_reachable(config.scheduler)
-    return run_warnings(config, plan.total_steps, data=data, model=model)
+    return run_warnings(config, plan.total_steps, data=data, model=model, plan=plan)
 
 
 def check_timing_model_fits(config: RunConfig) -> None:
@@ -90,12 +90,15 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 # ------------------------------------------------------------------------------ output
-def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Raise ConfigError("out", ...) unless a run directory can be written at `out`.
+def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run") -> Path:
+    """Raise ConfigError("out", ...) unless a `kind` ("run", "sweep" or "grid") can write
+    its results at `out`: the one rule for the three commands' `--out`.
 
     Allowed: a path that does not exist yet and whose nearest existing parent is a
-    writable directory, or an existing writable directory that is empty, holds no run
-    (no summary.json), or (with `overwrite`) holds one to replace. Never creates anything.
+    writable directory, or an existing writable directory that holds no results (no
+    summary.json, sweep.csv or grid_runs.csv: `results.rundir.results_held`), or (with
+    `overwrite`) holds a `kind`'s results to replace. Another command's results are never
+    replaced (a sweep into a run's directory). Never creates anything.
     """
     text = os.fspath(out)
     if not text or "\x00" in text or len(text) > 4096:
@@ -111,12 +114,17 @@ def check_out(out: str | os.PathLike, overwrite: bool = False) -> Path:
         raise ConfigError("out", "a path whose names are at most 255 bytes each", text)
     if resolved.exists():
         if not resolved.is_dir():
-            raise ConfigError("out", "a directory to write the run into (this is an existing file)", text)
+            raise ConfigError("out", f"a directory to write the {kind} into (this is an existing file)", text)
         if not os.access(resolved, os.W_OK | os.X_OK) or not _can_create_in(resolved):
             raise ConfigError("out", "a directory you can write to", text)
-        if (resolved / "summary.json").exists() and not overwrite:
-            raise ConfigError("out", "a directory that does not hold a run already (pass --overwrite, or "
-                              "overwrite=True, to replace that run)", text)
+        from ..results.rundir import results_held
+        for held, marker in results_held(resolved):
+            if held != kind:
+                raise ConfigError("out", f"a directory for a {kind}'s results (this one holds a {held}'s, {marker}: "
+                                         "name another directory)", text)
+            if not overwrite:
+                raise ConfigError("out", f"a directory that does not hold a {kind} already (pass --overwrite, or "
+                                         f"overwrite=True, to replace that {kind})", text)
         return resolved
     parent = resolved.parent
     while not parent.exists():
@@ -454,16 +462,31 @@ def check_emulator(config: RunConfig, n_params: int) -> None:
 
 
 # ------------------------------------------------------------------------------ warnings
-def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None) -> list[str]:
-    """Settings that run but make the algorithm pointless; one sentence each."""
+def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: Any = None,
+                 plan: Any = None) -> list[str]:
+    """Settings that run but make the algorithm pointless; one sentence each. The home of
+    "longer than the run" for a setting the run still makes sense without (a schedule that
+    cannot fit is refused by the plan, `maths.optim.make_plan`); `plan` (the run's
+    `maths.optim.Plan`) gives the steps per epoch and the evaluations."""
     out: list[str] = []
     from ..config.registry import with_knob
     if config.algorithm in with_knob("tau") and config.tau > total_steps:
         out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                    f"exchange will ever happen, so the workers train apart and the centre stays at its start")
-    own = specs()[config.algorithm].warn(config, total_steps)   # the algorithm's own (LTFB: no tournament)
+    spe = plan.steps_per_epoch if plan is not None else None
+    own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
     if own:
         out.append(own)
+    if config.early_stop is not None and plan is not None:
+        evals = math.ceil(total_steps / plan.eval_every)   # every eval_every steps and after the last one
+        if evals < config.early_stop + 2:   # a stop decided at the last evaluation ends nothing early
+            out.append(f"early_stop ({config.early_stop}) waits for more evaluations than the run makes ({evals}: "
+                       f"every {plan.eval_every} steps of {total_steps}): it can never end the run early "
+                       "(eval_every sets how often it looks)")
+    every = config.checkpoint_interval
+    if config.out and isinstance(every, int) and every >= total_steps:
+        out.append(f"checkpoint_every ({every} steps) is at least the run's {total_steps} steps: no checkpoint is "
+                   "written before the run ends, so a killed run has none to resume from")
     if data is not None and model is not None:
         msg = _stability_warning(config, data, model)
         if msg:

@@ -249,9 +249,26 @@ def _is_torch_module(obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module)
 
 
+# What a model's own code may define: a built-in's engine extras (grad_out, the stacked
+# path, score) compute the built-in's maths, so a subclass redefining one of these is a
+# model of the user's and goes through the adapter like any other.
+PROTOCOL_METHODS = ("init", "loss_and_grad", "predict", "loss", "layout")
+
+
+def _user_overrides(cls: type) -> list[str]:
+    """The protocol's methods that `cls` (a `Model` subclass) takes from a class outside
+    workbench, i.e. a user's subclass redefined them."""
+    out = []
+    for method in PROTOCOL_METHODS:
+        owner = next((c for c in cls.__mro__ if method in vars(c)), None)
+        if owner is not None and not owner.__module__.startswith("workbench."):
+            out.append(method)
+    return out
+
+
 def as_model(obj: Any, name: str | None = None, spec: str | None = None) -> Any:
     """`obj` with the engine's interface: a built-in model (or a subclass of
-    `maths.models.Model`) as it is; a PyTorch module, or (module, loss_fn), through the
+    `maths.models.Model` that redefines none of the protocol's methods) as it is; a PyTorch module, or (module, loss_fn), through the
     torch adapter; any other object following the protocol wrapped in `ProtocolModel`.
 
     >>> class Mean:                      # the smallest model: predicts class 0, learns nothing
@@ -262,7 +279,7 @@ def as_model(obj: Any, name: str | None = None, spec: str | None = None) -> Any:
     >>> m.describe(), m.layout(), m.init(0).dtype
     ('Mean (3 params)', (('params', (3,)),), dtype('float32'))
     """
-    if isinstance(obj, Model):
+    if isinstance(obj, Model) and not _user_overrides(type(obj)):
         return obj
     label = spec or name or type(obj).__name__
     if _is_torch_module(obj):

@@ -2,6 +2,7 @@
 releasing or reclaiming a claim."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -182,3 +183,58 @@ def free_run_dir(parent: str | Path, name: str, marker: str = "summary.json") ->
         k += 1
         path = parent / f"{name}-{k}"
     return path
+
+
+# The file that says a folder holds a command's results. One rule for run, sweep and grid
+# (`execution.preflight.check_out`): a folder holding another command's results is refused,
+# and one holding the same command's results unless overwrite, which replaces them and
+# then removes what the new results did not replace (`stale_results`, `remove_stale`).
+RESULT_MARKERS = {"run": ("summary.json",), "sweep": ("sweep.csv",), "grid": ("grid_runs.csv", "grid.csv")}
+_TABLES = {"sweep": ("sweep.csv", "sweep.html"), "grid": ("grid.csv", "grid_runs.csv", "grid.html")}
+_SWEEP_RUN = re.compile(r"w[0-9]+(-r[0-9]+)?")
+
+
+def results_held(d: str | Path) -> list[tuple[str, str]]:
+    """(command, marker file) of each command's results `d` holds: ("run", "summary.json"),
+    ("sweep", "sweep.csv"), ("grid", "grid_runs.csv"); empty for a folder holding none."""
+    d = Path(d)
+    out = []
+    for kind, markers in RESULT_MARKERS.items():
+        found = next((m for m in markers if (d / m).exists()), None)
+        if found is not None:
+            out.append((kind, found))
+    return out
+
+
+def stale_results(d: str | Path, kind: str) -> set[str]:
+    """The names in folder `d` that belong to the `kind` ("sweep" or "grid") results it holds:
+    their tables and figure, and the run directories they list (a sweep's `w{P}`, `w{P}-r{k}`)."""
+    import csv
+    d = Path(d)
+    if not d.is_dir() or kind not in _TABLES:
+        return set()
+    names = {n for n in _TABLES[kind] if (d / n).exists()}
+    table = d / ("sweep.csv" if kind == "sweep" else "grid_runs.csv")
+    try:
+        with open(table, newline="", encoding="utf-8") as f:
+            listed = [Path(row["run_dir"]) for row in csv.DictReader(f) if row.get("run_dir")]
+    except (OSError, UnicodeDecodeError, csv.Error, KeyError):
+        listed = []
+    names |= {p.name for p in listed if p.parent.resolve() == d.resolve()}
+    if kind == "sweep":
+        names |= {p.name for p in d.iterdir() if p.is_dir() and _SWEEP_RUN.fullmatch(p.name)}
+    return {n for n in names if (d / n).exists()}
+
+
+def remove_stale(d: str | Path, stale: set[str], written: set[str]) -> list[str]:
+    """Remove from `d` the earlier results' entries (`stale`) the new results did not write
+    (`written`); returns their names, sorted."""
+    gone = sorted(set(stale) - set(written))
+    for name in gone:
+        path = Path(d) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return gone
