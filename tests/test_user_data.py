@@ -130,10 +130,10 @@ def test_a_spreadsheets_csv_class_names_its_separator_and_a_written_index(folder
 
 def test_a_missing_value_is_named_by_the_files_own_row(folder):
     (folder / "gap.csv").write_text("a,b,label\n" + "".join(f"{i},{'' if i == 5 else i},{i % 2}\n" for i in range(40)))
-    with pytest.raises(DataError, match=r"^X: a number in every cell, got an empty cell at row 5 \(column 'b'\)"):
+    with pytest.raises(DataError, match=r"^X: a number in every cell, got an empty or NaN cell at row 5 \(line 7, column 'b'\)"):
         load_dataset(str(folder / "gap.csv"))
     (folder / "nolabel.csv").write_text("a,label\n" + "".join(f"{i},{'' if i == 7 else 'x'}\n" for i in range(40)))
-    with pytest.raises(DataError, match=r"^y: a label in every row, got an empty cell at row 7 \(column 'label'\)"):
+    with pytest.raises(DataError, match=r"^y: a label in every row, got an empty cell at row 7 \(line 9, column 'label'\)"):
         load_dataset(str(folder / "nolabel.csv"))
     X = np.arange(200.0).reshape(50, 4)
     X[17, 3] = np.nan                                              # a split reorders rows: the file's row is named
@@ -142,7 +142,7 @@ def test_a_missing_value_is_named_by_the_files_own_row(folder):
         load_dataset(str(folder / "xy.npz"))
     (folder / "mixed.csv").write_text("a,label\n" + "".join(f"{i},{'x' if i == 9 else i % 2}\n" for i in range(40)))
     with pytest.raises(DataError, match=r"^y: integer class labels or class names in column 'label', not both: "
-                                        r"got 'x' at row 9"):   # a typo among numbers is not a class
+                                        r"got 'x' at row 9 \(line 11\)"):   # a typo among numbers is not a class
         load_dataset(str(folder / "mixed.csv"))
     with pytest.raises(DataError, match=r"names, y = np.unique\(y, return_inverse=True\)"):
         Dataset.from_arrays(X[:, :2], np.array(["a", "b"] * 25))
@@ -333,7 +333,7 @@ def test_more_bad_inputs_and_the_cli_exit_code(folder):
     with pytest.raises(ConfigError, match=r"^dataset: one of \[.*\], or a path/to/text.txt, or a data file"):
         RunConfig(dataset="digitz")
     (folder / "t.csv").write_text("a,b,label\n1,2,0\n3,x,1\n4,5,0\n")
-    with pytest.raises(ValueError, match=r"^X: numbers in every feature column, got 'x' at row 1 \(column 'b'\)"):
+    with pytest.raises(ValueError, match=r"^X: numbers in every feature column, got 'x' at row 1 \(line 3, column 'b'\)"):
         preflight(config(str(folder / "t.csv")))
     path = _save(folder, X=X4, y=Y4)                        # 32 training rows: a batch of 64 does not fit
     with pytest.raises(ValueError, match=r"^batch_size: at most the training set size \(32\)"):
@@ -626,3 +626,33 @@ def test_a_feature_beyond_float32_and_a_nan_are_named_by_the_users_own_row(folde
         Dataset.from_arrays(X, np.arange(50) % 3)
     with pytest.raises(DataError, match=r"^X_test: finite numbers \(float32\), got nan at row 0, column 1"):
         Dataset.from_arrays(X[20:], np.arange(30) % 3, X[19:21], np.array([0, 1]))   # a test set given: its own rows
+
+
+def test_a_label_column_with_every_row_its_own_class_is_refused_names_or_numbers(tmp_path):
+    """200 distinct class names in 200 rows trained silently to accuracy 0 (integer labels past
+    the rows were refused as ids, names never): each row its own class is ids, not classes."""
+    import numpy as np
+    import pandas as pd
+
+    from workbench.data import load_dataset
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.standard_normal((200, 3)), columns=["a", "b", "c"])
+    for labels in ([f"id-{i}" for i in range(200)], list(range(200))):
+        frame["label"] = labels
+        path = tmp_path / f"uniq-{type(labels[0]).__name__}.csv"
+        frame.to_csv(path, index=False)
+        with pytest.raises(DataError, match=r"^y: class labels that several rows share, got 200 distinct labels "
+                                            r"for 200 rows"):
+            load_dataset(str(path))
+    frame["label"] = [f"c{i % 3}" for i in range(200)]
+    frame.to_csv(tmp_path / "fine.csv", index=False)
+    assert load_dataset(str(tmp_path / "fine.csv")).n_classes == 3
+
+
+def test_a_csv_not_in_utf8_is_told_so(tmp_path):
+    """A spreadsheet's Latin-1 export read as "a CSV file with a header row (UnicodeDecodeError...)"."""
+    from workbench.data import load_dataset
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(("café,label\n" + "".join(f"{i},{i % 2}\n" for i in range(20))).encode("latin-1"))
+    with pytest.raises(DataError, match=r"^dataset: a CSV file in UTF-8 \(its byte 3 is not: "):
+        load_dataset(str(path))

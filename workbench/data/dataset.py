@@ -459,6 +459,9 @@ def describe_arrays(headers: dict[str, tuple[tuple[int, ...], Any]], labels: Cal
                         f"(largest label {top:,} + 1; {len(used):,} distinct labels) for {rows:,} rows in {where!r}: "
                         "this looks like a regression target or ids, not classes (number real classes "
                         "0..k-1: np.unique(y, return_inverse=True))")
+    if n_classes is None and len(used) == rows > 2:   # class names too: 200 names for 200 rows trained to 0.0
+        raise DataError(f"y: class labels that several rows share, got {rows:,} distinct labels for {rows:,} rows in "
+                        f"{where!r}: every row its own class looks like ids or free text, not classes")
     row = tuple(int(d) for d in headers[xs[0]][0][1:])
     image = row if len(row) == 3 else (1, *row) if len(row) == 2 else None
     return {"label": where, "rows": {n: int(headers[n][0][0]) for n in xs}, "n_features": int(np.prod(row)),

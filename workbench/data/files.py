@@ -222,7 +222,10 @@ def _read_table(path: str) -> tuple[Any, str]:
             except csv.Error:
                 return frame, ","
             return pd.read_csv(path, sep=sep), sep
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:   # (a spreadsheet's Latin-1 or UTF-16 export)
+        raise DataError(f"dataset: a CSV file in UTF-8 (its byte {exc.start:,} is not: {exc.reason}; save it as "
+                        f"CSV UTF-8), got {path!r}") from None
+    except (OSError, ValueError) as exc:
         raise DataError(f"dataset: a CSV file with a header row ({type(exc).__name__}: {str(exc)[:120]}), "
                         f"got {path!r}") from None
     return frame, ","
@@ -299,19 +302,30 @@ def _csv_cached(path: str, size: int, mtime: int, label_column: str | None = Non
     y = frame[label]
     if y.isna().any():
         row = int(y.isna().to_numpy().argmax())
-        raise DataError(f"y: a label in every row, got an empty cell at row {row} (column {label!r}) of {path!r}")
+        raise DataError(f"y: a label in every row, got an empty cell at row {row} ({_line(row)}column {label!r}) "
+                        f"of {path!r}")
     classes = None
     if not pd.api.types.is_numeric_dtype(y):   # class names: label k is the k-th name in sorted order
         numbers = pd.to_numeric(y, errors="coerce")
         if numbers.notna().any():   # numbers and words mixed: a typo in a numeric column, not names
             row = int(numbers.isna().to_numpy().argmax())
             raise DataError(f"y: integer class labels or class names in column {label!r}, not both: got "
-                            f"{y.iloc[row]!r} at row {row} among numbers of {path!r}")
+                            f"{y.iloc[row]!r} at row {row} ({_line(row)[:-2]}) among numbers of {path!r}")
         names = y.astype(str).str.strip()
         classes = tuple(sorted(names.unique()))
         y = pd.Series(pd.Categorical(names, categories=classes).codes.astype(np.int64), index=names.index)
     table = Table(str(label), tuple(str(c) for c in features.columns), classes, dropped, sep)
     return X, y.to_numpy(), table
+
+
+def _line(row: int) -> str:
+    """Where a CSV's data row is in the file, for a message: its header is line 1 (blank lines,
+    which pandas skips, would put it further down).
+
+    >>> _line(0)
+    'line 2, '
+    """
+    return f"line {row + 2}, "
 
 
 def feature_matrix(features: Any, path: str) -> np.ndarray:
@@ -323,11 +337,11 @@ def feature_matrix(features: Any, path: str) -> np.ndarray:
     if bad:
         row = int(pd.to_numeric(features[bad[0]], errors="coerce").isna().to_numpy().argmax())
         raise DataError(f"X: numbers in every feature column, got {features[bad[0]].iloc[row]!r} at row {row} "
-                        f"(column {bad[0]!r}) of {path!r}")
+                        f"({_line(row)}column {bad[0]!r}) of {path!r}")
     missing = features.isna().to_numpy()
     if missing.any():
         row, col = divmod(int(missing.argmax()), missing.shape[1])
-        raise DataError(f"X: a number in every cell, got an empty cell at row {row} (column "
+        raise DataError(f"X: a number in every cell, got an empty or NaN cell at row {row} ({_line(row)}column "
                         f"{features.columns[col]!r}) of {path!r}")
     return np.ascontiguousarray(features.to_numpy(np.float64))
 
