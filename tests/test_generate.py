@@ -106,7 +106,8 @@ def test_bad_asks_are_one_line_each(trained, tmp_path):
     with pytest.raises(ConfigError, match=r"^prompt: characters of the training text \(' aeinorstlhducmp'; 'x' is "
                                           r"not one\), got 'xyz'"):
         wb.generate(result, "xyz")
-    for kwargs, field in (({"length": 0}, "length"), ({"temperature": -0.5}, "temperature"), ({"prompt": ""}, "prompt")):
+    for kwargs, field in (({"length": 0}, "length"), ({"temperature": -0.5}, "temperature"), ({"prompt": ""}, "prompt"),
+                          ({"length": 100_000_000}, "length"), ({"seed": -1}, "seed")):   # 60 s and no end; NumPy's words
         with pytest.raises(ConfigError, match=f"^{field}: "):
             wb.generate(result, **kwargs)
     digits = wb.run(wb.RunConfig(algorithm="sgd", epochs=1, seed=0), cluster="threads", progress=False)

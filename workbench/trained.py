@@ -192,6 +192,9 @@ def _feature_rows(result: RunResult, X: Any) -> Rows:
                 frame[label].astype(str).str.strip().to_numpy() if label is not None else None, name)
 
 
+GENERATE_MAX = 100_000   # characters `generate` writes at most: each one is a pass of the model over its context
+
+
 def generate(result: RunResult, prompt: str | None = None, length: int = 200, temperature: float = 1.0,
              seed: int = 0, params: str = "final") -> str:
     """Text written by a trained language model (a run of `model: gpt` on a text, or of a
@@ -203,7 +206,8 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
 
     Raises:
         ConfigError: not a language model's run, no final parameters, a prompt character the
-            text never had (naming it and the vocabulary), or a bad length or temperature.
+            text never had (naming it and the vocabulary), or a bad length (1 to `GENERATE_MAX`),
+            temperature or seed.
     """
     import numpy as np
 
@@ -219,8 +223,11 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
         raise ConfigError("result", "a language model's run (a text dataset and a model with logits(params, X): "
                                     "gpt, or yours)", f"{config.dataset} with {config.model}")
     trained = trained_params(result, params)
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ConfigError("length", "a whole number of characters, at least 1", length)
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= GENERATE_MAX:
+        raise ConfigError("length", f"a whole number of characters from 1 to {GENERATE_MAX:,} (each one a pass "
+                                    "of the model)", length)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError("seed", "a whole number >= 0 (the same seed, the same text)", seed)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise ConfigError("temperature", "0 (the most likely character each time) or more", temperature)
     vocab = problem.data.vocab
