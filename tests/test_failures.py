@@ -218,3 +218,33 @@ def test_a_model_that_raises_leaves_the_parameters_of_the_last_evaluation(tmp_pa
     result = run_threads(tiny(algorithm="sgd", epochs=2000, eval_every=8))
     assert result.status == "failed" and "the model broke" in str(result.summary["errors"])
     _evaluated_as_kept(result, tmp_path)
+
+
+def test_a_resumed_run_that_fails_again_before_evaluating_keeps_what_it_had(tmp_path, tiny, monkeypatch):
+    """Resumed from its checkpoint, the run failed again before its next evaluation: the
+    directory was rewritten without the params.npy it had (predict: "failed before its first
+    evaluation"), and its checkpoint went unmentioned (no `resume:` line)."""
+    import numpy as np
+
+    import workbench as wb
+    from workbench.maths.models import MLP
+    calls = {"n": 0, "at": 45}
+    plain = MLP.loss_and_grad
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > calls["at"]:
+            raise RuntimeError("the model broke")
+        return plain(self, *args, **kwargs)
+    monkeypatch.setattr(MLP, "loss_and_grad", flaky)
+    out = tmp_path / "run"
+    first = wb.run(tiny(algorithm="sgd", epochs=2000, eval_every=8, checkpoint_every=10, out=str(out)),
+                   cluster="threads", progress=False)
+    assert first.status == "failed" and (out / "params.npy").is_file()
+    had = np.load(out / "params.npy")
+    calls["n"], calls["at"] = 0, 2        # fails again at once
+    again = wb.resume(out, cluster="threads", progress=False)
+    assert again.status == "failed"
+    assert np.array_equal(again.params, had) and np.array_equal(np.load(out / "params.npy"), had)
+    assert again.summary["params_final"]["of"].endswith("before it was resumed")
+    assert again.summary["checkpoints"]["last_step"] is not None

@@ -133,7 +133,10 @@ def test_preflight_checks_out_every_time_even_for_a_config_it_already_passed(tmp
 def test_warnings_for_settings_that_make_the_algorithm_pointless():
     assert P.run_warnings(RunConfig(algorithm="sync_easgd", tau=10), 10) == []
     [tau] = P.run_warnings(RunConfig(algorithm="sync_easgd", tau=11), 10)
-    assert tau.startswith("tau (11) is longer than the run (10 steps")
+    assert tau.startswith("tau (11) is longer than the run (10 steps") and "the centre stays" in tau
+    for local in ("local_sgd", "post_local_sgd", "diloco"):   # no centre: one average, after the last step
+        [tau] = P.run_warnings(RunConfig(algorithm=local, tau=11), 10)
+        assert tau.endswith("meet once, in the average after the run's last step") and "centre" not in tau
     assert P.run_warnings(RunConfig(algorithm="sync_sgd", tau=11), 10) == []          # tau means nothing there
     [rounds] = P.run_warnings(RunConfig(algorithm="ltfb", round_size=10), 10)
     assert rounds.startswith("round_size (10) is at least the run's 10 steps")

@@ -138,3 +138,32 @@ def test_sweep_and_grid_refuse_earlier_results_and_overwrite_keeps_no_stale_ones
         wb.grid(sgd, {"lr": [0.1]}, cluster="threads", out=sw, progress=False, overwrite=True)
     with pytest.raises(ConfigError, match="holds a grid's"):                      # run's --out: the same rule
         wb.run(sgd.replace(out=str(g)), cluster="threads", progress=False, overwrite=True)
+
+
+def test_a_stopped_overwrite_keeps_the_runs_it_did_not_reach_and_a_folder_of_runs_needs_overwrite(tmp_path):
+    """A sweep with --overwrite stopped during its first point deleted the earlier sweep's w2
+    and w4, which it never reached; a sweep into a folder holding a run directory w2 (no
+    sweep.csv) replaced it without --overwrite."""
+    from workbench.config import ConfigError
+    sim = wb.RunConfig(algorithm="sync_sgd", dataset="digits", simulate=True, batch_size=32, steps=3, seed=0)
+    sw = tmp_path / "sw"
+    wb.sweep(sim, workers=[1, 2, 4], simulate=True, out=sw, progress=False)
+    asked = {"n": 0}
+
+    def stop_soon():
+        asked["n"] += 1
+        return asked["n"] > 3
+    wb.sweep(sim.replace(steps=400), workers=[1, 2, 4], simulate=True, out=sw, progress=False, overwrite=True,
+             should_stop=stop_soon)
+    assert {"w2", "w4"} <= {p.name for p in sw.iterdir()}
+
+    sgd = wb.RunConfig(algorithm="sgd", dataset="digits", batch_size=32, steps=2, seed=0)
+    g = tmp_path / "g"
+    wb.grid(sgd, {"lr": [0.1, 0.2]}, cluster="threads", out=g, progress=False)
+    wb.grid(sgd, {"lr": [0.1, 0.2]}, cluster="threads", out=g, progress=False, overwrite=True, should_stop=lambda: True)
+    assert {"lr0.1-s0", "lr0.2-s0"} <= {p.name for p in g.iterdir()}
+
+    mixed = tmp_path / "mixed"
+    wb.run(sim.replace(cpus=2, out=str(mixed / "w2")), progress=False)
+    with pytest.raises(ConfigError, match=r"a directory without runs in it \(it holds w2: pass --overwrite"):
+        wb.sweep(sim, workers=[1, 2], simulate=True, out=mixed, progress=False)

@@ -127,6 +127,7 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
             workers cannot run now (checked before any starts).
     """
     d, found, config, warnings = resume_checks(directory, cluster)
+    kept = _kept_before(d, found.interrupted)
     from .results.rundir import reclaim_run_dir
     try:
         reclaim_run_dir(d)
@@ -154,6 +155,8 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
             bar.close(result.status if result is not None else "failed",
                       result.summary.get("samples_per_s") if result is not None else None)
     result.summary.update(code())
+    if result.params is None and kept is not None:   # failed again before evaluating: what it had is not lost
+        result.params, result.summary["params_final"] = kept
     if replay:
         result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
             "from step 0: an asynchronous simulated run's workers are mid-step at any instant, and virtual "
@@ -164,6 +167,24 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         result.summary["warnings"] = list(warnings)
     save(result, d, overwrite=True, report=report)
     return result
+
+
+def _kept_before(d: Path, told: dict | None) -> tuple[Any, dict] | None:
+    """The parameters the run being resumed had kept (its params.npy: a stopped run's last,
+    a failed one's last evaluation) and what they are, for a resumed segment that fails again
+    before it evaluates (it has none of its own, and the directory is rewritten); None
+    without them."""
+    import numpy as np
+    path = d / "params.npy"
+    if not path.is_file():
+        return None
+    try:
+        params = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    told = told or {}
+    before = told.get("params_final") or {"steps": int(told.get("steps") or 0), "of": "its end"}
+    return params, {"steps": before["steps"], "of": f"{before['of']} before it was resumed"}
 
 
 def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any, RunConfig, list[str]]:
@@ -461,11 +482,11 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     bar = sweep_bar(plan.n_runs, f"grid of {plan.config.algorithm}") if progress and bars_allowed() else None
     try:
         with _one_client(cluster, plan.config) as cluster:   # one client for every run (an address given)
-            _grid_runs(plan, cluster, out, on_result, should_stop, bar, rows)
+            whole = _grid_runs(plan, cluster, out, on_result, should_stop, bar, rows)
     finally:
         if bar is not None:
             bar.close()
-    if out is not None and stale:   # the earlier grid's runs and tables this one did not replace
+    if out is not None and stale and whole:   # the earlier grid's runs and tables this one did not replace
         remove_stale(out, stale, {"grid.csv", "grid_runs.csv", *(Path(r["run_dir"]).name for r in rows)})
     return combine(rows, plan) if rows else table
 
@@ -483,8 +504,9 @@ def _claim_results(out: str | Path | None, overwrite: bool, kind: str) -> set[st
 
 
 def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, should_stop: Any, bar: Any,
-               rows: list[dict]) -> None:
-    """The grid's runs, seeds outermost; `rows` gets each run's grid_runs.csv row."""
+               rows: list[dict]) -> bool:
+    """The grid's runs, seeds outermost; `rows` gets each run's grid_runs.csv row. Whether
+    it ran every one (False: stopped)."""
     import pandas as pd
 
     from .analysis.grid import combine, grid_row
@@ -493,7 +515,7 @@ def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, 
         for seed in plan.seeds:
             for point in plan.points():
                 if should_stop is not None and should_stop():
-                    return
+                    return False
                 run_dir = None if out is None else str(Path(out) / plan.slug(point, seed))
                 cfg = plan.config_at(point, seed)
                 result = run(cfg.replace(out=run_dir) if run_dir else cfg, cluster=cluster,
@@ -507,7 +529,8 @@ def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, 
                 if on_result is not None:
                     on_result(rows[-1], result)
                 if result.status == "stopped":
-                    return
+                    return False
+    return True
 
 
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
@@ -619,7 +642,10 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
     stale = _claim_results(out, overwrite, "sweep")
     with warnings_once(), _one_client(cluster, plan.config, plan.simulated) as cluster:
         table, written = _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
-    if out is not None and stale:   # the earlier sweep's runs this one did not replace
+    whole = len(table) and "status" in table and (table["status"] != "stopped").all() \
+        and not (should_stop is not None and should_stop())
+    if out is not None and stale and whole:   # the earlier sweep's runs this one did not replace (a stopped
+        #                                       sweep keeps them: it did not replace them yet)
         from .results.rundir import remove_stale
         remove_stale(out, stale, {"sweep.csv", *written})
     return table

@@ -711,6 +711,33 @@ def _event_lines(events: list[dict]) -> list[str]:
     return lines
 
 
+def _trouble_lines(s: dict) -> list[str]:
+    """A finished run's troubles for the terminal: this segment's events (`_event_lines`; a
+    resumed run's earlier segments were said when they ended, the summary keeps them), then
+    each failed worker's error where no event above said it (a loop that never started has
+    none).
+
+    >>> tb = "RuntimeError: broke\\nTraceback ..."
+    >>> _trouble_lines({"status": "failed", "events": [
+    ...     {"event": "failed", "worker": 0, "message": "RuntimeError: old", "segment": 0},
+    ...     {"event": "failed", "worker": 0, "message": tb, "segment": 1}],
+    ...     "errors": {"0": "RuntimeError: broke", "1": "worker 1: a peer it waits for is gone"}})
+    ['  failed: RuntimeError: broke\\nTraceback ...', '  worker 1: a peer it waits for is gone']
+    """
+    events = s.get("events", [])
+    last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
+    if last is not None:
+        events = [e for e in events if e.get("segment") in (None, last)]
+    lines = _event_lines(events)
+    if s.get("status") == "failed":
+        for rank, error in (s.get("errors") or {}).items():
+            first = str(error).splitlines()[0] if error else str(error)
+            if any(first in line for line in lines):   # its traceback is above already
+                continue
+            lines.append(f"  {first}" if first.startswith(f"worker {rank}:") else f"  worker {rank}: {first}")
+    return lines
+
+
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
     from ..learning import accuracy_text
@@ -723,11 +750,8 @@ def _report_run(result: Any, config: RunConfig) -> int:
           f"comm fraction {s['comm_fraction']:.2f}")
     for line in _model_lines(s, config):
         print(f"  {line}")
-    for line in _event_lines(s.get("events", [])):
+    for line in _trouble_lines(s):
         print(line, file=sys.stderr)
-    if s["status"] == "failed":   # a loop that never started has no event: its error says why
-        for rank, error in (s.get("errors") or {}).items():
-            print(f"  worker {rank}: {str(error).splitlines()[0] if error else error}", file=sys.stderr)
     from ..measure import notes
     for line in notes(s):   # a run that learned nothing is a warning; the rest are notes
         print(f"  {'warning' if line == s.get('learning_note') else 'note'}: {line}")

@@ -98,7 +98,8 @@ def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run"
     writable directory, or an existing writable directory that holds no results (no
     summary.json, sweep.csv or grid_runs.csv: `results.rundir.results_held`), or (with
     `overwrite`) holds a `kind`'s results to replace. Another command's results are never
-    replaced (a sweep into a run's directory). Never creates anything.
+    replaced (a sweep into a run's directory); a sweep or grid into a folder holding run
+    directories needs `overwrite` (its points are run directories there). Never creates anything.
     """
     text = os.fspath(out)
     if not text or "\x00" in text or len(text) > 4096:
@@ -125,6 +126,13 @@ def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run"
             if not overwrite:
                 raise ConfigError("out", f"a directory that does not hold a {kind} already (pass --overwrite, or "
                                          f"overwrite=True, to replace that {kind})", text)
+        if kind != "run" and not overwrite:   # its points are run directories in it: one there already would be
+            #                                   replaced by a point of the same name (a run's w2/ by the sweep's)
+            runs = sorted(p.name for p in resolved.iterdir() if p.is_dir() and (p / "summary.json").exists())
+            if runs:
+                raise ConfigError("out", f"a directory without runs in it (it holds {', '.join(runs[:3])}"
+                                         f"{', ...' if len(runs) > 3 else ''}: pass --overwrite, or overwrite=True, "
+                                         f"to let the {kind} replace them)", text)
         return resolved
     parent = resolved.parent
     while not parent.exists():
@@ -471,8 +479,13 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
     out: list[str] = []
     from ..config.registry import with_knob
     if config.algorithm in with_knob("tau") and config.tau > total_steps:
-        out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
-                   f"exchange will ever happen, so the workers train apart and the centre stays at its start")
+        from ..algorithms.local import LocalSGD
+        if issubclass(specs()[config.algorithm].cls, LocalSGD):   # (the local family averages after the last step)
+            out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): the workers "
+                       f"train apart and meet once, in the average after the run's last step")
+        else:
+            out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
+                       f"exchange will ever happen, so the workers train apart and the centre stays at its start")
     spe = plan.steps_per_epoch if plan is not None else None
     own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
     if own:

@@ -198,7 +198,9 @@ class Saver:
     def summary(self) -> dict[str, Any]:
         """What the run's summary says of its checkpoints."""
         out: dict[str, Any] = {"every": self.setup.config.checkpoint_every, "written": len(self.written),
-                               "last_step": self.written[-1] if self.written else None,
+                               # (a resumed run that wrote none yet: the one it went on from, still there)
+                               "last_step": self.written[-1] if self.written else (
+                                   self.prior.step if self.prior is not None else None),
                                "write_s": self.write_s}
         if self.failed:
             out["stopped"] = f"checkpoints stopped: {self.failed}"
