@@ -244,6 +244,26 @@ class EventControl:
             self.lease_expired = True
         return self.lease_expired
 
+    def client_vanished(self) -> bool:
+        """Loop side, for a loop that ended failing: whether its client is gone. A peer that saw
+        the lease lapse first aborts the exchange, and this loop fails on that without reading
+        the lease itself, so nobody would clean up after the run. Reads it until it lapses (True)
+        or the client renews it (False: about LEASE_REFRESH_S), at most LEASE_TIMEOUT_S and two
+        reads more."""
+        self._lease_next = 0.0
+        if self.client_gone():
+            return True
+        first = self._lease_value
+        deadline = time.monotonic() + LEASE_TIMEOUT_S + 2 * LEASE_CHECK_S
+        while time.monotonic() < deadline:
+            time.sleep(LEASE_CHECK_S / 2)
+            self._lease_next = 0.0
+            if self.client_gone():
+                return True
+            if self._lease_value != first:
+                return False
+        return self.lease_expired
+
     def _event(self, kind: str) -> Any:
         if kind not in self._events:
             from distributed import Event

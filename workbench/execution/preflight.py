@@ -487,6 +487,11 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
             out.append(f"tau ({config.tau}) is longer than the run ({total_steps} steps per worker): no elastic "
                        f"exchange will ever happen, so the workers train apart and the centre stays at its start")
     spe = plan.steps_per_epoch if plan is not None else None
+    if spe is not None and config.steps is not None and config.warmup != "none" \
+            and config.warmup_epochs * spe > total_steps:   # (against --epochs RunConfig refuses it)
+        out.append(f"the warmup ({config.warmup_epochs:g} epochs, {round(config.warmup_epochs * spe):,} steps) is "
+                   f"longer than the run ({total_steps:,} steps): the lr rises for the whole run and never reaches "
+                   f"its peak")
     own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
     if own:
         out.append(own)

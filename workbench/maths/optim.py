@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig
+from ..config import RunConfig
 from . import schedules
 
 # One segment of the flat parameter vector: (start, stop, layer-wise: weight decay and
@@ -595,9 +595,6 @@ def make_plan(config: RunConfig, n_train: int, batch_size: int | None = None,
     b = batch_size or config.batch_size
     spe = steps_per_epoch(n_train, b)
     total = config.steps if config.steps is not None else max(1, math.ceil(config.epochs * spe))
-    if config.warmup != "none" and config.warmup_epochs * spe > total:   # as RunConfig refuses it against epochs
-        raise ConfigError("warmup_epochs", f"at most the run's length ({total} steps of {spe} an epoch: "
-                          f"{total / spe:.3g} epochs)", config.warmup_epochs)
     warmup_steps = 0 if config.warmup == "none" else min(total, max(1, round(config.warmup_epochs * spe)))
     kwargs = dict(lr=lr or config.lr, batch_size=b, base_batch=config.base_batch,
                   lr_scaling=config.lr_scaling, warmup=config.warmup, warmup_steps=warmup_steps,

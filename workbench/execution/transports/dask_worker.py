@@ -125,16 +125,22 @@ def worker_task(main: Callable[..., dict], plan: DaskPlan | bytes, rank: int, ad
         worker.log_event(plan.topic, batch)   # a few compact batches a second, never one per step
 
     config = RunConfig.from_dict(plan.config)
+    status = "failed"
     try:
         with blas_limit(config.blas_threads):   # the run's own count, whatever the last run set
-            return main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
-                        resume=state)
+            result = main(config, rank, plan.kinds, plan.groups, plan.extra, plan.t0_wall, links, sink,
+                          resume=state)
+        status = result.get("status") if isinstance(result, dict) else None
+        return result
     except Exception as exc:
         if hasattr(exc, "workbench_steps"):   # the loop's own error, its traceback already an event: raised to
             return failed_loop(exc)           # Dask, every worker's log printed it again ("Compute Failed")
         raise                                 # (set-up: Dask's log is where its traceback is)
     finally:
-        orphaned = getattr(links.control.control, "lease_expired", False)   # no client left to fetch or forget it
+        control = links.control.control
+        orphaned = getattr(control, "lease_expired", False)   # no client left to fetch or forget it
+        if rank == 0 and not orphaned and status == "failed" and getattr(control, "client", True) is None:
+            orphaned = control.client_vanished()   # a peer saw the lease lapse first and aborted: ask it ourselves
         if orphaned:   # no client left to fetch or forget them
             _STATES.pop(key, None)
         links.close()
