@@ -43,16 +43,15 @@ def _stop(procs):
             p.wait(10)
 
 
-@pytest.fixture(scope="module")
-def own(tmp_path_factory):
-    """A scheduler and two workers started by hand; yields (address, a Client of the test's)."""
+def _cluster(log, *workers):
+    """A scheduler on a free port and `workers`, each (names, prefix), started by hand, and a
+    Client of the test's: yields (address, client); stops them all after."""
     from distributed import Client
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("own")
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
-    procs += _start(address, ["own-0", "own-1"], log)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                               "--no-dashboard"], stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
+    for names, prefix in workers:
+        procs += _start(address, names, log, prefix=prefix)
     client = None
     try:
         for _ in range(120):
@@ -62,12 +61,20 @@ def own(tmp_path_factory):
             except OSError:
                 time.sleep(0.5)
         assert client is not None, "scheduler did not come up"
-        client.wait_for_workers(2, timeout=60)
-        yield address, client, log
+        client.wait_for_workers(sum(len(names) for names, _ in workers), timeout=60)
+        yield address, client
     finally:
         if client is not None:
             client.close()
         _stop(procs)
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory):
+    """A scheduler and two workers started by hand; yields (address, a Client of the test's, log folder)."""
+    log = tmp_path_factory.mktemp("own")
+    for address, client in _cluster(log, (["own-0", "own-1"], ())):
+        yield address, client, log
 
 
 def _users(client):
@@ -128,30 +135,9 @@ def two_shm(tmp_path_factory):
     same hostname (what two `--network host` containers are); yields (address, Client)."""
     if not _unshare_allowed():
         pytest.skip("needs root and `unshare -m` (a worker with its own /dev/shm)")
-    from distributed import Client
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("shm2")
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
-    procs += _start(address, ["shm-0"], log)
     own_shm = "mount -t tmpfs tmpfs /dev/shm && mount -t tmpfs tmpfs /tmp && exec \"$@\""
-    procs += _start(address, ["shm-1"], log, prefix=("unshare", "-m", "sh", "-c", own_shm, "sh"))
-    client = None
-    try:
-        for _ in range(120):
-            try:
-                client = Client(address, set_as_default=False, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        assert client is not None, "scheduler did not come up"
-        client.wait_for_workers(2, timeout=60)
-        yield address, client
-    finally:
-        if client is not None:
-            client.close()
-        _stop(procs)
+    yield from _cluster(tmp_path_factory.mktemp("shm2"), (["shm-0"], ()),
+                        (["shm-1"], ("unshare", "-m", "sh", "-c", own_shm, "sh")))
 
 
 def test_workers_of_one_hostname_without_one_dev_shm_are_two_hosts(two_shm, tiny):
