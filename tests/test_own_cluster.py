@@ -43,10 +43,20 @@ def _stop(procs):
             p.wait(10)
 
 
+def _connect(address):
+    """A Client of the scheduler at `address` once it listens (None if it never does in a minute)."""
+    from distributed import Client
+    for _ in range(120):
+        try:
+            return Client(address, set_as_default=False, timeout=2)
+        except OSError:
+            time.sleep(0.5)
+    return None
+
+
 def _cluster(log, *workers):
     """A scheduler on a free port and `workers`, each (names, prefix), started by hand, and a
     Client of the test's: yields (address, client); stops them all after."""
-    from distributed import Client
     address = f"tcp://127.0.0.1:{_free_port()}"
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
                                "--no-dashboard"], stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
@@ -54,12 +64,7 @@ def _cluster(log, *workers):
         procs += _start(address, names, log, prefix=prefix)
     client = None
     try:
-        for _ in range(120):
-            try:
-                client = Client(address, set_as_default=False, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        client = _connect(address)
         assert client is not None, "scheduler did not come up"
         client.wait_for_workers(sum(len(names) for names, _ in workers), timeout=60)
         yield address, client
@@ -229,7 +234,6 @@ if __name__ == "__main__":
 def test_a_worker_without_workbench_is_named_as_such_and_left_out_when_enough_others_are_there(tmp_path, tiny):
     import sysconfig
 
-    from distributed import Client
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     script = tmp_path / "bare_worker.py"
@@ -242,12 +246,7 @@ def test_a_worker_without_workbench_is_named_as_such_and_left_out_when_enough_ot
                               stdout=open(tmp_path / "w.log", "w"), stderr=subprocess.STDOUT)]
     procs += _start(address, ["good"], tmp_path)
     try:
-        for _ in range(120):
-            try:
-                client = Client(address, set_as_default=False, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        client = _connect(address)
         try:
             client.wait_for_workers(2, timeout=60)
             with pytest.raises(ConfigError) as got:   # two asked: the one without workbench is why not
