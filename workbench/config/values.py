@@ -144,6 +144,10 @@ def parse_model_args(v: Any) -> dict[str, Any] | None:
     {'width': 64, 'act': 'tanh', 'sizes': [3, 4]}
     >>> parse_model_args('{"width": 64}')
     {'width': 64}
+    >>> parse_model_args("k=1,k=2")
+    Traceback (most recent call last):
+    ...
+    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh, each key once (k is given twice)
     >>> parse_model_args("64")
     Traceback (most recent call last):
     ...
@@ -170,6 +174,8 @@ def parse_model_args(v: Any) -> dict[str, Any] | None:
                     raise ValueError(allowed)
                 if not value.strip():   # `k=` is a slip, not an empty text (write k="" for that)
                     raise ValueError(f"{allowed}, each with a value ({key.strip()}= has none; k=\"\" for empty text)")
+                if key.strip() in out:   # `k=1,k=2` took the last without a word
+                    raise ValueError(f"{allowed}, each key once ({key.strip()} is given twice)")
                 try:
                     out[key.strip()] = yaml.safe_load(value.strip())
                 except yaml.YAMLError:
