@@ -175,11 +175,13 @@ def _kept_before(d: Path, told: dict | None) -> tuple[Any, dict] | None:
     before it evaluates (it has none of its own, and the directory is rewritten); None
     without them."""
     import numpy as np
+
+    from .results.result import read_params
     path = d / "params.npy"
     if not path.is_file():
         return None
     try:
-        params = np.load(path, allow_pickle=False)
+        params = np.array(read_params(path))   # (a copy: the directory is rewritten)
     except (OSError, ValueError):
         return None
     told = told or {}
