@@ -498,6 +498,35 @@ def _imported_on_workers(client, name: str) -> list[bool]:
     return list(client.run(lambda: name in sys.modules).values())
 
 
+def test_shipped_code_fails_with_its_own_file_and_line_where_it_runs(tmp_path, monkeypatch):
+    """An error in a researcher's model on a worker names their file and shows the line, though
+    the worker has no copy of the file (another host: here a fresh process, the file deleted);
+    cloudpickle alone writes `File "<dynamic-code>", line 6` with no line shown."""
+    from workbench import usercode
+    src = tmp_path / "shippedmodel.py"
+    src.write_text(textwrap.dedent("""\
+        def helper(x):
+            return x + undefined_name   # the bug
+
+        class Net:
+            def loss(self, x):
+                return helper(x) * 2
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shippedmodel
+    blob = tmp_path / "net.pkl"
+    blob.write_bytes(usercode.dumps(shippedmodel.Net))
+    src.unlink()
+    probe = ("import pickle, sys, traceback\n"
+             "Net = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+             "try:\n    Net().loss(1)\nexcept NameError:\n    traceback.print_exc(file=sys.stdout)\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(blob)], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).parent)).stdout
+    assert f'File "{src}", line 6, in loss\n    return helper(x) * 2' in out, out
+    assert f'File "{src}", line 2, in helper\n    return x + undefined_name   # the bug' in out, out
+    assert "<dynamic-code>" not in out
+
+
 @pytest.mark.slow
 def test_your_own_code_is_shipped_to_an_external_cluster(outside):
     client, _ = outside

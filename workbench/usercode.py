@@ -23,11 +23,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import io
+import linecache
+import marshal
 import os
 import re
 import sys
 import sysconfig
 import threading
+import types
 from typing import Any
 
 __all__ = ["UserCodeError", "code_record", "dumps", "is_factory", "is_spec", "lookup", "receive", "resolve", "shipment", "spec_of",
@@ -223,10 +227,50 @@ def _dumps(obj: Any, code: Any = None) -> bytes:
     for m in added:
         cloudpickle.register_pickle_by_value(m)
     try:
-        return cloudpickle.dumps(obj)
+        with io.BytesIO() as out:
+            _named_pickler(cloudpickle)(out, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+            return out.getvalue()
     finally:
         for m in added:
             cloudpickle.unregister_pickle_by_value(m)
+
+
+_PICKLER: list[type] = []
+
+
+def _named_pickler(cloudpickle: Any) -> type:
+    """cloudpickle's Pickler, keeping the file name of the code it ships by value.
+
+    cloudpickle writes every such code object's file as `<dynamic-code>`, so an error in a
+    researcher's model on a worker read `File "<dynamic-code>", line 23` with no line shown.
+    Here each code object travels whole (`marshal`: the workers run this Python, as code
+    shipped by value requires anyway) with its file's lines, which the receiving process
+    puts in its `linecache`: a traceback there names the user's file and shows the line,
+    a notebook cell's and a file on another host's too.
+    """
+    if not _PICKLER:
+        class NamedPickler(cloudpickle.Pickler):
+            def __init__(self, *args: Any, **kwargs: Any):
+                super().__init__(*args, **kwargs)
+                self._lines: dict[str, tuple[str, ...]] = {}
+
+            def reducer_override(self, obj: Any) -> Any:
+                if isinstance(obj, types.CodeType):
+                    name = obj.co_filename
+                    if name not in self._lines:   # one tuple a file: pickle's memo writes it once
+                        self._lines[name] = tuple(linecache.getlines(name)) if name[:1] != "<" else ()
+                    return _code_of_file, (marshal.dumps(obj), name, self._lines[name])
+                return super().reducer_override(obj)
+        _PICKLER.append(NamedPickler)
+    return _PICKLER[0]
+
+
+def _code_of_file(data: bytes, name: str, lines: tuple[str, ...]) -> types.CodeType:
+    """A shipped code object, its file's lines registered in this process's `linecache`
+    (an entry with no modification time, as IPython registers its cells: kept as given)."""
+    if lines:
+        linecache.cache[name] = (sum(map(len, lines)), None, list(lines), name)
+    return marshal.loads(data)   # noqa: S302 - our own client's shipment of the user's code
 
 
 def shipment(spec: str) -> tuple[str, str, bytes] | None:
