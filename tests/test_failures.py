@@ -114,6 +114,7 @@ def _check_lost(result):
     lost = [e for e in result.events if e["event"] == "worker_lost"]
     assert len(lost) == 1 and str(lost[0]["worker"]) == "1" and "worker 1 (" in lost[0]["message"]
     assert set(result.summary["lost_workers"]) == {"1"}
+    assert result.why.startswith("worker 1 (") and result.why == lost[0]["message"].splitlines()[0], result.why
     survivor = result.steps[result.steps.worker == 0]
     assert len(survivor) > 0 and survivor["step"].max() + 1 < result.summary["total_steps_planned"]
 

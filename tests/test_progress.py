@@ -47,6 +47,31 @@ def test_bar_counts_epochs_and_shows_loss_and_accuracy():
     assert bar.postfix["status"] == "stopped"
 
 
+def test_a_failed_runs_bar_ends_with_why(tiny, monkeypatch):
+    """A notebook's `r = wb.run(...)` shows only the bar: a failed run said `status=failed` and
+    nothing of why (the error was in `r.summary["errors"]`)."""
+    from workbench.maths.models import MLP
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the model broke")
+    closed = {}
+    real = RunProgress.close
+
+    def close(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        closed.update(self.postfix)
+    monkeypatch.setattr(RunProgress, "close", close)
+    monkeypatch.setattr("workbench.execution.progress.bars_allowed", lambda: True)
+    monkeypatch.setattr("workbench.execution.preflight.check_model", lambda *a, **k: None)   # fail in the loop
+    monkeypatch.setattr(MLP, "loss_and_grad", broken)
+    r = wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=20), cluster="threads")
+    assert r.status == "failed"
+    assert r.why.startswith("worker ") and r.why.endswith(": RuntimeError: the model broke (its traceback: "
+                                                          "result.events)"), r.why
+    assert closed["status"] == f"failed ({r.why})"
+    assert repr(r).endswith(f"steps=0, why={r.why!r})")
+
+
 def test_bar_counts_steps_when_the_config_sets_them():
     bar = RunProgress(wb.RunConfig(steps=40))
     bar(_records(9, 0.1, 1.0))

@@ -93,7 +93,8 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     finally:
         if bar is not None:
             bar.close(result.status if result is not None else "failed",
-                      result.summary.get("samples_per_s") if result is not None else None)
+                      result.summary.get("samples_per_s") if result is not None else None,
+                      why=result.why if result is not None else "")
     result.summary.update(code())  # which code produced it: commit and dirty flag, or None
     if warnings:
         result.summary["events"] = [{"time": 0.0, "event": "warning", "worker": None, "message": m}
@@ -153,7 +154,8 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     finally:
         if bar is not None:
             bar.close(result.status if result is not None else "failed",
-                      result.summary.get("samples_per_s") if result is not None else None)
+                      result.summary.get("samples_per_s") if result is not None else None,
+                      why=result.why if result is not None else "")
     result.summary.update(code())
     if result.params is None and kept is not None:   # failed again before evaluating: what it had is not lost
         result.params, result.summary["params_final"] = kept

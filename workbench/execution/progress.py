@@ -70,14 +70,15 @@ class RunProgress:
         if self.postfix:
             self.bar.set_postfix(self.postfix, refresh=False)
 
-    def close(self, status: str | None = None, samples_per_s: float | None = None) -> None:
+    def close(self, status: str | None = None, samples_per_s: float | None = None, why: str = "") -> None:
         """End the bar. `samples_per_s`: the run's summary rate (steady, from every step record),
-        shown in place of the live estimate, so the bar's last word is the run's own number."""
+        shown in place of the live estimate, so the bar's last word is the run's own number;
+        `why`: what ended a failed or diverged run (`RunResult.why`), after its status."""
         if samples_per_s is not None and samples_per_s == samples_per_s:
             self.postfix["samples/s"] = f"{samples_per_s:,.0f}"
             self.bar.set_postfix(self.postfix, refresh=False)
         if status is not None and status != "completed":
-            self.postfix["status"] = status
+            self.postfix["status"] = f"{status} ({why})" if why else status
             self.bar.set_postfix(self.postfix, refresh=False)
         self.bar.close()
 

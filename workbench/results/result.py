@@ -59,8 +59,40 @@ class RunResult:
             self._steps = None
 
     def __repr__(self) -> str:
+        why = self.why
         return (f"RunResult(status={self.summary.get('status')!r}, algorithm={self.summary.get('algorithm')!r}, "
-                f"steps={self.summary.get('steps')!r})")
+                f"steps={self.summary.get('steps')!r}{f', why={why!r}' if why else ''})")
+
+    @property
+    def why(self) -> str:
+        """What ended a run that failed or diverged, in one line ("" otherwise): the first
+        failure of its last segment with the worker that met it (a model's error, a worker or
+        the scheduler lost; the traceback is in `events`), or the divergence.
+
+        >>> RunResult({"status": "failed", "events": [{"event": "failed", "worker": "1",
+        ...     "message": "NameError: name 'x' is not defined\\nTraceback ..."}]}).why
+        "worker 1: NameError: name 'x' is not defined (its traceback: result.events)"
+        >>> RunResult({"status": "completed", "events": []}).why
+        ''
+        """
+        status = self.summary.get("status")
+        kinds = {"failed": ("failed", "worker_lost", "scheduler_lost"), "diverged": ("diverged",)}.get(status)
+        if kinds is None:
+            return ""
+        events = self.events
+        last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
+        for e in events:
+            if e.get("event") in kinds and e.get("segment") in (None, last):
+                text = str(e.get("message") or e["event"])
+                first, _, rest = text.partition("\n")
+                who = e.get("worker")
+                if who is not None and not first.startswith(f"worker {who}"):
+                    first = f"worker {who}: {first}"
+                return first + (" (its traceback: result.events)" if "Traceback" in rest else "")
+        for rank, error in (self.summary.get("errors") or {}).items():   # a loop that never started
+            first = str(error).partition("\n")[0]
+            return first if first.startswith(f"worker {rank}") else f"worker {rank}: {first}"
+        return ""
 
     @property
     def status(self) -> str:
