@@ -1,6 +1,7 @@
 """A transport is one builder on the engine's one path: what it hands each worker (here,
 its clock) is what the run books, and the path's checks run before it builds anything."""
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -52,3 +53,22 @@ def test_a_one_host_algorithm_is_refused_across_hosts_before_the_transport_build
         execute(tiny(algorithm="hogwild_sgd", cpus=2, steps=5), transport)
     assert not transport.prepared
     assert execute(tiny(algorithm="async_sgd", cpus=2, steps=5), TwoHosts()).status == "completed"
+
+
+@pytest.mark.cluster
+def test_a_dask_run_lets_go_of_its_loops_results_when_it_ends(client, tiny):
+    """The loops' futures were kept by the transport after the run: their results stayed on the
+    workers as long as anything held it (a failed run's traceback: until the interpreter's exit,
+    where closing the cluster logged "Removing worker ... caused the cluster to lose already
+    computed task(s) {'workbench-loop-...'}")."""
+    from workbench.execution.transports.dask import DaskTransport
+
+    def loops(dask_scheduler):
+        return sorted(str(k) for k in dask_scheduler.tasks if str(k).startswith("workbench-loop-"))
+    transport = DaskTransport(client)
+    result = execute(tiny(algorithm="sync_sgd", cpus=2, steps=10), transport)
+    assert result.status == "completed"
+    deadline = time.time() + 30          # the client's release reaches the scheduler in a moment
+    while client.run_on_scheduler(loops) and time.time() < deadline:
+        time.sleep(0.2)
+    assert client.run_on_scheduler(loops) == [] and transport.futures == []

@@ -475,6 +475,10 @@ class DaskTransport(Transport):
         (worker 0) is also asked to drop its mapping, with a short timeout."""
         from ...comm.shm import unlink_segment
         self._close_rings()   # (the monitor read their last rows before the run closed)
+        # The loops' results were taken (or their workers lost): their keys are let go now, not
+        # when this object is (a failed run's traceback can hold it to the interpreter's exit,
+        # where closing the cluster logged "... lose already computed task(s)" for them).
+        self.futures = []
         if self.control is not None:
             self.control.end_lease(scheduler_alive=not self.gone)
         alive: set = set()
