@@ -60,6 +60,8 @@ def test_a_diverged_run_stays_off_the_loss_axis_range(session):
     session.config = BASE.replace(**DIVERGES)               # drawn last: its 1e36 loss is on the plot now
     assert session.run(), session.status_text
     session.wait(300)
+    assert session.status_text.startswith("diverged: ") and "; worker " in session.status_text \
+        and " loss became " in session.status_text.rpartition("; ")[2], session.status_text   # and why, at the end
     fig = session.figures["progress_time"]
     lo, hi = fig.layout.yaxis.range
     others = np.concatenate([np.asarray(t.y, float) for t in fig.data

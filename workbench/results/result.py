@@ -65,34 +65,8 @@ class RunResult:
 
     @property
     def why(self) -> str:
-        """What ended a run that failed or diverged, in one line ("" otherwise): the first
-        failure of its last segment with the worker that met it (a model's error, a worker or
-        the scheduler lost; the traceback is in `events`), or the divergence.
-
-        >>> RunResult({"status": "failed", "events": [{"event": "failed", "worker": "1",
-        ...     "message": "NameError: name 'x' is not defined\\nTraceback ..."}]}).why
-        "worker 1: NameError: name 'x' is not defined (its traceback: result.events)"
-        >>> RunResult({"status": "completed", "events": []}).why
-        ''
-        """
-        status = self.summary.get("status")
-        kinds = {"failed": ("failed", "worker_lost", "scheduler_lost"), "diverged": ("diverged",)}.get(status)
-        if kinds is None:
-            return ""
-        events = self.events
-        last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
-        for e in events:
-            if e.get("event") in kinds and e.get("segment") in (None, last):
-                text = str(e.get("message") or e["event"])
-                first, _, rest = text.partition("\n")
-                who = e.get("worker")
-                if who is not None and not first.startswith(f"worker {who}"):
-                    first = f"worker {who}: {first}"
-                return first + (" (its traceback: result.events)" if "Traceback" in rest else "")
-        for rank, error in (self.summary.get("errors") or {}).items():   # a loop that never started
-            first = str(error).partition("\n")[0]
-            return first if first.startswith(f"worker {rank}") else f"worker {rank}: {first}"
-        return ""
+        """What ended a run that failed or diverged, in one line ("" otherwise): `why_ended`."""
+        return why_ended(self.summary)
 
     @property
     def status(self) -> str:
@@ -260,6 +234,39 @@ def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
     except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise _broken(d, name, f"can be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") \
             from None
+
+
+def why_ended(summary: dict[str, Any], traceback_at: str = "result.events") -> str:
+    """What ended a run that failed or diverged, in one line ("" otherwise): the first
+    failure of its last segment with the worker that met it (a model's error, a worker or
+    the scheduler lost; its traceback, where there is one, is in the summary's events, which
+    `traceback_at` names), or the divergence. `RunResult.why`, its repr, its progress bar and
+    the dashboard's status line say it.
+
+    >>> why_ended({"status": "failed", "events": [{"event": "failed", "worker": "1",
+    ...     "message": "NameError: name 'x' is not defined\\nTraceback ..."}]})
+    "worker 1: NameError: name 'x' is not defined (its traceback: result.events)"
+    >>> why_ended({"status": "completed", "events": []})
+    ''
+    """
+    status = summary.get("status")
+    kinds = {"failed": ("failed", "worker_lost", "scheduler_lost"), "diverged": ("diverged",)}.get(status)
+    if kinds is None:
+        return ""
+    events = summary.get("events") or []
+    last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
+    for e in events:
+        if e.get("event") in kinds and e.get("segment") in (None, last):
+            text = str(e.get("message") or e["event"])
+            first, _, rest = text.partition("\n")
+            who = e.get("worker")
+            if who is not None and not first.startswith(f"worker {who}"):
+                first = f"worker {who}: {first}"
+            return first + (f" (its traceback: {traceback_at})" if "Traceback" in rest else "")
+    for rank, error in (summary.get("errors") or {}).items():   # a loop that never started
+        first = str(error).partition("\n")[0]
+        return first if first.startswith(f"worker {rank}") else f"worker {rank}: {first}"
+    return ""
 
 
 def build_result(config: dict[str, Any], collector: Collector, *, status: str, wall_time_s: float,

@@ -37,6 +37,7 @@ from ..config import ConfigError, RunConfig
 from ..learning import accuracy_text
 from ..problem import Problem
 from ..results import RecordBatch, RunTally, free_run_dir
+from ..results.result import why_ended
 from ..util.blas import rule_text
 from . import figdata
 from . import figures as F
@@ -615,7 +616,8 @@ class LiveRun:
                 f"{accuracy_text(s)}, "
                 f"comm fraction {s.get('comm_fraction', 0):.2f}"
                 + "".join(f"; {n}" for n in measure.notes(s))    # busy machine, no steady state
-                + "".join(f"; warning: {w}" for w in s.get("warnings") or ()),   # what preflight said of the config
+                + "".join(f"; warning: {w}" for w in s.get("warnings") or ())   # what preflight said of the config
+                + (f"; {why}" if (why := why_ended(s, "the run's events")) else ""),   # what ended it: the model's error, a lost worker
                 s["status"] in ("failed", "diverged"))
 
     # ------------------------------------------------------------------ runs tab
