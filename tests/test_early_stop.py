@@ -212,3 +212,43 @@ def test_a_stop_asked_on_seeing_the_early_stop_leaves_the_run_completed(tmp_path
     assert {ckpt.read(f).step for f in ckpt.listed(out)} <= {100, 200, 300}
     with pytest.raises(ConfigError, match="this one did: nothing to continue"):
         wb.resume(out, cluster=cluster, progress=False)
+
+
+def _stop_asked_after(monkeypatch, closed: int) -> None:
+    """The user's stop, asked the moment rank 0 has closed step `closed`: before its next
+    step's exchange, where a synchronous run's leader reads it (deterministic on threads)."""
+    from workbench.algorithms import base
+    close_step = base.close_step
+
+    def closing(ctx, step, *args, **kw):
+        ended = close_step(ctx, step, *args, **kw)
+        if ctx.rank == 0 and step == closed and ctx.control is not None:
+            ctx.control.request_stop("stop requested")
+        return ended
+
+    monkeypatch.setattr(base, "close_step", closing)
+
+
+@pytest.mark.parametrize("extra", [dict(algorithm="sync_sgd", cpus=2), dict(algorithm="cgdp", cpus=2)],
+                         ids=["sync_sgd", "cgdp"])
+def test_a_stop_asked_on_the_very_step_that_decides_ends_where_the_early_stop_ends(full, monkeypatch, extra):
+    """The user's stop reaching the leader in the exchange of the step whose evaluation takes the
+    early_stop decision: that step's stop is held back once, so the decision rides on the next
+    step as it does without the stop, and the run completed there (it ended one step early,
+    after `at` steps, reported completed with nothing left to resume)."""
+    at, _, _ = decision(full.evals, 3)          # the evaluation after step at - 1 decides
+    _stop_asked_after(monkeypatch, at - 2)
+    got = run_threads(RunConfig(early_stop=3, **{**BASE, **extra}))
+    assert got.status == "completed" and got.summary["early_stopped"]["evaluated_at"] == at
+    assert got.summary["steps"] == at + 1                       # as without the stop: the step after the decision
+    assert set(got.steps.groupby("worker")["step"].max()) == {at}
+
+
+@pytest.mark.parametrize("extra", [dict(algorithm="sync_sgd", cpus=2), dict(algorithm="cgdp", cpus=2)],
+                         ids=["sync_sgd", "cgdp"])
+def test_a_stop_on_an_evaluation_that_decides_nothing_ends_one_step_later_stopped(monkeypatch, extra):
+    """The stop held back on an evaluation step whose evaluation does not decide: the run stops
+    after the next step, and is resumable as any stopped run."""
+    _stop_asked_after(monkeypatch, 98)          # step 99 is evaluated (every 20 steps)
+    got = run_threads(RunConfig(early_stop=3, **{**BASE, **extra}))
+    assert got.status == "stopped" and got.summary["steps"] == 101 and "early_stopped" not in got.summary

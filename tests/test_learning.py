@@ -134,3 +134,31 @@ def test_ltfbs_best_test_loss_is_trainer_0s_whatever_order_its_evaluations_arriv
                                 batch_size=32, eval_every=50, seed=0))
     s = got.summary
     assert s["params_best"] == {"steps": s["best_test_loss_step"], "test_loss": s["best_test_loss"]}
+
+
+def _suggested(note: str) -> list[float]:
+    """The lrs a note's `grid --vary lr=...` proposes."""
+    return [float(v) for v in note.rsplit("--vary lr=", 1)[1].split(",")]
+
+
+def test_the_lrs_it_suggests_go_the_way_the_loss_says():
+    """The note read which way the loss went: a run that diverged (lr 30 on synthetic, no measured
+    range) is told lower lrs and why, one whose lr is too small to move the loss (1e-5) higher ones
+    (both were offered a grid centred on the lr that failed: 3, 30, 300 and 1e-6, 1e-5, 1e-4)."""
+    base = dict(algorithm="sgd", dataset="synthetic", steps=200, seed=0)
+    diverged = wb.run(RunConfig(lr=30.0, **base), cluster="threads", progress=False).summary
+    assert diverged["status"] == "diverged"
+    said = diverged["learning_note"]
+    assert said.startswith("did not learn: it diverged (loss became nan at step") and "the training loss rose" in said
+    assert "compare lower ones" in said and all(lr < 30.0 for lr in _suggested(said))
+    tiny = wb.run(RunConfig(lr=1e-5, **base), cluster="threads", progress=False).summary
+    assert tiny["status"] == "completed"
+    said = tiny["learning_note"]
+    assert "the training loss barely moved" in said and "compare higher ones" in said
+    assert all(lr > 1e-5 for lr in _suggested(said))
+    # a loss that fell and still learned nothing says neither, and gets the grid around its lr
+    cfg = {"algorithm": "sgd", "optimizer": "sgd", "lr": 0.1, "dataset": "synthetic"}
+    assert learning.note(cfg, 0.1, 2.3, 1.2).endswith("compare a few with grid --vary lr=0.01,0.1,1")
+    # on digits, an lr inside the measured range whose loss rose tenfold is told lower ones, not "train longer"
+    rose = learning.note({**cfg, "dataset": "digits"}, 0.6, 2.3, 40.0, steps=300)
+    assert "but the training loss rose" in rose and "train longer" not in rose and _suggested(rose) == [0.033, 0.01, 0.0033]

@@ -183,3 +183,31 @@ def test_notebook_runs_quick_on_a_real_kernel_twice_in_one_folder(path, tmp_path
         emitted = {v["id"] for v in verdicts}
         expected = {c["id"] for c in experiment["expected_shape"]}
         assert expected <= emitted, f"{experiment['title']}: not measured {expected - emitted}"
+
+
+# the lessons whose config is built from `dataset` (a researcher's data could replace it), and the one
+# whose model is its premise (sim_icpe: the MLP's layer shape is what cgdp's chunks are about)
+TAKE_DATA = {"communication_efficient", "cpu_gpu", "easgd_family", "faults_and_recovery", "goyal_fig1", "large_batch",
+             "ltfb_tournaments", "scaling_costmodel", "sim_goyal", "sim_icpe", "sim_knl", "sim_ltfb", "sim_sc17",
+             "sync_async_hogwild"}
+KEEP_MODEL = {"sim_icpe"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_lesson_on_replaceable_data_takes_its_label_column_and_model(path):
+    """Where the parameters cell names a `dataset` the config is built from, it also takes
+    `label_column` (None: the table's own rule) and `model` ("mlp", the lesson's own), and the
+    config reads them: so `reproduce` can pass a CSV of yours with its label column, or your model,
+    and the defaults keep the lesson as it was (both were missing: reproduce refused them)."""
+    nb = nbformat.read(path, as_version=4)
+    cell = _parameters_cell(nb)[0].source
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    builds = "dataset=dataset" in code
+    assert builds == (path.stem in TAKE_DATA), "a lesson built on `dataset` is listed in TAKE_DATA (and only those)"
+    if not builds:
+        return
+    assert re.search(r"^label_column = None\s+#", cell, re.M) and "dataset=dataset, label_column=label_column" in code
+    if path.stem in KEEP_MODEL:
+        assert not re.search(r"^model =", cell, re.M)
+    else:
+        assert re.search(r'^model = "mlp"\s+#', cell, re.M) and "model=model" in code and 'model="mlp"' not in code

@@ -466,3 +466,36 @@ def test_reproduce_rewrites_only_the_files_it_wrote(tmp_path):
     with pytest.raises(ConfigError, match="report.html exists: move it"):
         _claim_files(other, names, source)
     assert (other / "report.html").read_text() == "someone's report"
+
+
+# ------------------------------------------------------------------------------ a researcher's data and model
+# the lessons whose config is built from `dataset`: each takes `label_column` (a CSV of yours) and,
+# where its MLP is not the lesson's premise, `model` (sim_icpe's layer shape is: cgdp's chunks)
+TAKE_DATA = {"communication_efficient", "cpu_gpu", "easgd_family", "faults_and_recovery", "goyal_fig1", "large_batch",
+             "ltfb_tournaments", "scaling_costmodel", "sim_goyal", "sim_icpe", "sim_knl", "sim_ltfb", "sim_sc17",
+             "sync_async_hogwild"}
+KEEP_MODEL = {"sim_icpe"}
+
+
+@pytest.mark.parametrize("stem", sorted(TAKE_DATA))
+def test_reproduce_passes_a_lessons_label_column_and_model_to_its_notebook(stem, tmp_path, monkeypatch):
+    """An experiment file's `label_column` and `model` reach the lesson's parameters cell through
+    reproduce's own parameter handling (its check of the notebook's names, then what it injects;
+    the notebook's execution stood in for): reproduce refused both, naming the cell's names."""
+    pytest.importorskip("papermill")
+    from workbench.apps import reproduce as rep
+    from workbench.config import ConfigError
+    injected: list[dict] = []
+    monkeypatch.setattr(rep, "_execute", lambda exp, where, params, kernel, progress: injected.append(params) or [])
+    asked = {"dataset": str(tmp_path / "table.csv"), "label_column": "grade", "model": "softmax"}
+    if stem in KEEP_MODEL:
+        asked.pop("model")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"title": "t", "paper": "p", "notebook": f"notebooks/{stem}.ipynb", "reported": [],
+                                   "we_run": "w", "expected_shape": [], "parameters": asked}))
+    rep.reproduce(exp, tmp_path / "out", progress=False, notebook=ROOT / "notebooks" / f"{stem}.ipynb", seeds=[0])
+    assert len(injected) == 1 and {k: injected[0][k] for k in asked} == asked
+    if stem in KEEP_MODEL:    # its model stays the lesson's: a model asked is refused, naming the names it takes
+        exp.write_text(exp.read_text().replace("parameters:\n", "parameters:\n  model: softmax\n"))
+        with pytest.raises(ConfigError, match=r"^parameters: names from the notebook's parameters cell \(.*label_column"):
+            rep.reproduce(exp, tmp_path / "out", progress=False, notebook=ROOT / "notebooks" / f"{stem}.ipynb", seeds=[0])

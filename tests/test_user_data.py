@@ -232,10 +232,10 @@ def test_a_run_predicts_raw_rows_in_its_own_terms(folder):
     accuracy = float(np.mean(said == classes[raw.y_test]))
     assert set(said) <= set(classes) and 0.5 < accuracy < 1.0          # (overlapping classes: a real test)
     assert accuracy == pytest.approx(result.summary["final_test_accuracy"], abs=1e-9)
-    with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features, got '2 columns'"):
+    with pytest.raises(ConfigError, match=r"^rows: rows of the run's 3 features, got '2 columns'"):
         wb.predict(result, raw.X_test[:, :2])
     assert wb.predict(result, raw.X_test[7]).tolist() == [said[7]]        # a 1-D array of the run's width: one row
-    with pytest.raises(ConfigError, match=r"^X: rows of the run's 3 features \(a 1-D array is one row: 3 values\), "
+    with pytest.raises(ConfigError, match=r"^rows: rows of the run's 3 features \(a 1-D array is one row: 3 values\), "
                                           r"got 'a 1-D array of 2 values'"):
         wb.predict(result, raw.X_test[7, :2])
     # the same accuracy class by class, in the summary (a file's classes need not be balanced)
@@ -422,7 +422,8 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     new = table.sample(40, random_state=0)[["c", "grade", "a", "b"]]           # columns reordered
     new.to_csv(folder / "new.csv", sep=";", index=False)
     assert main(["predict", str(out), str(folder / "new.csv"), "--out", str(folder / "p.csv")]) == 0
-    said = pd.read_csv(folder / "p.csv")
+    assert (folder / "p.csv").read_text().splitlines()[0] == "c;grade;a;b;predicted"   # the rows' own separator
+    said = pd.read_csv(folder / "p.csv", sep=";")
     assert list(said.columns) == ["c", "grade", "a", "b", "predicted"]
     in_session = wb.predict(result, new[["a", "b", "c"]])
     assert said["predicted"].tolist() == list(in_session)
@@ -435,7 +436,7 @@ def test_a_saved_run_answers_a_csv_of_new_rows_from_the_shell(folder, capsys):
     agree = int((said["predicted"] == said["grade"]).sum())
     assert f"agree with its 'grade' column on {agree} of 40 rows" in capsys.readouterr().out and agree > 20
     assert main(["predict", str(out), str(folder / "new.csv"), "--best"]) == 0     # at its lowest test loss
-    best = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out), sep=",")
+    best = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out), sep=";")
     assert best["predicted"].tolist() == list(wb.predict(result, new[["a", "b", "c"]], params="best"))
     new.drop(columns="a").to_csv(folder / "short.csv", index=False)
     assert main(["predict", str(out), str(folder / "short.csv")]) == 2
@@ -497,7 +498,37 @@ def test_new_rows_that_are_not_finite_numbers_are_refused_in_one_line_by_every_r
     assert capsys.readouterr().err.strip() == f"error: rows: at least one row of features, got '{tmp_path / 'header.csv'} with no rows'"
     pd.DataFrame(inf).to_csv(tmp_path / "inf.csv", index=False)
     assert main(["predict", str(out), str(tmp_path / "inf.csv")]) == 2
-    assert "error: rows: a finite number in every cell, got '-inf at row 2, column 7 of" in capsys.readouterr().err
+    assert "error: rows: a finite number in every cell, got \"-inf at line 4, column '7' of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fault, array_says, csv_says", [
+    ("text", "a number in every cell, got \"'a' at row 1, column 5\"",
+     "a number in every cell, got \"'a' at line 3, column 'f5' of {path}\""),
+    ("nan", "a finite number in every cell, got 'nan at row 1, column 5'",
+     "a finite number in every cell, got \"an empty or NaN cell at line 3, column 'f5' of {path}\""),
+    ("inf", "a finite number in every cell, got '-inf at row 1, column 5'",
+     "a finite number in every cell, got \"-inf at line 3, column 'f5' of {path}\""),
+])
+def test_a_bad_cell_is_refused_in_the_same_words_from_a_csv_and_from_arrays(tmp_path, capsys, fault, array_says, csv_says):
+    """The same fault in the same cell, one wording (`trained.checked_matrix`): `rows:`, what is
+    allowed, the value, and where it is in the user's own terms: an array's row and column
+    index, a CSV's line and column name (a CSV's text or blank cell said `X: numbers in every
+    feature column ... at row 1 (line 3, column 'f5')`, an array's `rows: ... at row 1, column 5`)."""
+    from workbench.apps.cli import main
+    out = tmp_path / "run"
+    result = wb.run(RunConfig(algorithm="sgd", steps=3, seed=0, out=str(out)), cluster="threads", progress=False)
+    rows = DIGITS.X_test[:3].astype(object)
+    rows[1, 5] = {"text": "a", "nan": np.nan, "inf": -np.inf}[fault]
+    path = tmp_path / "rows.csv"
+    pd.DataFrame(rows, columns=[f"f{i}" for i in range(64)]).to_csv(path, sep=";", index=False)
+    with pytest.raises(ConfigError) as err:
+        wb.predict(result, rows if fault == "text" else rows.astype(np.float64))
+    assert str(err.value) == f"rows: {array_says}"
+    with pytest.raises(ConfigError) as err:
+        wb.predict(result, path)
+    assert str(err.value) == "rows: " + csv_says.format(path=path)
+    assert main(["predict", str(out), str(path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: rows: " + csv_says.format(path=path)
 
 
 # ------------------------------------------------------------------ a table read as its author meant it

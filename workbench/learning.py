@@ -18,6 +18,7 @@ from typing import Any
 
 NEAR_CHANCE = 0.1     # within a tenth of the way from chance to perfect: near chance (10 classes: < 0.19)
 LOSS_ROSE = 10.0      # the final training loss at 10x the first steps' or more: it rose, it did not learn
+BARELY_MOVED = 0.1    # the final training loss within a tenth of the first steps' (either way): it barely moved
 CLIP_MOSTLY = 0.9   # clipping this share of the updates or more: the clip set the steps (`clip_note`)
 OVERFIT_RISE = 1.25   # the final test loss at 1.25x its best or more (and 0.05 above it) ...
 OVERFIT_MIN_RISE = 0.05   # (nats: a loss near 0 moving by a rounding is not a rise)
@@ -208,9 +209,44 @@ def clip_note(clip: dict[str, Any] | None) -> str | None:
 MEASURED_ON = "digits"   # the dataset the algorithms' lr ranges (`config.lr_range`) were measured on
 
 
-def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
+def loss_case(first_loss: float | None, last_loss: float | None, diverged: bool = False) -> str | None:
+    """Which way a run's training loss went, read for the lr hint: "rose" (it diverged, ended
+    NaN or inf, or more than `BARELY_MOVED` above where it began: the steps overshoot, a lower
+    lr), "flat" (it ended within `BARELY_MOVED` of where it began either way, as one
+    minibatch's loss differs from the next: the steps are too small, a higher lr), "fell"
+    (further: the lr is not what the loss says is wrong), None (no losses).
+
+    >>> loss_case(2.3, 40.0), loss_case(2.3, float("nan")), loss_case(2.3, 2.25), loss_case(2.3, 2.4), loss_case(2.3, 1.2)
+    ('rose', 'rose', 'flat', 'flat', 'fell')
+    >>> loss_case(None, None, diverged=True), loss_case(None, None)
+    ('rose', None)
+    """
+    if diverged:
+        return "rose"
+    if first_loss is None or last_loss is None or not math.isfinite(first_loss):
+        return None
+    if not math.isfinite(last_loss) or last_loss > (1.0 + BARELY_MOVED) * first_loss:
+        return "rose"
+    return "flat" if last_loss >= (1.0 - BARELY_MOVED) * first_loss else "fell"
+
+
+def _lrs(lr: float, factors: tuple[float, ...]) -> str:
+    """A grid's lrs, `lr` times each factor, in two significant figures (`--vary lr=...`)."""
+    return ",".join(f"{lr * f:.2g}" for f in factors)
+
+
+LOWER = (1 / 3, 1 / 10, 1 / 30)   # the lrs a loss that rose suggests: below the one that failed
+HIGHER = (3.0, 10.0, 30.0)        # ... a loss that barely moved: above it
+AROUND = (1 / 10, 1.0, 10.0)      # ... a loss that fell yet learned nothing: nothing says which way
+
+
+def lr_hint(config: dict[str, Any], steps: int | None = None, case: str | None = None) -> str:
     """What to try with the lr: larger or smaller than the range that learns the default
-    dataset with this algorithm and rule (`config.lr_range`), or, inside it, longer.
+    dataset with this algorithm and rule (`config.lr_range`), or, inside it, longer. Where
+    no range decides (another dataset, or an lr inside the range whose loss still rose) the
+    way the loss went does (`case`, `loss_case`), and the hint says which it read: a loss
+    that rose (or diverged) asks for lower lrs, one that barely moved for higher ones; a
+    grid around the lr only when neither says which way.
 
     >>> lr_hint({"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1})
     'lr 0.1 is large for lamb, try 0.001-0.01'
@@ -223,6 +259,10 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
 
     >>> lr_hint({"algorithm": "sgd", "optimizer": "sgd", "lr": 0.1, "dataset": "runs/prices.csv"})
     "lr 0.1: no range that learns prices.csv is measured (digits' with sgd is 0.03-0.3): compare a few with grid --vary lr=0.01,0.1,1"
+    >>> lr_hint({"algorithm": "sgd", "optimizer": "sgd", "lr": 3.0, "dataset": "synthetic"}, case="rose")
+    "lr 3: no range that learns synthetic is measured (digits' with sgd is 0.03-0.3); the training loss rose, so the lr is too large: compare lower ones with grid --vary lr=1,0.3,0.1"
+    >>> lr_hint({"algorithm": "sgd", "optimizer": "sgd", "lr": 1e-5, "dataset": "synthetic"}, case="flat")
+    "lr 1e-05: no range that learns synthetic is measured (digits' with sgd is 0.03-0.3); the training loss barely moved, so the lr is too small: compare higher ones with grid --vary lr=3e-05,0.0001,0.0003"
     """
     from .config import lr_range
     algorithm, optimizer = str(config.get("algorithm") or "sgd"), str(config.get("optimizer") or "sgd")
@@ -234,19 +274,32 @@ def lr_hint(config: dict[str, Any], steps: int | None = None) -> str:
     dataset = str(config.get("dataset") or "digits")
     if dataset != MEASURED_ON:
         name = dataset.replace("\\", "/").rsplit("/", 1)[-1]
-        return (f"lr {lr:g}: no range that learns {name} is measured ({MEASURED_ON}' with {rule} is {lo:g}-{hi:g}): "
-                f"compare a few with grid --vary lr={lr / 10:g},{lr:g},{lr * 10:g}")
+        unmeasured = f"lr {lr:g}: no range that learns {name} is measured ({MEASURED_ON}' with {rule} is {lo:g}-{hi:g})"
+        if case == "rose":
+            return f"{unmeasured}; {READ['rose']}: compare lower ones with grid --vary lr={_lrs(lr, LOWER)}"
+        if case == "flat":
+            return f"{unmeasured}; {READ['flat']}: compare higher ones with grid --vary lr={_lrs(lr, HIGHER)}"
+        return f"{unmeasured}: compare a few with grid --vary lr={lr / 10:g},{lr:g},{lr * 10:g}"
     if lr > hi:
         return f"lr {lr:g} is large for {rule}, try {lo:g}-{hi:g}"
     if lr < lo:
         return f"lr {lr:g} is small for {rule}, try {lo:g}-{hi:g}"
+    if case == "rose":   # inside the range, and still it rose: lower, within the range
+        return (f"lr {lr:g} is in the range that learns digits with {rule} ({lo:g}-{hi:g}), but {READ['rose']}: "
+                f"compare lower ones with grid --vary lr={_lrs(lr, LOWER)}")
     ran = f"; it ran {steps} steps: train longer" if steps is not None else ": train longer, or warm up"
     return f"lr {lr:g} is in the range that learns digits with {rule} ({lo:g}-{hi:g}){ran}"
 
 
+READ = {"rose": "the training loss rose, so the lr is too large",      # what `lr_hint` read (`loss_case`)
+        "flat": "the training loss barely moved, so the lr is too small"}
+
+
 def note(config: dict[str, Any], accuracy: float | None, first_loss: float | None, last_loss: float | None,
-         steps: int | None = None, overfit: bool = False) -> str | None:
-    """The sentence for a run that learned nothing, else None.
+         steps: int | None = None, overfit: bool = False, diverged: str | None = None) -> str | None:
+    """The sentence for a run that learned nothing (or diverged), else None. The lr hint
+    reads which way the training loss went (`loss_case`): lower lrs where it rose or the run
+    diverged, higher where it barely moved.
 
     Args:
         config: the run's config (a dict of RunConfig's fields).
@@ -255,6 +308,8 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
         steps: the steps it ran (for the hint).
         overfit: whether it learned its training set by heart (`overfit_note`): then an lr in
             the range that learns is not told to train longer.
+        diverged: how a diverged run diverged (its event's message: "loss became nan at step
+            20 with lr 30"), None for a run that did not.
 
     >>> cfg = {"algorithm": "sync_sgd", "optimizer": "lamb", "lr": 0.1, "dataset": "digits"}
     >>> note(cfg, 0.1003, 2.47, 2.31)
@@ -263,10 +318,14 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
     'did not learn: the training loss rose from 2.4 to 35.8 (x15); lr 0.1 is large for lamb, try 0.001-0.01'
     >>> note(cfg, 0.95, 2.4, 0.1) is None
     True
+    >>> note({**cfg, "optimizer": "sgd", "lr": 30.0, "dataset": "synthetic"}, None, 2.9, None, diverged="loss became nan at step 20")
+    "did not learn: it diverged (loss became nan at step 20); lr 30: no range that learns synthetic is measured (digits' with sgd is 0.03-0.3); the training loss rose, so the lr is too large: compare lower ones with grid --vary lr=10,3,1"
     """
     chance = chance_accuracy(config)
     said = None
-    if accuracy is not None and chance is not None and math.isfinite(accuracy) \
+    if diverged is not None:
+        said = f"it diverged ({diverged})"
+    elif accuracy is not None and chance is not None and math.isfinite(accuracy) \
             and accuracy < chance + NEAR_CHANCE * (1.0 - chance):
         said = f"test accuracy {accuracy:.2f}, chance {chance:.2f}"
     elif first_loss is not None and last_loss is not None and first_loss > 0 and math.isfinite(first_loss) \
@@ -277,7 +336,7 @@ def note(config: dict[str, Any], accuracy: float | None, first_loss: float | Non
     scale = _unscaled(config)
     if scale is not None:   # raw features: the first thing to change, before the lr
         return f"did not learn: {said}; its features are not standardized ({scale}): try standardize (--standardize)"
-    hint = lr_hint(config, steps)
+    hint = lr_hint(config, steps, loss_case(first_loss, last_loss, diverged=diverged is not None))
     if overfit and ("in the range that learns" in hint or "no range that learns" in hint):
         hint = "its training loss fell while its test loss rose: it learned its training set, not what carries over"
     return f"did not learn: {said}; {hint}"

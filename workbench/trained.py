@@ -62,12 +62,12 @@ def predict(result: RunResult, X: Any, params: str = "final") -> Any:
     width = problem.shape.n_features
     if rows.ndim == 1 and width > 1:   # one row's features (X[3]); with one feature, a column of rows
         if len(rows) != width:
-            raise ConfigError("X", f"rows of the run's {width} features (a 1-D array is one row: {width} values)",
+            raise ConfigError("rows", f"rows of the run's {width} features (a 1-D array is one row: {width} values)",
                               f"a 1-D array of {len(rows)} values")
         rows = rows[None]
     rows = rows.reshape(len(rows), -1)
     if rows.shape[1] != width:
-        raise ConfigError("X", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
+        raise ConfigError("rows", f"rows of the run's {width} features", f"{rows.shape[1]} columns")
     data = result.summary.get("data") or {}
     if data.get("standardized"):
         from .data.files import standardize_rows
@@ -85,6 +85,7 @@ class Rows(NamedTuple):
     label: str | None = None
     labels: Any = None
     name: str = "rows"   # the file they were read from, for messages
+    sep: str = ","       # a CSV file's separator (`data.files.read_rows_and_sep`), for writing answers back
 
 
 def feature_rows(result: RunResult, X: Any) -> Rows:
@@ -98,15 +99,19 @@ def feature_rows(result: RunResult, X: Any) -> Rows:
     ones); a run trained on arrays takes every column but a label column (`LABEL_COLUMNS`).
     Anything else is taken as the rows themselves. Every route refuses, in one line naming
     the row and column, a table or array with no rows, a cell that is not a number, or a
-    NaN or inf (`checked_matrix`)."""
+    NaN or inf (`checked_matrix`), in the same words for a CSV and for arrays."""
     rows = _feature_rows(result, X)
-    return rows._replace(matrix=checked_matrix(rows.matrix, rows.name))
+    lines = rows.frame is not None and rows.name != "rows"    # a CSV file's rows: named by their line
+    return rows._replace(matrix=checked_matrix(rows.matrix, rows.name, lines=lines))
 
 
-def checked_matrix(X: Any, name: str = "rows") -> Any:
+def checked_matrix(X: Any, name: str = "rows", lines: bool = False) -> Any:
     """`X` as a float64 array of at least one row, every value a finite number, or a
     one-line ConfigError naming the first row and column that is not (a NaN or inf row
-    would be answered as if it were data: a class from nothing).
+    would be answered as if it were data: a class from nothing). The one wording of these
+    refusals for every kind of rows, each cell named in the rows' own terms (`_cell`): an
+    array's row and column index, a table's (a DataFrame's) column by name, and with `lines`
+    (a CSV file's rows) the row by its line in the file.
 
     >>> checked_matrix([[1, 2], [3, float("nan")]])
     Traceback (most recent call last):
@@ -114,6 +119,9 @@ def checked_matrix(X: Any, name: str = "rows") -> Any:
     workbench.config.ConfigError: rows: a finite number in every cell, got 'nan at row 1, column 1'
     """
     import numpy as np
+    columns = list(X.columns) if hasattr(X, "columns") and hasattr(X, "to_numpy") else None   # a table's names
+    if columns is not None:
+        X = X.to_numpy()
     arr = np.asarray(X, dtype=object) if not hasattr(X, "dtype") else np.asarray(X)
     if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
         raise ConfigError("rows", "at least one row of features", "no rows" if name == "rows" else f"{name} with no rows")
@@ -125,19 +133,35 @@ def checked_matrix(X: Any, name: str = "rows") -> Any:
                 try:
                     float(value)
                 except (TypeError, ValueError):
-                    raise ConfigError("rows", "a number in every cell", f"{value!r} at {_cell(at, name)}") from None
+                    raise ConfigError("rows", "a number in every cell",
+                                      f"{value!r} at {_cell(at, name, columns, lines)}") from None
             raise
     arr = np.asarray(arr, dtype=np.float64)
     bad = ~np.isfinite(arr)
     if bad.any():
         at = np.unravel_index(int(bad.argmax()), arr.shape)
-        raise ConfigError("rows", "a finite number in every cell", f"{arr[at]} at {_cell(at, name)}")
+        value = "an empty or NaN cell" if columns is not None and np.isnan(arr[at]) else arr[at]   # a table's blank reads as NaN
+        raise ConfigError("rows", "a finite number in every cell", f"{value} at {_cell(at, name, columns, lines)}")
     return arr
 
 
-def _cell(at: tuple[int, ...], name: str) -> str:
-    """Where a cell is, in words: "row 3, column 1" (a 1-D array: "value 3")."""
-    where = f"row {at[0]}, column {at[1]}" if len(at) == 2 else f"value {at[0]}" if len(at) == 1 else f"index {at}"
+def _cell(at: tuple[int, ...], name: str, columns: list[Any] | None = None, lines: bool = False) -> str:
+    """Where a cell is, in the rows' own words: "row 3, column 1" of an array (a 1-D array:
+    "value 3"); a table's column by its name ("column 'width'"); a CSV file's row by its line
+    ("line 5": the header is line 1, `data.files._line`).
+
+    >>> _cell((3, 1), "rows")
+    'row 3, column 1'
+    >>> _cell((3, 1), "new.csv", ["height", "width"], lines=True)
+    "line 5, column 'width' of new.csv"
+    """
+    if len(at) == 2:
+        from .data.files import _line
+        row = _line(int(at[0])).rstrip(", ") if lines else f"row {at[0]}"
+        column = at[1] if columns is None else columns[at[1]]
+        where = f"{row}, column {column!r}" if isinstance(column, str) else f"{row}, column {column}"
+    else:
+        where = f"value {at[0]}" if len(at) == 1 else f"index {at}"
     return where if name == "rows" else f"{where} of {name}"
 
 
@@ -146,14 +170,14 @@ def _feature_rows(result: RunResult, X: Any) -> Rows:
 
     import numpy as np
 
-    from .data.files import LABEL_COLUMNS, feature_matrix, read_rows
-    name = "rows"
+    from .data.files import LABEL_COLUMNS, read_rows_and_sep
+    name, sep = "rows", ","
     if isinstance(X, (str, Path)):
         name = str(X)
         if not Path(name).is_file():
             raise ConfigError("rows", "a file of rows to answer (.csv, or arrays: .npy, .npz)", name)
         if not name.lower().endswith((".npy", ".npz")):
-            X = read_rows(name)
+            X, sep = read_rows_and_sep(name)
         else:
             try:
                 loaded = np.load(name, allow_pickle=False)
@@ -188,8 +212,8 @@ def _feature_rows(result: RunResult, X: Any) -> Rows:
                               "the features of a run trained on arrays", f"{name} with {', '.join(map(str, named))}")
         label = named[0] if named else None
         columns = [c for c in frame.columns if c != label]
-    return Rows(feature_matrix(frame[columns], name), frame, label,
-                frame[label].astype(str).str.strip().to_numpy() if label is not None else None, name)
+    return Rows(frame[columns], frame, label,     # its cells checked as an array's are (`checked_matrix`)
+                frame[label].astype(str).str.strip().to_numpy() if label is not None else None, name, sep)
 
 
 GENERATE_MAX = 100_000   # characters `generate` writes at most: each one is a pass of the model over its context

@@ -107,6 +107,8 @@ class WorkerContext:
     _next_flush: float = 0.0           # when the next live batch leaves (time.perf_counter)
     _wall_timer: bool = False          # `timer` is that wall clock itself (`start`): close_step's reading serves
     _next_eval: int = 0                # no evaluation before this step (`close_step`)
+    stepping: int = 0                  # the step under way (`run_loop`; `close_step`: the one after it closed)
+    _stop_held_at: int | None = None   # rank 0: the step whose stop `stop_requested` held back (once a run)
     _batches: dict[tuple[int, int], tuple[Any, Callable]] = field(default_factory=dict)   # `batch`'s kept `batches`
 
     # ---------------------------------------------------------------- data
@@ -357,7 +359,23 @@ class WorkerContext:
         return self.steps.columns(self.plan.epoch)
 
     def stop_requested(self) -> bool:
-        return self.control is not None and self.control.stop_requested()
+        """Whether the run's control asks this worker to stop (a synchronous run's leader asks
+        it in each step's exchange; an asynchronous worker at the top of each step).
+
+        One edge, on rank 0 of a run with `early_stop`: a stop asked on the step whose
+        evaluation may still take early_stop's decision is held back for that step (once a
+        run), so the decision, if taken, rides on the next step as it does without the stop
+        and the run ends where it would have ended, completed; if it is not taken, the held
+        stop ends the run one step later, stopped (a stop heeded before the evaluation ended
+        the run a step short of the early stop's end while reporting it completed)."""
+        if self.control is None or not self.control.stop_requested():
+            return False
+        if self.rank != 0 or self.config.early_stop is None or self.early_stopped is not None:
+            return True
+        step = self.stepping
+        if self._stop_held_at is None and step + 1 < self.plan.total_steps and self.plan.is_eval_step(step):
+            self._stop_held_at = step
+        return self._stop_held_at != step
 
 
 class Algorithm:
@@ -802,6 +820,7 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     Returns the status that ends this worker's loop ("stopped", "diverged"), or None.
     """
     stop = out.stop
+    ctx.stepping = step + 1
     if stop == "diverged":
         if ctx.rank == 0 or not sync:
             ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
@@ -888,6 +907,7 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         ctx.kept = (first, algo.state())
     asks_stop, saves, elastic = not sync, every is not None or asked, ctx.elastic   # (what each step reads, once)
     take_step, evaluate, last = algo.step, algo.evaluate, total - 1
+    ctx.stepping = first
     ctx.start()
     for step in range(first, total):
         if asks_stop and ctx.stop_requested():

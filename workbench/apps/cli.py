@@ -232,7 +232,8 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     pred.add_argument("rows", metavar="ROWS", help="the rows to answer: a CSV (a header row; the run's feature "
                                                    "columns), or arrays (a .npy of rows, a .npz with X and maybe y)")
     pred.add_argument("--out", default=None, metavar="FILE.csv",
-                      help="write the rows with a predicted column here (default: print them)")
+                      help="write the rows with a predicted column here, with the rows' own separator "
+                           "(default: print them)")
     _add_best_flag(pred, "answer")
 
     gen = sub.add_parser("generate", help=COMMANDS["generate"], formatter_class=fmt,
@@ -1168,15 +1169,15 @@ def _predict(args: argparse.Namespace) -> int:
     from .predict import predict_rows
     if args.out is not None and Path(args.out).is_dir():   # before any work: where the answers go
         raise ConfigError("out", "a file to write the answers to (this is a directory)", args.out)
-    out, agreement = predict_rows(_run_dirs([args.run])[0], args.rows, params="best" if args.best else "final")
+    out, agreement, sep = predict_rows(_run_dirs([args.run])[0], args.rows, params="best" if args.best else "final")
     if args.out is None:
-        sys.stdout.write(out.to_csv(index=_written(out)))
+        sys.stdout.write(out.to_csv(sep=sep, index=_written(out)))
         if agreement:
             print(f"note: {agreement}", file=sys.stderr)
         return EXIT_OK
     from ..util.fileio import atomic_write
     try:
-        atomic_write(args.out, out.to_csv(index=_written(out)))
+        atomic_write(args.out, out.to_csv(sep=sep, index=_written(out)))   # the rows' own separator
     except OSError as exc:
         raise ConfigError("out", f"a file that can be written ({exc.strerror or type(exc).__name__})",
                           args.out) from None

@@ -4,25 +4,34 @@
 `predict RUN_DIR ROWS.csv` reads the rows as a run's CSV is read (the separator found, a
 written row index dropped). A run trained on a CSV takes its feature columns by name (in any
 order, other columns ignored); a run trained on arrays takes every column but a label column.
-The answer is the table with a `predicted` column added; where the rows carry the label
-column too, how often the two agree is said beside it. Rows as arrays (images, say): a `.npy`
+The answer is the table with a `predicted` column added, written with the rows' own separator
+(a `;`-separated file's answers are `;`-separated, so a spreadsheet opens them as it opened the
+rows); where the rows carry the label column too, how often the two agree is said beside it. Rows as arrays (images, say): a `.npy`
 of rows, or a `.npz` holding `X` (and `y`, compared as a label column is), answered as a table
-of `row`, `predicted` (and `label`).
+of `row`, `predicted` (and `label`), with commas.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..api import load, predict
 
 
-def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "final") -> tuple[Any, str | None]:
-    """(the rows with a `predicted` column, the agreement with their label column in words
-    or None without one), by the run's final parameters or its best (`params`). The rows are
-    read as `wb.predict` reads a path (`trained.feature_rows`)."""
+class Answers(NamedTuple):
+    """What `predict_rows` answers: the table, the agreement with the rows' label column in
+    words (None without one), and the separator to write the table with (the rows' own)."""
+    table: Any
+    agreement: str | None
+    sep: str = ","
+
+
+def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "final") -> Answers:
+    """The rows with a `predicted` column, the agreement with their label column and the
+    rows' separator (`Answers`), by the run's final parameters or its best (`params`). The
+    rows are read as `wb.predict` reads a path (`trained.feature_rows`)."""
     import pandas as pd
 
     from ..trained import feature_rows
@@ -32,16 +41,16 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
     if rows.frame is None:     # arrays: a table of row, predicted (and label)
         out = pd.DataFrame({"row": np.arange(len(said)), "predicted": said})
         if rows.labels is None:
-            return out, None
+            return Answers(out, None)
         classes = ((result.summary.get("data") or {}).get("table") or {}).get("classes")
         truth = np.asarray(rows.labels).reshape(-1)
         out["label"] = np.asarray(classes, dtype=object)[truth.astype(np.int64)] if classes else truth
-        return out, _agreement(out["label"].to_numpy(), said, "its y")
+        return Answers(out, _agreement(out["label"].to_numpy(), said, "its y"))
     out = rows.frame.copy()
     out["predicted"] = said
     if rows.label is None:
-        return out, None
-    return out, _agreement(rows.labels, said, f"its {rows.label!r} column")
+        return Answers(out, None, rows.sep)
+    return Answers(out, _agreement(rows.labels, said, f"its {rows.label!r} column"), rows.sep)
 
 
 def _agreement(truth: Any, said: Any, what: str) -> str:

@@ -350,9 +350,15 @@ def read_rows(path: str) -> Any:
     """A CSV as `load_dataset` reads one, as a DataFrame: its separator found, and the row
     index `DataFrame.to_csv` writes by default not a column but the frame's index (a row's
     number is no feature, but it is how the answers are matched back to the rows)."""
-    frame, _ = _read_table(path)
+    return read_rows_and_sep(path)[0]
+
+
+def read_rows_and_sep(path: str) -> tuple[Any, str]:
+    """`read_rows` and the separator it found (`,`, `;`, a tab, `|`): the answers to the rows
+    are written with it, so a spreadsheet opens them as it opened the rows."""
+    frame, sep = _read_table(path)
     written = _written_index(frame) if frame.shape[1] > 1 else None
-    return frame.set_index(written).rename_axis(None) if written is not None else frame
+    return (frame.set_index(written).rename_axis(None) if written is not None else frame), sep
 
 
 def _csv(path: str, label_column: str | None = None) -> tuple[np.ndarray, np.ndarray, Table]:

@@ -338,11 +338,13 @@ def build_result(config: dict[str, Any], collector: Collector, *, status: str, w
     if status in ("completed", "stopped"):   # it learned its training set by heart? (`learning.overfit_note`)
         summary["overfit_note"] = learning.overfit_note(config, evals, (summary.get("model") or {}).get("n_params"),
                                                         kept=summary["params_best"])
-    if status == "completed":   # ended as planned, and learned nothing? (`learning.note`)
+    if status in ("completed", "diverged"):   # ended as planned, and learned nothing? diverged? (`learning.note`)
         first, last = _first_and_last_loss(store)
         final = summary["final_train_loss"] if summary["final_train_loss"] is not None else last
+        how = next((str(e.get("message") or "its loss became NaN or inf") for e in events if e.get("event") == "diverged"),
+                   "its loss became NaN or inf") if status == "diverged" else None
         summary["learning_note"] = learning.note(config, summary["final_test_accuracy"], first, final, n_steps,
-                                                 overfit=summary.get("overfit_note") is not None)
+                                                 overfit=summary.get("overfit_note") is not None, diverged=how)
     if "run_id" not in summary:  # engine runs bring theirs; a run directory knows whose it is
         import uuid
         summary["run_id"] = uuid.uuid4().hex[:12]
