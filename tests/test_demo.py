@@ -27,4 +27,8 @@ def test_demo_writes_both_runs_and_prints_the_speedup(tmp_path, capsys):
     dirs = [tmp_path / "demo"] + [tmp_path / "demo" / f"round-{k}" for k in (2, 3)]
     rate = {w: statistics.median_low(json.loads(((d / "one-worker") if w == 1 else d).joinpath("summary.json")
                                                 .read_text())["samples_per_s"] for d in dirs) for w in (1, 2)}
-    assert f"{rate[2] / rate[1]:.2f}x" in out
+    assert f"{rate[2] / rate[1]:.2f}x (" in out and "between the rounds' extremes" in out
+    import pandas as pd
+    table = pd.read_csv(tmp_path / "demo" / "speedup.csv")     # what the headline is of, kept beside the report
+    assert table["workers"].tolist() == [1, 2] and table["rounds"].tolist() == [3, 3]
+    assert f"{table['speedup'].iloc[1]:.2f}x" in out and "round 1's 2-worker run" in out

@@ -11,7 +11,8 @@ parameters, which is what makes a second worker pay off on a 2-core machine; a
 digits-sized model would spend as long exchanging as computing.
 
 Writes round 1's 2-worker run to `out` (summary.json, steps.csv, evals.csv, report.html)
-and its 1-worker run to `out/one-worker`; later rounds to `out/round-K` likewise.
+and its 1-worker run to `out/one-worker`; later rounds to `out/round-K` likewise; the
+speed-up's table (every round's medians, ranges and resolution) to `out/speedup.csv`.
 """
 from __future__ import annotations
 
@@ -103,14 +104,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         close_client(client)
     one, two = table.iloc[0], table.iloc[1]
     speedup = float(two["speedup"])
-    print(f"speed-up, 2 workers over 1: {speedup:.2f}x (parallel efficiency {speedup / 2:.0%}); medians of "
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "speedup.csv", index=False)   # the medians, ranges and resolution of every round
+    low, high = two["samples_per_s_lo"] / one["samples_per_s_hi"], two["samples_per_s_hi"] / one["samples_per_s_lo"]
+    print(f"speed-up, 2 workers over 1: {speedup:.2f}x ({low:.2f}x-{high:.2f}x between the rounds' extremes; "
+          f"parallel efficiency {speedup / 2:.0%}); medians of "
           f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "
           f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}, {spread_text(one['spread'])}), 2 workers "
           f"{two['samples_per_s']:,.0f} over {two['rounds']} ({two['samples_per_s_lo']:,.0f}-"
           f"{two['samples_per_s_hi']:,.0f}, {spread_text(two['spread'])})")
     for note in dict.fromkeys(n for n in (one["resolution_note"], two["resolution_note"]) if n):
         print(f"note: {note}")
-    print(f"report: {out / 'report.html'}  (1 worker: {out / 'one-worker' / 'report.html'})")
+    print(f"report: {out / 'report.html'} (round 1's 2-worker run; 1 worker: {out / 'one-worker' / 'report.html'}); "
+          f"the speed-up above is of every round: {out / 'speedup.csv'}")
     return 0 if all(st == "completed" for st in statuses) else 1
 
 
