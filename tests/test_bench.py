@@ -247,3 +247,46 @@ def test_every_communication_pattern_says_what_it_spends():
     from workbench.config.registry import PATTERNS
     assert set(SPENDS) == set(PATTERNS)
     assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)
+
+
+def _fake_allreduce_table(asked):
+    """A stand-in for `allreduce.allreduce_table` that records its arguments: one row per
+    (workers, method), as the real one gives."""
+    import pandas as pd
+
+    def table(ranks=(2, 3, 4), sizes=(10,), rounds=40, links=("tcp",), gloo=None):
+        asked.append({"ranks": ranks, "rounds": rounds, "gloo": gloo})
+        rows = [{"link": "tcp", "workers": p, "floats": 10, "method": m, "min_ms": 1.0, "median_ms": 1.0,
+                 "max_ms": 1.0} for p in ranks for m in ("ring", "shared memory")]
+        return pd.DataFrame(rows), []
+    return table
+
+
+def test_bench_allreduce_measures_at_the_worker_counts_given(monkeypatch, capsys):
+    from workbench.apps import cli
+    from workbench.bench import allreduce
+    asked = []
+    monkeypatch.setattr(allreduce, "allreduce_table", _fake_allreduce_table(asked))
+    assert cli.main(["bench", "--allreduce", "--no-torch", "--workers", "2,5", "--rounds", "3"]) == 0
+    assert asked == [{"ranks": (2, 5), "rounds": 3, "gloo": False}]
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in printed[2:]] == ["2", "5"]     # the table's rows: one per count
+    assert cli.main(["bench", "--allreduce", "--no-torch"]) == 0
+    assert asked[-1]["ranks"] == allreduce.RANKS                       # without --workers: 2, 3 and 4
+
+
+@pytest.mark.parametrize("workers", ["1", "2,x", "65", ","])
+def test_bench_allreduce_refuses_worker_counts_it_cannot_measure(monkeypatch, capsys, workers):
+    from workbench.apps import cli
+    from workbench.bench import allreduce
+    asked = []
+    monkeypatch.setattr(allreduce, "allreduce_table", _fake_allreduce_table(asked))
+    assert cli.main(["bench", "--allreduce", "--no-torch", f"--workers={workers}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: workers: comma-separated numbers of worker processes") and asked == []
+
+
+def test_bench_simulated_refuses_a_list_of_worker_counts_in_one_line(capsys):
+    from workbench.apps import cli
+    assert cli.main(["bench", "--simulated", "--workers", "2,4"]) == 2
+    assert capsys.readouterr().err.startswith("error: workers: a whole number of virtual workers in [1, 1024]")

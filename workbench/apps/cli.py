@@ -310,11 +310,14 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
                             "then, now, and now / then")
     bench.add_argument("--allreduce", action="store_true",
                        help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
-                            "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
+                            "is installed, shared memory; 40 KB and 2.1 MB; at --workers worker processes, default "
+                            "2,3,4; --rounds rounds, default 40)")
     bench.add_argument("--simulated", action="store_true",
                        help="instead: what the simulated cluster costs (workbench.bench.simulated): a simulated epoch "
                             "against single-process sgd, and the memory of 1024 virtual workers")
-    bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
+    bench.add_argument("--workers", default=None,
+                       help="--simulated: virtual workers of the timed epochs (default 64); --allreduce: "
+                            "comma-separated numbers of worker processes, e.g. 2,8 (default 2,3,4)")
     bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
     bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
     bench.add_argument("--sim-vs-real", action="store_true",
