@@ -290,3 +290,55 @@ def test_bench_simulated_refuses_a_list_of_worker_counts_in_one_line(capsys):
     from workbench.apps import cli
     assert cli.main(["bench", "--simulated", "--workers", "2,4"]) == 2
     assert capsys.readouterr().err.startswith("error: workers: a whole number of virtual workers in [1, 1024]")
+
+
+BENCH_MAINS = {"simulated": ("workbench.bench.simulated", "main"), "sim_vs_real": ("workbench.sim.validate", "main"),
+               "checkpoints": ("workbench.bench.checkpoints", "main"), "gpt": ("workbench.bench.gpt", "main"),
+               "torch_adapter": ("workbench.bench.adapter", "main"), "throughput": ("workbench.bench.command", "main")}
+
+
+@pytest.fixture
+def bench_mains(monkeypatch):
+    """Every bench mode's main replaced by one that records (mode, args) and measures nothing
+    (`--allreduce` is the throughput command's: it arrives as "throughput" with allreduce set)."""
+    import importlib
+    called = []
+    for mode, (module, name) in BENCH_MAINS.items():
+        monkeypatch.setattr(importlib.import_module(module), name,
+                            lambda args, mode=mode: called.append((mode, args)) or 0)
+    return called
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--allreduce", "--seconds", "2"], "seconds"), (["--allreduce", "--cpus", "2"], "cpus"),
+    (["--allreduce", "--algorithms", "sync_sgd"], "algorithms"), (["--allreduce", "--sizes", "teaching"], "sizes"),
+    (["--checkpoints", "--workers", "4"], "workers"), (["--checkpoints", "--algorithms", "sync_sgd"], "algorithms"),
+    (["--checkpoints", "--compare", "x.csv"], "compare"), (["--checkpoints", "--tau", "2"], "tau"),
+    (["--simulated", "--rounds", "2"], "rounds"), (["--simulated", "--cpus", "4"], "cpus"),
+    (["--sim-vs-real", "--cpus", "4"], "cpus"), (["--sim-vs-real", "--seconds", "2"], "seconds"),
+    (["--gpt", "--no-torch"], "no_torch"), (["--torch-adapter", "--out", "x.csv"], "out"),
+    (["--steps", "10"], "steps"), (["--every", "10"], "every"), (["--repeats", "2"], "repeats"),
+    (["--rows-per-worker", "2"], "rows_per_worker"), (["--workers", "2"], "workers"),
+    (["--simulated", "--gpt"], "gpt"), (["--allreduce", "--checkpoints"], "checkpoints"),
+])
+def test_a_bench_flag_the_benchmark_asked_for_does_not_read_is_refused(bench_mains, capsys, args, field):
+    """Every flag `bench --help` shows is read by the benchmark it is given to, or refused in
+    one line naming it (it was ignored without a word); two benchmarks at once likewise."""
+    from workbench.apps import cli
+    assert cli.main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {field}: ") and err.count("\n") == 1, err
+    assert bench_mains == []
+
+
+def test_each_benchmark_gets_the_flags_it_reads_and_the_defaults_of_the_others(bench_mains):
+    from workbench.apps import cli
+    assert cli.main(["bench", "--simulated", "--repeats", "2", "--workers", "8"]) == 0
+    assert cli.main(["bench", "--checkpoints", "--cpus", "3", "--every", "7", "--rounds", "1"]) == 0
+    assert cli.main(["bench", "--sim-vs-real", "--steps", "20"]) == 0
+    assert cli.main(["bench", "--algorithms", "sync_sgd", "--no-torch", "--seconds", "1"]) == 0
+    (m1, a1), (m2, a2), (m3, a3), (m4, a4) = bench_mains
+    assert (m1, a1.repeats, a1.workers, a1.rows_per_worker) == ("simulated", 2, "8", 16)
+    assert (m2, a2.cpus, a2.every, a2.rounds, a2.seconds, a2.sizes) == ("checkpoints", 3, 7, 1, 4.0, "teaching,535k")
+    assert (m3, a3.steps, a3.rounds) == ("sim_vs_real", 20, None)
+    assert (m4, a4.algorithms, a4.no_torch, a4.seconds, a4.cpus, a4.tau) == ("throughput", "sync_sgd", True, 1.0, 2, 1)
