@@ -342,3 +342,17 @@ def test_each_benchmark_gets_the_flags_it_reads_and_the_defaults_of_the_others(b
     assert (m2, a2.cpus, a2.every, a2.rounds, a2.seconds, a2.sizes) == ("checkpoints", 3, 7, 1, 4.0, "teaching,535k")
     assert (m3, a3.steps, a3.rounds) == ("sim_vs_real", 20, None)
     assert (m4, a4.algorithms, a4.no_torch, a4.seconds, a4.cpus, a4.tau) == ("throughput", "sync_sgd", True, 1.0, 2, 1)
+
+
+@pytest.mark.parametrize("args, field", [(["--every", "0"], "every"), (["--cpus", "0"], "cpus"),
+                                         (["--seconds", "nan"], "seconds"), (["--rounds", "0"], "rounds"),
+                                         (["--sizes", "nope"], "sizes")])
+def test_bench_checkpoints_checks_the_flags_it_reads_before_workers_start(monkeypatch, capsys, args, field):
+    from workbench.apps import cli
+    from workbench.execution import cluster
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(cluster, "session_client", no_cluster)
+    assert cli.main(["bench", "--checkpoints", *args]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {field}: ")

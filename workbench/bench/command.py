@@ -80,7 +80,7 @@ def check_args(args: argparse.Namespace) -> list[Size]:
     from ..execution.preflight import check_memory
     if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
         raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
-    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds"):
+    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds", "every"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ConfigError(name, "a whole number >= 1", value)
