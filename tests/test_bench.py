@@ -356,3 +356,16 @@ def test_bench_checkpoints_checks_the_flags_it_reads_before_workers_start(monkey
     monkeypatch.setattr(cluster, "session_client", no_cluster)
     assert cli.main(["bench", "--checkpoints", *args]) == 2
     assert capsys.readouterr().err.startswith(f"error: {field}: ")
+
+
+@pytest.mark.parametrize("mode", ["--gpt", "--torch-adapter"])
+@pytest.mark.parametrize("rounds", ["0", "-1"])
+def test_bench_gpt_and_torch_adapter_refuse_rounds_below_one(monkeypatch, capsys, mode, rounds):
+    from workbench.apps import cli
+    from workbench.bench import paired
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured")
+    monkeypatch.setattr(paired, "paired_rounds", no_measuring)
+    assert cli.main(["bench", mode, f"--rounds={rounds}"]) == 2
+    assert capsys.readouterr().err.startswith("error: rounds: a whole number >= 1")
