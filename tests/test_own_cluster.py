@@ -316,3 +316,27 @@ def test_a_run_that_must_wait_for_a_busy_worker_says_which_and_for_what(three, t
     assert sorted(w["name"] for w in got.summary["workers"]) == ["busy-0", "busy-1", "busy-2"]
     assert any("waits for" in m and key in m for m in said), said
     assert fut.result(timeout=30) is True
+
+
+def test_the_cli_says_in_one_note_line_which_busy_worker_a_run_waits_for(three, tmp_path):
+    address, client = three
+    fut, event, key = _hold(client, "busy-0")
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "3",
+                             "--dataset", "digits", "--hidden", "32", "--batch-size", "64", "--steps", "4",
+                             "--no-progress", "--scheduler", address, "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:          # until the note: then the other client's task may end
+            lines.append(line)
+            if "waits for" in line:
+                break
+    finally:
+        event.set()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    note = [ln for ln in lines if "waits for" in ln]
+    assert note == [f"note: too few idle workers: the run waits for worker busy-0 "
+                    f"({note[0].split('(')[1].split(')')[0]}), busy with 1 task(s) already there ({key})\n"], lines
+    assert "PlatformNote" not in "".join(lines) + err
+    assert fut.result(timeout=30) is True

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -479,6 +480,34 @@ def bench_mode(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(called_as(sys.argv[0] if argv is None and sys.argv else None))
     args = parser.parse_args(argv)
+    with notes_as_lines():
+        return _command(parser, args)
+
+
+@contextlib.contextmanager
+def notes_as_lines() -> Iterator[None]:
+    """In this block a `PlatformNote` (a limit a run works around, a busy worker it waits
+    for) is printed as one `note: ...` line on stderr, as the CLI's other notes read, not in
+    Python's warning format (file, line number and source line); other warnings pass as
+    they are."""
+    from ..execution.platforms import PlatformNote
+    previous = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, PlatformNote):
+            print(f"note: {message}", file=sys.stderr, flush=True)
+            return
+        previous(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`main` once the command line is parsed: the command, with its exit status."""
     try:
         if args.command == "algorithms":
             from ..config import ALGORITHMS  # loads the algorithm modules (numpy, pandas): only here
