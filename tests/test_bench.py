@@ -247,3 +247,125 @@ def test_every_communication_pattern_says_what_it_spends():
     from workbench.config.registry import PATTERNS
     assert set(SPENDS) == set(PATTERNS)
     assert {spec.pattern for spec in REGISTRY.values()} <= set(SPENDS)
+
+
+def _fake_allreduce_table(asked):
+    """A stand-in for `allreduce.allreduce_table` that records its arguments: one row per
+    (workers, method), as the real one gives."""
+    import pandas as pd
+
+    def table(ranks=(2, 3, 4), sizes=(10,), rounds=40, links=("tcp",), gloo=None):
+        asked.append({"ranks": ranks, "rounds": rounds, "gloo": gloo})
+        rows = [{"link": "tcp", "workers": p, "floats": 10, "method": m, "min_ms": 1.0, "median_ms": 1.0,
+                 "max_ms": 1.0} for p in ranks for m in ("ring", "shared memory")]
+        return pd.DataFrame(rows), []
+    return table
+
+
+def test_bench_allreduce_measures_at_the_worker_counts_given(monkeypatch, capsys):
+    from workbench.apps import cli
+    from workbench.bench import allreduce
+    asked = []
+    monkeypatch.setattr(allreduce, "allreduce_table", _fake_allreduce_table(asked))
+    assert cli.main(["bench", "--allreduce", "--no-torch", "--workers", "2,5", "--rounds", "3"]) == 0
+    assert asked == [{"ranks": (2, 5), "rounds": 3, "gloo": False}]
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in printed[2:]] == ["2", "5"]     # the table's rows: one per count
+    assert cli.main(["bench", "--allreduce", "--no-torch"]) == 0
+    assert asked[-1]["ranks"] == allreduce.RANKS                       # without --workers: 2, 3 and 4
+
+
+@pytest.mark.parametrize("workers", ["1", "2,x", "65", ","])
+def test_bench_allreduce_refuses_worker_counts_it_cannot_measure(monkeypatch, capsys, workers):
+    from workbench.apps import cli
+    from workbench.bench import allreduce
+    asked = []
+    monkeypatch.setattr(allreduce, "allreduce_table", _fake_allreduce_table(asked))
+    assert cli.main(["bench", "--allreduce", "--no-torch", f"--workers={workers}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: workers: comma-separated numbers of worker processes") and asked == []
+
+
+def test_bench_simulated_refuses_a_list_of_worker_counts_in_one_line(capsys):
+    from workbench.apps import cli
+    assert cli.main(["bench", "--simulated", "--workers", "2,4"]) == 2
+    assert capsys.readouterr().err.startswith("error: workers: a whole number of virtual workers in [1, 1024]")
+
+
+BENCH_MAINS = {"simulated": ("workbench.bench.simulated", "main"), "sim_vs_real": ("workbench.sim.validate", "main"),
+               "checkpoints": ("workbench.bench.checkpoints", "main"), "gpt": ("workbench.bench.gpt", "main"),
+               "torch_adapter": ("workbench.bench.adapter", "main"), "throughput": ("workbench.bench.command", "main")}
+
+
+@pytest.fixture
+def bench_mains(monkeypatch):
+    """Every bench mode's main replaced by one that records (mode, args) and measures nothing
+    (`--allreduce` is the throughput command's: it arrives as "throughput" with allreduce set)."""
+    import importlib
+    called = []
+    for mode, (module, name) in BENCH_MAINS.items():
+        monkeypatch.setattr(importlib.import_module(module), name,
+                            lambda args, mode=mode: called.append((mode, args)) or 0)
+    return called
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--allreduce", "--seconds", "2"], "seconds"), (["--allreduce", "--cpus", "2"], "cpus"),
+    (["--allreduce", "--algorithms", "sync_sgd"], "algorithms"), (["--allreduce", "--sizes", "teaching"], "sizes"),
+    (["--checkpoints", "--workers", "4"], "workers"), (["--checkpoints", "--algorithms", "sync_sgd"], "algorithms"),
+    (["--checkpoints", "--compare", "x.csv"], "compare"), (["--checkpoints", "--tau", "2"], "tau"),
+    (["--simulated", "--rounds", "2"], "rounds"), (["--simulated", "--cpus", "4"], "cpus"),
+    (["--sim-vs-real", "--cpus", "4"], "cpus"), (["--sim-vs-real", "--seconds", "2"], "seconds"),
+    (["--gpt", "--no-torch"], "no_torch"), (["--torch-adapter", "--out", "x.csv"], "out"),
+    (["--steps", "10"], "steps"), (["--every", "10"], "every"), (["--repeats", "2"], "repeats"),
+    (["--rows-per-worker", "2"], "rows_per_worker"), (["--workers", "2"], "workers"),
+    (["--simulated", "--gpt"], "gpt"), (["--allreduce", "--checkpoints"], "checkpoints"),
+])
+def test_a_bench_flag_the_benchmark_asked_for_does_not_read_is_refused(bench_mains, capsys, args, field):
+    """Every flag `bench --help` shows is read by the benchmark it is given to, or refused in
+    one line naming it (it was ignored without a word); two benchmarks at once likewise."""
+    from workbench.apps import cli
+    assert cli.main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {field}: ") and err.count("\n") == 1, err
+    assert bench_mains == []
+
+
+def test_each_benchmark_gets_the_flags_it_reads_and_the_defaults_of_the_others(bench_mains):
+    from workbench.apps import cli
+    assert cli.main(["bench", "--simulated", "--repeats", "2", "--workers", "8"]) == 0
+    assert cli.main(["bench", "--checkpoints", "--cpus", "3", "--every", "7", "--rounds", "1"]) == 0
+    assert cli.main(["bench", "--sim-vs-real", "--steps", "20"]) == 0
+    assert cli.main(["bench", "--algorithms", "sync_sgd", "--no-torch", "--seconds", "1"]) == 0
+    (m1, a1), (m2, a2), (m3, a3), (m4, a4) = bench_mains
+    assert (m1, a1.repeats, a1.workers, a1.rows_per_worker) == ("simulated", 2, "8", 16)
+    assert (m2, a2.cpus, a2.every, a2.rounds, a2.seconds, a2.sizes) == ("checkpoints", 3, 7, 1, 4.0, "teaching,535k")
+    assert (m3, a3.steps, a3.rounds) == ("sim_vs_real", 20, None)
+    assert (m4, a4.algorithms, a4.no_torch, a4.seconds, a4.cpus, a4.tau) == ("throughput", "sync_sgd", True, 1.0, 2, 1)
+
+
+@pytest.mark.parametrize("args, field", [(["--every", "0"], "every"), (["--cpus", "0"], "cpus"),
+                                         (["--seconds", "nan"], "seconds"), (["--rounds", "0"], "rounds"),
+                                         (["--sizes", "nope"], "sizes")])
+def test_bench_checkpoints_checks_the_flags_it_reads_before_workers_start(monkeypatch, capsys, args, field):
+    from workbench.apps import cli
+    from workbench.execution import cluster
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(cluster, "session_client", no_cluster)
+    assert cli.main(["bench", "--checkpoints", *args]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {field}: ")
+
+
+@pytest.mark.parametrize("mode", ["--gpt", "--torch-adapter"])
+@pytest.mark.parametrize("rounds", ["0", "-1"])
+def test_bench_gpt_and_torch_adapter_refuse_rounds_below_one(monkeypatch, capsys, mode, rounds):
+    from workbench.apps import cli
+    from workbench.bench import paired
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured")
+    monkeypatch.setattr(paired, "paired_rounds", no_measuring)
+    assert cli.main(["bench", mode, f"--rounds={rounds}"]) == 2
+    assert capsys.readouterr().err.startswith("error: rounds: a whole number >= 1")

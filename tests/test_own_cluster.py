@@ -259,3 +259,84 @@ def test_a_worker_without_workbench_is_named_as_such_and_left_out_when_enough_ot
         assert str(got.value).endswith(": no workbench'"), str(got.value)
     finally:
         _stop(procs)
+
+
+# ------------------------------------------------------------------ workers busy with another client's task
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """A scheduler and three workers started by hand; yields (address, a Client of the test's)."""
+    yield from _cluster(tmp_path_factory.mktemp("three"), (["busy-0", "busy-1", "busy-2"], ()))
+
+
+def _hold(client, worker_name):
+    """Another client's task on the worker named `worker_name`, running until the test sets
+    its Event (a minute at most); returns (future, the Event, the task's key)."""
+    from distributed import Event
+    address = next(a for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if w["name"] == worker_name)
+    name = f"hold-{os.getpid()}-{time.monotonic_ns()}"
+    event = Event(name, client=client)
+    # a lambda: pickled by value (the workers do not import the tests)
+    fut = client.submit(lambda n: __import__("distributed").Event(n).wait(timeout=60), name, workers=[address],
+                        pure=False, key=f"another-clients-task-{name}")
+    assert _eventually(lambda: fut.key in client.processing().get(address, ()), True) is True
+    return fut, event, fut.key
+
+
+def test_a_run_on_a_shared_cluster_takes_idle_workers_before_a_busy_one(three, tiny):
+    address, client = three
+    fut, event, _ = _hold(client, "busy-0")
+    try:
+        got = wb.run(tiny(algorithm="sync_sgd", cpus=2, steps=4), cluster=address, progress=False)
+    finally:
+        event.set()
+    assert got.status == "completed"
+    assert [w["name"] for w in got.summary["workers"]] == ["busy-1", "busy-2"]
+    assert fut.result(timeout=30) is True
+
+
+def test_a_run_that_must_wait_for_a_busy_worker_says_which_and_for_what(three, tiny, monkeypatch):
+    from workbench.execution import platforms
+    address, client = three
+    fut, event, key = _hold(client, "busy-0")
+    said = []
+    note_once = platforms.note_once
+
+    def note_and_release(message):      # the note said: let the other client's task end
+        said.append(message)
+        if "waits for" in message:
+            event.set()
+        return note_once(message)
+    monkeypatch.setattr(platforms, "note_once", note_and_release)
+    try:
+        with pytest.warns(UserWarning, match=r"the run waits for worker busy-0 \(tcp://\S+\), busy with 1 task"):
+            got = wb.run(tiny(algorithm="sync_sgd", cpus=3, steps=4), cluster=address, progress=False)
+    finally:
+        event.set()
+    assert got.status == "completed"
+    assert sorted(w["name"] for w in got.summary["workers"]) == ["busy-0", "busy-1", "busy-2"]
+    assert any("waits for" in m and key in m for m in said), said
+    assert fut.result(timeout=30) is True
+
+
+def test_the_cli_says_in_one_note_line_which_busy_worker_a_run_waits_for(three, tmp_path):
+    address, client = three
+    fut, event, key = _hold(client, "busy-0")
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "3",
+                             "--dataset", "digits", "--hidden", "32", "--batch-size", "64", "--steps", "4",
+                             "--no-progress", "--scheduler", address, "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:          # until the note: then the other client's task may end
+            lines.append(line)
+            if "waits for" in line:
+                break
+    finally:
+        event.set()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    note = [ln for ln in lines if "waits for" in ln]
+    assert note == [f"note: too few idle workers: the run waits for worker busy-0 "
+                    f"({note[0].split('(')[1].split(')')[0]}), busy with 1 task(s) already there ({key})\n"], lines
+    assert "PlatformNote" not in "".join(lines) + err
+    assert fut.result(timeout=30) is True

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -290,50 +291,72 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     les.add_argument("dir", metavar="DIR", help="folder to copy into (created; existing files are kept)")
     les.add_argument("--overwrite", action="store_true", help="replace files that already exist in DIR")
 
-    bench = sub.add_parser("bench", help=COMMANDS["bench"])
-    bench.add_argument("--algorithms", default="all", help="comma-separated names, or all")
-    bench.add_argument("--tau", type=int, default=1, help="EASGD family: local steps between exchanges")
-    bench.add_argument("--cpus", type=int, default=2)
-    bench.add_argument("--sizes", default="teaching,535k",
-                       help="model sizes: teaching (MLP 64-128-10, batch 32/worker), 535k (MLP 784-512-256-10, 128/worker)")
-    bench.add_argument("--batch-per-worker", type=int, default=None, help="a custom size instead of --sizes")
-    bench.add_argument("--hidden", default=None, help="a custom size: hidden widths, e.g. 512,256")
-    bench.add_argument("--n-features", type=int, default=None, help="a custom size: input features")
-    bench.add_argument("--seconds", type=float, default=4.0, help="measured time per configuration")
-    bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
-    bench.add_argument("--rounds", type=int, default=None,
-                       help="measure every row this many times, interleaved; the table shows the median "
-                            "ratio and its range (a shared machine's ratios move by tenths between runs); "
-                            "default 1, 5 with --sim-vs-real, 40 with --allreduce")
-    bench.add_argument("--out", help="also write the table as CSV here (and the allreduce table beside it, NAME.allreduce.csv)")
-    bench.add_argument("--compare", metavar="CSV",
-                       help="also print each row beside the same row of a table an earlier bench wrote with --out: "
-                            "then, now, and now / then")
-    bench.add_argument("--allreduce", action="store_true",
-                       help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
-                            "is installed, shared memory; 2-4 workers; 40 KB and 2.1 MB; --rounds rounds, default 40)")
-    bench.add_argument("--simulated", action="store_true",
-                       help="instead: what the simulated cluster costs (workbench.bench.simulated): a simulated epoch "
-                            "against single-process sgd, and the memory of 1024 virtual workers")
-    bench.add_argument("--workers", type=int, default=64, help="--simulated: virtual workers of the timed epochs")
-    bench.add_argument("--repeats", type=int, default=3, help="--simulated: best of this many, interleaved")
-    bench.add_argument("--rows-per-worker", type=int, default=16, help="--simulated: rows of the global batch per worker")
-    bench.add_argument("--sim-vs-real", action="store_true",
-                       help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
-                            "validate): the table, with the load and whether each is within +-15%%")
-    bench.add_argument("--steps", type=int, default=150, help="--sim-vs-real: steps of each run")
-    bench.add_argument("--checkpoints", action="store_true",
-                       help="instead: what checkpoints cost (workbench.bench.checkpoints): runs interleaved without "
-                            "and with a checkpoint every --every steps, the cost of one, its share of step time at "
-                            "that interval and at the default (60 s)")
-    bench.add_argument("--every", type=int, default=200, help="--checkpoints: steps between checkpoints")
-    bench.add_argument("--gpt", action="store_true",
-                       help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
-                            "in PyTorch eager on one core (workbench.bench.gpt; needs torch): the ratio per size")
-    bench.add_argument("--torch-adapter", action="store_true",
-                       help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
-                            "a plain PyTorch loop of the same module and batch, one core each "
-                            "(workbench.bench.adapter; skipped without torch): the ratio per size")
+    bench = sub.add_parser("bench", help=COMMANDS["bench"],
+                           description="The throughput table (bench alone), or, with one of --allreduce, "
+                                       "--simulated, --sim-vs-real, --checkpoints, --gpt, --torch-adapter, another "
+                                       "benchmark instead. Each flag is read by the benchmarks in its [read by: ...]; "
+                                       "given to another, it is refused in one line.")
+    reads: dict[str, tuple[tuple[str, ...], Any]] = {}   # a flag's dest -> (the modes that read it, its default)
+
+    def flag(*names: str, modes: tuple[str, ...], default: Any = None, **kw: Any) -> None:
+        """A bench flag, read by `modes` (BENCH_MODES' names; "bench" alone is THROUGHPUT): its
+        help says where, from the same tuple `bench_mode` checks."""
+        if names[0][2:].replace("-", "_") not in BENCH_MODES:
+            kw["help"] += f" [read by: {', '.join(map(_mode_flag, modes))}]"
+        action = bench.add_argument(*names, default=False if kw.get("action") == "store_true" else None, **kw)
+        reads[action.dest] = (modes, default)
+
+    T, C = THROUGHPUT, "checkpoints"
+    flag("--algorithms", modes=(T,), default="all", help="comma-separated names, or all (default)")
+    flag("--tau", modes=(T,), default=1, type=int, help="EASGD family: local steps between exchanges (default 1)")
+    flag("--cpus", modes=(T, C), default=2, type=int, help="CPU worker processes (default 2)")
+    flag("--sizes", modes=(T, C), default="teaching,535k",
+         help="model sizes: teaching (MLP 64-128-10, batch 32/worker), 535k (MLP 784-512-256-10, 128/worker)")
+    flag("--batch-per-worker", modes=(T, C), type=int, help="a custom size instead of --sizes")
+    flag("--hidden", modes=(T, C), help="a custom size: hidden widths, e.g. 512,256")
+    flag("--n-features", modes=(T, C), type=int, help="a custom size: input features")
+    flag("--seconds", modes=(T, C), default=4.0, type=float, help="measured time per configuration (default 4)")
+    flag("--no-torch", modes=(T, "allreduce"), action="store_true", help="skip the PyTorch DDP peer (and gloo)")
+    flag("--rounds", modes=(T, "allreduce", "sim_vs_real", C, "gpt", "torch_adapter"), type=int,
+         help="measure every row this many times, interleaved; the table shows the median "
+              "ratio and its range (a shared machine's ratios move by tenths between runs); "
+              "default 1, 5 with --sim-vs-real, 40 with --allreduce, 3 with --checkpoints, 5 with --gpt, "
+              "7 with --torch-adapter")
+    flag("--out", modes=(T, "allreduce", C),
+         help="also write the table as CSV here (and the allreduce table beside it, NAME.allreduce.csv)")
+    flag("--compare", modes=(T, "allreduce"), metavar="CSV",
+         help="also print each row beside the same row of a table an earlier bench wrote with --out: "
+              "then, now, and now / then")
+    flag("--allreduce", modes=("allreduce",), action="store_true",
+         help="instead: the allreduce table alone (the ring over Dask on tcp and tls, gloo when torch "
+              "is installed, shared memory; 40 KB and 2.1 MB; at --workers worker processes, default "
+              "2,3,4; --rounds rounds, default 40)")
+    flag("--simulated", modes=("simulated",), action="store_true",
+         help="instead: what the simulated cluster costs (workbench.bench.simulated): a simulated epoch "
+              "against single-process sgd, and the memory of 1024 virtual workers")
+    flag("--workers", modes=("simulated", "allreduce"),
+         help="--simulated: virtual workers of the timed epochs (default 64); --allreduce: "
+              "comma-separated numbers of worker processes, e.g. 2,8 (default 2,3,4)")
+    flag("--repeats", modes=("simulated",), default=3, type=int, help="best of this many, interleaved (default 3)")
+    flag("--rows-per-worker", modes=("simulated",), default=16, type=int,
+         help="rows of the global batch per worker (default 16)")
+    flag("--sim-vs-real", modes=("sim_vs_real",), action="store_true",
+         help="instead: simulated against real runs of 1 and 2 workers on this machine (workbench.sim."
+              "validate): the table, with the load and whether each is within +-15%%")
+    flag("--steps", modes=("sim_vs_real",), default=150, type=int, help="steps of each run (default 150)")
+    flag("--checkpoints", modes=(C,), action="store_true",
+         help="instead: what checkpoints cost (workbench.bench.checkpoints): runs interleaved without "
+              "and with a checkpoint every --every steps, the cost of one, its share of step time at "
+              "that interval and at the default (60 s)")
+    flag("--every", modes=(C,), default=200, type=int, help="steps between checkpoints (default 200)")
+    flag("--gpt", modes=("gpt",), action="store_true",
+         help="instead: a training step of the GPT (maths.gpt) on one core against the same architecture "
+              "in PyTorch eager on one core (workbench.bench.gpt; needs torch): the ratio per size")
+    flag("--torch-adapter", modes=("torch_adapter",), action="store_true",
+         help="instead: a worker's step on a torch model through the adapter (maths.torchmodel) against "
+              "a plain PyTorch loop of the same module and batch, one core each "
+              "(workbench.bench.adapter; skipped without torch): the ratio per size")
+    bench.set_defaults(bench_reads=reads)
 
     rep = sub.add_parser("reproduce", help=COMMANDS["reproduce"], formatter_class=fmt,
                          epilog="exit status: 0 every expected shape held; 1 the notebook failed; 2 invalid input; "
@@ -408,9 +431,84 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     return parser
 
 
+THROUGHPUT = "throughput"   # `bench` with none of BENCH_MODES: the throughput table
+BENCH_MODES = ("allreduce", "simulated", "sim_vs_real", "checkpoints", "gpt", "torch_adapter")   # each "instead: ..."
+
+
+def _mode_flag(mode: str) -> str:
+    """How a bench mode is asked for.
+
+    >>> _mode_flag("sim_vs_real"), _mode_flag(THROUGHPUT)
+    ('--sim-vs-real', 'bench alone')
+    """
+    return "bench alone" if mode == THROUGHPUT else "--" + mode.replace("_", "-")
+
+
+def bench_mode(args: argparse.Namespace) -> str:
+    """The benchmark `bench`'s flags ask for (`THROUGHPUT` or one of `BENCH_MODES`), after
+    refusing (ConfigError) two modes at once or a flag given that the mode does not read
+    (it was ignored without a word); fills in each flag left out with its default.
+
+    >>> ns = argparse.Namespace(bench_reads={"allreduce": (("allreduce",), None), "simulated": (("simulated",), None),
+    ...                                      "cpus": ((THROUGHPUT,), 2)}, allreduce=True, simulated=False, cpus=None)
+    >>> bench_mode(ns), ns.cpus
+    ('allreduce', 2)
+    >>> ns.cpus = 4
+    >>> bench_mode(ns)
+    Traceback (most recent call last):
+    ...
+    workbench.config.ConfigError: cpus: only with bench alone (--allreduce does not read it), got 4
+    """
+    reads = args.bench_reads
+    modes = [m for m in BENCH_MODES if getattr(args, m, False)]
+    if len(modes) > 1:
+        raise ConfigError(modes[1], f"one of {', '.join(map(_mode_flag, BENCH_MODES))} at a time",
+                          " ".join(map(_mode_flag, modes)))
+    mode = modes[0] if modes else THROUGHPUT
+    for dest, (readers, _) in reads.items():
+        value = getattr(args, dest)
+        if dest in BENCH_MODES or value is None or value is False:
+            continue
+        if mode not in readers:
+            raise ConfigError(dest, f"only with {' or '.join(map(_mode_flag, readers))} ({_mode_flag(mode)} does "
+                              "not read it)", value)
+    for dest, (_, default) in reads.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    return mode
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(called_as(sys.argv[0] if argv is None and sys.argv else None))
     args = parser.parse_args(argv)
+    with notes_as_lines():
+        return _command(parser, args)
+
+
+@contextlib.contextmanager
+def notes_as_lines() -> Iterator[None]:
+    """In this block a `PlatformNote` (a limit a run works around, a busy worker it waits
+    for) is printed as one `note: ...` line on stderr, as the CLI's other notes read, not in
+    Python's warning format (file, line number and source line); other warnings pass as
+    they are."""
+    from ..execution.platforms import PlatformNote
+    previous = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, PlatformNote):
+            print(f"note: {message}", file=sys.stderr, flush=True)
+            return
+        previous(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`main` once the command line is parsed: the command, with its exit status."""
     try:
         if args.command == "algorithms":
             from ..config import ALGORITHMS  # loads the algorithm modules (numpy, pandas): only here
@@ -440,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "lessons":
             return _lessons(args)
         if args.command == "bench":
+            bench_mode(args)
             if args.simulated:
                 from ..bench.simulated import main as sim_bench_main
                 return sim_bench_main(args)

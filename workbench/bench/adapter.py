@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from .paired import ONE_THREAD, interleaved, paired_rounds
+from .paired import ONE_THREAD, interleaved, paired_rounds, rounds_flag
 
 # (widths, batch): the teaching MLP and the 535k one of `bench`'s sizes
 SIZES: dict[str, tuple[tuple[int, ...], int]] = {
@@ -100,10 +100,10 @@ def measure(widths: tuple[int, ...], batch: int, rounds: int = 7, steps: int = 3
 def main(args: Any) -> int:
     """`bench --torch-adapter`: one row per size; without torch, a line saying it was skipped."""
     from .torchpeer import torch_available
+    rounds = rounds_flag(args, 7)   # refused before anything, torch or not
     if not torch_available():
         print("torch adapter: skipped, PyTorch is not installed (the optional peer: pip install torch)", flush=True)
         return 0
-    rounds = int(getattr(args, "rounds", None) or 7)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     print(f"torch adapter step (as_model(module): loss_and_grad into the worker's buffer + our SGD update) against a "
           f"plain PyTorch loop of the same module and batch, one core each ({', '.join(f'{k}=1' for k in ONE_THREAD)}, "

@@ -37,6 +37,29 @@ ROUNDS = 40
 RING, SHM, GLOO = "ring", "shared memory", "gloo"
 
 
+MAX_RANKS = 64   # each rank is a worker process of one local cluster
+
+
+def worker_counts(text: str | None) -> tuple[int, ...]:
+    """`bench --allreduce --workers 2,4` as the table's numbers of worker processes
+    (None: `RANKS`); ConfigError unless each is a whole number in [2, MAX_RANKS].
+
+    >>> worker_counts("2,4"), worker_counts("3"), worker_counts(None)
+    ((2, 4), (3,), (2, 3, 4))
+    """
+    from ..config import ConfigError
+    if text is None:
+        return RANKS
+    allowed = f"comma-separated numbers of worker processes, each a whole number in [2, {MAX_RANKS}]"
+    try:
+        counts = tuple(dict.fromkeys(int(w) for w in str(text).split(",") if w.strip()))
+    except ValueError:
+        raise ConfigError("workers", allowed, text) from None
+    if not counts or not all(2 <= p <= MAX_RANKS for p in counts):
+        raise ConfigError("workers", allowed, text)
+    return counts
+
+
 def allreduce_rounds(ring: str, rank: int, size: int, peers: list[str], segment: str | None,
                      gloo_port: int | None, n: int, rounds: int, gloo_host: str = "127.0.0.1") -> dict[str, Any]:
     """Runs on a worker: `rounds` rounds of one allreduce of n float32 by each method (the

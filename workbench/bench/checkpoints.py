@@ -93,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..execution.cluster import close_session, session_client
+    from .command import check_args
+    check_args(args)          # --cpus, --sizes, --seconds, --every, --rounds, --out: before any worker starts
     client = session_client(args.cpus, 0, None)
     load = "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
     try:

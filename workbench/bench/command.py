@@ -80,7 +80,7 @@ def check_args(args: argparse.Namespace) -> list[Size]:
     from ..execution.preflight import check_memory
     if not (math.isfinite(args.seconds) and 0.5 <= args.seconds <= 3600):
         raise ConfigError("seconds", "a number of seconds in [0.5, 3600] per measurement", args.seconds)
-    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds"):
+    for name in ("cpus", "batch_per_worker", "tau", "n_features", "rounds", "every"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ConfigError(name, "a whole number >= 1", value)
@@ -173,11 +173,13 @@ def print_comparison(table: pd.DataFrame, path: str) -> None:
 
 
 def allreduce_main(args: argparse.Namespace) -> int:
-    """`bench --allreduce`: the allreduce table alone (`bench.allreduce`)."""
-    from .allreduce import ROUNDS, allreduce_table, format_table, header_line
+    """`bench --allreduce`: the allreduce table alone (`bench.allreduce`), at `--workers`
+    worker processes (default 2, 3 and 4)."""
+    from .allreduce import ROUNDS, allreduce_table, format_table, header_line, worker_counts
+    ranks = worker_counts(getattr(args, "workers", None))
     rounds = int(getattr(args, "rounds", None) or ROUNDS)
     print(header_line(rounds) + "; other processes share the host", flush=True)
-    table, notes = allreduce_table(rounds=rounds, gloo=False if args.no_torch else None)
+    table, notes = allreduce_table(ranks=ranks, rounds=rounds, gloo=False if args.no_torch else None)
     print(format_table(table))
     for note in notes:
         print(f"note: {note}")

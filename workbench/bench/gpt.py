@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from .paired import ONE_THREAD, interleaved, paired_rounds
+from .paired import ONE_THREAD, interleaved, paired_rounds, rounds_flag
 
 # (n_layers, d_model, n_heads, context, vocab, batch): the default GPT on the generated
 # language, and a wider one on a character corpus's vocabulary
@@ -140,10 +140,10 @@ def measure(size: tuple[int, ...], rounds: int = 5, steps: int = 10) -> dict[str
 def main(args: Any) -> int:
     """`bench --gpt`: print one row per size; exit 2 without torch."""
     from .torchpeer import torch_available
+    rounds = rounds_flag(args, 5)   # refused before anything, torch or not
     if not torch_available():
         print("error: bench --gpt needs PyTorch, the optional peer: pip install torch", file=sys.stderr)
         return 2
-    rounds = int(getattr(args, "rounds", None) or 5)
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     print(f"GPT training step, ours (NumPy) against PyTorch eager, one core each ({', '.join(f'{k}=1' for k in ONE_THREAD)}, "
           f"torch.set_num_threads(1)); {blas}; {rounds} interleaved rounds; {os.cpu_count()} cores", flush=True)

@@ -13,6 +13,23 @@ from typing import Any
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def rounds_flag(args: Any, default: int) -> int:
+    """`--rounds` of `bench --gpt` / `--torch-adapter` (`default` when not given);
+    ConfigError unless a whole number >= 1 (0 took the default without a word).
+
+    >>> from argparse import Namespace
+    >>> rounds_flag(Namespace(rounds=None), 5), rounds_flag(Namespace(rounds=2), 5)
+    (5, 2)
+    """
+    rounds = getattr(args, "rounds", None)
+    if rounds is None:
+        return default
+    if rounds < 1:
+        from ..config import ConfigError
+        raise ConfigError("rounds", "a whole number >= 1", rounds)
+    return int(rounds)
+
+
 def paired_rounds(module: str, spec: dict, what: str) -> dict[str, Any]:
     """Run `workbench.bench.<module>.child(spec)` in a fresh one-thread process, which prints a
     JSON line whose "rounds" are (ours, theirs) seconds per interleaved round; returns that

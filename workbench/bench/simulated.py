@@ -204,7 +204,10 @@ def measure_memory(algorithm: str, workers: int, steps: int = 3) -> dict[str, An
 
 def main(args: argparse.Namespace) -> int:
     from ..config import ConfigError
-    workers = int(getattr(args, "workers", None) or 64)
+    try:
+        workers = int(getattr(args, "workers", None) or 64)
+    except ValueError:   # `--workers 2,4`: a list is --allreduce's
+        raise ConfigError("workers", "a whole number of virtual workers in [1, 1024]", args.workers) from None
     repeats = int(getattr(args, "repeats", None) or 3)
     rows = int(getattr(args, "rows_per_worker", None) or 16)
     mem_workers = int(getattr(args, "memory_workers", None) or 1024)

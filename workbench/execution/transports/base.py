@@ -318,10 +318,22 @@ class Transport(ABC):
         return {"rank": rank, "name": worker["name"], "kind": worker["kind"], "host": worker["host"]}
 
 
-def choose_workers(available: list[dict], config: RunConfig) -> list[dict]:
-    """The workers a run uses: `gpus` GPU workers (all for "auto") then `cpus` CPU ones."""
-    gpu = [w for w in available if w["kind"] == "gpu"]
-    cpu = [w for w in available if w["kind"] == "cpu"]
+def choose_workers(available: list[dict], config: RunConfig, busy: dict[str, list[str]] | None = None) -> list[dict]:
+    """The workers a run uses: `gpus` GPU workers (all for "auto") then `cpus` CPU ones,
+    idle ones first, each kind in `available`'s order.
+
+    `busy`: each worker's tasks already there (address -> keys, as the scheduler's
+    `processing` has them): a worker with any is taken only when the idle ones are too few
+    (the run's task would queue behind them).
+
+    >>> ws = [{"address": a, "kind": "cpu"} for a in ("w0", "w1", "w2")]
+    >>> [w["address"] for w in choose_workers(ws, RunConfig(cpus=2), busy={"w0": ["long-1"]})]
+    ['w1', 'w2']
+    """
+    def idle_first(ws: list[dict]) -> list[dict]:
+        return sorted(ws, key=lambda w: bool((busy or {}).get(w["address"])))   # stable: the order otherwise
+    gpu = idle_first([w for w in available if w["kind"] == "gpu"])
+    cpu = idle_first([w for w in available if w["kind"] == "cpu"])
     n_gpu = len(gpu) if config.gpus == "auto" else config.gpus
     if n_gpu > len(gpu):
         raise ConfigError("gpus", f"at most the {len(gpu)} GPU worker(s) of this cluster", config.gpus)

@@ -43,6 +43,17 @@ LIVENESS_TIMEOUT_S = 2.0  # bound on asking the scheduler which workers live (se
 CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 
+def waiting_note(worker: dict, keys: list[str], shown: int = 2) -> str:
+    """What a run waits for on a busy worker, as its note says it.
+
+    >>> waiting_note({"name": "w0", "address": "tcp://h:1"}, ["slow-a", "slow-b", "slow-c"])
+    'worker w0 (tcp://h:1), busy with 3 task(s) already there (slow-a, slow-b, ...)'
+    """
+    more = ", ..." if len(keys) > shown else ""
+    return (f"worker {worker['name']} ({worker['address']}), busy with {len(keys)} task(s) already there "
+            f"({', '.join(keys[:shown])}{more})")
+
+
 def choose_comm(config: RunConfig, workers: list[dict]) -> str:
     """shm on one host, NCCL between GPU-only workers (if asked or available), else Dask."""
     hosts = sorted({w["host"] for w in workers})
@@ -96,19 +107,35 @@ class DaskTransport(Transport):
     # ------------------------------------------------------------------ set-up
     def choose(self, config: RunConfig) -> list[dict]:
         """The first workers by name (`choose_workers`) among those running this process's
-        code; one of other code refuses the run only when the others are too few."""
+        code, idle ones first; one of other code refuses the run only when the others are
+        too few. A chosen worker still busy with tasks (another client's, on a shared
+        cluster) is named in a note: the run's loop waits for them to end."""
         from ..cluster import other_code_error, workers_of
         others: list[str] = []
         available = workers_of(self.client, others=others)
+        busy = self._busy()
         try:
-            self.workers = choose_workers(available, config)
+            self.workers = choose_workers(available, config, busy=busy)
         except ConfigError as exc:
             if others and exc.field in ("cpus", "gpus"):   # too few: because of the ones of other code
                 raise other_code_error(others[0]) from None
             raise
         if others:
             platforms.note_once(f"left out {len(others)} worker(s) of other code: {'; '.join(others)}")
+        waits = [waiting_note(w, busy[w["address"]]) for w in self.workers if busy.get(w["address"])]
+        if waits:
+            platforms.note_once(f"too few idle workers: the run waits for {'; '.join(waits)}")
         return self.workers
+
+    def _busy(self) -> dict[str, list[str]]:
+        """Each worker's tasks already on it (the scheduler's `processing`); {} if the
+        scheduler does not answer in time (the run then takes the workers by name)."""
+        try:
+            got = self.client.sync(self.client.scheduler.processing, workers=None,
+                                   callback_timeout=LIVENESS_TIMEOUT_S)
+        except Exception:
+            return {}
+        return {addr: [str(k) for k in keys] for addr, keys in got.items() if keys}
 
     def again(self) -> DaskTransport:
         fresh = DaskTransport(self.client)
