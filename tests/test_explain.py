@@ -353,7 +353,8 @@ def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_pat
     import copy
     one, two = real_pair
     demo = tmp_path / "demo"
-    for k, (r1, r2) in enumerate([(100.0, 120.0), (100.0, 80.0), (100.0, 90.0)], start=1):
+    # (each round's pair read together: round 2's 1-worker run against round 2's 2-worker one)
+    for k, (r1, r2) in enumerate([(100.0, 120.0), (50.0, 40.0), (200.0, 180.0)], start=1):
         where = demo if k == 1 else demo / f"round-{k}"
         a, b = copy.deepcopy(one), copy.deepcopy(two)
         a.summary["samples_per_s"], b.summary["samples_per_s"] = r1, r2
@@ -361,7 +362,7 @@ def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_pat
         a.save(where / "one-worker")
     e, = explain([demo / "one-worker", demo])
     assert e.lines[1].startswith("  rounds: this reads round 1 of 3"), e.text()
-    assert "the 3 rounds' medians give 2 workers 0.90x 1 worker (round by round 0.80x-1.20x)" in e.lines[1]
+    assert "the 3 rounds' medians give 2 workers 1.20x 1 worker (round by round 0.80x-1.20x)" in e.lines[1]
     sweep = tmp_path / "sweep"
     one.save(sweep / "w1")
     two.save(sweep / "w2")

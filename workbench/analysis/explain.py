@@ -630,10 +630,13 @@ def _busy(one: RunSteps | None, n: RunSteps) -> str:
     'the 2-worker run: other processes used 1.6 of 2 cores'
     >>> _busy(None, R(workers=2, simulated=False, machine_note=None))
     ''
+    >>> _busy(None, R(workers=2, simulated=False, machine_note="other processes used 1.6 of 2 cores of this host "
+    ...                "during this run (2 workers on other hosts, whose load this host cannot see): x"))
+    ''
     """
     said = []
-    for r in (one, n):
-        if r is not None and r.machine_note and not r.simulated:
+    for r in (one, n):   # (a note of this host's load where the workers ran elsewhere says nothing of theirs)
+        if r is not None and r.machine_note and not r.simulated and "on other hosts" not in r.machine_note:
             said.append(f"the {r.workers}-worker run: {r.machine_note.split(' during this run')[0]}")
     return "; ".join(said)
 
@@ -902,13 +905,16 @@ def _rounds(path: str | Path) -> list[Path]:
     DIR/round-K/one-worker) and a sweep's (DIR/wN, DIR/wN-rK)."""
     d = Path(path)
 
-    def runs(paths: Any) -> list[Path]:
-        return sorted((p for p in paths if (p / "summary.json").is_file()), key=_round_no)
-    found = runs(d.glob("round-*"))                                  # the demo's N-worker run
+    import re
+
+    def runs(paths: Any, pattern: str) -> list[Path]:
+        return sorted((p for p in paths if re.fullmatch(pattern, p.name if pattern[0] != "^" else p.parent.name)
+                       and (p / "summary.json").is_file()), key=lambda p: _round_no(p if pattern[0] != "^" else p.parent))
+    found = runs(d.glob("round-*"), r"round-\d+")                                  # the demo's N-worker run
     if not found and d.parent.name:
-        found = runs(q / d.name for q in d.parent.glob("round-*"))   # ... its 1-worker run
+        found = runs((q / d.name for q in d.parent.glob("round-*")), r"^round-\d+")   # ... its 1-worker run
     if not found:
-        found = runs(d.parent.glob(f"{d.name}-r*"))                  # a sweep's point
+        found = runs(d.parent.glob(f"{d.name}-r*"), re.escape(d.name) + r"-r\d+")   # a sweep's point
     return [d, *found] if found else []
 
 
