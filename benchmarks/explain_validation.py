@@ -74,6 +74,9 @@ def real(rounds: int = 3, steps: int = 300) -> dict:
         two = wb.run(wb.RunConfig(**REAL, cpus=2, batch_size=BASE_BATCH, steps=steps), cluster=client, progress=False)
         e, = explain([one, two])
         print(e.text(), flush=True)
+        if "crossover_batch" not in e.predictions:   # a busy machine: explain predicts nothing (docs/explain.md)
+            print("the machine was busy: no crossover predicted, nothing to measure")
+            return {"explanation": e.text()}
         mid, lo, hi = e.predictions["crossover_batch"]
         if not math.isfinite(mid) or mid <= 0:
             print("no finite crossover predicted: nothing to measure")

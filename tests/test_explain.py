@@ -117,7 +117,10 @@ def test_the_straggler_by_jitter_is_no_persistent_rank_but_a_slow_device_is():
 def test_a_lone_run_is_compared_with_the_one_worker_step_the_model_predicts(explained):
     _, one, many = explained["model too small for its exchange"]
     alone, = explain([many])
-    assert alone.limit == "exchange" and "the speed the model predicts for 1 worker" in alone.first_line
+    assert alone.limit == "exchange" and "the speed the model predicts for 1 worker" not in alone.first_line
+    # the 1-worker step is a guess, said as one, with the command that measures it
+    assert "no 1-worker run: the model's guess from this run alone is" in alone.first_line, alone.first_line
+    assert "workbench explain ONE_WORKER_RUN THIS_RUN" in alone.first_line
     single, = explain([one])
     assert single.first_line.startswith("limited by: compute") and "on 1 worker" in single.first_line
 
@@ -278,3 +281,140 @@ def test_a_real_run_across_hosts_is_not_explained_by_shared_memorys_documented_l
     assert _bytes_and_network(SimpleNamespace(summary={**base, "comm": "nccl"}))[1] is None
     sim = {**base, "comm": "sim", "simulated": True, "network": "10GbE"}
     assert _bytes_and_network(SimpleNamespace(summary=sim))[1] == "10GbE"
+
+
+def _threads_run(cpus: int, **changes):
+    cfg = RunConfig(algorithm="sync_sgd", cpus=cpus, dataset="digits", model="softmax", batch_size=64, steps=80,
+                    seed=0, **changes)
+    result = wb.run(cfg, cluster="threads", progress=False)
+    result.summary["machine_note"] = None
+    result.summary["machine"] = {**(result.summary.get("machine") or {}), "cores": 2, "other_cores": 0.0,
+                                 "steal_cores": 0.0}
+    return result
+
+
+@pytest.fixture(scope="module")
+def real_pair():
+    return _threads_run(1), _threads_run(2)
+
+
+def test_a_lone_run_says_its_one_worker_step_is_a_guess_and_never_leaves_its_own_interval(real_pair):
+    """One 2-worker run cannot split a cost per call from a cost per row (a real pair with a
+    per-call cost of 0.17 ms measured 0.83x where the lone run said "1.43x ... 1.34x
+    (1.31x-1.38x)", and another lone run's headline 0.54x stood beside its model's 0.42x): the
+    headline gives the guess as a range from all per call to all per row, the model's line the
+    same range (its interval covers both ends), and the command that measures it."""
+    import re
+    _, two = real_pair
+    alone, = explain([two])
+    head = alone.first_line
+    assert "no 1-worker run" in head and "cost per call" in head and "ONE_WORKER_RUN THIS_RUN" in head, head
+    lo, hi = (float(v) for v in re.search(r"alone is ([\d.]+)x-([\d.]+)x", head).groups())
+    mid, low, high = alone.predictions["speedup_model"]
+    assert low <= lo < hi <= high and mid == pytest.approx(hi, abs=0.006), (head, alone.predictions)
+    line, = [x for x in alone.lines if "the model's speed-up here" in x]
+    assert f"{lo:.2f}x-{hi:.2f}x" in line and "a guess" in line, line
+
+
+def test_a_busy_machine_names_no_limit_and_gives_no_advice(real_pair):
+    """Other processes' share of the cores (the runs' machine notes, `util.machine.note`'s rule)
+    decides the answer on a busy machine: a busy pair was "limited by the exchange" with
+    "DiLoCo pays here already", the same config idle "compute that does not shrink"; the
+    crossover batch flipped from none to 444. Explain says it cannot tell, and by how much the
+    machine was busy, instead."""
+    import copy
+    one, two = (copy.deepcopy(r) for r in real_pair)
+    one.summary["machine_note"] = ("other processes used 1.5 of 2 cores during this run: its throughput measures "
+                                   "the machine, not the algorithm")
+    e, = explain([one, two])
+    assert e.limit == "machine"
+    assert e.first_line.startswith("limited by: cannot be told from these runs: the machine was busy (the 1-worker "
+                                   "run: other processes used 1.5 of 2 cores)"), e.first_line
+    assert not any(x.startswith(("  batch:", "  network:", "  model size:")) for x in e.lines), e.text()
+    assert e.predictions == {}
+    quiet, = explain(list(real_pair))
+    assert quiet.limit != "machine" and any(x.startswith("  batch:") for x in quiet.lines)
+
+
+def test_a_starved_one_worker_run_does_not_raise_the_workers_compute_at_once():
+    """The cores cap was min(N, free_N) / min(1, free_1): a 1-worker run left 0.3 cores made a
+    2-worker run left 0.54 compute "1.8 workers' worth" at once."""
+    from types import SimpleNamespace as R
+
+    from workbench.analysis.explain import _parallel
+    assert _parallel(R(free_cores=0.3), R(free_cores=0.54, workers=2)) == pytest.approx(0.54)
+
+
+def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_path):
+    """The demo writes DIR (round 1), DIR/one-worker and DIR/round-K/{.,one-worker}; a sweep
+    DIR/wN and DIR/wN-rK beside its sweep.csv. A demo that printed 0.90x (the medians of 8
+    rounds) was explained as 1.20x from round 1 without a word, and a sweep's folder was called
+    "an uncommitted run directory"."""
+    import copy
+    one, two = real_pair
+    demo = tmp_path / "demo"
+    # (each round's pair read together: round 2's 1-worker run against round 2's 2-worker one)
+    for k, (r1, r2) in enumerate([(100.0, 120.0), (50.0, 40.0), (200.0, 180.0)], start=1):
+        where = demo if k == 1 else demo / f"round-{k}"
+        a, b = copy.deepcopy(one), copy.deepcopy(two)
+        a.summary["samples_per_s"], b.summary["samples_per_s"] = r1, r2
+        b.save(where)
+        a.save(where / "one-worker")
+    e, = explain([demo / "one-worker", demo])
+    assert e.lines[1].startswith("  rounds: this reads round 1 of 3"), e.text()
+    assert "the 3 rounds' medians give 2 workers 1.20x 1 worker (round by round 0.80x-1.20x)" in e.lines[1]
+    sweep = tmp_path / "sweep"
+    one.save(sweep / "w1")
+    two.save(sweep / "w2")
+    (sweep / "sweep.csv").write_text("workers,samples_per_s\n1,1\n2,1\n")
+    with pytest.raises(wb.ConfigError, match="a sweep's folder: explain its runs, e.g. .*w1 .*w2"):
+        explain([sweep])
+
+
+def test_a_real_run_and_a_simulated_one_are_not_compared(real_pair):
+    """Virtual samples/s against real ones is no speed-up ("2 workers ran 0.85x 1 worker")."""
+    import copy
+    one, two = real_pair
+    sim = copy.deepcopy(two)
+    sim.summary["simulated"] = True
+    with pytest.raises(wb.ConfigError, match="all real or all simulated"):
+        explain([one, sim])
+
+
+def test_the_mismatched_model_error_gives_parameter_counts(explained):
+    from workbench.analysis.costmodel import n_params_of
+    _, one, _ = explained["straggler by jitter"]
+    _, _, other = explained["model too small for its exchange"]
+    with pytest.raises(wb.ConfigError) as info:
+        explain([one, other])
+    assert f"{n_params_of(other)}" in str(info.value), str(info.value)
+
+
+def test_the_straggler_line_says_one_thing():
+    """With 2 workers the median of both is their mean; a worker slowest in 95% of the steps was
+    called "none persistent ... the slowest changes from step to step"."""
+    from types import SimpleNamespace as R
+
+    import pandas as pd
+
+    from workbench.analysis.explain import _straggler_line
+    pr = pd.DataFrame({"compute_s": [1.0, 1.56], "compute_se": [0.05, 0.1], "slowest_share": [0.05, 0.95]})
+    line = _straggler_line(R(workers=2, per_rank=pr))
+    assert line.startswith("  straggler: worker 1, computing +56% over the other worker"), line
+    pr = pd.DataFrame({"compute_s": [1.0, 1.15], "compute_se": [0.1, 0.1], "slowest_share": [0.59, 0.41]})
+    line = _straggler_line(R(workers=2, per_rank=pr))
+    assert "none persistent" in line and "changes from step to step" in line, line
+
+
+def test_the_model_says_why_it_misses_the_measured_only_outside_its_interval():
+    """'(below the measured: ...)' was missing for a model of 0.52x (0.19-0.67) beside a
+    measured 0.77x and present for 0.35x beside a measured 0.37x inside it."""
+    import numpy as np
+
+    from workbench.analysis.explain import Model, _against_measured
+    one = np.ones(1)
+    m = Model(workers=2, batch=32.0, c0=0 * one, c1=one, x_alpha=one, x_beta=0 * one, omega=0 * one,
+              o_one=0 * one, o_n=0 * one)
+    assert _against_measured(m, 2, (0.52, 0.19, 0.67), 0.77).startswith(" (below the measured 0.77x: ")
+    m.parallel = 1.1
+    assert _against_measured(m, 2, (0.35, 0.29, 0.41), 0.37) == ""

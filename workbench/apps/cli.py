@@ -1255,10 +1255,10 @@ def _formatted(table: Any, fmt: dict[str, Any]) -> Any:
 def _explain(args: argparse.Namespace) -> int:
     """`explain RUN [RUN...]`: each run with more workers against the one with fewest
     (`analysis.explain`), printed; the first line of each says what limits it."""
-    from ..analysis.explain import explain
-    from ..results.result import RunResult
-    dirs = _run_dirs(args.runs)
-    found = explain([RunResult.load(d) for d in dirs])
+    from ..analysis.explain import explain, refuse_folder
+    for d in args.runs:   # a sweep's folder: its runs are what to explain
+        refuse_folder(d)
+    found = explain(_run_dirs(args.runs))   # (directories: explain reads a demo's or a sweep's rounds beside them)
     print("\n\n".join(e.text() for e in found))
     return EXIT_OK
 
