@@ -48,6 +48,31 @@ def test_ring_and_tree_allreduce_match_hand_computed_values(p, ring, tree):
     assert a * 1e-5 + b * 1e-9 == pytest.approx(ring, abs=1e-15)
 
 
+@pytest.mark.parametrize("p, hand", [
+    (2, 1e-5 + 1e6 * 1e-9),                       # one swap: one message of the whole buffer each way
+    (3, 4 * 1e-5 + 4 / 3 * 1e6 * 1e-9),           # the ring: 2 (P-1) messages of n / P
+    (4, 6 * 1e-5 + 1.5 * 1e6 * 1e-9),
+])
+def test_our_dask_ring_swaps_at_two_workers_and_is_the_ring_beyond(p, hand):
+    # comm/ring.py: "With P = 2 the two ranks instead swap whole buffers ... one hop instead of two";
+    # the standard ring ("ring", what the simulator charges) takes two hops of n/2 there: alpha more
+    a, b = cm.allreduce_terms(p, 1e6, "dask_ring")
+    assert a * 1e-5 + b * 1e-9 == pytest.approx(hand, abs=1e-15)
+    assert cm.swap_allreduce_time(p, 1e6, 1e-5, 1e-9) == pytest.approx(hand, abs=1e-15)
+    ring = cm.ring_allreduce_time(p, 1e6, 1e-5, 1e-9)
+    assert ring - hand == pytest.approx(1e-5 if p == 2 else 0.0, abs=1e-15)
+    cal = cm.Calibration(compute={"cpu": (0.0, 1e-6)}, alpha=1e-5, beta=1e-9, n_params=250_000)   # 1 MB
+    step = cm.step_prediction(cal, "sync_sgd", p, 64 * p, allreduce="dask_ring")
+    assert step["comm_s"] == pytest.approx(hand, rel=1e-12)
+    assert set(cm.ALLREDUCE_ALGORITHMS) == set(cm.ALLREDUCES) == {"ring", "tree", "dask_ring"}
+
+
+def test_the_10gbe_profile_says_its_alpha_and_the_dask_rings_measured_one():
+    note = cm.NETWORKS["10GbE"].note
+    assert cm.NETWORKS["10GbE"].alpha == 50e-6 and "~50 us a message" in note
+    assert "0.22-0.61 ms" in note and "ring_two_hosts" in note
+
+
 def test_exchange_terms_per_algorithm():
     n = 1000.0
     assert cm.exchange_terms("sgd", 4, n) is None

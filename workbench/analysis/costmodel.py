@@ -6,8 +6,17 @@ measured points. The model (Hockney's alpha-beta, as in Thakur et al. 2005):
 
     one message of n bytes           alpha + n * beta          (alpha: latency, beta: s/byte)
     compute of b samples, one worker  c0 + c1 * b               (per worker kind: cpu, gpu)
-    ring allreduce, P workers        2 (P-1)/P n beta + 2 (P-1) alpha
+    ring allreduce, P workers        2 (P-1)/P n beta + 2 (P-1) alpha   (the standard ring; also at P = 2)
     tree allreduce, P workers        2 ceil(log2 P) (alpha + n beta)
+    our Dask ring, P = 2             alpha + n beta   (`allreduce="dask_ring"`: a swap of whole buffers)
+
+`ALLREDUCE_ALGORITHMS` names what each `allreduce` charges. "ring", the default, is what the
+simulator charges and `explain` counts messages by: the standard ring of an NCCL/MPI-class stack
+on a profile's documented alpha (10GbE: 50 us). Our own ring over Dask (`comm.ring`, real runs
+across hosts) swaps whole buffers at P = 2 (one message, not two) but pays 0.22-0.61 ms a message
+where that profile says 50 us (docs/benchmarks.md, "What the ring does between two hosts"): read as
+predictions for it, 10GbE results for small models are optimistic on latency; for it, name
+`dask_ring` and calibrate the link (`calibrate(link=linkfit.benchmark_link(client))`).
 
 Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
 
@@ -69,6 +78,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     Network,
     message_time,
     ring_allreduce_time,
+    swap_allreduce_time,
     tree_allreduce_time,
     tree_levels,
 )
@@ -81,7 +91,16 @@ BYTES_PER_PARAM = 4  # float32
 
 MEASURED = "measured"           # the network name of calibrated alpha / beta
 
-ALLREDUCES = ("ring", "tree")
+# The allreduce each name charges (A alpha + B beta, `allreduce_terms`); "ring" is what the simulator
+# charges and what `explain` counts messages by
+ALLREDUCE_ALGORITHMS = {
+    "ring": "the standard ring (reduce-scatter + all-gather, as NCCL, gloo and MPI run it): 2 (P-1) messages of "
+            "n/P bytes, two at P = 2",
+    "tree": "a binary tree, reduce then broadcast: 2 ceil(log2 P) messages of n bytes",
+    "dask_ring": "our ring over Dask's connections (comm.ring): the ring at P >= 3, one swap of the whole buffer "
+                 "at P = 2 (one message of n bytes each way)",
+}
+ALLREDUCES = tuple(ALLREDUCE_ALGORITHMS)
 
 
 # ------------------------------------------------------------------------------ formulas
@@ -97,10 +116,14 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tu
     (6.0, 150.0)
     >>> allreduce_terms(4, 100.0, "tree")
     (4.0, 400.0)
+    >>> allreduce_terms(2, 100.0, "ring"), allreduce_terms(2, 100.0, "dask_ring")   # two hops of n/2, or one swap
+    ((2.0, 100.0), (1.0, 100.0))
     """
     _check_allreduce(allreduce)
     p = int(workers)
-    if allreduce == "ring":
+    if allreduce == "dask_ring" and p == 2:
+        return 1.0, float(n_bytes)
+    if allreduce in ("ring", "dask_ring"):
         return 2.0 * (p - 1), 2.0 * (p - 1) / p * n_bytes
     levels = tree_levels(p)
     return 2.0 * levels, 2.0 * levels * n_bytes
@@ -157,7 +180,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         n_bytes: bytes of one parameter vector.
         tau: EASGD local steps between exchanges.
         round_size: LTFB steps between tournaments.
-        allreduce: "ring" or "tree".
+        allreduce: "ring", "tree" or "dask_ring" (`ALLREDUCE_ALGORITHMS`).
         sync_share: post_local_sgd's share of steps before its switch (averaging every step).
         compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
         topology: dpsgd's graph (`gossip_terms`).
@@ -486,7 +509,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         workers: P >= 1.
         batch_size: global batch B (b = B / P per worker; LTFB: B / K per trainer, one worker each).
         network: a NETWORKS name or "measured".
-        allreduce: "ring" or "tree" (synchronous algorithms).
+        allreduce: "ring", "tree" or "dask_ring" (synchronous algorithms; `ALLREDUCE_ALGORITHMS`).
         tau, round_size, tournament_size: algorithm knobs.
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.

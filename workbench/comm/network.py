@@ -1,7 +1,9 @@
 """The network model: links as latency and inverse bandwidth, and the collectives' alpha-beta times.
 
 Hockney's alpha-beta model (as in Thakur et al. 2005): one message of n bytes takes
-alpha + n beta; a ring allreduce of P workers 2 (P-1)/P n beta + 2 (P-1) alpha; a
+alpha + n beta; a ring allreduce of P workers 2 (P-1)/P n beta + 2 (P-1) alpha (the standard
+ring, two messages at P = 2; our ring over Dask swaps whole buffers there, alpha + n beta:
+`swap_allreduce_time`); a
 binary-tree one 2 ceil(log2 P) (alpha + n beta); replicas in one shared memory (the
 partitions of a chip) a tree of sums through it. Pure data and pure functions, low in
 the layers, so that the cost model (`analysis.costmodel`) and the simulated cluster
@@ -29,7 +31,11 @@ NETWORKS: dict[str, Network] = {
                    "this host: shared memory between worker processes; ~20 us per exchange "
                    "(two flag barriers polled from Python), ~2 GB/s copy-and-sum through one core"),
     "10GbE": Network("10GbE", 50e-6, 1 / 1.1e9,
-                     "10 Gb/s Ethernet over TCP: ~50 us through the kernel stack, ~1.1 GB/s achievable"),
+                     "10 Gb/s Ethernet over TCP: ~50 us a message through the kernel stack (an NCCL/MPI-class "
+                     "library's latency), ~1.1 GB/s achievable. Our ring over Dask (comm.ring) pays more a "
+                     "message: 0.22-0.61 ms measured between two hosts' TCP stacks on the shared 2-core VM "
+                     "(benchmarks/ring_two_hosts.py, 2026-12-05, load 6-7; docs/benchmarks.md), so for it "
+                     "this profile's latency is optimistic: benchmark the link (analysis.linkfit) instead"),
     "100GbE": Network("100GbE", 20e-6, 1 / 11e9,
                       "100 Gb/s Ethernet over TCP: ~20 us, ~11 GB/s achievable"),
     "InfiniBand HDR": Network("InfiniBand HDR", 2e-6, 1 / 23e9,
@@ -52,7 +58,10 @@ def message_time(n_bytes: float, alpha: float, beta: float) -> float:
 
 
 def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha.
+    """Ring allreduce (reduce-scatter + allgather): 2 (P-1)/P n beta + 2 (P-1) alpha: the
+    standard ring of NCCL, gloo and MPI, 2 (P-1) messages of n/P bytes at every P, two at
+    P = 2 (what the simulator and the cost model charge as "ring"). Our ring over Dask
+    swaps whole buffers at P = 2 instead (`swap_allreduce_time`).
 
     >>> ring_allreduce_time(4, 1e6, 1e-5, 1e-9)  # 1.5e-3 + 6e-5
     0.00156
@@ -61,6 +70,21 @@ def ring_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float)
     """
     p = int(workers)
     return 2 * (p - 1) / p * n_bytes * beta + 2 * (p - 1) * alpha
+
+
+def swap_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Our ring over Dask's connections (`comm.ring`): at P = 2 the two ranks swap whole
+    buffers, one message of n bytes each way at once, alpha + n beta (the same bytes as the
+    ring, one hop instead of two); at P >= 3 the ring (`ring_allreduce_time`).
+
+    >>> round(swap_allreduce_time(2, 1e6, 1e-5, 1e-9), 9)     # 1e-5 + 1e-3; the ring: 2e-5 + 1e-3
+    0.00101
+    >>> swap_allreduce_time(4, 1e6, 1e-5, 1e-9) == ring_allreduce_time(4, 1e6, 1e-5, 1e-9)
+    True
+    """
+    if int(workers) == 2:
+        return alpha + n_bytes * beta
+    return ring_allreduce_time(workers, n_bytes, alpha, beta)
 
 
 def tree_levels(workers: int) -> int:
