@@ -997,11 +997,12 @@ def _verdict_first(table: Any, plan: Any) -> Any:
 
 
 def grid_notes(table: Any, plan: Any) -> list[tuple[str, str]]:
-    """(combination, the first note any of its runs had): a run that learned nothing or
-    learned its training set by heart."""
+    """(combination, note): the first note any of its runs had (a run that learned nothing or
+    learned its training set by heart), and how many of its runs other processes crowded
+    (`machine_note`)."""
     from ..analysis.grid import GridPlan
-    return [(GridPlan.label({k: row[k] for k in plan.values}), row["note"]) for _, row in table.iterrows()
-            if isinstance(row.get("note"), str) and row["note"]]
+    return [(GridPlan.label({k: row[k] for k in plan.values}), row[c]) for _, row in table.iterrows()
+            for c in ("note", "machine_note") if isinstance(row.get(c), str) and row[c]]
 
 
 def _seeds_flag(text: str) -> list[int]:
@@ -1015,7 +1016,7 @@ def _seeds_flag(text: str) -> list[int]:
 def grid_text(table: Any, plan: Any) -> str:
     """A grid's table for the terminal: each combination, its metric over the seeds as
     mean +- deviation (range), beside a validation metric the test set's mean, the
-    throughput and the verdict (grid.csv keeps every column)."""
+    throughput as mean (range over the seeds) and the verdict (grid.csv keeps every column)."""
     if not len(table):
         return "(no run finished)"
     m = plan.metric
@@ -1036,7 +1037,15 @@ def grid_text(table: Any, plan: Any) -> str:
         shown[test.replace("final_", "").replace("_", " ") + " (mean)"] = [
             "-" if v is None or v != v else f"{v:.4f}" for v in table[test]]
     rate = "samples/virtual s" if plan.config.simulate else "samples/s"   # a simulated run's clock is virtual
-    shown[rate] = ["-" if v is None or v != v else f"{v:,.0f}" for v in table["samples_per_s"]]
+
+    def over_seeds_rate(row: Any) -> str:   # the mean, and the range over the seeds where they differ
+        v, lo, hi = row["samples_per_s"], row.get("samples_per_s_min"), row.get("samples_per_s_max")
+        if v is None or v != v:
+            return "-"
+        if lo is None or hi is None or lo != lo or hi != hi or int(row["completed"]) < 2:
+            return f"{v:,.0f}"
+        return f"{v:,.0f} ({lo:,.0f}-{hi:,.0f})"
+    shown[rate] = [over_seeds_rate(r) for _, r in table.iterrows()]
     shown["verdict"] = table["verdict"]
     return shown.to_string(index=False)
 
