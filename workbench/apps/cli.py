@@ -1055,9 +1055,16 @@ SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/
          "final_val_accuracy": "val acc", "steps": "steps", "status": "status", "rounds": "rounds", "spread": "+-"}   # sweep.csv's columns the terminal shows
 
 
+SIMULATED_SWEEP = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
+                   "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
+                   "one round measures a point and there is no +- to measure")
+
+
 def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
-    keeps them all), each number at the precision it is known to; "-" where there is none."""
+    keeps them all), each number at the precision it is known to; "-" where there is none.
+    A simulated sweep's says so above its header (`SIMULATED_SWEEP`: virtual time, and why
+    "+-" is "-") and heads its rates "samples/virtual s", as a simulated grid's are."""
     from ..measure import spread_text
     held_out = "final_val_accuracy" in table.columns and table["final_val_accuracy"].notna().any()
     shown = table[[c for c in SWEPT if c in table.columns and (held_out or c != "final_val_accuracy")]].rename(columns=SWEPT)
@@ -1067,6 +1074,9 @@ def sweep_text(table: Any) -> str:
     shown = _formatted(shown, fmt)
     if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
+    simulated = len(table) > 0 and "simulated" in table.columns and table["simulated"].fillna(False).astype(bool).all()
+    if simulated:   # virtual seconds: read as this machine's throughput, the table would mislead
+        return SIMULATED_SWEEP + "\n" + shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
     return shown.to_string(index=False)
 
 
