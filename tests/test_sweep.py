@@ -121,9 +121,15 @@ def test_configs_are_all_checked_before_any_run():
     assert calls == []
     with pytest.raises(ConfigError, match="mode: one of"):
         sweep_configs(cfg, [1, 2], mode="medium")
-    for bad in ([], [0, 1], ["x"], [True]):
+    for bad in ([], [0, 1], ["x"], [True], "", "1,x", "0,1"):
         with pytest.raises(ConfigError, match="workers: a non-empty list"):
             sweep_configs(cfg, bad)
+    # the text a person types (the CLI's --workers, the dashboard's box and its docstring): "12" is
+    # twelve workers, not one and two
+    assert [c.cpus for c in sweep_configs(cfg.replace(batch_size=16), "1, 2,4")] == [1, 2, 4]
+    assert [c.cpus for c in sweep_configs(cfg.replace(batch_size=16), "12")] == [12]
+    from workbench.analysis.sweep import Sweep
+    assert Sweep.plan(cfg.replace(batch_size=16), "1,2", "strong").workers == (1, 2)      # wb.sweep's plan
 
 
 def test_a_weak_sweep_past_the_training_set_is_refused_before_its_first_point(monkeypatch):
