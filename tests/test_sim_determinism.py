@@ -464,3 +464,6 @@ def test_a_calibration_on_a_busy_machine_says_so_and_is_not_kept_as_this_machine
     out = capsys.readouterr().out
     assert "note (1 worker): calibrated on a busy machine: batch 256 took 0.39 ms" in out
     assert "note (2 workers): calibrated on a busy machine: " in out
+    # a short timing's few ticks of others' CPU are not a busy machine (CPU times count in 10 ms ticks)
+    assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 0.3, "steal_cores": 0.0}, None, 2) is None
+    assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 1.5, "steal_cores": 0.0}, None, 2)

@@ -392,6 +392,8 @@ def _load_now() -> float | None:
 # ------------------------------------------------------------------------------ a calibration's quality
 CALIBRATION_SPREAD_BOUND = 0.25   # a timing whose calls spread (`cv`) past this is not this core's steady time
 CALIBRATION_CHEAPER = 0.8         # a larger batch under this share of a smaller one's time: not a core's cost
+OTHERS_MIN_S = 0.1                # other processes' CPU seconds a timing must see to call them busy: CPU times
+#                                   count in the kernel's 10 ms ticks, and a timing alone lasts 0.2-0.5 s
 
 
 def _children_cpu_s() -> float:
@@ -421,14 +423,15 @@ def _watched(into: dict[str, Any]):
 
 def _busy_while_timed(state: dict[str, Any] | None, load: float | None, cores: int) -> str | None:
     """The clause for a timing that other processes (or steal) disturbed, by the rule every
-    run's `machine_note` follows (`util.machine.OTHERS_NOTICEABLE` of the cores), else None.
+    run's `machine_note` follows (`util.machine.OTHERS_NOTICEABLE` of the cores, and at least
+    OTHERS_MIN_S of their CPU: a few ticks over a short timing are not a measurement), else None.
     A record from before this was watched has only the load average after its timing (which
     counts the timing process itself): a load of the cores or more says the machine was busy."""
     from ..util.machine import OTHERS_NOTICEABLE
     if state and state.get("other_cores") is not None:
         cores = int(state.get("cores") or cores)
         others = float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
-        if others >= OTHERS_NOTICEABLE * cores:
+        if others >= OTHERS_NOTICEABLE * cores and others * float(state.get("wall_s") or math.inf) >= OTHERS_MIN_S:
             return f"other processes used {others:.1f} of {cores} cores while it was timed"
         return None
     if load is not None and load >= cores:
