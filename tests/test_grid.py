@@ -183,10 +183,10 @@ def test_identical_accuracies_are_a_tie_and_rates_keep_their_spread_and_the_busy
                          "measure the machine at that moment, not the settings")
     two = table.set_index("cpus").loc[2]
     assert (two["samples_per_s_min"], two["samples_per_s_max"]) == (min(rates[2]), max(rates[2]))
-    assert two["machine_note"] == "3 of 3 runs: " + busy.format(1.3)
+    assert two["machine_note"] == "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)
     text = grid_text(table, plan)
     assert "53,701 (31,117-82,198)" in text and "100,624 (66,387-130,225)" in text
-    assert ("cpus=2", "3 of 3 runs: " + busy.format(1.3)) in grid_notes(table, plan)
+    assert ("cpus=2", "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)) in grid_notes(table, plan)
     # one point just below the other: the best is named as before
     rows[1]["final_test_accuracy"] -= 1e-9
     assert combine(rows, plan)["verdict"].tolist()[0] == "best"

@@ -196,7 +196,7 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
         notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
         row["note"] = notes[0] if notes else None
         busy = [n for n in mine.get("machine_note", pd.Series(dtype=object)).tolist() if isinstance(n, str) and n]
-        row["machine_note"] = f"{len(busy)} of {len(mine)} runs: {busy[0]}" if busy else None
+        row["machine_note"] = f"{len(busy)} of {len(mine)} runs on a busy machine, the first: {busy[0]}" if busy else None
         row["_vals"] = vals
         row["_n_test"] = plan.test_rows(point) if plan.metric.endswith("_accuracy") else None
         out.append(row)
@@ -292,7 +292,7 @@ def _busy_text(table: pd.DataFrame) -> str:
     """"" where no run was crowded; else the sentence the verdict ends with: how many of the
     grid's runs other processes crowded, so their samples/s compare the machine's moments.
 
-    >>> _busy_text(pd.DataFrame({"runs": [3, 3], "machine_note": ["3 of 3 runs: other processes used ...", None]}))
+    >>> _busy_text(pd.DataFrame({"runs": [3, 3], "machine_note": ["3 of 3 runs on a busy machine, the first: ...", None]}))
     '. The machine was busy during 3 of 6 runs (other processes used its cores): their samples/s measure the machine at that moment, not the settings'
     """
     if "machine_note" not in table:
