@@ -1208,6 +1208,19 @@ def test_a_sweep_that_cannot_run_every_point_is_refused_before_any_point(dash):
     assert "32 workers" in dash.status_text and not dash.running
 
 
+def test_the_worker_counts_can_be_given_as_the_docstring_and_the_box_give_them(dash):
+    # Dashboard.sweep's docstring gives workers as "1,2,4", as a teacher types them; passing that
+    # said "error: workers: a non-empty list of whole numbers >= 1, got '1,2'" (an audit,
+    # 2026-12-07). The text is read as the box's is: here it reaches the batch check, which
+    # refuses the weak sweep past 1,438 training rows before any point, as the list does.
+    dash.controls["batch_size"].value = 64
+    assert dash.sweep(workers="1, 2,4,8,16,32,64", mode="weak") is False
+    assert dash.status_text.startswith("error: batch_size: at most the training set size (1438)")
+    assert "32 workers" in dash.status_text and not dash.running
+    assert dash.sweep(workers="1,x") is False
+    assert dash.status_text == 'error: workers: a non-empty list of whole numbers >= 1 (or their text: "1,2,4"), got \'1,x\''
+
+
 def test_the_runs_table_sorts_run_numbers_as_numbers():
     import pandas as pd
     table = pd.DataFrame({"run": [f"#{k}" for k in (1, 2, 10, 11)], "algorithm": ["a", "b", "c", "d"]})

@@ -155,3 +155,38 @@ def test_a_simulated_grid_says_its_rates_are_virtual(capsys):
     assert main(["grid", "--simulate", "--algorithm", "sync_sgd", "--cpus", "4", "--steps", "20", "--vary", "tau=1",
                  "--vary", "batch-size=32,64", "--no-progress"]) == 0
     assert "samples/virtual s" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_identical_accuracies_are_a_tie_and_rates_keep_their_spread_and_the_busy_machine():
+    # An audit's `grid --vary cpus=1,2 --seeds 0,1,2` on a busy machine (2026-12-07, load 3-14):
+    # sync_sgd's accuracies are the same to the bit on 1 and 2 workers, yet the verdict said
+    # "best: cpus=1"; the table printed 100,624 against 53,701 samples/s (0.53x) with no
+    # spread, while the runs were 66k/105k/130k and 82k/31k/48k; and every run's machine_note
+    # (other processes used 1.3-1.6 of 2 cores) was dropped. Those runs' numbers:
+    from workbench.apps.cli import grid_notes, grid_text
+    busy = "other processes used {:.1f} of 2 cores during this run: its throughput measures the machine, not the algorithm"
+    plan = GridPlan.make(RunConfig(algorithm="sync_sgd"), {"cpus": [1, 2]}, seeds=[0, 1, 2])
+    accs = [0.865, 0.875, 0.8641666666666666]
+    rates = {1: [66386.85827587039, 105261.50138962944, 130224.7054674113],
+             2: [82198.18633777389, 31116.60778430853, 47789.38910747772]}
+    others = {1: [1.6, 1.6, 1.6], 2: [1.3, 1.5, 1.6]}
+    rows = [{"point": f"cpus={c}", "cpus": c, "seed": seed, "status": "completed", "final_test_accuracy": accs[seed],
+             "final_test_loss": 0.37, "best_test_loss": 0.36, "samples_per_s": rates[c][seed], "wall_time_s": 7.0,
+             "steps": 225, "note": None, "machine_note": busy.format(others[c][seed])}
+            for seed in range(3) for c in (1, 2)]
+    table = combine(rows, plan)
+    assert table["verdict"].tolist() == ["a tie for the best (the same mean, to the bit)"] * 2
+    said = verdict_text(table, plan)
+    assert said.startswith("a tie: cpus=1 and cpus=2 reached the same mean test accuracy, 0.8681 (0.8642-0.875 over "
+                           "3 seeds), to the bit: no best among them") and "best:" not in said
+    assert said.endswith(". The machine was busy during 6 of 6 runs (other processes used its cores): their samples/s "
+                         "measure the machine at that moment, not the settings")
+    two = table.set_index("cpus").loc[2]
+    assert (two["samples_per_s_min"], two["samples_per_s_max"]) == (min(rates[2]), max(rates[2]))
+    assert two["machine_note"] == "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)
+    text = grid_text(table, plan)
+    assert "53,701 (31,117-82,198)" in text and "100,624 (66,387-130,225)" in text
+    assert ("cpus=2", "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)) in grid_notes(table, plan)
+    # one point just below the other: the best is named as before
+    rows[1]["final_test_accuracy"] -= 1e-9
+    assert combine(rows, plan)["verdict"].tolist()[0] == "best"

@@ -45,6 +45,15 @@ def _no_timing(monkeypatch) -> None:
     monkeypatch.setattr(calibration, "co_run_device", refuse)
 
 
+@pytest.fixture
+def judged_good(monkeypatch):
+    """These tests time this core for real and check how its calibration is cached and replayed;
+    on a busy machine (this shared 2-core one at load 10) a real timing is judged not this
+    machine's and is not cached (`calibration_problems`, tested on injected timings below):
+    here every timing is judged good, whatever the load."""
+    monkeypatch.setattr(calibration, "calibration_problems", lambda record, cpu_workers=None: [])
+
+
 @pytest.mark.parametrize("workers", [dict(cpus=2), dict(gpus=2)], ids=["cpu-workers", "gpu-workers"])
 @pytest.mark.parametrize("algorithm", sorted(REGISTRY))
 def test_the_same_config_twice_is_bitwise_the_same_run(algorithm, workers, monkeypatch):
@@ -57,6 +66,7 @@ def test_the_same_config_twice_is_bitwise_the_same_run(algorithm, workers, monke
     assert first.summary.get("calibration") is None      # nothing was measured
 
 
+@pytest.mark.usefixtures("judged_good")
 def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     calibration._LOCAL.clear()
@@ -75,6 +85,7 @@ def test_local_is_timed_once_cached_recorded_and_replayed(tmp_path, monkeypatch)
     _same(first, run_simulated(config.replace(calibration=str(cached[0]))))  # the calibration file
 
 
+@pytest.mark.usefixtures("judged_good")
 def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_replays(tmp_path, monkeypatch):
     # A calibration was the fastest of up to 9 calls, then (2026-12-04) the median, then the
     # mean, now the mean with flat timings fitted flat (calibration.CALIBRATION_METHOD). A cached record taken another way is stale: timed
@@ -104,6 +115,7 @@ def test_a_cached_calibration_timed_another_way_is_timed_again_and_a_given_file_
     assert replay.summary["calibration"]["rate_flops"] == old["rate_flops"]      # as it ran, not re-timed
 
 
+@pytest.mark.usefixtures("judged_good")
 def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_replayed(tmp_path, monkeypatch):
     # Two local CPU workers compute at once in a synchronous step: the core is timed again
     # while another process computes the same model (co_run), that timing is what the two
@@ -160,6 +172,7 @@ def test_local_cpu_workers_computing_together_are_timed_together_recorded_and_re
     _same(slower, run_simulated(config.replace(calibration=str(replay))))
 
 
+@pytest.mark.usefixtures("judged_good")
 def test_a_pass_larger_than_any_size_timed_is_timed_itself_cached_and_replayed(tmp_path, monkeypatch):
     # The core is timed on short calls and charged along the line through them; a pass beyond
     # the largest is timed at its own size (a GPT's rows per second fall with the pass: 0.82 ms
@@ -191,6 +204,7 @@ def test_a_pass_larger_than_any_size_timed_is_timed_itself_cached_and_replayed(t
     _same(first, run_simulated(config.replace(calibration=str(summary))))   # from the run's summary
 
 
+@pytest.mark.usefixtures("judged_good")
 def test_a_calibration_of_another_model_or_machine_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)
@@ -347,3 +361,109 @@ def test_asynchronous_workers_whose_computes_overlap_are_batched_and_the_run_is_
     assert batched.summary["status"] == "completed"
     assert sum(sizes) == 8 * 60 and max(sizes) > 1         # every step's call, some computed together
     _same(batched, execute(config, SimTransport(batch_compute=False)))
+
+
+# ------------------------------------------------------------------ a calibration judges itself
+# An audit's `sweep --simulate --cpu-device local --workers 1,2` at load 8.5 (2026-12-07) answered
+# 1.56x with no word of doubt, from a calibration that had batch 256 cheaper than batch 64, calls
+# spreading 38.7% (alone) and 319% (two cores at once), a call at batch 64 faster beside another
+# process than alone; and it cached that, so every later run replayed it. The timings below are
+# injected (the audit's numbers, or a core's that grow with the rows), and so is what the machine
+# did meanwhile: the test needs no load of its own.
+AUDIT_ALONE = ((64, 0.5316e-3), (256, 0.3904e-3), (1024, 2.9695e-3))
+AUDIT_CO_RUN = ((64, 0.2254e-3), (256, 1.0941e-3), (1024, 5.8182e-3))
+STEADY_ALONE = ((4, 0.10e-3), (16, 0.12e-3), (64, 0.20e-3))
+STEADY_CO_RUN = ((4, 0.11e-3), (16, 0.13e-3), (64, 0.22e-3))
+
+
+def _device(timed, spread: float):
+    from workbench.sim.profiles import Device
+    flops = [float(b) * 1e6 for b, _ in timed]
+    overhead, rate = calibration.fit_overhead_rate(flops, [t for _, t in timed])
+    return Device("local", "cpu", rate, 2e10, 1.0, overhead, "injected: " + ", ".join(f"{b}: {t}" for b, t in timed),
+                  tuple(timed), spread=spread)
+
+
+def _inject(monkeypatch, alone, co_run, spreads=(0.03, 0.05), others: float = 0.02) -> list[str]:
+    """local_device / co_run_device return these timings; `_watched` says other processes
+    used `others` of 2 cores meanwhile. Returns the list each timing appends its name to."""
+    from contextlib import contextmanager
+    timed: list[str] = []
+    monkeypatch.setattr(calibration, "local_device",
+                        lambda *a, **k: timed.append("alone") or _device(alone, spreads[0]))
+    monkeypatch.setattr(calibration, "co_run_device",
+                        lambda *a, **k: timed.append("co_run") or _device(co_run, spreads[1]))
+
+    @contextmanager
+    def watched(into):
+        yield into
+        into.update({"cores": 2, "wall_s": 0.5, "load_before": 0.2, "load_after": 0.3, "our_cores": 1.0,
+                     "other_cores": others, "steal_cores": 0.0})
+    monkeypatch.setattr(calibration, "_watched", watched, raising=False)   # (raising=False: also before it was)
+    return timed
+
+
+def test_a_calibration_on_a_busy_machine_says_so_and_is_not_kept_as_this_machines(tmp_path, monkeypatch, capsys):
+    from workbench.apps.cli import main
+    from workbench.measure import notes
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    calibration._LOCAL.clear()
+    config = RunConfig(algorithm="sync_sgd", cpus=2, cpu_device="local", **SMALL)
+    cache = tmp_path / "cache" / "sim-calibration"
+    # the audit's timings: the run is charged them (and records them, to replay), and says so
+    timed = _inject(monkeypatch, AUDIT_ALONE, AUDIT_CO_RUN, spreads=(0.387, 3.19))
+    busy = run_simulated(config)
+    said = busy.summary["machine_note"]
+    assert said.startswith("calibrated on a busy machine: batch 256 took 0.39 ms, under batch 64's 0.532 ms; "
+                           "its calls spread 38.7% (bound 25%); with 2 cores computing at once, its calls spread "
+                           "319.0% (bound 25%), batch 64 took 0.225 ms, under its 0.532 ms alone; its times are not "
+                           "this machine's"), said
+    assert said in notes(busy.summary)
+    assert busy.summary["calibration"]["timed"] == [list(t) for t in AUDIT_ALONE]
+    assert not cache.exists() or not list(cache.glob("*.json"))          # not this machine's calibration
+    run_simulated(config)
+    assert timed == ["alone", "co_run"] * 2                              # timed again, not replayed
+    # a given file of it replays as it ran, and still says so
+    given = tmp_path / "busy.json"
+    given.write_text(json.dumps(busy.summary, default=str))
+    replay = run_simulated(config.replace(calibration=str(given)))
+    _same(busy, replay)
+    assert replay.summary["machine_note"].endswith("(replayed from the calibration file given)")
+    # timings that grow with the rows, but other processes used 1.4 of the 2 cores meanwhile
+    timed = _inject(monkeypatch, STEADY_ALONE, STEADY_CO_RUN, others=1.4)
+    crowded = run_simulated(config)
+    assert crowded.summary["machine_note"].startswith(
+        "calibrated on a busy machine: other processes used 1.4 of 2 cores while it was timed; with 2 cores "
+        "computing at once, other processes used 1.4 of 2 cores while it was timed; its times are not")
+    assert not cache.exists() or not list(cache.glob("*.json"))
+    # a quiet machine's calibration: no note, cached, replayed bitwise without timing again
+    timed = _inject(monkeypatch, STEADY_ALONE, STEADY_CO_RUN)
+    quiet = run_simulated(config)
+    assert quiet.summary.get("machine_note") is None and timed == ["alone", "co_run"]
+    assert quiet.summary["calibration"]["timed_on"]["other_cores"] == 0.02
+    assert len(list(cache.glob("*.json"))) == 1
+    _same(quiet, run_simulated(config))
+    assert timed == ["alone", "co_run"]
+    # a calibration cached before it was judged (the audit's, its load average 8.53): timed again
+    stale = {**busy.summary["calibration"], "load_average": 8.53}
+    stale.pop("timed_on")
+    stale["co_run"]["2"].pop("timed_on")
+    next(cache.glob("*.json")).write_text(json.dumps(stale))
+    calibration._LOCAL.clear()
+    run_simulated(config)
+    assert timed == ["alone", "co_run"] * 2
+    assert "timed_on" in json.loads(next(cache.glob("*.json")).read_text())   # the good one, cached in its place
+    # the sweep's output shows it
+    for f in cache.glob("*.json"):
+        f.unlink()
+    calibration._LOCAL.clear()
+    _inject(monkeypatch, AUDIT_ALONE, AUDIT_CO_RUN, spreads=(0.387, 3.19))
+    assert main(["sweep", "--simulate", "--cpu-device", "local", "--algorithm", "sync_sgd", "--dataset", "digits",
+                 "--hidden", "16", "--batch-size", "16", "--steps", "6", "--workers", "1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "note (1 worker): calibrated on a busy machine: batch 256 took 0.39 ms" in out
+    assert "note (2 workers): calibrated on a busy machine: " in out
+    # a short timing's few ticks of others' CPU are not a busy machine (CPU times count in 10 ms ticks)
+    assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 0.3, "steal_cores": 0.0}, None, 2) is None
+    assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 1.5, "steal_cores": 0.0}, None, 2)

@@ -121,9 +121,15 @@ def test_configs_are_all_checked_before_any_run():
     assert calls == []
     with pytest.raises(ConfigError, match="mode: one of"):
         sweep_configs(cfg, [1, 2], mode="medium")
-    for bad in ([], [0, 1], ["x"], [True]):
+    for bad in ([], [0, 1], ["x"], [True], "", "1,x", "0,1"):
         with pytest.raises(ConfigError, match="workers: a non-empty list"):
             sweep_configs(cfg, bad)
+    # the text a person types (the CLI's --workers, the dashboard's box and its docstring): "12" is
+    # twelve workers, not one and two
+    assert [c.cpus for c in sweep_configs(cfg.replace(batch_size=16), "1, 2,4")] == [1, 2, 4]
+    assert [c.cpus for c in sweep_configs(cfg.replace(batch_size=16), "12")] == [12]
+    from workbench.analysis.sweep import Sweep
+    assert Sweep.plan(cfg.replace(batch_size=16), "1,2", "strong").workers == (1, 2)      # wb.sweep's plan
 
 
 def test_a_weak_sweep_past_the_training_set_is_refused_before_its_first_point(monkeypatch):
@@ -244,9 +250,11 @@ def test_the_cli_prints_the_scaling_columns_and_says_which_points_are_too_short(
     out = tmp_path / "sw"
     assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,4", "--steps", "8",
                      "--out", str(out), "--no-progress"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["workers", "batch", "samples/s", "speed-up", "efficiency", "comm", "test", "acc",
-                                "steps", "status", "rounds", "+-"]
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == cli.SIMULATED_SWEEP     # virtual seconds, and why "+-" is "-" (tested below)
+    lines = said[1:]
+    assert lines[0].split() == ["workers", "batch", "samples/virtual", "s", "speed-up", "efficiency", "comm", "test",
+                                "acc", "steps", "status", "rounds", "+-"]
     one, four = lines[1].split(), lines[2].split()
     assert one[:2] == ["1", "32"] and one[3:5] == ["1.00x", "100%"] and one[-1] == "-"   # one round: no spread
     table = pd.read_csv(out / "sweep.csv")
@@ -268,8 +276,8 @@ def test_a_sweep_with_rows_held_out_shows_their_accuracy_beside_the_tests(tmp_pa
     out = tmp_path / "sw"
     assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2", "--steps", "20",
                      "--val-fraction", "0.2", "--out", str(out), "--no-progress"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[6:10] == ["test", "acc", "val", "acc"]
+    lines = capsys.readouterr().out.splitlines()[1:]          # below the simulated sweep's line
+    assert lines[0].split()[7:11] == ["test", "acc", "val", "acc"]
     table = pd.read_csv(out / "sweep.csv")
     for i, d in enumerate(("w1", "w2")):
         s = json.loads((out / d / "summary.json").read_text())
@@ -278,7 +286,7 @@ def test_a_sweep_with_rows_held_out_shows_their_accuracy_beside_the_tests(tmp_pa
         assert lines[1 + i].split()[6] == f"{s['final_test_accuracy']:.4f}"
     assert cli.main(["sweep", "--simulate", "--algorithm", "sync_sgd", "--workers", "1,2", "--steps", "4",
                      "--out", str(tmp_path / "plain"), "--no-progress"]) == 0
-    assert "val" not in capsys.readouterr().out.splitlines()[0].split()
+    assert "val" not in capsys.readouterr().out.splitlines()[1].split()
     assert pd.read_csv(tmp_path / "plain" / "sweep.csv").final_val_accuracy.isna().all()
 
 
@@ -317,3 +325,22 @@ def test_a_point_is_resolved_by_the_interval_its_spread_is_of():
     rows[-3]["samples_per_s"] = 100.0
     t = combine_rounds(rows)
     assert not bool(t.iloc[1]["resolved"])
+
+
+def test_a_simulated_sweeps_table_says_its_rates_are_virtual_and_why_it_has_no_spread():
+    # An audit's `sweep --simulate --cpu-device local --workers 1,2` (2026-12-07) printed
+    # "samples/s ... 1.56x ... rounds 1, +- -" with no word that the seconds were virtual: it
+    # reads as a measurement of this machine (`run --simulate` says "(simulated)").
+    from workbench.apps import cli
+    table = pd.DataFrame({"workers": [1, 2], "batch_size": [64, 64], "samples_per_s": [187897.2, 292523.3],
+                          "speedup": [1.0, 1.5568], "efficiency": [1.0, 0.778], "comm_fraction": [0.021, 0.347],
+                          "final_test_accuracy": [0.865, 0.865], "steps": [225, 225], "status": ["completed"] * 2,
+                          "rounds": [1, 1], "spread": [0.0, 0.0], "simulated": [True, True]})
+    first, header, *rows = cli.sweep_text(table).splitlines()
+    assert first == ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
+                     "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
+                     "one round measures a point and there is no +- to measure")
+    assert header.split()[:4] == ["workers", "batch", "samples/virtual", "s"] and header.split()[-1] == "+-"
+    assert [r.split()[2] for r in rows] == ["187,897", "292,523"] and [r.split()[-1] for r in rows] == ["-", "-"]
+    real = cli.sweep_text(table.assign(simulated=False)).splitlines()
+    assert real[0].split()[:3] == ["workers", "batch", "samples/s"] and len(real) == 3

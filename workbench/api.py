@@ -561,7 +561,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
 
     Args:
         config: the run (a RunConfig or a dict of its fields).
-        workers: worker counts, e.g. [1, 2, 4]; speedup is against the first.
+        workers: worker counts, e.g. [1, 2, 4] or "1,2,4"; speedup is against the first.
         mode: "strong" (fixed global batch) or "weak" (batch_size * P / workers[0]).
         cluster: passed to `run` ("threads" runs in-process); default: one local
             cluster with max(workers) workers, reused by every run.

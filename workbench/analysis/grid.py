@@ -164,8 +164,12 @@ def grid_row(result: Any, point: dict[str, Any], seed: int, run_dir: str | None)
 
 def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
     """One row per point over its seeds: `runs`, `completed`, the metric's `mean`, `std`
-    (over 2 seeds or more), `min`, `max`, the other numbers' means, the first note any of its
-    runs had, and `verdict`: "best", "not distinguishable from the best", "worse" / "better"
+    (over 2 seeds or more), `min`, `max`, the other numbers' means, the throughput's range
+    over the seeds (`samples_per_s_min`, `samples_per_s_max`: a mean of rates that moved
+    3x between seeds is not one rate), the first note any of its runs had, `machine_note`
+    (how many of its runs other processes crowded, with the first one's `machine_note`), and
+    `verdict`: "best", "a tie for the best" (two or more points with the same mean, to the
+    bit: none of them is the best), "not distinguishable from the best", "worse" / "better"
     (the difference beyond two standard errors), or why it cannot be told (one seed, no
     completed run). Points in the plan's order."""
     runs = pd.DataFrame(rows)
@@ -186,16 +190,25 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
             if c != plan.metric:
                 col = pd.to_numeric(done[c], errors="coerce") if len(done) else pd.Series(dtype=float)
                 row[c] = float(col.mean()) if col.notna().any() else None
+        rates = pd.to_numeric(done["samples_per_s"], errors="coerce").dropna() if len(done) else pd.Series(dtype=float)
+        row["samples_per_s_min"] = float(rates.min()) if len(rates) else None
+        row["samples_per_s_max"] = float(rates.max()) if len(rates) else None
         notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
         row["note"] = notes[0] if notes else None
+        busy = [n for n in mine.get("machine_note", pd.Series(dtype=object)).tolist() if isinstance(n, str) and n]
+        row["machine_note"] = f"{len(busy)} of {len(mine)} runs on a busy machine, the first: {busy[0]}" if busy else None
         row["_vals"] = vals
         row["_n_test"] = plan.test_rows(point) if plan.metric.endswith("_accuracy") else None
         out.append(row)
     table = pd.DataFrame(out, columns=[*fields, "runs", "completed", "mean", "std", "min", "max",
-                                       *[c for c in SHOWN if c != plan.metric], "note", "_vals", "_n_test"])
+                                       *[c for c in SHOWN if c != plan.metric], "samples_per_s_min",
+                                       "samples_per_s_max", "note", "machine_note", "_vals", "_n_test"])
     table["verdict"] = _verdicts(table, plan)
     return table.drop(columns=["_vals", "_n_test"]).rename(columns={"mean": f"{plan.metric}_mean", "std": f"{plan.metric}_std",
                                                        "min": f"{plan.metric}_min", "max": f"{plan.metric}_max"})
+
+
+TIE = "a tie for the best (the same mean, to the bit)"
 
 
 def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
@@ -205,11 +218,14 @@ def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
         return ["no completed run"] * len(table)
     best = int(means.idxmax() if higher else means.idxmin())
     b = table.loc[best, "_vals"]
+    tied = means.index[means == means[best]]   # the same mean to the bit: no point is better than the others
     out = []
     for i, row in table.iterrows():
         vals = row["_vals"]
         if not len(vals):
             out.append("no completed run")
+        elif i in tied and len(tied) > 1:
+            out.append(TIE)
         elif i == best:
             out.append("best")
         elif len(vals) < 2 or len(b) < 2:
@@ -250,11 +266,16 @@ def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
         return "no point of the grid completed a run"
     fields = list(plan.values)
     what = m.replace("final_", "").replace("_", " ")
-    best = table[table["verdict"] == "best"].iloc[0]
+    tied = table[table["verdict"] == TIE]
+    best = tied.iloc[0] if len(tied) else table[table["verdict"] == "best"].iloc[0]
     n = int(best["completed"])
     spread = (f" ({best[f'{m}_min']:.4g}-{best[f'{m}_max']:.4g} over {n} seeds)" if n > 1
               else " (one seed: its spread is not measured)")
-    text = f"best: {GridPlan.label({k: best[k] for k in fields})}, {what} {best[f'{m}_mean']:.4g}{spread}"
+    if len(tied):   # the same numbers: naming one of them "best" would rank by the table's order
+        text = (f"a tie: {' and '.join(GridPlan.label({k: r[k] for k in fields}) for _, r in tied.iterrows())} "
+                f"reached the same mean {what}, {best[f'{m}_mean']:.4g}{spread}, to the bit: no best among them")
+    else:
+        text = f"best: {GridPlan.label({k: best[k] for k in fields})}, {what} {best[f'{m}_mean']:.4g}{spread}"
     ties = table[table["verdict"].str.startswith("not distinguishable from the best")]
     if len(ties):
         rows = f" and the {plan.rows_name}' sampling" if m.endswith("_accuracy") else ""
@@ -264,4 +285,20 @@ def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:
                              for _, r in ties.iterrows()))
     elif len(plan.seeds) < 2 and len(table) > 1:
         text += "; with one seed no point is told apart from it: run three seeds or more"
-    return text
+    return text + _busy_text(table)
+
+
+def _busy_text(table: pd.DataFrame) -> str:
+    """"" where no run was crowded; else the sentence the verdict ends with: how many of the
+    grid's runs other processes crowded, so their samples/s compare the machine's moments.
+
+    >>> _busy_text(pd.DataFrame({"runs": [3, 3], "machine_note": ["3 of 3 runs on a busy machine, the first: ...", None]}))
+    '. The machine was busy during 3 of 6 runs (other processes used its cores): their samples/s measure the machine at that moment, not the settings'
+    """
+    if "machine_note" not in table:
+        return ""
+    busy = sum(int(str(n).split(" of ", 1)[0]) for n in table["machine_note"] if isinstance(n, str) and n)
+    if not busy:
+        return ""
+    return (f". The machine was busy during {busy} of {int(table['runs'].sum())} runs (other processes used its "
+            f"cores): their samples/s measure the machine at that moment, not the settings")

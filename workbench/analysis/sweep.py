@@ -86,14 +86,25 @@ def sweep_batch(batch_size: int, workers: int, first: int, mode: str) -> int:
 
 
 def _check(workers: Any, mode: Any) -> list[int]:
+    """The worker counts as whole numbers: a list, or the text a person types ("1,2,4", as the
+    CLI's --workers and the dashboard's box take it; a string was read character by character:
+    "12" as 1 and 2, "1,2" refused).
+
+    >>> _check("1, 2,4", "strong"), _check([1, 2], "weak")
+    ([1, 2, 4], [1, 2])
+    """
     if mode not in MODES:
         raise ConfigError("mode", f"one of {list(MODES)}", mode)
+    given = workers
+    if isinstance(workers, str):
+        workers = [w for w in workers.replace(" ", "").split(",") if w]
+    allowed = 'a non-empty list of whole numbers >= 1 (or their text: "1,2,4")'
     try:
         ws = [int(w) for w in workers]
     except (TypeError, ValueError):
-        raise ConfigError("workers", "a non-empty list of whole numbers >= 1", workers) from None
+        raise ConfigError("workers", allowed, given) from None
     if not ws or any(w < 1 for w in ws) or any(isinstance(w, bool) for w in workers):
-        raise ConfigError("workers", "a non-empty list of whole numbers >= 1", workers)
+        raise ConfigError("workers", allowed, given)
     return ws
 
 
@@ -102,7 +113,7 @@ def sweep_configs(config: RunConfig, workers: Sequence[int] = (1, 2, 4), mode: s
 
     Args:
         config: the run to repeat (its `out` is dropped; `sweep` sets one per run).
-        workers: worker counts, in the order to run them.
+        workers: worker counts, in the order to run them (a list, or the text "1,2,4").
         mode: "strong" or "weak".
     Returns:
         The configs, in `workers` order.
@@ -166,7 +177,7 @@ class Sweep:
 
         Args:
             config: the run (a RunConfig or a dict of its fields).
-            workers: worker counts; speedup is against the first.
+            workers: worker counts (a list, or the text "1,2,4"); speedup is against the first.
             mode: "strong" or "weak".
             simulate: every point on the simulated cluster (also when `config.simulate`).
             rounds: runs of each point at least (default `measure.ROUNDS`; 1 simulated).
@@ -205,7 +216,7 @@ class Sweep:
                                      or not budget_s > 0):
             raise ConfigTypeError("budget_s", "seconds > 0, or None for no time cap", budget_s)
         configs = sweep_configs(config, workers, mode)
-        return cls(config=config, workers=tuple(int(w) for w in workers), mode=mode, configs=tuple(configs),
+        return cls(config=config, workers=tuple(_check(workers, mode)), mode=mode, configs=tuple(configs),
                    simulated=simulated, rounds=rounds, max_rounds=max_rounds, budget_s=budget_s)
 
     def config_at(self, workers: int) -> RunConfig:

@@ -1097,11 +1097,12 @@ def _verdict_first(table: Any, plan: Any) -> Any:
 
 
 def grid_notes(table: Any, plan: Any) -> list[tuple[str, str]]:
-    """(combination, the first note any of its runs had): a run that learned nothing or
-    learned its training set by heart."""
+    """(combination, note): the first note any of its runs had (a run that learned nothing or
+    learned its training set by heart), and how many of its runs other processes crowded
+    (`machine_note`)."""
     from ..analysis.grid import GridPlan
-    return [(GridPlan.label({k: row[k] for k in plan.values}), row["note"]) for _, row in table.iterrows()
-            if isinstance(row.get("note"), str) and row["note"]]
+    return [(GridPlan.label({k: row[k] for k in plan.values}), row[c]) for _, row in table.iterrows()
+            for c in ("note", "machine_note") if isinstance(row.get(c), str) and row[c]]
 
 
 def _seeds_flag(text: str) -> list[int]:
@@ -1115,7 +1116,7 @@ def _seeds_flag(text: str) -> list[int]:
 def grid_text(table: Any, plan: Any) -> str:
     """A grid's table for the terminal: each combination, its metric over the seeds as
     mean +- deviation (range), beside a validation metric the test set's mean, the
-    throughput and the verdict (grid.csv keeps every column)."""
+    throughput as mean (range over the seeds) and the verdict (grid.csv keeps every column)."""
     if not len(table):
         return "(no run finished)"
     m = plan.metric
@@ -1136,7 +1137,15 @@ def grid_text(table: Any, plan: Any) -> str:
         shown[test.replace("final_", "").replace("_", " ") + " (mean)"] = [
             "-" if v is None or v != v else f"{v:.4f}" for v in table[test]]
     rate = "samples/virtual s" if plan.config.simulate else "samples/s"   # a simulated run's clock is virtual
-    shown[rate] = ["-" if v is None or v != v else f"{v:,.0f}" for v in table["samples_per_s"]]
+
+    def over_seeds_rate(row: Any) -> str:   # the mean, and the range over the seeds where they differ
+        v, lo, hi = row["samples_per_s"], row.get("samples_per_s_min"), row.get("samples_per_s_max")
+        if v is None or v != v:
+            return "-"
+        if lo is None or hi is None or lo != lo or hi != hi or int(row["completed"]) < 2:
+            return f"{v:,.0f}"
+        return f"{v:,.0f} ({lo:,.0f}-{hi:,.0f})"
+    shown[rate] = [over_seeds_rate(r) for _, r in table.iterrows()]
     shown["verdict"] = table["verdict"]
     return shown.to_string(index=False)
 
@@ -1146,9 +1155,16 @@ SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/
          "final_val_accuracy": "val acc", "steps": "steps", "status": "status", "rounds": "rounds", "spread": "+-"}   # sweep.csv's columns the terminal shows
 
 
+SIMULATED_SWEEP = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
+                   "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
+                   "one round measures a point and there is no +- to measure")
+
+
 def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
-    keeps them all), each number at the precision it is known to; "-" where there is none."""
+    keeps them all), each number at the precision it is known to; "-" where there is none.
+    A simulated sweep's says so above its header (`SIMULATED_SWEEP`: virtual time, and why
+    "+-" is "-") and heads its rates "samples/virtual s", as a simulated grid's are."""
     from ..measure import spread_text
     held_out = "final_val_accuracy" in table.columns and table["final_val_accuracy"].notna().any()
     shown = table[[c for c in SWEPT if c in table.columns and (held_out or c != "final_val_accuracy")]].rename(columns=SWEPT)
@@ -1158,6 +1174,9 @@ def sweep_text(table: Any) -> str:
     shown = _formatted(shown, fmt)
     if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
+    simulated = len(table) > 0 and "simulated" in table.columns and table["simulated"].fillna(False).astype(bool).all()
+    if simulated:   # virtual seconds: read as this machine's throughput, the table would mislead
+        return SIMULATED_SWEEP + "\n" + shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
     return shown.to_string(index=False)
 
 

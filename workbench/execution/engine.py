@@ -356,6 +356,12 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                   "startup_s": startup})
     if extra.get("simulated"):   # virtual seconds: the virtual cluster is there at time 0
         extra.update({"startup_s": 0.0, "sim_startup_s": startup})
+        if extra.get("calibration"):   # this machine's core, timed: on a busy machine its times are not its own
+            from ..sim.calibration import calibration_note
+            said = calibration_note(extra["calibration"], sum(1 for w in workers if w.get("kind") == "cpu"),
+                                    given=bool(config.calibration))
+            if said:
+                extra["machine_note"] = said
     else:   # virtual time does not depend on the machine; real time does
         state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")],
                                   workers)

@@ -389,6 +389,144 @@ def _load_now() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
+# ------------------------------------------------------------------------------ a calibration's quality
+CALIBRATION_SPREAD_BOUND = 0.25   # a timing whose calls spread (`cv`) past this is not this core's steady time
+CALIBRATION_CHEAPER = 0.8         # a larger batch under this share of a smaller one's time: not a core's cost
+OTHERS_MIN_S = 0.1                # other processes' CPU seconds a timing must see to call them busy: CPU times
+#                                   count in the kernel's 10 ms ticks, and a timing alone lasts 0.2-0.5 s
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's children that have ended and been waited for (the
+    co-run helpers: ours, not other processes')."""
+    import os
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+@contextmanager
+def _watched(into: dict[str, Any]):
+    """Who else used the cores while the body timed this one: `into` gets the
+    `util.machine` state of those seconds (cores, load before and after, our cores, other
+    processes' cores and steal), this process and the co-run helpers it waited for counted
+    as ours (how `bench --sim-vs-real` watches its calibrations)."""
+    from ..util import machine
+    before, helpers = machine.snapshot(), _children_cpu_s()
+    try:
+        yield into
+    finally:
+        state = machine.summarise(before, machine.snapshot(),
+                                  [{"pid": "co-run helpers", "process_cpu_s": _children_cpu_s() - helpers}])
+        into.update({k: state.get(k) for k in ("cores", "wall_s", "load_before", "load_after", "our_cores",
+                                                "other_cores", "steal_cores")})
+
+
+def _busy_while_timed(state: dict[str, Any] | None, load: float | None, cores: int) -> str | None:
+    """The clause for a timing that other processes (or steal) disturbed, by the rule every
+    run's `machine_note` follows (`util.machine.OTHERS_NOTICEABLE` of the cores, and at least
+    OTHERS_MIN_S of their CPU: a few ticks over a short timing are not a measurement), else None.
+    A record from before this was watched has only the load average after its timing (which
+    counts the timing process itself): a load of the cores or more says the machine was busy."""
+    from ..util.machine import OTHERS_NOTICEABLE
+    if state and state.get("other_cores") is not None:
+        cores = int(state.get("cores") or cores)
+        others = float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
+        if others >= OTHERS_NOTICEABLE * cores and others * float(state.get("wall_s") or math.inf) >= OTHERS_MIN_S:
+            return f"other processes used {others:.1f} of {cores} cores while it was timed"
+        return None
+    if load is not None and load >= cores:
+        return f"the load average was {load:.1f} on {cores} cores as it was timed"
+    return None
+
+
+def calibration_problems(record: dict[str, Any] | None, cpu_workers: int | None = None) -> list[str]:
+    """What says a `local` calibration record is not this machine's times, in words; [] for
+    a good one (or no record).
+
+    A core's time for a call grows with its rows, its calls' spread (`cv`, the quartiles'
+    over the median) stays within CALIBRATION_SPREAD_BOUND, a call does not get faster with
+    other processes computing beside it, and nobody else used the cores while it was timed
+    (`timed_on`: `util.machine`'s measure, by `machine_note`'s rule; a record from before it
+    was watched: its `load_average`). An audit's calibration at load 8.5 (2026-12-07) broke
+    all of them: batch 64 at 0.532 ms, 256 at 0.390 ms; spreads 38.7% and 319%; batch 64
+    co-run at 0.225 ms. `cpu_workers`: judge what a run of that many local CPU workers is
+    charged (the core alone, and its co-run timing for them); None: every part.
+
+    >>> good = {"machine": {"cores": 2}, "timed": [[64, 5e-4], [256, 9e-4]], "cv": 0.04, "load_average": 0.3,
+    ...         "co_run": {"2": {"timed": [[64, 5.5e-4], [256, 1e-3]], "cv": 0.06}}}
+    >>> calibration_problems(good)
+    []
+    >>> bad = {"machine": {"cores": 2}, "timed": [[64, 5.32e-4], [256, 3.9e-4]], "cv": 0.387,
+    ...        "timed_on": {"cores": 2, "other_cores": 1.4, "steal_cores": 0.0},
+    ...        "co_run": {"2": {"timed": [[64, 2.25e-4], [256, 1.09e-3]], "cv": 3.19}}}
+    >>> for p in calibration_problems(bad): print(p)
+    other processes used 1.4 of 2 cores while it was timed
+    batch 256 took 0.39 ms, under batch 64's 0.532 ms
+    its calls spread 38.7% (bound 25%)
+    with 2 cores computing at once, its calls spread 319.0% (bound 25%), batch 64 took 0.225 ms, under its 0.532 ms alone
+    >>> calibration_problems(bad, cpu_workers=1)[1:]
+    ["batch 256 took 0.39 ms, under batch 64's 0.532 ms", 'its calls spread 38.7% (bound 25%)']
+    """
+    if not record:
+        return []
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1e3:.3g} ms"            # as the record's source says them
+    cores = int((record.get("machine") or {}).get("cores") or 1)
+    alone = {int(b): float(t) for b, t in record.get("timed", ())}
+
+    def judge(part: dict[str, Any], load: float | None) -> list[str]:
+        out = []
+        busy = _busy_while_timed(part.get("timed_on"), load, cores)
+        if busy:
+            out.append(busy)
+        timed = sorted((int(b), float(t)) for b, t in part.get("timed", ()))
+        cheaper = next(((b1, t1, b0, t0) for i, (b0, t0) in enumerate(timed) for b1, t1 in timed[i + 1:]
+                        if b1 > b0 and t1 < CALIBRATION_CHEAPER * t0), None)
+        if cheaper:
+            b1, t1, b0, t0 = cheaper
+            out.append(f"batch {b1} took {ms(t1)}, under batch {b0}'s {ms(t0)}")
+        cv = float(part.get("cv") or 0.0)
+        if cv > CALIBRATION_SPREAD_BOUND:
+            out.append(f"its calls spread {cv:.1%} (bound {CALIBRATION_SPREAD_BOUND:.0%})")
+        return out
+
+    problems = judge(record, record.get("load_average"))
+    k = co_run_cores(record, cpu_workers) if cpu_workers is not None else None
+    for key, entry in sorted((record.get("co_run") or {}).items()):
+        if k is not None and key != str(k):
+            continue
+        found = judge(entry, None)
+        faster = next(((b, t) for b, t in entry.get("timed", ())
+                       if int(b) in alone and float(t) < CALIBRATION_CHEAPER * alone[int(b)]), None)
+        if faster:
+            b, t = faster
+            found.append(f"batch {int(b)} took {ms(float(t))}, under its {ms(alone[int(b)])} alone")
+        if found:
+            problems.append(f"with {key} cores computing at once, " + ", ".join(found))
+    return problems
+
+
+def calibration_note(record: dict[str, Any] | None, cpu_workers: int | None = None,
+                     given: bool = False) -> str | None:
+    """The sentence a simulated run's summary (`machine_note`), its notes and a sweep show when
+    the `local` calibration it was charged is not this machine's times
+    (`calibration_problems`), else None: such a calibration is not cached (`local_profile`);
+    `given`: the run replayed a file it was given (`calibration`), which it says instead.
+
+    >>> calibration_note({"machine": {"cores": 2}, "timed": [[64, 5.32e-4], [256, 3.9e-4]], "cv": 0.05})
+    "calibrated on a busy machine: batch 256 took 0.39 ms, under batch 64's 0.532 ms; its times are not this machine's, so neither is this simulated run's throughput (not kept as this machine's calibration: the next run times it again)"
+    >>> calibration_note({"machine": {"cores": 2}, "timed": [[64, 5e-4], [256, 9e-4]], "cv": 0.05}) is None
+    True
+    """
+    problems = calibration_problems(record, cpu_workers)
+    if not problems:
+        return None
+    kept = ("replayed from the calibration file given" if given else
+            "not kept as this machine's calibration: the next run times it again")
+    return (f"calibrated on a busy machine: {'; '.join(problems)}; its times are not this machine's, so neither "
+            f"is this simulated run's throughput ({kept})")
+
+
 def device_from_record(record: dict[str, Any], origin: str) -> Device:
     """The `local` Device a calibration record describes (bitwise its numbers: JSON keeps floats exact)."""
     return Device("local", "cpu", float(record["rate_flops"]), float(record["mem_bw"]), 1.0,
@@ -445,6 +583,14 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
     file that cannot be read, or was timed another way (`CALIBRATION_METHOD`), is timed
     again and rewritten.
 
+    Every timing is watched (`_watched`: who else used the cores meanwhile, the record's
+    `timed_on`) and judged (`calibration_problems`: times that do not grow with the rows, a
+    spread past CALIBRATION_SPREAD_BOUND, a co-run call faster than alone, other processes
+    busy). A timing judged bad is what this run is charged (and records, so it replays; its
+    summary says so, `calibration_note`), but it is not cached, nor kept in this process: the
+    next run times the core again. A cached record judged bad (written before the judging)
+    is timed again.
+
     With `cpu_workers` > 1 the Device is the core timed while the others compute too
     (`co_run_device`, for `co_run_cores` cores: the record's `co_run[k]`), timed once and
     added to the cached record when it has none; a given file without it keeps its
@@ -472,39 +618,52 @@ def local_profile(model: Any, X: Any, y: Any, params: Any, calibration: str | No
             device, record = read_calibration(str(path), model, dtype)
         except ConfigError:
             pass                                           # unreadable: time again
-        if record is not None and record.get("method") != CALIBRATION_METHOD:
-            device = record = None                         # timed the old way: time again
+        if record is not None and (record.get("method") != CALIBRATION_METHOD or calibration_problems(record)):
+            device = record = None                         # timed the old way, or on a busy machine: time again
     changed = record is None
     if record is None:
-        alone = local_device(model, X, y, params)
-        record = calibration_record(alone, model, dtype)
+        with _watched({}) as state:
+            alone = local_device(model, X, y, params)
+        record = {**calibration_record(alone, model, dtype), "timed_on": state}
         device = device_from_record(record, f"cached in {path}")
     k = co_run_cores(record, cpu_workers)
     if k > 1 and _co_run_of(record, cpu_workers) is None:
-        together = co_run_device(model, X, y, params, k, device)
-        record = {**record, "co_run": {**record.get("co_run", {}), str(k): co_run_entry(together)}}
+        with _watched({}) as state:
+            together = co_run_device(model, X, y, params, k, device)
+        record = {**record, "co_run": {**record.get("co_run", {}), str(k): {**co_run_entry(together),
+                                                                             "timed_on": state}}}
         changed = True
     largest = max((int(b) for b, _ in record.get("timed", ())), default=0)
     if rows is not None and largest < int(rows) <= int(X.shape[0]):
         sub = record.get("at_rows", {}).get(str(int(rows)))
-        if sub is None or sub.get("method") != CALIBRATION_METHOD:
-            alone = local_device(model, X, y, params, rows=int(rows), repeats=None)
-            sub = calibration_record(alone, model, dtype)
+        if sub is None or sub.get("method") != CALIBRATION_METHOD or calibration_problems(sub):
+            with _watched({}) as state:
+                alone = local_device(model, X, y, params, rows=int(rows), repeats=None)
+            sub = {**calibration_record(alone, model, dtype), "timed_on": state}
             if "host_demand_cores" in record:
                 sub["host_demand_cores"] = record["host_demand_cores"]
         if k > 1 and _co_run_of(sub, cpu_workers) is None:
-            together = co_run_device(model, X, y, params, k, device_from_record(sub, "timed now"))
-            sub = {**sub, "co_run": {**sub.get("co_run", {}), str(k): co_run_entry(together)}}
+            with _watched({}) as state:
+                together = co_run_device(model, X, y, params, k, device_from_record(sub, "timed now"))
+            sub = {**sub, "co_run": {**sub.get("co_run", {}), str(k): {**co_run_entry(together), "timed_on": state}}}
         if record.get("at_rows", {}).get(str(int(rows))) is not sub:
             record = {**record, "at_rows": {**record.get("at_rows", {}), str(int(rows)): sub}}
             changed = True
     else:
         sub = None
     if changed:
-        try:
-            atomic_write(path, json.dumps(record, indent=1))
-        except OSError:                                    # a read-only home: the summary still has it
-            pass
+        # what a busy machine timed is not this machine's calibration (`calibration_problems`):
+        # the run is charged it and says so (`calibration_note`), the cache keeps only good timings
+        good = {**record, "at_rows": {r: s for r, s in record.get("at_rows", {}).items() if not calibration_problems(s)}}
+        if not good["at_rows"]:
+            del good["at_rows"]
+        if not calibration_problems(good):
+            try:
+                atomic_write(path, json.dumps(good, indent=1))
+            except OSError:                                # a read-only home: the summary still has it
+                pass
+        else:
+            _LOCAL.pop((model.describe(), dtype), None)    # nor kept in this process: the next run times again
     if sub is not None:   # the run's own pass size: its record, complete in itself (a replay reads it as a file)
         return charged_device(sub, cpu_workers, device_from_record(sub, f"cached in {path} at {int(rows)} rows")), sub
     return charged_device(record, cpu_workers, device_from_record(record, f"cached in {path}")), record

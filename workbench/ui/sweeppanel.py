@@ -76,7 +76,7 @@ class SweepPanel:
         """Start a scaling sweep of the controls' config in the background (the Sweep button).
 
         Args:
-            workers: worker counts (default: the scaling tab's, e.g. "1,2,4").
+            workers: worker counts, a list or the text "1,2,4" (default: the scaling tab's).
             mode: "strong" or "weak" (default: the tab's).
             network: a costmodel.NETWORKS name for the predicted curve (default: the tab's).
         Returns:
