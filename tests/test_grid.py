@@ -155,3 +155,18 @@ def test_a_simulated_grid_says_its_rates_are_virtual(capsys):
     assert main(["grid", "--simulate", "--algorithm", "sync_sgd", "--cpus", "4", "--steps", "20", "--vary", "tau=1",
                  "--vary", "batch-size=32,64", "--no-progress"]) == 0
     assert "samples/virtual s" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_a_ctrl_c_between_runs_returns_what_ran(tmp_path):
+    # (as the sweep does: a KeyboardInterrupt between two runs ends the grid as stopped)
+    def ctrl_c_after_the_first(row, result):
+        raise KeyboardInterrupt
+    try:
+        table = wb.grid(BASE, {"lr": [0.05, 0.1]}, cluster="threads", out=tmp_path / "g", progress=False,
+                        on_result=ctrl_c_after_the_first)
+    except KeyboardInterrupt:   # (caught: raised on, it would end the whole test session)
+        pytest.fail("the grid raised the KeyboardInterrupt past the runs it finished")
+    assert table["runs"].tolist() == [1] and table.attrs["status"] == "stopped"
+    assert len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 1
+    whole = wb.grid(BASE, {"lr": [0.05]}, cluster="threads", progress=False)
+    assert whole.attrs["status"] == "completed"
