@@ -572,11 +572,17 @@ def _quiet_logs():
 
 class _NoTracebacks(logging.Filter):
     """Dask's log lines keep their message but lose the traceback: a lost scheduler or a
-    closing cluster is reported by the run itself, in one line (the summary has the rest)."""
+    closing cluster is reported by the run itself, in one line (the summary has the rest).
+    A task Dask cancelled is not shown at all: the client's reconnect to a lost scheduler,
+    cancelled as the client closes, was logged as an ERROR with no message, "(CancelledError)",
+    beside the run's own `scheduler_lost` line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
         if record.exc_info:
             exc = record.exc_info[1]
+            if isinstance(exc, asyncio.CancelledError):
+                return False
             detail = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc is not None and str(exc) \
                 else type(exc).__name__
             record.msg, record.args = f"{record.getMessage()} ({detail})", ()
