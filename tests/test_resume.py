@@ -163,6 +163,32 @@ def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_
         wb.resume(tmp_path / "r", progress=False)
 
 
+def test_a_simulated_run_failed_by_its_fail_worker_is_refused_not_resumed_into_the_same_failure(tmp_path, capsys):
+    """Virtual time goes on from the checkpoint, so the fault `fail_worker` schedules kills the
+    same worker at the same virtual second on every resume (and `--resume` takes no flag to
+    move it): before, each resume failed where the run had, and offered `resume:` again."""
+    from workbench.apps.cli import main
+    out = tmp_path / "r"
+    assert main(["run", "--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4",
+                 "--batch-size", "64", "--epochs", "3", "--checkpoint-every", "10", "--fail-worker", "1@0.005",
+                 "--out", str(out), "--no-progress"]) == 1
+    said = capsys.readouterr()
+    assert "worker_lost" in said.err and ckpt.listed(out), said
+    assert "resume:" not in said.out   # (no command that cannot work)
+    with pytest.raises(ConfigError, match=r"^resume: a run that can go on past where it ended \(this simulated "
+                                          r"run's fail_worker 1@0.005 kills the same worker"):
+        wb.resume(out, progress=False)
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: resume: a run that can go on past where it ended"), lines
+    # a simulated run with a fault that was stopped before it failed goes on as any other
+    stopped = tmp_path / "s"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=4, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,
+                     fail_worker="1@0.005", out=str(stopped)), progress=False, should_stop=lambda: True)
+    assert wb.load(stopped).summary["status"] == "stopped" and ckpt.listed(stopped)
+    assert wb.resume(stopped, progress=False).summary["status"] == "failed"   # (the fault, where it was planned)
+
+
 ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
                 "adpsgd"]
 

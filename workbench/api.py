@@ -222,6 +222,9 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
             raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
                               str(directory))
     config = RunConfig.from_dict(found.config)
+    why = resume_refusal(config, found.interrupted)
+    if why is not None:
+        raise ConfigError("resume", why, str(directory))
     spec = _spec(config)
     from .algorithms.base import checkpoints_offered
     if not checkpoints_offered(spec.cls):
@@ -230,6 +233,28 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     config = config.replace(out=str(final_dir(d)))
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
     return d, found, config, [*refused, *warnings]
+
+
+def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
+    """What a run would need to be resumed, when it can never go past where it ended (None:
+    it can): `resume_checks` refuses with it, and the CLI offers no `resume:` line.
+
+    A simulated run that failed with `fail_worker` set: virtual time goes on from the
+    checkpoint (or, asynchronous, is replayed from step 0), so the same worker dies at the
+    same virtual second on every resume, and the run fails where it ended. Its config is the
+    checkpoint's (`--resume` takes no other flag), so the fault cannot be moved either.
+
+    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005")
+    >>> resume_refusal(cfg, {"status": "failed"}).startswith("a run that can go on past where it ended")
+    True
+    >>> resume_refusal(cfg, {"status": "stopped"}) is None
+    True
+    """
+    if not (config.simulate and config.fail_worker and isinstance(summary, dict) and summary.get("status") == "failed"):
+        return None
+    return ("a run that can go on past where it ended (this simulated run's fail_worker "
+            f"{config.fail_worker} kills the same worker at the same virtual time on every resume; "
+            "run it again without fail_worker, or with a later time)")
 
 
 def _resumable_dir(d: Path) -> Path:

@@ -766,7 +766,9 @@ def _report_run(result: Any, config: RunConfig) -> int:
             print(f"  {line}")
     print(f"run directory: {out}")
     last = (s.get("checkpoints") or {}).get("last_step")
-    if s["status"] in ("stopped", "failed") and last is not None:   # where the run can go on from
+    from ..api import resume_refusal
+    if s["status"] in ("stopped", "failed") and last is not None \
+            and resume_refusal(config, s) is None:   # where the run can go on from
         print(f"  resume: python -m workbench run --resume {out} (its last checkpoint, after {last:,} steps)")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
