@@ -291,3 +291,23 @@ def test_the_gpu_checks_every_algorithm_table_on_cpu_workers():
     same = table[table["timing_independent"]]
     assert set(same["algorithm"].str.split().str[0]) >= {"sync_sgd", "cgdp", "ltfb", "diloco", "dpsgd"}
     assert (same["max_abs_diff"] < 1e-6).all(), same.to_string()   # same machine, same maths
+
+
+def test_the_cli_log_filter_drops_a_task_dask_cancelled_and_shortens_the_rest():
+    # Dask logs a coroutine cancelled as its client closes (the reconnect to a lost scheduler)
+    # as an ERROR with no message; the CLI printed it as "(CancelledError)" beside its own line.
+    import asyncio
+    import logging
+    import sys
+
+    from workbench.execution.cluster import _NoTracebacks
+
+    def record(exc):
+        try:
+            raise exc
+        except BaseException:
+            return logging.LogRecord("distributed.client", logging.ERROR, __file__, 1, "%s", (exc,), sys.exc_info())
+    assert _NoTracebacks().filter(record(asyncio.CancelledError())) is False
+    kept = record(OSError("connection refused"))
+    assert _NoTracebacks().filter(kept) is True
+    assert kept.exc_info is None and kept.getMessage() == "connection refused (OSError: connection refused)"

@@ -190,3 +190,18 @@ def test_identical_accuracies_are_a_tie_and_rates_keep_their_spread_and_the_busy
     # one point just below the other: the best is named as before
     rows[1]["final_test_accuracy"] -= 1e-9
     assert combine(rows, plan)["verdict"].tolist()[0] == "best"
+
+
+def test_a_ctrl_c_between_runs_returns_what_ran(tmp_path):
+    # (as the sweep does: a KeyboardInterrupt between two runs ends the grid as stopped)
+    def ctrl_c_after_the_first(row, result):
+        raise KeyboardInterrupt
+    try:
+        table = wb.grid(BASE, {"lr": [0.05, 0.1]}, cluster="threads", out=tmp_path / "g", progress=False,
+                        on_result=ctrl_c_after_the_first)
+    except KeyboardInterrupt:   # (caught: raised on, it would end the whole test session)
+        pytest.fail("the grid raised the KeyboardInterrupt past the runs it finished")
+    assert table["runs"].tolist() == [1] and table.attrs["status"] == "stopped"
+    assert len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 1
+    whole = wb.grid(BASE, {"lr": [0.05]}, cluster="threads", progress=False)
+    assert whole.attrs["status"] == "completed"

@@ -163,6 +163,32 @@ def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_
         wb.resume(tmp_path / "r", progress=False)
 
 
+def test_a_simulated_run_failed_by_its_fail_worker_is_refused_not_resumed_into_the_same_failure(tmp_path, capsys):
+    """Virtual time goes on from the checkpoint, so the fault `fail_worker` schedules kills the
+    same worker at the same virtual second on every resume (and `--resume` takes no flag to
+    move it): before, each resume failed where the run had, and offered `resume:` again."""
+    from workbench.apps.cli import main
+    out = tmp_path / "r"
+    assert main(["run", "--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4",
+                 "--batch-size", "64", "--epochs", "3", "--checkpoint-every", "10", "--fail-worker", "1@0.005",
+                 "--out", str(out), "--no-progress"]) == 1
+    said = capsys.readouterr()
+    assert "worker_lost" in said.err and ckpt.listed(out), said
+    assert "resume:" not in said.out   # (no command that cannot work)
+    with pytest.raises(ConfigError, match=r"^resume: a run that can go on past where it ended \(this simulated "
+                                          r"run's fail_worker 1@0.005 kills the same worker"):
+        wb.resume(out, progress=False)
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: resume: a run that can go on past where it ended"), lines
+    # a simulated run with a fault that was stopped before it failed goes on as any other
+    stopped = tmp_path / "s"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=4, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,
+                     fail_worker="1@0.005", out=str(stopped)), progress=False, should_stop=lambda: True)
+    assert wb.load(stopped).summary["status"] == "stopped" and ckpt.listed(stopped)
+    assert wb.resume(stopped, progress=False).summary["status"] == "failed"   # (the fault, where it was planned)
+
+
 ASYNCHRONOUS = ["async_sgd", "async_msgd", "easgd", "async_easgd", "async_measgd", "hogwild_sgd", "hogwild_easgd",
                 "adpsgd"]
 
@@ -194,19 +220,53 @@ def test_an_asynchronous_run_takes_up_its_checkpoint_exactly(tmp_path, algorithm
     assert sorted(rows.groupby("worker")["step"].nunique()) == [60, 60, 60]       # every step, once per worker
 
 
-def _stop_after_first_checkpoint(out: Path):
+HOLD_S = 120   # the longest a worker waits for the stop after its first checkpoint's state (a guard)
+
+
+def _stop_after_first_checkpoint(out: Path, monkeypatch: pytest.MonkeyPatch):
     """A `should_stop` that says yes once the run in `out` has written a checkpoint: the
-    run is then mid-plan, and the stop is asked at whatever step the machine's speed makes it."""
-    return lambda: bool(ckpt.listed(out))
+    run is then mid-plan, and the stop is asked at whatever step the machine's speed makes it.
+
+    Until that stop is asked, each worker waits after sending its state for a checkpoint
+    (`WorkerContext.save_state`; at most HOLD_S; simulated, the last virtual worker to send). Unheld, the loops ran on while the client
+    gathered the states, synced steps.csv, wrote the file, and its next poll saw it: on a
+    busy machine (pytest -n 2 beside other work, the client's thread starved) they could
+    reach the plan's end first, a stop after the last step leaves the run completed, and the
+    test, which needs it stopped mid-plan, failed. Held, the stop always lands before the
+    end, and the numbers are those of any run (the wait changes no step's maths)."""
+    import threading
+
+    from workbench.algorithms.base import WorkerContext
+    asked = threading.Event()
+    send = WorkerContext.save_state
+    sent: dict[int, set[int]] = {}   # step -> the ranks that sent their state for it
+
+    def save_state(self, step, state, tag=None):
+        send(self, step, state, tag)
+        sent.setdefault(step, set()).add(self.rank)
+        if tag is not None or self.config.simulate and len(sent[step]) < self.size:
+            return   # (the simulator runs its virtual workers on one thread: only the last to send waits)
+        deadline = time.monotonic() + HOLD_S
+        while not asked.is_set() and not self.stop_requested() and time.monotonic() < deadline:
+            time.sleep(0.002)
+    monkeypatch.setattr(WorkerContext, "save_state", save_state)
+
+    def should_stop() -> bool:
+        if ckpt.listed(out):
+            asked.set()   # (from here on no worker waits: the resumed run's checkpoints neither)
+        return asked.is_set()
+    return should_stop
 
 
-def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None):
+def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None, monkeypatch: pytest.MonkeyPatch):
     """The run of `cfg` stopped after its first checkpoint, then resumed to its end; returns
     (stopped result, the stop's step, resumed result). The stop leaves a checkpoint of its
     own, before the step the loops would have run next: the resumed run goes on from there."""
     out = tmp_path / "stopped"
     kw = {"cluster": cluster} if cluster else {}
-    stopped = wb.run(cfg.replace(out=str(out)), progress=False, should_stop=_stop_after_first_checkpoint(out), **kw)
+    stopped = wb.run(cfg.replace(out=str(out)), progress=False,
+                     should_stop=_stop_after_first_checkpoint(out, monkeypatch),
+                     **kw)
     assert stopped.status == "stopped"
     rows = pd.read_csv(out / "steps.csv")
     end = int(rows["step"].max()) + 1
@@ -217,20 +277,38 @@ def _stopped_then_resumed(tmp_path: Path, cfg: RunConfig, cluster: str | None):
     return stopped, end, resumed
 
 
+def test_the_stop_after_the_first_checkpoint_lands_mid_plan_however_late_the_file_is(tmp_path, monkeypatch):
+    """What the tests above rely on: a client slow to write the first checkpoint (a busy
+    machine starving its thread, here a 1.5 s write) still stops the run mid-plan. Unheld,
+    the loops ran the 1,200 steps left meanwhile and the run ended `completed`."""
+    from workbench.execution import saver
+    write = saver.ckpt.write
+
+    def late(*args, **kwargs):
+        time.sleep(1.5)
+        return write(*args, **kwargs)
+    monkeypatch.setattr(saver.ckpt, "write", late)
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=1500, batch_size=32, checkpoint_every=300,
+                    out=str(tmp_path / "r"))
+    r = wb.run(cfg, cluster="threads", progress=False, should_stop=_stop_after_first_checkpoint(tmp_path / "r",
+                                                                                                  monkeypatch))
+    assert r.status == "stopped" and r.summary["steps"] < cfg.steps, (r.status, r.summary["steps"])
+
+
 STOPPED = [("sgd", {}), ("sync_sgd", {}), ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1}),
            ("local_sgd", {"tau": 4}), ("diloco", {"tau": 5, "optimizer": "adamw", "lr": 0.005}),
            ("dpsgd", {"tau": 2, "topology": "ring"}), ("sync_easgd", {"tau": 3})]
 
 
 @pytest.mark.parametrize("case", STOPPED, ids=[_id(c) for c in STOPPED])
-def test_a_stopped_run_resumes_from_where_it_stopped_bitwise(tmp_path, case):
+def test_a_stopped_run_resumes_from_where_it_stopped_bitwise(tmp_path, case, monkeypatch):
     """A stop (the API's `should_stop`, as the dashboard's Stop) completes the step it is
     decided at and leaves a checkpoint there: the resumed run loses no step, and its records,
     parameters and final losses are bitwise those of the run never stopped."""
     algorithm, extra = case
     cfg = RunConfig(algorithm=algorithm, cpus=2, steps=1500, batch_size=32, eval_every=100, checkpoint_every=300,
                     checkpoint_keep=100, **extra)
-    _, end, resumed = _stopped_then_resumed(tmp_path, cfg, "threads")
+    _, end, resumed = _stopped_then_resumed(tmp_path, cfg, "threads", monkeypatch)
     whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
     same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
@@ -239,10 +317,10 @@ def test_a_stopped_run_resumes_from_where_it_stopped_bitwise(tmp_path, case):
 
 
 @pytest.mark.parametrize("algorithm, extra", [("sync_sgd", {}), ("diloco", {"tau": 4})])
-def test_a_stopped_simulated_run_resumes_bitwise_virtual_times_too(tmp_path, algorithm, extra):
+def test_a_stopped_simulated_run_resumes_bitwise_virtual_times_too(tmp_path, algorithm, extra, monkeypatch):
     cfg = RunConfig(algorithm=algorithm, cpus=4, steps=3000, batch_size=64, eval_every=150, checkpoint_every=200,
                     checkpoint_keep=100, simulate=True, jitter=0.2, **extra)
-    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, None)
+    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, None, monkeypatch)
     whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), progress=False)
     same_records(tmp_path / "whole", tmp_path / "stopped", time_too=True)
     assert np.array_equal(whole.params, resumed.params)
@@ -250,7 +328,7 @@ def test_a_stopped_simulated_run_resumes_bitwise_virtual_times_too(tmp_path, alg
 
 
 @pytest.mark.parametrize("algorithm", ["async_sgd", "async_easgd", "hogwild_sgd", "adpsgd"])
-def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path, algorithm):
+def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path, algorithm, monkeypatch):
     """An asynchronous run's workers stop at steps of their own: the stop's checkpoint holds
     each at its own (what its rows say it ran), and the server's or the shared state as rank 0
     left it; resumed and stopped at once, the run returns exactly that; resumed to the end,
@@ -259,7 +337,7 @@ def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path,
                     checkpoint_keep=100)
     out = tmp_path / "stopped"
     stopped = wb.run(cfg.replace(out=str(out)), cluster="threads", progress=False,
-                     should_stop=_stop_after_first_checkpoint(out))
+                     should_stop=_stop_after_first_checkpoint(out, monkeypatch))
     assert stopped.status == "stopped"
     saved = ckpt.read(ckpt.listed(out)[-1])
     ran = pd.read_csv(out / "steps.csv").groupby("worker")["step"].max()
@@ -302,10 +380,10 @@ def test_cgdp_resumes_bitwise_from_its_masters_checkpoint(tmp_path, extra):
     assert resumed.summary["chunk_layers_used"] == whole.summary["chunk_layers_used"]
 
 
-def test_a_stopped_cgdp_run_resumes_bitwise(tmp_path):
+def test_a_stopped_cgdp_run_resumes_bitwise(tmp_path, monkeypatch):
     cfg = RunConfig(algorithm="cgdp", cpus=2, steps=1500, batch_size=32, eval_every=100, checkpoint_every=300,
                     checkpoint_keep=100, weight_return="chunks")
-    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, "threads")
+    _, _, resumed = _stopped_then_resumed(tmp_path, cfg, "threads", monkeypatch)
     whole = wb.run(cfg.replace(out=str(tmp_path / "whole")), cluster="threads", progress=False)
     same_records(tmp_path / "whole", tmp_path / "stopped", time_too=False)
     assert np.array_equal(whole.params, resumed.params)
@@ -654,7 +732,7 @@ def test_the_clis_resume_counts_its_start_up_as_a_new_run_does(tmp_path, monkeyp
     assert new["startup_s"] < 1.5
     out = tmp_path / "stopped"
     cfg = RunConfig(algorithm="sgd", dataset="digits", steps=600, batch_size=32, checkpoint_every=200, out=str(out))
-    assert wb.run(cfg, progress=False, should_stop=_stop_after_first_checkpoint(out)).status == "stopped"
+    assert wb.run(cfg, progress=False, should_stop=_stop_after_first_checkpoint(out, monkeypatch)).status == "stopped"
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
     resumed = json.loads((out / "summary.json").read_text())
     assert resumed["status"] == "completed" and resumed["segments"][-1]["startup_s"] < 1.5

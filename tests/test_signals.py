@@ -224,6 +224,44 @@ def test_signals_stop_the_run_within_2s_and_save_it(tmp_path, sig, to_group):
     print(f"{signal.Signals(sig).name} {'group' if to_group else 'cli'}: saved {saved_s:.2f} s, exit {exit_s:.2f} s")
 
 
+# The CLI, with a thread that sends Ctrl-C to its whole process group (as a terminal does)
+# the moment the local cluster's first worker process exists: that worker is then still
+# importing Dask (a second or more), its nanny waiting on it, the client inside Dask's start.
+CTRL_C_AT_SPAWN = """
+import multiprocessing, os, signal, sys, threading, time
+from workbench.apps import cli
+
+def ctrl_c_at_the_first_worker():
+    while not multiprocessing.active_children():
+        time.sleep(0.005)
+    os.killpg(0, signal.SIGINT)
+
+threading.Thread(target=ctrl_c_at_the_first_worker, daemon=True).start()
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_path):
+    # Before, this printed each importing worker's KeyboardInterrupt, the nannies' "failed to
+    # start" and the client's own traceback (and left the half-made cluster to the exit).
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_AT_SPAWN, "run", "--algorithm", "sync_sgd", "--cpus", "2",
+                             *LONG, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV, start_new_session=True)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr                     # the code of a stopped run
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if not line.startswith("note: SIGINT received")]
+    assert lines == [f"stopped: SIGINT before training started; nothing ran (run directory: {out}) (exit 1)"], stderr
+    assert summary_of(out)["status"] == "stopped" and summary_of(out)["steps"] == 0
+    # nothing of the cluster outlives the CLI (its workers exit once their nanny closes them)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout:
+        time.sleep(0.2)
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, "processes left running"
+    # (and no shared memory: a run's segments are made once its cluster has started, after this)
+
+
 def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
     # SIGTERM to every process (a batch system ending a job): local workers give the
     # client's stop TERM_GRACE_S to land before they exit, so no worker is reported lost.
@@ -358,6 +396,8 @@ def test_scheduler_lost_mid_run_fails_with_its_cause_and_saves(tmp_path):
         cluster.close()
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr, stderr
+    # one message: the run's own (before, Dask's "distributed.client - ERROR -  (CancelledError)" too)
+    assert "CancelledError" not in stderr and " - ERROR - " not in stderr, stderr
     s = summary_of(out)
     assert s["status"] == "failed" and s["steps"] > 0
     lost = [e for e in s["events"] if e["event"] == "scheduler_lost"]

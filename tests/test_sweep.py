@@ -344,3 +344,23 @@ def test_a_simulated_sweeps_table_says_its_rates_are_virtual_and_why_it_has_no_s
     assert [r.split()[2] for r in rows] == ["187,897", "292,523"] and [r.split()[-1] for r in rows] == ["-", "-"]
     real = cli.sweep_text(table.assign(simulated=False)).splitlines()
     assert real[0].split()[:3] == ["workers", "batch", "samples/s"] and len(real) == 3
+
+
+def test_a_ctrl_c_between_points_returns_what_finished_as_grid_does(tmp_path):
+    # A KeyboardInterrupt landing in the sweep's own code (between two runs, or while its
+    # cluster starts: a run catches the ones that land in it) raised past the finished points,
+    # where `wb.run` and `wb.grid` return what they have: the sweep returns its table now.
+    def ctrl_c_after_the_first(row, result):
+        raise KeyboardInterrupt
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=64, steps=3, dataset="digits", seed=0)
+    try:
+        table = sweep(cfg, workers=[1, 2], cluster="threads", rounds=1, progress=False, out=tmp_path / "s",
+                      on_result=ctrl_c_after_the_first)
+    except KeyboardInterrupt:   # (caught: raised on, it would end the whole test session)
+        pytest.fail("the sweep raised the KeyboardInterrupt past its finished points")
+    assert table.workers.tolist() == [1] and table.status.tolist() == ["completed"]
+    assert table.attrs["status"] == "stopped"
+    assert pd.read_csv(tmp_path / "s" / "sweep.csv").workers.tolist() == [1]
+    assert (tmp_path / "s" / "w1" / "summary.json").is_file() and not (tmp_path / "s" / "w2").exists()
+    whole = sweep(cfg, workers=[1, 2], cluster="threads", rounds=1, progress=False)
+    assert whole.attrs["status"] == "completed"

@@ -224,6 +224,9 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
             raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
                               str(directory))
     config = RunConfig.from_dict(found.config)
+    why = resume_refusal(config, found.interrupted)
+    if why is not None:
+        raise ConfigError("resume", why, str(directory))
     spec = _spec(config)
     from .algorithms.base import checkpoints_offered
     if not checkpoints_offered(spec.cls):
@@ -232,6 +235,28 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     config = config.replace(out=str(final_dir(d)))
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
     return d, found, config, [*refused, *warnings]
+
+
+def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
+    """What a run would need to be resumed, when it can never go past where it ended (None:
+    it can): `resume_checks` refuses with it, and the CLI offers no `resume:` line.
+
+    A simulated run that failed with `fail_worker` set: virtual time goes on from the
+    checkpoint (or, asynchronous, is replayed from step 0), so the same worker dies at the
+    same virtual second on every resume, and the run fails where it ended. Its config is the
+    checkpoint's (`--resume` takes no other flag), so the fault cannot be moved either.
+
+    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005")
+    >>> resume_refusal(cfg, {"status": "failed"}).startswith("a run that can go on past where it ended")
+    True
+    >>> resume_refusal(cfg, {"status": "stopped"}) is None
+    True
+    """
+    if not (config.simulate and config.fail_worker and isinstance(summary, dict) and summary.get("status") == "failed"):
+        return None
+    return ("a run that can go on past where it ended (this simulated run's fail_worker "
+            f"{config.fail_worker} kills the same worker at the same virtual time on every resume; "
+            "run it again without fail_worker, or with a later time)")
 
 
 def _resumable_dir(d: Path) -> Path:
@@ -454,6 +479,8 @@ def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: S
         progress: one bar over the grid's runs.
     Returns:
         The table (a DataFrame); `analysis.grid.verdict_text(table, plan)` says it in words.
+        `table.attrs["status"]`: "completed", or "stopped" (`should_stop`, a run stopped, or
+        a KeyboardInterrupt between runs: the table of the runs that ended).
     """
     from .analysis.grid import GridPlan
     if isinstance(config, dict):
@@ -492,7 +519,9 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
             bar.close()
     if out is not None and stale and whole:   # the earlier grid's runs and tables this one did not replace
         remove_stale(out, stale, {"grid.csv", "grid_runs.csv", *(Path(r["run_dir"]).name for r in rows)})
-    return combine(rows, plan) if rows else table
+    table = combine(rows, plan) if rows else table
+    table.attrs["status"] = "completed" if whole else "stopped"
+    return table
 
 
 def _claim_results(out: str | Path | None, overwrite: bool, kind: str) -> set[str]:
@@ -515,7 +544,7 @@ def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, 
 
     from .analysis.grid import combine, grid_row
     from .util.fileio import atomic_write
-    with warnings_once():   # each run's warnings once, not once a run
+    with warnings_once(), stops_on_interrupt() as interrupted:   # each run's warnings once, not once a run
         for seed in plan.seeds:
             for point in plan.points():
                 if should_stop is not None and should_stop():
@@ -534,7 +563,7 @@ def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, 
                     on_result(rows[-1], result)
                 if result.status == "stopped":
                     return False
-    return True
+    return not interrupted
 
 
 def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: str = "strong",
@@ -588,7 +617,10 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
             progress=, overwrite=); default `run`. The dashboard simulates each point in a
             child process with it (`ui.simproc`).
     Returns:
-        A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
+        A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`;
+        `table.attrs["status"]` is "completed", or "stopped" (`should_stop`, a run stopped,
+        or a KeyboardInterrupt while the cluster starts or between runs: the points that
+        ended are kept and written).
     Raises:
         ConfigError: a bad argument, before any run starts.
     """
@@ -598,6 +630,19 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                       budget_s=budget_s)
     return run_sweep(plan, cluster=cluster, on_result=on_result, out=out, should_stop=should_stop,
                      progress=progress, run_point=run_point, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def stops_on_interrupt() -> Iterator[list[str]]:
+    """A sweep's or a grid's own code (while its cluster starts, between its runs): a
+    KeyboardInterrupt (Ctrl-C, a kernel's interrupt) ends the block as a stop, as `run`
+    returns a run it stops, instead of raising past what was measured. Yields the list
+    the interrupt is noted in (empty: none came)."""
+    got: list[str] = []
+    try:
+        yield got
+    except KeyboardInterrupt as exc:
+        got.append(str(exc) or "KeyboardInterrupt")
 
 
 @contextlib.contextmanager
@@ -645,9 +690,10 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
     """
     stale = _claim_results(out, overwrite, "sweep")
     with warnings_once(), _one_client(cluster, plan.config, plan.simulated) as cluster:
-        table, written = _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
-    whole = len(table) and "status" in table and (table["status"] != "stopped").all() \
+        table, written, stopped = _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
+    whole = not stopped and len(table) and "status" in table and (table["status"] != "stopped").all() \
         and not (should_stop is not None and should_stop())
+    table.attrs["status"] = "completed" if whole else "stopped"
     if out is not None and stale and whole:   # the earlier sweep's runs this one did not replace (a stopped
         #                                       sweep keeps them: it did not replace them yet)
         from .results.rundir import remove_stale
@@ -657,17 +703,40 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
 
 def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], None] | None,
                out: str | Path | None, should_stop: Callable[[], bool] | None,
-               progress: bool, run_point: Callable[..., RunResult] | None) -> tuple[Any, set[str]]:
-    """The sweep's points; returns its table and the names of the run directories it wrote."""
+               progress: bool, run_point: Callable[..., RunResult] | None) -> tuple[Any, set[str], bool]:
+    """The sweep's points; returns its table, the names of the run directories it wrote and
+    whether it was stopped (a run stopped, `should_stop`, or an interrupt between runs)."""
     import pandas as pd
 
-    from .analysis.sweep import SWEEP_COLUMNS, combine_rounds, scaling_row, worker_field
+    from .analysis.sweep import SWEEP_COLUMNS, combine_rounds
+    from .util.fileio import atomic_write
+
+    if plan.simulated:
+        _check_simulated_sweep(cluster)
+    repeats = plan.repeats()
+    rows: list[dict] = []
+    written: set[str] = set()
+    table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
+    stopped = False
+    with stops_on_interrupt() as interrupted:   # a Ctrl-C between runs (or while the cluster starts)
+        table, stopped = _sweep_points(plan, cluster, on_result, out, should_stop, progress, run_point,
+                                       repeats, rows, written, table)
+    stopped = stopped or bool(interrupted)
+    if rows and interrupted:   # (the table and its file as of the last run that ended)
+        table = combine_rounds(rows, repeats)
+    if out is not None and (not rows or interrupted):   # stopped before the first point finished: the table
+        atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))   # says so, empty
+    return table, written, stopped
+
+
+def _sweep_points(plan: Any, cluster: Any, on_result: Any, out: Any, should_stop: Any, progress: bool,
+                  run_point: Any, repeats: Any, rows: list[dict], written: set[str], table: Any) -> tuple:
+    """`_run_sweep`'s cluster, warm-up and points; `rows` and `written` grow as runs end.
+    Returns (the table, whether a run or `should_stop` stopped it)."""
+    from .analysis.sweep import combine_rounds, scaling_row, worker_field
     from .util.fileio import atomic_write
 
     config, mode, rounds, simulated = plan.config, plan.mode, plan.rounds, plan.simulated
-    if simulated:
-        _check_simulated_sweep(cluster)
-    repeats = plan.repeats()
     ws = list(plan.workers)
     in_process = _spec(config).in_process   # sgd: no cluster to start or warm
     if cluster is None and not in_process and not simulated:   # simulated: each point its own
@@ -684,9 +753,6 @@ def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], N
         warm = run(plan.largest.replace(steps=2), cluster=cluster, progress=False,
                    should_stop=should_stop)
         stopped = warm.status == "stopped"
-    rows: list[dict] = []
-    written: set[str] = set()
-    table = pd.DataFrame(columns=list(SWEEP_COLUMNS))
     from .execution.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None
     try:
@@ -728,9 +794,7 @@ def _run_sweep(plan: Any, cluster: Any, on_result: Callable[[dict, RunResult], N
     finally:
         if bar is not None:
             bar.close()
-    if out is not None and not rows:   # stopped before the first point finished: the table says so, empty
-        atomic_write(Path(out) / "sweep.csv", table.to_csv(index=False))
-    return table, written
+    return table, stopped
 
 
 def _check_simulated_sweep(cluster: Any) -> None:

@@ -65,6 +65,8 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     path = Path(collection_path)
     if path.name == "__main__.py" and PACKAGE in path.parents:
         return True                 # importing it runs the CLI
+    if path.name == "sitecustomize.py" and PACKAGE in path.parents:
+        return True                 # a worker's start-up hook (execution/spawnhook): importing it ignores Ctrl-C
     if path.suffix != ".py" or PACKAGE not in path.parents or path.name == "conftest.py":
         return None
     missing = _missing_top_level_import(path)

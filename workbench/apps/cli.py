@@ -717,7 +717,7 @@ def _run(args: argparse.Namespace) -> int:
                              report=False)   # report.html below, once the status line is out
         except KeyboardInterrupt:  # while the cluster started: nothing gathered, the run is saved as stopped
             from ..api import _stopped_before_start, save
-            result = _stopped_before_start(config, 0.0, "interrupted")
+            result = _stopped_before_start(config, 0.0, "SIGINT")
             save(result, config.out, overwrite=overwrite)
         finally:
             if progress is not None:
@@ -842,6 +842,11 @@ def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
     from ..learning import accuracy_text
     s = result.summary
+    out = (s.get('config') or {}).get('out') or config.out
+    if s["status"] == "stopped" and not s.get("workers") and not s.get("steps"):   # `api._stopped_before_start`
+        why = next((e["message"] for e in s.get("events", []) if e["event"] == "stop_requested"), "stopped")
+        print(f"stopped: {why}; nothing ran (run directory: {out}) (exit {EXIT_FAILED})", file=sys.stderr)
+        return EXIT_FAILED
     on = s.get("workers_by_kind") or f"{len(s.get('workers') or [])} worker(s)"
     roles = "".join(f" + {r['role']}" for r in s.get("roles") or [])
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
@@ -859,10 +864,11 @@ def _report_run(result: Any, config: RunConfig) -> int:
     for line in (per_class_text(s.get("per_class")), clip_text(s.get("grad_clip"))):
         if line:   # a data file of yours: where its accuracy comes from; a clipping run: how often it clipped
             print(f"  {line}")
-    out = (s.get('config') or {}).get('out') or config.out
     print(f"run directory: {out}")
     last = (s.get("checkpoints") or {}).get("last_step")
-    if s["status"] in ("stopped", "failed") and last is not None:   # where the run can go on from
+    from ..api import resume_refusal
+    if s["status"] in ("stopped", "failed") and last is not None \
+            and resume_refusal(config, s) is None:   # where the run can go on from
         print(f"  resume: python -m workbench run --resume {out} (its last checkpoint, after {last:,} steps)")
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED

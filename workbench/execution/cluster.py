@@ -26,6 +26,8 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
@@ -55,6 +57,13 @@ def _blas_env(threads: int) -> dict[str, Any]:
     n = str(max(1, threads))
     return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
             "MALLOC_TRIM_THRESHOLD_": None}
+
+
+def _spawn_hook_env() -> dict[str, str]:
+    """PYTHONPATH for the worker processes: `spawnhook` first (they ignore Ctrl-C from
+    their first instruction), then the client's own PYTHONPATH."""
+    hook = str(Path(__file__).resolve().parent / "spawnhook")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
 
 
 @contextlib.contextmanager
@@ -218,28 +227,66 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
     if memory_limit == "auto":
         memory_limit = worker_memory_limit(n_gpus + cpus)
     # one BLAS thread per worker whatever the worker count (util.blas): the run sets its own
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
+    settings = {"distributed.nanny.pre-spawn-environ": {**_blas_env(DEFAULT_BLAS_THREADS), **_spawn_hook_env()},
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.daemon": False,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
     security = local_security() if tls else None
-    with dask.config.set(settings), _pristine_environ():
-        if n_gpus == 0:
-            cluster = nanny_keeping(LocalCluster)(
-                n_workers=cpus, threads_per_worker=threads_per_worker, processes=True, host="127.0.0.1",
-                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit,
-                env={WORKER_KIND_ENV: "cpu"})
-        elif cpus == 0:
-            from dask_cuda import LocalCUDACluster
-            cluster = nanny_keeping(gpu_tagging(LocalCUDACluster))(
-                CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker, host="127.0.0.1",
-                dashboard_address=_dashboard(), security=security, memory_limit=memory_limit)
-        else:
-            cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit, security=security)
-        client = Client(cluster, set_as_default=False, security=security)
-    client.wait_for_workers(n_gpus + cpus, timeout=120)
+    cluster = client = None
+    try:
+        # a Ctrl-C while the workers start is held until the start ends (`interrupts_held`),
+        # then raised here: what started is closed below
+        with interrupts_held(), dask.config.set(settings), _pristine_environ():
+            if n_gpus == 0:
+                cluster = nanny_keeping(LocalCluster)(
+                    n_workers=cpus, threads_per_worker=threads_per_worker, processes=True, host="127.0.0.1",
+                    dashboard_address=_dashboard(), security=security, memory_limit=memory_limit,
+                    env={WORKER_KIND_ENV: "cpu"})
+            elif cpus == 0:
+                from dask_cuda import LocalCUDACluster
+                cluster = nanny_keeping(gpu_tagging(LocalCUDACluster))(
+                    CUDA_VISIBLE_DEVICES=list(range(n_gpus)), threads_per_worker=threads_per_worker,
+                    host="127.0.0.1", dashboard_address=_dashboard(), security=security, memory_limit=memory_limit)
+            else:
+                cluster = _mixed_cluster(n_gpus, cpus, threads_per_worker, memory_limit, security=security)
+            client = Client(cluster, set_as_default=False, security=security)
+            client.wait_for_workers(n_gpus + cpus, timeout=120)
+    except BaseException:   # the interrupt held, or a start that failed: nothing of it is left running
+        if client is not None:
+            close_client(client)
+        elif cluster is not None:
+            with contextlib.suppress(Exception), _quiet_logs():
+                cluster.close()
+        raise
     return client
 
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """While a local cluster starts: SIGINT (Ctrl-C, a kernel's interrupt) is recorded, not
+    raised, and its handler is called once the block ends, where the caller can close
+    what it started. Yields the list it is recorded in.
+
+    Raised inside Dask's start, its KeyboardInterrupt left a half-made cluster that nobody
+    closed, and a screen of "Nanny failed to start" tracebacks. (The worker processes the
+    start spawns ignore it themselves: `spawnhook`.) Off the main thread, or where SIGINT
+    is not handled by Python code (ignored, the default), nothing changes.
+    """
+    import signal
+    import threading
+    sig = signal.SIGINT
+    handler = signal.getsignal(sig)
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        yield got
+        return
+    signal.signal(sig, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        signal.signal(sig, handler)
+        if got:   # the CLI's note and its KeyboardInterrupt, raised here (over a start it made fail)
+            handler(sig, None)
 
 def _resolve_gpus(gpus: int | str, quiet: bool) -> int:
     if gpus == "auto":
@@ -306,7 +353,7 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     import dask
     from distributed import Client
 
-    settings = {"distributed.nanny.pre-spawn-environ": _blas_env(DEFAULT_BLAS_THREADS),
+    settings = {"distributed.nanny.pre-spawn-environ": {**_blas_env(DEFAULT_BLAS_THREADS), **_spawn_hook_env()},
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
     with dask.config.set(settings), _pristine_environ():
@@ -525,11 +572,17 @@ def _quiet_logs():
 
 class _NoTracebacks(logging.Filter):
     """Dask's log lines keep their message but lose the traceback: a lost scheduler or a
-    closing cluster is reported by the run itself, in one line (the summary has the rest)."""
+    closing cluster is reported by the run itself, in one line (the summary has the rest).
+    A task Dask cancelled is not shown at all: the client's reconnect to a lost scheduler,
+    cancelled as the client closes, was logged as an ERROR with no message, "(CancelledError)",
+    beside the run's own `scheduler_lost` line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
         if record.exc_info:
             exc = record.exc_info[1]
+            if isinstance(exc, asyncio.CancelledError):
+                return False
             detail = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc is not None and str(exc) \
                 else type(exc).__name__
             record.msg, record.args = f"{record.getMessage()} ({detail})", ()
