@@ -93,7 +93,8 @@ def test_package_list_names_every_package_in_the_tree():
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "workbench").rglob("__init__.py")}
     lessons = {"workbench._lessons.notebooks", "workbench._lessons.experiments"}
-    assert listed == found | lessons
+    hook = {"workbench.execution.spawnhook"}   # no __init__: its folder goes first on the workers' PYTHONPATH
+    assert listed == found | lessons | hook
     assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"workbench._lessons.notebooks": "notebooks",
                                                               "workbench._lessons.experiments": "experiments"}
 
@@ -123,6 +124,7 @@ def test_a_plain_install_carries_the_lessons(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.endswith("conftest.py")], "pytest's scaffolding is not the library's"
     assert "workbench/data/digits.csv.gz" in names
+    assert "workbench/execution/spawnhook/sitecustomize.py" in names   # what a worker runs first (Ctrl-C at start)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=False)   # this pip installs into it (--python):
     py = env_dir / "bin" / "python"                                     # no ensurepip, seconds saved
