@@ -495,19 +495,19 @@ def test_new_rows_that_are_not_finite_numbers_are_refused_in_one_line_by_every_r
         assert str(err.value) == f"rows: {says}"
     pd.DataFrame(columns=[f"f{i}" for i in range(64)]).to_csv(tmp_path / "header.csv", index=False)
     assert main(["predict", str(out), str(tmp_path / "header.csv")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: rows: at least one row of features, got '{tmp_path / 'header.csv'} with no rows'"
+    assert capsys.readouterr().err.strip() == f"error: rows: at least one row of features in {tmp_path / 'header.csv'}, got 'no rows'"
     pd.DataFrame(inf).to_csv(tmp_path / "inf.csv", index=False)
     assert main(["predict", str(out), str(tmp_path / "inf.csv")]) == 2
-    assert "error: rows: a finite number in every cell, got \"-inf at line 4, column '7' of" in capsys.readouterr().err
+    assert f"error: rows: a finite number in every cell of {tmp_path / 'inf.csv'}, got \"-inf at line 4, column '7'\"" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fault, array_says, csv_says", [
     ("text", "a number in every cell, got \"'a' at row 1, column 5\"",
-     "a number in every cell, got \"'a' at line 3, column 'f5' of {path}\""),
+     "a number in every cell of {path}, got \"'a' at line 3, column 'f5'\""),
     ("nan", "a finite number in every cell, got 'nan at row 1, column 5'",
-     "a finite number in every cell, got \"an empty or NaN cell at line 3, column 'f5' of {path}\""),
+     "a finite number in every cell of {path}, got \"an empty or NaN cell at line 3, column 'f5'\""),
     ("inf", "a finite number in every cell, got '-inf at row 1, column 5'",
-     "a finite number in every cell, got \"-inf at line 3, column 'f5' of {path}\""),
+     "a finite number in every cell of {path}, got \"-inf at line 3, column 'f5'\""),
 ])
 def test_a_bad_cell_is_refused_in_the_same_words_from_a_csv_and_from_arrays(tmp_path, capsys, fault, array_says, csv_says):
     """The same fault in the same cell, one wording (`trained.checked_matrix`): `rows:`, what is
@@ -529,6 +529,12 @@ def test_a_bad_cell_is_refused_in_the_same_words_from_a_csv_and_from_arrays(tmp_
     assert str(err.value) == "rows: " + csv_says.format(path=path)
     assert main(["predict", str(out), str(path)]) == 2
     assert capsys.readouterr().err.strip() == "error: rows: " + csv_says.format(path=path)
+    deep = tmp_path / ("a-researcher's-folder-" * 6) / "rows.csv"     # a path past the value's 120-character cut
+    deep.parent.mkdir()
+    deep.write_bytes(path.read_bytes())
+    with pytest.raises(ConfigError) as err:
+        wb.predict(result, deep)
+    assert str(err.value) == "rows: " + csv_says.format(path=deep)   # named whole, not cut in its middle
 
 
 # ------------------------------------------------------------------ a table read as its author meant it

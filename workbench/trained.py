@@ -124,7 +124,7 @@ def checked_matrix(X: Any, name: str = "rows", lines: bool = False) -> Any:
         X = X.to_numpy()
     arr = np.asarray(X, dtype=object) if not hasattr(X, "dtype") else np.asarray(X)
     if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
-        raise ConfigError("rows", "at least one row of features", "no rows" if name == "rows" else f"{name} with no rows")
+        raise ConfigError("rows", f"at least one row of features{_of(name, 'in')}", "no rows")
     if arr.dtype.kind not in "biuf":
         try:
             arr = arr.astype(np.float64)
@@ -133,27 +133,33 @@ def checked_matrix(X: Any, name: str = "rows", lines: bool = False) -> Any:
                 try:
                     float(value)
                 except (TypeError, ValueError):
-                    raise ConfigError("rows", "a number in every cell",
-                                      f"{value!r} at {_cell(at, name, columns, lines)}") from None
+                    raise ConfigError("rows", f"a number in every cell{_of(name)}",
+                                      f"{value!r} at {_cell(at, columns, lines)}") from None
             raise
     arr = np.asarray(arr, dtype=np.float64)
     bad = ~np.isfinite(arr)
     if bad.any():
         at = np.unravel_index(int(bad.argmax()), arr.shape)
         value = "an empty or NaN cell" if columns is not None and np.isnan(arr[at]) else arr[at]   # a table's blank reads as NaN
-        raise ConfigError("rows", "a finite number in every cell", f"{value} at {_cell(at, name, columns, lines)}")
+        raise ConfigError("rows", f"a finite number in every cell{_of(name)}", f"{value} at {_cell(at, columns, lines)}")
     return arr
 
 
-def _cell(at: tuple[int, ...], name: str, columns: list[Any] | None = None, lines: bool = False) -> str:
+def _of(name: str, word: str = "of") -> str:
+    """" of FILE" for rows read from a file (in the refusal's allowed part, which is never cut:
+    the value's repr is cut at 120 characters, and a long path cut in its middle names no file)."""
+    return "" if name == "rows" else f" {word} {name}"
+
+
+def _cell(at: tuple[int, ...], columns: list[Any] | None = None, lines: bool = False) -> str:
     """Where a cell is, in the rows' own words: "row 3, column 1" of an array (a 1-D array:
     "value 3"); a table's column by its name ("column 'width'"); a CSV file's row by its line
     ("line 5": the header is line 1, `data.files._line`).
 
-    >>> _cell((3, 1), "rows")
+    >>> _cell((3, 1))
     'row 3, column 1'
-    >>> _cell((3, 1), "new.csv", ["height", "width"], lines=True)
-    "line 5, column 'width' of new.csv"
+    >>> _cell((3, 1), ["height", "width"], lines=True)
+    "line 5, column 'width'"
     """
     if len(at) == 2:
         from .data.files import _line
@@ -162,7 +168,7 @@ def _cell(at: tuple[int, ...], name: str, columns: list[Any] | None = None, line
         where = f"{row}, column {column!r}" if isinstance(column, str) else f"{row}, column {column}"
     else:
         where = f"value {at[0]}" if len(at) == 1 else f"index {at}"
-    return where if name == "rows" else f"{where} of {name}"
+    return where
 
 
 def _feature_rows(result: RunResult, X: Any) -> Rows:
