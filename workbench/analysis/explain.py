@@ -778,7 +778,6 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str], lone:
     now = model.speedup(n.batch)
     if lone is not None:
         low, high = _lone_speedups(model, n, lone)
-        text, out["speedup_model"] = _band(high, lambda v: f"{v:.2f}x", exact)
         lo_all = float(np.percentile(low[1:], 16)) if len(low) > 1 else float(low[0])
         hi_all = float(np.percentile(high[1:], 84)) if len(high) > 1 else float(high[0])
         out["speedup_model"] = (float(high[0]), min(lo_all, float(low[0])), max(hi_all, float(high[0])))
@@ -946,7 +945,7 @@ def _rounds_line(one: RunSteps | None, n: RunSteps) -> str:
                     f"round 1's")
     rates = rates_n[np.isfinite(rates_n)]
     return (f"  rounds: this reads round 1 of {len(n.rounds)} ({n.rounds[0]}); the rounds' {n.workers}-worker "
-            f"samples/s: median {float(np.median(rates)):,.0f} ({float(rates.min()):,.0f}-{float(rates.max()):,.0f}); "
+            f"samples/s: median {measure.median_rate(list(rates)):,.0f} ({float(rates.min()):,.0f}-{float(rates.max()):,.0f}); "
             f"the parts and predictions below are this round's")
 
 

@@ -824,11 +824,8 @@ def _trouble_lines(s: dict) -> list[str]:
     ...     "errors": {"0": "RuntimeError: broke", "1": "worker 1: a peer it waits for is gone"}})
     ['  failed: RuntimeError: broke\\nTraceback ...', '  worker 1: a peer it waits for is gone']
     """
-    events = s.get("events", [])
-    last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
-    if last is not None:
-        events = [e for e in events if e.get("segment") in (None, last)]
-    lines = _event_lines(events)
+    from ..results.result import last_segment
+    lines = _event_lines(last_segment(s.get("events", [])))
     if s.get("status") == "failed":
         for rank, error in (s.get("errors") or {}).items():
             first = str(error).splitlines()[0] if error else str(error)

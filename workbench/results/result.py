@@ -236,6 +236,17 @@ def _read_run_file(d: Path, name: str, read: Callable[[Path], Any]) -> Any:
             from None
 
 
+def last_segment(events: list[dict]) -> list[dict]:
+    """The events of a resumed run's last segment (and those no segment marks); all of them
+    for a run never resumed.
+
+    >>> [e["m"] for e in last_segment([{"m": 1, "segment": 0}, {"m": 2, "segment": 1}, {"m": 3}])]
+    [2, 3]
+    """
+    last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
+    return [e for e in events if e.get("segment") in (None, last)] if last is not None else list(events)
+
+
 def why_ended(summary: dict[str, Any], traceback_at: str = "result.events") -> str:
     """What ended a run that failed or diverged, in one line ("" otherwise): the first
     failure of its last segment with the worker that met it (a model's error, a worker or
@@ -253,10 +264,8 @@ def why_ended(summary: dict[str, Any], traceback_at: str = "result.events") -> s
     kinds = {"failed": ("failed", "worker_lost", "scheduler_lost"), "diverged": ("diverged",)}.get(status)
     if kinds is None:
         return ""
-    events = summary.get("events") or []
-    last = max((e["segment"] for e in events if e.get("segment") is not None), default=None)
-    for e in events:
-        if e.get("event") in kinds and e.get("segment") in (None, last):
+    for e in last_segment(summary.get("events") or []):
+        if e.get("event") in kinds:
             text = str(e.get("message") or e["event"])
             first, _, rest = text.partition("\n")
             who = e.get("worker")
