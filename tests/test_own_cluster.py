@@ -106,7 +106,9 @@ def test_a_run_or_a_sweep_given_an_address_closes_the_client_it_opened(own, tiny
     table = wb.sweep(cfg, workers=[1, 2], cluster=address, progress=False)
     assert list(table["status"]) == ["completed", "completed"]
     assert _eventually(lambda: _users(client), clients) == clients
-    assert _eventually(threading.active_count, threads) == threads
+    # no thread left behind by the clients it opened (fewer is fine: a thread of the process's
+    # earlier work, alive when counted, can end meanwhile: seen once, 11 against 12)
+    assert _eventually(lambda: threading.active_count() <= threads, True), (threading.active_count(), threads)
 
 
 # ------------------------------------------------------------------ one host: one /dev/shm
