@@ -128,6 +128,44 @@ def test_every_consumer_reads_the_same_steady_throughput(tmp_path, tiny):
     assert measure.steady(loaded.steps).samples_per_s == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_steady_window_too_short_to_time_says_so_and_leaves_the_rate_alone():
+    # The quickstart lesson's run (sync_sgd, digits, 2 workers, 2 epochs) reached its steady
+    # state by the step count with a window of 14 ms (2026-12-07, load 4.4) and printed
+    # 158,552 samples/s with no note; the same config for 10 epochs (a 218 ms window) measured
+    # 43,027. Two workers' 44 steps of 1 ms: the window opens at 10% of 44 ms, closes at 44 ms.
+    quick = pd.concat([rows(w, np.full(44, 1e-3), samples=32) for w in (0, 1)], ignore_index=True)
+    s = measure.steady(quick)
+    assert s.reached and (s.start_s, s.end_s) == pytest.approx((0.0044, 0.044))
+    assert s.samples_per_s == pytest.approx(2 * 32 / 1e-3, rel=1e-9)     # the rate is the plain loop's, as before
+    summary = {"steady": s.to_dict(), "workers": [{"rank": 0}, {"rank": 1}]}
+    assert measure.notes(summary) == [
+        "its steady window lasted 39.6 ms (under 200 ms): one 10 ms pause of the OS or the garbage collector "
+        "moves its samples/s by about 25%; train about 6x the steps or epochs for a rate to compare"]
+    # ten times the step length: a 396 ms window says nothing more
+    long = pd.concat([rows(w, np.full(44, 1e-2), samples=32) for w in (0, 1)], ignore_index=True)
+    assert measure.notes({"steady": measure.steady(long).to_dict(), "workers": [{}, {}]}) == []
+    # a simulated run's clock is virtual: no pause of this machine's is in it
+    assert measure.notes({**summary, "simulated": True}) == []
+
+
+def test_a_short_window_note_reaches_the_run_line_and_explain(tmp_path, tiny, capsys):
+    from workbench.analysis.explain import explain
+    from workbench.apps.cli import _report_run
+    config = tiny(algorithm="sync_sgd", cpus=2, steps=60).replace(out=str(tmp_path / "run"))
+    result = wb.run(config, cluster="threads", progress=False)
+    result.summary["machine_note"] = None   # (this machine's load is not what this test is about)
+    result.summary["steady"].update(start_s=1.0, end_s=1.046)        # a 46 ms window, as the audit's
+    said = ("its steady window lasted 46 ms (under 200 ms): one 10 ms pause of the OS or the garbage collector "
+            "moves its samples/s by about 22%; train about 5x the steps or epochs for a rate to compare")
+    _report_run(result, config)
+    assert f"  note: {said}" in capsys.readouterr().out.splitlines()
+    assert f"  note: the 2-worker run: {said}" in explain([result])[0].text().splitlines()
+    result.summary["steady"].update(start_s=1.0, end_s=2.0)          # a second: nothing to say
+    _report_run(result, config)
+    assert "steady window lasted" not in capsys.readouterr().out
+    assert "steady window lasted" not in explain([result])[0].text()
+
+
 # ------------------------------------------------------------------ a scaling point, repeated
 def test_repeats_interleave_what_is_left_and_stop_on_the_time_budget():
     # Injected rates and clock: the rounds never depend on the machine's speed.

@@ -25,6 +25,11 @@ very short run) the window opens after the warm-up steps only and closes at the 
 step (or, if no step ends after the warm-up, spans the whole training);
 `Steady.reached` is then False and the summary says so.
 
+Steadiness is judged by steps, and a window also needs **time**: one shorter than
+``MIN_WINDOW_S`` (0.2 s) of wall time is dominated by one pause of the OS or the garbage
+collector (10 ms moves its rate by 5% at 0.2 s, by 22% at 46 ms), and `window_note` says so
+wherever the run's notes go (`notes`); the rate itself is unchanged.
+
 **Steady throughput** is the samples of the steps inside the window over its length (all
 workers together; a step across an edge counts for its part inside). The **shares** are
 each component's part of those steps' booked time:
@@ -313,6 +318,40 @@ def steady_note(steady_state: dict[str, Any] | Steady | None, workers: int | Non
     return f"too short for a steady state ({told}): its throughput includes start-up effects"
 
 
+# A steady window shorter than MIN_WINDOW_S is judged too short to time a rate (`window_note`).
+# A pause of h seconds inside a window of W seconds moves the rate by about h / W. Pauses of
+# 5-10 ms are ordinary (the OS scheduling another process, a garbage collection, a timer
+# tick): a busy Python loop on the 2-core development VM at load 4.5 was held up over 10 ms
+# 8 times in 3 s, the longest 32 ms. At 0.2 s one 10 ms pause moves the rate by 5%, the
+# spread the workbench calls a rate known (`TARGET_SPREAD`); below it by more.
+PAUSE_S = 0.010
+MIN_WINDOW_S = 0.2
+
+
+def window_note(steady_state: dict[str, Any] | Steady | None, simulated: bool = False) -> str | None:
+    """The sentence for a steady window shorter than `MIN_WINDOW_S` of wall time (None for a
+    longer one, a window of no length, or a simulated run, whose virtual clock no pause of
+    this machine's enters). The rate is not changed: it says how little its window can tell.
+
+    >>> window_note({"reached": True, "start_s": 0.010, "end_s": 0.056})
+    'its steady window lasted 46 ms (under 200 ms): one 10 ms pause of the OS or the garbage collector moves its samples/s by about 22%; train about 5x the steps or epochs for a rate to compare'
+    >>> window_note({"reached": True, "start_s": 1.0, "end_s": 1.25}) is None
+    True
+    >>> window_note({"reached": True, "start_s": 0.0, "end_s": 0.05}, simulated=True) is None
+    True
+    """
+    if steady_state is None or simulated:
+        return None
+    d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
+    length = float(d.get("end_s") or 0.0) - float(d.get("start_s") or 0.0)
+    if not (0.0 < length < MIN_WINDOW_S):
+        return None
+    more = max(math.ceil(MIN_WINDOW_S / length), 2)
+    return (f"its steady window lasted {duration_text(length)} (under {duration_text(MIN_WINDOW_S)}): one "
+            f"{duration_text(PAUSE_S)} pause of the OS or the garbage collector moves its samples/s by about "
+            f"{PAUSE_S / length:.0%}; train about {more}x the steps or epochs for a rate to compare")
+
+
 def run_workers(summary: dict[str, Any]) -> int | None:
     """How many workers a run's summary says it had (its `workers` entries); None when it does not say."""
     return len(summary.get("workers") or []) or None
@@ -352,7 +391,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     `summary["overfit_note"]`, `workbench.learning`), a run `early_stop` ended, what a failed run kept
     (`kept_note`), gradient clipping that changed nothing or
     nearly every update (`learning.clip_note`), a steady state not
-    reached, NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
+    reached, a steady window too short to time a rate (`window_note`), NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`).
 
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
@@ -362,6 +401,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
                         kept_note(summary),
                         clip_note(summary.get("grad_clip")),
                         steady_note(summary.get("steady"), run_workers(summary)),
+                        window_note(summary.get("steady"), bool(summary.get("simulated"))),
                         numerics_note(summary.get("numerics")),
                         summary.get("crowding_note"), summary.get("machine_note")) if n]
 

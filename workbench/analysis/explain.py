@@ -99,6 +99,7 @@ class RunSteps:
     per_rank: pd.DataFrame      # rank -> mean compute, share of steps it was the slowest
     machine_note: str | None
     free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
+    window_note: str | None = None    # a steady window too short to time its rate (`measure.window_note`)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
 
     def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
@@ -255,7 +256,8 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
                     evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
-                    free_cores=_free_cores(s.get("machine")))
+                    free_cores=_free_cores(s.get("machine")),
+                    window_note=measure.window_note(s.get("steady"), bool(s.get("simulated"))))
 
 
 # ------------------------------------------------------------------------------ the model, vectorised
@@ -606,6 +608,9 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
                      f"below assume so)")
     if n.machine_note:
         lines.append(f"  note: {n.machine_note}")
+    for r in (one, n):   # the rates (and the measured speed-up) of a window too short to time them
+        if r is not None and r.window_note:
+            lines.append(f"  note: the {r.workers}-worker run: {r.window_note}")
     if P > 1 and _busy(one, n):
         lines.append(f"what would change it: not predicted: other processes took a share of the cores that "
                      f"matters ({_busy(one, n)}); the exchange, the crossover batch and the network advice read "
