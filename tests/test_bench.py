@@ -369,3 +369,21 @@ def test_bench_gpt_and_torch_adapter_refuse_rounds_below_one(monkeypatch, capsys
     monkeypatch.setattr(paired, "paired_rounds", no_measuring)
     assert cli.main(["bench", mode, f"--rounds={rounds}"]) == 2
     assert capsys.readouterr().err.startswith("error: rounds: a whole number >= 1")
+
+
+def test_one_rounds_ratios_say_they_have_no_range_and_how_to_get_one():
+    """`bench` alone runs one round: its table printed each ratio to the limit (and the notes
+    their ratios to the bare loop) with nothing saying that one round measures no range,
+    where `--rounds 3` prints each with its range."""
+    import pandas as pd
+
+    from workbench.bench.command import size_tables
+    from workbench.bench.throughput import Size
+    sizes = [Size("teaching", 64, "128", 32)]
+    one = pd.DataFrame({"size": ["teaching"] * 2, "what": ["bare sync loop (no engine)", "sync_sgd"],
+                        "vs_limit": [0.8, 0.72]})
+    said = size_tables(one, sizes, 1).splitlines()[-1]
+    assert said.startswith("note: one round: its ratios (vs_limit") and "have no range" in said
+    assert "--rounds 3" in said
+    three = one.assign(vs_limit_min=[0.7, 0.6], vs_limit_max=[0.9, 0.8])
+    assert "note:" not in size_tables(three, sizes, 3) and "no range" not in size_tables(three, sizes, 3)

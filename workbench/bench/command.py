@@ -146,7 +146,8 @@ def render(table: pd.DataFrame) -> str:
 
 def size_tables(table: pd.DataFrame, sizes: list[Size], rounds: int) -> str:
     """The combined table as printed: one block per size, headed by the size, with every
-    row measured at it (`render`: each line starts with the row's name).
+    row measured at it (`render`: each line starts with the row's name), and after one round
+    the note that its ratios have no range (`one_round_note`).
 
     >>> t = pd.DataFrame({"size": ["teaching", "535k"], "what": ["sync_sgd"] * 2, "vs_limit": [0.6, 0.9]})
     >>> print(size_tables(t, [Size("teaching", 64, "128", 32), Size("535k", 784, "512,256", 128)], 3))
@@ -163,7 +164,22 @@ def size_tables(table: pd.DataFrame, sizes: list[Size], rounds: int) -> str:
     for size in sizes:
         rows = table.loc[table["size"] == size.name].drop(columns="size")
         blocks.append(f"\n{size.name}: {size.label()}, {rounds} round(s)\n{render(rows)}")
-    return "\n".join(blocks)
+    said = one_round_note(rounds)
+    return "\n".join(blocks + ([f"note: {said}"] if said else []))
+
+
+def one_round_note(rounds: int) -> str | None:
+    """The sentence under a table of one round (None for more): its ratios come without a
+    range, and how to get one.
+
+    >>> one_round_note(3) is None
+    True
+    """
+    if rounds > 1:
+        return None
+    return ("one round: its ratios (vs_limit, the DDP verdict, the notes' \"of the bare sync loop\" and \"of "
+            "sync_sgd\") have no range, and a shared machine's ratios move by tenths between runs: --rounds 3 "
+            "measures every row three times, interleaved, and gives each ratio its range")
 
 
 def print_comparison(table: pd.DataFrame, path: str) -> None:
