@@ -182,14 +182,38 @@ def test_identical_accuracies_are_a_tie_and_rates_keep_their_spread_and_the_busy
     assert said.endswith(". The machine was busy during 6 of 6 runs (other processes used its cores): their samples/s "
                          "measure the machine at that moment, not the settings")
     two = table.set_index("cpus").loc[2]
-    assert (two["samples_per_s_min"], two["samples_per_s_max"]) == (min(rates[2]), max(rates[2]))
+    assert (two["samples_per_s_lo"], two["samples_per_s"], two["samples_per_s_hi"]) == tuple(sorted(rates[2]))
     assert two["machine_note"] == "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)
-    text = grid_text(table, plan)
-    assert "53,701 (31,117-82,198)" in text and "100,624 (66,387-130,225)" in text
+    text = grid_text(table, plan)   # the median +- the interval that holds it (3 seeds: the range's half-width)
+    assert "47,789 +-53% (31,117-82,198)" in text and "105,262 +-30% (66,387-130,225)" in text
     assert ("cpus=2", "3 of 3 runs on a busy machine, the first: " + busy.format(1.3)) in grid_notes(table, plan)
     # one point just below the other: the best is named as before
     rows[1]["final_test_accuracy"] -= 1e-9
     assert combine(rows, plan)["verdict"].tolist()[0] == "best"
+
+
+def test_a_grids_rate_over_seeds_is_the_sweeps_over_rounds_median_and_interval():
+    # The grid gave a point's samples/s as the mean of its seeds with their min-max, where a
+    # sweep gives a point's rounds as their median with the interval that holds it
+    # (`measure.median_interval`): the same six rates read 165 (150-200) in one and 160 +-1%
+    # in the other. One of six runs disturbed by another process moved the mean, not the median.
+    from workbench.analysis.sweep import combine_rounds
+    from workbench.apps.cli import grid_text
+    rates = [150.0, 200.0, 160.0, 160.0, 158.0, 162.0]
+    plan = GridPlan.make(RunConfig(algorithm="sync_sgd"), {"cpus": [2]}, seeds=list(range(6)))
+    rows = [{"point": "cpus=2", "cpus": 2, "seed": k, "status": "completed", "final_test_accuracy": 0.9,
+             "final_test_loss": 0.3, "best_test_loss": 0.3, "samples_per_s": v, "wall_time_s": 5.0, "steps": 100,
+             "note": None, "machine_note": None} for k, v in enumerate(rates)]
+    point = combine(rows, plan).iloc[0]
+    # by hand: sorted 150 158 160 160 162 200; the median (the lower middle one) 160; six rounds'
+    # interval holding it with >= 75% is the 2nd lowest to the 2nd highest, 158-162: +-2/160
+    assert point["samples_per_s"] == 160.0 and point["spread"] == pytest.approx(2 / 160, rel=1e-12)
+    assert (point["samples_per_s_lo"], point["samples_per_s_hi"]) == (150.0, 200.0)   # the full range, kept
+    sweep = combine_rounds([{"workers": 2, "samples_per_s": v, "round": k, "status": "completed"}
+                            for k, v in enumerate(rates)]).iloc[0]
+    for c in ("samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "spread"):
+        assert point[c] == sweep[c], c
+    assert "160 +-1% (150-200)" in grid_text(combine(rows, plan), plan)
 
 
 def test_a_ctrl_c_between_runs_returns_what_ran(tmp_path):

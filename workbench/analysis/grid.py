@@ -4,7 +4,8 @@
 runs every combination of the values once per seed (the seeds in the outer loop, so a grid
 stopped part-way has every point's first seeds), and tabulates each point over its seeds:
 the mean of the metric (final test accuracy, or for a language model the final test loss),
-its standard deviation and range, and the point's other numbers. The best point is named,
+its standard deviation and range, and the point's other numbers (its samples/s as a sweep
+gives a point's rounds: the median with the interval that holds it). The best point is named,
 and each other point is compared with it by the difference of the two means against two
 standard errors of that difference: the seeds' (Welch's: each point's own spread) and, for an
 accuracy, the test rows' (an accuracy is a share of n test rows: sqrt(p (1 - p) / n) each,
@@ -25,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
-from ..measure import notes
+from ..measure import median_rate, notes, relative_spread
 
 NOT_VARIED = ("seed", "out", "resume", "scheduler")   # a grid's own (seeds), or where it runs, not what it trains
 MAX_RUNS = 1000
@@ -164,9 +165,13 @@ def grid_row(result: Any, point: dict[str, Any], seed: int, run_dir: str | None)
 
 def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
     """One row per point over its seeds: `runs`, `completed`, the metric's `mean`, `std`
-    (over 2 seeds or more), `min`, `max`, the other numbers' means, the throughput's range
-    over the seeds (`samples_per_s_min`, `samples_per_s_max`: a mean of rates that moved
-    3x between seeds is not one rate), the first note any of its runs had, `machine_note`
+    (over 2 seeds or more), `min`, `max`, the other numbers' means, and the throughput as a
+    sweep gives a point's rounds (`sweep.combine_rounds`, the same definitions: a mean of
+    rates that moved 3x between seeds is not one rate): `samples_per_s` the median over the
+    seeds (`measure.median_rate`), `samples_per_s_lo` / `_hi` the lowest and highest, and
+    `spread` the +- of the interval that holds their median (`measure.relative_spread`,
+    `measure.median_interval`: the whole range for 2-5 seeds, the extremes outvoted from 6;
+    0 for one seed, which measures none); the first note any of its runs had, `machine_note`
     (how many of its runs other processes crowded, with the first one's `machine_note`), and
     `verdict`: "best", "a tie for the best" (two or more points with the same mean, to the
     bit: none of them is the best), "not distinguishable from the best", "worse" / "better"
@@ -190,9 +195,11 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
             if c != plan.metric:
                 col = pd.to_numeric(done[c], errors="coerce") if len(done) else pd.Series(dtype=float)
                 row[c] = float(col.mean()) if col.notna().any() else None
-        rates = pd.to_numeric(done["samples_per_s"], errors="coerce").dropna() if len(done) else pd.Series(dtype=float)
-        row["samples_per_s_min"] = float(rates.min()) if len(rates) else None
-        row["samples_per_s_max"] = float(rates.max()) if len(rates) else None
+        rates = (pd.to_numeric(done["samples_per_s"], errors="coerce").dropna().tolist() if len(done) else [])
+        row["samples_per_s"] = median_rate(rates) if rates else None   # the sweep's point over its rounds
+        row["samples_per_s_lo"] = min(rates) if rates else None
+        row["samples_per_s_hi"] = max(rates) if rates else None
+        row["spread"] = relative_spread(rates) if rates else None
         notes = [n for n in mine["note"].tolist() if isinstance(n, str) and n]
         row["note"] = notes[0] if notes else None
         busy = [n for n in mine.get("machine_note", pd.Series(dtype=object)).tolist() if isinstance(n, str) and n]
@@ -201,8 +208,8 @@ def combine(rows: list[dict[str, Any]], plan: GridPlan) -> pd.DataFrame:
         row["_n_test"] = plan.test_rows(point) if plan.metric.endswith("_accuracy") else None
         out.append(row)
     table = pd.DataFrame(out, columns=[*fields, "runs", "completed", "mean", "std", "min", "max",
-                                       *[c for c in SHOWN if c != plan.metric], "samples_per_s_min",
-                                       "samples_per_s_max", "note", "machine_note", "_vals", "_n_test"])
+                                       *[c for c in SHOWN if c != plan.metric], "samples_per_s_lo",
+                                       "samples_per_s_hi", "spread", "note", "machine_note", "_vals", "_n_test"])
     table["verdict"] = _verdicts(table, plan)
     return table.drop(columns=["_vals", "_n_test"]).rename(columns={"mean": f"{plan.metric}_mean", "std": f"{plan.metric}_std",
                                                        "min": f"{plan.metric}_min", "max": f"{plan.metric}_max"})

@@ -1119,7 +1119,8 @@ def _seeds_flag(text: str) -> list[int]:
 def grid_text(table: Any, plan: Any) -> str:
     """A grid's table for the terminal: each combination, its metric over the seeds as
     mean +- deviation (range), beside a validation metric the test set's mean, the
-    throughput as mean (range over the seeds) and the verdict (grid.csv keeps every column)."""
+    throughput as a sweep prints a point's rounds, median +-spread (range over the seeds),
+    and the verdict (grid.csv keeps every column)."""
     if not len(table):
         return "(no run finished)"
     m = plan.metric
@@ -1141,13 +1142,14 @@ def grid_text(table: Any, plan: Any) -> str:
             "-" if v is None or v != v else f"{v:.4f}" for v in table[test]]
     rate = "samples/virtual s" if plan.config.simulate else "samples/s"   # a simulated run's clock is virtual
 
-    def over_seeds_rate(row: Any) -> str:   # the mean, and the range over the seeds where they differ
-        v, lo, hi = row["samples_per_s"], row.get("samples_per_s_min"), row.get("samples_per_s_max")
+    def over_seeds_rate(row: Any) -> str:   # the median, its +- and the range over the seeds where there are two
+        from ..measure import spread_text
+        v, lo, hi, spread = (row.get(c) for c in ("samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "spread"))
         if v is None or v != v:
             return "-"
         if lo is None or hi is None or lo != lo or hi != hi or int(row["completed"]) < 2:
             return f"{v:,.0f}"
-        return f"{v:,.0f} ({lo:,.0f}-{hi:,.0f})"
+        return f"{v:,.0f} {spread_text(spread)} ({lo:,.0f}-{hi:,.0f})"
     shown[rate] = [over_seeds_rate(r) for _, r in table.iterrows()]
     shown["verdict"] = table["verdict"]
     return shown.to_string(index=False)
