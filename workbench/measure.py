@@ -330,7 +330,8 @@ MIN_WINDOW_S = 0.2
 
 def window_note(steady_state: dict[str, Any] | Steady | None, simulated: bool = False) -> str | None:
     """The sentence for a steady window shorter than `MIN_WINDOW_S` of wall time (None for a
-    longer one, a window of no length, or a simulated run, whose virtual clock no pause of
+    longer one, a window of no length, a steady state not reached (`steady_note` says the
+    window holds start-up effects), or a simulated run, whose virtual clock no pause of
     this machine's enters). The rate is not changed: it says how little its window can tell.
 
     >>> window_note({"reached": True, "start_s": 0.010, "end_s": 0.056})
@@ -339,12 +340,14 @@ def window_note(steady_state: dict[str, Any] | Steady | None, simulated: bool = 
     True
     >>> window_note({"reached": True, "start_s": 0.0, "end_s": 0.05}, simulated=True) is None
     True
+    >>> window_note({"reached": False, "start_s": 0.0, "end_s": 0.05}) is None
+    True
     """
     if steady_state is None or simulated:
         return None
     d = steady_state.to_dict() if isinstance(steady_state, Steady) else steady_state
     length = float(d.get("end_s") or 0.0) - float(d.get("start_s") or 0.0)
-    if not (0.0 < length < MIN_WINDOW_S):
+    if not d.get("reached") or not (0.0 < length < MIN_WINDOW_S):   # not reached: `steady_note` says it
         return None
     more = max(math.ceil(MIN_WINDOW_S / length), 2)
     return (f"its steady window lasted {duration_text(length)} (under {duration_text(MIN_WINDOW_S)}): one "
