@@ -252,3 +252,37 @@ def test_a_stop_on_an_evaluation_that_decides_nothing_ends_one_step_later_stoppe
     _stop_asked_after(monkeypatch, 98)          # step 99 is evaluated (every 20 steps)
     got = run_threads(RunConfig(early_stop=3, **{**BASE, **extra}))
     assert got.status == "stopped" and got.summary["steps"] == 101 and "early_stopped" not in got.summary
+
+
+def test_a_stop_pending_when_a_resumed_run_begins_on_an_evaluation_step_is_held_there(tmp_path, monkeypatch):
+    """Rank 0 reads the step under way off its step log, which a resumed run begins empty: the
+    step is then the checkpoint's. Resumed at 99, a step evaluation follows (every 20 steps),
+    with the user's stop pending at its first question: held there as on the uninterrupted
+    run, so step 99 and its evaluation run and the stop ends the run after step 100, stopped
+    (read as step 0, it was not held: the run stopped after 99, its evaluation never taken)."""
+    from workbench.algorithms import base
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, checkpoint_every=99, checkpoint_keep=100,
+                    out=str(tmp_path / "whole"), **{**BASE, "epochs": 3})
+    wb.run(cfg, cluster="threads", progress=False)
+    assert killed_after(tmp_path / "whole", tmp_path / "cut", 1) == 99
+    start = base.WorkerContext.start
+
+    def starting(ctx, *args, **kw):      # the stop, asked once rank 0's resumed loop has begun
+        start(ctx, *args, **kw)
+        if ctx.rank == 0 and ctx.control is not None:
+            ctx.control.request_stop("stop requested")
+
+    monkeypatch.setattr(base.WorkerContext, "start", starting)
+    got = wb.resume(tmp_path / "cut", cluster="threads", progress=False)
+    assert got.status == "stopped" and got.summary["steps"] == 101 and "early_stopped" not in got.summary
+    assert set(got.steps.groupby("worker")["step"].max()) == {100}
+    assert 99 in set(got.evals["step"])
+
+
+def test_with_every_step_evaluated_a_stop_is_held_once_not_at_every_step(monkeypatch):
+    """eval_every 1: every step is an evaluation step, so the hold is once a run (a stop held at
+    each would wait for an early stop that may never come): asked after step 30, it is held at
+    31 and ends the run after 32, stopped."""
+    _stop_asked_after(monkeypatch, 30)
+    got = run_threads(RunConfig(algorithm="sync_sgd", cpus=2, early_stop=3, **{**BASE, "eval_every": 1}))
+    assert got.status == "stopped" and got.summary["steps"] == 33 and "early_stopped" not in got.summary

@@ -107,7 +107,6 @@ class WorkerContext:
     _next_flush: float = 0.0           # when the next live batch leaves (time.perf_counter)
     _wall_timer: bool = False          # `timer` is that wall clock itself (`start`): close_step's reading serves
     _next_eval: int = 0                # no evaluation before this step (`close_step`)
-    stepping: int = 0                  # the step under way (`run_loop`; `close_step`: the one after it closed)
     _stop_held_at: int | None = None   # rank 0: the step whose stop `stop_requested` held back (once a run)
     _batches: dict[tuple[int, int], tuple[Any, Callable]] = field(default_factory=dict)   # `batch`'s kept `batches`
 
@@ -367,15 +366,34 @@ class WorkerContext:
         run), so the decision, if taken, rides on the next step as it does without the stop
         and the run ends where it would have ended, completed; if it is not taken, the held
         stop ends the run one step later, stopped (a stop heeded before the evaluation ended
-        the run a step short of the early stop's end while reporting it completed)."""
+        the run a step short of the early stop's end while reporting it completed).
+
+        Why here and not in the exchange that carries the stop: the exchange of a step is
+        packed before that step's evaluation (which needs the exchanged update), so nobody
+        can know there whether the evaluation will decide; the choice is only to carry the
+        stop or hold it, and this is the one question every one of rank 0's stop readings
+        goes through (`SyncTail`'s, cgdp's, the simulator's lockstep drivers', an
+        asynchronous loop's). The step it needs is read off the step log only when a stop
+        is pending (`step_under_way`); the hold is remembered because with `eval_every` 1
+        every step is evaluated and a stop held at each would never be heeded."""
         if self.control is None or not self.control.stop_requested():
             return False
         if self.rank != 0 or self.config.early_stop is None or self.early_stopped is not None:
             return True
-        step = self.stepping
+        step = self.step_under_way()
         if self._stop_held_at is None and step + 1 < self.plan.total_steps and self.plan.is_eval_step(step):
             self._stop_held_at = step
         return self._stop_held_at != step
+
+    def step_under_way(self) -> int:
+        """The step this worker is in, read off its step log: the one after its newest row
+        (`close_step` books every step it closes), else the step its loop began at (a resumed
+        run's checkpoint step, or 0). Read only where it is needed (`stop_requested`, with a
+        stop pending), so no step pays for it."""
+        newest = self.steps.newest()
+        if newest is not None:
+            return int(newest[0]) + 1
+        return int(self.resume["step"]) if self.resume is not None else 0
 
 
 class Algorithm:
@@ -820,7 +838,6 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     Returns the status that ends this worker's loop ("stopped", "diverged"), or None.
     """
     stop = out.stop
-    ctx.stepping = step + 1
     if stop == "diverged":
         if ctx.rank == 0 or not sync:
             ctx.event("diverged", f"loss became {out.loss} at step {step} with lr {out.lr:.6g}")
@@ -907,7 +924,6 @@ def run_loop(ctx: WorkerContext, algo: Algorithm) -> dict[str, Any]:
         ctx.kept = (first, algo.state())
     asks_stop, saves, elastic = not sync, every is not None or asked, ctx.elastic   # (what each step reads, once)
     take_step, evaluate, last = algo.step, algo.evaluate, total - 1
-    ctx.stepping = first
     ctx.start()
     for step in range(first, total):
         if asks_stop and ctx.stop_requested():
