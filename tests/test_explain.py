@@ -418,3 +418,53 @@ def test_the_model_says_why_it_misses_the_measured_only_outside_its_interval():
     assert _against_measured(m, 2, (0.52, 0.19, 0.67), 0.77).startswith(" (below the measured 0.77x: ")
     m.parallel = 1.1
     assert _against_measured(m, 2, (0.35, 0.29, 0.41), 0.37) == ""
+
+
+@pytest.mark.parametrize("size, n", [(2, 1_000), (2, 20_000), (3, 1_000)])   # pair path, general, general
+def test_the_shm_allreduce_meets_as_often_as_its_count_says(size, n):
+    """`shm.allreduce_meetings`, the count the cost model charges a latency for, against the
+    barrier meetings `ShmComm.allreduce` really makes (each `_arrive` moves a rank's phase on
+    by one): one for a pair with a small buffer, two otherwise, whatever P."""
+    import threading
+    import uuid
+
+    import numpy as np
+
+    from workbench.comm.shm import ShmComm, allreduce_meetings, allreduce_nbytes, create_segment, unlink_segment
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
+    comms = [ShmComm(name, r, size, n) for r in range(size)]
+    try:
+        threads = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [c.phase for c in comms] == [allreduce_meetings(size, n)] * size
+    finally:
+        for c in comms:
+            c.close()
+            c.shm.close()
+        unlink_segment(name)
+
+
+def test_a_shared_memory_run_is_charged_its_own_meetings_not_the_rings_messages(real_pair):
+    """A real 2-worker run whose allreduce went through shared memory (`comm=shm`) with a small
+    model (digits' softmax, 650 parameters: the pair path) meets once a step; explain counted the
+    ring's 2 (P-1) = 2 messages and charged, and printed, two latencies. Its exchange's terms
+    are now the shm path's (`allreduce_meetings`), as are those of the alternatives it weighs."""
+    import copy
+
+    from workbench.analysis.costmodel import allreduce_terms
+    from workbench.analysis.explain import fit
+    from workbench.comm.shm import allreduce_meetings
+    from workbench.config.registry import tail_length
+    _, two = (copy.deepcopy(r) for r in real_pair)
+    two.summary["comm"] = "shm"
+    n = run_steps(two)
+    model, _, _ = fit(None, n, resamples=0)
+    capacity = round(n.n_bytes / 4) + tail_length(2)
+    assert model.a_terms == allreduce_meetings(2, capacity) == 1
+    assert model.b_terms == n.n_bytes
+    assert allreduce_terms(2, n.n_bytes, "ring")[0] == 2     # what it was charged before
+    two.summary["comm"] = "dask"                               # a ring's run keeps the ring's count
+    assert fit(None, run_steps(two), resamples=0)[0].a_terms == 2

@@ -99,6 +99,7 @@ class RunSteps:
     per_rank: pd.DataFrame      # rank -> mean compute, share of steps it was the slowest
     machine_note: str | None
     free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
+    comm: str | None = None     # the collective a real run used (`summary["comm"]`: shm, dask, nccl, threads)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
 
     def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
@@ -255,7 +256,7 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
                     evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
-                    free_cores=_free_cores(s.get("machine")))
+                    free_cores=_free_cores(s.get("machine")), comm=None if s.get("simulated") else s.get("comm"))
 
 
 # ------------------------------------------------------------------------------ the model, vectorised
@@ -369,6 +370,14 @@ class Model:
         return np.where(beta <= 0, math.inf, 1.0 / beta)
 
 
+def _allreduce(n: RunSteps) -> str:
+    """The allreduce whose terms the run's exchange is read by: a real run's shared-memory
+    collective its own (`costmodel.allreduce_terms(..., "shm")`: its barrier meetings, one
+    for a pair with a small model, not the ring's 2 (P-1) messages); else the ring, as the
+    simulator charges it."""
+    return "shm" if n.comm == "shm" else "ring"
+
+
 def _terms(n: RunSteps) -> tuple[float, float]:
     """(A, B) of the N-worker run's exchange per step (`costmodel.exchange_terms`)."""
     cfg = n.config
@@ -378,7 +387,7 @@ def _terms(n: RunSteps) -> tuple[float, float]:
     try:
         t = exchange_terms(n.algorithm, n.workers, n.n_bytes, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), compression=cfg.get("compression") or "none",
-                           topology=cfg.get("topology") or "ring", **knobs)
+                           topology=cfg.get("topology") or "ring", allreduce=_allreduce(n), **knobs)
     except (ConfigError, ValueError, TypeError):
         return 0.0, 0.0
     return t if t is not None else (0.0, 0.0)
@@ -710,8 +719,9 @@ def _exchange_kind(model: Model, exchange: float, n: RunSteps) -> str:
     lat = float(model.x_alpha[0])
     if lat >= 0.5 * exchange:
         each = lat / model.a_terms if model.a_terms > 0 else lat
-        return (f" (latency: {model.a_terms:g} messages a step, {_ms(each)} each; {n.network}'s documented "
-                f"{_ms(model.alpha)})")
+        what = "barrier meeting" if _allreduce(n) == "shm" else "message"   # (shared memory meets, a ring sends)
+        return (f" (latency: {model.a_terms:g} {what}{'s' if model.a_terms != 1 else ''} a step, {_ms(each)} each; "
+                f"{n.network}'s documented {_ms(model.alpha)})")
     return f" (bytes: {model.b_terms / 1e6:.3g} MB a step on {n.network})"
 
 
@@ -825,8 +835,8 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str], lone:
         link = 1.0 / NETWORKS[n.network].beta       # the bytes were charged at the network's documented rate
         for name, (a_alt, b_alt) in {
                 f"DiLoCo (tau {DILOCO_TAU})": (model.a_terms / DILOCO_TAU, model.b_terms / DILOCO_TAU),
-                f"top-k compression ({TOPK_RATIO:.0%})": compressed_terms(P, n.n_bytes, "topk",
-                                                                          compression_ratio=TOPK_RATIO)}.items():
+                f"top-k compression ({TOPK_RATIO:.0%})": compressed_terms(P, n.n_bytes, "topk", compression_ratio=TOPK_RATIO,
+                                                                          allreduce=_allreduce(n))}.items():
             bw = model.paying_bandwidth(a_alt, b_alt)
             text, out[name] = _band(bw, _gbps, exact)
             here = "pays here already" if link <= float(bw[0]) else f"not on {n.network}'s {_gbps(link)}"
