@@ -468,3 +468,42 @@ def test_a_shared_memory_run_is_charged_its_own_meetings_not_the_rings_messages(
     assert allreduce_terms(2, n.n_bytes, "ring")[0] == 2     # what it was charged before
     two.summary["comm"] = "dask"                               # a ring's run keeps the ring's count
     assert fit(None, run_steps(two), resamples=0)[0].a_terms == 2
+
+
+def test_a_lone_runs_limit_is_named_under_both_readings_of_its_one_worker_step():
+    """A lone N-worker run cannot split a cost per call from a cost per row, so the limit it
+    names from the 1-worker step "split N ways" is a guess as much as its speed-up: the small
+    GPT on 4 simulated workers reads as scaling (compute within 13% of the ideal) if its
+    compute shrinks with the rows, and as compute that does not shrink (65% of the step beyond
+    the ideal) if it is all a cost per call. Before, the first line named the first alone. Now
+    it says which reading it names, what the other one gives and the command that measures it;
+    where both readings agree it says so. The 1-worker run, measured, decides: the pair's limit
+    is one of the two readings. Deterministic: virtual time."""
+    from workbench.analysis.explain import MEASURE_ONE, NAMES
+    base = dict(algorithm="sync_sgd", simulate=True, model="gpt", dataset="markov_text", optimizer="adamw", lr=0.003,
+                n_samples=2000, batch_size=16, steps=60, seed=0, network="shm")
+    four = wb.run(RunConfig(**base, cpus=4), progress=False)
+    alone, = explain([four], resamples=0)
+    assert alone.readings == {"per row": "scales", "per call": "compute"}, alone.readings
+    head = alone.first_line
+    assert head.startswith("limited by: compute: ") and "a guess: this reads compute as shrinking in proportion" in head
+    assert f"if it is all a cost per call, the limit is {NAMES['compute']}" in head and f"`{MEASURE_ONE}`" in head, head
+    # the per-call reading by hand: 1 worker computes the whole batch in one slice's time, so the ideal's
+    # compute is c / P and compute's excess c (1 - 1/P), here the largest part beyond it
+    c, P = alone.parts["compute"] + alone.parts["contention"], 4
+    share = float(head.split("the limit is ")[1].split("(")[1].split("%")[0]) / 100
+    step = sum(alone.parts.values())
+    assert share == pytest.approx(c * (1 - 1 / P) / step, abs=0.006), head
+    one = wb.run(RunConfig(**base, cpus=1), progress=False)
+    pair, = explain([one, four], resamples=0)
+    assert pair.readings == {} and "a guess" not in pair.first_line
+    measured = "scales" if pair.first_line.startswith("limited by: compute: ") else pair.limit
+    assert measured in alone.readings.values(), pair.first_line
+
+
+def test_a_lone_run_whose_readings_agree_names_its_limit_for_both(explained):
+    _, _, many = explained["model too small for its exchange"]
+    alone, = explain([many], resamples=0)
+    assert alone.readings == {"per row": "exchange", "per call": "exchange"}
+    assert alone.limit == "exchange" and "the same limit whether compute shrinks in proportion to the rows or is " \
+        "all a cost per call" in alone.first_line and "a guess: this reads" not in alone.first_line

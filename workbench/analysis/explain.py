@@ -15,7 +15,8 @@ with fewest workers), from its records alone and says:
    not shrink: a fixed cost per step), and the largest one is the limit. Within 20% of the
    ideal, N workers scale and compute is the limit. A lone run of N workers is compared
    with a 1-worker step guessed from it, given as a range (one run cannot split a cost per
-   call from a cost per row) with the command that measures it; a 1-worker run, with itself.
+   call from a cost per row) with the command that measures it, and its limit worked out
+   under both readings (named as a guess where they differ); a 1-worker run, with itself.
    Where either run's machine note says other processes took cores (`util.machine.note`),
    the limit and the advice cannot be told from the runs, and it says so instead.
 2. **What would change the answer**, from the cost model fitted on the runs themselves
@@ -57,6 +58,7 @@ from ..config.registry import specs
 from ..measure import duration_text as _ms
 from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
 
+MEASURE_ONE = "workbench explain ONE_WORKER_RUN THIS_RUN"   # what measures a lone run's 1-worker step
 TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
 PAYS = 1.25           # DiLoCo or compression "pays" when the step is this much faster with it
 NEAR_IDEAL = 0.2      # within this share of the step from the ideal: N workers scale, compute limits
@@ -493,6 +495,9 @@ class Explanation:
     parts: dict[str, float]          # seconds per worker step of the N-worker run (measured)
     excess: dict[str, float]         # ... beyond the ideal step (N > 1)
     predictions: dict[str, Any] = field(default_factory=dict)   # name -> (value, low, high) or text
+    readings: dict[str, str] = field(default_factory=dict)      # a lone N-worker run's limit under each reading
+    #   of its 1-worker step ("per row": compute shrinks with the rows; "per call": it does not): a key of NAMES,
+    #   or "scales" (within NEAR_IDEAL of the ideal); {} otherwise
 
     @property
     def first_line(self) -> str:
@@ -544,6 +549,7 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     P = n.workers
     lines: list[str] = []
     excess: dict[str, float] = {}
+    readings: list[str] = []   # a lone run's limit if compute shrinks per row, and if it is all per call
     if P == 1:                                        # nothing to compare: the step's largest part
         limit = max(("compute", "overhead", "contention"), key=lambda k: parts[k])
         what = "compute" if limit == "compute" else NAMES[limit]
@@ -554,10 +560,7 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
         c_ref = float((model.c0 + model.c1 * n.batch)[0])
         cont_share = (one.contention_s / max(float(p1["compute"][0]), 1e-300)) if one is not None else 0.0
         cont_share = min(cont_share, 1.0)
-        excess = {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
-                  "exchange": parts["exchange"] - float(model.x_one[0]) / P, "wait": parts["wait"],
-                  "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
-                  "contention": parts["contention"] - cont_share * c_ref / P}
+        excess = _excess(parts, model, n, c_ref, cont_share)
         ideal = ref_step / P
         beyond = step_n - ideal
         if one is not None and one.rate > 0:
@@ -567,25 +570,36 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
             speed = (f"{P} workers at {n.rate:,.0f} samples/s; no 1-worker run: the model's guess from this run "
                      f"alone is {lo:.2f}x-{hi:.2f}x 1 worker ({hi:.2f}x if compute shrinks in proportion to the "
                      f"rows, {lo:.2f}x if it is all a cost per call, which one run cannot tell apart); measure it: "
-                     f"run this config on 1 worker and pass both (`workbench explain ONE_WORKER_RUN THIS_RUN`)")
+                     f"run this config on 1 worker and pass both (`{MEASURE_ONE}`)")
         busy = _busy(one, n)
+        limit = _limit_of(excess, beyond, step_n)   # "scales": within NEAR_IDEAL of the ideal, compute limits
+        guess = ""
+        if one is None and not busy:   # the limit under the other reading: 1 worker computes the batch in the slice's time
+            c_call = float(pn["compute"][0])
+            excess_call = _excess(parts, model, n, c_call, 0.0)
+            beyond_call = step_n - (ref_step - c_ref + c_call) / P
+            call = _limit_of(excess_call, beyond_call, step_n)
+            readings[:] = [limit, call]
+            if call == limit:
+                guess = "; the same limit whether compute shrinks in proportion to the rows or is all a cost per call"
+            else:
+                share = excess_call[call] / step_n   # (never "scales": the per-call ideal is the smaller one)
+                guess = (f"; a guess: this reads compute as shrinking in proportion to the rows; if it is all a cost "
+                         f"per call, the limit is {_limit_name(call, model, parts, n)} ({share:.0%} of the step), "
+                         f"and one run cannot tell which (`{MEASURE_ONE}` measures it)")
         if busy:
             limit = "machine"
             lines.append(f"limited by: cannot be told from these runs: the machine was busy ({busy}), so neither "
                          f"what limits {P} workers nor what would change it is theirs; {speed}")
-        elif beyond <= NEAR_IDEAL * step_n:
+        elif limit == "scales":
             limit = "compute"
             lines.append(f"limited by: compute: {_ms(parts['compute'])} of a {_ms(step_n)} step, within "
-                         f"{max(beyond, 0) / step_n:.0%} of the ideal {_ms(ideal)}; {speed}")
+                         f"{max(beyond, 0) / step_n:.0%} of the ideal {_ms(ideal)}{guess}; {speed}")
         else:
-            limit = max(excess, key=lambda k: excess[k])
-            what = NAMES[limit]
-            if limit == "exchange":
-                what += _exchange_kind(model, parts["exchange"], n)
-            lines.append(f"limited by: {what}: {_ms(excess[limit])} of a {_ms(step_n)} step on {P} workers "
-                         f"({excess[limit] / step_n:.0%}), where 1 worker's step split {P} ways would take "
-                         f"{'(guessed from this run alone) ' if one is None else ''}"
-                         f"{_ms(ideal)}; {speed}")
+            lines.append(f"limited by: {_limit_name(limit, model, parts, n)}: {_ms(excess[limit])} of a "
+                         f"{_ms(step_n)} step on {P} workers ({excess[limit] / step_n:.0%}), where 1 worker's step "
+                         f"split {P} ways would take {'(guessed from this run alone) ' if one is None else ''}"
+                         f"{_ms(ideal)}{guess}; {speed}")
     lines.append(f"the step on {P} worker{'s' if P != 1 else ''} ({n.label}, global batch {n.batch}), "
                  f"per worker, {'virtual time' if n.simulated else 'steady window'}:")
     for k in PARTS:
@@ -625,7 +639,31 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     else:
         measured = (n.rate / one.rate if one is not None and one.rate > 0 else None)
         preds = _predictions(model, n, exact, lines, pn if one is None else None, measured)
-    return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds)
+    return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds,
+                       readings=dict(zip(("per row", "per call"), readings)))
+
+
+def _excess(parts: dict[str, float], model: Model, n: RunSteps, c_ref: float, cont_share: float) -> dict[str, float]:
+    """The N-worker step's parts beyond 1 worker's split N ways, 1 worker computing the global
+    batch in `c_ref` (of which `cont_share` off a core)."""
+    P = n.workers
+    return {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
+            "exchange": parts["exchange"] - float(model.x_one[0]) / P, "wait": parts["wait"],
+            "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
+            "contention": parts["contention"] - cont_share * c_ref / P}
+
+
+def _limit_of(excess: dict[str, float], beyond: float, step_n: float) -> str:
+    """"scales" within `NEAR_IDEAL` of the ideal step (N workers scale: compute limits), else
+    the part with the largest excess (a key of NAMES: "compute" is compute that does not shrink)."""
+    return "scales" if beyond <= NEAR_IDEAL * step_n else max(excess, key=lambda k: excess[k])
+
+
+def _limit_name(limit: str, model: Model, parts: dict[str, float], n: RunSteps) -> str:
+    """A limit in words (the exchange with which of its parts dominates)."""
+    if limit == "scales":
+        return "compute, within the ideal's reach"
+    return NAMES[limit] + (_exchange_kind(model, parts["exchange"], n) if limit == "exchange" else "")
 
 
 def _busy(one: RunSteps | None, n: RunSteps) -> str:
