@@ -164,11 +164,13 @@ def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = Non
     `resume`: the checkpoint (`workbench.checkpoint.Checkpoint`) it continues from."""
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     transport = transport_for(config, cluster)
-    try:
-        return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called,
-                       out=out, resume=resume)
-    finally:
-        transport.let_go()   # a client opened for an address or a cluster object is closed with its run
+    from .cluster import cancellations_unlogged
+    with cancellations_unlogged():   # Dask's "(CancelledError)" of a lost scheduler: the run says it itself
+        try:
+            return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called,
+                           out=out, resume=resume)
+        finally:
+            transport.let_go()   # a client opened for an address or a cluster object is closed with its run
 
 
 def run_threads(config: RunConfig, on_record: OnRecord | None = None,
