@@ -507,3 +507,19 @@ def test_a_lone_run_whose_readings_agree_names_its_limit_for_both(explained):
     assert alone.readings == {"per row": "exchange", "per call": "exchange"}
     assert alone.limit == "exchange" and "the same limit whether compute shrinks in proportion to the rows or is " \
         "all a cost per call" in alone.first_line and "a guess: this reads" not in alone.first_line
+
+
+def test_a_run_whose_worker_took_on_another_clients_task_names_no_limit(real_pair):
+    """A worker that took on another client's task mid-run (`summary["busy_note"]`, the Dask
+    transport's liveness check) ran at the machine's speed, not the algorithm's: explain says
+    so and names no limit, as for a busy machine, and shows the note."""
+    import copy
+    _, two = (copy.deepcopy(r) for r in real_pair)
+    quiet, = explain([two], resamples=0)
+    note = ("worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1), beside its loop on its 2 "
+            "threads from 1.20 s into the run: from then its speed is the machine's, not the algorithm's")
+    two.summary["busy_note"] = note
+    e, = explain([two], resamples=0)
+    assert quiet.limit != "machine" and e.limit == "machine", quiet.first_line
+    assert "worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1)" in e.first_line
+    assert f"  note: {note}" in e.lines

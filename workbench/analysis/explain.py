@@ -102,6 +102,7 @@ class RunSteps:
     machine_note: str | None
     free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
     comm: str | None = None     # the collective a real run used (`summary["comm"]`: shm, dask, nccl, threads)
+    busy_note: str | None = None   # a worker took on another client's tasks mid-run (`summary["busy_note"]`)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
 
     def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
@@ -258,7 +259,8 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
                     evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
-                    free_cores=_free_cores(s.get("machine")), comm=None if s.get("simulated") else s.get("comm"))
+                    free_cores=_free_cores(s.get("machine")), comm=None if s.get("simulated") else s.get("comm"),
+                    busy_note=s.get("busy_note"))
 
 
 # ------------------------------------------------------------------------------ the model, vectorised
@@ -629,6 +631,8 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
                      f"below assume so)")
     if n.machine_note:
         lines.append(f"  note: {n.machine_note}")
+    if n.busy_note:
+        lines.append(f"  note: {n.busy_note}")
     if P > 1 and _busy(one, n):
         lines.append(f"what would change it: not predicted: other processes took a share of the cores that "
                      f"matters ({_busy(one, n)}); the exchange, the crossover batch and the network advice read "
@@ -669,7 +673,8 @@ def _limit_name(limit: str, model: Model, parts: dict[str, float], n: RunSteps) 
 def _busy(one: RunSteps | None, n: RunSteps) -> str:
     """"" when neither real run's machine was busy, else by how much, per run: a run is busy
     when its summary carries a machine note (`util.machine.note`: other processes or steal
-    took `OTHERS_NOTICEABLE` of its cores or more, the rule every door's note follows).
+    took `OTHERS_NOTICEABLE` of its cores or more, the rule every door's note follows), or
+    says a worker took on another client's tasks beside its loop mid-run (`busy_note`).
 
     >>> from types import SimpleNamespace as R
     >>> busy = R(workers=2, simulated=False, machine_note="other processes used 1.6 of 2 cores during this run: x")
@@ -685,6 +690,8 @@ def _busy(one: RunSteps | None, n: RunSteps) -> str:
     for r in (one, n):   # (a note of this host's load where the workers ran elsewhere says nothing of theirs)
         if r is not None and r.machine_note and not r.simulated and "on other hosts" not in r.machine_note:
             said.append(f"the {r.workers}-worker run: {r.machine_note.split(' during this run')[0]}")
+        if r is not None and getattr(r, "busy_note", None):   # another client's tasks beside a worker's loop
+            said.append(f"the {r.workers}-worker run: {r.busy_note.split(' beside its loop')[0]}")
     return "; ".join(said)
 
 
