@@ -375,8 +375,9 @@ class DaskTransport(Transport):
         the loop and takes nothing from the run (not named). Bounded like the liveness check;
         skipped when the scheduler does not answer."""
         watched = {w["address"]: rank for rank, w in enumerate(self.workers)
-                   if rank not in self.busy_said and rank not in self.lost and rank not in self.results}
-        if not watched:
+                   if rank not in self.busy_said and rank not in self.lost and rank not in self.results
+                   and self._nthreads.get(w["address"], 1) > 1}
+        if not watched:   # (the local cluster's workers have one thread each: no call a check)
             return
         try:
             got = self.client.sync(self.client.scheduler.processing, workers=list(watched),
@@ -387,7 +388,7 @@ class DaskTransport(Transport):
         for addr, keys in got.items():
             rank = watched.get(addr)
             threads = self._nthreads.get(addr, 1)
-            if rank is None or threads <= 1:
+            if rank is None:
                 continue
             before = set(self._busy_at_choice.get(addr, []))
             others = [str(k) for k in keys if str(k) not in mine and str(k) not in before]
