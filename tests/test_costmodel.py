@@ -64,7 +64,7 @@ def test_our_dask_ring_swaps_at_two_workers_and_is_the_ring_beyond(p, hand):
     cal = cm.Calibration(compute={"cpu": (0.0, 1e-6)}, alpha=1e-5, beta=1e-9, n_params=250_000)   # 1 MB
     step = cm.step_prediction(cal, "sync_sgd", p, 64 * p, allreduce="dask_ring")
     assert step["comm_s"] == pytest.approx(hand, rel=1e-12)
-    assert set(cm.ALLREDUCE_ALGORITHMS) == set(cm.ALLREDUCES) == {"ring", "tree", "dask_ring"}
+    assert set(cm.ALLREDUCE_ALGORITHMS) == set(cm.ALLREDUCES) == {"ring", "tree", "dask_ring", "shm"}
 
 
 def test_the_10gbe_profile_says_its_alpha_and_the_dask_rings_measured_one():

@@ -418,3 +418,108 @@ def test_the_model_says_why_it_misses_the_measured_only_outside_its_interval():
     assert _against_measured(m, 2, (0.52, 0.19, 0.67), 0.77).startswith(" (below the measured 0.77x: ")
     m.parallel = 1.1
     assert _against_measured(m, 2, (0.35, 0.29, 0.41), 0.37) == ""
+
+
+@pytest.mark.parametrize("size, n", [(2, 1_000), (2, 20_000), (3, 1_000)])   # pair path, general, general
+def test_the_shm_allreduce_meets_as_often_as_its_count_says(size, n):
+    """`shm.allreduce_meetings`, the count the cost model charges a latency for, against the
+    barrier meetings `ShmComm.allreduce` really makes (each `_arrive` moves a rank's phase on
+    by one): one for a pair with a small buffer, two otherwise, whatever P."""
+    import threading
+    import uuid
+
+    import numpy as np
+
+    from workbench.comm.shm import ShmComm, allreduce_meetings, allreduce_nbytes, create_segment, unlink_segment
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
+    comms = [ShmComm(name, r, size, n) for r in range(size)]
+    try:
+        threads = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [c.phase for c in comms] == [allreduce_meetings(size, n)] * size
+    finally:
+        for c in comms:
+            c.close()
+            c.shm.close()
+        unlink_segment(name)
+
+
+def test_a_shared_memory_run_is_charged_its_own_meetings_not_the_rings_messages(real_pair):
+    """A real 2-worker run whose allreduce went through shared memory (`comm=shm`) with a small
+    model (digits' softmax, 650 parameters: the pair path) meets once a step; explain counted the
+    ring's 2 (P-1) = 2 messages and charged, and printed, two latencies. Its exchange's terms
+    are now the shm path's (`allreduce_meetings`), as are those of the alternatives it weighs."""
+    import copy
+
+    from workbench.analysis.costmodel import allreduce_terms
+    from workbench.analysis.explain import fit
+    from workbench.comm.shm import allreduce_meetings
+    from workbench.config.registry import tail_length
+    _, two = (copy.deepcopy(r) for r in real_pair)
+    two.summary["comm"] = "shm"
+    n = run_steps(two)
+    model, _, _ = fit(None, n, resamples=0)
+    capacity = round(n.n_bytes / 4) + tail_length(2)
+    assert model.a_terms == allreduce_meetings(2, capacity) == 1
+    assert model.b_terms == n.n_bytes
+    assert allreduce_terms(2, n.n_bytes, "ring")[0] == 2     # what it was charged before
+    two.summary["comm"] = "dask"                               # a ring's run keeps the ring's count
+    assert fit(None, run_steps(two), resamples=0)[0].a_terms == 2
+
+
+def test_a_lone_runs_limit_is_named_under_both_readings_of_its_one_worker_step():
+    """A lone N-worker run cannot split a cost per call from a cost per row, so the limit it
+    names from the 1-worker step "split N ways" is a guess as much as its speed-up: the small
+    GPT on 4 simulated workers reads as scaling (compute within 13% of the ideal) if its
+    compute shrinks with the rows, and as compute that does not shrink (65% of the step beyond
+    the ideal) if it is all a cost per call. Before, the first line named the first alone. Now
+    it says which reading it names, what the other one gives and the command that measures it;
+    where both readings agree it says so. The 1-worker run, measured, decides: the pair's limit
+    is one of the two readings. Deterministic: virtual time."""
+    from workbench.analysis.explain import MEASURE_ONE, NAMES
+    base = dict(algorithm="sync_sgd", simulate=True, model="gpt", dataset="markov_text", optimizer="adamw", lr=0.003,
+                n_samples=2000, batch_size=16, steps=60, seed=0, network="shm")
+    four = wb.run(RunConfig(**base, cpus=4), progress=False)
+    alone, = explain([four], resamples=0)
+    assert alone.readings == {"per row": "scales", "per call": "compute"}, alone.readings
+    head = alone.first_line
+    assert head.startswith("limited by: compute: ") and "a guess: this reads compute as shrinking in proportion" in head
+    assert f"if it is all a cost per call, the limit is {NAMES['compute']}" in head and f"`{MEASURE_ONE}`" in head, head
+    # the per-call reading by hand: 1 worker computes the whole batch in one slice's time, so the ideal's
+    # compute is c / P and compute's excess c (1 - 1/P), here the largest part beyond it
+    c, P = alone.parts["compute"] + alone.parts["contention"], 4
+    share = float(head.split("the limit is ")[1].split("(")[1].split("%")[0]) / 100
+    step = sum(alone.parts.values())
+    assert share == pytest.approx(c * (1 - 1 / P) / step, abs=0.006), head
+    one = wb.run(RunConfig(**base, cpus=1), progress=False)
+    pair, = explain([one, four], resamples=0)
+    assert pair.readings == {} and "a guess" not in pair.first_line
+    measured = "scales" if pair.first_line.startswith("limited by: compute: ") else pair.limit
+    assert measured in alone.readings.values(), pair.first_line
+
+
+def test_a_lone_run_whose_readings_agree_names_its_limit_for_both(explained):
+    _, _, many = explained["model too small for its exchange"]
+    alone, = explain([many], resamples=0)
+    assert alone.readings == {"per row": "exchange", "per call": "exchange"}
+    assert alone.limit == "exchange" and "the same limit whether compute shrinks in proportion to the rows or is " \
+        "all a cost per call" in alone.first_line and "a guess: this reads" not in alone.first_line
+
+
+def test_a_run_whose_worker_took_on_another_clients_task_names_no_limit(real_pair):
+    """A worker that took on another client's task mid-run (`summary["busy_note"]`, the Dask
+    transport's liveness check) ran at the machine's speed, not the algorithm's: explain says
+    so and names no limit, as for a busy machine, and shows the note."""
+    import copy
+    _, two = (copy.deepcopy(r) for r in real_pair)
+    quiet, = explain([two], resamples=0)
+    note = ("worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1), beside its loop on its 2 "
+            "threads from 1.20 s into the run: from then its speed is the machine's, not the algorithm's")
+    two.summary["busy_note"] = note
+    e, = explain([two], resamples=0)
+    assert quiet.limit != "machine" and e.limit == "machine", quiet.first_line
+    assert "worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1)" in e.first_line
+    assert f"  note: {note}" in e.lines

@@ -342,3 +342,48 @@ def test_the_cli_says_in_one_note_line_which_busy_worker_a_run_waits_for(three, 
                     f"({note[0].split('(')[1].split(')')[0]}), busy with 1 task(s) already there ({key})\n"], lines
     assert "PlatformNote" not in "".join(lines) + err
     assert fut.result(timeout=30) is True
+
+
+# ------------------------------------------------------------------ a worker that turns busy after the choice
+def test_a_worker_that_takes_on_another_clients_task_mid_run_is_named_with_when(tiny):
+    """A run chooses idle workers; if another client's task lands on one of them mid-run, the
+    run's speed from then on is the machine's, not the algorithm's, and the busy-machine note
+    cannot see it (the task runs in the worker's own process: no other process's CPU). The
+    client's liveness check now reads the scheduler's `processing` too and names the worker and
+    when, in an event, the summary's `busy_note` and the run's notes; the other worker is not
+    named. A real LocalCluster of 2 workers with 2 threads each (so the task gets a thread beside
+    the run's loop) and a second client submitting a sleep task to worker 0 once training runs."""
+    from distributed import Client, LocalCluster
+
+    from workbench.measure import notes
+    cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None)
+    other = Client(cluster.scheduler_address, set_as_default=False)
+    submitted: list = []
+    try:
+        workers = sorted(other.scheduler_info(n_workers=-1)["workers"].items(), key=lambda kv: str(kv[1]["name"]))
+
+        def on_record(batch):
+            if not submitted:   # training runs: another client's task lands on the first chosen worker
+                submitted.append(other.submit(time.sleep, 3, workers=[workers[0][0]], pure=False,
+                                              key="another-clients-sleep"))
+                submitted.append(time.monotonic())
+
+        def should_stop():   # well after the liveness check (every 0.5 s) had its chance
+            return len(submitted) == 2 and time.monotonic() - submitted[1] > 4
+
+        run = wb.run(tiny(algorithm="sync_sgd", cpus=2, epochs=10_000), cluster=cluster,
+                     on_record=on_record, should_stop=should_stop, progress=False)
+    finally:
+        other.close()
+        cluster.close()
+    s = run.summary
+    chosen = {w["name"]: w for w in s["workers"]}
+    first = str(workers[0][1]["name"])
+    assert first in {str(n) for n in chosen}, s["workers"]
+    note = s.get("busy_note") or ""
+    assert note.startswith(f"worker {first} ({workers[0][0]}) took on 1 task(s) not of this run "
+                           f"(another-clients-sleep), beside its loop on its 2 threads from "), note
+    assert "into the run" in note and str(workers[1][0]) not in note, note
+    busy = [e for e in s["events"] if e["event"] == "worker_busy"]
+    assert len(busy) == 1 and busy[0]["message"] == note, busy
+    assert note in notes(s)

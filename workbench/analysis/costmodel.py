@@ -9,6 +9,8 @@ measured points. The model (Hockney's alpha-beta, as in Thakur et al. 2005):
     ring allreduce, P workers        2 (P-1)/P n beta + 2 (P-1) alpha   (the standard ring; also at P = 2)
     tree allreduce, P workers        2 ceil(log2 P) (alpha + n beta)
     our Dask ring, P = 2             alpha + n beta   (`allreduce="dask_ring"`: a swap of whole buffers)
+    our shared memory, one host      m alpha + n beta (`allreduce="shm"`: m barrier meetings, 1 for a pair
+                                                       with a small buffer, else 2: `shm.allreduce_meetings`)
 
 `ALLREDUCE_ALGORITHMS` names what each `allreduce` charges. "ring", the default, is what the
 simulator charges and `explain` counts messages by: the standard ring of an NCCL/MPI-class stack
@@ -99,6 +101,8 @@ ALLREDUCE_ALGORITHMS = {
     "tree": "a binary tree, reduce then broadcast: 2 ceil(log2 P) messages of n bytes",
     "dask_ring": "our ring over Dask's connections (comm.ring): the ring at P >= 3, one swap of the whole buffer "
                  "at P = 2 (one message of n bytes each way)",
+    "shm": "our shared-memory allreduce on one host (comm.shm): one latency per barrier meeting "
+           "(`shm.allreduce_meetings`: 1 for a pair with a small buffer, else 2) and the vector's n bytes",
 }
 ALLREDUCES = tuple(ALLREDUCE_ALGORITHMS)
 
@@ -109,8 +113,11 @@ def _check_allreduce(allreduce: str) -> None:
         raise ConfigError("allreduce", f"one of {list(ALLREDUCES)}", allreduce)
 
 
-def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tuple[float, float]:
-    """(A, B) with allreduce time = A alpha + B beta.
+def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring",
+                    capacity: int | None = None) -> tuple[float, float]:
+    """(A, B) with allreduce time = A alpha + B beta. `capacity`: "shm" only, the elements its
+    segment holds (which decides its path, `shm.pair_path`); None: the vector plus a
+    synchronous step's tail (`registry.tail_length`), as a run's segment is made.
 
     >>> allreduce_terms(4, 100.0, "ring")
     (6.0, 150.0)
@@ -118,9 +125,16 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring") -> tu
     (4.0, 400.0)
     >>> allreduce_terms(2, 100.0, "ring"), allreduce_terms(2, 100.0, "dask_ring")   # two hops of n/2, or one swap
     ((2.0, 100.0), (1.0, 100.0))
+    >>> allreduce_terms(2, 4000.0, "shm"), allreduce_terms(4, 4000.0, "shm")   # one meeting for a pair, else two
+    ((1.0, 4000.0), (2.0, 4000.0))
     """
     _check_allreduce(allreduce)
     p = int(workers)
+    if allreduce == "shm":   # each worker's copy in and its share of the sum: the vector's bytes once
+        from ..comm.shm import allreduce_meetings
+        from ..config.registry import tail_length
+        elems = int(n_bytes // BYTES_PER_PARAM) + tail_length(p) if capacity is None else int(capacity)
+        return float(allreduce_meetings(p, elems)), float(n_bytes) if p > 1 else 0.0
     if allreduce == "dask_ring" and p == 2:
         return 1.0, float(n_bytes)
     if allreduce in ("ring", "dask_ring"):
@@ -143,6 +157,8 @@ def compressed_terms(workers: int, n_bytes: float, compression: str, *, compress
     b, gather, rounds = payload(compression, int(n_bytes // BYTES_PER_PARAM), ratio=compression_ratio,
                                 levels=compression_levels, rank=compression_rank, shapes=layer_shapes)
     p = int(workers)
+    if gather and allreduce == "shm":   # the others' payloads read from their slots, one meeting set as the allreduce's
+        return allreduce_terms(p, n_bytes, "shm")[0], float(p - 1) * b
     if gather:
         return float(p - 1), float(p - 1) * b
     a, bb = allreduce_terms(p, b, allreduce)
@@ -162,6 +178,8 @@ def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: i
     p = int(workers)
     d = max(len(neighbours(topology, p, r)) for r in range(p)) if p > 1 else 0
     a, b = allreduce_terms(p, n_bytes, allreduce)
+    if allreduce == "shm":   # the peers' slots read after the same meetings as its allreduce (`ShmComm.neighbour_exchange`)
+        return a / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
     return d / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
 
 

@@ -15,7 +15,8 @@ with fewest workers), from its records alone and says:
    not shrink: a fixed cost per step), and the largest one is the limit. Within 20% of the
    ideal, N workers scale and compute is the limit. A lone run of N workers is compared
    with a 1-worker step guessed from it, given as a range (one run cannot split a cost per
-   call from a cost per row) with the command that measures it; a 1-worker run, with itself.
+   call from a cost per row) with the command that measures it, and its limit worked out
+   under both readings (named as a guess where they differ); a 1-worker run, with itself.
    Where either run's machine note says other processes took cores (`util.machine.note`),
    the limit and the advice cannot be told from the runs, and it says so instead.
 2. **What would change the answer**, from the cost model fitted on the runs themselves
@@ -57,6 +58,7 @@ from ..config.registry import specs
 from ..measure import duration_text as _ms
 from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
 
+MEASURE_ONE = "workbench explain ONE_WORKER_RUN THIS_RUN"   # what measures a lone run's 1-worker step
 TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
 PAYS = 1.25           # DiLoCo or compression "pays" when the step is this much faster with it
 NEAR_IDEAL = 0.2      # within this share of the step from the ideal: N workers scale, compute limits
@@ -100,6 +102,8 @@ class RunSteps:
     machine_note: str | None
     free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
     window_note: str | None = None    # a steady window too short to time its rate (`measure.window_note`)
+    comm: str | None = None     # the collective a real run used (`summary["comm"]`: shm, dask, nccl, threads)
+    busy_note: str | None = None   # a worker took on another client's tasks mid-run (`summary["busy_note"]`)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
 
     def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
@@ -256,7 +260,8 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
                     evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
-                    free_cores=_free_cores(s.get("machine")),
+                    free_cores=_free_cores(s.get("machine")), comm=None if s.get("simulated") else s.get("comm"),
+                    busy_note=s.get("busy_note"),
                     window_note=measure.window_note(s.get("steady"), bool(s.get("simulated"))))
 
 
@@ -371,6 +376,14 @@ class Model:
         return np.where(beta <= 0, math.inf, 1.0 / beta)
 
 
+def _allreduce(n: RunSteps) -> str:
+    """The allreduce whose terms the run's exchange is read by: a real run's shared-memory
+    collective its own (`costmodel.allreduce_terms(..., "shm")`: its barrier meetings, one
+    for a pair with a small model, not the ring's 2 (P-1) messages); else the ring, as the
+    simulator charges it."""
+    return "shm" if n.comm == "shm" else "ring"
+
+
 def _terms(n: RunSteps) -> tuple[float, float]:
     """(A, B) of the N-worker run's exchange per step (`costmodel.exchange_terms`)."""
     cfg = n.config
@@ -380,7 +393,7 @@ def _terms(n: RunSteps) -> tuple[float, float]:
     try:
         t = exchange_terms(n.algorithm, n.workers, n.n_bytes, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), compression=cfg.get("compression") or "none",
-                           topology=cfg.get("topology") or "ring", **knobs)
+                           topology=cfg.get("topology") or "ring", allreduce=_allreduce(n), **knobs)
     except (ConfigError, ValueError, TypeError):
         return 0.0, 0.0
     return t if t is not None else (0.0, 0.0)
@@ -486,6 +499,9 @@ class Explanation:
     parts: dict[str, float]          # seconds per worker step of the N-worker run (measured)
     excess: dict[str, float]         # ... beyond the ideal step (N > 1)
     predictions: dict[str, Any] = field(default_factory=dict)   # name -> (value, low, high) or text
+    readings: dict[str, str] = field(default_factory=dict)      # a lone N-worker run's limit under each reading
+    #   of its 1-worker step ("per row": compute shrinks with the rows; "per call": it does not): a key of NAMES,
+    #   or "scales" (within NEAR_IDEAL of the ideal); {} otherwise
 
     @property
     def first_line(self) -> str:
@@ -537,6 +553,7 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     P = n.workers
     lines: list[str] = []
     excess: dict[str, float] = {}
+    readings: list[str] = []   # a lone run's limit if compute shrinks per row, and if it is all per call
     if P == 1:                                        # nothing to compare: the step's largest part
         limit = max(("compute", "overhead", "contention"), key=lambda k: parts[k])
         what = "compute" if limit == "compute" else NAMES[limit]
@@ -547,10 +564,7 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
         c_ref = float((model.c0 + model.c1 * n.batch)[0])
         cont_share = (one.contention_s / max(float(p1["compute"][0]), 1e-300)) if one is not None else 0.0
         cont_share = min(cont_share, 1.0)
-        excess = {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
-                  "exchange": parts["exchange"] - float(model.x_one[0]) / P, "wait": parts["wait"],
-                  "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
-                  "contention": parts["contention"] - cont_share * c_ref / P}
+        excess = _excess(parts, model, n, c_ref, cont_share)
         ideal = ref_step / P
         beyond = step_n - ideal
         if one is not None and one.rate > 0:
@@ -560,25 +574,36 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
             speed = (f"{P} workers at {n.rate:,.0f} samples/s; no 1-worker run: the model's guess from this run "
                      f"alone is {lo:.2f}x-{hi:.2f}x 1 worker ({hi:.2f}x if compute shrinks in proportion to the "
                      f"rows, {lo:.2f}x if it is all a cost per call, which one run cannot tell apart); measure it: "
-                     f"run this config on 1 worker and pass both (`workbench explain ONE_WORKER_RUN THIS_RUN`)")
+                     f"run this config on 1 worker and pass both (`{MEASURE_ONE}`)")
         busy = _busy(one, n)
+        limit = _limit_of(excess, beyond, step_n)   # "scales": within NEAR_IDEAL of the ideal, compute limits
+        guess = ""
+        if one is None and not busy:   # the limit under the other reading: 1 worker computes the batch in the slice's time
+            c_call = float(pn["compute"][0])
+            excess_call = _excess(parts, model, n, c_call, 0.0)
+            beyond_call = step_n - (ref_step - c_ref + c_call) / P
+            call = _limit_of(excess_call, beyond_call, step_n)
+            readings[:] = [limit, call]
+            if call == limit:
+                guess = "; the same limit whether compute shrinks in proportion to the rows or is all a cost per call"
+            else:
+                share = excess_call[call] / step_n   # (never "scales": the per-call ideal is the smaller one)
+                guess = (f"; a guess: this reads compute as shrinking in proportion to the rows; if it is all a cost "
+                         f"per call, the limit is {_limit_name(call, model, parts, n)} ({share:.0%} of the step), "
+                         f"and one run cannot tell which (`{MEASURE_ONE}` measures it)")
         if busy:
             limit = "machine"
             lines.append(f"limited by: cannot be told from these runs: the machine was busy ({busy}), so neither "
                          f"what limits {P} workers nor what would change it is theirs; {speed}")
-        elif beyond <= NEAR_IDEAL * step_n:
+        elif limit == "scales":
             limit = "compute"
             lines.append(f"limited by: compute: {_ms(parts['compute'])} of a {_ms(step_n)} step, within "
-                         f"{max(beyond, 0) / step_n:.0%} of the ideal {_ms(ideal)}; {speed}")
+                         f"{max(beyond, 0) / step_n:.0%} of the ideal {_ms(ideal)}{guess}; {speed}")
         else:
-            limit = max(excess, key=lambda k: excess[k])
-            what = NAMES[limit]
-            if limit == "exchange":
-                what += _exchange_kind(model, parts["exchange"], n)
-            lines.append(f"limited by: {what}: {_ms(excess[limit])} of a {_ms(step_n)} step on {P} workers "
-                         f"({excess[limit] / step_n:.0%}), where 1 worker's step split {P} ways would take "
-                         f"{'(guessed from this run alone) ' if one is None else ''}"
-                         f"{_ms(ideal)}; {speed}")
+            lines.append(f"limited by: {_limit_name(limit, model, parts, n)}: {_ms(excess[limit])} of a "
+                         f"{_ms(step_n)} step on {P} workers ({excess[limit] / step_n:.0%}), where 1 worker's step "
+                         f"split {P} ways would take {'(guessed from this run alone) ' if one is None else ''}"
+                         f"{_ms(ideal)}{guess}; {speed}")
     lines.append(f"the step on {P} worker{'s' if P != 1 else ''} ({n.label}, global batch {n.batch}), "
                  f"per worker, {'virtual time' if n.simulated else 'steady window'}:")
     for k in PARTS:
@@ -611,6 +636,8 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     for r in (one, n):   # the rates (and the measured speed-up) of a window too short to time them
         if r is not None and r.window_note:
             lines.append(f"  note: the {r.workers}-worker run: {r.window_note}")
+    if n.busy_note:
+        lines.append(f"  note: {n.busy_note}")
     if P > 1 and _busy(one, n):
         lines.append(f"what would change it: not predicted: other processes took a share of the cores that "
                      f"matters ({_busy(one, n)}); the exchange, the crossover batch and the network advice read "
@@ -621,13 +648,38 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     else:
         measured = (n.rate / one.rate if one is not None and one.rate > 0 else None)
         preds = _predictions(model, n, exact, lines, pn if one is None else None, measured)
-    return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds)
+    return Explanation(limit=limit, lines=lines, parts=parts, excess=excess, predictions=preds,
+                       readings=dict(zip(("per row", "per call"), readings)))
+
+
+def _excess(parts: dict[str, float], model: Model, n: RunSteps, c_ref: float, cont_share: float) -> dict[str, float]:
+    """The N-worker step's parts beyond 1 worker's split N ways, 1 worker computing the global
+    batch in `c_ref` (of which `cont_share` off a core)."""
+    P = n.workers
+    return {"compute": parts["compute"] - (1 - cont_share) * c_ref / P,
+            "exchange": parts["exchange"] - float(model.x_one[0]) / P, "wait": parts["wait"],
+            "overhead": parts["overhead"] - float((model.o_one + model.e_one * model._evals(n.batch))[0]) / P,
+            "contention": parts["contention"] - cont_share * c_ref / P}
+
+
+def _limit_of(excess: dict[str, float], beyond: float, step_n: float) -> str:
+    """"scales" within `NEAR_IDEAL` of the ideal step (N workers scale: compute limits), else
+    the part with the largest excess (a key of NAMES: "compute" is compute that does not shrink)."""
+    return "scales" if beyond <= NEAR_IDEAL * step_n else max(excess, key=lambda k: excess[k])
+
+
+def _limit_name(limit: str, model: Model, parts: dict[str, float], n: RunSteps) -> str:
+    """A limit in words (the exchange with which of its parts dominates)."""
+    if limit == "scales":
+        return "compute, within the ideal's reach"
+    return NAMES[limit] + (_exchange_kind(model, parts["exchange"], n) if limit == "exchange" else "")
 
 
 def _busy(one: RunSteps | None, n: RunSteps) -> str:
     """"" when neither real run's machine was busy, else by how much, per run: a run is busy
     when its summary carries a machine note (`util.machine.note`: other processes or steal
-    took `OTHERS_NOTICEABLE` of its cores or more, the rule every door's note follows).
+    took `OTHERS_NOTICEABLE` of its cores or more, the rule every door's note follows), or
+    says a worker took on another client's tasks beside its loop mid-run (`busy_note`).
 
     >>> from types import SimpleNamespace as R
     >>> busy = R(workers=2, simulated=False, machine_note="other processes used 1.6 of 2 cores during this run: x")
@@ -643,6 +695,8 @@ def _busy(one: RunSteps | None, n: RunSteps) -> str:
     for r in (one, n):   # (a note of this host's load where the workers ran elsewhere says nothing of theirs)
         if r is not None and r.machine_note and not r.simulated and "on other hosts" not in r.machine_note:
             said.append(f"the {r.workers}-worker run: {r.machine_note.split(' during this run')[0]}")
+        if r is not None and getattr(r, "busy_note", None):   # another client's tasks beside a worker's loop
+            said.append(f"the {r.workers}-worker run: {r.busy_note.split(' beside its loop')[0]}")
     return "; ".join(said)
 
 
@@ -715,8 +769,9 @@ def _exchange_kind(model: Model, exchange: float, n: RunSteps) -> str:
     lat = float(model.x_alpha[0])
     if lat >= 0.5 * exchange:
         each = lat / model.a_terms if model.a_terms > 0 else lat
-        return (f" (latency: {model.a_terms:g} messages a step, {_ms(each)} each; {n.network}'s documented "
-                f"{_ms(model.alpha)})")
+        what = "barrier meeting" if _allreduce(n) == "shm" else "message"   # (shared memory meets, a ring sends)
+        return (f" (latency: {model.a_terms:g} {what}{'s' if model.a_terms != 1 else ''} a step, {_ms(each)} each; "
+                f"{n.network}'s documented {_ms(model.alpha)})")
     return f" (bytes: {model.b_terms / 1e6:.3g} MB a step on {n.network})"
 
 
@@ -830,8 +885,8 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str], lone:
         link = 1.0 / NETWORKS[n.network].beta       # the bytes were charged at the network's documented rate
         for name, (a_alt, b_alt) in {
                 f"DiLoCo (tau {DILOCO_TAU})": (model.a_terms / DILOCO_TAU, model.b_terms / DILOCO_TAU),
-                f"top-k compression ({TOPK_RATIO:.0%})": compressed_terms(P, n.n_bytes, "topk",
-                                                                          compression_ratio=TOPK_RATIO)}.items():
+                f"top-k compression ({TOPK_RATIO:.0%})": compressed_terms(P, n.n_bytes, "topk", compression_ratio=TOPK_RATIO,
+                                                                          allreduce=_allreduce(n))}.items():
             bw = model.paying_bandwidth(a_alt, b_alt)
             text, out[name] = _band(bw, _gbps, exact)
             here = "pays here already" if link <= float(bw[0]) else f"not on {n.network}'s {_gbps(link)}"

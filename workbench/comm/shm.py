@@ -185,6 +185,20 @@ def pair_path(size: int, n: int) -> bool:
     return size == 2 and n <= PAIR_MAX
 
 
+def allreduce_meetings(size: int, n: int) -> int:
+    """Barrier meetings (`ShmComm._arrive`: every worker waits for every other) one allreduce
+    of capacity n among `size` workers takes: 1 on the pair path, 2 on the general one
+    (reduce-scatter, then all-gather), whatever P; 0 alone (nobody to wait for). The cost
+    model charges each meeting as one latency (`costmodel.allreduce_terms(..., "shm")`).
+
+    >>> allreduce_meetings(2, 9_616), allreduce_meetings(2, 100_000), allreduce_meetings(4, 100), allreduce_meetings(1, 9)
+    (1, 2, 2, 0)
+    """
+    if size < 2:
+        return 0
+    return 1 if pair_path(size, n) else 2
+
+
 def allreduce_nbytes(size: int, n: int, dtype: Any = np.float32) -> int:
     """Bytes of the segment an allreduce of `n` elements among `size` workers needs."""
     itemsize = np.dtype(dtype).itemsize

@@ -539,6 +539,11 @@ def close_client(client: Any) -> None:
     shutdown chatter of workers whose heartbeat races the scheduler's close."""
     if client is None:
         return
+    with cancellations_unlogged():   # a client whose scheduler is gone cancels its reconnect as it closes
+        _close_client(client)
+
+
+def _close_client(client: Any) -> None:
     cluster = getattr(client, "cluster", None)  # None for a connected (not owned) cluster
     if cluster is not None:  # our workers are going: their shutdown chatter is no news
         with contextlib.suppress(Exception):
@@ -570,19 +575,53 @@ def _quiet_logs():
         log.setLevel(level)
 
 
+def _cancelled(record: logging.LogRecord) -> bool:
+    """Whether a log record is of a task Dask cancelled (its exception a CancelledError)."""
+    import asyncio
+    return bool(record.exc_info) and isinstance(record.exc_info[1], asyncio.CancelledError)
+
+
+class _NoCancelled(logging.Filter):
+    """Leaves out a log record of a task Dask cancelled: the client's reconnect to a lost
+    scheduler, cancelled as the client closes, was logged as an ERROR with no message,
+    "distributed.client - ERROR -  (CancelledError)", beside the run's own `scheduler_lost`
+    line (and in a notebook after a run closed). The run says what happened itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _cancelled(record)
+
+
+@contextlib.contextmanager
+def cancellations_unlogged() -> Iterator[None]:
+    """`_NoCancelled` on the handlers Dask's log lines go through (its loggers' own, the root
+    logger's) and on its client's logger, for the duration only: every door (`wb.run`, a
+    notebook, the CLI) gets it around a run (`engine.run`) and a client's close
+    (`close_client`), and nothing of it outlives them. Dask is not imported here (a simulated
+    run never loads it): a Dask run's client, made before, has configured its logging."""
+    manager = logging.Logger.manager
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(manager.loggerDict)
+                                      if name == "distributed" or name.startswith("distributed."))]
+    handlers = {id(h): h for lg in loggers for h in lg.handlers}
+    targets = [*handlers.values(), logging.getLogger("distributed"), logging.getLogger("distributed.client")]
+    mine = _NoCancelled()
+    for t in targets:
+        t.addFilter(mine)
+    try:
+        yield
+    finally:
+        for t in targets:
+            t.removeFilter(mine)
+
+
 class _NoTracebacks(logging.Filter):
     """Dask's log lines keep their message but lose the traceback: a lost scheduler or a
     closing cluster is reported by the run itself, in one line (the summary has the rest).
-    A task Dask cancelled is not shown at all: the client's reconnect to a lost scheduler,
-    cancelled as the client closes, was logged as an ERROR with no message, "(CancelledError)",
-    beside the run's own `scheduler_lost` line."""
+    A cancelled task's record is left as it is, for `cancellations_unlogged` to leave out
+    (the CLI's runs and closes are inside it, as every door's are)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        import asyncio
-        if record.exc_info:
+        if record.exc_info and not _cancelled(record):
             exc = record.exc_info[1]
-            if isinstance(exc, asyncio.CancelledError):
-                return False
             detail = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc is not None and str(exc) \
                 else type(exc).__name__
             record.msg, record.args = f"{record.getMessage()} ({detail})", ()

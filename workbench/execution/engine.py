@@ -164,11 +164,13 @@ def run(config: RunConfig, cluster: Any = None, on_record: OnRecord | None = Non
     `resume`: the checkpoint (`workbench.checkpoint.Checkpoint`) it continues from."""
     t_called = time.time()   # start-up (cluster, set-up, workers' own) runs from here to step 0
     transport = transport_for(config, cluster)
-    try:
-        return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called,
-                       out=out, resume=resume)
-    finally:
-        transport.let_go()   # a client opened for an address or a cluster object is closed with its run
+    from .cluster import cancellations_unlogged
+    with cancellations_unlogged():   # Dask's "(CancelledError)" of a lost scheduler: the run says it itself
+        try:
+            return execute(config, transport, on_record=on_record, should_stop=should_stop, t_called=t_called,
+                           out=out, resume=resume)
+        finally:
+            transport.let_go()   # a client opened for an address or a cluster object is closed with its run
 
 
 def run_threads(config: RunConfig, on_record: OnRecord | None = None,
@@ -286,6 +288,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     pending_joins: dict[int, float] = dict(config.joins) if elastic and config.simulate else {}
     membership: list[dict] = []
     lost_all: dict[str, str] = {}
+    busy_said: list[str] = []   # workers that took on other work mid-run (`_Monitor.busy`), every epoch's
     if elastic:
         setup.extra["elastic"] = {"fail": {}}
         if pending_joins:   # the simulator's joiners are absent until their time
@@ -320,6 +323,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
             transport.close()
             machine.return_freed_memory()   # the loops' arrays, freed: back to the system, not kept by the heap
         lost_all.update(extra.get("lost_workers", {}))
+        busy_said += monitor.busy
         if not elastic or monitor.stop_asked or monitor.gone or not (monitor.lost or monitor.regroup):
             break
         from .elastic import next_epoch, regroup_events
@@ -350,6 +354,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
         workers = setup.workers
     t_zero = monitor.collector.t_zero()
     extra.update(transport.describe())
+    if busy_said:   # a note of its own: another client's work in the worker's process is no other process's CPU
+        extra["busy_note"] = "; ".join(busy_said)
     startup = (t_zero if t_zero is not None else end) - t_called
     extra.update({"run_id": setup.run_id, "setup_s": setup.t0_wall - t_setup,
                   # from run() to the first training step: never booked as compute, comm or wait
@@ -636,6 +642,7 @@ class _Monitor:
         self.done: set[int] = set()
         self.lost: dict[int, str] = {}
         self.results: dict[int, dict] = {}
+        self.busy: list[str] = []          # workers that took on other work mid-run, with when (`Progress.busy`)
         self.gone = False
         self.stop_asked = False
 
@@ -696,6 +703,12 @@ class _Monitor:
                 self.transport.abort(f"worker {rank} lost")
             else:
                 self.transport.release(rank)
+        for rank, what in progress.busy.items():
+            now = self.now()
+            said = (f"{what} from {duration_text(now)} into the run: from then its speed is the machine's, not "
+                    f"the algorithm's")
+            self.busy.append(said)
+            self.collector([event_record(now, "worker_busy", self.ids[rank], said)])
         if progress.gone and not self.gone:
             self.gone = True
             now = self.now()

@@ -138,6 +138,8 @@ class Progress:
     lost: dict[int, str] = field(default_factory=dict)       # rank -> who ("name, address") vanished
     lost_at: dict[int, float] = field(default_factory=dict)  # rank -> when, in the records' time, where the
     #   transport knows it (the simulator: the virtual second of the kill); else the monitor's clock
+    busy: dict[int, str] = field(default_factory=dict)       # rank -> what other work its worker took on beside
+    #   the run's loop since the run chose it (another client's tasks on a shared cluster), said once a worker
     gone: str | None = None      # the transport itself is gone (e.g. "the scheduler at tcp://..."): the run ends
     why: str = ""                # ... and why
 

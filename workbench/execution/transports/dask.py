@@ -43,6 +43,18 @@ LIVENESS_TIMEOUT_S = 2.0  # bound on asking the scheduler which workers live (se
 CLEANUP_S = 2.0           # each clean-up call on a live worker
 
 
+def busy_note(worker: dict, keys: list[str], threads: int, shown: int = 2) -> str:
+    """What a worker took on beside the run's loop after the run chose it, as its note says it
+    (the monitor adds when).
+
+    >>> busy_note({"name": "w0", "address": "tcp://h:1"}, ["sleep-a"], 2)
+    'worker w0 (tcp://h:1) took on 1 task(s) not of this run (sleep-a), beside its loop on its 2 threads'
+    """
+    more = ", ..." if len(keys) > shown else ""
+    return (f"worker {worker['name']} ({worker['address']}) took on {len(keys)} task(s) not of this run "
+            f"({', '.join(keys[:shown])}{more}), beside its loop on its {threads} threads")
+
+
 def waiting_note(worker: dict, keys: list[str], shown: int = 2) -> str:
     """What a run waits for on a busy worker, as its note says it.
 
@@ -103,6 +115,9 @@ class DaskTransport(Transport):
         self.scheduler_error, self._alive_failures, self._next_liveness = "", 0, 0.0
         self.plan: DaskPlan | None = None
         self.gone_addresses: set[str] = set()   # workers this run lost: never taken in again
+        self._busy_at_choice: dict[str, list[str]] = {}   # each chosen worker's tasks when the run chose it
+        self._nthreads: dict[str, int] = {}      # each live worker's threads, from the last liveness check
+        self.busy_said: set[int] = set()         # ranks whose worker took on other work mid-run, said once
 
     # ------------------------------------------------------------------ set-up
     def choose(self, config: RunConfig) -> list[dict]:
@@ -122,6 +137,7 @@ class DaskTransport(Transport):
             raise
         if others:
             platforms.note_once(f"left out {len(others)} worker(s) of other code: {'; '.join(others)}")
+        self._busy_at_choice = busy   # what was there already (the note below); what lands later: `_watch_others`
         waits = [waiting_note(w, busy[w["address"]]) for w in self.workers if busy.get(w["address"])]
         if waits:
             platforms.note_once(f"too few idle workers: the run waits for {'; '.join(waits)}")
@@ -345,7 +361,40 @@ class DaskTransport(Transport):
             for rank, w in enumerate(self.workers):
                 if rank not in self.lost and rank not in self.results and w["address"] not in alive:
                     self._lose(rank, out)
+            self._watch_others(out)
         return out
+
+    def _watch_others(self, out: Progress) -> None:
+        """Workers that took on other work since the run chose them (another client's task
+        landing on a shared cluster mid-run), each said once in `out.busy`. What the scheduler
+        exposes is which tasks a worker holds (`processing`: running or queued there) and its
+        threads; it does not say which of them runs now. So a worker is named only where its
+        threads leave room beside the run's loop (its one task there): with more threads than
+        that, a task the run did not submit and that was not there at the choice gets a thread
+        and runs beside the loop, sharing the worker's cores; with one thread it queues behind
+        the loop and takes nothing from the run (not named). Bounded like the liveness check;
+        skipped when the scheduler does not answer."""
+        watched = {w["address"]: rank for rank, w in enumerate(self.workers)
+                   if rank not in self.busy_said and rank not in self.lost and rank not in self.results
+                   and self._nthreads.get(w["address"], 1) > 1}
+        if not watched:   # (the local cluster's workers have one thread each: no call a check)
+            return
+        try:
+            got = self.client.sync(self.client.scheduler.processing, workers=list(watched),
+                                   callback_timeout=LIVENESS_TIMEOUT_S)
+        except Exception:
+            return
+        mine = {str(k) for k in self.client.futures}   # this client's (the run's loops among them)
+        for addr, keys in got.items():
+            rank = watched.get(addr)
+            threads = self._nthreads.get(addr, 1)
+            if rank is None:
+                continue
+            before = set(self._busy_at_choice.get(addr, []))
+            others = [str(k) for k in keys if str(k) not in mine and str(k) not in before]
+            if others:
+                self.busy_said.add(rank)
+                out.busy[rank] = busy_note(self.workers[rank], others, threads)
 
     def _gone(self, out: Progress) -> Progress:
         self.gone = True
@@ -467,9 +516,9 @@ class DaskTransport(Transport):
         """Addresses of the live workers; None once the scheduler is gone (a failed ask
         while the client's connection is down, or five failed asks in a row, each bounded)."""
         try:
-            alive = set(self.client.nthreads(callback_timeout=LIVENESS_TIMEOUT_S))
+            self._nthreads = dict(self.client.nthreads(callback_timeout=LIVENESS_TIMEOUT_S))
             self._alive_failures = 0
-            return alive
+            return set(self._nthreads)
         except Exception as exc:
             self._alive_failures += 1
             self.scheduler_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
