@@ -1182,15 +1182,24 @@ SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/
 
 
 SIMULATED_SWEEP = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
-                   "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
-                   "one round measures a point and there is no +- to measure")
+                   "of this machine); a simulated run on a named profile or a kept calibration is deterministic (the "
+                   "same config gives the same numbers), so one round measures a point and there is no +- to measure")
+# the header where a point's calibration of this machine's core was judged bad (`calibration_kept`
+# false): charged, not kept, so the next sweep times the core again and gets other numbers
+SIMULATED_SWEEP_UNKEPT = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a "
+                          "measurement of this machine); this machine's core was timed while busy and that calibration "
+                          "was not kept (the notes say so), so these numbers will change from run to run (a kept "
+                          "calibration, or the core or a named profile, gives the same numbers for the same config); "
+                          "one round was run, so there is no +-")
 
 
 def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
     keeps them all), each number at the precision it is known to; "-" where there is none.
     A simulated sweep's says so above its header (`SIMULATED_SWEEP`: virtual time, and why
-    "+-" is "-") and heads its rates "samples/virtual s", as a simulated grid's are."""
+    "+-" is "-"; `SIMULATED_SWEEP_UNKEPT` where a point's calibration of this machine's core was
+    not kept, whose numbers change run to run) and heads its rates "samples/virtual s", as a
+    simulated grid's are."""
     from ..measure import spread_text
     held_out = "final_val_accuracy" in table.columns and table["final_val_accuracy"].notna().any()
     shown = table[[c for c in SWEPT if c in table.columns and (held_out or c != "final_val_accuracy")]].rename(columns=SWEPT)
@@ -1202,7 +1211,9 @@ def sweep_text(table: Any) -> str:
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
     simulated = len(table) > 0 and "simulated" in table.columns and table["simulated"].fillna(False).astype(bool).all()
     if simulated:   # virtual seconds: read as this machine's throughput, the table would mislead
-        return SIMULATED_SWEEP + "\n" + shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
+        unkept = "calibration_kept" in table.columns and bool(table["calibration_kept"].eq(False).any())
+        return (SIMULATED_SWEEP_UNKEPT if unkept else SIMULATED_SWEEP) + "\n" + \
+            shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
     return shown.to_string(index=False)
 
 
