@@ -387,3 +387,26 @@ def test_one_rounds_ratios_say_they_have_no_range_and_how_to_get_one():
     assert "--rounds 3" in said
     three = one.assign(vs_limit_min=[0.7, 0.6], vs_limit_max=[0.9, 0.8])
     assert "note:" not in size_tables(three, sizes, 3) and "no range" not in size_tables(three, sizes, 3)
+
+
+@pytest.mark.parametrize("mode", ["--gpt", "--torch-adapter"])
+def test_a_paired_benchmarks_ratio_says_it_is_the_per_round_median_beside_the_medians_quotient(monkeypatch, capsys,
+                                                                                                mode):
+    # the audit: "adapter 0.369 ms, plain torch 0.340 ms, ratio 0.833": the ratio is the median of the
+    # rounds' own ratios, the two times each side's median; side by side they read as a contradiction.
+    # Rounds (ours, theirs) s: ratios 0.5, 1.2, 2.0 (median 1.2); each side's median 2 s (quotient 1).
+    import json
+    import subprocess
+
+    from workbench.apps import cli
+    from workbench.bench import paired, torchpeer
+    line = json.dumps({"rounds": [[1.0, 2.0], [3.0, 2.5], [2.0, 1.0]], "n_params": 10, "torch": "t", "numpy": "n"})
+    monkeypatch.setattr(paired.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, line + "\n", ""))
+    monkeypatch.setattr(torchpeer, "torch_available", lambda: True)
+    assert cli.main(["bench", mode, "--rounds", "3"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
+    assert rows
+    want = ("(each side's median step); ratio per round: median 1.200 (0.500-2.000), of the medians 1.000; "
+            if mode == "--torch-adapter" else
+            "(each side's median step); ratio per round: median 1.20 (0.50-2.00), of the medians 1.00; ")
+    assert all(want in ln for ln in rows), rows

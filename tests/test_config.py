@@ -91,3 +91,27 @@ def test_a_knob_only_its_algorithms_declare_is_refused_with_any_other():
         with pytest.raises(ConfigError, match=rf"^{knob}: \S+ unless algorithm is {' or '.join(owners)} \(.*; "
                                               r"async_sgd has none\), got "):
             RunConfig(algorithm="async_sgd", **{knob: value})
+
+
+def test_every_algorithm_knobs_description_names_exactly_the_algorithms_that_read_it(capsys):
+    # the audit: tau's description left out dpsgd, which reads it (its registry entry declares it);
+    # the list is now the registry's (`read_by`), and `run --help` and `schema` show it as it is
+    import json
+    import re
+
+    from workbench.apps.cli import main
+    from workbench.config.registry import specs, with_knob
+    knobs = sorted({k for s in specs().values() for k in s.knobs})
+    assert "tau" in knobs and "dpsgd" in with_knob("tau")
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)["properties"]
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    for knob in knobs:
+        desc = RunConfig.model_fields[knob].description
+        lead = desc.split(": ", 1)[0]
+        named = re.split(r", | and ", lead)
+        assert named == list(with_knob(knob)), (knob, lead)
+        assert schema[knob]["description"] == desc
+        assert " ".join(desc.split()) in helptext, knob   # argparse's wrapping undone

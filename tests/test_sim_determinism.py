@@ -404,7 +404,7 @@ def _inject(monkeypatch, alone, co_run, spreads=(0.03, 0.05), others: float = 0.
 
 
 def test_a_calibration_on_a_busy_machine_says_so_and_is_not_kept_as_this_machines(tmp_path, monkeypatch, capsys):
-    from workbench.apps.cli import main
+    from workbench.apps.cli import SIMULATED_SWEEP_UNKEPT, main
     from workbench.measure import notes
     monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "cache"))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -464,6 +464,9 @@ def test_a_calibration_on_a_busy_machine_says_so_and_is_not_kept_as_this_machine
     out = capsys.readouterr().out
     assert "note (1 worker): calibrated on a busy machine: batch 256 took 0.39 ms" in out
     assert "note (2 workers): calibrated on a busy machine: " in out
+    assert out.splitlines()[0] == SIMULATED_SWEEP_UNKEPT     # no promise of the same numbers next time
+    assert (busy.summary["calibration_kept"], replay.summary["calibration_kept"], quiet.summary["calibration_kept"]) \
+        == (False, True, True)                               # (a given file replays: its numbers are its own)
     # a short timing's few ticks of others' CPU are not a busy machine (CPU times count in 10 ms ticks)
     assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 0.3, "steal_cores": 0.0}, None, 2) is None
     assert calibration._busy_while_timed({"cores": 2, "wall_s": 0.2, "other_cores": 1.5, "steal_cores": 0.0}, None, 2)

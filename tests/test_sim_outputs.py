@@ -262,3 +262,40 @@ def test_virtual_workers_that_flush_together_send_their_next_batches_spread_over
     now[0] = nxt[5] + 0.3 * interval
     ctxs[5].flush()
     assert ctxs[5]._next_flush == pytest.approx(nxt[5] + interval, rel=1e-12)
+
+
+def test_a_simulated_runs_communication_line_never_prints_inf_and_says_what_its_share_is_of(no_dask, tmp_path,
+                                                                                               capsys):
+    # the audit: sgd (no exchange) printed "infx less"; one GPU worker, whose allreduce costs 0 s, was
+    # compared all the same; and the run line's comm fraction (comm + wait, steady window) sat beside
+    # the communication line's share (comm, all steps) as if they were one number
+    def lines(*flags):
+        code = cli_main(["run", "--simulate", "--steps", "12", "--batch-size", "32", "--no-progress",
+                         "--out", str(tmp_path / str(len(list(tmp_path.iterdir())))), *flags])
+        assert code == 0
+        out = capsys.readouterr().out.splitlines()
+        return next(line for line in out if line.startswith("completed:")), \
+            [line.strip() for line in out if line.strip().startswith("communication:")]
+
+    run, comm = lines()                                          # sgd on one CPU worker
+    assert comm == [comm[0]] and comm[0].startswith("communication: sgd exchanges nothing; sync_sgd's allreduce")
+    assert "inf" not in comm[0] and " less" not in comm[0] and " more" not in comm[0]
+    assert run.endswith("comm fraction 0.00 (comm + wait, steady window)")
+    _, comm = lines("--gpus", "4", "--cpus", "0", "--device", "v100")   # one GPU worker: 0 s on both sides
+    assert comm == ["communication: sgd exchanges nothing"]
+    run, comm = lines("--algorithm", "sync_sgd", "--cpus", "2", "--network", "10GbE")
+    assert len(comm) == 1 and " s per worker (" in comm[0] and "% of all its steps' booked time); " in comm[0]
+    assert "(comm + wait, steady window)" in run
+
+
+def test_sgd_given_more_workers_says_it_trains_on_one(no_dask, tmp_path, capsys):
+    # sgd is one worker by design: an explicit --cpus 4 (or --gpus 4) ran one, silently
+    for flags, asked in ((["--cpus", "4"], "--cpus 4 asked for 4"), (["--gpus", "4", "--cpus", "0"], "--gpus 4 asked for 4")):
+        assert cli_main(["run", "--simulate", "--steps", "4", "--no-progress", "--out", str(tmp_path / flags[0][2:]),
+                         *flags]) == 0
+        got = capsys.readouterr()
+        assert f"note: sgd trains on one worker; {asked}: use sync_sgd (or another parallel algorithm) to use them" \
+            in got.err.splitlines()
+        assert "1 CPU" in got.out or "1 GPU" in got.out          # still one worker
+    assert cli_main(["run", "--simulate", "--steps", "4", "--no-progress", "--out", str(tmp_path / "plain")]) == 0
+    assert "trains on one worker" not in capsys.readouterr().err   # the default: nothing asked, nothing said

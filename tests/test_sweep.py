@@ -338,12 +338,17 @@ def test_a_simulated_sweeps_table_says_its_rates_are_virtual_and_why_it_has_no_s
                           "rounds": [1, 1], "spread": [0.0, 0.0], "simulated": [True, True]})
     first, header, *rows = cli.sweep_text(table).splitlines()
     assert first == ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
-                     "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
-                     "one round measures a point and there is no +- to measure")
+                     "of this machine); a simulated run on a named profile or a kept calibration is deterministic (the "
+                     "same config gives the same numbers), so one round measures a point and there is no +- to measure")
     assert header.split()[:4] == ["workers", "batch", "samples/virtual", "s"] and header.split()[-1] == "+-"
     assert [r.split()[2] for r in rows] == ["187,897", "292,523"] and [r.split()[-1] for r in rows] == ["-", "-"]
     real = cli.sweep_text(table.assign(simulated=False)).splitlines()
     assert real[0].split()[:3] == ["workers", "batch", "samples/s"] and len(real) == 3
+    # the audit: `sweep --simulate --cpu-device local` on a busy machine, twice: 540,968 then 32,685
+    # samples/s for 1 worker under that promise; a calibration judged bad is not kept, and its header says so
+    said = cli.sweep_text(table.assign(calibration_kept=[True, False])).splitlines()[0]
+    assert said == cli.SIMULATED_SWEEP_UNKEPT and "will change from run to run" in said and "deterministic" not in said
+    assert cli.sweep_text(table.assign(calibration_kept=[True, None])).splitlines()[0] == first
 
 
 def test_a_ctrl_c_between_points_returns_what_finished_as_grid_does(tmp_path):

@@ -207,9 +207,11 @@ def margin_text(verdict: dict[str, Any]) -> str:
     >>> margin_text({"threshold": 1.0, "margin": 0.02, "above": True, "spread": "seeds 0-4"})
     '> 1 + 0.02 (spread: seeds 0-4)'
     >>> margin_text({"threshold": 0.25, "margin": 0.0, "above": False, "by": -0.031})
-    '< 0.25 - 0; failed by 0.031'
+    '< 0.25; failed by 0.031'
     >>> margin_text({"threshold": 0.0, "margin": 0.0, "above": False, "inclusive": True, "by": 0.0})
-    '<= 0 - 0; held by 0'
+    '<= 0; held by 0'
+
+    A margin of 0 adds nothing to the threshold: it reads as the one number.
     """
     if "margin" not in verdict:
         return ""
@@ -218,7 +220,8 @@ def margin_text(verdict: dict[str, Any]) -> str:
     spread = f" (spread: {verdict['spread']})" if verdict.get("spread") else ""
     held = "by" in verdict and (verdict["by"] >= 0 if verdict.get("inclusive") else verdict["by"] > 0)
     by = f"; {'held' if held else 'failed'} by {abs(verdict['by']):.3g}" if "by" in verdict else ""
-    return f"{sign} {verdict['threshold']:g} {op} {verdict['margin']:g}{spread}{by}"
+    plus = f" {op} {verdict['margin']:g}" if verdict["margin"] else ""
+    return f"{sign} {verdict['threshold']:g}{plus}{spread}{by}"
 
 
 def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]]) -> list[dict]:

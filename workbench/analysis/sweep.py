@@ -54,8 +54,9 @@ from ..results.result import RunResult
 MODES = ("strong", "weak")
 SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficiency", "comm_fraction",
                  "final_test_accuracy", "final_val_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
-                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note", "run_note", "blas_threads", "rounds", "samples_per_s_lo",
-                 "samples_per_s_hi", "spread", "resolved", "resolution_note")
+                 "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note",
+                 "calibration_kept", "run_note", "blas_threads", "rounds", "samples_per_s_lo", "samples_per_s_hi",
+                 "spread", "resolved", "resolution_note")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -250,6 +251,8 @@ def scaling_row(result: RunResult, workers: int, mode: str, run_dir: str | None 
             "run_dir": run_dir, "simulated": bool(s.get("simulated", False)), "sim_wall_s": s.get("sim_wall_s"),
             "steady_reached": bool((s.get("steady") or {}).get("reached", False)),
             "other_cores": (s.get("machine") or {}).get("other_cores"), "machine_note": s.get("machine_note"),
+            # a simulated run on this machine's core timed while busy: not kept, so not the next run's numbers
+            "calibration_kept": s.get("calibration_kept"),
             # the run's notes as the CLI and the report say them (`measure.notes`), the machine's in its own column
             "run_note": "; ".join(n for n in notes(s) if n != s.get("machine_note")) or None,
             "blas_threads": s.get("blas_threads")}

@@ -698,6 +698,9 @@ def _run(args: argparse.Namespace) -> int:
     checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
     for message in checked:
         print(f"warning: {message}", file=sys.stderr)
+    fixed = fixed_workers_note(config)
+    if fixed:
+        print(f"note: {fixed}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     from ..algorithms import REGISTRY
     spec = REGISTRY.get(config.algorithm)
@@ -728,6 +731,28 @@ def _run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:  # a signal after the run was saved: nothing is lost
                 pass
     return _report_run(result, config)
+
+
+def fixed_workers_note(config: RunConfig) -> str | None:
+    """One sentence where the config asks for more workers (`cpus`, `gpus` set, not left at
+    their defaults) than its algorithm trains on (sgd: one, by design), else None: the run
+    goes on with its own count, and the reader learns why the others stay idle.
+
+    >>> fixed_workers_note(RunConfig(cpus=4))
+    'sgd trains on one worker; --cpus 4 asked for 4: use sync_sgd (or another parallel algorithm) to use them'
+    >>> fixed_workers_note(RunConfig()), fixed_workers_note(RunConfig(cpus=1)), fixed_workers_note(RunConfig(algorithm="sync_sgd", cpus=4))
+    (None, None, None)
+    """
+    from ..config.registry import specs
+    fixed = specs()[config.algorithm].workers
+    asked = [(f, getattr(config, f)) for f in ("cpus", "gpus") if f in config.model_fields_set
+             and isinstance(getattr(config, f), int) and getattr(config, f) > 0]
+    total = sum(n for _, n in asked)
+    if fixed is None or total <= fixed:
+        return None
+    return (f"{config.algorithm} trains on {'one worker' if fixed == 1 else f'{fixed} workers'}; "
+            f"{' '.join(f'--{f} {n}' for f, n in asked)} asked for {total}: use sync_sgd (or another parallel "
+            "algorithm) to use them")
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -849,7 +874,7 @@ def _report_run(result: Any, config: RunConfig) -> int:
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, {accuracy_text(s)}, "
-          f"comm fraction {s['comm_fraction']:.2f}")
+          f"comm fraction {s['comm_fraction']:.2f} (comm + wait, steady window)")
     for line in _model_lines(s, config):
         print(f"  {line}")
     for line in _trouble_lines(s):
@@ -893,15 +918,11 @@ def _model_lines(summary: dict, config: Any) -> list[str]:
         out.append(f"language model: test loss {_nats(lm['loss_nats_per_token'])} nats/token (perplexity "
                    f"{lm['perplexity']:.3g}){'' if acc is None else f', next-token accuracy {acc:.4f}'}{best}")
     if summary.get("simulated"):
-        from ..sim.costs import comm_against_sync
+        from ..sim.costs import comm_against_sync, comm_text
         c = comm_against_sync(summary)
         if c is not None:
             name = config.algorithm + ("" if config.compression == "none" else f" ({config.compression})")
-            r = c["saving"]
-            than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
-            out.append(f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of its booked "
-                       f"time); sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
-                       f"({c['sync_sgd_share']:.0%}): {than}")
+            out.append(comm_text(name, c))
     return out
 
 
@@ -1161,15 +1182,24 @@ SWEPT = {"workers": "workers", "batch_size": "batch", "samples_per_s": "samples/
 
 
 SIMULATED_SWEEP = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a measurement "
-                   "of this machine); a simulated run is deterministic (the same config gives the same numbers), so "
-                   "one round measures a point and there is no +- to measure")
+                   "of this machine); a simulated run on a named profile or a kept calibration is deterministic (the "
+                   "same config gives the same numbers), so one round measures a point and there is no +- to measure")
+# the header where a point's calibration of this machine's core was judged bad (`calibration_kept`
+# false): charged, not kept, so the next sweep times the core again and gets other numbers
+SIMULATED_SWEEP_UNKEPT = ("simulated: virtual workers on a virtual clock, samples per virtual second (not a "
+                          "measurement of this machine); this machine's core was timed while busy and that calibration "
+                          "was not kept (the notes say so), so these numbers will change from run to run (a kept "
+                          "calibration, or the core or a named profile, gives the same numbers for the same config); "
+                          "one round was run, so there is no +-")
 
 
 def sweep_text(table: Any) -> str:
     """A sweep's table for the terminal: the columns a scaling question reads (sweep.csv
     keeps them all), each number at the precision it is known to; "-" where there is none.
     A simulated sweep's says so above its header (`SIMULATED_SWEEP`: virtual time, and why
-    "+-" is "-") and heads its rates "samples/virtual s", as a simulated grid's are."""
+    "+-" is "-"; `SIMULATED_SWEEP_UNKEPT` where a point's calibration of this machine's core was
+    not kept, whose numbers change run to run) and heads its rates "samples/virtual s", as a
+    simulated grid's are."""
     from ..measure import spread_text
     held_out = "final_val_accuracy" in table.columns and table["final_val_accuracy"].notna().any()
     shown = table[[c for c in SWEPT if c in table.columns and (held_out or c != "final_val_accuracy")]].rename(columns=SWEPT)
@@ -1181,7 +1211,9 @@ def sweep_text(table: Any) -> str:
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
     simulated = len(table) > 0 and "simulated" in table.columns and table["simulated"].fillna(False).astype(bool).all()
     if simulated:   # virtual seconds: read as this machine's throughput, the table would mislead
-        return SIMULATED_SWEEP + "\n" + shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
+        unkept = "calibration_kept" in table.columns and bool(table["calibration_kept"].eq(False).any())
+        return (SIMULATED_SWEEP_UNKEPT if unkept else SIMULATED_SWEEP) + "\n" + \
+            shown.rename(columns={"samples/s": "samples/virtual s"}).to_string(index=False)
     return shown.to_string(index=False)
 
 

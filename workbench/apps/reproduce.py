@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,7 +344,8 @@ def _execute(exp: Experiment, where: Path, params: dict[str, Any], kernel: str, 
         log.setLevel(logging.INFO)
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
-                                   cwd=str(exp.notebook.parent), progress_bar=progress, log_output=progress)
+                                   cwd=str(exp.notebook.parent), progress_bar=progress, log_output=progress,
+                                   **kernel_transport())
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(f"{exp.notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} "
                              f"(executed notebook: {executed})") from None
@@ -355,6 +357,31 @@ def _execute(exp: Experiment, where: Path, params: dict[str, Any], kernel: str, 
     if not shape.is_file():
         raise NotebookFailed(f"{exp.notebook.name} ran but wrote no shape.json (executed notebook: {executed})")
     return json.loads(shape.read_text())
+
+
+# A Unix socket's path holds at most 104 bytes on macOS (108 on Linux); an IPC kernel's sockets are
+# its connection file's path less ".json", plus "-ipc-N": "kernel-<uuid>-ipc-N" is about 52 of them.
+IPC_PATH_MAX = 104 - 52
+
+
+def kernel_transport() -> dict[str, Any]:
+    """papermill's keyword for the kernel reproduce starts: local sockets (ZeroMQ's ipc
+    transport, files in Jupyter's runtime folder, the user's own) on a POSIX machine whose
+    runtime folder's path leaves room for them, else {} (TCP on 127.0.0.1, the default).
+    Over TCP ipykernel 7 writes "[IPKernelApp] WARNING | Kernel is running over TCP without
+    encryption" to stderr at every start, which `--no-progress` promised not to show; over
+    ipc there is nothing to warn about, and the kernel's other warnings and errors still show.
+
+    >>> kernel_transport()["config"]["KernelManager"]["transport"] if os.name == "posix" else "ipc"
+    'ipc'
+    """
+    if os.name != "posix":
+        return {}
+    from jupyter_core.paths import jupyter_runtime_dir
+    if len(os.fsencode(jupyter_runtime_dir())) > IPC_PATH_MAX:
+        return {}
+    from traitlets.config import Config
+    return {"config": Config({"KernelManager": {"transport": "ipc"}})}
 
 
 MANIFEST = ".workbench-reproduce"   # in --out: the files reproduce wrote there (it may rewrite only those)

@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from .paired import ONE_THREAD, interleaved, paired_rounds, rounds_flag
+from .paired import ONE_THREAD, interleaved, paired_rounds, ratio_text, rounds_flag
 
 # (widths, batch): the teaching MLP and the 535k one of `bench`'s sizes
 SIZES: dict[str, tuple[tuple[int, ...], int]] = {
@@ -110,9 +110,20 @@ def main(args: Any) -> int:
           f"torch.set_num_threads(1)); {blas}; {rounds} interleaved rounds; {os.cpu_count()} cores; target "
           f"ratio <= {TARGET}", flush=True)
     for name, (widths, batch) in SIZES.items():
-        row = measure(widths, batch, rounds=rounds)
-        print(f"  {name} {row['model']}, batch {row['batch']} ({row['n_params']:,} params): adapter "
-              f"{row['adapter_ms']:.3f} ms, plain torch {row['plain_ms']:.3f} ms, ratio {row['ratio']:.3f} (rounds "
-              f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f}); load {row['load_before']:.2f} -> "
-              f"{row['load_after']:.2f}; torch {row['torch']}, numpy {row['numpy']}", flush=True)
+        print(f"  {row_text(name, measure(widths, batch, rounds=rounds))}", flush=True)
     return 0
+
+
+def row_text(name: str, row: dict[str, Any]) -> str:
+    """One size's line: each side's median step over the rounds, then the ratio as what it is
+    (`paired.ratio_text`: the per-round ratios' median and range, and the medians' quotient).
+
+    >>> print(row_text("teaching", {"model": "mlp 64-128-10", "batch": 32, "n_params": 9610, "adapter_ms": 0.369,
+    ...       "plain_ms": 0.340, "ratio": 0.833, "ratio_min": 0.75, "ratio_max": 1.21, "load_before": 7.1,
+    ...       "load_after": 7.4, "torch": "2.13.0", "numpy": "2.4.6"}))
+    teaching mlp 64-128-10, batch 32 (9,610 params): adapter 0.369 ms, plain torch 0.340 ms (each side's median step); ratio per round: median 0.833 (0.750-1.210), of the medians 1.085; load 7.10 -> 7.40; torch 2.13.0, numpy 2.4.6
+    """
+    ratio = ratio_text(row["adapter_ms"], row["plain_ms"], row["ratio"], row["ratio_min"], row["ratio_max"])
+    return (f"{name} {row['model']}, batch {row['batch']} ({row['n_params']:,} params): adapter "
+            f"{row['adapter_ms']:.3f} ms, plain torch {row['plain_ms']:.3f} ms (each side's median step); {ratio}; "
+            f"load {row['load_before']:.2f} -> {row['load_after']:.2f}; torch {row['torch']}, numpy {row['numpy']}")

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from .paired import ONE_THREAD, interleaved, paired_rounds, rounds_flag
+from .paired import ONE_THREAD, interleaved, paired_rounds, ratio_text, rounds_flag
 
 # (n_layers, d_model, n_heads, context, vocab, batch): the default GPT on the generated
 # language, and a wider one on a character corpus's vocabulary
@@ -150,7 +150,8 @@ def main(args: Any) -> int:
     for name, size in SIZES.items():
         row = measure(size, rounds=rounds)
         print(f"  {name} {row['model']}, batch {row['batch']} ({row['tokens']} tokens, {row['n_params']:,} params): "
-              f"ours {row['ours_ms']:.1f} ms, torch {row['torch_ms']:.1f} ms, ratio {row['ratio']:.2f} "
-              f"(rounds {row['ratio_min']:.2f}-{row['ratio_max']:.2f}); load {row['load_before']:.2f} -> "
+              f"ours {row['ours_ms']:.1f} ms, torch {row['torch_ms']:.1f} ms (each side's median step); "
+              f"{ratio_text(row['ours_ms'], row['torch_ms'], row['ratio'], row['ratio_min'], row['ratio_max'], 2)}; "
+              f"load {row['load_before']:.2f} -> "
               f"{row['load_after']:.2f}; torch {row['torch']}, numpy {row['numpy']}", flush=True)
     return 0

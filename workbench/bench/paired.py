@@ -51,6 +51,19 @@ def paired_rounds(module: str, spec: dict, what: str) -> dict[str, Any]:
             "load_before": load0, "load_after": load()}
 
 
+def ratio_text(ours_ms: float, theirs_ms: float, ratio: float, lo: float, hi: float, digits: int = 3) -> str:
+    """A paired benchmark's ratio, said as what it is: the median of the per-round ratios
+    (ours / theirs, each round's two sides timed together, so a round's load is on both)
+    with their range. That median need not be the quotient of the two sides' medians shown
+    beside it (each taken over the rounds on its own), so the quotient is given too.
+
+    >>> ratio_text(0.369, 0.340, 0.833, 0.75, 1.21)
+    'ratio per round: median 0.833 (0.750-1.210), of the medians 1.085'
+    """
+    return (f"ratio per round: median {ratio:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f}), of the medians "
+            f"{ours_ms / theirs_ms:.{digits}f}")
+
+
 def interleaved(ours: Callable[[], Any], theirs: Callable[[], Any], rounds: int, steps: int,
                 warm: int = 3) -> list[list[float]]:
     """The child's half: each step's median seconds over `steps` calls, per round, the two

@@ -28,7 +28,7 @@ from pydantic import (
 from .. import usercode
 from ..data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
 from ..data.files import is_data_path, save_arrays
-from .registry import LR_MAX
+from .registry import LR_MAX, with_knob
 from .rules import (
     GPT_KNOBS,
     OPTIMIZER_KNOBS,
@@ -122,6 +122,19 @@ def __getattr__(name: str) -> Any:
 
 
 MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
+
+
+def read_by(knob: str, text: str) -> str:
+    """An algorithm knob's description: the algorithms whose declaration reads it
+    (`AlgorithmSpec.knobs`, the one home of that list), then what it is.
+
+    >>> read_by("topology", "the graph.")
+    'dpsgd and adpsgd: the graph.'
+    """
+    names = with_knob(knob)
+    if not names:
+        raise ValueError(f"{knob}: no algorithm declares it (AlgorithmSpec.knobs)")
+    return f"{', '.join(names[:-1])} and {names[-1]}: {text}" if len(names) > 1 else f"{names[0]}: {text}"
 
 
 class RunConfig(BaseModel):
@@ -354,93 +367,93 @@ class RunConfig(BaseModel):
 
     # --- algorithm knobs
     tau: WholeFrom1 = Field(1, json_schema_extra={"group": "algorithm"}, description=(
-        "Local steps between exchanges (whole number >= 1): the EASGD family's elastic exchanges with the "
-        "centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
-        "Lin et al.) and diloco's outer steps (H in Douillard et al.)."))
+        read_by("tau", "local steps between exchanges (whole number >= 1), for the EASGD family's elastic exchanges "
+        "with the centre (1 = every step, as You et al.), local_sgd's and post_local_sgd's parameter averages (H in "
+        "Lin et al.), diloco's outer steps (H in Douillard et al.) and dpsgd's gossip with its neighbours.")))
     alpha: Annotated[float | None, Field(gt=0, lt=1), NUMBER,
                      Allowed("a number in (0, 1), or unset for 0.9 / workers")] = Field(
         None, json_schema_extra={"group": "algorithm"}, description=(
-        "EASGD family: elastic coefficient in (0, 1), how far worker and centre move toward each "
-        "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default)."))
+        read_by("alpha", "elastic coefficient in (0, 1), how far worker and centre move toward each "
+        "other at an exchange; unset: 0.9 / number of workers (the EASGD authors' default).")))
     elastic_sync: Literal["ring", "tree_host", "tree_device", "tree_device_overlap"] = Field(
         "ring", json_schema_extra={"group": "algorithm"}, description=(
-        "sync_easgd: how the elastic exchange travels, SC'17's chain (You et al., Table 3): ring (the "
+        read_by("elastic_sync", "how the elastic exchange travels, SC'17's chain (You et al., Table 3): ring (the "
         "transport's allreduce, the centre on each worker's device), tree_host (a binary-tree reduction with "
         "the centre on the host: every exchange copies the vector to the host and back and the host "
         "updates the centre), tree_device (the tree, the centre kept on the devices), tree_device_overlap "
         "(also the exchange's vector overlapping the next local step). The maths is the same for all four; "
-        "the simulator charges each; real transports run their own collective and overlap nothing."))
+        "the simulator charges each; real transports run their own collective and overlap nothing.")))
     trainers: WholeFrom1 = Field(2, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: number of trainers K (whole number >= 1, a divisor of the number of workers); "
-        "each trainer spans workers / K workers."))
+        read_by("trainers", "number of trainers K (whole number >= 1, a divisor of the number of workers); "
+        "each trainer spans workers / K workers.")))
     round_size: WholeFrom1 = Field(50, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: local steps each trainer takes between tournaments (whole number >= 1)."))
+        read_by("round_size", "local steps each trainer takes between tournaments (whole number >= 1).")))
     tournament_size: WholeFrom1 = Field(256, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: examples in each trainer's own held-out tournament set (whole number >= 1)."))
+        read_by("tournament_size", "examples in each trainer's own held-out tournament set (whole number >= 1).")))
     trainer_lrs: list[float] | None = Field(None, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: one base lr per trainer as comma-separated numbers > 0 (exactly trainers values); "
-        "unset: derived from lr and lr_spread."))
+        read_by("trainer_lrs", "one base lr per trainer as comma-separated numbers > 0 (exactly trainers values); "
+        "unset: derived from lr and lr_spread.")))
     lr_spread: Annotated[float, Field(ge=1, allow_inf_nan=False), NUMBER,
                          Allowed("a finite number >= 1 (1 means every trainer uses lr)")] = Field(
         1.0, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: spread of the trainers' learning rates (>= 1): trainer k gets "
-        "lr * lr_spread**(k - (K-1)/2); 1 = every trainer uses lr."))
+        read_by("lr_spread", "spread of the trainers' learning rates (>= 1): trainer k gets "
+        "lr * lr_spread**(k - (K-1)/2); 1 = every trainer uses lr.")))
     exchange_state: Flag = Field(False, json_schema_extra={"group": "algorithm"}, description=(
-        "LTFB: whether the optimiser state (momentum) travels with the weights a trainer adopts."))
+        read_by("exchange_state", "whether the optimiser state (momentum) travels with the weights a trainer adopts.")))
     chunk_layers: Union[int, Literal["auto"]] = Field("auto", json_schema_extra={"group": "algorithm"}, description=(
-        "CGDP: layers per update chunk, a whole number >= 1, or auto to choose it by timing "
-        "iterations at the start of the run."))
+        read_by("chunk_layers", "layers per update chunk, a whole number >= 1, or auto to choose it by timing "
+        "iterations at the start of the run.")))
     weight_return: Literal["chunks", "whole"] = Field("chunks", json_schema_extra={"group": "algorithm"}, description=(
-        "CGDP: how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
+        read_by("weight_return", "how fresh weights go back to the devices: chunks (each chunk's as soon as the host has "
         "updated it, while the devices finish the backward pass; the next forward pass waits only for "
         "the chunk updated last, as Le et al.; on threads, shared memory, the Dask actor and the "
         "simulator) or whole (the whole vector once every chunk is updated: the earlier implementation, "
-        "kept for comparison)."))
+        "kept for comparison).")))
     split: Literal["equal", "speed"] = Field("equal", json_schema_extra={"group": "algorithm"}, description=(
-        "Synchronous algorithms: how each global batch is shared out: equal slices, or speed "
-        "(slices sized by each worker's measured speed, for mixed CPU/GPU workers)."))
+        read_by("split", "how each global batch is shared out: equal slices, or speed "
+        "(slices sized by each worker's measured speed, for mixed CPU/GPU workers).")))
     # communication-efficient training (algorithms/local.py, maths/compress.py): one block
     post_local_epoch: Annotated[float, Field(ge=0, allow_inf_nan=False), NUMBER,
                                 Allowed("a finite number >= 0", says_type=True)] = Field(
         1.0, json_schema_extra={"group": "algorithm"}, description=(
-        "post_local_sgd: the epoch (>= 0, may be fractional) from which workers average their "
+        read_by("post_local_epoch", "the epoch (>= 0, may be fractional) from which workers average their "
         "parameters every tau steps; before it they average after every step, as sync_sgd (Lin et al. "
-        "switch at the first learning-rate decay)."))
+        "switch at the first learning-rate decay).")))
     outer_lr: Annotated[float, Field(gt=0, le=LR_MAX, allow_inf_nan=False), NUMBER,
                         Allowed("a finite number > 0", says_type=True)] = Field(
         0.7, json_schema_extra={"group": "algorithm"}, description=(
-        "diloco: learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
-        "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging)."))
+        read_by("outer_lr", "learning rate of the outer Nesterov step on the averaged parameter change (finite, > 0; "
+        "0.7 as Douillard et al.; 1 with outer_momentum 0 is plain parameter averaging).")))
     outer_momentum: Annotated[float, Field(ge=0, lt=1), NUMBER,
                               Allowed("a number >= 0 and < 1", says_type=True)] = Field(
         0.9, json_schema_extra={"group": "algorithm"}, description=(
-        "diloco: Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.)."))
+        read_by("outer_momentum", "Nesterov momentum of the outer step, in [0, 1) (0.9 as Douillard et al.).")))
     compression: Literal["none", "topk", "randomk", "sign", "qsgd", "powersgd"] = Field(
         "none", json_schema_extra={"group": "algorithm"}, description=(
-        "sync_sgd: how each worker compresses its gradient before the exchange: none, topk (the "
+        read_by("compression", "how each worker compresses its gradient before the exchange: none, topk (the "
         "compression_ratio largest entries, with Deep Gradient Compression's momentum correction), randomk "
         "(compression_ratio of the entries, the same random ones on every worker), sign (scaled signs, "
         "one bit each), qsgd (stochastic quantisation to compression_levels levels) or powersgd (rank "
-        "compression_rank approximation of each layer's matrix)."))
+        "compression_rank approximation of each layer's matrix).")))
     compression_ratio: Annotated[float, Field(gt=0, le=1), NUMBER,
                                  Allowed("a number > 0 and <= 1", says_type=True)] = Field(
         0.01, json_schema_extra={"group": "algorithm"}, description=(
-        "sync_sgd with compression topk or randomk: share of the gradient's entries each worker sends, "
-        "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd)."))
+        read_by("compression_ratio", "with compression topk or randomk, the share of the gradient's entries each worker sends, "
+        "in (0, 1] (0.01 = 1%; 1 sends everything, exact sync_sgd).")))
     compression_rank: WholeFrom1 = Field(4, json_schema_extra={"group": "algorithm"}, description=(
-        "sync_sgd with compression powersgd: rank of each layer's approximation (whole number >= 1; at "
-        "the layer's smaller dimension or above the approximation is exact)."))
+        read_by("compression_rank", "with compression powersgd, the rank of each layer's approximation (whole number >= 1; at "
+        "the layer's smaller dimension or above the approximation is exact).")))
     compression_levels: WholeFrom1 = Field(16, json_schema_extra={"group": "algorithm"}, description=(
-        "sync_sgd with compression qsgd: quantisation levels s per sign (whole number >= 1; QSGD's "
-        "s; 1 keeps only signs and the norm)."))
+        read_by("compression_levels", "with compression qsgd, the quantisation levels s per sign (whole number >= 1; QSGD's "
+        "s; 1 keeps only signs and the norm).")))
     topology: Literal["ring", "torus", "exponential", "complete"] = Field(
         "ring", json_schema_extra={"group": "algorithm"}, description=(
-        "dpsgd and adpsgd: the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
+        read_by("topology", "the graph workers gossip over: ring (two neighbours), torus (four, on the most square "
         "grid), exponential (ranks 2^k apart, about 2 log2 P) or complete (everyone: synchronous "
-        "averaging)."))
+        "averaging).")))
     error_feedback: Flag = Field(True, json_schema_extra={"group": "algorithm"}, description=(
-        "sync_sgd with compression: keep what compression dropped in a per-worker memory and add it "
-        "to the next gradient (error feedback), or drop it for good (false)."))
+        read_by("error_feedback", "with compression, keep what compression dropped in a per-worker memory and add it "
+        "to the next gradient (error feedback), or drop it for good (false).")))
 
     @model_validator(mode="after")
     def _commeff_combinations(self) -> RunConfig:

@@ -368,6 +368,8 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
                                     given=bool(config.calibration))
             if said:
                 extra["machine_note"] = said
+            # a timing judged bad is not cached: the next run times the core again, and its numbers move
+            extra["calibration_kept"] = bool(config.calibration) or not said
     else:   # virtual time does not depend on the machine; real time does
         state = machine.summarise(before, after, [r["usage"] for r in monitor.results.values() if r.get("usage")],
                                   workers)

@@ -305,7 +305,10 @@ def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
     workers) and what sync_sgd's gradient allreduce would have cost over as many steps
     (`sync_allreduce_s`, the formula the simulator charges sync_sgd per step), each also as
     a share of a step's time with this run's compute; None for a run that is not simulated
-    (or has no steps).
+    (or has no steps). `share` is of all the run's steps' booked time and counts the
+    communication alone (the run line's `comm_fraction` is comm + wait over the steady
+    window: another number). `saving` (sync_sgd's time over this run's) is None where either
+    is 0 s: a run that exchanges nothing, or a cluster whose allreduce costs nothing, has no ratio.
 
     >>> s = {"sync_allreduce_s": 0.5, "steps": 10, "workers": [{}, {}],
     ...      "time_breakdown": {"compute_s": 4.0, "comm_s": 1.0, "wait_s": 0.0}}
@@ -320,6 +323,32 @@ def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
         return None
     comm, compute, wait = tb["comm_s"] / workers, tb["compute_s"] / workers, tb.get("wait_s", 0.0) / workers
     sync = per_step * steps
-    return {"comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 else float("inf"),
+    return {"comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 and sync > 0 else None,
             "share": comm / (compute + comm + wait) if compute + comm + wait > 0 else 0.0,
             "sync_sgd_share": sync / (compute + sync) if compute + sync > 0 else 0.0}
+
+
+def comm_text(name: str, c: dict[str, Any]) -> str:
+    """The CLI's "communication:" line of a simulated run, from `comm_against_sync`'s `c`:
+    this run's communication beside sync_sgd's allreduce on the same cluster. A run that
+    exchanges nothing says so; a ratio only where both sides took time.
+
+    >>> c = {"comm_s": 0.5, "sync_sgd_comm_s": 5.0, "saving": 10.0, "share": 0.2, "sync_sgd_share": 0.714}
+    >>> comm_text("diloco", c)
+    "communication: diloco 0.5 s per worker (20% of all its steps' booked time); sync_sgd's allreduce on this cluster would take 5 s (71%): 10x less"
+    >>> comm_text("sgd", {**c, "comm_s": 0.0, "saving": None, "share": 0.0, "sync_sgd_comm_s": 1.69e-4,
+    ...                   "sync_sgd_share": 0.02})
+    "communication: sgd exchanges nothing; sync_sgd's allreduce on this cluster would take 0.000169 s (2%)"
+    >>> comm_text("sgd", {**c, "comm_s": 0.0, "saving": None, "share": 0.0, "sync_sgd_comm_s": 0.0})
+    'communication: sgd exchanges nothing'
+    """
+    sync = (f"sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
+            f"({c['sync_sgd_share']:.0%})")
+    if c["comm_s"] <= 0:   # nothing to set beside sync_sgd's but what sync_sgd's would cost
+        return f"communication: {name} exchanges nothing" + (f"; {sync}" if c["sync_sgd_comm_s"] > 0 else "")
+    own = f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of all its steps' booked time)"
+    r = c.get("saving")
+    if not r:   # sync_sgd's allreduce costs nothing here (one worker): nothing to compare with
+        return f"{own}; sync_sgd's allreduce on this cluster would take 0 s"
+    than = "about the same" if 0.95 <= r <= 1.05 else f"{r:.3g}x less" if r > 1 else f"{1 / r:.3g}x more"
+    return f"{own}; {sync}: {than}"
