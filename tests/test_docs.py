@@ -130,3 +130,24 @@ def test_every_command_a_docs_code_block_shows_parses():
                 except SystemExit:
                     refused.append(f"{path.name}: {line} -> {said.getvalue().strip().splitlines()[-1]}")
     assert seen >= 20 and not refused, refused
+
+
+STARTS_WORKERS = re.compile(r"\bwb\.(?:run|resume|sweep|grid|make_cluster|connect)\(|\bDashboard\(")
+
+
+def test_every_python_snippet_that_starts_workers_is_guarded():
+    """A Python block of the README or docs/ that starts workers (wb.run, wb.resume, wb.sweep,
+    wb.grid, a cluster, a dashboard) does it under `if __name__ == "__main__":`: copied into a
+    script without it, the local cluster's worker processes import the file again and start
+    their own (docs/checkpoints.md's wb.resume snippet did: `Nanny failed to start`)."""
+    unguarded, seen = [], 0
+    for path in [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]:
+        text = path.read_text()
+        for block in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
+            code = block.group(1)
+            if not STARTS_WORKERS.search(code):
+                continue
+            seen += 1
+            if 'if __name__ == "__main__":' not in code:
+                unguarded.append(f"{path.name}:{text[:block.start()].count(chr(10)) + 1}")
+    assert seen >= 4 and not unguarded, f"snippets that start workers without the guard: {unguarded}"
