@@ -77,7 +77,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, spread_text
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, median_speedup, spread_text
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -106,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     speedup = float(two["speedup"])
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "speedup.csv", index=False)   # the medians, ranges and resolution of every round
-    low, high = two["samples_per_s_lo"] / one["samples_per_s_hi"], two["samples_per_s_hi"] / one["samples_per_s_lo"]
+    # the range between the rounds' extremes (`measure.median_speedup`, as `explain` gives it)
+    _, low, high = median_speedup((two["samples_per_s_lo"], two["samples_per_s_hi"]),
+                                  (one["samples_per_s_lo"], one["samples_per_s_hi"]))
     print(f"speed-up, 2 workers over 1: {speedup:.2f}x ({low:.2f}x-{high:.2f}x between the rounds' extremes; "
           f"parallel efficiency {speedup / 2:.0%}); medians of "
           f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "
