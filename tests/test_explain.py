@@ -345,6 +345,23 @@ def test_a_starved_one_worker_run_does_not_raise_the_workers_compute_at_once():
     assert _parallel(R(free_cores=0.3), R(free_cores=0.54, workers=2)) == pytest.approx(0.54)
 
 
+def test_the_cores_line_gives_the_cap_the_free_cores_give(real_pair):
+    """"cores: other processes left this run 0.55 free cores ...: its 2 workers compute at most
+    0.3x one worker's rate": the 0.3 was the compute the workers were measured to run at once
+    (the compute line's), not the cap 0.55 free cores give (`_parallel`: min(2, 0.55))."""
+    import copy
+    import re
+    one, two = (copy.deepcopy(r) for r in real_pair)
+    one.summary["machine"]["other_cores"], two.summary["machine"]["other_cores"] = 1.47, 1.45   # 0.53, 0.55 free
+    two.steps["compute_s"] = two.steps["compute_s"] * 3.0    # each worker's slice as slow as 1.5 whole batches
+    e, = explain([one, two])
+    cores, = [x for x in e.lines if x.startswith("  cores:")]
+    compute, = [x for x in e.lines if x.startswith("  compute:")]
+    assert "0.55 free cores; 1 worker's run 0.53: its 2 workers compute at most 0.55x one worker's rate" in cores, cores
+    measured = float(re.search(r"([\d.]+) workers' worth of compute at once", compute).group(1))
+    assert measured < 0.5 and "the compute line below" in cores, (cores, compute)
+
+
 def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_path):
     """The demo writes DIR (round 1), DIR/one-worker and DIR/round-K/{.,one-worker}; a sweep
     DIR/wN and DIR/wN-rK beside its sweep.csv. A demo that printed 0.90x (the medians of 8

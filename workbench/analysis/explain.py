@@ -622,9 +622,13 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     lines.append(_straggler_line(n))
     if model.parallel:
         ref = f"; 1 worker's run {one.free_cores:.2g}" if one is not None and one.free_cores is not None else ""
+        # the cap the free cores give (`k_cores`), not `k_measured`: where the workers' own compute shows
+        # fewer at once, that is the compute line's to say (it printed the compute's 0.3x as the cores' cap)
+        assumed = ("their compute measured fewer at once, the compute line below, which the predictions assume"
+                   if _compute_bound(model) else "the predictions below assume so at every batch; at a small one they "
+                   "take turns and can compute faster")
         lines.append(f"  cores: other processes left this run {n.free_cores:.2g} free cores{ref}: its {P} workers "
-                     f"compute at most {model.k_measured:.2g}x one worker's rate where their compute overlaps (the predictions "
-                     f"below assume so at every batch; at a small one they take turns and can compute faster)")
+                     f"compute at most {model.k_cores:.2g}x one worker's rate where their compute overlaps ({assumed})")
     if _compute_bound(model):
         c_n, c_1 = float(pn["compute"][0]), float(p1["compute"][0])
         lines.append(f"  compute: each of the {P} workers computed its {n.batch / P:g} samples in {_ms(c_n)}, 1 worker "
