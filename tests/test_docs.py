@@ -151,3 +151,23 @@ def test_every_python_snippet_that_starts_workers_is_guarded():
             if 'if __name__ == "__main__":' not in code:
                 unguarded.append(f"{path.name}:{text[:block.start()].count(chr(10)) + 1}")
     assert seen >= 4 and not unguarded, f"snippets that start workers without the guard: {unguarded}"
+
+
+def test_the_extras_tables_name_every_extra_and_the_base_dependencies():
+    """README's and docs/install.md's extras tables left out the `torch` extra pyproject.toml
+    defines, and install.md's base row left out cryptography and threadpoolctl."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    for path in (ROOT / "README.md", DOCS["install"]):
+        rows = [line for line in path.read_text().splitlines() if line.startswith("| `") or line.startswith("| (none)")]
+        named = {e for row in rows for e in re.findall(r"`([\w-]+)`", row.split("|")[1])}
+        assert extras <= named, f"{path.name}'s extras table leaves out {sorted(extras - named)}"
+    base_row, = [line for line in _text("install").splitlines() if line.startswith("| (none)")]
+    names = {"numpy": "NumPy", "dask": "Dask", "distributed": "distributed", "pandas": "pandas", "pyyaml": "PyYAML",
+             "tqdm": "tqdm", "pydantic": "pydantic", "pooch": "pooch", "greenlet": "greenlet",
+             "cryptography": "cryptography", "threadpoolctl": "threadpoolctl"}
+    deps = {re.match(r"[\w-]+", d).group(0).lower() for d in project["dependencies"]}
+    assert deps <= set(names), f"a new base dependency: name it here and in install.md: {sorted(deps - set(names))}"
+    missing = [names[d] for d in deps if names[d] not in base_row]
+    assert not missing, f"docs/install.md's base install leaves out {missing}"
