@@ -98,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("starting a local Dask cluster of 2 single-core workers ...", flush=True)
     client = make_cluster(cpus=2, gpus=0, quiet=True)
     try:
-        api.run(demo_config(cpus=2, steps=2), cluster=client)          # warm both workers up
+        # warm both workers up (imports, data placement) with a 2-step run, not measured: said, with
+        # no bar of its own (an unlabelled "sync_sgd 2/2 steps" before round 1 read as a measured run)
+        print("warming both workers up (a 2-step run, not measured) ...", flush=True)
+        api.run(demo_config(cpus=2, steps=2), cluster=client, progress=False)
         table, statuses = compare_workers(demo_config(epochs=args.epochs), client, repeats, out)
     finally:
         close_client(client)
