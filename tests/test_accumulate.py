@@ -271,8 +271,8 @@ def test_a_run_too_big_for_memory_is_told_the_accumulate_that_fits():
     small = psutil.virtual_memory()._replace(available=2 << 30, total=2 << 30)
     with mock.patch("psutil.virtual_memory", return_value=small), \
             mock.patch("workbench.execution.preflight.limit_budgets", return_value=[]):
-        with pytest.raises(ConfigError, match=r"^accumulate: at least (\d+) for a run that fits in this machine's "
-                                              r"available memory \(2\.0 GiB\)") as err:
+        with pytest.raises(ConfigError, match=r"^accumulate: at least (\d+) for a run that fits in 80% of this "
+                                              r"machine's available memory \(1\.6 GiB of 2\.0 GiB\)") as err:
             check_memory(cfg)
         k = int(re.search(r"at least (\d+)", str(err.value)).group(1))
         check_memory(cfg.replace(accumulate=k))                          # it fits
@@ -290,6 +290,38 @@ def test_a_run_too_big_for_memory_is_told_the_accumulate_that_fits():
         with pytest.raises(ConfigError, match=r"^accumulate: at least 2 for a run that fits"):
             check_memory(sim)
         check_memory(sim.replace(accumulate=2))
+
+
+def test_the_accumulate_refusal_says_the_share_of_the_limit_and_one_row_basis():
+    """The refusal quoted "fits in the address-space limit (2.9 GiB): this one needs about 2.3
+    GiB" (refused against 80% of it, `MEMORY_SHARE`, unsaid), and a batch larger than the data
+    set (20000 rows of markov_text's 8000) as "a training pass of 20000 rows 15.4 GiB" beside
+    "micro-batches of 1250 rows ... 1.9 GiB": the estimate counts at most the data set's rows."""
+    import psutil
+
+    from workbench.execution.preflight import MEMORY_SHARE, check_memory, preflight
+    small = psutil.virtual_memory()._replace(available=2 << 30, total=2 << 30)
+
+    def said(cfg: RunConfig) -> str:
+        with pytest.raises(ConfigError, match="^accumulate") as err:
+            check_memory(cfg)
+        return str(err.value)
+    with mock.patch("psutil.virtual_memory", return_value=small), \
+            mock.patch("workbench.execution.preflight.limit_budgets", return_value=[]):
+        assert MEMORY_SHARE == 0.8
+        text = said(RunConfig(**GPT_RUN))
+        assert "fits in 80% of this machine's available memory (1.6 GiB of 2.0 GiB): this one needs about" in text
+        need = float(re.search(r"needs about ([\d.]+) GiB", text).group(1))
+        assert 1.6 < need, text                       # the need quoted is over the budget quoted
+        big = RunConfig(**{**GPT_RUN, "algorithm": "sgd", "cpus": 1, "batch_size": 20000})
+        text = said(big)
+        (rows, held), (micro, micro_held) = [(int(r), float(g)) for r, g in
+                                             re.findall(r"of (\d+) rows (?:a pass holds )?([\d.]+) GiB", text)]
+        assert rows == 10000 and "the batch (20000 rows) is larger than the training set (8000 rows)" in text
+        # one basis: bytes per row agree between the two passes (each rounded to 0.1 GiB)
+        assert held / rows == pytest.approx(micro_held / micro, rel=0.1), text
+        with pytest.raises(Exception, match=r"^batch_size: at most the training set size \(8000\), got 20000"):
+            preflight(big)                            # a run is refused for the batch, before its memory
 
 
 def test_a_pass_in_micro_batches_really_holds_less():

@@ -240,6 +240,18 @@ def test_without_torch_the_allreduce_table_leaves_gloo_out_and_says_so(monkeypat
     assert allreduce.gloo_plan(False) == (False, [])          # --no-torch: asked, nothing to explain
 
 
+def test_the_allreduce_header_names_ratios_to_gloo_only_when_gloo_runs():
+    """Without torch the header said "ratios to gloo round by round" above a table with no
+    gloo column, and the note said `pip install torch` where the project installs it as its
+    `torch` extra."""
+    from workbench.bench import allreduce
+    from workbench.bench.command import TORCH_MISSING
+    assert "ratios to gloo" not in allreduce.header_line(3, gloo=False)
+    assert "ratios to gloo round by round" in allreduce.header_line(3, gloo=True)
+    for note in (allreduce.NO_TORCH, TORCH_MISSING):
+        assert "pip install 'parallel-workbench[torch]'" in note and "pip install torch" not in note
+
+
 def test_every_communication_pattern_says_what_it_spends():
     """The bench's notes explain any algorithm under 0.8 of its limit by its pattern."""
     from workbench.algorithms import REGISTRY

@@ -11,6 +11,30 @@ def test_demo_config_is_a_valid_parallel_run():
     assert cfg.algorithm == "sync_sgd" and cfg.batch_size % 2 == 0
 
 
+def test_the_demos_warm_up_run_is_labelled_and_draws_no_bar(monkeypatch, capsys):
+    """An unlabelled bar "sync_sgd 2/2 steps" (the warm-up run) printed before "round 1"."""
+    from workbench import api
+    from workbench.apps import demo
+    from workbench.execution import cluster
+    calls = []
+
+    class Measured(Exception):
+        pass
+
+    def measure(*args, **kwargs):
+        raise Measured
+
+    monkeypatch.setattr(cluster, "make_cluster", lambda **kw: "a client")
+    monkeypatch.setattr(cluster, "close_client", lambda client: None)
+    monkeypatch.setattr(api, "run", lambda config, **kw: calls.append((config, kw)))
+    monkeypatch.setattr(demo, "compare_workers", measure)
+    with pytest.raises(Measured):
+        main(["--out", "unused"])
+    (config, kw), = calls
+    assert config.steps == 2 and kw["progress"] is False and kw["cluster"] == "a client"
+    assert "warming both workers up (a 2-step run, not measured)" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_demo_writes_both_runs_and_prints_the_speedup(tmp_path, capsys):

@@ -130,3 +130,44 @@ def test_every_command_a_docs_code_block_shows_parses():
                 except SystemExit:
                     refused.append(f"{path.name}: {line} -> {said.getvalue().strip().splitlines()[-1]}")
     assert seen >= 20 and not refused, refused
+
+
+STARTS_WORKERS = re.compile(r"\bwb\.(?:run|resume|sweep|grid|make_cluster|connect)\(|\bDashboard\(")
+
+
+def test_every_python_snippet_that_starts_workers_is_guarded():
+    """A Python block of the README or docs/ that starts workers (wb.run, wb.resume, wb.sweep,
+    wb.grid, a cluster, a dashboard) does it under `if __name__ == "__main__":`: copied into a
+    script without it, the local cluster's worker processes import the file again and start
+    their own (docs/checkpoints.md's wb.resume snippet did: `Nanny failed to start`)."""
+    unguarded, seen = [], 0
+    for path in [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]:
+        text = path.read_text()
+        for block in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
+            code = block.group(1)
+            if not STARTS_WORKERS.search(code):
+                continue
+            seen += 1
+            if 'if __name__ == "__main__":' not in code:
+                unguarded.append(f"{path.name}:{text[:block.start()].count(chr(10)) + 1}")
+    assert seen >= 4 and not unguarded, f"snippets that start workers without the guard: {unguarded}"
+
+
+def test_the_extras_tables_name_every_extra_and_the_base_dependencies():
+    """README's and docs/install.md's extras tables left out the `torch` extra pyproject.toml
+    defines, and install.md's base row left out cryptography and threadpoolctl."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    for path in (ROOT / "README.md", DOCS["install"]):
+        rows = [line for line in path.read_text().splitlines() if line.startswith("| `") or line.startswith("| (none)")]
+        named = {e for row in rows for e in re.findall(r"`([\w-]+)`", row.split("|")[1])}
+        assert extras <= named, f"{path.name}'s extras table leaves out {sorted(extras - named)}"
+    base_row, = [line for line in _text("install").splitlines() if line.startswith("| (none)")]
+    names = {"numpy": "NumPy", "dask": "Dask", "distributed": "distributed", "pandas": "pandas", "pyyaml": "PyYAML",
+             "tqdm": "tqdm", "pydantic": "pydantic", "pooch": "pooch", "greenlet": "greenlet",
+             "cryptography": "cryptography", "threadpoolctl": "threadpoolctl"}
+    deps = {re.match(r"[\w-]+", d).group(0).lower() for d in project["dependencies"]}
+    assert deps <= set(names), f"a new base dependency: name it here and in install.md: {sorted(deps - set(names))}"
+    missing = [names[d] for d in deps if names[d] not in base_row]
+    assert not missing, f"docs/install.md's base install leaves out {missing}"

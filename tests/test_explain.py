@@ -345,6 +345,23 @@ def test_a_starved_one_worker_run_does_not_raise_the_workers_compute_at_once():
     assert _parallel(R(free_cores=0.3), R(free_cores=0.54, workers=2)) == pytest.approx(0.54)
 
 
+def test_the_cores_line_gives_the_cap_the_free_cores_give(real_pair):
+    """"cores: other processes left this run 0.55 free cores ...: its 2 workers compute at most
+    0.3x one worker's rate": the 0.3 was the compute the workers were measured to run at once
+    (the compute line's), not the cap 0.55 free cores give (`_parallel`: min(2, 0.55))."""
+    import copy
+    import re
+    one, two = (copy.deepcopy(r) for r in real_pair)
+    one.summary["machine"]["other_cores"], two.summary["machine"]["other_cores"] = 1.47, 1.45   # 0.53, 0.55 free
+    two.steps["compute_s"] = two.steps["compute_s"] * 3.0    # each worker's slice as slow as 1.5 whole batches
+    e, = explain([one, two])
+    cores, = [x for x in e.lines if x.startswith("  cores:")]
+    compute, = [x for x in e.lines if x.startswith("  compute:")]
+    assert "0.55 free cores; 1 worker's run 0.53: its 2 workers compute at most 0.55x one worker's rate" in cores, cores
+    measured = float(re.search(r"([\d.]+) workers' worth of compute at once", compute).group(1))
+    assert measured < 0.5 and "the compute line below" in cores, (cores, compute)
+
+
 def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_path):
     """The demo writes DIR (round 1), DIR/one-worker and DIR/round-K/{.,one-worker}; a sweep
     DIR/wN and DIR/wN-rK beside its sweep.csv. A demo that printed 0.90x (the medians of 8
@@ -361,14 +378,45 @@ def test_a_demos_rounds_are_read_and_a_sweeps_folder_is_named(real_pair, tmp_pat
         b.save(where)
         a.save(where / "one-worker")
     e, = explain([demo / "one-worker", demo])
-    assert e.lines[1].startswith("  rounds: this reads round 1 of 3"), e.text()
-    assert "the 3 rounds' medians give 2 workers 1.20x 1 worker (round by round 0.80x-1.20x)" in e.lines[1]
+    assert e.lines[1].startswith(f"  rounds: this reads round 1 ({demo}): 1.20x;"), e.text()
+    # medians 120 / 100; extremes 40 / 200 and 180 / 50
+    assert ("the rounds' medians give 2 workers 1.20x 1 worker (0.20x-3.60x between the rounds' extremes; "
+            "2 workers over 3 rounds, 1 worker over 3 rounds)") in e.lines[1]
     sweep = tmp_path / "sweep"
     one.save(sweep / "w1")
     two.save(sweep / "w2")
     (sweep / "sweep.csv").write_text("workers,samples_per_s\n1,1\n2,1\n")
     with pytest.raises(wb.ConfigError, match="a sweep's folder: explain its runs, e.g. .*w1 .*w2"):
         explain([sweep])
+
+
+def test_a_demo_whose_sides_ran_different_numbers_of_rounds_gets_the_demos_speedup(real_pair, tmp_path):
+    """The demo repeats each worker count until its own rate is known, so 1 worker may stop
+    after 3 rounds and 2 workers after 5: explain gave the rounds' speed-up only for equal
+    counts, and for these said nothing of the 1-worker rounds. It is the demo's own (each side's
+    median, `measure.median_rate`; the range between the rounds' extremes), each side's count
+    said."""
+    import copy
+
+    from workbench.measure import median_speedup
+    one, two = real_pair
+    demo = tmp_path / "demo"
+    rates_1, rates_2 = [100.0, 90.0, 110.0], [95.0, 80.0, 85.0, 99.0, 70.0]
+    for k in range(1, 6):
+        where = demo if k == 1 else demo / f"round-{k}"
+        b = copy.deepcopy(two)
+        b.summary["samples_per_s"] = rates_2[k - 1]
+        b.save(where)
+        if k <= 3:
+            a = copy.deepcopy(one)
+            a.summary["samples_per_s"] = rates_1[k - 1]
+            a.save(where / "one-worker")
+    e, = explain([demo / "one-worker", demo])
+    # the oracle, by hand: medians 85 (of 70, 80, 85, 95, 99) over 100; 70 / 110 and 99 / 90
+    assert median_speedup(rates_2, rates_1) == pytest.approx((0.85, 70 / 110, 99 / 90))
+    assert e.lines[1] == (f"  rounds: this reads round 1 ({demo}): 0.95x; the rounds' medians give 2 workers 0.85x "
+                          "1 worker (0.64x-1.10x between the rounds' extremes; 2 workers over 5 rounds, 1 worker over "
+                          "3 rounds); the parts and predictions below are round 1's"), e.text()
 
 
 def test_a_real_run_and_a_simulated_one_are_not_compared(real_pair):

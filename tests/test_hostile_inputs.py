@@ -162,7 +162,8 @@ def test_api_wrong_types_raise_a_config_type_error(call):
     (["--hidden", "100000,100000"], "hidden", "memory"),
     (["--dataset", "synthetic", "--n-samples", "1000000000000"], "n_samples", "memory"),
     (["--dataset", "synthetic", "--n-features", "1000000000"], "n_features", "memory"),
-    (["--algorithm", "sync_sgd", "--cpus", "100000", "--batch-size", "100000"], "cpus", "memory"),
+    (["--algorithm", "sync_sgd", "--cpus", "100000", "--batch-size", "100000", "--dataset", "synthetic",
+      "--n-samples", "200000"], "cpus", "memory"),
     (["--algorithm", "sync_sgd", "--scheduler", "tcp://127.0.0.1:99999"], "scheduler", "port"),
     (["--algorithm", "sync_sgd", "--scheduler", "http://127.0.0.1:8786"], "scheduler", "http://"),
     (["--algorithm", "sync_sgd", "--scheduler", "inproc://x"], "scheduler", "inproc://"),
@@ -437,7 +438,7 @@ def test_memory_is_checked_against_the_workers_own_limit():
         def transitions():
             return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
         before = transitions()
-        with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in a worker's memory \(0.4 GiB\)"):
+        with pytest.raises(ConfigError, match=r"^n_samples: a size whose run fits in 80% of a worker's memory \(0.3 GiB of 0.4 GiB\)"):
             run(cfg, cluster=client)
         assert transitions() == before          # refused before any task (no data generated on a worker)
         assert not client.processing() or not any(client.processing().values())

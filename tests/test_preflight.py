@@ -106,6 +106,33 @@ def test_scheduler_address_must_parse_and_answer():
 
 
 # ------------------------------------------------------------------------------ the whole preflight
+def test_a_scheduler_address_answered_by_another_server_is_named_as_such():
+    """An HTTP server at the address was "spoke another protocol (MemoryError)": the error Dask's
+    comm raised reading an HTTP reply as a frame, which reads like a memory problem here."""
+    import socket
+    import threading
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        for _ in range(4):     # the probe's plain connection, then Dask's
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" * 64)
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        with pytest.raises(ConfigError) as err:
+            P.check_reachable(f"tcp://127.0.0.1:{port}", timeout=3)
+    finally:
+        server.close()
+    text = str(err.value)
+    assert "something that is not a Dask scheduler answered there (it spoke another protocol)" in text, text
+    assert "Error" not in text, text
+
+
 def test_preflight_passes_a_good_config_without_warnings(tiny):
     assert P.preflight(tiny()) == []
 

@@ -157,8 +157,8 @@ def test_a_real_ulimit_v_is_refused_with_one_line(tmp_path):
                           timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: hidden: a size whose run fits in the address-space "
-                                                   "limit of one process (ulimit -v) (1.5 GiB)"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: hidden: a size whose run fits in 80% of the address-space "
+                                                   "limit of one process (ulimit -v) (1.2 GiB of 1.5 GiB)"), lines
     assert lines[0].endswith("got [8192, 8192]")
 
 

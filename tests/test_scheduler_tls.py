@@ -156,4 +156,5 @@ def test_tcp_to_a_tls_scheduler_says_to_use_tls(tls_cluster):
     with pytest.raises(ConfigError) as e:
         probe_scheduler(plain, timeout=5)
     text = str(e.value)
-    assert "\n" not in text and f"it speaks TLS: give {address}" in text, text
+    assert "\n" not in text and f"for a TLS scheduler give {address}" in text, text
+    assert "speaks TLS (a Dask scheduler with TLS, or another TLS server)" in text, text

@@ -307,6 +307,25 @@ def test_a_warning_the_sweeps_runs_share_is_said_once(tmp_path, capsys):
     assert "RunWarning" not in err, err
 
 
+def test_the_sweeps_warm_up_run_does_not_warn_about_the_users_config():
+    """The sweep warms its workers with a 2-step run of the largest point; that run's checks
+    warned "the warmup (1 epochs, ... steps) is longer than the run (2 steps)", of a run the
+    user never asked for. Only the points' own warnings are said, as before."""
+    from workbench.api import warnings_once
+    shown: list[str] = []
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=64, warmup="gradual", warmup_epochs=1, **DIGITS)
+    with warnings_once(show=shown.append):
+        table = sweep(cfg, workers=[1, 2], cluster="threads", rounds=1, max_rounds=1, progress=False)
+    assert list(table.status) == ["completed", "completed"]
+    assert not any("(2 steps)" in m for m in shown), shown
+    # a point's own warning still comes through: the same warmup over a 2-step point
+    shown.clear()
+    with warnings_once(show=shown.append):
+        sweep(cfg.replace(steps=2), workers=[1, 2], cluster="threads", rounds=1, max_rounds=1,
+              progress=False)
+    assert sum("longer than the run (2 steps)" in m for m in shown) == 1, shown
+
+
 def test_a_point_is_resolved_by_the_interval_its_spread_is_of():
     """From 6 rounds the spread leaves out the extreme rounds (`measure.median_interval`): one
     round disturbed by another process is outvoted. The overlap test reads the same interval:

@@ -750,8 +750,10 @@ def _sweep_points(plan: Any, cluster: Any, on_result: Any, out: Any, should_stop
     # (Virtual time has no cold workers: a simulated sweep skips it.)
     stopped = False
     if not in_process and not simulated:
-        warm = run(plan.largest.replace(steps=2), cluster=cluster, progress=False,
-                   should_stop=should_stop)
+        with _warnings.catch_warnings():   # its checks are of a 2-step run nobody asked for ("a warmup
+            _warnings.simplefilter("ignore", RunWarning)   # longer than the run (2 steps)"): the points say the config's
+            warm = run(plan.largest.replace(steps=2), cluster=cluster, progress=False,
+                       should_stop=should_stop)
         stopped = warm.status == "stopped"
     from .execution.progress import bars_allowed, sweep_bar
     bar = sweep_bar(len(ws) * rounds, f"{mode} sweep of {config.algorithm}") if progress and bars_allowed() else None

@@ -539,6 +539,21 @@ def median_rate(values: list[float]) -> float:
     return float(statistics.median_low([float(v) for v in values]))
 
 
+def median_speedup(rates_n: Sequence[float], rates_1: Sequence[float]) -> tuple[float, float, float]:
+    """(speed-up, low, high) of N workers' rounds over 1 worker's, as the demo prints it: the
+    ratio of the two sides' medians (`median_rate`), and its range between the rounds'
+    extremes (the slowest N-worker round over the fastest lone one, the fastest over the
+    slowest). The two sides may have run different numbers of rounds (each is repeated until
+    its own rate is known: `Repeats`).
+
+    >>> [round(x, 3) for x in median_speedup([180.0, 175.0, 178.0, 170.0, 182.0], [100.0, 98.0, 102.0])]
+    [1.78, 1.667, 1.857]
+    """
+    n = [float(v) for v in rates_n]
+    one = [float(v) for v in rates_1]
+    return median_rate(n) / median_rate(one), min(n) / max(one), max(n) / min(one)
+
+
 MEDIAN_COVERAGE = 0.75   # how sure "+-spread" is that the rounds' median lies within it (`relative_spread`)
 
 

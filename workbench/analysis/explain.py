@@ -622,9 +622,13 @@ def explain_pair(one: RunSteps | None, n: RunSteps, resamples: int = RESAMPLES) 
     lines.append(_straggler_line(n))
     if model.parallel:
         ref = f"; 1 worker's run {one.free_cores:.2g}" if one is not None and one.free_cores is not None else ""
+        # the cap the free cores give (`k_cores`), not `k_measured`: where the workers' own compute shows
+        # fewer at once, that is the compute line's to say (it printed the compute's 0.3x as the cores' cap)
+        assumed = ("their compute measured fewer at once, the compute line below, which the predictions assume"
+                   if _compute_bound(model) else "the predictions below assume so at every batch; at a small one they "
+                   "take turns and can compute faster")
         lines.append(f"  cores: other processes left this run {n.free_cores:.2g} free cores{ref}: its {P} workers "
-                     f"compute at most {model.k_measured:.2g}x one worker's rate where their compute overlaps (the predictions "
-                     f"below assume so at every batch; at a small one they take turns and can compute faster)")
+                     f"compute at most {model.k_cores:.2g}x one worker's rate where their compute overlaps ({assumed})")
     if _compute_bound(model):
         c_n, c_1 = float(pn["compute"][0]), float(p1["compute"][0])
         lines.append(f"  compute: each of the {P} workers computed its {n.batch / P:g} samples in {_ms(c_n)}, 1 worker "
@@ -987,26 +991,37 @@ def _rate(d: Path) -> float:
 
 def _rounds_line(one: RunSteps | None, n: RunSteps) -> str:
     """Where the runs explained are one round of several (the demo's rounds, a sweep's): which
-    round this reads, and the rounds' median and range, as the demo and the sweep report them
-    (a demo that printed 0.90x, the median of 8 rounds, was explained from its first round
-    alone as 1.20x, without a word); "" for a run of one round."""
-    if not n.rounds:
+    round this reads, and the rounds' speed-up as the demo reports it (`measure.median_speedup`:
+    the ratio of each side's median, its range between the rounds' extremes), with each side's
+    count of rounds, which need not agree: the demo repeats each worker count until its own rate
+    is known (a demo that printed 0.90x, 1 worker over 3 rounds and 2 workers over 8, was
+    explained from its first round alone as 1.20x); "" for runs of one round each."""
+    if not n.rounds and (one is None or not one.rounds):
         return ""
-    rates_n = np.array([_rate(d) for d in n.rounds])
-    if one is not None and len(one.rounds) == len(n.rounds):
-        rates_1 = np.array([_rate(d) for d in one.rounds])
-        ok = np.isfinite(rates_n) & np.isfinite(rates_1) & (rates_1 > 0)
-        if ok.any():   # as the demo and the sweep report them: the ratio of each side's median (`median_rate`)
-            ratio = rates_n[ok] / rates_1[ok]
-            med = measure.median_rate(list(rates_n[ok])) / measure.median_rate(list(rates_1[ok]))
-            return (f"  rounds: this reads round 1 of {len(n.rounds)} ({n.rounds[0]}): {float(ratio[0]):.2f}x; the "
-                    f"{int(ok.sum())} rounds' medians give {n.workers} workers {med:.2f}x 1 worker (round by round "
-                    f"{float(ratio.min()):.2f}x-{float(ratio.max()):.2f}x); the parts and predictions below are "
-                    f"round 1's")
-    rates = rates_n[np.isfinite(rates_n)]
-    return (f"  rounds: this reads round 1 of {len(n.rounds)} ({n.rounds[0]}); the rounds' {n.workers}-worker "
-            f"samples/s: median {measure.median_rate(list(rates)):,.0f} ({float(rates.min()):,.0f}-{float(rates.max()):,.0f}); "
-            f"the parts and predictions below are this round's")
+
+    def rates(s: RunSteps) -> np.ndarray:       # a side of one round alone: its own rate
+        got = np.array([_rate(d) for d in s.rounds] if s.rounds else [s.rate], dtype=float)
+        return got[np.isfinite(got) & (got > 0)]
+    rates_n = rates(n)
+    where = f" ({n.rounds[0]})" if n.rounds else ""
+    if one is not None:
+        rates_1 = rates(one)
+        if len(rates_n) and len(rates_1):
+            med, low, high = measure.median_speedup(list(rates_n), list(rates_1))
+            first = n.rate / one.rate if one.rate > 0 else math.nan
+            counts = f"{n.workers} workers over {_count(len(rates_n))}, 1 worker over {_count(len(rates_1))}"
+            return (f"  rounds: this reads round 1{where}: {first:.2f}x; the rounds' medians give {n.workers} workers "
+                    f"{med:.2f}x 1 worker ({low:.2f}x-{high:.2f}x between the rounds' extremes; {counts}); the "
+                    f"parts and predictions below are round 1's")
+    if not len(rates_n):
+        return ""
+    return (f"  rounds: this reads round 1 of {len(n.rounds)}{where}; the rounds' {n.workers}-worker "
+            f"samples/s: median {measure.median_rate(list(rates_n)):,.0f} ({float(rates_n.min()):,.0f}-"
+            f"{float(rates_n.max()):,.0f}); the parts and predictions below are this round's")
+
+
+def _count(rounds: int) -> str:
+    return f"{rounds} round{'s' if rounds != 1 else ''}"
 
 
 def pick_runs(history: Sequence[Any]) -> list[Any]:

@@ -860,6 +860,18 @@ def _trouble_lines(s: dict) -> list[str]:
     return lines
 
 
+def resume_hint(out: str | Path, last: int) -> str:
+    """The line a stopped or failed run's status ends with, where it can go on from.
+
+    >>> resume_hint("runs/x", 1)
+    '  resume: python -m workbench run --resume runs/x (its last checkpoint, after 1 step)'
+    >>> resume_hint("runs/x", 1500)
+    '  resume: python -m workbench run --resume runs/x (its last checkpoint, after 1,500 steps)'
+    """
+    return f"  resume: python -m workbench run --resume {out} (its last checkpoint, after {last:,} " \
+           f"step{'s' if last != 1 else ''})"
+
+
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
     from ..learning import accuracy_text
@@ -891,7 +903,7 @@ def _report_run(result: Any, config: RunConfig) -> int:
     from ..api import resume_refusal
     if s["status"] in ("stopped", "failed") and last is not None \
             and resume_refusal(config, s) is None:   # where the run can go on from
-        print(f"  resume: python -m workbench run --resume {out} (its last checkpoint, after {last:,} steps)")
+        print(resume_hint(out, last))
     _write_report(result, out)
     return EXIT_OK if s["status"] == "completed" else EXIT_FAILED
 

@@ -77,7 +77,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, spread_text
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, median_speedup, spread_text
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -98,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("starting a local Dask cluster of 2 single-core workers ...", flush=True)
     client = make_cluster(cpus=2, gpus=0, quiet=True)
     try:
-        api.run(demo_config(cpus=2, steps=2), cluster=client)          # warm both workers up
+        # warm both workers up (imports, data placement) with a 2-step run, not measured: said, with
+        # no bar of its own (an unlabelled "sync_sgd 2/2 steps" before round 1 read as a measured run)
+        print("warming both workers up (a 2-step run, not measured) ...", flush=True)
+        api.run(demo_config(cpus=2, steps=2), cluster=client, progress=False)
         table, statuses = compare_workers(demo_config(epochs=args.epochs), client, repeats, out)
     finally:
         close_client(client)
@@ -106,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     speedup = float(two["speedup"])
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "speedup.csv", index=False)   # the medians, ranges and resolution of every round
-    low, high = two["samples_per_s_lo"] / one["samples_per_s_hi"], two["samples_per_s_hi"] / one["samples_per_s_lo"]
+    # the range between the rounds' extremes (`measure.median_speedup`, as `explain` gives it)
+    _, low, high = median_speedup((two["samples_per_s_lo"], two["samples_per_s_hi"]),
+                                  (one["samples_per_s_lo"], one["samples_per_s_hi"]))
     print(f"speed-up, 2 workers over 1: {speedup:.2f}x ({low:.2f}x-{high:.2f}x between the rounds' extremes; "
           f"parallel efficiency {speedup / 2:.0%}); medians of "
           f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "

@@ -102,7 +102,7 @@ def main(args: Any) -> int:
     from .torchpeer import torch_available
     rounds = rounds_flag(args, 7)   # refused before anything, torch or not
     if not torch_available():
-        print("torch adapter: skipped, PyTorch is not installed (the optional peer: pip install torch)", flush=True)
+        print("torch adapter: skipped, PyTorch is not installed (the optional peer: pip install 'parallel-workbench[torch]')", flush=True)
         return 0
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     print(f"torch adapter step (as_model(module): loss_and_grad into the worker's buffer + our SGD update) against a "

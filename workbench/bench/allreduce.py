@@ -137,8 +137,8 @@ def summarise(times: dict[str, np.ndarray], reference: str = GLOO) -> dict[str, 
     return out
 
 
-NO_TORCH = ("gloo (PyTorch) not measured: torch is not installed here (`pip install torch` adds the peer; "
-            "the workbench never needs it)")
+NO_TORCH = ("gloo (PyTorch) not measured: torch is not installed here (`pip install 'parallel-workbench[torch]'` "
+            "adds the peer; the workbench never needs it)")
 
 
 def gloo_plan(gloo: bool | None) -> tuple[bool, list[str]]:
@@ -261,11 +261,12 @@ def format_table(table: pd.DataFrame) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(cells, widths)) for cells in [head, *lines])
 
 
-def header_line(rounds: int) -> str:
+def header_line(rounds: int, gloo: bool) -> str:
     """What the table is, with the machine's load and BLAS settings (a shared host's numbers
-    mean something only beside them)."""
+    mean something only beside them); its ratios to gloo only where gloo is measured (`gloo`,
+    `gloo_plan`'s answer: without torch there are none)."""
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return (f"allreduce of n float32 between P worker processes on this host: ms per call, median [min-max] of "
-            f"{rounds} interleaved rounds (each the slowest rank's); ratios to gloo round by round. "
+            f"{rounds} interleaved rounds (each the slowest rank's){'; ratios to gloo round by round' if gloo else ''}. "
             f"Load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores; {blas}")

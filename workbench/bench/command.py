@@ -41,7 +41,8 @@ from .torchpeer import _ddp_entry, _gloo_entry, _torch_limit_entry, torch_availa
 
 # ------------------------------------------------------------------------------ the table
 TORCH_MISSING = ("PyTorch rows (its no-exchange limit, DDP, gloo's all_reduce) not measured: torch is not "
-                 "installed here (`pip install torch` adds the peer; the workbench never needs it)")
+                 "installed here (`pip install 'parallel-workbench[torch]'` adds the peer; the workbench never "
+                 "needs it)")
 
 
 def entries(args: argparse.Namespace, algorithms: list[str]) -> list[Entry]:
@@ -191,11 +192,13 @@ def print_comparison(table: pd.DataFrame, path: str) -> None:
 def allreduce_main(args: argparse.Namespace) -> int:
     """`bench --allreduce`: the allreduce table alone (`bench.allreduce`), at `--workers`
     worker processes (default 2, 3 and 4)."""
-    from .allreduce import ROUNDS, allreduce_table, format_table, header_line, worker_counts
+    from .allreduce import ROUNDS, allreduce_table, format_table, gloo_plan, header_line, worker_counts
     ranks = worker_counts(getattr(args, "workers", None))
     rounds = int(getattr(args, "rounds", None) or ROUNDS)
-    print(header_line(rounds) + "; other processes share the host", flush=True)
-    table, notes = allreduce_table(ranks=ranks, rounds=rounds, gloo=False if args.no_torch else None)
+    gloo, told = gloo_plan(False if args.no_torch else None)
+    print(header_line(rounds, gloo) + "; other processes share the host", flush=True)
+    table, notes = allreduce_table(ranks=ranks, rounds=rounds, gloo=gloo)
+    notes = told + notes
     print(format_table(table))
     for note in notes:
         print(f"note: {note}")
@@ -275,9 +278,11 @@ def main(args: argparse.Namespace) -> int:
           f"(whole 3-step run {warm_run_s:.2f} s)")
     if args.no_torch or not torch_available():
         notes.append("--no-torch: PyTorch rows not measured" if args.no_torch else TORCH_MISSING)
-    from .allreduce import allreduce_table, format_table, header_line
-    print("\n" + header_line(ALLREDUCE_ROUNDS), flush=True)
-    exchanges, more = allreduce_table(rounds=ALLREDUCE_ROUNDS, gloo=False if args.no_torch else None)
+    from .allreduce import allreduce_table, format_table, gloo_plan, header_line
+    gloo, told = gloo_plan(False if args.no_torch else None)
+    print("\n" + header_line(ALLREDUCE_ROUNDS, gloo), flush=True)
+    exchanges, more = allreduce_table(rounds=ALLREDUCE_ROUNDS, gloo=gloo)
+    more = told + more
     print(format_table(exchanges))
     for note in notes + more:
         print(f"note: {note}")

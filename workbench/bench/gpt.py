@@ -142,7 +142,8 @@ def main(args: Any) -> int:
     from .torchpeer import torch_available
     rounds = rounds_flag(args, 5)   # refused before anything, torch or not
     if not torch_available():
-        print("error: bench --gpt needs PyTorch, the optional peer: pip install torch", file=sys.stderr)
+        print("error: bench --gpt needs PyTorch, the optional peer: pip install 'parallel-workbench[torch]'",
+              file=sys.stderr)
         return 2
     blas = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     print(f"GPT training step, ours (NumPy) against PyTorch eager, one core each ({', '.join(f'{k}=1' for k in ONE_THREAD)}, "

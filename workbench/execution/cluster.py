@@ -481,12 +481,15 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
     elif isinstance(got, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(got):
         why = f"a Dask scheduler answering within {timeout:g} s (it connected and then stayed silent, or nothing answered)"
     elif address.startswith("tcp://") and _speaks_tls(url.hostname, url.port, min(timeout, 2.0)):
-        why = (f"a Dask scheduler over plain TCP there, but it speaks TLS: give tls://{url.netloc} (with Dask's "
-               "TLS settings for the client)")
+        why = (f"a Dask scheduler over plain TCP there, but the server there speaks TLS (a Dask scheduler with TLS, "
+               f"or another TLS server): for a TLS scheduler give tls://{url.netloc} (with Dask's TLS settings for "
+               "the client)")
     elif isinstance(got, OSError) or "connect" in str(got).lower():
         why = f"a reachable Dask scheduler ({_first_line(got)})"
     else:
-        why = f"a Dask scheduler; the server there spoke another protocol ({type(got).__name__})"
+        # (the error Dask's comm raised reading it, e.g. a MemoryError for a length it read from the
+        #  bytes of an HTTP reply, says nothing of the cause and reads like a problem of this machine)
+        why = "a Dask scheduler; something that is not a Dask scheduler answered there (it spoke another protocol)"
     raise ConfigError("scheduler", why, address)
 
 

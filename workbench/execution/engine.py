@@ -493,6 +493,8 @@ def ended_text(seg: dict, next_from: int | None) -> str:
 
     >>> ended_text({"status": "failed", "why": "worker 1 lost", "ran_to": 2110}, 2000)
     'failed: worker 1 lost after 2,110 steps; resumed from its checkpoint at step 2,000 (110 steps run again)'
+    >>> ended_text({"status": "stopped", "ran_to": 1}, None)
+    'stopped after 1 step'
     >>> ended_text({"status": "killed", "ran_to": None}, 1500)
     'killed (it left no summary); resumed from its checkpoint at step 1,500'
     """
@@ -501,7 +503,8 @@ def ended_text(seg: dict, next_from: int | None) -> str:
     if seg.get("why"):
         head += f": {seg['why']}"
     if seg.get("ran_to") is not None and status != "killed":
-        head += f" after {int(seg['ran_to']):,} steps"
+        ran = int(seg["ran_to"])
+        head += f" after {ran:,} step{'s' if ran != 1 else ''}"
     if next_from is None:
         return head
     redone = int(seg["ran_to"]) - next_from if seg.get("ran_to") is not None else 0

@@ -43,12 +43,14 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     """
     if config.out:
         check_out(config.out, overwrite=overwrite)
-    check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
-    check_timing_model_fits(config)
     from ..problem import Problem
 
     problem = Problem.from_config(config)
-    data, model, plan = problem.data, problem.model, problem.plan   # loads and checks the data; the schedule
+    plan = problem.plan   # the schedule, from the dataset's entry: a batch larger than the training set is refused
+    #                       as that, not as the memory its pass would need
+    check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
+    check_timing_model_fits(config)
+    data, model = problem.data, problem.model   # loads and checks the data
     check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the model protocol
     if config.simulate:   # a model with no FLOPs is timed on this machine's core: CPU workers of core / local
         from ..sim.costs import check_charge
@@ -188,7 +190,7 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
         evaluated = max(EVAL_CHUNK // f, 1)  # one evaluation chunk's sequences
 
     def activations(rows: int) -> int:
-        rows = min(rows, n)
+        rows = min(rows, n)                  # (the run refuses a batch larger than the training set)
         if hasattr(model, "activation_bytes"):   # the GPT counts what its backward pass keeps
             return model.activation_bytes(rows) * 2                  # and as much again for the backward's buffers
         if config.model == "cnn":
@@ -199,7 +201,8 @@ def memory_estimate(config: RunConfig) -> dict[str, int]:
     act = max(trained, scored)
     total = data + params + act + WORKER_OVERHEAD
     return {"data": data, "params": params, "activations": act, "total": total, "n_params": model.n_params,
-            "pass_activations": trained, "eval_activations": scored}
+            "pass_activations": trained, "eval_activations": scored, "pass_rows": min(batch, n),
+            "n_train": shape.n_train}
 
 
 def slice_rows(config: RunConfig) -> int:
@@ -248,7 +251,7 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
             _refuse_or_accumulate(config, sim_over, what, have, need)
             field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
             raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
-                              f"more than {what} ({_gib(have)}) allows", value)
+                              f"more than {_share_of(what, have)} allows", value)
         return est
     local = config.scheduler is None or specs()[config.algorithm].in_process
     dask_here = config.scheduler is None and not specs()[config.algorithm].in_process
@@ -282,7 +285,7 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
         _refuse_or_accumulate(config, run_over, what, have, need)
         per_process = "ulimit -v" in what   # more or fewer workers change nothing there
         field, value = _memory_field(config, est, per_process=per_process)
-        raise ConfigError(field, f"a size whose run fits in {what} ({_gib(have)}): this one needs about "
+        raise ConfigError(field, f"a size whose run fits in {_share_of(what, have)}: this one needs about "
                           f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
                           f"worker)", value)
     return est
@@ -302,12 +305,16 @@ def _refuse_or_accumulate(config: RunConfig, over_of: Callable[[dict[str, int]],
             lo = mid
         else:
             hi = mid
-    fits = config.replace(accumulate=hi)
-    now, then = memory_estimate(config)["pass_activations"], memory_estimate(fits)["pass_activations"]
-    raise ConfigError("accumulate", f"at least {hi} for a run that fits in {what} ({_gib(have)}): this one needs "
-                      f"about {_gib(need)}, a training pass of {pass_rows(config)} rows {_gib(now)} of it; in "
-                      f"micro-batches of {pass_rows(fits)} rows a pass holds {_gib(then)} (the same steps; or a "
-                      "smaller batch_size)", config.accumulate)
+    now, then = memory_estimate(config), memory_estimate(config.replace(accumulate=hi))
+    # the rows each pass's bytes are of, as the estimate counts them (a batch larger than the data set
+    # is counted as the data set: a run refuses it, and the message says so)
+    larger = (f"; the batch ({config.batch_size} rows) is larger than the training set ({now['n_train']} rows), "
+              "which a run refuses" if config.batch_size > now["n_train"] else "")
+    raise ConfigError("accumulate", f"at least {hi} for a run that fits in {_share_of(what, have)}: this one "
+                      f"needs about {_gib(need)}, a training pass of {now['pass_rows']} rows "
+                      f"{_gib(now['pass_activations'])} of it; in micro-batches of {then['pass_rows']} rows a pass "
+                      f"holds {_gib(then['pass_activations'])} (the same steps; or a smaller batch_size{larger})",
+                      config.accumulate)
 
 
 def address_space_limit() -> int | None:
@@ -449,6 +456,13 @@ def _memory_field(config: RunConfig, est: dict[str, int], per_process: bool = Fa
 
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.0f} MiB"
+
+
+def _share_of(what: str, have: float) -> str:
+    """The budget a memory refusal is held to: `MEMORY_SHARE` of the limit, both said
+    ("80% of this machine's available memory (1.6 GiB of 2.0 GiB)"): a need of 2.3 GiB was
+    refused against a quoted 2.9 GiB with no word of the share."""
+    return f"{MEMORY_SHARE:.0%} of {what} ({_gib(MEMORY_SHARE * have)} of {_gib(have)})"
 
 
 # ------------------------------------------------------------------------------ emulator

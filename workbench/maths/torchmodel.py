@@ -1,5 +1,5 @@
 """A PyTorch module as a model of the protocol (`maths.protocol`): torch is an optional
-extra, imported only when a module reaches here (`pip install torch`).
+extra, imported only when a module reaches here (`pip install 'parallel-workbench[torch]'`).
 
 The module's trainable parameters become one flat vector, in `named_parameters()` order
 (its `layout()`: PowerSGD sees a Linear's weight as its (out, in) matrix, cgdp and LARS
