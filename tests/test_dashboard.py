@@ -1085,6 +1085,7 @@ def test_the_simulated_cluster_toggle_runs_a_simulated_run_with_live_plots(dash,
     dash.stop()
     result = dash.wait(120)
     assert result is not None and result.status == "stopped", dash.status_text
+    assert "comm fraction" in dash.status_text and "(comm + wait, steady window)" in dash.status_text   # what it is of
     s = result.summary
     assert s["simulated"] and (s["cpu_device"], s["network"], s["timing_model"]) == ("power8", "10GbE", "alexnet")
     assert live[0] <= s["steps"] < 20_000

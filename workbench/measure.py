@@ -611,6 +611,17 @@ def median_interval(values: Sequence[float]) -> tuple[float, float]:
     return xs[k - 1], xs[len(xs) - k]
 
 
+def comm_fraction_text(summary: dict[str, Any]) -> str:
+    """A run's `comm_fraction` as every run line says it, with what it is of (a simulated
+    run's "communication" line gives another share, of all its steps' communication alone,
+    `sim.costs.comm_text`).
+
+    >>> comm_fraction_text({"comm_fraction": 0.2})
+    'comm fraction 0.20 (comm + wait, steady window)'
+    """
+    return f"comm fraction {summary.get('comm_fraction') or 0:.2f} (comm + wait, steady window)"
+
+
 def duration_text(seconds: float) -> str:
     """Seconds as a short duration, in the unit that shows its digits (us, ms, s).
 

@@ -874,6 +874,7 @@ def resume_hint(out: str | Path, last: int) -> str:
 
 def _report_run(result: Any, config: RunConfig) -> int:
     """The CLI's lines about a finished run, its report.html, and the exit code."""
+    from .. import measure
     from ..learning import accuracy_text
     s = result.summary
     out = (s.get('config') or {}).get('out') or config.out
@@ -886,7 +887,7 @@ def _report_run(result: Any, config: RunConfig) -> int:
     print(f"{s['status']}: {config.algorithm} on {config.dataset}, {on}{roles}{' (simulated)' if s.get('simulated') else ''}, "
           f"{s['steps']} steps, "
           f"{s['samples_per_s']:.0f} samples/s{_blas_clause(s)}, {accuracy_text(s)}, "
-          f"comm fraction {s['comm_fraction']:.2f} (comm + wait, steady window)")
+          + measure.comm_fraction_text(s))
     for line in _model_lines(s, config):
         print(f"  {line}")
     for line in _trouble_lines(s):

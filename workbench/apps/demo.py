@@ -41,7 +41,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
     every run's status)."""
     from .. import api
     from ..analysis.sweep import combine_rounds, scaling_row
-    from ..measure import notes
+    from ..measure import comm_fraction_text, notes
 
     out = Path(out)
     rows, statuses = [], []
@@ -67,7 +67,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
                 from ..util.blas import rule_text
                 print(f"  {s['status']}: {s['samples_per_s']:,.0f} samples/s (steady, "
                       f"{rule_text(s.get('blas_threads'))}), {s['train_time_s']:.1f} s "
-                      f"training (+{s['startup_s']:.1f} s start-up), comm fraction {s['comm_fraction']:.2f}, "
+                      f"training (+{s['startup_s']:.1f} s start-up), {comm_fraction_text(s)}, "
                       f"test accuracy {'n/a' if acc is None else f'{acc:.3f}'}", flush=True)
                 for note in notes(s):
                     print(f"  note: {note}", flush=True)

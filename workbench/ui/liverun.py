@@ -614,7 +614,7 @@ class LiveRun:
                    if startup is not None else "")
                 + f", {rate}, "
                 f"{accuracy_text(s)}, "
-                f"comm fraction {s.get('comm_fraction', 0):.2f}"
+                + measure.comm_fraction_text(s)
                 + "".join(f"; {n}" for n in measure.notes(s))    # busy machine, no steady state
                 + "".join(f"; warning: {w}" for w in s.get("warnings") or ())   # what preflight said of the config
                 + (f"; {why}" if (why := why_ended(s, "the run's events")) else ""),   # what ended it: the model's error, a lost worker
