@@ -516,8 +516,8 @@ def test_a_verdicts_threshold_reads_as_one_number_where_its_margin_is_0():
 @pytest.mark.timeout(300)
 def test_reproduce_no_progress_shows_no_kernel_transport_warning(tmp_path):
     # the audit: `reproduce --no-progress` printed "[IPKernelApp] WARNING | Kernel is running over TCP
-    # without encryption" twice, though its help says no notebook log on stderr; the kernel now
-    # talks over local sockets (ipc), and a notebook's failure still reaches stderr (the test above)
+    # without encryption" twice, though its help says no notebook log on stderr; the kernel's own log
+    # is at ERROR now, and a notebook's failure still reaches stderr (the test above)
     pytest.importorskip("papermill")
     nb = _verdict_notebook(tmp_path, '[{"id": "a", "held": True, "measured": "2x"}]')
     proc = reproduce(str(_experiment(tmp_path, nb)), "--out", str(tmp_path / "out"), "--no-progress")

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,7 +344,7 @@ def _execute(exp: Experiment, where: Path, params: dict[str, Any], kernel: str, 
     try:
         papermill.execute_notebook(str(exp.notebook), str(executed), parameters=params, kernel_name=kernel,
                                    cwd=str(exp.notebook.parent), progress_bar=progress, log_output=progress,
-                                   **kernel_transport())
+                                   **kernel_quiet())
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(f"{exp.notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} "
                              f"(executed notebook: {executed})") from None
@@ -359,29 +358,23 @@ def _execute(exp: Experiment, where: Path, params: dict[str, Any], kernel: str, 
     return json.loads(shape.read_text())
 
 
-# A Unix socket's path holds at most 104 bytes on macOS (108 on Linux); an IPC kernel's sockets are
-# its connection file's path less ".json", plus "-ipc-N": "kernel-<uuid>-ipc-N" is about 52 of them.
-IPC_PATH_MAX = 104 - 52
+# The log level of the kernel reproduce starts (its own application log, not the notebook's output).
+KERNEL_LOG_LEVEL = "ERROR"
 
 
-def kernel_transport() -> dict[str, Any]:
-    """papermill's keyword for the kernel reproduce starts: local sockets (ZeroMQ's ipc
-    transport, files in Jupyter's runtime folder, the user's own) on a POSIX machine whose
-    runtime folder's path leaves room for them, else {} (TCP on 127.0.0.1, the default).
-    Over TCP ipykernel 7 writes "[IPKernelApp] WARNING | Kernel is running over TCP without
-    encryption" to stderr at every start, which `--no-progress` promised not to show; over
-    ipc there is nothing to warn about, and the kernel's other warnings and errors still show.
+def kernel_quiet() -> dict[str, Any]:
+    """papermill's keyword for the kernel reproduce starts: its application log at ERROR. Over
+    TCP ipykernel 7 writes "[IPKernelApp] WARNING | Kernel is running over TCP without
+    encryption" to stderr at every start, which `--no-progress` promised not to show (the
+    kernel listens on 127.0.0.1 only). A notebook's own warnings and errors are its cells'
+    outputs and still show; the kernel's errors still reach stderr. (Local ipc sockets
+    instead of TCP were tried: a kernel then failed to answer in 60 s now and then while the
+    suite ran two notebooks at once.)
 
-    >>> kernel_transport()["config"]["KernelManager"]["transport"] if os.name == "posix" else "ipc"
-    'ipc'
+    >>> kernel_quiet()
+    {'extra_arguments': ['--IPKernelApp.log_level=ERROR']}
     """
-    if os.name != "posix":
-        return {}
-    from jupyter_core.paths import jupyter_runtime_dir
-    if len(os.fsencode(jupyter_runtime_dir())) > IPC_PATH_MAX:
-        return {}
-    from traitlets.config import Config
-    return {"config": Config({"KernelManager": {"transport": "ipc"}})}
+    return {"extra_arguments": [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"]}
 
 
 MANIFEST = ".workbench-reproduce"   # in --out: the files reproduce wrote there (it may rewrite only those)
