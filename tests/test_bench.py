@@ -77,9 +77,15 @@ def test_the_agreement_benchmark_reads_the_dashboards_sweep(tmp_path, monkeypatc
     ag = _benchmark("agreement")
     monkeypatch.setattr(ag, "CONFIG", dict(ag.CONFIG, hidden=[16], steps=30, epochs=1.0))
     rows = ag.dashboard_sweep(tmp_path)
-    ws = [r["workers"] for r in rows]     # the sweep's interleaved rounds: 1, 2, 1, 2, ...
-    assert ws[:2] == [1, 2] and ws.count(1) == ws.count(2) == len(rows) // 2
-    assert [r["round"] for r in rows if r["workers"] == 2] == list(range(len(rows) // 2))
+    # The sweep's interleaved rounds: every count in each of the first ROUNDS rounds (1, 2, 1, 2,
+    # 1, 2), then only the counts whose rate is not yet known to +-5% (measure.Repeats), so the
+    # two counts may end with different numbers of rounds (8 and 3 under a busy CI once).
+    from workbench.measure import MAX_ROUNDS, ROUNDS
+    ws = [r["workers"] for r in rows]
+    assert ws[:2 * ROUNDS] == [1, 2] * ROUNDS and set(ws) == {1, 2}
+    for w in (1, 2):
+        assert ROUNDS <= ws.count(w) <= MAX_ROUNDS
+        assert [r["round"] for r in rows if r["workers"] == w] == list(range(ws.count(w)))
     assert all(r["status"] == "completed" and r["samples_per_s"] > 0 for r in rows)
 
 
