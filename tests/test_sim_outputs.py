@@ -288,7 +288,7 @@ def test_a_simulated_runs_communication_line_never_prints_inf_and_says_what_its_
     assert "(comm + wait, steady window)" in run
 
 
-def test_sgd_given_more_workers_says_it_trains_on_one(no_dask, tmp_path, capsys):
+def test_sgd_given_more_workers_says_it_trains_on_one(no_dask, tmp_path, capsys, monkeypatch):
     # sgd is one worker by design: an explicit --cpus 4 (or --gpus 4) ran one, silently
     for flags, asked in ((["--cpus", "4"], "--cpus 4 asked for 4"), (["--gpus", "4", "--cpus", "0"], "--gpus 4 asked for 4")):
         assert cli_main(["run", "--simulate", "--steps", "4", "--no-progress", "--out", str(tmp_path / flags[0][2:]),
@@ -299,3 +299,6 @@ def test_sgd_given_more_workers_says_it_trains_on_one(no_dask, tmp_path, capsys)
         assert "1 CPU" in got.out or "1 GPU" in got.out          # still one worker
     assert cli_main(["run", "--simulate", "--steps", "4", "--no-progress", "--out", str(tmp_path / "plain")]) == 0
     assert "trains on one worker" not in capsys.readouterr().err   # the default: nothing asked, nothing said
+    monkeypatch.chdir(tmp_path)     # ... nor without --out, where the run's default folder is set on a copy
+    assert cli_main(["run", "--simulate", "--steps", "4", "--no-progress"]) == 0
+    assert "trains on one worker" not in capsys.readouterr().err

@@ -829,11 +829,20 @@ class RunConfig(BaseModel):
     def replace(self, **changes: Any) -> RunConfig:
         """A validated copy with some fields changed (the original is untouched). An lr left
         unset stays unset: the copy's is its own algorithm's and rule's default (a copy with
-        `algorithm="diloco"` or `optimizer="lamb"` takes theirs, not the original's)."""
+        `algorithm="diloco"` or `optimizer="lamb"` takes theirs, not the original's). The copy's
+        set fields (`model_fields_set`) are the original's and the changed ones.
+
+        >>> sorted(RunConfig(epochs=2).replace(out="runs/x").model_fields_set)
+        ['epochs', 'out']
+        """
         fields = self.to_dict()
         if "lr" not in self.model_fields_set:
             fields.pop("lr")
-        return RunConfig(**{**fields, **changes})
+        copy = RunConfig(**{**fields, **changes})
+        # what was set stays set, and only that: a field left at its default is not "given"
+        # because it was copied (`cli.fixed_workers_note` reads which fields a user gave)
+        object.__setattr__(copy, "__pydantic_fields_set__", set(self.model_fields_set) | set(changes))
+        return copy
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON/YAML safe)."""
