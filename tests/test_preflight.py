@@ -131,6 +131,8 @@ def test_a_refused_scheduler_is_reported_before_the_data_or_the_model_is_built(m
     # the API's own argument: an address given as `cluster` is checked before preflight too
     refused(lambda: api.run(RunConfig(algorithm="sync_sgd", epochs=1), cluster=address, progress=False),
             "cluster", repr(address), "a reachable Dask scheduler")
+    refused(lambda: api.grid(RunConfig(algorithm="sync_sgd", epochs=1), {"lr": [0.1, 0.2]}, cluster=address,
+                             progress=False), "cluster", repr(address), "a reachable Dask scheduler")
     assert built == []
 
 

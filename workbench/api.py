@@ -519,6 +519,7 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     from .execution.progress import bars_allowed, sweep_bar
     from .results.rundir import remove_stale
     stale = _claim_results(out, overwrite, "grid")
+    _check_cluster_answers(cluster, plan.config)   # a refused address before every point's preflight
     for point in plan.points():   # every combination against the data and the machine, before any run
         try:
             preflight(plan.config_at(point, plan.seeds[0]).replace(out=None))
