@@ -148,6 +148,15 @@ def test_a_refused_scheduler_is_reported_before_dask_is_imported():
             "print('distributed' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["scheduler", "False"], out.stdout + out.stderr
+    # the CLI's run: refused (exit 2, the one line) before Dask, the API module or pandas is imported
+    code = ("import sys\n"
+            "from workbench.apps.cli import main\n"
+            f"rc = main(['run', '--algorithm', 'sync_sgd', '--scheduler', 'tcp://127.0.0.1:{refused_port()}', "
+            "'--no-progress'])\n"
+            "print(rc, *(m in sys.modules for m in ('distributed', 'workbench.api', 'pandas')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False", "False"], out.stdout + out.stderr
+    assert out.stderr.startswith("error: scheduler: a reachable Dask scheduler"), out.stderr
 
 
 # ------------------------------------------------------------------------------ the whole preflight

@@ -687,7 +687,6 @@ def dataset_slug(dataset: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import api
     from ..execution.preflight import preflight
 
     if args.resume is not None:
@@ -697,6 +696,7 @@ def _run(args: argparse.Namespace) -> int:
         config = config.replace(out=_default_out(config))
     overwrite = bool(getattr(args, "overwrite", False))
     checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
+    from .. import api  # (after preflight: a refused --scheduler is said before api's imports, pandas among them)
     for message in checked:
         print(f"warning: {message}", file=sys.stderr)
     fixed = fixed_workers_note(config)
