@@ -115,3 +115,38 @@ def test_every_algorithm_knobs_description_names_exactly_the_algorithms_that_rea
         assert named == list(with_knob(knob)), (knob, lead)
         assert schema[knob]["description"] == desc
         assert " ".join(desc.split()) in helptext, knob   # argparse's wrapping undone
+
+
+def test_an_algorithm_registered_after_import_is_named_in_its_knobs_help(capsys):
+    """The knobs' lists of algorithms were built when RunConfig was defined: a plug-in that
+    registers an algorithm later was missing from them. They are read from the registry when
+    shown: `field_help`, `run --help`, `schema`, and the error of a knob its algorithm lacks."""
+    import json
+
+    from workbench.apps.cli import main
+    from workbench.config import field_help
+    from workbench.config.registry import AlgorithmSpec, register, specs, unregister
+    toy = AlgorithmSpec(name="toy_plugin", summary="a test's own algorithm", impl="sync:SyncSGD", sync=True,
+                        knobs=("tau", "compression"))
+    before = {k: field_help(k) for k in ("tau", "compression", "round_size")}
+    register(toy)
+    try:
+        assert "toy_plugin" in specs()
+        for knob in ("tau", "compression"):
+            assert field_help(knob).split(": ", 1)[0].endswith(" and toy_plugin"), field_help(knob)
+            assert field_help(knob).split(": ", 1)[1] == before[knob].split(": ", 1)[1]   # the text itself as it was
+        assert field_help("round_size") == before["round_size"]    # a knob it does not read: unchanged
+        assert main(["schema"]) == 0
+        schema = json.loads(capsys.readouterr().out)["properties"]
+        assert schema["tau"]["description"] == field_help("tau")
+        with pytest.raises(SystemExit):
+            main(["run", "--help"])
+        helptext = " ".join(capsys.readouterr().out.split())
+        assert " ".join(field_help("tau").split()) in helptext
+        assert RunConfig(algorithm="toy_plugin", compression="topk").compression == "topk"
+        with pytest.raises(ConfigError, match=r"^compression: none unless algorithm is .* or toy_plugin \("):
+            RunConfig(algorithm="async_sgd", compression="topk")
+    finally:
+        unregister("toy_plugin")
+    assert "toy_plugin" not in specs()
+    assert {k: field_help(k) for k in before} == before

@@ -105,6 +105,60 @@ def test_scheduler_address_must_parse_and_answer():
     assert time.perf_counter() - t0 < 30       # a hang guard around the 1 s timeout, not a timing claim
 
 
+def refused_port() -> int:
+    """A port of 127.0.0.1 where nothing listens (bound, then closed): a connection is refused."""
+    import socket
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
+def test_a_refused_scheduler_is_reported_before_the_data_or_the_model_is_built(monkeypatch):
+    """A refused port was reported after preflight generated the dataset and built the model
+    (seconds for a large synthetic set): the probe is now made before them."""
+    from workbench import api
+    from workbench.problem import Problem
+    built = []
+
+    def never(*args, **kwargs):
+        built.append("problem")
+        raise AssertionError("the data and the model were built before the scheduler was checked")
+    monkeypatch.setattr(Problem, "from_config", classmethod(never))
+    monkeypatch.setattr(P, "check_memory", never)
+    address = f"tcp://127.0.0.1:{refused_port()}"
+    config = RunConfig(algorithm="sync_sgd", scheduler=address, epochs=1)
+    refused(lambda: P.preflight(config), "scheduler", repr(address), "a reachable Dask scheduler")
+    refused(lambda: api.run(config, progress=False), "scheduler", repr(address), "a reachable Dask scheduler")
+    # the API's own argument: an address given as `cluster` is checked before preflight too
+    refused(lambda: api.run(RunConfig(algorithm="sync_sgd", epochs=1), cluster=address, progress=False),
+            "cluster", repr(address), "a reachable Dask scheduler")
+    refused(lambda: api.grid(RunConfig(algorithm="sync_sgd", epochs=1), {"lr": [0.1, 0.2]}, cluster=address,
+                             progress=False), "cluster", repr(address), "a reachable Dask scheduler")
+    assert built == []
+
+
+def test_a_refused_scheduler_is_reported_before_dask_is_imported():
+    """The probe's plain TCP connection comes before Dask's imports (0.5-1 s): a refusal needs none."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from workbench.execution.preflight import check_reachable\n"
+            "from workbench import ConfigError\n"
+            f"try:\n    check_reachable('tcp://127.0.0.1:{refused_port()}', timeout=5)\n"
+            "except ConfigError as exc:\n    print(exc.field)\n"
+            "print('distributed' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["scheduler", "False"], out.stdout + out.stderr
+    # the CLI's run: refused (exit 2, the one line) before Dask, the API module or pandas is imported
+    code = ("import sys\n"
+            "from workbench.apps.cli import main\n"
+            f"rc = main(['run', '--algorithm', 'sync_sgd', '--scheduler', 'tcp://127.0.0.1:{refused_port()}', "
+            "'--no-progress'])\n"
+            "print(rc, *(m in sys.modules for m in ('distributed', 'workbench.api', 'pandas')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False", "False"], out.stdout + out.stderr
+    assert out.stderr.startswith("error: scheduler: a reachable Dask scheduler"), out.stderr
+
+
 # ------------------------------------------------------------------------------ the whole preflight
 def test_a_scheduler_address_answered_by_another_server_is_named_as_such():
     """An HTTP server at the address was "spoke another protocol (MemoryError)": the error Dask's

@@ -57,6 +57,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
             the wrong type, such as `run(None)`.
     """
     config = _checked_args(config, cluster, on_record, should_stop)
+    _check_cluster_answers(cluster, config)   # before preflight builds the data and the model
     if checked is None:
         warnings = preflight(config, overwrite=overwrite, shm=_shm_is_here(cluster))
         for message in warnings:
@@ -233,6 +234,7 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
         raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
                           str(directory))
     config = config.replace(out=str(final_dir(d)))
+    _check_cluster_answers(cluster, config)
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
     return d, found, config, [*refused, *warnings]
 
@@ -333,6 +335,21 @@ def _one_client(cluster: Any, config: RunConfig, simulated: bool = False) -> Ite
         if client is not cluster:   # ours (an address, a cluster object): only the client, never their cluster
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _check_cluster_answers(cluster: Any, config: RunConfig) -> None:
+    """Raise ConfigError("cluster", ...) when `cluster` is a scheduler address the run would
+    connect to and no Dask scheduler answers there (`preflight.check_reachable`): before
+    preflight generates the data and builds the model, as `config.scheduler` is checked
+    (a refused port is said at once, not after the slow steps). Not for "threads", a
+    simulated run or an algorithm that runs in this process (no cluster is used)."""
+    if not isinstance(cluster, str) or cluster == "threads" or config.simulate or _spec(config).in_process:
+        return
+    from .execution.preflight import check_reachable
+    try:
+        check_reachable(cluster)
+    except ConfigError as exc:   # the argument is `cluster`
+        raise ConfigError("cluster", exc.allowed, cluster) from None
 
 
 def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -> RunConfig:
@@ -502,6 +519,7 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     from .execution.progress import bars_allowed, sweep_bar
     from .results.rundir import remove_stale
     stale = _claim_results(out, overwrite, "grid")
+    _check_cluster_answers(cluster, plan.config)   # a refused address before every point's preflight
     for point in plan.points():   # every combination against the data and the machine, before any run
         try:
             preflight(plan.config_at(point, plan.seeds[0]).replace(out=None))

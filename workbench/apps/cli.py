@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema
+from ..config import FIELD_GROUPS, GROUP_TITLES, ConfigError, RunConfig, config_schema, field_help
 from ..util.fileio import RunDirError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -35,11 +35,12 @@ EXIT_SHAPE = 3   # reproduce: the notebook ran, but an expected shape did not ho
 
 
 def _flag_help(name: str) -> str:
-    """A flag's help: the field's description and its default (argparse-escaped)."""
+    """A flag's help: the field's description (`field_help`: a knob's names the algorithms
+    registered now) and its default (argparse-escaped)."""
     field = RunConfig.model_fields[name]
     default = "unset" if field.default is None else str(field.default).lower() if isinstance(field.default, bool) \
         else field.default
-    return f"{field.description} Default: {default}.".replace("%", "%%")
+    return f"{field_help(name)} Default: {default}.".replace("%", "%%")
 
 
 def _metavar(name: str) -> str:
@@ -686,7 +687,6 @@ def dataset_slug(dataset: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import api
     from ..execution.preflight import preflight
 
     if args.resume is not None:
@@ -696,6 +696,7 @@ def _run(args: argparse.Namespace) -> int:
         config = config.replace(out=_default_out(config))
     overwrite = bool(getattr(args, "overwrite", False))
     checked = preflight(config, overwrite=overwrite)  # every check that can fail, before a cluster starts
+    from .. import api  # (after preflight: a refused --scheduler is said before api's imports, pandas among them)
     for message in checked:
         print(f"warning: {message}", file=sys.stderr)
     fixed = fixed_workers_note(config)

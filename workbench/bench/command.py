@@ -32,6 +32,7 @@ from .throughput import (
     _plain_entry,
     _shm_exchange_entry,
     _sizes,
+    above_limit_notes,
     combine_rounds,
     compare_tables,
     spending_notes,
@@ -169,6 +170,17 @@ def size_tables(table: pd.DataFrame, sizes: list[Size], rounds: int) -> str:
     return "\n".join(blocks + ([f"note: {said}"] if said else []))
 
 
+def limit_notes(table: pd.DataFrame, per_round: list[pd.DataFrame], sizes: list[Size]) -> list[str]:
+    """The notes under the table for its rows above their own limit (`above_limit_notes`),
+    size by size: `table` combined over the rounds (`combine_rounds`), `per_round` each
+    size's rows of every round."""
+    notes = []
+    for size in sizes:
+        rounds = next((t for t in per_round if (t["size"] == size.name).all()), None)
+        notes += above_limit_notes(table[table["size"] == size.name], size.name, rounds=rounds)
+    return notes
+
+
 def one_round_note(rounds: int) -> str | None:
     """The sentence under a table of one round (None for more): its ratios come without a
     range, and how to get one.
@@ -253,7 +265,7 @@ def main(args: argparse.Namespace) -> int:
                         rows.append({"size": size.name, "what": entry.what, "round": rnd, **got})
                         print(f"  {entry.what}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()), flush=True)
             table = pd.DataFrame(rows)
-            for col in ("samples_per_s", "limit", "comm_fraction", "exchange_ms"):
+            for col in ("samples_per_s", "limit", "limit_moved", "comm_fraction", "exchange_ms"):
                 if col not in table:
                     table[col] = float("nan")
             table["vs_limit"] = table["samples_per_s"] / table["limit"]
@@ -267,13 +279,14 @@ def main(args: argparse.Namespace) -> int:
             "bytes_per_step", "exchange_ms"]
     cols = [c for c in cols if c in table.columns]
     cols += [c for c in table.columns if c not in cols]
-    print(size_tables(table[cols], sizes, rounds))
+    print(size_tables(table[[c for c in cols if c != "limit_moved"]], sizes, rounds))   # (the CSV keeps it)
     print()
     for size in sizes:
         print(verdict(table[table["size"] == size.name], size.name))
     for size in sizes:                 # what each algorithm under 0.8 of its limit spends
         notes += spending_notes(table[table["size"] == size.name], size.name,
                                 rounds=next((t for t in per_round if (t["size"] == size.name).all()), None))
+    notes += limit_notes(table, per_round, sizes)   # a row above its own limit: the load moved, not a faster run
     print(f"warm cluster: first training step {warm.summary['startup_s']:.3f} s after run() was called "
           f"(whole 3-step run {warm_run_s:.2f} s)")
     if args.no_torch or not torch_available():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -283,6 +284,18 @@ def steady_throughput(steps: pd.DataFrame) -> float:
 
 
 # ------------------------------------------------------------------------------ our entries
+def bracketed(before: float, after: float) -> dict:
+    """A row's limit, from the no-exchange limit measured just before the row and just after
+    it: their mean (`limit`), and how far it moved between the two (`limit_moved`: |after -
+    before| / the mean), which says how much the machine's load changed around the row.
+
+    >>> bracketed(900.0, 1100.0)
+    {'limit': 1000.0, 'limit_moved': 0.2}
+    """
+    limit = (before + after) / 2
+    return {"limit": limit, "limit_moved": abs(after - before) / limit if limit > 0 else float("nan")}
+
+
 def _limit_entry(b: Bench) -> dict:
     limit = b.measure_limit()
     return {"samples_per_s": limit, "limit": limit, "comm_fraction": 0.0}
@@ -318,8 +331,7 @@ def _bare_sync_entry(b: Bench) -> dict:
         futs = [b.client.submit(bare_sync, cfg, b.args.seconds, name, r, workers=[w["address"]], pure=False)
                 for r, w in enumerate(b.workers)]
         got = b.client.gather(futs)
-    limit = (before + b.measure_limit()) / 2
-    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": limit}
+    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), **bracketed(before, b.measure_limit())}
 
 
 def plain_processes(fn: Callable, args: list[tuple], blas_threads: int = 1) -> list[Any]:
@@ -350,7 +362,7 @@ def _plain_entry(b: Bench) -> dict:
         got = plain_processes(bare_sync, [(cfg, b.args.seconds, name, r) for r in range(b.cpus)], blas)
     finally:
         unlink_segment(name)
-    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), "limit": (before + _plain_limit(b)) / 2}
+    return {"samples_per_s": sum(g["samples"] / g["seconds"] for g in got), **bracketed(before, _plain_limit(b))}
 
 
 def _plain_limit(b: Bench) -> float:
@@ -381,7 +393,7 @@ def _plain_engine_entry(b: Bench) -> dict:
         unlink_segment(name)
         unlink_segment(word)
     steps_df = pd.concat([pd.DataFrame(g) for g in got], ignore_index=True)
-    return {"samples_per_s": steady_throughput(steps_df), "limit": (before + _plain_limit(b)) / 2,
+    return {"samples_per_s": steady_throughput(steps_df), **bracketed(before, _plain_limit(b)),
             "comm_fraction": measure.steady(steps_df).comm_fraction}
 
 
@@ -403,8 +415,8 @@ def _algorithm_entry(algorithm: str, rundir: bool = False) -> Callable[[Bench], 
         else:
             result = run(b.config(algorithm, steps), cluster=b.client)
             steps_df = result.steps
-        limit = (before + b.measure_limit()) / 2    # the limit just before and just after the run
-        return {"samples_per_s": steady_throughput(steps_df), "limit": limit,
+        limit = bracketed(before, b.measure_limit())    # the limit just before and just after the run
+        return {"samples_per_s": steady_throughput(steps_df), **limit,
                 "comm_fraction": result.summary["comm_fraction"],
                 "bytes_per_step": float(steps_df["bytes_sent"].mean()),   # per worker, as the records count
                 "status": result.status}
@@ -435,6 +447,62 @@ def combine_rounds(table: pd.DataFrame) -> pd.DataFrame:
     for c in others:       # e.g. status: the worst one seen
         out[c] = by[c].agg(lambda v: next((x for x in v if x != "completed"), v.iloc[0]))
     return out.reset_index()
+
+
+def above_limit_notes(table: pd.DataFrame, size: str, rounds: pd.DataFrame | None = None) -> list[str]:
+    """One note per row of `size` that the table shows above its own limit (vs_limit, or a
+    round's vs_limit_max, over 1.000 as printed). Nothing runs faster than its no-exchange
+    limit; such a row says the machine's load moved between its timing and its limit's (the
+    limit is measured just before and just after the row, `bracketed`, and averaged: a
+    quieter moment for the row than around it gives more than 1). The note gives the
+    ratios above 1 and how far the limit itself moved around each (`limit_moved`); with
+    `rounds` (every round's rows, a "round" column), the rounds above 1 one by one.
+
+    >>> t = pd.DataFrame({"what": ["no-exchange limit", "hogwild_sgd", "sync_sgd"], "vs_limit": [1.0, 1.06, 0.7],
+    ...                   "limit_moved": [float("nan"), 0.09, 0.02]})
+    >>> print(above_limit_notes(t, "teaching")[0])
+    teaching: hogwild_sgd at 1.06 of its no-exchange limit is not faster than possible: the machine's load moved between its timing and its limit's (the limit, measured just before and just after it, moved 9% in between); read it as at its limit, within that
+    >>> r = pd.DataFrame({"what": ["hogwild_sgd"] * 3, "round": [0, 1, 2], "vs_limit": [0.9, 1.18, 0.95],
+    ...                   "limit_moved": [0.01, 0.15, 0.02]})
+    >>> t2 = pd.DataFrame({"what": ["hogwild_sgd"], "vs_limit": [0.95], "vs_limit_max": [1.18], "limit_moved": [0.02]})
+    >>> print(above_limit_notes(t2, "teaching", rounds=r)[0])
+    teaching: hogwild_sgd above its no-exchange limit in 1 of 3 rounds (1.18 in round 1, the limit moving 15% around it) is not faster than possible: the machine's load moved between its timing and its limit's; read the median 0.95
+    """
+    def above(v: Any) -> bool:
+        return isinstance(v, (int, float)) and math.isfinite(v) and round(v, 3) > 1.0
+
+    notes = []
+    for row in table.to_dict("records"):
+        what, ratio = row["what"], row.get("vs_limit", float("nan"))
+        high = row.get("vs_limit_max", float("nan"))
+        if not (above(ratio) or above(high)):
+            continue
+        mine = None
+        if rounds is not None and "round" in rounds and rounds["round"].nunique() > 1:
+            mine = rounds.loc[rounds["what"] == what]
+        if mine is not None and len(mine):
+            over = mine.loc[[above(v) for v in mine["vs_limit"]]]
+            each = ", ".join(f"{r['vs_limit']:.2f} in round {int(r['round'])}"
+                             + (f", the limit moving {_pct(r.get('limit_moved'))} around it"
+                                if _pct(r.get("limit_moved")) else "") for r in over.to_dict("records"))
+            verdict = f"read the median {ratio:.2f}" if not above(ratio) else "read it as at its limit"
+            notes.append(f"{size}: {what} above its no-exchange limit in {len(over)} of {len(mine)} rounds ({each}) "
+                         f"is not faster than possible: the machine's load moved between its timing and its "
+                         f"limit's; {verdict}")
+        else:
+            moved = _pct(row.get("limit_moved"))
+            notes.append(f"{size}: {what} at {ratio:.2f} of its no-exchange limit is not faster than possible: the "
+                         f"machine's load moved between its timing and its limit's"
+                         + (f" (the limit, measured just before and just after it, moved {moved} in between)"
+                            if moved else "") + "; read it as at its limit" + (", within that" if moved else ""))
+    return notes
+
+
+def _pct(value: Any) -> str | None:
+    """A fraction as a whole percentage ("9%"); None when not measured (NaN, missing)."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return f"{value:.0%}"
 
 
 # A saved table's rows, matched to a new one's: by these columns, and compared on these

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from .throughput import STEADY_FROM, Bench
+from .throughput import STEADY_FROM, Bench, bracketed
 
 
 # ------------------------------------------------------------------------------ the torch peer
@@ -64,8 +64,8 @@ def _ddp_entry(b: Bench) -> dict | None:
     after = _torch(b, "limit")                      # torch's limit again, just after
     if got is None:
         return None
-    limit = (b.torch_limit + after["samples_per_s"]) / 2 if after else b.torch_limit
-    return {"samples_per_s": got["samples_per_s"], "limit": limit}
+    limit = bracketed(b.torch_limit, after["samples_per_s"]) if after else {"limit": b.torch_limit}
+    return {"samples_per_s": got["samples_per_s"], **limit}
 
 
 def _gloo_entry(b: Bench) -> dict | None:

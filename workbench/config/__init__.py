@@ -124,16 +124,35 @@ def __getattr__(name: str) -> Any:
 MAX_EPOCHS = 1_000_000   # a run's length in epochs: beyond this the step count is no number a run reaches
 
 
+# An algorithm knob's own text (what it is), by field name: `read_by` records it when RunConfig
+# is defined, and `knob_help` puts the algorithms that read the knob before it each time it is
+# shown (`field_help`: --help, the schema, the dashboard's tooltips), so an algorithm
+# registered later (`registry.register`, a plug-in) is named there too.
+KNOB_TEXTS: dict[str, str] = {}
+
+
 def read_by(knob: str, text: str) -> str:
     """An algorithm knob's description: the algorithms whose declaration reads it
-    (`AlgorithmSpec.knobs`, the one home of that list), then what it is.
+    (`AlgorithmSpec.knobs`, the one home of that list), then what it is. Records `text` in
+    `KNOB_TEXTS`; the description returned names the algorithms registered now (the
+    field's static `description`), `knob_help` those registered when it is shown.
 
     >>> read_by("topology", "the graph.")
     'dpsgd and adpsgd: the graph.'
     """
-    names = with_knob(knob)
-    if not names:
+    if not with_knob(knob):
         raise ValueError(f"{knob}: no algorithm declares it (AlgorithmSpec.knobs)")
+    KNOB_TEXTS.setdefault(knob, text)
+    return knob_help(knob, text)
+
+
+def knob_help(knob: str, text: str | None = None) -> str:
+    """`text` (default: the knob's recorded `KNOB_TEXTS` entry) after the algorithms the
+    registry says read `knob` now, in the registry's order."""
+    text = KNOB_TEXTS[knob] if text is None else text
+    names = with_knob(knob)
+    if not names:   # (every knob of RunConfig is read by a built-in algorithm: read_by checks it)
+        return text
     return f"{', '.join(names[:-1])} and {names[-1]}: {text}" if len(names) > 1 else f"{names[0]}: {text}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import FIELDS, RunConfig
+from . import FIELDS, KNOB_TEXTS, RunConfig, knob_help
 from .values import ConfigError
 
 # The groups the `# ---` comments in RunConfig mark; each field states its own
@@ -50,22 +50,28 @@ def field_group(name: str) -> str:
 
 
 def field_help(name: str) -> str:
-    """The description of a RunConfig field: what it means, its unit and allowed values.
+    """The description of a RunConfig field: what it means, its unit and allowed values. An
+    algorithm knob's (`config.read_by`) names the algorithms the registry says read it now,
+    one registered after the import (a plug-in) included.
 
     >>> field_help("batch_size").split(" (")[0]
     'GLOBAL minibatch size in examples, summed over all workers'
     """
     if name not in RunConfig.model_fields:
         raise ConfigError("field", f"a RunConfig field (known: {', '.join(FIELDS)})", name)
+    if name in KNOB_TEXTS:
+        return knob_help(name)
     return RunConfig.model_fields[name].description or ""
 
 
 def config_schema() -> dict[str, Any]:
     """RunConfig's JSON schema, each property also carrying its `group` (a GROUP_TITLES key).
 
-    The descriptions are the fields' own, so the schema, `--help` and the dashboard's
+    The descriptions are `field_help`'s, so the schema, `--help` and the dashboard's
     tooltips say the same thing.
     """
     schema = RunConfig.model_json_schema()   # each property carries its group (json_schema_extra)
+    for name in KNOB_TEXTS:   # the algorithms that read each knob, as registered now
+        schema["properties"][name]["description"] = field_help(name)
     schema["groups"] = {g: {"title": GROUP_TITLES[g], "fields": list(names)} for g, names in FIELD_GROUPS.items()}
     return schema

@@ -214,12 +214,25 @@ MODULES: tuple[str, ...] = ()
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:
-    """Add `spec` (the table below; or a module listed in MODULES, at its import)."""
+    """Add `spec` (the table below; a module listed in MODULES, at its import; or your own
+    code at any time, with the worker class itself as `impl`). Everything that lists
+    algorithms reads the registry when it is asked, so a later one is listed too (the knobs'
+    help names it among the algorithms that read each of its `knobs`)."""
+    global _ORDERED
     if spec.name in _SPECS and _SPECS[spec.name] is not spec:
         raise ValueError(f"algorithm {spec.name!r} is registered twice")
     _SPECS[spec.name] = spec
+    _ORDERED = None
     if not isinstance(spec.impl, str):
         spec.impl.spec = spec
+    return spec
+
+
+def unregister(name: str) -> AlgorithmSpec:
+    """Remove the algorithm `name` that `register` added (a test's own, or a plug-in's) and return its spec."""
+    global _ORDERED
+    spec = _SPECS.pop(name)
+    _ORDERED = None
     return spec
 
 

@@ -440,10 +440,12 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
     import asyncio
     import queue
     import threading
+    from urllib.parse import urlsplit
 
-    from distributed.comm import connect as comm_connect
-    security = scheduler_security(address, security)
-    tls_args = security.get_connection_args("client") if address.startswith("tls://") else {}
+    # Dask (0.5-1 s of imports) only once something listens: a tcp:// address needs no
+    # Security, and a refused port is reported before Dask is imported
+    tls_args = scheduler_security(address, security).get_connection_args("client") \
+        if address.startswith("tls://") else {}
 
     async def ask() -> Any:
         comm = await asyncio.wait_for(comm_connect(address, timeout=timeout, **tls_args), timeout)
@@ -453,7 +455,6 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
         finally:
             comm.abort()
 
-    from urllib.parse import urlsplit
     url = urlsplit(address)
     try:  # a plain TCP connection first: refusals and unknown hosts fail fast and say so
         with socket.create_connection((url.hostname, url.port), timeout=timeout):
@@ -461,6 +462,7 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S, security: 
     except OSError as exc:
         raise ConfigError("scheduler", f"a reachable Dask scheduler ({exc.strerror or exc or 'timed out'})",
                           address) from None
+    from distributed.comm import connect as comm_connect  # here, not in the attempt: its timeout is the answer's
     answers: queue.SimpleQueue = queue.SimpleQueue()
 
     def attempt() -> None:

@@ -33,16 +33,20 @@ MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
 def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> list[str]:
     """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
 
-    Checks the output directory, estimates memory before loading anything, loads the
+    Checks the output directory and that a given scheduler answers as one (before anything
+    slow: a refused port is reported before a dataset is generated), estimates memory before loading anything, loads the
     dataset (which checks files and checksums), builds the model (model/dataset pairing;
-    one step of it on a few rows: `maths.protocol.check_model`) and the schedule (warmup against the run length), checks asked-for GPUs exist, that
-    a given scheduler answers as one, and that emulated exchanges end in reasonable time.
+    one step of it on a few rows: `maths.protocol.check_model`) and the schedule (warmup against the run length), checks asked-for GPUs exist,
+    and that emulated exchanges end in reasonable time.
     Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
     `shm=False`: the run maps no shared memory here (the thread transport), so this
     machine's /dev/shm is not checked.
     """
     if config.out:
         check_out(config.out, overwrite=overwrite)
+    spec = specs()[config.algorithm]
+    if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked. Before the
+        check_reachable(config.scheduler)          # dataset and the model: a refused port is said at once
     from ..problem import Problem
 
     problem = Problem.from_config(config)
@@ -62,11 +66,8 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
             raise ConfigError("gpus", f"at most the {have} visible GPU(s) on this machine "
                               f"(GPU workers need CuPy and dask-cuda: {gpu_install_hint()})", config.gpus)
     check_emulator(config, model.n_params)
-    spec = specs()[config.algorithm]
     if shm and config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: here
         check_shm(config, model)                                                     # /dev/shm holds its segments
-    if config.scheduler and not spec.in_process:   # sgd runs in this process: no scheduler asked
-        check_reachable(config.scheduler)
     return run_warnings(config, plan.total_steps, data=data, model=model, plan=plan)
 
 
