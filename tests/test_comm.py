@@ -522,3 +522,41 @@ def test_the_controls_slow_first_poll_is_taken_before_the_start_barrier():
         assert not ctx.stop_requested() and seen == ["poll", "barrier"]   # the first step reads the flag
     finally:
         control.close()
+
+
+def test_shm_alone_copies_its_slot_once_as_the_simulator_charges():
+    """A group of one on shared memory (a real one-worker run's `ShmComm`): the engine and the
+    transport skip nothing; the allreduce copies the slot into the shared total, once
+    (`shm.solo_copies`), and meets nobody (`allreduce_meetings` 0). Counted by wrapping the
+    module's NumPy copy and add."""
+    import workbench.comm.shm as shm
+    n = 3000
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(1, n))
+    c = ShmComm(name, 0, 1, n)
+    counts = {"copy": 0, "add": 0}
+
+    class CountingNp:
+        def __getattr__(self, attr):
+            return getattr(np, attr)
+
+        def copyto(self, dst, src, *a, **k):
+            counts["copy"] += int(np.size(dst) >= n)
+            return np.copyto(dst, src, *a, **k)
+
+        def add(self, *a, **k):
+            counts["add"] += 1
+            return np.add(*a, **k)
+    try:
+        buf = c.buffer(n)                      # sync_sgd's way: the contribution written in the slot
+        buf[:] = np.arange(n, dtype=np.float32)
+        shm.np, saved = CountingNp(), shm.np
+        try:
+            phase = c.phase
+            out = c.allreduce(buf)
+        finally:
+            shm.np = saved
+        assert counts == {"copy": shm.solo_copies(1), "add": 0} and np.array_equal(out, np.arange(n, dtype=np.float32))
+        assert c.phase - phase == 2 and shm.allreduce_meetings(1, n) == 0   # two arrivals, nobody to wait for
+    finally:
+        c.close()
+        unlink_segment(name)
