@@ -522,3 +522,107 @@ def test_the_controls_slow_first_poll_is_taken_before_the_start_barrier():
         assert not ctx.stop_requested() and seen == ["poll", "barrier"]   # the first step reads the flag
     finally:
         control.close()
+
+
+class _Counted(np.ndarray):
+    """An array that counts, per thread, the whole-vector copies and in-place adds made on it
+    (a `ThreadComm.allreduce`'s passes over the vector: its `.copy()` and `+=`)."""
+
+    passes: dict = {}
+
+    def _bump(self):
+        import threading
+        key = threading.get_ident()
+        _Counted.passes[key] = _Counted.passes.get(key, 0) + 1
+
+    def copy(self, *a, **k):
+        self._bump()
+        return super().copy(*a, **k)
+
+    def __iadd__(self, other):
+        self._bump()
+        return super().__iadd__(other)
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_thread_collectives_meet_and_pass_over_the_vector_as_often_as_their_counts_say(size):
+    """`threads.allreduce_meetings`, `exchange_meetings` and `allreduce_passes`, the counts
+    the cost model charges a thread run's exchange by (`costmodel.allreduce_terms(...,
+    "threads")`, once charged as the ring's 2 (P-1) messages), against what the code does: the
+    barrier waits each thread really makes (a barrier of one waits for nobody: no meeting)
+    and the copies and adds of the vector on the busiest thread."""
+    import threading
+
+    from workbench.comm import threads as th
+    g = ThreadGroup(size)
+    calls: dict = {}
+    real_wait = g.wait
+
+    def counted_wait():
+        key = threading.get_ident()
+        calls[key] = calls.get(key, 0) + 1
+        real_wait()
+    g.wait = counted_wait
+
+    def run_all(op):
+        calls.clear()
+        _Counted.passes = {}
+        ts = [threading.Thread(target=op, args=(g.comm(r),)) for r in range(size)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        meetings = set(calls.values()) if size > 1 else {0}
+        return meetings, max(_Counted.passes.values(), default=0)
+
+    n = 1000
+    meetings, passes = run_all(lambda c: c.allreduce(np.ones(n, np.float32).view(_Counted)))
+    assert meetings == {th.allreduce_meetings(size)}
+    assert passes == th.allreduce_passes(size)
+    assert run_all(lambda c: c.allgather(np.ones(8, np.uint8)))[0] == {th.exchange_meetings(size)}
+    peers = [(r + 1) % size for r in range(size)]
+    assert run_all(lambda c: c.neighbour_exchange(np.ones(n, np.float32), [peers[c.rank]] if size > 1 else []))[0] \
+        == {th.exchange_meetings(size)}
+    from workbench.analysis.costmodel import allreduce_terms
+    a, b = allreduce_terms(size, 4.0 * n, "threads")
+    assert (a, b) == ((th.allreduce_meetings(size), th.allreduce_passes(size) * 4.0 * n) if size > 1 else (0, 0))
+    if size > 1:
+        assert allreduce_terms(size, 4.0 * n, "ring")[0] == 2 * (size - 1)   # what it was charged before
+
+
+def test_shm_alone_copies_its_slot_once_as_the_simulator_charges():
+    """A group of one on shared memory (a real one-worker run's `ShmComm`): the engine and the
+    transport skip nothing; the allreduce copies the slot into the shared total, once
+    (`shm.solo_copies`), and meets nobody (`allreduce_meetings` 0). Counted by wrapping the
+    module's NumPy copy and add."""
+    import workbench.comm.shm as shm
+    n = 3000
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(1, n))
+    c = ShmComm(name, 0, 1, n)
+    counts = {"copy": 0, "add": 0}
+
+    class CountingNp:
+        def __getattr__(self, attr):
+            return getattr(np, attr)
+
+        def copyto(self, dst, src, *a, **k):
+            counts["copy"] += int(np.size(dst) >= n)
+            return np.copyto(dst, src, *a, **k)
+
+        def add(self, *a, **k):
+            counts["add"] += 1
+            return np.add(*a, **k)
+    try:
+        buf = c.buffer(n)                      # sync_sgd's way: the contribution written in the slot
+        buf[:] = np.arange(n, dtype=np.float32)
+        shm.np, saved = CountingNp(), shm.np
+        try:
+            phase = c.phase
+            out = c.allreduce(buf)
+        finally:
+            shm.np = saved
+        assert counts == {"copy": shm.solo_copies(1), "add": 0} and np.array_equal(out, np.arange(n, dtype=np.float32))
+        assert c.phase - phase == 2 and shm.allreduce_meetings(1, n) == 0   # two arrivals, nobody to wait for
+    finally:
+        c.close()
+        unlink_segment(name)

@@ -64,7 +64,7 @@ def test_our_dask_ring_swaps_at_two_workers_and_is_the_ring_beyond(p, hand):
     cal = cm.Calibration(compute={"cpu": (0.0, 1e-6)}, alpha=1e-5, beta=1e-9, n_params=250_000)   # 1 MB
     step = cm.step_prediction(cal, "sync_sgd", p, 64 * p, allreduce="dask_ring")
     assert step["comm_s"] == pytest.approx(hand, rel=1e-12)
-    assert set(cm.ALLREDUCE_ALGORITHMS) == set(cm.ALLREDUCES) == {"ring", "tree", "dask_ring", "shm"}
+    assert set(cm.ALLREDUCE_ALGORITHMS) == set(cm.ALLREDUCES) == {"ring", "tree", "dask_ring", "shm", "threads"}
 
 
 def test_the_10gbe_profile_says_its_alpha_and_the_dask_rings_measured_one():
@@ -241,3 +241,32 @@ def test_every_declared_pattern_has_one_entry_in_the_pattern_table():
     from workbench.analysis.costmodel import PATTERN_MODELS
     from workbench.config.registry import PATTERNS as DECLARED
     assert set(PATTERN_MODELS) == set(DECLARED)
+
+
+@pytest.mark.parametrize("comm", ["threads", "shm"])
+def test_calibration_from_real_runs_reads_each_exchange_by_its_transport(comm):
+    # Real runs' comm_s built from what their transport does (threads: 3 barrier meetings and
+    # (P+1) n bytes; shm: 1 meeting for a small pair, else 2, and n bytes: the transports' own
+    # counts, checked against the code in test_comm and test_explain) at ALPHA a meeting and BETA
+    # a byte: the calibration reads them by `summary["comm"]` and recovers both exactly. Read as
+    # the ring's (2 (P-1) messages of n/P bytes each way), as it was, it did not.
+    from workbench.config.registry import tail_length
+
+    def real(p, n):
+        elems = n + tail_length(p)
+        if comm == "threads":
+            from workbench.comm.threads import allreduce_meetings, allreduce_passes
+            a, b = allreduce_meetings(p), allreduce_passes(p) * 4.0 * n
+        else:
+            from workbench.comm.shm import allreduce_meetings
+            a, b = allreduce_meetings(p, elems), 4.0 * n
+        r = synthetic_run("sync_sgd", p, n, per_worker=64 // p, comm_s=a * ALPHA + b * BETA)
+        r.summary["comm"] = comm
+        return r
+    runs = [real(p, n) for p in (2, 4) for n in (10_000, 1_000_000)]
+    cal = cm.calibrate(runs)
+    assert (cal.alpha, cal.beta) == (pytest.approx(ALPHA, rel=1e-6), pytest.approx(BETA, rel=1e-6))
+    for r in runs:
+        r.summary["comm"] = "dask"                      # the same times read as the ring's
+    ring = cm.calibrate(runs)
+    assert not (ring.alpha == pytest.approx(ALPHA, rel=0.05) and ring.beta == pytest.approx(BETA, rel=0.05))

@@ -518,6 +518,26 @@ def test_a_shared_memory_run_is_charged_its_own_meetings_not_the_rings_messages(
     assert fit(None, run_steps(two), resamples=0)[0].a_terms == 2
 
 
+def test_a_threads_run_is_charged_its_own_meetings_not_the_rings_messages(real_pair):
+    """A real 2-worker run on the threads transport (`comm=threads`, as `real_pair` ran) meets
+    3 times an allreduce (`ThreadComm.allreduce`; counted in test_comm) and rank 0 reads every
+    slot before each thread copies the sum; explain charged it the ring's 2 (P-1) = 2 messages
+    of n/2 bytes each way. Its terms are now the threads' (`threads.allreduce_meetings`,
+    `allreduce_passes`), in the fit and in the words ("barrier meetings")."""
+    import copy
+
+    from workbench.analysis.costmodel import allreduce_terms
+    from workbench.analysis.explain import fit
+    from workbench.comm.threads import allreduce_meetings, allreduce_passes
+    _, two = (copy.deepcopy(r) for r in real_pair)
+    assert two.summary["comm"] == "threads"
+    n = run_steps(two)
+    model, _, _ = fit(None, n, resamples=0)
+    assert model.a_terms == allreduce_meetings(2) == 3
+    assert model.b_terms == allreduce_passes(2) * n.n_bytes
+    assert allreduce_terms(2, n.n_bytes, "ring") == (2, n.n_bytes)     # what it was charged before
+
+
 def test_a_lone_runs_limit_is_named_under_both_readings_of_its_one_worker_step():
     """A lone N-worker run cannot split a cost per call from a cost per row, so the limit it
     names from the 1-worker step "split N ways" is a guess as much as its speed-up: the small

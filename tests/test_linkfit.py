@@ -241,3 +241,57 @@ def test_the_benchmark_refuses_a_cluster_across_hosts_before_touching_a_worker()
             raise AssertionError("no worker is touched")
     with pytest.raises(ValueError, match="got workers on 2 hosts"):
         linkfit.exchange_benchmark(Client())
+
+
+def _meetings(size, capacity, n):
+    """The barrier meetings one `ShmComm.allreduce` of n elements really makes among `size`
+    workers on a segment of `capacity` (each `_arrive` moves a rank's phase on by one)."""
+    import threading
+    import uuid
+
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, capacity))
+    comms = [ShmComm(name, r, size, capacity) for r in range(size)]
+    try:
+        ts = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        phases = {c.phase for c in comms}
+        assert len(phases) == 1
+        return phases.pop()
+    finally:
+        for c in comms:
+            c.close()
+            c.shm.close()
+        unlink_segment(name)
+
+
+@pytest.mark.parametrize("size, capacity", [(2, 16_000), (2, 300_000), (4, 300_000)])
+def test_a_shared_memory_benchmark_is_fitted_with_the_meetings_its_allreduce_makes(size, capacity):
+    # Oracle: exchange times built from the meetings ShmComm really makes (counted, not the
+    # formula) at alpha each, plus the vector's bytes at beta. The fit reads the rows by their
+    # transport (allreduce "shm", the segment's capacity, as exchange_benchmark writes them)
+    # and recovers alpha and beta exactly; read with the ring's terms (2 (P-1) messages of
+    # n/P bytes each way), as it was, a pair's one meeting was taken for two messages (alpha
+    # halved), and four workers' two meetings for six.
+    alpha, beta = 15e-6, 1 / 3e9
+    sizes = [1_000, 4_000, 8_000, 16_000] if capacity <= 16_000 else [1_000, 16_000, 64_000, 256_000]
+    meet = [_meetings(size, capacity, n) for n in sizes]
+    n_bytes = 4.0 * np.array(sizes)
+    table = pd.DataFrame({"n_bytes": n_bytes, "workers": size, "allreduce": "shm", "capacity": capacity,
+                          "seconds": np.array(meet) * alpha + n_bytes * beta})
+    f = linkfit.fit_link(table)
+    assert f.alpha == pytest.approx(alpha, rel=1e-9) and f.beta == pytest.approx(beta, rel=1e-9)
+    ring = linkfit.fit_link(table, allreduce="ring")
+    assert ring.alpha == pytest.approx(alpha * meet[0] / (2 * (size - 1)), rel=1e-6)
+    if meet[0] != 2 * (size - 1):
+        assert ring.alpha != pytest.approx(alpha, rel=0.1)
+
+
+def test_the_benchmarks_rows_keep_their_transport_and_segment_through_the_summary():
+    raw = pd.DataFrame({"n_bytes": 8, "workers": 2, "allreduce": "shm", "capacity": 20_000,
+                        "round": [0, 1, 2], "seconds": [1.0, 1.1, 1.2]})
+    row = linkfit.summarize_exchanges(raw).iloc[0]
+    assert row["allreduce"] == "shm" and row["capacity"] == 20_000 and row["seconds"] == 1.1

@@ -278,7 +278,10 @@ def test_a_simulated_runs_communication_line_never_prints_inf_and_says_what_its_
             [line.strip() for line in out if line.strip().startswith("communication:")]
 
     run, comm = lines()                                          # sgd on one CPU worker
-    assert comm == [comm[0]] and comm[0].startswith("communication: sgd exchanges nothing; sync_sgd's allreduce")
+    # one worker on this host's shared memory: sync_sgd's exchange meets nobody and copies its buffer once
+    # (`shm.solo_copies`, what the real ShmComm does at size 1): said so, not offered as an allreduce
+    assert comm == [comm[0]] and comm[0].startswith("communication: sgd exchanges nothing; sync_sgd on this one "
+                                                    "worker would meet nobody, only copy its buffer: ")
     assert "inf" not in comm[0] and " less" not in comm[0] and " more" not in comm[0]
     assert run.endswith("comm fraction 0.00 (comm + wait, steady window)")
     _, comm = lines("--gpus", "4", "--cpus", "0", "--device", "v100")   # one GPU worker: 0 s on both sides

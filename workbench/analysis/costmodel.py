@@ -11,6 +11,9 @@ measured points. The model (Hockney's alpha-beta, as in Thakur et al. 2005):
     our Dask ring, P = 2             alpha + n beta   (`allreduce="dask_ring"`: a swap of whole buffers)
     our shared memory, one host      m alpha + n beta (`allreduce="shm"`: m barrier meetings, 1 for a pair
                                                        with a small buffer, else 2: `shm.allreduce_meetings`)
+    our threads, one process         3 alpha + (P+1) n beta (`allreduce="threads"`: 3 barrier meetings,
+                                                       `threads.allreduce_meetings`; rank 0 sums every
+                                                       slot, then each copies the sum: `threads.allreduce_passes`)
 
 `ALLREDUCE_ALGORITHMS` names what each `allreduce` charges. "ring", the default, is what the
 simulator charges and `explain` counts messages by: the standard ring of an NCCL/MPI-class stack
@@ -103,7 +106,24 @@ ALLREDUCE_ALGORITHMS = {
                  "at P = 2 (one message of n bytes each way)",
     "shm": "our shared-memory allreduce on one host (comm.shm): one latency per barrier meeting "
            "(`shm.allreduce_meetings`: 1 for a pair with a small buffer, else 2) and the vector's n bytes",
+    "threads": "our in-process allreduce between worker threads (comm.threads): one latency per barrier meeting "
+               "(`threads.allreduce_meetings`: 3) and (P+1) n bytes (`threads.allreduce_passes`: rank 0 reads "
+               "every slot as it sums, then each thread copies the sum)",
 }
+
+# A real run's transport (`summary["comm"]`) -> the allreduce that charges what it does
+TRANSPORT_ALLREDUCE = {"shm": "shm", "threads": "threads"}
+
+
+def allreduce_of(comm: str | None) -> str:
+    """The allreduce (`ALLREDUCE_ALGORITHMS`) whose terms a real run's exchange is read by:
+    its transport's own (`comm` "shm" or "threads": their barrier meetings, not the ring's
+    2 (P-1) messages); else the ring, as the simulator charges it.
+
+    >>> allreduce_of("threads"), allreduce_of("shm"), allreduce_of("dask"), allreduce_of(None)
+    ('threads', 'shm', 'ring', 'ring')
+    """
+    return TRANSPORT_ALLREDUCE.get(str(comm), "ring")
 ALLREDUCES = tuple(ALLREDUCE_ALGORITHMS)
 
 
@@ -127,9 +147,14 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring",
     ((2.0, 100.0), (1.0, 100.0))
     >>> allreduce_terms(2, 4000.0, "shm"), allreduce_terms(4, 4000.0, "shm")   # one meeting for a pair, else two
     ((1.0, 4000.0), (2.0, 4000.0))
+    >>> allreduce_terms(2, 4000.0, "threads"), allreduce_terms(1, 4000.0, "threads")   # 3 meetings; alone none
+    ((3.0, 12000.0), (0.0, 0.0))
     """
     _check_allreduce(allreduce)
     p = int(workers)
+    if allreduce == "threads":
+        from ..comm.threads import allreduce_meetings, allreduce_passes
+        return float(allreduce_meetings(p)), float(allreduce_passes(p) * n_bytes) if p > 1 else 0.0
     if allreduce == "shm":   # each worker's copy in and its share of the sum: the vector's bytes once
         from ..comm.shm import allreduce_meetings
         from ..config.registry import tail_length
@@ -159,6 +184,9 @@ def compressed_terms(workers: int, n_bytes: float, compression: str, *, compress
     p = int(workers)
     if gather and allreduce == "shm":   # the others' payloads read from their slots, one meeting set as the allreduce's
         return allreduce_terms(p, n_bytes, "shm")[0], float(p - 1) * b
+    if gather and allreduce == "threads":   # the same from the threads' slots, two meetings (`ThreadComm.allgather`)
+        from ..comm.threads import exchange_meetings
+        return float(exchange_meetings(p)), float(p - 1) * b
     if gather:
         return float(p - 1), float(p - 1) * b
     a, bb = allreduce_terms(p, b, allreduce)
@@ -180,6 +208,9 @@ def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: i
     a, b = allreduce_terms(p, n_bytes, allreduce)
     if allreduce == "shm":   # the peers' slots read after the same meetings as its allreduce (`ShmComm.neighbour_exchange`)
         return a / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
+    if allreduce == "threads":   # the peers' slots read between two meetings (`ThreadComm.neighbour_exchange`)
+        from ..comm.threads import exchange_meetings
+        return exchange_meetings(p) / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
     return d / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
 
 
@@ -198,7 +229,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         n_bytes: bytes of one parameter vector.
         tau: EASGD local steps between exchanges.
         round_size: LTFB steps between tournaments.
-        allreduce: "ring", "tree" or "dask_ring" (`ALLREDUCE_ALGORITHMS`).
+        allreduce: "ring", "tree", "dask_ring", "shm" or "threads" (`ALLREDUCE_ALGORITHMS`).
         sync_share: post_local_sgd's share of steps before its switch (averaging every step).
         compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
         topology: dpsgd's graph (`gossip_terms`).
@@ -412,6 +443,8 @@ def _worker_kinds(result: Any) -> dict[int, str]:
 
 def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | None:
     """One calibration point of a run: algorithm, workers, bytes, (A, B), mean comm_s per step.
+    (A, B) are the terms of what the run's transport does (`allreduce_of`: a real run's
+    shared memory or threads their barrier meetings; the ring otherwise).
 
     None when the run sent no network messages (see `exchange_terms`) or has no steps.
     """
@@ -429,7 +462,7 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), sync_share=share,
                            compression=cfg.get("compression") or "none", topology=cfg.get("topology") or "ring",
-                           **knobs)
+                           allreduce=allreduce_of(None if s.get("simulated") else s.get("comm")), **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
@@ -527,7 +560,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
         workers: P >= 1.
         batch_size: global batch B (b = B / P per worker; LTFB: B / K per trainer, one worker each).
         network: a NETWORKS name or "measured".
-        allreduce: "ring", "tree" or "dask_ring" (synchronous algorithms; `ALLREDUCE_ALGORITHMS`).
+        allreduce: "ring", "tree", "dask_ring", "shm" or "threads" (synchronous algorithms; `ALLREDUCE_ALGORITHMS`).
         tau, round_size, tournament_size: algorithm knobs.
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.

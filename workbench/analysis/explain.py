@@ -56,7 +56,7 @@ from .. import measure
 from ..config import ConfigError
 from ..config.registry import specs
 from ..measure import duration_text as _ms
-from .costmodel import BYTES_PER_PARAM, NETWORKS, compressed_terms, exchange_terms, n_params_of
+from .costmodel import BYTES_PER_PARAM, NETWORKS, allreduce_of, compressed_terms, exchange_terms, n_params_of
 
 MEASURE_ONE = "workbench explain ONE_WORKER_RUN THIS_RUN"   # what measures a lone run's 1-worker step
 TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
@@ -377,11 +377,11 @@ class Model:
 
 
 def _allreduce(n: RunSteps) -> str:
-    """The allreduce whose terms the run's exchange is read by: a real run's shared-memory
-    collective its own (`costmodel.allreduce_terms(..., "shm")`: its barrier meetings, one
-    for a pair with a small model, not the ring's 2 (P-1) messages); else the ring, as the
-    simulator charges it."""
-    return "shm" if n.comm == "shm" else "ring"
+    """The allreduce whose terms the run's exchange is read by (`costmodel.allreduce_of`): a
+    real run's shared-memory or threads collective its own (their barrier meetings: one for a
+    shm pair with a small model, else two; three for threads; not the ring's 2 (P-1)
+    messages); else the ring, as the simulator charges it."""
+    return allreduce_of(n.comm)
 
 
 def _terms(n: RunSteps) -> tuple[float, float]:
@@ -773,7 +773,7 @@ def _exchange_kind(model: Model, exchange: float, n: RunSteps) -> str:
     lat = float(model.x_alpha[0])
     if lat >= 0.5 * exchange:
         each = lat / model.a_terms if model.a_terms > 0 else lat
-        what = "barrier meeting" if _allreduce(n) == "shm" else "message"   # (shared memory meets, a ring sends)
+        what = "barrier meeting" if _allreduce(n) in ("shm", "threads") else "message"   # (shared memory meets, a ring sends)
         return (f" (latency: {model.a_terms:g} {what}{'s' if model.a_terms != 1 else ''} a step, {_ms(each)} each; "
                 f"{n.network}'s documented {_ms(model.alpha)})")
     return f" (bytes: {model.b_terms / 1e6:.3g} MB a step on {n.network})"

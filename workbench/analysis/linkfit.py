@@ -1,7 +1,10 @@
 """A link's alpha and beta from an exchange micro-benchmark, with uncertainty and bounds.
 
-The cost model charges an allreduce ``A alpha + B beta`` (`costmodel.exchange_terms`: the
-ring's message count and bytes). Fitting alpha and beta from whole training runs mixes
+The cost model charges an allreduce ``A alpha + B beta`` (`costmodel.exchange_terms`), with
+the terms of the transport that made the exchange (`costmodel.allreduce_terms`: the ring's
+2 (P-1) messages of n/P bytes, shared memory's barrier meetings, `shm.allreduce_meetings`,
+and its n bytes, the threads' 3 meetings), so a fitted alpha is the cost of what that
+transport does once: a message, or a meeting. Fitting alpha and beta from whole training runs mixes
 them with compute and waiting; here they come from timing the exchange alone
 (`exchange_benchmark`, shared memory between two Dask worker processes):
 
@@ -53,7 +56,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .costmodel import exchange_terms
+from .costmodel import _pattern, allreduce_terms, exchange_terms
 
 MEMCPY_FACTOR = 8.0          # shared-memory bandwidth is at least memcpy / this
 SIZES = (1_000, 4_000, 16_000, 32_000, 64_000, 128_000, 256_000)   # float32 elements of the exchanges
@@ -164,8 +167,24 @@ class LinkFit:
                 "range_bytes": list(self.range_bytes), "drift": self.drift}
 
 
-def _terms(table: pd.DataFrame, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
-    ab = [exchange_terms(algorithm, int(p), float(n)) for p, n in zip(table["workers"], table["n_bytes"])]
+def _terms(table: pd.DataFrame, algorithm: str, allreduce: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(A, B) of each row's exchange, by the transport that timed it: `allreduce` if given,
+    else the row's `allreduce` column (`exchange_benchmark`'s "shm"), else the ring. A bare
+    allreduce (sync_sgd's pattern) on shared memory takes its segment's path from the row's
+    `capacity` (elements) where the table has one (`shm.pair_path`), else from the vector."""
+    rows = table.to_dict("records")
+    bare = _pattern(algorithm) == "allreduce"
+    ab = []
+    for r in rows:
+        how = allreduce or r.get("allreduce") or "ring"
+        if not isinstance(how, str):   # (a NaN where rows of several tables were joined)
+            how = "ring"
+        p, n = int(r["workers"]), float(r["n_bytes"])
+        cap = r.get("capacity")
+        if bare and how == "shm" and cap is not None and math.isfinite(float(cap)):
+            ab.append(allreduce_terms(p, n, "shm", capacity=int(cap)))
+        else:
+            ab.append(exchange_terms(algorithm, p, n, allreduce=how))
     return np.array([a for a, _ in ab], dtype=float), np.array([b for _, b in ab], dtype=float)
 
 
@@ -215,30 +234,40 @@ def _se_of(t: pd.DataFrame) -> np.ndarray:
     return 0.05 * sec
 
 
-def fit_link(table: pd.DataFrame, memcpy_bps: float | None = None, algorithm: str = "sync_sgd") -> LinkFit:
+def fit_link(table: pd.DataFrame, memcpy_bps: float | None = None, algorithm: str = "sync_sgd",
+             allreduce: str | None = None) -> LinkFit:
     """alpha, beta (with standard errors, bounds, held-out error, verdict) from exchange timings.
 
     Args:
         table: one row per timed exchange size: n_bytes (of the vector), workers, seconds
             (a robust per-size time: `summarize_exchanges`' median), optionally se_s (its
-            standard error; without it every size counts at 5% of its time); at least 2 sizes.
+            standard error; without it every size counts at 5% of its time), allreduce (the
+            transport that timed it: "shm", "threads", "ring", ...; `ALLREDUCE_ALGORITHMS`)
+            and capacity (a shm segment's elements); at least 2 sizes.
         memcpy_bps: this machine's copy rate (`memcpy_rate`): bounds the bandwidth from below
             (memcpy / MEMCPY_FACTOR) and above (memcpy x MEMCPY_FACTOR).
-        algorithm: whose exchange pattern the timings are (default sync_sgd's ring allreduce).
+        algorithm: whose exchange pattern the timings are (default sync_sgd's allreduce).
+        allreduce: the transport of every row (its terms, `costmodel.allreduce_terms`);
+            None: each row's `allreduce` column, else the ring.
 
-    >>> p, alpha, beta = 2, 20e-6, 1 / 2e9
+    Four workers' shared-memory exchanges (2 meetings each, n bytes): the fit with shm's
+    terms recovers the link; with the ring's (6 messages of n/4 bytes each way) it would
+    read a meeting's cost as a sixth of it.
+
+    >>> p, alpha, beta = 4, 20e-6, 1 / 2e9
     >>> n = np.array([4e4, 4e5, 4e6, 4e7])
-    >>> A, B = 2 * (p - 1), 2 * (p - 1) / p * n
-    >>> t = pd.DataFrame({"n_bytes": n, "workers": p, "seconds": A * alpha + B * beta})
+    >>> t = pd.DataFrame({"n_bytes": n, "workers": p, "seconds": 2 * alpha + n * beta, "allreduce": "shm"})
     >>> f = fit_link(t)
     >>> round(f.alpha * 1e6, 3), round(f.bandwidth_gbps, 3), f.bounded, f.held_out_error < 1e-9
     (20.0, 2.0, '', True)
+    >>> round(fit_link(t, allreduce="ring").alpha * 1e6, 3)
+    6.667
     """
     t = table.dropna(subset=["seconds"])
     t = t[t["seconds"] > 0].reset_index(drop=True)
     if t["n_bytes"].nunique() < 2:
         raise ValueError(f"table: exchange timings at 2 or more sizes, got {t['n_bytes'].nunique()}")
-    A, B = _terms(t, algorithm)
+    A, B = _terms(t, algorithm, allreduce)
     se = _se_of(t)
     beta_max = MEMCPY_FACTOR / memcpy_bps if memcpy_bps else None
     beta_min = 1 / (MEMCPY_FACTOR * memcpy_bps) if memcpy_bps else 0.0
@@ -248,9 +277,9 @@ def fit_link(table: pd.DataFrame, memcpy_bps: float | None = None, algorithm: st
         for n in sorted(t["n_bytes"].unique()):
             keep = (t["n_bytes"] != n).to_numpy()
             train, test = t[keep], t[~keep]
-            At, Bt = _terms(train, algorithm)
+            At, Bt = _terms(train, algorithm, allreduce)
             a, b, *_ = _solve(At, Bt, train["seconds"].to_numpy(float), se[keep], beta_max, beta_min)
-            Ah, Bh = _terms(test, algorithm)
+            Ah, Bh = _terms(test, algorithm, allreduce)
             pred = Ah * a + Bh * b
             for measured, predicted in zip(test["seconds"], pred):
                 rows.append({"n_bytes": float(n), "measured_s": float(measured), "predicted_s": float(predicted),
@@ -263,12 +292,13 @@ def summarize_exchanges(raw: pd.DataFrame) -> pd.DataFrame:
     """Per size, the robust values `fit_link` fits, from every timed exchange.
 
     Args:
-        raw: one row per exchange: n_bytes, workers, round (which interleaved round), seconds.
+        raw: one row per exchange: n_bytes, workers, round (which interleaved round), seconds;
+            optionally allreduce and capacity (the transport and its segment), kept per row.
     Returns:
-        One row per (n_bytes, workers): seconds (the median of all its exchanges), se_s (the
-        median's standard error from the per-round medians' spread, MAD-based, so one slow
-        round moves it little and drift between rounds counts; from all exchanges when
-        there is one round), q25_s, q75_s, count, rounds.
+        One row per (n_bytes, workers; allreduce, capacity where given): seconds (the
+        median of all its exchanges), se_s (the median's standard error from the per-round
+        medians' spread, MAD-based, so one slow round moves it little and drift between
+        rounds counts; from all exchanges when there is one round), q25_s, q75_s, count, rounds.
 
     >>> raw = pd.DataFrame({"n_bytes": 8, "workers": 2, "round": [0, 0, 1, 1, 2, 2],
     ...                     "seconds": [1.0, 1.2, 1.1, 9.0, 1.0, 1.1]})
@@ -277,12 +307,13 @@ def summarize_exchanges(raw: pd.DataFrame) -> pd.DataFrame:
     (1.1, 6, 3)
     """
     rows = []
-    for (n, p), g in raw.groupby(["n_bytes", "workers"], sort=True):
+    keys = ["n_bytes", "workers"] + [k for k in ("allreduce", "capacity") if k in raw]
+    for key, g in raw.groupby(keys, sort=True):
         s = g["seconds"].to_numpy(float)
         per_round = g.groupby("round")["seconds"].median().to_numpy(float)
         spread, k = (per_round, len(per_round)) if len(per_round) >= 3 else (s, len(s))
         mad = float(np.median(np.abs(spread - np.median(spread))))
-        rows.append({"n_bytes": n, "workers": p, "seconds": float(np.median(s)),
+        rows.append({**dict(zip(keys, key)), "seconds": float(np.median(s)),
                      "se_s": MAD_TO_SE * mad / math.sqrt(k),
                      "q25_s": float(np.quantile(s, 0.25)), "q75_s": float(np.quantile(s, 0.75)),
                      "count": len(s), "rounds": len(per_round)})
@@ -329,7 +360,8 @@ def exchange_benchmark(client: Any, sizes: Sequence[int] = SIZES, budget_s: floa
     elements), interleaved in rounds for about `budget_s` seconds of exchanging (a warm-up
     round first, not kept; then two timed rounds size the rest of the budget): one row per size
     (`summarize_exchanges`: the median of the slower rank's times, its standard error,
-    quartiles, count, rounds). `raw`, if given, receives every exchange's row."""
+    quartiles, count, rounds; allreduce "shm" and the segment's capacity, which `fit_link`
+    reads its terms by: 2 meetings and n bytes each). `raw`, if given, receives every exchange's row."""
     import uuid
 
     from ..comm.shm import PAIR_MAX, allreduce_nbytes, create_segment, unlink_segment
@@ -368,7 +400,8 @@ def exchange_benchmark(client: Any, sizes: Sequence[int] = SIZES, budget_s: floa
         for plan, tt in zip(plans, times):
             per = len(sizes) * reps
             for i, (n, s) in enumerate(zip(plan, tt)):
-                rows.append({"n_bytes": 4 * n, "workers": 2, "round": r0 + i // per, "seconds": float(s)})
+                rows.append({"n_bytes": 4 * n, "workers": 2, "allreduce": "shm", "capacity": capacity,
+                             "round": r0 + i // per, "seconds": float(s)})
             r0 += len(plan) // per
     finally:
         client.submit(unlink_segment, name, workers=[peers[0]], pure=False).result()
@@ -378,7 +411,7 @@ def exchange_benchmark(client: Any, sizes: Sequence[int] = SIZES, budget_s: floa
 
 
 def fit_exchanges(raw: pd.DataFrame, memcpy_bps: float | None = None, blocks: int = BLOCKS,
-                  algorithm: str = "sync_sgd") -> LinkFit:
+                  algorithm: str = "sync_sgd", allreduce: str | None = None) -> LinkFit:
     """`fit_link` of every exchange's per-size summary (`summarize_exchanges`), plus the
     same fit on each of `blocks` consecutive blocks of rounds (`LinkFit.blocks`, `drift`):
     a link that moved during the benchmark says so in its verdict.
@@ -386,11 +419,12 @@ def fit_exchanges(raw: pd.DataFrame, memcpy_bps: float | None = None, blocks: in
     Args:
         raw: one row per exchange (n_bytes, workers, round, seconds), as `exchange_benchmark`'s `raw`.
     """
-    fit = fit_link(summarize_exchanges(raw), memcpy_bps=memcpy_bps, algorithm=algorithm)
+    fit = fit_link(summarize_exchanges(raw), memcpy_bps=memcpy_bps, algorithm=algorithm, allreduce=allreduce)
     rounds = np.sort(raw["round"].unique())
     if blocks >= 2 and len(rounds) >= 3 * blocks:           # at least 3 rounds a block
         for part in np.array_split(rounds, blocks):
-            b = fit_link(summarize_exchanges(raw[raw["round"].isin(part)]), memcpy_bps=memcpy_bps, algorithm=algorithm)
+            b = fit_link(summarize_exchanges(raw[raw["round"].isin(part)]), memcpy_bps=memcpy_bps, algorithm=algorithm,
+                         allreduce=allreduce)
             fit.blocks.append((b.alpha, b.beta))
     return fit
 

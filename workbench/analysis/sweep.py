@@ -402,18 +402,23 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
         link: a `linkfit.LinkFit` (`linkfit.benchmark_link(client)`): the calibrated link is
             then the benchmarked one, with its uncertainty (`costmodel.calibrate(link=)`).
     Returns:
-        (calibration, predicted table, mean relative error on the measured points).
+        (calibration, predicted table, mean relative error on the measured points). The
+        error reads the measured points with the terms of the transport they ran on
+        (`costmodel.allreduce_of`: shared memory's or threads' barrier meetings), as the
+        calibration does; the predicted curves are the standard ring's.
     """
     from . import costmodel
 
     cal = costmodel.calibrate(list(results), link=link)
+    ran_on = {costmodel.allreduce_of(None if r.summary.get("simulated") else r.summary.get("comm")) for r in results}
     top = max(64, 8 * max(workers))
     pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
     knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
              "optimizer": config.optimizer, "accumulate": config.accumulate}
     predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
                                   networks=[costmodel.MEASURED, network], **knobs)
-    _, error = costmodel.compare(cal, table, config.algorithm, **knobs)
+    measured = {"allreduce": ran_on.pop()} if len(ran_on) == 1 else {}
+    _, error = costmodel.compare(cal, table, config.algorithm, **knobs, **measured)
     return cal, predicted, error
 
 

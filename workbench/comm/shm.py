@@ -199,6 +199,21 @@ def allreduce_meetings(size: int, n: int) -> int:
     return 1 if pair_path(size, n) else 2
 
 
+def solo_copies(size: int) -> int:
+    """Copies of the buffer one allreduce makes in a group of one worker: 1 (the general
+    path's sum of its one row is a copy of its slot into the shared total; the engine and
+    `ShmComm` skip nothing at size 1; a contribution not written in the slot, `buffer`, as
+    sync_sgd's is, is copied in first: one more), and none beyond `allreduce_meetings` and the vector's
+    bytes for a larger group. Nobody to meet, so it costs a pass through host memory, not a
+    latency: the simulator charges it so (`sim.costs.SimCosts.allreduce_s`), the link's cost
+    model leaves it out.
+
+    >>> solo_copies(1), solo_copies(2)
+    (1, 0)
+    """
+    return 1 if size == 1 else 0
+
+
 def allreduce_nbytes(size: int, n: int, dtype: Any = np.float32) -> int:
     """Bytes of the segment an allreduce of `n` elements among `size` workers needs."""
     itemsize = np.dtype(dtype).itemsize

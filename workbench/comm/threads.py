@@ -14,6 +14,39 @@ from .roles import ChunkMaster
 ABORT_POLL_S = 0.5
 
 
+def allreduce_meetings(size: int) -> int:
+    """Barrier meetings (`ThreadGroup.wait`: every thread waits for every other) one
+    `ThreadComm.allreduce` among `size` threads takes: 3 (the slots filled, the sum made,
+    the sum copied by all), whatever P; 0 alone (a barrier of one waits for nobody). The
+    cost model charges each as one latency (`costmodel.allreduce_terms(..., "threads")`).
+
+    >>> allreduce_meetings(2), allreduce_meetings(8), allreduce_meetings(1)
+    (3, 3, 0)
+    """
+    return 3 if size >= 2 else 0
+
+
+def exchange_meetings(size: int) -> int:
+    """Barrier meetings of a `ThreadComm.allgather` or `neighbour_exchange`: 2 (the slots
+    filled, then read by all), 0 alone.
+
+    >>> exchange_meetings(4), exchange_meetings(1)
+    (2, 0)
+    """
+    return 2 if size >= 2 else 0
+
+
+def allreduce_passes(size: int) -> int:
+    """Passes over the vector on the longest thread's path through one allreduce: rank 0
+    reads every slot as it sums them (P), then each thread copies the sum out (1): P + 1.
+    The cost model charges them as the allreduce's bytes, (P + 1) n, from P = 2.
+
+    >>> allreduce_passes(2), allreduce_passes(4)
+    (3, 5)
+    """
+    return int(size) + 1
+
+
 class ThreadGroup:
     """Shared state of P thread workers; `comm(rank)` gives each its `Comm`."""
 

@@ -18,7 +18,7 @@ One `SimCosts` per run, from the config and the model:
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
   construction where both apply (a group of one on this host's shared memory, `shm`,
-  copies its buffer once, as the real ring does; the formula says 0); the partitions of one
+  copies its buffer once, as the real `comm.shm` does: `shm.solo_copies`; the formula says 0); the partitions of one
   chip sum by a tree through its memory (`shared_tree`, over the `mcdram` link); a server's update is its rule's passes over the
   parameters through host memory (`Optimizer.passes`; an elastic exchange three;
   `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
@@ -44,6 +44,7 @@ from ..comm.network import (
     shared_tree_allreduce_time,
     tree_allreduce_time,
 )
+from ..comm.shm import solo_copies
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 from ..maths.accumulate import micro_batches
 from ..maths.optim import update_passes
@@ -85,9 +86,11 @@ class SimCosts:
     rngs: list[np.random.Generator] = field(default_factory=list)
     calibration: dict | None = None             # the local profile's record (cpu_device local), for the summary
     charged_by: str = ""                        # how compute is charged, in a sentence (`check_charge`)
-    # this host's shared-memory ring (network shm): a group of one still copies the buffer into the
-    # ring's own (comm/ring.py), one pass through host memory; measured here 0.16-0.2 ms for 2.1 MB
-    # (1 real worker, 2026-12-02), which the ring formula (0 for one worker) left out
+    # this host's shared memory (network shm, a real run's `comm.shm.ShmComm`): a group of one meets
+    # nobody but still copies its slot into the shared total (`shm.solo_copies`), one pass through host
+    # memory; measured 0.12-0.13 ms for 2.1 MB against 0.14-0.16 ms for np.copyto, and a real one-worker
+    # sync_sgd run's comm_s 4 us a step at 9,616 floats (2026-12-07, load 7.9-8.7), which the link's
+    # formula (0 for one worker) leaves out
     solo_copy: bool = False
     accumulate: int = 1          # micro-batches a loss_and_grad is computed in (config.accumulate)
 
@@ -170,7 +173,7 @@ class SimCosts:
 
     def allreduce_s(self, workers: int, m: int) -> float:
         if workers <= 1:
-            return self.nbytes(m) / HOST_MEMORY_BYTES_PER_S if self.solo_copy else 0.0
+            return solo_copies(1) * self.nbytes(m) / HOST_MEMORY_BYTES_PER_S if self.solo_copy else 0.0
         return self._allreduce_fn()(workers, self.nbytes(m), self.network.alpha, self.network.beta)
 
     def _allreduce_fn(self) -> Any:
@@ -309,6 +312,8 @@ def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
     communication alone (the run line's `comm_fraction` is comm + wait over the steady
     window: another number). `saving` (sync_sgd's time over this run's) is None where either
     is 0 s: a run that exchanges nothing, or a cluster whose allreduce costs nothing, has no ratio.
+    `workers`: the cluster's; at 1 sync_sgd's "allreduce" meets nobody, and what it costs is a
+    copy of its buffer (`shm.solo_copies`, on this host's shared memory), or nothing.
 
     >>> s = {"sync_allreduce_s": 0.5, "steps": 10, "workers": [{}, {}],
     ...      "time_breakdown": {"compute_s": 4.0, "comm_s": 1.0, "wait_s": 0.0}}
@@ -323,7 +328,7 @@ def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
         return None
     comm, compute, wait = tb["comm_s"] / workers, tb["compute_s"] / workers, tb.get("wait_s", 0.0) / workers
     sync = per_step * steps
-    return {"comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 and sync > 0 else None,
+    return {"workers": workers, "comm_s": comm, "sync_sgd_comm_s": sync, "saving": sync / comm if comm > 0 and sync > 0 else None,
             "share": comm / (compute + comm + wait) if compute + comm + wait > 0 else 0.0,
             "sync_sgd_share": sync / (compute + sync) if compute + sync > 0 else 0.0}
 
@@ -331,7 +336,9 @@ def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:
 def comm_text(name: str, c: dict[str, Any]) -> str:
     """The CLI's "communication:" line of a simulated run, from `comm_against_sync`'s `c`:
     this run's communication beside sync_sgd's allreduce on the same cluster. A run that
-    exchanges nothing says so; a ratio only where both sides took time.
+    exchanges nothing says so; a ratio only where both sides took time. On one worker
+    sync_sgd's exchange meets nobody: the line says what it costs there (a copy of its
+    buffer, `shm.solo_copies`), not an allreduce to set beside it.
 
     >>> c = {"comm_s": 0.5, "sync_sgd_comm_s": 5.0, "saving": 10.0, "share": 0.2, "sync_sgd_share": 0.714}
     >>> comm_text("diloco", c)
@@ -339,11 +346,17 @@ def comm_text(name: str, c: dict[str, Any]) -> str:
     >>> comm_text("sgd", {**c, "comm_s": 0.0, "saving": None, "share": 0.0, "sync_sgd_comm_s": 1.69e-4,
     ...                   "sync_sgd_share": 0.02})
     "communication: sgd exchanges nothing; sync_sgd's allreduce on this cluster would take 0.000169 s (2%)"
+    >>> comm_text("sgd", {**c, "workers": 1, "comm_s": 0.0, "saving": None, "share": 0.0, "sync_sgd_comm_s": 1.69e-4,
+    ...                   "sync_sgd_share": 0.02})
+    'communication: sgd exchanges nothing; sync_sgd on this one worker would meet nobody, only copy its buffer: 0.000169 s (2%)'
     >>> comm_text("sgd", {**c, "comm_s": 0.0, "saving": None, "share": 0.0, "sync_sgd_comm_s": 0.0})
     'communication: sgd exchanges nothing'
     """
     sync = (f"sync_sgd's allreduce on this cluster would take {c['sync_sgd_comm_s']:.3g} s "
             f"({c['sync_sgd_share']:.0%})")
+    if c.get("workers") == 1:   # nobody to meet: what sync_sgd's exchange does alone (`shm.solo_copies`)
+        sync = (f"sync_sgd on this one worker would meet nobody, only copy its buffer: {c['sync_sgd_comm_s']:.3g} s "
+                f"({c['sync_sgd_share']:.0%})")
     if c["comm_s"] <= 0:   # nothing to set beside sync_sgd's but what sync_sgd's would cost
         return f"communication: {name} exchanges nothing" + (f"; {sync}" if c["sync_sgd_comm_s"] > 0 else "")
     own = f"communication: {name} {c['comm_s']:.3g} s per worker ({c['share']:.0%} of all its steps' booked time)"
