@@ -108,10 +108,11 @@ def test_every_reproduction_measures_its_spread_over_seeds(path):
 
 def _seed_oracle(per_seed: list[dict], margin: float, inclusive: bool) -> tuple[float, bool]:
     """The rule, recomputed from each seed's own verdict: median distance from the threshold
-    minus the larger of the margin and half the range of those distances."""
+    minus the larger of the margin and half the range of those distances, or, where that is
+    less, the nearest seed's distance minus the margin (every seed beyond the margin holds)."""
     d = sorted(v["by"] + margin for v in per_seed)
     med = d[len(d) // 2] if len(d) % 2 else (d[len(d) // 2 - 1] + d[len(d) // 2]) / 2
-    by = med - max(margin, (d[-1] - d[0]) / 2)
+    by = max(med - max(margin, (d[-1] - d[0]) / 2), d[0] - margin)
     return by, (by >= 0 if inclusive else by > 0)
 
 
@@ -359,7 +360,7 @@ def test_a_verdict_inside_its_spread_over_seeds_is_not_resolved(tmp_path):
     # steady: distances 1.0, 1.01, 1.02 from 1.0; median 1.01 - max(0.1, half the range 0.01)
     assert v["steady"]["held"] and v["steady"]["by"] == pytest.approx(0.91)
     assert v["steady"]["values"] == pytest.approx([2.0, 2.01, 2.02]) and v["steady"]["value"] == pytest.approx(2.01)
-    # noisy: distances 0.3, -0.2, 0.2: median 0.2 inside +-0.25 (half the range)
+    # noisy: distances 0.3, -0.2, 0.2: median 0.2 inside +-0.25 (half the range), seeds on both sides
     assert not v["noisy"]["held"] and v["noisy"]["resolved"] is False
     assert v["noisy"]["by"] == pytest.approx(0.2 - 0.25) and v["noisy"]["seed_spread"] == pytest.approx(0.25)
     assert v["noisy"]["spread"] == "over seeds 0-2: +-0.25 (0.8 to 1.3)" and v["noisy"]["spread_note"] == "stated"

@@ -29,8 +29,9 @@ file's `seeds` (`quick_seeds` in quick mode; `--seeds` overrides both), the firs
 DIR (its runs, figures and report), each other into DIR/seeds/seed-N/, every seed's own
 verdicts in DIR/seeds/seed-N/shape.json; DIR/shape.json is their combination
 (`analysis.shape.combine_seeds`): a verdict holds only when its median distance from the
-threshold exceeds both the notebook's margin and the range over the seeds, and one inside
-that range reads "not resolved" (and fails, exit 3).
+threshold exceeds both the notebook's margin and the range over the seeds, or when every
+seed's distance exceeds the margin; one inside that range, with seeds on both sides of the
+threshold, reads "not resolved" (and fails, exit 3).
 
 An expected shape's optional `paper` is the paper's number for it, as text ("87%",
 "5.3x"); the report's "paper vs simulated" table (`analysis.shape.paper_vs_measured`)
@@ -423,7 +424,8 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
              f"<h3>What we run</h3><p>{esc(exp.we_run)}{' (quick parameters)' if quick else ''}</p>"
              + (f"<p><b>Seeds:</b> {esc(', '.join(map(str, seeds)))}: the notebook ran once per seed; figures and "
                 f"runs are seed {seeds[0]}'s, and a verdict holds only when its median distance from the threshold "
-                "exceeds both its margin and the range over the seeds (else: not resolved).</p>"
+                "exceeds both its margin and the range over the seeds, or every seed's distance exceeds the margin "
+                "(else: not resolved, or did not hold).</p>"
                 if len(seeds) > 1 else "<p><b>Seeds:</b> one: the spread over seeds is not measured.</p>"
                 if seeds else "")
              + f"<h3>Expected shape: paper vs {ours}</h3>"
