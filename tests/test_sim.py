@@ -165,6 +165,27 @@ def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
     assert lost[0]["message"].endswith("was lost at 0.30 ms")   # in the unit that shows it (was "at 0.0s")
 
 
+@pytest.mark.parametrize("algorithm", ["async_sgd", "diloco"])
+def test_a_killed_virtual_workers_loss_carries_its_virtual_time_from_the_moment_it_is_seen(algorithm, monkeypatch):
+    """The monitor polls from its own thread: whenever it sees a simulated worker vanish, the
+    virtual second of the kill is already there. It was set a moment after the loss (by the
+    kill's callback), so a poll in between put the monitor's wall clock on the event:
+    faults_and_recovery's full run printed DiLoCo's worker "lost at 13.47 s" of a 0.9 s run."""
+    from workbench.execution.transports.base import Reports
+    seen: list[tuple[int, float | None]] = []
+    vanish = Reports.vanish
+
+    def watched(self, rank, *args, **kw):   # what a poll right after the loss would read
+        vanish(self, rank, *args, **kw)
+        seen.append((rank, self.lost_at.get(rank)))
+    monkeypatch.setattr(Reports, "vanish", watched)
+    extra = {"tau": 4, "elastic": True} if algorithm == "diloco" else {}
+    res = run(sim(algorithm, cpus=4, fail_worker="1@0.0003", steps=60, **extra))
+    assert seen == [(1, pytest.approx(0.0003))]
+    lost = [e for e in res.summary["events"] if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["time"] == pytest.approx(0.0003)
+
+
 def test_simulate_refuses_a_cluster():
     with pytest.raises(ConfigError, match="simulate"):
         run(sim("sync_sgd"), cluster="threads")

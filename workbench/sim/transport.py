@@ -627,7 +627,7 @@ class SimTransport(Transport):
                     # Lost, as a real worker is; but nothing here depends on when live batches
                     # happened to leave (wall time), so its whole log up to the kill is kept:
                     # a run with a kill is as deterministic as one without.
-                    self.reports.vanish(rank, getattr(exc, "workbench_steps", None))
+                    self.reports.vanish(rank, getattr(exc, "workbench_steps", None), at=proc.sched.now)
                     return
                 except Exception as exc:   # set-up failed before the loop could report it
                     result = failed_loop(exc)
@@ -691,7 +691,7 @@ class SimTransport(Transport):
         ctx.flush = paced
 
     def _killed(self, rank: int, proc: VProc) -> None:
-        self.reports.lost_at[rank] = proc.sched.now
+        # (when it was lost travels with the loss itself: `reports.vanish(..., at=)` in the loop's body)
         self.makespan = max(self.makespan, proc.t)
         state = self.server_state
         if isinstance(state, SimServerState) and "retire" in type(state.core).OPS:

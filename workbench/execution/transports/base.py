@@ -173,9 +173,14 @@ class Reports:
         with self.lock:
             self.results[rank] = result
 
-    def vanish(self, rank: int, steps: Any = None) -> None:
-        """`rank` vanished as a killed process does; `steps`: its records, where kept."""
+    def vanish(self, rank: int, steps: Any = None, at: float | None = None) -> None:
+        """`rank` vanished as a killed process does; `steps`: its records, where kept; `at`: when,
+        in the records' time, where the transport knows it. Set with the loss, under one lock: a
+        monitor polling between the two read the loss without its time and put its own wall
+        clock on the event (a simulated worker "lost at 13.47 s" of a 0.9 s virtual run)."""
         with self.lock:
+            if at is not None:
+                self.lost_at[rank] = at
             self.vanished.add(rank)
             if steps is not None:
                 self.results[rank] = {"status": "lost", "params": None, "steps": steps}
