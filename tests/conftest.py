@@ -114,3 +114,32 @@ def await_replacement(client, n: int, gone: str | None = None, timeout: float = 
         assert time.monotonic() < deadline, f"the scheduler still lists the killed worker {gone}"
         time.sleep(0.1)
     client.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))
+
+
+def start_scheduler(folder, *, timeout: float = 120, **popen):
+    """(process, address): `dask scheduler` on 127.0.0.1, on a port the system gives it as it
+    listens (`--port 0`), its address read from its scheduler file in `folder`. A port found
+    free first and handed to the scheduler stayed free only by luck: in the seconds the
+    scheduler takes to start on a busy machine, any process (the suite's other pytest process,
+    its workers and kernels) may be given the same port, and the scheduler then fails, or a
+    scheduler started at that port by another test gathers this test's workers. `popen`: the
+    Popen keywords (env, stdout, start_new_session, ...)."""
+    import json
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from pathlib import Path
+    file = Path(folder) / f"scheduler-{uuid.uuid4().hex[:8]}.json"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "dask"), "scheduler", "--host", "127.0.0.1",
+                             "--port", "0", "--no-dashboard", "--scheduler-file", str(file)], **popen)
+    deadline = time.monotonic() + timeout     # a hang guard: the file is written once it listens
+    while True:
+        try:
+            return proc, json.loads(file.read_text())["address"]
+        except (OSError, ValueError, KeyError):   # not there yet, or still being written
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the scheduler did not come up (exit status {proc.wait()})")
+        time.sleep(0.1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import await_replacement
+from conftest import await_replacement, start_scheduler
 
 from workbench.config import ConfigError, RunConfig
 from workbench.execution.cluster import connect, make_cluster, workers_of
@@ -176,14 +176,11 @@ def _free_port():
 @pytest.fixture(scope="module")
 def hand_started_cluster(tmp_path_factory):
     """`dask scheduler` and two `dask worker` processes, as a user would start them."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     bindir = Path(sys.executable).parent
     log = tmp_path_factory.mktemp("dask")
     env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": ""}
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT, env=env)]
-    time.sleep(1.0)
+    scheduler, address = start_scheduler(log, stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT, env=env)
+    procs = [scheduler]
     for i in range(2):
         procs.append(subprocess.Popen([str(bindir / "dask"), "worker", address, "--nthreads", "1",
                                        "--name", f"hand-{i}", "--host", "127.0.0.1", "--no-dashboard"],

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import start_scheduler
 
 import workbench as wb
 from workbench.config import ConfigError
@@ -16,12 +17,6 @@ from workbench.config import ConfigError
 pytestmark = pytest.mark.cluster
 
 DASK = str(Path(sys.executable).parent / "dask")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(address, names, log, prefix=()):
@@ -57,9 +52,8 @@ def _connect(address):
 def _cluster(log, *workers):
     """A scheduler on a free port and `workers`, each (names, prefix), started by hand, and a
     Client of the test's: yields (address, client); stops them all after."""
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
-                               "--no-dashboard"], stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)]
+    scheduler, address = start_scheduler(log, stdout=open(log / "s.log", "w"), stderr=subprocess.STDOUT)
+    procs = [scheduler]
     for names, prefix in workers:
         procs += _start(address, names, log, prefix=prefix)
     client = None
@@ -236,12 +230,10 @@ if __name__ == "__main__":
 def test_a_worker_without_workbench_is_named_as_such_and_left_out_when_enough_others_are_there(tmp_path, tiny):
     import sysconfig
 
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     script = tmp_path / "bare_worker.py"
     script.write_text(_BARE_WORKER)
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=open(tmp_path / "s.log", "w"), stderr=subprocess.STDOUT),
+    scheduler, address = start_scheduler(tmp_path, stdout=open(tmp_path / "s.log", "w"), stderr=subprocess.STDOUT)
+    procs = [scheduler,
              subprocess.Popen([sys.executable, "-S", str(script), sysconfig.get_paths()["purelib"], address,
                                "--nthreads", "1", "--no-nanny", "--name", "bare", "--host", "127.0.0.1",
                                "--no-dashboard"], cwd=tmp_path,

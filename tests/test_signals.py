@@ -12,16 +12,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import await_replacement
+from conftest import await_replacement, start_scheduler
 
 from workbench.config import RunConfig
 from workbench.util.private import private_dir
@@ -138,21 +138,13 @@ def summary_of(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ExternalCluster:
     """`dask scheduler` and two `dask worker` processes on 127.0.0.1 (one thread each)."""
 
     def __init__(self, workers: int = 2):
-        self.address = f"tcp://127.0.0.1:{free_port()}"
-        port = self.address.rsplit(":", 1)[1]
-        self.scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", port,
-                                           "--no-dashboard"], env=ENV, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True)
+        self.folder = tempfile.TemporaryDirectory(prefix="wb-external-")   # the scheduler's file
+        self.scheduler, self.address = start_scheduler(self.folder.name, env=ENV, stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.DEVNULL, start_new_session=True)
         self.workers = [subprocess.Popen([DASK, "worker", self.address, "--nthreads", "1", "--name", f"w{i}",
                                           "--no-dashboard", "--host", "127.0.0.1"], env=ENV,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -180,6 +172,7 @@ class ExternalCluster:
             except ProcessLookupError:
                 pass
             p.wait(timeout=30)
+        self.folder.cleanup()
 
 
 @pytest.fixture(scope="module")

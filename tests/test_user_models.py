@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import start_scheduler
 
 import workbench as wb
 from workbench.config import ConfigError, RunConfig
@@ -463,15 +463,11 @@ def outside(tmp_path_factory):
     from workbench.execution.cluster import connect
     site, elsewhere = tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("elsewhere")
     (site / "sitemodels.py").write_text(SITE_MODEL)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    address, dask = f"tcp://127.0.0.1:{port}", str(Path(sys.executable).parent / "dask")
+    dask = str(Path(sys.executable).parent / "dask")
     env = {**os.environ, "PYTHONPATH": str(site), "MALLOC_TRIM_THRESHOLD_": ""}
     log = open(elsewhere / "dask.log", "w")
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=elsewhere)]
-    time.sleep(1.0)
+    scheduler, address = start_scheduler(elsewhere, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=elsewhere)
+    procs = [scheduler]
     procs += [subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--name", f"outside-{i}", "--host",
                                 "127.0.0.1", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                cwd=elsewhere) for i in range(2)]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import await_replacement
+from conftest import await_replacement, start_scheduler
 
 import workbench as wb
 from workbench.config import ConfigError, RunConfig, registry
@@ -27,13 +27,6 @@ DASK = str(Path(sys.executable).parent / "dask")
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mixed_cluster(tmp_path_factory):
     """A scheduler, a worker running this checkout and one running a copy with a changed line."""
@@ -41,10 +34,9 @@ def mixed_cluster(tmp_path_factory):
     shutil.copytree(ROOT / "workbench", copy, ignore=shutil.ignore_patterns("__pycache__"))
     with open(copy / "maths" / "optim.py", "a") as f:
         f.write("\n# another checkout\n")
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
-                               "--no-dashboard"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)]
+    scheduler, address = start_scheduler(copy.parent, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True)
+    procs = [scheduler]
     for name, path in (("ours", str(ROOT)), ("other", str(copy.parent))):
         procs.append(subprocess.Popen([DASK, "worker", address, "--nthreads", "1", "--name", name, "--no-dashboard",
                                        "--host", "127.0.0.1"], env={**ENV, "PYTHONPATH": path}, cwd=str(copy.parent),
