@@ -237,6 +237,62 @@ def test_thread_workers_run_blas_on_one_thread_and_give_the_setting_back():
     assert [w["blas_threads"] for w in asked.summary["machine"]["workers"]] == [2, 2]
 
 
+def test_an_interrupt_after_should_stop_asked_stops_waiting_for_the_loops(monkeypatch):
+    # A sweep takes the first Ctrl-C as a stop request (should_stop, `api.interrupt_stops`) and
+    # raises the second: inside a run, that second one is the run's first interrupt, and it
+    # only asked again for a stop already asked. It now counts as asked again: the client
+    # stops waiting for loops that do not end (before, it took a third).
+    from types import SimpleNamespace
+
+    from workbench.execution import engine
+    from workbench.execution.engine import _Monitor
+    from workbench.execution.transports.base import Progress
+    from workbench.results.collect import Collector
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    monkeypatch.setattr(engine, "STOP_GRACE_S", 1e6)   # no deadline: only an interrupt cancels
+
+    class Stuck:   # loops that ignore the stop request; they end on their own after 400 polls
+        def __init__(self):
+            self.stops, self.cancelled, self.polls = [], False, 0
+
+        def live_rows(self):
+            return {}
+
+        def poll(self):
+            self.polls += 1
+            if self.stops and self.polls == 3:
+                os.kill(os.getpid(), signal.SIGINT)   # delivered before this call returns
+            return Progress()
+
+        def pending(self):
+            return not self.cancelled and self.polls < 400
+
+        def request_stop(self, why):
+            self.stops.append(why)
+
+        def finish(self):
+            return Progress()
+
+        def cancel(self):
+            self.cancelled = True
+
+    def raising(signum, frame):
+        raise KeyboardInterrupt("SIGINT")
+
+    setup = SimpleNamespace(size=1, spec=SimpleNamespace(sync=True), t0_wall=time.time())
+    loops = Stuck()
+    monitor = _Monitor(setup, loops, Collector(), should_stop=lambda: True)
+    old = signal.signal(signal.SIGINT, raising)
+    try:
+        monitor.watch()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert loops.stops == ["stop requested"]
+    assert loops.cancelled and loops.polls < 400
+
+
 def test_an_interrupt_in_the_client_loop_is_a_stop_request_and_loses_no_batch():
     # The CLI turns SIGTERM and SIGHUP into KeyboardInterrupt, as Python turns Ctrl-C and
     # Jupyter's "interrupt the kernel": raised inside the client's loop, it landed between two

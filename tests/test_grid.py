@@ -7,6 +7,9 @@ first run writes anything.
 """
 from __future__ import annotations
 
+import signal
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -229,3 +232,30 @@ def test_a_ctrl_c_between_runs_returns_what_ran(tmp_path):
     assert len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 1
     whole = wb.grid(BASE, {"lr": [0.05]}, cluster="threads", progress=False)
     assert whole.attrs["status"] == "completed"
+
+
+def test_a_ctrl_c_as_a_run_ends_keeps_that_run_and_starts_no_other(tmp_path, monkeypatch):
+    # (as the sweep's: a real SIGINT the moment a run returned, before the grid kept its row,
+    # dropped that run; now a first Ctrl-C is a stop request, `api.interrupt_stops`)
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    from workbench import api
+    real, ran = api.run, []
+
+    def run_then_ctrl_c(cfg, **kwargs):
+        result = real(cfg, **kwargs)
+        ran.append(cfg.lr)
+        if len(ran) == 1:
+            signal.raise_signal(signal.SIGINT)   # its handler runs before this call returns
+        return result
+    monkeypatch.setattr(api, "run", run_then_ctrl_c)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)   # (a background shell ignores SIGINT)
+    try:
+        table = wb.grid(BASE, {"lr": [0.05, 0.1]}, cluster="threads", out=tmp_path / "g", progress=False)
+    except KeyboardInterrupt:   # (caught: raised on, it would end the whole test session)
+        pytest.fail("the grid raised the KeyboardInterrupt")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert ran == [0.05]
+    assert table["runs"].tolist() == [1] and table.attrs["status"] == "stopped"
+    assert len(pd.read_csv(tmp_path / "g" / "grid_runs.csv")) == 1

@@ -603,3 +603,20 @@ def test_a_model_argument_without_a_value_is_refused_not_passed_as_empty_text():
                                           r"got 'width=3,k='$"):
         RunConfig(model="mymodels:Wrap", model_args="width=3,k=")
     assert RunConfig(model="mymodels:Wrap", model_args='k=""').model_args == {"k": ""}   # said so: kept
+
+
+@pytest.mark.parametrize("text", ["k=1,k=2", '{"k": 1, "k": 2}', '{"width": 3, "k": 1, "k": 2}'],
+                         ids=["pairs", "json", "json-later-key"])
+def test_a_model_argument_given_twice_is_refused_in_one_line(text):
+    # JSON's own reader took the last of a repeated key without a word (the pairs were refused already)
+    with pytest.raises(ConfigError, match=r"^model_args: .*each key once \(k is given twice\), got "):
+        RunConfig(model="mymodels:Wrap", model_args=text)
+    proc = cli("run", "--model", "mymodels:Wrap", "--model-args", text, "--steps", "1", "--no-progress")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        'error: model_args: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh, '
+        f"each key once (k is given twice), got {text!r}"], proc.stderr
+    with pytest.raises(ConfigError, match=r"^model_args: .*each key once \(k is given twice\)"):   # at any depth
+        RunConfig(model="mymodels:Wrap", model_args='{"inner": {"k": 1, "k": 2}}')
+    assert RunConfig(model="mymodels:Wrap", model_args='{"a": {"k": 1}, "b": {"k": 2}}').model_args == \
+        {"a": {"k": 1}, "b": {"k": 2}}   # the same key in two objects is two keys

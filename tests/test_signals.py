@@ -255,6 +255,90 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     # (and no shared memory: a run's segments are made once its cluster has started, after this)
 
 
+def foreground(**kw) -> dict:
+    """Popen arguments for a child started as a terminal starts a foreground job: its own
+    process group, SIGINT at its default (a shell's background job, which may have started
+    this test run, ignores SIGINT, and children inherit that)."""
+    return dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
+
+
+# A sitecustomize (first on the CLI's PYTHONPATH) that sends Ctrl-C to the process group the
+# moment `python -m workbench` starts importing MODULE: inside its own start-up imports,
+# before `cli.main` runs.
+CTRL_C_AT_IMPORT = """
+import os, signal, sys
+
+class CtrlCAtImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            sys.meta_path.remove(self)
+            os.killpg(0, signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCAtImport())
+"""
+
+
+@pytest.mark.parametrize("module", ["workbench.config", "workbench.apps.cli"])
+def test_ctrl_c_while_the_cli_imports_itself_is_one_line(tmp_path, module):
+    # Before: Python's KeyboardInterrupt traceback from inside the import, exit status -2.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"MODULE = {module!r}\n" + CTRL_C_AT_IMPORT)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
+                             *LONG, "--out", str(out)],
+                            **foreground(env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr                     # the code of a stopped run
+    assert stderr.splitlines() == ["stopped: interrupted before the run started"], stderr
+    assert stdout == "" and not out.exists()                # nothing had started
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, "processes left running"
+
+
+def importing_worker(cli_pid: int, timeout: float = 120) -> psutil.Process:
+    """The first worker process the CLI's local cluster spawned, once it is importing
+    third-party modules (it maps an extension module from site-packages: unpickling its
+    start imports Dask, seconds before the worker's own set-up runs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in family(cli_pid)[1:]:
+            try:
+                if "spawn_main" not in " ".join(child.cmdline()):
+                    continue
+                if any("site-packages" in m.path and ".so" in m.path for m in child.memory_maps(grouped=True)):
+                    return child
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        time.sleep(0.01)
+    raise AssertionError("no worker process started importing")
+
+
+def test_ctrl_c_while_a_worker_imports_dask_with_a_pythonpath_set_is_one_line(tmp_path):
+    # The workers ignore SIGINT from their first instruction (the spawn hook on their
+    # PYTHONPATH). Before, a PYTHONPATH in the environment (here: ENV's) won over the
+    # cluster's setting of it: the workers started without the hook, and a Ctrl-C while they
+    # imported Dask printed each one's KeyboardInterrupt traceback.
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
+                             *LONG, "--out", str(out)], **foreground(env=ENV))
+    worker = importing_worker(proc.pid)
+    ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", Path(f"/proc/{worker.pid}/status").read_text(), re.M)[1], 16)
+    os.killpg(proc.pid, signal.SIGINT)                      # as a terminal's Ctrl-C: the whole group
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert ignored & (1 << (signal.SIGINT - 1)), "the importing worker does not ignore SIGINT"
+    lines = [line for line in stderr.splitlines() if not line.startswith("note: SIGINT received")]
+    assert lines == [f"stopped: SIGINT before training started; nothing ran (run directory: {out}) (exit 1)"], stderr
+    assert summary_of(out)["status"] == "stopped" and summary_of(out)["steps"] == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout:
+        time.sleep(0.2)
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, "processes left running"
+
+
 def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
     # SIGTERM to every process (a batch system ending a job): local workers give the
     # client's stop TERM_GRACE_S to land before they exit, so no worker is reported lost.

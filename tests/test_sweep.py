@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 
 import pandas as pd
 import pytest
@@ -388,3 +390,36 @@ def test_a_ctrl_c_between_points_returns_what_finished_as_grid_does(tmp_path):
     assert (tmp_path / "s" / "w1" / "summary.json").is_file() and not (tmp_path / "s" / "w2").exists()
     whole = sweep(cfg, workers=[1, 2], cluster="threads", rounds=1, progress=False)
     assert whole.attrs["status"] == "completed"
+
+
+def test_a_ctrl_c_as_a_run_ends_keeps_that_run_and_starts_no_other(tmp_path):
+    # A real SIGINT (Python's own handler) the moment the first point's run has returned,
+    # before the sweep kept its row. Before, the KeyboardInterrupt landed there and the
+    # sweep returned an empty table (the finished run dropped); one landing after a run's
+    # loops had ended was taken by that run and the sweep went on to its next point. Now a
+    # first Ctrl-C is a stop request (`api.interrupt_stops`): the run is kept, none starts.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    from workbench.api import run
+    ran = []
+
+    def run_then_ctrl_c(cfg, **kwargs):
+        result = run(cfg, **kwargs)
+        ran.append(cfg.cpus)
+        if len(ran) == 1:
+            signal.raise_signal(signal.SIGINT)   # its handler runs before this call returns
+        return result
+    cfg = RunConfig(algorithm="sync_sgd", batch_size=64, steps=3, dataset="digits", seed=0)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)   # (a background shell ignores SIGINT)
+    try:
+        table = sweep(cfg, workers=[1, 2], cluster="threads", rounds=1, progress=False, out=tmp_path / "s",
+                      run_point=run_then_ctrl_c)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # its own handler is back
+    except KeyboardInterrupt:   # (caught: raised on, it would end the whole test session)
+        pytest.fail("the sweep raised the KeyboardInterrupt")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert ran == [1]
+    assert table.workers.tolist() == [1] and table.status.tolist() == ["completed"]
+    assert table.attrs["status"] == "stopped"
+    assert pd.read_csv(tmp_path / "s" / "sweep.csv").workers.tolist() == [1]

@@ -19,6 +19,10 @@ import sys as _sys
 if _sys.argv[:1] == ["-m"]:   # `python -m workbench`: an address space NumPy cannot even load into is one line
     from .util.limits import refuse_tiny_address_space
     refuse_tiny_address_space()
+from .util import startup as _startup  # noqa: E402  (standard library only)
+
+if _startup.launched_as_cli():   # the command line: a Ctrl-C during the imports below is one line
+    _startup.quiet_while_starting()
 
 from .config import ConfigError, RunConfig  # noqa: E402  (after the check above: it loads NumPy)
 

@@ -497,7 +497,8 @@ def grid(config: RunConfig | dict, values: Mapping[str, Sequence[Any]], seeds: S
     Returns:
         The table (a DataFrame); `analysis.grid.verdict_text(table, plan)` says it in words.
         `table.attrs["status"]`: "completed", or "stopped" (`should_stop`, a run stopped, or
-        a KeyboardInterrupt between runs: the table of the runs that ended).
+        a Ctrl-C: the table of the runs that ended; the first one is a stop request,
+        `interrupt_stops`).
     """
     from .analysis.grid import GridPlan
     if isinstance(config, dict):
@@ -529,9 +530,12 @@ def run_grid(plan: Any, cluster: Any = None, out: str | Path | None = None,
     rows: list[dict] = []
     table = pd.DataFrame()
     bar = sweep_bar(plan.n_runs, f"grid of {plan.config.algorithm}") if progress and bars_allowed() else None
+    whole = False
     try:
-        with _one_client(cluster, plan.config) as cluster:   # one client for every run (an address given)
-            whole = _grid_runs(plan, cluster, out, on_result, should_stop, bar, rows)
+        with interrupt_stops(should_stop) as stop, stops_on_interrupt() as interrupted, \
+                _one_client(cluster, plan.config) as cluster:   # one client for every run (an address given)
+            whole = _grid_runs(plan, cluster, out, on_result, stop, bar, rows)
+        whole = whole and not interrupted
     finally:
         if bar is not None:
             bar.close()
@@ -563,7 +567,7 @@ def _grid_runs(plan: Any, cluster: Any, out: str | Path | None, on_result: Any, 
     from .analysis.grid import combine, grid_row
     from .util.fileio import atomic_write
     with warnings_once(), stops_on_interrupt() as interrupted:   # each run's warnings once, not once a run
-        for seed in plan.seeds:
+        for seed in plan.seeds:   # (a first Ctrl-C is a stop request: `interrupt_stops`, in should_stop)
             for point in plan.points():
                 if should_stop is not None and should_stop():
                     return False
@@ -637,8 +641,8 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`;
         `table.attrs["status"]` is "completed", or "stopped" (`should_stop`, a run stopped,
-        or a KeyboardInterrupt while the cluster starts or between runs: the points that
-        ended are kept and written).
+        or a Ctrl-C, the first one taken as a stop request, `interrupt_stops`: the points
+        that ended are kept and written).
     Raises:
         ConfigError: a bad argument, before any run starts.
     """
@@ -648,6 +652,44 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
                       budget_s=budget_s)
     return run_sweep(plan, cluster=cluster, on_result=on_result, out=out, should_stop=should_stop,
                      progress=progress, run_point=run_point, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def interrupt_stops(should_stop: Callable[[], bool] | None) -> Iterator[Callable[[], bool]]:
+    """A sweep's or a grid's runs: the first Ctrl-C (a kernel's interrupt; SIGINT whose
+    handler raises KeyboardInterrupt) is taken as a stop request, as the CLI's sweep takes
+    it: noted, not raised. Yields the should_stop the sweep and each of its runs poll (the
+    caller's, or the interrupt): the run in progress stops and is kept, and no other starts.
+
+    Raised, the interrupt landed between two statements of whatever ran: a run that had just
+    ended was dropped before its row was kept, and one that landed after a run's loops had
+    ended was taken by that run (nothing left to stop) and the sweep went on to its next
+    point. A second interrupt is raised as usual (the run in progress stops waiting for its
+    loops; between runs `stops_on_interrupt` ends the sweep). Off the main thread, or where
+    SIGINT is not handled by Python code, the caller's should_stop is yielded as it is."""
+    import signal
+    import threading
+    got: list[str] = []
+
+    def stop() -> bool:
+        return bool(got) or (should_stop is not None and bool(should_stop()))
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield should_stop if should_stop is not None else (lambda: False)
+        return
+
+    def first_as_request(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except KeyboardInterrupt as exc:
+            if got:
+                raise
+            got.append(str(exc) or "KeyboardInterrupt")
+    signal.signal(signal.SIGINT, first_as_request)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -706,11 +748,17 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
     Returns:
         A pandas DataFrame, one row per worker count, with `SWEEP_COLUMNS`.
     """
+    import pandas as pd
+
+    from .analysis.sweep import SWEEP_COLUMNS
     stale = _claim_results(out, overwrite, "sweep")
-    with warnings_once(), _one_client(cluster, plan.config, plan.simulated) as cluster:
-        table, written, stopped = _run_sweep(plan, cluster, on_result, out, should_stop, progress, run_point)
-    whole = not stopped and len(table) and "status" in table and (table["status"] != "stopped").all() \
-        and not (should_stop is not None and should_stop())
+    table, written, stopped = pd.DataFrame(columns=list(SWEEP_COLUMNS)), set(), True
+    with interrupt_stops(should_stop) as stop, stops_on_interrupt(), warnings_once(), \
+            _one_client(cluster, plan.config, plan.simulated) as cluster:   # (a first Ctrl-C: a stop request)
+        table, written, stopped = _run_sweep(plan, cluster, on_result, out, stop, progress, run_point)
+        stopped = stopped or (should_stop is not None and bool(should_stop()))   # (the caller's; an interrupt
+        #                   during the last run, which ended all the same, leaves nothing unrun: completed, as grid's)
+    whole = not stopped and len(table) and "status" in table and (table["status"] != "stopped").all()
     table.attrs["status"] = "completed" if whole else "stopped"
     if out is not None and stale and whole:   # the earlier sweep's runs this one did not replace (a stopped
         #                                       sweep keeps them: it did not replace them yet)

@@ -510,7 +510,9 @@ def notes_as_lines() -> Iterator[None]:
 
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`main` once the command line is parsed: the command, with its exit status."""
+    from ..util.startup import STOPPED_BEFORE_START, started
     try:
+        started()   # a Ctrl-C is caught below from here (before: `util.startup`'s one line)
         if args.command == "algorithms":
             from ..config import ALGORITHMS  # loads the algorithm modules (numpy, pandas): only here
             width = max(map(len, ALGORITHMS))
@@ -593,7 +595,7 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:  # Ctrl-C while checking inputs: nothing had started, nothing to save
-        print("stopped: interrupted before the run started", file=sys.stderr)
+        print(STOPPED_BEFORE_START, file=sys.stderr)
         return EXIT_FAILED
     except (MemoryError, RuntimeError) as exc:   # an address space (ulimit -v) too small for what it met
         if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):

@@ -135,6 +135,20 @@ def short_repr(value: Any, limit: int = 120) -> str:
 _ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class _KeyTwice(Exception):
+    """A key a JSON object gives twice (its name in args[0]): `_each_key_once`."""
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice (at any depth)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _KeyTwice(key)
+        out[key] = value
+    return out
+
+
 def parse_model_args(v: Any) -> dict[str, Any] | None:
     """`model_args` as a dict of keyword arguments: a mapping (YAML, Python), JSON text, or
     `key=value` pairs separated by commas (each value read as YAML: numbers, true/false,
@@ -145,6 +159,10 @@ def parse_model_args(v: Any) -> dict[str, Any] | None:
     >>> parse_model_args('{"width": 64}')
     {'width': 64}
     >>> parse_model_args("k=1,k=2")
+    Traceback (most recent call last):
+    ...
+    ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh, each key once (k is given twice)
+    >>> parse_model_args('{"k": 1, "k": 2}')
     Traceback (most recent call last):
     ...
     ValueError: keyword arguments: a mapping, JSON {"width": 64} or width=64,act=tanh, each key once (k is given twice)
@@ -163,7 +181,9 @@ def parse_model_args(v: Any) -> dict[str, Any] | None:
         if text.startswith("{"):
             import json
             try:
-                v = json.loads(text)
+                v = json.loads(text, object_pairs_hook=_each_key_once)
+            except _KeyTwice as exc:   # JSON's own reading took the last of {"k": 1, "k": 2} without a word
+                raise ValueError(f"{allowed}, each key once ({exc.args[0]} is given twice)") from None
             except ValueError:
                 raise ValueError(allowed) from None
         else:

@@ -77,6 +77,18 @@ def _pristine_environ():
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _workers_environ():
+    """`_pristine_environ`, with the spawn hook in os.environ's own PYTHONPATH while the
+    workers spawn. The nanny copies `pre-spawn-environ` into os.environ, but a variable set
+    there already wins over that setting (distributed's `_get_env_variables`): with a
+    PYTHONPATH of the user's, the workers started without the hook and a Ctrl-C while they
+    imported Dask printed each one's KeyboardInterrupt traceback."""
+    with _pristine_environ():
+        os.environ.update(_spawn_hook_env())
+        yield
+
+
 def _preloads() -> list[str]:
     """The user's worker preloads plus ours (workers ignore the terminal's Ctrl-C)."""
     import dask
@@ -236,7 +248,7 @@ def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker:
     try:
         # a Ctrl-C while the workers start is held until the start ends (`interrupts_held`),
         # then raised here: what started is closed below
-        with interrupts_held(), dask.config.set(settings), _pristine_environ():
+        with interrupts_held(), dask.config.set(settings), _workers_environ():
             if n_gpus == 0:
                 cluster = nanny_keeping(LocalCluster)(
                     n_workers=cpus, threads_per_worker=threads_per_worker, processes=True, host="127.0.0.1",
@@ -356,7 +368,7 @@ def shared_gpu_cluster(gpu_workers: int, cpus: int = 0) -> Any:
     settings = {"distributed.nanny.pre-spawn-environ": {**_blas_env(DEFAULT_BLAS_THREADS), **_spawn_hook_env()},
                 "distributed.scheduler.allowed-failures": 0,
                 "distributed.worker.preload": _preloads(), **QUIET_WORKERS}
-    with dask.config.set(settings), _pristine_environ():
+    with dask.config.set(settings), _workers_environ():
         cluster = _mixed_cluster(gpu_workers, cpus, 1, "auto", devices=[0] * gpu_workers, security=local_security())
         client = Client(cluster, set_as_default=False, security=cluster.security)
     client.wait_for_workers(gpu_workers + cpus, timeout=120)

@@ -734,6 +734,11 @@ class _Monitor:
         transport = self.transport
         stop_deadline = stop_asked_at = None
         interrupts: list[str] = []
+        by_interrupt = False   # whether the stop was asked by an interrupt (else: should_stop, e.g. a
+        #                        sweep's first Ctrl-C, `api.interrupt_stops`: the next one is "asked again")
+
+        def asked_again() -> bool:
+            return len(interrupts) > 1 or (bool(interrupts) and self.stop_asked and not by_interrupt)
         with interrupts_as_requests(interrupts):
             try:
                 while True:
@@ -741,8 +746,9 @@ class _Monitor:
                     if interrupts and not self.stop_asked:
                         stop_asked_at = time.time()
                         stop_deadline = stop_asked_at + STOP_GRACE_S
+                        by_interrupt = True
                         self.ask_stop("KeyboardInterrupt", f"KeyboardInterrupt ({interrupts[0]})")
-                    elif len(interrupts) > 1:   # asked again: stop waiting for the loops
+                    elif asked_again():   # asked again: stop waiting for the loops
                         transport.cancel()
                         break
                     if not self.stop_asked and self.should_stop is not None and self.should_stop():
@@ -776,7 +782,7 @@ class _Monitor:
             self.take(transport.finish())   # loops that ended but were not reported yet
             expected = {r for r, res in self.results.items() if res.get("status") not in ("rescheduled", "lost")}
             deadline = time.time() + (0 if self.gone else DONE_TIMEOUT_S)
-            while not expected <= self.done and time.time() < deadline and len(interrupts) < 2:
+            while not expected <= self.done and time.time() < deadline and not asked_again():
                 time.sleep(MONITOR_S)
                 self.drain()
             self.drain()   # (an interrupt from here on: the loops have ended, nothing is left to stop)
