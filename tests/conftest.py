@@ -143,3 +143,29 @@ def start_scheduler(folder, *, timeout: float = 120, **popen):
             proc.kill()
             raise AssertionError(f"the scheduler did not come up (exit status {proc.wait()})")
         time.sleep(0.1)
+
+
+def shm_allreduce_phases(size: int, capacity: int, n: int) -> list[int]:
+    """Each rank's barrier phase after one `ShmComm.allreduce` of n ones among `size` ranks
+    (threads) on a segment of `capacity` elements: the meetings it really made (each `_arrive`
+    moves a rank's phase on by one)."""
+    import threading
+    import uuid
+
+    import numpy as np
+
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, capacity))
+    comms = [ShmComm(name, r, size, capacity) for r in range(size)]
+    try:
+        threads = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return [c.phase for c in comms]
+    finally:
+        for c in comms:
+            c.close()
+            c.shm.close()
+        unlink_segment(name)

@@ -477,26 +477,10 @@ def test_the_shm_allreduce_meets_as_often_as_its_count_says(size, n):
     """`shm.allreduce_meetings`, the count the cost model charges a latency for, against the
     barrier meetings `ShmComm.allreduce` really makes (each `_arrive` moves a rank's phase on
     by one): one for a pair with a small buffer, two otherwise, whatever P."""
-    import threading
-    import uuid
+    from conftest import shm_allreduce_phases
 
-    import numpy as np
-
-    from workbench.comm.shm import ShmComm, allreduce_meetings, allreduce_nbytes, create_segment, unlink_segment
-    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, n))
-    comms = [ShmComm(name, r, size, n) for r in range(size)]
-    try:
-        threads = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert [c.phase for c in comms] == [allreduce_meetings(size, n)] * size
-    finally:
-        for c in comms:
-            c.close()
-            c.shm.close()
-        unlink_segment(name)
+    from workbench.comm.shm import allreduce_meetings
+    assert shm_allreduce_phases(size, n, n) == [allreduce_meetings(size, n)] * size
 
 
 def test_a_shared_memory_run_is_charged_its_own_meetings_not_the_rings_messages(real_pair):

@@ -245,27 +245,11 @@ def test_the_benchmark_refuses_a_cluster_across_hosts_before_touching_a_worker()
 
 def _meetings(size, capacity, n):
     """The barrier meetings one `ShmComm.allreduce` of n elements really makes among `size`
-    workers on a segment of `capacity` (each `_arrive` moves a rank's phase on by one)."""
-    import threading
-    import uuid
-
-    from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
-    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(size, capacity))
-    comms = [ShmComm(name, r, size, capacity) for r in range(size)]
-    try:
-        ts = [threading.Thread(target=c.allreduce, args=(np.ones(n, dtype=np.float32),)) for c in comms]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(30)
-        phases = {c.phase for c in comms}
-        assert len(phases) == 1
-        return phases.pop()
-    finally:
-        for c in comms:
-            c.close()
-            c.shm.close()
-        unlink_segment(name)
+    workers on a segment of `capacity`."""
+    from conftest import shm_allreduce_phases
+    phases = set(shm_allreduce_phases(size, capacity, n))
+    assert len(phases) == 1
+    return phases.pop()
 
 
 @pytest.mark.parametrize("size, capacity", [(2, 16_000), (2, 300_000), (4, 300_000)])

@@ -134,6 +134,15 @@ def cpu_busy(procs: list[psutil.Process], seconds: float = 1.0) -> float:
     return total
 
 
+def assert_group_gone(pgid: int, timeout: float = 30) -> None:
+    """Nothing of a CLI's process group outlives it (its workers exit once their nanny closes
+    them): waits up to `timeout` for the group to empty."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).stdout:
+        time.sleep(0.2)
+    assert not subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).stdout, "processes left running"
+
+
 def summary_of(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -248,10 +257,7 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     assert lines == [f"stopped: SIGINT before training started; nothing ran (run directory: {out}) (exit 1)"], stderr
     assert summary_of(out)["status"] == "stopped" and summary_of(out)["steps"] == 0
     # nothing of the cluster outlives the CLI (its workers exit once their nanny closes them)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout:
-        time.sleep(0.2)
-    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, "processes left running"
+    assert_group_gone(proc.pid)
     # (and no shared memory: a run's segments are made once its cluster has started, after this)
 
 
@@ -333,10 +339,7 @@ def test_ctrl_c_while_a_worker_imports_dask_with_a_pythonpath_set_is_one_line(tm
     lines = [line for line in stderr.splitlines() if not line.startswith("note: SIGINT received")]
     assert lines == [f"stopped: SIGINT before training started; nothing ran (run directory: {out}) (exit 1)"], stderr
     assert summary_of(out)["status"] == "stopped" and summary_of(out)["steps"] == 0
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout:
-        time.sleep(0.2)
-    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, "processes left running"
+    assert_group_gone(proc.pid)
 
 
 def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
