@@ -188,7 +188,7 @@ def combine_seeds(per_seed: dict[int, list[dict[str, Any]]]) -> list[dict[str, A
             continue
         spread, med = (max(d) - min(d)) / 2, _median(d)
         # every seed beyond the margin holds too: one seed far out on the expected side widens the
-        # range (goyal_warmup's gradual-beats-constant: 0.07, 0.07 and 0.46 read "not resolved")
+        # range (goyal_warmup's gradual-beats-constant: 0.15, 0.07 and 0.46 read "not resolved")
         by = max(med - max(margin, spread), min(d) - margin)
         inclusive = bool(first.get("inclusive"))
         held = bool(by >= 0) if inclusive else bool(by > 0)
