@@ -220,6 +220,72 @@ def test_one_worker_on_shared_memory_is_charged_the_rings_copy():
     assert other == pytest.approx(np.zeros(len(other)), abs=1e-12)
 
 
+def _real_shm_pair_meetings(capacity: int, op=lambda c, n: c.allreduce(np.ones(n, np.float32))) -> int:
+    """Barrier meetings one allreduce (or `op`) of a pair on a real `ShmComm` takes (each `_arrive`
+    is one: its phase counter), two threads standing for the two worker processes."""
+    import threading
+    import uuid
+
+    from workbench.comm.shm import ShmComm, allreduce_nbytes, create_segment, unlink_segment
+    name = create_segment(f"wbt{uuid.uuid4().hex[:10]}", allreduce_nbytes(2, capacity))
+    comms = [ShmComm(name, r, 2, capacity) for r in range(2)]
+    try:
+        before = [c.phase for c in comms]
+        threads = [threading.Thread(target=op, args=(c, capacity)) for c in comms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        after = [c.phase for c in comms]
+        assert after[0] - before[0] == after[1] - before[1]
+        return after[0] - before[0]
+    finally:
+        for c in comms:
+            c.close()
+        unlink_segment(name)
+
+
+@pytest.mark.parametrize("model, kw", [("softmax", {}), ("mlp", {"hidden": [512]})], ids=["small", "large"])
+def test_a_simulated_pair_on_shared_memory_meets_as_often_as_the_real_shm_comm(model, kw):
+    # The simulator charged every allreduce on the shm network with the ring's 2 (P-1) latencies:
+    # 2 for a pair, where a real pair with a small segment meets once (`shm.pair_path`). Oracle:
+    # the meetings a real ShmComm pair makes on a segment of the run's capacity (the vector and the
+    # sync tail: `AlgorithmSpec.comm_elems`), counted, times the link's latency, plus the vector's
+    # bytes once (each worker's copy in and share of the sum); the two CPU workers compute alike,
+    # so a step's comm_s is the exchange alone.
+    from workbench.comm.network import NETWORKS
+    from workbench.config.registry import specs
+    cfg = sim("sync_sgd", cpus=2, steps=4, eval_every=10**9, network="shm", model=model, **kw)
+    costs, m = costs_of(cfg)
+    capacity = specs()["sync_sgd"].comm_elems(m.n_params, 2)
+    meetings = _real_shm_pair_meetings(capacity)
+    assert meetings == (1 if model == "softmax" else 2)        # the two paths, both exercised
+    link = NETWORKS["shm"]
+    want = meetings * link.alpha + costs.nbytes(capacity) * link.beta
+    got = run(cfg).steps["comm_s"].to_numpy()
+    assert got == pytest.approx(np.full(len(got), want), rel=1e-9)
+
+
+@pytest.mark.parametrize("hidden", [[16], [512]], ids=["small", "large"])
+def test_a_simulated_pairs_gather_and_gossip_on_shared_memory_meet_as_the_real_shm_comm(hidden):
+    # The same for the other exchanges through the slots: a compressed allgather and gossip's
+    # neighbour exchange were charged as network messages ((P-1) and d latencies); on shm they meet
+    # as often as the real ShmComm's allgather and neighbour_exchange (counted) and read the others'
+    # payloads, the peers' vectors.
+    from workbench.comm.network import NETWORKS
+    from workbench.config.registry import specs
+    cfg = sim("sync_sgd", cpus=2, network="shm", model="mlp", hidden=hidden)
+    costs, m = costs_of(cfg)
+    capacity = specs()["sync_sgd"].comm_elems(m.n_params, 2)
+    gather = _real_shm_pair_meetings(capacity, lambda c, n: c.allgather(np.ones(64, np.uint8)))
+    gossip = _real_shm_pair_meetings(capacity, lambda c, n: c.neighbour_exchange(np.ones(n, np.float32), [1 - c.rank]))
+    assert gather == gossip == (1 if capacity <= 16384 else 2)
+    link = NETWORKS["shm"]
+    assert costs.compressed_s(2, 64.0, gather=True) == pytest.approx(gather * link.alpha + 64.0 * link.beta, rel=1e-12)
+    vec = costs.nbytes(m.n_params)
+    assert costs.neighbour_s(2, 1, m.n_params) == pytest.approx(gossip * link.alpha + vec * link.beta, rel=1e-12)
+
+
 # ------------------------------------------------------------------------------ memory
 @pytest.mark.parametrize("algorithm, kw", [("sync_sgd", {}), ("diloco", {"tau": 2, "optimizer": "adamw"}),
                                            ("sync_sgd", {"compression": "topk", "compression_ratio": 0.1})],

@@ -83,6 +83,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     Network,
     message_time,
     ring_allreduce_time,
+    shm_terms,
     swap_allreduce_time,
     tree_allreduce_time,
     tree_levels,
@@ -124,6 +125,20 @@ def allreduce_of(comm: str | None) -> str:
     ('threads', 'shm', 'ring', 'ring')
     """
     return TRANSPORT_ALLREDUCE.get(str(comm), "ring")
+
+
+def run_allreduce(summary: dict[str, Any]) -> str:
+    """The allreduce whose terms a run's exchange is read by: a real run's transport's own
+    (`allreduce_of` its `comm`); a simulated run's what the simulator charged it
+    (`sim_allreduce`: "shm" on this host's shared memory, as `comm.shm` meets), else the
+    ring (a run saved before the simulator said so was charged the ring).
+
+    >>> run_allreduce({"comm": "shm"}), run_allreduce({"simulated": True, "comm": "sim", "sim_allreduce": "shm"})
+    ('shm', 'shm')
+    >>> run_allreduce({"simulated": True, "comm": "sim"}), run_allreduce({"simulated": True, "sim_allreduce": "tree"})
+    ('ring', 'ring')
+    """
+    return allreduce_of(summary.get("sim_allreduce") if summary.get("simulated") else summary.get("comm"))
 ALLREDUCES = tuple(ALLREDUCE_ALGORITHMS)
 
 
@@ -156,10 +171,9 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring",
         from ..comm.threads import allreduce_meetings, allreduce_passes
         return float(allreduce_meetings(p)), float(allreduce_passes(p) * n_bytes) if p > 1 else 0.0
     if allreduce == "shm":   # each worker's copy in and its share of the sum: the vector's bytes once
-        from ..comm.shm import allreduce_meetings
         from ..config.registry import tail_length
         elems = int(n_bytes // BYTES_PER_PARAM) + tail_length(p) if capacity is None else int(capacity)
-        return float(allreduce_meetings(p, elems)), float(n_bytes) if p > 1 else 0.0
+        return shm_terms(p, n_bytes, elems)
     if allreduce == "dask_ring" and p == 2:
         return 1.0, float(n_bytes)
     if allreduce in ("ring", "dask_ring"):
@@ -443,8 +457,9 @@ def _worker_kinds(result: Any) -> dict[int, str]:
 
 def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | None:
     """One calibration point of a run: algorithm, workers, bytes, (A, B), mean comm_s per step.
-    (A, B) are the terms of what the run's transport does (`allreduce_of`: a real run's
-    shared memory or threads their barrier meetings; the ring otherwise).
+    (A, B) are the terms of what the run's transport does (`run_allreduce`: a real run's
+    shared memory or threads their barrier meetings, and a simulated run's on the shm
+    network; the ring otherwise).
 
     None when the run sent no network messages (see `exchange_terms`) or has no steps.
     """
@@ -462,7 +477,7 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), sync_share=share,
                            compression=cfg.get("compression") or "none", topology=cfg.get("topology") or "ring",
-                           allreduce=allreduce_of(None if s.get("simulated") else s.get("comm")), **knobs)
+                           allreduce=run_allreduce(s), **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],

@@ -102,7 +102,8 @@ class RunSteps:
     machine_note: str | None
     free_cores: float | None = None   # the usable cores other processes (and steal) left the run; None: simulated
     window_note: str | None = None    # a steady window too short to time its rate (`measure.window_note`)
-    comm: str | None = None     # the collective a real run used (`summary["comm"]`: shm, dask, nccl, threads)
+    comm: str | None = None     # the collective a real run used (`summary["comm"]`: shm, dask, nccl, threads),
+    #                             or the allreduce a simulated one was charged (`summary["sim_allreduce"]`)
     busy_note: str | None = None   # a worker took on another client's tasks mid-run (`summary["busy_note"]`)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
 
@@ -260,7 +261,7 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
                     pattern=spec.pattern, config=cfg, n_bytes=n_bytes, network=network, sums=sums,
                     evaluated=evaluated, n_train=_n_train(cfg, rows, batch), eval_every=cfg.get("eval_every"),
                     contention_s=contention, per_rank=per_rank, machine_note=s.get("machine_note"),
-                    free_cores=_free_cores(s.get("machine")), comm=None if s.get("simulated") else s.get("comm"),
+                    free_cores=_free_cores(s.get("machine")), comm=s.get("sim_allreduce") if s.get("simulated") else s.get("comm"),
                     busy_note=s.get("busy_note"),
                     window_note=measure.window_note(s.get("steady"), bool(s.get("simulated"))))
 
@@ -380,7 +381,7 @@ def _allreduce(n: RunSteps) -> str:
     """The allreduce whose terms the run's exchange is read by (`costmodel.allreduce_of`): a
     real run's shared-memory or threads collective its own (their barrier meetings: one for a
     shm pair with a small model, else two; three for threads; not the ring's 2 (P-1)
-    messages); else the ring, as the simulator charges it."""
+    messages), and a simulated run's on the shm network alike (`costmodel.run_allreduce`); else the ring."""
     return allreduce_of(n.comm)
 
 

@@ -410,7 +410,7 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
     from . import costmodel
 
     cal = costmodel.calibrate(list(results), link=link)
-    ran_on = {costmodel.allreduce_of(None if r.summary.get("simulated") else r.summary.get("comm")) for r in results}
+    ran_on = {costmodel.run_allreduce(r.summary) for r in results}
     top = max(64, 8 * max(workers))
     pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
     knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,

@@ -87,6 +87,34 @@ def swap_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float)
     return ring_allreduce_time(workers, n_bytes, alpha, beta)
 
 
+def shm_terms(workers: int, n_bytes: float, capacity: int) -> tuple[float, float]:
+    """(A, B), time = A alpha + B beta, of an exchange through this host's shared memory
+    (`comm.shm.ShmComm`) among `workers` whose segment holds `capacity` elements: one
+    latency per barrier meeting (`shm.allreduce_meetings`: 1 for a pair with a small
+    segment, else 2; its allgather and neighbour exchange meet as often) and the `n_bytes`
+    each worker moves (an allreduce: the vector once, its copy in and its share of the
+    sum; a gather: the others' payloads it reads). Alone: nothing (the solo copy is a pass
+    through memory, `shm.solo_copies`, charged by the simulator apart). The cost model
+    (`allreduce="shm"`) and the simulator's shm network both charge these.
+
+    >>> shm_terms(2, 4000.0, 1006), shm_terms(2, 4000.0, 100_000), shm_terms(4, 4000.0, 1006), shm_terms(1, 9.0, 9)
+    ((1.0, 4000.0), (2.0, 4000.0), (2.0, 4000.0), (0.0, 0.0))
+    """
+    from .shm import allreduce_meetings
+    p = int(workers)
+    return float(allreduce_meetings(p, int(capacity))), float(n_bytes) if p > 1 else 0.0
+
+
+def shm_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float, capacity: int) -> float:
+    """An allreduce of `n_bytes` through this host's shared memory (`shm_terms`).
+
+    >>> round(shm_allreduce_time(2, 1e6, 1e-5, 1e-9, 9_616) * 1e6, 6), round(shm_allreduce_time(2, 1e6, 1e-5, 1e-9, 10**6) * 1e6, 6)
+    (1010.0, 1020.0)
+    """
+    a, b = shm_terms(workers, n_bytes, capacity)
+    return a * alpha + b * beta
+
+
 def tree_levels(workers: int) -> int:
     """Depth of a binary reduction tree over P workers: ceil(log2 P).
 

@@ -17,8 +17,12 @@ One `SimCosts` per run, from the config and the model:
   (loss, flags, timings); small messages (evaluation partials) are their own size;
 * communication: one message is alpha + n beta on the run's network; an allreduce is
   the cost model's ring (or tree) formula, so simulator and cost model agree by
-  construction where both apply (a group of one on this host's shared memory, `shm`,
-  copies its buffer once, as the real `comm.shm` does: `shm.solo_copies`; the formula says 0); the partitions of one
+  construction where both apply; on this host's shared memory (`shm`, what a real run
+  here uses: `comm.shm.ShmComm`) an allreduce, allgather or neighbour exchange is what
+  that transport does (`network.shm_terms`: a latency per barrier meeting,
+  `shm.allreduce_meetings`, 1 for a pair with a small segment, else 2, and the bytes each
+  worker moves), and a group of one copies its buffer once (`shm.solo_copies`; the
+  formula says 0); the partitions of one
   chip sum by a tree through its memory (`shared_tree`, over the `mcdram` link); a server's update is its rule's passes over the
   parameters through host memory (`Optimizer.passes`; an elastic exchange three;
   `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
@@ -42,10 +46,13 @@ from ..comm.network import (
     Network,
     ring_allreduce_time,
     shared_tree_allreduce_time,
+    shm_allreduce_time,
+    shm_terms,
     tree_allreduce_time,
 )
 from ..comm.shm import solo_copies
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
+from ..config.registry import specs, tail_length
 from ..maths.accumulate import micro_batches
 from ..maths.optim import update_passes
 from .profiles import ChipPartition
@@ -78,7 +85,7 @@ class SimCosts:
     network: Network
     jitter: float = 0.0
     seed: int = 0
-    allreduce: str = "ring"      # ring, tree, or shared_tree (the partitions of one chip)
+    allreduce: str = "ring"      # ring, tree, shared_tree (the partitions of one chip) or shm (this host)
     master_bw: float = HOST_MEMORY_BYTES_PER_S   # bytes/s of cgdp's host-side master (see make_costs)
     # passes over the parameters of a worker's optimiser update (maths.optim.update_passes of the
     # config's rule and momentum; a server's or cgdp master's update is charged by its own rule)
@@ -93,6 +100,9 @@ class SimCosts:
     # formula (0 for one worker) leaves out
     solo_copy: bool = False
     accumulate: int = 1          # micro-batches a loss_and_grad is computed in (config.accumulate)
+    # allreduce "shm": the elements the run's segment holds (`AlgorithmSpec.comm_elems` of the timing
+    # model's vector), which decide its path and so its meetings (`shm.pair_path`); 0: the vector + tail
+    shm_capacity: int = 0
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -106,6 +116,8 @@ class SimCosts:
         flops = np.array([f for _, _, f in reversed(tm.layers)], dtype=float)
         self._cum_params = np.concatenate([[0.0], np.cumsum(params) / params.sum()])
         self._cum_flops = np.concatenate([[0.0], np.cumsum(flops) / flops.sum()])
+        if not self.shm_capacity:
+            self.shm_capacity = tm.n_params + tail_length(len(self.devices))
 
     # ---------------------------------------------------------------- compute
     def compute(self, rank: int, samples: int) -> float:
@@ -174,22 +186,44 @@ class SimCosts:
     def allreduce_s(self, workers: int, m: int) -> float:
         if workers <= 1:
             return solo_copies(1) * self.nbytes(m) / HOST_MEMORY_BYTES_PER_S if self.solo_copy else 0.0
-        return self._allreduce_fn()(workers, self.nbytes(m), self.network.alpha, self.network.beta)
+        return self._allreduce(workers, self.nbytes(m))
 
-    def _allreduce_fn(self) -> Any:
-        return {"ring": ring_allreduce_time, "shared_tree": shared_tree_allreduce_time}.get(
+    def _allreduce(self, workers: int, n_bytes: float) -> float:
+        a, b = self.network.alpha, self.network.beta
+        if self.allreduce == "shm":
+            return shm_allreduce_time(workers, n_bytes, a, b, self.shm_capacity)
+        fn = {"ring": ring_allreduce_time, "shared_tree": shared_tree_allreduce_time}.get(
             self.allreduce, tree_allreduce_time)
+        return fn(workers, n_bytes, a, b)
+
+    def _shm_read(self, workers: int, n_bytes: float) -> float:
+        """An allgather or neighbour exchange through this host's shared memory reading
+        `n_bytes` of others' slots (`network.shm_terms`: its meetings are the allreduce's)."""
+        a, b = shm_terms(workers, n_bytes, self.shm_capacity)
+        return a * self.network.alpha + b * self.network.beta
+
+    def neighbour_s(self, workers: int, peers: int, m: int) -> float:
+        """Gossip's exchange of `m` floats with `peers` neighbours: a message to each on a
+        network, or (shm) the transport's meetings and the peers' slots read."""
+        if workers <= 1:
+            return 0.0
+        if self.allreduce == "shm":
+            return self._shm_read(workers, peers * self.nbytes(m))
+        return peers * self.message(self.nbytes(m))
 
     def compressed_s(self, workers: int, payload_bytes: float, gather: bool) -> float:
         """A compressed exchange: `payload_bytes` stand for a share of the configured model's
         vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
-        (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula)."""
+        (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula); on this
+        host's shared memory its meetings and the P - 1 payloads read, or its allreduce."""
         if workers <= 1:
             return 0.0
         b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
+        if gather and self.allreduce == "shm":
+            return self._shm_read(workers, (workers - 1) * b)
         if gather:
             return (workers - 1) * (self.network.alpha + b * self.network.beta)
-        return self._allreduce_fn()(workers, b, self.network.alpha, self.network.beta)
+        return self._allreduce(workers, b)
 
     def elastic_s(self, workers: int, m: int, host: bool) -> float:
         """Sync EASGD's exchange of `m` floats as SC'17's chain charges it: a binary-tree
@@ -294,10 +328,13 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     one_core = config.cpu_device in ("local", SIM_DEFAULT_CPU_DEVICE)
     master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
+    shm = default_network(config) == "shm"     # this host's shared memory (a link calibrated on it too)
+    spec = specs().get(config.algorithm)
     costs = SimCosts(devices, timing, model.n_params, network,
                      jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
                      update_passes=update_passes(config.optimizer, config.momentum, config.grad_clip),
-                     solo_copy=default_network(config) == "shm", accumulate=config.accumulate)
+                     solo_copy=shm, accumulate=config.accumulate, allreduce="shm" if shm else "ring",
+                     shm_capacity=spec.comm_elems(timing.n_params, len(kinds)) if spec else 0)
     costs.charged_by = charged_by
     return costs
 

@@ -184,10 +184,11 @@ class SimComm:
 
     def neighbour_exchange(self, vec: Any, peers: list[int]) -> dict[int, Any]:
         """Point-to-point: my vector to each peer and theirs to me, charged as len(peers)
-        messages of the vector, one after the other (one link per worker), once everyone
-        of the group has arrived (D-PSGD's exchanges are synchronous)."""
+        messages of the vector, one after the other (one link per worker), or on this host's
+        shared memory as its meetings and the peers' slots read (`SimCosts.neighbour_s`),
+        once everyone of the group has arrived (D-PSGD's exchanges are synchronous)."""
         c = self.group.costs
-        cost = len(peers) * c.message(c.nbytes(len(vec))) if self.size > 1 else 0.0
+        cost = c.neighbour_s(self.size, len(peers), len(vec))
         every = self.group.arrive(self.rank, self.proc, np.array(vec, copy=True), cost_s=cost, gather=True)
         return {j: every[j] for j in peers}
 
@@ -762,6 +763,9 @@ class SimTransport(Transport):
                 # what one sync_sgd step's gradient allreduce costs on this cluster (`costs.comm_against_sync`)
                 "sync_allreduce_s": self.costs.allreduce_s(len(self.setup.kinds), self.setup.n_params)
                 if self.costs is not None else None,
+                # the allreduce charged (`SimCosts.allreduce`): "shm" where the network is this host's
+                # shared memory, its meetings as `comm.shm`'s; read back by `costmodel.run_allreduce`
+                "sim_allreduce": self.costs.allreduce if self.costs is not None else None,
                 "sim_computes_per_pass": self.computes_per_pass(),
                 **({"cgdp_timeline": self.server_state.timeline()}
                    if isinstance(getattr(self, "server_state", None), SimChunkMasterState) else {})}
