@@ -79,6 +79,7 @@ from .. import measure
 from ..comm.network import (  # noqa: F401 - the network model's names, re-exported where they were
     HOST_LINK,
     HOST_MEMORY_BYTES_PER_S,
+    MEASURED,
     NETWORKS,
     Network,
     message_time,
@@ -95,7 +96,6 @@ from ..maths.optim import update_passes
 BYTES_PER_PARAM = 4  # float32
 
 
-MEASURED = "measured"           # the network name of calibrated alpha / beta
 
 # The allreduce each name charges (A alpha + B beta, `allreduce_terms`); "ring" is what the simulator
 # charges and what `explain` counts messages by

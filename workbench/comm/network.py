@@ -25,6 +25,8 @@ class Network:
     note: str = ""
 
 
+MEASURED = "measured"           # the network name of alpha / beta calibrated on this machine's runs
+
 # Orders of magnitude, for "what if"; calibrate from a run on the real network to replace them.
 NETWORKS: dict[str, Network] = {
     "shm": Network("shm", 20e-6, 1 / 2e9,

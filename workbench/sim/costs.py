@@ -43,6 +43,7 @@ import numpy as np
 
 from ..comm.network import (
     HOST_MEMORY_BYTES_PER_S,
+    MEASURED,
     Network,
     ring_allreduce_time,
     shared_tree_allreduce_time,
@@ -328,7 +329,9 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
     one_core = config.cpu_device in ("local", SIM_DEFAULT_CPU_DEVICE)
     master = HOST_MEMORY_BYTES_PER_S if one_core else profiles.DEVICES[config.cpu_device].mem_bw
     network = link if link is not None else profiles.network_named(default_network(config))
-    shm = default_network(config) == "shm"     # this host's shared memory (a link calibrated on it too)
+    # this host's shared memory: its own charge, also with a link calibrated on it; a link given
+    # by name (a "wan" of 1 ms a message, say) is charged the ring, as any network
+    shm = default_network(config) == "shm" and (link is None or link.name in ("shm", MEASURED))
     spec = specs().get(config.algorithm)
     costs = SimCosts(devices, timing, model.n_params, network,
                      jitter=config.jitter, seed=config.seed, master_bw=master, calibration=record,
