@@ -44,7 +44,17 @@ import math
 import numpy as np
 
 from ..config import DEFAULT_GPT
-from .models import Array, GradReady, Layer, Model, _positive_int, _type_name, _Workspace, get_array_module
+from .models import (
+    Array,
+    GradReady,
+    Layer,
+    Model,
+    _positive_int,
+    _type_name,
+    _Workspace,
+    get_array_module,
+    stacked_calls,
+)
 
 LN_EPS = 1e-5                       # GPT-2's LayerNorm epsilon
 GELU_C = math.sqrt(2.0 / math.pi)   # the tanh approximation of GELU (GPT-2's)
@@ -52,7 +62,6 @@ GELU_A = 0.044715
 INIT_STD = 0.02                     # GPT-2: N(0, 0.02) weights; residual projections / sqrt(2 L)
 INIT_STD_POS = 0.01                 # GPT-2's position embedding
 BLOCK_ELEMENTS = 1 << 15            # elementwise chains run over blocks of this many (128 KiB of float32)
-_INITS: dict[tuple, np.ndarray] = {}
 
 
 class GPT(Model):
@@ -116,22 +125,15 @@ class GPT(Model):
         Returns:
             (n_params,) float32 NumPy array.
         """
-        key = (self._arch(), seed)
-        cached = _INITS.get(key)
-        if cached is not None:
-            return cached.copy()
-        rng = np.random.default_rng(seed)
-        params = np.zeros(self.n_params, np.float32)
+        return super().init(seed)
+
+    def _draw(self, rng: np.random.Generator, params: np.ndarray) -> None:
         for layer in self.layers:
             init = self._init_spec[layer.name]
             if init == "ones":
                 params[layer.start:layer.stop] = 1.0
             elif init:
                 params[layer.start:layer.stop] = rng.standard_normal(layer.size, dtype=np.float32) * np.float32(init)
-        if len(_INITS) >= 4:
-            _INITS.pop(next(iter(_INITS)))
-        _INITS[key] = params.copy()
-        return params
 
     def loss_and_grad(self, params: Array, X: Array, y: Array, grad_out: Array | None = None,
                       on_grad_ready: GradReady | None = None) -> tuple[float, Array]:
@@ -193,13 +195,7 @@ class GPT(Model):
         Returns:
             (K,) the mean loss of each slice, params' dtype.
         """
-        xp = get_array_module(X)
-        K = int(X.shape[0])
-        losses = xp.empty(K, dtype=params.dtype)
-        for k in range(K):
-            p = params if params.ndim == 1 else params[k]
-            losses[k] = self.loss_and_grad(p, X[k], y[k], grad_out=grad_out[k])[0]
-        return losses
+        return stacked_calls(self.loss_and_grad, params, X, y, grad_out)
 
     def layer_flops(self) -> list[tuple[str, int, float]]:
         """(group, parameters, forward FLOPs of one sequence of `context` tokens) of each layer

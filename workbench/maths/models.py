@@ -94,6 +94,21 @@ class Layer:
 _INITS: dict[tuple, np.ndarray] = {}   # Model.init's last few vectors (architecture, seed) -> a private copy
 
 
+def stacked_calls(loss_and_grad: Callable[..., tuple[Any, Any]], params: Any, X: Any, y: Any,
+                  grad_out: Any) -> Any:
+    """K plain `loss_and_grad(p, X[k], y[k], grad_out=grad_out[k])` calls, one per slice
+    (`params` one row each, or one vector shared): the simulator's batched paths for a model
+    that does not stack its own passes, bitwise the calls made one by one. Returns the (K,)
+    losses in grad_out's dtype."""
+    xp = get_array_module(X)
+    K = int(X.shape[0])
+    losses = xp.empty(K, dtype=grad_out.dtype)
+    for k in range(K):
+        p = params if params.ndim == 1 else params[k]
+        losses[k] = loss_and_grad(p, X[k], y[k], grad_out=grad_out[k])[0]
+    return losses
+
+
 class _Workspace:
     """Scratch arrays for one (batch size, xp, dtype); allocated on first use, then reused."""
 
@@ -165,16 +180,20 @@ class Model:
         cached = _INITS.get(key)
         if cached is not None:        # the same vector again (a simulated cluster's 1024 replicas): a copy
             return cached.copy()
-        rng = np.random.default_rng(seed)
         params = np.zeros(self.n_params, np.float32)
-        for layer in self.layers:
-            std = self._init_std[layer.name]
-            if std:
-                params[layer.start:layer.stop] = rng.standard_normal(layer.size, dtype=np.float32) * np.float32(std)
+        self._draw(np.random.default_rng(seed), params)
         if len(_INITS) >= 4:
             _INITS.pop(next(iter(_INITS)))
         _INITS[key] = params.copy()
         return params
+
+    def _draw(self, rng: np.random.Generator, params: np.ndarray) -> None:
+        """Fill the zeroed `params` with this architecture's initial draw from `rng`
+        (`init` keeps the last few vectors)."""
+        for layer in self.layers:
+            std = self._init_std[layer.name]
+            if std:
+                params[layer.start:layer.stop] = rng.standard_normal(layer.size, dtype=np.float32) * np.float32(std)
 
     def views(self, params: Array) -> dict[str, Array]:
         """Named, reshaped views into `params` (no copies: writing a view writes `params`).

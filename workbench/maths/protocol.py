@@ -52,7 +52,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..usercode import UserCodeError, code_record, is_factory, resolve, token_of
-from .models import Layer, Model, ModelError, get_array_module
+from .models import Layer, Model, ModelError, get_array_module, stacked_calls
 
 __all__ = ["ModelError", "ModelProtocol", "ProtocolModel", "as_model", "build_model", "check_model", "model_record",
            "needs_layers"]
@@ -193,13 +193,7 @@ class ProtocolModel:
     def loss_and_grad_stacked(self, params: Any, X: Any, y: Any, grad_out: Any) -> Any:
         """K plain `loss_and_grad` calls, one per row of X (params one row each or shared):
         the simulator's batched paths, bitwise the calls made one by one."""
-        xp = get_array_module(X)
-        K = int(X.shape[0])
-        losses = xp.empty(K, dtype=grad_out.dtype)
-        for k in range(K):
-            p = params if params.ndim == 1 else params[k]
-            losses[k] = self.loss_and_grad(p, X[k], y[k], grad_out=grad_out[k])[0]
-        return losses
+        return stacked_calls(self.loss_and_grad, params, X, y, grad_out)
 
     def predict(self, params: Any, X: Any) -> Any:
         """The model's predicted class of each row of X."""
