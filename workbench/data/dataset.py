@@ -117,15 +117,21 @@ def is_text_path(name: object) -> bool:
 
 
 @dataclass(frozen=True)
-class TextFileInfo(DatasetInfo):
-    """The entry of a text file given as the dataset (`text.text_dataset`): its shape needs
-    the file (its characters and vocabulary, read once per version of the file)."""
+class FileInfo(DatasetInfo):
+    """The entry of a file of the user's given as the dataset: its shape needs the file
+    (read once per version of it), and nothing in it is generated."""
 
     path: str = ""
 
     @property
     def generated(self) -> bool:
         return False
+
+
+@dataclass(frozen=True)
+class TextFileInfo(FileInfo):
+    """The entry of a text file given as the dataset (`text.text_dataset`): its characters
+    and vocabulary make its shape."""
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
               test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:

@@ -53,7 +53,7 @@ from .dataset import (
     SPLIT_SEED,
     DataError,
     Dataset,
-    DatasetInfo,
+    FileInfo,
     Shape,
     _check_fraction,
     _n_test,
@@ -439,15 +439,9 @@ def file_shape(path: str, test_fraction: float = 0.2, label_column: str | None =
 
 
 @dataclass(frozen=True)
-class ArrayFileInfo(DatasetInfo):
+class ArrayFileInfo(FileInfo):
     """The entry of a data file of the user's given as the dataset (`dataset.dataset_info`):
-    its shape needs the file (the arrays' headers and labels, read once per version of it)."""
-
-    path: str = ""
-
-    @property
-    def generated(self) -> bool:
-        return False
+    the arrays' headers and labels make its shape."""
 
     def shape(self, n_samples: int = 10000, n_features: int = 64, n_classes: int = 10,
               test_fraction: float = 0.2, context: int = 64, label_column: str | None = None) -> Shape:
