@@ -390,6 +390,8 @@ def note(state: dict[str, Any] | None) -> str | None:
     'other processes used 1.6 of 2 cores during this run: its throughput measures the machine, not the algorithm'
     >>> note({"cores": 2, "other_cores": 0.05, "steal_cores": 0.3})
     'the hypervisor took 0.3 of 2 cores (steal) during this run: its throughput measures the machine, not the algorithm'
+    >>> note({"cores": 1, "other_cores": 0.8, "steal_cores": 0.0}).split(":")[0]   # a Binder pod's one CPU
+    'other processes used 0.8 of 1 core during this run'
     >>> note({"cores": 2, "other_cores": 0.1, "steal_cores": 0.0}) is None
     True
     >>> note({"cores": 2, "other_cores": 1.6, "steal_cores": 0.0, "workers_elsewhere": 2})
@@ -413,12 +415,12 @@ def note(state: dict[str, Any] | None) -> str | None:
     if others is None:   # no /proc/stat: only the load says something
         load = state.get("load_before")
         if load is not None and load >= cores * (1 - OTHERS_NOTICEABLE):
-            return (f"the load average was {load:.1f} before this run on {cores} cores "
+            return (f"the load average was {load:.1f} before this run on {cores} core{'s' if cores != 1 else ''} "
                     f"(this system does not say who used them)")
         return None
-    parts = []
+    parts, of = [], f"{cores} core{'s' if cores != 1 else ''}"
     if others >= limit:
-        parts.append(f"other processes used {others:.1f} of {cores} cores")
+        parts.append(f"other processes used {others:.1f} of {of}")
     if steal is not None and steal >= limit:
-        parts.append(f"the hypervisor took {steal:.1f} of {cores} cores (steal)")
+        parts.append(f"the hypervisor took {steal:.1f} of {of} (steal)")
     return f"{' and '.join(parts)} {tail}" if parts else None
