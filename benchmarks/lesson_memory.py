@@ -3,7 +3,7 @@ CPU, the memory of its whole process tree (the kernel, the Dask scheduler in it,
 nannies, the workers, the fork server) sampled while it runs.
 
     python benchmarks/lesson_memory.py [--notebooks quickstart,sim_sc17] [--full] [--cpu 0]
-                                       [--interval 0.25] [--out lesson_memory.csv]
+                                       [--interval 0.25] [--out lesson_memory.csv] [--keep DIR]
 
 Each notebook runs in a child process pinned to one CPU (`os.sched_setaffinity`, as
 `taskset -c 0` does; Dask reads that affinity as the machine's core count, as it reads
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,8 +64,9 @@ def _tree_memory(driver: psutil.Process) -> tuple[int, int, int]:
     return rss, pss, n
 
 
-def measure(notebook: Path, full: bool, cpu: int, interval: float) -> dict:
-    """Run one notebook pinned to `cpu` and return its peaks."""
+def measure(notebook: Path, full: bool, cpu: int, interval: float, keep: Path | None = None) -> dict:
+    """Run one notebook pinned to `cpu` and return its peaks; `keep`: a folder to copy the
+    executed notebook into (its outputs: what the lesson printed on one CPU)."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix=f"wb-mem-{notebook.stem}-") as tmp:
         out = Path(tmp) / "out"
@@ -93,6 +95,9 @@ def measure(notebook: Path, full: bool, cpu: int, interval: float) -> dict:
         stop.set()
         sampler.join()
         wall = time.perf_counter() - t0
+        if keep is not None and executed.exists():
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(executed, keep / executed.name)
     return {"notebook": notebook.stem, "mode": "full" if full else "quick", "ok": driver.returncode == 0,
             "peak_rss_mb": round(peak["rss"] / 2**20), "peak_pss_mb": round(peak["pss"] / 2**20),
             "processes": peak["processes"], "wall_s": round(wall, 1), "load_before": round(load, 2),
@@ -106,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=0, help="the one CPU the lesson may use")
     parser.add_argument("--interval", type=float, default=0.25, help="seconds between samples")
     parser.add_argument("--out", default="lesson_memory.csv", help="CSV of the rows")
+    parser.add_argument("--keep", type=Path, help="a folder to keep the executed notebooks in")
     args = parser.parse_args(argv)
     paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
     if args.notebooks:
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'notebook':<26} {'mode':<5} {'rss MB':>7} {'pss MB':>7} {'procs':>5} {'wall s':>7} {'load':>5}  ok",
           flush=True)
     for path in paths:
-        row = measure(path, args.full, args.cpu, args.interval)
+        row = measure(path, args.full, args.cpu, args.interval, args.keep)
         rows.append(row)
         print(f"{row['notebook']:<26} {row['mode']:<5} {row['peak_rss_mb']:>7} {row['peak_pss_mb']:>7} "
               f"{row['processes']:>5} {row['wall_s']:>7} {row['load_before']:>5}  {row['ok']} {row['error']}", flush=True)

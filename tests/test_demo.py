@@ -35,6 +35,32 @@ def test_the_demos_warm_up_run_is_labelled_and_draws_no_bar(monkeypatch, capsys)
     assert "warming both workers up (a 2-step run, not measured)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_on_one_core_the_speedup_line_says_the_workers_shared_it(monkeypatch, capsys, tmp_path, cores):
+    """Binder's one CPU: the 2 workers take turns on it, so the speed-up cannot pass 1x. Each
+    run's notes said so, the headline (0.84x, "parallel efficiency 42%" on 1 core,
+    2026-12-07) did not; on 2 cores nothing is added."""
+    import pandas as pd
+
+    from workbench import api
+    from workbench.apps import demo
+    from workbench.execution import cluster
+    from workbench.util import machine
+    row = {"samples_per_s": 8000.0, "samples_per_s_lo": 7600.0, "samples_per_s_hi": 9300.0, "rounds": 3,
+           "spread": 0.1, "resolution_note": None, "speedup": 1.0}
+    table = pd.DataFrame([row, {**row, "samples_per_s": 6800.0, "speedup": 0.85}])
+    monkeypatch.setattr(cluster, "make_cluster", lambda **kw: "a client")
+    monkeypatch.setattr(cluster, "close_client", lambda client: None)
+    monkeypatch.setattr(api, "run", lambda config, **kw: None)
+    monkeypatch.setattr(demo, "compare_workers", lambda *a, **kw: (table, ["completed", "completed"]))
+    monkeypatch.setattr(machine, "usable_cores", lambda: cores)
+    assert main(["--out", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    headline = out[out.index("speed-up, 2 workers over 1: 0.85x"):]
+    said = "note: this speed-up is the machine's, not sync_sgd's: 2 CPU workers on 1 core of this host"
+    assert (said in headline) == (cores == 1), headline
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_demo_writes_both_runs_and_prints_the_speedup(tmp_path, capsys):

@@ -143,6 +143,41 @@ def test_the_limits_are_read_from_the_system(monkeypatch, tmp_path):
     assert P.cgroup_memory_limit() is None
 
 
+def test_a_limit_set_below_the_root_cgroup_is_found_and_shared_out(monkeypatch, tmp_path):
+    """A batch job's or a systemd scope's memory limit sits on a cgroup below the root, at
+    the path /proc/self/cgroup names: the root's memory.max says "max". The limit is found
+    there (the tightest over this cgroup and the ones above it), each local worker gets its
+    share of it, and a run that does not fit it is refused. Read from the root alone (as
+    Dask reads it), a 2 GiB job on a 24 GiB machine gave each of 2 workers 12 GiB, and the
+    kernel's OOM killer, not the workbench, stopped a run that outgrew it."""
+    from workbench.execution import cluster
+    from workbench.util import machine
+    monkeypatch.setattr(P, "address_space_limit", lambda: None)
+    monkeypatch.setattr(P, "shm_free", lambda: 1 << 50)
+    root = tmp_path / "sys"
+    (root / "job" / "step").mkdir(parents=True)
+    (root / "memory.max").write_text("max\n")
+    (root / "job" / "memory.max").write_text(f"{2048 * MIB}\n")      # the job's allocation
+    (root / "job" / "step" / "memory.max").write_text("max\n")       # this process's own cgroup
+    (tmp_path / "cgroup").write_text("0::/job/step\n")
+    monkeypatch.setattr(machine, "PROC_CGROUP", str(tmp_path / "cgroup"), raising=False)
+    monkeypatch.setattr(machine, "CGROUP_ROOT", str(root), raising=False)
+    monkeypatch.setattr(P, "CGROUP_LIMIT_FILES", (str(root / "memory.max"),))
+    assert P.cgroup_memory_limit() == 2048 * MIB
+    assert cluster.worker_memory_limit(2) == 1024 * MIB
+    # cgroup v1: the memory controller's own hierarchy, the limit on the cgroup itself
+    (root / "memory" / "slurm" / "job_7").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text(f"{(1 << 63) - 4096}\n")   # v1's "unlimited"
+    (root / "memory" / "slurm" / "job_7" / "memory.limit_in_bytes").write_text(f"{1024 * MIB}\n")
+    (tmp_path / "cgroup").write_text("5:cpu,cpuacct:/slurm/job_7\n4:memory:/slurm/job_7\n")
+    assert P.cgroup_memory_limit() == 1024 * MIB
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), epochs=1)
+    assert P.memory_estimate(cfg)["total"] * 3 > 0.8 * 1024 * MIB      # three copies (client, 2 workers) do not fit
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg)
+    assert "cgroup's memory limit" in str(e.value) and "1.0 GiB" in str(e.value)
+
+
 def test_a_real_ulimit_v_is_refused_with_one_line(tmp_path):
     """`ulimit -v` of 1.5 GiB on a real CLI process, a run needing ~2.5 GiB per process."""
     cgroup = P.cgroup_memory_limit()

@@ -120,6 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{two['samples_per_s_hi']:,.0f}, {spread_text(two['spread'])})")
     for note in dict.fromkeys(n for n in (one["resolution_note"], two["resolution_note"]) if n):
         print(f"note: {note}")
+    # on fewer cores than workers (Binder's one CPU) the headline itself says so, not only each run's notes:
+    # two workers taking turns on one core cannot pass 1x, whatever the algorithm
+    from ..util import machine
+    crowded = machine.crowding_note([{"kind": "cpu", "host": "localhost"}] * 2, 1, machine.usable_cores())
+    if crowded:
+        print(f"note: this speed-up is the machine's, not sync_sgd's: {crowded}")
     print(f"report: {out / 'report.html'} (round 1's 2-worker run; 1 worker: {out / 'one-worker' / 'report.html'}); "
           f"the speed-up above is of every round: {out / 'speedup.csv'}")
     return 0 if all(st == "completed" for st in statuses) else 1

@@ -194,8 +194,10 @@ def gpu_tagging(base: type) -> type:
 
 def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
     """Each local worker's memory limit in bytes: its share of the memory this process tree
-    may use (`total`; default Dask's `distributed.system.MEMORY_LIMIT`: the cgroup's limit
-    where a container or batch job sets one, else the machine's memory), whatever the CPU count.
+    may use (`total`; default the smaller of Dask's `distributed.system.MEMORY_LIMIT`, which
+    reads the machine's memory and the root cgroup's limit, a container's, and the limits of
+    the cgroups above this process's own, `util.machine.cgroup_memory_limit`: a batch job's
+    or a systemd scope's, which Dask does not see), whatever the CPU count.
 
     Dask's own "auto" gives each worker total * min(1, threads / cores): on one CPU, as
     Binder gives, that is the whole container for every worker, so Dask cannot pause or
@@ -206,7 +208,9 @@ def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
     """
     if total is None:
         from distributed.system import MEMORY_LIMIT
-        total = MEMORY_LIMIT
+
+        from ..util.machine import cgroup_memory_limit
+        total = min(MEMORY_LIMIT, cgroup_memory_limit() or MEMORY_LIMIT)
     return max(1, int(total) // max(1, n_workers))
 
 

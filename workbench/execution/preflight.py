@@ -8,6 +8,7 @@ Order matters: cheap checks first, the memory estimate before the dataset is loa
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -331,22 +332,28 @@ CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",                        # cgro
 
 def cgroup_memory_limit() -> int | None:
     """The memory limit of this process's cgroup in bytes (a container's `--memory`, a
-    batch job's allocation: the client and the local workers share it), or None when there
-    is none. v1's "no limit" is a huge number (above the machine's memory): None too."""
+    batch job's allocation, a systemd scope's MemoryMax: the client and the local workers
+    share it), or None when there is none. The root's files (`CGROUP_LIMIT_FILES`, what a
+    container shows as its own) and the cgroups above this process's own
+    (`util.machine.cgroup_memory_limit`: a job's or a scope's limit lives there), the
+    tightest. v1's "no limit" is a huge number (above the machine's memory): None too."""
     import psutil
+
+    from ..util.machine import cgroup_memory_limit as hierarchy_limit
+    limits = []
     for name in CGROUP_LIMIT_FILES:
         try:
             text = Path(name).read_text().strip()
         except OSError:
             continue
-        if not text or text == "max":
-            return None
-        try:
-            limit = int(text)
-        except ValueError:
-            return None
-        return limit if 0 < limit < psutil.virtual_memory().total else None
-    return None
+        with contextlib.suppress(ValueError):   # v2's "max": no limit
+            limits.append(int(text))
+        break
+    below = hierarchy_limit()
+    if below is not None:
+        limits.append(below)
+    limits = [n for n in limits if 0 < n < psutil.virtual_memory().total]
+    return min(limits) if limits else None
 
 
 def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple[int, int, str]]:

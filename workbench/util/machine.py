@@ -110,6 +110,59 @@ def cpu_times(path: str = PROC_STAT, cpus: set[int] | None = None) -> dict[str, 
     return out
 
 
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def cgroup_memory_limit(proc_cgroup: str | None = None, root: str | None = None) -> int | None:
+    """The tightest memory limit in bytes over this process's own cgroup and every cgroup
+    above it (v2 `memory.max`, v1 `memory.limit_in_bytes`), or None where none is set.
+
+    A container usually shows its own cgroup as the root of /sys/fs/cgroup, which is all that
+    Dask's `distributed.system.MEMORY_LIMIT` reads; a batch job's cgroup, a systemd scope
+    (`systemd-run --scope -p MemoryMax=2G`) or a container that sees the host's hierarchy put
+    the limit lower down, at the path /proc/self/cgroup names: read from the root alone, a
+    2 GB job on a 24 GB machine gave each of its 2 workers 12 GB (2026-12-07). The root's
+    files are read too. v1's "no limit" is a huge number: None. `proc_cgroup`, `root`: default
+    `PROC_CGROUP`, `CGROUP_ROOT`.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> (d / "job" / "step").mkdir(parents=True)
+    >>> _ = (d / "job" / "memory.max").write_text("2147483648\\n")
+    >>> _ = (d / "job" / "step" / "memory.max").write_text("max\\n")
+    >>> _ = (d / "cg").write_text("0::/job/step\\n")
+    >>> cgroup_memory_limit(str(d / "cg"), str(d))
+    2147483648
+    """
+    proc_cgroup, root = proc_cgroup or PROC_CGROUP, root or CGROUP_ROOT
+    try:
+        with open(proc_cgroup) as f:
+            groups = [line.rstrip("\n").split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        groups = []
+    candidates = [f"{root}/memory.max", f"{root}/memory/memory.limit_in_bytes"]
+    for _, controllers, path in groups:
+        if controllers == "":                                  # v2: the unified hierarchy
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):               # v1: the memory controller's own
+            base, name = f"{root}/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        candidates += [f"{base}/{'/'.join(parts[:i])}/{name}" for i in range(len(parts), 0, -1)]
+    limits = []
+    for name in dict.fromkeys(candidates):
+        try:
+            with open(name) as f:
+                text = f.read().strip()
+            limits.append(int(text))
+        except (OSError, ValueError):                          # absent, or v2's "max": no limit there
+            continue
+    limits = [n for n in limits if 0 < n < 1 << 60]            # v1's unlimited is about 2**63
+    return min(limits) if limits else None
+
+
 def cgroup_cpu_s() -> float | None:
     """CPU seconds the processes of this process's cgroup have used (cgroup v2 `cpu.stat`
     usage_usec, or v1 `cpuacct.usage`); None where neither is readable."""
@@ -337,6 +390,8 @@ def note(state: dict[str, Any] | None) -> str | None:
     'other processes used 1.6 of 2 cores during this run: its throughput measures the machine, not the algorithm'
     >>> note({"cores": 2, "other_cores": 0.05, "steal_cores": 0.3})
     'the hypervisor took 0.3 of 2 cores (steal) during this run: its throughput measures the machine, not the algorithm'
+    >>> note({"cores": 1, "other_cores": 0.8, "steal_cores": 0.0}).split(":")[0]   # a Binder pod's one CPU
+    'other processes used 0.8 of 1 core during this run'
     >>> note({"cores": 2, "other_cores": 0.1, "steal_cores": 0.0}) is None
     True
     >>> note({"cores": 2, "other_cores": 1.6, "steal_cores": 0.0, "workers_elsewhere": 2})
@@ -360,12 +415,12 @@ def note(state: dict[str, Any] | None) -> str | None:
     if others is None:   # no /proc/stat: only the load says something
         load = state.get("load_before")
         if load is not None and load >= cores * (1 - OTHERS_NOTICEABLE):
-            return (f"the load average was {load:.1f} before this run on {cores} cores "
+            return (f"the load average was {load:.1f} before this run on {cores} core{'s' if cores != 1 else ''} "
                     f"(this system does not say who used them)")
         return None
-    parts = []
+    parts, of = [], f"{cores} core{'s' if cores != 1 else ''}"
     if others >= limit:
-        parts.append(f"other processes used {others:.1f} of {cores} cores")
+        parts.append(f"other processes used {others:.1f} of {of}")
     if steal is not None and steal >= limit:
-        parts.append(f"the hypervisor took {steal:.1f} of {cores} cores (steal)")
+        parts.append(f"the hypervisor took {steal:.1f} of {of} (steal)")
     return f"{' and '.join(parts)} {tail}" if parts else None
