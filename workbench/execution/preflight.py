@@ -368,7 +368,7 @@ def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple
         out.append((per_process + extra, rlimit, "the address-space limit of one process (ulimit -v)"))
     cgroup = cgroup_memory_limit()
     if cgroup is not None:
-        out.append((together, cgroup, "this cgroup's memory limit (memory.max), shared by the client and the local "
+        out.append((together, cgroup, "this cgroup's memory limit (memory.max; memory.limit_in_bytes on cgroup v1), shared by the client and the local "
                                       "workers"))
     return out
 

@@ -25,6 +25,7 @@ from ..config import (
 )
 from ..usercode import dumps
 from ..util.blas import blas_limit
+from ..util.machine import cores_text
 from .profiles import Device
 from .timing_models import model_flops
 
@@ -333,7 +334,7 @@ def co_run_device(model: Any, X: Any, y: Any, params: Any, cores: int, alone: De
     overhead, rate = fit_overhead_rate([tm.train_flops * s for s in sizes], best)
     measured = ", ".join(f"{s}: {t * 1e3:.3g} ms" for s, t in zip(sizes, best))
     return Device("local", "cpu", rate, alone.mem_bw, 1.0, overhead,
-                  f"this machine, one of {cores} cores computing at once: loss_and_grad of {tm.name} timed at batch "
+                  f"this machine, one of {cores_text(cores)} computing at once: loss_and_grad of {tm.name} timed at batch "
                   f"{measured} while {cores - 1} other process(es) computed the same (spread {_spread(calls[-1]):.1%} "
                   f"at the largest), fitted as {overhead * 1e6:.3g} us + FLOPs / {rate / 1e9:.3g} GFLOP/s",
                   tuple(zip(sizes, best)), spread=_spread(calls[-1]))
@@ -432,7 +433,7 @@ def _busy_while_timed(state: dict[str, Any] | None, load: float | None, cores: i
         cores = int(state.get("cores") or cores)
         others = float(state["other_cores"]) + float(state.get("steal_cores") or 0.0)
         if others >= OTHERS_NOTICEABLE * cores and others * float(state.get("wall_s") or math.inf) >= OTHERS_MIN_S:
-            return f"other processes used {others:.1f} of {cores} cores while it was timed"
+            return f"other processes used {others:.1f} of {cores_text(cores)} while it was timed"
         return None
     if load is not None and load >= cores:
         return f"the load average was {load:.1f} on {cores} cores as it was timed"

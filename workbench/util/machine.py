@@ -382,6 +382,15 @@ def crowding_note(workers: list[dict[str, Any]], blas_threads: int | None, cores
             f"is the machine's; simulate=True (--simulate) runs {n} workers without sharing")
 
 
+def cores_text(cores: int | float) -> str:
+    """'1 core', '2 cores': a count of cores as the notes say it (a Binder pod has one).
+
+    >>> cores_text(1), cores_text(2)
+    ('1 core', '2 cores')
+    """
+    return f"{cores} core{'' if cores == 1 else 's'}"
+
+
 def note(state: dict[str, Any] | None) -> str | None:
     """The sentence to show when other processes or steal took a noticeable share of the
     cores (`OTHERS_NOTICEABLE` of them), else None.
@@ -415,10 +424,10 @@ def note(state: dict[str, Any] | None) -> str | None:
     if others is None:   # no /proc/stat: only the load says something
         load = state.get("load_before")
         if load is not None and load >= cores * (1 - OTHERS_NOTICEABLE):
-            return (f"the load average was {load:.1f} before this run on {cores} core{'s' if cores != 1 else ''} "
+            return (f"the load average was {load:.1f} before this run on {cores_text(cores)} "
                     f"(this system does not say who used them)")
         return None
-    parts, of = [], f"{cores} core{'s' if cores != 1 else ''}"
+    parts, of = [], cores_text(cores)
     if others >= limit:
         parts.append(f"other processes used {others:.1f} of {of}")
     if steal is not None and steal >= limit:
