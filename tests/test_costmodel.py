@@ -291,3 +291,51 @@ def test_scaling_lessons_orderings_hold_for_any_calibration(c1_us, overhead_ms):
         assert eff.loc["async_sgd", n] < min(eff.loc["sync_sgd", n], eff.loc["sync_easgd", n]), (n, eff)
         assert eff.loc["sync_easgd", n] > eff.loc["sync_sgd", n], (n, eff)
     assert eff.loc["sync_sgd", "InfiniBand HDR"] > eff.loc["sync_sgd", "NVLink"], eff
+
+
+def _sim_costs(n: int, workers: int, alpha: float, beta: float):
+    """The simulator's costs on this host's shared memory for a model of n parameters (its own
+    timing model), its segment made as a sync_sgd run's (`AlgorithmSpec.comm_elems`, what
+    `make_costs` and the real transport give it)."""
+    from types import SimpleNamespace as N
+
+    from workbench.comm.network import Network
+    from workbench.config.registry import specs
+    from workbench.sim.costs import SimCosts
+    tm = N(n_params=n, fwd_flops=1.0, charged_train_flops=3.0, layers=(("fc", n, 1.0),))
+    return SimCosts([None] * workers, tm, n, Network("shm", alpha, beta), allreduce="shm",
+                    shm_capacity=specs()["sync_sgd"].comm_elems(n, workers))
+
+
+@pytest.mark.parametrize("compression", ["none", "randomk", "topk", "sign"])
+@pytest.mark.parametrize("capacity", [16_383, 16_384, 16_385, 16_389, 16_390, 16_391])
+def test_shm_exchange_path_at_the_pair_boundary_is_the_segments_in_simulator_and_cost_model(compression, capacity):
+    # A compressed exchange on shared memory goes through the run's one segment (capacity: the
+    # vector and its 6-float tail), so the segment decides the pair path (<= 16,384 elements: one
+    # meeting), not the payload: random-k's 164 floats of a 16,379-float model meet twice. The
+    # simulator's charge and the cost model's terms agree on the meetings (alpha = 1, beta = 0)
+    # and on the bytes (alpha = 0, beta = 1) up to the tail that the simulated buffer carries.
+    from conftest import shm_allreduce_phases
+
+    from workbench.comm.shm import PAIR_MAX
+    from workbench.config.registry import tail_length
+    from workbench.maths.compress import payload
+    p = 2
+    n = capacity - tail_length(p)          # the vector: 16,377 .. 16,385 floats
+    b, gather, _ = payload(compression, n)
+    want_meetings = 1.0 if capacity <= PAIR_MAX else 2.0
+    A, B = cm.exchange_terms("sync_sgd", p, 4.0 * n, allreduce="shm", compression=compression)
+    assert A == want_meetings
+    tail_bytes = 4.0 * tail_length(p)
+
+    def sim(alpha, beta):
+        c = _sim_costs(n, p, alpha, beta)
+        if compression == "none":
+            return c.allreduce_s(p, n + tail_length(p))
+        # what algorithms/compressed.py hands the comm: random-k its k values and the tail, a
+        # gathered kind its payload and the tail's bytes
+        return c.compressed_s(p, b + tail_bytes, gather)
+    assert sim(1.0, 0.0) == A
+    assert sim(0.0, 1.0) == pytest.approx(B + (p - 1) * tail_bytes, abs=1e-9)
+    if compression == "randomk":   # the real transport: a pair whose segment is this capacity, k + tail floats
+        assert shm_allreduce_phases(p, capacity, int(b // 4) + tail_length(p)) == [int(want_meetings)] * p

@@ -84,6 +84,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     Network,
     message_time,
     ring_allreduce_time,
+    shm_compressed_terms,
     shm_terms,
     swap_allreduce_time,
     tree_allreduce_time,
@@ -185,19 +186,27 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring",
 def compressed_terms(workers: int, n_bytes: float, compression: str, *, compression_ratio: float = 0.01,
                      compression_levels: int = 16, compression_rank: int = 4,
                      layer_shapes: list[tuple[int, ...]] | None = None,
-                     allreduce: str = "ring") -> tuple[float, float]:
+                     allreduce: str = "ring", capacity: int | None = None) -> tuple[float, float]:
     """(A, B) of sync_sgd's compressed exchange (`maths.compress.payload`): an allgather
     of the payloads, (P - 1) (alpha + b beta), or allreduces of them (PowerSGD: two).
+    On "shm" the payloads go through the run's segment, whose `capacity` (elements; None:
+    the vector plus a synchronous step's tail, as a run's segment is made) decides their
+    path, not the payload's size (`network.shm_compressed_terms`, as the simulator).
 
     >>> compressed_terms(4, 4000.0, "topk", compression_ratio=0.01)   # 10 pairs of 8 bytes, 3 hops
     (3.0, 240.0)
+    >>> compressed_terms(2, 4 * 16_378.0, "randomk", allreduce="shm"), compressed_terms(2, 4 * 16_379.0, "randomk", allreduce="shm")
+    ((1.0, 656.0), (2.0, 656.0))
     """
+    from ..config.registry import tail_length
     from ..maths.compress import payload
     b, gather, rounds = payload(compression, int(n_bytes // BYTES_PER_PARAM), ratio=compression_ratio,
                                 levels=compression_levels, rank=compression_rank, shapes=layer_shapes)
     p = int(workers)
-    if gather and allreduce == "shm":   # the others' payloads read from their slots, one meeting set as the allreduce's
-        return allreduce_terms(p, n_bytes, "shm")[0], float(p - 1) * b
+    if allreduce == "shm":   # every round through the one segment: the vector's capacity decides its meetings
+        elems = int(n_bytes // BYTES_PER_PARAM) + tail_length(p) if capacity is None else int(capacity)
+        a, bb = shm_compressed_terms(p, b, gather, elems)
+        return (a, bb) if gather else (a * rounds, bb)
     if gather and allreduce == "threads":   # the same from the threads' slots, two meetings (`ThreadComm.allgather`)
         from ..comm.threads import exchange_meetings
         return float(exchange_meetings(p)), float(p - 1) * b

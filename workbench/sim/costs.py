@@ -49,6 +49,7 @@ from ..comm.network import (
     ring_allreduce_time,
     shared_tree_allreduce_time,
     shm_allreduce_time,
+    shm_compressed_terms,
     shm_terms,
     tree_allreduce_time,
 )
@@ -217,12 +218,15 @@ class SimCosts:
         """A compressed exchange: `payload_bytes` stand for a share of the configured model's
         vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
         (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula); on this
-        host's shared memory its meetings and the P - 1 payloads read, or its allreduce."""
+        host's shared memory its meetings, which the run's segment decides (`shm_capacity`,
+        not the payload's size: `network.shm_compressed_terms`), and the P - 1 payloads
+        read, or b once."""
         if workers <= 1:
             return 0.0
         b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
-        if gather and self.allreduce == "shm":
-            return self._shm_read(workers, (workers - 1) * b)
+        if self.allreduce == "shm":   # through the run's segment: its capacity decides the path, not b
+            a, bb = shm_compressed_terms(workers, b, gather, self.shm_capacity)
+            return a * self.network.alpha + bb * self.network.beta
         if gather:
             return (workers - 1) * (self.network.alpha + b * self.network.beta)
         return self._allreduce(workers, b)
