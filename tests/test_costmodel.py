@@ -81,7 +81,7 @@ def test_exchange_terms_per_algorithm():
     assert cm.exchange_terms("async_msgd", 4, n) == (2.0, 2000.0)
     assert cm.exchange_terms("async_easgd", 4, n, tau=4) == (0.5, 500.0)
     assert cm.exchange_terms("sync_easgd", 4, n, tau=2) == (3.0, 750.0)
-    assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.2, 200.0)
+    assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.4, 200.0)   # deposit and collect: 2 calls
     # every declared algorithm is priced: its pattern has a model
     from workbench.config.registry import specs
     assert {spec.pattern for spec in specs().values()} <= set(cm.PATTERN_MODELS)
@@ -339,3 +339,25 @@ def test_shm_exchange_path_at_the_pair_boundary_is_the_segments_in_simulator_and
     assert sim(0.0, 1.0) == pytest.approx(B + (p - 1) * tail_bytes, abs=1e-9)
     if compression == "randomk":   # the real transport: a pair whose segment is this capacity, k + tail floats
         assert shm_allreduce_phases(p, capacity, int(b // 4) + tail_length(p)) == [int(want_meetings)] * p
+
+
+def test_ltfb_tournament_is_two_calls_on_the_mailbox_in_simulator_and_cost_model():
+    # A tournament is a deposit and a collect on the mailbox, each a request and a reply (the
+    # simulator's server queue, the network emulator's server proxy, a Dask actor's call): 4
+    # latencies and the model twice. The cost model counted 2 latencies (one round trip), half
+    # the simulator's on a latency-bound link (10GbE's 50 us against 4.4 us for the vector).
+    # Each trainer one worker, so a tournament step's comm is the tournament alone; the
+    # mailbox serves the two deposits in turn, which may add one model's bytes (2%) to a wait.
+    from workbench.problem import Problem
+    from workbench.sim.profiles import network_named
+    cfg = RunConfig(algorithm="ltfb", dataset="digits", model="mlp", hidden=[16], batch_size=64, lr=0.05, steps=24,
+                    seed=0, simulate=True, cpus=2, trainers=2, round_size=4, tournament_size=32, network="10GbE",
+                    eval_every=None)
+    r = run(cfg)
+    n_bytes = 4.0 * Problem.from_config(cfg).model.n_params
+    A, B = cm.exchange_terms("ltfb", 2, n_bytes, round_size=4)
+    g = network_named("10GbE")
+    per_tournament = 4 * (A * g.alpha + B * g.beta)
+    tours = r.steps[(r.steps.step + 1) % 4 == 0]
+    assert float(tours["comm_s"].median()) == pytest.approx(per_tournament, rel=0.03)
+    assert A == pytest.approx(4 / 4) and B == pytest.approx(2 * n_bytes / 4)

@@ -45,7 +45,8 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   every step for the share `sync_share` of the run before its switch, then every tau:
   compute(b) + (s + (1 - s) / tau) allreduce(n).
 - `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
-  `round_size` steps plus scoring two models on the tournament set.
+  `round_size` steps, two calls on the mailbox (deposit, collect: 4 alpha + 2 n beta, `tournament_terms`),
+  plus scoring two models on the tournament set.
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
   sums and updates, fresh weights go back; this overlaps the backward pass:
   `fwd + max(bwd, (C-1)/C H) + H/C`, with H the whole host path and C chunks
@@ -702,8 +703,26 @@ def _pairwise_terms(s: _Step) -> tuple[float, float]:
     return (2.0, 2.0 * s.n_bytes) if s.workers > 1 else (0.0, 0.0)
 
 
+# LTFB's calls on its mailbox a tournament (`roles.TournamentMailbox`): deposit my model, collect
+# the partner's. Each is a request and a reply (two latencies: the simulator's `SimServerState.serve`,
+# the network emulator's server proxy, a Dask actor's call); the model travels in one and back in the other
+TOURNAMENT_CALLS = 2
+
+
+def tournament_terms(round_size: int) -> tuple[float, float]:
+    """(A, B), in latencies and vectors, of LTFB's exchange per step: every `round_size` steps
+    a trainer's leader deposits its model and collects its partner's, two calls of a request
+    and a reply each (`TOURNAMENT_CALLS`): 4 latencies and the vector twice a tournament.
+
+    >>> tournament_terms(10)
+    (0.4, 0.2)
+    """
+    return 2.0 * TOURNAMENT_CALLS / round_size, 2.0 / round_size
+
+
 def _tournament_terms(s: _Step) -> tuple[float, float]:
-    return 2.0 / s.round_size, 2.0 * s.n_bytes / s.round_size
+    a, b = tournament_terms(s.round_size)
+    return a, b * s.n_bytes
 
 
 Rate = tuple[float, "str | None"]   # (samples/s of all workers, bottleneck or None)
@@ -747,7 +766,9 @@ def _shared_rate(period_of: Callable[[_Step], int]) -> Callable[[_Step], Rate]:
 
 def _tournament_rate(s: _Step) -> Rate:
     scoring = 2 * s.cal.compute_s(s.kind, s.tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
-    return s.workers * s.per_worker / (s.local + (s.exchange + scoring) / s.round_size), None
+    a, b = tournament_terms(1)                                      # one tournament's calls
+    exchange = a * s.alpha + b * s.n_bytes * s.beta
+    return s.workers * s.per_worker / (s.local + (exchange + scoring) / s.round_size), None
 
 
 def _host_rate(s: _Step) -> Rate:
