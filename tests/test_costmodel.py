@@ -361,3 +361,26 @@ def test_ltfb_tournament_is_two_calls_on_the_mailbox_in_simulator_and_cost_model
     tours = r.steps[(r.steps.step + 1) % 4 == 0]
     assert float(tours["comm_s"].median()) == pytest.approx(per_tournament, rel=0.03)
     assert A == pytest.approx(4 / 4) and B == pytest.approx(2 * n_bytes / 4)
+
+
+@pytest.mark.parametrize("n", [16_376, 16_377, 16_378, 16_379])
+def test_dpsgd_shm_meetings_at_the_pair_boundary_are_its_segments(n):
+    # dpsgd's segment holds its agreement buffer (the vector, its squared norm and the tail: one
+    # float more than sync_sgd's), so a pair of 16,378 floats is past shm.PAIR_MAX and meets
+    # twice, in the real transport and the simulator; the cost model took sync_sgd's segment
+    # and said once. Meetings compared at alpha = 1, beta = 0.
+    from conftest import shm_allreduce_phases
+
+    from workbench.algorithms.gossip import CHECK_EVERY, neighbours
+    from workbench.comm.shm import PAIR_MAX
+    from workbench.config.registry import specs
+    p = 2
+    capacity = specs()["dpsgd"].comm_elems(n, p)
+    want = 1 if capacity <= PAIR_MAX else 2
+    assert shm_allreduce_phases(p, capacity, n) == [want] * p          # the real transport's
+    c = _sim_costs(n, p, 1.0, 0.0)
+    c.shm_capacity = capacity                                          # what make_costs gives a dpsgd run
+    d = len(neighbours("ring", p, 0))
+    sim = c.neighbour_s(p, d, n) + c.allreduce_s(p, capacity) / CHECK_EVERY
+    A, _ = cm.exchange_terms("dpsgd", p, 4.0 * n, allreduce="shm")
+    assert A == pytest.approx(sim, rel=1e-12) == want * (1 + 1 / CHECK_EVERY)

@@ -221,15 +221,20 @@ def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: i
                  allreduce: str = "ring") -> tuple[float, float]:
     """(A, B) of dpsgd per step: one message to each of the d neighbours every tau steps,
     d (alpha + n beta) / tau (the largest degree: the exchange waits for everyone), plus
-    the agreement allreduce every `gossip.CHECK_EVERY` steps.
+    the agreement allreduce every `gossip.CHECK_EVERY` steps. On "shm" both go through the
+    run's segment, made for dpsgd's largest buffer (`AlgorithmSpec.comm_elems`: the agreement's
+    vector, its squared norm and the tail), whose capacity decides a pair's meetings.
 
     >>> a, b = gossip_terms(8, 100.0, "ring"); round(a, 4), round(b, 4)   # 2 + 14/32, 200 + 175/32
     (2.4375, 205.4688)
+    >>> gossip_terms(2, 4 * 16_377.0, allreduce="shm")[0], gossip_terms(2, 4 * 16_378.0, allreduce="shm")[0]
+    (1.03125, 2.0625)
     """
     from ..algorithms.gossip import CHECK_EVERY, neighbours
     p = int(workers)
     d = max(len(neighbours(topology, p, r)) for r in range(p)) if p > 1 else 0
-    a, b = allreduce_terms(p, n_bytes, allreduce)
+    capacity = specs()["dpsgd"].comm_elems(int(n_bytes // BYTES_PER_PARAM), p) if allreduce == "shm" else None
+    a, b = allreduce_terms(p, n_bytes, allreduce, capacity=capacity)
     if allreduce == "shm":   # the peers' slots read after the same meetings as its allreduce (`ShmComm.neighbour_exchange`)
         return a / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
     if allreduce == "threads":   # the peers' slots read between two meetings (`ThreadComm.neighbour_exchange`)
