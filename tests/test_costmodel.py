@@ -81,7 +81,7 @@ def test_exchange_terms_per_algorithm():
     assert cm.exchange_terms("async_msgd", 4, n) == (2.0, 2000.0)
     assert cm.exchange_terms("async_easgd", 4, n, tau=4) == (0.5, 500.0)
     assert cm.exchange_terms("sync_easgd", 4, n, tau=2) == (3.0, 750.0)
-    assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.2, 200.0)
+    assert cm.exchange_terms("ltfb", 4, n, round_size=10) == (0.4, 200.0)   # deposit and collect: 2 calls
     # every declared algorithm is priced: its pattern has a model
     from workbench.config.registry import specs
     assert {spec.pattern for spec in specs().values()} <= set(cm.PATTERN_MODELS)
@@ -291,3 +291,96 @@ def test_scaling_lessons_orderings_hold_for_any_calibration(c1_us, overhead_ms):
         assert eff.loc["async_sgd", n] < min(eff.loc["sync_sgd", n], eff.loc["sync_easgd", n]), (n, eff)
         assert eff.loc["sync_easgd", n] > eff.loc["sync_sgd", n], (n, eff)
     assert eff.loc["sync_sgd", "InfiniBand HDR"] > eff.loc["sync_sgd", "NVLink"], eff
+
+
+def _sim_costs(n: int, workers: int, alpha: float, beta: float):
+    """The simulator's costs on this host's shared memory for a model of n parameters (its own
+    timing model), its segment made as a sync_sgd run's (`AlgorithmSpec.comm_elems`, what
+    `make_costs` and the real transport give it)."""
+    from types import SimpleNamespace as N
+
+    from workbench.comm.network import Network
+    from workbench.config.registry import specs
+    from workbench.sim.costs import SimCosts
+    tm = N(n_params=n, fwd_flops=1.0, charged_train_flops=3.0, layers=(("fc", n, 1.0),))
+    return SimCosts([None] * workers, tm, n, Network("shm", alpha, beta), allreduce="shm",
+                    shm_capacity=specs()["sync_sgd"].comm_elems(n, workers))
+
+
+@pytest.mark.parametrize("compression", ["none", "randomk", "topk", "sign"])
+@pytest.mark.parametrize("capacity", [16_383, 16_384, 16_385, 16_389, 16_390, 16_391])
+def test_shm_exchange_path_at_the_pair_boundary_is_the_segments_in_simulator_and_cost_model(compression, capacity):
+    # A compressed exchange on shared memory goes through the run's one segment (capacity: the
+    # vector and its 6-float tail), so the segment decides the pair path (<= 16,384 elements: one
+    # meeting), not the payload: random-k's 164 floats of a 16,379-float model meet twice. The
+    # simulator's charge and the cost model's terms agree on the meetings (alpha = 1, beta = 0)
+    # and on the bytes (alpha = 0, beta = 1) up to the tail that the simulated buffer carries.
+    from conftest import shm_allreduce_phases
+
+    from workbench.comm.shm import PAIR_MAX
+    from workbench.config.registry import tail_length
+    from workbench.maths.compress import payload
+    p = 2
+    n = capacity - tail_length(p)          # the vector: 16,377 .. 16,385 floats
+    b, gather, _ = payload(compression, n)
+    want_meetings = 1.0 if capacity <= PAIR_MAX else 2.0
+    A, B = cm.exchange_terms("sync_sgd", p, 4.0 * n, allreduce="shm", compression=compression)
+    assert A == want_meetings
+    tail_bytes = 4.0 * tail_length(p)
+
+    def sim(alpha, beta):
+        c = _sim_costs(n, p, alpha, beta)
+        if compression == "none":
+            return c.allreduce_s(p, n + tail_length(p))
+        # what algorithms/compressed.py hands the comm: random-k its k values and the tail, a
+        # gathered kind its payload and the tail's bytes
+        return c.compressed_s(p, b + tail_bytes, gather)
+    assert sim(1.0, 0.0) == A
+    assert sim(0.0, 1.0) == pytest.approx(B + (p - 1) * tail_bytes, abs=1e-9)
+    if compression == "randomk":   # the real transport: a pair whose segment is this capacity, k + tail floats
+        assert shm_allreduce_phases(p, capacity, int(b // 4) + tail_length(p)) == [int(want_meetings)] * p
+
+
+def test_ltfb_tournament_is_two_calls_on_the_mailbox_in_simulator_and_cost_model():
+    # A tournament is a deposit and a collect on the mailbox, each a request and a reply (the
+    # simulator's server queue, the network emulator's server proxy, a Dask actor's call): 4
+    # latencies and the model twice. The cost model counted 2 latencies (one round trip), half
+    # the simulator's on a latency-bound link (10GbE's 50 us against 4.4 us for the vector).
+    # Each trainer one worker, so a tournament step's comm is the tournament alone; the
+    # mailbox serves the two deposits in turn, which may add one model's bytes (2%) to a wait.
+    from workbench.problem import Problem
+    from workbench.sim.profiles import network_named
+    cfg = RunConfig(algorithm="ltfb", dataset="digits", model="mlp", hidden=[16], batch_size=64, lr=0.05, steps=24,
+                    seed=0, simulate=True, cpus=2, trainers=2, round_size=4, tournament_size=32, network="10GbE",
+                    eval_every=None)
+    r = run(cfg)
+    n_bytes = 4.0 * Problem.from_config(cfg).model.n_params
+    A, B = cm.exchange_terms("ltfb", 2, n_bytes, round_size=4)
+    g = network_named("10GbE")
+    per_tournament = 4 * (A * g.alpha + B * g.beta)
+    tours = r.steps[(r.steps.step + 1) % 4 == 0]
+    assert float(tours["comm_s"].median()) == pytest.approx(per_tournament, rel=0.03)
+    assert A == pytest.approx(4 / 4) and B == pytest.approx(2 * n_bytes / 4)
+
+
+@pytest.mark.parametrize("n", [16_376, 16_377, 16_378, 16_379])
+def test_dpsgd_shm_meetings_at_the_pair_boundary_are_its_segments(n):
+    # dpsgd's segment holds its agreement buffer (the vector, its squared norm and the tail: one
+    # float more than sync_sgd's), so a pair of 16,378 floats is past shm.PAIR_MAX and meets
+    # twice, in the real transport and the simulator; the cost model took sync_sgd's segment
+    # and said once. Meetings compared at alpha = 1, beta = 0.
+    from conftest import shm_allreduce_phases
+
+    from workbench.algorithms.gossip import CHECK_EVERY, neighbours
+    from workbench.comm.shm import PAIR_MAX
+    from workbench.config.registry import specs
+    p = 2
+    capacity = specs()["dpsgd"].comm_elems(n, p)
+    want = 1 if capacity <= PAIR_MAX else 2
+    assert shm_allreduce_phases(p, capacity, n) == [want] * p          # the real transport's
+    c = _sim_costs(n, p, 1.0, 0.0)
+    c.shm_capacity = capacity                                          # what make_costs gives a dpsgd run
+    d = len(neighbours("ring", p, 0))
+    sim = c.neighbour_s(p, d, n) + c.allreduce_s(p, capacity) / CHECK_EVERY
+    A, _ = cm.exchange_terms("dpsgd", p, 4.0 * n, allreduce="shm")
+    assert A == pytest.approx(sim, rel=1e-12) == want * (1 + 1 / CHECK_EVERY)

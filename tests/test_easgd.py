@@ -342,6 +342,37 @@ def test_sc17_chain_charges_what_the_cost_formula_says():
         assert comm.median() == pytest.approx(expect, rel=0.02), path   # + the tail's few floats
 
 
+def _exchange_comm(r) -> float:
+    """The median exchange's comm (+ wait) of a tau-2 sync_easgd run, past its first exchange."""
+    ex = r.steps[(r.steps.step >= 3) & ((r.steps.step + 1) % 2 == 0)]
+    return float((ex["comm_s"] + ex["wait_s"]).groupby(ex["step"]).max().median())
+
+
+def test_sc17_chain_on_shared_memory_is_what_comm_shm_does():
+    # comm.shm has no chain: every path is one blocking allreduce of [d_i | tail] through the
+    # segment, as the cost model's allreduce="shm" says (a pair with a small segment meets once),
+    # not the paper's tree (2 ceil(log2 P) messages of the vector: two at P = 2)
+    from workbench.analysis.costmodel import exchange_terms
+    from workbench.comm.network import NETWORKS
+    net = NETWORKS["shm"]
+    runs, n = {}, None
+    for path in CHAIN:
+        cfg = RunConfig(algorithm="sync_easgd", dataset="digits", model="mlp", hidden=[16], batch_size=64, lr=0.1,
+                        tau=2, steps=12, seed=0, simulate=True, cpus=2, elastic_sync=path, eval_every=None)
+        runs[path] = r = run(cfg)
+        assert r.status == "completed" and r.summary["sim_allreduce"] == "shm"
+        n = n or Problem.from_config(cfg).model.n_params
+        a, b = exchange_terms("sync_easgd", 2, n * 4, tau=1, allreduce="shm")
+        assert a == 1.0
+        # the simulated buffer carries the 6 floats of the tail too: 24 bytes in ~5 kB
+        assert _exchange_comm(r) == pytest.approx(a * net.alpha + b * net.beta, rel=1e-3), path
+        assert r.params.tobytes() == runs["ring"].params.tobytes(), path
+    # a named cluster network keeps the paper's tree: 2 ceil(log2 2) (alpha + |W| beta)
+    named = run(cfg.replace(network="10GbE", elastic_sync="tree_device"))
+    g, w = NETWORKS["10GbE"], (n + 6) * 4
+    assert _exchange_comm(named) == pytest.approx(2 * (g.alpha + w * g.beta), rel=1e-9)
+
+
 def test_elastic_sync_is_refused_for_other_algorithms():
     from workbench.config import ConfigError
     with pytest.raises(ConfigError, match="elastic_sync"):

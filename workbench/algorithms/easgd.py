@@ -254,10 +254,11 @@ class SyncEASGD(ElasticWorker):
                              the maths: x_i -= d_i needs only my own d_i, and the centre is
                              next read at the next exchange.
 
-    What the simulator charges for each is `SimComm.elastic_sum` / `elastic_start`
-    (`sim.costs.SimCosts.elastic_s`); comms without them (threads, shared memory, Dask,
-    NCCL) run their own allreduce, blocking, so there the four differ in nothing but the
-    centre's home."""
+    What the simulator charges for each on a cluster network is `SimChainComm.elastic_sum` /
+    `elastic_start` (`sim.costs.SimCosts.elastic_s`); comms without them (threads, shared
+    memory, Dask, NCCL, and the simulator's own on this host's shared memory, `SimComm`)
+    run their own allreduce, blocking, so there the four differ in nothing but the centre's
+    home."""
 
     def __init__(self, ctx: WorkerContext):
         super().__init__(ctx)

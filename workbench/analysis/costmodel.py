@@ -45,7 +45,8 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   every step for the share `sync_share` of the run before its switch, then every tau:
   compute(b) + (s + (1 - s) / tau) allreduce(n).
 - `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
-  `round_size` steps plus scoring two models on the tournament set.
+  `round_size` steps, two calls on the mailbox (deposit, collect: 4 alpha + 2 n beta, `tournament_terms`),
+  plus scoring two models on the tournament set.
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
   sums and updates, fresh weights go back; this overlaps the backward pass:
   `fwd + max(bwd, (C-1)/C H) + H/C`, with H the whole host path and C chunks
@@ -84,6 +85,7 @@ from ..comm.network import (  # noqa: F401 - the network model's names, re-expor
     Network,
     message_time,
     ring_allreduce_time,
+    shm_compressed_terms,
     shm_terms,
     swap_allreduce_time,
     tree_allreduce_time,
@@ -185,19 +187,27 @@ def allreduce_terms(workers: int, n_bytes: float, allreduce: str = "ring",
 def compressed_terms(workers: int, n_bytes: float, compression: str, *, compression_ratio: float = 0.01,
                      compression_levels: int = 16, compression_rank: int = 4,
                      layer_shapes: list[tuple[int, ...]] | None = None,
-                     allreduce: str = "ring") -> tuple[float, float]:
+                     allreduce: str = "ring", capacity: int | None = None) -> tuple[float, float]:
     """(A, B) of sync_sgd's compressed exchange (`maths.compress.payload`): an allgather
     of the payloads, (P - 1) (alpha + b beta), or allreduces of them (PowerSGD: two).
+    On "shm" the payloads go through the run's segment, whose `capacity` (elements; None:
+    the vector plus a synchronous step's tail, as a run's segment is made) decides their
+    path, not the payload's size (`network.shm_compressed_terms`, as the simulator).
 
     >>> compressed_terms(4, 4000.0, "topk", compression_ratio=0.01)   # 10 pairs of 8 bytes, 3 hops
     (3.0, 240.0)
+    >>> compressed_terms(2, 4 * 16_378.0, "randomk", allreduce="shm"), compressed_terms(2, 4 * 16_379.0, "randomk", allreduce="shm")
+    ((1.0, 656.0), (2.0, 656.0))
     """
+    from ..config.registry import tail_length
     from ..maths.compress import payload
     b, gather, rounds = payload(compression, int(n_bytes // BYTES_PER_PARAM), ratio=compression_ratio,
                                 levels=compression_levels, rank=compression_rank, shapes=layer_shapes)
     p = int(workers)
-    if gather and allreduce == "shm":   # the others' payloads read from their slots, one meeting set as the allreduce's
-        return allreduce_terms(p, n_bytes, "shm")[0], float(p - 1) * b
+    if allreduce == "shm":   # every round through the one segment: the vector's capacity decides its meetings
+        elems = int(n_bytes // BYTES_PER_PARAM) + tail_length(p) if capacity is None else int(capacity)
+        a, bb = shm_compressed_terms(p, b, gather, elems)
+        return (a, bb) if gather else (a * rounds, bb)
     if gather and allreduce == "threads":   # the same from the threads' slots, two meetings (`ThreadComm.allgather`)
         from ..comm.threads import exchange_meetings
         return float(exchange_meetings(p)), float(p - 1) * b
@@ -211,15 +221,20 @@ def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: i
                  allreduce: str = "ring") -> tuple[float, float]:
     """(A, B) of dpsgd per step: one message to each of the d neighbours every tau steps,
     d (alpha + n beta) / tau (the largest degree: the exchange waits for everyone), plus
-    the agreement allreduce every `gossip.CHECK_EVERY` steps.
+    the agreement allreduce every `gossip.CHECK_EVERY` steps. On "shm" both go through the
+    run's segment, made for dpsgd's largest buffer (`AlgorithmSpec.comm_elems`: the agreement's
+    vector, its squared norm and the tail), whose capacity decides a pair's meetings.
 
     >>> a, b = gossip_terms(8, 100.0, "ring"); round(a, 4), round(b, 4)   # 2 + 14/32, 200 + 175/32
     (2.4375, 205.4688)
+    >>> gossip_terms(2, 4 * 16_377.0, allreduce="shm")[0], gossip_terms(2, 4 * 16_378.0, allreduce="shm")[0]
+    (1.03125, 2.0625)
     """
     from ..algorithms.gossip import CHECK_EVERY, neighbours
     p = int(workers)
     d = max(len(neighbours(topology, p, r)) for r in range(p)) if p > 1 else 0
-    a, b = allreduce_terms(p, n_bytes, allreduce)
+    capacity = specs()["dpsgd"].comm_elems(int(n_bytes // BYTES_PER_PARAM), p) if allreduce == "shm" else None
+    a, b = allreduce_terms(p, n_bytes, allreduce, capacity=capacity)
     if allreduce == "shm":   # the peers' slots read after the same meetings as its allreduce (`ShmComm.neighbour_exchange`)
         return a / tau + a / CHECK_EVERY, d * n_bytes / tau + b / CHECK_EVERY
     if allreduce == "threads":   # the peers' slots read between two meetings (`ThreadComm.neighbour_exchange`)
@@ -693,8 +708,26 @@ def _pairwise_terms(s: _Step) -> tuple[float, float]:
     return (2.0, 2.0 * s.n_bytes) if s.workers > 1 else (0.0, 0.0)
 
 
+# LTFB's calls on its mailbox a tournament (`roles.TournamentMailbox`): deposit my model, collect
+# the partner's. Each is a request and a reply (two latencies: the simulator's `SimServerState.serve`,
+# the network emulator's server proxy, a Dask actor's call); the model travels in one and back in the other
+TOURNAMENT_CALLS = 2
+
+
+def tournament_terms(round_size: int) -> tuple[float, float]:
+    """(A, B), in latencies and vectors, of LTFB's exchange per step: every `round_size` steps
+    a trainer's leader deposits its model and collects its partner's, two calls of a request
+    and a reply each (`TOURNAMENT_CALLS`): 4 latencies and the vector twice a tournament.
+
+    >>> tournament_terms(10)
+    (0.4, 0.2)
+    """
+    return 2.0 * TOURNAMENT_CALLS / round_size, 2.0 / round_size
+
+
 def _tournament_terms(s: _Step) -> tuple[float, float]:
-    return 2.0 / s.round_size, 2.0 * s.n_bytes / s.round_size
+    a, b = tournament_terms(s.round_size)
+    return a, b * s.n_bytes
 
 
 Rate = tuple[float, "str | None"]   # (samples/s of all workers, bottleneck or None)
@@ -738,7 +771,9 @@ def _shared_rate(period_of: Callable[[_Step], int]) -> Callable[[_Step], Rate]:
 
 def _tournament_rate(s: _Step) -> Rate:
     scoring = 2 * s.cal.compute_s(s.kind, s.tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
-    return s.workers * s.per_worker / (s.local + (s.exchange + scoring) / s.round_size), None
+    a, b = tournament_terms(1)                                      # one tournament's calls
+    exchange = a * s.alpha + b * s.n_bytes * s.beta
+    return s.workers * s.per_worker / (s.local + (exchange + scoring) / s.round_size), None
 
 
 def _host_rate(s: _Step) -> Rate:

@@ -117,6 +117,28 @@ def shm_allreduce_time(workers: int, n_bytes: float, alpha: float, beta: float, 
     return a * alpha + b * beta
 
 
+def shm_compressed_terms(workers: int, payload_bytes: float, gather: bool, capacity: int) -> tuple[float, float]:
+    """(A, B) of one compressed exchange (`maths.compress.payload`) through this host's shared
+    memory: an allgather of the payloads (`ShmComm.allgather`: the P - 1 others' read) or an
+    allreduce of one (random-k's values, a PowerSGD factor: `ShmComm.allreduce`). Either
+    travels through the run's one segment, whose `capacity` (the elements of the run's
+    largest buffer, `AlgorithmSpec.comm_elems`: the whole vector and its tail) decides the
+    path and so the meetings (`shm_terms`), however small the payload: a 2-worker run whose
+    segment is over `shm.PAIR_MAX` meets twice for a payload of 40 bytes. The simulator's
+    compressed exchange on shm and the cost model's (`compressed_terms`) both read this.
+
+    >>> shm_compressed_terms(2, 40.0, False, 16_384), shm_compressed_terms(2, 40.0, False, 16_385)
+    ((1.0, 40.0), (2.0, 40.0))
+    >>> shm_compressed_terms(4, 40.0, True, 1_000), shm_compressed_terms(1, 40.0, True, 1_000)
+    ((2.0, 120.0), (0.0, 0.0))
+    """
+    p = int(workers)
+    a, _ = shm_terms(p, payload_bytes, capacity)
+    if p <= 1:
+        return 0.0, 0.0
+    return a, float(p - 1) * payload_bytes if gather else float(payload_bytes)
+
+
 def tree_levels(workers: int) -> int:
     """Depth of a binary reduction tree over P workers: ceil(log2 P).
 

@@ -401,7 +401,8 @@ class RunConfig(BaseModel):
         "the centre on the host: every exchange copies the vector to the host and back and the host "
         "updates the centre), tree_device (the tree, the centre kept on the devices), tree_device_overlap "
         "(also the exchange's vector overlapping the next local step). The maths is the same for all four; "
-        "the simulator charges each; real transports run their own collective and overlap nothing.")))
+        "the simulator charges each on a cluster network; real transports, and the simulator on this host's "
+        "shared memory, run their own collective and overlap nothing.")))
     trainers: WholeFrom1 = Field(2, json_schema_extra={"group": "algorithm"}, description=(
         read_by("trainers", "number of trainers K (whole number >= 1, a divisor of the number of workers); "
         "each trainer spans workers / K workers.")))

@@ -21,8 +21,9 @@ One `SimCosts` per run, from the config and the model:
   here uses: `comm.shm.ShmComm`) an allreduce, allgather or neighbour exchange is what
   that transport does (`network.shm_terms`: a latency per barrier meeting,
   `shm.allreduce_meetings`, 1 for a pair with a small segment, else 2, and the bytes each
-  worker moves), and a group of one copies its buffer once (`shm.solo_copies`; the
-  formula says 0); the partitions of one
+  worker moves; sync_easgd's exchange too, whatever its `elastic_sync`: `comm.shm` has no
+  SC'17 chain, which a named cluster network keeps, `elastic_s`), and a group of one copies
+  its buffer once (`shm.solo_copies`; the formula says 0); the partitions of one
   chip sum by a tree through its memory (`shared_tree`, over the `mcdram` link); a server's update is its rule's passes over the
   parameters through host memory (`Optimizer.passes`; an elastic exchange three;
   `comm.network.HOST_MEMORY_BYTES_PER_S`: one server
@@ -48,6 +49,7 @@ from ..comm.network import (
     ring_allreduce_time,
     shared_tree_allreduce_time,
     shm_allreduce_time,
+    shm_compressed_terms,
     shm_terms,
     tree_allreduce_time,
 )
@@ -216,12 +218,15 @@ class SimCosts:
         """A compressed exchange: `payload_bytes` stand for a share of the configured model's
         vector, scaled as the timing model's (b); a ring allgather of one payload per worker,
         (P - 1) (alpha + b beta), or an allreduce of b (the ring or tree formula); on this
-        host's shared memory its meetings and the P - 1 payloads read, or its allreduce."""
+        host's shared memory its meetings, which the run's segment decides (`shm_capacity`,
+        not the payload's size: `network.shm_compressed_terms`), and the P - 1 payloads
+        read, or b once."""
         if workers <= 1:
             return 0.0
         b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
-        if gather and self.allreduce == "shm":
-            return self._shm_read(workers, (workers - 1) * b)
+        if self.allreduce == "shm":   # through the run's segment: its capacity decides the path, not b
+            a, bb = shm_compressed_terms(workers, b, gather, self.shm_capacity)
+            return a * self.network.alpha + bb * self.network.beta
         if gather:
             return (workers - 1) * (self.network.alpha + b * self.network.beta)
         return self._allreduce(workers, b)
@@ -233,16 +238,25 @@ class SimCosts:
         the centre on the host (`host`, their first step) also the copy of the vector to
         the host and of the centre back (two messages) and the host's update of the centre
         (three passes through host memory), which keeping the weights on the devices removes.
+        On this host's shared memory (`allreduce` "shm") what a real run does there: `comm.shm`
+        has no chain, so every path is one allreduce of the buffer through the segment
+        (`network.shm_terms`, as `allreduce_s`; the centre is in the workers' own memory,
+        no copies), and the simulated comm offers no chain either (`transport.SimComm`);
+        a named cluster network keeps the paper's tree.
 
         >>> from types import SimpleNamespace as N
         >>> c = SimCosts([], N(n_params=100, fwd_flops=1.0, charged_train_flops=3.0, layers=(("fc", 100, 1.0),)), 100,
         ...              Network("x", 1e-6, 1e-9))
         >>> round(c.elastic_s(8, 100, host=False), 9)     # 6 (1 us + 400 ns)
         8.4e-06
+        >>> c.allreduce = "shm"; round(c.elastic_s(8, 100, host=True), 9)   # 2 meetings and 400 ns
+        2.4e-06
         """
         if workers <= 1:
             return 0.0
         n_bytes = self.nbytes(m)
+        if self.allreduce == "shm":
+            return self._allreduce(workers, n_bytes)
         t = tree_allreduce_time(workers, n_bytes, self.network.alpha, self.network.beta)
         if host:
             t += 2 * self.message(n_bytes) + self.host_update(m)

@@ -198,6 +198,20 @@ class SimComm:
         cost = self.group.costs.compressed_s(self.size, payload_bytes, gather)
         return self.group.arrive(self.rank, self.proc, buf, cost_s=cost)
 
+    def barrier(self) -> None:
+        self.group.arrive(self.rank, self.proc, None)
+
+    def close(self) -> None:
+        pass
+
+
+class SimChainComm(SimComm):
+    """A cluster network's collective (any network but this host's shared memory): also
+    SC'17's chain for sync_easgd (`elastic_sync`), its tree and its overlapped sum. On `shm`
+    the run gets `SimComm`, which has neither, as `comm.shm.ShmComm` has neither: there
+    sync_easgd's four paths run one blocking allreduce of [d_i | tail], charged as
+    shared memory's (`SimCosts.allreduce_s`)."""
+
     def elastic_sum(self, buf: Any, host: bool = False) -> Any:
         """sync_easgd's exchange along SC'17's chain (`SimCosts.elastic_s`): a tree, and
         with `host` the copies to and from the host and the host's update of the centre."""
@@ -213,12 +227,6 @@ class SimComm:
         if side is None:
             side = self.group.side = SimPosted(self.size, self.group.costs, self.group.sched)
         return side.post(self.rank, self.proc, buf, self.group.costs.elastic_s(self.size, len(buf), False))
-
-    def barrier(self) -> None:
-        self.group.arrive(self.rank, self.proc, None)
-
-    def close(self) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------------ cgdp's master
@@ -597,6 +605,8 @@ class SimTransport(Transport):
         sched = Scheduler()
         costs, needs, size = self.costs, setup.spec.needs, setup.size
         groups = [SimGroup(len(ranks), costs, sched) for ranks in setup.groups] if needs.collective else []
+        # this host's shared memory offers what comm.shm does (no chain: sync_easgd's one allreduce)
+        comm_cls = SimComm if costs.allreduce == "shm" else SimChainComm
         server_state: Any = None
         if needs.server == "cgdp_master":
             server_state = SimChunkMasterState(setup, costs, sched)
@@ -611,7 +621,7 @@ class SimTransport(Transport):
         def work(rank: int) -> Callable[[VProc], None]:
             def body(proc: VProc) -> None:
                 gi, ranks = setup.group_of(rank)
-                comm = SimComm(groups[gi], ranks.index(rank), proc) if groups and gi >= 0 else None
+                comm = comm_cls(groups[gi], ranks.index(rank), proc) if groups and gi >= 0 else None
                 if isinstance(server_state, SimChunkMasterState):
                     server: Any = SimChunkMaster(server_state, proc, rank)
                 elif server_state is not None:
