@@ -124,3 +124,27 @@ def test_an_instance_that_does_not_pickle_is_refused_naming_the_model_field():
 def test_dataset_is_reachable_from_the_package():
     from workbench.data import Dataset
     assert wb.Dataset is Dataset and callable(wb.Dataset.from_arrays)
+
+
+class AtMost64Rows(LogReg):
+    """A model written for small batches: the run's batches fit, the simulator's timing did not."""
+
+    def loss_and_grad(self, p, X, y):
+        if len(X) > 64:
+            raise ValueError(f"this model takes at most 64 rows, got {len(X)}")
+        return super().loss_and_grad(p, X, y)
+
+
+def test_a_model_that_raises_while_the_simulator_times_it_is_named_with_the_batch():
+    # a simulated run without flops_per_sample times the model on this core at batch sizes
+    # doubling up to the data's rows (or 1,024): 128 rows here, though the run's batch is 16
+    from workbench.sim.calibration import local_device
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 5)).astype(np.float32), rng.integers(0, 3, 300)
+    m = as_model(AtMost64Rows(5, 3), "AtMost64Rows")
+    with pytest.raises(ConfigError) as err:
+        local_device(m, X, y, m.init(0))
+    text = str(err.value)
+    assert text.startswith("model: a model whose loss_and_grad runs on the batches this machine's core is timed at")
+    assert "raised ValueError at 128 rows: this model takes at most 64 rows, got 128" in text
+    assert "flops_per_sample" in text and "timing_model" in text and "\n" not in text
