@@ -309,6 +309,8 @@ X4, Y4 = np.zeros((40, 3), np.float32), np.arange(40) % 2
     ({"X": np.where(np.arange(120).reshape(40, 3) == 31, np.nan, X4), "y": Y4},
      r"^X: finite numbers \(float32\), got nan at row 10, column 1 of"),   # the file's row (31 = 3 * 10 + 1), not the split's
     ({"X": X4, "y": np.where(np.arange(40) == 6, 0.5, Y4)}, r"^y: integer class labels, got 0\.5 at row 6 of"),
+    ({"X": X4, "y": np.linspace(0.25, 9.0, 40)},      # a regression target: said to be one, and not trainable
+     r"^y: integer class labels, got 0\.25 at row 0 of .*: a regression target\? runs train classifiers only"),
     ({"X": X4, "y": np.where(np.arange(40) == 9, -1, Y4)}, r"^y: labels >= 0, got -1 at row 9 of"),
     ({"X": X4, "y": np.where(np.arange(40) == 12, 3, Y4), "n_classes": np.int64(3)},
      r"^y: labels in \[0, 3\) \(n_classes\), got 3 at row 12 of"),

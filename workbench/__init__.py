@@ -28,7 +28,8 @@ from .config import ConfigError, RunConfig  # noqa: E402  (after the check above
 
 __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "ConfigError", "RunConfig", "RunResult", "run", "resume", "load", "save", "sweep", "grid", "predict",
-           "generate", "torch_module", "noise_scale", "make_cluster", "connect", "client", "__version__"]
+           "generate", "torch_module", "noise_scale", "make_cluster", "connect", "client", "check_gradient", "Dataset",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -39,6 +40,12 @@ def __getattr__(name: str):
     if name in ("run", "resume", "load", "save", "sweep", "grid", "predict", "generate", "torch_module", "noise_scale"):
         from . import api
         return getattr(api, name)
+    if name == "check_gradient":  # a model's gradient against central differences of its loss
+        from .maths.protocol import check_gradient
+        return check_gradient
+    if name == "Dataset":  # Dataset.from_arrays(X, y): arrays of your own as a run's data
+        from .data import Dataset
+        return Dataset
     if name == "RunResult":
         from .results.result import RunResult
         return RunResult

@@ -407,6 +407,8 @@ def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:
     >>> per_class_text([{"class": str(k), "rows": 0 if k % 10 else 5, "accuracy": None if k % 10 else 1.0}
     ...                 for k in range(31)])
     'per class (test rows): 0 1.00 of 5, 10 1.00 of 5, 20 1.00 of 5, 30 1.00 of 5; 27 classes without test rows'
+    >>> per_class_text([{"class": "no", "rows": 0, "accuracy": None}, {"class": "yes", "rows": 1, "accuracy": 1.0}])
+    'per class (test rows): yes 1.00 of 1; 1 class without test rows (no)'
     """
     if not per_class:
         return None
@@ -416,6 +418,8 @@ def per_class_text(per_class: list[dict[str, Any]] | None) -> str | None:
     more = [f"{len(tested) - PER_CLASS_SHOWN:,} more classes (summary['per_class'])"] \
         if len(tested) > PER_CLASS_SHOWN else []
     empty = len(per_class) - len(tested)
-    tail = f"; {empty:,} classes without test rows" if empty else ""
+    # a few are named (a small file's class that the split left without test rows), many counted
+    named = f" ({', '.join(str(c['class']) for c in per_class if not c['rows'])})" if 0 < empty <= 5 else ""
+    tail = f"; {empty:,} class{'' if empty == 1 else 'es'} without test rows{named}" if empty else ""
     return "per class (test rows): " + ", ".join(parts + more) + tail
 

@@ -94,7 +94,13 @@ def spec_of(obj: Any) -> str:
     spec = f"{code.__module__}:{code.__qualname__}"
     state = ""
     if code is not obj:
-        state = _digest(_dumps(obj))[:12]
+        try:
+            pickled = _dumps(obj)
+        except Exception as exc:   # a lock, an open file, a socket: no worker could be sent it
+            raise UserCodeError(f"an instance that pickles, to be sent to every worker ({type(obj).__name__} "
+                                f"raised {type(exc).__name__}: {_first_line(exc)}); or give its class or a "
+                                "factory, so each worker builds its own", f"{spec}@...") from None
+        state = _digest(pickled)[:12]
         spec += "@" + state
     if not is_spec(spec):
         raise UserCodeError("a class, a function or an object with a module and a name "

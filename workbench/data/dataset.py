@@ -8,6 +8,7 @@ features, int64 labels.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -484,7 +485,11 @@ def _check_labels(name: str, y: np.ndarray, n_classes: int | None, where: str) -
             bad = ~np.isfinite(part) | (part != np.round(part))
             if bad.any():
                 r = lo + int(np.argmax(bad))
-                raise DataError(f"{name}: integer class labels, got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")
+                value = np.asarray(y[r]).item()
+                # a fraction is most often a regression target: say that no run can train one
+                why = ("" if not math.isfinite(value) else
+                       ": a regression target? runs train classifiers only (labels 0..n_classes-1); bin it into classes")
+                raise DataError(f"{name}: integer class labels, got {value!r} at row {r} of {where!r}{why}")
         if part.dtype.kind != "b" and (part < 0).any():
             r = lo + int(np.argmax(part < 0))
             raise DataError(f"{name}: labels >= 0, got {np.asarray(y[r]).item()!r} at row {r} of {where!r}")

@@ -38,7 +38,9 @@ engine's extras themselves; any other object goes through `as_model`, once, whic
 A PyTorch module, or a factory returning one, goes through `maths.torchmodel`'s adapter
 first (torch is an optional extra). `check_model` runs one step before any worker starts
 and names what is wrong: an `init` that is not 1-D, a gradient of the wrong size or dtype,
-a NaN at the first step, a layout that does not cover the vector. See docs/models.md.
+a NaN at the first step, a layout that does not cover the vector; it cannot tell a wrong
+gradient from a right one, which `check_gradient` does against central differences of the
+loss. See docs/models.md.
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ from ..config import ConfigError
 from ..usercode import UserCodeError, code_record, is_factory, resolve, token_of
 from .models import Layer, Model, ModelError, get_array_module, stacked_calls
 
-__all__ = ["ModelError", "ModelProtocol", "ProtocolModel", "as_model", "build_model", "check_model", "model_record",
+__all__ = ["GradientCheck", "ModelError", "ModelProtocol", "ProtocolModel", "as_model", "build_model", "check_gradient",
+           "check_model", "model_record",
            "needs_layers"]
 
 CHECK_ROWS = 8   # rows of the first batch `check_model` computes one step on
@@ -159,6 +162,9 @@ class ProtocolModel:
         raw = self.obj.init(seed)
         xp = get_array_module(raw) if hasattr(raw, "shape") else np
         arr = raw if xp is not np else np.asarray(raw)
+        if not hasattr(raw, "shape"):   # a dict of arrays, a list of tensors: one flat vector is what is exchanged
+            raise ModelError(f"a model whose init(seed) returns one 1-D array, its tensors concatenated, layout() "
+                             f"naming them ({self.spec}'s returns a {type(raw).__name__})", self.spec)
         if getattr(arr, "ndim", None) != 1:
             raise ModelError(f"a model whose init(seed) returns a 1-D array ({self.spec}'s has shape "
                              f"{tuple(getattr(arr, 'shape', ()))})", self.spec)
@@ -225,8 +231,11 @@ def _read_layout(raw: Any, name: str) -> tuple[tuple[str, tuple[int, ...]], ...]
             shape = tuple(int(d) for d in shape)
         except (TypeError, ValueError):
             raise ModelError(f"{allowed} ({name}'s has the entry {item!r})", name) from None
-        if not isinstance(tname, str) or not shape or min(shape) < 1 or tname in seen:
-            raise ModelError(f"{allowed}, each named once with a positive shape ({name}'s has {item!r})", name)
+        # a shape of () is one number (a scalar bias, torch's nn.Parameter(torch.tensor(0.))):
+        # like a 1-D tensor, no decay and no trust ratio for LARS/LAMB, no matrix for PowerSGD
+        if not isinstance(tname, str) or any(d < 1 for d in shape) or tname in seen:
+            raise ModelError(f"{allowed}, each named once with a shape of positive sizes, or () for one number "
+                             f"({name}'s has {item!r})", name)
         seen.add(tname)
         out.append((tname, shape))
     if not out:
@@ -433,3 +442,87 @@ def _raw_step(model: Any, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> t
         X = model._cast(params, X)
         return model.obj.loss_and_grad(params, X, y)
     return model.loss_and_grad(params, X.astype(params.dtype, copy=False), y)
+
+
+class GradientCheck:
+    """What `check_gradient` found: per direction, the gradient's directional derivative
+    (`analytic`, g . v) and the loss's central difference along it (`numeric`), their
+    relative difference, and whether the largest stays within `tolerance`. `str()` is one line."""
+
+    def __init__(self, name: str, rows: int, step: float, tolerance: float, directions: list[dict[str, Any]]):
+        self.name, self.rows, self.step, self.tolerance = name, rows, step, tolerance
+        self.directions = directions
+        self.max_rel_error = max(d["rel_error"] for d in directions)
+        self.ok = bool(self.max_rel_error <= tolerance)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = (f"gradient check of {self.name} on {self.rows} rows in float64, {len(self.directions)} directions "
+                f"(the gradient's own and {len(self.directions) - 1} random)")
+        if self.ok:
+            return f"{head}: agrees, largest relative difference {self.max_rel_error:.1e} (tolerance {self.tolerance:.0e})"
+        worst = max(self.directions, key=lambda d: d["rel_error"])
+        return (f"{head}: DISAGREES, along {worst['direction']} loss_and_grad gives a slope of "
+                f"{worst['analytic']:.6g}, central differences of the loss {worst['numeric']:.6g} (relative "
+                f"difference {worst['rel_error']:.2g}, tolerance {self.tolerance:.0e})")
+
+    __repr__ = __str__
+
+
+def check_gradient(model: Any, X: Any, y: Any, *, model_args: dict[str, Any] | None = None, seed: int = 0,
+                   rows: int = 16, directions: int = 5, step: float = 1e-5,
+                   tolerance: float = 1e-5) -> GradientCheck:
+    """Compare a model's gradient with central differences of its loss, in float64.
+
+    `model` is what a config takes: a class or factory (called as `model(n_features,
+    n_classes, **model_args)`, sized by `X` and `y`), an instance, or a `package.module:Name`.
+    On the first `rows` rows, at `init(seed)` cast to float64, the slope `g . v` that
+    `loss_and_grad` gives is compared with `(L(p + step v) - L(p - step v)) / (2 step)` along
+    unit directions v: the gradient's own (a gradient off by a factor shows there) and
+    `directions - 1` random ones (a wrong component shows in all of them). The relative
+    difference of a correct float64 gradient is about 1e-9; a model that computes in float32
+    inside reaches about 1e-4 (raise `tolerance`), and a kink (ReLU) crossed within `step`
+    can also show one direction off. `check_model`, run before every run, does not do this:
+    it cannot tell a wrong gradient from a right one, and a wrong one trains without an error.
+    """
+    X = np.asarray(X)
+    X = X.reshape(len(X), -1) if X.ndim > 2 else X
+    y = np.asarray(y)
+    if X.ndim != 2 or len(X) == 0 or len(y) != len(X):
+        raise ValueError(f"X: rows of features with one label of y each, got X of shape {X.shape} and y of "
+                         f"shape {y.shape}")
+    if isinstance(model, str):
+        try:
+            model = resolve(model)
+        except UserCodeError as exc:
+            raise ModelError(exc.allowed, exc.value) from None
+    label = getattr(model, "__qualname__", None) or type(model).__name__
+    if is_factory(model):
+        model = model(int(X.shape[1]), int(y.max()) + 1, **dict(model_args or {}))
+    elif model_args:
+        raise ModelError("model_args only for a class or a factory (an instance is used as it is)", label)
+    m = as_model(model, label)
+    n = min(int(rows), len(X))
+    Xb, yb = np.ascontiguousarray(X[:n], dtype=np.float64), np.ascontiguousarray(y[:n])
+    p = np.asarray(m.init(seed), dtype=np.float64)
+    _, g = _raw_step(m, p, Xb, yb)
+    g = np.asarray(g, dtype=np.float64).reshape(-1)
+    if g.shape != p.shape:
+        raise ModelError(f"a gradient like params (shape {p.shape}); {label}'s has shape {g.shape}", label)
+    rng = np.random.default_rng(seed)
+    found = []
+    for k in range(max(1, int(directions))):
+        norm = float(np.linalg.norm(g))
+        if k == 0 and norm > 0:
+            v, what = g / norm, "the gradient itself"
+        else:
+            v = rng.standard_normal(p.shape)
+            v, what = v / np.linalg.norm(v), f"random direction {k}"
+        analytic = float(g @ v)
+        numeric = (m.loss(p + step * v, Xb, yb) - m.loss(p - step * v, Xb, yb)) / (2 * step)
+        scale = max(abs(analytic), abs(numeric))
+        rel = abs(analytic - numeric) / scale if scale > 1e-12 else 0.0
+        found.append({"direction": what, "analytic": analytic, "numeric": float(numeric), "rel_error": float(rel)})
+    return GradientCheck(getattr(m, "name", label), n, step, tolerance, found)

@@ -169,8 +169,23 @@ def _worker_step(model: Any, params: Any, X: Any, y: Any, b: int) -> Any:
         lo = at[0]
         at[0] = lo + b if lo + 2 * b <= n else 0
         idx = order[lo:lo + b]
-        return model.loss_and_grad(params, X[idx], y[idx])
+        try:
+            return model.loss_and_grad(params, X[idx], y[idx])
+        except Exception as exc:   # the model's own error, at a batch size the run may never use
+            raise _timing_failed(model, b, n, exc) from None
     return call
+
+
+def _timing_failed(model: Any, b: int, n: int, exc: Exception) -> Exception:
+    """ModelError for a model that raised while it was timed: which batch, and how to avoid
+    the timing (a bare error here read as invalid input, with a batch size the user never gave)."""
+    from ..maths.models import ModelError
+    name = getattr(model, "spec", None) or getattr(model, "name", None) or type(model).__name__
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return ModelError(f"a model whose loss_and_grad runs on the batches this machine's core is timed at, to "
+                      f"charge a simulated run's compute (batches of 1 to {min(n, 1024):,} rows; {name} raised "
+                      f"{type(exc).__name__} at {b:,} rows: {text}); or state its cost instead of timing it: "
+                      "flops_per_sample on the model, or a timing_model", name)
 
 
 def local_device(model: Any, X: Any, y: Any, params: Any, rows: int | None = None,
