@@ -215,3 +215,27 @@ def test_a_broken_parameter_file_costs_the_parameters_not_the_run(trained, tmp_p
     assert broken.params is None and broken.summary["steps"] == loaded.summary["steps"]
     with pytest.raises(ConfigError, match=r"^params: a run's final parameters"):
         wb.generate(broken)
+
+
+class PaddedBigramLM(BigramLM):
+    """A language model of yours scoring more tokens than the text has characters (as a
+    vocabulary padded to a round size): it trains, since every label is in range."""
+
+    def __init__(self, n_features, n_classes):
+        self.V = n_classes + 4
+
+
+def test_a_model_scoring_more_tokens_than_the_text_has_is_told_so_and_keeps_its_report(tmp_path):
+    """Drawn from 20 scores, 4 of them no character of the 16, the text would hold tokens
+    that are no character; asking is one line naming the model, and the run's report (which
+    shows what a language model writes) is still written."""
+    from workbench.api import write_run_report
+    result = wb.run(wb.RunConfig(algorithm="sgd", model=PaddedBigramLM, dataset="markov_text", n_samples=200,
+                                 lr=0.1, batch_size=8, steps=3, seed=0), cluster="threads", progress=False)
+    assert result.summary["status"] == "completed"
+    with pytest.raises(ConfigError, match=r"^model: a language model scoring one next token per character of the "
+                                          r"text \(16, .*got .*scoring 20"):
+        wb.generate(result, "th", length=200, seed=0)
+    result.save(tmp_path / "run")
+    report = write_run_report(result, tmp_path / "run")
+    assert report is None or report.exists()

@@ -201,6 +201,20 @@ def test_init_as_gpt2():
     assert abs(v["wpe"].std() - 0.01) < 0.001
 
 
+@pytest.mark.parametrize("vocab", [16, 65])
+def test_the_loss_at_initialisation_is_about_ln_vocab(vocab):
+    """At GPT-2's initialisation the logits are small (the final LayerNorm's unit-variance
+    output against a N(0, 0.02) table: a standard deviation of 0.02 sqrt(d) = 0.16 at d 64),
+    so the model is close to uniform over the vocabulary and its loss close to ln V: above
+    it by about half the logits' variance, 0.013, plus the tied table's pull towards the
+    current token; measured +0.046 (V 16) and +0.030 (V 65). A mis-scaled initialisation
+    (N(0, 1) weights) starts several nats higher."""
+    model = GPT(context=32, vocab=vocab, n_layers=2, d_model=64, n_heads=4)
+    tokens = np.random.default_rng(1).integers(0, vocab, (16, 33))
+    loss = model.loss(model.init(0), tokens[:, :-1].astype(np.float32), tokens[:, 1:])
+    assert 0 < loss - math.log(vocab) < 0.1
+
+
 def test_published_gpt2_shapes_give_published_counts():
     # Radford et al. 2019 as Hugging Face's gpt2 / gpt2-medium hold them (tied head)
     assert GPT(context=1024, vocab=50257, n_layers=12, d_model=768, n_heads=12).n_params == 124_439_808

@@ -84,3 +84,29 @@ def test_names_validate_in_config():
     assert cfg.timing_model == "gpt2-124m" and cfg.device == "h200"
     assert RunConfig(simulate=True, gpus=2, algorithm="sync_sgd", timing_model="tinyllama 1.1b").timing_model == \
         "tinyllama-1.1b"
+
+
+def test_powersgd_on_a_timing_model_is_charged_its_own_matrices():
+    """PowerSGD sends each matrix's rows and columns times the rank, so its share of the
+    vector depends on the shapes: GPT-2 124M's rank-4 payload (its published tensors:
+    1,099,776 bytes of P and the vector layers, 2,589,968 of Q) is 135x smaller than its
+    vector, the small GPT's only 9.7x. A run charged as GPT-2 pays GPT-2's two ring
+    allreduces, 2 (P-1) (alpha + b / P beta) each (it was charged the small GPT's share of
+    GPT-2's vector: 14x the bytes). Within 1%: the packed tail (a few floats) rides along."""
+    import workbench as wb
+    from workbench.comm.network import NETWORKS
+    from workbench.maths.compress import powersgd_bytes
+    from workbench.sim.costs import comm_against_sync
+    shapes = TM.LM_SHAPES["gpt2-124m"][0].tensor_shapes()
+    assert sum(int(np.prod(s)) for s in shapes) == PUBLISHED["gpt2-124m"]
+    first, second = powersgd_bytes(list(shapes), 4)
+    assert (first, second) == (1_099_776, 2_589_968)
+    P_, steps, net = 4, 3, NETWORKS["10GbE"]
+    cfg = RunConfig(algorithm="sync_sgd", compression="powersgd", compression_rank=4, model="gpt",
+                    dataset="markov_text", n_samples=100, context=16, n_layers=1, d_model=16, n_heads=2,
+                    simulate=True, cpus=0, gpus=P_, device="v100", timing_model="gpt2-124m", network="10GbE",
+                    batch_size=4, steps=steps, optimizer="adamw", lr=0.003, eval_every=steps)
+    result = wb.run(cfg, progress=False)
+    ring = sum(2 * (P_ - 1) * (net.alpha + b / P_ * net.beta) for b in (first, second))
+    comm = comm_against_sync(result.summary)["comm_s"] / steps
+    assert abs(comm - ring) < 0.01 * ring, (comm, ring)

@@ -83,6 +83,20 @@ def test_memory_fails_naming_the_field_to_shrink(changes, field, value, tiny):
     assert time.perf_counter() - t0 < 30       # a hang guard: estimated, never generated (that would take minutes)
 
 
+@pytest.mark.parametrize("simulate", [False, True])
+def test_a_context_too_long_for_memory_is_named_with_its_activations(simulate):
+    """A GPT's pass grows with context squared: at 100,000 tokens its activations are
+    thousands of GiB however the batch is split. The refusal names context (it named the
+    dataset, or on the simulator told 4 virtual workers to be fewer, which could not fit
+    either), and says the activations are what is large."""
+    from workbench.config import RunConfig
+    cfg = RunConfig(algorithm="sync_sgd", model="gpt", dataset="markov_text", context=100_000, cpus=4,
+                    simulate=simulate, steps=2)
+    err = refused(lambda: P.check_memory(cfg, workers_memory=None if simulate else [64 << 30] * 4),
+                  "context", "100000", "a size whose run fits in")
+    assert "GiB of activations" in err.allowed and ("one virtual worker" in err.allowed) == simulate
+
+
 # ------------------------------------------------------------------------------ emulator
 def test_emulator_passes_no_emulation_and_a_plausible_network(tiny):
     P.check_emulator(tiny(), 10_000)

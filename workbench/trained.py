@@ -275,6 +275,12 @@ def generate(result: RunResult, prompt: str | None = None, length: int = 200, te
     unknown = next((c for c in prompt if c not in index), None)
     if unknown is not None:
         raise ConfigError("prompt", f"characters of the training text ({vocab!r}; {unknown!r} is not one)", prompt)
+    # A model of yours may score more tokens than the text has characters (it trains: the
+    # labels are in range); a draw of one of the others would be no character at all.
+    width = int(np.shape(model.logits(trained, np.zeros((1, 1), dtype=np.float32)))[-1])
+    if width != len(vocab):
+        raise ConfigError("model", f"a language model scoring one next token per character of the text "
+                                   f"({len(vocab)}, {vocab!r}) to write it", f"{config.model} scoring {width}")
     ids = sample(model, trained, np.array([index[c] for c in prompt]), length, config.context, float(temperature), rng)
     return "".join(vocab[int(i)] for i in ids)
 

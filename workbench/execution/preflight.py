@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, is_text_dataset
 from ..config.registry import specs
 from ..maths.protocol import check_model
 
@@ -251,6 +251,12 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
         if over:
             _, need, have, what = max(over, key=lambda o: o[0])
             _refuse_or_accumulate(config, sim_over, what, have, need)
+            alone = est["data"] + est["params"] + est["eval_activations"] + WORKER_OVERHEAD   # any number of workers
+            if alone > MEMORY_SHARE * have:   # fewer workers cannot help: name what makes the size
+                field, value = _memory_field(config, est, per_process=True)
+                raise ConfigError(field, f"a size whose run fits in {_share_of(what, have)}: even one virtual "
+                                  f"worker needs about {_gib(alone)} ({_parts(est, est['eval_activations'])} "
+                                  "to score one evaluation chunk)", value)
             field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
             raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
                               f"more than {_share_of(what, have)} allows", value)
@@ -288,8 +294,7 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
         per_process = "ulimit -v" in what   # more or fewer workers change nothing there
         field, value = _memory_field(config, est, per_process=per_process)
         raise ConfigError(field, f"a size whose run fits in {_share_of(what, have)}: this one needs about "
-                          f"{_gib(need)} ({est['n_params']:,} parameters, {_gib(est['data'])} of data per "
-                          f"worker)", value)
+                          f"{_gib(need)} ({_parts(est)})", value)
     return est
 
 
@@ -446,11 +451,25 @@ def _model_field(config: RunConfig) -> tuple[str, Any]:
     return ("n_features", config.n_features) if config.dataset == "synthetic" else ("model", config.model)
 
 
+def _parts(est: dict[str, int], activations: int | None = None) -> str:
+    """What a memory estimate is made of, for a refusal: the parameters, the data and, where
+    they matter, a pass's activations (a GPT's grow with context squared: at 100,000 tokens
+    they were all but all of 38,000 GiB, which the message did not mention)."""
+    parts = f"{est['n_params']:,} parameters, {_gib(est['data'])} of data per worker"
+    if activations is not None:
+        return parts + f", {_gib(activations)} of activations"
+    if est["activations"] > max(est["data"], est["params"]):
+        parts += f", {_gib(est['activations'])} of activations for a pass"
+    return parts
+
+
 def _memory_field(config: RunConfig, est: dict[str, int], per_process: bool = False) -> tuple[str, Any]:
     """The field to blame: what makes the larger share of the estimate (`per_process`: a
     limit on each process, which the number of workers does not change)."""
     if not per_process and config.n_workers and WORKER_OVERHEAD > est["data"] + est["params"] + est["activations"]:
         return "cpus", config.cpus   # mostly per-process overhead: too many workers
+    if est["activations"] > max(est["data"], est["params"]) and is_text_dataset(config.dataset):
+        return "context", config.context   # one sequence's pass (the run tried micro-batches first)
     if est["params"] >= est["data"]:
         if config.hidden is not None and config.model != "softmax":
             return "hidden", config.hidden

@@ -56,6 +56,7 @@ from ..comm.network import (
 from ..comm.shm import solo_copies
 from ..config import SIM_DEFAULT_CPU_DEVICE, SIM_DEFAULT_DEVICE
 from ..config.registry import specs, tail_length
+from ..maths import compress as C
 from ..maths.accumulate import micro_batches
 from ..maths.optim import update_passes
 from .profiles import ChipPartition
@@ -106,6 +107,11 @@ class SimCosts:
     # allreduce "shm": the elements the run's segment holds (`AlgorithmSpec.comm_elems` of the timing
     # model's vector), which decide its path and so its meetings (`shm.pair_path`); 0: the vector + tail
     shm_capacity: int = 0
+    # a compressed exchange's bytes on the timing model over those on the trained model (0: in
+    # proportion to the vectors, as top-k's, sign's and qsgd's are). PowerSGD's payload is its
+    # matrices' rows and columns times the rank: GPT-2 124M's at rank 4 is 135x smaller than its
+    # vector, the small GPT's 9.7x, and scaling the small one's share charged GPT-2 14x its bytes
+    payload_scale: float = 0.0
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -223,7 +229,7 @@ class SimCosts:
         read, or b once."""
         if workers <= 1:
             return 0.0
-        b = payload_bytes * self.vector_bytes / (self.n_params * BYTES)
+        b = payload_bytes * (self.payload_scale or self.vector_bytes / (self.n_params * BYTES))
         if self.allreduce == "shm":   # through the run's segment: its capacity decides the path, not b
             a, bb = shm_compressed_terms(workers, b, gather, self.shm_capacity)
             return a * self.network.alpha + bb * self.network.beta
@@ -353,7 +359,33 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                      solo_copy=shm, accumulate=config.accumulate, allreduce="shm" if shm else "ring",
                      shm_capacity=spec.comm_elems(timing.n_params, len(kinds)) if spec else 0)
     costs.charged_by = charged_by
+    costs.payload_scale = powersgd_scale(config, model, timing)
     return costs
+
+
+def powersgd_scale(config: Any, model: Any, timing: Any) -> float:
+    """PowerSGD's payload on the timing model's own tensors over that on the trained model's
+    (`maths.compress.powersgd_bytes` of each at the run's rank); 0 (scale as the vectors) for
+    another compression, no timing model, or one whose tensors are not known (the image
+    networks: their share is the trained model's).
+
+    >>> from types import SimpleNamespace as N
+    >>> from workbench.maths.gpt import GPT
+    >>> from workbench.sim.timing_models import TIMING_MODELS
+    >>> cfg = N(compression="powersgd", compression_rank=4, timing_model="gpt2-124m")
+    >>> small, big = GPT(context=64, vocab=16), TIMING_MODELS["gpt2-124m"]
+    >>> round(small.n_params * 4 / sum(C.powersgd_bytes([s for _, s in small.layout()], 4)), 1)   # its share
+    9.7
+    >>> round(big.n_params * 4 / (sum(C.powersgd_bytes([s for _, s in small.layout()], 4)) * powersgd_scale(cfg, small, big)), 1)
+    134.9
+    """
+    layout = getattr(model, "layout", None)
+    if (config.compression != "powersgd" or not config.timing_model or not timing.tensor_shapes
+            or not callable(layout)):
+        return 0.0
+    own = sum(C.powersgd_bytes([tuple(s) for _, s in layout()], config.compression_rank))
+    theirs = sum(C.powersgd_bytes(list(timing.tensor_shapes), config.compression_rank))
+    return theirs / own if own else 0.0
 
 
 def comm_against_sync(summary: dict[str, Any]) -> dict[str, float] | None:

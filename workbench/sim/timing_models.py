@@ -66,6 +66,9 @@ class TimingModel:
     # counts as one unit of work, and only a device timed on this machine charges it (`local`,
     # whose fitted rate is then examples per second).
     timed: bool = False
+    # The shapes of its tensors (a language model's, from its published shape; () for the
+    # image networks): what PowerSGD's payload is counted on (`sim.costs.make_costs`).
+    tensor_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def train_flops(self) -> float:
@@ -196,6 +199,21 @@ class LMShape:
             return 2 * d + (2 * d * d + 2 * d * kv) + 3 * d * f                  # 2 RMSNorm, attention, SwiGLU
         return 4 * d + (d * (d + 2 * kv) + d + 2 * kv) + (d * d + d) + (2 * d * f + f + d)
 
+    def tensor_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Each tensor's shape, as the released checkpoints store them (GPT-2's attention one
+        fused d x 3d matrix, as our GPT's; Llama's q, k, v apart), in forward order.
+
+        >>> import math
+        >>> sum(math.prod(t) for t in LMShape(50257, 1024, 12, 768, 12, 3072).tensor_shapes())
+        124439808
+        """
+        d, kv, f = self.d_model, self.kv, self.ffn
+        if self.llama:
+            block = [(d,), (d, d), (d, kv), (d, kv), (d, d), (d,), (d, f), (d, f), (f, d)]
+            return ((self.vocab, d), *block * self.n_layers, (d,), (self.vocab, d))
+        block = [(d,), (d,), (d, d + 2 * kv), (d + 2 * kv,), (d, d), (d,), (d,), (d,), (d, f), (f,), (f, d), (d,)]
+        return ((self.vocab, d), (self.context, d), *block * self.n_layers, (d,), (d,))
+
     def n_params(self) -> int:
         """Every parameter: embeddings, blocks, final norm, head (untied for Llama)."""
         d = self.d_model
@@ -221,7 +239,7 @@ def lm_timing(name: str, shape: LMShape, source: str) -> TimingModel:
               ("head", (s.vocab * d if s.llama else 0) + (d if s.llama else 2 * d), head_flops))
     activations = BYTES_PER_PARAM * gpt_activation_floats(n_layers=s.n_layers, n_heads=s.n_heads, **args)
     return TimingModel(name, s.n_params(), sum(f for _, _, f in layers), layers, source,
-                       tokens=s.context, activation_bytes=float(activations))
+                       tokens=s.context, activation_bytes=float(activations), tensor_shapes=s.tensor_shapes())
 
 
 _HF = "the released checkpoint's configuration on the Hugging Face hub"
