@@ -1004,6 +1004,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     # the sweep checked once (every point's config: a batch no point can take is the config's
     # fault, whatever the machine; the rounds), then the machine's checks on the largest point
     from ..analysis.sweep import Sweep
+    from ..config.registry import specs
+    if config.scheduler and not specs()[config.algorithm].in_process:
+        from ..execution.preflight import check_reachable
+        check_reachable(config.scheduler)   # a refused address in one line before the plan, as run says it
     plan = Sweep.plan(config, workers, args.mode, simulate=config.simulate, rounds=args.rounds,
                       max_rounds=args.max_rounds, budget_s=args.budget_s)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
