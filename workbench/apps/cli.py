@@ -577,7 +577,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
                 paper = f"; paper: {c['paper']}" if c.get("paper") else ""
                 margin = f"; margin {c['margin']}" if c.get("margin") else ""
-                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{paper})")
+                note = f"; {c['note']}" if c.get("note") and c["held"] else ""   # a margin of 0: on signs alone
+                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{note}{paper})")
             print(f"report: {outcome['report']}")
             if outcome["failed"]:
                 print(f"error: expected shape did not hold: {', '.join(outcome['failed'])} "
