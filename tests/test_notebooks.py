@@ -2,8 +2,8 @@
 and the committed files are clean (no outputs, no widget state, one `parameters` cell).
 
 Like pytorch/examples, every lesson is also an integration test. Each quick run takes
-about half a minute on 2 CPU cores (a kernel, a local Dask cluster, a handful of short
-runs), so they are marked slow: `make test` (and CI) runs them all, `make test-fast`
+about half a minute to a minute on an idle 2-core machine (a kernel, a local Dask cluster, a
+handful of short runs; 32-273 s each at load 11-21 on 2026-12-07), so they are marked slow: `make test` (and CI) runs them all, `make test-fast`
 leaves them out.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ EXPECTED_STATUS = {("sim_sc17", "async_msgd-"): {"completed", "diverged"},
                    # faults_and_recovery: sync_sgd without elastic fails fast when its worker is killed, as it should
                    ("faults_and_recovery", "real-sync_sgd-plain"): {"failed"},
                    ("faults_and_recovery", "sim-sync_sgd-plain"): {"failed"}}
-QUICK_SECONDS = 60  # the target for one quick run on 2 CPU cores (reported, not asserted: CI machines vary)
+QUICK_SECONDS = 60  # the target for one quick run on an idle 2-core machine (reported, not asserted: CI machines vary)
 
 
 def _experiments_by_notebook() -> dict[str, list[dict]]:

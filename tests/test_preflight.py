@@ -150,6 +150,37 @@ def test_a_refused_scheduler_is_reported_before_the_data_or_the_model_is_built(m
     assert built == []
 
 
+def test_a_sweep_probes_its_scheduler_before_it_plans(monkeypatch):
+    """`sweep(cluster=ADDRESS)` planned its points first (every point's dataset entry and
+    schedule, `Problem.from_config`) and then refused the address as `scheduler`, from the
+    client it opened: the address is now probed first, named as the argument given, as `run`
+    and `grid` do; `config.scheduler` too, by the API and by the CLI."""
+    from workbench import api
+    from workbench.analysis.sweep import Sweep
+    from workbench.apps.cli import main
+    from workbench.problem import Problem
+    planned = []
+
+    def never(*args, **kwargs):
+        planned.append("problem")
+        raise AssertionError("the sweep was planned before its scheduler was checked")
+    monkeypatch.setattr(Problem, "from_config", classmethod(never))
+    address = f"tcp://127.0.0.1:{refused_port()}"
+    base = {"algorithm": "sync_sgd", "epochs": 1}
+    refused(lambda: api.sweep(base, workers=[1, 2], cluster=address, progress=False),
+            "cluster", repr(address), "a reachable Dask scheduler")
+    refused(lambda: api.sweep(RunConfig(**base, scheduler=address), workers=[1, 2], progress=False),
+            "scheduler", repr(address), "a reachable Dask scheduler")
+    assert main(["sweep", "--algorithm", "sync_sgd", "--scheduler", address, "--workers", "1,2",
+                 "--no-progress"]) == 2
+    assert planned == []
+    # a sweep planned already (the CLI's path into the API): its `cluster` named as such too
+    monkeypatch.undo()
+    plan = Sweep.plan(RunConfig(**base), [1, 2])
+    refused(lambda: api.run_sweep(plan, cluster=address, progress=False), "cluster", repr(address),
+            "a reachable Dask scheduler")
+
+
 def test_a_refused_scheduler_is_reported_before_dask_is_imported():
     """The probe's plain TCP connection comes before Dask's imports (0.5-1 s): a refusal needs none."""
     import subprocess

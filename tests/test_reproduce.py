@@ -515,6 +515,47 @@ def test_a_verdicts_threshold_reads_as_one_number_where_its_margin_is_0():
 
 
 @pytest.mark.timeout(300)
+def test_a_verdict_held_with_margin_0_says_it_held_on_the_seeds_signs_alone(tmp_path):
+    # With a margin of 0, an effect every seed shows on the expected side holds however small:
+    # reproduce now says so beside it, with the odds of that under no effect (each seed on either
+    # side with even odds: all N on one side 1 time in 2^N); a margin that is there, and a verdict
+    # that did not hold, get no such note.
+    pytest.importorskip("papermill")
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.v4 import new_code_cell, new_notebook
+    nb = new_notebook(cells=[
+        new_code_cell("quick = False\nout_dir = 'x'\nseed = 0", metadata={"tags": ["parameters"]}),
+        new_code_cell("from workbench.analysis.shape import ShapeChecks\nchecks = ShapeChecks()\n"
+                      "checks.compare('tiny', 1.0 + 1e-9 * (seed + 1), 1.0, margin=0.0, spread='stated')\n"
+                      "checks.compare('wide', 2.0 + 0.01 * seed, 1.0, margin=0.1, spread='stated')\n"
+                      "checks.compare('median', {0: 1.5, 1: 0.99, 2: 1.6}[seed], 1.0, margin=0.0, spread='stated')\n"
+                      "checks.compare('wrong', 0.9, 1.0, margin=0.0, spread='stated')\n"
+                      "checks.write(out_dir)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(nb, tmp_path / "notebooks" / "seeded.ipynb")
+    shapes = [{"id": "tiny", "text": "a hair above"}, {"id": "wide", "text": "far above"},
+              {"id": "median", "text": "two of three"}, {"id": "wrong", "text": "below"}]
+    path = _experiment(tmp_path, "notebooks/seeded.ipynb", seeds=[0, 1, 2], expected_shape=shapes)
+    out = tmp_path / "out"
+    proc = reproduce(str(path), "--out", str(out), "--no-progress", "--seed-jobs", "3")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    lines = {line.split("]")[1].split("  (")[0].strip(): line for line in proc.stdout.splitlines() if "] " in line}
+    assert lines["a hair above"].startswith("  [held]")
+    assert "margin 0: held on the sign of each of 3 seeds alone (with no effect, 1 in 8 by chance)" \
+        in lines["a hair above"]
+    # medians 1.6 and 1.5 against a range of +-0.305: held, with seed 1 below the threshold
+    assert lines["two of three"].startswith("  [held]")
+    assert "margin 0: held on the median of 3 seeds beyond their range, one or more seeds on the other side" \
+        in lines["two of three"]
+    assert "margin 0" not in lines["far above"] and "margin 0" not in lines["below"]
+    assert "1 in 8 by chance" in (out / "report.html").read_text(encoding="utf-8")
+    # one seed: 1 in 2
+    proc = reproduce(str(path), "--out", str(tmp_path / "one"), "--seeds", "0", "--no-progress")
+    assert "margin 0: held on the sign of 1 seed alone (with no effect, 1 in 2 by chance)" in proc.stdout
+
+
+@pytest.mark.timeout(300)
 def test_reproduce_no_progress_shows_no_kernel_transport_warning(tmp_path):
     # the audit: `reproduce --no-progress` printed "[IPKernelApp] WARNING | Kernel is running over TCP
     # without encryption" twice, though its help says no notebook log on stderr; the kernel's own log

@@ -352,6 +352,23 @@ def _check_cluster_answers(cluster: Any, config: RunConfig) -> None:
         raise ConfigError("cluster", exc.allowed, cluster) from None
 
 
+def _check_sweep_cluster_answers(config: Any, cluster: Any, simulate: Any) -> None:
+    """`sweep`'s scheduler, probed before `Sweep.plan` (which reads each point's dataset entry
+    and plans its schedule): `cluster` given as an address (`_check_cluster_answers`), or with
+    no cluster `config.scheduler` (`preflight.check_reachable`), as `run` and `grid` refuse one
+    in a line before their slow steps. Arguments of the wrong type, and a simulated sweep, are
+    left to the plan (it names them; a simulated sweep connects to nothing)."""
+    if simulate is not False or not isinstance(config, (RunConfig, Mapping)):
+        return
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_dict(dict(config))   # (the plan would raise the same ConfigError)
+    if cluster is None and config.scheduler and not _spec(config).in_process:   # (as preflight checks it)
+        from .execution.preflight import check_reachable
+        check_reachable(config.scheduler)
+        return
+    _check_cluster_answers(cluster, config)
+
+
 def _checked_args(config: Any, cluster: Any, on_record: Any, should_stop: Any) -> RunConfig:
     """`run`'s arguments, type-checked with the one-line messages the CLI prints."""
     if not isinstance(config, RunConfig):
@@ -648,6 +665,7 @@ def sweep(config: RunConfig | dict, workers: Sequence[int] = (1, 2, 4), mode: st
     """
     from .analysis.sweep import Sweep
 
+    _check_sweep_cluster_answers(config, cluster, simulate)   # before the plan reads the dataset's entry
     plan = Sweep.plan(config, workers, mode, simulate=simulate, rounds=rounds, max_rounds=max_rounds,
                       budget_s=budget_s)
     return run_sweep(plan, cluster=cluster, on_result=on_result, out=out, should_stop=should_stop,
@@ -752,6 +770,8 @@ def run_sweep(plan: Any, cluster: Any = None, on_result: Callable[[dict, RunResu
 
     from .analysis.sweep import SWEEP_COLUMNS
     stale = _claim_results(out, overwrite, "sweep")
+    if not plan.simulated:   # a refused address named as the argument, `cluster`, before the cluster steps
+        _check_cluster_answers(cluster, plan.config)
     table, written, stopped = pd.DataFrame(columns=list(SWEEP_COLUMNS)), set(), True
     with interrupt_stops(should_stop) as stop, stops_on_interrupt(), warnings_once(), \
             _one_client(cluster, plan.config, plan.simulated) as cluster:   # (a first Ctrl-C: a stop request)

@@ -234,6 +234,35 @@ def margin_text(verdict: dict[str, Any]) -> str:
     return f"{sign} {verdict['threshold']:g}{plus}{spread}{by}"
 
 
+def sign_alone_note(verdict: dict[str, Any]) -> str:
+    """What a held effect with a margin of 0 rests on, as text ("" for any other verdict): with
+    no margin, an effect every seed shows on the expected side of its threshold holds however
+    small it is, so it held on the seeds' signs alone; were there no effect (each seed on
+    either side with even odds), N seeds all land on the expected side 1 time in 2^N. One
+    held by its median beyond the seeds' range, with a seed on the other side, says that.
+
+    >>> v = {"held": True, "margin": 0.0, "by": 0.01, "by_seed": [0.01, 0.3, 0.02], "seeds": [0, 1, 2]}
+    >>> sign_alone_note(v)
+    'margin 0: held on the sign of each of 3 seeds alone (with no effect, 1 in 8 by chance)'
+    >>> sign_alone_note({"held": True, "margin": 0.0, "by": 0.2, "seeds": [0]})
+    'margin 0: held on the sign of 1 seed alone (with no effect, 1 in 2 by chance)'
+    >>> sign_alone_note(dict(v, by_seed=[-0.01, 0.5, 0.6]))
+    'margin 0: held on the median of 3 seeds beyond their range, one or more seeds on the other side'
+    >>> sign_alone_note(dict(v, margin=0.02)), sign_alone_note(dict(v, held=False)), sign_alone_note({"held": True})
+    ('', '', '')
+    """
+    if not verdict.get("held") or verdict.get("margin") != 0 or "by" not in verdict:
+        return ""
+    by_seed = [float(b) for b in verdict.get("by_seed") or [verdict["by"]]]
+    n = len(by_seed)
+    if all(b > 0 for b in by_seed):
+        return f"margin 0: held on the sign of {'each of ' if n > 1 else ''}{n} seed{'s' if n > 1 else ''} alone " \
+               f"(with no effect, 1 in {2 ** n} by chance)"
+    if n > 1 and any(b < 0 for b in by_seed):
+        return f"margin 0: held on the median of {n} seeds beyond their range, one or more seeds on the other side"
+    return ""   # (inclusive, a seed exactly at the threshold: an exact check, not a sign)
+
+
 def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]]) -> list[dict]:
     """One row per expected shape: id, text, the paper's number, ours, the verdict.
 
@@ -251,7 +280,8 @@ def paper_vs_measured(expected_shape: Iterable[dict[str, Any]], verdicts: Iterab
         v = by_id.get(check["id"], {})
         rows.append({"id": check["id"], "text": check["text"], "paper": str(check.get("paper", "")),
                      "measured": str(v.get("measured", "not measured")), "held": v.get("held"),
-                     "verdict": verdict_word(v.get("held"), v.get("resolved")), "margin": margin_text(v)})
+                     "verdict": verdict_word(v.get("held"), v.get("resolved")), "margin": margin_text(v),
+                     "note": sign_alone_note(v)})
     return rows
 
 

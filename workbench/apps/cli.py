@@ -577,7 +577,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     {True: "held", False: "did NOT hold"}.get(c["held"], c["verdict"])
                 paper = f"; paper: {c['paper']}" if c.get("paper") else ""
                 margin = f"; margin {c['margin']}" if c.get("margin") else ""
-                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{paper})")
+                note = f"; {c['note']}" if c.get("note") and c["held"] else ""   # a margin of 0: on signs alone
+                print(f"  [{mark}] {c['text']}  ({c['measured']}{margin}{note}{paper})")
             print(f"report: {outcome['report']}")
             if outcome["failed"]:
                 print(f"error: expected shape did not hold: {', '.join(outcome['failed'])} "
@@ -621,6 +622,10 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     noted and ignored, so that nothing interrupts the saving. Off the main thread
     (signals cannot be caught there) this does nothing.
 
+    A signal this process inherited as ignored stays ignored: a job started with `cmd &` by
+    a shell without job control has SIGINT ignored (a `kill -INT` to the shell's group is
+    not for it), one started under `nohup` SIGHUP; SIGTERM still stops such a run.
+
     Args:
         on_signal: called with the first signal's name instead of raising (the sweep
             sets its stop flag, which the run in progress polls: nothing is interrupted
@@ -648,6 +653,8 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     for name in STOP_SIGNALS:
         if hasattr(signal, name):
             sig = getattr(signal, name)
+            if signal.getsignal(sig) is signal.SIG_IGN:   # ignored by whoever started us: left so
+                continue
             saved[sig] = signal.signal(sig, handler)
     try:
         yield
@@ -1004,6 +1011,10 @@ def _sweep_points(args: argparse.Namespace, signalled: list[str]) -> int:
     # the sweep checked once (every point's config: a batch no point can take is the config's
     # fault, whatever the machine; the rounds), then the machine's checks on the largest point
     from ..analysis.sweep import Sweep
+    from ..config.registry import specs
+    if config.scheduler and not specs()[config.algorithm].in_process:
+        from ..execution.preflight import check_reachable
+        check_reachable(config.scheduler)   # a refused address in one line before the plan, as run says it
     plan = Sweep.plan(config, workers, args.mode, simulate=config.simulate, rounds=args.rounds,
                       max_rounds=args.max_rounds, budget_s=args.budget_s)
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()

@@ -415,7 +415,7 @@ def _write_report(exp: Experiment, checks: list[dict], out: Path, report: Path, 
     rows = "".join(
         f"<tr><td><code>{esc(c['id'])}</code></td><td>{esc(c['text'])}</td><td>{esc(c['paper'])}</td>"
         f"<td>{esc(c['measured'])}</td>"
-        f"<td>{esc(c.get('margin', ''))}</td>"
+        f"<td>{esc(c.get('margin', ''))}{'; ' + esc(c['note']) if c.get('note') and c['held'] else ''}</td>"
         f"<td style='font-weight:bold;color:{_colour(c['held'])}'>{esc(c['verdict'])}</td></tr>"
         for c in checks)
     ours = "simulated" if simulated else "measured here"
