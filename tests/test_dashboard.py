@@ -1291,6 +1291,27 @@ def test_no_free_number_is_a_slider(dash):
     assert not sliders, f"free numbers on clamping, snapping sliders: {sliders}"
 
 
+def test_a_control_changed_while_running_is_said_to_apply_to_the_next_run(dash):
+    """The algorithm dropdown changed mid-run: the status line kept naming the running
+    config without a word, the dropdown showed another, and the next Run ran the dropdown's.
+    Now the status line says the change waits for the next Run, during the run and after."""
+    dash.controls["epochs"].value = 1e5
+    assert dash.run() is True
+    deadline = time.time() + 60
+    while time.time() < deadline and not dash.status_text.startswith("running"):
+        time.sleep(0.05)
+    dash.controls["algorithm"].value = "local_sgd"
+    note = "; the controls changed (algorithm=local_sgd): they apply to the next Run, not this one"
+    deadline = time.time() + 30
+    while time.time() < deadline and not (dash.status_text.startswith("running") and note in dash.status_text):
+        time.sleep(0.05)
+    assert dash.status_text.startswith("running") and note in dash.status_text, dash.status_text
+    dash.stop()
+    result = dash.wait(60)
+    assert result.summary["config"]["algorithm"] == "sync_sgd"
+    assert dash.status_text.startswith("stopped: ") and dash.status_text.endswith(note), dash.status_text
+
+
 def test_the_why_tab_names_the_run_it_explains_and_why_not_a_stopped_one(dash):
     """The why tab explains the last completed run and says so by name; after a run that
     was stopped it still shows the completed one, and says why the stopped one is not there."""
