@@ -406,6 +406,16 @@ def test_quickstart_dashboard_runs_and_stops_in_jupyterlab(quickstart, browser, 
             warmup_epochs.scroll_into_view_if_needed()
             _shot(page, artifacts, "01-warmup-chosen", say)
 
+            # ---- a negative lr typed in: refused by name in the page, not clamped to a slider's
+            # minimum (an lr slider ran -0.1 as 1e-5 with "ready"); then the default again
+            _type(page, dash, "lr", -0.1)
+            refused = wait_for(page, lambda: (lambda s: s if s.startswith("error") else None)(_status(page)), 30,
+                               "the status line to refuse lr -0.1")
+            assert refused == "error: lr: a finite number > 0, got -0.1", refused
+            assert not run_button.is_enabled(), "Run is enabled with lr -0.1"
+            _type(page, dash, "lr", 0.1)
+            wait_for(page, lambda: _status(page).startswith("ready"), 30, "the status line to accept lr 0.1 again")
+
             # ---- Run (both cores busy): start-up is its own phase, then the view moves
             assert _status(page).startswith("ready: sync_sgd"), f"not the parallel default: {_status(page)!r}"
             assert page.evaluate(WATCH_STATUS_JS, DASH), "cannot find the status line to watch"

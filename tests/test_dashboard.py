@@ -176,7 +176,7 @@ def test_every_control_maps_onto_a_config_field(dash):
     # every field has a control, or is named as left to code, and every control explains itself
     assert set(CONTROL_FIELDS) | set(C.LEFT_TO_CODE) == set(FIELDS)
     for name, w in dash.controls.items():
-        tip = getattr(w, "slider", w).tooltip                 # alpha: its slider carries it
+        tip = getattr(w, "number", w).tooltip                 # alpha: its number box carries it
         assert tip and tip.startswith(RunConfig.model_fields[name].description), name
         assert len(tip) > 20, name
     # blank / 0 stand for unset
@@ -192,13 +192,13 @@ def shown(w) -> bool:
 def test_alpha_shows_the_value_the_run_uses_and_the_config_setter_round_trips(dash):
     alpha = dash.controls["alpha"]
     dash.controls["algorithm"].value = "sync_easgd"
-    assert dash.config.alpha is None and alpha.auto.value and alpha.slider.disabled
-    assert alpha.slider.value == pytest.approx(0.45)            # 0.9 / 2 workers, what the run will use
+    assert dash.config.alpha is None and alpha.auto.value and alpha.number.disabled
+    assert alpha.number.value == pytest.approx(0.45)            # 0.9 / 2 workers, what the run will use
     dash.controls["cpus"].value = 3
     dash.controls["batch_size"].value = 128
-    assert alpha.slider.value == pytest.approx(0.3)
-    alpha.auto.value = False                                    # unticked: the slider's value is used
-    alpha.slider.value = 0.2
+    assert alpha.number.value == pytest.approx(0.3)
+    alpha.auto.value = False                                    # unticked: the box's value is used
+    alpha.number.value = 0.2
     assert dash.config.alpha == pytest.approx(0.2)
     alpha.auto.value = True
     assert dash.config.alpha is None
@@ -1256,6 +1256,60 @@ def test_a_number_typed_out_of_range_is_refused_by_name_not_clamped(dash, name, 
     dash.controls[name].value = typed
     assert dash.controls[name].value == typed
     assert dash.status_text == said and dash.run_button.disabled
+
+
+@pytest.mark.parametrize("algorithm, name, typed, said", [
+    ("sync_sgd", "lr", -0.1, "error: lr: a finite number > 0, got -0.1"),
+    ("sync_sgd", "momentum", 1.5, "error: momentum: a number in [0, 1), got 1.5"),
+    ("local_sgd", "tau", 0, "error: tau: a whole number >= 1, got 0"),
+    ("ltfb", "trainers", 0, "error: trainers: a whole number >= 1, got 0"),
+    ("diloco", "outer_momentum", 1.5, "error: outer_momentum: a number >= 0 and < 1, got 1.5"),
+])
+def test_a_knob_typed_out_of_range_is_refused_not_clamped_by_a_slider(algorithm, name, typed, said):
+    """lr, momentum, tau, trainers and outer_momentum were sliders, which clamp what is typed
+    into them (the browser's slider before Python sees it, and the widget in Python): lr -0.1
+    ran at 1e-5 and tau 0 as 1, each with "ready". Now the status line names the field, the
+    value typed and what is allowed, and Run waits."""
+    d = Dashboard(cluster="threads", config=RunConfig(algorithm=algorithm, cpus=2, dataset="digits",
+                                                      batch_size=64, epochs=2))
+    d.controls[name].value = typed
+    assert d.controls[name].value == typed
+    assert d.status_text == said and d.run_button.disabled
+
+
+def test_no_free_number_is_a_slider(dash):
+    """A slider's frontend clamps and snaps a typed value before Python sees it (the lr's log
+    slider ran 0.05 as 0.0501187 and -0.1 as 1e-5, alpha's ran 0.125 as 0.13, all "ready"):
+    a free number is a box the config checks; a slider only picks from a list (the batch
+    sizes' powers of two)."""
+    import ipywidgets as widgets
+
+    def parts(w):
+        return [w, *(p for c in getattr(w, "children", ()) for p in parts(c))]
+    sliders = {name: type(p).__name__ for name, w in dash.controls.items() for p in parts(w)
+               if isinstance(p, (widgets.FloatSlider, widgets.FloatLogSlider, widgets.IntSlider))}
+    assert not sliders, f"free numbers on clamping, snapping sliders: {sliders}"
+
+
+def test_a_control_changed_while_running_is_said_to_apply_to_the_next_run(dash):
+    """The algorithm dropdown changed mid-run: the status line kept naming the running
+    config without a word, the dropdown showed another, and the next Run ran the dropdown's.
+    Now the status line says the change waits for the next Run, during the run and after."""
+    dash.controls["epochs"].value = 1e5
+    assert dash.run() is True
+    deadline = time.time() + 60
+    while time.time() < deadline and not dash.status_text.startswith("running"):
+        time.sleep(0.05)
+    dash.controls["algorithm"].value = "local_sgd"
+    note = "; the controls changed (algorithm=local_sgd): they apply to the next Run, not this one"
+    deadline = time.time() + 30
+    while time.time() < deadline and not (dash.status_text.startswith("running") and note in dash.status_text):
+        time.sleep(0.05)
+    assert dash.status_text.startswith("running") and note in dash.status_text, dash.status_text
+    dash.stop()
+    result = dash.wait(60)
+    assert result.summary["config"]["algorithm"] == "sync_sgd"
+    assert dash.status_text.startswith("stopped: ") and dash.status_text.endswith(note), dash.status_text
 
 
 def test_the_why_tab_names_the_run_it_explains_and_why_not_a_stopped_one(dash):

@@ -151,28 +151,29 @@ def label_of(w: Any) -> str:
 
 
 class AutoFloat(widgets.HBox):
-    """A slider for an optional float whose unset value resolves to something (alpha:
-    0.9 / workers): "auto" checked means unset, and the slider then shows, disabled,
-    the value the run will use (`show_resolved`). `value` is None or the float."""
+    """A number box for an optional float whose unset value resolves to something (alpha:
+    0.9 / workers): "auto" checked means unset, and the box then shows, disabled, the
+    value the run will use (`show_resolved`). `value` is None or the float. A box, not a
+    slider: a slider clamps and snaps what is typed (alpha 0.125 ran as 0.13, 1.5 as 0.99);
+    the config refuses a bad value by name."""
 
     value = traitlets.Any(None, allow_none=True)
 
-    def __init__(self, name: str, value: float | None, lo: float, hi: float, step: float):
+    def __init__(self, name: str, value: float | None, step: float):
         tip = field_help(name)
-        self.slider = widgets.FloatSlider(value=value if value is not None else lo, min=lo, max=hi, step=step,
-                                          readout_format=".3f", description=name, tooltip=tip,
-                                          style={"description_width": LABEL_WIDTH},
-                                          layout=widgets.Layout(width="270px"))
+        self.number = widgets.FloatText(value=value if value is not None else 0.0, step=step,
+                                        description=name, tooltip=tip, style={"description_width": LABEL_WIDTH},
+                                        layout=widgets.Layout(width="270px"))
         self.auto = widgets.Checkbox(value=value is None, description="auto", indent=False,
-                                     tooltip="unset: 0.9 / workers, shown on the slider",
+                                     tooltip="unset: 0.9 / workers, shown in the box",
                                      layout=widgets.Layout(width="64px"))
-        # The tooltip lives on the slider and the box: a Box view's tooltip code wants a description.
-        super().__init__([self.slider, self.auto], layout=widgets.Layout(width=CONTROL_WIDTH))
+        # The tooltip lives on the box and the HBox: a Box view's tooltip code wants a description.
+        super().__init__([self.number, self.auto], layout=widgets.Layout(width=CONTROL_WIDTH))
         self.description = name
         self.value = value
-        self.slider.disabled = value is None
+        self.number.disabled = value is None
         self._busy = False
-        self.slider.observe(self._from_parts, names="value")
+        self.number.observe(self._from_parts, names="value")
         self.auto.observe(self._from_parts, names="value")
         self.observe(self._to_parts, names="value")
 
@@ -181,24 +182,24 @@ class AutoFloat(widgets.HBox):
         if self.value is None:
             self._busy = True
             try:
-                self.slider.value = min(max(value, self.slider.min), self.slider.max)
+                self.number.value = _tidy(value)
             finally:
                 self._busy = False
 
     def _from_parts(self, change: dict) -> None:
         if self._busy:
             return
-        self.slider.disabled = self.auto.value
-        self.value = None if self.auto.value else _tidy(self.slider.value)
+        self.number.disabled = self.auto.value
+        self.value = None if self.auto.value else _tidy(self.number.value)
 
     def _to_parts(self, change: dict) -> None:
         v = change["new"]
         self._busy = True
         try:
             self.auto.value = v is None
-            self.slider.disabled = v is None
+            self.number.disabled = v is None
             if v is not None:
-                self.slider.value = v
+                self.number.value = v
         finally:
             self._busy = False
 
@@ -217,7 +218,11 @@ def _text(name: str) -> Callable[[Any], Any]:
 
 # Number boxes take what is typed: a bounded box would clamp -1 to its minimum without a word
 # (`steps` -3 read as 0, "unset"; `cpus` -1 refused as 0). What is allowed has one home, the
-# config, whose error names the field, the value typed and what is allowed.
+# config, whose error names the field, the value typed and what is allowed. A slider clamps
+# and snaps too (its frontend, before Python sees the value): lr typed as -0.1 ran at 1e-5,
+# 50 at 10 and 0.05 at 0.0501 (a log slider's grid), tau 0 ran as 1, momentum 1.5 as 0.99,
+# all as "ready". So every free number is a box; sliders stay only for choices from a list
+# (batch_size, base_batch: powers of two).
 def _int(name: str) -> Callable[[Any], Any]:
     return lambda v: widgets.IntText(value=v, **_desc(name))
 
@@ -339,8 +344,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("batch_size", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
                                                                  value=v, **_desc(n))),
     _c("accumulate", _int),
-    _c("lr", lambda n: lambda v: widgets.FloatLogSlider(value=v, base=10, min=-5, max=1, step=0.05,
-                                                        readout_format=".3g", **_desc(n)), to_field=_tidy),
+    _c("lr", _float(None), to_field=_tidy),
     _c("lr_scaling", _dropdown(["none", "linear", "sqrt"])),
     _c("base_batch", lambda n: lambda v: widgets.SelectionSlider(options=sorted_options(POWERS_OF_TWO, v),
                                                                  value=v, **_desc(n)),
@@ -349,8 +353,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("warmup_epochs", _float(0.5), to_field=_tidy, applies=lambda c: c.warmup != "none"),
     _c("decay", _dropdown(["none", "step", "cosine"])),
     _c("optimizer", _dropdown(["sgd", "adamw", "lars", "lamb"]), applies=_takes_optimizer),
-    _c("momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy, applies=_rule("momentum")),
+    _c("momentum", _float(0.01), to_field=_tidy, applies=_rule("momentum")),
     _c("nesterov", _check, applies=_rule("nesterov")),
     _c("weight_decay", _float(1e-4), to_field=_tidy),
     _c("beta1", _float(0.01), to_field=_tidy, applies=_rule("beta1")),
@@ -359,13 +362,11 @@ CONTROLS: tuple[Control, ...] = (
     _c("trust_coefficient", _float(1e-4), to_field=_tidy, applies=_rule("trust_coefficient")),
     _c("grad_clip", _float(0.1), to_field=_tidy, applies=_clips),
     # algorithm knobs
-    _c("tau", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(64, v), **_desc(n)),
-       applies=_knob("tau")),
-    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01, 0.99, 0.01), applies=_knob("alpha")),
+    _c("tau", _int, applies=_knob("tau")),
+    Control("alpha", lambda v: AutoFloat("alpha", v, 0.01), applies=_knob("alpha")),
     _c("elastic_sync", _dropdown(["ring", "tree_host", "tree_device", "tree_device_overlap"]),
        applies=lambda c: c.algorithm == "sync_easgd"),   # SC'17's chain: sync_easgd's only (config refuses it elsewhere)
-    _c("trainers", lambda n: lambda v: widgets.IntSlider(value=v, min=1, max=max(16, v), **_desc(n)),
-       applies=_knob("trainers")),
+    _c("trainers", _int, applies=_knob("trainers")),
     _c("round_size", _int, applies=_knob("round_size")),
     _c("tournament_size", _int, applies=_knob("tournament_size")),
     _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
@@ -377,8 +378,7 @@ CONTROLS: tuple[Control, ...] = (
     _c("split", _dropdown(["equal", "speed"]), applies=_knob("split")),
     _c("post_local_epoch", _float(0.5), to_field=_tidy, applies=_knob("post_local_epoch")),
     _c("outer_lr", _float(0.05), to_field=_tidy, applies=_knob("outer_lr")),
-    _c("outer_momentum", lambda n: lambda v: widgets.FloatSlider(value=v, min=0, max=0.99, step=0.01, **_desc(n)),
-       to_field=_tidy, applies=_knob("outer_momentum")),
+    _c("outer_momentum", _float(0.01), to_field=_tidy, applies=_knob("outer_momentum")),
     _c("topology", _dropdown(["ring", "torus", "exponential", "complete"]), applies=_knob("topology")),
     _c("compression", _dropdown(["none", "topk", "randomk", "sign", "qsgd", "powersgd"]),
        applies=_compressing()),

@@ -526,7 +526,7 @@ def add_totals(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, 
 
 def breakdown_series(totals: dict[Any, np.ndarray], windows: dict[Any, Window],
                      n_rows: int) -> list[Series]:
-    """Stacked horizontal bars of total time per worker (column 1) and, per worker row, the shares
+    """Stacked horizontal bars of each worker's compute + comm + wait seconds (column 1) and, per worker row, the shares
     of compute / comm / wait over time (column 2, stacked areas normalised to 100%).
 
     Args:

@@ -65,6 +65,7 @@ class Form:
         self._sim_warmed = False                        # the simulation's fork server started (simproc.warm)
         self._lr_note = ""                              # the status line's word on an lr that followed a choice
         self.shown_config: RunConfig | None = None      # the config the preview and status show
+        self.error: str | None = None                   # why the controls' config cannot run, if it cannot
         self.preview_slot: FigureSlot | None = None
         self.controls: dict[str, Any] = {}
         groups: dict[str, list] = {g: [] for g in GROUP_TITLES}
@@ -211,10 +212,12 @@ class Form:
             plan = Problem.from_config(cfg).plan   # the run's own plan, built once (preflight reuses it)
         except (ConfigError, ValueError) as exc:   # DataError and schedule errors are ValueErrors
             self.shown_config = None
+            self.error = str(exc)
             host.set_status(f"error: {exc}", error=True)
             host.set_buttons(host.running)
             return None
         self.shown_config = cfg
+        self.error = None
         if cfg.simulate and host.sim_in_child and not self._sim_warmed:   # ready before Run is pressed
             from . import simproc
             self._sim_warmed = True

@@ -130,6 +130,7 @@ class _Run:
     ended: dict | None = None          # the run's summary once it is saved, before its records are here (simproc)
     changed: threading.Event = field(default_factory=threading.Event)   # done or ended: the status loop wakes
     resume_dir: str | None = None      # a stopped run's directory, continued from its last checkpoint (Resume)
+    note: str = ""                     # the status line's word on controls changed since Run (`next_run_note`)
 
     def take(self) -> None:
         """Move the buffer's records to `pending` and count them (`results.RunTally`)."""
@@ -446,6 +447,7 @@ class LiveRun:
         self._host.why()                      # the "why" tab: what limits this run (analysis.explain)
         self.current = None
         self._host.set_buttons(running=False)
+        self._renew_note(state)
 
     def _write_report(self, state: _Run) -> None:
         """report.html in the run's directory (`api.write_run_report`), once the run is saved."""
@@ -569,7 +571,47 @@ class LiveRun:
                 if rates is not None and rates[0] > 0:
                     parts.append(f"~{left / rates[0]:,.0f} s left")
             text = ", ".join(parts) + stopping + note
-        self._host.set_status(text)
+        state.note = self.next_run_note(state)
+        self._host.set_status(text + state.note)
+
+    def next_run_note(self, state: _Run) -> str:
+        """What the controls say now, when it is not the config `state` runs: a change made
+        while a run goes applies to the next Run, not to this one (the status line kept
+        naming the running config while the algorithm dropdown showed another, and the
+        next Run ran the dropdown's without a word). Blank when nothing changed; else e.g.
+        "; the controls changed (algorithm=sync_easgd): they apply to the next Run, not this one".
+        """
+        form = self._host.form
+        if form.error is not None:
+            return f"; the controls changed and cannot run as they are ({form.error}): not this run's config"
+        shown = form.shown_config
+        if shown is None or state.resume_dir is not None:
+            return ""
+        was = applying(state.config.replace(out=None).to_dict())
+        now = applying(shown.to_dict())
+        def differs(k: str) -> bool:   # a knob the running config did not have: named off its default
+            if k in was:
+                return now[k] != was[k]
+            field = RunConfig.model_fields.get(k)
+            return field is None or now[k] != field.default
+        changed = [k for k in now if k != "out" and differs(k)]
+        if not changed:
+            return ""
+        said = " ".join(f"{k}={figdata._knob_text(now[k])}" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        return f"; the controls changed ({said}{more}): they apply to the next Run, not this one"
+
+    def _renew_note(self, state: _Run) -> None:
+        """After the run has quite ended: the status line's word on the controls as they are
+        now (changed while its figures and report were finished, the form left it alone)."""
+        if state.error is not None or state.result is None:
+            return
+        old, new = state.note, self.next_run_note(state)
+        text = self._host.status_text
+        if old != new and old and text.endswith(old):
+            state.note = new
+            self._host.set_status(text[:len(text) - len(old)] + new,
+                                  error=state.result.summary.get("status") in ("failed", "diverged"))
 
     def _record_drawing(self, state: _Run) -> None:
         """The last run's drawing figures (redraws, their log, their CPU time) as they stand."""
@@ -617,8 +659,13 @@ class LiveRun:
                 + measure.comm_fraction_text(s)
                 + "".join(f"; {n}" for n in measure.notes(s))    # busy machine, no steady state
                 + "".join(f"; warning: {w}" for w in s.get("warnings") or ())   # what preflight said of the config
-                + (f"; {why}" if (why := why_ended(s, "the run's events")) else ""),   # what ended it: the model's error, a lost worker
+                + (f"; {why}" if (why := why_ended(s, "the run's events")) else "")   # what ended it: the model's error, a lost worker
+                + self._end_note(state),
                 s["status"] in ("failed", "diverged"))
+
+    def _end_note(self, state: _Run) -> str:
+        state.note = self.next_run_note(state)
+        return state.note
 
     # ------------------------------------------------------------------ runs tab
 
