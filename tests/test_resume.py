@@ -483,6 +483,52 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}: "), proc.stderr
 
 
+def test_a_new_run_over_a_killed_runs_checkpoints_neither_mixes_with_them_nor_loses_them(tmp_path):
+    """A killed run leaves checkpoints and no summary.json. Before, a new run of another
+    config in its directory was let in without --overwrite, kept the old checkpoints (its
+    own stop's was pruned as the oldest), and `resume` went on from the old run's: steps.csv
+    held the new run's first rows, then the old run's from its checkpoint step on."""
+    x = tmp_path / "x"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=5, checkpoint_every=20, out=str(x)), cluster="threads",
+           progress=False)
+    (x / "summary.json").unlink()                                   # as a kill -9 after step 200 leaves it
+    other = RunConfig(algorithm="local_sgd", tau=4, cpus=2, lr=0.3, epochs=50, checkpoint_every=100_000, out=str(x))
+    with pytest.raises(ConfigError, match=r"^out: a directory that does not hold a run already \(it holds the "
+                                          r"checkpoints of a run that was killed, the newest step-000000000200\.npz: "
+                                          r"`run --resume .*` continues it; pass --overwrite"):
+        wb.run(other, cluster="threads", progress=False, should_stop=lambda: True)
+    assert [f.name for f in ckpt.listed(x)] == ["step-000000000180.npz", "step-000000000200.npz"]   # untouched
+    new = wb.run(other, cluster="threads", progress=False, overwrite=True, should_stop=lambda: True)
+    assert new.status == "stopped"
+    stop_step = new.summary["steps"]
+    assert [ckpt.read(f).step for f in ckpt.listed(x)] == [stop_step]                # its own, the old ones gone
+    resumed = wb.resume(x, cluster="threads", progress=False)
+    assert resumed.summary["resumed_from"]["step"] == stop_step
+    rows = pd.read_csv(x / "steps.csv")
+    assert set(rows["lr"]) == {0.3} and not rows.duplicated(["worker", "step"]).any()
+    assert sorted(set(rows["step"])) == list(range(resumed.summary["steps"]))   # no step missing
+
+
+def test_a_checkpoint_of_another_run_is_refused_before_any_worker_starts(tmp_path):
+    """The newest checkpoint must be of the run the directory holds (the summary's run or a
+    segment of it): one copied in from another run is refused in one line naming the two
+    runs and how their configs differ, and nothing in the directory changes."""
+    y, z = tmp_path / "y", tmp_path / "z"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=2, checkpoint_every=20, out=str(y)), cluster="threads",
+           progress=False, should_stop=lambda: True)
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, lr=0.2, epochs=5, checkpoint_every=20, out=str(z)),
+           cluster="threads", progress=False)
+    before = {p.name: p.read_bytes() for p in y.iterdir() if p.is_file()}
+    shutil.copy(ckpt.listed(z)[-1], y / "checkpoints")
+    told = json.loads((y / "summary.json").read_text())["run_id"]
+    with pytest.raises(ConfigError, match=rf"^resume: a directory's own checkpoint \(the newest, "
+                                          rf"step-000000000200\.npz, is of run \w+, not of run {told} whose summary\.json"
+                                          rf" the directory holds; epochs: 5\.0 in the checkpoint, 2\.0 in summary\.json; "
+                                          rf"lr: 0\.2 in the checkpoint, 0\.1 in summary\.json: it would continue"):
+        wb.resume(y, cluster="threads", progress=False)
+    assert {p.name: p.read_bytes() for p in y.iterdir() if p.is_file()} == before
+
+
 # ------------------------------------------------------------------------------ real kills, real signals
 def _start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,

@@ -224,6 +224,8 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
         if status == "completed":
             raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
                               str(directory))
+        if isinstance(told, dict) and (foreign := _foreign_checkpoint(found, told)):
+            raise ConfigError("resume", foreign, str(directory))
     config = RunConfig.from_dict(found.config)
     why = resume_refusal(config, found.interrupted)
     if why is not None:
@@ -237,6 +239,39 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     _check_cluster_answers(cluster, config)
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
     return d, found, config, [*refused, *warnings]
+
+
+def _foreign_checkpoint(found: Any, told: dict) -> str | None:
+    """Why checkpoint `found` is not of the run whose summary.json `told` is, in words
+    (None: it is, or either has no run id to tell by).
+
+    The checkpoint is of the run when one descends from the other: the summary's run
+    wrote it (its id is the summary's or one of the summary's segments'), or it was written
+    by a later segment that went on from the summary's run (the summary's id is among its
+    segments': a resumed segment killed before it committed). Anything else (a run
+    started anew in the directory over a killed one's checkpoints, a checkpoint copied in)
+    would continue another run in this one's records: steps.csv cut at the other run's
+    byte count, and the summary and config.yaml replaced by the other run's.
+
+    >>> mine = type("C", (), {"meta": {"run_id": "b", "segments": [{"run_id": "a"}, {"run_id": "b"}]},
+    ...                        "config": {}, "path": None})()
+    >>> _foreign_checkpoint(mine, {"run_id": "a"}) is None, _foreign_checkpoint(mine, {"run_id": "c"})[:31]
+    (True, "a directory's own checkpoint (t")
+    """
+    def ids(run_id: Any, segments: Any) -> set:
+        return ({run_id} | {s.get("run_id") for s in segments or [] if isinstance(s, dict)}) - {None}
+    ours = ids(told.get("run_id"), told.get("segments"))
+    theirs = ids(found.meta.get("run_id"), found.meta.get("segments"))
+    if not ours or not theirs or found.meta.get("run_id") in ours or told.get("run_id") in theirs:
+        return None
+    mine, other = told.get("config") or {}, found.config or {}
+    differ = [f"{k}: {other.get(k)!r} in the checkpoint, {mine.get(k)!r} in summary.json" for k in sorted(set(mine) | set(other))
+              if k != "out" and mine.get(k) != other.get(k)]
+    name = found.path.name if found.path is not None else "the checkpoint"
+    return (f"a directory's own checkpoint (the newest, {name}, is of run {found.meta.get('run_id')}, "
+            f"not of run {told.get('run_id')} whose summary.json the directory holds"
+            + (f"; {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''}" if differ else "")
+            + ": it would continue another run in this one's records)")
 
 
 def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
