@@ -357,6 +357,28 @@ def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path,
     assert not rows.duplicated(["worker", "step"]).any()
 
 
+def test_a_resumed_run_that_is_not_the_uninterrupted_ones_bits_says_so(tmp_path):
+    """docs/checkpoints.md's table: a resumed asynchronous run on a real transport goes on
+    from its state exactly but is not the run never stopped (its workers race). Before, its
+    summary and the CLI's lines said nothing of it; the bitwise ones (the synchronous family,
+    every simulated run) still say nothing."""
+    from workbench.measure import notes
+    for algorithm, simulate, differs in (("async_sgd", False, True), ("sync_sgd", False, False),
+                                         ("async_sgd", True, False)):
+        cfg = RunConfig(algorithm=algorithm, cpus=2, steps=60, batch_size=32, checkpoint_every=20, simulate=simulate,
+                        checkpoint_keep=10)
+        name = f"{algorithm}-{simulate}"
+        wb.run(cfg.replace(out=str(tmp_path / name)), cluster=None if simulate else "threads", progress=False)
+        killed_after(tmp_path / name, tmp_path / f"{name}-cut", 1)
+        resumed = wb.resume(tmp_path / f"{name}-cut", cluster=None if simulate else "threads", progress=False)
+        said = resumed.summary.get("resumed_note")
+        assert (said is not None) == differs, (name, said)
+        if differs:
+            assert said.startswith("resumed: each worker and the server went on from their checkpointed state exactly")
+            assert "not those of the run never stopped" in said and said in notes(resumed.summary)
+            assert json.loads((tmp_path / f"{name}-cut" / "summary.json").read_text())["resumed_note"] == said
+
+
 CGDP = [{"chunk_layers": 1}, {"chunk_layers": "auto", "weight_return": "chunks"},
         {"chunk_layers": 2, "momentum": 0.9, "optimizer": "adamw", "lr": 0.01}]
 

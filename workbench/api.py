@@ -160,6 +160,8 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     result.summary.update(code())
     if result.params is None and kept is not None:   # failed again before evaluating: what it had is not lost
         result.params, result.summary["params_final"] = kept
+    if (said := resumed_note(config)) is not None:
+        result.summary["resumed_note"] = said
     if replay:
         result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
             "from step 0: an asynchronous simulated run's workers are mid-step at any instant, and virtual "
@@ -170,6 +172,30 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         result.summary["warnings"] = list(warnings)
     save(result, d, overwrite=True, report=report)
     return result
+
+
+def resumed_note(config: RunConfig) -> str | None:
+    """What a resumed run's numbers are against the same run never stopped, where they are
+    not its bits (None where they are: the synchronous family and every simulated run;
+    docs/checkpoints.md's table). The CLI and the report print it with the run's notes.
+
+    >>> resumed_note(RunConfig(algorithm="sync_sgd", cpus=2)) is None
+    True
+    >>> resumed_note(RunConfig(algorithm="async_sgd", cpus=2))[:60]
+    'resumed: each worker and the server went on from their check'
+    """
+    if config.simulate:
+        return None
+    if not config.is_sync:
+        return ("resumed: each worker and the server went on from their checkpointed state exactly, but "
+                f"{config.algorithm}'s workers race (the order the server, the centre or the shared buffer takes "
+                "their updates in), so the losses and parameters after the resume point are one outcome of the "
+                "race, not those of the run never stopped (docs/checkpoints.md)")
+    if config.split == "speed":
+        return ("resumed: split 'speed' re-weights the batch shares by the workers' measured speeds, so the "
+                "steps after the resume point are not bitwise those of the run never stopped (nor are two "
+                "runs never stopped: docs/checkpoints.md)")
+    return None
 
 
 def _kept_before(d: Path, told: dict | None) -> tuple[Any, dict] | None:
