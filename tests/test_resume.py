@@ -163,24 +163,41 @@ def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_
         wb.resume(tmp_path / "r", progress=False)
 
 
-def test_a_simulated_run_failed_by_its_fail_worker_is_refused_not_resumed_into_the_same_failure(tmp_path, capsys):
-    """Virtual time goes on from the checkpoint, so the fault `fail_worker` schedules kills the
-    same worker at the same virtual second on every resume (and `--resume` takes no flag to
-    move it): before, each resume failed where the run had, and offered `resume:` again."""
+def test_a_simulated_run_failed_by_its_fail_worker_resumes_past_it_with_the_worker_back(tmp_path, capsys):
+    """A fault fires once. Before, virtual time went on from the checkpoint and `fail_worker`
+    killed the same worker at the same virtual second on every resume, so the run was refused.
+    Now a synchronous run goes on from its checkpoint with the worker back (as a real run
+    resumed after a lost worker goes on with a replacement), and the fault's event says so.
+    Oracle: the same config without `fail_worker`, run through: before its fault fires a
+    scheduled kill changes nothing, so the resumed records are its bits, virtual times too."""
     from workbench.apps.cli import main
     out = tmp_path / "r"
-    assert main(["run", "--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4",
-                 "--batch-size", "64", "--epochs", "3", "--checkpoint-every", "10", "--fail-worker", "1@0.005",
-                 "--out", str(out), "--no-progress"]) == 1
+    args = ["--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4", "--batch-size", "64",
+            "--epochs", "3", "--checkpoint-every", "10", "--jitter", "0.2", "--no-progress"]
+    assert main(["run", *args, "--fail-worker", "1@0.005", "--out", str(out)]) == 1
     said = capsys.readouterr()
     assert "worker_lost" in said.err and ckpt.listed(out), said
-    assert "resume:" not in said.out   # (no command that cannot work)
+    assert f"resume: python -m workbench run --resume {out}" in said.out
+    assert main(["run", *args, "--out", str(tmp_path / "whole")]) == 0
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert "note: resumed: fail_worker 1@0.005 fired in an earlier segment; resumed from step 20 with the worker " \
+           "back, not killed again" in said.out, said
+    resumed = wb.load(out)
+    assert resumed.summary["status"] == "completed"
+    same_records(tmp_path / "whole", out, time_too=True)
+    assert np.array_equal(resumed.params, wb.load(tmp_path / "whole").params)
+    ended = [seg["ended"] for seg in resumed.summary["segments"]]
+    assert ended == ["failed: worker 1 lost after 22 steps; resumed from its checkpoint at step 20 (2 steps run again)",
+                     "completed"], ended
+    # where the fault would fire again it is refused in one line: an elastic run names its faults by rank
+    elastic = RunConfig(algorithm="sync_sgd", cpus=2, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,
+                        elastic=True, min_workers=2, fail_worker="1@0.005", out=str(tmp_path / "e"))
+    assert wb.run(elastic, progress=False).status == "failed" and ckpt.listed(tmp_path / "e")
     with pytest.raises(ConfigError, match=r"^resume: a run that can go on past where it ended \(this simulated "
-                                          r"run's fail_worker 1@0.005 kills the same worker"):
-        wb.resume(out, progress=False)
-    assert main(["run", "--resume", str(out), "--no-progress"]) == 2
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: resume: a run that can go on past where it ended"), lines
+                                          r"run's fail_worker 1@0.005 kills the same worker .*an elastic run"):
+        wb.resume(tmp_path / "e", progress=False)
     # a simulated run with a fault that was stopped before it failed goes on as any other
     stopped = tmp_path / "s"
     wb.run(RunConfig(algorithm="sync_sgd", cpus=4, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,

@@ -160,7 +160,10 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     result.summary.update(code())
     if result.params is None and kept is not None:   # failed again before evaluating: what it had is not lost
         result.params, result.summary["params_final"] = kept
-    if (said := resumed_note(config)) is not None:
+    from .results.result import last_segment
+    spent = [e["message"] for e in last_segment(result.summary.get("events", [])) if e.get("event") == "fault_spent"]
+    said = "; ".join(n for n in (resumed_note(config), *(f"resumed: {m}" for m in spent[-1:])) if n)
+    if said:   # what this segment's numbers are against the run never stopped, with the run's notes
         result.summary["resumed_note"] = said
     if replay:
         result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
@@ -304,22 +307,28 @@ def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
     """What a run would need to be resumed, when it can never go past where it ended (None:
     it can): `resume_checks` refuses with it, and the CLI offers no `resume:` line.
 
-    A simulated run that failed with `fail_worker` set: virtual time goes on from the
-    checkpoint (or, asynchronous, is replayed from step 0), so the same worker dies at the
-    same virtual second on every resume, and the run fails where it ended. Its config is the
-    checkpoint's (`--resume` takes no other flag), so the fault cannot be moved either.
+    A simulated run that failed with `fail_worker` set, where the fault would fire again: an
+    asynchronous one is replayed from step 0, and an elastic one names its faults by rank
+    (renumbered at each regroup), so the same worker dies at the same virtual second on every
+    resume. Its config is the checkpoint's (`--resume` takes no other flag), so the fault
+    cannot be moved either. A synchronous one goes on from its checkpoint with the lost
+    worker back, the fault spent (`engine._take_up`, `RunSetup.spent`), as a real run resumed
+    after a lost worker goes on with a replacement.
 
-    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005")
+    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005", elastic=True)
     >>> resume_refusal(cfg, {"status": "failed"}).startswith("a run that can go on past where it ended")
     True
-    >>> resume_refusal(cfg, {"status": "stopped"}) is None
-    True
+    >>> resume_refusal(cfg, {"status": "stopped"}) is None, resume_refusal(cfg.replace(elastic=False), {"status": "failed"})
+    (True, None)
     """
     if not (config.simulate and config.fail_worker and isinstance(summary, dict) and summary.get("status") == "failed"):
         return None
+    if config.is_sync and not config.elastic:
+        return None
     return ("a run that can go on past where it ended (this simulated run's fail_worker "
-            f"{config.fail_worker} kills the same worker at the same virtual time on every resume; "
-            "run it again without fail_worker, or with a later time)")
+            f"{config.fail_worker} kills the same worker at the same virtual time on every resume: "
+            f"{'an elastic run names its faults by rank' if config.elastic else 'an asynchronous run is replayed from step 0'}"
+            "; run it again without fail_worker, or with a later time)")
 
 
 def _resumable_dir(d: Path) -> Path:
