@@ -568,6 +568,25 @@ def test_a_checkpoint_of_another_run_is_refused_before_any_worker_starts(tmp_pat
     assert {p.name: p.read_bytes() for p in y.iterdir() if p.is_file()} == before
 
 
+def test_a_steps_csv_cut_short_since_the_checkpoint_is_said_not_resumed_over_in_silence(tmp_path):
+    """The checkpoint keeps the step rows before it in steps.csv (its header says how many
+    bytes were synced). Before, a steps.csv cut short since (or replaced by its header) was
+    resumed in silence: the completed run's records had no rows before the checkpoint. Now a
+    warning says which rows are missing; a whole one says nothing."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=60, batch_size=32, checkpoint_every=20, checkpoint_keep=10,
+                    out=str(tmp_path / "whole"))
+    wb.run(cfg, cluster="threads", progress=False)
+    step = killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    shutil.copytree(tmp_path / "cut", tmp_path / "intact")
+    header = (tmp_path / "cut" / "steps.csv").read_text().splitlines()[0]
+    (tmp_path / "cut" / "steps.csv").write_text(header + "\n")
+    said = wb.resume(tmp_path / "cut", cluster="threads", progress=False).summary.get("warnings") or []
+    assert any(w.startswith("checkpoint: a steps.csv holding the ") and f"rows before step {step} are missing" in w
+               for w in said), said
+    assert min(pd.read_csv(tmp_path / "cut" / "steps.csv")["step"]) == step          # (the hole it warns of)
+    assert not wb.resume(tmp_path / "intact", cluster="threads", progress=False).summary.get("warnings")
+
+
 # ------------------------------------------------------------------------------ real kills, real signals
 def _start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,

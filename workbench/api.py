@@ -264,6 +264,13 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     if not checkpoints_offered(spec.cls):
         raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
                           str(directory))
+    synced = found.meta.get("steps_csv_bytes")
+    held = (d / "steps.csv").stat().st_size if (d / "steps.csv").is_file() else 0
+    if isinstance(synced, int) and held < synced:   # cut or replaced since: the records will have a hole
+        refused.append(f"checkpoint: a steps.csv holding the {synced:,} bytes of step rows {found.path.name} synced "
+                       f"(it holds {held:,}: rows before step {found.step:,} are missing and stay missing from the "
+                       f"resumed run's records; its parameters, evaluations and events are whole), "
+                       f"got {str(d / 'steps.csv')!r}")
     config = config.replace(out=str(final_dir(d)))
     _check_cluster_answers(cluster, config)
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
