@@ -391,7 +391,8 @@ def test_a_resumed_run_that_is_not_the_uninterrupted_ones_bits_says_so(tmp_path)
         said = resumed.summary.get("resumed_note")
         assert (said is not None) == differs, (name, said)
         if differs:
-            assert said.startswith("resumed: each worker and the server went on from their checkpointed state exactly")
+            assert said.startswith("resumed: every worker and the shared state (the server, the centre, the shared "
+                                   "buffer or AD-PSGD's table) went on from the checkpoint exactly, but async_sgd's")
             assert "not those of the run never stopped" in said and said in notes(resumed.summary)
             assert json.loads((tmp_path / f"{name}-cut" / "summary.json").read_text())["resumed_note"] == said
 

@@ -184,16 +184,21 @@ def resumed_note(config: RunConfig) -> str | None:
 
     >>> resumed_note(RunConfig(algorithm="sync_sgd", cpus=2)) is None
     True
-    >>> resumed_note(RunConfig(algorithm="async_sgd", cpus=2))[:60]
-    'resumed: each worker and the server went on from their check'
+    >>> resumed_note(RunConfig(algorithm="async_sgd", cpus=2))[:52]
+    'resumed: every worker and the shared state (the serv'
     """
     if config.simulate:
         return None
+    if config.algorithm == "easgd":   # repeatable uninterrupted (strict round robin); its resume is not
+        return ("resumed: each worker and the centre went on from their checkpointed state exactly, but the centre "
+                "is rank 0's snapshot (holding the other workers' exchanges of that round made by then) and the "
+                "turns start again at rank 0, so the losses and parameters after the resume point are not those of "
+                "the run never stopped (docs/checkpoints.md)")
     if not config.is_sync:
-        return ("resumed: each worker and the server went on from their checkpointed state exactly, but "
-                f"{config.algorithm}'s workers race (the order the server, the centre or the shared buffer takes "
-                "their updates in), so the losses and parameters after the resume point are one outcome of the "
-                "race, not those of the run never stopped (docs/checkpoints.md)")
+        return ("resumed: every worker and the shared state (the server, the centre, the shared buffer or AD-PSGD's "
+                f"table) went on from the checkpoint exactly, but {config.algorithm}'s workers race (the order their "
+                "updates land in), so the losses and parameters after the resume point are one outcome of the race, "
+                "not those of the run never stopped (docs/checkpoints.md)")
     if config.split == "speed":
         return ("resumed: split 'speed' re-weights the batch shares by the workers' measured speeds, so the "
                 "steps after the resume point are not bitwise those of the run never stopped (nor are two "
