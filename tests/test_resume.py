@@ -588,6 +588,24 @@ def test_a_steps_csv_cut_short_since_the_checkpoint_is_said_not_resumed_over_in_
     assert not wb.resume(tmp_path / "intact", cluster="threads", progress=False).summary.get("warnings")
 
 
+def test_a_config_yaml_edited_to_change_the_resumed_run_is_refused_not_ignored(tmp_path):
+    """`--resume` takes no other run flag; editing config.yaml is the same wish. Before, the
+    run went on with the checkpoint's lr and wrote config.yaml again, the edit gone in
+    silence. Now it is refused in one line naming the field and both values, before any
+    worker starts; with config.yaml put back it resumes."""
+    d = tmp_path / "r"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=3, checkpoint_every=20, out=str(d)), cluster="threads",
+           progress=False, should_stop=lambda: True)
+    kept = (d / "config.yaml").read_text()
+    (d / "config.yaml").write_text(kept.replace("lr: 0.1\n", "lr: 0.05\n"))
+    with pytest.raises(ConfigError, match=r"^resume: a config\.yaml as the run wrote it \(it was edited since: lr: "
+                                          r"0\.05 in config\.yaml, 0\.1 in the checkpoint; .* put config\.yaml back"):
+        wb.resume(d, cluster="threads", progress=False)
+    assert wb.load(d).summary["status"] == "stopped"                                   # nothing ran
+    (d / "config.yaml").write_text(kept)
+    assert wb.resume(d, cluster="threads", progress=False).status == "completed"
+
+
 # ------------------------------------------------------------------------------ real kills, real signals
 def _start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,

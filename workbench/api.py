@@ -269,6 +269,8 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     if not checkpoints_offered(spec.cls):
         raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
                           str(directory))
+    if (edited := _edited_config(d, config)) is not None:
+        raise ConfigError("resume", edited, str(d / "config.yaml"))
     synced = found.meta.get("steps_csv_bytes")
     held = (d / "steps.csv").stat().st_size if (d / "steps.csv").is_file() else 0
     if isinstance(synced, int) and held < synced:   # cut or replaced since: the records will have a hole
@@ -313,6 +315,26 @@ def _foreign_checkpoint(found: Any, told: dict) -> str | None:
             f"not of run {told.get('run_id')} whose summary.json the directory holds"
             + (f"; {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''}" if differ else "")
             + ": it would continue another run in this one's records)")
+
+
+def _edited_config(d: Path, config: RunConfig) -> str | None:
+    """Why a resume is refused when the directory's config.yaml says another config than
+    the checkpoint's (edited by hand to change the resumed run, as `--resume` refuses any
+    other run flag): the run would go on with the checkpoint's and write config.yaml again,
+    the edit gone in silence. None: the same, or no config.yaml that reads as a config."""
+    import yaml
+    try:
+        told = RunConfig.from_dict(yaml.safe_load((d / "config.yaml").read_text())).to_dict()
+    except Exception:   # (none, or not a config: the run's own is the checkpoint's either way)
+        return None
+    ours = config.to_dict()
+    differ = [f"{k}: {told.get(k)!r} in config.yaml, {ours.get(k)!r} in the checkpoint"
+              for k in sorted(set(told) | set(ours)) if k != "out" and told.get(k) != ours.get(k)]
+    if not differ:
+        return None
+    return (f"a config.yaml as the run wrote it (it was edited since: {'; '.join(differ[:4])}"
+            f"{'; ...' if len(differ) > 4 else ''}; a resumed run goes on with its checkpoint's config: put "
+            "config.yaml back, or remove it, to resume; start a new run to change the config)")
 
 
 def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
