@@ -586,6 +586,16 @@ def test_a_steps_csv_cut_short_since_the_checkpoint_is_said_not_resumed_over_in_
                for w in said), said
     assert min(pd.read_csv(tmp_path / "cut" / "steps.csv")["step"]) == step          # (the hole it warns of)
     assert not wb.resume(tmp_path / "intact", cluster="threads", progress=False).summary.get("warnings")
+    # the CLI says it before its cluster starts (before, after the run had ended)
+    killed_after(tmp_path / "whole", tmp_path / "cli", 2)
+    (tmp_path / "cli" / "steps.csv").write_text(header + "\n")
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "cli"), "--no-progress"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout
+    warned = [i for i, ln in enumerate(lines) if ln.startswith("warning: checkpoint: a steps.csv holding the ")]
+    dashboard = [i for i, ln in enumerate(lines) if ln.startswith("dask dashboard:")]
+    assert len(warned) == 1 and dashboard and warned[0] < dashboard[0], proc.stdout
 
 
 def test_a_config_yaml_edited_to_change_the_resumed_run_is_refused_not_ignored(tmp_path):
