@@ -163,24 +163,41 @@ def test_a_lockstep_simulated_run_says_it_has_no_checkpoints_and_resume_refuses_
         wb.resume(tmp_path / "r", progress=False)
 
 
-def test_a_simulated_run_failed_by_its_fail_worker_is_refused_not_resumed_into_the_same_failure(tmp_path, capsys):
-    """Virtual time goes on from the checkpoint, so the fault `fail_worker` schedules kills the
-    same worker at the same virtual second on every resume (and `--resume` takes no flag to
-    move it): before, each resume failed where the run had, and offered `resume:` again."""
+def test_a_simulated_run_failed_by_its_fail_worker_resumes_past_it_with_the_worker_back(tmp_path, capsys):
+    """A fault fires once. Before, virtual time went on from the checkpoint and `fail_worker`
+    killed the same worker at the same virtual second on every resume, so the run was refused.
+    Now a synchronous run goes on from its checkpoint with the worker back (as a real run
+    resumed after a lost worker goes on with a replacement), and the fault's event says so.
+    Oracle: the same config without `fail_worker`, run through: before its fault fires a
+    scheduled kill changes nothing, so the resumed records are its bits, virtual times too."""
     from workbench.apps.cli import main
     out = tmp_path / "r"
-    assert main(["run", "--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4",
-                 "--batch-size", "64", "--epochs", "3", "--checkpoint-every", "10", "--fail-worker", "1@0.005",
-                 "--out", str(out), "--no-progress"]) == 1
+    args = ["--simulate", "--algorithm", "sync_sgd", "--dataset", "digits", "--cpus", "4", "--batch-size", "64",
+            "--epochs", "3", "--checkpoint-every", "10", "--jitter", "0.2", "--no-progress"]
+    assert main(["run", *args, "--fail-worker", "1@0.005", "--out", str(out)]) == 1
     said = capsys.readouterr()
     assert "worker_lost" in said.err and ckpt.listed(out), said
-    assert "resume:" not in said.out   # (no command that cannot work)
+    assert f"resume: python -m workbench run --resume {out}" in said.out
+    assert main(["run", *args, "--out", str(tmp_path / "whole")]) == 0
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert "note: resumed: fail_worker 1@0.005 fired in an earlier segment; resumed from step 20 with the worker " \
+           "back, not killed again" in said.out, said
+    resumed = wb.load(out)
+    assert resumed.summary["status"] == "completed"
+    same_records(tmp_path / "whole", out, time_too=True)
+    assert np.array_equal(resumed.params, wb.load(tmp_path / "whole").params)
+    ended = [seg["ended"] for seg in resumed.summary["segments"]]
+    assert ended == ["failed: worker 1 lost after 22 steps; resumed from its checkpoint at step 20 (2 steps run again)",
+                     "completed"], ended
+    # where the fault would fire again it is refused in one line: an elastic run names its faults by rank
+    elastic = RunConfig(algorithm="sync_sgd", cpus=2, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,
+                        elastic=True, min_workers=2, fail_worker="1@0.005", out=str(tmp_path / "e"))
+    assert wb.run(elastic, progress=False).status == "failed" and ckpt.listed(tmp_path / "e")
     with pytest.raises(ConfigError, match=r"^resume: a run that can go on past where it ended \(this simulated "
-                                          r"run's fail_worker 1@0.005 kills the same worker"):
-        wb.resume(out, progress=False)
-    assert main(["run", "--resume", str(out), "--no-progress"]) == 2
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: resume: a run that can go on past where it ended"), lines
+                                          r"run's fail_worker 1@0.005 kills the same worker .*an elastic run"):
+        wb.resume(tmp_path / "e", progress=False)
     # a simulated run with a fault that was stopped before it failed goes on as any other
     stopped = tmp_path / "s"
     wb.run(RunConfig(algorithm="sync_sgd", cpus=4, batch_size=64, epochs=3, checkpoint_every=10, simulate=True,
@@ -357,6 +374,29 @@ def test_a_stopped_asynchronous_run_takes_up_where_each_worker_stopped(tmp_path,
     assert not rows.duplicated(["worker", "step"]).any()
 
 
+def test_a_resumed_run_that_is_not_the_uninterrupted_ones_bits_says_so(tmp_path):
+    """docs/checkpoints.md's table: a resumed asynchronous run on a real transport goes on
+    from its state exactly but is not the run never stopped (its workers race). Before, its
+    summary and the CLI's lines said nothing of it; the bitwise ones (the synchronous family,
+    every simulated run) still say nothing."""
+    from workbench.measure import notes
+    for algorithm, simulate, differs in (("async_sgd", False, True), ("sync_sgd", False, False),
+                                         ("async_sgd", True, False)):
+        cfg = RunConfig(algorithm=algorithm, cpus=2, steps=60, batch_size=32, checkpoint_every=20, simulate=simulate,
+                        checkpoint_keep=10)
+        name = f"{algorithm}-{simulate}"
+        wb.run(cfg.replace(out=str(tmp_path / name)), cluster=None if simulate else "threads", progress=False)
+        killed_after(tmp_path / name, tmp_path / f"{name}-cut", 1)
+        resumed = wb.resume(tmp_path / f"{name}-cut", cluster=None if simulate else "threads", progress=False)
+        said = resumed.summary.get("resumed_note")
+        assert (said is not None) == differs, (name, said)
+        if differs:
+            assert said.startswith("resumed: every worker and the shared state (the server, the centre, the shared "
+                                   "buffer or AD-PSGD's table) went on from the checkpoint exactly, but async_sgd's")
+            assert "not those of the run never stopped" in said and said in notes(resumed.summary)
+            assert json.loads((tmp_path / f"{name}-cut" / "summary.json").read_text())["resumed_note"] == said
+
+
 CGDP = [{"chunk_layers": 1}, {"chunk_layers": "auto", "weight_return": "chunks"},
         {"chunk_layers": 2, "momentum": 0.9, "optimizer": "adamw", "lr": 0.01}]
 
@@ -481,6 +521,99 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path):
                               env=ENV, timeout=120)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}: "), proc.stderr
+
+
+def test_a_new_run_over_a_killed_runs_checkpoints_neither_mixes_with_them_nor_loses_them(tmp_path):
+    """A killed run leaves checkpoints and no summary.json. Before, a new run of another
+    config in its directory was let in without --overwrite, kept the old checkpoints (its
+    own stop's was pruned as the oldest), and `resume` went on from the old run's: steps.csv
+    held the new run's first rows, then the old run's from its checkpoint step on."""
+    x = tmp_path / "x"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=5, checkpoint_every=20, out=str(x)), cluster="threads",
+           progress=False)
+    (x / "summary.json").unlink()                                   # as a kill -9 after step 200 leaves it
+    other = RunConfig(algorithm="local_sgd", tau=4, cpus=2, lr=0.3, epochs=50, checkpoint_every=100_000, out=str(x))
+    with pytest.raises(ConfigError, match=r"^out: a directory that does not hold a run already \(it holds the "
+                                          r"checkpoints of a run that was killed, the newest step-000000000200\.npz: "
+                                          r"`run --resume .*` continues it; pass --overwrite"):
+        wb.run(other, cluster="threads", progress=False, should_stop=lambda: True)
+    assert [f.name for f in ckpt.listed(x)] == ["step-000000000180.npz", "step-000000000200.npz"]   # untouched
+    new = wb.run(other, cluster="threads", progress=False, overwrite=True, should_stop=lambda: True)
+    assert new.status == "stopped"
+    stop_step = new.summary["steps"]
+    assert [ckpt.read(f).step for f in ckpt.listed(x)] == [stop_step]                # its own, the old ones gone
+    resumed = wb.resume(x, cluster="threads", progress=False)
+    assert resumed.summary["resumed_from"]["step"] == stop_step
+    rows = pd.read_csv(x / "steps.csv")
+    assert set(rows["lr"]) == {0.3} and not rows.duplicated(["worker", "step"]).any()
+    assert sorted(set(rows["step"])) == list(range(resumed.summary["steps"]))   # no step missing
+
+
+def test_a_checkpoint_of_another_run_is_refused_before_any_worker_starts(tmp_path):
+    """The newest checkpoint must be of the run the directory holds (the summary's run or a
+    segment of it): one copied in from another run is refused in one line naming the two
+    runs and how their configs differ, and nothing in the directory changes."""
+    y, z = tmp_path / "y", tmp_path / "z"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=2, checkpoint_every=20, out=str(y)), cluster="threads",
+           progress=False, should_stop=lambda: True)
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, lr=0.2, epochs=5, checkpoint_every=20, out=str(z)),
+           cluster="threads", progress=False)
+    before = {p.name: p.read_bytes() for p in y.iterdir() if p.is_file()}
+    shutil.copy(ckpt.listed(z)[-1], y / "checkpoints")
+    told = json.loads((y / "summary.json").read_text())["run_id"]
+    with pytest.raises(ConfigError, match=rf"^resume: a directory's own checkpoint \(the newest, "
+                                          rf"step-000000000200\.npz, is of run \w+, not of run {told} whose summary\.json"
+                                          rf" the directory holds; epochs: 5\.0 in the checkpoint, 2\.0 in summary\.json; "
+                                          rf"lr: 0\.2 in the checkpoint, 0\.1 in summary\.json: it would continue"):
+        wb.resume(y, cluster="threads", progress=False)
+    assert {p.name: p.read_bytes() for p in y.iterdir() if p.is_file()} == before
+
+
+def test_a_steps_csv_cut_short_since_the_checkpoint_is_said_not_resumed_over_in_silence(tmp_path):
+    """The checkpoint keeps the step rows before it in steps.csv (its header says how many
+    bytes were synced). Before, a steps.csv cut short since (or replaced by its header) was
+    resumed in silence: the completed run's records had no rows before the checkpoint. Now a
+    warning says which rows are missing; a whole one says nothing."""
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=60, batch_size=32, checkpoint_every=20, checkpoint_keep=10,
+                    out=str(tmp_path / "whole"))
+    wb.run(cfg, cluster="threads", progress=False)
+    step = killed_after(tmp_path / "whole", tmp_path / "cut", 2)
+    shutil.copytree(tmp_path / "cut", tmp_path / "intact")
+    header = (tmp_path / "cut" / "steps.csv").read_text().splitlines()[0]
+    (tmp_path / "cut" / "steps.csv").write_text(header + "\n")
+    said = wb.resume(tmp_path / "cut", cluster="threads", progress=False).summary.get("warnings") or []
+    assert any(w.startswith("checkpoint: a steps.csv holding the ") and f"rows before step {step} are missing" in w
+               for w in said), said
+    assert min(pd.read_csv(tmp_path / "cut" / "steps.csv")["step"]) == step          # (the hole it warns of)
+    assert not wb.resume(tmp_path / "intact", cluster="threads", progress=False).summary.get("warnings")
+    # the CLI says it before its cluster starts (before, after the run had ended)
+    killed_after(tmp_path / "whole", tmp_path / "cli", 2)
+    (tmp_path / "cli" / "steps.csv").write_text(header + "\n")
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(tmp_path / "cli"), "--no-progress"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout
+    warned = [i for i, ln in enumerate(lines) if ln.startswith("warning: checkpoint: a steps.csv holding the ")]
+    dashboard = [i for i, ln in enumerate(lines) if ln.startswith("dask dashboard:")]
+    assert len(warned) == 1 and dashboard and warned[0] < dashboard[0], proc.stdout
+
+
+def test_a_config_yaml_edited_to_change_the_resumed_run_is_refused_not_ignored(tmp_path):
+    """`--resume` takes no other run flag; editing config.yaml is the same wish. Before, the
+    run went on with the checkpoint's lr and wrote config.yaml again, the edit gone in
+    silence. Now it is refused in one line naming the field and both values, before any
+    worker starts; with config.yaml put back it resumes."""
+    d = tmp_path / "r"
+    wb.run(RunConfig(algorithm="sync_sgd", cpus=2, epochs=3, checkpoint_every=20, out=str(d)), cluster="threads",
+           progress=False, should_stop=lambda: True)
+    kept = (d / "config.yaml").read_text()
+    (d / "config.yaml").write_text(kept.replace("lr: 0.1\n", "lr: 0.05\n"))
+    with pytest.raises(ConfigError, match=r"^resume: a config\.yaml as the run wrote it \(it was edited since: lr: "
+                                          r"0\.05 in config\.yaml, 0\.1 in the checkpoint; .* put config\.yaml back"):
+        wb.resume(d, cluster="threads", progress=False)
+    assert wb.load(d).summary["status"] == "stopped"                                   # nothing ran
+    (d / "config.yaml").write_text(kept)
+    assert wb.resume(d, cluster="threads", progress=False).status == "completed"
 
 
 # ------------------------------------------------------------------------------ real kills, real signals

@@ -160,6 +160,11 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
     result.summary.update(code())
     if result.params is None and kept is not None:   # failed again before evaluating: what it had is not lost
         result.params, result.summary["params_final"] = kept
+    from .results.result import last_segment
+    spent = [e["message"] for e in last_segment(result.summary.get("events", [])) if e.get("event") == "fault_spent"]
+    said = "; ".join(n for n in (resumed_note(config), *(f"resumed: {m}" for m in spent[-1:])) if n)
+    if said:   # what this segment's numbers are against the run never stopped, with the run's notes
+        result.summary["resumed_note"] = said
     if replay:
         result.summary["resumed_from"] = {"step": found.step, "checkpoint": found.path.name, "replayed": (
             "from step 0: an asynchronous simulated run's workers are mid-step at any instant, and virtual "
@@ -170,6 +175,35 @@ def resume(directory: str | Path, cluster: Any = None, on_record: OnRecord | Non
         result.summary["warnings"] = list(warnings)
     save(result, d, overwrite=True, report=report)
     return result
+
+
+def resumed_note(config: RunConfig) -> str | None:
+    """What a resumed run's numbers are against the same run never stopped, where they are
+    not its bits (None where they are: the synchronous family and every simulated run;
+    docs/checkpoints.md's table). The CLI and the report print it with the run's notes.
+
+    >>> resumed_note(RunConfig(algorithm="sync_sgd", cpus=2)) is None
+    True
+    >>> resumed_note(RunConfig(algorithm="async_sgd", cpus=2))[:52]
+    'resumed: every worker and the shared state (the serv'
+    """
+    if config.simulate:
+        return None
+    if config.algorithm == "easgd":   # repeatable uninterrupted (strict round robin); its resume is not
+        return ("resumed: each worker and the centre went on from their checkpointed state exactly, but the centre "
+                "is rank 0's snapshot (holding the other workers' exchanges of that round made by then) and the "
+                "turns start again at rank 0, so the losses and parameters after the resume point are not those of "
+                "the run never stopped (docs/checkpoints.md)")
+    if not config.is_sync:
+        return ("resumed: every worker and the shared state (the server, the centre, the shared buffer or AD-PSGD's "
+                f"table) went on from the checkpoint exactly, but {config.algorithm}'s workers race (the order their "
+                "updates land in), so the losses and parameters after the resume point are one outcome of the race, "
+                "not those of the run never stopped (docs/checkpoints.md)")
+    if config.split == "speed":
+        return ("resumed: split 'speed' re-weights the batch shares by the workers' measured speeds, so the "
+                "steps after the resume point are not bitwise those of the run never stopped (nor are two "
+                "runs never stopped: docs/checkpoints.md)")
+    return None
 
 
 def _kept_before(d: Path, told: dict | None) -> tuple[Any, dict] | None:
@@ -224,6 +258,8 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
         if status == "completed":
             raise ConfigError("resume", "a run that did not complete (this one did: nothing to continue)",
                               str(directory))
+        if isinstance(told, dict) and (foreign := _foreign_checkpoint(found, told)):
+            raise ConfigError("resume", foreign, str(directory))
     config = RunConfig.from_dict(found.config)
     why = resume_refusal(config, found.interrupted)
     if why is not None:
@@ -233,32 +269,100 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     if not checkpoints_offered(spec.cls):
         raise ConfigError("resume", f"a run of an algorithm with checkpoints ({config.algorithm} has none)",
                           str(directory))
+    if (edited := _edited_config(d, config)) is not None:
+        raise ConfigError("resume", edited, str(d / "config.yaml"))
+    synced = found.meta.get("steps_csv_bytes")
+    held = (d / "steps.csv").stat().st_size if (d / "steps.csv").is_file() else 0
+    if isinstance(synced, int) and held < synced:   # cut or replaced since: the records will have a hole
+        refused.append(f"checkpoint: a steps.csv holding the {synced:,} bytes of step rows {found.path.name} synced "
+                       f"(it holds {held:,}: rows before step {found.step:,} are missing and stay missing from the "
+                       f"resumed run's records; its parameters, evaluations and events are whole), "
+                       f"got {str(d / 'steps.csv')!r}")
     config = config.replace(out=str(final_dir(d)))
     _check_cluster_answers(cluster, config)
     warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
     return d, found, config, [*refused, *warnings]
 
 
+def _foreign_checkpoint(found: Any, told: dict) -> str | None:
+    """Why checkpoint `found` is not of the run whose summary.json `told` is, in words
+    (None: it is, or either has no run id to tell by).
+
+    The checkpoint is of the run when one descends from the other: the summary's run
+    wrote it (its id is the summary's or one of the summary's segments'), or it was written
+    by a later segment that went on from the summary's run (the summary's id is among its
+    segments': a resumed segment killed before it committed). Anything else (a run
+    started anew in the directory over a killed one's checkpoints, a checkpoint copied in)
+    would continue another run in this one's records: steps.csv cut at the other run's
+    byte count, and the summary and config.yaml replaced by the other run's.
+
+    >>> mine = type("C", (), {"meta": {"run_id": "b", "segments": [{"run_id": "a"}, {"run_id": "b"}]},
+    ...                        "config": {}, "path": None})()
+    >>> _foreign_checkpoint(mine, {"run_id": "a"}) is None, _foreign_checkpoint(mine, {"run_id": "c"})[:31]
+    (True, "a directory's own checkpoint (t")
+    """
+    def ids(run_id: Any, segments: Any) -> set:
+        return ({run_id} | {s.get("run_id") for s in segments or [] if isinstance(s, dict)}) - {None}
+    ours = ids(told.get("run_id"), told.get("segments"))
+    theirs = ids(found.meta.get("run_id"), found.meta.get("segments"))
+    if not ours or not theirs or found.meta.get("run_id") in ours or told.get("run_id") in theirs:
+        return None
+    mine, other = told.get("config") or {}, found.config or {}
+    differ = [f"{k}: {other.get(k)!r} in the checkpoint, {mine.get(k)!r} in summary.json" for k in sorted(set(mine) | set(other))
+              if k != "out" and mine.get(k) != other.get(k)]
+    name = found.path.name if found.path is not None else "the checkpoint"
+    return (f"a directory's own checkpoint (the newest, {name}, is of run {found.meta.get('run_id')}, "
+            f"not of run {told.get('run_id')} whose summary.json the directory holds"
+            + (f"; {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''}" if differ else "")
+            + ": it would continue another run in this one's records)")
+
+
+def _edited_config(d: Path, config: RunConfig) -> str | None:
+    """Why a resume is refused when the directory's config.yaml says another config than
+    the checkpoint's (edited by hand to change the resumed run, as `--resume` refuses any
+    other run flag): the run would go on with the checkpoint's and write config.yaml again,
+    the edit gone in silence. None: the same, or no config.yaml that reads as a config."""
+    import yaml
+    try:
+        told = RunConfig.from_dict(yaml.safe_load((d / "config.yaml").read_text())).to_dict()
+    except Exception:   # (none, or not a config: the run's own is the checkpoint's either way)
+        return None
+    ours = config.to_dict()
+    differ = [f"{k}: {told.get(k)!r} in config.yaml, {ours.get(k)!r} in the checkpoint"
+              for k in sorted(set(told) | set(ours)) if k != "out" and told.get(k) != ours.get(k)]
+    if not differ:
+        return None
+    return (f"a config.yaml as the run wrote it (it was edited since: {'; '.join(differ[:4])}"
+            f"{'; ...' if len(differ) > 4 else ''}; a resumed run goes on with its checkpoint's config: put "
+            "config.yaml back, or remove it, to resume; start a new run to change the config)")
+
+
 def resume_refusal(config: RunConfig, summary: dict | None) -> str | None:
     """What a run would need to be resumed, when it can never go past where it ended (None:
     it can): `resume_checks` refuses with it, and the CLI offers no `resume:` line.
 
-    A simulated run that failed with `fail_worker` set: virtual time goes on from the
-    checkpoint (or, asynchronous, is replayed from step 0), so the same worker dies at the
-    same virtual second on every resume, and the run fails where it ended. Its config is the
-    checkpoint's (`--resume` takes no other flag), so the fault cannot be moved either.
+    A simulated run that failed with `fail_worker` set, where the fault would fire again: an
+    asynchronous one is replayed from step 0, and an elastic one names its faults by rank
+    (renumbered at each regroup), so the same worker dies at the same virtual second on every
+    resume. Its config is the checkpoint's (`--resume` takes no other flag), so the fault
+    cannot be moved either. A synchronous one goes on from its checkpoint with the lost
+    worker back, the fault spent (`engine._take_up`, `RunSetup.spent`), as a real run resumed
+    after a lost worker goes on with a replacement.
 
-    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005")
+    >>> cfg = RunConfig(algorithm="sync_sgd", simulate=True, cpus=4, fail_worker="1@0.005", elastic=True)
     >>> resume_refusal(cfg, {"status": "failed"}).startswith("a run that can go on past where it ended")
     True
-    >>> resume_refusal(cfg, {"status": "stopped"}) is None
-    True
+    >>> resume_refusal(cfg, {"status": "stopped"}) is None, resume_refusal(cfg.replace(elastic=False), {"status": "failed"})
+    (True, None)
     """
     if not (config.simulate and config.fail_worker and isinstance(summary, dict) and summary.get("status") == "failed"):
         return None
+    if config.is_sync and not config.elastic:
+        return None
     return ("a run that can go on past where it ended (this simulated run's fail_worker "
-            f"{config.fail_worker} kills the same worker at the same virtual time on every resume; "
-            "run it again without fail_worker, or with a later time)")
+            f"{config.fail_worker} kills the same worker at the same virtual time on every resume: "
+            f"{'an elastic run names its faults by rank' if config.elastic else 'an asynchronous run is replayed from step 0'}"
+            "; run it again without fail_worker, or with a later time)")
 
 
 def _resumable_dir(d: Path) -> Path:

@@ -396,7 +396,9 @@ def notes(summary: dict[str, Any]) -> list[str]:
     nearly every update (`learning.clip_note`), a steady state not
     reached, a steady window too short to time a rate (`window_note`), NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`), a
-    worker that took on another client's tasks mid-run (`summary["busy_note"]`, `transports.dask.busy_note`).
+    worker that took on another client's tasks mid-run (`summary["busy_note"]`, `transports.dask.busy_note`), a
+    resumed run whose steps after the resume are not the bits of the run never stopped (`summary["resumed_note"]`,
+    `api.resumed_note`).
 
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
     ['other processes used 1.6 of 2 cores ...']
@@ -407,7 +409,8 @@ def notes(summary: dict[str, Any]) -> list[str]:
                         steady_note(summary.get("steady"), run_workers(summary)),
                         window_note(summary.get("steady"), bool(summary.get("simulated"))),
                         numerics_note(summary.get("numerics")),
-                        summary.get("crowding_note"), summary.get("machine_note"), summary.get("busy_note")) if n]
+                        summary.get("crowding_note"), summary.get("machine_note"), summary.get("busy_note"),
+                        summary.get("resumed_note")) if n]
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:

@@ -773,7 +773,10 @@ def _resume(args: argparse.Namespace) -> int:
     if given:
         raise ConfigError(given[0], "no other run flag with --resume (the run goes on with its own config)",
                           getattr(args, given[0]))
-    _, _, config, _ = api.resume_checks(args.resume)   # every check that can fail, before a cluster starts
+    _, _, config, said = api.resume_checks(args.resume)   # every check that can fail, before a cluster starts
+    for line in said:   # what the checkpoint's own checks found, before anything starts (the summary keeps them)
+        if line.startswith("checkpoint:"):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress_bar(config)
     if not config.simulate:
         from ..execution.cluster import one_line_logs
@@ -796,9 +799,6 @@ def _resume(args: argparse.Namespace) -> int:
                 close_session()
             except KeyboardInterrupt:
                 pass
-    for line in result.summary.get("warnings", []):
-        if line.startswith("checkpoint:"):
-            print(f"warning: {line}", file=sys.stderr)
     return _report_run(result, RunConfig.from_dict(result.summary["config"]))
 
 

@@ -461,6 +461,17 @@ def _take_up(resume: Any, setup: RunSetup, collector: Collector, out: Any, trans
     history, records = segment_history(resume)
     resume.history = history
     collector.seed(records)
+    config = setup.config
+    if config.simulate and config.is_sync and not config.elastic and config.failures:
+        # A fault fires once: the segment it ended is resumed with that worker back (a replacement, as on a
+        # real cluster), not killed again at the same virtual second on every resume.
+        lost = {int(k) for seg in history for k in (seg.get("lost_workers") or {}) if str(k).isdigit()}
+        setup.spent = frozenset(lost & set(config.failures))
+        if setup.spent:
+            said = ", ".join(f"{r}@{config.failures[r]:g}" for r in sorted(setup.spent))
+            at = max(resume.rank_time(r) for r in range(setup.size))   # where the records go on from
+            collector([event_record(at, "fault_spent", None, f"fail_worker {said} fired in an earlier segment; "
+                                    f"resumed from step {resume.step:,} with the worker back, not killed again")])
     if out is not None:
         rows = read_step_rows(out, resume.meta.get("steps_csv_bytes"))
         worker, step = rows[:, STEP_TABLE.index("worker")], rows[:, STEP_TABLE.index("step")]

@@ -44,7 +44,7 @@ def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True
     claimed it first, or it holds a run and `overwrite` is not set), the first free sibling
     `out-2`, `out-3`, ... is claimed instead, so two runs given the same directory (or the
     same default name in the same second) never collide. With `overwrite`, a directory
-    holding a committed run is not touched: the new run is written beside it, in a staging
+    holding a committed run (or a killed one's checkpoints) is not touched: the new run is written beside it, in a staging
     directory (`claim_stage`, `.NAME.overwrite-PID-K`), which replaces it only once the new
     run commits (`replace_run_dir`); `final_dir` names where a claimed directory ends up.
     The marker stays until `RunResult.save` has written summary.json (the commit)."""
@@ -56,7 +56,7 @@ def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True
             os.mkdir(path, 0o700 if private else 0o777)
             usable = True
         except FileExistsError:
-            committed = (path / "summary.json").exists()
+            committed = (path / "summary.json").exists() or any((path / CHECKPOINTS).glob("step-*.npz"))
             if overwrite and k == 1 and committed and path.is_dir():
                 return claim_stage(path, private)
             usable = path.is_dir() and ((overwrite and k == 1) or not committed)

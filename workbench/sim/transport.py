@@ -660,7 +660,9 @@ class SimTransport(Transport):
                     p.t = float(part["clock"])
                     if "sim.jitter" in part["state"]:
                         costs.rngs[rank].bit_generator.state = part["state"]["sim.jitter"]
-        failures = (setup.extra.get("elastic") or {}).get("fail", setup.config.failures)   # an elastic run's: by rank now
+        failures = (setup.extra.get("elastic") or {}).get("fail")   # an elastic run's: by rank now
+        if failures is None:   # a resumed run's faults that fired before do not fire again (`engine._take_up`)
+            failures = {r: at for r, at in setup.config.failures.items() if r not in setup.spent}
         for rank, at in (failures or {}).items():
             sched.kill(procs[rank], at, on_killed=lambda p, r=rank: self._killed(r, p))
         sched.between = self._between(sched)

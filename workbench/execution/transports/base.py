@@ -64,6 +64,7 @@ class RunSetup:
     schedule_text: str
     t0_wall: float = 0.0         # when the loops were started (wall clock)
     resume: dict[int, dict] | None = None   # a resumed run: rank -> its part of the checkpoint (engine._take_up)
+    spent: frozenset[int] = frozenset()     # a resumed simulated run: the ranks whose fail_worker fault fired before
 
     def resume_of(self, rank: int) -> dict | None:
         """`rank`'s part of the checkpoint a resumed run continues from (None: a fresh run)."""
