@@ -580,3 +580,15 @@ def test_a_run_whose_worker_took_on_another_clients_task_names_no_limit(real_pai
     assert quiet.limit != "machine" and e.limit == "machine", quiet.first_line
     assert "worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1)" in e.first_line
     assert f"  note: {note}" in e.lines
+
+
+def test_a_pair_of_single_runs_says_its_ratio_has_no_range(real_pair, explained):
+    """An audit (2026-12-07, load 11): `explain one two` printed "2 workers ran 0.13x 1 worker"
+    from one run each, where `sweep` and the demo give the speed-up's range over their rounds
+    (a sweep of the same config, 8 rounds: 0.26x, 0.13-0.56). A simulated pair is exact: no such line."""
+    e, = explain(list(real_pair))
+    assert e.lines[1].startswith("  one run each: the ratio above has no range"), e.text()
+    assert "sweep --workers 1,2" in e.lines[1]
+    _, one, many = explained["model too small for its exchange"]
+    sim, = explain([one, many])
+    assert not any("one run each" in line for line in sim.lines), sim.text()

@@ -996,9 +996,15 @@ def _rounds_line(one: RunSteps | None, n: RunSteps) -> str:
     the ratio of each side's median, its range between the rounds' extremes), with each side's
     count of rounds, which need not agree: the demo repeats each worker count until its own rate
     is known (a demo that printed 0.90x, 1 worker over 3 rounds and 2 workers over 8, was
-    explained from its first round alone as 1.20x); "" for runs of one round each."""
+    explained from its first round alone as 1.20x); for a pair of single runs, that its ratio
+    has no range; "" for a lone run."""
     if not n.rounds and (one is None or not one.rounds):
-        return ""
+        if one is None or n.simulated:   # a simulated pair is deterministic: its ratio is exact
+            return ""
+        # a lone pair: its ratio is one draw of the machine (the same pair gave 0.13x here at load 11 and a sweep's
+        # 8 rounds 0.26x, 0.13-0.56): said where the demo and a sweep give a range
+        return (f"  one run each: the ratio above has no range (one draw of this machine); `sweep --workers "
+                f"1,{n.workers}` repeats each count, interleaved, and gives the speed-up's range")
 
     def rates(s: RunSteps) -> np.ndarray:       # a side of one round alone: its own rate
         got = np.array([_rate(d) for d in s.rounds] if s.rounds else [s.rate], dtype=float)
