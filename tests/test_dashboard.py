@@ -795,6 +795,12 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     head = dash.why_html.value.split("</b>")[0]      # the 2-worker run explained, against a 1-worker one
     explained, _, reference = head.removeprefix("<p>Explaining <b>").partition(" against ")
     assert "P=2" in explained and "P=1" in reference and dash.labels[-1] in (explained, reference), head
+    # ... with the sweep's speed-up over its rounds, by the table's definition (an audit, load 15: the why
+    # tab gave one round's 0.38x, and that a sweep gives a range, beside the sweep's 0.24x, 0.09-0.52)
+    two = table[table.workers == 2].iloc[0]
+    assert ("rounds: this reads one of the sweep's rounds: " in dash.why()
+            and f"{two.speedup:.2f}x 1 worker ({two.speedup_lo:.2f}x-{two.speedup_hi:.2f}x between the rounds' "
+                "extremes" in dash.why()), dash.why()
     # a run after the sweep takes the next number of the runs tab (it took #1 again, beside the sweep's #1)
     assert dash.run() is True
     dash.wait(60)

@@ -592,3 +592,16 @@ def test_a_pair_of_single_runs_says_its_ratio_has_no_range(real_pair, explained)
     _, one, many = explained["model too small for its exchange"]
     sim, = explain([one, many])
     assert not any("one run each" in line for line in sim.lines), sim.text()
+
+
+def test_a_sweeps_rounds_given_as_rates_give_the_sweeps_speedup(real_pair):
+    """The dashboard's why tab after a sweep explains RunResults (no folders to find the other
+    rounds in): it gave one round's ratio and the advice to run a sweep. The rounds' rates,
+    given, give the speed-up by the sweep's definition (`measure.median_speedup`)."""
+    e, = explain(list(real_pair), round_rates={1: [100.0, 120.0, 110.0], 2: [50.0, 70.0]})
+    assert e.lines[1].startswith("  rounds: this reads one of the sweep's rounds: "), e.text()
+    assert ("the rounds' medians give 2 workers 0.45x 1 worker (0.42x-0.70x between the rounds' extremes; "
+            "2 workers over 2 rounds, 1 worker over 3 rounds); the parts and predictions below are this round's"
+            ) in e.lines[1], e.text()
+    lone, = explain(list(real_pair), round_rates={1: [100.0], 2: [50.0]})   # one round: no range to give
+    assert lone.lines[1].startswith("  one run each: "), lone.text()
