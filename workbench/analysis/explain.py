@@ -1005,6 +1005,8 @@ def _rounds_line(one: RunSteps | None, n: RunSteps) -> str:
     is known (a demo that printed 0.90x, 1 worker over 3 rounds and 2 workers over 8, was
     explained from its first round alone as 1.20x); for a pair of single runs, that its ratio
     has no range; "" for a lone run."""
+    if one is not None and one.workers == n.workers:   # no speed-up between runs read as one worker count
+        return ""
     if not (n.rounds or n.round_rates) and (one is None or not (one.rounds or one.round_rates)):
         if one is None or n.simulated:   # a simulated pair is deterministic: its ratio is exact
             return ""
