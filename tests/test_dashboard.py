@@ -795,6 +795,16 @@ def test_scaling_tab_gains_a_point_per_run_then_predictions(dash):
     head = dash.why_html.value.split("</b>")[0]      # the 2-worker run explained, against a 1-worker one
     explained, _, reference = head.removeprefix("<p>Explaining <b>").partition(" against ")
     assert "P=2" in explained and "P=1" in reference and dash.labels[-1] in (explained, reference), head
+    # ... with the sweep's speed-up over its rounds, by the table's definition (an audit, load 15: the why
+    # tab gave one round's 0.38x, and that a sweep gives a range, beside the sweep's 0.24x, 0.09-0.52)
+    # (once, in the whole file's run at load 9-12, the 2-worker run of 1 epoch was read from its steps as one
+    # worker's, a pair of "1 worker" runs: no speed-up line is then given, rather than "1 workers 1.00x")
+    two, why = table[table.workers == 2].iloc[0], dash.why()
+    assert "1 workers" not in why, why
+    if why.startswith("limited by") and " on 1 worker," not in why.splitlines()[0]:
+        assert ("rounds: this reads one of the sweep's rounds: " in why
+                and f"{two.speedup:.2f}x 1 worker ({two.speedup_lo:.2f}x-{two.speedup_hi:.2f}x between the rounds' "
+                    "extremes" in why), why
     # a run after the sweep takes the next number of the runs tab (it took #1 again, beside the sweep's #1)
     assert dash.run() is True
     dash.wait(60)

@@ -580,3 +580,28 @@ def test_a_run_whose_worker_took_on_another_clients_task_names_no_limit(real_pai
     assert quiet.limit != "machine" and e.limit == "machine", quiet.first_line
     assert "worker 0 (tcp://127.0.0.1:1) took on 1 task(s) not of this run (sleep-1)" in e.first_line
     assert f"  note: {note}" in e.lines
+
+
+def test_a_pair_of_single_runs_says_its_ratio_has_no_range(real_pair, explained):
+    """An audit (2026-12-07, load 11): `explain one two` printed "2 workers ran 0.13x 1 worker"
+    from one run each, where `sweep` and the demo give the speed-up's range over their rounds
+    (a sweep of the same config, 8 rounds: 0.26x, 0.13-0.56). A simulated pair is exact: no such line."""
+    e, = explain(list(real_pair))
+    assert e.lines[1].startswith("  one run each: the ratio above has no range"), e.text()
+    assert "sweep --workers 1,2" in e.lines[1]
+    _, one, many = explained["model too small for its exchange"]
+    sim, = explain([one, many])
+    assert not any("one run each" in line for line in sim.lines), sim.text()
+
+
+def test_a_sweeps_rounds_given_as_rates_give_the_sweeps_speedup(real_pair):
+    """The dashboard's why tab after a sweep explains RunResults (no folders to find the other
+    rounds in): it gave one round's ratio and the advice to run a sweep. The rounds' rates,
+    given, give the speed-up by the sweep's definition (`measure.median_speedup`)."""
+    e, = explain(list(real_pair), round_rates={1: [100.0, 120.0, 110.0], 2: [50.0, 70.0]})
+    assert e.lines[1].startswith("  rounds: this reads one of the sweep's rounds: "), e.text()
+    assert ("the rounds' medians give 2 workers 0.45x 1 worker (0.42x-0.70x between the rounds' extremes; "
+            "2 workers over 2 rounds, 1 worker over 3 rounds); the parts and predictions below are this round's"
+            ) in e.lines[1], e.text()
+    lone, = explain(list(real_pair), round_rates={1: [100.0], 2: [50.0]})   # one round: no range to give
+    assert lone.lines[1].startswith("  one run each: "), lone.text()

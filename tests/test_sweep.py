@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 
@@ -423,3 +424,33 @@ def test_a_ctrl_c_as_a_run_ends_keeps_that_run_and_starts_no_other(tmp_path):
     assert table.workers.tolist() == [1] and table.status.tolist() == ["completed"]
     assert table.attrs["status"] == "stopped"
     assert pd.read_csv(tmp_path / "s" / "sweep.csv").workers.tolist() == [1]
+
+
+def test_a_sweeps_speedup_comes_with_its_range_by_the_demos_definition():
+    # An audit (2026-12-07, load 11-13): `sweep --workers 1,2` printed "0.26x" for 2 workers, a
+    # ratio with no range, from 8 rounds of 27,081-46,265 (1 worker) and 6,137-15,124 samples/s
+    # (2 workers); the demo printed its speed-up with the range between the rounds' extremes,
+    # computed in the demo alone. The range is now the table's (`speedup_lo`, `speedup_hi`),
+    # by `measure.median_speedup`, and every door reads it there.
+    from workbench.analysis.sweep import combine_rounds
+    from workbench.apps import cli
+    from workbench.ui.sweepdata import scaling_series
+    ones, twos = [34368.0, 27081.0, 46265.0], [9048.0, 6137.0, 15124.0]
+    rows = [{"workers": w, "samples_per_s": v, "round": r, "status": "completed"}
+            for r, (a, b) in enumerate(zip(ones, twos)) for w, v in ((1, a), (2, b))]
+    t = combine_rounds(rows)
+    two = t.iloc[1]
+    assert two["speedup"] == pytest.approx(9048.0 / 34368.0, rel=1e-12)      # the medians' ratio, as before
+    assert two["speedup_lo"] == pytest.approx(min(twos) / max(ones), rel=1e-12)
+    assert two["speedup_hi"] == pytest.approx(max(twos) / min(ones), rel=1e-12)
+    assert math.isnan(t.iloc[0]["speedup_lo"])                              # the reference: 1 by definition
+    line = cli.sweep_text(t).splitlines()[2]
+    assert f"0.26x ({min(twos) / max(ones):.2f}-{max(twos) / min(ones):.2f})" in line
+    # one round measures no range: none is printed, and the CSV's is NaN
+    single = combine_rounds([r for r in rows if r["round"] == 0])
+    assert math.isnan(single.iloc[1]["speedup_lo"]) and "0.26x (" not in cli.sweep_text(single)
+    # the scaling figure's efficiency bars are the speed-up's range over the workers
+    eff = next(s for s in scaling_series(t) if s.name == "measured efficiency")
+    bars = eff.style["error_y"]
+    assert bars["array"][1] == pytest.approx(max(twos) / min(ones) / 2 - two["efficiency"], rel=1e-9)
+    assert bars["arrayminus"][1] == pytest.approx(two["efficiency"] - min(twos) / max(ones) / 2, rel=1e-9)

@@ -106,6 +106,7 @@ class RunSteps:
     #                             or the allreduce a simulated one was charged (`summary["sim_allreduce"]`)
     busy_note: str | None = None   # a worker took on another client's tasks mid-run (`summary["busy_note"]`)
     rounds: list = field(default_factory=list)   # every round's run directory when it is one of several (`_rounds`)
+    round_rates: list = field(default_factory=list)   # or every round's samples/s, given (`explain(round_rates=)`)
 
     def evals_per_step(self, batch: float | np.ndarray) -> float | np.ndarray:
         """Evaluations per step at a global batch: 1 / eval_every, else one per epoch."""
@@ -907,13 +908,17 @@ def _predictions(model: Model, n: RunSteps, exact: bool, lines: list[str], lone:
     return out
 
 
-def explain(runs: Sequence[Any], resamples: int = RESAMPLES) -> list[Explanation]:
+def explain(runs: Sequence[Any], resamples: int = RESAMPLES,
+            round_rates: dict[int, Sequence[float]] | None = None) -> list[Explanation]:
     """Explain each run with more workers than the fewest against the one with the fewest
     (a 1-worker run when there is one); a single run alone.
 
     Args:
         runs: RunResults or run directories of the same model.
         resamples: bootstrap resamples for the uncertainties.
+        round_rates: worker count -> the samples/s of every round the runs of that count are
+            one of (the dashboard's sweep: RunResults, no folders to find the rounds in), for
+            the rounds' speed-up (`_rounds_line`); a run directory's rounds are found on disk.
     Returns:
         One Explanation per explained run.
     Raises:
@@ -927,6 +932,8 @@ def explain(runs: Sequence[Any], resamples: int = RESAMPLES) -> list[Explanation
     steps = [run_steps(r) for r in runs]
     for s, r in zip(steps, runs):
         s.rounds = _rounds(r) if isinstance(r, (str, Path)) else []
+        given = [float(v) for v in (round_rates or {}).get(s.workers, ())]
+        s.round_rates = given if not s.rounds and len(given) > 1 else []
     sizes = {round(s.n_bytes / BYTES_PER_PARAM) for s in steps}
     if len(sizes) > 1:
         raise ConfigError("RUN", "runs of one model (their parameter counts differ)", sorted(sizes))
@@ -996,27 +1003,37 @@ def _rounds_line(one: RunSteps | None, n: RunSteps) -> str:
     the ratio of each side's median, its range between the rounds' extremes), with each side's
     count of rounds, which need not agree: the demo repeats each worker count until its own rate
     is known (a demo that printed 0.90x, 1 worker over 3 rounds and 2 workers over 8, was
-    explained from its first round alone as 1.20x); "" for runs of one round each."""
-    if not n.rounds and (one is None or not one.rounds):
+    explained from its first round alone as 1.20x); for a pair of single runs, that its ratio
+    has no range; "" for a lone run."""
+    if one is not None and one.workers == n.workers:   # no speed-up between runs read as one worker count
         return ""
+    if not (n.rounds or n.round_rates) and (one is None or not (one.rounds or one.round_rates)):
+        if one is None or n.simulated:   # a simulated pair is deterministic: its ratio is exact
+            return ""
+        # a lone pair: its ratio is one draw of the machine (the same pair gave 0.13x here at load 11 and a sweep's
+        # 8 rounds 0.26x, 0.13-0.56): said where the demo and a sweep give a range
+        return (f"  one run each: the ratio above has no range (one draw of this machine); `sweep --workers "
+                f"1,{n.workers}` repeats each count, interleaved, and gives the speed-up's range")
 
     def rates(s: RunSteps) -> np.ndarray:       # a side of one round alone: its own rate
-        got = np.array([_rate(d) for d in s.rounds] if s.rounds else [s.rate], dtype=float)
+        got = np.array([_rate(d) for d in s.rounds] if s.rounds else (s.round_rates or [s.rate]), dtype=float)
         return got[np.isfinite(got) & (got > 0)]
     rates_n = rates(n)
     where = f" ({n.rounds[0]})" if n.rounds else ""
+    which, these = ("round 1", "round 1's") if n.rounds or (one is not None and one.rounds) else \
+        ("one of the sweep's rounds", "this round's")
     if one is not None:
         rates_1 = rates(one)
         if len(rates_n) and len(rates_1):
             med, low, high = measure.median_speedup(list(rates_n), list(rates_1))
             first = n.rate / one.rate if one.rate > 0 else math.nan
             counts = f"{n.workers} workers over {_count(len(rates_n))}, 1 worker over {_count(len(rates_1))}"
-            return (f"  rounds: this reads round 1{where}: {first:.2f}x; the rounds' medians give {n.workers} workers "
+            return (f"  rounds: this reads {which}{where}: {first:.2f}x; the rounds' medians give {n.workers} workers "
                     f"{med:.2f}x 1 worker ({low:.2f}x-{high:.2f}x between the rounds' extremes; {counts}); the "
-                    f"parts and predictions below are round 1's")
+                    f"parts and predictions below are {these}")
     if not len(rates_n):
         return ""
-    return (f"  rounds: this reads round 1 of {len(n.rounds)}{where}; the rounds' {n.workers}-worker "
+    return (f"  rounds: this reads {which} of {len(rates_n)}{where}; the rounds' {n.workers}-worker "
             f"samples/s: median {measure.median_rate(list(rates_n)):,.0f} ({float(rates_n.min()):,.0f}-"
             f"{float(rates_n.max()):,.0f}); the parts and predictions below are this round's")
 

@@ -56,7 +56,7 @@ SWEEP_COLUMNS = ("workers", "batch_size", "samples_per_s", "speedup", "efficienc
                  "final_test_accuracy", "final_val_accuracy", "wall_time_s", "status", "steps", "algorithm", "mode",
                  "wall_samples_per_s", "run_dir", "simulated", "sim_wall_s", "steady_reached", "other_cores", "machine_note",
                  "calibration_kept", "run_note", "blas_threads", "rounds", "samples_per_s_lo", "samples_per_s_hi",
-                 "spread", "resolved", "resolution_note")
+                 "spread", "resolved", "resolution_note", "speedup_lo", "speedup_hi")
 OnResult = Callable[[dict, RunResult], None]
 
 
@@ -441,13 +441,19 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     ones is not counted (its rate is of part of a run); the point's `status` is then that
     round's, and its note says which round. How many rounds a point gets is `measure.Repeats`'s
     (`repeats`: the one that ran these rows; a spent budget goes into the note).
-    Speedup and efficiency (`add_scaling`) are of the medians.
+    Speedup and efficiency (`add_scaling`) are of the medians; `speedup_lo` / `_hi` are the
+    speed-up's range between the rounds' extremes (`measure.median_speedup`, the demo's and
+    `explain`'s: the slowest round over the reference's fastest, the fastest over its
+    slowest), NaN for the reference itself (1.0 by definition) and where this point or the
+    reference ran one round (no range measured; a simulated table's is its speed-up, exact).
 
     >>> rows = [{"workers": w, "samples_per_s": v, "round": r, "status": "completed"}
     ...         for r, (a, b) in enumerate([(100, 180), (102, 175), (98, 178)]) for w, v in ((1, a), (2, b))]
     >>> t = combine_rounds(rows)
     >>> t[["workers", "samples_per_s", "samples_per_s_lo", "samples_per_s_hi", "resolved"]].values.tolist()
     [[1, 100.0, 98.0, 102.0, True], [2, 178.0, 175.0, 180.0, True]]
+    >>> [round(float(x), 3) for x in t.iloc[1][["speedup", "speedup_lo", "speedup_hi"]]]
+    [1.78, 1.716, 1.837]
     >>> rows[3]["samples_per_s"] = 105       # round 1's 2-worker run as slow as a lone worker
     >>> combine_rounds(rows)["resolution_note"].iloc[1]
     'not resolved on this machine now: 2 workers +-21% over 3 rounds (target +-5%)'
@@ -460,7 +466,7 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
     >>> combine_rounds(rows)[["resolved", "resolution_note"]].values.tolist()[1]
     [False, "not resolved on this machine now: the speed-up's reference, 1 worker, is +-11% over 3 rounds (target +-5%)"]
     """
-    from ..measure import TARGET_SPREAD, median_interval, median_rate, relative_spread, spread_text
+    from ..measure import TARGET_SPREAD, median_interval, median_rate, median_speedup, relative_spread, spread_text
 
     by_w: dict[int, list[dict]] = {}
     for row in rows:
@@ -475,9 +481,14 @@ def combine_rounds(rows: Sequence[dict[str, Any]], repeats: Any = None) -> pd.Da
         pick = min(group, key=lambda r: abs(float(r["samples_per_s"] or 0.0) - med))
         out.append({**{k: v for k, v in pick.items() if k != "round"}, "samples_per_s": med, "rounds": len(group),
                     "samples_per_s_lo": min(values), "samples_per_s_hi": max(values),
-                    "spread": relative_spread(values), "_median": median_interval(values)})
+                    "spread": relative_spread(values), "_median": median_interval(values), "_values": values})
     simulated = all(bool(r.get("simulated")) for r in out)
     first = out[0] if out else None
+    for r in out:   # the speed-up's range: the one definition (`measure.median_speedup`), over the whole rounds
+        ranged = first is not None and r is not first and (simulated or (r["rounds"] >= 2 and first["rounds"] >= 2))
+        both = ranged and min(first["_values"]) > 0
+        _, r["speedup_lo"], r["speedup_hi"] = (median_speedup(r["_values"], first["_values"]) if both
+                                               else (None, math.nan, math.nan))
     for r in out:
         known = r["spread"] <= TARGET_SPREAD   # NaN (no rate): not known
         if r["rounds"] < 2 or (first is not None and first["rounds"] < 2):

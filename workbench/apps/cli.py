@@ -1234,6 +1234,13 @@ def sweep_text(table: Any) -> str:
            "comm": "{:.3f}".format, "test acc": "{:.4f}".format, "val acc": "{:.4f}".format,
            "+-": lambda v: spread_text(v).removeprefix("+-") if v == v else "-"}
     shown = _formatted(shown, fmt)
+    if "speed-up" in shown.columns and {"speedup_lo", "speedup_hi", "rounds"} <= set(table.columns):
+        # the speed-up's range between the rounds' extremes (`combine_rounds`, `measure.median_speedup`): a
+        # ratio of medians alone read as settled where the rounds behind it ran from half to twice it
+        ranged = [f"{s:.2f}x ({lo:.2f}-{hi:.2f})" if n >= 2 and lo == lo and hi == hi else None
+                  for s, lo, hi, n in zip(table["speedup"].astype(float), table["speedup_lo"].astype(float),
+                                          table["speedup_hi"].astype(float), table["rounds"].fillna(0).astype(int))]
+        shown["speed-up"] = [r if r is not None else v for r, v in zip(ranged, shown["speed-up"])]
     if "+-" in shown.columns and "rounds" in shown.columns:   # one round measures no spread
         shown.loc[table["rounds"].fillna(0).astype(int).to_numpy() < 2, "+-"] = "-"
     simulated = len(table) > 0 and "simulated" in table.columns and table["simulated"].fillna(False).astype(bool).all()

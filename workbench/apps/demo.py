@@ -77,7 +77,7 @@ def compare_workers(config: RunConfig, client: object, repeats: object, out: str
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import api
     from ..execution.cluster import close_client, make_cluster
-    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, median_speedup, spread_text
+    from ..measure import MAX_ROUNDS, ROUNDS, Repeats, spread_text
 
     parser = argparse.ArgumentParser(prog="python -m workbench.apps.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory of the 2-worker run")
@@ -109,10 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     speedup = float(two["speedup"])
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "speedup.csv", index=False)   # the medians, ranges and resolution of every round
-    # the range between the rounds' extremes (`measure.median_speedup`, as `explain` gives it)
-    _, low, high = median_speedup((two["samples_per_s_lo"], two["samples_per_s_hi"]),
-                                  (one["samples_per_s_lo"], one["samples_per_s_hi"]))
-    print(f"speed-up, 2 workers over 1: {speedup:.2f}x ({low:.2f}x-{high:.2f}x between the rounds' extremes; "
+    # the range between the rounds' extremes: the sweep table's (`combine_rounds`, `measure.median_speedup`), as
+    # `sweep` and `explain` give it
+    low, high = float(two["speedup_lo"]), float(two["speedup_hi"])
+    ranged = (f"{low:.2f}x-{high:.2f}x between the rounds' extremes" if low == low and high == high
+              else "one round each: no range measured")
+    print(f"speed-up, 2 workers over 1: {speedup:.2f}x ({ranged}; "
           f"parallel efficiency {speedup / 2:.0%}); medians of "
           f"interleaved rounds: 1 worker {one['samples_per_s']:,.0f} samples/s over {one['rounds']} "
           f"({one['samples_per_s_lo']:,.0f}-{one['samples_per_s_hi']:,.0f}, {spread_text(one['spread'])}), 2 workers "

@@ -320,12 +320,27 @@ class Dashboard:
         if not runs:
             return ""
         try:
-            found = explain(runs)
+            found = explain(runs, round_rates=self._round_rates(runs))
         except Exception as exc:      # a run it cannot read (no steady steps, ...): said in the tab
             self.why_html.value = f"<i>{html.escape(str(exc))}</i>"
             return str(exc)
         self.why_html.value = self._why_heading(runs) + to_html(found)
         return "\n\n".join(e.text() for e in found)
+
+    def _round_rates(self, runs: list) -> dict[int, list[float]] | None:
+        """Where the runs explained are rounds of the last sweep: each worker count's rates over
+        its whole rounds (`analysis.sweep.scaling_row`'s, as the sweep's table takes them), so
+        the why tab gives the speed-up the scaling tab does (it gave one round's ratio: 0.38x
+        beside the sweep's 0.24x, 0.09-0.52, at load 15); None otherwise."""
+        from ..analysis.sweep import scaling_row
+        done = [r for r in self.sweeps.results if r.summary.get("status") == "completed"]
+        if not all(any(r is d for d in done) for r in runs):
+            return None
+        rates: dict[int, list[float]] = {}
+        for r in done:
+            w = len(r.summary.get("workers") or [])
+            rates.setdefault(w, []).append(float(scaling_row(r, w, "strong", None)["samples_per_s"] or 0.0))
+        return rates
 
     def _why_heading(self, runs: list) -> str:
         """Which runs the why tab explains, by the names the runs tab gives them, and why not

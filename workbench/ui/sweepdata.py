@@ -89,9 +89,18 @@ def scaling_series(table: pd.DataFrame, predicted: pd.DataFrame | None = None,
                                     arrayminus=(med - measured["samples_per_s_lo"].astype(float)).tolist())
         out.append(Series(name, measured["workers"].tolist(), measured["samples_per_s"].tolist(), col=1,
                           mode="replace", text=text, style=style))
+        eff_style = {**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}
+        if "error_y" in style and {"speedup_lo", "speedup_hi"} <= set(measured.columns):
+            # the efficiency's range is the speed-up's (`combine_rounds`: between the rounds' extremes) over
+            # the workers, not the throughput's bars: those leave out the reference's own spread
+            per = float(measured["workers"].iloc[0]) / measured["workers"].astype(float)
+            eff = measured["efficiency"].astype(float)
+            hi = (measured["speedup_hi"].astype(float) * per - eff).fillna(0.0)
+            lo = (eff - measured["speedup_lo"].astype(float) * per).fillna(0.0)
+            eff_style["error_y"] = dict(type="data", symmetric=False, visible=True, array=hi.tolist(),
+                                        arrayminus=lo.tolist())
         out.append(Series(f"{name} efficiency", measured["workers"].tolist(), measured["efficiency"].tolist(),
-                          col=2, mode="replace", text=text,
-                          style={**{k: v for k, v in style.items() if k != "error_y"}, "showlegend": False}))
+                          col=2, mode="replace", text=text, style=eff_style))
         warn = dict(mode="markers", marker_symbol="circle-open", marker_size=20, marker_line_width=2.5,
                     marker_color="#e67e00", legendgroup="short", hoverinfo="skip")
         label = SHORT_LABEL
