@@ -48,7 +48,8 @@ def test_on_one_core_the_speedup_line_says_the_workers_shared_it(monkeypatch, ca
     from workbench.util import machine
     row = {"samples_per_s": 8000.0, "samples_per_s_lo": 7600.0, "samples_per_s_hi": 9300.0, "rounds": 3,
            "spread": 0.1, "resolution_note": None, "speedup": 1.0}
-    table = pd.DataFrame([row, {**row, "samples_per_s": 6800.0, "speedup": 0.85}])
+    table = pd.DataFrame([{**row, "speedup_lo": float("nan"), "speedup_hi": float("nan")},
+                          {**row, "samples_per_s": 6800.0, "speedup": 0.85, "speedup_lo": 0.73, "speedup_hi": 1.05}])
     monkeypatch.setattr(cluster, "make_cluster", lambda **kw: "a client")
     monkeypatch.setattr(cluster, "close_client", lambda client: None)
     monkeypatch.setattr(api, "run", lambda config, **kw: None)
