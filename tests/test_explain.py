@@ -605,3 +605,14 @@ def test_a_sweeps_rounds_given_as_rates_give_the_sweeps_speedup(real_pair):
             ) in e.lines[1], e.text()
     lone, = explain(list(real_pair), round_rates={1: [100.0], 2: [50.0]})   # one round: no range to give
     assert lone.lines[1].startswith("  one run each: "), lone.text()
+
+
+def test_a_pair_is_read_as_its_workers_when_its_window_holds_one_workers_rows(monkeypatch):
+    """A very short run's steady window can hold one worker's rows alone (the answer audit saw a
+    dashboard sweep's 2-worker run explained as "1 workers"): the count is the run's workers."""
+    from workbench.analysis import explain as E
+    run = wb.run(RunConfig(algorithm="sync_sgd", simulate=True, cpus=2, steps=20, seed=0), progress=False)
+    assert run_steps(run).workers == 2
+    whole = E._steady_rows
+    monkeypatch.setattr(E, "_steady_rows", lambda result: (lambda r: r[r["worker"] == 0])(whole(result)))
+    assert run_steps(run).workers == 2

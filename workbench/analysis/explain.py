@@ -218,7 +218,9 @@ def run_steps(result: Any, label: str | None = None) -> RunSteps:
     if spec is None:
         raise ConfigError("RUN", "a run of a known algorithm", algorithm)
     rows = _steady_rows(result)
-    workers = int(rows["worker"].nunique())
+    # the run's workers, not those with a row in its steady window (a short run's window can
+    # hold one worker's rows alone: a pair was read as one worker)
+    workers = max(len(s.get("workers") or []), int(rows["worker"].nunique()))
     vals = rows[["compute_s", "comm_s", "wait_s", "period", "samples"]].to_numpy(dtype=float)
     if spec.sync:                                     # one block per synchronous step
         keys, inverse = np.unique(rows["step"].to_numpy(), return_inverse=True)
