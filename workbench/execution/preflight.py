@@ -536,8 +536,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
                    f"longer than the run ({total_steps:,} steps): the lr rises for the whole run and never reaches "
                    f"its peak")
     own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
-    if own:
-        out.append(own)
+    out.extend([own] if isinstance(own, str) else own or [])
     if config.early_stop is not None and plan is not None:
         evals = math.ceil(total_steps / plan.eval_every)   # every eval_every steps and after the last one
         if evals < config.early_stop + 2:   # a stop decided at the last evaluation ends nothing early
