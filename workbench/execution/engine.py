@@ -402,6 +402,13 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
+    test_rows = int(np.asarray(problem.data.y_test).size)   # the labels the test accuracy is a share of
+    result.summary["test_rows"] = test_rows
+    if result.summary.get("final_test_accuracy") is not None and test_rows:
+        # how sure a share of so many rows is (one row: 0.21-1.00)
+        from ..learning import wilson_interval
+        result.summary["final_test_accuracy_95"] = list(wilson_interval(result.summary["final_test_accuracy"],
+                                                                        test_rows))
     if is_data_path(config.dataset) and result.params is not None:
         # a data file of the user's (its classes need not be balanced): the test accuracy class by class
         from ..maths.metrics import EvaluationError, Evaluator
