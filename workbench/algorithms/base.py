@@ -283,13 +283,14 @@ class WorkerContext:
         exception is an evaluation that raised (`exc`, an `EvaluationError` whose steps
         are known): the parameters it was given are whole, the ones a success would have
         kept, so they are kept, said to be not evaluated (`params_of`)."""
+        scored = exc.params if isinstance(exc, EvaluationError) else None
+        if scored is not None:
+            exc.params = None   # (kept below on rank 0: the exception need not carry them, nor a GPU's array)
         if self.rank != 0:
             return {"params": None, "best": self.best}
-        if isinstance(exc, EvaluationError) and exc.params is not None and exc.steps is not None:
-            kept = {"params": np.array(to_numpy(exc.params), copy=True), "params_steps": int(exc.steps),
+        if scored is not None and exc.steps is not None:
+            return {"params": np.array(to_numpy(scored), copy=True), "params_steps": int(exc.steps),
                     "params_of": f"its training, not evaluated: {exc.why}", "best": self.best}
-            exc.params = None   # (kept here: the exception need not carry them back too)
-            return kept
         if self.last_evaluated is None:
             return {"params": None, "best": self.best}
         return {"params": self.last_evaluated[1], "params_steps": self.last_evaluated[0], "best": self.best}
