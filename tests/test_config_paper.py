@@ -33,6 +33,34 @@ def test_ltfb_tournament_set_too_big_fails_before_workers_start():
     assert run_threads(cfg.replace(tournament_size=limit)).status == "completed"
 
 
+def test_an_unset_tournament_size_takes_what_a_small_datasets_trainers_can_hold_out():
+    """500 synthetic rows: 400 training ones, 200 a trainer, a batch of 32 / 2 = 16 kept to
+    train on, so 184 at most in its tournament set (the refusal's own bound), not the default 256."""
+    import workbench as wb
+    from workbench.algorithms.ltfb import trainer_data
+    small = dict(algorithm="ltfb", dataset="synthetic", n_samples=500, cpus=2, trainers=2, batch_size=32)
+    cfg = RunConfig(**small, steps=3, round_size=1)
+    assert cfg.data_shape.n_train == 400 and cfg.tournament_size == 200 - 16 == 184
+    assert "tournament_size" not in cfg.model_fields_set              # still the user's to set
+    assert [(len(tr), len(tour)) for tr, tour in trainer_data(400, 2, cfg.tournament_size, 0)] == [(16, 184)] * 2
+    r = wb.run(cfg, cluster="threads", progress=False)
+    said = ("tournament_size 256 (the default) is more than the 184 rows each trainer's 200 training examples can "
+            "hold out beside a batch of 16: this run scores its tournaments on 184 and trains each trainer on the "
+            "other 16 (set tournament_size to choose)")
+    assert r.status == "completed" and said in r.summary["warnings"]
+    assert any(e["event"] == "warning" and e["message"] == said for e in r.events)
+    with pytest.raises(ConfigError) as err:                         # a value the user set is refused, as before
+        RunConfig(**small, tournament_size=256)
+    assert err.value.field == "tournament_size" and "at most 184" in str(err.value)
+    assert RunConfig(**small, tournament_size=100).tournament_size == 100
+    bigger = cfg.replace(n_samples=5000)                             # a copy takes its own data's default
+    assert bigger.tournament_size == 256 and "tournament_size" not in bigger.model_fields_set
+    assert cfg.replace(batch_size=64).tournament_size == 200 - 32
+    assert RunConfig(algorithm="ltfb").tournament_size == 256         # digits: the default fits
+    from workbench.execution.preflight import preflight
+    assert not any("tournament_size" in w for w in preflight(RunConfig(algorithm="ltfb", cpus=2)))
+
+
 def test_alpha_defaults_to_point_nine_over_workers():
     assert RunConfig(algorithm="sync_easgd", cpus=4).resolved_alpha(4) == pytest.approx(0.225)
     assert RunConfig(algorithm="sync_easgd", cpus=4, alpha=0.1).resolved_alpha(4) == 0.1

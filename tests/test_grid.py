@@ -78,6 +78,17 @@ def test_the_verdict_is_two_standard_errors_of_the_difference():
     assert verdict_text(t1, one).endswith("with one seed no point is told apart from it: run three seeds or more")
 
 
+def test_a_perfect_accuracy_still_has_its_test_rows_sampling_error():
+    """1.000 against 0.986 on digits' 359 test rows, the seeds alike (no spread): p (1 - p) / n
+    gave the perfect score no error at all (2 x 0.0062 = 0.0124 < 0.014: "worse"); its Wilson
+    interval (0.989-1.000) gives it 0.0027, and the two together 2 x 0.0072 = 0.0145 > 0.014."""
+    from workbench.analysis.grid import _test_rows_se
+    plan = GridPlan.make(BASE, {"lr": [0.1, 0.2]}, seeds=[0, 1, 2])
+    table = combine(_rows({0.1: [1.0, 1.0, 1.0], 0.2: [0.986, 0.986, 0.986]}), plan)
+    assert table["verdict"].tolist() == ["best", "not distinguishable from the best (on 359 test rows)"]
+    assert _test_rows_se(1.0, 1.0, 359, 359) == pytest.approx(0.0027014 * 2 ** 0.5, rel=1e-3)   # by hand
+
+
 def test_a_loss_ranks_lowest_first_and_a_point_without_a_completed_run_says_so():
     plan = GridPlan.make(BASE, {"lr": [0.1, 0.2]}, seeds=[0, 1], metric="final_test_loss")
     rows = _rows({0.1: [0.5, 0.52]}, metric="final_test_loss") + _rows({0.2: [0.3, 0.31]}, metric="final_test_loss")

@@ -162,3 +162,35 @@ def test_the_lrs_it_suggests_go_the_way_the_loss_says():
     # on digits, an lr inside the measured range whose loss rose tenfold is told lower ones, not "train longer"
     rose = learning.note({**cfg, "dataset": "digits"}, 0.6, 2.3, 40.0, steps=300)
     assert "but the training loss rose" in rose and "train longer" not in rose and _suggested(rose) == [0.033, 0.01, 0.0033]
+
+
+# ------------------------------------------------------------------ how sure a test accuracy is
+@pytest.mark.parametrize("right, n, lo, hi", [
+    # Wilson's score interval at z = 1.96, worked by hand to 4 places from
+    # (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n):
+    (1, 1, 0.2065, 1.0),        # one right answer from one row: 0.21-1.00, not "1.0000 +- 0"
+    (0, 10, 0.0, 0.2775),
+    (5, 10, 0.2366, 0.7634),
+    (50, 100, 0.4038, 0.5962),
+])
+def test_the_wilson_interval_matches_its_closed_form(right, n, lo, hi):
+    got = learning.wilson_interval(right / n, n)
+    assert got == pytest.approx((lo, hi), abs=6e-5)     # the table's 4 places (half a unit of the last)
+    assert 0.0 <= got[0] <= right / n <= got[1] <= 1.0
+
+
+def test_a_test_accuracy_from_few_rows_says_how_sure_it_is_in_the_cli_line_and_summary(tmp_path, capsys):
+    """A 5-row CSV keeps 1 test row (test_fraction 0.2): its accuracy is 0 or 1, and the run's
+    line says what one row allows; an accuracy on 100,000 rows (+-0.0014) says nothing more."""
+    from workbench.apps.cli import main
+    (tmp_path / "five.csv").write_text("a,b,label\n0.1,0.2,x\n0.9,0.8,y\n0.2,0.1,x\n0.8,0.9,y\n0.15,0.25,x\n")
+    code = main(["run", "--algorithm", "sgd", "--dataset", str(tmp_path / "five.csv"), "--batch-size", "2",
+                 "--epochs", "3", "--out", str(tmp_path / "r")])
+    s = wb.load(tmp_path / "r").summary
+    acc = s["final_test_accuracy"]
+    assert code == 0 and s["test_rows"] == 1 and acc in (0.0, 1.0)
+    lo, hi = s["final_test_accuracy_95"]
+    assert (lo, hi) == pytest.approx((0.0, 0.7935) if acc == 0 else (0.2065, 1.0), abs=6e-5)   # as above, by hand
+    line = capsys.readouterr().out.splitlines()[0]
+    assert f"test accuracy {acc:.4f} (95%: {lo:.2f}-{hi:.2f} from 1 row), " in line
+    assert learning.accuracy_interval_text(0.95, 100_000) is None

@@ -642,3 +642,46 @@ def test_a_user_models_error_on_dask_is_said_once_and_its_last_evaluation_kept(c
     assert any(e["event"] == "failed" and "Traceback" in e["message"] for e in r.events)
     assert compute_failed() == before
     assert r.params is not None and r.summary["params_final"]["steps"] % 10 == 0
+
+
+# ------------------------------------------------------------------ a model written for few rows
+class AtMost64(UserMLP):
+    """UserMLP whose predict was written for batches of at most 64 rows: the evaluation calls
+    predict and loss on up to 2,048 rows at once (`maths.metrics.EVAL_CHUNK`)."""
+
+    def predict(self, p, X):
+        if len(X) > 64:
+            raise ValueError(f"at most 64 rows, got {len(X)}")
+        return super().predict(p, X)
+
+
+def test_a_model_that_fails_on_the_evaluations_rows_is_refused_before_any_worker_starts():
+    """Digits' training subset is the largest set the evaluation scores (1,438 rows, one call)."""
+    with pytest.raises(ConfigError) as err:
+        preflight(config(model=AtMost64, hidden=None, epochs=1))
+    text = str(err.value)
+    assert text.startswith("model: a model whose predict and loss take the 1,438 rows the run's evaluation")
+    assert "it raised ValueError: at most 64 rows, got 1438" in text and "split X" in text and "\n" not in text
+    preflight(config(model=UserMLP, hidden=None, epochs=1))        # one that takes them passes
+
+
+@pytest.mark.parametrize("kw", [dict(algorithm="sync_sgd", cpus=2),     # every rank scores a share: 719 rows
+                                dict(algorithm="async_sgd", cpus=3, simulate=True)])   # the server lockstep's
+def test_a_run_whose_evaluation_raises_keeps_the_parameters_it_trained(tmp_path, kw):
+    """The preflight check bypassed (`checked=[]`): the run trains its epoch, fails at its only
+    evaluation, and keeps what it trained. Oracle: the same run of UserMLP (the same maths,
+    a predict for any rows) completes with those parameters."""
+    cfg = config(model=AtMost64, hidden=None, epochs=1, out=str(tmp_path / "r"), **kw)
+    r = wb.run(cfg, progress=False, checked=[], **({} if cfg.simulate else {"cluster": "threads"}))
+    whole = wb.run(config(model=UserMLP, hidden=None, epochs=1, **kw), progress=False,
+                   **({} if cfg.simulate else {"cluster": "threads"}))
+    assert r.status == "failed" and whole.status == "completed"
+    kept = r.summary["params_final"]
+    assert kept["steps"] == whole.summary["steps"] and kept["of"].startswith("its training, not evaluated: the "
+                                                                             "evaluation raised ValueError on ")
+    assert np.array_equal(np.load(tmp_path / "r" / "params.npy"), whole.params)
+    said = r.summary["errors"]["0"]
+    assert said.startswith("EvaluationError: the evaluation called the model's predict and loss on ")
+    assert "at most 64 rows" in said and "up to 1,438 rows" in said and "EVAL_CHUNK" in said
+    from workbench.measure import kept_note
+    assert "not evaluated" in kept_note(r.summary)

@@ -181,18 +181,19 @@ def test_every_one_line_verdict_and_the_runs_table_give_the_validation_accuracy_
                  "--val-fraction", "0.2", "--out", str(tmp_path / "cli")])
     s = wb.load(tmp_path / "cli").summary
     line = capsys.readouterr().out.splitlines()[0]
-    assert code == 0 and (f"test accuracy {s['final_test_accuracy']:.4f} (validation {s['final_val_accuracy']:.4f}), "
-                          in line)
+    lo, hi = s["final_test_accuracy_95"]          # digits' test rows are few: their 95% interval first
+    assert code == 0 and (f"test accuracy {s['final_test_accuracy']:.4f} (95%: {lo:.2f}-{hi:.2f} from "
+                          f"{s['test_rows']} rows; validation {s['final_val_accuracy']:.4f}), " in line)
     dash = Dashboard(cluster="threads")
     for name, value in dict(steps=40, eval_every=20, val_fraction=0.2).items():
         dash.controls[name].value = value
     assert dash.run() is True
     held = dash.wait(60).summary
-    assert f"(validation {held['final_val_accuracy']:.4f})" in dash.status_text
+    assert f"; validation {held['final_val_accuracy']:.4f})" in dash.status_text
     dash.controls["val_fraction"].value = 0.0
     assert dash.run() is True
     dash.wait(60)
-    assert "(validation" not in dash.status_text
+    assert "(validation" not in dash.status_text and "; validation" not in dash.status_text
     table = summary_table(dash.history)
     assert table["final_val_accuracy"].tolist()[0] == held["final_val_accuracy"]
     assert np.isnan(table["final_val_accuracy"].tolist()[1])          # the run without one: empty

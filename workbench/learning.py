@@ -358,20 +358,81 @@ def _unscaled(config: dict[str, Any]) -> str | None:
     return unscaled(data.X_train)
 
 
+Z95 = 1.959963984540054   # the standard normal's 97.5% quantile: a two-sided 95% interval
+SHOWN_HALF_WIDTH = 0.01   # an accuracy's interval is said beside it when wider than +-0.01
+
+
+def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of an accuracy `p` measured on `n`
+    independent labels (test rows): where the true accuracy lies, given that a share of n
+    rows is a binomial count. Unlike p +- z sqrt(p (1 - p) / n) it stays inside [0, 1] and is
+    not 0 wide at p = 0 or 1 (one right answer from one row says little).
+
+    centre = (p + z^2 / 2n) / (1 + z^2 / n),
+    half width = z / (1 + z^2 / n) * sqrt(p (1 - p) / n + z^2 / 4n^2).
+
+    >>> [round(v, 4) for v in wilson_interval(1.0, 1)]
+    [0.2065, 1.0]
+    >>> [round(v, 4) for v in wilson_interval(0.5, 100)]
+    [0.4038, 0.5962]
+    """
+    if n < 1:
+        raise ValueError(f"an accuracy measured on at least one label, got {n=}")
+    zz = z * z / n
+    centre = (p + zz / 2) / (1 + zz)
+    half = z / (1 + zz) * math.sqrt(p * (1 - p) / n + zz / (4 * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy_se(p: float, n: int) -> float:
+    """The standard error an accuracy `p` on `n` labels has from their sampling: the 95%
+    Wilson interval's half width in units of z (`wilson_interval`), what `analysis.grid`
+    weighs differences by. Near p(1 - p)/n's root where p is inside (0, 1) with many rows;
+    above 0 at p = 1.
+
+    >>> round(accuracy_se(0.9, 359), 4), round(accuracy_se(1.0, 60), 4)
+    (0.0159, 0.0154)
+    """
+    lo, hi = wilson_interval(p, n)
+    return (hi - lo) / (2 * Z95)
+
+
+def accuracy_interval_text(p: float | None, n: int | None, unit: str = "row") -> str | None:
+    """"95%: lo-hi from n rows" for an accuracy whose Wilson interval is wider than
+    +-`SHOWN_HALF_WIDTH` (few test rows); None where it is narrower or n is unknown.
+
+    >>> accuracy_interval_text(1.0, 1), accuracy_interval_text(0.95, 100000)
+    ('95%: 0.21-1.00 from 1 row', None)
+    """
+    if p is None or not n or p != p:
+        return None
+    lo, hi = wilson_interval(float(p), int(n))
+    if (hi - lo) / 2 <= SHOWN_HALF_WIDTH:
+        return None
+    return f"95%: {lo:.2f}-{hi:.2f} from {int(n):,} {unit}{'s' if n != 1 else ''}"
+
+
 def accuracy_text(summary: dict[str, Any]) -> str:
     """A run's final accuracy in its one-line verdicts (the CLI's, the dashboard's status):
-    the test set's, and the validation set's beside it when the run held one out.
+    the test set's, with its 95% interval where the test rows are few enough that it is wider
+    than +-0.01 (`accuracy_interval_text`, from `summary["test_rows"]`), and the validation
+    set's beside it when the run held one out.
 
     >>> accuracy_text({"final_test_accuracy": 0.9276})
     'test accuracy 0.9276'
     >>> accuracy_text({"final_test_accuracy": 0.947, "final_val_accuracy": 0.9306})
     'test accuracy 0.9470 (validation 0.9306)'
+    >>> accuracy_text({"final_test_accuracy": 1.0, "test_rows": 1})
+    'test accuracy 1.0000 (95%: 0.21-1.00 from 1 row)'
     >>> accuracy_text({})
     'test accuracy n/a'
     """
     acc, val = summary.get("final_test_accuracy"), summary.get("final_val_accuracy")
     text = f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'}"
-    return text if val is None else f"{text} (validation {val:.4f})"
+    unit = "token" if summary.get("language") else "row"   # a language model's labels are its tokens
+    said = [t for t in (accuracy_interval_text(acc, summary.get("test_rows"), unit),
+                        None if val is None else f"validation {val:.4f}") if t]
+    return f"{text} ({'; '.join(said)})" if said else text
 
 
 def clip_text(clip: dict[str, Any] | None) -> str | None:

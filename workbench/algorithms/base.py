@@ -33,6 +33,7 @@ from ..config import RunConfig
 from ..config.registry import tail_length
 from ..data import _epoch_order, split_batch, steps_per_epoch
 from ..maths.backend import synchronize, to_numpy
+from ..maths.metrics import EvaluationError
 from ..maths.optim import Plan, clip_summary, make_optimizer
 from ..results.records import StepLog, eval_record, event_record, pack_rows, row_block
 
@@ -273,13 +274,24 @@ class WorkerContext:
                         and step + 1 < self.plan.total_steps:
                     self.stop_early(step, patience)
 
-    def kept_on_failure(self) -> dict[str, Any]:
+    def kept_on_failure(self, exc: BaseException | None = None) -> dict[str, Any]:
         """What a loop that fails hands back of its model (rank 0; nothing elsewhere): the
         parameters of its last evaluation, which the run's last test numbers are of, with how
         many steps they had run (`params_steps`), and those at its best. Not the parameters
         of the failing moment: a step that raised may have left them half updated, and an
-        algorithm's evaluated parameters (a centre, an average) may need its peers."""
-        if self.rank != 0 or self.last_evaluated is None:
+        algorithm's evaluated parameters (a centre, an average) may need its peers. The
+        exception is an evaluation that raised (`exc`, an `EvaluationError` whose steps
+        are known): the parameters it was given are whole, the ones a success would have
+        kept, so they are kept, said to be not evaluated (`params_of`)."""
+        scored = exc.params if isinstance(exc, EvaluationError) else None
+        if scored is not None:
+            exc.params = None   # (kept below on rank 0: the exception need not carry them, nor a GPU's array)
+        if self.rank != 0:
+            return {"params": None, "best": self.best}
+        if scored is not None and exc.steps is not None:
+            return {"params": np.array(to_numpy(scored), copy=True), "params_steps": int(exc.steps),
+                    "params_of": f"its training, not evaluated: {exc.why}", "best": self.best}
+        if self.last_evaluated is None:
             return {"params": None, "best": self.best}
         return {"params": self.last_evaluated[1], "params_steps": self.last_evaluated[0], "best": self.best}
 
@@ -857,7 +869,11 @@ def close_step(ctx: WorkerContext, step: int, out: StepOut, sync: bool,
     if evaluate is not None and step >= ctx._next_eval:   # (the plan asked once per evaluation, not every step)
         ctx._next_eval = ctx.plan.next_eval_step(step)
         if ctx._next_eval == step:
-            evaluate(step)
+            try:
+                evaluate(step)
+            except EvaluationError as exc:   # what it scored had run step + 1 steps: kept (`kept_on_failure`)
+                exc.steps = step + 1 if exc.steps is None else exc.steps
+                raise
             ctx._next_eval = step + 1
     if stop == "stopped" and step + 1 < ctx.plan.total_steps:   # (after the last step: completed)
         if ctx.rank == 0:

@@ -8,8 +8,9 @@ its standard deviation and range, and the point's other numbers (its samples/s a
 gives a point's rounds: the median with the interval that holds it). The best point is named,
 and each other point is compared with it by the difference of the two means against two
 standard errors of that difference: the seeds' (Welch's: each point's own spread) and, for an
-accuracy, the test rows' (an accuracy is a share of n test rows: sqrt(p (1 - p) / n) each,
-taken as independent, an upper bound when both score the same rows). A point within them is
+accuracy, the test rows' (an accuracy is a share of n test rows: each its 95% Wilson
+interval's half width over z, `learning.accuracy_se`, which is not 0 at p = 1; the two taken
+as independent, an upper bound when both score the same rows). A point within them is
 **not distinguishable** from the best; one seed measures no spread, so nothing is told apart,
 and the table says so. This module plans and tabulates; `api.grid` runs the points.
 """
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, RunConfig
+from ..learning import accuracy_se
 from ..measure import median_rate, notes, relative_spread
 
 NOT_VARIED = ("seed", "out", "resume", "scheduler")   # a grid's own (seeds), or where it runs, not what it trains
@@ -254,15 +256,16 @@ def _verdicts(table: pd.DataFrame, plan: GridPlan) -> list[str]:
 
 def _test_rows_se(p1: float, p2: float, n1: Any, n2: Any) -> float:
     """The standard error an accuracy difference has from the test rows alone: each accuracy
-    a share of n test rows, sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2) (the two treated as
-    independent: an upper bound when both score the same rows). 0 when n is unknown.
+    a share of n test rows, its standard error the Wilson interval's (`learning.accuracy_se`:
+    above 0 at p = 1, where sqrt(p (1 - p) / n) said 0), the two treated as independent (an
+    upper bound when both score the same rows). 0 when n is unknown.
 
-    >>> round(_test_rows_se(1.0, 0.9722, 60, 60), 4)
-    0.0212
+    >>> round(_test_rows_se(1.0, 0.9722, 60, 60), 4)   # (the old rule: 0.0212, 1.0's share of it 0)
+    0.0295
     """
     if not n1 or not n2 or n1 != n1 or n2 != n2:
         return 0.0
-    return math.sqrt(p1 * (1 - p1) / float(n1) + p2 * (1 - p2) / float(n2))
+    return math.hypot(accuracy_se(p1, int(n1)), accuracy_se(p2, int(n2)))
 
 
 def verdict_text(table: pd.DataFrame, plan: GridPlan) -> str:

@@ -28,7 +28,7 @@ from pydantic import (
 from .. import usercode
 from ..data.dataset import DATASETS, NAMED_BY_PATH, DataError, Dataset, dataset_info, is_text_path
 from ..data.files import is_data_path, save_arrays
-from .registry import LR_MAX, with_knob
+from .registry import LR_MAX, TOURNAMENT_SIZE, tournament_fit, with_knob
 from .rules import (
     GPT_KNOBS,
     OPTIMIZER_KNOBS,
@@ -408,8 +408,9 @@ class RunConfig(BaseModel):
         "each trainer spans workers / K workers.")))
     round_size: WholeFrom1 = Field(50, json_schema_extra={"group": "algorithm"}, description=(
         read_by("round_size", "local steps each trainer takes between tournaments (whole number >= 1).")))
-    tournament_size: WholeFrom1 = Field(256, json_schema_extra={"group": "algorithm"}, description=(
-        read_by("tournament_size", "examples in each trainer's own held-out tournament set (whole number >= 1).")))
+    tournament_size: WholeFrom1 = Field(TOURNAMENT_SIZE, json_schema_extra={"group": "algorithm"}, description=(
+        read_by("tournament_size", "examples in each trainer's own held-out tournament set (whole number >= 1); "
+        "unset: 256, or fewer where a trainer's share of a small dataset holds fewer beside a batch.")))
     trainer_lrs: list[float] | None = Field(None, json_schema_extra={"group": "algorithm"}, description=(
         read_by("trainer_lrs", "one base lr per trainer as comma-separated numbers > 0 (exactly trainers values); "
         "unset: derived from lr and lr_spread.")))
@@ -740,6 +741,9 @@ class RunConfig(BaseModel):
             raise ConfigError("accumulate", f"at most a worker's rows of a batch ({most}: batch_size "
                               f"{self.batch_size} over {workers} worker(s)), each micro-batch a row at least",
                               self.accumulate)
+        if "tournament_size" not in self.model_fields_set and "tournament_size" in spec.knobs:
+            fit = tournament_fit(self)   # unset: LTFB's default, or what a small dataset's trainers can hold out
+            self.__dict__["tournament_size"] = TOURNAMENT_SIZE if fit is None else fit   # (stays unset)
         broken = spec.check(self)    # the algorithm's own rules for its knobs (LTFB: its trainers)
         if broken is not None:
             raise ConfigError(*broken)
@@ -856,8 +860,9 @@ class RunConfig(BaseModel):
         ['epochs', 'out']
         """
         fields = self.to_dict()
-        if "lr" not in self.model_fields_set:
-            fields.pop("lr")
+        for unset in ("lr", "tournament_size"):   # (each the copy's own default, `_combinations`)
+            if unset not in self.model_fields_set:
+                fields.pop(unset)
         copy = RunConfig(**{**fields, **changes})
         # what was set stays set, and only that: a field left at its default is not "given"
         # because it was copied (`cli.fixed_workers_note` reads which fields a user gave)

@@ -157,7 +157,7 @@ class AlgorithmSpec:
     # (config, steps per worker, steps per epoch or None) -> one sentence when the settings run
     # but leave this algorithm nothing to do (LTFB: no tournament within the run; post_local_sgd:
     # no local phase), or None; preflight's warnings say it
-    warn: Callable[..., str | None] = _no_warning
+    warn: Callable[..., str | list[str] | None] = _no_warning   # (a list where several apply)
     uses_momentum: bool = True   # False: `momentum` takes no part in its steps (preflight's stability bound)
     # its runs go on when a worker is lost and take in joiners with `elastic` (its loop re-splits
     # the global batch over whoever is there, `execution.elastic`)
@@ -353,11 +353,48 @@ def _ltfb_check(config: Any) -> tuple[str, str, Any] | None:
     return None
 
 
-def _ltfb_warning(config: Any, steps: int, steps_per_epoch: int | None = None) -> str | None:
-    """LTFB without a tournament: rounds at least as long as the run."""
+TOURNAMENT_SIZE = 256   # LTFB's tournament set per trainer when the user sets none (RunConfig's default)
+
+
+def tournament_fit(config: Any) -> int | None:
+    """LTFB with `tournament_size` unset: the tournament set a trainer's share of the data
+    allows, min(TOURNAMENT_SIZE, share - batch) (each trainer keeps at least one batch to
+    train on), where that is less than the default; else None (it fits, or no tournament set
+    does and `_ltfb_check` refuses the trainers). A value the user set is never changed
+    (`_ltfb_check` refuses one that does not fit).
+
+    >>> from types import SimpleNamespace as C
+    >>> shape = C(n_train=400)
+    >>> tournament_fit(C(trainers=2, batch_size=32, data_shape=shape)), tournament_fit(C(trainers=2, batch_size=32, data_shape=C(n_train=4000)))
+    (184, None)
+    """
+    share, b = config.data_shape.n_train // config.trainers, config.batch_size // config.trainers
+    return share - b if 1 <= share - b < TOURNAMENT_SIZE else None
+
+
+def tournament_note(config: Any) -> str | None:
+    """What a run says when its unset `tournament_size` took what the data allow
+    (`tournament_fit`): the default, the held-out rows it scores on instead, and the knob."""
+    if config.algorithm != "ltfb" or "tournament_size" in config.model_fields_set \
+            or config.tournament_size >= TOURNAMENT_SIZE:
+        return None
+    share = config.data_shape.n_train // config.trainers
+    b = config.batch_size // config.trainers
+    return (f"tournament_size {TOURNAMENT_SIZE} (the default) is more than the {config.tournament_size} rows each "
+            f"trainer's {share} training examples can hold out beside a batch of {b}: this run scores its "
+            f"tournaments on {config.tournament_size} and trains each trainer on the other "
+            f"{share - config.tournament_size} (set tournament_size to choose)")
+
+
+def _ltfb_warning(config: Any, steps: int, steps_per_epoch: int | None = None) -> list[str]:
+    """LTFB without a tournament: rounds at least as long as the run; and its tournament set
+    smaller than the default the user left unset (`tournament_note`)."""
+    out = []
     if config.round_size >= steps and config.trainers > 1:
-        return f"round_size ({config.round_size}) is at least the run's {steps} steps: no tournament will ever happen"
-    return None
+        out.append(f"round_size ({config.round_size}) is at least the run's {steps} steps: no tournament will ever "
+                   "happen")
+    note = tournament_note(config)
+    return out + [note] if note else out
 
 
 def _gossip_elems(n_params: int, size: int) -> int:

@@ -119,7 +119,7 @@ def _loop(ctx: WorkerContext) -> dict:
         ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         ctx.flush(done=True)
         exc.workbench_steps = ctx.step_columns()   # travels with the exception: nothing logged is lost,
-        exc.workbench_kept = ctx.kept_on_failure()   # nor the model last evaluated
+        exc.workbench_kept = ctx.kept_on_failure(exc)   # nor the model last evaluated (or trained, `EvaluationError`)
         raise
     except BaseException as exc:   # the worker vanishes (fault injection, a simulated kill): its log travels
         exc.workbench_steps = ctx.step_columns()   # too, for a transport that can keep it (the simulator does)
@@ -402,14 +402,26 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     if elastic:   # each worker under the id its records carry
         for w, wid in zip(result.summary["workers"], ids):
             w["id"] = wid
+    test_rows = int(np.asarray(problem.data.y_test).size)   # the labels the test accuracy is a share of
+    result.summary["test_rows"] = test_rows
+    if result.summary.get("final_test_accuracy") is not None and test_rows:
+        # how sure a share of so many rows is (one row: 0.21-1.00)
+        from ..learning import wilson_interval
+        result.summary["final_test_accuracy_95"] = list(wilson_interval(result.summary["final_test_accuracy"],
+                                                                        test_rows))
     if is_data_path(config.dataset) and result.params is not None:
         # a data file of the user's (its classes need not be balanced): the test accuracy class by class
-        from ..maths.metrics import Evaluator
-        right, rows = Evaluator(problem.model, problem.data).per_class(np.asarray(result.params), problem.data.n_classes)
+        from ..maths.metrics import EvaluationError, Evaluator
+        try:
+            right, rows = Evaluator(problem.model, problem.data).per_class(np.asarray(result.params),
+                                                                           problem.data.n_classes)
+        except EvaluationError:   # the kept parameters of a run whose evaluation raised: said in its errors
+            right = rows = None
         names = ((problem.data_record.get("table") or {}).get("classes")
                  or [str(k) for k in range(problem.data.n_classes)])
-        result.summary["per_class"] = [{"class": str(name), "rows": int(n), "accuracy": float(r / n) if n else None}
-                                       for name, r, n in zip(names, right.tolist(), rows.tolist())]
+        if rows is not None:
+            result.summary["per_class"] = [{"class": str(name), "rows": int(n), "accuracy": float(r / n) if n else None}
+                                           for name, r, n in zip(names, right.tolist(), rows.tolist())]
     if problem.data.vocab is not None:   # a language model's: perplexity, and the gap to the best loss where known
         from ..maths.metrics import language_metrics
         s = result.summary
@@ -812,7 +824,7 @@ class _Monitor:
             extra["errors"] = errors
         kept = self.results.get(0, {})
         if kept.get("params_steps") is not None and kept.get("params") is not None:   # rank 0 failed (`kept_on_failure`)
-            extra["params_final"] = {"steps": int(kept["params_steps"]), "of": "its last evaluation"}
+            extra["params_final"] = {"steps": int(kept["params_steps"]), "of": kept.get("params_of") or "its last evaluation"}
         for res in self.results.values():
             extra.update(res.get("summary", {}))
         numerics: dict[str, int] = {}     # each kind's earliest step over the workers (`float_errors`)

@@ -56,7 +56,8 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
     check_timing_model_fits(config)
     data, model = problem.data, problem.model   # loads and checks the data
-    check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the model protocol
+    params = check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the protocol
+    check_evaluation(model, data, params)
     if config.simulate:   # a model with no FLOPs is timed on this machine's core: CPU workers of core / local
         from ..sim.costs import check_charge
         check_charge(config, model)
@@ -70,6 +71,26 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     if shm and config.scheduler is None and not config.simulate and not spec.in_process:   # a local cluster: here
         check_shm(config, model)                                                     # /dev/shm holds its segments
     return run_warnings(config, plan.total_steps, data=data, model=model, plan=plan)
+
+
+def check_evaluation(model: Any, data: Any, params: Any) -> None:
+    """Raise ModelError when a model of the user's (not a built-in, whose tests cover any
+    number of rows) fails on the largest call the run's evaluation makes (`maths.metrics.
+    Evaluator.largest_call`: up to `EVAL_CHUNK` rows): scored once on `params` here, one
+    forward pass, rather than at the first evaluation, after training (an epoch by default)."""
+    from ..maths.metrics import EvaluationError, Evaluator
+    from ..maths.models import Model, ModelError
+    if isinstance(model, Model):
+        return
+    evaluator = Evaluator(model, data)
+    X, y = evaluator.largest_call()
+    name = getattr(model, "spec", None) or getattr(model, "name", type(model).__name__)
+    try:
+        evaluator.check(params)
+    except EvaluationError as exc:
+        raise ModelError(f"a model whose predict and loss take the {X.shape[0]:,} rows the run's evaluation calls "
+                         f"them on at once ({exc.cause}; a model written for fewer rows can split X into "
+                         "smaller pieces inside predict and loss)", name) from None
 
 
 def check_timing_model_fits(config: RunConfig) -> None:
@@ -541,8 +562,7 @@ def run_warnings(config: RunConfig, total_steps: int, data: Any = None, model: A
                    f"longer than the run ({total_steps:,} steps): the lr rises for the whole run and never reaches "
                    f"its peak")
     own = specs()[config.algorithm].warn(config, total_steps, spe)   # the algorithm's own (LTFB: no tournament)
-    if own:
-        out.append(own)
+    out.extend([own] if isinstance(own, str) else own or [])
     if config.early_stop is not None and plan is not None:
         evals = math.ceil(total_steps / plan.eval_every)   # every eval_every steps and after the last one
         if evals < config.early_stop + 2:   # a stop decided at the last evaluation ends nothing early

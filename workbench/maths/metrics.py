@@ -16,6 +16,20 @@ EVAL_TRAIN_SUBSET = 4096  # training labels scored per evaluation (a fixed, seed
 EVAL_CHUNK = 2048         # labels per forward pass, to bound memory on big test sets
 
 
+class EvaluationError(ValueError):
+    """The model raised while the evaluation scored it: says so, with the rows it was called
+    on and the most any evaluation of the run calls it on. `params` (the parameters being
+    scored, not copied) and `steps` (the steps they had run, where the caller knows them)
+    let the worker keep what it trained (`WorkerContext.kept_on_failure`). Raised with the
+    message alone, so it pickles back to a Dask client."""
+
+    params: Any = None
+    steps: int | None = None
+    why: str = ""        # in a few words: "the evaluation raised <its error> on <rows> rows"
+    cause: str = ""      # the model's error: "it raised <its type>: <its message>"
+
+
+
 class Evaluator:
     """Scores parameters on one dataset; holds device copies of the arrays it needs."""
 
@@ -33,6 +47,39 @@ class Evaluator:
         val = getattr(dataset, "X_val", None) is not None      # a validation set held out of the training rows
         self.X_val = xp.asarray(dataset.X_val) if val else None
         self.y_val = xp.asarray(dataset.y_val) if val else None
+
+    def largest_call(self) -> tuple[Any, Any]:
+        """(X, y) of the largest call this evaluator makes to the model: the first chunk of
+        its largest set (`EVAL_CHUNK` labels, fewer rows when a set is smaller). What
+        `execution.preflight` scores once before any worker starts.
+
+        >>> from workbench.maths.models import make_model
+        >>> from workbench.data import load_dataset
+        >>> d = load_dataset("digits"); ev = Evaluator(make_model("mlp", d.n_features, d.n_classes), d)
+        >>> ev.largest_call()[0].shape[0] == min(EVAL_CHUNK, max(d.n_test, ev.X_train.shape[0]))
+        True
+        """
+        X, y = max(self._sets(), key=lambda s: s[0].shape[0])
+        chunk = max(1, EVAL_CHUNK // _labels_per_row(y))
+        return X[:chunk], y[:chunk]
+
+    def check(self, params: Any) -> None:
+        """Score `params` once on `largest_call`; `EvaluationError` if the model raises."""
+        X, y = self.largest_call()
+        self._score(params, X, y)
+
+    def _failed(self, exc: Exception, rows: int, params: Any) -> EvaluationError:
+        """`EvaluationError` for the model's `exc` on a call of `rows` rows."""
+        most = self.largest_call()[0].shape[0]
+        err = EvaluationError(
+            f"the evaluation called the model's predict and loss on {rows:,} rows at once and it raised "
+            f"{type(exc).__name__}: {str(exc).strip()[:200]} (a model must take up to {most:,} rows there: the "
+            f"evaluation scores {EVAL_CHUNK:,} labels a call, maths.metrics.EVAL_CHUNK; a model written for "
+            "fewer can split X into smaller pieces inside predict and loss)")
+        err.params = params
+        err.why = f"the evaluation raised {type(exc).__name__} on {rows:,} rows"
+        err.cause = f"it raised {type(exc).__name__}: {str(exc).strip()[:200]}"
+        return err
 
     def _sets(self) -> list[tuple[Any, Any]]:
         """The scored sets, in `partial`'s order: the training subset, the test set, the validation set."""
@@ -107,7 +154,10 @@ class Evaluator:
         right, rows = np.zeros(n_classes, np.int64), np.zeros(n_classes, np.int64)
         for lo in range(0, self.X_test.shape[0], EVAL_CHUNK):
             y = np.asarray(self.y_test[lo:lo + EVAL_CHUNK]).reshape(-1)
-            said = np.asarray(self.model.predict(params, self.X_test[lo:lo + EVAL_CHUNK])).reshape(-1)
+            try:
+                said = np.asarray(self.model.predict(params, self.X_test[lo:lo + EVAL_CHUNK])).reshape(-1)
+            except Exception as exc:
+                raise self._failed(exc, len(y), params) from exc
             rows += np.bincount(y, minlength=n_classes)[:n_classes]
             right += np.bincount(y[said == y], minlength=n_classes)[:n_classes]
         return right, rows
@@ -117,7 +167,10 @@ class Evaluator:
         total_loss, correct, n = 0.0, 0, X.shape[0]
         chunk = max(1, EVAL_CHUNK // _labels_per_row(y))
         for lo in range(0, n, chunk):   # the model's summed loss and right answers, chunk by chunk
-            loss_sum, right = self.model.score(params, X[lo:lo + chunk], y[lo:lo + chunk])
+            try:
+                loss_sum, right = self.model.score(params, X[lo:lo + chunk], y[lo:lo + chunk])
+            except Exception as exc:
+                raise self._failed(exc, min(chunk, n - lo), params) from exc
             total_loss += loss_sum
             correct += right
         labels = n * _labels_per_row(y)

@@ -155,7 +155,7 @@ class Lockstep:
                 ctx.event("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
                 ctx.flush(done=True)
                 results.append({"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}",
-                                "steps": ctx.step_columns()})
+                                "steps": ctx.step_columns(), **ctx.kept_on_failure(exc)})   # (rank 0's model)
             for _ in range(len(ctxs), P):
                 results.append({"status": "failed", "params": None, "error": f"{type(exc).__name__}: {exc}"})
         tr.makespan = max(tr.makespan, float(self.t.max()), proc.t)

@@ -67,6 +67,7 @@ from ..algorithms.easgd import AsyncMEASGD, ElasticWorker, eamsgd_descent, look_
 from ..comm.base import WorkerLost
 from ..comm.roles import make_core
 from ..data import _epoch_order, steps_per_epoch
+from ..maths.metrics import EvaluationError
 from ..maths.optim import SGD, clip_gradient, clip_summary, sgd_descent
 from .clock import Scheduler, Task
 from .lockstep import Lockstep
@@ -521,7 +522,12 @@ class _Replay:
         ctx0 = ctxs[0]
         for step, epoch, now, rid in evals:
             params = maths.snap.pop(rid)
-            ctx0.evaluated(self.eval_name, step, epoch, now, self.evaluator(params), params)
+            try:
+                scores = self.evaluator(params)
+            except EvaluationError as exc:   # the snapshot had run step + 1 steps: kept (`kept_on_failure`)
+                exc.steps = step + 1
+                raise
+            ctx0.evaluated(self.eval_name, step, epoch, now, scores, params)
             self.sent_evals += 1
         return ended
 
