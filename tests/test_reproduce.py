@@ -331,24 +331,30 @@ def test_a_shape_that_does_not_hold_exits_3_and_quick_skips_say_why(tmp_path):
     _one_line_error(proc, "error: quick_skips: ")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_verdict_inside_its_spread_over_seeds_is_not_resolved(tmp_path):
-    # The notebook runs once per seed; "steady" clears its threshold by far more than it moves
-    # between seeds (held), "noisy" clears it on the median but moves more than that between
-    # seeds: not resolved, exit 3, and every seed's own verdicts are kept.
+def _seeded_notebook(tmp_path, *compares: str) -> None:
+    """notebooks/seeded.ipynb under tmp_path: a parameters cell (quick, out_dir, seed), then
+    ShapeChecks with one line of `compares` each, written to out_dir (papermill and nbformat
+    needed: skipped without them)."""
     pytest.importorskip("papermill")
     nbformat = pytest.importorskip("nbformat")
     from nbformat.v4 import new_code_cell, new_notebook
     nb = new_notebook(cells=[
         new_code_cell("quick = False\nout_dir = 'x'\nseed = 0", metadata={"tags": ["parameters"]}),
         new_code_cell("from workbench.analysis.shape import ShapeChecks\nchecks = ShapeChecks()\n"
-                      "checks.compare('steady', 2.0 + 0.01 * seed, 1.0, margin=0.1, spread='stated')\n"
-                      "checks.compare('noisy', {0: 1.3, 1: 0.8, 2: 1.2}[seed], 1.0, margin=0.05, spread='stated')\n"
-                      "checks.write(out_dir)")],
+                      + "".join(compares) + "checks.write(out_dir)")],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nb, tmp_path / "notebooks" / "seeded.ipynb")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_verdict_inside_its_spread_over_seeds_is_not_resolved(tmp_path):
+    # The notebook runs once per seed; "steady" clears its threshold by far more than it moves
+    # between seeds (held), "noisy" clears it on the median but moves more than that between
+    # seeds: not resolved, exit 3, and every seed's own verdicts are kept.
+    _seeded_notebook(tmp_path, "checks.compare('steady', 2.0 + 0.01 * seed, 1.0, margin=0.1, spread='stated')\n",
+                     "checks.compare('noisy', {0: 1.3, 1: 0.8, 2: 1.2}[seed], 1.0, margin=0.05, spread='stated')\n")
     path = _experiment(tmp_path, "notebooks/seeded.ipynb", seeds=[0, 1, 2],
                        expected_shape=[{"id": "steady", "text": "far beyond"}, {"id": "noisy", "text": "inside"}])
     out = tmp_path / "out"
@@ -520,20 +526,10 @@ def test_a_verdict_held_with_margin_0_says_it_held_on_the_seeds_signs_alone(tmp_
     # reproduce now says so beside it, with the odds of that under no effect (each seed on either
     # side with even odds: all N on one side 1 time in 2^N); a margin that is there, and a verdict
     # that did not hold, get no such note.
-    pytest.importorskip("papermill")
-    nbformat = pytest.importorskip("nbformat")
-    from nbformat.v4 import new_code_cell, new_notebook
-    nb = new_notebook(cells=[
-        new_code_cell("quick = False\nout_dir = 'x'\nseed = 0", metadata={"tags": ["parameters"]}),
-        new_code_cell("from workbench.analysis.shape import ShapeChecks\nchecks = ShapeChecks()\n"
-                      "checks.compare('tiny', 1.0 + 1e-9 * (seed + 1), 1.0, margin=0.0, spread='stated')\n"
-                      "checks.compare('wide', 2.0 + 0.01 * seed, 1.0, margin=0.1, spread='stated')\n"
-                      "checks.compare('median', {0: 1.5, 1: 0.99, 2: 1.6}[seed], 1.0, margin=0.0, spread='stated')\n"
-                      "checks.compare('wrong', 0.9, 1.0, margin=0.0, spread='stated')\n"
-                      "checks.write(out_dir)")],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    (tmp_path / "notebooks").mkdir()
-    nbformat.write(nb, tmp_path / "notebooks" / "seeded.ipynb")
+    _seeded_notebook(tmp_path, "checks.compare('tiny', 1.0 + 1e-9 * (seed + 1), 1.0, margin=0.0, spread='stated')\n",
+                     "checks.compare('wide', 2.0 + 0.01 * seed, 1.0, margin=0.1, spread='stated')\n",
+                     "checks.compare('median', {0: 1.5, 1: 0.99, 2: 1.6}[seed], 1.0, margin=0.0, spread='stated')\n",
+                     "checks.compare('wrong', 0.9, 1.0, margin=0.0, spread='stated')\n")
     shapes = [{"id": "tiny", "text": "a hair above"}, {"id": "wide", "text": "far above"},
               {"id": "median", "text": "two of three"}, {"id": "wrong", "text": "below"}]
     path = _experiment(tmp_path, "notebooks/seeded.ipynb", seeds=[0, 1, 2], expected_shape=shapes)
