@@ -2,20 +2,7 @@
 modules that ask for one, GPU skipping."""
 from __future__ import annotations
 
-import signal
-
 import pytest
-
-# A terminal user's Ctrl-C and hang-up. A suite started from a background job (`cmd &` in a
-# non-interactive shell, `nohup`, some CI runners) inherits SIGINT and SIGHUP ignored, an
-# ignored signal stays ignored across exec, and the CLI keeps an inherited ignored one so
-# (`apps.cli.stop_on_signals`, for background jobs): the tests that press Ctrl-C on a CLI
-# child or hang up on it would test a background job instead. Here (the main thread, in every
-# xdist worker too) they are a terminal's again, so the children start with them armed; a test
-# of the background case ignores them in its own child (test_cli).
-for _sig, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
-    if signal.getsignal(_sig) == signal.SIG_IGN:
-        signal.signal(_sig, _handler)
 
 # The tests' one tiny run: the digits set (1,797 examples of 64 features), an MLP with one
 # hidden layer of 32, a global batch of 64, seed 1; every other field its RunConfig default
