@@ -1,5 +1,4 @@
 """`python -m workbench`: exit codes, one-line errors, the run directory."""
-import contextlib
 import gzip
 import json
 import os
@@ -109,62 +108,3 @@ def test_diverged_run_exits_1_and_keeps_results(tmp_path):
     assert proc.returncode == 1
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged"
-
-
-STOP_ON_SIGNALS_CHILD = """
-import signal, sys
-from workbench.apps.cli import stop_on_signals
-try:
-    with stop_on_signals():
-        print("ready", flush=True)
-        for name in ("SIGINT", "SIGHUP", "SIGTERM"):
-            sys.stdin.readline()   # the parent sent this signal, then this line
-            print(f"went on past {name}", flush=True)
-except KeyboardInterrupt as exc:
-    print(f"stopped by {exc}", flush=True)
-print("SIGINT ignored after:", signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
-"""
-
-
-@pytest.mark.parametrize("ignored", [True, False], ids=["SIGINT-ignored", "SIGINT-default"])
-def test_stop_on_signals_keeps_an_ignored_sigint_ignored(ignored):
-    """A job started with `cmd &` from a non-interactive shell inherits SIGINT ignored (the
-    `kill -INT` meant for the shell's group is not for it); `stop_on_signals` re-armed it, so
-    that signal stopped the run. An ignored SIGINT now stays ignored (and an ignored SIGHUP,
-    `nohup`'s), and SIGTERM still stops.
-    (The parent waits on the child's lines, not on time: each signal is sent, then a line the
-    child reads only if the signal did not stop it; the next signal once it has answered.)"""
-    import signal
-
-    def ignore_sigint() -> None:   # (and SIGHUP, as nohup does)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    child = subprocess.Popen([sys.executable, "-c", STOP_ON_SIGNALS_CHILD], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ},
-                             preexec_fn=ignore_sigint if ignored else None)
-    try:
-        assert child.stdout.readline() == "ready\n"
-        said = []
-        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-            child.send_signal(sig)
-            with contextlib.suppress(BrokenPipeError):
-                child.stdin.write("next\n")
-                child.stdin.flush()
-            said.append(child.stdout.readline())   # what the child made of it, before the next signal
-            if not said[-1].startswith("went on"):
-                break
-        child.stdin.close()
-        child.wait(timeout=120)   # (its few lines fit the pipes)
-        out, err = "".join(said) + child.stdout.read(), child.stderr.read()   # (read on: readline buffered)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    lines = out.splitlines()
-    if ignored:
-        assert lines == ["went on past SIGINT", "went on past SIGHUP", "stopped by SIGTERM",
-                         "SIGINT ignored after: True"], out + err
-        assert "SIGINT" not in err and "SIGHUP" not in err, err     # no "note: SIGINT received" either
-        assert "note: SIGTERM received; stopping the run" in err, err
-    else:   # the oracle of the harness: a SIGINT left as Python has it stops the block
-        assert lines == ["stopped by SIGINT", "SIGINT ignored after: False"], out + err

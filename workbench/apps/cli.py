@@ -622,10 +622,6 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     noted and ignored, so that nothing interrupts the saving. Off the main thread
     (signals cannot be caught there) this does nothing.
 
-    A signal this process inherited as ignored stays ignored: a job started with `cmd &` by
-    a shell without job control has SIGINT ignored (a `kill -INT` to the shell's group is
-    not for it), one started under `nohup` SIGHUP; SIGTERM still stops such a run.
-
     Args:
         on_signal: called with the first signal's name instead of raising (the sweep
             sets its stop flag, which the run in progress polls: nothing is interrupted
@@ -653,8 +649,6 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     for name in STOP_SIGNALS:
         if hasattr(signal, name):
             sig = getattr(signal, name)
-            if signal.getsignal(sig) is signal.SIG_IGN:   # ignored by whoever started us: left so
-                continue
             saved[sig] = signal.signal(sig, handler)
     try:
         yield
