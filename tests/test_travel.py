@@ -214,6 +214,31 @@ def test_tensorboard_export_reads_back_with_tensorboards_own_reader(two_runs, tm
             steps["time"].iloc[-1] - steps["time"].iloc[0], abs=1e-3)
 
 
+def test_tensorboard_wall_times_are_when_the_steps_ran(two_runs, tmp_path):
+    """The export laid each step at the run's start plus its `time`, but `time` counts from the
+    first training step, `startup_s` after the start: TensorBoard's wall-time axis put every step
+    a start-up too early (24.7 s for a run whose cluster took that to start). Oracle: the time
+    identity wall = startup + train + teardown, summary.json written at the end, so the last step
+    ended `teardown_s` before it was written. A simulated run's status text says its times are virtual."""
+    pytest.importorskip("tensorboardX")
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from workbench.apps.export import export_tensorboard
+    s = json.loads((two_runs[0] / "summary.json").read_text())
+    slow = tmp_path / "slow"   # the same run, its start-up 100 s longer
+    _copy_with(two_runs[0], slow, startup_s=s["startup_s"] + 100, wall_time_s=s["wall_time_s"] + 100, simulated=True)
+    written = 1_800_000_000.0
+    os.utime(slow / "summary.json", (written, written))
+    folder, = export_tensorboard([slow], tmp_path / "tb")
+    acc = ea_mod.EventAccumulator(str(folder), size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
+    acc.Reload()
+    last_end = pd.read_csv(slow / "steps.csv")["time"].iloc[-1]
+    # (the last step's record time is the training's end, to the microsecond: train_time_s)
+    assert last_end == pytest.approx(s["train_time_s"], abs=1e-3)
+    assert acc.Scalars("train/loss")[-1].wall_time == pytest.approx(written - s["teardown_s"], abs=2e-3)
+    status = acc.Tensors("status/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert status.endswith("; simulated: its times are virtual seconds"), status
+
+
 def test_tensorboard_export_never_mixes_two_exports(two_runs, tmp_path):
     pytest.importorskip("tensorboardX")
     from workbench.apps.export import export_tensorboard
