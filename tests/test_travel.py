@@ -173,6 +173,18 @@ def test_a_resumed_runs_report_and_compare_say_it_was_resumed(two_runs, tmp_path
     assert "resumed" not in write_report(two_runs[1], tmp_path / "plain.html").read_text().split("<body>")[1]
 
 
+def test_a_runs_report_gives_its_test_accuracy_with_its_95_percent_interval(two_runs, tmp_path):
+    """report.html gave "final test accuracy 89.7 %" with nothing of how sure it is; its summary
+    now has the interval the run recorded (`final_test_accuracy_95`), in % as the accuracy is."""
+    from workbench.ui.report import write_report
+    s = wb.load(two_runs[0]).summary
+    page = write_report(two_runs[0], tmp_path / "report.html").read_text()
+    lo, hi = s["final_test_accuracy_95"]
+    assert lo < s["final_test_accuracy"] < hi
+    assert (f"<td>{100 * lo:.2f}-{100 * hi:.2f}</td><td class=\"text\">%</td><td class=\"text\">"
+            "<code>final_test_accuracy_95</code>") in page
+
+
 @pytest.mark.parametrize("args, field", [
     (["nowhere"], "RUN_DIR"),
     (["{a}", "{b}", "--labels", "only-one"], "labels"),

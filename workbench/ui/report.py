@@ -49,6 +49,8 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "final_train_loss": ("final train loss", "cross-entropy"),
     "final_test_loss": ("final test loss", "cross-entropy"),
     "final_test_accuracy": ("final test accuracy", "%"),
+    "final_test_accuracy_95": ("its 95% interval (Wilson score, over the test rows: test_rows; "
+                               "a language model's tokens)", "%"),
     "best_test_accuracy": ("best test accuracy", "%"),
     "best_test_loss": ("lowest test loss (without a validation set, its parameters: params_best.npy; "
                        "params.npy when it was the last)", "cross-entropy"),
@@ -83,6 +85,7 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; display: 
         overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f5f5f5; } td.text, th.text { text-align: left; }
+td:not(.text) { white-space: nowrap; }
 .figure { margin: 1em 0; } .notes { background: #fafafa; padding: 0.5em 1em; border-left: 3px solid #ccc; }
 details { margin: 0.5em 0; } code { font-size: 0.9em; }
 """
@@ -359,6 +362,9 @@ def _summary_html(result: RunResult) -> str:
     values: dict[str, Any] = {k: s.get(k) for k in SUMMARY_UNITS}
     values["workers"] = len(s["workers"]) if isinstance(s.get("workers"), list) else s.get("workers")
     values.update(s.get("time_breakdown") or {})
+    ci = s.get("final_test_accuracy_95")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci):
+        values["final_test_accuracy_95"] = f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}"   # in % as the accuracy above it
     rows = []
     for key, (what, unit) in SUMMARY_UNITS.items():
         v = values.get(key)
