@@ -105,11 +105,14 @@ def _copy_with(src, dst, **changes):
 
 def test_compare_says_which_runs_do_not_compare(two_runs, tmp_path):
     """A simulated run beside a measured one (virtual seconds against wall-clock ones), a run on
-    another dataset and a stopped one: `compare` set their rates and accuracies in the same
-    columns and said nothing; each is now said, naming the runs, in the terminal and the page."""
+    another dataset and a stopped one (its accuracy from an evaluation before its last step):
+    `compare` set their rates and accuracies in the same columns and said nothing; each is now
+    said, naming the runs, in the terminal and the page."""
     _copy_with(two_runs[1], tmp_path / "sim", simulated=True, device=None, network="shm", timing_model="mlp")
     _copy_with(two_runs[1], tmp_path / "other", config={"dataset": "mnist1d"}, status="stopped",
-               total_steps_planned=300)
+               total_steps_planned=300, steps=35)   # stopped 5 steps past its last evaluation
+    evaluated = int(pd.read_csv(tmp_path / "other" / "evals.csv")["step"].iloc[-1]) + 1   # steps run at it
+    assert evaluated == 30
     out = tmp_path / "cmp.html"
     proc = run_cli("compare", str(two_runs[0]), str(tmp_path / "sim"), str(tmp_path / "other"), "--out", str(out),
                    "--labels", "real,sim,other")
@@ -120,7 +123,8 @@ def test_compare_says_which_runs_do_not_compare(two_runs, tmp_path):
         "(wall-clock seconds): times and rates do not compare between the two",
         "different datasets (digits: real, sim; mnist1d: other): their losses and accuracies are of different tasks "
         "and do not compare across them",
-        "other stopped after 30 of 300 planned steps: its numbers are where it ended"]
+        "other stopped after 35 of 300 planned steps: its numbers are where it ended, its test numbers from its "
+        f"last evaluation, after {evaluated} steps"]
     page = out.read_text()
     assert "<b>simulated</b> (sim): " in page           # the header says which run is simulated
     for line in said:

@@ -1295,8 +1295,9 @@ def _compare(args: argparse.Namespace) -> int:
     names = labels or [str(d) for d in dirs]
     print(comparison_text(results, names))
     from ..measure import notes
-    from ..ui.report import comparison_notes
-    for note in comparison_notes([r.summary for r in results], names):   # what the table cannot be read across
+    from ..ui.report import comparison_notes, last_evaluated
+    across = comparison_notes([r.summary for r in results], names, [last_evaluated(r) for r in results])
+    for note in across:   # what the table cannot be read across
         print(f"  note: {note}")
     for name, r in zip(names, results):   # what each run's numbers come with, as `run` printed them
         for note in notes(r.summary):

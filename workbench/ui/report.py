@@ -208,20 +208,32 @@ def _names(labels: Sequence[str]) -> str:
     return ", ".join(labels)
 
 
-def comparison_notes(summaries: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
+def last_evaluated(result: RunResult) -> int | None:
+    """The steps a run had run at its last evaluation (its evals.csv's last step + 1, as
+    `best_test_loss_step` counts them), None without evaluations."""
+    evals = result.evals
+    if evals is None or not len(evals) or "step" not in evals.columns:
+        return None
+    return int(evals["step"].max()) + 1
+
+
+def comparison_notes(summaries: Sequence[dict[str, Any]], labels: Sequence[str],
+                     evaluated: Sequence[int | None] = ()) -> list[str]:
     """What a comparison of runs must say before its numbers are read side by side (`compare`'s
     terminal table and page): simulated runs beside measured ones (virtual seconds against
     this machine's), runs on different datasets (losses and accuracies of different tasks), and
-    runs that ended before their plan (stopped, failed: their numbers are where they ended).
+    runs that ended before their plan (stopped, failed: their numbers are where they ended, their
+    test numbers from their last evaluation: `evaluated`, each run's `last_evaluated`, says when).
 
     >>> comparison_notes([{"simulated": True, "config": {"dataset": "digits"}, "status": "completed"},
     ...                   {"config": {"dataset": "mnist1d"}, "status": "stopped", "steps": 5,
-    ...                    "total_steps_planned": 50}], ["a", "b"])   # doctest: +NORMALIZE_WHITESPACE
+    ...                    "total_steps_planned": 50}], ["a", "b"], [30, 4])   # doctest: +NORMALIZE_WHITESPACE
     ['simulated: a (times and samples/s in virtual seconds of the simulated cluster); measured: b (wall-clock
       seconds): times and rates do not compare between the two',
      'different datasets (digits: a; mnist1d: b): their losses and accuracies are of different tasks and do not
       compare across them',
-     'b stopped after 5 of 50 planned steps: its numbers are where it ended']
+     'b stopped after 5 of 50 planned steps: its numbers are where it ended, its test numbers from its last
+      evaluation, after 4 steps']
     """
     out = []
     sim = [label for label, s in zip(labels, summaries) if s.get("simulated")]
@@ -236,13 +248,16 @@ def comparison_notes(summaries: Sequence[dict[str, Any]], labels: Sequence[str])
     if len(datasets) > 1:
         out.append("different datasets (" + "; ".join(f"{d}: {_names(ls)}" for d, ls in datasets.items()) +
                    "): their losses and accuracies are of different tasks and do not compare across them")
-    for label, s in zip(labels, summaries):
+    evaluated = list(evaluated) or [None] * len(summaries)
+    for label, s, at in zip(labels, summaries, evaluated):
         status = s.get("status")
         if status not in (None, "completed"):
             ran, planned = s.get("steps"), s.get("total_steps_planned")
             of = f" of {planned:,} planned" if isinstance(planned, int) else ""
             ran_text = f" after {ran:,}{of} steps" if isinstance(ran, int) else ""
-            out.append(f"{label} {status}{ran_text}: its numbers are where it ended")
+            earlier = (f", its test numbers from its last evaluation, after {at:,} step{'s' if at != 1 else ''}"
+                       if isinstance(at, int) and isinstance(ran, int) and at < ran else "")
+            out.append(f"{label} {status}{ran_text}: its numbers are where it ended{earlier}")
     return out
 
 
@@ -494,7 +509,7 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
     table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
     sections += ["<h2>runs</h2>", '<div style="overflow-x:auto">' + _table_html(table) + "</div>"]
-    across = comparison_notes([r.summary for r in runs], labels)
+    across = comparison_notes([r.summary for r in runs], labels, [last_evaluated(r) for r in runs])
     if across:   # what the table cannot be read across (virtual against measured time, other datasets, runs cut short)
         sections.append('<ul class="compared">' + "".join(f"<li>{html.escape(n)}</li>" for n in across) + "</ul>")
     said = [(label, n) for label, r in zip(labels, runs) for n in measure.notes(r.summary)]
