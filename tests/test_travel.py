@@ -3,7 +3,9 @@ back with TensorBoard's own reader), the CLI sweep's figure, the git commit in
 summary.json, and the lessons copied out of the package."""
 from __future__ import annotations
 
+import html
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -91,6 +93,102 @@ def test_compare_gives_the_validation_numbers_of_runs_that_held_rows_out(two_run
     assert at(lines[1], "val acc") == "-" and at(lines[1], "val loss") == "-"
 
 
+def _copy_with(src, dst, **changes):
+    """A copy of run directory `src` whose summary.json has `changes` (a `config` dict updates the config)."""
+    shutil.copytree(src, dst)
+    summary = json.loads((dst / "summary.json").read_text())
+    summary["config"].update(changes.pop("config", {}))
+    summary.update(changes)
+    (dst / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def test_compare_says_which_runs_do_not_compare(two_runs, tmp_path):
+    """A simulated run beside a measured one (virtual seconds against wall-clock ones), a run on
+    another dataset and a stopped one (its accuracy from an evaluation before its last step):
+    `compare` set their rates and accuracies in the same columns and said nothing; each is now
+    said, naming the runs, in the terminal and the page."""
+    _copy_with(two_runs[1], tmp_path / "sim", simulated=True, device=None, network="shm", timing_model="mlp")
+    _copy_with(two_runs[1], tmp_path / "other", config={"dataset": "mnist1d"}, status="stopped",
+               total_steps_planned=300, steps=35)   # stopped 5 steps past its last evaluation
+    evaluated = int(pd.read_csv(tmp_path / "other" / "evals.csv")["step"].iloc[-1]) + 1   # steps run at it
+    assert evaluated == 30
+    out = tmp_path / "cmp.html"
+    proc = run_cli("compare", str(two_runs[0]), str(tmp_path / "sim"), str(tmp_path / "other"), "--out", str(out),
+                   "--labels", "real,sim,other")
+    assert proc.returncode == 0, proc.stderr
+    said = [line[len("  note: "):] for line in proc.stdout.splitlines() if line.startswith("  note: ")]
+    assert said == [
+        "simulated: sim (times and samples/s in virtual seconds of the simulated cluster); measured: real, other "
+        "(wall-clock seconds): times and rates do not compare between the two",
+        "different datasets (digits: real, sim; mnist1d: other): their losses and accuracies are of different tasks "
+        "and do not compare across them",
+        "other stopped after 35 of 300 planned steps: its numbers are where it ended, its test numbers from its "
+        f"last evaluation, after {evaluated} steps"]
+    page = out.read_text()
+    assert "<b>simulated</b> (sim): " in page           # the header says which run is simulated
+    for line in said:
+        assert f"<li>{html.escape(line)}</li>" in page
+    # runs of one kind, one dataset, completed: nothing to say
+    proc = run_cli("compare", *map(str, two_runs), "--out", str(tmp_path / "same.html"))
+    assert proc.returncode == 0 and not [ln for ln in proc.stdout.splitlines() if ln.startswith("  note: ")]
+    assert '<ul class="compared">' not in (tmp_path / "same.html").read_text()
+
+
+def test_compare_gives_each_test_accuracy_its_95_percent_interval(two_runs, tmp_path):
+    """How sure each accuracy is, beside it: the Wilson score interval of the run's accuracy on
+    its test rows, checked against the closed form and the run's own `final_test_accuracy_95`."""
+    out = tmp_path / "cmp.html"
+    proc = run_cli("compare", *map(str, two_runs), "--out", str(out), "--labels", "a,b")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = lines[0]
+    assert head.index("test acc") < head.index("test acc 95%") < head.index("test loss")
+    page = out.read_text()
+    for line, d in zip(lines[1:3], two_runs):
+        s = wb.load(d).summary
+        p, n, z = s["final_test_accuracy"], s["test_rows"], 1.959963984540054
+        mid, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (
+            1 + z * z / n)
+        assert s["final_test_accuracy_95"] == pytest.approx([mid - half, mid + half], abs=1e-12)
+        shown = f"{mid - half:.2f}-{mid + half:.2f}"
+        at = head.index("test acc 95%")
+        assert line[at:at + len("test acc 95%")].strip() == shown   # (a right-aligned cell, under its header)
+        assert f"<td class=\"text\">{shown} of {n:,} rows</td>" in page
+
+
+def test_a_resumed_runs_report_and_compare_say_it_was_resumed(two_runs, tmp_path):
+    """A run stopped and resumed showed as one uninterrupted completed run in its report and in
+    `compare`, its wall time a sum over both segments without a word; both now say how it got there."""
+    segments = [{"from_step": 0, "to_step": 12, "ran_to": 12, "status": "stopped",
+                 "ended": "stopped: KeyboardInterrupt (SIGINT) after 12 steps; resumed from its checkpoint at step 12"},
+                {"from_step": 12, "to_step": 30, "ran_to": 30, "status": "completed", "ended": "completed"}]
+    _copy_with(two_runs[0], tmp_path / "res", segments=segments, resumed_from={"step": 12, "checkpoint": "x.npz"})
+    expected = ("resumed once (2 segments: stopped: KeyboardInterrupt (SIGINT) after 12 steps; resumed from its "
+                "checkpoint at step 12; then completed): wall_time_s and startup_s are sums over its segments, the "
+                "time between them counted nowhere")
+    proc = run_cli("compare", str(two_runs[1]), str(tmp_path / "res"), "--out", str(tmp_path / "c.html"),
+                   "--labels", "plain,res")
+    assert proc.returncode == 0, proc.stderr
+    assert f"  note (res): {expected}" in proc.stdout.splitlines()
+    from workbench.ui.report import write_report
+    page = write_report(tmp_path / "res", tmp_path / "res" / "report.html").read_text()
+    assert html.escape(expected) in page
+    assert "resumed" not in write_report(two_runs[1], tmp_path / "plain.html").read_text().split("<body>")[1]
+
+
+def test_a_runs_report_gives_its_test_accuracy_with_its_95_percent_interval(two_runs, tmp_path):
+    """report.html gave "final test accuracy 89.7 %" with nothing of how sure it is; its summary
+    now has the interval the run recorded (`final_test_accuracy_95`), in % as the accuracy is."""
+    from workbench.ui.report import write_report
+    s = wb.load(two_runs[0]).summary
+    page = write_report(two_runs[0], tmp_path / "report.html").read_text()
+    lo, hi = s["final_test_accuracy_95"]
+    assert lo < s["final_test_accuracy"] < hi
+    assert (f"<td>{100 * lo:.2f}-{100 * hi:.2f}</td><td class=\"text\">%</td><td class=\"text\">"
+            "<code>final_test_accuracy_95</code>") in page
+
+
 @pytest.mark.parametrize("args, field", [
     (["nowhere"], "RUN_DIR"),
     (["{a}", "{b}", "--labels", "only-one"], "labels"),
@@ -130,6 +228,31 @@ def test_tensorboard_export_reads_back_with_tensorboards_own_reader(two_runs, tm
         walls = [e.wall_time for e in loss]
         assert walls == sorted(walls) and walls[-1] - walls[0] == pytest.approx(
             steps["time"].iloc[-1] - steps["time"].iloc[0], abs=1e-3)
+
+
+def test_tensorboard_wall_times_are_when_the_steps_ran(two_runs, tmp_path):
+    """The export laid each step at the run's start plus its `time`, but `time` counts from the
+    first training step, `startup_s` after the start: TensorBoard's wall-time axis put every step
+    a start-up too early (24.7 s for a run whose cluster took that to start). Oracle: the time
+    identity wall = startup + train + teardown, summary.json written at the end, so the last step
+    ended `teardown_s` before it was written. A simulated run's status text says its times are virtual."""
+    pytest.importorskip("tensorboardX")
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from workbench.apps.export import export_tensorboard
+    s = json.loads((two_runs[0] / "summary.json").read_text())
+    slow = tmp_path / "slow"   # the same run, its start-up 100 s longer
+    _copy_with(two_runs[0], slow, startup_s=s["startup_s"] + 100, wall_time_s=s["wall_time_s"] + 100, simulated=True)
+    written = 1_800_000_000.0
+    os.utime(slow / "summary.json", (written, written))
+    folder, = export_tensorboard([slow], tmp_path / "tb")
+    acc = ea_mod.EventAccumulator(str(folder), size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
+    acc.Reload()
+    last_end = pd.read_csv(slow / "steps.csv")["time"].iloc[-1]
+    # (the last step's record time is the training's end, to the microsecond: train_time_s)
+    assert last_end == pytest.approx(s["train_time_s"], abs=1e-3)
+    assert acc.Scalars("train/loss")[-1].wall_time == pytest.approx(written - s["teardown_s"], abs=2e-3)
+    status = acc.Tensors("status/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert status.endswith("; simulated: its times are virtual seconds"), status
 
 
 def test_tensorboard_export_never_mixes_two_exports(two_runs, tmp_path):

@@ -695,3 +695,22 @@ def test_a_csv_not_in_utf8_is_told_so(tmp_path):
     path.write_bytes(("café,label\n" + "".join(f"{i},{i % 2}\n" for i in range(20))).encode("latin-1"))
     with pytest.raises(DataError, match=r"^dataset: a CSV file in UTF-8 \(its byte 3 is not: "):
         load_dataset(str(path))
+
+
+def test_predicts_agreement_says_how_sure_it_is():
+    """`predict` on rows with labels said "agree with its y on 45 of 50 rows (0.90)" and nothing of
+    how little 50 rows tell; it now gives the share's 95% Wilson interval, as the run's line does.
+    Oracle: the closed form (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)."""
+    import math
+
+    from workbench.apps.predict import _agreement
+    truth = np.arange(50) % 10
+    said = truth.copy()
+    said[:5] = (said[:5] + 1) % 10          # 45 of 50 agree
+    z, p, n = 1.959963984540054, 0.9, 50
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert _agreement(truth, said, "its y") == (f"the predictions agree with its y on 45 of 50 rows (0.90; 95%: "
+                                                f"{mid - half:.2f}-{mid + half:.2f} from 50 rows)")
+    many = np.zeros(100_000, dtype=int)     # an interval narrower than +-0.01: the share alone
+    assert _agreement(many, many, "its y") == "the predictions agree with its y on 100000 of 100000 rows (1.00)"

@@ -388,6 +388,25 @@ def kept_note(summary: dict[str, Any]) -> str | None:
             f"(params.npy) are those of {kept['of']}, after {kept['steps']:,} steps")
 
 
+def segments_note(summary: dict[str, Any]) -> str | None:
+    """How a resumed run got to its end (`summary["segments"]`, `execution.engine.ended_text`
+    of each segment but the last), and what its totals add up; None for a run of one segment.
+
+    >>> segments_note({"segments": [{"ended": "stopped after 1,167 steps; resumed from its checkpoint at step 1,167"},
+    ...                              {"ended": "completed"}]})[:111]
+    'resumed once (2 segments: stopped after 1,167 steps; resumed from its checkpoint at step 1,167; then completed)'
+    >>> segments_note({"segments": [{"ended": "completed"}]}) is None
+    True
+    """
+    segments = [s for s in summary.get("segments") or [] if isinstance(s, dict)]
+    if len(segments) < 2:
+        return None
+    times = {2: "once", 3: "twice"}.get(len(segments), f"{len(segments) - 1} times")
+    said = "; then ".join(str(s.get("ended") or s.get("status") or "?") for s in segments)
+    return (f"resumed {times} ({len(segments)} segments: {said}): wall_time_s and startup_s are sums over its "
+            "segments, the time between them counted nowhere")
+
+
 def notes(summary: dict[str, Any]) -> list[str]:
     """The sentences a run's numbers come with (CLI, status line, reports): a run that
     learned nothing or learned its training set by heart (`summary["learning_note"]`,
@@ -397,6 +416,8 @@ def notes(summary: dict[str, Any]) -> list[str]:
     reached, a steady window too short to time a rate (`window_note`), NumPy's floating-point errors in the workers' maths (`numerics_note`), more CPU workers than cores (`summary["crowding_note"]`,
     `util.machine.crowding_note`), a machine other processes were using (`summary["machine_note"]`), a
     worker that took on another client's tasks mid-run (`summary["busy_note"]`, `transports.dask.busy_note`), a
+    resumed run's segments, how each ended (`segments_note`: its report and `compare` would otherwise show a
+    stopped-then-resumed run as one uninterrupted run), a
     resumed run whose steps after the resume are not the bits of the run never stopped (`summary["resumed_note"]`,
     `api.resumed_note`).
 
@@ -410,7 +431,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
                         window_note(summary.get("steady"), bool(summary.get("simulated"))),
                         numerics_note(summary.get("numerics")),
                         summary.get("crowding_note"), summary.get("machine_note"), summary.get("busy_note"),
-                        summary.get("resumed_note")) if n]
+                        segments_note(summary), summary.get("resumed_note")) if n]
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:

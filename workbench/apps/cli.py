@@ -1295,6 +1295,10 @@ def _compare(args: argparse.Namespace) -> int:
     names = labels or [str(d) for d in dirs]
     print(comparison_text(results, names))
     from ..measure import notes
+    from ..ui.report import comparison_notes, last_evaluated
+    across = comparison_notes([r.summary for r in results], names, [last_evaluated(r) for r in results])
+    for note in across:   # what the table cannot be read across
+        print(f"  note: {note}")
     for name, r in zip(names, results):   # what each run's numbers come with, as `run` printed them
         for note in notes(r.summary):
             print(f"  note ({name}): {note}")
@@ -1314,9 +1318,12 @@ def comparison_text(results: list, labels: list[str]) -> str:
     numbers (`report.summary_table`'s, a few of them)."""
     import pandas as pd
 
-    from ..ui.report import differing_config, summary_table
+    from ..ui.report import accuracy_95_text, differing_config, summary_table
     table = summary_table(results, labels)
     shown = table[[c for c in COMPARED if c in table.columns]].rename(columns=COMPARED)
+    if "test acc" in shown.columns:   # how sure each accuracy is: its 95% interval, beside it
+        shown.insert(list(shown.columns).index("test acc") + 1, "test acc 95%",
+                     [accuracy_95_text(r.summary, counted=False) or "-" for r in results])
     diff = differing_config([r.summary.get("config") or {} for r in results])
     diff = diff.drop(columns=[c for c in diff.columns if c == "out"])
     width = max(len(label) for label in labels)

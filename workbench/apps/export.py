@@ -10,8 +10,11 @@
 - `time/compute_s`, `time/comm_s`, `time/wait_s` per step (mean over workers);
 - `summary/samples_per_s`, `summary/final_test_accuracy`, `summary/comm_fraction` at step 0;
 
-and the run's config.yaml and status as text. Wall times are the run's own (its records'
-`time` after the run's start), so TensorBoard's "relative" axis is the training time.
+and the run's config.yaml and status as text. Wall times are the run's own: its records'
+`time` counts from its first training step, which began `startup_s` after the run did (the
+run ended `wall_time_s` after its start, when summary.json was written), so TensorBoard's
+"relative" axis is the training time and its "wall" axis the hour each step ran. A simulated
+run's times are virtual seconds, laid from that same start; its status text says so.
 Needs tensorboardX (`pip install 'parallel-workbench[tensorboard]'`, about 0.5 MB).
 """
 from __future__ import annotations
@@ -49,9 +52,11 @@ def _folder_name(run_dir: Path, used: set[str]) -> str:
 
 
 def _start_time(run_dir: Path, result: RunResult) -> float:
-    """The run's start as a Unix time: when summary.json was written, less the wall time."""
+    """When the run's first training step began (its records' `time` 0), as a Unix time: when
+    summary.json was written, less the wall time, plus the start-up before that step."""
     wall = float(result.summary.get("wall_time_s") or 0.0)
-    return os.path.getmtime(run_dir / "summary.json") - wall
+    startup = float(result.summary.get("startup_s") or 0.0)
+    return os.path.getmtime(run_dir / "summary.json") - wall + startup
 
 
 def _write_run(writer, result: RunResult, t0: float) -> None:
@@ -89,7 +94,9 @@ def _write_run(writer, result: RunResult, t0: float) -> None:
     import yaml
     config_text = yaml.safe_dump(s.get("config") or {}, sort_keys=False)
     writer.add_text("config", "```\n" + config_text + "```", 0, walltime=t0)
-    writer.add_text("status", f"{s.get('status')} ({s.get('algorithm')}, {s.get('steps')} steps)", 0, walltime=t0)
+    virtual = "; simulated: its times are virtual seconds" if s.get("simulated") else ""
+    writer.add_text("status", f"{s.get('status')} ({s.get('algorithm')}, {s.get('steps')} steps){virtual}", 0,
+                    walltime=t0)
 
 
 def export_tensorboard(run_dirs: Iterable[str | os.PathLike], logdir: str | os.PathLike) -> list[Path]:

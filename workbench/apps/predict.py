@@ -55,9 +55,17 @@ def predict_rows(run_dir: str | Path, rows_path: str | Path, params: str = "fina
 
 def _agreement(truth: Any, said: Any, what: str) -> str:
     """How often the answers equal the rows' own labels, in words (compared as text: names
-    or numbers alike)."""
+    or numbers alike), with the 95% interval of that share where the rows are few enough that
+    it is wider than +-0.01 (`learning.accuracy_interval_text`, as the run's own line says it).
+
+    >>> _agreement([1, 2, 3, 4], [1, 2, 3, 0], "its y")
+    'the predictions agree with its y on 3 of 4 rows (0.75; 95%: 0.30-0.95 from 4 rows)'
+    """
+    from ..learning import accuracy_interval_text
     agree = int(np.sum(np.asarray(truth).astype(str) == np.asarray(said).astype(str)))
-    return f"the predictions agree with {what} on {agree} of {len(said)} rows ({agree / len(said):.2f})"
+    sure = accuracy_interval_text(agree / len(said), len(said))
+    return (f"the predictions agree with {what} on {agree} of {len(said)} rows ({agree / len(said):.2f}"
+            + (f"; {sure})" if sure else ")"))
 
 
 def allowed_text(result: Any, text: str) -> str | None:

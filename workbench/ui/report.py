@@ -49,6 +49,8 @@ SUMMARY_UNITS: dict[str, tuple[str, str]] = {
     "final_train_loss": ("final train loss", "cross-entropy"),
     "final_test_loss": ("final test loss", "cross-entropy"),
     "final_test_accuracy": ("final test accuracy", "%"),
+    "final_test_accuracy_95": ("its 95% interval (Wilson score, over the test rows: test_rows; "
+                               "a language model's tokens)", "%"),
     "best_test_accuracy": ("best test accuracy", "%"),
     "best_test_loss": ("lowest test loss (without a validation set, its parameters: params_best.npy; "
                        "params.npy when it was the last)", "cross-entropy"),
@@ -83,6 +85,7 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; display: 
         overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f5f5f5; } td.text, th.text { text-align: left; }
+td:not(.text) { white-space: nowrap; }
 .figure { margin: 1em 0; } .notes { background: #fafafa; padding: 0.5em 1em; border-left: 3px solid #ccc; }
 details { margin: 0.5em 0; } code { font-size: 0.9em; }
 """
@@ -201,6 +204,82 @@ def config_changes(config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {k: (v, defaults.get(k)) for k, v in config.items() if k not in defaults or defaults[k] != v}
 
 
+def _names(labels: Sequence[str]) -> str:
+    return ", ".join(labels)
+
+
+def last_evaluated(result: RunResult) -> int | None:
+    """The steps a run had run at its last evaluation (its evals.csv's last step + 1, as
+    `best_test_loss_step` counts them), None without evaluations."""
+    evals = result.evals
+    if evals is None or not len(evals) or "step" not in evals.columns:
+        return None
+    return int(evals["step"].max()) + 1
+
+
+def comparison_notes(summaries: Sequence[dict[str, Any]], labels: Sequence[str],
+                     evaluated: Sequence[int | None] = ()) -> list[str]:
+    """What a comparison of runs must say before its numbers are read side by side (`compare`'s
+    terminal table and page): simulated runs beside measured ones (virtual seconds against
+    this machine's), runs on different datasets (losses and accuracies of different tasks), and
+    runs that ended before their plan (stopped, failed: their numbers are where they ended, their
+    test numbers from their last evaluation: `evaluated`, each run's `last_evaluated`, says when).
+
+    >>> comparison_notes([{"simulated": True, "config": {"dataset": "digits"}, "status": "completed"},
+    ...                   {"config": {"dataset": "mnist1d"}, "status": "stopped", "steps": 5,
+    ...                    "total_steps_planned": 50}], ["a", "b"], [30, 4])   # doctest: +NORMALIZE_WHITESPACE
+    ['simulated: a (times and samples/s in virtual seconds of the simulated cluster); measured: b (wall-clock
+      seconds): times and rates do not compare between the two',
+     'different datasets (digits: a; mnist1d: b): their losses and accuracies are of different tasks and do not
+      compare across them',
+     'b stopped after 5 of 50 planned steps: its numbers are where it ended, its test numbers from its last
+      evaluation, after 4 steps']
+    """
+    out = []
+    sim = [label for label, s in zip(labels, summaries) if s.get("simulated")]
+    real = [label for label, s in zip(labels, summaries) if not s.get("simulated")]
+    if sim and real:
+        out.append(f"simulated: {_names(sim)} (times and samples/s in virtual seconds of the simulated cluster); "
+                   f"measured: {_names(real)} (wall-clock seconds): times and rates do not compare "
+                   "between the two")
+    datasets: dict[str, list[str]] = {}
+    for label, s in zip(labels, summaries):
+        datasets.setdefault(str((s.get("config") or {}).get("dataset")), []).append(label)
+    if len(datasets) > 1:
+        out.append("different datasets (" + "; ".join(f"{d}: {_names(ls)}" for d, ls in datasets.items()) +
+                   "): their losses and accuracies are of different tasks and do not compare across them")
+    evaluated = list(evaluated) or [None] * len(summaries)
+    for label, s, at in zip(labels, summaries, evaluated):
+        status = s.get("status")
+        if status not in (None, "completed"):
+            ran, planned = s.get("steps"), s.get("total_steps_planned")
+            of = f" of {planned:,} planned" if isinstance(planned, int) else ""
+            ran_text = f" after {ran:,}{of} steps" if isinstance(ran, int) else ""
+            earlier = (f", its test numbers from its last evaluation, after {at:,} step{'s' if at != 1 else ''}"
+                       if isinstance(at, int) and isinstance(ran, int) and at < ran else "")
+            out.append(f"{label} {status}{ran_text}: its numbers are where it ended{earlier}")
+    return out
+
+
+def accuracy_95_text(summary: dict[str, Any], counted: bool = True) -> str | None:
+    """The run's final test accuracy's 95% Wilson interval (`learning.wilson_interval`, as
+    `final_test_accuracy_95`) with the labels it is a share of, for tables that set runs side by
+    side (shown whatever its width: there the width says whether two runs differ); None
+    without an accuracy or `test_rows`. `counted=False`: the interval alone.
+
+    >>> accuracy_95_text({"final_test_accuracy": 0.9081, "test_rows": 359})
+    '0.87-0.93 of 359 rows'
+    >>> accuracy_95_text({"final_test_accuracy": 0.2979, "test_rows": 128000, "language": {}})
+    '0.30-0.30 of 128,000 tokens'
+    """
+    acc, n = summary.get("final_test_accuracy"), summary.get("test_rows")
+    if not isinstance(acc, (int, float)) or acc != acc or not isinstance(n, int) or n < 1:
+        return None
+    lo, hi = learning.wilson_interval(float(acc), n)
+    unit = "token" if summary.get("language") is not None else "row"   # a language model's labels: its tokens
+    return f"{lo:.2f}-{hi:.2f}" + (f" of {n:,} {unit}{'s' if n != 1 else ''}" if counted else "")
+
+
 def _table_html(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     head = "".join(f'<th class="{"text" if df[c].dtype == object else ""}">{html.escape(str(c))}</th>'
@@ -261,8 +340,9 @@ def _figures_html(figs: dict[str, Any]) -> list[str]:
     return [f'<div class="figure">{figure_div(fig, f"fig-{key}")}</div>' for key, fig in figs.items()]
 
 
-def simulated_html(summary: dict[str, Any]) -> str:
+def simulated_html(summary: dict[str, Any], runs: Sequence[str] = ()) -> str:
     """A simulated run's header line: what cluster it simulated, in which clock; "" for a real run.
+    `runs` names the runs it is about where a page also shows measured ones.
 
     >>> line = simulated_html({"simulated": True, "workers": [{}] * 8, "device": "k80", "cpu_device": None,
     ...                        "network": "10GbE", "timing_model": "alexnet", "jitter": 0.0, "sim_wall_s": 1.5})
@@ -286,7 +366,8 @@ def simulated_html(summary: dict[str, Any]) -> str:
         parts.append(f"jitter {summary['jitter']:g}")
     wall = summary.get("sim_wall_s")
     took = f"; simulating it took {wall:.3g} s of wall time (sim_wall_s)" if isinstance(wall, (int, float)) else ""
-    return (f'<p class="notes simulated"><b>simulated</b>: {html.escape(", ".join(parts))}. Times and '
+    whose = f" ({html.escape(_names(runs))})" if runs else ""
+    return (f'<p class="notes simulated"><b>simulated</b>{whose}: {html.escape(", ".join(parts))}. Times and '
             f"throughput are in virtual seconds{html.escape(took)}.</p>")
 
 
@@ -296,6 +377,9 @@ def _summary_html(result: RunResult) -> str:
     values: dict[str, Any] = {k: s.get(k) for k in SUMMARY_UNITS}
     values["workers"] = len(s["workers"]) if isinstance(s.get("workers"), list) else s.get("workers")
     values.update(s.get("time_breakdown") or {})
+    ci = s.get("final_test_accuracy_95")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci):
+        values["final_test_accuracy_95"] = f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}"   # in % as the accuracy above it
     rows = []
     for key, (what, unit) in SUMMARY_UNITS.items():
         v = values.get(key)
@@ -411,17 +495,23 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
     if notes_html:
         sections.append(f'<div class="notes">{notes_html}</div>')  # the caller's own HTML
     # each simulated cluster once (a sweep's points differ only in their worker counts)
-    shown = {}
-    for r in runs:
+    shown: dict[tuple, tuple[dict[str, Any], list[str]]] = {}
+    mixed = not all(r.summary.get("simulated") for r in runs)   # then each header names its runs
+    for label, r in zip(labels, runs):
         if r.summary.get("simulated"):
             key = tuple(r.summary.get(k) for k in ("device", "cpu_device", "network", "timing_model", "jitter"))
-            shown.setdefault(key, simulated_html({**r.summary, "workers": None, "sim_wall_s": None}))
-    sections += list(shown.values())
+            shown.setdefault(key, ({**r.summary, "workers": None, "sim_wall_s": None}, []))[1].append(label)
+    sections += [simulated_html(s, names if mixed else ()) for s, names in shown.values()]
     table = summary_table(runs, labels)
+    at = list(table.columns).index("final_test_accuracy") + 1   # how sure each accuracy is, beside it
+    table.insert(at, "test_accuracy_95", [accuracy_95_text(r.summary) for r in runs])
     diff = differing_config([r.summary.get("config") or {} for r in runs])
     diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
     table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
     sections += ["<h2>runs</h2>", '<div style="overflow-x:auto">' + _table_html(table) + "</div>"]
+    across = comparison_notes([r.summary for r in runs], labels, [last_evaluated(r) for r in runs])
+    if across:   # what the table cannot be read across (virtual against measured time, other datasets, runs cut short)
+        sections.append('<ul class="compared">' + "".join(f"<li>{html.escape(n)}</li>" for n in across) + "</ul>")
     said = [(label, n) for label, r in zip(labels, runs) for n in measure.notes(r.summary)]
     if said:   # what each run's numbers come with (a busy machine, a steady state not reached), as its own report says
         sections.append("<ul>" + "".join(f"<li><b>{html.escape(label)}</b>: {html.escape(n)}</li>"
