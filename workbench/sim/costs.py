@@ -162,6 +162,13 @@ class SimCosts:
         """The optimiser's update on the worker: `update_passes` over the parameters."""
         return self.update_passes * self.vector_bytes / self.devices[rank].mem_bw
 
+    def score(self, rank: int, samples: int) -> float:
+        """Virtual seconds of scoring a model on `samples` rows (LTFB's tournament score,
+        `Evaluator.accuracy`): a forward pass, the forward's share (`forward_share`) of a
+        training pass over as many rows, its call's overhead included (the cost model's
+        `costmodel.tournament_scoring_s` charges the same third of its calibrated pass)."""
+        return self._pass(self.devices[rank], samples) * self.forward_share()
+
     def forward_share(self) -> float:
         """Share of compute before the backward pass starts (forward = 1/3 of the FLOPs)."""
         return 1.0 / 3.0
