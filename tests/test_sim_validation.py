@@ -125,6 +125,17 @@ def test_simulator_and_cost_model_agree_on_ltfb_with_several_workers_a_trainer()
     assert table["bottleneck"].tolist() == ["comm", "comm", "server"]
 
 
+def test_simulator_and_cost_model_agree_on_powersgd_charged_as_gpt2():
+    # Charged as GPT-2 124M (the small GPT's maths on markov_text): both take GPT-2's own rank-4
+    # payload (its tensors) in two ring allreduces, and PowerSGD's own work a step (8.05 GB of
+    # passes, `SimCosts.compress_s`) with the step's compute; equal but for the tail's few floats.
+    rank4 = {"compression": "powersgd", "compression_rank": 4}
+    table = simulator_vs_cost_model([("sync_sgd", 4, rank4)], per_worker=2,
+                                    timing_model="gpt2-124m", model="gpt", dataset="markov_text")
+    for row in table.to_dict("records"):
+        assert row["simulated"] == pytest.approx(row["cost_model"], rel=1e-4), row
+
+
 AGREE = (("sync_sgd", 1, {}), ("sync_sgd", 16, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}),
          ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4}))
 
