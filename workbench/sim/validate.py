@@ -348,8 +348,8 @@ def simulator_vs_cost_model(cases: Sequence[tuple[str, int, dict]] = (
     each round trip the simulator overlaps with the next request. LTFB (the run's `trainers`,
     `round_size` and resolved `tournament_size` go to the cost model): the simulator's first
     tournament queues the deposits once (K = 2: 1.7-1.9% in 40 steps), and where the one
-    mailbox is busy more than half a round its queue, which the cost model leaves out
-    (it bounds the round by the mailbox's busy time), makes the simulator up to 17% slower."""
+    mailbox's busy time a round is close to the trainers' own round its queue, which the cost
+    model leaves out (it takes the larger of the two), makes the simulator up to 17% slower."""
     from ..analysis.costmodel import Calibration, step_prediction
     from ..problem import Problem
     from .costs import make_costs
