@@ -363,6 +363,43 @@ def test_ltfb_tournament_is_two_calls_on_the_mailbox_in_simulator_and_cost_model
     assert A == pytest.approx(4 / 4) and B == pytest.approx(2 * n_bytes / 4)
 
 
+def test_ltfb_with_several_workers_a_trainer_is_charged_its_allreduce_tournament_and_scoring():
+    # K = 2 trainers of g = 4 workers (P = 8), B = 256: b = 32 rows a worker. By hand, with
+    # c0 = 1 ms, c1 = 0.1 ms a row, alpha = 10 us, beta = 1 ns, n = 1 MB, R = 10, T = 60:
+    #   a step:        compute 1 + 3.2 = 4.2 ms, the trainer's ring of 4: 6 alpha + 2 (3/4) n beta = 1.56 ms
+    #   a tournament:  deposit + collect 4 alpha + 2 n beta = 2.04 ms; scoring two models, a third
+    #                  of a pass of 60 rows each: 2 (1 + 6) / 3 = 4.6667 ms; the leader's broadcast
+    #                  to its trainer, another ring of 4: 1.56 ms
+    #   step = 4.2 + 1.56 + (2.04 + 4.6667 + 1.56) / 10 = 6.58667 ms; 256 rows a step
+    # The cost model took one worker a trainer (K = P = 8, 32 rows each, no allreduce): 5.88 ms
+    # here, and 2.2-8.7x the simulator's samples/s on AlexNet over 10GbE.
+    cal = cm.Calibration(compute={"cpu": (1e-3, 1e-4)}, alpha=1e-5, beta=1e-9, n_params=250_000)
+    step = 4.2e-3 + 1.56e-3 + (2.04e-3 + 2 * 7e-3 / 3 + 1.56e-3) / 10
+    got = cm.step_prediction(cal, "ltfb", 8, 256, trainers=2, round_size=10, tournament_size=60)
+    assert got["step_time_s"] == pytest.approx(step, rel=1e-12)
+    assert got["samples_per_s"] == pytest.approx(256 / step, rel=1e-12)
+    assert got["comm_s"] == pytest.approx(step - 4.2e-3, rel=1e-12)     # no overhead calibrated
+    # the per-step terms a calibration reads a run's comm_s by: both rings and the calls, no scoring
+    A, B = cm.exchange_terms("ltfb", 8, 1e6, trainers=2, round_size=10)
+    assert (A, B) == pytest.approx((6 * 1.1 + 0.4, 1.5e6 * 1.1 + 2e5), rel=1e-12)
+    # one worker a trainer (the default) is what it was: the tournament alone
+    one = cm.step_prediction(cal, "ltfb", 8, 256, round_size=10, tournament_size=60)
+    assert one["step_time_s"] == pytest.approx(4.2e-3 + (2.04e-3 + 2 * 7e-3 / 3) / 10, rel=1e-12)
+    with pytest.raises(ConfigError, match="trainers"):
+        cm.step_prediction(cal, "ltfb", 8, 256, trainers=3)
+
+
+def test_ltfb_mailbox_saturates_at_every_paired_model_in_and_out_a_round():
+    # 8 trainers of one worker: the one mailbox moves 8 models in and 8 out a tournament, 16 n beta
+    # = 16 ms a round of R = 2 steps (8 ms a step), more than a trainer's own 4.2 + (2.04 + 4.67) / 2
+    # = 7.55 ms: the round takes the mailbox's time, 8 trainers x 32 rows / 8 ms a step
+    cal = cm.Calibration(compute={"cpu": (1e-3, 1e-4)}, alpha=1e-5, beta=1e-9, n_params=250_000)
+    got = cm.step_prediction(cal, "ltfb", 8, 256, trainers=8, round_size=2, tournament_size=60)
+    assert got["bottleneck"] == "server"
+    assert got["samples_per_s"] == pytest.approx(256 / 8e-3, rel=1e-12)
+    assert cm.step_prediction(cal, "ltfb", 8, 256, trainers=8, round_size=4, tournament_size=60)["bottleneck"] != "server"
+
+
 @pytest.mark.parametrize("n", [16_376, 16_377, 16_378, 16_379])
 def test_dpsgd_shm_meetings_at_the_pair_boundary_are_its_segments(n):
     # dpsgd's segment holds its agreement buffer (the vector, its squared norm and the tail: one

@@ -110,3 +110,41 @@ def test_powersgd_on_a_timing_model_is_charged_its_own_matrices():
     ring = sum(2 * (P_ - 1) * (net.alpha + b / P_ * net.beta) for b in (first, second))
     comm = comm_against_sync(result.summary)["comm_s"] / steps
     assert abs(comm - ring) < 0.01 * ring, (comm, ring)
+
+
+def test_powersgd_own_work_on_gpt2_is_charged_as_counted_by_hand():
+    """PowerSGD's products, QR and error feedback (rank 4) on GPT-2 124M's tensors, counted by
+    hand: every matrix's smaller side is d = 768. Stored d x k (not transposed): the blocks'
+    attention (768 x 2304), its projection (768 x 768) and MLP input (768 x 3072); stored
+    transposed (k x 768): the token and position embeddings and the MLP output (3072 x 768).
+    Per matrix entry: P = M Q, Q = M^T P, P Q_sum^T and the error's P Q_i^T, 2 r FLOPs each, and
+    M - P Q_i^T one: 33 FLOPs; per matrix a reduced QR of 768 x 4, 4 a r^2 - 4/3 r^3. Passes of
+    4 bytes per entry: 14 (M read twice, the approximation written and copied into the sum, the
+    memory's accumulation, P Q_i^T written, M minus it, the copy into the memory), 18 stored
+    transposed (two transposed copies), and 8 per vector entry. On a V100 that is memory-bound:
+    8.05 GB at 900 GB/s, 8.9 ms a step, which the simulator did not charge at all."""
+    import workbench as wb
+    from workbench.maths.compress import powersgd_work
+    d, r = 768, 4
+    plain = 12 * d * (2304 + 768 + 3072)
+    transposed = 50257 * d + 1024 * d + 12 * 3072 * d
+    vectors = PUBLISHED["gpt2-124m"] - plain - transposed
+    assert vectors == 121_344                              # 25 LayerNorms' gain and bias, the biases
+    flops = 33 * (plain + transposed) + (2 + 4 * 12) * (4 * d * r * r - 4 / 3 * r ** 3)
+    nbytes = 4 * (14 * plain + 18 * transposed + 8 * vectors)
+    got = powersgd_work(list(TM.LM_SHAPES["gpt2-124m"][0].tensor_shapes()), r)
+    assert got[0] == pytest.approx(flops, rel=1e-12) and got[1] == pytest.approx(nbytes, rel=1e-12)
+    v100 = P.DEVICES["v100"]
+    bill = max(flops / (v100.peak_flops * v100.efficiency), nbytes / v100.mem_bw)
+    assert bill == pytest.approx(nbytes / 900e9) and bill == pytest.approx(8.94e-3, rel=1e-3)
+
+    def compute_per_step(**changes):
+        cfg = RunConfig(algorithm="sync_sgd", model="gpt", dataset="markov_text", n_samples=100, context=16,
+                        n_layers=1, d_model=16, n_heads=2, simulate=True, cpus=0, gpus=2, device="v100",
+                        timing_model="gpt2-124m", network="10GbE", batch_size=4, steps=3, optimizer="adamw",
+                        lr=0.003, eval_every=3, **changes)
+        steps = wb.run(cfg, progress=False).steps
+        return steps.groupby("step")["compute_s"].max().to_numpy()
+
+    extra = compute_per_step(compression="powersgd", compression_rank=r) - compute_per_step()
+    np.testing.assert_allclose(extra, bill, rtol=1e-9)

@@ -104,6 +104,38 @@ def test_simulator_and_cost_model_agree_on_throughput():
             assert row["comm_share"] > 0.2, row        # the exchange matters in what is compared
 
 
+def test_simulator_and_cost_model_agree_on_ltfb_with_several_workers_a_trainer():
+    # The cost model charged LTFB as one worker a trainer (no allreduce; 2.2-8.7x the simulator's
+    # samples/s with 2-8 trainers of 1-4 workers here), the comparison gave it neither the run's
+    # round_size nor its tournament set, and the simulator did not charge the leader's scoring
+    # of the two models (a forward pass over 256 rows each: 0.35 s of AlexNet on power8, more
+    # than the round's five steps). Now both charge the trainer's allreduce every step, the
+    # tournament's two calls, the scoring and the broadcast every round. 2 trainers of 2 and
+    # of 4 workers: the simulator's first tournament queues the second deposit behind the
+    # first (n beta = 0.22 s, once in the run's 8 rounds): 1.7-1.8% slower. 8 trainers of one
+    # worker: the one mailbox saturates (16 models through its link a round, 3.5 s against the
+    # trainers' 1.2 s): both say so, 1% apart. (Between, 4 trainers of 2 workers, the
+    # simulator's queue at the mailbox makes it 10% slower: not modelled, docs/simulator.md.)
+    cases = [("ltfb", 4, {"trainers": 2, "round_size": 5}), ("ltfb", 8, {"trainers": 2, "round_size": 5}),
+             ("ltfb", 8, {"trainers": 8, "round_size": 5})]
+    table = simulator_vs_cost_model(cases)
+    for row in table.to_dict("records"):
+        assert row["simulated"] == pytest.approx(row["cost_model"], rel=0.025), row
+        assert row["comm_share"] > 0.5, row        # the exchange is most of what is compared
+    assert table["bottleneck"].tolist() == ["comm", "comm", "server"]
+
+
+def test_simulator_and_cost_model_agree_on_powersgd_charged_as_gpt2():
+    # Charged as GPT-2 124M (the small GPT's maths on markov_text): both take GPT-2's own rank-4
+    # payload (its tensors) in two ring allreduces, and PowerSGD's own work a step (8.05 GB of
+    # passes, `SimCosts.compress_s`) with the step's compute; equal but for the tail's few floats.
+    rank4 = {"compression": "powersgd", "compression_rank": 4}
+    table = simulator_vs_cost_model([("sync_sgd", 4, rank4)], per_worker=2,
+                                    timing_model="gpt2-124m", model="gpt", dataset="markov_text")
+    for row in table.to_dict("records"):
+        assert row["simulated"] == pytest.approx(row["cost_model"], rel=1e-4), row
+
+
 AGREE = (("sync_sgd", 1, {}), ("sync_sgd", 16, {}), ("sync_sgd", 64, {}), ("sync_easgd", 16, {"tau": 4}),
          ("async_sgd", 16, {}), ("async_easgd", 16, {"tau": 4}), ("easgd", 16, {"tau": 4}))
 
@@ -130,9 +162,12 @@ def test_an_unsaturated_server_costs_its_update_in_the_simulator_only():
 # skipped turn (they end 5.5-11 us earlier, no one later), and the returned centre is the one
 # after every worker's last exchange. async_sgd and async_easgd (first come, first served) kept
 # their timelines and, to 1e-5, their parameters.
+# ltfb re-pinned on 2026-12-07: the simulator charges the leader's scoring of the two models
+# (`SimCosts.score`, 2 x 9.3 us at 64 rows); with that charge set to 0 the old timeline comes back
+# bit for bit, and the parameters are unchanged.
 PINNED = {
     "easgd": ({}, "c516b22ca80134ad", 1290.060791015625),
-    "ltfb": ({"trainers": 6, "round_size": 6, "tournament_size": 64}, "548552a8de8af910", 1338.32666015625),
+    "ltfb": ({"trainers": 6, "round_size": 6, "tournament_size": 64}, "d6353add1d57ed1b", 1338.32666015625),
     "async_easgd": ({}, "35ab2ecedd09a7c9", 1290.0816650390625),
     "async_sgd": ({}, "c1d98efc84d7023e", 1337.88818359375),
 }

@@ -44,9 +44,16 @@ Per algorithm, one step of P workers on a global batch B (b = B / P per worker):
   (diloco: their change) averaged every tau steps; `post_local_sgd` (`post_local_allreduce`):
   every step for the share `sync_share` of the run before its switch, then every tau:
   compute(b) + (s + (1 - s) / tau) allreduce(n).
-- `ltfb`: K = P trainers, each on B / K of the global batch (as `algorithms.ltfb` splits it); one model swap per pair every
-  `round_size` steps, two calls on the mailbox (deposit, collect: 4 alpha + 2 n beta, `tournament_terms`),
-  plus scoring two models on the tournament set.
+- `ltfb` (`ltfb_terms`): K trainers (`trainers`; default K = P, one worker each) of g = P / K workers,
+  each trainer on B / K of the global batch, b = B / P per worker (as `algorithms.ltfb` splits it):
+  every step the trainer's allreduce of the gradient among its g workers; every `round_size` steps
+  its leader's two calls on the mailbox (deposit, collect: 4 alpha + 2 n beta, `tournament_terms`),
+  the leader scoring its own and its partner's model (a forward pass over `tournament_size` rows
+  each, 1/3 of a training pass: `tournament_scoring_s`) while the others wait, and the leader's
+  broadcast of what it kept (one more allreduce among the g): compute(b) + AR_g(n)
+  + (4 alpha + 2 n beta + scoring + AR_g(n)) / round_size. The one mailbox moves every paired
+  model in and out, one after another (`mailbox_busy_s`: 4 floor(K/2) n beta a round): a
+  round is no shorter, where it saturates (bottleneck "server").
 - `cgdp`: gradients leave each device chunk by chunk over the host link (PCIe), the CPU
   sums and updates, fresh weights go back; this overlaps the backward pass:
   `fwd + max(bwd, (C-1)/C H) + H/C`, with H the whole host path and C chunks
@@ -246,7 +253,7 @@ def gossip_terms(workers: int, n_bytes: float, topology: str = "ring", *, tau: i
 def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1,
                    round_size: int = 50, allreduce: str = "ring",
                    sync_share: float = 0.0, compression: str = "none", topology: str = "ring",
-                   **compression_knobs: Any) -> tuple[float, float] | None:
+                   trainers: int | None = None, **compression_knobs: Any) -> tuple[float, float] | None:
     """Per worker step, the communication time as A alpha + B beta: returns (A, B).
 
     None for algorithms whose exchange is not a network message (sgd, hogwild
@@ -262,6 +269,7 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
         sync_share: post_local_sgd's share of steps before its switch (averaging every step).
         compression, **compression_knobs: sync_sgd's compressed exchange (`compressed_terms`).
         topology: dpsgd's graph (`gossip_terms`).
+        trainers: LTFB's K (`ltfb_terms`; None: one trainer per worker).
     Returns:
         (A, B), or None.
 
@@ -273,7 +281,8 @@ def exchange_terms(algorithm: str, workers: int, n_bytes: float, *, tau: int = 1
     (1.25, 62.5)
     """
     step = _Step(workers=workers, n_bytes=n_bytes, tau=tau, round_size=round_size, allreduce=allreduce,
-                 sync_share=sync_share, compression=compression, topology=topology, knobs=compression_knobs)
+                 sync_share=sync_share, compression=compression, topology=topology, knobs=compression_knobs,
+                 trainers=trainers)
     return PATTERN_MODELS[_pattern(algorithm)][0](step)
 
 
@@ -294,6 +303,17 @@ def _pattern(algorithm: str) -> str:
     if algorithm not in declared:
         raise ConfigError("algorithm", f"one of {sorted(declared)}", algorithm)
     return declared[algorithm].pattern
+
+
+def trainers_knob(algorithm: str, config: Any) -> dict[str, int]:
+    """{"trainers": K} of a run's config (a dict or a RunConfig) where `algorithm` holds
+    tournaments (LTFB: its trainers decide its allreduce, `ltfb_terms`); else {}.
+
+    >>> trainers_knob("ltfb", {"trainers": 2}), trainers_knob("sync_sgd", {"trainers": 2})
+    ({'trainers': 2}, {})
+    """
+    k = config.get("trainers") if isinstance(config, dict) else getattr(config, "trainers", None)
+    return {"trainers": int(k)} if k and _pattern(algorithm) == "tournament" else {}
 
 
 # ------------------------------------------------------------------------------ fitting
@@ -492,7 +512,7 @@ def comm_point(result: Any, n_params: int | None = None) -> dict[str, Any] | Non
     terms = exchange_terms(algorithm, workers, n, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), sync_share=share,
                            compression=cfg.get("compression") or "none", topology=cfg.get("topology") or "ring",
-                           allreduce=run_allreduce(s), **knobs)
+                           allreduce=run_allreduce(s), **trainers_knob(algorithm, cfg), **knobs)
     if terms is None or terms == (0.0, 0.0):
         return None
     return {"algorithm": algorithm, "workers": workers, "n_bytes": n, "A": terms[0], "B": terms[1],
@@ -581,17 +601,18 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
                     round_size: int = 50, tournament_size: int = 256, chunks: int = 2,
                     kind: str = "cpu", sync_share: float = 0.0, compression: str = "none",
                     topology: str = "ring", optimizer: str = "sgd", accumulate: int = 1,
-                    **compression_knobs: Any) -> dict[str, Any]:
+                    trainers: int | None = None, **compression_knobs: Any) -> dict[str, Any]:
     """Predicted time of one step and throughput of `algorithm` on `workers` workers.
 
     Args:
         cal: a Calibration.
         algorithm: an ALGORITHMS name.
         workers: P >= 1.
-        batch_size: global batch B (b = B / P per worker; LTFB: B / K per trainer, one worker each).
+        batch_size: global batch B (b = B / P per worker; LTFB: B / K per trainer, split over its P / K workers).
         network: a NETWORKS name or "measured".
         allreduce: "ring", "tree", "dask_ring", "shm" or "threads" (synchronous algorithms; `ALLREDUCE_ALGORITHMS`).
         tau, round_size, tournament_size: algorithm knobs.
+        trainers: LTFB's K, a divisor of `workers` (None: one trainer per worker, K = P).
         chunks: CGDP update chunks.
         kind: worker kind whose compute is used.
         sync_share: post_local_sgd's share of the run before its switch.
@@ -616,7 +637,9 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     link = cal.link(network)
     a, bb, n = link.alpha, link.beta, float(cal.n_bytes)
     pattern = _pattern(algorithm)
-    per_worker = B / p                                   # LTFB: one worker per trainer, trainer batch B / K
+    if pattern == "tournament":
+        trainers_of(p, trainers)                         # K must divide P: refused before anything is computed
+    per_worker = B / p                                   # LTFB: B / K per trainer, split over its P / K workers
     compute = cal.compute_s(kind, per_worker, passes=min(max(1, int(accumulate)), max(1.0, per_worker)))
     local = compute + cal.overhead_s                     # a worker's own time per step
     passes = update_passes(optimizer)                   # sgd: read x and g, write x
@@ -626,7 +649,7 @@ def step_prediction(cal: Calibration, algorithm: str, workers: int, batch_size: 
     case = _Step(workers=p, n_bytes=n, tau=tau, round_size=round_size, allreduce=allreduce, sync_share=sync_share,
                  compression=compression, knobs=compression_knobs, batch=B, alpha=a, beta=bb, compute=compute,
                  local=local, update=update, passes=passes, network=network, cal=cal, kind=kind, topology=topology,
-                 tournament_size=tournament_size, chunks=chunks)
+                 tournament_size=tournament_size, chunks=chunks, trainers=trainers)
     rate, bottleneck = PATTERN_MODELS[pattern][1](case)
     step = p * per_worker / rate if rate > 0 else math.inf   # per worker, waiting included
     comm = max(0.0, step - local)
@@ -660,6 +683,7 @@ class _Step:
     kind: str = "cpu"
     tournament_size: int = 256
     chunks: int = 2
+    trainers: int | None = None   # LTFB's K (None: one trainer per worker)
     update: float = 0.0           # one update of the parameters in host memory (the rule's passes)
     passes: float = 3.0           # the update rule's passes over the parameters (sgd: read x and g, write x)
 
@@ -725,9 +749,59 @@ def tournament_terms(round_size: int) -> tuple[float, float]:
     return 2.0 * TOURNAMENT_CALLS / round_size, 2.0 / round_size
 
 
+def trainers_of(workers: int, trainers: int | None) -> int:
+    """LTFB's K on `workers` workers: `trainers`, which must divide them (every trainer as
+    many workers, `registry._ltfb_check`), or one trainer per worker when None.
+
+    >>> trainers_of(8, 2), trainers_of(8, None)
+    (2, 8)
+    """
+    p = int(workers)
+    if trainers is None:
+        return p
+    if isinstance(trainers, bool) or not isinstance(trainers, (int, np.integer)) or trainers < 1 or p % int(trainers):
+        raise ConfigError("trainers", f"a whole number >= 1 that divides the {p} workers", trainers)
+    return int(trainers)
+
+
+def ltfb_terms(workers: int, n_bytes: float, *, trainers: int | None = None, round_size: int = 50,
+               allreduce: str = "ring") -> tuple[float, float]:
+    """(A, B) of an LTFB worker's exchange per step: K trainers of g = P / K workers
+    (`trainers_of`); every step the trainer's gradient allreduce among its g (`allreduce_terms`),
+    and every `round_size` steps its leader's tournament on the mailbox (`tournament_terms`:
+    none with one trainer, nobody to pair with) and its broadcast of the kept model to the
+    trainer (one more allreduce of the vector among the g; its 2 floats of decision left out).
+    The scoring of the two models is compute (`tournament_scoring_s`), not in these terms.
+
+    >>> ltfb_terms(4, 100.0, trainers=4, round_size=10)   # one worker a trainer: the tournament alone
+    (0.4, 20.0)
+    >>> ltfb_terms(8, 100.0, trainers=2, round_size=10)   # ring of 4: (6, 150) a step, and again a round
+    (7.0, 185.0)
+    """
+    k = trainers_of(workers, trainers)
+    g = int(workers) // k
+    a_ar, b_ar = allreduce_terms(g, n_bytes, allreduce) if g > 1 else (0.0, 0.0)
+    a_t, b_t = tournament_terms(round_size) if k > 1 else (0.0, 0.0)
+    return a_ar + a_ar / round_size + a_t, b_ar + b_ar / round_size + b_t * n_bytes   # every step, every round
+
+
+def tournament_scoring_s(cal: Calibration, kind: str, tournament_size: int, trainers: int) -> float:
+    """Seconds a leader scores models in one tournament: its own and (with a partner) the
+    partner's, each a forward pass over its `tournament_size` rows, taken as 1/3 of a training
+    pass of as many rows (the forward's share of the FLOPs, `maths.models.TRAIN_FLOPS_FACTOR`),
+    the pass's overhead c0 included.
+
+    >>> cal = Calibration(compute={"cpu": (0.003, 0.001)}, alpha=0.0, beta=0.0, n_params=10)
+    >>> round(tournament_scoring_s(cal, "cpu", 60, 2), 9), round(tournament_scoring_s(cal, "cpu", 60, 1), 9)
+    (0.042, 0.021)
+    """
+    from ..maths.models import TRAIN_FLOPS_FACTOR
+    models = 2 if trainers > 1 else 1
+    return models * cal.compute_s(kind, tournament_size) / TRAIN_FLOPS_FACTOR
+
+
 def _tournament_terms(s: _Step) -> tuple[float, float]:
-    a, b = tournament_terms(s.round_size)
-    return a, b * s.n_bytes
+    return ltfb_terms(s.workers, s.n_bytes, trainers=s.trainers, round_size=s.round_size, allreduce=s.allreduce)
 
 
 Rate = tuple[float, "str | None"]   # (samples/s of all workers, bottleneck or None)
@@ -769,11 +843,26 @@ def _shared_rate(period_of: Callable[[_Step], int]) -> Callable[[_Step], Rate]:
     return rate
 
 
+def mailbox_busy_s(trainers: int, n_bytes: float, beta: float) -> float:
+    """Seconds LTFB's one mailbox is busy a tournament: every paired trainer's model in and out
+    (2 floor(K/2) leaders, each a deposit and a collect of the vector), one after another
+    through its link, first come first served (as `sim.roles.SimServerState.serve` queues
+    them; its latencies overlap). A round cannot be shorter: past that the mailbox saturates.
+
+    >>> mailbox_busy_s(5, 100.0, 0.01)    # 4 paired: 8 vectors of 1 s
+    8.0
+    """
+    return 2.0 * 2 * (int(trainers) // 2) * n_bytes * beta
+
+
 def _tournament_rate(s: _Step) -> Rate:
-    scoring = 2 * s.cal.compute_s(s.kind, s.tournament_size) / 3   # forward only: ~1/3 of fwd+bwd
-    a, b = tournament_terms(1)                                      # one tournament's calls
-    exchange = a * s.alpha + b * s.n_bytes * s.beta
-    return s.workers * s.per_worker / (s.local + (exchange + scoring) / s.round_size), None
+    k = trainers_of(s.workers, s.trainers)
+    scoring = tournament_scoring_s(s.cal, s.kind, s.tournament_size, k) / s.round_size
+    A, B = _tournament_terms(s)
+    step = s.local + A * s.alpha + B * s.beta + scoring
+    mailbox = mailbox_busy_s(k, s.n_bytes, s.beta) / s.round_size    # per step, the mailbox's share of a round
+    samples = s.workers * s.per_worker
+    return (samples / mailbox, "server") if mailbox > step else (samples / step, None)
 
 
 def _host_rate(s: _Step) -> Rate:

@@ -56,7 +56,15 @@ from .. import measure
 from ..config import ConfigError
 from ..config.registry import specs
 from ..measure import duration_text as _ms
-from .costmodel import BYTES_PER_PARAM, NETWORKS, allreduce_of, compressed_terms, exchange_terms, n_params_of
+from .costmodel import (
+    BYTES_PER_PARAM,
+    NETWORKS,
+    allreduce_of,
+    compressed_terms,
+    exchange_terms,
+    n_params_of,
+    trainers_knob,
+)
 
 MEASURE_ONE = "workbench explain ONE_WORKER_RUN THIS_RUN"   # what measures a lone run's 1-worker step
 TARGET = 1.5          # "N workers beat one by 1.5x": the speed-up the crossover predictions aim at
@@ -397,7 +405,8 @@ def _terms(n: RunSteps) -> tuple[float, float]:
     try:
         t = exchange_terms(n.algorithm, n.workers, n.n_bytes, tau=int(cfg.get("tau") or 1),
                            round_size=int(cfg.get("round_size") or 50), compression=cfg.get("compression") or "none",
-                           topology=cfg.get("topology") or "ring", allreduce=_allreduce(n), **knobs)
+                           topology=cfg.get("topology") or "ring", allreduce=_allreduce(n),
+                           **trainers_knob(n.algorithm, cfg), **knobs)
     except (ConfigError, ValueError, TypeError):
         return 0.0, 0.0
     return t if t is not None else (0.0, 0.0)

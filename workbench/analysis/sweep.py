@@ -412,9 +412,11 @@ def fit_cost_model(results: Sequence[RunResult], table: pd.DataFrame, config: Ru
     cal = costmodel.calibrate(list(results), link=link)
     ran_on = {costmodel.run_allreduce(r.summary) for r in results}
     top = max(64, 8 * max(workers))
-    pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top]})
     knobs = {"tau": config.tau, "round_size": config.round_size, "tournament_size": config.tournament_size,
-             "optimizer": config.optimizer, "accumulate": config.accumulate}
+             "optimizer": config.optimizer, "accumulate": config.accumulate,
+             **costmodel.trainers_knob(config.algorithm, config)}
+    every = knobs.get("trainers", 1)           # LTFB's trainers divide every worker count, as in its runs
+    pred_ws = sorted({workers[0], *[2 ** k for k in range(21) if workers[0] <= 2 ** k <= top and 2 ** k % every == 0]})
     predicted = costmodel.predict(cal, config.algorithm, pred_ws, config.batch_size, mode,
                                   networks=[costmodel.MEASURED, network], **knobs)
     measured = {"allreduce": ran_on.pop()} if len(ran_on) == 1 else {}

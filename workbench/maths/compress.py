@@ -313,6 +313,51 @@ def powersgd_bytes(shapes: list[tuple[int, ...]], rank: int) -> tuple[int, int]:
 
 
 
+def powersgd_work(shapes: list[tuple[int, ...]], rank: int, error_feedback: bool = True) -> tuple[float, float]:
+    """(FLOPs, bytes through memory) of one worker's PowerSGD step beyond its gradient and its
+    update, counted as `algorithms.compressed` does it. Per matrix M of `matrix_shape` (a, b),
+    a <= b, r = min(rank, a):
+
+        P = M Q, Q = M^T P, the approximation P Q_sum^T     3 x 2 a b r FLOPs
+        orthonormalising the summed P (a x r; reduced QR:    4 a r^2 - 4/3 r^3 (Householder, and
+          LAPACK's geqrf then orgqr forming Q)                 forming Q: twice 2 a r^2 - 2/3 r^3)
+        error feedback: P Q_i^T and M minus it              2 a b r + a b
+
+    and, in float32 passes over the matrix's entries: M read by each product (2), the
+    approximation written (1) and copied into the summed vector (2, 4 for a layer stored
+    transposed, a > b as stored: its transpose is copied first); with error feedback the memory
+    accumulating the gradient (read both, write: 3), P Q_i^T written (1), M minus it (3) and
+    copied into the memory (2, or 4 transposed). A vector layer is copied into the first
+    exchange's buffer and out of its sum (4 passes), and with error feedback accumulated (3)
+    and cleared (1). At rank 4 a product does 2 r = 8 FLOPs per 4-byte entry read: every
+    device here is bound by its memory bandwidth there, not its FLOPs.
+
+    >>> f, b = powersgd_work([(64, 128)], 4, error_feedback=False)   # 6 x 64 x 128 x 4 + 4 x 64 x 16 - 4/3 x 64
+    >>> round(f, 2), b                                                # 5 passes of 8192 floats
+    (200618.67, 163840.0)
+    >>> f, b = powersgd_work([(128, 64), (64,)], 4)   # + 8 x 64 x 128 + 8192; (7 + 11) x 8192 + 8 x 64 floats
+    >>> round(f, 2), b
+    (274346.67, 591872.0)
+    """
+    flops = 0.0
+    passes = 0.0          # float32 entries moved, counted in passes over each layer's entries
+    for shape in shapes:
+        size = float(np.prod(shape))
+        ms = matrix_shape(tuple(shape))
+        if ms is None:
+            passes += size * (4 + (4 if error_feedback else 0))
+            continue
+        a, b = ms
+        r = min(int(rank), a)
+        transposed = shape[0] > int(np.prod(shape[1:]))
+        flops += 3 * 2.0 * a * b * r + 4.0 * a * r * r - 4.0 / 3.0 * r ** 3
+        passes += size * (5 + (2 if transposed else 0))
+        if error_feedback:
+            flops += 2.0 * a * b * r + a * b
+            passes += size * (3 + 1 + 3 + 2 + (2 if transposed else 0))
+    return flops, passes * FLOAT_BYTES
+
+
 def payload(kind: str, n: int, *, ratio: float = 0.01, levels: int = 16, rank: int = 4,
             shapes: list[tuple[int, ...]] | None = None) -> tuple[float, bool, int]:
     """What one worker's compressed gradient of n float32 entries costs on the wire:

@@ -8,7 +8,9 @@ One `SimCosts` per run, from the config and the model:
   published network's `speed_factor` calibrates it to measured throughputs), the
   weights' traffic through memory (roofline), the device's per-step overhead, and the
   optimiser update (`update_passes` over the parameters: 3 for sgd, 7 for adamw and lars,
-  11 for lamb, `maths.optim.UPDATE_PASSES`); a partition of a chip (`partitions`,
+  11 for lamb, `maths.optim.UPDATE_PASSES`), and a compressed exchange's own work on the
+  worker (PowerSGD's products, QR and error feedback on the timing model's tensors,
+  `compression_work`, at the device's roofline); a partition of a chip (`partitions`,
   `profiles.ChipPartition`) charges its own per-layer model of the chip's cores and memory
   instead of the roofline of the whole step; with `jitter` the charge is
   scaled by a seeded Gamma factor of mean 1 and that coefficient of variation (stragglers);
@@ -112,6 +114,12 @@ class SimCosts:
     # matrices' rows and columns times the rank: GPT-2 124M's at rank 4 is 135x smaller than its
     # vector, the small GPT's 9.7x, and scaling the small one's share charged GPT-2 14x its bytes
     payload_scale: float = 0.0
+    # a compressed exchange's own work on the worker each step, on the timing model's tensors
+    # (`maths.compress.powersgd_work`: PowerSGD's products, its QR and error feedback), charged
+    # with the step's compute at the device's roofline (`compress_s`); 0: none (until 2026-12-07
+    # PowerSGD's was free: 8.9 ms a step of GPT-2 124M at rank 4 on a V100, 8.05 GB of passes)
+    compress_flops: float = 0.0
+    compress_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         self.rngs = [np.random.default_rng([self.seed, rank, 17]) for rank in range(len(self.devices))]
@@ -136,7 +144,7 @@ class SimCosts:
         dev = self.devices[rank]
         pieces = micro_batches(samples, self.accumulate) if self.accumulate > 1 else [(0, samples)]
         busy = sum(self._pass(dev, hi - lo) for lo, hi in pieces)
-        t = busy + self.update(rank)
+        t = busy + self.update(rank) + self.compress_s(rank)
         if self.jitter:
             k = 1.0 / self.jitter ** 2
             t *= float(self.rngs[rank].gamma(k, 1.0 / k))
@@ -158,9 +166,25 @@ class SimCosts:
         times = [self._pass(dev, hi - lo) for lo, hi in pieces]
         return times[-1] / sum(times)
 
+    def compress_s(self, rank: int) -> float:
+        """A step's compression work on `rank` (`compress_flops`, `compress_bytes`): the
+        device's roofline, max(FLOPs / rate, bytes / memory bandwidth); a chip's partition
+        at its chip's."""
+        if not self.compress_flops and not self.compress_bytes:
+            return 0.0
+        dev = self.devices[rank]
+        return getattr(dev, "chip", dev).compute_s(self.compress_flops, self.compress_bytes)
+
     def update(self, rank: int) -> float:
         """The optimiser's update on the worker: `update_passes` over the parameters."""
         return self.update_passes * self.vector_bytes / self.devices[rank].mem_bw
+
+    def score(self, rank: int, samples: int) -> float:
+        """Virtual seconds of scoring a model on `samples` rows (LTFB's tournament score,
+        `Evaluator.accuracy`): a forward pass, the forward's share (`forward_share`) of a
+        training pass over as many rows, its call's overhead included (the cost model's
+        `costmodel.tournament_scoring_s` charges the same third of its calibrated pass)."""
+        return self._pass(self.devices[rank], samples) * self.forward_share()
 
     def forward_share(self) -> float:
         """Share of compute before the backward pass starts (forward = 1/3 of the FLOPs)."""
@@ -360,7 +384,35 @@ def make_costs(config: Any, model: Any, kinds: list[str], data: Any = None, link
                      shm_capacity=spec.comm_elems(timing.n_params, len(kinds)) if spec else 0)
     costs.charged_by = charged_by
     costs.payload_scale = powersgd_scale(config, model, timing)
+    costs.compress_flops, costs.compress_bytes = compression_work(config, model, timing)
     return costs
+
+
+def compression_work(config: Any, model: Any, timing: Any) -> tuple[float, float]:
+    """(FLOPs, bytes) of a worker's compression work a step (`maths.compress.powersgd_work`):
+    PowerSGD's on the timing model's own tensors where they are listed (the language
+    models), else on the trained model's, scaled as its vector to the timing model's (as the
+    payload is, `powersgd_scale`); (0, 0) for another compression (their work is a pass or two
+    over the vector, not charged) or a model without a `layout()`.
+
+    >>> from types import SimpleNamespace as N
+    >>> from workbench.sim.timing_models import TIMING_MODELS
+    >>> cfg = N(compression="powersgd", compression_rank=4, error_feedback=True, timing_model="gpt2-124m")
+    >>> f, b = compression_work(cfg, None, TIMING_MODELS["gpt2-124m"])
+    >>> round(f / 1e9, 2), round(b / 1e9, 2)    # GFLOP, GB
+    (4.1, 8.05)
+    """
+    if config.compression != "powersgd":
+        return 0.0, 0.0
+    rank, feedback = config.compression_rank, bool(getattr(config, "error_feedback", True))
+    if config.timing_model and timing.tensor_shapes:
+        return C.powersgd_work(list(timing.tensor_shapes), rank, feedback)
+    layout = getattr(model, "layout", None)
+    if not callable(layout):
+        return 0.0, 0.0
+    flops, nbytes = C.powersgd_work([tuple(s) for _, s in layout()], rank, feedback)
+    scale = timing.n_params / model.n_params if model.n_params else 1.0
+    return flops * scale, nbytes * scale
 
 
 def powersgd_scale(config: Any, model: Any, timing: Any) -> float:

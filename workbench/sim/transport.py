@@ -557,6 +557,28 @@ class SimModel:
         return out
 
 
+class SimEvaluator:
+    """A worker's evaluator whose tournament score (`accuracy`, what LTFB's leader scores its
+    own and its partner's model by) charges virtual time, a forward pass over the rows
+    (`SimCosts.score`), as a real leader spends it (LTFB books it in the step's compute_s).
+    The run's evaluations at eval steps (`__call__`, `partial`) are charged as before."""
+
+    def __init__(self, evaluator: Any, proc: VProc, costs: SimCosts, rank: int):
+        self._evaluator, self._proc, self._costs, self._rank = evaluator, proc, costs, rank
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._evaluator, name)
+
+    def __call__(self, params: Any) -> dict[str, float]:
+        return self._evaluator(params)
+
+    def accuracy(self, params: Any, X: Any, y: Any) -> float:
+        out = self._evaluator.accuracy(params, X, y)
+        self._proc.charge(self._costs.score(self._rank, X.shape[0]))
+        self._proc.now()
+        return out
+
+
 # ------------------------------------------------------------------------------ the transport
 class SimTransport(Transport):
     name = "sim"
@@ -689,6 +711,8 @@ class SimTransport(Transport):
         cost more than their steps, in the driver and in the monitor that drains them), each
         worker at its own phase of that interval (`next_flush`), so they arrive spread out."""
         ctx.model = SimModel(ctx.model, proc, costs, rank, pool)
+        if ctx.evaluator is not None:
+            ctx.evaluator = SimEvaluator(ctx.evaluator, proc, costs, rank)
         save = ctx.save_state
 
         def saving(step: int, state: dict, tag: str | None = None) -> None:   # the jitter's generator too
