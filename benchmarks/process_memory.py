@@ -126,6 +126,9 @@ except Exception as exc:
 result["run_s"] = round(time.time() - t0, 1)
 time.sleep(0.3)
 stop.set()
+if args["path"] == "processes":   # its workers end with it, so the cgroup can be removed
+    from workbench.execution.cluster import close_client
+    close_client(cluster)
 MB = 1 / 2**20
 table = {}
 for (ph, pid), m in peaks.items():
@@ -204,10 +207,12 @@ def main() -> None:
         pass
     result.update(oom_kill=oom_kills(cg), rc=proc.returncode, load_before=load, load_after=os.getloadavg()[0],
                   wall_s=round(time.time() - t0, 1), when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    try:
-        cg.rmdir()
-    except OSError:
-        pass
+    for _ in range(50):   # a process of the run may take a moment to leave it
+        try:
+            cg.rmdir()
+            break
+        except OSError:
+            time.sleep(0.2)
     peaks = result.pop("peaks_mb", {})
     print(json.dumps(result))
     for phase, rows in peaks.items():
