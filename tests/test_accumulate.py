@@ -271,8 +271,9 @@ def test_a_run_too_big_for_memory_is_told_the_accumulate_that_fits():
     small = psutil.virtual_memory()._replace(available=2 << 30, total=2 << 30)
     with mock.patch("psutil.virtual_memory", return_value=small), \
             mock.patch("workbench.execution.preflight.limit_budgets", return_value=[]):
-        with pytest.raises(ConfigError, match=r"^accumulate: at least (\d+) for a run that fits in 80% of this "
-                                              r"machine's available memory \(1\.6 GiB of 2\.0 GiB\)") as err:
+        # (each local worker's share of the 2 GiB, beside the client: `cluster.worker_memory_limit`)
+        with pytest.raises(ConfigError, match=r"^accumulate: at least (\d+) for a run that fits in 80% of a "
+                                              r"worker's memory \(0\.7 GiB of 0\.9 GiB\)") as err:
             check_memory(cfg)
         k = int(re.search(r"at least (\d+)", str(err.value)).group(1))
         check_memory(cfg.replace(accumulate=k))                          # it fits
@@ -285,7 +286,11 @@ def test_a_run_too_big_for_memory_is_told_the_accumulate_that_fits():
         with pytest.raises(ConfigError, match=r"^accumulate: at least \d+ for a run that fits"):
             check_memory(cfg.replace(batch_size=1025))
         assert cfg.replace(batch_size=1025).most_accumulate == 512 and cfg.most_accumulate == 512
-        # one simulating process holds every virtual worker's slice at once: there too
+    # one simulating process holds every virtual worker's slice at once: there too (8 slices of 128
+    # sequences: 1.8 GiB in one pass, 1.0 GiB in two, against 90% of 1.5 GiB)
+    smaller = small._replace(available=3 << 29, total=3 << 29)
+    with mock.patch("psutil.virtual_memory", return_value=smaller), \
+            mock.patch("workbench.execution.preflight.limit_budgets", return_value=[]):
         sim = cfg.replace(simulate=True, cpus=8)
         with pytest.raises(ConfigError, match=r"^accumulate: at least 2 for a run that fits"):
             check_memory(sim)
@@ -310,9 +315,9 @@ def test_the_accumulate_refusal_says_the_share_of_the_limit_and_one_row_basis():
             mock.patch("workbench.execution.preflight.limit_budgets", return_value=[]):
         assert MEMORY_SHARE == 0.8
         text = said(RunConfig(**GPT_RUN))
-        assert "fits in 80% of this machine's available memory (1.6 GiB of 2.0 GiB): this one needs about" in text
+        assert "fits in 80% of a worker's memory (0.7 GiB of 0.9 GiB): this one needs about" in text
         need = float(re.search(r"needs about ([\d.]+) GiB", text).group(1))
-        assert 1.6 < need, text                       # the need quoted is over the budget quoted
+        assert 0.7 < need, text                       # the need quoted is over the budget quoted
         big = RunConfig(**{**GPT_RUN, "algorithm": "sgd", "cpus": 1, "batch_size": 20000})
         text = said(big)
         (rows, held), (micro, micro_held) = [(int(r), float(g)) for r, g in

@@ -62,8 +62,10 @@ def test_every_run_sets_its_workers_blas_threads_by_the_one_rule_and_counts_its_
 
 def test_each_worker_gets_its_share_of_the_memory(client):
     from distributed.system import MEMORY_LIMIT
+
+    from workbench.execution.preflight import beside_workers
     limits = [w["memory_limit"] for w in workers_of(client)]
-    assert limits == [MEMORY_LIMIT // 2] * 2
+    assert limits == [(MEMORY_LIMIT - beside_workers()) // 2] * 2   # what lives beside them set aside first
 
 
 _ONE_CPU_CLUSTER = """
@@ -89,7 +91,8 @@ def test_on_one_cpu_two_workers_each_get_half_the_memory_not_all_of_it():
     assert proc.returncode == 0, proc.stderr[-3000:]
     cpus, total, *limits = map(int, proc.stdout.split())
     assert cpus == 1
-    assert limits == [total // 2, total // 2]
+    from workbench.execution.preflight import beside_workers
+    assert limits == [(total - beside_workers(jupyter=False)) // 2] * 2   # the kernel beside them set aside
 
 
 @pytest.mark.slow

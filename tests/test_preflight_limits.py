@@ -12,6 +12,7 @@ import os
 import resource
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -116,15 +117,104 @@ def test_ulimit_v_bounds_each_process(monkeypatch, no_limits):
 
 
 def test_the_cgroup_limit_bounds_the_client_and_the_local_workers_together(monkeypatch, no_limits):
-    """Two local workers and the client share one cgroup: a limit that holds one copy of
-    the run but not three (less one process's overhead) is refused; one worker less fits."""
+    """Two local workers, the client and what lives beside them share one cgroup: refused
+    just past `CGROUP_SHARE` of the limit (the workers' own limits large: only the sum binds),
+    run just under it, and one worker less fits the limit that refused two."""
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
     cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), epochs=1)
-    est = P.memory_estimate(cfg)["total"]
-    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: int(2.0 * est / P.MEMORY_SHARE))
+    need = P.processes_need(P.memory_estimate(cfg), 2)
+    big = [1 << 40, 1 << 40]
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: int(need / P.CGROUP_SHARE) - MIB)
     with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg, workers_memory=big)
+    # the 2 worker processes' own 272 MiB are more than the run's 198: fewer workers is the fix named
+    assert e.value.field == "cpus" and "90% of this cgroup's memory limit" in str(e.value)
+    P.check_memory(cfg.replace(cpus=1), workers_memory=big[:1])   # client + 1 worker
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: int(need / P.CGROUP_SHARE) + MIB)
+    P.check_memory(cfg, workers_memory=big)
+
+
+# Measured on 2026-12-07 in real memory cgroups (benchmarks/process_memory.py, docs/binder.md):
+# sync_sgd on digits, 2 local Dask workers pinned to one CPU, 60 steps of batch 64. hidden:
+# (the larger worker's peak rss, the cgroup's peak charge), in MiB; load average 7-24.
+MEASURED = {(): (120, 297), (2048, 2048): (299, 611), (2560, 2560): (368, 763), (3072, 3072): (498, 968),
+            (4096, 4096): (797, 1469)}
+
+
+@pytest.mark.parametrize("hidden", list(MEASURED))
+def test_the_estimate_follows_the_measured_processes(monkeypatch, hidden):
+    """The arithmetic of the estimate from its measured parts, and how it compares with what
+    the processes took: the processes' sum (what the OOM killer holds to the cgroup's limit)
+    above the cgroup's peak and within 1.6x of it; a worker (held to 80% of its Dask limit,
+    where Dask pauses it; Dask restarts it at 95%) within 2% below and 1.5x above its peak rss.
+    The 250 MB charged each process before 2026-12-07 made the 4.35M-parameter run 1.1 GiB,
+    1.8x its 611 MB, and refused it on a 1 GB Binder."""
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)   # a script's client: no Jupyter server beside
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=hidden or None, steps=60)
+    est = P.memory_estimate(cfg)
+    worker, cgroup = (m * MIB for m in MEASURED[hidden])
+    assert est["total"] == est["data"] + est["params"] + est["activations"] + (96 + 40) * MIB
+    client = est["data"] + est["params"] // 2 + est["eval_activations"]
+    need = P.processes_need(est, 2)
+    assert need == (144 + 40) * MIB + client + 2 * (est["total"] - 40 * MIB)
+    assert 0.98 * worker <= est["total"] <= 1.5 * worker
+    assert cgroup <= need <= 1.6 * cgroup
+
+
+def test_worker_threads_are_checked_as_one_process(monkeypatch, no_limits):
+    """On threads (`cluster="threads"`) the workers live in this process: the dataset once,
+    no worker processes. In 1 GiB the 9.7M-parameter run fits there and not on 2 worker
+    processes; at 17M the refusal names `cpus` (fewer worker threads)."""
+    import workbench.api as api
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: 1024 * MIB)
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(3072, 3072), steps=60)
+    P.check_memory(cfg, threads=True)
+    with pytest.raises(ConfigError, match="^hidden: .* a worker's memory"):
         P.check_memory(cfg)
-    assert "cgroup's memory limit" in str(e.value)
-    P.check_memory(cfg.replace(cpus=1))   # client + 1 worker: 2 copies less the overhead < 2
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg.replace(hidden=(4096, 4096)), threads=True)
+    assert str(e.value).startswith("cpus: fewer worker threads: 2 need about 1.3 GiB in this process, more than 90% "
+                                   "of this cgroup's memory limit") and str(e.value).endswith("got 2")
+    assert api._on_threads("threads") and not api._on_threads(None)
+
+
+def test_each_workers_share_leaves_room_for_what_lives_beside_them(monkeypatch):
+    """A local worker's limit is its share of what the kernel (with the scheduler and the
+    nannies), the shared libraries and, in Jupyter, the server leave: in 1 GiB, 420 MiB
+    each of 2 from a script, 356 MiB in a notebook (512 before, as if the workers were alone)."""
+    from workbench.execution import cluster
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert P.beside_workers() == 184 * MIB
+    assert cluster.worker_memory_limit(2, total=1024 * MIB) == 420 * MIB
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert P.beside_workers() == (184 + 128) * MIB
+    assert cluster.worker_memory_limit(2, total=1024 * MIB) == 356 * MIB
+    assert cluster.worker_memory_limit(2, total=400 * MIB) == 100 * MIB   # never under half the limit shared out
+
+
+def test_a_1_gib_cgroup_takes_the_run_that_fit_it_and_refuses_one_that_would_not(monkeypatch, no_limits):
+    """The 4.35M-parameter run that peaked at 611 MB in a real 1 GiB cgroup is taken (it was
+    refused at 1.1 GiB); at 6.7M parameters a worker would pass Dask's 80% of its 420 MiB share,
+    and the refusal names the field, its value and the limit, in one line. Under 2 GiB the
+    17M-parameter run's processes do not fit 90% of it together."""
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: 1024 * MIB)
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), steps=60)
+    P.check_memory(cfg)
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg.replace(hidden=(2560, 2560)))
+    text = str(e.value)
+    assert e.value.field == "hidden" and len(text.splitlines()) == 1
+    assert text.startswith("hidden: a size whose run fits in 80% of a worker's memory (0.3 GiB of 0.4 GiB): this "
+                           "one needs about 0.4 GiB (6,748,170 parameters"), text   # 336 of 420 MiB; 423
+    assert text.endswith("got [2560, 2560]")
+    monkeypatch.setattr(P, "cgroup_memory_limit", lambda: 2048 * MIB)
+    P.check_memory(cfg.replace(hidden=(3072, 3072)))
+    with pytest.raises(ConfigError) as e:
+        P.check_memory(cfg.replace(hidden=(4096, 4096)))
+    assert str(e.value).startswith("hidden: a size whose run fits in 90% of this cgroup's memory limit "), str(e.value)
+    assert "(1.8 GiB of 2.0 GiB): this one needs about 2.0 GiB (17,088,522 parameters" in str(e.value)
 
 
 def test_the_limits_are_read_from_the_system(monkeypatch, tmp_path):
@@ -164,18 +254,18 @@ def test_a_limit_set_below_the_root_cgroup_is_found_and_shared_out(monkeypatch, 
     monkeypatch.setattr(machine, "CGROUP_ROOT", str(root), raising=False)
     monkeypatch.setattr(P, "CGROUP_LIMIT_FILES", (str(root / "memory.max"),))
     assert P.cgroup_memory_limit() == 2048 * MIB
-    assert cluster.worker_memory_limit(2) == 1024 * MIB
+    assert cluster.worker_memory_limit(2) == (2048 * MIB - P.beside_workers()) // 2   # beside the kernel
     # cgroup v1: the memory controller's own hierarchy, the limit on the cgroup itself
     (root / "memory" / "slurm" / "job_7").mkdir(parents=True)
     (root / "memory" / "memory.limit_in_bytes").write_text(f"{(1 << 63) - 4096}\n")   # v1's "unlimited"
     (root / "memory" / "slurm" / "job_7" / "memory.limit_in_bytes").write_text(f"{1024 * MIB}\n")
     (tmp_path / "cgroup").write_text("5:cpu,cpuacct:/slurm/job_7\n4:memory:/slurm/job_7\n")
     assert P.cgroup_memory_limit() == 1024 * MIB
-    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(2048, 2048), epochs=1)
-    assert P.memory_estimate(cfg)["total"] * 3 > 0.8 * 1024 * MIB      # three copies (client, 2 workers) do not fit
-    with pytest.raises(ConfigError) as e:
+    cfg = RunConfig(algorithm="sync_sgd", dataset="digits", cpus=2, hidden=(3072, 3072), epochs=1)
+    with pytest.raises(ConfigError) as e:   # each worker's share of the 1 GiB found below the root
         P.check_memory(cfg)
-    assert "cgroup's memory limit" in str(e.value) and "1.0 GiB" in str(e.value)
+    share = cluster.worker_memory_limit(2, total=1024 * MIB)
+    assert f"a worker's memory ({P._gib(0.8 * share)} of {P._gib(share)})" in str(e.value)
 
 
 def test_a_real_ulimit_v_is_refused_with_one_line(tmp_path):

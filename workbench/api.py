@@ -59,7 +59,7 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
     config = _checked_args(config, cluster, on_record, should_stop)
     _check_cluster_answers(cluster, config)   # before preflight builds the data and the model
     if checked is None:
-        warnings = preflight(config, overwrite=overwrite, shm=_shm_is_here(cluster))
+        warnings = preflight(config, overwrite=overwrite, shm=_shm_is_here(cluster), threads=_on_threads(cluster))
         for message in warnings:
             _warnings.warn(message, RunWarning, stacklevel=2)
     else:
@@ -280,7 +280,7 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
                        f"got {str(d / 'steps.csv')!r}")
     config = config.replace(out=str(final_dir(d)))
     _check_cluster_answers(cluster, config)
-    warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster))
+    warnings = preflight(config, overwrite=True, shm=_shm_is_here(cluster), threads=_on_threads(cluster))
     return d, found, config, [*refused, *warnings]
 
 
@@ -407,6 +407,14 @@ def _spec(config: RunConfig) -> Any:
 
 class RunWarning(UserWarning):
     """A run whose settings make its algorithm pointless (it still runs)."""
+
+
+def _on_threads(cluster: Any) -> bool:
+    """Whether the run's workers are threads of this process (`cluster="threads"`, or the
+    transport `transport_for` chose for it): the memory check counts one process."""
+    from .execution.transports.base import Transport
+    return (isinstance(cluster, str) and cluster == "threads") or (
+        isinstance(cluster, Transport) and getattr(cluster, "name", None) == "threads")
 
 
 def _shm_is_here(cluster: Any) -> bool:

@@ -192,26 +192,37 @@ def gpu_tagging(base: type) -> type:
     return _GPU_TAGGING[base]
 
 
-def worker_memory_limit(n_workers: int, total: int | None = None) -> int:
+def worker_memory_limit(n_workers: int, total: int | None = None, beside: int | None = None) -> int:
     """Each local worker's memory limit in bytes: its share of the memory this process tree
     may use (`total`; default the smaller of Dask's `distributed.system.MEMORY_LIMIT`, which
     reads the machine's memory and the root cgroup's limit, a container's, and the limits of
     the cgroups above this process's own, `util.machine.cgroup_memory_limit`: a batch job's
-    or a systemd scope's, which Dask does not see), whatever the CPU count.
+    or a systemd scope's, which Dask does not see), whatever the CPU count, once what lives
+    beside the workers in it is set aside (`beside`; default `util.machine.beside_workers()`:
+    the kernel with the scheduler and the nannies, the libraries' shared pages, a Jupyter
+    server), never less than half of `total` shared out.
 
     Dask's own "auto" gives each worker total * min(1, threads / cores): on one CPU, as
     Binder gives, that is the whole container for every worker, so Dask cannot pause or
-    restart a worker before the container's limit kills the pod.
+    restart a worker before the container's limit kills the pod. Shared out without what
+    lives beside them, 2 workers in 1 GiB got 512 MiB each, 1 GiB together beside a kernel
+    of 130 MB and more: Dask's thresholds came after the container's limit.
 
-    >>> worker_memory_limit(2, total=2_000_000_000), worker_memory_limit(3, total=10)
+    >>> worker_memory_limit(2, total=2_000_000_000, beside=0), worker_memory_limit(3, total=10, beside=0)
     (1000000000, 3)
+    >>> worker_memory_limit(2, total=1 << 30, beside=184 << 20) >> 20   # Binder's 1 GiB, beside a script's client
+    420
     """
     if total is None:
         from distributed.system import MEMORY_LIMIT
 
         from ..util.machine import cgroup_memory_limit
         total = min(MEMORY_LIMIT, cgroup_memory_limit() or MEMORY_LIMIT)
-    return max(1, int(total) // max(1, n_workers))
+    if beside is None:
+        from ..util.machine import beside_workers
+        beside = beside_workers()
+    total = int(total)
+    return max(1, max(total - int(beside), total // 2) // max(1, n_workers))
 
 
 def make_cluster(gpus: int | str = "auto", cpus: int = 2, *, threads_per_worker: int = 1,

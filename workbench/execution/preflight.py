@@ -20,18 +20,23 @@ import numpy as np
 from ..config import ConfigError, RunConfig, is_text_dataset
 from ..config.registry import specs
 from ..maths.protocol import check_model
+from ..util.machine import SHARED_PAGES, WORKER_PRIVATE, beside_workers
 
 MAX_EXCHANGE_S = 60.0          # the network emulator may slow an exchange to this, not more
-WORKER_OVERHEAD = 250 << 20    # a worker process before it loads anything (Python, NumPy, Dask)
-# Address space a Dask process maps beyond what it uses (thread stacks, glibc's per-thread
-# arenas): a digits run of 2 workers under `ulimit -v` failed to start threads at 800 MB
-# and ran at 1000 MB.
-DASK_ADDRESS_SPACE = 512 << 20
-MEMORY_SHARE = 0.8             # of a worker's memory the estimate may fill
+# What the processes of a run hold before its data and model: measured, in `util.machine`
+# (WORKER_PRIVATE, SHARED_PAGES, KERNEL_PRIVATE, JUPYTER_SERVER; `beside_workers`).
+WORKER_OVERHEAD = WORKER_PRIVATE + SHARED_PAGES   # a worker as its own rss counts it (Dask's limit): 118-120 MB
+# Address space a Dask process maps beyond what it has resident (thread stacks, glibc's
+# per-thread arenas): a digits run of 2 workers under `ulimit -v` failed to start threads at
+# 800 MB and ran at 1000 MB (this and WORKER_OVERHEAD: 762 MiB, as before the overhead was measured).
+DASK_ADDRESS_SPACE = (762 << 20) - WORKER_OVERHEAD
+MEMORY_SHARE = 0.8             # of a worker's memory (Dask pauses a worker at 80%) or an address space the estimate may fill
+CGROUP_SHARE = 0.9             # of a cgroup's or the machine's memory the processes' sum may fill: its parts are
+#                                upper bounds of what was measured (1.5x at 4.35M parameters); 10% for what the
+#                                sum leaves out (the allocator's slack, page cache the kernel must reclaim first)
 
 
-
-def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> list[str]:
+def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True, threads: bool = False) -> list[str]:
     """Raise `ConfigError`/`DataError` for anything that would fail once workers run; return warnings.
 
     Checks the output directory and that a given scheduler answers as one (before anything
@@ -41,7 +46,8 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     and that emulated exchanges end in reasonable time.
     Every call checks again (the CLI hands its result to `api.run(checked=...)` instead).
     `shm=False`: the run maps no shared memory here (the thread transport), so this
-    machine's /dev/shm is not checked.
+    machine's /dev/shm is not checked. `threads`: the workers are threads of this process
+    (`cluster="threads"`), whose memory is checked as one process's.
     """
     if config.out:
         check_out(config.out, overwrite=overwrite)
@@ -53,7 +59,7 @@ def preflight(config: RunConfig, overwrite: bool = False, shm: bool = True) -> l
     problem = Problem.from_config(config)
     plan = problem.plan   # the schedule, from the dataset's entry: a batch larger than the training set is refused
     #                       as that, not as the memory its pass would need
-    check_memory(config, workers_memory=None)   # from the dataset's entry and the model's size: nothing loaded
+    check_memory(config, workers_memory=None, threads=threads)   # from the dataset's entry and the model's size: nothing loaded
     check_timing_model_fits(config)
     data, model = problem.data, problem.model   # loads and checks the data
     params = check_model(model, data.X_train, data.y_train, config, seed=config.seed)   # one step: the protocol
@@ -251,43 +257,49 @@ def pass_rows(config: RunConfig) -> int:
     return -(-slice_rows(config) // config.accumulate)
 
 
-def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -> dict[str, int]:
+def check_memory(config: RunConfig, workers_memory: list[float] | None = None,
+                 threads: bool = False) -> dict[str, int]:
     """Raise ConfigError naming the field to shrink when a worker cannot hold the run.
 
     `workers_memory`: each worker's memory limit in bytes (0 or None: unknown); default
-    (a local cluster, or the single-process reference) the machine's memory shared out
-    as Dask's automatic limit does. The client process loads the dataset and the model
-    too, so the machine must also hold one more copy.
+    (a local cluster, or the single-process reference) the machine's or the cgroup's memory
+    shared out as the local cluster shares it (`cluster.worker_memory_limit`). Each worker
+    is held to `MEMORY_SHARE` of its limit with its rss (`memory_estimate`'s total); the
+    processes on this machine together (`beside_workers()`, the client's copy of the dataset,
+    its model checked on one step and an evaluation chunk, each local worker's private pages
+    and its run's) to `CGROUP_SHARE` of the cgroup's limit and of the available memory.
+    A simulated run, or one on `threads` of this process, is one process: the dataset once,
+    each worker's parameter copies and the activations of all their slices at once.
     """
     est = memory_estimate(config)
     import psutil
     machine = psutil.virtual_memory()
-    if config.simulate:
+    if config.simulate or (threads and not specs()[config.algorithm].in_process):
         # One process: the dataset once, each virtual worker its parameter copies, and the
         # activations of all the workers' slices at once (the lockstep and the pool stack
         # every slice of a batch, or its micro-batches, in one pass) or of an evaluation chunk.
         workers = config.n_workers or 1
+        kind = "virtual worker" if config.simulate else "worker thread"
 
         def sim_over(e: dict[str, int]) -> list[tuple[float, float, float, str]]:
             need = (e["data"] + workers * e["params"] + max(workers * e["pass_activations"], e["eval_activations"])
-                    + WORKER_OVERHEAD)
-            budgets = [(need, have, what) for _, have, what in limit_budgets(need, need)]
-            budgets.append((need, machine.available, "this machine's available memory"))
-            return [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
-                    if need > MEMORY_SHARE * have]
+                    + beside_workers())
+            budgets = [(need, have, what, share) for _, have, what, share in limit_budgets(need, need)]
+            budgets.append((need, machine.available, "this machine's available memory", CGROUP_SHARE))
+            return _over(budgets)
         over = sim_over(est)
         if over:
-            _, need, have, what = max(over, key=lambda o: o[0])
-            _refuse_or_accumulate(config, sim_over, what, have, need)
-            alone = est["data"] + est["params"] + est["eval_activations"] + WORKER_OVERHEAD   # any number of workers
-            if alone > MEMORY_SHARE * have:   # fewer workers cannot help: name what makes the size
+            _, need, have, what, share = max(over, key=lambda o: o[0])
+            _refuse_or_accumulate(config, sim_over, what, have, need, share)
+            alone = est["data"] + est["params"] + est["eval_activations"] + beside_workers()   # any number of workers
+            if alone > share * have:   # fewer workers cannot help: name what makes the size
                 field, value = _memory_field(config, est, per_process=True)
-                raise ConfigError(field, f"a size whose run fits in {_share_of(what, have)}: even one virtual "
-                                  f"worker needs about {_gib(alone)} ({_parts(est, est['eval_activations'])} "
+                raise ConfigError(field, f"a size whose run fits in {_share_of(what, have, share)}: even one "
+                                  f"{kind} needs about {_gib(alone)} ({_parts(est, est['eval_activations'])} "
                                   "to score one evaluation chunk)", value)
             field, value = ("cpus", config.cpus) if config.cpus >= (config.gpus or 0) else ("gpus", config.gpus)
-            raise ConfigError(field, f"fewer virtual workers: {workers} need about {_gib(need)} in this process, "
-                              f"more than {_share_of(what, have)} allows", value)
+            raise ConfigError(field, f"fewer {kind}s: {workers} need about {_gib(need)} in this process, "
+                              f"more than {_share_of(what, have, share)} allows", value)
         return est
     local = config.scheduler is None or specs()[config.algorithm].in_process
     dask_here = config.scheduler is None and not specs()[config.algorithm].in_process
@@ -300,34 +312,59 @@ def check_memory(config: RunConfig, workers_memory: list[float] | None = None) -
     n_local = (config.n_workers or 1) if local else 0
     if workers_memory:
         per_worker = min(m for m in workers_memory if m) if any(workers_memory) else None
-    elif local and n_local:
-        per_worker = machine.total / max(n_local, 1)
+    elif local and n_local:   # shared out as the local cluster shares it: what lives beside the workers first
+        from .cluster import worker_memory_limit
+        cgroup = cgroup_memory_limit()
+        per_worker = worker_memory_limit(n_local, total=min(machine.total, cgroup or machine.total))
     else:
         per_worker = None
 
-    def run_over(e: dict[str, int]) -> list[tuple[float, float, float, str]]:
-        # the client (and, locally, every worker) on this machine, against what is available
-        need_here = e["total"] * (n_local + 1) - WORKER_OVERHEAD
-        budgets = [(need_here, machine.available, "this machine's available memory")]
+    def run_over(e: dict[str, int]) -> list[tuple[float, float, float, str, float]]:
+        need_here = processes_need(e, n_local)   # the client (and, locally, every worker) on this machine
+        budgets = [(need_here, machine.available, "this machine's available memory", CGROUP_SHARE)]
         if per_worker:
-            budgets.append((e["total"], per_worker, "a worker's memory"))
+            budgets.append((e["total"], per_worker, "a worker's memory", MEMORY_SHARE))
         budgets += limit_budgets(e["total"], need_here if local else e["total"],
                                  extra=DASK_ADDRESS_SPACE if dask_here else 0)
-        return [(need / (MEMORY_SHARE * have), need, have, what) for need, have, what in budgets
-                if need > MEMORY_SHARE * have]
+        return _over(budgets)
     over = run_over(est)
     if over:   # the tightest limit is the one to name
-        _, need, have, what = max(over, key=lambda o: o[0])
-        _refuse_or_accumulate(config, run_over, what, have, need)
+        _, need, have, what, share = max(over, key=lambda o: o[0])
+        _refuse_or_accumulate(config, run_over, what, have, need, share)
         per_process = "ulimit -v" in what   # more or fewer workers change nothing there
         field, value = _memory_field(config, est, per_process=per_process)
-        raise ConfigError(field, f"a size whose run fits in {_share_of(what, have)}: this one needs about "
+        raise ConfigError(field, f"a size whose run fits in {_share_of(what, have, share)}: this one needs about "
                           f"{_gib(need)} ({_parts(est)})", value)
     return est
 
 
+def processes_need(est: dict[str, int], n_local: int) -> int:
+    """Bytes the processes of a run on this machine hold together at their peak, from a
+    `memory_estimate`: what lives beside the workers (`beside_workers()`), the client's copy
+    (the dataset, half the parameter copies a worker keeps: the model checked on one step and
+    the result, and an evaluation chunk's activations: `check_evaluation` scores one) and each
+    of `n_local` local workers' private pages and its run's (the libraries' shared pages
+    counted once). Measured on digits at 4.35M parameters, 2 workers: 611 MB in the cgroup
+    against 904 MiB here (docs/binder.md).
+
+    >>> est = {"data": 0, "params": 128 << 20, "activations": 64 << 20, "eval_activations": 64 << 20,
+    ...        "total": (192 << 20) + WORKER_OVERHEAD}
+    >>> processes_need(est, 2) >> 20 == (beside_workers() >> 20) + (64 + 64) + 2 * (96 + 192)
+    True
+    """
+    client = est["data"] + est["params"] // 2 + est["eval_activations"]
+    return beside_workers() + client + n_local * (est["total"] - SHARED_PAGES)
+
+
+def _over(budgets: list[tuple[float, float, str, float]]) -> list[tuple[float, float, float, str, float]]:
+    """The budgets a need does not fit, as (need over what it may fill, need, limit, what,
+    share), from (need, limit, what, share)."""
+    return [(need / (share * have), need, have, what, share) for need, have, what, share in budgets
+            if need > share * have]
+
+
 def _refuse_or_accumulate(config: RunConfig, over_of: Callable[[dict[str, int]], list], what: str,
-                          have: float, need: float) -> None:
+                          have: float, need: float, share: float = MEMORY_SHARE) -> None:
     """When a larger `accumulate` (smaller passes, the same steps) makes the run fit, raise
     the ConfigError naming the smallest that does; else return (another field is to blame)."""
     most = config.most_accumulate or slice_rows(config)   # the largest the config accepts
@@ -345,7 +382,7 @@ def _refuse_or_accumulate(config: RunConfig, over_of: Callable[[dict[str, int]],
     # is counted as the data set: a run refuses it, and the message says so)
     larger = (f"; the batch ({config.batch_size} rows) is larger than the training set ({now['n_train']} rows), "
               "which a run refuses" if config.batch_size > now["n_train"] else "")
-    raise ConfigError("accumulate", f"at least {hi} for a run that fits in {_share_of(what, have)}: this one "
+    raise ConfigError("accumulate", f"at least {hi} for a run that fits in {_share_of(what, have, share)}: this one "
                       f"needs about {_gib(need)}, a training pass of {now['pass_rows']} rows "
                       f"{_gib(now['pass_activations'])} of it; in micro-batches of {then['pass_rows']} rows a pass "
                       f"holds {_gib(then['pass_activations'])} (the same steps; or a smaller batch_size{larger})",
@@ -389,8 +426,8 @@ def cgroup_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple[int, int, str]]:
-    """(need, limit, what) for the limits this process lives under: the address-space
+def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple[int, int, str, float]]:
+    """(need, limit, what, share) for the limits this process lives under: the address-space
     limit binds each process (`per_process`: one worker's or the client's need, plus
     `extra` address space mapped but not used), the cgroup's limit all of them on this
     machine together (`together`). Read through `address_space_limit()` and
@@ -398,11 +435,11 @@ def limit_budgets(per_process: int, together: int, extra: int = 0) -> list[tuple
     out = []
     rlimit = address_space_limit()
     if rlimit is not None:
-        out.append((per_process + extra, rlimit, "the address-space limit of one process (ulimit -v)"))
+        out.append((per_process + extra, rlimit, "the address-space limit of one process (ulimit -v)", MEMORY_SHARE))
     cgroup = cgroup_memory_limit()
     if cgroup is not None:
         out.append((together, cgroup, "this cgroup's memory limit (memory.max; memory.limit_in_bytes on cgroup v1), shared by the client and the local "
-                                      "workers"))
+                                      "workers", CGROUP_SHARE))
     return out
 
 
@@ -494,8 +531,9 @@ def _parts(est: dict[str, int], activations: int | None = None) -> str:
 def _memory_field(config: RunConfig, est: dict[str, int], per_process: bool = False) -> tuple[str, Any]:
     """The field to blame: what makes the larger share of the estimate (`per_process`: a
     limit on each process, which the number of workers does not change)."""
-    if not per_process and config.n_workers and WORKER_OVERHEAD > est["data"] + est["params"] + est["activations"]:
-        return "cpus", config.cpus   # mostly per-process overhead: too many workers
+    if not per_process and config.n_workers \
+            and WORKER_OVERHEAD * config.n_workers > est["data"] + est["params"] + est["activations"]:
+        return "cpus", config.cpus   # mostly the worker processes' own memory: too many workers
     if est["activations"] > max(est["data"], est["params"]) and is_text_dataset(config.dataset):
         return "context", config.context   # one sequence's pass (the run tried micro-batches first)
     if est["params"] >= est["data"]:
@@ -513,11 +551,12 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.0f} MiB"
 
 
-def _share_of(what: str, have: float) -> str:
-    """The budget a memory refusal is held to: `MEMORY_SHARE` of the limit, both said
-    ("80% of this machine's available memory (1.6 GiB of 2.0 GiB)"): a need of 2.3 GiB was
+def _share_of(what: str, have: float, share: float = MEMORY_SHARE) -> str:
+    """The budget a memory refusal is held to: `share` of the limit (`MEMORY_SHARE` of a
+    worker's or an address space, `CGROUP_SHARE` of a cgroup's or the machine's), both said
+    ("90% of this machine's available memory (1.8 GiB of 2.0 GiB)"): a need of 2.3 GiB was
     refused against a quoted 2.9 GiB with no word of the share."""
-    return f"{MEMORY_SHARE:.0%} of {what} ({_gib(MEMORY_SHARE * have)} of {_gib(have)})"
+    return f"{share:.0%} of {what} ({_gib(share * have)} of {_gib(have)})"
 
 
 # ------------------------------------------------------------------------------ emulator

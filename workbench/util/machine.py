@@ -110,6 +110,34 @@ def cpu_times(path: str = PROC_STAT, cpus: set[int] | None = None) -> dict[str, 
     return out
 
 
+# What the processes of a run hold before its data and model, measured in real memory cgroups
+# on one CPU (`benchmarks/process_memory.py`; docs/binder.md, "What each process takes",
+# 2026-12-07), each rounded up. Private pages (uss, /proc/PID/smaps_rollup) are a process's
+# own; the libraries' pages are shared by the processes and a cgroup charges them once.
+WORKER_PRIVATE = 96 << 20      # a Dask worker once the run's code is imported (uss 84-86 MB in a tiny run)
+SHARED_PAGES = 40 << 20        # Python's, NumPy's and Dask's library pages (a worker's rss less its uss: 34 MB)
+KERNEL_PRIVATE = 144 << 20     # the client's process (a kernel) with a local cluster's scheduler and nannies and
+#                                the fork server (uss 130 + 7 MB in a tiny run; 87 MB on threads or simulated)
+JUPYTER_SERVER = 128 << 20     # the Jupyter server beside a kernel, in its container (`jupyter server`: rss 113 MB)
+
+
+def beside_workers(jupyter: bool | None = None) -> int:
+    """Bytes that live beside a local cluster's workers in their cgroup (a container's, a
+    job's) before a run loads anything: the client's process with the scheduler and the
+    nannies, the libraries' shared pages (charged once) and, in a Jupyter kernel (`jupyter`;
+    default: whether ipykernel is loaded), the Jupyter server. The one home of that sum: each
+    worker's share of a limit (`execution.cluster.worker_memory_limit`) and the memory check
+    (`execution.preflight`) use it.
+
+    >>> beside_workers(jupyter=False) >> 20, beside_workers(jupyter=True) >> 20
+    (184, 312)
+    """
+    if jupyter is None:
+        import sys
+        jupyter = "ipykernel" in sys.modules
+    return KERNEL_PRIVATE + SHARED_PAGES + (JUPYTER_SERVER if jupyter else 0)
+
+
 PROC_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"
 
