@@ -470,6 +470,93 @@ def test_checkpoints_keep_the_newest_and_say_what_they_cost(tmp_path):
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["checkpoints"]["every"] == 10
 
 
+def test_a_failed_checkpoint_write_counts_it_and_every_later_one_as_missed(tmp_path, monkeypatch):
+    """A checkpoint due and not written is counted, with why, in summary.json and the run's
+    notes (the CLI's line). Before, a failed write left only `stopped` ("checkpoints stopped:
+    ..."), which nothing printed, and said nothing of the checkpoints due after it."""
+    from workbench.execution import saver
+    from workbench.measure import notes
+    whole = wb.run(RunConfig(algorithm="sgd", steps=50, checkpoint_every=10, out=str(tmp_path / "w")), progress=False)
+    assert whole.summary["checkpoints"]["missed"] == 0 and "missed_why" not in whole.summary["checkpoints"]
+    assert not any("checkpoint" in n for n in notes(whole.summary))
+    real = saver.ckpt.write
+
+    def full(directory, step, *args, **kw):
+        if step == 20:
+            raise OSError(28, "No space left on device")
+        return real(directory, step, *args, **kw)
+    monkeypatch.setattr(saver.ckpt, "write", full)
+    r = wb.run(RunConfig(algorithm="sgd", steps=50, checkpoint_every=10, out=str(tmp_path / "r")), progress=False)
+    c = json.loads((tmp_path / "r" / "summary.json").read_text())["checkpoints"]
+    assert c["written"] == 1 and c["last_step"] == 10 and c["stopped"] == "checkpoints stopped: No space left on device"
+    assert c["missed"] == 3 and c["missed_steps"] == [20, 30, 40]
+    assert c["missed_why"] == {"its write failed: No space left on device": 1,
+                               "checkpoints stopped: No space left on device": 2}
+    assert "3 checkpoints due were not written (1 was): 1 because its write failed: No space left on device; 2 " \
+           "because checkpoints stopped: No space left on device" in notes(r.summary)
+
+
+def test_a_wall_clock_checkpoint_a_worker_learned_of_too_late_is_missed_and_one_not_yet_due_is_not(monkeypatch):
+    """Wall-clock checkpoints are asked a little ahead of the furthest step seen; a worker
+    that learns of one after passing its step sends no state, and the checkpoint is dropped
+    for the next. Before, silently, on every transport; now it is `missed`, and why. The
+    saver alone, its clock and the run's rows stood in for (`Saver.maybe_ask`'s rule)."""
+    from types import SimpleNamespace
+
+    from workbench.execution import saver
+    clock = {"t": 0.0}
+    monkeypatch.setattr(saver.time, "perf_counter", lambda: clock["t"])
+    asked = []
+    store = SimpleNamespace(last_step={})
+    setup = SimpleNamespace(size=2, extra={"checkpoint": {"wall": 1.0}}, spec=SimpleNamespace(sync=True),
+                            config=SimpleNamespace(checkpoint_every=1.0))
+    s = saver.Saver(setup, SimpleNamespace(store=store), "unused", SimpleNamespace(request_checkpoint=asked.append),
+                    t_called=0.0)
+
+    def at(t, step):
+        clock["t"], store.last_step = t, {0: step, 1: step}
+        s.maybe_ask()
+    s.maybe_ask()                               # the first call: its clock starts (no step seen yet)
+    at(0.5, 11)                                 # the first steps seen: the rate is measured from here
+    at(1.5, 21)                                 # 10 steps a second: asked 1 s of steps ahead
+    assert asked == [32]
+    s.add({"rank": 0, "step": 32, "time": 1.0, "clock": 1.0, "state": {}})   # rank 1 had passed it: sends none
+    at(2.0, 40)
+    assert s.missed == {} and len(asked) == 1   # (asked again only once the interval has passed)
+    at(2.6, 50)
+    assert len(asked) == 2 and asked[1] > 50 and s.missed == {32: saver.LATE}
+    s.finish()                                  # the run ended at step 50: the second was never due
+    out = s.summary()
+    assert out["missed"] == 1 and out["missed_why"] == {saver.LATE: 1} and out["missed_steps"] == [32]
+    store.last_step = {0: asked[1], 1: asked[1]}   # ... had every worker gone past it, none sending: missed too
+    s.finish()
+    assert s.missed == {32: saver.LATE, asked[1]: saver.LATE}
+
+
+@pytest.mark.cluster
+def test_a_checkpoint_dask_missed_is_counted_as_threads_would_have_written_it(tmp_path, client, monkeypatch):
+    """On Dask a worker keeps its last two states for the client to fetch; one replaced before
+    the client got to it (steps of a millisecond, a busy client) made that checkpoint silently
+    absent: `written` 2 where the same run on threads wrote 3, and nothing said why. Now every
+    transport says the same: written + missed = the checkpoints due (threads' written), and why."""
+    from workbench.execution import saver
+    from workbench.execution.transports.dask import DaskTransport
+    cfg = RunConfig(algorithm="sync_sgd", cpus=2, steps=64, batch_size=32, eval_every=10, checkpoint_every=16,
+                    checkpoint_keep=100)
+    threads = wb.run(cfg.replace(out=str(tmp_path / "t")), cluster="threads", progress=False).summary["checkpoints"]
+    assert threads["written"] == 3 and threads["missed"] == 0
+    fetch = DaskTransport.fetch_state
+
+    def replaced(self, rank, step):   # as `dask_worker.take_state` answers for a state replaced on its worker
+        return None if (rank, step) == (1, 32) else fetch(self, rank, step)
+    monkeypatch.setattr(DaskTransport, "fetch_state", replaced)
+    r = wb.run(cfg.replace(out=str(tmp_path / "d")), cluster=client, progress=False)
+    c = r.summary["checkpoints"]
+    assert r.status == "completed" and c["written"] == 2 and c["missed"] == 1 and c["missed_steps"] == [32], c
+    assert c["missed_why"] == {saver.REPLACED: 1}
+    assert [p.name for p in ckpt.listed(tmp_path / "d")] == ["step-000000000016.npz", "step-000000000048.npz"]
+
+
 def test_no_run_directory_no_checkpoints_and_none_when_asked(tmp_path):
     assert "checkpoints" not in wb.run(RunConfig(algorithm="sgd", steps=20, checkpoint_every=5), progress=False).summary
     r = wb.run(RunConfig(algorithm="sgd", steps=20, checkpoint_every="none", out=str(tmp_path / "r")), progress=False)

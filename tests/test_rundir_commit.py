@@ -180,3 +180,79 @@ def test_result_save_with_overwrite_swaps_the_new_run_in(tmp_path):
     b.save(tmp_path / "r", overwrite=True)
     assert RunResult.load(tmp_path / "r").summary["run_id"] == b.summary["run_id"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+# ------------------------------------------------------------------------------ a run killed before its first checkpoint
+def _killed_before_its_first_checkpoint(d: Path) -> bytes:
+    """`python -m workbench run` (sgd: no cluster) killed with SIGKILL, its whole process group,
+    once it has written step rows and before any checkpoint (one an hour); returns steps.csv."""
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sgd", "--dataset", "digits",
+                             "--model", "softmax", "--epochs", "100000", "--checkpoint-every", "1h", "--no-progress",
+                             "--out", str(d)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    try:
+        spool = d / ".steps-spool" / "step.f64"
+        while not (spool.is_file() and spool.stat().st_size >= 8 * 100):   # (a hundred rows written)
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no step rows in 120 s"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and not (d / "summary.json").exists() and (d / CLAIM).exists()
+    assert not list((d / "checkpoints").glob("*.npz"))
+    return (d / "steps.csv").read_bytes()
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_said_so_and_kept_until_overwritten(tmp_path, capsys):
+    """What a `kill -9` before the first checkpoint leaves (step rows, the claim of a process
+    that is gone, no checkpoint) is a run's computed work. Before: `run --resume` said only
+    "a run directory holding a checkpoint to continue from"; `run --out` there went to `x-2`
+    and said "claimed by another run" (only in summary.json), and so did `--overwrite`, so the
+    killed run's folder could never be reused. Now resume and a new run are refused in one
+    line saying what the folder holds and offering --overwrite, which replaces it in place."""
+    from workbench.apps.cli import main
+    d = tmp_path / "x"
+    rows = _killed_before_its_first_checkpoint(d)
+    assert main(["run", "--resume", str(d), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{d} holds a run killed before its first checkpoint (process " in err, err
+    assert "step rows in steps.csv and no checkpoint to go on from" in err and "--overwrite" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    quick = ["--algorithm", "sgd", "--dataset", "digits", "--model", "softmax", "--steps", "3", "--no-progress"]
+    assert main(["run", *quick, "--out", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: out: a directory that does not hold a run already") and "pass --overwrite" in err
+    assert (d / "steps.csv").read_bytes() == rows and not (tmp_path / "x-2").exists()   # nothing touched
+    assert "which is gone: a run killed before it committed" in results.uncommitted_message(d)
+    assert main(["run", *quick, "--out", str(d), "--overwrite"]) == 0
+    out = capsys.readouterr().out
+    assert f"run directory: {d}\n" in out, out
+    assert not (tmp_path / "x-2").exists() and not (d / CLAIM).exists()
+    assert wb.load(d).summary["steps"] == 3 and len(wb.load(d).steps) == 3
+
+
+def test_a_folder_holding_only_a_killed_runs_claim_is_reused_and_a_live_claim_is_named(tmp_path):
+    """A run killed in its start-up leaves its claim and nothing it computed: the next run
+    given that folder takes it (before: `x-2`, "claimed by another run"), and says so; a
+    folder a live run holds still sends the next one to a sibling, naming the process."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    d = tmp_path / "x"
+    d.mkdir()
+    (d / CLAIM).write_text(str(gone.pid))
+    r = wb.run(RunConfig(**QUICK, out=str(d)), progress=False)
+    assert r.summary["config"]["out"] == str(d) and not (tmp_path / "x-2").exists()
+    assert f"out: {d} held only the claim of a run killed before its first step (process {gone.pid} is gone); " \
+           "reused" in r.summary["warnings"]
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / CLAIM).write_text(str(os.getppid()))   # (a process that is running: this one's parent)
+    r = wb.run(RunConfig(**QUICK, out=str(live)), progress=False)
+    assert r.summary["config"]["out"] == str(tmp_path / "live-2")
+    assert f"out: {live} was claimed by another run (process {os.getppid()}, still running); this run is " \
+           f"written to {tmp_path / 'live-2'}" in r.summary["warnings"]

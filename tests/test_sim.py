@@ -148,6 +148,27 @@ def test_a_killed_worker_fails_a_synchronous_run_cleanly():
     assert res.steps.time.max() <= 0.0005 + 1e-3
 
 
+def test_a_failed_runs_records_stop_at_its_failure():
+    """A synchronous run a fault ended is over: a second fault scheduled later never fires in
+    it. Before, the peers left blocked by the first kill were only told so once nothing else
+    was scheduled, and the second kill was: the virtual clock ran on to it, so worker 2 was
+    recorded lost at 500 ms of a run that ended at 2 ms (its `worker_lost` event, its
+    `lost_workers` entry, "2 of 4 workers lost", the peers' "gone (virtual time 0.5 s)").
+    Oracle: the same run with the first fault alone."""
+    one = run(sim("sync_sgd", cpus=4, fail_worker="1@0.0005", steps=200), progress=False)
+    two = run(sim("sync_sgd", cpus=4, fail_worker="1@0.0005,2@0.5", steps=200), progress=False)
+    assert two.summary["status"] == one.summary["status"] == "failed"
+    assert two.summary["lost_workers"] == one.summary["lost_workers"] == {"1": "virtual worker 1"}
+    end = two.summary["wall_time_s"]
+    assert end == one.summary["wall_time_s"] and end < 0.01
+    assert two.steps.equals(one.steps)
+    events = two.summary["events"]
+    assert [e for e in events if e["time"] > end] == [], events
+    said = lambda evs: sorted((e["event"], str(e["worker"]), e["message"]) for e in evs)   # noqa: E731
+    assert said(events) == said(one.summary["events"])   # (the order of events at one virtual time: the monitor's)
+    assert not any("0.5 s" in e["message"] or "500 ms" in e["message"] for e in events), events
+
+
 @pytest.mark.parametrize("algorithm", ["async_sgd", "easgd"])
 def test_a_killed_worker_leaves_an_asynchronous_run_going(algorithm):
     res = run(sim(algorithm, cpus=4, fail_worker="1@0.0003", steps=60))

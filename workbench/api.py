@@ -66,11 +66,20 @@ def run(config: RunConfig | dict, cluster: Any = None, on_record: OnRecord | Non
         warnings = list(checked)
     claimed = None
     if config.out:   # claimed before training: a second run given the same folder gets out-2, never a clash
-        from .results.rundir import claim_run_dir, final_dir
+        from .results.rundir import claim_pid, claim_run_dir, final_dir, killed_run, killed_text
+        killed = killed_run(config.out)
         claimed = claim_run_dir(config.out, overwrite=overwrite, private=config.out_private)
         if final_dir(claimed) != Path(config.out):   # (a staging directory replaces config.out at the commit)
-            warnings.append(f"out: {config.out} was claimed by another run; this run is written to {claimed}")
+            pid = claim_pid(config.out)
+            warnings.append(f"out: {killed_text(config.out, killed)}; this run is written to {claimed}"
+                            if killed is not None and claim_pid(config.out) == killed["pid"] else
+                            f"out: {config.out} was claimed by another run"
+                            f"{f' (process {pid}, still running)' if pid is not None else ''}; this run is "
+                            f"written to {claimed}")
             config = config.replace(out=str(claimed))
+        elif killed is not None and claimed == Path(config.out):   # it held only a killed run's claim
+            warnings.append(f"out: {config.out} held only the claim of a run killed before its first step "
+                            f"(process {killed['pid']} is gone); reused")
     bar = None
     if progress:
         from .execution.progress import RunProgress, bars_allowed, tee
@@ -247,6 +256,11 @@ def resume_checks(directory: str | Path, cluster: Any = None) -> tuple[Path, Any
     found, refused = ckpt.latest(d)
     if found is None:
         why = f" ({refused[0].removesuffix('; the one before it is used')})" if refused else ""
+        from .results.rundir import killed_run, killed_text
+        killed = killed_run(d) if not refused else None
+        if killed is not None:   # SIGKILL before the first checkpoint: say so, and how to start it again there
+            why = (f" ({killed_text(directory, killed)}; run it again there with its flags and --out {directory} "
+                   "--overwrite, which replaces it once the new run commits)")
         raise ConfigError("resume", f"a run directory holding a checkpoint to continue from{why}", str(directory))
     if (d / "summary.json").is_file():
         try:

@@ -419,7 +419,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     resumed run's segments, how each ended (`segments_note`: its report and `compare` would otherwise show a
     stopped-then-resumed run as one uninterrupted run), a
     resumed run whose steps after the resume are not the bits of the run never stopped (`summary["resumed_note"]`,
-    `api.resumed_note`).
+    `api.resumed_note`), checkpoints that were due and not written (`checkpoints_note`).
 
     >>> notes({"steady": {"reached": True}, "machine_note": "other processes used 1.6 of 2 cores ..."})
     ['other processes used 1.6 of 2 cores ...']
@@ -432,6 +432,26 @@ def notes(summary: dict[str, Any]) -> list[str]:
                         numerics_note(summary.get("numerics")),
                         summary.get("crowding_note"), summary.get("machine_note"), summary.get("busy_note"),
                         segments_note(summary), summary.get("resumed_note")) if n]
+                        summary.get("resumed_note"), checkpoints_note(summary.get("checkpoints"))) if n]
+
+
+def checkpoints_note(checkpoints: dict[str, Any] | None) -> str | None:
+    """How many of a run's checkpoints were due and not written, and why (the summary's
+    `checkpoints`, `execution.saver`); None when none was missed.
+
+    >>> checkpoints_note({"written": 5, "missed": 3, "missed_why": {"a worker had passed its step": 2,
+    ...                                                             "its write failed: No space left": 1}})
+    '3 checkpoints due were not written (5 were): 2 because a worker had passed its step; 1 because its write failed: No space left'
+    >>> checkpoints_note({"written": 5, "missed": 0}) is None
+    True
+    """
+    missed = (checkpoints or {}).get("missed") or 0
+    if not missed:
+        return None
+    why = "; ".join(f"{n} because {what}" for what, n in (checkpoints.get("missed_why") or {}).items())
+    return (f"{missed} checkpoint{'s' if missed != 1 else ''} due {'were' if missed != 1 else 'was'} not written "
+            f"({checkpoints.get('written', 0)} {'were' if checkpoints.get('written', 0) != 1 else 'was'})"
+            + (f": {why}" if why else ""))
 
 
 def steady_throughput(steps: pd.DataFrame) -> float:

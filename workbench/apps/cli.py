@@ -904,6 +904,8 @@ def _report_run(result: Any, config: RunConfig) -> int:
         if line:   # a data file of yours: where its accuracy comes from; a clipping run: how often it clipped
             print(f"  {line}")
     print(f"run directory: {out}")
+    for said in (w for w in s.get("warnings") or [] if w.startswith("out: ")):   # why not (or why again) --out's
+        print(f"  note: {said}")
     last = (s.get("checkpoints") or {}).get("last_step")
     from ..api import resume_refusal
     if s["status"] in ("stopped", "failed") and last is not None \

@@ -385,6 +385,7 @@ def execute(config: RunConfig, transport: Transport, on_record: OnRecord | None 
     extra.setdefault("lr_schedule", plan.schedule_text)
     wall = transport.wall_time(end - t_called)
     if saver is not None:
+        saver.finish()   # (those due and still not written: missed)
         extra["checkpoints"] = saver.summary()
         if extra.get("sim_path") == "lockstep":   # one loop for every worker: no worker's state to take
             extra["checkpoints"]["note"] = ("none on the simulator's lockstep path (no state per worker): "

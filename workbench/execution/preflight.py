@@ -128,7 +128,7 @@ def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run"
     Allowed: a path that does not exist yet and whose nearest existing parent is a
     writable directory, or an existing writable directory that holds no results (no
     summary.json, sweep.csv or grid_runs.csv: `results.rundir.results_held`; for a run, nor a
-    killed run's checkpoints), or (with `overwrite`) holds a `kind`'s results to replace. Another command's results are never
+    killed run's checkpoints or, killed before its first, its step rows: `killed_run`), or (with `overwrite`) holds a `kind`'s results to replace. Another command's results are never
     replaced (a sweep into a run's directory); a sweep or grid into a folder holding run
     directories needs `overwrite` (its points are run directories there). Never creates anything.
     """
@@ -164,6 +164,12 @@ def check_out(out: str | os.PathLike, overwrite: bool = False, kind: str = "run"
                 raise ConfigError("out", "a directory that does not hold a run already (it holds the checkpoints of a "
                                          f"run that was killed, the newest {saved[-1].name}: `run --resume {text}` "
                                          "continues it; pass --overwrite, or overwrite=True, to replace it)", text)
+            from ..results.rundir import killed_run, killed_text
+            killed = killed_run(resolved)
+            if killed is not None and killed["rows"]:   # computed work: never replaced unasked (nor passed over)
+                raise ConfigError("out", f"a directory that does not hold a run already ({killed_text(text, killed)}: "
+                                         "pass --overwrite, or overwrite=True, to replace it, or name another "
+                                         "directory)", text)
         if kind != "run" and not overwrite:   # its points are run directories in it: one there already would be
             #                                   replaced by a point of the same name (a run's w2/ by the sweep's)
             runs = sorted(p.name for p in resolved.iterdir() if p.is_dir() and (p / "summary.json").exists())

@@ -17,6 +17,13 @@ stopped by its own leader: when they ended at different steps no stop checkpoint
 (the last periodic one stands). Nor is one written where rank 0's `early_stop` ended the
 run (its state tagged "early_stopped"): the run completed. Held states are fetched only then: a run that completes
 writes none.
+
+A checkpoint that was due (every worker still in the run went past its step) and was not
+written is *missed*, with why, on every transport alike (`Saver.missed`, the summary's
+`checkpoints.missed` and `missed_why`): a worker that learned of a wall-clock checkpoint
+after it had passed its step (`LATE`), a state its Dask worker had replaced by two newer
+ones (or lost with it) before the client fetched it (`REPLACED`), a write that failed, and each one due after
+checkpoints stopped on a failed write.
 """
 from __future__ import annotations
 
@@ -31,6 +38,12 @@ from .transports.base import RunSetup, Transport
 
 LEAD_S = 1.0      # a wall-clock checkpoint is asked this far ahead of the furthest step seen (at its rate)
 LEAD_STEPS = 2    # ... and at least this many steps ahead
+
+# Why a checkpoint that was due was not written (`Saver.missed`), the summary's words:
+LATE = "a worker had passed its step when the request reached it"
+REPLACED = ("a worker's state for it had left its worker when the client fetched it (replaced by two newer "
+            "ones, or the worker lost)")
+NEVER = "a worker's state for it never came"
 
 
 class Saver:
@@ -50,6 +63,8 @@ class Saver:
         self._asked_at: float | None = None               # wall-clock checkpoints: when the last was asked for
         self._seen: tuple[float | None, float] = (None, 0.0)   # (furthest step seen, when) at that moment
         self._target: int | None = None                   # the step it asked for
+        self.missed: dict[int, str] = {}                  # step -> why its checkpoint, due, was not written
+        self._why: dict[int, str] = {}                    # step -> what went wrong while gathering it
 
     def maybe_ask(self) -> None:
         """Wall-clock checkpoints (`checkpoint_every` in seconds): once that long has passed
@@ -74,13 +89,18 @@ class Saver:
             return   # (the last one asked for is still ahead of every worker: it will come)
         rate = (top - top0) / (now - t0)
         target = int(top) + 1 + max(LEAD_STEPS, math.ceil(rate * LEAD_S))
-        self.pending = {s: got for s, got in self.pending.items() if s > top}   # missed ones: stale
+        stale = [s for s in self.pending if s <= top]   # missed ones: a worker learned of it too late
+        if self._target is not None and self._target not in self.written and self._target not in self.pending:
+            stale.append(self._target)                  # (... every worker did: none sent a state for it)
+        self._drop(stale, LATE)
         self.transport.request_checkpoint(target)
         self._asked_at, self._seen, self._target = now, (top, now), target
 
     def add(self, batch: dict) -> None:
         """One worker's state batch (or the note that its state waits on its worker)."""
         if self.failed is not None:
+            if batch.get("tag") is None and int(batch["step"]) not in self.written:
+                self.missed.setdefault(int(batch["step"]), f"checkpoints stopped: {self.failed}")
             return
         if batch.get("tag") in ("stopped", "ended", "early_stopped"):
             self.ended[int(batch["rank"])] = batch
@@ -90,7 +110,8 @@ class Saver:
             t0 = time.perf_counter()
             state = self.transport.fetch_state(int(batch["rank"]), int(batch["step"]))
             self.write_s += time.perf_counter() - t0      # fetching it is part of what a checkpoint costs here
-            if state is None:   # replaced by a newer one on the worker: that one will complete instead
+            if state is None:   # replaced by newer ones on the worker: a newer checkpoint completes instead
+                self._why.setdefault(int(batch["step"]), REPLACED)
                 return
             batch = {**batch, "state": state}
         step = int(batch["step"])
@@ -130,25 +151,51 @@ class Saver:
                 batch = {**batch, "state": state}
             states[rank] = batch
         self.ended = {}
+        at = max(int(b["step"]) for b in states.values())
+        self._drop([s for s in self.pending if s < at])
         self.pending.clear()
         try:
-            self.write(max(int(b["step"]) for b in states.values()), states)
+            self.write(at, states)
         except OSError as exc:
             self.failed = f"{exc.strerror or exc}"
+            self.missed[at] = f"its write failed: {self.failed}"
         self.write_s += time.perf_counter() - t0
 
     def _complete(self, step: int) -> None:
         got = self.pending.get(step, {})
         if not got or not set(range(self.setup.size)) - self.gone <= set(got):
             return
-        for s in [s for s in self.pending if s <= step]:
-            del self.pending[s]
+        self._drop([s for s in self.pending if s < step])   # every worker went past them: due, and missed
+        self.pending.pop(step, None)
         t0 = time.perf_counter()
         try:
             self.write(step, got)
         except OSError as exc:   # a full disk: the run goes on; its last checkpoint is the one before
             self.failed = f"{exc.strerror or exc}"
+            self.missed[step] = f"its write failed: {self.failed}"
         self.write_s += time.perf_counter() - t0
+
+    def _drop(self, steps: list[int], why: str | None = None) -> None:
+        """Give up on the checkpoints of `steps`: each one every worker still in the run went
+        past (or that a newer one superseded) is missed, with what went wrong gathering it,
+        else `why`, else that a worker's state never came."""
+        for s in sorted(set(steps)):
+            self.pending.pop(s, None)
+            if s in self.written or s in self.missed:
+                continue
+            self.missed[s] = self._why.pop(s, None) or why or NEVER
+
+    def finish(self) -> None:
+        """The run has ended: the checkpoints still gathered that every worker still in the run
+        went past (its last step run is at least theirs) and that are not written are missed;
+        one asked for beyond where a worker ended was never due."""
+        seen = self.collector.store.last_step
+        ranks = [r for r in range(self.setup.size) if r not in self.gone]
+        reached = min((seen.get(r, -math.inf) for r in ranks), default=-math.inf)
+        due = [s for s in {*self.pending, *self._why} if s <= reached]
+        if self._target is not None and self._target <= reached and self._target not in self.pending:
+            self._drop([self._target], LATE)
+        self._drop(due, LATE if (self.setup.extra.get("checkpoint") or {}).get("wall") is not None else None)
 
     def write(self, step: int, states: dict[int, dict]) -> Path:
         """Sync the step rows before `step`, then write the checkpoint of `step`."""
@@ -204,4 +251,11 @@ class Saver:
                                "write_s": self.write_s}
         if self.failed:
             out["stopped"] = f"checkpoints stopped: {self.failed}"
+        out["missed"] = len(self.missed)   # due (every worker went past its step) and not written
+        if self.missed:
+            why: dict[str, int] = {}
+            for step in sorted(self.missed):
+                why[self.missed[step]] = why.get(self.missed[step], 0) + 1
+            out["missed_why"] = why
+            out["missed_steps"] = sorted(self.missed)[:20]   # (the first 20)
         return out

@@ -24,15 +24,67 @@ class UncommittedRunError(FileNotFoundError):
 def uncommitted_message(d: Path) -> str:
     """What an uncommitted run directory holds, in one line."""
     claim = d / CLAIM
-    who = ""
+    who, why = "", "a run still writing, or one stopped mid-save"
     if claim.exists():
-        try:
-            who = f", claimed by process {int(claim.read_text().strip())}"
-        except (OSError, ValueError):
-            who = ", claimed"
+        pid = claim_pid(d)
+        who = ", claimed" if pid is None else f", claimed by process {pid}"
+        if pid is not None and pid != os.getpid() and not pid_alive(pid):
+            who, why = f"{who}, which is gone", "a run killed before it committed"
     kept = sorted(p.name for p in d.iterdir() if p.name in RUN_FILES)
-    return (f"{d}: an uncommitted run directory (no summary.json{who}: a run still writing, or one stopped "
-            f"mid-save); it holds {', '.join(kept) if kept else 'no run files'}")
+    return (f"{d}: an uncommitted run directory (no summary.json{who}: {why}); it holds "
+            f"{', '.join(kept) if kept else 'no run files'}")
+
+
+def claim_pid(d: str | Path) -> int | None:
+    """The process id `d`'s CLAIM marker names (None: no marker, or one not written yet)."""
+    try:
+        return int((Path(d) / CLAIM).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (one of another user's counts: it may be writing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def killed_run(d: str | Path) -> dict | None:
+    """What a run killed before it committed left in `d`: {"pid", "rows" (its step rows),
+    "checkpoints" (how many)}; None unless `d` has no summary.json and its CLAIM marker
+    names a process that is gone (SIGKILL, a crash, a reboot: the marker outlived it)."""
+    d = Path(d)
+    if not d.is_dir() or (d / "summary.json").exists():
+        return None
+    pid = claim_pid(d)
+    if pid is None or pid == os.getpid() or pid_alive(pid):
+        return None
+    spool = d / SPOOL / "step.f64"      # the rows written, as raw float64: 8 bytes each
+    if spool.is_file():
+        rows = spool.stat().st_size // 8
+    else:
+        try:
+            with open(d / "steps.csv", "rb") as f:
+                rows = max(sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) - 1, 0)
+        except OSError:
+            rows = 0
+    return {"pid": pid, "rows": int(rows), "checkpoints": len(list((d / CHECKPOINTS).glob("step-*.npz")))}
+
+
+def killed_text(d: str | Path, killed: dict) -> str:
+    """`killed_run`'s finding in words.
+
+    >>> killed_text("runs/x", {"pid": 41, "rows": 8696, "checkpoints": 0})
+    'runs/x holds a run killed before its first checkpoint (process 41 is gone): 8,696 step rows in steps.csv and no checkpoint to go on from'
+    """
+    rows = killed["rows"]
+    return (f"{d} holds a run killed before its first checkpoint (process {killed['pid']} is gone): "
+            f"{rows:,} step row{'s' if rows != 1 else ''} in steps.csv and no checkpoint to go on from")
 
 
 def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True) -> Path:
@@ -43,8 +95,10 @@ def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True
     is claimed by creating its CLAIM marker exclusively. If either is taken (another run
     claimed it first, or it holds a run and `overwrite` is not set), the first free sibling
     `out-2`, `out-3`, ... is claimed instead, so two runs given the same directory (or the
-    same default name in the same second) never collide. With `overwrite`, a directory
-    holding a committed run (or a killed one's checkpoints) is not touched: the new run is written beside it, in a staging
+    same default name in the same second) never collide. One whose claim outlived its run
+    (`killed_run`: killed before it committed) is a run's when that run left step rows or
+    checkpoints, and is reused when it left nothing. With `overwrite`, a directory
+    holding a committed run (or what a killed one computed) is not touched: the new run is written beside it, in a staging
     directory (`claim_stage`, `.NAME.overwrite-PID-K`), which replaces it only once the new
     run commits (`replace_run_dir`); `final_dir` names where a claimed directory ends up.
     The marker stays until `RunResult.save` has written summary.json (the commit)."""
@@ -56,10 +110,14 @@ def claim_run_dir(out: str | Path, overwrite: bool = False, private: bool = True
             os.mkdir(path, 0o700 if private else 0o777)
             usable = True
         except FileExistsError:
-            committed = (path / "summary.json").exists() or any((path / CHECKPOINTS).glob("step-*.npz"))
+            killed = killed_run(path)   # (its claim outlived it: the step rows it computed are a run's too)
+            committed = (path / "summary.json").exists() or any((path / CHECKPOINTS).glob("step-*.npz")) \
+                or bool(killed and killed["rows"])
             if overwrite and k == 1 and committed and path.is_dir():
                 return claim_stage(path, private)
             usable = path.is_dir() and ((overwrite and k == 1) or not committed)
+            if usable and killed is not None and _take_over(path, private):
+                return path   # a run killed before its first step left only its claim: nothing to lose
         if usable and _take_claim(path, private):
             return path
         k += 1
@@ -76,6 +134,30 @@ def _take_claim(path: Path, private: bool) -> bool:
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
     return True
+
+
+def _take_over(path: Path, private: bool) -> bool:
+    """Replace `path`'s CLAIM marker, whose process is gone, with this process's; False when
+    it is not gone after all, or another run took it over first. Under an exclusive lock on
+    the directory, so two runs taking it over at once cannot both succeed (without `fcntl`:
+    never taken over)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        pid = claim_pid(path)   # read again under the lock: a run that took it over first holds it now
+        if pid is None or pid == os.getpid() or pid_alive(pid):
+            return False
+        (path / CLAIM).unlink(missing_ok=True)
+        return _take_claim(path, private)
+    finally:
+        os.close(fd)   # (releases the lock)
 
 
 _STAGE = re.compile(r"\.(?P<name>.+)\.overwrite-[0-9]+-[0-9]+")
@@ -139,19 +221,9 @@ def reclaim_run_dir(path: str | Path) -> Path:
     the process when a live one holds it (that run is still writing it)."""
     d = Path(path)
     claim = d / CLAIM
-    try:
-        pid = int(claim.read_text().strip())
-    except (OSError, ValueError):
-        pid = None
-    if pid is not None and pid != os.getpid():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
-        else:
-            raise FileExistsError(f"{d}: claimed by process {pid}, which is still running") from None
+    pid = claim_pid(d)
+    if pid is not None and pid != os.getpid() and pid_alive(pid):
+        raise FileExistsError(f"{d}: claimed by process {pid}, which is still running")
     claim.unlink(missing_ok=True)
     if not _take_claim(d, private=not (d.stat().st_mode & 0o077)):
         raise FileExistsError(f"{d}: claimed by another run as this one started")

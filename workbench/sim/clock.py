@@ -12,8 +12,9 @@ same inputs give the same run, bit for bit.
     p = sched.spawn(work, name="0")      # work(proc) runs in a greenlet
     sched.run()                          # until every greenlet has ended
 
-Deadlock (every live worker blocked, nothing scheduled) throws `WorkerLost` into the
-blocked workers (a synchronous peer is gone).
+Deadlock (every live worker blocked, nothing scheduled but faults: `kill`s, which wake
+nobody) throws `WorkerLost` into the blocked workers (a synchronous peer is gone) at that
+moment: a run a fault has ended ends there, and a later fault never fires in it.
 
 A worker may also be a generator (`Task`, `spawn_task`): the simulator's replays run
 thousands of virtual workers' timing without a greenlet each. Where a greenlet worker
@@ -129,6 +130,7 @@ class Scheduler:
         self.now = 0.0
         self.errors: dict[str, BaseException] = {}
         self.between: Callable[[], None] | None = None    # called between events (stop / abort requests)
+        self.kills = 0        # the heap's entries that are `kill`s not yet due: they wake no blocked worker
 
     def spawn(self, fn: Callable[[VProc], Any], name: str) -> VProc:
         if self.driver is None:
@@ -185,15 +187,16 @@ class Scheduler:
         while True:
             if between is not None:
                 between()
-            if not heap:
+            if len(heap) == self.kills:   # nothing scheduled but faults (`kill`s), which wake nobody
                 stuck = [p for p in self.procs if not p.done and p.blocked]
-                if not stuck:
-                    return
-                for p in stuck:   # nobody will ever wake them: their peers are gone
-                    p.blocked = False
-                    self._resume(p, throw=WorkerLost(f"{p.name}: a peer it waits for is gone (virtual "
-                                                     f"time {self.now:.4g} s)"))
-                continue
+                if stuck:   # nobody will ever wake them: their peers are gone. Now, not at a later fault's
+                    for p in stuck:   # time: the run ends here, and a fault after its end never fires in it
+                        p.blocked = False
+                        self._resume(p, throw=WorkerLost(f"{p.name}: a peer it waits for is gone (virtual "
+                                                         f"time {self.now:.4g} s)"))
+                    continue
+                if not heap or all(p.done for p in self.procs):
+                    return    # every worker has ended: a fault due later has nobody left to hit
             t, _, what = pop(heap)
             self.now = t
             kind = what.__class__
@@ -246,10 +249,12 @@ class Scheduler:
         """Make `proc` vanish at virtual time `t`, whatever it is doing then (computing,
         waiting for a peer); `on_killed(proc)` runs in the driver right after."""
         def now() -> None:
+            self.kills -= 1
             if proc.done:
                 return
             proc.blocked = False
             self._resume(proc, throw=Killed(f"{proc.name} was killed at {t:g} s (virtual)"))
             if on_killed is not None:
                 on_killed(proc)
+        self.kills += 1
         self.at(t, now)
