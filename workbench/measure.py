@@ -431,8 +431,8 @@ def notes(summary: dict[str, Any]) -> list[str]:
                         window_note(summary.get("steady"), bool(summary.get("simulated"))),
                         numerics_note(summary.get("numerics")),
                         summary.get("crowding_note"), summary.get("machine_note"), summary.get("busy_note"),
-                        segments_note(summary), summary.get("resumed_note")) if n]
-                        summary.get("resumed_note"), checkpoints_note(summary.get("checkpoints"))) if n]
+                        segments_note(summary), summary.get("resumed_note"),
+                        checkpoints_note(summary.get("checkpoints"))) if n]
 
 
 def checkpoints_note(checkpoints: dict[str, Any] | None) -> str | None:
