@@ -290,6 +290,35 @@ def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
     assert dash.config.warmup_epochs == 0.1
 
 
+def test_ltfbs_tournament_size_left_alone_follows_the_data_as_it_does_from_code(dash):
+    # 8 trainers on digits: each holds 1437 // 8 = 179 training rows and trains on batches of 64 / 8 = 8,
+    # so it can hold out 171 for its tournaments, not the default 256. From code the unset size adapts;
+    # the dashboard passed its control's 256 as if typed and refused the run.
+    for name, value in (("algorithm", "ltfb"), ("cpus", 8), ("trainers", 8)):
+        dash.controls[name].value = value
+    code = RunConfig(algorithm="ltfb", cpus=8, trainers=8, dataset="digits", batch_size=64, epochs=2)
+    share = code.data_shape.n_train // 8
+    assert (share, code.tournament_size) == (179, 179 - 64 // 8)
+    cfg = dash.config
+    assert cfg.tournament_size == code.tournament_size and "tournament_size" not in cfg.model_fields_set
+    assert dash.status_text.startswith("ready:"), dash.status_text
+    assert dash.controls["tournament_size"].value == 171                 # the box shows what the run uses
+    dash.controls["trainers"].value = 4                                   # 359 rows each, batches of 16: 256 fits
+    assert dash.config.tournament_size == 256 == dash.controls["tournament_size"].value
+    dash.controls["trainers"].value = 8
+    assert dash.config.tournament_size == 171
+    # a size typed in is the user's: kept, and refused by name where it does not fit
+    dash.controls["tournament_size"].value = 100
+    assert dash.config.tournament_size == 100 and "tournament_size" in dash.config.model_fields_set
+    dash.controls["tournament_size"].value = 256
+    assert dash.status_text.startswith("error: tournament_size: at most 171"), dash.status_text
+    # a config set from code keeps its own: unset stays unset (and follows), set stays set
+    dash.config = code
+    assert "tournament_size" not in dash.config.model_fields_set and dash.config.tournament_size == 171
+    dash.config = code.replace(tournament_size=50)
+    assert dash.config.tournament_size == 50 and dash.controls["tournament_size"].value == 50
+
+
 def test_a_hidden_control_neither_refuses_a_run_nor_travels_into_it(dash):
     """Warmup chosen once and set back to none hides warmup_epochs with its value (1) kept:
     a run of half an epoch is then not refused for a field the page no longer shows (the
