@@ -5,6 +5,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import workbench.api
@@ -976,6 +977,33 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
     assert _names(slot) == [] and slot.pending == 1
     _draws(new)
     assert _names(slot) == ["a"]
+
+
+def test_a_figure_no_view_drew_is_renewed_whole_when_a_run_ends_or_it_is_shown_again(now):
+    # In Chromium: three quick runs of 2, 3 and 2 workers replaced the time breakdown twice; its last
+    # widget's views never drew (no report came), and every display of the dashboard, the later ones
+    # too, showed empty axes ticked -1 ... 4 where worker names belong, though the kernel held the
+    # traces and re-sent them. A widget's first message is what a view reliably starts from.
+    totals = {0: np.array([1.0, 0.5, 0.25]), 1: np.array([2.0, 0.5, 0.0])}
+    bars = FD.breakdown_series(totals, {}, 2)
+    slot = PW.FigureSlot(F.live_base("breakdown", 3), clock=lambda: now[0])
+    slot.shown()
+    _draws(slot.fig)
+    slot.replace(F.live_base("breakdown", 2))               # the worker count changed
+    first = slot.fig
+    slot.edit(lambda fig: T.extend_series(fig, bars))
+    slot.flush(whole=True)                                   # the run's end: no view of it has drawn
+    renewed = slot.fig
+    assert renewed is not first and first.comm is None and slot.box.children == (renewed,)
+    ys = [list(d.get("y", ())) for d in renewed._widget_data if d.get("type") == "bar"]
+    assert ys == [["worker 0", "worker 1"]] * 3                # in the new widget's first message
+    slot.shown()                                             # displayed again, still no view: renewed again
+    assert slot.fig is not renewed and [t.name for t in slot.fig.data] == [t.name for t in renewed.data]
+    _draws(slot.fig)                                         # a view drew it: kept, its state re-sent
+    drawn = slot.fig
+    slot.flush(whole=True)
+    slot.shown()
+    assert slot.fig is drawn
 
 
 def test_figure_widgets_share_one_copy_of_plotlys_module():
