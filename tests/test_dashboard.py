@@ -732,6 +732,16 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
     assert saved.summary["status"] == "stopped"
 
 
+def test_a_simulated_runs_start_up_is_said_on_the_virtual_clock(dash):
+    # the status said "88 steps in 0.0167 virtual s ... (start-up 0.00 us)": a real-clock unit, unlike the rest
+    dash.controls["simulate"].value = True
+    dash.controls["steps"].value = 5
+    assert dash.run() is True
+    s = dash.wait(120).summary
+    assert s["simulated"] and f"(start-up {s['startup_s']:.3g} virtual s)" in dash.status_text, dash.status_text
+    assert " us)" not in dash.status_text and " ms)" not in dash.status_text
+
+
 def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
     """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
     own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
