@@ -21,6 +21,8 @@ rendering; only a browser sees that. These tests
   workers from the scaling tab and check its figure (samples per virtual second, every point);
 - open a run directory's report.html (from `python -m workbench run`) and check every
   figure drew;
+- run a dashboard three times (2, 3, 2 workers), displaying it after each run, and check
+  that every display's time breakdown names workers 0 and 1;
 - fail on any widget / anywidget load error in the page or the console, on uncaught JS
   exceptions, and if no plotly plot rendered.
 
@@ -807,3 +809,48 @@ def test_report_html_figures_draw(browser, artifacts, tmp_path, say):
         assert "start-up" in page.locator("body").inner_text()
         _shot(page, artifacts, "06-report", say, full_page=True)
     say(f"report browser test took {time.monotonic() - t0:.1f} s")
+
+
+RESHOWN_CELLS = (
+    "import workbench as wb\nfrom workbench.ui.dashboard import Dashboard\n"
+    "d = Dashboard(cluster='threads', config=wb.RunConfig(algorithm='sync_sgd', cpus=2, steps=60))\nd",
+    "d.run(); print(d.wait(120).status)",
+    "d",
+    "d.controls['cpus'].value = 3; d.controls['batch_size'].value = 64; d.run(); print(d.wait(120).status)",
+    "d",
+    "d.controls['cpus'].value = 2; d.run(); print(d.wait(120).status)",
+    "d",
+)
+# Per time-breakdown figure on the page: its bars' y tick labels (the bar panel's y axis)
+BREAKDOWN_TICKS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(g => /where the time goes/.test((g.querySelector('.gtitle') || {}).textContent || ''))
+  .map(g => [...g.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent))"""
+
+
+def test_a_reshown_dashboard_names_the_workers_of_its_time_breakdown(browser, artifacts, tmp_path, say):
+    # Three quick runs of 2, 3 and 2 workers (the breakdown replaced for each worker count), the
+    # dashboard displayed after each: every display showed empty axes ticked -1 ... 4 where the
+    # names of the workers belong (FigureSlot.renew).
+    import nbformat
+    root = tmp_path / "nb"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in RESHOWN_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, str(root / "reshown.ipynb"))
+    page = browser.context.new_page()
+    with JupyterLab(root) as lab, _shot_on_failure(page, artifacts, "98-reshown-failure", say):
+        page.goto(lab.url("lab/tree/reshown.ipynb"), wait_until="domcontentloaded")
+        page.wait_for_function(KERNEL_IDLE_JS, arg="reshown.ipynb", timeout=OPEN_TIMEOUT * 1000, polling=250)
+        assert page.evaluate(RUN_ALL_JS, "reshown.ipynb"), "the notebook is not the current JupyterLab widget"
+
+        def named():
+            cells = page.evaluate(CELLS_JS, "reshown.ipynb") or []
+            done = len(cells) == len(RESHOWN_CELLS) and all(c["count"] for c in cells)
+            assert not any(c["errors"] for c in cells), cells
+            ticks = page.evaluate(BREAKDOWN_TICKS_JS)
+            return ticks if done and len(ticks) == 4 and all(t == ["worker 1", "worker 0"] for t in ticks) else None
+        try:
+            ticks = wait_for(page, named, DASHBOARD_TIMEOUT, "every display's time breakdown to name workers 0 and 1")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {page.evaluate(BREAKDOWN_TICKS_JS)}") from None
+        say(f"re-shown dashboard: the time breakdown's bars in {len(ticks)} displays: {ticks[0]}")

@@ -5,6 +5,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import workbench.api
@@ -288,6 +289,35 @@ def test_choosing_warmup_shows_warmup_epochs_with_a_default_that_runs(dash):
     dash.controls["warmup_epochs"].value = 0.1                # a value set by hand is kept
     dash.controls["decay"].value = "cosine"
     assert dash.config.warmup_epochs == 0.1
+
+
+def test_ltfbs_tournament_size_left_alone_follows_the_data_as_it_does_from_code(dash):
+    # 8 trainers on digits: each holds 1437 // 8 = 179 training rows and trains on batches of 64 / 8 = 8,
+    # so it can hold out 171 for its tournaments, not the default 256. From code the unset size adapts;
+    # the dashboard passed its control's 256 as if typed and refused the run.
+    for name, value in (("algorithm", "ltfb"), ("cpus", 8), ("trainers", 8)):
+        dash.controls[name].value = value
+    code = RunConfig(algorithm="ltfb", cpus=8, trainers=8, dataset="digits", batch_size=64, epochs=2)
+    share = code.data_shape.n_train // 8
+    assert (share, code.tournament_size) == (179, 179 - 64 // 8)
+    cfg = dash.config
+    assert cfg.tournament_size == code.tournament_size and "tournament_size" not in cfg.model_fields_set
+    assert dash.status_text.startswith("ready:"), dash.status_text
+    assert dash.controls["tournament_size"].value == 171                 # the box shows what the run uses
+    dash.controls["trainers"].value = 4                                   # 359 rows each, batches of 16: 256 fits
+    assert dash.config.tournament_size == 256 == dash.controls["tournament_size"].value
+    dash.controls["trainers"].value = 8
+    assert dash.config.tournament_size == 171
+    # a size typed in is the user's: kept, and refused by name where it does not fit
+    dash.controls["tournament_size"].value = 100
+    assert dash.config.tournament_size == 100 and "tournament_size" in dash.config.model_fields_set
+    dash.controls["tournament_size"].value = 256
+    assert dash.status_text.startswith("error: tournament_size: at most 171"), dash.status_text
+    # a config set from code keeps its own: unset stays unset (and follows), set stays set
+    dash.config = code
+    assert "tournament_size" not in dash.config.model_fields_set and dash.config.tournament_size == 171
+    dash.config = code.replace(tournament_size=50)
+    assert dash.config.tournament_size == 50 and dash.controls["tournament_size"].value == 50
 
 
 def test_a_hidden_control_neither_refuses_a_run_nor_travels_into_it(dash):
@@ -702,6 +732,16 @@ def test_stop_ends_a_simulated_run_off_the_main_thread_and_keeps_its_records(tmp
     assert saved.summary["status"] == "stopped"
 
 
+def test_a_simulated_runs_start_up_is_said_on_the_virtual_clock(dash):
+    # the status said "88 steps in 0.0167 virtual s ... (start-up 0.00 us)": a real-clock unit, unlike the rest
+    dash.controls["simulate"].value = True
+    dash.controls["steps"].value = 5
+    assert dash.run() is True
+    s = dash.wait(120).summary
+    assert s["simulated"] and f"(start-up {s['startup_s']:.3g} virtual s)" in dash.status_text, dash.status_text
+    assert " us)" not in dash.status_text and " ms)" not in dash.status_text
+
+
 def test_simulated_gpus_chosen_are_the_workers_simulated(dash):
     """Choosing 8 virtual GPUs with cpus at its default simulates 8 GPU workers (the config's
     own rule for `gpus=N` alone), not 8 GPUs and 2 CPU workers; a cpus typed after is kept."""
@@ -947,6 +987,33 @@ def test_a_replaced_figure_waits_for_its_own_view(now):
     assert _names(slot) == [] and slot.pending == 1
     _draws(new)
     assert _names(slot) == ["a"]
+
+
+def test_a_figure_no_view_drew_is_renewed_whole_when_a_run_ends_or_it_is_shown_again(now):
+    # In Chromium: three quick runs of 2, 3 and 2 workers replaced the time breakdown twice; its last
+    # widget's views never drew (no report came), and every display of the dashboard, the later ones
+    # too, showed empty axes ticked -1 ... 4 where worker names belong, though the kernel held the
+    # traces and re-sent them. A widget's first message is what a view reliably starts from.
+    totals = {0: np.array([1.0, 0.5, 0.25]), 1: np.array([2.0, 0.5, 0.0])}
+    bars = FD.breakdown_series(totals, {}, 2)
+    slot = PW.FigureSlot(F.live_base("breakdown", 3), clock=lambda: now[0])
+    slot.shown()
+    _draws(slot.fig)
+    slot.replace(F.live_base("breakdown", 2))               # the worker count changed
+    first = slot.fig
+    slot.edit(lambda fig: T.extend_series(fig, bars))
+    slot.flush(whole=True)                                   # the run's end: no view of it has drawn
+    renewed = slot.fig
+    assert renewed is not first and first.comm is None and slot.box.children == (renewed,)
+    ys = [list(d.get("y", ())) for d in renewed._widget_data if d.get("type") == "bar"]
+    assert ys == [["worker 0", "worker 1"]] * 3                # in the new widget's first message
+    slot.shown()                                             # displayed again, still no view: renewed again
+    assert slot.fig is not renewed and [t.name for t in slot.fig.data] == [t.name for t in renewed.data]
+    _draws(slot.fig)                                         # a view drew it: kept, its state re-sent
+    drawn = slot.fig
+    slot.flush(whole=True)
+    slot.shown()
+    assert slot.fig is drawn
 
 
 def test_figure_widgets_share_one_copy_of_plotlys_module():

@@ -126,6 +126,11 @@ class Control:
 
 
 UNSET_ZERO = " Here 0 means unset."     # said by the tooltips of number boxes that stand in for None
+# Fields whose unset value the config works out from the others (`config.registry.tournament_fit`:
+# LTFB's 256, or what a small dataset's trainers can hold out): the dashboard passes one only once
+# its control has been changed, and while unset the control shows the value the run will use.
+FOLLOWS_WHEN_UNSET = ("tournament_size",)
+UNSET_FOLLOWS = " Left alone, the box shows what the run will use; a value typed in is kept and checked."
 
 
 def _desc(name: str, note: str = "") -> dict:
@@ -368,7 +373,8 @@ CONTROLS: tuple[Control, ...] = (
        applies=lambda c: c.algorithm == "sync_easgd"),   # SC'17's chain: sync_easgd's only (config refuses it elsewhere)
     _c("trainers", _int, applies=_knob("trainers")),
     _c("round_size", _int, applies=_knob("round_size")),
-    _c("tournament_size", _int, applies=_knob("tournament_size")),
+    _c("tournament_size", lambda n: lambda v: widgets.IntText(value=v, **_desc(n, UNSET_FOLLOWS)),
+       applies=_knob("tournament_size")),
     _c("trainer_lrs", lambda n: lambda v: widgets.Text(value=v, placeholder="from lr and lr_spread", **_desc(n)),
        to_field=_blank_is_none, from_field=_none_is_blank, applies=_knob("trainer_lrs")),
     _c("lr_spread", _float(0.5), to_field=_tidy, applies=_knob("lr_spread")),

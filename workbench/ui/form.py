@@ -25,6 +25,7 @@ from .controls import (
     CONTROL_WIDTH,
     CONTROLS,
     DEPENDENTS,
+    FOLLOWS_WHEN_UNSET,
     GPU_COUNTS,
     LEFT_TO_CODE,
     RELEVANT,
@@ -64,6 +65,7 @@ class Form:
         self._syncing = False
         self._sim_warmed = False                        # the simulation's fork server started (simproc.warm)
         self._lr_note = ""                              # the status line's word on an lr that followed a choice
+        self.changed: set[str] = set()                  # the controls the user changed since the base was set
         self.shown_config: RunConfig | None = None      # the config the preview and status show
         self.error: str | None = None                   # why the controls' config cannot run, if it cannot
         self.preview_slot: FigureSlot | None = None
@@ -118,12 +120,22 @@ class Form:
 
     @property
     def config(self) -> RunConfig:
-        """The RunConfig the controls describe; raises ConfigError for a bad combination."""
-        return self._base.replace(**self.values())
+        """The RunConfig the controls describe; raises ConfigError for a bad combination.
+
+        A field of `FOLLOWS_WHEN_UNSET` goes in only once its control was changed: left alone
+        it stays as the base has it, unset unless set there, so that the config works it out
+        as `RunConfig` does from code and the CLI (LTFB's tournament_size on a small dataset:
+        what each trainer's share can hold out, where a passed 256 was refused)."""
+        values = self.values()
+        for name in FOLLOWS_WHEN_UNSET:
+            if name not in self.changed:
+                del values[name]
+        return self._base.replace(**values)
 
     @config.setter
     def config(self, config: RunConfig) -> None:
         self._base = config.replace(out=None)
+        self.changed = set()
         self._syncing = True
         try:
             for c in CONTROLS:
@@ -141,6 +153,7 @@ class Form:
         changed = next((name for name, w in self.controls.items() if w is change.get("owner")), None)
         self._lr_note = ""
         if changed is not None:
+            self.changed.add(changed)
             self._fill_dependents(changed)
             self._follow_lr(changed, change.get("old"))
         self.refresh()
@@ -198,6 +211,19 @@ class Form:
             finally:
                 self._syncing = was
 
+    def _show_unset(self, cfg: RunConfig) -> None:
+        """A `FOLLOWS_WHEN_UNSET` field the config left unset: its control shows the value the
+        run will use (LTFB's tournament set, 256 or fewer on a small dataset)."""
+        for name in FOLLOWS_WHEN_UNSET:
+            c = next(c for c in CONTROLS if c.field == name)
+            value = c.from_field(getattr(cfg, name))
+            if name not in cfg.model_fields_set and self.controls[name].value != value:
+                was, self._syncing = self._syncing, True
+                try:
+                    self.controls[name].value = value
+                finally:
+                    self._syncing = was
+
     def refresh(self) -> RunConfig | None:
         """Validate the controls; redraw the schedule preview; say what is wrong, if anything.
 
@@ -218,6 +244,7 @@ class Form:
             return None
         self.shown_config = cfg
         self.error = None
+        self._show_unset(cfg)
         if cfg.simulate and host.sim_in_child and not self._sim_warmed:   # ready before Run is pressed
             from . import simproc
             self._sim_warmed = True

@@ -645,15 +645,16 @@ class LiveRun:
         startup = s.get("startup_s")   # the summary's (measure.timing), not when records first arrived here
         train_s = s.get("train_time_s", s.get("wall_time_s", 0)) or 0
         self.progress.value = min(1.0, s.get("steps", 0) / max(1, state.total_steps))
-        if s.get("simulated"):
+        if s.get("simulated"):   # its start-up on the virtual clock too (it read "start-up 0.00 us")
             took = f"{train_s:.3g} virtual s (simulated in {s.get('sim_wall_s', 0):.1f} s)"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples per virtual s"
+            started = None if startup is None else f"{startup:.3g} virtual s"
         else:   # the one BLAS rule (util.blas), said where the rate is
             took = measure.duration_text(train_s)   # a teaching run's 40 steps take milliseconds, not "0.0 s"
             rate = f"{s.get('samples_per_s', 0):,.0f} samples/s steady ({rule_text(s.get('blas_threads'))})"
+            started = None if startup is None else measure.duration_text(startup)
         return (f"{s['status']}: {state.live.label}, {s.get('steps')} steps in {took}"
-                + (f" (start-up {measure.duration_text(startup)}{cluster_text(state.cluster_s)})"
-                   if startup is not None else "")
+                + (f" (start-up {started}{cluster_text(state.cluster_s)})" if started is not None else "")
                 + f", {rate}, "
                 f"{accuracy_text(s)}, "
                 + measure.comm_fraction_text(s)

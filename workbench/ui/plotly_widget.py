@@ -242,6 +242,8 @@ class FigureSlot:
       edits made meanwhile queue and go out together. A browser slower than the kernel's
       redraws (a busy machine) then sees fewer, larger updates instead of a growing
       backlog that delays everything behind it, a Stop click's reply included.
+    - a figure no view has drawn when a run ends (`flush(whole=True)`) or when it is shown
+      again is renewed (`renew`): a new widget, whole from its first message.
 
     Never shown (tests, headless use), edits apply at once. Thread-safe: the flusher
     edits from its thread while reports arrive on the kernel's.
@@ -283,10 +285,29 @@ class FigureSlot:
 
     def shown(self) -> None:
         """The figure is being displayed: send its whole state again (`sync_widget`)
-        and hold later edits until a view reports in."""
+        and hold later edits until a view reports in. Shown again while no view has
+        reported in, the figure is renewed instead (`renew`)."""
         with self._lock:
-            sync_widget(self._fig)
+            if self._shown and not self._viewed:
+                self.renew()
+            else:
+                sync_widget(self._fig)
             self._shown, self._since = True, self._clock()
+
+    def renew(self) -> None:
+        """Show a new widget holding the figure's whole current state in its first message.
+
+        A figure put on the page while edits were streaming to it (the time breakdown,
+        replaced when a run's worker count changed, then three quick runs) can be left with
+        no view that ever drew: its views showed empty axes, ticked -1 ... 4 where worker
+        names belong, on every later display too, though the kernel held every trace and
+        re-sent them (`sync_widget`). A new widget's first message carries everything
+        (`WholeStateFigureWidget`), which is what a view starts from."""
+        with self._lock:
+            self._apply()
+            old = self._fig
+            self.replace(whole_state_widget(old))
+            old.close()        # (its views show the new one: the box's child)
 
     def ready(self) -> bool:
         """Whether an edit made now reaches the frontend's copy of the figure, and its view
@@ -316,7 +337,10 @@ class FigureSlot:
         with self._lock:
             self._apply()
             if whole and self._shown:
-                sync_widget(self._fig)
+                if self._viewed:
+                    sync_widget(self._fig)
+                else:           # no view drew it: a new widget, whole from its first message
+                    self.renew()
 
     def replace(self, fig: Any) -> None:
         """Show `fig` instead (its whole state goes out with it); queued edits apply to it."""
