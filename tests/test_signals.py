@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import await_replacement, start_scheduler
+from conftest import await_replacement, foreground, start_scheduler
 
 from workbench.config import RunConfig
 from workbench.util.private import private_dir
@@ -37,8 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # ------------------------------------------------------------------------------ helpers
 def start_cli(*args: str) -> subprocess.Popen:
     """`python -m workbench run ...` in its own session, as a terminal's foreground job."""
-    return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
 
 
 def family(pid: int) -> list[psutil.Process]:
@@ -248,8 +248,8 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     # start" and the client's own traceback (and left the half-made cluster to the exit).
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_AT_SPAWN, "run", "--algorithm", "sync_sgd", "--cpus", "2",
-                             *LONG, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)
+                             *LONG, "--out", str(out)],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1, stderr                     # the code of a stopped run
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
@@ -259,14 +259,6 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     # nothing of the cluster outlives the CLI (its workers exit once their nanny closes them)
     assert_group_gone(proc.pid)
     # (and no shared memory: a run's segments are made once its cluster has started, after this)
-
-
-def foreground(**kw) -> dict:
-    """Popen arguments for a child started as a terminal starts a foreground job: its own
-    process group, SIGINT at its default (a shell's background job, which may have started
-    this test run, ignores SIGINT, and children inherit that)."""
-    return dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 # A sitecustomize (first on the CLI's PYTHONPATH) that sends Ctrl-C to the process group the
@@ -295,7 +287,8 @@ def test_ctrl_c_while_the_cli_imports_itself_is_one_line(tmp_path, module):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
                              *LONG, "--out", str(out)],
-                            **foreground(env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}))
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr                     # the code of a stopped run
     assert stderr.splitlines() == ["stopped: interrupted before the run started"], stderr
@@ -328,7 +321,8 @@ def test_ctrl_c_while_a_worker_imports_dask_with_a_pythonpath_set_is_one_line(tm
     # imported Dask printed each one's KeyboardInterrupt traceback.
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
-                             *LONG, "--out", str(out)], **foreground(env=ENV))
+                             *LONG, "--out", str(out)],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     worker = importing_worker(proc.pid)
     ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", Path(f"/proc/{worker.pid}/status").read_text(), re.M)[1], 16)
     os.killpg(proc.pid, signal.SIGINT)                      # as a terminal's Ctrl-C: the whole group

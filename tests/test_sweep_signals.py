@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import foreground
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
@@ -66,8 +67,7 @@ def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
                              "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
                              "--workers", "1,2", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True)
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
     err = []
