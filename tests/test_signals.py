@@ -354,6 +354,77 @@ def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
     assert not [p for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def as_background_job() -> None:
+    """preexec_fn: SIGINT and SIGHUP ignored, as `nohup cmd &` in a script starts `cmd`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def dispositions(pid: int) -> dict[str, set[str]]:
+    """The signals among SIGINT, SIGHUP and SIGTERM that process `pid` ignores and catches
+    (its /proc status masks: bit n-1 for signal n)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = {}
+    for field in ("SigIgn", "SigCgt"):
+        mask = int(re.search(rf"^{field}:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+        found[field] = {s.name for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM) if mask & (1 << (s - 1))}
+    return found
+
+
+@pytest.mark.parametrize("started", ["ignored", "armed"])
+def test_a_cli_started_with_sigint_ignored_runs_through_it_and_stops_on_sigterm(tmp_path, started):
+    # A job started by `nohup cmd &` in a script inherits SIGINT and SIGHUP ignored: a Ctrl-C
+    # or hang-up meant for the script is not for it. The CLI re-armed both, so a
+    # `kill -INT` to the script's group stopped the run. It now keeps them ignored: the run
+    # goes on through SIGINT and SIGHUP, SIGTERM stops it and its run directory is saved.
+    # The control ("armed", a terminal's foreground job): SIGINT stops it. Event-driven: the
+    # signals once the run has streamed steps; "went on" is steps written after the signals
+    # while the process lives, and the note and stop event naming SIGTERM alone.
+    out = tmp_path / "run"
+    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    cmd = [sys.executable, "-m", "workbench", "run", "--algorithm", "sgd", *LONG, "--out", str(out)]
+    if started == "ignored":
+        proc = subprocess.Popen(cmd, **popen, start_new_session=True, preexec_fn=as_background_job)
+    else:
+        proc = subprocess.Popen(cmd, **foreground(**popen))
+    try:
+        deadline = time.monotonic() + 180                      # hang guards, not speed assumptions
+        while step_rows(out) == 0:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never streamed a step"
+            time.sleep(0.05)
+        held = dispositions(proc.pid)                          # inside the CLI's stop_on_signals now
+        at_signals = step_rows(out)
+        proc.send_signal(signal.SIGINT)
+        if started == "ignored":
+            proc.send_signal(signal.SIGHUP)
+            while step_rows(out) < at_signals + 1000:          # it goes on training
+                assert proc.poll() is None, f"SIGINT/SIGHUP stopped it: {proc.communicate()[1]}"
+                assert time.monotonic() < deadline + 120, "no steps after the signals"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+    s = summary_of(out)
+    assert s["status"] == "stopped" and s["steps"] > 0, s["status"]
+    for name in ("steps.csv", "evals.csv", "config.yaml"):
+        assert (out / name).exists()
+    stop = [e["message"] for e in s["events"] if e["event"] == "stop_requested"]
+    notes = [line for line in stderr.splitlines() if line.startswith("note: SIG")]
+    if started == "ignored":
+        assert held == {"SigIgn": {"SIGINT", "SIGHUP"}, "SigCgt": {"SIGTERM"}}, held
+        assert s["steps"] >= at_signals + 1000, (s["steps"], at_signals)
+        assert notes == ["note: SIGTERM received; stopping the run and saving what was gathered"], stderr
+        assert stop == ["KeyboardInterrupt (SIGTERM)"], s["events"]
+    else:
+        assert held == {"SigIgn": set(), "SigCgt": {"SIGINT", "SIGHUP", "SIGTERM"}}, held
+        assert notes == ["note: SIGINT received; stopping the run and saving what was gathered"], stderr
+        assert stop == ["KeyboardInterrupt (SIGINT)"], s["events"]
+
+
 def test_a_worker_given_sigterm_alone_still_exits(client):
     from workbench.execution.cluster import workers_of
     victim = workers_of(client)[1]
