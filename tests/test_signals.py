@@ -425,6 +425,30 @@ def test_a_cli_started_with_sigint_ignored_runs_through_it_and_stops_on_sigterm(
         assert stop == ["KeyboardInterrupt (SIGINT)"], s["events"]
 
 
+def test_the_record_bench_started_with_sigint_ignored_still_stops_its_run():
+    # `python -m workbench.bench.records` Ctrl-Cs the run it started after `--seconds`. Started
+    # itself by `nohup ... &` (SIGINT ignored), it handed its run the ignored SIGINT, which the
+    # CLI now keeps: the bench waited on the run for ever. It starts the run as a terminal's
+    # foreground job. (The timeout is the hang guard: the old bench never ends.)
+    import shutil
+    bench = subprocess.Popen([sys.executable, "-m", "workbench.bench.records", "--seconds", "2", "--every", "1",
+                              "--", "--algorithm", "sgd", *LONG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=ENV, start_new_session=True, preexec_fn=as_background_job)
+    try:
+        out, _ = bench.communicate(timeout=240)
+    finally:
+        if bench.poll() is None:   # the bench and the run it started, in the session of its own
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.wait()
+    folder = re.search(r"^run directory: (.+)$", out, re.M)
+    if folder:   # (a temporary folder of the bench's own)
+        shutil.rmtree(Path(folder[1]).parent, ignore_errors=True)
+    assert bench.returncode == 0, out
+    # the run ended on the bench's SIGINT with a stopped run's code (training, or, on a busy
+    # machine, still starting: "stopped: interrupted before the run started")
+    assert re.search(r"^SIGINT -> summary\.json .* \(rc 1\)", out, re.M) and "stopped" in out, out
+
+
 def test_a_worker_given_sigterm_alone_still_exits(client):
     from workbench.execution.cluster import workers_of
     victim = workers_of(client)[1]
