@@ -116,6 +116,20 @@ def await_replacement(client, n: int, gone: str | None = None, timeout: float = 
     client.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))
 
 
+def foreground(**popen) -> dict:
+    """Popen keywords for a child that a test stops with Ctrl-C or a hang-up: started as a
+    terminal starts a foreground job, in a process group of its own (a session: the test's
+    `killpg` reaches the child and what it spawned, nothing else) with SIGINT and SIGHUP at
+    their defaults. A suite started as a background job (`nohup make test &`, a script's
+    `cmd &`) has them ignored, every child inherits that, and the command line keeps an
+    inherited ignored signal ignored: without this the child would test a background job.
+    The suite's own signal state is left as it is. `popen`: the other Popen keywords."""
+    from workbench.util.startup import as_foreground_job
+    if "preexec_fn" in popen or "start_new_session" in popen:
+        raise TypeError("foreground: preexec_fn and start_new_session are its own")
+    return {**popen, "start_new_session": True, "preexec_fn": as_foreground_job}
+
+
 def start_scheduler(folder, *, timeout: float = 120, **popen):
     """(process, address): `dask scheduler` on 127.0.0.1, on a port the system gives it as it
     listens (`--port 0`), its address read from its scheduler file in `folder`. A port found

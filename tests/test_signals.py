@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import await_replacement, start_scheduler
+from conftest import await_replacement, foreground, start_scheduler
 
 from workbench.config import RunConfig
 from workbench.util.private import private_dir
@@ -37,8 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # ------------------------------------------------------------------------------ helpers
 def start_cli(*args: str) -> subprocess.Popen:
     """`python -m workbench run ...` in its own session, as a terminal's foreground job."""
-    return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "workbench", "run", *args],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
 
 
 def family(pid: int) -> list[psutil.Process]:
@@ -248,8 +248,8 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     # start" and the client's own traceback (and left the half-made cluster to the exit).
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_AT_SPAWN, "run", "--algorithm", "sync_sgd", "--cpus", "2",
-                             *LONG, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)
+                             *LONG, "--out", str(out)],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1, stderr                     # the code of a stopped run
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
@@ -259,14 +259,6 @@ def test_ctrl_c_while_the_workers_start_ends_in_one_line_and_leaves_nothing(tmp_
     # nothing of the cluster outlives the CLI (its workers exit once their nanny closes them)
     assert_group_gone(proc.pid)
     # (and no shared memory: a run's segments are made once its cluster has started, after this)
-
-
-def foreground(**kw) -> dict:
-    """Popen arguments for a child started as a terminal starts a foreground job: its own
-    process group, SIGINT at its default (a shell's background job, which may have started
-    this test run, ignores SIGINT, and children inherit that)."""
-    return dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 # A sitecustomize (first on the CLI's PYTHONPATH) that sends Ctrl-C to the process group the
@@ -295,7 +287,8 @@ def test_ctrl_c_while_the_cli_imports_itself_is_one_line(tmp_path, module):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
                              *LONG, "--out", str(out)],
-                            **foreground(env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}))
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr                     # the code of a stopped run
     assert stderr.splitlines() == ["stopped: interrupted before the run started"], stderr
@@ -328,7 +321,8 @@ def test_ctrl_c_while_a_worker_imports_dask_with_a_pythonpath_set_is_one_line(tm
     # imported Dask printed each one's KeyboardInterrupt traceback.
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--algorithm", "sync_sgd", "--cpus", "2",
-                             *LONG, "--out", str(out)], **foreground(env=ENV))
+                             *LONG, "--out", str(out)],
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     worker = importing_worker(proc.pid)
     ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", Path(f"/proc/{worker.pid}/status").read_text(), re.M)[1], 16)
     os.killpg(proc.pid, signal.SIGINT)                      # as a terminal's Ctrl-C: the whole group
@@ -358,6 +352,101 @@ def test_sigterm_to_the_whole_group_stops_the_run_too(tmp_path):
     assert not [seg for seg in segments if os.path.exists(seg)]
     time.sleep(0.5)
     assert not [p for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def as_background_job() -> None:
+    """preexec_fn: SIGINT and SIGHUP ignored, as `nohup cmd &` in a script starts `cmd`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def dispositions(pid: int) -> dict[str, set[str]]:
+    """The signals among SIGINT, SIGHUP and SIGTERM that process `pid` ignores and catches
+    (its /proc status masks: bit n-1 for signal n)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = {}
+    for field in ("SigIgn", "SigCgt"):
+        mask = int(re.search(rf"^{field}:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+        found[field] = {s.name for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM) if mask & (1 << (s - 1))}
+    return found
+
+
+@pytest.mark.parametrize("started", ["ignored", "armed"])
+def test_a_cli_started_with_sigint_ignored_runs_through_it_and_stops_on_sigterm(tmp_path, started):
+    # A job started by `nohup cmd &` in a script inherits SIGINT and SIGHUP ignored: a Ctrl-C
+    # or hang-up meant for the script is not for it. The CLI re-armed both, so a
+    # `kill -INT` to the script's group stopped the run. It now keeps them ignored: the run
+    # goes on through SIGINT and SIGHUP, SIGTERM stops it and its run directory is saved.
+    # The control ("armed", a terminal's foreground job): SIGINT stops it. Event-driven: the
+    # signals once the run has streamed steps; "went on" is steps written after the signals
+    # while the process lives, and the note and stop event naming SIGTERM alone.
+    out = tmp_path / "run"
+    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    cmd = [sys.executable, "-m", "workbench", "run", "--algorithm", "sgd", *LONG, "--out", str(out)]
+    if started == "ignored":
+        proc = subprocess.Popen(cmd, **popen, start_new_session=True, preexec_fn=as_background_job)
+    else:
+        proc = subprocess.Popen(cmd, **foreground(**popen))
+    try:
+        deadline = time.monotonic() + 180                      # hang guards, not speed assumptions
+        while step_rows(out) == 0:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never streamed a step"
+            time.sleep(0.05)
+        held = dispositions(proc.pid)                          # inside the CLI's stop_on_signals now
+        at_signals = step_rows(out)
+        proc.send_signal(signal.SIGINT)
+        if started == "ignored":
+            proc.send_signal(signal.SIGHUP)
+            while step_rows(out) < at_signals + 1000:          # it goes on training
+                assert proc.poll() is None, f"SIGINT/SIGHUP stopped it: {proc.communicate()[1]}"
+                assert time.monotonic() < deadline + 120, "no steps after the signals"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+    s = summary_of(out)
+    assert s["status"] == "stopped" and s["steps"] > 0, s["status"]
+    for name in ("steps.csv", "evals.csv", "config.yaml"):
+        assert (out / name).exists()
+    stop = [e["message"] for e in s["events"] if e["event"] == "stop_requested"]
+    notes = [line for line in stderr.splitlines() if line.startswith("note: SIG")]
+    if started == "ignored":
+        assert held == {"SigIgn": {"SIGINT", "SIGHUP"}, "SigCgt": {"SIGTERM"}}, held
+        assert s["steps"] >= at_signals + 1000, (s["steps"], at_signals)
+        assert notes == ["note: SIGTERM received; stopping the run and saving what was gathered"], stderr
+        assert stop == ["KeyboardInterrupt (SIGTERM)"], s["events"]
+    else:
+        assert held == {"SigIgn": set(), "SigCgt": {"SIGINT", "SIGHUP", "SIGTERM"}}, held
+        assert notes == ["note: SIGINT received; stopping the run and saving what was gathered"], stderr
+        assert stop == ["KeyboardInterrupt (SIGINT)"], s["events"]
+
+
+def test_the_record_bench_started_with_sigint_ignored_still_stops_its_run():
+    # `python -m workbench.bench.records` Ctrl-Cs the run it started after `--seconds`. Started
+    # itself by `nohup ... &` (SIGINT ignored), it handed its run the ignored SIGINT, which the
+    # CLI now keeps: the bench waited on the run for ever. It starts the run as a terminal's
+    # foreground job. (The timeout is the hang guard: the old bench never ends.)
+    import shutil
+    bench = subprocess.Popen([sys.executable, "-m", "workbench.bench.records", "--seconds", "2", "--every", "1",
+                              "--", "--algorithm", "sgd", *LONG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=ENV, start_new_session=True, preexec_fn=as_background_job)
+    try:
+        out, _ = bench.communicate(timeout=240)
+    finally:
+        if bench.poll() is None:   # the bench and the run it started, in the session of its own
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.wait()
+    folder = re.search(r"^run directory: (.+)$", out, re.M)
+    if folder:   # (a temporary folder of the bench's own)
+        shutil.rmtree(Path(folder[1]).parent, ignore_errors=True)
+    assert bench.returncode == 0, out
+    # the run ended on the bench's SIGINT with a stopped run's code (training, or, on a busy
+    # machine, still starting: "stopped: interrupted before the run started")
+    assert re.search(r"^SIGINT -> summary\.json .* \(rc 1\)", out, re.M) and "stopped" in out, out
 
 
 def test_a_worker_given_sigterm_alone_still_exits(client):

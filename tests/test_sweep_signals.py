@@ -18,10 +18,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import foreground
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
@@ -66,8 +68,7 @@ def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
                              "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
                              "--workers", "1,2", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True)
+                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
     err = []
@@ -103,4 +104,68 @@ def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, 
     assert table["workers"].tolist() == [1, 2]
     assert table["status"].tolist() == ["completed", "stopped"]
     assert table["steps"].tolist() == [first["steps"], second["steps"]]
+    assert json.loads(stdout.strip().splitlines()[-1])["sweep"] == str(out / "sweep.csv")
+
+
+def _rows(path: Path) -> int:
+    """Data rows in a steps.csv so far (0 while it is not there)."""
+    try:
+        return max(0, path.read_bytes().count(b"\n") - 1)
+    except OSError:
+        return 0
+
+
+def _as_background_job() -> None:
+    """preexec_fn: SIGINT and SIGHUP ignored, as `nohup cmd &` in a script starts `cmd`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_a_sweep_started_with_sigint_and_sighup_ignored_goes_on_and_stops_on_sigterm(tmp_path):
+    # A sweep started by `nohup ... &` in a script inherits SIGINT and SIGHUP ignored; the CLI
+    # re-armed them, so a `kill -INT` meant for the script stopped the sweep. They now stay
+    # ignored: the second point trains on past both (its steps.csv grows by 1,000 rows while
+    # the process lives) and SIGTERM stops it as above. (The armed case: the test above.)
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
+                             "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
+                             "--workers", "1,2", "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True, preexec_fn=_as_background_job)
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
+    err = []
+    try:
+        while True:   # the event: the second point's first live records
+            line = q.get(timeout=300)   # a hang guard, not a speed assumption
+            assert line is not None, "the sweep ended before its second point trained:\n" + "".join(err)
+            err.append(line)
+            if line.startswith("shim: training"):
+                break
+        steps = out / "w2" / "steps.csv"
+        at_signals = _rows(steps)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 300          # a hang guard
+        while _rows(steps) < at_signals + 1000:   # it goes on training
+            assert proc.poll() is None, "SIGINT or SIGHUP stopped the sweep"
+            assert time.monotonic() < deadline, "no steps after the signals"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout = proc.stdout.read()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    while (line := q.get(timeout=30)) is not None:
+        err.append(line)
+    stderr = "".join(err)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr and "SIGINT" not in stderr and "SIGHUP" not in stderr, stderr
+    assert "note: SIGTERM received; stopping the sweep's current point" in stderr
+    assert "stopped: SIGTERM received; 2 of 2 worker counts in the table ([2] stopped part-way)" in stderr
+    assert _rows(out / "w2" / "steps.csv") >= at_signals + 1000
+    assert json.loads((out / "w2" / "summary.json").read_text())["status"] == "stopped"
+    assert pd.read_csv(out / "sweep.csv")["status"].tolist() == ["completed", "stopped"]
     assert json.loads(stdout.strip().splitlines()[-1])["sweep"] == str(out / "sweep.csv")

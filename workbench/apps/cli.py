@@ -622,6 +622,11 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     noted and ignored, so that nothing interrupts the saving. Off the main thread
     (signals cannot be caught there) this does nothing.
 
+    A signal this process was started with ignored stays ignored: a job started with `cmd &`
+    by a shell without job control (a script, CI) inherits SIGINT ignored, so that a Ctrl-C
+    meant for the script is not for it, and one started under `nohup` inherits SIGHUP ignored.
+    SIGTERM is always handled: it stops such a run.
+
     Args:
         on_signal: called with the first signal's name instead of raising (the sweep
             sets its stop flag, which the run in progress polls: nothing is interrupted
@@ -649,6 +654,8 @@ def stop_on_signals(on_signal: Callable[[str], None] | None = None, what: str = 
     for name in STOP_SIGNALS:
         if hasattr(signal, name):
             sig = getattr(signal, name)
+            if name != "SIGTERM" and signal.getsignal(sig) is signal.SIG_IGN:   # ignored by whoever
+                continue                                                           # started us: kept so
             saved[sig] = signal.signal(sig, handler)
     try:
         yield

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..util.startup import as_foreground_job
+
 
 def _rss_mb(pid: int) -> float:
     """VmRSS of `pid` and its descendants, in MB (0 for a process that is gone)."""
@@ -124,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONPATH"] = root
     cmd = [sys.executable, "-m", "workbench", "run", *run_args, "--out", str(out), "--no-progress"]
     print(f"code: {root}\nrun: {' '.join(cmd[3:])}\nload average at start: {os.getloadavg()[0]:.1f}")
+    # (as a terminal's foreground job: started by `nohup ... &`, this bench would hand the run an
+    # ignored SIGINT, which the CLI keeps ignored, and wait on it for ever)
     child = subprocess.Popen(cmd, env=env, cwd=root,   # cwd: `-m` puts it first on sys.path
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=as_foreground_job)
     t0 = time.time()
     print(f"{'s':>7} {'RSS MB':>8} {'rows written':>13} {'load':>5}")
     while time.time() - t0 < args.seconds and child.poll() is None:

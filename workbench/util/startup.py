@@ -60,3 +60,18 @@ def started() -> None:
     (only where `quiet_while_starting` set its handler)."""
     if signal.getsignal(signal.SIGINT) is _stop_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def as_foreground_job() -> None:
+    """SIGINT and SIGHUP at their defaults, as a terminal's foreground job has them: a
+    `preexec_fn` for a child that is to be stopped by a Ctrl-C or a hang-up sent to it.
+
+    A process started as a background job (`cmd &` in a script, `nohup`) inherits them
+    ignored, its children inherit that across exec, and the command line keeps an inherited
+    ignored one ignored (`apps.cli.stop_on_signals`): such a parent's child would go on
+    through the signal. (`subprocess.Popen`'s `restore_signals` resets only SIGPIPE, SIGXFZ
+    and SIGXFSZ; `process_group` and `start_new_session` change no disposition.) Runs in the
+    child between fork and exec: only the two calls.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
