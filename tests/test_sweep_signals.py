@@ -62,33 +62,35 @@ def _lines(stream, q: queue.Queue) -> None:
     q.put(None)
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, sig):
-    out = tmp_path / "sw"
+def _sweep_training_its_second_point(out: Path, **popen) -> tuple[subprocess.Popen, queue.Queue, list[str]]:
+    """A simulated sweep of 1 then 2 workers into `out`, started with `popen`'s arguments and
+    returned once its second point's first live records came (its stderr so far, and the queue
+    the rest of its lines arrive on)."""
     proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
                              "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
                              "--workers", "1,2", "--out", str(out), "--no-progress"],
-                            **foreground(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, **popen)
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
-    err = []
+    err: list[str] = []
     try:
         while True:   # the event: the second point's first live records
             line = q.get(timeout=300)   # a hang guard, not a speed assumption
             assert line is not None, "the sweep ended before its second point trained:\n" + "".join(err)
             err.append(line)
             if line.startswith("shim: training"):
-                break
-        proc.send_signal(getattr(signal, sig))
-        stdout = proc.stdout.read()   # to its end: the process exited or closed it
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    while (line := q.get(timeout=30)) is not None:
-        err.append(line)
-    stderr = "".join(err)
+                return proc, q, err
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, sig):
+    out = tmp_path / "sw"
+    proc, q, err = _sweep_training_its_second_point(out, **foreground())
+    stdout, stderr = _ended(proc, q, err, lambda: proc.send_signal(getattr(signal, sig)))
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr, stderr
     assert f"note: {sig} received; stopping the sweep's current point" in stderr
@@ -105,6 +107,22 @@ def test_a_signal_stops_the_current_point_and_keeps_the_finished_ones(tmp_path, 
     assert table["status"].tolist() == ["completed", "stopped"]
     assert table["steps"].tolist() == [first["steps"], second["steps"]]
     assert json.loads(stdout.strip().splitlines()[-1])["sweep"] == str(out / "sweep.csv")
+
+
+def _ended(proc: subprocess.Popen, q: queue.Queue, err: list[str], act) -> tuple[str, str]:
+    """`act()` (what the test does to the running sweep), then the sweep's stdout and whole
+    stderr once it has exited; killed if it has not when `act` fails."""
+    try:
+        act()
+        stdout = proc.stdout.read()   # to its end: the process exited or closed it
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    while (line := q.get(timeout=30)) is not None:
+        err.append(line)
+    return stdout, "".join(err)
 
 
 def _rows(path: Path) -> int:
@@ -127,23 +145,11 @@ def test_a_sweep_started_with_sigint_and_sighup_ignored_goes_on_and_stops_on_sig
     # ignored: the second point trains on past both (its steps.csv grows by 1,000 rows while
     # the process lives) and SIGTERM stops it as above. (The armed case: the test above.)
     out = tmp_path / "sw"
-    proc = subprocess.Popen([sys.executable, "-c", SHIM, "sweep", "--simulate", "--algorithm", "sync_sgd",
-                             "--dataset", "digits", "--model", "mlp", "--batch-size", "64", "--epochs", "1",
-                             "--workers", "1,2", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True, preexec_fn=_as_background_job)
-    q: queue.Queue = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
-    err = []
-    try:
-        while True:   # the event: the second point's first live records
-            line = q.get(timeout=300)   # a hang guard, not a speed assumption
-            assert line is not None, "the sweep ended before its second point trained:\n" + "".join(err)
-            err.append(line)
-            if line.startswith("shim: training"):
-                break
-        steps = out / "w2" / "steps.csv"
-        at_signals = _rows(steps)
+    proc, q, err = _sweep_training_its_second_point(out, start_new_session=True, preexec_fn=_as_background_job)
+    steps = out / "w2" / "steps.csv"
+    at_signals = _rows(steps)
+
+    def signals_then_sigterm() -> None:
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 300          # a hang guard
@@ -152,15 +158,8 @@ def test_a_sweep_started_with_sigint_and_sighup_ignored_goes_on_and_stops_on_sig
             assert time.monotonic() < deadline, "no steps after the signals"
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        stdout = proc.stdout.read()
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    while (line := q.get(timeout=30)) is not None:
-        err.append(line)
-    stderr = "".join(err)
+
+    stdout, stderr = _ended(proc, q, err, signals_then_sigterm)
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr and "SIGINT" not in stderr and "SIGHUP" not in stderr, stderr
     assert "note: SIGTERM received; stopping the sweep's current point" in stderr
