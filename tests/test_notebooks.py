@@ -434,11 +434,14 @@ def _claims_sim_knl(nb, out: Path) -> None:
     assert [int(r["images per core"]) for r in rows] == [1, 4, 8, 16]
 
 
-CLAIMS = {"scaling_costmodel": _claims_scaling_costmodel, "sim_knl": _claims_sim_knl, "sim_icpe": _claims_sim_icpe,
-          "faults_and_recovery": _claims_faults_and_recovery, "goyal_fig1": _claims_goyal_fig1, "large_batch": _claims_large_batch,
-          "sim_goyal": _claims_sim_goyal, "sim_ltfb": _claims_sim_ltfb, "your_model": _claims_your_model, "communication_efficient": _claims_communication_efficient,
-          "diloco_lm": _claims_diloco_lm, "sim_sc17": _claims_sim_sc17, "sim_validation": _claims_sim_validation, "sync_async_hogwild": _claims_sync_async_hogwild, "batch_size_warmup": _claims_batch_size_warmup, "cpu_gpu": _claims_cpu_gpu, "easgd_family": _claims_easgd_family,
-          "ltfb_tournaments": _claims_ltfb_tournaments}
+# each lesson's checker is the function named after it
+CLAIMS = {name.removeprefix("_claims_"): check for name, check in list(globals().items()) if name.startswith("_claims_")}
+
+
+def test_every_claims_checker_names_a_lesson():
+    # a checker whose name does not match its lesson would never run
+    assert set(CLAIMS) <= LESSONS, set(CLAIMS) - LESSONS
+    assert len(CLAIMS) >= 18
 
 
 # ------------------------------------------------------------------------------ quick runs
