@@ -440,6 +440,15 @@ def test_comparison_report(sync_result, sgd_result, tmp_path):
     assert list(table["algorithm"]) == ["sync_sgd", "sgd"] and list(table["workers"]) == [2, 1]
 
 
+def test_a_comparison_page_of_no_runs_is_its_notes_alone(tmp_path):
+    # a reproduction whose notebook saved no run writes its page of verdicts through the
+    # comparison page with no runs: the accuracy-interval column (placed beside the accuracy,
+    # which a table of no runs has not) once raised ValueError there
+    path = write_comparison_report([], tmp_path / "none.html", "t", notes_html="<p id='verdicts'>v</p>")
+    html = path.read_text()
+    assert "<p id='verdicts'>v</p>" in html and "test_accuracy_95" not in html
+
+
 def test_import_workbench_loads_no_ui_stack():
     code = ("import sys, workbench, workbench.api, workbench.analysis.costmodel, workbench.analysis.sweep, "
             "workbench.ui.figdata; "

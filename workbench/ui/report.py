@@ -503,8 +503,9 @@ def comparison_html(results: Sequence[Any], title: str, notes_html: str = "",
             shown.setdefault(key, ({**r.summary, "workers": None, "sim_wall_s": None}, []))[1].append(label)
     sections += [simulated_html(s, names if mixed else ()) for s, names in shown.values()]
     table = summary_table(runs, labels)
-    at = list(table.columns).index("final_test_accuracy") + 1   # how sure each accuracy is, beside it
-    table.insert(at, "test_accuracy_95", [accuracy_95_text(r.summary) for r in runs])
+    if "final_test_accuracy" in table.columns:   # how sure each accuracy is, beside it (no runs: no columns)
+        at = list(table.columns).index("final_test_accuracy") + 1
+        table.insert(at, "test_accuracy_95", [accuracy_95_text(r.summary) for r in runs])
     diff = differing_config([r.summary.get("config") or {} for r in runs])
     diff = diff.drop(columns=[c for c in diff.columns if c in table.columns or c == "out"])
     table = pd.concat([table.iloc[:, :1], diff, table.iloc[:, 1:]], axis=1)
