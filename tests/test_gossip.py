@@ -237,12 +237,21 @@ def gossip_reference(cfg: RunConfig, workers: int) -> np.ndarray:
 
 @pytest.mark.parametrize("topology, tau", [("ring", 1), ("torus", 2), ("exponential", 1)])
 def test_dpsgd_follows_the_reference_loop(topology, tau, tiny):
-    cfg = tiny(algorithm="dpsgd", cpus=4, steps=20, topology=topology, tau=tau, momentum=0.9)
+    # softmax regression: smooth, so the two loops' float32 sums in another order stay rounding
+    # apart. With the tiny MLP a ReLU near its kink went the other way under one BLAS kernel and
+    # not another (OpenBLAS's Haswell kernel: 1.7e-4 apart after 2 steps, 103 of 2410 entries)
+    cfg = tiny(algorithm="dpsgd", model="softmax", cpus=4, steps=20, topology=topology, tau=tau, momentum=0.9)
     got = run_threads(cfg)
     assert got.status == "completed" and got.summary["topology"] == topology
     np.testing.assert_allclose(got.params, gossip_reference(cfg, 4), rtol=0, atol=ATOL)
-    # the workers disagree: the consensus distance is positive, and recorded at every check
-    assert got.summary["consensus_distance"] and got.summary["consensus_distance"][-1][1] > 0
+    # the consensus distance is recorded at every check: positive where the graph is sparse (the
+    # workers disagree); the exponential graph of 4 workers is complete (peers 2^0, 2^1 and 3),
+    # so each gossip (tau 1) averages exactly and the distance is float32 rounding (~30 - ~30)
+    last = got.summary["consensus_distance"][-1][1]
+    if len(neighbours(topology, 4, 0)) < 3:
+        assert last > 1e-6
+    else:
+        assert last < 1e-4
 
 
 def test_dpsgd_on_the_complete_graph_is_synchronous_averaging(tiny):

@@ -183,11 +183,15 @@ def test_each_workers_share_leaves_room_for_what_lives_beside_them(monkeypatch):
     """A local worker's limit is its share of what the kernel (with the scheduler and the
     nannies), the shared libraries and, in Jupyter, the server leave: in 1 GiB, 420 MiB
     each of 2 from a script, 356 MiB in a notebook (512 before, as if the workers were alone)."""
+    import importlib
+
     from workbench.execution import cluster
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    importlib.import_module("ipykernel.kernelapp")   # imported (the suite's other tests may have), no kernel running
     assert P.beside_workers() == 184 * MIB
     assert cluster.worker_memory_limit(2, total=1024 * MIB) == 420 * MIB
-    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    running = types.ModuleType("ipykernel.kernelapp")   # a running kernel's: its app initialized
+    running.IPKernelApp = types.SimpleNamespace(initialized=lambda: True)
+    monkeypatch.setitem(sys.modules, "ipykernel.kernelapp", running)
     assert P.beside_workers() == (184 + 128) * MIB
     assert cluster.worker_memory_limit(2, total=1024 * MIB) == 356 * MIB
     assert cluster.worker_memory_limit(2, total=400 * MIB) == 100 * MIB   # never under half the limit shared out

@@ -247,7 +247,7 @@ def test_virtual_workers_that_flush_together_send_their_next_batches_spread_over
     interval = FLUSH_S * size / 16
     ctxs = []
     for rank in range(size):
-        ctx = SimpleNamespace(model=None, flush=lambda done=False, force=False: None, _next_flush=0.0,
+        ctx = SimpleNamespace(model=None, evaluator=None, flush=lambda done=False, force=False: None, _next_flush=0.0,
                               save_state=lambda step, state, tag=None: None)
         sim.SimTransport._adapt(SimpleNamespace(size=size), ctx, None, None, rank, None)
         ctxs.append(ctx)

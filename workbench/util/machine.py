@@ -125,16 +125,17 @@ def beside_workers(jupyter: bool | None = None) -> int:
     """Bytes that live beside a local cluster's workers in their cgroup (a container's, a
     job's) before a run loads anything: the client's process with the scheduler and the
     nannies, the libraries' shared pages (charged once) and, in a Jupyter kernel (`jupyter`;
-    default: whether ipykernel is loaded), the Jupyter server. The one home of that sum: each
+    default: whether this process is a running ipykernel), the Jupyter server. The one home of that sum: each
     worker's share of a limit (`execution.cluster.worker_memory_limit`) and the memory check
     (`execution.preflight`) use it.
 
     >>> beside_workers(jupyter=False) >> 20, beside_workers(jupyter=True) >> 20
     (184, 312)
     """
-    if jupyter is None:
+    if jupyter is None:   # this process is a running kernel (not merely one that imported ipykernel)
         import sys
-        jupyter = "ipykernel" in sys.modules
+        app = getattr(sys.modules.get("ipykernel.kernelapp"), "IPKernelApp", None)
+        jupyter = bool(app is not None and app.initialized())
     return KERNEL_PRIVATE + SHARED_PAGES + (JUPYTER_SERVER if jupyter else 0)
 
 
