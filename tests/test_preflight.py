@@ -77,7 +77,10 @@ def test_memory_passes_a_small_run_and_estimates_its_parts(tiny):
 def test_memory_fails_naming_the_field_to_shrink(changes, field, value, tiny):
     cfg = tiny(**changes)
     t0 = time.perf_counter()
-    err = refused(lambda: P.check_memory(cfg, workers_memory=[100 << 20] if not changes else None),
+    # the tiny run against a 100 MiB worker; the 400M-parameter MLP against two 4 GiB workers (against
+    # this machine's free memory it fitted or not by what else was running); the rest any machine refuses
+    memory = {"cpus": [100 << 20], "hidden": [4 << 30, 4 << 30]}.get(field)
+    err = refused(lambda: P.check_memory(cfg, workers_memory=memory),
                   field, value, "a size whose run fits in")
     assert "parameters" in err.allowed
     assert time.perf_counter() - t0 < 30       # a hang guard: estimated, never generated (that would take minutes)
